@@ -1,0 +1,96 @@
+package actor
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// Executor is the seam between the actor layer and the machine. Every clock
+// read, timer, random number, goroutine start and blocking point of actor/,
+// supervisor/ and registry/ goes through it, so that the lab can replace it
+// with a deterministic implementation (virtual time, seeded scheduling).
+//
+// The production implementation, [NewExecutor], uses goroutines and real time.
+// Under testing/synctest the production executor runs on the bubble's fake
+// clock, which is how time-dependent tests of this layer run in virtual time.
+type Executor interface {
+	// Now returns the current time of this executor's clock.
+	Now() time.Time
+	// AfterFunc runs f in its own goroutine once d has elapsed on this
+	// executor's clock, unless the returned Timer is stopped first.
+	AfterFunc(d time.Duration, f func()) Timer
+	// Go starts f concurrently. Every process goroutine is started here.
+	Go(f func())
+	// NewParker returns a fresh one-slot wake-up primitive. Every blocking
+	// point of the layer (receive, reserve, call wait, sleep) parks on one.
+	NewParker() Parker
+	// Uint64 returns a random number from this executor's (seedable) source.
+	Uint64() uint64
+}
+
+// Timer is a pending AfterFunc.
+type Timer interface {
+	// Stop prevents the timer from firing. It reports whether it did so.
+	Stop() bool
+}
+
+// Parker is a binary semaphore with one waiter: Unpark makes one permit
+// available (permits do not accumulate beyond one) and Park consumes it,
+// blocking until one is available or ctx is done.
+type Parker interface {
+	Park(ctx context.Context) error
+	Unpark()
+}
+
+// Sleep blocks for d on the executor's clock, or until ctx is done.
+func Sleep(ctx context.Context, ex Executor, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	p := ex.NewParker()
+	t := ex.AfterFunc(d, p.Unpark)
+	if err := p.Park(ctx); err != nil {
+		t.Stop()
+		return err
+	}
+	return nil
+}
+
+// WithTimeout is context.WithTimeout on the executor's clock: the returned
+// context is cancelled with context.DeadlineExceeded once d has elapsed.
+// Use it instead of context.WithTimeout wherever the lab must control time.
+func WithTimeout(parent context.Context, ex Executor, d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	t := ex.AfterFunc(d, func() { cancel(context.DeadlineExceeded) })
+	return &deadlineCtx{Context: ctx, deadline: ex.Now().Add(d)}, func() {
+		t.Stop()
+		cancel(context.Canceled)
+	}
+}
+
+// deadlineCtx reports DeadlineExceeded as its Err when the seam timer fired,
+// so callers can tell a timeout from a cancellation with errors.Is.
+type deadlineCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func (c *deadlineCtx) Err() error {
+	if c.Context.Err() == nil {
+		return nil
+	}
+	if context.Cause(c.Context) == context.DeadlineExceeded {
+		return context.DeadlineExceeded
+	}
+	return context.Canceled
+}
+
+// idSource hands out process, monitor and scope identifiers. Identifiers are
+// per System, never global, and increase monotonically: they are the stable
+// tie-break keys for deterministic ordering.
+type idSource struct{ n atomic.Uint64 }
+
+func (s *idSource) next() uint64 { return s.n.Add(1) }

@@ -1,0 +1,73 @@
+package actor
+
+// This file is the only place in actor/, supervisor/ and registry/ that
+// touches the machine's clock and starts goroutines directly: it is the
+// production side of the Executor seam. TestNoAmbientTimeOrRandomness
+// enforces that.
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// NewExecutor returns the production executor: goroutines, the runtime's
+// real clock, and a SplitMix64 random source seeded with seed.
+func NewExecutor(seed uint64) Executor {
+	e := &realExecutor{}
+	e.rng.Store(seed)
+	return e
+}
+
+type realExecutor struct {
+	rng atomic.Uint64
+}
+
+func (*realExecutor) Now() time.Time { return time.Now() }
+
+func (*realExecutor) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+
+func (*realExecutor) Go(f func()) { go f() }
+
+func (*realExecutor) NewParker() Parker { return newChanParker() }
+
+// Uint64 is SplitMix64: the state advances by a fixed odd constant (an
+// atomic add, so concurrent callers never share a value) and is then mixed.
+func (e *realExecutor) Uint64() uint64 {
+	z := e.rng.Add(0x9e3779b97f4a7c15)
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// chanParker is a Parker over a one-slot channel. A goroutine parked on a
+// channel is woken by the runtime with a direct hand-off (runnext), which is
+// the cheapest wake-up Go offers; no goroutine is created per wake-up.
+type chanParker struct {
+	ch chan struct{}
+}
+
+func newChanParker() *chanParker { return &chanParker{ch: make(chan struct{}, 1)} }
+
+func (p *chanParker) Park(ctx context.Context) error {
+	done := ctx.Done()
+	if done == nil {
+		<-p.ch
+		return nil
+	}
+	select {
+	case <-p.ch:
+		return nil
+	case <-done:
+		// A permit that raced with cancellation stays available for the next
+		// Park: wake-ups are never lost.
+		return ctx.Err()
+	}
+}
+
+func (p *chanParker) Unpark() {
+	select {
+	case p.ch <- struct{}{}:
+	default:
+	}
+}

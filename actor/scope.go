@@ -1,0 +1,287 @@
+package actor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+)
+
+// ErrScopeClosed is returned when spawning into, or opening a sub-scope of,
+// a scope that is closing or closed.
+var ErrScopeClosed = errors.New("actor: scope closed")
+
+// NotQuiescentError is returned by Close when ctx ended before every process
+// of the scope had returned (a handler ignoring cancellation). The processes
+// are already completed (killed) as far as links, monitors and supervisors
+// are concerned; their goroutines are still running user code.
+type NotQuiescentError struct {
+	Scope string
+	Live  int
+	Cause error
+}
+
+func (e *NotQuiescentError) Error() string {
+	return fmt.Sprintf("actor: scope %s not quiescent: %d process goroutines still running: %v", e.Scope, e.Live, e.Cause)
+}
+
+func (e *NotQuiescentError) Unwrap() error { return e.Cause }
+
+// Scope owns processes and sub-scopes (seed 003's region). Every process
+// belongs to exactly one scope and cannot outlive it: Close cancels what is
+// left, waits until no process goroutine remains, runs the finalizers and
+// only then returns (INV-1).
+type Scope struct {
+	sys    *System
+	parent *Scope
+	name   string
+	id     uint64
+
+	mu         sync.Mutex
+	closed     bool
+	head, tail *core    // live processes in spawn order
+	subs       []*Scope // open sub-scopes in creation order
+	finalizers []func()
+	live       int // processes whose goroutine (or init) has not returned
+	outcome    Outcome
+	quiet      []Parker
+	closeDone  bool
+}
+
+func newScope(sys *System, parent *Scope, name string) *Scope {
+	return &Scope{sys: sys, parent: parent, name: name, id: sys.ids.next()}
+}
+
+// Name returns the scope's name.
+func (s *Scope) Name() string { return s.name }
+
+// System returns the scope's system.
+func (s *Scope) System() *System { return s.sys }
+
+// Executor returns the system's executor seam.
+func (s *Scope) Executor() Executor { return s.sys.ex }
+
+// Sub opens a sub-scope. Closing s closes it first.
+func (s *Scope) Sub(name string) (*Scope, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrScopeClosed
+	}
+	sub := newScope(s.sys, s, name)
+	s.subs = append(s.subs, sub)
+	return sub, nil
+}
+
+// Defer registers a finalizer; finalizers run in reverse order once the scope
+// is quiescent.
+func (s *Scope) Defer(f func()) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrScopeClosed
+	}
+	s.finalizers = append(s.finalizers, f)
+	return nil
+}
+
+// Outcome returns the aggregate outcome so far: the join of the outcomes of
+// every process and sub-scope that completed. Cancellations the scope itself
+// requested (Close, Cancel) count as Ok: a process that stops because its
+// owner shut it down has not failed.
+func (s *Scope) Outcome() Outcome {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.outcome
+}
+
+// Processes returns the live processes in spawn order.
+func (s *Scope) Processes() []PID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []PID
+	for c := s.head; c != nil; c = c.next {
+		out = append(out, c.pid())
+	}
+	return out
+}
+
+// Cancel requests cancellation of every live process and sub-scope without
+// closing the scope or waiting.
+func (s *Scope) Cancel(r CancelReason) {
+	procs, subs := s.snapshot()
+	for _, c := range procs {
+		c.requestCancel(r, true)
+	}
+	for _, sub := range subs {
+		sub.Cancel(r)
+	}
+}
+
+// snapshot returns the live processes and sub-scopes, newest first.
+func (s *Scope) snapshot() ([]*core, []*Scope) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var procs []*core
+	for c := s.tail; c != nil; c = c.prev {
+		procs = append(procs, c)
+	}
+	subs := make([]*Scope, len(s.subs))
+	for i, sub := range s.subs {
+		subs[len(subs)-1-i] = sub
+	}
+	return procs, subs
+}
+
+// Close closes the scope: no new processes or sub-scopes are accepted, every
+// live process is cancelled (reason shutdown; they drain and run their stop
+// hooks concurrently), sub-scopes are closed newest first, and Close waits
+// until no process goroutine remains. Then the finalizers run, newest first.
+// It returns the aggregate outcome (see Outcome). If ctx ends first, the
+// remaining processes are killed and Close returns a *NotQuiescentError once
+// finalizers have run. Close is idempotent.
+func (s *Scope) Close(ctx context.Context) (Outcome, error) {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+
+	procs, subs := s.snapshot()
+	for _, c := range procs {
+		c.requestCancel(CancelReason{Kind: CancelShutdown}, true)
+	}
+	var errs []error
+	for _, sub := range subs {
+		if _, err := sub.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := s.waitQuiescent(ctx); err != nil {
+		// Out of budget: kill what is left so links, monitors and callers
+		// are released, then report the goroutines we could not reclaim.
+		procs, _ := s.snapshot()
+		for _, c := range procs {
+			c.requestCancel(CancelReason{Kind: CancelKill}, true)
+		}
+		s.mu.Lock()
+		live := s.live
+		s.mu.Unlock()
+		errs = append(errs, &NotQuiescentError{Scope: s.name, Live: live, Cause: err})
+	}
+	s.runFinalizers()
+
+	s.mu.Lock()
+	o := s.outcome
+	s.mu.Unlock()
+	if p := s.parent; p != nil {
+		p.subClosed(s, o)
+	}
+	return o, errors.Join(errs...)
+}
+
+func (s *Scope) waitQuiescent(ctx context.Context) error {
+	s.mu.Lock()
+	if s.live == 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	w := s.sys.ex.NewParker()
+	s.quiet = append(s.quiet, w)
+	s.mu.Unlock()
+	if err := w.Park(ctx); err != nil {
+		s.mu.Lock()
+		for i, x := range s.quiet {
+			if x == w {
+				s.quiet = append(s.quiet[:i], s.quiet[i+1:]...)
+				break
+			}
+		}
+		s.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+func (s *Scope) runFinalizers() {
+	s.mu.Lock()
+	fs := s.finalizers
+	s.finalizers = nil
+	s.mu.Unlock()
+	for i := len(fs) - 1; i >= 0; i-- {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					s.mu.Lock()
+					s.outcome = Join(s.outcome, PanickedOutcome(r, debug.Stack()))
+					s.mu.Unlock()
+				}
+			}()
+			fs[i]()
+		}()
+	}
+}
+
+func (s *Scope) subClosed(sub *Scope, o Outcome) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, x := range s.subs {
+		if x == sub {
+			s.subs = append(s.subs[:i], s.subs[i+1:]...)
+			s.outcome = Join(s.outcome, o)
+			return
+		}
+	}
+}
+
+// add registers a starting process. The scope counts it live until quiescent.
+func (s *Scope) add(c *core) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrScopeClosed
+	}
+	c.prev = s.tail
+	if s.tail != nil {
+		s.tail.next = c
+	} else {
+		s.head = c
+	}
+	s.tail = c
+	s.live++
+	return nil
+}
+
+// childDone unlinks a completed process and folds its outcome in.
+func (s *Scope) childDone(c *core, o Outcome, ownerStop bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.prev != nil {
+		c.prev.next = c.next
+	} else if s.head == c {
+		s.head = c.next
+	}
+	if c.next != nil {
+		c.next.prev = c.prev
+	} else if s.tail == c {
+		s.tail = c.prev
+	}
+	c.prev, c.next = nil, nil
+	if o.Severity == Cancelled && ownerStop {
+		return
+	}
+	s.outcome = Join(s.outcome, o)
+}
+
+// quiescent records that a process's goroutine has returned.
+func (s *Scope) quiescent() {
+	s.mu.Lock()
+	s.live--
+	var wake []Parker
+	if s.live == 0 {
+		wake, s.quiet = s.quiet, nil
+	}
+	s.mu.Unlock()
+	for _, w := range wake {
+		w.Unpark()
+	}
+}

@@ -1,0 +1,885 @@
+package actor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Server is the GenServer behaviour: Q is the call request type, R the reply
+// type and C the cast message type. Embed Base for default Init, HandleInfo
+// and Terminate.
+//
+//   - HandleCall answers a call. Its return value is the reply: a non-nil
+//     error is delivered to the caller as Call's error and the server keeps
+//     running. To reply later, call from.Defer() (see ReplyTo).
+//   - HandleCast and HandleInfo handle one-way messages. A non-nil error ends
+//     the process with Outcome Err (there is no caller to give it to).
+//   - Info messages are everything that is not a call or cast: Down, Exit,
+//     SendAfter timers and ServerRef.Info.
+type Server[Q, R, C any] interface {
+	Init(p *Proc) error
+	HandleCall(p *Proc, req Q, from ReplyTo[R]) (R, error)
+	HandleCast(p *Proc, msg C) error
+	HandleInfo(p *Proc, info any) error
+	Terminate(p *Proc, o Outcome)
+}
+
+// Actor is the plain actor behaviour over messages of type M. A non-nil
+// error from Handle ends the process with Outcome Err. An Actor that also
+// implements InfoHandler receives Down, Exit and timer messages.
+type Actor[M any] interface {
+	OnStart(p *Proc) error
+	Handle(p *Proc, msg M) error
+	OnStop(p *Proc, o Outcome)
+}
+
+// InfoHandler receives info messages (Down, Exit, SendAfter timers).
+type InfoHandler interface {
+	HandleInfo(p *Proc, info any) error
+}
+
+// Base provides no-op lifecycle hooks for actors and servers to embed.
+type Base struct{}
+
+func (Base) OnStart(*Proc) error         { return nil }
+func (Base) OnStop(*Proc, Outcome)       {}
+func (Base) Init(*Proc) error            { return nil }
+func (Base) Terminate(*Proc, Outcome)    {}
+func (Base) HandleInfo(*Proc, any) error { return nil }
+
+type none struct{}
+
+// DefaultStopTimeout is the stop budget (drain plus stop hook) unless
+// WithStopTimeout says otherwise.
+const DefaultStopTimeout = 5 * time.Second
+
+// Option configures a process at spawn.
+type Option func(*options)
+
+type options struct {
+	name        string
+	capacity    int
+	initTimeout time.Duration
+	stopTimeout time.Duration
+	links       []PID
+	trap        bool
+}
+
+// WithName sets the process's debugging name.
+func WithName(name string) Option { return func(o *options) { o.name = name } }
+
+// WithMailbox sets the mailbox capacity (default 64).
+func WithMailbox(capacity int) Option { return func(o *options) { o.capacity = capacity } }
+
+// WithInitTimeout bounds init: its context is cancelled after d.
+func WithInitTimeout(d time.Duration) Option { return func(o *options) { o.initTimeout = d } }
+
+// WithStopTimeout bounds drain plus the stop hook (default 5s).
+func WithStopTimeout(d time.Duration) Option { return func(o *options) { o.stopTimeout = d } }
+
+// WithLink links the new process to pid before init runs.
+func WithLink(pid PID) Option { return func(o *options) { o.links = append(o.links, pid) } }
+
+// WithTrapExits makes the new process receive linked exits as Exit messages
+// instead of being cancelled by them.
+func WithTrapExits() Option { return func(o *options) { o.trap = true } }
+
+// StartError is returned when a process could not start: its init failed,
+// panicked, timed out, or cancellation was requested before init began. The
+// process is completed with Outcome and nothing of it remains.
+type StartError struct {
+	PID     PID
+	Outcome Outcome
+}
+
+func (e *StartError) Error() string {
+	return fmt.Sprintf("actor: start %s failed: %s", e.PID, e.Outcome)
+}
+
+func (e *StartError) Unwrap() error { return e.Outcome.Err }
+
+type envKind uint8
+
+const (
+	envCast envKind = iota
+	envCall
+	envInfo
+)
+
+type envelope[Q, R, C any] struct {
+	kind envKind
+	cast C
+	req  Q
+	slot *callSlot[R]
+	gen  uint64
+	info any
+}
+
+type heldCall[R any] struct {
+	slot *callSlot[R]
+	gen  uint64
+}
+
+// server is the one process engine; Actor runs on it through an adapter.
+type server[Q, R, C any] struct {
+	core
+	mb    *mailbox[envelope[Q, R, C]]
+	beh   Server[Q, R, C]
+	proc  Proc
+	batch []envelope[Q, R, C]
+	opts  options
+	slots sync.Pool
+
+	held heldCall[R] // the call last taken from the mailbox (under mb.mu)
+
+	dmu      sync.Mutex
+	deferred []heldCall[R]
+	deferNow bool // the running HandleCall deferred its reply
+}
+
+// Proc is the capability context a process's handlers receive: its
+// identity, context, scope, links, monitors and timers. It is only valid on
+// the process's own goroutine (and during its init).
+type Proc struct {
+	c        *core
+	ctx      context.Context
+	exitReq  bool
+	exitErr  error
+	children *Scope
+	active   map[uint64]struct{} // monitors this process holds
+	flushed  map[uint64]struct{} // demonitored with flush while a Down was in flight
+}
+
+// Self returns the process's PID.
+func (p *Proc) Self() PID { return p.c.pid() }
+
+// Ctx returns the handler context. It is cancelled when cancellation of the
+// process is requested; during drain and the stop hook it is a masked
+// context bounded by the stop budget instead. It identifies the process to
+// Call, which is how calling oneself is detected.
+func (p *Proc) Ctx() context.Context { return p.ctx }
+
+// Scope returns the scope the process belongs to.
+func (p *Proc) Scope() *Scope { return p.c.scope }
+
+// Executor returns the executor seam.
+func (p *Proc) Executor() Executor { return p.c.sys.ex }
+
+// Now reads the executor's clock.
+func (p *Proc) Now() time.Time { return p.c.sys.ex.Now() }
+
+// Children returns a scope owned by this process, created on first use. It
+// is closed after the process's stop hook and before the process completes,
+// so nothing started in it outlives the process.
+func (p *Proc) Children() (*Scope, error) {
+	if p.children == nil {
+		s, err := p.c.scope.Sub(p.Self().String())
+		if err != nil {
+			return nil, err
+		}
+		p.children = s
+	}
+	return p.children, nil
+}
+
+// Exit ends the process after the current handler returns: nil is a normal
+// exit (Ok; committed messages are drained first), an error is Err.
+func (p *Proc) Exit(err error) { p.exitReq, p.exitErr = true, err }
+
+// TrapExits sets whether linked exits arrive as Exit messages.
+func (p *Proc) TrapExits(on bool) {
+	p.c.mu.Lock()
+	p.c.trapExit = on
+	p.c.mu.Unlock()
+}
+
+// Link links this process to pid (bidirectional). Linking to a dead process
+// returns ErrNoProc.
+func (p *Proc) Link(pid PID) error {
+	if pid.c == nil {
+		return ErrNoProc
+	}
+	return link(p.c, pid.c)
+}
+
+// Unlink removes a link in both directions.
+func (p *Proc) Unlink(pid PID) {
+	if pid.c != nil {
+		unlink(p.c, pid.c)
+	}
+}
+
+// Monitor starts monitoring pid. A Down arrives (as an info message) when it
+// completes, at once with Err(ErrNoProc) if it is already dead.
+func (p *Proc) Monitor(pid PID) MonitorRef {
+	ref := MonitorRef{id: p.c.sys.ids.next(), target: pid}
+	if p.active == nil {
+		p.active = make(map[uint64]struct{})
+	}
+	p.active[ref.id] = struct{}{}
+	if pid.c == nil || !pid.c.addMonitor(ref.id, p.c) {
+		p.c.impl.deliverSystem(Down{Ref: ref, PID: pid, Outcome: ErrOutcome(ErrNoProc)})
+	}
+	return ref
+}
+
+// Demonitor stops a monitor. With flush, a Down for it that is already on
+// its way is removed too, so none is ever handled after Demonitor returns.
+// It reports whether the monitor was active.
+func (p *Proc) Demonitor(ref MonitorRef, flush bool) bool {
+	if _, ok := p.active[ref.id]; !ok {
+		return false
+	}
+	delete(p.active, ref.id)
+	if ref.target.c != nil && ref.target.c.removeMonitor(ref.id) {
+		return true
+	}
+	if flush {
+		if p.flushed == nil {
+			p.flushed = make(map[uint64]struct{})
+		}
+		p.flushed[ref.id] = struct{}{}
+	}
+	return true
+}
+
+// SendAfter delivers info to this process after d on the executor's clock.
+func (p *Proc) SendAfter(d time.Duration, info any) Timer {
+	c := p.c
+	return c.sys.ex.AfterFunc(d, func() { c.impl.deliverSystem(info) })
+}
+
+// admitDown filters a Down through the monitor table: flushed Downs vanish.
+func (p *Proc) admitDown(d Down) bool {
+	if _, ok := p.flushed[d.Ref.id]; ok {
+		delete(p.flushed, d.Ref.id)
+		return false
+	}
+	delete(p.active, d.Ref.id)
+	return true
+}
+
+func buildOptions(opts []Option) options {
+	o := options{capacity: DefaultMailboxCapacity, stopTimeout: DefaultStopTimeout}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.capacity <= 0 {
+		o.capacity = DefaultMailboxCapacity
+	}
+	return o
+}
+
+// start creates, initialises and launches a process. Init runs on the
+// caller's goroutine: Start is synchronous and costs no goroutine hand-off.
+func start[Q, R, C any](ctx context.Context, scope *Scope, beh Server[Q, R, C], opts []Option, handle func(*server[Q, R, C]) any) (*server[Q, R, C], error) {
+	if scope == nil {
+		return nil, errors.New("actor: nil scope")
+	}
+	o := buildOptions(opts)
+	s := &server[Q, R, C]{beh: beh, opts: o}
+	s.core.init(scope.sys, scope, o.name)
+	s.core.impl = s
+	s.core.trapExit = o.trap
+	s.core.handle = handle(s)
+	s.mb = newMailbox[envelope[Q, R, C]](scope.sys.ex, o.capacity)
+	s.mb.onBarrier = s.hold
+	s.proc = Proc{c: &s.core, ctx: s.core.ctx}
+	ex := scope.sys.ex
+	s.slots.New = func() any { return &callSlot[R]{p: ex.NewParker()} }
+
+	if err := scope.add(&s.core); err != nil {
+		return nil, err
+	}
+	scope.sys.trace(TraceEvent{Kind: TraceSpawn, PID: s.pid()})
+	for _, l := range o.links {
+		if l.c == nil || link(&s.core, l.c) != nil {
+			return nil, s.failStart(ErrOutcome(ErrNoProc))
+		}
+	}
+	// Cancellation requested before init began skips init.
+	if ctx.Err() != nil {
+		return nil, s.failStart(CancelledOutcome(CancelReason{Kind: CancelRequested}))
+	}
+	if s.stopping.Load() {
+		return nil, s.failStart(CancelledOutcome(s.cancelReason()))
+	}
+	if out := s.runInit(ctx); !out.IsOk() {
+		return nil, s.failStart(out)
+	}
+	if s.stopping.Load() {
+		// Cancelled (or killed) while init ran: the instance never serves.
+		return nil, s.failStart(CancelledOutcome(s.cancelReason()))
+	}
+	ex.Go(s.run)
+	return s, nil
+}
+
+func (s *server[Q, R, C]) runInit(ctx context.Context) Outcome {
+	ictx, cancel := context.WithCancelCause(s.ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	defer stop()
+	var expired atomic.Bool
+	if d := s.opts.initTimeout; d > 0 {
+		t := s.sys.ex.AfterFunc(d, func() {
+			expired.Store(true)
+			cancel(context.DeadlineExceeded)
+		})
+		defer t.Stop()
+	}
+	s.proc.ctx = ictx
+	out := protect(func() error { return s.beh.Init(&s.proc) })
+	s.proc.ctx = s.ctx
+	if out.Severity == Err && expired.Load() {
+		return CancelledOutcome(CancelReason{Kind: CancelTimeout})
+	}
+	return out
+}
+
+// failStart completes a process that never ran: no links are signalled (the
+// spawner gets the error synchronously), names are released, monitors get
+// their Down, and the scope forgets it.
+func (s *server[Q, R, C]) failStart(o Outcome) error {
+	s.mu.Lock()
+	links := s.links
+	s.links = nil
+	s.mu.Unlock()
+	for _, l := range links {
+		unlink(&s.core, l)
+	}
+	s.abandon(o)
+	if s.proc.children != nil {
+		_, _ = s.proc.children.Close(context.Background())
+	}
+	s.finish(o)
+	s.sys.trace(TraceEvent{Kind: TraceInitFailed, PID: s.pid(), Outcome: o})
+	s.scope.quiescent()
+	if got, _ := s.pid().Outcome(); got.Severity != o.Severity {
+		o = got // killed during init: report what the process actually is
+	}
+	return &StartError{PID: s.pid(), Outcome: o}
+}
+
+// protect runs f, turning a panic into a Panicked outcome with its stack.
+func protect(f func() error) (o Outcome) {
+	defer func() {
+		if r := recover(); r != nil {
+			o = PanickedOutcome(r, debug.Stack())
+		}
+	}()
+	if err := f(); err != nil {
+		return ErrOutcome(err)
+	}
+	return Outcome{}
+}
+
+func (s *server[Q, R, C]) hold(e *envelope[Q, R, C]) {
+	if e.kind == envCall {
+		s.held = heldCall[R]{slot: e.slot, gen: e.gen}
+	}
+}
+
+func (s *server[Q, R, C]) interrupt() { s.mb.interrupt() }
+
+func (s *server[Q, R, C]) deliverSystem(msg any) bool {
+	return s.mb.pushSystem(envelope[Q, R, C]{kind: envInfo, info: msg})
+}
+
+// abandon fails every pending obligation at once: queued calls, the call in
+// hand and deferred replies. Casts still queued are dropped (traced).
+func (s *server[Q, R, C]) abandon(o Outcome) {
+	var calls []heldCall[R]
+	dropped := 0
+	s.mb.closeAndTake(func(e *envelope[Q, R, C]) {
+		if e.kind == envCall {
+			calls = append(calls, heldCall[R]{slot: e.slot, gen: e.gen})
+		} else {
+			dropped++
+		}
+	}, func() {
+		if s.held.slot != nil {
+			calls = append(calls, s.held)
+		}
+	})
+	s.abortCalls(calls, o)
+	s.abortDeferred(o)
+	if dropped > 0 {
+		s.sys.trace(TraceEvent{Kind: TraceMessageDropped, PID: s.pid(), Outcome: o, Detail: fmt.Sprintf("%d messages dropped at kill", dropped)})
+	}
+}
+
+func (s *server[Q, R, C]) abortCalls(calls []heldCall[R], o Outcome) {
+	var zero R
+	for _, h := range calls {
+		if h.slot.resolve(h.gen, zero, &CallError{Kind: CallServerStopped, Target: s.pid(), Server: o}) {
+			s.sys.trace(TraceEvent{Kind: TraceCallAborted, PID: s.pid(), Outcome: o})
+		}
+	}
+}
+
+func (s *server[Q, R, C]) abortDeferred(o Outcome) {
+	s.dmu.Lock()
+	d := s.deferred
+	s.deferred = nil
+	s.dmu.Unlock()
+	s.abortCalls(d, o)
+}
+
+func (s *server[Q, R, C]) deferCall(slot *callSlot[R], gen uint64) *Deferred[R] {
+	s.deferNow = true
+	d := &Deferred[R]{slot: slot, gen: gen}
+	s.dmu.Lock()
+	if len(s.deferred) >= 32 && len(s.deferred) == cap(s.deferred) {
+		live := s.deferred[:0]
+		for _, h := range s.deferred {
+			if h.slot.pending(h.gen) {
+				live = append(live, h)
+			}
+		}
+		s.deferred = live
+	}
+	s.deferred = append(s.deferred, heldCall[R]{slot: slot, gen: gen})
+	s.dmu.Unlock()
+	sys, pid := s.sys, s.pid()
+	runtime.AddCleanup(d, func(h heldCall[R]) {
+		var zero R
+		if h.slot.resolve(h.gen, zero, &CallError{Kind: CallNoReply, Target: pid}) {
+			sys.trace(TraceEvent{Kind: TraceObligationLeak, PID: pid, Outcome: violationOutcome(ErrNoReply),
+				Detail: "reply obligation dropped without a reply"})
+		}
+	}, heldCall[R]{slot: slot, gen: gen})
+	return d
+}
+
+type termKind uint8
+
+const (
+	termCancel termKind = iota // cancellation requested: drain, stop hook
+	termExit                   // Proc.Exit(nil): drain, stop hook
+	termFail                   // handler error or panic: no drain
+)
+
+// run is the process goroutine: the message loop, then termination.
+func (s *server[Q, R, C]) run() {
+	defer s.scope.quiescent()
+	kind, out, rest := s.loop()
+	s.terminate(kind, out, rest)
+}
+
+func (s *server[Q, R, C]) loop() (termKind, Outcome, []envelope[Q, R, C]) {
+	for {
+		batch, ok := s.mb.take(s.batch[:0])
+		s.batch = batch
+		if !ok {
+			return termCancel, Outcome{}, nil
+		}
+		for i := range batch {
+			if s.stopping.Load() {
+				return termCancel, Outcome{}, batch[i:]
+			}
+			if out := s.dispatch(&batch[i]); !out.IsOk() {
+				return termFail, out, batch[i+1:]
+			}
+			if s.proc.exitReq {
+				if s.proc.exitErr != nil {
+					return termFail, ErrOutcome(s.proc.exitErr), batch[i+1:]
+				}
+				return termExit, Outcome{}, batch[i+1:]
+			}
+		}
+		clear(batch)
+		if s.stopping.Load() {
+			return termCancel, Outcome{}, nil
+		}
+	}
+}
+
+// dispatch runs one handler, recovering a panic into Panicked.
+func (s *server[Q, R, C]) dispatch(e *envelope[Q, R, C]) (o Outcome) {
+	defer func() {
+		if r := recover(); r != nil {
+			o = PanickedOutcome(r, debug.Stack())
+		}
+	}()
+	var err error
+	switch e.kind {
+	case envCast:
+		err = s.beh.HandleCast(&s.proc, e.cast)
+	case envCall:
+		if !e.slot.pending(e.gen) {
+			// The caller gave up before we began: the obligation is already
+			// aborted and nobody would receive the reply.
+			return Outcome{}
+		}
+		s.deferNow = false
+		v, rerr := s.beh.HandleCall(&s.proc, e.req, ReplyTo[R]{srv: s, slot: e.slot, gen: e.gen})
+		if !s.deferNow {
+			e.slot.resolve(e.gen, v, rerr)
+		}
+	case envInfo:
+		if d, ok := e.info.(Down); ok && !s.proc.admitDown(d) {
+			return Outcome{}
+		}
+		err = s.beh.HandleInfo(&s.proc, e.info)
+	}
+	if err != nil {
+		return ErrOutcome(err)
+	}
+	return Outcome{}
+}
+
+// terminate runs the stop protocol: close the mailbox, drain (for
+// cancellation and normal exit) under a masked, budgeted context, run the
+// stop hook, close the process's own children scope, fail what is still
+// pending, and complete.
+func (s *server[Q, R, C]) terminate(kind termKind, out Outcome, rest []envelope[Q, R, C]) {
+	s.mb.close()
+	if cur, dead := s.pid().Outcome(); dead {
+		// Killed: abandon already failed what was queued; fail what we hold.
+		s.abortEnvelopes(rest, cur)
+		return
+	}
+	reason := Outcome{}
+	if kind == termCancel {
+		reason = CancelledOutcome(s.cancelReason())
+	}
+	stopCtx, cancel := WithTimeout(context.WithoutCancel(s.ctx), s.sys.ex, s.opts.stopTimeout)
+	defer cancel()
+	s.proc.ctx = stopCtx
+
+	// The mailbox is closed, so what is queued now is all there will be:
+	// the drain is bounded by capacity (INV-7). On failure nothing runs: the
+	// broken instance only fails its callers. Otherwise casts and infos are
+	// handled in order while the budget lasts, and calls are never executed:
+	// their obligations are aborted in mailbox order.
+	drainOut := Outcome{}
+	skip := kind == termFail
+	for batch := rest; ; {
+		for i := range batch {
+			e := &batch[i]
+			if skip || stopCtx.Err() != nil {
+				s.abortEnvelopes(batch[i:], JoinAll(reason, out, drainOut))
+				break
+			}
+			if e.kind == envCall {
+				s.abortEnvelopes(batch[i:i+1], JoinAll(reason, out, drainOut))
+				continue
+			}
+			if o := s.dispatch(e); !o.IsOk() {
+				drainOut = Join(drainOut, o)
+				skip = o.Severity == Panicked
+			}
+		}
+		clear(batch)
+		if batch = s.mb.tryTake(s.batch[:0]); len(batch) == 0 {
+			break
+		}
+		s.batch = batch
+	}
+	final := JoinAll(reason, out, drainOut)
+	stopOut := protect(func() error { s.beh.Terminate(&s.proc, final); return nil })
+	if s.proc.children != nil {
+		co, err := s.proc.children.Close(stopCtx)
+		if err != nil {
+			co = Join(co, ErrOutcome(err))
+		}
+		// Children the process stopped itself are its business; a child that
+		// failed is reported through the process only if it panicked.
+		if co.Severity == Panicked {
+			stopOut = Join(stopOut, co)
+		}
+	}
+	final = JoinAll(reason, out, drainOut, stopOut)
+	if kind == termCancel {
+		// A stronger cancel may have arrived while we drained.
+		final = Join(final, CancelledOutcome(s.cancelReason()))
+	}
+	s.abortDeferred(final)
+	s.finish(final)
+}
+
+// abortEnvelopes fails the calls among es and traces dropped casts.
+func (s *server[Q, R, C]) abortEnvelopes(es []envelope[Q, R, C], o Outcome) {
+	var calls []heldCall[R]
+	dropped := 0
+	for i := range es {
+		if es[i].kind == envCall {
+			calls = append(calls, heldCall[R]{slot: es[i].slot, gen: es[i].gen})
+		} else {
+			dropped++
+		}
+	}
+	s.abortCalls(calls, o)
+	if dropped > 0 {
+		s.sys.trace(TraceEvent{Kind: TraceMessageDropped, PID: s.pid(), Outcome: o, Detail: fmt.Sprintf("%d messages dropped", dropped)})
+	}
+}
+
+// ---- references ----
+
+// ServerRef is the typed handle of a GenServer.
+type ServerRef[Q, R, C any] struct{ s *server[Q, R, C] }
+
+// StartServer starts a GenServer in scope and returns once Init succeeded,
+// or returns Init's failure as a *StartError with nothing left behind.
+func StartServer[Q, R, C any](ctx context.Context, scope *Scope, beh Server[Q, R, C], opts ...Option) (*ServerRef[Q, R, C], error) {
+	var ref *ServerRef[Q, R, C]
+	_, err := start(ctx, scope, beh, opts, func(s *server[Q, R, C]) any {
+		ref = &ServerRef[Q, R, C]{s: s}
+		return ref
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ref, nil
+}
+
+// PID returns the server's PID.
+func (r *ServerRef[Q, R, C]) PID() PID { return r.s.pid() }
+
+// Resolve makes a ServerRef a Target of itself.
+func (r *ServerRef[Q, R, C]) Resolve() (*ServerRef[Q, R, C], error) { return r, nil }
+
+// Call sends req and waits for the reply. See CallError for the failures;
+// an error returned by HandleCall is returned as is.
+func (r *ServerRef[Q, R, C]) Call(ctx context.Context, req Q) (R, error) {
+	var zero R
+	s := r.s
+	if callerOf(ctx) == &s.core {
+		return zero, &CallError{Kind: CallCallingSelf, Target: s.pid()}
+	}
+	if ctx.Err() != nil {
+		return zero, ctxCallError(ctx, s.pid())
+	}
+	slot := s.slots.Get().(*callSlot[R])
+	gen := slot.begin()
+	if err := s.mb.send(ctx, envelope[Q, R, C]{kind: envCall, req: req, slot: slot, gen: gen}, flagBarrier); err != nil {
+		slot.abandon(gen)
+		s.slots.Put(slot)
+		if errors.Is(err, ErrMailboxClosed) {
+			return zero, s.stoppedError()
+		}
+		return zero, ctxCallError(ctx, s.pid())
+	}
+	if err := slot.p.Park(ctx); err != nil {
+		if !slot.abandon(gen) {
+			// Resolution already began: collect it so the slot is clean, but
+			// cancellation maps to Cancelled deterministically.
+			_ = slot.p.Park(context.Background())
+			slot.val, slot.err = zero, nil
+		}
+		s.slots.Put(slot)
+		return zero, ctxCallError(ctx, s.pid())
+	}
+	v, err := slot.val, slot.err
+	slot.val, slot.err = zero, nil
+	s.slots.Put(slot)
+	return v, err
+}
+
+func (s *server[Q, R, C]) stoppedError() *CallError {
+	if o, dead := s.pid().Outcome(); dead {
+		return &CallError{Kind: CallNoProc, Target: s.pid(), Server: o}
+	}
+	return &CallError{Kind: CallServerStopped, Target: s.pid()}
+}
+
+// Cast sends msg, waiting for room while the mailbox is full.
+func (r *ServerRef[Q, R, C]) Cast(ctx context.Context, msg C) error {
+	return r.s.castErr(r.s.mb.send(ctx, envelope[Q, R, C]{kind: envCast, cast: msg}, 0))
+}
+
+// TryCast sends msg if there is room, or returns CastError Full at once.
+func (r *ServerRef[Q, R, C]) TryCast(msg C) error {
+	return r.s.castErr(r.s.mb.trySend(envelope[Q, R, C]{kind: envCast, cast: msg}, 0))
+}
+
+// Info sends an info message through the (bounded) mailbox.
+func (r *ServerRef[Q, R, C]) Info(ctx context.Context, info any) error {
+	return r.s.castErr(r.s.mb.send(ctx, envelope[Q, R, C]{kind: envInfo, info: info}, 0))
+}
+
+// Reserve takes a mailbox slot for a later cast (two-phase send).
+func (r *ServerRef[Q, R, C]) Reserve(ctx context.Context) (*Permit[C], error) {
+	return reservePermit[C](ctx, r.s)
+}
+
+// Stop stops the server gracefully and waits for its outcome.
+func (r *ServerRef[Q, R, C]) Stop(ctx context.Context) (Outcome, error) { return r.PID().Stop(ctx) }
+
+// Abort terminates the server immediately (see PID.Abort).
+func (r *ServerRef[Q, R, C]) Abort() { r.PID().Abort() }
+
+func (s *server[Q, R, C]) castErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrMailboxFull):
+		return &CastError{Kind: CastFull, Target: s.pid()}
+	case errors.Is(err, ErrMailboxClosed):
+		return &CastError{Kind: CastServerStopped, Target: s.pid()}
+	default:
+		return &CastError{Kind: CastCancelled, Target: s.pid(), Cause: err}
+	}
+}
+
+func (s *server[Q, R, C]) commitCast(msg C) error {
+	return s.mb.commit(envelope[Q, R, C]{kind: envCast, cast: msg}, 0)
+}
+
+func (s *server[Q, R, C]) releaseSlot() { s.mb.release() }
+
+func (s *server[Q, R, C]) reserveSlot(ctx context.Context) error { return s.mb.reserve(ctx) }
+
+func (s *server[Q, R, C]) system() *System { return s.sys }
+
+// Target is anything that resolves to a server: a *ServerRef, or a registry
+// name reference (which resolves at each call and yields NoProc if unbound).
+type Target[Q, R, C any] interface {
+	Resolve() (*ServerRef[Q, R, C], error)
+}
+
+// Call resolves target and calls it (see ServerRef.Call).
+func Call[Q, R, C any](ctx context.Context, target Target[Q, R, C], req Q) (R, error) {
+	ref, err := target.Resolve()
+	if err != nil {
+		var zero R
+		return zero, err
+	}
+	return ref.Call(ctx, req)
+}
+
+// Cast resolves target and casts to it (see ServerRef.Cast).
+func Cast[Q, R, C any](ctx context.Context, target Target[Q, R, C], msg C) error {
+	ref, err := target.Resolve()
+	if err != nil {
+		return err
+	}
+	return ref.Cast(ctx, msg)
+}
+
+// Ref is the typed handle of a plain actor.
+type Ref[M any] struct{ s *server[none, none, M] }
+
+type actorServer[M any] struct {
+	a    Actor[M]
+	info InfoHandler
+}
+
+func (x *actorServer[M]) Init(p *Proc) error { return x.a.OnStart(p) }
+func (x *actorServer[M]) HandleCall(*Proc, none, ReplyTo[none]) (none, error) {
+	return none{}, nil
+}
+func (x *actorServer[M]) HandleCast(p *Proc, m M) error { return x.a.Handle(p, m) }
+func (x *actorServer[M]) HandleInfo(p *Proc, i any) error {
+	if x.info != nil {
+		return x.info.HandleInfo(p, i)
+	}
+	return nil
+}
+func (x *actorServer[M]) Terminate(p *Proc, o Outcome) { x.a.OnStop(p, o) }
+
+// Spawn starts an actor in scope and returns once OnStart succeeded, or
+// returns its failure as a *StartError with nothing left behind.
+func Spawn[M any](ctx context.Context, scope *Scope, a Actor[M], opts ...Option) (*Ref[M], error) {
+	adapter := &actorServer[M]{a: a}
+	adapter.info, _ = a.(InfoHandler)
+	var ref *Ref[M]
+	_, err := start[none, none, M](ctx, scope, adapter, opts, func(s *server[none, none, M]) any {
+		ref = &Ref[M]{s: s}
+		return ref
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ref, nil
+}
+
+// PID returns the actor's PID.
+func (r *Ref[M]) PID() PID { return r.s.pid() }
+
+// Send commits msg, waiting while the mailbox is full. It fails with
+// ErrMailboxClosed once the actor is stopping, or with ctx's error.
+func (r *Ref[M]) Send(ctx context.Context, msg M) error {
+	return r.s.mb.send(ctx, envelope[none, none, M]{kind: envCast, cast: msg}, 0)
+}
+
+// TrySend commits msg if there is room and returns ErrMailboxFull otherwise.
+func (r *Ref[M]) TrySend(msg M) error {
+	return r.s.mb.trySend(envelope[none, none, M]{kind: envCast, cast: msg}, 0)
+}
+
+// Reserve takes a mailbox slot for a later Send (two-phase send).
+func (r *Ref[M]) Reserve(ctx context.Context) (*Permit[M], error) {
+	return reservePermit[M](ctx, r.s)
+}
+
+// Stop stops the actor gracefully and waits for its outcome.
+func (r *Ref[M]) Stop(ctx context.Context) (Outcome, error) { return r.PID().Stop(ctx) }
+
+// Abort terminates the actor immediately (see PID.Abort).
+func (r *Ref[M]) Abort() { r.PID().Abort() }
+
+// Pending reports the user messages queued and the permits reserved.
+func (r *Ref[M]) Pending() (queued, reserved int) {
+	u, _, res := r.s.mb.len()
+	return u, res
+}
+
+type slotOwner[M any] interface {
+	reserveSlot(ctx context.Context) error
+	commitCast(M) error
+	releaseSlot()
+	system() *System
+	pid() PID
+}
+
+// Permit is a reserved mailbox slot: the first phase of a two-phase send.
+// Commit it with Send or give it back with Abort. A permit that becomes
+// unreachable unused releases its slot and is traced as an obligation leak.
+type Permit[M any] struct {
+	st    *permitState
+	owner slotOwner[M]
+}
+
+type permitState struct{ done atomic.Bool }
+
+// ErrPermitUsed is returned when a permit is used after Send or Abort.
+var ErrPermitUsed = errors.New("actor: permit already used")
+
+func reservePermit[M any](ctx context.Context, owner slotOwner[M]) (*Permit[M], error) {
+	if err := owner.reserveSlot(ctx); err != nil {
+		return nil, err
+	}
+	p := &Permit[M]{st: &permitState{}, owner: owner}
+	runtime.AddCleanup(p, func(st *permitState) {
+		if st.done.CompareAndSwap(false, true) {
+			owner.releaseSlot()
+			owner.system().trace(TraceEvent{Kind: TraceObligationLeak, PID: owner.pid(),
+				Outcome: violationOutcome(ErrPermitUsed), Detail: "send permit dropped without send or abort"})
+		}
+	}, p.st)
+	return p, nil
+}
+
+// Send commits the reserved slot with msg.
+func (p *Permit[M]) Send(msg M) error {
+	if !p.st.done.CompareAndSwap(false, true) {
+		return ErrPermitUsed
+	}
+	return p.owner.commitCast(msg)
+}
+
+// Abort releases the reserved slot.
+func (p *Permit[M]) Abort() {
+	if p.st.done.CompareAndSwap(false, true) {
+		p.owner.releaseSlot()
+	}
+}

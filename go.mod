@@ -1,0 +1,3 @@
+module github.com/orrery-run/orrery
+
+go 1.26
