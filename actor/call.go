@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync/atomic"
+	"time"
 )
 
 // CallErrorKind classifies why a call produced no reply.
@@ -186,7 +187,43 @@ type callSlot[R any] struct {
 	p     Parker
 	val   R
 	err   error
+	timer *slotTimer // reusable timeout timer of CallTimeout
 }
+
+// slotTimer is a call timeout that is re-armed call after call instead of
+// being allocated per call. Its generation cell belongs to the timer, so a
+// timer that fired late can only ever abandon the call it was armed for.
+type slotTimer struct {
+	t   Timer
+	gen atomic.Uint64
+}
+
+// arm starts the timeout of generation gen.
+func (s *callSlot[R]) arm(ex Executor, gen uint64, d time.Duration) {
+	if s.timer == nil {
+		st := &slotTimer{}
+		st.gen.Store(gen)
+		st.t = ex.AfterFunc(d, func() {
+			if s.abandon(st.gen.Load()) {
+				s.p.Unpark()
+			}
+		})
+		s.timer = st
+		return
+	}
+	s.timer.gen.Store(gen)
+	s.timer.t.Reset(d)
+}
+
+// disarm stops the timeout; a timer that already fired is not reused.
+func (s *callSlot[R]) disarm() {
+	if s.timer != nil && !s.timer.t.Stop() {
+		s.timer = nil
+	}
+}
+
+// timedOut reports whether generation gen was abandoned by its timer.
+func (s *callSlot[R]) timedOut(gen uint64) bool { return s.state.Load() == gen<<2|slotAbandoned }
 
 // begin starts a new generation and returns it.
 func (s *callSlot[R]) begin() uint64 {

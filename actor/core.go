@@ -186,8 +186,8 @@ type core struct {
 
 	mu        sync.Mutex
 	reason    CancelReason
-	ownerStop bool // cancelled by its owner (scope close, supervisor)
-	ctx       context.Context
+	ownerStop bool            // cancelled by its owner (scope close, supervisor)
+	ctx       context.Context // created on first use; see context()
 	cancelCtx context.CancelCauseFunc
 	trapExit  bool
 	links     []*core
@@ -196,6 +196,7 @@ type core struct {
 	waiters   []Parker
 	dead      bool
 	outcome   Outcome
+	children  *Scope // the process's own scope (Proc.Children), if created
 
 	prev, next *core // the owning scope's list, in spawn order
 }
@@ -212,8 +213,27 @@ func (c *core) init(sys *System, scope *Scope, name string) {
 	c.name = name
 	c.sys = sys
 	c.scope = scope
-	ctx, cancel := context.WithCancelCause(context.WithValue(context.Background(), procKey{}, c))
-	c.ctx, c.cancelCtx = ctx, cancel
+}
+
+// context returns the process context: it carries the process identity (for
+// CallingSelf detection) and is cancelled on the first cancel request. It is
+// built on first use because most processes never ask for it, and a context
+// costs several allocations per spawn.
+func (c *core) context() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ctx == nil {
+		c.ctx, c.cancelCtx = context.WithCancelCause(context.WithValue(context.Background(), procKey{}, c))
+		if c.reason.Kind != CancelNone || c.dead {
+			c.cancelCtx(ErrCancelled)
+		}
+	}
+	return c.ctx
+}
+
+// identity is a context that carries the process identity only.
+func (c *core) identity() context.Context {
+	return context.WithValue(context.Background(), procKey{}, c)
 }
 
 // callerOf returns the process a context belongs to, if any.
@@ -238,15 +258,25 @@ func (c *core) requestCancel(r CancelReason, owner bool) {
 	if owner {
 		c.ownerStop = true
 	}
+	cancel := c.cancelCtx
 	c.mu.Unlock()
 	c.stopping.Store(true)
 	if first {
-		c.cancelCtx(ErrCancelled)
+		if cancel != nil {
+			cancel(ErrCancelled)
+		}
 		c.sys.trace(TraceEvent{Kind: TraceCancelRequested, PID: c.pid(), Detail: r.String()})
 	}
 	if r.Kind == CancelKill {
 		o := CancelledOutcome(r)
 		c.impl.abandon(o)
+		// Nothing the process started may outlive it.
+		c.mu.Lock()
+		children := c.children
+		c.mu.Unlock()
+		if children != nil {
+			children.kill()
+		}
 		c.finish(o)
 	}
 	c.impl.interrupt()
@@ -272,10 +302,13 @@ func (c *core) finish(o Outcome) bool {
 	links, mons, hooks, waiters := c.links, c.monitors, c.hooks, c.waiters
 	c.links, c.monitors, c.hooks, c.waiters = nil, nil, nil, nil
 	owner := c.ownerStop
+	cancel := c.cancelCtx
 	c.mu.Unlock()
 
 	c.stopping.Store(true)
-	c.cancelCtx(ErrCancelled)
+	if cancel != nil {
+		cancel(ErrCancelled)
+	}
 	c.sys.trace(TraceEvent{Kind: TraceExit, PID: c.pid(), Outcome: o})
 	for _, h := range hooks {
 		c.mu.Lock()

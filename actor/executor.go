@@ -33,6 +33,9 @@ type Executor interface {
 type Timer interface {
 	// Stop prevents the timer from firing. It reports whether it did so.
 	Stop() bool
+	// Reset re-arms the timer to fire after d (with the same function),
+	// reporting whether it was still pending.
+	Reset(d time.Duration) bool
 }
 
 // Parker is a binary semaphore with one waiter: Unpark makes one permit

@@ -42,21 +42,20 @@ func (e *realExecutor) Uint64() uint64 {
 
 // chanParker is a Parker over a one-slot channel. A goroutine parked on a
 // channel is woken by the runtime with a direct hand-off (runnext), which is
-// the cheapest wake-up Go offers; no goroutine is created per wake-up.
-type chanParker struct {
-	ch chan struct{}
-}
+// the cheapest wake-up Go offers; no goroutine is created per wake-up. The
+// channel itself is the Parker, so a Parker costs one allocation.
+type chanParker chan struct{}
 
-func newChanParker() *chanParker { return &chanParker{ch: make(chan struct{}, 1)} }
+func newChanParker() chanParker { return make(chanParker, 1) }
 
-func (p *chanParker) Park(ctx context.Context) error {
+func (p chanParker) Park(ctx context.Context) error {
 	done := ctx.Done()
 	if done == nil {
-		<-p.ch
+		<-p
 		return nil
 	}
 	select {
-	case <-p.ch:
+	case <-p:
 		return nil
 	case <-done:
 		// A permit that raced with cancellation stays available for the next
@@ -65,9 +64,9 @@ func (p *chanParker) Park(ctx context.Context) error {
 	}
 }
 
-func (p *chanParker) Unpark() {
+func (p chanParker) Unpark() {
 	select {
-	case p.ch <- struct{}{}:
+	case p <- struct{}{}:
 	default:
 	}
 }

@@ -3,6 +3,7 @@ package actor
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 )
 
@@ -41,10 +42,16 @@ type mailbox[E any] struct {
 	capacity int
 	closed   bool
 	parked   bool // the consumer is parked (or about to park) on recv
-	intr     bool // wake the consumer even though nothing is queued
-	recv     Parker
-	waiters  waiterQueue // reservers blocked on a full mailbox, FIFO
-	ex       Executor
+	// dormant: the consumer goroutine has not been started. The first
+	// activation (a message, a system message, an interrupt or close)
+	// starts it through the executor; from then on it parks when idle. A
+	// process nobody talks to therefore costs no goroutine.
+	dormant bool
+	run     func()
+	intr    bool // wake the consumer even though nothing is queued
+	recv    Parker
+	waiters waiterQueue // reservers blocked on a full mailbox, FIFO
+	ex      Executor
 	// onBarrier is called, under mu, for a barrier envelope as the consumer
 	// takes it. A batch ends at a barrier: calls are barriers, so at most one
 	// call is ever outside the mailbox and a killer can always find it.
@@ -56,21 +63,15 @@ const (
 	flagBarrier
 )
 
-func newMailbox[E any](ex Executor, capacity int) *mailbox[E] {
+// init prepares a mailbox in place. The ring is allocated on first use and
+// grows by doubling, so an idle process costs no buffer.
+func (m *mailbox[E]) init(ex Executor, capacity int) {
 	if capacity <= 0 {
 		capacity = DefaultMailboxCapacity
 	}
-	size := 8
-	for size < capacity && size < 64 {
-		size <<= 1
-	}
-	return &mailbox[E]{
-		ring:     make([]E, size),
-		flags:    make([]uint8, size),
-		capacity: capacity,
-		recv:     ex.NewParker(),
-		ex:       ex,
-	}
+	m.capacity = capacity
+	m.recv = ex.NewParker()
+	m.ex = ex
 }
 
 // push appends e; the caller holds mu and has checked the bound.
@@ -88,7 +89,11 @@ func (m *mailbox[E]) push(e E, flags uint8) {
 }
 
 func (m *mailbox[E]) grow() {
-	ring := make([]E, len(m.ring)*2)
+	size := 2 * len(m.ring)
+	if size == 0 {
+		size = 4
+	}
+	ring := make([]E, size)
 	flags := make([]uint8, len(ring))
 	for i := 0; i < m.n; i++ {
 		j := (m.head + i) & (len(m.ring) - 1)
@@ -98,14 +103,49 @@ func (m *mailbox[E]) grow() {
 	m.ring, m.flags, m.head = ring, flags, 0
 }
 
-// wakeLocked marks the consumer runnable; the caller unparks it after
-// releasing mu (returned true) so the consumer never wakes into a held lock.
-func (m *mailbox[E]) wakeLocked() bool {
-	if m.parked {
+type wakeAction uint8
+
+const (
+	wakeNone wakeAction = iota
+	wakeUnpark
+	wakeLaunch
+)
+
+// wakeLocked decides how to make the consumer runnable; the caller acts on
+// it after releasing mu so the consumer never wakes into a held lock.
+func (m *mailbox[E]) wakeLocked() wakeAction {
+	switch {
+	case m.parked:
 		m.parked = false
-		return true
+		return wakeUnpark
+	case m.dormant:
+		m.dormant = false
+		return wakeLaunch
 	}
-	return false
+	return wakeNone
+}
+
+func (m *mailbox[E]) wake(a wakeAction) {
+	switch a {
+	case wakeUnpark:
+		m.recv.Unpark()
+	case wakeLaunch:
+		m.ex.Go(m.run)
+	}
+}
+
+// arm makes the consumer startable: at once if there is already work (or a
+// cancel request), otherwise on first activation.
+func (m *mailbox[E]) arm(run func()) {
+	m.mu.Lock()
+	m.run = run
+	m.dormant = true
+	var a wakeAction
+	if m.n > 0 || m.intr || m.closed {
+		a = m.wakeLocked()
+	}
+	m.mu.Unlock()
+	m.wake(a)
 }
 
 // trySend commits e if there is room. It never blocks and never drops.
@@ -123,9 +163,7 @@ func (m *mailbox[E]) trySend(e E, flags uint8) error {
 	m.push(e, flags)
 	wake := m.wakeLocked()
 	m.mu.Unlock()
-	if wake {
-		m.recv.Unpark()
-	}
+	m.wake(wake)
 	return nil
 }
 
@@ -152,9 +190,7 @@ func (m *mailbox[E]) pushSystem(e E) bool {
 	m.push(e, flagSys)
 	wake := m.wakeLocked()
 	m.mu.Unlock()
-	if wake {
-		m.recv.Unpark()
-	}
+	m.wake(wake)
 	return true
 }
 
@@ -215,9 +251,7 @@ func (m *mailbox[E]) commit(e E, flags uint8) error {
 	m.push(e, flags)
 	wake := m.wakeLocked()
 	m.mu.Unlock()
-	if wake {
-		m.recv.Unpark()
-	}
+	m.wake(wake)
 	return nil
 }
 
@@ -245,10 +279,20 @@ func (m *mailbox[E]) grantLocked() {
 // mailbox is closed and empty.
 func (m *mailbox[E]) take(buf []E) (batch []E, ok bool) {
 	m.mu.Lock()
+	yielded := false
 	for m.n == 0 && !m.intr {
 		if m.closed {
 			m.mu.Unlock()
 			return buf[:0], false
+		}
+		if !yielded {
+			// In a conversation the peer is usually runnable right now; let
+			// it run first so its reply finds us runnable, not parked.
+			yielded = true
+			m.mu.Unlock()
+			runtime.Gosched()
+			m.mu.Lock()
+			continue
 		}
 		m.parked = true
 		m.mu.Unlock()
@@ -306,9 +350,7 @@ func (m *mailbox[E]) interrupt() {
 	m.intr = true
 	wake := m.wakeLocked()
 	m.mu.Unlock()
-	if wake {
-		m.recv.Unpark()
-	}
+	m.wake(wake)
 }
 
 // close refuses further sends and wakes every blocked reserver, which then
@@ -321,9 +363,7 @@ func (m *mailbox[E]) close() {
 	}
 	wake := m.wakeLocked()
 	m.mu.Unlock()
-	if wake {
-		m.recv.Unpark()
-	}
+	m.wake(wake)
 }
 
 // closeAndTake closes the mailbox and removes everything queued, calling
@@ -347,10 +387,7 @@ func (m *mailbox[E]) closeAndTake(visit func(*E), held func()) {
 	if held != nil {
 		held()
 	}
-	if m.parked {
-		m.parked = false
-		m.recv.Unpark()
-	}
+	m.wake(m.wakeLocked())
 }
 
 // len reports queued envelopes (for tests and introspection).

@@ -46,7 +46,14 @@ type Scope struct {
 	live       int // processes whose goroutine (or init) has not returned
 	outcome    Outcome
 	quiet      []Parker
-	closeDone  bool
+
+	// Close is one-shot: the first caller does the work, later callers wait
+	// for it and get the same result.
+	closing    bool
+	closed2    bool
+	closeOut   Outcome
+	closeErr   error
+	closeWaits []Parker
 }
 
 func newScope(sys *System, parent *Scope, name string) *Scope {
@@ -144,7 +151,63 @@ func (s *Scope) snapshot() ([]*core, []*Scope) {
 func (s *Scope) Close(ctx context.Context) (Outcome, error) {
 	s.mu.Lock()
 	s.closed = true
+	if s.closing {
+		if s.closed2 {
+			if s.closeErr == nil {
+				defer s.mu.Unlock()
+				return s.closeOut, nil
+			}
+			// The first Close ran out of time; everything is already
+			// cancelled and finalized, so only quiescence is left to check.
+			s.mu.Unlock()
+			if err := s.waitQuiescent(ctx); err != nil {
+				return s.Outcome(), &NotQuiescentError{Scope: s.name, Live: s.liveCount(), Cause: err}
+			}
+			s.mu.Lock()
+			s.closeErr = nil
+			defer s.mu.Unlock()
+			return s.outcome, nil
+		}
+		w := s.sys.ex.NewParker()
+		s.closeWaits = append(s.closeWaits, w)
+		s.mu.Unlock()
+		if err := w.Park(ctx); err != nil {
+			return s.Outcome(), &NotQuiescentError{Scope: s.name, Cause: err}
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.closeOut, s.closeErr
+	}
+	s.closing = true
 	s.mu.Unlock()
+	o, err := s.close(ctx)
+	s.mu.Lock()
+	s.closed2, s.closeOut, s.closeErr = true, o, err
+	waits := s.closeWaits
+	s.closeWaits = nil
+	s.mu.Unlock()
+	for _, w := range waits {
+		w.Unpark()
+	}
+	return o, err
+}
+
+// kill closes the scope to new work and kills everything in it, without
+// waiting: used when the process owning the scope is killed.
+func (s *Scope) kill() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	procs, subs := s.snapshot()
+	for _, c := range procs {
+		c.requestCancel(CancelReason{Kind: CancelKill}, true)
+	}
+	for _, sub := range subs {
+		sub.kill()
+	}
+}
+
+func (s *Scope) close(ctx context.Context) (Outcome, error) {
 
 	procs, subs := s.snapshot()
 	for _, c := range procs {
@@ -163,10 +226,7 @@ func (s *Scope) Close(ctx context.Context) (Outcome, error) {
 		for _, c := range procs {
 			c.requestCancel(CancelReason{Kind: CancelKill}, true)
 		}
-		s.mu.Lock()
-		live := s.live
-		s.mu.Unlock()
-		errs = append(errs, &NotQuiescentError{Scope: s.name, Live: live, Cause: err})
+		errs = append(errs, &NotQuiescentError{Scope: s.name, Live: s.liveCount(), Cause: err})
 	}
 	s.runFinalizers()
 
@@ -284,4 +344,10 @@ func (s *Scope) quiescent() {
 	for _, w := range wake {
 		w.Unpark()
 	}
+}
+
+func (s *Scope) liveCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.live
 }

@@ -129,7 +129,7 @@ type heldCall[R any] struct {
 // server is the one process engine; Actor runs on it through an adapter.
 type server[Q, R, C any] struct {
 	core
-	mb    *mailbox[envelope[Q, R, C]]
+	mb    mailbox[envelope[Q, R, C]]
 	beh   Server[Q, R, C]
 	proc  Proc
 	batch []envelope[Q, R, C]
@@ -147,8 +147,17 @@ type server[Q, R, C any] struct {
 // identity, context, scope, links, monitors and timers. It is only valid on
 // the process's own goroutine (and during its init).
 type Proc struct {
-	c        *core
+	c *core
+	// ctx is the handler context of the current phase, built on first use:
+	// during init it is bounded by the init budget and the start context;
+	// while running it is the process context; during drain and the stop
+	// hook it is masked (not cancelled by cancel requests) and bounded by the
+	// stop budget.
 	ctx      context.Context
+	phase    phase
+	startCtx context.Context // the context Start was called with (init phase)
+	deadline time.Time       // the budget's end in the init and stop phases
+	cancel   context.CancelFunc
 	exitReq  bool
 	exitErr  error
 	children *Scope
@@ -159,11 +168,61 @@ type Proc struct {
 // Self returns the process's PID.
 func (p *Proc) Self() PID { return p.c.pid() }
 
+type phase uint8
+
+const (
+	phaseRun phase = iota
+	phaseInit
+	phaseStop
+)
+
 // Ctx returns the handler context. It is cancelled when cancellation of the
-// process is requested; during drain and the stop hook it is a masked
+// process is requested; during init it is also bounded by the init budget
+// and Start's context; during drain and the stop hook it is a masked
 // context bounded by the stop budget instead. It identifies the process to
 // Call, which is how calling oneself is detected.
-func (p *Proc) Ctx() context.Context { return p.ctx }
+func (p *Proc) Ctx() context.Context {
+	if p.ctx != nil {
+		return p.ctx
+	}
+	ex := p.c.sys.ex
+	switch p.phase {
+	case phaseRun:
+		p.ctx = p.c.context()
+	case phaseInit:
+		ctx, cancel := context.WithCancelCause(p.c.context())
+		stop := context.AfterFunc(p.startCtx, func() { cancel(context.Cause(p.startCtx)) })
+		var t Timer
+		if !p.deadline.IsZero() {
+			t = ex.AfterFunc(p.deadline.Sub(ex.Now()), func() { cancel(context.DeadlineExceeded) })
+		}
+		p.ctx = ctx
+		p.cancel = func() {
+			stop()
+			if t != nil {
+				t.Stop()
+			}
+			cancel(nil)
+		}
+	case phaseStop:
+		p.ctx, p.cancel = WithTimeout(p.c.identity(), ex, p.deadline.Sub(ex.Now()))
+	}
+	return p.ctx
+}
+
+// enter switches the handler context to a new phase.
+func (p *Proc) enter(ph phase, deadline time.Time) {
+	if p.cancel != nil {
+		p.cancel()
+		p.cancel = nil
+	}
+	p.ctx, p.phase, p.deadline = nil, ph, deadline
+}
+
+// budgetExpired reports whether the current phase's budget has run out.
+func (p *Proc) budgetExpired() bool {
+	return !p.deadline.IsZero() && !p.c.sys.ex.Now().Before(p.deadline)
+}
 
 // Scope returns the scope the process belongs to.
 func (p *Proc) Scope() *Scope { return p.c.scope }
@@ -182,6 +241,13 @@ func (p *Proc) Children() (*Scope, error) {
 		s, err := p.c.scope.Sub(p.Self().String())
 		if err != nil {
 			return nil, err
+		}
+		p.c.mu.Lock()
+		dead := p.c.reason.Kind == CancelKill
+		p.c.children = s
+		p.c.mu.Unlock()
+		if dead {
+			s.kill()
 		}
 		p.children = s
 	}
@@ -265,15 +331,14 @@ func (p *Proc) admitDown(d Down) bool {
 	return true
 }
 
-func buildOptions(opts []Option) options {
-	o := options{capacity: DefaultMailboxCapacity, stopTimeout: DefaultStopTimeout}
+func (o *options) apply(opts []Option) {
+	o.capacity, o.stopTimeout = DefaultMailboxCapacity, DefaultStopTimeout
 	for _, f := range opts {
-		f(&o)
+		f(o)
 	}
 	if o.capacity <= 0 {
 		o.capacity = DefaultMailboxCapacity
 	}
-	return o
 }
 
 // start creates, initialises and launches a process. Init runs on the
@@ -282,17 +347,16 @@ func start[Q, R, C any](ctx context.Context, scope *Scope, beh Server[Q, R, C], 
 	if scope == nil {
 		return nil, errors.New("actor: nil scope")
 	}
-	o := buildOptions(opts)
-	s := &server[Q, R, C]{beh: beh, opts: o}
+	s := &server[Q, R, C]{beh: beh}
+	s.opts.apply(opts)
+	o := &s.opts
 	s.core.init(scope.sys, scope, o.name)
 	s.core.impl = s
 	s.core.trapExit = o.trap
 	s.core.handle = handle(s)
-	s.mb = newMailbox[envelope[Q, R, C]](scope.sys.ex, o.capacity)
+	s.mb.init(scope.sys.ex, o.capacity)
 	s.mb.onBarrier = s.hold
-	s.proc = Proc{c: &s.core, ctx: s.core.ctx}
-	ex := scope.sys.ex
-	s.slots.New = func() any { return &callSlot[R]{p: ex.NewParker()} }
+	s.proc.c = &s.core
 
 	if err := scope.add(&s.core); err != nil {
 		return nil, err
@@ -317,27 +381,24 @@ func start[Q, R, C any](ctx context.Context, scope *Scope, beh Server[Q, R, C], 
 		// Cancelled (or killed) while init ran: the instance never serves.
 		return nil, s.failStart(CancelledOutcome(s.cancelReason()))
 	}
-	ex.Go(s.run)
+	s.mb.arm(s.run)
 	return s, nil
 }
 
+// runInit runs Init under the init budget, which applies only while Init
+// runs (the message loop starts with a fresh context).
 func (s *server[Q, R, C]) runInit(ctx context.Context) Outcome {
-	ictx, cancel := context.WithCancelCause(s.ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
-	defer stop()
-	var expired atomic.Bool
+	var deadline time.Time
 	if d := s.opts.initTimeout; d > 0 {
-		t := s.sys.ex.AfterFunc(d, func() {
-			expired.Store(true)
-			cancel(context.DeadlineExceeded)
-		})
-		defer t.Stop()
+		deadline = s.sys.ex.Now().Add(d)
 	}
-	s.proc.ctx = ictx
+	s.proc.startCtx = ctx
+	s.proc.enter(phaseInit, deadline)
 	out := protect(func() error { return s.beh.Init(&s.proc) })
-	s.proc.ctx = s.ctx
-	if out.Severity == Err && expired.Load() {
+	expired := s.proc.budgetExpired()
+	s.proc.enter(phaseRun, time.Time{})
+	s.proc.startCtx = nil
+	if out.Severity == Err && expired {
 		return CancelledOutcome(CancelReason{Kind: CancelTimeout})
 	}
 	return out
@@ -542,67 +603,85 @@ func (s *server[Q, R, C]) dispatch(e *envelope[Q, R, C]) (o Outcome) {
 func (s *server[Q, R, C]) terminate(kind termKind, out Outcome, rest []envelope[Q, R, C]) {
 	s.mb.close()
 	if cur, dead := s.pid().Outcome(); dead {
-		// Killed: abandon already failed what was queued; fail what we hold.
+		// Killed: abandon already failed what was queued and killed the
+		// children; fail what we hold and wait for the children to go.
 		s.abortEnvelopes(rest, cur)
+		if s.proc.children != nil {
+			ctx, cancel := WithTimeout(context.Background(), s.sys.ex, s.opts.stopTimeout)
+			_, _ = s.proc.children.Close(ctx)
+			cancel()
+		}
 		return
 	}
-	reason := Outcome{}
+	// acc accumulates the outcome: the termination cause, then whatever goes
+	// wrong during drain and the stop hook (a completed outcome only ever
+	// gets worse, never better).
+	acc := out
 	if kind == termCancel {
-		reason = CancelledOutcome(s.cancelReason())
+		acc = Join(CancelledOutcome(s.cancelReason()), out)
 	}
-	stopCtx, cancel := WithTimeout(context.WithoutCancel(s.ctx), s.sys.ex, s.opts.stopTimeout)
-	defer cancel()
-	s.proc.ctx = stopCtx
+	// Drain and the stop hook run masked, under the stop budget.
+	s.proc.enter(phaseStop, s.sys.ex.Now().Add(s.opts.stopTimeout))
+	s.drain(&acc, rest, kind == termFail)
+	s.stopHook(&acc)
+	s.proc.enter(phaseRun, time.Time{})
+	if kind == termCancel {
+		// A stronger cancel may have arrived while we drained.
+		acc = Join(acc, CancelledOutcome(s.cancelReason()))
+	}
+	s.abortDeferred(acc)
+	s.finish(acc)
+}
 
-	// The mailbox is closed, so what is queued now is all there will be:
-	// the drain is bounded by capacity (INV-7). On failure nothing runs: the
-	// broken instance only fails its callers. Otherwise casts and infos are
-	// handled in order while the budget lasts, and calls are never executed:
-	// their obligations are aborted in mailbox order.
-	drainOut := Outcome{}
-	skip := kind == termFail
-	for batch := rest; ; {
+// drain handles what is left once the mailbox is closed, which bounds it by
+// capacity (INV-7). On failure nothing runs: the broken instance only fails
+// its callers. Otherwise casts and infos are handled in order while the
+// budget lasts, and calls are never executed: their obligations are aborted
+// in mailbox order. Kept out of line so the process goroutine's stack stays
+// small while it runs.
+//
+//go:noinline
+func (s *server[Q, R, C]) drain(acc *Outcome, batch []envelope[Q, R, C], skip bool) {
+	for {
 		for i := range batch {
-			e := &batch[i]
-			if skip || stopCtx.Err() != nil {
-				s.abortEnvelopes(batch[i:], JoinAll(reason, out, drainOut))
+			if skip || s.proc.budgetExpired() {
+				s.abortEnvelopes(batch[i:], *acc)
 				break
 			}
-			if e.kind == envCall {
-				s.abortEnvelopes(batch[i:i+1], JoinAll(reason, out, drainOut))
+			if batch[i].kind == envCall {
+				s.abortEnvelopes(batch[i:i+1], *acc)
 				continue
 			}
-			if o := s.dispatch(e); !o.IsOk() {
-				drainOut = Join(drainOut, o)
+			if o := s.dispatch(&batch[i]); !o.IsOk() {
+				*acc = Join(*acc, o)
 				skip = o.Severity == Panicked
 			}
 		}
 		clear(batch)
 		if batch = s.mb.tryTake(s.batch[:0]); len(batch) == 0 {
-			break
+			return
 		}
 		s.batch = batch
 	}
-	final := JoinAll(reason, out, drainOut)
-	stopOut := protect(func() error { s.beh.Terminate(&s.proc, final); return nil })
+}
+
+// stopHook runs Terminate, then closes the process's own children scope.
+//
+//go:noinline
+func (s *server[Q, R, C]) stopHook(acc *Outcome) {
+	final := *acc
+	*acc = Join(*acc, protect(func() error { s.beh.Terminate(&s.proc, final); return nil }))
 	if s.proc.children != nil {
-		co, err := s.proc.children.Close(stopCtx)
+		co, err := s.proc.children.Close(s.proc.Ctx())
 		if err != nil {
 			co = Join(co, ErrOutcome(err))
 		}
 		// Children the process stopped itself are its business; a child that
 		// failed is reported through the process only if it panicked.
 		if co.Severity == Panicked {
-			stopOut = Join(stopOut, co)
+			*acc = Join(*acc, co)
 		}
 	}
-	final = JoinAll(reason, out, drainOut, stopOut)
-	if kind == termCancel {
-		// A stronger cancel may have arrived while we drained.
-		final = Join(final, CancelledOutcome(s.cancelReason()))
-	}
-	s.abortDeferred(final)
-	s.finish(final)
 }
 
 // abortEnvelopes fails the calls among es and traces dropped casts.
@@ -630,16 +709,14 @@ type ServerRef[Q, R, C any] struct{ s *server[Q, R, C] }
 // StartServer starts a GenServer in scope and returns once Init succeeded,
 // or returns Init's failure as a *StartError with nothing left behind.
 func StartServer[Q, R, C any](ctx context.Context, scope *Scope, beh Server[Q, R, C], opts ...Option) (*ServerRef[Q, R, C], error) {
-	var ref *ServerRef[Q, R, C]
-	_, err := start(ctx, scope, beh, opts, func(s *server[Q, R, C]) any {
-		ref = &ServerRef[Q, R, C]{s: s}
-		return ref
-	})
+	s, err := start(ctx, scope, beh, opts, newServerRef[Q, R, C])
 	if err != nil {
 		return nil, err
 	}
-	return ref, nil
+	return s.handle.(*ServerRef[Q, R, C]), nil
 }
+
+func newServerRef[Q, R, C any](s *server[Q, R, C]) any { return &ServerRef[Q, R, C]{s: s} }
 
 // PID returns the server's PID.
 func (r *ServerRef[Q, R, C]) PID() PID { return r.s.pid() }
@@ -650,15 +727,32 @@ func (r *ServerRef[Q, R, C]) Resolve() (*ServerRef[Q, R, C], error) { return r, 
 // Call sends req and waits for the reply. See CallError for the failures;
 // an error returned by HandleCall is returned as is.
 func (r *ServerRef[Q, R, C]) Call(ctx context.Context, req Q) (R, error) {
+	return r.s.call(ctx, req, 0)
+}
+
+// CallTimeout is Call with a timeout on the executor's clock, like OTP's
+// call/3. It is cheaper than a context with a deadline: the timer is reused
+// from call to call.
+func (r *ServerRef[Q, R, C]) CallTimeout(ctx context.Context, req Q, d time.Duration) (R, error) {
+	if d <= 0 {
+		var zero R
+		return zero, &CallError{Kind: CallTimeout, Target: r.s.pid(), Cause: context.DeadlineExceeded}
+	}
+	return r.s.call(ctx, req, d)
+}
+
+func (s *server[Q, R, C]) call(ctx context.Context, req Q, timeout time.Duration) (R, error) {
 	var zero R
-	s := r.s
 	if callerOf(ctx) == &s.core {
 		return zero, &CallError{Kind: CallCallingSelf, Target: s.pid()}
 	}
 	if ctx.Err() != nil {
 		return zero, ctxCallError(ctx, s.pid())
 	}
-	slot := s.slots.Get().(*callSlot[R])
+	slot, _ := s.slots.Get().(*callSlot[R])
+	if slot == nil {
+		slot = &callSlot[R]{p: s.sys.ex.NewParker()}
+	}
 	gen := slot.begin()
 	if err := s.mb.send(ctx, envelope[Q, R, C]{kind: envCall, req: req, slot: slot, gen: gen}, flagBarrier); err != nil {
 		slot.abandon(gen)
@@ -668,20 +762,35 @@ func (r *ServerRef[Q, R, C]) Call(ctx context.Context, req Q) (R, error) {
 		}
 		return zero, ctxCallError(ctx, s.pid())
 	}
-	if err := slot.p.Park(ctx); err != nil {
+	if timeout > 0 {
+		slot.arm(s.sys.ex, gen, timeout)
+	}
+	// Let the server run before we park: a quick reply then lands in our
+	// parker as a permit and Park returns without blocking.
+	runtime.Gosched()
+	err := slot.p.Park(ctx)
+	if timeout > 0 {
+		slot.disarm()
+	}
+	if err == nil && slot.timedOut(gen) {
+		s.slots.Put(slot)
+		return zero, &CallError{Kind: CallTimeout, Target: s.pid(), Cause: context.DeadlineExceeded}
+	}
+	if err != nil {
 		if !slot.abandon(gen) {
-			// Resolution already began: collect it so the slot is clean, but
-			// cancellation maps to Cancelled deterministically.
+			// A resolver or the timeout got there first and is unparking us:
+			// collect that wake-up so it cannot leak into the slot's next
+			// call. Cancellation still maps to Cancelled deterministically.
 			_ = slot.p.Park(context.Background())
 			slot.val, slot.err = zero, nil
 		}
 		s.slots.Put(slot)
 		return zero, ctxCallError(ctx, s.pid())
 	}
-	v, err := slot.val, slot.err
+	v, rerr := slot.val, slot.err
 	slot.val, slot.err = zero, nil
 	s.slots.Put(slot)
-	return v, err
+	return v, rerr
 }
 
 func (s *server[Q, R, C]) stoppedError() *CallError {
@@ -791,16 +900,14 @@ func (x *actorServer[M]) Terminate(p *Proc, o Outcome) { x.a.OnStop(p, o) }
 func Spawn[M any](ctx context.Context, scope *Scope, a Actor[M], opts ...Option) (*Ref[M], error) {
 	adapter := &actorServer[M]{a: a}
 	adapter.info, _ = a.(InfoHandler)
-	var ref *Ref[M]
-	_, err := start[none, none, M](ctx, scope, adapter, opts, func(s *server[none, none, M]) any {
-		ref = &Ref[M]{s: s}
-		return ref
-	})
+	s, err := start[none, none, M](ctx, scope, adapter, opts, newRef[M])
 	if err != nil {
 		return nil, err
 	}
-	return ref, nil
+	return s.handle.(*Ref[M]), nil
 }
+
+func newRef[M any](s *server[none, none, M]) any { return &Ref[M]{s: s} }
 
 // PID returns the actor's PID.
 func (r *Ref[M]) PID() PID { return r.s.pid() }

@@ -115,11 +115,9 @@ func main() {
 		t0 := time.Now()
 		for i := range lat {
 			s := time.Now()
-			cctx, cancel := context.WithTimeout(ctx, time.Second)
-			if _, err := srv.Call(cctx, i); err != nil {
+			if _, err := srv.CallTimeout(ctx, i, time.Second); err != nil {
 				panic(err)
 			}
-			cancel()
 			lat[i] = time.Since(s)
 		}
 		total := time.Since(t0)
