@@ -147,6 +147,12 @@ func (p PID) OnExit(f func(Outcome)) (remove func(), ok bool) {
 	return func() {
 		c.mu.Lock()
 		h.f = nil
+		for i, x := range c.hooks {
+			if x == h {
+				c.hooks = append(c.hooks[:i], c.hooks[i+1:]...)
+				break
+			}
+		}
 		c.mu.Unlock()
 	}, true
 }

@@ -37,6 +37,7 @@ type Scope struct {
 	parent *Scope
 	name   string
 	id     uint64
+	owner  *core // the process whose Children scope this is, if any
 
 	mu         sync.Mutex
 	closed     bool
@@ -70,13 +71,20 @@ func (s *Scope) System() *System { return s.sys }
 func (s *Scope) Executor() Executor { return s.sys.ex }
 
 // Sub opens a sub-scope. Closing s closes it first.
-func (s *Scope) Sub(name string) (*Scope, error) {
+func (s *Scope) Sub(name string) (*Scope, error) { return s.subOwned(name, nil) }
+
+// subOwned opens a sub-scope owned by a process (Proc.Children). Closing s
+// leaves such a scope to its owner, which closes it in its own stop
+// protocol, in its own order (a supervisor stops children in reverse), and
+// s still waits for it because it waits for the owner.
+func (s *Scope) subOwned(name string, owner *core) (*Scope, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, ErrScopeClosed
 	}
 	sub := newScope(s.sys, s, name)
+	sub.owner = owner
 	s.subs = append(s.subs, sub)
 	return sub, nil
 }
@@ -215,6 +223,9 @@ func (s *Scope) close(ctx context.Context) (Outcome, error) {
 	}
 	var errs []error
 	for _, sub := range subs {
+		if sub.owner != nil && sub.owner.pid().Alive() {
+			continue // its owner closes it; we wait for the owner
+		}
 		if _, err := sub.Close(ctx); err != nil {
 			errs = append(errs, err)
 		}

@@ -224,6 +224,10 @@ func (p *Proc) budgetExpired() bool {
 	return !p.deadline.IsZero() && !p.c.sys.ex.Now().Before(p.deadline)
 }
 
+// Stopping reports whether the process is on its way out: cancellation was
+// requested, or it is draining or running its stop hook.
+func (p *Proc) Stopping() bool { return p.phase == phaseStop || p.c.stopping.Load() }
+
 // Scope returns the scope the process belongs to.
 func (p *Proc) Scope() *Scope { return p.c.scope }
 
@@ -238,7 +242,7 @@ func (p *Proc) Now() time.Time { return p.c.sys.ex.Now() }
 // so nothing started in it outlives the process.
 func (p *Proc) Children() (*Scope, error) {
 	if p.children == nil {
-		s, err := p.c.scope.Sub(p.Self().String())
+		s, err := p.c.scope.subOwned(p.Self().String(), p.c)
 		if err != nil {
 			return nil, err
 		}
@@ -398,8 +402,17 @@ func (s *server[Q, R, C]) runInit(ctx context.Context) Outcome {
 	expired := s.proc.budgetExpired()
 	s.proc.enter(phaseRun, time.Time{})
 	s.proc.startCtx = nil
-	if out.Severity == Err && expired {
-		return CancelledOutcome(CancelReason{Kind: CancelTimeout})
+	if out.Severity == Err {
+		// Init gave up because it was told to: that is cancellation, not an
+		// application error.
+		switch {
+		case expired:
+			return CancelledOutcome(CancelReason{Kind: CancelTimeout})
+		case ctx.Err() != nil:
+			return CancelledOutcome(CancelReason{Kind: CancelRequested})
+		case s.stopping.Load():
+			return CancelledOutcome(s.cancelReason())
+		}
 	}
 	return out
 }
@@ -612,6 +625,12 @@ func (s *server[Q, R, C]) terminate(kind termKind, out Outcome, rest []envelope[
 			cancel()
 		}
 		return
+	}
+	if kind == termFail && s.held.slot != nil {
+		// The call whose handler failed gets its answer now, before the
+		// stop hook runs: a crashed server never makes a caller wait out
+		// its timeout. (Resolved calls ignore this: generations differ.)
+		s.abortCalls([]heldCall[R]{s.held}, out)
 	}
 	// acc accumulates the outcome: the termination cause, then whatever goes
 	// wrong during drain and the stop hook (a completed outcome only ever
@@ -869,6 +888,10 @@ func Call[Q, R, C any](ctx context.Context, target Target[Q, R, C], req Q) (R, e
 func Cast[Q, R, C any](ctx context.Context, target Target[Q, R, C], msg C) error {
 	ref, err := target.Resolve()
 	if err != nil {
+		var ce *CallError
+		if errors.As(err, &ce) && ce.Kind == CallNoProc {
+			return &CastError{Kind: CastNoProc, Target: ce.Target, Cause: err}
+		}
 		return err
 	}
 	return ref.Cast(ctx, msg)

@@ -1,0 +1,176 @@
+package actor_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orrery-run/orrery/actor"
+)
+
+// TestRaceCancelsLosersAndWaitsForTheirCleanup is INV-4: when Race returns,
+// every losing branch has been cancelled and its cleanup has completed.
+func TestRaceCancelsLosersAndWaitsForTheirCleanup(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		sys := newSys(t)
+		cleaned := make([]bool, 3)
+		slow := func(i int) func(ctx context.Context) (int, error) {
+			return func(ctx context.Context) (int, error) {
+				defer func() {
+					// Cleanup that itself takes (virtual) time.
+					_ = actor.Sleep(context.Background(), sys.Executor(), time.Second)
+					cleaned[i] = true
+				}()
+				<-ctx.Done()
+				return 0, ctx.Err()
+			}
+		}
+		fast := func(ctx context.Context) (int, error) {
+			if err := actor.Sleep(ctx, sys.Executor(), time.Millisecond); err != nil {
+				return 0, err
+			}
+			return 42, nil
+		}
+		w, v, err := actor.Race(context.Background(), sys.Root(), slow(0), fast, slow(2))
+		if w != 1 || v != 42 || err != nil {
+			t.Fatalf("Race = (%d, %d, %v), want (1, 42, nil)", w, v, err)
+		}
+		if !cleaned[0] || !cleaned[2] {
+			t.Fatalf("Race returned before the losers' cleanup ran: %v", cleaned)
+		}
+		closeSys(t, sys)
+	})
+}
+
+// TestRaceWinnerIsFirstToReturnEvenWithError: the first completion wins,
+// success or not, as in Go's select.
+func TestRaceWinnerIsFirstToReturnEvenWithError(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		sys := newSys(t)
+		boom := errors.New("boom")
+		w, _, err := actor.Race(context.Background(), sys.Root(),
+			func(ctx context.Context) (int, error) { return 0, boom },
+			func(ctx context.Context) (int, error) { <-ctx.Done(); return 0, ctx.Err() })
+		if w != 0 || !errors.Is(err, boom) {
+			t.Fatalf("Race = (%d, %v), want (0, boom)", w, err)
+		}
+		closeSys(t, sys)
+	})
+}
+
+// TestRaceContextCancelDrainsAllBranches: if the caller gives up, every
+// branch is cancelled and drained before Race returns the context error.
+func TestRaceContextCancelDrainsAllBranches(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		sys := newSys(t)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		var drained atomic.Int32
+		br := func(bctx context.Context) (int, error) {
+			defer drained.Add(1)
+			<-bctx.Done()
+			return 0, bctx.Err()
+		}
+		w, _, err := actor.Race(ctx, sys.Root(), br, br)
+		if w != -1 || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Race = (%d, %v), want (-1, deadline exceeded)", w, err)
+		}
+		if drained.Load() != 2 {
+			t.Fatalf("%d branches drained before Race returned, want 2", drained.Load())
+		}
+		closeSys(t, sys)
+	})
+}
+
+// TestRacePanickingBranchWinsWithPanicOutcome: a panic is a completion and
+// is reported, never swallowed.
+func TestRacePanickingBranchWinsWithPanicOutcome(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		sys := newSys(t)
+		w, _, err := actor.Race(context.Background(), sys.Root(),
+			func(ctx context.Context) (int, error) { panic("bad branch") },
+			func(ctx context.Context) (int, error) { <-ctx.Done(); return 0, ctx.Err() })
+		var oe *actor.OutcomeError
+		if w != 0 || !errors.As(err, &oe) || oe.Outcome.Severity != actor.Panicked {
+			t.Fatalf("Race = (%d, %v), want branch 0 with a Panicked outcome", w, err)
+		}
+		if o, _ := sys.Close(context.Background()); o.Severity != actor.Panicked {
+			t.Fatalf("system outcome %v, want panicked (the panic stays visible)", o)
+		}
+	})
+}
+
+// TestTimeoutCancelsAndDrainsSlowFunction: the timer wins, f is cancelled
+// with reason timeout, and its cleanup has run when Timeout returns.
+func TestTimeoutCancelsAndDrainsSlowFunction(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		sys := newSys(t)
+		start := time.Now()
+		cleaned := false
+		_, err := actor.Timeout(context.Background(), sys.Root(), 3*time.Second, func(ctx context.Context) (string, error) {
+			defer func() { cleaned = true }()
+			<-ctx.Done()
+			return "", ctx.Err()
+		})
+		if !errors.Is(err, actor.ErrTimeout) {
+			t.Fatalf("Timeout error = %v, want ErrTimeout", err)
+		}
+		if got := time.Since(start); got != 3*time.Second {
+			t.Fatalf("Timeout fired after %v of virtual time, want 3s", got)
+		}
+		if !cleaned {
+			t.Fatal("Timeout returned before the cancelled function's cleanup ran")
+		}
+		closeSys(t, sys)
+	})
+}
+
+// TestTimeoutReturnsResultInTime: a function that finishes first wins.
+func TestTimeoutReturnsResultInTime(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		sys := newSys(t)
+		v, err := actor.Timeout(context.Background(), sys.Root(), time.Second, func(ctx context.Context) (string, error) {
+			return "done", nil
+		})
+		if v != "done" || err != nil {
+			t.Fatalf("Timeout = (%q, %v), want (done, nil)", v, err)
+		}
+		closeSys(t, sys)
+	})
+}
+
+// TestScopeGoTaskOutcomes maps task completions onto the lattice (INV-6A
+// "Task Completion -> Outcome").
+func TestScopeGoTaskOutcomes(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		sys := newSys(t)
+		boom := errors.New("boom")
+		cases := []struct {
+			name string
+			f    func(ctx context.Context) error
+			want actor.Severity
+			stop bool
+		}{
+			{"returns", func(context.Context) error { return nil }, actor.Ok, false},
+			{"error", func(context.Context) error { return boom }, actor.Err, false},
+			{"panics", func(context.Context) error { panic("x") }, actor.Panicked, false},
+			{"cancelled", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }, actor.Cancelled, true},
+		}
+		for _, c := range cases {
+			pid, err := sys.Root().Go(c.name, c.f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.stop {
+				pid.Cancel(actor.CancelReason{Kind: actor.CancelRequested})
+			}
+			o, err := pid.Wait(context.Background())
+			if err != nil || o.Severity != c.want {
+				t.Errorf("%s: outcome %v (%v), want %v", c.name, o, err, c.want)
+			}
+		}
+		_, _ = sys.Close(context.Background())
+	})
+}
