@@ -298,7 +298,11 @@ func (s *Scope) subClosed(sub *Scope, o Outcome) {
 	for i, x := range s.subs {
 		if x == sub {
 			s.subs = append(s.subs[:i], s.subs[i+1:]...)
-			s.outcome = Join(s.outcome, o)
+			if sub.owner == nil {
+				// A process's own children scope reports through its owner,
+				// which decides what of it is a failure of its own.
+				s.outcome = Join(s.outcome, o)
+			}
 			return
 		}
 	}
