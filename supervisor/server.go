@@ -156,18 +156,8 @@ func (st *state) terminate(p *actor.Proc) {
 func (st *state) stopping(p *actor.Proc) bool { return st.exiting || shuttingDown(p) }
 
 // shuttingDown reports whether the supervisor process has been asked to
-// stop. While it runs, its handler context is cancelled on a stop request;
-// in the drain that follows, the handler context is replaced by one bounded
-// by the stop budget, which is the only sign the actor API gives of that
-// phase.
-func shuttingDown(p *actor.Proc) bool {
-	ctx := p.Ctx()
-	if ctx.Err() != nil {
-		return true
-	}
-	_, bounded := ctx.Deadline()
-	return bounded
-}
+// stop (or is draining): exits seen then are part of the shutdown.
+func shuttingDown(p *actor.Proc) bool { return p.Stopping() }
 
 // ---- messages ----
 
