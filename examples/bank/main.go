@@ -11,7 +11,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
@@ -39,6 +41,7 @@ var errInsufficient = errors.New("insufficient funds")
 
 type ledger struct {
 	actor.Base
+	out      io.Writer
 	reg      *registry.Registry
 	accounts map[string]int
 	auditor  *registry.ActorName[transfer]
@@ -64,7 +67,7 @@ func (l *ledger) HandleCall(p *actor.Proc, r request, _ actor.ReplyTo[int]) (int
 	// name is briefly unbound and the transfer is reported, not lost silently.
 	if r.op != opBalance {
 		if err := l.auditor.TrySend(transfer{r.account, r.amount}); err != nil {
-			fmt.Printf("  ledger: auditor unavailable (%v)\n", err)
+			fmt.Fprintf(l.out, "  ledger: auditor unavailable (%v)\n", err)
 		}
 	}
 	return l.accounts[r.account], nil
@@ -81,12 +84,13 @@ type transfer struct {
 
 type auditor struct {
 	actor.Base
+	out  io.Writer
 	reg  *registry.Registry
 	seen int
 }
 
 func (a *auditor) OnStart(p *actor.Proc) error {
-	fmt.Printf("  auditor %s: started\n", p.Self())
+	fmt.Fprintf(a.out, "  auditor %s: started\n", p.Self())
 	_, err := a.reg.Register("auditor", p.Self())
 	return err
 }
@@ -96,22 +100,24 @@ func (a *auditor) Handle(p *actor.Proc, t transfer) error {
 	if t.amount >= 1_000_000 {
 		return fmt.Errorf("auditor: cannot explain a transfer of %d to %s", t.amount, t.account)
 	}
-	fmt.Printf("  auditor %s: ok %s %+d (%d seen by this instance)\n", p.Self(), t.account, t.amount, a.seen)
+	fmt.Fprintf(a.out, "  auditor %s: ok %s %+d (%d seen by this instance)\n", p.Self(), t.account, t.amount, a.seen)
 	return nil
 }
 
 func (a *auditor) OnStop(p *actor.Proc, o actor.Outcome) {
-	fmt.Printf("  auditor %s: stopped with %s\n", p.Self(), o)
+	fmt.Fprintf(a.out, "  auditor %s: stopped with %s\n", p.Self(), o)
 }
 
 func main() {
-	if err := run(); err != nil {
+	if _, err := run(os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "bank:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+// run plays the scenario, printing to out, and returns the system's outcome.
+func run(w io.Writer) (actor.Outcome, error) {
+	out := &lockedWriter{w: w} // several processes print concurrently
 	ctx := context.Background()
 	sys := actor.NewSystem()
 	reg := registry.New(sys.Executor())
@@ -126,7 +132,7 @@ func run() error {
 			{
 				ID: "ledger", Restart: supervisor.Permanent,
 				Start: func(ctx context.Context, s *actor.Scope) (actor.PID, error) {
-					ref, err := actor.StartServer[request, int, struct{}](ctx, s, &ledger{reg: reg, auditor: auditorName}, actor.WithName("ledger"))
+					ref, err := actor.StartServer[request, int, struct{}](ctx, s, &ledger{out: out, reg: reg, auditor: auditorName}, actor.WithName("ledger"))
 					if err != nil {
 						return actor.PID{}, err
 					}
@@ -136,7 +142,7 @@ func run() error {
 			{
 				ID: "auditor", Restart: supervisor.Permanent,
 				Start: func(ctx context.Context, s *actor.Scope) (actor.PID, error) {
-					ref, err := actor.Spawn[transfer](ctx, s, &auditor{reg: reg}, actor.WithName("auditor"))
+					ref, err := actor.Spawn[transfer](ctx, s, &auditor{out: out, reg: reg}, actor.WithName("auditor"))
 					if err != nil {
 						return actor.PID{}, err
 					}
@@ -145,31 +151,31 @@ func run() error {
 			},
 		},
 		OnLog: func(e supervisor.LogEntry) {
-			fmt.Printf("  supervisor: %-10s %-8s %s %s\n", e.Decision, e.ChildID, e.PID, e.Outcome)
+			fmt.Fprintf(out, "  supervisor: %-10s %-8s %s %s\n", e.Decision, e.ChildID, e.PID, e.Outcome)
 		},
 	}, actor.WithName("bank"))
 	if err != nil {
-		return err
+		return actor.Outcome{}, err
 	}
 
 	do := func(what string, r request) {
 		bal, err := ledgerName.Call(ctx, r)
 		if err != nil {
-			fmt.Printf("%s: %s -> error: %v (balance %d)\n", what, r.account, err, bal)
+			fmt.Fprintf(out, "%s: %s -> error: %v (balance %d)\n", what, r.account, err, bal)
 			return
 		}
-		fmt.Printf("%s: %s -> balance %d\n", what, r.account, bal)
+		fmt.Fprintf(out, "%s: %s -> balance %d\n", what, r.account, bal)
 	}
 	wait := func() { _ = actor.Sleep(ctx, sys.Executor(), 10*time.Millisecond) }
 
-	fmt.Println("== normal business")
+	fmt.Fprintln(out, "== normal business")
 	do("deposit", request{opDeposit, "alice", 100})
 	do("deposit", request{opDeposit, "bob", 50})
 	do("withdraw", request{opWithdraw, "alice", 30})
 	do("withdraw", request{opWithdraw, "bob", 80})
 	wait()
 
-	fmt.Println("== a suspicious deposit crashes the auditor; the supervisor restarts it")
+	fmt.Fprintln(out, "== a suspicious deposit crashes the auditor; the supervisor restarts it")
 	do("deposit", request{opDeposit, "mallory", 5_000_000})
 	wait()
 	do("deposit", request{opDeposit, "alice", 1})
@@ -177,21 +183,32 @@ func run() error {
 
 	children, err := sup.WhichChildren(ctx)
 	if err != nil {
-		return err
+		return actor.Outcome{}, err
 	}
-	fmt.Println("== children after the crash (the ledger kept its state, the auditor is new)")
+	fmt.Fprintln(out, "== children after the crash (the ledger kept its state, the auditor is new)")
 	for _, c := range children {
-		fmt.Printf("  %-8s %s %s\n", c.ID, c.PID, c.Status)
+		fmt.Fprintf(out, "  %-8s %s %s\n", c.ID, c.PID, c.Status)
 	}
 	do("balance", request{opBalance, "alice", 0})
 
-	fmt.Println("== shutdown (reverse start order)")
+	fmt.Fprintln(out, "== shutdown (reverse start order)")
 	o, err := sup.Stop(ctx)
 	if err != nil {
-		return err
+		return actor.Outcome{}, err
 	}
-	fmt.Printf("supervisor outcome: %s\n", o)
+	fmt.Fprintf(out, "supervisor outcome: %s\n", o)
 	so, err := sys.Close(ctx)
-	fmt.Printf("system outcome: %s\n", so)
-	return err
+	fmt.Fprintf(out, "system outcome: %s\n", so)
+	return so, err
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
