@@ -1,9 +1,11 @@
 package actor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -75,7 +77,7 @@ func (p PID) Wait(ctx context.Context) (Outcome, error) {
 	}
 	c := p.c
 	c.mu.Lock()
-	if c.dead {
+	if c.notified {
 		o := c.outcome
 		c.mu.Unlock()
 		return o, nil
@@ -201,6 +203,7 @@ type core struct {
 	hooks     []*exitHook
 	waiters   []Parker
 	dead      bool
+	notified  bool // links, monitors, hooks and scope have all been told
 	outcome   Outcome
 	children  *Scope // the process's own scope (Proc.Children), if created
 
@@ -305,8 +308,8 @@ func (c *core) finish(o Outcome) bool {
 	}
 	c.dead = true
 	c.outcome = o
-	links, mons, hooks, waiters := c.links, c.monitors, c.hooks, c.waiters
-	c.links, c.monitors, c.hooks, c.waiters = nil, nil, nil, nil
+	links, mons, hooks := c.links, c.monitors, c.hooks
+	c.links, c.monitors, c.hooks = nil, nil, nil
 	owner := c.ownerStop
 	cancel := c.cancelCtx
 	c.mu.Unlock()
@@ -325,6 +328,9 @@ func (c *core) finish(o Outcome) bool {
 		}
 	}
 	// Tie-break: links first in link order, then monitors in ref order.
+	// Refs are allocated before the monitor reaches this process's lock, so
+	// concurrent monitors may have been appended out of order: sort.
+	slices.SortFunc(mons, func(a, b monitorEntry) int { return cmp.Compare(a.ref, b.ref) })
 	for _, l := range links {
 		l.onLinkedExit(c, o)
 	}
@@ -335,6 +341,13 @@ func (c *core) finish(o Outcome) bool {
 		}
 	}
 	c.scope.childDone(c, o, owner)
+	// Waiters wake only now, so Wait (and Stop) return once every link,
+	// monitor and name has been told.
+	c.mu.Lock()
+	c.notified = true
+	waiters := c.waiters
+	c.waiters = nil
+	c.mu.Unlock()
 	for _, w := range waiters {
 		w.Unpark()
 	}

@@ -222,15 +222,28 @@ func (s *Scope) close(ctx context.Context) (Outcome, error) {
 		c.requestCancel(CancelReason{Kind: CancelShutdown}, true)
 	}
 	var errs []error
+	var owned []*Scope
 	for _, sub := range subs {
 		if sub.owner != nil && sub.owner.pid().Alive() {
-			continue // its owner closes it; we wait for the owner
+			owned = append(owned, sub) // its owner closes it, in its own order
+			continue
 		}
 		if _, err := sub.Close(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if err := s.waitQuiescent(ctx); err != nil {
+	err := s.waitQuiescent(ctx)
+	if err == nil {
+		// The owners are gone and have closed their scopes; a scope an owner
+		// could not make quiescent is still ours to wait for (Close is
+		// one-shot, so this only re-checks quiescence under our ctx).
+		for _, sub := range owned {
+			if _, serr := sub.Close(ctx); serr != nil {
+				errs = append(errs, serr)
+			}
+		}
+	}
+	if err != nil {
 		// Out of budget: kill what is left so links, monitors and callers
 		// are released, then report the goroutines we could not reclaim.
 		procs, _ := s.snapshot()

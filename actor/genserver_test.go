@@ -1,0 +1,817 @@
+package actor_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/orrery-run/orrery/actor"
+)
+
+func TestCallReplyByReturn(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		sys := newSys(t)
+		srv := startServer(t, sys.Root(), &fnServer{})
+		for i := range 10 {
+			v, err := srv.Call(context.Background(), reply(i*7))
+			if err != nil || v != i*7 {
+				t.Errorf("Call #%d = %d, %v; want %d", i, v, err, i*7)
+			}
+		}
+		// The generic entry point resolves the target and calls it.
+		if v, err := actor.Call(context.Background(), srv, reply(99)); err != nil || v != 99 {
+			t.Errorf("actor.Call = %d, %v; want 99", v, err)
+		}
+		closeSys(t, sys)
+	})
+}
+
+func TestCallDeferredReplyExactlyOnce(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tl := &traceLog{}
+		sys := newSys(t, tl.opt())
+		srv := startServer(t, sys.Root(), &fnServer{})
+		deferred := make(chan *actor.Deferred[int], 1)
+		deferTo := func(_ *actor.Proc, from actor.ReplyTo[int]) (int, error) {
+			deferred <- from.Defer()
+			return -1, nil // ignored once deferred
+		}
+
+		res := goCall(context.Background(), srv, deferTo)
+		d := <-deferred
+		if !d.Pending() {
+			t.Errorf("Deferred not pending before its reply")
+		}
+		synctest.Wait()
+		if _, done := ready(res); done {
+			t.Fatalf("the caller got a reply before the deferred reply was sent (the handler's return value must be ignored)")
+		}
+		replyErr := make(chan error, 1)
+		go func() { replyErr <- d.Reply(7) }() // from another goroutine
+		if err := <-replyErr; err != nil {
+			t.Errorf("first Reply: %v", err)
+		}
+		if r := <-res; r.err != nil || r.v != 7 {
+			t.Errorf("deferred call = %d, %v; want 7", r.v, r.err)
+		}
+		if err := d.Reply(8); !errors.Is(err, actor.ErrAlreadyReplied) {
+			t.Errorf("second Reply: %v, want ErrAlreadyReplied", err)
+		}
+		if err := d.Fail(errors.New("late")); !errors.Is(err, actor.ErrAlreadyReplied) {
+			t.Errorf("Fail after Reply: %v, want ErrAlreadyReplied", err)
+		}
+		if d.Pending() {
+			t.Errorf("Deferred still pending after its reply")
+		}
+
+		// Fail delivers an application error instead.
+		errApp := errors.New("app")
+		res = goCall(context.Background(), srv, deferTo)
+		d = <-deferred
+		if err := d.Fail(errApp); err != nil {
+			t.Errorf("Fail: %v", err)
+		}
+		if r := <-res; !errors.Is(r.err, errApp) {
+			t.Errorf("failed deferred call: %v, want %v", r.err, errApp)
+		}
+		if err := d.Reply(1); !errors.Is(err, actor.ErrAlreadyReplied) {
+			t.Errorf("Reply after Fail: %v, want ErrAlreadyReplied", err)
+		}
+		// The server kept serving.
+		if v, err := srv.Call(context.Background(), reply(3)); v != 3 || err != nil {
+			t.Errorf("Call after deferred replies = %d, %v", v, err)
+		}
+		closeSys(t, sys)
+		if n := len(tl.of(actor.TraceObligationLeak)); n != 0 {
+			t.Errorf("%d obligation leaks traced", n)
+		}
+	})
+}
+
+func TestCallHandlerErrorReachesCaller(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		sys := newSys(t)
+		srv := startServer(t, sys.Root(), &fnServer{})
+		errApp := errors.New("not found")
+		_, err := srv.Call(context.Background(), func(*actor.Proc, actor.ReplyTo[int]) (int, error) { return 0, errApp })
+		if !errors.Is(err, errApp) {
+			t.Errorf("Call error %v, want %v", err, errApp)
+		}
+		var ce *actor.CallError
+		if errors.As(err, &ce) {
+			t.Errorf("a handler's error came back wrapped as a CallError (%v)", ce)
+		}
+		if !srv.PID().Alive() {
+			t.Errorf("a HandleCall error stopped the server")
+		}
+		if v, err := srv.Call(context.Background(), reply(5)); v != 5 || err != nil {
+			t.Errorf("next Call = %d, %v", v, err)
+		}
+		closeSys(t, sys)
+	})
+}
+
+// blockServer parks the server in a cast handler that ignores its context,
+// with an empty mailbox behind it.
+func blockServer(t *testing.T, ref *srvRef) (release func()) {
+	t.Helper()
+	in, rel := make(chan struct{}), make(chan struct{})
+	if err := ref.Cast(context.Background(), func(*actor.Proc) error {
+		close(in)
+		<-rel
+		return nil
+	}); err != nil {
+		t.Fatalf("Cast blocker: %v", err)
+	}
+	<-in
+	var once sync.Once
+	return func() { once.Do(func() { close(rel) }) }
+}
+
+func TestCallMapsCancellationToCancelled(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		sys := newSys(t)
+		srv := startServer(t, sys.Root(), &fnServer{})
+		small := startServer(t, sys.Root(), &fnServer{}, actor.WithMailbox(1))
+		bg := context.Background()
+		// check accepts a reply equal to okReply (>= 0) or a cancellation,
+		// and nothing else: never ServerStopped or NoProc.
+		check := func(what string, i int, r callResult, okReply int) {
+			t.Helper()
+			if r.err == nil {
+				if okReply < 0 || r.v != okReply {
+					t.Fatalf("iteration %d, %s: Call = %d, nil; want a cancellation", i, what, r.v)
+				}
+				return
+			}
+			if !errors.Is(r.err, actor.ErrCallCancelled) || !errors.Is(r.err, context.Canceled) {
+				t.Fatalf("iteration %d, %s: %v, want ErrCallCancelled wrapping context.Canceled (never ServerStopped)", i, what, r.err)
+			}
+			if o := callErr(t, r.err).Outcome(); o.Severity != actor.Cancelled {
+				t.Fatalf("iteration %d, %s: outcome %v, want Cancelled", i, what, o)
+			}
+		}
+		call := func(ctx context.Context, ref *srvRef, req call) callResult {
+			v, err := ref.Call(ctx, req)
+			return callResult{v: v, err: err}
+		}
+		for i := range 100 {
+			// Cancelled before the call.
+			ctx, cancel := context.WithCancel(bg)
+			cancel()
+			check("pre-cancelled", i, call(ctx, srv, reply(1)), -1)
+
+			// Cancelled while the handler runs.
+			ctx, cancel = context.WithCancel(bg)
+			in, rel := make(chan struct{}), make(chan struct{})
+			res := goCall(ctx, srv, func(*actor.Proc, actor.ReplyTo[int]) (int, error) {
+				close(in)
+				<-rel
+				return 2, nil
+			})
+			<-in
+			cancel()
+			check("handler running", i, <-res, -1)
+			close(rel)
+
+			// Cancelled while queued behind a busy server.
+			release := blockServer(t, srv)
+			ctx, cancel = context.WithCancel(bg)
+			res = goCall(ctx, srv, reply(3))
+			synctest.Wait()
+			cancel()
+			check("queued", i, <-res, -1)
+			release()
+
+			// Cancelled while waiting for room in a full mailbox.
+			release = blockServer(t, small)
+			if err := small.TryCast(func(*actor.Proc) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel = context.WithCancel(bg)
+			res = goCall(ctx, small, reply(4))
+			synctest.Wait()
+			cancel()
+			check("mailbox full", i, <-res, -1)
+			release()
+
+			// Cancellation racing the reply.
+			ctx, cancel = context.WithCancel(bg)
+			res = goCall(ctx, srv, reply(5))
+			if i%2 == 0 {
+				runtime.Gosched()
+			}
+			cancel()
+			check("racing the reply", i, <-res, 5)
+		}
+		for _, ref := range []*srvRef{srv, small} {
+			if v, err := ref.Call(bg, reply(6)); v != 6 || err != nil {
+				t.Errorf("Call after the cancellations = %d, %v", v, err)
+			}
+		}
+		closeSys(t, sys)
+	})
+}
+
+func TestCallTimeoutIsTimeout(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		sys := newSys(t)
+		srv := startServer(t, sys.Root(), &fnServer{})
+		deferred := make(chan *actor.Deferred[int], 1)
+		hold := func(_ *actor.Proc, from actor.ReplyTo[int]) (int, error) {
+			deferred <- from.Defer()
+			return 0, nil
+		}
+		bg := context.Background()
+		variants := map[string]func() (int, error){
+			"context.WithTimeout": func() (int, error) {
+				ctx, cancel := context.WithTimeout(bg, time.Second)
+				defer cancel()
+				return srv.Call(ctx, hold)
+			},
+			"actor.WithTimeout": func() (int, error) {
+				ctx, cancel := actor.WithTimeout(bg, sys.Executor(), time.Second)
+				defer cancel()
+				return srv.Call(ctx, hold)
+			},
+			"CallTimeout": func() (int, error) { return srv.CallTimeout(bg, hold, time.Second) },
+		}
+		for name, call := range variants {
+			start := time.Now()
+			_, err := call()
+			d := <-deferred
+			if !errors.Is(err, actor.ErrCallTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%s: %v, want ErrCallTimeout wrapping DeadlineExceeded", name, err)
+				continue
+			}
+			if o := callErr(t, err).Outcome(); o.Severity != actor.Cancelled || o.Cancel.Kind != actor.CancelTimeout {
+				t.Errorf("%s: outcome %v, want cancelled(timeout)", name, o)
+			}
+			if el := time.Since(start); el != time.Second {
+				t.Errorf("%s: timed out after %v, want 1s", name, el)
+			}
+			// The caller gave up: the obligation is resolved (aborted).
+			if d.Pending() {
+				t.Errorf("%s: Deferred still pending after its caller timed out", name)
+			}
+			if err := d.Reply(1); !errors.Is(err, actor.ErrAlreadyReplied) {
+				t.Errorf("%s: Reply after the timeout: %v, want ErrAlreadyReplied", name, err)
+			}
+		}
+		closeSys(t, sys)
+	})
+}
+
+//go:noinline
+func dropReply(from actor.ReplyTo[int]) { from.Defer() }
+
+// Not in a bubble: the runtime runs cleanups outside any bubble.
+func TestNoReplyIsTraceVisibleAndPanickedSeverity(t *testing.T) {
+	tl := &traceLog{}
+	sys := newSys(t, tl.opt())
+	srv := startServer(t, sys.Root(), &fnServer{})
+	res := goCall(context.Background(), srv, func(_ *actor.Proc, from actor.ReplyTo[int]) (int, error) {
+		dropReply(from) // a bug: the obligation is dropped unresolved
+		return 0, nil
+	})
+	var r callResult
+	got := false
+	for range 500 {
+		runtime.GC()
+		runtime.Gosched()
+		if !got {
+			r, got = ready(res)
+		}
+		if got && len(tl.of(actor.TraceObligationLeak)) > 0 {
+			break // the trace event follows the caller's release
+		}
+	}
+	if !got {
+		t.Fatalf("the caller of a dropped reply obligation never failed")
+	}
+	if !errors.Is(r.err, actor.ErrNoReply) {
+		t.Fatalf("Call = %d, %v; want ErrNoReply", r.v, r.err)
+	}
+	if o := callErr(t, r.err).Outcome(); o.Severity != actor.Panicked {
+		t.Errorf("NoReply outcome %v, want Panicked severity", o)
+	}
+	leaks := tl.of(actor.TraceObligationLeak)
+	if len(leaks) != 1 || leaks[0].PID != srv.PID() || leaks[0].Outcome.Severity != actor.Panicked {
+		t.Errorf("obligation-leak trace events %+v, want one at Panicked severity for %v", leaks, srv.PID())
+	}
+	if v, err := srv.Call(context.Background(), reply(1)); v != 1 || err != nil {
+		t.Errorf("server after the leak: %d, %v", v, err)
+	}
+	closeSys(t, sys)
+}
+
+// Not in a bubble: it runs the GC to give a leak every chance to show.
+func TestNoReplyNeverOccursInNormalOperation(t *testing.T) {
+	tl := &traceLog{}
+	sys := newSys(t, tl.opt())
+	bg := context.Background()
+	errApp := errors.New("app")
+	type later struct {
+		d *actor.Deferred[int]
+		v int
+	}
+	var pending []later // touched on the server goroutine only
+	const flush = "flush"
+	srv := startServer(t, sys.Root(), &fnServer{info: func(_ *actor.Proc, info any) error {
+		if info == flush {
+			for _, l := range pending {
+				_ = l.d.Reply(l.v)
+			}
+			pending = nil
+		}
+		return nil
+	}})
+	req := func(kind, v int) call {
+		return func(p *actor.Proc, from actor.ReplyTo[int]) (int, error) {
+			switch kind {
+			case 0: // reply by return
+				return v, nil
+			case 1: // deferred, replied from another goroutine
+				d := from.Defer()
+				go func() { _ = d.Reply(v) }()
+			case 2: // deferred, replied by a later message to the server
+				pending = append(pending, later{from.Defer(), v})
+				p.SendAfter(0, flush)
+			default: // deferred, failed from another goroutine
+				d := from.Defer()
+				go func() { _ = d.Fail(errApp) }()
+			}
+			return -1, nil
+		}
+	}
+	var wg sync.WaitGroup
+	var noReply atomic.Int64
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 60 {
+				kind, v := (g+i)%4, g*1000+i
+				ctx, cancel := context.WithCancel(bg)
+				cancelled := i%5 == 4
+				if cancelled {
+					go cancel() // races the call and its reply
+				}
+				got, err := srv.Call(ctx, req(kind, v))
+				cancel()
+				switch {
+				case errors.Is(err, actor.ErrNoReply):
+					noReply.Add(1)
+				case err == nil && kind != 3 && got == v:
+				case err != nil && kind == 3 && errors.Is(err, errApp):
+				case err != nil && cancelled && errors.Is(err, actor.ErrCallCancelled):
+				default:
+					t.Errorf("call kind %d (cancelled=%v) = %d, %v; want %d", kind, cancelled, got, err, v)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for range 5 {
+		runtime.GC()
+		runtime.Gosched()
+	}
+	closeSys(t, sys)
+	runtime.GC()
+	runtime.Gosched()
+	if n := noReply.Load(); n != 0 {
+		t.Errorf("%d calls failed with NoReply in normal operation", n)
+	}
+	if leaks := tl.of(actor.TraceObligationLeak); len(leaks) != 0 {
+		t.Errorf("obligation leaks traced in normal operation: %+v", leaks)
+	}
+}
+
+func TestServerCrashMidCallFailsCallerPromptly(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		sys := newSys(t)
+		srv := startServer(t, sys.Root(), &fnServer{})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		release := blockServer(t, srv)
+		crashing := goCall(ctx, srv, func(*actor.Proc, actor.ReplyTo[int]) (int, error) {
+			panicInHandler("crash mid-call")
+			return 1, nil
+		})
+		synctest.Wait()
+		queued := goCall(ctx, srv, reply(2))
+		synctest.Wait()
+		start := time.Now()
+		release()
+		for i, ch := range []<-chan callResult{crashing, queued} {
+			name := []string{"crashing call", "queued call"}[i]
+			r := <-ch
+			if el := r.at.Sub(start); el != 0 {
+				t.Errorf("%s: failed after %v of waiting, want at once (not at its timeout)", name, el)
+			}
+			if !errors.Is(r.err, actor.ErrServerStopped) {
+				t.Errorf("%s: %v, want ServerStopped", name, r.err)
+				continue
+			}
+			if s := callErr(t, r.err).Server; s.Severity != actor.Panicked {
+				t.Errorf("%s: CallError.Server = %v, want the Panicked crash", name, s)
+			}
+		}
+		if o, _ := srv.PID().Wait(context.Background()); o.Severity != actor.Panicked {
+			t.Errorf("server outcome %v, want Panicked", o)
+		}
+		closeSys(t, sys)
+	})
+}
+
+func TestServerStopMidCallFailsPendingCallers(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tl := &traceLog{}
+		sys := newSys(t, tl.opt())
+		srv := startServer(t, sys.Root(), &fnServer{})
+		deferred := make(chan *actor.Deferred[int], 2)
+		hold := func(_ *actor.Proc, from actor.ReplyTo[int]) (int, error) {
+			deferred <- from.Defer()
+			return 0, nil
+		}
+		bg := context.Background()
+		r1 := goCall(bg, srv, hold)
+		d1 := <-deferred
+		r2 := goCall(bg, srv, hold)
+		d2 := <-deferred
+		if o, err := srv.Stop(bg); err != nil || o.Severity != actor.Cancelled {
+			t.Fatalf("Stop = %v, %v", o, err)
+		}
+		for i, ch := range []<-chan callResult{r1, r2} {
+			r := <-ch
+			if !errors.Is(r.err, actor.ErrServerStopped) {
+				t.Errorf("pending call %d: %v, want ServerStopped", i, r.err)
+				continue
+			}
+			if s := callErr(t, r.err).Server; s.Severity != actor.Cancelled {
+				t.Errorf("pending call %d: CallError.Server = %v, want Cancelled", i, s)
+			}
+		}
+		for _, d := range []*actor.Deferred[int]{d1, d2} {
+			if err := d.Reply(1); !errors.Is(err, actor.ErrAlreadyReplied) {
+				t.Errorf("Reply after the server stopped: %v, want ErrAlreadyReplied", err)
+			}
+		}
+		if n := len(tl.of(actor.TraceCallAborted)); n != 2 {
+			t.Errorf("%d call-aborted trace events, want 2", n)
+		}
+		closeSys(t, sys)
+	})
+}
+
+func TestLateReplyNeverDeliveredToLaterCall(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		sys := newSys(t)
+		srv := startServer(t, sys.Root(), &fnServer{})
+		deferred := make(chan *actor.Deferred[int], 1)
+		hold := func(_ *actor.Proc, from actor.ReplyTo[int]) (int, error) {
+			deferred <- from.Defer()
+			return 0, nil
+		}
+		bg := context.Background()
+		for i := range 20 {
+			// Call 1 times out (alternately by context and by CallTimeout,
+			// whose timer is reused from call to call).
+			var err error
+			if i%2 == 0 {
+				ctx, cancel := context.WithTimeout(bg, time.Second)
+				_, err = srv.Call(ctx, hold)
+				cancel()
+			} else {
+				_, err = srv.CallTimeout(bg, hold, time.Second)
+			}
+			if !errors.Is(err, actor.ErrCallTimeout) {
+				t.Fatalf("iteration %d: call 1: %v, want timeout", i, err)
+			}
+			d1 := <-deferred
+
+			// The late reply is sent while call 2 is being handled.
+			late := make(chan error, 1)
+			v, err := srv.Call(bg, func(*actor.Proc, actor.ReplyTo[int]) (int, error) {
+				late <- d1.Reply(-1)
+				return 2, nil
+			})
+			if err != nil || v != 2 {
+				t.Fatalf("iteration %d: call 2 = %d, %v; want its own reply 2", i, v, err)
+			}
+			if err := <-late; !errors.Is(err, actor.ErrAlreadyReplied) {
+				t.Errorf("iteration %d: late Reply: %v, want ErrAlreadyReplied", i, err)
+			}
+
+			// The late reply is sent while call 3 waits on a deferred reply.
+			res := goCall(bg, srv, hold)
+			d3 := <-deferred
+			if err := d1.Reply(-2); !errors.Is(err, actor.ErrAlreadyReplied) {
+				t.Errorf("iteration %d: late Reply during call 3: %v", i, err)
+			}
+			synctest.Wait()
+			if r, done := ready(res); done {
+				t.Fatalf("iteration %d: call 3 completed with %d, %v from a late reply to call 1", i, r.v, r.err)
+			}
+			_ = d3.Reply(3)
+			if r := <-res; r.err != nil || r.v != 3 {
+				t.Fatalf("iteration %d: call 3 = %d, %v; want 3", i, r.v, r.err)
+			}
+		}
+		closeSys(t, sys)
+	})
+}
+
+func TestPendingCallsNotExecutedDuringDrain(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tl := &traceLog{}
+		sys := newSys(t, tl.opt())
+		fs := &fnServer{}
+		srv := startServer(t, sys.Root(), fs)
+		release := blockServer(t, srv)
+		bg := context.Background()
+		var results []<-chan callResult
+		for i := range 3 {
+			results = append(results, goCall(bg, srv, reply(i)))
+			synctest.Wait() // queued in this order
+		}
+		castRan := false
+		if err := srv.TryCast(func(*actor.Proc) error { castRan = true; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		srv.PID().Cancel(actor.CancelReason{Kind: actor.CancelRequested})
+		release()
+		for i, ch := range results {
+			r := <-ch
+			if !errors.Is(r.err, actor.ErrServerStopped) {
+				t.Errorf("queued call %d: %d, %v; want ServerStopped", i, r.v, r.err)
+			} else if s := callErr(t, r.err).Server; s.Severity != actor.Cancelled {
+				t.Errorf("queued call %d: Server outcome %v, want Cancelled", i, s)
+			}
+		}
+		if o := wait(t, srv.PID()); o.Severity != actor.Cancelled {
+			t.Errorf("server outcome %v", o)
+		}
+		if n := fs.calls.Load(); n != 0 {
+			t.Errorf("HandleCall ran %d times during the drain, want 0", n)
+		}
+		if !castRan {
+			t.Errorf("a cast committed before the stop was not handled in the drain")
+		}
+		if n := len(tl.of(actor.TraceCallAborted)); n != 3 {
+			t.Errorf("%d call-aborted trace events, want 3", n)
+		}
+		closeSys(t, sys)
+	})
+}
+
+func TestCastErrors(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		sys := newSys(t)
+		srv := startServer(t, sys.Root(), &fnServer{}, actor.WithMailbox(1))
+		nop := func(*actor.Proc) error { return nil }
+		bg := context.Background()
+		release := blockServer(t, srv)
+		if err := srv.TryCast(nop); err != nil {
+			t.Fatalf("TryCast into a free slot: %v", err)
+		}
+		err := srv.TryCast(nop)
+		var ce *actor.CastError
+		if !errors.Is(err, actor.ErrCastFull) || !errors.As(err, &ce) || ce.Kind != actor.CastFull || ce.Target != srv.PID() {
+			t.Errorf("TryCast on a full mailbox: %v, want CastError Full for %v", err, srv.PID())
+		} else if ce.Outcome().Severity != actor.Err {
+			t.Errorf("Full maps to %v, want Err", ce.Outcome())
+		}
+		cctx, cancel := context.WithCancel(bg)
+		cancel()
+		if err := srv.Cast(cctx, nop); !errors.Is(err, actor.ErrCastCancelled) || !errors.Is(err, context.Canceled) {
+			t.Errorf("Cast on a full mailbox with a cancelled ctx: %v, want CastError Cancelled", err)
+		}
+		tctx, tcancel := context.WithTimeout(bg, time.Second)
+		start := time.Now()
+		if err := srv.Cast(tctx, nop); !errors.Is(err, actor.ErrCastCancelled) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Cast on a full mailbox past its deadline: %v", err)
+		}
+		if el := time.Since(start); el != time.Second {
+			t.Errorf("Cast waited %v for room, want 1s", el)
+		}
+		tcancel()
+		if err := srv.Info(cctx, "x"); !errors.Is(err, actor.ErrCastCancelled) {
+			t.Errorf("Info on a full mailbox with a cancelled ctx: %v", err)
+		}
+		release()
+		if _, err := srv.Stop(bg); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.TryCast(nop); !errors.Is(err, actor.ErrCastServerStopped) {
+			t.Errorf("TryCast after stop: %v, want ServerStopped", err)
+		}
+		if err := srv.Cast(bg, nop); !errors.Is(err, actor.ErrCastServerStopped) {
+			t.Errorf("Cast after stop: %v, want ServerStopped", err)
+		}
+		if err := actor.Cast(bg, srv, nop); !errors.Is(err, actor.ErrCastServerStopped) {
+			t.Errorf("actor.Cast after stop: %v, want ServerStopped", err)
+		}
+		if err := srv.Info(bg, "x"); !errors.Is(err, actor.ErrCastServerStopped) {
+			t.Errorf("Info after stop: %v, want ServerStopped", err)
+		}
+		closeSys(t, sys)
+	})
+}
+
+func TestCallingSelfIsError(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		sys := newSys(t)
+		errs := make(chan error, 8)
+		callSelf := func(p *actor.Proc) {
+			_, err := selfRef(p).Call(p.Ctx(), reply(0))
+			errs <- err
+		}
+		srv := startServer(t, sys.Root(), &fnServer{
+			init: func(p *actor.Proc) error { callSelf(p); return nil },
+			term: func(p *actor.Proc, _ actor.Outcome) { callSelf(p) },
+		})
+		bg := context.Background()
+		if _, err := srv.Call(bg, func(p *actor.Proc, _ actor.ReplyTo[int]) (int, error) { callSelf(p); return 0, nil }); err != nil {
+			t.Fatal(err)
+		}
+		_ = srv.Cast(bg, func(p *actor.Proc) error { callSelf(p); return nil })
+		if _, err := srv.Stop(bg); err != nil {
+			t.Fatal(err)
+		}
+		for _, where := range []string{"Init", "HandleCall", "HandleCast", "Terminate"} {
+			err := <-errs
+			if !errors.Is(err, actor.ErrCallingSelf) {
+				t.Errorf("%s calling its own server: %v, want ErrCallingSelf", where, err)
+			} else if callErr(t, err).Target != srv.PID() {
+				t.Errorf("%s: CallingSelf error names %v", where, callErr(t, err).Target)
+			}
+		}
+		closeSys(t, sys)
+	})
+}
+
+type unboundTarget struct{}
+
+func (unboundTarget) Resolve() (*srvRef, error) { return nil, &actor.CallError{Kind: actor.CallNoProc} }
+
+func TestCallUnknownOrDeadTargetIsNoProc(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		sys := newSys(t)
+		bg := context.Background()
+		ends := map[string]struct {
+			end func(*srvRef)
+			sev actor.Severity
+		}{
+			"stopped": {func(s *srvRef) { _, _ = s.Stop(bg) }, actor.Cancelled},
+			"crashed": {func(s *srvRef) {
+				_ = s.Cast(bg, func(*actor.Proc) error { panic("x") })
+				_, _ = s.PID().Wait(bg)
+			}, actor.Panicked},
+			"aborted": {func(s *srvRef) { s.Abort() }, actor.Cancelled},
+		}
+		for name, e := range ends {
+			srv := startServer(t, sys.Root(), &fnServer{})
+			e.end(srv)
+			_, err := srv.Call(bg, reply(1))
+			if !errors.Is(err, actor.ErrCallNoProc) {
+				t.Errorf("%s: Call = %v, want NoProc", name, err)
+				continue
+			}
+			ce := callErr(t, err)
+			if ce.Target != srv.PID() || ce.Server.Severity != e.sev {
+				t.Errorf("%s: CallError{Target: %v, Server: %v}, want the target and its %v outcome", name, ce.Target, ce.Server, e.sev)
+			}
+		}
+		if _, err := actor.Call(bg, unboundTarget{}, reply(1)); !errors.Is(err, actor.ErrCallNoProc) {
+			t.Errorf("Call to an unresolvable target: %v, want NoProc", err)
+		}
+		closeSys(t, sys)
+	})
+}
+
+func TestCallFromPlainGoroutinesAndFromProcesses(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		sys := newSys(t)
+		bg := context.Background()
+		srv := startServer(t, sys.Root(), &fnServer{})
+
+		// Plain goroutines, concurrently.
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range 50 {
+					if v, err := srv.Call(bg, reply(g*1000+i)); err != nil || v != g*1000+i {
+						t.Errorf("goroutine %d call %d = %d, %v", g, i, v, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+
+		// From an actor's handler.
+		client := spawn(t, sys.Root(), &fnActor{})
+		var v int
+		var err error
+		do(t, client, func(p *actor.Proc) { v, err = srv.Call(p.Ctx(), reply(7)) })
+		if v != 7 || err != nil {
+			t.Errorf("call from an actor handler = %d, %v", v, err)
+		}
+
+		// From another server's HandleCall (a chain).
+		front := startServer(t, sys.Root(), &fnServer{})
+		v, err = front.Call(bg, func(p *actor.Proc, _ actor.ReplyTo[int]) (int, error) {
+			w, err := srv.Call(p.Ctx(), reply(8))
+			return w + 1, err
+		})
+		if v != 9 || err != nil {
+			t.Errorf("chained call = %d, %v; want 9", v, err)
+		}
+
+		// From init and from a stop hook (masked context).
+		var fromInit, fromStop callResult
+		ref := spawn(t, sys.Root(), &fnActor{
+			start: func(p *actor.Proc) error {
+				w, err := srv.Call(p.Ctx(), reply(10))
+				fromInit = callResult{v: w, err: err}
+				return nil
+			},
+			stop: func(p *actor.Proc, _ actor.Outcome) {
+				w, err := srv.Call(p.Ctx(), reply(11))
+				fromStop = callResult{v: w, err: err}
+			},
+		})
+		if _, err := ref.Stop(bg); err != nil {
+			t.Fatal(err)
+		}
+		if fromInit.v != 10 || fromInit.err != nil {
+			t.Errorf("call from init = %d, %v", fromInit.v, fromInit.err)
+		}
+		if fromStop.v != 11 || fromStop.err != nil {
+			t.Errorf("call from a stop hook = %d, %v", fromStop.v, fromStop.err)
+		}
+		closeSys(t, sys)
+	})
+}
+
+func TestCallAbortedObligationSkipsHandlerButStartedOneRunsCleanup(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tl := &traceLog{}
+		sys := newSys(t, tl.opt())
+		fs := &fnServer{}
+		srv := startServer(t, sys.Root(), fs)
+		bg := context.Background()
+
+		// Abandoned before the handler began: the handler never runs.
+		release := blockServer(t, srv)
+		ctx, cancel := context.WithTimeout(bg, time.Second)
+		ran := false
+		if _, err := srv.Call(ctx, func(*actor.Proc, actor.ReplyTo[int]) (int, error) { ran = true; return 1, nil }); !errors.Is(err, actor.ErrCallTimeout) {
+			t.Errorf("queued call: %v, want timeout", err)
+		}
+		cancel()
+		release()
+		synctest.Wait()
+		if ran || fs.calls.Load() != 0 {
+			t.Errorf("HandleCall ran for a call whose caller had already given up")
+		}
+
+		// Abandoned while the handler runs: the handler completes, its
+		// cleanup runs, and its reply is discarded.
+		var cleaned, finished bool
+		in, rel := make(chan struct{}), make(chan struct{})
+		ctx, cancel = context.WithTimeout(bg, time.Second)
+		res := goCall(ctx, srv, func(*actor.Proc, actor.ReplyTo[int]) (int, error) {
+			defer func() { cleaned = true }()
+			close(in)
+			<-rel
+			finished = true
+			return 42, nil
+		})
+		<-in
+		r := <-res
+		cancel()
+		if !errors.Is(r.err, actor.ErrCallTimeout) {
+			t.Errorf("call timing out mid-handler: %d, %v; want timeout", r.v, r.err)
+		}
+		close(rel)
+		synctest.Wait()
+		if !finished || !cleaned {
+			t.Errorf("started handler: finished=%v cleanup=%v, want both (it runs to completion)", finished, cleaned)
+		}
+		if v, err := srv.Call(bg, reply(7)); v != 7 || err != nil {
+			t.Errorf("next call = %d, %v; want 7 (the discarded 42 must not leak into it)", v, err)
+		}
+		if !srv.PID().Alive() {
+			t.Errorf("server died")
+		}
+		if n := len(tl.of(actor.TraceObligationLeak)); n != 0 {
+			t.Errorf("%d obligation leaks traced for aborted calls", n)
+		}
+		closeSys(t, sys)
+	})
+}

@@ -1,0 +1,484 @@
+package actor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+
+	"github.com/orrery-run/orrery/actor"
+)
+
+func wait(t *testing.T, pid actor.PID) actor.Outcome {
+	t.Helper()
+	o, err := pid.Wait(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func TestLinkPropagatesAbnormalExit(t *testing.T) {
+	errApp := errors.New("app")
+	failures := map[string]fn{
+		"error": func(*actor.Proc) error { return errApp },
+		"panic": func(*actor.Proc) error { panic("boom") },
+	}
+	for name, failure := range failures {
+		for _, dir := range []string{"linker-fails", "linked-fails"} {
+			t.Run(name+"/"+dir, func(t *testing.T) {
+				bubble(t, func(t *testing.T) {
+					tl := &traceLog{}
+					sys := newSys(t, tl.opt())
+					a := spawnProbe(t, sys.Root())
+					b := spawnProbe(t, sys.Root())
+					var lerr error
+					do(t, a.ref, func(p *actor.Proc) { lerr = p.Link(b.pid()) })
+					if lerr != nil {
+						t.Fatal(lerr)
+					}
+					failing, other := b, a
+					if dir == "linker-fails" {
+						failing, other = a, b
+					}
+					_ = failing.ref.Send(context.Background(), failure)
+					fo := wait(t, failing.pid())
+					o := wait(t, other.pid())
+					if o.Severity != actor.Cancelled || o.Cancel.Kind != actor.CancelLinked || o.Cancel.From != failing.pid() {
+						t.Errorf("linked peer outcome %v (reason %+v), want cancelled(linked from %v)", o, o.Cancel, failing.pid())
+					}
+					found := false
+					for _, ev := range tl.of(actor.TraceLinkExit) {
+						if ev.PID == other.pid() && ev.Peer == failing.pid() && ev.Outcome.Severity == fo.Severity {
+							found = true
+						}
+					}
+					if !found {
+						t.Errorf("no link-exit trace event for %v from %v", other.pid(), failing.pid())
+					}
+					closeSys(t, sys)
+				})
+			})
+		}
+	}
+
+	t.Run("WithLink", func(t *testing.T) {
+		bubble(t, func(t *testing.T) {
+			sys := newSys(t)
+			a := spawnProbe(t, sys.Root())
+			c := spawnProbe(t, sys.Root(), actor.WithLink(a.pid()))
+			_ = a.ref.Send(context.Background(), failures["error"])
+			if o := wait(t, c.pid()); o.Cancel.Kind != actor.CancelLinked || o.Cancel.From != a.pid() {
+				t.Errorf("process spawned WithLink: outcome %v, want cancelled(linked)", o)
+			}
+			closeSys(t, sys)
+		})
+	})
+}
+
+func TestLinkIgnoresNormalExit(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		tl := &traceLog{}
+		sys := newSys(t, tl.opt())
+		a := spawnProbe(t, sys.Root())
+		b := spawnProbe(t, sys.Root())
+		do(t, a.ref, func(p *actor.Proc) { _ = p.Link(b.pid()) })
+		_ = b.ref.Send(context.Background(), func(p *actor.Proc) error { p.Exit(nil); return nil })
+		if o := wait(t, b.pid()); !o.IsOk() {
+			t.Fatalf("b outcome %v, want Ok", o)
+		}
+		synctest.Wait()
+		if !a.pid().Alive() {
+			o, _ := a.pid().Outcome()
+			t.Fatalf("a normal exit took its linked peer down: %v", o)
+		}
+		a.noInfo(t) // not trapping: no Exit message either
+		for _, ev := range tl.of(actor.TraceCancelRequested) {
+			if ev.PID == a.pid() {
+				t.Errorf("cancel requested for %v after a normal linked exit", a.pid())
+			}
+		}
+		closeSys(t, sys)
+	})
+}
+
+func TestTrapExitsReceivesExitMessages(t *testing.T) {
+	for _, how := range []string{"WithTrapExits", "Proc.TrapExits"} {
+		t.Run(how, func(t *testing.T) {
+			bubble(t, func(t *testing.T) {
+				sys := newSys(t)
+				var a *probe
+				if how == "WithTrapExits" {
+					a = spawnProbe(t, sys.Root(), actor.WithTrapExits())
+				} else {
+					a = spawnProbe(t, sys.Root())
+					do(t, a.ref, func(p *actor.Proc) { p.TrapExits(true) })
+				}
+				errApp := errors.New("app")
+				msgs := []fn{
+					func(p *actor.Proc) error { p.Exit(nil); return nil },
+					func(*actor.Proc) error { return errApp },
+					func(*actor.Proc) error { panic("boom") },
+				}
+				want := []actor.Severity{actor.Ok, actor.Err, actor.Panicked}
+				var peers []*probe
+				for range msgs {
+					pr := spawnProbe(t, sys.Root())
+					do(t, a.ref, func(p *actor.Proc) { _ = p.Link(pr.pid()) })
+					peers = append(peers, pr)
+				}
+				for i, pr := range peers {
+					_ = pr.ref.Send(context.Background(), msgs[i])
+					wait(t, pr.pid())
+					ex, ok := (<-a.infos).(actor.Exit)
+					if !ok || ex.From != pr.pid() || ex.Outcome.Severity != want[i] {
+						t.Errorf("exit #%d: got %#v, want Exit{From: %v, %v}", i, ex, pr.pid(), want[i])
+					}
+				}
+				if !a.pid().Alive() {
+					t.Errorf("a process trapping exits was taken down")
+				}
+				closeSys(t, sys)
+			})
+		})
+	}
+}
+
+func TestMonitorDeliversDown(t *testing.T) {
+	errApp := errors.New("app")
+	cases := []struct {
+		name string
+		end  func(*probe)
+		sev  actor.Severity
+	}{
+		{"stop", func(pr *probe) { _, _ = pr.ref.Stop(context.Background()) }, actor.Cancelled},
+		{"error", func(pr *probe) { _ = pr.ref.Send(context.Background(), func(*actor.Proc) error { return errApp }) }, actor.Err},
+		{"panic", func(pr *probe) { _ = pr.ref.Send(context.Background(), func(*actor.Proc) error { panic("x") }) }, actor.Panicked},
+		{"exit", func(pr *probe) {
+			_ = pr.ref.Send(context.Background(), func(p *actor.Proc) error { p.Exit(nil); return nil })
+		}, actor.Ok},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			bubble(t, func(t *testing.T) {
+				tl := &traceLog{}
+				sys := newSys(t, tl.opt())
+				w := spawnProbe(t, sys.Root())
+				target := spawnProbe(t, sys.Root())
+				var ref actor.MonitorRef
+				do(t, w.ref, func(p *actor.Proc) { ref = p.Monitor(target.pid()) })
+				if ref.Target() != target.pid() {
+					t.Errorf("MonitorRef.Target = %v, want %v", ref.Target(), target.pid())
+				}
+				c.end(target)
+				d, ok := (<-w.infos).(actor.Down)
+				if !ok {
+					t.Fatalf("watcher got a non-Down message")
+				}
+				if d.Ref.ID() != ref.ID() || d.PID != target.pid() || d.Outcome.Severity != c.sev || d.NoProc() {
+					t.Errorf("Down %+v, want ref %d, pid %v, severity %v", d, ref.ID(), target.pid(), c.sev)
+				}
+				if !w.pid().Alive() {
+					t.Errorf("monitoring process affected by the target's exit")
+				}
+				// The trace event follows the delivery; read it once the
+				// system is quiescent.
+				closeSys(t, sys)
+				if n := len(tl.of(actor.TraceDown)); n != 1 {
+					t.Errorf("trace has %d down events, want 1", n)
+				}
+			})
+		})
+	}
+}
+
+func TestMonitorDeadProcessYieldsImmediateNoprocDown(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		sys := newSys(t)
+		w := spawnProbe(t, sys.Root())
+		target := spawnProbe(t, sys.Root())
+		_, _ = target.ref.Stop(context.Background())
+		var ref, zref actor.MonitorRef
+		do(t, w.ref, func(p *actor.Proc) {
+			ref = p.Monitor(target.pid())
+			zref = p.Monitor(actor.PID{})
+			// Sent after Monitor returned: it must queue behind the Downs.
+			_ = w.ref.TrySend(func(*actor.Proc) error { w.infos <- "marker"; return nil })
+		})
+		for i, want := range []actor.MonitorRef{ref, zref} {
+			d, ok := (<-w.infos).(actor.Down)
+			if !ok || !d.NoProc() || d.Ref.ID() != want.ID() || d.Outcome.Severity != actor.Err || !errors.Is(d.Outcome.Err, actor.ErrNoProc) {
+				t.Errorf("message #%d = %+v, want an immediate noproc Down for ref %d", i, d, want.ID())
+			}
+		}
+		if m := <-w.infos; m != "marker" {
+			t.Errorf("got %#v, want the marker after the Downs", m)
+		}
+		w.noInfo(t)
+		closeSys(t, sys)
+	})
+}
+
+func TestDemonitorFlushRemovesQueuedDown(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		sys := newSys(t)
+		w := spawnProbe(t, sys.Root())
+		target := spawnProbe(t, sys.Root())
+		var active, again bool
+		do(t, w.ref, func(p *actor.Proc) {
+			ref := p.Monitor(target.pid())
+			// The target dies while we are busy: its Down is queued behind us.
+			_, _ = target.ref.Stop(context.Background())
+			active = p.Demonitor(ref, true)
+			again = p.Demonitor(ref, true)
+		})
+		if !active {
+			t.Errorf("Demonitor of an active monitor reported false")
+		}
+		if again {
+			t.Errorf("second Demonitor reported true")
+		}
+		w.noInfo(t) // the queued Down was flushed
+		closeSys(t, sys)
+	})
+}
+
+func TestDemonitorWithoutFlush(t *testing.T) {
+	t.Run("target-alive", func(t *testing.T) {
+		bubble(t, func(t *testing.T) {
+			sys := newSys(t)
+			w := spawnProbe(t, sys.Root())
+			target := spawnProbe(t, sys.Root())
+			var active bool
+			do(t, w.ref, func(p *actor.Proc) {
+				ref := p.Monitor(target.pid())
+				active = p.Demonitor(ref, false)
+			})
+			if !active {
+				t.Errorf("Demonitor of an active monitor reported false")
+			}
+			_, _ = target.ref.Stop(context.Background())
+			w.noInfo(t) // the monitor was gone before the target died
+			closeSys(t, sys)
+		})
+	})
+	t.Run("down-in-flight", func(t *testing.T) {
+		bubble(t, func(t *testing.T) {
+			sys := newSys(t)
+			w := spawnProbe(t, sys.Root())
+			target := spawnProbe(t, sys.Root())
+			var ref actor.MonitorRef
+			var active bool
+			do(t, w.ref, func(p *actor.Proc) {
+				ref = p.Monitor(target.pid())
+				_, _ = target.ref.Stop(context.Background())
+				active = p.Demonitor(ref, false)
+			})
+			if !active {
+				t.Errorf("Demonitor of a monitor whose Down is in flight reported false")
+			}
+			// Without flush, a Down already on its way is still delivered
+			// (only flush removes it).
+			d, ok := (<-w.infos).(actor.Down)
+			if !ok || d.Ref.ID() != ref.ID() {
+				t.Errorf("got %#v, want the in-flight Down for ref %d", d, ref.ID())
+			}
+			closeSys(t, sys)
+		})
+	})
+}
+
+func TestDownOrderIsStable(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		for iter := range 50 {
+			tl := &traceLog{}
+			sys := newSys(t, tl.opt())
+
+			// One target, a link and many monitors from one trapping watcher:
+			// the Exit comes first (links before monitors), then the Downs in
+			// increasing ref order.
+			w := spawnProbe(t, sys.Root(), actor.WithTrapExits())
+			target := spawnProbe(t, sys.Root())
+			var refs []actor.MonitorRef
+			do(t, w.ref, func(p *actor.Proc) {
+				refs = append(refs, p.Monitor(target.pid()))
+				_ = p.Link(target.pid())
+				for range 5 {
+					refs = append(refs, p.Monitor(target.pid()))
+				}
+			})
+			for i := 1; i < len(refs); i++ {
+				if refs[i].ID() <= refs[i-1].ID() {
+					t.Fatalf("monitor refs not increasing: %d then %d", refs[i-1].ID(), refs[i].ID())
+				}
+			}
+			_ = target.ref.Send(context.Background(), func(*actor.Proc) error { return errors.New("x") })
+			wait(t, target.pid())
+			if ex, ok := (<-w.infos).(actor.Exit); !ok || ex.From != target.pid() {
+				t.Fatalf("iteration %d: first message %#v, want the link's Exit", iter, ex)
+			}
+			for i, want := range refs {
+				d, ok := (<-w.infos).(actor.Down)
+				if !ok || d.Ref.ID() != want.ID() {
+					t.Fatalf("iteration %d: Down #%d has ref %d, want %d (ref order)", iter, i, d.Ref.ID(), want.ID())
+				}
+			}
+
+			// Many targets exiting in a known order: Downs in exit order.
+			var targets []*probe
+			for range 4 {
+				targets = append(targets, spawnProbe(t, sys.Root()))
+			}
+			do(t, w.ref, func(p *actor.Proc) {
+				for _, tg := range targets {
+					p.Monitor(tg.pid())
+				}
+			})
+			order := []int{2, 0, 3, 1}
+			for _, i := range order {
+				_, _ = targets[i].ref.Stop(context.Background())
+				synctest.Wait() // its exit is fully processed before the next one
+			}
+			for _, i := range order {
+				if d, _ := (<-w.infos).(actor.Down); d.PID != targets[i].pid() {
+					t.Fatalf("iteration %d: Down for %v, want %v", iter, d.PID, targets[i].pid())
+				}
+			}
+
+			// Many watchers of one target: Downs are sent in ref order, which
+			// the trace shows.
+			var watchers []*probe
+			t2 := spawnProbe(t, sys.Root())
+			for range 4 {
+				wi := spawnProbe(t, sys.Root())
+				do(t, wi.ref, func(p *actor.Proc) { p.Monitor(t2.pid()) })
+				watchers = append(watchers, wi)
+			}
+			_, _ = t2.ref.Stop(context.Background())
+			synctest.Wait()  // every Down is delivered before the watchers are shut down
+			closeSys(t, sys) // quiescent: every trace event is in
+			var got []actor.PID
+			for _, ev := range tl.of(actor.TraceDown) {
+				if ev.Peer == t2.pid() {
+					got = append(got, ev.PID)
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint([]actor.PID{watchers[0].pid(), watchers[1].pid(), watchers[2].pid(), watchers[3].pid()}) {
+				t.Fatalf("iteration %d: Downs traced to %v, want the watchers in monitor order", iter, got)
+			}
+		}
+	})
+}
+
+func TestLinkToDeadProcessIsNoProc(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		sys := newSys(t)
+		a := spawnProbe(t, sys.Root())
+		dead := spawnProbe(t, sys.Root())
+		_, _ = dead.ref.Stop(context.Background())
+		var e1, e2 error
+		do(t, a.ref, func(p *actor.Proc) {
+			e1 = p.Link(dead.pid())
+			e2 = p.Link(actor.PID{})
+		})
+		if !errors.Is(e1, actor.ErrNoProc) {
+			t.Errorf("Link to a dead process: %v, want ErrNoProc", e1)
+		}
+		if !errors.Is(e2, actor.ErrNoProc) {
+			t.Errorf("Link to the zero PID: %v, want ErrNoProc", e2)
+		}
+		_, err := actor.Spawn[fn](context.Background(), sys.Root(), &fnActor{}, actor.WithLink(dead.pid()))
+		var se *actor.StartError
+		if !errors.As(err, &se) || !errors.Is(err, actor.ErrNoProc) {
+			t.Errorf("Spawn WithLink(dead): %v, want a StartError wrapping ErrNoProc", err)
+		}
+		if !a.pid().Alive() {
+			t.Errorf("a failed link took the linker down")
+		}
+		closeSys(t, sys)
+	})
+}
+
+func TestMessagesBeforeExitArriveBeforeDown(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		sys := newSys(t)
+		for iter := range 20 {
+			events := make(chan any, 16)
+			b := spawn(t, sys.Root(), &fnActor{info: func(_ *actor.Proc, info any) error { events <- info; return nil }})
+			a := spawnProbe(t, sys.Root())
+			do(t, b, func(p *actor.Proc) { p.Monitor(a.pid()) })
+			release := block(t, b) // both the message and the Down queue up
+			_ = a.ref.Send(context.Background(), func(p *actor.Proc) error {
+				if err := b.TrySend(func(*actor.Proc) error { events <- "m"; return nil }); err != nil {
+					return err
+				}
+				if iter%2 == 0 {
+					p.Exit(nil)
+					return nil
+				}
+				return errors.New("crash")
+			})
+			wait(t, a.pid())
+			release()
+			if first := <-events; first != "m" {
+				t.Fatalf("iteration %d: %#v arrived before the message sent ahead of the exit", iter, first)
+			}
+			if d, ok := (<-events).(actor.Down); !ok || d.PID != a.pid() {
+				t.Fatalf("iteration %d: want the Down after the message, got %#v", iter, d)
+			}
+			_, _ = b.Stop(context.Background())
+		}
+		closeSys(t, sys)
+	})
+}
+
+// TestDownOrderFollowsRefsUnderConcurrentMonitors: watchers that monitor the
+// same target concurrently get their Downs sent in ref order, the documented
+// tie-break key, whatever the interleaving of the Monitor calls. The window
+// is narrow, so the check is repeated; it cannot fail spuriously.
+func TestDownOrderFollowsRefsUnderConcurrentMonitors(t *testing.T) {
+	const watchers, iterations = 16, 300
+	for iter := range iterations {
+		tl := &traceLog{}
+		sys := newSys(t, tl.opt())
+		target := spawnProbe(t, sys.Root())
+		var mu sync.Mutex
+		refOf := map[actor.PID]uint64{}
+		var wg sync.WaitGroup
+		var ws []*probe
+		for range watchers {
+			w := spawnProbe(t, sys.Root())
+			ws = append(ws, w)
+			wg.Add(1)
+			_ = w.ref.Send(context.Background(), func(p *actor.Proc) error {
+				defer wg.Done()
+				r := p.Monitor(target.pid())
+				mu.Lock()
+				refOf[p.Self()] = r.ID()
+				mu.Unlock()
+				return nil
+			})
+		}
+		wg.Wait()
+		_, _ = target.ref.Stop(context.Background())
+		for _, w := range ws {
+			<-w.infos // every Down is delivered before the watchers are shut down
+		}
+		closeSys(t, sys) // quiescent: every trace event is in
+		var sent []uint64
+		for _, ev := range tl.of(actor.TraceDown) {
+			if ev.Peer == target.pid() {
+				sent = append(sent, refOf[ev.PID])
+			}
+		}
+		if len(sent) != watchers {
+			t.Fatalf("iteration %d: %d Downs traced, want %d", iter, len(sent), watchers)
+		}
+		if !slices.IsSorted(sent) {
+			t.Fatalf("iteration %d: Downs sent in ref order %v, want increasing refs", iter, sent)
+		}
+	}
+}
