@@ -42,19 +42,13 @@ func DynamicFromPID(pid actor.PID) (*DynamicRef, bool) {
 // supervisor, like ChildSpecFor.
 func DynamicChildSpecFor(id string, spec DynamicSpec, opts ...actor.Option) ChildSpec {
 	opts = append([]actor.Option{actor.WithName(id)}, opts...)
-	return ChildSpec{
-		ID:       id,
-		Type:     Supervisor,
-		Restart:  Permanent,
-		Shutdown: Infinity,
-		Start: func(ctx context.Context, scope *actor.Scope) (actor.PID, error) {
-			r, err := StartDynamic(ctx, scope, spec, opts...)
-			if err != nil {
-				return actor.PID{}, err
-			}
-			return r.PID(), nil
-		},
-	}
+	return supervisorChild(id, func(ctx context.Context, scope *actor.Scope) (actor.PID, error) {
+		r, err := StartDynamic(ctx, scope, spec, opts...)
+		if err != nil {
+			return actor.PID{}, err
+		}
+		return r.PID(), nil
+	})
 }
 
 // PID returns the supervisor's PID.

@@ -56,19 +56,19 @@ func FromPID(pid actor.PID) (*Ref, bool) {
 func ChildSpecFor(id string, spec Spec, opts ...actor.Option) ChildSpec {
 	spec.Children = slices.Clone(spec.Children)
 	opts = append([]actor.Option{actor.WithName(id)}, opts...)
-	return ChildSpec{
-		ID:       id,
-		Type:     Supervisor,
-		Restart:  Permanent,
-		Shutdown: Infinity,
-		Start: func(ctx context.Context, scope *actor.Scope) (actor.PID, error) {
-			r, err := Start(ctx, scope, spec, opts...)
-			if err != nil {
-				return actor.PID{}, err
-			}
-			return r.PID(), nil
-		},
-	}
+	return supervisorChild(id, func(ctx context.Context, scope *actor.Scope) (actor.PID, error) {
+		r, err := Start(ctx, scope, spec, opts...)
+		if err != nil {
+			return actor.PID{}, err
+		}
+		return r.PID(), nil
+	})
+}
+
+// supervisorChild is the OTP default spec of a supervisor child: permanent,
+// and given all the time it needs to shut its own tree down.
+func supervisorChild(id string, start func(ctx context.Context, scope *actor.Scope) (actor.PID, error)) ChildSpec {
+	return ChildSpec{ID: id, Type: Supervisor, Restart: Permanent, Shutdown: Infinity, Start: start}
 }
 
 // PID returns the supervisor's PID.
