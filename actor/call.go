@@ -278,6 +278,16 @@ func (r ReplyTo[R]) Defer() *Deferred[R] { return r.srv.deferCall(r.slot, r.gen)
 type Deferred[R any] struct {
 	slot *callSlot[R]
 	gen  uint64
+	// Set only while tracing.
+	sys *System
+	pid PID
+	id  uint64
+}
+
+func (d *Deferred[R]) traceResolved() {
+	if d.sys != nil {
+		d.sys.trace(TraceEvent{Kind: TraceObligation, PID: d.pid, Seq: d.id, Detail: "reply"})
+	}
 }
 
 // Reply commits the obligation with a reply.
@@ -287,6 +297,7 @@ func (d *Deferred[R]) Reply(v R) error {
 	if !ok {
 		return ErrAlreadyReplied
 	}
+	d.traceResolved()
 	return nil
 }
 
@@ -298,6 +309,7 @@ func (d *Deferred[R]) Fail(err error) error {
 	if !ok {
 		return ErrAlreadyReplied
 	}
+	d.traceResolved()
 	return nil
 }
 

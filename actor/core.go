@@ -159,6 +159,14 @@ func (p PID) OnExit(f func(Outcome)) (remove func(), ok bool) {
 	}, true
 }
 
+// System returns the process's system (nil for the zero PID).
+func (p PID) System() *System {
+	if p.c == nil {
+		return nil
+	}
+	return p.c.sys
+}
+
 // Executor returns the executor of the process's system.
 func (p PID) Executor() Executor {
 	if p.c == nil {
@@ -197,15 +205,18 @@ type core struct {
 	ownerStop bool            // cancelled by its owner (scope close, supervisor)
 	ctx       context.Context // created on first use; see context()
 	cancelCtx context.CancelCauseFunc
-	trapExit  bool
-	links     []*core
-	monitors  []monitorEntry // in ref order: the Down tie-break
-	hooks     []*exitHook
-	waiters   []Parker
-	dead      bool
-	notified  bool // links, monitors, hooks and scope have all been told
-	outcome   Outcome
-	children  *Scope // the process's own scope (Proc.Children), if created
+	// initCancel cancels the init-phase context, which derives from Start's
+	// context rather than from ctx, so a cancel request must reach it too.
+	initCancel context.CancelCauseFunc
+	trapExit   bool
+	links      []*core
+	monitors   []monitorEntry // in ref order: the Down tie-break
+	hooks      []*exitHook
+	waiters    []Parker
+	dead       bool
+	notified   bool // links, monitors, hooks and scope have all been told
+	outcome    Outcome
+	children   *Scope // the process's own scope (Proc.Children), if created
 
 	prev, next *core // the owning scope's list, in spawn order
 }
@@ -267,12 +278,15 @@ func (c *core) requestCancel(r CancelReason, owner bool) {
 	if owner {
 		c.ownerStop = true
 	}
-	cancel := c.cancelCtx
+	cancel, initCancel := c.cancelCtx, c.initCancel
 	c.mu.Unlock()
 	c.stopping.Store(true)
 	if first {
 		if cancel != nil {
 			cancel(ErrCancelled)
+		}
+		if initCancel != nil {
+			initCancel(ErrCancelled)
 		}
 		c.sys.trace(TraceEvent{Kind: TraceCancelRequested, PID: c.pid(), Detail: r.String()})
 	}

@@ -2,6 +2,7 @@ package actor
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 )
@@ -27,6 +28,51 @@ type Executor interface {
 	NewParker() Parker
 	// Uint64 returns a random number from this executor's (seedable) source.
 	Uint64() uint64
+}
+
+// Deterministic is implemented by executors whose schedule is reproducible
+// (the lab). The actor layer then never lets the garbage collector act on its
+// state: leak detection by GC cleanups (dropped permits and reply
+// obligations) runs at collection time, which no seed controls, so under a
+// deterministic executor leaks are found by the lab's oracles instead.
+type Deterministic interface {
+	Deterministic() bool
+}
+
+// FaultPoint names a place where an executor may inject a fault.
+type FaultPoint uint8
+
+const (
+	// FaultCrash makes a handler panic before it runs (an injected crash).
+	FaultCrash FaultPoint = iota + 1
+	// FaultMailboxFull makes a TrySend or TryCast report a full mailbox
+	// (backpressure), without enqueueing.
+	FaultMailboxFull
+)
+
+func (f FaultPoint) String() string {
+	switch f {
+	case FaultCrash:
+		return "crash"
+	case FaultMailboxFull:
+		return "mailbox-full"
+	}
+	return "fault"
+}
+
+// FaultInjector is implemented by executors that inject faults (the lab's
+// BUGGIFY). The actor layer asks it at each fault point; the answer must be
+// drawn from the executor's seed so a run is reproducible.
+type FaultInjector interface {
+	Fault(point FaultPoint, pid uint64) bool
+}
+
+// ErrInjectedCrash is the panic value of a crash injected at FaultCrash.
+var ErrInjectedCrash = errors.New("actor: injected crash")
+
+func isDeterministic(ex Executor) bool {
+	d, ok := ex.(Deterministic)
+	return ok && d.Deterministic()
 }
 
 // Timer is a pending AfterFunc.

@@ -56,6 +56,9 @@ type mailbox[E any] struct {
 	// takes it. A batch ends at a barrier: calls are barriers, so at most one
 	// call is ever outside the mailbox and a killer can always find it.
 	onBarrier func(*E)
+	// onPush, when set (only while tracing), stamps each envelope as it is
+	// committed, under mu, so stamps follow the mailbox's real order.
+	onPush func(*E)
 }
 
 const (
@@ -82,6 +85,9 @@ func (m *mailbox[E]) push(e E, flags uint8) {
 	i := (m.head + m.n) & (len(m.ring) - 1)
 	m.ring[i] = e
 	m.flags[i] = flags
+	if m.onPush != nil {
+		m.onPush(&m.ring[i])
+	}
 	m.n++
 	if flags&flagSys == 0 {
 		m.user++

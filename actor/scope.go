@@ -189,6 +189,7 @@ func (s *Scope) Close(ctx context.Context) (Outcome, error) {
 	s.closing = true
 	s.mu.Unlock()
 	o, err := s.close(ctx)
+	s.sys.trace(TraceEvent{Kind: TraceScopeClosed, Seq: uint64(s.liveCount()), Outcome: o, Detail: s.name})
 	s.mu.Lock()
 	s.closed2, s.closeOut, s.closeErr = true, o, err
 	waits := s.closeWaits

@@ -119,11 +119,26 @@ type envelope[Q, R, C any] struct {
 	slot *callSlot[R]
 	gen  uint64
 	info any
+	// Set only while tracing: the sending process and the position in this
+	// mailbox (the FIFO oracle checks handling follows it).
+	from *core
+	seq  uint64
+}
+
+func (k envKind) String() string {
+	switch k {
+	case envCast:
+		return "cast"
+	case envCall:
+		return "call"
+	}
+	return "info"
 }
 
 type heldCall[R any] struct {
 	slot *callSlot[R]
 	gen  uint64
+	id   uint64 // deferred obligations only, while tracing
 }
 
 // server is the one process engine; Actor runs on it through an adapter.
@@ -136,7 +151,8 @@ type server[Q, R, C any] struct {
 	opts  options
 	slots sync.Pool
 
-	held heldCall[R] // the call last taken from the mailbox (under mb.mu)
+	held    heldCall[R] // the call last taken from the mailbox (under mb.mu)
+	pushSeq uint64      // envelopes stamped so far (under mb.mu, tracing only)
 
 	dmu      sync.Mutex
 	deferred []heldCall[R]
@@ -190,18 +206,28 @@ func (p *Proc) Ctx() context.Context {
 	case phaseRun:
 		p.ctx = p.c.context()
 	case phaseInit:
-		ctx, cancel := context.WithCancelCause(p.c.context())
-		stop := context.AfterFunc(p.startCtx, func() { cancel(context.Cause(p.startCtx)) })
+		// Derived from Start's context (no goroutine bridges the two, which
+		// keeps the lab deterministic); cancel requests reach it through
+		// core.initCancel, the budget through a seam timer.
+		ctx, cancel := context.WithCancelCause(context.WithValue(p.startCtx, procKey{}, p.c))
+		p.c.mu.Lock()
+		p.c.initCancel = cancel
+		if p.c.reason.Kind != CancelNone {
+			cancel(ErrCancelled)
+		}
+		p.c.mu.Unlock()
 		var t Timer
 		if !p.deadline.IsZero() {
 			t = ex.AfterFunc(p.deadline.Sub(ex.Now()), func() { cancel(context.DeadlineExceeded) })
 		}
 		p.ctx = ctx
 		p.cancel = func() {
-			stop()
 			if t != nil {
 				t.Stop()
 			}
+			p.c.mu.Lock()
+			p.c.initCancel = nil
+			p.c.mu.Unlock()
 			cancel(nil)
 		}
 	case phaseStop:
@@ -360,6 +386,9 @@ func start[Q, R, C any](ctx context.Context, scope *Scope, beh Server[Q, R, C], 
 	s.core.handle = handle(s)
 	s.mb.init(scope.sys.ex, o.capacity)
 	s.mb.onBarrier = s.hold
+	if scope.sys.tracer != nil {
+		s.mb.onPush = s.stamp
+	}
 	s.proc.c = &s.core
 
 	if err := scope.add(&s.core); err != nil {
@@ -460,6 +489,21 @@ func (s *server[Q, R, C]) hold(e *envelope[Q, R, C]) {
 	}
 }
 
+// stamp numbers a committed envelope and traces the send.
+func (s *server[Q, R, C]) stamp(e *envelope[Q, R, C]) {
+	s.pushSeq++
+	e.seq = s.pushSeq
+	s.sys.trace(TraceEvent{Kind: TraceSend, PID: s.pid(), Peer: PID{e.from}, Seq: e.seq, Detail: e.kind.String()})
+}
+
+// sender returns the process a send comes from, while tracing.
+func (s *server[Q, R, C]) sender(ctx context.Context) *core {
+	if s.sys.tracer == nil || ctx == nil {
+		return nil
+	}
+	return callerOf(ctx)
+}
+
 func (s *server[Q, R, C]) interrupt() { s.mb.interrupt() }
 
 func (s *server[Q, R, C]) deliverSystem(msg any) bool {
@@ -503,12 +547,23 @@ func (s *server[Q, R, C]) abortDeferred(o Outcome) {
 	d := s.deferred
 	s.deferred = nil
 	s.dmu.Unlock()
+	if s.sys.tracer != nil {
+		for _, h := range d {
+			if h.slot.pending(h.gen) {
+				s.sys.trace(TraceEvent{Kind: TraceObligation, PID: s.pid(), Seq: h.id, Outcome: o, Detail: "abort-on-stop"})
+			}
+		}
+	}
 	s.abortCalls(d, o)
 }
 
 func (s *server[Q, R, C]) deferCall(slot *callSlot[R], gen uint64) *Deferred[R] {
 	s.deferNow = true
 	d := &Deferred[R]{slot: slot, gen: gen}
+	if s.sys.tracer != nil {
+		d.sys, d.pid, d.id = s.sys, s.pid(), s.sys.ids.next()
+		s.sys.trace(TraceEvent{Kind: TraceObligation, PID: s.pid(), Seq: d.id, Detail: "defer"})
+	}
 	s.dmu.Lock()
 	if len(s.deferred) >= 32 && len(s.deferred) == cap(s.deferred) {
 		live := s.deferred[:0]
@@ -519,8 +574,11 @@ func (s *server[Q, R, C]) deferCall(slot *callSlot[R], gen uint64) *Deferred[R] 
 		}
 		s.deferred = live
 	}
-	s.deferred = append(s.deferred, heldCall[R]{slot: slot, gen: gen})
+	s.deferred = append(s.deferred, heldCall[R]{slot: slot, gen: gen, id: d.id})
 	s.dmu.Unlock()
+	if s.sys.deterministic {
+		return d // leaks are the lab's oracles' business, not the GC's
+	}
 	sys, pid := s.sys, s.pid()
 	runtime.AddCleanup(d, func(h heldCall[R]) {
 		var zero R
@@ -577,11 +635,18 @@ func (s *server[Q, R, C]) loop() (termKind, Outcome, []envelope[Q, R, C]) {
 
 // dispatch runs one handler, recovering a panic into Panicked.
 func (s *server[Q, R, C]) dispatch(e *envelope[Q, R, C]) (o Outcome) {
+	if s.sys.tracer != nil {
+		s.sys.trace(TraceEvent{Kind: TraceHandle, PID: s.pid(), Seq: e.seq, Detail: e.kind.String()})
+		defer func() { s.sys.trace(TraceEvent{Kind: TraceHandled, PID: s.pid(), Seq: e.seq, Outcome: o}) }()
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			o = PanickedOutcome(r, debug.Stack())
 		}
 	}()
+	if s.sys.faults != nil && e.kind != envInfo && s.sys.fault(FaultCrash, s.pid()) {
+		panic(ErrInjectedCrash)
+	}
 	var err error
 	switch e.kind {
 	case envCast:
@@ -773,7 +838,7 @@ func (s *server[Q, R, C]) call(ctx context.Context, req Q, timeout time.Duration
 		slot = &callSlot[R]{p: s.sys.ex.NewParker()}
 	}
 	gen := slot.begin()
-	if err := s.mb.send(ctx, envelope[Q, R, C]{kind: envCall, req: req, slot: slot, gen: gen}, flagBarrier); err != nil {
+	if err := s.mb.send(ctx, envelope[Q, R, C]{kind: envCall, req: req, slot: slot, gen: gen, from: s.sender(ctx)}, flagBarrier); err != nil {
 		slot.abandon(gen)
 		s.slots.Put(slot)
 		if errors.Is(err, ErrMailboxClosed) {
@@ -821,17 +886,20 @@ func (s *server[Q, R, C]) stoppedError() *CallError {
 
 // Cast sends msg, waiting for room while the mailbox is full.
 func (r *ServerRef[Q, R, C]) Cast(ctx context.Context, msg C) error {
-	return r.s.castErr(r.s.mb.send(ctx, envelope[Q, R, C]{kind: envCast, cast: msg}, 0))
+	return r.s.castErr(r.s.mb.send(ctx, envelope[Q, R, C]{kind: envCast, cast: msg, from: r.s.sender(ctx)}, 0))
 }
 
 // TryCast sends msg if there is room, or returns CastError Full at once.
 func (r *ServerRef[Q, R, C]) TryCast(msg C) error {
+	if r.s.sys.faults != nil && r.s.sys.fault(FaultMailboxFull, r.s.pid()) {
+		return r.s.castErr(ErrMailboxFull)
+	}
 	return r.s.castErr(r.s.mb.trySend(envelope[Q, R, C]{kind: envCast, cast: msg}, 0))
 }
 
 // Info sends an info message through the (bounded) mailbox.
 func (r *ServerRef[Q, R, C]) Info(ctx context.Context, info any) error {
-	return r.s.castErr(r.s.mb.send(ctx, envelope[Q, R, C]{kind: envInfo, info: info}, 0))
+	return r.s.castErr(r.s.mb.send(ctx, envelope[Q, R, C]{kind: envInfo, info: info, from: r.s.sender(ctx)}, 0))
 }
 
 // Reserve takes a mailbox slot for a later cast (two-phase send).
@@ -938,11 +1006,14 @@ func (r *Ref[M]) PID() PID { return r.s.pid() }
 // Send commits msg, waiting while the mailbox is full. It fails with
 // ErrMailboxClosed once the actor is stopping, or with ctx's error.
 func (r *Ref[M]) Send(ctx context.Context, msg M) error {
-	return r.s.mb.send(ctx, envelope[none, none, M]{kind: envCast, cast: msg}, 0)
+	return r.s.mb.send(ctx, envelope[none, none, M]{kind: envCast, cast: msg, from: r.s.sender(ctx)}, 0)
 }
 
 // TrySend commits msg if there is room and returns ErrMailboxFull otherwise.
 func (r *Ref[M]) TrySend(msg M) error {
+	if r.s.sys.faults != nil && r.s.sys.fault(FaultMailboxFull, r.s.pid()) {
+		return ErrMailboxFull
+	}
 	return r.s.mb.trySend(envelope[none, none, M]{kind: envCast, cast: msg}, 0)
 }
 
@@ -977,6 +1048,13 @@ type slotOwner[M any] interface {
 type Permit[M any] struct {
 	st    *permitState
 	owner slotOwner[M]
+	id    uint64 // while tracing
+}
+
+func (p *Permit[M]) trace(what string) {
+	if sys := p.owner.system(); sys.tracer != nil {
+		sys.trace(TraceEvent{Kind: TracePermit, PID: p.owner.pid(), Seq: p.id, Detail: what})
+	}
 }
 
 type permitState struct{ done atomic.Bool }
@@ -989,6 +1067,13 @@ func reservePermit[M any](ctx context.Context, owner slotOwner[M]) (*Permit[M], 
 		return nil, err
 	}
 	p := &Permit[M]{st: &permitState{}, owner: owner}
+	if sys := owner.system(); sys.tracer != nil {
+		p.id = sys.ids.next()
+		sys.trace(TraceEvent{Kind: TracePermit, PID: owner.pid(), Seq: p.id, Detail: "reserve"})
+	}
+	if owner.system().deterministic {
+		return p, nil // a dropped permit is the lab's oracles' business
+	}
 	runtime.AddCleanup(p, func(st *permitState) {
 		if st.done.CompareAndSwap(false, true) {
 			owner.releaseSlot()
@@ -1004,12 +1089,14 @@ func (p *Permit[M]) Send(msg M) error {
 	if !p.st.done.CompareAndSwap(false, true) {
 		return ErrPermitUsed
 	}
+	p.trace("commit")
 	return p.owner.commitCast(msg)
 }
 
 // Abort releases the reserved slot.
 func (p *Permit[M]) Abort() {
 	if p.st.done.CompareAndSwap(false, true) {
+		p.trace("abort")
 		p.owner.releaseSlot()
 	}
 }

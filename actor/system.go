@@ -9,10 +9,12 @@ import (
 // identifier source, the trace sink and the root scope. There is no global
 // System; create one and pass it (or scopes derived from it) explicitly.
 type System struct {
-	ex     Executor
-	ids    idSource
-	tracer func(TraceEvent)
-	root   *Scope
+	ex            Executor
+	ids           idSource
+	tracer        func(TraceEvent)
+	root          *Scope
+	faults        FaultInjector // nil unless the executor injects faults
+	deterministic bool
 }
 
 // SystemOption configures a System.
@@ -34,6 +36,8 @@ func NewSystem(opts ...SystemOption) *System {
 	if s.ex == nil {
 		s.ex = NewExecutor(1)
 	}
+	s.faults, _ = s.ex.(FaultInjector)
+	s.deterministic = isDeterministic(s.ex)
 	s.root = newScope(s, nil, "root")
 	return s
 }
@@ -62,6 +66,30 @@ const (
 	TraceObligationLeak
 	TraceCallAborted
 	TraceMessageDropped
+	// The kinds below are emitted only while a tracer is installed (the lab
+	// installs one); they cost one branch otherwise.
+
+	// TraceSend: a message was committed to PID's mailbox by Peer (zero for
+	// a plain goroutine); Seq is its position in PID's mailbox.
+	TraceSend
+	// TraceHandle and TraceHandled bracket one handler run of message Seq.
+	TraceHandle
+	TraceHandled
+	// TracePermit: a send permit changed state (Detail: reserve, commit,
+	// abort).
+	TracePermit
+	// TraceObligation: a deferred reply obligation changed state (Detail:
+	// defer, reply, abort-on-stop).
+	TraceObligation
+	// TraceScopeClosed: a scope's Close returned; Seq is the number of
+	// process goroutines still running (non-zero violates quiescence).
+	TraceScopeClosed
+	// TraceFault: a fault was injected (Detail names it).
+	TraceFault
+	// TraceSupervision and TraceRegistry are emitted by the supervisor and
+	// registry packages through System.Emit.
+	TraceSupervision
+	TraceRegistry
 )
 
 func (k TraceKind) String() string {
@@ -84,6 +112,24 @@ func (k TraceKind) String() string {
 		return "call-aborted"
 	case TraceMessageDropped:
 		return "message-dropped"
+	case TraceSend:
+		return "send"
+	case TraceHandle:
+		return "handle"
+	case TraceHandled:
+		return "handled"
+	case TracePermit:
+		return "permit"
+	case TraceObligation:
+		return "obligation"
+	case TraceScopeClosed:
+		return "scope-closed"
+	case TraceFault:
+		return "fault"
+	case TraceSupervision:
+		return "supervision"
+	case TraceRegistry:
+		return "registry"
 	}
 	return "unknown"
 }
@@ -95,7 +141,24 @@ type TraceEvent struct {
 	PID     PID
 	Peer    PID // the other process of a link exit or Down
 	Outcome Outcome
+	Seq     uint64
 	Detail  string
+}
+
+// Tracing reports whether a tracer is installed.
+func (s *System) Tracing() bool { return s.tracer != nil }
+
+// Emit records a trace event from a package layered on the actor runtime
+// (supervision decisions, registry leases). The time is set here.
+func (s *System) Emit(ev TraceEvent) { s.trace(ev) }
+
+// fault asks the executor whether to inject a fault, and traces it.
+func (s *System) fault(point FaultPoint, pid PID) bool {
+	if s.faults == nil || !s.faults.Fault(point, pid.ID()) {
+		return false
+	}
+	s.trace(TraceEvent{Kind: TraceFault, PID: pid, Detail: point.String()})
+	return true
 }
 
 func (s *System) trace(ev TraceEvent) {

@@ -189,9 +189,18 @@ func (r *Registry) Register(name string, pid actor.PID, opts ...Option) (*Lease,
 		r.names = make(map[string]*Lease)
 	}
 	r.names[name] = l
+	traceLease(l, "register")
 	r.mu.Unlock()
 	runAll(undo)
 	return l, nil
+}
+
+// traceLease records a lease event in the holder's system trace (the lab
+// checks every register has its release).
+func traceLease(l *Lease, what string) {
+	if sys := l.pid.System(); sys != nil && sys.Tracing() {
+		sys.Emit(actor.TraceEvent{Kind: actor.TraceRegistry, PID: l.pid, Seq: l.gen, Detail: what + " " + l.name})
+	}
 }
 
 // Whereis returns the process bound to name.
@@ -290,6 +299,7 @@ func (r *Registry) endLocked(l *Lease, st LeaseState) func() {
 	if r.names[l.name] == l {
 		delete(r.names, l.name)
 	}
+	traceLease(l, "release "+st.String())
 	if l.timer != nil {
 		l.timer.Stop()
 		l.timer = nil

@@ -84,6 +84,7 @@ type state struct {
 	cfg      config
 	initial  []ChildSpec
 	ex       actor.Executor
+	sys      *actor.System // decisions also go to its trace (the lab's)
 	scope    *actor.Scope
 	children []*child // in start order
 	byRef    map[uint64]*child
@@ -108,6 +109,7 @@ func newState(cfg config, initial []ChildSpec) *state {
 // ---- life cycle ----
 
 func (st *state) init(p *actor.Proc) error {
+	st.sys = p.Scope().System()
 	st.ex = p.Executor()
 	scope, err := p.Children()
 	if err != nil {
@@ -546,6 +548,10 @@ func (st *state) record(e LogEntry) {
 		st.log = slices.Delete(st.log, 0, len(st.log)-st.cfg.logLimit+1)
 	}
 	st.log = append(st.log, e)
+	if st.sys != nil && st.sys.Tracing() {
+		st.sys.Emit(actor.TraceEvent{Kind: actor.TraceSupervision, PID: e.PID, Outcome: e.Outcome,
+			Detail: e.Decision.String() + " " + e.ChildID})
+	}
 	if st.cfg.onLog != nil {
 		st.cfg.onLog(e)
 	}
