@@ -49,6 +49,7 @@ type Executor struct {
 	faults    Faults
 	record    func(Event) // the run's trace (timer and fault events)
 	watchdog  time.Duration
+	dog       *time.Timer // the watchdog, reused from turn to turn
 }
 
 type thread struct {
@@ -439,11 +440,17 @@ func (e *Executor) run(maxSteps int) bool {
 // never does is blocked outside the seam; after the watchdog (real time) the
 // lab panics with what it knows rather than hang the test binary.
 func (e *Executor) awaitYield(t *thread) {
-	timer := time.NewTimer(e.watchdog)
-	defer timer.Stop()
+	// One watchdog timer for the whole run: since Go 1.23 Reset needs no
+	// draining, and a timer per turn would dominate the cost of a turn.
+	if e.dog == nil {
+		e.dog = time.NewTimer(e.watchdog)
+	} else {
+		e.dog.Reset(e.watchdog)
+	}
 	select {
 	case <-e.yield:
-	case <-timer.C:
+		e.dog.Stop()
+	case <-e.dog.C:
 		panic(fmt.Sprintf("lab: thread %d ran for %v (real time) without reaching a blocking point of the seam: it is blocked outside the executor (a raw channel, a mutex held across a park, or a standard-library timer)", t.id, e.watchdog))
 	}
 }
