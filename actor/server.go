@@ -301,13 +301,18 @@ func (p *Proc) Link(pid PID) error {
 	if pid.c == nil {
 		return ErrNoProc
 	}
-	return link(p.c, pid.c)
+	err := link(p.c, pid.c)
+	if err == nil {
+		p.c.sys.trace(TraceEvent{Kind: TraceLink, PID: p.Self(), Peer: pid})
+	}
+	return err
 }
 
 // Unlink removes a link in both directions.
 func (p *Proc) Unlink(pid PID) {
 	if pid.c != nil {
 		unlink(p.c, pid.c)
+		p.c.sys.trace(TraceEvent{Kind: TraceUnlink, PID: p.Self(), Peer: pid})
 	}
 }
 
@@ -319,6 +324,7 @@ func (p *Proc) Monitor(pid PID) MonitorRef {
 		p.active = make(map[uint64]struct{})
 	}
 	p.active[ref.id] = struct{}{}
+	p.c.sys.trace(TraceEvent{Kind: TraceMonitor, PID: p.Self(), Peer: pid, Seq: ref.id})
 	if pid.c == nil || !pid.c.addMonitor(ref.id, p.c) {
 		p.c.impl.deliverSystem(Down{Ref: ref, PID: pid, Outcome: ErrOutcome(ErrNoProc)})
 	}
@@ -333,6 +339,7 @@ func (p *Proc) Demonitor(ref MonitorRef, flush bool) bool {
 		return false
 	}
 	delete(p.active, ref.id)
+	p.c.sys.trace(TraceEvent{Kind: TraceDemonitor, PID: p.Self(), Peer: ref.target, Seq: ref.id})
 	if ref.target.c != nil && ref.target.c.removeMonitor(ref.id) {
 		return true
 	}
@@ -399,6 +406,7 @@ func start[Q, R, C any](ctx context.Context, scope *Scope, beh Server[Q, R, C], 
 		if l.c == nil || link(&s.core, l.c) != nil {
 			return nil, s.failStart(ErrOutcome(ErrNoProc))
 		}
+		scope.sys.trace(TraceEvent{Kind: TraceLink, PID: s.pid(), Peer: l})
 	}
 	// Cancellation requested before init began skips init.
 	if ctx.Err() != nil {

@@ -90,6 +90,12 @@ const (
 	// registry packages through System.Emit.
 	TraceSupervision
 	TraceRegistry
+	// TraceLink, TraceUnlink, TraceMonitor and TraceDemonitor record link and
+	// monitor set-up (Seq is the monitor ref).
+	TraceLink
+	TraceUnlink
+	TraceMonitor
+	TraceDemonitor
 )
 
 func (k TraceKind) String() string {
@@ -130,6 +136,14 @@ func (k TraceKind) String() string {
 		return "supervision"
 	case TraceRegistry:
 		return "registry"
+	case TraceLink:
+		return "link"
+	case TraceUnlink:
+		return "unlink"
+	case TraceMonitor:
+		return "monitor"
+	case TraceDemonitor:
+		return "demonitor"
 	}
 	return "unknown"
 }
