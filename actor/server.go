@@ -841,14 +841,14 @@ func (s *server[Q, R, C]) call(ctx context.Context, req Q, timeout time.Duration
 	if ctx.Err() != nil {
 		return zero, ctxCallError(ctx, s.pid())
 	}
-	slot, _ := s.slots.Get().(*callSlot[R])
+	slot := s.getSlot()
 	if slot == nil {
 		slot = &callSlot[R]{p: s.sys.ex.NewParker()}
 	}
 	gen := slot.begin()
 	if err := s.mb.send(ctx, envelope[Q, R, C]{kind: envCall, req: req, slot: slot, gen: gen, from: s.sender(ctx)}, flagBarrier); err != nil {
 		slot.abandon(gen)
-		s.slots.Put(slot)
+		s.putSlot(slot)
 		if errors.Is(err, ErrMailboxClosed) {
 			return zero, s.stoppedError()
 		}
@@ -865,7 +865,7 @@ func (s *server[Q, R, C]) call(ctx context.Context, req Q, timeout time.Duration
 		slot.disarm()
 	}
 	if err == nil && slot.timedOut(gen) {
-		s.slots.Put(slot)
+		s.putSlot(slot)
 		return zero, &CallError{Kind: CallTimeout, Target: s.pid(), Cause: context.DeadlineExceeded}
 	}
 	if err != nil {
@@ -876,13 +876,30 @@ func (s *server[Q, R, C]) call(ctx context.Context, req Q, timeout time.Duration
 			_ = slot.p.Park(context.Background())
 			slot.val, slot.err = zero, nil
 		}
-		s.slots.Put(slot)
+		s.putSlot(slot)
 		return zero, ctxCallError(ctx, s.pid())
 	}
 	v, rerr := slot.val, slot.err
 	slot.val, slot.err = zero, nil
-	s.slots.Put(slot)
+	s.putSlot(slot)
 	return v, rerr
+}
+
+// getSlot and putSlot pool reply slots. sync.Pool hands out what the GC and
+// the per-processor caches happen to hold, which no seed controls, so under
+// a deterministic executor every call gets a fresh slot instead.
+func (s *server[Q, R, C]) getSlot() *callSlot[R] {
+	if s.sys.deterministic {
+		return nil
+	}
+	slot, _ := s.slots.Get().(*callSlot[R])
+	return slot
+}
+
+func (s *server[Q, R, C]) putSlot(slot *callSlot[R]) {
+	if !s.sys.deterministic {
+		s.slots.Put(slot)
+	}
 }
 
 func (s *server[Q, R, C]) stoppedError() *CallError {
