@@ -119,6 +119,9 @@ type Failure struct {
 	// Event is the index in the trace at which the failure was detected, or
 	// -1 when it was detected at the end of the run.
 	Event int
+	// Stack is the goroutine stack of a scenario panic. It is kept out of
+	// Message because it names goroutines, which differ from run to run.
+	Stack string
 }
 
 func (f *Failure) Error() string {
@@ -185,15 +188,17 @@ func Run(cfg Config, scenario Scenario) *Result {
 	env := &Env{System: sys, Lab: ex, Root: sys.Root(), Ctx: context.Background()}
 
 	var (
-		scenErr  error
-		closeErr error
-		finished bool
+		scenErr   error
+		scenStack string
+		closeErr  error
+		finished  bool
 	)
 	ex.Go(func() {
 		func() {
 			defer func() {
 				if r := recover(); r != nil {
-					scenErr = fmt.Errorf("scenario panicked: %v\n%s", r, debug.Stack())
+					scenErr = fmt.Errorf("scenario panicked: %v", r)
+					scenStack = string(debug.Stack())
 				}
 			}()
 			scenErr = scenario(env)
@@ -215,7 +220,7 @@ func Run(cfg Config, scenario Scenario) *Result {
 	case !finished:
 		res.Failure = &Failure{Oracle: "deadlock", Message: fmt.Sprintf("every process is blocked and no timer is pending, but the scenario has not finished (parked threads with contexts: %v)", ex.parked()), Event: len(res.Events) - 1}
 	case scenErr != nil:
-		res.Failure = &Failure{Oracle: "scenario", Message: scenErr.Error(), Event: len(res.Events) - 1}
+		res.Failure = &Failure{Oracle: "scenario", Message: scenErr.Error(), Event: len(res.Events) - 1, Stack: scenStack}
 	case closeErr != nil:
 		var nq *actor.NotQuiescentError
 		if errors.As(closeErr, &nq) {
