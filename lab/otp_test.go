@@ -1,0 +1,2344 @@
+package lab
+
+// The actor layer's OTP semantics, run under the deterministic lab: each
+// test runs its scenario over otpDefaultSeeds seeds (ORRERY_SEED replays
+// one, ORRERY_SEEDS runs more), asserts the behaviour itself inside the
+// scenario, and checks on one seed that a replay gives the same trace
+// fingerprint. Everything in a scenario blocks through the executor seam.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/registry"
+	"github.com/orrery-run/orrery/supervisor"
+)
+
+// ==== GenServer ====
+
+// Concurrent callers each get their own reply; calls are serialised by the
+// server (the replies number the calls 1..n without gaps); an error
+// returned by HandleCall reaches the caller as is.
+func TestLabCallReply(t *testing.T) {
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		served := 0
+		srv, err := otpStart(env.Ctx, env.Root, &otpServer{})
+		if err != nil {
+			return err
+		}
+		count := func(*actor.Proc, actor.ReplyTo[int]) (int, error) { served++; return served, nil }
+		const clients, calls = 4, 5
+		seen := map[int]bool{}
+		var pids []actor.PID
+		for c := 1; c <= clients; c++ {
+			pid, err := env.Root.Go("client", func(ctx context.Context) error {
+				for j := range calls {
+					want := c*100 + j
+					if got, err := srv.Call(ctx, otpReply(want)); err != nil || got != want {
+						errs.add("client %d call %d = %d, %v; want %d", c, j, got, err, want)
+					}
+					n, err := srv.Call(ctx, count)
+					if err != nil || seen[n] {
+						errs.add("client %d: counting call = %d, %v (seen before: %v)", c, n, err, seen[n])
+					}
+					seen[n] = true
+					_, err = srv.Call(ctx, func(*actor.Proc, actor.ReplyTo[int]) (int, error) { return 0, errOTPApp })
+					var ce *actor.CallError
+					if !errors.Is(err, errOTPApp) || errors.As(err, &ce) {
+						errs.add("client %d: handler error came back as %v, want %v as is", c, err, errOTPApp)
+					}
+					if err := actor.Sleep(ctx, env.Lab, time.Duration(otpPick(env, 3))*time.Millisecond); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			pids = append(pids, pid)
+		}
+		for _, pid := range pids {
+			if o, err := otpWait(env, pid); err != nil || !o.IsOk() {
+				errs.add("client %v ended %v, %v", pid, o, err)
+			}
+		}
+		for n := 1; n <= clients*calls; n++ {
+			if !seen[n] {
+				errs.add("counting replies skipped %d (served %d)", n, served)
+			}
+		}
+		if !srv.PID().Alive() {
+			errs.add("a HandleCall error stopped the server")
+		}
+		if v, err := actor.Call(env.Ctx, srv, otpReply(7)); v != 7 || err != nil {
+			errs.add("actor.Call = %d, %v; want 7", v, err)
+		}
+		return errs.err()
+	})
+}
+
+// A deferred reply: HandleCall's return value is ignored, the caller waits
+// until the Deferred is resolved (here by a later call, and by another
+// process after a delay), exactly once.
+func TestLabCallDeferredReply(t *testing.T) {
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		const n = 4
+		var waiting []*actor.Deferred[int]
+		arrived := 0
+		// A barrier: every call waits until the n-th arrives.
+		barrier := func(_ *actor.Proc, from actor.ReplyTo[int]) (int, error) {
+			arrived++
+			waiting = append(waiting, from.Defer())
+			if len(waiting) == n {
+				for _, d := range waiting {
+					if !d.Pending() {
+						errs.add("deferred obligation not pending before its reply")
+					}
+					if err := d.Reply(n); err != nil {
+						errs.add("Reply: %v", err)
+					}
+					if err := d.Reply(n + 1); !errors.Is(err, actor.ErrAlreadyReplied) {
+						errs.add("second Reply: %v, want ErrAlreadyReplied", err)
+					}
+					if err := d.Fail(errOTPApp); !errors.Is(err, actor.ErrAlreadyReplied) {
+						errs.add("Fail after Reply: %v, want ErrAlreadyReplied", err)
+					}
+				}
+				waiting = nil
+			}
+			return -1, nil
+		}
+		srv, err := otpStart(env.Ctx, env.Root, &otpServer{})
+		if err != nil {
+			return err
+		}
+		var pids []actor.PID
+		for c := range n {
+			pid, err := env.Root.Go("caller", func(ctx context.Context) error {
+				if err := actor.Sleep(ctx, env.Lab, time.Duration(otpPick(env, 5))*time.Millisecond); err != nil {
+					return err
+				}
+				v, err := srv.Call(ctx, barrier)
+				if err != nil || v != n {
+					errs.add("caller %d: barrier call = %d, %v; want %d", c, v, err, n)
+				}
+				if arrived != n {
+					errs.add("caller %d got its reply when only %d of %d had arrived", c, arrived, n)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			pids = append(pids, pid)
+		}
+		for _, pid := range pids {
+			if _, err := otpWait(env, pid); err != nil {
+				return err
+			}
+		}
+
+		// Resolved by another process, 7ms later: the caller waits exactly that.
+		delay := time.Duration(1+otpPick(env, 9)) * time.Millisecond
+		later := func(_ *actor.Proc, from actor.ReplyTo[int]) (int, error) {
+			d := from.Defer()
+			_, err := env.Root.Go("replier", func(ctx context.Context) error {
+				if err := actor.Sleep(ctx, env.Lab, delay); err != nil {
+					return err
+				}
+				return d.Reply(42)
+			})
+			return -1, err
+		}
+		t0 := env.Lab.Now()
+		if v, err := srv.Call(env.Ctx, later); v != 42 || err != nil {
+			errs.add("call replied by another process = %d, %v; want 42", v, err)
+		}
+		if el := env.Lab.Now().Sub(t0); el != delay {
+			errs.add("deferred reply arrived after %v, want %v", el, delay)
+		}
+		// Fail delivers an application error.
+		failing := func(_ *actor.Proc, from actor.ReplyTo[int]) (int, error) {
+			d := from.Defer()
+			_, err := env.Root.Go("failer", func(context.Context) error { return d.Fail(errOTPApp) })
+			return -1, err
+		}
+		if _, err := srv.Call(env.Ctx, failing); !errors.Is(err, errOTPApp) {
+			errs.add("failed deferred call: %v, want %v", err, errOTPApp)
+		}
+		return errs.err()
+	})
+}
+
+// A call that times out under CallTimeout while the server defers its reply
+// fails at exactly its timeout; the server's late reply is refused
+// (ErrAlreadyReplied) and never reaches a later call, although later calls
+// reuse the server's pooled reply slots. Every call ends one way or the
+// other, consistently with what the server saw. Because calls reuse
+// pooled reply slots and their timeout timers, every seed is also replayed
+// to check that the trace does not depend on that reuse.
+func TestLabCallTimeoutHygiene(t *testing.T) {
+	const timeout = 5 * time.Millisecond
+	var timeouts, inTime int // across seeds
+	otpCheckReplaying(t, func(env *Env) error {
+		var errs otpErrs
+		type held struct {
+			d   *actor.Deferred[int]
+			tag int
+		}
+		var stale []held
+		replied := map[int]bool{} // tag -> the server's Reply succeeded
+		hold := func(tag int) otpCall {
+			return func(_ *actor.Proc, from actor.ReplyTo[int]) (int, error) {
+				stale = append(stale, held{from.Defer(), tag})
+				return -1, nil
+			}
+		}
+		srv, err := otpStart(env.Ctx, env.Root, &otpServer{})
+		if err != nil {
+			return err
+		}
+		// The releaser answers every held obligation, late, at instants
+		// drawn from the seed; the first sweep comes after the first
+		// timeouts, so some calls always time out.
+		releaser, err := env.Root.Go("releaser", func(ctx context.Context) error {
+			if err := actor.Sleep(ctx, env.Lab, timeout+time.Millisecond); err != nil {
+				return err
+			}
+			for range 15 {
+				if err := srv.Cast(ctx, func(*actor.Proc) error {
+					for _, h := range stale {
+						switch err := h.d.Reply(h.tag); {
+						case err == nil:
+							replied[h.tag] = true
+						case !errors.Is(err, actor.ErrAlreadyReplied):
+							errs.add("late Reply of %d: %v", h.tag, err)
+						}
+					}
+					stale = nil
+					return nil
+				}); err != nil {
+					return err
+				}
+				if err := actor.Sleep(ctx, env.Lab, time.Duration(1+otpPick(env, 4))*time.Millisecond); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		got := map[int]bool{}
+		var pids []actor.PID
+		for c := 1; c <= 3; c++ {
+			pid, err := env.Root.Go("client", func(ctx context.Context) error {
+				for j := range 6 {
+					tag := c*1000 + j*10
+					t0 := env.Lab.Now()
+					v, err := srv.CallTimeout(ctx, hold(tag), timeout)
+					switch {
+					case err == nil && v == tag:
+						got[tag] = true
+						inTime++
+					case err == nil:
+						errs.add("call %d got reply %d: a reply meant for another call", tag, v)
+					case errors.Is(err, actor.ErrCallTimeout) && errors.Is(err, context.DeadlineExceeded):
+						timeouts++
+						if el := env.Lab.Now().Sub(t0); el != timeout {
+							errs.add("call %d timed out after %v, want exactly %v", tag, el, timeout)
+						}
+					default:
+						errs.add("call %d: %v, want its reply or ErrCallTimeout", tag, err)
+					}
+					// A later call on the same (pooled) slot gets its own reply.
+					if v, err := srv.Call(ctx, otpReply(tag+1)); v != tag+1 || err != nil {
+						errs.add("later call %d = %d, %v: a stale reply leaked into it", tag+1, v, err)
+					}
+					if err := actor.Sleep(ctx, env.Lab, time.Duration(otpPick(env, 3))*time.Millisecond); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			pids = append(pids, pid)
+		}
+		for _, pid := range append(pids, releaser) {
+			if o, err := otpWait(env, pid); err != nil || !o.IsOk() {
+				errs.add("%v ended %v, %v", pid, o, err)
+			}
+		}
+		// The server's view and the callers' agree, call by call.
+		for tag := range replied {
+			if !got[tag] {
+				errs.add("the server's reply to %d succeeded but its caller never got it", tag)
+			}
+		}
+		for tag := range got {
+			if !replied[tag] {
+				errs.add("caller %d got a reply the server never made", tag)
+			}
+		}
+		return errs.err()
+	}, nil, otpDefaultSeeds)
+	if !otpReplaying() && (timeouts == 0 || inTime == 0) {
+		t.Errorf("over all seeds: %d timeouts and %d replies in time; want both kinds", timeouts, inTime)
+	}
+}
+
+// A HandleCall panic fails its caller (and the callers queued behind it)
+// with ErrServerStopped at the same virtual instant, carrying the Panicked
+// outcome, although their timeout is an hour and Terminate takes a second.
+func TestLabCrashDuringCallFailsCallerPromptly(t *testing.T) {
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		var crashAt time.Time
+		termDone := false
+		srv, err := otpStart(env.Ctx, env.Root, &otpServer{term: func(p *actor.Proc, _ actor.Outcome) {
+			_ = actor.Sleep(p.Ctx(), p.Executor(), time.Second)
+			termDone = true
+		}})
+		if err != nil {
+			return err
+		}
+		crash := func(*actor.Proc, actor.ReplyTo[int]) (int, error) {
+			crashAt = env.Lab.Now()
+			panic("crash in HandleCall")
+		}
+		// Busy first, so that every call below is queued when it starts.
+		if err := srv.Cast(env.Ctx, otpSleepCast(2*time.Millisecond)); err != nil {
+			return err
+		}
+		const callers = 5
+		crasher := otpPick(env, callers)
+		var pids []actor.PID
+		for c := range callers {
+			pid, err := env.Root.Go("caller", func(ctx context.Context) error {
+				req := otpReply(c)
+				if c == crasher {
+					req = crash
+				}
+				v, err := srv.CallTimeout(ctx, req, time.Hour)
+				now := env.Lab.Now()
+				var ce *actor.CallError
+				switch {
+				case err == nil && c != crasher && v == c:
+					// served before the crash
+				case errors.As(err, &ce) && errors.Is(err, actor.ErrServerStopped):
+					if crashAt.IsZero() || !now.Equal(crashAt) {
+						errs.add("caller %d failed at %v, the crash was at %v: not prompt", c, now.Sub(Epoch), crashAt.Sub(Epoch))
+					}
+					if termDone {
+						errs.add("caller %d failed only after Terminate finished", c)
+					}
+					if ce.Server.Severity != actor.Panicked {
+						errs.add("caller %d: CallError.Server = %v, want the Panicked crash", c, ce.Server)
+					}
+				default:
+					errs.add("caller %d (crasher %v): %d, %v", c, c == crasher, v, err)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			pids = append(pids, pid)
+		}
+		for _, pid := range pids {
+			if _, err := otpWait(env, pid); err != nil {
+				return err
+			}
+		}
+		o, err := otpWait(env, srv.PID())
+		if err != nil {
+			return err
+		}
+		if o.Severity != actor.Panicked {
+			errs.add("server outcome %v, want Panicked", o)
+		}
+		if !termDone || env.Lab.Now().Sub(crashAt) != time.Second {
+			errs.add("server completed %v after the crash (Terminate done: %v), want 1s", env.Lab.Now().Sub(crashAt), termDone)
+		}
+		return errs.err()
+	})
+}
+
+// Calls still queued when the server stops are never executed: their
+// callers fail with ErrServerStopped when the drain reaches them, and a
+// call to the stopped server is NoProc.
+func TestLabPendingCallsAbortedAtStop(t *testing.T) {
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		executed := 0
+		srv, err := otpStart(env.Ctx, env.Root, &otpServer{})
+		if err != nil {
+			return err
+		}
+		const busy = 10 * time.Millisecond
+		if err := srv.Cast(env.Ctx, otpSleepCast(busy)); err != nil {
+			return err
+		}
+		run := func(*actor.Proc, actor.ReplyTo[int]) (int, error) { executed++; return 1, nil }
+		stopAt := time.Duration(1+otpPick(env, 5)) * time.Millisecond
+		var pids []actor.PID
+		for c := range 5 {
+			pid, err := env.Root.Go("caller", func(ctx context.Context) error {
+				// Some calls are queued before the stop request, some after:
+				// all before the server finishes its busy handler.
+				if err := actor.Sleep(ctx, env.Lab, time.Duration(c)*time.Millisecond*2); err != nil {
+					return err
+				}
+				_, err := srv.Call(ctx, run)
+				if !errors.Is(err, actor.ErrServerStopped) {
+					errs.add("queued caller %d: %v, want ErrServerStopped", c, err)
+				}
+				if now := env.Lab.Now().Sub(Epoch); now != busy {
+					errs.add("queued caller %d failed at %v, want when the drain reached it (%v)", c, now, busy)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			pids = append(pids, pid)
+		}
+		if err := otpSleep(env, stopAt); err != nil {
+			return err
+		}
+		o, err := srv.Stop(env.Ctx)
+		if err != nil {
+			return err
+		}
+		if !otpIsCancelled(o, actor.CancelRequested) {
+			errs.add("Stop outcome %v, want cancelled(requested)", o)
+		}
+		for _, pid := range pids {
+			if _, err := otpWait(env, pid); err != nil {
+				return err
+			}
+		}
+		if executed != 0 {
+			errs.add("%d queued calls were executed during the drain", executed)
+		}
+		if _, err := srv.Call(env.Ctx, run); !errors.Is(err, actor.ErrCallNoProc) {
+			errs.add("call to the stopped server: %v, want ErrCallNoProc", err)
+		}
+		return errs.err()
+	})
+}
+
+// A process calling itself gets ErrCallingSelf instead of a deadlock, from
+// every handler and through every call form; the server keeps serving.
+func TestLabCallingSelfIsError(t *testing.T) {
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		var self *otpRef
+		check := func(where string, p *actor.Proc) {
+			if _, err := self.Call(p.Ctx(), otpReply(1)); !errors.Is(err, actor.ErrCallingSelf) {
+				errs.add("%s: Call to self: %v, want ErrCallingSelf", where, err)
+			}
+			if _, err := self.CallTimeout(p.Ctx(), otpReply(1), time.Second); !errors.Is(err, actor.ErrCallingSelf) {
+				errs.add("%s: CallTimeout to self: %v, want ErrCallingSelf", where, err)
+			}
+			if _, err := actor.Call(p.Ctx(), self, otpReply(1)); !errors.Is(err, actor.ErrCallingSelf) {
+				errs.add("%s: actor.Call to self: %v, want ErrCallingSelf", where, err)
+			}
+		}
+		srv, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(p *actor.Proc, _ any) error {
+			check("HandleInfo", p)
+			return nil
+		}})
+		if err != nil {
+			return err
+		}
+		self = srv
+		var pids []actor.PID
+		for c := range 3 {
+			pid, err := env.Root.Go("client", func(ctx context.Context) error {
+				if _, err := srv.Call(ctx, func(p *actor.Proc, _ actor.ReplyTo[int]) (int, error) {
+					check("HandleCall", p)
+					return 0, nil
+				}); err != nil {
+					errs.add("client %d: %v", c, err)
+				}
+				if err := srv.Cast(ctx, func(p *actor.Proc) error { check("HandleCast", p); return nil }); err != nil {
+					errs.add("client %d: %v", c, err)
+				}
+				return srv.Info(ctx, c)
+			})
+			if err != nil {
+				return err
+			}
+			pids = append(pids, pid)
+		}
+		for _, pid := range pids {
+			if _, err := otpWait(env, pid); err != nil {
+				return err
+			}
+		}
+		if v, err := srv.Call(env.Ctx, otpReply(5)); v != 5 || err != nil {
+			errs.add("server after calling itself: %d, %v", v, err)
+		}
+		return errs.err()
+	})
+}
+
+// TryCast on a full mailbox (capacity 1, server busy) fails at once with
+// CastFull and enqueues nothing; a blocking Cast waits for room. Nothing
+// accepted is lost, and nothing refused is handled.
+func TestLabTryCastOnFullMailbox(t *testing.T) {
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		var handled []string
+		mark := func(s string) otpCast { return func(*actor.Proc) error { handled = append(handled, s); return nil } }
+		srv, err := otpStart(env.Ctx, env.Root, &otpServer{}, actor.WithMailbox(1))
+		if err != nil {
+			return err
+		}
+		busy := time.Duration(5+otpPick(env, 5)) * time.Millisecond
+		if err := srv.Cast(env.Ctx, otpSleepCast(busy)); err != nil {
+			return err
+		}
+		// Time stands still while anything can run: once 1ms has passed, the
+		// server has taken the busy cast and sleeps with an empty mailbox.
+		if err := otpSleep(env, time.Millisecond); err != nil {
+			return err
+		}
+		if err := srv.TryCast(mark("x")); err != nil {
+			errs.add("TryCast into the free slot: %v", err)
+		}
+		err = srv.TryCast(mark("refused"))
+		var ce *actor.CastError
+		if !errors.Is(err, actor.ErrCastFull) || !errors.As(err, &ce) || ce.Target != srv.PID() {
+			errs.add("TryCast on a full mailbox: %v, want CastFull naming the server", err)
+		}
+		t0 := env.Lab.Now()
+		blocked, err := env.Root.Go("blocking-sender", func(ctx context.Context) error {
+			return srv.Cast(ctx, mark("z"))
+		})
+		if err != nil {
+			return err
+		}
+		if _, err := otpWait(env, blocked); err != nil {
+			return err
+		}
+		if waited := env.Lab.Now().Sub(t0); waited != busy-time.Millisecond {
+			errs.add("blocking Cast waited %v, want until the busy handler ended (%v)", waited, busy-time.Millisecond)
+		}
+		if _, err := srv.Call(env.Ctx, otpReply(0)); err != nil {
+			return err
+		}
+		if got := otpJoin(handled); got != "[x z]" {
+			errs.add("handled %s, want [x z]", got)
+		}
+		return errs.err()
+	})
+}
+
+// ==== links and monitors ====
+
+// An abnormal exit cancels linked processes (reason linked, from the
+// exiting process), along a chain; a normal exit does not; a process that
+// traps exits gets Exit messages for both and keeps running.
+func TestLabLinkPropagatesAbnormalExit(t *testing.T) {
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		var exits []string
+		trapper, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
+			if x, ok := info.(actor.Exit); ok {
+				exits = append(exits, fmt.Sprintf("%s:%s", x.From.Name(), x.Outcome.Severity))
+			}
+			return nil
+		}}, actor.WithTrapExits(), actor.WithName("trapper"))
+		if err != nil {
+			return err
+		}
+		start := func(name string, links ...actor.PID) (*otpRef, error) {
+			opts := []actor.Option{actor.WithName(name)}
+			for _, l := range links {
+				opts = append(opts, actor.WithLink(l))
+			}
+			return otpStart(env.Ctx, env.Root, &otpServer{}, opts...)
+		}
+		// f fails: y is cancelled, the trapper gets an Exit.
+		y, err := start("y")
+		if err != nil {
+			return err
+		}
+		f, err := start("f", y.PID(), trapper.PID())
+		if err != nil {
+			return err
+		}
+		// g exits normally: y2 is untouched, the trapper gets an Exit.
+		y2, err := start("y2")
+		if err != nil {
+			return err
+		}
+		g, err := start("g", y2.PID(), trapper.PID())
+		if err != nil {
+			return err
+		}
+		// a chain a - b - c: c panics, b and then a are cancelled.
+		a, err := start("a")
+		if err != nil {
+			return err
+		}
+		b, err := start("b", a.PID())
+		if err != nil {
+			return err
+		}
+		c, err := start("c", b.PID())
+		if err != nil {
+			return err
+		}
+		// The three exits happen concurrently, in an order the seed picks.
+		for _, x := range []struct {
+			ref *otpRef
+			do  otpCast
+		}{{f, otpFail(errOTPBoom)}, {g, otpExitOk}, {c, otpPanic("chain")}} {
+			delay := time.Duration(otpPick(env, 3)) * time.Millisecond
+			if _, err := env.Root.Go("trigger", func(ctx context.Context) error {
+				if err := actor.Sleep(ctx, env.Lab, delay); err != nil {
+					return err
+				}
+				return x.ref.Cast(ctx, x.do)
+			}); err != nil {
+				return err
+			}
+		}
+		want := map[actor.PID]func(actor.Outcome) bool{
+			f.PID(): func(o actor.Outcome) bool { return o.Severity == actor.Err && errors.Is(o.Err, errOTPBoom) },
+			y.PID(): func(o actor.Outcome) bool {
+				return otpIsCancelled(o, actor.CancelLinked) && o.Cancel.From == f.PID()
+			},
+			g.PID(): actor.Outcome.IsOk,
+			c.PID(): func(o actor.Outcome) bool { return o.Severity == actor.Panicked },
+			b.PID(): func(o actor.Outcome) bool {
+				return otpIsCancelled(o, actor.CancelLinked) && o.Cancel.From == c.PID()
+			},
+			a.PID(): func(o actor.Outcome) bool {
+				return otpIsCancelled(o, actor.CancelLinked) && o.Cancel.From == b.PID()
+			},
+		}
+		for _, pid := range []actor.PID{f.PID(), y.PID(), g.PID(), c.PID(), b.PID(), a.PID()} {
+			o, err := otpWait(env, pid)
+			if err != nil {
+				return err
+			}
+			if !want[pid](o) {
+				errs.add("%v ended %v", pid, o)
+			}
+		}
+		// Exits reach the trapper's mailbox before the exiting process's
+		// waiters wake, so a call now is handled after them.
+		if _, err := trapper.Call(env.Ctx, otpReply(0)); err != nil {
+			return err
+		}
+		sort.Strings(exits)
+		if got := otpJoin(exits); got != "[f:err g:ok]" {
+			errs.add("trapper got exits %s, want [f:err g:ok]", got)
+		}
+		if !y2.PID().Alive() || !trapper.PID().Alive() {
+			errs.add("a normal exit or a trapped one killed a linked process (y2 alive %v, trapper alive %v)", y2.PID().Alive(), trapper.PID().Alive())
+		}
+		return errs.err()
+	})
+}
+
+// Monitoring a process that is already dead yields one immediate Down whose
+// outcome is Err(ErrNoProc); monitoring one that dies later yields one Down
+// with its real outcome. When the death races the monitor, the Down is
+// exactly one of the two, matching whether the target was alive.
+func TestLabMonitorDeadTargetYieldsNoproc(t *testing.T) {
+	var raced [2]int // across seeds: racing monitors set on dead / live targets
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		type mon struct {
+			ref        actor.MonitorRef
+			wasAlive   bool
+			downs      int
+			noproc     bool
+			outcomeStr string
+		}
+		var mons []*mon
+		byRef := map[uint64]*mon{}
+		watcher, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
+			d, ok := info.(actor.Down)
+			if !ok {
+				return nil
+			}
+			m := byRef[d.Ref.ID()]
+			if m == nil || d.Ref != m.ref || d.PID != m.ref.Target() {
+				errs.add("Down %+v for no monitor of ours", d)
+				return nil
+			}
+			m.downs++
+			m.noproc = d.NoProc()
+			m.outcomeStr = d.Outcome.String()
+			if d.NoProc() && (d.Outcome.Severity != actor.Err || !errors.Is(d.Outcome.Err, actor.ErrNoProc)) {
+				errs.add("noproc Down outcome %v, want Err(ErrNoProc)", d.Outcome)
+			}
+			return nil
+		}})
+		if err != nil {
+			return err
+		}
+		monitor := func(target actor.PID) error {
+			_, err := watcher.Call(env.Ctx, func(p *actor.Proc, _ actor.ReplyTo[int]) (int, error) {
+				m := &mon{wasAlive: target.Alive()}
+				m.ref = p.Monitor(target)
+				mons = append(mons, m)
+				byRef[m.ref.ID()] = m
+				if !m.wasAlive {
+					if err := p.Link(target); !errors.Is(err, actor.ErrNoProc) {
+						errs.add("Link to a dead process: %v, want ErrNoProc", err)
+					}
+				}
+				return 0, nil
+			})
+			return err
+		}
+		// Already dead.
+		dead, err := otpStart(env.Ctx, env.Root, &otpServer{})
+		if err != nil {
+			return err
+		}
+		if _, err := dead.Stop(env.Ctx); err != nil {
+			return err
+		}
+		if err := monitor(dead.PID()); err != nil {
+			return err
+		}
+		// Racing: the kill and the monitor come at instants the seed picks.
+		var targets []actor.PID
+		for range 4 {
+			target, err := otpStart(env.Ctx, env.Root, &otpServer{})
+			if err != nil {
+				return err
+			}
+			targets = append(targets, target.PID())
+			killAt := time.Duration(otpPick(env, 3)) * time.Millisecond
+			monAt := time.Duration(otpPick(env, 3)) * time.Millisecond
+			if _, err := env.Root.Go("killer", func(ctx context.Context) error {
+				if err := actor.Sleep(ctx, env.Lab, killAt); err != nil {
+					return err
+				}
+				_, err := target.Stop(ctx)
+				return err
+			}); err != nil {
+				return err
+			}
+			if _, err := env.Root.Go("monitorer", func(ctx context.Context) error {
+				if err := actor.Sleep(ctx, env.Lab, monAt); err != nil {
+					return err
+				}
+				return monitor(target.PID())
+			}); err != nil {
+				return err
+			}
+		}
+		if err := otpSleep(env, 5*time.Millisecond); err != nil {
+			return err
+		}
+		for _, pid := range targets {
+			if _, err := otpWait(env, pid); err != nil {
+				return err
+			}
+		}
+		if _, err := watcher.Call(env.Ctx, otpReply(0)); err != nil {
+			return err
+		}
+		if len(mons) != 5 {
+			return fmt.Errorf("%d monitors set, want 5", len(mons))
+		}
+		for i, m := range mons {
+			switch {
+			case m.downs != 1:
+				errs.add("monitor %d: %d Downs, want exactly 1", i, m.downs)
+			case m.noproc == m.wasAlive:
+				errs.add("monitor %d: target alive at Monitor %v, but Down noproc %v (%s)", i, m.wasAlive, m.noproc, m.outcomeStr)
+			case m.wasAlive && m.outcomeStr != "cancelled(requested)":
+				errs.add("monitor %d: Down outcome %s, want the target's real outcome cancelled(requested)", i, m.outcomeStr)
+			}
+			if i > 0 && m.wasAlive {
+				raced[1]++
+			} else if i > 0 {
+				raced[0]++
+			}
+		}
+		return errs.err()
+	})
+	if !otpReplaying() && (raced[0] == 0 || raced[1] == 0) {
+		t.Errorf("over all seeds, racing monitors found %d dead and %d live targets; want both", raced[0], raced[1])
+	}
+}
+
+// Downs from one exit are delivered in monitor-ref order, however the
+// monitors of several watchers interleaved: the delivery order follows the
+// refs on every seed, and each watcher sees its own monitors in the order
+// it set them, which is the same on every seed.
+func TestLabDownOrderStableUnderManyMonitors(t *testing.T) {
+	const watchers, perWatcher = 3, 8
+	shapes := map[string]bool{}      // each watcher's order, across seeds
+	interleaves := map[string]bool{} // the refs' interleaving, across seeds
+	var (
+		wantOrder []uint64 // watcher PIDs in ref order, from the last run
+		targetID  uint64
+	)
+	otpCheckWith(t, func(env *Env) error {
+		var errs otpErrs
+		type made struct {
+			ref uint64
+			w   int
+		}
+		var all []made
+		index := map[uint64]int{} // ref -> its index among its watcher's monitors
+		got := make([][]int, watchers)
+		target, err := otpStart(env.Ctx, env.Root, &otpServer{}, actor.WithName("target"))
+		if err != nil {
+			return err
+		}
+		var refs []*otpRef
+		for w := range watchers {
+			ref, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
+				if d, ok := info.(actor.Down); ok {
+					got[w] = append(got[w], index[d.Ref.ID()])
+				}
+				return nil
+			}}, actor.WithName(fmt.Sprintf("w%d", w)))
+			if err != nil {
+				return err
+			}
+			refs = append(refs, ref)
+		}
+		var setters []actor.PID
+		for w, ref := range refs {
+			pid, err := env.Root.Go("setter", func(ctx context.Context) error {
+				_, err := ref.Call(ctx, func(p *actor.Proc, _ actor.ReplyTo[int]) (int, error) {
+					for k := range perWatcher {
+						m := p.Monitor(target.PID())
+						all = append(all, made{m.ID(), w})
+						index[m.ID()] = k
+						// Park, so that the watchers' monitors interleave
+						// as the seed decides.
+						if err := actor.Sleep(p.Ctx(), p.Executor(), time.Microsecond); err != nil {
+							return 0, err
+						}
+					}
+					return 0, nil
+				})
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			setters = append(setters, pid)
+		}
+		for _, pid := range setters {
+			if o, err := otpWait(env, pid); err != nil || !o.IsOk() {
+				return fmt.Errorf("setter: %v %v", o, err)
+			}
+		}
+		if _, err := target.Stop(env.Ctx); err != nil {
+			return err
+		}
+		for _, ref := range refs {
+			if _, err := ref.Call(env.Ctx, otpReply(0)); err != nil {
+				return err
+			}
+		}
+		var shape []string
+		for w := range watchers {
+			shape = append(shape, fmt.Sprint(got[w]))
+			if len(got[w]) != perWatcher || !slices.IsSorted(got[w]) {
+				errs.add("watcher %d handled the Downs of its monitors in order %v, want 0..%d", w, got[w], perWatcher-1)
+			}
+		}
+		shapes[strings.Join(shape, " ")] = true
+		sort.Slice(all, func(i, j int) bool { return all[i].ref < all[j].ref })
+		var inter strings.Builder
+		wantOrder = wantOrder[:0]
+		for _, m := range all {
+			fmt.Fprint(&inter, m.w)
+			wantOrder = append(wantOrder, refs[m.w].PID().ID())
+		}
+		interleaves[inter.String()] = true
+		targetID = target.PID().ID()
+		return errs.err()
+	}, func(t *testing.T, seed uint64, res *Result) {
+		// The trace records each Down as it is delivered.
+		var delivered []uint64
+		for _, ev := range res.Events {
+			if ev.Kind == actor.TraceDown.String() && ev.Peer == targetID {
+				delivered = append(delivered, ev.PID)
+			}
+		}
+		if !slices.Equal(delivered, wantOrder) {
+			t.Errorf("seed %d: Downs delivered to watchers %v, want ref order %v", seed, delivered, wantOrder)
+		}
+	})
+	if len(shapes) != 1 {
+		t.Errorf("a watcher's Down order differs across seeds: %v", shapes)
+	}
+	if !otpReplaying() && len(interleaves) < 2 {
+		t.Errorf("the monitors interleaved the same way on every seed (%v): the schedule does not vary", interleaves)
+	}
+}
+
+// Demonitor with flush: no Down for the monitor is ever handled after it
+// returns, even one already queued. Without flush, a Down already on its
+// way still arrives. Whether the target dies before or after the demonitor
+// is up to the seed.
+func TestLabDemonitorFlush(t *testing.T) {
+	var raced [2]int // across seeds: target dead / alive at the demonitor
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		downs := map[uint64]int{}
+		watcher, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
+			if d, ok := info.(actor.Down); ok {
+				downs[d.Ref.ID()]++
+			}
+			return nil
+		}})
+		if err != nil {
+			return err
+		}
+		for round := range 3 {
+			flushed, err := otpStart(env.Ctx, env.Root, &otpServer{})
+			if err != nil {
+				return err
+			}
+			plain, err := otpStart(env.Ctx, env.Root, &otpServer{})
+			if err != nil {
+				return err
+			}
+			killAt := time.Duration(otpPick(env, 3)) * time.Millisecond
+			if _, err := env.Root.Go("killer", func(ctx context.Context) error {
+				if err := actor.Sleep(ctx, env.Lab, killAt); err != nil {
+					return err
+				}
+				flushed.Abort()
+				plain.Abort()
+				return nil
+			}); err != nil {
+				return err
+			}
+			var refF, refP actor.MonitorRef
+			plainDead := false
+			if _, err := watcher.Call(env.Ctx, func(p *actor.Proc, _ actor.ReplyTo[int]) (int, error) {
+				refF, refP = p.Monitor(flushed.PID()), p.Monitor(plain.PID())
+				// The handler sleeps while the killer may strike, so a Down
+				// may be queued behind this very call.
+				if err := actor.Sleep(p.Ctx(), p.Executor(), time.Millisecond); err != nil {
+					return 0, err
+				}
+				plainDead = !plain.PID().Alive()
+				if !p.Demonitor(refF, true) {
+					errs.add("round %d: Demonitor(flush) of an active monitor reported false", round)
+				}
+				if !p.Demonitor(refP, false) {
+					errs.add("round %d: Demonitor of an active monitor reported false", round)
+				}
+				if p.Demonitor(refF, true) {
+					errs.add("round %d: a second Demonitor reported true", round)
+				}
+				return 0, nil
+			}); err != nil {
+				return err
+			}
+			if plainDead {
+				raced[0]++
+			} else {
+				raced[1]++
+			}
+			if err := otpSleep(env, 3*time.Millisecond); err != nil {
+				return err
+			}
+			if _, err := watcher.Call(env.Ctx, otpReply(0)); err != nil {
+				return err
+			}
+			if n := downs[refF.ID()]; n != 0 {
+				errs.add("round %d: %d Downs handled after Demonitor with flush", round, n)
+			}
+			want := 0
+			if plainDead {
+				want = 1
+			}
+			if n := downs[refP.ID()]; n != want {
+				errs.add("round %d: %d Downs without flush, want %d (target dead at the demonitor: %v)", round, n, want, plainDead)
+			}
+		}
+		return errs.err()
+	})
+	if !otpReplaying() && (raced[0] == 0 || raced[1] == 0) {
+		t.Errorf("over all seeds, the target died before the demonitor %d times and after %d times; want both", raced[0], raced[1])
+	}
+}
+
+// ==== life cycle ====
+
+// Stop drains every message committed before the mailbox closed, in order,
+// before the stop hook runs (INV-7); a cast that came too late is refused
+// with CastServerStopped. Senders race the stop as the seed decides.
+func TestLabStopDrainsCommittedBeforeOnStop(t *testing.T) {
+	refusals := 0 // across seeds
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		handled, accepted := 0, 0
+		handledAtStop := -1
+		srv, err := otpStart(env.Ctx, env.Root, &otpServer{term: func(*actor.Proc, actor.Outcome) {
+			handledAtStop = handled
+		}})
+		if err != nil {
+			return err
+		}
+		if err := srv.Cast(env.Ctx, otpSleepCast(3*time.Millisecond)); err != nil {
+			return err
+		}
+		next := map[int]int{} // sender -> next sequence number expected
+		var pids []actor.PID
+		for s := range 4 {
+			pid, err := env.Root.Go("sender", func(ctx context.Context) error {
+				for i := range 10 {
+					err := srv.Cast(ctx, func(*actor.Proc) error {
+						if next[s] != i {
+							errs.add("sender %d: message %d handled, expected %d (FIFO)", s, i, next[s])
+						}
+						next[s] = i + 1
+						handled++
+						return nil
+					})
+					switch {
+					case err == nil:
+						accepted++
+					case errors.Is(err, actor.ErrCastServerStopped):
+						refusals++
+						return nil
+					default:
+						errs.add("sender %d: %v", s, err)
+						return nil
+					}
+					if err := actor.Sleep(ctx, env.Lab, time.Duration(otpPick(env, 800))*time.Microsecond); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			pids = append(pids, pid)
+		}
+		if err := otpSleep(env, time.Duration(otpPick(env, 6000))*time.Microsecond); err != nil {
+			return err
+		}
+		o, err := srv.Stop(env.Ctx)
+		if err != nil {
+			return err
+		}
+		if !otpIsCancelled(o, actor.CancelRequested) {
+			errs.add("Stop outcome %v, want cancelled(requested)", o)
+		}
+		for _, pid := range pids {
+			if _, err := otpWait(env, pid); err != nil {
+				return err
+			}
+		}
+		if handledAtStop != accepted || handled != accepted {
+			errs.add("%d casts accepted, %d handled before the stop hook, %d in all: want all of them before it", accepted, handledAtStop, handled)
+		}
+		return errs.err()
+	})
+	if !otpReplaying() && refusals == 0 {
+		t.Errorf("no cast was ever refused: the senders never raced the stop")
+	}
+}
+
+// A failed start (Init error, panic, or timeout) leaves nothing behind: the
+// caller gets a *StartError with the outcome; the children Init started are
+// stopped, its names released, its links undone without signalling, and a
+// monitor set during Init gets its Down; the scope forgets the process.
+func TestLabInitFailureLeavesNothingBehind(t *testing.T) {
+	cases := []struct {
+		name string
+		init func(p *actor.Proc) error
+		want func(actor.Outcome) bool
+		took time.Duration
+	}{
+		{"error", func(*actor.Proc) error { return errOTPStart },
+			func(o actor.Outcome) bool { return o.Severity == actor.Err && errors.Is(o.Err, errOTPStart) }, 0},
+		{"panic", func(*actor.Proc) error { panic("init panic") },
+			func(o actor.Outcome) bool { return o.Severity == actor.Panicked }, 0},
+		{"timeout", func(p *actor.Proc) error { return actor.Sleep(p.Ctx(), p.Executor(), time.Hour) },
+			func(o actor.Outcome) bool { return otpIsCancelled(o, actor.CancelTimeout) }, 3 * time.Second},
+	}
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		reg := registry.New(env.Lab)
+		var exits []actor.Exit
+		partner, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
+			if x, ok := info.(actor.Exit); ok {
+				exits = append(exits, x)
+			}
+			return nil
+		}}, actor.WithTrapExits())
+		if err != nil {
+			return err
+		}
+		var downs []actor.Down
+		watcher, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
+			if d, ok := info.(actor.Down); ok {
+				downs = append(downs, d)
+			}
+			return nil
+		}})
+		if err != nil {
+			return err
+		}
+		// The cases run in an order the seed picks.
+		order := []int{0, 1, 2}
+		for i := len(order) - 1; i > 0; i-- {
+			j := otpPick(env, i+1)
+			order[i], order[j] = order[j], order[i]
+		}
+		for _, ci := range order {
+			c := cases[ci]
+			var self, child actor.PID
+			before := len(env.Root.Processes())
+			t0 := env.Lab.Now()
+			_, err := otpStart(env.Ctx, env.Root, &otpServer{init: func(p *actor.Proc) error {
+				self = p.Self()
+				kids, err := p.Children()
+				if err != nil {
+					return err
+				}
+				k, err := otpStart(p.Ctx(), kids, &otpServer{})
+				if err != nil {
+					return err
+				}
+				child = k.PID()
+				if _, err := reg.Register("svc-"+c.name, p.Self()); err != nil {
+					return err
+				}
+				if err := p.Link(partner.PID()); err != nil {
+					return err
+				}
+				if _, err := watcher.Call(p.Ctx(), func(wp *actor.Proc, _ actor.ReplyTo[int]) (int, error) {
+					wp.Monitor(self)
+					return 0, nil
+				}); err != nil {
+					return err
+				}
+				return c.init(p)
+			}}, actor.WithInitTimeout(3*time.Second))
+			var se *actor.StartError
+			if !errors.As(err, &se) || se.PID != self || !c.want(se.Outcome) {
+				errs.add("%s: Start = %v, want a *StartError of %v with the init outcome", c.name, err, self)
+				continue
+			}
+			if took := env.Lab.Now().Sub(t0); took != c.took {
+				errs.add("%s: the failed start took %v, want %v", c.name, took, c.took)
+			}
+			if o, dead := self.Outcome(); !dead || o.Severity != se.Outcome.Severity {
+				errs.add("%s: the process is not completed with its start outcome (%v, dead %v)", c.name, o, dead)
+			}
+			if child.Alive() {
+				errs.add("%s: a child started in Init outlived the failed start", c.name)
+			}
+			if _, ok := reg.Whereis("svc-" + c.name); ok {
+				errs.add("%s: a name registered in Init outlived the failed start", c.name)
+			}
+			if slices.Contains(env.Root.Processes(), self) || len(env.Root.Processes()) != before {
+				errs.add("%s: the scope still lists processes of the failed start", c.name)
+			}
+			if _, err := watcher.Call(env.Ctx, otpReply(0)); err != nil {
+				return err
+			}
+			if len(downs) != 1 || downs[0].PID != self || downs[0].Outcome.Severity != se.Outcome.Severity {
+				errs.add("%s: the monitor set during Init got Downs %v, want one with the start outcome", c.name, downs)
+			}
+			downs = nil
+		}
+		if _, err := partner.Call(env.Ctx, otpReply(0)); err != nil {
+			return err
+		}
+		if len(exits) != 0 || !partner.PID().Alive() {
+			errs.add("a failed start signalled its link: exits %v, partner alive %v", exits, partner.PID().Alive())
+		}
+		return errs.err()
+	})
+}
+
+// Abort is immediate: the process is completed (Cancelled(kill)) when Abort
+// returns, while its handler is still stuck; queued and deferred callers
+// fail at that instant, monitors and links are told, and the stop hook
+// never runs.
+func TestLabAbortIsImmediate(t *testing.T) {
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		termRan := false
+		hold, release := context.WithCancel(context.Background())
+		defer release()
+		srv, err := otpStart(env.Ctx, env.Root, &otpServer{term: func(*actor.Proc, actor.Outcome) { termRan = true }})
+		if err != nil {
+			return err
+		}
+		var downs []actor.Down
+		watcher, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
+			if d, ok := info.(actor.Down); ok {
+				downs = append(downs, d)
+			}
+			return nil
+		}})
+		if err != nil {
+			return err
+		}
+		if _, err := watcher.Call(env.Ctx, func(p *actor.Proc, _ actor.ReplyTo[int]) (int, error) {
+			p.Monitor(srv.PID())
+			return 0, nil
+		}); err != nil {
+			return err
+		}
+		linked, err := otpStart(env.Ctx, env.Root, &otpServer{}, actor.WithLink(srv.PID()))
+		if err != nil {
+			return err
+		}
+		var abortAt time.Time
+		caller := func(name string, req otpCall) (actor.PID, error) {
+			return env.Root.Go(name, func(ctx context.Context) error {
+				if _, err := srv.Call(ctx, req); !errors.Is(err, actor.ErrServerStopped) {
+					errs.add("%s caller: %v, want ErrServerStopped", name, err)
+				}
+				if !env.Lab.Now().Equal(abortAt) {
+					errs.add("%s caller failed at %v, the abort was at %v", name, env.Lab.Now().Sub(Epoch), abortAt.Sub(Epoch))
+				}
+				return nil
+			})
+		}
+		// A deferred call, then the server gets stuck (deaf to its own
+		// cancellation), then calls queue behind it.
+		deferred, err := caller("deferred", func(_ *actor.Proc, from actor.ReplyTo[int]) (int, error) {
+			from.Defer()
+			return 0, nil
+		})
+		if err != nil {
+			return err
+		}
+		if err := otpSleep(env, time.Millisecond); err != nil {
+			return err
+		}
+		if err := srv.Cast(env.Ctx, func(p *actor.Proc) error { return actor.Sleep(hold, p.Executor(), time.Hour) }); err != nil {
+			return err
+		}
+		pids := []actor.PID{deferred}
+		for range 3 {
+			pid, err := caller("queued", otpReply(1))
+			if err != nil {
+				return err
+			}
+			pids = append(pids, pid)
+		}
+		if err := otpSleep(env, time.Duration(1+otpPick(env, 5))*time.Millisecond); err != nil {
+			return err
+		}
+		abortAt = env.Lab.Now()
+		srv.Abort()
+		if o, dead := srv.PID().Outcome(); !dead || !otpIsCancelled(o, actor.CancelKill) {
+			errs.add("right after Abort: outcome %v, completed %v; want cancelled(kill), completed", o, dead)
+		}
+		if o, err := otpWait(env, srv.PID()); err != nil || !otpIsCancelled(o, actor.CancelKill) || !env.Lab.Now().Equal(abortAt) {
+			errs.add("Wait after Abort: %v, %v at %v", o, err, env.Lab.Now().Sub(abortAt))
+		}
+		for _, pid := range pids {
+			if _, err := otpWait(env, pid); err != nil {
+				return err
+			}
+		}
+		if o, err := otpWait(env, linked.PID()); err != nil || !otpIsCancelled(o, actor.CancelLinked) {
+			errs.add("linked process ended %v, %v; want cancelled(linked)", o, err)
+		}
+		if _, err := watcher.Call(env.Ctx, otpReply(0)); err != nil {
+			return err
+		}
+		if len(downs) != 1 || !otpIsCancelled(downs[0].Outcome, actor.CancelKill) {
+			errs.add("watcher got Downs %v, want one cancelled(kill)", downs)
+		}
+		// Let the stuck handler return: the stop hook still never runs.
+		release()
+		if err := otpSleep(env, time.Millisecond); err != nil {
+			return err
+		}
+		if termRan {
+			errs.add("the stop hook ran after an abort")
+		}
+		return errs.err()
+	})
+}
+
+// Scope.Close returns only once the scope is quiescent: every process ran
+// its stop hook (however long it took), tasks returned, nested scopes
+// closed, and then the finalizers ran, newest first.
+func TestLabScopeCloseQuiescence(t *testing.T) {
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		var log []string
+		sub, err := env.Root.Sub("work")
+		if err != nil {
+			return err
+		}
+		nested, err := sub.Sub("nested")
+		if err != nil {
+			return err
+		}
+		var pids []actor.PID
+		for i, scope := range []*actor.Scope{sub, sub, nested, sub} {
+			d := time.Duration(otpPick(env, 5)) * time.Millisecond
+			ref, err := otpStart(env.Ctx, scope, &otpServer{term: func(p *actor.Proc, _ actor.Outcome) {
+				_ = actor.Sleep(p.Ctx(), p.Executor(), d)
+				log = append(log, fmt.Sprintf("stop%d", i))
+			}})
+			if err != nil {
+				return err
+			}
+			pids = append(pids, ref.PID())
+		}
+		for i := range 2 {
+			pid, err := sub.Go("task", func(ctx context.Context) error {
+				// Runs until the scope cancels it.
+				if err := actor.Sleep(ctx, env.Lab, time.Hour); err == nil {
+					errs.add("task %d was never cancelled", i)
+				}
+				// Cleanup after cancellation takes time too.
+				_ = actor.Sleep(context.Background(), env.Lab, time.Duration(1+otpPick(env, 3))*time.Millisecond)
+				log = append(log, fmt.Sprintf("task%d", i))
+				return ctx.Err()
+			})
+			if err != nil {
+				return err
+			}
+			pids = append(pids, pid)
+		}
+		for i := range 3 {
+			if err := sub.Defer(func() { log = append(log, fmt.Sprintf("fin%d", i)) }); err != nil {
+				return err
+			}
+		}
+		if err := otpSleep(env, time.Duration(otpPick(env, 3))*time.Millisecond); err != nil {
+			return err
+		}
+		o, err := sub.Close(env.Ctx)
+		log = append(log, "closed")
+		if err != nil || !o.IsOk() {
+			errs.add("Close = %v, %v; want Ok (the scope's own cancellations are not failures)", o, err)
+		}
+		for _, pid := range pids {
+			if pid.Alive() {
+				errs.add("%v outlived its closed scope", pid)
+			}
+		}
+		if n := len(sub.Processes()) + len(nested.Processes()); n != 0 {
+			errs.add("%d processes still listed after Close", n)
+		}
+		if len(log) != 10 {
+			return fmt.Errorf("log %s: want 4 stops, 2 tasks, 3 finalizers and the close", otpJoin(log))
+		}
+		for _, s := range log[:6] {
+			if !strings.HasPrefix(s, "stop") && !strings.HasPrefix(s, "task") {
+				errs.add("log %s: a finalizer ran before every process had stopped", otpJoin(log))
+				break
+			}
+		}
+		if got := otpJoin(log[6:]); got != "[fin2 fin1 fin0 closed]" {
+			errs.add("log %s: want the finalizers newest first, then Close returning", otpJoin(log))
+		}
+		if _, err := otpStart(env.Ctx, sub, &otpServer{}); !errors.Is(err, actor.ErrScopeClosed) {
+			errs.add("start in a closed scope: %v, want ErrScopeClosed", err)
+		}
+		return errs.err()
+	})
+}
+
+// ==== supervisor ====
+
+// Which exits restart which children: Permanent after Ok and Err, Transient
+// after Err only, Temporary never (its spec is then forgotten, while a
+// stopped Transient keeps its spec).
+func TestLabSupervisorRestartTypesByExitReason(t *testing.T) {
+	type exit struct {
+		name string
+		do   otpCast
+	}
+	exits := []exit{{"ok", otpExitOk}, {"err", otpFail(errOTPBoom)}}
+	types := []supervisor.RestartType{supervisor.Permanent, supervisor.Transient, supervisor.Temporary}
+	// want[type][exit]: restarted?
+	want := map[supervisor.RestartType][2]bool{
+		supervisor.Permanent: {true, true},
+		supervisor.Transient: {false, true},
+		supervisor.Temporary: {false, false},
+	}
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		kids := newOTPKids(env)
+		var specs []supervisor.ChildSpec
+		for _, rt := range types {
+			for _, x := range exits {
+				s := kids.spec(rt.String()+"-"+x.name, rt)
+				s.Containment = supervisor.Contain // a stopped child must not fail the supervisor
+				specs = append(specs, s)
+			}
+		}
+		sup, err := supervisor.Start(env.Ctx, env.Root, supervisor.Spec{MaxRestarts: 100, Children: specs})
+		if err != nil {
+			return err
+		}
+		// Every child exits, concurrently, in an order the seed picks.
+		var pids []actor.PID
+		for _, rt := range types {
+			for _, x := range exits {
+				id := rt.String() + "-" + x.name
+				delay := time.Duration(otpPick(env, 3)) * time.Millisecond
+				pid, err := env.Root.Go("exit", func(ctx context.Context) error {
+					if err := actor.Sleep(ctx, env.Lab, delay); err != nil {
+						return err
+					}
+					_, _, err := kids.end(id, x.do)
+					return err
+				})
+				if err != nil {
+					return err
+				}
+				pids = append(pids, pid)
+			}
+		}
+		for _, pid := range pids {
+			if o, err := otpWait(env, pid); err != nil || !o.IsOk() {
+				return fmt.Errorf("exit task: %v %v", o, err)
+			}
+		}
+		which, err := sup.WhichChildren(env.Ctx) // ordered after the Downs
+		if err != nil {
+			return err
+		}
+		status := map[string]supervisor.ChildStatus{}
+		for _, c := range which {
+			status[c.ID] = c.Status
+		}
+		for _, rt := range types {
+			for i, x := range exits {
+				id := rt.String() + "-" + x.name
+				restarted := want[rt][i]
+				if n := kids.starts[id]; restarted && n != 2 || !restarted && n != 1 {
+					errs.add("%s: started %d times, want restarted=%v", id, n, restarted)
+				}
+				st, listed := status[id]
+				switch {
+				case restarted && st != supervisor.StatusRunning:
+					errs.add("%s: status %v, want running", id, st)
+				case !restarted && rt == supervisor.Temporary && listed:
+					errs.add("%s: a stopped temporary child is still listed (%v)", id, st)
+				case !restarted && rt != supervisor.Temporary && st != supervisor.StatusTerminated:
+					errs.add("%s: status %v, want terminated (spec kept)", id, st)
+				}
+			}
+		}
+		if !sup.PID().Alive() {
+			errs.add("the supervisor died")
+		}
+		return errs.err()
+	})
+}
+
+// The restart budget is a sliding window in virtual time: MaxRestarts
+// restarts within any Window; a restart exactly Window old no longer
+// counts; one too many escalates (ErrBudgetExhausted) at that instant.
+func TestLabSupervisorRestartWindowSlides(t *testing.T) {
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		kids := newOTPKids(env)
+		var log []supervisor.LogEntry
+		sup, err := supervisor.Start(env.Ctx, env.Root, supervisor.Spec{
+			MaxRestarts: 3, Window: 10 * time.Second,
+			Children: []supervisor.ChildSpec{kids.spec("a", supervisor.Permanent), kids.spec("b", supervisor.Permanent)},
+			OnLog:    func(e supervisor.LogEntry) { log = append(log, e) },
+		})
+		if err != nil {
+			return err
+		}
+		// Failures at these instants (seconds), restarting at once: the
+		// window holds {0,1,2}; at 11 the restarts at 0 and 1 have left it
+		// (1 is exactly Window old), so two more fit at that instant,
+		// {2,11,11}, and at 11.75 the window is full.
+		at := []time.Duration{0, time.Second, 2 * time.Second, 11 * time.Second, 11 * time.Second, 11750 * time.Millisecond}
+		for i, d := range at {
+			if err := otpSleep(env, Epoch.Add(d).Sub(env.Lab.Now())); err != nil {
+				return err
+			}
+			// The seed picks which child fails; the budget is shared.
+			id := []string{"a", "b"}[otpPick(env, 2)]
+			if _, o, err := kids.end(id, otpFail(errOTPBoom)); err != nil || o.Severity != actor.Err {
+				return fmt.Errorf("failure %d: %v %v", i, o, err)
+			}
+			if i < len(at)-1 {
+				if _, err := sup.CountChildren(env.Ctx); err != nil {
+					errs.add("failure %d at %v: the supervisor is gone (%v), the window should allow it", i, d, err)
+				}
+			}
+		}
+		o, err := otpWait(env, sup.PID())
+		if err != nil {
+			return err
+		}
+		if o.Severity != actor.Err || !errors.Is(o.Err, supervisor.ErrBudgetExhausted) {
+			errs.add("supervisor outcome %v, want err(budget exhausted)", o)
+		}
+		var decisions []string
+		for _, e := range log {
+			if e.Decision == supervisor.DecisionRestart || e.Decision == supervisor.DecisionBudgetExhausted {
+				decisions = append(decisions, fmt.Sprintf("%s@%v", e.Decision, e.Time.Sub(Epoch)))
+			}
+		}
+		want := "[restart@0s restart@1s restart@2s restart@11s restart@11s budget-exhausted@11.75s]"
+		if got := otpJoin(decisions); got != want {
+			errs.add("decisions %s, want %s", got, want)
+		}
+		return errs.err()
+	})
+}
+
+// The strategies' order: which children stop (newest first) and start (in
+// start order) when b fails, and the stop order at shutdown (newest first),
+// however long each child takes to stop.
+func TestLabSupervisorStrategyOrder(t *testing.T) {
+	cases := []struct {
+		strategy supervisor.Strategy
+		restart  string
+	}{
+		{supervisor.OneForOne, "[stop b start b]"},
+		{supervisor.OneForAll, "[stop b stop d stop c stop a start a start b start c start d]"},
+		{supervisor.RestForOne, "[stop b stop d stop c start b start c start d]"},
+	}
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		for _, c := range cases {
+			kids := newOTPKids(env)
+			kids.stopJitter = 3 * time.Millisecond
+			var specs []supervisor.ChildSpec
+			for _, id := range []string{"a", "b", "c", "d"} {
+				specs = append(specs, kids.spec(id, supervisor.Permanent))
+			}
+			sup, err := supervisor.Start(env.Ctx, env.Root, supervisor.Spec{Strategy: c.strategy, Children: specs})
+			if err != nil {
+				return err
+			}
+			if got := otpJoin(kids.take()); got != "[start a start b start c start d]" {
+				errs.add("%v: start order %s", c.strategy, got)
+			}
+			a := kids.refs["a"].PID()
+			if _, _, err := kids.end("b", otpFail(errOTPBoom)); err != nil {
+				return err
+			}
+			which, err := sup.WhichChildren(env.Ctx)
+			if err != nil {
+				return err
+			}
+			if got := otpJoin(kids.take()); got != c.restart {
+				errs.add("%v: on b's failure %s, want %s", c.strategy, got, c.restart)
+			}
+			if got := otpStatuses(which); got != "a:running b:running c:running d:running" {
+				errs.add("%v: children %s after the restart", c.strategy, got)
+			}
+			if c.strategy != supervisor.OneForAll && (kids.refs["a"].PID() != a || !a.Alive()) {
+				errs.add("%v: a, started before b, was restarted", c.strategy)
+			}
+			o, err := sup.Stop(env.Ctx)
+			if err != nil || !o.IsOk() {
+				errs.add("%v: Stop = %v, %v; want Ok", c.strategy, o, err)
+			}
+			if got := otpJoin(kids.take()); got != "[stop d stop c stop b stop a]" {
+				errs.add("%v: shutdown order %s, want newest first", c.strategy, got)
+			}
+		}
+		return errs.err()
+	})
+}
+
+// A temporary bystander of a group restart is stopped for good: the others
+// restart, it does not, and its spec is gone.
+func TestLabSupervisorTemporaryBystanderInGroupRestart(t *testing.T) {
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		for _, strategy := range []supervisor.Strategy{supervisor.OneForAll, supervisor.RestForOne} {
+			kids := newOTPKids(env)
+			kids.stopJitter = 2 * time.Millisecond
+			sup, err := supervisor.Start(env.Ctx, env.Root, supervisor.Spec{Strategy: strategy, Children: []supervisor.ChildSpec{
+				kids.spec("a", supervisor.Permanent), kids.spec("b", supervisor.Permanent),
+				kids.spec("tmp", supervisor.Temporary), kids.spec("c", supervisor.Transient),
+			}})
+			if err != nil {
+				return err
+			}
+			kids.take()
+			if _, _, err := kids.end("b", otpFail(errOTPBoom)); err != nil {
+				return err
+			}
+			which, err := sup.WhichChildren(env.Ctx)
+			if err != nil {
+				return err
+			}
+			want := map[supervisor.Strategy]string{
+				supervisor.OneForAll:  "[stop b stop c stop tmp stop a start a start b start c]",
+				supervisor.RestForOne: "[stop b stop c stop tmp start b start c]",
+			}[strategy]
+			if got := otpJoin(kids.take()); got != want {
+				errs.add("%v: %s, want %s", strategy, got, want)
+			}
+			if got := otpStatuses(which); got != "a:running b:running c:running" {
+				errs.add("%v: children %s, want the temporary one gone", strategy, got)
+			}
+			if kids.starts["tmp"] != 1 {
+				errs.add("%v: the temporary child started %d times", strategy, kids.starts["tmp"])
+			}
+			if _, err := sup.Stop(env.Ctx); err != nil {
+				return err
+			}
+		}
+		return errs.err()
+	})
+}
+
+// The admin API's error codes, static and dynamic.
+func TestLabSupervisorAdminErrorCodes(t *testing.T) {
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		expect := func(what string, err, want error, not ...error) {
+			if !errors.Is(err, want) {
+				errs.add("%s: %v, want %v", what, err, want)
+			}
+			for _, n := range not {
+				if errors.Is(err, n) {
+					errs.add("%s: %v also matches %v", what, err, n)
+				}
+			}
+		}
+		kids := newOTPKids(env)
+		sup, err := supervisor.Start(env.Ctx, env.Root, supervisor.Spec{
+			Backoff: supervisor.Fixed(time.Second), MaxRestarts: 10,
+			Children: []supervisor.ChildSpec{kids.spec("a", supervisor.Permanent)},
+		})
+		if err != nil {
+			return err
+		}
+		// Admin calls interleave with a client polling the supervisor.
+		if _, err := env.Root.Go("poller", func(ctx context.Context) error {
+			for range 20 {
+				if _, err := sup.CountChildren(ctx); err != nil {
+					return nil // the supervisor stopped
+				}
+				if err := actor.Sleep(ctx, env.Lab, time.Duration(1+otpPick(env, 200))*time.Millisecond); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		ctx := env.Ctx
+		expect("TerminateChild(unknown)", sup.TerminateChild(ctx, "nope"), supervisor.ErrNotFound)
+		_, err = sup.RestartChild(ctx, "nope")
+		expect("RestartChild(unknown)", err, supervisor.ErrNotFound)
+		expect("DeleteChild(unknown)", sup.DeleteChild(ctx, "nope"), supervisor.ErrNotFound)
+		_, err = sup.RestartChild(ctx, "a")
+		expect("RestartChild(running)", err, supervisor.ErrRunning)
+		expect("DeleteChild(running)", sup.DeleteChild(ctx, "a"), supervisor.ErrRunning)
+		_, err = sup.StartChild(ctx, kids.spec("a", supervisor.Permanent))
+		expect("StartChild(running id)", err, supervisor.ErrAlreadyStarted)
+		expect("StartChild(running id)", err, supervisor.ErrAlreadyPresent)
+		var ce *supervisor.ChildError
+		if errors.As(err, &ce) && ce.PID != kids.refs["a"].PID() {
+			errs.add("ErrAlreadyStarted names %v, want the running instance %v", ce.PID, kids.refs["a"].PID())
+		}
+		_, err = sup.StartChild(ctx, supervisor.ChildSpec{Start: kids.spec("x", supervisor.Permanent).Start})
+		expect("StartChild(no id)", err, supervisor.ErrInvalidSpec)
+		expect("StartChild(no id)", err, supervisor.ErrMissingID)
+
+		if err := sup.TerminateChild(ctx, "a"); err != nil {
+			errs.add("TerminateChild(a): %v", err)
+		}
+		_, err = sup.StartChild(ctx, kids.spec("a", supervisor.Permanent))
+		expect("StartChild(terminated id)", err, supervisor.ErrAlreadyPresent, supervisor.ErrAlreadyStarted)
+		pid, err := sup.RestartChild(ctx, "a")
+		if err != nil || pid != kids.refs["a"].PID() || !pid.Alive() {
+			errs.add("RestartChild(terminated) = %v, %v; want the new instance", pid, err)
+		}
+
+		// During the backoff the child is restarting, and the supervisor
+		// answers at once.
+		if _, _, err := kids.end("a", otpFail(errOTPBoom)); err != nil {
+			return err
+		}
+		t0 := env.Lab.Now()
+		_, err = sup.RestartChild(ctx, "a")
+		expect("RestartChild(restarting)", err, supervisor.ErrRestarting)
+		expect("DeleteChild(restarting)", sup.DeleteChild(ctx, "a"), supervisor.ErrRestarting)
+		if which, err := sup.WhichChildren(ctx); err != nil || otpStatuses(which) != "a:restarting" || !env.Lab.Now().Equal(t0) {
+			errs.add("during the backoff: %s, %v after %v", otpStatuses(which), err, env.Lab.Now().Sub(t0))
+		}
+		if err := otpSleep(env, time.Second); err != nil {
+			return err
+		}
+		if which, err := sup.WhichChildren(ctx); err != nil || otpStatuses(which) != "a:running" {
+			errs.add("after the backoff: %s, %v", otpStatuses(which), err)
+		}
+		if err := sup.TerminateChild(ctx, "a"); err != nil {
+			errs.add("TerminateChild(a): %v", err)
+		}
+		if err := sup.DeleteChild(ctx, "a"); err != nil {
+			errs.add("DeleteChild(terminated): %v", err)
+		}
+		_, err = sup.RestartChild(ctx, "a")
+		expect("RestartChild(deleted)", err, supervisor.ErrNotFound)
+		if _, err := sup.Stop(ctx); err != nil {
+			return err
+		}
+		_, err = sup.CountChildren(ctx)
+		expect("CountChildren(stopped supervisor)", err, actor.ErrCallNoProc)
+
+		// Dynamic supervisor: MaxChildren, unknown PID.
+		dyn, err := supervisor.StartDynamic(ctx, env.Root, supervisor.DynamicSpec{MaxChildren: 2})
+		if err != nil {
+			return err
+		}
+		dkids := newOTPKids(env)
+		var started []actor.PID
+		for i := range 3 {
+			pid, err := dyn.StartChild(ctx, dkids.spec(fmt.Sprintf("d%d", i), supervisor.Temporary))
+			if i < 2 {
+				if err != nil {
+					errs.add("dynamic StartChild %d: %v", i, err)
+				}
+				started = append(started, pid)
+				continue
+			}
+			expect("dynamic StartChild beyond MaxChildren", err, supervisor.ErrMaxChildren)
+		}
+		expect("dynamic TerminateChild(unknown)", dyn.TerminateChild(ctx, sup.PID()), supervisor.ErrNotFound)
+		if err := dyn.TerminateChild(ctx, started[0]); err != nil {
+			errs.add("dynamic TerminateChild: %v", err)
+		}
+		expect("dynamic TerminateChild(twice)", dyn.TerminateChild(ctx, started[0]), supervisor.ErrNotFound)
+		if _, err := dyn.StartChild(ctx, dkids.spec("d3", supervisor.Temporary)); err != nil {
+			errs.add("dynamic StartChild below MaxChildren again: %v", err)
+		}
+		return errs.err()
+	})
+}
+
+// Restart backoff runs in virtual time: a child that fails as soon as it
+// starts is restarted after 100ms, 200ms, 400ms, 800ms, then 1s (the cap)
+// each time, measured on the lab clock; with jitter, each delay is at most
+// the nominal one and more than half of it, and the seed decides it. The
+// supervisor answers calls while a restart waits.
+func TestLabSupervisorBackoffInVirtualTime(t *testing.T) {
+	nominal := []time.Duration{100, 200, 400, 800, 1000, 1000}
+	for i := range nominal {
+		nominal[i] *= time.Millisecond
+	}
+	jittered := map[string]bool{} // the jittered delays, across seeds
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		for _, jitter := range []bool{false, true} {
+			backoff := supervisor.Exponential(100*time.Millisecond, time.Second, 2)
+			if jitter {
+				backoff = backoff.WithJitter(0.5)
+			}
+			var starts []time.Time
+			var delays []time.Duration
+			kids := newOTPKids(env)
+			crashy := kids.spec("crashy", supervisor.Permanent, func(p *actor.Proc) error {
+				starts = append(starts, p.Now())
+				// Fail as soon as the message loop runs: same instant.
+				return otpRefOf(p.Self()).TryCast(otpFail(errOTPBoom))
+			})
+			sup, err := supervisor.Start(env.Ctx, env.Root, supervisor.Spec{
+				MaxRestarts: 100, Window: time.Minute, Backoff: backoff,
+				Children: []supervisor.ChildSpec{crashy},
+				OnLog: func(e supervisor.LogEntry) {
+					if e.Decision == supervisor.DecisionRestart {
+						delays = append(delays, e.Delay)
+					}
+				},
+			})
+			if err != nil {
+				return err
+			}
+			t0 := env.Lab.Now()
+			// Inside the first backoff, the supervisor answers at once.
+			if err := otpSleep(env, 50*time.Millisecond); err != nil {
+				return err
+			}
+			if which, err := sup.WhichChildren(env.Ctx); err != nil || otpStatuses(which) != "crashy:restarting" {
+				errs.add("jitter=%v: during the backoff: %s, %v", jitter, otpStatuses(which), err)
+			}
+			// The six restarts checked below are done by 3.5s.
+			if err := otpSleep(env, t0.Add(3600*time.Millisecond).Sub(env.Lab.Now())); err != nil {
+				return err
+			}
+			if _, err := sup.Stop(env.Ctx); err != nil {
+				return err
+			}
+			if len(starts) < len(nominal)+1 || len(delays) < len(nominal) {
+				errs.add("jitter=%v: %d starts and %d restart delays by 3.6s, want at least %d", jitter, len(starts), len(delays), len(nominal)+1)
+				continue
+			}
+			var ds []string
+			for k, want := range nominal {
+				gap := starts[k+1].Sub(starts[k])
+				if gap != delays[k] {
+					errs.add("jitter=%v: restart %d came %v after the failure, the log says %v", jitter, k, gap, delays[k])
+				}
+				switch {
+				case !jitter && gap != want:
+					errs.add("jitter=%v: restart %d after %v, want %v", jitter, k, gap, want)
+				case jitter && (gap > want || gap <= want/2):
+					errs.add("jitter=%v: restart %d after %v, want in (%v, %v]", jitter, k, gap, want/2, want)
+				}
+				ds = append(ds, gap.String())
+			}
+			if jitter {
+				jittered[strings.Join(ds, " ")] = true
+			}
+		}
+		return errs.err()
+	})
+	if !otpReplaying() && len(jittered) < 2 {
+		t.Errorf("the jittered delays were the same on every seed: %v", jittered)
+	}
+}
+
+// A Panicked child is never restarted, not even when its spec says
+// Contain: the supervisor stops the other children, newest first, and exits
+// Panicked with an escalation naming the child (INV-6). Which child panics
+// is up to the seed.
+func TestLabSupervisorNeverRestartsPanicked(t *testing.T) {
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		kids := newOTPKids(env)
+		kids.stopJitter = 2 * time.Millisecond
+		ids := []string{"a", "b", "c"}
+		var specs []supervisor.ChildSpec
+		for _, id := range ids {
+			s := kids.spec(id, supervisor.Permanent)
+			s.Containment = supervisor.Contain
+			specs = append(specs, s)
+		}
+		var log []supervisor.LogEntry
+		sup, err := supervisor.Start(env.Ctx, env.Root, supervisor.Spec{
+			MaxRestarts: 100, Children: specs,
+			OnLog: func(e supervisor.LogEntry) { log = append(log, e) },
+		})
+		if err != nil {
+			return err
+		}
+		kids.take()
+		victim := ids[otpPick(env, len(ids))]
+		if _, o, err := kids.end(victim, otpPanic("child panic")); err != nil || o.Severity != actor.Panicked {
+			return fmt.Errorf("the victim ended %v, %v", o, err)
+		}
+		o, err := otpWait(env, sup.PID())
+		if err != nil {
+			return err
+		}
+		if o.Severity != actor.Panicked || o.Panic == nil {
+			errs.add("supervisor outcome %v, want Panicked", o)
+		} else if e, ok := o.Panic.Value.(*supervisor.EscalationError); !ok || !errors.Is(e, supervisor.ErrChildPanicked) || e.ChildID != victim {
+			errs.add("supervisor panic value %v, want an escalation for %s (ErrChildPanicked)", o.Panic.Value, victim)
+		}
+		want := []string{"stop " + victim}
+		for i := len(ids) - 1; i >= 0; i-- {
+			if ids[i] != victim {
+				want = append(want, "stop "+ids[i])
+			}
+		}
+		if got := otpJoin(kids.take()); got != otpJoin(want) {
+			errs.add("events %s, want %s (no restart, the others newest first)", got, otpJoin(want))
+		}
+		for _, id := range ids {
+			if kids.starts[id] != 1 {
+				errs.add("%s started %d times", id, kids.starts[id])
+			}
+		}
+		for _, e := range log {
+			if e.Decision == supervisor.DecisionRestart {
+				errs.add("log has a restart: %v", e)
+			}
+		}
+		return errs.err()
+	})
+}
+
+// A Cancelled child is never restarted, whatever its restart type and the
+// kind of cancellation: a contained one leaves the supervisor running, a
+// required one makes it exit Cancelled.
+func TestLabSupervisorNeverRestartsCancelled(t *testing.T) {
+	kinds := []actor.CancelKind{actor.CancelRequested, actor.CancelTimeout, actor.CancelShutdown, actor.CancelKill}
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		kids := newOTPKids(env)
+		contained := kids.spec("contained", supervisor.Permanent)
+		contained.Containment = supervisor.Contain
+		required := kids.spec("required", supervisor.Transient)
+		var log []supervisor.LogEntry
+		sup, err := supervisor.Start(env.Ctx, env.Root, supervisor.Spec{
+			MaxRestarts: 100,
+			Children:    []supervisor.ChildSpec{kids.spec("other", supervisor.Permanent), contained, required},
+			OnLog:       func(e supervisor.LogEntry) { log = append(log, e) },
+		})
+		if err != nil {
+			return err
+		}
+		cancel := func(id string) (actor.Outcome, error) {
+			kind := kinds[otpPick(env, len(kinds))]
+			pid := kids.refs[id].PID()
+			pid.Cancel(actor.CancelReason{Kind: kind})
+			o, err := otpWait(env, pid)
+			if err == nil && !otpIsCancelled(o, kind) {
+				errs.add("%s cancelled (%v) ended %v", id, kind, o)
+			}
+			return o, err
+		}
+		if _, err := cancel("contained"); err != nil {
+			return err
+		}
+		which, err := sup.WhichChildren(env.Ctx)
+		if err != nil {
+			errs.add("the supervisor is gone after a contained cancellation: %v", err)
+		} else if got := otpStatuses(which); got != "other:running contained:terminated required:running" {
+			errs.add("children %s after a contained cancellation", got)
+		}
+		if _, err := cancel("required"); err != nil {
+			return err
+		}
+		o, err := otpWait(env, sup.PID())
+		if err != nil {
+			return err
+		}
+		if o.Severity != actor.Cancelled {
+			errs.add("supervisor outcome %v after a required child was cancelled, want Cancelled", o)
+		}
+		for id, n := range kids.starts {
+			if n != 1 {
+				errs.add("%s started %d times", id, n)
+			}
+		}
+		for _, e := range log {
+			if e.Decision == supervisor.DecisionRestart {
+				errs.add("log has a restart: %v", e)
+			}
+		}
+		return errs.err()
+	})
+}
+
+// ==== registry ====
+
+// A name is released no later than the Down of its holder: a watcher's Down
+// handler finds it unbound (and can take it), whatever way the holder ended.
+func TestLabRegistryNameReleasedNoLaterThanDown(t *testing.T) {
+	ends := []struct {
+		name string
+		do   func(ref *otpRef) error
+	}{
+		{"err", func(r *otpRef) error { return r.Cast(context.Background(), otpFail(errOTPBoom)) }},
+		{"ok", func(r *otpRef) error { return r.Cast(context.Background(), otpExitOk) }},
+		{"panic", func(r *otpRef) error { return r.Cast(context.Background(), otpPanic("holder")) }},
+		{"stop", func(r *otpRef) error { r.PID().Cancel(actor.CancelReason{Kind: actor.CancelRequested}); return nil }},
+		{"abort", func(r *otpRef) error { r.Abort(); return nil }},
+	}
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		reg := registry.New(env.Lab)
+		var leases []*registry.Lease
+		checked := 0
+		var holders []*otpRef
+		watcher, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(p *actor.Proc, info any) error {
+			d, ok := info.(actor.Down)
+			if !ok {
+				return nil
+			}
+			checked++
+			name := d.PID.Name()
+			if pid, bound := reg.Whereis(name); bound {
+				errs.add("%s: Down handled while the name is still bound to %v", name, pid)
+			}
+			if _, err := registry.Server[otpCall, int, otpCast](reg, name).Call(p.Ctx(), otpReply(0)); !errors.Is(err, actor.ErrCallNoProc) {
+				errs.add("%s: call by name in the Down handler: %v, want NoProc", name, err)
+			}
+			if _, err := reg.Register(name, p.Self()); err != nil {
+				errs.add("%s: the watcher could not take the released name: %v", name, err)
+			}
+			return nil
+		}})
+		if err != nil {
+			return err
+		}
+		for _, e := range ends {
+			h, err := otpStart(env.Ctx, env.Root, &otpServer{}, actor.WithName(e.name))
+			if err != nil {
+				return err
+			}
+			l, err := reg.Register(e.name, h.PID())
+			if err != nil {
+				return err
+			}
+			leases = append(leases, l)
+			holders = append(holders, h)
+			if _, err := watcher.Call(env.Ctx, func(p *actor.Proc, _ actor.ReplyTo[int]) (int, error) {
+				p.Monitor(h.PID())
+				return 0, nil
+			}); err != nil {
+				return err
+			}
+		}
+		// The holders end concurrently, at instants the seed picks.
+		for i, e := range ends {
+			delay := time.Duration(otpPick(env, 3)) * time.Millisecond
+			if _, err := env.Root.Go("ender", func(ctx context.Context) error {
+				if err := actor.Sleep(ctx, env.Lab, delay); err != nil {
+					return err
+				}
+				return e.do(holders[i])
+			}); err != nil {
+				return err
+			}
+		}
+		for _, h := range holders {
+			if _, err := otpWait(env, h.PID()); err != nil {
+				return err
+			}
+		}
+		if _, err := watcher.Call(env.Ctx, otpReply(0)); err != nil {
+			return err
+		}
+		if checked != len(ends) {
+			errs.add("%d Downs handled, want %d", checked, len(ends))
+		}
+		for i, l := range leases {
+			if st := l.State(); st != registry.LeaseHolderExited {
+				errs.add("%s: lease state %v, want holder exited", ends[i].name, st)
+			}
+			if err := l.Renew(); !errors.Is(err, registry.ErrLeaseReleased) || !errors.Is(err, actor.ErrNoProc) {
+				errs.add("%s: Renew after the holder exited: %v", ends[i].name, err)
+			}
+			if pid, ok := reg.Whereis(ends[i].name); !ok || pid != watcher.PID() {
+				errs.add("%s: bound to %v (%v), want the watcher", ends[i].name, pid, ok)
+			}
+		}
+		return errs.err()
+	})
+}
+
+// TTL leases expire in virtual time, exactly at registration + TTL unless
+// renewed; a renewal extends from its own instant; an expired lease cannot
+// be renewed and never touches a later registration of the name.
+func TestLabRegistryTTLExpiry(t *testing.T) {
+	const ttl = 10 * time.Second
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		reg := registry.New(env.Lab)
+		holder, err := otpStart(env.Ctx, env.Root, &otpServer{})
+		if err != nil {
+			return err
+		}
+		t0 := env.Lab.Now()
+		a, err := reg.Register("a", holder.PID(), registry.WithTTL(ttl))
+		if err != nil {
+			return err
+		}
+		b, err := reg.Register("b", holder.PID(), registry.WithTTL(ttl))
+		if err != nil {
+			return err
+		}
+		if at, ok := a.ExpiresAt(); !ok || !at.Equal(t0.Add(ttl)) {
+			errs.add("a expires at %v (%v), want %v", at, ok, t0.Add(ttl))
+		}
+		// Readers resolve the names all along, at instants the seed picks.
+		if _, err := env.Root.Go("reader", func(ctx context.Context) error {
+			for range 30 {
+				now := env.Lab.Now()
+				pid, bound := reg.Whereis("a")
+				bound = bound && pid == holder.PID() // a is registered again later
+				if want := now.Before(t0.Add(ttl)); bound != want {
+					errs.add("at %v: a bound to its first holder %v, want %v", now.Sub(t0), bound, want)
+				}
+				if err := actor.Sleep(ctx, env.Lab, time.Duration(1+otpPick(env, 700))*time.Millisecond); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		renewAt := time.Duration(1+otpPick(env, 9)) * time.Second
+		if err := otpSleep(env, renewAt); err != nil {
+			return err
+		}
+		if err := b.Renew(); err != nil {
+			errs.add("Renew(b): %v", err)
+		}
+		if err := otpSleep(env, t0.Add(ttl-time.Nanosecond).Sub(env.Lab.Now())); err != nil {
+			return err
+		}
+		if _, ok := reg.Whereis("a"); !ok || a.State() != registry.LeaseActive {
+			errs.add("a unbound one nanosecond before its TTL")
+		}
+		if err := otpSleep(env, time.Nanosecond); err != nil {
+			return err
+		}
+		if _, ok := reg.Whereis("a"); ok || a.State() != registry.LeaseExpired {
+			errs.add("a still bound at its TTL (state %v)", a.State())
+		}
+		if err := a.Renew(); !errors.Is(err, registry.ErrLeaseExpired) {
+			errs.add("Renew of an expired lease: %v, want ErrLeaseExpired", err)
+		}
+		if _, ok := reg.Whereis("b"); !ok {
+			errs.add("b, renewed at %v, expired with the original TTL", renewAt)
+		}
+		// A later registration of a is untouched by the old lease.
+		other, err := otpStart(env.Ctx, env.Root, &otpServer{})
+		if err != nil {
+			return err
+		}
+		a2, err := reg.Register("a", other.PID())
+		if err != nil {
+			return err
+		}
+		if a2.Generation() <= a.Generation() {
+			errs.add("generation %d after %d", a2.Generation(), a.Generation())
+		}
+		a.Release()
+		if pid, ok := reg.Whereis("a"); !ok || pid != other.PID() {
+			errs.add("releasing the expired lease unbound the new one")
+		}
+		if err := otpSleep(env, t0.Add(renewAt+ttl-time.Nanosecond).Sub(env.Lab.Now())); err != nil {
+			return err
+		}
+		if _, ok := reg.Whereis("b"); !ok {
+			errs.add("b expired before renewal + TTL")
+		}
+		if err := otpSleep(env, time.Nanosecond); err != nil {
+			return err
+		}
+		if _, ok := reg.Whereis("b"); ok || b.State() != registry.LeaseExpired {
+			errs.add("b still bound at renewal + TTL")
+		}
+		return errs.err()
+	})
+}
+
+// Several processes race to register one name: exactly one wins, the
+// others learn who; the same seed always picks the same winner, and over
+// the seeds the winner varies (the schedule really varies).
+func TestLabRegistryCollisionDeterminism(t *testing.T) {
+	const contenders = 5
+	var winner int
+	sc := func(env *Env) error {
+		var errs otpErrs
+		winner = -1
+		reg := registry.New(env.Lab)
+		var won []int
+		var taken []actor.PID
+		var pids []actor.PID
+		for i := range contenders {
+			pid, err := env.Root.Go(fmt.Sprintf("c%d", i), func(ctx context.Context) error {
+				// All wake at the same instant; the seed orders them.
+				if err := actor.Sleep(ctx, env.Lab, time.Millisecond); err != nil {
+					return err
+				}
+				self := pids[i]
+				_, err := reg.Register("leader", self)
+				var nt *registry.NameTakenError
+				switch {
+				case err == nil:
+					won = append(won, i)
+				case errors.As(err, &nt) && errors.Is(err, registry.ErrNameTaken):
+					taken = append(taken, nt.Holder)
+				default:
+					errs.add("contender %d: %v", i, err)
+				}
+				// Stay alive (holding the name, if won) until all have tried.
+				return actor.Sleep(ctx, env.Lab, time.Millisecond)
+			})
+			if err != nil {
+				return err
+			}
+			pids = append(pids, pid)
+		}
+		if err := otpSleep(env, time.Millisecond+time.Microsecond); err != nil {
+			return err
+		}
+		if len(won) != 1 || len(taken) != contenders-1 {
+			return fmt.Errorf("%d winners %v and %d refusals, want exactly one winner", len(won), won, len(taken))
+		}
+		winner = won[0]
+		holder, ok := reg.Whereis("leader")
+		if !ok || holder != pids[winner] {
+			errs.add("leader is %v (%v), want the winner %v", holder, ok, pids[winner])
+		}
+		for _, h := range taken {
+			if h != pids[winner] {
+				errs.add("a loser was told the holder is %v, want %v", h, pids[winner])
+			}
+		}
+		for _, pid := range pids {
+			if _, err := otpWait(env, pid); err != nil {
+				return err
+			}
+		}
+		if _, ok := reg.Whereis("leader"); ok {
+			errs.add("the name outlived its holder")
+		}
+		return errs.err()
+	}
+	winners := map[int]int{}
+	otpCheckWith(t, sc, func(t *testing.T, seed uint64, _ *Result) {
+		first := winner
+		winners[first]++
+		otpRun(t, seed, sc)
+		if winner != first {
+			t.Errorf("seed %d: winner %d, then %d on the same seed", seed, first, winner)
+		}
+	})
+	if !otpReplaying() && len(winners) < 2 {
+		t.Errorf("the same contender won on every seed (%v): the schedule does not vary", winners)
+	}
+	t.Logf("winners over the seeds: %v", winners)
+}
+
+// ==== Race and Timeout ====
+
+// Race returns the first branch to finish, and only once every loser has
+// been cancelled (race-lost) and has finished its cleanup, however long
+// that takes; Timeout likewise waits for the cancelled function's cleanup.
+func TestLabRaceLosersDrainedBeforeReturn(t *testing.T) {
+	otpCheck(t, func(env *Env) error {
+		var errs otpErrs
+		const n = 4
+		// Distinct delays in a seeded order: the fastest branch wins.
+		delays := []int{1, 2, 3, 4}
+		for i := len(delays) - 1; i > 0; i-- {
+			j := otpPick(env, i+1)
+			delays[i], delays[j] = delays[j], delays[i]
+		}
+		var cleaned []int
+		var lostWith []error
+		branches := make([]func(context.Context) (int, error), n)
+		for i := range n {
+			branches[i] = func(ctx context.Context) (int, error) {
+				if err := actor.Sleep(ctx, env.Lab, time.Duration(delays[i])*time.Millisecond); err != nil {
+					lostWith = append(lostWith, err)
+					// A loser's cleanup takes time and ignores cancellation.
+					_ = actor.Sleep(context.Background(), env.Lab, time.Duration(1+otpPick(env, 5))*time.Millisecond)
+					cleaned = append(cleaned, i)
+					return -1, err
+				}
+				cleaned = append(cleaned, i)
+				return i, nil
+			}
+		}
+		fastest := slices.Index(delays, 1)
+		w, v, err := actor.Race(env.Ctx, env.Root, branches...)
+		if w != fastest || v != fastest || err != nil {
+			errs.add("Race = %d, %d, %v; want branch %d", w, v, err, fastest)
+		}
+		if len(cleaned) != n {
+			errs.add("Race returned with only %v cleaned up", cleaned)
+		}
+		if len(lostWith) != n-1 {
+			errs.add("%d losers saw their cancellation, want %d", len(lostWith), n-1)
+		}
+
+		// Timeout: the function is cancelled at 1s and Timeout waits for its
+		// cleanup; a quick function's result is returned as is.
+		cleanup := time.Duration(1+otpPick(env, 9)) * time.Millisecond
+		done := false
+		t0 := env.Lab.Now()
+		_, err = actor.Timeout(env.Ctx, env.Root, time.Second, func(ctx context.Context) (int, error) {
+			defer func() {
+				_ = actor.Sleep(context.Background(), env.Lab, cleanup)
+				done = true
+			}()
+			return 0, actor.Sleep(ctx, env.Lab, time.Hour)
+		})
+		if !errors.Is(err, actor.ErrTimeout) {
+			errs.add("Timeout of a slow function: %v, want ErrTimeout", err)
+		}
+		if el := env.Lab.Now().Sub(t0); !done || el != time.Second+cleanup {
+			errs.add("Timeout returned after %v (cleanup done %v), want %v", el, done, time.Second+cleanup)
+		}
+		v, err = actor.Timeout(env.Ctx, env.Root, time.Second, func(ctx context.Context) (int, error) {
+			return 7, actor.Sleep(ctx, env.Lab, time.Duration(1+otpPick(env, 900))*time.Millisecond)
+		})
+		if v != 7 || err != nil {
+			errs.add("Timeout of a quick function = %d, %v; want 7", v, err)
+		}
+		return errs.err()
+	})
+}
+
+// ==== virtual time ====
+
+// An hour of virtual time: a supervisor restarts a child that fails every
+// minute, for an hour. The run completes (a wall-clock claim belongs in a
+// benchmark) and the trace covers the hour.
+func TestLabHourOfVirtualTimeIsFast(t *testing.T) {
+	otpCheckWith(t, func(env *Env) error {
+		var starts []time.Time
+		kids := newOTPKids(env)
+		minutely := kids.spec("minutely", supervisor.Permanent, func(p *actor.Proc) error {
+			starts = append(starts, p.Now())
+			self := otpRefOf(p.Self())
+			p.Executor().AfterFunc(time.Minute, func() { _ = self.TryCast(otpFail(errOTPBoom)) })
+			return nil
+		})
+		// At most one restart is ever in the window: the budget allows it.
+		sup, err := supervisor.Start(env.Ctx, env.Root, supervisor.Spec{
+			MaxRestarts: 3, Window: 2 * time.Minute,
+			Children: []supervisor.ChildSpec{minutely},
+		})
+		if err != nil {
+			return err
+		}
+		if err := otpSleep(env, time.Hour+30*time.Second); err != nil {
+			return err
+		}
+		if _, err := sup.Stop(env.Ctx); err != nil {
+			return err
+		}
+		if len(starts) != 61 {
+			return fmt.Errorf("%d starts in an hour, want 61 (one a minute)", len(starts))
+		}
+		for i := 1; i < len(starts); i++ {
+			if gap := starts[i].Sub(starts[i-1]); gap != time.Minute {
+				return fmt.Errorf("start %d came %v after the previous one, want 1m", i, gap)
+			}
+		}
+		return nil
+	}, func(t *testing.T, seed uint64, res *Result) {
+		if res.VirtualTime < time.Hour {
+			t.Errorf("seed %d: the run covered %v of virtual time, want at least an hour", seed, res.VirtualTime)
+		}
+	})
+}
