@@ -1,0 +1,382 @@
+package memstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/store/storetest"
+)
+
+// TestMain fails the package if a test leaves a goroutine behind: memstore
+// starts none, and a stopped Watch leaves none.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+var bg = context.Background()
+
+var epoch0 = time.Date(2026, 2, 16, 0, 0, 0, 0, time.UTC)
+
+func open(t *testing.T, opts ...memstore.Option) (*memstore.Store, *memstore.ManualClock) {
+	clock := memstore.NewManualClock(epoch0)
+	s := memstore.New(append([]memstore.Option{memstore.WithClock(clock.Now)}, opts...)...)
+	t.Cleanup(func() { _ = s.Close() })
+	return s, clock
+}
+
+// TestConformance runs the one conformance suite against the reference
+// backend.
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		s, clock := open(t)
+		return storetest.Harness{Store: s, Advance: clock.Advance}
+	})
+}
+
+// TestConformanceShortRetention runs the suite again with a one-hour dedupe
+// retention, so that its retention tests do not depend on the default.
+func TestConformanceShortRetention(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the default-retention run covers it")
+	}
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		s, clock := open(t, memstore.WithDedupeRetention(time.Hour))
+		return storetest.Harness{Store: s, Advance: clock.Advance}
+	})
+}
+
+func mustWorld(t *testing.T, s *memstore.Store, id string) uint64 {
+	t.Helper()
+	if _, err := s.CreateWorld(bg, "u", id, nil); err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Acquire(bg, id, "A", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.Epoch
+}
+
+func rec(key string) store.Record {
+	return store.Record{EventID: "ev-" + key, IdempotencyKey: key, EventType: "E", LogicalAttemptID: 1, EngineAttemptID: 1}
+}
+
+func TestHookFailsTheCallAndChangesNothing(t *testing.T) {
+	injected := errors.New("injected")
+	var ops []string
+	fail := ""
+	s, _ := open(t, memstore.WithHook(func(op string) error {
+		ops = append(ops, op)
+		if op == fail {
+			return injected
+		}
+		return nil
+	}))
+	e := mustWorld(t, s, "w")
+	fail = "append"
+	_, err := s.Append(bg, "w", []store.Record{rec("a")}, store.AppendOptions{Fence: &store.Fence{World: "w", Epoch: e}})
+	if !errors.Is(err, injected) {
+		t.Fatalf("Append under a failing hook: %v", err)
+	}
+	if h, _ := s.Head(bg, "w"); h != 0 {
+		t.Fatalf("a failed append changed the head to %d", h)
+	}
+	fail = "drain"
+	if _, _, err := s.Enqueue(bg, "w", store.InboxItem{Kind: "event"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DrainToJournal(bg, "w", e, 0, 0, 1, []store.Record{rec("a")}); !errors.Is(err, injected) {
+		t.Fatalf("DrainToJournal under a failing hook: %v", err)
+	}
+	if c, _ := s.Cursor(bg, "w"); c != 0 {
+		t.Fatalf("a failed drain moved the cursor to %d", c)
+	}
+	fail = ""
+	if _, err := s.DrainToJournal(bg, "w", e, 0, 0, 1, []store.Record{rec("a")}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"create_world", "acquire", "append", "head", "enqueue", "drain", "cursor", "drain"}
+	if len(ops) != len(want) {
+		t.Fatalf("hook saw %v, want %v", ops, want)
+	}
+	for i := range want {
+		if ops[i] != want[i] {
+			t.Fatalf("hook saw %v, want %v", ops, want)
+		}
+	}
+}
+
+// The chaos matrix's "crash after append before cursor advance", as the lab
+// injects it: a hook crashes the store at the start of the operation after
+// the append, so the append is committed and nothing after it is; a restart
+// finds exactly that.
+func TestCrashBetweenCallsKeepsExactlyWhatWasCommitted(t *testing.T) {
+	var s *memstore.Store
+	s, clock := open(t, memstore.WithHook(func(op string) error {
+		if op == "publish" {
+			s.Crash()
+		}
+		return nil
+	}))
+	e := mustWorld(t, s, "w")
+	fence := &store.Fence{World: "w", Epoch: e}
+	if _, err := s.Append(bg, "w", []store.Record{rec("a")}, store.AppendOptions{Fence: fence}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Publish(bg, "w", e, []store.Intent{{IntentHash: "i1", Kind: "k"}})
+	if !errors.Is(err, memstore.ErrCrashed) {
+		t.Fatalf("Publish on crashing store: %v, want ErrCrashed", err)
+	}
+	var se *store.Error
+	if !errors.As(err, &se) || se.Op != "publish" {
+		t.Fatalf("crash error %v is not a *store.Error for publish", err)
+	}
+	// Every later call on the crashed handle fails too.
+	if _, err := s.Head(bg, "w"); !errors.Is(err, memstore.ErrCrashed) {
+		t.Fatalf("Head after crash: %v", err)
+	}
+	if _, err := s.Now(bg); !errors.Is(err, memstore.ErrCrashed) {
+		t.Fatalf("Now after crash: %v", err)
+	}
+	r := s.Restart(memstore.WithHook(nil))
+	if h, err := r.Head(bg, "w"); err != nil || h != 1 {
+		t.Fatalf("Head after restart = %d, %v; the append was committed", h, err)
+	}
+	if _, err := r.EffectStatus(bg, "i1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the publish that crashed is visible after restart: %v", err)
+	}
+	// The lease survived too: the restarted worker still writes under it
+	// until it expires, by the same clock.
+	if _, err := r.Publish(bg, "w", e, []store.Intent{{IntentHash: "i1", Kind: "k"}}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Minute)
+	if _, err := r.Publish(bg, "w", e, []store.Intent{{IntentHash: "i2", Kind: "k"}}); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("Publish after the lease expired: %v", err)
+	}
+	if _, err := s.Head(bg, "w"); !errors.Is(err, memstore.ErrCrashed) {
+		t.Fatalf("the old handle came back: %v", err)
+	}
+}
+
+// Crash with a live watch ends the watch (its channel closes); the restarted
+// handle's watches see changes made through any handle.
+func TestCrashEndsWatchesAndRestartWatchesSharedState(t *testing.T) {
+	s, _ := open(t)
+	mustWorld(t, s, "w")
+	ch, stop := s.Watch(bg, store.TopicInbox("w"))
+	defer stop()
+	s.Crash()
+	if _, ok := <-ch; ok {
+		t.Fatal("watch channel not closed by Crash")
+	}
+	r := s.Restart()
+	other := r.Restart()
+	ch2, stop2 := r.Watch(bg, store.TopicInbox("w"))
+	defer stop2()
+	if _, _, err := other.Enqueue(bg, "w", store.InboxItem{Kind: "event"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch2:
+	default:
+		t.Fatal("no hint for an enqueue through another handle")
+	}
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Head(bg, "w"); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Head on a closed handle: %v", err)
+	}
+	if err := other.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := r.Head(bg, "w"); err != nil {
+		t.Fatalf("closing one handle closed another: %v", err)
+	}
+}
+
+// memstore delivers every hint (the suite tolerates lost ones), at once and
+// coalesced, and closes the channel when the watch stops.
+func TestWatchDeliversEveryHint(t *testing.T) {
+	s, clock := open(t)
+	e := mustWorld(t, s, "w")
+	ctx, cancel := context.WithCancel(bg)
+	inbox, _ := s.Watch(ctx, store.TopicInbox("w"))
+	effects, stopEffects := s.Watch(bg, store.TopicEffects)
+	timers, stopTimers := s.Watch(bg, store.TopicTimers)
+	defer stopEffects()
+	defer stopTimers()
+	hinted := func(ch <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				t.Fatalf("%s: channel closed", what)
+			}
+		default:
+			t.Fatalf("no hint after %s", what)
+		}
+	}
+	quiet := func(ch <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+			t.Fatalf("hint after %s", what)
+		default:
+		}
+	}
+	for i := 0; i < 3; i++ {
+		if _, _, err := s.Enqueue(bg, "w", store.InboxItem{Kind: "event"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hinted(inbox, "Enqueue")
+	quiet(inbox, "three enqueues (coalesced into one hint)")
+	if _, err := s.Publish(bg, "w", e, []store.Intent{{IntentHash: "i1", Kind: "k"}}); err != nil {
+		t.Fatal(err)
+	}
+	hinted(effects, "Publish")
+	if _, err := s.Publish(bg, "w", e, []store.Intent{{IntentHash: "i1", Kind: "k"}}); err != nil {
+		t.Fatal(err)
+	}
+	quiet(effects, "a Publish that queued nothing")
+	if _, err := s.Claim(bg, "ad", 1, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Second)
+	if _, err := s.ReapEffects(bg); err != nil {
+		t.Fatal(err)
+	}
+	hinted(effects, "ReapEffects")
+	if _, _, err := s.Complete(bg, "i1", store.Receipt{Status: store.ReceiptOK}); err != nil {
+		t.Fatal(err)
+	}
+	hinted(inbox, "Complete")
+	if err := s.Schedule(bg, "w", e, "t1", clock.Now(), nil); err != nil {
+		t.Fatal(err)
+	}
+	hinted(timers, "Schedule")
+	if _, _, err := s.Fire(bg, "t1"); err != nil {
+		t.Fatal(err)
+	}
+	hinted(inbox, "Fire")
+	if _, err := s.Send(bg, "w", "m1", store.InboxItem{}); err != nil {
+		t.Fatal(err)
+	}
+	hinted(inbox, "Send")
+	cancel()
+	// The context's AfterFunc stops the watch; wait for the close.
+	if _, ok := <-inbox; ok {
+		// A hint raced the cancel; the close follows.
+		if _, ok := <-inbox; ok {
+			t.Fatal("watch channel not closed after its context ended")
+		}
+	}
+}
+
+func TestManualClock(t *testing.T) {
+	c := memstore.NewManualClock(epoch0)
+	if !c.Now().Equal(epoch0) {
+		t.Fatal(c.Now())
+	}
+	c.Advance(time.Second)
+	c.Advance(-time.Hour)
+	if got := c.Now().Sub(epoch0); got != time.Second {
+		t.Fatalf("advanced by %v", got)
+	}
+}
+
+func TestContextCancelledFailsWithItsError(t *testing.T) {
+	s, _ := open(t)
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	_, err := s.Head(ctx, "w")
+	var se *store.Error
+	if !errors.Is(err, context.Canceled) || !errors.As(err, &se) {
+		t.Fatalf("Head with a cancelled context: %v", err)
+	}
+}
+
+func TestDefaultRetentionAndClock(t *testing.T) {
+	s := memstore.New()
+	defer s.Close()
+	if s.DedupeRetention() != store.DefaultDedupeRetention {
+		t.Fatal(s.DedupeRetention())
+	}
+	before := time.Now()
+	now, err := s.Now(bg)
+	if err != nil || now.Before(before.Add(-time.Second)) || now.After(time.Now().Add(time.Second)) {
+		t.Fatalf("default clock reads %v, %v", now, err)
+	}
+}
+
+// Every method reports its operation to the hook under a name Ops lists,
+// and Ops lists nothing else: the lab can enumerate fault points from it.
+func TestOpsListsEveryHookedOperation(t *testing.T) {
+	seen := map[string]bool{}
+	s, _ := open(t, memstore.WithHook(func(op string) error { seen[op] = true; return nil }))
+	e := mustWorld(t, s, "w")
+	calls := []func(){
+		func() { s.Append(bg, "w", []store.Record{rec("a")}, store.AppendOptions{}) },
+		func() { s.Read(bg, "w", 0, 1) },
+		func() { s.Head(bg, "w") },
+		func() { s.ReadWindow(bg, "w", epoch0, epoch0, 1) },
+		func() { s.Renew(bg, "w", "A", e, time.Minute) },
+		func() { s.GetLease(bg, "w") },
+		func() { s.Assign(bg, "w", store.Assignment{DesiredWorker: "A"}) },
+		func() { s.GetAssignment(bg, "w") },
+		func() { s.Unassign(bg, "w") },
+		func() { s.WorkerWorlds(bg, "A") },
+		func() { s.Enqueue(bg, "w", store.InboxItem{Kind: "event"}) },
+		func() { s.ReadInbox(bg, "w", 0, 1) },
+		func() { s.Cursor(bg, "w") },
+		func() { s.DrainToJournal(bg, "w", e, 0, 1, 1, []store.Record{rec("b")}) },
+		func() { s.Publish(bg, "w", e, []store.Intent{{IntentHash: "i", Kind: "k"}}) },
+		func() { s.Claim(bg, "ad", 1, time.Second) },
+		func() { s.Complete(bg, "i", store.Receipt{Status: store.ReceiptOK}) },
+		func() { s.ReapEffects(bg) },
+		func() { s.EffectStatus(bg, "i") },
+		func() { s.Schedule(bg, "w", e, "t", epoch0, nil) },
+		func() { s.CancelTimer(bg, "w", e, "t") },
+		func() { s.ClaimDue(bg, "tw", 1, time.Second) },
+		func() { s.Fire(bg, "t") },
+		func() { s.ReapTimers(bg) },
+		func() { s.Send(bg, "w", "m", store.InboxItem{}) },
+		func() { s.PutSnapshot(bg, "w", e, store.Snapshot{Height: 1}) },
+		func() { s.ActiveSnapshot(bg, "w") },
+		func() { s.Compact(bg, "w", e, 0) },
+		func() { s.ForkWorld(bg, "w", 1, "f") },
+		func() { s.GetWorld(bg, "w") },
+		func() { s.ListWorlds(bg, "u", "") },
+		func() { s.SetWorldStatus(bg, "w", e, store.WorldActive) },
+		func() { s.GetWatermark(bg, "p", "w") },
+		func() { s.CASWatermark(bg, "p", "w", 0, 1) },
+		func() { s.SweepDedupe(bg) },
+		func() { _, stop := s.Watch(bg, "x"); stop() },
+		func() { s.Now(bg) },
+		func() { s.Release(bg, "w", "A", e) },
+	}
+	for _, c := range calls {
+		c()
+	}
+	ops := memstore.Ops()
+	for i, op := range ops {
+		if !seen[op] {
+			t.Errorf("Ops lists %q, which no call reported", op)
+		}
+		if i > 0 && ops[i-1] >= op {
+			t.Errorf("Ops not sorted at %q", op)
+		}
+		delete(seen, op)
+	}
+	for op := range seen {
+		t.Errorf("the hook saw %q, which Ops does not list", op)
+	}
+}

@@ -1,0 +1,159 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/orrery-run/orrery/store"
+)
+
+// Dedupe retention (store.Dedupe): a completed record is kept at least
+// until completedAt + retention; pending records are never swept.
+//
+// Readings pinned here: an effect record completes at Complete, a timer
+// record at Fire, a fabric record at delivery (Send), and an inbox dedupe
+// key when the inbox cursor passes its item: an undrained item's key is
+// pending, because sweeping it would let a retried producer enqueue the
+// same input twice. To stay independent of when exactly an inbox or fabric
+// record counts as completed, the tests drain before advancing, so that
+// "enqueued" and "drained" are the same instant.
+func dedupeTests() []testCase {
+	return []testCase{
+		{"DedupeNotSweptBeforeRetention", func(t *testing.T, open Factory) { testRetention(t, open, false) }},
+		{"DedupeSweptAfterRetention", func(t *testing.T, open Factory) { testRetention(t, open, true) }},
+		{"PendingDedupeRecordsAreNeverSwept", testPendingNeverSwept},
+	}
+}
+
+// dedupeKind sets up one completed dedupe record, then reports whether a
+// retry of the same logical operation is still deduplicated.
+type dedupeKind struct {
+	name     string
+	complete func(f *fx)
+	deduped  func(f *fx) bool
+}
+
+var dedupeKinds = []dedupeKind{
+	{
+		name: "inbox key",
+		complete: func(f *fx) {
+			e := f.leased("w", "A")
+			seq, _ := f.enqueue("w", "event", "k", nil)
+			_, err := f.s.DrainToJournal(bg, "w", e, 0, 0, seq, []store.Record{rec("k")})
+			must(f.t, err, "DrainToJournal")
+		},
+		deduped: func(f *fx) bool {
+			_, dup := f.enqueue("w", "event", "k", nil)
+			return dup
+		},
+	},
+	{
+		name: "effect",
+		complete: func(f *fx) {
+			e := f.leased("w", "A")
+			f.publish("w", e, "i1")
+			f.claim("adapter", 1)
+			_, _, err := f.s.Complete(bg, "i1", store.Receipt{Status: store.ReceiptOK})
+			must(f.t, err, "Complete")
+		},
+		deduped: func(f *fx) bool {
+			e := f.acquire("w", "A").Epoch
+			return f.publish("w", e, "i1") == 0
+		},
+	},
+	{
+		name: "timer",
+		complete: func(f *fx) {
+			e := f.leased("w", "A")
+			must(f.t, f.s.Schedule(bg, "w", e, "t1", f.now(), nil), "Schedule")
+			f.advance(time.Second)
+			f.claimDue("tw", 1)
+			_, _, err := f.s.Fire(bg, "t1")
+			must(f.t, err, "Fire")
+		},
+		deduped: func(f *fx) bool {
+			e := f.acquire("w", "A").Epoch
+			must(f.t, f.s.Schedule(bg, "w", e, "t1", f.now(), nil), "Schedule")
+			f.advance(time.Second)
+			return len(f.claimDue("tw", 1)) == 0
+		},
+	},
+	{
+		name: "fabric",
+		complete: func(f *fx) {
+			e := f.leased("w", "A")
+			r, err := f.s.Send(bg, "w", "m1", store.InboxItem{})
+			must(f.t, err, "Send")
+			_, err = f.s.DrainToJournal(bg, "w", e, 0, 0, r.Seq, []store.Record{rec("m1")})
+			must(f.t, err, "DrainToJournal")
+		},
+		deduped: func(f *fx) bool {
+			r, err := f.s.Send(bg, "w", "m1", store.InboxItem{})
+			must(f.t, err, "Send")
+			return r.Status == store.FabricAlreadyEnqueued
+		},
+	},
+}
+
+func testRetention(t *testing.T, open Factory, past bool) {
+	for _, k := range dedupeKinds {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, open)
+			ret := f.s.DedupeRetention()
+			if ret <= 0 {
+				t.Fatalf("DedupeRetention = %v", ret)
+			}
+			k.complete(f)
+			if !past {
+				f.advance(ret - time.Minute)
+				if n := f.sweep(); n != 0 {
+					t.Fatalf("swept %d records a minute before retention", n)
+				}
+				if !k.deduped(f) {
+					t.Fatalf("%s record swept before its retention", k.name)
+				}
+				return
+			}
+			f.advance(ret + time.Minute)
+			if n := f.sweep(); n < 1 {
+				t.Fatalf("swept %d records after retention", n)
+			}
+			if k.deduped(f) {
+				t.Fatalf("%s record still deduplicates after retention and a sweep", k.name)
+			}
+		})
+	}
+}
+
+func testPendingNeverSwept(t *testing.T, open Factory) {
+	f := setup(t, open)
+	e := f.leased("w", "A")
+	f.enqueue("w", "event", "undrained", nil)
+	f.publish("w", e, "inflight")
+	f.publish("w", e, "pending")
+	if got := f.claim("adapter", 1); len(got) != 1 || got[0].IntentHash != "inflight" {
+		t.Fatalf("Claim = %+v", got)
+	}
+	must(t, f.s.Schedule(bg, "w", e, "unfired", f.now().Add(100*24*time.Hour), nil), "Schedule")
+	f.advance(3*f.s.DedupeRetention() + time.Hour)
+	f.sweep()
+	for _, h := range []string{"pending", "inflight"} {
+		if st := f.effectStatus(h); st.State == store.EffectDone {
+			t.Fatalf("open intent %s = %+v", h, st)
+		}
+	}
+	e = f.acquire("w", "A").Epoch
+	if n := f.publish("w", e, "pending", "inflight"); n != 0 {
+		t.Fatalf("re-publish after the sweep queued %d: an open intent's record was swept", n)
+	}
+	if _, dup := f.enqueue("w", "event", "undrained", nil); !dup {
+		t.Fatal("an undrained item's dedupe key was swept")
+	}
+	must(t, f.s.Schedule(bg, "w", e, "unfired", f.now(), nil), "Schedule")
+	f.advance(100 * 24 * time.Hour)
+	got := f.claimDue("tw", 10)
+	if len(got) != 1 || got[0].IntentHash != "unfired" {
+		t.Fatalf("ClaimDue = %+v, want the one unfired timer (its record kept, not duplicated)", got)
+	}
+}

@@ -1,0 +1,72 @@
+package storetest
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/orrery-run/orrery/store"
+)
+
+// Fabric (protocol F): exactly-once delivery per (destination, message id).
+func fabricTests() []testCase {
+	return []testCase{
+		{"SendEnqueuesOnceAndRetryIsAlreadyEnqueued", testSend},
+		{"SendToFencedArchivedOrUnknownWorldIsATypedError", testSendRefused},
+	}
+}
+
+func testSend(t *testing.T, open Factory) {
+	f := setup(t, open)
+	f.world("dest")
+	f.world("other")
+	f.enqueue("dest", "event", "", nil)
+	r, err := f.s.Send(bg, "dest", "m1", store.InboxItem{Payload: []byte("hello")})
+	must(t, err, "Send")
+	if r.Status != store.FabricOK || r.Seq == 0 {
+		t.Fatalf("Send = %+v, want ok with a seq", r)
+	}
+	items := f.inbox("dest")
+	if len(items) != 2 || items[1].Seq != r.Seq || items[1].Kind != "fabric" || !bytes.Equal(items[1].Payload, []byte("hello")) {
+		t.Fatalf("inbox after Send = %+v", items)
+	}
+	again, err := f.s.Send(bg, "dest", "m1", store.InboxItem{Payload: []byte("retry")})
+	must(t, err, "retried Send")
+	if again.Status != store.FabricAlreadyEnqueued || again.Seq != r.Seq {
+		t.Fatalf("retried Send = %+v, want already_enqueued at %d", again, r.Seq)
+	}
+	if n := len(f.inbox("dest")); n != 2 {
+		t.Fatalf("a retried Send enqueued: %d items", n)
+	}
+	r2, err := f.s.Send(bg, "dest", "m2", store.InboxItem{Payload: []byte("next")})
+	must(t, err, "Send m2")
+	if r2.Status != store.FabricOK || r2.Seq <= r.Seq {
+		t.Fatalf("Send m2 = %+v after %+v", r2, r)
+	}
+	// Dedupe is per destination.
+	if r3, err := f.s.Send(bg, "other", "m1", store.InboxItem{}); err != nil || r3.Status != store.FabricOK {
+		t.Fatalf("m1 to another world = %+v, %v", r3, err)
+	}
+}
+
+func testSendRefused(t *testing.T, open Factory) {
+	f := setup(t, open)
+	_, err := f.s.Send(bg, "nowhere", "m1", store.InboxItem{})
+	wantErr(t, err, store.ErrWorldNotFound, "Send to an unknown world")
+	for status, kind := range map[store.WorldStatus]error{store.WorldFenced: store.ErrWorldFenced, store.WorldArchived: store.ErrWorldArchived} {
+		id := "w-" + string(status)
+		e := f.leased(id, "A")
+		must(t, f.s.SetWorldStatus(bg, id, e, status), "SetWorldStatus")
+		_, err := f.s.Send(bg, id, "m1", store.InboxItem{Payload: []byte("x")})
+		wantErr(t, err, kind, "Send to a "+string(status)+" world")
+		if n := len(f.inbox(id)); n != 0 {
+			t.Fatalf("refused Send enqueued %d items", n)
+		}
+		// Not recorded as delivered: once the world is active again the
+		// same message goes through.
+		must(t, f.s.SetWorldStatus(bg, id, e, store.WorldActive), "SetWorldStatus active")
+		r, err := f.s.Send(bg, id, "m1", store.InboxItem{Payload: []byte("x")})
+		if err != nil || r.Status != store.FabricOK {
+			t.Fatalf("Send after reactivation = %+v, %v; want ok", r, err)
+		}
+	}
+}

@@ -1,0 +1,807 @@
+package storetest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/memstore"
+)
+
+// Model-based tests: rapid generates random operation sequences and each
+// one is applied to the backend under test and to a fresh memstore, the
+// reference model, in lockstep; every answer is compared (error kinds,
+// flags, holders, epochs, attempts, payloads, and seqs up to a bijection,
+// since runSeq and inbox seq may have gaps in another backend). Timestamps
+// are compared relative to the check's start, with a tolerance.
+//
+// Run against memstore itself this compares memstore with memstore: it
+// then checks determinism (same operations, same answers, whatever map
+// order or timing) rather than conformance.
+//
+// One backend store serves a whole test (opening one per check would
+// exhaust a database's connections); each check works in its own namespace
+// (world, stream, worker and intent names prefixed by the check number) and
+// leaves the global effect and timer queues empty when it ends, so every
+// check starts from a clean queue. Only behaviour the other tests pin is
+// generated: for instance drains carry fresh entries, and a holder never
+// releases an expired lease here.
+func modelTests() []testCase {
+	return []testCase{
+		{"ModelJournalAndLeases", testModelJournalAndLeases},
+		{"ModelInboxAndEffects", testModelInboxAndEffects},
+		{"ModelTimers", testModelTimers},
+	}
+}
+
+// errKinds are the sentinels an answer is compared by.
+var errKinds = []error{
+	store.ErrLeaseHeld, store.ErrNotHolder, store.ErrStaleEpoch, store.ErrNotAssigned, store.ErrFenced,
+	store.ErrHeadMismatch, store.ErrCursorMismatch, store.ErrWorldNotFound, store.ErrWorldExists,
+	store.ErrWorldFenced, store.ErrWorldArchived, store.ErrSnapshotNotFound, store.ErrNotFound,
+	store.ErrWatermarkConflict, store.ErrInvalid, store.ErrClosed,
+}
+
+func errKind(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	for _, k := range errKinds {
+		if errors.Is(err, k) {
+			return k.Error()
+		}
+	}
+	return "untyped error: " + err.Error()
+}
+
+// lockstep is one check: the backend under test (sut) and the reference.
+type lockstep struct {
+	rt      *rapid.T
+	h       Harness
+	sut     store.Store
+	ref     *memstore.Store
+	clock   *memstore.ManualClock
+	p       string // this check's namespace
+	sutBase time.Time
+	refBase time.Time
+	elapsed time.Duration // sum of advances in this check
+	seqs    map[string]*seqMap
+	counter int
+}
+
+// newLockstep starts check number n of a test on its backend h.
+func newLockstep(rt *rapid.T, h Harness, n int) *lockstep {
+	clock := memstore.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	l := &lockstep{
+		rt: rt, h: h, sut: h.Store, clock: clock,
+		ref:  memstore.New(memstore.WithClock(clock.Now), memstore.WithDedupeRetention(h.Store.DedupeRetention())),
+		p:    fmt.Sprintf("m%d-", n),
+		seqs: map[string]*seqMap{},
+	}
+	var err error
+	l.sutBase, err = h.Store.Now(bg)
+	if err != nil {
+		rt.Fatalf("Now: %v", err)
+	}
+	l.refBase = clock.Now()
+	return l
+}
+
+func (l *lockstep) advance(d time.Duration) {
+	l.h.Advance(d)
+	l.clock.Advance(d)
+	l.elapsed += d
+}
+
+// at is the instant offset after the check's virtual now, on each side.
+// Computing due times from a base rather than from each side's Now keeps
+// instants that the reference sees as equal equal in the backend too.
+func (l *lockstep) at(offset time.Duration) (sut, ref time.Time) {
+	return l.sutBase.Add(l.elapsed + offset), l.refBase.Add(l.elapsed + offset)
+}
+
+// relSame compares two instants relative to each side's base.
+func (l *lockstep) relSame(what string, s, r time.Time) {
+	if d := s.Sub(l.sutBase) - r.Sub(l.refBase); d > time.Second || d < -time.Second {
+		l.rt.Fatalf("%s: backend %v after its start, reference %v", what, s.Sub(l.sutBase), r.Sub(l.refBase))
+	}
+}
+
+// both compares error kinds and reports whether both calls succeeded.
+func (l *lockstep) both(op string, sutErr, refErr error) bool {
+	if s, r := errKind(sutErr), errKind(refErr); s != r {
+		l.rt.Fatalf("%s: backend answered %s (%v), reference %s (%v)", op, s, sutErr, r, refErr)
+	}
+	return sutErr == nil
+}
+
+func (l *lockstep) eq(what string, s, r any) {
+	if fmt.Sprint(s) != fmt.Sprint(r) {
+		l.rt.Fatalf("%s: backend %v, reference %v", what, s, r)
+	}
+}
+
+func (l *lockstep) seqMap(name string) *seqMap {
+	m := l.seqs[name]
+	if m == nil {
+		m = &seqMap{s2r: map[uint64]uint64{0: 0}, r2s: map[uint64]uint64{0: 0}, pairs: [][2]uint64{{0, 0}}}
+		l.seqs[name] = m
+	}
+	return m
+}
+
+func (l *lockstep) next() int { l.counter++; return l.counter }
+
+// seqMap is the bijection between the backend's and the reference's seqs
+// of one sequence (a journal stream or an inbox), in assignment order.
+type seqMap struct {
+	pairs    [][2]uint64 // (backend, reference), increasing; starts at (0, 0)
+	s2r, r2s map[uint64]uint64
+}
+
+// fresh records a newly assigned pair: both must be above every earlier one.
+func (m *seqMap) fresh(rt *rapid.T, what string, s, r uint64) {
+	last := m.pairs[len(m.pairs)-1]
+	if s <= last[0] || r <= last[1] {
+		rt.Fatalf("%s: new seq %d (reference %d) not above %d (%d)", what, s, r, last[0], last[1])
+	}
+	m.pairs = append(m.pairs, [2]uint64{s, r})
+	m.s2r[s], m.r2s[r] = r, s
+}
+
+// same checks that s and r name the same element.
+func (m *seqMap) same(rt *rapid.T, what string, s, r uint64) {
+	if got, ok := m.s2r[s]; !ok || got != r {
+		rt.Fatalf("%s: backend seq %d and reference seq %d are not the same element (backend %d ↔ reference %d)", what, s, r, s, got)
+	}
+}
+
+func (m *seqMap) pick(rt *rapid.T, label string) [2]uint64 {
+	return m.pairs[rapid.IntRange(0, len(m.pairs)-1).Draw(rt, label)]
+}
+
+func (m *seqMap) last() [2]uint64 { return m.pairs[len(m.pairs)-1] }
+
+func (l *lockstep) createWorlds(ids ...string) {
+	for _, id := range ids {
+		_, serr := l.sut.CreateWorld(bg, l.p+"u", id, nil)
+		_, rerr := l.ref.CreateWorld(bg, l.p+"u", id, nil)
+		if !l.both("CreateWorld "+id, serr, rerr) {
+			l.rt.Fatalf("CreateWorld %s: %v", id, serr)
+		}
+	}
+}
+
+func (l *lockstep) names(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%s%d", l.p, prefix, i)
+	}
+	return out
+}
+
+// modelRecord is a valid record; the eventId varies so that a duplicate's
+// answer (the first occurrence's id) is checked.
+func (l *lockstep) modelRecord(key string) store.Record {
+	r := rec(key)
+	r.EventID = fmt.Sprintf("ev-%s-%d", key, l.next())
+	r.Payload = []byte(r.EventID)
+	return r
+}
+
+// compareAppended checks an append's answers and records new runSeqs.
+func (l *lockstep) compareAppended(op, stream string, s, r []store.Appended) {
+	if len(s) != len(r) {
+		l.rt.Fatalf("%s: %d answers, reference %d", op, len(s), len(r))
+	}
+	m := l.seqMap(stream)
+	for i := range s {
+		l.eq(fmt.Sprintf("%s[%d] idempotent", op, i), s[i].Idempotent, r[i].Idempotent)
+		l.eq(fmt.Sprintf("%s[%d] eventId", op, i), s[i].EventID, r[i].EventID)
+		if r[i].Idempotent {
+			m.same(l.rt, op, s[i].RunSeq, r[i].RunSeq)
+		} else {
+			m.fresh(l.rt, op, s[i].RunSeq, r[i].RunSeq)
+		}
+	}
+}
+
+func (l *lockstep) compareHead(stream string) (sut, ref uint64) {
+	sh, serr := l.sut.Head(bg, stream)
+	rh, rerr := l.ref.Head(bg, stream)
+	if l.both("Head", serr, rerr) {
+		l.seqMap(stream).same(l.rt, "Head "+stream, sh, rh)
+	}
+	return sh, rh
+}
+
+func (l *lockstep) compareRead(stream string) {
+	after := l.seqMap(stream).pick(l.rt, "after")
+	limit := rapid.IntRange(1, 5).Draw(l.rt, "limit")
+	s, serr := l.sut.Read(bg, stream, after[0], limit)
+	r, rerr := l.ref.Read(bg, stream, after[1], limit)
+	if !l.both("Read", serr, rerr) {
+		return
+	}
+	l.eq("Read length", len(s), len(r))
+	for i := range s {
+		l.seqMap(stream).same(l.rt, "Read runSeq", s[i].RunSeq, r[i].RunSeq)
+		if s[i].EventID != r[i].EventID || s[i].IdempotencyKey != r[i].IdempotencyKey || !bytes.Equal(s[i].Payload, r[i].Payload) {
+			l.rt.Fatalf("Read[%d]: backend %+v, reference %+v", i, s[i], r[i])
+		}
+	}
+}
+
+// ---- journal and leases ----
+
+func testModelJournalAndLeases(t *testing.T, open Factory) {
+	h := open(t)
+	checks := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		checks++
+		l := newLockstep(rt, h, checks)
+		worlds := l.names("w", 2)
+		workers := l.names("worker", 3)
+		streams := append([]string{l.p + "run"}, worlds...)
+		keys := []string{"k0", "k1", "k2", "k3", "k4", "k5"}
+		ttls := []time.Duration{10*time.Second + 500*time.Millisecond, 30*time.Second + 500*time.Millisecond}
+		l.createWorlds(worlds...)
+		maxEpoch := map[string]uint64{}
+		known := map[string]map[string]bool{} // idempotency keys stored, per stream
+		releasedBy := map[string]string{}     // world -> the worker whose release freed it
+		epoch := func(w string) uint64 {
+			return uint64(rapid.IntRange(0, int(maxEpoch[w])+1).Draw(rt, "epoch"))
+		}
+		// holderOrAny picks, half the time, the world's current holder and
+		// epoch (so renewals and releases also succeed), else any.
+		holderOrAny := func(w string) (string, string, uint64) {
+			if rapid.Bool().Draw(rt, "current holder") {
+				if cur, ok, _ := l.ref.GetLease(bg, w); ok && cur.Holder != "" {
+					return w, cur.Holder, cur.Epoch
+				}
+			}
+			return w, rapid.SampledFrom(workers).Draw(rt, "worker"), epoch(w)
+		}
+
+		rt.Repeat(map[string]func(*rapid.T){
+			"append": func(rt *rapid.T) {
+				stream := rapid.SampledFrom(streams).Draw(rt, "stream")
+				n := rapid.IntRange(1, 3).Draw(rt, "n")
+				evs := make([]store.Record, n)
+				for i := range evs {
+					evs[i] = l.modelRecord(rapid.SampledFrom(keys).Draw(rt, "key"))
+				}
+				// One option at a time: which of a fence failure and a head
+				// mismatch wins is not pinned, nor whether a stale fence fails
+				// a batch of duplicates (nothing would be written).
+				var sopts, ropts store.AppendOptions
+				switch rapid.IntRange(0, 4).Draw(rt, "option") {
+				case 1:
+					w := stream
+					if stream == l.p+"run" {
+						w = rapid.SampledFrom(worlds).Draw(rt, "fence world")
+					}
+					e := epoch(w)
+					if !l.fenceOK(w, e) && allKnown(known[stream], evs) {
+						return
+					}
+					f := &store.Fence{World: w, Epoch: e}
+					sopts.Fence, ropts.Fence = f, f
+				case 2:
+					sh, rh := l.compareHead(stream)
+					sopts.ExpectedHead, ropts.ExpectedHead = store.Head(sh), store.Head(rh)
+				case 3:
+					p := l.seqMap(stream).pick(rt, "stale head")
+					sopts.ExpectedHead, ropts.ExpectedHead = store.Head(p[0]), store.Head(p[1])
+				case 4:
+					p := l.seqMap(stream).last()
+					sopts.ExpectedHead, ropts.ExpectedHead = store.Head(p[0]+1000), store.Head(p[1]+1000)
+				}
+				s, serr := l.sut.Append(bg, stream, evs, sopts)
+				r, rerr := l.ref.Append(bg, stream, evs, ropts)
+				if l.both("Append", serr, rerr) {
+					l.compareAppended("Append", stream, s, r)
+					if known[stream] == nil {
+						known[stream] = map[string]bool{}
+					}
+					for _, ev := range evs {
+						known[stream][ev.IdempotencyKey] = true
+					}
+				}
+			},
+			"read": func(rt *rapid.T) {
+				l.compareRead(rapid.SampledFrom(streams).Draw(rt, "stream"))
+			},
+			"head": func(rt *rapid.T) {
+				l.compareHead(rapid.SampledFrom(streams).Draw(rt, "stream"))
+			},
+			"acquire": func(rt *rapid.T) {
+				w := rapid.SampledFrom(worlds).Draw(rt, "world")
+				worker := rapid.SampledFrom(workers).Draw(rt, "worker")
+				ttl := rapid.SampledFrom(ttls).Draw(rt, "ttl")
+				s, serr := l.sut.Acquire(bg, w, worker, ttl)
+				r, rerr := l.ref.Acquire(bg, w, worker, ttl)
+				if l.both("Acquire", serr, rerr) {
+					l.compareLease("Acquire", s, r)
+					maxEpoch[w] = max(maxEpoch[w], r.Epoch)
+				}
+			},
+			"renew": func(rt *rapid.T) {
+				w, worker, e := holderOrAny(rapid.SampledFrom(worlds).Draw(rt, "world"))
+				ttl := rapid.SampledFrom(ttls).Draw(rt, "ttl")
+				if cur, ok, _ := l.ref.GetLease(bg, w); ok && cur.Holder == worker && cur.Epoch != e && !l.clock.Now().Before(cur.ExpiresAt) {
+					return // expired and another epoch: which error wins is not pinned
+				}
+				s, serr := l.sut.Renew(bg, w, worker, e, ttl)
+				r, rerr := l.ref.Renew(bg, w, worker, e, ttl)
+				if l.both("Renew", serr, rerr) {
+					l.compareLease("Renew", s, r)
+				}
+			},
+			"release": func(rt *rapid.T) {
+				w, worker, e := holderOrAny(rapid.SampledFrom(worlds).Draw(rt, "world"))
+				cur, ok, _ := l.ref.GetLease(bg, w)
+				switch {
+				case ok && cur.Holder != "" && !l.clock.Now().Before(cur.ExpiresAt):
+					return // releasing an expired lease: not pinned
+				case ok && cur.Holder == "" && cur.Epoch == e && releasedBy[w] != worker:
+					return // another worker re-releasing a released epoch: not pinned
+				}
+				if l.both("Release", l.sut.Release(bg, w, worker, e), l.ref.Release(bg, w, worker, e)) && cur.Holder != "" {
+					releasedBy[w] = worker
+				}
+			},
+			"getLease": func(rt *rapid.T) {
+				w := rapid.SampledFrom(worlds).Draw(rt, "world")
+				s, sok, serr := l.sut.GetLease(bg, w)
+				r, rok, rerr := l.ref.GetLease(bg, w)
+				if l.both("GetLease", serr, rerr) {
+					l.eq("GetLease ok", sok, rok)
+					l.eq("GetLease epoch", s.Epoch, r.Epoch)
+					// An expired lease's record may or may not show its last
+					// holder: compare holders of live or released leases.
+					if r.Holder == "" || l.clock.Now().Before(r.ExpiresAt) {
+						l.eq("GetLease holder", s.Holder, r.Holder)
+					}
+				}
+			},
+			"assign": func(rt *rapid.T) {
+				w := rapid.SampledFrom(worlds).Draw(rt, "world")
+				a := store.Assignment{DesiredWorker: rapid.SampledFrom(append([]string{""}, workers...)).Draw(rt, "desired")}
+				l.both("Assign", l.sut.Assign(bg, w, a), l.ref.Assign(bg, w, a))
+			},
+			"unassign": func(rt *rapid.T) {
+				w := rapid.SampledFrom(worlds).Draw(rt, "world")
+				l.both("Unassign", l.sut.Unassign(bg, w), l.ref.Unassign(bg, w))
+			},
+			"workerWorlds": func(rt *rapid.T) {
+				worker := rapid.SampledFrom(workers).Draw(rt, "worker")
+				s, serr := l.sut.WorkerWorlds(bg, worker)
+				r, rerr := l.ref.WorkerWorlds(bg, worker)
+				if l.both("WorkerWorlds", serr, rerr) {
+					l.eq("WorkerWorlds", s, r)
+				}
+			},
+			"advance": func(rt *rapid.T) {
+				l.advance(rapid.SampledFrom([]time.Duration{time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second}).Draw(rt, "d"))
+			},
+		})
+	})
+}
+
+func (l *lockstep) compareLease(op string, s, r store.Lease) {
+	l.eq(op+" world", s.World, r.World)
+	l.eq(op+" holder", s.Holder, r.Holder)
+	l.eq(op+" epoch", s.Epoch, r.Epoch)
+	l.relSame(op+" expiresAt", s.ExpiresAt, r.ExpiresAt)
+}
+
+// ---- inbox and effects ----
+
+const modelClaimTTL = 10*time.Second + 500*time.Millisecond
+
+// drainQueues empties the backend's global effect and timer queues at the
+// end of a check (see modelTests).
+func drainQueues(h Harness, worker string) {
+	h.Advance(time.Hour)
+	_, _ = h.Store.ReapEffects(bg)
+	_, _ = h.Store.ReapTimers(bg)
+	for i := 0; i < 100; i++ {
+		items, err := h.Store.Claim(bg, worker, 100, time.Hour)
+		if err != nil || len(items) == 0 {
+			break
+		}
+		for _, it := range items {
+			_, _, _ = h.Store.Complete(bg, it.IntentHash, store.Receipt{Status: store.ReceiptOK})
+		}
+	}
+	for i := 0; i < 100; i++ {
+		items, err := h.Store.ClaimDue(bg, worker, 100, time.Hour)
+		if err != nil || len(items) == 0 {
+			break
+		}
+		for _, it := range items {
+			_, _, _ = h.Store.Fire(bg, it.IntentHash)
+		}
+	}
+}
+
+// leaseAll has one worker lease every world for the whole check.
+func (l *lockstep) leaseAll(worlds []string) map[string]uint64 {
+	epochs := map[string]uint64{}
+	for _, w := range worlds {
+		s, serr := l.sut.Acquire(bg, w, l.p+"host", 1000*time.Hour)
+		r, rerr := l.ref.Acquire(bg, w, l.p+"host", 1000*time.Hour)
+		if !l.both("Acquire", serr, rerr) {
+			l.rt.Fatalf("Acquire %s: %v", w, serr)
+		}
+		l.compareLease("Acquire", s, r)
+		epochs[w] = r.Epoch
+	}
+	return epochs
+}
+
+func testModelInboxAndEffects(t *testing.T, open Factory) {
+	h := open(t)
+	checks := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		checks++
+		l := newLockstep(rt, h, checks)
+		defer drainQueues(h, l.p+"cleanup")
+		worlds := l.names("w", 2)
+		l.createWorlds(worlds...)
+		epochs := l.leaseAll(worlds)
+		hashes := l.names("i", 6)
+		adapters := l.names("adapter", 2)
+		inboxKeys := []string{"", "", "k0", "k1", "k2"}
+		published := map[string]bool{}
+
+		compareItems := func(op, w string, s, r []store.InboxItem) {
+			l.eq(op+" length", len(s), len(r))
+			for i := range s {
+				l.seqMap("inbox:"+w).same(rt, op, s[i].Seq, r[i].Seq)
+				if s[i].Kind != r[i].Kind || s[i].DedupeKey != r[i].DedupeKey || !bytes.Equal(s[i].Payload, r[i].Payload) || s[i].World != r[i].World {
+					rt.Fatalf("%s[%d]: backend %+v, reference %+v", op, i, s[i], r[i])
+				}
+			}
+		}
+		// inboxSeq records an inbox seq answered by an enqueue-like call.
+		inboxSeq := func(op, w string, s, r uint64, dup bool) {
+			if dup {
+				l.seqMap("inbox:"+w).same(rt, op, s, r)
+			} else {
+				l.seqMap("inbox:"+w).fresh(rt, op, s, r)
+			}
+		}
+
+		rt.Repeat(map[string]func(*rapid.T){
+			"enqueue": func(rt *rapid.T) {
+				w := rapid.SampledFrom(worlds).Draw(rt, "world")
+				item := store.InboxItem{Kind: "event", DedupeKey: rapid.SampledFrom(inboxKeys).Draw(rt, "key"), Payload: []byte(fmt.Sprint("p", l.next()))}
+				ss, sdup, serr := l.sut.Enqueue(bg, w, item)
+				rs, rdup, rerr := l.ref.Enqueue(bg, w, item)
+				if l.both("Enqueue", serr, rerr) {
+					l.eq("Enqueue dup", sdup, rdup)
+					inboxSeq("Enqueue", w, ss, rs, rdup)
+				}
+			},
+			"readInbox": func(rt *rapid.T) {
+				w := rapid.SampledFrom(worlds).Draw(rt, "world")
+				after := l.seqMap("inbox:"+w).pick(rt, "after")
+				limit := rapid.IntRange(1, 5).Draw(rt, "limit")
+				s, serr := l.sut.ReadInbox(bg, w, after[0], limit)
+				r, rerr := l.ref.ReadInbox(bg, w, after[1], limit)
+				if l.both("ReadInbox", serr, rerr) {
+					compareItems("ReadInbox", w, s, r)
+				}
+			},
+			"drain": func(rt *rapid.T) {
+				w := rapid.SampledFrom(worlds).Draw(rt, "world")
+				inbox := l.seqMap("inbox:" + w)
+				sc, serr := l.sut.Cursor(bg, w)
+				rc, rerr := l.ref.Cursor(bg, w)
+				if !l.both("Cursor", serr, rerr) {
+					return
+				}
+				inbox.same(rt, "Cursor", sc, rc)
+				sh, rh := l.compareHead(w)
+				expCursor, expHead := [2]uint64{sc, rc}, [2]uint64{sh, rh}
+				e := epochs[w]
+				// The new cursor: a later seq (or one past the last, refused).
+				var later [][2]uint64
+				for _, p := range inbox.pairs {
+					if p[1] > rc {
+						later = append(later, p)
+					}
+				}
+				last := inbox.last()
+				newCursor := [2]uint64{last[0] + 1, last[1] + 1}
+				if len(later) > 0 {
+					newCursor = rapid.SampledFrom(later).Draw(rt, "new cursor")
+				}
+				// At most one fault: which check wins is not pinned.
+				switch rapid.IntRange(0, 5).Draw(rt, "fault") {
+				case 1:
+					expCursor = inbox.pick(rt, "stale cursor")
+				case 2:
+					expHead = l.seqMap(w).pick(rt, "stale head")
+				case 3:
+					newCursor = [2]uint64{last[0] + 1, last[1] + 1}
+				case 4:
+					e++
+				}
+				faults := 0
+				for _, fault := range []bool{expCursor != [2]uint64{sc, rc}, expHead != [2]uint64{sh, rh}, newCursor[1] > last[1], e != epochs[w]} {
+					if fault {
+						faults++
+					}
+				}
+				if faults > 1 || expCursor[1] > newCursor[1] {
+					return // two faults after all, or a cursor moving back: not pinned
+				}
+				entries := make([]store.Record, rapid.IntRange(1, 2).Draw(rt, "entries"))
+				for i := range entries {
+					entries[i] = l.modelRecord(fmt.Sprint("d", l.next()))
+				}
+				s, serr := l.sut.DrainToJournal(bg, w, e, expCursor[0], expHead[0], newCursor[0], entries)
+				r, rerr := l.ref.DrainToJournal(bg, w, e, expCursor[1], expHead[1], newCursor[1], entries)
+				if l.both("DrainToJournal", serr, rerr) {
+					l.compareAppended("DrainToJournal", w, s, r)
+				}
+			},
+			"publish": func(rt *rapid.T) {
+				w := rapid.SampledFrom(worlds).Draw(rt, "world")
+				e := epochs[w]
+				if rapid.IntRange(0, 5).Draw(rt, "stale epoch") == 0 {
+					e++
+				}
+				n := rapid.IntRange(1, 3).Draw(rt, "n")
+				var hs []string
+				for i := 0; i < n; i++ {
+					hs = append(hs, rapid.SampledFrom(hashes).Draw(rt, "hash"))
+				}
+				if e != epochs[w] && allKnownHashes(published, hs) {
+					return // a stale publish of nothing new: fenced or a no-op, not pinned
+				}
+				s, serr := l.sut.Publish(bg, w, e, intents(hs...))
+				r, rerr := l.ref.Publish(bg, w, e, intents(hs...))
+				if l.both("Publish", serr, rerr) {
+					l.eq("Publish count", s, r)
+					for _, h := range hs {
+						published[h] = true
+					}
+				}
+			},
+			"claim": func(rt *rapid.T) {
+				worker := rapid.SampledFrom(adapters).Draw(rt, "adapter")
+				n := rapid.IntRange(1, 3).Draw(rt, "n")
+				s, serr := l.sut.Claim(bg, worker, n, modelClaimTTL)
+				r, rerr := l.ref.Claim(bg, worker, n, modelClaimTTL)
+				if !l.both("Claim", serr, rerr) {
+					return
+				}
+				l.eq("Claim length", len(s), len(r))
+				for i := range s {
+					if s[i].IntentHash != r[i].IntentHash || s[i].World != r[i].World || s[i].Attempt != r[i].Attempt ||
+						s[i].ClaimedBy != r[i].ClaimedBy || s[i].Kind != r[i].Kind || !bytes.Equal(s[i].Params, r[i].Params) {
+						rt.Fatalf("Claim[%d]: backend %+v, reference %+v", i, s[i], r[i])
+					}
+					if i > 0 && s[i].Seq <= s[i-1].Seq {
+						rt.Fatalf("Claim out of queue order: %+v", s)
+					}
+					l.relSame("ClaimExpires", s[i].ClaimExpires, r[i].ClaimExpires)
+				}
+			},
+			"complete": func(rt *rapid.T) {
+				hash := pickBiased(rt, published, hashes)
+				rc := store.Receipt{Status: rapid.SampledFrom([]store.ReceiptStatus{store.ReceiptOK, store.ReceiptError, store.ReceiptTimeout}).Draw(rt, "status"), Payload: []byte(fmt.Sprint("r", l.next()))}
+				ss, sdup, serr := l.sut.Complete(bg, hash, rc)
+				rs, rdup, rerr := l.ref.Complete(bg, hash, rc)
+				if l.both("Complete", serr, rerr) {
+					l.eq("Complete dup", sdup, rdup)
+					st, err := l.ref.EffectStatus(bg, hash)
+					if err != nil {
+						rt.Fatalf("reference EffectStatus: %v", err)
+					}
+					inboxSeq("Complete", st.World, ss, rs, rdup)
+				}
+			},
+			"reap": func(rt *rapid.T) {
+				s, serr := l.sut.ReapEffects(bg)
+				r, rerr := l.ref.ReapEffects(bg)
+				if l.both("ReapEffects", serr, rerr) {
+					l.eq("ReapEffects count", s, r)
+				}
+			},
+			"status": func(rt *rapid.T) {
+				hash := rapid.SampledFrom(hashes).Draw(rt, "hash")
+				s, serr := l.sut.EffectStatus(bg, hash)
+				r, rerr := l.ref.EffectStatus(bg, hash)
+				if !l.both("EffectStatus", serr, rerr) {
+					return
+				}
+				if s.State != r.State || s.Attempts != r.Attempts || s.World != r.World || (s.Receipt == nil) != (r.Receipt == nil) {
+					rt.Fatalf("EffectStatus: backend %+v, reference %+v", s, r)
+				}
+				if r.Receipt != nil {
+					if s.Receipt.Status != r.Receipt.Status || !bytes.Equal(s.Receipt.Payload, r.Receipt.Payload) {
+						rt.Fatalf("EffectStatus receipt: backend %+v, reference %+v", s.Receipt, r.Receipt)
+					}
+					l.seqMap("inbox:"+r.World).same(rt, "EffectStatus inboxSeq", s.InboxSeq, r.InboxSeq)
+				}
+			},
+			"advance": func(rt *rapid.T) {
+				l.advance(rapid.SampledFrom([]time.Duration{time.Second, 5 * time.Second, 10 * time.Second, 20 * time.Second}).Draw(rt, "d"))
+			},
+		})
+	})
+}
+
+// ---- timers ----
+
+func testModelTimers(t *testing.T, open Factory) {
+	h := open(t)
+	checks := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		checks++
+		l := newLockstep(rt, h, checks)
+		defer drainQueues(h, l.p+"cleanup")
+		worlds := l.names("w", 2)
+		l.createWorlds(worlds...)
+		epochs := l.leaseAll(worlds)
+		hashes := l.names("t", 6)
+		workers := l.names("tw", 2)
+		// What the model knows of each hash, to generate only pinned calls:
+		// CancelTimer of a live timer by its own world, and Fire of a timer
+		// that was claimed (so it was due), delivered, cancelled or never
+		// scheduled.
+		owner := map[string]string{} // hash -> world, once scheduled
+		claimed, delivered, cancelled := map[string]bool{}, map[string]bool{}, map[string]bool{}
+
+		rt.Repeat(map[string]func(*rapid.T){
+			"schedule": func(rt *rapid.T) {
+				w := rapid.SampledFrom(worlds).Draw(rt, "world")
+				hash := rapid.SampledFrom(hashes).Draw(rt, "hash")
+				if cancelled[hash] {
+					return // whether a cancelled hash may be scheduled again is not pinned
+				}
+				offset := rapid.SampledFrom([]time.Duration{0, 3, 10, 20}).Draw(rt, "due in")*time.Second + 500*time.Millisecond
+				sAt, rAt := l.at(offset)
+				e := epochs[w]
+				if rapid.IntRange(0, 5).Draw(rt, "stale epoch") == 0 {
+					e++
+				}
+				if _, ok := owner[hash]; ok && e != epochs[w] {
+					return // a stale schedule of a known hash: fenced or a no-op, not pinned
+				}
+				payload := []byte(fmt.Sprint("tick", l.next()))
+				if l.both("Schedule", l.sut.Schedule(bg, w, e, hash, sAt, payload), l.ref.Schedule(bg, w, e, hash, rAt, payload)) {
+					if _, ok := owner[hash]; !ok {
+						owner[hash] = w
+					}
+				}
+			},
+			"cancel": func(rt *rapid.T) {
+				hash := rapid.SampledFrom(hashes).Draw(rt, "hash")
+				w, ok := owner[hash]
+				if !ok || delivered[hash] || cancelled[hash] {
+					return
+				}
+				e := epochs[w]
+				if rapid.IntRange(0, 5).Draw(rt, "stale epoch") == 0 {
+					e++
+				}
+				if l.both("CancelTimer", l.sut.CancelTimer(bg, w, e, hash), l.ref.CancelTimer(bg, w, e, hash)) {
+					cancelled[hash] = true
+				}
+			},
+			"claimDue": func(rt *rapid.T) {
+				worker := rapid.SampledFrom(workers).Draw(rt, "worker")
+				n := rapid.IntRange(1, 3).Draw(rt, "n")
+				s, serr := l.sut.ClaimDue(bg, worker, n, modelClaimTTL)
+				r, rerr := l.ref.ClaimDue(bg, worker, n, modelClaimTTL)
+				if !l.both("ClaimDue", serr, rerr) {
+					return
+				}
+				l.eq("ClaimDue length", len(s), len(r))
+				for i := range s {
+					if s[i].IntentHash != r[i].IntentHash || s[i].World != r[i].World || s[i].Attempt != r[i].Attempt ||
+						s[i].ClaimedBy != r[i].ClaimedBy || !bytes.Equal(s[i].Payload, r[i].Payload) {
+						rt.Fatalf("ClaimDue[%d]: backend %+v, reference %+v", i, s[i], r[i])
+					}
+					l.relSame("DeliverAt", s[i].DeliverAt, r[i].DeliverAt)
+					l.relSame("ClaimExpires", s[i].ClaimExpires, r[i].ClaimExpires)
+					claimed[r[i].IntentHash] = true
+				}
+			},
+			"fire": func(rt *rapid.T) {
+				hash := pickBiased(rt, claimed, hashes)
+				if _, scheduled := owner[hash]; scheduled && !claimed[hash] && !delivered[hash] && !cancelled[hash] {
+					return // firing a timer nobody claimed (maybe not due) is not pinned
+				}
+				ss, sdup, serr := l.sut.Fire(bg, hash)
+				rs, rdup, rerr := l.ref.Fire(bg, hash)
+				if l.both("Fire", serr, rerr) {
+					l.eq("Fire dup", sdup, rdup)
+					m := l.seqMap("inbox:" + owner[hash])
+					if rdup {
+						m.same(rt, "Fire", ss, rs)
+					} else {
+						m.fresh(rt, "Fire", ss, rs)
+					}
+					delivered[hash] = true
+				}
+			},
+			"reap": func(rt *rapid.T) {
+				s, serr := l.sut.ReapTimers(bg)
+				r, rerr := l.ref.ReapTimers(bg)
+				if l.both("ReapTimers", serr, rerr) {
+					l.eq("ReapTimers count", s, r)
+				}
+			},
+			"readInbox": func(rt *rapid.T) {
+				w := rapid.SampledFrom(worlds).Draw(rt, "world")
+				s, serr := l.sut.ReadInbox(bg, w, 0, 100)
+				r, rerr := l.ref.ReadInbox(bg, w, 0, 100)
+				if !l.both("ReadInbox", serr, rerr) {
+					return
+				}
+				l.eq("ReadInbox length", len(s), len(r))
+				for i := range s {
+					l.seqMap("inbox:"+w).same(rt, "ReadInbox", s[i].Seq, r[i].Seq)
+					if s[i].Kind != r[i].Kind || s[i].DedupeKey != r[i].DedupeKey || !bytes.Equal(s[i].Payload, r[i].Payload) {
+						rt.Fatalf("ReadInbox[%d]: backend %+v, reference %+v", i, s[i], r[i])
+					}
+				}
+			},
+			"advance": func(rt *rapid.T) {
+				l.advance(rapid.SampledFrom([]time.Duration{time.Second, 3 * time.Second, 10 * time.Second, 20 * time.Second}).Draw(rt, "d"))
+			},
+		})
+	})
+}
+
+// fenceOK reports whether a write fenced by (w, e) passes, per the reference.
+func (l *lockstep) fenceOK(w string, e uint64) bool {
+	cur, ok, err := l.ref.GetLease(bg, w)
+	return err == nil && ok && cur.Holder != "" && cur.Epoch == e && l.clock.Now().Before(cur.ExpiresAt)
+}
+
+func allKnown(known map[string]bool, evs []store.Record) bool {
+	for _, ev := range evs {
+		if !known[ev.IdempotencyKey] {
+			return false
+		}
+	}
+	return true
+}
+
+func allKnownHashes(known map[string]bool, hs []string) bool {
+	for _, h := range hs {
+		if !known[h] {
+			return false
+		}
+	}
+	return true
+}
+
+// pickBiased draws, most of the time, one of the names in favoured (in
+// sorted order, so that a draw sequence always means the same name), else
+// any of all.
+func pickBiased(rt *rapid.T, favoured map[string]bool, all []string) string {
+	var fav []string
+	for _, h := range all {
+		if favoured[h] {
+			fav = append(fav, h)
+		}
+	}
+	if len(fav) > 0 && rapid.IntRange(0, 3).Draw(rt, "favoured") > 0 {
+		return rapid.SampledFrom(fav).Draw(rt, "name")
+	}
+	return rapid.SampledFrom(all).Draw(rt, "name")
+}
