@@ -1,0 +1,16 @@
+package sqlite
+
+import (
+	"testing"
+
+	"github.com/orrery-run/orrery/store/storetest"
+)
+
+// TestConformance runs the one conformance suite against a fresh database
+// file per test, with a manual clock that Advance moves.
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		s, clock, _ := openTemp(t)
+		return storetest.Harness{Store: s, Advance: clock.Advance}
+	})
+}

@@ -1,0 +1,52 @@
+package sqlite
+
+import (
+	"context"
+
+	"github.com/orrery-run/orrery/store"
+)
+
+// Send delivers item's payload into dest's inbox (kind "fabric") once per
+// message id (protocol F). The destination must exist and be active (a
+// fenced or archived one refuses, retries included). messageID is the
+// message's dedupe: item's Kind, Seq, World, EnqueuedAt and DedupeKey are
+// ignored, and the inbox item carries no inbox dedupe key.
+func (s *Store) Send(ctx context.Context, dest, messageID string, item store.InboxItem) (store.FabricResult, error) {
+	const op = "send"
+	var out store.FabricResult
+	err := s.write(ctx, op, dest, func(t *wtx) error {
+		w, err := t.inboxWorld(op, dest)
+		if err != nil {
+			return err
+		}
+		if err := requireActive(op, dest, w.status); err != nil {
+			return err
+		}
+		if messageID == "" {
+			return store.Errorf(op, store.ErrInvalid, dest, "empty message id")
+		}
+		var seq int64
+		found, err := t.queryRow(`SELECT seq FROM fabric_dedupe WHERE dest = ? AND message_id = ?`, []any{dest, messageID}, &seq)
+		if err != nil {
+			return err
+		}
+		if found {
+			out = store.FabricResult{Status: store.FabricAlreadyEnqueued, Seq: uint64(seq)}
+			return nil
+		}
+		got, _, err := t.enqueueInto(op, w, "fabric", item.Payload, "")
+		if err != nil {
+			return err
+		}
+		if _, err := t.exec(`INSERT INTO fabric_dedupe (dest, message_id, seq, completed_at) VALUES (?, ?, ?, ?)`,
+			dest, messageID, int64(got), t.nowNS); err != nil {
+			return err
+		}
+		out = store.FabricResult{Status: store.FabricOK, Seq: got}
+		return nil
+	})
+	if err != nil {
+		return store.FabricResult{}, err
+	}
+	return out, nil
+}

@@ -1,0 +1,122 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/orrery-run/orrery/store"
+)
+
+// PutSnapshot stores a snapshot, fenced by epoch, and makes it the active
+// baseline if its height is above the current one. s.World is ignored (the
+// world argument names it) and CreatedAt is the store clock. The first
+// snapshot stored at a height stays; another at the same height is ignored
+// (replay makes them equal anyway).
+func (s *Store) PutSnapshot(ctx context.Context, world string, epoch uint64, snap store.Snapshot) error {
+	const op = "put_snapshot"
+	if snap.StateHash == "" {
+		return store.Errorf(op, store.ErrInvalid, world, "empty state hash")
+	}
+	return s.write(ctx, op, world, func(t *wtx) error {
+		if err := t.fence(op, world, epoch); err != nil {
+			return err
+		}
+		if _, err := t.exec(`INSERT INTO snapshots (world, height, state, state_hash, created_at) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (world, height) DO NOTHING`,
+			world, int64(snap.Height), snap.State, snap.StateHash, t.nowNS); err != nil {
+			return err
+		}
+		_, err := t.exec(`UPDATE worlds SET baseline_height = ? WHERE id = ? AND (baseline_height IS NULL OR baseline_height < ?)`,
+			int64(snap.Height), world, int64(snap.Height))
+		return err
+	})
+}
+
+// ActiveSnapshot returns the active baseline (ok=false if none).
+func (s *Store) ActiveSnapshot(ctx context.Context, world string) (store.Snapshot, bool, error) {
+	const op = "active_snapshot"
+	if err := s.read(ctx, op); err != nil {
+		return store.Snapshot{}, false, err
+	}
+	var (
+		snap            store.Snapshot
+		height, created sql.NullInt64
+		hasState        bool
+	)
+	var hash sql.NullString
+	found, err := s.queryRow(ctx, `SELECT s.height, s.state, s.state IS NOT NULL, s.state_hash, s.created_at
+		FROM worlds w LEFT JOIN snapshots s ON s.world = w.id AND s.height = w.baseline_height WHERE w.id = ?`, []any{world},
+		&height, &snap.State, &hasState, &hash, &created)
+	if err != nil {
+		return store.Snapshot{}, false, dbErr(op, world, err)
+	}
+	if !found {
+		return store.Snapshot{}, false, store.Errorf(op, store.ErrWorldNotFound, world, "")
+	}
+	if !hash.Valid {
+		return store.Snapshot{}, false, nil
+	}
+	snap.StateHash = hash.String
+	snap.World, snap.Height, snap.CreatedAt = world, uint64(height.Int64), fromNS(created.Int64)
+	snap.State = blob(snap.State, hasState)
+	return snap, true, nil
+}
+
+// Compact deletes the world's journal entries with runSeq <= baseline
+// height - retain, fenced by epoch.
+//
+// Immutability: the events table's delete trigger aborts any DELETE that no
+// compaction gate covers. Compact opens the gate (a row of compaction_gate
+// naming the stream and the highest runSeq it may delete), deletes, and
+// closes the gate again, all inside its savepoint of the group transaction:
+// the gate is never committed, so no other statement ever passes it. The
+// idempotency keys (event_keys) are not compacted: a retried append of a
+// compacted event is still answered with its metadata.
+func (s *Store) Compact(ctx context.Context, world string, epoch uint64, retain uint64) (int, error) {
+	const op = "compact"
+	var removed int
+	err := s.write(ctx, op, world, func(t *wtx) error {
+		removed = 0
+		if err := t.fence(op, world, epoch); err != nil {
+			return err
+		}
+		var baseline sql.NullInt64
+		if _, err := t.queryRow(`SELECT baseline_height FROM worlds WHERE id = ?`, []any{world}, &baseline); err != nil {
+			return err
+		}
+		if !baseline.Valid || uint64(baseline.Int64) <= retain {
+			return nil
+		}
+		upto := uint64(baseline.Int64) - retain
+		// The head survives the events it may remove: record it as the
+		// stream's floor first.
+		head, err := t.head(world)
+		if err != nil {
+			return err
+		}
+		if _, err := t.exec(`INSERT INTO streams (stream, head) VALUES (?, ?)
+			ON CONFLICT (stream) DO UPDATE SET head = MAX(head, excluded.head)`, world, head); err != nil {
+			return err
+		}
+		if _, err := t.exec(`INSERT INTO compaction_gate (stream, upto) VALUES (?, ?)`, world, int64(upto)); err != nil {
+			return err
+		}
+		res, err := t.exec(`DELETE FROM events WHERE stream = ? AND run_seq <= ?`, world, int64(upto))
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if _, err := t.exec(`DELETE FROM compaction_gate WHERE stream = ?`, world); err != nil {
+			return err
+		}
+		removed = int(n)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return removed, nil
+}

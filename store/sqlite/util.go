@@ -1,0 +1,129 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"math"
+	"time"
+)
+
+// Times are int64 Unix nanoseconds; read back in UTC.
+
+var (
+	minNS = time.Unix(0, math.MinInt64)
+	maxNS = time.Unix(0, math.MaxInt64)
+)
+
+// ns converts t, clamping times outside int64 nanoseconds (the zero time
+// among them) to the ends of the range, so a window bound is always
+// meaningful.
+func ns(t time.Time) int64 {
+	switch {
+	case t.Before(minNS):
+		return math.MinInt64
+	case t.After(maxNS):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
+}
+
+// nullNS stores the zero time as NULL.
+func nullNS(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return ns(t)
+}
+
+func fromNS(v int64) time.Time { return time.Unix(0, v).UTC() }
+
+func fromNullNS(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return fromNS(v.Int64)
+}
+
+// sqlLimit maps a non-positive limit to SQLite's "no limit".
+func sqlLimit(limit int) int64 {
+	if limit <= 0 {
+		return -1
+	}
+	return int64(limit)
+}
+
+// read checks that a read may start.
+func (s *Store) read(ctx context.Context, op string) error {
+	if s.closed.Load() {
+		return closedErr(op)
+	}
+	if err := ctx.Err(); err != nil {
+		return ctxErr(op, err)
+	}
+	return nil
+}
+
+// rstmt returns query prepared on the read pool (database/sql prepares it
+// on each pooled connection as needed), preparing it once: SQLite's parse
+// and plan cost more than a small read itself.
+func (s *Store) rstmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	s.rmu.Lock()
+	st := s.rstmts[query]
+	s.rmu.Unlock()
+	if st != nil {
+		return st, nil
+	}
+	st, err := s.rdb.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	if prev := s.rstmts[query]; prev != nil {
+		st.Close()
+		return prev, nil
+	}
+	s.rstmts[query] = st
+	return st, nil
+}
+
+// query runs a read on the pool.
+func (s *Store) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := s.rstmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+// queryRow scans one row of a read into dest; found is false when there is
+// none.
+func (s *Store) queryRow(ctx context.Context, query string, args []any, dest ...any) (found bool, err error) {
+	st, err := s.rstmt(ctx, query)
+	if err != nil {
+		return false, err
+	}
+	err = st.QueryRowContext(ctx, args...).Scan(dest...)
+	if err == sql.ErrNoRows {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (s *Store) closeReadStmts() {
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	for q, st := range s.rstmts {
+		st.Close()
+		delete(s.rstmts, q)
+	}
+}
+
+// blob restores an empty (non-nil) byte slice, which the driver reads back
+// as nil: queries select a blob column c as "c, c IS NOT NULL".
+func blob(b []byte, present bool) []byte {
+	if present && b == nil {
+		return []byte{}
+	}
+	return b
+}

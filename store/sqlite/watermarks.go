@@ -1,0 +1,38 @@
+package sqlite
+
+import (
+	"context"
+
+	"github.com/orrery-run/orrery/store"
+)
+
+// GetWatermark reads a projector's watermark on stream (0 if never set).
+func (s *Store) GetWatermark(ctx context.Context, projector, stream string) (uint64, error) {
+	const op = "get_watermark"
+	if err := s.read(ctx, op); err != nil {
+		return 0, err
+	}
+	var v int64
+	if _, err := s.queryRow(ctx, `SELECT value FROM watermarks WHERE projector = ? AND stream = ?`, []any{projector, stream}, &v); err != nil {
+		return 0, dbErr(op, "", err)
+	}
+	return uint64(v), nil
+}
+
+// CASWatermark sets the watermark to next if it is old (an unset watermark
+// is 0), else ErrWatermarkConflict.
+func (s *Store) CASWatermark(ctx context.Context, projector, stream string, old, next uint64) error {
+	const op = "cas_watermark"
+	return s.write(ctx, op, "", func(t *wtx) error {
+		var cur int64
+		if _, err := t.queryRow(`SELECT value FROM watermarks WHERE projector = ? AND stream = ?`, []any{projector, stream}, &cur); err != nil {
+			return err
+		}
+		if uint64(cur) != old {
+			return store.Errorf(op, store.ErrWatermarkConflict, "", "projector %s on %s: expected %d, watermark is %d", projector, stream, old, cur)
+		}
+		_, err := t.exec(`INSERT INTO watermarks (projector, stream, value) VALUES (?, ?, ?)
+			ON CONFLICT (projector, stream) DO UPDATE SET value = excluded.value`, projector, stream, int64(next))
+		return err
+	})
+}
