@@ -1,0 +1,492 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"sort"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orrery-run/orrery/store"
+)
+
+// A delivery puts one item into a world's inbox: Enqueue, Complete (the
+// receipt), Fire (the timer-fired item) and Send (fabric). Deliveries are
+// group-committed like appends (see deliveryTx): every check is decided
+// before anything is written, so one request's typed failure (an unknown
+// intent, an archived world) never fails its neighbours.
+
+type deliveryKind uint8
+
+const (
+	dEnqueue deliveryKind = iota
+	dComplete
+	dFire
+	dSend
+)
+
+type deliveryReq struct {
+	ctx   context.Context
+	op    string
+	kind  deliveryKind
+	world string // Enqueue's world, Send's destination
+	hash  string // Complete's and Fire's intent hash
+	msg   string // Send's message id
+
+	itemKind string
+	payload  []byte
+	key      string // Enqueue's dedupe key
+	status   string // Complete's receipt status
+
+	seq  uint64
+	dup  bool
+	err  error
+	done chan struct{}
+}
+
+func (r *deliveryReq) context() context.Context { return r.ctx }
+
+func (r *deliveryReq) finish(err error) {
+	if r.err == nil && err != nil {
+		r.err = dbErr(r.op, r.world, err)
+	}
+	close(r.done)
+}
+
+func (s *Store) deliver(r *deliveryReq) (uint64, bool, error) {
+	r.done = make(chan struct{})
+	if err := s.deliveries.do(r.world+r.hash, r, r.done); err != nil {
+		return 0, false, dbErr(r.op, r.world, err)
+	}
+	if r.err != nil {
+		return 0, false, r.err
+	}
+	if r.kind == dEnqueue || r.kind == dSend {
+		s.hub.signal(store.TopicInbox(r.world))
+	}
+	return r.seq, r.dup, nil
+}
+
+// Enqueue implements store.Inbox.
+func (s *Store) Enqueue(ctx context.Context, world string, item store.InboxItem) (uint64, bool, error) {
+	const op = "enqueue"
+	if err := s.begin(ctx, op); err != nil {
+		return 0, false, err
+	}
+	if !validText(world) || !validText(item.Kind) || !validText(item.DedupeKey) {
+		return 0, false, store.Errorf(op, store.ErrInvalid, "", "ids must be valid UTF-8 text")
+	}
+	return s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dEnqueue, world: world,
+		itemKind: item.Kind, payload: item.Payload, key: item.DedupeKey})
+}
+
+// Complete implements protocol D's acknowledgement: in one transaction the
+// receipt enters the world's inbox (kind "receipt", dedupe key
+// "receipt:"+intentHash) whatever the world's status, since it answers the
+// world's own request, and the intent is done. A pending intent (its claim
+// reaped while the adapter still worked) may complete too: the result
+// exists, and losing it would execute the effect again. Completing a done
+// intent answers the first completion's seq, dup=true.
+func (s *Store) Complete(ctx context.Context, intentHash string, r store.Receipt) (uint64, bool, error) {
+	const op = "complete"
+	if err := s.begin(ctx, op); err != nil {
+		return 0, false, err
+	}
+	if !validText(intentHash) || !validText(string(r.Status)) {
+		return 0, false, store.Errorf(op, store.ErrInvalid, "", "intent hash and status must be valid UTF-8 text")
+	}
+	return s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dComplete, hash: intentHash,
+		status: string(r.Status), payload: r.Payload})
+}
+
+// Fire implements protocol E's acknowledgement: like Complete, it delivers
+// (kind "timer", dedupe key "timer:"+intentHash, the timer's payload)
+// whatever the world's status and whether or not the timer is claimed.
+func (s *Store) Fire(ctx context.Context, intentHash string) (uint64, bool, error) {
+	const op = "fire"
+	if err := s.begin(ctx, op); err != nil {
+		return 0, false, err
+	}
+	if !validText(intentHash) {
+		return 0, false, store.Errorf(op, store.ErrInvalid, "", "intent hash must be valid UTF-8 text")
+	}
+	return s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dFire, hash: intentHash})
+}
+
+// Send implements protocol F: dest must exist and be active; a messageID
+// already delivered there answers its first seq as already_enqueued; else
+// the item enters dest's inbox and the delivery record is set, in one
+// transaction. The item's Kind, Seq, World, EnqueuedAt and DedupeKey are
+// ignored: it enters as kind "fabric", and messageID is its dedupe
+// (separate from the inbox's dedupe keys).
+func (s *Store) Send(ctx context.Context, dest, messageID string, item store.InboxItem) (store.FabricResult, error) {
+	const op = "send"
+	if err := s.begin(ctx, op); err != nil {
+		return store.FabricResult{}, err
+	}
+	if messageID == "" {
+		return store.FabricResult{}, store.Errorf(op, store.ErrInvalid, dest, "empty message id")
+	}
+	if !validText(dest) || !validText(messageID) {
+		return store.FabricResult{}, store.Errorf(op, store.ErrInvalid, "", "ids must be valid UTF-8 text")
+	}
+	seq, dup, err := s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dSend, world: dest, msg: messageID, payload: item.Payload})
+	if err != nil {
+		return store.FabricResult{}, err
+	}
+	if dup {
+		return store.FabricResult{Status: store.FabricAlreadyEnqueued, Seq: seq}, nil
+	}
+	return store.FabricResult{Status: store.FabricOK, Seq: seq}, nil
+}
+
+// runDeliveries commits one batch of deliveries (see runAppends for the
+// treatment of failures).
+func (s *Store) runDeliveries(batch []*deliveryReq) {
+	live := make([]*deliveryReq, 0, len(batch))
+	for _, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			r.finish(err)
+			continue
+		}
+		live = append(live, r)
+	}
+	if len(live) == 0 {
+		return
+	}
+	s.stats.deliveryReqs.Add(uint64(len(live)))
+	res, err := s.deliverWithRetry(live)
+	if err != nil && len(live) > 1 {
+		for _, r := range live {
+			one, err := s.deliverWithRetry([]*deliveryReq{r})
+			if err != nil {
+				r.finish(err)
+				continue
+			}
+			r.seq, r.dup, r.err = one[0].seq, one[0].dup, one[0].err
+			r.finish(nil)
+		}
+		return
+	}
+	for i, r := range live {
+		if err != nil {
+			r.finish(err)
+			continue
+		}
+		r.seq, r.dup, r.err = res[i].seq, res[i].dup, res[i].err
+		r.finish(nil)
+	}
+}
+
+type deliveryResult struct {
+	seq uint64
+	dup bool
+	err error
+}
+
+func (s *Store) deliverWithRetry(reqs []*deliveryReq) ([]deliveryResult, error) {
+	var res []deliveryResult
+	err := s.retry(context.Background(), "deliver", "", func() error {
+		var err error
+		res, err = s.deliveryTx(reqs)
+		return err
+	})
+	return res, err
+}
+
+// errRetryBatch rolls a batch back to run it again: an effect or timer
+// appeared between the batch's world locks and its own reads, so its
+// world's row is not locked (a rare race with Publish or Schedule).
+var errRetryBatch = errors.New("postgres: batch raced a new row; retrying")
+
+type worldRow struct {
+	status string
+	seq    int64 // the last inbox seq, advanced as the batch assigns
+	dirty  bool
+}
+
+type queueRow struct {
+	world    string
+	state    string
+	payload  []byte // a timer's
+	inboxSeq int64
+}
+
+type inboxKey struct{ world, key string }
+
+// deliveryTx runs reqs in one transaction of two round trips, like the
+// append committer's checked path:
+//
+//  1. BEGIN; lock the row of every world at stake, in id order (a
+//     Complete's or Fire's world is its effect's or timer's); lock the
+//     effects and timers to complete; read the inbox dedupe keys and the
+//     fabric records at stake, and the clock.
+//  2. Go decides each request in order (gates, duplicates within the batch
+//     and against the store) and assigns inbox seqs from each world's
+//     counter; one statement writes the items, the counters, the effect
+//     and timer states and the fabric records, and notifies each world's
+//     watchers; COMMIT.
+//
+// The world row locks order inbox seqs: they commit in seq order, so a
+// reader that saw seq n never later finds a new item below n.
+func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	var effectHashes, timerHashes, worldIDs, keyWorlds, keyKeys, sendDests, sendMsgs []string
+	for _, r := range reqs {
+		switch r.kind {
+		case dComplete:
+			effectHashes = append(effectHashes, r.hash)
+		case dFire:
+			timerHashes = append(timerHashes, r.hash)
+		case dEnqueue:
+			worldIDs = append(worldIDs, r.world)
+			if r.key != "" {
+				keyWorlds, keyKeys = append(keyWorlds, r.world), append(keyKeys, r.key)
+			}
+		case dSend:
+			worldIDs = append(worldIDs, r.world)
+			sendDests, sendMsgs = append(sendDests, r.world), append(sendMsgs, r.msg)
+		}
+	}
+	sort.Strings(effectHashes)
+	sort.Strings(timerHashes)
+
+	p, err := s.beginTx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer p.end()
+	s.stats.deliveryTxs.Add(1)
+	off := s.off()
+
+	// Round trip 1: locks and reads.
+	worlds := map[string]*worldRow{}
+	effects := map[string]*queueRow{}
+	timers := map[string]*queueRow{}
+	keys := map[inboxKey]int64{}
+	sent := map[inboxKey]int64{}
+	var now int64
+	b := &batch{}
+	b.queue(nil, "BEGIN")
+	b.queue(func(br pgx.BatchResults) error {
+		var w, status string
+		var seq int64
+		return scanEach(br, []any{&w, &status, &seq, &now}, func() {
+			worlds[w] = &worldRow{status: status, seq: seq}
+		})
+	}, `SELECT x.world, x.status, x.inbox_seq, now_ns($4) FROM worlds x WHERE x.world IN (
+			SELECT e.world FROM effects e WHERE e.intent_hash = ANY($1)
+			UNION SELECT t.world FROM timers t WHERE t.intent_hash = ANY($2)
+			UNION SELECT unnest($3::text[]))
+		ORDER BY x.world FOR NO KEY UPDATE`, effectHashes, timerHashes, worldIDs, off)
+	if len(effectHashes) > 0 {
+		b.queue(func(br pgx.BatchResults) error {
+			var h string
+			var q queueRow
+			var seq *int64
+			return scanEach(br, []any{&h, &q.world, &q.state, &seq}, func() {
+				row := q
+				if seq != nil {
+					row.inboxSeq = *seq
+				}
+				effects[h] = &row
+			})
+		}, `SELECT intent_hash, world, state, inbox_seq FROM effects
+			WHERE intent_hash = ANY($1) ORDER BY intent_hash FOR UPDATE`, effectHashes)
+	}
+	if len(timerHashes) > 0 {
+		b.queue(func(br pgx.BatchResults) error {
+			var h string
+			var q queueRow
+			var seq *int64
+			return scanEach(br, []any{&h, &q.world, &q.state, &q.payload, &seq}, func() {
+				row := q
+				if seq != nil {
+					row.inboxSeq = *seq
+				}
+				timers[h] = &row
+			})
+		}, `SELECT intent_hash, world, state, payload, inbox_seq FROM timers
+			WHERE intent_hash = ANY($1) ORDER BY intent_hash FOR UPDATE`, timerHashes)
+	}
+	if len(keyKeys) > 0 || len(effectHashes) > 0 || len(timerHashes) > 0 {
+		b.queue(func(br pgx.BatchResults) error {
+			var k inboxKey
+			var seq int64
+			return scanEach(br, []any{&k.world, &k.key, &seq}, func() { keys[k] = seq })
+		}, `SELECT i.world, i.dedupe_key, i.seq FROM inbox i JOIN (
+				SELECT * FROM unnest($1::text[], $2::text[])
+				UNION ALL SELECT e.world, 'receipt:' || e.intent_hash FROM effects e WHERE e.intent_hash = ANY($3)
+				UNION ALL SELECT t.world, 'timer:' || t.intent_hash FROM timers t WHERE t.intent_hash = ANY($4)
+			) AS k(w, key) ON i.world = k.w AND i.dedupe_key = k.key
+			WHERE i.key_live`, keyWorlds, keyKeys, effectHashes, timerHashes)
+	}
+	if len(sendMsgs) > 0 {
+		b.queue(func(br pgx.BatchResults) error {
+			var k inboxKey
+			var seq int64
+			return scanEach(br, []any{&k.world, &k.key, &seq}, func() { sent[k] = seq })
+		}, `SELECT f.dest, f.message_id, f.seq FROM fabric_dedupe f
+			JOIN unnest($1::text[], $2::text[]) AS k(d, m) ON f.dest = k.d AND f.message_id = k.m`, sendDests, sendMsgs)
+	}
+	if err := b.send(ctx, p); err != nil {
+		return nil, err
+	}
+
+	// Decide every request, in order.
+	res := make([]deliveryResult, len(reqs))
+	var (
+		iw, ik, ikey []string
+		is           []int64
+		ip           [][]byte
+		eh, es       []string
+		ep           [][]byte
+		eseq         []int64
+		th           []string
+		tseq         []int64
+		fd, fm       []string
+		fseq         []int64
+	)
+	// put assigns the next seq of w's inbox to a new item, unless key
+	// (when set) is already there.
+	put := func(w *worldRow, world, kind string, payload []byte, key string) (int64, bool) {
+		if key != "" {
+			if seq, ok := keys[inboxKey{world, key}]; ok {
+				return seq, true
+			}
+		}
+		w.seq++
+		w.dirty = true
+		iw, is, ik, ip, ikey = append(iw, world), append(is, w.seq), append(ik, kind), append(ip, payload), append(ikey, key)
+		if key != "" {
+			keys[inboxKey{world, key}] = w.seq
+		}
+		return w.seq, false
+	}
+	gate := func(r *deliveryReq, w *worldRow) error {
+		switch {
+		case w == nil:
+			return store.Errorf(r.op, store.ErrWorldNotFound, r.world, "")
+		case w.status == string(store.WorldFenced):
+			return store.Errorf(r.op, store.ErrWorldFenced, r.world, "")
+		case w.status == string(store.WorldArchived):
+			return store.Errorf(r.op, store.ErrWorldArchived, r.world, "")
+		}
+		return nil
+	}
+	for i, r := range reqs {
+		out := &res[i]
+		switch r.kind {
+		case dEnqueue:
+			w := worlds[r.world]
+			if out.err = gate(r, w); out.err != nil {
+				continue
+			}
+			if r.itemKind == "" {
+				out.err = store.Errorf(r.op, store.ErrInvalid, r.world, "empty kind")
+				continue
+			}
+			seq, dup := put(w, r.world, r.itemKind, r.payload, r.key)
+			out.seq, out.dup = uint64(seq), dup
+		case dSend:
+			w := worlds[r.world]
+			if out.err = gate(r, w); out.err != nil {
+				continue
+			}
+			if seq, ok := sent[inboxKey{r.world, r.msg}]; ok {
+				out.seq, out.dup = uint64(seq), true
+				continue
+			}
+			seq, _ := put(w, r.world, "fabric", r.payload, "")
+			sent[inboxKey{r.world, r.msg}] = seq
+			fd, fm, fseq = append(fd, r.world), append(fm, r.msg), append(fseq, seq)
+			out.seq = uint64(seq)
+		case dComplete:
+			e := effects[r.hash]
+			switch {
+			case e == nil:
+				out.err = store.Errorf(r.op, store.ErrNotFound, "", "intent %s", r.hash)
+				continue
+			case e.state == string(store.EffectDone):
+				out.seq, out.dup = uint64(e.inboxSeq), true
+				continue
+			}
+			switch store.ReceiptStatus(r.status) {
+			case store.ReceiptOK, store.ReceiptError, store.ReceiptTimeout:
+			default:
+				out.err = store.Errorf(r.op, store.ErrInvalid, e.world, "receipt status %q", r.status)
+				continue
+			}
+			w := worlds[e.world]
+			if w == nil {
+				return nil, errRetryBatch
+			}
+			// The receipt enters the inbox whatever the world's status: it
+			// answers the world's own request.
+			seq, dup := put(w, e.world, "receipt", r.payload, "receipt:"+r.hash)
+			e.state, e.inboxSeq = string(store.EffectDone), seq
+			eh, es, ep, eseq = append(eh, r.hash), append(es, r.status), append(ep, r.payload), append(eseq, seq)
+			out.seq, out.dup = uint64(seq), dup
+		case dFire:
+			t := timers[r.hash]
+			switch {
+			case t == nil:
+				out.err = store.Errorf(r.op, store.ErrNotFound, "", "timer %s", r.hash)
+				continue
+			case t.state == "delivered":
+				out.seq, out.dup = uint64(t.inboxSeq), true
+				continue
+			}
+			w := worlds[t.world]
+			if w == nil {
+				return nil, errRetryBatch
+			}
+			seq, dup := put(w, t.world, "timer", t.payload, "timer:"+r.hash)
+			t.state, t.inboxSeq = "delivered", seq
+			th, tseq = append(th, r.hash), append(tseq, seq)
+			out.seq, out.dup = uint64(seq), dup
+		}
+	}
+	var ww []string
+	var wseq []int64
+	for w, row := range worlds {
+		if row.dirty {
+			ww, wseq = append(ww, w), append(wseq, row.seq)
+		}
+	}
+
+	// Round trip 2: write and commit.
+	b = &batch{}
+	if len(ww) > 0 || len(eh) > 0 || len(th) > 0 {
+		b.queue(nil, `WITH items AS (
+				INSERT INTO inbox (world, seq, kind, payload, dedupe_key, enqueued_at_ns, key_live)
+				SELECT u.w, u.s, u.k, u.p, NULLIF(u.key, ''), $17, u.key <> ''
+				FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[], $5::text[]) AS u(w, s, k, p, key)),
+			counters AS (
+				UPDATE worlds x SET inbox_seq = u.s
+				FROM unnest($6::text[], $7::bigint[]) AS u(w, s) WHERE x.world = u.w),
+			done AS (
+				UPDATE effects x SET state = 'done', receipt_status = u.st, receipt_payload = u.p,
+					inbox_seq = u.s, completed_at_ns = $17, claimed_by = '', claim_expires_ns = NULL, params = NULL
+				FROM unnest($8::text[], $9::text[], $10::bytea[], $11::bigint[]) AS u(h, st, p, s)
+				WHERE x.intent_hash = u.h),
+			delivered AS (
+				UPDATE timers x SET state = 'delivered', inbox_seq = u.s, completed_at_ns = $17,
+					claimed_by = '', claim_expires_ns = NULL
+				FROM unnest($12::text[], $13::bigint[]) AS u(h, s) WHERE x.intent_hash = u.h),
+			fabric AS (
+				INSERT INTO fabric_dedupe (dest, message_id, seq, delivered_at_ns)
+				SELECT u.d, u.m, u.s, $17 FROM unnest($14::text[], $15::text[], $16::bigint[]) AS u(d, m, s))
+			SELECT notify_topic('inbox:' || w) FROM unnest($6::text[]) AS w`,
+			iw, is, ik, ip, ikey, ww, wseq, eh, es, ep, eseq, th, tseq, fd, fm, fseq, now)
+	}
+	b.queue(nil, "COMMIT")
+	if err := b.send(ctx, p); err != nil {
+		return nil, err
+	}
+	if !p.committed() {
+		return nil, errUnreachable
+	}
+	return res, nil
+}

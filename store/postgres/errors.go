@@ -1,0 +1,104 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/orrery-run/orrery/store"
+)
+
+// codes maps the SQLSTATEs the store's SQL raises (see migrations) to the
+// store's sentinels.
+var codes = map[string]error{
+	"OR001": store.ErrWorldNotFound,
+	"OR002": store.ErrWorldFenced,
+	"OR003": store.ErrWorldArchived,
+	"OR004": store.ErrWorldExists,
+	"OR005": store.ErrSnapshotNotFound,
+	"OR006": store.ErrNotFound,
+	"OR010": store.ErrFenced,
+	"OR011": store.ErrLeaseHeld,
+	"OR012": store.ErrNotHolder,
+	"OR013": store.ErrStaleEpoch,
+	"OR014": store.ErrNotAssigned,
+	"OR020": store.ErrCursorMismatch,
+	"OR021": store.ErrHeadMismatch,
+	"OR030": store.ErrWatermarkConflict,
+	"OR040": store.ErrInvalid,
+}
+
+// Immutable is the SQLSTATE the events trigger raises on an UPDATE or a
+// DELETE outside compaction.
+const Immutable = "OR100"
+
+// dbErr maps an error to a *store.Error: the store's own SQLSTATEs to their
+// sentinels, bad input the database refused (bad encoding, a value too
+// large) to ErrInvalid, a finished context to its error. Anything else (the server is down, the disk is full) keeps the
+// driver's error as its Kind, since the contract has no sentinel for it;
+// errors.Is and errors.As still reach it. A *store.Error passes unchanged.
+func dbErr(op, world string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *store.Error
+	if errors.As(err, &se) {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		kind := context.Canceled
+		if errors.Is(err, context.DeadlineExceeded) {
+			kind = context.DeadlineExceeded
+		}
+		return &store.Error{Op: op, Kind: kind, World: world}
+	}
+	if errors.Is(err, store.ErrClosed) {
+		return &store.Error{Op: op, Kind: store.ErrClosed, World: world}
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		if kind, ok := codes[pe.Code]; ok {
+			return &store.Error{Op: op, Kind: kind, World: world, Detail: pe.Message}
+		}
+		switch pe.Code {
+		case "22021", // character_not_in_repertoire (invalid UTF-8)
+			"22P05", // untranslatable_character
+			"22003", // numeric_value_out_of_range
+			"54000", // program_limit_exceeded (a value too large)
+			"22001": // string_data_right_truncation
+			return &store.Error{Op: op, Kind: store.ErrInvalid, World: world, Detail: pe.Message}
+		}
+	}
+	return &store.Error{Op: op, Kind: err, World: world, Detail: "postgres"}
+}
+
+// isTransient tells a conflict that rolled the transaction back and may
+// succeed when run again.
+func isTransient(err error) bool {
+	if errors.Is(err, errRetryBatch) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "40001", // serialization_failure
+			"40P01": // deadlock_detected
+			return true
+		}
+	}
+	return false
+}
+
+// codeErr turns a code returned (not raised) by a batched function into
+// the store error, nil for "".
+func codeErr(op, world, code, detail string) error {
+	if code == "" {
+		return nil
+	}
+	kind, ok := codes[code]
+	if !ok {
+		return &store.Error{Op: op, Kind: errors.New("postgres: unknown code " + code), World: world, Detail: detail}
+	}
+	return &store.Error{Op: op, Kind: kind, World: world, Detail: detail}
+}

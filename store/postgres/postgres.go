@@ -1,0 +1,394 @@
+// Package postgres is Orrery's multi-machine store: the whole persistence
+// plane (store.Store) in one PostgreSQL schema, through pgx/v5 and pgxpool,
+// shared safely by any number of worker, adapter and timer processes on any
+// number of machines.
+//
+// What it owns:
+//
+//   - the schema and its embedded, versioned migrations (schema_migrations),
+//     applied at Open under a transaction-scoped advisory lock, so that many
+//     processes may open the same schema at once;
+//   - the append authority: runSeqs are assigned inside the transaction that
+//     inserts the events, under the stream's row lock; duplicates of
+//     (stream, idempotencyKey) are resolved under that same lock (and a
+//     unique index backs it), so exactly one insert ever wins;
+//   - group commit: concurrent Append and DrainToJournal calls are drained
+//     by a committer goroutine into one transaction, whatever the batch
+//     size: one round trip when the batch's streams are ones this process
+//     appended to before (the heads it remembers are verified in the
+//     database, and any wrong guess rolls the transaction back), two
+//     otherwise. Concurrent inbox deliveries (Enqueue, Complete, Fire, Send)
+//     are grouped likewise, in two round trips. A request's typed failure (a
+//     stale fence, a head mismatch) is decided before anything is written
+//     and never fails its neighbours; an unexpected database error reruns
+//     every request of the batch on its own (see append.go, deliver.go);
+//   - fencing: every world mutation checks the lease epoch in its own
+//     transaction (the lease row is read FOR SHARE, so a takeover waits for
+//     the write to commit, and a write waits for a takeover to commit and
+//     then sees the new epoch);
+//   - immutability of the journal: a trigger refuses every UPDATE, TRUNCATE
+//     and DELETE of events, except compaction's DELETE, which opens the gate
+//     for its own transaction with set_config('orrery.compaction', 'on');
+//   - the queues (effects, timers) as rows claimed with FOR UPDATE SKIP
+//     LOCKED, so claimers on many machines never claim one item twice;
+//   - the store clock: the server's clock_timestamp() plus an offset
+//     (WithClockOffset, zero in production), read inside the SQL that needs
+//     it. No client clock ever decides persistedAt, an expiry or a due time.
+//
+// Durability: journal appends, lease acquisitions, renewals, releases and
+// every epoch bump commit with synchronous_commit on. Only queue claims and
+// reaps (a lost claim just expires again) commit with it off.
+//
+// Watch is LISTEN/NOTIFY on one dedicated connection, opened on the first
+// Watch: hints only. Correctness never depends on a notification.
+//
+// What it never does: interpret payloads or world state, order by
+// timestamps, or keep correctness in process memory: locks, counters and
+// checks all live in the database, and what the process remembers (the
+// heads of the streams it appends to) is a guess the database verifies.
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orrery-run/orrery/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Defaults of the options.
+const (
+	DefaultSchema     = "orrery"
+	DefaultMaxBatch   = 256
+	DefaultCommitters = 1
+)
+
+type config struct {
+	schema     string
+	offset     func() time.Duration
+	retention  time.Duration
+	maxConns   int32
+	maxBatch   int
+	committers int
+}
+
+// Option configures Open.
+type Option func(*config)
+
+// WithSchema sets the schema that holds the store (default "orrery"). It
+// must be a plain lower-case identifier of at most 48 bytes.
+func WithSchema(name string) Option {
+	return func(c *config) { c.schema = name }
+}
+
+// WithClockOffset adds offset() to every read of the server's clock. Tests
+// use it to move the store clock forward (expiries, due times, retention)
+// without waiting; production leaves it unset.
+func WithClockOffset(offset func() time.Duration) Option {
+	return func(c *config) { c.offset = offset }
+}
+
+// WithDedupeRetention sets how long completed dedupe records are kept
+// (default store.DefaultDedupeRetention).
+func WithDedupeRetention(d time.Duration) Option {
+	return func(c *config) {
+		if d >= 0 {
+			c.retention = d
+		}
+	}
+}
+
+// WithMaxConns bounds the connection pool (default: the DSN's
+// pool_max_conns, else pgxpool's default). The Watch listener's connection
+// is not counted.
+func WithMaxConns(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxConns = int32(n)
+		}
+	}
+}
+
+// WithMaxBatch bounds how many requests one group commit takes (default
+// DefaultMaxBatch); 1 disables grouping.
+func WithMaxBatch(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxBatch = n
+		}
+	}
+}
+
+// WithCommitters sets how many lanes each committer (appends, inbox
+// deliveries) has, each with its own goroutine and transaction in flight
+// (default DefaultCommitters). A request goes to the lane of its stream
+// or world. One lane makes the biggest batches, hence the fewest WAL
+// flushes, which is what bounds throughput on a disk with slow fsync; more
+// lanes let batches of unrelated streams commit in parallel, which helps
+// when the server has the CPUs and the disk flushes fast.
+func WithCommitters(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.committers = n
+		}
+	}
+}
+
+// Store is a store.Store on PostgreSQL. It is safe for concurrent use, and
+// any number of Stores (in any number of processes) may share one schema.
+type Store struct {
+	cfg  config
+	pool *pgxpool.Pool
+	hub  *hub
+
+	appends    *committer[*appendReq]
+	deliveries *committer[*deliveryReq]
+
+	heads headCache // the append committer's guesses (see append.go)
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+
+	stats statsCounters
+}
+
+var _ store.Store = (*Store)(nil)
+
+var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
+
+// Open connects to dsn, applies the schema's pending migrations and starts
+// the committers. Close releases everything it started.
+func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
+	const op = "open"
+	cfg := config{
+		schema:     DefaultSchema,
+		retention:  store.DefaultDedupeRetention,
+		maxBatch:   DefaultMaxBatch,
+		committers: DefaultCommitters,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if !schemaName.MatchString(cfg.schema) {
+		return nil, store.Errorf(op, store.ErrInvalid, "", "schema %q: want a lower-case identifier of at most 48 bytes", cfg.schema)
+	}
+	pc, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, store.Errorf(op, store.ErrInvalid, "", "dsn: %v", err)
+	}
+	if cfg.maxConns > 0 {
+		pc.MaxConns = cfg.maxConns
+	}
+	if pc.ConnConfig.RuntimeParams == nil {
+		pc.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	// Every statement of the store names its tables unqualified: the
+	// connection's search_path is the store's schema.
+	pc.ConnConfig.RuntimeParams["search_path"] = cfg.schema
+	if _, ok := pc.ConnConfig.RuntimeParams["application_name"]; !ok {
+		pc.ConnConfig.RuntimeParams["application_name"] = "orrery"
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, dbErr(op, "", err)
+	}
+	if err := migrate(ctx, pool, cfg.schema); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s := &Store{cfg: cfg, pool: pool}
+	s.hub = newHub(pc.ConnConfig, channelName(cfg.schema))
+	s.appends = newCommitter(cfg.committers, cfg.maxBatch, s.runAppends)
+	s.deliveries = newCommitter(cfg.committers, cfg.maxBatch, s.runDeliveries)
+	return s, nil
+}
+
+// Close stops the committers (queued requests fail with ErrClosed), ends
+// every Watch, stops the listener and closes the pool. It is idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.appends.close()
+		s.deliveries.close()
+		s.hub.close()
+		s.pool.Close()
+	})
+	return nil
+}
+
+// Schema returns the schema the store lives in.
+func (s *Store) Schema() string { return s.cfg.schema }
+
+// DedupeRetention implements store.Dedupe.
+func (s *Store) DedupeRetention() time.Duration { return s.cfg.retention }
+
+// Now reads the store clock: the server's clock plus the offset.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	const op = "now"
+	if err := s.begin(ctx, op); err != nil {
+		return time.Time{}, err
+	}
+	var ns int64
+	err := s.retry(ctx, op, "", func() error {
+		return s.pool.QueryRow(ctx, `SELECT now_ns($1)`, s.off()).Scan(&ns)
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	return fromNS(ns), nil
+}
+
+// off is the clock offset in nanoseconds, passed to every SQL clock read.
+func (s *Store) off() int64 {
+	if s.cfg.offset == nil {
+		return 0
+	}
+	return int64(s.cfg.offset())
+}
+
+// begin opens an operation: a closed store or a finished context fails it
+// before anything is sent.
+func (s *Store) begin(ctx context.Context, op string) error {
+	if s.closed.Load() {
+		return &store.Error{Op: op, Kind: store.ErrClosed}
+	}
+	if err := ctx.Err(); err != nil {
+		return &store.Error{Op: op, Kind: err}
+	}
+	return nil
+}
+
+// retry runs fn, again while it fails with a transient conflict
+// (serialization failure, deadlock): fn's transaction was rolled back, so
+// running it again is safe. The error it returns is mapped.
+func (s *Store) retry(ctx context.Context, op, world string, fn func() error) error {
+	backoff := time.Millisecond
+	for attempt := 0; ; attempt++ {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		if !isTransient(err) || attempt >= 8 {
+			if s.closed.Load() && !isStoreErr(err) {
+				return &store.Error{Op: op, Kind: store.ErrClosed}
+			}
+			return dbErr(op, world, err)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return &store.Error{Op: op, Kind: ctx.Err(), World: world}
+		case <-t.C:
+		}
+		backoff *= 2
+	}
+}
+
+// Stats are counters of the store's work, for tests and metrics.
+type Stats struct {
+	AppendRequests       uint64 // Append and DrainToJournal calls committed or failed in a batch
+	AppendTransactions   uint64 // transactions the append committers ran
+	DeliveryRequests     uint64 // Enqueue, Complete, Fire and Send calls
+	DeliveryTransactions uint64 // transactions the delivery committers ran
+	SpeculationMisses    uint64 // append batches whose one-round-trip path rolled back
+}
+
+type statsCounters struct {
+	appendReqs, appendTxs, deliveryReqs, deliveryTxs, speculationMisses atomic.Uint64
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{
+		AppendRequests:       s.stats.appendReqs.Load(),
+		AppendTransactions:   s.stats.appendTxs.Load(),
+		DeliveryRequests:     s.stats.deliveryReqs.Load(),
+		DeliveryTransactions: s.stats.deliveryTxs.Load(),
+		SpeculationMisses:    s.stats.speculationMisses.Load(),
+	}
+}
+
+// ---- times ----
+
+// Times travel as int64 Unix nanoseconds (valid from 1678 to 2262), the
+// zero time as math.MinInt64, so that it round-trips and sorts first.
+
+func toNS(t time.Time) int64 {
+	if t.IsZero() {
+		return math.MinInt64
+	}
+	return t.UnixNano()
+}
+
+func fromNS(ns int64) time.Time {
+	if ns == math.MinInt64 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
+}
+
+var (
+	minTime = time.Unix(0, math.MinInt64+1)
+	maxTime = time.Unix(0, math.MaxInt64)
+)
+
+// checkTime rejects a time the nanosecond encoding cannot hold.
+func checkTime(op, world, what string, t time.Time) error {
+	if t.IsZero() || (!t.Before(minTime) && !t.After(maxTime)) {
+		return nil
+	}
+	return store.Errorf(op, store.ErrInvalid, world, "%s %v out of range", what, t)
+}
+
+// clampNS converts a bound of a time range, clamping it to what the
+// encoding holds.
+func clampNS(t time.Time) int64 {
+	switch {
+	case t.IsZero():
+		return math.MinInt64
+	case t.Before(minTime):
+		return math.MinInt64 + 1
+	case t.After(maxTime):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
+}
+
+// durNS converts a ttl to nanoseconds, refusing a non-positive one.
+func durNS(op, world, what string, d time.Duration) (int64, error) {
+	if d <= 0 {
+		return 0, store.Errorf(op, store.ErrInvalid, world, "%s must be positive, got %v", what, d)
+	}
+	return int64(d), nil
+}
+
+// i64 converts a uint64 the store keeps in a bigint.
+func i64(op, world, what string, v uint64) (int64, error) {
+	if v > 1<<63-1 {
+		return 0, store.Errorf(op, store.ErrInvalid, world, "%s %d out of range", what, v)
+	}
+	return int64(v), nil
+}
+
+func isStoreErr(err error) bool {
+	var se *store.Error
+	return errors.As(err, &se)
+}
+
+func channelName(schema string) string { return "orrery." + schema }
+
+// errUnreachable reports a database answer that breaks the store's own
+// invariants (a bug); the transaction is rolled back.
+var errUnreachable = fmt.Errorf("postgres: unexpected database answer")

@@ -1,0 +1,305 @@
+package postgres
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orrery-run/orrery/store"
+)
+
+// race runs n goroutines, alternating between the two stores, released at
+// once, and waits for them.
+func race(n int, a, b *Store, fn func(i int, s *Store)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			fn(i, s)
+		}()
+	}
+	close(start)
+	wg.Wait()
+}
+
+// Appenders on two machines racing on one idempotency key: exactly one
+// insert, and every answer carries its metadata.
+func TestTwoStoresRacingDuplicateAppendInsertsOnce(t *testing.T) {
+	t.Parallel()
+	a, b, _ := twoMachines(t)
+	for round := range 5 {
+		stream := fmt.Sprint("run-", round)
+		answers := make([]store.Appended, 12)
+		race(len(answers), a, b, func(i int, s *Store) {
+			r := rec("same")
+			r.EventID = fmt.Sprint("ev-", i)
+			got, err := s.Append(bg, stream, []store.Record{r}, store.AppendOptions{})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			answers[i] = got[0]
+		})
+		fresh := 0
+		for _, an := range answers {
+			if !an.Idempotent {
+				fresh++
+			}
+			if an.EventID != answers[0].EventID || an.RunSeq != answers[0].RunSeq || !an.PersistedAt.Equal(answers[0].PersistedAt) {
+				t.Fatalf("answers differ: %+v vs %+v", an, answers[0])
+			}
+		}
+		if fresh != 1 {
+			t.Fatalf("%d answers claim the insert", fresh)
+		}
+		if evs, _ := a.Read(bg, stream, 0, 0); len(evs) != 1 {
+			t.Fatalf("%d events stored", len(evs))
+		}
+	}
+}
+
+// Two machines appending to overlapping sets of streams in every order
+// never deadlock (locks are taken in stream order) and lose nothing.
+func TestTwoStoresOverlappingStreamsNoDeadlock(t *testing.T) {
+	t.Parallel()
+	a, b, _ := twoMachines(t)
+	const writers, each, streams = 16, 20, 6
+	var mu sync.Mutex
+	seqs := map[string][]uint64{}
+	race(writers, a, b, func(w int, s *Store) {
+		rng := rand.New(rand.NewPCG(uint64(w), 7))
+		for i := range each {
+			stream := fmt.Sprint("s", rng.IntN(streams))
+			got, err := s.Append(bg, stream, []store.Record{rec(fmt.Sprintf("%d-%d", w, i))}, store.AppendOptions{})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			seqs[stream] = append(seqs[stream], got[0].RunSeq)
+			mu.Unlock()
+		}
+	})
+	total := 0
+	for stream, got := range seqs {
+		sort.Slice(got, func(i, j int) bool { return got[i] < got[j] })
+		for i := 1; i < len(got); i++ {
+			if got[i] == got[i-1] {
+				t.Fatalf("%s: runSeq %d handed out twice", stream, got[i])
+			}
+		}
+		if h, _ := a.Head(bg, stream); h != got[len(got)-1] {
+			t.Fatalf("%s: head %d, last runSeq %d", stream, h, got[len(got)-1])
+		}
+		total += len(got)
+	}
+	if total != writers*each {
+		t.Fatalf("%d appends answered, want %d", total, writers*each)
+	}
+}
+
+// Producers on two machines enqueueing one dedupe key: one item; inbox
+// seqs of concurrent enqueues are dense and distinct.
+func TestTwoStoresRacingEnqueueDedupe(t *testing.T) {
+	t.Parallel()
+	a, b, _ := twoMachines(t)
+	if _, err := a.CreateWorld(bg, "u", "w", nil); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		seq uint64
+		dup bool
+	}
+	answers := make([]answer, 16)
+	race(len(answers), a, b, func(i int, s *Store) {
+		key := "once"
+		if i%4 == 0 {
+			key = "" // no dedupe: always a new item
+		}
+		seq, dup, err := s.Enqueue(bg, "w", store.InboxItem{Kind: "event", DedupeKey: key, Payload: []byte{byte(i)}})
+		if err != nil {
+			t.Error(err)
+		}
+		answers[i] = answer{seq, dup}
+	})
+	var onceSeq uint64
+	fresh := 0
+	for i, an := range answers {
+		if i%4 == 0 {
+			continue
+		}
+		if !an.dup {
+			fresh++
+		}
+		if onceSeq == 0 {
+			onceSeq = an.seq
+		}
+		if an.seq != onceSeq {
+			t.Fatalf("dedupe key answered seqs %d and %d", onceSeq, an.seq)
+		}
+	}
+	if fresh != 1 {
+		t.Fatalf("%d enqueues of one key were fresh", fresh)
+	}
+	items, err := a.ReadInbox(bg, "w", 0, 0)
+	if err != nil || len(items) != 1+len(answers)/4 {
+		t.Fatalf("inbox has %d items, %v", len(items), err)
+	}
+	for i, it := range items {
+		if it.Seq != uint64(i+1) {
+			t.Fatalf("inbox seqs %v are not dense", itemSeqs(items))
+		}
+	}
+}
+
+// Adapters on two machines completing one intent (a reaped claim and its
+// late original): one terminal receipt.
+func TestTwoStoresRacingCompleteOneReceipt(t *testing.T) {
+	t.Parallel()
+	a, b, _ := twoMachines(t)
+	e := leased(t, a, "w", "host").Epoch
+	for round := range 5 {
+		hash := fmt.Sprint("i-", round)
+		if _, err := a.Publish(bg, "w", e, []store.Intent{{IntentHash: hash, Kind: "k"}}); err != nil {
+			t.Fatal(err)
+		}
+		seqs := make([]uint64, 10)
+		dups := make([]bool, 10)
+		race(len(seqs), a, b, func(i int, s *Store) {
+			var err error
+			seqs[i], dups[i], err = s.Complete(bg, hash, store.Receipt{Status: store.ReceiptOK, Payload: []byte{byte(i)}})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+		fresh := 0
+		for i := range seqs {
+			if !dups[i] {
+				fresh++
+			}
+			if seqs[i] != seqs[0] {
+				t.Fatalf("completions answered seqs %v", seqs)
+			}
+		}
+		if fresh != 1 {
+			t.Fatalf("%d completions were fresh", fresh)
+		}
+		st, err := b.EffectStatus(bg, hash)
+		if err != nil || st.State != store.EffectDone || st.InboxSeq != seqs[0] {
+			t.Fatalf("status %+v, %v", st, err)
+		}
+	}
+	items, _ := a.ReadInbox(bg, "w", 0, 0)
+	if len(items) != 5 {
+		t.Fatalf("%d receipts in the inbox, want 5", len(items))
+	}
+}
+
+// Fabric senders on two machines retrying one message: one delivery.
+func TestTwoStoresRacingFabricSendDeliversOnce(t *testing.T) {
+	t.Parallel()
+	a, b, _ := twoMachines(t)
+	if _, err := a.CreateWorld(bg, "u", "dest", nil); err != nil {
+		t.Fatal(err)
+	}
+	res := make([]store.FabricResult, 12)
+	race(len(res), a, b, func(i int, s *Store) {
+		var err error
+		res[i], err = s.Send(bg, "dest", "msg-1", store.InboxItem{Payload: []byte("hi")})
+		if err != nil {
+			t.Error(err)
+		}
+	})
+	ok := 0
+	for _, r := range res {
+		if r.Status == store.FabricOK {
+			ok++
+		}
+		if r.Seq != res[0].Seq {
+			t.Fatalf("sends answered different seqs: %+v", res)
+		}
+	}
+	if ok != 1 {
+		t.Fatalf("%d sends delivered", ok)
+	}
+	items, _ := a.ReadInbox(bg, "dest", 0, 0)
+	if len(items) != 1 || items[0].Kind != "fabric" {
+		t.Fatalf("inbox %+v", items)
+	}
+}
+
+// Timer workers on two machines: each due timer is claimed once, and fired
+// once, in (deliverAt, intentHash) order within each claim.
+func TestTwoStoresTimerClaimsNeverOverlap(t *testing.T) {
+	t.Parallel()
+	a, b, c := twoMachines(t)
+	e := leased(t, a, "w", "host").Epoch
+	now, err := a.Now(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 200
+	for i := range total {
+		at := now.Add(time.Duration(i%7) * time.Second)
+		if err := a.Schedule(bg, "w", e, fmt.Sprintf("t-%03d", i), at, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.advance(time.Minute)
+	var mu sync.Mutex
+	claimed := map[string]bool{}
+	race(6, a, b, func(i int, s *Store) {
+		for {
+			items, err := s.ClaimDue(bg, fmt.Sprint("tw-", i), 8, time.Minute)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if len(items) == 0 {
+				return
+			}
+			for j := 1; j < len(items); j++ {
+				p, q := items[j-1], items[j]
+				if q.DeliverAt.Before(p.DeliverAt) || (q.DeliverAt.Equal(p.DeliverAt) && q.IntentHash < p.IntentHash) {
+					t.Errorf("claim out of order: %s@%v then %s@%v", p.IntentHash, p.DeliverAt, q.IntentHash, q.DeliverAt)
+				}
+			}
+			for _, it := range items {
+				mu.Lock()
+				if claimed[it.IntentHash] {
+					t.Errorf("%s claimed twice", it.IntentHash)
+				}
+				claimed[it.IntentHash] = true
+				mu.Unlock()
+				if _, dup, err := s.Fire(bg, it.IntentHash); err != nil || dup {
+					t.Errorf("Fire %s: dup=%v %v", it.IntentHash, dup, err)
+				}
+			}
+		}
+	})
+	if len(claimed) != total {
+		t.Fatalf("%d of %d timers claimed", len(claimed), total)
+	}
+	items, _ := a.ReadInbox(bg, "w", 0, 0)
+	if len(items) != total {
+		t.Fatalf("%d timer items in the inbox", len(items))
+	}
+}
+
+func itemSeqs(items []store.InboxItem) []uint64 {
+	out := make([]uint64, len(items))
+	for i, it := range items {
+		out[i] = it.Seq
+	}
+	return out
+}
