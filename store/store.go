@@ -24,6 +24,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/orrery-run/orrery/event"
 )
 
 // Store is the whole persistence plane of one backend.
@@ -64,27 +66,17 @@ type Fence struct {
 
 // ---- the append authority (seed 001) ----
 
-// Record is one journal entry: the seed 001 envelope (see event/ for its
-// validation, idempotency key and canonical payload encoding). The store
-// treats Payload as opaque bytes.
-type Record struct {
-	EventID          string
-	StreamID         string // = runId / worldId
-	RunSeq           uint64 // assigned by the append authority
-	IdempotencyKey   string
-	EventType        string
-	EmittedAt        time.Time // set by the producer
-	PersistedAt      time.Time // set by the store's clock at write time
-	StepID           string
-	LogicalAttemptID uint64 // >= 1
-	EngineAttemptID  uint64 // >= 1 (1 when the provider has none)
-	PlanID           string
-	PlanVersion      uint64
-	Payload          []byte
-}
+// Record is one journal entry: the seed 001 envelope, defined once in
+// event/ (its validation, idempotency key and canonical payload encoding
+// live there). The store treats Payload as opaque bytes.
+type Record = event.Envelope
 
-// Validate checks what the append authority requires of an input record.
-func (r *Record) Validate() error {
+// CheckRecord checks what the append authority itself requires of an input
+// record: an event id, an idempotency key, an event type, and attempts of at
+// least 1. Full envelope validation (key recomputation, canonical payload,
+// step rules) is the producer's, through event.Envelope.Validate: the store
+// never interprets what it stores.
+func CheckRecord(r *Record) error {
 	switch {
 	case r.EventID == "":
 		return Errorf("append", ErrInvalid, "", "empty eventId")

@@ -53,7 +53,7 @@ func (st *state) append(op, streamID string, events []store.Record, expectedHead
 		return nil, store.Errorf(op, store.ErrInvalid, "", "empty stream")
 	}
 	for i := range events {
-		if err := events[i].Validate(); err != nil {
+		if err := store.CheckRecord(&events[i]); err != nil {
 			if e, ok := err.(*store.Error); ok {
 				e.Op = op
 			}

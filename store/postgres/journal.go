@@ -106,7 +106,7 @@ func validateRecords(op, stream string, events []store.Record) error {
 	}
 	for i := range events {
 		ev := &events[i]
-		if err := ev.Validate(); err != nil {
+		if err := store.CheckRecord(ev); err != nil {
 			if e, ok := err.(*store.Error); ok {
 				e.Op = op
 			}

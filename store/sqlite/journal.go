@@ -48,7 +48,7 @@ func (s *Store) Append(ctx context.Context, stream string, events []store.Record
 // validate checks every record, naming op in the error.
 func validate(op string, events []store.Record) error {
 	for i := range events {
-		if err := events[i].Validate(); err != nil {
+		if err := store.CheckRecord(&events[i]); err != nil {
 			if se, ok := err.(*store.Error); ok {
 				se.Op = op
 			}

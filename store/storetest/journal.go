@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/store"
 )
 
@@ -16,6 +17,7 @@ func journalTests() []testCase {
 		{"AppendAssignsMonotonicRunSeqAndPersistedAt", testAppendBasics},
 		{"DuplicateIdempotencyKeyReturnsExistingAndInsertsNothing", testAppendDuplicate},
 		{"ExpectedHeadIsCompareAndSwap", testExpectedHead},
+		{"ProducerEnvelopeReadsBackAsAValidPersistedEnvelope", testEnvelopeRoundTrip},
 		{"StreamsHaveIndependentRunSeq", testIndependentStreams},
 		{"PersistedAtIsSetByTheStoreNotTheProducer", testPersistedAtByStore},
 		{"DuplicateKeyWithinOneBatchInsertsOnce", testDuplicateWithinBatch},
@@ -485,5 +487,43 @@ func testRecordsImmutable(t *testing.T, open Factory) {
 	evs := f.read("run-1")
 	if len(evs) != 2 || !bytes.Equal(evs[0].Payload, orig) {
 		t.Fatalf("after a later append: %+v", evs)
+	}
+}
+
+// testEnvelopeRoundTrip: a producer's fully valid envelope (recomputed key,
+// canonical payload, emittedAt) comes back from the append authority as a
+// valid persisted envelope: the store and event/ agree on the record.
+func testEnvelopeRoundTrip(t *testing.T, open Factory) {
+	h := open(t)
+	now, err := h.Store.Now(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := event.Envelope{
+		EventID: "ev-1", StreamID: "run-env", EventType: event.StepCompleted, StepID: "charge",
+		LogicalAttemptID: 1, PlanID: "plan", PlanVersion: 2, EmittedAt: now, Payload: event.EmptyPayload(),
+	}
+	e.Normalize()
+	e.IdempotencyKey = e.ComputeIdempotencyKey()
+	if err := e.Validate(); err != nil {
+		t.Fatalf("the producer's envelope is invalid: %v", err)
+	}
+	got, err := h.Store.Append(bg, e.StreamID, []store.Record{e}, store.AppendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := h.Store.Read(bg, e.StreamID, 0, 10)
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("Read = %d, %v", len(evs), err)
+	}
+	back := evs[0]
+	if back.RunSeq != got[0].RunSeq || !back.PersistedAt.Equal(got[0].PersistedAt) || back.StreamID != e.StreamID {
+		t.Fatalf("read back %+v, appended %+v", back, got[0])
+	}
+	if err := back.ValidatePersisted(); err != nil {
+		t.Fatalf("read-back envelope fails ValidatePersisted: %v", err)
+	}
+	if err := back.VerifyKey(); err != nil {
+		t.Fatalf("read-back envelope's key: %v", err)
 	}
 }
