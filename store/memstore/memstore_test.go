@@ -380,3 +380,11 @@ func TestOpsListsEveryHookedOperation(t *testing.T) {
 		t.Errorf("the hook saw %q, which Ops does not list", op)
 	}
 }
+
+// FuzzAppend fuzzes the append authority's inputs on the reference backend.
+func FuzzAppend(f *testing.F) {
+	storetest.FuzzAppend(f, func(t *testing.T) storetest.Harness {
+		s, clock := open(t)
+		return storetest.Harness{Store: s, Advance: clock.Advance}
+	})
+}

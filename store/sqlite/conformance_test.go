@@ -14,3 +14,11 @@ func TestConformance(t *testing.T) {
 		return storetest.Harness{Store: s, Advance: clock.Advance}
 	})
 }
+
+// FuzzAppend fuzzes the append authority's inputs on a real database file.
+func FuzzAppend(f *testing.F) {
+	storetest.FuzzAppend(f, func(t *testing.T) storetest.Harness {
+		s, clock, _ := openTemp(t)
+		return storetest.Harness{Store: s, Advance: clock.Advance}
+	})
+}
