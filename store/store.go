@@ -282,8 +282,11 @@ type Effects interface {
 	// worker, with a claim that expires after claimTTL.
 	Claim(ctx context.Context, worker string, n int, claimTTL time.Duration) ([]EffectItem, error)
 	// Complete, atomically: enqueues the receipt into the world's inbox
-	// (kind "receipt", dedupe key "receipt:"+intentHash), marks the intent
-	// done and removes it from the queue. Completing a done intent returns
+	// (kind "receipt", dedupe key "receipt:"+intentHash, payload =
+	// r.Payload), marks the intent done and removes it from the queue. The
+	// status travels in the dedupe record (EffectStatus), not in the inbox
+	// item: an adapter whose world must see ok/error/timeout in-band encodes
+	// it in the payload (the plane's receipt encoding does). Completing a done intent returns
 	// the first completion's inbox seq with dup=true (one terminal receipt
 	// per intent). An unknown intent: ErrNotFound.
 	Complete(ctx context.Context, intentHash string, r Receipt) (inboxSeq uint64, dup bool, err error)
@@ -311,7 +314,10 @@ type Timers interface {
 	// Schedule persists a timer, fenced by epoch; the same intent hash again
 	// is a no-op (dedupe).
 	Schedule(ctx context.Context, world string, epoch uint64, intentHash string, deliverAt time.Time, payload []byte) error
-	// CancelTimer removes a timer that has not fired, fenced by epoch.
+	// CancelTimer removes a timer that has not fired, fenced by epoch, with
+	// its dedupe record: scheduling the same intent hash again afterwards
+	// schedules it anew (a world that replays a cancelled timer.set must
+	// replay its cancel too).
 	CancelTimer(ctx context.Context, world string, epoch uint64, intentHash string) error
 	// ClaimDue claims up to n timers due at the store's clock, in (deliverAt,
 	// intentHash) order, so timers due at the same instant fire in a stable
@@ -371,7 +377,10 @@ type Snapshots interface {
 	ActiveSnapshot(ctx context.Context, world string) (s Snapshot, ok bool, err error)
 	// Compact deletes journal entries with runSeq <= baseline.Height -
 	// retain, fenced by epoch, and returns how many were removed. Nothing at
-	// or above the active baseline minus retain is ever removed.
+	// or above the active baseline minus retain is ever removed. Compaction
+	// is the only path that deletes journal records, and the idempotency
+	// keys of compacted events are kept: re-appending one still returns
+	// idempotent (without its metadata's payload, which is gone).
 	Compact(ctx context.Context, world string, epoch uint64, retain uint64) (int, error)
 }
 
