@@ -154,18 +154,23 @@ func (s *Store) Complete(ctx context.Context, intentHash string, r store.Receipt
 // ReapEffects requeues inflight items whose claim expired (at or before the
 // store clock). They keep their queue position.
 func (s *Store) ReapEffects(ctx context.Context) (int, error) {
-	const op = "reap_effects"
+	return s.reap(ctx, "reap_effects", `UPDATE effects SET state = 'pending', claimed_by = '', claim_expires = NULL
+			WHERE state = 'inflight' AND claim_expires <= ?`, store.TopicEffects)
+}
+
+// reap runs one requeue statement (its only parameter is the store clock)
+// and hints topic if anything came back.
+func (s *Store) reap(ctx context.Context, op, query, topic string) (int, error) {
 	var n int
 	err := s.write(ctx, op, "", func(t *wtx) error {
-		res, err := t.exec(`UPDATE effects SET state = 'pending', claimed_by = '', claim_expires = NULL
-			WHERE state = 'inflight' AND claim_expires <= ?`, t.nowNS)
+		res, err := t.exec(query, t.nowNS)
 		if err != nil {
 			return err
 		}
 		m, err := res.RowsAffected()
 		n = int(m)
 		if n > 0 {
-			t.notify(store.TopicEffects)
+			t.notify(topic)
 		}
 		return err
 	})

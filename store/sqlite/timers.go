@@ -162,23 +162,6 @@ func (s *Store) Fire(ctx context.Context, intentHash string) (uint64, bool, erro
 // ReapTimers requeues claimed timers whose claim expired (at or before the
 // store clock).
 func (s *Store) ReapTimers(ctx context.Context) (int, error) {
-	const op = "reap_timers"
-	var n int
-	err := s.write(ctx, op, "", func(t *wtx) error {
-		res, err := t.exec(`UPDATE timers SET state = 'due', claimed_by = '', claim_expires = NULL
-			WHERE state = 'claimed' AND claim_expires <= ?`, t.nowNS)
-		if err != nil {
-			return err
-		}
-		m, err := res.RowsAffected()
-		n = int(m)
-		if n > 0 {
-			t.notify(store.TopicTimers)
-		}
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	return n, nil
+	return s.reap(ctx, "reap_timers", `UPDATE timers SET state = 'due', claimed_by = '', claim_expires = NULL
+			WHERE state = 'claimed' AND claim_expires <= ?`, store.TopicTimers)
 }
