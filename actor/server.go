@@ -177,6 +177,7 @@ type Proc struct {
 	exitReq  bool
 	exitErr  error
 	children *Scope
+	failed   Outcome             // set by Fail; joined into the final outcome
 	active   map[uint64]struct{} // monitors this process holds
 	flushed  map[uint64]struct{} // demonitored with flush while a Down was in flight
 }
@@ -283,6 +284,14 @@ func (p *Proc) Children() (*Scope, error) {
 	}
 	return p.children, nil
 }
+
+// Fail records that the process completes no better than o, without a Go
+// panic: for a protocol-level failure the process detected itself, such as
+// a supervisor escalating a child's panic (which INV-6A says must leave the
+// supervisor Panicked). It only ever makes the outcome worse (Join), takes
+// effect when the process completes, and does not stop it by itself: pair it
+// with Exit, or call it from Init or the stop hook.
+func (p *Proc) Fail(o Outcome) { p.failed = Join(p.failed, o) }
 
 // Exit ends the process after the current handler returns: nil is a normal
 // exit (Ok; committed messages are drained first), an error is Err.
@@ -436,6 +445,9 @@ func (s *server[Q, R, C]) runInit(ctx context.Context) Outcome {
 	s.proc.startCtx = ctx
 	s.proc.enter(phaseInit, deadline)
 	out := protect(func() error { return s.beh.Init(&s.proc) })
+	if s.proc.failed.Severity > Ok {
+		out = Join(out, s.proc.failed)
+	}
 	expired := s.proc.budgetExpired()
 	s.proc.enter(phaseRun, time.Time{})
 	s.proc.startCtx = nil
@@ -763,6 +775,9 @@ func (s *server[Q, R, C]) drain(acc *Outcome, batch []envelope[Q, R, C], skip bo
 func (s *server[Q, R, C]) stopHook(acc *Outcome) {
 	final := *acc
 	*acc = Join(*acc, protect(func() error { s.beh.Terminate(&s.proc, final); return nil }))
+	// What the process declared with Fail (in a handler or in the stop
+	// hook) is its own verdict: it goes in before what its children did.
+	*acc = Join(*acc, s.proc.failed)
 	if s.proc.children != nil {
 		co, err := s.proc.children.Close(s.proc.Ctx())
 		if err != nil {

@@ -94,7 +94,7 @@ type state struct {
 	log      []LogEntry
 	seq      uint64
 	exiting  bool
-	panicked *EscalationError // a Panicked escalation, re-raised by terminate
+	panicked *EscalationError // a Panicked escalation, reported by terminate
 }
 
 func newState(cfg config, initial []ChildSpec) *state {
@@ -126,9 +126,10 @@ func (st *state) init(p *actor.Proc) error {
 			st.exiting = true
 			st.stopSerial(p, context.WithoutCancel(p.Ctx()))
 			if o := startOutcome(err); o.Severity == actor.Panicked {
-				// Panics are never contained, not even at start: the only
-				// way the actor API lets Init end Panicked is to panic.
-				panic(&EscalationError{ChildID: c.spec.ID, PID: startPID(err), Outcome: o, Reason: ErrChildPanicked})
+				// Panics are never contained, not even at start.
+				esc := &EscalationError{ChildID: c.spec.ID, PID: startPID(err), Outcome: o, Reason: ErrChildPanicked}
+				p.Fail(actor.PanickedOutcome(esc, nil))
+				return esc
 			}
 			return &StartChildError{ID: c.spec.ID, Err: err}
 		}
@@ -146,10 +147,10 @@ func (st *state) terminate(p *actor.Proc) {
 		st.stopSerial(p, p.Ctx())
 	}
 	if st.panicked != nil {
-		// The actor API offers no other way for a process to complete with
-		// Panicked severity, and INV-6A requires it once a child panicked.
-		// Every child has been stopped by now, in order.
-		panic(st.panicked)
+		// INV-6A: once a child panicked the supervisor completes Panicked,
+		// carrying the escalation. Every child has been stopped by now, in
+		// order.
+		p.Fail(actor.PanickedOutcome(st.panicked, nil))
 	}
 }
 
