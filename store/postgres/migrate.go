@@ -3,16 +3,12 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"io/fs"
-	"path"
-	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-run/orrery/store"
+	migfiles "github.com/orrery-run/orrery/store/internal/migration"
 )
 
 // migration is one embedded file, migrations/NNNN_name.sql.
@@ -23,32 +19,13 @@ type migration struct {
 }
 
 func migrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
+	ms, err := migfiles.Load(migrationFS, "migrations")
 	if err != nil {
 		return nil, err
 	}
-	var out []migration
-	for _, e := range entries {
-		base := e.Name()
-		if !strings.HasSuffix(base, ".sql") {
-			continue
-		}
-		num, name, ok := strings.Cut(strings.TrimSuffix(base, ".sql"), "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("migration %s: want NNNN_name.sql", base)
-		}
-		b, err := fs.ReadFile(migrationFS, path.Join("migrations", base))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, migration{version: v, name: name, sql: string(b)})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
-	for i := range out {
-		if out[i].version != i+1 {
-			return nil, fmt.Errorf("migration versions must run 1, 2, …: got %d at position %d", out[i].version, i+1)
-		}
+	out := make([]migration, len(ms))
+	for i, m := range ms {
+		out[i] = migration{version: m.Version, name: m.Name, sql: m.SQL}
 	}
 	return out, nil
 }

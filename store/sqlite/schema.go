@@ -4,14 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	migfiles "github.com/orrery-run/orrery/store/internal/migration"
 )
 
 // The schema is a list of migrations embedded in the binary, one file per
@@ -30,31 +26,15 @@ type migration struct {
 }
 
 func migrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
+	ms, err := migfiles.Load(migrationFS, "migrations")
 	if err != nil {
 		return nil, err
 	}
-	var ms []migration
-	for _, e := range entries {
-		name := e.Name()
-		num, _, ok := strings.Cut(name, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("migration file %q: want NNNN_name.sql", name)
-		}
-		b, err := migrationFS.ReadFile("migrations/" + name)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: name, sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	out := make([]migration, len(ms))
 	for i, m := range ms {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("migration %q: versions must be 1, 2, 3, … without gaps", m.name)
-		}
+		out[i] = migration{version: m.Version, name: m.File, sql: m.SQL}
 	}
-	return ms, nil
+	return out, nil
 }
 
 // SchemaVersion is the schema version this binary writes.
