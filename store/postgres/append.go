@@ -45,14 +45,7 @@ const batchTimeout = 30 * time.Second
 // foresaw (the database refused a value), every request runs again on its
 // own, so that one request's failure never fails its neighbours.
 func (s *Store) runAppends(batch []*appendReq) {
-	live := make([]*appendReq, 0, len(batch))
-	for _, r := range batch {
-		if err := r.ctx.Err(); err != nil {
-			r.finish(err)
-			continue
-		}
-		live = append(live, r)
-	}
+	live := liveRequests(batch)
 	if len(live) == 0 {
 		return
 	}

@@ -18,6 +18,20 @@ type request interface {
 	finish(err error) // sets the error (if the answer has none) and signals
 }
 
+// liveRequests answers the requests whose context already ended (they are
+// never sent) and returns the others, in order.
+func liveRequests[R request](batch []R) []R {
+	live := make([]R, 0, len(batch))
+	for _, r := range batch {
+		if err := r.context().Err(); err != nil {
+			r.finish(err)
+			continue
+		}
+		live = append(live, r)
+	}
+	return live
+}
+
 // committer is group commit: callers queue requests; a goroutine takes
 // whatever is queued (up to max) and hands it to run as one batch, which
 // commits once for all of them. Under load a batch grows while the

@@ -143,14 +143,7 @@ func (s *Store) Send(ctx context.Context, dest, messageID string, item store.Inb
 // runDeliveries commits one batch of deliveries (see runAppends for the
 // treatment of failures).
 func (s *Store) runDeliveries(batch []*deliveryReq) {
-	live := make([]*deliveryReq, 0, len(batch))
-	for _, r := range batch {
-		if err := r.ctx.Err(); err != nil {
-			r.finish(err)
-			continue
-		}
-		live = append(live, r)
-	}
+	live := liveRequests(batch)
 	if len(live) == 0 {
 		return
 	}
