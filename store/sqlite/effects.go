@@ -56,11 +56,8 @@ func (s *Store) Publish(ctx context.Context, world string, epoch uint64, intents
 // (protocol D, step 1), in one statement.
 func (s *Store) Claim(ctx context.Context, worker string, n int, claimTTL time.Duration) ([]store.EffectItem, error) {
 	const op = "claim"
-	if worker == "" {
-		return nil, store.Errorf(op, store.ErrInvalid, "", "empty worker")
-	}
-	if claimTTL <= 0 {
-		return nil, store.Errorf(op, store.ErrInvalid, "", "claim ttl %v must be positive", claimTTL)
+	if err := checkWorker(op, "", worker, "claim ttl", claimTTL); err != nil {
+		return nil, err
 	}
 	if n <= 0 {
 		return nil, nil

@@ -45,11 +45,8 @@ func expiry(nowNS int64, ttl time.Duration) int64 {
 // Acquire takes the world's lease (protocol A).
 func (s *Store) Acquire(ctx context.Context, world, worker string, ttl time.Duration) (store.Lease, error) {
 	const op = "acquire"
-	if worker == "" {
-		return store.Lease{}, store.Errorf(op, store.ErrInvalid, world, "empty worker")
-	}
-	if ttl <= 0 {
-		return store.Lease{}, store.Errorf(op, store.ErrInvalid, world, "ttl %v must be positive", ttl)
+	if err := checkWorker(op, world, worker, "ttl", ttl); err != nil {
+		return store.Lease{}, err
 	}
 	var out store.Lease
 	err := s.write(ctx, op, world, func(t *wtx) error {
@@ -278,4 +275,16 @@ func (s *Store) WorkerWorlds(ctx context.Context, worker string) ([]string, erro
 		return nil, dbErr(op, "", err)
 	}
 	return out, nil
+}
+
+// checkWorker checks a worker id and a positive duration (what names it in
+// the error), as leases and queue claims need.
+func checkWorker(op, world, worker, what string, d time.Duration) error {
+	if worker == "" {
+		return store.Errorf(op, store.ErrInvalid, world, "empty worker")
+	}
+	if d <= 0 {
+		return store.Errorf(op, store.ErrInvalid, world, "%s %v must be positive", what, d)
+	}
+	return nil
 }

@@ -67,11 +67,8 @@ func (s *Store) CancelTimer(ctx context.Context, world string, epoch uint64, int
 // intentHash) order.
 func (s *Store) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]store.TimerItem, error) {
 	const op = "claim_due"
-	if worker == "" {
-		return nil, store.Errorf(op, store.ErrInvalid, "", "empty worker")
-	}
-	if ttl <= 0 {
-		return nil, store.Errorf(op, store.ErrInvalid, "", "claim ttl %v must be positive", ttl)
+	if err := checkWorker(op, "", worker, "claim ttl", ttl); err != nil {
+		return nil, err
 	}
 	if n <= 0 {
 		return nil, nil
