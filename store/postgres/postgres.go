@@ -366,14 +366,6 @@ func clampNS(t time.Time) int64 {
 	return t.UnixNano()
 }
 
-// durNS converts a ttl to nanoseconds, refusing a non-positive one.
-func durNS(op, world, what string, d time.Duration) (int64, error) {
-	if d <= 0 {
-		return 0, store.Errorf(op, store.ErrInvalid, world, "%s must be positive, got %v", what, d)
-	}
-	return int64(d), nil
-}
-
 // i64 converts a uint64 the store keeps in a bigint.
 func i64(op, world, what string, v uint64) (int64, error) {
 	if v > 1<<63-1 {
