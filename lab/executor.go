@@ -455,7 +455,8 @@ func (e *Executor) awaitYield(t *thread) {
 	}
 }
 
-// parked lists the threads that are parked (not runnable, not done).
+// parked lists the threads parked with a cancellable context (the ones the
+// scheduler tracks by id); it names suspects in a deadlock report.
 func (e *Executor) parked() []uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -177,11 +177,8 @@ func Run(cfg Config, scenario Scenario) *Result {
 		// The actor layer calls this synchronously from the running thread
 		// (or a timer callback on the scheduler), so events arrive in the
 		// order things happen.
-		ex.mu.Lock()
-		at := ex.now
-		ex.mu.Unlock()
 		ev := fromActor(te)
-		ev.At = at
+		ev.At = ex.Elapsed()
 		res.Events = append(res.Events, ev)
 	}
 	sys := actor.NewSystem(actor.WithExecutor(ex), actor.WithTracer(tracer))
