@@ -60,7 +60,7 @@ func BenchmarkAppendSequential(b *testing.B) {
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
-		if _, err := s.Append(bg, "run-1", []store.Record{rec(fmt.Sprint(i))}, store.AppendOptions{}); err != nil {
+		if _, err := s.Append(bg, "run-1", []store.Record{rec(fmt.Sprint(i))}, free); err != nil {
 			b.Fatal(err)
 		}
 		lat = append(lat, time.Since(t0))
@@ -95,7 +95,7 @@ func BenchmarkAppendConcurrent32(b *testing.B) {
 							return
 						}
 						t0 := time.Now()
-						if _, err := s.Append(bg, stream, []store.Record{rec(fmt.Sprint(i))}, store.AppendOptions{}); err != nil {
+						if _, err := s.Append(bg, stream, []store.Record{rec(fmt.Sprint(i))}, free); err != nil {
 							b.Error(err)
 							return
 						}
@@ -136,9 +136,11 @@ func BenchmarkLeaseRenew(b *testing.B) {
 	reportLatencies(b, lat, 0.50, 0.95, 0.99)
 }
 
-// Adapter workers claim effects 64 at a time and complete each claimed
-// effect concurrently (so the completions share group commits); every
-// completion also enqueues the receipt into the world's inbox.
+// Adapter workers claim effects by kind, 64 at a time, and complete each
+// claimed effect concurrently (so the completions share group commits);
+// every completion also enqueues the receipt into the world's inbox. The
+// queue holds four kinds interleaved, and each adapter serves one: a claim
+// walks its kind's range of the pending index, never the others'.
 func BenchmarkEffectClaimComplete(b *testing.B) {
 	s := benchStore(b)
 	if _, err := s.CreateWorld(bg, "u", "w1", nil); err != nil {
@@ -148,16 +150,17 @@ func BenchmarkEffectClaimComplete(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	const adapters, batch = 4, 64
+	kind := func(i int) string { return fmt.Sprintf("kind-%d", i%adapters) }
 	for i := 0; i < b.N; i += 512 {
 		var intents []store.Intent
 		for j := i; j < min(i+512, b.N); j++ {
-			intents = append(intents, store.Intent{IntentHash: fmt.Sprintf("intent-%d", j), Kind: "http.request", Params: []byte{1, 2, 3}})
+			intents = append(intents, store.Intent{IntentHash: fmt.Sprintf("intent-%d", j), Kind: kind(j), Params: []byte{1, 2, 3}})
 		}
 		if _, err := s.Publish(bg, "w1", l.Epoch, intents); err != nil {
 			b.Fatal(err)
 		}
 	}
-	const adapters, batch = 4, 64
 	var done atomic.Int64
 	var wg sync.WaitGroup
 	before := s.Stats()
@@ -168,7 +171,7 @@ func BenchmarkEffectClaimComplete(b *testing.B) {
 		go func() {
 			defer wg.Done()
 			for {
-				items, err := s.Claim(bg, fmt.Sprintf("adapter-%d", a), batch, time.Minute)
+				items, err := s.Claim(bg, fmt.Sprintf("adapter-%d", a), []string{kind(a)}, batch, time.Minute)
 				if err != nil {
 					b.Error(err)
 					return
@@ -181,7 +184,7 @@ func BenchmarkEffectClaimComplete(b *testing.B) {
 					cwg.Add(1)
 					go func() {
 						defer cwg.Done()
-						if _, _, err := s.Complete(bg, it.IntentHash, store.Receipt{Status: store.ReceiptOK, Payload: []byte{0xa0}}); err != nil {
+						if _, _, err := s.Complete(bg, it.IntentHash, it.ClaimOf(), store.Receipt{Status: store.ReceiptOK, Payload: []byte{0xa0}}); err != nil {
 							b.Error(err)
 						}
 						done.Add(1)

@@ -141,6 +141,16 @@ func (t *wtx) query(query string, args ...any) (*sql.Rows, error) {
 	return st.QueryContext(t.c.ctx, args...)
 }
 
+// row runs a query expected to return one row (sql.ErrNoRows at Scan if
+// none).
+func (t *wtx) row(query string, args ...any) (*sql.Row, error) {
+	st, err := t.c.stmt(query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryRowContext(t.c.ctx, args...), nil
+}
+
 // queryRow scans one row into dest; found is false when there is none.
 func (t *wtx) queryRow(query string, args []any, dest ...any) (found bool, err error) {
 	st, err := t.c.stmt(query)
@@ -365,7 +375,7 @@ func (c *committer) commitGroup(live []*request) {
 				topics = append(topics, r.topics...)
 			}
 		}
-		c.s.notifyAll(topics)
+		c.s.hub.Notify(topics...)
 		for i, r := range live {
 			c.answer(r, results[i])
 		}
@@ -400,7 +410,7 @@ func (c *committer) runOne(r *request) (err error, poisoned bool) {
 	if _, err := c.exec("SAVEPOINT g"); err != nil {
 		return err, true
 	}
-	now := c.s.cfg.clock()
+	now := c.s.cfg.clock().Round(0)
 	t := &wtx{c: c, now: now, nowNS: now.UnixNano()}
 	err = c.call(r, t)
 	if err == nil {

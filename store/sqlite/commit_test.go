@@ -11,6 +11,9 @@ import (
 	"github.com/orrery-run/orrery/store"
 )
 
+// free appends to a stream no world owns.
+var free = store.AppendOptions{Kind: store.FreeStream}
+
 func rec(key string) store.Record {
 	return store.Record{
 		EventID: "ev-" + key, IdempotencyKey: "key-" + key, EventType: "StepCompleted",
@@ -74,7 +77,7 @@ func TestGroupCommitConcurrentAppendersShareTransactions(t *testing.T) {
 			defer wg.Done()
 			stream := fmt.Sprintf("run-%d", w%4)
 			for i := 0; i < each; i++ {
-				got, err := s.Append(bg, stream, []store.Record{rec(fmt.Sprintf("%d-%d", w, i))}, store.AppendOptions{})
+				got, err := s.Append(bg, stream, []store.Record{rec(fmt.Sprintf("%d-%d", w, i))}, free)
 				if err != nil {
 					errs <- err
 					return
@@ -128,7 +131,7 @@ func TestGroupCommitOneTransactionPerGroup(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = s.Append(bg, "run-1", []store.Record{rec(fmt.Sprint(i))}, store.AppendOptions{})
+			_, errs[i] = s.Append(bg, "run-1", []store.Record{rec(fmt.Sprint(i))}, free)
 		}()
 	}
 	waitQueued(t, s, n)
@@ -161,7 +164,7 @@ func TestGroupCommitFailingRequestDoesNotFailNeighbours(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(bg, "run-cas", []store.Record{rec("cas-0")}, store.AppendOptions{}); err != nil {
+	if _, err := s.Append(bg, "run-cas", []store.Record{rec("cas-0")}, free); err != nil {
 		t.Fatal(err)
 	}
 	release := holdCommitter(t, s)
@@ -179,13 +182,13 @@ func TestGroupCommitFailingRequestDoesNotFailNeighbours(t *testing.T) {
 		}()
 	}
 	submit("ok-1", func() error {
-		_, err := s.Append(bg, "run-ok", []store.Record{rec("a")}, store.AppendOptions{})
+		_, err := s.Append(bg, "run-ok", []store.Record{rec("a")}, free)
 		return err
 	})
 	submit("head-mismatch", func() error {
 		// Two events: the first insert happens before the CAS fails, so the
 		// savepoint must undo it.
-		_, err := s.Append(bg, "run-cas", []store.Record{rec("cas-1"), rec("cas-2")}, store.AppendOptions{ExpectedHead: store.Head(7)})
+		_, err := s.Append(bg, "run-cas", []store.Record{rec("cas-1"), rec("cas-2")}, store.AppendOptions{Kind: store.FreeStream, ExpectedHead: store.Head(7)})
 		return err
 	})
 	submit("fenced", func() error {
@@ -201,7 +204,7 @@ func TestGroupCommitFailingRequestDoesNotFailNeighbours(t *testing.T) {
 		return err
 	})
 	submit("ok-2", func() error {
-		_, err := s.Append(bg, "run-ok", []store.Record{rec("b")}, store.AppendOptions{})
+		_, err := s.Append(bg, "run-ok", []store.Record{rec("b")}, free)
 		return err
 	})
 	waitQueued(t, s, 6)
@@ -254,7 +257,7 @@ func TestGroupCommitDatabaseFailureIsIsolated(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, okErrs[i] = s.Append(bg, "run-1", []store.Record{rec(fmt.Sprint(i))}, store.AppendOptions{})
+			_, okErrs[i] = s.Append(bg, "run-1", []store.Record{rec(fmt.Sprint(i))}, free)
 		}()
 	}
 	wg.Add(2)
@@ -308,7 +311,7 @@ func TestCancelledQueuedRequestNeverRuns(t *testing.T) {
 	ctx, cancel := context.WithCancel(bg)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := s.Append(ctx, "run-1", []store.Record{rec("a")}, store.AppendOptions{})
+		_, err := s.Append(ctx, "run-1", []store.Record{rec("a")}, free)
 		errc <- err
 	}()
 	waitQueued(t, s, 1)
@@ -322,7 +325,7 @@ func TestCancelledQueuedRequestNeverRuns(t *testing.T) {
 		t.Fatalf("%T is not a *store.Error", err)
 	}
 	release()
-	if _, err := s.Append(bg, "run-2", []store.Record{rec("b")}, store.AppendOptions{}); err != nil {
+	if _, err := s.Append(bg, "run-2", []store.Record{rec("b")}, free); err != nil {
 		t.Fatal(err)
 	}
 	if evs, _ := s.Read(bg, "run-1", 0, 0); len(evs) != 0 {
@@ -350,7 +353,7 @@ func TestCloseRefusesQueuedAndLaterRequests(t *testing.T) {
 	<-holding
 	queued := make(chan error, 1)
 	go func() {
-		_, err := s.Append(bg, "run-1", []store.Record{rec("a")}, store.AppendOptions{})
+		_, err := s.Append(bg, "run-1", []store.Record{rec("a")}, free)
 		queued <- err
 	}()
 	waitQueued(t, s, 1)
@@ -372,7 +375,7 @@ func TestCloseRefusesQueuedAndLaterRequests(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if _, err := s.Append(bg, "run-1", []store.Record{rec("b")}, store.AppendOptions{}); !errors.Is(err, store.ErrClosed) {
+	if _, err := s.Append(bg, "run-1", []store.Record{rec("b")}, free); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("append after Close: %v", err)
 	}
 	if _, err := s.Read(bg, "run-1", 0, 0); !errors.Is(err, store.ErrClosed) {
@@ -392,7 +395,7 @@ func TestMaxBatchOneCommitsEachRequestAlone(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := s.Append(bg, "run-1", []store.Record{rec(fmt.Sprint(i))}, store.AppendOptions{}); err != nil {
+			if _, err := s.Append(bg, "run-1", []store.Record{rec(fmt.Sprint(i))}, free); err != nil {
 				t.Error(err)
 			}
 		}()

@@ -2,33 +2,38 @@ package sqlite
 
 import (
 	"context"
-	"math"
+	"time"
+
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
-// SweepDedupe removes the dedupe records whose completion + retention is at
-// or before the store clock, and returns how many:
+// SweepDedupe removes the dedupe records that completed at least the
+// retention ago, and returns how many:
 //
 //   - inbox dedupe keys, completed when their item is drained to the
 //     journal (a key of an item still waiting in the inbox is pending);
-//   - done effects (the hash may then be published again);
-//   - delivered timers;
+//   - done effects and delivered timers, when contract.Sweepable says so:
+//     the world's cursor has passed the receipt's (firing's) inbox seq, so
+//     a world offline past the retention can never re-publish an intent
+//     whose receipt it has not read;
 //   - fabric message ids, completed at delivery.
 //
 // Journal idempotency keys are not dedupe records of this kind: they are
 // the append authority's and are never swept.
 func (s *Store) SweepDedupe(ctx context.Context) (int, error) {
 	const op = "sweep_dedupe"
+	retention := s.cfg.retention
 	var total int
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		total = 0
-		cutoff := t.nowNS - int64(s.cfg.retention)
-		if cutoff > t.nowNS { // the retention reaches past the int64 range
-			cutoff = math.MinInt64
+		// The time-ordered indexes (completed_at) bound the candidates; the
+		// contract decides each one.
+		if t.now.Sub(minNS) < retention {
+			return nil // nothing stored can be that old
 		}
+		cutoff := t.now.Add(-retention).UnixNano()
 		for _, q := range []string{
 			`DELETE FROM inbox_dedupe WHERE completed_at IS NOT NULL AND completed_at <= ?`,
-			`DELETE FROM effects WHERE state = 'done' AND completed_at <= ?`,
-			`DELETE FROM timers WHERE state = 'delivered' AND completed_at <= ?`,
 			`DELETE FROM fabric_dedupe WHERE completed_at <= ?`,
 		} {
 			res, err := t.exec(q, cutoff)
@@ -41,10 +46,56 @@ func (s *Store) SweepDedupe(ctx context.Context) (int, error) {
 			}
 			total += int(n)
 		}
+		for _, table := range []struct{ candidates, remove string }{
+			{`SELECT e.intent_hash, e.completed_at, e.inbox_seq, w.inbox_cursor FROM effects e JOIN worlds w ON w.id = e.world
+				WHERE e.state = 'done' AND e.completed_at <= ? ORDER BY e.completed_at, e.intent_hash`,
+				`DELETE FROM effects WHERE intent_hash = ? AND state = 'done'`},
+			{`SELECT t.intent_hash, t.completed_at, t.inbox_seq, w.inbox_cursor FROM timers t JOIN worlds w ON w.id = t.world
+				WHERE t.state = 'delivered' AND t.completed_at <= ? ORDER BY t.completed_at, t.intent_hash`,
+				`DELETE FROM timers WHERE intent_hash = ? AND state = 'delivered'`},
+		} {
+			n, err := t.sweepConsumed(table.candidates, table.remove, cutoff, retention)
+			if err != nil {
+				return err
+			}
+			total += n
+		}
 		return nil
 	})
 	if err != nil {
 		return 0, err
 	}
 	return total, nil
+}
+
+// sweepConsumed deletes the candidate rows contract.Sweepable allows.
+func (t *wtx) sweepConsumed(candidates, remove string, cutoff int64, retention time.Duration) (int, error) {
+	rows, err := t.query(candidates, cutoff)
+	if err != nil {
+		return 0, err
+	}
+	var sweep []string
+	for rows.Next() {
+		var (
+			hash                string
+			completed, inboxSeq int64
+			cursor              int64
+		)
+		if err := rows.Scan(&hash, &completed, &inboxSeq, &cursor); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		if contract.Sweepable(fromNS(completed), uint64(inboxSeq), uint64(cursor), retention, t.now) {
+			sweep = append(sweep, hash)
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return 0, err
+	}
+	for _, h := range sweep {
+		if _, err := t.exec(remove, h); err != nil {
+			return 0, err
+		}
+	}
+	return len(sweep), nil
 }

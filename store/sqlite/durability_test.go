@@ -91,9 +91,10 @@ func TestJournalRecordsAreImmutable(t *testing.T) {
 	}
 }
 
-// Everything committed survives Close and Open: journal, worlds, leases
-// (the epoch counter continues), inbox and cursor, effects, timers,
-// snapshots, watermarks, fabric and dedupe records.
+// Everything committed survives Close and Open: journal, worlds (with their
+// status and its reason), leases (the epoch counter continues), inbox and
+// cursor, effects, timers, snapshots, watermarks, fabric and dedupe
+// records, and the worker inventory.
 func TestReopenPreservesEverything(t *testing.T) {
 	clock := newManualClock()
 	path := filepath.Join(t.TempDir(), "orrery.db")
@@ -124,6 +125,12 @@ func TestReopenPreservesEverything(t *testing.T) {
 	must(s.PutSnapshot(bg, "w1", lease.Epoch, store.Snapshot{Height: 2, State: []byte("state"), StateHash: "h2"}))
 	must(s.CASWatermark(bg, "proj", "w1", 0, 2))
 	_, err = s.Send(bg, "w2", "m1", store.InboxItem{Payload: []byte("hi")})
+	must(err)
+	_, err = s.SetWorldStatus(bg, "w2", store.WorldPaused, "maintenance")
+	must(err)
+	_, err = s.Heartbeat(bg, "worker-a", 7)
+	must(err)
+	_, err = s.SetDraining(bg, "worker-a", true)
 	must(err)
 	must(s.Close())
 
@@ -166,6 +173,12 @@ func TestReopenPreservesEverything(t *testing.T) {
 	}
 	if r, err := s.Send(bg, "w2", "m1", store.InboxItem{}); err != nil || r.Status != store.FabricAlreadyEnqueued {
 		t.Fatalf("fabric dedupe after reopen: %+v %v", r, err)
+	}
+	if w, err := s.GetWorld(bg, "w2"); err != nil || w.Status != store.WorldPaused || w.StatusReason != "maintenance" {
+		t.Fatalf("world status after reopen: %+v %v", w, err)
+	}
+	if ws, err := s.ListWorkers(bg); err != nil || len(ws) != 1 || ws[0].Capacity != 7 || !ws[0].Draining {
+		t.Fatalf("workers after reopen: %+v %v", ws, err)
 	}
 	// The lease expired meanwhile: a new holder gets the next epoch.
 	must(s.Unassign(bg, "w1"))
@@ -253,7 +266,7 @@ func TestCrashChild(t *testing.T) {
 	}
 	w := bufio.NewWriter(os.Stdout)
 	for i := 0; ; i++ {
-		got, err := s.Append(bg, "run-1", []store.Record{rec(fmt.Sprint(i))}, store.AppendOptions{})
+		got, err := s.Append(bg, "run-1", []store.Record{rec(fmt.Sprint(i))}, free)
 		if err != nil {
 			fmt.Fprintln(w, "append:", err)
 			w.Flush()
@@ -334,7 +347,7 @@ func TestCrashKeepsEveryAcknowledgedAppend(t *testing.T) {
 func TestAnotherWriterIsNoticed(t *testing.T) {
 	s, _, path := openTemp(t)
 	for i := 0; i < 3; i++ {
-		if _, err := s.Append(bg, "run-1", []store.Record{rec(fmt.Sprint(i))}, store.AppendOptions{}); err != nil {
+		if _, err := s.Append(bg, "run-1", []store.Record{rec(fmt.Sprint(i))}, free); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -346,7 +359,7 @@ func TestAnotherWriterIsNoticed(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, err := s.Append(bg, "run-1", []store.Record{rec("3")}, store.AppendOptions{}); err != nil {
+	if _, err := s.Append(bg, "run-1", []store.Record{rec("3")}, free); err != nil {
 		t.Fatal(err)
 	}
 	if n := s.stats.cacheResets.Load(); n != 0 {
@@ -358,7 +371,7 @@ func TestAnotherWriterIsNoticed(t *testing.T) {
 		VALUES ('run-1', 5, 'ev-x', 'key-x', 'StepCompleted', 0, 's', 1, 1, 'p', 1)`); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Append(bg, "run-1", []store.Record{rec("y")}, store.AppendOptions{ExpectedHead: store.Head(5)})
+	got, err := s.Append(bg, "run-1", []store.Record{rec("y")}, store.AppendOptions{Kind: store.FreeStream, ExpectedHead: store.Head(5)})
 	if err != nil || got[0].RunSeq != 6 {
 		t.Fatalf("append after another writer = %+v, %v; want runSeq 6", got, err)
 	}

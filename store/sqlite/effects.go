@@ -3,95 +3,143 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
 // Effects (protocols C and D). One row per intent hash carries the queue
-// item and its dedupe record: pending → inflight (claimed) → done. A done
-// row keeps the receipt and drops the params; SweepDedupe deletes it after
-// the retention, and only then can the same hash be published again.
+// item and its dedupe record: pending → inflight (claimed) → done, and back
+// to pending on a reap or an operator's retry. A done row keeps its params
+// (a retry runs the effect again) and its receipt; SweepDedupe deletes it
+// once contract.Sweepable says so, and only then can the same hash be
+// published again.
 
-// Publish queues the world's new intents, fenced by epoch (protocol C).
-func (s *Store) Publish(ctx context.Context, world string, epoch uint64, intents []store.Intent) (int, error) {
-	const op = "publish"
-	for _, in := range intents {
-		if in.IntentHash == "" || in.Kind == "" {
-			return 0, store.Errorf(op, store.ErrInvalid, world, "intent needs a hash and a kind (%q, %q)", in.IntentHash, in.Kind)
-		}
+// checkIntents checks a batch of intents.
+func checkIntents(op string, intents []store.Intent) error {
+	if err := store.CheckBatch(op, "intents", len(intents)); err != nil {
+		return err
 	}
-	var queued int
-	err := s.write(ctx, op, world, func(t *wtx) error {
-		queued = 0
-		if err := t.fence(op, world, epoch); err != nil {
+	for _, in := range intents {
+		if err := store.CheckIntent(op, in); err != nil {
 			return err
 		}
-		for _, in := range intents {
-			res, err := t.exec(`INSERT INTO effects (intent_hash, world, kind, params, origin, policy_context_hash, state, enqueued_at)
-				VALUES (?, ?, ?, ?, ?, ?, 'pending', ?) ON CONFLICT (intent_hash) DO NOTHING`,
-				in.IntentHash, world, in.Kind, in.Params, in.Origin, in.PolicyContextHash, t.nowNS)
-			if err != nil {
-				return err
-			}
-			n, err := res.RowsAffected()
-			if err != nil {
-				return err
-			}
-			queued += int(n)
+	}
+	return nil
+}
+
+// publish queues the intents whose hash was never published (or was
+// swept), inside a fenced request (Publish, Commit).
+func (t *wtx) publish(world string, intents []store.Intent) (int, error) {
+	queued := 0
+	for _, in := range intents {
+		res, err := t.exec(`INSERT INTO effects (intent_hash, world, kind, params, origin, policy_context_hash, state, enqueued_at)
+			VALUES (?, ?, ?, ?, ?, ?, 'pending', ?) ON CONFLICT (intent_hash) DO NOTHING`,
+			in.IntentHash, world, in.Kind, in.Params, in.Origin, in.PolicyContextHash, t.nowNS)
+		if err != nil {
+			return 0, err
 		}
-		if queued > 0 {
-			t.notify(store.TopicEffects)
+		n, err := res.RowsAffected()
+		if err != nil {
+			return 0, err
 		}
-		return nil
-	})
-	if err != nil {
-		return 0, err
+		queued += int(n)
+	}
+	if queued > 0 {
+		t.notify(store.TopicEffects)
 	}
 	return queued, nil
 }
 
-// Claim moves up to n pending items, in queue order, to inflight for worker
-// (protocol D, step 1), in one statement.
-func (s *Store) Claim(ctx context.Context, worker string, n int, claimTTL time.Duration) ([]store.EffectItem, error) {
-	const op = "claim"
-	if err := checkWorker(op, "", worker, "claim ttl", claimTTL); err != nil {
-		return nil, err
+// Publish queues the world's new intents, fenced by epoch (protocol C).
+func (s *Store) Publish(ctx context.Context, world string, epoch uint64, intents []store.Intent) (int, error) {
+	res, err := s.commit(ctx, "publish", world, epoch, store.CommitBatch{Intents: intents}, sideEffects)
+	if err != nil {
+		return 0, err
 	}
-	if n <= 0 {
+	return res.Published, nil
+}
+
+const effectItemCols = `seq, intent_hash, world, kind, params, params IS NOT NULL, origin, policy_context_hash, enqueued_at,
+	state, attempts, claimed_by, claim_expires, retries`
+
+func scanEffectItem(sc interface{ Scan(...any) error }) (store.EffectItem, error) {
+	var (
+		it                 store.EffectItem
+		seq, at, att, retr int64
+		hasParams          bool
+		state              string
+		exp                sql.NullInt64
+	)
+	if err := sc.Scan(&seq, &it.IntentHash, &it.World, &it.Kind, &it.Params, &hasParams, &it.Origin, &it.PolicyContextHash,
+		&at, &state, &att, &it.ClaimedBy, &exp, &retr); err != nil {
+		return store.EffectItem{}, err
+	}
+	it.Params = blob(it.Params, hasParams)
+	it.Seq, it.EnqueuedAt, it.State, it.Attempt, it.Retries = uint64(seq), fromNS(at), store.EffectState(state), int(att), int(retr)
+	it.ClaimExpires = fromNullNS(exp)
+	return it, nil
+}
+
+// Claim moves up to n pending items of the given kinds, in queue order, to
+// inflight for worker (protocol D, step 1). Each kind's oldest n come from
+// its own range of effects_pending_by_kind, the merge keeps the n oldest
+// overall: a claim reads O(kinds × n) index entries however long the
+// queue.
+func (s *Store) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]store.EffectItem, error) {
+	const op = "claim"
+	for _, c := range []error{
+		store.CheckID(op, "worker", worker),
+		store.CheckKinds(op, kinds),
+		store.CheckBatch(op, "n", n),
+		store.CheckTTL(op, "claim ttl", claimTTL),
+	} {
+		if c != nil {
+			return nil, c
+		}
+	}
+	if n == 0 {
 		return nil, nil
 	}
+	kinds = slices.Compact(slices.Sorted(slices.Values(kinds)))
 	var out []store.EffectItem
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		out = out[:0]
-		rows, err := t.query(`UPDATE effects SET state = 'inflight', attempts = attempts + 1, claimed_by = ?, claim_expires = ?
-			WHERE seq IN (SELECT seq FROM effects WHERE state = 'pending' ORDER BY seq LIMIT ?)
-			RETURNING seq, intent_hash, world, kind, params, params IS NOT NULL, origin, policy_context_hash, enqueued_at, attempts, claim_expires`,
-			worker, expiry(t.nowNS, claimTTL), n)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				it                store.EffectItem
-				seq, at, att, exp int64
-				hasParams         bool
-			)
-			if err := rows.Scan(&seq, &it.IntentHash, &it.World, &it.Kind, &it.Params, &hasParams, &it.Origin, &it.PolicyContextHash,
-				&at, &att, &exp); err != nil {
+		var seqs []int64
+		for _, k := range kinds {
+			rows, err := t.query(`SELECT seq FROM effects WHERE kind = ? AND state = 'pending' ORDER BY seq LIMIT ?`, k, n)
+			if err != nil {
 				return err
 			}
-			it.Params = blob(it.Params, hasParams)
-			it.Seq, it.EnqueuedAt, it.Attempt = uint64(seq), fromNS(at), int(att)
-			it.ClaimedBy, it.ClaimExpires = worker, fromNS(exp)
+			for rows.Next() {
+				var seq int64
+				if err := rows.Scan(&seq); err != nil {
+					rows.Close()
+					return err
+				}
+				seqs = append(seqs, seq)
+			}
+			if err := rows.Close(); err != nil {
+				return err
+			}
+		}
+		slices.Sort(seqs)
+		seqs = seqs[:min(n, len(seqs))]
+		expires := t.now.Add(claimTTL).UnixNano()
+		for _, seq := range seqs {
+			row, err := t.row(`UPDATE effects SET state = 'inflight', attempts = attempts + 1, claimed_by = ?, claim_expires = ?
+				WHERE seq = ? RETURNING `+effectItemCols, worker, expires, seq)
+			if err != nil {
+				return err
+			}
+			it, err := scanEffectItem(row)
+			if err != nil {
+				return err
+			}
 			out = append(out, it)
 		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		sort.Slice(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
 		return nil
 	})
 	if err != nil {
@@ -101,23 +149,34 @@ func (s *Store) Claim(ctx context.Context, worker string, n int, claimTTL time.D
 }
 
 // Complete delivers the receipt and closes the intent in one transaction
-// (protocol D, steps 3–5). The receipt's inbox item carries r.Payload; its
-// status is in the intent's EffectStatus. A pending intent (its claim
-// reaped while the adapter was still at work) may be completed too: losing
-// a result would execute the effect again. The receipt enters the inbox
-// whatever the world's status: it answers the world's own request.
-func (s *Store) Complete(ctx context.Context, intentHash string, r store.Receipt) (uint64, bool, error) {
+// (protocol D, steps 3–5), if c is the item's latest claim
+// (contract.ClaimCheck). The receipt's inbox item carries r.Payload under
+// ReceiptKey(hash, retries); its status is in the EffectStatus. The
+// receipt enters the inbox whatever the world's status: it answers the
+// world's own request.
+func (s *Store) Complete(ctx context.Context, intentHash string, c store.Claim, r store.Receipt) (uint64, bool, error) {
 	const op = "complete"
+	for _, e := range []error{
+		store.CheckID(op, "intentHash", intentHash),
+		store.CheckClaim(op, c),
+		store.CheckReceipt(op, r),
+	} {
+		if e != nil {
+			return 0, false, e
+		}
+	}
 	var (
 		seq uint64
 		dup bool
 	)
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		var (
-			world, state string
-			inboxSeq     sql.NullInt64
+			world, state, claimedBy string
+			attempts, retries       int64
+			inboxSeq                sql.NullInt64
 		)
-		found, err := t.queryRow(`SELECT world, state, inbox_seq FROM effects WHERE intent_hash = ?`, []any{intentHash}, &world, &state, &inboxSeq)
+		found, err := t.queryRow(`SELECT world, state, attempts, claimed_by, retries, inbox_seq FROM effects WHERE intent_hash = ?`,
+			[]any{intentHash}, &world, &state, &attempts, &claimedBy, &retries, &inboxSeq)
 		if err != nil {
 			return err
 		}
@@ -128,16 +187,14 @@ func (s *Store) Complete(ctx context.Context, intentHash string, r store.Receipt
 			seq, dup = uint64(inboxSeq.Int64), true
 			return nil
 		}
-		switch r.Status {
-		case store.ReceiptOK, store.ReceiptError, store.ReceiptTimeout:
-		default:
-			return store.Errorf(op, store.ErrInvalid, world, "intent %s: unknown receipt status %q", intentHash, r.Status)
+		if err := contract.ClaimCheck(op, "intent "+intentHash, contract.ClaimRow{Attempt: int(attempts), ClaimedBy: claimedBy}, c); err != nil {
+			return err
 		}
-		seq, dup, err = t.enqueue(op, world, "receipt", r.Payload, "receipt:"+intentHash, true)
+		seq, dup, err = t.deliver(op, world, store.KindReceipt, r.Payload, store.ReceiptKey(intentHash, int(retries)))
 		if err != nil {
 			return err
 		}
-		_, err = t.exec(`UPDATE effects SET state = 'done', params = NULL, claimed_by = '', claim_expires = NULL,
+		_, err = t.exec(`UPDATE effects SET state = 'done', claim_expires = NULL,
 			receipt_status = ?, receipt_payload = ?, inbox_seq = ?, completed_at = ? WHERE intent_hash = ?`,
 			string(r.Status), r.Payload, int64(seq), t.nowNS, intentHash)
 		return err
@@ -149,9 +206,11 @@ func (s *Store) Complete(ctx context.Context, intentHash string, r store.Receipt
 }
 
 // ReapEffects requeues inflight items whose claim expired (at or before the
-// store clock). They keep their queue position.
+// store clock, as contract.Expired). They keep their queue position and
+// their latest claim (claimed_by, attempts): that worker may still complete
+// them until someone claims them anew.
 func (s *Store) ReapEffects(ctx context.Context) (int, error) {
-	return s.reap(ctx, "reap_effects", `UPDATE effects SET state = 'pending', claimed_by = '', claim_expires = NULL
+	return s.reap(ctx, "reap_effects", `UPDATE effects SET state = 'pending', claim_expires = NULL
 			WHERE state = 'inflight' AND claim_expires <= ?`, store.TopicEffects)
 }
 
@@ -177,35 +236,121 @@ func (s *Store) reap(ctx context.Context, op, query, topic string) (int, error) 
 	return n, nil
 }
 
-// EffectStatus reads an intent's dedupe record.
-func (s *Store) EffectStatus(ctx context.Context, intentHash string) (store.EffectStatus, error) {
-	const op = "effect_status"
-	if err := s.read(ctx, op); err != nil {
+// RetryEffect sends an effect whose terminal receipt was error or timeout
+// back to pending (contract.Retryable), with Retries+1 and the reason. Its
+// earlier claim is spent (its completion was the receipt being retried),
+// so only a new claim may complete it.
+func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (store.EffectStatus, error) {
+	const op = "retry_effect"
+	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
 		return store.EffectStatus{}, err
 	}
-	var (
-		st             store.EffectStatus
-		state          string
-		attempts       int64
-		rstatus        sql.NullString
-		rpayload       []byte
-		hasPayload     bool
-		inboxSeq, done sql.NullInt64
-	)
-	found, err := s.queryRow(ctx, `SELECT world, state, attempts, receipt_status, receipt_payload, receipt_payload IS NOT NULL, inbox_seq, completed_at
-		FROM effects WHERE intent_hash = ?`, []any{intentHash},
-		&st.World, &state, &attempts, &rstatus, &rpayload, &hasPayload, &inboxSeq, &done)
+	if err := store.CheckReason(op, reason); err != nil {
+		return store.EffectStatus{}, err
+	}
+	var out store.EffectStatus
+	err := s.write(ctx, op, "", func(t *wtx) error {
+		var (
+			state   string
+			rstatus sql.NullString
+		)
+		found, err := t.queryRow(`SELECT state, receipt_status FROM effects WHERE intent_hash = ?`, []any{intentHash}, &state, &rstatus)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return store.Errorf(op, store.ErrNotFound, "", "intent %s", intentHash)
+		}
+		if err := contract.Retryable(op, intentHash, store.EffectState(state), store.ReceiptStatus(rstatus.String)); err != nil {
+			return err
+		}
+		row, err := t.row(`UPDATE effects SET state = 'pending', retries = retries + 1, retry_reason = ?, claimed_by = '', claim_expires = NULL,
+			receipt_status = NULL, receipt_payload = NULL, inbox_seq = NULL, completed_at = NULL
+			WHERE intent_hash = ? RETURNING `+effectStatusCols, reason, intentHash)
+		if err != nil {
+			return err
+		}
+		if out, err = scanEffectStatus(row); err != nil {
+			return err
+		}
+		t.notify(store.TopicEffects)
+		return nil
+	})
 	if err != nil {
-		return store.EffectStatus{}, dbErr(op, "", err)
+		return store.EffectStatus{}, err
 	}
-	if !found {
-		return store.EffectStatus{}, store.Errorf(op, store.ErrNotFound, "", "intent %s", intentHash)
+	return out, nil
+}
+
+const effectStatusCols = `intent_hash, world, kind, state, attempts, retries, retry_reason,
+	receipt_status, receipt_payload, receipt_payload IS NOT NULL, inbox_seq, completed_at`
+
+func scanEffectStatus(sc interface{ Scan(...any) error }) (store.EffectStatus, error) {
+	var (
+		st                store.EffectStatus
+		state             string
+		attempts, retries int64
+		rstatus           sql.NullString
+		rpayload          []byte
+		hasPayload        bool
+		inboxSeq, done    sql.NullInt64
+	)
+	if err := sc.Scan(&st.IntentHash, &st.World, &st.Kind, &state, &attempts, &retries, &st.RetryReason,
+		&rstatus, &rpayload, &hasPayload, &inboxSeq, &done); err != nil {
+		return store.EffectStatus{}, err
 	}
-	st.IntentHash, st.State, st.Attempts = intentHash, store.EffectState(state), int(attempts)
+	st.State, st.Attempts, st.Retries = store.EffectState(state), int(attempts), int(retries)
 	if rstatus.Valid {
 		st.Receipt = &store.Receipt{Status: store.ReceiptStatus(rstatus.String), Payload: blob(rpayload, hasPayload)}
 		st.InboxSeq = uint64(inboxSeq.Int64)
 		st.CompletedAt = fromNullNS(done)
 	}
 	return st, nil
+}
+
+// EffectStatus reads an intent's dedupe record.
+func (s *Store) EffectStatus(ctx context.Context, intentHash string) (store.EffectStatus, error) {
+	const op = "effect_status"
+	if err := s.read(ctx, op); err != nil {
+		return store.EffectStatus{}, err
+	}
+	st, err := s.rstmt(ctx, `SELECT `+effectStatusCols+` FROM effects WHERE intent_hash = ?`)
+	if err != nil {
+		return store.EffectStatus{}, dbErr(op, "", err)
+	}
+	out, err := scanEffectStatus(st.QueryRowContext(ctx, intentHash))
+	if err == sql.ErrNoRows {
+		return store.EffectStatus{}, store.Errorf(op, store.ErrNotFound, "", "intent %s", intentHash)
+	}
+	if err != nil {
+		return store.EffectStatus{}, dbErr(op, "", err)
+	}
+	return out, nil
+}
+
+// ListEffects lists up to limit of world's pending and inflight effects
+// after afterSeq, in queue order (effects_queued_by_world).
+func (s *Store) ListEffects(ctx context.Context, world string, afterSeq uint64, limit int) ([]store.EffectItem, error) {
+	const op = "list_effects"
+	if err := s.checkView(ctx, op, world, limit); err != nil {
+		return nil, err
+	}
+	rows, err := s.query(ctx, `SELECT `+effectItemCols+` FROM effects
+		WHERE world = ? AND state IN ('pending', 'inflight') AND seq > ? ORDER BY seq LIMIT ?`, world, seqBound(afterSeq), limit)
+	if err != nil {
+		return nil, dbErr(op, world, err)
+	}
+	defer rows.Close()
+	var out []store.EffectItem
+	for rows.Next() {
+		it, err := scanEffectItem(rows)
+		if err != nil {
+			return nil, dbErr(op, world, err)
+		}
+		out = append(out, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbErr(op, world, err)
+	}
+	return out, nil
 }

@@ -52,7 +52,8 @@ func isClosedDB(err error) bool {
 var sentinels = []error{
 	store.ErrLeaseHeld, store.ErrNotHolder, store.ErrStaleEpoch, store.ErrNotAssigned,
 	store.ErrFenced, store.ErrHeadMismatch, store.ErrCursorMismatch, store.ErrWorldNotFound,
-	store.ErrWorldExists, store.ErrWorldFenced, store.ErrWorldArchived, store.ErrSnapshotNotFound,
+	store.ErrWorldExists, store.ErrWorldPaused, store.ErrWorldArchived, store.ErrSnapshotNotFound,
+	store.ErrSnapshotConflict, store.ErrClaimLost, store.ErrNotDue, store.ErrNotRetryable,
 	store.ErrNotFound, store.ErrWatermarkConflict, store.ErrInvalid,
 }
 

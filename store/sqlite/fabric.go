@@ -6,24 +6,27 @@ import (
 	"github.com/orrery-run/orrery/store"
 )
 
-// Send delivers item's payload into dest's inbox (kind "fabric") once per
-// message id (protocol F). The destination must exist and be active (a
-// fenced or archived one refuses, retries included). messageID is the
-// message's dedupe: item's Kind, Seq, World, EnqueuedAt and DedupeKey are
-// ignored, and the inbox item carries no inbox dedupe key.
+// Send delivers item's payload into dest's inbox (kind KindFabric) once per
+// message id (protocol F). The destination must exist and take input
+// (contract.Ingress: paused does, archived does not, retries included).
+// messageID is the message's dedupe: item's Kind, Seq, World, EnqueuedAt
+// and DedupeKey are ignored, and the inbox item carries no inbox dedupe key.
 func (s *Store) Send(ctx context.Context, dest, messageID string, item store.InboxItem) (store.FabricResult, error) {
 	const op = "send"
+	for _, c := range []error{
+		store.CheckID(op, "destination", dest),
+		store.CheckID(op, "messageId", messageID),
+		store.CheckPayload(op, "payload", item.Payload),
+	} {
+		if c != nil {
+			return store.FabricResult{}, c
+		}
+	}
 	var out store.FabricResult
 	err := s.write(ctx, op, dest, func(t *wtx) error {
-		w, err := t.inboxWorld(op, dest)
+		w, err := t.ingressWorld(op, dest)
 		if err != nil {
 			return err
-		}
-		if err := requireActive(op, dest, w.status); err != nil {
-			return err
-		}
-		if messageID == "" {
-			return store.Errorf(op, store.ErrInvalid, dest, "empty message id")
 		}
 		var seq int64
 		found, err := t.queryRow(`SELECT seq FROM fabric_dedupe WHERE dest = ? AND message_id = ?`, []any{dest, messageID}, &seq)
@@ -34,7 +37,7 @@ func (s *Store) Send(ctx context.Context, dest, messageID string, item store.Inb
 			out = store.FabricResult{Status: store.FabricAlreadyEnqueued, Seq: uint64(seq)}
 			return nil
 		}
-		got, _, err := t.enqueueInto(op, w, "fabric", item.Payload, "")
+		got, _, err := t.enqueueInto(w, store.KindFabric, item.Payload, "")
 		if err != nil {
 			return err
 		}

@@ -5,56 +5,56 @@ import (
 	"database/sql"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
-// inboxWorld is what an enqueue needs of its world: its status and the
-// last seq of its inbox. The seq is derived (items are never deleted), so
-// an enqueue writes nothing to the worlds table.
+// inboxWorld is what an enqueue needs of its world: whether it exists, its
+// status and the last seq of its inbox. The seq is derived (items are never
+// deleted), so an enqueue writes nothing to the worlds table.
 type inboxWorld struct {
 	id     string
+	found  bool
 	status store.WorldStatus
 	last   int64
 }
 
-func (t *wtx) inboxWorld(op, world string) (inboxWorld, error) {
+func (t *wtx) inboxWorld(world string) (inboxWorld, error) {
 	w := inboxWorld{id: world}
 	var status string
 	found, err := t.queryRow(`SELECT status, (SELECT COALESCE(MAX(seq), 0) FROM inbox WHERE world = ?1) FROM worlds WHERE id = ?1`,
 		[]any{world}, &status, &w.last)
+	w.found, w.status = found, store.WorldStatus(status)
+	return w, err
+}
+
+// ingressWorld is inboxWorld for a producer's input (Enqueue, Send):
+// contract.Ingress decides whether the world takes it.
+func (t *wtx) ingressWorld(op, world string) (inboxWorld, error) {
+	w, err := t.inboxWorld(world)
 	if err != nil {
 		return w, err
 	}
-	if !found {
-		return w, store.Errorf(op, store.ErrWorldNotFound, world, "")
-	}
-	w.status = store.WorldStatus(status)
-	return w, nil
+	return w, contract.Ingress(op, world, w.found, w.status)
 }
 
-// enqueue appends one item to world's inbox inside the request's
-// transaction: the path of Enqueue, effect receipts, fired timers and fabric
-// deliveries. A repeated non-empty dedupe key answers the first item's seq
-// with dup=true. A fenced or archived world refuses new ingress unless
-// anyStatus: receipts and fired timers are the durable answers to the
-// world's own requests and are delivered whatever its status.
-func (t *wtx) enqueue(op, world, kind string, payload []byte, dedupeKey string, anyStatus bool) (uint64, bool, error) {
-	w, err := t.inboxWorld(op, world)
+// deliver enqueues one of the store's own deliveries (an effect's receipt,
+// a timer's firing): the durable answers to the world's own requests land
+// whatever its status.
+func (t *wtx) deliver(op, world, kind string, payload []byte, dedupeKey string) (uint64, bool, error) {
+	w, err := t.inboxWorld(world)
 	if err != nil {
 		return 0, false, err
 	}
-	if !anyStatus {
-		if err := requireActive(op, world, w.status); err != nil {
-			return 0, false, err
-		}
+	if !w.found {
+		return 0, false, store.Errorf(op, store.ErrWorldNotFound, world, "")
 	}
-	return t.enqueueInto(op, w, kind, payload, dedupeKey)
+	return t.enqueueInto(w, kind, payload, dedupeKey)
 }
 
-// enqueueInto is enqueue once the world is known and its status checked.
-func (t *wtx) enqueueInto(op string, w inboxWorld, kind string, payload []byte, dedupeKey string) (uint64, bool, error) {
-	if kind == "" {
-		return 0, false, store.Errorf(op, store.ErrInvalid, w.id, "empty kind")
-	}
+// enqueueInto appends one item to a world's inbox, once the world is known
+// and allowed. A repeated non-empty dedupe key answers the first item's seq
+// with dup=true.
+func (t *wtx) enqueueInto(w inboxWorld, kind string, payload []byte, dedupeKey string) (uint64, bool, error) {
 	seq := w.last + 1
 	if dedupeKey != "" {
 		// Claim the key first; a conflict is a duplicate.
@@ -81,16 +81,25 @@ func (t *wtx) enqueueInto(op string, w inboxWorld, kind string, payload []byte, 
 	return uint64(seq), false, nil
 }
 
-// Enqueue appends item to world's inbox (no lease needed).
+// Enqueue appends a producer's item to world's inbox (no lease needed).
 func (s *Store) Enqueue(ctx context.Context, world string, item store.InboxItem) (uint64, bool, error) {
 	const op = "enqueue"
+	if err := store.CheckID(op, "world", world); err != nil {
+		return 0, false, err
+	}
+	if err := store.CheckIngress(op, item); err != nil {
+		return 0, false, err
+	}
 	var (
 		seq uint64
 		dup bool
 	)
 	err := s.write(ctx, op, world, func(t *wtx) error {
-		var err error
-		seq, dup, err = t.enqueue(op, world, item.Kind, item.Payload, item.DedupeKey, false)
+		w, err := t.ingressWorld(op, world)
+		if err != nil {
+			return err
+		}
+		seq, dup, err = t.enqueueInto(w, item.Kind, item.Payload, item.DedupeKey)
 		return err
 	})
 	if err != nil {
@@ -126,7 +135,7 @@ func (s *Store) ReadInbox(ctx context.Context, world string, afterSeq uint64, li
 	if err != nil {
 		return nil, dbErr(op, world, err)
 	}
-	rows, err := tx.StmtContext(ctx, items).QueryContext(ctx, world, int64(afterSeq), sqlLimit(limit))
+	rows, err := tx.StmtContext(ctx, items).QueryContext(ctx, world, seqBound(afterSeq), sqlLimit(limit))
 	if err != nil {
 		return nil, dbErr(op, world, err)
 	}
@@ -168,57 +177,14 @@ func (s *Store) Cursor(ctx context.Context, world string) (uint64, error) {
 	return uint64(cur), nil
 }
 
-// DrainToJournal appends entries to the world's journal and moves its inbox
-// cursor, in one transaction: fenced, then compare-and-swapped on the cursor
-// and on the head (in that order). The drained items' dedupe records
-// complete now; their retention starts here.
+// DrainToJournal is a Commit of only a cursor move and entries: the same
+// request, fenced, compare-and-swapped on the cursor and on the head.
 func (s *Store) DrainToJournal(ctx context.Context, world string, epoch uint64, expectedCursor, expectedHead, newCursor uint64, entries []store.Record) ([]store.Appended, error) {
-	const op = "drain"
-	if err := validate(op, entries); err != nil {
-		return nil, err
-	}
-	var out []store.Appended
-	err := s.write(ctx, op, world, func(t *wtx) error {
-		if err := t.fence(op, world, epoch); err != nil {
-			return err
-		}
-		var cur, last int64
-		if _, err := t.queryRow(`SELECT inbox_cursor, (SELECT COALESCE(MAX(seq), 0) FROM inbox WHERE world = ?1) FROM worlds WHERE id = ?1`,
-			[]any{world}, &cur, &last); err != nil {
-			return err
-		}
-		if uint64(cur) != expectedCursor {
-			return store.Errorf(op, store.ErrCursorMismatch, world, "expected cursor %d, cursor is %d", expectedCursor, cur)
-		}
-		if newCursor < expectedCursor {
-			return store.Errorf(op, store.ErrInvalid, world, "the cursor cannot move back from %d to %d", expectedCursor, newCursor)
-		}
-		if newCursor > uint64(last) {
-			return store.Errorf(op, store.ErrInvalid, world, "new cursor %d passes the last enqueued seq %d", newCursor, last)
-		}
-		head, err := t.head(world)
-		if err != nil {
-			return err
-		}
-		if uint64(head) != expectedHead {
-			return store.Errorf(op, store.ErrHeadMismatch, world, "expected head %d, head is %d", expectedHead, head)
-		}
-		if out, err = t.append(op, world, entries, nil); err != nil {
-			return err
-		}
-		if newCursor != uint64(cur) {
-			if _, err := t.exec(`UPDATE worlds SET inbox_cursor = ? WHERE id = ?`, int64(newCursor), world); err != nil {
-				return err
-			}
-			if _, err := t.exec(`UPDATE inbox_dedupe SET completed_at = ? WHERE world = ? AND seq > ? AND seq <= ? AND completed_at IS NULL`,
-				t.nowNS, world, cur, int64(newCursor)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	res, err := s.commit(ctx, "drain", world, epoch, store.CommitBatch{
+		ExpectedCursor: expectedCursor, NewCursor: newCursor, ExpectedHead: expectedHead, Entries: entries,
+	}, fullCycle)
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	return res.Appended, nil
 }

@@ -1,43 +1,66 @@
 package sqlite
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
 // Append is the append authority (seed 001 §6): it runs as one request of a
-// group commit, so concurrent appends to any streams share one fsync.
+// group commit, so concurrent appends to any streams share one fsync. A
+// world's stream is written only under its own fence, a free stream with
+// none (contract.AppendFence), decided in the same transaction.
 func (s *Store) Append(ctx context.Context, stream string, events []store.Record, opts store.AppendOptions) ([]store.Appended, error) {
 	const op = "append"
-	if stream == "" {
-		return nil, store.Errorf(op, store.ErrInvalid, "", "empty stream")
-	}
-	if err := validate(op, events); err != nil {
+	if err := store.CheckID(op, "stream", stream); err != nil {
 		return nil, err
 	}
-	var expected *uint64
-	if opts.ExpectedHead != nil {
-		h := *opts.ExpectedHead
-		expected = &h
+	if err := store.CheckRecords(op, events); err != nil {
+		return nil, err
 	}
-	var fence *store.Fence
 	if opts.Fence != nil {
+		if err := store.CheckID(op, "fence world", opts.Fence.World); err != nil {
+			return nil, err
+		}
 		f := *opts.Fence
-		fence = &f
+		opts.Fence = &f
+	}
+	if opts.ExpectedHead != nil {
+		if err := store.CheckInt(op, "expectedHead", *opts.ExpectedHead); err != nil {
+			return nil, err
+		}
+		h := *opts.ExpectedHead
+		opts.ExpectedHead = &h
 	}
 	var out []store.Appended
 	err := s.write(ctx, op, stream, func(t *wtx) error {
-		if fence != nil {
-			if err := t.fence(op, fence.World, fence.Epoch); err != nil {
-				return err
-			}
+		found, _, l, err := t.worldLease(stream)
+		if err != nil {
+			return err
 		}
-		var err error
-		out, err = t.append(op, stream, events, expected)
-		return err
+		if err := contract.AppendFence(op, stream, opts, found, l, t.now); err != nil {
+			return err
+		}
+		head, err := t.head(stream)
+		if err != nil {
+			return err
+		}
+		var newHead int64
+		out, newHead, err = t.append(stream, head, events)
+		if err != nil {
+			return err
+		}
+		// A batch of duplicates only is answered without the head check, so
+		// that a retried append stays idempotent.
+		if opts.ExpectedHead != nil && newHead != head && *opts.ExpectedHead != uint64(head) {
+			return store.Errorf(op, store.ErrHeadMismatch, stream, "expected head %d, head is %d", *opts.ExpectedHead, head)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -45,54 +68,32 @@ func (s *Store) Append(ctx context.Context, stream string, events []store.Record
 	return out, nil
 }
 
-// validate checks every record, naming op in the error.
-func validate(op string, events []store.Record) error {
-	for i := range events {
-		if err := store.CheckRecord(&events[i]); err != nil {
-			if se, ok := err.(*store.Error); ok {
-				se.Op = op
-			}
-			return err
-		}
-	}
-	return nil
-}
-
-// append inserts the events that are new, in order, with runSeq following
-// the stream's head and persistedAt from the store clock. Each key is
-// inserted first (ON CONFLICT DO NOTHING): a conflict is a duplicate, within
-// the batch or against history, answered with the first record's metadata.
-// The single writer serialises racing appenders, so the first one wins and
-// the others see its key. The head compare-and-swap is checked only if
-// something new was inserted; on a mismatch the request's savepoint undoes
-// the inserts.
-func (t *wtx) append(op, stream string, events []store.Record, expectedHead *uint64) ([]store.Appended, error) {
-	head, err := t.head(stream)
-	if err != nil {
-		return nil, err
-	}
+// append inserts the events that are new, in order, at head+1, head+2, …
+// (gapless: the single writer owns the head) with persistedAt from the store
+// clock. Each key is inserted first (ON CONFLICT DO NOTHING) with the
+// record's eventType and payload hash: a conflict is a duplicate, within the
+// batch or against history, answered with the first record's metadata and
+// Conflict when the offered record differs. A caller that compare-and-swaps
+// the head checks it against head itself; a failure rolls the request's
+// savepoint back, inserts included.
+func (t *wtx) append(stream string, head int64, events []store.Record) (_ []store.Appended, newHead int64, err error) {
 	out := make([]store.Appended, len(events))
 	seq := head
 	for i := range events {
 		e := &events[i]
-		res, err := t.exec(`INSERT INTO event_keys (stream, idempotency_key, event_id, run_seq, persisted_at) VALUES (?, ?, ?, ?, ?)
-			ON CONFLICT (stream, idempotency_key) DO NOTHING`,
-			stream, e.IdempotencyKey, e.EventID, seq+1, t.nowNS)
+		sum := sha256.Sum256(e.Payload)
+		res, err := t.exec(`INSERT INTO event_keys (stream, idempotency_key, event_id, run_seq, persisted_at, event_type, payload_sha256)
+			VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stream, idempotency_key) DO NOTHING`,
+			stream, e.IdempotencyKey, e.EventID, seq+1, t.nowNS, e.EventType, sum[:])
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if n, err := res.RowsAffected(); err != nil {
-			return nil, err
+			return nil, 0, err
 		} else if n == 0 {
-			var (
-				id     string
-				rs, pa int64
-			)
-			if _, err := t.queryRow(`SELECT event_id, run_seq, persisted_at FROM event_keys WHERE stream = ? AND idempotency_key = ?`,
-				[]any{stream, e.IdempotencyKey}, &id, &rs, &pa); err != nil {
-				return nil, err
+			if out[i], err = t.duplicate(stream, e, sum[:]); err != nil {
+				return nil, 0, err
 			}
-			out[i] = store.Appended{EventID: id, RunSeq: uint64(rs), PersistedAt: fromNS(pa), Idempotent: true}
 			continue
 		}
 		seq++
@@ -100,18 +101,33 @@ func (t *wtx) append(op, stream string, events []store.Record, expectedHead *uin
 			step_id, logical_attempt, engine_attempt, plan_id, plan_version, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			stream, seq, e.EventID, e.IdempotencyKey, e.EventType, nullNS(e.EmittedAt), t.nowNS,
 			e.StepID, int64(e.LogicalAttemptID), int64(e.EngineAttemptID), e.PlanID, int64(e.PlanVersion), e.Payload); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		out[i] = store.Appended{EventID: e.EventID, RunSeq: uint64(seq), PersistedAt: fromNS(t.nowNS)}
 	}
-	if seq == head {
-		return out, nil // every event was a duplicate: idempotent, no head check
+	if seq != head {
+		t.setHead(stream, seq)
 	}
-	if expectedHead != nil && *expectedHead != uint64(head) {
-		return nil, store.Errorf(op, store.ErrHeadMismatch, stream, "expected head %d, head is %d", *expectedHead, head)
+	return out, seq, nil
+}
+
+// duplicate answers an event whose key exists: the stored record's metadata,
+// and Conflict when its eventType or payload hash differs from e's. Keys
+// of events compacted before schema 2 carry neither (NULL) and never
+// conflict: there is nothing left to compare.
+func (t *wtx) duplicate(stream string, e *store.Record, sum []byte) (store.Appended, error) {
+	var (
+		id        string
+		rs, pa    int64
+		eventType sql.NullString
+		stored    []byte
+	)
+	if _, err := t.queryRow(`SELECT event_id, run_seq, persisted_at, event_type, payload_sha256 FROM event_keys WHERE stream = ? AND idempotency_key = ?`,
+		[]any{stream, e.IdempotencyKey}, &id, &rs, &pa, &eventType, &stored); err != nil {
+		return store.Appended{}, err
 	}
-	t.setHead(stream, seq)
-	return out, nil
+	conflict := (eventType.Valid && eventType.String != e.EventType) || (stored != nil && !bytes.Equal(stored, sum))
+	return store.Appended{EventID: id, RunSeq: uint64(rs), PersistedAt: fromNS(pa), Idempotent: true, Conflict: conflict}, nil
 }
 
 // headQuery derives a stream's head: the highest runSeq in the journal, or
@@ -154,7 +170,7 @@ func (s *Store) Read(ctx context.Context, stream string, afterSeq uint64, limit 
 		return nil, err
 	}
 	rows, err := s.query(ctx, `SELECT `+recordCols+` FROM events WHERE stream = ? AND run_seq > ? ORDER BY run_seq LIMIT ?`,
-		stream, int64(afterSeq), sqlLimit(limit))
+		stream, seqBound(afterSeq), sqlLimit(limit))
 	if err != nil {
 		return nil, dbErr(op, stream, err)
 	}
@@ -187,7 +203,7 @@ func (s *Store) ReadWindow(ctx context.Context, stream string, from, to time.Tim
 	}
 	rows, err := s.query(ctx, `SELECT `+recordCols+` FROM events
 		WHERE stream = ? AND persisted_at >= ? AND persisted_at < ? ORDER BY run_seq LIMIT ?`,
-		stream, ns(from), ns(to), sqlLimit(limit))
+		stream, boundNS(from), boundNS(to), sqlLimit(limit))
 	if err != nil {
 		return nil, dbErr(op, stream, err)
 	}

@@ -3,170 +3,304 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
-// Leases (protocols A and B). A lease has expired when its expiry is at or
-// before the store clock. Every lease write goes through the committer, so
-// it is durable (synchronous=FULL) before the caller learns its epoch: an
-// epoch is never handed out twice, even across a crash.
+// Leases (protocols A and B): the decisions are contract.Acquire, Holder
+// and ReleaseCheck. Every lease write goes through the committer, so it is
+// durable (synchronous=FULL) before the caller learns its epoch: an epoch
+// is never handed out twice, even across a crash.
 
-type leaseRow struct {
-	found   bool
-	holder  string
-	epoch   int64
-	expires int64
+func leaseOf(world string, l contract.LeaseRow) store.Lease {
+	return store.Lease{World: world, Holder: l.Holder, Epoch: l.Epoch, ExpiresAt: l.ExpiresAt}
 }
 
-func (t *wtx) lease(world string) (leaseRow, error) {
-	var l leaseRow
-	found, err := t.queryRow(`SELECT holder, epoch, expires_at FROM leases WHERE world = ?`, []any{world}, &l.holder, &l.epoch, &l.expires)
-	l.found = found
-	return l, err
-}
-
-func (l leaseRow) lease(world string) store.Lease {
-	return store.Lease{World: world, Holder: l.holder, Epoch: uint64(l.epoch), ExpiresAt: fromNS(l.expires)}
-}
-
-func (l leaseRow) live(nowNS int64) bool { return l.found && l.holder != "" && l.expires > nowNS }
-
-// expiry is nowNS + ttl, saturating at the end of the int64 range.
-func expiry(nowNS int64, ttl time.Duration) int64 {
-	if e := nowNS + int64(ttl); e >= nowNS {
-		return e
+// checkLeaseCall checks the arguments every lease call shares.
+func checkLeaseCall(op, world, worker string) error {
+	if err := store.CheckID(op, "world", world); err != nil {
+		return err
 	}
-	return math.MaxInt64
+	return store.CheckID(op, "worker", worker)
 }
 
 // Acquire takes the world's lease (protocol A).
 func (s *Store) Acquire(ctx context.Context, world, worker string, ttl time.Duration) (store.Lease, error) {
 	const op = "acquire"
-	if err := checkWorker(op, world, worker, "ttl", ttl); err != nil {
+	if err := checkLeaseCall(op, world, worker); err != nil {
+		return store.Lease{}, err
+	}
+	if err := store.CheckTTL(op, "ttl", ttl); err != nil {
 		return store.Lease{}, err
 	}
 	var out store.Lease
 	err := s.write(ctx, op, world, func(t *wtx) error {
-		status, err := t.worldStatus(op, world)
+		found, status, l, err := t.worldLease(world)
 		if err != nil {
 			return err
 		}
-		if err := requireActive(op, world, status); err != nil {
-			return err
+		if !found {
+			return store.Errorf(op, store.ErrWorldNotFound, world, "")
 		}
 		var desired string
-		found, err := t.queryRow(`SELECT desired_worker FROM assignments WHERE world = ?`, []any{world}, &desired)
+		assigned, err := t.queryRow(`SELECT desired_worker FROM assignments WHERE world = ?`, []any{world}, &desired)
 		if err != nil {
 			return err
 		}
-		if found && desired != "" && desired != worker {
-			return store.Errorf(op, store.ErrNotAssigned, world, "assigned to %s", desired)
-		}
-		l, err := t.lease(world)
+		next, keep, err := contract.Acquire(op, world, worker, status, desired, assigned, l, t.now, ttl)
 		if err != nil {
 			return err
 		}
-		if l.live(t.nowNS) {
-			if l.holder == worker {
-				out = l.lease(world)
-				return nil
-			}
-			return store.Errorf(op, store.ErrLeaseHeld, world, "held by %s at epoch %d", l.holder, l.epoch)
-		}
-		next := leaseRow{found: true, holder: worker, epoch: l.epoch + 1, expires: expiry(t.nowNS, ttl)}
-		if _, err := t.exec(`INSERT INTO leases (world, holder, epoch, expires_at) VALUES (?, ?, ?, ?)
-			ON CONFLICT (world) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, expires_at = excluded.expires_at`,
-			world, next.holder, next.epoch, next.expires); err != nil {
-			return err
-		}
-		out = next.lease(world)
-		return nil
-	})
-	if err != nil {
-		return store.Lease{}, err
-	}
-	return out, nil
-}
-
-// holderCheck is protocol B's test, shared by Renew and Release: the world
-// exists; an absent or released lease is held by nobody (ErrNotHolder), as
-// is one held by another worker; the holder at another epoch gets
-// ErrStaleEpoch. checkExpiry also treats an expired lease as held by
-// nobody.
-func (t *wtx) holderCheck(op, world, worker string, epoch uint64, checkExpiry bool) (leaseRow, error) {
-	if _, err := t.worldStatus(op, world); err != nil {
-		return leaseRow{}, err
-	}
-	l, err := t.lease(world)
-	if err != nil {
-		return l, err
-	}
-	switch {
-	case !l.found || l.holder == "":
-		return l, store.Errorf(op, store.ErrNotHolder, world, "lease not held")
-	case l.holder != worker:
-		return l, store.Errorf(op, store.ErrNotHolder, world, "held by %s", l.holder)
-	case uint64(l.epoch) != epoch:
-		return l, store.Errorf(op, store.ErrStaleEpoch, world, "epoch %d, lease epoch %d", epoch, l.epoch)
-	case checkExpiry && l.expires <= t.nowNS:
-		return l, store.Errorf(op, store.ErrNotHolder, world, "lease expired")
-	}
-	return l, nil
-}
-
-// Renew extends the lease (protocol B). An expired lease is not renewed,
-// even when nobody took it over: its holder's writes were already fenced,
-// so it must Acquire again (a new epoch).
-func (s *Store) Renew(ctx context.Context, world, worker string, epoch uint64, ttl time.Duration) (store.Lease, error) {
-	const op = "renew"
-	var out store.Lease
-	err := s.write(ctx, op, world, func(t *wtx) error {
-		if ttl <= 0 {
-			return store.Errorf(op, store.ErrInvalid, world, "ttl %v must be positive", ttl)
-		}
-		l, err := t.holderCheck(op, world, worker, epoch, true)
-		if err != nil {
-			return err
-		}
-		l.expires = expiry(t.nowNS, ttl)
-		if _, err := t.exec(`UPDATE leases SET expires_at = ? WHERE world = ?`, l.expires, world); err != nil {
-			return err
-		}
-		out = l.lease(world)
-		return nil
-	})
-	if err != nil {
-		return store.Lease{}, err
-	}
-	return out, nil
-}
-
-// Release gives the lease up, keeping its epoch (and ending its expiry
-// now). Releasing a lease already released at the same epoch is a no-op, so
-// a retried release succeeds; an expired lease may still be released by its
-// holder.
-func (s *Store) Release(ctx context.Context, world, worker string, epoch uint64) error {
-	const op = "release"
-	return s.write(ctx, op, world, func(t *wtx) error {
-		if _, err := t.worldStatus(op, world); err != nil {
-			return err
-		}
-		l, err := t.lease(world)
-		if err != nil {
-			return err
-		}
-		if l.found && l.holder == "" && uint64(l.epoch) == epoch {
+		out = next
+		if keep {
 			return nil
 		}
-		if _, err := t.holderCheck(op, world, worker, epoch, false); err != nil {
+		if _, err := t.exec(`INSERT INTO leases (world, holder, epoch, expires_at) VALUES (?, ?, ?, ?)
+			ON CONFLICT (world) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, expires_at = excluded.expires_at`,
+			world, next.Holder, int64(next.Epoch), next.ExpiresAt.UnixNano()); err != nil {
 			return err
 		}
-		_, err = t.exec(`UPDATE leases SET holder = '', expires_at = MIN(expires_at, ?) WHERE world = ?`, t.nowNS, world)
-		return err
+		t.notify(store.TopicLeases)
+		return nil
 	})
+	if err != nil {
+		return store.Lease{}, err
+	}
+	return out, nil
+}
+
+// release gives one lease up inside the request, keeping its epoch and
+// ending its expiry now (contract.ReleaseCheck). released is false for a
+// retried release of an epoch already released.
+func (t *wtx) release(op, world, worker string, epoch uint64) (released bool, err error) {
+	found, _, l, err := t.worldLease(world)
+	if err != nil {
+		return false, err
+	}
+	if !found {
+		return false, store.Errorf(op, store.ErrWorldNotFound, world, "")
+	}
+	noop, err := contract.ReleaseCheck(op, world, worker, epoch, l)
+	if err != nil || noop {
+		return false, err
+	}
+	_, err = t.exec(`UPDATE leases SET holder = '', expires_at = MIN(expires_at, ?) WHERE world = ?`, t.nowNS, world)
+	return err == nil, err
+}
+
+// Renew extends the lease (protocol B): RenewLeases with one ref. An
+// expired lease is not renewed, even when nobody took it over: its holder's
+// writes were already fenced, so it must Acquire again.
+func (s *Store) Renew(ctx context.Context, world, worker string, epoch uint64, ttl time.Duration) (store.Lease, error) {
+	const op = "renew"
+	if err := checkLeaseCall(op, world, worker); err != nil {
+		return store.Lease{}, err
+	}
+	if err := store.CheckTTL(op, "ttl", ttl); err != nil {
+		return store.Lease{}, err
+	}
+	res, err := s.renewLeases(ctx, op, worker, []store.LeaseRef{{World: world, Epoch: epoch}}, ttl)
+	if err != nil {
+		return store.Lease{}, err
+	}
+	return res[0].Lease, res[0].Err
+}
+
+// Release gives the lease up (protocol B): ReleaseLeases with one ref. A
+// retried release succeeds.
+func (s *Store) Release(ctx context.Context, world, worker string, epoch uint64) error {
+	const op = "release"
+	if err := checkLeaseCall(op, world, worker); err != nil {
+		return err
+	}
+	res, err := s.releaseLeases(ctx, op, worker, []store.LeaseRef{{World: world, Epoch: epoch}})
+	if err != nil {
+		return err
+	}
+	return res[0].Err
+}
+
+// checkRefs checks a bulk lease call's arguments.
+func checkRefs(op, worker string, refs []store.LeaseRef) error {
+	if err := store.CheckID(op, "worker", worker); err != nil {
+		return err
+	}
+	if err := store.CheckBatch(op, "refs", len(refs)); err != nil {
+		return err
+	}
+	for _, r := range refs {
+		if err := store.CheckID(op, "world", r.World); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RenewLeases renews many leases of one worker in one transaction. The
+// leases are read renewChunk at a time and renewed with one UPDATE per
+// chunk (every renewed lease gets the same expiry, now+ttl): a statement
+// per lease would cost more in the driver than in SQLite. Each ref is
+// still decided on its own by contract.Holder, exactly as Renew decides
+// it; a world named twice is decided twice on the same row, so both answers
+// are the single call's.
+func (s *Store) RenewLeases(ctx context.Context, worker string, refs []store.LeaseRef, ttl time.Duration) ([]store.LeaseResult, error) {
+	const op = "renew_leases"
+	if err := checkRefs(op, worker, refs); err != nil {
+		return nil, err
+	}
+	if err := store.CheckTTL(op, "ttl", ttl); err != nil {
+		return nil, err
+	}
+	return s.renewLeases(ctx, op, worker, append([]store.LeaseRef(nil), refs...), ttl)
+}
+
+func (s *Store) renewLeases(ctx context.Context, op, worker string, refs []store.LeaseRef, ttl time.Duration) ([]store.LeaseResult, error) {
+	out := make([]store.LeaseResult, len(refs))
+	err := s.write(ctx, op, "", func(t *wtx) error {
+		expires := t.now.Add(ttl)
+		for lo := 0; lo < len(refs); lo += renewChunk {
+			chunk := refs[lo:min(lo+renewChunk, len(refs))]
+			rows, err := t.worldLeases(chunk)
+			if err != nil {
+				return err
+			}
+			renewed := make([]any, 0, renewChunk+1)
+			renewed = append(renewed, expires.UnixNano())
+			for i, r := range chunk {
+				res := store.LeaseResult{World: r.World}
+				row, found := rows[r.World]
+				switch {
+				case !found:
+					res.Err = store.Errorf("renew", store.ErrWorldNotFound, r.World, "")
+				default:
+					res.Err = contract.Holder("renew", r.World, worker, r.Epoch, row, t.now)
+				}
+				if res.Err == nil {
+					row.ExpiresAt = expires
+					res.Lease = leaseOf(r.World, row)
+					renewed = append(renewed, r.World)
+				}
+				out[lo+i] = res
+			}
+			for len(renewed) < renewChunk+1 {
+				renewed = append(renewed, "") // no world has the empty id
+			}
+			if _, err := t.exec(renewChunkUpdate, renewed...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// renewChunk is how many leases one statement of RenewLeases reads or
+// renews; the statements always take that many ids (padded with the empty
+// id, which names no world), so each is prepared once.
+const renewChunk = 256
+
+var (
+	renewChunkSelect = `SELECT w.id, l.holder, l.epoch, l.expires_at FROM worlds w LEFT JOIN leases l ON l.world = w.id WHERE w.id IN (` +
+		placeholders(1, renewChunk) + `)`
+	renewChunkUpdate = `UPDATE leases SET expires_at = ?1 WHERE world IN (` + placeholders(2, renewChunk) + `)`
+)
+
+// placeholders returns "?from, ?from+1, …" n times.
+func placeholders(from, n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("?" + strconv.Itoa(from+i))
+	}
+	return b.String()
+}
+
+// worldLeases reads the lease rows of up to renewChunk worlds; a world
+// missing from the map does not exist.
+func (t *wtx) worldLeases(refs []store.LeaseRef) (map[string]contract.LeaseRow, error) {
+	args := make([]any, renewChunk)
+	for i := range args {
+		args[i] = ""
+		if i < len(refs) {
+			args[i] = refs[i].World
+		}
+	}
+	rows, err := t.query(renewChunkSelect, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[string]contract.LeaseRow, len(refs))
+	for rows.Next() {
+		var (
+			world   string
+			holder  sql.NullString
+			epoch   sql.NullInt64
+			expires sql.NullInt64
+		)
+		if err := rows.Scan(&world, &holder, &epoch, &expires); err != nil {
+			return nil, err
+		}
+		var l contract.LeaseRow
+		if epoch.Valid {
+			l = contract.LeaseRow{Found: true, Holder: holder.String, Epoch: uint64(epoch.Int64), ExpiresAt: fromNS(expires.Int64)}
+		}
+		out[world] = l
+	}
+	return out, rows.Err()
+}
+
+// ReleaseLeases releases many leases of one worker in one transaction (a
+// planned drain).
+func (s *Store) ReleaseLeases(ctx context.Context, worker string, refs []store.LeaseRef) ([]store.LeaseResult, error) {
+	const op = "release_leases"
+	if err := checkRefs(op, worker, refs); err != nil {
+		return nil, err
+	}
+	return s.releaseLeases(ctx, op, worker, append([]store.LeaseRef(nil), refs...))
+}
+
+// releaseLeases decides and releases each ref in turn inside one request. A
+// ref's typed failure is its result, not the call's: each ref decides
+// before it writes, so one that fails wrote nothing and the others go on.
+// A database failure fails the whole call.
+func (s *Store) releaseLeases(ctx context.Context, op, worker string, refs []store.LeaseRef) ([]store.LeaseResult, error) {
+	out := make([]store.LeaseResult, len(refs))
+	err := s.write(ctx, op, "", func(t *wtx) error {
+		for i, r := range refs {
+			out[i] = store.LeaseResult{World: r.World}
+			released, err := t.release("release", r.World, worker, r.Epoch)
+			if err != nil {
+				if !isOutcome(err) {
+					return err
+				}
+				out[i].Err = err
+				continue
+			}
+			if released {
+				t.notify(store.TopicLeases)
+			}
+			_, _, l, err := t.worldLease(r.World)
+			if err != nil {
+				return err
+			}
+			out[i].Lease = leaseOf(r.World, l)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // GetLease reads the lease record (ok=false if the world was never leased).
@@ -176,7 +310,6 @@ func (s *Store) GetLease(ctx context.Context, world string) (store.Lease, bool, 
 		return store.Lease{}, false, err
 	}
 	var (
-		l       leaseRow
 		holder  sql.NullString
 		epoch   sql.NullInt64
 		expires sql.NullInt64
@@ -192,33 +325,55 @@ func (s *Store) GetLease(ctx context.Context, world string) (store.Lease, bool, 
 	if !epoch.Valid {
 		return store.Lease{}, false, nil
 	}
-	l.holder, l.epoch, l.expires = holder.String, epoch.Int64, expires.Int64
-	return l.lease(world), true, nil
+	return store.Lease{World: world, Holder: holder.String, Epoch: uint64(epoch.Int64), ExpiresAt: fromNS(expires.Int64)}, true, nil
 }
 
 // Assign writes the world's desired placement.
 func (s *Store) Assign(ctx context.Context, world string, a store.Assignment) error {
 	const op = "assign"
+	for _, c := range []error{
+		store.CheckID(op, "world", world),
+		store.CheckOptionalID(op, "desired worker", a.DesiredWorker),
+		store.CheckReason(op, a.Reason),
+	} {
+		if c != nil {
+			return c
+		}
+	}
 	return s.write(ctx, op, world, func(t *wtx) error {
 		if _, err := t.worldStatus(op, world); err != nil {
 			return err
 		}
-		_, err := t.exec(`INSERT INTO assignments (world, desired_worker, priority, reason) VALUES (?, ?, ?, ?)
+		if _, err := t.exec(`INSERT INTO assignments (world, desired_worker, priority, reason) VALUES (?, ?, ?, ?)
 			ON CONFLICT (world) DO UPDATE SET desired_worker = excluded.desired_worker, priority = excluded.priority, reason = excluded.reason`,
-			world, a.DesiredWorker, int64(a.Priority), a.Reason)
-		return err
+			world, a.DesiredWorker, int64(a.Priority), a.Reason); err != nil {
+			return err
+		}
+		t.notify(store.TopicAssignments)
+		return nil
 	})
 }
 
 // Unassign removes the desired placement (a no-op if there is none).
 func (s *Store) Unassign(ctx context.Context, world string) error {
 	const op = "unassign"
+	if err := store.CheckID(op, "world", world); err != nil {
+		return err
+	}
 	return s.write(ctx, op, world, func(t *wtx) error {
 		if _, err := t.worldStatus(op, world); err != nil {
 			return err
 		}
-		_, err := t.exec(`DELETE FROM assignments WHERE world = ?`, world)
-		return err
+		res, err := t.exec(`DELETE FROM assignments WHERE world = ?`, world)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n > 0 {
+			t.notify(store.TopicAssignments)
+		}
+		return nil
 	})
 }
 
@@ -244,47 +399,66 @@ func (s *Store) GetAssignment(ctx context.Context, world string) (store.Assignme
 	return a, true, nil
 }
 
-// WorkerWorlds lists, sorted, the worlds whose unexpired lease worker holds
-// or whose assignment names worker.
-func (s *Store) WorkerWorlds(ctx context.Context, worker string) ([]string, error) {
-	const op = "worker_worlds"
+// workerWorldsQuery pages a worker's worlds by id: each side walks its own
+// index (leases_by_holder, assignments_by_worker) from `after`, at most
+// limit rows, and the union keeps the first limit ids; the lease and the
+// assignment of those are primary-key lookups. A page costs O(limit), not
+// O(worlds).
+const workerWorldsQuery = `
+	WITH ids (world) AS (
+		SELECT world FROM (SELECT world FROM leases WHERE holder = ?1 AND world > ?3 AND expires_at > ?2 ORDER BY world LIMIT ?4)
+		UNION
+		SELECT world FROM (SELECT world FROM assignments WHERE desired_worker = ?1 AND world > ?3 ORDER BY world LIMIT ?4)
+		ORDER BY world LIMIT ?4
+	)
+	SELECT ids.world, l.holder, l.epoch, l.expires_at, a.desired_worker, a.priority, a.reason
+	FROM ids LEFT JOIN leases l ON l.world = ids.world LEFT JOIN assignments a ON a.world = ids.world
+	ORDER BY ids.world`
+
+// ListWorkerWorlds lists one page of a worker's worlds (leased or assigned).
+func (s *Store) ListWorkerWorlds(ctx context.Context, worker, after string, limit int) ([]store.WorkerWorld, error) {
+	const op = "list_worker_worlds"
 	if err := s.read(ctx, op); err != nil {
 		return nil, err
 	}
-	if worker == "" {
+	for _, c := range []error{
+		store.CheckID(op, "worker", worker),
+		store.CheckOptionalID(op, "after", after),
+		store.CheckBatch(op, "limit", limit),
+	} {
+		if c != nil {
+			return nil, c
+		}
+	}
+	if limit == 0 {
 		return nil, nil
 	}
-	rows, err := s.query(ctx, `
-		SELECT world FROM leases WHERE holder = ? AND expires_at > ?
-		UNION
-		SELECT world FROM assignments WHERE desired_worker = ?
-		ORDER BY 1`, worker, ns(s.cfg.clock()), worker)
+	rows, err := s.query(ctx, workerWorldsQuery, worker, s.cfg.clock().UnixNano(), after, limit)
 	if err != nil {
 		return nil, dbErr(op, "", err)
 	}
 	defer rows.Close()
-	var out []string
+	var out []store.WorkerWorld
 	for rows.Next() {
-		var w string
-		if err := rows.Scan(&w); err != nil {
+		var (
+			ww               store.WorkerWorld
+			holder, desired  sql.NullString
+			reason           sql.NullString
+			epoch, exp, prio sql.NullInt64
+		)
+		if err := rows.Scan(&ww.World, &holder, &epoch, &exp, &desired, &prio, &reason); err != nil {
 			return nil, dbErr(op, "", err)
 		}
-		out = append(out, w)
+		if epoch.Valid {
+			ww.Lease = &store.Lease{World: ww.World, Holder: holder.String, Epoch: uint64(epoch.Int64), ExpiresAt: fromNS(exp.Int64)}
+		}
+		if desired.Valid {
+			ww.Assignment = &store.Assignment{DesiredWorker: desired.String, Priority: int(prio.Int64), Reason: reason.String}
+		}
+		out = append(out, ww)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, dbErr(op, "", err)
 	}
 	return out, nil
-}
-
-// checkWorker checks a worker id and a positive duration (what names it in
-// the error), as leases and queue claims need.
-func checkWorker(op, world, worker, what string, d time.Duration) error {
-	if worker == "" {
-		return store.Errorf(op, store.ErrInvalid, world, "empty worker")
-	}
-	if d <= 0 {
-		return store.Errorf(op, store.ErrInvalid, world, "%s %v must be positive", what, d)
-	}
-	return nil
 }

@@ -5,31 +5,36 @@ import (
 	"database/sql"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
-// PutSnapshot stores a snapshot, fenced by epoch, and makes it the active
-// baseline if its height is above the current one. s.World is ignored (the
-// world argument names it) and CreatedAt is the store clock. The first
-// snapshot stored at a height stays; another at the same height is ignored
-// (replay makes them equal anyway).
-func (s *Store) PutSnapshot(ctx context.Context, world string, epoch uint64, snap store.Snapshot) error {
-	const op = "put_snapshot"
-	if snap.StateHash == "" {
-		return store.Errorf(op, store.ErrInvalid, world, "empty state hash")
-	}
-	return s.write(ctx, op, world, func(t *wtx) error {
-		if err := t.fence(op, world, epoch); err != nil {
-			return err
-		}
-		if _, err := t.exec(`INSERT INTO snapshots (world, height, state, state_hash, created_at) VALUES (?, ?, ?, ?, ?)
-			ON CONFLICT (world, height) DO NOTHING`,
-			world, int64(snap.Height), snap.State, snap.StateHash, t.nowNS); err != nil {
-			return err
-		}
-		_, err := t.exec(`UPDATE worlds SET baseline_height = ? WHERE id = ? AND (baseline_height IS NULL OR baseline_height < ?)`,
-			int64(snap.Height), world, int64(snap.Height))
+// putSnapshot stores a snapshot inside a fenced request (PutSnapshot,
+// Commit) against the journal head as the request sees it
+// (contract.Snapshot), and makes it the active baseline if its height is
+// above the current one. snap.World is ignored and CreatedAt is the store
+// clock.
+func (t *wtx) putSnapshot(op, world string, snap store.Snapshot, head int64) error {
+	var existing string
+	if _, err := t.queryRow(`SELECT state_hash FROM snapshots WHERE world = ? AND height = ?`, []any{world, int64(snap.Height)}, &existing); err != nil {
 		return err
-	})
+	}
+	write, err := contract.Snapshot(op, world, snap, uint64(head), existing)
+	if err != nil || !write {
+		return err
+	}
+	if _, err := t.exec(`INSERT INTO snapshots (world, height, state, state_hash, created_at) VALUES (?, ?, ?, ?, ?)`,
+		world, int64(snap.Height), snap.State, snap.StateHash, t.nowNS); err != nil {
+		return err
+	}
+	_, err = t.exec(`UPDATE worlds SET baseline_height = ? WHERE id = ? AND (baseline_height IS NULL OR baseline_height < ?)`,
+		int64(snap.Height), world, int64(snap.Height))
+	return err
+}
+
+// PutSnapshot stores a snapshot, fenced by epoch.
+func (s *Store) PutSnapshot(ctx context.Context, world string, epoch uint64, snap store.Snapshot) error {
+	_, err := s.commit(ctx, "put_snapshot", world, epoch, store.CommitBatch{Snapshot: &snap}, sideEffects)
+	return err
 }
 
 // ActiveSnapshot returns the active baseline (ok=false if none).
@@ -74,6 +79,9 @@ func (s *Store) ActiveSnapshot(ctx context.Context, world string) (store.Snapsho
 // compacted event is still answered with its metadata.
 func (s *Store) Compact(ctx context.Context, world string, epoch uint64, retain uint64) (int, error) {
 	const op = "compact"
+	if err := store.CheckID(op, "world", world); err != nil {
+		return 0, err
+	}
 	var removed int
 	err := s.write(ctx, op, world, func(t *wtx) error {
 		removed = 0

@@ -15,14 +15,21 @@
 //     that fails (ErrHeadMismatch, ErrFenced, …) rolls back to its savepoint
 //     and never disturbs its neighbours;
 //   - fencing: every world mutation reads the world's lease inside the same
-//     transaction as its write, and fails with ErrFenced unless its epoch
-//     is the lease's and the lease is held and unexpired by the store clock;
+//     transaction as its write and asks contract.Fence (the one fence
+//     predicate of every backend) before it writes;
+//   - the world cycle (cycle.go): Commit is one request, so a cycle's
+//     cursor move, journal entries, intents, timers and snapshot share one
+//     savepoint; the single-purpose writes (DrainToJournal, Publish,
+//     Schedule, CancelTimer, PutSnapshot) are that request with a partial
+//     batch;
 //   - immutability of the journal: triggers abort every UPDATE of the events
 //     table and every DELETE of it that compaction has not opened a gate for
 //     (see Compact);
 //   - the store clock (WithClock): persistedAt, lease expiries, claim
 //     deadlines, due times and dedupe completion all read it, never a
-//     caller's clock. Times are stored as int64 Unix nanoseconds.
+//     caller's clock. Times are stored as int64 Unix nanoseconds, exactly:
+//     store.CheckTime keeps every time a caller hands in within that range,
+//     so nothing is ever clamped.
 //
 // Reads go to a separate pool of query-only connections (with their
 // prepared statements): WAL lets them run beside the writer, and since a
@@ -51,6 +58,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/hub"
 )
 
 // Synchronous is SQLite's synchronous setting for the write connection.
@@ -168,8 +176,7 @@ type Store struct {
 	rmu    sync.Mutex
 	rstmts map[string]*sql.Stmt // prepared reads (util.go)
 
-	watchMu  sync.Mutex
-	watchers map[string]map[*watcher]struct{}
+	hub hub.Hub // Watch registrations, woken after each commit (watch.go)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -205,7 +212,6 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		exited:     make(chan struct{}),
 		ckptPoke:   make(chan struct{}, 1),
 		ckptExited: make(chan struct{}),
-		watchers:   make(map[string]map[*watcher]struct{}),
 		rstmts:     make(map[string]*sql.Stmt),
 	}
 	var err error
@@ -281,15 +287,15 @@ func openErr(err error) error {
 }
 
 // Close stops the committer (requests still queued fail with ErrClosed; the
-// batch in progress commits first), closes every Watch channel and the
-// database. It is idempotent.
+// batch in progress commits first), ends every Watch registration and
+// closes the database. It is idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
 		close(s.quit)
 		<-s.exited
 		<-s.ckptExited
-		s.closeWatchers()
+		s.hub.Close()
 		s.closeReadStmts()
 		err1 := s.conn.Close()
 		err2 := s.wdb.Close()

@@ -3,109 +3,129 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"sort"
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
-// Timers (protocol E). One row per intent hash: due → claimed → delivered.
-// A delivered row is the dedupe record: the same hash scheduled again (a
-// replayed timer.set) is a no-op until SweepDedupe removes it after the
-// retention. A cancelled timer is deleted.
+// Timers (protocol E). One row per intent hash: scheduled → claimed →
+// delivered, and back to scheduled on a reap. A delivered row is the
+// dedupe record: the same hash scheduled again (a replayed timer.set) is a
+// no-op until SweepDedupe removes it. A cancelled timer is deleted.
+
+// schedule persists one timer inside a fenced request (Schedule, Commit);
+// scheduled is false for a hash already known.
+func (t *wtx) schedule(world string, ts store.TimerSet) (scheduled bool, err error) {
+	res, err := t.exec(`INSERT INTO timers (intent_hash, world, deliver_at, payload, state) VALUES (?, ?, ?, ?, 'scheduled')
+		ON CONFLICT (intent_hash) DO NOTHING`, ts.IntentHash, world, ts.DeliverAt.UnixNano(), ts.Payload)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	if n > 0 {
+		t.notify(store.TopicTimers)
+	}
+	return n > 0, err
+}
+
+// cancelTimer deletes one of world's timers that has not fired, inside a
+// fenced request (CancelTimer, Commit); found is false when there is none.
+func (t *wtx) cancelTimer(world, intentHash string) (found bool, err error) {
+	res, err := t.exec(`DELETE FROM timers WHERE intent_hash = ? AND world = ? AND state IN ('scheduled', 'claimed')`, intentHash, world)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	if n > 0 {
+		t.notify(store.TopicTimers)
+	}
+	return n > 0, err
+}
 
 // Schedule persists a timer, fenced by epoch.
 func (s *Store) Schedule(ctx context.Context, world string, epoch uint64, intentHash string, deliverAt time.Time, payload []byte) error {
-	const op = "schedule"
-	if intentHash == "" {
-		return store.Errorf(op, store.ErrInvalid, world, "empty intent hash")
-	}
-	return s.write(ctx, op, world, func(t *wtx) error {
-		if err := t.fence(op, world, epoch); err != nil {
-			return err
-		}
-		res, err := t.exec(`INSERT INTO timers (intent_hash, world, deliver_at, payload, state) VALUES (?, ?, ?, ?, 'due')
-			ON CONFLICT (intent_hash) DO NOTHING`, intentHash, world, ns(deliverAt), payload)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n > 0 {
-			t.notify(store.TopicTimers)
-		}
-		return nil
-	})
+	_, err := s.commit(ctx, "schedule", world, epoch, store.CommitBatch{
+		Timers: []store.TimerSet{{IntentHash: intentHash, DeliverAt: deliverAt, Payload: payload}},
+	}, sideEffects)
+	return err
 }
 
 // CancelTimer removes a timer of world that has not fired (claimed or not),
 // fenced by epoch, with its dedupe record: the same hash may be scheduled
 // again. An unknown timer, another world's, or a fired one: ErrNotFound.
 func (s *Store) CancelTimer(ctx context.Context, world string, epoch uint64, intentHash string) error {
-	const op = "cancel_timer"
-	return s.write(ctx, op, world, func(t *wtx) error {
-		if err := t.fence(op, world, epoch); err != nil {
-			return err
-		}
-		res, err := t.exec(`DELETE FROM timers WHERE intent_hash = ? AND world = ? AND state IN ('due', 'claimed')`, intentHash, world)
-		if err != nil {
-			return err
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return store.Errorf(op, store.ErrNotFound, world, "timer %s", intentHash)
-		}
-		t.notify(store.TopicTimers)
-		return nil
-	})
+	_, err := s.commit(ctx, "cancel_timer", world, epoch, store.CommitBatch{CancelTimers: []string{intentHash}}, sideEffects)
+	return err
+}
+
+const timerCols = `world, intent_hash, deliver_at, payload, payload IS NOT NULL, state, attempt, claimed_by, claim_expires`
+
+func scanTimer(sc interface{ Scan(...any) error }) (store.TimerItem, error) {
+	var (
+		it           store.TimerItem
+		deliver, att int64
+		hasPayload   bool
+		state        string
+		exp          sql.NullInt64
+	)
+	if err := sc.Scan(&it.World, &it.IntentHash, &deliver, &it.Payload, &hasPayload, &state, &att, &it.ClaimedBy, &exp); err != nil {
+		return store.TimerItem{}, err
+	}
+	it.Payload = blob(it.Payload, hasPayload)
+	it.DeliverAt, it.State, it.Attempt, it.ClaimExpires = fromNS(deliver), store.TimerState(state), int(att), fromNullNS(exp)
+	return it, nil
 }
 
 // ClaimDue claims up to n timers due at the store clock, in (deliverAt,
 // intentHash) order.
 func (s *Store) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]store.TimerItem, error) {
 	const op = "claim_due"
-	if err := checkWorker(op, "", worker, "claim ttl", ttl); err != nil {
-		return nil, err
+	for _, c := range []error{
+		store.CheckID(op, "worker", worker),
+		store.CheckBatch(op, "n", n),
+		store.CheckTTL(op, "claim ttl", ttl),
+	} {
+		if c != nil {
+			return nil, c
+		}
 	}
-	if n <= 0 {
+	if n == 0 {
 		return nil, nil
 	}
 	var out []store.TimerItem
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		out = out[:0]
-		rows, err := t.query(`UPDATE timers SET state = 'claimed', attempt = attempt + 1, claimed_by = ?, claim_expires = ?
-			WHERE intent_hash IN (SELECT intent_hash FROM timers WHERE state = 'due' AND deliver_at <= ? ORDER BY deliver_at, intent_hash LIMIT ?)
-			RETURNING world, intent_hash, deliver_at, payload, payload IS NOT NULL, attempt, claim_expires`,
-			worker, expiry(t.nowNS, ttl), t.nowNS, n)
+		rows, err := t.query(`SELECT intent_hash FROM timers WHERE state = 'scheduled' AND deliver_at <= ? ORDER BY deliver_at, intent_hash LIMIT ?`,
+			t.nowNS, n)
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
+		var due []string
 		for rows.Next() {
-			var (
-				it                store.TimerItem
-				deliver, att, exp int64
-				hasPayload        bool
-			)
-			if err := rows.Scan(&it.World, &it.IntentHash, &deliver, &it.Payload, &hasPayload, &att, &exp); err != nil {
+			var h string
+			if err := rows.Scan(&h); err != nil {
+				rows.Close()
 				return err
 			}
-			it.Payload = blob(it.Payload, hasPayload)
-			it.DeliverAt, it.Attempt, it.ClaimedBy, it.ClaimExpires = fromNS(deliver), int(att), worker, fromNS(exp)
-			out = append(out, it)
+			due = append(due, h)
 		}
-		if err := rows.Err(); err != nil {
+		if err := rows.Close(); err != nil {
 			return err
 		}
-		sort.Slice(out, func(i, j int) bool {
-			if !out[i].DeliverAt.Equal(out[j].DeliverAt) {
-				return out[i].DeliverAt.Before(out[j].DeliverAt)
+		expires := t.now.Add(ttl).UnixNano()
+		for _, h := range due {
+			row, err := t.row(`UPDATE timers SET state = 'claimed', attempt = attempt + 1, claimed_by = ?, claim_expires = ?
+				WHERE intent_hash = ? RETURNING `+timerCols, worker, expires, h)
+			if err != nil {
+				return err
 			}
-			return out[i].IntentHash < out[j].IntentHash
-		})
+			it, err := scanTimer(row)
+			if err != nil {
+				return err
+			}
+			out = append(out, it)
+		}
 		return nil
 	})
 	if err != nil {
@@ -115,38 +135,52 @@ func (s *Store) ClaimDue(ctx context.Context, worker string, n int, ttl time.Dur
 }
 
 // Fire enqueues the timer-fired item and marks the timer delivered, in one
-// transaction. Like Complete, it delivers whatever the world's status, and
-// needs no claim: a claim only keeps other timer workers away.
-func (s *Store) Fire(ctx context.Context, intentHash string) (uint64, bool, error) {
+// transaction, once the timer is due (contract.Due) and c is its latest
+// claim (contract.ClaimCheck). Like Complete, it delivers whatever the
+// world's status.
+func (s *Store) Fire(ctx context.Context, intentHash string, c store.Claim) (uint64, bool, error) {
 	const op = "fire"
+	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
+		return 0, false, err
+	}
+	if err := store.CheckClaim(op, c); err != nil {
+		return 0, false, err
+	}
 	var (
 		seq uint64
 		dup bool
 	)
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		var (
-			world, state string
-			payload      []byte
-			hasPayload   bool
-			inboxSeq     sql.NullInt64
+			world, state, claimedBy string
+			deliverAt, attempt      int64
+			payload                 []byte
+			hasPayload              bool
+			inboxSeq                sql.NullInt64
 		)
-		found, err := t.queryRow(`SELECT world, state, payload, payload IS NOT NULL, inbox_seq FROM timers WHERE intent_hash = ?`,
-			[]any{intentHash}, &world, &state, &payload, &hasPayload, &inboxSeq)
+		found, err := t.queryRow(`SELECT world, state, deliver_at, attempt, claimed_by, payload, payload IS NOT NULL, inbox_seq FROM timers WHERE intent_hash = ?`,
+			[]any{intentHash}, &world, &state, &deliverAt, &attempt, &claimedBy, &payload, &hasPayload, &inboxSeq)
 		if err != nil {
 			return err
 		}
 		if !found {
 			return store.Errorf(op, store.ErrNotFound, "", "timer %s", intentHash)
 		}
-		if state == "delivered" {
+		if store.TimerState(state) == store.TimerDelivered {
 			seq, dup = uint64(inboxSeq.Int64), true
 			return nil
 		}
-		seq, dup, err = t.enqueue(op, world, "timer", blob(payload, hasPayload), "timer:"+intentHash, true)
+		if err := contract.Due(op, intentHash, fromNS(deliverAt), t.now); err != nil {
+			return err
+		}
+		if err := contract.ClaimCheck(op, "timer "+intentHash, contract.ClaimRow{Attempt: int(attempt), ClaimedBy: claimedBy}, c); err != nil {
+			return err
+		}
+		seq, dup, err = t.deliver(op, world, store.KindTimer, blob(payload, hasPayload), store.TimerKey(intentHash))
 		if err != nil {
 			return err
 		}
-		_, err = t.exec(`UPDATE timers SET state = 'delivered', claimed_by = '', claim_expires = NULL, payload = NULL,
+		_, err = t.exec(`UPDATE timers SET state = 'delivered', claim_expires = NULL, payload = NULL,
 			inbox_seq = ?, completed_at = ? WHERE intent_hash = ?`, int64(seq), t.nowNS, intentHash)
 		return err
 	})
@@ -157,8 +191,52 @@ func (s *Store) Fire(ctx context.Context, intentHash string) (uint64, bool, erro
 }
 
 // ReapTimers requeues claimed timers whose claim expired (at or before the
-// store clock).
+// store clock), keeping their latest claim, as ReapEffects does.
 func (s *Store) ReapTimers(ctx context.Context) (int, error) {
-	return s.reap(ctx, "reap_timers", `UPDATE timers SET state = 'due', claimed_by = '', claim_expires = NULL
+	return s.reap(ctx, "reap_timers", `UPDATE timers SET state = 'scheduled', claim_expires = NULL
 			WHERE state = 'claimed' AND claim_expires <= ?`, store.TopicTimers)
+}
+
+// NextDue returns the earliest deliverAt of an unclaimed, undelivered timer
+// (timers_due's first entry).
+func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
+	const op = "next_due"
+	if err := s.read(ctx, op); err != nil {
+		return time.Time{}, false, err
+	}
+	var at sql.NullInt64
+	if _, err := s.queryRow(ctx, `SELECT MIN(deliver_at) FROM timers WHERE state = 'scheduled'`, nil, &at); err != nil {
+		return time.Time{}, false, dbErr(op, "", err)
+	}
+	if !at.Valid {
+		return time.Time{}, false, nil
+	}
+	return fromNS(at.Int64), true, nil
+}
+
+// ListTimers lists up to limit of world's scheduled and claimed timers in
+// (deliverAt, intentHash) order (timers_queued_by_world).
+func (s *Store) ListTimers(ctx context.Context, world string, limit int) ([]store.TimerItem, error) {
+	const op = "list_timers"
+	if err := s.checkView(ctx, op, world, limit); err != nil {
+		return nil, err
+	}
+	rows, err := s.query(ctx, `SELECT `+timerCols+` FROM timers
+		WHERE world = ? AND state IN ('scheduled', 'claimed') ORDER BY deliver_at, intent_hash LIMIT ?`, world, limit)
+	if err != nil {
+		return nil, dbErr(op, world, err)
+	}
+	defer rows.Close()
+	var out []store.TimerItem
+	for rows.Next() {
+		it, err := scanTimer(rows)
+		if err != nil {
+			return nil, dbErr(op, world, err)
+		}
+		out = append(out, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbErr(op, world, err)
+	}
+	return out, nil
 }

@@ -7,17 +7,22 @@ import (
 	"time"
 )
 
-// Times are int64 Unix nanoseconds; read back in UTC.
+// Times are int64 Unix nanoseconds, read back in UTC. Every time that is
+// written either comes from the store clock or passed store.CheckTime,
+// whose range lies inside int64 nanoseconds, so it is stored exactly.
 
-var (
-	minNS = time.Unix(0, math.MinInt64)
-	maxNS = time.Unix(0, math.MaxInt64)
-)
+// nullNS stores the zero time (absent) as NULL.
+func nullNS(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixNano()
+}
 
-// ns converts t, clamping times outside int64 nanoseconds (the zero time
-// among them) to the ends of the range, so a window bound is always
-// meaningful.
-func ns(t time.Time) int64 {
+// boundNS converts a query bound (ReadWindow's from and to), which is never
+// stored: a bound outside int64 nanoseconds (the zero time among them) lies
+// beyond every stored time, so the end of the range selects the same rows.
+func boundNS(t time.Time) int64 {
 	switch {
 	case t.Before(minNS):
 		return math.MinInt64
@@ -27,13 +32,10 @@ func ns(t time.Time) int64 {
 	return t.UnixNano()
 }
 
-// nullNS stores the zero time as NULL.
-func nullNS(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return ns(t)
-}
+var (
+	minNS = time.Unix(0, math.MinInt64)
+	maxNS = time.Unix(0, math.MaxInt64)
+)
 
 func fromNS(v int64) time.Time { return time.Unix(0, v).UTC() }
 
@@ -42,6 +44,15 @@ func fromNullNS(v sql.NullInt64) time.Time {
 		return time.Time{}
 	}
 	return fromNS(v.Int64)
+}
+
+// seqBound converts a seq or runSeq query bound: stored ones are positive
+// int64, so a bound past that range selects what MaxInt64 does.
+func seqBound(v uint64) int64 {
+	if v > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(v)
 }
 
 // sqlLimit maps a non-positive limit to SQLite's "no limit".

@@ -1,55 +1,67 @@
 package sqlite
 
 import (
-	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/orrery-run/orrery/store"
 )
 
-func hinted(ch <-chan struct{}) bool {
+func hinted(sig *store.Signal) bool {
 	select {
-	case _, ok := <-ch:
-		return ok
+	case <-sig.C:
+		return true
 	case <-time.After(5 * time.Second):
 		return false
 	}
 }
 
-func quiet(ch <-chan struct{}) bool {
+func quiet(sig *store.Signal) bool {
 	select {
-	case <-ch:
+	case <-sig.C:
 		return false
 	default:
 		return true
 	}
 }
 
-// Hints fire after the commit, coalesce into one, only for changes of their
-// topic, never for a failed request; the channel closes on stop, on ctx and
-// on Close.
+// Hints are sent after the commit (a caller that returns from a write finds
+// its hint already sent), coalesce, go only to their topic's wakers, never
+// for a failed request; stop and Close end a registration.
 func TestWatchHints(t *testing.T) {
 	s, _, _ := openTemp(t)
 	if _, err := s.CreateWorld(bg, "u", "w1", nil); err != nil {
 		t.Fatal(err)
 	}
-	inbox, stopInbox := s.Watch(bg, store.TopicInbox("w1"))
-	effects, stopEffects := s.Watch(bg, store.TopicEffects)
+	inbox, effects, leases := store.NewSignal(), store.NewSignal(), store.NewSignal()
+	stopInbox, err := s.Watch(bg, inbox, store.TopicInbox("w1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopEffects, err := s.Watch(bg, effects, store.TopicEffects)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer stopEffects()
+	stopLeases, err := s.Watch(bg, leases, store.TopicLeases, store.TopicAssignments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopLeases()
 	for i := 0; i < 3; i++ {
 		if _, _, err := s.Enqueue(bg, "w1", store.InboxItem{Kind: "event"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if !hinted(inbox) {
-		t.Fatal("no inbox hint after Enqueue")
+	if quiet(inbox) {
+		t.Fatal("no inbox hint when Enqueue returned")
 	}
 	if !quiet(inbox) {
 		t.Fatal("three enqueues left more than one hint")
 	}
-	if !quiet(effects) {
-		t.Fatal("an inbox change hinted the effects topic")
+	if !quiet(effects) || !quiet(leases) {
+		t.Fatal("an inbox change hinted another topic")
 	}
 	if _, err := s.Publish(bg, "w1", 9, []store.Intent{{IntentHash: "i", Kind: "k"}}); err == nil {
 		t.Fatal("publish without a lease succeeded")
@@ -57,33 +69,49 @@ func TestWatchHints(t *testing.T) {
 	if !quiet(effects) {
 		t.Fatal("a failed publish hinted")
 	}
+	l, err := s.Acquire(bg, "w1", "a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if quiet(leases) {
+		t.Fatal("no leases hint after Acquire")
+	}
+	if _, err := s.Publish(bg, "w1", l.Epoch, []store.Intent{{IntentHash: "i", Kind: "k"}}); err != nil {
+		t.Fatal(err)
+	}
+	if quiet(effects) {
+		t.Fatal("no effects hint after Publish")
+	}
+	if _, err := s.SetWorldStatus(bg, "w1", store.WorldPaused, "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	if quiet(leases) {
+		t.Fatal("no hint after a status change revoked the lease")
+	}
 	stopInbox()
-	if _, ok := <-inbox; ok {
-		t.Fatal("stopped watch still open")
-	}
 	stopInbox() // idempotent
-
-	ctx, cancel := context.WithCancel(bg)
-	timers, _ := s.Watch(ctx, store.TopicTimers)
-	cancel()
-	select {
-	case _, ok := <-timers:
-		if ok {
-			t.Fatal("hint instead of close")
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("watch not closed by its context")
+	if _, _, err := s.Enqueue(bg, "w1", store.InboxItem{Kind: "event"}); err != nil {
+		t.Fatal(err)
+	}
+	if !quiet(inbox) {
+		t.Fatal("a stopped watch was hinted")
 	}
 
-	last, _ := s.Watch(bg, store.TopicInbox("w1"))
+	if _, err := s.Watch(bg, store.NewSignal()); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("Watch without a topic: %v, want ErrInvalid", err)
+	}
+	if _, err := s.Watch(bg, store.NewSignal(), "nonsense"); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("Watch of an unknown topic: %v, want ErrInvalid", err)
+	}
+	last := store.NewSignal()
+	if _, err := s.Watch(bg, last, store.TopicInbox("w1")); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := <-last; ok {
-		t.Fatal("watch open after Close")
-	}
-	if after, _ := s.Watch(bg, "x"); !func() bool { _, ok := <-after; return !ok }() {
-		t.Fatal("Watch on a closed store returned an open channel")
+	if _, err := s.Watch(bg, store.NewSignal(), store.TopicEffects); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Watch on a closed store: %v, want ErrClosed", err)
 	}
 }
 
@@ -98,12 +126,12 @@ func TestStoreClockDecides(t *testing.T) {
 	r := rec("a")
 	r.EmittedAt = time.Date(1999, 1, 1, 0, 0, 0, 0, time.UTC)
 	r.PersistedAt = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC) // ignored
-	got, err := s.Append(bg, "run-1", []store.Record{r}, store.AppendOptions{})
+	got, err := s.Append(bg, "run-1", []store.Record{r}, free)
 	if err != nil || !got[0].PersistedAt.Equal(clock.Now()) {
 		t.Fatalf("persistedAt %v, want the store clock %v", got[0].PersistedAt, clock.Now())
 	}
 	clock.Advance(time.Hour)
-	if _, err := s.Append(bg, "run-1", []store.Record{rec("b")}, store.AppendOptions{}); err != nil {
+	if _, err := s.Append(bg, "run-1", []store.Record{rec("b")}, free); err != nil {
 		t.Fatal(err)
 	}
 	evs, _ := s.Read(bg, "run-1", 0, 0)
@@ -125,7 +153,7 @@ func TestEmptyAndNilPayloadsRoundTrip(t *testing.T) {
 	s, _, _ := openTemp(t)
 	a, b := rec("a"), rec("b")
 	a.Payload, b.Payload = nil, []byte{}
-	if _, err := s.Append(bg, "run-1", []store.Record{a, b}, store.AppendOptions{}); err != nil {
+	if _, err := s.Append(bg, "run-1", []store.Record{a, b}, free); err != nil {
 		t.Fatal(err)
 	}
 	evs, _ := s.Read(bg, "run-1", 0, 0)

@@ -23,6 +23,15 @@ func (s *Store) GetWatermark(ctx context.Context, projector, stream string) (uin
 // is 0), else ErrWatermarkConflict.
 func (s *Store) CASWatermark(ctx context.Context, projector, stream string, old, next uint64) error {
 	const op = "cas_watermark"
+	for _, c := range []error{
+		store.CheckID(op, "projector", projector),
+		store.CheckID(op, "stream", stream),
+		store.CheckInt(op, "watermark", next),
+	} {
+		if c != nil {
+			return c
+		}
+	}
 	return s.write(ctx, op, "", func(t *wtx) error {
 		var cur int64
 		if _, err := t.queryRow(`SELECT value FROM watermarks WHERE projector = ? AND stream = ?`, []any{projector, stream}, &cur); err != nil {

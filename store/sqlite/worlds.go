@@ -5,41 +5,40 @@ import (
 	"database/sql"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
-// fence is the check every world mutation makes inside its own
-// transaction: the world exists, and epoch is the epoch of its lease, which
-// is held (not released) and unexpired by the store clock. An expired lease
-// fences its holder even before anyone takes it over: a paused holder never
-// writes.
-func (t *wtx) fence(op, world string, epoch uint64) error {
-	if world == "" {
-		return store.Errorf(op, store.ErrInvalid, "", "empty world")
-	}
+// A request reads the rows a decision needs inside its own transaction,
+// asks store/internal/contract, and only then writes: the decisions are
+// the same in every backend, this file keeps only their storage.
+
+// worldLease reads a world (found, status) and its lease in one query.
+func (t *wtx) worldLease(world string) (found bool, status store.WorldStatus, l contract.LeaseRow, err error) {
 	var (
-		status  string
+		st      string
 		holder  sql.NullString
-		cur     sql.NullInt64
+		epoch   sql.NullInt64
 		expires sql.NullInt64
 	)
-	found, err := t.queryRow(`SELECT w.status, l.holder, l.epoch, l.expires_at FROM worlds w LEFT JOIN leases l ON l.world = w.id WHERE w.id = ?`,
-		[]any{world}, &status, &holder, &cur, &expires)
+	found, err = t.queryRow(`SELECT w.status, l.holder, l.epoch, l.expires_at FROM worlds w LEFT JOIN leases l ON l.world = w.id WHERE w.id = ?`,
+		[]any{world}, &st, &holder, &epoch, &expires)
+	if err != nil || !found {
+		return false, "", contract.LeaseRow{}, err
+	}
+	if epoch.Valid {
+		l = contract.LeaseRow{Found: true, Holder: holder.String, Epoch: uint64(epoch.Int64), ExpiresAt: fromNS(expires.Int64)}
+	}
+	return true, store.WorldStatus(st), l, nil
+}
+
+// fence is the check every world mutation makes inside its own
+// transaction (contract.Fence).
+func (t *wtx) fence(op, world string, epoch uint64) error {
+	found, _, l, err := t.worldLease(world)
 	if err != nil {
 		return err
 	}
-	switch {
-	case !found:
-		return store.Errorf(op, store.ErrWorldNotFound, world, "")
-	case !cur.Valid:
-		return store.Errorf(op, store.ErrFenced, world, "epoch %d: the world was never leased", epoch)
-	case uint64(cur.Int64) != epoch:
-		return store.Errorf(op, store.ErrFenced, world, "epoch %d, lease epoch %d", epoch, cur.Int64)
-	case holder.String == "":
-		return store.Errorf(op, store.ErrFenced, world, "epoch %d was released", epoch)
-	case expires.Int64 <= t.nowNS:
-		return store.Errorf(op, store.ErrFenced, world, "epoch %d: lease expired", epoch)
-	}
-	return nil
+	return contract.Fence(op, world, epoch, found, l, t.now)
 }
 
 // worldStatus reads a world's status; ErrWorldNotFound if it has none.
@@ -55,28 +54,9 @@ func (t *wtx) worldStatus(op, world string) (store.WorldStatus, error) {
 	return store.WorldStatus(status), nil
 }
 
-// requireActive maps a fenced or archived status to its error.
-func requireActive(op, world string, status store.WorldStatus) error {
-	switch status {
-	case store.WorldFenced:
-		return store.Errorf(op, store.ErrWorldFenced, world, "")
-	case store.WorldArchived:
-		return store.Errorf(op, store.ErrWorldArchived, world, "")
-	}
-	return nil
-}
-
-func validStatus(s store.WorldStatus) bool {
-	switch s {
-	case store.WorldActive, store.WorldFenced, store.WorldArchived:
-		return true
-	}
-	return false
-}
-
-// claimWorldID checks that id is free. A world whose journal will start at
-// a height (seeded or forked) also needs its stream to be empty.
-func (t *wtx) claimWorldID(op, id string, needsEmptyStream bool) error {
+// claimWorldID checks that id is free: no world has it, and its stream has
+// no events (a free stream's history never becomes a world's journal).
+func (t *wtx) claimWorldID(op, id string) error {
 	var one int
 	found, err := t.queryRow(`SELECT 1 FROM worlds WHERE id = ?`, []any{id}, &one)
 	if err != nil {
@@ -85,14 +65,12 @@ func (t *wtx) claimWorldID(op, id string, needsEmptyStream bool) error {
 	if found {
 		return store.Errorf(op, store.ErrWorldExists, id, "")
 	}
-	if needsEmptyStream {
-		head, err := t.head(id)
-		if err != nil {
-			return err
-		}
-		if head > 0 {
-			return store.Errorf(op, store.ErrWorldExists, id, "its journal stream already has events")
-		}
+	head, err := t.head(id)
+	if err != nil {
+		return err
+	}
+	if head > 0 {
+		return store.Errorf(op, store.ErrWorldExists, id, "its stream already has events")
 	}
 	return nil
 }
@@ -112,16 +90,22 @@ func (t *wtx) seedHead(stream string, h uint64) error {
 // clock) becomes the baseline and the journal head is its height.
 func (s *Store) CreateWorld(ctx context.Context, universe, world string, seed *store.Snapshot) (store.World, error) {
 	const op = "create_world"
-	if world == "" {
-		return store.World{}, store.Errorf(op, store.ErrInvalid, "", "empty world id")
+	if err := store.CheckID(op, "world", world); err != nil {
+		return store.World{}, err
+	}
+	if err := store.CheckID(op, "universe", universe); err != nil {
+		return store.World{}, err
 	}
 	var seedCopy store.Snapshot
 	if seed != nil {
+		if err := store.CheckSnapshot(op, *seed); err != nil {
+			return store.World{}, err
+		}
 		seedCopy = *seed
 	}
 	var out store.World
 	err := s.write(ctx, op, world, func(t *wtx) error {
-		if err := t.claimWorldID(op, world, seed != nil); err != nil {
+		if err := t.claimWorldID(op, world); err != nil {
 			return err
 		}
 		var baseline any
@@ -155,8 +139,14 @@ func (s *Store) CreateWorld(ctx context.Context, universe, world string, seed *s
 // fork costs the same whatever the source's history length.
 func (s *Store) ForkWorld(ctx context.Context, src string, height uint64, newWorld string) (store.World, error) {
 	const op = "fork_world"
-	if newWorld == "" {
-		return store.World{}, store.Errorf(op, store.ErrInvalid, "", "empty world id")
+	for _, c := range []error{
+		store.CheckID(op, "source world", src),
+		store.CheckID(op, "world", newWorld),
+		store.CheckInt(op, "height", height),
+	} {
+		if c != nil {
+			return store.World{}, c
+		}
 	}
 	var out store.World
 	err := s.write(ctx, op, newWorld, func(t *wtx) error {
@@ -176,7 +166,7 @@ func (s *Store) ForkWorld(ctx context.Context, src string, height uint64, newWor
 		if !found {
 			return store.Errorf(op, store.ErrSnapshotNotFound, src, "no snapshot at height %d", height)
 		}
-		if err := t.claimWorldID(op, newWorld, true); err != nil {
+		if err := t.claimWorldID(op, newWorld); err != nil {
 			return err
 		}
 		if _, err := t.exec(`INSERT INTO worlds (id, universe, status, parent_world, parent_snapshot_hash, forked_at_height, created_at, baseline_height)
@@ -205,19 +195,21 @@ func (s *Store) ForkWorld(ctx context.Context, src string, height uint64, newWor
 	return out, nil
 }
 
-const worldCols = `id, universe, status, parent_world, parent_snapshot_hash, forked_at_height, created_at`
+const worldCols = `id, universe, status, status_reason, status_changed_at, parent_world, parent_snapshot_hash, forked_at_height, created_at`
 
 func scanWorld(sc interface{ Scan(...any) error }) (store.World, error) {
 	var (
 		w       store.World
 		status  string
+		changed sql.NullInt64
 		forked  int64
 		created int64
 	)
-	if err := sc.Scan(&w.ID, &w.Universe, &status, &w.ParentWorld, &w.ParentSnapshotHash, &forked, &created); err != nil {
+	if err := sc.Scan(&w.ID, &w.Universe, &status, &w.StatusReason, &changed, &w.ParentWorld, &w.ParentSnapshotHash, &forked, &created); err != nil {
 		return store.World{}, err
 	}
 	w.Status = store.WorldStatus(status)
+	w.StatusChangedAt = fromNullNS(changed)
 	w.ForkedAtHeight = uint64(forked)
 	w.CreatedAt = fromNS(created)
 	return w, nil
@@ -250,6 +242,11 @@ func (s *Store) ListWorlds(ctx context.Context, universe string, status store.Wo
 	if err := s.read(ctx, op); err != nil {
 		return nil, err
 	}
+	if status != "" {
+		if err := store.CheckStatus(op, status); err != nil {
+			return nil, err
+		}
+	}
 	rows, err := s.query(ctx, `SELECT `+worldCols+` FROM worlds
 		WHERE universe = ? AND (? = '' OR status = ?) ORDER BY id`, universe, string(status), string(status))
 	if err != nil {
@@ -270,17 +267,57 @@ func (s *Store) ListWorlds(ctx context.Context, universe string, status store.Wo
 	return out, nil
 }
 
-// SetWorldStatus changes a world's status, fenced by epoch.
-func (s *Store) SetWorldStatus(ctx context.Context, world string, epoch uint64, status store.WorldStatus) error {
+// SetWorldStatus is the operator's path (contract.Transition): no lease,
+// the reason and the store clock recorded. Leaving active releases the
+// lease in the same transaction, so its holder is fenced at once.
+func (s *Store) SetWorldStatus(ctx context.Context, world string, status store.WorldStatus, reason string) (store.World, error) {
 	const op = "set_world_status"
-	if !validStatus(status) {
-		return store.Errorf(op, store.ErrInvalid, world, "unknown world status %q", status)
+	for _, c := range []error{
+		store.CheckID(op, "world", world),
+		store.CheckStatus(op, status),
+		store.CheckReason(op, reason),
+	} {
+		if c != nil {
+			return store.World{}, c
+		}
 	}
-	return s.write(ctx, op, world, func(t *wtx) error {
-		if err := t.fence(op, world, epoch); err != nil {
+	var out store.World
+	err := s.write(ctx, op, world, func(t *wtx) error {
+		from, err := t.worldStatus(op, world)
+		if err != nil {
 			return err
 		}
-		_, err := t.exec(`UPDATE worlds SET status = ? WHERE id = ?`, string(status), world)
+		noop, endLease, err := contract.Transition(op, world, from, status)
+		if err != nil {
+			return err
+		}
+		if !noop {
+			if _, err := t.exec(`UPDATE worlds SET status = ?, status_reason = ?, status_changed_at = ? WHERE id = ?`,
+				string(status), reason, t.nowNS, world); err != nil {
+				return err
+			}
+			t.notify(store.TopicAssignments)
+		}
+		if endLease {
+			res, err := t.exec(`UPDATE leases SET holder = '', expires_at = MIN(expires_at, ?) WHERE world = ? AND holder != ''`, t.nowNS, world)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n > 0 {
+				t.notify(store.TopicLeases)
+			}
+		}
+		row, err := t.row(`SELECT `+worldCols+` FROM worlds WHERE id = ?`, world)
+		if err != nil {
+			return err
+		}
+		out, err = scanWorld(row)
 		return err
 	})
+	if err != nil {
+		return store.World{}, err
+	}
+	return out, nil
 }

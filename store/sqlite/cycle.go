@@ -1,0 +1,128 @@
+package sqlite
+
+import (
+	"context"
+
+	"github.com/orrery-run/orrery/store"
+)
+
+// The world cycle's commit (store.CommitBatch): one request of the group
+// committer, hence one savepoint of the group's transaction, so the cursor,
+// the journal, the effect queue, the timers and the snapshot move together
+// or not at all. DrainToJournal, Publish, Schedule, CancelTimer and
+// PutSnapshot are the same request with a partial batch, so each step has
+// exactly one implementation.
+
+// commitMode says which parts of the contract a request enforces.
+type commitMode uint8
+
+const (
+	// fullCycle (Commit, DrainToJournal) compare-and-swaps the cursor and
+	// the head, and skips a timer to cancel that is not there.
+	fullCycle commitMode = iota
+	// sideEffects (Publish, Schedule, CancelTimer, PutSnapshot) leaves the
+	// cursor and the journal alone, and a timer to cancel that is not
+	// there is ErrNotFound.
+	sideEffects
+)
+
+// Commit applies one world cycle, fenced by epoch.
+func (s *Store) Commit(ctx context.Context, world string, epoch uint64, b store.CommitBatch) (store.CommitResult, error) {
+	return s.commit(ctx, "commit", world, epoch, b, fullCycle)
+}
+
+func (s *Store) commit(ctx context.Context, op, world string, epoch uint64, b store.CommitBatch, mode commitMode) (store.CommitResult, error) {
+	if err := store.CheckID(op, "world", world); err != nil {
+		return store.CommitResult{}, err
+	}
+	if err := store.CheckCommit(op, &b); err != nil {
+		return store.CommitResult{}, err
+	}
+	var out store.CommitResult
+	err := s.write(ctx, op, world, func(t *wtx) error {
+		var err error
+		out, err = t.commit(op, world, epoch, &b, mode)
+		return err
+	})
+	if err != nil {
+		return store.CommitResult{}, err
+	}
+	return out, nil
+}
+
+// commit runs the batch's steps in the order of store.CommitBatch's doc.
+// Any typed failure rolls the whole request back (its savepoint).
+func (t *wtx) commit(op, world string, epoch uint64, b *store.CommitBatch, mode commitMode) (store.CommitResult, error) {
+	var res store.CommitResult
+	if err := t.fence(op, world, epoch); err != nil {
+		return res, err
+	}
+	head, err := t.head(world)
+	if err != nil {
+		return res, err
+	}
+	var cursor int64
+	if mode == fullCycle {
+		var last int64
+		if _, err := t.queryRow(`SELECT inbox_cursor, (SELECT COALESCE(MAX(seq), 0) FROM inbox WHERE world = ?1) FROM worlds WHERE id = ?1`,
+			[]any{world}, &cursor, &last); err != nil {
+			return res, err
+		}
+		if uint64(cursor) != b.ExpectedCursor {
+			return res, store.Errorf(op, store.ErrCursorMismatch, world, "expected cursor %d, cursor is %d", b.ExpectedCursor, cursor)
+		}
+		if b.NewCursor > uint64(last) {
+			return res, store.Errorf(op, store.ErrInvalid, world, "new cursor %d passes the last enqueued seq %d", b.NewCursor, last)
+		}
+		// Unlike a plain Append, the head is checked even when every entry
+		// is a duplicate: a cycle is built on the head it read.
+		if uint64(head) != b.ExpectedHead {
+			return res, store.Errorf(op, store.ErrHeadMismatch, world, "expected head %d, head is %d", b.ExpectedHead, head)
+		}
+		if res.Appended, head, err = t.append(world, head, b.Entries); err != nil {
+			return res, err
+		}
+	}
+	res.Head = uint64(head)
+	if res.Published, err = t.publish(world, b.Intents); err != nil {
+		return res, err
+	}
+	for _, ts := range b.Timers {
+		scheduled, err := t.schedule(world, ts)
+		if err != nil {
+			return res, err
+		}
+		if scheduled {
+			res.Scheduled++
+		}
+	}
+	for _, h := range b.CancelTimers {
+		found, err := t.cancelTimer(world, h)
+		if err != nil {
+			return res, err
+		}
+		switch {
+		case found:
+			res.Cancelled++
+		case mode == sideEffects:
+			return res, store.Errorf(op, store.ErrNotFound, world, "timer %s", h)
+		}
+	}
+	if b.Snapshot != nil {
+		if err := t.putSnapshot(op, world, *b.Snapshot, head); err != nil {
+			return res, err
+		}
+	}
+	if mode == fullCycle && b.NewCursor != uint64(cursor) {
+		// The drained items' dedupe keys complete now: their retention
+		// starts here.
+		if _, err := t.exec(`UPDATE worlds SET inbox_cursor = ? WHERE id = ?`, int64(b.NewCursor), world); err != nil {
+			return res, err
+		}
+		if _, err := t.exec(`UPDATE inbox_dedupe SET completed_at = ? WHERE world = ? AND seq > ? AND seq <= ? AND completed_at IS NULL`,
+			t.nowNS, world, cursor, int64(b.NewCursor)); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
