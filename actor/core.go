@@ -207,7 +207,7 @@ type core struct {
 	cancelCtx context.CancelCauseFunc
 	// initCancel cancels the init-phase context, which derives from Start's
 	// context rather than from ctx, so a cancel request must reach it too.
-	initCancel context.CancelCauseFunc
+	initCancel context.CancelFunc
 	trapExit   bool
 	links      []*core
 	monitors   []monitorEntry // in ref order: the Down tie-break
@@ -286,7 +286,7 @@ func (c *core) requestCancel(r CancelReason, owner bool) {
 			cancel(ErrCancelled)
 		}
 		if initCancel != nil {
-			initCancel(ErrCancelled)
+			initCancel()
 		}
 		c.sys.trace(TraceEvent{Kind: TraceCancelRequested, PID: c.pid(), Detail: r.String()})
 	}
@@ -414,7 +414,7 @@ func (c *core) onLinkedExit(from *core, o Outcome) {
 		return
 	}
 	if !o.IsOk() {
-		c.requestCancel(CancelReason{Kind: CancelLinked, From: from.pid()}, false)
+		c.requestCancel(CancelReason{Kind: CancelLinked, From: from.pid(), Cause: &LinkError{From: from.pid(), Outcome: o}}, false)
 	}
 }
 

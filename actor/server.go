@@ -102,7 +102,10 @@ func (e *StartError) Error() string {
 	return fmt.Sprintf("actor: start %s failed: %s", e.PID, e.Outcome)
 }
 
-func (e *StartError) Unwrap() error { return e.Outcome.Err }
+// Unwrap exposes the outcome's reasons (see OutcomeError): a start whose
+// init overran WithInitTimeout matches ErrTimeout, an init error matches
+// itself.
+func (e *StartError) Unwrap() error { return e.Outcome.AsError() }
 
 type envKind uint8
 
@@ -209,27 +212,28 @@ func (p *Proc) Ctx() context.Context {
 	case phaseInit:
 		// Derived from Start's context (no goroutine bridges the two, which
 		// keeps the lab deterministic); cancel requests reach it through
-		// core.initCancel, the budget through a seam timer.
-		ctx, cancel := context.WithCancelCause(context.WithValue(p.startCtx, procKey{}, p.c))
+		// core.initCancel, the budget through a deadline on the seam's clock,
+		// so it reports Deadline and DeadlineExceeded like any deadline.
+		base := context.WithValue(p.startCtx, procKey{}, p.c)
+		var ctx context.Context
+		var cancel context.CancelFunc
+		if p.deadline.IsZero() {
+			ctx, cancel = context.WithCancel(base)
+		} else {
+			ctx, cancel = WithDeadline(base, ex, p.deadline)
+		}
 		p.c.mu.Lock()
 		p.c.initCancel = cancel
 		if p.c.reason.Kind != CancelNone {
-			cancel(ErrCancelled)
+			cancel()
 		}
 		p.c.mu.Unlock()
-		var t Timer
-		if !p.deadline.IsZero() {
-			t = ex.AfterFunc(p.deadline.Sub(ex.Now()), func() { cancel(context.DeadlineExceeded) })
-		}
 		p.ctx = ctx
 		p.cancel = func() {
-			if t != nil {
-				t.Stop()
-			}
 			p.c.mu.Lock()
 			p.c.initCancel = nil
 			p.c.mu.Unlock()
-			cancel(nil)
+			cancel()
 		}
 	case phaseStop:
 		p.ctx, p.cancel = WithTimeout(p.c.identity(), ex, p.deadline.Sub(ex.Now()))
@@ -451,12 +455,19 @@ func (s *server[Q, R, C]) runInit(ctx context.Context) Outcome {
 	expired := s.proc.budgetExpired()
 	s.proc.enter(phaseRun, time.Time{})
 	s.proc.startCtx = nil
+	if expired {
+		// Init overran its budget: whatever it returned, the start failed
+		// with a timeout (OTP's start_link timeout), and failStart undoes
+		// what init did (names, links, children). A panic stays worse.
+		if out.Severity == Err {
+			out = Outcome{}
+		}
+		return Join(out, CancelledOutcome(CancelReason{Kind: CancelTimeout}))
+	}
 	if out.Severity == Err {
 		// Init gave up because it was told to: that is cancellation, not an
 		// application error.
 		switch {
-		case expired:
-			return CancelledOutcome(CancelReason{Kind: CancelTimeout})
 		case ctx.Err() != nil:
 			return CancelledOutcome(CancelReason{Kind: CancelRequested})
 		case s.stopping.Load():

@@ -128,7 +128,7 @@ func (st *state) init(p *actor.Proc) error {
 			if o := startOutcome(err); o.Severity == actor.Panicked {
 				// Panics are never contained, not even at start.
 				esc := &EscalationError{ChildID: c.spec.ID, PID: startPID(err), Outcome: o, Reason: ErrChildPanicked}
-				p.Fail(actor.PanickedOutcome(esc, nil))
+				p.Fail(panickedOutcome(esc))
 				return esc
 			}
 			return &StartChildError{ID: c.spec.ID, Err: err}
@@ -150,7 +150,7 @@ func (st *state) terminate(p *actor.Proc) {
 		// INV-6A: once a child panicked the supervisor completes Panicked,
 		// carrying the escalation. Every child has been stopped by now, in
 		// order.
-		p.Fail(actor.PanickedOutcome(st.panicked, nil))
+		p.Fail(panickedOutcome(st.panicked))
 	}
 }
 
@@ -356,13 +356,21 @@ func (st *state) escalate(p *actor.Proc, c *child, old actor.PID, o actor.Outcom
 		if kind == actor.CancelNone {
 			kind = actor.CancelRequested
 		}
-		p.Self().Cancel(actor.CancelReason{Kind: kind, From: old})
+		p.Self().Cancel(actor.CancelReason{Kind: kind, From: old, Cause: err})
 	case actor.Panicked:
 		st.panicked = err
 		p.Exit(err)
 	default:
 		p.Exit(err)
 	}
+}
+
+// panickedOutcome is the supervisor's own outcome after a child panicked:
+// Panicked, carrying the escalation both as the panic value and as Err, so
+// errors.Is(o.AsError(), ErrChildPanicked) holds like for every other
+// escalation reason.
+func panickedOutcome(esc *EscalationError) actor.Outcome {
+	return actor.Outcome{Severity: actor.Panicked, Err: esc, Panic: &actor.PanicInfo{Value: esc}}
 }
 
 // settle records that a child stopped for good: a static supervisor keeps
