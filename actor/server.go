@@ -69,6 +69,7 @@ type options struct {
 	stopTimeout time.Duration
 	links       []PID
 	trap        bool
+	binds       []func(PID) error
 }
 
 // WithName sets the process's debugging name.
@@ -85,6 +86,23 @@ func WithStopTimeout(d time.Duration) Option { return func(o *options) { o.stopT
 
 // WithLink links the new process to pid before init runs.
 func WithLink(pid PID) Option { return func(o *options) { o.links = append(o.links, pid) } }
+
+// WithBinding sets the process's debugging name to name (unless WithName
+// set one) and calls bind with its PID once the process exists and before
+// its init runs; an error from bind fails the start (a *StartError whose
+// outcome is Err(the error)) without running init. It is how a name is
+// bound atomically with a start: bind registers the name, and because a
+// name lives only as long as its process (see registry), a start that fails
+// later, in init or at its init budget, leaves the name unbound by the time
+// Start returns. registry.WithName builds one.
+func WithBinding(name string, bind func(PID) error) Option {
+	return func(o *options) {
+		if o.name == "" {
+			o.name = name
+		}
+		o.binds = append(o.binds, bind)
+	}
+}
 
 // WithTrapExits makes the new process receive linked exits as Exit messages
 // instead of being cancelled by them.
@@ -122,6 +140,7 @@ type envelope[Q, R, C any] struct {
 	slot *callSlot[R]
 	gen  uint64
 	info any
+	sys  bool // a system message (Down, Exit, timers): it does not reset an idle timeout
 	// Set only while tracing: the sending process and the position in this
 	// mailbox (the FIFO oracle checks handling follows it).
 	from *core
@@ -181,6 +200,8 @@ type Proc struct {
 	exitErr  error
 	children *Scope
 	failed   Outcome             // set by Fail; joined into the final outcome
+	cont     []func(*Proc) error // continuations asked for by the current callback
+	idle     idleState
 	active   map[uint64]struct{} // monitors this process holds
 	flushed  map[uint64]struct{} // demonitored with flush while a Down was in flight
 }
@@ -421,6 +442,11 @@ func start[Q, R, C any](ctx context.Context, scope *Scope, beh Server[Q, R, C], 
 		}
 		scope.sys.trace(TraceEvent{Kind: TraceLink, PID: s.pid(), Peer: l})
 	}
+	for _, bind := range o.binds {
+		if err := bind(s.pid()); err != nil {
+			return nil, s.failStart(ErrOutcome(err))
+		}
+	}
 	// Cancellation requested before init began skips init.
 	if ctx.Err() != nil {
 		return nil, s.failStart(CancelledOutcome(CancelReason{Kind: CancelRequested}))
@@ -435,7 +461,14 @@ func start[Q, R, C any](ctx context.Context, scope *Scope, beh Server[Q, R, C], 
 		// Cancelled (or killed) while init ran: the instance never serves.
 		return nil, s.failStart(CancelledOutcome(s.cancelReason()))
 	}
+	// Read before arm: from arm on, the process goroutine owns s.proc.
+	wake := len(s.proc.cont) > 0 || s.proc.idle.asked
 	s.mb.arm(s.run)
+	if wake {
+		// Init asked for a continuation or an idle timeout: the process
+		// goroutine must start now, not on its first message.
+		s.mb.interrupt()
+	}
 	return s, nil
 }
 
@@ -538,7 +571,7 @@ func (s *server[Q, R, C]) sender(ctx context.Context) *core {
 func (s *server[Q, R, C]) interrupt() { s.mb.interrupt() }
 
 func (s *server[Q, R, C]) deliverSystem(msg any) bool {
-	return s.mb.pushSystem(envelope[Q, R, C]{kind: envInfo, info: msg})
+	return s.mb.pushSystem(envelope[Q, R, C]{kind: envInfo, info: msg, sys: true})
 }
 
 // abandon fails every pending obligation at once: queued calls, the call in
@@ -637,6 +670,10 @@ func (s *server[Q, R, C]) run() {
 }
 
 func (s *server[Q, R, C]) loop() (termKind, Outcome, []envelope[Q, R, C]) {
+	// What Init asked for: continuations first, then its idle timeout.
+	if kind, out, stop := s.afterCallback(); stop {
+		return kind, out, nil
+	}
 	for {
 		batch, ok := s.mb.take(s.batch[:0])
 		s.batch = batch
@@ -647,14 +684,14 @@ func (s *server[Q, R, C]) loop() (termKind, Outcome, []envelope[Q, R, C]) {
 			if s.stopping.Load() {
 				return termCancel, Outcome{}, batch[i:]
 			}
+			if s.proc.idle.armed && !batch[i].sys {
+				s.proc.idle.disarm() // a user message arrived in time
+			}
 			if out := s.dispatch(&batch[i]); !out.IsOk() {
 				return termFail, out, batch[i+1:]
 			}
-			if s.proc.exitReq {
-				if s.proc.exitErr != nil {
-					return termFail, ErrOutcome(s.proc.exitErr), batch[i+1:]
-				}
-				return termExit, Outcome{}, batch[i+1:]
+			if kind, out, stop := s.afterCallback(); stop {
+				return kind, out, batch[i+1:]
 			}
 		}
 		clear(batch)
@@ -662,6 +699,61 @@ func (s *server[Q, R, C]) loop() (termKind, Outcome, []envelope[Q, R, C]) {
 			return termCancel, Outcome{}, nil
 		}
 	}
+}
+
+// afterCallback runs what the callback that just returned asked for: its
+// continuations, in order, before any other message, then its idle
+// timeout. It reports whether the process must stop, and how.
+func (s *server[Q, R, C]) afterCallback() (termKind, Outcome, bool) {
+	for len(s.proc.cont) > 0 && !s.proc.exitReq && !s.stopping.Load() {
+		f := s.proc.cont[0]
+		s.proc.cont = s.proc.cont[1:]
+		if out := s.runContinue(f); !out.IsOk() {
+			s.proc.cont = nil
+			return termFail, out, true
+		}
+	}
+	s.proc.cont = nil
+	if s.proc.exitReq {
+		if s.proc.exitErr != nil {
+			return termFail, ErrOutcome(s.proc.exitErr), true
+		}
+		return termExit, Outcome{}, true
+	}
+	if s.proc.idle.asked {
+		s.proc.idle.asked = false
+		s.armIdle()
+	}
+	return 0, Outcome{}, false
+}
+
+// runContinue runs one continuation, recovering a panic into Panicked.
+func (s *server[Q, R, C]) runContinue(f func(*Proc) error) (o Outcome) {
+	defer func() {
+		if r := recover(); r != nil {
+			o = PanickedOutcome(r, debug.Stack())
+		}
+	}()
+	if err := f(&s.proc); err != nil {
+		return ErrOutcome(err)
+	}
+	return Outcome{}
+}
+
+// armIdle starts the idle timeout the last callback asked for. The timer
+// delivers a system message stamped with the arming's generation, so a
+// timer that fires after a user message has disarmed it is recognised and
+// dropped.
+func (s *server[Q, R, C]) armIdle() {
+	st := &s.proc.idle
+	st.disarm()
+	if st.after <= 0 {
+		return
+	}
+	st.gen++
+	st.armed = true
+	gen := st.gen
+	st.timer = s.sys.ex.AfterFunc(st.after, func() { s.deliverSystem(idleFire{gen: gen}) })
 }
 
 // dispatch runs one handler, recovering a panic into Panicked.
@@ -694,10 +786,20 @@ func (s *server[Q, R, C]) dispatch(e *envelope[Q, R, C]) (o Outcome) {
 			e.slot.resolve(e.gen, v, rerr)
 		}
 	case envInfo:
-		if d, ok := e.info.(Down); ok && !s.proc.admitDown(d) {
-			return Outcome{}
+		info := e.info
+		switch m := info.(type) {
+		case Down:
+			if !s.proc.admitDown(m) {
+				return Outcome{}
+			}
+		case idleFire:
+			if !s.proc.idle.armed || m.gen != s.proc.idle.gen {
+				return Outcome{} // disarmed by a user message, or superseded
+			}
+			s.proc.idle.armed = false
+			info = IdleTimeout{After: s.proc.idle.after}
 		}
-		err = s.beh.HandleInfo(&s.proc, e.info)
+		err = s.beh.HandleInfo(&s.proc, info)
 	}
 	if err != nil {
 		return ErrOutcome(err)
@@ -711,6 +813,8 @@ func (s *server[Q, R, C]) dispatch(e *envelope[Q, R, C]) (o Outcome) {
 // pending, and complete.
 func (s *server[Q, R, C]) terminate(kind termKind, out Outcome, rest []envelope[Q, R, C]) {
 	s.mb.close()
+	s.proc.idle.disarm()
+	s.proc.cont = nil
 	if cur, dead := s.pid().Outcome(); dead {
 		// Killed: abandon already failed what was queued and killed the
 		// children; fail what we hold and wait for the children to go.
