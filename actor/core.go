@@ -184,8 +184,10 @@ type impl interface {
 	// deliverSystem enqueues a Down or Exit, bypassing the mailbox bound.
 	deliverSystem(msg any) bool
 	// abandon closes the mailbox and fails every pending obligation; used when
-	// the process is killed while its goroutine may still be busy.
-	abandon(o Outcome)
+	// the process is killed while its goroutine may still be busy. It
+	// reports whether the goroutine was idle (parked waiting for a message,
+	// or not started), so that it will return without running user code.
+	abandon(o Outcome) (idle bool)
 }
 
 // core is the lifecycle state every process shares: identity, cancellation,
@@ -219,6 +221,12 @@ type core struct {
 	children   *Scope // the process's own scope (Proc.Children), if created
 
 	prev, next *core // the owning scope's list, in spawn order
+	// Guarded by the owning scope's mu: the goroutine (or init) has
+	// returned; the process was killed while its goroutine still ran.
+	returned, zombie bool
+	// idleAtKill: when killed, its goroutine was idle (set by the killer
+	// before finish, read by the scope in finish on the same goroutine).
+	idleAtKill atomic.Bool
 }
 
 type monitorEntry struct {
@@ -292,7 +300,7 @@ func (c *core) requestCancel(r CancelReason, owner bool) {
 	}
 	if r.Kind == CancelKill {
 		o := CancelledOutcome(r)
-		c.impl.abandon(o)
+		c.idleAtKill.Store(c.impl.abandon(o))
 		// Nothing the process started may outlive it.
 		c.mu.Lock()
 		children := c.children

@@ -374,9 +374,12 @@ func (m *mailbox[E]) close() {
 
 // closeAndTake closes the mailbox and removes everything queued, calling
 // visit for each envelope and then held, all under the lock; used by kill.
-func (m *mailbox[E]) closeAndTake(visit func(*E), held func()) {
+// It reports whether the consumer was idle: parked on an empty mailbox, or
+// not started.
+func (m *mailbox[E]) closeAndTake(visit func(*E), held func()) (idle bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	idle = m.parked || m.dormant
 	m.closed = true
 	for m.waiters.head != nil {
 		m.waiters.pop().p.Unpark()
@@ -394,6 +397,7 @@ func (m *mailbox[E]) closeAndTake(visit func(*E), held func()) {
 		held()
 	}
 	m.wake(m.wakeLocked())
+	return idle
 }
 
 // len reports queued envelopes (for tests and introspection).

@@ -36,9 +36,9 @@ type task struct {
 
 func (*task) interrupt()             {}
 func (*task) deliverSystem(any) bool { return false }
-func (*task) abandon(Outcome)        {}
+func (*task) abandon(Outcome) bool   { return false }
 func (t *task) run(ctx context.Context, f func(context.Context) error) {
-	defer t.scope.quiescent()
+	defer t.scope.quiescent(&t.core)
 	o := protect(func() error { return f(ctx) })
 	if o.Severity == Err && t.stopping.Load() {
 		// The task gave up because it was asked to: that is cancellation,

@@ -527,7 +527,7 @@ func (s *server[Q, R, C]) failStart(o Outcome) error {
 	}
 	s.finish(o)
 	s.sys.trace(TraceEvent{Kind: TraceInitFailed, PID: s.pid(), Outcome: o})
-	s.scope.quiescent()
+	s.scope.quiescent(&s.core)
 	if got, _ := s.pid().Outcome(); got.Severity != o.Severity {
 		o = got // killed during init: report what the process actually is
 	}
@@ -576,10 +576,10 @@ func (s *server[Q, R, C]) deliverSystem(msg any) bool {
 
 // abandon fails every pending obligation at once: queued calls, the call in
 // hand and deferred replies. Casts still queued are dropped (traced).
-func (s *server[Q, R, C]) abandon(o Outcome) {
+func (s *server[Q, R, C]) abandon(o Outcome) (idle bool) {
 	var calls []heldCall[R]
 	dropped := 0
-	s.mb.closeAndTake(func(e *envelope[Q, R, C]) {
+	idle = s.mb.closeAndTake(func(e *envelope[Q, R, C]) {
 		if e.kind == envCall {
 			calls = append(calls, heldCall[R]{slot: e.slot, gen: e.gen})
 		} else {
@@ -595,6 +595,7 @@ func (s *server[Q, R, C]) abandon(o Outcome) {
 	if dropped > 0 {
 		s.sys.trace(TraceEvent{Kind: TraceMessageDropped, PID: s.pid(), Outcome: o, Detail: fmt.Sprintf("%d messages dropped at kill", dropped)})
 	}
+	return idle
 }
 
 func (s *server[Q, R, C]) abortCalls(calls []heldCall[R], o Outcome) {
@@ -664,7 +665,7 @@ const (
 
 // run is the process goroutine: the message loop, then termination.
 func (s *server[Q, R, C]) run() {
-	defer s.scope.quiescent()
+	defer s.scope.quiescent(&s.core)
 	kind, out, rest := s.loop()
 	s.terminate(kind, out, rest)
 }
@@ -894,7 +895,13 @@ func (s *server[Q, R, C]) stopHook(acc *Outcome) {
 	// hook) is its own verdict: it goes in before what its children did.
 	*acc = Join(*acc, s.proc.failed)
 	if s.proc.children != nil {
-		co, err := s.proc.children.Close(s.proc.Ctx())
+		// An owner that closed its children itself (a supervisor, with
+		// CloseKilled) has its answer: closing again would wait for the
+		// goroutines it chose not to wait for.
+		co, err, done := s.proc.children.closedResult()
+		if !done {
+			co, err = s.proc.children.Close(s.proc.Ctx())
+		}
 		if err != nil {
 			co = Join(co, ErrOutcome(err))
 		}

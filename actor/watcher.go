@@ -156,4 +156,4 @@ func (w *watcherImpl) deliverSystem(msg any) bool {
 	return ok && (*Watcher)(w).deliver(d)
 }
 
-func (w *watcherImpl) abandon(Outcome) {}
+func (w *watcherImpl) abandon(Outcome) bool { return true }

@@ -46,6 +46,8 @@ type (
 )
 
 type response struct {
+	// running is what Stop reports: killed children still running.
+	running  error
 	pid      actor.PID
 	children []ChildInfo
 	counts   Counts
@@ -94,7 +96,8 @@ type state struct {
 	log      []LogEntry
 	seq      uint64
 	exiting  bool
-	panicked *EscalationError // a Panicked escalation, reported by terminate
+	panicked *EscalationError            // a Panicked escalation, reported by terminate
+	stopped  []*actor.Deferred[response] // Stop calls, answered once children are stopped
 }
 
 func newState(cfg config, initial []ChildSpec) *state {
@@ -146,6 +149,19 @@ func (st *state) terminate(p *actor.Proc) {
 	} else {
 		st.stopSerial(p, p.Ctx())
 	}
+	// Every child is stopped by now, each within its Shutdown. Those killed
+	// at their timeout may still run user code: like OTP, the supervisor
+	// does not wait for them, and reports them to Stop instead.
+	var running error
+	if st.scope != nil {
+		if _, err := st.scope.CloseKilled(p.Ctx()); err != nil {
+			running = err
+		}
+	}
+	for _, d := range st.stopped {
+		_ = d.Reply(response{running: running})
+	}
+	st.stopped = nil
 	if st.panicked != nil {
 		// INV-6A: once a child panicked the supervisor completes Panicked,
 		// carrying the escalation. Every child has been stopped by now, in
@@ -209,7 +225,7 @@ func (st *state) onRestartDue(p *actor.Proc, m restartDue) {
 	st.runRestart(p, members)
 }
 
-func (st *state) handleCall(p *actor.Proc, req request) (response, error) {
+func (st *state) handleCall(p *actor.Proc, req request, from actor.ReplyTo[response]) (response, error) {
 	switch req.op {
 	case opWhich:
 		return response{children: st.which()}, nil
@@ -221,6 +237,8 @@ func (st *state) handleCall(p *actor.Proc, req request) (response, error) {
 		st.exiting = true
 		st.cancelPending()
 		p.Exit(nil)
+		// Answered by terminate, with what is still running.
+		st.stopped = append(st.stopped, from.Defer())
 		return response{}, nil
 	case opStartChild:
 		pid, err := st.startChild(p, req.spec)
@@ -848,8 +866,8 @@ func (st *state) deleteChild(id string) error {
 type staticServer struct{ st *state }
 
 func (s staticServer) Init(p *actor.Proc) error { return s.st.init(p) }
-func (s staticServer) HandleCall(p *actor.Proc, req staticRequest, _ actor.ReplyTo[response]) (response, error) {
-	return s.st.handleCall(p, request(req))
+func (s staticServer) HandleCall(p *actor.Proc, req staticRequest, from actor.ReplyTo[response]) (response, error) {
+	return s.st.handleCall(p, request(req), from)
 }
 func (s staticServer) HandleCast(*actor.Proc, noCast) error      { return nil }
 func (s staticServer) HandleInfo(p *actor.Proc, info any) error  { return s.st.handleInfo(p, info) }
@@ -858,8 +876,8 @@ func (s dynamicServer) Init(p *actor.Proc) error                 { return s.st.i
 func (s dynamicServer) HandleCast(*actor.Proc, noCast) error     { return nil }
 func (s dynamicServer) HandleInfo(p *actor.Proc, info any) error { return s.st.handleInfo(p, info) }
 func (s dynamicServer) Terminate(p *actor.Proc, _ actor.Outcome) { s.st.terminate(p) }
-func (s dynamicServer) HandleCall(p *actor.Proc, req dynamicRequest, _ actor.ReplyTo[response]) (response, error) {
-	return s.st.handleCall(p, request(req))
+func (s dynamicServer) HandleCall(p *actor.Proc, req dynamicRequest, from actor.ReplyTo[response]) (response, error) {
+	return s.st.handleCall(p, request(req), from)
 }
 
 type dynamicServer struct{ st *state }
