@@ -12,7 +12,7 @@ import (
 
 // ErrNoProc is the reason of a Down for a process that was already dead when
 // the monitor was set up, and the error of linking to a dead process.
-var ErrNoProc = errors.New("actor: noproc")
+const ErrNoProc sentinel = "actor: noproc"
 
 // PID identifies a process. It is a comparable value; the zero PID names no
 // process. A PID stays valid (and answers Outcome/Wait) after its process

@@ -2,7 +2,6 @@ package actor
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"time"
 )
@@ -68,7 +67,7 @@ type FaultInjector interface {
 }
 
 // ErrInjectedCrash is the panic value of a crash injected at FaultCrash.
-var ErrInjectedCrash = errors.New("actor: injected crash")
+const ErrInjectedCrash sentinel = "actor: injected crash"
 
 func isDeterministic(ex Executor) bool {
 	d, ok := ex.(Deterministic)

@@ -2,7 +2,6 @@ package actor
 
 import (
 	"context"
-	"errors"
 	"runtime"
 	"sync"
 )
@@ -14,11 +13,11 @@ const DefaultMailboxCapacity = 64
 // ErrMailboxFull is returned by TrySend (and TryCast) when the mailbox holds
 // its capacity of committed and reserved messages. Nothing is dropped: the
 // message was not enqueued and the caller still owns it.
-var ErrMailboxFull = errors.New("actor: mailbox full")
+const ErrMailboxFull sentinel = "actor: mailbox full"
 
 // ErrMailboxClosed is returned when the receiving process has stopped (or is
 // draining) and accepts no new messages.
-var ErrMailboxClosed = errors.New("actor: mailbox closed")
+const ErrMailboxClosed sentinel = "actor: mailbox closed"
 
 // mailbox is a bounded MPSC queue with two-phase sends.
 //

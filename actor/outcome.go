@@ -1,7 +1,6 @@
 package actor
 
 import (
-	"errors"
 	"fmt"
 )
 
@@ -225,7 +224,7 @@ func (r CancelReason) Stronger(o CancelReason) CancelReason {
 
 // ErrCancelled is the error a context-style API returns when the process or
 // scope it belongs to was cancelled.
-var ErrCancelled = errors.New("actor: cancelled")
+const ErrCancelled sentinel = "actor: cancelled"
 
 // LinkError is the Cause of a CancelLinked reason: the exit of the linked
 // peer that brought the process down. It unwraps to the peer's own outcome,

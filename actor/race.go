@@ -2,18 +2,17 @@ package actor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 )
 
 // ErrTimeout is returned by Timeout when the time ran out before f finished.
-var ErrTimeout = errors.New("actor: timeout")
+const ErrTimeout sentinel = "actor: timeout"
 
 // ErrNoBranches is returned by Race and Select called without branches:
 // with nothing to wait for, nothing could ever win.
-var ErrNoBranches = errors.New("actor: race with no branches")
+const ErrNoBranches sentinel = "actor: race with no branches"
 
 // BranchError is returned by Race, Select and Timeout when a branch could
 // not be started (its scope was closed under it). The branches started

@@ -10,7 +10,7 @@ import (
 
 // ErrScopeClosed is returned when spawning into, or opening a sub-scope of,
 // a scope that is closing or closed.
-var ErrScopeClosed = errors.New("actor: scope closed")
+const ErrScopeClosed sentinel = "actor: scope closed"
 
 // NotQuiescentError is returned by Close when ctx ended before every process
 // of the scope had returned (a handler ignoring cancellation). The processes

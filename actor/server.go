@@ -1222,7 +1222,7 @@ func (p *Permit[M]) trace(what string) {
 type permitState struct{ done atomic.Bool }
 
 // ErrPermitUsed is returned when a permit is used after Send or Abort.
-var ErrPermitUsed = errors.New("actor: permit already used")
+const ErrPermitUsed sentinel = "actor: permit already used"
 
 func reservePermit[M any](ctx context.Context, owner slotOwner[M]) (*Permit[M], error) {
 	if err := owner.reserveSlot(ctx); err != nil {

@@ -2,13 +2,12 @@ package actor
 
 import (
 	"context"
-	"errors"
 	"sync"
 )
 
 // ErrWatcherClosed is returned by Watcher.Receive once the watcher is
 // closed and every Down it had received has been taken.
-var ErrWatcherClosed = errors.New("actor: watcher closed")
+const ErrWatcherClosed sentinel = "actor: watcher closed"
 
 // Watcher monitors processes from outside any process: from a test, from
 // main, from a plain goroutine. It receives the Downs of the processes it

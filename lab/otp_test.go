@@ -339,7 +339,7 @@ func TestLabCrashDuringCallFailsCallerPromptly(t *testing.T) {
 					// served before the crash
 				case errors.As(err, &ce) && errors.Is(err, actor.ErrServerStopped):
 					if crashAt.IsZero() || !now.Equal(crashAt) {
-						errs.add("caller %d failed at %v, the crash was at %v: not prompt", c, now.Sub(Epoch), crashAt.Sub(Epoch))
+						errs.add("caller %d failed at %v, the crash was at %v: not prompt", c, now.Sub(Epoch()), crashAt.Sub(Epoch()))
 					}
 					if termDone {
 						errs.add("caller %d failed only after Terminate finished", c)
@@ -405,7 +405,7 @@ func TestLabPendingCallsAbortedAtStop(t *testing.T) {
 				if !errors.Is(err, actor.ErrServerStopped) {
 					errs.add("queued caller %d: %v, want ErrServerStopped", c, err)
 				}
-				if now := env.Lab.Now().Sub(Epoch); now != busy {
+				if now := env.Lab.Now().Sub(Epoch()); now != busy {
 					errs.add("queued caller %d failed at %v, want when the drain reached it (%v)", c, now, busy)
 				}
 				return nil
@@ -1223,7 +1223,7 @@ func TestLabAbortIsImmediate(t *testing.T) {
 					errs.add("%s caller: %v, want ErrServerStopped", name, err)
 				}
 				if !env.Lab.Now().Equal(abortAt) {
-					errs.add("%s caller failed at %v, the abort was at %v", name, env.Lab.Now().Sub(Epoch), abortAt.Sub(Epoch))
+					errs.add("%s caller failed at %v, the abort was at %v", name, env.Lab.Now().Sub(Epoch()), abortAt.Sub(Epoch()))
 				}
 				return nil
 			})
@@ -1483,7 +1483,7 @@ func TestLabSupervisorRestartWindowSlides(t *testing.T) {
 		// {2,11,11}, and at 11.75 the window is full.
 		at := []time.Duration{0, time.Second, 2 * time.Second, 11 * time.Second, 11 * time.Second, 11750 * time.Millisecond}
 		for i, d := range at {
-			if err := otpSleep(env, Epoch.Add(d).Sub(env.Lab.Now())); err != nil {
+			if err := otpSleep(env, Epoch().Add(d).Sub(env.Lab.Now())); err != nil {
 				return err
 			}
 			// The seed picks which child fails; the budget is shared.
@@ -1507,7 +1507,7 @@ func TestLabSupervisorRestartWindowSlides(t *testing.T) {
 		var decisions []string
 		for _, e := range log {
 			if e.Decision == supervisor.DecisionRestart || e.Decision == supervisor.DecisionBudgetExhausted {
-				decisions = append(decisions, fmt.Sprintf("%s@%v", e.Decision, e.Time.Sub(Epoch)))
+				decisions = append(decisions, fmt.Sprintf("%s@%v", e.Decision, e.Time.Sub(Epoch())))
 			}
 		}
 		want := "[restart@0s restart@1s restart@2s restart@11s restart@11s budget-exhausted@11.75s]"

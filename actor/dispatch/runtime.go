@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -29,24 +28,24 @@ type Message struct {
 // retried, and nobody but the log and [Stats] learns of it.
 type Handler func(ctx context.Context, msg Message) error
 
-var (
+const (
 	// ErrDuplicateHandler is returned by Register when the message type
 	// already has a handler: each type maps to at most one (seed 004 §5).
-	ErrDuplicateHandler = errors.New("dispatch: message type already has a handler")
+	ErrDuplicateHandler = sentinel("dispatch: message type already has a handler")
 	// ErrRegisterAfterStart is returned by Register once Start has been
 	// called: registration is a setup-time operation (seed 004 §5).
-	ErrRegisterAfterStart = errors.New("dispatch: register after start")
+	ErrRegisterAfterStart = sentinel("dispatch: register after start")
 	// ErrNilHandler is returned by Register for a nil Handler.
-	ErrNilHandler = errors.New("dispatch: nil handler")
+	ErrNilHandler = sentinel("dispatch: nil handler")
 	// ErrEmptyMessageType is returned by Register for the empty type name.
-	ErrEmptyMessageType = errors.New("dispatch: empty message type")
+	ErrEmptyMessageType = sentinel("dispatch: empty message type")
 	// ErrStopped is returned by Deliver and Register after Stop: the message
 	// was not enqueued.
-	ErrStopped = errors.New("dispatch: runtime stopped")
+	ErrStopped = sentinel("dispatch: runtime stopped")
 	// ErrMailboxFull is returned by Deliver when WithMaxPending is set and
 	// the mailbox holds that many messages. The message was not enqueued and
 	// the caller still owns it; Deliver never blocks waiting for room.
-	ErrMailboxFull = errors.New("dispatch: mailbox full")
+	ErrMailboxFull = sentinel("dispatch: mailbox full")
 )
 
 // Option configures a Runtime.
