@@ -222,6 +222,11 @@ func (r CancelReason) Stronger(o CancelReason) CancelReason {
 	return r
 }
 
+// ErrGoexit is the Err of the Panicked outcome of a process whose goroutine
+// ended through runtime.Goexit in user code (a handler, a task function):
+// it cannot be recovered, but the process still completes.
+const ErrGoexit sentinel = "actor: runtime.Goexit in a process"
+
 // ErrCancelled is the error a context-style API returns when the process or
 // scope it belongs to was cancelled.
 const ErrCancelled sentinel = "actor: cancelled"

@@ -38,7 +38,16 @@ func (*task) deliverSystem(any) bool { return false }
 func (*task) abandon(Outcome) bool   { return false }
 func (t *task) run(ctx context.Context, f func(context.Context) error) {
 	defer t.scope.quiescent(&t.core)
+	returned := false
+	defer func() {
+		if !returned {
+			// f called runtime.Goexit, which no recover stops: the task
+			// still completes, Panicked, so nothing waits for it forever.
+			t.finish(violationOutcome(ErrGoexit))
+		}
+	}()
 	o := protect(func() error { return f(ctx) })
+	returned = true
 	if o.Severity == Err && t.stopping.Load() {
 		// The task gave up because it was asked to: that is cancellation,
 		// not an application failure.

@@ -666,8 +666,27 @@ const (
 // run is the process goroutine: the message loop, then termination.
 func (s *server[Q, R, C]) run() {
 	defer s.scope.quiescent(&s.core)
+	returned := false
+	defer func() {
+		if !returned {
+			// A handler called runtime.Goexit (t.FailNow in a test, for
+			// one), which no recover stops. The process still completes,
+			// Panicked, as if killed: its callers are answered, its
+			// children killed, its links and monitors told.
+			o := violationOutcome(ErrGoexit)
+			s.abandon(o)
+			s.mu.Lock()
+			children := s.children
+			s.mu.Unlock()
+			if children != nil {
+				children.kill()
+			}
+			s.finish(o)
+		}
+	}()
 	kind, out, rest := s.loop()
 	s.terminate(kind, out, rest)
+	returned = true
 }
 
 func (s *server[Q, R, C]) loop() (termKind, Outcome, []envelope[Q, R, C]) {
