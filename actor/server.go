@@ -108,6 +108,9 @@ func WithBinding(name string, bind func(PID) error) Option {
 // instead of being cancelled by them.
 func WithTrapExits() Option { return func(o *options) { o.trap = true } }
 
+// ErrNilScope is returned by a start given no scope.
+const ErrNilScope sentinel = "actor: nil scope"
+
 // StartError is returned when a process could not start: its init failed,
 // panicked, timed out, or cancellation was requested before init began. The
 // process is completed with Outcome and nothing of it remains.
@@ -166,12 +169,17 @@ type heldCall[R any] struct {
 // server is the one process engine; Actor runs on it through an adapter.
 type server[Q, R, C any] struct {
 	core
-	mb    mailbox[envelope[Q, R, C]]
-	beh   Server[Q, R, C]
-	proc  Proc
-	batch []envelope[Q, R, C]
-	opts  options
-	slots sync.Pool
+	// The typed handle (sref for a GenServer, aref and the adapter for a
+	// plain actor) lives inside the process, so a start allocates once.
+	sref    ServerRef[Q, R, C]
+	aref    Ref[C]
+	adapter actorServer[C]
+	mb      mailbox[envelope[Q, R, C]]
+	beh     Server[Q, R, C]
+	proc    Proc
+	batch   []envelope[Q, R, C]
+	opts    options
+	slots   sync.Pool
 
 	held    heldCall[R] // the call last taken from the mailbox (under mb.mu)
 	pushSeq uint64      // envelopes stamped so far (under mb.mu, tracing only)
@@ -414,22 +422,22 @@ func (o *options) apply(opts []Option) {
 
 // start creates, initialises and launches a process. Init runs on the
 // caller's goroutine: Start is synchronous and costs no goroutine hand-off.
-func start[Q, R, C any](ctx context.Context, scope *Scope, beh Server[Q, R, C], opts []Option, handle func(*server[Q, R, C]) any) (*server[Q, R, C], error) {
+//
+// s comes with its behaviour and handle set. Everything a process needs
+// lives in its one server allocation (handle, actor adapter, mailbox,
+// callbacks), and its goroutine, receive parker and run closure are made
+// only once it is first activated: a process nobody talks to costs one
+// allocation.
+func start[Q, R, C any](ctx context.Context, scope *Scope, s *server[Q, R, C], opts []Option) (*server[Q, R, C], error) {
 	if scope == nil {
-		return nil, errors.New("actor: nil scope")
+		return nil, ErrNilScope
 	}
-	s := &server[Q, R, C]{beh: beh}
 	s.opts.apply(opts)
 	o := &s.opts
 	s.core.init(scope.sys, scope, o.name)
 	s.core.impl = s
 	s.core.trapExit = o.trap
-	s.core.handle = handle(s)
-	s.mb.init(scope.sys.ex, o.capacity)
-	s.mb.onBarrier = s.hold
-	if scope.sys.tracer != nil {
-		s.mb.onPush = s.stamp
-	}
+	s.mb.init(scope.sys.ex, o.capacity, s, scope.sys.tracer != nil)
 	s.proc.c = &s.core
 
 	if err := scope.add(&s.core); err != nil {
@@ -463,7 +471,7 @@ func start[Q, R, C any](ctx context.Context, scope *Scope, beh Server[Q, R, C], 
 	}
 	// Read before arm: from arm on, the process goroutine owns s.proc.
 	wake := len(s.proc.cont) > 0 || s.proc.idle.asked
-	s.mb.arm(s.run)
+	s.mb.arm()
 	if wake {
 		// Init asked for a continuation or an idle timeout: the process
 		// goroutine must start now, not on its first message.
@@ -546,6 +554,13 @@ func protect(f func() error) (o Outcome) {
 	}
 	return Outcome{}
 }
+
+// launch starts the process goroutine (the mailbox's first activation).
+func (s *server[Q, R, C]) launch() { s.sys.ex.Go(s.run) }
+
+func (s *server[Q, R, C]) barrier(e *envelope[Q, R, C]) { s.hold(e) }
+
+func (s *server[Q, R, C]) pushed(e *envelope[Q, R, C]) { s.stamp(e) }
 
 func (s *server[Q, R, C]) hold(e *envelope[Q, R, C]) {
 	if e.kind == envCall {
@@ -957,14 +972,14 @@ type ServerRef[Q, R, C any] struct{ s *server[Q, R, C] }
 // StartServer starts a GenServer in scope and returns once Init succeeded,
 // or returns Init's failure as a *StartError with nothing left behind.
 func StartServer[Q, R, C any](ctx context.Context, scope *Scope, beh Server[Q, R, C], opts ...Option) (*ServerRef[Q, R, C], error) {
-	s, err := start(ctx, scope, beh, opts, newServerRef[Q, R, C])
-	if err != nil {
+	s := &server[Q, R, C]{beh: beh}
+	s.sref.s = s
+	s.core.handle = &s.sref
+	if _, err := start(ctx, scope, s, opts); err != nil {
 		return nil, err
 	}
-	return s.handle.(*ServerRef[Q, R, C]), nil
+	return &s.sref, nil
 }
-
-func newServerRef[Q, R, C any](s *server[Q, R, C]) any { return &ServerRef[Q, R, C]{s: s} }
 
 // PID returns the server's PID.
 func (r *ServerRef[Q, R, C]) PID() PID { return r.s.pid() }
@@ -1170,16 +1185,17 @@ func (x *actorServer[M]) Terminate(p *Proc, o Outcome) { x.a.OnStop(p, o) }
 // Spawn starts an actor in scope and returns once OnStart succeeded, or
 // returns its failure as a *StartError with nothing left behind.
 func Spawn[M any](ctx context.Context, scope *Scope, a Actor[M], opts ...Option) (*Ref[M], error) {
-	adapter := &actorServer[M]{a: a}
-	adapter.info, _ = a.(InfoHandler)
-	s, err := start[none, none, M](ctx, scope, adapter, opts, newRef[M])
-	if err != nil {
+	s := &server[none, none, M]{}
+	s.adapter.a = a
+	s.adapter.info, _ = a.(InfoHandler)
+	s.beh = &s.adapter
+	s.aref.s = s
+	s.core.handle = &s.aref
+	if _, err := start(ctx, scope, s, opts); err != nil {
 		return nil, err
 	}
-	return s.handle.(*Ref[M]), nil
+	return &s.aref, nil
 }
-
-func newRef[M any](s *server[none, none, M]) any { return &Ref[M]{s: s} }
 
 // PID returns the actor's PID.
 func (r *Ref[M]) PID() PID { return r.s.pid() }
