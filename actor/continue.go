@@ -15,7 +15,8 @@ func (p *Proc) Continue(f func(p *Proc) error) {
 	if p.phase == phaseStop || f == nil {
 		return
 	}
-	p.cont = append(p.cont, f)
+	x := p.extra()
+	x.cont = append(x.cont, f)
 }
 
 // IdleTimeout is the info message of an idle timeout (see Proc.IdleTimeout).
@@ -57,7 +58,8 @@ func (p *Proc) IdleTimeout(d time.Duration) {
 	if p.phase == phaseStop {
 		return
 	}
-	p.idle.after, p.idle.asked = d, true
+	x := p.extra()
+	x.idle.after, x.idle.asked = d, true
 }
 
 // Shutdown ends the process after the current callback returns, as a

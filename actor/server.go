@@ -207,9 +207,7 @@ type Proc struct {
 	exitReq  bool
 	exitErr  error
 	children *Scope
-	failed   Outcome             // set by Fail; joined into the final outcome
-	cont     []func(*Proc) error // continuations asked for by the current callback
-	idle     idleState
+	ext      *procExt            // what few processes use, allocated on first use
 	active   map[uint64]struct{} // monitors this process holds
 	flushed  map[uint64]struct{} // demonitored with flush while a Down was in flight
 }
@@ -324,7 +322,25 @@ func (p *Proc) Children() (*Scope, error) {
 // supervisor Panicked). It only ever makes the outcome worse (Join), takes
 // effect when the process completes, and does not stop it by itself: pair it
 // with Exit, or call it from Init or the stop hook.
-func (p *Proc) Fail(o Outcome) { p.failed = Join(p.failed, o) }
+func (p *Proc) Fail(o Outcome) {
+	x := p.extra()
+	x.failed = Join(x.failed, o)
+}
+
+// procExt holds the parts of a process that most processes never use, so
+// that they cost a pointer, not their size, in every process.
+type procExt struct {
+	failed Outcome             // set by Fail; joined into the final outcome
+	cont   []func(*Proc) error // continuations asked for by the current callback
+	idle   idleState
+}
+
+func (p *Proc) extra() *procExt {
+	if p.ext == nil {
+		p.ext = new(procExt)
+	}
+	return p.ext
+}
 
 // Exit ends the process after the current handler returns: nil is a normal
 // exit (Ok; committed messages are drained first), an error is Err.
@@ -470,7 +486,8 @@ func start[Q, R, C any](ctx context.Context, scope *Scope, s *server[Q, R, C], o
 		return nil, s.failStart(CancelledOutcome(s.cancelReason()))
 	}
 	// Read before arm: from arm on, the process goroutine owns s.proc.
-	wake := len(s.proc.cont) > 0 || s.proc.idle.asked
+	x := s.proc.ext
+	wake := x != nil && (len(x.cont) > 0 || x.idle.asked)
 	s.mb.arm()
 	if wake {
 		// Init asked for a continuation or an idle timeout: the process
@@ -490,8 +507,8 @@ func (s *server[Q, R, C]) runInit(ctx context.Context) Outcome {
 	s.proc.startCtx = ctx
 	s.proc.enter(phaseInit, deadline)
 	out := protect(func() error { return s.beh.Init(&s.proc) })
-	if s.proc.failed.Severity > Ok {
-		out = Join(out, s.proc.failed)
+	if x := s.proc.ext; x != nil && x.failed.Severity > Ok {
+		out = Join(out, x.failed)
 	}
 	expired := s.proc.budgetExpired()
 	s.proc.enter(phaseRun, time.Time{})
@@ -719,8 +736,8 @@ func (s *server[Q, R, C]) loop() (termKind, Outcome, []envelope[Q, R, C]) {
 			if s.stopping.Load() {
 				return termCancel, Outcome{}, batch[i:]
 			}
-			if s.proc.idle.armed && !batch[i].sys {
-				s.proc.idle.disarm() // a user message arrived in time
+			if x := s.proc.ext; x != nil && x.idle.armed && !batch[i].sys {
+				x.idle.disarm() // a user message arrived in time
 			}
 			if out := s.dispatch(&batch[i]); !out.IsOk() {
 				return termFail, out, batch[i+1:]
@@ -740,24 +757,26 @@ func (s *server[Q, R, C]) loop() (termKind, Outcome, []envelope[Q, R, C]) {
 // continuations, in order, before any other message, then its idle
 // timeout. It reports whether the process must stop, and how.
 func (s *server[Q, R, C]) afterCallback() (termKind, Outcome, bool) {
-	for len(s.proc.cont) > 0 && !s.proc.exitReq && !s.stopping.Load() {
-		f := s.proc.cont[0]
-		s.proc.cont = s.proc.cont[1:]
-		if out := s.runContinue(f); !out.IsOk() {
-			s.proc.cont = nil
-			return termFail, out, true
+	if x := s.proc.ext; x != nil {
+		for len(x.cont) > 0 && !s.proc.exitReq && !s.stopping.Load() {
+			f := x.cont[0]
+			x.cont = x.cont[1:]
+			if out := s.runContinue(f); !out.IsOk() {
+				x.cont = nil
+				return termFail, out, true
+			}
 		}
+		x.cont = nil
 	}
-	s.proc.cont = nil
 	if s.proc.exitReq {
 		if s.proc.exitErr != nil {
 			return termFail, ErrOutcome(s.proc.exitErr), true
 		}
 		return termExit, Outcome{}, true
 	}
-	if s.proc.idle.asked {
-		s.proc.idle.asked = false
-		s.armIdle()
+	if x := s.proc.ext; x != nil && x.idle.asked {
+		x.idle.asked = false
+		s.armIdle(&x.idle)
 	}
 	return 0, Outcome{}, false
 }
@@ -779,8 +798,7 @@ func (s *server[Q, R, C]) runContinue(f func(*Proc) error) (o Outcome) {
 // delivers a system message stamped with the arming's generation, so a
 // timer that fires after a user message has disarmed it is recognised and
 // dropped.
-func (s *server[Q, R, C]) armIdle() {
-	st := &s.proc.idle
+func (s *server[Q, R, C]) armIdle(st *idleState) {
 	st.disarm()
 	if st.after <= 0 {
 		return
@@ -828,11 +846,12 @@ func (s *server[Q, R, C]) dispatch(e *envelope[Q, R, C]) (o Outcome) {
 				return Outcome{}
 			}
 		case idleFire:
-			if !s.proc.idle.armed || m.gen != s.proc.idle.gen {
+			x := s.proc.ext
+			if x == nil || !x.idle.armed || m.gen != x.idle.gen {
 				return Outcome{} // disarmed by a user message, or superseded
 			}
-			s.proc.idle.armed = false
-			info = IdleTimeout{After: s.proc.idle.after}
+			x.idle.armed = false
+			info = IdleTimeout{After: x.idle.after}
 		}
 		err = s.beh.HandleInfo(&s.proc, info)
 	}
@@ -848,8 +867,10 @@ func (s *server[Q, R, C]) dispatch(e *envelope[Q, R, C]) (o Outcome) {
 // pending, and complete.
 func (s *server[Q, R, C]) terminate(kind termKind, out Outcome, rest []envelope[Q, R, C]) {
 	s.mb.close()
-	s.proc.idle.disarm()
-	s.proc.cont = nil
+	if x := s.proc.ext; x != nil {
+		x.idle.disarm()
+		x.cont = nil
+	}
 	if cur, dead := s.pid().Outcome(); dead {
 		// Killed: abandon already failed what was queued and killed the
 		// children; fail what we hold and wait for the children to go.
@@ -927,7 +948,9 @@ func (s *server[Q, R, C]) stopHook(acc *Outcome) {
 	*acc = Join(*acc, protect(func() error { s.beh.Terminate(&s.proc, final); return nil }))
 	// What the process declared with Fail (in a handler or in the stop
 	// hook) is its own verdict: it goes in before what its children did.
-	*acc = Join(*acc, s.proc.failed)
+	if x := s.proc.ext; x != nil {
+		*acc = Join(*acc, x.failed)
+	}
 	if s.proc.children != nil {
 		// An owner that closed its children itself (a supervisor, with
 		// CloseKilled) has its answer: closing again would wait for the
