@@ -506,11 +506,19 @@ func (s *Scope) quiescent(c *core) {
 		}
 	}
 	var wake []Parker
+	tellParent := false
 	if s.live == 0 {
 		wake, s.quiet = s.quiet, nil
+		// The last killed goroutine of a CloseKilled scope returned: the
+		// parent no longer needs to hold it.
+		tellParent, s.heldByParent = s.heldByParent, false
 	}
 	wake = append(wake, s.wakeOnlyKilledLocked()...)
+	o := s.outcome
 	s.mu.Unlock()
+	if tellParent {
+		s.parent.subClosed(s, o)
+	}
 	for _, w := range wake {
 		w.Unpark()
 	}

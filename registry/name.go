@@ -133,7 +133,8 @@ func resolve[H any](reg *Registry, name string, noProc func() error) (H, error) 
 // the time Start returns: the name is bound after a successful start and
 // never after a failed one. It applies to anything started with
 // actor.Options: servers, actors and supervisors. opts are the lease's
-// options (WithTTL). The name is also the process's debugging name unless
+// options (WithTTL); Registry.Lease(name) returns the lease, to renew or
+// release it. The name is also the process's debugging name unless
 // actor.WithName sets another.
 func WithName(reg *Registry, name string, opts ...Option) actor.Option {
 	return actor.WithBinding(name, func(pid actor.PID) error {

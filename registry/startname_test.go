@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/supervisor"
@@ -130,6 +131,38 @@ func TestStartSupervisorWithName(t *testing.T) {
 		}
 		if pid, ok := reg.Whereis("bad-sup"); ok {
 			t.Errorf("name of a failed supervisor start bound to %v", pid)
+		}
+	})
+}
+
+// A name bound at start can be given a TTL, and its lease is reachable to
+// renew or release it.
+func TestStartWithNameLeaseIsReachable(t *testing.T) {
+	inBubble(t, func(t *testing.T, sys *actor.System, reg *Registry) {
+		ref, err := actor.StartServer[struct{}, int, int](context.Background(), sys.Root(), &counter{},
+			WithName(reg, "ttl", WithTTL(time.Second)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, ok := reg.Lease("ttl")
+		if !ok || l.PID() != ref.PID() || l.TTL() != time.Second {
+			t.Fatalf("Lease(ttl) = %v, %v; want the start's lease with its TTL", l, ok)
+		}
+		if err := actor.Sleep(context.Background(), sys.Executor(), 800*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Renew(); err != nil {
+			t.Fatalf("Renew: %v", err)
+		}
+		if err := actor.Sleep(context.Background(), sys.Executor(), 800*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := reg.Whereis("ttl"); !ok {
+			t.Error("renewed name expired")
+		}
+		l.Release()
+		if _, ok := reg.Lease("ttl"); ok {
+			t.Error("released name still has a lease")
 		}
 	})
 }
