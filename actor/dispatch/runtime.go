@@ -123,14 +123,15 @@ type Runtime struct {
 	mu       sync.Mutex
 	handlers *Table[Handler] // frozen by Start; read without the lock after
 	box      mailbox
-	proc     actor.PID // the loop's current process
-	started  bool
-	stopped  bool
-	exited   bool // the loop returned for good; Stop callers were released
-	parked   bool
-	inFlight bool
-	waiters  []actor.Parker // Stop callers waiting for the loop to exit
-	n        counters
+	// loopCancel cancels the current loop process's context (Stop).
+	loopCancel context.CancelFunc
+	started    bool
+	stopped    bool
+	exited     bool // the loop returned for good; Stop callers were released
+	parked     bool
+	inFlight   bool
+	waiters    []actor.Parker // Stop callers waiting for the loop to exit
+	n          counters
 }
 
 type counters struct {
@@ -245,18 +246,28 @@ func (r *Runtime) Start() {
 // spawn starts a process that runs the loop, recording prev first. If the
 // scope is closed there is no process to run it: the runtime is stopped.
 func (r *Runtime) spawn(prev outcome) {
-	pid, err := r.scope.Go("dispatch", func(ctx context.Context) error {
+	_, err := r.scope.Go("dispatch", func(pctx context.Context) error {
+		// The loop's context ends with the process (its scope closing) and
+		// with Stop, which cancels it through loopCancel: a handler that
+		// calls Stop with its own context must see it cancelled, whether or
+		// not this process's start has been recorded yet.
+		ctx, cancel := context.WithCancel(pctx)
+		defer cancel()
+		r.mu.Lock()
+		r.loopCancel = cancel
+		if r.stopped {
+			cancel()
+		}
+		r.mu.Unlock()
 		r.loop(ctx, prev)
 		return nil
 	})
-	r.mu.Lock()
 	if err != nil {
+		r.mu.Lock()
 		r.stopped = true
 		r.exitLocked()
-	} else {
-		r.proc = pid
+		r.mu.Unlock()
 	}
-	r.mu.Unlock()
 }
 
 // Stop halts the loop: it cancels the context of the handler in flight, if
@@ -278,11 +289,14 @@ func (r *Runtime) Stop(ctx context.Context) error {
 	}
 	w := r.ex.NewParker()
 	r.waiters = append(r.waiters, w)
-	proc := r.proc
+	cancel := r.loopCancel
 	r.mu.Unlock()
-	// Cancelling the loop's process cancels the handler in flight; its
-	// loop sees stopped at its next step and exits without draining.
-	proc.Cancel(actor.CancelReason{Kind: actor.CancelRequested})
+	// Cancelling the loop's context cancels the handler in flight; the loop
+	// sees stopped at its next step and exits without draining. A loop that
+	// has not recorded its cancel yet sees stopped when it does.
+	if cancel != nil {
+		cancel()
+	}
 	r.wake.Unpark()
 	return w.Park(ctx)
 }
