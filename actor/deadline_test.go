@@ -50,21 +50,45 @@ func TestWithTimeoutReportsDeadlineExceeded(t *testing.T) {
 	})
 }
 
-// Under the production executor, WithTimeout is the standard library's own
-// deadline, so even a context.WithCancel child reports DeadlineExceeded.
-func TestWithTimeoutDerivedContextsUnderProductionExecutor(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		sys := newSys(t)
-		ctx, cancel := actor.WithTimeout(context.Background(), sys.Executor(), time.Second)
+// Contexts derived with the standard library's own functions see the
+// deadline too, under both executors: a context.WithCancel child reports
+// DeadlineExceeded and the deadline; cancelling the parent reaches a
+// derived context; an early cancel is Canceled.
+func TestWithTimeoutDerivedStdlibContextsBehaveLikeTheStandardLibrary(t *testing.T) {
+	bothExecutors(t, func(t *testing.T, sys *actor.System) {
+		ex := sys.Executor()
+		ctx, cancel := actor.WithTimeout(context.Background(), ex, time.Second)
 		defer cancel()
 		child, cancelChild := context.WithCancel(ctx)
 		defer cancelChild()
-		time.Sleep(2 * time.Second)
-		if !errors.Is(child.Err(), context.DeadlineExceeded) {
-			t.Errorf("child Err() = %v, want DeadlineExceeded", child.Err())
+		grandchild, cancelGrandchild := context.WithCancelCause(context.WithValue(child, struct{}{}, 1))
+		defer cancelGrandchild(nil)
+		sleep(t, sys, 2*time.Second)
+		for name, c := range map[string]context.Context{"child": child, "grandchild": grandchild} {
+			if !errors.Is(c.Err(), context.DeadlineExceeded) || !errors.Is(context.Cause(c), context.DeadlineExceeded) {
+				t.Errorf("%s: Err() = %v, Cause = %v; want DeadlineExceeded", name, c.Err(), context.Cause(c))
+			}
+			if dl, ok := c.Deadline(); !ok || dl.IsZero() {
+				t.Errorf("%s has no Deadline", name)
+			}
+			select {
+			case <-c.Done():
+			default:
+				t.Errorf("%s: Done not closed after the deadline", name)
+			}
 		}
-		if _, ok := child.Deadline(); !ok {
-			t.Error("child has no Deadline")
+
+		// A parent's cancellation reaches a seam deadline and what derives
+		// from it.
+		parent, cancelParent := context.WithCancel(context.Background())
+		dl, cancelDL := actor.WithTimeout(parent, ex, time.Hour)
+		defer cancelDL()
+		derived, cancelDerived := context.WithCancel(dl)
+		defer cancelDerived()
+		cancelParent()
+		sleep(t, sys, time.Millisecond) // a turn boundary under the lab
+		if !errors.Is(dl.Err(), context.Canceled) || !errors.Is(derived.Err(), context.Canceled) {
+			t.Errorf("after the parent's cancel: %v, %v; want Canceled", dl.Err(), derived.Err())
 		}
 	})
 }

@@ -118,17 +118,19 @@ func WithTimeout(parent context.Context, ex Executor, d time.Duration) (context.
 //
 // Under the production executor it is the standard library's context, so
 // every context derived from it behaves exactly as the standard library's.
-// Under another executor (the lab) the context itself reports its Deadline
-// and DeadlineExceeded, and so does every context derived from it through
-// WithTimeout, WithDeadline or context.WithValue; a context derived from it
-// with context.WithCancel reports context.Canceled with
-// context.Cause(ctx) == context.DeadlineExceeded, because the standard
-// library offers no way to cancel a context with DeadlineExceeded at a time
-// it does not measure itself without starting a goroutine, which would
-// break the lab's determinism.
+// An executor with its own clock provides its own (DeadlineProvider): the
+// lab's behaves the same, derived contexts included. Under any other
+// executor the context itself reports its Deadline and DeadlineExceeded,
+// and so does every context derived from it through WithTimeout,
+// WithDeadline or context.WithValue, but a context derived with
+// context.WithCancel reports context.Canceled (with context.Cause
+// DeadlineExceeded).
 func WithDeadline(parent context.Context, ex Executor, at time.Time) (context.Context, context.CancelFunc) {
 	if r, ok := ex.(*realExecutor); ok {
 		return r.withDeadline(parent, at)
+	}
+	if d, ok := ex.(DeadlineProvider); ok {
+		return d.WithDeadline(parent, at)
 	}
 	if cur, ok := parent.Deadline(); ok && cur.Before(at) {
 		at = cur // the parent ends first; Deadline reports the earlier one
@@ -145,7 +147,16 @@ func WithDeadline(parent context.Context, ex Executor, at time.Time) (context.Co
 	}
 }
 
-// deadlineCtx is a deadline on a clock the standard library does not read.
+// DeadlineProvider is implemented by executors whose clock the standard
+// library does not read, and which can make deadline contexts on it that
+// behave like the standard library's for every context derived from them
+// (the lab does). WithDeadline and WithTimeout use it.
+type DeadlineProvider interface {
+	WithDeadline(parent context.Context, at time.Time) (context.Context, context.CancelFunc)
+}
+
+// deadlineCtx is a deadline on a clock the standard library does not read,
+// for executors that are not DeadlineProviders.
 // Its own timer sets fired before it cancels, so Err tells the deadline
 // from a cancellation without depending on the cause the parent passed down.
 type deadlineCtx struct {

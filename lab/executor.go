@@ -54,7 +54,8 @@ type Executor struct {
 	faults    Faults
 	record    func(Event) // the run's trace (timer and fault events)
 	watchdog  time.Duration
-	dog       *time.Timer // the watchdog, reused from turn to turn
+	dog       *time.Timer    // the watchdog, reused from turn to turn
+	ctxs      []*deadlineCtx // live deadline contexts with a cancellable parent, in creation order
 }
 
 type thread struct {
@@ -406,6 +407,7 @@ func (e *Executor) emitLocked(ev Event) {
 // maxSteps turns have run. It reports false if it stopped on the budget.
 func (e *Executor) run(maxSteps int) bool {
 	for {
+		e.refreshContexts()
 		e.mu.Lock()
 		e.pollContextsLocked()
 		if len(e.runnable) == 0 {
