@@ -70,9 +70,10 @@ func ChildrenOf[H any](ctx context.Context, sup Lister) ([]TypedChild[H], error)
 }
 
 // ChildOf returns the typed handle of the running child id of a static
-// supervisor. It fails with ErrNotFound if there is no such child, with a
-// *ChildError of kind NotFound naming the child if it is not running, and
-// with a *WrongTypeError if its handle is not an H.
+// supervisor. It fails with a *ChildError naming the child (errors.Is
+// ErrNotFound) if there is no such child or it is terminated, with one that
+// matches ErrRestarting while it waits out a restart backoff, and with a
+// *WrongTypeError if its handle is not an H.
 func ChildOf[H any](ctx context.Context, sup *Ref, id string) (H, error) {
 	var zero H
 	infos, err := sup.WhichChildren(ctx)
@@ -83,7 +84,10 @@ func ChildOf[H any](ctx context.Context, sup *Ref, id string) (H, error) {
 		if info.ID != id {
 			continue
 		}
-		if info.Status != StatusRunning {
+		switch info.Status {
+		case StatusRestarting:
+			return zero, &ChildError{Kind: Restarting, ID: id}
+		case StatusTerminated:
 			return zero, &ChildError{Kind: NotFound, ID: id}
 		}
 		h, ok := handleAs[H](info.PID)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/supervisor"
@@ -80,6 +81,12 @@ func TestTypedChildrenAndOneCallServerChild(t *testing.T) {
 		if _, err := supervisor.ChildOf[*kvRef](ctx, sup, "none"); !errors.Is(err, supervisor.ErrNotFound) {
 			t.Errorf("ChildOf of an unknown id: %v, want ErrNotFound", err)
 		}
+		if err := sup.TerminateChild(ctx, "w"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := supervisor.ChildOf[*kvRef](ctx, sup, "w"); !errors.Is(err, supervisor.ErrNotFound) {
+			t.Errorf("ChildOf of a terminated child: %v, want ErrNotFound", err)
+		}
 
 		// The one-call child restarts like any other: a fresh server.
 		old := kvs.PID()
@@ -108,6 +115,32 @@ func TestServerChildStartFailureKeepsOutcome(t *testing.T) {
 		var se *actor.StartError
 		if !errors.As(err, &sce) || sce.ID != "kv" || !errors.As(sce.Err, &se) || !errors.Is(err, errInit) {
 			t.Errorf("start: %v, want a StartChildError for kv wrapping the StartError with the init error", err)
+		}
+	})
+}
+
+// ChildOf tells a child waiting out its restart backoff (ErrRestarting)
+// from one that runs, and gives the new instance once it does.
+func TestChildOfDuringRestartBackoff(t *testing.T) {
+	bubble(t, 1, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		sup := e.start(supervisor.Spec{Backoff: supervisor.Fixed(time.Second),
+			Children: []supervisor.ChildSpec{supervisor.ServerChild("kv", newKV)}})
+		first, err := supervisor.ChildOf[*kvRef](ctx, sup, "kv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := first.Cast(ctx, set{}); err != nil { // an Err exit
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if _, err := supervisor.ChildOf[*kvRef](ctx, sup, "kv"); !errors.Is(err, supervisor.ErrRestarting) {
+			t.Errorf("ChildOf during the backoff: %v, want ErrRestarting", err)
+		}
+		e.sleep(time.Second)
+		again, err := supervisor.ChildOf[*kvRef](ctx, sup, "kv")
+		if err != nil || again.PID() == first.PID() || !again.PID().Alive() {
+			t.Errorf("ChildOf after the backoff: %v, %v; want the new instance", again, err)
 		}
 	})
 }
