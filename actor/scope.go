@@ -211,14 +211,18 @@ func (s *Scope) closeOnce(ctx context.Context, killed bool) (Outcome, error) {
 			if err := s.waitQuiescent(ctx); err != nil {
 				return s.Outcome(), &NotQuiescentError{Scope: s.name, Live: s.liveCount(), Running: s.running(), Cause: err}
 			}
+			// Sub-scopes still held here have killed goroutines of their
+			// own to wait for.
+			_, held := s.snapshot()
+			for _, sub := range held {
+				if _, err := sub.Close(ctx); err != nil {
+					return s.Outcome(), err
+				}
+			}
 			s.mu.Lock()
 			s.closeErr = nil
-			o, tellParent := s.outcome, s.heldByParent
-			s.heldByParent = false
+			o := s.outcome
 			s.mu.Unlock()
-			if tellParent {
-				s.parent.subClosed(s, o)
-			}
 			return o, nil
 		}
 		w := s.sys.ex.NewParker()
@@ -316,11 +320,12 @@ func (s *Scope) close(ctx context.Context, killed bool) (Outcome, error) {
 
 	s.mu.Lock()
 	o := s.outcome
-	// A CloseKilled that left killed goroutines running keeps the scope in
-	// its parent's list, so the parent's Close still waits for them: the
-	// owner does not wait for a killed child, but nothing outlives its
-	// scope (INV-1).
-	hold := killed && len(s.zombies) > 0 && s.parent != nil
+	// A CloseKilled that left killed goroutines running, here or in a
+	// sub-scope it holds, keeps the scope in its parent's list, so the
+	// parent's Close still waits for them: the owner does not wait for a
+	// killed child, but nothing outlives its scope (INV-1). It is released
+	// once they have returned.
+	hold := killed && s.parent != nil && (s.live > 0 || len(s.subs) > 0)
 	s.heldByParent = hold
 	s.mu.Unlock()
 	if p := s.parent; p != nil && !hold {
@@ -427,7 +432,6 @@ func (s *Scope) runFinalizers() {
 
 func (s *Scope) subClosed(sub *Scope, o Outcome) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for i, x := range s.subs {
 		if x == sub {
 			s.subs = append(s.subs[:i], s.subs[i+1:]...)
@@ -436,9 +440,25 @@ func (s *Scope) subClosed(sub *Scope, o Outcome) {
 				// which decides what of it is a failure of its own.
 				s.outcome = Join(s.outcome, o)
 			}
-			return
+			break
 		}
 	}
+	tell, out := s.releaseLocked()
+	s.mu.Unlock()
+	if tell {
+		s.parent.subClosed(s, out)
+	}
+}
+
+// releaseLocked reports whether a scope its parent holds (see close) has
+// become quiescent, with no goroutine and no held sub-scope left, and if
+// so stops holding it: the caller then tells the parent, outside the lock.
+func (s *Scope) releaseLocked() (bool, Outcome) {
+	if !s.heldByParent || s.live != 0 || len(s.subs) != 0 {
+		return false, Outcome{}
+	}
+	s.heldByParent = false
+	return true, s.outcome
 }
 
 // add registers a starting process. The scope counts it live until quiescent.
@@ -506,15 +526,13 @@ func (s *Scope) quiescent(c *core) {
 		}
 	}
 	var wake []Parker
-	tellParent := false
 	if s.live == 0 {
 		wake, s.quiet = s.quiet, nil
-		// The last killed goroutine of a CloseKilled scope returned: the
-		// parent no longer needs to hold it.
-		tellParent, s.heldByParent = s.heldByParent, false
 	}
 	wake = append(wake, s.wakeOnlyKilledLocked()...)
-	o := s.outcome
+	// The last killed goroutine of a CloseKilled scope returned: the parent
+	// no longer needs to hold it.
+	tellParent, o := s.releaseLocked()
 	s.mu.Unlock()
 	if tellParent {
 		s.parent.subClosed(s, o)

@@ -52,3 +52,34 @@ func TestStopReturnsAtShutdownTimeoutAndReportsWhatStillRuns(t *testing.T) {
 		}
 	})
 }
+
+// The same through a nested supervisor: the inner one kills its deaf child
+// at its timeout, the outer Stop returns then and reports the grandchild,
+// and the system's Close still waits for the grandchild's goroutine.
+func TestNestedStopReportsKilledGrandchildAndCloseWaitsForIt(t *testing.T) {
+	bubble(t, 1, func(t *testing.T, e *env) {
+		e.plan("deaf", func(int) instance { return instance{ignoreShutdown: true} })
+		deaf := e.spec("deaf")
+		deaf.Shutdown = supervisor.Shutdown(2 * time.Second)
+		inner := supervisor.ChildSpecFor("inner", supervisor.Spec{Children: []supervisor.ChildSpec{deaf}})
+		sup := e.start(supervisor.Spec{Children: []supervisor.ChildSpec{inner}})
+		deafPID := e.pid("deaf")
+
+		t0 := e.now()
+		_, err := sup.Stop(e.ctx)
+		if took := e.now().Sub(t0); took != 2*time.Second {
+			t.Errorf("Stop took %v, want the grandchild's 2s shutdown timeout", took)
+		}
+		var nq *actor.NotQuiescentError
+		if !errors.As(err, &nq) || len(nq.Running) != 1 || nq.Running[0] != deafPID {
+			t.Fatalf("Stop error %v, want a NotQuiescentError listing %s", err, deafPID)
+		}
+		t1 := e.now()
+		if _, err := e.sys.Close(e.ctx); err != nil {
+			t.Errorf("system close: %v", err)
+		}
+		if took := e.now().Sub(t1); took < time.Hour-2*time.Second {
+			t.Errorf("system close returned after %v, before the grandchild's goroutine returned", took)
+		}
+	})
+}
