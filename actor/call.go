@@ -69,10 +69,16 @@ func (e *CallError) Error() string {
 	return msg
 }
 
-// Is matches sentinels of the same kind.
+// Is matches the sentinel of the same kind (ErrCallTimeout, ...), and a
+// *CallError of the same kind that names no target.
 func (e *CallError) Is(target error) bool {
-	t, ok := target.(*CallError)
-	return ok && t.Kind == e.Kind && t.Target.IsZero()
+	switch t := target.(type) {
+	case callSentinel:
+		return CallErrorKind(t) == e.Kind
+	case *CallError:
+		return t.Kind == e.Kind && t.Target.IsZero()
+	}
+	return false
 }
 
 func (e *CallError) Unwrap() error { return e.Cause }
@@ -90,15 +96,21 @@ func (e *CallError) Outcome() Outcome {
 	return ErrOutcome(e)
 }
 
-// Sentinels for errors.Is.
-var (
-	ErrCallCancelled = &CallError{Kind: CallCancelled}
-	ErrCallTimeout   = &CallError{Kind: CallTimeout}
-	ErrServerStopped = &CallError{Kind: CallServerStopped}
-	ErrCallNoProc    = &CallError{Kind: CallNoProc}
-	ErrCallingSelf   = &CallError{Kind: CallCallingSelf}
-	ErrNoReply       = &CallError{Kind: CallNoReply}
+// Sentinels for errors.Is, one per kind. They are constants: nothing can
+// reassign or mutate them.
+const (
+	ErrCallCancelled = callSentinel(CallCancelled)
+	ErrCallTimeout   = callSentinel(CallTimeout)
+	ErrServerStopped = callSentinel(CallServerStopped)
+	ErrCallNoProc    = callSentinel(CallNoProc)
+	ErrCallingSelf   = callSentinel(CallCallingSelf)
+	ErrNoReply       = callSentinel(CallNoReply)
 )
+
+// callSentinel is the sentinel of one CallErrorKind.
+type callSentinel CallErrorKind
+
+func (k callSentinel) Error() string { return "actor: call " + CallErrorKind(k).String() }
 
 // CastErrorKind classifies a failed cast.
 type CastErrorKind uint8
@@ -137,9 +149,16 @@ type CastError struct {
 
 func (e *CastError) Error() string { return "actor: cast " + e.Kind.String() }
 
+// Is matches the sentinel of the same kind (ErrCastFull, ...), and a
+// *CastError of the same kind that names no target.
 func (e *CastError) Is(target error) bool {
-	t, ok := target.(*CastError)
-	return ok && t.Kind == e.Kind && t.Target.IsZero()
+	switch t := target.(type) {
+	case castSentinel:
+		return CastErrorKind(t) == e.Kind
+	case *CastError:
+		return t.Kind == e.Kind && t.Target.IsZero()
+	}
+	return false
 }
 
 func (e *CastError) Unwrap() error { return e.Cause }
@@ -152,16 +171,22 @@ func (e *CastError) Outcome() Outcome {
 	return ErrOutcome(e)
 }
 
-var (
-	ErrCastFull          = &CastError{Kind: CastFull}
-	ErrCastServerStopped = &CastError{Kind: CastServerStopped}
-	ErrCastCancelled     = &CastError{Kind: CastCancelled}
-	ErrCastNoProc        = &CastError{Kind: CastNoProc}
+// Sentinels for errors.Is, one per kind; constants, like the call ones.
+const (
+	ErrCastFull          = castSentinel(CastFull)
+	ErrCastServerStopped = castSentinel(CastServerStopped)
+	ErrCastCancelled     = castSentinel(CastCancelled)
+	ErrCastNoProc        = castSentinel(CastNoProc)
 )
+
+// castSentinel is the sentinel of one CastErrorKind.
+type castSentinel CastErrorKind
+
+func (k castSentinel) Error() string { return "actor: cast " + CastErrorKind(k).String() }
 
 // ErrAlreadyReplied is returned when a deferred reply is used a second time
 // (or after the obligation was aborted).
-var ErrAlreadyReplied = errors.New("actor: reply obligation already resolved")
+const ErrAlreadyReplied sentinel = "actor: reply obligation already resolved"
 
 func ctxCallError(ctx context.Context, target PID) *CallError {
 	err := ctx.Err()

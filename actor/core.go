@@ -12,7 +12,7 @@ import (
 
 // ErrNoProc is the reason of a Down for a process that was already dead when
 // the monitor was set up, and the error of linking to a dead process.
-var ErrNoProc = errors.New("actor: noproc")
+const ErrNoProc sentinel = "actor: noproc"
 
 // PID identifies a process. It is a comparable value; the zero PID names no
 // process. A PID stays valid (and answers Outcome/Wait) after its process
@@ -184,8 +184,10 @@ type impl interface {
 	// deliverSystem enqueues a Down or Exit, bypassing the mailbox bound.
 	deliverSystem(msg any) bool
 	// abandon closes the mailbox and fails every pending obligation; used when
-	// the process is killed while its goroutine may still be busy.
-	abandon(o Outcome)
+	// the process is killed while its goroutine may still be busy. It
+	// reports whether the goroutine was idle (parked waiting for a message,
+	// or not started), so that it will return without running user code.
+	abandon(o Outcome) (idle bool)
 }
 
 // core is the lifecycle state every process shares: identity, cancellation,
@@ -207,7 +209,7 @@ type core struct {
 	cancelCtx context.CancelCauseFunc
 	// initCancel cancels the init-phase context, which derives from Start's
 	// context rather than from ctx, so a cancel request must reach it too.
-	initCancel context.CancelCauseFunc
+	initCancel context.CancelFunc
 	trapExit   bool
 	links      []*core
 	monitors   []monitorEntry // in ref order: the Down tie-break
@@ -219,6 +221,12 @@ type core struct {
 	children   *Scope // the process's own scope (Proc.Children), if created
 
 	prev, next *core // the owning scope's list, in spawn order
+	// Guarded by the owning scope's mu: the goroutine (or init) has
+	// returned; the process was killed while its goroutine still ran.
+	returned, zombie bool
+	// idleAtKill: when killed, its goroutine was idle (set by the killer
+	// before finish, read by the scope in finish on the same goroutine).
+	idleAtKill atomic.Bool
 }
 
 type monitorEntry struct {
@@ -286,13 +294,13 @@ func (c *core) requestCancel(r CancelReason, owner bool) {
 			cancel(ErrCancelled)
 		}
 		if initCancel != nil {
-			initCancel(ErrCancelled)
+			initCancel()
 		}
 		c.sys.trace(TraceEvent{Kind: TraceCancelRequested, PID: c.pid(), Detail: r.String()})
 	}
 	if r.Kind == CancelKill {
 		o := CancelledOutcome(r)
-		c.impl.abandon(o)
+		c.idleAtKill.Store(c.impl.abandon(o))
 		// Nothing the process started may outlive it.
 		c.mu.Lock()
 		children := c.children
@@ -414,7 +422,7 @@ func (c *core) onLinkedExit(from *core, o Outcome) {
 		return
 	}
 	if !o.IsOk() {
-		c.requestCancel(CancelReason{Kind: CancelLinked, From: from.pid()}, false)
+		c.requestCancel(CancelReason{Kind: CancelLinked, From: from.pid(), Cause: &LinkError{From: from.pid(), Outcome: o}}, false)
 	}
 }
 

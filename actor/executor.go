@@ -2,7 +2,6 @@ package actor
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"time"
 )
@@ -68,7 +67,7 @@ type FaultInjector interface {
 }
 
 // ErrInjectedCrash is the panic value of a crash injected at FaultCrash.
-var ErrInjectedCrash = errors.New("actor: injected crash")
+const ErrInjectedCrash sentinel = "actor: injected crash"
 
 func isDeterministic(ex Executor) bool {
 	d, ok := ex.(Deterministic)
@@ -107,22 +106,64 @@ func Sleep(ctx context.Context, ex Executor, d time.Duration) error {
 }
 
 // WithTimeout is context.WithTimeout on the executor's clock: the returned
-// context is cancelled with context.DeadlineExceeded once d has elapsed.
-// Use it instead of context.WithTimeout wherever the lab must control time.
+// context has a Deadline, and once d has elapsed its Err is
+// context.DeadlineExceeded. Use it instead of context.WithTimeout wherever
+// the lab must control time.
 func WithTimeout(parent context.Context, ex Executor, d time.Duration) (context.Context, context.CancelFunc) {
+	return WithDeadline(parent, ex, ex.Now().Add(d))
+}
+
+// WithDeadline is context.WithDeadline on the executor's clock (see
+// WithTimeout).
+//
+// Under the production executor it is the standard library's context, so
+// every context derived from it behaves exactly as the standard library's.
+// An executor with its own clock provides its own (DeadlineProvider): the
+// lab's behaves the same, derived contexts included. Under any other
+// executor the context itself reports its Deadline and DeadlineExceeded,
+// and so does every context derived from it through WithTimeout,
+// WithDeadline or context.WithValue, but a context derived with
+// context.WithCancel reports context.Canceled (with context.Cause
+// DeadlineExceeded).
+func WithDeadline(parent context.Context, ex Executor, at time.Time) (context.Context, context.CancelFunc) {
+	if r, ok := ex.(*realExecutor); ok {
+		return r.withDeadline(parent, at)
+	}
+	if d, ok := ex.(DeadlineProvider); ok {
+		return d.WithDeadline(parent, at)
+	}
+	if cur, ok := parent.Deadline(); ok && cur.Before(at) {
+		at = cur // the parent ends first; Deadline reports the earlier one
+	}
 	ctx, cancel := context.WithCancelCause(parent)
-	t := ex.AfterFunc(d, func() { cancel(context.DeadlineExceeded) })
-	return &deadlineCtx{Context: ctx, deadline: ex.Now().Add(d)}, func() {
+	c := &deadlineCtx{Context: ctx, parent: parent, deadline: at}
+	t := ex.AfterFunc(at.Sub(ex.Now()), func() {
+		c.fired.Store(true)
+		cancel(context.DeadlineExceeded)
+	})
+	return c, func() {
 		t.Stop()
 		cancel(context.Canceled)
 	}
 }
 
-// deadlineCtx reports DeadlineExceeded as its Err when the seam timer fired,
-// so callers can tell a timeout from a cancellation with errors.Is.
+// DeadlineProvider is implemented by executors whose clock the standard
+// library does not read, and which can make deadline contexts on it that
+// behave like the standard library's for every context derived from them
+// (the lab does). WithDeadline and WithTimeout use it.
+type DeadlineProvider interface {
+	WithDeadline(parent context.Context, at time.Time) (context.Context, context.CancelFunc)
+}
+
+// deadlineCtx is a deadline on a clock the standard library does not read,
+// for executors that are not DeadlineProviders.
+// Its own timer sets fired before it cancels, so Err tells the deadline
+// from a cancellation without depending on the cause the parent passed down.
 type deadlineCtx struct {
-	context.Context
-	deadline time.Time
+	context.Context // the cancellation; Done and Value come from it
+	parent          context.Context
+	deadline        time.Time
+	fired           atomic.Bool
 }
 
 func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
@@ -131,8 +172,11 @@ func (c *deadlineCtx) Err() error {
 	if c.Context.Err() == nil {
 		return nil
 	}
-	if context.Cause(c.Context) == context.DeadlineExceeded {
+	if c.fired.Load() && context.Cause(c.Context) == context.DeadlineExceeded {
 		return context.DeadlineExceeded
+	}
+	if err := c.parent.Err(); err != nil {
+		return err // the parent's own reason, DeadlineExceeded included
 	}
 	return context.Canceled
 }

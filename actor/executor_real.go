@@ -29,6 +29,13 @@ func (*realExecutor) AfterFunc(d time.Duration, f func()) Timer { return time.Af
 
 func (*realExecutor) Go(f func()) { go f() }
 
+// withDeadline is the standard library's own deadline context: the clock is
+// the same, so everything derived from it behaves as the standard library
+// says (DeadlineExceeded, Deadline, Cause).
+func (*realExecutor) withDeadline(parent context.Context, at time.Time) (context.Context, context.CancelFunc) {
+	return context.WithDeadline(parent, at)
+}
+
 func (*realExecutor) NewParker() Parker { return newChanParker() }
 
 // Uint64 is SplitMix64: the state advances by a fixed odd constant (an

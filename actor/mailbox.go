@@ -2,7 +2,6 @@ package actor
 
 import (
 	"context"
-	"errors"
 	"runtime"
 	"sync"
 )
@@ -14,11 +13,11 @@ const DefaultMailboxCapacity = 64
 // ErrMailboxFull is returned by TrySend (and TryCast) when the mailbox holds
 // its capacity of committed and reserved messages. Nothing is dropped: the
 // message was not enqueued and the caller still owns it.
-var ErrMailboxFull = errors.New("actor: mailbox full")
+const ErrMailboxFull sentinel = "actor: mailbox full"
 
 // ErrMailboxClosed is returned when the receiving process has stopped (or is
 // draining) and accepts no new messages.
-var ErrMailboxClosed = errors.New("actor: mailbox closed")
+const ErrMailboxClosed sentinel = "actor: mailbox closed"
 
 // mailbox is a bounded MPSC queue with two-phase sends.
 //
@@ -47,18 +46,30 @@ type mailbox[E any] struct {
 	// starts it through the executor; from then on it parks when idle. A
 	// process nobody talks to therefore costs no goroutine.
 	dormant bool
-	run     func()
-	intr    bool // wake the consumer even though nothing is queued
-	recv    Parker
+	intr    bool        // wake the consumer even though nothing is queued
+	recv    Parker      // created by the consumer when it first parks
 	waiters waiterQueue // reservers blocked on a full mailbox, FIFO
 	ex      Executor
-	// onBarrier is called, under mu, for a barrier envelope as the consumer
-	// takes it. A batch ends at a barrier: calls are barriers, so at most one
-	// call is ever outside the mailbox and a killer can always find it.
-	onBarrier func(*E)
-	// onPush, when set (only while tracing), stamps each envelope as it is
-	// committed, under mu, so stamps follow the mailbox's real order.
-	onPush func(*E)
+	// owner is the process the mailbox belongs to. It is an interface, not
+	// func fields, so that a process costs no closure allocation: most
+	// processes never park and are never launched.
+	owner mailboxOwner[E]
+	// traced: owner.pushed stamps each envelope as it is committed (only
+	// while tracing).
+	traced bool
+}
+
+// mailboxOwner is what a mailbox calls back into.
+type mailboxOwner[E any] interface {
+	// barrier is called, under mu, for a barrier envelope as the consumer
+	// takes it. A batch ends at a barrier: calls are barriers, so at most
+	// one call is ever outside the mailbox and a killer can always find it.
+	barrier(e *E)
+	// pushed stamps an envelope as it is committed, under mu, so stamps
+	// follow the mailbox's real order (only while tracing).
+	pushed(e *E)
+	// launch starts the consumer goroutine (through the executor).
+	launch()
 }
 
 const (
@@ -68,13 +79,14 @@ const (
 
 // init prepares a mailbox in place. The ring is allocated on first use and
 // grows by doubling, so an idle process costs no buffer.
-func (m *mailbox[E]) init(ex Executor, capacity int) {
+func (m *mailbox[E]) init(ex Executor, capacity int, owner mailboxOwner[E], traced bool) {
 	if capacity <= 0 {
 		capacity = DefaultMailboxCapacity
 	}
 	m.capacity = capacity
-	m.recv = ex.NewParker()
 	m.ex = ex
+	m.owner = owner
+	m.traced = traced
 }
 
 // push appends e; the caller holds mu and has checked the bound.
@@ -85,8 +97,8 @@ func (m *mailbox[E]) push(e E, flags uint8) {
 	i := (m.head + m.n) & (len(m.ring) - 1)
 	m.ring[i] = e
 	m.flags[i] = flags
-	if m.onPush != nil {
-		m.onPush(&m.ring[i])
+	if m.traced {
+		m.owner.pushed(&m.ring[i])
 	}
 	m.n++
 	if flags&flagSys == 0 {
@@ -136,15 +148,14 @@ func (m *mailbox[E]) wake(a wakeAction) {
 	case wakeUnpark:
 		m.recv.Unpark()
 	case wakeLaunch:
-		m.ex.Go(m.run)
+		m.owner.launch()
 	}
 }
 
 // arm makes the consumer startable: at once if there is already work (or a
 // cancel request), otherwise on first activation.
-func (m *mailbox[E]) arm(run func()) {
+func (m *mailbox[E]) arm() {
 	m.mu.Lock()
-	m.run = run
 	m.dormant = true
 	var a wakeAction
 	if m.n > 0 || m.intr || m.closed {
@@ -301,8 +312,14 @@ func (m *mailbox[E]) take(buf []E) (batch []E, ok bool) {
 			continue
 		}
 		m.parked = true
+		if m.recv == nil {
+			// Producers unpark only a parked consumer, and see parked (and
+			// so recv) under mu: creating it here, first, is safe.
+			m.recv = m.ex.NewParker()
+		}
+		recv := m.recv
 		m.mu.Unlock()
-		_ = m.recv.Park(context.Background())
+		_ = recv.Park(context.Background())
 		m.mu.Lock()
 	}
 	m.intr = false
@@ -336,9 +353,7 @@ func (m *mailbox[E]) drainLocked(buf []E) []E {
 			m.user--
 		}
 		if f&flagBarrier != 0 {
-			if m.onBarrier != nil {
-				m.onBarrier(&buf[len(buf)-1])
-			}
+			m.owner.barrier(&buf[len(buf)-1])
 			break
 		}
 	}
@@ -374,9 +389,12 @@ func (m *mailbox[E]) close() {
 
 // closeAndTake closes the mailbox and removes everything queued, calling
 // visit for each envelope and then held, all under the lock; used by kill.
-func (m *mailbox[E]) closeAndTake(visit func(*E), held func()) {
+// It reports whether the consumer was idle: parked on an empty mailbox, or
+// not started.
+func (m *mailbox[E]) closeAndTake(visit func(*E), held func()) (idle bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	idle = m.parked || m.dormant
 	m.closed = true
 	for m.waiters.head != nil {
 		m.waiters.pop().p.Unpark()
@@ -394,6 +412,7 @@ func (m *mailbox[E]) closeAndTake(visit func(*E), held func()) {
 		held()
 	}
 	m.wake(m.wakeLocked())
+	return idle
 }
 
 // len reports queued envelopes (for tests and introspection).

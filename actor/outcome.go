@@ -1,7 +1,6 @@
 package actor
 
 import (
-	"errors"
 	"fmt"
 )
 
@@ -114,12 +113,40 @@ func (o Outcome) AsError() error {
 	return &OutcomeError{Outcome: o}
 }
 
-// OutcomeError carries a non-Ok outcome as an error. It unwraps to the
-// application error of an Err outcome.
+// OutcomeError carries a non-Ok outcome as an error. Everything the outcome
+// knows of why is reachable through it with errors.Is and errors.As: the
+// application error (Err), the cause of a cancellation (CancelReason.Cause,
+// for instance the *LinkError of a linked exit), and a panic value that is
+// an error. A Cancelled outcome also matches ErrCancelled, and a Cancelled
+// outcome whose kind is CancelTimeout matches ErrTimeout.
 type OutcomeError struct{ Outcome Outcome }
 
 func (e *OutcomeError) Error() string { return e.Outcome.String() }
-func (e *OutcomeError) Unwrap() error { return e.Outcome.Err }
+
+func (e *OutcomeError) Unwrap() []error {
+	o := e.Outcome
+	var errs []error
+	if o.Err != nil {
+		errs = append(errs, o.Err)
+	}
+	switch o.Severity {
+	case Cancelled:
+		if o.Cancel.Cause != nil {
+			errs = append(errs, o.Cancel.Cause)
+		}
+		if o.Cancel.Kind == CancelTimeout {
+			errs = append(errs, ErrTimeout)
+		}
+		errs = append(errs, ErrCancelled)
+	case Panicked:
+		if o.Panic != nil {
+			if err, ok := o.Panic.Value.(error); ok && err != o.Err {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errs
+}
 
 // CancelKind is why cancellation was requested. Kinds are ordered by
 // strength: when requests race, the strongest wins (INV-2, INV-6B).
@@ -162,18 +189,28 @@ func (k CancelKind) String() string {
 	return fmt.Sprintf("cancel(%d)", uint8(k))
 }
 
-// CancelReason is a cancellation request: its kind and, for linked exits, the
-// process whose exit caused it.
+// CancelReason is a cancellation request: its kind, the process that caused
+// it (for linked exits and owner shutdowns), and an optional cause.
 type CancelReason struct {
 	Kind CancelKind
 	From PID
+	// Cause says why, beyond the kind: the reason given to Shutdown, or,
+	// for a linked exit, a *LinkError carrying the peer's outcome. It is
+	// reachable from the completed outcome's AsError with errors.Is and
+	// errors.As. Its dynamic type must be comparable (a pointer, or a
+	// sentinel), as an error compared with errors.Is must be.
+	Cause error
 }
 
 func (r CancelReason) String() string {
-	if r.From.IsZero() {
-		return r.Kind.String()
+	s := r.Kind.String()
+	if !r.From.IsZero() {
+		s = fmt.Sprintf("%s from %s", s, r.From)
 	}
-	return fmt.Sprintf("%s from %s", r.Kind, r.From)
+	if r.Cause != nil {
+		s = fmt.Sprintf("%s: %v", s, r.Cause)
+	}
+	return s
 }
 
 // Stronger returns the stronger of two reasons; ties keep r (the first
@@ -185,6 +222,27 @@ func (r CancelReason) Stronger(o CancelReason) CancelReason {
 	return r
 }
 
+// ErrGoexit is the Err of the Panicked outcome of a process whose goroutine
+// ended through runtime.Goexit in user code (a handler, a task function):
+// it cannot be recovered, but the process still completes.
+const ErrGoexit sentinel = "actor: runtime.Goexit in a process"
+
 // ErrCancelled is the error a context-style API returns when the process or
 // scope it belongs to was cancelled.
-var ErrCancelled = errors.New("actor: cancelled")
+const ErrCancelled sentinel = "actor: cancelled"
+
+// LinkError is the Cause of a CancelLinked reason: the exit of the linked
+// peer that brought the process down. It unwraps to the peer's own outcome,
+// so the peer's original reason (its error, its panic value, or the cause of
+// its own cancellation, down a chain of links) is reachable with errors.As
+// from the outcome of every process the exit travelled to.
+type LinkError struct {
+	From    PID
+	Outcome Outcome
+}
+
+func (e *LinkError) Error() string {
+	return fmt.Sprintf("actor: linked process %s exited: %s", e.From, e.Outcome)
+}
+
+func (e *LinkError) Unwrap() error { return e.Outcome.AsError() }

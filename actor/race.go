@@ -2,13 +2,31 @@ package actor
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
 
 // ErrTimeout is returned by Timeout when the time ran out before f finished.
-var ErrTimeout = errors.New("actor: timeout")
+const ErrTimeout sentinel = "actor: timeout"
+
+// ErrNoBranches is returned by Race and Select called without branches:
+// with nothing to wait for, nothing could ever win.
+const ErrNoBranches sentinel = "actor: race with no branches"
+
+// BranchError is returned by Race, Select and Timeout when a branch could
+// not be started (its scope was closed under it). The branches started
+// before it are cancelled and drained first, and the winner is -1.
+type BranchError struct {
+	Index int
+	Err   error
+}
+
+func (e *BranchError) Error() string {
+	return fmt.Sprintf("actor: race branch %d could not start: %v", e.Index, e.Err)
+}
+
+func (e *BranchError) Unwrap() error { return e.Err }
 
 // task is a bare process: a function with no mailbox.
 type task struct {
@@ -17,10 +35,19 @@ type task struct {
 
 func (*task) interrupt()             {}
 func (*task) deliverSystem(any) bool { return false }
-func (*task) abandon(Outcome)        {}
+func (*task) abandon(Outcome) bool   { return false }
 func (t *task) run(ctx context.Context, f func(context.Context) error) {
-	defer t.scope.quiescent()
+	defer t.scope.quiescent(&t.core)
+	returned := false
+	defer func() {
+		if !returned {
+			// f called runtime.Goexit, which no recover stops: the task
+			// still completes, Panicked, so nothing waits for it forever.
+			t.finish(violationOutcome(ErrGoexit))
+		}
+	}()
 	o := protect(func() error { return f(ctx) })
+	returned = true
 	if o.Severity == Err && t.stopping.Load() {
 		// The task gave up because it was asked to: that is cancellation,
 		// not an application failure.
@@ -52,7 +79,9 @@ func (s *Scope) Go(name string, f func(ctx context.Context) error) (PID, error) 
 // have completed and their cleanup has run (INV-4: losers are drained). If
 // ctx ends first, every branch is cancelled and drained and Race returns
 // ctx's error with winner -1. A branch that panics wins with an
-// *OutcomeError carrying the panic.
+// *OutcomeError carrying the panic. Without branches Race returns
+// ErrNoBranches at once; if a branch cannot be started it returns a
+// *BranchError once the branches already started are drained.
 func Race[T any](ctx context.Context, parent *Scope, branches ...func(ctx context.Context) (T, error)) (winner int, val T, err error) {
 	return race(ctx, parent, CancelReason{Kind: CancelRaceLost}, branches)
 }
@@ -80,17 +109,26 @@ func Timeout[T any](ctx context.Context, parent *Scope, d time.Duration, f func(
 
 func race[T any](ctx context.Context, parent *Scope, loserReason CancelReason, branches []func(ctx context.Context) (T, error)) (int, T, error) {
 	var zero T
+	if len(branches) == 0 {
+		return -1, zero, ErrNoBranches
+	}
 	sub, err := parent.Sub("race")
 	if err != nil {
 		return -1, zero, err
 	}
+	return raceIn(ctx, sub, loserReason, branches)
+}
+
+// raceIn runs the race in sub, which it closes before returning.
+func raceIn[T any](ctx context.Context, sub *Scope, loserReason CancelReason, branches []func(ctx context.Context) (T, error)) (int, T, error) {
+	var zero T
 	var (
 		mu    sync.Mutex
 		done  bool
 		win   = -1
 		val   T
 		werr  error
-		ready = parent.sys.ex.NewParker()
+		ready = sub.sys.ex.NewParker()
 	)
 	settle := func(i int, v T, err error) {
 		mu.Lock()
@@ -116,7 +154,14 @@ func race[T any](ctx context.Context, parent *Scope, loserReason CancelReason, b
 			return err
 		})
 		if err != nil {
-			break
+			// Close the race so no branch started so far can win, then
+			// drain them and report the branch that could not start.
+			mu.Lock()
+			done = true
+			mu.Unlock()
+			sub.Cancel(loserReason)
+			_, _ = sub.Close(context.WithoutCancel(ctx))
+			return -1, zero, &BranchError{Index: i, Err: err}
 		}
 	}
 	perr := ready.Park(ctx)

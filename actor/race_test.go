@@ -174,3 +174,24 @@ func TestScopeGoTaskOutcomes(t *testing.T) {
 		_, _ = sys.Close(context.Background())
 	})
 }
+
+// Race and Select with no branches return ErrNoBranches at once instead of
+// waiting for a winner that cannot exist.
+func TestRaceAndSelectWithNoBranchesReturnErrNoBranches(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		sys := newSys(t)
+		start := time.Now()
+		for name, f := range map[string]func(context.Context, *actor.Scope, ...func(context.Context) (int, error)) (int, int, error){
+			"Race": actor.Race[int], "Select": actor.Select[int],
+		} {
+			w, _, err := f(context.Background(), sys.Root())
+			if w != -1 || !errors.Is(err, actor.ErrNoBranches) {
+				t.Errorf("%s(): winner %d, err %v; want -1, ErrNoBranches", name, w, err)
+			}
+		}
+		if d := time.Since(start); d != 0 {
+			t.Errorf("returned after %v, want at once", d)
+		}
+		closeSys(t, sys)
+	})
+}

@@ -10,7 +10,7 @@ import (
 
 // ErrScopeClosed is returned when spawning into, or opening a sub-scope of,
 // a scope that is closing or closed.
-var ErrScopeClosed = errors.New("actor: scope closed")
+const ErrScopeClosed sentinel = "actor: scope closed"
 
 // NotQuiescentError is returned by Close when ctx ended before every process
 // of the scope had returned (a handler ignoring cancellation). The processes
@@ -19,10 +19,16 @@ var ErrScopeClosed = errors.New("actor: scope closed")
 type NotQuiescentError struct {
 	Scope string
 	Live  int
-	Cause error
+	// Running lists the killed processes whose goroutines were still
+	// running user code, in the order they were killed.
+	Running []PID
+	Cause   error
 }
 
 func (e *NotQuiescentError) Error() string {
+	if e.Cause == nil {
+		return fmt.Sprintf("actor: scope %s not quiescent: killed processes still running: %v", e.Scope, e.Running)
+	}
 	return fmt.Sprintf("actor: scope %s not quiescent: %d process goroutines still running: %v", e.Scope, e.Live, e.Cause)
 }
 
@@ -47,6 +53,13 @@ type Scope struct {
 	live       int // processes whose goroutine (or init) has not returned
 	outcome    Outcome
 	quiet      []Parker
+	// zombies are killed processes whose goroutine has not returned, in
+	// kill order; quietKilled waits until only they are left.
+	zombies     []*core
+	quietKilled []Parker
+	// heldByParent: a CloseKilled returned with killed goroutines still
+	// running, and the parent has not been told the scope is closed.
+	heldByParent bool
 
 	// Close is one-shot: the first caller does the work, later callers wait
 	// for it and get the same result.
@@ -156,7 +169,29 @@ func (s *Scope) snapshot() ([]*core, []*Scope) {
 // It returns the aggregate outcome (see Outcome). If ctx ends first, the
 // remaining processes are killed and Close returns a *NotQuiescentError once
 // finalizers have run. Close is idempotent.
-func (s *Scope) Close(ctx context.Context) (Outcome, error) {
+func (s *Scope) Close(ctx context.Context) (Outcome, error) { return s.closeOnce(ctx, false) }
+
+// CloseKilled is Close for an owner that has already stopped what it owns
+// within its own time limits, as a supervisor does with its children's
+// shutdown timeouts: it waits for every process goroutine except those of
+// processes that were killed (Abort, CancelKill, a shutdown timeout run
+// out). Those are complete as far as links, monitors, names and callers
+// are concerned, but their goroutines may still be running user code; if
+// any is, CloseKilled returns at once a *NotQuiescentError listing them in
+// Running, instead of waiting for code that ignores cancellation. This is
+// OTP's shutdown timeout: a killed child is not waited for.
+//
+// What a killed process's goroutine may still do: run the rest of the
+// handler or stop hook it was in, touch its own state, read the clock and
+// block. Its mailbox is closed, so nothing more is delivered to it; its
+// pending callers have been answered; its Deferred replies fail with
+// ErrAlreadyReplied; its links, monitors and names are released; its own
+// children were killed with it. Only effects it has on the outside world
+// through references it holds (channels, shared memory, sends to other
+// processes) can still happen, until it returns.
+func (s *Scope) CloseKilled(ctx context.Context) (Outcome, error) { return s.closeOnce(ctx, true) }
+
+func (s *Scope) closeOnce(ctx context.Context, killed bool) (Outcome, error) {
 	s.mu.Lock()
 	s.closed = true
 	if s.closing {
@@ -168,13 +203,27 @@ func (s *Scope) Close(ctx context.Context) (Outcome, error) {
 			// The first Close ran out of time; everything is already
 			// cancelled and finalized, so only quiescence is left to check.
 			s.mu.Unlock()
+			if killed {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				return s.closeOut, s.closeErr
+			}
 			if err := s.waitQuiescent(ctx); err != nil {
-				return s.Outcome(), &NotQuiescentError{Scope: s.name, Live: s.liveCount(), Cause: err}
+				return s.Outcome(), &NotQuiescentError{Scope: s.name, Live: s.liveCount(), Running: s.running(), Cause: err}
+			}
+			// Sub-scopes still held here have killed goroutines of their
+			// own to wait for.
+			_, held := s.snapshot()
+			for _, sub := range held {
+				if _, err := sub.Close(ctx); err != nil {
+					return s.Outcome(), err
+				}
 			}
 			s.mu.Lock()
 			s.closeErr = nil
-			defer s.mu.Unlock()
-			return s.outcome, nil
+			o := s.outcome
+			s.mu.Unlock()
+			return o, nil
 		}
 		w := s.sys.ex.NewParker()
 		s.closeWaits = append(s.closeWaits, w)
@@ -188,8 +237,14 @@ func (s *Scope) Close(ctx context.Context) (Outcome, error) {
 	}
 	s.closing = true
 	s.mu.Unlock()
-	o, err := s.close(ctx)
-	s.sys.trace(TraceEvent{Kind: TraceScopeClosed, Seq: uint64(s.liveCount()), Outcome: o, Detail: s.name})
+	o, err := s.close(ctx, killed)
+	// The quiescence the trace reports: goroutines of killed processes are
+	// not counted by CloseKilled, which reports them in its error instead.
+	left := s.liveCount()
+	if killed {
+		left -= len(s.running())
+	}
+	s.sys.trace(TraceEvent{Kind: TraceScopeClosed, Seq: uint64(left), Outcome: o, Detail: s.name})
 	s.mu.Lock()
 	s.closed2, s.closeOut, s.closeErr = true, o, err
 	waits := s.closeWaits
@@ -216,8 +271,7 @@ func (s *Scope) kill() {
 	}
 }
 
-func (s *Scope) close(ctx context.Context) (Outcome, error) {
-
+func (s *Scope) close(ctx context.Context, killed bool) (Outcome, error) {
 	procs, subs := s.snapshot()
 	for _, c := range procs {
 		c.requestCancel(CancelReason{Kind: CancelShutdown}, true)
@@ -229,17 +283,22 @@ func (s *Scope) close(ctx context.Context) (Outcome, error) {
 			owned = append(owned, sub) // its owner closes it, in its own order
 			continue
 		}
-		if _, err := sub.Close(ctx); err != nil {
+		if _, err := sub.closeOnce(ctx, killed); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	err := s.waitQuiescent(ctx)
+	var err error
+	if killed {
+		err = s.waitUntilOnlyKilled(ctx)
+	} else {
+		err = s.waitQuiescent(ctx)
+	}
 	if err == nil {
 		// The owners are gone and have closed their scopes; a scope an owner
 		// could not make quiescent is still ours to wait for (Close is
 		// one-shot, so this only re-checks quiescence under our ctx).
 		for _, sub := range owned {
-			if _, serr := sub.Close(ctx); serr != nil {
+			if _, serr := sub.closeOnce(ctx, killed); serr != nil {
 				errs = append(errs, serr)
 			}
 		}
@@ -251,14 +310,25 @@ func (s *Scope) close(ctx context.Context) (Outcome, error) {
 		for _, c := range procs {
 			c.requestCancel(CancelReason{Kind: CancelKill}, true)
 		}
-		errs = append(errs, &NotQuiescentError{Scope: s.name, Live: s.liveCount(), Cause: err})
+		errs = append(errs, &NotQuiescentError{Scope: s.name, Live: s.liveCount(), Running: s.running(), Cause: err})
+	} else if killed {
+		if running := s.running(); len(running) > 0 {
+			errs = append(errs, &NotQuiescentError{Scope: s.name, Live: len(running), Running: running})
+		}
 	}
 	s.runFinalizers()
 
 	s.mu.Lock()
 	o := s.outcome
+	// A CloseKilled that left killed goroutines running, here or in a
+	// sub-scope it holds, keeps the scope in its parent's list, so the
+	// parent's Close still waits for them: the owner does not wait for a
+	// killed child, but nothing outlives its scope (INV-1). It is released
+	// once they have returned.
+	hold := killed && s.parent != nil && (s.live > 0 || len(s.subs) > 0)
+	s.heldByParent = hold
 	s.mu.Unlock()
-	if p := s.parent; p != nil {
+	if p := s.parent; p != nil && !hold {
 		p.subClosed(s, o)
 	}
 	return o, errors.Join(errs...)
@@ -287,6 +357,60 @@ func (s *Scope) waitQuiescent(ctx context.Context) error {
 	return nil
 }
 
+// waitUntilOnlyKilled waits until every process goroutine still running
+// belongs to a killed process.
+func (s *Scope) waitUntilOnlyKilled(ctx context.Context) error {
+	s.mu.Lock()
+	if s.live == len(s.zombies) {
+		s.mu.Unlock()
+		return nil
+	}
+	w := s.sys.ex.NewParker()
+	s.quietKilled = append(s.quietKilled, w)
+	s.mu.Unlock()
+	if err := w.Park(ctx); err != nil {
+		s.mu.Lock()
+		for i, x := range s.quietKilled {
+			if x == w {
+				s.quietKilled = append(s.quietKilled[:i], s.quietKilled[i+1:]...)
+				break
+			}
+		}
+		s.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// running lists the killed processes whose goroutines have not returned.
+func (s *Scope) running() []PID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]PID, len(s.zombies))
+	for i, c := range s.zombies {
+		out[i] = c.pid()
+	}
+	return out
+}
+
+// closedResult returns the result of a Close or CloseKilled that has
+// already returned.
+func (s *Scope) closedResult() (Outcome, error, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closeOut, s.closeErr, s.closed2
+}
+
+// wakeOnlyKilledLocked returns the waiters of waitUntilOnlyKilled to wake.
+func (s *Scope) wakeOnlyKilledLocked() []Parker {
+	if s.live != len(s.zombies) || len(s.quietKilled) == 0 {
+		return nil
+	}
+	w := s.quietKilled
+	s.quietKilled = nil
+	return w
+}
+
 func (s *Scope) runFinalizers() {
 	s.mu.Lock()
 	fs := s.finalizers
@@ -308,7 +432,6 @@ func (s *Scope) runFinalizers() {
 
 func (s *Scope) subClosed(sub *Scope, o Outcome) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for i, x := range s.subs {
 		if x == sub {
 			s.subs = append(s.subs[:i], s.subs[i+1:]...)
@@ -317,9 +440,25 @@ func (s *Scope) subClosed(sub *Scope, o Outcome) {
 				// which decides what of it is a failure of its own.
 				s.outcome = Join(s.outcome, o)
 			}
-			return
+			break
 		}
 	}
+	tell, out := s.releaseLocked()
+	s.mu.Unlock()
+	if tell {
+		s.parent.subClosed(s, out)
+	}
+}
+
+// releaseLocked reports whether a scope its parent holds (see close) has
+// become quiescent, with no goroutine and no held sub-scope left, and if
+// so stops holding it: the caller then tells the parent, outside the lock.
+func (s *Scope) releaseLocked() (bool, Outcome) {
+	if !s.heldByParent || s.live != 0 || len(s.subs) != 0 {
+		return false, Outcome{}
+	}
+	s.heldByParent = false
+	return true, s.outcome
 }
 
 // add registers a starting process. The scope counts it live until quiescent.
@@ -343,7 +482,18 @@ func (s *Scope) add(c *core) error {
 // childDone unlinks a completed process and folds its outcome in.
 func (s *Scope) childDone(c *core, o Outcome, ownerStop bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	var wake []Parker
+	defer func() {
+		s.mu.Unlock()
+		for _, w := range wake {
+			w.Unpark()
+		}
+	}()
+	if o.Severity == Cancelled && o.Cancel.Kind == CancelKill && !c.returned && !c.idleAtKill.Load() {
+		c.zombie = true
+		s.zombies = append(s.zombies, c)
+		wake = s.wakeOnlyKilledLocked()
+	}
 	if c.prev != nil {
 		c.prev.next = c.next
 	} else if s.head == c {
@@ -361,15 +511,32 @@ func (s *Scope) childDone(c *core, o Outcome, ownerStop bool) {
 	s.outcome = Join(s.outcome, o)
 }
 
-// quiescent records that a process's goroutine has returned.
-func (s *Scope) quiescent() {
+// quiescent records that c's goroutine (or its init) has returned.
+func (s *Scope) quiescent(c *core) {
 	s.mu.Lock()
 	s.live--
+	c.returned = true
+	if c.zombie {
+		c.zombie = false
+		for i, z := range s.zombies {
+			if z == c {
+				s.zombies = append(s.zombies[:i], s.zombies[i+1:]...)
+				break
+			}
+		}
+	}
 	var wake []Parker
 	if s.live == 0 {
 		wake, s.quiet = s.quiet, nil
 	}
+	wake = append(wake, s.wakeOnlyKilledLocked()...)
+	// The last killed goroutine of a CloseKilled scope returned: the parent
+	// no longer needs to hold it.
+	tellParent, o := s.releaseLocked()
 	s.mu.Unlock()
+	if tellParent {
+		s.parent.subClosed(s, o)
+	}
 	for _, w := range wake {
 		w.Unpark()
 	}

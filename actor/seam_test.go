@@ -28,6 +28,9 @@ func TestNoAmbientTimeOrRandomness(t *testing.T) {
 		"Now": true, "Sleep": true, "After": true, "AfterFunc": true,
 		"NewTimer": true, "NewTicker": true, "Tick": true, "Since": true, "Until": true,
 	}
+	forbiddenContext := map[string]bool{
+		"WithTimeout": true, "WithDeadline": true, "WithTimeoutCause": true, "WithDeadlineCause": true,
+	}
 	forbiddenImports := map[string]bool{"math/rand": true, "math/rand/v2": true}
 	dirs := []string{".", "./dispatch", "../supervisor", "../registry"}
 	checked := 0
@@ -71,16 +74,16 @@ func TestNoAmbientTimeOrRandomness(t *testing.T) {
 				t.Errorf("%s dot-imports time", path)
 				continue
 			}
-			if timeName == "" || timeName == "_" {
-				continue
-			}
 			ast.Inspect(f, func(n ast.Node) bool {
 				sel, ok := n.(*ast.SelectorExpr)
 				if !ok {
 					return true
 				}
-				if x, ok := sel.X.(*ast.Ident); ok && x.Name == timeName && forbiddenTime[sel.Sel.Name] {
+				if x, ok := sel.X.(*ast.Ident); ok && timeName != "" && timeName != "_" && x.Name == timeName && forbiddenTime[sel.Sel.Name] {
 					t.Errorf("%s uses time.%s: go through the Executor seam", fset.Position(sel.Pos()), sel.Sel.Name)
+				}
+				if x, ok := sel.X.(*ast.Ident); ok && x.Name == "context" && forbiddenContext[sel.Sel.Name] {
+					t.Errorf("%s uses context.%s: use actor.WithTimeout or actor.WithDeadline", fset.Position(sel.Pos()), sel.Sel.Name)
 				}
 				return true
 			})

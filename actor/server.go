@@ -69,6 +69,7 @@ type options struct {
 	stopTimeout time.Duration
 	links       []PID
 	trap        bool
+	binds       []func(PID) error
 }
 
 // WithName sets the process's debugging name.
@@ -86,9 +87,29 @@ func WithStopTimeout(d time.Duration) Option { return func(o *options) { o.stopT
 // WithLink links the new process to pid before init runs.
 func WithLink(pid PID) Option { return func(o *options) { o.links = append(o.links, pid) } }
 
+// WithBinding sets the process's debugging name to name (unless WithName
+// set one) and calls bind with its PID once the process exists and before
+// its init runs; an error from bind fails the start (a *StartError whose
+// outcome is Err(the error)) without running init. It is how a name is
+// bound atomically with a start: bind registers the name, and because a
+// name lives only as long as its process (see registry), a start that fails
+// later, in init or at its init budget, leaves the name unbound by the time
+// Start returns. registry.WithName builds one.
+func WithBinding(name string, bind func(PID) error) Option {
+	return func(o *options) {
+		if o.name == "" {
+			o.name = name
+		}
+		o.binds = append(o.binds, bind)
+	}
+}
+
 // WithTrapExits makes the new process receive linked exits as Exit messages
 // instead of being cancelled by them.
 func WithTrapExits() Option { return func(o *options) { o.trap = true } }
+
+// ErrNilScope is returned by a start given no scope.
+const ErrNilScope sentinel = "actor: nil scope"
 
 // StartError is returned when a process could not start: its init failed,
 // panicked, timed out, or cancellation was requested before init began. The
@@ -102,7 +123,10 @@ func (e *StartError) Error() string {
 	return fmt.Sprintf("actor: start %s failed: %s", e.PID, e.Outcome)
 }
 
-func (e *StartError) Unwrap() error { return e.Outcome.Err }
+// Unwrap exposes the outcome's reasons (see OutcomeError): a start whose
+// init overran WithInitTimeout matches ErrTimeout, an init error matches
+// itself.
+func (e *StartError) Unwrap() error { return e.Outcome.AsError() }
 
 type envKind uint8
 
@@ -119,6 +143,7 @@ type envelope[Q, R, C any] struct {
 	slot *callSlot[R]
 	gen  uint64
 	info any
+	sys  bool // a system message (Down, Exit, timers): it does not reset an idle timeout
 	// Set only while tracing: the sending process and the position in this
 	// mailbox (the FIFO oracle checks handling follows it).
 	from *core
@@ -144,12 +169,17 @@ type heldCall[R any] struct {
 // server is the one process engine; Actor runs on it through an adapter.
 type server[Q, R, C any] struct {
 	core
-	mb    mailbox[envelope[Q, R, C]]
-	beh   Server[Q, R, C]
-	proc  Proc
-	batch []envelope[Q, R, C]
-	opts  options
-	slots sync.Pool
+	// The typed handle (sref for a GenServer, aref and the adapter for a
+	// plain actor) lives inside the process, so a start allocates once.
+	sref    ServerRef[Q, R, C]
+	aref    Ref[C]
+	adapter actorServer[C]
+	mb      mailbox[envelope[Q, R, C]]
+	beh     Server[Q, R, C]
+	proc    Proc
+	batch   []envelope[Q, R, C]
+	opts    options
+	slots   sync.Pool
 
 	held    heldCall[R] // the call last taken from the mailbox (under mb.mu)
 	pushSeq uint64      // envelopes stamped so far (under mb.mu, tracing only)
@@ -177,7 +207,7 @@ type Proc struct {
 	exitReq  bool
 	exitErr  error
 	children *Scope
-	failed   Outcome             // set by Fail; joined into the final outcome
+	ext      *procExt            // what few processes use, allocated on first use
 	active   map[uint64]struct{} // monitors this process holds
 	flushed  map[uint64]struct{} // demonitored with flush while a Down was in flight
 }
@@ -209,27 +239,28 @@ func (p *Proc) Ctx() context.Context {
 	case phaseInit:
 		// Derived from Start's context (no goroutine bridges the two, which
 		// keeps the lab deterministic); cancel requests reach it through
-		// core.initCancel, the budget through a seam timer.
-		ctx, cancel := context.WithCancelCause(context.WithValue(p.startCtx, procKey{}, p.c))
+		// core.initCancel, the budget through a deadline on the seam's clock,
+		// so it reports Deadline and DeadlineExceeded like any deadline.
+		base := context.WithValue(p.startCtx, procKey{}, p.c)
+		var ctx context.Context
+		var cancel context.CancelFunc
+		if p.deadline.IsZero() {
+			ctx, cancel = context.WithCancel(base)
+		} else {
+			ctx, cancel = WithDeadline(base, ex, p.deadline)
+		}
 		p.c.mu.Lock()
 		p.c.initCancel = cancel
 		if p.c.reason.Kind != CancelNone {
-			cancel(ErrCancelled)
+			cancel()
 		}
 		p.c.mu.Unlock()
-		var t Timer
-		if !p.deadline.IsZero() {
-			t = ex.AfterFunc(p.deadline.Sub(ex.Now()), func() { cancel(context.DeadlineExceeded) })
-		}
 		p.ctx = ctx
 		p.cancel = func() {
-			if t != nil {
-				t.Stop()
-			}
 			p.c.mu.Lock()
 			p.c.initCancel = nil
 			p.c.mu.Unlock()
-			cancel(nil)
+			cancel()
 		}
 	case phaseStop:
 		p.ctx, p.cancel = WithTimeout(p.c.identity(), ex, p.deadline.Sub(ex.Now()))
@@ -291,7 +322,25 @@ func (p *Proc) Children() (*Scope, error) {
 // supervisor Panicked). It only ever makes the outcome worse (Join), takes
 // effect when the process completes, and does not stop it by itself: pair it
 // with Exit, or call it from Init or the stop hook.
-func (p *Proc) Fail(o Outcome) { p.failed = Join(p.failed, o) }
+func (p *Proc) Fail(o Outcome) {
+	x := p.extra()
+	x.failed = Join(x.failed, o)
+}
+
+// procExt holds the parts of a process that most processes never use, so
+// that they cost a pointer, not their size, in every process.
+type procExt struct {
+	failed Outcome             // set by Fail; joined into the final outcome
+	cont   []func(*Proc) error // continuations asked for by the current callback
+	idle   idleState
+}
+
+func (p *Proc) extra() *procExt {
+	if p.ext == nil {
+		p.ext = new(procExt)
+	}
+	return p.ext
+}
 
 // Exit ends the process after the current handler returns: nil is a normal
 // exit (Ok; committed messages are drained first), an error is Err.
@@ -389,22 +438,22 @@ func (o *options) apply(opts []Option) {
 
 // start creates, initialises and launches a process. Init runs on the
 // caller's goroutine: Start is synchronous and costs no goroutine hand-off.
-func start[Q, R, C any](ctx context.Context, scope *Scope, beh Server[Q, R, C], opts []Option, handle func(*server[Q, R, C]) any) (*server[Q, R, C], error) {
+//
+// s comes with its behaviour and handle set. Everything a process needs
+// lives in its one server allocation (handle, actor adapter, mailbox,
+// callbacks), and its goroutine, receive parker and run closure are made
+// only once it is first activated: a process nobody talks to costs one
+// allocation.
+func start[Q, R, C any](ctx context.Context, scope *Scope, s *server[Q, R, C], opts []Option) (*server[Q, R, C], error) {
 	if scope == nil {
-		return nil, errors.New("actor: nil scope")
+		return nil, ErrNilScope
 	}
-	s := &server[Q, R, C]{beh: beh}
 	s.opts.apply(opts)
 	o := &s.opts
 	s.core.init(scope.sys, scope, o.name)
 	s.core.impl = s
 	s.core.trapExit = o.trap
-	s.core.handle = handle(s)
-	s.mb.init(scope.sys.ex, o.capacity)
-	s.mb.onBarrier = s.hold
-	if scope.sys.tracer != nil {
-		s.mb.onPush = s.stamp
-	}
+	s.mb.init(scope.sys.ex, o.capacity, s, scope.sys.tracer != nil)
 	s.proc.c = &s.core
 
 	if err := scope.add(&s.core); err != nil {
@@ -416,6 +465,11 @@ func start[Q, R, C any](ctx context.Context, scope *Scope, beh Server[Q, R, C], 
 			return nil, s.failStart(ErrOutcome(ErrNoProc))
 		}
 		scope.sys.trace(TraceEvent{Kind: TraceLink, PID: s.pid(), Peer: l})
+	}
+	for _, bind := range o.binds {
+		if err := bind(s.pid()); err != nil {
+			return nil, s.failStart(ErrOutcome(err))
+		}
 	}
 	// Cancellation requested before init began skips init.
 	if ctx.Err() != nil {
@@ -431,7 +485,15 @@ func start[Q, R, C any](ctx context.Context, scope *Scope, beh Server[Q, R, C], 
 		// Cancelled (or killed) while init ran: the instance never serves.
 		return nil, s.failStart(CancelledOutcome(s.cancelReason()))
 	}
-	s.mb.arm(s.run)
+	// Read before arm: from arm on, the process goroutine owns s.proc.
+	x := s.proc.ext
+	wake := x != nil && (len(x.cont) > 0 || x.idle.asked)
+	s.mb.arm()
+	if wake {
+		// Init asked for a continuation or an idle timeout: the process
+		// goroutine must start now, not on its first message.
+		s.mb.interrupt()
+	}
 	return s, nil
 }
 
@@ -445,18 +507,25 @@ func (s *server[Q, R, C]) runInit(ctx context.Context) Outcome {
 	s.proc.startCtx = ctx
 	s.proc.enter(phaseInit, deadline)
 	out := protect(func() error { return s.beh.Init(&s.proc) })
-	if s.proc.failed.Severity > Ok {
-		out = Join(out, s.proc.failed)
+	if x := s.proc.ext; x != nil && x.failed.Severity > Ok {
+		out = Join(out, x.failed)
 	}
 	expired := s.proc.budgetExpired()
 	s.proc.enter(phaseRun, time.Time{})
 	s.proc.startCtx = nil
+	if expired {
+		// Init overran its budget: whatever it returned, the start failed
+		// with a timeout (OTP's start_link timeout), and failStart undoes
+		// what init did (names, links, children). A panic stays worse.
+		if out.Severity == Err {
+			out = Outcome{}
+		}
+		return Join(out, CancelledOutcome(CancelReason{Kind: CancelTimeout}))
+	}
 	if out.Severity == Err {
 		// Init gave up because it was told to: that is cancellation, not an
 		// application error.
 		switch {
-		case expired:
-			return CancelledOutcome(CancelReason{Kind: CancelTimeout})
 		case ctx.Err() != nil:
 			return CancelledOutcome(CancelReason{Kind: CancelRequested})
 		case s.stopping.Load():
@@ -483,7 +552,7 @@ func (s *server[Q, R, C]) failStart(o Outcome) error {
 	}
 	s.finish(o)
 	s.sys.trace(TraceEvent{Kind: TraceInitFailed, PID: s.pid(), Outcome: o})
-	s.scope.quiescent()
+	s.scope.quiescent(&s.core)
 	if got, _ := s.pid().Outcome(); got.Severity != o.Severity {
 		o = got // killed during init: report what the process actually is
 	}
@@ -502,6 +571,13 @@ func protect(f func() error) (o Outcome) {
 	}
 	return Outcome{}
 }
+
+// launch starts the process goroutine (the mailbox's first activation).
+func (s *server[Q, R, C]) launch() { s.sys.ex.Go(s.run) }
+
+func (s *server[Q, R, C]) barrier(e *envelope[Q, R, C]) { s.hold(e) }
+
+func (s *server[Q, R, C]) pushed(e *envelope[Q, R, C]) { s.stamp(e) }
 
 func (s *server[Q, R, C]) hold(e *envelope[Q, R, C]) {
 	if e.kind == envCall {
@@ -527,15 +603,15 @@ func (s *server[Q, R, C]) sender(ctx context.Context) *core {
 func (s *server[Q, R, C]) interrupt() { s.mb.interrupt() }
 
 func (s *server[Q, R, C]) deliverSystem(msg any) bool {
-	return s.mb.pushSystem(envelope[Q, R, C]{kind: envInfo, info: msg})
+	return s.mb.pushSystem(envelope[Q, R, C]{kind: envInfo, info: msg, sys: true})
 }
 
 // abandon fails every pending obligation at once: queued calls, the call in
 // hand and deferred replies. Casts still queued are dropped (traced).
-func (s *server[Q, R, C]) abandon(o Outcome) {
+func (s *server[Q, R, C]) abandon(o Outcome) (idle bool) {
 	var calls []heldCall[R]
 	dropped := 0
-	s.mb.closeAndTake(func(e *envelope[Q, R, C]) {
+	idle = s.mb.closeAndTake(func(e *envelope[Q, R, C]) {
 		if e.kind == envCall {
 			calls = append(calls, heldCall[R]{slot: e.slot, gen: e.gen})
 		} else {
@@ -551,6 +627,7 @@ func (s *server[Q, R, C]) abandon(o Outcome) {
 	if dropped > 0 {
 		s.sys.trace(TraceEvent{Kind: TraceMessageDropped, PID: s.pid(), Outcome: o, Detail: fmt.Sprintf("%d messages dropped at kill", dropped)})
 	}
+	return idle
 }
 
 func (s *server[Q, R, C]) abortCalls(calls []heldCall[R], o Outcome) {
@@ -620,12 +697,35 @@ const (
 
 // run is the process goroutine: the message loop, then termination.
 func (s *server[Q, R, C]) run() {
-	defer s.scope.quiescent()
+	defer s.scope.quiescent(&s.core)
+	returned := false
+	defer func() {
+		if !returned {
+			// A handler called runtime.Goexit (t.FailNow in a test, for
+			// one), which no recover stops. The process still completes,
+			// Panicked, as if killed: its callers are answered, its
+			// children killed, its links and monitors told.
+			o := violationOutcome(ErrGoexit)
+			s.abandon(o)
+			s.mu.Lock()
+			children := s.children
+			s.mu.Unlock()
+			if children != nil {
+				children.kill()
+			}
+			s.finish(o)
+		}
+	}()
 	kind, out, rest := s.loop()
 	s.terminate(kind, out, rest)
+	returned = true
 }
 
 func (s *server[Q, R, C]) loop() (termKind, Outcome, []envelope[Q, R, C]) {
+	// What Init asked for: continuations first, then its idle timeout.
+	if kind, out, stop := s.afterCallback(); stop {
+		return kind, out, nil
+	}
 	for {
 		batch, ok := s.mb.take(s.batch[:0])
 		s.batch = batch
@@ -636,14 +736,14 @@ func (s *server[Q, R, C]) loop() (termKind, Outcome, []envelope[Q, R, C]) {
 			if s.stopping.Load() {
 				return termCancel, Outcome{}, batch[i:]
 			}
+			if x := s.proc.ext; x != nil && x.idle.armed && !batch[i].sys {
+				x.idle.disarm() // a user message arrived in time
+			}
 			if out := s.dispatch(&batch[i]); !out.IsOk() {
 				return termFail, out, batch[i+1:]
 			}
-			if s.proc.exitReq {
-				if s.proc.exitErr != nil {
-					return termFail, ErrOutcome(s.proc.exitErr), batch[i+1:]
-				}
-				return termExit, Outcome{}, batch[i+1:]
+			if kind, out, stop := s.afterCallback(); stop {
+				return kind, out, batch[i+1:]
 			}
 		}
 		clear(batch)
@@ -651,6 +751,62 @@ func (s *server[Q, R, C]) loop() (termKind, Outcome, []envelope[Q, R, C]) {
 			return termCancel, Outcome{}, nil
 		}
 	}
+}
+
+// afterCallback runs what the callback that just returned asked for: its
+// continuations, in order, before any other message, then its idle
+// timeout. It reports whether the process must stop, and how.
+func (s *server[Q, R, C]) afterCallback() (termKind, Outcome, bool) {
+	if x := s.proc.ext; x != nil {
+		for len(x.cont) > 0 && !s.proc.exitReq && !s.stopping.Load() {
+			f := x.cont[0]
+			x.cont = x.cont[1:]
+			if out := s.runContinue(f); !out.IsOk() {
+				x.cont = nil
+				return termFail, out, true
+			}
+		}
+		x.cont = nil
+	}
+	if s.proc.exitReq {
+		if s.proc.exitErr != nil {
+			return termFail, ErrOutcome(s.proc.exitErr), true
+		}
+		return termExit, Outcome{}, true
+	}
+	if x := s.proc.ext; x != nil && x.idle.asked {
+		x.idle.asked = false
+		s.armIdle(&x.idle)
+	}
+	return 0, Outcome{}, false
+}
+
+// runContinue runs one continuation, recovering a panic into Panicked.
+func (s *server[Q, R, C]) runContinue(f func(*Proc) error) (o Outcome) {
+	defer func() {
+		if r := recover(); r != nil {
+			o = PanickedOutcome(r, debug.Stack())
+		}
+	}()
+	if err := f(&s.proc); err != nil {
+		return ErrOutcome(err)
+	}
+	return Outcome{}
+}
+
+// armIdle starts the idle timeout the last callback asked for. The timer
+// delivers a system message stamped with the arming's generation, so a
+// timer that fires after a user message has disarmed it is recognised and
+// dropped.
+func (s *server[Q, R, C]) armIdle(st *idleState) {
+	st.disarm()
+	if st.after <= 0 {
+		return
+	}
+	st.gen++
+	st.armed = true
+	gen := st.gen
+	st.timer = s.sys.ex.AfterFunc(st.after, func() { s.deliverSystem(idleFire{gen: gen}) })
 }
 
 // dispatch runs one handler, recovering a panic into Panicked.
@@ -683,10 +839,21 @@ func (s *server[Q, R, C]) dispatch(e *envelope[Q, R, C]) (o Outcome) {
 			e.slot.resolve(e.gen, v, rerr)
 		}
 	case envInfo:
-		if d, ok := e.info.(Down); ok && !s.proc.admitDown(d) {
-			return Outcome{}
+		info := e.info
+		switch m := info.(type) {
+		case Down:
+			if !s.proc.admitDown(m) {
+				return Outcome{}
+			}
+		case idleFire:
+			x := s.proc.ext
+			if x == nil || !x.idle.armed || m.gen != x.idle.gen {
+				return Outcome{} // disarmed by a user message, or superseded
+			}
+			x.idle.armed = false
+			info = IdleTimeout{After: x.idle.after}
 		}
-		err = s.beh.HandleInfo(&s.proc, e.info)
+		err = s.beh.HandleInfo(&s.proc, info)
 	}
 	if err != nil {
 		return ErrOutcome(err)
@@ -700,6 +867,10 @@ func (s *server[Q, R, C]) dispatch(e *envelope[Q, R, C]) (o Outcome) {
 // pending, and complete.
 func (s *server[Q, R, C]) terminate(kind termKind, out Outcome, rest []envelope[Q, R, C]) {
 	s.mb.close()
+	if x := s.proc.ext; x != nil {
+		x.idle.disarm()
+		x.cont = nil
+	}
 	if cur, dead := s.pid().Outcome(); dead {
 		// Killed: abandon already failed what was queued and killed the
 		// children; fail what we hold and wait for the children to go.
@@ -777,9 +948,17 @@ func (s *server[Q, R, C]) stopHook(acc *Outcome) {
 	*acc = Join(*acc, protect(func() error { s.beh.Terminate(&s.proc, final); return nil }))
 	// What the process declared with Fail (in a handler or in the stop
 	// hook) is its own verdict: it goes in before what its children did.
-	*acc = Join(*acc, s.proc.failed)
+	if x := s.proc.ext; x != nil {
+		*acc = Join(*acc, x.failed)
+	}
 	if s.proc.children != nil {
-		co, err := s.proc.children.Close(s.proc.Ctx())
+		// An owner that closed its children itself (a supervisor, with
+		// CloseKilled) has its answer: closing again would wait for the
+		// goroutines it chose not to wait for.
+		co, err, done := s.proc.children.closedResult()
+		if !done {
+			co, err = s.proc.children.Close(s.proc.Ctx())
+		}
 		if err != nil {
 			co = Join(co, ErrOutcome(err))
 		}
@@ -816,14 +995,14 @@ type ServerRef[Q, R, C any] struct{ s *server[Q, R, C] }
 // StartServer starts a GenServer in scope and returns once Init succeeded,
 // or returns Init's failure as a *StartError with nothing left behind.
 func StartServer[Q, R, C any](ctx context.Context, scope *Scope, beh Server[Q, R, C], opts ...Option) (*ServerRef[Q, R, C], error) {
-	s, err := start(ctx, scope, beh, opts, newServerRef[Q, R, C])
-	if err != nil {
+	s := &server[Q, R, C]{beh: beh}
+	s.sref.s = s
+	s.core.handle = &s.sref
+	if _, err := start(ctx, scope, s, opts); err != nil {
 		return nil, err
 	}
-	return s.handle.(*ServerRef[Q, R, C]), nil
+	return &s.sref, nil
 }
-
-func newServerRef[Q, R, C any](s *server[Q, R, C]) any { return &ServerRef[Q, R, C]{s: s} }
 
 // PID returns the server's PID.
 func (r *ServerRef[Q, R, C]) PID() PID { return r.s.pid() }
@@ -1029,16 +1208,17 @@ func (x *actorServer[M]) Terminate(p *Proc, o Outcome) { x.a.OnStop(p, o) }
 // Spawn starts an actor in scope and returns once OnStart succeeded, or
 // returns its failure as a *StartError with nothing left behind.
 func Spawn[M any](ctx context.Context, scope *Scope, a Actor[M], opts ...Option) (*Ref[M], error) {
-	adapter := &actorServer[M]{a: a}
-	adapter.info, _ = a.(InfoHandler)
-	s, err := start[none, none, M](ctx, scope, adapter, opts, newRef[M])
-	if err != nil {
+	s := &server[none, none, M]{}
+	s.adapter.a = a
+	s.adapter.info, _ = a.(InfoHandler)
+	s.beh = &s.adapter
+	s.aref.s = s
+	s.core.handle = &s.aref
+	if _, err := start(ctx, scope, s, opts); err != nil {
 		return nil, err
 	}
-	return s.handle.(*Ref[M]), nil
+	return &s.aref, nil
 }
-
-func newRef[M any](s *server[none, none, M]) any { return &Ref[M]{s: s} }
 
 // PID returns the actor's PID.
 func (r *Ref[M]) PID() PID { return r.s.pid() }
@@ -1100,7 +1280,7 @@ func (p *Permit[M]) trace(what string) {
 type permitState struct{ done atomic.Bool }
 
 // ErrPermitUsed is returned when a permit is used after Send or Abort.
-var ErrPermitUsed = errors.New("actor: permit already used")
+const ErrPermitUsed sentinel = "actor: permit already used"
 
 func reservePermit[M any](ctx context.Context, owner slotOwner[M]) (*Permit[M], error) {
 	if err := owner.reserveSlot(ctx); err != nil {

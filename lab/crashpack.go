@@ -145,7 +145,7 @@ func RunPattern(test string) string {
 
 // ErrMalformed is matched (errors.Is) by every error reporting a crash
 // pack or trace file that cannot be decoded or is inconsistent.
-var ErrMalformed = errors.New("lab: malformed crash pack or trace file")
+const ErrMalformed sentinel = "lab: malformed crash pack or trace file"
 
 // MalformedError reports a malformed crash pack or trace file: which file,
 // which field (empty when the JSON itself is invalid), and why. It matches

@@ -11,9 +11,14 @@ import (
 	"github.com/orrery-run/orrery/actor"
 )
 
-// Epoch is the lab's time zero: virtual time is Epoch plus the time elapsed
-// in the run, the same for every run.
-var Epoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+// EpochUnixNano is the lab's time zero, 2000-01-01T00:00:00Z, in Unix
+// nanoseconds. It is a constant: every fingerprint depends on it, so no
+// code may change it.
+const EpochUnixNano int64 = 946684800_000_000_000
+
+// Epoch returns the lab's time zero: virtual time is Epoch() plus the time
+// elapsed in the run, the same for every run.
+func Epoch() time.Time { return time.Unix(0, EpochUnixNano).UTC() }
 
 // Executor is the deterministic implementation of actor.Executor.
 //
@@ -49,7 +54,8 @@ type Executor struct {
 	faults    Faults
 	record    func(Event) // the run's trace (timer and fault events)
 	watchdog  time.Duration
-	dog       *time.Timer // the watchdog, reused from turn to turn
+	dog       *time.Timer    // the watchdog, reused from turn to turn
+	ctxs      []*deadlineCtx // live deadline contexts with a cancellable parent, in creation order
 }
 
 type thread struct {
@@ -97,7 +103,7 @@ func (e *Executor) Deterministic() bool { return true }
 func (e *Executor) Now() time.Time {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return Epoch.Add(e.now)
+	return Epoch().Add(e.now)
 }
 
 // Elapsed returns the virtual time elapsed in the run.
@@ -401,6 +407,7 @@ func (e *Executor) emitLocked(ev Event) {
 // maxSteps turns have run. It reports false if it stopped on the budget.
 func (e *Executor) run(maxSteps int) bool {
 	for {
+		e.refreshContexts()
 		e.mu.Lock()
 		e.pollContextsLocked()
 		if len(e.runnable) == 0 {

@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -32,7 +31,7 @@ func (r SeedRange) String() string {
 }
 
 // ErrBadSeeds is matched by the errors of ParseSeeds.
-var ErrBadSeeds = errors.New("lab: bad seed specification")
+const ErrBadSeeds sentinel = "lab: bad seed specification"
 
 // ParseSeeds parses a seed specification (ORRERY_SEEDS): a count "N" (the
 // seeds 0 … N-1) or an inclusive range "A-B".

@@ -7,7 +7,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
@@ -102,6 +104,51 @@ func otpDeterministic(t *testing.T, seed uint64, sc Scenario) *Result {
 	return b
 }
 
+// otpBoth runs one scenario under both executors (issue 8 item 15: one
+// table of scenarios instead of an actor test and its lab restatement):
+// under the lab over the default seeds, with its oracles and a replay check
+// (otpCheck), and once under the production executor in a testing/synctest
+// bubble, with the race detector watching when it is on. A scenario run
+// this way blocks only through the seam (env.Executor(), calls, Wait) and
+// locks what its processes share.
+func otpBoth(t *testing.T, sc Scenario) {
+	t.Helper()
+	t.Run("lab", func(t *testing.T) {
+		t.Helper()
+		otpCheck(t, sc)
+	})
+	t.Run("production", func(t *testing.T) {
+		t.Helper()
+		otpProduction(t, sc)
+	})
+}
+
+// otpProduction runs sc once on the production executor, in virtual time,
+// and closes its system as the lab does, failing t on a scenario error, a
+// panic, or a close that is not quiescent.
+func otpProduction(t *testing.T, sc Scenario) {
+	t.Helper()
+	synctest.Test(t, func(t *testing.T) {
+		sys := actor.NewSystem(actor.WithExecutor(actor.NewExecutor(1)))
+		env := &Env{System: sys, Root: sys.Root(), Ctx: context.Background()}
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("scenario panicked: %v", r)
+				}
+			}()
+			if err := sc(env); err != nil {
+				t.Errorf("production executor: %v", err)
+			}
+		}()
+		ctx, cancel := actor.WithTimeout(context.Background(), sys.Executor(), time.Minute)
+		defer cancel()
+		if _, err := sys.Close(ctx); err != nil {
+			t.Errorf("production executor: system close: %v", err)
+		}
+	})
+}
+
 // otpCheck runs sc over the default seeds, and checks on the first one that
 // the same seed replays to the same fingerprint.
 func otpCheck(t *testing.T, sc Scenario) {
@@ -138,16 +185,26 @@ func otpCheckReplaying(t *testing.T, sc Scenario, after func(t *testing.T, seed 
 
 // ---- assertions inside a scenario ----
 
-// otpErrs collects violations found by any process of a run (exactly one
-// lab thread runs at a time, so no lock is needed); the scenario returns
-// them at its end.
-type otpErrs struct{ list []error }
-
-func (e *otpErrs) add(format string, args ...any) {
-	e.list = append(e.list, fmt.Errorf(format, args...))
+// otpErrs collects violations found by any process of a run; the scenario
+// returns them at its end. It is locked because the scenarios that run
+// under both executors (otpBoth) run their processes in parallel under the
+// production one.
+type otpErrs struct {
+	mu   sync.Mutex
+	list []error
 }
 
-func (e *otpErrs) err() error { return errors.Join(e.list...) }
+func (e *otpErrs) add(format string, args ...any) {
+	e.mu.Lock()
+	e.list = append(e.list, fmt.Errorf(format, args...))
+	e.mu.Unlock()
+}
+
+func (e *otpErrs) err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return errors.Join(e.list...)
+}
 
 // otpWait waits for pid's outcome.
 func otpWait(env *Env, pid actor.PID) (actor.Outcome, error) {
@@ -156,11 +213,11 @@ func otpWait(env *Env, pid actor.PID) (actor.Outcome, error) {
 
 // otpSleep sleeps d of virtual time.
 func otpSleep(env *Env, d time.Duration) error {
-	return actor.Sleep(env.Ctx, env.Lab, d)
+	return actor.Sleep(env.Ctx, env.Executor(), d)
 }
 
 // otpPick draws a number in [0, n) from the run's seeded user stream.
-func otpPick(env *Env, n int) int { return int(env.Lab.Uint64() % uint64(n)) }
+func otpPick(env *Env, n int) int { return int(env.Executor().Uint64() % uint64(n)) }
 
 // ---- a GenServer whose requests are closures ----
 
@@ -257,7 +314,11 @@ var (
 // life: "start id" when an instance's Init runs, "stop id" when its
 // Terminate does, in the order things happen in the run.
 type otpKids struct {
-	env    *Env
+	env *Env
+	// mu guards events, starts and refs: under the production executor
+	// the supervisor, its children and the scenario touch them in
+	// parallel. Scenarios read them through ref, started and take.
+	mu     sync.Mutex
 	events []string
 	starts map[string]int
 	refs   map[string]*otpRef
@@ -274,10 +335,12 @@ func newOTPKids(env *Env) *otpKids {
 // each instance's Init after the start is recorded.
 func (k *otpKids) spec(id string, r supervisor.RestartType, init ...func(p *actor.Proc) error) supervisor.ChildSpec {
 	return supervisor.ChildSpec{ID: id, Restart: r, Start: func(ctx context.Context, scope *actor.Scope) (actor.PID, error) {
+		k.mu.Lock()
 		k.starts[id]++
+		k.mu.Unlock()
 		ref, err := otpStart(ctx, scope, &otpServer{
 			init: func(p *actor.Proc) error {
-				k.events = append(k.events, "start "+id)
+				k.record("start " + id)
 				for _, f := range init {
 					if err := f(p); err != nil {
 						return err
@@ -287,31 +350,55 @@ func (k *otpKids) spec(id string, r supervisor.RestartType, init ...func(p *acto
 			},
 			term: func(p *actor.Proc, _ actor.Outcome) {
 				if k.stopJitter > 0 {
-					d := time.Duration(k.env.Lab.Uint64() % uint64(k.stopJitter))
+					d := time.Duration(k.env.Executor().Uint64() % uint64(k.stopJitter))
 					_ = actor.Sleep(p.Ctx(), p.Executor(), d)
 				}
-				k.events = append(k.events, "stop "+id)
+				k.record("stop " + id)
 			},
 		}, actor.WithName(id))
 		if err != nil {
 			return actor.PID{}, err
 		}
+		k.mu.Lock()
 		k.refs[id] = ref
+		k.mu.Unlock()
 		return ref.PID(), nil
 	}}
 }
 
+func (k *otpKids) record(ev string) {
+	k.mu.Lock()
+	k.events = append(k.events, ev)
+	k.mu.Unlock()
+}
+
 // take returns the events recorded so far and forgets them.
 func (k *otpKids) take() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	ev := k.events
 	k.events = nil
 	return ev
 }
 
+// ref returns the latest instance of child id (nil if it never started).
+func (k *otpKids) ref(id string) *otpRef {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.refs[id]
+}
+
+// started returns how many times child id's Start ran.
+func (k *otpKids) started(id string) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.starts[id]
+}
+
 // end makes the current instance of id run c (a failure, an exit...) and
 // waits for that instance to complete; it returns the instance's outcome.
 func (k *otpKids) end(id string, c otpCast) (actor.PID, actor.Outcome, error) {
-	ref := k.refs[id]
+	ref := k.ref(id)
 	if ref == nil {
 		return actor.PID{}, actor.Outcome{}, fmt.Errorf("child %s never started", id)
 	}

@@ -65,6 +65,12 @@ type Env struct {
 	Ctx context.Context
 }
 
+// Executor returns the executor the scenario runs on: the lab's, or
+// another one when a scenario written for the lab runs elsewhere (a test
+// running it under the production executor too). Scenarios that go through
+// it, rather than through Lab, run unchanged on both.
+func (e *Env) Executor() actor.Executor { return e.System.Executor() }
+
 // Event is one entry of a run's canonical trace. It holds no wall-clock
 // value and no address: process ids are the actor layer's (assigned in
 // spawn order), times are virtual.

@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/orrery-run/orrery/actor"
@@ -9,26 +8,26 @@ import (
 
 // Sentinels for errors.Is. The typed errors below match them and carry the
 // details (name, holder, state).
-var (
+const (
 	// ErrNameTaken: the name is bound to another lease (*NameTakenError).
-	ErrNameTaken = errors.New("registry: name taken")
+	ErrNameTaken = sentinel("registry: name taken")
 	// ErrInvalidName: names are non-empty strings.
-	ErrInvalidName = errors.New("registry: invalid name")
+	ErrInvalidName = sentinel("registry: invalid name")
 	// ErrInvalidTTL: WithTTL needs a positive duration.
-	ErrInvalidTTL = errors.New("registry: invalid ttl")
+	ErrInvalidTTL = sentinel("registry: invalid ttl")
 	// ErrClosed: the registry was closed and takes no registrations.
-	ErrClosed = errors.New("registry: closed")
+	ErrClosed = sentinel("registry: closed")
 	// ErrLeaseExpired: the lease's TTL elapsed without renewal (*LeaseError).
-	ErrLeaseExpired = errors.New("registry: lease expired")
+	ErrLeaseExpired = sentinel("registry: lease expired")
 	// ErrLeaseReleased: the lease was released, or its holder exited
 	// (*LeaseError).
-	ErrLeaseReleased = errors.New("registry: lease released")
+	ErrLeaseReleased = sentinel("registry: lease released")
 	// ErrNotRegistered: a name reference found its name unbound
 	// (*UnboundError).
-	ErrNotRegistered = errors.New("registry: name not registered")
+	ErrNotRegistered = sentinel("registry: name not registered")
 	// ErrWrongType: a name reference found its name bound to a process of
 	// another message type (*WrongTypeError).
-	ErrWrongType = errors.New("registry: name bound to a process of another type")
+	ErrWrongType = sentinel("registry: name bound to a process of another type")
 )
 
 // NameTakenError is the failure of registering a bound name.

@@ -123,3 +123,25 @@ func resolve[H any](reg *Registry, name string, noProc func() error) (H, error) 
 	}
 	return h, nil
 }
+
+// WithName is an actor.Option that starts a process under name in reg:
+// the name is registered once the process exists and before its init runs
+// (as OTP's start with {local, Name}), so a taken name fails the start
+// without running init, with a *actor.StartError that errors.Is
+// ErrNameTaken. Because a name lives as long as its holder, a start that
+// fails later (init error, panic, init budget) leaves the name unbound by
+// the time Start returns: the name is bound after a successful start and
+// never after a failed one. It applies to anything started with
+// actor.Options: servers, actors and supervisors. opts are the lease's
+// options (WithTTL); Registry.Lease(name) returns the lease, to renew or
+// release it. The name is also the process's debugging name unless
+// actor.WithName sets another.
+func WithName(reg *Registry, name string, opts ...Option) actor.Option {
+	return actor.WithBinding(name, func(pid actor.PID) error {
+		if reg == nil {
+			return ErrClosed // a nil registry takes no names
+		}
+		_, err := reg.Register(name, pid, opts...)
+		return err
+	})
+}

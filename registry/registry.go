@@ -216,6 +216,17 @@ func (r *Registry) Whereis(name string) (actor.PID, bool) {
 	return l.pid, true
 }
 
+// Lease returns the active lease of name: how a name bound at start (see
+// WithName) is renewed, or released before its holder exits.
+func (r *Registry) Lease(name string) (*Lease, bool) {
+	var undo []func()
+	r.mu.Lock()
+	l := r.current(name, &undo)
+	r.mu.Unlock()
+	runAll(undo)
+	return l, l != nil
+}
+
 // Unregister releases name whoever holds it, and reports whether it was
 // bound. The holder's lease ends as LeaseReleased.
 func (r *Registry) Unregister(name string) bool {

@@ -91,8 +91,9 @@ func (d *DynamicRef) Log(ctx context.Context) ([]LogEntry, error) {
 }
 
 // Stop stops the supervisor, its children in parallel, and returns its
-// outcome.
+// outcome. Like Ref.Stop it is bounded by the children's shutdown timeouts
+// and reports killed children still running in a *actor.NotQuiescentError.
 func (d *DynamicRef) Stop(ctx context.Context) (actor.Outcome, error) {
-	_, err := d.call(ctx, request{op: opStop})
-	return waitStopped(ctx, d.PID(), err)
+	resp, err := d.call(ctx, request{op: opStop})
+	return waitStopped(ctx, d.PID(), resp, err)
 }

@@ -125,10 +125,16 @@ func TestDynamicStopsChildrenInParallel(t *testing.T) {
 			}
 		}
 		t0 := e.now()
-		// Stop returns once the supervisor is quiescent (INV-1), which the
-		// deaf child's goroutine delays; the decisions are what is timed.
-		if _, err := d.Stop(e.ctx); err != nil {
-			t.Fatal(err)
+		deafPID := e.pid("deaf")
+		// Stop is bounded by the shutdown timeouts: it returns when deaf is
+		// killed, and reports that deaf's goroutine still runs.
+		o, err := d.Stop(e.ctx)
+		var nq *actor.NotQuiescentError
+		if !errors.As(err, &nq) || len(nq.Running) != 1 || nq.Running[0] != deafPID || !o.IsOk() {
+			t.Fatalf("stop: %v, %v; want Ok and a NotQuiescentError listing %s", o, err, deafPID)
+		}
+		if took := e.now().Sub(t0); took != 2*time.Second {
+			t.Errorf("stop took %v, want deaf's 2s shutdown timeout", took)
 		}
 		tail := since(e.hooked(), 2)
 		if got := decisions(tail); got != "kill:deaf shutdown:slow" {
@@ -139,6 +145,15 @@ func TestDynamicStopsChildrenInParallel(t *testing.T) {
 		}
 		if o := tail[1].Outcome; o.Cancel.Kind != actor.CancelShutdown {
 			t.Errorf("slow stopped with %v, want shutdown", o)
+		}
+		// Nothing outlives its scope: closing the system still waits for
+		// deaf's goroutine (its hour-long stop hook), in virtual time.
+		t1 := e.now()
+		if _, err := e.sys.Close(e.ctx); err != nil {
+			t.Errorf("system close: %v", err)
+		}
+		if took := e.now().Sub(t1); took < time.Hour-2*time.Second {
+			t.Errorf("system close returned after %v, before deaf's goroutine", took)
 		}
 	})
 }

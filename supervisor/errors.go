@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/orrery-run/orrery/actor"
@@ -62,24 +61,40 @@ func (e *ChildError) Error() string {
 	return "supervisor: " + e.Kind.String()
 }
 
-// Is matches a sentinel (a ChildError naming no child) of the same kind.
+// Is matches the sentinel of the same kind (ErrNotFound, ...), and a
+// *ChildError of the same kind that names no child. AlreadyStarted also
+// matches AlreadyPresent.
 func (e *ChildError) Is(target error) bool {
-	t, ok := target.(*ChildError)
-	if !ok || t.ID != "" || !t.PID.IsZero() {
+	var k ErrorKind
+	switch t := target.(type) {
+	case childSentinel:
+		k = ErrorKind(t)
+	case *ChildError:
+		if t.ID != "" || !t.PID.IsZero() {
+			return false
+		}
+		k = t.Kind
+	default:
 		return false
 	}
-	return t.Kind == e.Kind || (e.Kind == AlreadyStarted && t.Kind == AlreadyPresent)
+	return k == e.Kind || (e.Kind == AlreadyStarted && k == AlreadyPresent)
 }
 
-// Sentinels for errors.Is.
-var (
-	ErrNotFound       = &ChildError{Kind: NotFound}
-	ErrRunning        = &ChildError{Kind: Running}
-	ErrRestarting     = &ChildError{Kind: Restarting}
-	ErrAlreadyPresent = &ChildError{Kind: AlreadyPresent}
-	ErrAlreadyStarted = &ChildError{Kind: AlreadyStarted}
-	ErrMaxChildren    = &ChildError{Kind: MaxChildren}
+// Sentinels for errors.Is, one per kind. They are constants: nothing can
+// reassign or mutate them.
+const (
+	ErrNotFound       = childSentinel(NotFound)
+	ErrRunning        = childSentinel(Running)
+	ErrRestarting     = childSentinel(Restarting)
+	ErrAlreadyPresent = childSentinel(AlreadyPresent)
+	ErrAlreadyStarted = childSentinel(AlreadyStarted)
+	ErrMaxChildren    = childSentinel(MaxChildren)
 )
+
+// childSentinel is the sentinel of one ErrorKind.
+type childSentinel ErrorKind
+
+func (k childSentinel) Error() string { return "supervisor: " + ErrorKind(k).String() }
 
 // StartChildError is a child that could not be started: at supervisor start
 // (which then fails, having stopped the children it had started), by
@@ -97,15 +112,15 @@ func (e *StartChildError) Error() string {
 func (e *StartChildError) Unwrap() error { return e.Err }
 
 // Why a supervisor gave up, matched with errors.Is through *EscalationError.
-var (
+const (
 	// ErrBudgetExhausted: a child needed more restarts than the budget
 	// allows (OTP's reached_max_restart_intensity).
-	ErrBudgetExhausted = errors.New("supervisor: restart budget exhausted")
+	ErrBudgetExhausted = sentinel("supervisor: restart budget exhausted")
 	// ErrChildFailed: a child that is not contained stopped for good
 	// (an Err exit that is not restarted, or a Cancelled exit).
-	ErrChildFailed = errors.New("supervisor: required child stopped")
+	ErrChildFailed = sentinel("supervisor: required child stopped")
 	// ErrChildPanicked: a child panicked; panics are never contained.
-	ErrChildPanicked = errors.New("supervisor: child panicked")
+	ErrChildPanicked = sentinel("supervisor: child panicked")
 )
 
 // EscalationError is why a supervisor stopped all its children and exited:

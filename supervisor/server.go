@@ -46,6 +46,8 @@ type (
 )
 
 type response struct {
+	// running is what Stop reports: killed children still running.
+	running  error
 	pid      actor.PID
 	children []ChildInfo
 	counts   Counts
@@ -94,7 +96,8 @@ type state struct {
 	log      []LogEntry
 	seq      uint64
 	exiting  bool
-	panicked *EscalationError // a Panicked escalation, reported by terminate
+	panicked *EscalationError            // a Panicked escalation, reported by terminate
+	stopped  []*actor.Deferred[response] // Stop calls, answered once children are stopped
 }
 
 func newState(cfg config, initial []ChildSpec) *state {
@@ -128,7 +131,7 @@ func (st *state) init(p *actor.Proc) error {
 			if o := startOutcome(err); o.Severity == actor.Panicked {
 				// Panics are never contained, not even at start.
 				esc := &EscalationError{ChildID: c.spec.ID, PID: startPID(err), Outcome: o, Reason: ErrChildPanicked}
-				p.Fail(actor.PanickedOutcome(esc, nil))
+				p.Fail(panickedOutcome(esc))
 				return esc
 			}
 			return &StartChildError{ID: c.spec.ID, Err: err}
@@ -146,11 +149,24 @@ func (st *state) terminate(p *actor.Proc) {
 	} else {
 		st.stopSerial(p, p.Ctx())
 	}
+	// Every child is stopped by now, each within its Shutdown. Those killed
+	// at their timeout may still run user code: like OTP, the supervisor
+	// does not wait for them, and reports them to Stop instead.
+	var running error
+	if st.scope != nil {
+		if _, err := st.scope.CloseKilled(p.Ctx()); err != nil {
+			running = err
+		}
+	}
+	for _, d := range st.stopped {
+		_ = d.Reply(response{running: running})
+	}
+	st.stopped = nil
 	if st.panicked != nil {
 		// INV-6A: once a child panicked the supervisor completes Panicked,
 		// carrying the escalation. Every child has been stopped by now, in
 		// order.
-		p.Fail(actor.PanickedOutcome(st.panicked, nil))
+		p.Fail(panickedOutcome(st.panicked))
 	}
 }
 
@@ -209,7 +225,7 @@ func (st *state) onRestartDue(p *actor.Proc, m restartDue) {
 	st.runRestart(p, members)
 }
 
-func (st *state) handleCall(p *actor.Proc, req request) (response, error) {
+func (st *state) handleCall(p *actor.Proc, req request, from actor.ReplyTo[response]) (response, error) {
 	switch req.op {
 	case opWhich:
 		return response{children: st.which()}, nil
@@ -221,6 +237,8 @@ func (st *state) handleCall(p *actor.Proc, req request) (response, error) {
 		st.exiting = true
 		st.cancelPending()
 		p.Exit(nil)
+		// Answered by terminate, with what is still running.
+		st.stopped = append(st.stopped, from.Defer())
 		return response{}, nil
 	case opStartChild:
 		pid, err := st.startChild(p, req.spec)
@@ -356,13 +374,21 @@ func (st *state) escalate(p *actor.Proc, c *child, old actor.PID, o actor.Outcom
 		if kind == actor.CancelNone {
 			kind = actor.CancelRequested
 		}
-		p.Self().Cancel(actor.CancelReason{Kind: kind, From: old})
+		p.Self().Cancel(actor.CancelReason{Kind: kind, From: old, Cause: err})
 	case actor.Panicked:
 		st.panicked = err
 		p.Exit(err)
 	default:
 		p.Exit(err)
 	}
+}
+
+// panickedOutcome is the supervisor's own outcome after a child panicked:
+// Panicked, carrying the escalation both as the panic value and as Err, so
+// errors.Is(o.AsError(), ErrChildPanicked) holds like for every other
+// escalation reason.
+func panickedOutcome(esc *EscalationError) actor.Outcome {
+	return actor.Outcome{Severity: actor.Panicked, Err: esc, Panic: &actor.PanicInfo{Value: esc}}
 }
 
 // settle records that a child stopped for good: a static supervisor keeps
@@ -840,8 +866,8 @@ func (st *state) deleteChild(id string) error {
 type staticServer struct{ st *state }
 
 func (s staticServer) Init(p *actor.Proc) error { return s.st.init(p) }
-func (s staticServer) HandleCall(p *actor.Proc, req staticRequest, _ actor.ReplyTo[response]) (response, error) {
-	return s.st.handleCall(p, request(req))
+func (s staticServer) HandleCall(p *actor.Proc, req staticRequest, from actor.ReplyTo[response]) (response, error) {
+	return s.st.handleCall(p, request(req), from)
 }
 func (s staticServer) HandleCast(*actor.Proc, noCast) error      { return nil }
 func (s staticServer) HandleInfo(p *actor.Proc, info any) error  { return s.st.handleInfo(p, info) }
@@ -850,8 +876,8 @@ func (s dynamicServer) Init(p *actor.Proc) error                 { return s.st.i
 func (s dynamicServer) HandleCast(*actor.Proc, noCast) error     { return nil }
 func (s dynamicServer) HandleInfo(p *actor.Proc, info any) error { return s.st.handleInfo(p, info) }
 func (s dynamicServer) Terminate(p *actor.Proc, _ actor.Outcome) { s.st.terminate(p) }
-func (s dynamicServer) HandleCall(p *actor.Proc, req dynamicRequest, _ actor.ReplyTo[response]) (response, error) {
-	return s.st.handleCall(p, request(req))
+func (s dynamicServer) HandleCall(p *actor.Proc, req dynamicRequest, from actor.ReplyTo[response]) (response, error) {
+	return s.st.handleCall(p, request(req), from)
 }
 
 type dynamicServer struct{ st *state }

@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -263,17 +262,17 @@ type DynamicSpec struct {
 }
 
 // ErrInvalidSpec matches every *SpecError.
-var ErrInvalidSpec = errors.New("supervisor: invalid spec")
+const ErrInvalidSpec sentinel = "supervisor: invalid spec"
 
 // Reasons a spec is invalid, matched with errors.Is through *SpecError.
-var (
-	ErrDuplicateID  = errors.New("duplicate child id")
-	ErrMissingID    = errors.New("missing child id")
-	ErrMissingStart = errors.New("missing start function")
-	ErrBadValue     = errors.New("value out of range")
-	ErrBadBackoff   = errors.New("invalid backoff")
-	ErrBadShutdown  = errors.New("invalid shutdown")
-	ErrBadBudget    = errors.New("invalid restart budget")
+const (
+	ErrDuplicateID  = sentinel("duplicate child id")
+	ErrMissingID    = sentinel("missing child id")
+	ErrMissingStart = sentinel("missing start function")
+	ErrBadValue     = sentinel("value out of range")
+	ErrBadBackoff   = sentinel("invalid backoff")
+	ErrBadShutdown  = sentinel("invalid shutdown")
+	ErrBadBudget    = sentinel("invalid restart budget")
 )
 
 // SpecError says what is wrong with a Spec, DynamicSpec or ChildSpec.

@@ -131,14 +131,25 @@ func (r *Ref) Log(ctx context.Context) ([]LogEntry, error) {
 // Stop stops the supervisor: its children stop, newest first, each per its
 // Shutdown, and Stop returns the supervisor's outcome (Ok unless something
 // failed). Stopping a supervisor that is already stopping just waits.
+//
+// Stop is bounded by the children's shutdown timeouts, as in OTP: a child
+// that ignores its shutdown is killed at its timeout and not waited for.
+// If such a child's goroutine is still running user code when the
+// supervisor completes, Stop returns the outcome together with a
+// *actor.NotQuiescentError whose Running lists those processes (see
+// actor.Scope.CloseKilled for what they may still do).
 func (r *Ref) Stop(ctx context.Context) (actor.Outcome, error) {
-	_, err := r.call(ctx, request{op: opStop})
-	return waitStopped(ctx, r.PID(), err)
+	resp, err := r.call(ctx, request{op: opStop})
+	return waitStopped(ctx, r.PID(), resp, err)
 }
 
-func waitStopped(ctx context.Context, pid actor.PID, callErr error) (actor.Outcome, error) {
+func waitStopped(ctx context.Context, pid actor.PID, resp response, callErr error) (actor.Outcome, error) {
 	if callErr != nil && !errors.Is(callErr, actor.ErrServerStopped) && !errors.Is(callErr, actor.ErrCallNoProc) {
 		return actor.Outcome{}, callErr
 	}
-	return pid.Wait(ctx)
+	o, err := pid.Wait(ctx)
+	if err == nil && resp.running != nil {
+		err = resp.running
+	}
+	return o, err
 }

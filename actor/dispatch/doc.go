@@ -2,16 +2,28 @@
 // pulls typed messages from its own mailbox, resolves one handler per message
 // type, and runs handlers strictly one at a time in mailbox (FIFO) order.
 //
+// It is two pieces. [Table] is the resolution alone (message type → one
+// handler, registered at setup time, then frozen): a pure lookup with no
+// goroutine, clock or I/O, generic in the handler type, which the world
+// kernel reuses with its own handlers. [Runtime] is the loop around a Table.
+//
 // # What it owns
 //
 //   - The mailbox: an unbounded (optionally bounded) FIFO that [Runtime.Deliver]
 //     appends to. The mailbox is passive data; it never calls the runtime.
-//   - The handler registry: message type → [Handler], filled at setup time by
+//     It is not an actor mailbox on purpose: seed 004 §7 says Deliver always
+//     enqueues and never blocks (an actor mailbox is bounded, 64 by default),
+//     and [Stats] is one consistent snapshot of the mailbox and the counters
+//     under one lock. Its full error is the actor layer's ErrMailboxFull.
+//   - The handler table: a [Table] of [Handler], filled at setup time by
 //     [Runtime.Register] and frozen by [Runtime.Start].
-//   - The loop: exactly one goroutine, started through [actor.Executor.Go] by
-//     the first Start, that repeats dequeue → resolve → execute and parks on an
+//   - The loop: exactly one actor process at a time (a task of the scope
+//     given [WithScope], or of a private actor.System), started by the first
+//     Start, that repeats dequeue → resolve → execute and parks on an
 //     [actor.Parker] when the mailbox is empty (seed 004 §4 leaves idle
-//     behaviour to the runtime; this one parks, it never polls).
+//     behaviour to the runtime; this one parks, it never polls). As a
+//     process it belongs to a scope, is traced, is stopped when its scope
+//     closes, and can be started under a supervisor.
 //   - Failure containment: a handler's error, panic or runtime.Goexit is
 //     caught, logged through log/slog, counted in [Stats], and the message is
 //     consumed; the loop carries on with the next message.
@@ -32,9 +44,10 @@
 //
 // # Mapping to seed 004
 //
-//	§3, §4  Runtime.loop pulls from mailbox; one goroutine; sequential.
-//	§5      Register (setup time, ≤ 1 handler per type); unknown types are
-//	        dropped silently and counted as Stats.Dropped.
+//	§3, §4  Runtime.loop pulls from mailbox; one process; sequential.
+//	§5      Table (setup time, ≤ 1 handler per type; Runtime.Register fills
+//	        it); unknown types are dropped silently and counted as
+//	        Stats.Dropped.
 //	§6      The loop waits for each Handler to return; errors and panics are
 //	        contained and the message counts as consumed.
 //	§7      Deliver enqueues under a short lock and returns; it never waits

@@ -2,8 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"runtime/debug"
 	"sync"
@@ -24,30 +22,33 @@ type Message struct {
 // time, and waits for it to return.
 //
 // ctx is cancelled once the handler returns (so work it leaks cannot outlive
-// its message) and when the runtime is stopped. A returned error or a panic
-// marks the message as failed; either way the message is consumed and never
-// retried, and nobody but the log and [Stats] learns of it.
+// its message) and when the runtime is stopped or its scope closes. A
+// returned error or a panic marks the message as failed; either way the
+// message is consumed and never retried, and nobody but the log and [Stats]
+// learns of it.
 type Handler func(ctx context.Context, msg Message) error
 
-var (
+const (
 	// ErrDuplicateHandler is returned by Register when the message type
 	// already has a handler: each type maps to at most one (seed 004 §5).
-	ErrDuplicateHandler = errors.New("dispatch: message type already has a handler")
+	ErrDuplicateHandler = sentinel("dispatch: message type already has a handler")
 	// ErrRegisterAfterStart is returned by Register once Start has been
 	// called: registration is a setup-time operation (seed 004 §5).
-	ErrRegisterAfterStart = errors.New("dispatch: register after start")
+	ErrRegisterAfterStart = sentinel("dispatch: register after start")
 	// ErrNilHandler is returned by Register for a nil Handler.
-	ErrNilHandler = errors.New("dispatch: nil handler")
+	ErrNilHandler = sentinel("dispatch: nil handler")
 	// ErrEmptyMessageType is returned by Register for the empty type name.
-	ErrEmptyMessageType = errors.New("dispatch: empty message type")
+	ErrEmptyMessageType = sentinel("dispatch: empty message type")
 	// ErrStopped is returned by Deliver and Register after Stop: the message
 	// was not enqueued.
-	ErrStopped = errors.New("dispatch: runtime stopped")
-	// ErrMailboxFull is returned by Deliver when WithMaxPending is set and
-	// the mailbox holds that many messages. The message was not enqueued and
-	// the caller still owns it; Deliver never blocks waiting for room.
-	ErrMailboxFull = errors.New("dispatch: mailbox full")
+	ErrStopped = sentinel("dispatch: runtime stopped")
 )
+
+// ErrMailboxFull is returned by Deliver when WithMaxPending is set and the
+// mailbox holds that many messages. The message was not enqueued and the
+// caller still owns it; Deliver never blocks waiting for room. It is the
+// actor layer's sentinel: one "mailbox full" for the whole runtime.
+const ErrMailboxFull = actor.ErrMailboxFull
 
 // Option configures a Runtime.
 type Option func(*config)
@@ -55,6 +56,7 @@ type Option func(*config)
 type config struct {
 	logger     *slog.Logger
 	maxPending int
+	scope      *actor.Scope
 }
 
 // WithLogger sets where handler errors and panics are logged (default:
@@ -76,6 +78,16 @@ func WithLogger(l *slog.Logger) Option {
 // limit, so it is opt-in. Deliver still never blocks.
 func WithMaxPending(n int) Option {
 	return func(c *config) { c.maxPending = n }
+}
+
+// WithScope runs the loop as a process of scope: it is then listed by
+// scope.Processes, traced by the scope's system, stopped when the scope is
+// closed (Deliver then returns ErrStopped), and can be started by a
+// supervisor as any other process. The runtime uses the scope's executor.
+// Without it, New runs the loop as a process of a private actor.System on
+// the executor it is given.
+func WithScope(scope *actor.Scope) Option {
+	return func(c *config) { c.scope = scope }
 }
 
 // Stats is a consistent snapshot of the runtime's counters: every field is
@@ -102,25 +114,24 @@ type Runtime struct {
 	ex     actor.Executor
 	logger *slog.Logger
 	limit  int
-
-	// ctx is the parent of every handler context; Stop cancels it.
-	ctx    context.Context
-	cancel context.CancelFunc
+	scope  *actor.Scope // where the loop's process runs
 
 	// wake is the loop's parker. Deliver unparks it only when the loop has
 	// declared itself parked, so a busy loop costs producers no wake-ups.
 	wake actor.Parker
 
 	mu       sync.Mutex
-	handlers map[string]Handler // written only before started; read-only after
+	handlers *Table[Handler] // frozen by Start; read without the lock after
 	box      mailbox
-	started  bool
-	stopped  bool
-	exited   bool // the loop returned for good; Stop callers were released
-	parked   bool
-	inFlight bool
-	waiters  []actor.Parker // Stop callers waiting for the loop to exit
-	n        counters
+	// loopCancel cancels the current loop process's context (Stop).
+	loopCancel context.CancelFunc
+	started    bool
+	stopped    bool
+	exited     bool // the loop returned for good; Stop callers were released
+	parked     bool
+	inFlight   bool
+	waiters    []actor.Parker // Stop callers waiting for the loop to exit
+	n          counters
 }
 
 type counters struct {
@@ -139,24 +150,28 @@ const (
 )
 
 // New returns a runtime with no handlers, not yet started. Its loop will run
-// on ex (nil: actor.NewExecutor(1), as actor.NewSystem does).
+// as an actor process: in the scope given WithScope, or else in a private
+// actor.System on ex (nil: actor.NewExecutor(1), as actor.NewSystem does).
 func New(ex actor.Executor, opts ...Option) *Runtime {
-	if ex == nil {
-		ex = actor.NewExecutor(1)
-	}
 	c := config{logger: slog.Default()}
 	for _, o := range opts {
 		o(&c)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	if c.scope != nil {
+		ex = c.scope.Executor()
+	} else {
+		if ex == nil {
+			ex = actor.NewExecutor(1)
+		}
+		c.scope = actor.NewSystem(actor.WithExecutor(ex)).Root()
+	}
 	return &Runtime{
 		ex:       ex,
 		logger:   c.logger,
 		limit:    c.maxPending,
-		ctx:      ctx,
-		cancel:   cancel,
+		scope:    c.scope,
 		wake:     ex.NewParker(),
-		handlers: make(map[string]Handler),
+		handlers: NewTable[Handler](),
 	}
 }
 
@@ -169,21 +184,14 @@ func (r *Runtime) Register(messageType string, h Handler) error {
 		return ErrEmptyMessageType
 	}
 	if h == nil {
-		return fmt.Errorf("%w for %q", ErrNilHandler, messageType)
+		return &TypeError{Type: messageType, Err: ErrNilHandler}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	switch {
-	case r.started:
-		return fmt.Errorf("%w: %q", ErrRegisterAfterStart, messageType)
-	case r.stopped:
+	if r.stopped && !r.started {
 		return ErrStopped
 	}
-	if _, dup := r.handlers[messageType]; dup {
-		return fmt.Errorf("%w: %q", ErrDuplicateHandler, messageType)
-	}
-	r.handlers[messageType] = h
-	return nil
+	return r.handlers.Register(messageType, h)
 }
 
 // Deliver appends msg to the mailbox and returns. It works before Start (the
@@ -217,8 +225,9 @@ func (r *Runtime) Deliver(msg Message) error {
 	return nil
 }
 
-// Start activates the loop. Only the first call has an effect; later calls,
-// concurrent ones, and calls after Stop do nothing.
+// Start activates the loop: it starts the loop's process. Only the first
+// call has an effect; later calls, concurrent ones, and calls after Stop do
+// nothing.
 func (r *Runtime) Start() {
 	r.mu.Lock()
 	if r.started || r.stopped {
@@ -226,11 +235,39 @@ func (r *Runtime) Start() {
 		return
 	}
 	r.started = true
-	// From here Register refuses, so the loop reads the map without the lock;
-	// ex.Go orders every earlier write before the loop's first read.
-	handlers := r.handlers
+	// From here Register refuses, so the loop reads the table without the
+	// lock; starting the process orders every earlier write before the
+	// loop's first read.
+	r.handlers.Freeze()
 	r.mu.Unlock()
-	r.ex.Go(func() { r.loop(handlers, outcomeNone) })
+	r.spawn(outcomeNone)
+}
+
+// spawn starts a process that runs the loop, recording prev first. If the
+// scope is closed there is no process to run it: the runtime is stopped.
+func (r *Runtime) spawn(prev outcome) {
+	_, err := r.scope.Go("dispatch", func(pctx context.Context) error {
+		// The loop's context ends with the process (its scope closing) and
+		// with Stop, which cancels it through loopCancel: a handler that
+		// calls Stop with its own context must see it cancelled, whether or
+		// not this process's start has been recorded yet.
+		ctx, cancel := context.WithCancel(pctx)
+		defer cancel()
+		r.mu.Lock()
+		r.loopCancel = cancel
+		if r.stopped {
+			cancel()
+		}
+		r.mu.Unlock()
+		r.loop(ctx, prev)
+		return nil
+	})
+	if err != nil {
+		r.mu.Lock()
+		r.stopped = true
+		r.exitLocked()
+		r.mu.Unlock()
+	}
 }
 
 // Stop halts the loop: it cancels the context of the handler in flight, if
@@ -248,13 +285,18 @@ func (r *Runtime) Stop(ctx context.Context) error {
 	r.stopped = true
 	if !r.started || r.exited {
 		r.mu.Unlock()
-		r.cancel()
 		return nil
 	}
 	w := r.ex.NewParker()
 	r.waiters = append(r.waiters, w)
+	cancel := r.loopCancel
 	r.mu.Unlock()
-	r.cancel()
+	// Cancelling the loop's context cancels the handler in flight; the loop
+	// sees stopped at its next step and exits without draining. A loop that
+	// has not recorded its cancel yet sees stopped when it does.
+	if cancel != nil {
+		cancel()
+	}
 	r.wake.Unpark()
 	return w.Park(ctx)
 }
@@ -288,10 +330,11 @@ const (
 	stepExit
 )
 
-// loop is the runtime's only execution context: dequeue → execute → dequeue.
-// prev is the outcome of a message consumed by a previous loop goroutine that
+// loop is the runtime's only execution context: dequeue → resolve →
+// execute → dequeue, on the loop's process; ctx is the process context.
+// prev is the outcome of a message consumed by a previous loop process that
 // has not been recorded yet (see the Goexit recovery below).
-func (r *Runtime) loop(handlers map[string]Handler, prev outcome) {
+func (r *Runtime) loop(ctx context.Context, prev outcome) {
 	clean := false
 	cur := "" // type of the message in flight, for the Goexit log
 	defer func() {
@@ -300,38 +343,39 @@ func (r *Runtime) loop(handlers map[string]Handler, prev outcome) {
 		}
 		// Nothing panics out of execute, so the goroutine is unwinding
 		// through runtime.Goexit called by the handler in flight. Goexit
-		// cannot be stopped, but the runtime must not halt (seed 004 §6):
-		// the message is consumed as panicked and a fresh goroutine takes
-		// over the loop, recording that outcome first.
+		// cannot be stopped (it ends this process, Panicked), but the
+		// runtime must not halt (seed 004 §6): the message is consumed as
+		// panicked and a fresh process takes over the loop, recording that
+		// outcome first.
 		r.logError("dispatch: handler exited its goroutine", false, slog.String("type", cur))
-		r.ex.Go(func() { r.loop(handlers, outcomePanicked) })
+		r.spawn(outcomePanicked)
 	}()
 	for {
-		msg, s := r.next(prev)
+		msg, s := r.next(ctx, prev)
 		prev = outcomeNone
 		switch s {
 		case stepExit:
 			clean = true
 			return
 		case stepIdle:
-			// An error means Stop cancelled r.ctx; next sees stopped.
-			_ = r.wake.Park(r.ctx)
+			// An error means the process was cancelled; next sees it.
+			_ = r.wake.Park(ctx)
 			continue
 		}
-		h, ok := handlers[msg.Type]
+		h, ok := r.handlers.Resolve(msg.Type)
 		if !ok {
 			prev = outcomeDropped // silently (seed 004 §5): no log, no error
 			continue
 		}
 		cur = msg.Type
-		prev = r.execute(h, msg)
+		prev = r.execute(ctx, h, msg)
 	}
 }
 
 // next records the outcome of the message just consumed and pulls the next
 // one, in one lock acquisition, so Stats never sees a message twice or not
 // at all.
-func (r *Runtime) next(prev outcome) (Message, step) {
+func (r *Runtime) next(ctx context.Context, prev outcome) (Message, step) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch prev {
@@ -347,12 +391,12 @@ func (r *Runtime) next(prev outcome) (Message, step) {
 		r.n.dropped++
 	}
 	r.inFlight = false
+	if ctx.Err() != nil {
+		// The process was cancelled: by Stop, or by its scope closing.
+		r.stopped = true
+	}
 	if r.stopped {
-		r.exited = true
-		for _, w := range r.waiters {
-			w.Unpark()
-		}
-		r.waiters = nil
+		r.exitLocked()
 		return Message{}, stepExit
 	}
 	msg, ok := r.box.pop()
@@ -364,9 +408,18 @@ func (r *Runtime) next(prev outcome) (Message, step) {
 	return msg, stepRun
 }
 
+// exitLocked records that the loop is gone for good and releases Stop.
+func (r *Runtime) exitLocked() {
+	r.exited = true
+	for _, w := range r.waiters {
+		w.Unpark()
+	}
+	r.waiters = nil
+}
+
 // execute runs one handler to completion and contains its failure.
-func (r *Runtime) execute(h Handler, msg Message) (out outcome) {
-	ctx, cancel := context.WithCancel(r.ctx)
+func (r *Runtime) execute(parent context.Context, h Handler, msg Message) (out outcome) {
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	returned := false
 	defer func() {

@@ -1,6 +1,7 @@
-// Command peers runs the five actor scenarios of ../shared/peers/actors
-// (tell, ping-pong, call p50/p99, spawn+stop, fan-out) on Orrery with the
-// same parameters and output format, so run.sh can print one table.
+// Command peers runs the five actor scenarios (tell, ping-pong, call
+// p50/p99, spawn+stop, fan-out) on Orrery, with the parameters and output
+// format of the peer libraries' benchmark programs, so that one script can
+// print every library's row in one table (see bench/README.md).
 package main
 
 import (
