@@ -85,7 +85,7 @@ func EncodeEvent(v any) ([]byte, error) {
 // waiting client; it is also the call's correlation id).
 func EncodeCall(callID string, v any) ([]byte, error) {
 	if callID == "" {
-		return nil, errors.New("world: a call needs a call id")
+		return nil, &InputError{Kind: InputCall, Reason: "a call needs a call id"}
 	}
 	name, value, err := encodeValue(v)
 	if err != nil {
@@ -129,6 +129,34 @@ func ParseOrigin(s string) (Origin, error) {
 	return Origin{World: s[:i], Height: h}, nil
 }
 
+// FabricDelivery is what the fabric adapter does for one fabric.send
+// intent: enqueue Payload into DestWorld's inbox (of DestUniverse, empty
+// for the sender's), deduplicated by MessageID.
+type FabricDelivery struct {
+	DestUniverse string
+	DestWorld    string
+	MessageID    string
+	Payload      []byte
+}
+
+// FabricMessage turns a fabric.send intent into its delivery, with
+// message_id = intent_hash (seed 002 §6; a policy that overrides it calls
+// EncodeFabric itself).
+func FabricMessage(it Intent) (FabricDelivery, error) {
+	if it.Kind != KindFabricSend {
+		return FabricDelivery{}, errors.New("world: not a fabric.send intent")
+	}
+	var p FabricSendParams
+	if err := event.Unmarshal(it.Params, &p); err != nil {
+		return FabricDelivery{}, err
+	}
+	payload, err := EncodeFabric(p, it.Origin, it.Hash)
+	if err != nil {
+		return FabricDelivery{}, err
+	}
+	return FabricDelivery{DestUniverse: p.DestUniverse, DestWorld: p.DestWorld, MessageID: it.Hash, Payload: payload}, nil
+}
+
 // EncodeFabric returns the payload the fabric adapter enqueues into the
 // destination world's inbox for a fabric.send with params p, sent from
 // origin as messageID (the intent hash unless a policy says otherwise). A
@@ -136,7 +164,7 @@ func ParseOrigin(s string) (Origin, error) {
 // p.PayloadCBOR as its value.
 func EncodeFabric(p FabricSendParams, from Origin, messageID string) ([]byte, error) {
 	if err := p.validate(); err != nil {
-		return nil, err
+		return nil, &InputError{Kind: InputFabric, Reason: "invalid fabric.send params", Err: err}
 	}
 	m := message{
 		FromWorld: from.World, FromHeight: from.Height,
