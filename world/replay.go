@@ -176,9 +176,9 @@ const (
 	ReasonPlan    = "plan"    // the record is of another world definition
 	ReasonVersion = "version" // the record is of another version
 	ReasonOutcome = "outcome" // the step ended differently
-	ReasonState   = "state"   // the post-step state differs
 	ReasonIntents = "intents" // other effects, timers or cancels
 	ReasonReply   = "reply"   // another reply to the call
+	ReasonState   = "state"   // the post-step state differs
 )
 
 // StepDigest is what replay compares of a step: the journal's (Want) or the
@@ -208,13 +208,15 @@ func diverges(want, got StepDigest) string {
 		return ReasonVersion
 	case want.Outcome != got.Outcome:
 		return ReasonOutcome
-	case want.StateHash != got.StateHash:
-		return ReasonState
 	case !slices.Equal(want.Intents, got.Intents), !slices.Equal(want.Timers, got.Timers),
 		!slices.Equal(want.Cancels, got.Cancels):
+		// Before the state: awaited intents are part of the state, so new
+		// intents change its hash too, and "intents" is the sharper name.
 		return ReasonIntents
 	case want.ReplyHash != got.ReplyHash:
 		return ReasonReply
+	case want.StateHash != got.StateHash:
+		return ReasonState
 	}
 	return ""
 }
