@@ -156,3 +156,31 @@ func TestReplayRefusesAnUnusableTail(t *testing.T) {
 		}
 	}
 }
+
+// TestOneDefinitionStepsManyWorldsConcurrently is the plane's use: one
+// Def, many worlds on many goroutines (each replaying the same journal).
+// Run with -race.
+func TestOneDefinitionStepsManyWorldsConcurrently(t *testing.T) {
+	f := journal(t, effectsDef())
+	def := effectsDef()
+	type result struct {
+		hash string
+		err  error
+	}
+	done := make(chan result)
+	for range 4 {
+		go func() {
+			w, err := world.Replay(def, "acct", world.Snapshot{}, f.records)
+			if err != nil {
+				done <- result{err: err}
+				return
+			}
+			done <- result{hash: w.StateHash()}
+		}()
+	}
+	for range 4 {
+		if r := <-done; r.err != nil || r.hash != f.w.StateHash() {
+			t.Fatalf("a concurrent replay gave %s, %v; want %s", r.hash, r.err, f.w.StateHash())
+		}
+	}
+}

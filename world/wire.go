@@ -213,6 +213,10 @@ const (
 // the kind's result as canonical CBOR (HTTPResponse for http.request,
 // FabricSendReceipt for fabric.send); Decode reads it. Retry is the
 // operator retry the receipt answers (0 for the first execution).
+//
+// A receipt reaches the handler only while the world awaits its intent:
+// the first terminal receipt consumes it, and any later one (a duplicate,
+// or an operator retry's receipt after an error) is dropped as stale.
 type Receipt struct {
 	IntentHash string        `cbor:"intent_hash"`
 	Kind       string        `cbor:"kind"`
