@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/orrery-run/orrery/event"
@@ -32,6 +33,7 @@ import (
 type Store interface {
 	Journal
 	Leases
+	Workers
 	Inbox
 	Effects
 	Timers
@@ -40,23 +42,75 @@ type Store interface {
 	Worlds
 	Watermarks
 	Dedupe
-	// Watch returns a channel that receives a hint (coalesced, buffer 1)
-	// whenever something may have changed on topic (see Topic*). Stop it by
-	// calling the returned function or cancelling ctx.
-	Watch(ctx context.Context, topic string) (<-chan struct{}, func())
+	Views
+	// Commit is the world cycle's one transaction (see CommitBatch).
+	Commit(ctx context.Context, world string, epoch uint64, b CommitBatch) (CommitResult, error)
+	// Watch registers w to be woken (w.Unpark, which must not block) after
+	// every committed change that may interest one of topics (see Topic*).
+	// Hints coalesce and may be lost (correctness comes from scanning
+	// durable state, never from a hint); a hint may also be spurious. The
+	// registration lasts until stop is called or the store handle is closed
+	// (or, for memstore, crashed); ctx bounds only the call itself, so a
+	// watch holds no goroutine of its own and works under the deterministic
+	// lab, whose Parker is a Waker. A closed store: ErrClosed. An empty or
+	// unknown topic: ErrInvalid.
+	Watch(ctx context.Context, w Waker, topics ...string) (stop func(), err error)
 	// Now reads the store's clock (persistedAt, expiries, due times).
 	Now(ctx context.Context) (time.Time, error)
 	Close() error
 }
 
+// Waker is woken by a Watch. actor.Parker satisfies it; NewSignal gives a
+// channel-backed one for code outside the actor layer.
+type Waker interface{ Unpark() }
+
+// Signal is a channel-backed Waker: C receives one value after any number
+// of Unparks (coalesced, buffer 1).
+type Signal struct{ C chan struct{} }
+
+// NewSignal returns a ready Signal.
+func NewSignal() *Signal { return &Signal{C: make(chan struct{}, 1)} }
+
+// Unpark implements Waker without blocking.
+func (s *Signal) Unpark() {
+	select {
+	case s.C <- struct{}{}:
+	default:
+	}
+}
+
 // Notification topics.
 const (
+	// TopicEffects: effects became claimable (Publish, Commit, ReapEffects,
+	// RetryEffect).
 	TopicEffects = "effects"
-	TopicTimers  = "timers"
+	// TopicTimers: the timer set changed (Schedule, CancelTimer, Commit,
+	// ReapTimers), so the next due time may have moved.
+	TopicTimers = "timers"
+	// TopicAssignments: an assignment was written or removed, or a world's
+	// status changed.
+	TopicAssignments = "assignments"
+	// TopicLeases: a lease was acquired, released, revoked by a status
+	// change, or released in bulk.
+	TopicLeases = "leases"
+	// TopicWorkers: the worker inventory changed (Heartbeat, SetDraining).
+	TopicWorkers = "workers"
 )
 
-// TopicInbox is the topic of one world's inbox.
-func TopicInbox(world string) string { return "inbox:" + world }
+// TopicInbox is the topic of one world's inbox: an item entered it.
+func TopicInbox(world string) string { return topicInboxPrefix + world }
+
+const topicInboxPrefix = "inbox:"
+
+// ValidTopic reports whether topic is one a Watch accepts.
+func ValidTopic(topic string) bool {
+	switch topic {
+	case TopicEffects, TopicTimers, TopicAssignments, TopicLeases, TopicWorkers:
+		return true
+	}
+	return len(topic) > len(topicInboxPrefix) && topic[:len(topicInboxPrefix)] == topicInboxPrefix &&
+		CheckID("watch", "world", topic[len(topicInboxPrefix):]) == nil
+}
 
 // Fence is the lease epoch a world mutation is made under.
 type Fence struct {
@@ -71,38 +125,40 @@ type Fence struct {
 // live there). The store treats Payload as opaque bytes.
 type Record = event.Envelope
 
-// CheckRecord checks what the append authority itself requires of an input
-// record: an event id, an idempotency key, an event type, and attempts of at
-// least 1. Full envelope validation (key recomputation, canonical payload,
-// step rules) is the producer's, through event.Envelope.Validate: the store
-// never interprets what it stores.
-func CheckRecord(r *Record) error {
-	switch {
-	case r.EventID == "":
-		return Errorf("append", ErrInvalid, "", "empty eventId")
-	case r.IdempotencyKey == "":
-		return Errorf("append", ErrInvalid, "", "event %s: empty idempotencyKey", r.EventID)
-	case r.EventType == "":
-		return Errorf("append", ErrInvalid, "", "event %s: empty eventType", r.EventID)
-	case r.LogicalAttemptID < 1:
-		return Errorf("append", ErrInvalid, "", "event %s: logicalAttemptId must be >= 1", r.EventID)
-	case r.EngineAttemptID < 1:
-		return Errorf("append", ErrInvalid, "", "event %s: engineAttemptId must be >= 1", r.EventID)
-	}
-	return nil
-}
+// StreamKind says what kind of stream an append writes, so that the lease
+// requirement is stated, never implied by a missing option.
+type StreamKind uint8
+
+const (
+	// WorldStream (the zero value) is a world's journal: its id is the
+	// world's id, and every append needs the world's own fence
+	// (AppendOptions.Fence naming the same world at its current epoch).
+	// Anything else — no fence, another world's fence, a stale epoch — is
+	// ErrFenced and writes nothing. A stream that is not a world's (no world
+	// with that id exists) is ErrWorldNotFound.
+	WorldStream StreamKind = iota
+	// FreeStream is a stream no world owns (a workflow run's, an audit
+	// log's): appends need no lease, and a Fence is ErrInvalid. A FreeStream
+	// append to a world's stream is ErrFenced, and a world cannot be
+	// created over a free stream that has events (ErrWorldExists).
+	FreeStream
+)
 
 // AppendOptions qualify an append.
 type AppendOptions struct {
+	// Kind is the stream's kind; see WorldStream and FreeStream.
+	Kind StreamKind
+	// Fence is the world's lease epoch, required for a WorldStream and
+	// checked in the same transaction as the write.
+	Fence *Fence
 	// ExpectedHead, when set, makes the append a compare-and-swap on the
 	// stream's head (the runSeq of its last event; 0 for an empty stream).
 	// A mismatch fails with ErrHeadMismatch and inserts nothing. A batch
 	// whose every event is a duplicate returns the existing metadata
 	// without checking the head, so a retried append stays idempotent.
+	// With ExpectedHead the new events get head+1 … head+n in order
+	// (gapless), so a producer knows their runSeqs before it appends.
 	ExpectedHead *uint64
-	// Fence, when set, makes the append a world mutation checked against the
-	// world's lease epoch in the same transaction.
-	Fence *Fence
 }
 
 // Head returns a pointer to h, for AppendOptions.ExpectedHead.
@@ -116,17 +172,24 @@ type Appended struct {
 	// Idempotent is true when (stream, idempotencyKey) already existed: the
 	// metadata is the existing record's and nothing was inserted.
 	Idempotent bool
+	// Conflict is true when Idempotent and the stored record differs from
+	// the one offered: another eventType, or another payload (compared by
+	// SHA-256, which the store keeps with the key, also after compaction).
+	// The stored record wins (seed 001 §3.2); a world runtime raises a
+	// non-determinism error on it.
+	Conflict bool
 }
 
 // Journal is the append authority: one append-only stream per run/world.
 type Journal interface {
-	// Append validates and appends events to stream in one transaction and
-	// returns, for each event in order, its metadata. runSeq is assigned by
-	// the store, monotonic per stream (gaps allowed); persistedAt comes from
-	// the store's clock; StreamID, RunSeq and PersistedAt of the inputs are
-	// ignored. A duplicate (stream, idempotencyKey), within the batch or
-	// against stored records, returns the existing metadata, marked
-	// idempotent, and inserts nothing — also when concurrent appenders race
+	// Append validates (CheckRecord) and appends events to stream in one
+	// transaction and returns, for each event in order, its metadata.
+	// runSeq is assigned by the store, monotonic per stream (gapless under
+	// ExpectedHead); persistedAt comes from the store's clock; StreamID,
+	// RunSeq and PersistedAt of the inputs are ignored. A duplicate (stream,
+	// idempotencyKey), within the batch or against stored records, returns
+	// the existing metadata, marked idempotent (and Conflict when it
+	// differs), and inserts nothing — also when concurrent appenders race
 	// on the same key.
 	Append(ctx context.Context, stream string, events []Record, opts AppendOptions) ([]Appended, error)
 	// Read returns up to limit events with runSeq > afterSeq, in runSeq order.
@@ -137,6 +200,56 @@ type Journal interface {
 	// ReadWindow returns up to limit events of stream with from <= persistedAt
 	// < to, in runSeq order: the audit window (seed 001 §2.2).
 	ReadWindow(ctx context.Context, stream string, from, to time.Time, limit int) ([]Record, error)
+}
+
+// ---- the world cycle ----
+
+// TimerSet schedules a durable timer (a timer.set intent).
+type TimerSet struct {
+	IntentHash string
+	DeliverAt  time.Time
+	Payload    []byte
+}
+
+// CommitBatch is everything one world cycle changes. Commit applies all of
+// it in one transaction, fenced by the world's epoch, or none of it:
+//
+//  1. the inbox cursor moves from ExpectedCursor to NewCursor
+//     (ErrCursorMismatch if it is not at ExpectedCursor; ErrInvalid if
+//     NewCursor is below it or passes the last enqueued seq);
+//  2. Entries are appended to the world's journal, compare-and-swapped on
+//     ExpectedHead (ErrHeadMismatch, also when every entry is a
+//     duplicate), the new ones at head+1 … head+n;
+//  3. Intents are published (as Publish: an intent hash ever published is
+//     skipped);
+//  4. Timers are scheduled (as Schedule) and CancelTimers cancelled (as
+//     CancelTimer, except that an unknown, other world's or already fired
+//     timer is skipped, not an error: the kernel may cancel a timer whose
+//     firing is still in its inbox);
+//  5. Snapshot, when set, is stored (as PutSnapshot, its height at most the
+//     new head).
+//
+// The inbox items up to NewCursor count as drained (their dedupe keys
+// complete, see Dedupe). This one transaction is why seed 002's crash
+// window "after journal append, before effect publish" cannot happen.
+type CommitBatch struct {
+	ExpectedCursor uint64
+	NewCursor      uint64
+	ExpectedHead   uint64
+	Entries        []Record
+	Intents        []Intent
+	Timers         []TimerSet
+	CancelTimers   []string
+	Snapshot       *Snapshot
+}
+
+// CommitResult answers a Commit.
+type CommitResult struct {
+	Appended  []Appended // one per entry, in order
+	Head      uint64     // the journal head after the commit
+	Published int        // intents newly queued
+	Scheduled int        // timers newly scheduled
+	Cancelled int        // timers cancelled
 }
 
 // ---- leases (protocols A and B) ----
@@ -157,6 +270,28 @@ type Assignment struct {
 	Reason        string
 }
 
+// LeaseRef names one lease a worker holds, for the bulk calls.
+type LeaseRef struct {
+	World string
+	Epoch uint64
+}
+
+// LeaseResult is one world's answer in a bulk call: the lease, or the
+// typed error that call would have returned for this world alone.
+type LeaseResult struct {
+	World string
+	Lease Lease
+	Err   error
+}
+
+// WorkerWorld is one row of ListWorkerWorlds: a world whose unexpired lease
+// the worker holds, or whose assignment names the worker, or both.
+type WorkerWorld struct {
+	World      string
+	Lease      *Lease      // the world's lease record, if any
+	Assignment *Assignment // the world's assignment, if any
+}
+
 // Leases implements protocols A and B.
 type Leases interface {
 	// Acquire takes the world's lease for worker if it is absent, released
@@ -164,31 +299,80 @@ type Leases interface {
 	// A worker that already holds an unexpired lease gets it back unchanged
 	// (idempotent). Another unexpired holder: ErrLeaseHeld. An assignment
 	// naming another desired worker: ErrNotAssigned. The world must exist
-	// and be active.
+	// (ErrWorldNotFound) and be active (ErrWorldPaused, ErrWorldArchived).
 	Acquire(ctx context.Context, world, worker string, ttl time.Duration) (Lease, error)
 	// Renew extends the lease if worker holds it at epoch: ErrNotHolder if
-	// another worker holds it (or nobody), ErrStaleEpoch if the epoch moved.
+	// another worker holds it (or nobody, or it expired), ErrStaleEpoch if
+	// the epoch moved.
 	Renew(ctx context.Context, world, worker string, epoch uint64, ttl time.Duration) (Lease, error)
+	// RenewLeases renews many leases of one worker in one round trip and
+	// one transaction: one LeaseResult per ref, in order, each as Renew
+	// would answer it alone. The call's own error is for the call (context,
+	// closed store, invalid arguments), never for one lease.
+	RenewLeases(ctx context.Context, worker string, refs []LeaseRef, ttl time.Duration) ([]LeaseResult, error)
 	// Release gives the lease up; the epoch counter is kept.
 	Release(ctx context.Context, world, worker string, epoch uint64) error
+	// ReleaseLeases releases many leases of one worker at once (a planned
+	// drain), one LeaseResult per ref as Release would answer it.
+	ReleaseLeases(ctx context.Context, worker string, refs []LeaseRef) ([]LeaseResult, error)
 	// GetLease returns the current lease record (ok=false if never leased).
 	GetLease(ctx context.Context, world string) (lease Lease, ok bool, err error)
 	// Assign and Unassign write the desired placement; GetAssignment reads it.
 	Assign(ctx context.Context, world string, a Assignment) error
 	Unassign(ctx context.Context, world string) error
 	GetAssignment(ctx context.Context, world string) (a Assignment, ok bool, err error)
-	// WorkerWorlds lists, sorted, the worlds whose unexpired lease worker
-	// holds or whose assignment names worker.
-	WorkerWorlds(ctx context.Context, worker string) ([]string, error)
+	// ListWorkerWorlds lists, sorted by world id, up to limit worlds after
+	// the id `after` ("" = from the start) whose unexpired lease worker
+	// holds or whose assignment names worker, each with its lease and
+	// assignment. It is one indexed query per page, so it pages through a
+	// million worlds; the last page is shorter than limit.
+	ListWorkerWorlds(ctx context.Context, worker, after string, limit int) ([]WorkerWorld, error)
+}
+
+// ---- the worker inventory ----
+
+// WorkerInfo is a worker's inventory record, which the orchestrator reads.
+type WorkerInfo struct {
+	ID          string
+	Capacity    int       // worlds it is willing to host
+	Draining    bool      // set by an operator: place nothing new here
+	HeartbeatAt time.Time // the store's clock at the last Heartbeat
+	StartedAt   time.Time // the store's clock at the first Heartbeat
+}
+
+// Workers is the worker inventory.
+type Workers interface {
+	// Heartbeat records that worker is alive with capacity (creating its
+	// record on the first call). It keeps Draining as it was.
+	Heartbeat(ctx context.Context, worker string, capacity int) (WorkerInfo, error)
+	// SetDraining marks a worker draining (or not). ErrNotFound if the
+	// worker never sent a heartbeat.
+	SetDraining(ctx context.Context, worker string, draining bool) (WorkerInfo, error)
+	// ListWorkers lists every worker, sorted by id. Liveness is the
+	// reader's judgement from HeartbeatAt against Now.
+	ListWorkers(ctx context.Context) ([]WorkerInfo, error)
 }
 
 // ---- the durable inbox ----
+
+// Inbox item kinds the store itself writes. A producer's Enqueue may not use
+// them, and its dedupe key may not start with ReceiptKeyPrefix or
+// TimerKeyPrefix: the store's delivery keys and producers' keys never
+// collide.
+const (
+	KindReceipt = "receipt"
+	KindTimer   = "timer"
+	KindFabric  = "fabric"
+
+	ReceiptKeyPrefix = "receipt:"
+	TimerKeyPrefix   = "timer:"
+)
 
 // InboxItem is one durable input of a world.
 type InboxItem struct {
 	Seq        uint64 // assigned by the store, increasing per world
 	World      string
-	Kind       string // e.g. "event", "receipt", "timer", "fabric"
+	Kind       string // a producer's kind (e.g. "event"), or a store kind
 	Payload    []byte
 	DedupeKey  string // optional; per-world uniqueness
 	EnqueuedAt time.Time
@@ -197,21 +381,17 @@ type InboxItem struct {
 // Inbox is the world's durable input queue. Items are kept after
 // consumption; a per-world cursor marks what has been drained.
 type Inbox interface {
-	// Enqueue appends item (Kind, Payload, DedupeKey) to world's inbox and
-	// returns its seq. A repeated non-empty DedupeKey returns the existing
-	// seq with dup=true and enqueues nothing. Enqueue needs no lease: any
-	// producer may enqueue. A fenced or archived world: ErrWorldFenced or
-	// ErrWorldArchived.
+	// Enqueue validates (CheckIngress) and appends item (Kind, Payload,
+	// DedupeKey) to world's inbox and returns its seq. A repeated non-empty
+	// DedupeKey returns the existing seq with dup=true and enqueues
+	// nothing. Enqueue needs no lease: any producer may enqueue, also to a
+	// paused world (its input waits). An archived world: ErrWorldArchived.
 	Enqueue(ctx context.Context, world string, item InboxItem) (seq uint64, dup bool, err error)
 	// ReadInbox returns up to limit items with seq > afterSeq, in seq order.
 	ReadInbox(ctx context.Context, world string, afterSeq uint64, limit int) ([]InboxItem, error)
 	// Cursor returns the seq of the last drained item (0 if none).
 	Cursor(ctx context.Context, world string) (uint64, error)
-	// DrainToJournal appends entries to the world's journal and moves the
-	// inbox cursor from expectedCursor to newCursor, in one transaction,
-	// fenced by epoch and compare-and-swapped on both the cursor
-	// (ErrCursorMismatch) and the journal head (ErrHeadMismatch). newCursor
-	// must not pass the last enqueued seq.
+	// DrainToJournal is a Commit of only a cursor move and entries.
 	DrainToJournal(ctx context.Context, world string, epoch uint64, expectedCursor, expectedHead, newCursor uint64, entries []Record) ([]Appended, error)
 }
 
@@ -226,16 +406,43 @@ type Intent struct {
 	PolicyContextHash string
 }
 
-// EffectItem is a queued (pending or claimed) effect.
+// EffectState is where an intent is in its life.
+type EffectState string
+
+const (
+	EffectPending  EffectState = "pending"
+	EffectInflight EffectState = "inflight"
+	EffectDone     EffectState = "done"
+)
+
+// EffectItem is a queued (pending or inflight) effect.
 type EffectItem struct {
 	Intent
-	World        string
-	Seq          uint64 // queue order
-	EnqueuedAt   time.Time
-	Attempt      int // 1 on the first claim, +1 per reclaim
+	World      string
+	Seq        uint64 // queue order
+	EnqueuedAt time.Time
+	State      EffectState
+	// Attempt counts claims: 1 on the first, +1 on every later claim
+	// (after a reap or an operator retry). With ClaimedBy it is the claim
+	// a completion must present.
+	Attempt int
+	// ClaimedBy is the worker of the latest claim; a reap keeps it (the
+	// item is pending again, but that worker may still complete it until
+	// someone claims it anew).
 	ClaimedBy    string
-	ClaimExpires time.Time
+	ClaimExpires time.Time // zero unless inflight
+	Retries      int       // operator retries so far
 }
+
+// Claim is what a claimant presents to complete its work: the worker and
+// the attempt it was handed.
+type Claim struct {
+	Worker  string
+	Attempt int
+}
+
+// ClaimOf returns the claim of a claimed item.
+func (e EffectItem) ClaimOf() Claim { return Claim{Worker: e.ClaimedBy, Attempt: e.Attempt} }
 
 // ReceiptStatus is the terminal state of an effect.
 type ReceiptStatus string
@@ -252,25 +459,31 @@ type Receipt struct {
 	Payload []byte
 }
 
-// EffectState is where an intent is in its life.
-type EffectState string
-
-const (
-	EffectPending  EffectState = "pending"
-	EffectInflight EffectState = "inflight"
-	EffectDone     EffectState = "done"
-)
-
 // EffectStatus is the dedupe record of an intent.
 type EffectStatus struct {
 	IntentHash  string
 	World       string
+	Kind        string
 	State       EffectState
 	Attempts    int
+	Retries     int
+	RetryReason string   // the last operator retry's reason
 	Receipt     *Receipt // when done
 	InboxSeq    uint64   // the receipt's inbox seq, when done
 	CompletedAt time.Time
 }
+
+// ReceiptKey is the inbox dedupe key of an intent's receipt: one terminal
+// receipt per intent and per operator retry.
+func ReceiptKey(intentHash string, retries int) string {
+	if retries == 0 {
+		return ReceiptKeyPrefix + intentHash
+	}
+	return ReceiptKeyPrefix + intentHash + "#" + strconv.Itoa(retries)
+}
+
+// TimerKey is the inbox dedupe key of a timer's firing.
+func TimerKey(intentHash string) string { return TimerKeyPrefix + intentHash }
 
 // Effects is the global effect dispatch queue.
 type Effects interface {
@@ -278,25 +491,45 @@ type Effects interface {
 	// whose hash was ever published (pending, inflight or done, until its
 	// dedupe record is swept) is skipped. It returns how many were queued.
 	Publish(ctx context.Context, world string, epoch uint64, intents []Intent) (int, error)
-	// Claim moves up to n pending items (queue order) to inflight for
-	// worker, with a claim that expires after claimTTL.
-	Claim(ctx context.Context, worker string, n int, claimTTL time.Duration) ([]EffectItem, error)
+	// Claim moves up to n pending items whose Kind is one of kinds (queue
+	// order) to inflight for worker, with a claim that expires after
+	// claimTTL. kinds must not be empty: an adapter claims what it serves.
+	Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]EffectItem, error)
 	// Complete, atomically: enqueues the receipt into the world's inbox
-	// (kind "receipt", dedupe key "receipt:"+intentHash, payload =
-	// r.Payload), marks the intent done and removes it from the queue. The
-	// status travels in the dedupe record (EffectStatus), not in the inbox
-	// item: an adapter whose world must see ok/error/timeout in-band encodes
-	// it in the payload (the plane's receipt encoding does). Completing a done intent returns
-	// the first completion's inbox seq with dup=true (one terminal receipt
-	// per intent). An unknown intent: ErrNotFound.
-	Complete(ctx context.Context, intentHash string, r Receipt) (inboxSeq uint64, dup bool, err error)
+	// (kind KindReceipt, dedupe key ReceiptKey(intentHash, retries),
+	// payload = r.Payload), marks the intent done and removes it from the
+	// queue. The status travels in the dedupe record (EffectStatus), not in
+	// the inbox item: an adapter whose world must see ok/error/timeout
+	// in-band encodes it in the payload. c must be the item's latest claim
+	// (its worker and attempt), which stays valid after a reap until
+	// another claim: otherwise ErrClaimLost, and nothing changes.
+	// Completing a done intent returns the first completion's inbox seq
+	// with dup=true whatever the claim (one terminal receipt per intent):
+	// a late worker learns its result was not used. The receipt enters the
+	// inbox whatever the world's status. An unknown intent: ErrNotFound.
+	Complete(ctx context.Context, intentHash string, c Claim, r Receipt) (inboxSeq uint64, dup bool, err error)
 	// ReapEffects requeues inflight items whose claim expired (store clock).
 	ReapEffects(ctx context.Context) (int, error)
+	// RetryEffect is an operator's retry of an effect whose terminal
+	// receipt was error or timeout: it goes back to pending with Retries+1
+	// and reason recorded, keeping its intent hash; its next completion
+	// delivers a new receipt (ReceiptKey with the new retry count). Any
+	// other state: ErrNotRetryable. Unknown: ErrNotFound.
+	RetryEffect(ctx context.Context, intentHash, reason string) (EffectStatus, error)
 	// EffectStatus reads an intent's dedupe record.
 	EffectStatus(ctx context.Context, intentHash string) (EffectStatus, error)
 }
 
 // ---- timers (protocol E) ----
+
+// TimerState is where a timer is in its life.
+type TimerState string
+
+const (
+	TimerScheduled TimerState = "scheduled" // waiting for its due time, or due and unclaimed
+	TimerClaimed   TimerState = "claimed"
+	TimerDelivered TimerState = "delivered"
+)
 
 // TimerItem is a durable timer.
 type TimerItem struct {
@@ -304,10 +537,14 @@ type TimerItem struct {
 	IntentHash   string
 	DeliverAt    time.Time
 	Payload      []byte
-	Attempt      int
-	ClaimedBy    string
+	State        TimerState
+	Attempt      int    // claims so far
+	ClaimedBy    string // the latest claim's worker (kept by a reap)
 	ClaimExpires time.Time
 }
+
+// ClaimOf returns the claim of a claimed timer.
+func (t TimerItem) ClaimOf() Claim { return Claim{Worker: t.ClaimedBy, Attempt: t.Attempt} }
 
 // Timers is the durable timer queue.
 type Timers interface {
@@ -317,19 +554,24 @@ type Timers interface {
 	// CancelTimer removes a timer that has not fired, fenced by epoch, with
 	// its dedupe record: scheduling the same intent hash again afterwards
 	// schedules it anew (a world that replays a cancelled timer.set must
-	// replay its cancel too).
+	// replay its cancel too). Unknown, another world's or fired: ErrNotFound.
 	CancelTimer(ctx context.Context, world string, epoch uint64, intentHash string) error
 	// ClaimDue claims up to n timers due at the store's clock, in (deliverAt,
 	// intentHash) order, so timers due at the same instant fire in a stable
 	// order.
 	ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]TimerItem, error)
 	// Fire, atomically: enqueues the timer-fired item into the world's inbox
-	// (kind "timer", dedupe key "timer:"+intentHash), marks the timer
-	// delivered and removes it. Firing a delivered timer returns the first
-	// delivery's seq with dup=true.
-	Fire(ctx context.Context, intentHash string) (inboxSeq uint64, dup bool, err error)
+	// (kind KindTimer, dedupe key TimerKey(intentHash)), marks the timer
+	// delivered and removes it. The timer must be due by the store's clock
+	// (ErrNotDue) and c its latest claim (ErrClaimLost), as for Complete.
+	// Firing a delivered timer returns the first delivery's seq with
+	// dup=true whatever the claim.
+	Fire(ctx context.Context, intentHash string, c Claim) (inboxSeq uint64, dup bool, err error)
 	// ReapTimers requeues claimed timers whose claim expired.
 	ReapTimers(ctx context.Context) (int, error)
+	// NextDue returns the earliest DeliverAt of an unclaimed, undelivered
+	// timer (ok=false if none), so a timer worker sleeps until then.
+	NextDue(ctx context.Context) (at time.Time, ok bool, err error)
 }
 
 // ---- fabric (protocol F) ----
@@ -350,10 +592,10 @@ type FabricResult struct {
 
 // Fabric delivers messages between worlds exactly once per message id.
 type Fabric interface {
-	// Send enqueues item into dest's inbox (kind "fabric") unless messageID
-	// was already delivered there. A fenced, archived or unknown destination
-	// is an error (ErrWorldFenced, ErrWorldArchived, ErrWorldNotFound), never
-	// a silent drop.
+	// Send enqueues item's payload into dest's inbox (kind KindFabric)
+	// unless messageID was already delivered there. An archived or unknown
+	// destination is an error (ErrWorldArchived, ErrWorldNotFound), never a
+	// silent drop; a paused one accepts it.
 	Send(ctx context.Context, dest, messageID string, item InboxItem) (FabricResult, error)
 }
 
@@ -371,7 +613,11 @@ type Snapshot struct {
 // Snapshots stores baselines and compacts the journal below them.
 type Snapshots interface {
 	// PutSnapshot stores a snapshot, fenced by epoch, and makes it the
-	// active baseline if its height is above the current one.
+	// active baseline if its height is above the current one. Its height
+	// must not pass the journal head and its StateHash must not be empty
+	// (ErrInvalid). The same snapshot again (same height and state hash) is
+	// a no-op; another state hash at a stored height is
+	// ErrSnapshotConflict.
 	PutSnapshot(ctx context.Context, world string, epoch uint64, s Snapshot) error
 	// ActiveSnapshot returns the active baseline (ok=false if none).
 	ActiveSnapshot(ctx context.Context, world string) (s Snapshot, ok bool, err error)
@@ -386,12 +632,19 @@ type Snapshots interface {
 
 // ---- worlds ----
 
-// WorldStatus is a world's operational status.
+// WorldStatus is a world's operational status: an operator's decision,
+// never a worker's. (A worker whose renewal fails fences itself locally;
+// the store fences its writes by epoch. Neither is a stored status.)
 type WorldStatus string
 
 const (
-	WorldActive   WorldStatus = "active"
-	WorldFenced   WorldStatus = "fenced"
+	// WorldActive: leases may be acquired and the world runs.
+	WorldActive WorldStatus = "active"
+	// WorldPaused: no lease may be acquired (ErrWorldPaused); input is
+	// still accepted and waits in the inbox. Resuming makes it active.
+	WorldPaused WorldStatus = "paused"
+	// WorldArchived: final. No lease, no new input (ErrWorldArchived);
+	// receipts and timer firings of its own requests still land.
 	WorldArchived WorldStatus = "archived"
 )
 
@@ -400,6 +653,8 @@ type World struct {
 	ID                 string
 	Universe           string
 	Status             WorldStatus
+	StatusReason       string    // the operator's reason for the last status change
+	StatusChangedAt    time.Time // zero until the first change
 	ParentWorld        string
 	ParentSnapshotHash string
 	ForkedAtHeight     uint64
@@ -409,8 +664,8 @@ type World struct {
 // Worlds manages world records.
 type Worlds interface {
 	// CreateWorld creates an active world, optionally seeded from a
-	// snapshot (its baseline; the head is the snapshot's height).
-	// ErrWorldExists if the id is taken.
+	// snapshot (its baseline; the head is the snapshot's height; its
+	// StateHash must not be empty). ErrWorldExists if the id is taken.
 	CreateWorld(ctx context.Context, universe, world string, seed *Snapshot) (World, error)
 	// ForkWorld creates newWorld from src's snapshot at height, in one
 	// transaction: its baseline is that snapshot, its head is the height,
@@ -420,8 +675,15 @@ type Worlds interface {
 	GetWorld(ctx context.Context, world string) (World, error)
 	// ListWorlds lists a universe's worlds sorted by id ("" = every status).
 	ListWorlds(ctx context.Context, universe string, status WorldStatus) ([]World, error)
-	// SetWorldStatus changes status, fenced by epoch.
-	SetWorldStatus(ctx context.Context, world string, epoch uint64, status WorldStatus) error
+	// SetWorldStatus is the operator's path: it needs no lease, records
+	// reason and the store's time, and returns the new record. Allowed:
+	// active <-> paused, active|paused -> archived; the same status again
+	// is a no-op that keeps the recorded reason. Leaving active ends the
+	// current lease in the same transaction (holder cleared, epoch kept),
+	// so its holder is fenced at once and the next Acquire after a resume
+	// gets a higher epoch. From archived: ErrWorldArchived. An unknown
+	// status: ErrInvalid.
+	SetWorldStatus(ctx context.Context, world string, status WorldStatus, reason string) (World, error)
 }
 
 // ---- projector watermarks ----
@@ -437,11 +699,23 @@ type Watermarks interface {
 // ---- dedupe retention ----
 
 // Dedupe sweeps dedupe records: inbox dedupe keys, effect, timer and fabric
-// records. Each completed record is kept at least for the store's retention
-// after its completion; pending records are never swept.
+// records. A record completes as follows, and is kept at least for the
+// store's retention after that:
+//
+//   - an inbox dedupe key, when the cursor passes its item;
+//   - an effect record, when its receipt has been consumed: it is done
+//     and the world's cursor has passed the receipt's inbox seq. So no
+//     world that stays offline past the retention can re-publish an intent
+//     and run its effect twice: its record lives until the world reads the
+//     receipt;
+//   - a timer record, likewise, when the world's cursor has passed its
+//     firing's inbox seq;
+//   - a fabric record, at Send.
+//
+// Pending records are never swept.
 type Dedupe interface {
-	// SweepDedupe removes records whose completedAt + retention is at or
-	// before the store's clock, and returns how many.
+	// SweepDedupe removes completed records whose completion + retention is
+	// at or before the store's clock, and returns how many.
 	SweepDedupe(ctx context.Context) (int, error)
 	// DedupeRetention returns the configured retention.
 	DedupeRetention() time.Duration
@@ -449,6 +723,29 @@ type Dedupe interface {
 
 // DefaultDedupeRetention is the retention unless a backend is told otherwise.
 const DefaultDedupeRetention = 7 * 24 * time.Hour
+
+// ---- read-only views for operations ----
+
+// QueueDepths are the global queue gauges.
+type QueueDepths struct {
+	EffectsPending  int64
+	EffectsInflight int64
+	TimersScheduled int64 // not yet claimed (due or not)
+	TimersClaimed   int64
+	InboxBacklog    int64 // enqueued, not yet drained, over all worlds
+}
+
+// Views read queue state for operators and metrics without changing it.
+type Views interface {
+	// ListEffects lists up to limit of world's pending and inflight effects
+	// with queue seq > afterSeq, in queue order.
+	ListEffects(ctx context.Context, world string, afterSeq uint64, limit int) ([]EffectItem, error)
+	// ListTimers lists up to limit of world's scheduled and claimed timers
+	// in (deliverAt, intentHash) order.
+	ListTimers(ctx context.Context, world string, limit int) ([]TimerItem, error)
+	// QueueDepths reads the gauges.
+	QueueDepths(ctx context.Context) (QueueDepths, error)
+}
 
 // ---- errors ----
 
@@ -462,9 +759,13 @@ var (
 	ErrCursorMismatch    = errors.New("store: inbox cursor mismatch")
 	ErrWorldNotFound     = errors.New("store: world not found")
 	ErrWorldExists       = errors.New("store: world exists")
-	ErrWorldFenced       = errors.New("store: world fenced")
+	ErrWorldPaused       = errors.New("store: world paused")
 	ErrWorldArchived     = errors.New("store: world archived")
 	ErrSnapshotNotFound  = errors.New("store: snapshot not found")
+	ErrSnapshotConflict  = errors.New("store: another snapshot at that height")
+	ErrClaimLost         = errors.New("store: claim lost")
+	ErrNotDue            = errors.New("store: timer not due")
+	ErrNotRetryable      = errors.New("store: effect not retryable")
 	ErrNotFound          = errors.New("store: not found")
 	ErrWatermarkConflict = errors.New("store: watermark conflict")
 	ErrInvalid           = errors.New("store: invalid argument")

@@ -2,30 +2,51 @@ package memstore
 
 import (
 	"context"
+	"crypto/sha256"
 	"sort"
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
 // stream is one journal stream. runSeqs are contiguous from base+1 (this
-// backend leaves no gaps), until Compact removes a prefix.
+// backend leaves no gaps, so every append is gapless, not only those under
+// ExpectedHead), until Compact removes a prefix.
 type stream struct {
 	base    uint64         // head before the first append (a fork's or seed's height)
 	records []store.Record // runSeq order; each stored once, never changed
 	head    uint64
-	// byKey is the idempotency index. It outlives compaction: a key once
-	// appended stays a duplicate for the stream's life.
-	byKey map[string]store.Appended
+	// byKey is the idempotency index. It outlives compaction, with what
+	// Appended.Conflict compares: a key once appended stays a duplicate for
+	// the stream's life, and a changed record under it stays visible.
+	byKey map[string]keyRecord
+}
+
+type keyRecord struct {
+	appended    store.Appended
+	eventType   string
+	payloadHash [sha256.Size]byte
+}
+
+func (k keyRecord) differs(r *store.Record) bool {
+	return k.eventType != r.EventType || k.payloadHash != sha256.Sum256(r.Payload)
 }
 
 func (st *state) stream(id string) *stream {
 	s := st.streams[id]
 	if s == nil {
-		s = &stream{byKey: map[string]store.Appended{}}
+		s = &stream{byKey: map[string]keyRecord{}}
 		st.streams[id] = s
 	}
 	return s
+}
+
+func (st *state) head(id string) uint64 {
+	if s := st.streams[id]; s != nil {
+		return s.head
+	}
+	return 0
 }
 
 // Append implements store.Journal.
@@ -34,78 +55,102 @@ func (s *Store) Append(ctx context.Context, streamID string, events []store.Reco
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	defer s.st.mu.Unlock()
-	now := s.now()
+	defer s.end()
+	if err := store.CheckID(op, "stream", streamID); err != nil {
+		return nil, err
+	}
+	if err := store.CheckRecords(op, events); err != nil {
+		return nil, err
+	}
 	if opts.Fence != nil {
-		if err := s.st.fence(op, opts.Fence.World, opts.Fence.Epoch, now); err != nil {
+		if err := store.CheckID(op, "fence world", opts.Fence.World); err != nil {
 			return nil, err
 		}
 	}
-	return s.st.append(op, streamID, events, opts.ExpectedHead, false, now)
+	if opts.ExpectedHead != nil {
+		if err := store.CheckInt(op, "expectedHead", *opts.ExpectedHead); err != nil {
+			return nil, err
+		}
+	}
+	now := s.now()
+	_, worldFound := s.st.worlds[streamID]
+	if err := contract.AppendFence(op, streamID, opts, worldFound, s.st.leaseRow(streamID), now); err != nil {
+		return nil, err
+	}
+	p, err := s.st.planAppend(op, streamID, events, opts.ExpectedHead, false, now)
+	if err != nil {
+		return nil, err
+	}
+	s.st.applyAppend(p, events, now)
+	return p.out, nil
 }
 
-// append is the append authority inside a transaction (mu held): validate
-// every event, resolve duplicates against the stream and within the batch,
-// compare-and-swap the head (skipped when nothing is new, unless
-// alwaysCheckHead), then insert. Any error leaves the stream unchanged.
-func (st *state) append(op, streamID string, events []store.Record, expectedHead *uint64, alwaysCheckHead bool, now time.Time) ([]store.Appended, error) {
-	if streamID == "" {
-		return nil, store.Errorf(op, store.ErrInvalid, "", "empty stream")
-	}
-	for i := range events {
-		if err := store.CheckRecord(&events[i]); err != nil {
-			if e, ok := err.(*store.Error); ok {
-				e.Op = op
-			}
-			return nil, err
-		}
-	}
+// appendPlan is an append decided but not yet applied, so that a Commit
+// can check every part before it writes any.
+type appendPlan struct {
+	stream  string
+	out     []store.Appended
+	inserts []int // indexes of the events to insert, in order
+	head    uint64
+}
+
+// planAppend is the append authority's decision (mu held): resolve
+// duplicates against the stream and within the batch (marking Conflict when
+// the stored record differs), compare-and-swap the head (skipped when
+// nothing is new, unless alwaysCheckHead), and number the new events
+// head+1 … head+n. The events are already validated.
+func (st *state) planAppend(op, streamID string, events []store.Record, expectedHead *uint64, alwaysCheckHead bool, now time.Time) (appendPlan, error) {
 	str := st.streams[streamID]
-	var head uint64
-	if str != nil {
-		head = str.head
-	}
-	out := make([]store.Appended, len(events))
+	head := st.head(streamID)
+	p := appendPlan{stream: streamID, out: make([]store.Appended, len(events))}
 	fresh := map[string]int{} // key -> index in events of its first new occurrence
-	var inserts []int
 	next := head
-	for i, ev := range events {
+	for i := range events {
+		ev := &events[i]
 		if str != nil {
-			if a, ok := str.byKey[ev.IdempotencyKey]; ok {
-				a.Idempotent = true
-				out[i] = a
+			if k, ok := str.byKey[ev.IdempotencyKey]; ok {
+				a := k.appended
+				a.Idempotent, a.Conflict = true, k.differs(ev)
+				p.out[i] = a
 				continue
 			}
 		}
 		if j, ok := fresh[ev.IdempotencyKey]; ok {
-			a := out[j]
+			a := p.out[j]
+			first := &events[j]
 			a.Idempotent = true
-			out[i] = a
+			a.Conflict = first.EventType != ev.EventType || sha256.Sum256(first.Payload) != sha256.Sum256(ev.Payload)
+			p.out[i] = a
 			continue
 		}
 		next++
 		fresh[ev.IdempotencyKey] = i
-		inserts = append(inserts, i)
-		out[i] = store.Appended{EventID: ev.EventID, RunSeq: next, PersistedAt: now}
+		p.inserts = append(p.inserts, i)
+		p.out[i] = store.Appended{EventID: ev.EventID, RunSeq: next, PersistedAt: now}
 	}
-	if expectedHead != nil && (len(inserts) > 0 || alwaysCheckHead) && *expectedHead != head {
-		return nil, store.Errorf(op, store.ErrHeadMismatch, "", "stream %s: head is %d, expected %d", streamID, head, *expectedHead)
+	if expectedHead != nil && (len(p.inserts) > 0 || alwaysCheckHead) && *expectedHead != head {
+		return appendPlan{}, store.Errorf(op, store.ErrHeadMismatch, "", "stream %s: head is %d, expected %d", streamID, head, *expectedHead)
 	}
-	if len(inserts) == 0 {
-		return out, nil
+	p.head = next
+	return p, nil
+}
+
+// applyAppend writes a planned append (mu held).
+func (st *state) applyAppend(p appendPlan, events []store.Record, now time.Time) {
+	if len(p.inserts) == 0 {
+		return
 	}
-	str = st.stream(streamID)
-	for _, i := range inserts {
+	str := st.stream(p.stream)
+	for _, i := range p.inserts {
 		r := events[i]
-		r.StreamID = streamID
-		r.RunSeq = out[i].RunSeq
+		r.StreamID = p.stream
+		r.RunSeq = p.out[i].RunSeq
 		r.PersistedAt = now
 		r.Payload = cloneBytes(r.Payload)
 		str.records = append(str.records, r)
-		str.byKey[r.IdempotencyKey] = out[i]
+		str.byKey[r.IdempotencyKey] = keyRecord{appended: p.out[i], eventType: r.EventType, payloadHash: sha256.Sum256(r.Payload)}
 	}
-	str.head = next
-	return out, nil
+	str.head = p.head
 }
 
 // Read implements store.Journal. A limit <= 0 means no limit.
@@ -113,7 +158,7 @@ func (s *Store) Read(ctx context.Context, streamID string, afterSeq uint64, limi
 	if err := s.begin(ctx, "read"); err != nil {
 		return nil, err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
 	str := s.st.streams[streamID]
 	if str == nil {
 		return nil, nil
@@ -131,11 +176,8 @@ func (s *Store) Head(ctx context.Context, streamID string) (uint64, error) {
 	if err := s.begin(ctx, "head"); err != nil {
 		return 0, err
 	}
-	defer s.st.mu.Unlock()
-	if str := s.st.streams[streamID]; str != nil {
-		return str.head, nil
-	}
-	return 0, nil
+	defer s.end()
+	return s.st.head(streamID), nil
 }
 
 // ReadWindow implements store.Journal. A limit <= 0 means no limit.
@@ -143,7 +185,7 @@ func (s *Store) ReadWindow(ctx context.Context, streamID string, from, to time.T
 	if err := s.begin(ctx, "read_window"); err != nil {
 		return nil, err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
 	str := s.st.streams[streamID]
 	if str == nil {
 		return nil, nil
@@ -167,21 +209,44 @@ func cloneRecord(r store.Record) store.Record {
 
 // ---- snapshots ----
 
-// PutSnapshot implements store.Snapshots. The first snapshot stored at a
-// height stays: a second one at the same height is ignored (replay makes
-// them equal anyway).
+// PutSnapshot implements store.Snapshots.
 func (s *Store) PutSnapshot(ctx context.Context, world string, epoch uint64, snap store.Snapshot) error {
 	const op = "put_snapshot"
 	if err := s.begin(ctx, op); err != nil {
 		return err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
+	if err := checkWorldEpoch(op, world, epoch); err != nil {
+		return err
+	}
+	if err := store.CheckSnapshot(op, snap); err != nil {
+		return err
+	}
 	now := s.now()
 	if err := s.st.fence(op, world, epoch, now); err != nil {
 		return err
 	}
-	w := s.st.worlds[world]
-	if _, ok := w.snapshots[snap.Height]; !ok {
+	write, err := s.st.planSnapshot(op, world, snap, s.st.head(world))
+	if err != nil {
+		return err
+	}
+	s.st.applySnapshot(world, snap, write, now)
+	return nil
+}
+
+// planSnapshot decides a snapshot against head (mu held).
+func (st *state) planSnapshot(op, world string, snap store.Snapshot, head uint64) (write bool, err error) {
+	existing := ""
+	if prev, ok := st.worlds[world].snapshots[snap.Height]; ok {
+		existing = prev.StateHash
+	}
+	return contract.Snapshot(op, world, snap, head, existing)
+}
+
+// applySnapshot stores snap when write, and moves the baseline up to it.
+func (st *state) applySnapshot(world string, snap store.Snapshot, write bool, now time.Time) {
+	w := st.worlds[world]
+	if write {
 		snap.World = world
 		snap.State = cloneBytes(snap.State)
 		snap.CreatedAt = now
@@ -190,7 +255,6 @@ func (s *Store) PutSnapshot(ctx context.Context, world string, epoch uint64, sna
 	if !w.hasBaseline || snap.Height > w.baseline {
 		w.hasBaseline, w.baseline = true, snap.Height
 	}
-	return nil
 }
 
 // ActiveSnapshot implements store.Snapshots.
@@ -199,7 +263,7 @@ func (s *Store) ActiveSnapshot(ctx context.Context, world string) (store.Snapsho
 	if err := s.begin(ctx, op); err != nil {
 		return store.Snapshot{}, false, err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
 	w, ok := s.st.worlds[world]
 	if !ok {
 		return store.Snapshot{}, false, store.Errorf(op, store.ErrWorldNotFound, world, "")
@@ -218,7 +282,13 @@ func (s *Store) Compact(ctx context.Context, world string, epoch uint64, retain 
 	if err := s.begin(ctx, op); err != nil {
 		return 0, err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
+	if err := checkWorldEpoch(op, world, epoch); err != nil {
+		return 0, err
+	}
+	if err := store.CheckInt(op, "retain", retain); err != nil {
+		return 0, err
+	}
 	if err := s.st.fence(op, world, epoch, s.now()); err != nil {
 		return 0, err
 	}
@@ -231,4 +301,12 @@ func (s *Store) Compact(ctx context.Context, world string, epoch uint64, retain 
 	n := sort.Search(len(str.records), func(i int) bool { return str.records[i].RunSeq > cut })
 	str.records = append([]store.Record(nil), str.records[n:]...)
 	return n, nil
+}
+
+// checkWorldEpoch checks the arguments every fenced world mutation takes.
+func checkWorldEpoch(op, world string, epoch uint64) error {
+	if err := store.CheckID(op, "world", world); err != nil {
+		return err
+	}
+	return store.CheckInt(op, "epoch", epoch)
 }

@@ -6,64 +6,37 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
-// Acquire implements protocol A: the assignment is checked first, then the
-// lease; a lease that is absent, released or expired is taken with the next
-// epoch. The epoch counter lives in the lease record, which is never
-// deleted, so an epoch is never handed out twice.
+// Acquire implements protocol A (contract.Acquire). The epoch counter lives
+// in the lease record, which is never deleted, so an epoch is never handed
+// out twice.
 func (s *Store) Acquire(ctx context.Context, worldID, worker string, ttl time.Duration) (store.Lease, error) {
 	const op = "acquire"
 	if err := s.begin(ctx, op); err != nil {
 		return store.Lease{}, err
 	}
-	defer s.st.mu.Unlock()
-	if worker == "" || ttl <= 0 {
-		return store.Lease{}, store.Errorf(op, store.ErrInvalid, worldID, "worker %q, ttl %v", worker, ttl)
-	}
-	if _, err := s.st.worldFor(op, worldID); err != nil {
-		return store.Lease{}, err
-	}
-	if a, ok := s.st.assignments[worldID]; ok && a.DesiredWorker != "" && a.DesiredWorker != worker {
-		return store.Lease{}, store.Errorf(op, store.ErrNotAssigned, worldID, "assigned to %s", a.DesiredWorker)
-	}
-	now := s.now()
-	l := s.st.leases[worldID]
-	if l != nil && l.Holder != "" && !expired(l.ExpiresAt, now) {
-		if l.Holder == worker {
-			return *l, nil
+	defer s.end()
+	for _, err := range []error{
+		store.CheckID(op, "world", worldID), store.CheckID(op, "worker", worker), store.CheckTTL(op, "ttl", ttl),
+	} {
+		if err != nil {
+			return store.Lease{}, err
 		}
-		return store.Lease{}, store.Errorf(op, store.ErrLeaseHeld, worldID, "held by %s at epoch %d", l.Holder, l.Epoch)
 	}
-	if l == nil {
-		l = &store.Lease{World: worldID}
-		s.st.leases[worldID] = l
+	w, ok := s.st.worlds[worldID]
+	if !ok {
+		return store.Lease{}, store.Errorf(op, store.ErrWorldNotFound, worldID, "")
 	}
-	l.Epoch++
-	l.Holder = worker
-	l.ExpiresAt = now.Add(ttl)
-	return *l, nil
-}
-
-// holderCheck is protocol B's test: an absent, released or expired lease is
-// held by nobody (ErrNotHolder), as is one held by another worker; the
-// holder of a live lease naming another epoch gets ErrStaleEpoch.
-func (st *state) holderCheck(op, worldID, worker string, epoch uint64, now time.Time) (*store.Lease, error) {
-	if _, ok := st.worlds[worldID]; !ok {
-		return nil, store.Errorf(op, store.ErrWorldNotFound, worldID, "")
+	a, assigned := s.st.assignments[worldID]
+	next, keep, err := contract.Acquire(op, worldID, worker, w.rec.Status, a.DesiredWorker, assigned, s.st.leaseRow(worldID), s.now(), ttl)
+	if err != nil || keep {
+		return next, err
 	}
-	l := st.leases[worldID]
-	switch {
-	case l == nil || l.Holder == "":
-		return l, store.Errorf(op, store.ErrNotHolder, worldID, "lease not held")
-	case l.Holder != worker:
-		return l, store.Errorf(op, store.ErrNotHolder, worldID, "held by %s", l.Holder)
-	case expired(l.ExpiresAt, now):
-		return l, store.Errorf(op, store.ErrNotHolder, worldID, "lease expired")
-	case l.Epoch != epoch:
-		return l, store.Errorf(op, store.ErrStaleEpoch, worldID, "epoch %d, lease at %d", epoch, l.Epoch)
-	}
-	return l, nil
+	s.st.leases[worldID] = &next
+	s.st.notify(store.TopicLeases)
+	return next, nil
 }
 
 // Renew implements protocol B. An expired lease is not renewed, even when
@@ -74,48 +47,132 @@ func (s *Store) Renew(ctx context.Context, worldID, worker string, epoch uint64,
 	if err := s.begin(ctx, op); err != nil {
 		return store.Lease{}, err
 	}
-	defer s.st.mu.Unlock()
-	if ttl <= 0 {
-		return store.Lease{}, store.Errorf(op, store.ErrInvalid, worldID, "ttl %v", ttl)
-	}
-	now := s.now()
-	l, err := s.st.holderCheck(op, worldID, worker, epoch, now)
-	if err != nil {
+	defer s.end()
+	if err := checkLeaseCall(op, worker, ttl, store.LeaseRef{World: worldID, Epoch: epoch}); err != nil {
 		return store.Lease{}, err
 	}
+	return s.st.renew(op, worldID, worker, epoch, ttl, s.now())
+}
+
+// RenewLeases implements store.Leases: one transaction, each ref answered
+// as Renew would.
+func (s *Store) RenewLeases(ctx context.Context, worker string, refs []store.LeaseRef, ttl time.Duration) ([]store.LeaseResult, error) {
+	const op = "renew_leases"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	if err := checkLeaseCall(op, worker, ttl, refs...); err != nil {
+		return nil, err
+	}
+	now := s.now()
+	out := make([]store.LeaseResult, len(refs))
+	for i, r := range refs {
+		l, err := s.st.renew(op, r.World, worker, r.Epoch, ttl, now)
+		out[i] = store.LeaseResult{World: r.World, Lease: l, Err: err}
+	}
+	return out, nil
+}
+
+// checkLeaseCall checks a lease call's arguments: the worker, the refs,
+// and ttl unless the call takes none (a release passes noTTL).
+func checkLeaseCall(op, worker string, ttl time.Duration, refs ...store.LeaseRef) error {
+	if err := store.CheckID(op, "worker", worker); err != nil {
+		return err
+	}
+	if ttl != noTTL {
+		if err := store.CheckTTL(op, "ttl", ttl); err != nil {
+			return err
+		}
+	}
+	if err := store.CheckBatch(op, "refs", len(refs)); err != nil {
+		return err
+	}
+	for _, r := range refs {
+		if err := store.CheckID(op, "world", r.World); err != nil {
+			return err
+		}
+		if err := store.CheckInt(op, "epoch", r.Epoch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// noTTL marks a lease call without a duration (CheckTTL refuses it anyway).
+const noTTL time.Duration = -1 << 63
+
+func (st *state) renew(op, worldID, worker string, epoch uint64, ttl time.Duration, now time.Time) (store.Lease, error) {
+	if _, ok := st.worlds[worldID]; !ok {
+		return store.Lease{}, store.Errorf(op, store.ErrWorldNotFound, worldID, "")
+	}
+	if err := contract.Holder(op, worldID, worker, epoch, st.leaseRow(worldID), now); err != nil {
+		return store.Lease{}, err
+	}
+	l := st.leases[worldID]
 	l.ExpiresAt = now.Add(ttl)
 	return *l, nil
 }
 
-// Release implements store.Leases. Releasing an already released epoch is a
-// no-op (a retried release succeeds); an expired lease may still be
+// Release implements store.Leases (contract.ReleaseCheck): releasing an
+// already released epoch is a no-op, and an expired lease may still be
 // released by its holder.
 func (s *Store) Release(ctx context.Context, worldID, worker string, epoch uint64) error {
 	const op = "release"
 	if err := s.begin(ctx, op); err != nil {
 		return err
 	}
-	defer s.st.mu.Unlock()
-	if _, ok := s.st.worlds[worldID]; !ok {
-		return store.Errorf(op, store.ErrWorldNotFound, worldID, "")
+	defer s.end()
+	if err := checkLeaseCall(op, worker, noTTL, store.LeaseRef{World: worldID, Epoch: epoch}); err != nil {
+		return err
 	}
-	l := s.st.leases[worldID]
-	switch {
-	case l != nil && l.Holder == "" && l.Epoch == epoch:
-		return nil
-	case l == nil || l.Holder == "":
-		return store.Errorf(op, store.ErrNotHolder, worldID, "lease not held")
-	case l.Holder != worker:
-		return store.Errorf(op, store.ErrNotHolder, worldID, "held by %s", l.Holder)
-	case l.Epoch != epoch:
-		return store.Errorf(op, store.ErrStaleEpoch, worldID, "epoch %d, lease at %d", epoch, l.Epoch)
+	_, err := s.st.release(op, worldID, worker, epoch, s.now())
+	return err
+}
+
+// ReleaseLeases implements store.Leases: one transaction, each ref
+// answered as Release would.
+func (s *Store) ReleaseLeases(ctx context.Context, worker string, refs []store.LeaseRef) ([]store.LeaseResult, error) {
+	const op = "release_leases"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	if err := checkLeaseCall(op, worker, noTTL, refs...); err != nil {
+		return nil, err
 	}
 	now := s.now()
+	out := make([]store.LeaseResult, len(refs))
+	for i, r := range refs {
+		l, err := s.st.release(op, r.World, worker, r.Epoch, now)
+		out[i] = store.LeaseResult{World: r.World, Lease: l, Err: err}
+	}
+	return out, nil
+}
+
+func (st *state) release(op, worldID, worker string, epoch uint64, now time.Time) (store.Lease, error) {
+	if _, ok := st.worlds[worldID]; !ok {
+		return store.Lease{}, store.Errorf(op, store.ErrWorldNotFound, worldID, "")
+	}
+	noop, err := contract.ReleaseCheck(op, worldID, worker, epoch, st.leaseRow(worldID))
+	if err != nil {
+		return store.Lease{}, err
+	}
+	l := st.leases[worldID]
+	if !noop {
+		st.endLease(l, now)
+	}
+	return *l, nil
+}
+
+// endLease releases l (mu held): the holder is cleared, the epoch kept,
+// and the expiry brought forward to now, so nothing can still count on it.
+func (st *state) endLease(l *store.Lease, now time.Time) {
 	l.Holder = ""
 	if l.ExpiresAt.After(now) {
 		l.ExpiresAt = now
 	}
-	return nil
+	st.notify(store.TopicLeases)
 }
 
 // GetLease implements store.Leases.
@@ -124,7 +181,7 @@ func (s *Store) GetLease(ctx context.Context, worldID string) (store.Lease, bool
 	if err := s.begin(ctx, op); err != nil {
 		return store.Lease{}, false, err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
 	if _, ok := s.st.worlds[worldID]; !ok {
 		return store.Lease{}, false, store.Errorf(op, store.ErrWorldNotFound, worldID, "")
 	}
@@ -141,11 +198,19 @@ func (s *Store) Assign(ctx context.Context, worldID string, a store.Assignment) 
 	if err := s.begin(ctx, op); err != nil {
 		return err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
+	for _, err := range []error{
+		store.CheckID(op, "world", worldID), store.CheckOptionalID(op, "desiredWorker", a.DesiredWorker), store.CheckReason(op, a.Reason),
+	} {
+		if err != nil {
+			return err
+		}
+	}
 	if _, ok := s.st.worlds[worldID]; !ok {
 		return store.Errorf(op, store.ErrWorldNotFound, worldID, "")
 	}
 	s.st.assignments[worldID] = a
+	s.st.notify(store.TopicAssignments)
 	return nil
 }
 
@@ -155,11 +220,17 @@ func (s *Store) Unassign(ctx context.Context, worldID string) error {
 	if err := s.begin(ctx, op); err != nil {
 		return err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
+	if err := store.CheckID(op, "world", worldID); err != nil {
+		return err
+	}
 	if _, ok := s.st.worlds[worldID]; !ok {
 		return store.Errorf(op, store.ErrWorldNotFound, worldID, "")
 	}
-	delete(s.st.assignments, worldID)
+	if _, ok := s.st.assignments[worldID]; ok {
+		delete(s.st.assignments, worldID)
+		s.st.notify(store.TopicAssignments)
+	}
 	return nil
 }
 
@@ -168,33 +239,111 @@ func (s *Store) GetAssignment(ctx context.Context, worldID string) (store.Assign
 	if err := s.begin(ctx, "get_assignment"); err != nil {
 		return store.Assignment{}, false, err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
 	a, ok := s.st.assignments[worldID]
 	return a, ok, nil
 }
 
-// WorkerWorlds implements store.Leases.
-func (s *Store) WorkerWorlds(ctx context.Context, worker string) ([]string, error) {
-	if err := s.begin(ctx, "worker_worlds"); err != nil {
+// ListWorkerWorlds implements store.Leases. memstore scans its maps (it is
+// the reference, not the scale test); the SQL backends page an index.
+func (s *Store) ListWorkerWorlds(ctx context.Context, worker, after string, limit int) ([]store.WorkerWorld, error) {
+	const op = "list_worker_worlds"
+	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
+	for _, err := range []error{
+		store.CheckID(op, "worker", worker), store.CheckOptionalID(op, "after", after), store.CheckBatch(op, "limit", limit),
+	} {
+		if err != nil {
+			return nil, err
+		}
+	}
 	now := s.now()
-	set := map[string]bool{}
+	var ids []string
 	for id, l := range s.st.leases {
-		if l.Holder == worker && !expired(l.ExpiresAt, now) {
-			set[id] = true
+		if id > after && l.Holder == worker && !contract.Expired(l.ExpiresAt, now) {
+			ids = append(ids, id)
 		}
 	}
 	for id, a := range s.st.assignments {
-		if a.DesiredWorker == worker {
-			set[id] = true
+		if id > after && a.DesiredWorker == worker {
+			if l := s.st.leases[id]; l == nil || l.Holder != worker || contract.Expired(l.ExpiresAt, now) {
+				ids = append(ids, id) // not already listed by its lease
+			}
 		}
 	}
-	out := make([]string, 0, len(set))
-	for id := range set {
-		out = append(out, id)
+	sort.Strings(ids)
+	if len(ids) > limit {
+		ids = ids[:limit]
 	}
-	sort.Strings(out)
+	out := make([]store.WorkerWorld, len(ids))
+	for i, id := range ids {
+		out[i].World = id
+		if l := s.st.leases[id]; l != nil {
+			c := *l
+			out[i].Lease = &c
+		}
+		if a, ok := s.st.assignments[id]; ok {
+			out[i].Assignment = &a
+		}
+	}
+	return out, nil
+}
+
+// ---- the worker inventory ----
+
+// Heartbeat implements store.Workers.
+func (s *Store) Heartbeat(ctx context.Context, worker string, capacity int) (store.WorkerInfo, error) {
+	const op = "heartbeat"
+	if err := s.begin(ctx, op); err != nil {
+		return store.WorkerInfo{}, err
+	}
+	defer s.end()
+	if err := store.CheckID(op, "worker", worker); err != nil {
+		return store.WorkerInfo{}, err
+	}
+	now := s.now()
+	wi := s.st.workers[worker]
+	if wi == nil {
+		wi = &store.WorkerInfo{ID: worker, StartedAt: now}
+		s.st.workers[worker] = wi
+	}
+	wi.Capacity, wi.HeartbeatAt = capacity, now
+	s.st.notify(store.TopicWorkers)
+	return *wi, nil
+}
+
+// SetDraining implements store.Workers.
+func (s *Store) SetDraining(ctx context.Context, worker string, draining bool) (store.WorkerInfo, error) {
+	const op = "set_draining"
+	if err := s.begin(ctx, op); err != nil {
+		return store.WorkerInfo{}, err
+	}
+	defer s.end()
+	if err := store.CheckID(op, "worker", worker); err != nil {
+		return store.WorkerInfo{}, err
+	}
+	wi := s.st.workers[worker]
+	if wi == nil {
+		return store.WorkerInfo{}, store.Errorf(op, store.ErrNotFound, "", "worker %s never sent a heartbeat", worker)
+	}
+	if wi.Draining != draining {
+		wi.Draining = draining
+		s.st.notify(store.TopicWorkers)
+	}
+	return *wi, nil
+}
+
+// ListWorkers implements store.Workers.
+func (s *Store) ListWorkers(ctx context.Context) ([]store.WorkerInfo, error) {
+	if err := s.begin(ctx, "list_workers"); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	out := make([]store.WorkerInfo, 0, len(s.st.workers))
+	for _, id := range sortedKeys(s.st.workers) {
+		out = append(out, *s.st.workers[id])
+	}
 	return out, nil
 }

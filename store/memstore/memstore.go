@@ -2,29 +2,33 @@
 // whole store.Store contract held in memory behind one mutex, so that every
 // operation is one atomic "transaction" and the store's behaviour is the
 // executable reading of store/store.go that store/storetest checks the other
-// backends against.
+// backends against. It keeps only storage: validation is store/validate.go,
+// the contract's decisions are store/internal/contract, and Watch fan-out is
+// store/internal/hub, exactly as in the other backends.
 //
-// It is deterministic: it starts no goroutine of its own (a Watch whose
-// context is cancelled is stopped by context.AfterFunc), never lets Go map
-// order reach an answer (everything listed is sorted), and reads time only
-// through the clock it was given (WithClock; NewManualClock for tests).
+// It is deterministic: it starts no goroutine of its own (a watch is a
+// registration of a Waker, which it wakes without blocking), never lets Go
+// map order reach an answer (everything listed is sorted), and reads time
+// only through the clock it was given (WithClock; NewManualClock for tests).
+// So it runs under the deterministic lab, whose Parker is a store.Waker.
 //
 // It is also the lab's fault-injection seam for the seed 002 chaos matrix:
 //
 //   - WithHook installs a function called at the start of every operation,
 //     before anything changes, with the operation's name (the Op of its
-//     errors: "append", "drain", "publish", "claim", "complete", "fire",
-//     "acquire", "renew", ...; Ops lists them all). A non-nil error fails
-//     that call, is returned unchanged, and the call changes nothing. The
-//     hook runs outside the store's lock, so it may call Crash, or block to
-//     hold a caller at that point.
+//     errors: "append", "commit", "drain", "publish", "claim", "complete",
+//     "fire", "acquire", "renew", "renew_leases", ...; Ops lists them all).
+//     A non-nil error fails that call, is returned unchanged, and the call
+//     changes nothing. The hook runs outside the store's lock, so it may
+//     call Crash, or block to hold a caller at that point.
 //   - Crash makes every later call on this handle fail with ErrCrashed (a
 //     *store.Error whose Kind is ErrCrashed), as if the process using it had
-//     died; Restart returns a fresh handle over the same durable state. What
-//     survives a crash is exactly what was committed: each operation commits
-//     as a whole under the mutex or not at all, so "crash between two store
-//     calls" is a hook that calls Crash (or a test that calls it) between
-//     them, and "crash inside a call" is a hook that fails it.
+//     died, and ends the handle's watches; Restart returns a fresh handle
+//     over the same durable state. What survives a crash is exactly what
+//     was committed: each operation commits as a whole under the mutex or
+//     not at all, so "crash between two store calls" is a hook that calls
+//     Crash (or a test that calls it) between them, and "crash inside a
+//     call" is a hook that fails it.
 //
 // What it never does: persist anything beyond the process, or interpret the
 // bytes it stores.
@@ -33,11 +37,14 @@ package memstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
+	"github.com/orrery-run/orrery/store/internal/hub"
 )
 
 // ErrCrashed is the Kind of every error a handle returns after Crash.
@@ -48,11 +55,13 @@ var ErrCrashed = errors.New("memstore: crashed")
 func Ops() []string {
 	return []string{
 		"acquire", "active_snapshot", "append", "assign", "cancel_timer", "cas_watermark", "claim",
-		"claim_due", "compact", "complete", "create_world", "cursor", "drain", "effect_status",
+		"claim_due", "commit", "compact", "complete", "create_world", "cursor", "drain", "effect_status",
 		"enqueue", "fire", "fork_world", "get_assignment", "get_lease", "get_watermark", "get_world",
-		"head", "list_worlds", "now", "publish", "put_snapshot", "read", "read_inbox", "read_window",
-		"reap_effects", "reap_timers", "release", "renew", "schedule", "send", "set_world_status",
-		"sweep_dedupe", "unassign", "watch", "worker_worlds",
+		"head", "heartbeat", "list_effects", "list_timers", "list_worker_worlds", "list_workers",
+		"list_worlds", "next_due", "now", "publish", "put_snapshot", "queue_depths", "read", "read_inbox",
+		"read_window", "reap_effects", "reap_timers", "release", "release_leases", "renew",
+		"renew_leases", "retry_effect", "schedule", "send", "set_draining", "set_world_status",
+		"sweep_dedupe", "unassign", "watch",
 	}
 }
 
@@ -89,6 +98,8 @@ type Store struct {
 	// Guarded by st.mu.
 	crashed bool
 	closed  bool
+	watches map[uint64]func() // this handle's live watches, ended by Crash and Close
+	watchID uint64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -103,13 +114,13 @@ func New(opts ...Option) *Store {
 }
 
 // Crash simulates the death of the process using this handle: every later
-// call fails with ErrCrashed and its watches end (their channels close).
-// The durable state is untouched; Restart reopens it.
+// call fails with ErrCrashed and its watches end. The durable state is
+// untouched; Restart reopens it.
 func (s *Store) Crash() {
 	s.st.mu.Lock()
 	defer s.st.mu.Unlock()
 	s.crashed = true
-	s.st.dropWatchers(s)
+	s.dropWatches()
 }
 
 // Restart returns a fresh handle over the same durable state, with this
@@ -131,7 +142,7 @@ func (s *Store) Close() error {
 	s.st.mu.Lock()
 	defer s.st.mu.Unlock()
 	s.closed = true
-	s.st.dropWatchers(s)
+	s.dropWatches()
 	return nil
 }
 
@@ -140,7 +151,7 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	if err := s.begin(ctx, "now"); err != nil {
 		return time.Time{}, err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
 	return s.now(), nil
 }
 
@@ -148,8 +159,9 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 func (s *Store) DedupeRetention() time.Duration { return s.retention }
 
 // begin opens an operation: the hook, then the context, then (under the
-// mutex, which it leaves locked on success) the handle's crash and close
-// flags. The hook runs outside the mutex so that it may call Crash.
+// mutex, which it leaves locked on success; end releases it) the handle's
+// crash and close flags. The hook runs outside the mutex so that it may
+// call Crash.
 func (s *Store) begin(ctx context.Context, op string) error {
 	if s.hook != nil {
 		if err := s.hook(op); err != nil {
@@ -171,13 +183,25 @@ func (s *Store) begin(ctx context.Context, op string) error {
 	return nil
 }
 
+// end commits an operation: it releases the mutex and only then sends the
+// hints the operation collected, so a woken watcher always finds the change.
+func (s *Store) end() {
+	topics := s.st.hints
+	s.st.hints = nil
+	s.st.mu.Unlock()
+	if len(topics) > 0 {
+		s.st.hub.Notify(topics...)
+	}
+}
+
 // now reads the clock without its monotonic reading, so that stored times
 // compare and print the same way whatever clock produced them.
 func (s *Store) now() time.Time { return s.clock().Round(0) }
 
 // ---- the durable state ----
 
-// state is everything that survives a crash. Every field is guarded by mu.
+// state is everything that survives a crash. Every field is guarded by mu
+// (the hub has its own lock, taken after mu when both are held).
 type state struct {
 	mu sync.Mutex
 
@@ -185,12 +209,14 @@ type state struct {
 	worlds      map[string]*world
 	leases      map[string]*store.Lease
 	assignments map[string]store.Assignment
+	workers     map[string]*store.WorkerInfo
 	effects     map[string]*effect // by intent hash
 	effectSeq   uint64             // last queue seq handed out
 	timers      map[string]*timer  // by intent hash
 	watermarks  map[watermarkKey]uint64
 
-	watchers map[string]map[*watcher]struct{} // by topic
+	hub   hub.Hub  // shared by every handle, so a hint reaches watchers of all of them
+	hints []string // topics the running operation changed, sent by end
 }
 
 func newState() *state {
@@ -199,119 +225,71 @@ func newState() *state {
 		worlds:      map[string]*world{},
 		leases:      map[string]*store.Lease{},
 		assignments: map[string]store.Assignment{},
+		workers:     map[string]*store.WorkerInfo{},
 		effects:     map[string]*effect{},
 		timers:      map[string]*timer{},
 		watermarks:  map[watermarkKey]uint64{},
-		watchers:    map[string]map[*watcher]struct{}{},
 	}
 }
 
-// fence is the check every world mutation makes in its own transaction: the
-// world exists and epoch is the epoch of its lease, which is held (not
-// released) and unexpired by the store's clock. An expired lease fences its
-// holder even before anyone takes it over: a paused holder never writes.
+// notify records that the running operation changed topic (mu held); end
+// sends it after the commit.
+func (st *state) notify(topic string) {
+	if !slices.Contains(st.hints, topic) {
+		st.hints = append(st.hints, topic)
+	}
+}
+
+// leaseRow is the lease of world as the contract's decisions read it.
+func (st *state) leaseRow(world string) contract.LeaseRow {
+	l := st.leases[world]
+	if l == nil {
+		return contract.LeaseRow{}
+	}
+	return contract.LeaseRow{Found: true, Holder: l.Holder, Epoch: l.Epoch, ExpiresAt: l.ExpiresAt}
+}
+
+// fence is the check every world mutation makes in its own transaction.
 func (st *state) fence(op, world string, epoch uint64, now time.Time) error {
-	if world == "" {
-		return store.Errorf(op, store.ErrInvalid, "", "empty world")
-	}
-	if _, ok := st.worlds[world]; !ok {
-		return store.Errorf(op, store.ErrWorldNotFound, world, "")
-	}
-	l, ok := st.leases[world]
-	switch {
-	case !ok:
-		return store.Errorf(op, store.ErrFenced, world, "epoch %d: never leased", epoch)
-	case l.Epoch != epoch:
-		return store.Errorf(op, store.ErrFenced, world, "epoch %d: lease is at epoch %d", epoch, l.Epoch)
-	case l.Holder == "":
-		return store.Errorf(op, store.ErrFenced, world, "epoch %d: lease released", epoch)
-	case !now.Before(l.ExpiresAt):
-		return store.Errorf(op, store.ErrFenced, world, "epoch %d: lease expired", epoch)
-	}
-	return nil
+	_, found := st.worlds[world]
+	return contract.Fence(op, world, epoch, found, st.leaseRow(world), now)
 }
 
 // ---- watches ----
 
-type watcher struct {
-	ch    chan struct{}
-	topic string
-	owner *Store
-	once  sync.Once
-	stopC func() bool // stops the context.AfterFunc
-}
-
-// Watch returns a channel that receives a coalesced hint after every change
-// that may interest topic: TopicInbox(w) when an item enters w's inbox
-// (Enqueue, Complete, Fire, Send), TopicEffects when effects become
-// claimable (Publish, ReapEffects), TopicTimers when the timer set changes
-// (Schedule, CancelTimer, ReapTimers). The channel is closed when the watch
-// stops (the returned function, ctx, Close or Crash of this handle); on a
-// closed or crashed handle it is returned closed.
-func (s *Store) Watch(ctx context.Context, topic string) (<-chan struct{}, func()) {
-	w := &watcher{ch: make(chan struct{}, 1), topic: topic, owner: s}
-	if err := s.begin(ctx, "watch"); err != nil {
-		close(w.ch)
-		return w.ch, func() {}
+// Watch implements store.Store: w is registered on the shared hub, and this
+// handle remembers the registration so that its Crash or Close ends it.
+func (s *Store) Watch(ctx context.Context, w store.Waker, topics ...string) (func(), error) {
+	const op = "watch"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
 	}
-	set := s.st.watchers[topic]
-	if set == nil {
-		set = map[*watcher]struct{}{}
-		s.st.watchers[topic] = set
+	defer s.end()
+	// A copy: the hub keeps the slice, which the caller may reuse.
+	remove, err := s.st.hub.Add(op, w, slices.Clone(topics))
+	if err != nil {
+		return nil, err
 	}
-	set[w] = struct{}{}
-	stop := func() {
+	s.watchID++
+	id := s.watchID
+	if s.watches == nil {
+		s.watches = map[uint64]func(){}
+	}
+	s.watches[id] = remove
+	return func() {
+		remove() // idempotent, and takes only the hub's lock
 		s.st.mu.Lock()
-		s.st.removeWatcher(w)
+		delete(s.watches, id)
 		s.st.mu.Unlock()
-	}
-	// Under mu, so that a concurrent Close or Crash sees stopC; a context
-	// already done runs stop at once, and it waits for mu.
-	w.stopC = context.AfterFunc(ctx, stop)
-	s.st.mu.Unlock()
-	return w.ch, stop
+	}, nil
 }
 
-// removeWatcher unregisters and closes w; mu is held.
-func (st *state) removeWatcher(w *watcher) {
-	w.once.Do(func() {
-		if set := st.watchers[w.topic]; set != nil {
-			delete(set, w)
-			if len(set) == 0 {
-				delete(st.watchers, w.topic)
-			}
-		}
-		close(w.ch)
-		if w.stopC != nil {
-			w.stopC()
-		}
-	})
-}
-
-// dropWatchers stops every watch of handle s; mu is held.
-func (st *state) dropWatchers(s *Store) {
-	var mine []*watcher
-	for _, set := range st.watchers {
-		for w := range set {
-			if w.owner == s {
-				mine = append(mine, w)
-			}
-		}
+// dropWatches ends every watch of this handle (mu held).
+func (s *Store) dropWatches() {
+	for _, id := range sortedKeys(s.watches) {
+		s.watches[id]()
 	}
-	for _, w := range mine {
-		st.removeWatcher(w)
-	}
-}
-
-// notify hints every watcher of topic; mu is held, so a hint never races a
-// close. A full buffer already holds a hint: coalesce.
-func (st *state) notify(topic string) {
-	for w := range st.watchers[topic] {
-		select {
-		case w.ch <- struct{}{}:
-		default:
-		}
-	}
+	s.watches = nil
 }
 
 // ---- helpers ----
@@ -323,13 +301,11 @@ func cloneBytes(b []byte) []byte {
 	return append([]byte{}, b...)
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
+func sortedKeys[K interface{ ~string | ~uint64 }, V any](m map[K]V) []K {
+	keys := make([]K, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}
-	sort.Strings(keys)
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
 	return keys
 }
-
-func expired(deadline, now time.Time) bool { return !now.Before(deadline) }

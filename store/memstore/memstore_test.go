@@ -14,7 +14,7 @@ import (
 )
 
 // TestMain fails the package if a test leaves a goroutine behind: memstore
-// starts none, and a stopped Watch leaves none.
+// starts none, and a watch holds none.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
@@ -165,34 +165,41 @@ func TestCrashBetweenCallsKeepsExactlyWhatWasCommitted(t *testing.T) {
 	}
 }
 
-// Crash with a live watch ends the watch (its channel closes); the restarted
-// handle's watches see changes made through any handle.
+// Crash ends the handle's watches (a write through another handle no
+// longer wakes them); the restarted handle's watches see changes made
+// through any handle.
 func TestCrashEndsWatchesAndRestartWatchesSharedState(t *testing.T) {
 	s, _ := open(t)
 	mustWorld(t, s, "w")
-	ch, stop := s.Watch(bg, store.TopicInbox("w"))
-	defer stop()
+	dead := store.NewSignal()
+	if _, err := s.Watch(bg, dead, store.TopicInbox("w")); err != nil {
+		t.Fatal(err)
+	}
 	s.Crash()
-	if _, ok := <-ch; ok {
-		t.Fatal("watch channel not closed by Crash")
+	if _, err := s.Watch(bg, store.NewSignal(), store.TopicInbox("w")); !errors.Is(err, memstore.ErrCrashed) {
+		t.Fatalf("Watch on a crashed handle: %v", err)
 	}
 	r := s.Restart()
 	other := r.Restart()
-	ch2, stop2 := r.Watch(bg, store.TopicInbox("w"))
-	defer stop2()
+	live := store.NewSignal()
+	stop, err := r.Watch(bg, live, store.TopicInbox("w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
 	if _, _, err := other.Enqueue(bg, "w", store.InboxItem{Kind: "event"}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-ch2:
-	default:
-		t.Fatal("no hint for an enqueue through another handle")
-	}
+	hinted(t, live, "an enqueue through another handle")
+	quiet(t, dead, "an enqueue after the watch's handle crashed")
 	if err := other.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := other.Head(bg, "w"); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("Head on a closed handle: %v", err)
+	}
+	if _, err := other.Watch(bg, store.NewSignal(), store.TopicInbox("w")); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Watch on a closed handle: %v", err)
 	}
 	if err := other.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
@@ -202,82 +209,101 @@ func TestCrashEndsWatchesAndRestartWatchesSharedState(t *testing.T) {
 	}
 }
 
-// memstore delivers every hint (the suite tolerates lost ones), at once and
-// coalesced, and closes the channel when the watch stops.
+func hinted(t *testing.T, sig *store.Signal, what string) {
+	t.Helper()
+	select {
+	case <-sig.C:
+	default:
+		t.Fatalf("no hint after %s", what)
+	}
+}
+
+func quiet(t *testing.T, sig *store.Signal, what string) {
+	t.Helper()
+	select {
+	case <-sig.C:
+		t.Fatalf("hint after %s", what)
+	default:
+	}
+}
+
+// memstore delivers every hint of every topic (the suite tolerates lost
+// ones), at once, after the commit and coalesced, and none for a call that
+// changed nothing of its topic; stop ends them.
 func TestWatchDeliversEveryHint(t *testing.T) {
 	s, clock := open(t)
 	e := mustWorld(t, s, "w")
-	ctx, cancel := context.WithCancel(bg)
-	inbox, _ := s.Watch(ctx, store.TopicInbox("w"))
-	effects, stopEffects := s.Watch(bg, store.TopicEffects)
-	timers, stopTimers := s.Watch(bg, store.TopicTimers)
-	defer stopEffects()
-	defer stopTimers()
-	hinted := func(ch <-chan struct{}, what string) {
-		t.Helper()
-		select {
-		case _, ok := <-ch:
-			if !ok {
-				t.Fatalf("%s: channel closed", what)
-			}
-		default:
-			t.Fatalf("no hint after %s", what)
+	sig := map[string]*store.Signal{}
+	for _, topic := range []string{store.TopicInbox("w"), store.TopicEffects, store.TopicTimers, store.TopicAssignments, store.TopicLeases, store.TopicWorkers} {
+		sig[topic] = store.NewSignal()
+		stop, err := s.Watch(bg, sig[topic], topic)
+		if err != nil {
+			t.Fatal(err)
 		}
+		defer stop()
 	}
-	quiet := func(ch <-chan struct{}, what string) {
+	inbox := sig[store.TopicInbox("w")]
+	must := func(err error) {
 		t.Helper()
-		select {
-		case <-ch:
-			t.Fatalf("hint after %s", what)
-		default:
-		}
-	}
-	for i := 0; i < 3; i++ {
-		if _, _, err := s.Enqueue(bg, "w", store.InboxItem{Kind: "event"}); err != nil {
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	hinted(inbox, "Enqueue")
-	quiet(inbox, "three enqueues (coalesced into one hint)")
-	if _, err := s.Publish(bg, "w", e, []store.Intent{{IntentHash: "i1", Kind: "k"}}); err != nil {
-		t.Fatal(err)
+	for i := 0; i < 3; i++ {
+		_, _, err := s.Enqueue(bg, "w", store.InboxItem{Kind: "event"})
+		must(err)
 	}
-	hinted(effects, "Publish")
-	if _, err := s.Publish(bg, "w", e, []store.Intent{{IntentHash: "i1", Kind: "k"}}); err != nil {
-		t.Fatal(err)
-	}
-	quiet(effects, "a Publish that queued nothing")
-	if _, err := s.Claim(bg, "ad", 1, time.Second); err != nil {
-		t.Fatal(err)
-	}
+	hinted(t, inbox, "Enqueue")
+	quiet(t, inbox, "three enqueues (coalesced into one hint)")
+	_, err := s.Publish(bg, "w", e, []store.Intent{{IntentHash: "i1", Kind: "k"}})
+	must(err)
+	hinted(t, sig[store.TopicEffects], "Publish")
+	_, err = s.Publish(bg, "w", e, []store.Intent{{IntentHash: "i1", Kind: "k"}})
+	must(err)
+	quiet(t, sig[store.TopicEffects], "a Publish that queued nothing")
+	items, err := s.Claim(bg, "ad", []string{"k"}, 1, time.Second)
+	must(err)
 	clock.Advance(2 * time.Second)
-	if _, err := s.ReapEffects(bg); err != nil {
-		t.Fatal(err)
-	}
-	hinted(effects, "ReapEffects")
-	if _, _, err := s.Complete(bg, "i1", store.Receipt{Status: store.ReceiptOK}); err != nil {
-		t.Fatal(err)
-	}
-	hinted(inbox, "Complete")
-	if err := s.Schedule(bg, "w", e, "t1", clock.Now(), nil); err != nil {
-		t.Fatal(err)
-	}
-	hinted(timers, "Schedule")
-	if _, _, err := s.Fire(bg, "t1"); err != nil {
-		t.Fatal(err)
-	}
-	hinted(inbox, "Fire")
-	if _, err := s.Send(bg, "w", "m1", store.InboxItem{}); err != nil {
-		t.Fatal(err)
-	}
-	hinted(inbox, "Send")
-	cancel()
-	// The context's AfterFunc stops the watch; wait for the close.
-	if _, ok := <-inbox; ok {
-		// A hint raced the cancel; the close follows.
-		if _, ok := <-inbox; ok {
-			t.Fatal("watch channel not closed after its context ended")
-		}
+	_, err = s.ReapEffects(bg)
+	must(err)
+	hinted(t, sig[store.TopicEffects], "ReapEffects")
+	_, _, err = s.Complete(bg, "i1", items[0].ClaimOf(), store.Receipt{Status: store.ReceiptError})
+	must(err)
+	hinted(t, inbox, "Complete")
+	_, err = s.RetryEffect(bg, "i1", "operator")
+	must(err)
+	hinted(t, sig[store.TopicEffects], "RetryEffect")
+	must(s.Schedule(bg, "w", e, "t1", clock.Now(), nil))
+	hinted(t, sig[store.TopicTimers], "Schedule")
+	timers, err := s.ClaimDue(bg, "tw", 1, time.Minute)
+	must(err)
+	_, _, err = s.Fire(bg, "t1", timers[0].ClaimOf())
+	must(err)
+	hinted(t, inbox, "Fire")
+	_, err = s.Send(bg, "w", "m1", store.InboxItem{})
+	must(err)
+	hinted(t, inbox, "Send")
+	_, err = s.Commit(bg, "w", e, store.CommitBatch{Timers: []store.TimerSet{{IntentHash: "t2", DeliverAt: clock.Now().Add(time.Hour)}}})
+	must(err)
+	hinted(t, sig[store.TopicTimers], "a Commit that scheduled a timer")
+	must(s.Assign(bg, "w", store.Assignment{DesiredWorker: "A"}))
+	hinted(t, sig[store.TopicAssignments], "Assign")
+	_, err = s.Heartbeat(bg, "A", 10)
+	must(err)
+	hinted(t, sig[store.TopicWorkers], "Heartbeat")
+	_, err = s.SetWorldStatus(bg, "w", store.WorldPaused, "maintenance")
+	must(err)
+	hinted(t, sig[store.TopicAssignments], "SetWorldStatus")
+	hinted(t, sig[store.TopicLeases], "SetWorldStatus revoking the lease")
+	_, err = s.SetWorldStatus(bg, "w", store.WorldActive, "back")
+	must(err)
+	hinted(t, sig[store.TopicAssignments], "SetWorldStatus resuming")
+	quiet(t, sig[store.TopicLeases], "a resume (no lease to revoke)")
+	_, err = s.Acquire(bg, "w", "A", time.Minute)
+	must(err)
+	hinted(t, sig[store.TopicLeases], "Acquire")
+	for _, x := range sig {
+		quiet(t, x, "the last hinted call")
 	}
 }
 
@@ -333,20 +359,32 @@ func TestOpsListsEveryHookedOperation(t *testing.T) {
 		func() { s.Assign(bg, "w", store.Assignment{DesiredWorker: "A"}) },
 		func() { s.GetAssignment(bg, "w") },
 		func() { s.Unassign(bg, "w") },
-		func() { s.WorkerWorlds(bg, "A") },
+		func() { s.RenewLeases(bg, "A", []store.LeaseRef{{World: "w", Epoch: e}}, time.Minute) },
+		func() { s.ListWorkerWorlds(bg, "A", "", 10) },
+		func() { s.Heartbeat(bg, "A", 1) },
+		func() { s.SetDraining(bg, "A", true) },
+		func() { s.ListWorkers(bg) },
 		func() { s.Enqueue(bg, "w", store.InboxItem{Kind: "event"}) },
 		func() { s.ReadInbox(bg, "w", 0, 1) },
 		func() { s.Cursor(bg, "w") },
 		func() { s.DrainToJournal(bg, "w", e, 0, 1, 1, []store.Record{rec("b")}) },
+		func() { s.Commit(bg, "w", e, store.CommitBatch{}) },
 		func() { s.Publish(bg, "w", e, []store.Intent{{IntentHash: "i", Kind: "k"}}) },
-		func() { s.Claim(bg, "ad", 1, time.Second) },
-		func() { s.Complete(bg, "i", store.Receipt{Status: store.ReceiptOK}) },
+		func() { s.Claim(bg, "ad", []string{"k"}, 1, time.Second) },
+		func() {
+			s.Complete(bg, "i", store.Claim{Worker: "ad", Attempt: 1}, store.Receipt{Status: store.ReceiptOK})
+		},
+		func() { s.RetryEffect(bg, "i", "r") },
+		func() { s.ListEffects(bg, "w", 0, 10) },
+		func() { s.ListTimers(bg, "w", 10) },
+		func() { s.QueueDepths(bg) },
+		func() { s.NextDue(bg) },
 		func() { s.ReapEffects(bg) },
 		func() { s.EffectStatus(bg, "i") },
 		func() { s.Schedule(bg, "w", e, "t", epoch0, nil) },
 		func() { s.CancelTimer(bg, "w", e, "t") },
 		func() { s.ClaimDue(bg, "tw", 1, time.Second) },
-		func() { s.Fire(bg, "t") },
+		func() { s.Fire(bg, "t", store.Claim{Worker: "tw", Attempt: 1}) },
 		func() { s.ReapTimers(bg) },
 		func() { s.Send(bg, "w", "m", store.InboxItem{}) },
 		func() { s.PutSnapshot(bg, "w", e, store.Snapshot{Height: 1}) },
@@ -355,13 +393,14 @@ func TestOpsListsEveryHookedOperation(t *testing.T) {
 		func() { s.ForkWorld(bg, "w", 1, "f") },
 		func() { s.GetWorld(bg, "w") },
 		func() { s.ListWorlds(bg, "u", "") },
-		func() { s.SetWorldStatus(bg, "w", e, store.WorldActive) },
+		func() { s.SetWorldStatus(bg, "w", store.WorldActive, "") },
 		func() { s.GetWatermark(bg, "p", "w") },
 		func() { s.CASWatermark(bg, "p", "w", 0, 1) },
 		func() { s.SweepDedupe(bg) },
-		func() { _, stop := s.Watch(bg, "x"); stop() },
+		func() { s.Watch(bg, store.NewSignal(), "x") },
 		func() { s.Now(bg) },
 		func() { s.Release(bg, "w", "A", e) },
+		func() { s.ReleaseLeases(bg, "A", []store.LeaseRef{{World: "w", Epoch: e}}) },
 	}
 	for _, c := range calls {
 		c()

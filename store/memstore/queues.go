@@ -2,10 +2,12 @@ package memstore
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
 // ---- the inbox ----
@@ -30,19 +32,32 @@ func (st *state) enqueue(w *world, kind string, payload []byte, dedupeKey string
 	return w.lastSeq, false
 }
 
+// ingress returns the world a producer's input is for (contract.Ingress).
+func (st *state) ingress(op, id string) (*world, error) {
+	w, ok := st.worlds[id]
+	var status store.WorldStatus
+	if ok {
+		status = w.rec.Status
+	}
+	return w, contract.Ingress(op, id, ok, status)
+}
+
 // Enqueue implements store.Inbox.
 func (s *Store) Enqueue(ctx context.Context, worldID string, item store.InboxItem) (uint64, bool, error) {
 	const op = "enqueue"
 	if err := s.begin(ctx, op); err != nil {
 		return 0, false, err
 	}
-	defer s.st.mu.Unlock()
-	w, err := s.st.worldFor(op, worldID)
-	if err != nil {
+	defer s.end()
+	if err := store.CheckID(op, "world", worldID); err != nil {
 		return 0, false, err
 	}
-	if item.Kind == "" {
-		return 0, false, store.Errorf(op, store.ErrInvalid, worldID, "empty kind")
+	if err := store.CheckIngress(op, item); err != nil {
+		return 0, false, err
+	}
+	w, err := s.st.ingress(op, worldID)
+	if err != nil {
+		return 0, false, err
 	}
 	seq, dup := s.st.enqueue(w, item.Kind, item.Payload, item.DedupeKey, s.now())
 	return seq, dup, nil
@@ -54,7 +69,7 @@ func (s *Store) ReadInbox(ctx context.Context, worldID string, afterSeq uint64, 
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
 	w, ok := s.st.worlds[worldID]
 	if !ok {
 		return nil, store.Errorf(op, store.ErrWorldNotFound, worldID, "")
@@ -75,7 +90,7 @@ func (s *Store) Cursor(ctx context.Context, worldID string) (uint64, error) {
 	if err := s.begin(ctx, op); err != nil {
 		return 0, err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
 	w, ok := s.st.worlds[worldID]
 	if !ok {
 		return 0, store.Errorf(op, store.ErrWorldNotFound, worldID, "")
@@ -83,48 +98,13 @@ func (s *Store) Cursor(ctx context.Context, worldID string) (uint64, error) {
 	return w.cursor, nil
 }
 
-// DrainToJournal implements store.Inbox. The head is compared even when
-// every entry is a duplicate: the cursor compare-and-swap already makes a
-// retried drain fail, so the head check never needs relaxing here.
-func (s *Store) DrainToJournal(ctx context.Context, worldID string, epoch uint64, expectedCursor, expectedHead, newCursor uint64, entries []store.Record) ([]store.Appended, error) {
-	const op = "drain"
-	if err := s.begin(ctx, op); err != nil {
-		return nil, err
-	}
-	defer s.st.mu.Unlock()
-	now := s.now()
-	if err := s.st.fence(op, worldID, epoch, now); err != nil {
-		return nil, err
-	}
-	w := s.st.worlds[worldID]
-	switch {
-	case w.cursor != expectedCursor:
-		return nil, store.Errorf(op, store.ErrCursorMismatch, worldID, "cursor is %d, expected %d", w.cursor, expectedCursor)
-	case newCursor < expectedCursor:
-		return nil, store.Errorf(op, store.ErrInvalid, worldID, "cursor cannot move back from %d to %d", expectedCursor, newCursor)
-	case newCursor > w.lastSeq:
-		return nil, store.Errorf(op, store.ErrInvalid, worldID, "cursor %d passes the last seq %d", newCursor, w.lastSeq)
-	}
-	out, err := s.st.append(op, worldID, entries, &expectedHead, true, now)
-	if err != nil {
-		return nil, err
-	}
-	// The drained items' dedupe keys complete now.
-	i := sort.Search(len(w.inbox), func(i int) bool { return w.inbox[i].Seq > w.cursor })
-	for ; i < len(w.inbox) && w.inbox[i].Seq <= newCursor; i++ {
-		if k, ok := w.inboxKeys[w.inbox[i].DedupeKey]; ok && k.seq == w.inbox[i].Seq {
-			k.drained, k.drainedAt = true, now
-		}
-	}
-	w.cursor = newCursor
-	return out, nil
-}
-
 // ---- effects ----
 
+// effect is an intent's queue entry and dedupe record in one: the queue
+// holds it while pending or inflight, the record outlives it until swept.
 type effect struct {
-	item        store.EffectItem
-	state       store.EffectState
+	item        store.EffectItem // item.State is the record's state
+	retryReason string
 	receipt     *store.Receipt
 	inboxSeq    uint64
 	completedAt time.Time
@@ -137,40 +117,50 @@ func (s *Store) Publish(ctx context.Context, worldID string, epoch uint64, inten
 	if err := s.begin(ctx, op); err != nil {
 		return 0, err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
+	if err := checkWorldEpoch(op, worldID, epoch); err != nil {
+		return 0, err
+	}
+	if err := store.CheckBatch(op, "intents", len(intents)); err != nil {
+		return 0, err
+	}
 	for _, in := range intents {
-		if in.IntentHash == "" || in.Kind == "" {
-			return 0, store.Errorf(op, store.ErrInvalid, worldID, "intent %q of kind %q", in.IntentHash, in.Kind)
+		if err := store.CheckIntent(op, in); err != nil {
+			return 0, err
 		}
 	}
 	now := s.now()
 	if err := s.st.fence(op, worldID, epoch, now); err != nil {
 		return 0, err
 	}
+	return s.st.publish(worldID, intents, now), nil
+}
+
+// publish queues the intents not yet known (mu held) and returns how many.
+func (st *state) publish(worldID string, intents []store.Intent, now time.Time) int {
 	n := 0
 	for _, in := range intents {
-		if _, ok := s.st.effects[in.IntentHash]; ok {
+		if _, ok := st.effects[in.IntentHash]; ok {
 			continue
 		}
-		s.st.effectSeq++
+		st.effectSeq++
 		in.Params = cloneBytes(in.Params)
-		s.st.effects[in.IntentHash] = &effect{
-			item:  store.EffectItem{Intent: in, World: worldID, Seq: s.st.effectSeq, EnqueuedAt: now},
-			state: store.EffectPending,
-		}
+		st.effects[in.IntentHash] = &effect{item: store.EffectItem{
+			Intent: in, World: worldID, Seq: st.effectSeq, EnqueuedAt: now, State: store.EffectPending,
+		}}
 		n++
 	}
 	if n > 0 {
-		s.st.notify(store.TopicEffects)
+		st.notify(store.TopicEffects)
 	}
-	return n, nil
+	return n
 }
 
 // queued returns the pending and inflight effects in queue order (mu held).
 func (st *state) queued() []*effect {
 	var q []*effect
 	for _, e := range st.effects {
-		if e.state != store.EffectDone {
+		if e.item.State != store.EffectDone {
 			q = append(q, e)
 		}
 	}
@@ -178,15 +168,25 @@ func (st *state) queued() []*effect {
 	return q
 }
 
-// Claim implements protocol D's first step.
-func (s *Store) Claim(ctx context.Context, worker string, n int, claimTTL time.Duration) ([]store.EffectItem, error) {
+func (e *effect) view() store.EffectItem {
+	it := e.item
+	it.Params = cloneBytes(it.Params)
+	return it
+}
+
+// Claim implements protocol D's first step, by kind.
+func (s *Store) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]store.EffectItem, error) {
 	const op = "claim"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	defer s.st.mu.Unlock()
-	if worker == "" || claimTTL <= 0 {
-		return nil, store.Errorf(op, store.ErrInvalid, "", "worker %q, ttl %v", worker, claimTTL)
+	defer s.end()
+	for _, err := range []error{
+		store.CheckID(op, "worker", worker), store.CheckKinds(op, kinds), store.CheckBatch(op, "n", n), store.CheckTTL(op, "claimTTL", claimTTL),
+	} {
+		if err != nil {
+			return nil, err
+		}
 	}
 	now := s.now()
 	var out []store.EffectItem
@@ -194,66 +194,65 @@ func (s *Store) Claim(ctx context.Context, worker string, n int, claimTTL time.D
 		if len(out) >= n {
 			break
 		}
-		if e.state != store.EffectPending {
+		if e.item.State != store.EffectPending || !slices.Contains(kinds, e.item.Kind) {
 			continue
 		}
-		e.state = store.EffectInflight
+		e.item.State = store.EffectInflight
 		e.item.Attempt++
 		e.item.ClaimedBy = worker
 		e.item.ClaimExpires = now.Add(claimTTL)
-		it := e.item
-		it.Params = cloneBytes(it.Params)
-		out = append(out, it)
+		out = append(out, e.view())
 	}
 	return out, nil
 }
 
-// Complete implements protocol D's acknowledgement. A pending intent (its
-// claim reaped while the adapter was still working) may be completed too:
-// the result exists, and losing it would execute the effect again. The
-// receipt enters the inbox whatever the world's status, because it is the
-// durable answer to the world's own request.
-func (s *Store) Complete(ctx context.Context, intentHash string, r store.Receipt) (uint64, bool, error) {
+// Complete implements protocol D's acknowledgement. The receipt enters the
+// inbox whatever the world's status, because it is the durable answer to
+// the world's own request.
+func (s *Store) Complete(ctx context.Context, intentHash string, c store.Claim, r store.Receipt) (uint64, bool, error) {
 	const op = "complete"
 	if err := s.begin(ctx, op); err != nil {
 		return 0, false, err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
+	for _, err := range []error{store.CheckID(op, "intentHash", intentHash), store.CheckClaim(op, c), store.CheckReceipt(op, r)} {
+		if err != nil {
+			return 0, false, err
+		}
+	}
 	e, ok := s.st.effects[intentHash]
 	if !ok {
 		return 0, false, store.Errorf(op, store.ErrNotFound, "", "intent %s", intentHash)
 	}
-	if e.state == store.EffectDone {
+	if e.item.State == store.EffectDone {
 		return e.inboxSeq, true, nil
 	}
-	switch r.Status {
-	case store.ReceiptOK, store.ReceiptError, store.ReceiptTimeout:
-	default:
-		return 0, false, store.Errorf(op, store.ErrInvalid, e.item.World, "receipt status %q", r.Status)
+	if err := contract.ClaimCheck(op, intentHash, contract.ClaimRow{Attempt: e.item.Attempt, ClaimedBy: e.item.ClaimedBy}, c); err != nil {
+		return 0, false, err
 	}
 	now := s.now()
 	w := s.st.worlds[e.item.World]
-	seq, dup := s.st.enqueue(w, "receipt", r.Payload, "receipt:"+intentHash, now)
-	e.state = store.EffectDone
+	seq, _ := s.st.enqueue(w, store.KindReceipt, r.Payload, store.ReceiptKey(intentHash, e.item.Retries), now)
+	e.item.State = store.EffectDone
+	e.item.ClaimExpires = time.Time{}
 	e.receipt = &store.Receipt{Status: r.Status, Payload: cloneBytes(r.Payload)}
-	e.inboxSeq = seq
-	e.completedAt = now
-	e.item.ClaimedBy, e.item.ClaimExpires = "", time.Time{}
-	return seq, dup, nil
+	e.inboxSeq, e.completedAt = seq, now
+	return seq, false, nil
 }
 
-// ReapEffects implements the effect reaper.
+// ReapEffects implements the effect reaper. A reap keeps the latest claim
+// (ClaimedBy, Attempt): that worker may still complete until a new claim.
 func (s *Store) ReapEffects(ctx context.Context) (int, error) {
 	if err := s.begin(ctx, "reap_effects"); err != nil {
 		return 0, err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
 	now := s.now()
 	n := 0
 	for _, e := range s.st.queued() {
-		if e.state == store.EffectInflight && expired(e.item.ClaimExpires, now) {
-			e.state = store.EffectPending
-			e.item.ClaimedBy, e.item.ClaimExpires = "", time.Time{}
+		if e.item.State == store.EffectInflight && contract.Expired(e.item.ClaimExpires, now) {
+			e.item.State = store.EffectPending
+			e.item.ClaimExpires = time.Time{}
 			n++
 		}
 	}
@@ -263,35 +262,80 @@ func (s *Store) ReapEffects(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// RetryEffect implements store.Effects. The effect keeps its queue seq and
+// its attempt count; its latest claim is cleared, so no completion of the
+// attempt that already ended can pass as the retry's.
+func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (store.EffectStatus, error) {
+	const op = "retry_effect"
+	if err := s.begin(ctx, op); err != nil {
+		return store.EffectStatus{}, err
+	}
+	defer s.end()
+	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
+		return store.EffectStatus{}, err
+	}
+	if err := store.CheckReason(op, reason); err != nil {
+		return store.EffectStatus{}, err
+	}
+	e, ok := s.st.effects[intentHash]
+	if !ok {
+		return store.EffectStatus{}, store.Errorf(op, store.ErrNotFound, "", "intent %s", intentHash)
+	}
+	var rs store.ReceiptStatus
+	if e.receipt != nil {
+		rs = e.receipt.Status
+	}
+	if err := contract.Retryable(op, intentHash, e.item.State, rs); err != nil {
+		return store.EffectStatus{}, err
+	}
+	e.item.State = store.EffectPending
+	e.item.Retries++
+	e.item.ClaimedBy, e.item.ClaimExpires = "", time.Time{}
+	e.retryReason = reason
+	e.receipt, e.inboxSeq, e.completedAt = nil, 0, time.Time{}
+	s.st.notify(store.TopicEffects)
+	return e.status(), nil
+}
+
+func (e *effect) status() store.EffectStatus {
+	st := store.EffectStatus{
+		IntentHash: e.item.IntentHash, World: e.item.World, Kind: e.item.Kind, State: e.item.State,
+		Attempts: e.item.Attempt, Retries: e.item.Retries, RetryReason: e.retryReason,
+		InboxSeq: e.inboxSeq, CompletedAt: e.completedAt,
+	}
+	if e.receipt != nil {
+		st.Receipt = &store.Receipt{Status: e.receipt.Status, Payload: cloneBytes(e.receipt.Payload)}
+	}
+	return st
+}
+
 // EffectStatus implements store.Effects.
 func (s *Store) EffectStatus(ctx context.Context, intentHash string) (store.EffectStatus, error) {
 	const op = "effect_status"
 	if err := s.begin(ctx, op); err != nil {
 		return store.EffectStatus{}, err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
 	e, ok := s.st.effects[intentHash]
 	if !ok {
 		return store.EffectStatus{}, store.Errorf(op, store.ErrNotFound, "", "intent %s", intentHash)
 	}
-	st := store.EffectStatus{
-		IntentHash: intentHash, World: e.item.World, State: e.state, Attempts: e.item.Attempt,
-		InboxSeq: e.inboxSeq, CompletedAt: e.completedAt,
-	}
-	if e.receipt != nil {
-		st.Receipt = &store.Receipt{Status: e.receipt.Status, Payload: cloneBytes(e.receipt.Payload)}
-	}
-	return st, nil
+	return e.status(), nil
 }
 
 // ---- timers ----
 
+// timer is a timer's queue entry and dedupe record in one.
 type timer struct {
-	item        store.TimerItem
-	claimed     bool
-	delivered   bool
+	item        store.TimerItem // item.State is the record's state
 	inboxSeq    uint64
 	completedAt time.Time
+}
+
+func (t *timer) view() store.TimerItem {
+	it := t.item
+	it.Payload = cloneBytes(it.Payload)
+	return it
 }
 
 // Schedule implements protocol E's first step. Intent hashes are global.
@@ -300,21 +344,33 @@ func (s *Store) Schedule(ctx context.Context, worldID string, epoch uint64, inte
 	if err := s.begin(ctx, op); err != nil {
 		return err
 	}
-	defer s.st.mu.Unlock()
-	if intentHash == "" {
-		return store.Errorf(op, store.ErrInvalid, worldID, "empty intent hash")
+	defer s.end()
+	if err := checkWorldEpoch(op, worldID, epoch); err != nil {
+		return err
+	}
+	ts := store.TimerSet{IntentHash: intentHash, DeliverAt: deliverAt, Payload: payload}
+	if err := store.CheckTimerSet(op, ts); err != nil {
+		return err
 	}
 	if err := s.st.fence(op, worldID, epoch, s.now()); err != nil {
 		return err
 	}
-	if _, ok := s.st.timers[intentHash]; ok {
-		return nil
+	if s.st.schedule(worldID, ts) {
+		s.st.notify(store.TopicTimers)
 	}
-	s.st.timers[intentHash] = &timer{item: store.TimerItem{
-		World: worldID, IntentHash: intentHash, DeliverAt: deliverAt.Round(0), Payload: cloneBytes(payload),
-	}}
-	s.st.notify(store.TopicTimers)
 	return nil
+}
+
+// schedule persists a timer unless its hash is known (mu held).
+func (st *state) schedule(worldID string, ts store.TimerSet) bool {
+	if _, ok := st.timers[ts.IntentHash]; ok {
+		return false
+	}
+	st.timers[ts.IntentHash] = &timer{item: store.TimerItem{
+		World: worldID, IntentHash: ts.IntentHash, DeliverAt: ts.DeliverAt.Round(0),
+		Payload: cloneBytes(ts.Payload), State: store.TimerScheduled,
+	}}
+	return true
 }
 
 // CancelTimer implements store.Timers: a timer of this world that has not
@@ -325,17 +381,34 @@ func (s *Store) CancelTimer(ctx context.Context, worldID string, epoch uint64, i
 	if err := s.begin(ctx, op); err != nil {
 		return err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
+	if err := checkWorldEpoch(op, worldID, epoch); err != nil {
+		return err
+	}
+	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
+		return err
+	}
 	if err := s.st.fence(op, worldID, epoch, s.now()); err != nil {
 		return err
 	}
 	t, ok := s.st.timers[intentHash]
-	if !ok || t.item.World != worldID || t.delivered {
+	if !ok || t.item.World != worldID || t.item.State == store.TimerDelivered {
 		return store.Errorf(op, store.ErrNotFound, worldID, "timer %s", intentHash)
 	}
 	delete(s.st.timers, intentHash)
 	s.st.notify(store.TopicTimers)
 	return nil
+}
+
+// sortTimers orders timers by (deliverAt, intentHash).
+func sortTimers(ts []*timer) {
+	sort.Slice(ts, func(i, j int) bool {
+		a, b := ts[i].item, ts[j].item
+		if !a.DeliverAt.Equal(b.DeliverAt) {
+			return a.DeliverAt.Before(b.DeliverAt)
+		}
+		return a.IntentHash < b.IntentHash
+	})
 }
 
 // ClaimDue implements protocol E's claim.
@@ -344,75 +417,84 @@ func (s *Store) ClaimDue(ctx context.Context, worker string, n int, ttl time.Dur
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	defer s.st.mu.Unlock()
-	if worker == "" || ttl <= 0 {
-		return nil, store.Errorf(op, store.ErrInvalid, "", "worker %q, ttl %v", worker, ttl)
+	defer s.end()
+	for _, err := range []error{store.CheckID(op, "worker", worker), store.CheckBatch(op, "n", n), store.CheckTTL(op, "ttl", ttl)} {
+		if err != nil {
+			return nil, err
+		}
 	}
 	now := s.now()
 	var due []*timer
 	for _, t := range s.st.timers {
-		if !t.delivered && !t.claimed && !t.item.DeliverAt.After(now) {
+		if t.item.State == store.TimerScheduled && !t.item.DeliverAt.After(now) {
 			due = append(due, t)
 		}
 	}
-	sort.Slice(due, func(i, j int) bool {
-		a, b := due[i].item, due[j].item
-		if !a.DeliverAt.Equal(b.DeliverAt) {
-			return a.DeliverAt.Before(b.DeliverAt)
-		}
-		return a.IntentHash < b.IntentHash
-	})
+	sortTimers(due)
 	var out []store.TimerItem
 	for _, t := range due {
 		if len(out) >= n {
 			break
 		}
-		t.claimed = true
+		t.item.State = store.TimerClaimed
 		t.item.Attempt++
 		t.item.ClaimedBy = worker
 		t.item.ClaimExpires = now.Add(ttl)
-		it := t.item
-		it.Payload = cloneBytes(it.Payload)
-		out = append(out, it)
+		out = append(out, t.view())
 	}
 	return out, nil
 }
 
 // Fire implements protocol E's acknowledgement. Like Complete, it delivers
-// whatever the world's status, and whether or not the timer is claimed.
-func (s *Store) Fire(ctx context.Context, intentHash string) (uint64, bool, error) {
+// whatever the world's status. The due time is checked before the claim: a
+// timer that is not due cannot have been claimed, so ErrNotDue is the
+// answer that says what is wrong.
+func (s *Store) Fire(ctx context.Context, intentHash string, c store.Claim) (uint64, bool, error) {
 	const op = "fire"
 	if err := s.begin(ctx, op); err != nil {
 		return 0, false, err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
+	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
+		return 0, false, err
+	}
+	if err := store.CheckClaim(op, c); err != nil {
+		return 0, false, err
+	}
 	t, ok := s.st.timers[intentHash]
 	if !ok {
 		return 0, false, store.Errorf(op, store.ErrNotFound, "", "timer %s", intentHash)
 	}
-	if t.delivered {
+	if t.item.State == store.TimerDelivered {
 		return t.inboxSeq, true, nil
 	}
 	now := s.now()
-	seq, dup := s.st.enqueue(s.st.worlds[t.item.World], "timer", t.item.Payload, "timer:"+intentHash, now)
-	t.delivered, t.claimed = true, false
-	t.item.ClaimedBy, t.item.ClaimExpires = "", time.Time{}
+	if err := contract.Due(op, intentHash, t.item.DeliverAt, now); err != nil {
+		return 0, false, err
+	}
+	if err := contract.ClaimCheck(op, intentHash, contract.ClaimRow{Attempt: t.item.Attempt, ClaimedBy: t.item.ClaimedBy}, c); err != nil {
+		return 0, false, err
+	}
+	seq, _ := s.st.enqueue(s.st.worlds[t.item.World], store.KindTimer, t.item.Payload, store.TimerKey(intentHash), now)
+	t.item.State = store.TimerDelivered
+	t.item.ClaimExpires = time.Time{}
 	t.inboxSeq, t.completedAt = seq, now
-	return seq, dup, nil
+	return seq, false, nil
 }
 
-// ReapTimers implements the timer reaper.
+// ReapTimers implements the timer reaper; like ReapEffects it keeps the
+// latest claim.
 func (s *Store) ReapTimers(ctx context.Context) (int, error) {
 	if err := s.begin(ctx, "reap_timers"); err != nil {
 		return 0, err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
 	now := s.now()
 	n := 0
 	for _, t := range s.st.timers {
-		if t.claimed && !t.delivered && expired(t.item.ClaimExpires, now) {
-			t.claimed = false
-			t.item.ClaimedBy, t.item.ClaimExpires = "", time.Time{}
+		if t.item.State == store.TimerClaimed && contract.Expired(t.item.ClaimExpires, now) {
+			t.item.State = store.TimerScheduled
+			t.item.ClaimExpires = time.Time{}
 			n++
 		}
 	}
@@ -420,6 +502,22 @@ func (s *Store) ReapTimers(ctx context.Context) (int, error) {
 		s.st.notify(store.TopicTimers)
 	}
 	return n, nil
+}
+
+// NextDue implements store.Timers.
+func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
+	if err := s.begin(ctx, "next_due"); err != nil {
+		return time.Time{}, false, err
+	}
+	defer s.end()
+	var at time.Time
+	ok := false
+	for _, t := range s.st.timers {
+		if t.item.State == store.TimerScheduled && (!ok || t.item.DeliverAt.Before(at)) {
+			at, ok = t.item.DeliverAt, true
+		}
+	}
+	return at, ok, nil
 }
 
 // ---- fabric ----
@@ -433,11 +531,15 @@ func (s *Store) Send(ctx context.Context, dest, messageID string, item store.Inb
 	if err := s.begin(ctx, op); err != nil {
 		return store.FabricResult{}, err
 	}
-	defer s.st.mu.Unlock()
-	if messageID == "" {
-		return store.FabricResult{}, store.Errorf(op, store.ErrInvalid, dest, "empty message id")
+	defer s.end()
+	for _, err := range []error{
+		store.CheckID(op, "world", dest), store.CheckID(op, "messageId", messageID), store.CheckPayload(op, "payload", item.Payload),
+	} {
+		if err != nil {
+			return store.FabricResult{}, err
+		}
 	}
-	w, err := s.st.worldFor(op, dest)
+	w, err := s.st.ingress(op, dest)
 	if err != nil {
 		return store.FabricResult{}, err
 	}
@@ -445,22 +547,19 @@ func (s *Store) Send(ctx context.Context, dest, messageID string, item store.Inb
 		return store.FabricResult{Status: store.FabricAlreadyEnqueued, Seq: r.seq}, nil
 	}
 	now := s.now()
-	seq, _ := s.st.enqueue(w, "fabric", item.Payload, "", now)
+	seq, _ := s.st.enqueue(w, store.KindFabric, item.Payload, "", now)
 	w.fabric[messageID] = &dedupeRecord{seq: seq, completedAt: now}
 	return store.FabricResult{Status: store.FabricOK, Seq: seq}, nil
 }
 
 // ---- dedupe retention ----
 
-// SweepDedupe implements store.Dedupe: completed effect, timer and fabric
-// records and drained inbox keys whose completion + retention is at or
-// before the store's clock. Pending and inflight effects, unfired timers
-// and undrained inbox keys are never swept. Inbox items themselves stay.
+// SweepDedupe implements store.Dedupe. Inbox items themselves stay.
 func (s *Store) SweepDedupe(ctx context.Context) (int, error) {
 	if err := s.begin(ctx, "sweep_dedupe"); err != nil {
 		return 0, err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
 	now := s.now()
 	gone := func(completedAt time.Time) bool { return !completedAt.Add(s.retention).After(now) }
 	n := 0
@@ -478,17 +577,115 @@ func (s *Store) SweepDedupe(ctx context.Context) (int, error) {
 			}
 		}
 	}
+	// An effect's or timer's record goes only once its world has consumed
+	// the delivery: a world offline past the retention still finds it, and
+	// re-publishing the intent queues nothing.
 	for h, e := range s.st.effects {
-		if e.state == store.EffectDone && gone(e.completedAt) {
+		if e.item.State == store.EffectDone &&
+			contract.Sweepable(e.completedAt, e.inboxSeq, s.st.worlds[e.item.World].cursor, s.retention, now) {
 			delete(s.st.effects, h)
 			n++
 		}
 	}
 	for h, t := range s.st.timers {
-		if t.delivered && gone(t.completedAt) {
+		if t.item.State == store.TimerDelivered &&
+			contract.Sweepable(t.completedAt, t.inboxSeq, s.st.worlds[t.item.World].cursor, s.retention, now) {
 			delete(s.st.timers, h)
 			n++
 		}
 	}
 	return n, nil
+}
+
+// ---- read-only views ----
+
+// ListEffects implements store.Views.
+func (s *Store) ListEffects(ctx context.Context, worldID string, afterSeq uint64, limit int) ([]store.EffectItem, error) {
+	const op = "list_effects"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	if err := s.st.checkView(op, worldID, limit); err != nil {
+		return nil, err
+	}
+	var out []store.EffectItem
+	for _, e := range s.st.queued() {
+		if len(out) >= limit {
+			break
+		}
+		if e.item.World == worldID && e.item.Seq > afterSeq {
+			out = append(out, e.view())
+		}
+	}
+	return out, nil
+}
+
+// ListTimers implements store.Views.
+func (s *Store) ListTimers(ctx context.Context, worldID string, limit int) ([]store.TimerItem, error) {
+	const op = "list_timers"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	if err := s.st.checkView(op, worldID, limit); err != nil {
+		return nil, err
+	}
+	var ts []*timer
+	for _, t := range s.st.timers {
+		if t.item.World == worldID && t.item.State != store.TimerDelivered {
+			ts = append(ts, t)
+		}
+	}
+	sortTimers(ts)
+	out := []store.TimerItem{}
+	for _, t := range ts {
+		if len(out) >= limit {
+			break
+		}
+		out = append(out, t.view())
+	}
+	return out, nil
+}
+
+func (st *state) checkView(op, worldID string, limit int) error {
+	if err := store.CheckID(op, "world", worldID); err != nil {
+		return err
+	}
+	if err := store.CheckBatch(op, "limit", limit); err != nil {
+		return err
+	}
+	if _, ok := st.worlds[worldID]; !ok {
+		return store.Errorf(op, store.ErrWorldNotFound, worldID, "")
+	}
+	return nil
+}
+
+// QueueDepths implements store.Views.
+func (s *Store) QueueDepths(ctx context.Context) (store.QueueDepths, error) {
+	if err := s.begin(ctx, "queue_depths"); err != nil {
+		return store.QueueDepths{}, err
+	}
+	defer s.end()
+	var d store.QueueDepths
+	for _, e := range s.st.effects {
+		switch e.item.State {
+		case store.EffectPending:
+			d.EffectsPending++
+		case store.EffectInflight:
+			d.EffectsInflight++
+		}
+	}
+	for _, t := range s.st.timers {
+		switch t.item.State {
+		case store.TimerScheduled:
+			d.TimersScheduled++
+		case store.TimerClaimed:
+			d.TimersClaimed++
+		}
+	}
+	for _, w := range s.st.worlds {
+		d.InboxBacklog += int64(w.lastSeq - w.cursor) // seqs are gapless here
+	}
+	return d, nil
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
 // world is a world's record and everything scoped to it. Effects and timers
@@ -53,11 +54,19 @@ func (s *Store) CreateWorld(ctx context.Context, universe, id string, seed *stor
 	if err := s.begin(ctx, op); err != nil {
 		return store.World{}, err
 	}
-	defer s.st.mu.Unlock()
-	if id == "" {
-		return store.World{}, store.Errorf(op, store.ErrInvalid, "", "empty world id")
+	defer s.end()
+	if err := store.CheckID(op, "universe", universe); err != nil {
+		return store.World{}, err
 	}
-	if err := s.st.claimWorldID(op, id, seed != nil); err != nil {
+	if err := store.CheckID(op, "world", id); err != nil {
+		return store.World{}, err
+	}
+	if seed != nil {
+		if err := store.CheckSnapshot(op, *seed); err != nil {
+			return store.World{}, err
+		}
+	}
+	if err := s.st.claimWorldID(op, id); err != nil {
 		return store.World{}, err
 	}
 	now := s.now()
@@ -73,14 +82,15 @@ func (s *Store) CreateWorld(ctx context.Context, universe, id string, seed *stor
 	return w.rec, nil
 }
 
-// claimWorldID checks that id is free. A world whose journal will start at
-// a height also needs its stream to be empty.
-func (st *state) claimWorldID(op, id string, needsEmptyStream bool) error {
+// claimWorldID checks that id is free: no world has it, and no free stream
+// of that id has events (a world's journal is its stream, written only
+// under its fence from its first event on).
+func (st *state) claimWorldID(op, id string) error {
 	if _, ok := st.worlds[id]; ok {
 		return store.Errorf(op, store.ErrWorldExists, id, "")
 	}
-	if str := st.streams[id]; needsEmptyStream && str != nil && str.head > 0 {
-		return store.Errorf(op, store.ErrWorldExists, id, "its journal stream already has events")
+	if str := st.streams[id]; str != nil && str.head > 0 {
+		return store.Errorf(op, store.ErrWorldExists, id, "a free stream of that id already has events")
 	}
 	return nil
 }
@@ -97,9 +107,13 @@ func (s *Store) ForkWorld(ctx context.Context, src string, height uint64, newID 
 	if err := s.begin(ctx, op); err != nil {
 		return store.World{}, err
 	}
-	defer s.st.mu.Unlock()
-	if newID == "" {
-		return store.World{}, store.Errorf(op, store.ErrInvalid, "", "empty world id")
+	defer s.end()
+	for _, err := range []error{
+		store.CheckID(op, "world", src), store.CheckInt(op, "height", height), store.CheckID(op, "new world", newID),
+	} {
+		if err != nil {
+			return store.World{}, err
+		}
 	}
 	sw, ok := s.st.worlds[src]
 	if !ok {
@@ -109,7 +123,7 @@ func (s *Store) ForkWorld(ctx context.Context, src string, height uint64, newID 
 	if !ok {
 		return store.World{}, store.Errorf(op, store.ErrSnapshotNotFound, src, "height %d", height)
 	}
-	if err := s.st.claimWorldID(op, newID, true); err != nil {
+	if err := s.st.claimWorldID(op, newID); err != nil {
 		return store.World{}, err
 	}
 	now := s.now()
@@ -132,7 +146,7 @@ func (s *Store) GetWorld(ctx context.Context, id string) (store.World, error) {
 	if err := s.begin(ctx, op); err != nil {
 		return store.World{}, err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
 	w, ok := s.st.worlds[id]
 	if !ok {
 		return store.World{}, store.Errorf(op, store.ErrWorldNotFound, id, "")
@@ -142,10 +156,16 @@ func (s *Store) GetWorld(ctx context.Context, id string) (store.World, error) {
 
 // ListWorlds implements store.Worlds.
 func (s *Store) ListWorlds(ctx context.Context, universe string, status store.WorldStatus) ([]store.World, error) {
-	if err := s.begin(ctx, "list_worlds"); err != nil {
+	const op = "list_worlds"
+	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
+	if status != "" {
+		if err := store.CheckStatus(op, status); err != nil {
+			return nil, err
+		}
+	}
 	var out []store.World
 	for _, id := range sortedKeys(s.st.worlds) {
 		w := s.st.worlds[id]
@@ -156,39 +176,37 @@ func (s *Store) ListWorlds(ctx context.Context, universe string, status store.Wo
 	return out, nil
 }
 
-// SetWorldStatus implements store.Worlds.
-func (s *Store) SetWorldStatus(ctx context.Context, id string, epoch uint64, status store.WorldStatus) error {
+// SetWorldStatus implements store.Worlds: the operator's path, without a
+// lease (contract.Transition).
+func (s *Store) SetWorldStatus(ctx context.Context, id string, status store.WorldStatus, reason string) (store.World, error) {
 	const op = "set_world_status"
 	if err := s.begin(ctx, op); err != nil {
-		return err
+		return store.World{}, err
 	}
-	defer s.st.mu.Unlock()
-	switch status {
-	case store.WorldActive, store.WorldFenced, store.WorldArchived:
-	default:
-		return store.Errorf(op, store.ErrInvalid, id, "unknown status %q", status)
+	defer s.end()
+	for _, err := range []error{store.CheckID(op, "world", id), store.CheckStatus(op, status), store.CheckReason(op, reason)} {
+		if err != nil {
+			return store.World{}, err
+		}
 	}
-	if err := s.st.fence(op, id, epoch, s.now()); err != nil {
-		return err
-	}
-	s.st.worlds[id].rec.Status = status
-	return nil
-}
-
-// worldFor returns the world an ingress is for, refusing an unknown, fenced
-// or archived one (mu held).
-func (st *state) worldFor(op, id string) (*world, error) {
-	w, ok := st.worlds[id]
+	w, ok := s.st.worlds[id]
 	if !ok {
-		return nil, store.Errorf(op, store.ErrWorldNotFound, id, "")
+		return store.World{}, store.Errorf(op, store.ErrWorldNotFound, id, "")
 	}
-	switch w.rec.Status {
-	case store.WorldFenced:
-		return nil, store.Errorf(op, store.ErrWorldFenced, id, "")
-	case store.WorldArchived:
-		return nil, store.Errorf(op, store.ErrWorldArchived, id, "")
+	noop, endLease, err := contract.Transition(op, id, w.rec.Status, status)
+	if err != nil || noop {
+		return w.rec, err
 	}
-	return w, nil
+	now := s.now()
+	// Leaving active ends the lease in this same transaction: its holder is
+	// fenced at once, and the epoch counter is kept, so the next Acquire
+	// after a resume is a higher epoch.
+	if l := s.st.leases[id]; endLease && l != nil && l.Holder != "" {
+		s.st.endLease(l, now)
+	}
+	w.rec.Status, w.rec.StatusReason, w.rec.StatusChangedAt = status, reason, now
+	s.st.notify(store.TopicAssignments)
+	return w.rec, nil
 }
 
 // ---- watermarks ----
@@ -200,7 +218,7 @@ func (s *Store) GetWatermark(ctx context.Context, projector, streamID string) (u
 	if err := s.begin(ctx, "get_watermark"); err != nil {
 		return 0, err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
 	return s.st.watermarks[watermarkKey{projector, streamID}], nil
 }
 
@@ -210,7 +228,15 @@ func (s *Store) CASWatermark(ctx context.Context, projector, streamID string, ol
 	if err := s.begin(ctx, op); err != nil {
 		return err
 	}
-	defer s.st.mu.Unlock()
+	defer s.end()
+	for _, err := range []error{
+		store.CheckID(op, "projector", projector), store.CheckID(op, "stream", streamID),
+		store.CheckInt(op, "old", old), store.CheckInt(op, "next", next),
+	} {
+		if err != nil {
+			return err
+		}
+	}
 	k := watermarkKey{projector, streamID}
 	if cur := s.st.watermarks[k]; cur != old {
 		return store.Errorf(op, store.ErrWatermarkConflict, "", "%s on %s is at %d, expected %d", projector, streamID, cur, old)

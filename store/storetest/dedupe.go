@@ -10,13 +10,14 @@ import (
 // Dedupe retention (store.Dedupe): a completed record is kept at least
 // until completedAt + retention; pending records are never swept.
 //
-// Readings pinned here: an effect record completes at Complete, a timer
-// record at Fire, a fabric record at delivery (Send), and an inbox dedupe
-// key when the inbox cursor passes its item: an undrained item's key is
-// pending, because sweeping it would let a retried producer enqueue the
-// same input twice. To stay independent of when exactly an inbox or fabric
-// record counts as completed, the tests drain before advancing, so that
-// "enqueued" and "drained" are the same instant.
+// The contract (store.Dedupe): an effect record completes when its world
+// has consumed the receipt (the cursor passed its inbox seq), a timer
+// record when the world consumed its firing, a fabric record at delivery
+// (Send), and an inbox dedupe key when the inbox cursor passes its item: an
+// undrained item's key is pending, because sweeping it would let a retried
+// producer enqueue the same input twice. The tests drain at once, so that
+// "delivered" and "consumed" are the same instant; dedupeConsumed pins the
+// difference (retention.go).
 func dedupeTests() []testCase {
 	return []testCase{
 		{"DedupeNotSweptBeforeRetention", func(t *testing.T, open Factory) { testRetention(t, open, false) }},
@@ -52,9 +53,11 @@ var dedupeKinds = []dedupeKind{
 		complete: func(f *fx) {
 			e := f.leased("w", "A")
 			f.publish("w", e, "i1")
-			f.claim("adapter", 1)
-			_, _, err := f.s.Complete(bg, "i1", store.Receipt{Status: store.ReceiptOK})
-			must(f.t, err, "Complete")
+			it := f.claimOne("adapter", "i1")
+			seq, _ := f.complete("i1", it.ClaimOf(), store.Receipt{Status: store.ReceiptOK})
+			// The world consumes the receipt: only then does the record complete.
+			_, err := f.s.DrainToJournal(bg, "w", e, 0, 0, seq, []store.Record{rec("r1")})
+			must(f.t, err, "DrainToJournal")
 		},
 		deduped: func(f *fx) bool {
 			e := f.acquire("w", "A").Epoch
@@ -67,9 +70,10 @@ var dedupeKinds = []dedupeKind{
 			e := f.leased("w", "A")
 			must(f.t, f.s.Schedule(bg, "w", e, "t1", f.now(), nil), "Schedule")
 			f.advance(time.Second)
-			f.claimDue("tw", 1)
-			_, _, err := f.s.Fire(bg, "t1")
-			must(f.t, err, "Fire")
+			it := f.claimTimer("tw", "t1")
+			seq, _ := f.fire("t1", it.ClaimOf())
+			_, err := f.s.DrainToJournal(bg, "w", e, 0, 0, seq, []store.Record{rec("t1")})
+			must(f.t, err, "DrainToJournal")
 		},
 		deduped: func(f *fx) bool {
 			e := f.acquire("w", "A").Epoch

@@ -46,15 +46,14 @@ func testPublishDedupe(t *testing.T, open Factory) {
 	if n := f.publish("w", e, "i2"); n != 0 {
 		t.Fatalf("re-publishing an inflight intent queued %d", n)
 	}
-	_, _, err := f.s.Complete(bg, "i1", store.Receipt{Status: store.ReceiptOK})
-	must(t, err, "Complete")
+	f.complete("i1", items[0].ClaimOf(), store.Receipt{Status: store.ReceiptOK})
 	if n := f.publish("w", e, "i1"); n != 0 {
 		t.Fatalf("re-publishing a done intent queued %d", n)
 	}
 	if got := f.claim("adapter", 10); len(got) != 0 {
 		t.Fatalf("claimed %d items after re-publishing, want 0", len(got))
 	}
-	_, err = f.s.EffectStatus(bg, "never")
+	_, err := f.s.EffectStatus(bg, "never")
 	wantErr(t, err, store.ErrNotFound, "EffectStatus of an unknown intent")
 }
 
@@ -111,9 +110,8 @@ func testComplete(t *testing.T, open Factory) {
 	e := f.leased("w", "A")
 	f.enqueue("w", "event", "", nil)
 	f.publish("w", e, "i1")
-	f.claim("adapter", 1)
-	seq, dup, err := f.s.Complete(bg, "i1", store.Receipt{Status: store.ReceiptOK, Payload: []byte("receipt-body")})
-	must(t, err, "Complete")
+	c := f.claimOne("adapter", "i1").ClaimOf()
+	seq, dup := f.complete("i1", c, store.Receipt{Status: store.ReceiptOK, Payload: []byte("receipt-body")})
 	if dup {
 		t.Fatal("first Complete reported dup")
 	}
@@ -127,10 +125,9 @@ func testComplete(t *testing.T, open Factory) {
 		st.Receipt.Status != store.ReceiptOK || !bytes.Equal(st.Receipt.Payload, []byte("receipt-body")) || st.CompletedAt.IsZero() {
 		t.Fatalf("EffectStatus after Complete = %+v", st)
 	}
-	// One terminal receipt per intent: a second completion (another
-	// adapter's retry, even with another outcome) changes nothing.
-	again, dup, err := f.s.Complete(bg, "i1", store.Receipt{Status: store.ReceiptError, Payload: []byte("late")})
-	must(t, err, "second Complete")
+	// One terminal receipt per intent: a second completion (a retry, even
+	// with another outcome or another claim) changes nothing.
+	again, dup := f.complete("i1", store.Claim{Worker: "someone-else", Attempt: 7}, store.Receipt{Status: store.ReceiptError, Payload: []byte("late")})
 	if !dup || again != seq {
 		t.Fatalf("second Complete = %d dup %v, want %d true", again, dup, seq)
 	}
@@ -148,7 +145,7 @@ func testComplete(t *testing.T, open Factory) {
 	if got := f.claim("adapter", 10); len(got) != 0 {
 		t.Fatalf("a completed intent was claimed again: %+v", got)
 	}
-	_, _, err = f.s.Complete(bg, "never", store.Receipt{Status: store.ReceiptOK})
+	_, _, err := f.s.Complete(bg, "never", c, store.Receipt{Status: store.ReceiptOK})
 	wantErr(t, err, store.ErrNotFound, "Complete of an unknown intent")
 }
 
@@ -187,10 +184,16 @@ func testReapEffects(t *testing.T, open Factory) {
 	if st := f.effectStatus("i1"); st.State != store.EffectInflight || st.Attempts != 2 {
 		t.Fatalf("EffectStatus after reclaim = %+v", st)
 	}
-	// The first adapter's late completion still counts, once.
-	seq, dup, err := f.s.Complete(bg, "i1", store.Receipt{Status: store.ReceiptTimeout})
-	must(t, err, "Complete")
-	if seq2, dup2, _ := f.s.Complete(bg, "i1", store.Receipt{Status: store.ReceiptOK}); dup || !dup2 || seq2 != seq {
+	// Reclaimed by another worker: the first adapter's late completion has
+	// lost its claim and changes nothing; the new claim completes, once, and
+	// after that the first adapter learns its result was not used (dup).
+	_, _, err = f.s.Complete(bg, "i1", first[0].ClaimOf(), store.Receipt{Status: store.ReceiptTimeout})
+	wantErr(t, err, store.ErrClaimLost, "Complete under the claim a reclaim replaced")
+	if st := f.effectStatus("i1"); st.State != store.EffectInflight {
+		t.Fatalf("a lost claim's Complete changed the effect: %+v", st)
+	}
+	seq, dup := f.complete("i1", again.ClaimOf(), store.Receipt{Status: store.ReceiptOK})
+	if seq2, dup2 := f.complete("i1", first[0].ClaimOf(), store.Receipt{Status: store.ReceiptTimeout}); dup || !dup2 || seq2 != seq {
 		t.Fatalf("completions: (%d, %v) then (%d, %v)", seq, dup, seq2, dup2)
 	}
 }
@@ -215,7 +218,7 @@ func testConcurrentClaimers(t *testing.T, open Factory) {
 			defer wg.Done()
 			<-start
 			for {
-				items, err := f.s.Claim(bg, fmt.Sprint("adapter-", c), 3, time.Hour)
+				items, err := f.s.Claim(bg, fmt.Sprint("adapter-", c), []string{effectKind}, 3, time.Hour)
 				if err != nil {
 					t.Errorf("claimer %d: %v", c, err)
 					return
@@ -247,28 +250,27 @@ func testConcurrentClaimers(t *testing.T, open Factory) {
 }
 
 // Seed 002 crash window 2: an adapter whose claim was reaped while it was
-// still working completes anyway. Its result is accepted (Complete needs no
-// live claim: it names the intent only), and the dedupe guard keeps it the
-// one terminal receipt: the requeued entry is gone, a later completion is a
-// duplicate.
+// still working completes anyway. A reap keeps the latest claim (nobody
+// claimed the intent anew), so its result is accepted, and the dedupe guard
+// keeps it the one terminal receipt: the requeued entry is gone, a later
+// completion is a duplicate.
 func testCompleteAfterReap(t *testing.T, open Factory) {
 	f := setup(t, open)
 	e := f.leased("w", "A")
 	f.publish("w", e, "i1")
-	f.claim("slow-adapter", 1)
+	c := f.claimOne("slow-adapter", "i1").ClaimOf()
 	f.advance(claimTTL + margin)
 	if n, err := f.s.ReapEffects(bg); err != nil || n != 1 {
 		t.Fatalf("ReapEffects = %d, %v", n, err)
 	}
-	seq, dup, err := f.s.Complete(bg, "i1", store.Receipt{Status: store.ReceiptOK, Payload: []byte("late")})
-	must(t, err, "late Complete of a requeued intent")
+	seq, dup := f.complete("i1", c, store.Receipt{Status: store.ReceiptOK, Payload: []byte("late")})
 	if dup {
 		t.Fatal("late Complete reported dup")
 	}
 	if got := f.claim("adapter-2", 10); len(got) != 0 {
 		t.Fatalf("a completed intent was still queued: %+v", got)
 	}
-	if again, dup, err := f.s.Complete(bg, "i1", store.Receipt{Status: store.ReceiptError}); err != nil || !dup || again != seq {
+	if again, dup, err := f.s.Complete(bg, "i1", c, store.Receipt{Status: store.ReceiptError}); err != nil || !dup || again != seq {
 		t.Fatalf("second Complete = %d %v %v", again, dup, err)
 	}
 	receipts := 0

@@ -80,7 +80,6 @@ func testStaleEpochRacingTakeover(t *testing.T, open Factory) {
 			_, err := f.s.Compact(bg, "w", eA, 0)
 			return err
 		},
-		"SetWorldStatus": func() error { return f.s.SetWorldStatus(bg, "w", eA, store.WorldArchived) },
 	}
 	names := make([]string, 0, len(writes))
 	for name := range writes {
@@ -236,7 +235,8 @@ func testReleasedLeaseFences(t *testing.T, open Factory) {
 	must(t, f.s.Release(bg, "w", "A", e), "Release")
 	_, err := f.s.Append(bg, "w", []store.Record{rec("a")}, fenced("w", e))
 	wantErr(t, err, store.ErrFenced, "append after release")
-	wantErr(t, f.s.SetWorldStatus(bg, "w", e, store.WorldArchived), store.ErrFenced, "status change after release")
+	_, err = f.s.Publish(bg, "w", e, intents("i1"))
+	wantErr(t, err, store.ErrFenced, "publish after release")
 	if evs := f.read("w"); len(evs) != 0 {
 		t.Fatalf("append after release inserted %v", eventIDs(evs))
 	}

@@ -20,7 +20,7 @@ func FuzzAppend(f *testing.F, open Factory) {
 		h := open(t)
 		r := store.Record{EventID: id, IdempotencyKey: key, EventType: typ, StepID: step,
 			LogicalAttemptID: logical, EngineAttemptID: engine, Payload: payload}
-		got, err := h.Store.Append(bg, stream, []store.Record{r}, store.AppendOptions{})
+		got, err := h.Store.Append(bg, stream, []store.Record{r}, freeOpts)
 		if err != nil {
 			var se *store.Error
 			if !errors.As(err, &se) || !errors.Is(err, store.ErrInvalid) {
@@ -41,7 +41,7 @@ func FuzzAppend(f *testing.F, open Factory) {
 			back.RunSeq != got[0].RunSeq {
 			t.Fatalf("read back %+v, appended %+v", back, r)
 		}
-		again, err := h.Store.Append(bg, stream, []store.Record{r}, store.AppendOptions{})
+		again, err := h.Store.Append(bg, stream, []store.Record{r}, freeOpts)
 		if err != nil || !again[0].Idempotent || again[0].RunSeq != got[0].RunSeq {
 			t.Fatalf("retry = %+v, %v; want idempotent at runSeq %d", again, err, got[0].RunSeq)
 		}

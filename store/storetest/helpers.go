@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"testing"
 	"time"
 
@@ -54,6 +55,14 @@ func (f *fx) world(id string) store.World {
 	return w
 }
 
+// setStatus is the operator's status change; it fails the test on error.
+func (f *fx) setStatus(world string, status store.WorldStatus, reason string) store.World {
+	f.t.Helper()
+	w, err := f.s.SetWorldStatus(bg, world, status, reason)
+	must(f.t, err, fmt.Sprintf("SetWorldStatus %s %s", world, status))
+	return w
+}
+
 func (f *fx) acquire(world, worker string) store.Lease {
 	f.t.Helper()
 	l, err := f.s.Acquire(bg, world, worker, leaseTTL)
@@ -81,6 +90,9 @@ func (f *fx) append(stream string, opts store.AppendOptions, keys ...string) []s
 	}
 	return got
 }
+
+// freeOpts appends to a stream no world owns (store.FreeStream).
+var freeOpts = store.AppendOptions{Kind: store.FreeStream}
 
 func fenced(world string, epoch uint64) store.AppendOptions {
 	return store.AppendOptions{Fence: &store.Fence{World: world, Epoch: epoch}}
@@ -131,16 +143,56 @@ func (f *fx) publish(world string, epoch uint64, hashes ...string) int {
 func intents(hashes ...string) []store.Intent {
 	out := make([]store.Intent, len(hashes))
 	for i, h := range hashes {
-		out[i] = store.Intent{IntentHash: h, Kind: "http.request", Params: []byte("params-" + h), Origin: "test", PolicyContextHash: "pch"}
+		out[i] = store.Intent{IntentHash: h, Kind: effectKind, Params: []byte("params-" + h), Origin: "test", PolicyContextHash: "pch"}
 	}
 	return out
 }
 
+// effectKind is the kind intents() publishes and claim() serves.
+const effectKind = "http.request"
+
 func (f *fx) claim(worker string, n int) []store.EffectItem {
 	f.t.Helper()
-	items, err := f.s.Claim(bg, worker, n, claimTTL)
+	items, err := f.s.Claim(bg, worker, []string{effectKind}, n, claimTTL)
 	must(f.t, err, "Claim")
 	return items
+}
+
+// claimOne claims the effect hash (it must be the only pending one of
+// effectKind, or come first in queue order) and returns its item.
+func (f *fx) claimOne(worker, hash string) store.EffectItem {
+	f.t.Helper()
+	items := f.claim(worker, 1)
+	if len(items) != 1 || items[0].IntentHash != hash {
+		f.t.Fatalf("Claim by %s = %+v, want %s", worker, items, hash)
+	}
+	return items[0]
+}
+
+// complete completes an effect under claim c and fails the test on error.
+func (f *fx) complete(hash string, c store.Claim, r store.Receipt) (uint64, bool) {
+	f.t.Helper()
+	seq, dup, err := f.s.Complete(bg, hash, c, r)
+	must(f.t, err, "Complete "+hash)
+	return seq, dup
+}
+
+// fire fires a timer under claim c and fails the test on error.
+func (f *fx) fire(hash string, c store.Claim) (uint64, bool) {
+	f.t.Helper()
+	seq, dup, err := f.s.Fire(bg, hash, c)
+	must(f.t, err, "Fire "+hash)
+	return seq, dup
+}
+
+// claimTimer claims the due timer hash and returns its item.
+func (f *fx) claimTimer(worker, hash string) store.TimerItem {
+	f.t.Helper()
+	items := f.claimDue(worker, 1)
+	if len(items) != 1 || items[0].IntentHash != hash {
+		f.t.Fatalf("ClaimDue by %s = %+v, want %s", worker, items, hash)
+	}
+	return items[0]
 }
 
 func (f *fx) claimDue(worker string, n int) []store.TimerItem {
@@ -212,3 +264,5 @@ func eventIDs(evs []store.Record) []string {
 	}
 	return out
 }
+
+func slicesSort(s []string) { sort.Strings(s) }

@@ -12,7 +12,7 @@ func inboxTests() []testCase {
 	return []testCase{
 		{"EnqueueAssignsIncreasingSeqAndReadInboxOrdersBySeq", testEnqueueOrder},
 		{"EnqueueDedupeKeyReturnsExistingSeq", testEnqueueDedupe},
-		{"EnqueueNeedsNoLeaseButAnActiveWorld", testEnqueueWorldStatus},
+		{"EnqueueNeedsNoLeasePausedAcceptsArchivedRefuses", testEnqueueWorldStatus},
 		{"DrainToJournalIsAtomic", testDrainAtomic},
 		{"DrainCursorCannotPassTheLastSeq", testDrainCursorBound},
 		{"InboxItemsAreKeptAfterDrain", testInboxKeptAfterDrain},
@@ -79,22 +79,26 @@ func testEnqueueDedupe(t *testing.T, open Factory) {
 	}
 }
 
+// Enqueue needs no lease; a paused world's input is accepted and waits, an
+// archived world refuses it and stores nothing.
 func testEnqueueWorldStatus(t *testing.T, open Factory) {
 	f := setup(t, open)
 	f.world("free")
 	f.enqueue("free", "event", "", nil) // nobody holds a lease: fine
 	_, _, err := f.s.Enqueue(bg, "nowhere", store.InboxItem{Kind: "event"})
 	wantErr(t, err, store.ErrWorldNotFound, "Enqueue to an unknown world")
-	for status, kind := range map[store.WorldStatus]error{store.WorldFenced: store.ErrWorldFenced, store.WorldArchived: store.ErrWorldArchived} {
-		id := "w-" + string(status)
-		e := f.leased(id, "A")
-		f.enqueue(id, "event", "", nil)
-		must(t, f.s.SetWorldStatus(bg, id, e, status), "SetWorldStatus")
-		_, _, err := f.s.Enqueue(bg, id, store.InboxItem{Kind: "event", DedupeKey: "late"})
-		wantErr(t, err, kind, "Enqueue to a "+string(status)+" world")
-		if n := len(f.inbox(id)); n != 1 {
-			t.Fatalf("refused Enqueue stored an item: %d items", n)
-		}
+	f.leased("paused", "A")
+	f.setStatus("paused", store.WorldPaused, "maintenance")
+	if seq, dup := f.enqueue("paused", "event", "k", nil); dup || seq == 0 {
+		t.Fatalf("Enqueue to a paused world = %d, dup %v", seq, dup)
+	}
+	f.leased("archived", "A")
+	f.enqueue("archived", "event", "", nil)
+	f.setStatus("archived", store.WorldArchived, "retired")
+	_, _, err = f.s.Enqueue(bg, "archived", store.InboxItem{Kind: "event", DedupeKey: "late"})
+	wantErr(t, err, store.ErrWorldArchived, "Enqueue to an archived world")
+	if n := len(f.inbox("archived")); n != 1 {
+		t.Fatalf("refused Enqueue stored an item: %d items", n)
 	}
 }
 

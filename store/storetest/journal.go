@@ -45,7 +45,7 @@ func testAppendBasics(t *testing.T, open Factory) {
 	h := open(t)
 	var last uint64
 	for i := 0; i < 5; i++ {
-		got, err := h.Store.Append(bg, "run-1", []store.Record{rec(fmt.Sprint(i))}, store.AppendOptions{})
+		got, err := h.Store.Append(bg, "run-1", []store.Record{rec(fmt.Sprint(i))}, freeOpts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,13 +71,13 @@ func testAppendBasics(t *testing.T, open Factory) {
 
 func testAppendDuplicate(t *testing.T, open Factory) {
 	h := open(t)
-	first, err := h.Store.Append(bg, "run-1", []store.Record{rec("a")}, store.AppendOptions{})
+	first, err := h.Store.Append(bg, "run-1", []store.Record{rec("a")}, freeOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dup := rec("a")
 	dup.EventID = "another-id"
-	again, err := h.Store.Append(bg, "run-1", []store.Record{dup}, store.AppendOptions{})
+	again, err := h.Store.Append(bg, "run-1", []store.Record{dup}, freeOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,10 +92,10 @@ func testAppendDuplicate(t *testing.T, open Factory) {
 
 func testExpectedHead(t *testing.T, open Factory) {
 	h := open(t)
-	if _, err := h.Store.Append(bg, "run-1", []store.Record{rec("a")}, store.AppendOptions{ExpectedHead: store.Head(0)}); err != nil {
+	if _, err := h.Store.Append(bg, "run-1", []store.Record{rec("a")}, store.AppendOptions{Kind: store.FreeStream, ExpectedHead: store.Head(0)}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := h.Store.Append(bg, "run-1", []store.Record{rec("b")}, store.AppendOptions{ExpectedHead: store.Head(0)})
+	_, err := h.Store.Append(bg, "run-1", []store.Record{rec("b")}, store.AppendOptions{Kind: store.FreeStream, ExpectedHead: store.Head(0)})
 	if !errors.Is(err, store.ErrHeadMismatch) {
 		t.Fatalf("stale ExpectedHead: %v, want ErrHeadMismatch", err)
 	}
@@ -117,7 +117,7 @@ func testIndependentStreams(t *testing.T, open Factory) {
 	for i := 0; i < 6; i++ {
 		stream := []string{"run-1", "run-2"}[i%2]
 		// The same idempotency key in two streams is two events.
-		got := f.append(stream, store.AppendOptions{}, fmt.Sprint(i/2))
+		got := f.append(stream, freeOpts, fmt.Sprint(i/2))
 		if got[0].Idempotent || got[0].RunSeq <= last[stream] {
 			t.Fatalf("append %d to %s = %+v after runSeq %d", i, stream, got[0], last[stream])
 		}
@@ -149,7 +149,7 @@ func testPersistedAtByStore(t *testing.T, open Factory) {
 	r.PersistedAt = time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
 	r.EmittedAt = time.Date(2002, 2, 2, 2, 2, 2, 0, time.UTC)
 	before := f.now()
-	got, err := f.s.Append(bg, "run-1", []store.Record{r}, store.AppendOptions{})
+	got, err := f.s.Append(bg, "run-1", []store.Record{r}, freeOpts)
 	must(t, err, "Append")
 	after := f.now()
 	pa := got[0].PersistedAt
@@ -164,7 +164,7 @@ func testPersistedAtByStore(t *testing.T, open Factory) {
 		t.Fatalf("emittedAt %v, want the producer's %v", evs[0].EmittedAt, r.EmittedAt)
 	}
 	f.advance(time.Hour)
-	later := f.append("run-1", store.AppendOptions{}, "b")
+	later := f.append("run-1", freeOpts, "b")
 	if d := later[0].PersistedAt.Sub(pa); d < time.Hour-timeTol {
 		t.Fatalf("persistedAt moved by %v after Advance(1h)", d)
 	}
@@ -174,7 +174,7 @@ func testDuplicateWithinBatch(t *testing.T, open Factory) {
 	f := setup(t, open)
 	a2 := rec("a")
 	a2.EventID = "ev-a-again"
-	got, err := f.s.Append(bg, "run-1", []store.Record{rec("a"), rec("b"), a2}, store.AppendOptions{})
+	got, err := f.s.Append(bg, "run-1", []store.Record{rec("a"), rec("b"), a2}, freeOpts)
 	must(t, err, "Append")
 	if got[0].Idempotent || got[1].Idempotent || !got[2].Idempotent {
 		t.Fatalf("idempotent flags = %v %v %v, want false false true", got[0].Idempotent, got[1].Idempotent, got[2].Idempotent)
@@ -189,7 +189,7 @@ func testDuplicateWithinBatch(t *testing.T, open Factory) {
 		t.Fatalf("Read = %v, want [ev-a ev-b]", eventIDs(evs))
 	}
 	// A whole batch of stored duplicates inserts nothing either.
-	again, err := f.s.Append(bg, "run-1", []store.Record{rec("b"), rec("a")}, store.AppendOptions{})
+	again, err := f.s.Append(bg, "run-1", []store.Record{rec("b"), rec("a")}, freeOpts)
 	must(t, err, "Append duplicates")
 	if !again[0].Idempotent || !again[1].Idempotent || again[0].RunSeq != got[1].RunSeq || again[1].RunSeq != got[0].RunSeq {
 		t.Fatalf("all-duplicate batch = %+v", again)
@@ -209,7 +209,7 @@ func testConcurrentAppenders(t *testing.T, open Factory) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
-				got, err := f.s.Append(bg, "run-1", []store.Record{rec(fmt.Sprintf("w%d-%d", w, i))}, store.AppendOptions{})
+				got, err := f.s.Append(bg, "run-1", []store.Record{rec(fmt.Sprintf("w%d-%d", w, i))}, freeOpts)
 				if err != nil {
 					t.Errorf("writer %d append %d: %v", w, i, err)
 					return
@@ -272,7 +272,7 @@ func testDuplicateKeyRace(t *testing.T, open Factory) {
 			r := rec("same")
 			r.EventID = fmt.Sprintf("ev-racer-%d", i)
 			<-start
-			got, err := f.s.Append(bg, "run-1", []store.Record{r}, store.AppendOptions{})
+			got, err := f.s.Append(bg, "run-1", []store.Record{r}, freeOpts)
 			if err == nil {
 				results[i] = got[0]
 			}
@@ -307,24 +307,24 @@ func testDuplicateKeyRace(t *testing.T, open Factory) {
 // with any new event is compared against the head.
 func testExpectedHeadAllDuplicates(t *testing.T, open Factory) {
 	f := setup(t, open)
-	first := f.append("run-1", store.AppendOptions{ExpectedHead: store.Head(0)}, "a", "b")
-	retry := f.append("run-1", store.AppendOptions{ExpectedHead: store.Head(0)}, "a", "b")
+	first := f.append("run-1", store.AppendOptions{Kind: store.FreeStream, ExpectedHead: store.Head(0)}, "a", "b")
+	retry := f.append("run-1", store.AppendOptions{Kind: store.FreeStream, ExpectedHead: store.Head(0)}, "a", "b")
 	for i := range first {
 		if !retry[i].Idempotent || retry[i].RunSeq != first[i].RunSeq || retry[i].EventID != first[i].EventID {
 			t.Fatalf("retry %d = %+v, want the existing %+v", i, retry[i], first[i])
 		}
 	}
 	head := f.head("run-1")
-	_, err := f.s.Append(bg, "run-1", []store.Record{rec("b"), rec("c")}, store.AppendOptions{ExpectedHead: store.Head(0)})
+	_, err := f.s.Append(bg, "run-1", []store.Record{rec("b"), rec("c")}, store.AppendOptions{Kind: store.FreeStream, ExpectedHead: store.Head(0)})
 	wantErr(t, err, store.ErrHeadMismatch, "partly new batch with a stale head")
 	if f.head("run-1") != head || len(f.read("run-1")) != 2 {
 		t.Fatal("a failed CAS changed the stream")
 	}
-	got := f.append("run-1", store.AppendOptions{ExpectedHead: store.Head(head)}, "b", "c")
+	got := f.append("run-1", store.AppendOptions{Kind: store.FreeStream, ExpectedHead: store.Head(head)}, "b", "c")
 	if !got[0].Idempotent || got[1].Idempotent || got[1].RunSeq <= head {
 		t.Fatalf("batch at the right head = %+v", got)
 	}
-	_, err = f.s.Append(bg, "run-1", []store.Record{rec("d")}, store.AppendOptions{ExpectedHead: store.Head(head + 1000)})
+	_, err = f.s.Append(bg, "run-1", []store.Record{rec("d")}, store.AppendOptions{Kind: store.FreeStream, ExpectedHead: store.Head(head + 1000)})
 	wantErr(t, err, store.ErrHeadMismatch, "head from the future")
 }
 
@@ -356,7 +356,7 @@ func testReadAfterSeqLimit(t *testing.T, open Factory) {
 	f := setup(t, open)
 	var seqs []uint64
 	for i := 0; i < 10; i++ {
-		seqs = append(seqs, f.append("run-1", store.AppendOptions{}, fmt.Sprint(i))[0].RunSeq)
+		seqs = append(seqs, f.append("run-1", freeOpts, fmt.Sprint(i))[0].RunSeq)
 	}
 	evs, err := f.s.Read(bg, "run-1", seqs[3], 4)
 	must(t, err, "Read")
@@ -383,11 +383,11 @@ func testReadAfterSeqLimit(t *testing.T, open Factory) {
 
 func testReadWindow(t *testing.T, open Factory) {
 	f := setup(t, open)
-	a := f.append("run-1", store.AppendOptions{}, "a")
+	a := f.append("run-1", freeOpts, "a")
 	f.advance(10 * time.Second)
-	bc := f.append("run-1", store.AppendOptions{}, "b", "c")
+	bc := f.append("run-1", freeOpts, "b", "c")
 	f.advance(10 * time.Second)
-	d := f.append("run-1", store.AppendOptions{}, "d")
+	d := f.append("run-1", freeOpts, "d")
 	window := func(from, to time.Time, limit int) string {
 		t.Helper()
 		evs, err := f.s.ReadWindow(bg, "run-1", from, to, limit)
@@ -430,7 +430,7 @@ func testInvalidRecords(t *testing.T, open Factory) {
 		r := rec("bad")
 		bad[what](&r)
 		// A bad event fails the whole batch: the good one is not inserted.
-		_, err := f.s.Append(bg, "run-1", []store.Record{rec("good"), r}, store.AppendOptions{})
+		_, err := f.s.Append(bg, "run-1", []store.Record{rec("good"), r}, freeOpts)
 		wantErr(t, err, store.ErrInvalid, what)
 	}
 	if evs := f.read("run-1"); len(evs) != 0 {
@@ -452,7 +452,7 @@ func testRecordsImmutable(t *testing.T, open Factory) {
 		Payload: []byte{0xa1, 0x61, 0x78, 0x01},
 	}
 	orig := append([]byte(nil), in.Payload...)
-	got, err := f.s.Append(bg, "run-1", []store.Record{in}, store.AppendOptions{})
+	got, err := f.s.Append(bg, "run-1", []store.Record{in}, freeOpts)
 	must(t, err, "Append")
 	in.Payload[0] = 0xff // the caller reuses its buffer
 	check := func(when string) {
@@ -480,10 +480,10 @@ func testRecordsImmutable(t *testing.T, open Factory) {
 	check("after the caller mutated its payload")
 	dup := in
 	dup.EventID, dup.EventType, dup.Payload = "ev-other", "RunFailed", []byte{0x00}
-	_, err = f.s.Append(bg, "run-1", []store.Record{dup}, store.AppendOptions{})
+	_, err = f.s.Append(bg, "run-1", []store.Record{dup}, freeOpts)
 	must(t, err, "duplicate Append")
 	check("after a duplicate with other content")
-	f.append("run-1", store.AppendOptions{}, "later")
+	f.append("run-1", freeOpts, "later")
 	evs := f.read("run-1")
 	if len(evs) != 2 || !bytes.Equal(evs[0].Payload, orig) {
 		t.Fatalf("after a later append: %+v", evs)
@@ -508,7 +508,7 @@ func testEnvelopeRoundTrip(t *testing.T, open Factory) {
 	if err := e.Validate(); err != nil {
 		t.Fatalf("the producer's envelope is invalid: %v", err)
 	}
-	got, err := h.Store.Append(bg, e.StreamID, []store.Record{e}, store.AppendOptions{})
+	got, err := h.Store.Append(bg, e.StreamID, []store.Record{e}, freeOpts)
 	if err != nil {
 		t.Fatal(err)
 	}

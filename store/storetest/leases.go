@@ -18,7 +18,7 @@ func leaseTests() []testCase {
 		{"RenewWithOldEpochFails", testRenewOldEpoch},
 		{"ReleaseByNonHolderFails", testReleaseNonHolder},
 		{"AssignmentToAnotherWorkerRefusesAcquire", testAssignment},
-		{"WorkerWorldsIsSortedUnionOfLeasesAndAssignments", testWorkerWorlds},
+		{"ListWorkerWorldsIsSortedUnionOfLeasesAndAssignments", testWorkerWorlds},
 		{"AcquireNeedsAnExistingActiveWorld", testAcquireWorldStatus},
 	}
 }
@@ -244,9 +244,13 @@ func testWorkerWorlds(t *testing.T, open Factory) {
 	must(t, f.s.Assign(bg, "w4", store.Assignment{DesiredWorker: "B"}), "Assign")
 	list := func(worker string) string {
 		t.Helper()
-		ws, err := f.s.WorkerWorlds(bg, worker)
-		must(t, err, "WorkerWorlds")
-		return fmt.Sprint(ws)
+		ws, err := f.s.ListWorkerWorlds(bg, worker, "", 100)
+		must(t, err, "ListWorkerWorlds")
+		ids := make([]string, len(ws))
+		for i, w := range ws {
+			ids[i] = w.World
+		}
+		return fmt.Sprint(ids)
 	}
 	if got := list("A"); got != "[w1 w2 w3]" {
 		t.Fatalf("WorkerWorlds(A) = %s, want [w1 w2 w3]", got)
@@ -264,20 +268,26 @@ func testWorkerWorlds(t *testing.T, open Factory) {
 	}
 }
 
+// Acquire needs an existing active world: paused is ErrWorldPaused,
+// archived ErrWorldArchived, and a refused Acquire leaves the lease as the
+// status change left it (released, epoch kept).
 func testAcquireWorldStatus(t *testing.T, open Factory) {
 	f := setup(t, open)
 	_, err := f.s.Acquire(bg, "nowhere", "A", leaseTTL)
 	wantErr(t, err, store.ErrWorldNotFound, "Acquire of an unknown world")
-	for _, status := range []store.WorldStatus{store.WorldFenced, store.WorldArchived} {
-		id := "w-" + string(status)
+	for _, c := range []struct {
+		status store.WorldStatus
+		kind   error
+	}{{store.WorldPaused, store.ErrWorldPaused}, {store.WorldArchived, store.ErrWorldArchived}} {
+		id := "w-" + string(c.status)
 		e := f.leased(id, "A")
-		must(t, f.s.SetWorldStatus(bg, id, e, status), "SetWorldStatus")
-		must(t, f.s.Release(bg, id, "A", e), "Release")
+		f.setStatus(id, c.status, "operator")
 		_, err := f.s.Acquire(bg, id, "B", leaseTTL)
-		want := map[store.WorldStatus]error{store.WorldFenced: store.ErrWorldFenced, store.WorldArchived: store.ErrWorldArchived}[status]
-		wantErr(t, err, want, "Acquire of a "+string(status)+" world")
+		wantErr(t, err, c.kind, "Acquire of a "+string(c.status)+" world")
+		_, err = f.s.Acquire(bg, id, "A", leaseTTL)
+		wantErr(t, err, c.kind, "Acquire by the former holder of a "+string(c.status)+" world")
 		if l, _, _ := f.s.GetLease(bg, id); l.Holder != "" || l.Epoch != e {
-			t.Fatalf("a refused Acquire changed the lease: %+v", l)
+			t.Fatalf("lease of a %s world = %+v, want released at epoch %d", c.status, l, e)
 		}
 	}
 }

@@ -43,7 +43,8 @@ func modelTests() []testCase {
 var errKinds = []error{
 	store.ErrLeaseHeld, store.ErrNotHolder, store.ErrStaleEpoch, store.ErrNotAssigned, store.ErrFenced,
 	store.ErrHeadMismatch, store.ErrCursorMismatch, store.ErrWorldNotFound, store.ErrWorldExists,
-	store.ErrWorldFenced, store.ErrWorldArchived, store.ErrSnapshotNotFound, store.ErrNotFound,
+	store.ErrWorldPaused, store.ErrWorldArchived, store.ErrSnapshotNotFound, store.ErrSnapshotConflict,
+	store.ErrClaimLost, store.ErrNotDue, store.ErrNotRetryable, store.ErrNotFound,
 	store.ErrWatermarkConflict, store.ErrInvalid, store.ErrClosed,
 }
 
@@ -276,29 +277,41 @@ func testModelJournalAndLeases(t *testing.T, open Factory) {
 				for i := range evs {
 					evs[i] = l.modelRecord(rapid.SampledFrom(keys).Draw(rt, "key"))
 				}
-				// One option at a time: which of a fence failure and a head
+				// A world's stream is written under a fence (the world's
+				// current epoch or a stale one), the free stream without.
+				// One failure at a time: which of a fence failure and a head
 				// mismatch wins is not pinned, nor whether a stale fence fails
 				// a batch of duplicates (nothing would be written).
 				var sopts, ropts store.AppendOptions
-				switch rapid.IntRange(0, 4).Draw(rt, "option") {
-				case 1:
-					w := stream
-					if stream == l.p+"run" {
-						w = rapid.SampledFrom(worlds).Draw(rt, "fence world")
+				fenceOK := true
+				if stream == l.p+"run" {
+					sopts.Kind, ropts.Kind = store.FreeStream, store.FreeStream
+				} else {
+					e := epoch(stream)
+					if rapid.Bool().Draw(rt, "current epoch") {
+						if cur, ok, _ := l.ref.GetLease(bg, stream); ok {
+							e = cur.Epoch
+						}
 					}
-					e := epoch(w)
-					if !l.fenceOK(w, e) && allKnown(known[stream], evs) {
+					fenceOK = l.fenceOK(stream, e)
+					if !fenceOK && allKnown(known[stream], evs) {
 						return
 					}
-					f := &store.Fence{World: w, Epoch: e}
+					f := &store.Fence{World: stream, Epoch: e}
 					sopts.Fence, ropts.Fence = f, f
-				case 2:
+				}
+				option := rapid.IntRange(0, 3).Draw(rt, "option")
+				if option != 0 && !fenceOK {
+					return
+				}
+				switch option {
+				case 1:
 					sh, rh := l.compareHead(stream)
 					sopts.ExpectedHead, ropts.ExpectedHead = store.Head(sh), store.Head(rh)
-				case 3:
+				case 2:
 					p := l.seqMap(stream).pick(rt, "stale head")
 					sopts.ExpectedHead, ropts.ExpectedHead = store.Head(p[0]), store.Head(p[1])
-				case 4:
+				case 3:
 					p := l.seqMap(stream).last()
 					sopts.ExpectedHead, ropts.ExpectedHead = store.Head(p[0]+1000), store.Head(p[1]+1000)
 				}
@@ -381,10 +394,10 @@ func testModelJournalAndLeases(t *testing.T, open Factory) {
 			},
 			"workerWorlds": func(rt *rapid.T) {
 				worker := rapid.SampledFrom(workers).Draw(rt, "worker")
-				s, serr := l.sut.WorkerWorlds(bg, worker)
-				r, rerr := l.ref.WorkerWorlds(bg, worker)
-				if l.both("WorkerWorlds", serr, rerr) {
-					l.eq("WorkerWorlds", s, r)
+				s, serr := l.sut.ListWorkerWorlds(bg, worker, "", 100)
+				r, rerr := l.ref.ListWorkerWorlds(bg, worker, "", 100)
+				if l.both("ListWorkerWorlds", serr, rerr) {
+					l.eq("ListWorkerWorlds", workerWorldsSummary(s), workerWorldsSummary(r))
 				}
 			},
 			"advance": func(rt *rapid.T) {
@@ -412,12 +425,12 @@ func drainQueues(h Harness, worker string) {
 	_, _ = h.Store.ReapEffects(bg)
 	_, _ = h.Store.ReapTimers(bg)
 	for i := 0; i < 100; i++ {
-		items, err := h.Store.Claim(bg, worker, 100, time.Hour)
+		items, err := h.Store.Claim(bg, worker, []string{effectKind}, 100, time.Hour)
 		if err != nil || len(items) == 0 {
 			break
 		}
 		for _, it := range items {
-			_, _, _ = h.Store.Complete(bg, it.IntentHash, store.Receipt{Status: store.ReceiptOK})
+			_, _, _ = h.Store.Complete(bg, it.IntentHash, it.ClaimOf(), store.Receipt{Status: store.ReceiptOK})
 		}
 	}
 	for i := 0; i < 100; i++ {
@@ -426,7 +439,7 @@ func drainQueues(h Harness, worker string) {
 			break
 		}
 		for _, it := range items {
-			_, _, _ = h.Store.Fire(bg, it.IntentHash)
+			_, _, _ = h.Store.Fire(bg, it.IntentHash, it.ClaimOf())
 		}
 	}
 }
@@ -435,8 +448,8 @@ func drainQueues(h Harness, worker string) {
 func (l *lockstep) leaseAll(worlds []string) map[string]uint64 {
 	epochs := map[string]uint64{}
 	for _, w := range worlds {
-		s, serr := l.sut.Acquire(bg, w, l.p+"host", 1000*time.Hour)
-		r, rerr := l.ref.Acquire(bg, w, l.p+"host", 1000*time.Hour)
+		s, serr := l.sut.Acquire(bg, w, l.p+"host", 700*time.Hour)
+		r, rerr := l.ref.Acquire(bg, w, l.p+"host", 700*time.Hour)
 		if !l.both("Acquire", serr, rerr) {
 			l.rt.Fatalf("Acquire %s: %v", w, serr)
 		}
@@ -460,6 +473,7 @@ func testModelInboxAndEffects(t *testing.T, open Factory) {
 		adapters := l.names("adapter", 2)
 		inboxKeys := []string{"", "", "k0", "k1", "k2"}
 		published := map[string]bool{}
+		claims := map[string]store.Claim{} // the latest claim handed out, per hash
 
 		compareItems := func(op, w string, s, r []store.InboxItem) {
 			l.eq(op+" length", len(s), len(r))
@@ -554,6 +568,56 @@ func testModelInboxAndEffects(t *testing.T, open Factory) {
 					l.compareAppended("DrainToJournal", w, s, r)
 				}
 			},
+			"commit": func(rt *rapid.T) {
+				// A fault-free cycle: drain some of the inbox into entries
+				// and publish intents, in one Commit.
+				w := rapid.SampledFrom(worlds).Draw(rt, "world")
+				inbox := l.seqMap("inbox:" + w)
+				sc, serr := l.sut.Cursor(bg, w)
+				rc, rerr := l.ref.Cursor(bg, w)
+				if !l.both("Cursor", serr, rerr) {
+					return
+				}
+				var later [][2]uint64
+				for _, p := range inbox.pairs {
+					if p[1] >= rc {
+						later = append(later, p)
+					}
+				}
+				if len(later) == 0 {
+					return
+				}
+				newCursor := rapid.SampledFrom(later).Draw(rt, "new cursor")
+				sh, rh := l.compareHead(w)
+				entries := make([]store.Record, rapid.IntRange(0, 2).Draw(rt, "entries"))
+				for i := range entries {
+					entries[i] = l.modelRecord(fmt.Sprint("c", l.next()))
+				}
+				var hs []string
+				for i := rapid.IntRange(0, 2).Draw(rt, "intents"); i > 0; i-- {
+					hs = append(hs, rapid.SampledFrom(hashes).Draw(rt, "hash"))
+				}
+				sb := store.CommitBatch{ExpectedCursor: sc, NewCursor: newCursor[0], ExpectedHead: sh, Entries: entries, Intents: intents(hs...)}
+				rb := store.CommitBatch{ExpectedCursor: rc, NewCursor: newCursor[1], ExpectedHead: rh, Entries: entries, Intents: intents(hs...)}
+				s, serr := l.sut.Commit(bg, w, epochs[w], sb)
+				r, rerr := l.ref.Commit(bg, w, epochs[w], rb)
+				if l.both("Commit", serr, rerr) {
+					l.compareAppended("Commit", w, s.Appended, r.Appended)
+					l.seqMap(w).same(rt, "Commit head", s.Head, r.Head)
+					l.eq("Commit published", s.Published, r.Published)
+					for _, h := range hs {
+						published[h] = true
+					}
+				}
+			},
+			"retry": func(rt *rapid.T) {
+				hash := pickBiased(rt, published, hashes)
+				s, serr := l.sut.RetryEffect(bg, hash, "model")
+				r, rerr := l.ref.RetryEffect(bg, hash, "model")
+				if l.both("RetryEffect", serr, rerr) {
+					l.eq("RetryEffect", fmt.Sprint(s.State, s.Retries, s.Attempts, s.RetryReason), fmt.Sprint(r.State, r.Retries, r.Attempts, r.RetryReason))
+				}
+			},
 			"publish": func(rt *rapid.T) {
 				w := rapid.SampledFrom(worlds).Draw(rt, "world")
 				e := epochs[w]
@@ -580,8 +644,8 @@ func testModelInboxAndEffects(t *testing.T, open Factory) {
 			"claim": func(rt *rapid.T) {
 				worker := rapid.SampledFrom(adapters).Draw(rt, "adapter")
 				n := rapid.IntRange(1, 3).Draw(rt, "n")
-				s, serr := l.sut.Claim(bg, worker, n, modelClaimTTL)
-				r, rerr := l.ref.Claim(bg, worker, n, modelClaimTTL)
+				s, serr := l.sut.Claim(bg, worker, []string{effectKind}, n, modelClaimTTL)
+				r, rerr := l.ref.Claim(bg, worker, []string{effectKind}, n, modelClaimTTL)
 				if !l.both("Claim", serr, rerr) {
 					return
 				}
@@ -595,13 +659,15 @@ func testModelInboxAndEffects(t *testing.T, open Factory) {
 						rt.Fatalf("Claim out of queue order: %+v", s)
 					}
 					l.relSame("ClaimExpires", s[i].ClaimExpires, r[i].ClaimExpires)
+					claims[r[i].IntentHash] = r[i].ClaimOf()
 				}
 			},
 			"complete": func(rt *rapid.T) {
 				hash := pickBiased(rt, published, hashes)
 				rc := store.Receipt{Status: rapid.SampledFrom([]store.ReceiptStatus{store.ReceiptOK, store.ReceiptError, store.ReceiptTimeout}).Draw(rt, "status"), Payload: []byte(fmt.Sprint("r", l.next()))}
-				ss, sdup, serr := l.sut.Complete(bg, hash, rc)
-				rs, rdup, rerr := l.ref.Complete(bg, hash, rc)
+				c := drawClaim(rt, claims[hash], adapters)
+				ss, sdup, serr := l.sut.Complete(bg, hash, c, rc)
+				rs, rdup, rerr := l.ref.Complete(bg, hash, c, rc)
 				if l.both("Complete", serr, rerr) {
 					l.eq("Complete dup", sdup, rdup)
 					st, err := l.ref.EffectStatus(bg, hash)
@@ -662,6 +728,7 @@ func testModelTimers(t *testing.T, open Factory) {
 		// scheduled.
 		owner := map[string]string{} // hash -> world, once scheduled
 		claimed, delivered, cancelled := map[string]bool{}, map[string]bool{}, map[string]bool{}
+		timerClaims := map[string]store.Claim{} // the latest claim handed out, per hash
 
 		rt.Repeat(map[string]func(*rapid.T){
 			"schedule": func(rt *rapid.T) {
@@ -717,15 +784,16 @@ func testModelTimers(t *testing.T, open Factory) {
 					l.relSame("DeliverAt", s[i].DeliverAt, r[i].DeliverAt)
 					l.relSame("ClaimExpires", s[i].ClaimExpires, r[i].ClaimExpires)
 					claimed[r[i].IntentHash] = true
+					timerClaims[r[i].IntentHash] = r[i].ClaimOf()
 				}
 			},
 			"fire": func(rt *rapid.T) {
 				hash := pickBiased(rt, claimed, hashes)
-				if _, scheduled := owner[hash]; scheduled && !claimed[hash] && !delivered[hash] && !cancelled[hash] {
-					return // firing a timer nobody claimed (maybe not due) is not pinned
-				}
-				ss, sdup, serr := l.sut.Fire(bg, hash)
-				rs, rdup, rerr := l.ref.Fire(bg, hash)
+				// A timer that is not due was never claimed: ErrNotDue comes
+				// before the claim check (see the package doc).
+				c := drawClaim(rt, timerClaims[hash], workers)
+				ss, sdup, serr := l.sut.Fire(bg, hash, c)
+				rs, rdup, rerr := l.ref.Fire(bg, hash, c)
 				if l.both("Fire", serr, rerr) {
 					l.eq("Fire dup", sdup, rdup)
 					m := l.seqMap("inbox:" + owner[hash])
@@ -764,6 +832,33 @@ func testModelTimers(t *testing.T, open Factory) {
 			},
 		})
 	})
+}
+
+// drawClaim draws the claim a completion presents: mostly the latest one
+// handed out (when there is one), else any worker's at a small attempt.
+func drawClaim(rt *rapid.T, latest store.Claim, workers []string) store.Claim {
+	if latest.Worker != "" && rapid.IntRange(0, 3).Draw(rt, "latest claim") > 0 {
+		return latest
+	}
+	return store.Claim{Worker: rapid.SampledFrom(workers).Draw(rt, "claim worker"), Attempt: rapid.IntRange(1, 3).Draw(rt, "claim attempt")}
+}
+
+// workerWorldsSummary renders a ListWorkerWorlds page comparably: the
+// worlds, their lease epochs and assignments (the holder of an expired
+// lease is not compared, as in getLease).
+func workerWorldsSummary(ws []store.WorkerWorld) string {
+	out := ""
+	for _, w := range ws {
+		out += w.World
+		if w.Lease != nil {
+			out += fmt.Sprintf(" lease@%d", w.Lease.Epoch)
+		}
+		if w.Assignment != nil {
+			out += " assigned:" + w.Assignment.DesiredWorker
+		}
+		out += "; "
+	}
+	return out
 }
 
 // fenceOK reports whether a write fenced by (w, e) passes, per the reference.

@@ -1,34 +1,67 @@
 // Package storetest is the one conformance suite every store backend runs
-// unchanged: memstore (the reference), sqlite and postgres. A backend's test
-// calls Run with a factory that opens a fresh, isolated store.
+// unchanged: memstore (the reference, and the model tests' oracle), sqlite
+// and postgres. A backend's test calls Run with a factory that opens a
+// fresh, isolated store.
 //
 // The suite uses only the store.Store API and Harness.Advance. Where the
 // contract in store/store.go leaves a choice open, the suite pins the
-// reading that matches the seeds, and says so next to the test:
+// reading memstore implements (memstore's behaviour is the contract there),
+// and says so next to the test:
 //
 //   - Fencing: a write passes only while its epoch is the world's current
 //     lease epoch and that lease is held and unexpired by the store's clock;
-//     an expired or released lease fences at once (fencing.go).
+//     an expired or released lease fences at once (fencing.go). A world's
+//     journal is written only under its own fence; FreeStream appends take
+//     none and never write a world's stream; a WorldStream append to a
+//     stream no world owns is ErrWorldNotFound (streamkinds.go).
 //   - Leases: epoch = previous + 1, starting at >= 1; an expired lease is
 //     held by nobody, so renewing it is ErrNotHolder; the assignment is
 //     checked before the lease (protocol A), so a non-assigned worker gets
 //     ErrNotAssigned even when the lease is held; Release follows Renew's
-//     errors, and releasing a released epoch again is a no-op (leases.go).
+//     errors, releasing a released epoch again is a no-op, and an expired
+//     lease may still be released by its holder (leases.go, bulk.go).
+//   - ListWorkerWorlds attaches the world's lease record whatever its state
+//     (an assigned world whose lease expired shows that expired record),
+//     and nil when the world was never leased (bulk.go).
+//   - World status: leaving active releases the lease at once (holder
+//     cleared, epoch kept, expiry brought to the store's now); the same
+//     status again returns the record unchanged (status.go).
 //   - Journal: persistedAt reads back exactly as Append returned it, and
-//     emittedAt at full nanosecond precision (journal.go).
+//     emittedAt and deliverAt at full nanosecond precision (journal.go,
+//     times.go). Appended.Conflict compares eventType and payload only: a
+//     duplicate that differs in other metadata (eventId, emittedAt, step) is
+//     not a conflict (integrity.go).
 //   - Intent hashes (effects and timers) are global: Complete, Fire and
 //     EffectStatus name them alone. A fork therefore "inherits no effects"
 //     in the sense that nothing queued belongs to it (worlds.go).
-//   - A reaped effect keeps its queue Seq; Complete and Fire need no live
-//     claim (a late adapter's result counts, once) (effects.go, timers.go).
+//   - Claims: a reaped effect keeps its queue Seq and its latest claim
+//     (ClaimedBy, Attempt), so the reaped worker may still complete until a
+//     new claim; a completion of a done intent is dup=true whatever the
+//     claim. Fire checks the due time before the claim: a timer that is not
+//     due was never claimed, and ErrNotDue is the answer. RetryEffect keeps
+//     the attempt count and clears the latest claim, so no completion of
+//     the finished attempt can pass as the retry's (ErrClaimLost)
+//     (effects.go, timers.go, claims.go).
+//   - Commit checks every part before writing any; its CancelTimers skip
+//     unknown, fired and other worlds' timers, and Cancelled counts only
+//     the timers it removed (commit.go).
+//   - Validation: store/validate.go runs before anything else, so a bad
+//     value is ErrInvalid even where another check would also fail (the
+//     world is unknown, the claim is stale) (validation.go, times.go).
 //   - Dedupe retention: an inbox key completes when the cursor passes its
-//     item and is pending before; effect, timer and fabric records complete
-//     at Complete, Fire and Send (dedupe.go).
-//   - Watch hints may be lost: the suite tolerates a missing hint and checks
-//     the durable state instead (watch.go).
+//     item; an effect or timer record when the cursor passes its receipt's
+//     or firing's inbox seq (and retention counts from the completion); a
+//     fabric record at Send (dedupe.go, retention.go).
+//   - QueueDepths.InboxBacklog counts items, not seq distances: a backend
+//     whose inbox seqs have gaps still reports the number of undrained
+//     items (views.go).
+//   - Watch hints may be lost: the suite waits a bounded time for each and,
+//     on a miss, checks the durable state instead; a spurious hint is
+//     always tolerated. After stop, nothing reaches the Waker (watch.go).
 //
 // Orders between several simultaneous failures (which error wins) are not
-// pinned, and the model tests (model.go) never generate them.
+// pinned, except validation first, and the model tests (model.go) never
+// generate them.
 package storetest
 
 import (
@@ -87,6 +120,17 @@ func suite() []testCase {
 		worldTests,
 		dedupeTests,
 		watchTests,
+		namespaceTests,
+		streamKindTests,
+		statusTests,
+		claimTests,
+		integrityTests,
+		timeTests,
+		validationTests,
+		commitTests,
+		bulkTests,
+		viewTests,
+		retentionTests,
 		modelTests,
 	} {
 		all = append(all, group()...)

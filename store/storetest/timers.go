@@ -10,7 +10,7 @@ import (
 )
 
 // Timers (protocol E). Like effects, timers are named by intent hash alone
-// (Fire takes only the hash), so hashes are global.
+// (Fire takes the hash and a claim), so hashes are global.
 func timerTests() []testCase {
 	return []testCase{
 		{"ScheduleAndCancelAreFenced", testTimersFenced},
@@ -41,7 +41,7 @@ func testTimersFenced(t *testing.T, open Factory) {
 	if got := f.claimDue("tw", 10); len(got) != 0 {
 		t.Fatalf("a cancelled timer was claimed: %+v", got)
 	}
-	_, _, err := f.s.Fire(bg, "t3")
+	_, _, err := f.s.Fire(bg, "t3", store.Claim{Worker: "tw", Attempt: 1})
 	wantErr(t, err, store.ErrNotFound, "Fire of a cancelled timer")
 }
 
@@ -106,9 +106,8 @@ func testFire(t *testing.T, open Factory) {
 	f.enqueue("w", "event", "", nil)
 	must(t, f.s.Schedule(bg, "w", e, "t1", f.now().Add(time.Second), []byte("tick")), "Schedule")
 	f.advance(2 * time.Second)
-	f.claimDue("tw", 1)
-	seq, dup, err := f.s.Fire(bg, "t1")
-	must(t, err, "Fire")
+	c := f.claimTimer("tw", "t1").ClaimOf()
+	seq, dup := f.fire("t1", c)
 	if dup {
 		t.Fatal("first Fire reported dup")
 	}
@@ -116,8 +115,7 @@ func testFire(t *testing.T, open Factory) {
 	if len(items) != 2 || items[1].Seq != seq || items[1].Kind != "timer" || items[1].DedupeKey != "timer:t1" || !bytes.Equal(items[1].Payload, []byte("tick")) {
 		t.Fatalf("inbox after Fire = %+v, want the timer item at seq %d", items, seq)
 	}
-	again, dup, err := f.s.Fire(bg, "t1")
-	must(t, err, "second Fire")
+	again, dup := f.fire("t1", store.Claim{Worker: "another", Attempt: 9})
 	if !dup || again != seq {
 		t.Fatalf("second Fire = %d dup %v, want %d true", again, dup, seq)
 	}
@@ -134,7 +132,7 @@ func testFire(t *testing.T, open Factory) {
 	if got := f.claimDue("tw", 10); len(got) != 0 {
 		t.Fatalf("a delivered timer was claimed again: %+v", got)
 	}
-	_, _, err = f.s.Fire(bg, "never")
+	_, _, err := f.s.Fire(bg, "never", c)
 	wantErr(t, err, store.ErrNotFound, "Fire of an unknown timer")
 }
 
@@ -181,10 +179,9 @@ func testTimerSurvives(t *testing.T, open Factory) {
 	if len(got) != 1 || got[0].IntentHash != "t1" {
 		t.Fatalf("reclaim = %+v", got)
 	}
-	seq, _, err := f.s.Fire(bg, "t1")
-	must(t, err, "Fire")
+	seq, _ := f.fire("t1", got[0].ClaimOf())
 	// The dead worker's late Fire is a duplicate.
-	if again, dup, err := f.s.Fire(bg, "t1"); err != nil || !dup || again != seq {
+	if again, dup, err := f.s.Fire(bg, "t1", store.Claim{Worker: "dies", Attempt: 1}); err != nil || !dup || again != seq {
 		t.Fatalf("late Fire = %d %v %v", again, dup, err)
 	}
 	var timers int
@@ -212,19 +209,19 @@ func testScheduleDedupe(t *testing.T, open Factory) {
 }
 
 // The timer worker's claim was reaped while it was still firing: its late
-// Fire still delivers (Fire names the timer only), once; the requeued timer
-// is gone.
+// Fire still delivers (a reap keeps the latest claim, and nobody claimed
+// the timer anew), once; the requeued timer is gone.
 func testLateFire(t *testing.T, open Factory) {
 	f := setup(t, open)
 	e := f.leased("w", "A")
 	must(t, f.s.Schedule(bg, "w", e, "t1", f.now(), []byte("p")), "Schedule")
 	f.advance(time.Second)
-	f.claimDue("slow", 1)
+	c := f.claimTimer("slow", "t1").ClaimOf()
 	f.advance(claimTTL + margin)
 	if n, err := f.s.ReapTimers(bg); err != nil || n != 1 {
 		t.Fatalf("ReapTimers = %d, %v", n, err)
 	}
-	seq, dup, err := f.s.Fire(bg, "t1")
+	seq, dup, err := f.s.Fire(bg, "t1", c)
 	if err != nil || dup {
 		t.Fatalf("late Fire = %d %v %v", seq, dup, err)
 	}

@@ -15,7 +15,7 @@ func worldTests() []testCase {
 		{"CreateSeededWorldStartsAtTheSnapshotHeight", testSeededWorld},
 		{"ForkWorldInOneStep", testForkWorld},
 		{"ForkWorldErrors", testForkErrors},
-		{"SetWorldStatusIsFenced", testSetWorldStatus},
+		{"SetWorldStatusIsTheOperatorsPath", testSetWorldStatus},
 		{"ListWorldsSortedAndFiltered", testListWorlds},
 		{"WatermarkCASConflict", testWatermarks},
 	}
@@ -171,20 +171,44 @@ func testForkErrors(t *testing.T, open Factory) {
 	}
 }
 
+// SetWorldStatus is the operator's path: no lease, the reason and the
+// store's time recorded, active <-> paused, active|paused -> archived,
+// archived final, the same status again a no-op.
 func testSetWorldStatus(t *testing.T, open Factory) {
 	f := setup(t, open)
-	e := f.leased("w", "A")
-	wantErr(t, f.s.SetWorldStatus(bg, "w", e+1, store.WorldFenced), store.ErrFenced, "SetWorldStatus with a wrong epoch")
-	if w, _ := f.s.GetWorld(bg, "w"); w.Status != store.WorldActive {
-		t.Fatalf("a fenced status change applied: %+v", w)
-	}
-	for _, st := range []store.WorldStatus{store.WorldFenced, store.WorldActive, store.WorldArchived} {
-		must(t, f.s.SetWorldStatus(bg, "w", e, st), "SetWorldStatus "+string(st))
-		if w, _ := f.s.GetWorld(bg, "w"); w.Status != st {
-			t.Fatalf("status = %s, want %s", w.Status, st)
+	f.world("w")
+	var last store.World
+	for i, st := range []store.WorldStatus{store.WorldPaused, store.WorldActive, store.WorldArchived} {
+		before := f.now()
+		reason := fmt.Sprint("reason-", i)
+		w := f.setStatus("w", st, reason)
+		if w.ID != "w" || w.Status != st || w.StatusReason != reason || !near(w.StatusChangedAt, before, timeTol) {
+			t.Fatalf("SetWorldStatus %s = %+v", st, w)
 		}
+		got, err := f.s.GetWorld(bg, "w")
+		must(t, err, "GetWorld")
+		if got.Status != st || got.StatusReason != reason || !got.StatusChangedAt.Equal(w.StatusChangedAt) {
+			t.Fatalf("GetWorld after %s = %+v, want %+v", st, got, w)
+		}
+		last = w
+		f.advance(time.Second)
 	}
-	wantErr(t, f.s.SetWorldStatus(bg, "w", e, "bogus"), store.ErrInvalid, "SetWorldStatus to an unknown status")
+	for _, st := range []store.WorldStatus{store.WorldActive, store.WorldPaused} {
+		_, err := f.s.SetWorldStatus(bg, "w", st, "undo")
+		wantErr(t, err, store.ErrWorldArchived, "SetWorldStatus "+string(st)+" of an archived world")
+	}
+	// The same status again: a no-op that keeps the recorded reason.
+	if again := f.setStatus("w", store.WorldArchived, "again"); again.StatusReason != last.StatusReason || !again.StatusChangedAt.Equal(last.StatusChangedAt) {
+		t.Fatalf("archiving an archived world = %+v, want the unchanged %+v", again, last)
+	}
+	f.world("v")
+	_, err := f.s.SetWorldStatus(bg, "v", "fenced", "")
+	wantErr(t, err, store.ErrInvalid, "SetWorldStatus to a status that no longer exists")
+	_, err = f.s.SetWorldStatus(bg, "nowhere", store.WorldPaused, "")
+	wantErr(t, err, store.ErrWorldNotFound, "SetWorldStatus of an unknown world")
+	if w, _ := f.s.GetWorld(bg, "v"); w.Status != store.WorldActive || !w.StatusChangedAt.IsZero() || w.StatusReason != "" {
+		t.Fatalf("a refused status change applied: %+v", w)
+	}
 }
 
 func testListWorlds(t *testing.T, open Factory) {
@@ -195,7 +219,7 @@ func testListWorlds(t *testing.T, open Factory) {
 	if _, err := f.s.CreateWorld(bg, "u2", "d", nil); err != nil {
 		t.Fatal(err)
 	}
-	must(t, f.s.SetWorldStatus(bg, "b", f.acquire("b", "A").Epoch, store.WorldArchived), "SetWorldStatus")
+	f.setStatus("b", store.WorldArchived, "")
 	list := func(u string, st store.WorldStatus) string {
 		t.Helper()
 		ws, err := f.s.ListWorlds(bg, u, st)
@@ -217,7 +241,7 @@ func testListWorlds(t *testing.T, open Factory) {
 		{universe, "", "[a b c]"},
 		{universe, store.WorldActive, "[a c]"},
 		{universe, store.WorldArchived, "[b]"},
-		{universe, store.WorldFenced, "[]"},
+		{universe, store.WorldPaused, "[]"},
 		{"u2", "", "[d]"},
 		{"u3", "", "[]"},
 	} {

@@ -1,0 +1,225 @@
+// Package contract holds the decisions of the persistence-plane contract
+// that every backend makes the same way: the fence predicate, protocol B's
+// holder check, the claim check of Complete and Fire, world status
+// transitions and snapshot idempotency. Each is a pure function of the
+// rows a backend has read inside its transaction and the store's clock, so
+// a backend keeps only storage: it loads the rows, asks here, and writes.
+//
+// What it never does: touch storage, read a clock, or hold state.
+package contract
+
+import (
+	"time"
+
+	"github.com/orrery-run/orrery/store"
+)
+
+// LeaseRow is a lease as a backend read it; Found is false when the world
+// was never leased.
+type LeaseRow struct {
+	Found     bool
+	Holder    string
+	Epoch     uint64
+	ExpiresAt time.Time
+}
+
+// Expired reports whether a deadline has passed at now: a lease or claim
+// is live strictly before its deadline.
+func Expired(deadline, now time.Time) bool { return !now.Before(deadline) }
+
+// Fence is the check every world mutation makes in its own transaction:
+// the world exists (worldFound), and epoch is the epoch of its lease, which
+// is held (not released) and unexpired by the store's clock. An expired
+// lease fences its holder even before anyone takes it over: a paused
+// holder never writes. (A status change that leaves active releases the
+// lease, so a paused or archived world fences every writer.)
+func Fence(op, world string, epoch uint64, worldFound bool, l LeaseRow, now time.Time) error {
+	if !worldFound {
+		return store.Errorf(op, store.ErrWorldNotFound, world, "")
+	}
+	switch {
+	case !l.Found:
+		return store.Errorf(op, store.ErrFenced, world, "epoch %d: never leased", epoch)
+	case l.Epoch != epoch:
+		return store.Errorf(op, store.ErrFenced, world, "epoch %d: lease is at epoch %d", epoch, l.Epoch)
+	case l.Holder == "":
+		return store.Errorf(op, store.ErrFenced, world, "epoch %d: lease released", epoch)
+	case Expired(l.ExpiresAt, now):
+		return store.Errorf(op, store.ErrFenced, world, "epoch %d: lease expired", epoch)
+	}
+	return nil
+}
+
+// AppendFence decides whether an append may write stream under opts, given
+// whether a world with the stream's id exists and its lease. It returns nil
+// when the append may go ahead.
+func AppendFence(op, stream string, opts store.AppendOptions, worldFound bool, l LeaseRow, now time.Time) error {
+	switch opts.Kind {
+	case store.FreeStream:
+		if opts.Fence != nil {
+			return store.Errorf(op, store.ErrInvalid, "", "stream %s: a free stream takes no fence", stream)
+		}
+		if worldFound {
+			return store.Errorf(op, store.ErrFenced, stream, "a world's journal is written only under its own fence")
+		}
+		return nil
+	case store.WorldStream:
+		if !worldFound {
+			return store.Errorf(op, store.ErrWorldNotFound, stream, "a world stream's id names no world (use FreeStream for other streams)")
+		}
+		if opts.Fence == nil {
+			return store.Errorf(op, store.ErrFenced, stream, "no fence: a world's journal is written only under its own fence")
+		}
+		if opts.Fence.World != stream {
+			return store.Errorf(op, store.ErrFenced, stream, "fence names world %q", opts.Fence.World)
+		}
+		return Fence(op, stream, opts.Fence.Epoch, true, l, now)
+	}
+	return store.Errorf(op, store.ErrInvalid, "", "stream kind %d", opts.Kind)
+}
+
+// Holder is protocol B's test (Renew, Release): an absent, released or
+// expired lease is held by nobody (ErrNotHolder), as is one held by another
+// worker; the holder of a live lease naming another epoch gets
+// ErrStaleEpoch.
+func Holder(op, world, worker string, epoch uint64, l LeaseRow, now time.Time) error {
+	switch {
+	case !l.Found || l.Holder == "":
+		return store.Errorf(op, store.ErrNotHolder, world, "lease not held")
+	case l.Holder != worker:
+		return store.Errorf(op, store.ErrNotHolder, world, "held by %s", l.Holder)
+	case Expired(l.ExpiresAt, now):
+		return store.Errorf(op, store.ErrNotHolder, world, "lease expired")
+	case l.Epoch != epoch:
+		return store.Errorf(op, store.ErrStaleEpoch, world, "epoch %d, lease at %d", epoch, l.Epoch)
+	}
+	return nil
+}
+
+// ReleaseCheck decides a Release: (noop=true, nil) when the epoch is
+// already released (a retried release succeeds); an expired lease may
+// still be released by its holder; otherwise Renew's errors.
+func ReleaseCheck(op, world, worker string, epoch uint64, l LeaseRow) (noop bool, err error) {
+	switch {
+	case l.Found && l.Holder == "" && l.Epoch == epoch:
+		return true, nil
+	case !l.Found || l.Holder == "":
+		return false, store.Errorf(op, store.ErrNotHolder, world, "lease not held")
+	case l.Holder != worker:
+		return false, store.Errorf(op, store.ErrNotHolder, world, "held by %s", l.Holder)
+	case l.Epoch != epoch:
+		return false, store.Errorf(op, store.ErrStaleEpoch, world, "epoch %d, lease at %d", epoch, l.Epoch)
+	}
+	return false, nil
+}
+
+// Acquire decides protocol A for a world that exists with status, an
+// assignment (assigned=false when none) and a lease row. It returns
+// keep=true when worker already holds a live lease (answer it unchanged),
+// or the lease to write (epoch+1, expiry now+ttl).
+func Acquire(op, world, worker string, status store.WorldStatus, desired string, assigned bool, l LeaseRow, now time.Time, ttl time.Duration) (next store.Lease, keep bool, err error) {
+	switch status {
+	case store.WorldPaused:
+		return store.Lease{}, false, store.Errorf(op, store.ErrWorldPaused, world, "")
+	case store.WorldArchived:
+		return store.Lease{}, false, store.Errorf(op, store.ErrWorldArchived, world, "")
+	}
+	if assigned && desired != "" && desired != worker {
+		return store.Lease{}, false, store.Errorf(op, store.ErrNotAssigned, world, "assigned to %s", desired)
+	}
+	if l.Found && l.Holder != "" && !Expired(l.ExpiresAt, now) {
+		if l.Holder == worker {
+			return store.Lease{World: world, Holder: l.Holder, Epoch: l.Epoch, ExpiresAt: l.ExpiresAt}, true, nil
+		}
+		return store.Lease{}, false, store.Errorf(op, store.ErrLeaseHeld, world, "held by %s at epoch %d", l.Holder, l.Epoch)
+	}
+	return store.Lease{World: world, Holder: worker, Epoch: l.Epoch + 1, ExpiresAt: now.Add(ttl)}, false, nil
+}
+
+// Transition decides an operator's status change from -> to: noop when
+// nothing changes, endLease when the world leaves active (its lease must
+// be released in the same transaction).
+func Transition(op, world string, from, to store.WorldStatus) (noop, endLease bool, err error) {
+	if err := store.CheckStatus(op, to); err != nil {
+		return false, false, err
+	}
+	switch {
+	case from == to:
+		return true, false, nil
+	case from == store.WorldArchived:
+		return false, false, store.Errorf(op, store.ErrWorldArchived, world, "an archived world stays archived")
+	}
+	return false, from == store.WorldActive, nil
+}
+
+// Ingress decides whether a producer's input (Enqueue, Send) may enter a
+// world of status: everything but an archived world.
+func Ingress(op, world string, found bool, status store.WorldStatus) error {
+	switch {
+	case !found:
+		return store.Errorf(op, store.ErrWorldNotFound, world, "")
+	case status == store.WorldArchived:
+		return store.Errorf(op, store.ErrWorldArchived, world, "")
+	}
+	return nil
+}
+
+// ClaimRow is the claim state of a queued effect or timer.
+type ClaimRow struct {
+	Attempt   int
+	ClaimedBy string
+}
+
+// ClaimCheck decides a completion (Complete, Fire) of an item that is not
+// yet done: c must be its latest claim. A reap keeps the latest claim, so
+// a late worker's result still counts until someone claims the item anew.
+func ClaimCheck(op, id string, row ClaimRow, c store.Claim) error {
+	if row.Attempt != c.Attempt || row.ClaimedBy != c.Worker {
+		return store.Errorf(op, store.ErrClaimLost, "", "%s: claim %s#%d, latest is %s#%d", id, c.Worker, c.Attempt, row.ClaimedBy, row.Attempt)
+	}
+	return nil
+}
+
+// Due decides whether a timer may fire at now.
+func Due(op, id string, deliverAt, now time.Time) error {
+	if deliverAt.After(now) {
+		return store.Errorf(op, store.ErrNotDue, "", "timer %s is due at %s, the store's clock reads %s", id,
+			deliverAt.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// Retryable decides an operator's RetryEffect of an effect in state with
+// receipt status rs (empty when not done).
+func Retryable(op, id string, state store.EffectState, rs store.ReceiptStatus) error {
+	if state == store.EffectDone && (rs == store.ReceiptError || rs == store.ReceiptTimeout) {
+		return nil
+	}
+	if state == store.EffectDone {
+		return store.Errorf(op, store.ErrNotRetryable, "", "intent %s completed %s", id, rs)
+	}
+	return store.Errorf(op, store.ErrNotRetryable, "", "intent %s is %s, not completed", id, state)
+}
+
+// Snapshot decides a PutSnapshot (or a Commit's snapshot) against the
+// journal head and the snapshot already stored at its height (existing is
+// "" when none): store=false for an idempotent repeat.
+func Snapshot(op, world string, s store.Snapshot, head uint64, existing string) (write bool, err error) {
+	if s.Height > head {
+		return false, store.Errorf(op, store.ErrInvalid, world, "snapshot height %d passes the journal head %d", s.Height, head)
+	}
+	switch existing {
+	case "":
+		return true, nil
+	case s.StateHash:
+		return false, nil
+	}
+	return false, store.Errorf(op, store.ErrSnapshotConflict, world, "height %d holds state %s, offered %s", s.Height, existing, s.StateHash)
+}
+
+// Sweepable decides whether a done effect's or delivered timer's dedupe
+// record may go: its inbox item has been consumed (cursor >= inboxSeq) and
+// retention has passed since completion.
+func Sweepable(completedAt time.Time, inboxSeq, cursor uint64, retention time.Duration, now time.Time) bool {
+	return cursor >= inboxSeq && !completedAt.Add(retention).After(now)
+}

@@ -1,0 +1,151 @@
+package contract
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/orrery-run/orrery/store"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func live(holder string, epoch uint64) LeaseRow {
+	return LeaseRow{Found: true, Holder: holder, Epoch: epoch, ExpiresAt: t0.Add(time.Minute)}
+}
+
+func is(t *testing.T, name string, err, want error) {
+	t.Helper()
+	if want == nil && err != nil || want != nil && !errors.Is(err, want) {
+		t.Errorf("%s: %v, want %v", name, err, want)
+	}
+}
+
+func TestFenceAdmitsOnlyTheLiveHeldCurrentEpoch(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		found bool
+		l     LeaseRow
+		want  error
+	}{
+		{"live", true, live("a", 3), nil},
+		{"no world", false, live("a", 3), store.ErrWorldNotFound},
+		{"never leased", true, LeaseRow{}, store.ErrFenced},
+		{"other epoch", true, live("a", 4), store.ErrFenced},
+		{"released", true, LeaseRow{Found: true, Epoch: 3, ExpiresAt: t0.Add(time.Minute)}, store.ErrFenced},
+		{"expired at the instant", true, LeaseRow{Found: true, Holder: "a", Epoch: 3, ExpiresAt: t0}, store.ErrFenced},
+	} {
+		is(t, c.name, Fence("op", "w", 3, c.found, c.l, t0), c.want)
+	}
+}
+
+func TestAppendFenceMakesTheStreamKindExplicit(t *testing.T) {
+	own := &store.Fence{World: "w", Epoch: 3}
+	for _, c := range []struct {
+		name  string
+		opts  store.AppendOptions
+		world bool
+		want  error
+	}{
+		{"world stream, own fence", store.AppendOptions{Fence: own}, true, nil},
+		{"world stream, no fence", store.AppendOptions{}, true, store.ErrFenced},
+		{"world stream, other world's fence", store.AppendOptions{Fence: &store.Fence{World: "v", Epoch: 3}}, true, store.ErrFenced},
+		{"world stream, stale epoch", store.AppendOptions{Fence: &store.Fence{World: "w", Epoch: 2}}, true, store.ErrFenced},
+		{"world stream naming no world", store.AppendOptions{Fence: own}, false, store.ErrWorldNotFound},
+		{"free stream", store.AppendOptions{Kind: store.FreeStream}, false, nil},
+		{"free stream over a world", store.AppendOptions{Kind: store.FreeStream}, true, store.ErrFenced},
+		{"free stream with a fence", store.AppendOptions{Kind: store.FreeStream, Fence: own}, false, store.ErrInvalid},
+		{"unknown kind", store.AppendOptions{Kind: 9}, false, store.ErrInvalid},
+	} {
+		is(t, c.name, AppendFence("append", "w", c.opts, c.world, live("a", 3), t0), c.want)
+	}
+}
+
+func TestAcquireTakesTheNextEpochOrKeepsTheHoldersLease(t *testing.T) {
+	next, keep, err := Acquire("acquire", "w", "a", store.WorldActive, "", false, LeaseRow{Found: true, Epoch: 7}, t0, time.Minute)
+	if err != nil || keep || next.Epoch != 8 || next.Holder != "a" || !next.ExpiresAt.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("released lease: %+v keep=%v %v", next, keep, err)
+	}
+	got, keep, err := Acquire("acquire", "w", "a", store.WorldActive, "", false, live("a", 7), t0, time.Hour)
+	if err != nil || !keep || got.Epoch != 7 {
+		t.Fatalf("own live lease: %+v keep=%v %v", got, keep, err)
+	}
+	_, _, err = Acquire("acquire", "w", "b", store.WorldActive, "", false, live("a", 7), t0, time.Minute)
+	is(t, "held", err, store.ErrLeaseHeld)
+	_, _, err = Acquire("acquire", "w", "b", store.WorldActive, "a", true, LeaseRow{}, t0, time.Minute)
+	is(t, "assigned elsewhere", err, store.ErrNotAssigned)
+	_, _, err = Acquire("acquire", "w", "a", store.WorldPaused, "", false, LeaseRow{}, t0, time.Minute)
+	is(t, "paused", err, store.ErrWorldPaused)
+	_, _, err = Acquire("acquire", "w", "a", store.WorldArchived, "", false, LeaseRow{}, t0, time.Minute)
+	is(t, "archived", err, store.ErrWorldArchived)
+}
+
+func TestTransitionTable(t *testing.T) {
+	for _, c := range []struct {
+		from, to       store.WorldStatus
+		noop, endLease bool
+		want           error
+	}{
+		{store.WorldActive, store.WorldPaused, false, true, nil},
+		{store.WorldPaused, store.WorldActive, false, false, nil},
+		{store.WorldActive, store.WorldArchived, false, true, nil},
+		{store.WorldPaused, store.WorldArchived, false, false, nil},
+		{store.WorldPaused, store.WorldPaused, true, false, nil},
+		{store.WorldArchived, store.WorldArchived, true, false, nil},
+		{store.WorldArchived, store.WorldActive, false, false, store.ErrWorldArchived},
+		{store.WorldActive, "fenced", false, false, store.ErrInvalid},
+	} {
+		noop, end, err := Transition("set_world_status", "w", c.from, c.to)
+		is(t, string(c.from)+"->"+string(c.to), err, c.want)
+		if noop != c.noop || end != c.endLease {
+			t.Errorf("%s->%s: noop=%v endLease=%v, want %v %v", c.from, c.to, noop, end, c.noop, c.endLease)
+		}
+	}
+}
+
+func TestClaimCheckAndDue(t *testing.T) {
+	row := ClaimRow{Attempt: 2, ClaimedBy: "b"}
+	is(t, "latest", ClaimCheck("complete", "h", row, store.Claim{Worker: "b", Attempt: 2}), nil)
+	is(t, "older attempt", ClaimCheck("complete", "h", row, store.Claim{Worker: "b", Attempt: 1}), store.ErrClaimLost)
+	is(t, "other worker", ClaimCheck("complete", "h", row, store.Claim{Worker: "a", Attempt: 2}), store.ErrClaimLost)
+	is(t, "due now", Due("fire", "h", t0, t0), nil)
+	is(t, "due later", Due("fire", "h", t0.Add(time.Nanosecond), t0), store.ErrNotDue)
+}
+
+func TestSnapshotDecision(t *testing.T) {
+	s := store.Snapshot{Height: 5, StateHash: "x"}
+	if w, err := Snapshot("put", "w", s, 5, ""); !w || err != nil {
+		t.Errorf("new at head: write=%v %v", w, err)
+	}
+	if w, err := Snapshot("put", "w", s, 5, "x"); w || err != nil {
+		t.Errorf("same again: write=%v %v", w, err)
+	}
+	_, err := Snapshot("put", "w", s, 5, "y")
+	is(t, "other state", err, store.ErrSnapshotConflict)
+	_, err = Snapshot("put", "w", s, 4, "")
+	is(t, "above head", err, store.ErrInvalid)
+}
+
+func TestSweepableNeedsConsumptionAndRetention(t *testing.T) {
+	done := t0
+	if Sweepable(done, 10, 9, time.Hour, t0.Add(2*time.Hour)) {
+		t.Error("swept a record whose inbox item is unconsumed")
+	}
+	if Sweepable(done, 10, 10, time.Hour, t0.Add(time.Hour-1)) {
+		t.Error("swept a record inside its retention")
+	}
+	if !Sweepable(done, 10, 10, time.Hour, t0.Add(time.Hour)) {
+		t.Error("kept a consumed record past its retention")
+	}
+}
+
+func TestRetryableOnlyAfterErrorOrTimeout(t *testing.T) {
+	is(t, "error", Retryable("retry", "h", store.EffectDone, store.ReceiptError), nil)
+	is(t, "timeout", Retryable("retry", "h", store.EffectDone, store.ReceiptTimeout), nil)
+	is(t, "ok", Retryable("retry", "h", store.EffectDone, store.ReceiptOK), store.ErrNotRetryable)
+	is(t, "pending", Retryable("retry", "h", store.EffectPending, ""), store.ErrNotRetryable)
+}

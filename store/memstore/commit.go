@@ -1,0 +1,107 @@
+package memstore
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"github.com/orrery-run/orrery/store"
+)
+
+// Commit implements store.Store: the world cycle's one transaction. Every
+// part is checked (fence, cursor, head, snapshot) before any is written,
+// so a failure leaves everything as it was.
+func (s *Store) Commit(ctx context.Context, world string, epoch uint64, b store.CommitBatch) (store.CommitResult, error) {
+	const op = "commit"
+	if err := s.begin(ctx, op); err != nil {
+		return store.CommitResult{}, err
+	}
+	defer s.end()
+	return s.commit(op, world, epoch, &b)
+}
+
+// DrainToJournal implements store.Inbox: a Commit of a cursor move and
+// entries only, through the same code.
+func (s *Store) DrainToJournal(ctx context.Context, world string, epoch uint64, expectedCursor, expectedHead, newCursor uint64, entries []store.Record) ([]store.Appended, error) {
+	const op = "drain"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	res, err := s.commit(op, world, epoch, &store.CommitBatch{
+		ExpectedCursor: expectedCursor, NewCursor: newCursor, ExpectedHead: expectedHead, Entries: entries,
+	})
+	return res.Appended, err
+}
+
+func (s *Store) commit(op, worldID string, epoch uint64, b *store.CommitBatch) (store.CommitResult, error) {
+	if err := checkWorldEpoch(op, worldID, epoch); err != nil {
+		return store.CommitResult{}, err
+	}
+	if err := store.CheckCommit(op, b); err != nil {
+		return store.CommitResult{}, err
+	}
+	st := s.st
+	now := s.now()
+	if err := st.fence(op, worldID, epoch, now); err != nil {
+		return store.CommitResult{}, err
+	}
+	w := st.worlds[worldID]
+	switch {
+	case w.cursor != b.ExpectedCursor:
+		return store.CommitResult{}, store.Errorf(op, store.ErrCursorMismatch, worldID, "cursor is %d, expected %d", w.cursor, b.ExpectedCursor)
+	case b.NewCursor > w.lastSeq:
+		return store.CommitResult{}, store.Errorf(op, store.ErrInvalid, worldID, "cursor %d passes the last seq %d", b.NewCursor, w.lastSeq)
+	}
+	// The head is compared even when every entry is a duplicate: the cursor
+	// compare-and-swap already makes a retried commit fail, so the head
+	// check never needs relaxing here.
+	p, err := st.planAppend(op, worldID, b.Entries, &b.ExpectedHead, true, now)
+	if err != nil {
+		return store.CommitResult{}, err
+	}
+	writeSnap := false
+	if b.Snapshot != nil {
+		if writeSnap, err = st.planSnapshot(op, worldID, *b.Snapshot, p.head); err != nil {
+			return store.CommitResult{}, err
+		}
+	}
+
+	// Nothing can fail from here on.
+	st.applyAppend(p, b.Entries, now)
+	res := store.CommitResult{Appended: p.out, Head: p.head}
+	st.drainTo(w, b.NewCursor, now)
+	res.Published = st.publish(worldID, b.Intents, now)
+	for _, t := range b.Timers {
+		if st.schedule(worldID, t) {
+			res.Scheduled++
+		}
+	}
+	// Skipped, not refused: the kernel may cancel a timer whose firing is
+	// still in its inbox, or one it never got to schedule.
+	for _, h := range b.CancelTimers {
+		if t, ok := st.timers[h]; ok && t.item.World == worldID && t.item.State != store.TimerDelivered {
+			delete(st.timers, h)
+			res.Cancelled++
+		}
+	}
+	if res.Scheduled > 0 || res.Cancelled > 0 {
+		st.notify(store.TopicTimers)
+	}
+	if b.Snapshot != nil {
+		st.applySnapshot(worldID, *b.Snapshot, writeSnap, now)
+	}
+	return res, nil
+}
+
+// drainTo moves w's cursor to newCursor (mu held); the drained items'
+// dedupe keys complete now.
+func (st *state) drainTo(w *world, newCursor uint64, now time.Time) {
+	i := sort.Search(len(w.inbox), func(i int) bool { return w.inbox[i].Seq > w.cursor })
+	for ; i < len(w.inbox) && w.inbox[i].Seq <= newCursor; i++ {
+		if k, ok := w.inboxKeys[w.inbox[i].DedupeKey]; ok && k.seq == w.inbox[i].Seq {
+			k.drained, k.drainedAt = true, now
+		}
+	}
+	w.cursor = newCursor
+}

@@ -1,0 +1,312 @@
+// Package storebench holds the persistence plane's benchmarks that every
+// durable backend runs the same way, so that the figures in bench/README.md
+// compare backends on identical work:
+//
+//   - CommitCycle: a world cycle that moves 8 inbox items into 8 journal
+//     entries, publishes 2 intents and sets 1 timer, as one Commit or as
+//     today's three separate calls (DrainToJournal, Publish, Schedule), on
+//     one world with one committer and on 100 worlds under 32 committers;
+//   - RenewLeases: one worker renews every lease it holds (10,000) in one
+//     call;
+//   - ClaimComplete: adapters claim effects by kind and complete them.
+//
+// Each reports its throughput and p50/p99 latencies as custom metrics
+// (cycles/s, p50-ms, p99-ms, …). It imports testing and is meant only for
+// benchmark files.
+package storebench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orrery-run/orrery/store"
+)
+
+var bg = context.Background()
+
+// Open returns a fresh, empty store; the benchmark closes nothing itself
+// (register cleanup in Open).
+type Open func(b *testing.B) store.Store
+
+const (
+	leaseTTL = 10 * time.Minute
+	claimTTL = time.Minute
+)
+
+func record(stream string, h uint64, i int) store.Record {
+	return store.Record{
+		EventID:          fmt.Sprintf("%s-e%d-%d", stream, h, i),
+		IdempotencyKey:   fmt.Sprintf("%s-k%d-%d", stream, h, i),
+		EventType:        "Applied",
+		StepID:           "step",
+		LogicalAttemptID: 1, EngineAttemptID: 1,
+		PlanID: "bench", PlanVersion: 1,
+		Payload: []byte{0xa1, 0x61, 0x76, 0x01},
+	}
+}
+
+// worldState is one benchmark world as its single committer sees it.
+type worldState struct {
+	id             string
+	epoch          uint64
+	cursor, head   uint64
+	cycles, enqSeq int
+}
+
+func setupWorlds(b *testing.B, s store.Store, n int, prefix string) []*worldState {
+	b.Helper()
+	ws := make([]*worldState, n)
+	for i := range ws {
+		id := fmt.Sprintf("%s-%03d", prefix, i)
+		if _, err := s.CreateWorld(bg, "bench", id, nil); err != nil {
+			b.Fatal(err)
+		}
+		l, err := s.Acquire(bg, id, "bench-worker", leaseTTL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ws[i] = &worldState{id: id, epoch: l.Epoch}
+	}
+	return ws
+}
+
+// fill enqueues items inbox items to every world, 32 producers at a time
+// (outside the timed region).
+func fill(b *testing.B, s store.Store, ws []*worldState, items []int) {
+	b.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(ws))
+	sem := make(chan struct{}, 32)
+	for i, w := range ws {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			for j := 0; j < items[i]; j++ {
+				w.enqSeq++
+				if _, _, err := s.Enqueue(bg, w.id, store.InboxItem{Kind: "event", Payload: []byte{0x01}, DedupeKey: fmt.Sprintf("in-%d", w.enqSeq)}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+}
+
+// cycle runs one world cycle on w: as one Commit, or as the three calls
+// that did the same work before Commit existed.
+func cycle(s store.Store, w *worldState, oneCommit bool) error {
+	const items = 8
+	entries := make([]store.Record, items)
+	for i := range entries {
+		entries[i] = record(w.id, w.head, i)
+	}
+	w.cycles++
+	intents := []store.Intent{
+		{IntentHash: fmt.Sprintf("%s-i%d-a", w.id, w.cycles), Kind: "http.request", Params: []byte{0xa0}},
+		{IntentHash: fmt.Sprintf("%s-i%d-b", w.id, w.cycles), Kind: "email", Params: []byte{0xa0}},
+	}
+	timer := store.TimerSet{
+		IntentHash: fmt.Sprintf("%s-t%d", w.id, w.cycles),
+		DeliverAt:  time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC), Payload: []byte{0xa0},
+	}
+	next := w.cursor + items
+	if oneCommit {
+		_, err := s.Commit(bg, w.id, w.epoch, store.CommitBatch{
+			ExpectedCursor: w.cursor, NewCursor: next, ExpectedHead: w.head,
+			Entries: entries, Intents: intents, Timers: []store.TimerSet{timer},
+		})
+		if err != nil {
+			return err
+		}
+	} else {
+		if _, err := s.DrainToJournal(bg, w.id, w.epoch, w.cursor, w.head, next, entries); err != nil {
+			return err
+		}
+		if _, err := s.Publish(bg, w.id, w.epoch, intents); err != nil {
+			return err
+		}
+		if err := s.Schedule(bg, w.id, w.epoch, timer.IntentHash, timer.DeliverAt, timer.Payload); err != nil {
+			return err
+		}
+	}
+	w.cursor, w.head = next, w.head+items
+	return nil
+}
+
+// CommitCycle benchmarks b.N world cycles spread over worlds, run by
+// committers goroutines (each world has exactly one committer, as under a
+// lease). oneCommit selects Commit or the three separate calls.
+func CommitCycle(b *testing.B, open Open, worlds, committers int, oneCommit bool) {
+	s := open(b)
+	ws := setupWorlds(b, s, worlds, "cyc")
+	per := make([]int, worlds)
+	for i := 0; i < b.N; i++ {
+		per[i%worlds] += 8
+	}
+	fill(b, s, ws, per)
+	// Committer c owns worlds c, c+committers, …; it runs their cycles
+	// round-robin until each has had its share of b.N.
+	lat := make([][]time.Duration, committers)
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for c := 0; c < committers && c < worlds; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			left := slices.Clone(per)
+			for more := true; more; {
+				more = false
+				for i := c; i < worlds; i += committers {
+					if left[i] == 0 {
+						continue
+					}
+					t0 := time.Now()
+					if err := cycle(s, ws[i], oneCommit); err != nil {
+						failed.Store(err)
+						return
+					}
+					lat[c] = append(lat[c], time.Since(t0))
+					left[i] -= 8
+					more = true
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err, ok := failed.Load().(error); ok {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
+	b.ReportMetric(float64(b.N*8)/elapsed.Seconds(), "inputs/s")
+	ReportLatencies(b, slices.Concat(lat...), 0.50, 0.99)
+}
+
+// RenewLeases benchmarks one worker renewing the n leases it holds, in one
+// call per iteration.
+func RenewLeases(b *testing.B, open Open, n int) {
+	s := open(b)
+	refs := make([]store.LeaseRef, 0, n)
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("lease-%05d", i)
+		if _, err := s.CreateWorld(bg, "bench", id, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("lease-%05d", i)
+		l, err := s.Acquire(bg, id, "w1", leaseTTL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		refs = append(refs, store.LeaseRef{World: id, Epoch: l.Epoch})
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		res, err := s.RenewLeases(bg, "w1", refs, leaseTTL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+		if len(res) != n || res[0].Err != nil || res[n-1].Err != nil {
+			b.Fatalf("renewed %d of %d: %v", len(res), n, res[0].Err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(n), "leases/op")
+	ReportLatencies(b, lat, 0.50, 0.99)
+}
+
+// ClaimComplete benchmarks adapters claiming effects of their kind in
+// batches of 64 and completing each one: b.N effects of kind "a" are
+// published (with as many of kind "b", which the adapters never claim),
+// then adapters goroutines drain them.
+func ClaimComplete(b *testing.B, open Open, adapters int) {
+	s := open(b)
+	ws := setupWorlds(b, s, 8, "fx")
+	const chunk = 256
+	for i := 0; i < b.N; i += chunk {
+		w := ws[(i/chunk)%len(ws)]
+		var batch []store.Intent
+		for j := i; j < min(i+chunk, b.N); j++ {
+			batch = append(batch,
+				store.Intent{IntentHash: fmt.Sprintf("a-%d", j), Kind: "a", Params: []byte{0xa0}},
+				store.Intent{IntentHash: fmt.Sprintf("b-%d", j), Kind: "b", Params: []byte{0xa0}})
+		}
+		if _, err := s.Publish(bg, w.id, w.epoch, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var done atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for a := 0; a < adapters; a++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			worker := fmt.Sprintf("adapter-%d", a)
+			for done.Load() < int64(b.N) {
+				items, err := s.Claim(bg, worker, []string{"a"}, 64, claimTTL)
+				if err != nil {
+					failed.Store(err)
+					return
+				}
+				if len(items) == 0 {
+					return
+				}
+				for _, it := range items {
+					if _, _, err := s.Complete(bg, it.IntentHash, it.ClaimOf(), store.Receipt{Status: store.ReceiptOK, Payload: []byte{0xa0}}); err != nil {
+						failed.Store(err)
+						return
+					}
+					done.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err, ok := failed.Load().(error); ok {
+		b.Fatal(err)
+	}
+	if got := done.Load(); got != int64(b.N) {
+		b.Fatalf("completed %d of %d", got, b.N)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "effects/s")
+}
+
+// ReportLatencies reports the given percentiles of lat as pNN-ms metrics.
+func ReportLatencies(b *testing.B, lat []time.Duration, ps ...float64) {
+	slices.Sort(lat)
+	for _, p := range ps {
+		b.ReportMetric(Percentile(lat, p), fmt.Sprintf("p%d-ms", int(p*100)))
+	}
+}
+
+// Percentile returns the p-th percentile of sorted, in milliseconds.
+func Percentile(sorted []time.Duration, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return float64(sorted[int(float64(len(sorted)-1)*p)]) / float64(time.Millisecond)
+}

@@ -1,0 +1,60 @@
+package storetest
+
+import (
+	"testing"
+
+	"github.com/orrery-run/orrery/store"
+)
+
+// Closed dedupe namespaces (issue 7 item 1): the store's own deliveries
+// (receipts, timer firings, fabric messages) use kinds and dedupe keys a
+// producer can never enqueue, so no producer can make a real receipt
+// disappear by taking its key first.
+func namespaceTests() []testCase {
+	return []testCase{
+		{"EnqueueRejectsStoreKindsAndKeys", testEnqueueRejectsStoreKindsAndKeys},
+	}
+}
+
+func testEnqueueRejectsStoreKindsAndKeys(t *testing.T, open Factory) {
+	f := setup(t, open)
+	e := f.leased("w", "A")
+	f.publish("w", e, "i1")
+	must(t, f.s.Schedule(bg, "w", e, "t1", f.now(), nil), "Schedule")
+	for _, item := range []store.InboxItem{
+		{Kind: "event", DedupeKey: store.ReceiptKey("i1", 0)},
+		{Kind: "event", DedupeKey: store.ReceiptKey("i1", 1)},
+		{Kind: "event", DedupeKey: store.TimerKey("t1")},
+		{Kind: "event", DedupeKey: store.ReceiptKeyPrefix},
+		{Kind: store.KindReceipt},
+		{Kind: store.KindTimer},
+		{Kind: store.KindFabric},
+	} {
+		_, _, err := f.s.Enqueue(bg, "w", item)
+		wantErr(t, err, store.ErrInvalid, "Enqueue of kind "+item.Kind+" key "+item.DedupeKey)
+	}
+	if n := len(f.inbox("w")); n != 0 {
+		t.Fatalf("refused enqueues stored %d items", n)
+	}
+	// A key that merely contains a reserved word is the producer's own.
+	if _, dup := f.enqueue("w", "event", "my-receipt:i1", nil); dup {
+		t.Fatal("a producer key outside the reserved prefixes deduped")
+	}
+	// The real deliveries go through, once each.
+	c := f.claimOne("adapter", "i1").ClaimOf()
+	seq, dup := f.complete("i1", c, store.Receipt{Status: store.ReceiptOK, Payload: []byte("r")})
+	if dup {
+		t.Fatal("Complete answered dup: a producer took the receipt's key")
+	}
+	f.advance(margin)
+	tc := f.claimTimer("tw", "t1").ClaimOf()
+	tseq, tdup := f.fire("t1", tc)
+	if tdup {
+		t.Fatal("Fire answered dup: a producer took the firing's key")
+	}
+	items := f.inbox("w")
+	if len(items) != 3 || items[1].Seq != seq || items[1].Kind != store.KindReceipt || items[1].DedupeKey != store.ReceiptKey("i1", 0) ||
+		items[2].Seq != tseq || items[2].Kind != store.KindTimer || items[2].DedupeKey != store.TimerKey("t1") {
+		t.Fatalf("inbox = %+v, want the producer's item, the receipt and the firing", items)
+	}
+}

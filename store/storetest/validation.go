@@ -1,0 +1,406 @@
+package storetest
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orrery-run/orrery/store"
+)
+
+// One validation (issue 7 item 7): every backend runs store/validate.go
+// before it writes, so the same bad input gets the same verdict everywhere:
+// an *store.Error of kind ErrInvalid, and nothing written. The table runs
+// each kind of bad value through every write API that takes one, with
+// every other argument valid (the world exists and is leased, the claim is
+// real), so that the only possible answer is ErrInvalid.
+func validationTests() []testCase {
+	return []testCase{
+		{"BadInputIsErrInvalidOnEveryWriteAPIAndWritesNothing", testBadInputEverywhere},
+	}
+}
+
+// badStrings are identifier values every check refuses.
+var badStrings = map[string]string{
+	"invalid UTF-8": "w\xff",
+	"NUL":           "w\x00x",
+	"over-long id":  strings.Repeat("i", store.MaxIDBytes+1),
+	"empty (id)":    "",
+	"surrogate":     "\xed\xa0\x80", // U+D800 encoded: not valid UTF-8
+}
+
+func testBadInputEverywhere(t *testing.T, open Factory) {
+	f := setup(t, open)
+	e := f.leased("w", "A")
+	f.publish("w", e, "i1", "i2")
+	ic := f.claimOne("adapter", "i1").ClaimOf()
+	must(t, f.s.Schedule(bg, "w", e, "t1", f.now(), nil), "Schedule")
+	f.advance(margin)
+	tc := f.claimTimer("tw", "t1").ClaimOf()
+	_, err := f.s.Heartbeat(bg, "A", 4)
+	must(t, err, "Heartbeat")
+	f.append("run-1", freeOpts, "a")
+	f.enqueue("w", "event", "k", nil)
+	fp := f.fingerprint()
+
+	bigPayload := make([]byte, store.MaxPayloadBytes+1)
+	longKey := strings.Repeat("k", store.MaxKeyBytes+1)
+	longReason := strings.Repeat("r", store.MaxReasonBytes+1)
+	const huge = uint64(math.MaxInt64) + 1
+
+	type call struct {
+		what string
+		do   func() error
+	}
+	var calls []call
+	add := func(what string, do func() error) { calls = append(calls, call{what, do}) }
+	appendRec := func(what string, mutate func(*store.Record)) {
+		r := rec("bad")
+		mutate(&r)
+		add("Append: "+what, func() error {
+			_, err := f.s.Append(bg, "w", []store.Record{rec("good"), r}, fenced("w", e))
+			return err
+		})
+		add("free Append: "+what, func() error {
+			_, err := f.s.Append(bg, "run-1", []store.Record{r}, freeOpts)
+			return err
+		})
+		add("Commit entry: "+what, func() error {
+			_, err := f.s.Commit(bg, "w", e, store.CommitBatch{ExpectedHead: 1, Entries: []store.Record{r}})
+			return err
+		})
+		add("DrainToJournal entry: "+what, func() error {
+			_, err := f.s.DrainToJournal(bg, "w", e, 0, 1, 0, []store.Record{r})
+			return err
+		})
+	}
+
+	for name, bad := range sortedMap(badStrings) {
+		appendRec("eventId "+name, func(r *store.Record) { r.EventID = bad })
+		if len(bad) <= store.MaxIDBytes { // a key may be longer than an id (see longKey)
+			appendRec("idempotencyKey "+name, func(r *store.Record) { r.IdempotencyKey = bad })
+		}
+		appendRec("eventType "+name, func(r *store.Record) { r.EventType = bad })
+		if bad != "" { // optional fields may be empty
+			appendRec("stepId "+name, func(r *store.Record) { r.StepID = bad })
+			appendRec("planId "+name, func(r *store.Record) { r.PlanID = bad })
+		}
+		add("Append to stream "+name, func() error {
+			_, err := f.s.Append(bg, bad, []store.Record{rec("x")}, freeOpts)
+			return err
+		})
+		add("Enqueue to world "+name, func() error {
+			_, _, err := f.s.Enqueue(bg, bad, store.InboxItem{Kind: "event"})
+			return err
+		})
+		add("Enqueue kind "+name, func() error {
+			_, _, err := f.s.Enqueue(bg, "w", store.InboxItem{Kind: bad})
+			return err
+		})
+		add("Publish intent hash "+name, func() error {
+			_, err := f.s.Publish(bg, "w", e, []store.Intent{{IntentHash: bad, Kind: effectKind}})
+			return err
+		})
+		add("Publish kind "+name, func() error {
+			_, err := f.s.Publish(bg, "w", e, []store.Intent{{IntentHash: "new", Kind: bad}})
+			return err
+		})
+		add("Commit intent "+name, func() error {
+			_, err := f.s.Commit(bg, "w", e, store.CommitBatch{ExpectedHead: 1, Intents: []store.Intent{{IntentHash: bad, Kind: effectKind}}})
+			return err
+		})
+		add("Commit timer "+name, func() error {
+			_, err := f.s.Commit(bg, "w", e, store.CommitBatch{ExpectedHead: 1, Timers: []store.TimerSet{{IntentHash: bad, DeliverAt: f.now()}}})
+			return err
+		})
+		add("Commit cancel "+name, func() error {
+			_, err := f.s.Commit(bg, "w", e, store.CommitBatch{ExpectedHead: 1, CancelTimers: []string{bad}})
+			return err
+		})
+		add("Commit snapshot hash "+name, func() error {
+			_, err := f.s.Commit(bg, "w", e, store.CommitBatch{ExpectedHead: 1, Snapshot: &store.Snapshot{Height: 1, StateHash: bad}})
+			return err
+		})
+		add("Schedule "+name, func() error { return f.s.Schedule(bg, "w", e, bad, f.now(), nil) })
+		add("CancelTimer "+name, func() error { return f.s.CancelTimer(bg, "w", e, bad) })
+		add("Claim worker "+name, func() error {
+			_, err := f.s.Claim(bg, bad, []string{effectKind}, 1, claimTTL)
+			return err
+		})
+		add("Claim kind "+name, func() error {
+			_, err := f.s.Claim(bg, "adapter", []string{effectKind, bad}, 1, claimTTL)
+			return err
+		})
+		add("ClaimDue worker "+name, func() error {
+			_, err := f.s.ClaimDue(bg, bad, 1, claimTTL)
+			return err
+		})
+		add("Complete hash "+name, func() error {
+			_, _, err := f.s.Complete(bg, bad, ic, store.Receipt{Status: store.ReceiptOK})
+			return err
+		})
+		add("Complete claim worker "+name, func() error {
+			_, _, err := f.s.Complete(bg, "i1", store.Claim{Worker: bad, Attempt: ic.Attempt}, store.Receipt{Status: store.ReceiptOK})
+			return err
+		})
+		add("Fire hash "+name, func() error {
+			_, _, err := f.s.Fire(bg, bad, tc)
+			return err
+		})
+		add("Fire claim worker "+name, func() error {
+			_, _, err := f.s.Fire(bg, "t1", store.Claim{Worker: bad, Attempt: tc.Attempt})
+			return err
+		})
+		add("Send dest "+name, func() error {
+			_, err := f.s.Send(bg, bad, "m", store.InboxItem{})
+			return err
+		})
+		add("Send message id "+name, func() error {
+			_, err := f.s.Send(bg, "w", bad, store.InboxItem{})
+			return err
+		})
+		add("PutSnapshot hash "+name, func() error {
+			return f.s.PutSnapshot(bg, "w", e, store.Snapshot{Height: 1, StateHash: bad})
+		})
+		add("CreateWorld id "+name, func() error {
+			_, err := f.s.CreateWorld(bg, universe, bad, nil)
+			return err
+		})
+		add("CreateWorld universe "+name, func() error {
+			_, err := f.s.CreateWorld(bg, bad, "new", nil)
+			return err
+		})
+		add("ForkWorld new id "+name, func() error {
+			_, err := f.s.ForkWorld(bg, "w", 0, bad)
+			return err
+		})
+		add("Acquire worker "+name, func() error {
+			_, err := f.s.Acquire(bg, "w", bad, leaseTTL)
+			return err
+		})
+		add("Renew worker "+name, func() error {
+			_, err := f.s.Renew(bg, "w", bad, e, leaseTTL)
+			return err
+		})
+		add("Release worker "+name, func() error { return f.s.Release(bg, "w", bad, e) })
+		add("RenewLeases ref "+name, func() error {
+			_, err := f.s.RenewLeases(bg, "A", []store.LeaseRef{{World: "w", Epoch: e}, {World: bad, Epoch: 1}}, leaseTTL)
+			return err
+		})
+		add("ReleaseLeases ref "+name, func() error {
+			_, err := f.s.ReleaseLeases(bg, "A", []store.LeaseRef{{World: "w", Epoch: e}, {World: bad, Epoch: 1}})
+			return err
+		})
+		if bad != "" { // an assignment may name no worker
+			add("Assign worker "+name, func() error {
+				return f.s.Assign(bg, "w", store.Assignment{DesiredWorker: bad})
+			})
+		}
+		add("Heartbeat "+name, func() error {
+			_, err := f.s.Heartbeat(bg, bad, 1)
+			return err
+		})
+		add("SetDraining "+name, func() error {
+			_, err := f.s.SetDraining(bg, bad, true)
+			return err
+		})
+		add("RetryEffect hash "+name, func() error {
+			_, err := f.s.RetryEffect(bg, bad, "")
+			return err
+		})
+		add("CASWatermark projector "+name, func() error { return f.s.CASWatermark(bg, bad, "run-1", 0, 1) })
+	}
+
+	// Keys, payloads, integers, reasons, statuses, durations and batches.
+	appendRec("over-long idempotencyKey", func(r *store.Record) { r.IdempotencyKey = longKey })
+	appendRec("payload over MaxPayloadBytes", func(r *store.Record) { r.Payload = bigPayload })
+	appendRec("logicalAttemptId 2^63", func(r *store.Record) { r.LogicalAttemptID = huge })
+	appendRec("engineAttemptId 2^63", func(r *store.Record) { r.EngineAttemptID = huge })
+	appendRec("planVersion 2^63", func(r *store.Record) { r.PlanVersion = huge })
+	appendRec("logicalAttemptId 0", func(r *store.Record) { r.LogicalAttemptID = 0 })
+	add("Enqueue over-long dedupe key", func() error {
+		_, _, err := f.s.Enqueue(bg, "w", store.InboxItem{Kind: "event", DedupeKey: longKey})
+		return err
+	})
+	add("Enqueue dedupe key with NUL", func() error {
+		_, _, err := f.s.Enqueue(bg, "w", store.InboxItem{Kind: "event", DedupeKey: "k\x00"})
+		return err
+	})
+	add("Enqueue payload over MaxPayloadBytes", func() error {
+		_, _, err := f.s.Enqueue(bg, "w", store.InboxItem{Kind: "event", Payload: bigPayload})
+		return err
+	})
+	add("Publish params over MaxPayloadBytes", func() error {
+		_, err := f.s.Publish(bg, "w", e, []store.Intent{{IntentHash: "new", Kind: effectKind, Params: bigPayload}})
+		return err
+	})
+	add("Publish origin invalid UTF-8", func() error {
+		_, err := f.s.Publish(bg, "w", e, []store.Intent{{IntentHash: "new", Kind: effectKind, Origin: "\xff"}})
+		return err
+	})
+	add("Schedule payload over MaxPayloadBytes", func() error { return f.s.Schedule(bg, "w", e, "new", f.now(), bigPayload) })
+	add("Complete receipt over MaxPayloadBytes", func() error {
+		_, _, err := f.s.Complete(bg, "i1", ic, store.Receipt{Status: store.ReceiptOK, Payload: bigPayload})
+		return err
+	})
+	add("Complete unknown receipt status", func() error {
+		_, _, err := f.s.Complete(bg, "i1", ic, store.Receipt{Status: "maybe"})
+		return err
+	})
+	add("Complete claim attempt 0", func() error {
+		_, _, err := f.s.Complete(bg, "i1", store.Claim{Worker: ic.Worker}, store.Receipt{Status: store.ReceiptOK})
+		return err
+	})
+	add("Fire claim attempt 0", func() error {
+		_, _, err := f.s.Fire(bg, "t1", store.Claim{Worker: tc.Worker})
+		return err
+	})
+	add("Send payload over MaxPayloadBytes", func() error {
+		_, err := f.s.Send(bg, "w", "m", store.InboxItem{Payload: bigPayload})
+		return err
+	})
+	add("PutSnapshot height 2^63", func() error {
+		return f.s.PutSnapshot(bg, "w", e, store.Snapshot{Height: huge, StateHash: "h"})
+	})
+	add("CreateWorld seed height 2^63", func() error {
+		_, err := f.s.CreateWorld(bg, universe, "new", &store.Snapshot{Height: huge, StateHash: "h"})
+		return err
+	})
+	add("Commit newCursor below expectedCursor", func() error {
+		_, err := f.s.Commit(bg, "w", e, store.CommitBatch{ExpectedCursor: 1, NewCursor: 0, ExpectedHead: 1})
+		return err
+	})
+	add("Commit expectedHead 2^63", func() error {
+		_, err := f.s.Commit(bg, "w", e, store.CommitBatch{ExpectedHead: huge})
+		return err
+	})
+	add("Append expectedHead 2^63", func() error {
+		_, err := f.s.Append(bg, "run-1", []store.Record{rec("x")}, store.AppendOptions{Kind: store.FreeStream, ExpectedHead: store.Head(huge)})
+		return err
+	})
+	add("SetWorldStatus over-long reason", func() error {
+		_, err := f.s.SetWorldStatus(bg, "w", store.WorldPaused, longReason)
+		return err
+	})
+	add("SetWorldStatus unknown status", func() error {
+		_, err := f.s.SetWorldStatus(bg, "w", "fenced", "")
+		return err
+	})
+	add("Assign over-long reason", func() error {
+		return f.s.Assign(bg, "w", store.Assignment{DesiredWorker: "A", Reason: longReason})
+	})
+	add("RetryEffect over-long reason", func() error {
+		_, err := f.s.RetryEffect(bg, "i1", longReason)
+		return err
+	})
+	for _, d := range []time.Duration{0, -time.Second, store.MaxTTL + time.Second} {
+		add("Acquire ttl "+d.String(), func() error {
+			_, err := f.s.Acquire(bg, "w", "A", d)
+			return err
+		})
+		add("Renew ttl "+d.String(), func() error {
+			_, err := f.s.Renew(bg, "w", "A", e, d)
+			return err
+		})
+		add("RenewLeases ttl "+d.String(), func() error {
+			_, err := f.s.RenewLeases(bg, "A", []store.LeaseRef{{World: "w", Epoch: e}}, d)
+			return err
+		})
+		add("Claim ttl "+d.String(), func() error {
+			_, err := f.s.Claim(bg, "adapter", []string{effectKind}, 1, d)
+			return err
+		})
+		add("ClaimDue ttl "+d.String(), func() error {
+			_, err := f.s.ClaimDue(bg, "tw", 1, d)
+			return err
+		})
+	}
+	for _, n := range []int{-1, store.MaxBatch + 1} {
+		add("Claim n out of range", func() error {
+			_, err := f.s.Claim(bg, "adapter", []string{effectKind}, n, claimTTL)
+			return err
+		})
+		add("ClaimDue n out of range", func() error {
+			_, err := f.s.ClaimDue(bg, "tw", n, claimTTL)
+			return err
+		})
+	}
+	add("Append of more than MaxBatch events", func() error {
+		evs := make([]store.Record, store.MaxBatch+1)
+		for i := range evs {
+			evs[i] = rec("many")
+		}
+		_, err := f.s.Append(bg, "run-1", evs, freeOpts)
+		return err
+	})
+
+	for _, c := range calls {
+		wantErr(t, c.do(), store.ErrInvalid, c.what)
+	}
+	if after := f.fingerprint(); after != fp {
+		t.Fatalf("refused calls wrote:\nbefore %s\nafter  %s", fp, after)
+	}
+}
+
+// fingerprint renders everything the validation table could have written.
+func (f *fx) fingerprint() string {
+	f.t.Helper()
+	worlds, err := f.s.ListWorlds(bg, universe, "")
+	must(f.t, err, "ListWorlds")
+	out := ""
+	for _, w := range worlds {
+		l, _, err := f.s.GetLease(bg, w.ID)
+		must(f.t, err, "GetLease")
+		a, _, err := f.s.GetAssignment(bg, w.ID)
+		must(f.t, err, "GetAssignment")
+		effects, err := f.s.ListEffects(bg, w.ID, 0, 1000)
+		must(f.t, err, "ListEffects")
+		timers, err := f.s.ListTimers(bg, w.ID, 1000)
+		must(f.t, err, "ListTimers")
+		out += fmt.Sprintf("%s %s lease=%s/%d/%v assign=%+v effects=%s timers=%s\n", f.worldState(w.ID), w.StatusReason,
+			l.Holder, l.Epoch, l.ExpiresAt.UnixNano(), a, effectsSummary(effects), timersSummary(timers))
+	}
+	workers, err := f.s.ListWorkers(bg)
+	must(f.t, err, "ListWorkers")
+	depths, err := f.s.QueueDepths(bg)
+	must(f.t, err, "QueueDepths")
+	wm, err := f.s.GetWatermark(bg, "p", "run-1")
+	must(f.t, err, "GetWatermark")
+	return out + fmt.Sprintf("run-1=%v workers=%+v depths=%+v watermark=%d", eventIDs(f.read("run-1")), workers, depths, wm)
+}
+
+func effectsSummary(items []store.EffectItem) string {
+	out := ""
+	for _, it := range items {
+		out += fmt.Sprintf("[%s %s %s#%d r%d]", it.IntentHash, it.State, it.ClaimedBy, it.Attempt, it.Retries)
+	}
+	return out
+}
+
+func timersSummary(items []store.TimerItem) string {
+	out := ""
+	for _, it := range items {
+		out += fmt.Sprintf("[%s %s %s#%d %d]", it.IntentHash, it.State, it.ClaimedBy, it.Attempt, it.DeliverAt.UnixNano())
+	}
+	return out
+}
+
+// sortedMap iterates m in key order (observable order never depends on
+// map iteration).
+func sortedMap(m map[string]string) func(yield func(string, string) bool) {
+	return func(yield func(string, string) bool) {
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			if !yield(k, m[k]) {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,337 @@
+package store
+
+import (
+	"math"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// The one validation of the persistence plane. Every backend runs these
+// checks before it writes, so a value one backend accepts every backend
+// accepts, and a journal written on the embedded default moves to
+// PostgreSQL unchanged. Each failure is an *Error of Kind ErrInvalid that
+// names the field; nothing is written.
+//
+// The limits:
+//
+//   - Identifiers (world, universe, stream, worker, event id, intent hash,
+//     message id, projector, kinds, event type, step id, plan id, origin,
+//     policy and state hashes): valid UTF-8 without NUL, at most MaxIDBytes
+//     bytes; most are also required to be non-empty.
+//   - Keys (idempotency keys, dedupe keys): the same, up to MaxKeyBytes.
+//   - Reasons (status changes, retries, assignments): up to MaxReasonBytes.
+//   - Payloads (event payloads, inbox payloads, intent params, timer
+//     payloads, receipts): at most MaxPayloadBytes; snapshot state at most
+//     MaxStateBytes.
+//   - Integers stored as signed 64-bit (attempts, plan versions, epochs,
+//     heights, seqs): at most math.MaxInt64.
+//   - Times (emittedAt, deliverAt): the zero time (absent) or within
+//     [MinTime, MaxTime], the range every backend stores at nanosecond
+//     precision. Durations (lease and claim TTLs): (0, MaxTTL].
+const (
+	MaxIDBytes      = 256
+	MaxKeyBytes     = 512
+	MaxReasonBytes  = 1024
+	MaxPayloadBytes = 4 << 20
+	MaxStateBytes   = 64 << 20
+	MaxTTL          = 30 * 24 * time.Hour
+	// MaxBatch bounds the items of one call (events of an append, intents,
+	// refs of a bulk lease call, n of a claim).
+	MaxBatch = 10_000
+)
+
+// MinTime and MaxTime bound every stored time.
+var (
+	MinTime = time.Date(1678, 1, 1, 0, 0, 0, 0, time.UTC)
+	MaxTime = time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+func invalid(op, what, format string, args ...any) error {
+	e := Errorf(op, ErrInvalid, "", format, args...)
+	e.Detail = what + ": " + e.Detail
+	return e
+}
+
+func checkText(op, what, s string, max int, required bool) error {
+	switch {
+	case s == "" && required:
+		return invalid(op, what, "empty")
+	case len(s) > max:
+		return invalid(op, what, "%d bytes, at most %d", len(s), max)
+	case !utf8.ValidString(s):
+		return invalid(op, what, "not valid UTF-8")
+	case strings.IndexByte(s, 0) >= 0:
+		return invalid(op, what, "contains NUL")
+	}
+	return nil
+}
+
+// CheckID checks a required identifier.
+func CheckID(op, what, s string) error { return checkText(op, what, s, MaxIDBytes, true) }
+
+// CheckOptionalID checks an identifier that may be empty.
+func CheckOptionalID(op, what, s string) error { return checkText(op, what, s, MaxIDBytes, false) }
+
+// CheckKey checks a required key.
+func CheckKey(op, what, s string) error { return checkText(op, what, s, MaxKeyBytes, true) }
+
+// CheckOptionalKey checks a key that may be empty.
+func CheckOptionalKey(op, what, s string) error { return checkText(op, what, s, MaxKeyBytes, false) }
+
+// CheckReason checks an operator's free-text reason (may be empty).
+func CheckReason(op, s string) error { return checkText(op, "reason", s, MaxReasonBytes, false) }
+
+// CheckPayload checks a payload's size.
+func CheckPayload(op, what string, b []byte) error {
+	if len(b) > MaxPayloadBytes {
+		return invalid(op, what, "%d bytes, at most %d", len(b), MaxPayloadBytes)
+	}
+	return nil
+}
+
+// CheckInt checks that an unsigned integer fits a signed 64-bit column.
+func CheckInt(op, what string, v uint64) error {
+	if v > math.MaxInt64 {
+		return invalid(op, what, "%d exceeds %d", v, int64(math.MaxInt64))
+	}
+	return nil
+}
+
+// CheckTime checks a time that may be absent (zero).
+func CheckTime(op, what string, t time.Time) error {
+	if t.IsZero() {
+		return nil
+	}
+	return CheckRequiredTime(op, what, t)
+}
+
+// CheckRequiredTime checks a time that must be present and in range.
+func CheckRequiredTime(op, what string, t time.Time) error {
+	if t.Before(MinTime) || t.After(MaxTime) {
+		return invalid(op, what, "%s outside [%s, %s]", t.UTC().Format(time.RFC3339Nano),
+			MinTime.Format(time.RFC3339), MaxTime.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// CheckTTL checks a lease or claim duration.
+func CheckTTL(op, what string, d time.Duration) error {
+	if d <= 0 || d > MaxTTL {
+		return invalid(op, what, "%v outside (0, %v]", d, MaxTTL)
+	}
+	return nil
+}
+
+// CheckBatch checks the size of a batch or a claim's n. Zero is allowed
+// (an empty call); negative or above MaxBatch is not.
+func CheckBatch(op, what string, n int) error {
+	if n < 0 || n > MaxBatch {
+		return invalid(op, what, "%d outside [0, %d]", n, MaxBatch)
+	}
+	return nil
+}
+
+// CheckRecord checks what the append authority itself requires of an input
+// record: the identifiers, key and attempts are present and within the
+// limits, the payload is within its size and emittedAt in range. Full
+// envelope validation (key recomputation, canonical payload, step rules) is
+// the producer's, through event.Envelope.Validate: the store never
+// interprets what it stores.
+func CheckRecord(op string, r *Record) error {
+	if err := CheckID(op, "eventId", r.EventID); err != nil {
+		return err
+	}
+	for _, c := range []error{
+		CheckKey(op, "idempotencyKey", r.IdempotencyKey),
+		CheckID(op, "eventType", r.EventType),
+		CheckOptionalID(op, "stepId", r.StepID),
+		CheckOptionalID(op, "planId", r.PlanID),
+		CheckInt(op, "planVersion", r.PlanVersion),
+		CheckInt(op, "logicalAttemptId", r.LogicalAttemptID),
+		CheckInt(op, "engineAttemptId", r.EngineAttemptID),
+		CheckTime(op, "emittedAt", r.EmittedAt),
+		CheckPayload(op, "payload", r.Payload),
+	} {
+		if c != nil {
+			return withEvent(c, r.EventID)
+		}
+	}
+	switch {
+	case r.LogicalAttemptID < 1:
+		return withEvent(invalid(op, "logicalAttemptId", "must be >= 1"), r.EventID)
+	case r.EngineAttemptID < 1:
+		return withEvent(invalid(op, "engineAttemptId", "must be >= 1"), r.EventID)
+	}
+	return nil
+}
+
+func withEvent(err error, id string) error {
+	if e, ok := err.(*Error); ok {
+		e.Detail = "event " + id + ": " + e.Detail
+	}
+	return err
+}
+
+// CheckRecords checks a batch of records.
+func CheckRecords(op string, rs []Record) error {
+	if err := CheckBatch(op, "events", len(rs)); err != nil {
+		return err
+	}
+	for i := range rs {
+		if err := CheckRecord(op, &rs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckIngress checks a producer's inbox item: a kind that is not one the
+// store reserves for itself, a dedupe key outside the store's namespaces,
+// and a payload within its size.
+func CheckIngress(op string, item InboxItem) error {
+	if err := CheckID(op, "kind", item.Kind); err != nil {
+		return err
+	}
+	switch item.Kind {
+	case KindReceipt, KindTimer, KindFabric:
+		return invalid(op, "kind", "%q is reserved for the store's own deliveries", item.Kind)
+	}
+	if err := CheckOptionalKey(op, "dedupeKey", item.DedupeKey); err != nil {
+		return err
+	}
+	if strings.HasPrefix(item.DedupeKey, ReceiptKeyPrefix) || strings.HasPrefix(item.DedupeKey, TimerKeyPrefix) {
+		return invalid(op, "dedupeKey", "%q is in a namespace reserved for the store's own deliveries", item.DedupeKey)
+	}
+	return CheckPayload(op, "payload", item.Payload)
+}
+
+// CheckIntent checks an intent to publish.
+func CheckIntent(op string, in Intent) error {
+	for _, c := range []error{
+		CheckID(op, "intentHash", in.IntentHash),
+		CheckID(op, "kind", in.Kind),
+		CheckOptionalID(op, "origin", in.Origin),
+		CheckOptionalID(op, "policyContextHash", in.PolicyContextHash),
+		CheckPayload(op, "params", in.Params),
+	} {
+		if c != nil {
+			return c
+		}
+	}
+	return nil
+}
+
+// CheckTimerSet checks a timer to schedule.
+func CheckTimerSet(op string, t TimerSet) error {
+	if err := CheckID(op, "intentHash", t.IntentHash); err != nil {
+		return err
+	}
+	if err := CheckRequiredTime(op, "deliverAt", t.DeliverAt); err != nil {
+		return err
+	}
+	return CheckPayload(op, "payload", t.Payload)
+}
+
+// CheckSnapshot checks a snapshot to store: a state hash, and a state
+// within its size. (That its height does not pass the head is the
+// backend's check, inside its transaction.)
+func CheckSnapshot(op string, s Snapshot) error {
+	if err := CheckID(op, "stateHash", s.StateHash); err != nil {
+		return err
+	}
+	if err := CheckInt(op, "height", s.Height); err != nil {
+		return err
+	}
+	if len(s.State) > MaxStateBytes {
+		return invalid(op, "state", "%d bytes, at most %d", len(s.State), MaxStateBytes)
+	}
+	return nil
+}
+
+// CheckReceipt checks an effect's receipt.
+func CheckReceipt(op string, r Receipt) error {
+	switch r.Status {
+	case ReceiptOK, ReceiptError, ReceiptTimeout:
+	default:
+		return invalid(op, "receipt status", "%q is not ok, error or timeout", r.Status)
+	}
+	return CheckPayload(op, "receipt payload", r.Payload)
+}
+
+// CheckClaim checks a claim presented to Complete or Fire.
+func CheckClaim(op string, c Claim) error {
+	if err := CheckID(op, "claim worker", c.Worker); err != nil {
+		return err
+	}
+	if c.Attempt < 1 {
+		return invalid(op, "claim attempt", "%d, must be >= 1", c.Attempt)
+	}
+	return nil
+}
+
+// CheckKinds checks the effect kinds of a Claim.
+func CheckKinds(op string, kinds []string) error {
+	if len(kinds) == 0 {
+		return invalid(op, "kinds", "empty: an adapter claims the kinds it serves")
+	}
+	if err := CheckBatch(op, "kinds", len(kinds)); err != nil {
+		return err
+	}
+	for _, k := range kinds {
+		if err := CheckID(op, "kind", k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckStatus checks a world status an operator asks for.
+func CheckStatus(op string, s WorldStatus) error {
+	switch s {
+	case WorldActive, WorldPaused, WorldArchived:
+		return nil
+	}
+	return invalid(op, "status", "%q is not active, paused or archived", s)
+}
+
+// CheckCommit checks a commit batch's contents (everything that does not
+// need the transaction).
+func CheckCommit(op string, b *CommitBatch) error {
+	if err := CheckRecords(op, b.Entries); err != nil {
+		return err
+	}
+	for _, v := range []uint64{b.ExpectedCursor, b.NewCursor, b.ExpectedHead} {
+		if err := CheckInt(op, "cursor or head", v); err != nil {
+			return err
+		}
+	}
+	if b.NewCursor < b.ExpectedCursor {
+		return invalid(op, "newCursor", "cannot move back from %d to %d", b.ExpectedCursor, b.NewCursor)
+	}
+	if err := CheckBatch(op, "intents", len(b.Intents)); err != nil {
+		return err
+	}
+	for _, in := range b.Intents {
+		if err := CheckIntent(op, in); err != nil {
+			return err
+		}
+	}
+	if err := CheckBatch(op, "timers", len(b.Timers)+len(b.CancelTimers)); err != nil {
+		return err
+	}
+	for _, t := range b.Timers {
+		if err := CheckTimerSet(op, t); err != nil {
+			return err
+		}
+	}
+	for _, h := range b.CancelTimers {
+		if err := CheckID(op, "cancelled timer", h); err != nil {
+			return err
+		}
+	}
+	if b.Snapshot != nil {
+		return CheckSnapshot(op, *b.Snapshot)
+	}
+	return nil
+}
