@@ -277,4 +277,3 @@ func TestForkBootsAtSnapshotWithoutPendingEffects(t *testing.T) {
 		t.Fatal(res.Failure)
 	}
 }
-
