@@ -29,7 +29,7 @@ func drained(env *lab.Env, st store.Store, id string) error {
 			return false, err
 		}
 		cur, err := st.Cursor(env.Ctx, id)
-		return len(items) > 0 && cur == items[len(items)-1].Seq, err
+		return len(items) == 0 || cur == items[len(items)-1].Seq, err
 	})
 }
 

@@ -495,6 +495,7 @@ func (h *Host) startProc(ctx context.Context, l *lease) error {
 		Containment: supervisor.Contain,
 	}
 	_, err := h.sup.StartChild(ctx, spec)
+	h.emit(HostEvent{Kind: EvWake, World: l.world, Epoch: l.epoch, Err: err})
 	return err
 }
 
@@ -520,6 +521,11 @@ func (h *Host) sync(ctx context.Context) error {
 			h.mu.Unlock()
 			if l != nil {
 				switch {
+				case l.fenced.Load():
+					// Fenced locally (expired before a renewal landed):
+					// never revived; acquired again at a new epoch.
+					h.dropLease(l, EvFenced, errorf("sync", ErrFenced, l.world, detail("expired locally")))
+					l = nil
 				case row.Lease == nil || row.Lease.Holder != h.cfg.Worker || row.Lease.Epoch != l.epoch:
 					h.dropLease(l, EvFenced, errorf("sync", ErrFenced, l.world, detail("lease lost")))
 					l = nil
@@ -596,15 +602,14 @@ func (h *Host) acquire(ctx context.Context, id string) error {
 	h.mu.Lock()
 	l.stopWatch = stop
 	h.mu.Unlock()
+	// A world with a backlog starts now; one whose inbox cannot be read
+	// starts too, since nothing else would look at it again.
 	cursor, err := h.st.Cursor(ctx, id)
-	if err != nil {
-		return err
+	var items []store.InboxItem
+	if err == nil {
+		items, err = h.st.ReadInbox(ctx, id, cursor, 1)
 	}
-	items, err := h.st.ReadInbox(ctx, id, cursor, 1)
-	if err != nil {
-		return err
-	}
-	if len(items) > 0 {
+	if err != nil || len(items) > 0 {
 		h.hint(l)
 	}
 	return nil
@@ -653,14 +658,25 @@ func (h *Host) renew(ctx context.Context) time.Time {
 	h.mu.Lock()
 	var held []*lease
 	earliest := time.Time{}
+	var fenced []*lease
 	for _, w := range sortedKeys(h.leases) {
 		l := h.leases[w]
+		if l.fenced.Load() {
+			fenced = append(fenced, l)
+			continue
+		}
 		held = append(held, l)
 		if exp := time.Unix(0, l.expires.Load()); earliest.IsZero() || exp.Before(earliest) {
 			earliest = exp
 		}
 	}
 	h.mu.Unlock()
+	for _, l := range fenced {
+		// A fenced lease is never renewed: its world stopped, and sync
+		// acquires it again at a new epoch if it is still assigned here.
+		h.dropLease(l, EvFenced, errorf("renew", ErrFenced, l.world, detail("fenced locally")))
+		h.syncHint.Store(true)
+	}
 	if len(held) == 0 {
 		return now.Add(h.cfg.LeaseTTL)
 	}
