@@ -72,3 +72,45 @@ func TestHostRunsWorldsAndAnswersCalls(t *testing.T) {
 		t.Fatal(res.Failure)
 	}
 }
+
+// TestCycleBudgetsBoundEachCommit: with MaxTickStepsPerCycle 2, a backlog
+// of seven items is committed in cycles of at most two steps each, one
+// commit per cycle, and nothing is lost between them.
+func TestCycleBudgetsBoundEachCommit(t *testing.T) {
+	res := lab.Run(lab.Config{Seed: 4, Name: "budgets"}, func(env *lab.Env) error {
+		st := newStore(env)
+		c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
+		if err := createAssigned(env.Ctx, st, "b", "A"); err != nil {
+			return err
+		}
+		for i := range 7 {
+			if _, err := c.Send(env.Ctx, "b", Add{By: 1, Key: fmt.Sprint(i)}, fmt.Sprint(i)); err != nil {
+				return err
+			}
+		}
+		var heights []uint64
+		cfg := hostConfig("A", st, nil)
+		cfg.MaxTickStepsPerCycle = 2
+		cfg.Observe = func(ev plane.HostEvent) {
+			if ev.Kind == plane.EvCommit {
+				heights = append(heights, ev.Height)
+			}
+		}
+		h, err := plane.StartHost(env.Ctx, env.Root, cfg)
+		if err != nil {
+			return err
+		}
+		defer h.Stop(env.Ctx)
+		if err := drained(env, st, "b"); err != nil {
+			return err
+		}
+		if fmt.Sprint(heights) != "[2 4 6 7]" {
+			return fmt.Errorf("commit heads %v, want [2 4 6 7]", heights)
+		}
+		_, err = parity(env.Ctx, st, "b")
+		return err
+	})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+}
