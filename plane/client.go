@@ -1,0 +1,240 @@
+package plane
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"time"
+
+	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/world"
+)
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	Store    store.Store
+	Kernels  Kernels        // to re-derive replies and read states
+	Executor actor.Executor // its clock and parkers; all waiting goes through it
+	Replies  *Replies       // shared with in-process hosts (optional)
+	Hosts    []*Host        // in-process hosts State may ask first (optional)
+	// PollMin and PollMax bound the backoff at which a Call re-checks the
+	// journal for a reply no in-process host handed over (default 1ms and
+	// 1s).
+	PollMin, PollMax time.Duration
+}
+
+// Client is the Go client of the plane: Send, Call and State.
+type Client struct{ cfg ClientConfig }
+
+// NewClient returns a client.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if cfg.Store == nil || cfg.Executor == nil {
+		return nil, errorf("client", ErrInvalid, "", detail("a client needs Store and Executor"))
+	}
+	if cfg.PollMin <= 0 {
+		cfg.PollMin = time.Millisecond
+	}
+	if cfg.PollMax < cfg.PollMin {
+		cfg.PollMax = max(time.Second, cfg.PollMin)
+	}
+	return &Client{cfg: cfg}, nil
+}
+
+// Ack acknowledges a durable enqueue.
+type Ack struct {
+	Seq       uint64 // the item's inbox seq
+	Duplicate bool   // the idempotency key was seen before: Seq is the first's
+}
+
+// Send enqueues an event carrying v into world's inbox, deduplicated by
+// idempotencyKey (empty: no dedupe), and returns once it is durable there.
+// A retried Send with the same key is acknowledged with the first seq.
+func (c *Client) Send(ctx context.Context, worldID string, v any, idempotencyKey string) (Ack, error) {
+	payload, err := world.EncodeEvent(v)
+	if err != nil {
+		return Ack{}, errorf("send", ErrInvalidIngress, worldID, err)
+	}
+	return enqueue(ctx, c.cfg.Store, "send", worldID, store.InboxItem{Kind: world.InputEvent, Payload: payload, DedupeKey: idempotencyKey})
+}
+
+func enqueue(ctx context.Context, st store.Store, op, worldID string, item store.InboxItem) (Ack, error) {
+	if err := store.CheckIngress(op, item); err != nil {
+		return Ack{}, errorf(op, ErrInvalidIngress, worldID, err)
+	}
+	if err := store.CheckID(op, "world", worldID); err != nil {
+		return Ack{}, errorf(op, ErrInvalidIngress, worldID, err)
+	}
+	seq, dup, err := st.Enqueue(ctx, worldID, item)
+	if err != nil {
+		return Ack{}, err
+	}
+	return Ack{Seq: seq, Duplicate: dup}, nil
+}
+
+// NewCallID draws a call id from the executor's (seedable) randomness.
+func (c *Client) NewCallID() string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], c.cfg.Executor.Uint64())
+	binary.BigEndian.PutUint64(b[8:], c.cfg.Executor.Uint64())
+	return hex.EncodeToString(b[:])
+}
+
+// CallKey is the inbox dedupe key of call callID.
+func CallKey(callID string) string { return "call:" + callID }
+
+// Call sends v to world as a call and waits for the handler's reply:
+// applied, journaled, returned. The reply value is canonical CBOR
+// (world.Decode reads it; CallAs does both). A handler that failed or did
+// not reply gives ErrCallFailed wrapping the world's error.
+func (c *Client) Call(ctx context.Context, worldID string, v any) ([]byte, error) {
+	return c.CallWithID(ctx, worldID, c.NewCallID(), v)
+}
+
+// CallWithID is Call with the caller's call id: a caller that retries
+// after its own crash with the same id waits for the same call, which the
+// inbox holds once.
+func (c *Client) CallWithID(ctx context.Context, worldID, callID string, v any) ([]byte, error) {
+	payload, err := world.EncodeCall(callID, v)
+	if err != nil {
+		return nil, errorf("call", ErrInvalidIngress, worldID, err)
+	}
+	p := c.cfg.Executor.NewParker()
+	var w *replyWaiter
+	if c.cfg.Replies != nil {
+		w = c.cfg.Replies.register(callID, p)
+		defer c.cfg.Replies.forget(callID)
+	}
+	ack, err := enqueue(ctx, c.cfg.Store, "call", worldID, store.InboxItem{Kind: world.InputCall, Payload: payload, DedupeKey: CallKey(callID)})
+	if err != nil {
+		return nil, err
+	}
+	delay := c.cfg.PollMin
+	for {
+		if w != nil {
+			if rep, ok := c.cfg.Replies.take(callID, w); ok {
+				return replyResult(worldID, rep)
+			}
+		}
+		rep, ok, err := c.replyFromJournal(ctx, worldID, ack.Seq, callID)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return replyResult(worldID, rep)
+		}
+		t := c.cfg.Executor.AfterFunc(delay, p.Unpark)
+		err = p.Park(ctx)
+		t.Stop()
+		if err != nil {
+			return nil, err
+		}
+		delay = min(2*delay, c.cfg.PollMax)
+	}
+}
+
+// CallAs is Call with the reply decoded into R.
+func CallAs[R any](ctx context.Context, c *Client, worldID string, v any) (R, error) {
+	var r R
+	b, err := c.Call(ctx, worldID, v)
+	if err != nil {
+		return r, err
+	}
+	if err := world.Decode(b, &r); err != nil {
+		return r, errorf("call", ErrCallFailed, worldID, err)
+	}
+	return r, nil
+}
+
+func replyResult(worldID string, rep world.Reply) ([]byte, error) {
+	if rep.Err != nil {
+		return nil, errorf("call", ErrCallFailed, worldID, rep.Err)
+	}
+	return rep.Value, nil
+}
+
+// replyFromJournal re-derives the reply of the call drained at inbox seq
+// from the journal (see the package doc): ok=false while the cursor has
+// not passed it.
+func (c *Client) replyFromJournal(ctx context.Context, id string, seq uint64, callID string) (world.Reply, bool, error) {
+	st := c.cfg.Store
+	cur, err := st.Cursor(ctx, id)
+	if err != nil || cur < seq {
+		return world.Reply{}, false, err
+	}
+	rec, err := st.GetWorld(ctx, id)
+	if err != nil {
+		return world.Reply{}, false, err
+	}
+	kern, err := c.cfg.Kernels.of("call", rec)
+	if err != nil {
+		return world.Reply{}, false, err
+	}
+	journal, err := ReadTail(ctx, st, id, 0)
+	if err != nil {
+		return world.Reply{}, false, err
+	}
+	at := -1
+	for i := range journal {
+		if journal[i].StepID == world.StepID(seq) {
+			at = i
+			break
+		}
+	}
+	if at < 0 {
+		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, detail("no journal record of inbox seq %d", seq))
+	}
+	h := journal[at].RunSeq
+	base, err := Baseline(ctx, st, kern, rec)
+	if err != nil {
+		return world.Reply{}, false, err
+	}
+	if base.Height >= h {
+		// The baseline passed the call: only the world's genesis can
+		// re-derive it, and Replay's checks say whether it is one.
+		base = world.Snapshot{}
+	}
+	var tail = journal[:at]
+	for len(tail) > 0 && tail[0].RunSeq <= base.Height {
+		tail = tail[1:]
+	}
+	inst, err := kern.Replay(id, base, tail)
+	if err != nil {
+		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, err)
+	}
+	in, err := world.RecordInput(journal[at])
+	if err != nil {
+		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, err)
+	}
+	res, err := inst.Step(in, journal[at].EmittedAt)
+	if err != nil || res.Reply == nil || res.Reply.CallID != callID || res.StateHash == "" {
+		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, err)
+	}
+	_, replyHash, _ := world.RecordCallID(journal[at])
+	if got := hashOrEmpty(res.Reply.Value); got != replyHash {
+		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, detail("re-derived reply hash %s, journal has %s", got, replyHash))
+	}
+	return *res.Reply, true, nil
+}
+
+func hashOrEmpty(b []byte) string {
+	if b == nil {
+		return ""
+	}
+	return world.Hash(b)
+}
+
+// State returns world's state at its head: the committed state of an
+// in-process host that runs it, else a replay of its baseline and journal.
+func (c *Client) State(ctx context.Context, worldID string) (world.Snapshot, error) {
+	for _, h := range c.cfg.Hosts {
+		if s, ok := h.State(worldID); ok {
+			return s, nil
+		}
+	}
+	inst, _, err := Restore(ctx, c.cfg.Store, c.cfg.Kernels, worldID)
+	if err != nil {
+		return world.Snapshot{}, err
+	}
+	return inst.Snapshot(), nil
+}

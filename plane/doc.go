@@ -1,0 +1,66 @@
+// Package plane is Orrery's hosted runtime for durable worlds: the host that
+// runs many worlds in one process, passivation, the Go client, the
+// orchestrator that places worlds on workers, fork and seed, and the
+// internal ops API with its ingress validation.
+//
+// # What it owns
+//
+//   - Host: the worker. It acquires the leases of the worlds assigned to it
+//     (Watch on assignments and leases, ListWorkerWorlds), restores each
+//     world from its active snapshot plus the journal tail (Restore), and
+//     runs each active world as one process under a dynamic supervisor of
+//     the actor layer. A world's cycle reads its inbox after the cursor,
+//     steps the pure kernel until the inbox is drained or a budget runs out
+//     (HostConfig.MaxInboxBatch, MaxTickStepsPerCycle, MaxEffectsPerCycle,
+//     MaxCycleWall on the executor's clock), then makes ONE store.Commit.
+//     Leases are renewed in batches (RenewLeases) before expiresAt − margin.
+//   - Fencing at the host: a world whose renewal fails, whose lease is
+//     revoked (unassigned, reassigned, paused, taken over) or whose store
+//     call answers ErrFenced is stopped at once. A fenced flag and the
+//     lease's local expiry are checked before every step and every commit,
+//     so no handler runs and nothing is committed after that point, and the
+//     store rejects anything that raced past it by epoch.
+//   - Passivation: an idle world's process exits after HostConfig.IdleAfter.
+//     Its state is durable; the host keeps only its lease record (id, epoch,
+//     expiry) and a store Watch registration, and the next inbox hint starts
+//     a fresh process that restores it, like an Orleans grain.
+//   - Client: Send (acknowledged once durable in the inbox, deduplicated by
+//     key), Call (waits for the handler's reply: applied, journaled,
+//     returned) and State.
+//   - Orchestrator: the worker inventory from heartbeats, rendezvous-hash
+//     placement over live non-draining workers, durable pins that override
+//     it, under a fenced lease of its own (world OrchestratorWorld).
+//   - Ops: the internal ops API (assign, unassign, acquire, renew, release,
+//     enqueue ingress, list worker worlds, fork, create from seed), each
+//     idempotent with typed errors, and ingress validation (ValidateIngress).
+//
+// # The reply path of a call
+//
+// A call is an inbox item of kind "call" whose payload is world.EncodeCall
+// with a fresh call id, enqueued with dedupe key "call:<id>". Its reply is
+// never stored apart from the journal: the step that drained the call is
+// journaled with the call id and the hash of the reply, and the reply is a
+// deterministic function of the state before that step and the recorded
+// input. So:
+//
+//   - in-process, the host hands the reply of every committed step to the
+//     Replies hub it shares with the client, right after the commit that
+//     made it durable; the waiting Call is unparked at once;
+//   - across processes (or when the host crashed between its commit and the
+//     hand-off) the client waits until the world's inbox cursor passes the
+//     call's seq, finds the journal record of that seq, and re-derives the
+//     reply by replaying the world up to the record and re-stepping its
+//     input, checking the reply hash. The client re-checks the store on a
+//     backoff on the executor's clock (a commit raises no hint a client
+//     could watch); a host never polls.
+//
+// # What it never does
+//
+// It never runs world logic outside the kernel (the orchestrator runs
+// none), never reads the machine's clock or sleeps (all time and waiting go
+// through an actor.Executor, so the whole plane runs in the lab and under
+// testing/synctest), never trusts a Watch hint for correctness (hints wake;
+// durable state decides), and keeps no package-level mutable state. The
+// adapters, the timer worker and the reapers live in plane/adapter and
+// plane/timer.
+package plane

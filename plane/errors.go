@@ -1,0 +1,68 @@
+package plane
+
+import "fmt"
+
+type sentinel string
+
+func (e sentinel) Error() string { return string(e) }
+
+// Sentinels. Every error this package returns matches one of them, or a
+// store or world sentinel it wraps, with errors.Is.
+const (
+	// ErrFenced: the world's lease was lost, revoked, not renewed in time,
+	// or the store fenced a write; the world stopped on this host.
+	ErrFenced = sentinel("plane: world fenced")
+	// ErrNoKernel: no world definition is registered for the universe.
+	ErrNoKernel = sentinel("plane: no world definition for the universe")
+	// ErrInvalidIngress: external input that does not validate; nothing
+	// was enqueued.
+	ErrInvalidIngress = sentinel("plane: invalid ingress")
+	// ErrConflict: an idempotent operation repeated with other arguments
+	// than the first time (another seed, another fork point).
+	ErrConflict = sentinel("plane: conflicting repeat")
+	// ErrCallFailed: the handler of a call failed or did not reply; the
+	// world's error is wrapped.
+	ErrCallFailed = sentinel("plane: call failed")
+	// ErrReplyUnavailable: the reply of a call can no longer be re-derived
+	// from the journal (its baseline was superseded on a seeded or forked
+	// world, or the journal was compacted past it).
+	ErrReplyUnavailable = sentinel("plane: reply no longer derivable")
+	// ErrStopped: the host or orchestrator is stopped.
+	ErrStopped = sentinel("plane: stopped")
+	// ErrNotLeader: this orchestrator does not hold the orchestrator lease.
+	ErrNotLeader = sentinel("plane: not the acting orchestrator")
+	// ErrInvalid: an argument is out of range.
+	ErrInvalid = sentinel("plane: invalid argument")
+)
+
+// Error is the typed error of a plane operation: Kind is one of the
+// sentinels above (errors.Is matches it), Err the cause.
+type Error struct {
+	Op    string
+	Kind  error
+	World string
+	Err   error
+}
+
+func (e *Error) Error() string {
+	msg := "plane: " + e.Op + ": " + e.Kind.Error()
+	if e.World != "" {
+		msg += " (world " + e.World + ")"
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is matches Kind.
+func (e *Error) Is(target error) bool { return target == e.Kind }
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+func errorf(op string, kind error, world string, cause error) *Error {
+	return &Error{Op: op, Kind: kind, World: world, Err: cause}
+}
+
+func detail(format string, args ...any) error { return fmt.Errorf(format, args...) }

@@ -1,0 +1,279 @@
+package plane_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/orrery-run/orrery/lab"
+	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/world"
+)
+
+// workload sends adds [from, to) to world id, acknowledged.
+func workload(env *lab.Env, c *plane.Client, id string, from, to int) error {
+	for i := from; i < to; i++ {
+		if _, err := c.Send(env.Ctx, id, Add{By: int64(i*i + 1), Key: fmt.Sprint("k", i)}, fmt.Sprint("k", i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func drained(env *lab.Env, st store.Store, id string) error {
+	return waitFor(env, id+" drained", 30*time.Second, func() (bool, error) {
+		items, err := st.ReadInbox(env.Ctx, id, 0, 0)
+		if err != nil {
+			return false, err
+		}
+		cur, err := st.Cursor(env.Ctx, id)
+		return len(items) == 0 || cur == items[len(items)-1].Seq, err
+	})
+}
+
+// failoverRun runs the workload on world "f", failing worker A over to
+// worker B halfway when failover is set, and returns the final state.
+func failoverRun(failover bool) (state []byte, err error) {
+	res := lab.Run(lab.Config{Seed: 7, Name: "failover"}, func(env *lab.Env) error {
+		base := newStore(env)
+		if err := createAssigned(env.Ctx, base, "f", "A"); err != nil {
+			return err
+		}
+		stA := base.Restart()
+		a, err := plane.StartHost(env.Ctx, env.Root, hostConfig("A", stA, nil))
+		if err != nil {
+			return err
+		}
+		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: env.Lab})
+		if err := workload(env, c, "f", 0, 20); err != nil {
+			return err
+		}
+		if err := drained(env, base, "f"); err != nil {
+			return err
+		}
+		if failover {
+			// A dies holding its lease; B is assigned and takes over once
+			// the lease expires, from the baseline plus the tail.
+			stA.Crash()
+			a.Kill(env.Ctx)
+			if err := base.Assign(env.Ctx, "f", store.Assignment{DesiredWorker: "B"}); err != nil {
+				return err
+			}
+			stB := base.Restart()
+			b, err := plane.StartHost(env.Ctx, env.Root, hostConfig("B", stB, nil))
+			if err != nil {
+				return err
+			}
+			defer b.Stop(env.Ctx)
+			if err := waitFor(env, "B holds f", 10*time.Second, func() (bool, error) {
+				_, ok := b.Lease("f")
+				return ok, nil
+			}); err != nil {
+				return err
+			}
+			if l, _, _ := base.GetLease(env.Ctx, "f"); l.Epoch != 2 || l.Holder != "B" {
+				return fmt.Errorf("lease after failover %+v, want B at epoch 2", l)
+			}
+		} else {
+			defer a.Stop(env.Ctx)
+		}
+		if err := workload(env, c, "f", 20, 40); err != nil {
+			return err
+		}
+		if err := drained(env, base, "f"); err != nil {
+			return err
+		}
+		s, err := parity(env.Ctx, base, "f")
+		state = s.State
+		return err
+	})
+	if res.Failure != nil {
+		return nil, res.Failure
+	}
+	return state, nil
+}
+
+// TestLeaseFailoverByteIdentical (seed 002): worker A loses its lease
+// halfway through a workload and worker B resumes the world from its
+// baseline plus the journal tail; the end state is byte for byte the one
+// of a run without failover.
+func TestLeaseFailoverByteIdentical(t *testing.T) {
+	want, err := failoverRun(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := failoverRun(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) || len(want) == 0 {
+		t.Fatalf("state after failover %x\nwithout failover %x", got, want)
+	}
+}
+
+// TestTimerSurvivesCrashAndMigration (seed 002): a timer set by a world on
+// worker A survives A's crash, fires once after the world moved to worker
+// B, and B applies its firing exactly once. The firing is driven through
+// the store's ClaimDue and Fire, as the timer worker does.
+func TestTimerSurvivesCrashAndMigration(t *testing.T) {
+	res := lab.Run(lab.Config{Seed: 8, Name: "timer-migration"}, func(env *lab.Env) error {
+		base := newStore(env)
+		if err := createAssigned(env.Ctx, base, "t", "A"); err != nil {
+			return err
+		}
+		stA := base.Restart()
+		a, err := plane.StartHost(env.Ctx, env.Root, hostConfig("A", stA, nil))
+		if err != nil {
+			return err
+		}
+		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: env.Lab})
+		if _, err := c.Send(env.Ctx, "t", Arm{AfterMs: 5000}, "arm"); err != nil {
+			return err
+		}
+		if err := drained(env, base, "t"); err != nil {
+			return err
+		}
+		timers, err := base.ListTimers(env.Ctx, "t", 10)
+		if err != nil || len(timers) != 1 {
+			return fmt.Errorf("timers after arming: %v %v", timers, err)
+		}
+		stA.Crash()
+		a.Kill(env.Ctx)
+		if err := base.Assign(env.Ctx, "t", store.Assignment{DesiredWorker: "B"}); err != nil {
+			return err
+		}
+		b, err := plane.StartHost(env.Ctx, env.Root, hostConfig("B", base.Restart(), nil))
+		if err != nil {
+			return err
+		}
+		defer b.Stop(env.Ctx)
+		if err := sleep(env, 6*time.Second); err != nil {
+			return err
+		}
+		due, err := base.ClaimDue(env.Ctx, "timer-worker", 10, time.Second)
+		if err != nil || len(due) != 1 {
+			return fmt.Errorf("due timers %v %v", due, err)
+		}
+		if _, dup, err := base.Fire(env.Ctx, due[0].IntentHash, due[0].ClaimOf()); err != nil || dup {
+			return fmt.Errorf("fire: dup %v %v", dup, err)
+		}
+		if _, dup, err := base.Fire(env.Ctx, due[0].IntentHash, due[0].ClaimOf()); err != nil || !dup {
+			return fmt.Errorf("second fire: dup %v %v", dup, err)
+		}
+		if err := drained(env, base, "t"); err != nil {
+			return err
+		}
+		s, err := parity(env.Ctx, base, "t")
+		if err != nil {
+			return err
+		}
+		v, err := value(s, "t")
+		if err != nil || v.Ticks != 1 {
+			return fmt.Errorf("ticks %d, want 1 (%v)", v.Ticks, err)
+		}
+		if epoch, ok := b.Lease("t"); !ok || epoch != 2 {
+			return fmt.Errorf("B's epoch %d (held %v), want 2", epoch, ok)
+		}
+		return nil
+	})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+}
+
+// TestForkBootsAtSnapshotWithoutPendingEffects (seed 002): a fork boots at
+// exactly the source snapshot's state, with no pending effects, timers or
+// awaited intents, and runs on its own without re-publishing the source's
+// effects.
+func TestForkBootsAtSnapshotWithoutPendingEffects(t *testing.T) {
+	res := lab.Run(lab.Config{Seed: 9, Name: "fork"}, func(env *lab.Env) error {
+		st := newStore(env)
+		if err := createAssigned(env.Ctx, st, "src", "A"); err != nil {
+			return err
+		}
+		h, err := plane.StartHost(env.Ctx, env.Root, hostConfig("A", st, nil))
+		if err != nil {
+			return err
+		}
+		defer h.Stop(env.Ctx)
+		c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
+		for i, v := range []any{Add{By: 3, Key: "a"}, Pay{}, Arm{AfterMs: 60000}, Add{By: 4, Key: "b"}} {
+			if _, err := c.Send(env.Ctx, "src", v, fmt.Sprint(i)); err != nil {
+				return err
+			}
+		}
+		if err := drained(env, st, "src"); err != nil {
+			return err
+		}
+		snap, ok, err := st.ActiveSnapshot(env.Ctx, "src")
+		if err != nil || !ok || snap.Height != 4 {
+			return fmt.Errorf("source snapshot %d %v %v, want height 4", snap.Height, ok, err)
+		}
+		src, err := world.Load(counterDef(), "src", world.Snapshot{Height: snap.Height, State: snap.State})
+		if err != nil || len(src.Awaiting()) != 1 || len(src.Timers()) != 1 {
+			return fmt.Errorf("the source should await one effect and one timer: %v", err)
+		}
+		ops, err := plane.NewOps(st, kernels())
+		if err != nil {
+			return err
+		}
+		rec, err := ops.WorldFork(env.Ctx, "src", 0, "fork")
+		if err != nil {
+			return err
+		}
+		if rec.ParentWorld != "src" || rec.ForkedAtHeight != 4 || rec.ParentSnapshotHash != snap.StateHash {
+			return fmt.Errorf("lineage %+v", rec)
+		}
+		if again, err := ops.WorldFork(env.Ctx, "src", 4, "fork"); err != nil || again.ID != "fork" {
+			return fmt.Errorf("a repeated fork: %v", err)
+		}
+		if _, err := ops.WorldFork(env.Ctx, "src", 8, "fork"); !errors.Is(err, plane.ErrConflict) && !errors.Is(err, store.ErrSnapshotNotFound) {
+			return fmt.Errorf("another fork under the same id: %v", err)
+		}
+		booted, _, err := plane.Restore(env.Ctx, st, kernels(), "fork")
+		if err != nil {
+			return err
+		}
+		fv, _ := value(booted.Snapshot(), "fork")
+		sv, _ := src.Value()
+		if fmt.Sprint(fv) != fmt.Sprint(sv) || booted.Height() != 4 {
+			return fmt.Errorf("fork boots at %d %+v, source snapshot %+v", booted.Height(), fv, sv)
+		}
+		if len(booted.Awaiting()) != 0 || len(booted.Timers()) != 0 {
+			return fmt.Errorf("fork awaits %v and timers %v", booted.Awaiting(), booted.Timers())
+		}
+		effects, _ := st.ListEffects(env.Ctx, "fork", 0, 100)
+		timers, _ := st.ListTimers(env.Ctx, "fork", 100)
+		if len(effects)+len(timers) != 0 {
+			return fmt.Errorf("fork has %d effects and %d timers queued", len(effects), len(timers))
+		}
+		before, _ := st.QueueDepths(env.Ctx)
+		if err := st.Assign(env.Ctx, "fork", store.Assignment{DesiredWorker: "A"}); err != nil {
+			return err
+		}
+		if _, err := c.Send(env.Ctx, "fork", Add{By: 10, Key: "f"}, "f"); err != nil {
+			return err
+		}
+		if err := drained(env, st, "fork"); err != nil {
+			return err
+		}
+		after, _ := st.QueueDepths(env.Ctx)
+		if after.EffectsPending != before.EffectsPending || after.TimersScheduled != before.TimersScheduled {
+			return fmt.Errorf("running the fork queued effects or timers: %+v -> %+v", before, after)
+		}
+		got, err := c.State(env.Ctx, "fork")
+		if err != nil {
+			return err
+		}
+		v, _ := value(got, "fork")
+		if v.N != 17 || got.Height != 5 {
+			return fmt.Errorf("fork after one add: %+v at %d", v, got.Height)
+		}
+		return nil
+	})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+}

@@ -1,0 +1,165 @@
+package plane_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/lab"
+	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/world"
+)
+
+// counter is the test world: it adds, answers Get, arms timers that tick.
+type counter struct {
+	N     int64
+	Ticks int64
+	Seen  []string // the keys of the adds, in order
+}
+
+type Add struct {
+	By  int64
+	Key string
+}
+
+type Get struct{}
+
+type Arm struct{ AfterMs int64 }
+
+type Tick struct{}
+
+type Pay struct{}
+
+func counterDef() *world.Def[counter] {
+	d := world.New[counter]("test.counter", 1)
+	world.On(d, func(c *world.Ctx, s *counter, a Add) error {
+		s.N += a.By
+		s.Seen = append(s.Seen, a.Key)
+		return nil
+	})
+	world.On(d, func(c *world.Ctx, s *counter, _ Get) error {
+		c.Reply(s.N)
+		return nil
+	})
+	world.On(d, func(c *world.Ctx, s *counter, a Arm) error {
+		c.SetTimer(c.Now().Add(time.Duration(a.AfterMs)*time.Millisecond), Tick{})
+		return nil
+	})
+	world.On(d, func(c *world.Ctx, s *counter, _ Tick) error {
+		s.Ticks++
+		return nil
+	})
+	world.On(d, func(c *world.Ctx, s *counter, _ Pay) error {
+		c.Effect(world.KindHTTPRequest, world.HTTPRequest{Method: "POST", URL: "https://pay.example"})
+		return nil
+	})
+	return d
+}
+
+const universe = "u"
+
+func kernels() plane.Kernels { return plane.Kernels{universe: counterDef().Kernel()} }
+
+func sleep(env *lab.Env, d time.Duration) error { return actor.Sleep(env.Ctx, env.Lab, d) }
+
+// waitFor sleeps in steps of virtual time until cond holds.
+func waitFor(env *lab.Env, what string, limit time.Duration, cond func() (bool, error)) error {
+	for deadline := env.Lab.Now().Add(limit); ; {
+		ok, err := cond()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if !env.Lab.Now().Before(deadline) {
+			return fmt.Errorf("timed out waiting for %s", what)
+		}
+		if err := sleep(env, 10*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+func newStore(env *lab.Env, opts ...memstore.Option) *memstore.Store {
+	return memstore.New(append([]memstore.Option{memstore.WithClock(env.Lab.Now)}, opts...)...)
+}
+
+func hostConfig(worker string, st store.Store, replies *plane.Replies) plane.HostConfig {
+	return plane.HostConfig{Worker: worker, Store: st, Kernels: kernels(), Replies: replies,
+		LeaseTTL: 2 * time.Second, IdleAfter: 500 * time.Millisecond, SnapshotEvery: 4}
+}
+
+func createAssigned(ctx context.Context, st store.Store, id, worker string) error {
+	if _, err := st.CreateWorld(ctx, universe, id, nil); err != nil && !errors.Is(err, store.ErrWorldExists) {
+		return err
+	}
+	return st.Assign(ctx, id, store.Assignment{DesiredWorker: worker, Reason: "test"})
+}
+
+// journalOf reads a world's whole journal.
+func journalOf(ctx context.Context, st store.Store, id string) ([]event.Envelope, error) {
+	return plane.ReadTail(ctx, st, id, 0)
+}
+
+// parity checks replay parity: the world's state replayed from its
+// baseline and journal equals want, byte for byte, and every inbox item up
+// to the cursor has exactly one journal record.
+func parity(ctx context.Context, st store.Store, id string) (world.Snapshot, error) {
+	inst, cursor, err := plane.Restore(ctx, st, kernels(), id)
+	if err != nil {
+		return world.Snapshot{}, err
+	}
+	journal, err := journalOf(ctx, st, id)
+	if err != nil {
+		return world.Snapshot{}, err
+	}
+	steps := map[string]int{}
+	for _, e := range journal {
+		steps[e.StepID]++
+	}
+	rec, err := st.GetWorld(ctx, id)
+	if err != nil {
+		return world.Snapshot{}, err
+	}
+	if rec.ParentWorld == "" {
+		// A plain world's whole journal replays from genesis to the same
+		// state as its baseline plus tail.
+		full, err := world.Replay(counterDef(), id, world.Snapshot{}, journal)
+		if err != nil {
+			return world.Snapshot{}, fmt.Errorf("replay from genesis: %w", err)
+		}
+		if string(full.State()) != string(inst.State()) {
+			return world.Snapshot{}, fmt.Errorf("genesis replay and restore differ")
+		}
+		items, err := st.ReadInbox(ctx, id, 0, 0)
+		if err != nil {
+			return world.Snapshot{}, err
+		}
+		for _, it := range items {
+			if it.Seq > cursor {
+				break
+			}
+			if n := steps[world.StepID(it.Seq)]; n != 1 {
+				return world.Snapshot{}, fmt.Errorf("inbox item %d has %d journal records", it.Seq, n)
+			}
+		}
+		if uint64(len(journal)) != cursor {
+			return world.Snapshot{}, fmt.Errorf("%d records for cursor %d", len(journal), cursor)
+		}
+	}
+	return inst.Snapshot(), nil
+}
+
+func value(s world.Snapshot, id string) (counter, error) {
+	w, err := world.Load(counterDef(), id, s)
+	if err != nil {
+		return counter{}, err
+	}
+	return w.Value()
+}

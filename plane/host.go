@@ -1,0 +1,726 @@
+package plane
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/supervisor"
+	"github.com/orrery-run/orrery/world"
+)
+
+// HostConfig configures a Host. Zero durations and sizes take the defaults
+// named on each field.
+type HostConfig struct {
+	Worker  string      // the worker id: lease holder and inventory name
+	Store   store.Store // the persistence plane
+	Kernels Kernels     // the definition of each universe's worlds
+	Replies *Replies    // in-process reply hand-off (optional)
+
+	Capacity       int           // announced in heartbeats (default 1<<20)
+	LeaseTTL       time.Duration // default 10s
+	RenewMargin    time.Duration // renew before expiresAt − margin (default LeaseTTL/3)
+	HeartbeatEvery time.Duration // default LeaseTTL/3
+	// SyncEvery is the backstop rescan of the worker's worlds (default
+	// LeaseTTL/2): hints may be lost, and a lease held elsewhere becomes
+	// acquirable when it expires, which nothing announces.
+	SyncEvery time.Duration
+	// IdleAfter passivates a world whose process saw no input for that
+	// long (default 30s; negative: never).
+	IdleAfter time.Duration
+	// ClockSkew is subtracted from a lease's expiry before the local
+	// check that runs before every step and commit (default 0: the
+	// executor's clock is the store's, as in the lab).
+	ClockSkew time.Duration
+
+	MaxInboxBatch        int           // items read per cycle (default 256)
+	MaxTickStepsPerCycle int           // steps per commit (default 256)
+	MaxEffectsPerCycle   int           // intents per commit (default 1024)
+	MaxCycleWall         time.Duration // a cycle's stepping time (default 50ms)
+	SnapshotEvery        uint64        // snapshot every N heights (default 1000)
+	ListPage             int           // ListWorkerWorlds and RenewLeases page (default 1000)
+	RetryAfter           time.Duration // after a failed controller store call (default 100ms)
+
+	// Observe, when set, receives the host's events synchronously; it
+	// must not block. Tests and metrics read it.
+	Observe func(HostEvent)
+}
+
+// HostEvent is one thing a host did.
+type HostEvent struct {
+	Kind   string // one of the Ev* constants
+	World  string
+	Epoch  uint64
+	Height uint64 // the head after a commit
+	At     time.Time
+	Err    error
+}
+
+// Host event kinds.
+const (
+	EvAcquired  = "acquired"
+	EvRestored  = "restored"
+	EvStep      = "step"   // a handler is about to run (checked first)
+	EvCommit    = "commit" // a commit succeeded
+	EvFenced    = "fenced" // the world stopped on this host
+	EvReleased  = "released"
+	EvPassivate = "passivate"
+	EvWake      = "wake" // a passive world's process started again
+	EvCrash     = "crash"
+)
+
+func (c *HostConfig) defaults() error {
+	if c.Worker == "" || c.Store == nil || c.Kernels == nil {
+		return errorf("host", ErrInvalid, "", detail("a host needs Worker, Store and Kernels"))
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	defInt := func(n *int, v int) {
+		if *n <= 0 {
+			*n = v
+		}
+	}
+	def(&c.LeaseTTL, 10*time.Second)
+	def(&c.RenewMargin, c.LeaseTTL/3)
+	def(&c.HeartbeatEvery, c.LeaseTTL/3)
+	def(&c.SyncEvery, c.LeaseTTL/2)
+	def(&c.IdleAfter, 30*time.Second)
+	def(&c.MaxCycleWall, 50*time.Millisecond)
+	def(&c.RetryAfter, 100*time.Millisecond)
+	defInt(&c.Capacity, 1<<20)
+	defInt(&c.MaxInboxBatch, 256)
+	defInt(&c.MaxTickStepsPerCycle, 256)
+	defInt(&c.MaxEffectsPerCycle, 1024)
+	defInt(&c.ListPage, 1000)
+	if c.SnapshotEvery == 0 {
+		c.SnapshotEvery = 1000
+	}
+	if c.RenewMargin >= c.LeaseTTL {
+		return errorf("host", ErrInvalid, "", detail("RenewMargin %v must be below LeaseTTL %v", c.RenewMargin, c.LeaseTTL))
+	}
+	return nil
+}
+
+// Host runs the worlds assigned to one worker in this process. See the
+// package doc for what it does; StartHost starts it, Stop or Drain ends it.
+type Host struct {
+	cfg   HostConfig
+	st    store.Store
+	ex    actor.Executor
+	scope *actor.Scope
+	sup   *supervisor.DynamicRef
+	park  actor.Parker // the controller's wake-up
+
+	syncHint atomic.Bool
+
+	mu       sync.Mutex
+	leases   map[string]*lease // held leases, active or passive
+	wakes    []string          // passive worlds with a hint, in arrival order
+	waking   map[string]bool
+	draining bool
+	stopped  bool
+}
+
+// lease is what the host keeps per world it holds: for a passive world it
+// is all there is (no process, no goroutine).
+type lease struct {
+	world   string
+	kern    world.Kernel
+	epoch   uint64
+	expires atomic.Int64 // unix nanos of the store's expiresAt
+	fenced  atomic.Bool
+	head    atomic.Pointer[world.Snapshot] // last committed state, for State
+
+	// Under Host.mu.
+	ref        *actor.Ref[wmsg] // the running process, nil while passive
+	restarting bool             // crashed; the supervisor is starting a fresh instance
+	stopWatch  func()
+}
+
+// alive is the check before every step and every commit: not fenced and
+// not past its expiry by the executor's clock.
+func (h *Host) alive(l *lease) bool {
+	if l.fenced.Load() {
+		return false
+	}
+	if !h.ex.Now().Before(time.Unix(0, l.expires.Load()).Add(-h.cfg.ClockSkew)) {
+		l.fenced.Store(true)
+		return false
+	}
+	return true
+}
+
+// StartHost starts a host in a scope of its own under scope: a dynamic
+// supervisor for the world processes and the controller that holds the
+// leases. It returns once both run; the first sync happens right after.
+func StartHost(ctx context.Context, scope *actor.Scope, cfg HostConfig) (*Host, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	sub, err := scope.Sub("host:" + cfg.Worker)
+	if err != nil {
+		return nil, err
+	}
+	h := &Host{cfg: cfg, st: cfg.Store, ex: scope.Executor(), scope: sub,
+		leases: map[string]*lease{}, waking: map[string]bool{}}
+	h.park = h.ex.NewParker()
+	h.sup, err = supervisor.StartDynamic(ctx, sub, supervisor.DynamicSpec{
+		MaxRestarts: 5, Window: time.Second, Escalation: supervisor.PolicyResetCounter,
+		Backoff: supervisor.Exponential(10*time.Millisecond, time.Second, 2),
+	}, actor.WithName("worlds:"+cfg.Worker))
+	if err != nil {
+		_, _ = sub.CloseKilled(ctx)
+		return nil, err
+	}
+	h.syncHint.Store(true)
+	if _, err := sub.Go("host-controller:"+cfg.Worker, h.control); err != nil {
+		_, _ = sub.CloseKilled(ctx)
+		return nil, err
+	}
+	return h, nil
+}
+
+// Worker is the host's worker id.
+func (h *Host) Worker() string { return h.cfg.Worker }
+
+func (h *Host) emit(ev HostEvent) {
+	if h.cfg.Observe != nil {
+		ev.At = h.ex.Now()
+		h.cfg.Observe(ev)
+	}
+}
+
+// Stop stops the host as a process exit would: every world process stops
+// and nothing more is committed. Leases are not released (their TTL frees
+// them); Drain is the planned way out.
+func (h *Host) Stop(ctx context.Context) error {
+	h.mu.Lock()
+	h.stopped = true
+	for _, l := range h.leases {
+		l.fenced.Store(true)
+	}
+	h.mu.Unlock()
+	_, err := h.scope.Close(ctx)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, w := range sortedKeys(h.leases) {
+		if l := h.leases[w]; l.stopWatch != nil {
+			l.stopWatch()
+		}
+	}
+	clear(h.leases)
+	return err
+}
+
+// Kill ends the host at once, as a crash: processes are aborted, nothing
+// is released. The store handle should be considered dead too.
+func (h *Host) Kill(ctx context.Context) {
+	h.mu.Lock()
+	h.stopped = true
+	for _, l := range h.leases {
+		l.fenced.Store(true)
+	}
+	h.mu.Unlock()
+	_, _ = h.scope.CloseKilled(ctx)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, w := range sortedKeys(h.leases) {
+		if l := h.leases[w]; l.stopWatch != nil {
+			l.stopWatch()
+		}
+	}
+	clear(h.leases)
+}
+
+// Drain is a planned departure: the worker is marked draining (the
+// orchestrator places nothing here and moves its worlds), every world
+// stops, and the leases are released at once with ReleaseLeases, so the
+// successors do not wait for the TTL. The host keeps running, holding
+// nothing, until Stop.
+func (h *Host) Drain(ctx context.Context) error {
+	if _, err := h.st.SetDraining(ctx, h.cfg.Worker, true); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	h.mu.Lock()
+	h.draining = true
+	var held []*lease
+	for _, w := range sortedKeys(h.leases) {
+		held = append(held, h.leases[w])
+	}
+	h.mu.Unlock()
+	for _, l := range held {
+		h.dropLease(l, EvReleased, nil)
+	}
+	// The processes have been told; wait until none of them can still
+	// commit before the leases go, so a successor never overlaps them.
+	for _, l := range held {
+		h.mu.Lock()
+		ref := l.ref
+		h.mu.Unlock()
+		if ref != nil {
+			if _, err := ref.PID().Wait(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	var refs []store.LeaseRef
+	for _, l := range held {
+		refs = append(refs, store.LeaseRef{World: l.world, Epoch: l.epoch})
+	}
+	for len(refs) > 0 {
+		n := min(len(refs), h.cfg.ListPage)
+		if _, err := h.st.ReleaseLeases(ctx, h.cfg.Worker, refs[:n]); err != nil {
+			return err
+		}
+		refs = refs[n:]
+	}
+	return nil
+}
+
+// SetDraining marks the worker draining or not, without releasing
+// anything: the orchestrator then moves its worlds, and each lease is
+// released as its world's assignment moves away.
+func (h *Host) SetDraining(ctx context.Context, draining bool) error {
+	if _, err := h.st.SetDraining(ctx, h.cfg.Worker, draining); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.draining = draining
+	h.mu.Unlock()
+	h.syncHint.Store(true)
+	h.park.Unpark()
+	return nil
+}
+
+// Worlds lists the worlds whose leases the host holds, sorted, and how
+// many of them have a running process.
+func (h *Host) Worlds() (held []string, active int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	held = sortedKeys(h.leases)
+	for _, w := range held {
+		if h.leases[w].ref != nil {
+			active++
+		}
+	}
+	return held, active
+}
+
+// Lease returns the epoch the host holds world at (ok=false if none).
+func (h *Host) Lease(world string) (epoch uint64, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	l, ok := h.leases[world]
+	if !ok {
+		return 0, false
+	}
+	return l.epoch, true
+}
+
+// State returns the state a world hosted here last committed (ok=false if
+// the host does not hold it or has not restored it yet).
+func (h *Host) State(world string) (world.Snapshot, bool) {
+	h.mu.Lock()
+	l, ok := h.leases[world]
+	h.mu.Unlock()
+	if !ok {
+		return worldSnapshot{}, false
+	}
+	s := l.head.Load()
+	if s == nil || !h.alive(l) {
+		return worldSnapshot{}, false
+	}
+	return *s, true
+}
+
+type worldSnapshot = world.Snapshot
+
+// ---- the controller ----
+
+// control is the host's one control loop: heartbeats, lease acquisition
+// and revocation (sync), batched renewal, and starting processes for
+// passive worlds with a hint. It blocks on one Parker, woken by store
+// Watch hints and by a timer on the executor's clock for its next
+// deadline; it never polls.
+func (h *Host) control(ctx context.Context) error {
+	stop, err := h.st.Watch(ctx, hintWaker{h}, store.TopicAssignments, store.TopicLeases)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	var nextBeat, nextSync, nextRenew time.Time
+	for ctx.Err() == nil {
+		now := h.ex.Now()
+		if !now.Before(nextBeat) {
+			if _, err := h.st.Heartbeat(ctx, h.cfg.Worker, h.cfg.Capacity); err != nil {
+				nextBeat = now.Add(h.cfg.RetryAfter)
+			} else {
+				nextBeat = now.Add(h.cfg.HeartbeatEvery)
+			}
+		}
+		if h.syncHint.Swap(false) || !now.Before(nextSync) {
+			if err := h.sync(ctx); err != nil {
+				h.syncHint.Store(true)
+				nextSync = now.Add(h.cfg.RetryAfter)
+			} else {
+				nextSync = now.Add(h.cfg.SyncEvery)
+			}
+		}
+		nextRenew = h.renew(ctx)
+		retry := h.startWakes(ctx)
+
+		at := slices.MinFunc([]time.Time{nextBeat, nextSync, nextRenew}, time.Time.Compare)
+		if retry {
+			at = now.Add(time.Millisecond)
+		}
+		if d := at.Sub(h.ex.Now()); d > 0 {
+			t := h.ex.AfterFunc(d, h.park.Unpark)
+			err := h.park.Park(ctx)
+			t.Stop()
+			if err != nil {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// hintWaker turns an assignment or lease hint into a sync.
+type hintWaker struct{ h *Host }
+
+func (w hintWaker) Unpark() {
+	w.h.syncHint.Store(true)
+	w.h.park.Unpark()
+}
+
+// worldWaker is a world's inbox hint.
+type worldWaker struct {
+	h *Host
+	l *lease
+}
+
+func (w worldWaker) Unpark() { w.h.hint(w.l) }
+
+// hint wakes a world: its process if it runs, else the controller, which
+// starts one.
+func (h *Host) hint(l *lease) {
+	if l.fenced.Load() {
+		return
+	}
+	h.mu.Lock()
+	ref, restarting := l.ref, l.restarting
+	if ref == nil && !restarting {
+		h.queueWakeLocked(l.world)
+	}
+	h.mu.Unlock()
+	if ref == nil {
+		// A restarting world reads its inbox when its fresh instance
+		// starts: nothing to do.
+		if !restarting {
+			h.park.Unpark()
+		}
+		return
+	}
+	if err := ref.TrySend(wmsg{}); err != nil && !errors.Is(err, actor.ErrMailboxFull) {
+		// The process is gone (it exits on passivation or a crash): the
+		// controller decides what runs next.
+		h.mu.Lock()
+		h.queueWakeLocked(l.world)
+		h.mu.Unlock()
+		h.park.Unpark()
+	}
+}
+
+func (h *Host) queueWakeLocked(w string) {
+	if !h.waking[w] {
+		h.waking[w] = true
+		h.wakes = append(h.wakes, w)
+	}
+}
+
+// startWakes starts a process for every passive world with a hint, and
+// nudges running ones. It reports whether some must be retried.
+func (h *Host) startWakes(ctx context.Context) (retry bool) {
+	h.mu.Lock()
+	wakes := h.wakes
+	h.wakes = nil
+	clear(h.waking)
+	h.mu.Unlock()
+	for _, w := range wakes {
+		h.mu.Lock()
+		l, ok := h.leases[w]
+		var ref *actor.Ref[wmsg]
+		restarting := false
+		if ok {
+			ref, restarting = l.ref, l.restarting
+		}
+		h.mu.Unlock()
+		if !ok || restarting || !h.alive(l) {
+			continue
+		}
+		if ref != nil {
+			if err := ref.TrySend(wmsg{}); err == nil || errors.Is(err, actor.ErrMailboxFull) {
+				continue
+			}
+		}
+		if err := h.startProc(ctx, l); err != nil {
+			h.mu.Lock()
+			h.queueWakeLocked(w)
+			h.mu.Unlock()
+			retry = true
+		}
+	}
+	return retry
+}
+
+func (h *Host) startProc(ctx context.Context, l *lease) error {
+	spec := supervisor.ChildSpec{
+		ID: l.world,
+		Start: func(ctx context.Context, scope *actor.Scope) (actor.PID, error) {
+			ref, err := actor.Spawn[wmsg](ctx, scope, &worldProc{h: h, l: l}, actor.WithName("world:"+l.world), actor.WithMailbox(4))
+			if err != nil {
+				return actor.PID{}, err
+			}
+			return ref.PID(), nil
+		},
+		Restart:     supervisor.Transient,
+		Containment: supervisor.Contain,
+	}
+	_, err := h.sup.StartChild(ctx, spec)
+	h.emit(HostEvent{Kind: EvWake, World: l.world, Epoch: l.epoch, Err: err})
+	return err
+}
+
+// sync reconciles the leases held with the worker's worlds in the store:
+// acquire what is assigned here and not held, drop what was lost, revoked
+// or moved elsewhere.
+func (h *Host) sync(ctx context.Context) error {
+	seen := map[string]bool{}
+	after := ""
+	h.mu.Lock()
+	draining := h.draining
+	h.mu.Unlock()
+	for {
+		rows, err := h.st.ListWorkerWorlds(ctx, h.cfg.Worker, after, h.cfg.ListPage)
+		if err != nil {
+			return err
+		}
+		for _, row := range rows {
+			seen[row.World] = true
+			mine := row.Assignment != nil && row.Assignment.DesiredWorker == h.cfg.Worker
+			h.mu.Lock()
+			l := h.leases[row.World]
+			h.mu.Unlock()
+			if l != nil {
+				switch {
+				case l.fenced.Load():
+					// Fenced locally (expired before a renewal landed):
+					// never revived; acquired again at a new epoch.
+					h.dropLease(l, EvFenced, errorf("sync", ErrFenced, l.world, detail("expired locally")))
+					l = nil
+				case row.Lease == nil || row.Lease.Holder != h.cfg.Worker || row.Lease.Epoch != l.epoch:
+					h.dropLease(l, EvFenced, errorf("sync", ErrFenced, l.world, detail("lease lost")))
+					l = nil
+				case !mine || draining:
+					// Revoked: unassigned or moved. Stop, then release so
+					// the successor need not wait for the TTL.
+					h.dropLease(l, EvReleased, nil)
+					h.releaseAfterStop(ctx, l)
+					continue
+				}
+			}
+			if l == nil && mine && !draining {
+				if err := h.acquire(ctx, row.World); err != nil && !benign(err) {
+					return err
+				}
+			}
+		}
+		if len(rows) < h.cfg.ListPage {
+			break
+		}
+		after = rows[len(rows)-1].World
+	}
+	h.mu.Lock()
+	var lost []*lease
+	for _, w := range sortedKeys(h.leases) {
+		if !seen[w] {
+			lost = append(lost, h.leases[w])
+		}
+	}
+	h.mu.Unlock()
+	for _, l := range lost {
+		h.dropLease(l, EvFenced, errorf("sync", ErrFenced, l.world, detail("lease expired or revoked")))
+	}
+	return nil
+}
+
+// benign are the acquire errors that only mean "not now": another holder
+// until its lease expires, an assignment that moved, a paused world.
+func benign(err error) bool {
+	return errors.Is(err, store.ErrLeaseHeld) || errors.Is(err, store.ErrNotAssigned) ||
+		errors.Is(err, store.ErrWorldPaused) || errors.Is(err, store.ErrWorldArchived) ||
+		errors.Is(err, store.ErrWorldNotFound) || errors.Is(err, ErrNoKernel)
+}
+
+func (h *Host) acquire(ctx context.Context, id string) error {
+	rec, err := h.st.GetWorld(ctx, id)
+	if err != nil {
+		return err
+	}
+	kern, err := h.cfg.Kernels.of("acquire", rec)
+	if err != nil {
+		return err
+	}
+	got, err := h.st.Acquire(ctx, id, h.cfg.Worker, h.cfg.LeaseTTL)
+	if err != nil {
+		return err
+	}
+	l := &lease{world: id, kern: kern, epoch: got.Epoch}
+	l.expires.Store(got.ExpiresAt.UnixNano())
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return ErrStopped
+	}
+	h.leases[id] = l
+	h.mu.Unlock()
+	h.emit(HostEvent{Kind: EvAcquired, World: id, Epoch: got.Epoch})
+	// Watch first, then look: an item enqueued in between raises a hint.
+	stop, err := h.st.Watch(ctx, worldWaker{h, l}, store.TopicInbox(id))
+	if err != nil {
+		h.dropLease(l, EvFenced, err)
+		return err
+	}
+	h.mu.Lock()
+	l.stopWatch = stop
+	h.mu.Unlock()
+	// A world with a backlog starts now; one whose inbox cannot be read
+	// starts too, since nothing else would look at it again.
+	cursor, err := h.st.Cursor(ctx, id)
+	var items []store.InboxItem
+	if err == nil {
+		items, err = h.st.ReadInbox(ctx, id, cursor, 1)
+	}
+	if err != nil || len(items) > 0 {
+		h.hint(l)
+	}
+	return nil
+}
+
+// dropLease forgets l and stops its world at once: the fenced flag makes
+// its process do nothing more (it is checked before every step and
+// commit), and the process is told to exit.
+func (h *Host) dropLease(l *lease, kind string, cause error) {
+	l.fenced.Store(true)
+	h.mu.Lock()
+	if h.leases[l.world] == l {
+		delete(h.leases, l.world)
+	}
+	ref, stop := l.ref, l.stopWatch
+	l.stopWatch = nil
+	h.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	if ref != nil {
+		_ = ref.TrySend(wmsg{}) // it wakes, sees the flag and exits
+	}
+	h.emit(HostEvent{Kind: kind, World: l.world, Epoch: l.epoch, Err: cause})
+}
+
+// releaseAfterStop releases a revoked lease once its process can no longer
+// commit.
+func (h *Host) releaseAfterStop(ctx context.Context, l *lease) {
+	h.mu.Lock()
+	ref := l.ref
+	h.mu.Unlock()
+	if ref != nil {
+		if _, err := ref.PID().Wait(ctx); err != nil {
+			return
+		}
+	}
+	// A failed release only means the successor waits for the TTL.
+	_ = h.st.Release(ctx, l.world, h.cfg.Worker, l.epoch)
+}
+
+// renew renews every held lease in batches when the earliest is due, and
+// returns when to look again.
+func (h *Host) renew(ctx context.Context) time.Time {
+	now := h.ex.Now()
+	h.mu.Lock()
+	var held []*lease
+	earliest := time.Time{}
+	var fenced []*lease
+	for _, w := range sortedKeys(h.leases) {
+		l := h.leases[w]
+		if l.fenced.Load() {
+			fenced = append(fenced, l)
+			continue
+		}
+		held = append(held, l)
+		if exp := time.Unix(0, l.expires.Load()); earliest.IsZero() || exp.Before(earliest) {
+			earliest = exp
+		}
+	}
+	h.mu.Unlock()
+	for _, l := range fenced {
+		// A fenced lease is never renewed: its world stopped, and sync
+		// acquires it again at a new epoch if it is still assigned here.
+		h.dropLease(l, EvFenced, errorf("renew", ErrFenced, l.world, detail("fenced locally")))
+		h.syncHint.Store(true)
+	}
+	if len(held) == 0 {
+		return now.Add(h.cfg.LeaseTTL)
+	}
+	if due := earliest.Add(-h.cfg.RenewMargin); now.Before(due) {
+		return due
+	}
+	next := now.Add(h.cfg.LeaseTTL - h.cfg.RenewMargin)
+	for len(held) > 0 {
+		batch := held[:min(len(held), h.cfg.ListPage)]
+		held = held[len(batch):]
+		refs := make([]store.LeaseRef, len(batch))
+		for i, l := range batch {
+			refs[i] = store.LeaseRef{World: l.world, Epoch: l.epoch}
+		}
+		res, err := h.st.RenewLeases(ctx, h.cfg.Worker, refs, h.cfg.LeaseTTL)
+		if err != nil {
+			// The call failed, not a lease: retry soon. A lease whose
+			// expiry passes meanwhile fences itself (alive).
+			for _, l := range batch {
+				if !h.alive(l) {
+					h.dropLease(l, EvFenced, errorf("renew", ErrFenced, l.world, err))
+				}
+			}
+			next = now.Add(h.cfg.RetryAfter)
+			continue
+		}
+		for i, r := range res {
+			l := batch[i]
+			if r.Err != nil {
+				h.dropLease(l, EvFenced, errorf("renew", ErrFenced, l.world, r.Err))
+				h.syncHint.Store(true)
+				continue
+			}
+			l.expires.Store(r.Lease.ExpiresAt.UnixNano())
+		}
+	}
+	return next
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,205 @@
+package plane
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fxamacker/cbor/v2"
+
+	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/world"
+)
+
+// Ops is the internal ops API: what the HTTP ops API and the CLI call.
+// Every operation is idempotent (repeating it with the same arguments
+// answers as the first time did, or as a no-op) and its errors are typed:
+// the store's sentinels, or this package's.
+type Ops struct {
+	st      store.Store
+	kernels Kernels
+	dec     *event.Decoder
+}
+
+// NewOps returns the ops API over st.
+func NewOps(st store.Store, kernels Kernels) (*Ops, error) {
+	dec, err := event.NewDecoder(event.DecoderOptions{DisallowUnknownFields: true})
+	if err != nil {
+		return nil, err
+	}
+	return &Ops{st: st, kernels: kernels, dec: dec}, nil
+}
+
+// AssignWorld writes world's desired worker (assign_world).
+func (o *Ops) AssignWorld(ctx context.Context, worldID, worker, reason string) error {
+	return o.st.Assign(ctx, worldID, store.Assignment{DesiredWorker: worker, Reason: reason})
+}
+
+// UnassignWorld removes world's assignment (unassign_world); no assignment
+// is a no-op.
+func (o *Ops) UnassignWorld(ctx context.Context, worldID string) error {
+	err := o.st.Unassign(ctx, worldID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// AcquireLease is acquire_lease: the holder acquiring again gets its lease
+// back unchanged.
+func (o *Ops) AcquireLease(ctx context.Context, worldID, worker string, ttl time.Duration) (store.Lease, error) {
+	return o.st.Acquire(ctx, worldID, worker, ttl)
+}
+
+// RenewLease is renew_lease.
+func (o *Ops) RenewLease(ctx context.Context, worldID, worker string, epoch uint64, ttl time.Duration) (store.Lease, error) {
+	return o.st.Renew(ctx, worldID, worker, epoch, ttl)
+}
+
+// ReleaseLease is release_lease. Releasing a lease already released at
+// that epoch (a retried release) is a no-op.
+func (o *Ops) ReleaseLease(ctx context.Context, worldID, worker string, epoch uint64) error {
+	err := o.st.Release(ctx, worldID, worker, epoch)
+	if err != nil && (errors.Is(err, store.ErrNotHolder) || errors.Is(err, store.ErrStaleEpoch)) {
+		if l, ok, gerr := o.st.GetLease(ctx, worldID); gerr == nil && ok && l.Holder == "" && l.Epoch == epoch {
+			return nil
+		}
+	}
+	return err
+}
+
+// ListWorkerWorlds is list_worker_worlds.
+func (o *Ops) ListWorkerWorlds(ctx context.Context, worker, after string, limit int) ([]store.WorkerWorld, error) {
+	return o.st.ListWorkerWorlds(ctx, worker, after, limit)
+}
+
+// Ingress is one external input: its kind (world.InputEvent or
+// world.InputCall), its wire form (world.EncodeEvent or EncodeCall, as
+// CBOR bytes from outside) and its idempotency key.
+type Ingress struct {
+	Kind      string
+	Payload   []byte
+	DedupeKey string
+}
+
+// EnqueueIngress is enqueue_ingress: the input is validated completely
+// (ValidateIngress and store.CheckIngress) before anything is written, and
+// a repeated key is acknowledged with the first seq. Bad input is
+// ErrInvalidIngress and nothing is enqueued.
+func (o *Ops) EnqueueIngress(ctx context.Context, worldID string, in Ingress) (Ack, error) {
+	if err := o.ValidateIngress(in.Kind, in.Payload); err != nil {
+		return Ack{}, errorf("enqueue_ingress", ErrInvalidIngress, worldID, err)
+	}
+	return enqueue(ctx, o.st, "enqueue_ingress", worldID, store.InboxItem{Kind: in.Kind, Payload: in.Payload, DedupeKey: in.DedupeKey})
+}
+
+// ingressMessage is the wire form of an event or call from outside: the
+// kernel's message without the fields only the plane writes (fabric
+// origins, timer hashes), which outside input may not carry.
+type ingressMessage struct {
+	Type          string          `cbor:"type"`
+	Value         cbor.RawMessage `cbor:"value"`
+	CallID        string          `cbor:"call_id,omitempty"`
+	CorrelationID string          `cbor:"correlation_id,omitempty"`
+}
+
+// ValidateIngress checks external input as the kernel will read it: an
+// event or a call, CBOR within event's limits, the message form with a
+// type outside the reserved "sys/" names, and a call id on exactly the
+// calls. It does not canonicalise: the kernel does that once, when it
+// writes the input into the journal record.
+func (o *Ops) ValidateIngress(kind string, payload []byte) error {
+	switch kind {
+	case world.InputEvent, world.InputCall:
+	default:
+		return detail("kind %q is not %q or %q", kind, world.InputEvent, world.InputCall)
+	}
+	canon, err := o.dec.Canonicalize(payload)
+	if err != nil {
+		return err
+	}
+	var m ingressMessage
+	if err := o.dec.Unmarshal(canon, &m); err != nil {
+		return err
+	}
+	switch {
+	case m.Type == "" || !utf8.ValidString(m.Type):
+		return detail("no type")
+	case strings.HasPrefix(m.Type, "sys/"):
+		return detail("type %q is reserved", m.Type)
+	case (kind == world.InputCall) != (m.CallID != ""):
+		return detail("call_id is set on exactly the calls")
+	}
+	return nil
+}
+
+// WorldFork is world_fork: newWorld is created from src's snapshot at
+// height (0: src's active snapshot), with its lineage. It boots at exactly
+// that snapshot's state, with no effects, timers or dedupe records of its
+// own, and nothing awaited (see Baseline). A repeat with the same source
+// and height returns the existing fork; another fork under that id is
+// ErrConflict.
+func (o *Ops) WorldFork(ctx context.Context, src string, height uint64, newWorld string) (store.World, error) {
+	if height == 0 {
+		snap, ok, err := o.st.ActiveSnapshot(ctx, src)
+		if err != nil {
+			return store.World{}, err
+		}
+		if !ok {
+			return store.World{}, store.Errorf("world_fork", store.ErrSnapshotNotFound, src, "no snapshot to fork")
+		}
+		height = snap.Height
+	}
+	rec, err := o.st.ForkWorld(ctx, src, height, newWorld)
+	if errors.Is(err, store.ErrWorldExists) {
+		prev, gerr := o.st.GetWorld(ctx, newWorld)
+		if gerr != nil {
+			return store.World{}, gerr
+		}
+		if prev.ParentWorld == src && prev.ForkedAtHeight == height {
+			return prev, nil
+		}
+		return store.World{}, errorf("world_fork", ErrConflict, newWorld, err)
+	}
+	return rec, err
+}
+
+// WorldCreateFromSeed is world_create_from_seed: a world of universe
+// created at seed, whose state the universe's kernel must accept, with
+// nothing awaited (the seed's effects and timers belong to no queue here).
+// A repeat with the same seed, before the world has snapshotted past it,
+// returns the existing world; another seed under that id is ErrConflict.
+func (o *Ops) WorldCreateFromSeed(ctx context.Context, universe, worldID string, seed world.Snapshot) (store.World, error) {
+	kern, err := o.kernels.of("world_create_from_seed", store.World{ID: worldID, Universe: universe})
+	if err != nil {
+		return store.World{}, err
+	}
+	inst, err := kern.Load(worldID, seed)
+	if err != nil {
+		return store.World{}, errorf("world_create_from_seed", ErrInvalid, worldID, err)
+	}
+	state, err := kern.ForkState(inst.State())
+	if err != nil {
+		return store.World{}, errorf("world_create_from_seed", ErrInvalid, worldID, err)
+	}
+	snap := store.Snapshot{World: worldID, Height: seed.Height, State: state, StateHash: world.Hash(state)}
+	rec, err := o.st.CreateWorld(ctx, universe, worldID, &snap)
+	if errors.Is(err, store.ErrWorldExists) {
+		prev, gerr := o.st.GetWorld(ctx, worldID)
+		if gerr != nil {
+			return store.World{}, gerr
+		}
+		cur, ok, serr := o.st.ActiveSnapshot(ctx, worldID)
+		if serr != nil {
+			return store.World{}, serr
+		}
+		if prev.Universe == universe && prev.ParentWorld == "" && ok && cur.Height == snap.Height && cur.StateHash == snap.StateHash {
+			return prev, nil
+		}
+		return store.World{}, errorf("world_create_from_seed", ErrConflict, worldID, err)
+	}
+	return rec, err
+}

@@ -1,0 +1,281 @@
+package plane
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/store"
+)
+
+// The orchestrator's own lease is the lease of this world, so that only
+// one orchestrator acts at a time, fenced like any world.
+const (
+	OrchestratorWorld    = "sys.orchestrator"
+	OrchestratorUniverse = "sys"
+)
+
+// Assignment reasons the orchestrator writes. A pin is an operator's
+// explicit placement: the orchestrator never moves it.
+const (
+	ReasonPin        = "pin"
+	ReasonRendezvous = "rendezvous"
+)
+
+// OrchestratorConfig configures an Orchestrator.
+type OrchestratorConfig struct {
+	ID        string      // this orchestrator's id (its lease holder name)
+	Store     store.Store //
+	Universes []string    // whose worlds it places
+	LeaseTTL  time.Duration
+	// LiveFor: a worker is live while its last heartbeat (store clock) is
+	// younger than this (default LeaseTTL).
+	LiveFor    time.Duration
+	Every      time.Duration // reconcile backstop (default LeaseTTL/2)
+	RetryAfter time.Duration // after a failed store call (default 100ms)
+}
+
+// Orchestrator keeps the worker inventory, places worlds by rendezvous
+// hashing over live, non-draining workers (pins override), and writes
+// assignments and revocations. It never runs world logic.
+type Orchestrator struct {
+	cfg   OrchestratorConfig
+	st    store.Store
+	ex    actor.Executor
+	scope *actor.Scope
+	park  actor.Parker
+	hint  atomic.Bool
+
+	mu      sync.Mutex
+	epoch   uint64
+	expires time.Time // zero: not the leader
+}
+
+// StartOrchestrator starts an orchestrator in a scope of its own under
+// scope. It acts only while it holds the orchestrator lease.
+func StartOrchestrator(ctx context.Context, scope *actor.Scope, cfg OrchestratorConfig) (*Orchestrator, error) {
+	if cfg.ID == "" || cfg.Store == nil {
+		return nil, errorf("orchestrator", ErrInvalid, "", detail("an orchestrator needs ID and Store"))
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 10 * time.Second
+	}
+	if cfg.LiveFor <= 0 {
+		cfg.LiveFor = cfg.LeaseTTL
+	}
+	if cfg.Every <= 0 {
+		cfg.Every = cfg.LeaseTTL / 2
+	}
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = 100 * time.Millisecond
+	}
+	sub, err := scope.Sub("orchestrator:" + cfg.ID)
+	if err != nil {
+		return nil, err
+	}
+	o := &Orchestrator{cfg: cfg, st: cfg.Store, ex: scope.Executor(), scope: sub}
+	o.park = o.ex.NewParker()
+	if _, err := sub.Go("orchestrator:"+cfg.ID, o.loop); err != nil {
+		_, _ = sub.CloseKilled(ctx)
+		return nil, err
+	}
+	return o, nil
+}
+
+// Stop stops the orchestrator; its lease expires by itself.
+func (o *Orchestrator) Stop(ctx context.Context) error {
+	_, err := o.scope.Close(ctx)
+	return err
+}
+
+// Leader reports whether it holds an unexpired orchestrator lease.
+func (o *Orchestrator) Leader() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.leaderLocked()
+}
+
+func (o *Orchestrator) leaderLocked() bool {
+	return !o.expires.IsZero() && o.ex.Now().Before(o.expires)
+}
+
+// Pin places world on worker explicitly; the orchestrator never moves a
+// pinned world. Unpin gives it back to rendezvous placement.
+func (o *Orchestrator) Pin(ctx context.Context, world, worker string) error {
+	return o.st.Assign(ctx, world, store.Assignment{DesiredWorker: worker, Priority: 1, Reason: ReasonPin})
+}
+
+// Unpin removes a pin; the next reconcile places the world.
+func (o *Orchestrator) Unpin(ctx context.Context, world string) error {
+	a, ok, err := o.st.GetAssignment(ctx, world)
+	if err != nil || !ok || a.Reason != ReasonPin {
+		return err
+	}
+	if err := o.st.Unassign(ctx, world); err != nil {
+		return err
+	}
+	o.hint.Store(true)
+	o.park.Unpark()
+	return nil
+}
+
+type orchWaker struct{ o *Orchestrator }
+
+func (w orchWaker) Unpark() { w.o.hint.Store(true); w.o.park.Unpark() }
+
+func (o *Orchestrator) loop(ctx context.Context) error {
+	if _, err := o.st.CreateWorld(ctx, OrchestratorUniverse, OrchestratorWorld, nil); err != nil && !errors.Is(err, store.ErrWorldExists) {
+		// Retried below: Acquire needs the world.
+		o.hint.Store(true)
+	}
+	stop, err := o.st.Watch(ctx, orchWaker{o}, store.TopicWorkers, store.TopicAssignments, store.TopicLeases)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	var nextReconcile time.Time
+	for ctx.Err() == nil {
+		next := o.lead(ctx)
+		now := o.ex.Now()
+		if o.Leader() && (o.hint.Swap(false) || !now.Before(nextReconcile)) {
+			if err := o.Reconcile(ctx); err != nil {
+				nextReconcile = now.Add(o.cfg.RetryAfter)
+			} else {
+				nextReconcile = now.Add(o.cfg.Every)
+			}
+		}
+		if o.Leader() && nextReconcile.Before(next) {
+			next = nextReconcile
+		}
+		if d := next.Sub(o.ex.Now()); d > 0 {
+			t := o.ex.AfterFunc(d, o.park.Unpark)
+			err := o.park.Park(ctx)
+			t.Stop()
+			if err != nil {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// lead acquires or renews the orchestrator lease and returns when to look
+// at it again.
+func (o *Orchestrator) lead(ctx context.Context) time.Time {
+	now := o.ex.Now()
+	o.mu.Lock()
+	epoch, expires := o.epoch, o.expires
+	o.mu.Unlock()
+	margin := o.cfg.LeaseTTL / 3
+	if !expires.IsZero() && now.Before(expires.Add(-margin)) {
+		return expires.Add(-margin)
+	}
+	var l store.Lease
+	var err error
+	if !expires.IsZero() && now.Before(expires) {
+		l, err = o.st.Renew(ctx, OrchestratorWorld, o.cfg.ID, epoch, o.cfg.LeaseTTL)
+	} else {
+		if _, cerr := o.st.CreateWorld(ctx, OrchestratorUniverse, OrchestratorWorld, nil); cerr != nil && !errors.Is(cerr, store.ErrWorldExists) {
+			return now.Add(o.cfg.RetryAfter)
+		}
+		l, err = o.st.Acquire(ctx, OrchestratorWorld, o.cfg.ID, o.cfg.LeaseTTL)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case err == nil:
+		o.epoch, o.expires = l.Epoch, l.ExpiresAt
+		return l.ExpiresAt.Add(-margin)
+	case errors.Is(err, store.ErrLeaseHeld):
+		o.expires = time.Time{}
+		if cur, ok, gerr := o.st.GetLease(ctx, OrchestratorWorld); gerr == nil && ok && cur.ExpiresAt.After(now) {
+			return cur.ExpiresAt
+		}
+		return now.Add(o.cfg.RetryAfter)
+	case errors.Is(err, store.ErrNotHolder) || errors.Is(err, store.ErrStaleEpoch):
+		o.expires = time.Time{}
+		return now
+	default:
+		// A failed call: keep what is held until it expires, retry soon.
+		return now.Add(o.cfg.RetryAfter)
+	}
+}
+
+// Reconcile places every world of the configured universes once: pins
+// stay, everything else goes to the rendezvous winner among the live,
+// non-draining workers; a world that is no longer active loses its
+// assignment. It is ErrNotLeader unless this orchestrator holds the lease,
+// which is checked again before every write.
+func (o *Orchestrator) Reconcile(ctx context.Context) error {
+	if !o.Leader() {
+		return errorf("reconcile", ErrNotLeader, "", nil)
+	}
+	workers, err := o.st.ListWorkers(ctx)
+	if err != nil {
+		return err
+	}
+	now, err := o.st.Now(ctx)
+	if err != nil {
+		return err
+	}
+	var live []string
+	for _, w := range workers {
+		if !w.Draining && now.Sub(w.HeartbeatAt) < o.cfg.LiveFor {
+			live = append(live, w.ID)
+		}
+	}
+	for _, u := range o.cfg.Universes {
+		worlds, err := o.st.ListWorlds(ctx, u, "")
+		if err != nil {
+			return err
+		}
+		for _, w := range worlds {
+			a, ok, err := o.st.GetAssignment(ctx, w.ID)
+			if err != nil {
+				return err
+			}
+			var want string
+			switch {
+			case ok && a.Reason == ReasonPin:
+				continue
+			case w.Status == store.WorldActive:
+				want = Place(w.ID, live)
+			}
+			if ok && a.DesiredWorker == want || !ok && want == "" {
+				continue
+			}
+			if !o.Leader() {
+				return errorf("reconcile", ErrNotLeader, "", nil)
+			}
+			if want == "" {
+				err = o.st.Unassign(ctx, w.ID)
+			} else {
+				err = o.st.Assign(ctx, w.ID, store.Assignment{DesiredWorker: want, Reason: ReasonRendezvous})
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Place returns the rendezvous (highest random weight) winner for world
+// among workers, "" if there is none: each world moves only when its
+// winner joins or leaves, and the load spreads evenly.
+func Place(world string, workers []string) string {
+	best, bestScore := "", uint64(0)
+	for _, w := range workers {
+		sum := sha256.Sum256([]byte(world + "\x00" + w))
+		score := binary.BigEndian.Uint64(sum[:8])
+		if best == "" || score > bestScore || score == bestScore && w < best {
+			best, bestScore = w, score
+		}
+	}
+	return best
+}

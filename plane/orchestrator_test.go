@@ -1,0 +1,183 @@
+package plane_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/orrery-run/orrery/lab"
+	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/store"
+)
+
+func assignedTo(env *lab.Env, st store.Store, id string) string {
+	a, ok, err := st.GetAssignment(env.Ctx, id)
+	if err != nil || !ok {
+		return ""
+	}
+	return a.DesiredWorker
+}
+
+// TestOrchestratorPlacesPinsAndMovesWorlds: one orchestrator of two acts
+// (the lease); it places every world on the rendezvous winner among live
+// workers, leaves pins alone, moves a dead worker's worlds (their new
+// holders acquire once the old leases expire), and a drained worker's
+// worlds move without waiting for the TTL.
+func TestOrchestratorPlacesPinsAndMovesWorlds(t *testing.T) {
+	res := lab.Run(lab.Config{Seed: 21, Name: "orchestrator"}, func(env *lab.Env) error {
+		base := newStore(env)
+		const n = 12
+		var ids []string
+		for i := range n {
+			id := fmt.Sprint("o", i)
+			ids = append(ids, id)
+			if _, err := base.CreateWorld(env.Ctx, universe, id, nil); err != nil {
+				return err
+			}
+		}
+		hosts := map[string]*plane.Host{}
+		stores := map[string]store.Store{}
+		for _, w := range []string{"A", "B", "C"} {
+			stores[w] = base.Restart()
+			h, err := plane.StartHost(env.Ctx, env.Root, hostConfig(w, stores[w], nil))
+			if err != nil {
+				return err
+			}
+			hosts[w] = h
+		}
+		cfg := plane.OrchestratorConfig{Store: base, Universes: []string{universe}, LeaseTTL: 2 * time.Second}
+		cfg.ID = "o1"
+		o1, err := plane.StartOrchestrator(env.Ctx, env.Root, cfg)
+		if err != nil {
+			return err
+		}
+		cfg.ID = "o2"
+		o2, err := plane.StartOrchestrator(env.Ctx, env.Root, cfg)
+		if err != nil {
+			return err
+		}
+		defer o2.Stop(env.Ctx)
+		pinned := ids[0]
+		if err := o1.Pin(env.Ctx, pinned, "C"); err != nil {
+			return err
+		}
+		live := []string{"A", "B", "C"}
+		placed := func() (bool, error) {
+			for _, id := range ids[1:] {
+				if assignedTo(env, base, id) != plane.Place(id, live) {
+					return false, nil
+				}
+			}
+			return assignedTo(env, base, pinned) == "C", nil
+		}
+		if err := waitFor(env, "placement", 10*time.Second, placed); err != nil {
+			return err
+		}
+		if o1.Leader() == o2.Leader() {
+			return fmt.Errorf("leaders: o1 %v o2 %v; want exactly one", o1.Leader(), o2.Leader())
+		}
+		held := func() (bool, error) {
+			for _, id := range ids {
+				want := assignedTo(env, base, id)
+				if h, ok := hosts[want]; !ok {
+					return false, nil
+				} else if _, ok := h.Lease(id); !ok {
+					return false, nil
+				}
+			}
+			return true, nil
+		}
+		if err := waitFor(env, "every world held by its assignee", 10*time.Second, held); err != nil {
+			return err
+		}
+		// The acting orchestrator dies: the other takes over after its TTL.
+		leader, other := o1, o2
+		if o2.Leader() {
+			leader, other = o2, o1
+		}
+		if err := leader.Stop(env.Ctx); err != nil {
+			return err
+		}
+		// Worker B dies: its worlds move to the rendezvous winner among A
+		// and C once B's heartbeats age, and are held once its leases expire.
+		var bWorlds []string
+		for _, id := range ids[1:] {
+			if assignedTo(env, base, id) == "B" {
+				bWorlds = append(bWorlds, id)
+			}
+		}
+		hosts["B"].Kill(env.Ctx)
+		delete(hosts, "B")
+		live = []string{"A", "C"}
+		if err := waitFor(env, "B's worlds moved", 20*time.Second, placed); err != nil {
+			return err
+		}
+		if !other.Leader() {
+			return fmt.Errorf("the surviving orchestrator did not take over")
+		}
+		if err := waitFor(env, "moved worlds held", 20*time.Second, held); err != nil {
+			return err
+		}
+		for _, id := range bWorlds {
+			if l, _, _ := base.GetLease(env.Ctx, id); l.Epoch != 2 {
+				return fmt.Errorf("%s moved at epoch %d, want 2", id, l.Epoch)
+			}
+		}
+		// A planned drain of C: its unpinned worlds move to A at once
+		// (released, not expired); the pin stays.
+		start := env.Lab.Now()
+		if err := hosts["C"].Drain(env.Ctx); err != nil {
+			return err
+		}
+		live = []string{"A"}
+		if err := waitFor(env, "C drained", 20*time.Second, func() (bool, error) {
+			for _, id := range ids[1:] {
+				if _, ok := hosts["A"].Lease(id); !ok {
+					return false, nil
+				}
+			}
+			return true, nil
+		}); err != nil {
+			return err
+		}
+		if took := env.Lab.Now().Sub(start); took >= 2*time.Second {
+			return fmt.Errorf("the drain took %v: the successor waited for the TTL", took)
+		}
+		if assignedTo(env, base, pinned) != "C" {
+			return fmt.Errorf("the pin moved")
+		}
+		for _, h := range hosts {
+			if err := h.Stop(env.Ctx); err != nil {
+				return err
+			}
+		}
+		return other.Stop(env.Ctx)
+	})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+}
+
+// TestPlaceIsStableRendezvous: removing a worker moves only its worlds,
+// and every world goes to a worker of the list.
+func TestPlaceIsStableRendezvous(t *testing.T) {
+	all := []string{"a", "b", "c", "d"}
+	less := []string{"a", "b", "d"}
+	moved := 0
+	for i := range 1000 {
+		w := fmt.Sprint("world-", i)
+		before, after := plane.Place(w, all), plane.Place(w, less)
+		if before != "c" && before != after {
+			t.Fatalf("%s moved from %s to %s though %s stayed", w, before, after, before)
+		}
+		if before == "c" {
+			moved++
+		}
+	}
+	if moved < 150 || moved > 350 {
+		t.Fatalf("%d of 1000 worlds were on one of four workers", moved)
+	}
+	if plane.Place("w", nil) != "" {
+		t.Fatal("a world was placed on no worker")
+	}
+}

@@ -1,0 +1,187 @@
+package plane
+
+import (
+	"context"
+	"errors"
+
+	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/world"
+)
+
+// wmsg wakes a world process: its inbox may have grown, or its lease
+// changed. It carries nothing because the process always reads durable
+// state; a wake coalesces with any other.
+type wmsg struct{}
+
+// worldProc is one active world: a process under the host's dynamic
+// supervisor. A crash (a store error, a commit that may or may not have
+// landed) discards the in-memory world; the supervisor's fresh instance
+// restores it from the store, which is the only truth.
+type worldProc struct {
+	h       *Host
+	l       *lease
+	self    *actor.Ref[wmsg]
+	inst    world.Instance
+	cursor  uint64
+	passive bool // passivated: wakes still in the mailbox go to the host
+	woke    bool // started by a hint after passivation
+}
+
+func (w *worldProc) OnStart(p *actor.Proc) error {
+	w.self, _ = p.Self().Handle().(*actor.Ref[wmsg])
+	w.h.mu.Lock()
+	w.l.ref = w.self
+	w.l.restarting = false
+	w.h.mu.Unlock()
+	p.Continue(w.run)
+	return nil
+}
+
+func (w *worldProc) Handle(p *actor.Proc, _ wmsg) error { return w.run(p) }
+
+func (w *worldProc) HandleInfo(p *actor.Proc, info any) error {
+	if _, ok := info.(actor.IdleTimeout); ok && !w.passive {
+		w.h.mu.Lock()
+		if w.l.ref == w.self {
+			w.l.ref = nil
+		}
+		w.h.mu.Unlock()
+		w.passive, w.inst = true, nil
+		w.h.emit(HostEvent{Kind: EvPassivate, World: w.l.world, Epoch: w.l.epoch})
+		p.Exit(nil)
+	}
+	return nil
+}
+
+func (w *worldProc) OnStop(p *actor.Proc, o actor.Outcome) {
+	w.h.mu.Lock()
+	defer w.h.mu.Unlock()
+	if w.l.ref == w.self {
+		w.l.ref = nil
+		// The supervisor restarts an Err exit: until the new instance
+		// registers, hints must not start a second process.
+		w.l.restarting = o.Severity == actor.Err && !w.l.fenced.Load()
+	}
+}
+
+// run restores the world if needed and runs cycles until its inbox is
+// drained. Between two cycles it yields through a continuation, so a stop
+// request is seen between commits.
+func (w *worldProc) run(p *actor.Proc) error {
+	h, l := w.h, w.l
+	if w.passive {
+		h.hint(l) // a wake that raced the passivation: the host starts anew
+		return nil
+	}
+	if !h.alive(l) {
+		p.Exit(nil)
+		return nil
+	}
+	ctx := p.Ctx()
+	if w.inst == nil {
+		inst, cursor, err := Restore(ctx, h.st, h.cfg.Kernels, l.world)
+		if err != nil {
+			return w.fail(p, err)
+		}
+		w.inst, w.cursor = inst, cursor
+		s := inst.Snapshot()
+		l.head.Store(&s)
+		h.emit(HostEvent{Kind: EvRestored, World: l.world, Epoch: l.epoch, Height: inst.Height()})
+	}
+	more, err := w.cycle(ctx)
+	if err != nil {
+		return w.fail(p, err)
+	}
+	if more {
+		p.Continue(w.run)
+		return nil
+	}
+	if h.cfg.IdleAfter > 0 {
+		p.IdleTimeout(h.cfg.IdleAfter)
+	}
+	return nil
+}
+
+// fail ends the process: a fence (the store's, or the local flag) is a
+// normal exit, and nothing is retried; anything else is a crash the
+// supervisor restarts from the store.
+func (w *worldProc) fail(p *actor.Proc, err error) error {
+	w.inst = nil
+	if fencedErr(err) || !w.h.alive(w.l) {
+		w.h.dropLease(w.l, EvFenced, err)
+		p.Exit(nil)
+		return nil
+	}
+	w.h.emit(HostEvent{Kind: EvCrash, World: w.l.world, Epoch: w.l.epoch, Err: err})
+	return err
+}
+
+func fencedErr(err error) bool {
+	return errors.Is(err, ErrFenced) || errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotHolder) ||
+		errors.Is(err, store.ErrStaleEpoch) || errors.Is(err, store.ErrWorldPaused) || errors.Is(err, store.ErrWorldArchived)
+}
+
+// cycle is one world cycle: read the inbox after the cursor, step until
+// it is drained or a budget runs out, then ONE commit. It reports whether
+// input is left. Any error leaves the world to be restored, since its
+// in-memory state may be ahead of the store.
+func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
+	h, l, cfg := w.h, w.l, &w.h.cfg
+	start := h.ex.Now()
+	items, err := h.st.ReadInbox(ctx, l.world, w.cursor, cfg.MaxInboxBatch)
+	if err != nil || len(items) == 0 {
+		return false, err
+	}
+	b := store.CommitBatch{ExpectedCursor: w.cursor, ExpectedHead: w.inst.Height()}
+	var replies []world.Reply
+	steps, effects := 0, 0
+	more = len(items) == cfg.MaxInboxBatch
+	for _, it := range items {
+		if steps >= cfg.MaxTickStepsPerCycle || effects >= cfg.MaxEffectsPerCycle ||
+			(steps > 0 && h.ex.Now().Sub(start) >= cfg.MaxCycleWall) {
+			more = true
+			break
+		}
+		if !h.alive(l) {
+			return false, errorf("step", ErrFenced, l.world, nil)
+		}
+		h.emit(HostEvent{Kind: EvStep, World: l.world, Epoch: l.epoch, Height: w.inst.Height() + 1})
+		res, err := w.inst.Step(world.Input{Seq: it.Seq, Kind: it.Kind, Payload: it.Payload, EnqueuedAt: it.EnqueuedAt}, h.ex.Now())
+		if err != nil {
+			return false, err
+		}
+		b.Entries = append(b.Entries, res.Record)
+		for _, in := range res.Intents {
+			b.Intents = append(b.Intents, store.Intent{IntentHash: in.Hash, Kind: in.Kind, Params: in.Params, Origin: in.Origin.String()})
+		}
+		for _, t := range res.TimerSets {
+			b.Timers = append(b.Timers, store.TimerSet{IntentHash: t.Hash, DeliverAt: t.At, Payload: t.Payload})
+		}
+		b.CancelTimers = append(b.CancelTimers, res.TimerCancels...)
+		if res.Reply != nil {
+			replies = append(replies, *res.Reply)
+		}
+		b.NewCursor = it.Seq
+		steps++
+		effects += len(res.Intents) + len(res.TimerSets)
+	}
+	if height := w.inst.Height(); height/cfg.SnapshotEvery > b.ExpectedHead/cfg.SnapshotEvery {
+		b.Snapshot = &store.Snapshot{World: l.world, Height: height, State: w.inst.State(), StateHash: w.inst.StateHash()}
+	}
+	if !h.alive(l) {
+		return false, errorf("commit", ErrFenced, l.world, nil)
+	}
+	res, err := h.st.Commit(ctx, l.world, l.epoch, b)
+	if err != nil {
+		return false, err
+	}
+	w.cursor = b.NewCursor
+	s := w.inst.Snapshot()
+	l.head.Store(&s)
+	h.emit(HostEvent{Kind: EvCommit, World: l.world, Epoch: l.epoch, Height: res.Head})
+	for _, r := range replies {
+		cfg.Replies.deliver(r)
+	}
+	return more, nil
+}

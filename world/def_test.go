@@ -1,0 +1,143 @@
+package world_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/orrery-run/orrery/actor/dispatch"
+	"github.com/orrery-run/orrery/world"
+)
+
+func TestInputTypeNamesComeFromTheGoTypeOrWorldType(t *testing.T) {
+	for _, c := range []struct {
+		v    any
+		want string
+	}{
+		{Deposit{}, "world_test.Deposit"},
+		{Renamed{}, "ledger/Renamed@1"},
+		{world.Receipt{}, world.ReceiptType},
+	} {
+		if got, err := world.TypeName(c.v); err != nil || got != c.want {
+			t.Errorf("TypeName(%T) = %q, %v; want %q", c.v, got, err, c.want)
+		}
+	}
+	def := effectsDef()
+	if err := def.Err(); err != nil {
+		t.Fatal(err)
+	}
+	types := def.Types()
+	for _, want := range []string{"world_test.Deposit", "ledger/Renamed@1", world.ReceiptType} {
+		if !slices.Contains(types, want) {
+			t.Errorf("Types() = %v lacks %s", types, want)
+		}
+	}
+	if !slices.IsSorted(types) {
+		t.Error("Types() is not sorted")
+	}
+}
+
+type sysNamed struct{}
+
+func (sysNamed) WorldType() string { return "sys/Mine" }
+
+func TestDefinitionMistakesAreTypedErrorsAndNothingRuns(t *testing.T) {
+	noop := func(*world.Ctx, *Ledger, Deposit) error { return nil }
+	for name, c := range map[string]struct {
+		build func() *world.Def[Ledger]
+		cause error
+	}{
+		"duplicate handler": {func() *world.Def[Ledger] {
+			d := world.New[Ledger]("l", 1)
+			world.On(d, noop)
+			world.On(d, noop)
+			return d
+		}, dispatch.ErrDuplicateHandler},
+		"nil handler": {func() *world.Def[Ledger] {
+			d := world.New[Ledger]("l", 1)
+			world.On[Ledger, Deposit](d, nil)
+			return d
+		}, dispatch.ErrNilHandler},
+		"late handler": {func() *world.Def[Ledger] {
+			d := world.New[Ledger]("l", 1)
+			_, _ = world.Load(d, "w", world.Snapshot{})
+			world.On(d, noop)
+			return d
+		}, dispatch.ErrRegisterAfterStart},
+		"pointer type": {func() *world.Def[Ledger] {
+			d := world.New[Ledger]("l", 1)
+			world.On(d, func(*world.Ctx, *Ledger, *Deposit) error { return nil })
+			return d
+		}, nil},
+		"unnamed type": {func() *world.Def[Ledger] {
+			d := world.New[Ledger]("l", 1)
+			world.On(d, func(*world.Ctx, *Ledger, int) error { return nil })
+			return d
+		}, nil},
+		"interface type": {func() *world.Def[Ledger] {
+			d := world.New[Ledger]("l", 1)
+			world.On(d, func(*world.Ctx, *Ledger, error) error { return nil })
+			return d
+		}, nil},
+		"reserved name": {func() *world.Def[Ledger] {
+			d := world.New[Ledger]("l", 1)
+			world.On(d, func(*world.Ctx, *Ledger, sysNamed) error { return nil })
+			return d
+		}, nil},
+		"empty name": {func() *world.Def[Ledger] { return world.New[Ledger]("", 1) }, nil},
+		"version 0":  {func() *world.Def[Ledger] { return world.New[Ledger]("l", 0) }, nil},
+		"builtin kind": {func() *world.Def[Ledger] {
+			d := world.New[Ledger]("l", 1)
+			world.EffectKind[Email](d, world.KindHTTPRequest)
+			return d
+		}, nil},
+		"timer kind": {func() *world.Def[Ledger] {
+			d := world.New[Ledger]("l", 1)
+			world.EffectKind[Email](d, world.KindTimerSet)
+			return d
+		}, nil},
+		"pointer params": {func() *world.Def[Ledger] { d := world.New[Ledger]("l", 1); world.EffectKind[*Email](d, "e"); return d }, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := c.build()
+			err := d.Err()
+			var de *world.DefError
+			if !errors.Is(err, world.ErrInvalidDef) || !errors.As(err, &de) {
+				t.Fatalf("Err() = %v, want a DefError", err)
+			}
+			if c.cause != nil && !errors.Is(err, c.cause) {
+				t.Fatalf("Err() = %v, want cause %v", err, c.cause)
+			}
+			if _, err := world.Load(d, "w", world.Snapshot{}); !errors.Is(err, world.ErrInvalidDef) {
+				t.Fatalf("Load on a broken definition: %v", err)
+			}
+			if _, err := d.Step("w", world.Snapshot{}, world.Input{Seq: 1, Kind: world.InputEvent}, t0); !errors.Is(err, world.ErrInvalidDef) {
+				t.Fatalf("Step on a broken definition: %v", err)
+			}
+		})
+	}
+}
+
+func TestLoadRejectsStatesTheKernelDidNotWrite(t *testing.T) {
+	def := effectsDef()
+	f := newFeeder(t, def, "w")
+	f.event(Deposit{Amount: 1})
+	good := f.w.State()
+	for name, state := range map[string][]byte{
+		"not CBOR":      {0xff},
+		"empty":         {},
+		"not canonical": append([]byte{0xb8, good[0] & 0x1f}, good[1:]...), // map head in a longer form
+		"trailing":      append(append([]byte{}, good...), 0),
+	} {
+		if _, err := world.Load(def, "w", world.Snapshot{Height: 1, State: state}); !errors.Is(err, world.ErrState) {
+			t.Errorf("%s: Load = %v, want ErrState", name, err)
+		}
+	}
+	if _, err := world.Load(def, "", world.Snapshot{}); !errors.Is(err, world.ErrState) {
+		t.Error("a world without id loaded")
+	}
+	w, err := world.Load(def, "w", world.Snapshot{Height: 1, State: good})
+	if err != nil || w.StateHash() != f.w.StateHash() || w.Height() != 1 {
+		t.Fatalf("a state the kernel wrote does not load: %v", err)
+	}
+}

@@ -1,0 +1,98 @@
+// Package world is the kernel of durable worlds: a deterministic state
+// machine with all I/O outside it, as etcd's raft is. A world is a typed
+// state S and one handler per input type:
+//
+//	type Account struct{ Balance int64 }
+//	type Deposit struct{ Amount int64 }
+//	type Withdraw struct{ Amount int64 }
+//	type Balance struct{}
+//
+//	def := world.New[Account]("bank.account", 1)
+//	world.On(def, func(c *world.Ctx, s *Account, d Deposit) error {
+//		s.Balance += d.Amount
+//		return nil
+//	})
+//	world.On(def, func(c *world.Ctx, s *Account, w Withdraw) error {
+//		if w.Amount > s.Balance {
+//			return errors.New("insufficient funds") // state unchanged
+//		}
+//		s.Balance -= w.Amount
+//		c.Effect("http.request", world.HTTPRequest{Method: "POST", URL: "https://bank.example/payout"})
+//		return nil
+//	})
+//	world.On(def, func(c *world.Ctx, s *Account, _ Balance) error {
+//		c.Reply(s.Balance)
+//		return nil
+//	})
+//	world.On(def, func(c *world.Ctx, s *Account, r world.Receipt) error {
+//		c.Log("payout", "status", r.Status)
+//		return nil
+//	})
+//
+// # What it owns
+//
+//   - Definitions (New, On, EffectKind): inputs are routed by type name
+//     through actor/dispatch's Table, as seed 004 routes messages; the name
+//     is the Go type's, or its WorldType method's.
+//   - The step: (state, height, input) → StepResult. State is canonical
+//     CBOR (event's profile) and its SHA-256 is the state hash. A handler's
+//     error or panic consumes the input, leaves the state unchanged and
+//     discards its intents; an input with no handler is recorded and
+//     dropped; bytes that do not decode are an error outcome, never a panic.
+//   - The handler's Ctx: the input's time (Now), randomness seeded by world
+//     and height (Rand), effects, timers, fabric sends, the reply to a call,
+//     logs, and the input's causal metadata.
+//   - Intent hashes (IntentHash, pinned by test vectors), the built-in
+//     params and receipts (HTTPRequest, sys/FabricSendParams@1,
+//     sys/FabricSendReceipt@1), and the wire form of every input kind
+//     (EncodeEvent, EncodeCall, EncodeReceipt, EncodeTimerFired,
+//     EncodeFabric).
+//   - The journal record of each step, a seed 001 envelope, and Replay,
+//     which re-runs a journal tail from a snapshot and names the first
+//     height where the definition no longer does what the journal says.
+//   - What the world awaits: the intents whose receipts it has not
+//     consumed and the timers that have not fired. They are part of the
+//     hashed state, so a receipt is handled once, a cancelled timer never
+//     fires, and an intent whose receipt was consumed is never awaited
+//     (or published) again.
+//
+// # What it never does
+//
+// It does no I/O, reads no clock, draws no machine randomness and starts
+// no goroutine; it never imports store/ or plane/. Time comes from the
+// input's enqueue time, randomness from the world id and height, and
+// everything a handler wants done leaves as data in the StepResult for
+// the plane to commit, in one transaction per cycle.
+//
+// # The plane's side
+//
+// The plane restores a world with Replay(def, id, snapshot, tail) (or Load
+// for a snapshot at the head), feeds it inbox items one by one as Input,
+// and commits each cycle's results at once: the Records as journal
+// entries at heights head+1…, the Intents (with Intent.Origin as their
+// origin), the TimerSets and TimerCancels, and State as a snapshot when its
+// policy says so. It answers a call with the step's Reply.
+//
+// # State
+//
+// A world's state bytes are a CBOR map {"v": 1, "state": S, "effects":
+// intents awaiting receipts, "timers": timers armed}, canonical, with
+// lists sorted by hash. The handler's S is decoded afresh from these bytes
+// at every step, so a handler always sees exactly what a replay would:
+// fields the encoding drops (unexported ones, `cbor:"-"`) never survive a
+// step. S must encode in event's canonical profile (no NaN, valid UTF-8);
+// a step that leaves an S that cannot be encoded fails with ErrState.
+//
+// # Journal records
+//
+// Each step is one event.Envelope: streamId = world id, runSeq = height,
+// eventType = WorldStepped (for every outcome), stepId = "inbox/<seq>",
+// logicalAttemptId = engineAttemptId = 1, planId = the world's name,
+// planVersion = its version, eventId = the idempotency key. The key
+// therefore depends only on the world, the inbox item and the definition:
+// draining the same item twice yields the same key. The payload is
+// canonical CBOR: {"v": 1, "input": {seq, kind, enqueued_at, type, cause,
+// call_id, payload}, "outcome", "error", "state_hash", "intents",
+// "timers", "cancels", "reply_hash"}. emittedAt is the caller's clock and
+// nothing replay compares depends on it.
+package world

@@ -1,0 +1,434 @@
+package world
+
+import (
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/orrery-run/orrery/event"
+)
+
+// Outcome is how a step ended. Every outcome consumes its input.
+type Outcome string
+
+const (
+	// OutcomeOK: the handler returned nil; its state, intents, timers and
+	// reply stand.
+	OutcomeOK Outcome = "ok"
+	// OutcomeError: the input was malformed, or the handler returned an
+	// error or misused its Ctx, or left a state that cannot be encoded.
+	// The state is unchanged and the intents are discarded.
+	OutcomeError Outcome = "error"
+	// OutcomePanic: the handler panicked; as OutcomeError otherwise.
+	OutcomePanic Outcome = "panic"
+	// OutcomeUnknownInput: no handler for the input's kind or type
+	// (seed 004 §5: dropped). Recorded, and nothing else happens.
+	OutcomeUnknownInput Outcome = "unknown-input"
+	// OutcomeStale: a receipt or timer firing for an intent the world no
+	// longer awaits (already received, cancelled): dropped, so a receipt
+	// is handled at most once and a cancelled timer never fires.
+	OutcomeStale Outcome = "stale"
+)
+
+// EventWorldStepped is the event type of every journal record the kernel
+// writes. It is one type whatever the outcome, because the idempotency key
+// covers the event type: draining an inbox item again must give the same
+// key even if the handler now ends differently.
+const EventWorldStepped = "WorldStepped"
+
+// StepResult is everything a step produced. The plane journals Record,
+// publishes Intents, schedules TimerSets, cancels TimerCancels, answers
+// the call with Reply, and keeps State as the world's new state, all in
+// the cycle's one commit.
+type StepResult struct {
+	Height       uint64 // the record's runSeq: the previous height + 1
+	State        []byte // the world's state after the step, canonical CBOR
+	StateHash    string // Hash(State)
+	Intents      []Intent
+	TimerSets    []TimerSet
+	TimerCancels []string
+	Reply        *Reply // set iff the input is a call
+	Outcome      Outcome
+	Err          error // why, when Outcome is not ok
+	Logs         []LogEntry
+	Record       event.Envelope
+}
+
+// Snapshot is a world's state at a height: the baseline of a restore.
+// State nil is the initial state (the zero S, nothing pending).
+type Snapshot struct {
+	Height uint64
+	State  []byte
+}
+
+// image is the state the kernel hashes and snapshots: the handler's state
+// S and what the kernel itself must remember across steps, so that replay
+// and a restored world agree on it too. Lists are sorted by hash.
+type image struct {
+	V       uint64     `cbor:"v"`
+	State   rawCBOR    `cbor:"state"`
+	Effects []awaiting `cbor:"effects,omitempty"` // intents awaiting receipts
+	Timers  []string   `cbor:"timers,omitempty"`  // timers set, not fired or cancelled
+}
+
+type awaiting struct {
+	Hash string `cbor:"hash"`
+	Kind string `cbor:"kind"`
+}
+
+const imageVersion = 1
+
+// meta is the decoded kernel part of an image. Its maps are never modified
+// in place: a step that changes them makes new ones, so a result never
+// aliases the state it came from.
+type meta struct {
+	effects map[string]string // hash → kind
+	timers  map[string]struct{}
+}
+
+// record is the payload of a journal record: what replay needs to re-run
+// the step (input) and to name a divergence (the rest).
+type record struct {
+	V         uint64      `cbor:"v"`
+	Input     recordInput `cbor:"input"`
+	Outcome   Outcome     `cbor:"outcome"`
+	Error     string      `cbor:"error,omitempty"`
+	StateHash string      `cbor:"state_hash"`
+	Intents   []string    `cbor:"intents,omitempty"`
+	Timers    []string    `cbor:"timers,omitempty"`
+	Cancels   []string    `cbor:"cancels,omitempty"`
+	ReplyHash string      `cbor:"reply_hash,omitempty"`
+}
+
+// recordInput is the input as the step saw it. Payload is its canonical
+// form (the raw bytes when they are not CBOR), so the journal holds the
+// input canonicalised once; type and cause are decoded copies for readers.
+type recordInput struct {
+	Seq        uint64          `cbor:"seq"`
+	Kind       string          `cbor:"kind"`
+	EnqueuedAt event.Timestamp `cbor:"enqueued_at"`
+	Type       string          `cbor:"type,omitempty"`
+	Cause      *Cause          `cbor:"cause,omitempty"`
+	CallID     string          `cbor:"call_id,omitempty"`
+	Payload    []byte          `cbor:"payload"`
+}
+
+const recordVersion = 1
+
+// StepID is the journal stepId of the step that drains inbox item seq. It
+// depends on nothing else, so draining the same item twice yields the same
+// idempotency key by construction.
+func StepID(seq uint64) string { return "inbox/" + strconv.FormatUint(seq, 10) }
+
+// decoded is an input taken apart: what to run, and what to consume.
+type decoded struct {
+	typ      string
+	value    []byte
+	cause    Cause
+	callID   string
+	consumes string // the receipt's or timer's intent hash
+	outcome  Outcome
+	err      error
+}
+
+// decodeInput reads in by its kind. It never runs a handler.
+func (d *Def[S]) decodeInput(in Input, payload []byte, m meta) decoded {
+	bad := func(reason string, err error) decoded {
+		return decoded{outcome: OutcomeError, err: &InputError{Seq: in.Seq, Kind: in.Kind, Reason: reason, Err: err}}
+	}
+	switch in.Kind {
+	case InputEvent, InputCall, InputTimer, InputFabric:
+	case InputReceipt:
+		var r Receipt
+		if err := d.dec.Unmarshal(payload, &r); err != nil {
+			return bad("not a receipt", err)
+		}
+		if err := r.validate(); err != nil {
+			return bad("invalid receipt", err)
+		}
+		if _, ok := m.effects[r.IntentHash]; !ok {
+			return decoded{typ: ReceiptType, consumes: r.IntentHash, outcome: OutcomeStale, err: ErrStale}
+		}
+		return decoded{typ: ReceiptType, value: payload, consumes: r.IntentHash}
+	default:
+		return decoded{outcome: OutcomeUnknownInput, err: ErrUnknownInput}
+	}
+	var msg message
+	if err := d.dec.Unmarshal(payload, &msg); err != nil {
+		return bad("not a message", err)
+	}
+	out := decoded{typ: msg.Type, value: msg.Value,
+		cause: Cause{FromWorld: msg.FromWorld, FromHeight: msg.FromHeight, CorrelationID: msg.CorrelationID}}
+	if len(out.value) == 0 {
+		out.value = []byte{0xf6} // null: the zero value
+	}
+	switch {
+	case msg.Type == "":
+		return bad("no type", nil)
+	case (in.Kind == InputCall) != (msg.CallID != ""):
+		return bad("call_id is set on exactly the calls", nil)
+	case (in.Kind == InputTimer) != (msg.IntentHash != ""):
+		return bad("intent_hash is set on exactly the timer firings", nil)
+	case in.Kind != InputFabric && (msg.FromWorld != "" || msg.MessageID != "" || msg.Headers != nil):
+		return bad("from_world, message_id and headers are set on fabric messages only", nil)
+	}
+	out.callID = msg.CallID
+	if in.Kind == InputTimer {
+		out.consumes = msg.IntentHash
+		if _, ok := m.timers[msg.IntentHash]; !ok {
+			out.outcome, out.err = OutcomeStale, ErrStale
+		}
+	}
+	return out
+}
+
+// step runs one input against the state (user, m) at height and returns
+// the result. It reads nothing but its arguments and the definition.
+func (d *Def[S]) step(id string, height uint64, user []byte, m meta, in Input, emittedAt time.Time) (res StepResult, newUser []byte, next meta, err error) {
+	h := height + 1
+	res.Height = h
+	rin := recordInput{Seq: in.Seq, Kind: in.Kind, Payload: in.Payload}
+	if rin.Payload == nil || len(rin.Payload) > event.DefaultMaxSize {
+		// Over the limit it is refused whatever it holds, and so it is
+		// again on replay from an empty payload: same outcome, no bloat.
+		rin.Payload = []byte{}
+	}
+
+	var dec decoded
+	if _, err := event.Marshal(event.Timestamp{Time: in.EnqueuedAt}); err != nil {
+		dec = decoded{outcome: OutcomeError, err: &InputError{Seq: in.Seq, Kind: in.Kind, Reason: "enqueued_at out of range", Err: err}}
+	} else {
+		rin.EnqueuedAt = event.Timestamp{Time: in.EnqueuedAt}
+		if canon, err := d.dec.Canonicalize(in.Payload); err == nil {
+			rin.Payload = canon
+			dec = d.decodeInput(in, canon, m)
+		} else if in.Kind == InputEvent || in.Kind == InputCall || in.Kind == InputTimer ||
+			in.Kind == InputFabric || in.Kind == InputReceipt {
+			dec = decoded{outcome: OutcomeError, err: &InputError{Seq: in.Seq, Kind: in.Kind, Reason: "not CBOR", Err: err}}
+		} else {
+			dec = decoded{outcome: OutcomeUnknownInput, err: ErrUnknownInput}
+		}
+	}
+	rin.Type, rin.CallID = dec.typ, dec.callID
+	if dec.cause != (Cause{}) {
+		c := dec.cause
+		rin.Cause = &c
+	}
+
+	// A receipt or firing is consumed whatever the handler makes of it:
+	// the world must not wait for it again.
+	next = m
+	if dec.consumes != "" && dec.outcome != OutcomeStale {
+		next = m.without(dec.consumes)
+	}
+
+	ctx := &Ctx{kinds: d.effects, world: id, height: h, seq: in.Seq, now: in.EnqueuedAt,
+		cause: dec.cause, callID: dec.callID, pre: &m, routes: d.routes}
+	newUser = user
+	if dec.outcome == "" {
+		dec.outcome, dec.err, newUser = d.run(ctx, dec, user)
+	}
+	ctx.done = true
+
+	res.Outcome, res.Err, res.Logs = dec.outcome, dec.err, ctx.logs
+	if dec.outcome == OutcomeOK {
+		res.Intents, res.TimerSets, res.TimerCancels = ctx.intents, ctx.timers, ctx.cancels
+		next = next.with(ctx.intents, ctx.timers, ctx.cancels)
+	} else {
+		newUser = user
+	}
+	if dec.callID != "" {
+		switch {
+		case dec.outcome != OutcomeOK:
+			res.Reply = &Reply{CallID: dec.callID, Err: dec.err}
+		case ctx.reply == nil:
+			res.Reply = &Reply{CallID: dec.callID, Err: ErrNoReply}
+		default:
+			res.Reply = ctx.reply
+		}
+	}
+
+	state, err := encodeImage(newUser, next)
+	if err != nil {
+		return StepResult{}, nil, meta{}, err
+	}
+	res.State, res.StateHash = state, Hash(state)
+
+	rec := record{V: recordVersion, Input: rin, Outcome: res.Outcome, StateHash: res.StateHash}
+	if res.Err != nil {
+		rec.Error = res.Err.Error()
+	}
+	for _, it := range res.Intents {
+		rec.Intents = append(rec.Intents, it.Hash)
+	}
+	for _, t := range res.TimerSets {
+		rec.Timers = append(rec.Timers, t.Hash)
+	}
+	rec.Cancels = res.TimerCancels
+	if res.Reply != nil && res.Reply.Value != nil {
+		rec.ReplyHash = Hash(res.Reply.Value)
+	}
+	payload, err := event.Marshal(rec)
+	if err != nil {
+		return StepResult{}, nil, meta{}, &StateError{Reason: "journal record cannot be encoded", Err: err}
+	}
+	res.Record = event.Envelope{
+		StreamID:         id,
+		RunSeq:           h,
+		EventType:        EventWorldStepped,
+		EmittedAt:        emittedAt,
+		StepID:           StepID(in.Seq),
+		LogicalAttemptID: 1,
+		EngineAttemptID:  1,
+		PlanID:           d.name,
+		PlanVersion:      d.version,
+		Payload:          payload,
+	}
+	res.Record.Normalize()
+	// The key is unique in the stream and fixed by the inbox item, so it
+	// makes a stable event id too.
+	res.Record.EventID = res.Record.IdempotencyKey
+	return res, newUser, next, nil
+}
+
+// run decodes the value, decodes the state, and calls the handler.
+func (d *Def[S]) run(ctx *Ctx, dec decoded, user []byte) (Outcome, error, []byte) {
+	hdl, ok := d.table.Resolve(dec.typ)
+	if !ok {
+		return OutcomeUnknownInput, ErrUnknownInput, user
+	}
+	call, err := hdl(dec.value)
+	if err != nil {
+		return OutcomeError, &InputError{Seq: ctx.seq, Kind: "value", Reason: "does not fit " + dec.typ, Err: err}, user
+	}
+	// Decoded afresh from bytes every step: the handler sees exactly the
+	// state a replay or a restored world would, never a live value with
+	// unexported fields or aliases the encoding dropped.
+	var s S
+	if err := d.stateDec.Unmarshal(user, &s); err != nil {
+		return OutcomeError, &StateError{Reason: "state does not decode", Err: err}, user
+	}
+	if perr, err := invoke(ctx, &s, call); perr != nil {
+		return OutcomePanic, &PanicError{Type: dec.typ, Value: perr.value}, user
+	} else if ctx.misuse != nil {
+		return OutcomeError, ctx.misuse, user
+	} else if err != nil {
+		return OutcomeError, &HandlerError{Type: dec.typ, Err: err}, user
+	}
+	b, err := event.Marshal(&s)
+	if err != nil {
+		return OutcomeError, &StateError{Reason: "state cannot be encoded", Err: err}, user
+	}
+	return OutcomeOK, nil, b
+}
+
+type recovered struct{ value any }
+
+func invoke[S any](ctx *Ctx, s *S, call func(*Ctx, *S) error) (p *recovered, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			p = &recovered{value: v}
+		}
+	}()
+	return nil, call(ctx, s)
+}
+
+func (d *Def[S]) routes(typ string) bool {
+	_, ok := d.table.Resolve(typ)
+	return ok
+}
+
+func (m meta) without(hash string) meta {
+	_, e := m.effects[hash]
+	_, t := m.timers[hash]
+	if !e && !t {
+		return m
+	}
+	n := meta{effects: m.effects, timers: m.timers}
+	if e {
+		n.effects = maps.Clone(m.effects)
+		delete(n.effects, hash)
+	}
+	if t {
+		n.timers = maps.Clone(m.timers)
+		delete(n.timers, hash)
+	}
+	return n
+}
+
+func (m meta) with(intents []Intent, timers []TimerSet, cancels []string) meta {
+	n := meta{effects: m.effects, timers: m.timers}
+	if len(intents) > 0 {
+		n.effects = maps.Clone(m.effects)
+		if n.effects == nil {
+			n.effects = map[string]string{}
+		}
+		for _, it := range intents {
+			n.effects[it.Hash] = it.Kind
+		}
+	}
+	if len(timers)+len(cancels) > 0 {
+		n.timers = maps.Clone(m.timers)
+		if n.timers == nil {
+			n.timers = map[string]struct{}{}
+		}
+		for _, t := range timers {
+			n.timers[t.Hash] = struct{}{}
+		}
+		for _, h := range cancels {
+			delete(n.timers, h)
+		}
+	}
+	return n
+}
+
+func encodeImage(user []byte, m meta) ([]byte, error) {
+	img := image{V: imageVersion, State: user}
+	for _, h := range slices.Sorted(maps.Keys(m.effects)) {
+		img.Effects = append(img.Effects, awaiting{Hash: h, Kind: m.effects[h]})
+	}
+	img.Timers = slices.Sorted(maps.Keys(m.timers))
+	b, err := event.Marshal(img)
+	if err != nil {
+		return nil, &StateError{Reason: "state cannot be encoded", Err: err}
+	}
+	return b, nil
+}
+
+// decodeImage reads a state the kernel wrote (nil: the initial state, the
+// zero S). It must be exactly canonical, so that its hash is the one the
+// journal names.
+func (d *Def[S]) decodeImage(state []byte) (user []byte, m meta, err error) {
+	if state == nil {
+		var zero S
+		if user, err = event.Marshal(&zero); err != nil {
+			return nil, meta{}, &StateError{Reason: "the zero state cannot be encoded", Err: err}
+		}
+		return user, meta{}, nil
+	}
+	var img image
+	if err := d.stateDec.Unmarshal(state, &img); err != nil {
+		return nil, meta{}, &StateError{Reason: "not a world state", Err: err}
+	}
+	if img.V != imageVersion {
+		return nil, meta{}, &StateError{Reason: "state version " + strconv.FormatUint(img.V, 10)}
+	}
+	for _, a := range img.Effects {
+		if m.effects == nil {
+			m.effects = map[string]string{}
+		}
+		m.effects[a.Hash] = a.Kind
+	}
+	for _, h := range img.Timers {
+		if m.timers == nil {
+			m.timers = map[string]struct{}{}
+		}
+		m.timers[h] = struct{}{}
+	}
+	again, err := encodeImage(img.State, m)
+	if err != nil || string(again) != string(state) {
+		return nil, meta{}, &StateError{Reason: "state is not in canonical form", Err: err}
+	}
+	return img.State, m, nil
+}

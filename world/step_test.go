@@ -1,0 +1,377 @@
+package world_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/world"
+)
+
+func TestStepAppliesHandlerAndStateIsCanonicalWithSHA256Hash(t *testing.T) {
+	f := newFeeder(t, effectsDef(), "w1")
+	res := f.event(Deposit{Amount: 42})
+	wantOutcome(t, res, world.OutcomeOK)
+	if err := event.IsCanonical(res.State); err != nil {
+		t.Fatalf("state not canonical: %v", err)
+	}
+	sum := sha256.Sum256(res.State)
+	if res.StateHash != hex.EncodeToString(sum[:]) || res.StateHash != f.w.StateHash() {
+		t.Fatalf("state hash %s is not SHA-256 of the state", res.StateHash)
+	}
+	if got := f.value().Balance; got != 42 {
+		t.Fatalf("balance %d, want 42", got)
+	}
+	if res.Height != 1 || f.w.Height() != 1 {
+		t.Fatalf("height %d/%d, want 1", res.Height, f.w.Height())
+	}
+}
+
+func TestPureStepEqualsWorldStep(t *testing.T) {
+	def := effectsDef()
+	f := newFeeder(t, def, "w1")
+	f.event(Deposit{Amount: 5})
+	snap := f.w.Snapshot()
+	in := world.Input{Seq: 9, Kind: world.InputEvent, Payload: mustEvent(t, Withdraw{Amount: 2}), EnqueuedAt: t0}
+	pure, err := def.Step("w1", snap, in, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := f.w.Step(in, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(pure.State) != string(live.State) || string(pure.Record.Payload) != string(live.Record.Payload) ||
+		pure.Intents[0].Hash != live.Intents[0].Hash {
+		t.Fatal("Def.Step and World.Step disagree")
+	}
+	if snap.Height != 1 || string(snap.State) == string(live.State) {
+		t.Fatal("the snapshot was modified by the step")
+	}
+}
+
+func TestHandlerErrorConsumesInputLeavesStateAndDiscardsIntents(t *testing.T) {
+	f := newFeeder(t, effectsDef(), "w1")
+	f.event(Deposit{Amount: 10})
+	before := f.w.State()
+	res := f.event(Fail{})
+	wantOutcome(t, res, world.OutcomeError)
+	var he *world.HandlerError
+	if !errors.As(res.Err, &he) || !errors.Is(res.Err, world.ErrHandler) || he.Err.Error() != "refused" {
+		t.Fatalf("err %v, want a HandlerError wrapping the handler's", res.Err)
+	}
+	if string(res.State) != string(before) || f.value().Balance != 10 {
+		t.Fatal("state changed by a failed handler")
+	}
+	if res.Intents != nil || res.TimerSets != nil || len(f.w.Awaiting()) != 0 || len(f.w.Timers()) != 0 {
+		t.Fatalf("intents kept: %v %v", res.Intents, res.TimerSets)
+	}
+	if res.Height != 2 || f.w.Height() != 2 {
+		t.Fatalf("height %d, want 2: the input is consumed", res.Height)
+	}
+	if len(res.Logs) != 1 || res.Logs[0].Msg != "about to fail" {
+		t.Fatalf("logs %v: a failed step keeps its logs", res.Logs)
+	}
+	var rec struct {
+		Outcome string `cbor:"outcome"`
+		Error   string `cbor:"error"`
+	}
+	decodePayload(t, res.Record, &rec)
+	if rec.Outcome != "error" || rec.Error == "" {
+		t.Fatalf("record outcome %q error %q: the failure is journaled", rec.Outcome, rec.Error)
+	}
+}
+
+func TestHandlerPanicIsContainedAsOutcomePanic(t *testing.T) {
+	f := newFeeder(t, effectsDef(), "w1")
+	f.event(Deposit{Amount: 10})
+	before := f.w.State()
+	res := f.event(Boom{})
+	wantOutcome(t, res, world.OutcomePanic)
+	var pe *world.PanicError
+	if !errors.As(res.Err, &pe) || !errors.Is(res.Err, world.ErrPanic) || pe.Type != "world_test.Boom" {
+		t.Fatalf("err %v, want a PanicError", res.Err)
+	}
+	if string(res.State) != string(before) || res.Intents != nil {
+		t.Fatal("a panicking handler changed the state or kept intents")
+	}
+	if res := f.event(Deposit{Amount: 1}); res.Outcome != world.OutcomeOK || f.value().Balance != 11 {
+		t.Fatal("the world does not carry on after a panic")
+	}
+}
+
+func TestUnknownInputTypeAndKindAreRecordedAndDropped(t *testing.T) {
+	f := newFeeder(t, effectsDef(), "w1")
+	f.event(Deposit{Amount: 3})
+	before := f.w.State()
+	for _, res := range []world.StepResult{
+		f.event(Nameless{}), // a type with no handler
+		f.feed("gossip", mustEvent(t, Deposit{Amount: 9})), // a kind the kernel does not know
+		f.feed("gossip", []byte{0xff, 0x00}),               // ... whatever its bytes
+	} {
+		wantOutcome(t, res, world.OutcomeUnknownInput)
+		if !errors.Is(res.Err, world.ErrUnknownInput) || string(res.State) != string(before) {
+			t.Fatalf("unknown input: err %v, state changed %v", res.Err, string(res.State) != string(before))
+		}
+		if err := res.Record.Validate(); err != nil {
+			t.Fatalf("unknown input not recorded as a valid record: %v", err)
+		}
+	}
+	if f.w.Height() != 4 {
+		t.Fatalf("height %d, want 4: unknown inputs are consumed", f.w.Height())
+	}
+}
+
+func TestMalformedInputIsATypedErrorOutcome(t *testing.T) {
+	good := mustEvent(t, Deposit{Amount: 1})
+	wrongShape, _ := event.Marshal(map[string]any{"type": "world_test.Deposit", "value": map[string]any{"Amount": "lots"}})
+	unknownField, _ := event.Marshal(map[string]any{"type": "world_test.Deposit", "value": map[string]any{"Amount": 1, "Extra": 2}})
+	notMessage, _ := event.Marshal([]int{1, 2})
+	callOnEvent, _ := world.EncodeCall("c1", Deposit{Amount: 1})
+	badReceipt, _ := event.Marshal(map[string]any{"intent_hash": "nope", "kind": "http.request", "status": "ok"})
+	for name, in := range map[string]struct {
+		kind    string
+		payload []byte
+	}{
+		"not CBOR":            {world.InputEvent, []byte{0xff}},
+		"empty":               {world.InputEvent, nil},
+		"truncated":           {world.InputEvent, good[:len(good)-1]},
+		"trailing":            {world.InputEvent, append(slices.Clone(good), 0x00)},
+		"value of wrong type": {world.InputEvent, wrongShape},
+		"unknown field":       {world.InputEvent, unknownField},
+		"not a message":       {world.InputEvent, notMessage},
+		"call id on an event": {world.InputEvent, callOnEvent},
+		"event as a call":     {world.InputCall, good},
+		"event as a timer":    {world.InputTimer, good},
+		"invalid receipt":     {world.InputReceipt, badReceipt},
+		"too large":           {world.InputEvent, make([]byte, event.DefaultMaxSize+1)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFeeder(t, effectsDef(), "w1")
+			f.event(Deposit{Amount: 7})
+			before := f.w.State()
+			res := f.feed(in.kind, in.payload)
+			wantOutcome(t, res, world.OutcomeError)
+			var ie *world.InputError
+			if !errors.As(res.Err, &ie) || !errors.Is(res.Err, world.ErrMalformedInput) {
+				t.Fatalf("err %v, want an InputError", res.Err)
+			}
+			if string(res.State) != string(before) {
+				t.Fatal("malformed input changed the state")
+			}
+			if err := res.Record.Validate(); err != nil {
+				t.Fatalf("record invalid: %v", err)
+			}
+		})
+	}
+}
+
+func TestCtxNowIsTheInputsEnqueueTime(t *testing.T) {
+	f := newFeeder(t, effectsDef(), "w1")
+	at := time.Date(2031, 7, 4, 1, 2, 3, 456, time.UTC)
+	res, err := f.w.Step(world.Input{Seq: 1, Kind: world.InputEvent, Payload: mustEvent(t, Stamp{}), EnqueuedAt: at}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOutcome(t, res, world.OutcomeOK)
+	if got := f.value().NowNs; got != at.UnixNano() {
+		t.Fatalf("Now() = %d, want the enqueue time %d", got, at.UnixNano())
+	}
+	var rec struct {
+		Input struct {
+			EnqueuedAt int64 `cbor:"enqueued_at"`
+		} `cbor:"input"`
+	}
+	decodePayload(t, res.Record, &rec)
+	if rec.Input.EnqueuedAt != at.UnixNano() {
+		t.Fatalf("journal keeps enqueued_at %d, want %d", rec.Input.EnqueuedAt, at.UnixNano())
+	}
+}
+
+func TestCtxRandIsSeededByWorldIdAndHeight(t *testing.T) {
+	rolls := func(id string, pad int) []uint64 {
+		f := newFeeder(t, effectsDef(), id)
+		for range pad {
+			f.event(Deposit{Amount: 1})
+		}
+		wantOutcome(t, f.event(Roll{}), world.OutcomeOK)
+		return f.value().Rolls
+	}
+	a, b := rolls("w1", 2), rolls("w1", 2)
+	if len(a) != 2 || !slices.Equal(a, b) {
+		t.Fatalf("same world and height drew %v and %v", a, b)
+	}
+	if a[0] == a[1] {
+		t.Fatal("Rand returned a fresh generator on each call")
+	}
+	if slices.Equal(a, rolls("w2", 2)) || slices.Equal(a, rolls("w1", 3)) {
+		t.Fatal("another world or height drew the same numbers")
+	}
+}
+
+func TestEffectNeedsARegisteredKindWithItsParamsType(t *testing.T) {
+	f := newFeeder(t, effectsDef(), "w1")
+	res := f.event(SendEmail{To: "a@b.example"})
+	wantOutcome(t, res, world.OutcomeOK)
+	if len(res.Intents) != 1 || res.Intents[0].Kind != "email.send" {
+		t.Fatalf("intents %v, want one email.send", res.Intents)
+	}
+	var p Email
+	if err := world.Decode(res.Intents[0].Params, &p); err != nil || p.To != "a@b.example" {
+		t.Fatalf("params %+v %v", p, err)
+	}
+	res = f.event(Bogus{})
+	wantOutcome(t, res, world.OutcomeError)
+	var ue *world.UsageError
+	if !errors.As(res.Err, &ue) || !errors.Is(res.Err, world.ErrUsage) {
+		t.Fatalf("err %v, want a UsageError for an unregistered kind", res.Err)
+	}
+}
+
+func TestTimersSetFireAndCancel(t *testing.T) {
+	f := newFeeder(t, effectsDef(), "w1")
+	set := f.event(Remind{Name: "a", AfterSec: 60})
+	wantOutcome(t, set, world.OutcomeOK)
+	if len(set.TimerSets) != 1 || set.Intents != nil {
+		t.Fatalf("timers %v intents %v, want one timer and no effect", set.TimerSets, set.Intents)
+	}
+	ts := set.TimerSets[0]
+	if want := t0.Add(time.Second + time.Minute); !ts.At.Equal(want) {
+		t.Fatalf("timer at %v, want %v", ts.At, want)
+	}
+	if got := f.w.Timers(); !slices.Equal(got, []string{ts.Hash}) {
+		t.Fatalf("armed timers %v", got)
+	}
+	fired := f.feed(world.InputTimer, ts.Payload) // the store hands the payload back unchanged
+	wantOutcome(t, fired, world.OutcomeOK)
+	if got := f.value().Fired; !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("fired %v, want [a]: a firing is routed by its message type", got)
+	}
+	wantOutcome(t, f.feed(world.InputTimer, ts.Payload), world.OutcomeStale) // a duplicate firing
+
+	b := f.event(Remind{Name: "b", AfterSec: 5}).TimerSets[0]
+	cancel := f.event(Forget{Name: "b"})
+	if !slices.Equal(cancel.TimerCancels, []string{b.Hash}) || len(f.w.Timers()) != 0 {
+		t.Fatalf("cancels %v, armed %v", cancel.TimerCancels, f.w.Timers())
+	}
+	late := f.feed(world.InputTimer, b.Payload) // fired before the cancel reached the store
+	wantOutcome(t, late, world.OutcomeStale)
+	if !errors.Is(late.Err, world.ErrStale) || slices.Contains(f.value().Fired, "b") {
+		t.Fatal("a cancelled timer's firing reached the handler")
+	}
+}
+
+// SetAndCancel sets a timer and cancels it in the same step.
+type SetAndCancel struct{}
+
+func TestTimerSetAndCancelledInOneStepNeverLeaves(t *testing.T) {
+	def := world.New[Ledger]("t", 1)
+	world.On(def, func(c *world.Ctx, s *Ledger, p Ping) error { return nil })
+	world.On(def, func(c *world.Ctx, s *Ledger, _ SetAndCancel) error {
+		keep := c.SetTimer(c.Now().Add(time.Hour), Ping{Name: "keep"})
+		c.CancelTimer(c.SetTimer(c.Now().Add(time.Hour), Ping{Name: "drop"}))
+		c.CancelTimer("0000000000000000000000000000000000000000000000000000000000000000") // unknown: ignored
+		_ = keep
+		return nil
+	})
+	f := newFeeder(t, def, "w")
+	res := f.event(SetAndCancel{})
+	wantOutcome(t, res, world.OutcomeOK)
+	if len(res.TimerSets) != 1 || len(res.TimerCancels) != 0 || len(f.w.Timers()) != 1 {
+		t.Fatalf("sets %d cancels %v armed %v", len(res.TimerSets), res.TimerCancels, f.w.Timers())
+	}
+}
+
+func TestSetTimerForATypeWithoutHandlerFailsTheStep(t *testing.T) {
+	def := world.New[Ledger]("t", 1)
+	world.On(def, func(c *world.Ctx, s *Ledger, _ Remind) error {
+		c.SetTimer(c.Now(), Nameless{})
+		return nil
+	})
+	res := newFeeder(t, def, "w").event(Remind{})
+	if res.Outcome != world.OutcomeError || !errors.Is(res.Err, world.ErrUsage) {
+		t.Fatalf("outcome %s err %v", res.Outcome, res.Err)
+	}
+}
+
+func TestReplyAnswersTheCallAndEveryCallGetsAnAnswer(t *testing.T) {
+	f := newFeeder(t, effectsDef(), "w1")
+	f.event(Deposit{Amount: 12})
+	ask := f.call("c-1", Ask{})
+	var bal int64
+	if ask.Reply == nil || ask.Reply.CallID != "c-1" || ask.Reply.Err != nil || world.Decode(ask.Reply.Value, &bal) != nil || bal != 12 {
+		t.Fatalf("reply %+v", ask.Reply)
+	}
+	var rec struct {
+		ReplyHash string `cbor:"reply_hash"`
+	}
+	decodePayload(t, ask.Record, &rec)
+	if rec.ReplyHash != world.Hash(ask.Reply.Value) {
+		t.Fatal("the record does not carry the reply's hash")
+	}
+	if r := f.call("c-2", Silent{}).Reply; r == nil || !errors.Is(r.Err, world.ErrNoReply) {
+		t.Fatalf("no-reply call answered %+v", r)
+	}
+	if r := f.call("c-3", Fail{}).Reply; r == nil || !errors.Is(r.Err, world.ErrHandler) {
+		t.Fatalf("failed call answered %+v", r)
+	}
+	if r := f.call("c-4", Nameless{}).Reply; r == nil || !errors.Is(r.Err, world.ErrUnknownInput) {
+		t.Fatalf("unrouted call answered %+v", r)
+	}
+	twice := f.call("c-5", Twice{})
+	if twice.Outcome != world.OutcomeError || !errors.Is(twice.Reply.Err, world.ErrUsage) {
+		t.Fatalf("second Reply: outcome %s reply %+v", twice.Outcome, twice.Reply)
+	}
+	if r := f.event(Ask{}).Reply; r != nil {
+		t.Fatalf("an event got a reply %+v", r)
+	}
+}
+
+func TestLogIsRecordedInTheStepResult(t *testing.T) {
+	def := world.New[Ledger]("t", 1)
+	world.On(def, func(c *world.Ctx, s *Ledger, _ Roll) error {
+		c.Log("rolled", "n", 3, "odd")
+		return nil
+	})
+	res := newFeeder(t, def, "w").event(Roll{})
+	want := world.LogEntry{Msg: "rolled", Attrs: []world.Attr{{Key: "n", Value: 3}, {Key: "!BADKEY", Value: "odd"}}}
+	if len(res.Logs) != 1 || res.Logs[0].Msg != want.Msg || !slices.Equal(res.Logs[0].Attrs, want.Attrs) {
+		t.Fatalf("logs %+v, want %+v", res.Logs, want)
+	}
+}
+
+func TestWorldTypeOverridesTheGoTypeName(t *testing.T) {
+	f := newFeeder(t, effectsDef(), "w1")
+	b, _ := event.Marshal(map[string]any{"type": "ledger/Renamed@1", "value": map[string]any{"V": 5}})
+	wantOutcome(t, f.feed(world.InputEvent, b), world.OutcomeOK)
+	if f.value().Balance != 5 {
+		t.Fatal("input routed by WorldType did not reach its handler")
+	}
+}
+
+func TestStateThatCannotBeEncodedFailsTheStep(t *testing.T) {
+	type bad struct{ F float64 }
+	type Nan struct{}
+	def := world.New[bad]("t", 1)
+	world.On(def, func(c *world.Ctx, s *bad, _ Nan) error {
+		s.F = nan()
+		return nil
+	})
+	res := newFeeder(t, def, "w").event(Nan{})
+	if res.Outcome != world.OutcomeError || !errors.Is(res.Err, world.ErrState) {
+		t.Fatalf("outcome %s err %v", res.Outcome, res.Err)
+	}
+}
+
+func nan() float64 { var z float64; return z / z }
+
+func decodePayload(t *testing.T, e event.Envelope, v any) {
+	t.Helper()
+	if err := event.Unmarshal(e.Payload, v); err != nil {
+		t.Fatalf("record payload: %v", err)
+	}
+}

@@ -1,0 +1,153 @@
+package world_test
+
+import (
+	"errors"
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/world"
+)
+
+func cborKeys(t *testing.T, v any) []string {
+	t.Helper()
+	b, err := event.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := event.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return slices.Sorted(maps.Keys(m))
+}
+
+func TestFabricSendParamsAndReceiptHaveExactlyTheSeedFields(t *testing.T) {
+	p := world.FabricSendParams{DestUniverse: "u", DestWorld: "d", Mode: world.FabricInbox, Schema: "s",
+		ValueCBOR: []byte{1}, Inbox: "i", PayloadCBOR: []byte{2}, Headers: map[string]string{"h": "v"}, CorrelationID: "c"}
+	want := []string{"correlation_id", "dest_universe", "dest_world", "headers", "inbox", "mode", "payload_cbor", "schema", "value_cbor"}
+	if got := cborKeys(t, p); !slices.Equal(got, want) {
+		t.Fatalf("sys/FabricSendParams@1 fields %v, want %v", got, want)
+	}
+	if got := cborKeys(t, world.FabricSendParams{DestWorld: "d", Mode: world.FabricTypedEvent}); !slices.Equal(got, []string{"dest_world", "mode"}) {
+		t.Fatalf("optional fields not omitted: %v", got)
+	}
+	r := world.FabricSendReceipt{Status: world.FabricStatusOK, MessageID: "m", DestWorld: "d", EnqueuedSeq: world.SeqBytes(9)}
+	if got := cborKeys(t, r); !slices.Equal(got, []string{"dest_world", "enqueued_seq", "message_id", "status"}) {
+		t.Fatalf("sys/FabricSendReceipt@1 fields %v", got)
+	}
+	if (world.FabricSendParams{}).WorldType() != "sys/FabricSendParams@1" || (world.FabricSendReceipt{}).WorldType() != "sys/FabricSendReceipt@1" {
+		t.Fatal("schema names")
+	}
+}
+
+func TestHTTPRequestParamsFields(t *testing.T) {
+	p := world.HTTPRequest{Method: "GET", URL: "u", Headers: map[string][]string{"a": {"b"}}, Body: []byte{1}, TimeoutMs: 5, MaxResponseBytes: 6}
+	want := []string{"body", "headers", "max_response_bytes", "method", "timeout_ms", "url"}
+	if got := cborKeys(t, p); !slices.Equal(got, want) {
+		t.Fatalf("http.request params fields %v, want %v", got, want)
+	}
+}
+
+// TestFabricSendKeepsCausalMetadataEndToEnd sends from world a (in a call,
+// whose id is the correlation id) to world b through the fabric adapter's
+// path, and back: b's handler sees from_world, from_height and the
+// correlation id, the message id is the intent hash, and a's receipt
+// carries sys/FabricSendReceipt@1.
+func TestFabricSendKeepsCausalMetadataEndToEnd(t *testing.T) {
+	a := newFeeder(t, effectsDef(), "world-a")
+	a.event(Deposit{Amount: 1})
+	sent := a.call("call-7", Tell{Dest: "world-b", Text: "hi"})
+	wantOutcome(t, sent, world.OutcomeOK)
+	if len(sent.Intents) != 1 || sent.Intents[0].Kind != world.KindFabricSend {
+		t.Fatalf("intents %v, want one fabric.send", sent.Intents)
+	}
+	it := sent.Intents[0]
+	var p world.FabricSendParams
+	if err := world.Decode(it.Params, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.DestWorld != "world-b" || p.Mode != world.FabricTypedEvent || p.Schema != "world_test.Note" || p.CorrelationID != "call-7" {
+		t.Fatalf("params %+v", p)
+	}
+
+	// The plane's fabric adapter: the effect item carries the origin as text.
+	origin, err := world.ParseOrigin(it.Origin.String())
+	if err != nil || origin != (world.Origin{World: "world-a", Height: 2}) {
+		t.Fatalf("origin %v %v", origin, err)
+	}
+	d, err := world.FabricMessage(world.Intent{Hash: it.Hash, Kind: it.Kind, Params: it.Params, Origin: origin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.MessageID != it.Hash || d.DestWorld != "world-b" {
+		t.Fatalf("delivery %+v: message_id must default to the intent hash", d)
+	}
+	b := newFeeder(t, effectsDef(), "world-b")
+	got := b.feed(world.InputFabric, d.Payload)
+	wantOutcome(t, got, world.OutcomeOK)
+	v := b.value()
+	if !slices.Equal(v.Notes, []string{"hi"}) {
+		t.Fatalf("notes %v", v.Notes)
+	}
+	if want := (world.Cause{FromWorld: "world-a", FromHeight: 2, CorrelationID: "call-7"}); v.Causes[0] != want {
+		t.Fatalf("cause %+v, want %+v", v.Causes[0], want)
+	}
+	var rec struct {
+		Input struct {
+			Cause world.Cause `cbor:"cause"`
+		} `cbor:"input"`
+	}
+	decodePayload(t, got.Record, &rec)
+	if rec.Input.Cause != v.Causes[0] {
+		t.Fatalf("journaled cause %+v", rec.Input.Cause)
+	}
+
+	body, _ := event.Marshal(world.FabricSendReceipt{Status: world.FabricStatusOK, MessageID: d.MessageID, DestWorld: "world-b", EnqueuedSeq: world.SeqBytes(1)})
+	back := a.receipt(world.Receipt{IntentHash: it.Hash, Kind: world.KindFabricSend, Status: world.StatusOK, Body: body})
+	wantOutcome(t, back, world.OutcomeOK)
+	var fr world.FabricSendReceipt
+	if err := world.Decode(body, &fr); err != nil || fr.MessageID != it.Hash {
+		t.Fatalf("receipt body %+v %v", fr, err)
+	}
+}
+
+func TestEncodersRejectWhatTheKernelWouldRefuse(t *testing.T) {
+	if _, err := world.EncodeReceipt(world.Receipt{IntentHash: "x", Kind: "k", Status: world.StatusOK}); !errors.Is(err, world.ErrMalformedInput) {
+		t.Fatalf("bad hash: %v", err)
+	}
+	h := world.IntentHash("w", 1, 0, "k", nil)
+	if _, err := world.EncodeReceipt(world.Receipt{IntentHash: h, Kind: "k", Status: "maybe"}); err == nil {
+		t.Fatal("bad status accepted")
+	}
+	if _, err := world.EncodeReceipt(world.Receipt{IntentHash: h, Kind: "k", Status: world.StatusOK, Body: []byte{0xff}}); err == nil {
+		t.Fatal("non-CBOR body accepted")
+	}
+	if _, err := world.EncodeEvent(3); err == nil {
+		t.Fatal("an unnamed type has no routing name")
+	}
+	if _, err := world.EncodeEvent(&Deposit{}); err == nil {
+		t.Fatal("a pointer was given a routing name")
+	}
+	if _, err := world.EncodeCall("", Deposit{}); err == nil {
+		t.Fatal("a call without id")
+	}
+	if _, err := world.EncodeFabric(world.FabricSendParams{DestWorld: "d", Mode: "carrier-pigeon"}, world.Origin{}, "m"); !errors.Is(err, world.ErrMalformedInput) {
+		t.Fatalf("bad mode: %v", err)
+	}
+}
+
+func TestParseOriginRoundTripsWorldIdsWithAt(t *testing.T) {
+	for _, o := range []world.Origin{{World: "a", Height: 0}, {World: "a@b", Height: 18446744073709551615}} {
+		got, err := world.ParseOrigin(o.String())
+		if err != nil || got != o {
+			t.Fatalf("ParseOrigin(%q) = %v, %v", o.String(), got, err)
+		}
+	}
+	for _, s := range []string{"", "a", "@1", "a@", "a@01", "a@-1", "a@x"} {
+		if _, err := world.ParseOrigin(s); err == nil {
+			t.Fatalf("ParseOrigin(%q) accepted", s)
+		}
+	}
+}
