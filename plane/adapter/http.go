@@ -16,7 +16,7 @@ import (
 )
 
 // KindHTTP is the effect kind of HTTP, the built-in http.request adapter.
-const KindHTTP = "http.request"
+const KindHTTP = world.KindHTTPRequest
 
 // HTTPConfig configures the http.request adapter.
 type HTTPConfig struct {

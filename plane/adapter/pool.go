@@ -250,7 +250,7 @@ func (p *Pool) Run(ctx context.Context) error {
 			timer.Stop()
 			timer = nil
 		}
-		if at, ok := p.nearestExpiry(); ok {
+		if at, ok := p.nearestExpiry(p.ex.Now()); ok {
 			arm(at.Sub(p.ex.Now()))
 		}
 		if err := wake.Park(ctx); err != nil {
@@ -265,16 +265,16 @@ func storeBackoff(failures int, r uint64) time.Duration {
 	return RetryPolicy{Base: 50 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.5}.Delay(failures, r)
 }
 
-// nearestExpiry is the earliest expiry of a claim the pool holds: the
-// moment that claim may be reaped and the queue change under a hint the
-// pool could miss.
-func (p *Pool) nearestExpiry() (time.Time, bool) {
+// nearestExpiry is the earliest expiry after now of a claim the pool
+// holds: the moment that claim may be reaped and the queue change under a
+// hint the pool could miss. An expiry already passed was acted on.
+func (p *Pool) nearestExpiry(now time.Time) (time.Time, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var at time.Time
 	ok := false
 	for _, exp := range p.held {
-		if !ok || exp.Before(at) {
+		if exp.After(now) && (!ok || exp.Before(at)) {
 			at, ok = exp, true
 		}
 	}
