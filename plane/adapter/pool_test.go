@@ -289,12 +289,13 @@ func TestPoolWakesAtHeldClaimExpiry(t *testing.T) {
 		}()
 		time.Sleep(15 * time.Second)
 		mu.Lock()
-		defer mu.Unlock()
+		got := append([]time.Duration(nil), claimsAt...)
+		mu.Unlock()
 		// One claim at start (it took the item, fewer than a batch, so
 		// the queue is empty), then one at the held claim's expiry.
 		want := []time.Duration{0, 10 * time.Second}
-		if len(claimsAt) != len(want) || claimsAt[0] != want[0] || claimsAt[1] != want[1] {
-			t.Fatalf("claims at %v, want %v", claimsAt, want)
+		if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+			t.Fatalf("claims at %v, want %v", got, want)
 		}
 		close(release)
 		released = true
