@@ -227,3 +227,5 @@ func decodeFailure(t *testing.T, r world.Receipt) adapter.Failure {
 }
 
 func newEnvExecutor() actor.Executor { return actor.NewExecutor(1) }
+
+func eventMarshal(v any) ([]byte, error) { return event.Marshal(v) }
