@@ -1,0 +1,233 @@
+package adapter_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/orrery-run/orrery/plane/adapter"
+	"github.com/orrery-run/orrery/plane/reaper"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/world"
+)
+
+// runReaper runs the effect reaper until the returned stop is called.
+func runReaper(e *env, st store.Store, ttl time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- reaper.Run(ctx, reaper.Config{Executor: e.ex}, reaper.Effects(st, ttl)) }()
+	return func() { cancel(); <-done }
+}
+
+// TestDuplicateDispatchTwoPoolsOneReceiptPerIntent: two pools race on the
+// same queue; every intent gets exactly one terminal receipt, each claim
+// is executed at most once, and no effect is executed by both pools.
+func TestDuplicateDispatchTwoPoolsOneReceiptPerIntent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		f := &fake{do: func(context.Context, store.EffectItem, int) (adapter.Result, error) {
+			time.Sleep(100 * time.Millisecond)
+			return adapter.OK(nil), nil
+		}}
+		var hs []string
+		for i := 0; i < 40; i++ {
+			hs = append(hs, e.publish(kindTest, i))
+		}
+		a := newPool(t, e.st, adapter.Config{Worker: "pool-a", Executor: e.ex, Concurrency: 4}, adapter.Register(f, adapter.RetryPolicy{}))
+		b := newPool(t, e.st, adapter.Config{Worker: "pool-b", Executor: e.ex, Concurrency: 4}, adapter.Register(f, adapter.RetryPolicy{}))
+		ra, rb := run(a), run(b)
+		time.Sleep(time.Minute)
+		ra.stop()
+		rb.stop()
+		oneReceiptEach(t, e.st, e.world, hs...)
+		calls := f.snapshot()
+		atMostOncePerClaim(t, calls)
+		if len(calls) != 40 {
+			t.Fatalf("%d executions for 40 intents and no expiry", len(calls))
+		}
+		sa, sb := a.Stats(), b.Stats()
+		if sa.Claimed == 0 || sb.Claimed == 0 || sa.Completed+sb.Completed != 40 {
+			t.Fatalf("stats a=%+v b=%+v", sa, sb)
+		}
+	})
+}
+
+// TestClaimExpiryReapReclaimLoserGetsClaimLost: pool A's adapter overruns
+// its claim (ignoring its context); the reaper requeues the effect and
+// pool B claims it. A finishes while B is still executing: its completion
+// is refused with ErrClaimLost and dropped. B completes; the world gets
+// one receipt, B's.
+func TestClaimExpiryReapReclaimLoserGetsClaimLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		const ttl = 10 * time.Second
+		slow := func(d time.Duration, who string) *fake {
+			return &fake{do: func(context.Context, store.EffectItem, int) (adapter.Result, error) {
+				time.Sleep(d) // deaf to its context: a paused or stuck call
+				return adapter.OK(who), nil
+			}}
+		}
+		// A (one slot, so it cannot reclaim while stuck) claims at 0 and
+		// answers at 15s; its claim expires at 10s, when the reaper
+		// requeues it and B claims it; B answers at 18s.
+		fa, fb := slow(15*time.Second, "a"), slow(8*time.Second, "b")
+		h := e.publish(kindTest, "x")
+		a := newPool(t, e.st, adapter.Config{Worker: "pool-a", Executor: e.ex, ClaimTTL: ttl, Concurrency: 1}, adapter.Register(fa, adapter.RetryPolicy{}))
+		ra := run(a)
+		synctest.Wait()
+		b := newPool(t, e.st, adapter.Config{Worker: "pool-b", Executor: e.ex, ClaimTTL: ttl}, adapter.Register(fb, adapter.RetryPolicy{}))
+		rb := run(b)
+		stopReaper := runReaper(e, e.st, ttl)
+		time.Sleep(10 * ttl)
+		stopReaper()
+		ra.stop()
+		rb.stop()
+		if s := a.Stats(); s.ClaimLost != 1 || s.Completed != 0 {
+			t.Fatalf("loser stats %+v, want one ErrClaimLost", s)
+		}
+		if s := b.Stats(); s.Completed != 1 {
+			t.Fatalf("winner stats %+v", s)
+		}
+		got := oneReceiptEach(t, e.st, e.world, h)[h]
+		var who string
+		if err := got.Decode(&who); err != nil || who != "b" {
+			t.Fatalf("receipt from %q (%v), want b's", who, err)
+		}
+		atMostOncePerClaim(t, append(fa.snapshot(), fb.snapshot()...))
+		if st, _ := e.st.EffectStatus(e.ctx, h); st.Attempts != 2 {
+			t.Fatalf("%d claims, want 2", st.Attempts)
+		}
+	})
+}
+
+// TestLateCompletionAfterWinnerIsDuplicate: as above, but the loser
+// finishes after the winner has completed: the store answers dup=true and
+// the world still has one receipt.
+func TestLateCompletionAfterWinnerIsDuplicate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		const ttl = 10 * time.Second
+		fa := &fake{do: func(context.Context, store.EffectItem, int) (adapter.Result, error) {
+			time.Sleep(5 * ttl)
+			return adapter.OK("a"), nil
+		}}
+		fb := &fake{}
+		h := e.publish(kindTest, "x")
+		a := newPool(t, e.st, adapter.Config{Worker: "pool-a", Executor: e.ex, ClaimTTL: ttl, Concurrency: 1}, adapter.Register(fa, adapter.RetryPolicy{}))
+		ra := run(a)
+		synctest.Wait()
+		b := newPool(t, e.st, adapter.Config{Worker: "pool-b", Executor: e.ex, ClaimTTL: ttl}, adapter.Register(fb, adapter.RetryPolicy{}))
+		rb := run(b)
+		stopReaper := runReaper(e, e.st, ttl)
+		time.Sleep(10 * ttl)
+		stopReaper()
+		ra.stop()
+		rb.stop()
+		if s := a.Stats(); s.Duplicates != 1 || s.Completed != 0 {
+			t.Fatalf("late pool stats %+v, want one duplicate completion", s)
+		}
+		oneReceiptEach(t, e.st, e.world, h)
+	})
+}
+
+// crashRun is one run of the crash matrix at an adapter boundary: the
+// first pool's process dies at the boundary (its store handle crashes);
+// it is stopped, the store restarted, and a second pool with the effect
+// reaper runs on the new handle. ext counts external calls, per claim.
+func crashRun(t *testing.T, boundary string) {
+	synctest.Test(t, func(t *testing.T) {
+		var st *memstore.Store
+		var mu sync.Mutex
+		crashed := false
+		crash := func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if !crashed {
+				crashed = true
+				st.Crash()
+			}
+		}
+		var ext []call // external calls made
+		hook := func(op string) error {
+			if boundary == "after external call before receipt" && op == "complete" {
+				crash()
+				return errors.New("process died")
+			}
+			return nil
+		}
+		e := newEnv(t, memstore.WithHook(hook))
+		st = e.st
+		f := &fake{do: func(_ context.Context, item store.EffectItem, _ int) (adapter.Result, error) {
+			if boundary == "after effect claim before external call" {
+				mu.Lock()
+				first := !crashed
+				mu.Unlock()
+				if first {
+					crash()
+					return adapter.Result{}, errors.New("process died")
+				}
+			}
+			mu.Lock()
+			ext = append(ext, call{hash: item.IntentHash, attempt: item.Attempt, worker: item.ClaimedBy})
+			mu.Unlock()
+			return adapter.OK("done"), nil
+		}}
+		const ttl = 10 * time.Second
+		h := e.publish(kindTest, "x")
+		p1 := newPool(t, st, adapter.Config{Worker: "pool-1", Executor: e.ex, ClaimTTL: ttl}, adapter.Register(f, adapter.NoRetry()))
+		r1 := run(p1)
+		time.Sleep(time.Second)
+		mu.Lock()
+		reached := crashed
+		mu.Unlock()
+		if !reached {
+			t.Fatal("the pool never reached the boundary")
+		}
+		r1.stop()
+		st2 := st.Restart(memstore.WithHook(nil))
+		if n := len(receipts(t, st2, e.world)); n != 0 {
+			t.Fatalf("%d receipts after the crash", n)
+		}
+		p2 := newPool(t, st2, adapter.Config{Worker: "pool-2", Executor: e.ex, ClaimTTL: ttl}, adapter.Register(f, adapter.NoRetry()))
+		r2 := run(p2)
+		stopReaper := runReaper(e, st2, ttl)
+		time.Sleep(3 * ttl)
+		stopReaper()
+		r2.stop()
+		got := oneReceiptEach(t, st2, e.world, h)[h]
+		if got.Status != world.StatusOK {
+			t.Fatalf("receipt %s", got.Status)
+		}
+		atMostOncePerClaim(t, f.snapshot())
+		mu.Lock()
+		defer mu.Unlock()
+		atMostOncePerClaim(t, ext)
+		wantExt := 1 // the crash came before the external call
+		if boundary == "after external call before receipt" {
+			wantExt = 2 // at least once: the second claim calls again
+		}
+		if len(ext) != wantExt {
+			t.Fatalf("%d external calls, want %d", len(ext), wantExt)
+		}
+		if s := p2.Stats(); s.Completed != 1 {
+			t.Fatalf("restarted pool stats %+v", s)
+		}
+		if st, _ := st2.EffectStatus(e.ctx, h); st.Attempts != 2 || st.State != store.EffectDone {
+			t.Fatalf("effect %+v, want done after 2 claims", st)
+		}
+	})
+}
+
+// TestCrashAfterEffectClaimBeforeExternalCall is crash-matrix boundary 4.
+func TestCrashAfterEffectClaimBeforeExternalCall(t *testing.T) {
+	crashRun(t, "after effect claim before external call")
+}
+
+// TestCrashAfterExternalCallBeforeReceiptEnqueue is crash-matrix boundary 5.
+func TestCrashAfterExternalCallBeforeReceiptEnqueue(t *testing.T) {
+	crashRun(t, "after external call before receipt")
+}

@@ -1,0 +1,33 @@
+// Package adapter runs effects: a Pool claims intents from the store's
+// effect queue by kind, hands each to the Adapter that serves its kind,
+// retries transient failures with backoff before any receipt exists, and
+// completes one typed receipt (ok, error or timeout, encoded with
+// world.EncodeReceipt so the world reads the status in-band) into the
+// world's inbox. It also holds the two built-in adapters: HTTP
+// (http.request) and Fabric (fabric.send).
+//
+// Applications serve their own effect kinds by implementing Adapter in Go
+// and registering it with the pool:
+//
+//	pool, err := adapter.NewPool(st, adapter.Config{Worker: "adapters-1", Executor: ex},
+//		adapter.Register(adapter.NewHTTP(ex, adapter.HTTPConfig{}), adapter.RetryPolicy{}),
+//		adapter.Register(adapter.NewFabric(st), adapter.NoRetry()),
+//		adapter.Register(myEmailAdapter{}, adapter.RetryPolicy{Attempts: 5, Base: time.Second}),
+//	)
+//	ex.Go(func() { _ = pool.Run(ctx) })
+//
+// Delivery is at least once and completion exactly once: a claim that
+// expires (a crash, a pause, an adapter that overruns) is requeued by the
+// effect reaper and executed again under a new claim, and the store
+// accepts one terminal receipt per intent; a pool whose claim was taken
+// over learns it (ErrClaimLost, or a duplicate completion) and drops its
+// result. Within one claim an effect is executed once, with its bounded
+// retry attempts; never by two goroutines of one pool.
+//
+// What the package never does: read the machine's clock, sleep or start
+// goroutines outside the actor.Executor it is given (so it runs in virtual
+// time under the lab and testing/synctest); poll the queue on an interval
+// (it parks until a TopicEffects hint, a freed slot, or the nearest expiry
+// of a claim it holds); interpret world state; or write anything but
+// receipts.
+package adapter

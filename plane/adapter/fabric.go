@@ -1,0 +1,96 @@
+package adapter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/world"
+)
+
+// KindFabric is the effect kind of Fabric, the built-in fabric.send
+// adapter.
+const KindFabric = world.KindFabricSend
+
+// FabricStore is what the fabric adapter needs of the store.
+type FabricStore interface {
+	Send(ctx context.Context, dest, messageID string, item store.InboxItem) (store.FabricResult, error)
+	GetWorld(ctx context.Context, world string) (store.World, error)
+}
+
+// Fabric is the fabric.send adapter (protocol F). It delivers the message
+// of a fabric.send intent into the destination world's inbox through the
+// store's Send, deduplicated by message_id = intent_hash, and answers the
+// sender with a sys/FabricSendReceipt@1 body:
+//
+//   - "ok" with the destination's enqueued_seq on the first delivery;
+//   - "already_enqueued" with the first delivery's seq when the message
+//     was delivered before (a retry after a crash between the send and
+//     the sender's receipt): still an ok receipt, since the message is
+//     there exactly once;
+//   - "error", in an error receipt, when the destination is unknown,
+//     archived, or in another universe than dest_universe names, or the
+//     params are unusable: terminal answers, never retried.
+//
+// Any other store failure is an attempt error, retried by the pool.
+type Fabric struct {
+	st FabricStore
+}
+
+// NewFabric returns the fabric.send adapter over st.
+func NewFabric(st FabricStore) *Fabric { return &Fabric{st: st} }
+
+// Kinds implements Adapter.
+func (*Fabric) Kinds() []string { return []string{KindFabric} }
+
+// Execute implements Adapter.
+func (f *Fabric) Execute(ctx context.Context, item store.EffectItem) (Result, error) {
+	origin, err := world.ParseOrigin(item.Origin)
+	if err != nil {
+		return fabricError(item, "", fmt.Sprintf("fabric.send origin %q: %v", item.Origin, err)), nil
+	}
+	d, err := world.FabricMessage(world.Intent{Hash: item.IntentHash, Kind: item.Kind, Params: item.Params, Origin: origin})
+	if err != nil {
+		return fabricError(item, "", "fabric.send params: "+err.Error()), nil
+	}
+	if d.DestUniverse != "" {
+		w, err := f.st.GetWorld(ctx, d.DestWorld)
+		switch {
+		case errors.Is(err, store.ErrWorldNotFound):
+			return fabricError(item, d.DestWorld, "destination world not found"), nil
+		case err != nil:
+			return Result{}, err
+		case w.Universe != d.DestUniverse:
+			return fabricError(item, d.DestWorld, "destination world is not in universe "+d.DestUniverse), nil
+		}
+	}
+	r, err := f.st.Send(ctx, d.DestWorld, d.MessageID, store.InboxItem{Payload: d.Payload})
+	switch {
+	case errors.Is(err, store.ErrWorldNotFound):
+		return fabricError(item, d.DestWorld, "destination world not found"), nil
+	case errors.Is(err, store.ErrWorldArchived):
+		return fabricError(item, d.DestWorld, "destination world is archived"), nil
+	case errors.Is(err, store.ErrInvalid):
+		return fabricError(item, d.DestWorld, err.Error()), nil
+	case err != nil:
+		return Result{}, err
+	}
+	status := world.FabricStatusOK
+	if r.Status == store.FabricAlreadyEnqueued {
+		status = world.FabricStatusAlreadyEnqueued
+	}
+	return OK(world.FabricSendReceipt{
+		Status: status, MessageID: d.MessageID, DestWorld: d.DestWorld, EnqueuedSeq: world.SeqBytes(r.Seq),
+	}), nil
+}
+
+// fabricError is the terminal answer to a send that cannot be delivered.
+// The seed's receipt has no field for a reason, so the reason goes to the
+// error receipt's status alone and to the logs of whoever reads the
+// effect's status; the body keeps exactly the seed's fields.
+func fabricError(item store.EffectItem, dest, _ string) Result {
+	return Result{Status: world.StatusError, Body: world.FabricSendReceipt{
+		Status: world.FabricStatusError, MessageID: item.IntentHash, DestWorld: dest,
+	}}
+}

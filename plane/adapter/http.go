@@ -1,0 +1,206 @@
+package adapter
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/world"
+)
+
+// KindHTTP is the effect kind of HTTP, the built-in http.request adapter.
+const KindHTTP = world.KindHTTPRequest
+
+// HTTPConfig configures the http.request adapter.
+type HTTPConfig struct {
+	// Client sends the requests (nil: a client of its own with no
+	// timeout, which the per-request timeout bounds instead, that follows
+	// up to 10 redirects as net/http does).
+	Client *http.Client
+	// Timeout bounds a request whose params set no timeout_ms (default 30s).
+	Timeout time.Duration
+	// MaxResponseBytes bounds a response body whose params set no
+	// max_response_bytes (default 1 MiB). No limit exceeds MaxBodyBytes.
+	MaxResponseBytes uint64
+}
+
+// MaxBodyBytes is the largest response body an http.request receipt can
+// carry: the store's payload limit less room for the receipt around it.
+const MaxBodyBytes = store.MaxPayloadBytes - 64<<10
+
+// HTTP is the http.request adapter. Its receipts follow what a user of
+// Restate or Temporal expects of an HTTP call made durable:
+//
+//   - any HTTP response, 4xx and 5xx included, is an ok receipt whose
+//     body (world.HTTPResponse) carries the status, headers and body: the
+//     request was delivered and answered, and what a status means is the
+//     world's decision (it may send the request again as a new intent);
+//   - a transport failure (refused connection, reset, DNS) is an attempt
+//     error, retried by the pool's policy, and an error receipt (body
+//     Failure) once retries are exhausted;
+//   - the request's timeout (timeout_ms, else HTTPConfig.Timeout) is a
+//     timeout receipt, never retried: the server may have acted on it;
+//   - a response body over the limit (max_response_bytes, else
+//     HTTPConfig.MaxResponseBytes) is an error receipt, as are params that
+//     do not decode, an unusable method or URL, or a scheme other than
+//     http and https: retrying cannot fix them.
+type HTTP struct {
+	ex  actor.Executor
+	cfg HTTPConfig
+}
+
+// NewHTTP returns the http.request adapter, timing requests on ex.
+func NewHTTP(ex actor.Executor, cfg HTTPConfig) *HTTP {
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{}
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	if cfg.MaxResponseBytes == 0 {
+		cfg.MaxResponseBytes = 1 << 20
+	}
+	cfg.MaxResponseBytes = min(cfg.MaxResponseBytes, MaxBodyBytes)
+	return &HTTP{ex: ex, cfg: cfg}
+}
+
+// Kinds implements Adapter.
+func (*HTTP) Kinds() []string { return []string{KindHTTP} }
+
+// httpRequest is a decoded, checked http.request.
+type httpRequest struct {
+	method  string
+	url     *url.URL
+	headers http.Header
+	body    []byte
+	timeout time.Duration
+	limit   uint64
+}
+
+// DecodeHTTPRequest decodes and checks the params of an http.request: the
+// bytes a world wrote, which the adapter trusts no more than any input.
+func DecodeHTTPRequest(params []byte) (world.HTTPRequest, error) {
+	var p world.HTTPRequest
+	if err := world.Decode(params, &p); err != nil {
+		return world.HTTPRequest{}, fmt.Errorf("http.request params do not decode: %w", err)
+	}
+	if _, err := parseHTTPRequest(p, time.Second, 1); err != nil {
+		return world.HTTPRequest{}, err
+	}
+	return p, nil
+}
+
+func parseHTTPRequest(p world.HTTPRequest, defTimeout time.Duration, defLimit uint64) (httpRequest, error) {
+	if p.Method == "" || !validToken(p.Method) {
+		return httpRequest{}, fmt.Errorf("http.request method %q is not an HTTP method", p.Method)
+	}
+	u, err := url.Parse(p.URL)
+	if err != nil {
+		return httpRequest{}, fmt.Errorf("http.request url: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return httpRequest{}, fmt.Errorf("http.request url %q is not an absolute http or https URL", p.URL)
+	}
+	h := make(http.Header, len(p.Headers))
+	for k, vs := range p.Headers {
+		if !validToken(k) {
+			return httpRequest{}, fmt.Errorf("http.request header name %q is invalid", k)
+		}
+		for _, v := range vs {
+			if !validHeaderValue(v) {
+				return httpRequest{}, fmt.Errorf("http.request header %s has an invalid value", k)
+			}
+			h.Add(k, v)
+		}
+	}
+	r := httpRequest{method: p.Method, url: u, headers: h, body: p.Body, timeout: defTimeout, limit: defLimit}
+	if p.TimeoutMs > 0 {
+		if p.TimeoutMs > uint64(store.MaxTTL/time.Millisecond) {
+			return httpRequest{}, fmt.Errorf("http.request timeout_ms %d is too large", p.TimeoutMs)
+		}
+		r.timeout = time.Duration(p.TimeoutMs) * time.Millisecond
+	}
+	if p.MaxResponseBytes > 0 {
+		r.limit = min(p.MaxResponseBytes, MaxBodyBytes)
+	}
+	return r, nil
+}
+
+// validToken reports whether s is an RFC 9110 token (a method or a header
+// name).
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func validHeaderValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// Execute implements Adapter.
+func (a *HTTP) Execute(ctx context.Context, item store.EffectItem) (Result, error) {
+	var p world.HTTPRequest
+	if err := world.Decode(item.Params, &p); err != nil {
+		return Result{}, Permanent(fmt.Errorf("http.request params do not decode: %w", err))
+	}
+	req, err := parseHTTPRequest(p, a.cfg.Timeout, a.cfg.MaxResponseBytes)
+	if err != nil {
+		return Result{}, Permanent(err)
+	}
+	rctx, cancel := actor.WithTimeout(ctx, a.ex, req.timeout)
+	defer cancel()
+	hr, err := http.NewRequestWithContext(rctx, req.method, req.url.String(), bytes.NewReader(req.body))
+	if err != nil {
+		return Result{}, Permanent(fmt.Errorf("http.request: %w", err))
+	}
+	hr.Header = req.headers
+	resp, err := a.cfg.Client.Do(hr)
+	if err != nil {
+		return a.failed(ctx, rctx, req, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(req.limit)+1))
+	if err != nil {
+		return a.failed(ctx, rctx, req, err)
+	}
+	if uint64(len(body)) > req.limit {
+		return Result{}, Permanent(fmt.Errorf("http.request: the response body exceeds max_response_bytes (%d)", req.limit))
+	}
+	return OK(world.HTTPResponse{Status: resp.StatusCode, Headers: resp.Header, Body: body}), nil
+}
+
+// failed classifies a failed exchange: the request's own timeout is a
+// timeout receipt; the pool's context ending is returned as is (the pool
+// knows why); anything else is a transport error, retried.
+func (a *HTTP) failed(ctx, rctx context.Context, req httpRequest, err error) (Result, error) {
+	if ctx.Err() != nil {
+		return Result{}, ctx.Err()
+	}
+	if rctx.Err() != nil {
+		return Result{Status: world.StatusTimeout, Body: Failure{Error: fmt.Sprintf("http.request timed out after %v", req.timeout)}}, nil
+	}
+	return Result{}, fmt.Errorf("http.request transport: %w", err)
+}

@@ -1,0 +1,195 @@
+package adapter_test
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/plane/adapter"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/world"
+)
+
+// These tests do real loopback I/O against httptest servers, on the real
+// clock (synctest's fake clock freezes on network I/O). They wait for
+// receipts by parking on the world's inbox topic, never by sleeping.
+
+// awaitReceipt blocks until hash's receipt is in the world's inbox.
+func awaitReceipt(t *testing.T, e *env, hash string) world.Receipt {
+	t.Helper()
+	sig := store.NewSignal()
+	stop, err := e.st.Watch(e.ctx, sig, store.TopicInbox(e.world))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	for {
+		for _, r := range receipts(t, e.st, e.world) {
+			if r.IntentHash == hash {
+				return r
+			}
+		}
+		<-sig.C // a missing receipt hangs until go test's -timeout, which names this test
+	}
+}
+
+func httpEnv(t *testing.T, pol adapter.RetryPolicy, cfg adapter.HTTPConfig) (*env, func()) {
+	e := newEnv(t)
+	e.ex = actor.NewExecutor(11)
+	p := newPool(t, e.st, adapter.Config{Worker: "http-pool", Executor: e.ex}, adapter.Register(adapter.NewHTTP(e.ex, cfg), pol))
+	r := run(p)
+	return e, func() { r.stop() }
+}
+
+func TestHTTPRequestOkReceiptCarriesStatusHeadersBody(t *testing.T) {
+	var got struct {
+		method, body, header string
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got.method, got.body, got.header = r.Method, string(b), r.Header.Get("X-Idem")
+		w.Header().Set("X-Answer", "42")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("created"))
+	}))
+	defer srv.Close()
+	e, stop := httpEnv(t, adapter.RetryPolicy{}, adapter.HTTPConfig{})
+	defer stop()
+	h := e.publish(adapter.KindHTTP, world.HTTPRequest{
+		Method: "POST", URL: srv.URL + "/pay", Headers: map[string][]string{"X-Idem": {"k1"}}, Body: []byte("amount=5"),
+	})
+	r := awaitReceipt(t, e, h)
+	var resp world.HTTPResponse
+	if err := r.Decode(&resp); err != nil || r.Status != world.StatusOK {
+		t.Fatalf("receipt %s (%v)", r.Status, err)
+	}
+	if resp.Status != 201 || string(resp.Body) != "created" || resp.Headers["X-Answer"][0] != "42" {
+		t.Fatalf("response %+v", resp)
+	}
+	if got.method != "POST" || got.body != "amount=5" || got.header != "k1" {
+		t.Fatalf("server saw %+v", got)
+	}
+}
+
+// TestHTTPNon2xxIsOkReceiptWithStatus: an HTTP answer is a delivered
+// request: a 503 is an ok receipt carrying 503, not retried.
+func TestHTTPNon2xxIsOkReceiptWithStatus(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	e, stop := httpEnv(t, adapter.RetryPolicy{Attempts: 3, Base: time.Millisecond}, adapter.HTTPConfig{})
+	defer stop()
+	h := e.publish(adapter.KindHTTP, world.HTTPRequest{Method: "GET", URL: srv.URL})
+	r := awaitReceipt(t, e, h)
+	var resp world.HTTPResponse
+	if err := r.Decode(&resp); err != nil || r.Status != world.StatusOK || resp.Status != 503 {
+		t.Fatalf("receipt %s %+v (%v)", r.Status, resp, err)
+	}
+	if n := hits.Load(); n != 1 {
+		t.Fatalf("%d requests, want 1", n)
+	}
+}
+
+// TestHTTPTransportFailureIsErrorAfterRetries: a refused connection is
+// retried by the policy, then an error receipt counting the attempts.
+func TestHTTPTransportFailureIsErrorAfterRetries(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now: connections are refused
+	e, stop := httpEnv(t, adapter.RetryPolicy{Attempts: 3, Base: time.Millisecond, Max: 2 * time.Millisecond}, adapter.HTTPConfig{})
+	defer stop()
+	h := e.publish(adapter.KindHTTP, world.HTTPRequest{Method: "GET", URL: "http://" + addr + "/"})
+	r := awaitReceipt(t, e, h)
+	f := decodeFailure(t, r)
+	if r.Status != world.StatusError || f.Attempts != 3 || !strings.Contains(f.Error, "transport") {
+		t.Fatalf("receipt %s %+v", r.Status, f)
+	}
+}
+
+func TestHTTPTimeoutIsTimeoutReceiptNotRetried(t *testing.T) {
+	var hits atomic.Int64
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	e, stop := httpEnv(t, adapter.RetryPolicy{Attempts: 3, Base: time.Millisecond}, adapter.HTTPConfig{})
+	defer stop()
+	h := e.publish(adapter.KindHTTP, world.HTTPRequest{Method: "GET", URL: srv.URL, TimeoutMs: 50})
+	r := awaitReceipt(t, e, h)
+	if f := decodeFailure(t, r); r.Status != world.StatusTimeout || !strings.Contains(f.Error, "timed out") {
+		t.Fatalf("receipt %s %+v", r.Status, f)
+	}
+	if n := hits.Load(); n != 1 {
+		t.Fatalf("%d requests, want 1 (a timeout is not retried)", n)
+	}
+}
+
+func TestHTTPResponseOverLimitIsErrorReceipt(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(strings.Repeat("x", 101)))
+	}))
+	defer srv.Close()
+	e, stop := httpEnv(t, adapter.RetryPolicy{}, adapter.HTTPConfig{})
+	defer stop()
+	over := e.publish(adapter.KindHTTP, world.HTTPRequest{Method: "GET", URL: srv.URL, MaxResponseBytes: 100})
+	at := e.publish(adapter.KindHTTP, world.HTTPRequest{Method: "GET", URL: srv.URL, MaxResponseBytes: 101})
+	r := awaitReceipt(t, e, over)
+	if f := decodeFailure(t, r); r.Status != world.StatusError || f.Attempts != 1 || !strings.Contains(f.Error, "max_response_bytes") {
+		t.Fatalf("over the limit: receipt %s %+v", r.Status, f)
+	}
+	r = awaitReceipt(t, e, at)
+	var resp world.HTTPResponse
+	if err := r.Decode(&resp); err != nil || r.Status != world.StatusOK || len(resp.Body) != 101 {
+		t.Fatalf("at the limit: receipt %s, %d bytes (%v)", r.Status, len(resp.Body), err)
+	}
+}
+
+// TestHTTPBadParamsAreErrorReceipts: params a world should never have
+// written, and a scheme the adapter does not speak, end in an error
+// receipt at once, with no request made.
+func TestHTTPBadParamsAreErrorReceipts(t *testing.T) {
+	e, stop := httpEnv(t, adapter.RetryPolicy{Attempts: 3, Base: time.Millisecond}, adapter.HTTPConfig{})
+	defer stop()
+	for _, p := range []any{
+		world.HTTPRequest{Method: "GET", URL: "file:///etc/passwd"},
+		world.HTTPRequest{Method: "G ET", URL: "http://example.invalid/"},
+		world.HTTPRequest{Method: "GET", URL: "http://example.invalid/", Headers: map[string][]string{"X": {"a\nb"}}},
+		"not a request",
+	} {
+		h := e.publish(adapter.KindHTTP, p)
+		r := awaitReceipt(t, e, h)
+		if f := decodeFailure(t, r); r.Status != world.StatusError || f.Attempts != 1 {
+			t.Fatalf("%v: receipt %s %+v", p, r.Status, f)
+		}
+	}
+}
+
+func TestDecodeHTTPRequest(t *testing.T) {
+	good, _ := eventMarshal(world.HTTPRequest{Method: "PUT", URL: "https://x.example/a?b=c", TimeoutMs: 5})
+	if p, err := adapter.DecodeHTTPRequest(good); err != nil || p.Method != "PUT" {
+		t.Fatalf("%+v %v", p, err)
+	}
+	for _, b := range [][]byte{nil, {0xff}, {0xa0}} {
+		if _, err := adapter.DecodeHTTPRequest(b); err == nil {
+			t.Fatalf("%x decoded", b)
+		}
+	}
+}

@@ -1,0 +1,477 @@
+package adapter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/world"
+)
+
+// Store is what a Pool needs of the persistence plane (store.Store has it).
+type Store interface {
+	Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]store.EffectItem, error)
+	Complete(ctx context.Context, intentHash string, c store.Claim, r store.Receipt) (inboxSeq uint64, dup bool, err error)
+	Watch(ctx context.Context, w store.Waker, topics ...string) (stop func(), err error)
+}
+
+// Config configures a Pool. Worker and Executor are required.
+type Config struct {
+	// Worker is the claimant id the pool claims under; two pools that run
+	// at once must not share it.
+	Worker string
+	// Executor is the clock, timer, randomness and goroutine source.
+	Executor actor.Executor
+	// Concurrency bounds the effects executing at once (default 16).
+	Concurrency int
+	// Batch bounds the effects one Claim takes (default Concurrency).
+	Batch int
+	// ClaimTTL is how long a claim lasts before the reaper may requeue it
+	// (default 30s). An effect's execution, retries and backoff included,
+	// gets the claim's TTL less a tenth of it, to finish before anyone else
+	// may claim it; an execution that overruns that budget ends with a
+	// timeout receipt. So ClaimTTL must exceed the slowest adapter call.
+	ClaimTTL time.Duration
+	// Logger receives store failures and dropped results (nil: discarded).
+	Logger *slog.Logger
+}
+
+// Stats counts what a pool did (see Pool.Stats).
+type Stats struct {
+	Claimed    uint64 // effects claimed
+	Attempts   uint64 // Execute calls, retries included
+	Completed  uint64 // receipts this pool delivered
+	Duplicates uint64 // completions answered dup=true: another claim's receipt was first
+	ClaimLost  uint64 // completions refused (store.ErrClaimLost): another claim owns the effect
+	Dropped    uint64 // results left undelivered because the pool stopped (the reaper requeues them)
+}
+
+// Pool claims, executes and completes effects. Create it with NewPool;
+// run it with Run.
+type Pool struct {
+	st     Store
+	ex     actor.Executor
+	cfg    Config
+	budget time.Duration
+	kinds  []string // sorted
+	byKind map[string]Registration
+	log    *slog.Logger
+
+	running atomic.Bool
+
+	mu       sync.Mutex
+	wake     actor.Parker // the running loop's; nil when not running
+	inflight int
+	held     map[claimKey]time.Time // executing claims → their expiry (executor clock)
+	draining bool
+	stats    Stats
+}
+
+type claimKey struct {
+	hash    string
+	attempt int
+}
+
+// NewPool returns a pool serving the kinds of regs. Each kind must be
+// served by one adapter.
+func NewPool(st Store, cfg Config, regs ...Registration) (*Pool, error) {
+	if st == nil {
+		return nil, &ConfigError{Field: "Store", Reason: "required"}
+	}
+	if err := store.CheckID("adapter", "worker", cfg.Worker); err != nil {
+		return nil, &ConfigError{Field: "Worker", Reason: err.Error()}
+	}
+	if cfg.Executor == nil {
+		return nil, &ConfigError{Field: "Executor", Reason: "required"}
+	}
+	switch {
+	case cfg.Concurrency < 0 || cfg.Batch < 0 || cfg.ClaimTTL < 0:
+		return nil, &ConfigError{Field: "Config", Reason: "Concurrency, Batch and ClaimTTL must not be negative"}
+	case cfg.Batch > store.MaxBatch:
+		return nil, &ConfigError{Field: "Batch", Reason: fmt.Sprintf("at most %d", store.MaxBatch)}
+	case cfg.ClaimTTL > store.MaxTTL:
+		return nil, &ConfigError{Field: "ClaimTTL", Reason: fmt.Sprintf("at most %v", store.MaxTTL)}
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 16
+	}
+	if cfg.Batch == 0 {
+		cfg.Batch = min(cfg.Concurrency, store.MaxBatch)
+	}
+	if cfg.ClaimTTL == 0 {
+		cfg.ClaimTTL = 30 * time.Second
+	}
+	if len(regs) == 0 {
+		return nil, &ConfigError{Field: "Registration", Reason: "a pool needs at least one adapter"}
+	}
+	p := &Pool{
+		st: st, ex: cfg.Executor, cfg: cfg, budget: cfg.ClaimTTL - cfg.ClaimTTL/10,
+		byKind: map[string]Registration{}, held: map[claimKey]time.Time{}, log: cfg.Logger,
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	for _, r := range regs {
+		if r.Adapter == nil {
+			return nil, &ConfigError{Field: "Registration", Reason: "nil adapter"}
+		}
+		r.Policy = r.Policy.orDefault()
+		if err := r.Policy.validate(); err != nil {
+			return nil, &ConfigError{Field: "RetryPolicy", Reason: err.Error()}
+		}
+		ks := r.Adapter.Kinds()
+		if len(ks) == 0 {
+			return nil, &ConfigError{Field: "Registration", Reason: fmt.Sprintf("%T serves no kind", r.Adapter)}
+		}
+		for _, k := range ks {
+			if err := store.CheckID("adapter", "kind", k); err != nil {
+				return nil, &ConfigError{Field: "Kinds", Reason: err.Error()}
+			}
+			if _, dup := p.byKind[k]; dup {
+				return nil, &ConfigError{Field: "Kinds", Reason: "kind " + k + " is served twice"}
+			}
+			p.byKind[k] = r
+			p.kinds = append(p.kinds, k)
+		}
+	}
+	slices.Sort(p.kinds)
+	return p, nil
+}
+
+// Kinds returns the effect kinds the pool claims, sorted.
+func (p *Pool) Kinds() []string { return slices.Clone(p.kinds) }
+
+// Stats returns the pool's counters so far.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stats
+}
+
+// Drain makes a running pool stop claiming, finish the effects it is
+// executing (their receipts delivered), and return nil from Run: a planned
+// stop that leaves nothing for the reaper. Cancelling Run's context
+// instead abandons the executing effects, whose claims then expire.
+func (p *Pool) Drain() {
+	p.mu.Lock()
+	p.draining = true
+	w := p.wake
+	p.mu.Unlock()
+	if w != nil {
+		w.Unpark()
+	}
+}
+
+// Run claims and executes effects until ctx is done (it returns ctx's
+// error) or a Drain completes (it returns nil). Either way every execution
+// it started has ended when it returns. It parks between claims, woken by
+// a store.TopicEffects hint, by an execution that frees a slot, or at the
+// nearest expiry of a claim it holds; it never polls. Store failures are
+// retried with backoff; a pool that cannot watch the store returns the
+// Watch error.
+func (p *Pool) Run(ctx context.Context) error {
+	if !p.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer p.running.Store(false)
+	wake := p.ex.NewParker()
+	stop, err := p.st.Watch(ctx, wake, store.TopicEffects)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	p.mu.Lock()
+	p.wake = wake
+	p.mu.Unlock()
+
+	execCtx, cancel := context.WithCancel(ctx)
+	var timer actor.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+		cancel()
+		p.waitIdle(wake)
+		p.mu.Lock()
+		p.wake = nil
+		p.mu.Unlock()
+	}()
+	arm := func(d time.Duration) {
+		if timer != nil {
+			timer.Stop()
+		}
+		timer = p.ex.AfterFunc(max(d, 0), wake.Unpark)
+	}
+
+	failures := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		p.mu.Lock()
+		free, draining, inflight := p.cfg.Concurrency-p.inflight, p.draining, p.inflight
+		p.mu.Unlock()
+		if draining && inflight == 0 {
+			return nil
+		}
+		if !draining && free > 0 {
+			n := min(free, p.cfg.Batch)
+			now := p.ex.Now()
+			items, err := p.st.Claim(ctx, p.cfg.Worker, p.kinds, n, p.cfg.ClaimTTL)
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				failures++
+				p.log.Warn("adapter: claim failed", "worker", p.cfg.Worker, "err", err, "failures", failures)
+				arm(storeBackoff(failures, p.ex.Uint64()))
+				if err := wake.Park(ctx); err != nil {
+					return err
+				}
+				continue
+			}
+			failures = 0
+			for _, it := range items {
+				p.start(execCtx, wake, it, now)
+			}
+			if len(items) == n {
+				continue // the queue may hold more
+			}
+		}
+		if timer != nil {
+			timer.Stop()
+			timer = nil
+		}
+		if at, ok := p.nearestExpiry(p.ex.Now()); ok {
+			arm(at.Sub(p.ex.Now()))
+		}
+		if err := wake.Park(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// storeBackoff is the wait after failures consecutive store failures:
+// 50ms doubling to 5s, half jittered.
+func storeBackoff(failures int, r uint64) time.Duration {
+	return RetryPolicy{Base: 50 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.5}.Delay(failures, r)
+}
+
+// nearestExpiry is the earliest expiry after now of a claim the pool
+// holds: the moment that claim may be reaped and the queue change under a
+// hint the pool could miss. An expiry already passed was acted on.
+func (p *Pool) nearestExpiry(now time.Time) (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var at time.Time
+	ok := false
+	for _, exp := range p.held {
+		if exp.After(now) && (!ok || exp.Before(at)) {
+			at, ok = exp, true
+		}
+	}
+	return at, ok
+}
+
+// waitIdle parks until every execution has ended; each one unparks wake
+// as it ends.
+func (p *Pool) waitIdle(wake actor.Parker) {
+	for {
+		p.mu.Lock()
+		n := p.inflight
+		p.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		_ = wake.Park(context.Background())
+	}
+}
+
+// start executes one claimed item on its own goroutine. claimedAt is the
+// executor's time just before the claim: the claim's budget and expiry
+// count from it, so they never end later than the store's.
+func (p *Pool) start(ctx context.Context, wake actor.Parker, it store.EffectItem, claimedAt time.Time) {
+	key := claimKey{it.IntentHash, it.Attempt}
+	p.mu.Lock()
+	p.inflight++
+	p.stats.Claimed++
+	p.held[key] = claimedAt.Add(p.cfg.ClaimTTL)
+	p.mu.Unlock()
+	p.ex.Go(func() {
+		defer func() {
+			p.mu.Lock()
+			p.inflight--
+			delete(p.held, key)
+			p.mu.Unlock()
+			wake.Unpark()
+		}()
+		p.execute(ctx, it, claimedAt.Add(p.budget))
+	})
+}
+
+// execute runs one claim: the attempts, then the receipt.
+func (p *Pool) execute(ctx context.Context, it store.EffectItem, deadline time.Time) {
+	reg, ok := p.byKind[it.Kind]
+	var res Result
+	var attempts int
+	if !ok {
+		// Unreachable through Claim, which is by our kinds; a terminal
+		// answer still beats an effect that circulates forever.
+		res = Result{Status: world.StatusError, Body: Failure{Error: "no adapter serves kind " + it.Kind}}
+	} else {
+		var done bool
+		res, attempts, done = p.attempt(ctx, reg, it, deadline)
+		if !done {
+			p.drop(it, "pool stopped during execution")
+			return
+		}
+	}
+	p.complete(ctx, it, p.receipt(it, res, attempts))
+}
+
+// attempt calls the adapter until it answers, gives up or runs out of
+// budget. done=false means the pool stopped and there is no result.
+func (p *Pool) attempt(ctx context.Context, reg Registration, it store.EffectItem, deadline time.Time) (res Result, attempts int, done bool) {
+	bctx, cancel := actor.WithDeadline(ctx, p.ex, deadline)
+	defer cancel()
+	pol := reg.Policy
+	for n := 1; ; n++ {
+		p.mu.Lock()
+		p.stats.Attempts++
+		p.mu.Unlock()
+		res, err := call(bctx, reg.Adapter, it)
+		if ctx.Err() != nil {
+			return Result{}, n, false
+		}
+		if err == nil {
+			return res, n, true
+		}
+		if bctx.Err() != nil {
+			return failure(world.StatusTimeout, "the claim's execution budget ran out: "+err.Error(), n), n, true
+		}
+		if IsPermanent(err) || n >= pol.Attempts {
+			return failure(world.StatusError, err.Error(), n), n, true
+		}
+		d := pol.Delay(n, p.ex.Uint64())
+		if p.ex.Now().Add(d).After(deadline) {
+			return failure(world.StatusError, err.Error()+" (no budget left in the claim to retry)", n), n, true
+		}
+		if err := actor.Sleep(bctx, p.ex, d); err != nil {
+			if ctx.Err() != nil {
+				return Result{}, n, false
+			}
+			return failure(world.StatusTimeout, "the claim's execution budget ran out", n), n, true
+		}
+	}
+}
+
+func failure(s world.ReceiptStatus, msg string, attempts int) Result {
+	return Result{Status: s, Body: Failure{Error: msg, Attempts: attempts}}
+}
+
+// call runs Execute, turning a panic or an invalid status into a
+// permanent error: nothing an adapter does crosses the pool's boundary.
+func call(ctx context.Context, a Adapter, it store.EffectItem) (res Result, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			res, err = Result{}, Permanent(fmt.Errorf("adapter panicked: %v", r))
+		}
+	}()
+	res, err = a.Execute(ctx, it)
+	if err == nil {
+		switch res.Status {
+		case world.StatusOK, world.StatusError, world.StatusTimeout:
+		default:
+			return Result{}, Permanent(fmt.Errorf("adapter answered status %q, not ok, error or timeout", res.Status))
+		}
+	}
+	return res, err
+}
+
+// receipt encodes res as the item's receipt (world.EncodeReceipt), so the
+// world reads the status in-band. A body that cannot be encoded becomes an
+// error receipt saying so.
+func (p *Pool) receipt(it store.EffectItem, res Result, attempts int) store.Receipt {
+	var body []byte
+	if res.Body != nil {
+		b, err := event.Marshal(res.Body)
+		if err != nil {
+			res = failure(world.StatusError, "the adapter's result cannot be encoded: "+err.Error(), attempts)
+			b, _ = event.Marshal(res.Body)
+		}
+		body = b
+	}
+	payload, err := world.EncodeReceipt(world.Receipt{
+		IntentHash: it.IntentHash, Kind: it.Kind, Status: res.Status, Body: body, Retry: uint64(it.Retries),
+	})
+	if err != nil {
+		// Not an intent the kernel made (its hash is not one): the world
+		// cannot read any receipt for it, but a terminal one still ends it.
+		p.log.Error("adapter: receipt cannot be encoded", "intent", it.IntentHash, "err", err)
+		payload = body
+		if payload == nil {
+			payload, _ = event.Marshal(Failure{Error: err.Error()})
+		}
+	}
+	return store.Receipt{Status: store.ReceiptStatus(res.Status), Payload: payload}
+}
+
+// complete delivers the receipt. A store failure is retried with backoff
+// until it succeeds, the pool stops, or the store says the effect is no
+// longer this claim's: both ErrClaimLost and dup=true mean another claim's
+// receipt is (or will be) the one the world reads.
+func (p *Pool) complete(ctx context.Context, it store.EffectItem, r store.Receipt) {
+	replaced := false
+	for failures := 1; ; failures++ {
+		_, dup, err := p.st.Complete(ctx, it.IntentHash, it.ClaimOf(), r)
+		switch {
+		case err == nil:
+			p.mu.Lock()
+			if dup {
+				p.stats.Duplicates++
+			} else {
+				p.stats.Completed++
+			}
+			p.mu.Unlock()
+			return
+		case errors.Is(err, store.ErrClaimLost):
+			p.mu.Lock()
+			p.stats.ClaimLost++
+			p.mu.Unlock()
+			return
+		case errors.Is(err, store.ErrNotFound):
+			p.drop(it, "the effect's record is gone")
+			return
+		case errors.Is(err, store.ErrInvalid) && !replaced:
+			// The store refuses this receipt (too large, say): say so
+			// in a receipt it accepts rather than retrying forever.
+			replaced = true
+			r = p.receipt(it, failure(world.StatusError, "the store refused the receipt: "+err.Error(), 0), 0)
+			continue
+		}
+		if ctx.Err() != nil {
+			p.drop(it, "pool stopped before the receipt was delivered")
+			return
+		}
+		p.log.Warn("adapter: complete failed", "intent", it.IntentHash, "err", err, "failures", failures)
+		if actor.Sleep(ctx, p.ex, storeBackoff(failures, p.ex.Uint64())) != nil {
+			p.drop(it, "pool stopped before the receipt was delivered")
+			return
+		}
+	}
+}
+
+func (p *Pool) drop(it store.EffectItem, why string) {
+	p.mu.Lock()
+	p.stats.Dropped++
+	p.mu.Unlock()
+	p.log.Info("adapter: result dropped; the claim will expire and be reaped", "intent", it.IntentHash, "why", why)
+}

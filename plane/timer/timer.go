@@ -1,0 +1,261 @@
+// Package timer is the durable timer worker (seed 002 protocol E): it
+// claims due timers from the store (ClaimDue), fires each into its
+// world's inbox (Fire, deduplicated by the timer's intent hash), and
+// sleeps until the next due time (NextDue) or until a store.TopicTimers
+// hint says the timer set changed.
+//
+// What it never does: poll on an interval (an idle worker with no timers
+// makes no store call until a hint), read the machine's clock, sleep or
+// start goroutines outside the actor.Executor it is given, or requeue
+// expired claims (that is the timer reaper's, plane/reaper).
+package timer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/store"
+)
+
+// Store is what the timer worker needs of the persistence plane.
+type Store interface {
+	ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]store.TimerItem, error)
+	Fire(ctx context.Context, intentHash string, c store.Claim) (inboxSeq uint64, dup bool, err error)
+	NextDue(ctx context.Context) (at time.Time, ok bool, err error)
+	Now(ctx context.Context) (time.Time, error)
+	Watch(ctx context.Context, w store.Waker, topics ...string) (stop func(), err error)
+}
+
+// Config configures a Worker. Worker and Executor are required.
+type Config struct {
+	Worker   string         // the claimant id; unique among running workers
+	Executor actor.Executor // clock, timers and randomness
+	Batch    int            // timers per ClaimDue (default 128)
+	// ClaimTTL is how long a claim lasts before the reaper may requeue it
+	// (default 30s): a worker that dies between claim and fire delays its
+	// timers by at most this plus the reaper's period.
+	ClaimTTL time.Duration
+	Logger   *slog.Logger // nil: discarded
+}
+
+// Stats counts what a worker did.
+type Stats struct {
+	Claimed    uint64 // timers claimed
+	Fired      uint64 // firings this worker delivered
+	Duplicates uint64 // firings answered dup=true (already delivered)
+	ClaimLost  uint64 // firings refused: another claim owns the timer
+	NotDue     uint64 // firings refused as not yet due (a clock skew): left to the reaper
+}
+
+// ConfigError reports an unusable Config.
+type ConfigError struct{ Field, Reason string }
+
+func (e *ConfigError) Error() string { return fmt.Sprintf("timer: %s: %s", e.Field, e.Reason) }
+
+// ErrRunning is returned by Run on a worker that is already running.
+var ErrRunning = errors.New("timer: worker already running")
+
+// Worker fires due timers.
+type Worker struct {
+	st      Store
+	ex      actor.Executor
+	cfg     Config
+	log     *slog.Logger
+	running atomic.Bool
+
+	mu    sync.Mutex
+	stats Stats
+}
+
+// New returns a timer worker over st.
+func New(st Store, cfg Config) (*Worker, error) {
+	if st == nil {
+		return nil, &ConfigError{Field: "Store", Reason: "required"}
+	}
+	if err := store.CheckID("timer", "worker", cfg.Worker); err != nil {
+		return nil, &ConfigError{Field: "Worker", Reason: err.Error()}
+	}
+	if cfg.Executor == nil {
+		return nil, &ConfigError{Field: "Executor", Reason: "required"}
+	}
+	switch {
+	case cfg.Batch < 0 || cfg.Batch > store.MaxBatch:
+		return nil, &ConfigError{Field: "Batch", Reason: fmt.Sprintf("must be in [0, %d]", store.MaxBatch)}
+	case cfg.ClaimTTL < 0 || cfg.ClaimTTL > store.MaxTTL:
+		return nil, &ConfigError{Field: "ClaimTTL", Reason: fmt.Sprintf("must be in [0, %v]", store.MaxTTL)}
+	}
+	if cfg.Batch == 0 {
+		cfg.Batch = 128
+	}
+	if cfg.ClaimTTL == 0 {
+		cfg.ClaimTTL = 30 * time.Second
+	}
+	w := &Worker{st: st, ex: cfg.Executor, cfg: cfg, log: cfg.Logger}
+	if w.log == nil {
+		w.log = slog.New(slog.DiscardHandler)
+	}
+	return w, nil
+}
+
+// Stats returns the worker's counters so far.
+func (w *Worker) Stats() Stats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stats
+}
+
+// Run fires due timers until ctx is done, and returns ctx's error (or the
+// Watch error if the store cannot be watched). Store failures are retried
+// with backoff.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer w.running.Store(false)
+	wake := w.ex.NewParker()
+	stop, err := w.st.Watch(ctx, wake, store.TopicTimers)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	var timer actor.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	arm := func(d time.Duration) {
+		if timer != nil {
+			timer.Stop()
+		}
+		timer = w.ex.AfterFunc(d, wake.Unpark)
+	}
+	failures := 0
+	fail := func(what string, err error) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		failures++
+		w.log.Warn("timer: "+what+" failed", "worker", w.cfg.Worker, "err", err, "failures", failures)
+		arm(backoff(failures, w.ex.Uint64()))
+		return wake.Park(ctx)
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		items, err := w.st.ClaimDue(ctx, w.cfg.Worker, w.cfg.Batch, w.cfg.ClaimTTL)
+		if err != nil {
+			if err := fail("claim", err); err != nil {
+				return err
+			}
+			continue
+		}
+		w.count(func(s *Stats) { s.Claimed += uint64(len(items)) })
+		if err := w.fireAll(ctx, items); err != nil {
+			return err
+		}
+		if len(items) == w.cfg.Batch {
+			continue // more may be due
+		}
+		at, ok, err := w.st.NextDue(ctx)
+		if err != nil {
+			if err := fail("next due", err); err != nil {
+				return err
+			}
+			continue
+		}
+		if timer != nil {
+			timer.Stop()
+			timer = nil
+		}
+		if ok {
+			// The due time is on the store's clock: measure the wait on it
+			// too, so a skewed executor clock cannot fire early or late.
+			now, err := w.st.Now(ctx)
+			if err != nil {
+				if err := fail("now", err); err != nil {
+					return err
+				}
+				continue
+			}
+			// Due already: if we claimed anything it may have come due
+			// while we fired, so claim again; if we claimed nothing,
+			// another worker took it, and its reap will hint if it dies.
+			if d := at.Sub(now); d > 0 {
+				arm(d)
+			} else if len(items) > 0 {
+				continue
+			}
+		}
+		failures = 0
+		if err := wake.Park(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// fireAll fires the claimed timers in claim order. A store failure is
+// retried with backoff (the claim stays ours until it expires, and after
+// that until someone else claims); only ctx ends the retries.
+func (w *Worker) fireAll(ctx context.Context, items []store.TimerItem) error {
+	for _, it := range items {
+		for failures := 1; ; failures++ {
+			_, dup, err := w.st.Fire(ctx, it.IntentHash, it.ClaimOf())
+			if err == nil {
+				w.count(func(s *Stats) {
+					if dup {
+						s.Duplicates++
+					} else {
+						s.Fired++
+					}
+				})
+				break
+			}
+			if errors.Is(err, store.ErrClaimLost) {
+				w.count(func(s *Stats) { s.ClaimLost++ })
+				break
+			}
+			if errors.Is(err, store.ErrNotDue) {
+				w.count(func(s *Stats) { s.NotDue++ })
+				w.log.Warn("timer: claimed a timer the store says is not due", "intent", it.IntentHash)
+				break
+			}
+			if errors.Is(err, store.ErrNotFound) {
+				break // cancelled after the claim
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			w.log.Warn("timer: fire failed", "intent", it.IntentHash, "err", err, "failures", failures)
+			if err := actor.Sleep(ctx, w.ex, backoff(failures, w.ex.Uint64())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (w *Worker) count(f func(*Stats)) {
+	w.mu.Lock()
+	f(&w.stats)
+	w.mu.Unlock()
+}
+
+// backoff is the wait after failures consecutive store failures: 50ms
+// doubling to 5s, up to half of it jittered with the executor's seed.
+func backoff(failures int, r uint64) time.Duration {
+	d := 50 * time.Millisecond
+	for i := 1; i < failures && d < 5*time.Second; i++ {
+		d *= 2
+	}
+	d = min(d, 5*time.Second)
+	frac := float64(r>>11) / float64(uint64(1)<<53)
+	return d - time.Duration(float64(d)*0.5*frac)
+}

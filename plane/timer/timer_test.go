@@ -1,0 +1,315 @@
+package timer_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/plane/reaper"
+	"github.com/orrery-run/orrery/plane/timer"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/world"
+)
+
+type Ping struct{ N int }
+
+type env struct {
+	t     *testing.T
+	ctx   context.Context
+	st    *memstore.Store
+	ex    actor.Executor
+	epoch uint64
+	n     uint64
+}
+
+func newEnv(t *testing.T, opts ...memstore.Option) *env {
+	t.Helper()
+	ctx := context.Background()
+	st := memstore.New(append([]memstore.Option{memstore.WithClock(time.Now)}, opts...)...)
+	if _, err := st.CreateWorld(ctx, "u1", "w1", nil); err != nil {
+		t.Fatal(err)
+	}
+	l, err := st.Acquire(ctx, "w1", "host-1", store.MaxTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, ctx: ctx, st: st, ex: actor.NewExecutor(3), epoch: l.Epoch}
+}
+
+// schedule sets a durable timer of w1 at at, as a committed timer.set.
+func (e *env) schedule(at time.Time) string {
+	e.t.Helper()
+	e.n++
+	h := world.IntentHash("w1", e.n, 0, "timer.set", nil)
+	payload, err := world.EncodeTimerFired(h, Ping{N: int(e.n)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.st.Schedule(e.ctx, "w1", e.epoch, h, at, payload); err != nil {
+		e.t.Fatal(err)
+	}
+	return h
+}
+
+// fired returns w1's timer firings, in inbox order.
+func fired(t *testing.T, st store.Store) []store.InboxItem {
+	t.Helper()
+	items, err := st.ReadInbox(context.Background(), "w1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []store.InboxItem
+	for _, it := range items {
+		if it.Kind == store.KindTimer {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+type running struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func start(t *testing.T, st timer.Store, cfg timer.Config) (*timer.Worker, *running) {
+	t.Helper()
+	w, err := timer.New(st, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- w.Run(ctx) }()
+	return w, r
+}
+
+func (r *running) stop() error {
+	r.cancel()
+	return <-r.done
+}
+
+// TestWorkerFiresExactlyAtDueTimeNotBefore: the worker sleeps until the
+// timer's due time on the virtual clock and fires it then: not a
+// nanosecond before, and with the due time as the firing's enqueue time.
+func TestWorkerFiresExactlyAtDueTimeNotBefore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		due := time.Now().Add(10 * time.Second)
+		h := e.schedule(due)
+		_, r := start(t, e.st, timer.Config{Worker: "timers-1", Executor: e.ex})
+		defer r.stop()
+		time.Sleep(10*time.Second - time.Nanosecond)
+		synctest.Wait()
+		if n := len(fired(t, e.st)); n != 0 {
+			t.Fatalf("%d firings a nanosecond before the due time", n)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		got := fired(t, e.st)
+		if len(got) != 1 || got[0].DedupeKey != store.TimerKey(h) || !got[0].EnqueuedAt.Equal(due) {
+			t.Fatalf("firings %+v, want one of %s at the due time", got, h[:8])
+		}
+	})
+}
+
+// TestWorkerIdleMakesNoStoreCallsAndWakesOnScheduleHint: with no timers
+// the worker calls the store once at start and then not for a virtual
+// day; a timer scheduled then (a TopicTimers hint) fires at its due time,
+// and an earlier timer scheduled while it waits for a later one re-arms
+// its wait.
+func TestWorkerIdleMakesNoStoreCallsAndWakesOnScheduleHint(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		calls := map[string]int{}
+		e := newEnv(t, memstore.WithHook(func(op string) error {
+			mu.Lock()
+			calls[op]++
+			mu.Unlock()
+			return nil
+		}))
+		_, r := start(t, e.st, timer.Config{Worker: "timers-1", Executor: e.ex})
+		defer r.stop()
+		time.Sleep(24 * time.Hour)
+		mu.Lock()
+		claims, nexts := calls["claim_due"], calls["next_due"]
+		mu.Unlock()
+		if claims != 1 || nexts != 1 {
+			t.Fatalf("idle for a day: %d claims, %d next_due; want 1 each (at start)", claims, nexts)
+		}
+		now := time.Now()
+		late := e.schedule(now.Add(100 * time.Second))
+		synctest.Wait()
+		early := e.schedule(now.Add(10 * time.Second))
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		got := fired(t, e.st)
+		if len(got) != 1 || got[0].DedupeKey != store.TimerKey(early) || !got[0].EnqueuedAt.Equal(now.Add(10*time.Second)) {
+			t.Fatalf("after 10s: firings %+v, want the early timer at its due time", got)
+		}
+		time.Sleep(90 * time.Second)
+		synctest.Wait()
+		got = fired(t, e.st)
+		if len(got) != 2 || got[1].DedupeKey != store.TimerKey(late) || !got[1].EnqueuedAt.Equal(now.Add(100*time.Second)) {
+			t.Fatalf("after 100s: firings %+v", got)
+		}
+	})
+}
+
+// TestWorkerFiresSameInstantTimersInStableOrder: timers due at one
+// instant fire in (deliverAt, intentHash) order, across batches.
+func TestWorkerFiresSameInstantTimersInStableOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		due := time.Now().Add(time.Minute)
+		var hs []string
+		for i := 0; i < 5; i++ {
+			hs = append(hs, e.schedule(due))
+		}
+		w, r := start(t, e.st, timer.Config{Worker: "timers-1", Executor: e.ex, Batch: 2})
+		defer r.stop()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		got := fired(t, e.st)
+		if len(got) != 5 {
+			t.Fatalf("%d firings, want 5", len(got))
+		}
+		for i := 1; i < len(got); i++ {
+			if got[i-1].DedupeKey >= got[i].DedupeKey {
+				t.Fatalf("firings out of intent hash order at %d", i)
+			}
+		}
+		if s := w.Stats(); s.Claimed != 5 || s.Fired != 5 {
+			t.Fatalf("stats %+v", s)
+		}
+	})
+}
+
+// TestCrashAfterTimerClaimBeforeFireFiresOnce is the crash matrix's
+// boundary 6: the timer worker's process dies after its claim and before
+// the fire. After a restart the timer reaper requeues the expired claim,
+// a new worker fires the timer, and the world gets exactly one firing.
+func TestCrashAfterTimerClaimBeforeFireFiresOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var st *memstore.Store
+		crashed := false
+		hook := func(op string) error {
+			if op == "fire" && !crashed {
+				crashed = true
+				st.Crash()
+				return errors.New("process died")
+			}
+			return nil
+		}
+		e := newEnv(t, memstore.WithHook(hook))
+		st = e.st
+		due := time.Now().Add(time.Second)
+		h := e.schedule(due)
+		const ttl = 10 * time.Second
+		w1, r1 := start(t, st, timer.Config{Worker: "timers-1", Executor: e.ex, ClaimTTL: ttl})
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if !crashed {
+			t.Fatal("the worker did not reach its fire")
+		}
+		if err := r1.stop(); !errors.Is(err, context.Canceled) {
+			t.Fatalf("the crashed worker's Run returned %v", err)
+		}
+		if s := w1.Stats(); s.Claimed != 1 || s.Fired != 0 {
+			t.Fatalf("crashed worker stats %+v", s)
+		}
+		st2 := st.Restart(memstore.WithHook(nil))
+		if n := len(fired(t, st2)); n != 0 {
+			t.Fatal("the crash fired the timer")
+		}
+		w2, r2 := start(t, st2, timer.Config{Worker: "timers-2", Executor: e.ex, ClaimTTL: ttl})
+		defer r2.stop()
+		rctx, rcancel := context.WithCancel(context.Background())
+		rdone := make(chan error, 1)
+		go func() { rdone <- reaper.Run(rctx, reaper.Config{Executor: e.ex}, reaper.Timers(st2, ttl)) }()
+		defer func() { rcancel(); <-rdone }()
+		time.Sleep(2 * ttl)
+		synctest.Wait()
+		got := fired(t, st2)
+		if len(got) != 1 || got[0].DedupeKey != store.TimerKey(h) {
+			t.Fatalf("firings %+v, want exactly one", got)
+		}
+		// Claimed at 1s with a 10s TTL: expired at 11s, reaped at the
+		// reaper's first run at or after it (every 5s from the restart at
+		// 1s: 11s), fired at once on the reap's hint.
+		if want := due.Add(ttl); !got[0].EnqueuedAt.Equal(want) {
+			t.Fatalf("fired %v after due, want %v", got[0].EnqueuedAt.Sub(due), ttl)
+		}
+		if s := w2.Stats(); s.Fired != 1 || s.Claimed != 1 {
+			t.Fatalf("new worker stats %+v", s)
+		}
+		if left, _ := st2.ListTimers(e.ctx, "w1", 0); len(left) != 0 {
+			t.Fatalf("%d timers left", len(left))
+		}
+	})
+}
+
+// TestLateFireOfReclaimedTimerIsClaimLost: a worker paused between its
+// claim and its fire, past the claim's TTL, while the reaper requeues the
+// timer and another worker claims it, loses its fire (ErrClaimLost,
+// counted); the other claim fires it, once.
+func TestLateFireOfReclaimedTimerIsClaimLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var st *memstore.Store
+		var other []store.TimerItem
+		paused := false
+		hook := func(op string) error {
+			if op == "fire" && !paused {
+				paused = true
+				time.Sleep(2 * time.Second) // the worker is frozen past its 1s claim
+				if n, err := st.ReapTimers(context.Background()); n != 1 || err != nil {
+					return errors.New("reap failed")
+				}
+				other, _ = st.ClaimDue(context.Background(), "other", 1, time.Minute)
+			}
+			return nil
+		}
+		e := newEnv(t, memstore.WithHook(hook))
+		st = e.st
+		h := e.schedule(time.Now())
+		w, r := start(t, e.st, timer.Config{Worker: "timers-1", Executor: e.ex, ClaimTTL: time.Second})
+		defer r.stop()
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if s := w.Stats(); s.ClaimLost != 1 || s.Fired != 0 {
+			t.Fatalf("paused worker stats %+v, want one lost claim", s)
+		}
+		if len(other) != 1 || other[0].IntentHash != h {
+			t.Fatalf("the other worker claimed %v", other)
+		}
+		if n := len(fired(t, e.st)); n != 0 {
+			t.Fatal("the lost claim fired")
+		}
+		if _, dup, err := e.st.Fire(e.ctx, h, other[0].ClaimOf()); err != nil || dup {
+			t.Fatalf("the new claim's fire: dup=%v %v", dup, err)
+		}
+		if n := len(fired(t, e.st)); n != 1 {
+			t.Fatalf("%d firings, want 1", n)
+		}
+	})
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	st := memstore.New()
+	for name, cfg := range map[string]timer.Config{
+		"no worker":    {Executor: actor.NewExecutor(1)},
+		"no executor":  {Worker: "w"},
+		"negative ttl": {Worker: "w", Executor: actor.NewExecutor(1), ClaimTTL: -1},
+		"huge batch":   {Worker: "w", Executor: actor.NewExecutor(1), Batch: store.MaxBatch + 1},
+	} {
+		var ce *timer.ConfigError
+		if _, err := timer.New(st, cfg); !errors.As(err, &ce) {
+			t.Errorf("%s: %v, want *ConfigError", name, err)
+		}
+	}
+}
