@@ -19,6 +19,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -329,6 +330,27 @@ func must(err error) {
 	}
 }
 
+// orreryVersion is the main module's version as this binary was built
+// (a replace of ../ reads "(devel)"; the VCS revision when Go stamped it).
+func orreryVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := "(devel)"
+	for _, d := range bi.Deps {
+		if d.Path == "github.com/orrery-run/orrery" {
+			v = d.Version
+		}
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += "+" + s.Value[:12]
+		}
+	}
+	return v
+}
+
 func worldID(i int) string { return fmt.Sprintf("w%04d", i%*nWorlds) }
 
 // ---- the plane in this process ----
@@ -437,6 +459,7 @@ func main() {
 	lib = "orrery-" + *backend
 	ctx := context.Background()
 	fmt.Printf("# go=%s GOMAXPROCS=%d\n", runtime.Version(), runtime.GOMAXPROCS(0))
+	fmt.Printf("# %s github.com/orrery-run/orrery@%s\n", lib, orreryVersion())
 	st, closeStore := openStore(ctx)
 	defer closeStore()
 	if *figures {
