@@ -107,7 +107,7 @@ func benchDef(tr *tracker) *world.Def[Counters] {
 		return nil
 	})
 	world.On(d, func(c *world.Ctx, s *Counters, st Start) error {
-		c.Effect(kindNoop, Step{I: st.I, K: 1})
+		tr.effect(c.World(), c.Height(), c.Effect(kindNoop, Step{I: st.I, K: 1}))
 		return nil
 	})
 	world.On(d, func(c *world.Ctx, s *Counters, r world.Receipt) error {
@@ -119,7 +119,7 @@ func benchDef(tr *tracker) *world.Def[Counters] {
 			return err
 		}
 		if st.K < 3 {
-			c.Effect(kindNoop, Step{I: st.I, K: st.K + 1})
+			tr.effect(c.World(), c.Height(), c.Effect(kindNoop, Step{I: st.I, K: st.K + 1}))
 			return nil
 		}
 		s.Flows++
@@ -166,6 +166,34 @@ type tracker struct {
 	recs    [3]*recorder
 	submit  [3][]atomic.Int64 // unix nanos just before the submit call
 	timers  *recorder
+	// fx, when set (figures), learns when each effect's intent was
+	// committed: pendingFx holds (world, height, hash) until then.
+	fx        *fxTimes
+	pendingFx map[string][]pendFx
+}
+
+type pendFx struct {
+	height uint64
+	hash   string
+}
+
+// fxTimes are the figures' effect timestamps by intent hash.
+type fxTimes struct {
+	mu        sync.Mutex
+	published map[string]time.Time // the commit that journaled the intent returned
+	completed map[string]time.Time // the adapter pool's Complete returned: the receipt is durable
+}
+
+func newFxTimes() *fxTimes {
+	return &fxTimes{published: map[string]time.Time{}, completed: map[string]time.Time{}}
+}
+
+func (t *tracker) effect(w string, h uint64, hash string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.fx != nil {
+		t.pendingFx[w] = append(t.pendingFx[w], pendFx{height: h, hash: hash})
+	}
 }
 
 type pend struct {
@@ -174,7 +202,9 @@ type pend struct {
 	i      int64
 }
 
-func newTracker() *tracker { return &tracker{pending: map[string][]pend{}} }
+func newTracker() *tracker {
+	return &tracker{pending: map[string][]pend{}, pendingFx: map[string][]pendFx{}}
+}
 
 func (t *tracker) arm(scen uint8, n int) *recorder {
 	t.mu.Lock()
@@ -208,6 +238,19 @@ func (t *tracker) observe(ev plane.HostEvent) {
 	now := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if fx := t.pendingFx[ev.World]; t.fx != nil && len(fx) > 0 {
+		keep := fx[:0]
+		t.fx.mu.Lock()
+		for _, p := range fx {
+			if p.height > ev.Height {
+				keep = append(keep, p)
+			} else if _, ok := t.fx.published[p.hash]; !ok {
+				t.fx.published[p.hash] = now
+			}
+		}
+		t.fx.mu.Unlock()
+		t.pendingFx[ev.World] = keep
+	}
 	ps := t.pending[ev.World]
 	if len(ps) == 0 {
 		return
@@ -367,24 +410,29 @@ type rig struct {
 }
 
 const (
-	worker   = "bench-worker"
-	claimTTL = 30 * time.Second
+	benchWorker = "bench-worker"
+	claimTTL    = 30 * time.Second
 )
 
 // setup creates and assigns the worlds (before any clock starts: it is
 // deployment, as the peers' queue and workflow registration are).
 func setup(ctx context.Context, st store.Store, n int) {
-	for i := 0; i < n; i++ {
-		id := worldID(i)
-		if _, err := st.CreateWorld(ctx, universe, id, nil); err != nil {
-			must(err)
+	createWorlds(ctx, st, benchWorker, n, worldID)
+}
+
+// createWorlds creates n worlds named by id and assigns them to worker,
+// from 32 goroutines (the store groups their commits).
+func createWorlds(ctx context.Context, st store.Store, worker string, n int, id func(int) string) {
+	must(parallel(n, 32, func(i int) error {
+		if _, err := st.CreateWorld(ctx, universe, id(i), nil); err != nil {
+			return err
 		}
-		must(st.Assign(ctx, id, store.Assignment{DesiredWorker: worker, Reason: "bench"}))
-	}
+		return st.Assign(ctx, id(i), store.Assignment{DesiredWorker: worker, Reason: "bench"})
+	}))
 }
 
 // startPlane starts the host and the workers beside it.
-func startPlane(ctx context.Context, st store.Store, kernels plane.Kernels, observe func(plane.HostEvent), hc func(*plane.HostConfig)) *rig {
+func startPlane(ctx context.Context, st store.Store, worker string, kernels plane.Kernels, observe func(plane.HostEvent), hc func(*plane.HostConfig), poolStore adapter.Store) *rig {
 	r := &rig{st: st, sys: actor.NewSystem(), kernels: kernels}
 	ex := r.sys.Executor()
 	cfg := plane.HostConfig{Worker: worker, Store: st, Kernels: kernels, Observe: observe}
@@ -396,7 +444,10 @@ func startPlane(ctx context.Context, st store.Store, kernels plane.Kernels, obse
 	r.host = h
 	r.client, err = plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels, Executor: ex, Hosts: []*plane.Host{h}})
 	must(err)
-	pool, err := adapter.NewPool(st, adapter.Config{Worker: worker + "-effects", Executor: ex, Concurrency: *effConc, ClaimTTL: claimTTL},
+	if poolStore == nil {
+		poolStore = st
+	}
+	pool, err := adapter.NewPool(poolStore, adapter.Config{Worker: worker + "-effects", Executor: ex, Concurrency: *effConc, ClaimTTL: claimTTL},
 		adapter.Register(noop{}, adapter.NoRetry()))
 	must(err)
 	tw, err := timer.New(st, timer.Config{Worker: worker + "-timers", Executor: ex, ClaimTTL: claimTTL})
@@ -491,7 +542,7 @@ func main() {
 	var r *rig
 	{
 		start := time.Now()
-		r = startPlane(ctx, st, kernels, tr.observe, nil)
+		r = startPlane(ctx, st, benchWorker, kernels, tr.observe, nil, nil)
 		ok := waitJournaled(ctx, st, *nJobs, *timeout)
 		d := time.Since(start)
 		if ok {
