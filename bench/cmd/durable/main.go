@@ -20,6 +20,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -48,6 +49,7 @@ var (
 	dir      = flag.String("dir", "", "directory for the SQLite file (default: a fresh temp dir, removed at exit)")
 	pgDB     = flag.String("db", "peers_orrery", "Postgres database to drop and recreate (orrery-pg)")
 	timeout  = flag.Duration("timeout", 90*time.Second, "per-scenario completion timeout")
+	cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of the scenarios to this file")
 	figures  = flag.Bool("figures", false, "measure the plane figures instead of the peer scenarios")
 	universe = "bench"
 )
@@ -520,6 +522,12 @@ func main() {
 	fmt.Printf("# %s settings: %d worlds on one host (item i to world i mod %d), adapter pool concurrency %d, HostConfig defaults (MaxInboxBatch=256, group commit of the store)\n",
 		lib, *nWorlds, *nWorlds, *effConc)
 
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		must(err)
+		must(pprof.StartCPUProfile(f))
+		defer pprof.StopCPUProfile()
+	}
 	tr := newTracker()
 	def := benchDef(tr)
 	must(def.Err())
