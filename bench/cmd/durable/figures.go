@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +40,7 @@ var (
 	figPassive = flag.Int("fig-passive", 10_000, "figures: passive worlds on the passivation host")
 	figActive  = flag.Int("fig-active", 1_000, "figures: active worlds on the passivation host")
 	figEvents  = flag.Int("fig-events", 20_000, "figures: events for the events/s figures")
+	figOnly    = flag.String("fig", "lease,ij,fx,restore,eps,passive", "figures: which to run (comma-separated)")
 )
 
 func pcts(name string, v []time.Duration, extra string) {
@@ -84,12 +86,24 @@ func runFigures(ctx context.Context, st store.Store) {
 	must(def.Err())
 	kernels := plane.Kernels{universe: def.Kernel()}
 
-	figLeaseRenewal(ctx, st)
-	figInboxJournal(ctx, st, tr, kernels)
-	figDispatch(ctx, st, tr, kernels)
-	figRestore(ctx, st, tr, kernels)
-	figEventsPerSec(ctx, st, tr, kernels)
-	figPassivation(ctx, st, tr, kernels)
+	for _, f := range strings.Split(*figOnly, ",") {
+		switch f {
+		case "lease":
+			figLeaseRenewal(ctx, st)
+		case "ij":
+			figInboxJournal(ctx, st, tr, kernels)
+		case "fx":
+			figDispatch(ctx, st, tr, kernels)
+		case "restore":
+			figRestore(ctx, st, tr, kernels)
+		case "eps":
+			figEventsPerSec(ctx, st, tr, kernels)
+		case "passive":
+			figPassivation(ctx, st, tr, kernels)
+		default:
+			must(fmt.Errorf("unknown figure %q", f))
+		}
+	}
 }
 
 func figLeaseRenewal(ctx context.Context, st store.Store) {

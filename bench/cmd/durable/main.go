@@ -515,6 +515,12 @@ func main() {
 	fmt.Printf("# %s github.com/orrery-run/orrery@%s\n", lib, orreryVersion())
 	st, closeStore := openStore(ctx)
 	defer closeStore()
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		must(err)
+		must(pprof.StartCPUProfile(f))
+		defer pprof.StopCPUProfile()
+	}
 	if *figures {
 		runFigures(ctx, st)
 		return
@@ -522,12 +528,6 @@ func main() {
 	fmt.Printf("# %s settings: %d worlds on one host (item i to world i mod %d), adapter pool concurrency %d, HostConfig defaults (MaxInboxBatch=256, group commit of the store)\n",
 		lib, *nWorlds, *nWorlds, *effConc)
 
-	if *cpuProf != "" {
-		f, err := os.Create(*cpuProf)
-		must(err)
-		must(pprof.StartCPUProfile(f))
-		defer pprof.StopCPUProfile()
-	}
 	tr := newTracker()
 	def := benchDef(tr)
 	must(def.Err())
