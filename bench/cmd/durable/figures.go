@@ -317,7 +317,9 @@ func figPassivation(ctx context.Context, st store.Store, tr *tracker, kernels pl
 	t = time.Now()
 	sys := actor.NewSystem()
 	h, err := plane.StartHost(ctx, sys.Root(), plane.HostConfig{Worker: w, Store: st, Kernels: kernels, Observe: observe,
-		LeaseTTL: time.Minute, IdleAfter: time.Hour})
+		// The first sync acquires every lease one by one before the
+		// controller renews any: the TTL must outlast that pass.
+		LeaseTTL: 15 * time.Minute, IdleAfter: time.Hour})
 	must(err)
 	defer func() {
 		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -264,7 +264,11 @@ func (t *tracker) observe(ev plane.HostEvent) {
 			continue
 		}
 		if r := t.recs[p.scen]; r != nil && int(p.i) < len(t.submit[p.scen]) {
-			r.set(int(p.i), now.Sub(time.Unix(0, t.submit[p.scen][p.i].Load())))
+			// A step of an earlier round of the same scenario (a replay
+			// after a restore) finds no submit time: not a sample.
+			if at := t.submit[p.scen][p.i].Load(); at != 0 {
+				r.set(int(p.i), now.Sub(time.Unix(0, at)))
+			}
 		}
 	}
 	t.pending[ev.World] = keep
