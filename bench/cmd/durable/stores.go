@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"net/url"
+	"os"
 	"path/filepath"
 
 	"github.com/jackc/pgx/v5"
