@@ -72,6 +72,10 @@ const (
 	EvPassivate = "passivate"
 	EvWake      = "wake" // a passive world's process started again
 	EvCrash     = "crash"
+	// EvHostFailed: the host's world supervisor or controller died; Err
+	// is the *Error of kind ErrHostFailed. Nothing runs on the host after
+	// it.
+	EvHostFailed = "host-failed"
 )
 
 func (c *HostConfig) defaults() error {
@@ -117,6 +121,7 @@ type Host struct {
 	ex    actor.Executor
 	scope *actor.Scope
 	sup   *supervisor.DynamicRef
+	ctl   actor.PID    // the controller
 	park  actor.Parker // the controller's wake-up
 
 	syncHint atomic.Bool
@@ -127,6 +132,7 @@ type Host struct {
 	waking   map[string]bool
 	draining bool
 	stopped  bool
+	failed   error // set once, when the supervisor or the controller died
 }
 
 // lease is what the host keeps per world it holds: for a passive world it
@@ -181,11 +187,97 @@ func StartHost(ctx context.Context, scope *actor.Scope, cfg HostConfig) (*Host, 
 		return nil, err
 	}
 	h.syncHint.Store(true)
-	if _, err := sub.Go("host-controller:"+cfg.Worker, h.control); err != nil {
+	h.ctl, err = sub.Go("host-controller:"+cfg.Worker, h.control)
+	if err != nil {
 		_, _ = sub.CloseKilled(ctx)
 		return nil, err
 	}
+	// A supervisor never restarts a Panicked child and exits Panicked
+	// itself: after that no world could start here again, so the host
+	// must fail as a whole rather than retry StartChild forever. The same
+	// holds when the controller dies: nothing renews the leases any more.
+	watch := func(pid actor.PID, what string) {
+		if _, ok := pid.OnExit(func(o actor.Outcome) { h.died(what, o) }); !ok {
+			o, _ := pid.Outcome()
+			h.died(what, o)
+		}
+	}
+	watch(h.sup.PID(), "world supervisor")
+	watch(h.ctl, "controller")
 	return h, nil
+}
+
+// died is told when the supervisor or the controller exits. Unless the
+// host is being stopped, it fails the host: every lease is fenced at once
+// (no step or commit passes alive after this), and the controller is woken
+// to clean up and exit; if the controller itself died, the supervisor is
+// shut down instead and the leases are left to their TTL.
+func (h *Host) died(what string, o actor.Outcome) {
+	h.mu.Lock()
+	if h.stopped || h.failed != nil {
+		h.mu.Unlock()
+		return
+	}
+	cause := o.AsError()
+	if cause == nil {
+		cause = detail("exited")
+	}
+	h.failed = errorf("host", ErrHostFailed, "", detail("%s of %s: %w", what, h.cfg.Worker, cause))
+	for _, l := range h.leases {
+		l.fenced.Store(true)
+	}
+	h.mu.Unlock()
+	if what == "controller" {
+		h.sup.PID().Shutdown(h.failed)
+		h.emit(HostEvent{Kind: EvHostFailed, Err: h.failed})
+		return
+	}
+	h.park.Unpark()
+}
+
+// Err returns the host's failure (an *Error of kind ErrHostFailed), or nil
+// while it runs or after a Stop, Kill or Drain.
+func (h *Host) Err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.failed
+}
+
+// Wait blocks until the host's controller has exited (after a failure, or
+// a Stop or Kill) and returns Err. An outer supervisor waits here to
+// restart a failed host.
+func (h *Host) Wait(ctx context.Context) error {
+	if _, err := h.ctl.Wait(ctx); err != nil {
+		return err
+	}
+	return h.Err()
+}
+
+// failOut is the controller's last act on a failed host: it forgets every
+// lease, and releases them once the supervisor has exited (its children,
+// the world processes, with it), so that successors need not wait for the
+// TTL. A write from a process that was killed mid-call is still fenced by
+// the store, by epoch.
+func (h *Host) failOut(ctx context.Context, failed error) error {
+	h.mu.Lock()
+	var held []*lease
+	for _, w := range sortedKeys(h.leases) {
+		held = append(held, h.leases[w])
+	}
+	h.mu.Unlock()
+	for _, l := range held {
+		h.dropLease(l, EvFenced, failed)
+	}
+	if _, err := h.sup.PID().Wait(ctx); err == nil && len(held) > 0 {
+		refs := make([]store.LeaseRef, len(held))
+		for i, l := range held {
+			refs[i] = store.LeaseRef{World: l.world, Epoch: l.epoch}
+		}
+		// A failed release only means the successors wait for the TTL.
+		_, _ = h.st.ReleaseLeases(ctx, h.cfg.Worker, refs)
+	}
+	h.emit(HostEvent{Kind: EvHostFailed, Err: failed})
+	return failed
 }
 
 // Worker is the host's worker id.
@@ -358,6 +450,9 @@ func (h *Host) control(ctx context.Context) error {
 	defer stop()
 	var nextBeat, nextSync, nextRenew time.Time
 	for ctx.Err() == nil {
+		if err := h.Err(); err != nil {
+			return h.failOut(ctx, err)
+		}
 		now := h.ex.Now()
 		if !now.Before(nextBeat) {
 			if _, err := h.st.Heartbeat(ctx, h.cfg.Worker, h.cfg.Capacity); err != nil {
