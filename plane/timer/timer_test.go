@@ -161,6 +161,34 @@ func TestWorkerIdleMakesNoStoreCallsAndWakesOnScheduleHint(t *testing.T) {
 	})
 }
 
+// TestWorkerClaimsATimerThatCameDueDuringASlowStoreCall: the worker
+// learns the next due time, then its store call for the clock is slow
+// (the process was paused) and returns after that time: the timer is due
+// and nobody claimed it, so the worker claims and fires it at once rather
+// than sleeping with no wake-up ahead.
+func TestWorkerClaimsATimerThatCameDueDuringASlowStoreCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		slow := true
+		e := newEnv(t, memstore.WithHook(func(op string) error {
+			if op == "now" && slow {
+				slow = false
+				time.Sleep(2 * time.Second)
+			}
+			return nil
+		}))
+		due := time.Now().Add(time.Second)
+		h := e.schedule(due)
+		_, r := start(t, e.st, timer.Config{Worker: "timers-1", Executor: e.ex})
+		defer r.stop()
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		got := fired(t, e.st)
+		if len(got) != 1 || got[0].DedupeKey != store.TimerKey(h) {
+			t.Fatalf("firings %+v after the slow call, want the timer that came due during it", got)
+		}
+	})
+}
+
 // TestWorkerFiresSameInstantTimersInStableOrder: timers due at one
 // instant fire in (deliverAt, intentHash) order, across batches.
 func TestWorkerFiresSameInstantTimersInStableOrder(t *testing.T) {
