@@ -443,9 +443,9 @@ type worldSnapshot = world.Snapshot
 // Watch hints and by a timer on the executor's clock for its next
 // deadline; it never polls.
 func (h *Host) control(ctx context.Context) error {
-	stop, err := h.st.Watch(ctx, hintWaker{h}, store.TopicAssignments, store.TopicLeases)
+	stop, err := watchRetry(ctx, h.st, h.ex, h.cfg.RetryAfter, hintWaker{h}, store.TopicAssignments, store.TopicLeases)
 	if err != nil {
-		return err
+		return nil // stopped
 	}
 	defer stop()
 	var nextBeat, nextSync, nextRenew time.Time
@@ -486,6 +486,22 @@ func (h *Host) control(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// watchRetry registers a Watch, retrying a failed registration every
+// retry until ctx ends (its error is then returned): a controller that
+// gave up on a transient store error would die silently, and nothing else
+// would ever act for it.
+func watchRetry(ctx context.Context, st store.Store, ex actor.Executor, retry time.Duration, w store.Waker, topics ...string) (func(), error) {
+	for {
+		stop, err := st.Watch(ctx, w, topics...)
+		if err == nil {
+			return stop, nil
+		}
+		if err := actor.Sleep(ctx, ex, retry); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // hintWaker turns an assignment or lease hint into a sync.

@@ -133,9 +133,9 @@ func (o *Orchestrator) loop(ctx context.Context) error {
 		// Retried below: Acquire needs the world.
 		o.hint.Store(true)
 	}
-	stop, err := o.st.Watch(ctx, orchWaker{o}, store.TopicWorkers, store.TopicAssignments, store.TopicLeases)
+	stop, err := watchRetry(ctx, o.st, o.ex, o.cfg.RetryAfter, orchWaker{o}, store.TopicWorkers, store.TopicAssignments, store.TopicLeases)
 	if err != nil {
-		return err
+		return nil // stopped
 	}
 	defer stop()
 	var nextReconcile time.Time

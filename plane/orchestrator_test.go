@@ -8,6 +8,7 @@ import (
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/memstore"
 )
 
 func assignedTo(env *lab.Env, st store.Store, id string) string {
@@ -179,5 +180,54 @@ func TestPlaceIsStableRendezvous(t *testing.T) {
 	}
 	if plane.Place("w", nil) != "" {
 		t.Fatal("a world was placed on no worker")
+	}
+}
+
+// TestControllersSurviveAFailedWatch: the first Watch registrations of the
+// orchestrator and of the host fail (a transient store error); both retry
+// instead of dying silently, so the world is still placed, acquired and
+// run.
+func TestControllersSurviveAFailedWatch(t *testing.T) {
+	res := lab.Run(lab.Config{Seed: 22, Name: "watch-retry"}, func(env *lab.Env) error {
+		base := newStore(env)
+		if _, err := base.CreateWorld(env.Ctx, universe, "w", nil); err != nil {
+			return err
+		}
+		failing := func() func(string) error {
+			failed := 0
+			return func(op string) error {
+				if op == "watch" && failed < 3 {
+					failed++
+					return errStoreFault
+				}
+				return nil
+			}
+		}
+		h, err := plane.StartHost(env.Ctx, env.Root, hostConfig("A", base.Restart(memstore.WithHook(failing())), nil))
+		if err != nil {
+			return err
+		}
+		defer h.Stop(env.Ctx)
+		o, err := plane.StartOrchestrator(env.Ctx, env.Root, plane.OrchestratorConfig{ID: "o",
+			Store: base.Restart(memstore.WithHook(failing())), Universes: []string{universe}, LeaseTTL: 2 * time.Second})
+		if err != nil {
+			return err
+		}
+		defer o.Stop(env.Ctx)
+		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: env.Lab})
+		if _, err := c.Send(env.Ctx, "w", Add{By: 2, Key: "a"}, "a"); err != nil {
+			return err
+		}
+		if err := drained(env, base, "w"); err != nil {
+			return fmt.Errorf("%w (assigned to %q, host error %v)", err, assignedTo(env, base, "w"), h.Err())
+		}
+		if h.Err() != nil {
+			return fmt.Errorf("the host failed: %v", h.Err())
+		}
+		_, err = parity(env.Ctx, base, "w")
+		return err
+	})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
 	}
 }
