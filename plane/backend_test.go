@@ -50,21 +50,24 @@ func (r *rig) real() bool { return r.backend != "memstore" }
 // forEachBackend runs body as a subtest per backend.
 func forEachBackend(t *testing.T, seed uint64, name string, body func(r *rig) error) {
 	for _, b := range backends {
-		t.Run(b, func(t *testing.T) { runOn(t, b, seed, name, body) })
+		t.Run(b, func(t *testing.T) { runOn(t, b, lab.Config{Seed: seed, Name: name}, body) })
 	}
 }
 
-func runOn(t *testing.T, backend string, seed uint64, name string, body func(r *rig) error) {
+// runOn runs body on backend: under the lab with cfg for memstore, else
+// once under the production executor seeded with cfg.Seed.
+func runOn(t *testing.T, backend string, cfg lab.Config, body func(r *rig) error) {
 	t.Helper()
+	seed := cfg.Seed
 	if backend == "memstore" {
-		res := lab.Run(lab.Config{Seed: seed, Name: name}, func(env *lab.Env) error {
+		res := lab.Run(cfg, func(env *lab.Env) error {
 			return body(&rig{backend: backend, ctx: env.Ctx, root: env.Root, ex: env.Lab,
 				base:    memstore.New(memstore.WithClock(env.Lab.Now)),
 				advance: func(d time.Duration) error { return actor.Sleep(env.Ctx, env.Lab, d) },
 				poll:    10 * time.Millisecond, polls: 100})
 		})
 		if res.Failure != nil {
-			t.Fatal(res.Failure)
+			t.Fatalf("seed %d: %v", seed, res.Failure)
 		}
 		return
 	}
