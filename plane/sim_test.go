@@ -80,6 +80,25 @@ func (a *echoAdapter) Execute(ctx context.Context, it store.EffectItem) (adapter
 	return adapter.OK(p.Key), nil
 }
 
+// fabricSpy is the fabric.send adapter, noting which message (key) each
+// intent carries so the checks can match deliveries to receipts.
+type fabricSpy struct {
+	*adapter.Fabric
+	mu   *sync.Mutex
+	keys map[string]string // intent hash → Msg key
+}
+
+func (f fabricSpy) Execute(ctx context.Context, it store.EffectItem) (adapter.Result, error) {
+	var p world.FabricSendParams
+	var m Msg
+	if world.Decode(it.Params, &p) == nil && world.Decode(p.ValueCBOR, &m) == nil {
+		f.mu.Lock()
+		f.keys[it.IntentHash] = m.Key
+		f.mu.Unlock()
+	}
+	return f.Fabric.Execute(ctx, it)
+}
+
 const (
 	simTTL      = time.Second // leases, claims
 	simEchoTry  = 3           // the echo adapter's attempts per claim
@@ -113,6 +132,8 @@ type planeSimRun struct {
 	timerW *simNode
 	reap   *simNode
 	echo   *echoAdapter
+	fabMu  sync.Mutex
+	fabKey map[string]string // fabric.send intent hash → Msg key
 
 	commits  map[string][]plane.HostEvent
 	acquired map[string][]uint64
@@ -192,7 +213,7 @@ func (r *planeSimRun) startTask(n *simNode, run func(st *memstore.Store, id stri
 func (r *planeSimRun) runPool(st *memstore.Store, id string) (func(context.Context) error, error) {
 	p, err := adapter.NewPool(st, adapter.Config{Worker: id, Executor: r.env.Lab, ClaimTTL: simTTL, Concurrency: 2},
 		adapter.Register(r.echo, adapter.RetryPolicy{Attempts: simEchoTry, Base: 50 * time.Millisecond, Max: 200 * time.Millisecond}),
-		adapter.Register(adapter.NewFabric(st), adapter.RetryPolicy{Attempts: 2, Base: 50 * time.Millisecond, Max: 100 * time.Millisecond}))
+		adapter.Register(fabricSpy{adapter.NewFabric(st), &r.fabMu, r.fabKey}, adapter.RetryPolicy{Attempts: 2, Base: 50 * time.Millisecond, Max: 100 * time.Millisecond}))
 	if err != nil {
 		return nil, err
 	}
@@ -285,6 +306,7 @@ func (r *planeSimRun) run() error {
 	env, lb := r.env, r.env.Lab
 	r.base = newStore(env)
 	r.commits, r.acquired = map[string][]plane.HostEvent{}, map[string][]uint64{}
+	r.fabKey = map[string]string{}
 	r.echo = &echoAdapter{ex: lb, heal: &r.healed, calls: map[string]int{}}
 	for _, w := range simWorlds {
 		if _, err := r.base.CreateWorld(env.Ctx, universe, w, nil); err != nil {
@@ -520,6 +542,7 @@ type stepRecord struct {
 func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]string) error {
 	ctx := r.env.Ctx
 	applied, got, fired := map[string]int{}, map[string]int{}, map[string]int{}
+	delivered := map[string]bool{} // Msg keys whose send was answered ok
 	for _, w := range simWorlds {
 		// Replay parity: the journal replayed from genesis is the state
 		// restored from the store and the state its host holds, byte for
@@ -580,6 +603,7 @@ func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]stri
 			return err
 		}
 		receipts, timerItems := map[string]int{}, map[string]int{}
+		okSends := map[string]bool{} // fabric.send intents with an ok receipt
 		for _, it := range items {
 			switch it.Kind {
 			case store.KindReceipt:
@@ -588,6 +612,9 @@ func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]stri
 					return fmt.Errorf("%s: receipt %d: %w", w, it.Seq, err)
 				}
 				receipts[rc.IntentHash]++
+				if rc.Kind == world.KindFabricSend && rc.Status == world.StatusOK {
+					okSends[rc.IntentHash] = true
+				}
 			case store.KindTimer:
 				timerItems[it.DedupeKey]++
 			}
@@ -613,6 +640,15 @@ func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]stri
 					return fmt.Errorf("%s: intent %.8s has %d receipts in the inbox, %d consumed", w, h, receipts[h], consumed[h])
 				}
 				r.stats.receipts++
+				if okSends[h] {
+					r.fabMu.Lock()
+					key, ok := r.fabKey[h]
+					r.fabMu.Unlock()
+					if !ok {
+						return fmt.Errorf("%s: fabric.send %.8s has an ok receipt and was never executed", w, h)
+					}
+					delivered[key] = true
+				}
 			}
 			for _, h := range rec.Timers {
 				if timerItems[store.TimerKey(h)] != 1 {
@@ -660,9 +696,13 @@ func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]stri
 			return fmt.Errorf("acknowledged %s journaled %d times", k, applied[k])
 		}
 	}
+	// A message is delivered at most once (message_id = intent hash),
+	// and exactly once when its sender's receipt says ok; a send that
+	// ran out of attempts (an error or timeout receipt) may not have
+	// landed.
 	for _, k := range sortedKeys(relays) {
-		if got[k] != 1 {
-			return fmt.Errorf("message %s delivered %d times", k, got[k])
+		if got[k] > 1 || (delivered[k] && got[k] != 1) {
+			return fmt.Errorf("message %s delivered %d times (receipt ok: %v)", k, got[k], delivered[k])
 		}
 	}
 	for _, k := range sortedKeys(alarms) {
