@@ -100,4 +100,3 @@ func (k *kit) reaper(st store.Store, ttl time.Duration) (stop func()) {
 	go func() { done <- reaper.Run(ctx, reaper.Config{Executor: k.ex}, job) }()
 	return func() { cancel(); <-done }
 }
-
