@@ -335,3 +335,18 @@ func CheckCommit(op string, b *CommitBatch) error {
 	}
 	return nil
 }
+
+// CheckHeartbeat checks a worker's heartbeat: its id, and a capacity in
+// [0, MaxCapacity].
+func CheckHeartbeat(op, worker string, capacity int) error {
+	if err := CheckID(op, "worker", worker); err != nil {
+		return err
+	}
+	if capacity < 0 || capacity > MaxCapacity {
+		return invalid(op, "capacity", "%d outside [0, %d]", capacity, MaxCapacity)
+	}
+	return nil
+}
+
+// MaxCapacity bounds a worker's declared capacity (worlds it may host).
+const MaxCapacity = 1 << 30

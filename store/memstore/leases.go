@@ -300,7 +300,7 @@ func (s *Store) Heartbeat(ctx context.Context, worker string, capacity int) (sto
 		return store.WorkerInfo{}, err
 	}
 	defer s.end()
-	if err := store.CheckID(op, "worker", worker); err != nil {
+	if err := store.CheckHeartbeat(op, worker, capacity); err != nil {
 		return store.WorkerInfo{}, err
 	}
 	now := s.now()

@@ -1,7 +1,9 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"sort"
 	"sync"
 	"time"
@@ -9,29 +11,41 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
-// The append committer. A batch of Append and DrainToJournal requests
-// commits in one transaction, by one of two paths:
+// The append committer. A batch of Append, Commit and DrainToJournal
+// requests commits in one transaction, by one of two paths:
 //
 //   - The checked path (two round trips): BEGIN, lock and read everything
 //     the batch's decisions need (lease rows FOR SHARE, stream rows FOR
-//     UPDATE, the stored metadata of every idempotency key at stake); Go
-//     decides every request; one statement writes; COMMIT.
+//     UPDATE, then which streams are worlds, the stored metadata of every
+//     idempotency key at stake, the snapshots at the heights offered); Go
+//     decides every request with the contract's functions; one pipelined
+//     round trip writes and COMMITs.
 //   - The speculative path (one round trip), for the common case of a
 //     process appending to streams it appended to before: Go decides
 //     against the heads its own last commits left (no stored duplicate
-//     assumed, every fence assumed valid) and sends the decisions with
-//     their assumptions as assertions that raise: the fences are checked,
-//     each stream's head is compared-and-swapped under its row lock, and a
-//     key taken for new that is stored (in events or compacted_keys)
-//     violates the unique index or an assertion. If any assumption is
-//     wrong, the transaction rolls back whole and the batch takes the
-//     checked path. A commit is therefore only ever what the checked path
-//     would have decided. Drains always take the checked path.
+//     assumed, every fence assumed valid, every free stream assumed not a
+//     world) and sends the decisions with their assumptions as assertions
+//     that raise: the fences are checked, each stream's head is
+//     compared-and-swapped under its row lock, no free stream names a
+//     world, and a key taken for new that is stored (in events or
+//     compacted_keys) violates the unique index or an assertion. If any
+//     assumption is wrong, the transaction rolls back whole and the batch
+//     takes the checked path. A commit is therefore only ever what the
+//     checked path would have decided. Commits always take the checked
+//     path.
 //
 // Either way a request's typed failure (a stale fence, a head mismatch) is
 // decided before anything is written, and never fails its neighbours.
+//
+// A Commit is one world cycle: it rides in the same transaction as the
+// other worlds' cycles and appends of its batch (group commit across
+// worlds), so a batch carries at most one Commit per world: a second one
+// of the same world starts the next transaction (see cutBatch), which
+// keeps every world's cycles in their order for the effect and timer
+// writes too.
 
 // batchTimeout bounds one group commit; no caller's context is used for
 // it, since one caller giving up must not fail the others.
@@ -39,21 +53,43 @@ const batchTimeout = 30 * time.Second
 
 // runAppends commits one batch (its lane's goroutine runs it, so a
 // stream's batches never overlap in this process). A request whose
-// context already ended is answered without being sent. The batch commits
-// speculatively if it can, else (or if the speculation fails) by the
-// checked path. If the checked path fails for a reason no decision
-// foresaw (the database refused a value), every request runs again on its
-// own, so that one request's failure never fails its neighbours.
+// context already ended is answered without being sent.
 func (s *Store) runAppends(batch []*appendReq) {
 	live := liveRequests(batch)
-	if len(live) == 0 {
-		return
+	for len(live) > 0 {
+		n := cutBatch(live)
+		s.runAppendBatch(live[:n])
+		live = live[n:]
 	}
+}
+
+// cutBatch returns how many of reqs one transaction takes: all of them up
+// to a second Commit of one world.
+func cutBatch(reqs []*appendReq) int {
+	seen := map[string]bool{}
+	for i, r := range reqs {
+		if r.commit == nil {
+			continue
+		}
+		if seen[r.stream] {
+			return i
+		}
+		seen[r.stream] = true
+	}
+	return len(reqs)
+}
+
+// runAppendBatch commits reqs speculatively if it can, else (or if the
+// speculation fails) by the checked path. If the checked path fails for a
+// reason no decision foresaw (the database refused a value), every request
+// runs again on its own, so that one request's failure never fails its
+// neighbours.
+func (s *Store) runAppendBatch(live []*appendReq) {
 	s.stats.appendReqs.Add(uint64(len(live)))
 	if spec := s.speculate(live); spec != nil {
 		if res, ok := s.commitSpeculation(spec); ok {
 			for i, r := range live {
-				r.out, r.err = res[i].out, res[i].err
+				r.res = res[i]
 				r.finish(nil)
 			}
 			return
@@ -67,7 +103,7 @@ func (s *Store) runAppends(batch []*appendReq) {
 				r.finish(err)
 				continue
 			}
-			r.out, r.err = one[0].out, one[0].err
+			r.res = one[0]
 			r.finish(nil)
 		}
 		return
@@ -77,7 +113,7 @@ func (s *Store) runAppends(batch []*appendReq) {
 			r.finish(err)
 			continue
 		}
-		r.out, r.err = res[i].out, res[i].err
+		r.res = res[i]
 		r.finish(nil)
 	}
 }
@@ -98,23 +134,28 @@ func (s *Store) appendWithRetry(reqs []*appendReq) ([]appendResult, error) {
 	return res, err
 }
 
+// appendResult is one request's answer.
 type appendResult struct {
-	out []store.Appended
-	err error
+	out                             []store.Appended
+	head                            uint64 // a Commit's head after it
+	published, scheduled, cancelled int
+	err                             error
 }
 
 type streamKey struct{ stream, key string }
 
-type leaseRow struct {
-	epoch   int64
-	holder  string
-	expires int64
+// storedKey is what a stored idempotency key is compared against.
+type storedKey struct {
+	a         store.Appended
+	eventType string
+	sum       []byte // nil: unknown (compacted by schema version 1)
 }
 
 type streamRow struct {
 	head, cursor int64
-	read         int64 // the head the batch found (the CAS's expected value)
-	touched      bool  // head or cursor moved in this batch
+	read         int64  // the head the batch found (the CAS's expected value)
+	baseline     *int64 // a snapshot the batch stores above the baseline
+	touched      bool   // head, cursor or baseline moved in this batch
 }
 
 // newEvent is a row the batch inserts.
@@ -122,18 +163,24 @@ type newEvent struct {
 	stream    string
 	runSeq    int64
 	rec       *store.Record
+	sum       [sha256.Size]byte
 	persisted int64 // from RETURNING
+}
+
+type snapKey struct {
+	world  string
+	height uint64
 }
 
 // view is what the batch's decisions are made against.
 type view struct {
-	speculative bool                // fences and stored keys are assumed, not read
-	leases      map[string]leaseRow // fenced worlds' leases
-	exists      map[string]bool     // fenced worlds without a lease row that exist
-	inboxSeq    map[string]int64    // drained worlds' last inbox seq
+	speculative bool                         // fences, stored keys and world ids are assumed, not read
+	leases      map[string]contract.LeaseRow // fenced worlds' leases
+	worlds      map[string]int64             // streams that are worlds -> their last inbox seq
 	heads       map[string]*streamRow
-	existing    map[streamKey]store.Appended
-	now         int64
+	existing    map[streamKey]storedKey
+	snapshots   map[snapKey]string // stored state hashes at the heights offered
+	now         time.Time
 }
 
 // plan is the batch's decisions: each request's answer (or failure), and
@@ -148,6 +195,18 @@ type plan struct {
 	// speculative path: their answer relied on the keys being new, but no
 	// insert of theirs will prove it.
 	refused []streamKey
+
+	// The commits' other writes, each with the index of its request.
+	intents []owned[store.Intent]
+	timers  []owned[store.TimerSet]
+	cancels []owned[string]
+	snaps   []owned[store.Snapshot]
+}
+
+type owned[T any] struct {
+	req   int
+	world string
+	v     T
 }
 
 type outRef struct {
@@ -160,27 +219,32 @@ type drainRange struct {
 	lo, hi int64
 }
 
+// fencedWorld returns the world whose lease r's decision reads, if any: a
+// Commit's, or a world-stream append's whose fence names its own stream
+// (any other fence fails without a row).
+func fencedWorld(r *appendReq) (string, bool) {
+	if r.commit != nil {
+		return r.stream, true
+	}
+	if r.opts.Kind == store.WorldStream && r.opts.Fence != nil && r.opts.Fence.World == r.stream {
+		return r.stream, true
+	}
+	return "", false
+}
+
 // scope lists what reqs touch: the fenced worlds and the streams (both
-// sorted: the lock order), and the idempotency keys at stake.
-func scope(reqs []*appendReq) (fenceWorlds, streams, keyStreams, keyKeys []string) {
+// sorted: the lock order), the idempotency keys and snapshots at stake.
+func scope(reqs []*appendReq) (fenceWorlds, streams, keyStreams, keyKeys, snapWorlds []string, snapHeights []int64) {
 	seenFence, seenStream := map[string]bool{}, map[string]bool{}
 	seenKey := map[streamKey]bool{}
 	for _, r := range reqs {
-		if f := r.fence; f != nil && f.World != "" && validText(f.World) && !seenFence[f.World] {
-			seenFence[f.World] = true
-			fenceWorlds = append(fenceWorlds, f.World)
-		}
-		// A drain's stream row holds its cursor, compared before its
-		// entries are validated; an invalid append needs nothing.
-		if r.invalid != nil && (!r.drain || r.stream == "" || !validText(r.stream)) {
-			continue
+		if w, ok := fencedWorld(r); ok && !seenFence[w] {
+			seenFence[w] = true
+			fenceWorlds = append(fenceWorlds, w)
 		}
 		if !seenStream[r.stream] {
 			seenStream[r.stream] = true
 			streams = append(streams, r.stream)
-		}
-		if r.invalid != nil {
-			continue
 		}
 		for i := range r.events {
 			k := streamKey{r.stream, r.events[i].IdempotencyKey}
@@ -189,6 +253,10 @@ func scope(reqs []*appendReq) (fenceWorlds, streams, keyStreams, keyKeys []strin
 				keyStreams = append(keyStreams, k.stream)
 				keyKeys = append(keyKeys, k.key)
 			}
+		}
+		if r.commit != nil && r.commit.b.Snapshot != nil {
+			snapWorlds = append(snapWorlds, r.stream)
+			snapHeights = append(snapHeights, int64(r.commit.b.Snapshot.Height))
 		}
 	}
 	sort.Strings(fenceWorlds)
@@ -201,57 +269,37 @@ func scope(reqs []*appendReq) (fenceWorlds, streams, keyStreams, keyKeys []strin
 func decide(reqs []*appendReq, streams []string, v *view) *plan {
 	p := &plan{res: make([]appendResult, len(reqs)), refs: make([][]outRef, len(reqs)), streams: streams}
 	inBatch := map[streamKey]int{} // key -> index in p.rows
+	intents, timers := map[string]bool{}, map[string]bool{}
 	for i, r := range reqs {
 		fail := func(kind error, format string, args ...any) {
 			p.res[i].err = store.Errorf(r.op, kind, r.stream, format, args...)
 		}
-		if f := r.fence; f != nil {
-			if f.World == "" || !validText(f.World) {
-				p.res[i].err = store.Errorf(r.op, store.ErrInvalid, "", "empty or invalid world id")
+		_, isWorld := v.worlds[r.stream]
+		st := v.heads[r.stream]
+		c := r.commit
+		switch {
+		case c != nil:
+			if err := contract.Fence(r.op, r.stream, c.epoch, isWorld, v.leases[r.stream], v.now); err != nil {
+				p.res[i].err = err
 				continue
 			}
-			if !v.speculative {
-				l, ok := v.leases[f.World]
-				switch {
-				case !ok && !v.exists[f.World]:
-					p.res[i].err = store.Errorf(r.op, store.ErrWorldNotFound, f.World, "")
-				case !ok:
-					p.res[i].err = store.Errorf(r.op, store.ErrFenced, f.World, "epoch %d: never leased", f.Epoch)
-				case uint64(l.epoch) != f.Epoch:
-					p.res[i].err = store.Errorf(r.op, store.ErrFenced, f.World, "epoch %d: lease is at epoch %d", f.Epoch, l.epoch)
-				case l.holder == "":
-					p.res[i].err = store.Errorf(r.op, store.ErrFenced, f.World, "epoch %d: lease released", f.Epoch)
-				case l.expires <= v.now:
-					p.res[i].err = store.Errorf(r.op, store.ErrFenced, f.World, "epoch %d: lease expired", f.Epoch)
-				}
-				if p.res[i].err != nil {
-					continue
-				}
-			}
-		}
-		if r.invalid != nil && !r.drain {
-			p.res[i].err = r.invalid
-			continue
-		}
-		st := v.heads[r.stream]
-		if r.drain {
-			switch {
-			case st == nil:
-				p.res[i].err = r.invalid // only an invalid request has no stream row
-			case uint64(st.cursor) != r.expCursor:
-				fail(store.ErrCursorMismatch, "cursor is %d, expected %d", st.cursor, r.expCursor)
-			case r.newCursor < r.expCursor:
-				fail(store.ErrInvalid, "cursor cannot move back from %d to %d", r.expCursor, r.newCursor)
-			case r.newCursor > uint64(v.inboxSeq[r.stream]):
-				fail(store.ErrInvalid, "cursor %d passes the last seq %d", r.newCursor, v.inboxSeq[r.stream])
-			case r.invalid != nil:
-				p.res[i].err = r.invalid
+			switch last := uint64(v.worlds[r.stream]); {
+			case uint64(st.cursor) != c.b.ExpectedCursor:
+				fail(store.ErrCursorMismatch, "cursor is %d, expected %d", st.cursor, c.b.ExpectedCursor)
+			case c.b.NewCursor > last:
+				fail(store.ErrInvalid, "cursor %d passes the last seq %d", c.b.NewCursor, last)
 			}
 			if p.res[i].err != nil {
 				continue
 			}
+		case !v.speculative:
+			if err := contract.AppendFence(r.op, r.stream, r.opts, isWorld, v.leases[r.stream], v.now); err != nil {
+				p.res[i].err = err
+				continue
+			}
 		}
-		// Resolve duplicates and assign runSeqs tentatively.
+		// Resolve duplicates and assign runSeqs tentatively: new events
+		// get head+1 … head+n, gapless.
 		ref := make([]outRef, len(r.events))
 		fresh := map[string]int{} // key -> index in r.events of its first new occurrence
 		var mine []int
@@ -260,16 +308,22 @@ func decide(reqs []*appendReq, streams []string, v *view) *plan {
 			ev := &r.events[j]
 			k := streamKey{r.stream, ev.IdempotencyKey}
 			if a, ok := v.existing[k]; ok {
-				ref[j] = outRef{row: -1, out: a}
+				ref[j] = outRef{row: -1, out: a.a}
+				// A key compacted by schema version 1 kept neither: no
+				// conflict can be told there.
+				ref[j].out.Conflict = a.sum != nil && (a.eventType != ev.EventType || !bytes.Equal(a.sum, r.sums[j][:]))
 				continue
 			}
 			if ri, ok := inBatch[k]; ok {
-				ref[j] = outRef{row: ri, out: store.Appended{EventID: p.rows[ri].rec.EventID, RunSeq: uint64(p.rows[ri].runSeq), Idempotent: true}}
+				first := &p.rows[ri]
+				ref[j] = outRef{row: ri, out: store.Appended{EventID: first.rec.EventID, RunSeq: uint64(first.runSeq), Idempotent: true,
+					Conflict: first.rec.EventType != ev.EventType || first.sum != r.sums[j]}}
 				continue
 			}
 			if f, ok := fresh[ev.IdempotencyKey]; ok {
 				ref[j] = ref[f]
 				ref[j].out.Idempotent = true
+				ref[j].out.Conflict = r.events[f].EventType != ev.EventType || r.sums[f] != r.sums[j]
 				continue
 			}
 			next++
@@ -277,7 +331,7 @@ func decide(reqs []*appendReq, streams []string, v *view) *plan {
 			mine = append(mine, j)
 			ref[j] = outRef{row: len(p.rows) + len(mine) - 1, out: store.Appended{EventID: ev.EventID, RunSeq: uint64(next)}}
 		}
-		if r.head != nil && (len(mine) > 0 || r.drain) && *r.head != uint64(st.head) {
+		if r.head != nil && (len(mine) > 0 || c != nil) && *r.head != uint64(st.head) {
 			fail(store.ErrHeadMismatch, "stream %s: head is %d, expected %d", r.stream, st.head, *r.head)
 			if v.speculative {
 				for _, j := range mine {
@@ -286,19 +340,61 @@ func decide(reqs []*appendReq, streams []string, v *view) *plan {
 			}
 			continue
 		}
+		var snap *store.Snapshot
+		if c != nil && c.b.Snapshot != nil {
+			sn := *c.b.Snapshot
+			sn.World = r.stream
+			write, err := contract.Snapshot(r.op, r.stream, sn, uint64(next), v.snapshots[snapKey{r.stream, sn.Height}])
+			if err != nil {
+				p.res[i].err = err
+				continue
+			}
+			if write {
+				snap = &sn
+			}
+		}
+
+		// Decided: the request's writes join the plan.
 		for _, j := range mine {
 			ev := &r.events[j]
 			inBatch[streamKey{r.stream, ev.IdempotencyKey}] = len(p.rows)
-			p.rows = append(p.rows, newEvent{stream: r.stream, runSeq: int64(ref[j].out.RunSeq), rec: ev})
+			p.rows = append(p.rows, newEvent{stream: r.stream, runSeq: int64(ref[j].out.RunSeq), rec: ev, sum: r.sums[j]})
 		}
 		if len(mine) > 0 {
 			st.head, st.touched = next, true
 		}
-		if r.drain && int64(r.newCursor) != st.cursor {
-			p.drains = append(p.drains, drainRange{r.stream, st.cursor, int64(r.newCursor)})
-			st.cursor, st.touched = int64(r.newCursor), true
-		}
 		p.refs[i] = ref
+		if c == nil {
+			continue
+		}
+		if int64(c.b.NewCursor) != st.cursor {
+			p.drains = append(p.drains, drainRange{r.stream, st.cursor, int64(c.b.NewCursor)})
+			st.cursor, st.touched = int64(c.b.NewCursor), true
+		}
+		p.res[i].head = uint64(st.head)
+		// An intent or timer hash is global: its first publisher in the
+		// batch owns it, as it would own it committing first.
+		for _, in := range c.b.Intents {
+			if !intents[in.IntentHash] {
+				intents[in.IntentHash] = true
+				p.intents = append(p.intents, owned[store.Intent]{i, r.stream, in})
+			}
+		}
+		for _, t := range c.b.Timers {
+			if !timers[t.IntentHash] {
+				timers[t.IntentHash] = true
+				p.timers = append(p.timers, owned[store.TimerSet]{i, r.stream, t})
+			}
+		}
+		for _, h := range c.b.CancelTimers {
+			p.cancels = append(p.cancels, owned[string]{i, r.stream, h})
+		}
+		if snap != nil {
+			p.snaps = append(p.snaps, owned[store.Snapshot]{i, r.stream, *snap})
+			if h := int64(snap.Height); st.baseline == nil || *st.baseline < h {
+				st.baseline, st.touched = &h, true
+			}
+		}
 	}
 	return p
 }
@@ -308,11 +404,12 @@ func decide(reqs []*appendReq, streams []string, v *view) *plan {
 const writeSQL = `WITH clock AS (SELECT now_ns($13) AS now),
 	ins AS (
 		INSERT INTO events (stream, run_seq, event_id, idempotency_key, event_type, emitted_at_ns,
-			persisted_at_ns, step_id, logical_attempt_id, engine_attempt_id, plan_id, plan_version, payload)
-		SELECT u.s, u.q, u.id, u.k, u.t, u.em, clock.now, u.st, u.la, u.ea, u.pid, u.pv, u.p
+			persisted_at_ns, step_id, logical_attempt_id, engine_attempt_id, plan_id, plan_version, payload,
+			payload_sha256)
+		SELECT u.s, u.q, u.id, u.k, u.t, u.em, clock.now, u.st, u.la, u.ea, u.pid, u.pv, u.p, u.h
 		FROM clock, unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[],
-			$7::text[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[], $12::bytea[])
-			AS u(s, q, id, k, t, em, st, la, ea, pid, pv, p)
+			$7::text[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[], $12::bytea[], $17::bytea[])
+			AS u(s, q, id, k, t, em, st, la, ea, pid, pv, p, h)
 		RETURNING run_seq, stream, persisted_at_ns),
 	drained AS (
 		-- the drained items' dedupe keys complete now: their retention starts
@@ -321,23 +418,25 @@ const writeSQL = `WITH clock AS (SELECT now_ns($13) AS now),
 		WHERE x.world = d.w AND x.seq > d.lo AND x.seq <= d.hi AND x.key_live)
 	SELECT run_seq, stream, persisted_at_ns FROM ins`
 
-// queueHeads queues the plan's head and cursor moves on b. In the
-// speculative path, cas_heads locks every stream at stake (in order) and
-// fails unless each head is still the one the decisions assumed.
+// queueHeads queues the plan's head, cursor and baseline moves on b. In
+// the speculative path, cas_heads locks every stream at stake (in order)
+// and fails unless each head is still the one the decisions assumed.
 func (s *Store) queueHeads(b *batch, p *plan, v *view) {
 	var us []string
 	var uh, uc, uold []int64
+	var ub []*int64
 	for _, st := range p.streams {
 		h := v.heads[st]
 		if h != nil && (h.touched || v.speculative) {
 			us, uh, uc, uold = append(us, st), append(uh, h.head), append(uc, h.cursor), append(uold, h.read)
+			ub = append(ub, h.baseline)
 		}
 	}
 	if v.speculative {
 		b.queue(nil, `SELECT cas_heads($1, $2, $3)`, us, uold, uh)
 	} else if len(us) > 0 {
-		b.queue(nil, `UPDATE streams x SET head = u.h, inbox_cursor = u.c
-			FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(s, h, c) WHERE x.stream = u.s`, us, uh, uc)
+		b.queue(nil, `UPDATE streams x SET head = u.h, inbox_cursor = u.c, baseline_height = greatest(x.baseline_height, u.b)
+			FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS u(s, h, c, b) WHERE x.stream = u.s`, us, uh, uc, ub)
 	}
 }
 
@@ -350,13 +449,13 @@ func (s *Store) queueInserts(b *batch, p *plan) {
 	var (
 		cs, ids, keys, types, steps, plans = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		seqs, emitted, la, ea, pv          = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-		payloads                           = make([][]byte, n)
+		payloads, sums                     = make([][]byte, n), make([][]byte, n)
 	)
 	for j, row := range p.rows {
 		ev := row.rec
 		cs[j], seqs[j], ids[j], keys[j], types[j] = row.stream, row.runSeq, ev.EventID, ev.IdempotencyKey, ev.EventType
 		emitted[j], steps[j], la[j], ea[j] = toNS(ev.EmittedAt), ev.StepID, int64(ev.LogicalAttemptID), int64(ev.EngineAttemptID)
-		plans[j], pv[j], payloads[j] = ev.PlanID, int64(ev.PlanVersion), ev.Payload
+		plans[j], pv[j], payloads[j], sums[j] = ev.PlanID, int64(ev.PlanVersion), ev.Payload, p.rows[j].sum[:]
 	}
 	dw, lo, hi := make([]string, len(p.drains)), make([]int64, len(p.drains)), make([]int64, len(p.drains))
 	for j, d := range p.drains {
@@ -380,7 +479,86 @@ func (s *Store) queueInserts(b *batch, p *plan) {
 			err = errUnreachable
 		}
 		return err
-	}, writeSQL, cs, seqs, ids, keys, types, emitted, steps, la, ea, plans, pv, payloads, s.off(), dw, lo, hi)
+	}, writeSQL, cs, seqs, ids, keys, types, emitted, steps, la, ea, plans, pv, payloads, s.off(), dw, lo, hi, sums)
+}
+
+// queueCycles queues the commits' intents, timers, cancellations and
+// snapshots on b, in the order a cycle applies them (a timer scheduled
+// and cancelled by one cycle is gone), and the notifications of what they
+// may have changed.
+func (s *Store) queueCycles(b *batch, p *plan) {
+	var topics []string
+	if n := len(p.intents); n > 0 {
+		hs, ws, ks, os, cs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		ps := make([][]byte, n)
+		owner := make(map[string]int, n)
+		for j, o := range p.intents {
+			hs[j], ws[j], ks[j], ps[j], os[j], cs[j] = o.v.IntentHash, o.world, o.v.Kind, o.v.Params, o.v.Origin, o.v.PolicyContextHash
+			owner[o.v.IntentHash] = o.req
+		}
+		b.queue(func(br pgx.BatchResults) error {
+			var h string
+			return scanEach(br, []any{&h}, func() { p.res[owner[h]].published++ })
+		}, `INSERT INTO effects (intent_hash, world, kind, params, origin, policy_context_hash, enqueued_at_ns, state)
+			SELECT u.h, u.w, u.k, u.p, u.o, u.c, (SELECT now_ns($7)), 'pending'
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[]) WITH ORDINALITY AS u(h, w, k, p, o, c, ord)
+			ORDER BY u.ord
+			ON CONFLICT (intent_hash) DO NOTHING
+			RETURNING intent_hash`, hs, ws, ks, ps, os, cs, s.off())
+		topics = append(topics, store.TopicEffects)
+	}
+	if n := len(p.timers); n > 0 {
+		hs, ws, ds, ps := make([]string, n), make([]string, n), make([]int64, n), make([][]byte, n)
+		owner := make(map[string]int, n)
+		for j, o := range p.timers {
+			hs[j], ws[j], ds[j], ps[j] = o.v.IntentHash, o.world, toNS(o.v.DeliverAt), o.v.Payload
+			owner[o.v.IntentHash] = o.req
+		}
+		b.queue(func(br pgx.BatchResults) error {
+			var h string
+			return scanEach(br, []any{&h}, func() { p.res[owner[h]].scheduled++ })
+		}, `INSERT INTO timers (intent_hash, world, deliver_at_ns, payload, state)
+			SELECT u.h, u.w, u.d, u.p, 'due' FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[]) AS u(h, w, d, p)
+			ON CONFLICT (intent_hash) DO NOTHING
+			RETURNING intent_hash`, hs, ws, ds, ps)
+	}
+	if n := len(p.cancels); n > 0 {
+		hs, ws := make([]string, n), make([]string, n)
+		owner := make(map[streamKey]int, n)
+		for j, o := range p.cancels {
+			hs[j], ws[j] = o.v, o.world
+			owner[streamKey{o.world, o.v}] = o.req
+		}
+		// An unknown, another world's or fired timer is skipped (the
+		// kernel may cancel a timer whose firing waits in its inbox). The
+		// rows are locked in key order, as a Fire batch locks them.
+		b.queue(func(br pgx.BatchResults) error {
+			var k streamKey
+			return scanEach(br, []any{&k.stream, &k.key}, func() { p.res[owner[k]].cancelled++ })
+		}, `DELETE FROM timers x WHERE x.intent_hash IN (
+				SELECT t.intent_hash FROM timers t JOIN unnest($1::text[], $2::text[]) AS u(w, h)
+					ON t.intent_hash = u.h AND t.world = u.w
+				WHERE t.state <> 'delivered' ORDER BY t.intent_hash FOR UPDATE OF t)
+			RETURNING x.world, x.intent_hash`, ws, hs)
+	}
+	if len(p.timers) > 0 || len(p.cancels) > 0 {
+		topics = append(topics, store.TopicTimers)
+	}
+	if n := len(p.snaps); n > 0 {
+		ws, hs, shs, sts := make([]string, n), make([]int64, n), make([]string, n), make([][]byte, n)
+		for j, o := range p.snaps {
+			ws[j], hs[j], shs[j], sts[j] = o.world, int64(o.v.Height), o.v.StateHash, o.v.State
+		}
+		// The stream rows are locked, so no other snapshot of these worlds
+		// lands meanwhile; DO NOTHING is a guard.
+		b.queue(nil, `INSERT INTO snapshots (world, height, state, state_hash, created_at_ns)
+			SELECT u.w, u.h, u.s, u.sh, (SELECT now_ns($5))
+			FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[]) AS u(w, h, s, sh)
+			ON CONFLICT (world, height) DO NOTHING`, ws, hs, sts, shs, s.off())
+	}
+	if len(topics) > 0 {
+		b.queue(nil, `SELECT notify_topic(t) FROM unnest($1::text[]) AS t`, topics)
+	}
 }
 
 // answers turns a committed plan into the requests' answers.
@@ -408,7 +586,7 @@ func (p *plan) answers() []appendResult {
 func (s *Store) appendChecked(reqs []*appendReq) ([]appendResult, map[string]*streamRow, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
-	fenceWorlds, streams, keyStreams, keyKeys := scope(reqs)
+	fenceWorlds, streams, keyStreams, keyKeys, snapWorlds, snapHeights := scope(reqs)
 	p, err := s.beginTx(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -419,53 +597,73 @@ func (s *Store) appendChecked(reqs []*appendReq) ([]appendResult, map[string]*st
 
 	// Round trip 1: locks and reads.
 	v := &view{
-		leases: map[string]leaseRow{}, exists: map[string]bool{}, inboxSeq: map[string]int64{},
-		heads: map[string]*streamRow{}, existing: map[streamKey]store.Appended{},
+		leases: map[string]contract.LeaseRow{}, worlds: map[string]int64{},
+		heads: map[string]*streamRow{}, existing: map[streamKey]storedKey{}, snapshots: map[snapKey]string{},
 	}
+	var now int64
 	b := &batch{}
 	b.queue(nil, "BEGIN")
 	if len(fenceWorlds) > 0 {
 		b.queue(func(br pgx.BatchResults) error {
-			var w string
-			var l leaseRow
-			var seq int64
-			return scanEach(br, []any{&w, &l.epoch, &l.holder, &l.expires, &seq, &v.now}, func() {
-				v.leases[w], v.inboxSeq[w] = l, seq
+			var w, holder string
+			var epoch, exp int64
+			return scanEach(br, []any{&w, &epoch, &holder, &exp}, func() {
+				v.leases[w] = contract.LeaseRow{Found: true, Holder: holder, Epoch: uint64(epoch), ExpiresAt: fromNS(exp)}
 			})
-		}, `SELECT l.world, l.epoch, l.holder, l.expires_at_ns, x.inbox_seq, now_ns($2)
-			FROM leases l JOIN worlds x ON x.world = l.world
-			WHERE l.world = ANY($1) ORDER BY l.world FOR SHARE OF l`, fenceWorlds, off)
+		}, `SELECT world, epoch, holder, expires_at_ns FROM leases
+			WHERE world = ANY($1) ORDER BY world FOR SHARE`, fenceWorlds)
 	}
-	if len(streams) > 0 {
-		// Create the missing rows (an insert racing ours waits for it), then
-		// lock them all, in stream order. Locking writes no new row version,
-		// unlike an upsert.
-		b.queue(nil, `INSERT INTO streams (stream) SELECT s FROM unnest($1::text[]) AS s ORDER BY s
-			ON CONFLICT (stream) DO NOTHING`, streams)
-		b.queue(func(br pgx.BatchResults) error {
-			var st string
-			var head, cursor int64
-			return scanEach(br, []any{&st, &head, &cursor, &v.now}, func() {
-				v.heads[st] = &streamRow{head: head, cursor: cursor, read: head}
-			})
-		}, `SELECT stream, head, inbox_cursor, now_ns($2) FROM streams
-			WHERE stream = ANY($1) ORDER BY stream FOR UPDATE`, streams, off)
-	}
+	// Create the missing rows (an insert racing ours waits for it), then
+	// lock them all, in stream order. Locking writes no new row version,
+	// unlike an upsert.
+	b.queue(nil, `INSERT INTO streams (stream) SELECT s FROM unnest($1::text[]) AS s ORDER BY s
+		ON CONFLICT (stream) DO NOTHING`, streams)
+	b.queue(func(br pgx.BatchResults) error {
+		var st string
+		var head, cursor int64
+		return scanEach(br, []any{&st, &head, &cursor, &now}, func() {
+			v.heads[st] = &streamRow{head: head, cursor: cursor, read: head}
+		})
+	}, `SELECT stream, head, inbox_cursor, now_ns($2) FROM streams
+		WHERE stream = ANY($1) ORDER BY stream FOR UPDATE`, streams, off)
+	// Which streams are worlds, read after the stream locks: a CreateWorld
+	// locks the stream row too, so either it committed before (and this
+	// sees the world) or it waits and then finds the events.
+	b.queue(func(br pgx.BatchResults) error {
+		var w string
+		var seq int64
+		return scanEach(br, []any{&w, &seq}, func() { v.worlds[w] = seq })
+	}, `SELECT world, inbox_seq FROM worlds WHERE world = ANY($1)`, streams)
 	if len(keyKeys) > 0 {
 		b.queue(func(br pgx.BatchResults) error {
 			var k streamKey
 			var id string
+			var typ *string
+			var sum []byte
 			var seq, at int64
-			return scanEach(br, []any{&k.stream, &k.key, &id, &seq, &at}, func() {
-				v.existing[k] = store.Appended{EventID: id, RunSeq: uint64(seq), PersistedAt: fromNS(at), Idempotent: true}
+			return scanEach(br, []any{&k.stream, &k.key, &id, &seq, &at, &typ, &sum}, func() {
+				sk := storedKey{a: store.Appended{EventID: id, RunSeq: uint64(seq), PersistedAt: fromNS(at), Idempotent: true}, sum: sum}
+				if typ != nil {
+					sk.eventType = *typ
+				}
+				v.existing[k] = sk
 			})
-		}, `SELECT e.stream, e.idempotency_key, e.event_id, e.run_seq, e.persisted_at_ns
+		}, `SELECT e.stream, e.idempotency_key, e.event_id, e.run_seq, e.persisted_at_ns, e.event_type,
+				coalesce(e.payload_sha256, sha256(coalesce(e.payload, ''::bytea)))
 			FROM unnest($1::text[], $2::text[]) AS k(s, key)
 			JOIN events e ON e.stream = k.s AND e.idempotency_key = k.key
 			UNION ALL
-			SELECT c.stream, c.idempotency_key, c.event_id, c.run_seq, c.persisted_at_ns
+			SELECT c.stream, c.idempotency_key, c.event_id, c.run_seq, c.persisted_at_ns, c.event_type, c.payload_sha256
 			FROM unnest($1::text[], $2::text[]) AS k(s, key)
 			JOIN compacted_keys c ON c.stream = k.s AND c.idempotency_key = k.key`, keyStreams, keyKeys)
+	}
+	if len(snapWorlds) > 0 {
+		b.queue(func(br pgx.BatchResults) error {
+			var w, hash string
+			var h int64
+			return scanEach(br, []any{&w, &h, &hash}, func() { v.snapshots[snapKey{w, uint64(h)}] = hash })
+		}, `SELECT n.world, n.height, n.state_hash FROM snapshots n
+			JOIN unnest($1::text[], $2::bigint[]) AS k(w, h) ON n.world = k.w AND n.height = k.h`, snapWorlds, snapHeights)
 	}
 	if err := b.send(ctx, p); err != nil {
 		return nil, nil, err
@@ -475,30 +673,14 @@ func (s *Store) appendChecked(reqs []*appendReq) ([]appendResult, map[string]*st
 			return nil, nil, errUnreachable
 		}
 	}
-	// A fenced world without a lease row: it was never leased, or does not
-	// exist (a rare answer, worth a round trip of its own).
-	var unleased []string
-	for _, w := range fenceWorlds {
-		if _, ok := v.leases[w]; !ok {
-			unleased = append(unleased, w)
-		}
-	}
-	if len(unleased) > 0 {
-		rows, _ := p.conn.Query(ctx, `SELECT world FROM worlds WHERE world = ANY($1)`, unleased)
-		var w string
-		if _, err := pgx.ForEachRow(rows, []any{&w}, func() error {
-			v.exists[w] = true
-			return nil
-		}); err != nil {
-			return nil, nil, err
-		}
-	}
+	v.now = fromNS(now)
 
 	// Round trip 2: decide, write, commit.
 	pl := decide(reqs, streams, v)
 	b = &batch{}
 	s.queueHeads(b, pl, v)
 	s.queueInserts(b, pl)
+	s.queueCycles(b, pl)
 	b.queue(nil, "COMMIT")
 	if err := b.send(ctx, p); err != nil {
 		return nil, nil, err
@@ -584,33 +766,51 @@ func (c *headCache) miss(streams []string) {
 
 // speculation is a batch decided against guessed heads, ready to send.
 type speculation struct {
-	reqs                 []*appendReq
-	pl                   *plan
-	v                    *view
-	fenceWorlds, streams []string
-	keyStreams, keyKeys  []string
+	reqs                []*appendReq
+	pl                  *plan
+	v                   *view
+	streams             []string
+	keyStreams, keyKeys []string
+	fences              []store.Fence // the world streams' fences, in world order
+	free                []string      // the free streams, assumed not worlds
 }
 
 // speculate decides reqs against the heads the cache guesses, or returns
-// nil when the batch must take the checked path (a drain, a stream not
-// cached or cooling down).
+// nil when the batch must take the checked path: a Commit, a stream not
+// cached or cooling down, or an append whose fence decision needs no row
+// (no fence on a world stream, another world's fence, a fence on a free
+// stream: AppendFence answers those at once on the checked path).
 func (s *Store) speculate(reqs []*appendReq) *speculation {
+	var fences []store.Fence
+	var free []string
+	seenFence, seenFree := map[store.Fence]bool{}, map[string]bool{}
 	for _, r := range reqs {
-		if r.drain {
+		switch {
+		case r.commit != nil:
+			return nil
+		case r.opts.Kind == store.WorldStream && r.opts.Fence != nil && r.opts.Fence.World == r.stream:
+			if f := *r.opts.Fence; !seenFence[f] {
+				seenFence[f] = true
+				fences = append(fences, f)
+			}
+		case r.opts.Kind == store.FreeStream && r.opts.Fence == nil:
+			if !seenFree[r.stream] {
+				seenFree[r.stream] = true
+				free = append(free, r.stream)
+			}
+		default:
 			return nil
 		}
 	}
-	fenceWorlds, streams, keyStreams, keyKeys := scope(reqs)
-	if len(streams) == 0 {
-		return nil
-	}
+	_, streams, keyStreams, keyKeys, _, _ := scope(reqs)
 	heads, ok := s.heads.lookup(streams)
 	if !ok {
 		return nil
 	}
-	v := &view{speculative: true, heads: heads}
+	sort.Slice(fences, func(i, j int) bool { return fences[i].World < fences[j].World })
+	v := &view{speculative: true, heads: heads, worlds: map[string]int64{}}
 	pl := decide(reqs, streams, v)
-	return &speculation{reqs: reqs, pl: pl, v: v, fenceWorlds: fenceWorlds, streams: streams, keyStreams: keyStreams, keyKeys: keyKeys}
+	return &speculation{reqs: reqs, pl: pl, v: v, streams: streams, keyStreams: keyStreams, keyKeys: keyKeys, fences: fences, free: free}
 }
 
 // commitSpeculation sends a speculation in one round trip; false means
@@ -627,25 +827,20 @@ func (s *Store) commitSpeculation(sp *speculation) ([]appendResult, bool) {
 	s.stats.appendTxs.Add(1)
 	b := &batch{}
 	b.queue(nil, "BEGIN")
-	if len(sp.fenceWorlds) > 0 {
+	if len(sp.fences) > 0 {
 		// Every fence the batch relies on (the failing ones included: the
 		// checked path reports them precisely).
-		var fences []store.Fence
-		seen := map[store.Fence]bool{}
-		for _, r := range sp.reqs {
-			if f := r.fence; f != nil && f.World != "" && validText(f.World) && !seen[*f] {
-				seen[*f] = true
-				fences = append(fences, *f)
-			}
-		}
-		sort.Slice(fences, func(i, j int) bool { return fences[i].World < fences[j].World })
-		ws, es := make([]string, len(fences)), make([]int64, len(fences))
-		for i, f := range fences {
+		ws, es := make([]string, len(sp.fences)), make([]int64, len(sp.fences))
+		for i, f := range sp.fences {
 			ws[i], es[i] = f.World, int64(min(f.Epoch, 1<<63-1))
 		}
 		b.queue(nil, `SELECT check_fences($1, $2, $3)`, ws, es, s.off())
 	}
 	s.queueHeads(b, sp.pl, sp.v)
+	// Read after cas_heads locked the streams (see appendChecked).
+	if len(sp.free) > 0 {
+		b.queue(nil, `SELECT expect_count((SELECT count(*) FROM worlds WHERE world = ANY($1)), 0, 'a free stream is a world')`, sp.free)
+	}
 	// The decisions took every key for new. A new event's insert proves it
 	// against events (the unique index), not against compacted_keys; a
 	// request refused for its head inserts nothing, yet its keys decided

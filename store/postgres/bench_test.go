@@ -80,7 +80,7 @@ func BenchmarkAppendSingle(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
-		if _, err := s.Append(bg, "run", []store.Record{rec(fmt.Sprint(i))}, store.AppendOptions{}); err != nil {
+		if _, err := s.Append(bg, "run", []store.Record{rec(fmt.Sprint(i))}, store.AppendOptions{Kind: store.FreeStream}); err != nil {
 			b.Fatal(err)
 		}
 		ds = append(ds, time.Since(t0))
@@ -96,7 +96,7 @@ func BenchmarkGroupCommitOneStream(b *testing.B) {
 		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
 			s := benchStore(b)
 			parallel(b, writers, "appends", func(w, i int) error {
-				_, err := s.Append(bg, "world", []store.Record{rec(fmt.Sprint(i))}, store.AppendOptions{})
+				_, err := s.Append(bg, "world", []store.Record{rec(fmt.Sprint(i))}, store.AppendOptions{Kind: store.FreeStream})
 				return err
 			})
 			st := s.Stats()
@@ -175,7 +175,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 			defer wg.Done()
 			worker := fmt.Sprint("adapter-", a)
 			for {
-				items, err := s.Claim(bg, worker, batch, time.Minute)
+				items, err := s.Claim(bg, worker, []string{"http.request"}, batch, time.Minute)
 				if err != nil {
 					failed.Store(err)
 					return
@@ -189,7 +189,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 					cw.Add(1)
 					go func() {
 						defer cw.Done()
-						if _, _, err := s.Complete(bg, it.IntentHash, store.Receipt{Status: store.ReceiptOK, Payload: []byte("ok")}); err != nil {
+						if _, _, err := s.Complete(bg, it.IntentHash, it.ClaimOf(), store.Receipt{Status: store.ReceiptOK, Payload: []byte("ok")}); err != nil {
 							failed.Store(err)
 						}
 					}()

@@ -308,3 +308,59 @@ func scanEach(br pgx.BatchResults, dest []any, fn func()) error {
 	})
 	return err
 }
+
+// oneTrip runs the statements build queues as one transaction in one
+// round trip (BEGIN … COMMIT pipelined), again after a transient
+// conflict. A reader that returns an error rolls the transaction back.
+func (s *Store) oneTrip(ctx context.Context, op, world string, build func(b *batch)) error {
+	return s.retry(ctx, op, world, func() error {
+		p, err := s.beginTx(ctx)
+		if err != nil {
+			return err
+		}
+		defer p.end()
+		b := &batch{}
+		b.queue(nil, "BEGIN")
+		build(b)
+		b.queue(nil, "COMMIT")
+		if err := b.send(ctx, p); err != nil {
+			return err
+		}
+		if !p.committed() {
+			return errUnreachable
+		}
+		return nil
+	})
+}
+
+// twoTrips runs a transaction that reads under lock in one round trip and
+// writes in a second: read queues the reads (after BEGIN); write, called
+// once they are in, queues the writes (COMMIT follows) or returns the
+// decision's error, which rolls back.
+func (s *Store) twoTrips(ctx context.Context, op, world string, read func(b *batch), write func(b *batch) error) error {
+	return s.retry(ctx, op, world, func() error {
+		p, err := s.beginTx(ctx)
+		if err != nil {
+			return err
+		}
+		defer p.end()
+		b := &batch{}
+		b.queue(nil, "BEGIN")
+		read(b)
+		if err := b.send(ctx, p); err != nil {
+			return err
+		}
+		b = &batch{}
+		if err := write(b); err != nil {
+			return err
+		}
+		b.queue(nil, "COMMIT")
+		if err := b.send(ctx, p); err != nil {
+			return err
+		}
+		if !p.committed() {
+			return errUnreachable
+		}
+		return nil
+	})
+}

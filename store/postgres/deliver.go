@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
 // A delivery puts one item into a world's inbox: Enqueue, Complete (the
@@ -32,23 +33,22 @@ type deliveryReq struct {
 	world string // Enqueue's world, Send's destination
 	hash  string // Complete's and Fire's intent hash
 	msg   string // Send's message id
+	claim store.Claim
 
 	itemKind string
 	payload  []byte
 	key      string // Enqueue's dedupe key
 	status   string // Complete's receipt status
 
-	seq  uint64
-	dup  bool
-	err  error
+	res  deliveryResult
 	done chan struct{}
 }
 
 func (r *deliveryReq) context() context.Context { return r.ctx }
 
 func (r *deliveryReq) finish(err error) {
-	if r.err == nil && err != nil {
-		r.err = dbErr(r.op, r.world, err)
+	if r.res.err == nil && err != nil {
+		r.res.err = dbErr(r.op, r.world, err)
 	}
 	close(r.done)
 }
@@ -58,77 +58,95 @@ func (s *Store) deliver(r *deliveryReq) (uint64, bool, error) {
 	if err := s.deliveries.do(r.world+r.hash, r, r.done); err != nil {
 		return 0, false, dbErr(r.op, r.world, err)
 	}
-	if r.err != nil {
-		return 0, false, r.err
+	if r.res.err != nil {
+		return 0, false, r.res.err
 	}
-	if r.kind == dEnqueue || r.kind == dSend {
-		s.hub.signal(store.TopicInbox(r.world))
+	if !r.res.dup {
+		s.hint(store.TopicInbox(r.res.world))
 	}
-	return r.seq, r.dup, nil
+	return r.res.seq, r.res.dup, nil
 }
 
-// Enqueue implements store.Inbox.
+// Enqueue implements store.Inbox: a producer's input (CheckIngress keeps
+// it out of the store's own kinds and key namespaces), accepted unless the
+// world is archived (contract.Ingress).
 func (s *Store) Enqueue(ctx context.Context, world string, item store.InboxItem) (uint64, bool, error) {
 	const op = "enqueue"
 	if err := s.begin(ctx, op); err != nil {
 		return 0, false, err
 	}
-	if !validText(world) || !validText(item.Kind) || !validText(item.DedupeKey) {
-		return 0, false, store.Errorf(op, store.ErrInvalid, "", "ids must be valid UTF-8 text")
+	if err := store.CheckID(op, "world", world); err != nil {
+		return 0, false, err
+	}
+	if err := store.CheckIngress(op, item); err != nil {
+		return 0, false, err
 	}
 	return s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dEnqueue, world: world,
 		itemKind: item.Kind, payload: item.Payload, key: item.DedupeKey})
 }
 
 // Complete implements protocol D's acknowledgement: in one transaction the
-// receipt enters the world's inbox (kind "receipt", dedupe key
-// "receipt:"+intentHash) whatever the world's status, since it answers the
-// world's own request, and the intent is done. A pending intent (its claim
-// reaped while the adapter still worked) may complete too: the result
-// exists, and losing it would execute the effect again. Completing a done
-// intent answers the first completion's seq, dup=true.
-func (s *Store) Complete(ctx context.Context, intentHash string, r store.Receipt) (uint64, bool, error) {
+// receipt enters the world's inbox (kind receipt, dedupe key
+// store.ReceiptKey(intentHash, retries)) whatever the world's status,
+// since it answers the world's own request, and the intent is done. c must
+// be the latest claim (contract.ClaimCheck), which a reap keeps. Completing
+// a done intent answers the first completion's seq, dup=true, whatever the
+// claim.
+func (s *Store) Complete(ctx context.Context, intentHash string, c store.Claim, r store.Receipt) (uint64, bool, error) {
 	const op = "complete"
 	if err := s.begin(ctx, op); err != nil {
 		return 0, false, err
 	}
-	if !validText(intentHash) || !validText(string(r.Status)) {
-		return 0, false, store.Errorf(op, store.ErrInvalid, "", "intent hash and status must be valid UTF-8 text")
+	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
+		return 0, false, err
 	}
-	return s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dComplete, hash: intentHash,
+	if err := store.CheckClaim(op, c); err != nil {
+		return 0, false, err
+	}
+	if err := store.CheckReceipt(op, r); err != nil {
+		return 0, false, err
+	}
+	return s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dComplete, hash: intentHash, claim: c,
 		status: string(r.Status), payload: r.Payload})
 }
 
 // Fire implements protocol E's acknowledgement: like Complete, it delivers
-// (kind "timer", dedupe key "timer:"+intentHash, the timer's payload)
-// whatever the world's status and whether or not the timer is claimed.
-func (s *Store) Fire(ctx context.Context, intentHash string) (uint64, bool, error) {
+// (kind timer, dedupe key store.TimerKey(intentHash), the timer's payload)
+// whatever the world's status, once the timer is due (contract.Due) and
+// for its latest claim.
+func (s *Store) Fire(ctx context.Context, intentHash string, c store.Claim) (uint64, bool, error) {
 	const op = "fire"
 	if err := s.begin(ctx, op); err != nil {
 		return 0, false, err
 	}
-	if !validText(intentHash) {
-		return 0, false, store.Errorf(op, store.ErrInvalid, "", "intent hash must be valid UTF-8 text")
+	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
+		return 0, false, err
 	}
-	return s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dFire, hash: intentHash})
+	if err := store.CheckClaim(op, c); err != nil {
+		return 0, false, err
+	}
+	return s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dFire, hash: intentHash, claim: c})
 }
 
-// Send implements protocol F: dest must exist and be active; a messageID
-// already delivered there answers its first seq as already_enqueued; else
-// the item enters dest's inbox and the delivery record is set, in one
-// transaction. The item's Kind, Seq, World, EnqueuedAt and DedupeKey are
-// ignored: it enters as kind "fabric", and messageID is its dedupe
-// (separate from the inbox's dedupe keys).
+// Send implements protocol F: dest must exist and not be archived
+// (contract.Ingress); a messageID already delivered there answers its first
+// seq as already_enqueued; else the item enters dest's inbox and the
+// delivery record is set, in one transaction. The item's Kind, Seq, World,
+// EnqueuedAt and DedupeKey are ignored: it enters as kind fabric, and
+// messageID is its dedupe (separate from the inbox's dedupe keys).
 func (s *Store) Send(ctx context.Context, dest, messageID string, item store.InboxItem) (store.FabricResult, error) {
 	const op = "send"
 	if err := s.begin(ctx, op); err != nil {
 		return store.FabricResult{}, err
 	}
-	if messageID == "" {
-		return store.FabricResult{}, store.Errorf(op, store.ErrInvalid, dest, "empty message id")
+	if err := store.CheckID(op, "world", dest); err != nil {
+		return store.FabricResult{}, err
 	}
-	if !validText(dest) || !validText(messageID) {
-		return store.FabricResult{}, store.Errorf(op, store.ErrInvalid, "", "ids must be valid UTF-8 text")
+	if err := store.CheckID(op, "messageId", messageID); err != nil {
+		return store.FabricResult{}, err
+	}
+	if err := store.CheckPayload(op, "payload", item.Payload); err != nil {
+		return store.FabricResult{}, err
 	}
 	seq, dup, err := s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dSend, world: dest, msg: messageID, payload: item.Payload})
 	if err != nil {
@@ -156,7 +174,7 @@ func (s *Store) runDeliveries(batch []*deliveryReq) {
 				r.finish(err)
 				continue
 			}
-			r.seq, r.dup, r.err = one[0].seq, one[0].dup, one[0].err
+			r.res = one[0]
 			r.finish(nil)
 		}
 		return
@@ -166,15 +184,16 @@ func (s *Store) runDeliveries(batch []*deliveryReq) {
 			r.finish(err)
 			continue
 		}
-		r.seq, r.dup, r.err = res[i].seq, res[i].dup, res[i].err
+		r.res = res[i]
 		r.finish(nil)
 	}
 }
 
 type deliveryResult struct {
-	seq uint64
-	dup bool
-	err error
+	seq   uint64
+	dup   bool
+	world string // the inbox's
+	err   error
 }
 
 func (s *Store) deliverWithRetry(reqs []*deliveryReq) ([]deliveryResult, error) {
@@ -199,10 +218,13 @@ type worldRow struct {
 }
 
 type queueRow struct {
-	world    string
-	state    string
-	payload  []byte // a timer's
-	inboxSeq int64
+	world     string
+	state     string
+	payload   []byte // a timer's
+	inboxSeq  int64
+	claim     contract.ClaimRow
+	retries   int   // an effect's
+	deliverAt int64 // a timer's
 }
 
 type inboxKey struct{ world, key string }
@@ -213,10 +235,11 @@ type inboxKey struct{ world, key string }
 //  1. BEGIN; lock the row of every world at stake, in id order (a
 //     Complete's or Fire's world is its effect's or timer's); lock the
 //     effects and timers to complete; read the inbox dedupe keys and the
-//     fabric records at stake, and the clock.
-//  2. Go decides each request in order (gates, duplicates within the batch
-//     and against the store) and assigns inbox seqs from each world's
-//     counter; one statement writes the items, the counters, the effect
+//     fabric records at stake, and the clock (after every lock wait, so a
+//     timer is due by the clock of the transaction that fires it).
+//  2. Go decides each request in order (contract.Ingress, ClaimCheck and
+//     Due on the locked rows; duplicates within the batch and against the
+//     store) and assigns inbox seqs from each world's counter; one statement writes the items, the counters, the effect
 //     and timer states and the fabric records, and notifies each world's
 //     watchers; COMMIT.
 //
@@ -259,33 +282,35 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 	timers := map[string]*queueRow{}
 	keys := map[inboxKey]int64{}
 	sent := map[inboxKey]int64{}
-	var now int64
+	var nowNS int64
 	b := &batch{}
 	b.queue(nil, "BEGIN")
 	b.queue(func(br pgx.BatchResults) error {
 		var w, status string
 		var seq int64
-		return scanEach(br, []any{&w, &status, &seq, &now}, func() {
+		return scanEach(br, []any{&w, &status, &seq}, func() {
 			worlds[w] = &worldRow{status: status, seq: seq}
 		})
-	}, `SELECT x.world, x.status, x.inbox_seq, now_ns($4) FROM worlds x WHERE x.world IN (
+	}, `SELECT x.world, x.status, x.inbox_seq FROM worlds x WHERE x.world IN (
 			SELECT e.world FROM effects e WHERE e.intent_hash = ANY($1)
 			UNION SELECT t.world FROM timers t WHERE t.intent_hash = ANY($2)
 			UNION SELECT unnest($3::text[]))
-		ORDER BY x.world FOR NO KEY UPDATE`, effectHashes, timerHashes, worldIDs, off)
+		ORDER BY x.world FOR NO KEY UPDATE`, effectHashes, timerHashes, worldIDs)
 	if len(effectHashes) > 0 {
 		b.queue(func(br pgx.BatchResults) error {
 			var h string
 			var q queueRow
 			var seq *int64
-			return scanEach(br, []any{&h, &q.world, &q.state, &seq}, func() {
+			var attempts, retries int32
+			return scanEach(br, []any{&h, &q.world, &q.state, &seq, &attempts, &q.claim.ClaimedBy, &retries}, func() {
 				row := q
 				if seq != nil {
 					row.inboxSeq = *seq
 				}
+				row.claim.Attempt, row.retries = int(attempts), int(retries)
 				effects[h] = &row
 			})
-		}, `SELECT intent_hash, world, state, inbox_seq FROM effects
+		}, `SELECT intent_hash, world, state, inbox_seq, attempts, claimed_by, retries FROM effects
 			WHERE intent_hash = ANY($1) ORDER BY intent_hash FOR UPDATE`, effectHashes)
 	}
 	if len(timerHashes) > 0 {
@@ -293,24 +318,29 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 			var h string
 			var q queueRow
 			var seq *int64
-			return scanEach(br, []any{&h, &q.world, &q.state, &q.payload, &seq}, func() {
+			var attempts int32
+			return scanEach(br, []any{&h, &q.world, &q.state, &q.payload, &seq, &attempts, &q.claim.ClaimedBy, &q.deliverAt}, func() {
 				row := q
 				if seq != nil {
 					row.inboxSeq = *seq
 				}
+				row.claim.Attempt = int(attempts)
 				timers[h] = &row
 			})
-		}, `SELECT intent_hash, world, state, payload, inbox_seq FROM timers
+		}, `SELECT intent_hash, world, state, payload, inbox_seq, attempts, claimed_by, deliver_at_ns FROM timers
 			WHERE intent_hash = ANY($1) ORDER BY intent_hash FOR UPDATE`, timerHashes)
 	}
 	if len(keyKeys) > 0 || len(effectHashes) > 0 || len(timerHashes) > 0 {
+		// The store's own delivery keys are store.ReceiptKey and
+		// store.TimerKey, which the two expressions mirror.
 		b.queue(func(br pgx.BatchResults) error {
 			var k inboxKey
 			var seq int64
 			return scanEach(br, []any{&k.world, &k.key, &seq}, func() { keys[k] = seq })
 		}, `SELECT i.world, i.dedupe_key, i.seq FROM inbox i JOIN (
 				SELECT * FROM unnest($1::text[], $2::text[])
-				UNION ALL SELECT e.world, 'receipt:' || e.intent_hash FROM effects e WHERE e.intent_hash = ANY($3)
+				UNION ALL SELECT e.world, 'receipt:' || e.intent_hash || CASE WHEN e.retries = 0 THEN '' ELSE '#' || e.retries END
+					FROM effects e WHERE e.intent_hash = ANY($3)
 				UNION ALL SELECT t.world, 'timer:' || t.intent_hash FROM timers t WHERE t.intent_hash = ANY($4)
 			) AS k(w, key) ON i.world = k.w AND i.dedupe_key = k.key
 			WHERE i.key_live`, keyWorlds, keyKeys, effectHashes, timerHashes)
@@ -323,9 +353,14 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 		}, `SELECT f.dest, f.message_id, f.seq FROM fabric_dedupe f
 			JOIN unnest($1::text[], $2::text[]) AS k(d, m) ON f.dest = k.d AND f.message_id = k.m`, sendDests, sendMsgs)
 	}
+	// The clock, read after every lock wait.
+	b.queue(func(br pgx.BatchResults) error {
+		return br.QueryRow().Scan(&nowNS)
+	}, `SELECT now_ns($1)`, off)
 	if err := b.send(ctx, p); err != nil {
 		return nil, err
 	}
+	now := fromNS(nowNS)
 
 	// Decide every request, in order.
 	res := make([]deliveryResult, len(reqs))
@@ -358,15 +393,10 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 		return w.seq, false
 	}
 	gate := func(r *deliveryReq, w *worldRow) error {
-		switch {
-		case w == nil:
-			return store.Errorf(r.op, store.ErrWorldNotFound, r.world, "")
-		case w.status == string(store.WorldFenced):
-			return store.Errorf(r.op, store.ErrWorldFenced, r.world, "")
-		case w.status == string(store.WorldArchived):
-			return store.Errorf(r.op, store.ErrWorldArchived, r.world, "")
+		if w == nil {
+			return contract.Ingress(r.op, r.world, false, "")
 		}
-		return nil
+		return contract.Ingress(r.op, r.world, true, store.WorldStatus(w.status))
 	}
 	for i, r := range reqs {
 		out := &res[i]
@@ -376,22 +406,19 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 			if out.err = gate(r, w); out.err != nil {
 				continue
 			}
-			if r.itemKind == "" {
-				out.err = store.Errorf(r.op, store.ErrInvalid, r.world, "empty kind")
-				continue
-			}
 			seq, dup := put(w, r.world, r.itemKind, r.payload, r.key)
-			out.seq, out.dup = uint64(seq), dup
+			out.seq, out.dup, out.world = uint64(seq), dup, r.world
 		case dSend:
 			w := worlds[r.world]
 			if out.err = gate(r, w); out.err != nil {
 				continue
 			}
+			out.world = r.world
 			if seq, ok := sent[inboxKey{r.world, r.msg}]; ok {
 				out.seq, out.dup = uint64(seq), true
 				continue
 			}
-			seq, _ := put(w, r.world, "fabric", r.payload, "")
+			seq, _ := put(w, r.world, store.KindFabric, r.payload, "")
 			sent[inboxKey{r.world, r.msg}] = seq
 			fd, fm, fseq = append(fd, r.world), append(fm, r.msg), append(fseq, seq)
 			out.seq = uint64(seq)
@@ -402,13 +429,10 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 				out.err = store.Errorf(r.op, store.ErrNotFound, "", "intent %s", r.hash)
 				continue
 			case e.state == string(store.EffectDone):
-				out.seq, out.dup = uint64(e.inboxSeq), true
+				out.seq, out.dup, out.world = uint64(e.inboxSeq), true, e.world
 				continue
 			}
-			switch store.ReceiptStatus(r.status) {
-			case store.ReceiptOK, store.ReceiptError, store.ReceiptTimeout:
-			default:
-				out.err = store.Errorf(r.op, store.ErrInvalid, e.world, "receipt status %q", r.status)
+			if out.err = contract.ClaimCheck(r.op, r.hash, e.claim, r.claim); out.err != nil {
 				continue
 			}
 			w := worlds[e.world]
@@ -417,10 +441,10 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 			}
 			// The receipt enters the inbox whatever the world's status: it
 			// answers the world's own request.
-			seq, dup := put(w, e.world, "receipt", r.payload, "receipt:"+r.hash)
+			seq, dup := put(w, e.world, store.KindReceipt, r.payload, store.ReceiptKey(r.hash, e.retries))
 			e.state, e.inboxSeq = string(store.EffectDone), seq
 			eh, es, ep, eseq = append(eh, r.hash), append(es, r.status), append(ep, r.payload), append(eseq, seq)
-			out.seq, out.dup = uint64(seq), dup
+			out.seq, out.dup, out.world = uint64(seq), dup, e.world
 		case dFire:
 			t := timers[r.hash]
 			switch {
@@ -428,27 +452,37 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 				out.err = store.Errorf(r.op, store.ErrNotFound, "", "timer %s", r.hash)
 				continue
 			case t.state == "delivered":
-				out.seq, out.dup = uint64(t.inboxSeq), true
+				out.seq, out.dup, out.world = uint64(t.inboxSeq), true, t.world
+				continue
+			}
+			if out.err = contract.Due(r.op, r.hash, fromNS(t.deliverAt), now); out.err != nil {
+				continue
+			}
+			if out.err = contract.ClaimCheck(r.op, r.hash, t.claim, r.claim); out.err != nil {
 				continue
 			}
 			w := worlds[t.world]
 			if w == nil {
 				return nil, errRetryBatch
 			}
-			seq, dup := put(w, t.world, "timer", t.payload, "timer:"+r.hash)
+			seq, dup := put(w, t.world, store.KindTimer, t.payload, store.TimerKey(r.hash))
 			t.state, t.inboxSeq = "delivered", seq
 			th, tseq = append(th, r.hash), append(tseq, seq)
-			out.seq, out.dup = uint64(seq), dup
+			out.seq, out.dup, out.world = uint64(seq), dup, t.world
 		}
 	}
+	// In world order: the counters' updates lock the rows already locked.
 	var ww []string
 	var wseq []int64
 	for w, row := range worlds {
 		if row.dirty {
-			ww, wseq = append(ww, w), append(wseq, row.seq)
+			ww = append(ww, w)
 		}
 	}
-
+	sort.Strings(ww)
+	for _, w := range ww {
+		wseq = append(wseq, worlds[w].seq)
+	}
 	// Round trip 2: write and commit.
 	b = &batch{}
 	if len(ww) > 0 || len(eh) > 0 || len(th) > 0 {
@@ -461,18 +495,18 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 				FROM unnest($6::text[], $7::bigint[]) AS u(w, s) WHERE x.world = u.w),
 			done AS (
 				UPDATE effects x SET state = 'done', receipt_status = u.st, receipt_payload = u.p,
-					inbox_seq = u.s, completed_at_ns = $17, claimed_by = '', claim_expires_ns = NULL, params = NULL
+					inbox_seq = u.s, completed_at_ns = $17, claim_expires_ns = NULL
 				FROM unnest($8::text[], $9::text[], $10::bytea[], $11::bigint[]) AS u(h, st, p, s)
 				WHERE x.intent_hash = u.h),
 			delivered AS (
 				UPDATE timers x SET state = 'delivered', inbox_seq = u.s, completed_at_ns = $17,
-					claimed_by = '', claim_expires_ns = NULL
+					claim_expires_ns = NULL
 				FROM unnest($12::text[], $13::bigint[]) AS u(h, s) WHERE x.intent_hash = u.h),
 			fabric AS (
 				INSERT INTO fabric_dedupe (dest, message_id, seq, delivered_at_ns)
 				SELECT u.d, u.m, u.s, $17 FROM unnest($14::text[], $15::text[], $16::bigint[]) AS u(d, m, s))
 			SELECT notify_topic('inbox:' || w) FROM unnest($6::text[]) AS w`,
-			iw, is, ik, ip, ikey, ww, wseq, eh, es, ep, eseq, th, tseq, fd, fm, fseq, now)
+			iw, is, ik, ip, ikey, ww, wseq, eh, es, ep, eseq, th, tseq, fd, fm, fseq, nowNS)
 	}
 	b.queue(nil, "COMMIT")
 	if err := b.send(ctx, p); err != nil {

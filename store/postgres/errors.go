@@ -10,19 +10,23 @@ import (
 )
 
 // codes maps the SQLSTATEs the store's SQL raises (see migrations) to the
-// store's sentinels.
+// store's sentinels (the list of version 2, migrations/0002_contract.sql).
 var codes = map[string]error{
 	"OR001": store.ErrWorldNotFound,
-	"OR002": store.ErrWorldFenced,
+	"OR002": store.ErrWorldPaused,
 	"OR003": store.ErrWorldArchived,
 	"OR004": store.ErrWorldExists,
 	"OR005": store.ErrSnapshotNotFound,
 	"OR006": store.ErrNotFound,
+	"OR007": store.ErrSnapshotConflict,
 	"OR010": store.ErrFenced,
 	"OR011": store.ErrLeaseHeld,
 	"OR012": store.ErrNotHolder,
 	"OR013": store.ErrStaleEpoch,
 	"OR014": store.ErrNotAssigned,
+	"OR015": store.ErrClaimLost,
+	"OR016": store.ErrNotDue,
+	"OR017": store.ErrNotRetryable,
 	"OR020": store.ErrCursorMismatch,
 	"OR021": store.ErrHeadMismatch,
 	"OR030": store.ErrWatermarkConflict,
@@ -88,17 +92,4 @@ func isTransient(err error) bool {
 		}
 	}
 	return false
-}
-
-// codeErr turns a code returned (not raised) by a batched function into
-// the store error, nil for "".
-func codeErr(op, world, code, detail string) error {
-	if code == "" {
-		return nil
-	}
-	kind, ok := codes[code]
-	if !ok {
-		return &store.Error{Op: op, Kind: errors.New("postgres: unknown code " + code), World: world, Detail: detail}
-	}
-	return &store.Error{Op: op, Kind: kind, World: world, Detail: detail}
 }

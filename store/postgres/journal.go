@@ -2,41 +2,54 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-run/orrery/store"
 )
 
-// appendReq is one Append or DrainToJournal waiting for a group commit.
+// appendReq is one Append, Commit or DrainToJournal waiting for a group
+// commit. A Commit is an append to its world's stream with the cycle's
+// other writes attached (commit != nil); DrainToJournal is a Commit of
+// only a cursor move and entries.
 type appendReq struct {
 	ctx    context.Context
 	op     string
 	stream string
 	events []store.Record
-	head   *uint64 // ExpectedHead
-	fence  *store.Fence
-	// invalid is the request's validation failure, reported after the
-	// fence check (the order the reference store answers in).
-	invalid error
+	sums   [][sha256.Size]byte // SHA-256 of each event's payload
+	head   *uint64             // ExpectedHead (a Commit's always)
+	opts   store.AppendOptions // an Append's
+	commit *commitReq
 
-	drain                bool
-	expCursor, newCursor uint64
-
-	out  []store.Appended
-	err  error
+	res  appendResult
 	done chan struct{}
+}
+
+// commitReq is the part of a Commit that is not the append.
+type commitReq struct {
+	epoch uint64
+	b     *store.CommitBatch
 }
 
 func (r *appendReq) context() context.Context { return r.ctx }
 
 func (r *appendReq) finish(err error) {
-	if r.err == nil && err != nil {
-		r.err = dbErr(r.op, r.stream, err)
+	if r.res.err == nil && err != nil {
+		r.res.err = dbErr(r.op, r.stream, err)
 	}
 	close(r.done)
+}
+
+func newAppendReq(ctx context.Context, op, stream string, events []store.Record) *appendReq {
+	r := &appendReq{ctx: ctx, op: op, stream: stream, events: events, done: make(chan struct{})}
+	r.sums = make([][sha256.Size]byte, len(events))
+	for i := range events {
+		r.sums[i] = sha256.Sum256(events[i].Payload)
+	}
+	return r
 }
 
 // Append implements store.Journal through the append committer: the call
@@ -46,100 +59,86 @@ func (s *Store) Append(ctx context.Context, stream string, events []store.Record
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	r := &appendReq{ctx: ctx, op: op, stream: stream, events: events, head: opts.ExpectedHead, fence: opts.Fence, done: make(chan struct{})}
-	r.invalid = validateRecords(op, stream, events)
-	if opts.Fence == nil {
-		if r.invalid != nil {
-			return nil, r.invalid
-		}
-		if len(events) == 0 {
-			return []store.Appended{}, nil
-		}
-	}
-	return s.commitAppend(r)
-}
-
-// DrainToJournal implements store.Inbox: an append of entries to world's
-// stream, fenced, with the cursor and the head both compared-and-swapped
-// (the head even when every entry is a duplicate: the cursor already makes
-// a retried drain fail), in the same group commit as other appends.
-func (s *Store) DrainToJournal(ctx context.Context, world string, epoch uint64, expectedCursor, expectedHead, newCursor uint64, entries []store.Record) ([]store.Appended, error) {
-	const op = "drain"
-	if err := s.begin(ctx, op); err != nil {
+	if err := store.CheckID(op, "stream", stream); err != nil {
 		return nil, err
 	}
-	r := &appendReq{
-		ctx: ctx, op: op, stream: world, events: entries, head: &expectedHead,
-		fence: &store.Fence{World: world, Epoch: epoch},
-		drain: true, expCursor: expectedCursor, newCursor: newCursor,
-		done: make(chan struct{}),
+	if err := store.CheckRecords(op, events); err != nil {
+		return nil, err
 	}
-	r.invalid = validateRecords(op, world, entries)
-	if r.invalid == nil {
-		for _, v := range []uint64{expectedCursor, expectedHead, newCursor} {
-			if _, err := i64(op, world, "cursor or head", v); err != nil {
-				r.invalid = err
-			}
+	if opts.Fence != nil {
+		if err := store.CheckID(op, "fence world", opts.Fence.World); err != nil {
+			return nil, err
 		}
 	}
-	return s.commitAppend(r)
+	if opts.ExpectedHead != nil {
+		if err := store.CheckInt(op, "expectedHead", *opts.ExpectedHead); err != nil {
+			return nil, err
+		}
+	}
+	r := newAppendReq(ctx, op, stream, events)
+	r.head, r.opts = opts.ExpectedHead, opts
+	if err := s.commitAppend(r); err != nil {
+		return nil, err
+	}
+	return r.res.out, nil
 }
 
-func (s *Store) commitAppend(r *appendReq) ([]store.Appended, error) {
+// Commit implements store.Store: the world cycle's one transaction,
+// group-committed with other appends and commits (see append.go).
+func (s *Store) Commit(ctx context.Context, world string, epoch uint64, b store.CommitBatch) (store.CommitResult, error) {
+	res, err := s.commitCycle(ctx, "commit", world, epoch, &b)
+	if err != nil {
+		return store.CommitResult{}, err
+	}
+	return res, nil
+}
+
+// DrainToJournal implements store.Inbox: a Commit of only a cursor move
+// and entries.
+func (s *Store) DrainToJournal(ctx context.Context, world string, epoch uint64, expectedCursor, expectedHead, newCursor uint64, entries []store.Record) ([]store.Appended, error) {
+	res, err := s.commitCycle(ctx, "drain", world, epoch, &store.CommitBatch{
+		ExpectedCursor: expectedCursor, NewCursor: newCursor, ExpectedHead: expectedHead, Entries: entries,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res.Appended, nil
+}
+
+func (s *Store) commitCycle(ctx context.Context, op, world string, epoch uint64, b *store.CommitBatch) (store.CommitResult, error) {
+	if err := s.begin(ctx, op); err != nil {
+		return store.CommitResult{}, err
+	}
+	if err := checkFenced(op, world, epoch); err != nil {
+		return store.CommitResult{}, err
+	}
+	if err := store.CheckCommit(op, b); err != nil {
+		return store.CommitResult{}, err
+	}
+	r := newAppendReq(ctx, op, world, b.Entries)
+	head := b.ExpectedHead
+	r.head, r.commit = &head, &commitReq{epoch: epoch, b: b}
+	if err := s.commitAppend(r); err != nil {
+		return store.CommitResult{}, err
+	}
+	res := store.CommitResult{Appended: r.res.out, Head: r.res.head,
+		Published: r.res.published, Scheduled: r.res.scheduled, Cancelled: r.res.cancelled}
+	var topics []string
+	if res.Published > 0 {
+		topics = append(topics, store.TopicEffects)
+	}
+	if res.Scheduled > 0 || res.Cancelled > 0 {
+		topics = append(topics, store.TopicTimers)
+	}
+	s.hint(topics...)
+	return res, nil
+}
+
+func (s *Store) commitAppend(r *appendReq) error {
 	if err := s.appends.do(r.stream, r, r.done); err != nil {
-		return nil, dbErr(r.op, r.stream, err)
+		return dbErr(r.op, r.stream, err)
 	}
-	if r.err != nil {
-		return nil, r.err
-	}
-	return r.out, nil
-}
-
-// validateRecords checks what the append authority requires of the input,
-// and what PostgreSQL text can hold (valid UTF-8, no NUL).
-func validateRecords(op, stream string, events []store.Record) error {
-	if stream == "" {
-		return store.Errorf(op, store.ErrInvalid, "", "empty stream")
-	}
-	if !validText(stream) {
-		return store.Errorf(op, store.ErrInvalid, "", "stream id is not valid UTF-8 text")
-	}
-	for i := range events {
-		ev := &events[i]
-		if err := store.CheckRecord(ev); err != nil {
-			if e, ok := err.(*store.Error); ok {
-				e.Op = op
-			}
-			return err
-		}
-		for _, f := range []string{ev.EventID, ev.IdempotencyKey, ev.EventType, ev.StepID, ev.PlanID} {
-			if !validText(f) {
-				return store.Errorf(op, store.ErrInvalid, "", "event %q: a field is not valid UTF-8 text", ev.EventID)
-			}
-		}
-		for _, v := range []uint64{ev.LogicalAttemptID, ev.EngineAttemptID, ev.PlanVersion} {
-			if _, err := i64(op, "", "event field", v); err != nil {
-				return err
-			}
-		}
-		if err := checkTime(op, "", "emittedAt", ev.EmittedAt); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// validText reports whether s can be stored in a text column.
-func validText(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] == 0 {
-			return false
-		}
-	}
-	return true
+	return r.res.err
 }
 
 // ---- reads ----
@@ -172,12 +171,9 @@ func (s *Store) Read(ctx context.Context, stream string, afterSeq uint64, limit 
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	after, err := i64(op, stream, "afterSeq", afterSeq)
-	if err != nil {
-		return nil, err
-	}
+	after := seqArg(afterSeq)
 	var out []store.Record
-	err = s.retry(ctx, op, stream, func() error {
+	err := s.retry(ctx, op, stream, func() error {
 		rows, _ := s.pool.Query(ctx, `SELECT `+recordCols+` FROM events
 			WHERE stream = $1 AND run_seq > $2 ORDER BY run_seq LIMIT $3`, stream, after, limitArg(limit))
 		var err error

@@ -7,76 +7,188 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
 // Every lease operation is one SQL function call: one round trip, one
 // transaction, committed durably (an epoch lost in a crash could be handed
-// out twice).
+// out twice). The functions write only when the contract's decision (which
+// they mirror) says so, and return the rows they read: the decision and
+// its typed error are made here, by store/internal/contract, on those rows.
 
-// The functions answer typed failures as a code (see the migration), so
-// that an acquisition race leaves no error in the server's log.
-func (s *Store) leaseCall(ctx context.Context, op, world, sql string, args ...any) (store.Lease, error) {
-	var l store.Lease
-	err := s.retry(ctx, op, world, func() error {
-		var code, detail string
-		var epoch, exp int64
-		if err := s.pool.QueryRow(ctx, sql, args...).Scan(&code, &detail, &l.Holder, &epoch, &exp); err != nil {
-			return err
-		}
-		l.World, l.Epoch, l.ExpiresAt = world, uint64(epoch), fromNS(exp)
-		return codeErr(op, world, code, detail)
-	})
-	if err != nil {
-		return store.Lease{}, err
-	}
-	return l, nil
+// errDisagree reports a lease function whose write disagrees with the
+// contract's decision on the rows it read (a bug in the SQL mirror).
+func errDisagree(op, world string) error {
+	return store.Errorf(op, errUnreachable, world, "the SQL and the contract decided differently")
 }
 
-// Acquire implements protocol A (see acquire_lease).
+// Acquire implements protocol A (see the acquire function).
 func (s *Store) Acquire(ctx context.Context, world, worker string, ttl time.Duration) (store.Lease, error) {
 	const op = "acquire"
 	if err := s.begin(ctx, op); err != nil {
 		return store.Lease{}, err
 	}
-	if worker == "" || ttl <= 0 || !validText(worker) || !validText(world) {
-		return store.Lease{}, store.Errorf(op, store.ErrInvalid, world, "worker %q, ttl %v", worker, ttl)
+	for _, err := range []error{store.CheckID(op, "world", world), store.CheckID(op, "worker", worker), store.CheckTTL(op, "ttl", ttl)} {
+		if err != nil {
+			return store.Lease{}, err
+		}
 	}
-	return s.leaseCall(ctx, op, world, `SELECT * FROM acquire_lease($1, $2, $3, $4)`, world, worker, int64(ttl), s.off())
-}
-
-// Renew implements protocol B (see renew_lease).
-func (s *Store) Renew(ctx context.Context, world, worker string, epoch uint64, ttl time.Duration) (store.Lease, error) {
-	const op = "renew"
-	if err := s.begin(ctx, op); err != nil {
-		return store.Lease{}, err
-	}
-	if ttl <= 0 {
-		return store.Lease{}, store.Errorf(op, store.ErrInvalid, world, "ttl %v", ttl)
-	}
-	e, err := i64(op, world, "epoch", epoch)
-	if err != nil || !validText(world) || !validText(worker) {
-		return store.Lease{}, store.Errorf(op, store.ErrInvalid, world, "epoch %d, worker %q", epoch, worker)
-	}
-	return s.leaseCall(ctx, op, world, `SELECT * FROM renew_lease($1, $2, $3, $4, $5)`, world, worker, e, int64(ttl), s.off())
-}
-
-// Release implements store.Leases (see release_lease).
-func (s *Store) Release(ctx context.Context, world, worker string, epoch uint64) error {
-	const op = "release"
-	if err := s.begin(ctx, op); err != nil {
-		return err
-	}
-	e, err := i64(op, world, "epoch", epoch)
-	if err != nil || !validText(world) || !validText(worker) {
-		return store.Errorf(op, store.ErrInvalid, world, "epoch %d, worker %q", epoch, worker)
-	}
-	return s.retry(ctx, op, world, func() error {
-		var code, detail string
-		if err := s.pool.QueryRow(ctx, `SELECT * FROM release_lease($1, $2, $3, $4)`, world, worker, e, s.off()).Scan(&code, &detail); err != nil {
+	var out store.Lease
+	var wrote bool
+	err := s.retry(ctx, op, world, func() error {
+		var found, assigned, leased, written bool
+		var status, desired, holder string
+		var epoch, exp, now int64
+		if err := s.pool.QueryRow(ctx, `SELECT * FROM acquire($1, $2, $3, $4)`, world, worker, int64(ttl), s.off()).
+			Scan(&found, &status, &assigned, &desired, &leased, &holder, &epoch, &exp, &now, &written); err != nil {
 			return err
 		}
-		return codeErr(op, world, code, detail)
+		if !found {
+			return store.Errorf(op, store.ErrWorldNotFound, world, "")
+		}
+		row := contract.LeaseRow{Found: leased, Holder: holder, Epoch: uint64(epoch), ExpiresAt: fromNS(exp)}
+		next, keep, err := contract.Acquire(op, world, worker, store.WorldStatus(status), desired, assigned, row, fromNS(now), ttl)
+		if (err != nil || keep) == written {
+			return errDisagree(op, world)
+		}
+		if err != nil {
+			return err
+		}
+		out, wrote = next, written
+		return nil
 	})
+	if err != nil {
+		return store.Lease{}, err
+	}
+	if wrote {
+		s.hint(store.TopicLeases)
+	}
+	return out, nil
+}
+
+// Renew implements protocol B: RenewLeases with one ref.
+func (s *Store) Renew(ctx context.Context, world, worker string, epoch uint64, ttl time.Duration) (store.Lease, error) {
+	const op = "renew"
+	res, err := s.bulkLeases(ctx, op, worker, []store.LeaseRef{{World: world, Epoch: epoch}}, ttl)
+	if err != nil {
+		return store.Lease{}, err
+	}
+	return res[0].Lease, res[0].Err
+}
+
+// RenewLeases implements store.Leases: one call of renew_leases, one round
+// trip for any number of refs.
+func (s *Store) RenewLeases(ctx context.Context, worker string, refs []store.LeaseRef, ttl time.Duration) ([]store.LeaseResult, error) {
+	return s.bulkLeases(ctx, "renew_leases", worker, refs, ttl)
+}
+
+// Release implements store.Leases: ReleaseLeases with one ref.
+func (s *Store) Release(ctx context.Context, world, worker string, epoch uint64) error {
+	const op = "release"
+	res, err := s.bulkLeases(ctx, op, worker, []store.LeaseRef{{World: world, Epoch: epoch}}, 0)
+	if err != nil {
+		return err
+	}
+	return res[0].Err
+}
+
+// ReleaseLeases implements store.Leases: one call of release_leases.
+func (s *Store) ReleaseLeases(ctx context.Context, worker string, refs []store.LeaseRef) ([]store.LeaseResult, error) {
+	return s.bulkLeases(ctx, "release_leases", worker, refs, 0)
+}
+
+// bulkLeases renews (ttl > 0) or releases (ttl == 0) refs in one round
+// trip, and answers each ref as Renew or Release would alone: the SQL
+// function returns the lease rows as it read them under lock, and
+// contract.Holder or contract.ReleaseCheck decides each ref on them.
+func (s *Store) bulkLeases(ctx context.Context, op, worker string, refs []store.LeaseRef, ttl time.Duration) ([]store.LeaseResult, error) {
+	renew := op == "renew" || op == "renew_leases"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	if err := store.CheckID(op, "worker", worker); err != nil {
+		return nil, err
+	}
+	if renew {
+		if err := store.CheckTTL(op, "ttl", ttl); err != nil {
+			return nil, err
+		}
+	}
+	if err := store.CheckBatch(op, "refs", len(refs)); err != nil {
+		return nil, err
+	}
+	ws, es := make([]string, len(refs)), make([]int64, len(refs))
+	for i, r := range refs {
+		if err := store.CheckID(op, "world", r.World); err != nil {
+			return nil, err
+		}
+		if err := store.CheckInt(op, "epoch", r.Epoch); err != nil {
+			return nil, err
+		}
+		ws[i], es[i] = r.World, int64(r.Epoch)
+	}
+	out := make([]store.LeaseResult, len(refs))
+	if len(refs) == 0 {
+		return out, nil
+	}
+	released := false
+	err := s.retry(ctx, op, "", func() error {
+		var rows pgx.Rows
+		if renew {
+			rows, _ = s.pool.Query(ctx, `SELECT * FROM renew_leases($1, $2, $3, $4, $5)`, worker, ws, es, int64(ttl), s.off())
+		} else {
+			rows, _ = s.pool.Query(ctx, `SELECT * FROM release_leases($1, $2, $3, $4)`, worker, ws, es, s.off())
+		}
+		var ord, epoch, exp, now int64
+		var found, leased, done bool
+		var holder string
+		n := 0
+		_, err := pgx.ForEachRow(rows, []any{&ord, &found, &leased, &holder, &epoch, &exp, &now, &done}, func() error {
+			i := int(ord) - 1
+			if i < 0 || i >= len(refs) {
+				return errUnreachable
+			}
+			n++
+			ref := refs[i]
+			row := contract.LeaseRow{Found: leased, Holder: holder, Epoch: uint64(epoch), ExpiresAt: fromNS(exp)}
+			res := store.LeaseResult{World: ref.World}
+			var err error
+			var noop bool
+			switch {
+			case !found:
+				err = store.Errorf(op, store.ErrWorldNotFound, ref.World, "")
+			case renew:
+				err = contract.Holder(op, ref.World, worker, ref.Epoch, row, fromNS(now))
+			default:
+				noop, err = contract.ReleaseCheck(op, ref.World, worker, ref.Epoch, row)
+			}
+			if (err == nil && !noop) != done {
+				return errDisagree(op, ref.World)
+			}
+			switch {
+			case err != nil:
+				res.Err = err
+			case renew:
+				res.Lease = store.Lease{World: ref.World, Holder: worker, Epoch: ref.Epoch, ExpiresAt: fromNS(now).Add(ttl)}
+			default:
+				res.Lease = store.Lease{World: ref.World, Epoch: ref.Epoch, ExpiresAt: fromNS(min(exp, now))}
+				released = released || done
+			}
+			out[i] = res
+			return nil
+		})
+		if err == nil && n != len(refs) {
+			err = errUnreachable
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if released {
+		s.hint(store.TopicLeases)
+	}
+	return out, nil
 }
 
 // GetLease implements store.Leases.
@@ -113,19 +225,24 @@ func (s *Store) Assign(ctx context.Context, world string, a store.Assignment) er
 	if err := s.begin(ctx, op); err != nil {
 		return err
 	}
-	if !validText(world) || !validText(a.DesiredWorker) || !validText(a.Reason) || int64(a.Priority) != int64(int32(a.Priority)) {
-		return store.Errorf(op, store.ErrInvalid, world, "assignment %+v", a)
+	for _, err := range []error{store.CheckID(op, "world", world), store.CheckOptionalID(op, "desiredWorker", a.DesiredWorker), store.CheckReason(op, a.Reason)} {
+		if err != nil {
+			return err
+		}
 	}
-	return s.retry(ctx, op, world, func() error {
-		tag, err := s.pool.Exec(ctx, `INSERT INTO assignments AS a (world, desired_worker, priority, reason)
+	return s.oneTrip(ctx, op, world, func(b *batch) {
+		b.queue(func(br pgx.BatchResults) error {
+			tag, err := br.Exec()
+			if err == nil && tag.RowsAffected() == 0 {
+				return store.Errorf(op, store.ErrWorldNotFound, world, "")
+			}
+			return err
+		}, `INSERT INTO assignments AS a (world, desired_worker, priority, reason)
 			SELECT x.world, $2, $3, $4 FROM worlds x WHERE x.world = $1
 			ON CONFLICT (world) DO UPDATE SET desired_worker = EXCLUDED.desired_worker,
 				priority = EXCLUDED.priority, reason = EXCLUDED.reason`,
-			world, a.DesiredWorker, int32(a.Priority), a.Reason)
-		if err == nil && tag.RowsAffected() == 0 {
-			return store.Errorf(op, store.ErrWorldNotFound, world, "")
-		}
-		return err
+			world, a.DesiredWorker, int64(a.Priority), a.Reason)
+		b.queue(nil, `SELECT notify_topic('assignments')`)
 	})
 }
 
@@ -135,14 +252,20 @@ func (s *Store) Unassign(ctx context.Context, world string) error {
 	if err := s.begin(ctx, op); err != nil {
 		return err
 	}
-	return s.retry(ctx, op, world, func() error {
-		var exists bool
-		err := s.pool.QueryRow(ctx, `WITH d AS (DELETE FROM assignments WHERE world = $1)
-			SELECT EXISTS (SELECT 1 FROM worlds WHERE world = $1)`, world).Scan(&exists)
-		if err == nil && !exists {
-			return store.Errorf(op, store.ErrWorldNotFound, world, "")
-		}
+	if err := store.CheckID(op, "world", world); err != nil {
 		return err
+	}
+	return s.oneTrip(ctx, op, world, func(b *batch) {
+		b.queue(func(br pgx.BatchResults) error {
+			var exists bool
+			err := br.QueryRow().Scan(&exists)
+			if err == nil && !exists {
+				return store.Errorf(op, store.ErrWorldNotFound, world, "")
+			}
+			return err
+		}, `WITH d AS (DELETE FROM assignments WHERE world = $1)
+			SELECT EXISTS (SELECT 1 FROM worlds WHERE world = $1)`, world)
+		b.queue(nil, `SELECT notify_topic('assignments')`)
 	})
 }
 
@@ -155,7 +278,7 @@ func (s *Store) GetAssignment(ctx context.Context, world string) (store.Assignme
 	var a store.Assignment
 	var found bool
 	err := s.retry(ctx, op, world, func() error {
-		var prio int32
+		var prio int64
 		err := s.pool.QueryRow(ctx, `SELECT desired_worker, priority, reason FROM assignments WHERE world = $1`, world).
 			Scan(&a.DesiredWorker, &prio, &a.Reason)
 		if err == pgx.ErrNoRows {
@@ -168,23 +291,157 @@ func (s *Store) GetAssignment(ctx context.Context, world string) (store.Assignme
 	return a, found, err
 }
 
-// WorkerWorlds implements store.Leases.
-func (s *Store) WorkerWorlds(ctx context.Context, worker string) ([]string, error) {
-	const op = "worker_worlds"
+// listWorkerWorldsSQL is one page of ListWorkerWorlds ($1 worker, $2
+// after, $3 limit, $4 clock offset).
+const listWorkerWorldsSQL = `WITH page AS (
+		SELECT world FROM (
+			(SELECT l.world FROM leases l
+			 WHERE l.holder = $1 AND l.holder <> '' AND l.world > $2 AND l.expires_at_ns > (SELECT now_ns($4))
+			 ORDER BY l.world LIMIT $3)
+			UNION
+			(SELECT a.world FROM assignments a
+			 WHERE a.desired_worker = $1 AND a.world > $2
+			 ORDER BY a.world LIMIT $3)
+		) AS m ORDER BY world LIMIT $3)
+	SELECT page.world, l.holder, l.epoch, l.expires_at_ns, a.desired_worker, a.priority, a.reason
+	FROM page
+	LEFT JOIN LATERAL (SELECT * FROM leases x WHERE x.world = page.world LIMIT 1) AS l ON true
+	LEFT JOIN LATERAL (SELECT * FROM assignments y WHERE y.world = page.world LIMIT 1) AS a ON true
+	ORDER BY page.world`
+
+// ListWorkerWorlds implements store.Leases: one query per page. Each side
+// (the unexpired leases worker holds, on leases_by_holder (holder, world);
+// its assignments, on assignments_by_worker (desired_worker, world)) is an
+// index range scan from after, cut at limit; the two merge by world id and
+// are cut again, and each row's lease and assignment are primary-key
+// lookups (LATERAL … LIMIT 1 is never turned into a join that scans a
+// table). So a page reads about 2×limit index entries, however many worlds
+// there are. (Where a worker holds a large share of all worlds, the
+// planner may walk the primary key from after instead, filtering by
+// worker: still a range scan cut at limit.)
+func (s *Store) ListWorkerWorlds(ctx context.Context, worker, after string, limit int) ([]store.WorkerWorld, error) {
+	const op = "list_worker_worlds"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	out := []string{}
+	if err := store.CheckID(op, "worker", worker); err != nil {
+		return nil, err
+	}
+	if err := store.CheckOptionalID(op, "after", after); err != nil {
+		return nil, err
+	}
+	if err := store.CheckBatch(op, "limit", limit); err != nil {
+		return nil, err
+	}
+	out := []store.WorkerWorld{}
+	if limit == 0 {
+		return out, nil
+	}
 	err := s.retry(ctx, op, "", func() error {
-		rows, _ := s.pool.Query(ctx, `SELECT world FROM leases WHERE holder = $1 AND holder <> '' AND expires_at_ns > now_ns($2)
-			UNION SELECT world FROM assignments WHERE desired_worker = $1
-			ORDER BY 1`, worker, s.off())
+		rows, _ := s.pool.Query(ctx, listWorkerWorldsSQL, worker, after, int64(limit), s.off())
 		var err error
-		out, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.WorkerWorld, error) {
+			var ww store.WorkerWorld
+			var holder, desired, reason *string
+			var epoch, exp, prio *int64
+			if err := row.Scan(&ww.World, &holder, &epoch, &exp, &desired, &prio, &reason); err != nil {
+				return ww, err
+			}
+			if holder != nil {
+				ww.Lease = &store.Lease{World: ww.World, Holder: *holder, Epoch: uint64(*epoch), ExpiresAt: fromNS(*exp)}
+			}
+			if desired != nil {
+				ww.Assignment = &store.Assignment{DesiredWorker: *desired, Priority: int(*prio), Reason: *reason}
+			}
+			return ww, nil
+		})
 		return err
 	})
-	if out == nil {
-		out = []string{}
+	if err != nil {
+		return nil, err
 	}
-	return out, err
+	return out, nil
+}
+
+// ---- the worker inventory ----
+
+func scanWorker(id string, row pgx.Row) (store.WorkerInfo, error) {
+	var cap, hb, started int64
+	w := store.WorkerInfo{ID: id}
+	err := row.Scan(&cap, &w.Draining, &hb, &started)
+	w.Capacity, w.HeartbeatAt, w.StartedAt = int(cap), fromNS(hb), fromNS(started)
+	return w, err
+}
+
+// Heartbeat implements store.Workers (see the heartbeat function).
+func (s *Store) Heartbeat(ctx context.Context, worker string, capacity int) (store.WorkerInfo, error) {
+	const op = "heartbeat"
+	if err := s.begin(ctx, op); err != nil {
+		return store.WorkerInfo{}, err
+	}
+	if err := store.CheckHeartbeat(op, worker, capacity); err != nil {
+		return store.WorkerInfo{}, err
+	}
+	var w store.WorkerInfo
+	err := s.retry(ctx, op, "", func() error {
+		var err error
+		w, err = scanWorker(worker, s.pool.QueryRow(ctx, `SELECT * FROM heartbeat($1, $2, $3)`, worker, int64(capacity), s.off()))
+		return err
+	})
+	if err != nil {
+		return store.WorkerInfo{}, err
+	}
+	s.hint(store.TopicWorkers)
+	return w, nil
+}
+
+// SetDraining implements store.Workers (see the set_draining function).
+func (s *Store) SetDraining(ctx context.Context, worker string, draining bool) (store.WorkerInfo, error) {
+	const op = "set_draining"
+	if err := s.begin(ctx, op); err != nil {
+		return store.WorkerInfo{}, err
+	}
+	if err := store.CheckID(op, "worker", worker); err != nil {
+		return store.WorkerInfo{}, err
+	}
+	var w store.WorkerInfo
+	err := s.retry(ctx, op, "", func() error {
+		var err error
+		w, err = scanWorker(worker, s.pool.QueryRow(ctx, `SELECT * FROM set_draining($1, $2)`, worker, draining))
+		if err == pgx.ErrNoRows {
+			return store.Errorf(op, store.ErrNotFound, "", "worker %s never sent a heartbeat", worker)
+		}
+		return err
+	})
+	if err != nil {
+		return store.WorkerInfo{}, err
+	}
+	s.hint(store.TopicWorkers)
+	return w, nil
+}
+
+// ListWorkers implements store.Workers.
+func (s *Store) ListWorkers(ctx context.Context) ([]store.WorkerInfo, error) {
+	const op = "list_workers"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	out := []store.WorkerInfo{}
+	err := s.retry(ctx, op, "", func() error {
+		rows, _ := s.pool.Query(ctx, `SELECT worker, capacity, draining, heartbeat_at_ns, started_at_ns FROM workers ORDER BY worker`)
+		var err error
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.WorkerInfo, error) {
+			var id string
+			var cap, hb, started int64
+			w := store.WorkerInfo{}
+			err := row.Scan(&id, &cap, &w.Draining, &hb, &started)
+			w.ID, w.Capacity, w.HeartbeatAt, w.StartedAt = id, int(cap), fromNS(hb), fromNS(started)
+			return w, err
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }

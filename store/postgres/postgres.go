@@ -12,20 +12,28 @@
 //     inserts the events, under the stream's row lock; duplicates of
 //     (stream, idempotencyKey) are resolved under that same lock (and a
 //     unique index backs it), so exactly one insert ever wins;
-//   - group commit: concurrent Append and DrainToJournal calls are drained
-//     by a committer goroutine into one transaction, whatever the batch
-//     size: one round trip when the batch's streams are ones this process
-//     appended to before (the heads it remembers are verified in the
-//     database, and any wrong guess rolls the transaction back), two
-//     otherwise. Concurrent inbox deliveries (Enqueue, Complete, Fire, Send)
-//     are grouped likewise, in two round trips. A request's typed failure (a
-//     stale fence, a head mismatch) is decided before anything is written
+//   - group commit: concurrent Append, Commit and DrainToJournal calls are
+//     drained by a committer goroutine into one transaction, whatever the
+//     batch size, so the cycles of many worlds share one WAL flush (at most
+//     one Commit per world per transaction: a world's cycles commit in
+//     order). Appends commit in one round trip when the batch's streams are
+//     ones this process appended to before (the heads it remembers are
+//     verified in the database, and any wrong guess rolls the transaction
+//     back), two otherwise; Commits always in two. Concurrent inbox
+//     deliveries (Enqueue, Complete, Fire, Send) are grouped likewise, in
+//     two round trips. A request's typed failure (a stale fence, a head or
+//     cursor mismatch, a lost claim) is decided before anything is written
 //     and never fails its neighbours; an unexpected database error reruns
 //     every request of the batch on its own (see append.go, deliver.go);
+//   - the contract's decisions (store/internal/contract) made in Go on rows
+//     read under lock in the transaction that writes; where a one-round-trip
+//     path decides in SQL (the lease functions, the fence of one-call
+//     mutations), the SQL names the contract function it mirrors, and the
+//     lease calls decide again in Go on the rows the function returns;
 //   - fencing: every world mutation checks the lease epoch in its own
-//     transaction (the lease row is read FOR SHARE, so a takeover waits for
-//     the write to commit, and a write waits for a takeover to commit and
-//     then sees the new epoch);
+//     transaction (the lease row is read FOR SHARE, so a takeover or a
+//     status change waits for the write to commit, and a write waits for
+//     them to commit and then sees the new epoch);
 //   - immutability of the journal: a trigger refuses every UPDATE, TRUNCATE
 //     and DELETE of events, except compaction's DELETE, which opens the gate
 //     for its own transaction with set_config('orrery.compaction', 'on');
@@ -35,12 +43,15 @@
 //     (WithClockOffset, zero in production), read inside the SQL that needs
 //     it. No client clock ever decides persistedAt, an expiry or a due time.
 //
-// Durability: journal appends, lease acquisitions, renewals, releases and
-// every epoch bump commit with synchronous_commit on. Only queue claims and
-// reaps (a lost claim just expires again) commit with it off.
+// Durability: journal appends, Commits, lease acquisitions, renewals,
+// releases, status changes and every epoch bump commit with
+// synchronous_commit on. Only queue claims and reaps (a lost claim just
+// expires again) commit with it off.
 //
-// Watch is LISTEN/NOTIFY on one dedicated connection, opened on the first
-// Watch: hints only. Correctness never depends on a notification.
+// Watch is a local hub (store/internal/hub) fed by this process's commits
+// and by LISTEN/NOTIFY on one dedicated connection, opened on the first
+// Watch; every NOTIFY is sent inside the transaction of its change. Hints
+// only: correctness never depends on a notification.
 //
 // What it never does: interpret payloads or world state, order by
 // timestamps, or keep correctness in process memory: locks, counters and
@@ -148,9 +159,9 @@ func WithCommitters(n int) Option {
 // Store is a store.Store on PostgreSQL. It is safe for concurrent use, and
 // any number of Stores (in any number of processes) may share one schema.
 type Store struct {
-	cfg  config
-	pool *pgxpool.Pool
-	hub  *hub
+	cfg   config
+	pool  *pgxpool.Pool
+	watch *watchHub
 
 	appends    *committer[*appendReq]
 	deliveries *committer[*deliveryReq]
@@ -208,7 +219,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{cfg: cfg, pool: pool}
-	s.hub = newHub(pc.ConnConfig, channelName(cfg.schema))
+	s.watch = newWatchHub(pc.ConnConfig, channelName(cfg.schema))
 	s.appends = newCommitter(cfg.committers, cfg.maxBatch, s.runAppends)
 	s.deliveries = newCommitter(cfg.committers, cfg.maxBatch, s.runDeliveries)
 	return s, nil
@@ -221,7 +232,7 @@ func (s *Store) Close() error {
 		s.closed.Store(true)
 		s.appends.close()
 		s.deliveries.close()
-		s.hub.close()
+		s.watch.close()
 		s.pool.Close()
 	})
 	return nil
@@ -298,7 +309,7 @@ func (s *Store) retry(ctx context.Context, op, world string, fn func() error) er
 
 // Stats are counters of the store's work, for tests and metrics.
 type Stats struct {
-	AppendRequests       uint64 // Append and DrainToJournal calls committed or failed in a batch
+	AppendRequests       uint64 // Append, Commit and DrainToJournal calls committed or failed in a batch
 	AppendTransactions   uint64 // transactions the append committers ran
 	DeliveryRequests     uint64 // Enqueue, Complete, Fire and Send calls
 	DeliveryTransactions uint64 // transactions the delivery committers ran
@@ -344,14 +355,6 @@ var (
 	maxTime = time.Unix(0, math.MaxInt64)
 )
 
-// checkTime rejects a time the nanosecond encoding cannot hold.
-func checkTime(op, world, what string, t time.Time) error {
-	if t.IsZero() || (!t.Before(minTime) && !t.After(maxTime)) {
-		return nil
-	}
-	return store.Errorf(op, store.ErrInvalid, world, "%s %v out of range", what, t)
-}
-
 // clampNS converts a bound of a time range, clamping it to what the
 // encoding holds.
 func clampNS(t time.Time) int64 {
@@ -366,13 +369,9 @@ func clampNS(t time.Time) int64 {
 	return t.UnixNano()
 }
 
-// i64 converts a uint64 the store keeps in a bigint.
-func i64(op, world, what string, v uint64) (int64, error) {
-	if v > 1<<63-1 {
-		return 0, store.Errorf(op, store.ErrInvalid, world, "%s %d out of range", what, v)
-	}
-	return int64(v), nil
-}
+// seqArg passes a read's afterSeq: no seq passes math.MaxInt64, so a
+// larger one reads nothing (as on every backend) instead of overflowing.
+func seqArg(after uint64) int64 { return int64(min(after, math.MaxInt64)) }
 
 func isStoreErr(err error) bool {
 	var se *store.Error

@@ -49,7 +49,7 @@ func TestJournalImmutabilityTrigger(t *testing.T) {
 	c := &clock{}
 	s := openStore(t, "", c)
 	e := leased(t, s, "w", "A").Epoch
-	got, err := s.Append(bg, "w", []store.Record{rec("a"), rec("b"), rec("c")}, store.AppendOptions{})
+	got, err := s.Append(bg, "w", []store.Record{rec("a"), rec("b"), rec("c")}, store.AppendOptions{Fence: &store.Fence{World: "w", Epoch: e}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestJournalImmutabilityTrigger(t *testing.T) {
 		t.Fatalf("DELETE after compaction: %v", err)
 	}
 	// A compacted key is still a duplicate, answered with its metadata.
-	again, err := s.Append(bg, "w", []store.Record{rec("a")}, store.AppendOptions{})
+	again, err := s.Append(bg, "w", []store.Record{rec("a")}, store.AppendOptions{Fence: &store.Fence{World: "w", Epoch: e}})
 	if err != nil || !again[0].Idempotent || again[0].RunSeq != got[0].RunSeq || !again[0].PersistedAt.Equal(got[0].PersistedAt) {
 		t.Fatalf("append of a compacted key = %+v, %v; want %+v idempotent", again, err, got[0])
 	}
@@ -263,7 +263,7 @@ func TestTwoStoresConcurrentClaimersNeverClaimTwice(t *testing.T) {
 			defer wg.Done()
 			worker := fmt.Sprint("adapter-", i)
 			for {
-				items, err := s.Claim(bg, worker, 16, time.Minute)
+				items, err := s.Claim(bg, worker, []string{"http.request"}, 16, time.Minute)
 				if err != nil {
 					t.Error(err)
 					return
@@ -281,7 +281,7 @@ func TestTwoStoresConcurrentClaimersNeverClaimTwice(t *testing.T) {
 					if it.Attempt != 1 || it.ClaimedBy != worker {
 						t.Errorf("claim %+v", it)
 					}
-					if _, dup, err := s.Complete(bg, it.IntentHash, store.Receipt{Status: store.ReceiptOK, Payload: it.Params}); err != nil || dup {
+					if _, dup, err := s.Complete(bg, it.IntentHash, it.ClaimOf(), store.Receipt{Status: store.ReceiptOK, Payload: it.Params}); err != nil || dup {
 						t.Errorf("Complete %s: dup=%v %v", it.IntentHash, dup, err)
 					}
 				}
@@ -391,8 +391,8 @@ func TestTwoStoresStaleEpochWriterRacingTakeoverIsRejected(t *testing.T) {
 	if _, err := a.Publish(bg, "w", eA, []store.Intent{{IntentHash: "x", Kind: "k"}}); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("stale Publish: %v", err)
 	}
-	if err := a.SetWorldStatus(bg, "w", eA, store.WorldArchived); !errors.Is(err, store.ErrFenced) {
-		t.Fatalf("stale SetWorldStatus: %v", err)
+	if err := a.Schedule(bg, "w", eA, "t", time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC), nil); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("stale Schedule: %v", err)
 	}
 }
 
@@ -412,7 +412,7 @@ func TestGroupCommitBatchesAppends(t *testing.T) {
 			defer wg.Done()
 			stream := fmt.Sprint("run-", w%streams)
 			for i := range each {
-				got, err := s.Append(bg, stream, []store.Record{rec(fmt.Sprintf("%d-%d", w, i))}, store.AppendOptions{})
+				got, err := s.Append(bg, stream, []store.Record{rec(fmt.Sprintf("%d-%d", w, i))}, store.AppendOptions{Kind: store.FreeStream})
 				if err != nil {
 					t.Error(err)
 					return
@@ -454,20 +454,22 @@ func TestGroupCommitIsolatesAFailingRequest(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, "", nil)
 	mk := func(stream, key string) *appendReq {
-		return &appendReq{ctx: bg, op: "append", stream: stream, events: []store.Record{rec(key)}, done: make(chan struct{})}
+		r := newAppendReq(bg, "append", stream, []store.Record{rec(key)})
+		r.opts.Kind = store.FreeStream
+		return r
 	}
 	batch := []*appendReq{mk("ok-1", "a"), mk("bad\x00stream", "b"), mk("ok-2", "c"), mk("ok-1", "d")}
 	s.runAppends(batch)
 	for i, r := range batch {
 		<-r.done
 		if i == 1 {
-			if !errors.Is(r.err, store.ErrInvalid) {
-				t.Fatalf("bad request: %v, want ErrInvalid", r.err)
+			if !errors.Is(r.res.err, store.ErrInvalid) {
+				t.Fatalf("bad request: %v, want ErrInvalid", r.res.err)
 			}
 			continue
 		}
-		if r.err != nil || len(r.out) != 1 || r.out[0].Idempotent {
-			t.Fatalf("request %d: %+v, %v", i, r.out, r.err)
+		if r.res.err != nil || len(r.res.out) != 1 || r.res.out[0].Idempotent {
+			t.Fatalf("request %d: %+v, %v", i, r.res.out, r.res.err)
 		}
 	}
 	if h, _ := s.Head(bg, "ok-1"); h != 2 {
@@ -483,15 +485,19 @@ func TestGroupCommitDeliveriesIsolateTypedFailures(t *testing.T) {
 	s := openStore(t, "", nil)
 	e := leased(t, s, "w", "host").Epoch
 	leased(t, s, "gone", "host")
-	le, _, _ := s.GetLease(bg, "gone")
-	if err := s.SetWorldStatus(bg, "gone", le.Epoch, store.WorldArchived); err != nil {
+	if _, err := s.SetWorldStatus(bg, "gone", store.WorldArchived, "test"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Publish(bg, "w", e, []store.Intent{{IntentHash: "i1", Kind: "k"}}); err != nil {
 		t.Fatal(err)
 	}
+	claimed, err := s.Claim(bg, "adapter", []string{"k"}, 1, time.Minute)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("Claim = %+v, %v", claimed, err)
+	}
 	mk := func(kind deliveryKind, world, hash string) *deliveryReq {
-		return &deliveryReq{ctx: bg, op: "test", kind: kind, world: world, hash: hash, itemKind: "event", status: "ok", msg: "m", done: make(chan struct{})}
+		return &deliveryReq{ctx: bg, op: "test", kind: kind, world: world, hash: hash, itemKind: "event", status: "ok", msg: "m",
+			claim: claimed[0].ClaimOf(), done: make(chan struct{})}
 	}
 	batch := []*deliveryReq{
 		mk(dEnqueue, "w", ""),
@@ -509,8 +515,8 @@ func TestGroupCommitDeliveriesIsolateTypedFailures(t *testing.T) {
 	want := []error{nil, store.ErrNotFound, nil, store.ErrWorldArchived, nil, store.ErrNotFound}
 	for i, r := range batch {
 		<-r.done
-		if (want[i] == nil) != (r.err == nil) || (want[i] != nil && !errors.Is(r.err, want[i])) {
-			t.Fatalf("request %d: %v, want %v", i, r.err, want[i])
+		if (want[i] == nil) != (r.res.err == nil) || (want[i] != nil && !errors.Is(r.res.err, want[i])) {
+			t.Fatalf("request %d: %v, want %v", i, r.res.err, want[i])
 		}
 	}
 	items, err := s.ReadInbox(bg, "w", 0, 0)
@@ -528,15 +534,22 @@ func TestWatchAcrossStores(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()
-	ch, stop := a.Watch(ctx, store.TopicInbox("w"))
+	inbox, effects := store.NewSignal(), store.NewSignal()
+	stop, err := a.Watch(ctx, inbox, store.TopicInbox("w"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer stop()
-	effects, stopE := a.Watch(ctx, store.TopicEffects)
+	stopE, err := a.Watch(ctx, effects, store.TopicEffects)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer stopE()
 	if _, _, err := b.Enqueue(bg, "w", store.InboxItem{Kind: "event"}); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-ch:
+	case <-inbox.C:
 	case <-time.After(10 * time.Second):
 		t.Fatal("no hint from the other store")
 	}
@@ -548,32 +561,98 @@ func TestWatchAcrossStores(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-effects:
+	case <-effects.C:
 	case <-time.After(10 * time.Second):
 		t.Fatal("no effects hint from the other store")
 	}
 }
 
-// Close ends watches, fails later calls with ErrClosed, and is idempotent.
+// Every topic is notified inside the transaction of its change, so a
+// watcher on another machine hears each kind of change: a Commit (effects,
+// timers), a lease release and acquisition (leases), an assignment and a
+// status change (assignments), a heartbeat (workers).
+func TestWatchTopicsAcrossStores(t *testing.T) {
+	t.Parallel()
+	a, b, _ := twoMachines(t)
+	l := leased(t, b, "w", "B")
+	if _, _, err := b.Enqueue(bg, "w", store.InboxItem{Kind: "event"}); err != nil {
+		t.Fatal(err)
+	}
+	// Each step is hinted on a's watcher of its topic; a step runs only on
+	// b, so the hint can only come through NOTIFY.
+	steps := []struct {
+		topic string
+		do    func() error
+	}{
+		{store.TopicEffects, func() error {
+			_, err := b.Commit(bg, "w", l.Epoch, store.CommitBatch{NewCursor: 1,
+				Intents: []store.Intent{{IntentHash: "i1", Kind: "k"}}})
+			return err
+		}},
+		{store.TopicTimers, func() error {
+			_, err := b.Commit(bg, "w", l.Epoch, store.CommitBatch{ExpectedCursor: 1, NewCursor: 1,
+				Timers: []store.TimerSet{{IntentHash: "t1", DeliverAt: time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)}}})
+			return err
+		}},
+		{store.TopicLeases, func() error { return b.Release(bg, "w", "B", l.Epoch) }},
+		{store.TopicLeases, func() error {
+			var err error
+			l, err = b.Acquire(bg, "w", "B", time.Minute)
+			return err
+		}},
+		{store.TopicAssignments, func() error { return b.Assign(bg, "w", store.Assignment{DesiredWorker: "B"}) }},
+		{store.TopicAssignments, func() error {
+			_, err := b.SetWorldStatus(bg, "w", store.WorldPaused, "maintenance")
+			return err
+		}},
+		{store.TopicWorkers, func() error {
+			_, err := b.Heartbeat(bg, "B", 10)
+			return err
+		}},
+	}
+	for i, st := range steps {
+		sig := store.NewSignal()
+		stop, err := a.Watch(bg, sig, st.topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.do(); err != nil {
+			t.Fatalf("step %d (%s): %v", i, st.topic, err)
+		}
+		select {
+		case <-sig.C:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("step %d: no %s hint from the other store", i, st.topic)
+		}
+		stop()
+	}
+}
+
+// Close ends watches (their wakers are never woken again, and stopping
+// one after Close is harmless), fails later calls with ErrClosed, and is
+// idempotent.
 func TestCloseEndsEverything(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, "", nil)
-	ch, _ := s.Watch(bg, store.TopicTimers)
-	if err := s.Close(); err != nil {
+	sig := store.NewSignal()
+	stop, err := s.Watch(bg, sig, store.TopicWorkers)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	s.hint(store.TopicWorkers)
 	select {
-	case _, ok := <-ch:
-		if ok {
-			t.Fatal("hint instead of close")
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("watch not closed by Close")
+	case <-sig.C:
+		t.Fatal("a hint after Close")
+	default:
 	}
-	if _, err := s.Append(bg, "s", []store.Record{rec("a")}, store.AppendOptions{}); !errors.Is(err, store.ErrClosed) {
+	if _, err := s.Append(bg, "s", []store.Record{rec("a")}, store.AppendOptions{Kind: store.FreeStream}); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("Append after Close: %v", err)
 	}
 	if _, _, err := s.Enqueue(bg, "w", store.InboxItem{Kind: "k"}); !errors.Is(err, store.ErrClosed) {
@@ -582,10 +661,8 @@ func TestCloseEndsEverything(t *testing.T) {
 	if _, err := s.Now(bg); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("Now after Close: %v", err)
 	}
-	if late, _ := s.Watch(bg, "x"); late != nil {
-		if _, ok := <-late; ok {
-			t.Fatal("Watch after Close is not closed")
-		}
+	if _, err := s.Watch(bg, sig, store.TopicTimers); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Watch after Close: %v", err)
 	}
 }
 
@@ -609,7 +686,7 @@ func TestStoreClockIsServerClockPlusOffset(t *testing.T) {
 	}
 	r := rec("a")
 	r.EmittedAt = time.Date(2001, 2, 3, 4, 5, 6, 789, time.UTC)
-	got, err := s.Append(bg, "s", []store.Record{r}, store.AppendOptions{})
+	got, err := s.Append(bg, "s", []store.Record{r}, store.AppendOptions{Kind: store.FreeStream})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -622,8 +699,8 @@ func TestStoreClockIsServerClockPlusOffset(t *testing.T) {
 	}
 }
 
-// Journal appends and epoch bumps commit durably; claims do not wait for
-// the WAL flush.
+// Journal appends, epoch bumps, renewals and releases commit durably;
+// claims do not wait for the WAL flush.
 func TestSynchronousCommitOnlyRelaxedForClaims(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, "", nil)
@@ -640,7 +717,7 @@ func TestSynchronousCommitOnlyRelaxedForClaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(bg, `SELECT * FROM claim_effects('w', 1, 1000, 0)`); err != nil {
+	if _, err := tx.Exec(bg, `SELECT * FROM claim_effects('w', ARRAY['k'], 1, 1000, 0)`); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.QueryRow(bg, `SHOW synchronous_commit`).Scan(&setting); err != nil || setting != "off" {
@@ -649,6 +726,29 @@ func TestSynchronousCommitOnlyRelaxedForClaims(t *testing.T) {
 	_ = tx.Commit(bg)
 	if err := conn.QueryRow(bg, `SHOW synchronous_commit`).Scan(&setting); err != nil || setting == "off" {
 		t.Fatalf("after a claim: synchronous_commit = %s, %v", setting, err)
+	}
+	// The lease functions (epoch bumps, renewals, releases) never relax it.
+	if _, err := s.CreateWorld(bg, "u", "w", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		`SELECT * FROM acquire('w', 'A', 60000000000, 0)`,
+		`SELECT * FROM renew_leases('A', ARRAY['w'], ARRAY[1::bigint], 60000000000, 0)`,
+		`SELECT * FROM release_leases('A', ARRAY['w'], ARRAY[1::bigint], 0)`,
+	} {
+		tx, err := conn.Begin(bg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(bg, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		if err := tx.QueryRow(bg, `SHOW synchronous_commit`).Scan(&setting); err != nil || setting == "off" {
+			t.Fatalf("inside %s: synchronous_commit = %s, %v", sql, setting, err)
+		}
+		if err := tx.Commit(bg); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -669,33 +769,33 @@ func TestSpeculativeAppendFallsBackOnEveryWrongGuess(t *testing.T) {
 	misses := func() uint64 { return a.Stats().SpeculationMisses }
 
 	// First append: checked path (nothing cached); second: speculative.
-	if _, err := app(a, "s", store.AppendOptions{}, "k1"); err != nil {
+	if _, err := app(a, "s", store.AppendOptions{Kind: store.FreeStream}, "k1"); err != nil {
 		t.Fatal(err)
 	}
 	m0, tx0 := misses(), a.Stats().AppendTransactions
-	got, err := app(a, "s", store.AppendOptions{ExpectedHead: store.Head(1)}, "k2")
+	got, err := app(a, "s", store.AppendOptions{Kind: store.FreeStream, ExpectedHead: store.Head(1)}, "k2")
 	if err != nil || got[0].RunSeq != 2 || misses() != m0 || a.Stats().AppendTransactions != tx0+1 {
 		t.Fatalf("speculative append: %+v %v (misses %d→%d)", got, err, m0, misses())
 	}
 
 	// Another machine moves the head: the guess is stale.
-	if _, err := app(b, "s", store.AppendOptions{}, "k3"); err != nil {
+	if _, err := app(b, "s", store.AppendOptions{Kind: store.FreeStream}, "k3"); err != nil {
 		t.Fatal(err)
 	}
-	got, err = app(a, "s", store.AppendOptions{}, "k4")
+	got, err = app(a, "s", store.AppendOptions{Kind: store.FreeStream}, "k4")
 	if err != nil || got[0].RunSeq != 4 || misses() != m0+1 {
 		t.Fatalf("after a foreign append: %+v %v (misses %d)", got, err, misses())
 	}
 
 	// A stored key with a stale ExpectedHead: idempotent, not a mismatch.
-	if _, err := app(a, "t", store.AppendOptions{}, "x1"); err != nil {
+	if _, err := app(a, "t", store.AppendOptions{Kind: store.FreeStream}, "x1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := app(a, "t", store.AppendOptions{}, "x2"); err != nil {
+	if _, err := app(a, "t", store.AppendOptions{Kind: store.FreeStream}, "x2"); err != nil {
 		t.Fatal(err)
 	}
 	m1 := misses()
-	got, err = app(a, "t", store.AppendOptions{ExpectedHead: store.Head(0)}, "x1")
+	got, err = app(a, "t", store.AppendOptions{Kind: store.FreeStream, ExpectedHead: store.Head(0)}, "x1")
 	if err != nil || !got[0].Idempotent || got[0].RunSeq != 1 {
 		t.Fatalf("stored key, stale head: %+v %v", got, err)
 	}
@@ -703,7 +803,7 @@ func TestSpeculativeAppendFallsBackOnEveryWrongGuess(t *testing.T) {
 		t.Fatalf("the stored key did not roll the speculation back (misses %d→%d)", m1, misses())
 	}
 	// A stale ExpectedHead with a new key is a mismatch on either path.
-	if _, err := app(a, "t", store.AppendOptions{ExpectedHead: store.Head(1)}, "x3"); !errors.Is(err, store.ErrHeadMismatch) {
+	if _, err := app(a, "t", store.AppendOptions{Kind: store.FreeStream, ExpectedHead: store.Head(1)}, "x3"); !errors.Is(err, store.ErrHeadMismatch) {
 		t.Fatalf("stale head: %v", err)
 	}
 
@@ -758,8 +858,13 @@ func TestWatchListenerReconnects(t *testing.T) {
 	if _, err := a.CreateWorld(bg, "u", "w", nil); err != nil {
 		t.Fatal(err)
 	}
-	ch, stop := a.Watch(bg, store.TopicInbox("w"))
+	sig := store.NewSignal()
+	stop, err := a.Watch(bg, sig, store.TopicInbox("w"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer stop()
+	ch := sig.C
 	conn := rawConn(t, a.Schema())
 	var pid int
 	if err := conn.QueryRow(bg, `SELECT pid FROM pg_stat_activity

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
 // ---- the inbox (Enqueue and DrainToJournal live with the committers) ----
@@ -18,12 +19,9 @@ func (s *Store) ReadInbox(ctx context.Context, world string, afterSeq uint64, li
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	after, err := i64(op, world, "afterSeq", afterSeq)
-	if err != nil {
-		return nil, err
-	}
+	after := seqArg(afterSeq)
 	var out []store.InboxItem
-	err = s.retry(ctx, op, world, func() error {
+	err := s.retry(ctx, op, world, func() error {
 		rows, _ := s.pool.Query(ctx, `SELECT seq, kind, payload, coalesce(dedupe_key, ''), enqueued_at_ns
 			FROM inbox WHERE world = $1 AND seq > $2 ORDER BY seq LIMIT $3`, world, after, limitArg(limit))
 		var err error
@@ -74,72 +72,93 @@ func (s *Store) Cursor(ctx context.Context, world string) (uint64, error) {
 
 // ---- effects ----
 
+// checkFenced checks the plain arguments of a one-call fenced mutation.
+func checkFenced(op, world string, epoch uint64) error {
+	if err := store.CheckID(op, "world", world); err != nil {
+		return err
+	}
+	return store.CheckInt(op, "epoch", epoch)
+}
+
 // Publish implements protocol C (see publish_effects).
 func (s *Store) Publish(ctx context.Context, world string, epoch uint64, intents []store.Intent) (int, error) {
 	const op = "publish"
 	if err := s.begin(ctx, op); err != nil {
 		return 0, err
 	}
+	if err := checkFenced(op, world, epoch); err != nil {
+		return 0, err
+	}
+	if err := store.CheckBatch(op, "intents", len(intents)); err != nil {
+		return 0, err
+	}
 	n := len(intents)
 	hashes, kinds, origins, policies := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	params := make([][]byte, n)
 	for i, in := range intents {
-		if in.IntentHash == "" || in.Kind == "" {
-			return 0, store.Errorf(op, store.ErrInvalid, world, "intent %q of kind %q", in.IntentHash, in.Kind)
-		}
-		if !validText(in.IntentHash) || !validText(in.Kind) || !validText(in.Origin) || !validText(in.PolicyContextHash) {
-			return 0, store.Errorf(op, store.ErrInvalid, world, "intent %q: fields must be valid UTF-8 text", in.IntentHash)
+		if err := store.CheckIntent(op, in); err != nil {
+			return 0, err
 		}
 		hashes[i], kinds[i], origins[i], policies[i], params[i] = in.IntentHash, in.Kind, in.Origin, in.PolicyContextHash, in.Params
 	}
-	e, err := i64(op, world, "epoch", epoch)
-	if err != nil {
-		return 0, err
-	}
 	var queued int32
-	err = s.retry(ctx, op, world, func() error {
+	err := s.retry(ctx, op, world, func() error {
 		return s.pool.QueryRow(ctx, `SELECT publish_effects($1, $2, $3, $4, $5, $6, $7, $8)`,
-			world, e, hashes, kinds, params, origins, policies, s.off()).Scan(&queued)
+			world, int64(epoch), hashes, kinds, params, origins, policies, s.off()).Scan(&queued)
 	})
 	if err != nil {
 		return 0, err
 	}
 	if queued > 0 {
-		s.hub.signal(store.TopicEffects)
+		s.hint(store.TopicEffects)
 	}
 	return int(queued), nil
 }
 
-// Claim implements protocol D's claim (see claim_effects).
-func (s *Store) Claim(ctx context.Context, worker string, n int, claimTTL time.Duration) ([]store.EffectItem, error) {
+func scanEffect(row pgx.CollectableRow) (store.EffectItem, error) {
+	var it store.EffectItem
+	var seq, enq int64
+	var exp *int64
+	var attempts, retries int32
+	var state string
+	err := row.Scan(&it.IntentHash, &it.World, &seq, &it.Kind, &it.Params, &it.Origin, &it.PolicyContextHash,
+		&enq, &attempts, &it.ClaimedBy, &exp, &retries, &state)
+	it.Seq, it.EnqueuedAt, it.Attempt, it.Retries, it.State = uint64(seq), fromNS(enq), int(attempts), int(retries), store.EffectState(state)
+	if exp != nil {
+		it.ClaimExpires = fromNS(*exp)
+	}
+	return it, err
+}
+
+// Claim implements protocol D's claim by kind (see claim_effects).
+func (s *Store) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]store.EffectItem, error) {
 	const op = "claim"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	if worker == "" || claimTTL <= 0 || !validText(worker) {
-		return nil, store.Errorf(op, store.ErrInvalid, "", "worker %q, ttl %v", worker, claimTTL)
+	for _, err := range []error{store.CheckID(op, "worker", worker), store.CheckKinds(op, kinds),
+		store.CheckBatch(op, "n", n), store.CheckTTL(op, "claimTTL", claimTTL)} {
+		if err != nil {
+			return nil, err
+		}
 	}
-	if n <= 0 {
-		return nil, nil
+	out := []store.EffectItem{}
+	if n == 0 {
+		return out, nil
 	}
-	var out []store.EffectItem
 	err := s.retry(ctx, op, "", func() error {
-		rows, _ := s.pool.Query(ctx, `SELECT * FROM claim_effects($1, $2, $3, $4)`, worker, int32(min(n, 1<<30)), int64(claimTTL), s.off())
+		rows, _ := s.pool.Query(ctx, `SELECT *, 'inflight'::text FROM claim_effects($1, $2, $3, $4, $5)`,
+			worker, kinds, int32(n), int64(claimTTL), s.off())
 		var err error
-		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.EffectItem, error) {
-			var it store.EffectItem
-			var seq, enq, exp int64
-			var attempts int32
-			err := row.Scan(&it.IntentHash, &it.World, &seq, &it.Kind, &it.Params, &it.Origin, &it.PolicyContextHash,
-				&enq, &attempts, &it.ClaimedBy, &exp)
-			it.Seq, it.EnqueuedAt, it.Attempt, it.ClaimExpires = uint64(seq), fromNS(enq), int(attempts), fromNS(exp)
-			return it, err
-		})
+		out, err = pgx.CollectRows(rows, scanEffect)
 		return err
 	})
+	if err != nil {
+		return nil, err
+	}
 	// RETURNING has no order: queue order is seq order.
 	sort.Slice(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
-	return out, err
+	return out, nil
 }
 
 // ReapEffects implements the effect reaper (see reap_effects).
@@ -159,9 +178,34 @@ func (s *Store) reap(ctx context.Context, op, sql, topic string) (int, error) {
 		return 0, err
 	}
 	if n > 0 {
-		s.hub.signal(topic)
+		s.hint(topic)
 	}
 	return int(n), nil
+}
+
+const effectStatusCols = `world, kind, state, attempts, retries, retry_reason, receipt_status, receipt_payload, inbox_seq, completed_at_ns`
+
+func scanEffectStatus(hash string, row pgx.Row) (store.EffectStatus, error) {
+	st := store.EffectStatus{IntentHash: hash}
+	var state string
+	var attempts, retries int32
+	var rstatus *string
+	var rpayload []byte
+	var seq, done *int64
+	if err := row.Scan(&st.World, &st.Kind, &state, &attempts, &retries, &st.RetryReason, &rstatus, &rpayload, &seq, &done); err != nil {
+		return st, err
+	}
+	st.State, st.Attempts, st.Retries = store.EffectState(state), int(attempts), int(retries)
+	if rstatus != nil {
+		st.Receipt = &store.Receipt{Status: store.ReceiptStatus(*rstatus), Payload: rpayload}
+	}
+	if seq != nil {
+		st.InboxSeq = uint64(*seq)
+	}
+	if done != nil {
+		st.CompletedAt = fromNS(*done)
+	}
+	return st, nil
 }
 
 // EffectStatus implements store.Effects.
@@ -170,34 +214,72 @@ func (s *Store) EffectStatus(ctx context.Context, intentHash string) (store.Effe
 	if err := s.begin(ctx, op); err != nil {
 		return store.EffectStatus{}, err
 	}
+	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
+		return store.EffectStatus{}, err
+	}
 	var st store.EffectStatus
 	err := s.retry(ctx, op, "", func() error {
-		var state string
-		var attempts int32
-		var rstatus *string
-		var rpayload []byte
-		var seq, done *int64
-		err := s.pool.QueryRow(ctx, `SELECT world, state, attempts, receipt_status, receipt_payload, inbox_seq, completed_at_ns
-			FROM effects WHERE intent_hash = $1`, intentHash).Scan(&st.World, &state, &attempts, &rstatus, &rpayload, &seq, &done)
+		var err error
+		st, err = scanEffectStatus(intentHash, s.pool.QueryRow(ctx, `SELECT `+effectStatusCols+` FROM effects WHERE intent_hash = $1`, intentHash))
 		if err == pgx.ErrNoRows {
 			return store.Errorf(op, store.ErrNotFound, "", "intent %s", intentHash)
 		}
-		if err != nil {
-			return err
-		}
-		st.IntentHash, st.State, st.Attempts = intentHash, store.EffectState(state), int(attempts)
-		if rstatus != nil {
-			st.Receipt = &store.Receipt{Status: store.ReceiptStatus(*rstatus), Payload: rpayload}
-		}
-		if seq != nil {
-			st.InboxSeq = uint64(*seq)
-		}
-		if done != nil {
-			st.CompletedAt = fromNS(*done)
-		}
-		return nil
+		return err
 	})
 	return st, err
+}
+
+// RetryEffect implements store.Effects: the effect's row is read under
+// lock, contract.Retryable decides, and the row goes back to pending in
+// the same transaction (its receipt fields cleared: the next completion
+// delivers a new receipt, under the new retry count's key; its claim
+// cleared: the attempt that ended cannot pass as the retry's).
+func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (store.EffectStatus, error) {
+	const op = "retry_effect"
+	if err := s.begin(ctx, op); err != nil {
+		return store.EffectStatus{}, err
+	}
+	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
+		return store.EffectStatus{}, err
+	}
+	if err := store.CheckReason(op, reason); err != nil {
+		return store.EffectStatus{}, err
+	}
+	var st store.EffectStatus
+	err := s.twoTrips(ctx, op, "", func(b *batch) {
+		b.queue(func(br pgx.BatchResults) error {
+			var err error
+			st, err = scanEffectStatus(intentHash, br.QueryRow())
+			if err == pgx.ErrNoRows {
+				return store.Errorf(op, store.ErrNotFound, "", "intent %s", intentHash)
+			}
+			return err
+		}, `SELECT `+effectStatusCols+` FROM effects WHERE intent_hash = $1 FOR UPDATE`, intentHash)
+	}, func(b *batch) error {
+		var rs store.ReceiptStatus
+		if st.Receipt != nil {
+			rs = st.Receipt.Status
+		}
+		if err := contract.Retryable(op, intentHash, st.State, rs); err != nil {
+			return err
+		}
+		b.queue(func(br pgx.BatchResults) error {
+			var err error
+			st, err = scanEffectStatus(intentHash, br.QueryRow())
+			return err
+		}, `UPDATE effects SET state = 'pending', retries = retries + 1, retry_reason = $2,
+				receipt_status = NULL, receipt_payload = NULL, inbox_seq = NULL, completed_at_ns = NULL,
+				claimed_by = '', claim_expires_ns = NULL
+			WHERE intent_hash = $1
+			RETURNING `+effectStatusCols, intentHash, reason)
+		b.queue(nil, `SELECT notify_topic('effects')`)
+		return nil
+	})
+	if err != nil {
+		return store.EffectStatus{}, err
+	}
+	s.hint(store.TopicEffects)
+	return st, nil
 }
 
 // ---- timers ----
@@ -208,23 +290,19 @@ func (s *Store) Schedule(ctx context.Context, world string, epoch uint64, intent
 	if err := s.begin(ctx, op); err != nil {
 		return err
 	}
-	if intentHash == "" || !validText(intentHash) {
-		return store.Errorf(op, store.ErrInvalid, world, "empty or invalid intent hash")
-	}
-	if err := checkTime(op, world, "deliverAt", deliverAt); err != nil {
+	if err := checkFenced(op, world, epoch); err != nil {
 		return err
 	}
-	e, err := i64(op, world, "epoch", epoch)
-	if err != nil {
+	if err := store.CheckTimerSet(op, store.TimerSet{IntentHash: intentHash, DeliverAt: deliverAt, Payload: payload}); err != nil {
 		return err
 	}
-	err = s.retry(ctx, op, world, func() error {
+	err := s.retry(ctx, op, world, func() error {
 		_, err := s.pool.Exec(ctx, `SELECT schedule_timer($1, $2, $3, $4, $5, $6)`,
-			world, e, intentHash, toNS(deliverAt), payload, s.off())
+			world, int64(epoch), intentHash, toNS(deliverAt), payload, s.off())
 		return err
 	})
 	if err == nil {
-		s.hub.signal(store.TopicTimers)
+		s.hint(store.TopicTimers)
 	}
 	return err
 }
@@ -235,18 +313,39 @@ func (s *Store) CancelTimer(ctx context.Context, world string, epoch uint64, int
 	if err := s.begin(ctx, op); err != nil {
 		return err
 	}
-	e, err := i64(op, world, "epoch", epoch)
-	if err != nil {
+	if err := checkFenced(op, world, epoch); err != nil {
 		return err
 	}
-	err = s.retry(ctx, op, world, func() error {
-		_, err := s.pool.Exec(ctx, `SELECT cancel_timer($1, $2, $3, $4)`, world, e, intentHash, s.off())
+	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
+		return err
+	}
+	err := s.retry(ctx, op, world, func() error {
+		_, err := s.pool.Exec(ctx, `SELECT cancel_timer($1, $2, $3, $4)`, world, int64(epoch), intentHash, s.off())
 		return err
 	})
 	if err == nil {
-		s.hub.signal(store.TopicTimers)
+		s.hint(store.TopicTimers)
 	}
 	return err
+}
+
+// timerStates maps the timers table's states to the contract's.
+var timerStates = map[string]store.TimerState{
+	"due": store.TimerScheduled, "inflight": store.TimerClaimed, "delivered": store.TimerDelivered,
+}
+
+func scanTimer(row pgx.CollectableRow) (store.TimerItem, error) {
+	var it store.TimerItem
+	var at int64
+	var exp *int64
+	var attempts int32
+	var state string
+	err := row.Scan(&it.World, &it.IntentHash, &at, &it.Payload, &attempts, &it.ClaimedBy, &exp, &state)
+	it.DeliverAt, it.Attempt, it.State = fromNS(at), int(attempts), timerStates[state]
+	if exp != nil {
+		it.ClaimExpires = fromNS(*exp)
+	}
+	return it, err
 }
 
 // ClaimDue implements protocol E's claim (see claim_timers).
@@ -255,39 +354,137 @@ func (s *Store) ClaimDue(ctx context.Context, worker string, n int, ttl time.Dur
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	if worker == "" || ttl <= 0 || !validText(worker) {
-		return nil, store.Errorf(op, store.ErrInvalid, "", "worker %q, ttl %v", worker, ttl)
+	for _, err := range []error{store.CheckID(op, "worker", worker), store.CheckBatch(op, "n", n), store.CheckTTL(op, "ttl", ttl)} {
+		if err != nil {
+			return nil, err
+		}
 	}
-	if n <= 0 {
-		return nil, nil
+	out := []store.TimerItem{}
+	if n == 0 {
+		return out, nil
 	}
-	var out []store.TimerItem
 	err := s.retry(ctx, op, "", func() error {
-		rows, _ := s.pool.Query(ctx, `SELECT * FROM claim_timers($1, $2, $3, $4)`, worker, int32(min(n, 1<<30)), int64(ttl), s.off())
+		rows, _ := s.pool.Query(ctx, `SELECT *, 'inflight'::text FROM claim_timers($1, $2, $3, $4)`, worker, int32(n), int64(ttl), s.off())
 		var err error
-		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.TimerItem, error) {
-			var it store.TimerItem
-			var at, exp int64
-			var attempts int32
-			err := row.Scan(&it.World, &it.IntentHash, &at, &it.Payload, &attempts, &it.ClaimedBy, &exp)
-			it.DeliverAt, it.Attempt, it.ClaimExpires = fromNS(at), int(attempts), fromNS(exp)
-			return it, err
-		})
+		out, err = pgx.CollectRows(rows, scanTimer)
 		return err
 	})
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
+	if err != nil {
+		return nil, err
+	}
+	sortTimers(out)
+	return out, nil
+}
+
+func sortTimers(ts []store.TimerItem) {
+	sort.Slice(ts, func(i, j int) bool {
+		a, b := ts[i], ts[j]
 		if !a.DeliverAt.Equal(b.DeliverAt) {
 			return a.DeliverAt.Before(b.DeliverAt)
 		}
 		return a.IntentHash < b.IntentHash
 	})
-	return out, err
 }
 
 // ReapTimers implements the timer reaper (see reap_timers).
 func (s *Store) ReapTimers(ctx context.Context) (int, error) {
 	return s.reap(ctx, "reap_timers", `SELECT reap_timers($1)`, store.TopicTimers)
+}
+
+// NextDue implements store.Timers: the head of timers_due.
+func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
+	const op = "next_due"
+	if err := s.begin(ctx, op); err != nil {
+		return time.Time{}, false, err
+	}
+	var at *int64
+	err := s.retry(ctx, op, "", func() error {
+		return s.pool.QueryRow(ctx, `SELECT min(deliver_at_ns) FROM timers WHERE state = 'due'`).Scan(&at)
+	})
+	if err != nil || at == nil {
+		return time.Time{}, false, err
+	}
+	return fromNS(*at), true, nil
+}
+
+// ---- read-only views ----
+
+// ListEffects implements store.Views (on effects_open_by_world).
+func (s *Store) ListEffects(ctx context.Context, world string, afterSeq uint64, limit int) ([]store.EffectItem, error) {
+	const op = "list_effects"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	for _, err := range []error{store.CheckID(op, "world", world), store.CheckBatch(op, "limit", limit)} {
+		if err != nil {
+			return nil, err
+		}
+	}
+	out := []store.EffectItem{}
+	err := s.retry(ctx, op, world, func() error {
+		rows, _ := s.pool.Query(ctx, `SELECT intent_hash, world, seq, kind, params, origin, policy_context_hash,
+				enqueued_at_ns, attempts, claimed_by, claim_expires_ns, retries, state
+			FROM effects WHERE world = $1 AND state <> 'done' AND seq > $2 ORDER BY seq LIMIT $3`, world, seqArg(afterSeq), int64(limit))
+		var err error
+		out, err = pgx.CollectRows(rows, scanEffect)
+		if err != nil || len(out) > 0 {
+			return err
+		}
+		return s.worldExists(ctx, op, world)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ListTimers implements store.Views (on timers_open_by_world).
+func (s *Store) ListTimers(ctx context.Context, world string, limit int) ([]store.TimerItem, error) {
+	const op = "list_timers"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	for _, err := range []error{store.CheckID(op, "world", world), store.CheckBatch(op, "limit", limit)} {
+		if err != nil {
+			return nil, err
+		}
+	}
+	out := []store.TimerItem{}
+	err := s.retry(ctx, op, world, func() error {
+		rows, _ := s.pool.Query(ctx, `SELECT world, intent_hash, deliver_at_ns, payload, attempts, claimed_by, claim_expires_ns, state
+			FROM timers WHERE world = $1 AND state <> 'delivered' ORDER BY deliver_at_ns, intent_hash LIMIT $2`, world, int64(limit))
+		var err error
+		out, err = pgx.CollectRows(rows, scanTimer)
+		if err != nil || len(out) > 0 {
+			return err
+		}
+		return s.worldExists(ctx, op, world)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// QueueDepths implements store.Views: counts over the queues' partial
+// indexes, and the inbox backlog from every world's counter and cursor.
+func (s *Store) QueueDepths(ctx context.Context) (store.QueueDepths, error) {
+	const op = "queue_depths"
+	if err := s.begin(ctx, op); err != nil {
+		return store.QueueDepths{}, err
+	}
+	var d store.QueueDepths
+	err := s.retry(ctx, op, "", func() error {
+		return s.pool.QueryRow(ctx, `SELECT
+				(SELECT count(*) FROM effects WHERE state = 'pending'),
+				(SELECT count(*) FROM effects WHERE state = 'inflight'),
+				(SELECT count(*) FROM timers WHERE state = 'due'),
+				(SELECT count(*) FROM timers WHERE state = 'inflight'),
+				(SELECT coalesce(sum(x.inbox_seq - coalesce(s.inbox_cursor, 0)), 0)::bigint
+				 FROM worlds x LEFT JOIN streams s ON s.stream = x.world)`).
+			Scan(&d.EffectsPending, &d.EffectsInflight, &d.TimersScheduled, &d.TimersClaimed, &d.InboxBacklog)
+	})
+	return d, err
 }
 
 // ---- dedupe retention ----

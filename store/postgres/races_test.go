@@ -43,7 +43,7 @@ func TestTwoStoresRacingDuplicateAppendInsertsOnce(t *testing.T) {
 		race(len(answers), a, b, func(i int, s *Store) {
 			r := rec("same")
 			r.EventID = fmt.Sprint("ev-", i)
-			got, err := s.Append(bg, stream, []store.Record{r}, store.AppendOptions{})
+			got, err := s.Append(bg, stream, []store.Record{r}, store.AppendOptions{Kind: store.FreeStream})
 			if err != nil {
 				t.Error(err)
 				return
@@ -80,7 +80,7 @@ func TestTwoStoresOverlappingStreamsNoDeadlock(t *testing.T) {
 		rng := rand.New(rand.NewPCG(uint64(w), 7))
 		for i := range each {
 			stream := fmt.Sprint("s", rng.IntN(streams))
-			got, err := s.Append(bg, stream, []store.Record{rec(fmt.Sprintf("%d-%d", w, i))}, store.AppendOptions{})
+			got, err := s.Append(bg, stream, []store.Record{rec(fmt.Sprintf("%d-%d", w, i))}, store.AppendOptions{Kind: store.FreeStream})
 			if err != nil {
 				t.Error(err)
 				return
@@ -162,8 +162,8 @@ func TestTwoStoresRacingEnqueueDedupe(t *testing.T) {
 	}
 }
 
-// Adapters on two machines completing one intent (a reaped claim and its
-// late original): one terminal receipt.
+// Adapters on two machines completing one intent under its claim (an
+// adapter retrying its completion): one terminal receipt.
 func TestTwoStoresRacingCompleteOneReceipt(t *testing.T) {
 	t.Parallel()
 	a, b, _ := twoMachines(t)
@@ -173,11 +173,15 @@ func TestTwoStoresRacingCompleteOneReceipt(t *testing.T) {
 		if _, err := a.Publish(bg, "w", e, []store.Intent{{IntentHash: hash, Kind: "k"}}); err != nil {
 			t.Fatal(err)
 		}
+		items, err := a.Claim(bg, "adapter", []string{"k"}, 1, time.Minute)
+		if err != nil || len(items) != 1 || items[0].IntentHash != hash {
+			t.Fatalf("Claim = %+v, %v", items, err)
+		}
 		seqs := make([]uint64, 10)
 		dups := make([]bool, 10)
 		race(len(seqs), a, b, func(i int, s *Store) {
 			var err error
-			seqs[i], dups[i], err = s.Complete(bg, hash, store.Receipt{Status: store.ReceiptOK, Payload: []byte{byte(i)}})
+			seqs[i], dups[i], err = s.Complete(bg, hash, items[0].ClaimOf(), store.Receipt{Status: store.ReceiptOK, Payload: []byte{byte(i)}})
 			if err != nil {
 				t.Error(err)
 			}
@@ -281,7 +285,7 @@ func TestTwoStoresTimerClaimsNeverOverlap(t *testing.T) {
 				}
 				claimed[it.IntentHash] = true
 				mu.Unlock()
-				if _, dup, err := s.Fire(bg, it.IntentHash); err != nil || dup {
+				if _, dup, err := s.Fire(bg, it.IntentHash, it.ClaimOf()); err != nil || dup {
 					t.Errorf("Fire %s: dup=%v %v", it.IntentHash, dup, err)
 				}
 			}

@@ -2,50 +2,56 @@ package postgres
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/hub"
 )
 
-// Watch implements store.Store: a coalescing hint channel (buffer 1) for
-// topic. Hints come from this process's own writes at once, and from every
-// process's writes through LISTEN/NOTIFY on one dedicated connection,
-// opened on the first Watch and reopened (with a hint to every watcher,
-// since notifications may have been missed) if it drops. The channel is
-// closed when the watch stops: the returned function, ctx, or Close. On a
-// closed store it is returned closed.
-func (s *Store) Watch(ctx context.Context, topic string) (<-chan struct{}, func()) {
-	return s.hub.watch(ctx, topic)
+// Watch implements store.Store. The wakers live in a local hub
+// (store/internal/hub); hints reach it from this process's own commits at
+// once, and from every process's commits through LISTEN/NOTIFY on one
+// dedicated connection, opened on the first Watch and reopened (with a
+// hint on every watched topic, since notifications may have been missed)
+// if it drops. Every NOTIFY is sent inside the transaction of the change,
+// so PostgreSQL delivers it only after the commit. The registration holds
+// no goroutine of its own: the listener is the store's, and ends at Close.
+func (s *Store) Watch(ctx context.Context, w store.Waker, topics ...string) (func(), error) {
+	const op = "watch"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	return s.watch.add(ctx, op, w, topics)
 }
 
-type watcher struct {
-	ch    chan struct{}
-	topic string
-	stopC func() bool
+// hint wakes this process's watchers of topics after a commit.
+func (s *Store) hint(topics ...string) {
+	if len(topics) > 0 {
+		s.watch.local.Notify(topics...)
+	}
 }
 
-// hub fans hints out to watchers and owns the listener.
-type hub struct {
+// watchHub owns the local hub and the listener.
+type watchHub struct {
 	connCfg *pgx.ConnConfig
 	channel string
+	local   hub.Hub
 
-	mu       sync.Mutex
-	watchers map[string]map[*watcher]struct{}
-	closed   bool
-	started  bool
-	ready    chan struct{} // closed when the first LISTEN is active (or the hub closes)
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	mu      sync.Mutex
+	topics  map[string]int // watched topic -> registrations, for the hint after a reconnect
+	closed  bool
+	started bool
+	ready   chan struct{} // closed when the first LISTEN is active (or the hub closes)
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 }
 
-func newHub(cfg *pgx.ConnConfig, channel string) *hub {
-	return &hub{
-		connCfg:  cfg.Copy(),
-		channel:  channel,
-		watchers: map[string]map[*watcher]struct{}{},
-		ready:    make(chan struct{}),
-	}
+func newWatchHub(cfg *pgx.ConnConfig, channel string) *watchHub {
+	return &watchHub{connCfg: cfg.Copy(), channel: channel, topics: map[string]int{}, ready: make(chan struct{})}
 }
 
 // listenWait bounds how long the first Watch waits for the listener to be
@@ -54,20 +60,20 @@ func newHub(cfg *pgx.ConnConfig, channel string) *hub {
 // correctness).
 const listenWait = 5 * time.Second
 
-func (h *hub) watch(ctx context.Context, topic string) (<-chan struct{}, func()) {
-	w := &watcher{ch: make(chan struct{}, 1), topic: topic}
+func (h *watchHub) add(ctx context.Context, op string, w store.Waker, topics []string) (func(), error) {
+	remove, err := h.local.Add(op, w, topics)
+	if err != nil {
+		return nil, err
+	}
 	h.mu.Lock()
-	if h.closed || ctx.Err() != nil {
+	if h.closed {
 		h.mu.Unlock()
-		close(w.ch)
-		return w.ch, func() {}
+		remove()
+		return nil, store.Errorf(op, store.ErrClosed, "", "")
 	}
-	set := h.watchers[topic]
-	if set == nil {
-		set = map[*watcher]struct{}{}
-		h.watchers[topic] = set
+	for _, t := range topics {
+		h.topics[t]++
 	}
-	set[w] = struct{}{}
 	if !h.started {
 		h.started = true
 		lctx, cancel := context.WithCancel(context.Background())
@@ -75,70 +81,49 @@ func (h *hub) watch(ctx context.Context, topic string) (<-chan struct{}, func())
 		h.wg.Add(1)
 		go h.listen(lctx)
 	}
-	stop := func() {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		h.remove(w)
-	}
-	w.stopC = context.AfterFunc(ctx, stop)
 	ready := h.ready
 	h.mu.Unlock()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			remove()
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			for _, t := range topics {
+				if h.topics[t]--; h.topics[t] <= 0 {
+					delete(h.topics, t)
+				}
+			}
+		})
+	}
 
 	t := time.NewTimer(listenWait)
 	defer t.Stop()
 	select {
 	case <-ready:
-	case <-ctx.Done():
 	case <-t.C:
+	case <-ctx.Done():
+		stop()
+		return nil, &store.Error{Op: op, Kind: ctx.Err()}
 	}
-	return w.ch, stop
+	return stop, nil
 }
 
-// remove unregisters and closes w; mu is held.
-func (h *hub) remove(w *watcher) {
-	set := h.watchers[w.topic]
-	if _, ok := set[w]; !ok {
-		return
-	}
-	delete(set, w)
-	if len(set) == 0 {
-		delete(h.watchers, w.topic)
-	}
-	close(w.ch)
-	if w.stopC != nil {
-		w.stopC()
-	}
-}
-
-// signal hints every watcher of topic; a full buffer already holds a hint.
-func (h *hub) signal(topic string) {
+// broadcast hints every watched topic, in a stable order.
+func (h *watchHub) broadcast() {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	for w := range h.watchers[topic] {
-		select {
-		case w.ch <- struct{}{}:
-		default:
-		}
+	all := make([]string, 0, len(h.topics))
+	for t := range h.topics {
+		all = append(all, t)
 	}
-}
-
-// broadcast hints every watcher.
-func (h *hub) broadcast() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, set := range h.watchers {
-		for w := range set {
-			select {
-			case w.ch <- struct{}{}:
-			default:
-			}
-		}
-	}
+	h.mu.Unlock()
+	slices.Sort(all)
+	h.local.Notify(all...)
 }
 
 // listen keeps one connection LISTENing on the store's channel and turns
 // each notification (its payload is the topic) into a hint.
-func (h *hub) listen(ctx context.Context) {
+func (h *watchHub) listen(ctx context.Context) {
 	defer h.wg.Done()
 	first := true
 	defer func() {
@@ -165,7 +150,7 @@ func (h *hub) listen(ctx context.Context) {
 				if err != nil {
 					break
 				}
-				h.signal(n.Payload)
+				h.local.Notify(n.Payload)
 			}
 		}
 		if conn != nil {
@@ -188,18 +173,10 @@ func (h *hub) listen(ctx context.Context) {
 }
 
 // close ends every watch and stops the listener.
-func (h *hub) close() {
+func (h *watchHub) close() {
+	h.local.Close()
 	h.mu.Lock()
 	h.closed = true
-	var all []*watcher
-	for _, set := range h.watchers {
-		for w := range set {
-			all = append(all, w)
-		}
-	}
-	for _, w := range all {
-		h.remove(w)
-	}
 	cancel := h.cancel
 	h.mu.Unlock()
 	if cancel != nil {

@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
 // ---- worlds ----
@@ -16,21 +17,20 @@ func (s *Store) CreateWorld(ctx context.Context, universe, world string, seed *s
 	if err := s.begin(ctx, op); err != nil {
 		return store.World{}, err
 	}
-	if world == "" || !validText(world) || !validText(universe) {
-		return store.World{}, store.Errorf(op, store.ErrInvalid, "", "world id %q, universe %q", world, universe)
+	if err := store.CheckID(op, "universe", universe); err != nil {
+		return store.World{}, err
+	}
+	if err := store.CheckID(op, "world", world); err != nil {
+		return store.World{}, err
 	}
 	var h int64
 	var state []byte
 	var hash string
 	if seed != nil {
-		var err error
-		if h, err = i64(op, world, "height", seed.Height); err != nil {
+		if err := store.CheckSnapshot(op, *seed); err != nil {
 			return store.World{}, err
 		}
-		if !validText(seed.StateHash) {
-			return store.World{}, store.Errorf(op, store.ErrInvalid, world, "state hash is not valid UTF-8 text")
-		}
-		state, hash = seed.State, seed.StateHash
+		h, state, hash = int64(seed.Height), seed.State, seed.StateHash
 	}
 	var created int64
 	err := s.retry(ctx, op, world, func() error {
@@ -50,17 +50,15 @@ func (s *Store) ForkWorld(ctx context.Context, src string, height uint64, newWor
 	if err := s.begin(ctx, op); err != nil {
 		return store.World{}, err
 	}
-	if newWorld == "" || !validText(newWorld) || !validText(src) {
-		return store.World{}, store.Errorf(op, store.ErrInvalid, "", "world ids %q, %q", src, newWorld)
-	}
-	h, err := i64(op, src, "height", height)
-	if err != nil {
-		return store.World{}, err
+	for _, err := range []error{store.CheckID(op, "world", src), store.CheckID(op, "newWorld", newWorld), store.CheckInt(op, "height", height)} {
+		if err != nil {
+			return store.World{}, err
+		}
 	}
 	w := store.World{ID: newWorld, Status: store.WorldActive, ParentWorld: src, ForkedAtHeight: height}
-	err = s.retry(ctx, op, src, func() error {
+	err := s.retry(ctx, op, src, func() error {
 		var created int64
-		err := s.pool.QueryRow(ctx, `SELECT * FROM fork_world($1, $2, $3, $4)`, src, h, newWorld, s.off()).
+		err := s.pool.QueryRow(ctx, `SELECT * FROM fork_world($1, $2, $3, $4)`, src, int64(height), newWorld, s.off()).
 			Scan(&w.Universe, &w.ParentSnapshotHash, &created)
 		w.CreatedAt = fromNS(created)
 		return err
@@ -74,14 +72,18 @@ func (s *Store) ForkWorld(ctx context.Context, src string, height uint64, newWor
 	return w, nil
 }
 
-const worldCols = `world, universe, status, parent_world, parent_snapshot_hash, forked_at_height, created_at_ns`
+const worldCols = `world, universe, status, status_reason, status_changed_at_ns, parent_world, parent_snapshot_hash, forked_at_height, created_at_ns`
 
 func scanWorld(row pgx.CollectableRow) (store.World, error) {
+	return scanWorldRow(row)
+}
+
+func scanWorldRow(row pgx.Row) (store.World, error) {
 	var w store.World
 	var status string
-	var height, created int64
-	err := row.Scan(&w.ID, &w.Universe, &status, &w.ParentWorld, &w.ParentSnapshotHash, &height, &created)
-	w.Status, w.ForkedAtHeight, w.CreatedAt = store.WorldStatus(status), uint64(height), fromNS(created)
+	var changed, height, created int64
+	err := row.Scan(&w.ID, &w.Universe, &status, &w.StatusReason, &changed, &w.ParentWorld, &w.ParentSnapshotHash, &height, &created)
+	w.Status, w.StatusChangedAt, w.ForkedAtHeight, w.CreatedAt = store.WorldStatus(status), fromNS(changed), uint64(height), fromNS(created)
 	return w, err
 }
 
@@ -110,6 +112,11 @@ func (s *Store) ListWorlds(ctx context.Context, universe string, status store.Wo
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
+	if status != "" {
+		if err := store.CheckStatus(op, status); err != nil {
+			return nil, err
+		}
+	}
 	var out []store.World
 	err := s.retry(ctx, op, "", func() error {
 		rows, _ := s.pool.Query(ctx, `SELECT `+worldCols+` FROM worlds
@@ -121,49 +128,125 @@ func (s *Store) ListWorlds(ctx context.Context, universe string, status store.Wo
 	return out, err
 }
 
-// SetWorldStatus implements store.Worlds (see set_world_status).
-func (s *Store) SetWorldStatus(ctx context.Context, world string, epoch uint64, status store.WorldStatus) error {
+// SetWorldStatus implements store.Worlds, the operator's path: no lease.
+// It locks the world's row, then its lease row (the lock order; an
+// acquisition holds the world row FOR KEY SHARE, so one waits for the
+// other), decides with contract.Transition, and when the world leaves
+// active releases the lease in the same transaction: its holder is fenced
+// at once.
+func (s *Store) SetWorldStatus(ctx context.Context, world string, status store.WorldStatus, reason string) (store.World, error) {
 	const op = "set_world_status"
 	if err := s.begin(ctx, op); err != nil {
-		return err
+		return store.World{}, err
 	}
-	switch status {
-	case store.WorldActive, store.WorldFenced, store.WorldArchived:
-	default:
-		return store.Errorf(op, store.ErrInvalid, world, "unknown status %q", status)
+	for _, err := range []error{store.CheckID(op, "world", world), store.CheckStatus(op, status), store.CheckReason(op, reason)} {
+		if err != nil {
+			return store.World{}, err
+		}
 	}
-	e, err := i64(op, world, "epoch", epoch)
-	if err != nil {
-		return err
-	}
-	return s.retry(ctx, op, world, func() error {
-		_, err := s.pool.Exec(ctx, `SELECT set_world_status($1, $2, $3, $4)`, world, e, string(status), s.off())
-		return err
+	var w store.World
+	var held, changed bool
+	var now int64
+	err := s.twoTrips(ctx, op, world, func(b *batch) {
+		held, changed = false, false
+		b.queue(func(br pgx.BatchResults) error {
+			var err error
+			w, err = scanWorldRow(br.QueryRow())
+			if err == pgx.ErrNoRows {
+				return store.Errorf(op, store.ErrWorldNotFound, world, "")
+			}
+			return err
+		}, `SELECT `+worldCols+` FROM worlds WHERE world = $1 FOR UPDATE`, world)
+		b.queue(func(br pgx.BatchResults) error {
+			return scanEach(br, []any{&held}, func() {})
+		}, `SELECT holder <> '' FROM leases WHERE world = $1 FOR UPDATE`, world)
+		b.queue(func(br pgx.BatchResults) error { return br.QueryRow().Scan(&now) }, `SELECT now_ns($1)`, s.off())
+	}, func(b *batch) error {
+		noop, endLease, err := contract.Transition(op, world, w.Status, status)
+		if err != nil || noop {
+			return err
+		}
+		changed = true
+		w.Status, w.StatusReason, w.StatusChangedAt = status, reason, fromNS(now)
+		b.queue(nil, `UPDATE worlds SET status = $2, status_reason = $3, status_changed_at_ns = $4 WHERE world = $1`,
+			world, string(status), reason, now)
+		topics := []string{store.TopicAssignments}
+		if endLease && held {
+			b.queue(nil, `UPDATE leases SET holder = '', expires_at_ns = least(expires_at_ns, $2) WHERE world = $1`, world, now)
+			topics = append(topics, store.TopicLeases)
+		} else {
+			held = false
+		}
+		b.queue(nil, `SELECT notify_topic(t) FROM unnest($1::text[]) AS t`, topics)
+		return nil
 	})
+	if err != nil {
+		return store.World{}, err
+	}
+	if changed {
+		s.hint(store.TopicAssignments)
+	}
+	if held {
+		s.hint(store.TopicLeases)
+	}
+	return w, nil
 }
 
 // ---- snapshots ----
 
-// PutSnapshot implements store.Snapshots (see put_snapshot).
+// PutSnapshot implements store.Snapshots: the lease row (FOR SHARE) and
+// the stream row (FOR UPDATE, as a Commit locks it: snapshots of one world
+// never race) are read under lock with the snapshot stored at the height,
+// and contract.Fence and contract.Snapshot decide.
 func (s *Store) PutSnapshot(ctx context.Context, world string, epoch uint64, snap store.Snapshot) error {
 	const op = "put_snapshot"
 	if err := s.begin(ctx, op); err != nil {
 		return err
 	}
-	e, err := i64(op, world, "epoch", epoch)
-	if err != nil {
+	if err := checkFenced(op, world, epoch); err != nil {
 		return err
 	}
-	h, err := i64(op, world, "height", snap.Height)
-	if err != nil {
+	if err := store.CheckSnapshot(op, snap); err != nil {
 		return err
 	}
-	if !validText(snap.StateHash) {
-		return store.Errorf(op, store.ErrInvalid, world, "state hash is not valid UTF-8 text")
-	}
-	return s.retry(ctx, op, world, func() error {
-		_, err := s.pool.Exec(ctx, `SELECT put_snapshot($1, $2, $3, $4, $5, $6)`, world, e, h, snap.State, snap.StateHash, s.off())
-		return err
+	snap.World = world
+	var (
+		lease          contract.LeaseRow
+		found, located bool
+		head, now      int64
+		existing       string
+	)
+	return s.twoTrips(ctx, op, world, func(b *batch) {
+		lease, found, located, existing = contract.LeaseRow{}, false, false, ""
+		b.queue(func(br pgx.BatchResults) error {
+			var holder string
+			var e, exp int64
+			return scanEach(br, []any{&holder, &e, &exp}, func() {
+				lease = contract.LeaseRow{Found: true, Holder: holder, Epoch: uint64(e), ExpiresAt: fromNS(exp)}
+			})
+		}, `SELECT holder, epoch, expires_at_ns FROM leases WHERE world = $1 FOR SHARE`, world)
+		b.queue(func(br pgx.BatchResults) error {
+			return scanEach(br, []any{&head, &found, &now}, func() { located = true })
+		}, `SELECT s.head, EXISTS (SELECT 1 FROM worlds x WHERE x.world = s.stream), now_ns($2)
+			FROM streams s WHERE s.stream = $1 FOR UPDATE`, world, s.off())
+		b.queue(func(br pgx.BatchResults) error {
+			return scanEach(br, []any{&existing}, func() {})
+		}, `SELECT state_hash FROM snapshots WHERE world = $1 AND height = $2`, world, int64(snap.Height))
+	}, func(b *batch) error {
+		if !located {
+			found = false
+		}
+		if err := contract.Fence(op, world, epoch, found, lease, fromNS(now)); err != nil {
+			return err
+		}
+		write, err := contract.Snapshot(op, world, snap, uint64(head), existing)
+		if err != nil || !write {
+			return err
+		}
+		b.queue(nil, `INSERT INTO snapshots (world, height, state, state_hash, created_at_ns) VALUES ($1, $2, $3, $4, $5)`,
+			world, int64(snap.Height), snap.State, snap.StateHash, now)
+		b.queue(nil, `UPDATE streams SET baseline_height = greatest(baseline_height, $2) WHERE stream = $1`, world, int64(snap.Height))
+		return nil
 	})
 }
 
@@ -180,7 +263,8 @@ func (s *Store) ActiveSnapshot(ctx context.Context, world string) (store.Snapsho
 		var hash *string
 		var state []byte
 		err := s.pool.QueryRow(ctx, `SELECT n.height, n.state, n.state_hash, n.created_at_ns
-			FROM worlds x LEFT JOIN snapshots n ON n.world = x.world AND n.height = x.baseline_height
+			FROM worlds x LEFT JOIN streams t ON t.stream = x.world
+			LEFT JOIN snapshots n ON n.world = x.world AND n.height = t.baseline_height
 			WHERE x.world = $1`, world).Scan(&height, &state, &hash, &created)
 		if err == pgx.ErrNoRows {
 			return store.Errorf(op, store.ErrWorldNotFound, world, "")
@@ -204,16 +288,15 @@ func (s *Store) Compact(ctx context.Context, world string, epoch uint64, retain 
 	if err := s.begin(ctx, op); err != nil {
 		return 0, err
 	}
-	e, err := i64(op, world, "epoch", epoch)
-	if err != nil {
+	if err := checkFenced(op, world, epoch); err != nil {
 		return 0, err
 	}
-	if retain > 1<<63-1 {
-		retain = 1<<63 - 1
+	if err := store.CheckInt(op, "retain", retain); err != nil {
+		return 0, err
 	}
 	var n int32
-	err = s.retry(ctx, op, world, func() error {
-		return s.pool.QueryRow(ctx, `SELECT compact($1, $2, $3, $4)`, world, e, int64(retain), s.off()).Scan(&n)
+	err := s.retry(ctx, op, world, func() error {
+		return s.pool.QueryRow(ctx, `SELECT compact($1, $2, $3, $4)`, world, int64(epoch), int64(retain), s.off()).Scan(&n)
 	})
 	return int(n), err
 }
@@ -240,16 +323,17 @@ func (s *Store) CASWatermark(ctx context.Context, projector, stream string, old,
 	if err := s.begin(ctx, op); err != nil {
 		return err
 	}
-	o, err := i64(op, "", "watermark", old)
-	if err != nil {
+	for _, err := range []error{store.CheckInt(op, "old", old), store.CheckInt(op, "next", next)} {
+		if err != nil {
+			return err
+		}
+	}
+	o, nx := int64(old), int64(next)
+	if err := store.CheckID(op, "projector", projector); err != nil {
 		return err
 	}
-	nx, err := i64(op, "", "watermark", next)
-	if err != nil {
+	if err := store.CheckID(op, "stream", stream); err != nil {
 		return err
-	}
-	if !validText(projector) || !validText(stream) {
-		return store.Errorf(op, store.ErrInvalid, "", "projector and stream must be valid UTF-8 text")
 	}
 	return s.retry(ctx, op, "", func() error {
 		var sql string

@@ -26,7 +26,7 @@ func scanWorker(sc interface{ Scan(...any) error }) (store.WorkerInfo, error) {
 // Heartbeat records that worker is alive with capacity, keeping Draining.
 func (s *Store) Heartbeat(ctx context.Context, worker string, capacity int) (store.WorkerInfo, error) {
 	const op = "heartbeat"
-	if err := store.CheckID(op, "worker", worker); err != nil {
+	if err := store.CheckHeartbeat(op, worker, capacity); err != nil {
 		return store.WorkerInfo{}, err
 	}
 	var out store.WorkerInfo

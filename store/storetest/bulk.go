@@ -217,6 +217,13 @@ func testWorkerInventory(t *testing.T, open Factory) {
 	if ws, err := f.s.ListWorkers(bg); err != nil || len(ws) != 0 {
 		t.Fatalf("ListWorkers before any heartbeat = %+v, %v", ws, err)
 	}
+	for _, c := range []int{-1, store.MaxCapacity + 1} {
+		_, err := f.s.Heartbeat(bg, "A", c)
+		wantErr(t, err, store.ErrInvalid, fmt.Sprintf("Heartbeat with capacity %d", c))
+	}
+	if ws, err := f.s.ListWorkers(bg); err != nil || len(ws) != 0 {
+		t.Fatalf("a refused Heartbeat wrote %+v, %v", ws, err)
+	}
 	t0 := f.now()
 	b, err := f.s.Heartbeat(bg, "B", 10)
 	must(t, err, "Heartbeat B")

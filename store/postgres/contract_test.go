@@ -1,0 +1,280 @@
+package postgres
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orrery-run/orrery/store"
+)
+
+// A schema written by version 1 migrates in place: a "fenced" world
+// becomes paused (with a recorded reason, its lease released so its old
+// holder is fenced) and an operator can resume it;
+// baselines move to the stream rows; a key appended by version 1 (no
+// stored payload hash) still tells a conflicting re-append; a key
+// compacted by version 1 stays a duplicate, with no conflict to tell.
+func TestMigrationFromVersion1(t *testing.T) {
+	t.Parallel()
+	dsn := testDSN(t)
+	schema := freshSchema(t, dsn)
+	ms, err := migrations()
+	if err != nil || len(ms) < 2 || ms[0].version != 1 {
+		t.Fatalf("migrations: %+v, %v", ms, err)
+	}
+	conn, err := pgx.Connect(bg, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(bg)
+	ident := pgx.Identifier{schema}.Sanitize()
+	for _, sql := range []string{
+		`CREATE SCHEMA ` + ident,
+		`SET search_path TO ` + ident,
+		`CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT clock_timestamp())`,
+		ms[0].sql,
+		`INSERT INTO schema_migrations (version, name) VALUES (1, '` + ms[0].name + `')`,
+		`INSERT INTO worlds (world, universe, status, created_at_ns, baseline_height) VALUES
+			('f', 'u', 'fenced', 1, NULL), ('a', 'u', 'active', 1, 2)`,
+		// The holder that fenced f under version 1 kept its lease.
+		`INSERT INTO leases (world, holder, epoch, expires_at_ns) VALUES ('f', 'A', 3, now_ns(0) + 3600000000000)`,
+		`INSERT INTO streams (stream, head) VALUES ('a', 3)`,
+		`INSERT INTO snapshots (world, height, state, state_hash, created_at_ns) VALUES ('a', 2, '\x01', 'h2', 1)`,
+		`INSERT INTO events (stream, run_seq, event_id, idempotency_key, event_type, emitted_at_ns, persisted_at_ns,
+			step_id, logical_attempt_id, engine_attempt_id, plan_id, plan_version, payload)
+			VALUES ('a', 3, 'ev-k3', 'key-k3', 'StepCompleted', -9223372036854775808, 5, 's1', 1, 1, 'p', 1, '\xa0')`,
+		`INSERT INTO compacted_keys (stream, idempotency_key, event_id, run_seq, persisted_at_ns)
+			VALUES ('a', 'key-k1', 'ev-k1', 1, 4)`,
+	} {
+		if _, err := conn.Exec(bg, sql); err != nil {
+			t.Fatalf("%.60s: %v", sql, err)
+		}
+	}
+
+	s := openStore(t, schema, nil)
+	f, err := s.GetWorld(bg, "f")
+	if err != nil || f.Status != store.WorldPaused || f.StatusReason == "" || f.StatusChangedAt.IsZero() {
+		t.Fatalf("migrated fenced world = %+v, %v; want paused with a reason", f, err)
+	}
+	if _, err := s.Acquire(bg, "f", "A", time.Minute); !errors.Is(err, store.ErrWorldPaused) {
+		t.Fatalf("Acquire of the migrated world: %v, want ErrWorldPaused", err)
+	}
+	if l, ok, err := s.GetLease(bg, "f"); err != nil || !ok || l.Holder != "" || l.Epoch != 3 {
+		t.Fatalf("the migrated world's lease = %+v %v %v; want released at epoch 3", l, ok, err)
+	}
+	if _, err := s.Publish(bg, "f", 3, []store.Intent{{IntentHash: "x", Kind: "k"}}); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("a write by the old holder after the migration: %v, want ErrFenced", err)
+	}
+	if _, err := s.SetWorldStatus(bg, "f", store.WorldActive, "resumed after the migration"); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := s.Acquire(bg, "f", "A", time.Minute); err != nil || l.Epoch != 4 {
+		t.Fatalf("Acquire after the resume = %+v, %v; want epoch 4", l, err)
+	}
+	if snap, ok, err := s.ActiveSnapshot(bg, "a"); err != nil || !ok || snap.Height != 2 || snap.StateHash != "h2" {
+		t.Fatalf("ActiveSnapshot after the migration = %+v %v %v", snap, ok, err)
+	}
+	l, err := s.Acquire(bg, "a", "A", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence := store.AppendOptions{Fence: &store.Fence{World: "a", Epoch: l.Epoch}}
+	same := rec("k3")
+	changed := rec("k3")
+	changed.Payload = []byte{0xa1, 0x01, 0x02}
+	got, err := s.Append(bg, "a", []store.Record{same, changed}, fence)
+	if err != nil || !got[0].Idempotent || got[0].Conflict || got[0].RunSeq != 3 || !got[1].Idempotent || !got[1].Conflict {
+		t.Fatalf("re-appending a version-1 key as is and changed = %+v, %v; want idempotent, then a conflict", got, err)
+	}
+	got, err = s.Append(bg, "a", []store.Record{rec("k1")}, fence)
+	if err != nil || !got[0].Idempotent || got[0].Conflict || got[0].RunSeq != 1 {
+		t.Fatalf("re-appending a key compacted by version 1 = %+v, %v", got, err)
+	}
+	got, err = s.Append(bg, "a", []store.Record{rec("k4")}, store.AppendOptions{Fence: fence.Fence, ExpectedHead: store.Head(3)})
+	if err != nil || got[0].RunSeq != 4 || got[0].Idempotent {
+		t.Fatalf("a new append after the migration = %+v, %v; want runSeq 4", got, err)
+	}
+}
+
+// ListWorkerWorlds is index-backed: on a table of many worlds, the plan of
+// a page scans the holder and assignment indexes and never a whole table,
+// and paging through returns exactly the worker's worlds, in order.
+func TestListWorkerWorldsPagesOnIndexes(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, "", nil)
+	conn := rawConn(t, s.Schema())
+	const n = 20000
+	// One world in 100 is leased by w1 (one in 200 expired), one in 80
+	// assigned to w1: a worker's share of a big plane. The rest belong to
+	// 50 other workers.
+	for _, sql := range []string{
+		`INSERT INTO worlds (world, universe, status, created_at_ns)
+			SELECT format('w%s', lpad(i::text, 6, '0')), 'u', 'active', 0 FROM generate_series(1, $1) i`,
+		`INSERT INTO leases (world, holder, epoch, expires_at_ns)
+			SELECT format('w%s', lpad(i::text, 6, '0')),
+				CASE WHEN i % 100 = 0 THEN 'w1' ELSE format('other-%s', i % 50) END, 1,
+				CASE WHEN i % 200 = 0 THEN now_ns(0) - 1000000000 ELSE now_ns(0) + 3600000000000 END
+			FROM generate_series(1, $1) i`,
+		`INSERT INTO assignments (world, desired_worker, priority, reason)
+			SELECT format('w%s', lpad(i::text, 6, '0')),
+				CASE WHEN i % 80 = 0 THEN 'w1' ELSE format('other-%s', i % 50) END, 0, ''
+			FROM generate_series(1, $1) i`,
+	} {
+		if _, err := conn.Exec(bg, sql, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := conn.Exec(bg, `ANALYZE worlds, leases, assignments`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := conn.Query(bg, `EXPLAIN `+listWorkerWorldsSQL, "w1", "w010000", int64(100), int64(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := strings.Join(lines, "\n")
+	if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "leases_by_holder") || !strings.Contains(plan, "assignments_by_worker") {
+		t.Fatalf("a page is not index-backed:\n%s", plan)
+	}
+
+	var want []string
+	for i := 1; i <= n; i++ {
+		if (i%100 == 0 && i%200 != 0) || i%80 == 0 {
+			want = append(want, fmt.Sprintf("w%06d", i))
+		}
+	}
+	var got []string
+	after := ""
+	for {
+		page, err := s.ListWorkerWorlds(bg, "w1", after, 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ww := range page {
+			if ww.Lease == nil || ww.Assignment == nil {
+				t.Fatalf("%s: lease %v, assignment %v; every world here has both", ww.World, ww.Lease, ww.Assignment)
+			}
+			if (ww.Lease.Holder == "w1") == (ww.Assignment.DesiredWorker == "w1") && ww.Lease.Holder != "w1" {
+				t.Fatalf("%s: neither held by nor assigned to w1: %+v %+v", ww.World, ww.Lease, ww.Assignment)
+			}
+			got = append(got, ww.World)
+		}
+		if len(page) < 50 {
+			break
+		}
+		after = page[len(page)-1].World
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("paged %d worlds, want %d (first %v, want %v)", len(got), len(want), got[:min(5, len(got))], want[:5])
+	}
+}
+
+// Concurrent Commits of many worlds share transactions (group commit
+// across worlds), and each world's heads stay gapless and its cycles'
+// intents and timers all land.
+func TestCommitGroupCommitsAcrossWorlds(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, "", nil)
+	const worlds, cycles = 16, 8
+	epochs := make([]uint64, worlds)
+	for w := range worlds {
+		epochs[w] = leased(t, s, fmt.Sprint("w", w), "host").Epoch
+		for i := range cycles {
+			if _, _, err := s.Enqueue(bg, fmt.Sprint("w", w), store.InboxItem{Kind: "event", DedupeKey: fmt.Sprint("in-", i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	before := s.Stats()
+	var wg sync.WaitGroup
+	for w := range worlds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			world := fmt.Sprint("w", w)
+			for i := range cycles {
+				res, err := s.Commit(bg, world, epochs[w], store.CommitBatch{
+					ExpectedCursor: uint64(i), NewCursor: uint64(i + 1), ExpectedHead: uint64(2 * i),
+					Entries: []store.Record{rec(fmt.Sprintf("%d-a", i)), rec(fmt.Sprintf("%d-b", i))},
+					Intents: []store.Intent{{IntentHash: fmt.Sprintf("%s-i%d", world, i), Kind: "k"}},
+					Timers:  []store.TimerSet{{IntentHash: fmt.Sprintf("%s-t%d", world, i), DeliverAt: time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)}},
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Head != uint64(2*i+2) || res.Appended[0].RunSeq != uint64(2*i+1) || res.Appended[1].RunSeq != uint64(2*i+2) ||
+					res.Published != 1 || res.Scheduled != 1 {
+					t.Errorf("%s cycle %d: %+v", world, i, res)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	st := s.Stats()
+	reqs, txs := st.AppendRequests-before.AppendRequests, st.AppendTransactions-before.AppendTransactions
+	t.Logf("%d commits in %d transactions", reqs, txs)
+	if reqs != worlds*cycles || txs >= reqs {
+		t.Fatalf("%d commits in %d transactions: no group commit", reqs, txs)
+	}
+	d, err := s.QueueDepths(bg)
+	if err != nil || d.EffectsPending != worlds*cycles || d.TimersScheduled != worlds*cycles || d.InboxBacklog != 0 {
+		t.Fatalf("QueueDepths = %+v, %v", d, err)
+	}
+}
+
+// Two Commits of one world in one batch commit in two transactions, in
+// order: the second sees the first's cursor, head and timers (it cancels
+// the timer the first scheduled).
+func TestCommitsOfOneWorldInOneBatchCommitInOrder(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, "", nil)
+	e := leased(t, s, "w", "host").Epoch
+	for i := range 2 {
+		if _, _, err := s.Enqueue(bg, "w", store.InboxItem{Kind: "event", DedupeKey: fmt.Sprint("in-", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk := func(b store.CommitBatch) *appendReq {
+		r := newAppendReq(bg, "commit", "w", b.Entries)
+		r.head, r.commit = store.Head(b.ExpectedHead), &commitReq{epoch: e, b: &b}
+		return r
+	}
+	at := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+	batch := []*appendReq{
+		mk(store.CommitBatch{ExpectedCursor: 0, NewCursor: 1, ExpectedHead: 0, Entries: []store.Record{rec("a")},
+			Timers: []store.TimerSet{{IntentHash: "t1", DeliverAt: at}}}),
+		mk(store.CommitBatch{ExpectedCursor: 1, NewCursor: 2, ExpectedHead: 1, Entries: []store.Record{rec("b")},
+			CancelTimers: []string{"t1"}}),
+	}
+	before := s.Stats().AppendTransactions
+	s.runAppends(batch)
+	for i, r := range batch {
+		<-r.done
+		if r.res.err != nil || r.res.head != uint64(i+1) {
+			t.Fatalf("commit %d: head %d, %v", i, r.res.head, r.res.err)
+		}
+	}
+	if batch[0].res.scheduled != 1 || batch[1].res.cancelled != 1 {
+		t.Fatalf("scheduled %d, cancelled %d; want 1 and 1", batch[0].res.scheduled, batch[1].res.cancelled)
+	}
+	if got := s.Stats().AppendTransactions - before; got != 2 {
+		t.Fatalf("%d transactions, want 2", got)
+	}
+	if c, _ := s.Cursor(bg, "w"); c != 2 {
+		t.Fatalf("cursor = %d, want 2", c)
+	}
+	if ts, err := s.ListTimers(bg, "w", 10); err != nil || len(ts) != 0 {
+		t.Fatalf("timers = %+v, %v; want none", ts, err)
+	}
+}
