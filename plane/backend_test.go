@@ -70,7 +70,7 @@ func runOn(t *testing.T, backend string, cfg lab.Config, body func(r *rig) error
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	clock := &backendtest.Clock{}
-	st := backendtest.Open(t, ctx, backend, clock.Now)
+	st := backendtest.Open(t, ctx, backend, clock)
 	ex := actor.NewExecutor(seed)
 	sys := actor.NewSystem(actor.WithExecutor(ex))
 	r := &rig{backend: backend, ctx: ctx, root: sys.Root(), ex: ex, base: st,

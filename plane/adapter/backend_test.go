@@ -33,7 +33,7 @@ func onBackends(t *testing.T, body func(t *testing.T, k *kit)) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			clock := &backendtest.Clock{}
-			st := backendtest.Open(t, ctx, b, clock.Now)
+			st := backendtest.Open(t, ctx, b, clock)
 			body(t, &kit{env: envOn(t, ctx, st, actor.NewExecutor(7)), backend: b, clock: clock})
 		})
 	}

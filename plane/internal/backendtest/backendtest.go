@@ -10,19 +10,30 @@ package backendtest
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/postgres"
 	"github.com/orrery-run/orrery/store/sqlite"
 )
 
-// Backends are the stores every integration test runs on.
-var Backends = []string{"memstore", "sqlite"}
+// Backends are the stores every integration test runs on. PostgreSQL runs
+// when ORRERY_TEST_POSTGRES_DSN is set (CI always sets it; .ci/run) and is
+// skipped otherwise.
+var Backends = []string{"memstore", "sqlite", "postgres"}
+
+// DSNEnv names the PostgreSQL test database's DSN.
+const DSNEnv = "ORRERY_TEST_POSTGRES_DSN"
 
 // Clock is a store clock: the machine's clock plus an offset a test moves
 // forward, so leases, claims and timers expire without waiting.
@@ -31,6 +42,9 @@ type Clock struct{ off atomic.Int64 }
 // Now is the clock's time.
 func (c *Clock) Now() time.Time { return time.Now().Add(time.Duration(c.off.Load())) }
 
+// Offset is how far the clock has been moved.
+func (c *Clock) Offset() time.Duration { return time.Duration(c.off.Load()) }
+
 // Advance moves the clock forward by d.
 func (c *Clock) Advance(d time.Duration) {
 	if d > 0 {
@@ -38,13 +52,26 @@ func (c *Clock) Advance(d time.Duration) {
 	}
 }
 
-// Open opens a fresh real store (sqlite or postgres) whose clock is
-// clock; it is closed when t ends.
-func Open(t testing.TB, ctx context.Context, backend string, clock func() time.Time) store.Store {
+// Open opens a fresh real store (sqlite, or postgres in a schema of its
+// own, dropped at the end) whose clock is clock's; it is closed when t
+// ends.
+func Open(t testing.TB, ctx context.Context, backend string, clock *Clock) store.Store {
 	t.Helper()
 	switch backend {
+	case "postgres":
+		dsn := os.Getenv(DSNEnv)
+		if dsn == "" {
+			t.Skipf("%s is not set: skipping PostgreSQL (.ci/run sets it)", DSNEnv)
+		}
+		schema := freshSchema(t, dsn)
+		st, err := postgres.Open(ctx, dsn, postgres.WithSchema(schema), postgres.WithClockOffset(clock.Offset), postgres.WithMaxConns(8))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
 	case "sqlite":
-		st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "plane.db"), sqlite.WithClock(clock))
+		st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "plane.db"), sqlite.WithClock(clock.Now))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,6 +80,31 @@ func Open(t testing.TB, ctx context.Context, backend string, clock func() time.T
 	}
 	t.Fatalf("backendtest: unknown backend %q", backend)
 	return nil
+}
+
+// freshSchema returns a schema name no other test (in this or another
+// process) uses, and drops the schema when t ends.
+func freshSchema(t testing.TB, dsn string) string {
+	t.Helper()
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("orrery_plane_%d_%x", os.Getpid(), b)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Errorf("drop schema %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", name, err)
+		}
+	})
+	return name
 }
 
 // ErrCrashed is what a crashed Handle answers.
