@@ -319,3 +319,10 @@ func (h *Handle) Send(ctx context.Context, dest, messageID string, item store.In
 	}
 	return h.Store.Send(ctx, dest, messageID, item)
 }
+
+func (h *Handle) GetAssignment(ctx context.Context, world string) (store.Assignment, bool, error) {
+	if err := h.begin("get_assignment"); err != nil {
+		return store.Assignment{}, false, err
+	}
+	return h.Store.GetAssignment(ctx, world)
+}
