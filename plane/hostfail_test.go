@@ -181,3 +181,62 @@ func heartbeatOf(env *lab.Env, st store.Store, id string) time.Time {
 	}
 	return time.Time{}
 }
+
+// TestHostFailsWhenItsControllerDies: the controller (leases, renewals,
+// heartbeats) dies of a panic; the host fails as a whole: Wait returns
+// ErrHostFailed, its world supervisor is shut down so no world commits
+// without renewals, and nothing more happens on it.
+func TestHostFailsWhenItsControllerDies(t *testing.T) {
+	res := lab.Run(lab.Config{Seed: 6, Name: "controller-dies"}, func(env *lab.Env) error {
+		st := newStore(env)
+		if err := createAssigned(env.Ctx, st, "x", "A"); err != nil {
+			return err
+		}
+		c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
+		if _, err := c.Send(env.Ctx, "x", Add{By: 1, Key: "a"}, "a"); err != nil {
+			return err
+		}
+		boom := true
+		var failed bool
+		var after []plane.HostEvent
+		cfg := hostConfig("A", st, nil)
+		cfg.Observe = func(ev plane.HostEvent) {
+			switch {
+			case ev.Kind == plane.EvHostFailed:
+				failed = true
+			case failed && ev.Kind != plane.EvFenced:
+				after = append(after, ev)
+			case ev.Kind == plane.EvAcquired && boom:
+				boom = false
+				panic("injected: the controller dies")
+			}
+		}
+		h, err := plane.StartHost(env.Ctx, env.Root, cfg)
+		if err != nil {
+			return err
+		}
+		defer h.Stop(env.Ctx)
+		if err := h.Wait(env.Ctx); !errors.Is(err, plane.ErrHostFailed) {
+			return fmt.Errorf("Wait after the controller died: %v, want ErrHostFailed", err)
+		}
+		if !failed {
+			return fmt.Errorf("no host-failed event")
+		}
+		if _, err := c.Send(env.Ctx, "x", Add{By: 1, Key: "b"}, "b"); err != nil {
+			return err
+		}
+		if err := sleep(env, 3*cfg.LeaseTTL); err != nil {
+			return err
+		}
+		if len(after) != 0 {
+			return fmt.Errorf("the failed host acted: %+v", after)
+		}
+		if cur, _ := st.Cursor(env.Ctx, "x"); cur != 0 {
+			return fmt.Errorf("the failed host drained the inbox to %d", cur)
+		}
+		return nil
+	})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+}
