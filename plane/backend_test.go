@@ -8,6 +8,7 @@ import (
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/lab"
+	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/internal/backendtest"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
@@ -122,3 +123,16 @@ func (r *rig) drained(id string) error {
 type handle = backendtest.Handle
 
 func (r *rig) handle(hook func(op string) error) *handle { return backendtest.NewHandle(r.base, hook) }
+
+// hostConfig is the tests' host configuration on this rig. On a real
+// store the host runs on the machine's clock, so its lease is long enough
+// that a loaded machine cannot make a renewal late by accident (only the
+// store's clock, moved by the test, expires it), and the backstop scan is
+// frequent, since moving the store's clock raises no hint.
+func (r *rig) hostConfig(worker string, st store.Store, replies *plane.Replies) plane.HostConfig {
+	cfg := hostConfig(worker, st, replies)
+	if r.real() {
+		cfg.LeaseTTL, cfg.SyncEvery = 10*time.Second, 100*time.Millisecond
+	}
+	return cfg
+}

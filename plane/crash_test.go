@@ -91,7 +91,7 @@ func crashScenario(cp crashPoint, successor string) func(r *rig) error {
 		}
 		stA = r.handle(hook)
 		var commits []plane.HostEvent
-		cfgA := hostConfig("A", stA, nil)
+		cfgA := r.hostConfig("A", stA, nil)
 		cfgA.Observe = func(ev plane.HostEvent) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -139,7 +139,7 @@ func crashScenario(cp crashPoint, successor string) func(r *rig) error {
 				return err
 			}
 		}
-		cfgS := hostConfig(successor, r.handle(nil), nil)
+		cfgS := r.hostConfig(successor, r.handle(nil), nil)
 		cfgS.Observe = func(ev plane.HostEvent) {
 			if ev.Kind == plane.EvCommit {
 				mu.Lock()
@@ -248,7 +248,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 		// store's agree under the lab; on a real store only the store's
 		// clock is moved past the expiry).
 		var late []plane.HostEvent
-		cfgA := hostConfig("A", stA, nil)
+		cfgA := r.hostConfig("A", stA, nil)
 		cfgA.Observe = func(ev plane.HostEvent) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -289,7 +289,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 		if err := base.Assign(ctx, "z", store.Assignment{DesiredWorker: "B"}); err != nil {
 			return err
 		}
-		b, err := plane.StartHost(ctx, r.root, hostConfig("B", r.handle(nil), nil))
+		b, err := plane.StartHost(ctx, r.root, r.hostConfig("B", r.handle(nil), nil))
 		if err != nil {
 			return err
 		}

@@ -42,7 +42,7 @@ func failoverRun(r *rig, f, A, B string, failover bool) (state []byte, err error
 		return nil, err
 	}
 	stA := r.handle(nil)
-	a, err := plane.StartHost(ctx, r.root, hostConfig(A, stA, nil))
+	a, err := plane.StartHost(ctx, r.root, r.hostConfig(A, stA, nil))
 	if err != nil {
 		return nil, err
 	}
@@ -58,13 +58,13 @@ func failoverRun(r *rig, f, A, B string, failover bool) (state []byte, err error
 		// the lease expires, from the baseline plus the tail.
 		stA.Crash()
 		a.Kill(ctx)
-		if err := r.advance(hostConfig(A, nil, nil).LeaseTTL); err != nil {
+		if err := r.advance(r.hostConfig(A, nil, nil).LeaseTTL); err != nil {
 			return nil, err
 		}
 		if err := r.base.Assign(ctx, f, store.Assignment{DesiredWorker: B}); err != nil {
 			return nil, err
 		}
-		b, err := plane.StartHost(ctx, r.root, hostConfig(B, r.handle(nil), nil))
+		b, err := plane.StartHost(ctx, r.root, r.hostConfig(B, r.handle(nil), nil))
 		if err != nil {
 			return nil, err
 		}
@@ -125,7 +125,7 @@ func TestTimerSurvivesCrashAndMigration(t *testing.T) {
 			return err
 		}
 		stA := r.handle(nil)
-		a, err := plane.StartHost(ctx, r.root, hostConfig("A", stA, nil))
+		a, err := plane.StartHost(ctx, r.root, r.hostConfig("A", stA, nil))
 		if err != nil {
 			return err
 		}
@@ -145,7 +145,7 @@ func TestTimerSurvivesCrashAndMigration(t *testing.T) {
 		if err := r.base.Assign(ctx, "t", store.Assignment{DesiredWorker: "B"}); err != nil {
 			return err
 		}
-		b, err := plane.StartHost(ctx, r.root, hostConfig("B", r.handle(nil), nil))
+		b, err := plane.StartHost(ctx, r.root, r.hostConfig("B", r.handle(nil), nil))
 		if err != nil {
 			return err
 		}
@@ -154,7 +154,7 @@ func TestTimerSurvivesCrashAndMigration(t *testing.T) {
 			return fmt.Errorf("timers due before their time: %v %v", due, err)
 		}
 		// Past A's lease and the timer's due time.
-		if err := r.advance(6 * time.Second); err != nil {
+		if err := r.advance(max(6*time.Second, r.hostConfig("A", nil, nil).LeaseTTL)); err != nil {
 			return err
 		}
 		if err := r.waitFor("B holds t", 10*time.Second, func() (bool, error) {
@@ -201,7 +201,7 @@ func TestForkBootsAtSnapshotWithoutPendingEffects(t *testing.T) {
 		if err := createAssigned(ctx, st, "src", "A"); err != nil {
 			return err
 		}
-		h, err := plane.StartHost(ctx, r.root, hostConfig("A", st, nil))
+		h, err := plane.StartHost(ctx, r.root, r.hostConfig("A", st, nil))
 		if err != nil {
 			return err
 		}
