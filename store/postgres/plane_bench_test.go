@@ -26,4 +26,7 @@ func BenchmarkPlaneCommitCycle(b *testing.B) {
 
 func BenchmarkPlaneRenewLeases10k(b *testing.B) { storebench.RenewLeases(b, planeStore, 10_000) }
 
-func BenchmarkPlaneClaimComplete(b *testing.B) { storebench.ClaimComplete(b, planeStore, 16) }
+func BenchmarkPlaneClaimComplete(b *testing.B) {
+	b.Run("complete_many", func(b *testing.B) { storebench.ClaimComplete(b, planeStore, 16) })
+	b.Run("one_by_one", func(b *testing.B) { storebench.ClaimCompleteOneByOne(b, planeStore, 16) })
+}

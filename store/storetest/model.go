@@ -677,6 +677,31 @@ func testModelInboxAndEffects(t *testing.T, open Factory) {
 					inboxSeq("Complete", st.World, ss, rs, rdup)
 				}
 			},
+			"complete_many": func(rt *rapid.T) {
+				n := rapid.IntRange(0, 4).Draw(rt, "n")
+				cs := make([]store.Completion, n)
+				for i := range cs {
+					hash := pickBiased(rt, published, hashes)
+					cs[i] = store.Completion{IntentHash: hash, Claim: drawClaim(rt, claims[hash], adapters),
+						Receipt: store.Receipt{Status: store.ReceiptOK, Payload: []byte(fmt.Sprint("r", l.next()))}}
+				}
+				s, serr := l.sut.CompleteMany(bg, cs)
+				r, rerr := l.ref.CompleteMany(bg, cs)
+				if !l.both("CompleteMany", serr, rerr) {
+					return
+				}
+				l.eq("CompleteMany length", len(s), len(r))
+				for i := range r {
+					if l.both("CompleteMany item", s[i].Err, r[i].Err) {
+						l.eq("CompleteMany dup", s[i].Dup, r[i].Dup)
+						st, err := l.ref.EffectStatus(bg, cs[i].IntentHash)
+						if err != nil {
+							rt.Fatalf("reference EffectStatus: %v", err)
+						}
+						inboxSeq("CompleteMany", st.World, s[i].InboxSeq, r[i].InboxSeq, r[i].Dup)
+					}
+				}
+			},
 			"reap": func(rt *rapid.T) {
 				s, serr := l.sut.ReapEffects(bg)
 				r, rerr := l.ref.ReapEffects(bg)
