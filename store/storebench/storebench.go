@@ -385,3 +385,20 @@ func Percentile(sorted []time.Duration, p float64) float64 {
 	}
 	return float64(sorted[int(float64(len(sorted)-1)*p)]) / float64(time.Millisecond)
 }
+
+// Plane runs every benchmark of this package as sub-benchmarks of b, on
+// the stores open makes, so that each backend declares them in one line:
+//
+//	func BenchmarkPlane(b *testing.B) { storebench.Plane(b, open) }
+func Plane(b *testing.B, open Open) {
+	for _, c := range []struct {
+		name               string
+		worlds, committers int
+	}{{"worlds=1", 1, 1}, {"worlds=100/committers=32", 100, 32}} {
+		b.Run("CommitCycle/"+c.name+"/commit", func(b *testing.B) { CommitCycle(b, open, c.worlds, c.committers, true) })
+		b.Run("CommitCycle/"+c.name+"/separate", func(b *testing.B) { CommitCycle(b, open, c.worlds, c.committers, false) })
+	}
+	b.Run("RenewLeases10k", func(b *testing.B) { RenewLeases(b, open, 10_000) })
+	b.Run("ClaimComplete/complete_many", func(b *testing.B) { ClaimComplete(b, open, 16) })
+	b.Run("ClaimComplete/one_by_one", func(b *testing.B) { ClaimCompleteOneByOne(b, open, 16) })
+}
