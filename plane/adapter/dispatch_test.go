@@ -42,7 +42,11 @@ func TestDuplicateDispatchTwoPoolsOneReceiptPerIntent(t *testing.T) {
 		a := newPool(t, k.st, adapter.Config{Worker: "pool-a", Executor: k.ex, Concurrency: 4}, adapter.Register(f, adapter.RetryPolicy{}))
 		b := newPool(t, k.st, adapter.Config{Worker: "pool-b", Executor: k.ex, Concurrency: 4}, adapter.Register(f, adapter.RetryPolicy{}))
 		ra, rb := run(a), run(b)
-		k.waitFor("40 receipts", time.Minute, func() bool { return len(receipts(t, k.st, k.world)) >= 40 })
+		k.waitFor("40 receipts", time.Minute, func() bool {
+			// and every Complete returned to its pool, so that stopping
+			// the pools cancels none of them
+			return len(receipts(t, k.st, k.world)) >= 40 && a.Stats().Completed+b.Stats().Completed >= 40
+		})
 		ra.stop()
 		rb.stop()
 		oneReceiptEach(t, k.st, k.world, hs...)
@@ -200,7 +204,11 @@ func crashRun(t *testing.T, boundary string) {
 		r2 := run(p2)
 		stopReaper := k.reaper(st2, ttl)
 		k.advance(ttl) // the dead pool's claim expires; the reaper requeues it
-		k.waitFor("the receipt", 3*ttl, func() bool { return len(receipts(t, st2, k.world)) > 0 })
+		// The receipt is visible before Complete has returned to the pool:
+		// wait for both, or stopping the pool could cancel that return.
+		k.waitFor("the receipt", 3*ttl, func() bool {
+			return len(receipts(t, st2, k.world)) > 0 && p2.Stats().Completed > 0
+		})
 		stopReaper()
 		r2.stop()
 		got := oneReceiptEach(t, st2, k.world, h)[h]
