@@ -3,6 +3,8 @@ package plane_test
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,7 +12,6 @@ import (
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
-	"github.com/orrery-run/orrery/store/memstore"
 )
 
 var errCrash = errors.New("injected crash")
@@ -38,31 +39,37 @@ var crashPoints = []crashPoint{
 // commits after B), the state is the replay of the journal, and every inbox
 // item has exactly one record.
 func TestCrashMatrix(t *testing.T) {
-	for _, cp := range crashPoints {
-		for _, successor := range []string{"A", "B"} {
-			t.Run(cp.name+"/restart-on-"+successor, func(t *testing.T) {
-				for seed := uint64(1); seed <= 5; seed++ {
-					res := lab.Run(lab.Config{Seed: seed, Faults: lab.Faults{DelayWakeups: 0.05}, Name: "crash-matrix"}, crashScenario(cp, successor))
-					if res.Failure != nil {
-						t.Fatalf("seed %d: %v", seed, res.Failure)
-					}
+	for _, b := range backends {
+		t.Run(b, func(t *testing.T) {
+			for _, cp := range crashPoints {
+				for _, successor := range []string{"A", "B"} {
+					t.Run(cp.name+"/restart-on-"+successor, func(t *testing.T) {
+						seeds := uint64(5)
+						if b != "memstore" {
+							seeds = 1 // the production executor: a seed schedules nothing
+						}
+						for seed := uint64(1); seed <= seeds; seed++ {
+							runOn(t, b, lab.Config{Seed: seed, Faults: lab.Faults{DelayWakeups: 0.05}, Name: "crash-matrix"}, crashScenario(cp, successor))
+						}
+					})
 				}
-			})
-		}
+			}
+		})
 	}
 }
 
-func crashScenario(cp crashPoint, successor string) lab.Scenario {
-	return func(env *lab.Env) error {
-		base := newStore(env)
-		if err := createAssigned(env.Ctx, base, "c", "A"); err != nil {
+func crashScenario(cp crashPoint, successor string) func(r *rig) error {
+	return func(r *rig) error {
+		base := r.base
+		if err := createAssigned(r.ctx, base, "c", "A"); err != nil {
 			return err
 		}
+		var mu sync.Mutex // real backends call the hook from many goroutines
 		crashed := false
-		wake := env.Lab.NewParker()
-		var stA *memstore.Store
+		wake := r.ex.NewParker()
+		var stA *handle
 		prev := ""
-		crash := func() {
+		crashLocked := func() {
 			if !crashed {
 				crashed = true
 				stA.Crash()
@@ -70,36 +77,40 @@ func crashScenario(cp crashPoint, successor string) lab.Scenario {
 			}
 		}
 		hook := func(op string) error {
+			mu.Lock()
+			defer mu.Unlock()
 			defer func() { prev = op }()
 			if crashed {
 				return errCrash
 			}
 			if cp.op != nil && cp.op(op, prev) && prev != "" {
-				crash()
+				crashLocked()
 				return errCrash
 			}
 			return nil
 		}
-		stA = base.Restart(memstore.WithHook(hook))
+		stA = r.handle(hook)
 		var commits []plane.HostEvent
-		cfgA := hostConfig("A", stA, nil)
+		cfgA := r.hostConfig("A", stA, nil)
 		cfgA.Observe = func(ev plane.HostEvent) {
+			mu.Lock()
+			defer mu.Unlock()
 			if cp.ev != nil && cp.ev(ev) {
-				crash()
+				crashLocked()
 			}
 			if ev.Kind == plane.EvCommit && !crashed {
 				commits = append(commits, plane.HostEvent{Kind: "A", Epoch: ev.Epoch, Height: ev.Height})
 			}
 		}
-		a, err := plane.StartHost(env.Ctx, env.Root, cfgA)
+		a, err := plane.StartHost(r.ctx, r.root, cfgA)
 		if err != nil {
 			return err
 		}
-		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: env.Lab})
+		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: r.ex})
 		acked := map[string]uint64{}
 		send := func(i int) error {
 			key := fmt.Sprint("k", i)
-			ack, err := c.Send(env.Ctx, "c", Add{By: int64(i), Key: key}, key)
+			ack, err := c.Send(r.ctx, "c", Add{By: int64(i), Key: key}, key)
 			if err != nil {
 				return err
 			}
@@ -111,58 +122,70 @@ func crashScenario(cp crashPoint, successor string) lab.Scenario {
 				return err
 			}
 		}
-		if err := wake.Park(env.Ctx); err != nil { // A has crashed
+		if err := wake.Park(r.ctx); err != nil { // A has crashed
 			return err
 		}
-		a.Kill(env.Ctx)
+		a.Kill(r.ctx)
 		oldEpoch := uint64(0)
-		if l, ok, _ := base.GetLease(env.Ctx, "c"); ok {
+		if l, ok, _ := base.GetLease(r.ctx, "c"); ok {
 			oldEpoch = l.Epoch
 		}
+		// The successor may acquire once A's lease has expired.
+		if err := r.advance(cfgA.LeaseTTL); err != nil {
+			return err
+		}
 		if successor != "A" {
-			if err := base.Assign(env.Ctx, "c", store.Assignment{DesiredWorker: successor}); err != nil {
+			if err := base.Assign(r.ctx, "c", store.Assignment{DesiredWorker: successor}); err != nil {
 				return err
 			}
 		}
-		cfgS := hostConfig(successor, base.Restart(memstore.WithHook(nil)), nil)
+		cfgS := r.hostConfig(successor, r.handle(nil), nil)
 		cfgS.Observe = func(ev plane.HostEvent) {
 			if ev.Kind == plane.EvCommit {
+				mu.Lock()
 				commits = append(commits, plane.HostEvent{Kind: successor + "'", Epoch: ev.Epoch, Height: ev.Height})
+				mu.Unlock()
 			}
 		}
-		s, err := plane.StartHost(env.Ctx, env.Root, cfgS)
+		s, err := plane.StartHost(r.ctx, r.root, cfgS)
 		if err != nil {
 			return err
 		}
-		defer s.Stop(env.Ctx)
+		defer s.Stop(r.ctx)
 		for i := 6; i < 12; i++ {
 			if err := send(i); err != nil {
 				return err
 			}
 		}
-		if err := drained(env, base, "c"); err != nil {
+		if err := r.drained("c"); err != nil {
+			return err
+		}
+		if err := s.Stop(r.ctx); err != nil {
 			return err
 		}
 		// The crashed handle can write nothing, and a write at the old
 		// epoch after a takeover by another worker is fenced.
-		if _, _, err := stA.Enqueue(env.Ctx, "c", store.InboxItem{Kind: "event", Payload: []byte{0xa0}}); err == nil {
+		if _, _, err := stA.Enqueue(r.ctx, "c", store.InboxItem{Kind: "event", Payload: []byte{0xa0}}); err == nil {
 			return fmt.Errorf("the crashed handle still writes")
 		}
 		if successor != "A" && oldEpoch > 0 {
-			cur, _ := base.Cursor(env.Ctx, "c")
-			head, _ := base.Head(env.Ctx, "c")
-			_, err := base.Commit(env.Ctx, "c", oldEpoch, store.CommitBatch{ExpectedCursor: cur, NewCursor: cur, ExpectedHead: head})
+			cur, _ := base.Cursor(r.ctx, "c")
+			head, _ := base.Head(r.ctx, "c")
+			_, err := base.Commit(r.ctx, "c", oldEpoch, store.CommitBatch{ExpectedCursor: cur, NewCursor: cur, ExpectedHead: head})
 			if !errors.Is(err, store.ErrFenced) {
 				return fmt.Errorf("a commit at the old epoch %d: %v", oldEpoch, err)
 			}
 		}
 		// Commits: A's, then the successor's, epochs never going down.
-		for i := 1; i < len(commits); i++ {
-			if commits[i].Epoch < commits[i-1].Epoch || commits[i].Height <= commits[i-1].Height {
-				return fmt.Errorf("commits out of order: %+v", commits)
+		mu.Lock()
+		cs := slices.Clone(commits)
+		mu.Unlock()
+		for i := 1; i < len(cs); i++ {
+			if cs[i].Epoch < cs[i-1].Epoch || cs[i].Height <= cs[i-1].Height {
+				return fmt.Errorf("commits out of order: %+v", cs)
 			}
 		}
-		snap, err := parity(env.Ctx, base, "c")
+		snap, err := parity(r.ctx, base, "c")
 		if err != nil {
 			return err
 		}
@@ -191,96 +214,129 @@ func crashScenario(cp crashPoint, successor string) lab.Scenario {
 // rejected by the store, and A runs no handler and commits nothing after
 // its lease's expiry.
 func TestPausedHolderIsFenced(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 11, Name: "paused-holder"}, func(env *lab.Env) error {
-		base := newStore(env)
-		if err := createAssigned(env.Ctx, base, "z", "A"); err != nil {
+	forEachBackend(t, 11, "paused-holder", func(r *rig) error {
+		base, ctx := r.base, r.ctx
+		if err := createAssigned(ctx, base, "z", "A"); err != nil {
 			return err
 		}
+		var mu sync.Mutex // real backends call the hook from many goroutines
 		armed := false
 		// paused freezes every store call of A (its world process and its
 		// controller alike) until thawed: the whole worker stops.
-		paused, frozen := false, env.Lab.NewParker()
+		paused, frozen := false, r.ex.NewParker()
 		var blocked []actor.Parker
-		var commitErr error
+		var fencedErrs []error
 		hook := func(op string) error {
+			mu.Lock()
 			if op == "commit" && !paused && len(blocked) == 0 && armed {
 				paused = true
 				frozen.Unpark()
 			}
-			if paused {
-				p := env.Lab.NewParker()
-				blocked = append(blocked, p)
-				_ = p.Park(env.Ctx)
+			if !paused {
+				mu.Unlock()
+				return nil
 			}
+			p := r.ex.NewParker()
+			blocked = append(blocked, p)
+			mu.Unlock()
+			_ = p.Park(ctx)
 			return nil
 		}
-		stA := base.Restart(memstore.WithHook(hook))
-		var expiry time.Time
+		stA := r.handle(hook)
+		// A's steps and commits after it froze: there must be none, since
+		// its lease expires while it is frozen (A's own clock and the
+		// store's agree under the lab; on a real store only the store's
+		// clock is moved past the expiry).
 		var late []plane.HostEvent
-		cfgA := hostConfig("A", stA, nil)
+		cfgA := r.hostConfig("A", stA, nil)
 		cfgA.Observe = func(ev plane.HostEvent) {
-			if (ev.Kind == plane.EvStep || ev.Kind == plane.EvCommit) && !expiry.IsZero() && !ev.At.Before(expiry) {
+			mu.Lock()
+			defer mu.Unlock()
+			if (ev.Kind == plane.EvStep || ev.Kind == plane.EvCommit) && paused {
 				late = append(late, ev)
 			}
 			if ev.Kind == plane.EvFenced && ev.World == "z" {
-				commitErr = ev.Err
+				fencedErrs = append(fencedErrs, ev.Err)
 			}
 		}
-		a, err := plane.StartHost(env.Ctx, env.Root, cfgA)
+		a, err := plane.StartHost(ctx, r.root, cfgA)
 		if err != nil {
 			return err
 		}
-		defer a.Stop(env.Ctx)
-		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: env.Lab})
-		if _, err := c.Send(env.Ctx, "z", Add{By: 1, Key: "1"}, "1"); err != nil {
+		defer a.Stop(ctx)
+		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: r.ex})
+		if _, err := c.Send(ctx, "z", Add{By: 1, Key: "1"}, "1"); err != nil {
 			return err
 		}
-		if err := drained(env, base, "z"); err != nil {
+		if err := r.drained("z"); err != nil {
 			return err
 		}
 		// Freeze A at its next commit: from then on the whole worker is
 		// paused, renewals included.
+		mu.Lock()
 		armed = true
-		if _, err := c.Send(env.Ctx, "z", Add{By: 2, Key: "2"}, "2"); err != nil {
+		mu.Unlock()
+		if _, err := c.Send(ctx, "z", Add{By: 2, Key: "2"}, "2"); err != nil {
 			return err
 		}
-		if err := frozen.Park(env.Ctx); err != nil {
+		if err := frozen.Park(ctx); err != nil {
 			return err
 		}
-		l, _, _ := base.GetLease(env.Ctx, "z")
-		expiry = l.ExpiresAt
-		if err := base.Assign(env.Ctx, "z", store.Assignment{DesiredWorker: "B"}); err != nil {
+		// Frozen past its TTL; B is assigned and takes over.
+		if err := r.advance(cfgA.LeaseTTL); err != nil {
 			return err
 		}
-		b, err := plane.StartHost(env.Ctx, env.Root, hostConfig("B", base.Restart(memstore.WithHook(nil)), nil))
+		if err := base.Assign(ctx, "z", store.Assignment{DesiredWorker: "B"}); err != nil {
+			return err
+		}
+		b, err := plane.StartHost(ctx, r.root, r.hostConfig("B", r.handle(nil), nil))
 		if err != nil {
 			return err
 		}
-		defer b.Stop(env.Ctx)
-		if err := waitFor(env, "B takes over", 10*time.Second, func() (bool, error) {
+		defer b.Stop(ctx)
+		if err := r.waitFor("B takes over", 10*time.Second, func() (bool, error) {
 			_, ok := b.Lease("z")
 			return ok, nil
 		}); err != nil {
 			return err
 		}
-		if err := drained(env, base, "z"); err != nil {
+		if err := r.drained("z"); err != nil {
 			return err
 		}
-		_ = actor.Sleep(env.Ctx, env.Lab, 10*time.Millisecond)
+		mu.Lock()
 		paused = false
-		for _, p := range blocked { // A resumes, its frozen commit first
+		thaw := blocked
+		blocked = nil
+		mu.Unlock()
+		for _, p := range thaw { // A resumes, its frozen commit first
 			p.Unpark()
 		}
-		if err := sleep(env, time.Second); err != nil {
-			return err
+		// The world process reports its thawed commit's error when it
+		// stops (the controller may have dropped the lease first).
+		storeFenced := func() bool {
+			for _, err := range fencedErrs {
+				if errors.Is(err, store.ErrFenced) {
+					return true
+				}
+			}
+			return false
 		}
-		if len(late) != 0 {
-			return fmt.Errorf("A ran after its lease expired at %v: %+v", expiry, late)
+		if err := r.waitFor("A's thawed commit fenced by the store", 10*time.Second, func() (bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return storeFenced(), nil
+		}); err != nil {
+			mu.Lock()
+			defer mu.Unlock()
+			return fmt.Errorf("%w: A stopped with %v", err, fencedErrs)
 		}
-		if !errors.Is(commitErr, store.ErrFenced) {
-			return fmt.Errorf("A's thawed commit was not fenced by the store: %v", commitErr)
+		mu.Lock()
+		ran := late
+		mu.Unlock()
+		if len(ran) != 0 {
+			return fmt.Errorf("A ran after it froze past its lease: %+v", ran)
 		}
-		snap, err := parity(env.Ctx, base, "z")
+		snap, err := parity(ctx, base, "z")
 		if err != nil {
 			return err
 		}
@@ -290,7 +346,4 @@ func TestPausedHolderIsFenced(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }

@@ -14,6 +14,17 @@
 //     (HostConfig.MaxInboxBatch, MaxTickStepsPerCycle, MaxEffectsPerCycle,
 //     MaxCycleWall on the executor's clock), then makes ONE store.Commit.
 //     Leases are renewed in batches (RenewLeases) before expiresAt − margin.
+//     The controller reconciles with the store one ListWorkerWorlds page
+//     per turn, renewing between pages, and starts hint-driven passes at
+//     most once per HintSyncGap (the assignment and lease topics are
+//     global).
+//   - Host failure: a panic is never contained by a supervisor, so a world
+//     process that panics outside the kernel ends the host's dynamic
+//     supervisor. The host then fails as a whole instead of retrying: every
+//     lease is fenced at once, released once the supervisor is gone, and
+//     Wait and Err return ErrHostFailed (EvHostFailed is observed), for an
+//     outer supervisor or the operator to start it again. The controller's
+//     own death fails the host the same way.
 //   - Fencing at the host: a world whose renewal fails, whose lease is
 //     revoked (unassigned, reassigned, paused, taken over) or whose store
 //     call answers ErrFenced is stopped at once. A fenced flag and the

@@ -27,6 +27,12 @@ const (
 	// from the journal (its baseline was superseded on a seeded or forked
 	// world, or the journal was compacted past it).
 	ErrReplyUnavailable = sentinel("plane: reply no longer derivable")
+	// ErrHostFailed: the host's world supervisor or its controller died
+	// (a world process crashed outside the kernel's containment, a
+	// panic): every world on it stopped, and the host must be started
+	// again (by an outer supervisor or the operator). Host.Wait and
+	// Host.Err return it, with the cause wrapped.
+	ErrHostFailed = sentinel("plane: host failed")
 	// ErrStopped: the host or orchestrator is stopped.
 	ErrStopped = sentinel("plane: stopped")
 	// ErrNotLeader: this orchestrator does not hold the orchestrator lease.

@@ -1,6 +1,7 @@
 package plane_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -13,9 +14,9 @@ import (
 )
 
 // workload sends adds [from, to) to world id, acknowledged.
-func workload(env *lab.Env, c *plane.Client, id string, from, to int) error {
+func workload(ctx context.Context, c *plane.Client, id string, from, to int) error {
 	for i := from; i < to; i++ {
-		if _, err := c.Send(env.Ctx, id, Add{By: int64(i*i + 1), Key: fmt.Sprint("k", i)}, fmt.Sprint("k", i)); err != nil {
+		if _, err := c.Send(ctx, id, Add{By: int64(i*i + 1), Key: fmt.Sprint("k", i)}, fmt.Sprint("k", i)); err != nil {
 			return err
 		}
 	}
@@ -33,66 +34,61 @@ func drained(env *lab.Env, st store.Store, id string) error {
 	})
 }
 
-// failoverRun runs the workload on world "f", failing worker A over to
+// failoverRun runs the workload on world f, failing worker A over to
 // worker B halfway when failover is set, and returns the final state.
-func failoverRun(failover bool) (state []byte, err error) {
-	res := lab.Run(lab.Config{Seed: 7, Name: "failover"}, func(env *lab.Env) error {
-		base := newStore(env)
-		if err := createAssigned(env.Ctx, base, "f", "A"); err != nil {
-			return err
-		}
-		stA := base.Restart()
-		a, err := plane.StartHost(env.Ctx, env.Root, hostConfig("A", stA, nil))
-		if err != nil {
-			return err
-		}
-		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: env.Lab})
-		if err := workload(env, c, "f", 0, 20); err != nil {
-			return err
-		}
-		if err := drained(env, base, "f"); err != nil {
-			return err
-		}
-		if failover {
-			// A dies holding its lease; B is assigned and takes over once
-			// the lease expires, from the baseline plus the tail.
-			stA.Crash()
-			a.Kill(env.Ctx)
-			if err := base.Assign(env.Ctx, "f", store.Assignment{DesiredWorker: "B"}); err != nil {
-				return err
-			}
-			stB := base.Restart()
-			b, err := plane.StartHost(env.Ctx, env.Root, hostConfig("B", stB, nil))
-			if err != nil {
-				return err
-			}
-			defer b.Stop(env.Ctx)
-			if err := waitFor(env, "B holds f", 10*time.Second, func() (bool, error) {
-				_, ok := b.Lease("f")
-				return ok, nil
-			}); err != nil {
-				return err
-			}
-			if l, _, _ := base.GetLease(env.Ctx, "f"); l.Epoch != 2 || l.Holder != "B" {
-				return fmt.Errorf("lease after failover %+v, want B at epoch 2", l)
-			}
-		} else {
-			defer a.Stop(env.Ctx)
-		}
-		if err := workload(env, c, "f", 20, 40); err != nil {
-			return err
-		}
-		if err := drained(env, base, "f"); err != nil {
-			return err
-		}
-		s, err := parity(env.Ctx, base, "f")
-		state = s.State
-		return err
-	})
-	if res.Failure != nil {
-		return nil, res.Failure
+func failoverRun(r *rig, f, A, B string, failover bool) (state []byte, err error) {
+	ctx := r.ctx
+	if err := createAssigned(ctx, r.base, f, A); err != nil {
+		return nil, err
 	}
-	return state, nil
+	stA := r.handle(nil)
+	a, err := plane.StartHost(ctx, r.root, r.hostConfig(A, stA, nil))
+	if err != nil {
+		return nil, err
+	}
+	c, _ := plane.NewClient(plane.ClientConfig{Store: r.base, Kernels: kernels(), Executor: r.ex})
+	if err := workload(ctx, c, f, 0, 20); err != nil {
+		return nil, err
+	}
+	if err := r.drained(f); err != nil {
+		return nil, err
+	}
+	if failover {
+		// A dies holding its lease; B is assigned and takes over once
+		// the lease expires, from the baseline plus the tail.
+		stA.Crash()
+		a.Kill(ctx)
+		if err := r.advance(r.hostConfig(A, nil, nil).LeaseTTL); err != nil {
+			return nil, err
+		}
+		if err := r.base.Assign(ctx, f, store.Assignment{DesiredWorker: B}); err != nil {
+			return nil, err
+		}
+		b, err := plane.StartHost(ctx, r.root, r.hostConfig(B, r.handle(nil), nil))
+		if err != nil {
+			return nil, err
+		}
+		defer b.Stop(ctx)
+		if err := r.waitFor(B+" holds "+f, 10*time.Second, func() (bool, error) {
+			_, ok := b.Lease(f)
+			return ok, nil
+		}); err != nil {
+			return nil, err
+		}
+		if l, _, _ := r.base.GetLease(ctx, f); l.Epoch != 2 || l.Holder != B {
+			return nil, fmt.Errorf("lease after failover %+v, want %s at epoch 2", l, B)
+		}
+	} else {
+		defer a.Stop(ctx)
+	}
+	if err := workload(ctx, c, f, 20, 40); err != nil {
+		return nil, err
+	}
+	if err := r.drained(f); err != nil {
+		return nil, err
+	}
+	s, err := parity(ctx, r.base, f)
+	return s.State, err
 }
 
 // TestLeaseFailoverByteIdentical (seed 002): worker A loses its lease
@@ -100,17 +96,22 @@ func failoverRun(failover bool) (state []byte, err error) {
 // baseline plus the journal tail; the end state is byte for byte the one
 // of a run without failover.
 func TestLeaseFailoverByteIdentical(t *testing.T) {
-	want, err := failoverRun(false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := failoverRun(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(got) != string(want) || len(want) == 0 {
-		t.Fatalf("state after failover %x\nwithout failover %x", got, want)
-	}
+	forEachBackend(t, 7, "failover", func(r *rig) error {
+		got, err := failoverRun(r, "f", "A", "B", true)
+		if err != nil {
+			return err
+		}
+		// The run without failover, on another world of the same store
+		// (state bytes do not name their world).
+		want, err := failoverRun(r, "g", "C", "D", false)
+		if err != nil {
+			return err
+		}
+		if string(got) != string(want) || len(want) == 0 {
+			return fmt.Errorf("state after failover %x\nwithout failover %x", got, want)
+		}
+		return nil
+	})
 }
 
 // TestTimerSurvivesCrashAndMigration (seed 002): a timer set by a world on
@@ -118,54 +119,64 @@ func TestLeaseFailoverByteIdentical(t *testing.T) {
 // B, and B applies its firing exactly once. The firing is driven through
 // the store's ClaimDue and Fire, as the timer worker does.
 func TestTimerSurvivesCrashAndMigration(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 8, Name: "timer-migration"}, func(env *lab.Env) error {
-		base := newStore(env)
-		if err := createAssigned(env.Ctx, base, "t", "A"); err != nil {
+	forEachBackend(t, 8, "timer-migration", func(r *rig) error {
+		ctx := r.ctx
+		if err := createAssigned(ctx, r.base, "t", "A"); err != nil {
 			return err
 		}
-		stA := base.Restart()
-		a, err := plane.StartHost(env.Ctx, env.Root, hostConfig("A", stA, nil))
+		stA := r.handle(nil)
+		a, err := plane.StartHost(ctx, r.root, r.hostConfig("A", stA, nil))
 		if err != nil {
 			return err
 		}
-		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: env.Lab})
-		if _, err := c.Send(env.Ctx, "t", Arm{AfterMs: 5000}, "arm"); err != nil {
+		c, _ := plane.NewClient(plane.ClientConfig{Store: r.base, Kernels: kernels(), Executor: r.ex})
+		if _, err := c.Send(ctx, "t", Arm{AfterMs: 5000}, "arm"); err != nil {
 			return err
 		}
-		if err := drained(env, base, "t"); err != nil {
+		if err := r.drained("t"); err != nil {
 			return err
 		}
-		timers, err := base.ListTimers(env.Ctx, "t", 10)
+		timers, err := r.base.ListTimers(ctx, "t", 10)
 		if err != nil || len(timers) != 1 {
 			return fmt.Errorf("timers after arming: %v %v", timers, err)
 		}
 		stA.Crash()
-		a.Kill(env.Ctx)
-		if err := base.Assign(env.Ctx, "t", store.Assignment{DesiredWorker: "B"}); err != nil {
+		a.Kill(ctx)
+		if err := r.base.Assign(ctx, "t", store.Assignment{DesiredWorker: "B"}); err != nil {
 			return err
 		}
-		b, err := plane.StartHost(env.Ctx, env.Root, hostConfig("B", base.Restart(), nil))
+		b, err := plane.StartHost(ctx, r.root, r.hostConfig("B", r.handle(nil), nil))
 		if err != nil {
 			return err
 		}
-		defer b.Stop(env.Ctx)
-		if err := sleep(env, 6*time.Second); err != nil {
+		defer b.Stop(ctx)
+		if due, err := r.base.ClaimDue(ctx, "timer-worker", 10, time.Second); err != nil || len(due) != 0 {
+			return fmt.Errorf("timers due before their time: %v %v", due, err)
+		}
+		// Past A's lease and the timer's due time.
+		if err := r.advance(max(6*time.Second, r.hostConfig("A", nil, nil).LeaseTTL)); err != nil {
 			return err
 		}
-		due, err := base.ClaimDue(env.Ctx, "timer-worker", 10, time.Second)
+		if err := r.waitFor("B holds t", 10*time.Second, func() (bool, error) {
+			_, ok := b.Lease("t")
+			return ok, nil
+		}); err != nil {
+			return err
+		}
+		due, err := r.base.ClaimDue(ctx, "timer-worker", 10, time.Second)
 		if err != nil || len(due) != 1 {
 			return fmt.Errorf("due timers %v %v", due, err)
 		}
-		if _, dup, err := base.Fire(env.Ctx, due[0].IntentHash, due[0].ClaimOf()); err != nil || dup {
+		if _, dup, err := r.base.Fire(ctx, due[0].IntentHash, due[0].ClaimOf()); err != nil || dup {
 			return fmt.Errorf("fire: dup %v %v", dup, err)
 		}
-		if _, dup, err := base.Fire(env.Ctx, due[0].IntentHash, due[0].ClaimOf()); err != nil || !dup {
+		if _, dup, err := r.base.Fire(ctx, due[0].IntentHash, due[0].ClaimOf()); err != nil || !dup {
 			return fmt.Errorf("second fire: dup %v %v", dup, err)
 		}
-		if err := drained(env, base, "t"); err != nil {
+		if err := r.drained("t"); err != nil {
 			return err
 		}
-		s, err := parity(env.Ctx, base, "t")
+		s, err := parity(ctx, r.base, "t")
 		if err != nil {
 			return err
 		}
@@ -178,9 +189,6 @@ func TestTimerSurvivesCrashAndMigration(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestForkBootsAtSnapshotWithoutPendingEffects (seed 002): a fork boots at
@@ -188,26 +196,26 @@ func TestTimerSurvivesCrashAndMigration(t *testing.T) {
 // awaited intents, and runs on its own without re-publishing the source's
 // effects.
 func TestForkBootsAtSnapshotWithoutPendingEffects(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 9, Name: "fork"}, func(env *lab.Env) error {
-		st := newStore(env)
-		if err := createAssigned(env.Ctx, st, "src", "A"); err != nil {
+	forEachBackend(t, 9, "fork", func(r *rig) error {
+		st, ctx := r.base, r.ctx
+		if err := createAssigned(ctx, st, "src", "A"); err != nil {
 			return err
 		}
-		h, err := plane.StartHost(env.Ctx, env.Root, hostConfig("A", st, nil))
+		h, err := plane.StartHost(ctx, r.root, r.hostConfig("A", st, nil))
 		if err != nil {
 			return err
 		}
-		defer h.Stop(env.Ctx)
-		c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
+		defer h.Stop(ctx)
+		c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: r.ex})
 		for i, v := range []any{Add{By: 3, Key: "a"}, Pay{}, Arm{AfterMs: 60000}, Add{By: 4, Key: "b"}} {
-			if _, err := c.Send(env.Ctx, "src", v, fmt.Sprint(i)); err != nil {
+			if _, err := c.Send(ctx, "src", v, fmt.Sprint(i)); err != nil {
 				return err
 			}
 		}
-		if err := drained(env, st, "src"); err != nil {
+		if err := r.drained("src"); err != nil {
 			return err
 		}
-		snap, ok, err := st.ActiveSnapshot(env.Ctx, "src")
+		snap, ok, err := st.ActiveSnapshot(ctx, "src")
 		if err != nil || !ok || snap.Height != 4 {
 			return fmt.Errorf("source snapshot %d %v %v, want height 4", snap.Height, ok, err)
 		}
@@ -219,20 +227,20 @@ func TestForkBootsAtSnapshotWithoutPendingEffects(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		rec, err := ops.WorldFork(env.Ctx, "src", 0, "fork")
+		rec, err := ops.WorldFork(ctx, "src", 0, "fork")
 		if err != nil {
 			return err
 		}
 		if rec.ParentWorld != "src" || rec.ForkedAtHeight != 4 || rec.ParentSnapshotHash != snap.StateHash {
 			return fmt.Errorf("lineage %+v", rec)
 		}
-		if again, err := ops.WorldFork(env.Ctx, "src", 4, "fork"); err != nil || again.ID != "fork" {
+		if again, err := ops.WorldFork(ctx, "src", 4, "fork"); err != nil || again.ID != "fork" {
 			return fmt.Errorf("a repeated fork: %v", err)
 		}
-		if _, err := ops.WorldFork(env.Ctx, "src", 8, "fork"); !errors.Is(err, plane.ErrConflict) && !errors.Is(err, store.ErrSnapshotNotFound) {
+		if _, err := ops.WorldFork(ctx, "src", 8, "fork"); !errors.Is(err, plane.ErrConflict) && !errors.Is(err, store.ErrSnapshotNotFound) {
 			return fmt.Errorf("another fork under the same id: %v", err)
 		}
-		booted, _, err := plane.Restore(env.Ctx, st, kernels(), "fork")
+		booted, _, err := plane.Restore(ctx, st, kernels(), "fork")
 		if err != nil {
 			return err
 		}
@@ -244,26 +252,26 @@ func TestForkBootsAtSnapshotWithoutPendingEffects(t *testing.T) {
 		if len(booted.Awaiting()) != 0 || len(booted.Timers()) != 0 {
 			return fmt.Errorf("fork awaits %v and timers %v", booted.Awaiting(), booted.Timers())
 		}
-		effects, _ := st.ListEffects(env.Ctx, "fork", 0, 100)
-		timers, _ := st.ListTimers(env.Ctx, "fork", 100)
+		effects, _ := st.ListEffects(ctx, "fork", 0, 100)
+		timers, _ := st.ListTimers(ctx, "fork", 100)
 		if len(effects)+len(timers) != 0 {
 			return fmt.Errorf("fork has %d effects and %d timers queued", len(effects), len(timers))
 		}
-		before, _ := st.QueueDepths(env.Ctx)
-		if err := st.Assign(env.Ctx, "fork", store.Assignment{DesiredWorker: "A"}); err != nil {
+		before, _ := st.QueueDepths(ctx)
+		if err := st.Assign(ctx, "fork", store.Assignment{DesiredWorker: "A"}); err != nil {
 			return err
 		}
-		if _, err := c.Send(env.Ctx, "fork", Add{By: 10, Key: "f"}, "f"); err != nil {
+		if _, err := c.Send(ctx, "fork", Add{By: 10, Key: "f"}, "f"); err != nil {
 			return err
 		}
-		if err := drained(env, st, "fork"); err != nil {
+		if err := r.drained("fork"); err != nil {
 			return err
 		}
-		after, _ := st.QueueDepths(env.Ctx)
+		after, _ := st.QueueDepths(ctx)
 		if after.EffectsPending != before.EffectsPending || after.TimersScheduled != before.TimersScheduled {
 			return fmt.Errorf("running the fork queued effects or timers: %+v -> %+v", before, after)
 		}
-		got, err := c.State(env.Ctx, "fork")
+		got, err := c.State(ctx, "fork")
 		if err != nil {
 			return err
 		}
@@ -273,7 +281,4 @@ func TestForkBootsAtSnapshotWithoutPendingEffects(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }

@@ -17,9 +17,12 @@ import (
 
 // counter is the test world: it adds, answers Get, arms timers that tick.
 type counter struct {
-	N     int64
-	Ticks int64
-	Seen  []string // the keys of the adds, in order
+	N        int64
+	Ticks    int64
+	Seen     []string // the keys of the adds, in order
+	Fired    []string // the keys of the timers that fired (Beep)
+	Got      []string // the keys of the fabric messages received (Msg)
+	Receipts []string // the intent hashes of the receipts consumed
 }
 
 type Add struct {
@@ -34,6 +37,23 @@ type Arm struct{ AfterMs int64 }
 type Tick struct{}
 
 type Pay struct{}
+
+// Echo emits a test.echo effect (served by the simulation's in-process
+// adapter); Relay sends Msg to another world through fabric.send; Alarm
+// arms a timer that delivers Beep.
+type (
+	Echo  struct{ Key string }
+	Relay struct{ To, Key string }
+	Msg   struct{ Key string }
+	Alarm struct {
+		AfterMs int64
+		Key     string
+	}
+	Beep       struct{ Key string }
+	EchoParams struct{ Key string }
+)
+
+const kindEcho = "test.echo"
 
 func counterDef() *world.Def[counter] {
 	d := world.New[counter]("test.counter", 1)
@@ -56,6 +76,34 @@ func counterDef() *world.Def[counter] {
 	})
 	world.On(d, func(c *world.Ctx, s *counter, _ Pay) error {
 		c.Effect(world.KindHTTPRequest, world.HTTPRequest{Method: "POST", URL: "https://pay.example"})
+		return nil
+	})
+	world.EffectKind[EchoParams](d, kindEcho)
+	world.On(d, func(c *world.Ctx, s *counter, e Echo) error {
+		s.Seen = append(s.Seen, e.Key)
+		c.Effect(kindEcho, EchoParams(e))
+		return nil
+	})
+	world.On(d, func(c *world.Ctx, s *counter, r Relay) error {
+		s.Seen = append(s.Seen, r.Key)
+		c.Send(r.To, Msg{Key: r.Key})
+		return nil
+	})
+	world.On(d, func(c *world.Ctx, s *counter, m Msg) error {
+		s.Got = append(s.Got, m.Key)
+		return nil
+	})
+	world.On(d, func(c *world.Ctx, s *counter, a Alarm) error {
+		s.Seen = append(s.Seen, a.Key)
+		c.SetTimer(c.Now().Add(time.Duration(a.AfterMs)*time.Millisecond), Beep{Key: a.Key})
+		return nil
+	})
+	world.On(d, func(c *world.Ctx, s *counter, b Beep) error {
+		s.Fired = append(s.Fired, b.Key)
+		return nil
+	})
+	world.On(d, func(c *world.Ctx, s *counter, r world.Receipt) error {
+		s.Receipts = append(s.Receipts, r.IntentHash)
 		return nil
 	})
 	return d

@@ -30,6 +30,11 @@ type HostConfig struct {
 	// LeaseTTL/2): hints may be lost, and a lease held elsewhere becomes
 	// acquirable when it expires, which nothing announces.
 	SyncEvery time.Duration
+	// HintSyncGap spaces the scans hints start (default RetryAfter): the
+	// assignment and lease topics are global, so without it every acquire
+	// or assignment anywhere would start a scan of this worker's worlds on
+	// every host. Hints during a scan coalesce into one scan after it.
+	HintSyncGap time.Duration
 	// IdleAfter passivates a world whose process saw no input for that
 	// long (default 30s; negative: never).
 	IdleAfter time.Duration
@@ -72,6 +77,11 @@ const (
 	EvPassivate = "passivate"
 	EvWake      = "wake" // a passive world's process started again
 	EvCrash     = "crash"
+	EvSynced    = "synced" // a pass over the worker's worlds completed
+	// EvHostFailed: the host's world supervisor or controller died; Err
+	// is the *Error of kind ErrHostFailed. Nothing runs on the host after
+	// it.
+	EvHostFailed = "host-failed"
 )
 
 func (c *HostConfig) defaults() error {
@@ -95,6 +105,7 @@ func (c *HostConfig) defaults() error {
 	def(&c.IdleAfter, 30*time.Second)
 	def(&c.MaxCycleWall, 50*time.Millisecond)
 	def(&c.RetryAfter, 100*time.Millisecond)
+	def(&c.HintSyncGap, c.RetryAfter)
 	defInt(&c.Capacity, 1<<20)
 	defInt(&c.MaxInboxBatch, 256)
 	defInt(&c.MaxTickStepsPerCycle, 256)
@@ -117,9 +128,11 @@ type Host struct {
 	ex    actor.Executor
 	scope *actor.Scope
 	sup   *supervisor.DynamicRef
+	ctl   actor.PID    // the controller
 	park  actor.Parker // the controller's wake-up
 
 	syncHint atomic.Bool
+	scan     scan // the controller's own
 
 	mu       sync.Mutex
 	leases   map[string]*lease // held leases, active or passive
@@ -127,6 +140,19 @@ type Host struct {
 	waking   map[string]bool
 	draining bool
 	stopped  bool
+	failed   error // set once, when the supervisor or the controller died
+}
+
+// scan is a reconciliation pass over the worker's worlds in progress. It
+// reads one ListWorkerWorlds page per controller turn, so renewals,
+// heartbeats and wakes run between pages however many worlds the worker
+// has.
+type scan struct {
+	active  bool
+	after   string
+	seen    map[string]bool
+	again   bool      // a hint came during the pass: another one follows
+	started time.Time // of the last pass
 }
 
 // lease is what the host keeps per world it holds: for a passive world it
@@ -181,11 +207,97 @@ func StartHost(ctx context.Context, scope *actor.Scope, cfg HostConfig) (*Host, 
 		return nil, err
 	}
 	h.syncHint.Store(true)
-	if _, err := sub.Go("host-controller:"+cfg.Worker, h.control); err != nil {
+	h.ctl, err = sub.Go("host-controller:"+cfg.Worker, h.control)
+	if err != nil {
 		_, _ = sub.CloseKilled(ctx)
 		return nil, err
 	}
+	// A supervisor never restarts a Panicked child and exits Panicked
+	// itself: after that no world could start here again, so the host
+	// must fail as a whole rather than retry StartChild forever. The same
+	// holds when the controller dies: nothing renews the leases any more.
+	watch := func(pid actor.PID, what string) {
+		if _, ok := pid.OnExit(func(o actor.Outcome) { h.died(what, o) }); !ok {
+			o, _ := pid.Outcome()
+			h.died(what, o)
+		}
+	}
+	watch(h.sup.PID(), "world supervisor")
+	watch(h.ctl, "controller")
 	return h, nil
+}
+
+// died is told when the supervisor or the controller exits. Unless the
+// host is being stopped, it fails the host: every lease is fenced at once
+// (no step or commit passes alive after this), and the controller is woken
+// to clean up and exit; if the controller itself died, the supervisor is
+// shut down instead and the leases are left to their TTL.
+func (h *Host) died(what string, o actor.Outcome) {
+	h.mu.Lock()
+	if h.stopped || h.failed != nil {
+		h.mu.Unlock()
+		return
+	}
+	cause := o.AsError()
+	if cause == nil {
+		cause = detail("exited")
+	}
+	h.failed = errorf("host", ErrHostFailed, "", detail("%s of %s: %w", what, h.cfg.Worker, cause))
+	for _, l := range h.leases {
+		l.fenced.Store(true)
+	}
+	h.mu.Unlock()
+	if what == "controller" {
+		h.sup.PID().Shutdown(h.failed)
+		h.emit(HostEvent{Kind: EvHostFailed, Err: h.failed})
+		return
+	}
+	h.park.Unpark()
+}
+
+// Err returns the host's failure (an *Error of kind ErrHostFailed), or nil
+// while it runs or after a Stop, Kill or Drain.
+func (h *Host) Err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.failed
+}
+
+// Wait blocks until the host's controller has exited (after a failure, or
+// a Stop or Kill) and returns Err. An outer supervisor waits here to
+// restart a failed host.
+func (h *Host) Wait(ctx context.Context) error {
+	if _, err := h.ctl.Wait(ctx); err != nil {
+		return err
+	}
+	return h.Err()
+}
+
+// failOut is the controller's last act on a failed host: it forgets every
+// lease, and releases them once the supervisor has exited (its children,
+// the world processes, with it), so that successors need not wait for the
+// TTL. A write from a process that was killed mid-call is still fenced by
+// the store, by epoch.
+func (h *Host) failOut(ctx context.Context, failed error) error {
+	h.mu.Lock()
+	var held []*lease
+	for _, w := range sortedKeys(h.leases) {
+		held = append(held, h.leases[w])
+	}
+	h.mu.Unlock()
+	for _, l := range held {
+		h.dropLease(l, EvFenced, failed)
+	}
+	if _, err := h.sup.PID().Wait(ctx); err == nil && len(held) > 0 {
+		refs := make([]store.LeaseRef, len(held))
+		for i, l := range held {
+			refs[i] = store.LeaseRef{World: l.world, Epoch: l.epoch}
+		}
+		// A failed release only means the successors wait for the TTL.
+		_, _ = h.st.ReleaseLeases(ctx, h.cfg.Worker, refs)
+	}
+	h.emit(HostEvent{Kind: EvHostFailed, Err: failed})
+	return failed
 }
 
 // Worker is the host's worker id.
@@ -351,13 +463,16 @@ type worldSnapshot = world.Snapshot
 // Watch hints and by a timer on the executor's clock for its next
 // deadline; it never polls.
 func (h *Host) control(ctx context.Context) error {
-	stop, err := h.st.Watch(ctx, hintWaker{h}, store.TopicAssignments, store.TopicLeases)
+	stop, err := watchRetry(ctx, h.st, h.ex, h.cfg.RetryAfter, hintWaker{h}, store.TopicAssignments, store.TopicLeases)
 	if err != nil {
-		return err
+		return nil // stopped
 	}
 	defer stop()
 	var nextBeat, nextSync, nextRenew time.Time
 	for ctx.Err() == nil {
+		if err := h.Err(); err != nil {
+			return h.failOut(ctx, err)
+		}
 		now := h.ex.Now()
 		if !now.Before(nextBeat) {
 			if _, err := h.st.Heartbeat(ctx, h.cfg.Worker, h.cfg.Capacity); err != nil {
@@ -366,19 +481,41 @@ func (h *Host) control(ctx context.Context) error {
 				nextBeat = now.Add(h.cfg.HeartbeatEvery)
 			}
 		}
-		if h.syncHint.Swap(false) || !now.Before(nextSync) {
-			if err := h.sync(ctx); err != nil {
-				h.syncHint.Store(true)
+		hinted := h.syncHint.Swap(false)
+		sc := &h.scan
+		switch {
+		case sc.active:
+			sc.again = sc.again || hinted
+		case !now.Before(nextSync) || hinted && !now.Before(sc.started.Add(h.cfg.HintSyncGap)):
+			*sc = scan{active: true, seen: map[string]bool{}, started: now}
+		case hinted:
+			// Too soon after the last pass: keep the hint for when the
+			// gap is over.
+			h.syncHint.Store(true)
+			if at := sc.started.Add(h.cfg.HintSyncGap); at.Before(nextSync) {
+				nextSync = at
+			}
+		}
+		if sc.active {
+			switch done, err := h.syncPage(ctx); {
+			case err != nil:
+				// Abandoned: the next pass starts over.
+				sc.active = false
 				nextSync = now.Add(h.cfg.RetryAfter)
-			} else {
+			case done:
+				sc.active = false
 				nextSync = now.Add(h.cfg.SyncEvery)
+				if sc.again {
+					h.syncHint.Store(true)
+				}
+				h.emit(HostEvent{Kind: EvSynced})
 			}
 		}
 		nextRenew = h.renew(ctx)
 		retry := h.startWakes(ctx)
 
 		at := slices.MinFunc([]time.Time{nextBeat, nextSync, nextRenew}, time.Time.Compare)
-		if retry {
+		if retry || h.scan.active {
 			at = now.Add(time.Millisecond)
 		}
 		if d := at.Sub(h.ex.Now()); d > 0 {
@@ -391,6 +528,22 @@ func (h *Host) control(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// watchRetry registers a Watch, retrying a failed registration every
+// retry until ctx ends (its error is then returned): a controller that
+// gave up on a transient store error would die silently, and nothing else
+// would ever act for it.
+func watchRetry(ctx context.Context, st store.Store, ex actor.Executor, retry time.Duration, w store.Waker, topics ...string) (func(), error) {
+	for {
+		stop, err := st.Watch(ctx, w, topics...)
+		if err == nil {
+			return stop, nil
+		}
+		if err := actor.Sleep(ctx, ex, retry); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // hintWaker turns an assignment or lease hint into a sync.
@@ -499,59 +652,60 @@ func (h *Host) startProc(ctx context.Context, l *lease) error {
 	return err
 }
 
-// sync reconciles the leases held with the worker's worlds in the store:
-// acquire what is assigned here and not held, drop what was lost, revoked
-// or moved elsewhere.
-func (h *Host) sync(ctx context.Context) error {
-	seen := map[string]bool{}
-	after := ""
+// syncPage reconciles the leases held with one page of the worker's
+// worlds in the store: acquire what is assigned here and not held, drop
+// what was lost, revoked or moved elsewhere. On the pass's last page it
+// also drops the leases the pass never saw (expired or revoked), and
+// reports done.
+func (h *Host) syncPage(ctx context.Context) (done bool, err error) {
+	sc := &h.scan
 	h.mu.Lock()
 	draining := h.draining
 	h.mu.Unlock()
-	for {
-		rows, err := h.st.ListWorkerWorlds(ctx, h.cfg.Worker, after, h.cfg.ListPage)
-		if err != nil {
-			return err
-		}
-		for _, row := range rows {
-			seen[row.World] = true
-			mine := row.Assignment != nil && row.Assignment.DesiredWorker == h.cfg.Worker
-			h.mu.Lock()
-			l := h.leases[row.World]
-			h.mu.Unlock()
-			if l != nil {
-				switch {
-				case l.fenced.Load():
-					// Fenced locally (expired before a renewal landed):
-					// never revived; acquired again at a new epoch.
-					h.dropLease(l, EvFenced, errorf("sync", ErrFenced, l.world, detail("expired locally")))
-					l = nil
-				case row.Lease == nil || row.Lease.Holder != h.cfg.Worker || row.Lease.Epoch != l.epoch:
-					h.dropLease(l, EvFenced, errorf("sync", ErrFenced, l.world, detail("lease lost")))
-					l = nil
-				case !mine || draining:
-					// Revoked: unassigned or moved. Stop, then release so
-					// the successor need not wait for the TTL.
-					h.dropLease(l, EvReleased, nil)
-					h.releaseAfterStop(ctx, l)
-					continue
-				}
-			}
-			if l == nil && mine && !draining {
-				if err := h.acquire(ctx, row.World); err != nil && !benign(err) {
-					return err
-				}
-			}
-		}
-		if len(rows) < h.cfg.ListPage {
-			break
-		}
-		after = rows[len(rows)-1].World
+	rows, err := h.st.ListWorkerWorlds(ctx, h.cfg.Worker, sc.after, h.cfg.ListPage)
+	if err != nil {
+		return false, err
 	}
+	for _, row := range rows {
+		sc.seen[row.World] = true
+		mine := row.Assignment != nil && row.Assignment.DesiredWorker == h.cfg.Worker
+		h.mu.Lock()
+		l := h.leases[row.World]
+		h.mu.Unlock()
+		if l != nil {
+			switch {
+			case l.fenced.Load():
+				// Fenced locally (expired before a renewal landed):
+				// never revived; acquired again at a new epoch.
+				h.dropLease(l, EvFenced, errorf("sync", ErrFenced, l.world, detail("expired locally")))
+				l = nil
+			case row.Lease == nil || row.Lease.Holder != h.cfg.Worker || row.Lease.Epoch != l.epoch:
+				h.dropLease(l, EvFenced, errorf("sync", ErrFenced, l.world, detail("lease lost")))
+				l = nil
+			case !mine || draining:
+				// Revoked: unassigned or moved. Stop, then release so
+				// the successor need not wait for the TTL.
+				h.dropLease(l, EvReleased, nil)
+				h.releaseAfterStop(ctx, l)
+				continue
+			}
+		}
+		if l == nil && mine && !draining {
+			if err := h.acquire(ctx, row.World); err != nil && !benign(err) {
+				return false, err
+			}
+		}
+	}
+	if len(rows) == h.cfg.ListPage {
+		sc.after = rows[len(rows)-1].World
+		return false, nil
+	}
+	// Every lease held now was held when the pass began or acquired by
+	// it; one its pages did not list is expired or revoked.
 	h.mu.Lock()
 	var lost []*lease
 	for _, w := range sortedKeys(h.leases) {
-		if !seen[w] {
+		if !sc.seen[w] {
 			lost = append(lost, h.leases[w])
 		}
 	}
@@ -559,7 +713,7 @@ func (h *Host) sync(ctx context.Context) error {
 	for _, l := range lost {
 		h.dropLease(l, EvFenced, errorf("sync", ErrFenced, l.world, detail("lease expired or revoked")))
 	}
-	return nil
+	return true, nil
 }
 
 // benign are the acquire errors that only mean "not now": another holder

@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/plane/internal/backendtest"
+	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -109,6 +112,117 @@ func TestCycleBudgetsBoundEachCommit(t *testing.T) {
 		}
 		_, err = parity(env.Ctx, st, "b")
 		return err
+	})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+}
+
+// TestHintStormCoalescesScans: forty worlds are assigned to a worker one
+// every 10ms; each assignment raises a hint on a global topic. The host
+// scans its worlds at most once per HintSyncGap (and once more for the
+// hints that came during a pass), not once per hint, and still acquires
+// every world.
+func TestHintStormCoalescesScans(t *testing.T) {
+	res := lab.Run(lab.Config{Seed: 12, Name: "hint-storm"}, func(env *lab.Env) error {
+		st := newStore(env)
+		const n = 40
+		for i := range n {
+			if _, err := st.CreateWorld(env.Ctx, universe, fmt.Sprint("h", i), nil); err != nil {
+				return err
+			}
+		}
+		scans := 0
+		cfg := hostConfig("A", st, nil)
+		cfg.HintSyncGap = 100 * time.Millisecond
+		cfg.Observe = func(ev plane.HostEvent) {
+			if ev.Kind == plane.EvSynced {
+				scans++
+			}
+		}
+		h, err := plane.StartHost(env.Ctx, env.Root, cfg)
+		if err != nil {
+			return err
+		}
+		defer h.Stop(env.Ctx)
+		if err := sleep(env, 10*time.Millisecond); err != nil {
+			return err
+		}
+		scans = 0
+		for i := range n {
+			if err := st.Assign(env.Ctx, fmt.Sprint("h", i), store.Assignment{DesiredWorker: "A"}); err != nil {
+				return err
+			}
+			if err := sleep(env, 10*time.Millisecond); err != nil {
+				return err
+			}
+		}
+		if err := waitFor(env, "every world held", 2*time.Second, func() (bool, error) {
+			held, _ := h.Worlds()
+			return len(held) == n, nil
+		}); err != nil {
+			return err
+		}
+		// 400ms of hints at one per 100ms, plus one pass for the last
+		// hints and the backstop: far fewer than forty.
+		if scans > 8 {
+			return fmt.Errorf("%d scans for %d hints", scans, n)
+		}
+		return nil
+	})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+}
+
+// TestSlowScanDoesNotStarveRenewals: a worker holds thirty worlds and its
+// store answers each ListWorkerWorlds page slowly, so one pass over its
+// worlds lasts twice the lease TTL. The controller renews between pages,
+// so no lease is lost.
+func TestSlowScanDoesNotStarveRenewals(t *testing.T) {
+	res := lab.Run(lab.Config{Seed: 13, Name: "slow-scan"}, func(env *lab.Env) error {
+		base := newStore(env)
+		const n = 30
+		for i := range n {
+			if err := createAssigned(env.Ctx, base, fmt.Sprint("s", i), "A"); err != nil {
+				return err
+			}
+		}
+		st := backendtest.NewHandle(base, func(op string) error {
+			if op == "list_worker_worlds" {
+				return sleep(env, 300*time.Millisecond)
+			}
+			return nil
+		})
+		var lost []plane.HostEvent
+		cfg := hostConfig("A", st, nil)
+		cfg.LeaseTTL, cfg.ListPage = time.Second, 5 // a pass: 7 pages, 2.1s
+		cfg.Observe = func(ev plane.HostEvent) {
+			if ev.Kind == plane.EvFenced {
+				lost = append(lost, ev)
+			}
+		}
+		h, err := plane.StartHost(env.Ctx, env.Root, cfg)
+		if err != nil {
+			return err
+		}
+		defer h.Stop(env.Ctx)
+		if err := sleep(env, 6*time.Second); err != nil {
+			return err
+		}
+		if len(lost) != 0 {
+			return fmt.Errorf("%d leases lost during slow scans, the first %+v", len(lost), lost[0])
+		}
+		held, _ := h.Worlds()
+		if len(held) != n {
+			return fmt.Errorf("%d worlds held, want %d", len(held), n)
+		}
+		for _, w := range held {
+			if epoch, _ := h.Lease(w); epoch != 1 {
+				return fmt.Errorf("%s at epoch %d: it was lost and taken again", w, epoch)
+			}
+		}
+		return nil
 	})
 	if res.Failure != nil {
 		t.Fatal(res.Failure)

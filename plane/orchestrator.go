@@ -38,6 +38,9 @@ type OrchestratorConfig struct {
 	LiveFor    time.Duration
 	Every      time.Duration // reconcile backstop (default LeaseTTL/2)
 	RetryAfter time.Duration // after a failed store call (default 100ms)
+	// ListPage is the page of the ListWorkerWorlds reads through which a
+	// reconcile learns the assignments (default 1000).
+	ListPage int
 }
 
 // Orchestrator keeps the worker inventory, places worlds by rendezvous
@@ -73,6 +76,9 @@ func StartOrchestrator(ctx context.Context, scope *actor.Scope, cfg Orchestrator
 	}
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = 100 * time.Millisecond
+	}
+	if cfg.ListPage <= 0 {
+		cfg.ListPage = 1000
 	}
 	sub, err := scope.Sub("orchestrator:" + cfg.ID)
 	if err != nil {
@@ -133,9 +139,9 @@ func (o *Orchestrator) loop(ctx context.Context) error {
 		// Retried below: Acquire needs the world.
 		o.hint.Store(true)
 	}
-	stop, err := o.st.Watch(ctx, orchWaker{o}, store.TopicWorkers, store.TopicAssignments, store.TopicLeases)
+	stop, err := watchRetry(ctx, o.st, o.ex, o.cfg.RetryAfter, orchWaker{o}, store.TopicWorkers, store.TopicAssignments, store.TopicLeases)
 	if err != nil {
-		return err
+		return nil // stopped
 	}
 	defer stop()
 	var nextReconcile time.Time
@@ -229,15 +235,23 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error {
 			live = append(live, w.ID)
 		}
 	}
+	assigned, err := o.assignments(ctx, workers)
+	if err != nil {
+		return err
+	}
 	for _, u := range o.cfg.Universes {
 		worlds, err := o.st.ListWorlds(ctx, u, "")
 		if err != nil {
 			return err
 		}
 		for _, w := range worlds {
-			a, ok, err := o.st.GetAssignment(ctx, w.ID)
-			if err != nil {
-				return err
+			a, ok := assigned[w.ID]
+			if !ok {
+				// Unassigned, or desired by a worker the inventory does
+				// not know (a pin ahead of its worker): read it.
+				if a, ok, err = o.st.GetAssignment(ctx, w.ID); err != nil {
+					return err
+				}
 			}
 			var want string
 			switch {
@@ -263,6 +277,31 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// assignments reads the assignment of every world desired by (or leased
+// to) a worker of the inventory, a page of ListWorkerWorlds at a time: a
+// pass costs a call per page, not one per world.
+func (o *Orchestrator) assignments(ctx context.Context, workers []store.WorkerInfo) (map[string]store.Assignment, error) {
+	out := map[string]store.Assignment{}
+	for _, w := range workers {
+		for after := ""; ; {
+			rows, err := o.st.ListWorkerWorlds(ctx, w.ID, after, o.cfg.ListPage)
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range rows {
+				if r.Assignment != nil {
+					out[r.World] = *r.Assignment
+				}
+			}
+			if len(rows) < o.cfg.ListPage {
+				break
+			}
+			after = rows[len(rows)-1].World
+		}
+	}
+	return out, nil
 }
 
 // Place returns the rendezvous (highest random weight) winner for world

@@ -7,7 +7,9 @@ import (
 
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/plane/internal/backendtest"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/memstore"
 )
 
 func assignedTo(env *lab.Env, st store.Store, id string) string {
@@ -179,5 +181,127 @@ func TestPlaceIsStableRendezvous(t *testing.T) {
 	}
 	if plane.Place("w", nil) != "" {
 		t.Fatal("a world was placed on no worker")
+	}
+}
+
+// TestControllersSurviveAFailedWatch: the first Watch registrations of the
+// orchestrator and of the host fail (a transient store error); both retry
+// instead of dying silently, so the world is still placed, acquired and
+// run.
+func TestControllersSurviveAFailedWatch(t *testing.T) {
+	res := lab.Run(lab.Config{Seed: 22, Name: "watch-retry"}, func(env *lab.Env) error {
+		base := newStore(env)
+		if _, err := base.CreateWorld(env.Ctx, universe, "w", nil); err != nil {
+			return err
+		}
+		failing := func() func(string) error {
+			failed := 0
+			return func(op string) error {
+				if op == "watch" && failed < 3 {
+					failed++
+					return errStoreFault
+				}
+				return nil
+			}
+		}
+		h, err := plane.StartHost(env.Ctx, env.Root, hostConfig("A", base.Restart(memstore.WithHook(failing())), nil))
+		if err != nil {
+			return err
+		}
+		defer h.Stop(env.Ctx)
+		o, err := plane.StartOrchestrator(env.Ctx, env.Root, plane.OrchestratorConfig{ID: "o",
+			Store: base.Restart(memstore.WithHook(failing())), Universes: []string{universe}, LeaseTTL: 2 * time.Second})
+		if err != nil {
+			return err
+		}
+		defer o.Stop(env.Ctx)
+		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: env.Lab})
+		if _, err := c.Send(env.Ctx, "w", Add{By: 2, Key: "a"}, "a"); err != nil {
+			return err
+		}
+		if err := drained(env, base, "w"); err != nil {
+			return fmt.Errorf("%w (assigned to %q, host error %v)", err, assignedTo(env, base, "w"), h.Err())
+		}
+		if h.Err() != nil {
+			return fmt.Errorf("the host failed: %v", h.Err())
+		}
+		_, err = parity(env.Ctx, base, "w")
+		return err
+	})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+}
+
+// TestReconcileReadsAssignmentsInPages: a reconcile pass learns the
+// assignments through ListWorkerWorlds pages, one call per page of each
+// worker, instead of one GetAssignment per world; it reads one world alone
+// only when no worker of the inventory is desired for it (here a pin to a
+// worker that never heartbeat), and that pin survives.
+func TestReconcileReadsAssignmentsInPages(t *testing.T) {
+	res := lab.Run(lab.Config{Seed: 23, Name: "reconcile-pages"}, func(env *lab.Env) error {
+		base := newStore(env)
+		const n, page = 60, 7
+		for i := range n {
+			if _, err := base.CreateWorld(env.Ctx, universe, fmt.Sprint("o", i), nil); err != nil {
+				return err
+			}
+		}
+		for _, w := range []string{"A", "B", "C"} {
+			if _, err := base.Heartbeat(env.Ctx, w, 100); err != nil {
+				return err
+			}
+		}
+		if err := base.Assign(env.Ctx, "o0", store.Assignment{DesiredWorker: "Z", Priority: 1, Reason: plane.ReasonPin}); err != nil {
+			return err
+		}
+		ops := map[string]int{}
+		counting := false
+		st := backendtest.NewHandle(base, func(op string) error {
+			if counting {
+				ops[op]++
+			}
+			return nil
+		})
+		o, err := plane.StartOrchestrator(env.Ctx, env.Root, plane.OrchestratorConfig{ID: "o", Store: st,
+			Universes: []string{universe}, LeaseTTL: 2 * time.Second, ListPage: page})
+		if err != nil {
+			return err
+		}
+		defer o.Stop(env.Ctx)
+		if err := waitFor(env, "every world placed", 5*time.Second, func() (bool, error) {
+			for i := range n {
+				if assignedTo(env, base, fmt.Sprint("o", i)) == "" {
+					return false, nil
+				}
+			}
+			return true, nil
+		}); err != nil {
+			return err
+		}
+		counting = true
+		if err := o.Reconcile(env.Ctx); err != nil {
+			return err
+		}
+		counting = false
+		perWorker := map[string]int{}
+		for i := 1; i < n; i++ {
+			perWorker[assignedTo(env, base, fmt.Sprint("o", i))]++
+		}
+		wantPages := 0
+		for _, w := range []string{"A", "B", "C"} {
+			wantPages += perWorker[w]/page + 1
+		}
+		if ops["get_assignment"] != 1 || ops["list_worker_worlds"] != wantPages {
+			return fmt.Errorf("a pass over %d worlds made %d GetAssignment and %d ListWorkerWorlds calls; want 1 and %d (%v)",
+				n, ops["get_assignment"], ops["list_worker_worlds"], wantPages, perWorker)
+		}
+		if a, ok, err := base.GetAssignment(env.Ctx, "o0"); err != nil || !ok || a.DesiredWorker != "Z" || a.Reason != plane.ReasonPin {
+			return fmt.Errorf("the pin to an unknown worker became %+v (%v %v)", a, ok, err)
+		}
+		return nil
+	})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
 	}
 }

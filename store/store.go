@@ -485,6 +485,21 @@ func ReceiptKey(intentHash string, retries int) string {
 // TimerKey is the inbox dedupe key of a timer's firing.
 func TimerKey(intentHash string) string { return TimerKeyPrefix + intentHash }
 
+// Completion is one item of a CompleteMany: Complete's arguments.
+type Completion struct {
+	IntentHash string
+	Claim      Claim
+	Receipt    Receipt
+}
+
+// CompleteResult is one completion's answer in a CompleteMany: Complete's
+// results.
+type CompleteResult struct {
+	InboxSeq uint64
+	Dup      bool
+	Err      error
+}
+
 // Effects is the global effect dispatch queue.
 type Effects interface {
 	// Publish queues the world's new intents, fenced by epoch. An intent
@@ -508,6 +523,20 @@ type Effects interface {
 	// a late worker learns its result was not used. The receipt enters the
 	// inbox whatever the world's status. An unknown intent: ErrNotFound.
 	Complete(ctx context.Context, intentHash string, c Claim, r Receipt) (inboxSeq uint64, dup bool, err error)
+	// CompleteMany completes several effects in one transaction, each as
+	// Complete would alone: one CompleteResult per Completion, in order,
+	// with its own typed Err (ErrClaimLost, ErrNotFound, ErrInvalid …).
+	// Items are decided in order, so an intent named twice is dup=true on
+	// its second occurrence when the first completed it. An item's error
+	// does not abort the others: the transaction is there for throughput
+	// (one commit for the batch), it is not all-or-nothing, and an invalid
+	// item is answered ErrInvalid while the valid ones complete. The
+	// call's own error is for the call (context, closed store, more than
+	// MaxBatch completions, the database), and then there are no results:
+	// nothing completed or, when the answer was lost after the commit (as
+	// with any write), the batch did, and a retry answers dup=true for
+	// what it completed.
+	CompleteMany(ctx context.Context, cs []Completion) ([]CompleteResult, error)
 	// ReapEffects requeues inflight items whose claim expired (store clock).
 	ReapEffects(ctx context.Context) (int, error)
 	// RetryEffect is an operator's retry of an effect whose terminal

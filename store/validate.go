@@ -270,6 +270,18 @@ func CheckClaim(op string, c Claim) error {
 	return nil
 }
 
+// CheckCompletion checks one completion of a CompleteMany (Complete's
+// arguments): the intent hash, the claim and the receipt.
+func CheckCompletion(op string, c Completion) error {
+	if err := CheckID(op, "intentHash", c.IntentHash); err != nil {
+		return err
+	}
+	if err := CheckClaim(op, c.Claim); err != nil {
+		return err
+	}
+	return CheckReceipt(op, c.Receipt)
+}
+
 // CheckKinds checks the effect kinds of a Claim.
 func CheckKinds(op string, kinds []string) error {
 	if len(kinds) == 0 {

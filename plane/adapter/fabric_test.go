@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/plane/adapter"
+	"github.com/orrery-run/orrery/plane/internal/backendtest"
 	"github.com/orrery-run/orrery/store"
-	"github.com/orrery-run/orrery/store/memstore"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -90,8 +90,8 @@ func TestFabricSendDeliversOnceAndReceiptReturnsToSender(t *testing.T) {
 // after a restart and a reap the retried send enqueues nothing new, and
 // the sender's one receipt says already_enqueued with the first seq.
 func TestFabricDedupeRetryEnqueuesOnceSenderGetsAlreadyEnqueued(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var st *memstore.Store
+	onBackends(t, func(t *testing.T, k *kit) {
+		var st *backendtest.Handle
 		var mu sync.Mutex
 		crashed := false
 		hook := func(op string) error {
@@ -104,30 +104,34 @@ func TestFabricDedupeRetryEnqueuesOnceSenderGetsAlreadyEnqueued(t *testing.T) {
 			}
 			return nil
 		}
-		e := newEnv(t, memstore.WithHook(hook))
-		st = e.st
-		e.createWorld("w2")
+		st = k.handle(hook)
+		k.createWorld("w2")
 		const ttl = 10 * time.Second
-		h := e.publish(adapter.KindFabric, sendParams(t, "w2"))
-		p1 := newPool(t, st, adapter.Config{Worker: "fabric-1", Executor: e.ex, ClaimTTL: ttl}, adapter.Register(adapter.NewFabric(st), adapter.RetryPolicy{}))
+		h := k.publish(adapter.KindFabric, sendParams(t, "w2"))
+		p1 := newPool(t, st, adapter.Config{Worker: "fabric-1", Executor: k.ex, ClaimTTL: ttl}, adapter.Register(adapter.NewFabric(st), adapter.RetryPolicy{}))
 		r1 := run(p1)
-		synctest.Wait()
+		k.waitFor("the crash after the send", time.Second, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return crashed
+		})
 		r1.stop()
-		st2 := st.Restart(memstore.WithHook(nil))
+		st2 := k.handle(nil)
 		if n := len(fabricItems(t, st2, "w2")); n != 1 {
 			t.Fatalf("%d deliveries before the crash's retry", n)
 		}
-		p2 := newPool(t, st2, adapter.Config{Worker: "fabric-2", Executor: e.ex, ClaimTTL: ttl}, adapter.Register(adapter.NewFabric(st2), adapter.RetryPolicy{}))
+		p2 := newPool(t, st2, adapter.Config{Worker: "fabric-2", Executor: k.ex, ClaimTTL: ttl}, adapter.Register(adapter.NewFabric(st2), adapter.RetryPolicy{}))
 		r2 := run(p2)
-		stopReaper := runReaper(e, st2, ttl)
-		time.Sleep(2 * ttl)
+		stopReaper := k.reaper(st2, ttl)
+		k.advance(ttl) // the dead pool's claim expires; the reaper requeues it
+		k.waitFor("the sender's receipt", 2*ttl, func() bool { return len(receipts(t, st2, k.world)) > 0 })
 		stopReaper()
 		r2.stop()
 		delivered := fabricItems(t, st2, "w2")
 		if len(delivered) != 1 {
 			t.Fatalf("%d deliveries after the retry, want 1", len(delivered))
 		}
-		got := oneReceiptEach(t, st2, e.world, h)[h]
+		got := oneReceiptEach(t, st2, k.world, h)[h]
 		b := fabricReceipt(t, got)
 		if got.Status != world.StatusOK || b.Status != world.FabricStatusAlreadyEnqueued || binary.BigEndian.Uint64(b.EnqueuedSeq) != delivered[0].Seq {
 			t.Fatalf("receipt %s %+v", got.Status, b)

@@ -24,7 +24,7 @@ const kindTest = "test.effect"
 type env struct {
 	t      *testing.T
 	ctx    context.Context
-	st     *memstore.Store
+	st     store.Store
 	ex     actor.Executor
 	world  string
 	epoch  uint64

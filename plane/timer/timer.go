@@ -185,12 +185,13 @@ func (w *Worker) Run(ctx context.Context) error {
 				}
 				continue
 			}
-			// Due already: if we claimed anything it may have come due
-			// while we fired, so claim again; if we claimed nothing,
-			// another worker took it, and its reap will hint if it dies.
+			// Due already: it came due while we fired, or while a store
+			// call of ours was slow (a paused process). NextDue names an
+			// unclaimed timer only, so nobody else holds it: claim again,
+			// or nothing would wake us for it.
 			if d := at.Sub(now); d > 0 {
 				arm(d)
-			} else if len(items) > 0 {
+			} else {
 				continue
 			}
 		}

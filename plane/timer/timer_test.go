@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/plane/internal/backendtest"
 	"github.com/orrery-run/orrery/plane/reaper"
 	"github.com/orrery-run/orrery/plane/timer"
 	"github.com/orrery-run/orrery/store"
@@ -21,7 +22,7 @@ type Ping struct{ N int }
 type env struct {
 	t     *testing.T
 	ctx   context.Context
-	st    *memstore.Store
+	st    store.Store
 	ex    actor.Executor
 	epoch uint64
 	n     uint64
@@ -161,6 +162,34 @@ func TestWorkerIdleMakesNoStoreCallsAndWakesOnScheduleHint(t *testing.T) {
 	})
 }
 
+// TestWorkerClaimsATimerThatCameDueDuringASlowStoreCall: the worker
+// learns the next due time, then its store call for the clock is slow
+// (the process was paused) and returns after that time: the timer is due
+// and nobody claimed it, so the worker claims and fires it at once rather
+// than sleeping with no wake-up ahead.
+func TestWorkerClaimsATimerThatCameDueDuringASlowStoreCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		slow := true
+		e := newEnv(t, memstore.WithHook(func(op string) error {
+			if op == "now" && slow {
+				slow = false
+				time.Sleep(2 * time.Second)
+			}
+			return nil
+		}))
+		due := time.Now().Add(time.Second)
+		h := e.schedule(due)
+		_, r := start(t, e.st, timer.Config{Worker: "timers-1", Executor: e.ex})
+		defer r.stop()
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		got := fired(t, e.st)
+		if len(got) != 1 || got[0].DedupeKey != store.TimerKey(h) {
+			t.Fatalf("firings %+v after the slow call, want the timer that came due during it", got)
+		}
+	})
+}
+
 // TestWorkerFiresSameInstantTimersInStableOrder: timers due at one
 // instant fire in (deliverAt, intentHash) order, across batches.
 func TestWorkerFiresSameInstantTimersInStableOrder(t *testing.T) {
@@ -195,63 +224,120 @@ func TestWorkerFiresSameInstantTimersInStableOrder(t *testing.T) {
 // the fire. After a restart the timer reaper requeues the expired claim,
 // a new worker fires the timer, and the world gets exactly one firing.
 func TestCrashAfterTimerClaimBeforeFireFiresOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var st *memstore.Store
-		crashed := false
-		hook := func(op string) error {
-			if op == "fire" && !crashed {
-				crashed = true
-				st.Crash()
-				return errors.New("process died")
+	for _, b := range backendtest.Backends {
+		t.Run(b, func(t *testing.T) {
+			if b == "memstore" {
+				synctest.Test(t, func(t *testing.T) {
+					e := newEnv(t)
+					crashAfterTimerClaim(t, e, nil, func(d time.Duration) { time.Sleep(d); synctest.Wait() })
+				})
+				return
 			}
-			return nil
+			// A real store: the production executor, the store's clock
+			// moved instead of waiting, conditions awaited in a bounded
+			// loop on the executor.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			clock := &backendtest.Clock{}
+			st := backendtest.Open(t, ctx, b, clock)
+			if _, err := st.CreateWorld(ctx, "u1", "w1", nil); err != nil {
+				t.Fatal(err)
+			}
+			l, err := st.Acquire(ctx, "w1", "host-1", store.MaxTTL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := &env{t: t, ctx: ctx, st: st, ex: actor.NewExecutor(3), epoch: l.Epoch}
+			crashAfterTimerClaim(t, e, clock, func(time.Duration) {})
+		})
+	}
+}
+
+// crashAfterTimerClaim is TestCrashAfterTimerClaimBeforeFireFiresOnce on
+// e's store. pass lets virtual time pass in a bubble (nothing on a real
+// store, whose clock moves instead).
+func crashAfterTimerClaim(t *testing.T, e *env, clock *backendtest.Clock, pass func(time.Duration)) {
+	var st *backendtest.Handle
+	var mu sync.Mutex
+	crashed := false
+	hook := func(op string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if op == "fire" && !crashed {
+			crashed = true
+			st.Crash()
+			return errors.New("process died")
 		}
-		e := newEnv(t, memstore.WithHook(hook))
-		st = e.st
-		due := time.Now().Add(time.Second)
-		h := e.schedule(due)
-		const ttl = 10 * time.Second
-		w1, r1 := start(t, st, timer.Config{Worker: "timers-1", Executor: e.ex, ClaimTTL: ttl})
-		time.Sleep(time.Second)
-		synctest.Wait()
-		if !crashed {
-			t.Fatal("the worker did not reach its fire")
+		return nil
+	}
+	st = backendtest.NewHandle(e.st, hook)
+	advance := func(d time.Duration) {
+		if clock != nil {
+			clock.Advance(d)
 		}
-		if err := r1.stop(); !errors.Is(err, context.Canceled) {
-			t.Fatalf("the crashed worker's Run returned %v", err)
+		pass(d)
+	}
+	waitFor := func(what string, cond func() bool) {
+		for i := 0; !cond(); i++ {
+			if i == 5000 {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			if clock == nil {
+				time.Sleep(100 * time.Millisecond)
+			} else if err := actor.Sleep(e.ctx, e.ex, 2*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if s := w1.Stats(); s.Claimed != 1 || s.Fired != 0 {
-			t.Fatalf("crashed worker stats %+v", s)
-		}
-		st2 := st.Restart(memstore.WithHook(nil))
-		if n := len(fired(t, st2)); n != 0 {
-			t.Fatal("the crash fired the timer")
-		}
-		w2, r2 := start(t, st2, timer.Config{Worker: "timers-2", Executor: e.ex, ClaimTTL: ttl})
-		defer r2.stop()
-		rctx, rcancel := context.WithCancel(context.Background())
-		rdone := make(chan error, 1)
-		go func() { rdone <- reaper.Run(rctx, reaper.Config{Executor: e.ex}, reaper.Timers(st2, ttl)) }()
-		defer func() { rcancel(); <-rdone }()
-		time.Sleep(2 * ttl)
-		synctest.Wait()
-		got := fired(t, st2)
-		if len(got) != 1 || got[0].DedupeKey != store.TimerKey(h) {
-			t.Fatalf("firings %+v, want exactly one", got)
-		}
-		// Claimed at 1s with a 10s TTL: expired at 11s, reaped at the
-		// reaper's first run at or after it (every 5s from the restart at
-		// 1s: 11s), fired at once on the reap's hint.
-		if want := due.Add(ttl); !got[0].EnqueuedAt.Equal(want) {
-			t.Fatalf("fired %v after due, want %v", got[0].EnqueuedAt.Sub(due), ttl)
-		}
-		if s := w2.Stats(); s.Fired != 1 || s.Claimed != 1 {
-			t.Fatalf("new worker stats %+v", s)
-		}
-		if left, _ := st2.ListTimers(e.ctx, "w1", 0); len(left) != 0 {
-			t.Fatalf("%d timers left", len(left))
-		}
+	}
+	start0, _ := e.st.Now(e.ctx)
+	due := start0.Add(time.Second)
+	h := e.schedule(due)
+	const ttl = 10 * time.Second
+	w1, r1 := start(t, st, timer.Config{Worker: "timers-1", Executor: e.ex, ClaimTTL: ttl})
+	advance(time.Second)
+	waitFor("the worker to reach its fire", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return crashed
 	})
+	if err := r1.stop(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the crashed worker's Run returned %v", err)
+	}
+	if s := w1.Stats(); s.Claimed != 1 || s.Fired != 0 {
+		t.Fatalf("crashed worker stats %+v", s)
+	}
+	st2 := backendtest.NewHandle(e.st, nil)
+	if n := len(fired(t, st2)); n != 0 {
+		t.Fatal("the crash fired the timer")
+	}
+	w2, r2 := start(t, st2, timer.Config{Worker: "timers-2", Executor: e.ex, ClaimTTL: ttl})
+	defer r2.stop()
+	job := reaper.Timers(st2, ttl)
+	if clock != nil {
+		job.Every = 5 * time.Millisecond // the store's clock jumps; look often
+	}
+	rctx, rcancel := context.WithCancel(context.Background())
+	rdone := make(chan error, 1)
+	go func() { rdone <- reaper.Run(rctx, reaper.Config{Executor: e.ex}, job) }()
+	defer func() { rcancel(); <-rdone }()
+	advance(2 * ttl)
+	waitFor("the firing", func() bool { return len(fired(t, st2)) > 0 })
+	got := fired(t, st2)
+	if len(got) != 1 || got[0].DedupeKey != store.TimerKey(h) {
+		t.Fatalf("firings %+v, want exactly one", got)
+	}
+	// In the bubble: claimed at 1s with a 10s TTL, expired at 11s,
+	// reaped at the reaper's first run at or after it (every 5s from the
+	// restart at 1s: 11s), fired at once on the reap's hint.
+	if want := due.Add(ttl); clock == nil && !got[0].EnqueuedAt.Equal(want) {
+		t.Fatalf("fired %v after due, want %v", got[0].EnqueuedAt.Sub(due), ttl)
+	}
+	if s := w2.Stats(); s.Fired != 1 || s.Claimed != 1 {
+		t.Fatalf("new worker stats %+v", s)
+	}
+	if left, _ := st2.ListTimers(e.ctx, "w1", 0); len(left) != 0 {
+		t.Fatalf("%d timers left", len(left))
+	}
 }
 
 // TestLateFireOfReclaimedTimerIsClaimLost: a worker paused between its
@@ -275,7 +361,7 @@ func TestLateFireOfReclaimedTimerIsClaimLost(t *testing.T) {
 			return nil
 		}
 		e := newEnv(t, memstore.WithHook(hook))
-		st = e.st
+		st = e.st.(*memstore.Store)
 		h := e.schedule(time.Now())
 		w, r := start(t, e.st, timer.Config{Worker: "timers-1", Executor: e.ex, ClaimTTL: time.Second})
 		defer r.stop()

@@ -17,10 +17,11 @@
 //   - WithHook installs a function called at the start of every operation,
 //     before anything changes, with the operation's name (the Op of its
 //     errors: "append", "commit", "drain", "publish", "claim", "complete",
-//     "fire", "acquire", "renew", "renew_leases", ...; Ops lists them all).
-//     A non-nil error fails that call, is returned unchanged, and the call
-//     changes nothing. The hook runs outside the store's lock, so it may
-//     call Crash, or block to hold a caller at that point.
+//     "complete_many", "fire", "acquire", "renew", "renew_leases", ...;
+//     Ops lists them all). A non-nil error fails that call, is returned
+//     unchanged, and the call changes nothing. The hook runs outside the
+//     store's lock, so it may call Crash, or block to hold a caller at
+//     that point.
 //   - Crash makes every later call on this handle fail with ErrCrashed (a
 //     *store.Error whose Kind is ErrCrashed), as if the process using it had
 //     died, and ends the handle's watches; Restart returns a fresh handle
@@ -55,8 +56,8 @@ var ErrCrashed = errors.New("memstore: crashed")
 func Ops() []string {
 	return []string{
 		"acquire", "active_snapshot", "append", "assign", "cancel_timer", "cas_watermark", "claim",
-		"claim_due", "commit", "compact", "complete", "create_world", "cursor", "drain", "effect_status",
-		"enqueue", "fire", "fork_world", "get_assignment", "get_lease", "get_watermark", "get_world",
+		"claim_due", "commit", "compact", "complete", "complete_many", "create_world", "cursor", "drain",
+		"effect_status", "enqueue", "fire", "fork_world", "get_assignment", "get_lease", "get_watermark", "get_world",
 		"head", "heartbeat", "list_effects", "list_timers", "list_worker_worlds", "list_workers",
 		"list_worlds", "next_due", "now", "publish", "put_snapshot", "queue_depths", "read", "read_inbox",
 		"read_window", "reap_effects", "reap_timers", "release", "release_leases", "renew",

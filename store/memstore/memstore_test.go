@@ -374,6 +374,7 @@ func TestOpsListsEveryHookedOperation(t *testing.T) {
 		func() {
 			s.Complete(bg, "i", store.Claim{Worker: "ad", Attempt: 1}, store.Receipt{Status: store.ReceiptOK})
 		},
+		func() { s.CompleteMany(bg, nil) },
 		func() { s.RetryEffect(bg, "i", "r") },
 		func() { s.ListEffects(bg, "w", 0, 10) },
 		func() { s.ListTimers(bg, "w", 10) },

@@ -206,36 +206,62 @@ func (s *Store) Claim(ctx context.Context, worker string, kinds []string, n int,
 	return out, nil
 }
 
-// Complete implements protocol D's acknowledgement. The receipt enters the
-// inbox whatever the world's status, because it is the durable answer to
-// the world's own request.
+// Complete implements protocol D's acknowledgement: a CompleteMany of one.
 func (s *Store) Complete(ctx context.Context, intentHash string, c store.Claim, r store.Receipt) (uint64, bool, error) {
-	const op = "complete"
-	if err := s.begin(ctx, op); err != nil {
+	res, err := s.completeMany(ctx, "complete", []store.Completion{{IntentHash: intentHash, Claim: c, Receipt: r}})
+	if err != nil {
 		return 0, false, err
 	}
-	defer s.end()
-	for _, err := range []error{store.CheckID(op, "intentHash", intentHash), store.CheckClaim(op, c), store.CheckReceipt(op, r)} {
-		if err != nil {
-			return 0, false, err
-		}
+	return res[0].InboxSeq, res[0].Dup, res[0].Err
+}
+
+// CompleteMany implements store.Effects: one "transaction" under the mutex,
+// each item decided as Complete decides it.
+func (s *Store) CompleteMany(ctx context.Context, cs []store.Completion) ([]store.CompleteResult, error) {
+	return s.completeMany(ctx, "complete_many", cs)
+}
+
+// completeMany is the one completion path; op names the call (the hook's
+// fault point), while each item's errors are Complete's.
+func (s *Store) completeMany(ctx context.Context, op string, cs []store.Completion) ([]store.CompleteResult, error) {
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
 	}
-	e, ok := s.st.effects[intentHash]
+	defer s.end()
+	if err := store.CheckBatch(op, "completions", len(cs)); err != nil {
+		return nil, err
+	}
+	now := s.now()
+	out := make([]store.CompleteResult, len(cs))
+	for i, c := range cs {
+		out[i].InboxSeq, out[i].Dup, out[i].Err = s.st.complete(c, now)
+	}
+	return out, nil
+}
+
+// complete decides and applies one completion (mu held). The receipt enters
+// the inbox whatever the world's status, because it is the durable answer
+// to the world's own request.
+func (st *state) complete(c store.Completion, now time.Time) (uint64, bool, error) {
+	const op = "complete"
+	if err := store.CheckCompletion(op, c); err != nil {
+		return 0, false, err
+	}
+	e, ok := st.effects[c.IntentHash]
 	if !ok {
-		return 0, false, store.Errorf(op, store.ErrNotFound, "", "intent %s", intentHash)
+		return 0, false, store.Errorf(op, store.ErrNotFound, "", "intent %s", c.IntentHash)
 	}
 	if e.item.State == store.EffectDone {
 		return e.inboxSeq, true, nil
 	}
-	if err := contract.ClaimCheck(op, intentHash, contract.ClaimRow{Attempt: e.item.Attempt, ClaimedBy: e.item.ClaimedBy}, c); err != nil {
+	if err := contract.ClaimCheck(op, c.IntentHash, contract.ClaimRow{Attempt: e.item.Attempt, ClaimedBy: e.item.ClaimedBy}, c.Claim); err != nil {
 		return 0, false, err
 	}
-	now := s.now()
-	w := s.st.worlds[e.item.World]
-	seq, _ := s.st.enqueue(w, store.KindReceipt, r.Payload, store.ReceiptKey(intentHash, e.item.Retries), now)
+	w := st.worlds[e.item.World]
+	seq, _ := st.enqueue(w, store.KindReceipt, c.Receipt.Payload, store.ReceiptKey(c.IntentHash, e.item.Retries), now)
 	e.item.State = store.EffectDone
 	e.item.ClaimExpires = time.Time{}
-	e.receipt = &store.Receipt{Status: r.Status, Payload: cloneBytes(r.Payload)}
+	e.receipt = &store.Receipt{Status: c.Receipt.Status, Payload: cloneBytes(c.Receipt.Payload)}
 	e.inboxSeq, e.completedAt = seq, now
 	return seq, false, nil
 }

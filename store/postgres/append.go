@@ -412,10 +412,12 @@ const writeSQL = `WITH clock AS (SELECT now_ns($13) AS now),
 			AS u(s, q, id, k, t, em, st, la, ea, pid, pv, p, h)
 		RETURNING run_seq, stream, persisted_at_ns),
 	drained AS (
-		-- the drained items' dedupe keys complete now: their retention starts
-		UPDATE inbox x SET key_drained_at_ns = clock.now
+		-- the drained items' dedupe keys complete now: their retention
+		-- starts (one row per cursor move, see 0003_inbox_drains.sql)
+		INSERT INTO inbox_drains (world, lo, hi, drained_at_ns)
+		SELECT d.w, d.lo, d.hi, clock.now
 		FROM clock, unnest($14::text[], $15::bigint[], $16::bigint[]) AS d(w, lo, hi)
-		WHERE x.world = d.w AND x.seq > d.lo AND x.seq <= d.hi AND x.key_live)
+		WHERE d.hi > d.lo)
 	SELECT run_seq, stream, persisted_at_ns FROM ins`
 
 // queueHeads queues the plan's head, cursor and baseline moves on b. In

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 
 	"github.com/jackc/pgx/v5"
@@ -39,6 +40,11 @@ type deliveryReq struct {
 	payload  []byte
 	key      string // Enqueue's dedupe key
 	status   string // Complete's receipt status
+
+	// parts are a CompleteMany's completions (its valid ones, in order):
+	// the request carries no delivery of its own, and its parts are decided
+	// in its transaction exactly as Completes queued one after the other.
+	parts []*deliveryReq
 
 	res  deliveryResult
 	done chan struct{}
@@ -85,29 +91,72 @@ func (s *Store) Enqueue(ctx context.Context, world string, item store.InboxItem)
 		itemKind: item.Kind, payload: item.Payload, key: item.DedupeKey})
 }
 
-// Complete implements protocol D's acknowledgement: in one transaction the
-// receipt enters the world's inbox (kind receipt, dedupe key
-// store.ReceiptKey(intentHash, retries)) whatever the world's status,
-// since it answers the world's own request, and the intent is done. c must
-// be the latest claim (contract.ClaimCheck), which a reap keeps. Completing
-// a done intent answers the first completion's seq, dup=true, whatever the
-// claim.
+// Complete implements protocol D's acknowledgement: a CompleteMany of one.
+// In one transaction the receipt enters the world's inbox (kind receipt,
+// dedupe key store.ReceiptKey(intentHash, retries)) whatever the world's
+// status, since it answers the world's own request, and the intent is
+// done. c must be the latest claim (contract.ClaimCheck), which a reap
+// keeps. Completing a done intent answers the first completion's seq,
+// dup=true, whatever the claim.
 func (s *Store) Complete(ctx context.Context, intentHash string, c store.Claim, r store.Receipt) (uint64, bool, error) {
-	const op = "complete"
+	res, err := s.completeMany(ctx, "complete", []store.Completion{{IntentHash: intentHash, Claim: c, Receipt: r}})
+	if err != nil {
+		return 0, false, err
+	}
+	return res[0].InboxSeq, res[0].Dup, res[0].Err
+}
+
+// CompleteMany implements store.Effects: one request of the delivery
+// committer, so the batch commits in one transaction (shared with whatever
+// other deliveries the committer groups with it) and one WAL flush, each
+// completion decided as Complete's.
+func (s *Store) CompleteMany(ctx context.Context, cs []store.Completion) ([]store.CompleteResult, error) {
+	return s.completeMany(ctx, "complete_many", cs)
+}
+
+// completeMany is the one completion path; op names the call, while each
+// item's errors are Complete's. Invalid items are answered here and never
+// reach the database.
+func (s *Store) completeMany(ctx context.Context, op string, cs []store.Completion) ([]store.CompleteResult, error) {
 	if err := s.begin(ctx, op); err != nil {
-		return 0, false, err
+		return nil, err
 	}
-	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
-		return 0, false, err
+	if err := store.CheckBatch(op, "completions", len(cs)); err != nil {
+		return nil, err
 	}
-	if err := store.CheckClaim(op, c); err != nil {
-		return 0, false, err
+	out := make([]store.CompleteResult, len(cs))
+	at := make([]int, 0, len(cs)) // at[j]: the completion parts[j] answers
+	parts := make([]*deliveryReq, 0, len(cs))
+	for i, c := range cs {
+		if out[i].Err = store.CheckCompletion("complete", c); out[i].Err != nil {
+			continue
+		}
+		at = append(at, i)
+		parts = append(parts, &deliveryReq{ctx: ctx, op: "complete", kind: dComplete, hash: c.IntentHash, claim: c.Claim,
+			status: string(c.Receipt.Status), payload: c.Receipt.Payload})
 	}
-	if err := store.CheckReceipt(op, r); err != nil {
-		return 0, false, err
+	if len(parts) == 0 {
+		return out, nil
 	}
-	return s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dComplete, hash: intentHash, claim: c,
-		status: string(r.Status), payload: r.Payload})
+	r := &deliveryReq{ctx: ctx, op: op, parts: parts, done: make(chan struct{})}
+	if err := s.deliveries.do(parts[0].hash, r, r.done); err != nil {
+		return nil, dbErr(op, "", err)
+	}
+	if r.res.err != nil {
+		return nil, r.res.err
+	}
+	var inboxes []string
+	for j, p := range parts {
+		out[at[j]] = store.CompleteResult{InboxSeq: p.res.seq, Dup: p.res.dup, Err: p.res.err}
+		if p.res.err == nil && !p.res.dup {
+			inboxes = append(inboxes, p.res.world)
+		}
+	}
+	slices.Sort(inboxes)
+	for _, w := range slices.Compact(inboxes) {
+		s.hint(store.TopicInbox(w))
+	}
+	return out, nil
 }
 
 // Fire implements protocol E's acknowledgement: like Complete, it delivers
@@ -159,34 +208,45 @@ func (s *Store) Send(ctx context.Context, dest, messageID string, item store.Inb
 }
 
 // runDeliveries commits one batch of deliveries (see runAppends for the
-// treatment of failures).
+// treatment of failures: a CompleteMany reruns as a whole, its parts still
+// in one transaction).
 func (s *Store) runDeliveries(batch []*deliveryReq) {
 	live := liveRequests(batch)
 	if len(live) == 0 {
 		return
 	}
 	s.stats.deliveryReqs.Add(uint64(len(live)))
-	res, err := s.deliverWithRetry(live)
+	err := s.deliverAll(live)
 	if err != nil && len(live) > 1 {
 		for _, r := range live {
-			one, err := s.deliverWithRetry([]*deliveryReq{r})
-			if err != nil {
-				r.finish(err)
-				continue
-			}
-			r.res = one[0]
-			r.finish(nil)
+			r.finish(s.deliverAll([]*deliveryReq{r}))
 		}
 		return
 	}
-	for i, r := range live {
-		if err != nil {
-			r.finish(err)
+	for _, r := range live {
+		r.finish(err)
+	}
+}
+
+// deliverAll runs reqs, a CompleteMany's parts in its place, in one
+// transaction, and sets every answer once it committed.
+func (s *Store) deliverAll(reqs []*deliveryReq) error {
+	flat := make([]*deliveryReq, 0, len(reqs))
+	for _, r := range reqs {
+		if r.parts != nil {
+			flat = append(flat, r.parts...)
 			continue
 		}
-		r.res = res[i]
-		r.finish(nil)
+		flat = append(flat, r)
 	}
+	res, err := s.deliverWithRetry(flat)
+	if err != nil {
+		return err
+	}
+	for i, r := range flat {
+		r.res = res[i]
+	}
+	return nil
 }
 
 type deliveryResult struct {
@@ -285,6 +345,12 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 	var nowNS int64
 	b := &batch{}
 	b.queue(nil, "BEGIN")
+	// Every statement below reads or writes rows by key, a few hundred at
+	// a time under load. On a queue that grew faster than its statistics
+	// the planner prices a scan of the whole effects (or inbox) table below
+	// that many index probes, and a batch then costs time in the table's
+	// size instead of its own: probing by key is never the wrong plan here.
+	b.queue(nil, "SET LOCAL enable_seqscan = off")
 	b.queue(func(br pgx.BatchResults) error {
 		var w, status string
 		var seq int64
@@ -333,17 +399,23 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 	if len(keyKeys) > 0 || len(effectHashes) > 0 || len(timerHashes) > 0 {
 		// The store's own delivery keys are store.ReceiptKey and
 		// store.TimerKey, which the two expressions mirror.
+		// Each key is probed on its own (LATERAL; LIMIT 1, which the unique
+		// index makes a no-op, keeps the planner from flattening it): a
+		// join of the keys with the whole inbox sorts the inbox's live keys
+		// every batch.
 		b.queue(func(br pgx.BatchResults) error {
 			var k inboxKey
 			var seq int64
 			return scanEach(br, []any{&k.world, &k.key, &seq}, func() { keys[k] = seq })
-		}, `SELECT i.world, i.dedupe_key, i.seq FROM inbox i JOIN (
+		}, `SELECT k.w, k.key, i.seq FROM (
 				SELECT * FROM unnest($1::text[], $2::text[])
 				UNION ALL SELECT e.world, 'receipt:' || e.intent_hash || CASE WHEN e.retries = 0 THEN '' ELSE '#' || e.retries END
 					FROM effects e WHERE e.intent_hash = ANY($3)
 				UNION ALL SELECT t.world, 'timer:' || t.intent_hash FROM timers t WHERE t.intent_hash = ANY($4)
-			) AS k(w, key) ON i.world = k.w AND i.dedupe_key = k.key
-			WHERE i.key_live`, keyWorlds, keyKeys, effectHashes, timerHashes)
+			) AS k(w, key), LATERAL (
+				SELECT i.seq FROM inbox i WHERE i.world = k.w AND i.dedupe_key = k.key AND i.key_live
+				LIMIT 1
+			) AS i`, keyWorlds, keyKeys, effectHashes, timerHashes)
 	}
 	if len(sendMsgs) > 0 {
 		b.queue(func(br pgx.BatchResults) error {

@@ -20,11 +20,13 @@
 //     ones this process appended to before (the heads it remembers are
 //     verified in the database, and any wrong guess rolls the transaction
 //     back), two otherwise; Commits always in two. Concurrent inbox
-//     deliveries (Enqueue, Complete, Fire, Send) are grouped likewise, in
-//     two round trips. A request's typed failure (a stale fence, a head or
-//     cursor mismatch, a lost claim) is decided before anything is written
-//     and never fails its neighbours; an unexpected database error reruns
-//     every request of the batch on its own (see append.go, deliver.go);
+//     deliveries (Enqueue, Complete, Fire, Send; a CompleteMany is one
+//     request whose completions stay in one transaction) are grouped
+//     likewise, in two round trips. A request's typed failure (a stale
+//     fence, a head or cursor mismatch, a lost claim) is decided before
+//     anything is written and never fails its neighbours; an unexpected
+//     database error reruns every request of the batch on its own (see
+//     append.go, deliver.go);
 //   - the contract's decisions (store/internal/contract) made in Go on rows
 //     read under lock in the transaction that writes; where a one-round-trip
 //     path decides in SQL (the lease functions, the fence of one-call

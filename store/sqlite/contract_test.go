@@ -258,3 +258,47 @@ func TestMigrationFromSchema1(t *testing.T) {
 		t.Fatalf("a changed payload under a migrated key = %+v, %v; want a conflict", got, err)
 	}
 }
+
+// Opening a schema 2 file (per-key completion times) migrates its inbox
+// dedupe keys to drain records: a completed key still deduplicates until a
+// retention after its completion and is then swept, and a key whose item
+// was never drained stays however long the world is away.
+func TestMigrationKeepsInboxKeyRetention(t *testing.T) {
+	clock := newManualClock()
+	now := clock.Now().UnixNano()
+	path := openSchema1(t, fmt.Sprintf(`
+		INSERT INTO worlds (id, universe, status, created_at, inbox_cursor) VALUES ('w', 'u', 'active', 1, 1);
+		INSERT INTO inbox (world, seq, kind, payload, dedupe_key, enqueued_at) VALUES ('w', 1, 'event', x'01', 'done', 1), ('w', 2, 'event', x'02', 'open', 1);
+		INSERT INTO inbox_dedupe (world, dedupe_key, seq, completed_at) VALUES ('w', 'done', 1, %d), ('w', 'open', 2, NULL);
+	`, now))
+	s, err := Open(bg, path, WithClock(clock.Now), WithDedupeRetention(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	enqueue := func(key string) (uint64, bool) {
+		t.Helper()
+		seq, dup, err := s.Enqueue(bg, "w", store.InboxItem{Kind: "event", DedupeKey: key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return seq, dup
+	}
+	if seq, dup := enqueue("done"); !dup || seq != 1 {
+		t.Fatalf("migrated completed key: seq %d dup %v, want 1 true", seq, dup)
+	}
+	clock.Advance(59 * time.Minute)
+	if n, err := s.SweepDedupe(bg); err != nil || n != 0 {
+		t.Fatalf("sweep before the retention = %d, %v; want 0", n, err)
+	}
+	clock.Advance(2 * time.Minute)
+	if n, err := s.SweepDedupe(bg); err != nil || n != 1 {
+		t.Fatalf("sweep after the retention = %d, %v; want 1", n, err)
+	}
+	if _, dup := enqueue("done"); dup {
+		t.Fatal("migrated completed key still deduplicates after its retention and a sweep")
+	}
+	if seq, dup := enqueue("open"); !dup || seq != 2 {
+		t.Fatalf("migrated pending key: seq %d dup %v, want 2 true", seq, dup)
+	}
+}

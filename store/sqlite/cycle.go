@@ -115,12 +115,13 @@ func (t *wtx) commit(op, world string, epoch uint64, b *store.CommitBatch, mode 
 	}
 	if mode == fullCycle && b.NewCursor != uint64(cursor) {
 		// The drained items' dedupe keys complete now: their retention
-		// starts here.
+		// starts here, recorded once for the whole move (see
+		// migrations/0003_inbox_drains.sql).
 		if _, err := t.exec(`UPDATE worlds SET inbox_cursor = ? WHERE id = ?`, int64(b.NewCursor), world); err != nil {
 			return res, err
 		}
-		if _, err := t.exec(`UPDATE inbox_dedupe SET completed_at = ? WHERE world = ? AND seq > ? AND seq <= ? AND completed_at IS NULL`,
-			t.nowNS, world, cursor, int64(b.NewCursor)); err != nil {
+		if _, err := t.exec(`INSERT INTO inbox_drains (world, upto, drained_at) VALUES (?, ?, ?)`,
+			world, int64(b.NewCursor), t.nowNS); err != nil {
 			return res, err
 		}
 	}

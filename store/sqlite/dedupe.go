@@ -32,20 +32,20 @@ func (s *Store) SweepDedupe(ctx context.Context) (int, error) {
 			return nil // nothing stored can be that old
 		}
 		cutoff := t.now.Add(-retention).UnixNano()
-		for _, q := range []string{
-			`DELETE FROM inbox_dedupe WHERE completed_at IS NOT NULL AND completed_at <= ?`,
-			`DELETE FROM fabric_dedupe WHERE completed_at <= ?`,
-		} {
-			res, err := t.exec(q, cutoff)
-			if err != nil {
-				return err
-			}
-			n, err := res.RowsAffected()
-			if err != nil {
-				return err
-			}
-			total += int(n)
+		n, err := t.sweepInboxKeys(cutoff)
+		if err != nil {
+			return err
 		}
+		total += n
+		res, err := t.exec(`DELETE FROM fabric_dedupe WHERE completed_at <= ?`, cutoff)
+		if err != nil {
+			return err
+		}
+		m, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		total += int(m)
 		for _, table := range []struct{ candidates, remove string }{
 			{`SELECT e.intent_hash, e.completed_at, e.inbox_seq, w.inbox_cursor FROM effects e JOIN worlds w ON w.id = e.world
 				WHERE e.state = 'done' AND e.completed_at <= ? ORDER BY e.completed_at, e.intent_hash`,
@@ -63,6 +63,56 @@ func (s *Store) SweepDedupe(ctx context.Context) (int, error) {
 		return nil
 	})
 	if err != nil {
+		return 0, err
+	}
+	return total, nil
+}
+
+// sweepInboxKeys removes the inbox dedupe keys whose item a drain at or
+// before cutoff passed, and those drains. Drains are read in the order they
+// were written and the scan stops at the first one newer than cutoff: a
+// clock moved backwards can only delay a sweep, never bring one forward.
+func (t *wtx) sweepInboxKeys(cutoff int64) (int, error) {
+	rows, err := t.query(`SELECT rowid, world, upto, drained_at FROM inbox_drains ORDER BY rowid`)
+	if err != nil {
+		return 0, err
+	}
+	upto := make(map[string]int64)
+	var last int64
+	for rows.Next() {
+		var (
+			id, seq, at int64
+			world       string
+		)
+		if err := rows.Scan(&id, &world, &seq, &at); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		if at > cutoff {
+			break
+		}
+		last = id
+		upto[world] = max(upto[world], seq)
+	}
+	if err := rows.Close(); err != nil {
+		return 0, err
+	}
+	if last == 0 {
+		return 0, nil
+	}
+	var total int
+	for world, seq := range upto {
+		res, err := t.exec(`DELETE FROM inbox_dedupe WHERE world = ? AND seq <= ?`, world, seq)
+		if err != nil {
+			return 0, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return 0, err
+		}
+		total += int(n)
+	}
+	if _, err := t.exec(`DELETE FROM inbox_drains WHERE rowid <= ?`, last); err != nil {
 		return 0, err
 	}
 	return total, nil

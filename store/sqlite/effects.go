@@ -148,61 +148,104 @@ func (s *Store) Claim(ctx context.Context, worker string, kinds []string, n int,
 	return out, nil
 }
 
-// Complete delivers the receipt and closes the intent in one transaction
-// (protocol D, steps 3–5), if c is the item's latest claim
-// (contract.ClaimCheck). The receipt's inbox item carries r.Payload under
-// ReceiptKey(hash, retries); its status is in the EffectStatus. The
-// receipt enters the inbox whatever the world's status: it answers the
-// world's own request.
+// Complete is a CompleteMany of one.
 func (s *Store) Complete(ctx context.Context, intentHash string, c store.Claim, r store.Receipt) (uint64, bool, error) {
-	const op = "complete"
-	for _, e := range []error{
-		store.CheckID(op, "intentHash", intentHash),
-		store.CheckClaim(op, c),
-		store.CheckReceipt(op, r),
-	} {
-		if e != nil {
-			return 0, false, e
-		}
-	}
-	var (
-		seq uint64
-		dup bool
-	)
-	err := s.write(ctx, op, "", func(t *wtx) error {
-		var (
-			world, state, claimedBy string
-			attempts, retries       int64
-			inboxSeq                sql.NullInt64
-		)
-		found, err := t.queryRow(`SELECT world, state, attempts, claimed_by, retries, inbox_seq FROM effects WHERE intent_hash = ?`,
-			[]any{intentHash}, &world, &state, &attempts, &claimedBy, &retries, &inboxSeq)
-		if err != nil {
-			return err
-		}
-		if !found {
-			return store.Errorf(op, store.ErrNotFound, "", "intent %s", intentHash)
-		}
-		if store.EffectState(state) == store.EffectDone {
-			seq, dup = uint64(inboxSeq.Int64), true
-			return nil
-		}
-		if err := contract.ClaimCheck(op, "intent "+intentHash, contract.ClaimRow{Attempt: int(attempts), ClaimedBy: claimedBy}, c); err != nil {
-			return err
-		}
-		seq, dup, err = t.deliver(op, world, store.KindReceipt, r.Payload, store.ReceiptKey(intentHash, int(retries)))
-		if err != nil {
-			return err
-		}
-		_, err = t.exec(`UPDATE effects SET state = 'done', claim_expires = NULL,
-			receipt_status = ?, receipt_payload = ?, inbox_seq = ?, completed_at = ? WHERE intent_hash = ?`,
-			string(r.Status), r.Payload, int64(seq), t.nowNS, intentHash)
-		return err
-	})
+	res, err := s.completeMany(ctx, "complete", []store.Completion{{IntentHash: intentHash, Claim: c, Receipt: r}})
 	if err != nil {
 		return 0, false, err
 	}
-	return seq, dup, nil
+	return res[0].InboxSeq, res[0].Dup, res[0].Err
+}
+
+// CompleteMany completes the batch in one request of the group commit, so
+// in one transaction and one fsync, each item decided as Complete alone.
+func (s *Store) CompleteMany(ctx context.Context, cs []store.Completion) ([]store.CompleteResult, error) {
+	return s.completeMany(ctx, "complete_many", cs)
+}
+
+// completeMany is the one completion path; op names the call, while each
+// item's errors are Complete's. Invalid items are answered before the
+// request and never reach the database.
+func (s *Store) completeMany(ctx context.Context, op string, cs []store.Completion) ([]store.CompleteResult, error) {
+	if err := store.CheckBatch(op, "completions", len(cs)); err != nil {
+		return nil, err
+	}
+	out := make([]store.CompleteResult, len(cs))
+	valid := make([]bool, len(cs))
+	some := false
+	for i, c := range cs {
+		out[i].Err = store.CheckCompletion("complete", c)
+		valid[i] = out[i].Err == nil
+		some = some || valid[i]
+	}
+	if !some {
+		return out, nil
+	}
+	err := s.write(ctx, op, "", func(t *wtx) error {
+		// A request may run again (a database failure reruns the group):
+		// its answers are recomputed from the database each time.
+		for i, c := range cs {
+			if !valid[i] {
+				continue
+			}
+			res, err := t.complete(c)
+			if err != nil {
+				return err
+			}
+			out[i] = res
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// complete delivers one receipt and closes its intent (protocol D, steps
+// 3–5), if c is the item's latest claim (contract.ClaimCheck). The receipt's
+// inbox item carries the payload under ReceiptKey(hash, retries); its status
+// is in the EffectStatus. The receipt enters the inbox whatever the world's
+// status: it answers the world's own request. A typed refusal is the item's
+// answer and writes nothing; the error is the database's, which fails the
+// whole request.
+func (t *wtx) complete(c store.Completion) (store.CompleteResult, error) {
+	const op = "complete"
+	var (
+		world, state, claimedBy string
+		attempts, retries       int64
+		inboxSeq                sql.NullInt64
+	)
+	found, err := t.queryRow(`SELECT world, state, attempts, claimed_by, retries, inbox_seq FROM effects WHERE intent_hash = ?`,
+		[]any{c.IntentHash}, &world, &state, &attempts, &claimedBy, &retries, &inboxSeq)
+	if err != nil {
+		return store.CompleteResult{}, err
+	}
+	if !found {
+		return store.CompleteResult{Err: store.Errorf(op, store.ErrNotFound, "", "intent %s", c.IntentHash)}, nil
+	}
+	if store.EffectState(state) == store.EffectDone {
+		return store.CompleteResult{InboxSeq: uint64(inboxSeq.Int64), Dup: true}, nil
+	}
+	if err := contract.ClaimCheck(op, "intent "+c.IntentHash, contract.ClaimRow{Attempt: int(attempts), ClaimedBy: claimedBy}, c.Claim); err != nil {
+		return store.CompleteResult{Err: err}, nil
+	}
+	seq, dup, err := t.deliver(op, world, store.KindReceipt, c.Receipt.Payload, store.ReceiptKey(c.IntentHash, int(retries)))
+	if err != nil {
+		// deliver refuses (typed) before it writes: an effect whose world
+		// is gone is that item's answer.
+		if _, typed := err.(*store.Error); typed {
+			return store.CompleteResult{Err: err}, nil
+		}
+		return store.CompleteResult{}, err
+	}
+	_, err = t.exec(`UPDATE effects SET state = 'done', claim_expires = NULL,
+		receipt_status = ?, receipt_payload = ?, inbox_seq = ?, completed_at = ? WHERE intent_hash = ?`,
+		string(c.Receipt.Status), c.Receipt.Payload, int64(seq), t.nowNS, c.IntentHash)
+	if err != nil {
+		return store.CompleteResult{}, err
+	}
+	return store.CompleteResult{InboxSeq: seq, Dup: dup}, nil
 }
 
 // ReapEffects requeues inflight items whose claim expired (at or before the

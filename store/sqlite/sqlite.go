@@ -264,6 +264,9 @@ func (s *Store) dsn(readOnly bool) string {
 		q.Add("_pragma", "synchronous("+string(s.cfg.synchronous)+")")
 		q.Add("_pragma", "wal_autocheckpoint(0)") // see checkpoint.go
 		q.Add("_pragma", "journal_size_limit(67108864)")
+		// A request's savepoint keeps its undo pages in the sub-journal, a
+		// temporary file by default: in memory it costs no write syscalls.
+		q.Add("_pragma", "temp_store(MEMORY)")
 	}
 	return s.path + "?" + q.Encode()
 }

@@ -8,7 +8,9 @@
 //     one world with one committer and on 100 worlds under 32 committers;
 //   - RenewLeases: one worker renews every lease it holds (10,000) in one
 //     call;
-//   - ClaimComplete: adapters claim effects by kind and complete them.
+//   - ClaimComplete: adapters claim effects by kind and complete each
+//     claimed batch with one CompleteMany (ClaimCompleteOneByOne: one
+//     Complete per effect).
 //
 // Each reports its throughput and p50/p99 latencies as custom metrics
 // (cycles/s, p50-ms, p99-ms, …). It imports testing and is meant only for
@@ -235,10 +237,18 @@ func RenewLeases(b *testing.B, open Open, n int) {
 }
 
 // ClaimComplete benchmarks adapters claiming effects of their kind in
-// batches of 64 and completing each one: b.N effects of kind "a" are
-// published (with as many of kind "b", which the adapters never claim),
-// then adapters goroutines drain them.
-func ClaimComplete(b *testing.B, open Open, adapters int) {
+// batches of 64 and completing each batch with one CompleteMany: b.N
+// effects of kind "a" are published (with as many of kind "b", which the
+// adapters never claim), then adapters goroutines drain them.
+func ClaimComplete(b *testing.B, open Open, adapters int) { claimComplete(b, open, adapters, true) }
+
+// ClaimCompleteOneByOne is ClaimComplete with each claimed effect completed
+// by its own Complete call, for comparison.
+func ClaimCompleteOneByOne(b *testing.B, open Open, adapters int) {
+	claimComplete(b, open, adapters, false)
+}
+
+func claimComplete(b *testing.B, open Open, adapters int, many bool) {
 	s := open(b)
 	ws := setupWorlds(b, s, 8, "fx")
 	const chunk = 256
@@ -257,6 +267,11 @@ func ClaimComplete(b *testing.B, open Open, adapters int) {
 	var done atomic.Int64
 	var failed atomic.Value
 	var wg sync.WaitGroup
+	// Each adapter's call latencies: claims, and completions (one per
+	// CompleteMany, or one per Complete).
+	claimLat := make([][]time.Duration, adapters)
+	completeLat := make([][]time.Duration, adapters)
+	warmUp(b, s, adapters)
 	b.ResetTimer()
 	start := time.Now()
 	for a := 0; a < adapters; a++ {
@@ -265,7 +280,9 @@ func ClaimComplete(b *testing.B, open Open, adapters int) {
 			defer wg.Done()
 			worker := fmt.Sprintf("adapter-%d", a)
 			for done.Load() < int64(b.N) {
+				t0 := time.Now()
 				items, err := s.Claim(bg, worker, []string{"a"}, 64, claimTTL)
+				claimLat[a] = append(claimLat[a], time.Since(t0))
 				if err != nil {
 					failed.Store(err)
 					return
@@ -273,13 +290,38 @@ func ClaimComplete(b *testing.B, open Open, adapters int) {
 				if len(items) == 0 {
 					return
 				}
-				for _, it := range items {
-					if _, _, err := s.Complete(bg, it.IntentHash, it.ClaimOf(), store.Receipt{Status: store.ReceiptOK, Payload: []byte{0xa0}}); err != nil {
-						failed.Store(err)
+				receipt := store.Receipt{Status: store.ReceiptOK, Payload: []byte{0xa0}}
+				if !many {
+					for _, it := range items {
+						t0 := time.Now()
+						_, _, err := s.Complete(bg, it.IntentHash, it.ClaimOf(), receipt)
+						completeLat[a] = append(completeLat[a], time.Since(t0))
+						if err != nil {
+							failed.Store(err)
+							return
+						}
+						done.Add(1)
+					}
+					continue
+				}
+				cs := make([]store.Completion, len(items))
+				for i, it := range items {
+					cs[i] = store.Completion{IntentHash: it.IntentHash, Claim: it.ClaimOf(), Receipt: receipt}
+				}
+				t0 = time.Now()
+				res, err := s.CompleteMany(bg, cs)
+				completeLat[a] = append(completeLat[a], time.Since(t0))
+				if err != nil {
+					failed.Store(err)
+					return
+				}
+				for _, r := range res {
+					if r.Err != nil || r.Dup {
+						failed.Store(fmt.Errorf("completion: %+v", r))
 						return
 					}
-					done.Add(1)
 				}
+				done.Add(int64(len(res)))
 			}
 		}()
 	}
@@ -293,6 +335,39 @@ func ClaimComplete(b *testing.B, open Open, adapters int) {
 		b.Fatalf("completed %d of %d", got, b.N)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "effects/s")
+	for _, m := range []struct {
+		name string
+		lat  [][]time.Duration
+	}{{"claim", claimLat}, {"complete", completeLat}} {
+		all := slices.Concat(m.lat...)
+		slices.Sort(all)
+		b.ReportMetric(Percentile(all, 0.50), m.name+"-p50-ms")
+		b.ReportMetric(Percentile(all, 0.99), m.name+"-p99-ms")
+	}
+}
+
+// warmUp has adapters concurrent claimers claim a kind nobody published,
+// so that the store's connections (a pool's, opened on first use) exist
+// before the timed region: what is measured is the steady state, not
+// connection setup.
+func warmUp(b *testing.B, s store.Store, adapters int) {
+	b.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, adapters)
+	for a := 0; a < adapters; a++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.Claim(bg, fmt.Sprintf("warm-%d", a), []string{"warm-up"}, 1, claimTTL); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
 }
 
 // ReportLatencies reports the given percentiles of lat as pNN-ms metrics.
@@ -309,4 +384,21 @@ func Percentile(sorted []time.Duration, p float64) float64 {
 		return 0
 	}
 	return float64(sorted[int(float64(len(sorted)-1)*p)]) / float64(time.Millisecond)
+}
+
+// Plane runs every benchmark of this package as sub-benchmarks of b, on
+// the stores open makes, so that each backend declares them in one line:
+//
+//	func BenchmarkPlane(b *testing.B) { storebench.Plane(b, open) }
+func Plane(b *testing.B, open Open) {
+	for _, c := range []struct {
+		name               string
+		worlds, committers int
+	}{{"worlds=1", 1, 1}, {"worlds=100/committers=32", 100, 32}} {
+		b.Run("CommitCycle/"+c.name+"/commit", func(b *testing.B) { CommitCycle(b, open, c.worlds, c.committers, true) })
+		b.Run("CommitCycle/"+c.name+"/separate", func(b *testing.B) { CommitCycle(b, open, c.worlds, c.committers, false) })
+	}
+	b.Run("RenewLeases10k", func(b *testing.B) { RenewLeases(b, open, 10_000) })
+	b.Run("ClaimComplete/complete_many", func(b *testing.B) { ClaimComplete(b, open, 16) })
+	b.Run("ClaimComplete/one_by_one", func(b *testing.B) { ClaimCompleteOneByOne(b, open, 16) })
 }

@@ -23,6 +23,7 @@ func dedupeTests() []testCase {
 		{"DedupeNotSweptBeforeRetention", func(t *testing.T, open Factory) { testRetention(t, open, false) }},
 		{"DedupeSweptAfterRetention", func(t *testing.T, open Factory) { testRetention(t, open, true) }},
 		{"PendingDedupeRecordsAreNeverSwept", testPendingNeverSwept},
+		{"InboxKeyRetentionStartsAtItsOwnDrain", testInboxKeyRetentionPerDrain},
 	}
 }
 
@@ -159,5 +160,38 @@ func testPendingNeverSwept(t *testing.T, open Factory) {
 	got := f.claimDue("tw", 10)
 	if len(got) != 1 || got[0].IntentHash != "unfired" {
 		t.Fatalf("ClaimDue = %+v, want the one unfired timer (its record kept, not duplicated)", got)
+	}
+}
+
+// An inbox key's retention starts when the cursor passes its item, not when
+// it was enqueued, and each key counts from the drain that passed it: of
+// two keys enqueued together and drained a retention apart, a sweep between
+// their expiries removes the first only, and an undrained key stays.
+func testInboxKeyRetentionPerDrain(t *testing.T, open Factory) {
+	f := setup(t, open)
+	ret := f.s.DedupeRetention()
+	f.leased("w", "A")
+	s1, _ := f.enqueue("w", "event", "k1", nil)
+	s2, _ := f.enqueue("w", "event", "k2", nil)
+	f.enqueue("w", "event", "k3", nil)
+	f.advance(ret)
+	e := f.acquire("w", "A").Epoch
+	_, err := f.s.DrainToJournal(bg, "w", e, 0, 0, s1, []store.Record{rec("k1")})
+	must(t, err, "DrainToJournal k1")
+	f.advance(ret - time.Minute)
+	e = f.acquire("w", "A").Epoch
+	_, err = f.s.DrainToJournal(bg, "w", e, s1, 1, s2, []store.Record{rec("k2")})
+	must(t, err, "DrainToJournal k2")
+	f.advance(2 * time.Minute)
+	if n := f.sweep(); n != 1 {
+		t.Fatalf("swept %d records, want 1 (k1 only)", n)
+	}
+	if _, dup := f.enqueue("w", "event", "k1", nil); dup {
+		t.Fatal("k1 still deduplicates a retention after its drain and a sweep")
+	}
+	for _, k := range []string{"k2", "k3"} {
+		if _, dup := f.enqueue("w", "event", k, nil); !dup {
+			t.Fatalf("%s swept early: a retry would enqueue the same input twice", k)
+		}
 	}
 }

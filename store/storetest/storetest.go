@@ -129,6 +129,7 @@ func suite() []testCase {
 		validationTests,
 		commitTests,
 		bulkTests,
+		completeManyTests,
 		viewTests,
 		retentionTests,
 		modelTests,

@@ -1,0 +1,328 @@
+// Package backendtest runs the plane's integration tests on every store
+// backend: it opens memstore, SQLite (a temporary file) and PostgreSQL
+// (ORRERY_TEST_POSTGRES_DSN, one fresh schema per test) with a clock the
+// test moves, and wraps a backend in per-process handles with a fault hook
+// and a crash, as memstore's WithHook and Crash do for memstore alone.
+//
+// It is test support: only _test files import it. It never sleeps on the
+// wall clock; a test moves the store's clock instead (Clock.Advance).
+package backendtest
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/postgres"
+	"github.com/orrery-run/orrery/store/sqlite"
+)
+
+// Backends are the stores every integration test runs on. PostgreSQL runs
+// when ORRERY_TEST_POSTGRES_DSN is set (CI always sets it; .ci/run) and is
+// skipped otherwise.
+var Backends = []string{"memstore", "sqlite", "postgres"}
+
+// DSNEnv names the PostgreSQL test database's DSN.
+const DSNEnv = "ORRERY_TEST_POSTGRES_DSN"
+
+// Clock is a store clock: the machine's clock plus an offset a test moves
+// forward, so leases, claims and timers expire without waiting.
+type Clock struct{ off atomic.Int64 }
+
+// Now is the clock's time.
+func (c *Clock) Now() time.Time { return time.Now().Add(time.Duration(c.off.Load())) }
+
+// Offset is how far the clock has been moved.
+func (c *Clock) Offset() time.Duration { return time.Duration(c.off.Load()) }
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	if d > 0 {
+		c.off.Add(int64(d))
+	}
+}
+
+// Open opens a fresh real store (sqlite, or postgres in a schema of its
+// own, dropped at the end) whose clock is clock's; it is closed when t
+// ends.
+func Open(t testing.TB, ctx context.Context, backend string, clock *Clock) store.Store {
+	t.Helper()
+	switch backend {
+	case "postgres":
+		dsn := os.Getenv(DSNEnv)
+		if dsn == "" {
+			t.Skipf("%s is not set: skipping PostgreSQL (.ci/run sets it)", DSNEnv)
+		}
+		schema := freshSchema(t, dsn)
+		st, err := postgres.Open(ctx, dsn, postgres.WithSchema(schema), postgres.WithClockOffset(clock.Offset), postgres.WithMaxConns(8))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	case "sqlite":
+		st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "plane.db"), sqlite.WithClock(clock.Now))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	t.Fatalf("backendtest: unknown backend %q", backend)
+	return nil
+}
+
+// freshSchema returns a schema name no other test (in this or another
+// process) uses, and drops the schema when t ends.
+func freshSchema(t testing.TB, dsn string) string {
+	t.Helper()
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("orrery_plane_%d_%x", os.Getpid(), b)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Errorf("drop schema %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// ErrCrashed is what a crashed Handle answers.
+var ErrCrashed = errors.New("the process of this store handle crashed")
+
+// Handle is one process's store handle over the rig's durable state: a
+// fault hook runs before each of its operations (with memstore's op
+// names), and Crash kills it as memstore's Crash does: every later call
+// fails and its watches end. Operations the plane's processes do not use
+// pass straight through.
+type Handle struct {
+	store.Store
+	hook func(op string) error
+
+	mu      sync.Mutex
+	crashed bool
+	stops   []func()
+}
+
+// NewHandle returns a process's handle over st with hook (nil: none).
+func NewHandle(st store.Store, hook func(op string) error) *Handle {
+	return &Handle{Store: st, hook: hook}
+}
+
+// Crash kills the handle.
+func (h *Handle) Crash() {
+	h.mu.Lock()
+	h.crashed = true
+	stops := h.stops
+	h.stops = nil
+	h.mu.Unlock()
+	for _, s := range stops {
+		s()
+	}
+}
+
+func (h *Handle) begin(op string) error {
+	if h.hook != nil {
+		if err := h.hook(op); err != nil {
+			return err
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.crashed {
+		return ErrCrashed
+	}
+	return nil
+}
+
+func (h *Handle) Watch(ctx context.Context, w store.Waker, topics ...string) (func(), error) {
+	if err := h.begin("watch"); err != nil {
+		return nil, err
+	}
+	stop, err := h.Store.Watch(ctx, w, topics...)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.crashed {
+		stop()
+		return nil, ErrCrashed
+	}
+	h.stops = append(h.stops, stop)
+	return stop, nil
+}
+
+func (h *Handle) Commit(ctx context.Context, world string, epoch uint64, b store.CommitBatch) (store.CommitResult, error) {
+	if err := h.begin("commit"); err != nil {
+		return store.CommitResult{}, err
+	}
+	return h.Store.Commit(ctx, world, epoch, b)
+}
+
+func (h *Handle) Now(ctx context.Context) (time.Time, error) {
+	if err := h.begin("now"); err != nil {
+		return time.Time{}, err
+	}
+	return h.Store.Now(ctx)
+}
+
+func (h *Handle) Read(ctx context.Context, stream string, after uint64, limit int) ([]store.Record, error) {
+	if err := h.begin("read"); err != nil {
+		return nil, err
+	}
+	return h.Store.Read(ctx, stream, after, limit)
+}
+
+func (h *Handle) Head(ctx context.Context, stream string) (uint64, error) {
+	if err := h.begin("head"); err != nil {
+		return 0, err
+	}
+	return h.Store.Head(ctx, stream)
+}
+
+func (h *Handle) Acquire(ctx context.Context, world, worker string, ttl time.Duration) (store.Lease, error) {
+	if err := h.begin("acquire"); err != nil {
+		return store.Lease{}, err
+	}
+	return h.Store.Acquire(ctx, world, worker, ttl)
+}
+
+func (h *Handle) RenewLeases(ctx context.Context, worker string, refs []store.LeaseRef, ttl time.Duration) ([]store.LeaseResult, error) {
+	if err := h.begin("renew_leases"); err != nil {
+		return nil, err
+	}
+	return h.Store.RenewLeases(ctx, worker, refs, ttl)
+}
+
+func (h *Handle) Release(ctx context.Context, world, worker string, epoch uint64) error {
+	if err := h.begin("release"); err != nil {
+		return err
+	}
+	return h.Store.Release(ctx, world, worker, epoch)
+}
+
+func (h *Handle) ReleaseLeases(ctx context.Context, worker string, refs []store.LeaseRef) ([]store.LeaseResult, error) {
+	if err := h.begin("release_leases"); err != nil {
+		return nil, err
+	}
+	return h.Store.ReleaseLeases(ctx, worker, refs)
+}
+
+func (h *Handle) ListWorkerWorlds(ctx context.Context, worker, after string, limit int) ([]store.WorkerWorld, error) {
+	if err := h.begin("list_worker_worlds"); err != nil {
+		return nil, err
+	}
+	return h.Store.ListWorkerWorlds(ctx, worker, after, limit)
+}
+
+func (h *Handle) Heartbeat(ctx context.Context, worker string, capacity int) (store.WorkerInfo, error) {
+	if err := h.begin("heartbeat"); err != nil {
+		return store.WorkerInfo{}, err
+	}
+	return h.Store.Heartbeat(ctx, worker, capacity)
+}
+
+func (h *Handle) SetDraining(ctx context.Context, worker string, draining bool) (store.WorkerInfo, error) {
+	if err := h.begin("set_draining"); err != nil {
+		return store.WorkerInfo{}, err
+	}
+	return h.Store.SetDraining(ctx, worker, draining)
+}
+
+func (h *Handle) Enqueue(ctx context.Context, world string, item store.InboxItem) (uint64, bool, error) {
+	if err := h.begin("enqueue"); err != nil {
+		return 0, false, err
+	}
+	return h.Store.Enqueue(ctx, world, item)
+}
+
+func (h *Handle) ReadInbox(ctx context.Context, world string, after uint64, limit int) ([]store.InboxItem, error) {
+	if err := h.begin("read_inbox"); err != nil {
+		return nil, err
+	}
+	return h.Store.ReadInbox(ctx, world, after, limit)
+}
+
+func (h *Handle) Cursor(ctx context.Context, world string) (uint64, error) {
+	if err := h.begin("cursor"); err != nil {
+		return 0, err
+	}
+	return h.Store.Cursor(ctx, world)
+}
+
+func (h *Handle) ActiveSnapshot(ctx context.Context, world string) (store.Snapshot, bool, error) {
+	if err := h.begin("active_snapshot"); err != nil {
+		return store.Snapshot{}, false, err
+	}
+	return h.Store.ActiveSnapshot(ctx, world)
+}
+
+func (h *Handle) GetWorld(ctx context.Context, world string) (store.World, error) {
+	if err := h.begin("get_world"); err != nil {
+		return store.World{}, err
+	}
+	return h.Store.GetWorld(ctx, world)
+}
+
+func (h *Handle) Claim(ctx context.Context, worker string, kinds []string, n int, ttl time.Duration) ([]store.EffectItem, error) {
+	if err := h.begin("claim"); err != nil {
+		return nil, err
+	}
+	return h.Store.Claim(ctx, worker, kinds, n, ttl)
+}
+
+func (h *Handle) Complete(ctx context.Context, hash string, c store.Claim, rc store.Receipt) (uint64, bool, error) {
+	if err := h.begin("complete"); err != nil {
+		return 0, false, err
+	}
+	return h.Store.Complete(ctx, hash, c, rc)
+}
+
+func (h *Handle) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]store.TimerItem, error) {
+	if err := h.begin("claim_due"); err != nil {
+		return nil, err
+	}
+	return h.Store.ClaimDue(ctx, worker, n, ttl)
+}
+
+func (h *Handle) Fire(ctx context.Context, hash string, c store.Claim) (uint64, bool, error) {
+	if err := h.begin("fire"); err != nil {
+		return 0, false, err
+	}
+	return h.Store.Fire(ctx, hash, c)
+}
+
+func (h *Handle) Send(ctx context.Context, dest, messageID string, item store.InboxItem) (store.FabricResult, error) {
+	if err := h.begin("send"); err != nil {
+		return store.FabricResult{}, err
+	}
+	return h.Store.Send(ctx, dest, messageID, item)
+}
+
+func (h *Handle) GetAssignment(ctx context.Context, world string) (store.Assignment, bool, error) {
+	if err := h.begin("get_assignment"); err != nil {
+		return store.Assignment{}, false, err
+	}
+	return h.Store.GetAssignment(ctx, world)
+}
