@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -41,7 +42,13 @@ type Config struct {
 	// (default 30s): a worker that dies between claim and fire delays its
 	// timers by at most this plus the reaper's period.
 	ClaimTTL time.Duration
-	Logger   *slog.Logger // nil: discarded
+	// Concurrency is how many firings may be in flight at once (default
+	// 16). A claimed batch is split by world into that many lanes: the
+	// firings of one world stay in claim order, those of different worlds
+	// overlap, so a burst of due timers shares the store's group commits
+	// instead of paying one commit after another.
+	Concurrency int
+	Logger      *slog.Logger // nil: discarded
 }
 
 // Stats counts what a worker did.
@@ -89,6 +96,11 @@ func New(st Store, cfg Config) (*Worker, error) {
 		return nil, &ConfigError{Field: "Batch", Reason: fmt.Sprintf("must be in [0, %d]", store.MaxBatch)}
 	case cfg.ClaimTTL < 0 || cfg.ClaimTTL > store.MaxTTL:
 		return nil, &ConfigError{Field: "ClaimTTL", Reason: fmt.Sprintf("must be in [0, %v]", store.MaxTTL)}
+	case cfg.Concurrency < 0 || cfg.Concurrency > store.MaxBatch:
+		return nil, &ConfigError{Field: "Concurrency", Reason: fmt.Sprintf("must be in [0, %d]", store.MaxBatch)}
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 16
 	}
 	if cfg.Batch == 0 {
 		cfg.Batch = 128
@@ -202,10 +214,61 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 }
 
-// fireAll fires the claimed timers in claim order. A store failure is
-// retried with backoff (the claim stays ours until it expires, and after
-// that until someone else claims); only ctx ends the retries.
+// fireAll fires the claimed timers: in claim order within each world, in
+// up to Concurrency lanes across worlds (a world's lane is a hash of its
+// id). It returns once every lane has returned, with ctx's error if ctx
+// ended first.
 func (w *Worker) fireAll(ctx context.Context, items []store.TimerItem) error {
+	n := min(w.cfg.Concurrency, len(items))
+	if n <= 1 {
+		return w.fireLane(ctx, items)
+	}
+	lanes := make([][]store.TimerItem, n)
+	for _, it := range items {
+		h := fnv.New32a()
+		h.Write([]byte(it.World))
+		i := h.Sum32() % uint32(n)
+		lanes[i] = append(lanes[i], it)
+	}
+	// The lanes report through a parker, so that waiting for them is a
+	// blocking point the executor sees (the lab schedules it).
+	done := w.ex.NewParker()
+	var mu sync.Mutex
+	running := 0
+	var first error
+	for _, lane := range lanes {
+		if len(lane) == 0 {
+			continue
+		}
+		running++
+		w.ex.Go(func() {
+			err := w.fireLane(ctx, lane)
+			mu.Lock()
+			if err != nil && first == nil {
+				first = err
+			}
+			running--
+			mu.Unlock()
+			done.Unpark()
+		})
+	}
+	for {
+		mu.Lock()
+		left, err := running, first
+		mu.Unlock()
+		if left == 0 {
+			return err
+		}
+		// Not ctx: the lanes end promptly once it is done (each store call
+		// and backoff honours it), and none may outlive Run.
+		_ = done.Park(context.Background())
+	}
+}
+
+// fireLane fires items in order. A store failure is retried with backoff
+// (the claim stays ours until it expires, and after that until someone else
+// claims); only ctx ends the retries.
+func (w *Worker) fireLane(ctx context.Context, items []store.TimerItem) error {
 	for _, it := range items {
 		for failures := 1; ; failures++ {
 			_, dup, err := w.st.Fire(ctx, it.IntentHash, it.ClaimOf())

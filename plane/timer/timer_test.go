@@ -3,6 +3,7 @@ package timer_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -397,5 +398,85 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		if _, err := timer.New(st, cfg); !errors.As(err, &ce) {
 			t.Errorf("%s: %v, want *ConfigError", name, err)
 		}
+	}
+}
+
+// TestWorkerFiresABurstAcrossWorldsConcurrentlyInWorldOrder: a burst of
+// timers due at one instant in several worlds is fired in overlapping
+// lanes (firings of different worlds are in flight together, so they can
+// share the store's commits), while each world still gets its firings in
+// claim order; with Concurrency 1 the firings are strictly one at a time.
+func TestWorkerFiresABurstAcrossWorldsConcurrentlyInWorldOrder(t *testing.T) {
+	for _, c := range []struct {
+		concurrency int
+		overlap     bool
+	}{{1, false}, {8, true}} {
+		synctest.Test(t, func(t *testing.T) {
+			var mu sync.Mutex
+			inFlight, maxInFlight := 0, 0
+			e := newEnv(t, memstore.WithHook(func(op string) error {
+				if op != "fire" {
+					return nil
+				}
+				mu.Lock()
+				inFlight++
+				maxInFlight = max(maxInFlight, inFlight)
+				mu.Unlock()
+				time.Sleep(time.Second) // a store call that takes a while
+				mu.Lock()
+				inFlight--
+				mu.Unlock()
+				return nil
+			}))
+			worlds := []string{"w1", "w2", "w3", "w4", "w5", "w6"}
+			due := time.Now().Add(time.Minute)
+			want := map[string][]string{} // per world, the claim order
+			for i, w := range worlds {
+				epoch := e.epoch
+				if w != "w1" {
+					if _, err := e.st.CreateWorld(e.ctx, "u1", w, nil); err != nil {
+						t.Fatal(err)
+					}
+					l, err := e.st.Acquire(e.ctx, w, "host-1", store.MaxTTL)
+					if err != nil {
+						t.Fatal(err)
+					}
+					epoch = l.Epoch
+				}
+				for j := 0; j < 3; j++ {
+					h := world.IntentHash(w, uint64(10*i+j+1), 0, "timer.set", nil)
+					if err := e.st.Schedule(e.ctx, w, epoch, h, due, nil); err != nil {
+						t.Fatal(err)
+					}
+					want[w] = append(want[w], store.TimerKey(h))
+				}
+				slices.Sort(want[w]) // same instant: intent hash order
+			}
+			w, r := start(t, e.st, timer.Config{Worker: "timers-1", Executor: e.ex, Concurrency: c.concurrency})
+			time.Sleep(time.Minute + time.Hour)
+			synctest.Wait()
+			if err := r.stop(); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Run = %v", err)
+			}
+			if s := w.Stats(); s.Fired != 18 {
+				t.Fatalf("concurrency %d: stats %+v, want 18 fired", c.concurrency, s)
+			}
+			for _, wid := range worlds {
+				items, err := e.st.ReadInbox(e.ctx, wid, 0, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []string
+				for _, it := range items {
+					got = append(got, it.DedupeKey)
+				}
+				if !slices.Equal(got, want[wid]) {
+					t.Fatalf("concurrency %d: %s fired %v, want %v (claim order)", c.concurrency, wid, got, want[wid])
+				}
+			}
+			if (maxInFlight > 1) != c.overlap {
+				t.Fatalf("concurrency %d: at most %d firings in flight together", c.concurrency, maxInFlight)
+			}
+		})
 	}
 }
