@@ -134,3 +134,28 @@ func TestReceiptConsumedEvenWhenItsHandlerFails(t *testing.T) {
 		t.Fatal("a receipt whose handler failed is still awaited")
 	}
 }
+
+// An operator retry's receipt (Retry > 0) reaches the handler after the
+// world consumed the first execution's error, and replay agrees; a second
+// receipt of the first execution is still stale.
+func TestOperatorRetryReceiptReachesTheHandler(t *testing.T) {
+	f := newFeeder(t, effectsDef(), "w1")
+	h := f.event(Burst{N: 1}).Intents[0].Hash
+	wantOutcome(t, f.receipt(world.Receipt{IntentHash: h, Kind: world.KindHTTPRequest, Status: world.StatusError}), world.OutcomeOK)
+	wantOutcome(t, f.receipt(world.Receipt{IntentHash: h, Kind: world.KindHTTPRequest, Status: world.StatusError}), world.OutcomeStale)
+	retry := f.receipt(world.Receipt{IntentHash: h, Kind: world.KindHTTPRequest, Status: world.StatusOK, Retry: 1})
+	wantOutcome(t, retry, world.OutcomeOK)
+	if paid := f.value().Paid; len(paid) != 2 {
+		t.Fatalf("handled receipts %v, want the error and the retry's", paid)
+	}
+	if len(f.w.Awaiting()) != 0 {
+		t.Fatalf("awaiting %v after the retry's receipt", f.w.Awaiting())
+	}
+	w, err := world.Replay(effectsDef(), "w1", world.Snapshot{}, f.records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(w.State()) != string(f.w.State()) {
+		t.Fatal("replay gives another state")
+	}
+}

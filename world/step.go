@@ -148,6 +148,14 @@ func (d *Def[S]) decodeInput(in Input, payload []byte, m meta) decoded {
 			return bad("invalid receipt", err)
 		}
 		if _, ok := m.effects[r.IntentHash]; !ok {
+			if r.Retry > 0 {
+				// An operator retry's receipt: the world consumed the
+				// terminal error of an earlier execution, and an operator
+				// ran the effect again. Only the store delivers receipts,
+				// one per retry (its dedupe key names the retry), so this
+				// is news, not a duplicate: the handler sees it, Retry set.
+				return decoded{typ: ReceiptType, value: payload}
+			}
 			return decoded{typ: ReceiptType, consumes: r.IntentHash, outcome: OutcomeStale, err: ErrStale}
 		}
 		return decoded{typ: ReceiptType, value: payload, consumes: r.IntentHash}

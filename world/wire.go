@@ -214,9 +214,12 @@ const (
 // FabricSendReceipt for fabric.send); Decode reads it. Retry is the
 // operator retry the receipt answers (0 for the first execution).
 //
-// A receipt reaches the handler only while the world awaits its intent:
-// the first terminal receipt consumes it, and any later one (a duplicate,
-// or an operator retry's receipt after an error) is dropped as stale.
+// A receipt of a first execution (Retry 0) reaches the handler only while
+// the world awaits its intent: the first one consumes it, and a later one
+// (a duplicate) is dropped as stale. An operator retry's receipt (Retry >
+// 0: an operator ran an effect that ended in a terminal error again, see
+// store.RetryEffect) always reaches the handler: the store delivers one
+// per retry, and it is the only way the world learns the retry's result.
 type Receipt struct {
 	IntentHash string        `cbor:"intent_hash"`
 	Kind       string        `cbor:"kind"`

@@ -431,3 +431,43 @@ func TestRetryPolicyDelayDoublesToMax(t *testing.T) {
 		t.Fatalf("full jitter, maximal draw: %v, want about 0", d)
 	}
 }
+
+// TestOperatorRetryOfATerminalErrorDeliversASecondReceipt: an effect ends
+// in a terminal error (receipt Retry 0); an operator retries it
+// (store.RetryEffect); the pool runs it again and delivers its result as a
+// second receipt with Retry 1, which the world's kernel hands to its
+// handler (world.Receipt).
+func TestOperatorRetryOfATerminalErrorDeliversASecondReceipt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		f := &fake{do: func(_ context.Context, _ store.EffectItem, n int) (adapter.Result, error) {
+			if n == 1 {
+				return adapter.Result{}, adapter.Permanent(errors.New("upstream refused"))
+			}
+			return adapter.OK("fixed"), nil
+		}}
+		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex}, adapter.Register(f, adapter.NoRetry()))
+		r := run(p)
+		defer r.stop()
+		h := e.publish(kindTest, "x")
+		synctest.Wait()
+		if got := receipts(t, e.st, e.world); len(got) != 1 || got[0].Status != world.StatusError || got[0].Retry != 0 {
+			t.Fatalf("receipts %+v, want one terminal error", got)
+		}
+		st, err := e.st.RetryEffect(e.ctx, h, "operator: upstream fixed")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Retries != 1 {
+			t.Fatalf("status after RetryEffect %+v", st)
+		}
+		synctest.Wait()
+		got := receipts(t, e.st, e.world)
+		if len(got) != 2 || got[1].IntentHash != h || got[1].Status != world.StatusOK || got[1].Retry != 1 {
+			t.Fatalf("receipts %+v, want the error then the retry's ok (Retry 1)", got)
+		}
+		if calls := f.snapshot(); len(calls) != 2 {
+			t.Fatalf("%d executions, want 2 (the first and the operator's retry)", len(calls))
+		}
+	})
+}
