@@ -135,7 +135,7 @@ func crashScenario(cp crashPoint, successor string) func(r *rig) error {
 			return err
 		}
 		if successor != "A" {
-			if err := base.Assign(r.ctx, "c", store.Assignment{DesiredWorker: successor}); err != nil {
+			if err := base.Assign(r.ctx, "c", store.Assignment{DesiredWorker: successor}, nil); err != nil {
 				return err
 			}
 		}
@@ -286,7 +286,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 		if err := r.advance(cfgA.LeaseTTL); err != nil {
 			return err
 		}
-		if err := base.Assign(ctx, "z", store.Assignment{DesiredWorker: "B"}); err != nil {
+		if err := base.Assign(ctx, "z", store.Assignment{DesiredWorker: "B"}, nil); err != nil {
 			return err
 		}
 		b, err := plane.StartHost(ctx, r.root, r.hostConfig("B", r.handle(nil), nil))

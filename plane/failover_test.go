@@ -61,7 +61,7 @@ func failoverRun(r *rig, f, A, B string, failover bool) (state []byte, err error
 		if err := r.advance(r.hostConfig(A, nil, nil).LeaseTTL); err != nil {
 			return nil, err
 		}
-		if err := r.base.Assign(ctx, f, store.Assignment{DesiredWorker: B}); err != nil {
+		if err := r.base.Assign(ctx, f, store.Assignment{DesiredWorker: B}, nil); err != nil {
 			return nil, err
 		}
 		b, err := plane.StartHost(ctx, r.root, r.hostConfig(B, r.handle(nil), nil))
@@ -142,7 +142,7 @@ func TestTimerSurvivesCrashAndMigration(t *testing.T) {
 		}
 		stA.Crash()
 		a.Kill(ctx)
-		if err := r.base.Assign(ctx, "t", store.Assignment{DesiredWorker: "B"}); err != nil {
+		if err := r.base.Assign(ctx, "t", store.Assignment{DesiredWorker: "B"}, nil); err != nil {
 			return err
 		}
 		b, err := plane.StartHost(ctx, r.root, r.hostConfig("B", r.handle(nil), nil))
@@ -258,7 +258,7 @@ func TestForkBootsAtSnapshotWithoutPendingEffects(t *testing.T) {
 			return fmt.Errorf("fork has %d effects and %d timers queued", len(effects), len(timers))
 		}
 		before, _ := st.QueueDepths(ctx)
-		if err := st.Assign(ctx, "fork", store.Assignment{DesiredWorker: "A"}); err != nil {
+		if err := st.Assign(ctx, "fork", store.Assignment{DesiredWorker: "A"}, nil); err != nil {
 			return err
 		}
 		if _, err := c.Send(ctx, "fork", Add{By: 10, Key: "f"}, "f"); err != nil {

@@ -147,7 +147,7 @@ func createAssigned(ctx context.Context, st store.Store, id, worker string) erro
 	if _, err := st.CreateWorld(ctx, universe, id, nil); err != nil && !errors.Is(err, store.ErrWorldExists) {
 		return err
 	}
-	return st.Assign(ctx, id, store.Assignment{DesiredWorker: worker, Reason: "test"})
+	return st.Assign(ctx, id, store.Assignment{DesiredWorker: worker, Reason: "test"}, nil)
 }
 
 // journalOf reads a world's whole journal.

@@ -150,7 +150,7 @@ func TestHintStormCoalescesScans(t *testing.T) {
 		}
 		scans = 0
 		for i := range n {
-			if err := st.Assign(env.Ctx, fmt.Sprint("h", i), store.Assignment{DesiredWorker: "A"}); err != nil {
+			if err := st.Assign(env.Ctx, fmt.Sprint("h", i), store.Assignment{DesiredWorker: "A"}, nil); err != nil {
 				return err
 			}
 			if err := sleep(env, 10*time.Millisecond); err != nil {

@@ -35,13 +35,13 @@ func NewOps(st store.Store, kernels Kernels) (*Ops, error) {
 
 // AssignWorld writes world's desired worker (assign_world).
 func (o *Ops) AssignWorld(ctx context.Context, worldID, worker, reason string) error {
-	return o.st.Assign(ctx, worldID, store.Assignment{DesiredWorker: worker, Reason: reason})
+	return o.st.Assign(ctx, worldID, store.Assignment{DesiredWorker: worker, Reason: reason}, nil)
 }
 
 // UnassignWorld removes world's assignment (unassign_world); no assignment
 // is a no-op.
 func (o *Ops) UnassignWorld(ctx context.Context, worldID string) error {
-	err := o.st.Unassign(ctx, worldID)
+	err := o.st.Unassign(ctx, worldID, nil)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}

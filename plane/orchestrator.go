@@ -106,6 +106,14 @@ func (o *Orchestrator) Leader() bool {
 	return o.leaderLocked()
 }
 
+// fence returns the fence of the orchestrator lease it holds, and whether
+// it holds one.
+func (o *Orchestrator) fence() (store.Fence, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return store.Fence{World: OrchestratorWorld, Epoch: o.epoch}, o.leaderLocked()
+}
+
 func (o *Orchestrator) leaderLocked() bool {
 	return !o.expires.IsZero() && o.ex.Now().Before(o.expires)
 }
@@ -113,7 +121,7 @@ func (o *Orchestrator) leaderLocked() bool {
 // Pin places world on worker explicitly; the orchestrator never moves a
 // pinned world. Unpin gives it back to rendezvous placement.
 func (o *Orchestrator) Pin(ctx context.Context, world, worker string) error {
-	return o.st.Assign(ctx, world, store.Assignment{DesiredWorker: worker, Priority: 1, Reason: ReasonPin})
+	return o.st.Assign(ctx, world, store.Assignment{DesiredWorker: worker, Priority: 1, Reason: ReasonPin}, nil)
 }
 
 // Unpin removes a pin; the next reconcile places the world.
@@ -122,7 +130,7 @@ func (o *Orchestrator) Unpin(ctx context.Context, world string) error {
 	if err != nil || !ok || a.Reason != ReasonPin {
 		return err
 	}
-	if err := o.st.Unassign(ctx, world); err != nil {
+	if err := o.st.Unassign(ctx, world, nil); err != nil {
 		return err
 	}
 	o.hint.Store(true)
@@ -263,13 +271,24 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error {
 			if ok && a.DesiredWorker == want || !ok && want == "" {
 				continue
 			}
-			if !o.Leader() {
+			// The write is fenced by the orchestrator's own lease: a
+			// deposed orchestrator (paused past its TTL) writes nothing.
+			fence, leader := o.fence()
+			if !leader {
 				return errorf("reconcile", ErrNotLeader, "", nil)
 			}
 			if want == "" {
-				err = o.st.Unassign(ctx, w.ID)
+				err = o.st.Unassign(ctx, w.ID, &fence)
 			} else {
-				err = o.st.Assign(ctx, w.ID, store.Assignment{DesiredWorker: want, Reason: ReasonRendezvous})
+				err = o.st.Assign(ctx, w.ID, store.Assignment{DesiredWorker: want, Reason: ReasonRendezvous}, &fence)
+			}
+			if errors.Is(err, store.ErrFenced) {
+				o.mu.Lock()
+				if o.epoch == fence.Epoch {
+					o.expires = time.Time{}
+				}
+				o.mu.Unlock()
+				return errorf("reconcile", ErrNotLeader, "", err)
 			}
 			if err != nil {
 				return err

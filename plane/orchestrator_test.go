@@ -1,7 +1,12 @@
 package plane_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -252,7 +257,7 @@ func TestReconcileReadsAssignmentsInPages(t *testing.T) {
 				return err
 			}
 		}
-		if err := base.Assign(env.Ctx, "o0", store.Assignment{DesiredWorker: "Z", Priority: 1, Reason: plane.ReasonPin}); err != nil {
+		if err := base.Assign(env.Ctx, "o0", store.Assignment{DesiredWorker: "Z", Priority: 1, Reason: plane.ReasonPin}, nil); err != nil {
 			return err
 		}
 		ops := map[string]int{}
@@ -300,6 +305,147 @@ func TestReconcileReadsAssignmentsInPages(t *testing.T) {
 			return fmt.Errorf("the pin to an unknown worker became %+v (%v %v)", a, ok, err)
 		}
 		return nil
+	})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+}
+
+// deposedWrites records what an orchestrator's assignment writes returned
+// once its store handle was released from a pause.
+type deposedWrites struct {
+	store.Store
+	mu     sync.Mutex
+	paused bool
+	after  []error
+}
+
+func (d *deposedWrites) record(err error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.paused {
+		d.after = append(d.after, err)
+	}
+	return err
+}
+
+func (d *deposedWrites) Assign(ctx context.Context, w string, a store.Assignment, by *store.Fence) error {
+	return d.record(d.Store.Assign(ctx, w, a, by))
+}
+
+func (d *deposedWrites) Unassign(ctx context.Context, w string, by *store.Fence) error {
+	return d.record(d.Store.Unassign(ctx, w, by))
+}
+
+// TestDeposedOrchestratorWritesNothing: the acting orchestrator is paused
+// inside an assignment write for longer than its lease; the other one takes
+// over and places the worlds. When the paused one resumes, the store
+// refuses its write (ErrFenced: the write carries its lease's fence) and
+// it stops acting; the successor's placement stands.
+func TestDeposedOrchestratorWritesNothing(t *testing.T) {
+	res := lab.Run(lab.Config{Seed: 8, Name: "deposed-orchestrator"}, func(env *lab.Env) error {
+		base := newStore(env)
+		ids := []string{"d0", "d1", "d2", "d3"}
+		for _, id := range ids {
+			if _, err := base.CreateWorld(env.Ctx, universe, id, nil); err != nil {
+				return err
+			}
+		}
+		heartbeat := func(workers ...string) error {
+			for _, w := range workers {
+				if _, err := base.Heartbeat(env.Ctx, w, 100); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if err := heartbeat("A", "B"); err != nil {
+			return err
+		}
+		var pause atomic.Bool
+		var w1 *deposedWrites
+		w1 = &deposedWrites{Store: base.Restart(memstore.WithHook(func(op string) error {
+			if (op == "assign" || op == "unassign") && pause.CompareAndSwap(true, false) {
+				// The process stops here for ten lease TTLs.
+				err := sleep(env, 20*time.Second)
+				w1.mu.Lock()
+				w1.paused = true
+				w1.mu.Unlock()
+				return err
+			}
+			return nil
+		}))}
+		cfg := plane.OrchestratorConfig{Store: w1, Universes: []string{universe}, LeaseTTL: 2 * time.Second, LiveFor: time.Hour}
+		cfg.ID = "o1"
+		o1, err := plane.StartOrchestrator(env.Ctx, env.Root, cfg)
+		if err != nil {
+			return err
+		}
+		live := []string{"A", "B"}
+		placed := func() (bool, error) {
+			for _, id := range ids {
+				if assignedTo(env, base, id) != plane.Place(id, live) {
+					return false, nil
+				}
+			}
+			return true, nil
+		}
+		if err := waitFor(env, "placement by o1", 10*time.Second, placed); err != nil {
+			return err
+		}
+		if !o1.Leader() {
+			return fmt.Errorf("o1 placed the worlds without leading")
+		}
+		cfg.ID, cfg.Store = "o2", base
+		o2, err := plane.StartOrchestrator(env.Ctx, env.Root, cfg)
+		if err != nil {
+			return err
+		}
+		// B is drained: o1 starts moving B's worlds and is paused in its
+		// first write; o2 takes over once o1's lease expires and moves
+		// them all to A.
+		pause.Store(true)
+		if _, err := base.SetDraining(env.Ctx, "B", true); err != nil {
+			return err
+		}
+		live = []string{"A"}
+		if err := waitFor(env, "placement by o2", 15*time.Second, placed); err != nil {
+			return err
+		}
+		if !o2.Leader() {
+			return fmt.Errorf("o2 placed the worlds without leading")
+		}
+		// Undrain B: o2 moves worlds back; o1, when it wakes, holds a stale
+		// view (B draining) and tries its write under its old fence.
+		if _, err := base.SetDraining(env.Ctx, "B", false); err != nil {
+			return err
+		}
+		live = []string{"A", "B"}
+		if err := waitFor(env, "o1 resumed", 30*time.Second, func() (bool, error) {
+			w1.mu.Lock()
+			defer w1.mu.Unlock()
+			return len(w1.after) > 0, nil
+		}); err != nil {
+			return err
+		}
+		w1.mu.Lock()
+		after := slices.Clone(w1.after)
+		w1.mu.Unlock()
+		for i, err := range after {
+			if !errors.Is(err, store.ErrFenced) {
+				return fmt.Errorf("o1's write %d after its pause returned %v, want ErrFenced", i, err)
+			}
+		}
+		if o1.Leader() {
+			return fmt.Errorf("o1 still believes it leads after a fenced write")
+		}
+		if err := waitFor(env, "o2's placement", 10*time.Second, placed); err != nil {
+			return err
+		}
+		if err := o1.Stop(env.Ctx); err != nil {
+			return err
+		}
+		return o2.Stop(env.Ctx)
 	})
 	if res.Failure != nil {
 		t.Fatal(res.Failure)

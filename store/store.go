@@ -317,9 +317,15 @@ type Leases interface {
 	ReleaseLeases(ctx context.Context, worker string, refs []LeaseRef) ([]LeaseResult, error)
 	// GetLease returns the current lease record (ok=false if never leased).
 	GetLease(ctx context.Context, world string) (lease Lease, ok bool, err error)
-	// Assign and Unassign write the desired placement; GetAssignment reads it.
-	Assign(ctx context.Context, world string, a Assignment) error
-	Unassign(ctx context.Context, world string) error
+	// Assign and Unassign write the desired placement; GetAssignment reads
+	// it. by is the writer's authority: nil for an operator, or the fence
+	// of the lease the writer acts under (the orchestrator passes its own
+	// lease), in which case the write happens only while that lease is
+	// unexpired at that epoch, in the same transaction: otherwise ErrFenced
+	// (ErrWorldNotFound if by names no world) and nothing is written. So a
+	// deposed orchestrator, paused past its TTL, cannot move a world.
+	Assign(ctx context.Context, world string, a Assignment, by *Fence) error
+	Unassign(ctx context.Context, world string, by *Fence) error
 	GetAssignment(ctx context.Context, world string) (a Assignment, ok bool, err error)
 	// ListWorkerWorlds lists, sorted by world id, up to limit worlds after
 	// the id `after` ("" = from the start) whose unexpired lease worker

@@ -193,7 +193,7 @@ func (s *Store) GetLease(ctx context.Context, worldID string) (store.Lease, bool
 }
 
 // Assign implements store.Leases.
-func (s *Store) Assign(ctx context.Context, worldID string, a store.Assignment) error {
+func (s *Store) Assign(ctx context.Context, worldID string, a store.Assignment, by *store.Fence) error {
 	const op = "assign"
 	if err := s.begin(ctx, op); err != nil {
 		return err
@@ -206,6 +206,9 @@ func (s *Store) Assign(ctx context.Context, worldID string, a store.Assignment) 
 			return err
 		}
 	}
+	if err := s.authority(op, by); err != nil {
+		return err
+	}
 	if _, ok := s.st.worlds[worldID]; !ok {
 		return store.Errorf(op, store.ErrWorldNotFound, worldID, "")
 	}
@@ -215,13 +218,16 @@ func (s *Store) Assign(ctx context.Context, worldID string, a store.Assignment) 
 }
 
 // Unassign implements store.Leases; it is idempotent.
-func (s *Store) Unassign(ctx context.Context, worldID string) error {
+func (s *Store) Unassign(ctx context.Context, worldID string, by *store.Fence) error {
 	const op = "unassign"
 	if err := s.begin(ctx, op); err != nil {
 		return err
 	}
 	defer s.end()
 	if err := store.CheckID(op, "world", worldID); err != nil {
+		return err
+	}
+	if err := s.authority(op, by); err != nil {
 		return err
 	}
 	if _, ok := s.st.worlds[worldID]; !ok {
@@ -346,4 +352,15 @@ func (s *Store) ListWorkers(ctx context.Context) ([]store.WorkerInfo, error) {
 		out = append(out, *s.st.workers[id])
 	}
 	return out, nil
+}
+
+// authority checks an assignment writer's fence (nil: an operator).
+func (s *Store) authority(op string, by *store.Fence) error {
+	if by == nil {
+		return nil
+	}
+	if err := store.CheckID(op, "fence world", by.World); err != nil {
+		return err
+	}
+	return s.st.fence(op, by.World, by.Epoch, s.now())
 }

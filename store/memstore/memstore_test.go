@@ -286,7 +286,7 @@ func TestWatchDeliversEveryHint(t *testing.T) {
 	_, err = s.Commit(bg, "w", e, store.CommitBatch{Timers: []store.TimerSet{{IntentHash: "t2", DeliverAt: clock.Now().Add(time.Hour)}}})
 	must(err)
 	hinted(t, sig[store.TopicTimers], "a Commit that scheduled a timer")
-	must(s.Assign(bg, "w", store.Assignment{DesiredWorker: "A"}))
+	must(s.Assign(bg, "w", store.Assignment{DesiredWorker: "A"}, nil))
 	hinted(t, sig[store.TopicAssignments], "Assign")
 	_, err = s.Heartbeat(bg, "A", 10)
 	must(err)
@@ -356,9 +356,9 @@ func TestOpsListsEveryHookedOperation(t *testing.T) {
 		func() { s.ReadWindow(bg, "w", epoch0, epoch0, 1) },
 		func() { s.Renew(bg, "w", "A", e, time.Minute) },
 		func() { s.GetLease(bg, "w") },
-		func() { s.Assign(bg, "w", store.Assignment{DesiredWorker: "A"}) },
+		func() { s.Assign(bg, "w", store.Assignment{DesiredWorker: "A"}, nil) },
 		func() { s.GetAssignment(bg, "w") },
-		func() { s.Unassign(bg, "w") },
+		func() { s.Unassign(bg, "w", nil) },
 		func() { s.RenewLeases(bg, "A", []store.LeaseRef{{World: "w", Epoch: e}}, time.Minute) },
 		func() { s.ListWorkerWorlds(bg, "A", "", 10) },
 		func() { s.Heartbeat(bg, "A", 1) },

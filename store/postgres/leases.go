@@ -220,17 +220,18 @@ func (s *Store) GetLease(ctx context.Context, world string) (store.Lease, bool, 
 }
 
 // Assign implements store.Leases.
-func (s *Store) Assign(ctx context.Context, world string, a store.Assignment) error {
+func (s *Store) Assign(ctx context.Context, world string, a store.Assignment, by *store.Fence) error {
 	const op = "assign"
 	if err := s.begin(ctx, op); err != nil {
 		return err
 	}
-	for _, err := range []error{store.CheckID(op, "world", world), store.CheckOptionalID(op, "desiredWorker", a.DesiredWorker), store.CheckReason(op, a.Reason)} {
+	for _, err := range []error{store.CheckID(op, "world", world), store.CheckOptionalID(op, "desiredWorker", a.DesiredWorker), store.CheckReason(op, a.Reason), checkAuthority(op, by)} {
 		if err != nil {
 			return err
 		}
 	}
 	return s.oneTrip(ctx, op, world, func(b *batch) {
+		s.queueAuthority(b, by)
 		b.queue(func(br pgx.BatchResults) error {
 			tag, err := br.Exec()
 			if err == nil && tag.RowsAffected() == 0 {
@@ -247,15 +248,18 @@ func (s *Store) Assign(ctx context.Context, world string, a store.Assignment) er
 }
 
 // Unassign implements store.Leases; it is idempotent.
-func (s *Store) Unassign(ctx context.Context, world string) error {
+func (s *Store) Unassign(ctx context.Context, world string, by *store.Fence) error {
 	const op = "unassign"
 	if err := s.begin(ctx, op); err != nil {
 		return err
 	}
-	if err := store.CheckID(op, "world", world); err != nil {
-		return err
+	for _, err := range []error{store.CheckID(op, "world", world), checkAuthority(op, by)} {
+		if err != nil {
+			return err
+		}
 	}
 	return s.oneTrip(ctx, op, world, func(b *batch) {
+		s.queueAuthority(b, by)
 		b.queue(func(br pgx.BatchResults) error {
 			var exists bool
 			err := br.QueryRow().Scan(&exists)
@@ -444,4 +448,21 @@ func (s *Store) ListWorkers(ctx context.Context) ([]store.WorkerInfo, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// checkAuthority validates an assignment writer's fence (nil: an operator).
+func checkAuthority(op string, by *store.Fence) error {
+	if by == nil {
+		return nil
+	}
+	return store.CheckID(op, "fence world", by.World)
+}
+
+// queueAuthority queues the check of an assignment writer's fence (nil: an
+// operator) ahead of the write, in its transaction: check_fence locks the
+// fence's lease row (FOR SHARE) and raises unless contract.Fence holds.
+func (s *Store) queueAuthority(b *batch, by *store.Fence) {
+	if by != nil {
+		b.queue(nil, `SELECT check_fence($1, $2, now_ns($3))`, by.World, int64(by.Epoch), s.off())
+	}
 }

@@ -600,7 +600,7 @@ func TestWatchTopicsAcrossStores(t *testing.T) {
 			l, err = b.Acquire(bg, "w", "B", time.Minute)
 			return err
 		}},
-		{store.TopicAssignments, func() error { return b.Assign(bg, "w", store.Assignment{DesiredWorker: "B"}) }},
+		{store.TopicAssignments, func() error { return b.Assign(bg, "w", store.Assignment{DesiredWorker: "B"}, nil) }},
 		{store.TopicAssignments, func() error {
 			_, err := b.SetWorldStatus(bg, "w", store.WorldPaused, "maintenance")
 			return err

@@ -114,7 +114,7 @@ func TestReopenPreservesEverything(t *testing.T) {
 	must(err)
 	lease, err := s.Acquire(bg, "w1", "worker-a", time.Minute)
 	must(err)
-	must(s.Assign(bg, "w1", store.Assignment{DesiredWorker: "worker-a", Priority: 3, Reason: "r"}))
+	must(s.Assign(bg, "w1", store.Assignment{DesiredWorker: "worker-a", Priority: 3, Reason: "r"}, nil))
 	seq, _, err := s.Enqueue(bg, "w1", store.InboxItem{Kind: "event", Payload: []byte("in"), DedupeKey: "d1"})
 	must(err)
 	app, err := s.DrainToJournal(bg, "w1", lease.Epoch, 0, 0, seq, []store.Record{rec("a"), rec("b")})
@@ -181,7 +181,7 @@ func TestReopenPreservesEverything(t *testing.T) {
 		t.Fatalf("workers after reopen: %+v %v", ws, err)
 	}
 	// The lease expired meanwhile: a new holder gets the next epoch.
-	must(s.Unassign(bg, "w1"))
+	must(s.Unassign(bg, "w1", nil))
 	l2, err := s.Acquire(bg, "w1", "worker-b", time.Minute)
 	if err != nil || l2.Epoch != lease.Epoch+1 {
 		t.Fatalf("acquire after reopen: %+v %v", l2, err)

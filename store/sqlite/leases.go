@@ -329,7 +329,7 @@ func (s *Store) GetLease(ctx context.Context, world string) (store.Lease, bool, 
 }
 
 // Assign writes the world's desired placement.
-func (s *Store) Assign(ctx context.Context, world string, a store.Assignment) error {
+func (s *Store) Assign(ctx context.Context, world string, a store.Assignment, by *store.Fence) error {
 	const op = "assign"
 	for _, c := range []error{
 		store.CheckID(op, "world", world),
@@ -340,7 +340,13 @@ func (s *Store) Assign(ctx context.Context, world string, a store.Assignment) er
 			return c
 		}
 	}
+	if err := checkAuthority(op, by); err != nil {
+		return err
+	}
 	return s.write(ctx, op, world, func(t *wtx) error {
+		if err := t.authority(op, by); err != nil {
+			return err
+		}
 		if _, err := t.worldStatus(op, world); err != nil {
 			return err
 		}
@@ -355,12 +361,18 @@ func (s *Store) Assign(ctx context.Context, world string, a store.Assignment) er
 }
 
 // Unassign removes the desired placement (a no-op if there is none).
-func (s *Store) Unassign(ctx context.Context, world string) error {
+func (s *Store) Unassign(ctx context.Context, world string, by *store.Fence) error {
 	const op = "unassign"
 	if err := store.CheckID(op, "world", world); err != nil {
 		return err
 	}
+	if err := checkAuthority(op, by); err != nil {
+		return err
+	}
 	return s.write(ctx, op, world, func(t *wtx) error {
+		if err := t.authority(op, by); err != nil {
+			return err
+		}
 		if _, err := t.worldStatus(op, world); err != nil {
 			return err
 		}
@@ -461,4 +473,20 @@ func (s *Store) ListWorkerWorlds(ctx context.Context, worker, after string, limi
 		return nil, dbErr(op, "", err)
 	}
 	return out, nil
+}
+
+// checkAuthority validates an assignment writer's fence (nil: an operator).
+func checkAuthority(op string, by *store.Fence) error {
+	if by == nil {
+		return nil
+	}
+	return store.CheckID(op, "fence world", by.World)
+}
+
+// authority checks an assignment writer's fence in the write transaction.
+func (t *wtx) authority(op string, by *store.Fence) error {
+	if by == nil {
+		return nil
+	}
+	return t.fence(op, by.World, by.Epoch)
 }

@@ -130,14 +130,14 @@ func testListWorkerWorldsPages(t *testing.T, open Factory) {
 			f.acquire(id, "A")
 			want = append(want, id)
 		case 2: // assigned to A, not leased
-			must(t, f.s.Assign(bg, id, store.Assignment{DesiredWorker: "A", Priority: i}), "Assign")
+			must(t, f.s.Assign(bg, id, store.Assignment{DesiredWorker: "A", Priority: i}, nil), "Assign")
 			want = append(want, id)
 		case 3: // B's
 			f.acquire(id, "B")
 		case 4: // A's lease, which will expire; assigned to A only every other one
 			f.acquire(id, "A")
 			if i%10 == 4 {
-				must(t, f.s.Assign(bg, id, store.Assignment{DesiredWorker: "A"}), "Assign")
+				must(t, f.s.Assign(bg, id, store.Assignment{DesiredWorker: "A"}, nil), "Assign")
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/orrery-run/orrery/store"
 )
@@ -20,6 +21,7 @@ func leaseTests() []testCase {
 		{"AssignmentToAnotherWorkerRefusesAcquire", testAssignment},
 		{"ListWorkerWorldsIsSortedUnionOfLeasesAndAssignments", testWorkerWorlds},
 		{"AcquireNeedsAnExistingActiveWorld", testAcquireWorldStatus},
+		{"FencedAssignmentNeedsTheWritersLease", testFencedAssignment},
 	}
 }
 
@@ -207,7 +209,7 @@ func testAssignment(t *testing.T, open Factory) {
 		t.Fatalf("GetAssignment before Assign: ok=%v, %v", ok, err)
 	}
 	want := store.Assignment{DesiredWorker: "B", Priority: 3, Reason: "rebalance"}
-	must(t, f.s.Assign(bg, "w", want), "Assign")
+	must(t, f.s.Assign(bg, "w", want, nil), "Assign")
 	if got, ok, err := f.s.GetAssignment(bg, "w"); err != nil || !ok || got != want {
 		t.Fatalf("GetAssignment = %+v, %v, %v; want %+v", got, ok, err, want)
 	}
@@ -218,7 +220,7 @@ func testAssignment(t *testing.T, open Factory) {
 	}
 	b := f.acquire("w", "B")
 	must(t, f.s.Release(bg, "w", "B", b.Epoch), "Release")
-	must(t, f.s.Unassign(bg, "w"), "Unassign")
+	must(t, f.s.Unassign(bg, "w", nil), "Unassign")
 	if _, ok, err := f.s.GetAssignment(bg, "w"); err != nil || ok {
 		t.Fatalf("GetAssignment after Unassign: ok=%v, %v", ok, err)
 	}
@@ -227,7 +229,7 @@ func testAssignment(t *testing.T, open Factory) {
 	}
 	// An assignment that names no worker restricts nobody.
 	f.world("w2")
-	must(t, f.s.Assign(bg, "w2", store.Assignment{Reason: "any"}), "Assign without a worker")
+	must(t, f.s.Assign(bg, "w2", store.Assignment{Reason: "any"}, nil), "Assign without a worker")
 	f.acquire("w2", "C")
 }
 
@@ -239,9 +241,9 @@ func testWorkerWorlds(t *testing.T, open Factory) {
 	f.acquire("w3", "A")
 	f.acquire("w1", "A")
 	f.acquire("w5", "B")
-	must(t, f.s.Assign(bg, "w2", store.Assignment{DesiredWorker: "A"}), "Assign")
-	must(t, f.s.Assign(bg, "w1", store.Assignment{DesiredWorker: "A"}), "Assign") // leased and assigned: once
-	must(t, f.s.Assign(bg, "w4", store.Assignment{DesiredWorker: "B"}), "Assign")
+	must(t, f.s.Assign(bg, "w2", store.Assignment{DesiredWorker: "A"}, nil), "Assign")
+	must(t, f.s.Assign(bg, "w1", store.Assignment{DesiredWorker: "A"}, nil), "Assign") // leased and assigned: once
+	must(t, f.s.Assign(bg, "w4", store.Assignment{DesiredWorker: "B"}, nil), "Assign")
 	list := func(worker string) string {
 		t.Helper()
 		ws, err := f.s.ListWorkerWorlds(bg, worker, "", 100)
@@ -289,5 +291,39 @@ func testAcquireWorldStatus(t *testing.T, open Factory) {
 		if l, _, _ := f.s.GetLease(bg, id); l.Holder != "" || l.Epoch != e {
 			t.Fatalf("lease of a %s world = %+v, want released at epoch %d", c.status, l, e)
 		}
+	}
+}
+
+// An assignment written under a fence (the orchestrator's own lease) is
+// written only while that lease is held at that epoch and unexpired: a
+// deposed writer, paused past its TTL and replaced, gets ErrFenced and
+// changes nothing; the new holder's fence and an operator's nil one work.
+func testFencedAssignment(t *testing.T, open Factory) {
+	f := setup(t, open)
+	f.world("orch")
+	f.world("w")
+	old := &store.Fence{World: "orch", Epoch: f.acquire("orch", "O1").Epoch}
+	first := store.Assignment{DesiredWorker: "A", Reason: "rendezvous"}
+	must(t, f.s.Assign(bg, "w", first, old), "Assign under the holder's fence")
+	f.advance(leaseTTL + time.Second) // O1 is paused past its TTL
+	err := f.s.Assign(bg, "w", store.Assignment{DesiredWorker: "B", Reason: "rendezvous"}, old)
+	wantErr(t, err, store.ErrFenced, "Assign under an expired fence")
+	nu := &store.Fence{World: "orch", Epoch: f.acquire("orch", "O2").Epoch}
+	err = f.s.Assign(bg, "w", store.Assignment{DesiredWorker: "B", Reason: "rendezvous"}, old)
+	wantErr(t, err, store.ErrFenced, "Assign under the deposed holder's fence")
+	wantErr(t, f.s.Unassign(bg, "w", old), store.ErrFenced, "Unassign under the deposed holder's fence")
+	if got, ok, err := f.s.GetAssignment(bg, "w"); err != nil || !ok || got != first {
+		t.Fatalf("after the refused writes: %+v, %v, %v; want %+v unchanged", got, ok, err, first)
+	}
+	second := store.Assignment{DesiredWorker: "C", Reason: "rendezvous"}
+	must(t, f.s.Assign(bg, "w", second, nu), "Assign under the new holder's fence")
+	if got, _, _ := f.s.GetAssignment(bg, "w"); got != second {
+		t.Fatalf("assignment %+v, want %+v", got, second)
+	}
+	must(t, f.s.Unassign(bg, "w", nil), "an operator's Unassign")
+	err = f.s.Assign(bg, "w", first, &store.Fence{World: "nowhere", Epoch: 1})
+	wantErr(t, err, store.ErrWorldNotFound, "Assign under a fence naming no world")
+	if _, ok, _ := f.s.GetAssignment(bg, "w"); ok {
+		t.Fatal("a refused Assign wrote an assignment")
 	}
 }

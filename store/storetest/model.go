@@ -394,11 +394,11 @@ func testModelJournalAndLeases(t *testing.T, open Factory) {
 			"assign": func(rt *rapid.T) {
 				w := rapid.SampledFrom(worlds).Draw(rt, "world")
 				a := store.Assignment{DesiredWorker: rapid.SampledFrom(append([]string{""}, workers...)).Draw(rt, "desired")}
-				l.both("Assign", l.sut.Assign(bg, w, a), l.ref.Assign(bg, w, a))
+				l.both("Assign", l.sut.Assign(bg, w, a, nil), l.ref.Assign(bg, w, a, nil))
 			},
 			"unassign": func(rt *rapid.T) {
 				w := rapid.SampledFrom(worlds).Draw(rt, "world")
-				l.both("Unassign", l.sut.Unassign(bg, w), l.ref.Unassign(bg, w))
+				l.both("Unassign", l.sut.Unassign(bg, w, nil), l.ref.Unassign(bg, w, nil))
 			},
 			"workerWorlds": func(rt *rapid.T) {
 				worker := rapid.SampledFrom(workers).Draw(rt, "worker")

@@ -196,7 +196,7 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 		})
 		if bad != "" { // an assignment may name no worker
 			add("Assign worker "+name, func() error {
-				return f.s.Assign(bg, "w", store.Assignment{DesiredWorker: bad})
+				return f.s.Assign(bg, "w", store.Assignment{DesiredWorker: bad}, nil)
 			})
 		}
 		add("Heartbeat "+name, func() error {
@@ -290,7 +290,7 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 		return err
 	})
 	add("Assign over-long reason", func() error {
-		return f.s.Assign(bg, "w", store.Assignment{DesiredWorker: "A", Reason: longReason})
+		return f.s.Assign(bg, "w", store.Assignment{DesiredWorker: "A", Reason: longReason}, nil)
 	})
 	add("RetryEffect over-long reason", func() error {
 		_, err := f.s.RetryEffect(bg, "i1", longReason)

@@ -433,7 +433,7 @@ func createWorlds(ctx context.Context, st store.Store, worker string, n int, id 
 		if _, err := st.CreateWorld(ctx, universe, id(i), nil); err != nil {
 			return err
 		}
-		return st.Assign(ctx, id(i), store.Assignment{DesiredWorker: worker, Reason: "bench"})
+		return st.Assign(ctx, id(i), store.Assignment{DesiredWorker: worker, Reason: "bench"}, nil)
 	}))
 }
 
