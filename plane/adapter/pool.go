@@ -175,17 +175,27 @@ func (p *Pool) Drain() {
 // it started has ended when it returns. It parks between claims, woken by
 // a store.TopicEffects hint, by an execution that frees a slot, or at the
 // nearest expiry of a claim it holds; it never polls. Store failures are
-// retried with backoff; a pool that cannot watch the store returns the
-// Watch error.
+// retried with backoff, Watch included: a pool whose store cannot be
+// watched yet waits and tries again until ctx is done.
 func (p *Pool) Run(ctx context.Context) error {
 	if !p.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
 	defer p.running.Store(false)
 	wake := p.ex.NewParker()
-	stop, err := p.st.Watch(ctx, wake, store.TopicEffects)
-	if err != nil {
-		return err
+	var stop func()
+	for failures := 1; ; failures++ {
+		var err error
+		if stop, err = p.st.Watch(ctx, wake, store.TopicEffects); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		p.log.Warn("adapter: watch failed", "worker", p.cfg.Worker, "err", err, "failures", failures)
+		if err := actor.Sleep(ctx, p.ex, storeBackoff(failures, p.ex.Uint64())); err != nil {
+			return err
+		}
 	}
 	defer stop()
 	p.mu.Lock()

@@ -471,3 +471,31 @@ func TestOperatorRetryOfATerminalErrorDeliversASecondReceipt(t *testing.T) {
 		}
 	})
 }
+
+// TestPoolWaitsOutAFailingWatch: the store refuses the first Watches; the
+// pool retries with backoff instead of returning, and executes the effect
+// once a Watch succeeds.
+func TestPoolWaitsOutAFailingWatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		failures := 3
+		e := newEnv(t, memstore.WithHook(func(op string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if op == "watch" && failures > 0 {
+				failures--
+				return errors.New("database restarting")
+			}
+			return nil
+		}))
+		h := e.publish(kindTest, "x")
+		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex}, adapter.Register(&fake{}, adapter.NoRetry()))
+		r := run(p)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		oneReceiptEach(t, e.st, e.world, h)
+		if err := r.stop(); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run = %v, want context.Canceled", err)
+		}
+	})
+}

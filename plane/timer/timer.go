@@ -122,18 +122,28 @@ func (w *Worker) Stats() Stats {
 	return w.stats
 }
 
-// Run fires due timers until ctx is done, and returns ctx's error (or the
-// Watch error if the store cannot be watched). Store failures are retried
-// with backoff.
+// Run fires due timers until ctx is done, and returns ctx's error. Store
+// failures are retried with backoff, Watch included: a worker whose store
+// cannot be watched yet waits and tries again.
 func (w *Worker) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
 	defer w.running.Store(false)
 	wake := w.ex.NewParker()
-	stop, err := w.st.Watch(ctx, wake, store.TopicTimers)
-	if err != nil {
-		return err
+	var stop func()
+	for failures := 1; ; failures++ {
+		var err error
+		if stop, err = w.st.Watch(ctx, wake, store.TopicTimers); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		w.log.Warn("timer: watch failed", "worker", w.cfg.Worker, "err", err, "failures", failures)
+		if err := actor.Sleep(ctx, w.ex, backoff(failures, w.ex.Uint64())); err != nil {
+			return err
+		}
 	}
 	defer stop()
 	var timer actor.Timer

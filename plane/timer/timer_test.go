@@ -480,3 +480,33 @@ func TestWorkerFiresABurstAcrossWorldsConcurrentlyInWorldOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkerWaitsOutAFailingWatch: the store refuses the first Watches (a
+// database restarting); the worker retries with backoff instead of
+// returning, and fires its timer once a Watch succeeds.
+func TestWorkerWaitsOutAFailingWatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		failures := 3
+		e := newEnv(t, memstore.WithHook(func(op string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if op == "watch" && failures > 0 {
+				failures--
+				return errors.New("database restarting")
+			}
+			return nil
+		}))
+		h := e.schedule(time.Now().Add(time.Minute))
+		_, r := start(t, e.st, timer.Config{Worker: "timers-1", Executor: e.ex})
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		got := fired(t, e.st)
+		if len(got) != 1 || got[0].DedupeKey != store.TimerKey(h) {
+			t.Fatalf("firings %+v, want the timer after the watch recovered", got)
+		}
+		if err := r.stop(); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run = %v, want context.Canceled", err)
+		}
+	})
+}
