@@ -13,109 +13,6 @@ import (
 	"github.com/orrery-run/orrery/actor"
 )
 
-func TestCallReplyByReturn(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		sys := newSys(t)
-		srv := startServer(t, sys.Root(), &fnServer{})
-		for i := range 10 {
-			v, err := srv.Call(context.Background(), reply(i*7))
-			if err != nil || v != i*7 {
-				t.Errorf("Call #%d = %d, %v; want %d", i, v, err, i*7)
-			}
-		}
-		// The generic entry point resolves the target and calls it.
-		if v, err := actor.Call(context.Background(), srv, reply(99)); err != nil || v != 99 {
-			t.Errorf("actor.Call = %d, %v; want 99", v, err)
-		}
-		closeSys(t, sys)
-	})
-}
-
-func TestCallDeferredReplyExactlyOnce(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		tl := &traceLog{}
-		sys := newSys(t, tl.opt())
-		srv := startServer(t, sys.Root(), &fnServer{})
-		deferred := make(chan *actor.Deferred[int], 1)
-		deferTo := func(_ *actor.Proc, from actor.ReplyTo[int]) (int, error) {
-			deferred <- from.Defer()
-			return -1, nil // ignored once deferred
-		}
-
-		res := goCall(context.Background(), srv, deferTo)
-		d := <-deferred
-		if !d.Pending() {
-			t.Errorf("Deferred not pending before its reply")
-		}
-		synctest.Wait()
-		if _, done := ready(res); done {
-			t.Fatalf("the caller got a reply before the deferred reply was sent (the handler's return value must be ignored)")
-		}
-		replyErr := make(chan error, 1)
-		go func() { replyErr <- d.Reply(7) }() // from another goroutine
-		if err := <-replyErr; err != nil {
-			t.Errorf("first Reply: %v", err)
-		}
-		if r := <-res; r.err != nil || r.v != 7 {
-			t.Errorf("deferred call = %d, %v; want 7", r.v, r.err)
-		}
-		if err := d.Reply(8); !errors.Is(err, actor.ErrAlreadyReplied) {
-			t.Errorf("second Reply: %v, want ErrAlreadyReplied", err)
-		}
-		if err := d.Fail(errors.New("late")); !errors.Is(err, actor.ErrAlreadyReplied) {
-			t.Errorf("Fail after Reply: %v, want ErrAlreadyReplied", err)
-		}
-		if d.Pending() {
-			t.Errorf("Deferred still pending after its reply")
-		}
-
-		// Fail delivers an application error instead.
-		errApp := errors.New("app")
-		res = goCall(context.Background(), srv, deferTo)
-		d = <-deferred
-		if err := d.Fail(errApp); err != nil {
-			t.Errorf("Fail: %v", err)
-		}
-		if r := <-res; !errors.Is(r.err, errApp) {
-			t.Errorf("failed deferred call: %v, want %v", r.err, errApp)
-		}
-		if err := d.Reply(1); !errors.Is(err, actor.ErrAlreadyReplied) {
-			t.Errorf("Reply after Fail: %v, want ErrAlreadyReplied", err)
-		}
-		// The server kept serving.
-		if v, err := srv.Call(context.Background(), reply(3)); v != 3 || err != nil {
-			t.Errorf("Call after deferred replies = %d, %v", v, err)
-		}
-		closeSys(t, sys)
-		if n := len(tl.of(actor.TraceObligationLeak)); n != 0 {
-			t.Errorf("%d obligation leaks traced", n)
-		}
-	})
-}
-
-func TestCallHandlerErrorReachesCaller(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		sys := newSys(t)
-		srv := startServer(t, sys.Root(), &fnServer{})
-		errApp := errors.New("not found")
-		_, err := srv.Call(context.Background(), func(*actor.Proc, actor.ReplyTo[int]) (int, error) { return 0, errApp })
-		if !errors.Is(err, errApp) {
-			t.Errorf("Call error %v, want %v", err, errApp)
-		}
-		var ce *actor.CallError
-		if errors.As(err, &ce) {
-			t.Errorf("a handler's error came back wrapped as a CallError (%v)", ce)
-		}
-		if !srv.PID().Alive() {
-			t.Errorf("a HandleCall error stopped the server")
-		}
-		if v, err := srv.Call(context.Background(), reply(5)); v != 5 || err != nil {
-			t.Errorf("next Call = %d, %v", v, err)
-		}
-		closeSys(t, sys)
-	})
-}
-
 // blockServer parks the server in a cast handler that ignores its context,
 // with an empty mailbox behind it.
 func blockServer(t *testing.T, ref *srvRef) (release func()) {
@@ -390,43 +287,6 @@ func TestNoReplyNeverOccursInNormalOperation(t *testing.T) {
 	}
 }
 
-func TestServerCrashMidCallFailsCallerPromptly(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		sys := newSys(t)
-		srv := startServer(t, sys.Root(), &fnServer{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
-		defer cancel()
-		release := blockServer(t, srv)
-		crashing := goCall(ctx, srv, func(*actor.Proc, actor.ReplyTo[int]) (int, error) {
-			panicInHandler("crash mid-call")
-			return 1, nil
-		})
-		synctest.Wait()
-		queued := goCall(ctx, srv, reply(2))
-		synctest.Wait()
-		start := time.Now()
-		release()
-		for i, ch := range []<-chan callResult{crashing, queued} {
-			name := []string{"crashing call", "queued call"}[i]
-			r := <-ch
-			if el := r.at.Sub(start); el != 0 {
-				t.Errorf("%s: failed after %v of waiting, want at once (not at its timeout)", name, el)
-			}
-			if !errors.Is(r.err, actor.ErrServerStopped) {
-				t.Errorf("%s: %v, want ServerStopped", name, r.err)
-				continue
-			}
-			if s := callErr(t, r.err).Server; s.Severity != actor.Panicked {
-				t.Errorf("%s: CallError.Server = %v, want the Panicked crash", name, s)
-			}
-		}
-		if o, _ := srv.PID().Wait(context.Background()); o.Severity != actor.Panicked {
-			t.Errorf("server outcome %v, want Panicked", o)
-		}
-		closeSys(t, sys)
-	})
-}
-
 func TestServerStopMidCallFailsPendingCallers(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		tl := &traceLog{}
@@ -617,38 +477,6 @@ func TestCastErrors(t *testing.T) {
 		}
 		if err := srv.Info(bg, "x"); !errors.Is(err, actor.ErrCastServerStopped) {
 			t.Errorf("Info after stop: %v, want ServerStopped", err)
-		}
-		closeSys(t, sys)
-	})
-}
-
-func TestCallingSelfIsError(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		sys := newSys(t)
-		errs := make(chan error, 8)
-		callSelf := func(p *actor.Proc) {
-			_, err := selfRef(p).Call(p.Ctx(), reply(0))
-			errs <- err
-		}
-		srv := startServer(t, sys.Root(), &fnServer{
-			init: func(p *actor.Proc) error { callSelf(p); return nil },
-			term: func(p *actor.Proc, _ actor.Outcome) { callSelf(p) },
-		})
-		bg := context.Background()
-		if _, err := srv.Call(bg, func(p *actor.Proc, _ actor.ReplyTo[int]) (int, error) { callSelf(p); return 0, nil }); err != nil {
-			t.Fatal(err)
-		}
-		_ = srv.Cast(bg, func(p *actor.Proc) error { callSelf(p); return nil })
-		if _, err := srv.Stop(bg); err != nil {
-			t.Fatal(err)
-		}
-		for _, where := range []string{"Init", "HandleCall", "HandleCast", "Terminate"} {
-			err := <-errs
-			if !errors.Is(err, actor.ErrCallingSelf) {
-				t.Errorf("%s calling its own server: %v, want ErrCallingSelf", where, err)
-			} else if callErr(t, err).Target != srv.PID() {
-				t.Errorf("%s: CallingSelf error names %v", where, callErr(t, err).Target)
-			}
 		}
 		closeSys(t, sys)
 	})

@@ -98,7 +98,9 @@ func TestLabCallReply(t *testing.T) {
 
 // A deferred reply: HandleCall's return value is ignored, the caller waits
 // until the Deferred is resolved (here by a later call, and by another
-// process after a delay), exactly once.
+// process after a delay), exactly once: a second Reply, or a Reply after
+// Fail, is ErrAlreadyReplied; the lab's reply-obligation-leak oracle checks
+// that no obligation is left for the runtime to abort.
 func TestLabCallDeferredReply(t *testing.T) {
 	otpBoth(t, func(env *Env) error {
 		var errs otpErrs
@@ -122,6 +124,9 @@ func TestLabCallDeferredReply(t *testing.T) {
 					}
 					if err := d.Fail(errOTPApp); !errors.Is(err, actor.ErrAlreadyReplied) {
 						errs.add("Fail after Reply: %v, want ErrAlreadyReplied", err)
+					}
+					if d.Pending() {
+						errs.add("deferred obligation still pending after its reply")
 					}
 				}
 				waiting = nil
@@ -180,11 +185,22 @@ func TestLabCallDeferredReply(t *testing.T) {
 		// Fail delivers an application error.
 		failing := func(_ *actor.Proc, from actor.ReplyTo[int]) (int, error) {
 			d := from.Defer()
-			_, err := env.Root.Go("failer", func(context.Context) error { return d.Fail(errOTPApp) })
+			_, err := env.Root.Go("failer", func(context.Context) error {
+				if err := d.Fail(errOTPApp); err != nil {
+					return err
+				}
+				if err := d.Reply(1); !errors.Is(err, actor.ErrAlreadyReplied) {
+					errs.add("Reply after Fail: %v, want ErrAlreadyReplied", err)
+				}
+				return nil
+			})
 			return -1, err
 		}
 		if _, err := srv.Call(env.Ctx, failing); !errors.Is(err, errOTPApp) {
 			errs.add("failed deferred call: %v, want %v", err, errOTPApp)
+		}
+		if v, err := srv.Call(env.Ctx, otpReply(3)); v != 3 || err != nil {
+			errs.add("call after the deferred replies = %d, %v; want 3", v, err)
 		}
 		return errs.err()
 	})
@@ -458,15 +474,18 @@ func TestLabPendingCallsAbortedAtStop(t *testing.T) {
 	})
 }
 
-// A process calling itself gets ErrCallingSelf instead of a deadlock, from
-// every handler and through every call form; the server keeps serving.
+// A process calling itself gets ErrCallingSelf (a CallError naming it)
+// instead of a deadlock, from Init, every handler and Terminate, and
+// through every call form; the server keeps serving.
 func TestLabCallingSelfIsError(t *testing.T) {
 	otpBoth(t, func(env *Env) error {
 		var errs otpErrs
-		var self *otpRef
 		check := func(where string, p *actor.Proc) {
-			if _, err := self.Call(p.Ctx(), otpReply(1)); !errors.Is(err, actor.ErrCallingSelf) {
-				errs.add("%s: Call to self: %v, want ErrCallingSelf", where, err)
+			self := otpRefOf(p.Self())
+			_, err := self.Call(p.Ctx(), otpReply(1))
+			var ce *actor.CallError
+			if !errors.Is(err, actor.ErrCallingSelf) || !errors.As(err, &ce) || ce.Target != p.Self() {
+				errs.add("%s: Call to self: %v, want ErrCallingSelf naming the server", where, err)
 			}
 			if _, err := self.CallTimeout(p.Ctx(), otpReply(1), time.Second); !errors.Is(err, actor.ErrCallingSelf) {
 				errs.add("%s: CallTimeout to self: %v, want ErrCallingSelf", where, err)
@@ -475,14 +494,14 @@ func TestLabCallingSelfIsError(t *testing.T) {
 				errs.add("%s: actor.Call to self: %v, want ErrCallingSelf", where, err)
 			}
 		}
-		srv, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(p *actor.Proc, _ any) error {
-			check("HandleInfo", p)
-			return nil
-		}})
+		srv, err := otpStart(env.Ctx, env.Root, &otpServer{
+			init: func(p *actor.Proc) error { check("Init", p); return nil },
+			info: func(p *actor.Proc, _ any) error { check("HandleInfo", p); return nil },
+			term: func(p *actor.Proc, _ actor.Outcome) { check("Terminate", p) },
+		})
 		if err != nil {
 			return err
 		}
-		self = srv
 		var pids []actor.PID
 		for c := range 3 {
 			pid, err := env.Root.Go("client", func(ctx context.Context) error {
@@ -509,6 +528,9 @@ func TestLabCallingSelfIsError(t *testing.T) {
 		}
 		if v, err := srv.Call(env.Ctx, otpReply(5)); v != 5 || err != nil {
 			errs.add("server after calling itself: %d, %v", v, err)
+		}
+		if _, err := srv.Stop(env.Ctx); err != nil { // Terminate checks too
+			return err
 		}
 		return errs.err()
 	})
