@@ -316,39 +316,6 @@ func logMsg(log *orderLog, s string) fn {
 	return func(*actor.Proc) error { log.add("%s", s); return nil }
 }
 
-func TestStopDrainsCommittedMessagesBeforeOnStop(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		sys := newSys(t)
-		log := &orderLog{}
-		ref := spawn(t, sys.Root(), seqActor(log))
-		release := block(t, ref)
-		var want []string
-		for i := range 10 {
-			m := string(rune('a' + i))
-			if err := ref.TrySend(logMsg(log, m)); err != nil {
-				t.Fatal(err)
-			}
-			want = append(want, m)
-		}
-		res := make(chan actor.Outcome, 1)
-		go func() {
-			o, _ := ref.Stop(context.Background())
-			res <- o
-		}()
-		synctest.Wait() // the stop request is in
-		release()
-		o := <-res
-		if o.Severity != actor.Cancelled || o.Cancel.Kind != actor.CancelRequested {
-			t.Errorf("Stop outcome %v, want cancelled(requested)", o)
-		}
-		want = append(want, "stop:cancelled")
-		if got := log.get(); !slices.Equal(got, want) {
-			t.Errorf("log %v, want %v: every committed message, in order, then the stop hook once", got, want)
-		}
-		closeSys(t, sys)
-	})
-}
-
 func TestDrainIsBoundedByCapacity(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		sys := newSys(t)
@@ -452,66 +419,6 @@ func TestDrainAndOnStopAreMaskedAndBudgeted(t *testing.T) {
 			t.Errorf("outcome %v, want Cancelled", o)
 		}
 		closeSys(t, sys)
-	})
-}
-
-func TestAbortIsImmediate(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		sys := newSys(t)
-		watcher := spawnProbe(t, sys.Root())
-		var terminated, cleanedUp bool
-		in, rel := make(chan struct{}), make(chan struct{})
-		srv := startServer(t, sys.Root(), &fnServer{term: func(*actor.Proc, actor.Outcome) { terminated = true }})
-		do(t, watcher.ref, func(p *actor.Proc) { p.Monitor(srv.PID()) })
-
-		ctx := context.Background()
-		stuck := goCall(ctx, srv, func(*actor.Proc, actor.ReplyTo[int]) (int, error) {
-			defer func() { cleanedUp = true }()
-			close(in)
-			<-rel // ignores cancellation
-			return 1, nil
-		})
-		<-in
-		queued := goCall(ctx, srv, reply(2))
-		synctest.Wait()
-
-		srv.Abort()
-		if srv.PID().Alive() {
-			t.Errorf("PID alive right after Abort")
-		}
-		o, _ := srv.PID().Outcome()
-		if o.Severity != actor.Cancelled || o.Cancel.Kind != actor.CancelKill {
-			t.Errorf("outcome %v, want cancelled(kill)", o)
-		}
-		synctest.Wait() // without releasing the stuck handler
-		for name, ch := range map[string]<-chan callResult{"in-handler": stuck, "queued": queued} {
-			r, ok := ready(ch)
-			if !ok {
-				t.Errorf("%s caller still waiting after Abort", name)
-				continue
-			}
-			ce := callErr(t, r.err)
-			if !errors.Is(r.err, actor.ErrServerStopped) || ce.Server.Cancel.Kind != actor.CancelKill {
-				t.Errorf("%s caller got %v, want ServerStopped carrying cancelled(kill)", name, r.err)
-			}
-		}
-		if d, ok := ready(watcher.infos); !ok {
-			t.Errorf("monitor had no Down right after Abort")
-		} else if d, _ := d.(actor.Down); d.PID != srv.PID() || d.Outcome.Cancel.Kind != actor.CancelKill {
-			t.Errorf("Down %#v, want cancelled(kill) for the server", d)
-		}
-		if _, err := srv.Call(ctx, reply(3)); !errors.Is(err, actor.ErrCallNoProc) {
-			t.Errorf("Call after Abort: %v, want NoProc", err)
-		}
-
-		close(rel)
-		closeSys(t, sys) // waits for the stuck goroutine
-		if !cleanedUp {
-			t.Errorf("the aborted handler's deferred cleanup did not run once it was released")
-		}
-		if terminated {
-			t.Errorf("Terminate ran for an aborted process (kill: no drain, no stop hook)")
-		}
 	})
 }
 

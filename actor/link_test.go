@@ -105,48 +105,6 @@ func TestLinkIgnoresNormalExit(t *testing.T) {
 	})
 }
 
-func TestTrapExitsReceivesExitMessages(t *testing.T) {
-	for _, how := range []string{"WithTrapExits", "Proc.TrapExits"} {
-		t.Run(how, func(t *testing.T) {
-			bubble(t, func(t *testing.T) {
-				sys := newSys(t)
-				var a *probe
-				if how == "WithTrapExits" {
-					a = spawnProbe(t, sys.Root(), actor.WithTrapExits())
-				} else {
-					a = spawnProbe(t, sys.Root())
-					do(t, a.ref, func(p *actor.Proc) { p.TrapExits(true) })
-				}
-				errApp := errors.New("app")
-				msgs := []fn{
-					func(p *actor.Proc) error { p.Exit(nil); return nil },
-					func(*actor.Proc) error { return errApp },
-					func(*actor.Proc) error { panic("boom") },
-				}
-				want := []actor.Severity{actor.Ok, actor.Err, actor.Panicked}
-				var peers []*probe
-				for range msgs {
-					pr := spawnProbe(t, sys.Root())
-					do(t, a.ref, func(p *actor.Proc) { _ = p.Link(pr.pid()) })
-					peers = append(peers, pr)
-				}
-				for i, pr := range peers {
-					_ = pr.ref.Send(context.Background(), msgs[i])
-					wait(t, pr.pid())
-					ex, ok := (<-a.infos).(actor.Exit)
-					if !ok || ex.From != pr.pid() || ex.Outcome.Severity != want[i] {
-						t.Errorf("exit #%d: got %#v, want Exit{From: %v, %v}", i, ex, pr.pid(), want[i])
-					}
-				}
-				if !a.pid().Alive() {
-					t.Errorf("a process trapping exits was taken down")
-				}
-				closeSys(t, sys)
-			})
-		})
-	}
-}
-
 func TestMonitorDeliversDown(t *testing.T) {
 	errApp := errors.New("app")
 	cases := []struct {
@@ -219,75 +177,6 @@ func TestMonitorDeadProcessYieldsImmediateNoprocDown(t *testing.T) {
 		}
 		w.noInfo(t)
 		closeSys(t, sys)
-	})
-}
-
-func TestDemonitorFlushRemovesQueuedDown(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		sys := newSys(t)
-		w := spawnProbe(t, sys.Root())
-		target := spawnProbe(t, sys.Root())
-		var active, again bool
-		do(t, w.ref, func(p *actor.Proc) {
-			ref := p.Monitor(target.pid())
-			// The target dies while we are busy: its Down is queued behind us.
-			_, _ = target.ref.Stop(context.Background())
-			active = p.Demonitor(ref, true)
-			again = p.Demonitor(ref, true)
-		})
-		if !active {
-			t.Errorf("Demonitor of an active monitor reported false")
-		}
-		if again {
-			t.Errorf("second Demonitor reported true")
-		}
-		w.noInfo(t) // the queued Down was flushed
-		closeSys(t, sys)
-	})
-}
-
-func TestDemonitorWithoutFlush(t *testing.T) {
-	t.Run("target-alive", func(t *testing.T) {
-		bubble(t, func(t *testing.T) {
-			sys := newSys(t)
-			w := spawnProbe(t, sys.Root())
-			target := spawnProbe(t, sys.Root())
-			var active bool
-			do(t, w.ref, func(p *actor.Proc) {
-				ref := p.Monitor(target.pid())
-				active = p.Demonitor(ref, false)
-			})
-			if !active {
-				t.Errorf("Demonitor of an active monitor reported false")
-			}
-			_, _ = target.ref.Stop(context.Background())
-			w.noInfo(t) // the monitor was gone before the target died
-			closeSys(t, sys)
-		})
-	})
-	t.Run("down-in-flight", func(t *testing.T) {
-		bubble(t, func(t *testing.T) {
-			sys := newSys(t)
-			w := spawnProbe(t, sys.Root())
-			target := spawnProbe(t, sys.Root())
-			var ref actor.MonitorRef
-			var active bool
-			do(t, w.ref, func(p *actor.Proc) {
-				ref = p.Monitor(target.pid())
-				_, _ = target.ref.Stop(context.Background())
-				active = p.Demonitor(ref, false)
-			})
-			if !active {
-				t.Errorf("Demonitor of a monitor whose Down is in flight reported false")
-			}
-			// Without flush, a Down already on its way is still delivered
-			// (only flush removes it).
-			d, ok := (<-w.infos).(actor.Down)
-			if !ok || d.Ref.ID() != ref.ID() {
-				t.Errorf("got %#v, want the in-flight Down for ref %d", d, ref.ID())
-			}
-			closeSys(t, sys)
-		})
 	})
 }
 

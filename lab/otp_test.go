@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -592,20 +593,35 @@ func TestLabTryCastOnFullMailbox(t *testing.T) {
 
 // An abnormal exit cancels linked processes (reason linked, from the
 // exiting process), along a chain; a normal exit does not; a process that
-// traps exits gets Exit messages for both and keeps running.
+// traps exits (from its start, or from Proc.TrapExits) gets an Exit message
+// for every exit, with its severity, and keeps running.
 func TestLabLinkPropagatesAbnormalExit(t *testing.T) {
 	otpBoth(t, func(env *Env) error {
 		var errs otpErrs
-		var exits []string
-		trapper, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
-			if x, ok := info.(actor.Exit); ok {
-				exits = append(exits, fmt.Sprintf("%s:%s", x.From.Name(), x.Outcome.Severity))
+		// Two trappers: one traps from its start (WithTrapExits), the other
+		// turns trapping on in Init (Proc.TrapExits).
+		var exits [2][]string
+		var trappers [2]*otpRef
+		for i := range trappers {
+			s := &otpServer{info: func(_ *actor.Proc, info any) error {
+				if x, ok := info.(actor.Exit); ok {
+					exits[i] = append(exits[i], fmt.Sprintf("%s:%s", x.From.Name(), x.Outcome.Severity))
+				}
+				return nil
+			}}
+			opts := []actor.Option{actor.WithName(fmt.Sprintf("trapper%d", i))}
+			if i == 0 {
+				opts = append(opts, actor.WithTrapExits())
+			} else {
+				s.init = func(p *actor.Proc) error { p.TrapExits(true); return nil }
 			}
-			return nil
-		}}, actor.WithTrapExits(), actor.WithName("trapper"))
-		if err != nil {
-			return err
+			ref, err := otpStart(env.Ctx, env.Root, s, opts...)
+			if err != nil {
+				return err
+			}
+			trappers[i] = ref
 		}
+		t0, t1 := trappers[0].PID(), trappers[1].PID()
 		start := func(name string, links ...actor.PID) (*otpRef, error) {
 			opts := []actor.Option{actor.WithName(name)}
 			for _, l := range links {
@@ -618,7 +634,7 @@ func TestLabLinkPropagatesAbnormalExit(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		f, err := start("f", y.PID(), trapper.PID())
+		f, err := start("f", y.PID(), t0, t1)
 		if err != nil {
 			return err
 		}
@@ -627,7 +643,12 @@ func TestLabLinkPropagatesAbnormalExit(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		g, err := start("g", y2.PID(), trapper.PID())
+		g, err := start("g", y2.PID(), t0, t1)
+		if err != nil {
+			return err
+		}
+		// h panics: the trappers get an Exit.
+		h, err := start("h", t0, t1)
 		if err != nil {
 			return err
 		}
@@ -648,7 +669,7 @@ func TestLabLinkPropagatesAbnormalExit(t *testing.T) {
 		for _, x := range []struct {
 			ref *otpRef
 			do  otpCast
-		}{{f, otpFail(errOTPBoom)}, {g, otpExitOk}, {c, otpPanic("chain")}} {
+		}{{f, otpFail(errOTPBoom)}, {g, otpExitOk}, {h, otpPanic("h")}, {c, otpPanic("chain")}} {
 			delay := time.Duration(otpPick(env, 3)) * time.Millisecond
 			if _, err := env.Root.Go("trigger", func(ctx context.Context) error {
 				if err := actor.Sleep(ctx, env.Executor(), delay); err != nil {
@@ -665,6 +686,7 @@ func TestLabLinkPropagatesAbnormalExit(t *testing.T) {
 				return otpIsCancelled(o, actor.CancelLinked) && o.Cancel.From == f.PID()
 			},
 			g.PID(): actor.Outcome.IsOk,
+			h.PID(): func(o actor.Outcome) bool { return o.Severity == actor.Panicked },
 			c.PID(): func(o actor.Outcome) bool { return o.Severity == actor.Panicked },
 			b.PID(): func(o actor.Outcome) bool {
 				return otpIsCancelled(o, actor.CancelLinked) && o.Cancel.From == c.PID()
@@ -673,7 +695,7 @@ func TestLabLinkPropagatesAbnormalExit(t *testing.T) {
 				return otpIsCancelled(o, actor.CancelLinked) && o.Cancel.From == b.PID()
 			},
 		}
-		for _, pid := range []actor.PID{f.PID(), y.PID(), g.PID(), c.PID(), b.PID(), a.PID()} {
+		for _, pid := range []actor.PID{f.PID(), y.PID(), g.PID(), h.PID(), c.PID(), b.PID(), a.PID()} {
 			o, err := otpWait(env, pid)
 			if err != nil {
 				return err
@@ -682,17 +704,22 @@ func TestLabLinkPropagatesAbnormalExit(t *testing.T) {
 				errs.add("%v ended %v", pid, o)
 			}
 		}
-		// Exits reach the trapper's mailbox before the exiting process's
+		// Exits reach a trapper's mailbox before the exiting process's
 		// waiters wake, so a call now is handled after them.
-		if _, err := trapper.Call(env.Ctx, otpReply(0)); err != nil {
-			return err
+		for i, tr := range trappers {
+			if _, err := tr.Call(env.Ctx, otpReply(0)); err != nil {
+				return err
+			}
+			sort.Strings(exits[i])
+			if got := otpJoin(exits[i]); got != "[f:err g:ok h:panicked]" {
+				errs.add("trapper%d got exits %s, want [f:err g:ok h:panicked]", i, got)
+			}
+			if !tr.PID().Alive() {
+				errs.add("trapper%d was taken down by a trapped exit", i)
+			}
 		}
-		sort.Strings(exits)
-		if got := otpJoin(exits); got != "[f:err g:ok]" {
-			errs.add("trapper got exits %s, want [f:err g:ok]", got)
-		}
-		if !y2.PID().Alive() || !trapper.PID().Alive() {
-			errs.add("a normal exit or a trapped one killed a linked process (y2 alive %v, trapper alive %v)", y2.PID().Alive(), trapper.PID().Alive())
+		if !y2.PID().Alive() {
+			errs.add("a normal exit killed a linked process")
 		}
 		return errs.err()
 	})
@@ -1035,7 +1062,7 @@ func TestLabDemonitorFlush(t *testing.T) {
 // ==== life cycle ====
 
 // Stop drains every message committed before the mailbox closed, in order,
-// before the stop hook runs (INV-7); a cast that came too late is refused
+// before the stop hook runs, once (INV-7); a cast that came too late is refused
 // with CastServerStopped. Senders race the stop as the seed decides.
 func TestLabStopDrainsCommittedBeforeOnStop(t *testing.T) {
 	refusals := 0 // across seeds
@@ -1043,9 +1070,10 @@ func TestLabStopDrainsCommittedBeforeOnStop(t *testing.T) {
 		var errs otpErrs
 		var mu sync.Mutex // the senders share accepted and refusals
 		handled, accepted := 0, 0
-		handledAtStop := -1
+		handledAtStop, stops := -1, 0
 		srv, err := otpStart(env.Ctx, env.Root, &otpServer{term: func(*actor.Proc, actor.Outcome) {
 			handledAtStop = handled
+			stops++
 		}})
 		if err != nil {
 			return err
@@ -1107,6 +1135,9 @@ func TestLabStopDrainsCommittedBeforeOnStop(t *testing.T) {
 			if _, err := otpWait(env, pid); err != nil {
 				return err
 			}
+		}
+		if stops != 1 {
+			errs.add("the stop hook ran %d times, want once", stops)
 		}
 		if handledAtStop != accepted || handled != accepted {
 			errs.add("%d casts accepted, %d handled before the stop hook, %d in all: want all of them before it", accepted, handledAtStop, handled)
@@ -1234,9 +1265,10 @@ func TestLabInitFailureLeavesNothingBehind(t *testing.T) {
 }
 
 // Abort is immediate: the process is completed (Cancelled(kill)) when Abort
-// returns, while its handler is still stuck; queued and deferred callers
-// fail at that instant, monitors and links are told, and the stop hook
-// never runs.
+// returns, while its handler is still stuck; the stuck, queued and deferred
+// callers fail at that instant (the server's outcome a kill), monitors and
+// links are told, a later call is NoProc, and the stop hook never runs
+// (the stuck handler's own cleanup does, once it returns).
 func TestLabAbortIsImmediate(t *testing.T) {
 	otpBoth(t, func(env *Env) error {
 		var errs otpErrs
@@ -1270,8 +1302,10 @@ func TestLabAbortIsImmediate(t *testing.T) {
 		var abortAt time.Time
 		caller := func(name string, req otpCall) (actor.PID, error) {
 			return env.Root.Go(name, func(ctx context.Context) error {
-				if _, err := srv.Call(ctx, req); !errors.Is(err, actor.ErrServerStopped) {
-					errs.add("%s caller: %v, want ErrServerStopped", name, err)
+				_, err := srv.Call(ctx, req)
+				var ce *actor.CallError
+				if !errors.Is(err, actor.ErrServerStopped) || !errors.As(err, &ce) || !otpIsCancelled(ce.Server, actor.CancelKill) {
+					errs.add("%s caller: %v, want ErrServerStopped carrying cancelled(kill)", name, err)
 				}
 				if !env.Executor().Now().Equal(abortAt) {
 					errs.add("%s caller failed at %v, the abort was at %v", name, env.Executor().Now().Sub(Epoch()), abortAt.Sub(Epoch()))
@@ -1279,8 +1313,8 @@ func TestLabAbortIsImmediate(t *testing.T) {
 				return nil
 			})
 		}
-		// A deferred call, then the server gets stuck (deaf to its own
-		// cancellation), then calls queue behind it.
+		// A deferred call, then the server gets stuck in a call's handler
+		// (deaf to its own cancellation), then calls queue behind it.
 		deferred, err := caller("deferred", func(_ *actor.Proc, from actor.ReplyTo[int]) (int, error) {
 			from.Defer()
 			return 0, nil
@@ -1291,10 +1325,18 @@ func TestLabAbortIsImmediate(t *testing.T) {
 		if err := otpSleep(env, time.Millisecond); err != nil {
 			return err
 		}
-		if err := srv.Cast(env.Ctx, func(p *actor.Proc) error { return actor.Sleep(hold, p.Executor(), time.Hour) }); err != nil {
+		var cleanedUp atomic.Bool
+		inHandler, err := caller("in-handler", func(p *actor.Proc, _ actor.ReplyTo[int]) (int, error) {
+			defer cleanedUp.Store(true)
+			return 0, actor.Sleep(hold, p.Executor(), time.Hour)
+		})
+		if err != nil {
 			return err
 		}
-		pids := []actor.PID{deferred}
+		if err := otpSleep(env, time.Millisecond); err != nil {
+			return err
+		}
+		pids := []actor.PID{deferred, inHandler}
 		for range 3 {
 			pid, err := caller("queued", otpReply(1))
 			if err != nil {
@@ -1324,13 +1366,20 @@ func TestLabAbortIsImmediate(t *testing.T) {
 		if _, err := watcher.Call(env.Ctx, otpReply(0)); err != nil {
 			return err
 		}
-		if len(downs) != 1 || !otpIsCancelled(downs[0].Outcome, actor.CancelKill) {
-			errs.add("watcher got Downs %v, want one cancelled(kill)", downs)
+		if len(downs) != 1 || downs[0].PID != srv.PID() || !otpIsCancelled(downs[0].Outcome, actor.CancelKill) {
+			errs.add("watcher got Downs %v, want one cancelled(kill) for the server", downs)
 		}
-		// Let the stuck handler return: the stop hook still never runs.
+		if _, err := srv.Call(env.Ctx, otpReply(3)); !errors.Is(err, actor.ErrCallNoProc) {
+			errs.add("call after Abort: %v, want ErrCallNoProc", err)
+		}
+		// Let the stuck handler return: its deferred cleanup runs, the stop
+		// hook still never does.
 		release()
 		if err := otpSleep(env, time.Millisecond); err != nil {
 			return err
+		}
+		if !cleanedUp.Load() {
+			errs.add("the aborted handler's deferred cleanup did not run once it was released")
 		}
 		if termRan {
 			errs.add("the stop hook ran after an abort")
