@@ -385,49 +385,6 @@ func TestLateReplyNeverDeliveredToLaterCall(t *testing.T) {
 	})
 }
 
-func TestPendingCallsNotExecutedDuringDrain(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		tl := &traceLog{}
-		sys := newSys(t, tl.opt())
-		fs := &fnServer{}
-		srv := startServer(t, sys.Root(), fs)
-		release := blockServer(t, srv)
-		bg := context.Background()
-		var results []<-chan callResult
-		for i := range 3 {
-			results = append(results, goCall(bg, srv, reply(i)))
-			synctest.Wait() // queued in this order
-		}
-		castRan := false
-		if err := srv.TryCast(func(*actor.Proc) error { castRan = true; return nil }); err != nil {
-			t.Fatal(err)
-		}
-		srv.PID().Cancel(actor.CancelReason{Kind: actor.CancelRequested})
-		release()
-		for i, ch := range results {
-			r := <-ch
-			if !errors.Is(r.err, actor.ErrServerStopped) {
-				t.Errorf("queued call %d: %d, %v; want ServerStopped", i, r.v, r.err)
-			} else if s := callErr(t, r.err).Server; s.Severity != actor.Cancelled {
-				t.Errorf("queued call %d: Server outcome %v, want Cancelled", i, s)
-			}
-		}
-		if o := wait(t, srv.PID()); o.Severity != actor.Cancelled {
-			t.Errorf("server outcome %v", o)
-		}
-		if n := fs.calls.Load(); n != 0 {
-			t.Errorf("HandleCall ran %d times during the drain, want 0", n)
-		}
-		if !castRan {
-			t.Errorf("a cast committed before the stop was not handled in the drain")
-		}
-		if n := len(tl.of(actor.TraceCallAborted)); n != 3 {
-			t.Errorf("%d call-aborted trace events, want 3", n)
-		}
-		closeSys(t, sys)
-	})
-}
-
 func TestCastErrors(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		sys := newSys(t)

@@ -13,6 +13,7 @@ package lab
 // lab runs in their cross-seed tallies.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -411,17 +412,21 @@ func TestLabCrashDuringCallFailsCallerPromptly(t *testing.T) {
 	})
 }
 
-// Calls still queued when the server stops are never executed: their
-// callers fail with ErrServerStopped when the drain reaches them, and a
-// call to the stopped server is NoProc.
+// Calls still queued when the server stops are never executed (casts
+// committed before the stop are): their callers fail with ErrServerStopped,
+// carrying the stop, when the drain reaches them, each traced as a
+// call-aborted event; a call to the stopped server is NoProc.
 func TestLabPendingCallsAbortedAtStop(t *testing.T) {
-	otpBoth(t, func(env *Env) error {
+	var server actor.PID // this run's
+	otpBothTraced(t, func(env *Env) error {
 		var errs otpErrs
 		executed := 0
+		castRan := false
 		srv, err := otpStart(env.Ctx, env.Root, &otpServer{})
 		if err != nil {
 			return err
 		}
+		server = srv.PID()
 		const busy = 10 * time.Millisecond
 		if err := srv.Cast(env.Ctx, otpSleepCast(busy)); err != nil {
 			return err
@@ -437,8 +442,9 @@ func TestLabPendingCallsAbortedAtStop(t *testing.T) {
 					return err
 				}
 				_, err := srv.Call(ctx, run)
-				if !errors.Is(err, actor.ErrServerStopped) {
-					errs.add("queued caller %d: %v, want ErrServerStopped", c, err)
+				var ce *actor.CallError
+				if !errors.Is(err, actor.ErrServerStopped) || !errors.As(err, &ce) || !otpIsCancelled(ce.Server, actor.CancelRequested) {
+					errs.add("queued caller %d: %v, want ErrServerStopped carrying cancelled(requested)", c, err)
 				}
 				if now := env.Executor().Now().Sub(Epoch()); now != busy {
 					errs.add("queued caller %d failed at %v, want when the drain reached it (%v)", c, now, busy)
@@ -451,6 +457,10 @@ func TestLabPendingCallsAbortedAtStop(t *testing.T) {
 			pids = append(pids, pid)
 		}
 		if err := otpSleep(env, stopAt); err != nil {
+			return err
+		}
+		// A cast committed before the stop is handled in the drain.
+		if err := srv.Cast(env.Ctx, func(*actor.Proc) error { castRan = true; return nil }); err != nil {
 			return err
 		}
 		o, err := srv.Stop(env.Ctx)
@@ -468,10 +478,17 @@ func TestLabPendingCallsAbortedAtStop(t *testing.T) {
 		if executed != 0 {
 			errs.add("%d queued calls were executed during the drain", executed)
 		}
+		if !castRan {
+			errs.add("a cast committed before the stop was not handled in the drain")
+		}
 		if _, err := srv.Call(env.Ctx, run); !errors.Is(err, actor.ErrCallNoProc) {
 			errs.add("call to the stopped server: %v, want ErrCallNoProc", err)
 		}
 		return errs.err()
+	}, func(t *testing.T, events []Event) {
+		if n := otpCount(events, actor.TraceCallAborted, server); n != 5 {
+			t.Errorf("%d call-aborted events, want one per queued call (5)", n)
+		}
 	})
 }
 
@@ -1150,9 +1167,12 @@ func TestLabStopDrainsCommittedBeforeOnStop(t *testing.T) {
 }
 
 // A failed start (Init error, panic, or timeout) leaves nothing behind: the
-// caller gets a *StartError with the outcome; the children Init started are
-// stopped, its names released, its links undone without signalling, and a
-// monitor set during Init gets its Down; the scope forgets the process.
+// caller gets no ref and a *StartError with the outcome (the init's error,
+// the panic with its stack, the timeout at its budget); the children Init
+// started are stopped, its names released, its links undone without
+// signalling, and a monitor set during Init gets its Down; the scope forgets
+// the process, and the trace has one init-failed event. The init budget
+// bounds Init only.
 func TestLabInitFailureLeavesNothingBehind(t *testing.T) {
 	cases := []struct {
 		name string
@@ -1163,12 +1183,18 @@ func TestLabInitFailureLeavesNothingBehind(t *testing.T) {
 		{"error", func(*actor.Proc) error { return errOTPStart },
 			func(o actor.Outcome) bool { return o.Severity == actor.Err && errors.Is(o.Err, errOTPStart) }, 0},
 		{"panic", func(*actor.Proc) error { panic("init panic") },
-			func(o actor.Outcome) bool { return o.Severity == actor.Panicked }, 0},
+			func(o actor.Outcome) bool {
+				// The panic's value, and a stack that shows where it was.
+				return o.Severity == actor.Panicked && o.Panic != nil && o.Panic.Value == "init panic" &&
+					bytes.Contains(o.Panic.Stack, []byte("TestLabInitFailureLeavesNothingBehind"))
+			}, 0},
 		{"timeout", func(p *actor.Proc) error { return actor.Sleep(p.Ctx(), p.Executor(), time.Hour) },
 			func(o actor.Outcome) bool { return otpIsCancelled(o, actor.CancelTimeout) }, 3 * time.Second},
 	}
-	otpBoth(t, func(env *Env) error {
+	var failed []actor.PID // the processes whose start failed, in this run
+	otpBothTraced(t, func(env *Env) error {
 		var errs otpErrs
+		failed = nil
 		reg := registry.New(env.Executor())
 		var exits []actor.Exit
 		partner, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
@@ -1199,15 +1225,16 @@ func TestLabInitFailureLeavesNothingBehind(t *testing.T) {
 		for _, ci := range order {
 			c := cases[ci]
 			var self, child actor.PID
+			var childStopped atomic.Bool
 			before := len(env.Root.Processes())
 			t0 := env.Executor().Now()
-			_, err := otpStart(env.Ctx, env.Root, &otpServer{init: func(p *actor.Proc) error {
+			ref, err := otpStart(env.Ctx, env.Root, &otpServer{init: func(p *actor.Proc) error {
 				self = p.Self()
 				kids, err := p.Children()
 				if err != nil {
 					return err
 				}
-				k, err := otpStart(p.Ctx(), kids, &otpServer{})
+				k, err := otpStart(p.Ctx(), kids, &otpServer{term: func(*actor.Proc, actor.Outcome) { childStopped.Store(true) }})
 				if err != nil {
 					return err
 				}
@@ -1227,9 +1254,13 @@ func TestLabInitFailureLeavesNothingBehind(t *testing.T) {
 				return c.init(p)
 			}}, actor.WithInitTimeout(3*time.Second))
 			var se *actor.StartError
-			if !errors.As(err, &se) || se.PID != self || !c.want(se.Outcome) {
-				errs.add("%s: Start = %v, want a *StartError of %v with the init outcome", c.name, err, self)
+			if !errors.As(err, &se) || se.PID != self || !c.want(se.Outcome) || ref != nil {
+				errs.add("%s: Start = %v, %v; want no ref and a *StartError of %v with the init outcome", c.name, ref, err, self)
 				continue
+			}
+			failed = append(failed, self)
+			if c.name == "error" && !errors.Is(err, errOTPStart) {
+				errs.add("error: the start error %v does not match the init's error", err)
 			}
 			if took := env.Executor().Now().Sub(t0); took != c.took {
 				errs.add("%s: the failed start took %v, want %v", c.name, took, c.took)
@@ -1237,8 +1268,8 @@ func TestLabInitFailureLeavesNothingBehind(t *testing.T) {
 			if o, dead := self.Outcome(); !dead || o.Severity != se.Outcome.Severity {
 				errs.add("%s: the process is not completed with its start outcome (%v, dead %v)", c.name, o, dead)
 			}
-			if child.Alive() {
-				errs.add("%s: a child started in Init outlived the failed start", c.name)
+			if child.Alive() || !childStopped.Load() {
+				errs.add("%s: a child started in Init outlived the failed start (its stop hook ran: %v)", c.name, childStopped.Load())
 			}
 			if _, ok := reg.Whereis("svc-" + c.name); ok {
 				errs.add("%s: a name registered in Init outlived the failed start", c.name)
@@ -1249,7 +1280,7 @@ func TestLabInitFailureLeavesNothingBehind(t *testing.T) {
 			if _, err := watcher.Call(env.Ctx, otpReply(0)); err != nil {
 				return err
 			}
-			if len(downs) != 1 || downs[0].PID != self || downs[0].Outcome.Severity != se.Outcome.Severity {
+			if len(downs) != 1 || downs[0].PID != self || downs[0].NoProc() || downs[0].Outcome.Severity != se.Outcome.Severity {
 				errs.add("%s: the monitor set during Init got Downs %v, want one with the start outcome", c.name, downs)
 			}
 			downs = nil
@@ -1260,7 +1291,29 @@ func TestLabInitFailureLeavesNothingBehind(t *testing.T) {
 		if len(exits) != 0 || !partner.PID().Alive() {
 			errs.add("a failed start signalled its link: exits %v, partner alive %v", exits, partner.PID().Alive())
 		}
+		// The init budget applies to init only, not to the process's life.
+		srv, err := otpStart(env.Ctx, env.Root, &otpServer{}, actor.WithInitTimeout(time.Second))
+		if err != nil {
+			return err
+		}
+		if err := otpSleep(env, 5*time.Second); err != nil {
+			return err
+		}
+		if _, err := srv.Call(env.Ctx, func(p *actor.Proc, _ actor.ReplyTo[int]) (int, error) {
+			if err := p.Ctx().Err(); err != nil {
+				errs.add("handler context after the init budget elapsed: %v, want live", err)
+			}
+			return 0, nil
+		}); err != nil {
+			errs.add("call after the init budget elapsed: %v", err)
+		}
 		return errs.err()
+	}, func(t *testing.T, events []Event) {
+		for _, pid := range failed {
+			if n := otpCount(events, actor.TraceInitFailed, pid); n != 1 {
+				t.Errorf("%d init-failed events for %v, want 1", n, pid)
+			}
+		}
 	})
 }
 
