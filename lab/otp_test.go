@@ -608,12 +608,21 @@ func TestLabTryCastOnFullMailbox(t *testing.T) {
 
 // ==== links and monitors ====
 
-// An abnormal exit cancels linked processes (reason linked, from the
-// exiting process), along a chain; a normal exit does not; a process that
+// An abnormal exit (an error or a panic) cancels linked processes (reason
+// linked, from the exiting process), whichever side made the link (at spawn
+// or by Proc.Link), along a chain, and is traced as a link-exit event; a
+// normal exit neither cancels nor tells a process that does not trap exits;
+// a process that
 // traps exits (from its start, or from Proc.TrapExits) gets an Exit message
 // for every exit, with its severity, and keeps running.
 func TestLabLinkPropagatesAbnormalExit(t *testing.T) {
-	otpBoth(t, func(env *Env) error {
+	type linkExit struct {
+		pid, from actor.PID
+		severity  string
+	}
+	var linkExits []linkExit // this run's, checked against the trace
+	var y2PID actor.PID
+	otpBothTraced(t, func(env *Env) error {
 		var errs otpErrs
 		// Two trappers: one traps from its start (WithTrapExits), the other
 		// turns trapping on in Init (Proc.TrapExits).
@@ -655,11 +664,14 @@ func TestLabLinkPropagatesAbnormalExit(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		// g exits normally: y2 is untouched, the trapper gets an Exit.
-		y2, err := start("y2")
+		// g exits normally: y2 is untouched (not even told), the trappers
+		// get an Exit.
+		var y2Infos atomic.Int32
+		y2, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(*actor.Proc, any) error { y2Infos.Add(1); return nil }}, actor.WithName("y2"))
 		if err != nil {
 			return err
 		}
+		y2PID = y2.PID()
 		g, err := start("g", y2.PID(), t0, t1)
 		if err != nil {
 			return err
@@ -682,11 +694,30 @@ func TestLabLinkPropagatesAbnormalExit(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		// The other direction: the linked process fails, the linker is
+		// cancelled; linked at spawn (k links to m) and by Proc.Link (u
+		// links to v in its Init).
+		m, err := start("m")
+		if err != nil {
+			return err
+		}
+		k, err := start("k", m.PID())
+		if err != nil {
+			return err
+		}
+		v, err := start("v")
+		if err != nil {
+			return err
+		}
+		u, err := otpStart(env.Ctx, env.Root, &otpServer{init: func(p *actor.Proc) error { return p.Link(v.PID()) }}, actor.WithName("u"))
+		if err != nil {
+			return err
+		}
 		// The three exits happen concurrently, in an order the seed picks.
 		for _, x := range []struct {
 			ref *otpRef
 			do  otpCast
-		}{{f, otpFail(errOTPBoom)}, {g, otpExitOk}, {h, otpPanic("h")}, {c, otpPanic("chain")}} {
+		}{{f, otpFail(errOTPBoom)}, {g, otpExitOk}, {h, otpPanic("h")}, {c, otpPanic("chain")}, {m, otpFail(errOTPBoom)}, {v, otpPanic("v")}} {
 			delay := time.Duration(otpPick(env, 3)) * time.Millisecond
 			if _, err := env.Root.Go("trigger", func(ctx context.Context) error {
 				if err := actor.Sleep(ctx, env.Executor(), delay); err != nil {
@@ -711,8 +742,20 @@ func TestLabLinkPropagatesAbnormalExit(t *testing.T) {
 			a.PID(): func(o actor.Outcome) bool {
 				return otpIsCancelled(o, actor.CancelLinked) && o.Cancel.From == b.PID()
 			},
+			m.PID(): func(o actor.Outcome) bool { return o.Severity == actor.Err },
+			k.PID(): func(o actor.Outcome) bool {
+				return otpIsCancelled(o, actor.CancelLinked) && o.Cancel.From == m.PID()
+			},
+			v.PID(): func(o actor.Outcome) bool { return o.Severity == actor.Panicked },
+			u.PID(): func(o actor.Outcome) bool {
+				return otpIsCancelled(o, actor.CancelLinked) && o.Cancel.From == v.PID()
+			},
 		}
-		for _, pid := range []actor.PID{f.PID(), y.PID(), g.PID(), h.PID(), c.PID(), b.PID(), a.PID()} {
+		linkExits = []linkExit{
+			{y.PID(), f.PID(), "err"}, {b.PID(), c.PID(), "panicked"}, {a.PID(), b.PID(), "cancelled"},
+			{k.PID(), m.PID(), "err"}, {u.PID(), v.PID(), "panicked"},
+		}
+		for _, pid := range []actor.PID{f.PID(), y.PID(), g.PID(), h.PID(), c.PID(), b.PID(), a.PID(), m.PID(), k.PID(), v.PID(), u.PID()} {
 			o, err := otpWait(env, pid)
 			if err != nil {
 				return err
@@ -735,10 +778,30 @@ func TestLabLinkPropagatesAbnormalExit(t *testing.T) {
 				errs.add("trapper%d was taken down by a trapped exit", i)
 			}
 		}
-		if !y2.PID().Alive() {
-			errs.add("a normal exit killed a linked process")
+		if _, err := y2.Call(env.Ctx, otpReply(0)); err != nil || y2Infos.Load() != 0 {
+			errs.add("a normal exit reached a linked process that does not trap exits: %v, %d messages", err, y2Infos.Load())
 		}
 		return errs.err()
+	}, func(t *testing.T, events []Event) {
+		// Each cancellation by a link is traced as a link-exit event from
+		// the exiting peer, with its outcome.
+		for _, x := range linkExits {
+			found := false
+			for _, ev := range events {
+				if ev.Kind == actor.TraceLinkExit.String() && ev.PID == x.pid.ID() && ev.Peer == x.from.ID() && strings.HasPrefix(ev.Outcome, x.severity) {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("no link-exit event for %v from %v (%s)", x.pid, x.from, x.severity)
+			}
+		}
+		// The normal exit asked nothing of y2 (only the system's close did).
+		for _, ev := range events {
+			if ev.Kind == actor.TraceCancelRequested.String() && ev.PID == y2PID.ID() && strings.HasPrefix(ev.Detail, "linked") {
+				t.Errorf("y2 was cancelled by a normal linked exit: %v", ev)
+			}
+		}
 	})
 }
 
