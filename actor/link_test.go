@@ -21,81 +21,6 @@ func wait(t *testing.T, pid actor.PID) actor.Outcome {
 	return o
 }
 
-func TestMonitorDeliversDown(t *testing.T) {
-	errApp := errors.New("app")
-	cases := []struct {
-		name string
-		end  func(*probe)
-		sev  actor.Severity
-	}{
-		{"stop", func(pr *probe) { _, _ = pr.ref.Stop(context.Background()) }, actor.Cancelled},
-		{"error", func(pr *probe) { _ = pr.ref.Send(context.Background(), func(*actor.Proc) error { return errApp }) }, actor.Err},
-		{"panic", func(pr *probe) { _ = pr.ref.Send(context.Background(), func(*actor.Proc) error { panic("x") }) }, actor.Panicked},
-		{"exit", func(pr *probe) {
-			_ = pr.ref.Send(context.Background(), func(p *actor.Proc) error { p.Exit(nil); return nil })
-		}, actor.Ok},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			bubble(t, func(t *testing.T) {
-				tl := &traceLog{}
-				sys := newSys(t, tl.opt())
-				w := spawnProbe(t, sys.Root())
-				target := spawnProbe(t, sys.Root())
-				var ref actor.MonitorRef
-				do(t, w.ref, func(p *actor.Proc) { ref = p.Monitor(target.pid()) })
-				if ref.Target() != target.pid() {
-					t.Errorf("MonitorRef.Target = %v, want %v", ref.Target(), target.pid())
-				}
-				c.end(target)
-				d, ok := (<-w.infos).(actor.Down)
-				if !ok {
-					t.Fatalf("watcher got a non-Down message")
-				}
-				if d.Ref.ID() != ref.ID() || d.PID != target.pid() || d.Outcome.Severity != c.sev || d.NoProc() {
-					t.Errorf("Down %+v, want ref %d, pid %v, severity %v", d, ref.ID(), target.pid(), c.sev)
-				}
-				if !w.pid().Alive() {
-					t.Errorf("monitoring process affected by the target's exit")
-				}
-				// The trace event follows the delivery; read it once the
-				// system is quiescent.
-				closeSys(t, sys)
-				if n := len(tl.of(actor.TraceDown)); n != 1 {
-					t.Errorf("trace has %d down events, want 1", n)
-				}
-			})
-		})
-	}
-}
-
-func TestMonitorDeadProcessYieldsImmediateNoprocDown(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		sys := newSys(t)
-		w := spawnProbe(t, sys.Root())
-		target := spawnProbe(t, sys.Root())
-		_, _ = target.ref.Stop(context.Background())
-		var ref, zref actor.MonitorRef
-		do(t, w.ref, func(p *actor.Proc) {
-			ref = p.Monitor(target.pid())
-			zref = p.Monitor(actor.PID{})
-			// Sent after Monitor returned: it must queue behind the Downs.
-			_ = w.ref.TrySend(func(*actor.Proc) error { w.infos <- "marker"; return nil })
-		})
-		for i, want := range []actor.MonitorRef{ref, zref} {
-			d, ok := (<-w.infos).(actor.Down)
-			if !ok || !d.NoProc() || d.Ref.ID() != want.ID() || d.Outcome.Severity != actor.Err || !errors.Is(d.Outcome.Err, actor.ErrNoProc) {
-				t.Errorf("message #%d = %+v, want an immediate noproc Down for ref %d", i, d, want.ID())
-			}
-		}
-		if m := <-w.infos; m != "marker" {
-			t.Errorf("got %#v, want the marker after the Downs", m)
-		}
-		w.noInfo(t)
-		closeSys(t, sys)
-	})
-}
-
 func TestDownOrderIsStable(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		for iter := range 50 {
@@ -175,35 +100,6 @@ func TestDownOrderIsStable(t *testing.T) {
 				t.Fatalf("iteration %d: Downs traced to %v, want the watchers in monitor order", iter, got)
 			}
 		}
-	})
-}
-
-func TestLinkToDeadProcessIsNoProc(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		sys := newSys(t)
-		a := spawnProbe(t, sys.Root())
-		dead := spawnProbe(t, sys.Root())
-		_, _ = dead.ref.Stop(context.Background())
-		var e1, e2 error
-		do(t, a.ref, func(p *actor.Proc) {
-			e1 = p.Link(dead.pid())
-			e2 = p.Link(actor.PID{})
-		})
-		if !errors.Is(e1, actor.ErrNoProc) {
-			t.Errorf("Link to a dead process: %v, want ErrNoProc", e1)
-		}
-		if !errors.Is(e2, actor.ErrNoProc) {
-			t.Errorf("Link to the zero PID: %v, want ErrNoProc", e2)
-		}
-		_, err := actor.Spawn[fn](context.Background(), sys.Root(), &fnActor{}, actor.WithLink(dead.pid()))
-		var se *actor.StartError
-		if !errors.As(err, &se) || !errors.Is(err, actor.ErrNoProc) {
-			t.Errorf("Spawn WithLink(dead): %v, want a StartError wrapping ErrNoProc", err)
-		}
-		if !a.pid().Alive() {
-			t.Errorf("a failed link took the linker down")
-		}
-		closeSys(t, sys)
 	})
 }
 

@@ -805,60 +805,70 @@ func TestLabLinkPropagatesAbnormalExit(t *testing.T) {
 	})
 }
 
-// Monitoring a process that is already dead yields one immediate Down whose
-// outcome is Err(ErrNoProc); monitoring one that dies later yields one Down
-// with its real outcome. When the death races the monitor, the Down is
-// exactly one of the two, matching whether the target was alive.
+// Monitoring a process that is already dead, or the zero PID, yields one
+// immediate Down whose outcome is Err(ErrNoProc), queued ahead of anything
+// sent after Monitor returned; linking to either is ErrNoProc, and so is
+// starting a process linked to a dead one. Monitoring one that dies later
+// yields one Down for that monitor (its ref, its target) with the target's
+// real outcome, however it ended (stopped, failed, panicked, exited
+// normally), traced as one down event; the watcher lives on. When the death
+// races the monitor, the Down is exactly one of the two, matching whether
+// the target was alive.
 func TestLabMonitorDeadTargetYieldsNoproc(t *testing.T) {
 	var raced [2]int // across seeds: racing monitors set on dead / live targets
-	otpBoth(t, func(env *Env) error {
+	type mon struct {
+		ref      actor.MonitorRef
+		target   actor.PID
+		racing   bool
+		wasAlive bool
+		want     func(actor.Outcome) bool // the target's real outcome
+		downs    int
+		noproc   bool
+		outcome  actor.Outcome
+	}
+	var mons []*mon // this run's
+	var watcherPID actor.PID
+	otpBothTraced(t, func(env *Env) error {
 		var errs otpErrs
-		type mon struct {
-			ref        actor.MonitorRef
-			wasAlive   bool
-			downs      int
-			noproc     bool
-			outcomeStr string
-		}
-		var mons []*mon
+		mons = nil
 		byRef := map[uint64]*mon{}
+		var order []string // noproc Downs and the marker, as the watcher handles them
 		watcher, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
 			d, ok := info.(actor.Down)
 			if !ok {
 				return nil
 			}
 			m := byRef[d.Ref.ID()]
-			if m == nil || d.Ref != m.ref || d.PID != m.ref.Target() {
+			if m == nil || d.Ref != m.ref || d.PID != m.target || m.ref.Target() != m.target {
 				errs.add("Down %+v for no monitor of ours", d)
 				return nil
 			}
 			m.downs++
 			m.noproc = d.NoProc()
-			m.outcomeStr = d.Outcome.String()
-			if d.NoProc() && (d.Outcome.Severity != actor.Err || !errors.Is(d.Outcome.Err, actor.ErrNoProc)) {
-				errs.add("noproc Down outcome %v, want Err(ErrNoProc)", d.Outcome)
+			m.outcome = d.Outcome
+			if d.NoProc() {
+				order = append(order, "down")
+				if d.Outcome.Severity != actor.Err || !errors.Is(d.Outcome.Err, actor.ErrNoProc) {
+					errs.add("noproc Down outcome %v, want Err(ErrNoProc)", d.Outcome)
+				}
 			}
 			return nil
 		}})
 		if err != nil {
 			return err
 		}
-		monitor := func(target actor.PID) error {
-			_, err := watcher.Call(env.Ctx, func(p *actor.Proc, _ actor.ReplyTo[int]) (int, error) {
-				m := &mon{wasAlive: target.Alive()}
-				m.ref = p.Monitor(target)
-				mons = append(mons, m)
-				byRef[m.ref.ID()] = m
-				if !m.wasAlive {
-					if err := p.Link(target); !errors.Is(err, actor.ErrNoProc) {
-						errs.add("Link to a dead process: %v, want ErrNoProc", err)
-					}
+		watcherPID = watcher.PID()
+		add := func(p *actor.Proc, m *mon) {
+			m.ref = p.Monitor(m.target)
+			mons = append(mons, m)
+			byRef[m.ref.ID()] = m
+			if !m.wasAlive {
+				if err := p.Link(m.target); !errors.Is(err, actor.ErrNoProc) {
+					errs.add("Link to a dead process %v: %v, want ErrNoProc", m.target, err)
 				}
-				return 0, nil
-			})
-			return err
+			}
 		}
-		// Already dead.
+		// Already dead, and the zero PID.
 		dead, err := otpStart(env.Ctx, env.Root, &otpServer{})
 		if err != nil {
 			return err
@@ -866,25 +876,46 @@ func TestLabMonitorDeadTargetYieldsNoproc(t *testing.T) {
 		if _, err := dead.Stop(env.Ctx); err != nil {
 			return err
 		}
-		if err := monitor(dead.PID()); err != nil {
+		if _, err := watcher.Call(env.Ctx, func(p *actor.Proc, _ actor.ReplyTo[int]) (int, error) {
+			add(p, &mon{target: dead.PID()})
+			add(p, &mon{target: actor.PID{}})
+			// Sent after Monitor returned: it queues behind the Downs.
+			return 0, otpRefOf(p.Self()).TryCast(func(*actor.Proc) error { order = append(order, "marker"); return nil })
+		}); err != nil {
 			return err
 		}
-		// Racing: the kill and the monitor come at instants the seed picks.
+		var se *actor.StartError
+		if _, err := otpStart(env.Ctx, env.Root, &otpServer{}, actor.WithLink(dead.PID())); !errors.As(err, &se) || !errors.Is(err, actor.ErrNoProc) {
+			errs.add("start linked to a dead process: %v, want a *StartError wrapping ErrNoProc", err)
+		}
+		// Racing: the end and the monitor come at instants the seed picks;
+		// each target ends its own way.
+		ends := []struct {
+			do   func(ctx context.Context, r *otpRef) error
+			want func(actor.Outcome) bool
+		}{
+			{func(ctx context.Context, r *otpRef) error { _, err := r.Stop(ctx); return err },
+				func(o actor.Outcome) bool { return otpIsCancelled(o, actor.CancelRequested) }},
+			{func(ctx context.Context, r *otpRef) error { return r.Cast(ctx, otpFail(errOTPBoom)) },
+				func(o actor.Outcome) bool { return o.Severity == actor.Err && errors.Is(o.Err, errOTPBoom) }},
+			{func(ctx context.Context, r *otpRef) error { return r.Cast(ctx, otpPanic("target")) },
+				func(o actor.Outcome) bool { return o.Severity == actor.Panicked }},
+			{func(ctx context.Context, r *otpRef) error { return r.Cast(ctx, otpExitOk) }, actor.Outcome.IsOk},
+		}
 		var targets []actor.PID
-		for range 4 {
+		for _, end := range ends {
 			target, err := otpStart(env.Ctx, env.Root, &otpServer{})
 			if err != nil {
 				return err
 			}
 			targets = append(targets, target.PID())
-			killAt := time.Duration(otpPick(env, 3)) * time.Millisecond
+			endAt := time.Duration(otpPick(env, 3)) * time.Millisecond
 			monAt := time.Duration(otpPick(env, 3)) * time.Millisecond
-			if _, err := env.Root.Go("killer", func(ctx context.Context) error {
-				if err := actor.Sleep(ctx, env.Executor(), killAt); err != nil {
+			if _, err := env.Root.Go("ender", func(ctx context.Context) error {
+				if err := actor.Sleep(ctx, env.Executor(), endAt); err != nil {
 					return err
 				}
-				_, err := target.Stop(ctx)
-				return err
+				return end.do(ctx, target)
 			}); err != nil {
 				return err
 			}
@@ -892,7 +923,11 @@ func TestLabMonitorDeadTargetYieldsNoproc(t *testing.T) {
 				if err := actor.Sleep(ctx, env.Executor(), monAt); err != nil {
 					return err
 				}
-				return monitor(target.PID())
+				_, err := watcher.Call(ctx, func(p *actor.Proc, _ actor.ReplyTo[int]) (int, error) {
+					add(p, &mon{target: target.PID(), racing: true, wasAlive: target.PID().Alive(), want: end.want})
+					return 0, nil
+				})
+				return err
 			}); err != nil {
 				return err
 			}
@@ -908,27 +943,48 @@ func TestLabMonitorDeadTargetYieldsNoproc(t *testing.T) {
 		if _, err := watcher.Call(env.Ctx, otpReply(0)); err != nil {
 			return err
 		}
-		if len(mons) != 5 {
-			return fmt.Errorf("%d monitors set, want 5", len(mons))
+		if len(mons) != 6 {
+			return fmt.Errorf("%d monitors set, want 6", len(mons))
 		}
 		for i, m := range mons {
 			switch {
 			case m.downs != 1:
 				errs.add("monitor %d: %d Downs, want exactly 1", i, m.downs)
 			case m.noproc == m.wasAlive:
-				errs.add("monitor %d: target alive at Monitor %v, but Down noproc %v (%s)", i, m.wasAlive, m.noproc, m.outcomeStr)
-			case m.wasAlive && m.outcomeStr != "cancelled(requested)":
-				errs.add("monitor %d: Down outcome %s, want the target's real outcome cancelled(requested)", i, m.outcomeStr)
+				errs.add("monitor %d: target alive at Monitor %v, but Down noproc %v (%v)", i, m.wasAlive, m.noproc, m.outcome)
+			case m.wasAlive && !m.want(m.outcome):
+				errs.add("monitor %d: Down outcome %v, not the target's real outcome", i, m.outcome)
 			}
 			switch {
-			case env.Lab == nil: // across lab seeds only
-			case i > 0 && m.wasAlive:
+			case env.Lab == nil || !m.racing: // racing monitors across lab seeds only
+			case m.wasAlive:
 				raced[1]++
-			case i > 0:
+			default:
 				raced[0]++
 			}
 		}
+		if len(order) < 3 || otpJoin(order[:3]) != "[down down marker]" {
+			errs.add("the watcher handled %s, want the two noproc Downs before the marker sent after them", otpJoin(order))
+		}
+		if !watcher.PID().Alive() {
+			errs.add("the watcher was taken down by its targets' exits")
+		}
 		return errs.err()
+	}, func(t *testing.T, events []Event) {
+		for _, m := range mons {
+			if !m.wasAlive {
+				continue
+			}
+			n := 0
+			for _, ev := range events {
+				if ev.Kind == actor.TraceDown.String() && ev.PID == watcherPID.ID() && ev.Peer == m.target.ID() {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Errorf("%d down events for the monitor of %v, want 1", n, m.target)
+			}
+		}
 	})
 	if !otpReplaying() && (raced[0] == 0 || raced[1] == 0) {
 		t.Errorf("over all seeds, racing monitors found %d dead and %d live targets; want both", raced[0], raced[1])
