@@ -992,23 +992,28 @@ func TestLabMonitorDeadTargetYieldsNoproc(t *testing.T) {
 }
 
 // Downs from one exit are delivered in monitor-ref order, however the
-// monitors of several watchers interleaved: the delivery order follows the
-// refs on every seed, and each watcher sees its own monitors in the order
-// it set them, which is the same on every seed.
+// monitors of several watchers interleaved: the delivery order (the trace's
+// down events) follows the refs, and each watcher sees its own monitors in
+// the order it set them; a link's Exit comes before the Downs of the same
+// exit. Downs from several exits come in exit order. Under the lab, which
+// runs over many seeds, each watcher's order is also the same on every
+// seed while the interleaving varies (the schedule really varies): those
+// two are cross-seed properties, checked over the lab runs only.
 func TestLabDownOrderStableUnderManyMonitors(t *testing.T) {
 	const watchers, perWatcher = 3, 8
-	shapes := map[string]bool{}      // each watcher's order, across seeds
-	interleaves := map[string]bool{} // the refs' interleaving, across seeds
+	shapes := map[string]bool{}      // each watcher's order, across lab seeds
+	interleaves := map[string]bool{} // the refs' interleaving, across lab seeds
 	var (
-		wantOrder []uint64 // watcher PIDs in ref order, from the last run
+		wantOrder []uint64 // watcher PIDs in ref order, from this run
 		targetID  uint64
 	)
-	otpCheckWith(t, func(env *Env) error {
+	otpBothTraced(t, func(env *Env) error {
 		var errs otpErrs
 		type made struct {
 			ref uint64
 			w   int
 		}
+		var mu sync.Mutex // the watchers share all and index
 		var all []made
 		index := map[uint64]int{} // ref -> its index among its watcher's monitors
 		got := make([][]int, watchers)
@@ -1018,12 +1023,23 @@ func TestLabDownOrderStableUnderManyMonitors(t *testing.T) {
 		}
 		var refs []*otpRef
 		for w := range watchers {
+			// Watcher 0 also links to the target (trapping): its Exit, -1,
+			// comes first.
+			opts := []actor.Option{actor.WithName(fmt.Sprintf("w%d", w))}
+			if w == 0 {
+				opts = append(opts, actor.WithTrapExits())
+			}
 			ref, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
-				if d, ok := info.(actor.Down); ok {
-					got[w] = append(got[w], index[d.Ref.ID()])
+				switch m := info.(type) {
+				case actor.Down:
+					mu.Lock()
+					got[w] = append(got[w], index[m.Ref.ID()])
+					mu.Unlock()
+				case actor.Exit:
+					got[w] = append(got[w], -1)
 				}
 				return nil
-			}}, actor.WithName(fmt.Sprintf("w%d", w)))
+			}}, opts...)
 			if err != nil {
 				return err
 			}
@@ -1033,10 +1049,22 @@ func TestLabDownOrderStableUnderManyMonitors(t *testing.T) {
 		for w, ref := range refs {
 			pid, err := env.Root.Go("setter", func(ctx context.Context) error {
 				_, err := ref.Call(ctx, func(p *actor.Proc, _ actor.ReplyTo[int]) (int, error) {
+					var last uint64
 					for k := range perWatcher {
+						if w == 0 && k == perWatcher/2 {
+							if err := p.Link(target.PID()); err != nil {
+								return 0, err
+							}
+						}
 						m := p.Monitor(target.PID())
+						if m.ID() <= last {
+							errs.add("watcher %d: monitor ref %d after %d, want increasing refs", w, m.ID(), last)
+						}
+						last = m.ID()
+						mu.Lock()
 						all = append(all, made{m.ID(), w})
 						index[m.ID()] = k
+						mu.Unlock()
 						// Park, so that the watchers' monitors interleave
 						// as the seed decides.
 						if err := actor.Sleep(p.Ctx(), p.Executor(), time.Microsecond); err != nil {
@@ -1057,7 +1085,10 @@ func TestLabDownOrderStableUnderManyMonitors(t *testing.T) {
 				return fmt.Errorf("setter: %v %v", o, err)
 			}
 		}
-		if _, err := target.Stop(env.Ctx); err != nil {
+		if err := target.Cast(env.Ctx, otpFail(errOTPBoom)); err != nil {
+			return err
+		}
+		if _, err := otpWait(env, target.PID()); err != nil {
 			return err
 		}
 		for _, ref := range refs {
@@ -1068,11 +1099,21 @@ func TestLabDownOrderStableUnderManyMonitors(t *testing.T) {
 		var shape []string
 		for w := range watchers {
 			shape = append(shape, fmt.Sprint(got[w]))
-			if len(got[w]) != perWatcher || !slices.IsSorted(got[w]) {
-				errs.add("watcher %d handled the Downs of its monitors in order %v, want 0..%d", w, got[w], perWatcher-1)
+			downs := got[w]
+			if w == 0 {
+				if len(downs) == 0 || downs[0] != -1 {
+					errs.add("watcher 0 handled %v, want the link's Exit (-1) before the Downs", downs)
+					continue
+				}
+				downs = downs[1:]
+			}
+			if len(downs) != perWatcher || !slices.IsSorted(downs) {
+				errs.add("watcher %d handled the Downs of its monitors in order %v, want 0..%d", w, downs, perWatcher-1)
 			}
 		}
-		shapes[strings.Join(shape, " ")] = true
+		if env.Lab != nil { // across lab seeds only
+			shapes[strings.Join(shape, " ")] = true
+		}
 		sort.Slice(all, func(i, j int) bool { return all[i].ref < all[j].ref })
 		var inter strings.Builder
 		wantOrder = wantOrder[:0]
@@ -1080,19 +1121,64 @@ func TestLabDownOrderStableUnderManyMonitors(t *testing.T) {
 			fmt.Fprint(&inter, m.w)
 			wantOrder = append(wantOrder, refs[m.w].PID().ID())
 		}
-		interleaves[inter.String()] = true
+		if env.Lab != nil {
+			interleaves[inter.String()] = true
+		}
 		targetID = target.PID().ID()
+
+		// Several exits, in an order the seed picks: Downs in exit order.
+		var exiting []*otpRef
+		for range 4 {
+			ref, err := otpStart(env.Ctx, env.Root, &otpServer{})
+			if err != nil {
+				return err
+			}
+			exiting = append(exiting, ref)
+		}
+		var seen []actor.PID
+		w2, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
+			if d, ok := info.(actor.Down); ok {
+				seen = append(seen, d.PID)
+			}
+			return nil
+		}})
+		if err != nil {
+			return err
+		}
+		if _, err := w2.Call(env.Ctx, func(p *actor.Proc, _ actor.ReplyTo[int]) (int, error) {
+			for _, r := range exiting {
+				p.Monitor(r.PID())
+			}
+			return 0, nil
+		}); err != nil {
+			return err
+		}
+		var want []actor.PID
+		for len(exiting) > 0 {
+			i := otpPick(env, len(exiting))
+			if _, err := exiting[i].Stop(env.Ctx); err != nil {
+				return err
+			}
+			want = append(want, exiting[i].PID())
+			exiting = slices.Delete(exiting, i, i+1)
+		}
+		if _, err := w2.Call(env.Ctx, otpReply(0)); err != nil {
+			return err
+		}
+		if fmt.Sprint(seen) != fmt.Sprint(want) {
+			errs.add("Downs from several exits handled in order %v, want the exit order %v", seen, want)
+		}
 		return errs.err()
-	}, func(t *testing.T, seed uint64, res *Result) {
-		// The trace records each Down as it is delivered.
+	}, func(t *testing.T, events []Event) {
+		// The trace records each Down as it is sent, in ref order.
 		var delivered []uint64
-		for _, ev := range res.Events {
+		for _, ev := range events {
 			if ev.Kind == actor.TraceDown.String() && ev.Peer == targetID {
 				delivered = append(delivered, ev.PID)
 			}
 		}
 		if !slices.Equal(delivered, wantOrder) {
-			t.Errorf("seed %d: Downs delivered to watchers %v, want ref order %v", seed, delivered, wantOrder)
+			t.Errorf("Downs delivered to watchers %v, want ref order %v", delivered, wantOrder)
 		}
 	})
 	if len(shapes) != 1 {
