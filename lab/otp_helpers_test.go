@@ -123,6 +123,34 @@ func otpBoth(t *testing.T, sc Scenario) {
 	})
 }
 
+// otpBothWith is otpBoth with a check of each lab run's result (its trace,
+// or what the scenario left in variables of the test), as otpCheckWith.
+func otpBothWith(t *testing.T, sc Scenario, after func(t *testing.T, seed uint64, res *Result)) {
+	t.Helper()
+	t.Run("lab", func(t *testing.T) {
+		t.Helper()
+		otpCheckWith(t, sc, after)
+	})
+	t.Run("production", func(t *testing.T) {
+		t.Helper()
+		otpProduction(t, sc)
+	})
+}
+
+// otpBothReplaying is otpBoth with the lab's replay check on the first
+// replays seeds instead of only the first one.
+func otpBothReplaying(t *testing.T, sc Scenario, replays int) {
+	t.Helper()
+	t.Run("lab", func(t *testing.T) {
+		t.Helper()
+		otpCheckReplaying(t, sc, nil, replays)
+	})
+	t.Run("production", func(t *testing.T) {
+		t.Helper()
+		otpProduction(t, sc)
+	})
+}
+
 // otpBothTraced is otpBoth with a check of each run's trace, under both
 // executors: after every lab run (its canonical trace), and after the
 // production run, whose events a tracer records as they are emitted (the

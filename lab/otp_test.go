@@ -8,9 +8,12 @@ package lab
 // testing/synctest bubble, with the race detector when it is on. Each
 // scenario asserts the behaviour itself. Everything in a scenario blocks
 // through the executor seam (env.Executor()), and what its processes share
-// is locked. The few tests whose point is a property across seeds (the
-// schedule varies, replays agree) run under the lab only, and count only
-// lab runs in their cross-seed tallies.
+// is locked. Every scenario runs under both. A scenario's checks of its
+// trace (otpBothTraced) run under both too: the production run records the
+// trace through a tracer. Only the checks whose point is a property across
+// seeds (the schedule varies, replays agree) or that read a lab Result (its
+// virtual time) run over the lab runs alone (otpBothWith, otpBothReplaying);
+// cross-seed tallies count only lab runs.
 
 import (
 	"bytes"
@@ -213,13 +216,15 @@ func TestLabCallDeferredReply(t *testing.T) {
 // (ErrAlreadyReplied) and never reaches a later call, although later calls
 // reuse the server's pooled reply slots. Every call ends one way or the
 // other, consistently with what the server saw. Because calls reuse
-// pooled reply slots and their timeout timers, every seed is also replayed
-// to check that the trace does not depend on that reuse.
+// pooled reply slots and their timeout timers, every lab seed is also
+// replayed to check that the trace does not depend on that reuse; and over
+// the lab seeds both endings must occur.
 func TestLabCallTimeoutHygiene(t *testing.T) {
 	const timeout = 5 * time.Millisecond
-	var timeouts, inTime int // across seeds
-	otpCheckReplaying(t, func(env *Env) error {
+	var timeouts, inTime int // across lab seeds
+	otpBothReplaying(t, func(env *Env) error {
 		var errs otpErrs
+		var mu sync.Mutex // the clients share got and the tallies
 		type held struct {
 			d   *actor.Deferred[int]
 			tag int
@@ -275,20 +280,26 @@ func TestLabCallTimeoutHygiene(t *testing.T) {
 					tag := c*1000 + j*10
 					t0 := env.Executor().Now()
 					v, err := srv.CallTimeout(ctx, hold(tag), timeout)
+					mu.Lock()
 					switch {
 					case err == nil && v == tag:
 						got[tag] = true
-						inTime++
+						if env.Lab != nil {
+							inTime++
+						}
 					case err == nil:
 						errs.add("call %d got reply %d: a reply meant for another call", tag, v)
 					case errors.Is(err, actor.ErrCallTimeout) && errors.Is(err, context.DeadlineExceeded):
-						timeouts++
+						if env.Lab != nil {
+							timeouts++
+						}
 						if el := env.Executor().Now().Sub(t0); el != timeout {
 							errs.add("call %d timed out after %v, want exactly %v", tag, el, timeout)
 						}
 					default:
 						errs.add("call %d: %v, want its reply or ErrCallTimeout", tag, err)
 					}
+					mu.Unlock()
 					// A later call on the same (pooled) slot gets its own reply.
 					if v, err := srv.Call(ctx, otpReply(tag+1)); v != tag+1 || err != nil {
 						errs.add("later call %d = %d, %v: a stale reply leaked into it", tag+1, v, err)
@@ -309,6 +320,10 @@ func TestLabCallTimeoutHygiene(t *testing.T) {
 				errs.add("%v ended %v, %v", pid, o, err)
 			}
 		}
+		// Handled after the releaser's last sweep.
+		if _, err := srv.Call(env.Ctx, otpReply(0)); err != nil {
+			return err
+		}
 		// The server's view and the callers' agree, call by call.
 		for tag := range replied {
 			if !got[tag] {
@@ -321,7 +336,7 @@ func TestLabCallTimeoutHygiene(t *testing.T) {
 			}
 		}
 		return errs.err()
-	}, nil, otpDefaultSeeds)
+	}, otpDefaultSeeds)
 	if !otpReplaying() && (timeouts == 0 || inTime == 0) {
 		t.Errorf("over all seeds: %d timeouts and %d replies in time; want both kinds", timeouts, inTime)
 	}
@@ -2513,7 +2528,9 @@ func TestLabRegistryTTLExpiry(t *testing.T) {
 }
 
 // Several processes race to register one name: exactly one wins, the
-// others learn who; the same seed always picks the same winner, and over
+// others learn who, and the name goes with its holder. That much runs under
+// both executors; the test's point is a cross-seed property, checked over
+// the lab runs only: the same seed always picks the same winner, and over
 // the seeds the winner varies (the schedule really varies).
 func TestLabRegistryCollisionDeterminism(t *testing.T) {
 	const contenders = 5
@@ -2522,18 +2539,23 @@ func TestLabRegistryCollisionDeterminism(t *testing.T) {
 		var errs otpErrs
 		winner = -1
 		reg := registry.New(env.Executor())
+		var mu sync.Mutex // the contenders share won, taken and pids
 		var won []int
 		var taken []actor.PID
 		var pids []actor.PID
+		mu.Lock() // until every contender's PID is known
 		for i := range contenders {
 			pid, err := env.Root.Go(fmt.Sprintf("c%d", i), func(ctx context.Context) error {
 				// All wake at the same instant; the seed orders them.
 				if err := actor.Sleep(ctx, env.Executor(), time.Millisecond); err != nil {
 					return err
 				}
+				mu.Lock()
 				self := pids[i]
+				mu.Unlock()
 				_, err := reg.Register("leader", self)
 				var nt *registry.NameTakenError
+				mu.Lock()
 				switch {
 				case err == nil:
 					won = append(won, i)
@@ -2542,26 +2564,32 @@ func TestLabRegistryCollisionDeterminism(t *testing.T) {
 				default:
 					errs.add("contender %d: %v", i, err)
 				}
+				mu.Unlock()
 				// Stay alive (holding the name, if won) until all have tried.
 				return actor.Sleep(ctx, env.Executor(), time.Millisecond)
 			})
 			if err != nil {
+				mu.Unlock()
 				return err
 			}
 			pids = append(pids, pid)
 		}
+		mu.Unlock()
 		if err := otpSleep(env, time.Millisecond+time.Microsecond); err != nil {
 			return err
 		}
-		if len(won) != 1 || len(taken) != contenders-1 {
-			return fmt.Errorf("%d winners %v and %d refusals, want exactly one winner", len(won), won, len(taken))
+		mu.Lock()
+		gotWon, gotTaken := won, taken
+		mu.Unlock()
+		if len(gotWon) != 1 || len(gotTaken) != contenders-1 {
+			return fmt.Errorf("%d winners %v and %d refusals, want exactly one winner", len(gotWon), gotWon, len(gotTaken))
 		}
-		winner = won[0]
+		winner = gotWon[0]
 		holder, ok := reg.Whereis("leader")
 		if !ok || holder != pids[winner] {
 			errs.add("leader is %v (%v), want the winner %v", holder, ok, pids[winner])
 		}
-		for _, h := range taken {
+		for _, h := range gotTaken {
 			if h != pids[winner] {
 				errs.add("a loser was told the holder is %v, want %v", h, pids[winner])
 			}
@@ -2577,7 +2605,7 @@ func TestLabRegistryCollisionDeterminism(t *testing.T) {
 		return errs.err()
 	}
 	winners := map[int]int{}
-	otpCheckWith(t, sc, func(t *testing.T, seed uint64, _ *Result) {
+	otpBothWith(t, sc, func(t *testing.T, seed uint64, _ *Result) {
 		first := winner
 		winners[first]++
 		otpRun(t, seed, sc)
@@ -2673,9 +2701,9 @@ func TestLabRaceLosersDrainedBeforeReturn(t *testing.T) {
 
 // An hour of virtual time: a supervisor restarts a child that fails every
 // minute, for an hour. The run completes (a wall-clock claim belongs in a
-// benchmark) and the trace covers the hour.
+// benchmark) and, under the lab, the trace covers the hour.
 func TestLabHourOfVirtualTimeIsFast(t *testing.T) {
-	otpCheckWith(t, func(env *Env) error {
+	otpBothWith(t, func(env *Env) error {
 		var starts []time.Time
 		kids := newOTPKids(env)
 		minutely := kids.spec("minutely", supervisor.Permanent, func(p *actor.Proc) error {
