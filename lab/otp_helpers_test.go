@@ -494,3 +494,44 @@ func otpStatuses(children []supervisor.ChildInfo) string {
 	}
 	return strings.Join(s, " ")
 }
+
+// otpLog records a supervisor's log entries (its OnLog); it is locked
+// because the supervisor writes it while the scenario reads it.
+type otpLog struct {
+	mu      sync.Mutex
+	entries []supervisor.LogEntry
+}
+
+func (l *otpLog) add(e supervisor.LogEntry) {
+	l.mu.Lock()
+	l.entries = append(l.entries, e)
+	l.mu.Unlock()
+}
+
+// take returns the entries logged so far and forgets them.
+func (l *otpLog) take() []supervisor.LogEntry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.entries
+	l.entries = nil
+	return e
+}
+
+// otpDecisions renders log entries as "decision:child ...".
+func otpDecisions(entries []supervisor.LogEntry) string {
+	var s []string
+	for _, e := range entries {
+		s = append(s, e.Decision.String()+":"+e.ChildID)
+	}
+	return strings.Join(s, " ")
+}
+
+// otpFind returns the first entry with decision d about child id.
+func otpFind(entries []supervisor.LogEntry, d supervisor.Decision, id string) (supervisor.LogEntry, bool) {
+	for _, e := range entries {
+		if e.Decision == d && e.ChildID == id {
+			return e, true
+		}
+	}
+	return supervisor.LogEntry{}, false
+}

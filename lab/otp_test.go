@@ -1998,7 +1998,10 @@ func TestLabSupervisorTemporaryBystanderInGroupRestart(t *testing.T) {
 	})
 }
 
-// The admin API's error codes, static and dynamic.
+// The admin API's error codes, static and dynamic: each sentinel matches a
+// *ChildError of its kind; terminating a restarting child drops its
+// restart; StartChild validates and reports a failed start; refused
+// requests leave the supervisor running.
 func TestLabSupervisorAdminErrorCodes(t *testing.T) {
 	otpBoth(t, func(env *Env) error {
 		var errs otpErrs
@@ -2009,6 +2012,18 @@ func TestLabSupervisorAdminErrorCodes(t *testing.T) {
 			for _, n := range not {
 				if errors.Is(err, n) {
 					errs.add("%s: %v also matches %v", what, err, n)
+				}
+			}
+			// The sentinel and the *ChildError's Kind agree.
+			kinds := map[error]supervisor.ErrorKind{
+				supervisor.ErrNotFound: supervisor.NotFound, supervisor.ErrRunning: supervisor.Running,
+				supervisor.ErrRestarting: supervisor.Restarting, supervisor.ErrAlreadyStarted: supervisor.AlreadyStarted,
+				supervisor.ErrMaxChildren: supervisor.MaxChildren,
+			}
+			if k, ok := kinds[want]; ok {
+				var ce *supervisor.ChildError
+				if !errors.As(err, &ce) || ce.Kind != k {
+					errs.add("%s: %v, want a *ChildError of kind %v", what, err, k)
 				}
 			}
 		}
@@ -2058,6 +2073,9 @@ func TestLabSupervisorAdminErrorCodes(t *testing.T) {
 		}
 		_, err = sup.StartChild(ctx, kids.spec("a", supervisor.Permanent))
 		expect("StartChild(terminated id)", err, supervisor.ErrAlreadyPresent, supervisor.ErrAlreadyStarted)
+		if ce := (*supervisor.ChildError)(nil); !errors.As(err, &ce) || ce.Kind != supervisor.AlreadyPresent {
+			errs.add("StartChild(terminated id): %v, want a *ChildError of kind AlreadyPresent", err)
+		}
 		pid, err := sup.RestartChild(ctx, "a")
 		if err != nil || pid != kids.ref("a").PID() || !pid.Alive() {
 			errs.add("RestartChild(terminated) = %v, %v; want the new instance", pid, err)
@@ -2081,8 +2099,34 @@ func TestLabSupervisorAdminErrorCodes(t *testing.T) {
 		if which, err := sup.WhichChildren(ctx); err != nil || otpStatuses(which) != "a:running" {
 			errs.add("after the backoff: %s, %v", otpStatuses(which), err)
 		}
+		// Terminating a restarting child drops its pending restart.
+		if _, _, err := kids.end("a", otpFail(errOTPBoom)); err != nil {
+			return err
+		}
+		starts := kids.started("a")
 		if err := sup.TerminateChild(ctx, "a"); err != nil {
-			errs.add("TerminateChild(a): %v", err)
+			errs.add("TerminateChild(restarting a): %v", err)
+		}
+		if err := otpSleep(env, 2*time.Second); err != nil {
+			return err
+		}
+		if which, err := sup.WhichChildren(ctx); err != nil || otpStatuses(which) != "a:terminated" || kids.started("a") != starts {
+			errs.add("a child terminated while restarting came back: %s, %v", otpStatuses(which), err)
+		}
+		// StartChild validates its spec, and reports a failed start without
+		// adding the child.
+		_, err = sup.StartChild(ctx, supervisor.ChildSpec{ID: "nostart"})
+		expect("StartChild(no start)", err, supervisor.ErrInvalidSpec)
+		expect("StartChild(no start)", err, supervisor.ErrMissingStart)
+		_, err = sup.StartChild(ctx, supervisor.ChildSpec{ID: "bad", Start: func(context.Context, *actor.Scope) (actor.PID, error) {
+			return actor.PID{}, errOTPStart
+		}})
+		var sce *supervisor.StartChildError
+		if !errors.As(err, &sce) || sce.ID != "bad" || !errors.Is(err, errOTPStart) {
+			errs.add("StartChild(failing start): %v, want a *StartChildError for bad wrapping %v", err, errOTPStart)
+		}
+		if which, err := sup.WhichChildren(ctx); err != nil || otpStatuses(which) != "a:terminated" {
+			errs.add("a child that failed to start was added: %s, %v", otpStatuses(which), err)
 		}
 		if err := sup.DeleteChild(ctx, "a"); err != nil {
 			errs.add("DeleteChild(terminated): %v", err)
@@ -2207,34 +2251,40 @@ func TestLabSupervisorBackoffInVirtualTime(t *testing.T) {
 	}
 }
 
-// A Panicked child is never restarted, not even when its spec says
-// Contain: the supervisor stops the other children, newest first, and exits
-// Panicked with an escalation naming the child (INV-6). Which child panics
-// is up to the seed.
+// A Panicked child is never restarted, whatever its restart type, not even
+// when its spec says Contain: the supervisor logs its stop, stops the other
+// children, newest first, and exits Panicked with an escalation naming the
+// child (INV-6). Which child (so which restart type) panics is up to the
+// seed; over the lab seeds each does.
 func TestLabSupervisorNeverRestartsPanicked(t *testing.T) {
+	victims := map[string]bool{} // across lab seeds
 	otpBoth(t, func(env *Env) error {
 		var errs otpErrs
 		kids := newOTPKids(env)
 		kids.stopJitter = 2 * time.Millisecond
 		ids := []string{"a", "b", "c"}
+		types := []supervisor.RestartType{supervisor.Permanent, supervisor.Transient, supervisor.Temporary}
 		var specs []supervisor.ChildSpec
-		for _, id := range ids {
-			s := kids.spec(id, supervisor.Permanent)
+		for i, id := range ids {
+			s := kids.spec(id, types[i])
 			s.Containment = supervisor.Contain
 			specs = append(specs, s)
 		}
-		var log []supervisor.LogEntry
+		var slog otpLog
 		sup, err := supervisor.Start(env.Ctx, env.Root, supervisor.Spec{
-			MaxRestarts: 100, Children: specs,
-			OnLog: func(e supervisor.LogEntry) { log = append(log, e) },
+			MaxRestarts: 100, Children: specs, OnLog: slog.add,
 		})
 		if err != nil {
 			return err
 		}
 		kids.take()
 		victim := ids[otpPick(env, len(ids))]
-		if _, o, err := kids.end(victim, otpPanic("child panic")); err != nil || o.Severity != actor.Panicked {
-			return fmt.Errorf("the victim ended %v, %v", o, err)
+		if env.Lab != nil {
+			victims[victim] = true
+		}
+		pid, vo, err := kids.end(victim, otpPanic("child panic"))
+		if err != nil || vo.Severity != actor.Panicked {
+			return fmt.Errorf("the victim ended %v, %v", vo, err)
 		}
 		o, err := otpWait(env, sup.PID())
 		if err != nil {
@@ -2259,18 +2309,30 @@ func TestLabSupervisorNeverRestartsPanicked(t *testing.T) {
 				errs.add("%s started %d times", id, kids.started(id))
 			}
 		}
-		for _, e := range log {
-			if e.Decision == supervisor.DecisionRestart {
-				errs.add("log has a restart: %v", e)
+		log := slog.take()
+		wantLog := "start:a start:b start:c stop:" + victim + " escalate:" + victim
+		for i := len(ids) - 1; i >= 0; i-- {
+			if ids[i] != victim {
+				wantLog += " shutdown:" + ids[i]
 			}
+		}
+		if got := otpDecisions(log); got != wantLog {
+			errs.add("log %q, want %q", got, wantLog)
+		}
+		if stop, _ := otpFind(log, supervisor.DecisionStop, victim); stop.PID != pid || stop.Outcome.Severity != actor.Panicked {
+			errs.add("stop entry %v, want the victim's panicked instance", stop)
 		}
 		return errs.err()
 	})
+	if !otpReplaying() && len(victims) != 3 {
+		t.Errorf("over all seeds, the victims were %v: want each restart type to panic", victims)
+	}
 }
 
 // A Cancelled child is never restarted, whatever its restart type and the
-// kind of cancellation: a contained one leaves the supervisor running, a
-// required one makes it exit Cancelled.
+// kind of cancellation; the log shows its stop: a contained one leaves the
+// supervisor running, a required one makes it stop the others and exit
+// Cancelled, from that child.
 func TestLabSupervisorNeverRestartsCancelled(t *testing.T) {
 	kinds := []actor.CancelKind{actor.CancelRequested, actor.CancelTimeout, actor.CancelShutdown, actor.CancelKill}
 	otpBoth(t, func(env *Env) error {
@@ -2279,16 +2341,16 @@ func TestLabSupervisorNeverRestartsCancelled(t *testing.T) {
 		contained := kids.spec("contained", supervisor.Permanent)
 		contained.Containment = supervisor.Contain
 		required := kids.spec("required", supervisor.Transient)
-		var log []supervisor.LogEntry
+		var slog otpLog
 		sup, err := supervisor.Start(env.Ctx, env.Root, supervisor.Spec{
 			MaxRestarts: 100,
 			Children:    []supervisor.ChildSpec{kids.spec("other", supervisor.Permanent), contained, required},
-			OnLog:       func(e supervisor.LogEntry) { log = append(log, e) },
+			OnLog:       slog.add,
 		})
 		if err != nil {
 			return err
 		}
-		cancel := func(id string) (actor.Outcome, error) {
+		cancel := func(id string) (actor.PID, error) {
 			kind := kinds[otpPick(env, len(kinds))]
 			pid := kids.ref(id).PID()
 			pid.Cancel(actor.CancelReason{Kind: kind})
@@ -2296,9 +2358,10 @@ func TestLabSupervisorNeverRestartsCancelled(t *testing.T) {
 			if err == nil && !otpIsCancelled(o, kind) {
 				errs.add("%s cancelled (%v) ended %v", id, kind, o)
 			}
-			return o, err
+			return pid, err
 		}
-		if _, err := cancel("contained"); err != nil {
+		containedPID, err := cancel("contained")
+		if err != nil {
 			return err
 		}
 		which, err := sup.WhichChildren(env.Ctx)
@@ -2307,24 +2370,29 @@ func TestLabSupervisorNeverRestartsCancelled(t *testing.T) {
 		} else if got := otpStatuses(which); got != "other:running contained:terminated required:running" {
 			errs.add("children %s after a contained cancellation", got)
 		}
-		if _, err := cancel("required"); err != nil {
+		requiredPID, err := cancel("required")
+		if err != nil {
 			return err
 		}
 		o, err := otpWait(env, sup.PID())
 		if err != nil {
 			return err
 		}
-		if o.Severity != actor.Cancelled {
-			errs.add("supervisor outcome %v after a required child was cancelled, want Cancelled", o)
+		if o.Severity != actor.Cancelled || o.Cancel.From != requiredPID {
+			errs.add("supervisor outcome %v after a required child was cancelled, want Cancelled from it (%v)", o, requiredPID)
 		}
-		for id, n := range kids.starts {
-			if n != 1 {
+		for _, id := range []string{"other", "contained", "required"} {
+			if n := kids.started(id); n != 1 {
 				errs.add("%s started %d times", id, n)
 			}
 		}
-		for _, e := range log {
-			if e.Decision == supervisor.DecisionRestart {
-				errs.add("log has a restart: %v", e)
+		log := slog.take()
+		if got, want := otpDecisions(log), "start:other start:contained start:required stop:contained stop:required escalate:required shutdown:other"; got != want {
+			errs.add("log %q, want %q (no restart)", got, want)
+		}
+		for id, pid := range map[string]actor.PID{"contained": containedPID, "required": requiredPID} {
+			if stop, _ := otpFind(log, supervisor.DecisionStop, id); stop.PID != pid || stop.Outcome.Severity != actor.Cancelled {
+				errs.add("stop entry %v, want %s's cancelled instance", stop, id)
 			}
 		}
 		return errs.err()

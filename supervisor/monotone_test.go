@@ -3,99 +3,12 @@ package supervisor_test
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"testing"
 	"testing/synctest"
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/supervisor"
 )
-
-// INV-6C: a Panicked child is never restarted, not even a Permanent one
-// whose spec says Contain; the supervisor stops the others and exits
-// Panicked.
-func TestSupervisorNeverRestartsPanicked(t *testing.T) {
-	bubble(t, 1, func(t *testing.T, e *env) {
-		a, b := e.spec("a"), e.spec("b")
-		a.Containment = supervisor.Contain
-		sup := e.start(supervisor.Spec{Children: []supervisor.ChildSpec{a, b}, MaxRestarts: 10})
-		e.takeEvents()
-
-		e.send("a", cmdPanic)
-		o := e.wait(sup.PID())
-		if o.Severity != actor.Panicked {
-			t.Fatalf("supervisor outcome %v, want panicked", o)
-		}
-		escErr, ok := o.Panic.Value.(*supervisor.EscalationError)
-		if !ok || !errors.Is(escErr, supervisor.ErrChildPanicked) || escErr.ChildID != "a" {
-			t.Fatalf("panic value %#v, want an EscalationError for a", o.Panic.Value)
-		}
-		if n := e.startCount("a"); n != 1 {
-			t.Errorf("a started %d times, want 1", n)
-		}
-		log := e.hooked()
-		if count(log, supervisor.DecisionRestart, "a") != 0 {
-			t.Errorf("a was restarted: %s", decisions(log))
-		}
-		stop, _ := find(log, supervisor.DecisionStop, "a")
-		if stop.Outcome.Severity != actor.Panicked {
-			t.Errorf("stop entry %v, want a's panicked outcome", stop)
-		}
-		want := "start:a start:b stop:a escalate:a shutdown:b"
-		if got := decisions(log); got != want {
-			t.Errorf("log %q, want %q", got, want)
-		}
-		if ev := e.takeEvents(); !slices.Equal(ev, []string{"stop:a", "stop:b"}) {
-			t.Errorf("events %v", ev)
-		}
-	})
-}
-
-// INV-6C: a Cancelled child is never restarted. Uncontained, it makes the
-// supervisor stop the others and exit Cancelled; contained, the supervisor
-// goes on without it.
-func TestSupervisorNeverRestartsCancelled(t *testing.T) {
-	for _, contain := range []supervisor.Containment{supervisor.Propagate, supervisor.Contain} {
-		t.Run(contain.String(), func(t *testing.T) {
-			bubble(t, 1, func(t *testing.T, e *env) {
-				a, b := e.spec("a"), e.spec("b")
-				a.Containment = contain
-				sup := e.start(supervisor.Spec{Children: []supervisor.ChildSpec{a, b}, MaxRestarts: 10})
-				old := e.pid("a")
-				old.Cancel(actor.CancelReason{Kind: actor.CancelRequested})
-				synctest.Wait()
-
-				if n := e.startCount("a"); n != 1 {
-					t.Fatalf("a started %d times, want 1", n)
-				}
-				log := e.hooked()
-				stop, ok := find(log, supervisor.DecisionStop, "a")
-				if !ok || stop.PID != old || stop.Outcome.Severity != actor.Cancelled {
-					t.Fatalf("no stop entry for the cancelled a: %s", decisions(log))
-				}
-				if contain == supervisor.Contain {
-					if !sup.PID().Alive() {
-						t.Fatal("contained cancellation stopped the supervisor")
-					}
-					if got := statuses(e.which(sup)); got != "a:terminated b:running" {
-						t.Errorf("children %s", got)
-					}
-					return
-				}
-				o := e.wait(sup.PID())
-				if o.Severity != actor.Cancelled {
-					t.Fatalf("supervisor outcome %v, want cancelled", o)
-				}
-				if o.Cancel.From != old {
-					t.Errorf("cancel reason %v, want one from %s", o.Cancel, old)
-				}
-				if want, got := "start:a start:b stop:a escalate:a shutdown:b", decisions(e.hooked()); got != want {
-					t.Errorf("log %q, want %q", got, want)
-				}
-			})
-		})
-	}
-}
 
 // INV-6C, INV-2: a restart creates a fresh instance; the failed one keeps
 // its outcome, and the log shows the failure and then the new start.
