@@ -1753,20 +1753,22 @@ func TestLabScopeCloseQuiescence(t *testing.T) {
 // ==== supervisor ====
 
 // Which exits restart which children: Permanent after Ok and Err, Transient
-// after Err only, Temporary never (its spec is then forgotten, while a
-// stopped Transient keeps its spec).
+// after Err only, Temporary never, and none after a cancellation (INV-6; a
+// panic is TestLabSupervisorNeverRestartsPanicked's). A Temporary child's
+// spec is then forgotten, while a stopped Permanent or Transient keeps its
+// spec; the log has a restart entry exactly for the restarted.
 func TestLabSupervisorRestartTypesByExitReason(t *testing.T) {
 	type exit struct {
 		name string
-		do   otpCast
+		do   otpCast // nil: cancel the child
 	}
-	exits := []exit{{"ok", otpExitOk}, {"err", otpFail(errOTPBoom)}}
+	exits := []exit{{"ok", otpExitOk}, {"err", otpFail(errOTPBoom)}, {"cancelled", nil}}
 	types := []supervisor.RestartType{supervisor.Permanent, supervisor.Transient, supervisor.Temporary}
 	// want[type][exit]: restarted?
-	want := map[supervisor.RestartType][2]bool{
-		supervisor.Permanent: {true, true},
-		supervisor.Transient: {false, true},
-		supervisor.Temporary: {false, false},
+	want := map[supervisor.RestartType][3]bool{
+		supervisor.Permanent: {true, true, false},
+		supervisor.Transient: {false, true, false},
+		supervisor.Temporary: {false, false, false},
 	}
 	otpBoth(t, func(env *Env) error {
 		var errs otpErrs
@@ -1779,7 +1781,8 @@ func TestLabSupervisorRestartTypesByExitReason(t *testing.T) {
 				specs = append(specs, s)
 			}
 		}
-		sup, err := supervisor.Start(env.Ctx, env.Root, supervisor.Spec{MaxRestarts: 100, Children: specs})
+		var slog otpLog
+		sup, err := supervisor.Start(env.Ctx, env.Root, supervisor.Spec{MaxRestarts: 100, Children: specs, OnLog: slog.add})
 		if err != nil {
 			return err
 		}
@@ -1791,6 +1794,12 @@ func TestLabSupervisorRestartTypesByExitReason(t *testing.T) {
 				delay := time.Duration(otpPick(env, 3)) * time.Millisecond
 				pid, err := env.Root.Go("exit", func(ctx context.Context) error {
 					if err := actor.Sleep(ctx, env.Executor(), delay); err != nil {
+						return err
+					}
+					if x.do == nil {
+						pid := kids.ref(id).PID()
+						pid.Cancel(actor.CancelReason{Kind: actor.CancelRequested})
+						_, err := pid.Wait(ctx)
 						return err
 					}
 					_, _, err := kids.end(id, x.do)
@@ -1815,12 +1824,21 @@ func TestLabSupervisorRestartTypesByExitReason(t *testing.T) {
 		for _, c := range which {
 			status[c.ID] = c.Status
 		}
+		restarts := map[string]int{}
+		for _, e := range slog.take() {
+			if e.Decision == supervisor.DecisionRestart {
+				restarts[e.ChildID]++
+			}
+		}
 		for _, rt := range types {
 			for i, x := range exits {
 				id := rt.String() + "-" + x.name
 				restarted := want[rt][i]
 				if n := kids.started(id); restarted && n != 2 || !restarted && n != 1 {
 					errs.add("%s: started %d times, want restarted=%v", id, n, restarted)
+				}
+				if n := restarts[id]; restarted && n != 1 || !restarted && n != 0 {
+					errs.add("%s: %d restart entries, want restarted=%v", id, n, restarted)
 				}
 				st, listed := status[id]
 				switch {
@@ -1842,7 +1860,9 @@ func TestLabSupervisorRestartTypesByExitReason(t *testing.T) {
 
 // The restart budget is a sliding window in virtual time: MaxRestarts
 // restarts within any Window; a restart exactly Window old no longer
-// counts; one too many escalates (ErrBudgetExhausted) at that instant.
+// counts; one too many escalates (ErrBudgetExhausted) at that instant, and
+// the log shows the exhaustion, the escalation and the shutdown of the
+// rest. Failures spaced out beyond the window never exhaust it.
 func TestLabSupervisorRestartWindowSlides(t *testing.T) {
 	otpBoth(t, func(env *Env) error {
 		var errs otpErrs
@@ -1861,12 +1881,19 @@ func TestLabSupervisorRestartWindowSlides(t *testing.T) {
 		// (1 is exactly Window old), so two more fit at that instant,
 		// {2,11,11}, and at 11.75 the window is full.
 		at := []time.Duration{0, time.Second, 2 * time.Second, 11 * time.Second, 11 * time.Second, 11750 * time.Millisecond}
+		wantLog := "start:a start:b" // the whole log: restarts, then the escalation
 		for i, d := range at {
 			if err := otpSleep(env, Epoch().Add(d).Sub(env.Executor().Now())); err != nil {
 				return err
 			}
 			// The seed picks which child fails; the budget is shared.
 			id := []string{"a", "b"}[otpPick(env, 2)]
+			if i < len(at)-1 {
+				wantLog += " restart:" + id + " start:" + id
+			} else {
+				other := map[string]string{"a": "b", "b": "a"}[id]
+				wantLog += " budget-exhausted:" + id + " escalate:" + id + " shutdown:" + other
+			}
 			if _, o, err := kids.end(id, otpFail(errOTPBoom)); err != nil || o.Severity != actor.Err {
 				return fmt.Errorf("failure %d: %v %v", i, o, err)
 			}
@@ -1893,21 +1920,59 @@ func TestLabSupervisorRestartWindowSlides(t *testing.T) {
 		if got := otpJoin(decisions); got != want {
 			errs.add("decisions %s, want %s", got, want)
 		}
+		if got := otpDecisions(log); got != wantLog {
+			errs.add("log %q, want %q", got, wantLog)
+		}
+
+		// Failures spaced out beyond the window never exhaust it.
+		spaced := newOTPKids(env)
+		var slog otpLog
+		sup, err = supervisor.Start(env.Ctx, env.Root, supervisor.Spec{
+			MaxRestarts: 2, Window: 10 * time.Second,
+			Children: []supervisor.ChildSpec{spaced.spec("s", supervisor.Permanent)}, OnLog: slog.add,
+		})
+		if err != nil {
+			return err
+		}
+		for i := range 6 {
+			if _, o, err := spaced.end("s", otpFail(errOTPBoom)); err != nil || o.Severity != actor.Err {
+				return fmt.Errorf("spaced failure %d: %v %v", i, o, err)
+			}
+			if err := otpSleep(env, 6*time.Second); err != nil {
+				return err
+			}
+		}
+		if _, err := sup.CountChildren(env.Ctx); err != nil {
+			errs.add("spaced failures exhausted the budget: %v", err)
+		}
+		restarts := 0
+		for _, e := range slog.take() {
+			if e.Decision == supervisor.DecisionRestart {
+				restarts++
+			}
+		}
+		if restarts != 6 {
+			errs.add("%d restarts of spaced failures, want 6", restarts)
+		}
 		return errs.err()
 	})
 }
 
 // The strategies' order: which children stop (newest first) and start (in
-// start order) when b fails, and the stop order at shutdown (newest first),
-// however long each child takes to stop.
+// start order) when b fails, and the stop order at shutdown (newest first,
+// an Ok outcome), however long each child takes to stop; the supervisor's
+// log records the same order.
 func TestLabSupervisorStrategyOrder(t *testing.T) {
 	cases := []struct {
 		strategy supervisor.Strategy
 		restart  string
+		log      string // the supervisor's log of the restart
 	}{
-		{supervisor.OneForOne, "[stop b start b]"},
-		{supervisor.OneForAll, "[stop b stop d stop c stop a start a start b start c start d]"},
-		{supervisor.RestForOne, "[stop b stop d stop c start b start c start d]"},
+		{supervisor.OneForOne, "[stop b start b]", "restart:b start:b"},
+		{supervisor.OneForAll, "[stop b stop d stop c stop a start a start b start c start d]",
+			"restart:b shutdown:d shutdown:c shutdown:a start:a start:b start:c start:d"},
+		{supervisor.RestForOne, "[stop b stop d stop c start b start c start d]",
+			"restart:b shutdown:d shutdown:c start:b start:c start:d"},
 	}
 	otpBoth(t, func(env *Env) error {
 		var errs otpErrs
@@ -1918,13 +1983,15 @@ func TestLabSupervisorStrategyOrder(t *testing.T) {
 			for _, id := range []string{"a", "b", "c", "d"} {
 				specs = append(specs, kids.spec(id, supervisor.Permanent))
 			}
-			sup, err := supervisor.Start(env.Ctx, env.Root, supervisor.Spec{Strategy: c.strategy, Children: specs})
+			var slog otpLog
+			sup, err := supervisor.Start(env.Ctx, env.Root, supervisor.Spec{Strategy: c.strategy, Children: specs, OnLog: slog.add})
 			if err != nil {
 				return err
 			}
 			if got := otpJoin(kids.take()); got != "[start a start b start c start d]" {
 				errs.add("%v: start order %s", c.strategy, got)
 			}
+			slog.take()
 			a := kids.ref("a").PID()
 			if _, _, err := kids.end("b", otpFail(errOTPBoom)); err != nil {
 				return err
@@ -1935,6 +2002,9 @@ func TestLabSupervisorStrategyOrder(t *testing.T) {
 			}
 			if got := otpJoin(kids.take()); got != c.restart {
 				errs.add("%v: on b's failure %s, want %s", c.strategy, got, c.restart)
+			}
+			if got := otpDecisions(slog.take()); got != c.log {
+				errs.add("%v: log of b's failure %q, want %q", c.strategy, got, c.log)
 			}
 			if got := otpStatuses(which); got != "a:running b:running c:running d:running" {
 				errs.add("%v: children %s after the restart", c.strategy, got)
@@ -1949,20 +2019,24 @@ func TestLabSupervisorStrategyOrder(t *testing.T) {
 			if got := otpJoin(kids.take()); got != "[stop d stop c stop b stop a]" {
 				errs.add("%v: shutdown order %s, want newest first", c.strategy, got)
 			}
+			if got := otpDecisions(slog.take()); got != "shutdown:d shutdown:c shutdown:b shutdown:a" {
+				errs.add("%v: log of the shutdown %q, want newest first", c.strategy, got)
+			}
 		}
 		return errs.err()
 	})
 }
 
-// A temporary bystander of a group restart is stopped for good: the others
-// restart, it does not, and its spec is gone.
+// A temporary bystander of a group restart is stopped for good (a shutdown
+// entry in the log): the others restart, it does not, and its spec is gone.
 func TestLabSupervisorTemporaryBystanderInGroupRestart(t *testing.T) {
 	otpBoth(t, func(env *Env) error {
 		var errs otpErrs
 		for _, strategy := range []supervisor.Strategy{supervisor.OneForAll, supervisor.RestForOne} {
 			kids := newOTPKids(env)
 			kids.stopJitter = 2 * time.Millisecond
-			sup, err := supervisor.Start(env.Ctx, env.Root, supervisor.Spec{Strategy: strategy, Children: []supervisor.ChildSpec{
+			var slog otpLog
+			sup, err := supervisor.Start(env.Ctx, env.Root, supervisor.Spec{Strategy: strategy, OnLog: slog.add, Children: []supervisor.ChildSpec{
 				kids.spec("a", supervisor.Permanent), kids.spec("b", supervisor.Permanent),
 				kids.spec("tmp", supervisor.Temporary), kids.spec("c", supervisor.Transient),
 			}})
@@ -1970,12 +2044,19 @@ func TestLabSupervisorTemporaryBystanderInGroupRestart(t *testing.T) {
 				return err
 			}
 			kids.take()
+			tmp := kids.ref("tmp").PID()
 			if _, _, err := kids.end("b", otpFail(errOTPBoom)); err != nil {
 				return err
 			}
 			which, err := sup.WhichChildren(env.Ctx)
 			if err != nil {
 				return err
+			}
+			if tmp.Alive() {
+				errs.add("%v: the temporary child outlived the group restart", strategy)
+			}
+			if _, ok := otpFind(slog.take(), supervisor.DecisionShutdown, "tmp"); !ok {
+				errs.add("%v: no shutdown entry for the temporary child", strategy)
 			}
 			want := map[supervisor.Strategy]string{
 				supervisor.OneForAll:  "[stop b stop c stop tmp stop a start a start b start c]",

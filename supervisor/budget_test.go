@@ -11,67 +11,6 @@ import (
 	"github.com/orrery-run/orrery/supervisor"
 )
 
-// The budget is a sliding window on the executor's clock: failures spaced
-// out beyond it never exhaust it, bunched ones do, and a restart exactly
-// Window old no longer counts.
-func TestRestartWindowSlides(t *testing.T) {
-	spec := func(e *env) supervisor.Spec {
-		return supervisor.Spec{MaxRestarts: 2, Window: 10 * time.Second, Children: []supervisor.ChildSpec{e.spec("a")}}
-	}
-	t.Run("spaced", func(t *testing.T) {
-		bubble(t, 1, func(t *testing.T, e *env) {
-			sup := e.start(spec(e))
-			for range 6 {
-				e.send("a", cmdFail)
-				e.sleep(6 * time.Second)
-			}
-			if !sup.PID().Alive() {
-				t.Fatal("spaced failures exhausted the budget")
-			}
-			log := e.log(sup)
-			if n := count(log, supervisor.DecisionRestart, "a"); n != 6 {
-				t.Errorf("%d restarts, want 6: %s", n, decisions(log))
-			}
-		})
-	})
-	t.Run("bunched", func(t *testing.T) {
-		bubble(t, 1, func(t *testing.T, e *env) {
-			sup := e.start(spec(e))
-			e.send("a", cmdFail)
-			e.sleep(4 * time.Second)
-			e.send("a", cmdFail)
-			e.sleep(4 * time.Second)
-			e.send("a", cmdFail) // three within 10s: one too many
-			o := e.wait(sup.PID())
-			if o.Severity != actor.Err || !errors.Is(o.Err, supervisor.ErrBudgetExhausted) {
-				t.Fatalf("supervisor outcome %v, want err(budget exhausted)", o)
-			}
-			want := "start:a restart:a start:a restart:a start:a budget-exhausted:a escalate:a"
-			if got := decisions(e.hooked()); got != want {
-				t.Errorf("log %q, want %q", got, want)
-			}
-		})
-	})
-	t.Run("boundary", func(t *testing.T) {
-		bubble(t, 1, func(t *testing.T, e *env) {
-			s := spec(e)
-			s.MaxRestarts = 1
-			sup := e.start(s)
-			e.send("a", cmdFail)
-			e.sleep(10 * time.Second) // the first restart leaves the window
-			e.send("a", cmdFail)
-			if !sup.PID().Alive() {
-				t.Fatal("a restart exactly Window old still counted")
-			}
-			e.sleep(9 * time.Second)
-			e.send("a", cmdFail)
-			if o := e.wait(sup.PID()); !errors.Is(o.Err, supervisor.ErrBudgetExhausted) {
-				t.Fatalf("supervisor outcome %v, want budget exhausted", o)
-			}
-		})
-	})
-}
-
 // PolicyEscalate (the default): at the limit the supervisor stops every
 // child, newest first, and exits Err carrying the child's failure.
 func TestEscalationPolicyEscalate(t *testing.T) {
