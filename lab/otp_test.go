@@ -2253,8 +2253,11 @@ func TestLabSupervisorAdminErrorCodes(t *testing.T) {
 // Restart backoff runs in virtual time: a child that fails as soon as it
 // starts is restarted after 100ms, 200ms, 400ms, 800ms, then 1s (the cap)
 // each time, measured on the lab clock; with jitter, each delay is at most
-// the nominal one and more than half of it, and the seed decides it. The
-// supervisor answers calls while a restart waits.
+// the nominal one and more than half of it, and the seed decides it; the
+// backoff starts over once an instance has run for a whole window. With no
+// backoff the restart is immediate; a fixed one delays it exactly. The
+// supervisor answers calls while a restart waits, showing the child as
+// restarting.
 func TestLabSupervisorBackoffInVirtualTime(t *testing.T) {
 	nominal := []time.Duration{100, 200, 400, 800, 1000, 1000}
 	for i := range nominal {
@@ -2325,6 +2328,121 @@ func TestLabSupervisorBackoffInVirtualTime(t *testing.T) {
 				jittered[strings.Join(ds, " ")] = true
 			}
 		}
+
+		// Each restart's logged delay, and the time from it to the next
+		// start of the child.
+		delays := func(log []supervisor.LogEntry, id string) (logged, observed []time.Duration) {
+			for i, e := range log {
+				if e.Decision != supervisor.DecisionRestart || e.ChildID != id {
+					continue
+				}
+				logged = append(logged, e.Delay)
+				for _, n := range log[i+1:] {
+					if n.Decision == supervisor.DecisionStart && n.ChildID == id {
+						observed = append(observed, n.Time.Sub(e.Time))
+						break
+					}
+				}
+			}
+			return logged, observed
+		}
+		check := func(what string, log []supervisor.LogEntry, want ...time.Duration) {
+			logged, observed := delays(log, "a")
+			if !slices.Equal(logged, want) || !slices.Equal(observed, want) {
+				errs.add("%s: delays %v, observed %v; want %v", what, logged, observed, want)
+			}
+		}
+		// No backoff: the restart is immediate.
+		kids := newOTPKids(env)
+		var slog otpLog
+		sup, err := supervisor.Start(env.Ctx, env.Root, supervisor.Spec{
+			Backoff: supervisor.NoBackoff(), OnLog: slog.add, Children: []supervisor.ChildSpec{kids.spec("a", supervisor.Permanent)},
+		})
+		if err != nil {
+			return err
+		}
+		if _, _, err := kids.end("a", otpFail(errOTPBoom)); err != nil {
+			return err
+		}
+		if _, err := sup.Stop(env.Ctx); err != nil {
+			return err
+		}
+		check("no backoff", slog.take(), 0)
+
+		// A fixed backoff: the child is restarting (its sibling running)
+		// until the delay has passed, not restarted before.
+		kids = newOTPKids(env)
+		sup, err = supervisor.Start(env.Ctx, env.Root, supervisor.Spec{
+			Backoff: supervisor.Fixed(2 * time.Second), OnLog: slog.add,
+			Children: []supervisor.ChildSpec{kids.spec("a", supervisor.Permanent), kids.spec("b", supervisor.Permanent)},
+		})
+		if err != nil {
+			return err
+		}
+		if _, _, err := kids.end("a", otpFail(errOTPBoom)); err != nil {
+			return err
+		}
+		if which, err := sup.WhichChildren(env.Ctx); err != nil || otpStatuses(which) != "a:restarting b:running" {
+			errs.add("fixed: during the backoff: %s, %v", otpStatuses(which), err)
+		}
+		if err := otpSleep(env, 2*time.Second-time.Millisecond); err != nil {
+			return err
+		}
+		if n := kids.started("a"); n != 1 {
+			errs.add("fixed: restarted before the backoff elapsed")
+		}
+		if err := otpSleep(env, 2*time.Millisecond); err != nil {
+			return err
+		}
+		if which, err := sup.WhichChildren(env.Ctx); err != nil || otpStatuses(which) != "a:running b:running" {
+			errs.add("fixed: after the backoff: %s, %v", otpStatuses(which), err)
+		}
+		if _, err := sup.Stop(env.Ctx); err != nil {
+			return err
+		}
+		check("fixed", slog.take(), 2*time.Second)
+
+		// An exponential backoff starts over once an instance has run for a
+		// whole window: instances 2 to 6 fail at once, 7 stays up a minute.
+		kids = newOTPKids(env)
+		var instances int
+		sup, err = supervisor.Start(env.Ctx, env.Root, supervisor.Spec{
+			MaxRestarts: 100, Window: time.Minute, OnLog: slog.add,
+			Backoff: supervisor.Exponential(100*time.Millisecond, time.Second, 2),
+			Children: []supervisor.ChildSpec{kids.spec("a", supervisor.Permanent, func(p *actor.Proc) error {
+				instances++
+				if instances >= 2 && instances <= 6 {
+					return otpRefOf(p.Self()).TryCast(otpFail(errOTPBoom))
+				}
+				return nil
+			})},
+		})
+		if err != nil {
+			return err
+		}
+		if _, _, err := kids.end("a", otpFail(errOTPBoom)); err != nil {
+			return err
+		}
+		if err := otpSleep(env, 10*time.Second); err != nil {
+			return err
+		}
+		if n := kids.started("a"); n != 7 {
+			errs.add("reset: %d starts, want 7", n)
+		}
+		if err := otpSleep(env, time.Minute); err != nil {
+			return err
+		}
+		if _, _, err := kids.end("a", otpFail(errOTPBoom)); err != nil {
+			return err
+		}
+		if err := otpSleep(env, time.Second); err != nil {
+			return err
+		}
+		if _, err := sup.Stop(env.Ctx); err != nil {
+			return err
+		}
+		ms := time.Millisecond
+		check("reset", slog.take(), 100*ms, 200*ms, 400*ms, 800*ms, 1000*ms, 1000*ms, 100*ms)
 		return errs.err()
 	})
 	if !otpReplaying() && len(jittered) < 2 {
