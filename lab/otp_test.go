@@ -1445,6 +1445,7 @@ func TestLabInitFailureLeavesNothingBehind(t *testing.T) {
 		for _, ci := range order {
 			c := cases[ci]
 			var self, child actor.PID
+			var lease *registry.Lease
 			var childStopped atomic.Bool
 			before := len(env.Root.Processes())
 			t0 := env.Executor().Now()
@@ -1459,7 +1460,7 @@ func TestLabInitFailureLeavesNothingBehind(t *testing.T) {
 					return err
 				}
 				child = k.PID()
-				if _, err := reg.Register("svc-"+c.name, p.Self()); err != nil {
+				if lease, err = reg.Register("svc-"+c.name, p.Self()); err != nil {
 					return err
 				}
 				if err := p.Link(partner.PID()); err != nil {
@@ -1491,8 +1492,8 @@ func TestLabInitFailureLeavesNothingBehind(t *testing.T) {
 			if child.Alive() || !childStopped.Load() {
 				errs.add("%s: a child started in Init outlived the failed start (its stop hook ran: %v)", c.name, childStopped.Load())
 			}
-			if _, ok := reg.Whereis("svc-" + c.name); ok {
-				errs.add("%s: a name registered in Init outlived the failed start", c.name)
+			if _, ok := reg.Whereis("svc-" + c.name); ok || lease.State() != registry.LeaseHolderExited {
+				errs.add("%s: a name registered in Init outlived the failed start (lease %v)", c.name, lease.State())
 			}
 			if slices.Contains(env.Root.Processes(), self) || len(env.Root.Processes()) != before {
 				errs.add("%s: the scope still lists processes of the failed start", c.name)
@@ -2601,7 +2602,9 @@ func TestLabSupervisorNeverRestartsCancelled(t *testing.T) {
 // ==== registry ====
 
 // A name is released no later than the Down of its holder: a watcher's Down
-// handler finds it unbound (and can take it), whatever way the holder ended.
+// handler finds it unbound (and can take it), whatever way the holder ended;
+// the lease ends as holder-exited, and its TTL, had it one, never touches
+// the later registration.
 func TestLabRegistryNameReleasedNoLaterThanDown(t *testing.T) {
 	ends := []struct {
 		name string
@@ -2645,7 +2648,7 @@ func TestLabRegistryNameReleasedNoLaterThanDown(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			l, err := reg.Register(e.name, h.PID())
+			l, err := reg.Register(e.name, h.PID(), registry.WithTTL(time.Minute))
 			if err != nil {
 				return err
 			}
@@ -2692,13 +2695,24 @@ func TestLabRegistryNameReleasedNoLaterThanDown(t *testing.T) {
 				errs.add("%s: bound to %v (%v), want the watcher", ends[i].name, pid, ok)
 			}
 		}
+		// The holders' leases had a TTL: past it, their timers do not touch
+		// the watcher's registrations.
+		if err := otpSleep(env, 2*time.Minute); err != nil {
+			return err
+		}
+		for i, l := range leases {
+			if pid, ok := reg.Whereis(ends[i].name); !ok || pid != watcher.PID() || l.State() != registry.LeaseHolderExited {
+				errs.add("%s: past the old lease's TTL, bound to %v (%v), old lease %v", ends[i].name, pid, ok, l.State())
+			}
+		}
 		return errs.err()
 	})
 }
 
 // TTL leases expire in virtual time, exactly at registration + TTL unless
-// renewed; a renewal extends from its own instant; an expired lease cannot
-// be renewed and never touches a later registration of the name.
+// renewed; a renewal extends from its own instant (ExpiresAt says so), and
+// renewals keep a name through many TTLs; an expired lease cannot be
+// renewed and never touches a later registration of the name.
 func TestLabRegistryTTLExpiry(t *testing.T) {
 	const ttl = 10 * time.Second
 	otpBoth(t, func(env *Env) error {
@@ -2719,6 +2733,41 @@ func TestLabRegistryTTLExpiry(t *testing.T) {
 		}
 		if at, ok := a.ExpiresAt(); !ok || !at.Equal(t0.Add(ttl)) {
 			errs.add("a expires at %v (%v), want %v", at, ok, t0.Add(ttl))
+		}
+		// c is renewed every 6s, five times: held through three TTLs, it
+		// expires exactly one TTL after the last renewal.
+		c, err := reg.Register("c", holder.PID(), registry.WithTTL(ttl))
+		if err != nil {
+			return err
+		}
+		renewer, err := env.Root.Go("renewer", func(ctx context.Context) error {
+			for i := range 5 {
+				if err := actor.Sleep(ctx, env.Executor(), 6*time.Second); err != nil {
+					return err
+				}
+				if pid, ok := reg.Whereis("c"); !ok || pid != holder.PID() {
+					errs.add("c unbound before its renewal %d", i)
+				}
+				if err := c.Renew(); err != nil {
+					errs.add("Renew(c) %d: %v", i, err)
+				}
+			}
+			if err := actor.Sleep(ctx, env.Executor(), ttl-time.Nanosecond); err != nil {
+				return err
+			}
+			if _, ok := reg.Whereis("c"); !ok {
+				errs.add("c unbound before its last renewal + TTL")
+			}
+			if err := actor.Sleep(ctx, env.Executor(), time.Nanosecond); err != nil {
+				return err
+			}
+			if _, ok := reg.Whereis("c"); ok || c.State() != registry.LeaseExpired {
+				errs.add("c still bound at its last renewal + TTL (%v)", c.State())
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		// Readers resolve the names all along, at instants the seed picks.
 		if _, err := env.Root.Go("reader", func(ctx context.Context) error {
@@ -2743,6 +2792,9 @@ func TestLabRegistryTTLExpiry(t *testing.T) {
 		}
 		if err := b.Renew(); err != nil {
 			errs.add("Renew(b): %v", err)
+		}
+		if at, ok := b.ExpiresAt(); !ok || !at.Equal(env.Executor().Now().Add(ttl)) {
+			errs.add("b expires at %v (%v) after its renewal, want the renewal + TTL", at, ok)
 		}
 		if err := otpSleep(env, t0.Add(ttl-time.Nanosecond).Sub(env.Executor().Now())); err != nil {
 			return err
@@ -2790,12 +2842,16 @@ func TestLabRegistryTTLExpiry(t *testing.T) {
 		if _, ok := reg.Whereis("b"); ok || b.State() != registry.LeaseExpired {
 			errs.add("b still bound at renewal + TTL")
 		}
+		if _, err := otpWait(env, renewer); err != nil {
+			return err
+		}
 		return errs.err()
 	})
 }
 
 // Several processes race to register one name: exactly one wins, the
-// others learn who, and the name goes with its holder. That much runs under
+// others (and the holder trying again) get no lease and learn who holds it,
+// the winner's lease stands, and the name goes with its holder. That much runs under
 // both executors; the test's point is a cross-seed property, checked over
 // the lab runs only: the same seed always picks the same winner, and over
 // the seeds the winner varies (the schedule really varies).
@@ -2806,9 +2862,10 @@ func TestLabRegistryCollisionDeterminism(t *testing.T) {
 		var errs otpErrs
 		winner = -1
 		reg := registry.New(env.Executor())
-		var mu sync.Mutex // the contenders share won, taken and pids
+		var mu sync.Mutex // the contenders share won, taken, leases and pids
 		var won []int
 		var taken []actor.PID
+		var winnerLease *registry.Lease
 		var pids []actor.PID
 		mu.Lock() // until every contender's PID is known
 		for i := range contenders {
@@ -2820,13 +2877,14 @@ func TestLabRegistryCollisionDeterminism(t *testing.T) {
 				mu.Lock()
 				self := pids[i]
 				mu.Unlock()
-				_, err := reg.Register("leader", self)
+				l, err := reg.Register("leader", self)
 				var nt *registry.NameTakenError
 				mu.Lock()
 				switch {
 				case err == nil:
 					won = append(won, i)
-				case errors.As(err, &nt) && errors.Is(err, registry.ErrNameTaken):
+					winnerLease = l
+				case errors.As(err, &nt) && errors.Is(err, registry.ErrNameTaken) && nt.Name == "leader" && l == nil:
 					taken = append(taken, nt.Holder)
 				default:
 					errs.add("contender %d: %v", i, err)
@@ -2846,7 +2904,7 @@ func TestLabRegistryCollisionDeterminism(t *testing.T) {
 			return err
 		}
 		mu.Lock()
-		gotWon, gotTaken := won, taken
+		gotWon, gotTaken, lease := won, taken, winnerLease
 		mu.Unlock()
 		if len(gotWon) != 1 || len(gotTaken) != contenders-1 {
 			return fmt.Errorf("%d winners %v and %d refusals, want exactly one winner", len(gotWon), gotWon, len(gotTaken))
@@ -2860,6 +2918,14 @@ func TestLabRegistryCollisionDeterminism(t *testing.T) {
 			if h != pids[winner] {
 				errs.add("a loser was told the holder is %v, want %v", h, pids[winner])
 			}
+		}
+		// The holder registering again is refused too; its lease stands.
+		var nt *registry.NameTakenError
+		if l, err := reg.Register("leader", pids[winner]); l != nil || !errors.As(err, &nt) || nt.Holder != pids[winner] {
+			errs.add("the holder registering its name again: %v, %v; want ErrNameTaken naming it", l, err)
+		}
+		if lease.State() != registry.LeaseActive {
+			errs.add("the winner's lease is %v after the losing contenders, want active", lease.State())
 		}
 		for _, pid := range pids {
 			if _, err := otpWait(env, pid); err != nil {
