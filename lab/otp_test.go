@@ -1663,8 +1663,10 @@ func TestLabAbortIsImmediate(t *testing.T) {
 }
 
 // Scope.Close returns only once the scope is quiescent: every process ran
-// its stop hook (however long it took), tasks returned, nested scopes
-// closed, and then the finalizers ran, newest first.
+// its stop hook (however long it took: they run in parallel, so Close takes
+// as long as the slowest), tasks returned, nested scopes closed, and then
+// the finalizers ran, newest first. A closed scope refuses processes,
+// tasks, sub-scopes and finalizers, and runs nothing.
 func TestLabScopeCloseQuiescence(t *testing.T) {
 	otpBoth(t, func(env *Env) error {
 		var errs otpErrs
@@ -1684,10 +1686,12 @@ func TestLabScopeCloseQuiescence(t *testing.T) {
 			return err
 		}
 		var pids []actor.PID
+		var slowest time.Duration // the longest stop hook or task cleanup
 		for i, scope := range []*actor.Scope{sub, sub, nested, sub} {
 			d := time.Duration(otpPick(env, 5)) * time.Millisecond
+			slowest = max(slowest, d)
 			ref, err := otpStart(env.Ctx, scope, &otpServer{term: func(p *actor.Proc, _ actor.Outcome) {
-				_ = actor.Sleep(p.Ctx(), p.Executor(), d)
+				_ = actor.Sleep(context.Background(), p.Executor(), d)
 				addLog(fmt.Sprintf("stop%d", i))
 			}})
 			if err != nil {
@@ -1696,13 +1700,15 @@ func TestLabScopeCloseQuiescence(t *testing.T) {
 			pids = append(pids, ref.PID())
 		}
 		for i := range 2 {
+			cleanup := time.Duration(1+otpPick(env, 3)) * time.Millisecond
+			slowest = max(slowest, cleanup)
 			pid, err := sub.Go("task", func(ctx context.Context) error {
 				// Runs until the scope cancels it.
 				if err := actor.Sleep(ctx, env.Executor(), time.Hour); err == nil {
 					errs.add("task %d was never cancelled", i)
 				}
 				// Cleanup after cancellation takes time too.
-				_ = actor.Sleep(context.Background(), env.Executor(), time.Duration(1+otpPick(env, 3))*time.Millisecond)
+				_ = actor.Sleep(context.Background(), env.Executor(), cleanup)
 				addLog(fmt.Sprintf("task%d", i))
 				return ctx.Err()
 			})
@@ -1719,10 +1725,14 @@ func TestLabScopeCloseQuiescence(t *testing.T) {
 		if err := otpSleep(env, time.Duration(otpPick(env, 3))*time.Millisecond); err != nil {
 			return err
 		}
+		t0 := env.Executor().Now()
 		o, err := sub.Close(env.Ctx)
 		addLog("closed")
 		if err != nil || !o.IsOk() {
 			errs.add("Close = %v, %v; want Ok (the scope's own cancellations are not failures)", o, err)
+		}
+		if el := env.Executor().Now().Sub(t0); el != slowest {
+			errs.add("Close returned after %v, want when the slowest stop hook or cleanup ended (%v)", el, slowest)
 		}
 		for _, pid := range pids {
 			if pid.Alive() {
@@ -1744,8 +1754,22 @@ func TestLabScopeCloseQuiescence(t *testing.T) {
 		if got := otpJoin(log[6:]); got != "[fin2 fin1 fin0 closed]" {
 			errs.add("log %s: want the finalizers newest first, then Close returning", otpJoin(log))
 		}
-		if _, err := otpStart(env.Ctx, sub, &otpServer{}); !errors.Is(err, actor.ErrScopeClosed) {
-			errs.add("start in a closed scope: %v, want ErrScopeClosed", err)
+		// A closed scope refuses everything, and runs nothing.
+		initRan := false
+		if _, err := otpStart(env.Ctx, sub, &otpServer{init: func(*actor.Proc) error { initRan = true; return nil }}); !errors.Is(err, actor.ErrScopeClosed) || initRan {
+			errs.add("start in a closed scope: %v (Init ran: %v), want ErrScopeClosed", err, initRan)
+		}
+		if _, err := sub.Go("task", func(context.Context) error { return nil }); !errors.Is(err, actor.ErrScopeClosed) {
+			errs.add("task in a closed scope: %v, want ErrScopeClosed", err)
+		}
+		if _, err := sub.Sub("x"); !errors.Is(err, actor.ErrScopeClosed) {
+			errs.add("Sub of a closed scope: %v, want ErrScopeClosed", err)
+		}
+		if err := sub.Defer(func() {}); !errors.Is(err, actor.ErrScopeClosed) {
+			errs.add("Defer on a closed scope: %v, want ErrScopeClosed", err)
+		}
+		if ps := sub.Processes(); len(ps) != 0 {
+			errs.add("the closed scope lists %v", ps)
 		}
 		return errs.err()
 	})
