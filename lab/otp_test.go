@@ -211,10 +211,12 @@ func TestLabCallDeferredReply(t *testing.T) {
 	})
 }
 
-// A call that times out under CallTimeout while the server defers its reply
-// fails at exactly its timeout; the server's late reply is refused
-// (ErrAlreadyReplied) and never reaches a later call, although later calls
-// reuse the server's pooled reply slots. Every call ends one way or the
+// A call that times out (under CallTimeout, or its context's deadline)
+// while the server defers its reply fails at exactly its timeout, with
+// ErrCallTimeout of outcome cancelled(timeout), and its obligation is
+// resolved; the server's late reply is refused (ErrAlreadyReplied) and never
+// reaches a later call, although later calls reuse the server's pooled
+// reply slots and late replies are made while they wait or run. Every call ends one way or the
 // other, consistently with what the server saw. Because calls reuse
 // pooled reply slots and their timeout timers, every lab seed is also
 // replayed to check that the trace does not depend on that reuse; and over
@@ -230,12 +232,30 @@ func TestLabCallTimeoutHygiene(t *testing.T) {
 			tag int
 		}
 		var stale []held
-		replied := map[int]bool{} // tag -> the server's Reply succeeded
+		byTag := map[int]*actor.Deferred[int]{} // under mu: the clients read it
+		replied := map[int]bool{}               // tag -> the server's Reply succeeded
 		hold := func(tag int) otpCall {
 			return func(_ *actor.Proc, from actor.ReplyTo[int]) (int, error) {
-				stale = append(stale, held{from.Defer(), tag})
+				d := from.Defer()
+				stale = append(stale, held{d, tag})
+				mu.Lock()
+				byTag[tag] = d
+				mu.Unlock()
 				return -1, nil
 			}
+		}
+		// sweep answers every held obligation, on the server: from a cast,
+		// or from inside another call's handler.
+		sweep := func() {
+			for _, h := range stale {
+				switch err := h.d.Reply(h.tag); {
+				case err == nil:
+					replied[h.tag] = true
+				case !errors.Is(err, actor.ErrAlreadyReplied):
+					errs.add("late Reply of %d: %v", h.tag, err)
+				}
+			}
+			stale = nil
 		}
 		srv, err := otpStart(env.Ctx, env.Root, &otpServer{})
 		if err != nil {
@@ -249,18 +269,7 @@ func TestLabCallTimeoutHygiene(t *testing.T) {
 				return err
 			}
 			for range 15 {
-				if err := srv.Cast(ctx, func(*actor.Proc) error {
-					for _, h := range stale {
-						switch err := h.d.Reply(h.tag); {
-						case err == nil:
-							replied[h.tag] = true
-						case !errors.Is(err, actor.ErrAlreadyReplied):
-							errs.add("late Reply of %d: %v", h.tag, err)
-						}
-					}
-					stale = nil
-					return nil
-				}); err != nil {
+				if err := srv.Cast(ctx, func(*actor.Proc) error { sweep(); return nil }); err != nil {
 					return err
 				}
 				if err := actor.Sleep(ctx, env.Executor(), time.Duration(1+otpPick(env, 4))*time.Millisecond); err != nil {
@@ -279,7 +288,18 @@ func TestLabCallTimeoutHygiene(t *testing.T) {
 				for j := range 6 {
 					tag := c*1000 + j*10
 					t0 := env.Executor().Now()
-					v, err := srv.CallTimeout(ctx, hold(tag), timeout)
+					// Timed out by CallTimeout (whose timer is reused from
+					// call to call) or by the caller's context.
+					var v int
+					var err error
+					if j%2 == 0 {
+						v, err = srv.CallTimeout(ctx, hold(tag), timeout)
+					} else {
+						cctx, cancel := actor.WithTimeout(ctx, env.Executor(), timeout)
+						v, err = srv.Call(cctx, hold(tag))
+						cancel()
+					}
+					var ce *actor.CallError
 					mu.Lock()
 					switch {
 					case err == nil && v == tag:
@@ -296,12 +316,20 @@ func TestLabCallTimeoutHygiene(t *testing.T) {
 						if el := env.Executor().Now().Sub(t0); el != timeout {
 							errs.add("call %d timed out after %v, want exactly %v", tag, el, timeout)
 						}
+						if !errors.As(err, &ce) || !otpIsCancelled(ce.Outcome(), actor.CancelTimeout) {
+							errs.add("call %d: %v, want a CallError of outcome cancelled(timeout)", tag, err)
+						}
+						// The caller gave up: its obligation is resolved.
+						if d := byTag[tag]; d != nil && d.Pending() {
+							errs.add("call %d: its deferred reply is still pending after the timeout", tag)
+						}
 					default:
 						errs.add("call %d: %v, want its reply or ErrCallTimeout", tag, err)
 					}
 					mu.Unlock()
-					// A later call on the same (pooled) slot gets its own reply.
-					if v, err := srv.Call(ctx, otpReply(tag+1)); v != tag+1 || err != nil {
+					// A later call on the same (pooled) slot gets its own
+					// reply, although late replies are made from inside it.
+					if v, err := srv.Call(ctx, func(*actor.Proc, actor.ReplyTo[int]) (int, error) { sweep(); return tag + 1, nil }); v != tag+1 || err != nil {
 						errs.add("later call %d = %d, %v: a stale reply leaked into it", tag+1, v, err)
 					}
 					if err := actor.Sleep(ctx, env.Executor(), time.Duration(otpPick(env, 3))*time.Millisecond); err != nil {
@@ -570,8 +598,10 @@ func TestLabCallingSelfIsError(t *testing.T) {
 }
 
 // TryCast on a full mailbox (capacity 1, server busy) fails at once with
-// CastFull and enqueues nothing; a blocking Cast waits for room. Nothing
-// accepted is lost, and nothing refused is handled.
+// CastFull (of outcome Err) and enqueues nothing; a blocking Cast waits for
+// room, or gives up with its context (cancelled, or at its deadline), and so
+// does Info. Nothing accepted is lost, and nothing refused is handled. A
+// stopped server refuses every cast form with CastServerStopped.
 func TestLabTryCastOnFullMailbox(t *testing.T) {
 	otpBoth(t, func(env *Env) error {
 		var errs otpErrs
@@ -582,6 +612,7 @@ func TestLabTryCastOnFullMailbox(t *testing.T) {
 			return err
 		}
 		busy := time.Duration(5+otpPick(env, 5)) * time.Millisecond
+		busyUntil := env.Executor().Now().Add(busy)
 		if err := srv.Cast(env.Ctx, otpSleepCast(busy)); err != nil {
 			return err
 		}
@@ -595,8 +626,26 @@ func TestLabTryCastOnFullMailbox(t *testing.T) {
 		}
 		err = srv.TryCast(mark("refused"))
 		var ce *actor.CastError
-		if !errors.Is(err, actor.ErrCastFull) || !errors.As(err, &ce) || ce.Target != srv.PID() {
-			errs.add("TryCast on a full mailbox: %v, want CastFull naming the server", err)
+		if !errors.Is(err, actor.ErrCastFull) || !errors.As(err, &ce) || ce.Kind != actor.CastFull || ce.Target != srv.PID() || ce.Outcome().Severity != actor.Err {
+			errs.add("TryCast on a full mailbox: %v, want CastFull naming the server, of outcome Err", err)
+		}
+		// A Cast or Info waiting for room gives up with its context.
+		cancelled, cancel := context.WithCancel(env.Ctx)
+		cancel()
+		if err := srv.Cast(cancelled, mark("refused")); !errors.Is(err, actor.ErrCastCancelled) || !errors.Is(err, context.Canceled) {
+			errs.add("Cast on a full mailbox with a cancelled context: %v, want CastCancelled", err)
+		}
+		if err := srv.Info(cancelled, "refused"); !errors.Is(err, actor.ErrCastCancelled) {
+			errs.add("Info on a full mailbox with a cancelled context: %v, want CastCancelled", err)
+		}
+		deadline, cancel := actor.WithTimeout(env.Ctx, env.Executor(), time.Millisecond)
+		t1 := env.Executor().Now()
+		if err := srv.Cast(deadline, mark("refused")); !errors.Is(err, actor.ErrCastCancelled) || !errors.Is(err, context.DeadlineExceeded) {
+			errs.add("Cast on a full mailbox past its deadline: %v, want CastCancelled", err)
+		}
+		cancel()
+		if waited := env.Executor().Now().Sub(t1); waited != time.Millisecond {
+			errs.add("Cast waited %v for room, want its 1ms deadline", waited)
 		}
 		t0 := env.Executor().Now()
 		blocked, err := env.Root.Go("blocking-sender", func(ctx context.Context) error {
@@ -608,14 +657,28 @@ func TestLabTryCastOnFullMailbox(t *testing.T) {
 		if _, err := otpWait(env, blocked); err != nil {
 			return err
 		}
-		if waited := env.Executor().Now().Sub(t0); waited != busy-time.Millisecond {
-			errs.add("blocking Cast waited %v, want until the busy handler ended (%v)", waited, busy-time.Millisecond)
+		if waited, want := env.Executor().Now().Sub(t0), busyUntil.Sub(t0); waited != want {
+			errs.add("blocking Cast waited %v, want until the busy handler ended (%v)", waited, want)
 		}
 		if _, err := srv.Call(env.Ctx, otpReply(0)); err != nil {
 			return err
 		}
 		if got := otpJoin(handled); got != "[x z]" {
 			errs.add("handled %s, want [x z]", got)
+		}
+		// A stopped server refuses every cast form.
+		if _, err := srv.Stop(env.Ctx); err != nil {
+			return err
+		}
+		for what, err := range map[string]error{
+			"TryCast":    srv.TryCast(mark("late")),
+			"Cast":       srv.Cast(env.Ctx, mark("late")),
+			"actor.Cast": actor.Cast(env.Ctx, srv, mark("late")),
+			"Info":       srv.Info(env.Ctx, "late"),
+		} {
+			if !errors.Is(err, actor.ErrCastServerStopped) {
+				errs.add("%s after stop: %v, want CastServerStopped", what, err)
+			}
 		}
 		return errs.err()
 	})
