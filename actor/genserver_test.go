@@ -238,6 +238,7 @@ func TestNoReplyNeverOccursInNormalOperation(t *testing.T) {
 	}
 }
 
+// Kept beside lab's TestLabPendingCallsAbortedAtStop: a deferred reply held across a requested stop is what the lab's reply-obligation-leak oracle rejects, so the table cannot state it.
 func TestServerStopMidCallFailsPendingCallers(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		tl := &traceLog{}
