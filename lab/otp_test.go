@@ -104,10 +104,10 @@ func TestLabCallReply(t *testing.T) {
 // A deferred reply: HandleCall's return value is ignored, the caller waits
 // until the Deferred is resolved (here by a later call, and by another
 // process after a delay), exactly once: a second Reply, or a Reply after
-// Fail, is ErrAlreadyReplied; the lab's reply-obligation-leak oracle checks
-// that no obligation is left for the runtime to abort.
+// Fail, is ErrAlreadyReplied; no obligation leaks (no obligation-leak event,
+// and under the lab its reply-obligation-leak oracle).
 func TestLabCallDeferredReply(t *testing.T) {
-	otpBoth(t, func(env *Env) error {
+	otpBothTraced(t, func(env *Env) error {
 		var errs otpErrs
 		const n = 4
 		var waiting []*actor.Deferred[int]
@@ -208,6 +208,10 @@ func TestLabCallDeferredReply(t *testing.T) {
 			errs.add("call after the deferred replies = %d, %v; want 3", v, err)
 		}
 		return errs.err()
+	}, func(t *testing.T, events []Event) {
+		if n := otpCount(events, actor.TraceObligationLeak, actor.PID{}); n != 0 {
+			t.Errorf("%d obligation-leak events", n)
+		}
 	})
 }
 
