@@ -240,9 +240,6 @@ func reply(v int) call {
 	return func(*actor.Proc, actor.ReplyTo[int]) (int, error) { return v, nil }
 }
 
-// selfRef returns the typed reference of the server running p.
-func selfRef(p *actor.Proc) *srvRef { return p.Self().Handle().(*srvRef) }
-
 type callResult struct {
 	v   int
 	err error

@@ -56,106 +56,6 @@ func TestStartIsSynchronous(t *testing.T) {
 	})
 }
 
-func TestInitErrorLeavesNothingBehind(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		tl := &traceLog{}
-		sys := newSys(t, tl.opt())
-		watcher := spawnProbe(t, sys.Root())
-		partner := spawnProbe(t, sys.Root())
-		errInit := errors.New("init failed")
-		childStopped := make(chan struct{})
-		var child actor.PID
-		ref, err := actor.Spawn[fn](context.Background(), sys.Root(), &fnActor{start: func(p *actor.Proc) error {
-			self := p.Self()
-			do(t, watcher.ref, func(w *actor.Proc) { w.Monitor(self) })
-			cs, err := p.Children()
-			if err != nil {
-				return err
-			}
-			c, err := actor.Spawn[fn](context.Background(), cs, &fnActor{stop: func(*actor.Proc, actor.Outcome) { close(childStopped) }})
-			if err != nil {
-				return err
-			}
-			child = c.PID()
-			return errInit
-		}}, actor.WithLink(partner.pid()))
-		if ref != nil {
-			t.Errorf("Spawn returned a ref with its error")
-		}
-		var se *actor.StartError
-		if !errors.As(err, &se) {
-			t.Fatalf("Spawn error %v, want *StartError", err)
-		}
-		if se.Outcome.Severity != actor.Err || !errors.Is(err, errInit) {
-			t.Errorf("StartError outcome %v, want Err(%v)", se.Outcome, errInit)
-		}
-		pid := se.PID
-		if pid.Alive() {
-			t.Errorf("failed process still alive")
-		}
-		if o, dead := pid.Outcome(); !dead || o.Severity != actor.Err {
-			t.Errorf("PID outcome %v (dead=%v), want Err", o, dead)
-		}
-		if slices.Contains(sys.Root().Processes(), pid) {
-			t.Errorf("scope still lists the failed process")
-		}
-		// Its own children are gone.
-		if child.Alive() {
-			t.Errorf("a child started during the failed init is still alive")
-		}
-		if _, ok := ready(childStopped); !ok {
-			t.Errorf("the child's stop hook had not run")
-		}
-		// Monitors see the failure.
-		d, ok := (<-watcher.infos).(actor.Down)
-		if !ok || d.PID != pid || d.Outcome.Severity != actor.Err || d.NoProc() {
-			t.Errorf("watcher got %#v, want a Down(Err) for %v", d, pid)
-		}
-		// The spawner got the error synchronously; the link partner is not
-		// cancelled by it.
-		synctest.Wait()
-		if !partner.pid().Alive() {
-			t.Errorf("link partner was taken down by a failed start")
-		}
-		partner.noInfo(t)
-		if n := len(tl.of(actor.TraceInitFailed)); n != 1 {
-			t.Errorf("%d init-failed trace events, want 1", n)
-		}
-		closeSys(t, sys)
-	})
-}
-
-//go:noinline
-func panicInInit() { panic("init boom") }
-
-func TestInitPanicIsStartErrorWithPanickedOutcome(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		sys := newSys(t)
-		_, err := actor.Spawn[fn](context.Background(), sys.Root(), &fnActor{start: func(*actor.Proc) error {
-			panicInInit()
-			return nil
-		}})
-		var se *actor.StartError
-		if !errors.As(err, &se) {
-			t.Fatalf("Spawn error %v, want *StartError", err)
-		}
-		o := se.Outcome
-		if o.Severity != actor.Panicked || o.Panic == nil {
-			t.Fatalf("outcome %v, want Panicked with panic info", o)
-		}
-		if o.Panic.Value != "init boom" {
-			t.Errorf("panic value %v, want \"init boom\"", o.Panic.Value)
-		}
-		if !bytes.Contains(o.Panic.Stack, []byte("panicInInit")) {
-			t.Errorf("panic stack does not show the panicking function:\n%s", o.Panic.Stack)
-		}
-		if se.PID.Alive() || slices.Contains(sys.Root().Processes(), se.PID) {
-			t.Errorf("panicked init left the process behind")
-		}
-		closeSys(t, sys)
-	})
-}
-
 func TestInitSkippedWhenCancelledBeforeInit(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		sys := newSys(t)
@@ -203,40 +103,6 @@ func TestInitCancelledDuringInitIsCancelled(t *testing.T) {
 		// INV-6A: a task that is cancelled completes Cancelled, not Err.
 		if se.Outcome.Severity != actor.Cancelled {
 			t.Errorf("init cancelled through Start's ctx completed as %v, want Cancelled", se.Outcome)
-		}
-		closeSys(t, sys)
-	})
-}
-
-func TestInitTimeoutIsCancelledTimeout(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		sys := newSys(t)
-		start := time.Now()
-		_, err := actor.Spawn[fn](context.Background(), sys.Root(), &fnActor{start: func(p *actor.Proc) error {
-			<-p.Ctx().Done()
-			return p.Ctx().Err()
-		}}, actor.WithInitTimeout(2*time.Second))
-		var se *actor.StartError
-		if !errors.As(err, &se) {
-			t.Fatalf("Spawn: %v, want *StartError", err)
-		}
-		if se.Outcome.Severity != actor.Cancelled || se.Outcome.Cancel.Kind != actor.CancelTimeout {
-			t.Errorf("outcome %v, want cancelled(timeout)", se.Outcome)
-		}
-		if d := time.Since(start); d != 2*time.Second {
-			t.Errorf("init was cut after %v, want the 2s budget", d)
-		}
-
-		// The budget applies to init only, not to the process's later life.
-		ref := spawn(t, sys.Root(), &fnActor{}, actor.WithInitTimeout(time.Second))
-		time.Sleep(5 * time.Second)
-		var ctxErr error
-		do(t, ref, func(p *actor.Proc) { ctxErr = p.Ctx().Err() })
-		if ctxErr != nil {
-			t.Errorf("handler context after the init budget elapsed: %v, want live", ctxErr)
-		}
-		if !ref.PID().Alive() {
-			t.Errorf("process died after its init budget elapsed")
 		}
 		closeSys(t, sys)
 	})
@@ -314,39 +180,6 @@ func seqActor(log *orderLog) *fnActor {
 
 func logMsg(log *orderLog, s string) fn {
 	return func(*actor.Proc) error { log.add("%s", s); return nil }
-}
-
-func TestStopDrainsCommittedMessagesBeforeOnStop(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		sys := newSys(t)
-		log := &orderLog{}
-		ref := spawn(t, sys.Root(), seqActor(log))
-		release := block(t, ref)
-		var want []string
-		for i := range 10 {
-			m := string(rune('a' + i))
-			if err := ref.TrySend(logMsg(log, m)); err != nil {
-				t.Fatal(err)
-			}
-			want = append(want, m)
-		}
-		res := make(chan actor.Outcome, 1)
-		go func() {
-			o, _ := ref.Stop(context.Background())
-			res <- o
-		}()
-		synctest.Wait() // the stop request is in
-		release()
-		o := <-res
-		if o.Severity != actor.Cancelled || o.Cancel.Kind != actor.CancelRequested {
-			t.Errorf("Stop outcome %v, want cancelled(requested)", o)
-		}
-		want = append(want, "stop:cancelled")
-		if got := log.get(); !slices.Equal(got, want) {
-			t.Errorf("log %v, want %v: every committed message, in order, then the stop hook once", got, want)
-		}
-		closeSys(t, sys)
-	})
 }
 
 func TestDrainIsBoundedByCapacity(t *testing.T) {
@@ -452,66 +285,6 @@ func TestDrainAndOnStopAreMaskedAndBudgeted(t *testing.T) {
 			t.Errorf("outcome %v, want Cancelled", o)
 		}
 		closeSys(t, sys)
-	})
-}
-
-func TestAbortIsImmediate(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		sys := newSys(t)
-		watcher := spawnProbe(t, sys.Root())
-		var terminated, cleanedUp bool
-		in, rel := make(chan struct{}), make(chan struct{})
-		srv := startServer(t, sys.Root(), &fnServer{term: func(*actor.Proc, actor.Outcome) { terminated = true }})
-		do(t, watcher.ref, func(p *actor.Proc) { p.Monitor(srv.PID()) })
-
-		ctx := context.Background()
-		stuck := goCall(ctx, srv, func(*actor.Proc, actor.ReplyTo[int]) (int, error) {
-			defer func() { cleanedUp = true }()
-			close(in)
-			<-rel // ignores cancellation
-			return 1, nil
-		})
-		<-in
-		queued := goCall(ctx, srv, reply(2))
-		synctest.Wait()
-
-		srv.Abort()
-		if srv.PID().Alive() {
-			t.Errorf("PID alive right after Abort")
-		}
-		o, _ := srv.PID().Outcome()
-		if o.Severity != actor.Cancelled || o.Cancel.Kind != actor.CancelKill {
-			t.Errorf("outcome %v, want cancelled(kill)", o)
-		}
-		synctest.Wait() // without releasing the stuck handler
-		for name, ch := range map[string]<-chan callResult{"in-handler": stuck, "queued": queued} {
-			r, ok := ready(ch)
-			if !ok {
-				t.Errorf("%s caller still waiting after Abort", name)
-				continue
-			}
-			ce := callErr(t, r.err)
-			if !errors.Is(r.err, actor.ErrServerStopped) || ce.Server.Cancel.Kind != actor.CancelKill {
-				t.Errorf("%s caller got %v, want ServerStopped carrying cancelled(kill)", name, r.err)
-			}
-		}
-		if d, ok := ready(watcher.infos); !ok {
-			t.Errorf("monitor had no Down right after Abort")
-		} else if d, _ := d.(actor.Down); d.PID != srv.PID() || d.Outcome.Cancel.Kind != actor.CancelKill {
-			t.Errorf("Down %#v, want cancelled(kill) for the server", d)
-		}
-		if _, err := srv.Call(ctx, reply(3)); !errors.Is(err, actor.ErrCallNoProc) {
-			t.Errorf("Call after Abort: %v, want NoProc", err)
-		}
-
-		close(rel)
-		closeSys(t, sys) // waits for the stuck goroutine
-		if !cleanedUp {
-			t.Errorf("the aborted handler's deferred cleanup did not run once it was released")
-		}
-		if terminated {
-			t.Errorf("Terminate ran for an aborted process (kill: no drain, no stop hook)")
-		}
 	})
 }
 

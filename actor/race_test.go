@@ -10,40 +10,6 @@ import (
 	"github.com/orrery-run/orrery/actor"
 )
 
-// TestRaceCancelsLosersAndWaitsForTheirCleanup is INV-4: when Race returns,
-// every losing branch has been cancelled and its cleanup has completed.
-func TestRaceCancelsLosersAndWaitsForTheirCleanup(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		sys := newSys(t)
-		cleaned := make([]bool, 3)
-		slow := func(i int) func(ctx context.Context) (int, error) {
-			return func(ctx context.Context) (int, error) {
-				defer func() {
-					// Cleanup that itself takes (virtual) time.
-					_ = actor.Sleep(context.Background(), sys.Executor(), time.Second)
-					cleaned[i] = true
-				}()
-				<-ctx.Done()
-				return 0, ctx.Err()
-			}
-		}
-		fast := func(ctx context.Context) (int, error) {
-			if err := actor.Sleep(ctx, sys.Executor(), time.Millisecond); err != nil {
-				return 0, err
-			}
-			return 42, nil
-		}
-		w, v, err := actor.Race(context.Background(), sys.Root(), slow(0), fast, slow(2))
-		if w != 1 || v != 42 || err != nil {
-			t.Fatalf("Race = (%d, %d, %v), want (1, 42, nil)", w, v, err)
-		}
-		if !cleaned[0] || !cleaned[2] {
-			t.Fatalf("Race returned before the losers' cleanup ran: %v", cleaned)
-		}
-		closeSys(t, sys)
-	})
-}
-
 // TestRaceWinnerIsFirstToReturnEvenWithError: the first completion wins,
 // success or not, as in Go's select.
 func TestRaceWinnerIsFirstToReturnEvenWithError(t *testing.T) {
@@ -99,45 +65,6 @@ func TestRacePanickingBranchWinsWithPanicOutcome(t *testing.T) {
 		if o, _ := sys.Close(context.Background()); o.Severity != actor.Panicked {
 			t.Fatalf("system outcome %v, want panicked (the panic stays visible)", o)
 		}
-	})
-}
-
-// TestTimeoutCancelsAndDrainsSlowFunction: the timer wins, f is cancelled
-// with reason timeout, and its cleanup has run when Timeout returns.
-func TestTimeoutCancelsAndDrainsSlowFunction(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		sys := newSys(t)
-		start := time.Now()
-		cleaned := false
-		_, err := actor.Timeout(context.Background(), sys.Root(), 3*time.Second, func(ctx context.Context) (string, error) {
-			defer func() { cleaned = true }()
-			<-ctx.Done()
-			return "", ctx.Err()
-		})
-		if !errors.Is(err, actor.ErrTimeout) {
-			t.Fatalf("Timeout error = %v, want ErrTimeout", err)
-		}
-		if got := time.Since(start); got != 3*time.Second {
-			t.Fatalf("Timeout fired after %v of virtual time, want 3s", got)
-		}
-		if !cleaned {
-			t.Fatal("Timeout returned before the cancelled function's cleanup ran")
-		}
-		closeSys(t, sys)
-	})
-}
-
-// TestTimeoutReturnsResultInTime: a function that finishes first wins.
-func TestTimeoutReturnsResultInTime(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		sys := newSys(t)
-		v, err := actor.Timeout(context.Background(), sys.Root(), time.Second, func(ctx context.Context) (string, error) {
-			return "done", nil
-		})
-		if v != "done" || err != nil {
-			t.Fatalf("Timeout = (%q, %v), want (done, nil)", v, err)
-		}
-		closeSys(t, sys)
 	})
 }
 

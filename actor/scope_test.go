@@ -34,61 +34,7 @@ func (l *orderLog) get() []string {
 
 func (l *orderLog) index(s string) int { return slices.Index(l.get(), s) }
 
-func TestScopeCloseImpliesQuiescence(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		sys := newSys(t)
-		scope, err := sys.Root().Sub("work")
-		if err != nil {
-			t.Fatal(err)
-		}
-		log := &orderLog{}
-		const n = 5
-		var pids []actor.PID
-		for i := range n {
-			// Stop hooks take different (virtual) times: Close must wait for
-			// the slowest.
-			ref := spawn(t, scope, &fnActor{stop: func(p *actor.Proc, _ actor.Outcome) {
-				time.Sleep(time.Duration(i+1) * time.Second)
-				log.add("stop%d", i)
-			}})
-			pids = append(pids, ref.PID())
-		}
-		for i := range 3 {
-			if err := scope.Defer(func() { log.add("fin%d", i) }); err != nil {
-				t.Fatal(err)
-			}
-		}
-		start := time.Now()
-		if _, err := scope.Close(context.Background()); err != nil {
-			t.Fatalf("Close: %v", err)
-		}
-		got := log.get()
-		if len(got) != n+3 {
-			t.Fatalf("at Close return the log is %v; want %d stop hooks and 3 finalizers", got, n)
-		}
-		for i := range n {
-			if !slices.Contains(got[:n], fmt.Sprintf("stop%d", i)) {
-				t.Errorf("stop hook %d had not run before the finalizers: %v", i, got)
-			}
-		}
-		if !slices.Equal(got[n:], []string{"fin2", "fin1", "fin0"}) {
-			t.Errorf("finalizers ran as %v, want LIFO [fin2 fin1 fin0]", got[n:])
-		}
-		if d := time.Since(start); d != n*time.Second {
-			t.Errorf("Close returned after %v, want %v (the slowest stop hook)", d, n*time.Second)
-		}
-		for _, pid := range pids {
-			if pid.Alive() {
-				t.Errorf("%v still alive after Close", pid)
-			}
-		}
-		if ps := scope.Processes(); len(ps) != 0 {
-			t.Errorf("scope still lists %v after Close", ps)
-		}
-		closeSys(t, sys)
-	})
-}
-
+// Kept beside lab's TestLabScopeCloseQuiescence: the order of finalizers across nested and sibling scopes is stated here only.
 func TestScopeCloseClosesSubScopesFirst(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		sys := newSys(t)
@@ -253,6 +199,7 @@ func TestScopeCloseReturnsAggregateOutcome(t *testing.T) {
 	})
 }
 
+// Kept beside lab's TestLabScopeCloseQuiescence (which checks a closed scope refuses servers, tasks, Sub and Defer): Spawn of a plain actor, and the closed root, are outside the table.
 func TestSpawnIntoClosedScopeIsErrScopeClosed(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		sys := newSys(t)
@@ -265,20 +212,8 @@ func TestSpawnIntoClosedScopeIsErrScopeClosed(t *testing.T) {
 		if !errors.Is(err, actor.ErrScopeClosed) {
 			t.Errorf("Spawn: %v, want ErrScopeClosed", err)
 		}
-		if _, err := actor.StartServer[call, int, cast](context.Background(), s, &fnServer{}); !errors.Is(err, actor.ErrScopeClosed) {
-			t.Errorf("StartServer: %v, want ErrScopeClosed", err)
-		}
-		if _, err := s.Sub("x"); !errors.Is(err, actor.ErrScopeClosed) {
-			t.Errorf("Sub: %v, want ErrScopeClosed", err)
-		}
-		if err := s.Defer(func() {}); !errors.Is(err, actor.ErrScopeClosed) {
-			t.Errorf("Defer: %v, want ErrScopeClosed", err)
-		}
 		if started {
 			t.Errorf("OnStart ran for a process spawned into a closed scope")
-		}
-		if ps := s.Processes(); len(ps) != 0 {
-			t.Errorf("closed scope lists %v", ps)
 		}
 		closeSys(t, sys)
 		if _, err := actor.Spawn[fn](context.Background(), sys.Root(), &fnActor{}); !errors.Is(err, actor.ErrScopeClosed) {

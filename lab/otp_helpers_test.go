@@ -123,13 +123,85 @@ func otpBoth(t *testing.T, sc Scenario) {
 	})
 }
 
+// otpBothWith is otpBoth with a check of each lab run's result (its trace,
+// or what the scenario left in variables of the test), as otpCheckWith.
+func otpBothWith(t *testing.T, sc Scenario, after func(t *testing.T, seed uint64, res *Result)) {
+	t.Helper()
+	t.Run("lab", func(t *testing.T) {
+		t.Helper()
+		otpCheckWith(t, sc, after)
+	})
+	t.Run("production", func(t *testing.T) {
+		t.Helper()
+		otpProduction(t, sc)
+	})
+}
+
+// otpBothReplaying is otpBoth with the lab's replay check on the first
+// replays seeds instead of only the first one.
+func otpBothReplaying(t *testing.T, sc Scenario, replays int) {
+	t.Helper()
+	t.Run("lab", func(t *testing.T) {
+		t.Helper()
+		otpCheckReplaying(t, sc, nil, replays)
+	})
+	t.Run("production", func(t *testing.T) {
+		t.Helper()
+		otpProduction(t, sc)
+	})
+}
+
+// otpBothTraced is otpBoth with a check of each run's trace, under both
+// executors: after every lab run (its canonical trace), and after the
+// production run, whose events a tracer records as they are emitted (the
+// production executor gives them no canonical order across processes).
+func otpBothTraced(t *testing.T, sc Scenario, after func(t *testing.T, events []Event)) {
+	t.Helper()
+	t.Run("lab", func(t *testing.T) {
+		t.Helper()
+		otpCheckWith(t, sc, func(t *testing.T, _ uint64, res *Result) { after(t, res.Events) })
+	})
+	t.Run("production", func(t *testing.T) {
+		t.Helper()
+		otpProductionTraced(t, sc, after)
+	})
+}
+
+// otpCount counts the events of kind k about pid (any pid if it is 0).
+func otpCount(events []Event, k actor.TraceKind, pid actor.PID) int {
+	n := 0
+	for _, ev := range events {
+		if ev.Kind == k.String() && (pid.IsZero() || ev.PID == pid.ID()) {
+			n++
+		}
+	}
+	return n
+}
+
 // otpProduction runs sc once on the production executor, in virtual time,
 // and closes its system as the lab does, failing t on a scenario error, a
 // panic, or a close that is not quiescent.
 func otpProduction(t *testing.T, sc Scenario) {
 	t.Helper()
+	otpProductionTraced(t, sc, nil)
+}
+
+// otpProductionTraced is otpProduction with, if after is not nil, a tracer
+// whose events after checks once the system is closed.
+func otpProductionTraced(t *testing.T, sc Scenario, after func(t *testing.T, events []Event)) {
+	t.Helper()
 	synctest.Test(t, func(t *testing.T) {
-		sys := actor.NewSystem(actor.WithExecutor(actor.NewExecutor(1)))
+		opts := []actor.SystemOption{actor.WithExecutor(actor.NewExecutor(1))}
+		var mu sync.Mutex
+		var events []Event
+		if after != nil {
+			opts = append(opts, actor.WithTracer(func(te actor.TraceEvent) {
+				mu.Lock()
+				events = append(events, fromActor(te))
+				mu.Unlock()
+			}))
+		}
+		sys := actor.NewSystem(opts...)
 		env := &Env{System: sys, Root: sys.Root(), Ctx: context.Background()}
 		func() {
 			defer func() {
@@ -145,6 +217,11 @@ func otpProduction(t *testing.T, sc Scenario) {
 		defer cancel()
 		if _, err := sys.Close(ctx); err != nil {
 			t.Errorf("production executor: system close: %v", err)
+		}
+		if after != nil && !t.Failed() {
+			mu.Lock()
+			defer mu.Unlock()
+			after(t, events)
 		}
 	})
 }
@@ -416,4 +493,45 @@ func otpStatuses(children []supervisor.ChildInfo) string {
 		s = append(s, c.ID+":"+c.Status.String())
 	}
 	return strings.Join(s, " ")
+}
+
+// otpLog records a supervisor's log entries (its OnLog); it is locked
+// because the supervisor writes it while the scenario reads it.
+type otpLog struct {
+	mu      sync.Mutex
+	entries []supervisor.LogEntry
+}
+
+func (l *otpLog) add(e supervisor.LogEntry) {
+	l.mu.Lock()
+	l.entries = append(l.entries, e)
+	l.mu.Unlock()
+}
+
+// take returns the entries logged so far and forgets them.
+func (l *otpLog) take() []supervisor.LogEntry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.entries
+	l.entries = nil
+	return e
+}
+
+// otpDecisions renders log entries as "decision:child ...".
+func otpDecisions(entries []supervisor.LogEntry) string {
+	var s []string
+	for _, e := range entries {
+		s = append(s, e.Decision.String()+":"+e.ChildID)
+	}
+	return strings.Join(s, " ")
+}
+
+// otpFind returns the first entry with decision d about child id.
+func otpFind(entries []supervisor.LogEntry, d supervisor.Decision, id string) (supervisor.LogEntry, bool) {
+	for _, e := range entries {
+		if e.Decision == d && e.ChildID == id {
+			return e, true
+		}
+	}
+	return supervisor.LogEntry{}, false
 }

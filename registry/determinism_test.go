@@ -153,6 +153,7 @@ func raceOutcome(t *testing.T, seed uint64) (winners []string, log []string) {
 	return winners, log
 }
 
+// Kept beside lab's TestLabRegistryCollisionDeterminism: it checks the production executor's seeded schedule, which the table runs with one seed only.
 func TestCollisionsDeterministicUnderSeed(t *testing.T) {
 	distinct := map[string]bool{}
 	for seed := uint64(1); seed <= 8; seed++ {

@@ -12,31 +12,6 @@ import (
 	"github.com/orrery-run/orrery/actor"
 )
 
-func TestSecondRegistrationGetsNameTakenWithHolder(t *testing.T) {
-	inBubble(t, func(t *testing.T, sys *actor.System, reg *Registry) {
-		a, b := spawnIdle(t, sys, "a"), spawnIdle(t, sys, "b")
-		first := mustRegister(t, reg, "svc", a)
-
-		for _, contender := range []actor.PID{b, a} { // another process, and the holder again
-			l, err := reg.Register("svc", contender)
-			if l != nil {
-				t.Fatalf("second registration by %s returned a lease", contender)
-			}
-			if !errors.Is(err, ErrNameTaken) {
-				t.Fatalf("second registration by %s: %v, want ErrNameTaken", contender, err)
-			}
-			var taken *NameTakenError
-			if !errors.As(err, &taken) || taken.Name != "svc" || taken.Holder != a {
-				t.Fatalf("second registration by %s: %#v, want NameTakenError{svc, %s}", contender, err, a)
-			}
-		}
-		wantBound(t, reg, "svc", a)
-		if first.State() != LeaseActive {
-			t.Fatalf("first lease state %s after a losing contender, want active", first.State())
-		}
-	})
-}
-
 func TestRegisterDeadPIDIsNoProc(t *testing.T) {
 	inBubble(t, func(t *testing.T, sys *actor.System, reg *Registry) {
 		dead := deadPID(t, sys)
@@ -136,6 +111,7 @@ func (w *watcher) HandleInfo(_ *actor.Proc, info any) error {
 	return nil
 }
 
+// Kept beside lab's TestLabRegistryNameReleasedNoLaterThanDown: it checks the registry's table itself (rawBound) at the Down and at a linked Exit, which only an internal test can.
 func TestNameReleasedOnExitBeforeDown(t *testing.T) {
 	ends := map[string]func(context.Context, *actor.Ref[string]){
 		"stop":  func(ctx context.Context, r *actor.Ref[string]) { _, _ = r.Stop(ctx) },
@@ -196,42 +172,6 @@ func TestNameReleasedOnExitBeforeDown(t *testing.T) {
 type linkOnly struct{ *watcher }
 
 func (linkOnly) OnStart(*actor.Proc) error { return nil }
-
-func TestNameReleasedWhenInitFails(t *testing.T) {
-	inBubble(t, func(t *testing.T, sys *actor.System, reg *Registry) {
-		var lease *Lease
-		_, err := actor.StartServer[string, string, string](context.Background(), sys.Root(), &failingInit{reg: reg, lease: &lease})
-		var se *actor.StartError
-		if !errors.As(err, &se) {
-			t.Fatalf("StartServer = %v, want *actor.StartError", err)
-		}
-		wantUnbound(t, reg, "svc")
-		if lease == nil || lease.State() != LeaseHolderExited {
-			t.Fatalf("lease taken during failed init: %v, want holder exited", lease)
-		}
-	})
-}
-
-type failingInit struct {
-	actor.Base
-	reg   *Registry
-	lease **Lease
-}
-
-func (f *failingInit) Init(p *actor.Proc) error {
-	l, err := f.reg.Register("svc", p.Self())
-	if err != nil {
-		return err
-	}
-	*f.lease = l
-	return errors.New("init failed after registering")
-}
-
-func (*failingInit) HandleCall(*actor.Proc, string, actor.ReplyTo[string]) (string, error) {
-	return "", nil
-}
-
-func (*failingInit) HandleCast(*actor.Proc, string) error { return nil }
 
 func TestReleaseIsIdempotentAndFreesTheName(t *testing.T) {
 	inBubble(t, func(t *testing.T, sys *actor.System, reg *Registry) {
@@ -364,6 +304,7 @@ func TestZeroRegistryIsUsable(t *testing.T) {
 
 // Real goroutines racing (no bubble): exactly one registration wins and
 // every loser is told who did.
+// Kept beside lab's TestLabRegistryCollisionDeterminism: real goroutines racing outside a bubble, which neither table executor gives.
 func TestConcurrentRegistrationsHaveOneWinner(t *testing.T) {
 	sys := actor.NewSystem(actor.WithExecutor(actor.NewExecutor(1)))
 	defer closeSystem(t, sys)

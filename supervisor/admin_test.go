@@ -2,7 +2,6 @@ package supervisor_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -65,78 +64,6 @@ func TestAdminTerminateRestartDeleteStart(t *testing.T) {
 		want := "start:a start:b start:t shutdown:b start:b shutdown:b delete:b shutdown:t start:d"
 		if got := decisions(e.log(sup)); got != want {
 			t.Errorf("log %q, want %q", got, want)
-		}
-	})
-}
-
-func TestAdminErrorCodes(t *testing.T) {
-	bubble(t, 1, func(t *testing.T, e *env) {
-		r := e.spec("r")
-		sup := e.start(supervisor.Spec{Backoff: supervisor.Fixed(time.Second), Children: []supervisor.ChildSpec{e.spec("a"), r}})
-		expect := func(what string, err error, kind supervisor.ErrorKind, sentinel error) {
-			t.Helper()
-			var ce *supervisor.ChildError
-			if !errors.As(err, &ce) || ce.Kind != kind || !errors.Is(err, sentinel) {
-				t.Errorf("%s: %v, want %v", what, err, kind)
-			}
-		}
-
-		// NotFound
-		expect("terminate x", sup.TerminateChild(e.ctx, "x"), supervisor.NotFound, supervisor.ErrNotFound)
-		_, err := sup.RestartChild(e.ctx, "x")
-		expect("restart x", err, supervisor.NotFound, supervisor.ErrNotFound)
-		expect("delete x", sup.DeleteChild(e.ctx, "x"), supervisor.NotFound, supervisor.ErrNotFound)
-
-		// Running
-		_, err = sup.RestartChild(e.ctx, "a")
-		expect("restart running a", err, supervisor.Running, supervisor.ErrRunning)
-		expect("delete running a", sup.DeleteChild(e.ctx, "a"), supervisor.Running, supervisor.ErrRunning)
-
-		// AlreadyPresent: running (AlreadyStarted refines it), then terminated.
-		_, err = sup.StartChild(e.ctx, e.spec("a"))
-		expect("start running a", err, supervisor.AlreadyStarted, supervisor.ErrAlreadyStarted)
-		if !errors.Is(err, supervisor.ErrAlreadyPresent) {
-			t.Errorf("AlreadyStarted does not match ErrAlreadyPresent: %v", err)
-		}
-		if err := sup.TerminateChild(e.ctx, "a"); err != nil {
-			t.Fatal(err)
-		}
-		_, err = sup.StartChild(e.ctx, e.spec("a"))
-		expect("start terminated a", err, supervisor.AlreadyPresent, supervisor.ErrAlreadyPresent)
-		if errors.Is(err, supervisor.ErrAlreadyStarted) {
-			t.Errorf("a terminated child is reported started: %v", err)
-		}
-
-		// Restarting: r waits out its backoff.
-		e.send("r", cmdFail)
-		_, err = sup.RestartChild(e.ctx, "r")
-		expect("restart restarting r", err, supervisor.Restarting, supervisor.ErrRestarting)
-		expect("delete restarting r", sup.DeleteChild(e.ctx, "r"), supervisor.Restarting, supervisor.ErrRestarting)
-		// Terminating it drops the pending restart.
-		if err := sup.TerminateChild(e.ctx, "r"); err != nil {
-			t.Fatal(err)
-		}
-		e.sleep(2 * time.Second)
-		if got := statuses(e.which(sup)); got != "a:terminated r:terminated" || e.startCount("r") != 1 {
-			t.Errorf("a terminated restarting child came back: %s", got)
-		}
-
-		// StartChild validates, and reports a start failure.
-		_, err = sup.StartChild(e.ctx, supervisor.ChildSpec{ID: "nostart"})
-		if !errors.Is(err, supervisor.ErrInvalidSpec) || !errors.Is(err, supervisor.ErrMissingStart) {
-			t.Errorf("invalid spec: %v", err)
-		}
-		e.plan("bad", func(int) instance { return instance{startErr: errStart} })
-		_, err = sup.StartChild(e.ctx, e.spec("bad"))
-		var se *supervisor.StartChildError
-		if !errors.As(err, &se) || se.ID != "bad" || !errors.Is(err, errStart) {
-			t.Errorf("failed start: %v", err)
-		}
-		if got := statuses(e.which(sup)); got != "a:terminated r:terminated" {
-			t.Errorf("a child that failed to start was added: %s", got)
-		}
-		if !sup.PID().Alive() {
-			t.Error("refused admin requests stopped the supervisor")
 		}
 	})
 }

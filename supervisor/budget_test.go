@@ -11,67 +11,6 @@ import (
 	"github.com/orrery-run/orrery/supervisor"
 )
 
-// The budget is a sliding window on the executor's clock: failures spaced
-// out beyond it never exhaust it, bunched ones do, and a restart exactly
-// Window old no longer counts.
-func TestRestartWindowSlides(t *testing.T) {
-	spec := func(e *env) supervisor.Spec {
-		return supervisor.Spec{MaxRestarts: 2, Window: 10 * time.Second, Children: []supervisor.ChildSpec{e.spec("a")}}
-	}
-	t.Run("spaced", func(t *testing.T) {
-		bubble(t, 1, func(t *testing.T, e *env) {
-			sup := e.start(spec(e))
-			for range 6 {
-				e.send("a", cmdFail)
-				e.sleep(6 * time.Second)
-			}
-			if !sup.PID().Alive() {
-				t.Fatal("spaced failures exhausted the budget")
-			}
-			log := e.log(sup)
-			if n := count(log, supervisor.DecisionRestart, "a"); n != 6 {
-				t.Errorf("%d restarts, want 6: %s", n, decisions(log))
-			}
-		})
-	})
-	t.Run("bunched", func(t *testing.T) {
-		bubble(t, 1, func(t *testing.T, e *env) {
-			sup := e.start(spec(e))
-			e.send("a", cmdFail)
-			e.sleep(4 * time.Second)
-			e.send("a", cmdFail)
-			e.sleep(4 * time.Second)
-			e.send("a", cmdFail) // three within 10s: one too many
-			o := e.wait(sup.PID())
-			if o.Severity != actor.Err || !errors.Is(o.Err, supervisor.ErrBudgetExhausted) {
-				t.Fatalf("supervisor outcome %v, want err(budget exhausted)", o)
-			}
-			want := "start:a restart:a start:a restart:a start:a budget-exhausted:a escalate:a"
-			if got := decisions(e.hooked()); got != want {
-				t.Errorf("log %q, want %q", got, want)
-			}
-		})
-	})
-	t.Run("boundary", func(t *testing.T) {
-		bubble(t, 1, func(t *testing.T, e *env) {
-			s := spec(e)
-			s.MaxRestarts = 1
-			sup := e.start(s)
-			e.send("a", cmdFail)
-			e.sleep(10 * time.Second) // the first restart leaves the window
-			e.send("a", cmdFail)
-			if !sup.PID().Alive() {
-				t.Fatal("a restart exactly Window old still counted")
-			}
-			e.sleep(9 * time.Second)
-			e.send("a", cmdFail)
-			if o := e.wait(sup.PID()); !errors.Is(o.Err, supervisor.ErrBudgetExhausted) {
-				t.Fatalf("supervisor outcome %v, want budget exhausted", o)
-			}
-		})
-	})
-}
-
 // PolicyEscalate (the default): at the limit the supervisor stops every
 // child, newest first, and exits Err carrying the child's failure.
 func TestEscalationPolicyEscalate(t *testing.T) {
@@ -175,71 +114,9 @@ func restartDelays(t *testing.T, log []supervisor.LogEntry, id string) (delays, 
 	return delays, observed
 }
 
-func TestBackoffNoneRestartsAtOnce(t *testing.T) {
-	bubble(t, 1, func(t *testing.T, e *env) {
-		sup := e.start(supervisor.Spec{Backoff: supervisor.NoBackoff(), Children: []supervisor.ChildSpec{e.spec("a")}})
-		e.send("a", cmdFail)
-		delays, observed := restartDelays(t, e.log(sup), "a")
-		if !slices.Equal(delays, []time.Duration{0}) || !slices.Equal(observed, []time.Duration{0}) {
-			t.Errorf("delays %v observed %v, want an immediate restart", delays, observed)
-		}
-	})
-}
-
-// A fixed backoff delays the restart by a timer message: meanwhile the
-// supervisor serves calls and shows the child as restarting.
-func TestBackoffFixedDelaysRestartWithoutBlocking(t *testing.T) {
-	bubble(t, 1, func(t *testing.T, e *env) {
-		sup := e.start(supervisor.Spec{Backoff: supervisor.Fixed(2 * time.Second), Children: []supervisor.ChildSpec{e.spec("a"), e.spec("b")}})
-		e.send("a", cmdFail)
-		if got := statuses(e.which(sup)); got != "a:restarting b:running" {
-			t.Fatalf("during backoff: %s", got)
-		}
-		e.sleep(time.Second)
-		if n := e.startCount("a"); n != 1 {
-			t.Fatalf("restarted before the backoff elapsed")
-		}
-		e.sleep(time.Second)
-		if got := statuses(e.which(sup)); got != "a:running b:running" {
-			t.Fatalf("after backoff: %s", got)
-		}
-		delays, observed := restartDelays(t, e.log(sup), "a")
-		want := []time.Duration{2 * time.Second}
-		if !slices.Equal(delays, want) || !slices.Equal(observed, want) {
-			t.Errorf("delays %v observed %v, want %v", delays, observed, want)
-		}
-	})
-}
-
-// An exponential backoff doubles per consecutive restart up to its max, and
-// starts over once an instance has run for a whole window.
-func TestBackoffExponentialGrowsToMax(t *testing.T) {
-	bubble(t, 1, func(t *testing.T, e *env) {
-		e.plan("a", func(n int) instance { return instance{crash: n >= 2 && n <= 6} })
-		sup := e.start(supervisor.Spec{
-			MaxRestarts: 100, Window: time.Minute,
-			Backoff:  supervisor.Exponential(100*time.Millisecond, time.Second, 2),
-			Children: []supervisor.ChildSpec{e.spec("a")},
-		})
-		e.send("a", cmdFail) // instances 2..6 crash at once, 7 stays up
-		e.sleep(10 * time.Second)
-		if n := e.startCount("a"); n != 7 {
-			t.Fatalf("%d starts, want 7", n)
-		}
-		e.sleep(time.Minute)
-		e.send("a", cmdFail) // after a stable minute: back to the first step
-		e.sleep(time.Second)
-		ms := time.Millisecond
-		want := []time.Duration{100 * ms, 200 * ms, 400 * ms, 800 * ms, 1000 * ms, 1000 * ms, 100 * ms}
-		delays, observed := restartDelays(t, e.log(sup), "a")
-		if !slices.Equal(delays, want) || !slices.Equal(observed, want) {
-			t.Errorf("delays %v observed %v, want %v", delays, observed, want)
-		}
-	})
-}
-
 // Jitter comes from the executor's seeded source: the same seed gives the
 // same delays, another seed other delays, all within [d*(1-j), d].
+// Kept beside lab's TestLabSupervisorBackoffInVirtualTime: it seeds the production executor, which the table runs with one seed only.
 func TestBackoffJitterIsDeterministicPerSeed(t *testing.T) {
 	run := func(seed uint64) []time.Duration {
 		var delays []time.Duration

@@ -2,7 +2,6 @@ package supervisor_test
 
 import (
 	"errors"
-	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -11,89 +10,6 @@ import (
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/supervisor"
 )
-
-func TestOneForOneRestartsOnlyTheFailedChild(t *testing.T) {
-	bubble(t, 1, func(t *testing.T, e *env) {
-		sup := e.start(supervisor.Spec{Strategy: supervisor.OneForOne, Children: []supervisor.ChildSpec{e.spec("a"), e.spec("b"), e.spec("c")}})
-		a, c := e.pid("a"), e.pid("c")
-		e.takeEvents()
-		e.send("b", cmdFail)
-		if ev := e.takeEvents(); !slices.Equal(ev, []string{"stop:b", "start:b"}) {
-			t.Errorf("events %v", ev)
-		}
-		if e.pid("a") != a || e.pid("c") != c || !a.Alive() || !c.Alive() {
-			t.Error("siblings were touched")
-		}
-		if got := statuses(e.which(sup)); got != "a:running b:running c:running" {
-			t.Errorf("children %s", got)
-		}
-	})
-}
-
-// OneForAll stops the others newest first, then starts everyone in order.
-func TestOneForAllRestartsAllInStartOrder(t *testing.T) {
-	bubble(t, 1, func(t *testing.T, e *env) {
-		sup := e.start(supervisor.Spec{Strategy: supervisor.OneForAll, Children: []supervisor.ChildSpec{e.spec("a"), e.spec("b"), e.spec("c")}})
-		e.takeEvents()
-		seq := last(e.log(sup))
-		e.send("b", cmdFail)
-		want := []string{"stop:b", "stop:c", "stop:a", "start:a", "start:b", "start:c"}
-		if ev := e.takeEvents(); !slices.Equal(ev, want) {
-			t.Errorf("events %v, want %v", ev, want)
-		}
-		if got, want := decisions(since(e.log(sup), seq)), "restart:b shutdown:c shutdown:a start:a start:b start:c"; got != want {
-			t.Errorf("log %q, want %q", got, want)
-		}
-	})
-}
-
-// RestForOne stops those started after the failed child, newest first, and
-// restarts the failed child and those after it, in order.
-func TestRestForOneRestartsFailedAndLaterInOrder(t *testing.T) {
-	bubble(t, 1, func(t *testing.T, e *env) {
-		sup := e.start(supervisor.Spec{Strategy: supervisor.RestForOne,
-			Children: []supervisor.ChildSpec{e.spec("a"), e.spec("b"), e.spec("c"), e.spec("d")}})
-		a := e.pid("a")
-		e.takeEvents()
-		seq := last(e.log(sup))
-		e.send("b", cmdFail)
-		want := []string{"stop:b", "stop:d", "stop:c", "start:b", "start:c", "start:d"}
-		if ev := e.takeEvents(); !slices.Equal(ev, want) {
-			t.Errorf("events %v, want %v", ev, want)
-		}
-		if got, want := decisions(since(e.log(sup), seq)), "restart:b shutdown:d shutdown:c start:b start:c start:d"; got != want {
-			t.Errorf("log %q, want %q", got, want)
-		}
-		if e.pid("a") != a || !a.Alive() {
-			t.Error("a, started before b, was restarted")
-		}
-	})
-}
-
-// Every strategy stops its children newest first when the supervisor stops,
-// and a clean stop is an Ok outcome.
-func TestShutdownStopsChildrenInReverseStartOrder(t *testing.T) {
-	for _, s := range []supervisor.Strategy{supervisor.OneForOne, supervisor.OneForAll, supervisor.RestForOne} {
-		t.Run(s.String(), func(t *testing.T) {
-			bubble(t, 1, func(t *testing.T, e *env) {
-				sup := e.start(supervisor.Spec{Strategy: s, Children: []supervisor.ChildSpec{e.spec("a"), e.spec("b"), e.spec("c")}})
-				if ev := e.takeEvents(); !slices.Equal(ev, []string{"start:a", "start:b", "start:c"}) {
-					t.Errorf("start events %v", ev)
-				}
-				o, err := sup.Stop(e.ctx)
-				if err != nil || !o.IsOk() {
-					t.Fatalf("stop: %v %v", o, err)
-				}
-				if ev := e.takeEvents(); !slices.Equal(ev, []string{"stop:c", "stop:b", "stop:a"}) {
-					t.Errorf("stop events %v", ev)
-				}
-				if got := decisions(since(e.hooked(), 3)); got != "shutdown:c shutdown:b shutdown:a" {
-					t.Errorf("log %q", got)
-				}
-			})
-		})
-	}
-}
 
 // A sibling that fails to start during a OneForAll restart is a failure of
 // its own: the group is stopped and tried again (OTP's try_again), within
@@ -151,36 +67,6 @@ func TestOneForAllSiblingFailsToStartDuringRestart(t *testing.T) {
 			}
 		})
 	})
-}
-
-// OTP: a group restart stops temporary children and does not start them
-// again; their specs are forgotten.
-func TestTemporaryBystanderInGroupRestart(t *testing.T) {
-	for _, s := range []supervisor.Strategy{supervisor.OneForAll, supervisor.RestForOne} {
-		t.Run(s.String(), func(t *testing.T) {
-			bubble(t, 1, func(t *testing.T, e *env) {
-				tmp := e.spec("t")
-				tmp.Restart = supervisor.Temporary
-				sup := e.start(supervisor.Spec{Strategy: s, Children: []supervisor.ChildSpec{e.spec("a"), tmp, e.spec("c")}})
-				first := e.pid("t")
-				e.takeEvents()
-				e.send("a", cmdFail)
-				if first.Alive() || e.startCount("t") != 1 {
-					t.Fatal("the temporary child was not stopped for good")
-				}
-				if got := statuses(e.which(sup)); got != "a:running c:running" {
-					t.Errorf("children %s", got)
-				}
-				ev := strings.Join(e.takeEvents(), " ")
-				if want := "stop:a stop:c stop:t start:a start:c"; ev != want {
-					t.Errorf("events %q, want %q", ev, want)
-				}
-				if _, ok := find(e.log(sup), supervisor.DecisionShutdown, "t"); !ok {
-					t.Error("no shutdown entry for the temporary child")
-				}
-			})
-		})
-	}
 }
 
 // A sibling that ended on its own just before a group restart stops it is
