@@ -10,6 +10,7 @@ import (
 
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/internal/contract"
+	"github.com/orrery-run/orrery/store/internal/groupcommit"
 )
 
 // A delivery puts one item into a world's inbox: Enqueue, Complete (the
@@ -28,6 +29,7 @@ const (
 )
 
 type deliveryReq struct {
+	groupcommit.Ticket
 	ctx   context.Context
 	op    string
 	kind  deliveryKind
@@ -50,7 +52,9 @@ type deliveryReq struct {
 	done chan struct{}
 }
 
-func (r *deliveryReq) context() context.Context { return r.ctx }
+func (r *deliveryReq) Context() context.Context  { return r.ctx }
+func (r *deliveryReq) Answered() <-chan struct{} { return r.done }
+func (r *deliveryReq) Refuse(err error)          { r.finish(err) }
 
 func (r *deliveryReq) finish(err error) {
 	if r.res.err == nil && err != nil {
@@ -61,7 +65,7 @@ func (r *deliveryReq) finish(err error) {
 
 func (s *Store) deliver(r *deliveryReq) (uint64, bool, error) {
 	r.done = make(chan struct{})
-	if err := s.deliveries.do(r.world+r.hash, r, r.done); err != nil {
+	if err := s.deliveries.Do(r.world+r.hash, r); err != nil {
 		return 0, false, dbErr(r.op, r.world, err)
 	}
 	if r.res.err != nil {
@@ -139,7 +143,7 @@ func (s *Store) completeMany(ctx context.Context, op string, cs []store.Completi
 		return out, nil
 	}
 	r := &deliveryReq{ctx: ctx, op: op, parts: parts, done: make(chan struct{})}
-	if err := s.deliveries.do(parts[0].hash, r, r.done); err != nil {
+	if err := s.deliveries.Do(parts[0].hash, r); err != nil {
 		return nil, dbErr(op, "", err)
 	}
 	if r.res.err != nil {
@@ -211,7 +215,7 @@ func (s *Store) Send(ctx context.Context, dest, messageID string, item store.Inb
 // treatment of failures: a CompleteMany reruns as a whole, its parts still
 // in one transaction).
 func (s *Store) runDeliveries(batch []*deliveryReq) {
-	live := liveRequests(batch)
+	live := batch
 	if len(live) == 0 {
 		return
 	}
