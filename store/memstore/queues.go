@@ -239,23 +239,24 @@ func (s *Store) completeMany(ctx context.Context, op string, cs []store.Completi
 	return out, nil
 }
 
-// complete decides and applies one completion (mu held). The receipt enters
-// the inbox whatever the world's status, because it is the durable answer
-// to the world's own request.
+// complete decides (contract.Settle) and applies one completion (mu held).
+// The receipt enters the inbox whatever the world's status, because it is
+// the durable answer to the world's own request.
 func (st *state) complete(c store.Completion, now time.Time) (uint64, bool, error) {
 	const op = "complete"
 	if err := store.CheckCompletion(op, c); err != nil {
 		return 0, false, err
 	}
 	e, ok := st.effects[c.IntentHash]
-	if !ok {
-		return 0, false, store.Errorf(op, store.ErrNotFound, "", "intent %s", c.IntentHash)
+	var row contract.SettleRow
+	if ok {
+		row = contract.SettleRow{Found: true, Done: e.item.State == store.EffectDone,
+			Claim: contract.ClaimRow{Attempt: e.item.Attempt, ClaimedBy: e.item.ClaimedBy}}
 	}
-	if e.item.State == store.EffectDone {
-		return e.inboxSeq, true, nil
-	}
-	if err := contract.ClaimCheck(op, c.IntentHash, contract.ClaimRow{Attempt: e.item.Attempt, ClaimedBy: e.item.ClaimedBy}, c.Claim); err != nil {
+	if dup, err := contract.Settle(op, "intent", c.IntentHash, row, c.Claim, now); err != nil {
 		return 0, false, err
+	} else if dup {
+		return e.inboxSeq, true, nil
 	}
 	w := st.worlds[e.item.World]
 	seq, _ := st.enqueue(w, store.KindReceipt, c.Receipt.Payload, store.ReceiptKey(c.IntentHash, e.item.Retries), now)
@@ -471,10 +472,10 @@ func (s *Store) ClaimDue(ctx context.Context, worker string, n int, ttl time.Dur
 	return out, nil
 }
 
-// Fire implements protocol E's acknowledgement. Like Complete, it delivers
-// whatever the world's status. The due time is checked before the claim: a
-// timer that is not due cannot have been claimed, so ErrNotDue is the
-// answer that says what is wrong.
+// Fire implements protocol E's acknowledgement (contract.Settle). Like
+// Complete, it delivers whatever the world's status. The due time is
+// checked before the claim: a timer that is not due cannot have been
+// claimed, so ErrNotDue is the answer that says what is wrong.
 func (s *Store) Fire(ctx context.Context, intentHash string, c store.Claim) (uint64, bool, error) {
 	const op = "fire"
 	if err := s.begin(ctx, op); err != nil {
@@ -487,19 +488,17 @@ func (s *Store) Fire(ctx context.Context, intentHash string, c store.Claim) (uin
 	if err := store.CheckClaim(op, c); err != nil {
 		return 0, false, err
 	}
-	t, ok := s.st.timers[intentHash]
-	if !ok {
-		return 0, false, store.Errorf(op, store.ErrNotFound, "", "timer %s", intentHash)
-	}
-	if t.item.State == store.TimerDelivered {
-		return t.inboxSeq, true, nil
-	}
 	now := s.now()
-	if err := contract.Due(op, intentHash, t.item.DeliverAt, now); err != nil {
-		return 0, false, err
+	t, ok := s.st.timers[intentHash]
+	var row contract.SettleRow
+	if ok {
+		row = contract.SettleRow{Found: true, Done: t.item.State == store.TimerDelivered, DueAt: &t.item.DeliverAt,
+			Claim: contract.ClaimRow{Attempt: t.item.Attempt, ClaimedBy: t.item.ClaimedBy}}
 	}
-	if err := contract.ClaimCheck(op, intentHash, contract.ClaimRow{Attempt: t.item.Attempt, ClaimedBy: t.item.ClaimedBy}, c); err != nil {
+	if dup, err := contract.Settle(op, "timer", intentHash, row, c, now); err != nil {
 		return 0, false, err
+	} else if dup {
+		return t.inboxSeq, true, nil
 	}
 	seq, _ := s.st.enqueue(s.st.worlds[t.item.World], store.KindTimer, t.item.Payload, store.TimerKey(intentHash), now)
 	t.item.State = store.TimerDelivered

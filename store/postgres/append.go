@@ -53,9 +53,9 @@ const batchTimeout = 30 * time.Second
 
 // runAppends commits one batch (its lane's goroutine runs it, so a
 // stream's batches never overlap in this process). A request whose
-// context already ended is answered without being sent.
+// context already ended was refused when the batch was cut (groupcommit).
 func (s *Store) runAppends(batch []*appendReq) {
-	live := liveRequests(batch)
+	live := batch
 	for len(live) > 0 {
 		n := cutBatch(live)
 		s.runAppendBatch(live[:n])

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"slices"
 	"sort"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/internal/contract"
+	"github.com/orrery-run/orrery/store/internal/groupcommit"
 )
 
 // A delivery puts one item into a world's inbox: Enqueue, Complete (the
@@ -28,6 +30,7 @@ const (
 )
 
 type deliveryReq struct {
+	groupcommit.Ticket
 	ctx   context.Context
 	op    string
 	kind  deliveryKind
@@ -50,7 +53,9 @@ type deliveryReq struct {
 	done chan struct{}
 }
 
-func (r *deliveryReq) context() context.Context { return r.ctx }
+func (r *deliveryReq) Context() context.Context  { return r.ctx }
+func (r *deliveryReq) Answered() <-chan struct{} { return r.done }
+func (r *deliveryReq) Refuse(err error)          { r.finish(err) }
 
 func (r *deliveryReq) finish(err error) {
 	if r.res.err == nil && err != nil {
@@ -61,7 +66,7 @@ func (r *deliveryReq) finish(err error) {
 
 func (s *Store) deliver(r *deliveryReq) (uint64, bool, error) {
 	r.done = make(chan struct{})
-	if err := s.deliveries.do(r.world+r.hash, r, r.done); err != nil {
+	if err := s.deliveries.Do(r.world+r.hash, r); err != nil {
 		return 0, false, dbErr(r.op, r.world, err)
 	}
 	if r.res.err != nil {
@@ -139,7 +144,7 @@ func (s *Store) completeMany(ctx context.Context, op string, cs []store.Completi
 		return out, nil
 	}
 	r := &deliveryReq{ctx: ctx, op: op, parts: parts, done: make(chan struct{})}
-	if err := s.deliveries.do(parts[0].hash, r, r.done); err != nil {
+	if err := s.deliveries.Do(parts[0].hash, r); err != nil {
 		return nil, dbErr(op, "", err)
 	}
 	if r.res.err != nil {
@@ -211,7 +216,7 @@ func (s *Store) Send(ctx context.Context, dest, messageID string, item store.Inb
 // treatment of failures: a CompleteMany reruns as a whole, its parts still
 // in one transaction).
 func (s *Store) runDeliveries(batch []*deliveryReq) {
-	live := liveRequests(batch)
+	live := batch
 	if len(live) == 0 {
 		return
 	}
@@ -277,17 +282,54 @@ type worldRow struct {
 	dirty  bool
 }
 
-type queueRow struct {
-	world     string
-	state     string
-	payload   []byte // a timer's
-	inboxSeq  int64
-	claim     contract.ClaimRow
-	retries   int   // an effect's
-	deliverAt int64 // a timer's
+type inboxKey struct{ world, key string }
+
+// queue returns the index in settled of the queue a Complete or Fire
+// settles an item of.
+func (r *deliveryReq) queue() int {
+	if r.kind == dFire {
+		return qTimers
+	}
+	return qEffects
 }
 
-type inboxKey struct{ world, key string }
+// The statements of a delivery batch. Their parameters: the worlds at
+// stake ($1) then each queue's hashes to settle (lockWorldsSQL); the
+// dedupe keys to probe ($1, $2) then each queue's hashes (probeKeysSQL);
+// the inbox items ($1 … $5), the counters ($6, $7), each queue's settled
+// items (four each), the fabric records and the clock (deliverSQL).
+var (
+	lockWorldsSQL = `SELECT x.world, x.status, x.inbox_seq FROM worlds x WHERE x.world IN (
+			SELECT unnest($1::text[])
+			UNION ` + settledWorlds(2) + `)
+		ORDER BY x.world FOR NO KEY UPDATE`
+	// The store's own delivery keys are each queue's deliveryKey (which
+	// mirrors store.ReceiptKey, store.TimerKey). Each key is probed on its own (LATERAL; LIMIT 1, which the unique
+	// index makes a no-op, keeps the planner from flattening it): a join
+	// of the keys with the whole inbox sorts the inbox's live keys every
+	// batch.
+	probeKeysSQL = `SELECT k.w, k.key, i.seq FROM (
+				SELECT * FROM unnest($1::text[], $2::text[])
+				UNION ALL ` + settledKeys(3) + `
+			) AS k(w, key), LATERAL (
+				SELECT i.seq FROM inbox i WHERE i.world = k.w AND i.dedupe_key = k.key AND i.key_live
+				LIMIT 1
+			) AS i`
+	fabricParam = 8 + 4*len(settled)
+	nowParam    = fabricParam + 3
+	deliverSQL  = `WITH items AS (
+				INSERT INTO inbox (world, seq, kind, payload, dedupe_key, enqueued_at_ns, key_live)
+				SELECT u.w, u.s, u.k, u.p, NULLIF(u.key, ''), $` + strconv.Itoa(nowParam) + `, u.key <> ''
+				FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[], $5::text[]) AS u(w, s, k, p, key)),
+			counters AS (
+				UPDATE worlds x SET inbox_seq = u.s
+				FROM unnest($6::text[], $7::bigint[]) AS u(w, s) WHERE x.world = u.w)` + settleCTEs(8, nowParam) + `,
+			fabric AS (
+				INSERT INTO fabric_dedupe (dest, message_id, seq, delivered_at_ns)
+				SELECT u.d, u.m, u.s, $` + strconv.Itoa(nowParam) + ` FROM unnest($` + strconv.Itoa(fabricParam) + `::text[], $` +
+		strconv.Itoa(fabricParam+1) + `::text[], $` + strconv.Itoa(fabricParam+2) + `::bigint[]) AS u(d, m, s))
+			SELECT notify_topic('inbox:' || w) FROM unnest($6::text[]) AS w`
+)
 
 // deliveryTx runs reqs in one transaction of two round trips, like the
 // append committer's checked path:
@@ -308,13 +350,13 @@ type inboxKey struct{ world, key string }
 func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
-	var effectHashes, timerHashes, worldIDs, keyWorlds, keyKeys, sendDests, sendMsgs []string
+	var hashes [len(settled)][]string // each queue's items to settle
+	var worldIDs, keyWorlds, keyKeys, sendDests, sendMsgs []string
 	for _, r := range reqs {
 		switch r.kind {
-		case dComplete:
-			effectHashes = append(effectHashes, r.hash)
-		case dFire:
-			timerHashes = append(timerHashes, r.hash)
+		case dComplete, dFire:
+			i := r.queue()
+			hashes[i] = append(hashes[i], r.hash)
 		case dEnqueue:
 			worldIDs = append(worldIDs, r.world)
 			if r.key != "" {
@@ -325,8 +367,13 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 			sendDests, sendMsgs = append(sendDests, r.world), append(sendMsgs, r.msg)
 		}
 	}
-	sort.Strings(effectHashes)
-	sort.Strings(timerHashes)
+	settling := false
+	hashArgs := make([]any, len(settled))
+	for i := range hashes {
+		sort.Strings(hashes[i])
+		hashArgs[i] = hashes[i]
+		settling = settling || len(hashes[i]) > 0
+	}
 
 	p, err := s.beginTx(ctx)
 	if err != nil {
@@ -338,8 +385,7 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 
 	// Round trip 1: locks and reads.
 	worlds := map[string]*worldRow{}
-	effects := map[string]*queueRow{}
-	timers := map[string]*queueRow{}
+	var rows [len(settled)]map[string]*queueRow
 	keys := map[inboxKey]int64{}
 	sent := map[inboxKey]int64{}
 	var nowNS int64
@@ -357,65 +403,20 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 		return scanEach(br, []any{&w, &status, &seq}, func() {
 			worlds[w] = &worldRow{status: status, seq: seq}
 		})
-	}, `SELECT x.world, x.status, x.inbox_seq FROM worlds x WHERE x.world IN (
-			SELECT e.world FROM effects e WHERE e.intent_hash = ANY($1)
-			UNION SELECT t.world FROM timers t WHERE t.intent_hash = ANY($2)
-			UNION SELECT unnest($3::text[]))
-		ORDER BY x.world FOR NO KEY UPDATE`, effectHashes, timerHashes, worldIDs)
-	if len(effectHashes) > 0 {
-		b.queue(func(br pgx.BatchResults) error {
-			var h string
-			var q queueRow
-			var seq *int64
-			var attempts, retries int32
-			return scanEach(br, []any{&h, &q.world, &q.state, &seq, &attempts, &q.claim.ClaimedBy, &retries}, func() {
-				row := q
-				if seq != nil {
-					row.inboxSeq = *seq
-				}
-				row.claim.Attempt, row.retries = int(attempts), int(retries)
-				effects[h] = &row
-			})
-		}, `SELECT intent_hash, world, state, inbox_seq, attempts, claimed_by, retries FROM effects
-			WHERE intent_hash = ANY($1) ORDER BY intent_hash FOR UPDATE`, effectHashes)
+	}, lockWorldsSQL, append([]any{worldIDs}, hashArgs...)...)
+	for i, q := range settled {
+		rows[i] = map[string]*queueRow{}
+		if len(hashes[i]) > 0 {
+			b.queue(func(br pgx.BatchResults) error { return scanQueueRow(br, rows[i]) }, q.lockSQL, hashes[i])
+		}
 	}
-	if len(timerHashes) > 0 {
-		b.queue(func(br pgx.BatchResults) error {
-			var h string
-			var q queueRow
-			var seq *int64
-			var attempts int32
-			return scanEach(br, []any{&h, &q.world, &q.state, &q.payload, &seq, &attempts, &q.claim.ClaimedBy, &q.deliverAt}, func() {
-				row := q
-				if seq != nil {
-					row.inboxSeq = *seq
-				}
-				row.claim.Attempt = int(attempts)
-				timers[h] = &row
-			})
-		}, `SELECT intent_hash, world, state, payload, inbox_seq, attempts, claimed_by, deliver_at_ns FROM timers
-			WHERE intent_hash = ANY($1) ORDER BY intent_hash FOR UPDATE`, timerHashes)
-	}
-	if len(keyKeys) > 0 || len(effectHashes) > 0 || len(timerHashes) > 0 {
-		// The store's own delivery keys are store.ReceiptKey and
-		// store.TimerKey, which the two expressions mirror.
-		// Each key is probed on its own (LATERAL; LIMIT 1, which the unique
-		// index makes a no-op, keeps the planner from flattening it): a
-		// join of the keys with the whole inbox sorts the inbox's live keys
-		// every batch.
+	if len(keyKeys) > 0 || settling {
+		// The dedupe keys at stake, the settles' among them (probeKeysSQL).
 		b.queue(func(br pgx.BatchResults) error {
 			var k inboxKey
 			var seq int64
 			return scanEach(br, []any{&k.world, &k.key, &seq}, func() { keys[k] = seq })
-		}, `SELECT k.w, k.key, i.seq FROM (
-				SELECT * FROM unnest($1::text[], $2::text[])
-				UNION ALL SELECT e.world, 'receipt:' || e.intent_hash || CASE WHEN e.retries = 0 THEN '' ELSE '#' || e.retries END
-					FROM effects e WHERE e.intent_hash = ANY($3)
-				UNION ALL SELECT t.world, 'timer:' || t.intent_hash FROM timers t WHERE t.intent_hash = ANY($4)
-			) AS k(w, key), LATERAL (
-				SELECT i.seq FROM inbox i WHERE i.world = k.w AND i.dedupe_key = k.key AND i.key_live
-				LIMIT 1
-			) AS i`, keyWorlds, keyKeys, effectHashes, timerHashes)
+		}, probeKeysSQL, append([]any{keyWorlds, keyKeys}, hashArgs...)...)
 	}
 	if len(sendMsgs) > 0 {
 		b.queue(func(br pgx.BatchResults) error {
@@ -440,11 +441,9 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 		iw, ik, ikey []string
 		is           []int64
 		ip           [][]byte
-		eh, es       []string
-		ep           [][]byte
-		eseq         []int64
-		th           []string
-		tseq         []int64
+		sh, sst      [len(settled)][]string // settled items: hash, receipt status
+		sp           [len(settled)][][]byte // receipt payload
+		sseq         [len(settled)][]int64  // inbox seq
 		fd, fm       []string
 		fseq         []int64
 	)
@@ -494,53 +493,28 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 			sent[inboxKey{r.world, r.msg}] = seq
 			fd, fm, fseq = append(fd, r.world), append(fm, r.msg), append(fseq, seq)
 			out.seq = uint64(seq)
-		case dComplete:
-			e := effects[r.hash]
-			switch {
-			case e == nil:
-				out.err = store.Errorf(r.op, store.ErrNotFound, "", "intent %s", r.hash)
-				continue
-			case e.state == string(store.EffectDone):
-				out.seq, out.dup, out.world = uint64(e.inboxSeq), true, e.world
+		case dComplete, dFire:
+			i := r.queue()
+			q, row := settled[i], rows[i][r.hash]
+			var done bool
+			if done, out.err = q.settle(r, row, now); out.err != nil {
 				continue
 			}
-			if out.err = contract.ClaimCheck(r.op, r.hash, e.claim, r.claim); out.err != nil {
+			if done {
+				out.seq, out.dup, out.world = uint64(row.inboxSeq), true, row.world
 				continue
 			}
-			w := worlds[e.world]
+			w := worlds[row.world]
 			if w == nil {
 				return nil, errRetryBatch
 			}
-			// The receipt enters the inbox whatever the world's status: it
+			// The delivery enters the inbox whatever the world's status: it
 			// answers the world's own request.
-			seq, dup := put(w, e.world, store.KindReceipt, r.payload, store.ReceiptKey(r.hash, e.retries))
-			e.state, e.inboxSeq = string(store.EffectDone), seq
-			eh, es, ep, eseq = append(eh, r.hash), append(es, r.status), append(ep, r.payload), append(eseq, seq)
-			out.seq, out.dup, out.world = uint64(seq), dup, e.world
-		case dFire:
-			t := timers[r.hash]
-			switch {
-			case t == nil:
-				out.err = store.Errorf(r.op, store.ErrNotFound, "", "timer %s", r.hash)
-				continue
-			case t.state == "delivered":
-				out.seq, out.dup, out.world = uint64(t.inboxSeq), true, t.world
-				continue
-			}
-			if out.err = contract.Due(r.op, r.hash, fromNS(t.deliverAt), now); out.err != nil {
-				continue
-			}
-			if out.err = contract.ClaimCheck(r.op, r.hash, t.claim, r.claim); out.err != nil {
-				continue
-			}
-			w := worlds[t.world]
-			if w == nil {
-				return nil, errRetryBatch
-			}
-			seq, dup := put(w, t.world, store.KindTimer, t.payload, store.TimerKey(r.hash))
-			t.state, t.inboxSeq = "delivered", seq
-			th, tseq = append(th, r.hash), append(tseq, seq)
-			out.seq, out.dup, out.world = uint64(seq), dup, t.world
+			kind, payload, key := q.delivery(r.hash, row, r)
+			seq, dup := put(w, row.world, kind, payload, key)
+			row.state, row.inboxSeq = q.done, seq
+			sh[i], sst[i], sp[i], sseq[i] = append(sh[i], r.hash), append(sst[i], r.status), append(sp[i], r.payload), append(sseq[i], seq)
+			out.seq, out.dup, out.world = uint64(seq), dup, row.world
 		}
 	}
 	// In world order: the counters' updates lock the rows already locked.
@@ -557,28 +531,14 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 	}
 	// Round trip 2: write and commit.
 	b = &batch{}
-	if len(ww) > 0 || len(eh) > 0 || len(th) > 0 {
-		b.queue(nil, `WITH items AS (
-				INSERT INTO inbox (world, seq, kind, payload, dedupe_key, enqueued_at_ns, key_live)
-				SELECT u.w, u.s, u.k, u.p, NULLIF(u.key, ''), $17, u.key <> ''
-				FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[], $5::text[]) AS u(w, s, k, p, key)),
-			counters AS (
-				UPDATE worlds x SET inbox_seq = u.s
-				FROM unnest($6::text[], $7::bigint[]) AS u(w, s) WHERE x.world = u.w),
-			done AS (
-				UPDATE effects x SET state = 'done', receipt_status = u.st, receipt_payload = u.p,
-					inbox_seq = u.s, completed_at_ns = $17, claim_expires_ns = NULL
-				FROM unnest($8::text[], $9::text[], $10::bytea[], $11::bigint[]) AS u(h, st, p, s)
-				WHERE x.intent_hash = u.h),
-			delivered AS (
-				UPDATE timers x SET state = 'delivered', inbox_seq = u.s, completed_at_ns = $17,
-					claim_expires_ns = NULL
-				FROM unnest($12::text[], $13::bigint[]) AS u(h, s) WHERE x.intent_hash = u.h),
-			fabric AS (
-				INSERT INTO fabric_dedupe (dest, message_id, seq, delivered_at_ns)
-				SELECT u.d, u.m, u.s, $17 FROM unnest($14::text[], $15::text[], $16::bigint[]) AS u(d, m, s))
-			SELECT notify_topic('inbox:' || w) FROM unnest($6::text[]) AS w`,
-			iw, is, ik, ip, ikey, ww, wseq, eh, es, ep, eseq, th, tseq, fd, fm, fseq, nowNS)
+	args := []any{iw, is, ik, ip, ikey, ww, wseq}
+	write := len(ww) > 0
+	for i := range settled {
+		args = append(args, sh[i], sseq[i], sst[i], sp[i])
+		write = write || len(sh[i]) > 0
+	}
+	if write {
+		b.queue(nil, deliverSQL, append(args, fd, fm, fseq, nowNS)...)
 	}
 	b.queue(nil, "COMMIT")
 	if err := b.send(ctx, p); err != nil {

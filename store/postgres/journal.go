@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/groupcommit"
 )
 
 // appendReq is one Append, Commit or DrainToJournal waiting for a group
@@ -15,6 +16,7 @@ import (
 // other writes attached (commit != nil); DrainToJournal is a Commit of
 // only a cursor move and entries.
 type appendReq struct {
+	groupcommit.Ticket
 	ctx    context.Context
 	op     string
 	stream string
@@ -34,7 +36,9 @@ type commitReq struct {
 	b     *store.CommitBatch
 }
 
-func (r *appendReq) context() context.Context { return r.ctx }
+func (r *appendReq) Context() context.Context  { return r.ctx }
+func (r *appendReq) Answered() <-chan struct{} { return r.done }
+func (r *appendReq) Refuse(err error)          { r.finish(err) }
 
 func (r *appendReq) finish(err error) {
 	if r.res.err == nil && err != nil {
@@ -135,7 +139,7 @@ func (s *Store) commitCycle(ctx context.Context, op, world string, epoch uint64,
 }
 
 func (s *Store) commitAppend(r *appendReq) error {
-	if err := s.appends.do(r.stream, r, r.done); err != nil {
+	if err := s.appends.Do(r.stream, r); err != nil {
 		return dbErr(r.op, r.stream, err)
 	}
 	return r.res.err

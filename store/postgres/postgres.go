@@ -75,6 +75,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/groupcommit"
 )
 
 //go:embed migrations/*.sql
@@ -165,8 +166,8 @@ type Store struct {
 	pool  *pgxpool.Pool
 	watch *watchHub
 
-	appends    *committer[*appendReq]
-	deliveries *committer[*deliveryReq]
+	appends    *groupcommit.Committer[*appendReq]
+	deliveries *groupcommit.Committer[*deliveryReq]
 
 	heads headCache // the append committer's guesses (see append.go)
 
@@ -232,8 +233,8 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
-		s.appends.close()
-		s.deliveries.close()
+		s.appends.Close()
+		s.deliveries.Close()
 		s.watch.close()
 		s.pool.Close()
 	})

@@ -130,7 +130,7 @@ func scanEffect(row pgx.CollectableRow) (store.EffectItem, error) {
 	return it, err
 }
 
-// Claim implements protocol D's claim by kind (see claim_effects).
+// Claim implements protocol D's claim by kind (queue.go).
 func (s *Store) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]store.EffectItem, error) {
 	const op = "claim"
 	if err := s.begin(ctx, op); err != nil {
@@ -142,17 +142,10 @@ func (s *Store) Claim(ctx context.Context, worker string, kinds []string, n int,
 			return nil, err
 		}
 	}
-	out := []store.EffectItem{}
 	if n == 0 {
-		return out, nil
+		return []store.EffectItem{}, nil
 	}
-	err := s.retry(ctx, op, "", func() error {
-		rows, _ := s.pool.Query(ctx, `SELECT *, 'inflight'::text FROM claim_effects($1, $2, $3, $4, $5)`,
-			worker, kinds, int32(n), int64(claimTTL), s.off())
-		var err error
-		out, err = pgx.CollectRows(rows, scanEffect)
-		return err
-	})
+	out, err := claim(s, ctx, op, effectsQueue, worker, n, claimTTL, scanEffect, kinds)
 	if err != nil {
 		return nil, err
 	}
@@ -161,26 +154,9 @@ func (s *Store) Claim(ctx context.Context, worker string, kinds []string, n int,
 	return out, nil
 }
 
-// ReapEffects implements the effect reaper (see reap_effects).
+// ReapEffects implements the effect reaper (queue.go).
 func (s *Store) ReapEffects(ctx context.Context) (int, error) {
-	return s.reap(ctx, "reap_effects", `SELECT reap_effects($1)`, store.TopicEffects)
-}
-
-func (s *Store) reap(ctx context.Context, op, sql, topic string) (int, error) {
-	if err := s.begin(ctx, op); err != nil {
-		return 0, err
-	}
-	var n int32
-	err := s.retry(ctx, op, "", func() error {
-		return s.pool.QueryRow(ctx, sql, s.off()).Scan(&n)
-	})
-	if err != nil {
-		return 0, err
-	}
-	if n > 0 {
-		s.hint(topic)
-	}
-	return int(n), nil
+	return s.reap(ctx, "reap_effects", effectsQueue)
 }
 
 const effectStatusCols = `world, kind, state, attempts, retries, retry_reason, receipt_status, receipt_payload, inbox_seq, completed_at_ns`
@@ -348,7 +324,7 @@ func scanTimer(row pgx.CollectableRow) (store.TimerItem, error) {
 	return it, err
 }
 
-// ClaimDue implements protocol E's claim (see claim_timers).
+// ClaimDue implements protocol E's claim (queue.go).
 func (s *Store) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]store.TimerItem, error) {
 	const op = "claim_due"
 	if err := s.begin(ctx, op); err != nil {
@@ -359,16 +335,10 @@ func (s *Store) ClaimDue(ctx context.Context, worker string, n int, ttl time.Dur
 			return nil, err
 		}
 	}
-	out := []store.TimerItem{}
 	if n == 0 {
-		return out, nil
+		return []store.TimerItem{}, nil
 	}
-	err := s.retry(ctx, op, "", func() error {
-		rows, _ := s.pool.Query(ctx, `SELECT *, 'inflight'::text FROM claim_timers($1, $2, $3, $4)`, worker, int32(n), int64(ttl), s.off())
-		var err error
-		out, err = pgx.CollectRows(rows, scanTimer)
-		return err
-	})
+	out, err := claim(s, ctx, op, timersQueue, worker, n, ttl, scanTimer)
 	if err != nil {
 		return nil, err
 	}
@@ -386,9 +356,9 @@ func sortTimers(ts []store.TimerItem) {
 	})
 }
 
-// ReapTimers implements the timer reaper (see reap_timers).
+// ReapTimers implements the timer reaper (queue.go).
 func (s *Store) ReapTimers(ctx context.Context) (int, error) {
-	return s.reap(ctx, "reap_timers", `SELECT reap_timers($1)`, store.TopicTimers)
+	return s.reap(ctx, "reap_timers", timersQueue)
 }
 
 // NextDue implements store.Timers: the head of timers_due.

@@ -3,10 +3,11 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
-	"runtime"
-	"sync/atomic"
 	"time"
+
+	"github.com/orrery-run/orrery/store/internal/groupcommit"
 )
 
 // Group commit.
@@ -14,9 +15,10 @@ import (
 // Every mutation is a request: a function of a write transaction (wtx) that
 // either succeeds, fails with a typed store outcome (ErrHeadMismatch,
 // ErrFenced, …), or fails because the database did. Callers queue requests
-// on Store.reqs; the committer goroutine, the only user of the write
-// connection, takes the first request, everything else already queued (up
-// to maxBatch), and runs them in one BEGIN IMMEDIATE … COMMIT:
+// on the group committer (store/internal/groupcommit, one lane); its
+// goroutine, the only user of the write connection, takes the first
+// request, everything else already queued (up to maxBatch), and runs them
+// in one BEGIN IMMEDIATE … COMMIT:
 //
 //	BEGIN IMMEDIATE
 //	  SAVEPOINT g; request 1; RELEASE g            (success)
@@ -37,23 +39,33 @@ import (
 // in a fresh transaction. Requests are pure functions of the database state,
 // so running one again is the same as running it once.
 
-// Request states: a caller may abandon its request (context done, store
-// closed) only while it is still queued; once the committer has taken it,
-// the caller waits for the answer, so a write that returns a context error
-// was never started and one that started always reports its real outcome.
-const (
-	reqQueued int32 = iota
-	reqTaken
-	reqAbandoned
-)
-
+// A caller may abandon its request (context done, store closed) only while
+// it is still queued; once the committer has taken it, the caller waits for
+// the answer, so a write that returns a context error was never started and
+// one that started always reports its real outcome (groupcommit).
 type request struct {
+	groupcommit.Ticket
+	s      *Store
+	ctx    context.Context
 	op     string
 	world  string
 	fn     func(t *wtx) error
-	state  atomic.Int32
-	done   chan error
+	done   chan struct{}
+	err    error // the answer, set before done is closed
 	topics []string
+}
+
+func (r *request) Context() context.Context  { return r.ctx }
+func (r *request) Answered() <-chan struct{} { return r.done }
+
+// Refuse answers a request the committer will not run.
+func (r *request) Refuse(err error) {
+	if errors.Is(err, groupcommit.ErrClosed) {
+		err = closedErr(r.op)
+	} else {
+		err = ctxErr(r.op, err)
+	}
+	r.s.answer(r, err)
 }
 
 // write runs fn as one request of a group commit and returns its outcome.
@@ -64,28 +76,14 @@ func (s *Store) write(ctx context.Context, op, world string, fn func(t *wtx) err
 	if err := ctx.Err(); err != nil {
 		return ctxErr(op, err)
 	}
-	r := &request{op: op, world: world, fn: fn, done: make(chan error, 1)}
-	select {
-	case s.reqs <- r:
-	case <-ctx.Done():
-		return ctxErr(op, ctx.Err())
-	case <-s.quit:
-		return closedErr(op)
-	}
-	select {
-	case err := <-r.done:
-		return err
-	case <-ctx.Done():
-		if r.state.CompareAndSwap(reqQueued, reqAbandoned) {
-			return ctxErr(op, ctx.Err())
-		}
-		return <-r.done
-	case <-s.exited:
-		if r.state.CompareAndSwap(reqQueued, reqAbandoned) {
+	r := &request{s: s, ctx: ctx, op: op, world: world, fn: fn, done: make(chan struct{})}
+	if err := s.commits.Do("", r); err != nil {
+		if errors.Is(err, groupcommit.ErrClosed) {
 			return closedErr(op)
 		}
-		return <-r.done
+		return ctxErr(op, err)
 	}
+	return r.err
 }
 
 // wtx is one request's view of the group's write transaction.
@@ -217,105 +215,45 @@ func (c *committer) stmt(query string) (*sql.Stmt, error) {
 	return st, nil
 }
 
-func (c *committer) run() {
-	defer close(c.s.exited)
-	defer func() {
-		for _, st := range c.stmts {
-			st.Close()
-		}
-	}()
-	max := c.s.cfg.maxBatch
-	group := make([]*request, 0, max)
-	for {
-		// Close wins over queued work: what is still queued once it is
-		// called fails with ErrClosed (only the group in progress commits).
-		select {
-		case <-c.s.quit:
-			c.refuseQueued()
-			return
-		default:
-		}
-		select {
-		case r := <-c.s.reqs:
-			group = append(group[:0], r)
-		case <-c.s.quit:
-			c.refuseQueued()
-			return
-		}
-		// Let writers that are already runnable (typically the callers the
-		// last group just answered) queue their next request before the
-		// group is cut: without this the group after a large one catches
-		// only the first one or two of them and spends a whole fsync on
-		// them. Yielding costs nothing when nobody else is runnable, and
-		// stops as soon as the queue stops growing.
-		for spins := 0; spins < maxSpins; spins++ {
-			n := len(c.s.reqs)
-			runtime.Gosched()
-			if len(c.s.reqs) == n {
-				break
-			}
-		}
-	collect:
-		for len(group) < max {
-			select {
-			case r := <-c.s.reqs:
-				group = append(group, r)
-			default:
-				break collect
-			}
-		}
-		live := group[:0]
-		for _, r := range group {
-			if r.state.CompareAndSwap(reqQueued, reqTaken) {
-				live = append(live, r)
-			}
-		}
-		if len(live) > 0 {
-			c.commitGroup(live)
-		}
-		clear(group[:cap(group)])
+// closeStmts closes the write connection's prepared statements, once the
+// committer has stopped.
+func (c *committer) closeStmts() {
+	for _, st := range c.stmts {
+		st.Close()
 	}
+	clear(c.stmts)
 }
 
-// refuseQueued answers every request still queued at Close with ErrClosed.
-func (c *committer) refuseQueued() {
-	for {
-		select {
-		case r := <-c.s.reqs:
-			if r.state.CompareAndSwap(reqQueued, reqTaken) {
-				c.answer(r, closedErr(r.op))
-			}
-		default:
-			return
-		}
-	}
+// answer sets r's outcome and wakes its caller.
+func (s *Store) answer(r *request, err error) {
+	s.stats.requests.Add(1)
+	r.err = err
+	close(r.done)
 }
 
-func (c *committer) answer(r *request, err error) {
-	c.s.stats.requests.Add(1)
-	r.done <- err
-}
-
-// maxSpins bounds how often the committer yields to let a group fill.
+// maxSpins bounds how often the committer yields to let a group fill
+// (groupcommit.Config.Spins).
 const maxSpins = 8
 
 // maxPoison bounds how often one group is retried after database failures
 // before the rest of it fails too (a full disk would fail every request).
 const maxPoison = 3
 
+// commitGroup runs one group (the groupcommit batch, every request taken)
+// in one transaction and answers each request.
 func (c *committer) commitGroup(live []*request) {
 	results := make([]error, len(live))
 	for poisonings := 0; ; poisonings++ {
 		if _, err := c.s.conn.ExecContext(c.ctx, "BEGIN IMMEDIATE"); err != nil {
 			for _, r := range live {
-				c.answer(r, dbErr(r.op, r.world, err))
+				c.s.answer(r, dbErr(r.op, r.world, err))
 			}
 			return
 		}
 		if err := c.checkDataVersion(); err != nil {
 			c.s.conn.ExecContext(c.ctx, "ROLLBACK")
 			for _, r := range live {
-				c.answer(r, dbErr(r.op, r.world, err))
+				c.s.answer(r, dbErr(r.op, r.world, err))
 			}
 			return
 		}
@@ -331,7 +269,7 @@ func (c *committer) commitGroup(live []*request) {
 		if bad >= 0 {
 			clear(c.staged)
 			c.s.conn.ExecContext(c.ctx, "ROLLBACK")
-			c.answer(live[bad], dbErr(live[bad].op, live[bad].world, badErr))
+			c.s.answer(live[bad], dbErr(live[bad].op, live[bad].world, badErr))
 			live = append(live[:bad], live[bad+1:]...)
 			results = results[:len(live)]
 			if len(live) == 0 {
@@ -339,7 +277,7 @@ func (c *committer) commitGroup(live []*request) {
 			}
 			if poisonings+1 >= maxPoison {
 				for _, r := range live {
-					c.answer(r, dbErr(r.op, r.world, badErr))
+					c.s.answer(r, dbErr(r.op, r.world, badErr))
 				}
 				return
 			}
@@ -349,7 +287,7 @@ func (c *committer) commitGroup(live []*request) {
 			clear(c.staged)
 			c.s.conn.ExecContext(c.ctx, "ROLLBACK")
 			for _, r := range live {
-				c.answer(r, dbErr(r.op, r.world, fmt.Errorf("commit: %w", err)))
+				c.s.answer(r, dbErr(r.op, r.world, fmt.Errorf("commit: %w", err)))
 			}
 			return
 		}
@@ -377,7 +315,7 @@ func (c *committer) commitGroup(live []*request) {
 		}
 		c.s.hub.Notify(topics...)
 		for i, r := range live {
-			c.answer(r, results[i])
+			c.s.answer(r, results[i])
 		}
 		c.s.pokeCheckpointer()
 		return

@@ -84,10 +84,10 @@ func scanEffectItem(sc interface{ Scan(...any) error }) (store.EffectItem, error
 }
 
 // Claim moves up to n pending items of the given kinds, in queue order, to
-// inflight for worker (protocol D, step 1). Each kind's oldest n come from
-// its own range of effects_pending_by_kind, the merge keeps the n oldest
-// overall: a claim reads O(kinds × n) index entries however long the
-// queue.
+// inflight for worker (protocol D, step 1; queue.go). Each kind's oldest n
+// come from its own range of effects_pending_by_kind, the merge keeps the n
+// oldest overall: a claim reads O(kinds × n) index entries however long
+// the queue.
 func (s *Store) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]store.EffectItem, error) {
 	const op = "claim"
 	for _, c := range []error{
@@ -104,43 +104,18 @@ func (s *Store) Claim(ctx context.Context, worker string, kinds []string, n int,
 		return nil, nil
 	}
 	kinds = slices.Compact(slices.Sorted(slices.Values(kinds)))
+	parts := make([][]any, len(kinds))
+	for i, k := range kinds {
+		parts[i] = []any{k}
+	}
 	var out []store.EffectItem
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		out = out[:0]
-		var seqs []int64
-		for _, k := range kinds {
-			rows, err := t.query(`SELECT seq FROM effects WHERE kind = ? AND state = 'pending' ORDER BY seq LIMIT ?`, k, n)
-			if err != nil {
-				return err
-			}
-			for rows.Next() {
-				var seq int64
-				if err := rows.Scan(&seq); err != nil {
-					rows.Close()
-					return err
-				}
-				seqs = append(seqs, seq)
-			}
-			if err := rows.Close(); err != nil {
-				return err
-			}
-		}
-		slices.Sort(seqs)
-		seqs = seqs[:min(n, len(seqs))]
-		expires := t.now.Add(claimTTL).UnixNano()
-		for _, seq := range seqs {
-			row, err := t.row(`UPDATE effects SET state = 'inflight', attempts = attempts + 1, claimed_by = ?, claim_expires = ?
-				WHERE seq = ? RETURNING `+effectItemCols, worker, expires, seq)
-			if err != nil {
-				return err
-			}
-			it, err := scanEffectItem(row)
-			if err != nil {
-				return err
-			}
+		return claim[int64](t, effectsQueue, worker, n, claimTTL, parts, func(sc interface{ Scan(...any) error }) error {
+			it, err := scanEffectItem(sc)
 			out = append(out, it)
-		}
-		return nil
+			return err
+		})
 	})
 	if err != nil {
 		return nil, err
@@ -203,80 +178,24 @@ func (s *Store) completeMany(ctx context.Context, op string, cs []store.Completi
 }
 
 // complete delivers one receipt and closes its intent (protocol D, steps
-// 3–5), if c is the item's latest claim (contract.ClaimCheck). The receipt's
-// inbox item carries the payload under ReceiptKey(hash, retries); its status
-// is in the EffectStatus. The receipt enters the inbox whatever the world's
-// status: it answers the world's own request. A typed refusal is the item's
-// answer and writes nothing; the error is the database's, which fails the
-// whole request.
+// 3–5): a settle of the effects queue (queue.go). The receipt enters the
+// inbox whatever the world's status: it answers the world's own request. A
+// typed refusal is the item's answer and writes nothing; the error is the
+// database's, which fails the whole request.
 func (t *wtx) complete(c store.Completion) (store.CompleteResult, error) {
-	const op = "complete"
-	var (
-		world, state, claimedBy string
-		attempts, retries       int64
-		inboxSeq                sql.NullInt64
-	)
-	found, err := t.queryRow(`SELECT world, state, attempts, claimed_by, retries, inbox_seq FROM effects WHERE intent_hash = ?`,
-		[]any{c.IntentHash}, &world, &state, &attempts, &claimedBy, &retries, &inboxSeq)
+	seq, dup, err := t.settle(effectsQueue, "complete", c.IntentHash, c.Claim, c.Receipt)
 	if err != nil {
-		return store.CompleteResult{}, err
-	}
-	if !found {
-		return store.CompleteResult{Err: store.Errorf(op, store.ErrNotFound, "", "intent %s", c.IntentHash)}, nil
-	}
-	if store.EffectState(state) == store.EffectDone {
-		return store.CompleteResult{InboxSeq: uint64(inboxSeq.Int64), Dup: true}, nil
-	}
-	if err := contract.ClaimCheck(op, "intent "+c.IntentHash, contract.ClaimRow{Attempt: int(attempts), ClaimedBy: claimedBy}, c.Claim); err != nil {
-		return store.CompleteResult{Err: err}, nil
-	}
-	seq, dup, err := t.deliver(op, world, store.KindReceipt, c.Receipt.Payload, store.ReceiptKey(c.IntentHash, int(retries)))
-	if err != nil {
-		// deliver refuses (typed) before it writes: an effect whose world
-		// is gone is that item's answer.
 		if _, typed := err.(*store.Error); typed {
 			return store.CompleteResult{Err: err}, nil
 		}
 		return store.CompleteResult{}, err
 	}
-	_, err = t.exec(`UPDATE effects SET state = 'done', claim_expires = NULL,
-		receipt_status = ?, receipt_payload = ?, inbox_seq = ?, completed_at = ? WHERE intent_hash = ?`,
-		string(c.Receipt.Status), c.Receipt.Payload, int64(seq), t.nowNS, c.IntentHash)
-	if err != nil {
-		return store.CompleteResult{}, err
-	}
 	return store.CompleteResult{InboxSeq: seq, Dup: dup}, nil
 }
 
-// ReapEffects requeues inflight items whose claim expired (at or before the
-// store clock, as contract.Expired). They keep their queue position and
-// their latest claim (claimed_by, attempts): that worker may still complete
-// them until someone claims them anew.
+// ReapEffects requeues inflight items whose claim expired (queue.go).
 func (s *Store) ReapEffects(ctx context.Context) (int, error) {
-	return s.reap(ctx, "reap_effects", `UPDATE effects SET state = 'pending', claim_expires = NULL
-			WHERE state = 'inflight' AND claim_expires <= ?`, store.TopicEffects)
-}
-
-// reap runs one requeue statement (its only parameter is the store clock)
-// and hints topic if anything came back.
-func (s *Store) reap(ctx context.Context, op, query, topic string) (int, error) {
-	var n int
-	err := s.write(ctx, op, "", func(t *wtx) error {
-		res, err := t.exec(query, t.nowNS)
-		if err != nil {
-			return err
-		}
-		m, err := res.RowsAffected()
-		n = int(m)
-		if n > 0 {
-			t.notify(topic)
-		}
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	return n, nil
+	return s.reap(ctx, "reap_effects", effectsQueue)
 }
 
 // RetryEffect sends an effect whose terminal receipt was error or timeout

@@ -58,6 +58,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/groupcommit"
 	"github.com/orrery-run/orrery/store/internal/hub"
 )
 
@@ -160,9 +161,10 @@ type Store struct {
 	conn *sql.Conn // the committer's write connection
 	rdb  *sql.DB   // query-only pool
 
-	reqs   chan *request
-	quit   chan struct{} // closed by Close: the committer and the checkpointer stop
-	exited chan struct{} // closed by the committer when it has stopped
+	commits *groupcommit.Committer[*request]
+	writer  *committer
+	reqs    <-chan *request // the committer's queue
+	quit    chan struct{}   // closed by Close: the checkpointer stops
 
 	ckptPoke   chan struct{}
 	ckptExited chan struct{}
@@ -207,9 +209,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	s := &Store{
 		cfg:        cfg,
 		path:       path,
-		reqs:       make(chan *request, max(4*cfg.maxBatch, 64)),
 		quit:       make(chan struct{}),
-		exited:     make(chan struct{}),
 		ckptPoke:   make(chan struct{}, 1),
 		ckptExited: make(chan struct{}),
 		rstmts:     make(map[string]*sql.Stmt),
@@ -245,8 +245,12 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	}
 	s.rdb.SetMaxOpenConns(cfg.readers)
 	s.rdb.SetMaxIdleConns(cfg.readers)
-	c := newCommitter(s)
-	go c.run()
+	s.writer = newCommitter(s)
+	s.commits = groupcommit.New(groupcommit.Config[*request]{
+		Lanes: 1, Max: cfg.maxBatch, Queue: max(4*cfg.maxBatch, 64), Spins: maxSpins,
+		Run: s.writer.commitGroup,
+	})
+	s.reqs = s.commits.Queue(0)
 	go s.checkpointer()
 	return s, nil
 }
@@ -295,9 +299,10 @@ func openErr(err error) error {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
+		s.commits.Close()
 		close(s.quit)
-		<-s.exited
 		<-s.ckptExited
+		s.writer.closeStmts()
 		s.hub.Close()
 		s.closeReadStmts()
 		err1 := s.conn.Close()

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
-	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
 // Timers (protocol E). One row per intent hash: scheduled → claimed →
@@ -78,7 +77,7 @@ func scanTimer(sc interface{ Scan(...any) error }) (store.TimerItem, error) {
 }
 
 // ClaimDue claims up to n timers due at the store clock, in (deliverAt,
-// intentHash) order.
+// intentHash) order (queue.go).
 func (s *Store) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]store.TimerItem, error) {
 	const op = "claim_due"
 	for _, c := range []error{
@@ -96,37 +95,11 @@ func (s *Store) ClaimDue(ctx context.Context, worker string, n int, ttl time.Dur
 	var out []store.TimerItem
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		out = out[:0]
-		rows, err := t.query(`SELECT intent_hash FROM timers WHERE state = 'scheduled' AND deliver_at <= ? ORDER BY deliver_at, intent_hash LIMIT ?`,
-			t.nowNS, n)
-		if err != nil {
-			return err
-		}
-		var due []string
-		for rows.Next() {
-			var h string
-			if err := rows.Scan(&h); err != nil {
-				rows.Close()
-				return err
-			}
-			due = append(due, h)
-		}
-		if err := rows.Close(); err != nil {
-			return err
-		}
-		expires := t.now.Add(ttl).UnixNano()
-		for _, h := range due {
-			row, err := t.row(`UPDATE timers SET state = 'claimed', attempt = attempt + 1, claimed_by = ?, claim_expires = ?
-				WHERE intent_hash = ? RETURNING `+timerCols, worker, expires, h)
-			if err != nil {
-				return err
-			}
-			it, err := scanTimer(row)
-			if err != nil {
-				return err
-			}
+		return claim[string](t, timersQueue, worker, n, ttl, [][]any{{t.nowNS}}, func(sc interface{ Scan(...any) error }) error {
+			it, err := scanTimer(sc)
 			out = append(out, it)
-		}
-		return nil
+			return err
+		})
 	})
 	if err != nil {
 		return nil, err
@@ -136,8 +109,8 @@ func (s *Store) ClaimDue(ctx context.Context, worker string, n int, ttl time.Dur
 
 // Fire enqueues the timer-fired item and marks the timer delivered, in one
 // transaction, once the timer is due (contract.Due) and c is its latest
-// claim (contract.ClaimCheck). Like Complete, it delivers whatever the
-// world's status.
+// claim (contract.ClaimCheck): a settle of the timers queue (queue.go).
+// Like Complete, it delivers whatever the world's status.
 func (s *Store) Fire(ctx context.Context, intentHash string, c store.Claim) (uint64, bool, error) {
 	const op = "fire"
 	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
@@ -151,37 +124,8 @@ func (s *Store) Fire(ctx context.Context, intentHash string, c store.Claim) (uin
 		dup bool
 	)
 	err := s.write(ctx, op, "", func(t *wtx) error {
-		var (
-			world, state, claimedBy string
-			deliverAt, attempt      int64
-			payload                 []byte
-			hasPayload              bool
-			inboxSeq                sql.NullInt64
-		)
-		found, err := t.queryRow(`SELECT world, state, deliver_at, attempt, claimed_by, payload, payload IS NOT NULL, inbox_seq FROM timers WHERE intent_hash = ?`,
-			[]any{intentHash}, &world, &state, &deliverAt, &attempt, &claimedBy, &payload, &hasPayload, &inboxSeq)
-		if err != nil {
-			return err
-		}
-		if !found {
-			return store.Errorf(op, store.ErrNotFound, "", "timer %s", intentHash)
-		}
-		if store.TimerState(state) == store.TimerDelivered {
-			seq, dup = uint64(inboxSeq.Int64), true
-			return nil
-		}
-		if err := contract.Due(op, intentHash, fromNS(deliverAt), t.now); err != nil {
-			return err
-		}
-		if err := contract.ClaimCheck(op, "timer "+intentHash, contract.ClaimRow{Attempt: int(attempt), ClaimedBy: claimedBy}, c); err != nil {
-			return err
-		}
-		seq, dup, err = t.deliver(op, world, store.KindTimer, blob(payload, hasPayload), store.TimerKey(intentHash))
-		if err != nil {
-			return err
-		}
-		_, err = t.exec(`UPDATE timers SET state = 'delivered', claim_expires = NULL, payload = NULL,
-			inbox_seq = ?, completed_at = ? WHERE intent_hash = ?`, int64(seq), t.nowNS, intentHash)
+		var err error
+		seq, dup, err = t.settle(timersQueue, op, intentHash, c, store.Receipt{})
 		return err
 	})
 	if err != nil {
@@ -190,11 +134,10 @@ func (s *Store) Fire(ctx context.Context, intentHash string, c store.Claim) (uin
 	return seq, dup, nil
 }
 
-// ReapTimers requeues claimed timers whose claim expired (at or before the
-// store clock), keeping their latest claim, as ReapEffects does.
+// ReapTimers requeues claimed timers whose claim expired (queue.go),
+// keeping their latest claim, as ReapEffects does.
 func (s *Store) ReapTimers(ctx context.Context) (int, error) {
-	return s.reap(ctx, "reap_timers", `UPDATE timers SET state = 'scheduled', claim_expires = NULL
-			WHERE state = 'claimed' AND claim_expires <= ?`, store.TopicTimers)
+	return s.reap(ctx, "reap_timers", timersQueue)
 }
 
 // NextDue returns the earliest deliverAt of an unclaimed, undelivered timer

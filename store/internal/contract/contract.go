@@ -180,6 +180,34 @@ func ClaimCheck(op, id string, row ClaimRow, c store.Claim) error {
 	return nil
 }
 
+// SettleRow is a queued effect or timer as a settle (Complete, Fire) reads
+// it in its own transaction.
+type SettleRow struct {
+	Found bool
+	Done  bool       // completed (an effect) or delivered (a timer)
+	DueAt *time.Time // a timer's deliverAt; nil for an effect
+	Claim ClaimRow
+}
+
+// Settle decides a settle of the item id (noun names its kind in errors:
+// "intent", "timer") at now: an unknown item is ErrNotFound; a done one
+// answers its first delivery (dup=true), whatever the claim; otherwise it
+// must be due (a timer: Due) and c its latest claim (ClaimCheck).
+func Settle(op, noun, id string, row SettleRow, c store.Claim, now time.Time) (dup bool, err error) {
+	switch {
+	case !row.Found:
+		return false, store.Errorf(op, store.ErrNotFound, "", "%s %s", noun, id)
+	case row.Done:
+		return true, nil
+	}
+	if row.DueAt != nil {
+		if err := Due(op, id, *row.DueAt, now); err != nil {
+			return false, err
+		}
+	}
+	return false, ClaimCheck(op, id, row.Claim, c)
+}
+
 // Due decides whether a timer may fire at now.
 func Due(op, id string, deliverAt, now time.Time) error {
 	if deliverAt.After(now) {

@@ -149,3 +149,28 @@ func TestRetryableOnlyAfterErrorOrTimeout(t *testing.T) {
 	is(t, "ok", Retryable("retry", "h", store.EffectDone, store.ReceiptOK), store.ErrNotRetryable)
 	is(t, "pending", Retryable("retry", "h", store.EffectPending, ""), store.ErrNotRetryable)
 }
+
+func TestSettleOrder(t *testing.T) {
+	c := store.Claim{Worker: "a", Attempt: 2}
+	mine := ClaimRow{Attempt: 2, ClaimedBy: "a"}
+	later := t0.Add(time.Second)
+	for _, tc := range []struct {
+		name string
+		row  SettleRow
+		dup  bool
+		want error
+	}{
+		{"unknown", SettleRow{}, false, store.ErrNotFound},
+		{"done, another's claim", SettleRow{Found: true, Done: true, Claim: ClaimRow{Attempt: 3, ClaimedBy: "b"}}, true, nil},
+		{"effect, latest claim", SettleRow{Found: true, Claim: mine}, false, nil},
+		{"effect, lost claim", SettleRow{Found: true, Claim: ClaimRow{Attempt: 3, ClaimedBy: "b"}}, false, store.ErrClaimLost},
+		{"timer, due", SettleRow{Found: true, DueAt: &t0, Claim: mine}, false, nil},
+		{"timer, not due before the claim", SettleRow{Found: true, DueAt: &later, Claim: ClaimRow{Attempt: 3}}, false, store.ErrNotDue},
+	} {
+		dup, err := Settle("s", "timer", "h", tc.row, c, t0)
+		if dup != tc.dup {
+			t.Errorf("%s: dup %v, want %v", tc.name, dup, tc.dup)
+		}
+		is(t, tc.name, err, tc.want)
+	}
+}
