@@ -700,10 +700,12 @@ func TestStoreClockIsServerClockPlusOffset(t *testing.T) {
 }
 
 // Journal appends, epoch bumps, renewals and releases commit durably;
-// claims do not wait for the WAL flush.
+// claims and reaps relax synchronous_commit for their own transaction only
+// (SET LOCAL): on a store with one connection, the writes after a claim and
+// a reap on that same connection are durable again.
 func TestSynchronousCommitOnlyRelaxedForClaims(t *testing.T) {
 	t.Parallel()
-	s := openStore(t, "", nil)
+	s := openStore(t, "", nil, WithMaxConns(1))
 	var setting string
 	if err := s.pool.QueryRow(bg, `SHOW synchronous_commit`).Scan(&setting); err != nil {
 		t.Fatal(err)
@@ -711,22 +713,20 @@ func TestSynchronousCommitOnlyRelaxedForClaims(t *testing.T) {
 	if setting == "off" {
 		t.Skip("the server runs with synchronous_commit = off")
 	}
+	for name, call := range map[string]func() error{
+		"Claim":       func() error { _, err := s.Claim(bg, "w", []string{"k"}, 1, time.Second); return err },
+		"ClaimDue":    func() error { _, err := s.ClaimDue(bg, "w", 1, time.Second); return err },
+		"ReapEffects": func() error { _, err := s.ReapEffects(bg); return err },
+		"ReapTimers":  func() error { _, err := s.ReapTimers(bg); return err },
+	} {
+		if err := call(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if err := s.pool.QueryRow(bg, `SHOW synchronous_commit`).Scan(&setting); err != nil || setting == "off" {
+			t.Fatalf("after %s, on its connection: synchronous_commit = %s, %v", name, setting, err)
+		}
+	}
 	conn := rawConn(t, s.Schema())
-	// claim_effects relaxes only its own transaction.
-	tx, err := conn.Begin(bg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(bg, `SELECT * FROM claim_effects('w', ARRAY['k'], 1, 1000, 0)`); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.QueryRow(bg, `SHOW synchronous_commit`).Scan(&setting); err != nil || setting != "off" {
-		t.Fatalf("inside a claim: synchronous_commit = %s, %v", setting, err)
-	}
-	_ = tx.Commit(bg)
-	if err := conn.QueryRow(bg, `SHOW synchronous_commit`).Scan(&setting); err != nil || setting == "off" {
-		t.Fatalf("after a claim: synchronous_commit = %s, %v", setting, err)
-	}
 	// The lease functions (epoch bumps, renewals, releases) never relax it.
 	if _, err := s.CreateWorld(bg, "u", "w", nil); err != nil {
 		t.Fatal(err)

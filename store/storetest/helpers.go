@@ -98,11 +98,22 @@ func fenced(world string, epoch uint64) store.AppendOptions {
 	return store.AppendOptions{Fence: &store.Fence{World: world, Epoch: epoch}}
 }
 
+// read returns the stream's whole journal, a page of 1,000 at a time.
 func (f *fx) read(stream string) []store.Record {
 	f.t.Helper()
-	evs, err := f.s.Read(bg, stream, 0, 1000)
-	must(f.t, err, "Read "+stream)
-	return evs
+	var all []store.Record
+	for {
+		var after uint64
+		if len(all) > 0 {
+			after = all[len(all)-1].RunSeq
+		}
+		evs, err := f.s.Read(bg, stream, after, 1000)
+		must(f.t, err, "Read "+stream)
+		all = append(all, evs...)
+		if len(evs) < 1000 {
+			return all
+		}
+	}
 }
 
 func (f *fx) head(stream string) uint64 {
