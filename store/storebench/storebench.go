@@ -233,7 +233,7 @@ func RenewLeases(b *testing.B, open Open, n int) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(n), "leases/op")
-	ReportLatencies(b, lat, 0.50, 0.99)
+	ReportLatencies(b, lat, 0.50, 0.95, 0.99)
 }
 
 // ClaimComplete benchmarks adapters claiming effects of their kind in
