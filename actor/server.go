@@ -871,9 +871,17 @@ func (s *server[Q, R, C]) terminate(kind termKind, out Outcome, rest []envelope[
 		x.idle.disarm()
 		x.cont = nil
 	}
-	if cur, dead := s.pid().Outcome(); dead {
+	cur, dead := s.pid().Outcome()
+	if r := s.cancelReason(); !dead && r.Kind == CancelKill {
+		// A kill is under way on the killer's goroutine: its reason is set
+		// (which woke us), the outcome not yet. The killer abandons what is
+		// queued and completes the process; the stop hook must not run.
+		cur, dead = CancelledOutcome(r), true
+	}
+	if dead {
 		// Killed: abandon already failed what was queued and killed the
-		// children; fail what we hold and wait for the children to go.
+		// children (or is doing so); fail what we hold and wait for the
+		// children to go.
 		s.abortEnvelopes(rest, cur)
 		if s.proc.children != nil {
 			ctx, cancel := WithTimeout(context.Background(), s.sys.ex, s.opts.stopTimeout)
