@@ -49,6 +49,11 @@ type HostConfig struct {
 	MaxCycleWall         time.Duration // a cycle's stepping time (default 50ms)
 	SnapshotEvery        uint64        // snapshot every N heights (default 1000)
 	ListPage             int           // ListWorkerWorlds and RenewLeases page (default 1000)
+	// AcquireConcurrency is how many of a page's worlds the host acquires
+	// at once (default 16): each acquisition is a few store calls, and
+	// concurrent ones share the store's group commits, so a takeover of
+	// many worlds is not one round trip after another.
+	AcquireConcurrency int
 	RetryAfter           time.Duration // after a failed controller store call (default 100ms)
 
 	// Observe, when set, receives the host's events synchronously; it
@@ -111,6 +116,7 @@ func (c *HostConfig) defaults() error {
 	defInt(&c.MaxTickStepsPerCycle, 256)
 	defInt(&c.MaxEffectsPerCycle, 1024)
 	defInt(&c.ListPage, 1000)
+	defInt(&c.AcquireConcurrency, 16)
 	if c.SnapshotEvery == 0 {
 		c.SnapshotEvery = 1000
 	}
@@ -666,6 +672,7 @@ func (h *Host) syncPage(ctx context.Context) (done bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	var take []string
 	for _, row := range rows {
 		sc.seen[row.World] = true
 		mine := row.Assignment != nil && row.Assignment.DesiredWorker == h.cfg.Worker
@@ -691,10 +698,11 @@ func (h *Host) syncPage(ctx context.Context) (done bool, err error) {
 			}
 		}
 		if l == nil && mine && !draining {
-			if err := h.acquire(ctx, row.World); err != nil && !benign(err) {
-				return false, err
-			}
+			take = append(take, row.World)
 		}
+	}
+	if err := h.acquireAll(ctx, take); err != nil {
+		return false, err
 	}
 	if len(rows) == h.cfg.ListPage {
 		sc.after = rows[len(rows)-1].World
@@ -714,6 +722,55 @@ func (h *Host) syncPage(ctx context.Context) (done bool, err error) {
 		h.dropLease(l, EvFenced, errorf("sync", ErrFenced, l.world, detail("lease expired or revoked")))
 	}
 	return true, nil
+}
+
+// acquireAll acquires worlds in up to AcquireConcurrency lanes and returns
+// once every lane has returned, with the first error that is not benign.
+func (h *Host) acquireAll(ctx context.Context, worlds []string) error {
+	n := min(h.cfg.AcquireConcurrency, len(worlds))
+	lane := func(i int) error {
+		for j := i; j < len(worlds); j += n {
+			if err := h.acquire(ctx, worlds[j]); err != nil && !benign(err) {
+				return err
+			}
+		}
+		return nil
+	}
+	if n <= 1 {
+		if n == 1 {
+			return lane(0)
+		}
+		return nil
+	}
+	// The lanes report through a parker, so that waiting for them is a
+	// blocking point the executor sees (the lab schedules it).
+	done := h.ex.NewParker()
+	var mu sync.Mutex
+	running := n
+	var first error
+	for i := range n {
+		h.ex.Go(func() {
+			err := lane(i)
+			mu.Lock()
+			if err != nil && first == nil {
+				first = err
+			}
+			running--
+			mu.Unlock()
+			done.Unpark()
+		})
+	}
+	for {
+		mu.Lock()
+		left, err := running, first
+		mu.Unlock()
+		if left == 0 {
+			return err
+		}
+		// Not ctx: each lane's store calls honour it, and none may
+		// outlive the pass.
+		_ = done.Park(context.Background())
+	}
 }
 
 // benign are the acquire errors that only mean "not now": another holder

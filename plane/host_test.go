@@ -3,6 +3,7 @@ package plane_test
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/internal/backendtest"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/memstore"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -226,5 +228,69 @@ func TestSlowScanDoesNotStarveRenewals(t *testing.T) {
 	})
 	if res.Failure != nil {
 		t.Fatal(res.Failure)
+	}
+}
+
+// TestHostAcquiresAPageConcurrently: a host taking over many worlds runs
+// their acquisitions in overlapping lanes (AcquireConcurrency), not one
+// store round trip after another; with AcquireConcurrency 1 they are
+// strictly one at a time. Either way every world ends up held.
+func TestHostAcquiresAPageConcurrently(t *testing.T) {
+	for _, c := range []struct {
+		lanes   int
+		overlap bool
+	}{{1, false}, {8, true}} {
+		res := lab.Run(lab.Config{Seed: 3, Name: fmt.Sprint("host-acquire-", c.lanes)}, func(env *lab.Env) error {
+			var mu sync.Mutex
+			inFlight, most := 0, 0
+			st := newStore(env, memstore.WithHook(func(op string) error {
+				if op != "acquire" {
+					return nil
+				}
+				mu.Lock()
+				inFlight++
+				most = max(most, inFlight)
+				mu.Unlock()
+				err := sleep(env, 50*time.Millisecond) // a store round trip
+				mu.Lock()
+				inFlight--
+				mu.Unlock()
+				return err
+			}))
+			var ids []string
+			for i := range 24 {
+				id := fmt.Sprint("a", i)
+				ids = append(ids, id)
+				if err := createAssigned(env.Ctx, st, id, "A"); err != nil {
+					return err
+				}
+			}
+			cfg := hostConfig("A", st, nil)
+			cfg.AcquireConcurrency = c.lanes
+			h, err := plane.StartHost(env.Ctx, env.Root, cfg)
+			if err != nil {
+				return err
+			}
+			if err := waitFor(env, "every world held", 10*time.Second, func() (bool, error) {
+				for _, id := range ids {
+					if _, ok := h.Lease(id); !ok {
+						return false, nil
+					}
+				}
+				return true, nil
+			}); err != nil {
+				return err
+			}
+			mu.Lock()
+			peak := most
+			mu.Unlock()
+			if (peak > 1) != c.overlap {
+				return fmt.Errorf("AcquireConcurrency %d: at most %d acquisitions in flight together", c.lanes, peak)
+			}
+			return h.Stop(env.Ctx)
+		})
+		if res.Failure != nil {
+			t.Fatal(res.Failure)
+		}
 	}
 }

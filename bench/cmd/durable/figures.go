@@ -338,7 +338,7 @@ func figPassivation(ctx context.Context, st store.Store, tr *tracker, kernels pl
 	case <-time.After(14 * time.Minute):
 		must(fmt.Errorf("passivation: leases not acquired"))
 	}
-	fmt.Printf("# %s passivation: %d leases acquired by one host in %v (sequential Acquire + Watch)\n", lib, nAll, time.Since(t).Round(time.Millisecond))
+	fmt.Printf("# %s passivation: %d leases acquired by one host in %v (Acquire + Watch per world, in the host's AcquireConcurrency lanes)\n", lib, nAll, time.Since(t).Round(time.Millisecond))
 	h1 := heap()
 	g1 := runtime.NumGoroutine()
 	client, err := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels, Executor: sys.Executor()})
