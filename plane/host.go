@@ -54,7 +54,7 @@ type HostConfig struct {
 	// concurrent ones share the store's group commits, so a takeover of
 	// many worlds is not one round trip after another.
 	AcquireConcurrency int
-	RetryAfter           time.Duration // after a failed controller store call (default 100ms)
+	RetryAfter         time.Duration // after a failed controller store call (default 100ms)
 
 	// Observe, when set, receives the host's events synchronously; it
 	// must not block. Tests and metrics read it.
