@@ -2,7 +2,7 @@ package event
 
 import "testing"
 
-// DESIGN.md quotes ~2 µs to encode and hash an envelope.
+// The budget for encoding and hashing an envelope is about 2 µs.
 func BenchmarkEnvelopeEncodeAndHash(b *testing.B) {
 	e := sampleEnvelope()
 	b.ReportAllocs()

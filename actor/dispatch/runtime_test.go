@@ -33,7 +33,7 @@
 //	§9 MUST execute in mailbox order (FIFO)      TestMustExecuteInFIFOOrder, FuzzDeliverOrder
 //	§9 no reordering by the runtime              TestNoReorderingAcrossTypes, FuzzDeliverOrder
 //	§12 observability MUST NOT alter semantics   TestObservabilityMustNotAlterSemantics, TestStatsAreConsistentSnapshots
-//	executor seam (DESIGN.md)                    TestNoAmbientTimeOrRandomness
+//	executor seam (docs/rules.md, INV-8)         TestNoAmbientTimeOrRandomness
 package dispatch_test
 
 import (

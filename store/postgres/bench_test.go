@@ -17,7 +17,7 @@ import (
 //
 //	ORRERY_TEST_POSTGRES_DSN=... go test -run '^$' -bench . -benchtime 2000x ./store/postgres/
 //
-// Goals (DESIGN.md and the store's brief): a single durable append p99 ≤
+// Goals (bench/README.md, "The persistence plane"): a single durable append p99 ≤
 // 5 ms; ≥ 20,000 appends/s into one world with group commit; lease renew
 // p95 ≤ 5 ms; effect claim+complete ≥ 10,000/s batched; fork time
 // independent of the source's history.
