@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/plane/internal/seam"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/supervisor"
 	"github.com/orrery-run/orrery/world"
@@ -536,20 +537,10 @@ func (h *Host) control(ctx context.Context) error {
 	return nil
 }
 
-// watchRetry registers a Watch, retrying a failed registration every
-// retry until ctx ends (its error is then returned): a controller that
-// gave up on a transient store error would die silently, and nothing else
-// would ever act for it.
+// watchRetry registers a controller's Watch, retrying a refused
+// registration every retry until ctx ends (seam.Watch).
 func watchRetry(ctx context.Context, st store.Store, ex actor.Executor, retry time.Duration, w store.Waker, topics ...string) (func(), error) {
-	for {
-		stop, err := st.Watch(ctx, w, topics...)
-		if err == nil {
-			return stop, nil
-		}
-		if err := actor.Sleep(ctx, ex, retry); err != nil {
-			return nil, err
-		}
-	}
+	return seam.Watch(ctx, st, ex, func(int) time.Duration { return retry }, nil, w, topics...)
 }
 
 // hintWaker turns an assignment or lease hint into a sync.
@@ -728,49 +719,14 @@ func (h *Host) syncPage(ctx context.Context) (done bool, err error) {
 // once every lane has returned, with the first error that is not benign.
 func (h *Host) acquireAll(ctx context.Context, worlds []string) error {
 	n := min(h.cfg.AcquireConcurrency, len(worlds))
-	lane := func(i int) error {
+	return seam.Lanes(h.ex, n, func(i int) error {
 		for j := i; j < len(worlds); j += n {
 			if err := h.acquire(ctx, worlds[j]); err != nil && !benign(err) {
 				return err
 			}
 		}
 		return nil
-	}
-	if n <= 1 {
-		if n == 1 {
-			return lane(0)
-		}
-		return nil
-	}
-	// The lanes report through a parker, so that waiting for them is a
-	// blocking point the executor sees (the lab schedules it).
-	done := h.ex.NewParker()
-	var mu sync.Mutex
-	running := n
-	var first error
-	for i := range n {
-		h.ex.Go(func() {
-			err := lane(i)
-			mu.Lock()
-			if err != nil && first == nil {
-				first = err
-			}
-			running--
-			mu.Unlock()
-			done.Unpark()
-		})
-	}
-	for {
-		mu.Lock()
-		left, err := running, first
-		mu.Unlock()
-		if left == 0 {
-			return err
-		}
-		// Not ctx: each lane's store calls honour it, and none may
-		// outlive the pass.
-		_ = done.Park(context.Background())
-	}
+	})
 }
 
 // benign are the acquire errors that only mean "not now": another holder

@@ -12,6 +12,7 @@ import (
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/plane/internal/seam"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/world"
 )
@@ -183,19 +184,12 @@ func (p *Pool) Run(ctx context.Context) error {
 	}
 	defer p.running.Store(false)
 	wake := p.ex.NewParker()
-	var stop func()
-	for failures := 1; ; failures++ {
-		var err error
-		if stop, err = p.st.Watch(ctx, wake, store.TopicEffects); err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		p.log.Warn("adapter: watch failed", "worker", p.cfg.Worker, "err", err, "failures", failures)
-		if err := actor.Sleep(ctx, p.ex, storeBackoff(failures, p.ex.Uint64())); err != nil {
-			return err
-		}
+	stop, err := seam.Watch(ctx, p.st, p.ex, func(n int) time.Duration { return storeBackoff(n, p.ex.Uint64()) },
+		func(err error, n int) {
+			p.log.Warn("adapter: watch failed", "worker", p.cfg.Worker, "err", err, "failures", n)
+		}, wake, store.TopicEffects)
+	if err != nil {
+		return err
 	}
 	defer stop()
 	p.mu.Lock()

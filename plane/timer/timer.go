@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/plane/internal/seam"
 	"github.com/orrery-run/orrery/store"
 )
 
@@ -131,19 +132,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	defer w.running.Store(false)
 	wake := w.ex.NewParker()
-	var stop func()
-	for failures := 1; ; failures++ {
-		var err error
-		if stop, err = w.st.Watch(ctx, wake, store.TopicTimers); err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		w.log.Warn("timer: watch failed", "worker", w.cfg.Worker, "err", err, "failures", failures)
-		if err := actor.Sleep(ctx, w.ex, backoff(failures, w.ex.Uint64())); err != nil {
-			return err
-		}
+	stop, err := seam.Watch(ctx, w.st, w.ex, func(n int) time.Duration { return backoff(n, w.ex.Uint64()) },
+		func(err error, n int) {
+			w.log.Warn("timer: watch failed", "worker", w.cfg.Worker, "err", err, "failures", n)
+		}, wake, store.TopicTimers)
+	if err != nil {
+		return err
 	}
 	defer stop()
 	var timer actor.Timer
@@ -240,39 +234,7 @@ func (w *Worker) fireAll(ctx context.Context, items []store.TimerItem) error {
 		i := h.Sum32() % uint32(n)
 		lanes[i] = append(lanes[i], it)
 	}
-	// The lanes report through a parker, so that waiting for them is a
-	// blocking point the executor sees (the lab schedules it).
-	done := w.ex.NewParker()
-	var mu sync.Mutex
-	running := 0
-	var first error
-	for _, lane := range lanes {
-		if len(lane) == 0 {
-			continue
-		}
-		running++
-		w.ex.Go(func() {
-			err := w.fireLane(ctx, lane)
-			mu.Lock()
-			if err != nil && first == nil {
-				first = err
-			}
-			running--
-			mu.Unlock()
-			done.Unpark()
-		})
-	}
-	for {
-		mu.Lock()
-		left, err := running, first
-		mu.Unlock()
-		if left == 0 {
-			return err
-		}
-		// Not ctx: the lanes end promptly once it is done (each store call
-		// and backoff honours it), and none may outlive Run.
-		_ = done.Park(context.Background())
-	}
+	return seam.Lanes(w.ex, n, func(i int) error { return w.fireLane(ctx, lanes[i]) })
 }
 
 // fireLane fires items in order. A store failure is retried with backoff
