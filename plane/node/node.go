@@ -1,0 +1,333 @@
+// Package node runs one Orrery process: everything a machine contributes to
+// a cluster, started and stopped as one. A Node holds
+//
+//   - an orchestrator, which acts only while it holds the orchestrator lease
+//     (so any number of nodes may run one; exactly one places worlds);
+//   - a host, which runs the worlds placed on this worker;
+//   - an effect adapter pool with the built-in http.request and fabric.send
+//     adapters plus the application's own;
+//   - a durable timer worker;
+//   - the reapers of expired claims and of old dedupe records;
+//   - a client (Send, Call, State) and the ops API, sharing the host's
+//     in-process reply hand-off.
+//
+// `orrery serve` is a Node plus the HTTP API; the demo and the multi-process
+// tests start Nodes too. Several Nodes on one PostgreSQL form a cluster: the
+// store's leases decide who runs what, so nodes never talk to each other.
+//
+// Stop is the planned way out (the worker is marked draining, steps in flight
+// finish, every lease is released at once so successors do not wait for the
+// TTL); Kill is a crash, for tests and demos of recovery.
+//
+// What it never does: keep package-level state, read the machine's clock or
+// start goroutines outside the actor.Executor of its actor.System.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/plane/adapter"
+	"github.com/orrery-run/orrery/plane/reaper"
+	"github.com/orrery-run/orrery/plane/timer"
+	"github.com/orrery-run/orrery/store"
+)
+
+// ErrInvalid: a Config that cannot run.
+var ErrInvalid = errors.New("node: invalid configuration")
+
+// ErrStopped: the node was stopped or killed.
+var ErrStopped = errors.New("node: stopped")
+
+// Config configures a Node. Worker, Store and Kernels are required; zero
+// durations take the plane's defaults.
+type Config struct {
+	Worker  string        // the worker id: lease holder, inventory name, claimant prefix
+	Store   store.Store   // the persistence plane (the node does not close it)
+	Kernels plane.Kernels // the worlds this process can run, by universe
+
+	// Adapters are the application's effect adapters, served beside the
+	// built-in http.request and fabric.send (a registration for one of
+	// those kinds replaces the built-in).
+	Adapters []adapter.Registration
+	HTTP     adapter.HTTPConfig // the built-in http.request adapter
+
+	LeaseTTL  time.Duration // world and orchestrator leases (default 10s)
+	ClaimTTL  time.Duration // effect and timer claims (default 30s)
+	IdleAfter time.Duration // passivation (plane default 30s; negative: never)
+	// NoOrchestrator leaves placement to other nodes (a node that only
+	// hosts). By default every node runs an orchestrator; one acts.
+	NoOrchestrator bool
+	// EffectConcurrency bounds effects executing at once (default 16).
+	EffectConcurrency int
+
+	// System runs the node's processes (nil: a new actor.System on the
+	// production executor, closed by Stop and Kill). The lab passes its own.
+	System *actor.System
+	Logger *slog.Logger // nil: discarded
+
+	// Observe receives the host's events (metrics, tests); it must not block.
+	Observe func(plane.HostEvent)
+	// Host, when set, adjusts the host's configuration last.
+	Host func(*plane.HostConfig)
+}
+
+// Node is one running Orrery process. See the package doc.
+type Node struct {
+	cfg     Config
+	sys     *actor.System
+	ownSys  bool
+	host    *plane.Host
+	orch    *plane.Orchestrator
+	pool    *adapter.Pool
+	client  *plane.Client
+	ops     *plane.Ops
+	replies *plane.Replies
+
+	cancel context.CancelFunc // the workers' context
+	wg     sync.WaitGroup     // the pool, the timer worker and the reapers
+
+	mu      sync.Mutex
+	stopped bool
+}
+
+// Start starts every part of the node and returns once they run.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.Worker == "" || cfg.Store == nil || len(cfg.Kernels) == 0 {
+		return nil, fmt.Errorf("%w: Worker, Store and Kernels are required", ErrInvalid)
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = 10 * time.Second
+	}
+	if cfg.ClaimTTL == 0 {
+		cfg.ClaimTTL = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	n := &Node{cfg: cfg, sys: cfg.System, replies: plane.NewReplies()}
+	if n.sys == nil {
+		n.sys, n.ownSys = actor.NewSystem(), true
+	}
+	ex := n.sys.Executor()
+
+	ops, err := plane.NewOps(cfg.Store, cfg.Kernels)
+	if err != nil {
+		return nil, n.abort(ctx, err)
+	}
+	n.ops = ops
+
+	hc := plane.HostConfig{
+		Worker: cfg.Worker, Store: cfg.Store, Kernels: cfg.Kernels, Replies: n.replies,
+		LeaseTTL: cfg.LeaseTTL, IdleAfter: cfg.IdleAfter, Observe: cfg.Observe,
+	}
+	if cfg.Host != nil {
+		cfg.Host(&hc)
+	}
+	if n.host, err = plane.StartHost(ctx, n.sys.Root(), hc); err != nil {
+		return nil, n.abort(ctx, err)
+	}
+	if !cfg.NoOrchestrator {
+		universes := make([]string, 0, len(cfg.Kernels))
+		for u := range cfg.Kernels {
+			universes = append(universes, u)
+		}
+		sort.Strings(universes)
+		n.orch, err = plane.StartOrchestrator(ctx, n.sys.Root(), plane.OrchestratorConfig{
+			ID: cfg.Worker, Store: cfg.Store, Universes: universes, LeaseTTL: cfg.LeaseTTL,
+		})
+		if err != nil {
+			return nil, n.abort(ctx, err)
+		}
+	}
+	n.client, err = plane.NewClient(plane.ClientConfig{
+		Store: cfg.Store, Kernels: cfg.Kernels, Executor: ex, Replies: n.replies, Hosts: []*plane.Host{n.host},
+	})
+	if err != nil {
+		return nil, n.abort(ctx, err)
+	}
+
+	regs := withBuiltins([]adapter.Registration{
+		adapter.Register(adapter.NewHTTP(ex, cfg.HTTP), adapter.DefaultRetry()),
+		adapter.Register(adapter.NewFabric(cfg.Store), adapter.NoRetry()),
+	}, cfg.Adapters)
+	n.pool, err = adapter.NewPool(cfg.Store, adapter.Config{
+		Worker: cfg.Worker + "/effects", Executor: ex, Concurrency: cfg.EffectConcurrency,
+		ClaimTTL: cfg.ClaimTTL, Logger: cfg.Logger.With("part", "effects"),
+	}, regs...)
+	if err != nil {
+		return nil, n.abort(ctx, err)
+	}
+	tw, err := timer.New(cfg.Store, timer.Config{
+		Worker: cfg.Worker + "/timers", Executor: ex, ClaimTTL: cfg.ClaimTTL,
+		Logger: cfg.Logger.With("part", "timers"),
+	})
+	if err != nil {
+		return nil, n.abort(ctx, err)
+	}
+	jobs := []reaper.Job{reaper.Effects(cfg.Store, cfg.ClaimTTL), reaper.Timers(cfg.Store, cfg.ClaimTTL)}
+	if ds, ok := cfg.Store.(interface {
+		SweepDedupe(ctx context.Context) (int, error)
+		DedupeRetention() time.Duration
+	}); ok {
+		jobs = append(jobs, reaper.Dedupe(ds))
+	}
+
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	n.cancel = cancel
+	for _, w := range []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"effects", n.pool.Run},
+		{"timers", tw.Run},
+		{"reapers", func(ctx context.Context) error { return reaper.Run(ctx, reaper.Config{Executor: ex}, jobs...) }},
+	} {
+		n.wg.Add(1)
+		ex.Go(func() {
+			defer n.wg.Done()
+			if err := w.run(wctx); err != nil && wctx.Err() == nil {
+				cfg.Logger.Warn("node: worker exited", "part", w.name, "err", err)
+			}
+		})
+	}
+	cfg.Logger.Info("node started", "worker", cfg.Worker, "orchestrator", !cfg.NoOrchestrator)
+	return n, nil
+}
+
+// withBuiltins puts the built-in adapters before the application's, minus
+// each built-in whose kind the application serves itself.
+func withBuiltins(builtins, app []adapter.Registration) []adapter.Registration {
+	served := map[string]bool{}
+	for _, r := range app {
+		for _, k := range r.Adapter.Kinds() {
+			served[k] = true
+		}
+	}
+	var out []adapter.Registration
+	for _, r := range builtins {
+		replaced := false
+		for _, k := range r.Adapter.Kinds() {
+			replaced = replaced || served[k]
+		}
+		if !replaced {
+			out = append(out, r)
+		}
+	}
+	return append(out, app...)
+}
+
+// abort undoes a partial Start.
+func (n *Node) abort(ctx context.Context, err error) error {
+	if n.orch != nil {
+		_ = n.orch.Stop(ctx)
+	}
+	if n.host != nil {
+		_ = n.host.Stop(ctx)
+	}
+	if n.ownSys {
+		_, _ = n.sys.Close(ctx)
+	}
+	return err
+}
+
+// Worker is the node's worker id.
+func (n *Node) Worker() string { return n.cfg.Worker }
+
+// Client is the node's client: Send, Call and State, with replies handed
+// over in process by the node's host.
+func (n *Node) Client() *plane.Client { return n.client }
+
+// Ops is the internal ops API over the node's store.
+func (n *Node) Ops() *plane.Ops { return n.ops }
+
+// Host is the node's host.
+func (n *Node) Host() *plane.Host { return n.host }
+
+// Pool is the node's effect adapter pool.
+func (n *Node) Pool() *adapter.Pool { return n.pool }
+
+// Executor is the clock and goroutine source every part of the node uses.
+func (n *Node) Executor() actor.Executor { return n.sys.Executor() }
+
+// Leader reports whether this node's orchestrator is the acting one.
+func (n *Node) Leader() bool { return n.orch != nil && n.orch.Leader() }
+
+// Ready reports whether the node can take work: not stopped, its host
+// running, and the store answering.
+func (n *Node) Ready(ctx context.Context) error {
+	n.mu.Lock()
+	stopped := n.stopped
+	n.mu.Unlock()
+	if stopped {
+		return ErrStopped
+	}
+	if err := n.host.Err(); err != nil {
+		return err
+	}
+	_, err := n.cfg.Store.Now(ctx)
+	return err
+}
+
+// Drain hands every world on this node to the others without waiting for
+// lease expiry: the worker is marked draining (the orchestrator places
+// nothing here and moves its worlds), the world processes finish the step
+// in flight and stop, and the leases are released at once. The node keeps
+// running its adapter pool and timer worker, which are stateless claimants,
+// until Stop.
+func (n *Node) Drain(ctx context.Context) error { return n.host.Drain(ctx) }
+
+// Stop is the planned shutdown (SIGTERM): Drain, then stop the
+// orchestrator, the workers and the node's processes. It returns the first
+// error of those steps; calling it again is a no-op.
+func (n *Node) Stop(ctx context.Context) error {
+	if !n.markStopped() {
+		return nil
+	}
+	err := n.host.Drain(ctx)
+	if serr := n.host.Stop(ctx); err == nil && serr != nil && !errors.Is(serr, plane.ErrStopped) {
+		err = serr
+	}
+	n.finish(ctx)
+	n.cfg.Logger.Info("node stopped", "worker", n.cfg.Worker)
+	return err
+}
+
+// Kill ends the node as a crash would: processes are aborted and nothing is
+// released, so its worlds move only when their leases expire. The store
+// handle should be treated as dead too.
+func (n *Node) Kill(ctx context.Context) {
+	if !n.markStopped() {
+		return
+	}
+	n.host.Kill(ctx)
+	n.finish(ctx)
+}
+
+func (n *Node) markStopped() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stopped {
+		return false
+	}
+	n.stopped = true
+	return true
+}
+
+func (n *Node) finish(ctx context.Context) {
+	if n.orch != nil {
+		_ = n.orch.Stop(ctx)
+	}
+	n.cancel()
+	n.wg.Wait()
+	if n.ownSys {
+		_, _ = n.sys.Close(ctx)
+	}
+}
