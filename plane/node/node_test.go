@@ -1,0 +1,283 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/plane/node"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/world"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type tally struct {
+	N     int64
+	Beeps int64
+	Paid  []string
+}
+
+type Add struct{ By int64 }
+type Get struct{}
+type Alarm struct{ AfterMs int64 }
+type Beep struct{}
+type Pay struct{ URL string }
+
+const universe = "t"
+
+func kernels() plane.Kernels {
+	d := world.New[tally]("test.tally", 1)
+	world.On(d, func(c *world.Ctx, s *tally, a Add) error { s.N += a.By; return nil })
+	world.On(d, func(c *world.Ctx, s *tally, _ Get) error { c.Reply(s.N); return nil })
+	world.On(d, func(c *world.Ctx, s *tally, a Alarm) error {
+		c.SetTimer(c.Now().Add(time.Duration(a.AfterMs)*time.Millisecond), Beep{})
+		return nil
+	})
+	world.On(d, func(c *world.Ctx, s *tally, _ Beep) error { s.Beeps++; return nil })
+	world.On(d, func(c *world.Ctx, s *tally, p Pay) error {
+		c.Effect(world.KindHTTPRequest, world.HTTPRequest{Method: "POST", URL: p.URL})
+		return nil
+	})
+	world.On(d, func(c *world.Ctx, s *tally, r world.Receipt) error {
+		s.Paid = append(s.Paid, string(r.Status))
+		return nil
+	})
+	return plane.Kernels{universe: d.Kernel()}
+}
+
+const ttl = 2 * time.Second
+
+func start(t *testing.T, ctx context.Context, st store.Store, worker string) *node.Node {
+	t.Helper()
+	n, err := node.Start(ctx, node.Config{Worker: worker, Store: st, Kernels: kernels(), LeaseTTL: ttl, ClaimTTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func worldIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("w%02d", i)
+	}
+	return ids
+}
+
+// holders waits (in the bubble's virtual time) until every world is leased,
+// unexpired, by one of want, and returns each world's lease.
+func holders(t *testing.T, ctx context.Context, st store.Store, ids []string, want ...string) map[string]store.Lease {
+	t.Helper()
+	ok := map[string]bool{}
+	for _, w := range want {
+		ok[w] = true
+	}
+	for range 2000 {
+		now, err := st.Now(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]store.Lease{}
+		for _, id := range ids {
+			l, found, err := st.GetLease(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if found && ok[l.Holder] && l.ExpiresAt.After(now) {
+				out[id] = l
+			}
+		}
+		if len(out) == len(ids) {
+			return out
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("worlds never all held by %v", want)
+	return nil
+}
+
+func create(t *testing.T, ctx context.Context, st store.Store, ids []string) {
+	t.Helper()
+	for _, id := range ids {
+		if _, err := st.CreateWorld(ctx, universe, id, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestStartRefusesAnIncompleteConfig(t *testing.T) {
+	_, err := node.Start(context.Background(), node.Config{Worker: "w"})
+	if !errors.Is(err, node.ErrInvalid) {
+		t.Fatalf("got %v, want ErrInvalid", err)
+	}
+}
+
+// Two nodes share the worlds the orchestrator places; Stop hands the
+// stopping node's worlds to the other at once (released leases, higher
+// epochs, well inside one TTL of virtual time), with their state intact.
+func TestStopHandsWorldsOverWithoutWaitingForTheTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		st := memstore.New()
+		ids := worldIDs(8)
+		create(t, ctx, st, ids)
+		a, b := start(t, ctx, st, "a"), start(t, ctx, st, "b")
+		before := holders(t, ctx, st, ids, "a", "b")
+		onA := 0
+		for _, l := range before {
+			if l.Holder == "a" {
+				onA++
+			}
+		}
+		if onA == 0 || onA == len(ids) {
+			t.Fatalf("placement put %d of %d worlds on a; want them spread", onA, len(ids))
+		}
+		for i, id := range ids {
+			if _, err := a.Client().Send(ctx, id, Add{By: int64(i + 1)}, "k"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stopAt := time.Now()
+		if err := a.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		after := holders(t, ctx, st, ids, "b")
+		if took := time.Since(stopAt); took >= ttl {
+			t.Fatalf("handoff took %v of virtual time, not less than the TTL %v", took, ttl)
+		}
+		for i, id := range ids {
+			if before[id].Holder == "a" && after[id].Epoch <= before[id].Epoch {
+				t.Fatalf("%s: epoch %d after handoff, was %d", id, after[id].Epoch, before[id].Epoch)
+			}
+			got, err := plane.CallAs[int64](ctx, b.Client(), id, Get{})
+			if err != nil || got != int64(i+1) {
+				t.Fatalf("%s: Get = %d, %v; want %d", id, got, err, i+1)
+			}
+		}
+		if err := a.Ready(ctx); !errors.Is(err, node.ErrStopped) {
+			t.Fatalf("a stopped node is ready: %v", err)
+		}
+		if err := b.Ready(ctx); err != nil {
+			t.Fatalf("b not ready: %v", err)
+		}
+		_ = b.Stop(ctx)
+	})
+}
+
+// A killed node releases nothing: its worlds move only once their leases
+// have expired, and a timer armed before the crash fires on the survivor
+// exactly once.
+func TestKillMovesWorldsAfterTheTTLAndTimersSurvive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		st := memstore.New()
+		ids := worldIDs(6)
+		create(t, ctx, st, ids)
+		a := start(t, ctx, st, "a")
+		holders(t, ctx, st, ids, "a")
+		b := start(t, ctx, st, "b")
+		for _, id := range ids {
+			if _, err := a.Client().Send(ctx, id, Alarm{AfterMs: 3000}, "alarm"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The alarms are journaled (and the timers armed) before the crash.
+		for _, id := range ids {
+			for h, _ := st.Head(ctx, id); h < 1; h, _ = st.Head(ctx, id) {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		moved := holders(t, ctx, st, ids, "a", "b")
+		var firstExpiry time.Time
+		for _, l := range moved {
+			if l.Holder == "a" && (firstExpiry.IsZero() || l.ExpiresAt.Before(firstExpiry)) {
+				firstExpiry = l.ExpiresAt
+			}
+		}
+		a.Kill(ctx)
+		if !firstExpiry.IsZero() {
+			// Just before a's first lease expires nobody else holds its worlds.
+			time.Sleep(time.Until(firstExpiry) - time.Millisecond)
+			for id, l := range moved {
+				if now, found, _ := st.GetLease(ctx, id); l.Holder == "a" && found && now.Holder != "a" {
+					t.Fatalf("%s moved to %q before a's lease expired", id, now.Holder)
+				}
+			}
+		}
+		after := holders(t, ctx, st, ids, "b")
+		for _, id := range ids {
+			if moved[id].Holder == "a" && after[id].Epoch <= moved[id].Epoch {
+				t.Fatalf("%s: epoch %d after the crash, was %d", id, after[id].Epoch, moved[id].Epoch)
+			}
+		}
+		time.Sleep(5 * time.Second)
+		for _, id := range ids {
+			snap, err := b.Client().State(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var s struct{ State tally }
+			if err := world.Decode(snap.State, &s); err != nil {
+				t.Fatal(err)
+			}
+			if s.State.Beeps != 1 {
+				t.Fatalf("%s: timer fired %d times, want 1", id, s.State.Beeps)
+			}
+		}
+		_ = b.Stop(ctx)
+	})
+}
+
+// The built-in http.request adapter runs: an effect reaches a real server
+// once and its receipt reaches the world. Real I/O, so no bubble: the wait
+// is bounded by the context.
+func TestBuiltinHTTPAdapterDeliversAReceipt(t *testing.T) {
+	var posts atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		posts.Add(1)
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st := memstore.New()
+	create(t, ctx, st, []string{"p"})
+	n := start(t, ctx, st, "a")
+	defer func() { _ = n.Stop(context.Background()) }()
+	if _, err := n.Client().Send(ctx, "p", Pay{URL: srv.URL}, "pay"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		snap, err := n.Client().State(ctx, "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s struct{ State tally }
+		if err := world.Decode(snap.State, &s); err != nil {
+			t.Fatal(err)
+		}
+		if len(s.State.Paid) == 1 {
+			if s.State.Paid[0] != string(world.StatusOK) || posts.Load() != 1 {
+				t.Fatalf("receipt %v after %d posts", s.State.Paid, posts.Load())
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no receipt: %v", ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
