@@ -1,0 +1,244 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/orrery-run/orrery/api"
+	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/plane/node"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/store/postgres"
+	"github.com/orrery-run/orrery/store/sqlite"
+)
+
+// serveFlags are `orrery serve`'s settings.
+type serveFlags struct {
+	store       string
+	worker      string
+	listen      string
+	tlsCert     string
+	tlsKey      string
+	leaseTTL    time.Duration
+	claimTTL    time.Duration
+	idleAfter   time.Duration
+	noOrch      bool
+	effects     int
+	maxBody     int64
+	callTimeout time.Duration
+	stopTimeout time.Duration
+	logLevel    string
+	logFormat   string
+}
+
+func (e *env) serveCommand() *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a node: orchestrator, host, adapters, timers, reapers and the HTTP API",
+		Long: `serve runs everything in one process: the orchestrator (one acts per cluster),
+a host for the worlds placed on this worker, the effect adapters (http.request,
+fabric.send and the binary's own), the durable timer worker, the reapers and
+the HTTP API.
+
+The default store is an embedded SQLite file, ./orrery.db. Point several
+serve processes at one PostgreSQL (--store postgres://...) with distinct
+--worker-id values and they form a cluster: a world runs on exactly one of
+them, and moves when that one dies (after its lease TTL) or drains.
+
+On SIGTERM or SIGINT it stops taking work, finishes the steps in flight,
+releases its leases so the others take its worlds at once, and exits 0.
+
+A listener on anything but loopback requires a token (--token or
+ORRERY_TOKEN); TLS is served when --tls-cert and --tls-key are given.
+Traces are exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set.`,
+		Example: `  orrery serve
+  orrery serve --store ./data/orrery.db --listen 127.0.0.1:8080
+  ORRERY_TOKEN=s3cret orrery serve --store postgres://orrery@db:5432/orrery --worker-id node-a --listen 0.0.0.0:7070`,
+		Args: args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error { return e.serve(cmd.Context(), f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.store, "store", "orrery.db", "a SQLite file path, a postgres:// URL, or memory (nothing survives)")
+	fl.StringVar(&f.worker, "worker-id", "", "this worker's id, unique in the cluster (default <hostname>-<pid>)")
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:7070", "the HTTP API's address")
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate file (PEM)")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "TLS key file (PEM)")
+	fl.DurationVar(&f.leaseTTL, "lease-ttl", 10*time.Second, "world lease TTL: a crashed worker's worlds move after at most this")
+	fl.DurationVar(&f.claimTTL, "claim-ttl", 30*time.Second, "effect and timer claim TTL: must exceed the slowest adapter call")
+	fl.DurationVar(&f.idleAfter, "idle-after", 30*time.Second, "passivate a world idle this long (negative: never)")
+	fl.BoolVar(&f.noOrch, "no-orchestrator", false, "host worlds but never place them")
+	fl.IntVar(&f.effects, "effect-concurrency", 16, "effects executing at once")
+	fl.Int64Var(&f.maxBody, "max-body", 1<<20, "largest request body the API accepts, in bytes")
+	fl.DurationVar(&f.callTimeout, "call-timeout", 30*time.Second, "the longest a call waits for its reply")
+	fl.DurationVar(&f.stopTimeout, "stop-timeout", 30*time.Second, "how long a graceful stop may take")
+	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
+	return cmd
+}
+
+// openStore opens the store a --store value names.
+func openStore(ctx context.Context, spec string) (store.Store, string, error) {
+	switch {
+	case spec == "memory":
+		return memstore.New(), "memory", nil
+	case strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://"):
+		st, err := postgres.Open(ctx, spec)
+		return st, "postgres", err
+	case spec == "":
+		return nil, "", usagef("--store is empty")
+	default:
+		st, err := sqlite.Open(ctx, spec)
+		return st, "sqlite " + spec, err
+	}
+}
+
+func newLogger(w *os.File, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level: %v", err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usagef("--log-format must be text or json, not %q", format)
+}
+
+// tracerProvider installs the OpenTelemetry SDK with an OTLP/HTTP exporter
+// when the standard OTEL_EXPORTER_OTLP_* variables name an endpoint; the
+// libraries below only ever see the API.
+func tracerProvider(ctx context.Context, getenv func(string) string) (trace.TracerProvider, func(context.Context) error, error) {
+	if getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+		return noop.NewTracerProvider(), func(context.Context) error { return nil }, nil
+	}
+	exp, err := otlptracehttp.New(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tracing: %w", err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
+	return tp, tp.Shutdown, nil
+}
+
+func (e *env) serve(ctx context.Context, f serveFlags) error {
+	if len(e.kernels) == 0 {
+		return usagef("this binary has no worlds to serve")
+	}
+	log, err := newLogger(os.Stderr, f.logLevel, f.logFormat)
+	if err != nil {
+		return err
+	}
+	token := e.token
+	if token == "" {
+		token = e.io.Getenv("ORRERY_TOKEN")
+	}
+	// The listener first: a bad address or a refused insecure listener
+	// must fail before anything touches the store.
+	ln, err := api.Listen(f.listen, token, f.tlsCert, f.tlsKey)
+	if err != nil {
+		if errors.Is(err, api.ErrInsecure) {
+			return usagef("%v", err)
+		}
+		return err
+	}
+	defer ln.Close()
+
+	st, desc, err := openStore(ctx, f.store)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	worker := f.worker
+	if worker == "" {
+		host, _ := os.Hostname()
+		worker = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	tp, shutdownTracing, err := tracerProvider(ctx, e.io.Getenv)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = shutdownTracing(context.WithoutCancel(ctx)) }()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := api.NewMetrics(reg)
+
+	n, err := node.Start(ctx, node.Config{
+		Worker: worker, Store: st, Kernels: e.kernels,
+		LeaseTTL: f.leaseTTL, ClaimTTL: f.claimTTL, IdleAfter: f.idleAfter,
+		NoOrchestrator: f.noOrch, EffectConcurrency: f.effects, Logger: log,
+		Observe: metrics.ObserveHost,
+	})
+	if err != nil {
+		return err
+	}
+	metrics.Watch(st, n.Host())
+	srv, err := api.NewServer(api.Config{
+		Store: st, Ops: n.Ops(), Client: n.Client(), Kernels: e.kernels,
+		Token: token, MaxBody: f.maxBody, CallTimeout: f.callTimeout,
+		Ready: n.Ready, Metrics: metrics, Logger: log, Tracer: tp,
+	})
+	if err != nil {
+		_ = n.Stop(ctx)
+		return err
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+
+	scheme := "http"
+	if f.tlsCert != "" {
+		scheme = "https"
+	}
+	fmt.Fprintf(e.io.Out, "orrery serve: worker %s, store %s, API %s://%s\n", worker, desc, scheme, addrOf(ln))
+	log.Info("serving", "worker", worker, "store", desc, "listen", addrOf(ln))
+
+	sig, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	var serveErr error
+	select {
+	case <-sig.Done():
+	case serveErr = <-served:
+	}
+	// A planned handoff: stop taking work, finish the steps in flight,
+	// release every lease, then let the API's requests in flight end.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.stopTimeout)
+	defer cancel()
+	log.Info("stopping: draining and releasing leases", "worker", worker)
+	stopErr := n.Stop(sctx)
+	_ = hs.Shutdown(sctx)
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	if stopErr != nil {
+		return fmt.Errorf("graceful stop: %w", stopErr)
+	}
+	log.Info("stopped", "worker", worker)
+	return nil
+}
+
+func addrOf(ln net.Listener) string { return ln.Addr().String() }
+
+// compile-time check that a node's host satisfies what metrics read.
+var _ interface{ Worlds() ([]string, int) } = (*plane.Host)(nil)
