@@ -477,6 +477,11 @@ type EffectStatus struct {
 	Receipt     *Receipt // when done
 	InboxSeq    uint64   // the receipt's inbox seq, when done
 	CompletedAt time.Time
+	// Resolved is true when the receipt is an operator's (Resolve), not an
+	// adapter's (Complete), and ResolveReason is the reason the operator
+	// gave. A RetryEffect clears both with the receipt.
+	Resolved      bool
+	ResolveReason string
 }
 
 // ReceiptKey is the inbox dedupe key of an intent's receipt: one terminal
@@ -543,6 +548,18 @@ type Effects interface {
 	// with any write), the batch did, and a retry answers dup=true for
 	// what it completed.
 	CompleteMany(ctx context.Context, cs []Completion) ([]CompleteResult, error)
+	// Resolve is an operator's receipt for a pending or inflight effect: it
+	// completes the intent exactly as Complete would (receipt into the world's
+	// inbox under ReceiptKey(intentHash, retries), intent done, removed from
+	// the queue), whatever the claim, with reason recorded as the operator's
+	// (EffectStatus.Resolved and ResolveReason). An inflight claim loses the
+	// effect: its holder's later Complete answers dup=true (the first
+	// terminal receipt wins), as after any other completion. A done intent
+	// answers the first completion's seq with dup=true and changes nothing.
+	// Unknown intent: ErrNotFound. A receipt that does not validate (status,
+	// payload limits), or a reason over its limit: ErrInvalid, nothing
+	// written.
+	Resolve(ctx context.Context, intentHash string, r Receipt, reason string) (inboxSeq uint64, dup bool, err error)
 	// ReapEffects requeues inflight items whose claim expired (store clock).
 	ReapEffects(ctx context.Context) (int, error)
 	// RetryEffect is an operator's retry of an effect whose terminal

@@ -20,7 +20,8 @@ import (
 //     policy and state hashes): valid UTF-8 without NUL, at most MaxIDBytes
 //     bytes; most are also required to be non-empty.
 //   - Keys (idempotency keys, dedupe keys): the same, up to MaxKeyBytes.
-//   - Reasons (status changes, retries, assignments): up to MaxReasonBytes.
+//   - Reasons (status changes, retries, resolutions, assignments): up to
+//     MaxReasonBytes.
 //   - Payloads (event payloads, inbox payloads, intent params, timer
 //     payloads, receipts): at most MaxPayloadBytes; snapshot state at most
 //     MaxStateBytes.
@@ -280,6 +281,18 @@ func CheckCompletion(op string, c Completion) error {
 		return err
 	}
 	return CheckReceipt(op, c.Receipt)
+}
+
+// CheckResolve checks an operator's Resolve: the intent hash, the receipt
+// and the reason.
+func CheckResolve(op, intentHash string, r Receipt, reason string) error {
+	if err := CheckID(op, "intentHash", intentHash); err != nil {
+		return err
+	}
+	if err := CheckReceipt(op, r); err != nil {
+		return err
+	}
+	return CheckReason(op, reason)
 }
 
 // CheckKinds checks the effect kinds of a Claim.

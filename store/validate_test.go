@@ -99,3 +99,28 @@ func FuzzCheckIngress(f *testing.F) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// An operator's Resolve is checked like a completion's receipt, plus its
+// reason; an empty reason is allowed.
+func TestCheckResolve(t *testing.T) {
+	ok := Receipt{Status: ReceiptOK}
+	if err := CheckResolve("resolve", "h", ok, ""); err != nil {
+		t.Fatalf("a good resolve: %v", err)
+	}
+	for name, c := range map[string]struct {
+		hash   string
+		r      Receipt
+		reason string
+	}{
+		"empty hash":     {"", ok, ""},
+		"no status":      {"h", Receipt{}, ""},
+		"unknown status": {"h", Receipt{Status: "maybe"}, ""},
+		"big payload":    {"h", Receipt{Status: ReceiptOK, Payload: make([]byte, MaxPayloadBytes+1)}, ""},
+		"long reason":    {"h", ok, strings.Repeat("r", MaxReasonBytes+1)},
+		"reason NUL":     {"h", ok, "a\x00b"},
+	} {
+		if err := CheckResolve("resolve", c.hash, c.r, c.reason); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+}

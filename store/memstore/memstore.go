@@ -61,7 +61,7 @@ func Ops() []string {
 		"head", "heartbeat", "list_effects", "list_timers", "list_worker_worlds", "list_workers",
 		"list_worlds", "next_due", "now", "publish", "put_snapshot", "queue_depths", "read", "read_inbox",
 		"read_window", "reap_effects", "reap_timers", "release", "release_leases", "renew",
-		"renew_leases", "retry_effect", "schedule", "send", "set_draining", "set_world_status",
+		"renew_leases", "resolve", "retry_effect", "schedule", "send", "set_draining", "set_world_status",
 		"sweep_dedupe", "unassign", "watch",
 	}
 }

@@ -273,6 +273,10 @@ func TestWatchDeliversEveryHint(t *testing.T) {
 	_, err = s.RetryEffect(bg, "i1", "operator")
 	must(err)
 	hinted(t, sig[store.TopicEffects], "RetryEffect")
+	_, _, err = s.Resolve(bg, "i1", store.Receipt{Status: store.ReceiptOK}, "answered out of band")
+	must(err)
+	hinted(t, inbox, "Resolve")
+	quiet(t, sig[store.TopicEffects], "Resolve (nothing became claimable)")
 	must(s.Schedule(bg, "w", e, "t1", clock.Now(), nil))
 	hinted(t, sig[store.TopicTimers], "Schedule")
 	timers, err := s.ClaimDue(bg, "tw", 1, time.Minute)
@@ -376,6 +380,7 @@ func TestOpsListsEveryHookedOperation(t *testing.T) {
 		},
 		func() { s.CompleteMany(bg, nil) },
 		func() { s.RetryEffect(bg, "i", "r") },
+		func() { s.Resolve(bg, "i", store.Receipt{Status: store.ReceiptOK}, "r") },
 		func() { s.ListEffects(bg, "w", 0, 10) },
 		func() { s.ListTimers(bg, "w", 10) },
 		func() { s.QueueDepths(bg) },
@@ -424,6 +429,14 @@ func TestOpsListsEveryHookedOperation(t *testing.T) {
 // FuzzAppend fuzzes the append authority's inputs on the reference backend.
 func FuzzAppend(f *testing.F) {
 	storetest.FuzzAppend(f, func(t *testing.T) storetest.Harness {
+		s, clock := open(t)
+		return storetest.Harness{Store: s, Advance: clock.Advance}
+	})
+}
+
+// FuzzResolve fuzzes an operator's Resolve on the reference backend.
+func FuzzResolve(f *testing.F) {
+	storetest.FuzzResolve(f, func(t *testing.T) storetest.Harness {
 		s, clock := open(t)
 		return storetest.Harness{Store: s, Advance: clock.Advance}
 	})

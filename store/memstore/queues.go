@@ -103,11 +103,12 @@ func (s *Store) Cursor(ctx context.Context, worldID string) (uint64, error) {
 // effect is an intent's queue entry and dedupe record in one: the queue
 // holds it while pending or inflight, the record outlives it until swept.
 type effect struct {
-	item        store.EffectItem // item.State is the record's state
-	retryReason string
-	receipt     *store.Receipt
-	inboxSeq    uint64
-	completedAt time.Time
+	item          store.EffectItem // item.State is the record's state
+	retryReason   string
+	resolveReason *string // the operator's, when Resolve gave the receipt
+	receipt       *store.Receipt
+	inboxSeq      uint64
+	completedAt   time.Time
 }
 
 // Publish implements protocol C. Intent hashes are global: an intent once
@@ -239,30 +240,51 @@ func (s *Store) completeMany(ctx context.Context, op string, cs []store.Completi
 	return out, nil
 }
 
-// complete decides (contract.Settle) and applies one completion (mu held).
-// The receipt enters the inbox whatever the world's status, because it is
-// the durable answer to the world's own request.
+// complete checks and applies one completion (mu held).
 func (st *state) complete(c store.Completion, now time.Time) (uint64, bool, error) {
 	const op = "complete"
 	if err := store.CheckCompletion(op, c); err != nil {
 		return 0, false, err
 	}
-	e, ok := st.effects[c.IntentHash]
+	return st.settleEffect(op, c.IntentHash, contract.Claimant(c.Claim), c.Receipt, now)
+}
+
+// Resolve implements store.Effects: the completion path with an operator
+// in the claimant's place (contract.Operator), so it completes exactly as
+// Complete does, whatever the claim.
+func (s *Store) Resolve(ctx context.Context, intentHash string, r store.Receipt, reason string) (uint64, bool, error) {
+	const op = "resolve"
+	if err := s.begin(ctx, op); err != nil {
+		return 0, false, err
+	}
+	defer s.end()
+	if err := store.CheckResolve(op, intentHash, r, reason); err != nil {
+		return 0, false, err
+	}
+	return s.st.settleEffect(op, intentHash, contract.Operator(reason), r, s.now())
+}
+
+// settleEffect is the one completion of an effect (mu held): contract.Settle
+// decides for by, and the receipt enters the inbox whatever the world's
+// status, because it is the durable answer to the world's own request.
+func (st *state) settleEffect(op, hash string, by contract.By, r store.Receipt, now time.Time) (uint64, bool, error) {
+	e, ok := st.effects[hash]
 	var row contract.SettleRow
 	if ok {
 		row = contract.SettleRow{Found: true, Done: e.item.State == store.EffectDone,
 			Claim: contract.ClaimRow{Attempt: e.item.Attempt, ClaimedBy: e.item.ClaimedBy}}
 	}
-	if dup, err := contract.Settle(op, "intent", c.IntentHash, row, c.Claim, now); err != nil {
+	if dup, err := contract.Settle(op, "intent", hash, row, by, now); err != nil {
 		return 0, false, err
 	} else if dup {
 		return e.inboxSeq, true, nil
 	}
 	w := st.worlds[e.item.World]
-	seq, _ := st.enqueue(w, store.KindReceipt, c.Receipt.Payload, store.ReceiptKey(c.IntentHash, e.item.Retries), now)
+	seq, _ := st.enqueue(w, store.KindReceipt, r.Payload, store.ReceiptKey(hash, e.item.Retries), now)
 	e.item.State = store.EffectDone
 	e.item.ClaimExpires = time.Time{}
-	e.receipt = &store.Receipt{Status: c.Receipt.Status, Payload: cloneBytes(c.Receipt.Payload)}
+	e.receipt = &store.Receipt{Status: r.Status, Payload: cloneBytes(r.Payload)}
+	e.resolveReason = by.OperatorReason()
 	e.inboxSeq, e.completedAt = seq, now
 	return seq, false, nil
 }
@@ -319,7 +341,7 @@ func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (sto
 	e.item.Retries++
 	e.item.ClaimedBy, e.item.ClaimExpires = "", time.Time{}
 	e.retryReason = reason
-	e.receipt, e.inboxSeq, e.completedAt = nil, 0, time.Time{}
+	e.receipt, e.resolveReason, e.inboxSeq, e.completedAt = nil, nil, 0, time.Time{}
 	s.st.notify(store.TopicEffects)
 	return e.status(), nil
 }
@@ -332,6 +354,9 @@ func (e *effect) status() store.EffectStatus {
 	}
 	if e.receipt != nil {
 		st.Receipt = &store.Receipt{Status: e.receipt.Status, Payload: cloneBytes(e.receipt.Payload)}
+	}
+	if e.resolveReason != nil {
+		st.Resolved, st.ResolveReason = true, *e.resolveReason
 	}
 	return st
 }
@@ -495,7 +520,7 @@ func (s *Store) Fire(ctx context.Context, intentHash string, c store.Claim) (uin
 		row = contract.SettleRow{Found: true, Done: t.item.State == store.TimerDelivered, DueAt: &t.item.DeliverAt,
 			Claim: contract.ClaimRow{Attempt: t.item.Attempt, ClaimedBy: t.item.ClaimedBy}}
 	}
-	if dup, err := contract.Settle(op, "timer", intentHash, row, c, now); err != nil {
+	if dup, err := contract.Settle(op, "timer", intentHash, row, contract.Claimant(c), now); err != nil {
 		return 0, false, err
 	} else if dup {
 		return t.inboxSeq, true, nil

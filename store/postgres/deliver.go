@@ -14,11 +14,12 @@ import (
 	"github.com/orrery-run/orrery/store/internal/groupcommit"
 )
 
-// A delivery puts one item into a world's inbox: Enqueue, Complete (the
-// receipt), Fire (the timer-fired item) and Send (fabric). Deliveries are
-// group-committed like appends (see deliveryTx): every check is decided
-// before anything is written, so one request's typed failure (an unknown
-// intent, an archived world) never fails its neighbours.
+// A delivery puts one item into a world's inbox: Enqueue, Complete and
+// Resolve (the receipt), Fire (the timer-fired item) and Send (fabric).
+// Deliveries are group-committed like appends (see deliveryTx): every
+// check is decided before anything is written, so one request's typed
+// failure (an unknown intent, an archived world) never fails its
+// neighbours.
 
 type deliveryKind uint8
 
@@ -34,15 +35,15 @@ type deliveryReq struct {
 	ctx   context.Context
 	op    string
 	kind  deliveryKind
-	world string // Enqueue's world, Send's destination
-	hash  string // Complete's and Fire's intent hash
-	msg   string // Send's message id
-	claim store.Claim
+	world string      // Enqueue's world, Send's destination
+	hash  string      // Complete's, Resolve's and Fire's intent hash
+	msg   string      // Send's message id
+	by    contract.By // who settles: a claimant (Complete, Fire) or an operator (Resolve)
 
 	itemKind string
 	payload  []byte
 	key      string // Enqueue's dedupe key
-	status   string // Complete's receipt status
+	status   string // Complete's and Resolve's receipt status
 
 	// parts are a CompleteMany's completions (its valid ones, in order):
 	// the request carries no delivery of its own, and its parts are decided
@@ -137,7 +138,7 @@ func (s *Store) completeMany(ctx context.Context, op string, cs []store.Completi
 			continue
 		}
 		at = append(at, i)
-		parts = append(parts, &deliveryReq{ctx: ctx, op: "complete", kind: dComplete, hash: c.IntentHash, claim: c.Claim,
+		parts = append(parts, &deliveryReq{ctx: ctx, op: "complete", kind: dComplete, hash: c.IntentHash, by: contract.Claimant(c.Claim),
 			status: string(c.Receipt.Status), payload: c.Receipt.Payload})
 	}
 	if len(parts) == 0 {
@@ -179,7 +180,23 @@ func (s *Store) Fire(ctx context.Context, intentHash string, c store.Claim) (uin
 	if err := store.CheckClaim(op, c); err != nil {
 		return 0, false, err
 	}
-	return s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dFire, hash: intentHash, claim: c})
+	return s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dFire, hash: intentHash, by: contract.Claimant(c)})
+}
+
+// Resolve implements store.Effects: an operator's completion is a
+// Complete's delivery (the same request of the delivery committer, the
+// same settle) with an operator in the claimant's place
+// (contract.Operator), whose reason the settle records in resolve_reason.
+func (s *Store) Resolve(ctx context.Context, intentHash string, r store.Receipt, reason string) (uint64, bool, error) {
+	const op = "resolve"
+	if err := s.begin(ctx, op); err != nil {
+		return 0, false, err
+	}
+	if err := store.CheckResolve(op, intentHash, r, reason); err != nil {
+		return 0, false, err
+	}
+	return s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dComplete, hash: intentHash, by: contract.Operator(reason),
+		status: string(r.Status), payload: r.Payload})
 }
 
 // Send implements protocol F: dest must exist and not be archived
@@ -284,8 +301,8 @@ type worldRow struct {
 
 type inboxKey struct{ world, key string }
 
-// queue returns the index in settled of the queue a Complete or Fire
-// settles an item of.
+// queue returns the index in settled of the queue a Complete, Resolve or
+// Fire settles an item of.
 func (r *deliveryReq) queue() int {
 	if r.kind == dFire {
 		return qTimers
@@ -297,7 +314,7 @@ func (r *deliveryReq) queue() int {
 // stake ($1) then each queue's hashes to settle (lockWorldsSQL); the
 // dedupe keys to probe ($1, $2) then each queue's hashes (probeKeysSQL);
 // the inbox items ($1 … $5), the counters ($6, $7), each queue's settled
-// items (four each), the fabric records and the clock (deliverSQL).
+// items (settleArrays each), the fabric records and the clock (deliverSQL).
 var (
 	lockWorldsSQL = `SELECT x.world, x.status, x.inbox_seq FROM worlds x WHERE x.world IN (
 			SELECT unnest($1::text[])
@@ -315,7 +332,7 @@ var (
 				SELECT i.seq FROM inbox i WHERE i.world = k.w AND i.dedupe_key = k.key AND i.key_live
 				LIMIT 1
 			) AS i`
-	fabricParam = 8 + 4*len(settled)
+	fabricParam = 8 + settleArrays*len(settled)
 	nowParam    = fabricParam + 3
 	deliverSQL  = `WITH items AS (
 				INSERT INTO inbox (world, seq, kind, payload, dedupe_key, enqueued_at_ns, key_live)
@@ -441,9 +458,10 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 		iw, ik, ikey []string
 		is           []int64
 		ip           [][]byte
-		sh, sst      [len(settled)][]string // settled items: hash, receipt status
-		sp           [len(settled)][][]byte // receipt payload
-		sseq         [len(settled)][]int64  // inbox seq
+		sh, sst      [len(settled)][]string  // settled items: hash, receipt status
+		sp           [len(settled)][][]byte  // receipt payload
+		sseq         [len(settled)][]int64   // inbox seq
+		srr          [len(settled)][]*string // the operator's reason (nil: a claimant settled)
 		fd, fm       []string
 		fseq         []int64
 	)
@@ -514,6 +532,7 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 			seq, dup := put(w, row.world, kind, payload, key)
 			row.state, row.inboxSeq = q.done, seq
 			sh[i], sst[i], sp[i], sseq[i] = append(sh[i], r.hash), append(sst[i], r.status), append(sp[i], r.payload), append(sseq[i], seq)
+			srr[i] = append(srr[i], r.by.OperatorReason())
 			out.seq, out.dup, out.world = uint64(seq), dup, row.world
 		}
 	}
@@ -534,7 +553,7 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 	args := []any{iw, is, ik, ip, ikey, ww, wseq}
 	write := len(ww) > 0
 	for i := range settled {
-		args = append(args, sh[i], sseq[i], sst[i], sp[i])
+		args = append(args, sh[i], sseq[i], sst[i], sp[i], srr[i])
 		write = write || len(sh[i]) > 0
 	}
 	if write {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
 // rawConn is a plain connection to the store's schema, as an operator (or
@@ -497,7 +498,7 @@ func TestGroupCommitDeliveriesIsolateTypedFailures(t *testing.T) {
 	}
 	mk := func(kind deliveryKind, world, hash string) *deliveryReq {
 		return &deliveryReq{ctx: bg, op: "test", kind: kind, world: world, hash: hash, itemKind: "event", status: "ok", msg: "m",
-			claim: claimed[0].ClaimOf(), done: make(chan struct{})}
+			by: contract.Claimant(claimed[0].ClaimOf()), done: make(chan struct{})}
 	}
 	batch := []*deliveryReq{
 		mk(dEnqueue, "w", ""),

@@ -45,7 +45,8 @@ type queue struct {
 	// and dedupe key.
 	delivery func(hash string, row *queueRow, r *deliveryReq) (kind string, payload []byte, key string)
 	// settleSet is what a settle records besides the delivery (SQL of the
-	// settled row's u.st and u.p: a receipt's status and payload).
+	// settled row's u.st, u.p and u.rr: a receipt's status and payload, and
+	// the operator's reason when an operator settled).
 	settleSet string
 
 	// The protocol's statements, built from the above (newQueue).
@@ -93,7 +94,7 @@ var effectsQueue = newQueue(queue{
 	delivery: func(hash string, row *queueRow, r *deliveryReq) (string, []byte, string) {
 		return store.KindReceipt, r.payload, store.ReceiptKey(hash, row.retries)
 	},
-	settleSet: `, receipt_status = u.st, receipt_payload = u.p`,
+	settleSet: `, receipt_status = u.st, receipt_payload = u.p, resolve_reason = u.rr`,
 },
 	// Each kind's items come off effects_pending_by_kind in seq order;
 	// the kinds' candidates merge by seq.
@@ -205,8 +206,8 @@ func scanQueueRow(br pgx.BatchResults, rows map[string]*queueRow) error {
 }
 
 // settle decides r, a settle of q's item under lock (row; nil: there is
-// none), at the batch's clock now (contract.Settle): done means the item's
-// first delivery answers (dup).
+// none) by r.by, at the batch's clock now (contract.Settle): done means the
+// item's first delivery answers (dup).
 func (q *queue) settle(r *deliveryReq, row *queueRow, now time.Time) (done bool, err error) {
 	sr := contract.SettleRow{Found: row != nil}
 	if row != nil {
@@ -216,23 +217,28 @@ func (q *queue) settle(r *deliveryReq, row *queueRow, now time.Time) (done bool,
 			sr.DueAt = &at
 		}
 	}
-	return contract.Settle(r.op, q.noun, r.hash, sr, r.claim, now)
+	return contract.Settle(r.op, q.noun, r.hash, sr, r.by, now)
 }
 
+// settleArrays is how many parameters each queue's settled items take in
+// the write statement (settleCTEs).
+const settleArrays = 5
+
 // settleCTEs returns the write statement's part that marks the settled
-// items of every queue done: queue i's arrays are parameters first+4i …
-// first+4i+3 (hashes, inbox seqs, receipt statuses, receipt payloads), and
-// now is parameter nowParam.
+// items of every queue done: queue i's arrays are parameters
+// first+settleArrays*i onwards (hashes, inbox seqs, receipt statuses,
+// receipt payloads, operators' reasons), and now is parameter nowParam.
 func settleCTEs(first, nowParam int) string {
 	var b strings.Builder
 	p := func(i int) string { return "$" + strconv.Itoa(i) }
 	for i, q := range settled {
-		at := first + 4*i
+		at := first + settleArrays*i
 		b.WriteString(`,
 			settled_` + q.table + ` AS (
 				UPDATE ` + q.table + ` x SET state = '` + q.done + `', inbox_seq = u.s, completed_at_ns = ` + p(nowParam) + `,
 					claim_expires_ns = NULL` + q.settleSet + `
-				FROM unnest(` + p(at) + `::text[], ` + p(at+1) + `::bigint[], ` + p(at+2) + `::text[], ` + p(at+3) + `::bytea[]) AS u(h, s, st, p)
+				FROM unnest(` + p(at) + `::text[], ` + p(at+1) + `::bigint[], ` + p(at+2) + `::text[], ` + p(at+3) + `::bytea[], ` +
+			p(at+4) + `::text[]) AS u(h, s, st, p, rr)
 				WHERE x.intent_hash = u.h)`)
 	}
 	return b.String()

@@ -159,17 +159,22 @@ func (s *Store) ReapEffects(ctx context.Context) (int, error) {
 	return s.reap(ctx, "reap_effects", effectsQueue)
 }
 
-const effectStatusCols = `world, kind, state, attempts, retries, retry_reason, receipt_status, receipt_payload, inbox_seq, completed_at_ns`
+const effectStatusCols = `world, kind, state, attempts, retries, retry_reason, receipt_status, receipt_payload, inbox_seq, completed_at_ns,
+	resolve_reason`
 
 func scanEffectStatus(hash string, row pgx.Row) (store.EffectStatus, error) {
 	st := store.EffectStatus{IntentHash: hash}
 	var state string
 	var attempts, retries int32
-	var rstatus *string
+	var rstatus, resolveReason *string
 	var rpayload []byte
 	var seq, done *int64
-	if err := row.Scan(&st.World, &st.Kind, &state, &attempts, &retries, &st.RetryReason, &rstatus, &rpayload, &seq, &done); err != nil {
+	if err := row.Scan(&st.World, &st.Kind, &state, &attempts, &retries, &st.RetryReason, &rstatus, &rpayload, &seq, &done,
+		&resolveReason); err != nil {
 		return st, err
+	}
+	if resolveReason != nil {
+		st.Resolved, st.ResolveReason = true, *resolveReason
 	}
 	st.State, st.Attempts, st.Retries = store.EffectState(state), int(attempts), int(retries)
 	if rstatus != nil {
@@ -244,7 +249,7 @@ func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (sto
 			st, err = scanEffectStatus(intentHash, br.QueryRow())
 			return err
 		}, `UPDATE effects SET state = 'pending', retries = retries + 1, retry_reason = $2,
-				receipt_status = NULL, receipt_payload = NULL, inbox_seq = NULL, completed_at_ns = NULL,
+				receipt_status = NULL, receipt_payload = NULL, resolve_reason = NULL, inbox_seq = NULL, completed_at_ns = NULL,
 				claimed_by = '', claim_expires_ns = NULL
 			WHERE intent_hash = $1
 			RETURNING `+effectStatusCols, intentHash, reason)

@@ -22,3 +22,11 @@ func FuzzAppend(f *testing.F) {
 		return storetest.Harness{Store: s, Advance: clock.Advance}
 	})
 }
+
+// FuzzResolve fuzzes an operator's Resolve on a real database file.
+func FuzzResolve(f *testing.F) {
+	storetest.FuzzResolve(f, func(t *testing.T) storetest.Harness {
+		s, clock, _ := openTemp(t)
+		return storetest.Harness{Store: s, Advance: clock.Advance}
+	})
+}

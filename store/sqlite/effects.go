@@ -183,7 +183,7 @@ func (s *Store) completeMany(ctx context.Context, op string, cs []store.Completi
 // typed refusal is the item's answer and writes nothing; the error is the
 // database's, which fails the whole request.
 func (t *wtx) complete(c store.Completion) (store.CompleteResult, error) {
-	seq, dup, err := t.settle(effectsQueue, "complete", c.IntentHash, c.Claim, c.Receipt)
+	seq, dup, err := t.settle(effectsQueue, "complete", c.IntentHash, contract.Claimant(c.Claim), c.Receipt)
 	if err != nil {
 		if _, typed := err.(*store.Error); typed {
 			return store.CompleteResult{Err: err}, nil
@@ -191,6 +191,30 @@ func (t *wtx) complete(c store.Completion) (store.CompleteResult, error) {
 		return store.CompleteResult{}, err
 	}
 	return store.CompleteResult{InboxSeq: seq, Dup: dup}, nil
+}
+
+// Resolve is an operator's completion: the settle of the effects queue
+// that Complete runs, with an operator in the claimant's place
+// (contract.Operator), in one request of the group commit. The reason is
+// kept in resolve_reason.
+func (s *Store) Resolve(ctx context.Context, intentHash string, r store.Receipt, reason string) (uint64, bool, error) {
+	const op = "resolve"
+	if err := store.CheckResolve(op, intentHash, r, reason); err != nil {
+		return 0, false, err
+	}
+	var (
+		seq uint64
+		dup bool
+	)
+	err := s.write(ctx, op, "", func(t *wtx) error {
+		var err error
+		seq, dup, err = t.settle(effectsQueue, op, intentHash, contract.Operator(reason), r)
+		return err
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	return seq, dup, nil
 }
 
 // ReapEffects requeues inflight items whose claim expired (queue.go).
@@ -227,7 +251,7 @@ func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (sto
 			return err
 		}
 		row, err := t.row(`UPDATE effects SET state = 'pending', retries = retries + 1, retry_reason = ?, claimed_by = '', claim_expires = NULL,
-			receipt_status = NULL, receipt_payload = NULL, inbox_seq = NULL, completed_at = NULL
+			receipt_status = NULL, receipt_payload = NULL, resolve_reason = NULL, inbox_seq = NULL, completed_at = NULL
 			WHERE intent_hash = ? RETURNING `+effectStatusCols, reason, intentHash)
 		if err != nil {
 			return err
@@ -245,7 +269,7 @@ func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (sto
 }
 
 const effectStatusCols = `intent_hash, world, kind, state, attempts, retries, retry_reason,
-	receipt_status, receipt_payload, receipt_payload IS NOT NULL, inbox_seq, completed_at`
+	receipt_status, receipt_payload, receipt_payload IS NOT NULL, resolve_reason, inbox_seq, completed_at`
 
 func scanEffectStatus(sc interface{ Scan(...any) error }) (store.EffectStatus, error) {
 	var (
@@ -255,13 +279,15 @@ func scanEffectStatus(sc interface{ Scan(...any) error }) (store.EffectStatus, e
 		rstatus           sql.NullString
 		rpayload          []byte
 		hasPayload        bool
+		resolveReason     sql.NullString
 		inboxSeq, done    sql.NullInt64
 	)
 	if err := sc.Scan(&st.IntentHash, &st.World, &st.Kind, &state, &attempts, &retries, &st.RetryReason,
-		&rstatus, &rpayload, &hasPayload, &inboxSeq, &done); err != nil {
+		&rstatus, &rpayload, &hasPayload, &resolveReason, &inboxSeq, &done); err != nil {
 		return store.EffectStatus{}, err
 	}
 	st.State, st.Attempts, st.Retries = store.EffectState(state), int(attempts), int(retries)
+	st.Resolved, st.ResolveReason = resolveReason.Valid, resolveReason.String
 	if rstatus.Valid {
 		st.Receipt = &store.Receipt{Status: store.ReceiptStatus(rstatus.String), Payload: blob(rpayload, hasPayload)}
 		st.InboxSeq = uint64(inboxSeq.Int64)

@@ -15,10 +15,11 @@ import (
 // protocol on two tables, and this file is its only implementation: an item
 // is ready, claimed or done. A claim moves up to n ready items, in the
 // queue's order, to claimed for a worker until a TTL (attempt+1,
-// claimed_by, claim_expires). A settle (Complete, Fire) delivers the item
-// into its world's inbox and marks it done as contract.Settle decides: under
-// its latest claim, once due (a queue with due times); a done item answers
-// its first delivery's seq, dup=true, whatever the claim.
+// claimed_by, claim_expires). A settle (Complete, Fire, an operator's
+// Resolve) delivers the item into its world's inbox and marks it done as
+// contract.Settle decides: under its latest claim (an operator needs
+// none), once due (a queue with due times); a done item answers its first
+// delivery's seq, dup=true, whatever the claim.
 // A reap puts the claimed items whose claim expired (at or before the store
 // clock, as contract.Expired) back to ready, keeping their latest claim:
 // that worker may still settle them until someone claims them anew.
@@ -39,7 +40,7 @@ type queue struct {
 	// and dedupe key.
 	delivery func(hash string, row *queueRow, r store.Receipt) (kind string, payload []byte, key string)
 	// settleArgs are settleSet's arguments.
-	settleArgs func(r store.Receipt) []any
+	settleArgs func(r store.Receipt, by contract.By) []any
 
 	// The protocol's statements, built from the above (newQueue).
 	pickSQL, claimSQL, reapSQL, readSQL, settleSQL string
@@ -67,13 +68,20 @@ var effectsQueue = newQueue(queue{
 	ready: string(store.EffectPending), claimed: string(store.EffectInflight), done: string(store.EffectDone),
 	attempt: "attempts", topic: store.TopicEffects,
 	retries: "retries", payload: "NULL", dueAt: "NULL",
-	settleSet: "receipt_status = ?, receipt_payload = ?",
+	settleSet: "receipt_status = ?, receipt_payload = ?, resolve_reason = ?",
 	// The receipt carries the payload under ReceiptKey(hash, retries); its
-	// status is in the EffectStatus.
+	// status, and the operator's reason when Resolve settled it, are in the
+	// EffectStatus.
 	delivery: func(hash string, row *queueRow, r store.Receipt) (string, []byte, string) {
 		return store.KindReceipt, r.Payload, store.ReceiptKey(hash, int(row.retries))
 	},
-	settleArgs: func(r store.Receipt) []any { return []any{string(r.Status), r.Payload} },
+	settleArgs: func(r store.Receipt, by contract.By) []any {
+		var reason any
+		if p := by.OperatorReason(); p != nil {
+			reason = *p
+		}
+		return []any{string(r.Status), r.Payload, reason}
+	},
 }, "seq", "kind = ?", "seq", effectItemCols)
 
 var timersQueue = newQueue(queue{
@@ -86,7 +94,7 @@ var timersQueue = newQueue(queue{
 	delivery: func(hash string, row *queueRow, _ store.Receipt) (string, []byte, string) {
 		return store.KindTimer, blob(row.payload, row.hasPayload), store.TimerKey(hash)
 	},
-	settleArgs: func(store.Receipt) []any { return nil },
+	settleArgs: func(store.Receipt, contract.By) []any { return nil },
 }, "intent_hash", "deliver_at <= ?", "deliver_at, intent_hash", timerCols)
 
 // claim claims up to n of q's ready items for worker until now+ttl, inside
@@ -140,11 +148,11 @@ type queueRow struct {
 }
 
 // settle delivers q's item hash and marks it done, inside a request, as
-// contract.Settle decides (a done item answers its first delivery); r is
-// what a completion brings (an effect's receipt). A typed error (*store.Error) is
-// the item's refusal and nothing was written; any other error is the
-// database's.
-func (t *wtx) settle(q *queue, op, hash string, c store.Claim, r store.Receipt) (seq uint64, dup bool, err error) {
+// contract.Settle decides for by (a done item answers its first delivery);
+// r is what a completion brings (an effect's receipt). A typed error
+// (*store.Error) is the item's refusal and nothing was written; any other
+// error is the database's.
+func (t *wtx) settle(q *queue, op, hash string, by contract.By, r store.Receipt) (seq uint64, dup bool, err error) {
 	var row queueRow
 	found, err := t.queryRow(q.readSQL, []any{hash}, &row.world, &row.state, &row.attempt, &row.claimedBy, &row.inboxSeq,
 		&row.retries, &row.payload, &row.hasPayload, &row.dueAt)
@@ -157,7 +165,7 @@ func (t *wtx) settle(q *queue, op, hash string, c store.Claim, r store.Receipt) 
 		at := fromNS(row.dueAt.Int64)
 		sr.DueAt = &at
 	}
-	if dup, err := contract.Settle(op, q.noun, hash, sr, c, t.now); err != nil || dup {
+	if dup, err := contract.Settle(op, q.noun, hash, sr, by, t.now); err != nil || dup {
 		return uint64(row.inboxSeq.Int64), dup, err
 	}
 	kind, payload, key := q.delivery(hash, &row, r)
@@ -167,7 +175,7 @@ func (t *wtx) settle(q *queue, op, hash string, c store.Claim, r store.Receipt) 
 	if err != nil {
 		return 0, false, err
 	}
-	args := append([]any{int64(seq), t.nowNS}, q.settleArgs(r)...)
+	args := append([]any{int64(seq), t.nowNS}, q.settleArgs(r, by)...)
 	if _, err := t.exec(q.settleSQL, append(args, hash)...); err != nil {
 		return 0, false, err
 	}

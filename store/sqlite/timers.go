@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
 // Timers (protocol E). One row per intent hash: scheduled → claimed →
@@ -125,7 +126,7 @@ func (s *Store) Fire(ctx context.Context, intentHash string, c store.Claim) (uin
 	)
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		var err error
-		seq, dup, err = t.settle(timersQueue, op, intentHash, c, store.Receipt{})
+		seq, dup, err = t.settle(timersQueue, op, intentHash, contract.Claimant(c), store.Receipt{})
 		return err
 	})
 	if err != nil {

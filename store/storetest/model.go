@@ -710,6 +710,21 @@ func testModelInboxAndEffects(t *testing.T, open Factory) {
 					}
 				}
 			},
+			"resolve": func(rt *rapid.T) {
+				hash := pickBiased(rt, published, hashes)
+				rc := store.Receipt{Status: rapid.SampledFrom([]store.ReceiptStatus{store.ReceiptOK, store.ReceiptError, store.ReceiptTimeout}).Draw(rt, "status"), Payload: []byte(fmt.Sprint("o", l.next()))}
+				reason := rapid.SampledFrom([]string{"", "operator"}).Draw(rt, "reason")
+				ss, sdup, serr := l.sut.Resolve(bg, hash, rc, reason)
+				rs, rdup, rerr := l.ref.Resolve(bg, hash, rc, reason)
+				if l.both("Resolve", serr, rerr) {
+					l.eq("Resolve dup", sdup, rdup)
+					st, err := l.ref.EffectStatus(bg, hash)
+					if err != nil {
+						rt.Fatalf("reference EffectStatus: %v", err)
+					}
+					inboxSeq("Resolve", st.World, ss, rs, rdup)
+				}
+			},
 			"reap": func(rt *rapid.T) {
 				s, serr := l.sut.ReapEffects(bg)
 				r, rerr := l.ref.ReapEffects(bg)
@@ -724,7 +739,8 @@ func testModelInboxAndEffects(t *testing.T, open Factory) {
 				if !l.both("EffectStatus", serr, rerr) {
 					return
 				}
-				if s.State != r.State || s.Attempts != r.Attempts || s.World != r.World || (s.Receipt == nil) != (r.Receipt == nil) {
+				if s.State != r.State || s.Attempts != r.Attempts || s.World != r.World || (s.Receipt == nil) != (r.Receipt == nil) ||
+					s.Retries != r.Retries || s.Resolved != r.Resolved || s.ResolveReason != r.ResolveReason {
 					rt.Fatalf("EffectStatus: backend %+v, reference %+v", s, r)
 				}
 				if r.Receipt != nil {

@@ -41,7 +41,9 @@
 //     due was never claimed, and ErrNotDue is the answer. RetryEffect keeps
 //     the attempt count and clears the latest claim, so no completion of
 //     the finished attempt can pass as the retry's (ErrClaimLost)
-//     (effects.go, timers.go, claims.go).
+//     (effects.go, timers.go, claims.go). Resolve is a completion without
+//     the claim check: it leaves the attempt count alone, and the first
+//     terminal receipt, the operator's or an adapter's, wins (resolve.go).
 //   - Commit checks every part before writing any; its CancelTimers skip
 //     unknown, fired and other worlds' timers, and Cancelled counts only
 //     the timers it removed (commit.go).
@@ -130,6 +132,7 @@ func suite() []testCase {
 		commitTests,
 		bulkTests,
 		completeManyTests,
+		resolveTests,
 		viewTests,
 		retentionTests,
 		modelTests,

@@ -211,6 +211,16 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 			_, err := f.s.RetryEffect(bg, bad, "")
 			return err
 		})
+		add("Resolve hash "+name, func() error {
+			_, _, err := f.s.Resolve(bg, bad, store.Receipt{Status: store.ReceiptOK}, "")
+			return err
+		})
+		if bad != "" && len(bad) <= store.MaxIDBytes { // a reason may be empty, and longer than an id (see longReason)
+			add("Resolve reason "+name, func() error {
+				_, _, err := f.s.Resolve(bg, "i1", store.Receipt{Status: store.ReceiptOK}, bad)
+				return err
+			})
+		}
 		add("CASWatermark projector "+name, func() error { return f.s.CASWatermark(bg, bad, "run-1", 0, 1) })
 	}
 
@@ -294,6 +304,22 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 	})
 	add("RetryEffect over-long reason", func() error {
 		_, err := f.s.RetryEffect(bg, "i1", longReason)
+		return err
+	})
+	add("Resolve receipt over MaxPayloadBytes", func() error {
+		_, _, err := f.s.Resolve(bg, "i1", store.Receipt{Status: store.ReceiptOK, Payload: bigPayload}, "")
+		return err
+	})
+	add("Resolve unknown receipt status", func() error {
+		_, _, err := f.s.Resolve(bg, "i2", store.Receipt{Status: "maybe"}, "")
+		return err
+	})
+	add("Resolve empty receipt status", func() error {
+		_, _, err := f.s.Resolve(bg, "i2", store.Receipt{}, "")
+		return err
+	})
+	add("Resolve over-long reason", func() error {
+		_, _, err := f.s.Resolve(bg, "i2", store.Receipt{Status: store.ReceiptOK}, longReason)
 		return err
 	})
 	for _, d := range []time.Duration{0, -time.Second, store.MaxTTL + time.Second} {

@@ -206,6 +206,10 @@ func testWatchTopics(t *testing.T, open Factory) {
 		_, err := f.s.RetryEffect(bg, "i1", "again")
 		must(t, err, "RetryEffect")
 	}, effect("i1", store.EffectPending))
+	step(inbox, "Resolve", func() {
+		_, _, err := f.s.Resolve(bg, "i1", store.Receipt{Status: store.ReceiptOK}, "answered out of band")
+		must(t, err, "Resolve")
+	}, inboxHas(3))
 	e = f.acquire("w", "A").Epoch // the lease ran out above
 	step(timers, "Schedule", func() { must(t, f.s.Schedule(bg, "w", e, "t1", f.now(), nil), "Schedule") }, timerState("t1", store.TimerScheduled))
 	step(timers, "CancelTimer", func() { must(t, f.s.CancelTimer(bg, "w", e, "t1"), "CancelTimer") }, timerState("t1", ""))
@@ -220,11 +224,11 @@ func testWatchTopics(t *testing.T, open Factory) {
 		_, err := f.s.ReapTimers(bg)
 		must(t, err, "ReapTimers")
 	}, timerState("t2", store.TimerScheduled))
-	step(inbox, "Fire", func() { f.fire("t2", tc[0].ClaimOf()) }, inboxHas(3))
+	step(inbox, "Fire", func() { f.fire("t2", tc[0].ClaimOf()) }, inboxHas(4))
 	step(inbox, "Send", func() {
 		_, err := f.s.Send(bg, "w", "m1", store.InboxItem{})
 		must(t, err, "Send")
-	}, inboxHas(4))
+	}, inboxHas(5))
 	step(store.TopicAssignments, "Assign", func() { must(t, f.s.Assign(bg, "w", store.Assignment{DesiredWorker: "A"}, nil), "Assign") }, assigned("w", true))
 	step(store.TopicAssignments, "Unassign", func() { must(t, f.s.Unassign(bg, "w", nil), "Unassign") }, assigned("w", false))
 	f.world("v")

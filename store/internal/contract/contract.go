@@ -1,6 +1,7 @@
 // Package contract holds the decisions of the persistence-plane contract
 // that every backend makes the same way: the fence predicate, protocol B's
-// holder check, the claim check of Complete and Fire, world status
+// holder check, the claim check of Complete and Fire (which an operator's
+// Resolve skips), world status
 // transitions and snapshot idempotency. Each is a pure function of the
 // rows a backend has read inside its transaction and the store's clock, so
 // a backend keeps only storage: it loads the rows, asks here, and writes.
@@ -180,8 +181,8 @@ func ClaimCheck(op, id string, row ClaimRow, c store.Claim) error {
 	return nil
 }
 
-// SettleRow is a queued effect or timer as a settle (Complete, Fire) reads
-// it in its own transaction.
+// SettleRow is a queued effect or timer as a settle (Complete, Fire,
+// Resolve) reads it in its own transaction.
 type SettleRow struct {
 	Found bool
 	Done  bool       // completed (an effect) or delivered (a timer)
@@ -189,11 +190,40 @@ type SettleRow struct {
 	Claim ClaimRow
 }
 
+// By is who settles an item: a claimant (Complete, Fire) presenting the
+// Claim it was handed, or an operator (Resolve: Operator set) giving
+// Reason, whom no claim binds. A backend carries it from the call to the
+// one settle path it has, so an operator's settle is a claimant's with the
+// claim check left out, never a second copy of the protocol.
+type By struct {
+	Claim    store.Claim
+	Operator bool
+	Reason   string
+}
+
+// Claimant is the settle of the holder of claim c.
+func Claimant(c store.Claim) By { return By{Claim: c} }
+
+// Operator is an operator's settle, for reason.
+func Operator(reason string) By { return By{Operator: true, Reason: reason} }
+
+// OperatorReason is what a settle records as the operator's reason: nil
+// when a claimant settles, so "no operator" and "an operator who gave no
+// reason" stay apart.
+func (b By) OperatorReason() *string {
+	if !b.Operator {
+		return nil
+	}
+	r := b.Reason
+	return &r
+}
+
 // Settle decides a settle of the item id (noun names its kind in errors:
-// "intent", "timer") at now: an unknown item is ErrNotFound; a done one
-// answers its first delivery (dup=true), whatever the claim; otherwise it
-// must be due (a timer: Due) and c its latest claim (ClaimCheck).
-func Settle(op, noun, id string, row SettleRow, c store.Claim, now time.Time) (dup bool, err error) {
+// "intent", "timer") by by at now: an unknown item is ErrNotFound; a done
+// one answers its first delivery (dup=true), whoever settles; otherwise it
+// must be due (a timer: Due) and, unless an operator settles, by's claim
+// must be its latest (ClaimCheck).
+func Settle(op, noun, id string, row SettleRow, by By, now time.Time) (dup bool, err error) {
 	switch {
 	case !row.Found:
 		return false, store.Errorf(op, store.ErrNotFound, "", "%s %s", noun, id)
@@ -205,7 +235,10 @@ func Settle(op, noun, id string, row SettleRow, c store.Claim, now time.Time) (d
 			return false, err
 		}
 	}
-	return false, ClaimCheck(op, id, row.Claim, c)
+	if by.Operator {
+		return false, nil
+	}
+	return false, ClaimCheck(op, id, row.Claim, by.Claim)
 }
 
 // Due decides whether a timer may fire at now.

@@ -167,10 +167,46 @@ func TestSettleOrder(t *testing.T) {
 		{"timer, due", SettleRow{Found: true, DueAt: &t0, Claim: mine}, false, nil},
 		{"timer, not due before the claim", SettleRow{Found: true, DueAt: &later, Claim: ClaimRow{Attempt: 3}}, false, store.ErrNotDue},
 	} {
-		dup, err := Settle("s", "timer", "h", tc.row, c, t0)
+		dup, err := Settle("s", "timer", "h", tc.row, Claimant(c), t0)
 		if dup != tc.dup {
 			t.Errorf("%s: dup %v, want %v", tc.name, dup, tc.dup)
 		}
 		is(t, tc.name, err, tc.want)
+	}
+}
+
+// An operator's settle is a claimant's without the claim check: whatever
+// the latest claim (none, another worker's), it goes ahead; an unknown item
+// is still ErrNotFound, a done one still answers dup, and a timer must
+// still be due.
+func TestSettleByAnOperatorSkipsOnlyTheClaimCheck(t *testing.T) {
+	op := Operator("manual step finished")
+	later := t0.Add(time.Second)
+	for _, tc := range []struct {
+		name string
+		row  SettleRow
+		dup  bool
+		want error
+	}{
+		{"unknown", SettleRow{}, false, store.ErrNotFound},
+		{"done", SettleRow{Found: true, Done: true, Claim: ClaimRow{Attempt: 3, ClaimedBy: "b"}}, true, nil},
+		{"pending, never claimed", SettleRow{Found: true}, false, nil},
+		{"inflight, another's claim", SettleRow{Found: true, Claim: ClaimRow{Attempt: 3, ClaimedBy: "b"}}, false, nil},
+		{"timer, not due", SettleRow{Found: true, DueAt: &later}, false, store.ErrNotDue},
+	} {
+		dup, err := Settle("resolve", "intent", "h", tc.row, op, t0)
+		if dup != tc.dup {
+			t.Errorf("%s: dup %v, want %v", tc.name, dup, tc.dup)
+		}
+		is(t, tc.name, err, tc.want)
+	}
+	if r := Claimant(store.Claim{Worker: "a", Attempt: 1}).OperatorReason(); r != nil {
+		t.Errorf("a claimant's settle records an operator's reason %q", *r)
+	}
+	if r := Operator("").OperatorReason(); r == nil || *r != "" {
+		t.Errorf("an operator's empty reason recorded as %v", r)
+	}
+	if r := op.OperatorReason(); r == nil || *r != "manual step finished" {
+		t.Errorf("an operator's reason recorded as %v", r)
 	}
 }
