@@ -98,7 +98,7 @@ func (t ingressTrace) start(ctx context.Context, worldID, kind string) trace.Spa
 func (t ingressTrace) end(sp trace.Span, worldID string, ack Ack, err error) {
 	if err == nil {
 		sp.SetAttributes(otrace.Seq.Int64(int64(ack.Seq)), otrace.Duplicate.Bool(ack.Duplicate))
-		if !ack.Duplicate {
+		if !ack.Duplicate && sp.IsRecording() {
 			t.links.PutInbox(worldID, ack.Seq, sp.SpanContext())
 		}
 	}

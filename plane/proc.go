@@ -194,8 +194,7 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 		return false, err
 	}
 	sp.SetAttributes(otrace.ToHeight.Int64(int64(res.Head)), otrace.Intents.Int(res.Published))
-	otrace.End(sp, done, nil)
-	if cfg.Links != nil {
+	if cfg.Links != nil && sp.IsRecording() {
 		sc := sp.SpanContext()
 		for _, in := range b.Intents {
 			cfg.Links.PutIntent(in.IntentHash, sc)
@@ -204,6 +203,7 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 			cfg.Links.PutIntent(t.IntentHash, sc)
 		}
 	}
+	otrace.End(sp, done, nil)
 	w.cursor = b.NewCursor
 	s := w.inst.Snapshot()
 	l.head.Store(&s)

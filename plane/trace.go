@@ -47,7 +47,8 @@ func NewTraceLinks(size int) *TraceLinks {
 }
 
 // PutInbox records sc as the span that wrote world's inbox item seq.
-// Invalid span contexts (no SDK installed) are not kept.
+// Invalid span contexts are not kept; the plane records only the spans its
+// tracer is recording (not a no-op's, which carry the caller's context).
 func (t *TraceLinks) PutInbox(world string, seq uint64, sc trace.SpanContext) {
 	if t == nil || !sc.IsValid() {
 		return
