@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -86,11 +87,21 @@ func (t ingressTrace) now() time.Time {
 	return t.ex.Now()
 }
 
-// start opens the span, a child of ctx's span.
-func (t ingressTrace) start(ctx context.Context, worldID, kind string) trace.Span {
-	_, sp := t.tr.Start(ctx, otrace.Ingress, trace.WithTimestamp(t.now()), trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(otrace.World.String(worldID), otrace.Kind.String(kind)))
-	return sp
+// start opens the span, a child of ctx's span, and returns the context
+// the store call runs under (so an instrumented store nests under it).
+// The world and kind are not validated yet: their attributes are clipped.
+func (t ingressTrace) start(ctx context.Context, worldID, kind string) (context.Context, trace.Span) {
+	return t.tr.Start(ctx, otrace.Ingress, trace.WithTimestamp(t.now()), trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(otrace.World.String(clip(worldID)), otrace.Kind.String(clip(kind))))
+}
+
+// clip bounds an unvalidated string kept as a span attribute to the
+// store's identifier limit.
+func clip(s string) string {
+	if len(s) <= store.MaxIDBytes {
+		return s
+	}
+	return strings.ToValidUTF8(s[:store.MaxIDBytes], "")
 }
 
 // end closes the span with the enqueue's answer. A duplicate is not
@@ -106,7 +117,7 @@ func (t ingressTrace) end(sp trace.Span, worldID string, ack Ack, err error) {
 }
 
 func (t ingressTrace) enqueue(ctx context.Context, st store.Store, op, worldID string, item store.InboxItem) (Ack, error) {
-	sp := t.start(ctx, worldID, item.Kind)
+	ctx, sp := t.start(ctx, worldID, item.Kind)
 	ack, err := enqueue(ctx, st, op, worldID, item)
 	t.end(sp, worldID, ack, err)
 	return ack, err

@@ -116,7 +116,7 @@ type Ingress struct {
 // a repeated key is acknowledged with the first seq. Bad input is
 // ErrInvalidIngress and nothing is enqueued.
 func (o *Ops) EnqueueIngress(ctx context.Context, worldID string, in Ingress) (ack Ack, err error) {
-	sp := o.in.start(ctx, worldID, in.Kind)
+	ctx, sp := o.in.start(ctx, worldID, in.Kind)
 	defer func() { o.in.end(sp, worldID, ack, err) }()
 	if err := o.ValidateIngress(in.Kind, in.Payload); err != nil {
 		return Ack{}, errorf("enqueue_ingress", ErrInvalidIngress, worldID, err)

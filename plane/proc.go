@@ -186,8 +186,8 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 	if !h.alive(l) {
 		return false, errorf("commit", ErrFenced, l.world, nil)
 	}
-	sp := w.cycleSpan(ctx, start, items[:steps], b)
-	res, err := h.st.Commit(ctx, l.world, l.epoch, b)
+	cctx, sp := w.cycleSpan(ctx, start, items[:steps], b)
+	res, err := h.st.Commit(cctx, l.world, l.epoch, b)
 	done := h.ex.Now()
 	if err != nil {
 		otrace.End(sp, done, err)
@@ -220,9 +220,10 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 
 // cycleSpan starts the orrery.cycle span of a commit, back-dated to the
 // cycle's start, with a link to the span that wrote each journaled item
-// (when this process recorded one). It is a root: the cycle was started by
-// durable input, not by any caller's context.
-func (w *worldProc) cycleSpan(ctx context.Context, start time.Time, journaled []store.InboxItem, b store.CommitBatch) trace.Span {
+// (when this process recorded one), and returns the context the commit
+// runs under. It is a root: the cycle was started by durable input, not by
+// any caller's context.
+func (w *worldProc) cycleSpan(ctx context.Context, start time.Time, journaled []store.InboxItem, b store.CommitBatch) (context.Context, trace.Span) {
 	h, l := w.h, w.l
 	var links []trace.Link
 	if h.cfg.Links != nil {
@@ -231,9 +232,8 @@ func (w *worldProc) cycleSpan(ctx context.Context, start time.Time, journaled []
 			links = append(links, otrace.Link(sc, ok)...)
 		}
 	}
-	_, sp := h.tr.Start(ctx, otrace.Cycle, trace.WithNewRoot(), trace.WithTimestamp(start),
+	return h.tr.Start(ctx, otrace.Cycle, trace.WithNewRoot(), trace.WithTimestamp(start),
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(links...),
 		trace.WithAttributes(otrace.World.String(l.world), otrace.Epoch.Int64(int64(l.epoch)),
 			otrace.Steps.Int(len(journaled)), otrace.FromHeight.Int64(int64(b.ExpectedHead))))
-	return sp
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,6 +33,17 @@ func (okEcho) Execute(_ context.Context, it store.EffectItem) (adapter.Result, e
 		return adapter.Result{}, adapter.Permanent(err)
 	}
 	return adapter.OK(p.Key), nil
+}
+
+// commitSpy records the span each Commit runs under.
+type commitSpy struct {
+	store.Store
+	spans []trace.SpanContext
+}
+
+func (s *commitSpy) Commit(ctx context.Context, id string, epoch uint64, b store.CommitBatch) (store.CommitResult, error) {
+	s.spans = append(s.spans, trace.SpanContextFromContext(ctx))
+	return s.Store.Commit(ctx, id, epoch, b)
 }
 
 // tracing is one process's tracer provider, recorder and links.
@@ -85,7 +97,8 @@ func onLabClock(s sdktrace.ReadOnlySpan, from, to time.Time) bool {
 // the caller's span, each later hop linked to the one before it (the cycle
 // to the ingress it journaled, the effect to the cycle that published it,
 // the receipt a child of the effect, the second cycle to the receipt it
-// consumed), all stamped on the lab's virtual clock.
+// consumed), all stamped on the lab's virtual clock. Each commit runs
+// under its cycle's span.
 func TestOneFlowIsLinkedAcrossTheStore(t *testing.T) {
 	tr := newTracing()
 	defer tr.tp.Shutdown(context.Background())
@@ -95,7 +108,8 @@ func TestOneFlowIsLinkedAcrossTheStore(t *testing.T) {
 		if err := createAssigned(env.Ctx, st, "e", "A"); err != nil {
 			return err
 		}
-		cfg := hostConfig("A", st, nil)
+		spy := &commitSpy{Store: st}
+		cfg := hostConfig("A", spy, nil)
 		cfg.Tracer, cfg.Links = tr.tp, tr.links
 		h, err := plane.StartHost(env.Ctx, env.Root, cfg)
 		if err != nil {
@@ -178,6 +192,9 @@ func TestOneFlowIsLinkedAcrossTheStore(t *testing.T) {
 		}
 		if a := attrs(c2); a["orrery.height.from"].AsInt64() != 1 || a["orrery.height.to"].AsInt64() != 2 || a["orrery.intents"].AsInt64() != 0 {
 			return fmt.Errorf("second cycle attributes %v", a)
+		}
+		if len(spy.spans) != 2 || spy.spans[0].SpanID() != c1.SpanContext().SpanID() || spy.spans[1].SpanID() != c2.SpanContext().SpanID() {
+			return errors.New("the commits did not run under their cycles' spans")
 		}
 		for _, s := range []sdktrace.ReadOnlySpan{in, c1, ef, rc, c2} {
 			if !onLabClock(s, labStart, labEnd) {
@@ -312,6 +329,15 @@ func TestIngressSpans(t *testing.T) {
 		if bad.Status().Code != codes.Error {
 			return fmt.Errorf("invalid ingress span status %v", bad.Status())
 		}
+		// Unvalidated input is clipped before it becomes an attribute.
+		long := strings.Repeat("w", 5000)
+		if _, err := ops.EnqueueIngress(ctx, long, plane.Ingress{Kind: strings.Repeat("k", 5000), Payload: ev}); !errors.Is(err, plane.ErrInvalidIngress) {
+			return fmt.Errorf("ingress of an oversized kind: %v", err)
+		}
+		spans = tr.named("orrery.ingress")
+		if a := attrs(spans[len(spans)-1]); len(a["orrery.world"].AsString()) != store.MaxIDBytes || len(a["orrery.kind"].AsString()) != store.MaxIDBytes {
+			return fmt.Errorf("oversized input kept as attributes of %d and %d bytes", len(a["orrery.world"].AsString()), len(a["orrery.kind"].AsString()))
+		}
 
 		// Client.Call: an ingress span of kind call (the host answers it).
 		h, err := plane.StartHost(env.Ctx, env.Root, hostConfig("A", st, nil))
@@ -324,10 +350,10 @@ func TestIngressSpans(t *testing.T) {
 			return fmt.Errorf("Get = %d, %v", n, err)
 		}
 		spans = tr.named("orrery.ingress")
-		if len(spans) != 4 {
-			return fmt.Errorf("%d ingress spans after the call, want 4", len(spans))
+		if len(spans) != 5 {
+			return fmt.Errorf("%d ingress spans after the call, want 5", len(spans))
 		}
-		if a := attrs(spans[3]); a["orrery.kind"].AsString() != world.InputCall || a["orrery.seq"].AsInt64() != 2 {
+		if a := attrs(spans[4]); a["orrery.kind"].AsString() != world.InputCall || a["orrery.seq"].AsInt64() != 2 {
 			return fmt.Errorf("call ingress attributes %v", a)
 		}
 
@@ -338,7 +364,7 @@ func TestIngressSpans(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if n := len(tr.named("orrery.ingress")); n != 4 {
+		if n := len(tr.named("orrery.ingress")); n != 5 {
 			return fmt.Errorf("a client with no tracer recorded spans here (%d)", n)
 		}
 		if _, ok := tr.links.Inbox("i", ack.Seq); ok {

@@ -157,12 +157,27 @@ func spanAttrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
 	return m
 }
 
+// spyStore records the span each Complete runs under.
+type spyStore struct {
+	adapter.Store
+	mu       sync.Mutex
+	complete []trace.SpanContext
+}
+
+func (s *spyStore) Complete(ctx context.Context, h string, c store.Claim, r store.Receipt) (uint64, bool, error) {
+	s.mu.Lock()
+	s.complete = append(s.complete, trace.SpanContextFromContext(ctx))
+	s.mu.Unlock()
+	return s.Store.Complete(ctx, h, c, r)
+}
+
 // TestPoolTracesEffectAndReceipt: a claim runs under one orrery.effect
 // span linked to the publishing cycle's span (from Links), with the
 // adapter's Execute calls inside it (their context carries it) and its
 // attributes (attempt, executions, status); its completion is an
-// orrery.receipt span, child of the effect span, which the pool records as
-// the writer of the receipt's inbox item.
+// orrery.receipt span, child of the effect span, under which the store's
+// Complete runs, and which the pool records as the writer of the
+// receipt's inbox item.
 func TestPoolTracesEffectAndReceipt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := tracetest.NewSpanRecorder()
@@ -184,7 +199,8 @@ func TestPoolTracesEffectAndReceipt(t *testing.T) {
 		cycle.End()
 		h := e.publish(kindTest, "x")
 		links := &fakeLinks{intent: h, cycle: cycle.SpanContext(), inbox: map[uint64]trace.SpanContext{}}
-		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex, Tracer: tp, Links: links},
+		spy := &spyStore{Store: e.st}
+		p := newPool(t, spy, adapter.Config{Worker: "pool-1", Executor: e.ex, Tracer: tp, Links: links},
 			adapter.Register(f, adapter.RetryPolicy{Attempts: 2, Base: time.Second}))
 		r := run(p)
 		defer r.stop()
@@ -219,6 +235,11 @@ func TestPoolTracesEffectAndReceipt(t *testing.T) {
 		if receipt.Parent().SpanID() != effect.SpanContext().SpanID() || receipt.Status().Code == codes.Error {
 			t.Fatalf("receipt span parent %v status %v", receipt.Parent(), receipt.Status())
 		}
+		spy.mu.Lock()
+		if len(spy.complete) != 1 || spy.complete[0].SpanID() != receipt.SpanContext().SpanID() {
+			t.Fatalf("Complete ran under %v, not the receipt span", spy.complete)
+		}
+		spy.mu.Unlock()
 		seq := spanAttrs(receipt)["orrery.seq"].AsInt64()
 		links.mu.Lock()
 		got, ok := links.inbox[uint64(seq)]

@@ -521,7 +521,7 @@ func (p *Pool) receipt(it store.EffectItem, res Result, attempts int) store.Rece
 // the one the world reads. exec is the claim's time in Execute, for
 // Observe.
 func (p *Pool) complete(ctx context.Context, it store.EffectItem, r store.Receipt, exec time.Duration) {
-	_, sp := p.tr.Start(ctx, otrace.Receipt, trace.WithTimestamp(p.ex.Now()), trace.WithSpanKind(trace.SpanKindProducer),
+	ctx, sp := p.tr.Start(ctx, otrace.Receipt, trace.WithTimestamp(p.ex.Now()), trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(otrace.World.String(it.World), otrace.IntentHash.String(it.IntentHash),
 			otrace.Status.String(string(r.Status))))
 	var spanErr error

@@ -286,7 +286,7 @@ func (w *Worker) fire(ctx context.Context, it store.TimerItem) error {
 	if w.cfg.Links != nil {
 		links = otrace.Link(w.cfg.Links.Intent(it.IntentHash))
 	}
-	_, sp := w.tr.Start(ctx, otrace.TimerFire, trace.WithNewRoot(), trace.WithTimestamp(w.ex.Now()),
+	sctx, sp := w.tr.Start(ctx, otrace.TimerFire, trace.WithNewRoot(), trace.WithTimestamp(w.ex.Now()),
 		trace.WithSpanKind(trace.SpanKindProducer), trace.WithLinks(links...),
 		trace.WithAttributes(otrace.World.String(it.World), otrace.IntentHash.String(it.IntentHash),
 			otrace.Attempt.Int(it.Attempt), otrace.Worker.String(w.cfg.Worker)))
@@ -296,7 +296,7 @@ func (w *Worker) fire(ctx context.Context, it store.TimerItem) error {
 		return append([]any{"worker", w.cfg.Worker, "world", it.World, "intent", it.IntentHash, "attempt", it.Attempt}, kv...)
 	}
 	for failures := 1; ; failures++ {
-		seq, dup, err := w.st.Fire(ctx, it.IntentHash, it.ClaimOf())
+		seq, dup, err := w.st.Fire(sctx, it.IntentHash, it.ClaimOf())
 		if err == nil {
 			w.count(func(s *Stats) {
 				if dup {
