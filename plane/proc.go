@@ -187,14 +187,10 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 		return false, errorf("commit", ErrFenced, l.world, nil)
 	}
 	cctx, sp := w.cycleSpan(ctx, start, items[:steps], b)
-	res, err := h.st.Commit(cctx, l.world, l.epoch, b)
-	done := h.ex.Now()
-	if err != nil {
-		otrace.End(sp, done, err)
-		return false, err
-	}
-	sp.SetAttributes(otrace.ToHeight.Int64(int64(res.Head)), otrace.Intents.Int(res.Published))
 	if cfg.Links != nil && sp.IsRecording() {
+		// Before the commit: an adapter pool may claim an intent as soon
+		// as the commit lands. Should the commit fail, the cycle that
+		// publishes these intents after the restore records itself over.
 		sc := sp.SpanContext()
 		for _, in := range b.Intents {
 			cfg.Links.PutIntent(in.IntentHash, sc)
@@ -203,6 +199,13 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 			cfg.Links.PutIntent(t.IntentHash, sc)
 		}
 	}
+	res, err := h.st.Commit(cctx, l.world, l.epoch, b)
+	done := h.ex.Now()
+	if err != nil {
+		otrace.End(sp, done, err)
+		return false, err
+	}
+	sp.SetAttributes(otrace.ToHeight.Int64(int64(res.Head)), otrace.Intents.Int(res.Published))
 	otrace.End(sp, done, nil)
 	w.cursor = b.NewCursor
 	s := w.inst.Snapshot()

@@ -25,7 +25,10 @@ const DefaultTraceLinks = 4096
 // whose other end runs in another process simply has no link. Each table
 // keeps its newest entries only, evicting the oldest first, so memory stays
 // bounded however long the process runs; a link that was evicted is
-// missing, never wrong. A nil *TraceLinks records and finds nothing.
+// missing, never wrong. Links are best effort in one more way: an inbox
+// item's writer is recorded once the store has answered it, so a cycle
+// that reads the item before its writer got that answer misses the link.
+// A nil *TraceLinks records and finds nothing.
 type TraceLinks struct {
 	mu     sync.Mutex
 	inbox  linkTable[inboxKey]
