@@ -4,9 +4,13 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/plane/internal/otrace"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/world"
 )
@@ -22,10 +26,20 @@ type ClientConfig struct {
 	// journal for a reply no in-process host handed over (default 1ms and
 	// 1s).
 	PollMin, PollMax time.Duration
+	// Tracer writes an orrery.ingress span per Send and Call, a child of
+	// the caller's context's span (nil: the global provider, a no-op
+	// unless the binary installs an SDK).
+	Tracer trace.TracerProvider
+	// Links records each ingress span under its inbox item, for the
+	// cycle that journals it (optional; share one per process).
+	Links *TraceLinks
 }
 
 // Client is the Go client of the plane: Send, Call and State.
-type Client struct{ cfg ClientConfig }
+type Client struct {
+	cfg ClientConfig
+	in  ingressTrace
+}
 
 // NewClient returns a client.
 func NewClient(cfg ClientConfig) (*Client, error) {
@@ -38,7 +52,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.PollMax < cfg.PollMin {
 		cfg.PollMax = max(time.Second, cfg.PollMin)
 	}
-	return &Client{cfg: cfg}, nil
+	return &Client{cfg: cfg, in: ingressTrace{tr: otrace.Tracer(cfg.Tracer), links: cfg.Links, ex: cfg.Executor}}, nil
 }
 
 // Ack acknowledges a durable enqueue.
@@ -55,7 +69,58 @@ func (c *Client) Send(ctx context.Context, worldID string, v any, idempotencyKey
 	if err != nil {
 		return Ack{}, errorf("send", ErrInvalidIngress, worldID, err)
 	}
-	return enqueue(ctx, c.cfg.Store, "send", worldID, store.InboxItem{Kind: world.InputEvent, Payload: payload, DedupeKey: idempotencyKey})
+	return c.in.enqueue(ctx, c.cfg.Store, "send", worldID, store.InboxItem{Kind: world.InputEvent, Payload: payload, DedupeKey: idempotencyKey})
+}
+
+// ingressTrace writes the orrery.ingress span of an enqueue and records it
+// for the cycle that will journal the item.
+type ingressTrace struct {
+	tr    trace.Tracer
+	links *TraceLinks
+	ex    actor.Executor // the spans' clock; nil leaves the stamps to the SDK
+}
+
+func (t ingressTrace) now() time.Time {
+	if t.ex == nil {
+		return time.Time{}
+	}
+	return t.ex.Now()
+}
+
+// start opens the span, a child of ctx's span, and returns the context
+// the store call runs under (so an instrumented store nests under it).
+// The world and kind are not validated yet: their attributes are clipped.
+func (t ingressTrace) start(ctx context.Context, worldID, kind string) (context.Context, trace.Span) {
+	return t.tr.Start(ctx, otrace.Ingress, trace.WithTimestamp(t.now()), trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(otrace.World.String(clip(worldID)), otrace.Kind.String(clip(kind))))
+}
+
+// clip bounds an unvalidated string kept as a span attribute to the
+// store's identifier limit.
+func clip(s string) string {
+	if len(s) <= store.MaxIDBytes {
+		return s
+	}
+	return strings.ToValidUTF8(s[:store.MaxIDBytes], "")
+}
+
+// end closes the span with the enqueue's answer. A duplicate is not
+// recorded as the item's writer: the first enqueue wrote it.
+func (t ingressTrace) end(sp trace.Span, worldID string, ack Ack, err error) {
+	if err == nil {
+		sp.SetAttributes(otrace.Seq.Int64(int64(ack.Seq)), otrace.Duplicate.Bool(ack.Duplicate))
+		if !ack.Duplicate && sp.IsRecording() {
+			t.links.PutInbox(worldID, ack.Seq, sp.SpanContext())
+		}
+	}
+	otrace.End(sp, t.now(), err)
+}
+
+func (t ingressTrace) enqueue(ctx context.Context, st store.Store, op, worldID string, item store.InboxItem) (Ack, error) {
+	ctx, sp := t.start(ctx, worldID, item.Kind)
+	ack, err := enqueue(ctx, st, op, worldID, item)
+	t.end(sp, worldID, ack, err)
+	return ack, err
 }
 
 func enqueue(ctx context.Context, st store.Store, op, worldID string, item store.InboxItem) (Ack, error) {
@@ -105,7 +170,7 @@ func (c *Client) CallWithID(ctx context.Context, worldID, callID string, v any) 
 		w = c.cfg.Replies.register(callID, p)
 		defer c.cfg.Replies.forget(callID)
 	}
-	ack, err := enqueue(ctx, c.cfg.Store, "call", worldID, store.InboxItem{Kind: world.InputCall, Payload: payload, DedupeKey: CallKey(callID)})
+	ack, err := c.in.enqueue(ctx, c.cfg.Store, "call", worldID, store.InboxItem{Kind: world.InputCall, Payload: payload, DedupeKey: CallKey(callID)})
 	if err != nil {
 		return nil, err
 	}

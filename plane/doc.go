@@ -44,6 +44,20 @@
 //   - Ops: the internal ops API (assign, unassign, acquire, renew, release,
 //     enqueue ingress, list worker worlds, fork, create from seed), each
 //     idempotent with typed errors, and ingress validation (ValidateIngress).
+//   - Observability hooks, all on the executor's clock: HostConfig.Observe
+//     receives every HostEvent, with latencies for metrics (EvCommit's Dur
+//     is the lag from the enqueue of the oldest item the cycle journaled to
+//     the commit, EvRenewed's the RenewLeases round trip; EvDiverged names
+//     a journal the definition no longer replays); HostConfig.Logger logs
+//     a host's lifecycle, never a line per step at Info; and OpenTelemetry
+//     spans, through the API only (orrery.ingress in Client and Ops,
+//     orrery.cycle per commit; the adapter pool and the timer worker add
+//     theirs), record nothing unless the binary installs an SDK. The hops
+//     of one flow pass through the store, where no trace context travels,
+//     so ingress → cycle → effect → receipt → cycle (and timer firings)
+//     are joined by span links from a TraceLinks, a bounded in-process
+//     table shared by the hosts, pools, timer workers and clients of one
+//     process. Across processes those links are simply absent.
 //
 // # The reply path of a call
 //

@@ -3,12 +3,16 @@ package plane
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/plane/internal/otrace"
 	"github.com/orrery-run/orrery/plane/internal/seam"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/supervisor"
@@ -60,6 +64,18 @@ type HostConfig struct {
 	// Observe, when set, receives the host's events synchronously; it
 	// must not block. Tests and metrics read it.
 	Observe func(HostEvent)
+	// Tracer writes an orrery.cycle span per commit (nil: the global
+	// provider, a no-op unless the binary installs an SDK).
+	Tracer trace.TracerProvider
+	// Links connects each cycle's span to the spans that wrote the inbox
+	// items it journaled, and records it for the effects and timers it
+	// published (optional; share one per process).
+	Links *TraceLinks
+	// Logger receives the host's lifecycle: acquisitions, releases and a
+	// host failure at Info, fencing (with its reason) and crashes at Warn,
+	// a divergent journal at Error, passivations, wakes and restores at
+	// Debug; never a line per step or commit. Nil: discarded.
+	Logger *slog.Logger
 }
 
 // HostEvent is one thing a host did.
@@ -70,6 +86,12 @@ type HostEvent struct {
 	Height uint64 // the head after a commit
 	At     time.Time
 	Err    error
+	// Dur is a latency on the executor's clock: on EvCommit the lag from
+	// the enqueue of the oldest inbox item the cycle journaled to the
+	// commit's completion; on EvRenewed the RenewLeases round trip.
+	Dur time.Duration
+	// N counts: the steps of an EvCommit, the leases of an EvRenewed.
+	N int
 }
 
 // Host event kinds.
@@ -84,6 +106,14 @@ const (
 	EvWake      = "wake" // a passive world's process started again
 	EvCrash     = "crash"
 	EvSynced    = "synced" // a pass over the worker's worlds completed
+	// EvRenewed: one RenewLeases round trip (World is empty; N leases,
+	// Dur the call's duration, Err the call's failure if it failed).
+	EvRenewed = "renewed"
+	// EvDiverged: a restore failed because replay does not reproduce the
+	// journal (Err wraps the *world.DivergenceError). The world process
+	// then crashes as for any failed restore (EvCrash follows) and its
+	// supervisor retries.
+	EvDiverged = "diverged"
 	// EvHostFailed: the host's world supervisor or controller died; Err
 	// is the *Error of kind ErrHostFailed. Nothing runs on the host after
 	// it.
@@ -137,6 +167,8 @@ type Host struct {
 	sup   *supervisor.DynamicRef
 	ctl   actor.PID    // the controller
 	park  actor.Parker // the controller's wake-up
+	tr    trace.Tracer
+	log   *slog.Logger
 
 	syncHint atomic.Bool
 	scan     scan // the controller's own
@@ -203,7 +235,11 @@ func StartHost(ctx context.Context, scope *actor.Scope, cfg HostConfig) (*Host, 
 		return nil, err
 	}
 	h := &Host{cfg: cfg, st: cfg.Store, ex: scope.Executor(), scope: sub,
-		leases: map[string]*lease{}, waking: map[string]bool{}}
+		leases: map[string]*lease{}, waking: map[string]bool{},
+		tr: otrace.Tracer(cfg.Tracer), log: cfg.Logger}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
 	h.park = h.ex.NewParker()
 	h.sup, err = supervisor.StartDynamic(ctx, sub, supervisor.DynamicSpec{
 		MaxRestarts: 5, Window: time.Second, Escalation: supervisor.PolicyResetCounter,
@@ -311,10 +347,70 @@ func (h *Host) failOut(ctx context.Context, failed error) error {
 func (h *Host) Worker() string { return h.cfg.Worker }
 
 func (h *Host) emit(ev HostEvent) {
+	h.logEvent(ev)
 	if h.cfg.Observe != nil {
 		ev.At = h.ex.Now()
 		h.cfg.Observe(ev)
 	}
+}
+
+// logEvent logs the events an operator follows a host by. Steps, commits
+// and scans are never logged: their rate is the workload's, and metrics
+// (Observe) count them.
+func (h *Host) logEvent(ev HostEvent) {
+	var lvl slog.Level
+	var msg string
+	switch ev.Kind {
+	case EvAcquired:
+		lvl, msg = slog.LevelInfo, "host: lease acquired"
+	case EvReleased:
+		lvl, msg = slog.LevelInfo, "host: lease released"
+	case EvHostFailed:
+		lvl, msg = slog.LevelInfo, "host: failed; every world on it stopped"
+	case EvFenced:
+		lvl, msg = slog.LevelWarn, "host: world fenced"
+	case EvCrash:
+		lvl, msg = slog.LevelWarn, "host: world process crashed; its supervisor restores it"
+	case EvDiverged:
+		lvl, msg = slog.LevelError, "host: replay diverged from the journal"
+	case EvRenewed:
+		if ev.Err == nil {
+			return
+		}
+		lvl, msg = slog.LevelWarn, "host: lease renewal failed"
+	case EvPassivate:
+		lvl, msg = slog.LevelDebug, "host: world passivated"
+	case EvWake:
+		lvl, msg = slog.LevelDebug, "host: world woken"
+		if ev.Err != nil {
+			lvl, msg = slog.LevelWarn, "host: world process could not start"
+		}
+	case EvRestored:
+		lvl, msg = slog.LevelDebug, "host: world restored"
+	default:
+		return
+	}
+	ctx := context.Background()
+	if !h.log.Enabled(ctx, lvl) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 5)
+	attrs = append(attrs, slog.String("worker", h.cfg.Worker))
+	if ev.World != "" {
+		attrs = append(attrs, slog.String("world", ev.World), slog.Uint64("epoch", ev.Epoch))
+	}
+	switch {
+	case ev.Kind == EvFenced && ev.Err == nil:
+		attrs = append(attrs, slog.String("reason", "stopped by the host"))
+	case ev.Kind == EvFenced:
+		attrs = append(attrs, slog.String("reason", ev.Err.Error()))
+	case ev.Err != nil:
+		attrs = append(attrs, slog.String("err", ev.Err.Error()))
+	}
+	if ev.Kind == EvRestored {
+		attrs = append(attrs, slog.Uint64("height", ev.Height))
+	}
+	h.log.LogAttrs(ctx, lvl, msg, attrs...)
 }
 
 // Stop stops the host as a process exit would: every world process stops
@@ -858,7 +954,9 @@ func (h *Host) renew(ctx context.Context) time.Time {
 		for i, l := range batch {
 			refs[i] = store.LeaseRef{World: l.world, Epoch: l.epoch}
 		}
+		t0 := h.ex.Now()
 		res, err := h.st.RenewLeases(ctx, h.cfg.Worker, refs, h.cfg.LeaseTTL)
+		h.emit(HostEvent{Kind: EvRenewed, Dur: h.ex.Now().Sub(t0), N: len(refs), Err: err})
 		if err != nil {
 			// The call failed, not a lease: retry soon. A lease whose
 			// expiry passes meanwhile fences itself (alive).

@@ -8,8 +8,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/fxamacker/cbor/v2"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/plane/internal/otrace"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/world"
 )
@@ -22,15 +25,38 @@ type Ops struct {
 	st      store.Store
 	kernels Kernels
 	dec     *event.Decoder
+	in      ingressTrace
+}
+
+// OpsOption configures NewOps.
+type OpsOption func(*opsOptions)
+
+type opsOptions struct {
+	tracer trace.TracerProvider
+	links  *TraceLinks
+	clock  actor.Executor
+}
+
+// OpsTracing makes EnqueueIngress write its orrery.ingress spans with tp
+// (nil: the global provider, which is also the default), record them in
+// links (optional) for the cycle that journals the item, and stamp them on
+// clock's time (nil: the SDK stamps them).
+func OpsTracing(tp trace.TracerProvider, links *TraceLinks, clock actor.Executor) OpsOption {
+	return func(o *opsOptions) { o.tracer, o.links, o.clock = tp, links, clock }
 }
 
 // NewOps returns the ops API over st.
-func NewOps(st store.Store, kernels Kernels) (*Ops, error) {
+func NewOps(st store.Store, kernels Kernels, opts ...OpsOption) (*Ops, error) {
 	dec, err := event.NewDecoder(event.DecoderOptions{DisallowUnknownFields: true})
 	if err != nil {
 		return nil, err
 	}
-	return &Ops{st: st, kernels: kernels, dec: dec}, nil
+	var o opsOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return &Ops{st: st, kernels: kernels, dec: dec,
+		in: ingressTrace{tr: otrace.Tracer(o.tracer), links: o.links, ex: o.clock}}, nil
 }
 
 // AssignWorld writes world's desired worker (assign_world).
@@ -89,7 +115,9 @@ type Ingress struct {
 // (ValidateIngress and store.CheckIngress) before anything is written, and
 // a repeated key is acknowledged with the first seq. Bad input is
 // ErrInvalidIngress and nothing is enqueued.
-func (o *Ops) EnqueueIngress(ctx context.Context, worldID string, in Ingress) (Ack, error) {
+func (o *Ops) EnqueueIngress(ctx context.Context, worldID string, in Ingress) (ack Ack, err error) {
+	ctx, sp := o.in.start(ctx, worldID, in.Kind)
+	defer func() { o.in.end(sp, worldID, ack, err) }()
 	if err := o.ValidateIngress(in.Kind, in.Payload); err != nil {
 		return Ack{}, errorf("enqueue_ingress", ErrInvalidIngress, worldID, err)
 	}

@@ -3,8 +3,12 @@ package plane
 import (
 	"context"
 	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/plane/internal/otrace"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/world"
 )
@@ -82,6 +86,12 @@ func (w *worldProc) run(p *actor.Proc) error {
 	if w.inst == nil {
 		inst, cursor, err := Restore(ctx, h.st, h.cfg.Kernels, l.world)
 		if err != nil {
+			if _, ok := errors.AsType[*world.DivergenceError](err); ok {
+				// Told apart from other restore failures (the store's,
+				// say) because no retry can cure it: the definition no
+				// longer does what the journal recorded.
+				h.emit(HostEvent{Kind: EvDiverged, World: l.world, Epoch: l.epoch, Err: err})
+			}
 			return w.fail(p, err)
 		}
 		w.inst, w.cursor = inst, cursor
@@ -134,6 +144,7 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 		return false, err
 	}
 	b := store.CommitBatch{ExpectedCursor: w.cursor, ExpectedHead: w.inst.Height()}
+	var oldest time.Time // the enqueue of the oldest item journaled
 	var replies []world.Reply
 	steps, effects := 0, 0
 	more = len(items) == cfg.MaxInboxBatch
@@ -163,6 +174,9 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 			replies = append(replies, *res.Reply)
 		}
 		b.NewCursor = it.Seq
+		if steps == 0 || it.EnqueuedAt.Before(oldest) {
+			oldest = it.EnqueuedAt
+		}
 		steps++
 		effects += len(res.Intents) + len(res.TimerSets)
 	}
@@ -172,16 +186,57 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 	if !h.alive(l) {
 		return false, errorf("commit", ErrFenced, l.world, nil)
 	}
-	res, err := h.st.Commit(ctx, l.world, l.epoch, b)
+	cctx, sp := w.cycleSpan(ctx, start, items[:steps], b)
+	if cfg.Links != nil && sp.IsRecording() {
+		// Before the commit: an adapter pool may claim an intent as soon
+		// as the commit lands. Should the commit fail, the cycle that
+		// publishes these intents after the restore records itself over.
+		sc := sp.SpanContext()
+		for _, in := range b.Intents {
+			cfg.Links.PutIntent(in.IntentHash, sc)
+		}
+		for _, t := range b.Timers {
+			cfg.Links.PutIntent(t.IntentHash, sc)
+		}
+	}
+	res, err := h.st.Commit(cctx, l.world, l.epoch, b)
+	done := h.ex.Now()
 	if err != nil {
+		otrace.End(sp, done, err)
 		return false, err
 	}
+	sp.SetAttributes(otrace.ToHeight.Int64(int64(res.Head)), otrace.Intents.Int(res.Published))
+	otrace.End(sp, done, nil)
 	w.cursor = b.NewCursor
 	s := w.inst.Snapshot()
 	l.head.Store(&s)
-	h.emit(HostEvent{Kind: EvCommit, World: l.world, Epoch: l.epoch, Height: res.Head})
+	var lag time.Duration
+	if steps > 0 {
+		lag = max(done.Sub(oldest), 0)
+	}
+	h.emit(HostEvent{Kind: EvCommit, World: l.world, Epoch: l.epoch, Height: res.Head, Dur: lag, N: steps})
 	for _, r := range replies {
 		cfg.Replies.deliver(r)
 	}
 	return more, nil
+}
+
+// cycleSpan starts the orrery.cycle span of a commit, back-dated to the
+// cycle's start, with a link to the span that wrote each journaled item
+// (when this process recorded one), and returns the context the commit
+// runs under. It is a root: the cycle was started by durable input, not by
+// any caller's context.
+func (w *worldProc) cycleSpan(ctx context.Context, start time.Time, journaled []store.InboxItem, b store.CommitBatch) (context.Context, trace.Span) {
+	h, l := w.h, w.l
+	var links []trace.Link
+	if h.cfg.Links != nil {
+		for _, it := range journaled {
+			sc, ok := h.cfg.Links.Inbox(l.world, it.Seq)
+			links = append(links, otrace.Link(sc, ok)...)
+		}
+	}
+	return h.tr.Start(ctx, otrace.Cycle, trace.WithNewRoot(), trace.WithTimestamp(start),
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(links...),
+		trace.WithAttributes(otrace.World.String(l.world), otrace.Epoch.Int64(int64(l.epoch)),
+			otrace.Steps.Int(len(journaled)), otrace.FromHeight.Int64(int64(b.ExpectedHead))))
 }

@@ -24,6 +24,13 @@
 // result. Within one claim an effect is executed once, with its bounded
 // retry attempts; never by two goroutines of one pool.
 //
+// Config.Observe reports every completion attempt (status, duplicate,
+// error, the dispatch latency from the intent's enqueue and the time spent
+// in Execute) for metrics; Config.Tracer writes an orrery.effect span per
+// claim, with the adapter's Execute calls under it, and an orrery.receipt
+// span for its completion, linked to the world's cycles through
+// Config.Links (a *plane.TraceLinks) within one process.
+//
 // What the package never does: read the machine's clock, sleep or start
 // goroutines outside the actor.Executor it is given (so it runs in virtual
 // time under the lab and testing/synctest); poll the queue on an interval

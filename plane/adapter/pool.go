@@ -10,8 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/plane/internal/otrace"
 	"github.com/orrery-run/orrery/plane/internal/seam"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/world"
@@ -41,8 +44,52 @@ type Config struct {
 	// may claim it; an execution that overruns that budget ends with a
 	// timeout receipt. So ClaimTTL must exceed the slowest adapter call.
 	ClaimTTL time.Duration
-	// Logger receives store failures and dropped results (nil: discarded).
+	// Logger receives store failures and effects the pool gave up on at
+	// Warn, dropped results at Info, retried attempts at Debug, each with
+	// the worker, world, intent and kind (nil: discarded).
 	Logger *slog.Logger
+	// Observe, when set, is called synchronously after each completion
+	// attempt (each Complete call); it must not block. Metrics read it.
+	Observe func(EffectEvent)
+	// Tracer writes an orrery.effect span per claimed effect, the adapter's
+	// Execute calls under it, and an orrery.receipt span for its
+	// completion (nil: the global provider, a no-op unless the binary
+	// installs an SDK).
+	Tracer trace.TracerProvider
+	// Links connects each effect span to the span of the world cycle that
+	// published the intent, and records each receipt span for the cycle
+	// that consumes the receipt (optional; *plane.TraceLinks, shared by
+	// the process's hosts).
+	Links Links
+}
+
+// Links hands span contexts over the hops that pass through the durable
+// store, within one process. *plane.TraceLinks implements it; this package
+// names only what it uses, so it need not import the plane.
+type Links interface {
+	// Intent is the span of the cycle that published intent hash.
+	Intent(hash string) (trace.SpanContext, bool)
+	// PutInbox records sc as the writer of world's inbox item seq.
+	PutInbox(world string, seq uint64, sc trace.SpanContext)
+}
+
+// EffectEvent is one completion attempt of a pool (Config.Observe).
+type EffectEvent struct {
+	World      string
+	IntentHash string
+	Kind       string
+	Attempt    int                 // the claim's attempt (EffectItem.Attempt)
+	Status     store.ReceiptStatus // of the receipt presented
+	Dup        bool                // another claim's receipt was first
+	Err        error               // the store's answer, nil when it took the receipt (or Dup)
+	InboxSeq   uint64              // the receipt's inbox seq, when Err is nil
+	// Dispatch runs from the intent's EnqueuedAt (the store's clock) to
+	// this completion's answer (the executor's clock): the effect's whole
+	// time in the plane, queueing, retries and store calls included.
+	Dispatch time.Duration
+	// Exec is the time spent in the adapter's Execute calls for this
+	// claim, retries included and the backoff between them excluded.
+	Exec time.Duration
 }
 
 // Stats counts what a pool did (see Pool.Stats).
@@ -65,6 +112,7 @@ type Pool struct {
 	kinds  []string // sorted
 	byKind map[string]Registration
 	log    *slog.Logger
+	tr     trace.Tracer
 
 	running atomic.Bool
 
@@ -116,6 +164,7 @@ func NewPool(st Store, cfg Config, regs ...Registration) (*Pool, error) {
 	p := &Pool{
 		st: st, ex: cfg.Executor, cfg: cfg, budget: cfg.ClaimTTL - cfg.ClaimTTL/10,
 		byKind: map[string]Registration{}, held: map[claimKey]time.Time{}, log: cfg.Logger,
+		tr: otrace.Tracer(cfg.Tracer),
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -321,29 +370,62 @@ func (p *Pool) start(ctx context.Context, wake actor.Parker, it store.EffectItem
 	})
 }
 
-// execute runs one claim: the attempts, then the receipt.
+// execute runs one claim: the attempts, then the receipt, under the
+// claim's orrery.effect span. The span is a root linked to the cycle that
+// published the intent: the claim was started by the durable queue, not
+// by any caller's context.
 func (p *Pool) execute(ctx context.Context, it store.EffectItem, deadline time.Time) {
+	var links []trace.Link
+	if p.cfg.Links != nil {
+		links = otrace.Link(p.cfg.Links.Intent(it.IntentHash))
+	}
+	ctx, sp := p.tr.Start(ctx, otrace.Effect, trace.WithNewRoot(), trace.WithTimestamp(p.ex.Now()),
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(links...),
+		trace.WithAttributes(otrace.World.String(it.World), otrace.IntentHash.String(it.IntentHash),
+			otrace.Kind.String(it.Kind), otrace.Attempt.Int(it.Attempt), otrace.Worker.String(p.cfg.Worker)))
 	reg, ok := p.byKind[it.Kind]
 	var res Result
 	var attempts int
+	var exec time.Duration
 	if !ok {
 		// Unreachable through Claim, which is by our kinds; a terminal
 		// answer still beats an effect that circulates forever.
 		res = Result{Status: world.StatusError, Body: Failure{Error: "no adapter serves kind " + it.Kind}}
 	} else {
 		var done bool
-		res, attempts, done = p.attempt(ctx, reg, it, deadline)
+		res, attempts, exec, done = p.attempt(ctx, reg, it, deadline)
+		sp.SetAttributes(otrace.Executions.Int(attempts))
 		if !done {
 			p.drop(it, "pool stopped during execution")
+			otrace.End(sp, p.ex.Now(), errDropped)
 			return
 		}
 	}
-	p.complete(ctx, it, p.receipt(it, res, attempts))
+	r := p.receipt(it, res, attempts)
+	if r.Status != store.ReceiptOK {
+		kv := []any{"status", string(r.Status), "executions", attempts}
+		if f, isFailure := res.Body.(Failure); isFailure {
+			kv = append(kv, "err", f.Error)
+		}
+		p.log.Warn("adapter: effect did not succeed; its receipt says so", p.attrs(it, kv...)...)
+	}
+	sp.SetAttributes(otrace.Status.String(string(r.Status)))
+	p.complete(ctx, it, r, exec)
+	otrace.End(sp, p.ex.Now(), nil)
+}
+
+// errDropped is the status of an effect span whose result was dropped.
+var errDropped = errors.New("adapter: result dropped; the claim will expire and be reaped")
+
+// attrs are the log attributes of one claim, then kv.
+func (p *Pool) attrs(it store.EffectItem, kv ...any) []any {
+	return append([]any{"worker", p.cfg.Worker, "world", it.World, "intent", it.IntentHash, "kind", it.Kind, "attempt", it.Attempt}, kv...)
 }
 
 // attempt calls the adapter until it answers, gives up or runs out of
-// budget. done=false means the pool stopped and there is no result.
-func (p *Pool) attempt(ctx context.Context, reg Registration, it store.EffectItem, deadline time.Time) (res Result, attempts int, done bool) {
+// budget, and measures the time spent in its Execute calls. done=false
+// means the pool stopped and there is no result.
+func (p *Pool) attempt(ctx context.Context, reg Registration, it store.EffectItem, deadline time.Time) (res Result, attempts int, exec time.Duration, done bool) {
 	bctx, cancel := actor.WithDeadline(ctx, p.ex, deadline)
 	defer cancel()
 	pol := reg.Policy
@@ -351,28 +433,31 @@ func (p *Pool) attempt(ctx context.Context, reg Registration, it store.EffectIte
 		p.mu.Lock()
 		p.stats.Attempts++
 		p.mu.Unlock()
+		t0 := p.ex.Now()
 		res, err := call(bctx, reg.Adapter, it)
+		exec += p.ex.Now().Sub(t0)
 		if ctx.Err() != nil {
-			return Result{}, n, false
+			return Result{}, n, exec, false
 		}
 		if err == nil {
-			return res, n, true
+			return res, n, exec, true
 		}
 		if bctx.Err() != nil {
-			return failure(world.StatusTimeout, "the claim's execution budget ran out: "+err.Error(), n), n, true
+			return failure(world.StatusTimeout, "the claim's execution budget ran out: "+err.Error(), n), n, exec, true
 		}
 		if IsPermanent(err) || n >= pol.Attempts {
-			return failure(world.StatusError, err.Error(), n), n, true
+			return failure(world.StatusError, err.Error(), n), n, exec, true
 		}
 		d := pol.Delay(n, p.ex.Uint64())
 		if p.ex.Now().Add(d).After(deadline) {
-			return failure(world.StatusError, err.Error()+" (no budget left in the claim to retry)", n), n, true
+			return failure(world.StatusError, err.Error()+" (no budget left in the claim to retry)", n), n, exec, true
 		}
+		p.log.Debug("adapter: attempt failed; retrying", p.attrs(it, "err", err, "execution", n, "backoff", d)...)
 		if err := actor.Sleep(bctx, p.ex, d); err != nil {
 			if ctx.Err() != nil {
-				return Result{}, n, false
+				return Result{}, n, exec, false
 			}
-			return failure(world.StatusTimeout, "the claim's execution budget ran out", n), n, true
+			return failure(world.StatusTimeout, "the claim's execution budget ran out", n), n, exec, true
 		}
 	}
 }
@@ -419,7 +504,7 @@ func (p *Pool) receipt(it store.EffectItem, res Result, attempts int) store.Rece
 	if err != nil {
 		// Not an intent the kernel made (its hash is not one): the world
 		// cannot read any receipt for it, but a terminal one still ends it.
-		p.log.Error("adapter: receipt cannot be encoded", "intent", it.IntentHash, "err", err)
+		p.log.Error("adapter: receipt cannot be encoded", p.attrs(it, "err", err)...)
 		payload = body
 		if payload == nil {
 			payload, _ = event.Marshal(Failure{Error: err.Error()})
@@ -428,14 +513,23 @@ func (p *Pool) receipt(it store.EffectItem, res Result, attempts int) store.Rece
 	return store.Receipt{Status: store.ReceiptStatus(res.Status), Payload: payload}
 }
 
-// complete delivers the receipt. A store failure is retried with backoff
-// until it succeeds, the pool stops, or the store says the effect is no
-// longer this claim's: both ErrClaimLost and dup=true mean another claim's
-// receipt is (or will be) the one the world reads.
-func (p *Pool) complete(ctx context.Context, it store.EffectItem, r store.Receipt) {
+// complete delivers the receipt, under an orrery.receipt span (a child of
+// ctx's effect span) that the cycle consuming the receipt links to. A
+// store failure is retried with backoff until it succeeds, the pool stops,
+// or the store says the effect is no longer this claim's: both
+// ErrClaimLost and dup=true mean another claim's receipt is (or will be)
+// the one the world reads. exec is the claim's time in Execute, for
+// Observe.
+func (p *Pool) complete(ctx context.Context, it store.EffectItem, r store.Receipt, exec time.Duration) {
+	ctx, sp := p.tr.Start(ctx, otrace.Receipt, trace.WithTimestamp(p.ex.Now()), trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(otrace.World.String(it.World), otrace.IntentHash.String(it.IntentHash),
+			otrace.Status.String(string(r.Status))))
+	var spanErr error
+	defer func() { otrace.End(sp, p.ex.Now(), spanErr) }()
 	replaced := false
 	for failures := 1; ; failures++ {
-		_, dup, err := p.st.Complete(ctx, it.IntentHash, it.ClaimOf(), r)
+		seq, dup, err := p.st.Complete(ctx, it.IntentHash, it.ClaimOf(), r)
+		p.observe(it, r, seq, dup, err, exec)
 		switch {
 		case err == nil:
 			p.mu.Lock()
@@ -445,37 +539,61 @@ func (p *Pool) complete(ctx context.Context, it store.EffectItem, r store.Receip
 				p.stats.Completed++
 			}
 			p.mu.Unlock()
+			sp.SetAttributes(otrace.Seq.Int64(int64(seq)), otrace.Duplicate.Bool(dup))
+			if !dup && p.cfg.Links != nil && sp.IsRecording() {
+				p.cfg.Links.PutInbox(it.World, seq, sp.SpanContext())
+			}
 			return
 		case errors.Is(err, store.ErrClaimLost):
 			p.mu.Lock()
 			p.stats.ClaimLost++
 			p.mu.Unlock()
+			p.log.Info("adapter: claim lost; another claim's receipt counts", p.attrs(it)...)
+			spanErr = err
 			return
 		case errors.Is(err, store.ErrNotFound):
 			p.drop(it, "the effect's record is gone")
+			spanErr = err
 			return
 		case errors.Is(err, store.ErrInvalid) && !replaced:
 			// The store refuses this receipt (too large, say): say so
 			// in a receipt it accepts rather than retrying forever.
 			replaced = true
+			p.log.Warn("adapter: the store refused the receipt; completing an error receipt instead", p.attrs(it, "err", err)...)
 			r = p.receipt(it, failure(world.StatusError, "the store refused the receipt: "+err.Error(), 0), 0)
+			sp.SetAttributes(otrace.Status.String(string(r.Status)))
 			continue
 		}
 		if ctx.Err() != nil {
 			p.drop(it, "pool stopped before the receipt was delivered")
+			spanErr = errDropped
 			return
 		}
-		p.log.Warn("adapter: complete failed", "intent", it.IntentHash, "err", err, "failures", failures)
+		p.log.Warn("adapter: complete failed", p.attrs(it, "err", err, "failures", failures)...)
 		if actor.Sleep(ctx, p.ex, storeBackoff(failures, p.ex.Uint64())) != nil {
 			p.drop(it, "pool stopped before the receipt was delivered")
+			spanErr = errDropped
 			return
 		}
 	}
+}
+
+// observe reports one completion attempt to Config.Observe.
+func (p *Pool) observe(it store.EffectItem, r store.Receipt, seq uint64, dup bool, err error, exec time.Duration) {
+	if p.cfg.Observe == nil {
+		return
+	}
+	ev := EffectEvent{World: it.World, IntentHash: it.IntentHash, Kind: it.Kind, Attempt: it.Attempt,
+		Status: r.Status, Dup: dup, Err: err, Dispatch: p.ex.Now().Sub(it.EnqueuedAt), Exec: exec}
+	if err == nil {
+		ev.InboxSeq = seq
+	}
+	p.cfg.Observe(ev)
 }
 
 func (p *Pool) drop(it store.EffectItem, why string) {
 	p.mu.Lock()
 	p.stats.Dropped++
 	p.mu.Unlock()
-	p.log.Info("adapter: result dropped; the claim will expire and be reaped", "intent", it.IntentHash, "why", why)
+	p.log.Info("adapter: result dropped; the claim will expire and be reaped", p.attrs(it, "why", why)...)
 }

@@ -4,6 +4,11 @@
 // sleeps until the next due time (NextDue) or until a store.TopicTimers
 // hint says the timer set changed.
 //
+// Each firing is an orrery.timer.fire span (Config.Tracer, the
+// OpenTelemetry API only), linked through Config.Links within one process
+// to the cycle that set the timer and to the cycle that consumes the
+// firing; store failures log at Warn with the worker, world and intent.
+//
 // What it never does: poll on an interval (an idle worker with no timers
 // makes no store call until a hint), read the machine's clock, sleep or
 // start goroutines outside the actor.Executor it is given, or requeue
@@ -20,7 +25,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/plane/internal/otrace"
 	"github.com/orrery-run/orrery/plane/internal/seam"
 	"github.com/orrery-run/orrery/store"
 )
@@ -49,7 +57,27 @@ type Config struct {
 	// overlap, so a burst of due timers shares the store's group commits
 	// instead of paying one commit after another.
 	Concurrency int
-	Logger      *slog.Logger // nil: discarded
+	// Logger receives store failures and refused firings at Warn, lost
+	// claims at Info, each with the worker and the timer's world and
+	// intent (nil: discarded).
+	Logger *slog.Logger
+	// Tracer writes an orrery.timer.fire span per firing (nil: the global
+	// provider, a no-op unless the binary installs an SDK).
+	Tracer trace.TracerProvider
+	// Links connects each firing's span to the span of the world cycle
+	// that set the timer, and records it for the cycle that consumes the
+	// firing (optional; *plane.TraceLinks, shared by the process's hosts).
+	Links Links
+}
+
+// Links hands span contexts over the hops that pass through the durable
+// store, within one process. *plane.TraceLinks implements it; this package
+// names only what it uses, so it need not import the plane.
+type Links interface {
+	// Intent is the span of the cycle that set the timer of intent hash.
+	Intent(hash string) (trace.SpanContext, bool)
+	// PutInbox records sc as the writer of world's inbox item seq.
+	PutInbox(world string, seq uint64, sc trace.SpanContext)
 }
 
 // Stats counts what a worker did.
@@ -75,6 +103,7 @@ type Worker struct {
 	ex      actor.Executor
 	cfg     Config
 	log     *slog.Logger
+	tr      trace.Tracer
 	running atomic.Bool
 
 	mu    sync.Mutex
@@ -109,7 +138,7 @@ func New(st Store, cfg Config) (*Worker, error) {
 	if cfg.ClaimTTL == 0 {
 		cfg.ClaimTTL = 30 * time.Second
 	}
-	w := &Worker{st: st, ex: cfg.Executor, cfg: cfg, log: cfg.Logger}
+	w := &Worker{st: st, ex: cfg.Executor, cfg: cfg, log: cfg.Logger, tr: otrace.Tracer(cfg.Tracer)}
 	if w.log == nil {
 		w.log = slog.New(slog.DiscardHandler)
 	}
@@ -242,40 +271,72 @@ func (w *Worker) fireAll(ctx context.Context, items []store.TimerItem) error {
 // claims); only ctx ends the retries.
 func (w *Worker) fireLane(ctx context.Context, items []store.TimerItem) error {
 	for _, it := range items {
-		for failures := 1; ; failures++ {
-			_, dup, err := w.st.Fire(ctx, it.IntentHash, it.ClaimOf())
-			if err == nil {
-				w.count(func(s *Stats) {
-					if dup {
-						s.Duplicates++
-					} else {
-						s.Fired++
-					}
-				})
-				break
-			}
-			if errors.Is(err, store.ErrClaimLost) {
-				w.count(func(s *Stats) { s.ClaimLost++ })
-				break
-			}
-			if errors.Is(err, store.ErrNotDue) {
-				w.count(func(s *Stats) { s.NotDue++ })
-				w.log.Warn("timer: claimed a timer the store says is not due", "intent", it.IntentHash)
-				break
-			}
-			if errors.Is(err, store.ErrNotFound) {
-				break // cancelled after the claim
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			w.log.Warn("timer: fire failed", "intent", it.IntentHash, "err", err, "failures", failures)
-			if err := actor.Sleep(ctx, w.ex, backoff(failures, w.ex.Uint64())); err != nil {
-				return err
-			}
+		if err := w.fire(ctx, it); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// fire fires one claimed timer under its orrery.timer.fire span: a root
+// linked to the cycle that set the timer, since the firing was started by
+// the durable queue, not by any caller's context.
+func (w *Worker) fire(ctx context.Context, it store.TimerItem) error {
+	var links []trace.Link
+	if w.cfg.Links != nil {
+		links = otrace.Link(w.cfg.Links.Intent(it.IntentHash))
+	}
+	sctx, sp := w.tr.Start(ctx, otrace.TimerFire, trace.WithNewRoot(), trace.WithTimestamp(w.ex.Now()),
+		trace.WithSpanKind(trace.SpanKindProducer), trace.WithLinks(links...),
+		trace.WithAttributes(otrace.World.String(it.World), otrace.IntentHash.String(it.IntentHash),
+			otrace.Attempt.Int(it.Attempt), otrace.Worker.String(w.cfg.Worker)))
+	var spanErr error
+	defer func() { otrace.End(sp, w.ex.Now(), spanErr) }()
+	attrs := func(kv ...any) []any {
+		return append([]any{"worker", w.cfg.Worker, "world", it.World, "intent", it.IntentHash, "attempt", it.Attempt}, kv...)
+	}
+	for failures := 1; ; failures++ {
+		seq, dup, err := w.st.Fire(sctx, it.IntentHash, it.ClaimOf())
+		if err == nil {
+			w.count(func(s *Stats) {
+				if dup {
+					s.Duplicates++
+				} else {
+					s.Fired++
+				}
+			})
+			sp.SetAttributes(otrace.Seq.Int64(int64(seq)), otrace.Duplicate.Bool(dup))
+			if !dup && w.cfg.Links != nil && sp.IsRecording() {
+				w.cfg.Links.PutInbox(it.World, seq, sp.SpanContext())
+			}
+			return nil
+		}
+		if errors.Is(err, store.ErrClaimLost) {
+			w.count(func(s *Stats) { s.ClaimLost++ })
+			w.log.Info("timer: claim lost; another claim fires the timer", attrs()...)
+			spanErr = err
+			return nil
+		}
+		if errors.Is(err, store.ErrNotDue) {
+			w.count(func(s *Stats) { s.NotDue++ })
+			w.log.Warn("timer: claimed a timer the store says is not due", attrs("err", err)...)
+			spanErr = err
+			return nil
+		}
+		if errors.Is(err, store.ErrNotFound) {
+			spanErr = err
+			return nil // cancelled after the claim
+		}
+		if ctx.Err() != nil {
+			spanErr = ctx.Err()
+			return ctx.Err()
+		}
+		w.log.Warn("timer: fire failed", attrs("err", err, "failures", failures)...)
+		if err := actor.Sleep(ctx, w.ex, backoff(failures, w.ex.Uint64())); err != nil {
+			spanErr = err
+			return err
+		}
+	}
 }
 
 func (w *Worker) count(f func(*Stats)) {
