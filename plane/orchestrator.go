@@ -99,6 +99,28 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 	return err
 }
 
+// Resign is the planned way out: it stops the orchestrator and releases the
+// orchestrator lease it holds, so another orchestrator acts at once instead
+// of after the lease's TTL. Its epoch is kept by the store: the successor's
+// is higher, so a write of this one still in flight is fenced.
+func (o *Orchestrator) Resign(ctx context.Context) error {
+	if err := o.Stop(ctx); err != nil {
+		return err
+	}
+	o.mu.Lock()
+	epoch, held := o.epoch, !o.expires.IsZero()
+	o.expires = time.Time{}
+	o.mu.Unlock()
+	if !held {
+		return nil
+	}
+	err := o.cfg.Store.Release(ctx, OrchestratorWorld, o.cfg.ID, epoch)
+	if errors.Is(err, store.ErrNotHolder) || errors.Is(err, store.ErrStaleEpoch) {
+		return nil // it had lost the lease already
+	}
+	return err
+}
+
 // Leader reports whether it holds an unexpired orchestrator lease.
 func (o *Orchestrator) Leader() bool {
 	o.mu.Lock()

@@ -38,6 +38,7 @@ import (
 	"github.com/orrery-run/orrery/plane/reaper"
 	"github.com/orrery-run/orrery/plane/timer"
 	"github.com/orrery-run/orrery/store"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrInvalid: a Config that cannot run.
@@ -75,6 +76,13 @@ type Config struct {
 
 	// Observe receives the host's events (metrics, tests); it must not block.
 	Observe func(plane.HostEvent)
+	// ObserveEffect receives the adapter pool's completions; it must not
+	// block.
+	ObserveEffect func(adapter.EffectEvent)
+	// Tracer receives the node's spans (nil: the global provider, a no-op
+	// unless the binary installed an SDK). Spans of one flow (ingress,
+	// cycle, effect, receipt) are linked across the store within the node.
+	Tracer trace.TracerProvider
 	// Host, when set, adjusts the host's configuration last.
 	Host func(*plane.HostConfig)
 }
@@ -90,6 +98,7 @@ type Node struct {
 	client  *plane.Client
 	ops     *plane.Ops
 	replies *plane.Replies
+	links   *plane.TraceLinks
 
 	cancel context.CancelFunc // the workers' context
 	wg     sync.WaitGroup     // the pool, the timer worker and the reapers
@@ -112,13 +121,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{cfg: cfg, sys: cfg.System, replies: plane.NewReplies()}
+	n := &Node{cfg: cfg, sys: cfg.System, replies: plane.NewReplies(), links: plane.NewTraceLinks(0)}
 	if n.sys == nil {
 		n.sys, n.ownSys = actor.NewSystem(), true
 	}
 	ex := n.sys.Executor()
 
-	ops, err := plane.NewOps(cfg.Store, cfg.Kernels)
+	ops, err := plane.NewOps(cfg.Store, cfg.Kernels, plane.OpsTracing(cfg.Tracer, n.links, ex))
 	if err != nil {
 		return nil, n.abort(ctx, err)
 	}
@@ -127,6 +136,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	hc := plane.HostConfig{
 		Worker: cfg.Worker, Store: cfg.Store, Kernels: cfg.Kernels, Replies: n.replies,
 		LeaseTTL: cfg.LeaseTTL, IdleAfter: cfg.IdleAfter, Observe: cfg.Observe,
+		Tracer: cfg.Tracer, Links: n.links, Logger: cfg.Logger.With("part", "host"),
 	}
 	if cfg.Host != nil {
 		cfg.Host(&hc)
@@ -149,6 +159,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.client, err = plane.NewClient(plane.ClientConfig{
 		Store: cfg.Store, Kernels: cfg.Kernels, Executor: ex, Replies: n.replies, Hosts: []*plane.Host{n.host},
+		Tracer: cfg.Tracer, Links: n.links,
 	})
 	if err != nil {
 		return nil, n.abort(ctx, err)
@@ -161,13 +172,14 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.pool, err = adapter.NewPool(cfg.Store, adapter.Config{
 		Worker: cfg.Worker + "/effects", Executor: ex, Concurrency: cfg.EffectConcurrency,
 		ClaimTTL: cfg.ClaimTTL, Logger: cfg.Logger.With("part", "effects"),
+		Observe: cfg.ObserveEffect, Tracer: cfg.Tracer, Links: n.links,
 	}, regs...)
 	if err != nil {
 		return nil, n.abort(ctx, err)
 	}
 	tw, err := timer.New(cfg.Store, timer.Config{
 		Worker: cfg.Worker + "/timers", Executor: ex, ClaimTTL: cfg.ClaimTTL,
-		Logger: cfg.Logger.With("part", "timers"),
+		Logger: cfg.Logger.With("part", "timers"), Tracer: cfg.Tracer, Links: n.links,
 	})
 	if err != nil {
 		return nil, n.abort(ctx, err)
@@ -292,6 +304,18 @@ func (n *Node) Stop(ctx context.Context) error {
 		return nil
 	}
 	err := n.host.Drain(ctx)
+	if n.orch != nil {
+		// The acting orchestrator moves the drained worlds before it
+		// goes, then hands its own lease over without waiting for the TTL.
+		if n.orch.Leader() {
+			if rerr := n.orch.Reconcile(ctx); err == nil && rerr != nil && !errors.Is(rerr, plane.ErrNotLeader) {
+				err = rerr
+			}
+		}
+		if rerr := n.orch.Resign(ctx); err == nil && rerr != nil {
+			err = rerr
+		}
+	}
 	if serr := n.host.Stop(ctx); err == nil && serr != nil && !errors.Is(serr, plane.ErrStopped) {
 		err = serr
 	}

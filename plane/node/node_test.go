@@ -65,6 +65,7 @@ func start(t *testing.T, ctx context.Context, st store.Store, worker string) *no
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = n.Stop(context.Background()) }) // inside the bubble; a no-op after a Stop or Kill
 	return n
 }
 
@@ -133,7 +134,14 @@ func TestStopHandsWorldsOverWithoutWaitingForTheTTL(t *testing.T) {
 		st := memstore.New()
 		ids := worldIDs(8)
 		create(t, ctx, st, ids)
-		a, b := start(t, ctx, st, "a"), start(t, ctx, st, "b")
+		// a acts as the orchestrator, so its Stop must also hand placement
+		// over (reconcile, then release the orchestrator lease) for the
+		// worlds to move inside one TTL.
+		a := start(t, ctx, st, "a")
+		for !a.Leader() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		b := start(t, ctx, st, "b")
 		before := holders(t, ctx, st, ids, "a", "b")
 		onA := 0
 		for _, l := range before {
@@ -171,6 +179,12 @@ func TestStopHandsWorldsOverWithoutWaitingForTheTTL(t *testing.T) {
 		}
 		if err := b.Ready(ctx); err != nil {
 			t.Fatalf("b not ready: %v", err)
+		}
+		for !b.Leader() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if took := time.Since(stopAt); took >= ttl {
+			t.Fatalf("b became the orchestrator %v after a stopped, not inside the TTL %v", took, ttl)
 		}
 		_ = b.Stop(ctx)
 	})
