@@ -61,13 +61,13 @@ const (
 	worker2 = "demo-2"
 )
 
-var accounts = []struct {
+type account struct {
 	id, owner string
 	deposit   int64
-}{
-	{"alice", "Alice", 1000},
-	{"bob", "Bob", 500},
-	{"carol", "Carol", 2000},
+}
+
+func accounts() []account {
+	return []account{{"alice", "Alice", 1000}, {"bob", "Bob", 500}, {"carol", "Carol", 2000}}
 }
 
 // auditAbove is every account's audit threshold.
@@ -285,7 +285,7 @@ func (d *demo) create(universe, id string) error {
 // ---- the steps ----
 
 func (d *demo) start() error {
-	d.begin("Start a node on SQLite, with an audit service, and open three accounts")
+	d.begin("Start a node, an audit service and three accounts")
 	if err := d.openStore(); err != nil {
 		return err
 	}
@@ -304,7 +304,7 @@ func (d *demo) start() error {
 	d.live = d.n1
 	d.say("node %s started: orchestrator, host, effect adapters (http.request, fabric.send), durable timers, reapers", worker1)
 	d.say("lease TTL %s: a crashed node's worlds move once their leases have expired", d.ttl)
-	for _, a := range accounts {
+	for _, a := range accounts() {
 		if err := d.create(ledger.UniverseAccount, a.id); err != nil {
 			return err
 		}
@@ -337,7 +337,7 @@ func (d *demo) call() error {
 	if err != nil {
 		return d.fail("reading alice's journal", err)
 	}
-	if err := d.check(bal == accounts[0].deposit, "alice's balance is %d, want %d", bal, accounts[0].deposit); err != nil {
+	if err := d.check(bal == accounts()[0].deposit, "alice's balance is %d, want %d", bal, accounts()[0].deposit); err != nil {
 		return err
 	}
 	d.say("Call(alice, Balance{}) = %d", bal)
@@ -719,7 +719,7 @@ func (d *demo) summary() error {
 	}
 	var sum int64
 	parts := ""
-	for _, a := range accounts {
+	for _, a := range accounts() {
 		acc, err := d.account(a.id)
 		if err != nil {
 			return d.fail("reading "+a.id, err)
@@ -768,6 +768,8 @@ func (d *demo) openStore() error {
 			return d.fail("creating a temporary directory", err)
 		}
 		d.tmpDir = dir
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return d.fail("creating "+dir, err)
 	}
 	d.dbPath = filepath.Join(dir, DBName)
 	if _, err := os.Stat(d.dbPath); err == nil {

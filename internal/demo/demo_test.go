@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // steps are the seven step headings the demo must print, in order.
 var steps = []string{
-	"\n1. Start a node on SQLite",
+	"\n1. Start a node",
 	"\n2. A call with a reply",
 	"\n3. A transfer saga",
 	"\n4. A large withdrawal, audited",
