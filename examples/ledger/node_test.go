@@ -1,0 +1,401 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/orrery-run/orrery/examples/ledger"
+	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/plane/adapter"
+	"github.com/orrery-run/orrery/plane/node"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/world"
+)
+
+// These tests run the worlds on a node.Node over memstore, in the virtual
+// time of a synctest bubble: the node's leases, timers and retries all
+// wait on the bubble's clock, and the waits below advance it.
+
+// auditStub serves http.request in place of the network: it records each
+// request it executes and answers 204.
+type auditStub struct {
+	mu  sync.Mutex
+	got []world.HTTPRequest
+}
+
+func (*auditStub) Kinds() []string { return []string{world.KindHTTPRequest} }
+
+func (a *auditStub) Execute(_ context.Context, item store.EffectItem) (adapter.Result, error) {
+	req, err := adapter.DecodeHTTPRequest(item.Params)
+	if err != nil {
+		return adapter.Result{}, adapter.Permanent(err)
+	}
+	a.mu.Lock()
+	a.got = append(a.got, req)
+	a.mu.Unlock()
+	return adapter.OK(world.HTTPResponse{Status: 204}), nil
+}
+
+func (a *auditStub) requests() []world.HTTPRequest {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]world.HTTPRequest(nil), a.got...)
+}
+
+type env struct {
+	t     *testing.T
+	ctx   context.Context
+	st    *memstore.Store
+	n     *node.Node
+	audit *auditStub
+	ids   []string // every world created, for the parity check
+}
+
+// newEnv starts a node in the current bubble; it is stopped at cleanup.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{t: t, ctx: context.Background(), st: memstore.New(), audit: &auditStub{}}
+	n, err := node.Start(e.ctx, node.Config{
+		Worker: "w1", Store: e.st, Kernels: ledger.Kernels(), LeaseTTL: 2 * time.Second, ClaimTTL: 5 * time.Second,
+		Adapters: []adapter.Registration{adapter.Register(e.audit, adapter.NoRetry())},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.n = n
+	return e
+}
+
+func (e *env) stop() {
+	if err := e.n.Stop(e.ctx); err != nil {
+		e.t.Errorf("stop: %v", err)
+	}
+}
+
+func (e *env) create(universe, id string) {
+	e.t.Helper()
+	if _, err := e.st.CreateWorld(e.ctx, universe, id, nil); err != nil {
+		e.t.Fatal(err)
+	}
+	e.ids = append(e.ids, id)
+}
+
+// account creates, opens and funds an account, through calls, so it is
+// placed and running when this returns.
+func (e *env) account(id string, deposit int64) {
+	e.t.Helper()
+	e.create(ledger.UniverseAccount, id)
+	if _, err := e.n.Client().Call(e.ctx, id, ledger.Open{Owner: id, AuditURL: "https://audit.example/" + id, AuditAbove: 1000}); err != nil {
+		e.t.Fatalf("open %s: %v", id, err)
+	}
+	if deposit > 0 {
+		if _, err := e.n.Client().Call(e.ctx, id, ledger.Deposit{Amount: deposit, Ref: "initial"}); err != nil {
+			e.t.Fatalf("deposit %s: %v", id, err)
+		}
+	}
+}
+
+func (e *env) start(id string, m ledger.Start) {
+	e.t.Helper()
+	e.create(ledger.UniverseTransfer, id)
+	if _, err := e.n.Client().Send(e.ctx, id, m, "start"); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) accountState(id string) ledger.Account {
+	e.t.Helper()
+	snap, err := e.n.Client().State(e.ctx, id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	a, err := ledger.AccountOf(id, snap)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return a
+}
+
+func (e *env) transferState(id string) ledger.Transfer {
+	e.t.Helper()
+	snap, err := e.n.Client().State(e.ctx, id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	tr, err := ledger.TransferOf(id, snap)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return tr
+}
+
+// waitFor advances virtual time until cond holds, for at most a minute of
+// it.
+func (e *env) waitFor(what string, cond func() bool) {
+	e.t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// settled waits until transfer id has ended and nothing of it is left in
+// flight: its source holds nothing for it, a completed one was captured at
+// the source and deposited at the destination, and no world awaits a
+// receipt.
+func (e *env) settled(id string) ledger.Transfer {
+	e.t.Helper()
+	var tr ledger.Transfer
+	e.waitFor(id+" to settle", func() bool {
+		tr = e.transferState(id)
+		if tr.Phase != ledger.PhaseCompleted && tr.Phase != ledger.PhaseFailed {
+			return false
+		}
+		from := e.accountState(tr.From)
+		if _, held := from.HoldFor(id); held {
+			return false
+		}
+		if tr.Phase == ledger.PhaseCompleted && (!hasEntry(from, "capture", id) || !hasEntry(e.accountState(tr.To), "deposit", "transfer:"+id)) {
+			return false
+		}
+		return e.quiet()
+	})
+	return tr
+}
+
+// quiet reports whether no effect or timer is pending anywhere and every
+// inbox is drained.
+func (e *env) quiet() bool {
+	d, err := e.st.QueueDepths(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return d.EffectsPending == 0 && d.EffectsInflight == 0 && d.TimersClaimed == 0 && d.InboxBacklog == 0
+}
+
+func hasEntry(a ledger.Account, kind, ref string) bool {
+	for _, en := range a.History {
+		if en.Kind == kind && en.Ref == ref {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *env) total(ids ...string) int64 {
+	var n int64
+	for _, id := range ids {
+		n += e.accountState(id).Balance
+	}
+	return n
+}
+
+// parity checks every world: the host's committed state, a restore from
+// the store (baseline and journal tail) and a replay of the whole journal
+// from genesis are the same state, byte for byte.
+func (e *env) parity() {
+	e.t.Helper()
+	kernels := ledger.Kernels()
+	for _, id := range e.ids {
+		var hosted world.Snapshot
+		e.waitFor(id+" to be hosted", func() bool {
+			var ok bool
+			hosted, ok = e.n.Host().State(id)
+			return ok
+		})
+		inst, _, err := plane.Restore(e.ctx, e.st, kernels, id)
+		if err != nil {
+			e.t.Fatalf("%s: restore: %v", id, err)
+		}
+		if inst.StateHash() != world.Hash(hosted.State) || inst.Height() != hosted.Height {
+			e.t.Fatalf("%s: restored %s@%d, host has %s@%d", id, inst.StateHash(), inst.Height(), world.Hash(hosted.State), hosted.Height)
+		}
+		rec, err := e.st.GetWorld(e.ctx, id)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		journal, err := plane.ReadTail(e.ctx, e.st, id, 0)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		full, err := kernels[rec.Universe].Replay(id, world.Snapshot{}, journal)
+		if err != nil {
+			e.t.Fatalf("%s: replay from genesis: %v", id, err)
+		}
+		if full.StateHash() != inst.StateHash() {
+			e.t.Fatalf("%s: genesis replay %s, restore %s", id, full.StateHash(), inst.StateHash())
+		}
+	}
+}
+
+func TestTransferCompletesAndConservesMoney(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		defer e.stop()
+		e.account("alice", 500)
+		e.account("bob", 100)
+		before := e.total("alice", "bob")
+		e.start("t-1", ledger.Start{From: "alice", To: "bob", Amount: 200, TimeoutMs: 10_000})
+		tr := e.settled("t-1")
+		if tr.Phase != ledger.PhaseCompleted || tr.TimerState != ledger.TimerCancelled {
+			t.Fatalf("transfer %s (%s), timer %s", tr.Phase, tr.Reason, tr.TimerState)
+		}
+		alice, bob := e.accountState("alice"), e.accountState("bob")
+		if alice.Balance != 300 || bob.Balance != 300 {
+			t.Fatalf("balances alice %d, bob %d; want 300 and 300", alice.Balance, bob.Balance)
+		}
+		if after := e.total("alice", "bob"); after != before {
+			t.Fatalf("money not conserved: %d before, %d after", before, after)
+		}
+		if got, err := plane.CallAs[ledger.Transfer](e.ctx, e.n.Client(), "t-1", ledger.Status{}); err != nil || got.Phase != ledger.PhaseCompleted {
+			t.Fatalf("Status call: %+v, %v", got, err)
+		}
+		timers, err := e.st.ListTimers(e.ctx, "t-1", 10)
+		if err != nil || len(timers) != 0 {
+			t.Fatalf("timers left after completion: %v, %v", timers, err)
+		}
+		e.parity()
+	})
+}
+
+func TestInsufficientFundsTransferFailsAndReleases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		defer e.stop()
+		e.account("alice", 50)
+		e.account("bob", 0)
+		e.start("t-1", ledger.Start{From: "alice", To: "bob", Amount: 80, TimeoutMs: 10_000})
+		tr := e.settled("t-1")
+		if tr.Phase != ledger.PhaseFailed || tr.ReleaseMsg == "" || tr.TimerState != ledger.TimerCancelled {
+			t.Fatalf("transfer %+v; want failed, released, timer cancelled", tr)
+		}
+		alice, bob := e.accountState("alice"), e.accountState("bob")
+		if alice.Balance != 50 || alice.Available() != 50 || len(alice.Holds) != 0 || bob.Balance != 0 {
+			t.Fatalf("alice %d (available %d, holds %v), bob %d", alice.Balance, alice.Available(), alice.Holds, bob.Balance)
+		}
+		e.parity()
+	})
+}
+
+// The source is paused, so the hold waits in its inbox and the saga's
+// timer fires first: the saga sends Release and fails. Once the source
+// resumes it takes the hold and then releases it, and nothing stays held.
+func TestTimedOutTransferFailsWithTheHoldReleased(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		defer e.stop()
+		e.account("alice", 500)
+		e.account("bob", 0)
+		if _, err := e.st.SetWorldStatus(e.ctx, "alice", store.WorldPaused, "test: unreachable source"); err != nil {
+			t.Fatal(err)
+		}
+		e.start("t-1", ledger.Start{From: "alice", To: "bob", Amount: 100, TimeoutMs: 3000})
+		e.waitFor("the timeout", func() bool { return e.transferState("t-1").Phase == ledger.PhaseFailed })
+		if tr := e.transferState("t-1"); tr.TimerState != ledger.TimerFired || tr.ReleaseMsg == "" {
+			t.Fatalf("transfer %+v; want the timer fired and a release sent", tr)
+		}
+		if _, err := e.st.SetWorldStatus(e.ctx, "alice", store.WorldActive, "test: back"); err != nil {
+			t.Fatal(err)
+		}
+		e.settled("t-1")
+		alice := e.accountState("alice")
+		if alice.Balance != 500 || len(alice.Holds) != 0 || !hasEntry(alice, "hold", "t-1") || !hasEntry(alice, "release", "t-1") {
+			t.Fatalf("alice %d, holds %v, history %+v; want the hold taken and released", alice.Balance, alice.Holds, alice.History)
+		}
+		if bob := e.accountState("bob"); bob.Balance != 0 {
+			t.Fatalf("bob got %d from a failed transfer", bob.Balance)
+		}
+		e.parity()
+	})
+}
+
+func TestLargeWithdrawalGetsExactlyOneAuditReceipt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		defer e.stop()
+		e.account("carol", 5000)
+		if _, err := e.n.Client().Call(e.ctx, "carol", ledger.Withdraw{Amount: 999, Ref: "small"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.n.Client().Call(e.ctx, "carol", ledger.Withdraw{Amount: 2500, Ref: "car"}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitFor("the audit receipt", func() bool {
+			a := e.accountState("carol")
+			return len(a.Audits) == 1 && a.Audits[0].Outcome != ledger.AuditPending && e.quiet()
+		})
+		a := e.accountState("carol")
+		if au := a.Audits[0]; au.Outcome != ledger.AuditOK || au.HTTPStatus != 204 || au.Ref != "car" || au.Amount != 2500 {
+			t.Fatalf("audit %+v", au)
+		}
+		reqs := e.audit.requests()
+		if len(reqs) != 1 || reqs[0].Method != "POST" || reqs[0].URL != "https://audit.example/carol" {
+			t.Fatalf("audit service got %+v", reqs)
+		}
+		items, err := e.st.ReadInbox(e.ctx, "carol", 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		receipts := 0
+		for _, it := range items {
+			if it.Kind == store.KindReceipt {
+				receipts++
+			}
+		}
+		if receipts != 1 {
+			t.Fatalf("%d receipts in carol's inbox, want 1", receipts)
+		}
+		e.parity()
+	})
+}
+
+// Many transfers at once between three accounts: whatever order the
+// holds land in, the transfers a source can always cover complete, one
+// above all the money there is fails, the total is conserved, nothing stays
+// held, and every world replays to what its host holds.
+func TestConcurrentTransfersConserveMoneyAndReplay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		defer e.stop()
+		e.account("a", 1000)
+		e.account("b", 100)
+		e.account("c", 0)
+		before := e.total("a", "b", "c")
+		transfers := []ledger.Start{
+			{From: "a", To: "b", Amount: 100}, // a sends 600 in all: always covered
+			{From: "a", To: "c", Amount: 200},
+			{From: "a", To: "b", Amount: 300},
+			{From: "b", To: "c", Amount: 150}, // covered or not, by the order of arrival
+			{From: "b", To: "a", Amount: 250},
+			{From: "c", To: "a", Amount: 5000}, // more than there is
+		}
+		for i, m := range transfers {
+			m.TimeoutMs = 20_000
+			e.start(fmt.Sprintf("t-%d", i), m)
+		}
+		for i, m := range transfers {
+			tr := e.settled(fmt.Sprintf("t-%d", i))
+			switch {
+			case m.From == "a" && tr.Phase != ledger.PhaseCompleted:
+				t.Errorf("t-%d (%s→%s %d): %s, %s; a covers all it sends", i, m.From, m.To, m.Amount, tr.Phase, tr.Reason)
+			case m.Amount > before && tr.Phase != ledger.PhaseFailed:
+				t.Errorf("t-%d of %d, more than the %d there is: %s", i, m.Amount, before, tr.Phase)
+			}
+		}
+		if after := e.total("a", "b", "c"); after != before {
+			t.Fatalf("money not conserved: %d before, %d after", before, after)
+		}
+		for _, id := range []string{"a", "b", "c"} {
+			if a := e.accountState(id); len(a.Holds) != 0 || a.Balance < 0 {
+				t.Fatalf("%s: balance %d, holds %v", id, a.Balance, a.Holds)
+			}
+		}
+		e.parity()
+	})
+}
