@@ -1,0 +1,712 @@
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/orrery-run/orrery/api"
+	"github.com/orrery-run/orrery/store"
+)
+
+// apiExitCode maps the API's typed errors (and a server out of reach) to
+// the package doc's exit codes.
+func apiExitCode(err error) (int, bool) {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		switch ae.Code {
+		case api.CodeInvalidArgument, api.CodeTooLarge, api.CodeUnsupportedMedia, api.CodeMethodNotAllowed:
+			return ExitUsage, true
+		case api.CodeNotFound:
+			return ExitNotFound, true
+		case api.CodeAlreadyExists, api.CodeConflict, api.CodePaused, api.CodeArchived, api.CodeFenced,
+			api.CodeNotRetryable, api.CodeReplyUnavailable:
+			return ExitConflict, true
+		case api.CodeUnavailable, api.CodeNotReady, api.CodeTimeout:
+			return ExitUnavailable, true
+		case api.CodeUnauthenticated, "forbidden":
+			return ExitAuth, true
+		}
+		return ExitError, true
+	}
+	var ne net.Error
+	var oe *net.OpError
+	if errors.As(err, &oe) || errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) {
+		return ExitUnavailable, true
+	}
+	return 0, false
+}
+
+// client returns the API client the global flags describe.
+func (e *env) client() (*api.Client, error) {
+	var opts []api.ClientOption
+	if e.insecure {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the user asked for it
+		opts = append(opts, api.WithHTTPClient(&http.Client{Transport: tr}))
+	}
+	c, err := api.NewClient(e.addr, e.token, opts...)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return c, nil
+}
+
+// withClient adapts a command body that needs a client.
+func (e *env) withClient(run func(ctx context.Context, c *api.Client, a []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, a []string) error {
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		return run(cmd.Context(), c, a)
+	}
+}
+
+// jsonArg parses an optional JSON argument (default {}).
+func jsonArg(a []string, i int) (json.RawMessage, error) {
+	if len(a) <= i {
+		return json.RawMessage(`{}`), nil
+	}
+	if !json.Valid([]byte(a[i])) {
+		return nil, usagef("the value %q is not JSON (quote it for the shell: '{\"Amount\":100}')", a[i])
+	}
+	return json.RawMessage(a[i]), nil
+}
+
+func ts(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format("2006-01-02 15:04:05.000")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}
+
+func (e *env) apiCommands() []*cobra.Command {
+	return []*cobra.Command{e.worldCommand(), e.journalCommand(), e.leaseCommand(), e.effectsCommand(),
+		e.timersCommand(), e.workersCommand()}
+}
+
+func (e *env) printWorld(w api.World) error {
+	return e.print(w, func(tw *tabwriter.Writer) {
+		fmt.Fprintln(tw, "ID\tUNIVERSE\tSTATUS\tREASON\tCREATED\tPARENT")
+		parent := "-"
+		if w.Lineage != nil {
+			parent = fmt.Sprintf("%s@%d", w.Lineage.Parent, w.Lineage.ForkedAtHeight)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", w.ID, w.Universe, w.Status, orDash(w.StatusReason), ts(w.CreatedAt), parent)
+	})
+}
+
+func (e *env) worldCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "world",
+		Short: "Create, inspect, message and manage worlds",
+		Long: `A world is a durable actor: typed state changed only by its handlers, one input
+at a time, every step journaled. These commands talk to a running server
+(orrery serve) at --addr.`,
+	}
+	var universe string
+	create := &cobra.Command{
+		Use:   "create ID --universe U",
+		Short: "Create a world (idempotent: the same id and universe again is a no-op)",
+		Example: `  orrery world create alice --universe ledger.account
+  orrery world create t-1 --universe ledger.transfer -o json`,
+		Args: args(cobra.ExactArgs(1)),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
+			if universe == "" {
+				return usagef("--universe is required")
+			}
+			w, _, err := c.CreateWorld(ctx, a[0], universe)
+			if err != nil {
+				return err
+			}
+			return e.printWorld(w)
+		}),
+	}
+	create.Flags().StringVar(&universe, "universe", "", "the world's definition (see 'orrery world list')")
+
+	var listUniverse, listStatus string
+	list := &cobra.Command{
+		Use:     "list",
+		Short:   "List worlds",
+		Example: "  orrery world list\n  orrery world list --universe ledger.account --status paused",
+		Args:    args(cobra.NoArgs),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
+			ws, err := c.ListWorlds(ctx, listUniverse, store.WorldStatus(listStatus))
+			if err != nil {
+				return err
+			}
+			return e.print(ws, func(tw *tabwriter.Writer) {
+				fmt.Fprintln(tw, "ID\tUNIVERSE\tSTATUS\tCREATED\tPARENT")
+				for _, w := range ws {
+					parent := "-"
+					if w.Lineage != nil {
+						parent = fmt.Sprintf("%s@%d", w.Lineage.Parent, w.Lineage.ForkedAtHeight)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", w.ID, w.Universe, w.Status, ts(w.CreatedAt), parent)
+				}
+			})
+		}),
+	}
+	list.Flags().StringVar(&listUniverse, "universe", "", "only this universe")
+	list.Flags().StringVar(&listStatus, "status", "", "only this status: active, paused or archived")
+
+	show := &cobra.Command{
+		Use:     "show ID",
+		Short:   "Show a world: status, lease holder and epoch, placement, journal head, lineage",
+		Example: "  orrery world show alice",
+		Args:    args(cobra.ExactArgs(1)),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
+			v, err := c.GetWorld(ctx, a[0])
+			if err != nil {
+				return err
+			}
+			return e.print(v, func(tw *tabwriter.Writer) {
+				fmt.Fprintf(tw, "id\t%s\nuniverse\t%s\nstatus\t%s\n", v.ID, v.Universe, v.Status)
+				if v.StatusReason != "" {
+					fmt.Fprintf(tw, "reason\t%s (%s)\n", v.StatusReason, ts(v.StatusChangedAt))
+				}
+				fmt.Fprintf(tw, "head\t%d\n", v.Head)
+				if v.InboxCursor != nil {
+					fmt.Fprintf(tw, "inbox cursor\t%d\n", *v.InboxCursor)
+				}
+				if v.Lease != nil {
+					fmt.Fprintf(tw, "lease\t%s epoch %d until %s\n", orDash(v.Lease.Holder), v.Lease.Epoch, ts(v.Lease.ExpiresAt))
+				} else {
+					fmt.Fprintln(tw, "lease\t-")
+				}
+				if v.Assignment != nil {
+					fmt.Fprintf(tw, "placed on\t%s (%s)\n", v.Assignment.Worker, v.Assignment.Reason)
+				}
+				if v.Lineage != nil {
+					fmt.Fprintf(tw, "forked from\t%s at height %d\n", v.Lineage.Parent, v.Lineage.ForkedAtHeight)
+				}
+				fmt.Fprintf(tw, "created\t%s\n", ts(v.CreatedAt))
+			})
+		}),
+	}
+
+	var key string
+	send := &cobra.Command{
+		Use:   "send ID TYPE [JSON]",
+		Short: "Send an event; acknowledged once it is durable in the world's inbox",
+		Long: `send enqueues an event of TYPE (the handler's input type name) carrying the JSON
+value into the world's inbox. With --key, a repeat of the same key is
+acknowledged with the first event's seq and enqueues nothing.`,
+		Example: `  orrery world send alice Deposit '{"Amount":100,"Ref":"dep-1"}' --key dep-1`,
+		Args:    args(cobra.RangeArgs(2, 3)),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
+			v, err := jsonArg(a, 2)
+			if err != nil {
+				return err
+			}
+			ack, err := c.Send(ctx, a[0], a[1], v, key)
+			if err != nil {
+				return err
+			}
+			return e.print(ack, func(tw *tabwriter.Writer) {
+				dup := ""
+				if ack.Duplicate {
+					dup = " (duplicate key: the first event's seq)"
+				}
+				fmt.Fprintf(tw, "enqueued at inbox seq %d%s\n", ack.Seq, dup)
+			})
+		}),
+	}
+	send.Flags().StringVar(&key, "key", "", "idempotency key")
+
+	var callID string
+	var timeout time.Duration
+	call := &cobra.Command{
+		Use:   "call ID TYPE [JSON]",
+		Short: "Call a world and print its handler's reply (applied, journaled, returned)",
+		Long: `call sends an input and waits for the handler's reply. If the wait times out,
+run it again with the printed --call-id: the retry waits for the same call,
+which the world runs once.`,
+		Example: `  orrery world call alice Balance
+  orrery world call t-1 Status -o json`,
+		Args: args(cobra.RangeArgs(2, 3)),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
+			v, err := jsonArg(a, 2)
+			if err != nil {
+				return err
+			}
+			res, err := c.Call(ctx, a[0], a[1], v, api.CallOptions{CallID: callID, Timeout: timeout})
+			if err != nil {
+				return err
+			}
+			if e.output == "json" {
+				return e.print(res, nil)
+			}
+			_, err = fmt.Fprintln(e.io.Out, string(res.Reply))
+			return err
+		}),
+	}
+	call.Flags().StringVar(&callID, "call-id", "", "the call's id (reuse it to wait for a call made before)")
+	call.Flags().DurationVar(&timeout, "timeout", 0, "how long to wait for the reply (default: the server's)")
+
+	var height uint64
+	fork := &cobra.Command{
+		Use:   "fork SRC NEW",
+		Short: "Fork a world at a snapshot into a new world",
+		Long: `fork creates NEW from SRC's snapshot at --height (default: SRC's latest
+snapshot). NEW starts at exactly that state, with SRC's pending effects and
+timers left with SRC, and records its lineage.`,
+		Example: "  orrery world fork bob bob-what-if",
+		Args:    args(cobra.ExactArgs(2)),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
+			w, _, err := c.Fork(ctx, a[0], a[1], height)
+			if err != nil {
+				return err
+			}
+			return e.printWorld(w)
+		}),
+	}
+	fork.Flags().Uint64Var(&height, "height", 0, "the snapshot height to fork at (0: the latest snapshot)")
+
+	state := &cobra.Command{
+		Use:     "state ID",
+		Short:   "Print a world's state at its journal head, as JSON",
+		Example: "  orrery world state alice",
+		Args:    args(cobra.ExactArgs(1)),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
+			s, err := c.State(ctx, a[0])
+			if err != nil {
+				return err
+			}
+			if e.output == "json" {
+				return e.print(s, nil)
+			}
+			fmt.Fprintf(e.io.Out, "# height %d, state hash %s\n", s.Height, s.Hash)
+			var pretty any
+			if json.Unmarshal(s.State, &pretty) == nil {
+				b, _ := json.MarshalIndent(pretty, "", "  ")
+				_, err = fmt.Fprintln(e.io.Out, string(b))
+				return err
+			}
+			_, err = fmt.Fprintln(e.io.Out, string(s.State))
+			return err
+		}),
+	}
+
+	cmd.AddCommand(create, list, show, send, call, fork, state)
+	for _, action := range []struct {
+		name, short string
+		do          func(*api.Client) func(context.Context, string, string) (api.World, error)
+	}{
+		{"pause", "Pause a world: its holder is fenced at once; input still queues", func(c *api.Client) func(context.Context, string, string) (api.World, error) { return c.Pause }},
+		{"resume", "Resume a paused world (its next lease has a higher epoch)", func(c *api.Client) func(context.Context, string, string) (api.World, error) { return c.Resume }},
+		{"archive", "Archive a world for good: no input, no lease", func(c *api.Client) func(context.Context, string, string) (api.World, error) { return c.Archive }},
+	} {
+		var reason string
+		sub := &cobra.Command{
+			Use:     action.name + " ID",
+			Short:   action.short,
+			Example: fmt.Sprintf("  orrery world %s alice --reason \"incident 42\"", action.name),
+			Args:    args(cobra.ExactArgs(1)),
+			RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
+				w, err := action.do(c)(ctx, a[0], reason)
+				if err != nil {
+					return err
+				}
+				return e.printWorld(w)
+			}),
+		}
+		sub.Flags().StringVar(&reason, "reason", "", "recorded with the status change")
+		cmd.AddCommand(sub)
+	}
+	return cmd
+}
+
+func (e *env) printRecords(recs []api.Record, header bool) {
+	if e.output == "json" {
+		enc := json.NewEncoder(e.io.Out)
+		for _, r := range recs {
+			_ = enc.Encode(r)
+		}
+		return
+	}
+	tw := tabwriter.NewWriter(e.io.Out, 0, 4, 2, ' ', 0)
+	if header {
+		fmt.Fprintln(tw, "HEIGHT\tPERSISTED\tINPUT\tTYPE\tOUTCOME\tSTATE")
+	}
+	for _, r := range recs {
+		in, typ := "-", "-"
+		if r.Input != nil {
+			in = r.Input.Kind + "#" + strconv.FormatUint(r.Input.Seq, 10)
+			typ = orDash(r.Input.Type)
+		}
+		outcome := r.Outcome
+		if r.Error != "" {
+			outcome += ": " + r.Error
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", r.Height, ts(r.PersistedAt), in, typ, outcome, short(r.StateHash))
+	}
+	_ = tw.Flush()
+}
+
+func (e *env) journalCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "journal",
+		Short: "Read a world's journal: one record per step, in height order",
+	}
+	var after uint64
+	var limit int
+	var follow bool
+	read := &cobra.Command{
+		Use:     "read ID",
+		Short:   "Read journal records after a height",
+		Example: "  orrery journal read alice --after 10 --limit 20\n  orrery journal read alice --follow",
+		Args:    args(cobra.ExactArgs(1)),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
+			return e.readJournal(ctx, c, a[0], after, limit, follow)
+		}),
+	}
+	read.Flags().Uint64Var(&after, "after", 0, "start after this height")
+	read.Flags().IntVar(&limit, "limit", 100, "records per page")
+	read.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new records as they are journaled")
+
+	var n uint64
+	var tailFollow bool
+	tail := &cobra.Command{
+		Use:     "tail ID",
+		Short:   "Print the last records of a journal",
+		Example: "  orrery journal tail alice -n 5 --follow",
+		Args:    args(cobra.ExactArgs(1)),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
+			v, err := c.GetWorld(ctx, a[0])
+			if err != nil {
+				return err
+			}
+			start := uint64(0)
+			if v.Head > n {
+				start = v.Head - n
+			}
+			return e.readJournal(ctx, c, a[0], start, 100, tailFollow)
+		}),
+	}
+	tail.Flags().Uint64VarP(&n, "lines", "n", 10, "how many records")
+	tail.Flags().BoolVarP(&tailFollow, "follow", "f", false, "keep printing new records as they are journaled")
+	cmd.AddCommand(read, tail)
+	return cmd
+}
+
+func (e *env) readJournal(ctx context.Context, c *api.Client, id string, after uint64, limit int, follow bool) error {
+	header := true
+	for {
+		wait := time.Duration(0)
+		if follow {
+			wait = 25 * time.Second
+		}
+		page, err := c.Journal(ctx, id, after, limit, wait)
+		if err != nil {
+			if follow && ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		e.printRecords(page.Records, header && len(page.Records) > 0)
+		if len(page.Records) > 0 {
+			header = false
+		}
+		if page.Next > after {
+			after = page.Next
+		}
+		if len(page.Records) == 0 && !follow {
+			return nil
+		}
+		if len(page.Records) < limit && !follow {
+			return nil
+		}
+	}
+}
+
+func (e *env) leaseCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "lease", Short: "Inspect world leases"}
+	var worker string
+	list := &cobra.Command{
+		Use:     "list",
+		Short:   "List the leases and placements of a worker's worlds (default: every worker's)",
+		Example: "  orrery lease list\n  orrery lease list --worker node-a",
+		Args:    args(cobra.NoArgs),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
+			rows, err := c.Leases(ctx, worker)
+			if err != nil {
+				return err
+			}
+			return e.print(rows, func(tw *tabwriter.Writer) {
+				fmt.Fprintln(tw, "WORLD\tHOLDER\tEPOCH\tEXPIRES\tPLACED ON")
+				for _, r := range rows {
+					holder, epoch, exp := "-", "-", "-"
+					if r.Lease != nil {
+						holder, epoch, exp = orDash(r.Lease.Holder), strconv.FormatUint(r.Lease.Epoch, 10), ts(r.Lease.ExpiresAt)
+					}
+					placed := "-"
+					if r.Assignment != nil {
+						placed = r.Assignment.Worker
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.World, holder, epoch, exp, placed)
+				}
+			})
+		}),
+	}
+	list.Flags().StringVar(&worker, "worker", "", "only this worker's worlds")
+	cmd.AddCommand(list)
+	return cmd
+}
+
+func (e *env) effectsCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "effects",
+		Short: "Inspect and operate the effect queue",
+		Long: `Effects are the side effects worlds ask for (http.request, fabric.send, your
+own kinds). Adapters run them at least once; each gets exactly one terminal
+receipt, which returns to its world's inbox.`,
+	}
+	var world string
+	list := &cobra.Command{
+		Use:     "list --world W",
+		Short:   "List a world's pending and in-flight effects",
+		Example: "  orrery effects list --world carol",
+		Args:    args(cobra.NoArgs),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
+			if world == "" {
+				return usagef("--world is required")
+			}
+			es, err := c.Effects(ctx, world)
+			if err != nil {
+				return err
+			}
+			return e.print(es, func(tw *tabwriter.Writer) {
+				fmt.Fprintln(tw, "INTENT\tKIND\tSTATE\tATTEMPT\tCLAIMED BY\tENQUEUED")
+				for _, x := range es {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", x.IntentHash, x.Kind, x.State, x.Attempt, orDash(x.ClaimedBy), ts(x.EnqueuedAt))
+				}
+			})
+		}),
+	}
+	list.Flags().StringVar(&world, "world", "", "the world")
+	var reason string
+	retry := &cobra.Command{
+		Use:     "retry INTENT",
+		Short:   "Run an effect whose receipt was an error or timeout again; the world gets a second receipt",
+		Example: `  orrery effects retry 3f2a9c... --reason "the partner API is back"`,
+		Args:    args(cobra.ExactArgs(1)),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
+			st, err := c.RetryEffect(ctx, a[0], reason)
+			if err != nil {
+				return err
+			}
+			return e.print(st, func(tw *tabwriter.Writer) {
+				fmt.Fprintf(tw, "%s\t%s\tretries %d\n", st.IntentHash, st.State, st.Retries)
+			})
+		}),
+	}
+	retry.Flags().StringVar(&reason, "reason", "", "recorded with the retry")
+	var status, resolveReason string
+	resolve := &cobra.Command{
+		Use:   "resolve INTENT [JSON]",
+		Short: "Hand a world the receipt of an effect no adapter will complete (operator's receipt)",
+		Long: `resolve completes a pending or in-flight effect as an operator: the world
+receives a receipt with --status and the JSON body, exactly once; an adapter
+still running it finds its result already decided.`,
+		Example: `  orrery effects resolve 3f2a9c... '{"approved":true}' --status ok --reason "approved by phone"`,
+		Args:    args(cobra.RangeArgs(1, 2)),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
+			body, err := jsonArg(a, 1)
+			if err != nil {
+				return err
+			}
+			ack, err := c.InjectReceipt(ctx, a[0], status, body, resolveReason)
+			if err != nil {
+				return err
+			}
+			return e.print(ack, func(tw *tabwriter.Writer) {
+				dup := ""
+				if ack.Duplicate {
+					dup = " (already done: the first receipt stands)"
+				}
+				fmt.Fprintf(tw, "receipt at inbox seq %d%s\n", ack.Seq, dup)
+			})
+		}),
+	}
+	resolve.Flags().StringVar(&status, "status", "ok", "ok, error or timeout")
+	resolve.Flags().StringVar(&resolveReason, "reason", "", "recorded with the receipt")
+	cmd.AddCommand(list, retry, resolve)
+	return cmd
+}
+
+func (e *env) timersCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "timers", Short: "Inspect durable timers"}
+	var world string
+	list := &cobra.Command{
+		Use:     "list --world W",
+		Short:   "List a world's timers that have not fired",
+		Example: "  orrery timers list --world t-1",
+		Args:    args(cobra.NoArgs),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
+			if world == "" {
+				return usagef("--world is required")
+			}
+			tms, err := c.Timers(ctx, world)
+			if err != nil {
+				return err
+			}
+			return e.print(tms, func(tw *tabwriter.Writer) {
+				fmt.Fprintln(tw, "INTENT\tDUE\tSTATE\tCLAIMED BY")
+				for _, x := range tms {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", x.IntentHash, ts(x.DeliverAt), x.State, orDash(x.ClaimedBy))
+				}
+			})
+		}),
+	}
+	list.Flags().StringVar(&world, "world", "", "the world")
+	cmd.AddCommand(list)
+	return cmd
+}
+
+func (e *env) workersCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "workers", Short: "Inspect workers and drain them"}
+	list := &cobra.Command{
+		Use:     "list",
+		Short:   "List workers: liveness, draining, worlds held",
+		Example: "  orrery workers list",
+		Args:    args(cobra.NoArgs),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
+			ws, err := c.Workers(ctx)
+			if err != nil {
+				return err
+			}
+			return e.print(ws, func(tw *tabwriter.Writer) {
+				fmt.Fprintln(tw, "WORKER\tLIVE\tDRAINING\tHELD\tASSIGNED\tHEARTBEAT")
+				for _, w := range ws {
+					fmt.Fprintf(tw, "%s\t%t\t%t\t%d\t%d\t%s\n", w.ID, w.Live, w.Draining, w.WorldsHeld, w.WorldsAssigned, ts(w.HeartbeatAt))
+				}
+			})
+		}),
+	}
+	var undo, wait bool
+	drain := &cobra.Command{
+		Use:   "drain WORKER",
+		Short: "Move every world off a worker without waiting for lease expiry",
+		Long: `drain marks the worker draining: the orchestrator places nothing more on it and
+moves its worlds, and the worker releases each lease as its world moves, so
+the new holder starts at once with a higher epoch. With --wait it waits until
+the worker holds nothing and prints the per-world handoff times. --undo
+clears the mark.`,
+		Example: "  orrery workers drain node-a --wait\n  orrery workers drain node-a --undo",
+		Args:    args(cobra.ExactArgs(1)),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
+			return e.drain(ctx, c, a[0], !undo, wait)
+		}),
+	}
+	drain.Flags().BoolVar(&undo, "undo", false, "clear the draining mark")
+	drain.Flags().BoolVar(&wait, "wait", false, "wait until the worker holds nothing and print handoff times")
+	cmd.AddCommand(list, drain)
+	return cmd
+}
+
+// drain marks worker draining and, with wait, polls the worker's leases
+// until it holds none, recording when each world left it.
+func (e *env) drain(ctx context.Context, c *api.Client, worker string, draining, wait bool) error {
+	before, err := c.Leases(ctx, worker)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	w, err := c.Drain(ctx, worker, draining)
+	if err != nil {
+		return err
+	}
+	if !wait || !draining {
+		return e.print(w, func(tw *tabwriter.Writer) {
+			fmt.Fprintf(tw, "%s\tdraining=%t\tholds %d worlds\n", w.ID, w.Draining, w.WorldsHeld)
+		})
+	}
+	held := map[string]bool{}
+	for _, r := range before {
+		if r.Lease != nil && r.Lease.Holder == worker {
+			held[r.World] = true
+		}
+	}
+	moved := map[string]time.Duration{}
+	for len(moved) < len(held) {
+		rows, err := c.Leases(ctx, "")
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			if _, done := moved[r.World]; done || !held[r.World] {
+				continue
+			}
+			if r.Lease != nil && r.Lease.Holder != "" && r.Lease.Holder != worker {
+				moved[r.World] = time.Since(start)
+			}
+		}
+		if len(moved) < len(held) {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	ds := make([]time.Duration, 0, len(moved))
+	for _, d := range moved {
+		ds = append(ds, d)
+	}
+	sum := handoffSummary(ds)
+	return e.print(struct {
+		Worker string          `json:"worker"`
+		Worlds int             `json:"worlds"`
+		Ms     handoffQuantile `json:"handoff_ms"`
+	}{worker, len(ds), sum}, func(tw *tabwriter.Writer) {
+		fmt.Fprintf(tw, "%s drained: %d worlds handed off\n", worker, len(ds))
+		fmt.Fprintf(tw, "handoff ms\tp50 %.1f\tp95 %.1f\tp99 %.1f\tmax %.1f\n", sum.P50, sum.P95, sum.P99, sum.Max)
+	})
+}
+
+type handoffQuantile struct {
+	P50 float64 `json:"p50"`
+	P95 float64 `json:"p95"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+func handoffSummary(ds []time.Duration) handoffQuantile {
+	if len(ds) == 0 {
+		return handoffQuantile{}
+	}
+	sorted := slices.Clone(ds)
+	slices.Sort(sorted)
+	q := func(p float64) float64 {
+		i := int(p*float64(len(sorted))+0.5) - 1
+		i = max(0, min(i, len(sorted)-1))
+		return float64(sorted[i].Microseconds()) / 1000
+	}
+	return handoffQuantile{P50: q(0.50), P95: q(0.95), P99: q(0.99), Max: float64(sorted[len(sorted)-1].Microseconds()) / 1000}
+}
