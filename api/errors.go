@@ -49,7 +49,7 @@ type Error struct {
 	Status  int            `json:"-"`
 	Code    string         `json:"code"`
 	Message string         `json:"message"`
-	Details map[string]any `json:"details,omitempty"`
+	Details map[string]any `json:"details"`
 }
 
 func (e *Error) Error() string {
@@ -192,7 +192,7 @@ func toError(err error) *Error {
 	}
 	for _, r := range errorTable {
 		if errors.Is(err, r.err) {
-			out := apiErr(r.status, r.code, cleanMessage(err.Error()))
+			out := apiErr(r.status, r.code, cleanMessage(describe(err)))
 			if r.resource != "" {
 				out.Details = map[string]any{"resource": r.resource}
 			}
@@ -202,15 +202,48 @@ func toError(err error) *Error {
 	return apiErr(http.StatusInternalServerError, CodeInternal, "internal error")
 }
 
-// goTypes matches the phrases the CBOR and JSON libraries use to name a
-// Go type in their errors: "Go value of type x.T", "Go struct field T.f
-// of type x".
-var goTypes = regexp.MustCompile(`Go (value|struct field) [^ ]*( of type [^ ]+)?`)
+// describe says what went wrong without the chain of operations an error
+// passed through: the store's kind, world and detail when the store
+// refused, else the plane's kind and its cause.
+func describe(err error) string {
+	var se *store.Error
+	if errors.As(err, &se) && se.Kind != nil {
+		msg := strings.TrimPrefix(se.Kind.Error(), "store: ")
+		if se.World != "" {
+			msg += " (world " + se.World + ")"
+		}
+		if se.Detail != "" {
+			msg += ": " + se.Detail
+		}
+		return msg
+	}
+	var pe *plane.Error
+	if errors.As(err, &pe) && pe.Kind != nil {
+		msg := strings.TrimPrefix(pe.Kind.Error(), "plane: ")
+		if pe.World != "" {
+			msg += " (world " + pe.World + ")"
+		}
+		if pe.Err != nil {
+			msg += ": " + pe.Err.Error()
+		}
+		return msg
+	}
+	return err.Error()
+}
 
-// cleanMessage keeps an error message free of Go type names: they say
-// nothing to an HTTP client and describe the server's insides.
+// goField and goValue match the phrases the CBOR and JSON libraries use
+// to name a Go type in their errors.
+var (
+	goField = regexp.MustCompile(`Go struct field (?:[^ ]*\.)?([^ .]+)(?: of type [^ ]+)?`)
+	goValue = regexp.MustCompile(`Go value of type [^ ]+`)
+)
+
+// cleanMessage keeps an error message free of Go type names, which say
+// nothing to an HTTP client and describe the server's insides, and
+// bounds its length.
 func cleanMessage(msg string) string {
-	msg = goTypes.ReplaceAllString(msg, "the expected type")
+	msg = goField.ReplaceAllString(msg, "field $1")
+	msg = goValue.ReplaceAllString(msg, "a value of another type")
 	if len(msg) > 2048 {
 		msg = msg[:2048] + "…"
 	}

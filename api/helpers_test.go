@@ -120,6 +120,8 @@ type rig struct {
 	c       *api.Client
 	metrics *api.Metrics
 	reg     *prometheus.Registry
+	root    *actor.Scope
+	replies *plane.Replies
 }
 
 func newRig(t testing.TB, o rigOptions) *rig {
@@ -148,41 +150,28 @@ func newRig(t testing.TB, o rigOptions) *rig {
 			t.Errorf("closing the actor system: %v", err)
 		}
 	})
-	replies := plane.NewReplies()
+	r.root, r.replies = sys.Root(), plane.NewReplies()
 	workers := o.workers
 	if workers == nil {
 		workers = []string{"w1"}
 	}
 	for _, w := range workers {
-		cfg := plane.HostConfig{
-			Worker: w, Store: st, Kernels: kernels(), Replies: replies,
-			LeaseTTL: 10 * time.Second, SyncEvery: 50 * time.Millisecond, SnapshotEvery: 2,
-		}
-		if r.metrics != nil {
-			cfg.Observe = r.metrics.ObserveHost
-		}
-		h, err := plane.StartHost(ctx, sys.Root(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.hosts = append(r.hosts, h)
+		r.startHost(w)
 	}
 	if r.metrics != nil {
 		r.metrics.CollectWorldsHosted(api.HostedBy(r.hosts...))
 	}
-	if len(workers) > 0 {
-		if _, err := plane.StartOrchestrator(ctx, sys.Root(), plane.OrchestratorConfig{
-			ID: "orch", Store: st, Universes: []string{universe, other},
-			LeaseTTL: 10 * time.Second, Every: 50 * time.Millisecond,
-		}); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := plane.StartOrchestrator(ctx, sys.Root(), plane.OrchestratorConfig{
+		ID: "orch", Store: st, Universes: []string{universe, other},
+		LeaseTTL: 10 * time.Second, Every: 50 * time.Millisecond,
+	}); err != nil {
+		t.Fatal(err)
 	}
 	var err error
 	if r.ops, err = plane.NewOps(st, kernels()); err != nil {
 		t.Fatal(err)
 	}
-	if r.pc, err = plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: ex, Replies: replies, Hosts: r.hosts}); err != nil {
+	if r.pc, err = plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: ex, Replies: r.replies, Hosts: r.hosts}); err != nil {
 		t.Fatal(err)
 	}
 	cfg := api.Config{Store: st, Ops: r.ops, Client: r.pc, Kernels: kernels(), Token: o.token, Metrics: r.metrics, CallTimeout: 30 * time.Second}
@@ -200,20 +189,44 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	return r
 }
 
+// startHost starts a host for worker on the rig's store.
+func (r *rig) startHost(worker string) *plane.Host {
+	r.t.Helper()
+	cfg := plane.HostConfig{
+		Worker: worker, Store: r.st, Kernels: kernels(), Replies: r.replies,
+		LeaseTTL: 10 * time.Second, SyncEvery: 50 * time.Millisecond, SnapshotEvery: 2,
+	}
+	if r.metrics != nil {
+		cfg.Observe = r.metrics.ObserveHost
+	}
+	h, err := plane.StartHost(r.ctx, r.root, cfg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.hosts = append(r.hosts, h)
+	return h
+}
+
 // waitFor re-checks cond until it holds: a bounded loop on a condition,
 // never a timing assertion.
 func (r *rig) waitFor(what string, cond func() (bool, error)) {
 	r.t.Helper()
+	waitFor(r.t, what, cond)
+}
+
+// waitFor is rig.waitFor failing t (a fuzz target's own).
+func waitFor(t testing.TB, what string, cond func() (bool, error)) {
+	t.Helper()
 	for i := 0; ; i++ {
 		ok, err := cond()
 		if err != nil {
-			r.t.Fatalf("waiting for %s: %v", what, err)
+			t.Fatalf("waiting for %s: %v", what, err)
 		}
 		if ok {
 			return
 		}
 		if i >= 6000 {
-			r.t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -157,7 +157,7 @@ func (s *Server) injectReceipt(r *http.Request, rc *reqCtx) (int, any, error) {
 		return 0, nil, invalid(`"status" must be ok, error or timeout`)
 	}
 	if err := store.CheckReason("receipt", req.Reason); err != nil {
-		return 0, nil, invalid(cleanMessage(err.Error()))
+		return 0, nil, invalid(cleanMessage(describe(err)))
 	}
 	res, ok := s.cfg.Store.(Resolver)
 	if !ok {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"path"
 	"strings"
 	"time"
 
@@ -37,6 +38,9 @@ type Config struct {
 	// CallTimeout is the default and the longest wait of a call (default
 	// 30s).
 	CallTimeout time.Duration
+	// JournalWaitMax bounds a journal long-poll's wait_ms (default and
+	// at most 30s).
+	JournalWaitMax time.Duration
 	// WorkerLiveFor: a worker is shown live while its last heartbeat is
 	// younger than this by the store's clock (default 10s, the hosts'
 	// default lease TTL).
@@ -60,7 +64,7 @@ const (
 	DefaultMaxBody       = 1 << 20
 	DefaultCallTimeout   = 30 * time.Second
 	DefaultWorkerLiveFor = 10 * time.Second
-	// MaxJournalWait bounds a journal long-poll.
+	// MaxJournalWait is the longest journal long-poll.
 	MaxJournalWait = 30 * time.Second
 )
 
@@ -84,8 +88,11 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, &ConfigError{Field: "Ops", Reason: "required"}
 	case cfg.Client == nil:
 		return nil, &ConfigError{Field: "Client", Reason: "required"}
-	case cfg.MaxBody < 0 || cfg.CallTimeout < 0 || cfg.WorkerLiveFor < 0:
-		return nil, &ConfigError{Field: "Config", Reason: "MaxBody, CallTimeout and WorkerLiveFor must not be negative"}
+	case cfg.MaxBody < 0 || cfg.CallTimeout < 0 || cfg.WorkerLiveFor < 0 || cfg.JournalWaitMax < 0:
+		return nil, &ConfigError{Field: "Config", Reason: "MaxBody, CallTimeout, JournalWaitMax and WorkerLiveFor must not be negative"}
+	}
+	if cfg.JournalWaitMax == 0 || cfg.JournalWaitMax > MaxJournalWait {
+		cfg.JournalWaitMax = MaxJournalWait
 	}
 	if cfg.MaxBody == 0 {
 		cfg.MaxBody = DefaultMaxBody
@@ -182,7 +189,10 @@ func (s *Server) routes() {
 // caller learns nothing of the routes.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h, pattern := s.mux.Handler(r)
-	if s.patterns[pattern] {
+	// The mux redirects an unclean path (and handles CONNECT apart): the
+	// API answers such a request as unknown instead.
+	canonical := r.Method != http.MethodConnect && cleanPath(r.URL.EscapedPath()) == r.URL.EscapedPath()
+	if canonical && s.patterns[pattern] {
 		s.mux.ServeHTTP(w, r) // sets the path's values, which Handler does not
 		return
 	}
@@ -197,6 +207,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return 0, nil, apiErr(http.StatusNotFound, CodeNotFound, "no such route")
 	}).ServeHTTP(w, r)
+}
+
+// cleanPath is the mux's canonical form of a path.
+func cleanPath(p string) string {
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
 }
 
 // statusRecorder catches what the mux answers by itself.

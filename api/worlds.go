@@ -75,7 +75,7 @@ func limitParam(q url.Values, def, max int) (int, error) {
 // is read or written.
 func checkID(what, id string) error {
 	if err := store.CheckID("api", what, id); err != nil {
-		return invalid(cleanMessage(err.Error()))
+		return invalid(cleanMessage(describe(err)))
 	}
 	return nil
 }
@@ -259,7 +259,7 @@ func (s *Server) call(r *http.Request, rc *reqCtx) (int, any, error) {
 		return 0, nil, err
 	}
 	if err := store.CheckIngress("call", store.InboxItem{Kind: world.InputCall, DedupeKey: plane.CallKey(callID)}); err != nil {
-		return 0, nil, invalid(`"call_id" is not usable: ` + cleanMessage(err.Error()))
+		return 0, nil, invalid(`"call_id" is not usable: ` + cleanMessage(describe(err)))
 	}
 	// A call to a world that cannot run now would only wait out its
 	// timeout: say why at once, and enqueue nothing.
@@ -370,7 +370,7 @@ func (s *Server) fork(r *http.Request, rc *reqCtx) (int, any, error) {
 		return 0, nil, err
 	}
 	if err := store.CheckInt("fork", "height", req.Height); err != nil {
-		return 0, nil, invalid(cleanMessage(err.Error()))
+		return 0, nil, invalid(cleanMessage(describe(err)))
 	}
 	ctx := r.Context()
 	if _, err := s.cfg.Store.GetWorld(ctx, rc.world); err != nil {
@@ -462,15 +462,15 @@ func (s *Server) journal(r *http.Request, rc *reqCtx) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	wait := MaxJournalWait
-	if waitMs < uint64(MaxJournalWait/time.Millisecond) {
+	wait := s.cfg.JournalWaitMax
+	if waitMs < uint64(wait/time.Millisecond) {
 		wait = time.Duration(waitMs) * time.Millisecond
 	}
 	if err := checkID("world", rc.world); err != nil {
 		return 0, nil, err
 	}
 	if err := store.CheckInt("journal", "after", after); err != nil {
-		return 0, nil, invalid(cleanMessage(err.Error()))
+		return 0, nil, invalid(cleanMessage(describe(err)))
 	}
 	ctx, st := r.Context(), s.cfg.Store
 	if _, err := st.GetWorld(ctx, rc.world); err != nil {
