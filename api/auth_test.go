@@ -105,7 +105,8 @@ func TestListenRefusesInsecureAddresses(t *testing.T) {
 	}
 }
 
-// TestTLS: with a certificate and key, Listen serves https, and a client
+// TestTLS: with a certificate and key, Listen serves https (here through
+// Serve, which shuts down cleanly when its context ends), and a client
 // that trusts the certificate talks to the API over it.
 func TestTLS(t *testing.T) {
 	certFile, keyFile, pool := selfSigned(t)
@@ -114,15 +115,13 @@ func TestTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := &http.Server{Handler: r.srv, ReadHeaderTimeout: 10 * time.Second}
+	sctx, stop := context.WithCancel(r.ctx)
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	go func() { served <- r.srv.Serve(sctx, ln) }()
 	defer func() {
-		if err := hs.Shutdown(context.Background()); err != nil {
-			t.Error(err)
-		}
-		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-			t.Error(err)
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("Serve after its context ended: %v", err)
 		}
 	}()
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}

@@ -43,7 +43,9 @@
 //
 // Authentication is a bearer token, compared in constant time. Listen
 // refuses to open an address beyond loopback without one (ErrInsecure),
-// and serves TLS when given a certificate.
+// and serves TLS when given a certificate; Server.Serve answers on the
+// listener with bounded timeouts until its context ends, then shuts down
+// gracefully.
 //
 // Each request gets one server span from Config.Tracer (the OpenTelemetry
 // API only: the binary chooses the SDK), named "orrery.api <route>", and
@@ -53,9 +55,10 @@
 // The Client mirrors every endpoint and answers errors as *Error, which
 // errors.Is matches against the store and plane sentinels of its code.
 //
-// What the package never does: run world logic or read a world's inbox
-// for it (events and calls go through plane.Ops and plane.Client, which
-// validate them), keep state between requests, or spin: a journal
-// long-poll re-reads on a bounded backoff that the world's inbox hints
-// reset, and ends by its deadline.
+// What the package never does: run world logic, enqueue input other than
+// through the plane (events through plane.Ops, which validates them,
+// calls through plane.Client; the operator's own writes, status, retries,
+// receipts and drains, are the store's operator calls), keep state
+// between requests, or spin: a journal long-poll re-reads on a bounded
+// backoff that the world's inbox hints reset, and ends by its deadline.
 package api

@@ -1,13 +1,11 @@
 package api_test
 
 import (
-	"bytes"
 	"encoding/base64"
 	"fmt"
 	"maps"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -128,6 +126,7 @@ func FuzzHandlers(f *testing.F) {
 		{"POST", "/v1/worlds/fz-1/events", js, `{"type":"` + add + `","value":{"By":1},"idempotency_key":"` + strings.Repeat("k", 600) + `"}`, tok},
 		{"POST", "/v1/worlds/fz-1/events", js, `{"type":"` + add + `","idempotency_key":"receipt:forged"}`, tok},
 		{"POST", "/v1/worlds/fz-1/events", js, `{"type":"` + add + `","idempotency_key":"bad\udc00key"}`, tok},
+		{"POST", "/v1/worlds/fz-1/events", js, "{\"type\":\"" + add + "\",\"idempotency_key\":\"k\xff\xfe\"}", tok},
 		{"POST", "/v1/worlds/fz-1/events", js, `{"type":"sys/Receipt@1","value":{}}`, tok},
 		{"POST", "/v1/worlds/fz-1/events", js, `{"type":"","value":1}`, tok},
 		{"POST", "/v1/worlds/fz-1/events", js, `{"type":"` + add + `","value":1e400}`, tok},
@@ -257,17 +256,14 @@ func FuzzHandlers(f *testing.F) {
 			t.Fatalf("%s %q: status %d: %s", method, path, status, rec.Body.Bytes())
 		}
 		e := errorBody(t, rec.Body.Bytes())
-		if e.Status != 0 {
-			t.Fatalf("the status leaked into the body: %+v", e)
-		}
 		if e.Code == api.CodeCallFailed {
 			return // the call ran; its handler said no
 		}
 		if !before.equal(after) {
 			t.Fatalf("%s %q refused with %d %s wrote:\nbefore %v\nafter  %v", method, path, status, e.Code, before, after)
 		}
-		if !bytes.HasPrefix(bytes.TrimSpace(rec.Body.Bytes()), []byte("{")) || !slices.Contains([]string{"application/json"}, rec.Header().Get("Content-Type")) {
-			t.Fatalf("an error body that is not JSON: %q %q", rec.Header().Get("Content-Type"), rec.Body.Bytes())
+		if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+			t.Fatalf("an error body of type %q", ct)
 		}
 	})
 }

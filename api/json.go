@@ -82,7 +82,7 @@ func jsonError(err error) *Error {
 	case errors.As(err, &typ):
 		field := typ.Field
 		if field == "" {
-			return invalid(fmt.Sprintf("the request body must be a JSON %s, not %s", jsonKind(typ.Type), typ.Value))
+			return invalid(fmt.Sprintf("the request body must be %s, not %s", jsonKind(typ.Type), typ.Value))
 		}
 		return invalid(fmt.Sprintf("field %q must be %s, not %s", field, jsonKind(typ.Type), typ.Value))
 	}

@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"log/slog"
 	"net"
+	"net/http"
 	"strings"
+	"time"
 )
 
 // ErrInsecure: an address other than loopback without a token. The
@@ -55,4 +58,46 @@ func loopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// Timeouts of Serve's http.Server. Writes may take as long as the
+// longest call or journal wait the server allows, plus this margin.
+const (
+	ReadHeaderTimeout = 10 * time.Second
+	ReadTimeout       = time.Minute
+	IdleTimeout       = 2 * time.Minute
+	writeMargin       = 30 * time.Second
+	// ShutdownTimeout bounds how long Serve waits for the requests in
+	// flight once its context ends.
+	ShutdownTimeout = 30 * time.Second
+)
+
+// Serve answers on ln (from Listen) until ctx ends, then stops accepting
+// and waits up to ShutdownTimeout for the requests in flight; it returns
+// nil after a clean shutdown, or why serving stopped otherwise. ln is
+// closed when Serve returns.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout:       ReadTimeout,
+		WriteTimeout:      max(s.cfg.CallTimeout, s.cfg.JournalWaitMax) + writeMargin,
+		IdleTimeout:       IdleTimeout,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
+	defer cancel()
+	err := hs.Shutdown(sctx)
+	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return err
 }
