@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"path"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -290,9 +292,16 @@ func (s *Server) wrap(pattern string, open bool, h handlerFunc) http.Handler {
 		switch {
 		case e == nil:
 			s.log.Debug("api: request", logAttrs...)
-		case status >= 500:
+		case r.Context().Err() != nil:
+			s.log.Debug("api: request abandoned by its client", append(logAttrs, "code", e.Code)...)
+		case status >= 500 && status != http.StatusGatewayTimeout && status != http.StatusNotImplemented:
 			span.SetStatus(codes.Error, e.Code)
-			s.log.Error("api: request failed", append(logAttrs, "code", e.Code, "err", err)...)
+			logAttrs = append(logAttrs, "code", e.Code, "err", err)
+			var p *internalPanic
+			if errors.As(err, &p) {
+				logAttrs = append(logAttrs, "stack", string(p.stack))
+			}
+			s.log.Error("api: request failed", logAttrs...)
 		default:
 			s.log.Warn("api: request refused", append(logAttrs, "code", e.Code, "message", e.Message)...)
 		}
@@ -307,7 +316,7 @@ func (s *Server) run(r *http.Request, rc *reqCtx, h handlerFunc) (status int, bo
 			if p == http.ErrAbortHandler {
 				panic(p)
 			}
-			status, body, err = 0, nil, &internalPanic{value: p}
+			status, body, err = 0, nil, &internalPanic{value: p, stack: debug.Stack()}
 		}
 	}()
 	return h(r, rc)
@@ -336,9 +345,14 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
-type internalPanic struct{ value any }
+// internalPanic is a handler's panic, for the log; the client is told
+// only that the failure was internal.
+type internalPanic struct {
+	value any
+	stack []byte
+}
 
-func (p *internalPanic) Error() string { return "api: handler panicked" }
+func (p *internalPanic) Error() string { return fmt.Sprintf("api: handler panicked: %v", p.value) }
 
 // authorized compares the presented token with the configured one in
 // constant time, over SHA-256 digests so that not even the length leaks.

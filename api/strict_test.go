@@ -1,15 +1,20 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/orrery-run/orrery/api"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/memstore"
 )
 
 // errorBody decodes a typed error body, failing t if it is not one.
@@ -146,5 +151,77 @@ func TestCallTimeoutAndRetryByCallID(t *testing.T) {
 	items, err := r.st.ReadInbox(r.ctx, "slow", 0, 0)
 	if err != nil || len(items) != 2 {
 		t.Fatalf("the call is in the inbox %d times (%v)", len(items)-1, err)
+	}
+}
+
+// brokenStore is a store whose database is down (errDown on reads of a
+// world and on the clock) or whose driver panics (GetWorld of "boom").
+type brokenStore struct {
+	store.Store
+	down atomic.Bool
+}
+
+var errDown = errors.New("connection refused: 10.0.0.7:5432 (pq: password authentication failed for user admin)")
+
+func (s *brokenStore) GetWorld(ctx context.Context, id string) (store.World, error) {
+	if id == "boom" {
+		panic("driver bug")
+	}
+	if s.down.Load() {
+		return store.World{}, errDown
+	}
+	return s.Store.GetWorld(ctx, id)
+}
+
+func (s *brokenStore) Now(ctx context.Context) (time.Time, error) {
+	if s.down.Load() {
+		return time.Time{}, errDown
+	}
+	return s.Store.Now(ctx)
+}
+
+// TestInternalFailures: a store failure is a 500 whose body says only
+// that it is internal (the cause is logged, not sent); a panic in a
+// handler is a 500 too, and the server keeps answering; readiness fails
+// with 503 not_ready when the store does not answer or Ready says no.
+func TestInternalFailures(t *testing.T) {
+	st := &brokenStore{Store: memstore.New()}
+	notReady := atomic.Bool{}
+	r := newRig(t, rigOptions{store: st, workers: []string{}, cfg: func(c *api.Config) {
+		c.Ready = func(context.Context) error {
+			if notReady.Load() {
+				return errors.New("draining for an upgrade")
+			}
+			return nil
+		}
+	}})
+	r.create("fine", universe)
+
+	status, body := r.do("GET", "/v1/worlds/boom", "", "", "")
+	if e := errorBody(t, body); status != 500 || e.Code != api.CodeInternal || e.Message != "internal error" {
+		t.Fatalf("a panicking handler: %d %+v", status, e)
+	}
+	if _, err := r.c.GetWorld(r.ctx, "fine"); err != nil {
+		t.Fatalf("the server after a panic: %v", err)
+	}
+
+	st.down.Store(true)
+	status, body = r.do("GET", "/v1/worlds/fine", "", "", "")
+	if e := errorBody(t, body); status != 500 || e.Code != api.CodeInternal || strings.Contains(string(body), "10.0.0.7") || strings.Contains(string(body), "password") {
+		t.Fatalf("a store failure: %d %s", status, body)
+	}
+	err := r.c.Ready(r.ctx)
+	apiError(t, err, http.StatusServiceUnavailable, api.CodeNotReady)
+	if err := r.c.Health(r.ctx); err != nil {
+		t.Fatalf("health while the store is down: %v", err)
+	}
+	st.down.Store(false)
+	if err := r.c.Ready(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	notReady.Store(true)
+	err = r.c.Ready(r.ctx)
+	if e := apiError(t, err, http.StatusServiceUnavailable, api.CodeNotReady); !strings.Contains(e.Message, "draining for an upgrade") {
+		t.Fatalf("not ready: %+v", e)
 	}
 }
