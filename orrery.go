@@ -5,7 +5,7 @@
 // registers its workflows.
 //
 //	func main() {
-//		orrery.Main(ledger.Account().Kernel(), ledger.Transfer().Kernel())
+//		orrery.Main(ledger.AccountDef().Kernel(), ledger.TransferDef().Kernel())
 //	}
 //
 // The packages below it are the library: world (the kernel a world is

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/orrery-run/orrery/event"
 )
@@ -92,6 +93,50 @@ func EncodeCall(callID string, v any) ([]byte, error) {
 		return nil, err
 	}
 	return event.Marshal(message{Type: name, Value: value, CallID: callID, CorrelationID: callID})
+}
+
+// EncodeEventNamed is EncodeEvent for a value whose input type is named
+// at run time rather than by a Go type: input that arrives from outside Go
+// (JSON over the ops API, a command line) and names the handler it is for.
+// typeName must be a name a handler can have: non-empty, valid UTF-8, and
+// outside the reserved "sys/" names. value is encoded as canonical CBOR
+// (a cbor.RawMessage must already be canonical); the handler decodes it
+// into its own type.
+func EncodeEventNamed(typeName string, value any) ([]byte, error) {
+	raw, err := encodeNamed(InputEvent, typeName, value)
+	if err != nil {
+		return nil, err
+	}
+	return event.Marshal(message{Type: typeName, Value: raw})
+}
+
+// EncodeCallNamed is EncodeCall for a value whose input type is named at
+// run time (see EncodeEventNamed).
+func EncodeCallNamed(callID, typeName string, value any) ([]byte, error) {
+	if callID == "" {
+		return nil, &InputError{Kind: InputCall, Reason: "a call needs a call id"}
+	}
+	raw, err := encodeNamed(InputCall, typeName, value)
+	if err != nil {
+		return nil, err
+	}
+	return event.Marshal(message{Type: typeName, Value: raw, CallID: callID, CorrelationID: callID})
+}
+
+// encodeNamed checks a run-time type name as On checks a Go type's, so a
+// payload built here can reach a handler, and encodes the value.
+func encodeNamed(kind, typeName string, value any) (rawCBOR, error) {
+	switch {
+	case typeName == "" || !utf8.ValidString(typeName):
+		return nil, &InputError{Kind: kind, Reason: "the input type name is empty or not valid UTF-8"}
+	case strings.HasPrefix(typeName, sysPrefix):
+		return nil, &InputError{Kind: kind, Reason: "input type " + strconv.Quote(typeName) + ` uses the reserved "sys/" prefix`}
+	}
+	raw, err := event.Marshal(value)
+	if err != nil {
+		return nil, &InputError{Kind: kind, Reason: "the value cannot be encoded as canonical CBOR", Err: err}
+	}
+	return raw, nil
 }
 
 // EncodeTimerFired returns the payload of the firing of timer intentHash

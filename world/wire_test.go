@@ -151,3 +151,81 @@ func TestParseOriginRoundTripsWorldIdsWithAt(t *testing.T) {
 		}
 	}
 }
+
+// TestNamedEncodersMatchTheTypedOnes: an input named at run time, with a
+// value that encodes as the Go type does, is byte for byte the payload
+// EncodeEvent and EncodeCall build, and the kernel routes it to the
+// handler of that name.
+func TestNamedEncodersMatchTheTypedOnes(t *testing.T) {
+	name, err := world.TypeName(Deposit{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := map[string]any{"Amount": int64(7)}
+	typed, err := world.EncodeEvent(Deposit{Amount: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named, err := world.EncodeEventNamed(name, value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(named) != string(typed) {
+		t.Fatalf("EncodeEventNamed = %x, EncodeEvent = %x", named, typed)
+	}
+	typedCall, err := world.EncodeCall("c1", Deposit{Amount: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	namedCall, err := world.EncodeCallNamed("c1", name, value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(namedCall) != string(typedCall) {
+		t.Fatalf("EncodeCallNamed = %x, EncodeCall = %x", namedCall, typedCall)
+	}
+
+	f := newFeeder(t, accountDef(), "acct")
+	if res := f.feed(world.InputEvent, named); res.Outcome != world.OutcomeOK {
+		t.Fatalf("named deposit: %s %v", res.Outcome, res.Err)
+	}
+	balance, err := world.TypeName(Balance{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call, err := world.EncodeCallNamed("c2", balance, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := f.feed(world.InputCall, call)
+	var got int64
+	if res.Reply == nil || res.Reply.Err != nil || world.Decode(res.Reply.Value, &got) != nil || got != 7 {
+		t.Fatalf("named call's reply: %+v", res.Reply)
+	}
+}
+
+// TestNamedEncodersRejectNamesNoHandlerCanHave: an empty name, invalid
+// UTF-8, the reserved "sys/" prefix, a value that is not canonical CBOR
+// material and a call without id are refused as malformed input.
+func TestNamedEncodersRejectNamesNoHandlerCanHave(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		value any
+	}{
+		{"", 1},
+		{"bad\xff", 1},
+		{"sys/Receipt@1", 1},
+		{"sys/Mine", 1},
+		{"ok.Name", func() {}},
+	} {
+		if _, err := world.EncodeEventNamed(tc.name, tc.value); !errors.Is(err, world.ErrMalformedInput) {
+			t.Errorf("EncodeEventNamed(%q, %T) = %v, want ErrMalformedInput", tc.name, tc.value, err)
+		}
+		if _, err := world.EncodeCallNamed("c", tc.name, tc.value); !errors.Is(err, world.ErrMalformedInput) {
+			t.Errorf("EncodeCallNamed(%q, %T) = %v, want ErrMalformedInput", tc.name, tc.value, err)
+		}
+	}
+	if _, err := world.EncodeCallNamed("", "ok.Name", 1); !errors.Is(err, world.ErrMalformedInput) {
+		t.Errorf("a call without id: %v", err)
+	}
+}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/orrery-run/orrery/api"
 	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/plane/node"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
@@ -155,7 +156,7 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	}
 	// The listener first: a bad address or a refused insecure listener
 	// must fail before anything touches the store.
-	ln, err := api.Listen(f.listen, token, f.tlsCert, f.tlsKey)
+	ln, err := api.Listen(ctx, f.listen, token, f.tlsCert, f.tlsKey)
 	if err != nil {
 		if errors.Is(err, api.ErrInsecure) {
 			return usagef("%v", err)
@@ -188,12 +189,27 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 		Worker: worker, Store: st, Kernels: e.kernels,
 		LeaseTTL: f.leaseTTL, ClaimTTL: f.claimTTL, IdleAfter: f.idleAfter,
 		NoOrchestrator: f.noOrch, EffectConcurrency: f.effects, Logger: log,
-		Observe: metrics.ObserveHost,
+		Observe: func(ev plane.HostEvent) {
+			metrics.ObserveHost(ev)
+			switch {
+			case ev.Kind == plane.EvRenewed:
+				metrics.ObserveLeaseRenew(ev.Dur)
+			case ev.Kind == plane.EvCommit && ev.N > 0:
+				metrics.ObserveInboxToJournal(ev.Dur)
+			}
+		},
+		ObserveEffect: func(ev adapter.EffectEvent) {
+			if ev.Err == nil && !ev.Dup {
+				metrics.ObserveDispatchToReceipt(ev.Dispatch)
+			}
+		},
+		Tracer: tp,
 	})
 	if err != nil {
 		return err
 	}
-	metrics.Watch(st, n.Host())
+	metrics.CollectQueueDepths(st.QueueDepths)
+	metrics.CollectWorldsHosted(api.HostedBy(n.Host()))
 	srv, err := api.NewServer(api.Config{
 		Store: st, Ops: n.Ops(), Client: n.Client(), Kernels: e.kernels,
 		Token: token, MaxBody: f.maxBody, CallTimeout: f.callTimeout,
@@ -203,9 +219,10 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 		_ = n.Stop(ctx)
 		return err
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	httpCtx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHTTP()
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	go func() { served <- srv.Serve(httpCtx, ln) }()
 
 	scheme := "http"
 	if f.tlsCert != "" {
@@ -227,7 +244,10 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	defer cancel()
 	log.Info("stopping: draining and releasing leases", "worker", worker)
 	stopErr := n.Stop(sctx)
-	_ = hs.Shutdown(sctx)
+	stopHTTP()
+	if serveErr == nil {
+		serveErr = <-served
+	}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
 	}
@@ -239,6 +259,3 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 }
 
 func addrOf(ln net.Listener) string { return ln.Addr().String() }
-
-// compile-time check that a node's host satisfies what metrics read.
-var _ interface{ Worlds() ([]string, int) } = (*plane.Host)(nil)

@@ -1,0 +1,539 @@
+package api_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orrery-run/orrery/api"
+	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/world"
+)
+
+// TestWorldsCreateListGet: creating a world is idempotent in its universe
+// (201, then 200 with the same record), another universe is 409
+// already_exists and an unknown one 400; the list filters by universe
+// and status and is sorted; GET shows the lease and assignment the plane
+// gave it, its head and inbox cursor.
+func TestWorldsCreateListGet(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	if err := r.c.Health(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.c.Ready(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	w, created, err := r.c.CreateWorld(r.ctx, "b-acct", universe)
+	if err != nil || !created || w.ID != "b-acct" || w.Universe != universe || w.Status != "active" || w.CreatedAt.IsZero() || w.Lineage != nil {
+		t.Fatalf("create: %+v created=%v %v", w, created, err)
+	}
+	again, created, err := r.c.CreateWorld(r.ctx, "b-acct", universe)
+	if err != nil || created || again != w {
+		t.Fatalf("create again: %+v created=%v %v, want %+v", again, created, err, w)
+	}
+	_, _, err = r.c.CreateWorld(r.ctx, "b-acct", other)
+	apiError(t, err, http.StatusConflict, api.CodeAlreadyExists)
+	if !errors.Is(err, store.ErrWorldExists) {
+		t.Fatalf("409 already_exists does not match store.ErrWorldExists: %v", err)
+	}
+	_, _, err = r.c.CreateWorld(r.ctx, "c-acct", "no-such-universe")
+	apiError(t, err, http.StatusBadRequest, api.CodeInvalidArgument)
+	r.create("a-acct", other)
+	r.create("c-acct", universe)
+	if _, err := r.c.Pause(r.ctx, "c-acct", "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+
+	all := must(r.c.ListWorlds(r.ctx, "", ""))(t)
+	if got := worldIDs(all); !slices.Equal(got, []string{"a-acct", "b-acct", "c-acct"}) {
+		t.Fatalf("every universe: %v", got)
+	}
+	if got := worldIDs(must(r.c.ListWorlds(r.ctx, universe, ""))(t)); !slices.Equal(got, []string{"b-acct", "c-acct"}) {
+		t.Fatalf("universe %s: %v", universe, got)
+	}
+	if got := worldIDs(must(r.c.ListWorlds(r.ctx, "", store.WorldPaused))(t)); !slices.Equal(got, []string{"c-acct"}) {
+		t.Fatalf("paused: %v", got)
+	}
+	_, err = r.c.ListWorlds(r.ctx, "", "sleeping")
+	apiError(t, err, http.StatusBadRequest, api.CodeInvalidArgument)
+
+	// The orchestrator places the world and the host takes its lease.
+	r.waitFor("b-acct leased", func() (bool, error) {
+		v, err := r.c.GetWorld(r.ctx, "b-acct")
+		return err == nil && v.Lease != nil && v.Lease.Holder == "w1", err
+	})
+	if _, err := r.c.Send(r.ctx, "b-acct", typeName(t, Add{}), Add{By: 1}, ""); err != nil {
+		t.Fatal(err)
+	}
+	r.waitFor("b-acct drained", func() (bool, error) {
+		v, err := r.c.GetWorld(r.ctx, "b-acct")
+		return err == nil && v.Head == 1 && v.InboxCursor != nil && *v.InboxCursor == 1, err
+	})
+	v := must(r.c.GetWorld(r.ctx, "b-acct"))(t)
+	if v.Assignment == nil || v.Assignment.Worker != "w1" || v.Lease.Epoch == 0 || v.Lease.ExpiresAt.IsZero() || v.World != w {
+		t.Fatalf("view: %+v lease %+v assignment %+v", v, v.Lease, v.Assignment)
+	}
+	_, err = r.c.GetWorld(r.ctx, "nobody")
+	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
+	if !errors.Is(err, store.ErrWorldNotFound) {
+		t.Fatalf("404 on a world does not match store.ErrWorldNotFound: %v", err)
+	}
+}
+
+// TestSendCallStateJournal: events are acknowledged with their inbox seq
+// and deduplicated by key; a call answers the handler's reply as JSON and
+// CBOR, a failing handler is 422 call_failed with the world's message;
+// the state is the user's state and the hash of the state bytes; the
+// journal lists each step with its input, and a long-poll returns when a
+// record arrives.
+func TestSendCallStateJournal(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	createSendCallState(t, r)
+
+	add := typeName(t, Add{})
+	page := must(r.c.Journal(r.ctx, "acct", 0, 0, 0))(t)
+	if len(page.Records) != 4 || page.Next != 4 {
+		t.Fatalf("journal: %d records, next %d", len(page.Records), page.Next)
+	}
+	wantTypes := []string{add, add, typeName(t, Get{}), typeName(t, Fail{})}
+	wantOutcomes := []string{"ok", "ok", "ok", "error"}
+	for i, rec := range page.Records {
+		if rec.Height != uint64(i+1) || rec.EventType != world.EventWorldStepped || rec.StepID != world.StepID(rec.Input.Seq) ||
+			rec.Input.Type != wantTypes[i] || rec.Outcome != wantOutcomes[i] || rec.StateHash == "" || rec.PersistedAt.IsZero() || rec.Input.EnqueuedAt.IsZero() {
+			t.Fatalf("record %d: %+v input %+v", i, rec, rec.Input)
+		}
+	}
+	if page.Records[3].Error == "" || page.Records[2].CallID == "" || page.Records[0].Input.Kind != world.InputEvent || page.Records[2].Input.Kind != world.InputCall {
+		t.Fatalf("records: %+v %+v", page.Records[2], page.Records[3])
+	}
+	if p := must(r.c.Journal(r.ctx, "acct", 2, 1, 0))(t); len(p.Records) != 1 || p.Records[0].Height != 3 || p.Next != 3 {
+		t.Fatalf("after 2, limit 1: %+v", p)
+	}
+	if p := must(r.c.Journal(r.ctx, "acct", 4, 0, 0))(t); len(p.Records) != 0 || p.Next != 4 {
+		t.Fatalf("nothing after the head: %+v", p)
+	}
+
+	// A long-poll after the head returns once the next record exists.
+	type result struct {
+		page api.JournalPage
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		p, err := r.c.Journal(r.ctx, "acct", 4, 0, 25*time.Second)
+		done <- result{p, err}
+	}()
+	ack := must(r.c.Send(r.ctx, "acct", add, Add{By: 100, Key: "late"}, "k-late"))(t)
+	res := <-done
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	if len(res.page.Records) != 1 || res.page.Records[0].Height != 5 || res.page.Records[0].Input.Seq != ack.Seq || res.page.Next != 5 {
+		t.Fatalf("long-poll: %+v", res.page)
+	}
+}
+
+// createSendCallState is the subset every backend runs: create, send
+// with a deduplicated key, a call with a reply and a failing one, and the
+// state.
+func createSendCallState(t *testing.T, r *rig) {
+	t.Helper()
+	if _, created, err := r.c.CreateWorld(r.ctx, "acct", universe); err != nil || !created {
+		t.Fatalf("create: %v %v", created, err)
+	}
+	add := typeName(t, Add{})
+	a1 := must(r.c.Send(r.ctx, "acct", add, Add{By: 5, Key: "a"}, "k1"))(t)
+	dup := must(r.c.Send(r.ctx, "acct", add, Add{By: 5, Key: "a"}, "k1"))(t)
+	a2 := must(r.c.Send(r.ctx, "acct", add, Add{By: 7, Key: "b"}, "k2"))(t)
+	if a1.Duplicate || !dup.Duplicate || dup.Seq != a1.Seq || a2.Seq != a1.Seq+1 || a2.Duplicate {
+		t.Fatalf("acks: %+v %+v %+v", a1, dup, a2)
+	}
+	res, err := r.c.Call(r.ctx, "acct", typeName(t, Get{}), Get{}, api.CallOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	if err := json.Unmarshal(res.Reply, &n); err != nil || n != 12 || res.CallID == "" {
+		t.Fatalf("reply %s (call %q): %v", res.Reply, res.CallID, err)
+	}
+	var fromCBOR int64
+	if err := world.Decode(res.ReplyCBOR, &fromCBOR); err != nil || fromCBOR != 12 {
+		t.Fatalf("reply_cbor %x: %d %v", res.ReplyCBOR, fromCBOR, err)
+	}
+	_, err = r.c.Call(r.ctx, "acct", typeName(t, Fail{}), Fail{Why: "no funds"}, api.CallOptions{CallID: "fail-1"})
+	e := apiError(t, err, http.StatusUnprocessableEntity, api.CodeCallFailed)
+	if !errors.Is(err, plane.ErrCallFailed) || !strings.Contains(e.Message, "refused: no funds") || e.Details["call_id"] != "fail-1" {
+		t.Fatalf("failed call: %+v", e)
+	}
+	s, v := r.stateOf("acct")
+	sum := sha256.Sum256(s.StateCBOR)
+	if s.Height != 4 || s.Hash != hex.EncodeToString(sum[:]) || v.N != 12 || !slices.Equal(v.Seen, []string{"a", "b"}) {
+		t.Fatalf("state: height %d hash %s value %+v", s.Height, s.Hash, v)
+	}
+	var js struct {
+		N    int64
+		Seen []string
+	}
+	if err := json.Unmarshal(s.State, &js); err != nil || js.N != 12 || !slices.Equal(js.Seen, v.Seen) {
+		t.Fatalf("state as JSON %s: %v", s.State, err)
+	}
+	_, err = r.c.State(r.ctx, "nobody")
+	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
+}
+
+// TestPayloadFormsAndCallIDs: an event or call given as its complete wire
+// payload is taken as the typed form is; a call retried with its call id
+// gets the same reply from the same inbox item; a payload the plane
+// refuses (a reserved type, not CBOR) is 400 and enqueues nothing.
+func TestPayloadFormsAndCallIDs(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	r.create("p", universe)
+	ev, err := world.EncodeEvent(Add{By: 3, Key: "payload"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := must(r.c.SendPayload(r.ctx, "p", ev, "kp"))(t); a.Seq != 1 {
+		t.Fatalf("payload event: %+v", a)
+	}
+	call, err := world.EncodeCall("call-7", Get{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := must(r.c.CallPayload(r.ctx, "p", call, api.CallOptions{}))(t)
+	if res.CallID != "call-7" || string(res.Reply) != "3" {
+		t.Fatalf("payload call: %+v", res)
+	}
+	again := must(r.c.Call(r.ctx, "p", typeName(t, Get{}), nil, api.CallOptions{CallID: "call-7"}))(t)
+	if again.CallID != "call-7" || string(again.Reply) != "3" {
+		t.Fatalf("the same call id again: %+v", again)
+	}
+	items, err := r.st.ReadInbox(r.ctx, "p", 0, 0)
+	if err != nil || len(items) != 2 {
+		t.Fatalf("the call id's second call enqueued again: %d items, %v", len(items), err)
+	}
+	_, err = r.c.CallPayload(r.ctx, "p", call, api.CallOptions{CallID: "another"})
+	apiError(t, err, http.StatusBadRequest, api.CodeInvalidArgument)
+
+	reserved, err := world.EncodeEvent(world.FabricSendParams{DestWorld: "x", Mode: world.FabricInbox, Inbox: "i"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range [][]byte{reserved, {0xff, 0x00}, call} {
+		_, err := r.c.SendPayload(r.ctx, "p", bad, "")
+		apiError(t, err, http.StatusBadRequest, api.CodeInvalidArgument)
+	}
+	_, err = r.c.Send(r.ctx, "p", "sys/Mine", 1, "")
+	apiError(t, err, http.StatusBadRequest, api.CodeInvalidArgument)
+	if items, err := r.st.ReadInbox(r.ctx, "p", 0, 0); err != nil || len(items) != 2 {
+		t.Fatalf("refused payloads enqueued: %d items, %v", len(items), err)
+	}
+}
+
+// TestForkAndStatus: a fork from the active snapshot is 201 and boots at
+// its state, a repeat 200, another fork under an existing id 409
+// conflict, a height without snapshot 404; pause ends the lease and
+// keeps input waiting, a call to a paused world is 409 at once, resume
+// runs the waiting input, archive refuses new input for good.
+func TestForkAndStatus(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	r.create("src", universe)
+	add := typeName(t, Add{})
+	for i, k := range []string{"a", "b", "c", "d"} {
+		must(r.c.Send(r.ctx, "src", add, Add{By: int64(i + 1), Key: k}, k))(t)
+	}
+	r.waitFor("src snapshotted at 4", func() (bool, error) {
+		s, ok, err := r.st.ActiveSnapshot(r.ctx, "src")
+		return ok && s.Height == 4, err
+	})
+	f, created, err := r.c.Fork(r.ctx, "src", "fork", 0)
+	if err != nil || !created || f.Lineage == nil || f.Lineage.Parent != "src" || f.Lineage.ForkedAtHeight != 4 || f.Lineage.ParentSnapshotHash == "" || f.Universe != universe {
+		t.Fatalf("fork: %+v %v %v", f, created, err)
+	}
+	again, created, err := r.c.Fork(r.ctx, "src", "fork", 4)
+	if err != nil || created || again.ID != "fork" {
+		t.Fatalf("fork again: %+v %v %v", again, created, err)
+	}
+	_, _, err = r.c.Fork(r.ctx, "fork", "src", 0)
+	apiError(t, err, http.StatusConflict, api.CodeConflict)
+	if !errors.Is(err, plane.ErrConflict) {
+		t.Fatalf("409 conflict does not match plane.ErrConflict: %v", err)
+	}
+	_, _, err = r.c.Fork(r.ctx, "src", "fork-3", 3)
+	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
+	if !errors.Is(err, store.ErrSnapshotNotFound) {
+		t.Fatalf("no snapshot at 3: %v", err)
+	}
+	_, _, err = r.c.Fork(r.ctx, "nobody", "fork-4", 0)
+	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
+	if fs, fv := r.stateOf("fork"); fs.Height != 4 || fv.N != 10 {
+		t.Fatalf("fork state: %d %+v", fs.Height, fv)
+	}
+
+	p, err := r.c.Pause(r.ctx, "src", "maintenance")
+	if err != nil || p.Status != "paused" || p.StatusReason != "maintenance" || p.StatusChangedAt.IsZero() {
+		t.Fatalf("pause: %+v %v", p, err)
+	}
+	if v := must(r.c.GetWorld(r.ctx, "src"))(t); v.Lease == nil || v.Lease.Holder != "" {
+		t.Fatalf("a paused world's lease: %+v", v.Lease)
+	}
+	if a, err := r.c.Send(r.ctx, "src", add, Add{By: 100, Key: "while-paused"}, "wp"); err != nil || a.Seq != 5 {
+		t.Fatalf("input to a paused world: %+v %v", a, err)
+	}
+	_, err = r.c.Call(r.ctx, "src", typeName(t, Get{}), nil, api.CallOptions{})
+	apiError(t, err, http.StatusConflict, api.CodePaused)
+	if !errors.Is(err, store.ErrWorldPaused) {
+		t.Fatalf("409 paused does not match store.ErrWorldPaused: %v", err)
+	}
+	if rs, err := r.c.Resume(r.ctx, "src", "done"); err != nil || rs.Status != "active" {
+		t.Fatalf("resume: %+v %v", rs, err)
+	}
+	res := must(r.c.Call(r.ctx, "src", typeName(t, Get{}), nil, api.CallOptions{}))(t)
+	if string(res.Reply) != "110" {
+		t.Fatalf("after resume: %s", res.Reply)
+	}
+	if ar, err := r.c.Archive(r.ctx, "src", "retired"); err != nil || ar.Status != "archived" {
+		t.Fatalf("archive: %+v %v", ar, err)
+	}
+	_, err = r.c.Send(r.ctx, "src", add, Add{By: 1}, "")
+	apiError(t, err, http.StatusConflict, api.CodeArchived)
+	if !errors.Is(err, store.ErrWorldArchived) {
+		t.Fatalf("409 archived does not match store.ErrWorldArchived: %v", err)
+	}
+	_, err = r.c.Resume(r.ctx, "src", "")
+	apiError(t, err, http.StatusConflict, api.CodeArchived)
+	_, err = r.c.Pause(r.ctx, "nobody", "")
+	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
+}
+
+// completeAs completes a claimed effect as an adapter would, with a
+// receipt of status.
+func completeAs(t *testing.T, r *rig, hash string, status world.ReceiptStatus) {
+	t.Helper()
+	items, err := r.st.Claim(r.ctx, "adapter-1", []string{world.KindHTTPRequest}, 10, time.Minute)
+	if err != nil || len(items) != 1 || items[0].IntentHash != hash {
+		t.Fatalf("claim: %+v %v", items, err)
+	}
+	payload, err := world.EncodeReceipt(world.Receipt{IntentHash: hash, Kind: items[0].Kind, Status: status, Retry: uint64(items[0].Retries)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.st.Complete(r.ctx, hash, items[0].ClaimOf(), store.Receipt{Status: store.ReceiptStatus(status), Payload: payload}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEffectsTimersRetry: a world's pending effect is listed with its
+// params as JSON; retrying it while pending is 409 not_retryable; after an
+// error receipt the retry puts it back to pending with its reason; an
+// unknown intent is 404; an armed timer is listed.
+func TestEffectsTimersRetry(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	r.create("e", universe)
+	must(r.c.Send(r.ctx, "e", typeName(t, Pay{}), nil, "pay"))(t)
+	must(r.c.Send(r.ctx, "e", typeName(t, Arm{}), Arm{AfterMs: 3_600_000}, "arm"))(t)
+	var effects []api.Effect
+	r.waitFor("the effect queued", func() (bool, error) {
+		var err error
+		effects, err = r.c.Effects(r.ctx, "e")
+		return len(effects) == 1, err
+	})
+	eff := effects[0]
+	var params struct{ Method, URL string }
+	if eff.Kind != world.KindHTTPRequest || eff.State != "pending" || eff.World != "e" || json.Unmarshal(eff.Params, &params) != nil ||
+		params.Method != "POST" || params.URL != "https://pay.example" || len(eff.ParamsCBOR) == 0 || eff.Origin == "" {
+		t.Fatalf("effect: %+v", eff)
+	}
+	_, err := r.c.RetryEffect(r.ctx, eff.IntentHash, "too early")
+	apiError(t, err, http.StatusConflict, api.CodeNotRetryable)
+	if !errors.Is(err, store.ErrNotRetryable) {
+		t.Fatalf("409 not_retryable does not match store.ErrNotRetryable: %v", err)
+	}
+	completeAs(t, r, eff.IntentHash, world.StatusError)
+	r.waitFor("the effect done", func() (bool, error) {
+		effects, err := r.c.Effects(r.ctx, "e")
+		return len(effects) == 0, err
+	})
+	st, err := r.c.RetryEffect(r.ctx, eff.IntentHash, "the payee is back")
+	if err != nil || st.State != "pending" || st.Retries != 1 || st.RetryReason != "the payee is back" || st.World != "e" {
+		t.Fatalf("retry: %+v %v", st, err)
+	}
+	if effects := must(r.c.Effects(r.ctx, "e"))(t); len(effects) != 1 || effects[0].Retries != 1 || effects[0].State != "pending" {
+		t.Fatalf("after the retry: %+v", effects)
+	}
+	_, err = r.c.RetryEffect(r.ctx, strings.Repeat("0", 64), "")
+	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
+	_, err = r.c.Effects(r.ctx, "nobody")
+	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
+
+	timers := must(r.c.Timers(r.ctx, "e"))(t)
+	if len(timers) != 1 || timers[0].State != "scheduled" || timers[0].World != "e" || timers[0].DeliverAt.IsZero() {
+		t.Fatalf("timers: %+v", timers)
+	}
+	_, err = r.c.Timers(r.ctx, "")
+	apiError(t, err, http.StatusBadRequest, api.CodeInvalidArgument)
+}
+
+// resolvingStore is a store with an operator's receipt, as the store's
+// Resolve will give it: here it claims the effect as an operator and
+// completes it, which is what Resolve does in one step. It records what
+// it was asked.
+type resolvingStore struct {
+	store.Store
+	asked []resolved
+}
+
+type resolved struct {
+	hash    string
+	receipt store.Receipt
+	reason  string
+}
+
+func (s *resolvingStore) Resolve(ctx context.Context, hash string, rc store.Receipt, reason string) (uint64, bool, error) {
+	s.asked = append(s.asked, resolved{hash, rc, reason})
+	es, err := s.EffectStatus(ctx, hash)
+	if err != nil {
+		return 0, false, err
+	}
+	if es.State == store.EffectDone {
+		return es.InboxSeq, true, nil
+	}
+	items, err := s.Claim(ctx, "operator", []string{es.Kind}, store.MaxBatch, time.Minute)
+	if err != nil {
+		return 0, false, err
+	}
+	for _, it := range items {
+		if it.IntentHash == hash {
+			return s.Complete(ctx, hash, it.ClaimOf(), rc)
+		}
+	}
+	return 0, false, errors.New("the effect was not claimable")
+}
+
+// TestInjectReceipt: an operator's receipt reaches the world exactly as an
+// adapter's would (its handler records the intent and status), a second
+// one is a duplicate, an unknown effect 404, a bad status 400; a store
+// without Resolve answers 501 unsupported.
+func TestInjectReceipt(t *testing.T) {
+	rs := &resolvingStore{Store: memstore.New()}
+	r := newRig(t, rigOptions{store: rs})
+	r.create("e", universe)
+	must(r.c.Send(r.ctx, "e", typeName(t, Pay{}), nil, "pay"))(t)
+	var effects []api.Effect
+	r.waitFor("the effect queued", func() (bool, error) {
+		var err error
+		effects, err = r.c.Effects(r.ctx, "e")
+		return len(effects) == 1, err
+	})
+	hash := effects[0].IntentHash
+	ack, err := r.c.InjectReceipt(r.ctx, hash, "ok", map[string]any{"status": 200, "note": "paid by hand"}, "the bank answered by phone")
+	if err != nil || ack.Duplicate || ack.Seq == 0 {
+		t.Fatalf("inject: %+v %v", ack, err)
+	}
+	if len(rs.asked) != 1 || rs.asked[0].hash != hash || rs.asked[0].reason != "the bank answered by phone" || rs.asked[0].receipt.Status != store.ReceiptOK {
+		t.Fatalf("asked: %+v", rs.asked)
+	}
+	var rec world.Receipt
+	if err := event.Unmarshal(rs.asked[0].receipt.Payload, &rec); err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]any
+	if rec.IntentHash != hash || rec.Kind != world.KindHTTPRequest || rec.Status != world.StatusOK || rec.Retry != 0 ||
+		world.Decode(rec.Body, &body) != nil || body["note"] != "paid by hand" {
+		t.Fatalf("the receipt payload: %+v body %v", rec, body)
+	}
+	r.waitFor("the world consumed the receipt", func() (bool, error) {
+		_, v := r.stateOf("e")
+		return slices.Equal(v.Receipts, []string{hash}) && slices.Equal(v.Statuses, []string{"ok"}), nil
+	})
+	dup, err := r.c.InjectReceipt(r.ctx, hash, "error", nil, "")
+	if err != nil || !dup.Duplicate || dup.Seq != ack.Seq {
+		t.Fatalf("a second receipt: %+v %v", dup, err)
+	}
+	_, err = r.c.InjectReceipt(r.ctx, strings.Repeat("a", 64), "ok", nil, "")
+	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
+	_, err = r.c.InjectReceipt(r.ctx, hash, "maybe", nil, "")
+	apiError(t, err, http.StatusBadRequest, api.CodeInvalidArgument)
+
+	plain := newRig(t, rigOptions{workers: []string{}})
+	_, err = plain.c.InjectReceipt(plain.ctx, hash, "ok", nil, "")
+	apiError(t, err, http.StatusNotImplemented, api.CodeUnsupported)
+}
+
+// TestWorkersLeasesDrain: the inventory shows both hosts live with the
+// worlds each holds; leases list per worker and for all; draining the
+// holder of a world moves it to the other worker; an unknown worker is
+// 404.
+func TestWorkersLeasesDrain(t *testing.T) {
+	r := newRig(t, rigOptions{workers: []string{"w1", "w2"}})
+	ids := []string{"d1", "d2", "d3", "d4"}
+	for _, id := range ids {
+		r.create(id, universe)
+	}
+	holders := map[string]string{}
+	r.waitFor("every world leased", func() (bool, error) {
+		rows, err := r.c.Leases(r.ctx, "")
+		if err != nil {
+			return false, err
+		}
+		clear(holders)
+		for _, row := range rows {
+			if row.Lease != nil && row.Lease.Holder == row.Worker {
+				holders[row.World] = row.Worker
+			}
+		}
+		return len(holders) == len(ids), nil
+	})
+	workers := must(r.c.Workers(r.ctx))(t)
+	if len(workers) != 2 || workers[0].ID != "w1" || workers[1].ID != "w2" {
+		t.Fatalf("workers: %+v", workers)
+	}
+	held := 0
+	for _, w := range workers {
+		if !w.Live || w.Draining || w.Capacity == 0 || w.HeartbeatAt.IsZero() {
+			t.Fatalf("worker: %+v", w)
+		}
+		held += w.WorldsHeld
+	}
+	if held != len(ids) {
+		t.Fatalf("worlds held in all: %d", held)
+	}
+	victim := holders["d1"]
+	rows := must(r.c.Leases(r.ctx, victim))(t)
+	found := false
+	for _, row := range rows {
+		if row.Worker != victim {
+			t.Fatalf("a row of another worker: %+v", row)
+		}
+		found = found || row.World == "d1"
+	}
+	if !found {
+		t.Fatalf("leases of %s lack d1: %+v", victim, rows)
+	}
+
+	w, err := r.c.Drain(r.ctx, victim, true)
+	if err != nil || !w.Draining || w.ID != victim {
+		t.Fatalf("drain: %+v %v", w, err)
+	}
+	r.waitFor("d1 moved off the drained worker", func() (bool, error) {
+		v, err := r.c.GetWorld(r.ctx, "d1")
+		return err == nil && v.Lease != nil && v.Lease.Holder != "" && v.Lease.Holder != victim, err
+	})
+	if w, err := r.c.Drain(r.ctx, victim, false); err != nil || w.Draining {
+		t.Fatalf("undrain: %+v %v", w, err)
+	}
+	_, err = r.c.Drain(r.ctx, "nobody", true)
+	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("404 on a worker does not match store.ErrNotFound: %v", err)
+	}
+}

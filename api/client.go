@@ -1,0 +1,334 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/orrery-run/orrery/store"
+)
+
+// Client is the Go client of the ops API, one method per endpoint. Every
+// error the server answers comes back as an *Error (with its HTTP status);
+// a transport failure is returned as the HTTP client gave it.
+type Client struct {
+	base  string // scheme, host and path prefix, without a trailing slash
+	token string
+	http  *http.Client
+}
+
+// ClientOption configures a Client.
+type ClientOption func(*Client)
+
+// WithHTTPClient makes the client use hc (for its transport, TLS roots
+// or timeouts) instead of a plain http.Client. Waits (calls, journal
+// long-polls) are bounded by their contexts, so hc should have no
+// Timeout shorter than the longest wait.
+func WithHTTPClient(hc *http.Client) ClientOption { return func(c *Client) { c.http = hc } }
+
+// NewClient returns a client of the API at baseURL ("http://host:port",
+// optionally with a path prefix), presenting token ("" for none).
+func NewClient(baseURL, token string, opts ...ClientOption) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, &ConfigError{Field: "baseURL", Reason: "must be an absolute http or https URL"}
+	}
+	u.RawQuery, u.Fragment = "", ""
+	c := &Client{base: strings.TrimSuffix(u.String(), "/"), token: token, http: &http.Client{}}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// do sends one request and decodes a success into out (nil: discarded);
+// it returns the status of a success.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, out any) (int, error) {
+	target := c.base + path // path's variable segments are escaped by the caller
+	if len(q) > 0 {
+		target += "?" + q.Encode()
+	}
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return 0, err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, body)
+	if err != nil {
+		return 0, err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode >= 300 {
+		e := &Error{Status: resp.StatusCode}
+		if json.Unmarshal(b, e) != nil || e.Code == "" {
+			e.Code, e.Message = CodeInternal, strings.TrimSpace(truncate(string(b), 512))
+			if resp.StatusCode < 500 {
+				e.Code = CodeInvalidArgument
+			}
+		}
+		return resp.StatusCode, e
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("api: the server's answer does not decode: %w", err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+func worldPath(id string, rest ...string) string {
+	p := "/v1/worlds/" + url.PathEscape(id)
+	for _, r := range rest {
+		p += "/" + r
+	}
+	return p
+}
+
+// Health is GET /healthz: nil when the process answers.
+func (c *Client) Health(ctx context.Context) error {
+	_, err := c.do(ctx, http.MethodGet, "/healthz", nil, nil, nil)
+	return err
+}
+
+// Ready is GET /readyz: nil when the store answers and the server is
+// ready.
+func (c *Client) Ready(ctx context.Context) error {
+	_, err := c.do(ctx, http.MethodGet, "/readyz", nil, nil, nil)
+	return err
+}
+
+// CreateWorld creates world id in universe. Creating it again in the same
+// universe answers the existing world with created=false; another
+// universe is an already_exists error (errors.Is store.ErrWorldExists).
+func (c *Client) CreateWorld(ctx context.Context, id, universe string) (w World, created bool, err error) {
+	st, err := c.do(ctx, http.MethodPost, "/v1/worlds", nil, createWorldReq{ID: id, Universe: universe}, &w)
+	return w, st == http.StatusCreated, err
+}
+
+// ListWorlds lists the worlds of universe ("": every universe the server
+// hosts) with status ("": any), sorted by id.
+func (c *Client) ListWorlds(ctx context.Context, universe string, status store.WorldStatus) ([]World, error) {
+	q := url.Values{}
+	if universe != "" {
+		q.Set("universe", universe)
+	}
+	if status != "" {
+		q.Set("status", string(status))
+	}
+	var out worldsResp
+	_, err := c.do(ctx, http.MethodGet, "/v1/worlds", q, nil, &out)
+	return out.Worlds, err
+}
+
+// GetWorld returns a world's record, lease, assignment and heights.
+func (c *Client) GetWorld(ctx context.Context, id string) (WorldView, error) {
+	var out WorldView
+	_, err := c.do(ctx, http.MethodGet, worldPath(id), nil, nil, &out)
+	return out, err
+}
+
+// Send enqueues an event of input type typeName carrying value (encoded
+// as JSON, then as CBOR by the server), deduplicated by key ("" for
+// none).
+func (c *Client) Send(ctx context.Context, worldID, typeName string, value any, key string) (Ack, error) {
+	raw, err := json.Marshal(value)
+	if err != nil {
+		return Ack{}, err
+	}
+	var out Ack
+	_, err = c.do(ctx, http.MethodPost, worldPath(worldID, "events"), nil, eventReq{Type: typeName, Value: raw, IdempotencyKey: key}, &out)
+	return out, err
+}
+
+// SendPayload enqueues an event given as its complete wire payload
+// (world.EncodeEvent's bytes).
+func (c *Client) SendPayload(ctx context.Context, worldID string, payload []byte, key string) (Ack, error) {
+	var out Ack
+	_, err := c.do(ctx, http.MethodPost, worldPath(worldID, "events"), nil, eventReq{Payload: payload, IdempotencyKey: key}, &out)
+	return out, err
+}
+
+// CallOptions qualify a call: CallID (empty: the server draws one) makes
+// a retried call wait for the same call; Timeout (0: the server's
+// default) bounds the wait on the server, which caps it.
+type CallOptions struct {
+	CallID  string
+	Timeout time.Duration
+}
+
+func (o CallOptions) req() callReq {
+	r := callReq{CallID: o.CallID}
+	if o.Timeout > 0 {
+		r.TimeoutMs = max(o.Timeout.Milliseconds(), 1)
+	}
+	return r
+}
+
+// Call sends a call of input type typeName carrying value and waits for
+// the handler's reply. A handler that failed is a call_failed error
+// (errors.Is plane.ErrCallFailed); a wait that ran out is a timeout
+// error whose Details["call_id"] names the call to wait for again.
+func (c *Client) Call(ctx context.Context, worldID, typeName string, value any, opts CallOptions) (CallResult, error) {
+	raw, err := json.Marshal(value)
+	if err != nil {
+		return CallResult{}, err
+	}
+	req := opts.req()
+	req.Type, req.Value = typeName, raw
+	var out CallResult
+	_, err = c.do(ctx, http.MethodPost, worldPath(worldID, "calls"), nil, req, &out)
+	return out, err
+}
+
+// CallPayload is Call with the call given as its complete wire payload
+// (world.EncodeCall's bytes, which carry the call id).
+func (c *Client) CallPayload(ctx context.Context, worldID string, payload []byte, opts CallOptions) (CallResult, error) {
+	req := opts.req()
+	req.Payload = payload
+	var out CallResult
+	_, err := c.do(ctx, http.MethodPost, worldPath(worldID, "calls"), nil, req, &out)
+	return out, err
+}
+
+// State returns a world's state at its head.
+func (c *Client) State(ctx context.Context, worldID string) (State, error) {
+	var out State
+	_, err := c.do(ctx, http.MethodGet, worldPath(worldID, "state"), nil, nil, &out)
+	return out, err
+}
+
+// Fork creates newID from src's snapshot at height (0: src's active
+// snapshot). A repeat answers the existing fork with created=false.
+func (c *Client) Fork(ctx context.Context, src, newID string, height uint64) (w World, created bool, err error) {
+	st, err := c.do(ctx, http.MethodPost, worldPath(src, "fork"), nil, forkReq{ID: newID, Height: height}, &w)
+	return w, st == http.StatusCreated, err
+}
+
+func (c *Client) setStatus(ctx context.Context, worldID, action, reason string) (World, error) {
+	var out World
+	_, err := c.do(ctx, http.MethodPost, worldPath(worldID, action), nil, reasonReq{Reason: reason}, &out)
+	return out, err
+}
+
+// Pause pauses a world: its lease ends and input waits in its inbox.
+func (c *Client) Pause(ctx context.Context, worldID, reason string) (World, error) {
+	return c.setStatus(ctx, worldID, "pause", reason)
+}
+
+// Resume makes a paused world active again.
+func (c *Client) Resume(ctx context.Context, worldID, reason string) (World, error) {
+	return c.setStatus(ctx, worldID, "resume", reason)
+}
+
+// Archive archives a world for good.
+func (c *Client) Archive(ctx context.Context, worldID, reason string) (World, error) {
+	return c.setStatus(ctx, worldID, "archive", reason)
+}
+
+// Journal reads up to limit records after height after (limit 0: the
+// server's default). With wait > 0 the server holds the request until a
+// record exists or wait (at most MaxJournalWait) has passed.
+func (c *Client) Journal(ctx context.Context, worldID string, after uint64, limit int, wait time.Duration) (JournalPage, error) {
+	q := url.Values{"after": {strconv.FormatUint(after, 10)}}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if wait > 0 {
+		q.Set("wait_ms", strconv.FormatInt(max(wait.Milliseconds(), 1), 10))
+	}
+	var out JournalPage
+	_, err := c.do(ctx, http.MethodGet, worldPath(worldID, "journal"), q, nil, &out)
+	return out, err
+}
+
+// Leases lists the worlds worker holds or is assigned ("": every
+// worker's).
+func (c *Client) Leases(ctx context.Context, worker string) ([]LeaseRow, error) {
+	q := url.Values{}
+	if worker != "" {
+		q.Set("worker", worker)
+	}
+	var out leasesResp
+	_, err := c.do(ctx, http.MethodGet, "/v1/leases", q, nil, &out)
+	return out.Leases, err
+}
+
+// Effects lists a world's pending and inflight effects, in queue order.
+func (c *Client) Effects(ctx context.Context, worldID string) ([]Effect, error) {
+	var out effectsResp
+	_, err := c.do(ctx, http.MethodGet, "/v1/effects", url.Values{"world": {worldID}}, nil, &out)
+	return out.Effects, err
+}
+
+// RetryEffect is an operator's retry of an effect whose receipt was error
+// or timeout (otherwise a not_retryable error, errors.Is
+// store.ErrNotRetryable).
+func (c *Client) RetryEffect(ctx context.Context, intentHash, reason string) (EffectStatus, error) {
+	var out EffectStatus
+	_, err := c.do(ctx, http.MethodPost, "/v1/effects/"+url.PathEscape(intentHash)+"/retry", nil, reasonReq{Reason: reason}, &out)
+	return out, err
+}
+
+// InjectReceipt hands a pending or inflight effect's world an operator's
+// receipt: status ok, error or timeout, and body (encoded as JSON, then as
+// CBOR; nil for none).
+func (c *Client) InjectReceipt(ctx context.Context, intentHash, status string, body any, reason string) (ReceiptAck, error) {
+	req := receiptReq{Status: status, Reason: reason}
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return ReceiptAck{}, err
+		}
+		req.Body = raw
+	}
+	var out ReceiptAck
+	_, err := c.do(ctx, http.MethodPost, "/v1/effects/"+url.PathEscape(intentHash)+"/receipt", nil, req, &out)
+	return out, err
+}
+
+// Timers lists a world's scheduled and claimed timers.
+func (c *Client) Timers(ctx context.Context, worldID string) ([]Timer, error) {
+	var out timersResp
+	_, err := c.do(ctx, http.MethodGet, "/v1/timers", url.Values{"world": {worldID}}, nil, &out)
+	return out.Timers, err
+}
+
+// Workers lists the worker inventory.
+func (c *Client) Workers(ctx context.Context) ([]Worker, error) {
+	var out workersResp
+	_, err := c.do(ctx, http.MethodGet, "/v1/workers", nil, nil, &out)
+	return out.Workers, err
+}
+
+// Drain marks a worker draining (or not): the orchestrator moves its
+// worlds away. An unknown worker is a not_found error.
+func (c *Client) Drain(ctx context.Context, worker string, draining bool) (Worker, error) {
+	var out Worker
+	_, err := c.do(ctx, http.MethodPost, "/v1/workers/"+url.PathEscape(worker)+"/drain", nil, drainReq{Draining: &draining}, &out)
+	return out, err
+}

@@ -1,0 +1,64 @@
+// Package api is Orrery's HTTP ops API over the plane, and its Go client.
+//
+// The server (NewServer, an http.Handler) answers JSON over the standard
+// library's net/http:
+//
+//	GET  /healthz                         the process is up (no token needed)
+//	GET  /readyz                          the store answers and Config.Ready agrees (no token needed)
+//	GET  /metrics                         Prometheus text (Metrics)
+//	POST /v1/worlds                       {"id","universe"}: 201 created, 200 the same again
+//	GET  /v1/worlds?universe=&status=     {"worlds":[…]} sorted by id
+//	GET  /v1/worlds/{id}                  record, lineage, lease, assignment, head, inbox cursor
+//	POST /v1/worlds/{id}/events           {"type","value"} or {"payload"}, "idempotency_key": 202 {"seq","duplicate"}
+//	POST /v1/worlds/{id}/calls            {"type","value"} or {"payload"}, "call_id", "timeout_ms": the reply
+//	GET  /v1/worlds/{id}/state            {"height","hash","state","state_cbor"}
+//	POST /v1/worlds/{id}/fork             {"id","height"}: 201 created, 200 the same again
+//	POST /v1/worlds/{id}/pause|resume|archive  {"reason"}
+//	GET  /v1/worlds/{id}/journal?after=&limit=&wait_ms=  records after a height, long-polled with wait_ms
+//	GET  /v1/leases?worker=               the worlds each worker holds or is assigned
+//	GET  /v1/effects?world=               pending and inflight effects
+//	POST /v1/effects/{hash}/retry         {"reason"}: an operator's retry
+//	POST /v1/effects/{hash}/receipt       {"status","body","reason"}: an operator's receipt
+//	GET  /v1/timers?world=                scheduled and claimed timers
+//	GET  /v1/workers                      the inventory, with liveness and world counts
+//	POST /v1/workers/{id}/drain           {"draining"}
+//
+// Requests are strict: a body must be application/json (415), at most
+// Config.MaxBody (413), exactly one JSON value with no unknown field and
+// every field of its type (400); unknown or repeated query parameters are
+// refused too. Every error is {"code","message","details"} with a stable
+// lowercase code (the Code* constants) and its status; store and plane
+// sentinels map to them through one table, and a message never carries a
+// stack or a Go type name. Only genuine internal failures are 5xx, besides
+// a call's 504 timeout and 501 where the store cannot take a receipt.
+//
+// Values: an event's or call's JSON value becomes the CBOR its handler
+// decodes. Numbers written without fraction or exponent become int64
+// (uint64 above its range), other numbers float64, objects maps with
+// string keys. A handler's reply and a world's state go the other way:
+// CBOR maps become objects, byte strings base64, and the exact CBOR is
+// given beside the JSON (reply_cbor, state_cbor). A payload given instead
+// of type and value is the complete wire form world.EncodeEvent or
+// world.EncodeCall builds, checked by the plane as any ingress.
+//
+// Authentication is a bearer token, compared in constant time. Listen
+// refuses to open an address beyond loopback without one (ErrInsecure),
+// and serves TLS when given a certificate; Server.Serve answers on the
+// listener with bounded timeouts until its context ends, then shuts down
+// gracefully.
+//
+// Each request gets one server span from Config.Tracer (the OpenTelemetry
+// API only: the binary chooses the SDK), named "orrery.api <route>", and
+// one slog line (Debug; a refusal at Warn with its code, an internal
+// failure at Error).
+//
+// The Client mirrors every endpoint and answers errors as *Error, which
+// errors.Is matches against the store and plane sentinels of its code.
+//
+// What the package never does: run world logic, enqueue input other than
+// through the plane (events through plane.Ops, which validates them,
+// calls through plane.Client; the operator's own writes, status, retries,
+// receipts and drains, are the store's operator calls), keep state
+// between requests, or spin: a journal long-poll re-reads on a bounded
+// backoff that the world's inbox hints reset, and ends by its deadline.
+package api

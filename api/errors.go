@@ -1,0 +1,273 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"regexp"
+	"strings"
+
+	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/world"
+)
+
+// Error codes: the stable, lowercase "code" of every error body. A client
+// branches on the code (or on errors.Is, see Error.Is), never on the
+// message, whose wording may change.
+const (
+	CodeInvalidArgument  = "invalid_argument"       // 400: malformed JSON, unknown fields, wrong types, bad values
+	CodeUnauthenticated  = "unauthenticated"        // 401: no token, or the wrong one
+	CodeNotFound         = "not_found"              // 404: unknown world, effect, worker, snapshot or route
+	CodeMethodNotAllowed = "method_not_allowed"     // 405
+	CodeAlreadyExists    = "already_exists"         // 409: the id is taken (by another universe)
+	CodeConflict         = "conflict"               // 409: a repeat with other arguments, a lost race
+	CodePaused           = "paused"                 // 409: the world is paused
+	CodeArchived         = "archived"               // 409: the world is archived
+	CodeFenced           = "fenced"                 // 409: a lease or fence refused the write
+	CodeNotRetryable     = "not_retryable"          // 409: the effect is not in a retryable state
+	CodeReplyUnavailable = "reply_unavailable"      // 409: a call's reply can no longer be derived
+	CodeTooLarge         = "too_large"              // 413
+	CodeUnsupportedMedia = "unsupported_media_type" // 415
+	CodeCallFailed       = "call_failed"            // 422: the world's handler failed or did not reply
+	CodeInternal         = "internal"               // 500: a genuine internal failure
+	CodeUnsupported      = "unsupported"            // 501: the store cannot do it
+	CodeUnavailable      = "unavailable"            // 503: the store is closed, the request was cancelled
+	CodeNotReady         = "not_ready"              // 503: readiness failed
+	CodeTimeout          = "timeout"                // 504: a call's wait ran out
+)
+
+// Error is every error the API answers, on the wire
+// ({"code","message","details"}) and in the Go client, which adds the
+// HTTP status. errors.Is matches the store or plane sentinel the code
+// stands for (see Is), so a client written against the plane keeps its
+// checks: errors.Is(err, store.ErrWorldNotFound) holds for a 404 on a
+// world.
+type Error struct {
+	Status  int            `json:"-"`
+	Code    string         `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details"`
+}
+
+func (e *Error) Error() string {
+	msg := "api: " + e.Code
+	if e.Status != 0 {
+		msg += " (" + http.StatusText(e.Status) + ")"
+	}
+	if e.Message != "" {
+		msg += ": " + e.Message
+	}
+	return msg
+}
+
+// Is matches the sentinels of e's code: invalid_argument matches
+// store.ErrInvalid, plane.ErrInvalid and plane.ErrInvalidIngress;
+// not_found matches store.ErrNotFound, and store.ErrWorldNotFound or
+// store.ErrSnapshotNotFound when details.resource is "world" or
+// "snapshot"; already_exists store.ErrWorldExists; conflict
+// plane.ErrConflict; paused store.ErrWorldPaused; archived
+// store.ErrWorldArchived; fenced store.ErrFenced and plane.ErrFenced;
+// not_retryable store.ErrNotRetryable; reply_unavailable
+// plane.ErrReplyUnavailable; call_failed plane.ErrCallFailed; timeout
+// context.DeadlineExceeded; unavailable store.ErrClosed.
+func (e *Error) Is(target error) bool {
+	switch e.Code {
+	case CodeInvalidArgument:
+		return target == store.ErrInvalid || target == plane.ErrInvalid || target == plane.ErrInvalidIngress
+	case CodeNotFound:
+		switch e.Details["resource"] {
+		case "world":
+			if target == store.ErrWorldNotFound {
+				return true
+			}
+		case "snapshot":
+			if target == store.ErrSnapshotNotFound {
+				return true
+			}
+		}
+		return target == store.ErrNotFound
+	case CodeAlreadyExists:
+		return target == store.ErrWorldExists
+	case CodeConflict:
+		return target == plane.ErrConflict
+	case CodePaused:
+		return target == store.ErrWorldPaused
+	case CodeArchived:
+		return target == store.ErrWorldArchived
+	case CodeFenced:
+		return target == store.ErrFenced || target == plane.ErrFenced
+	case CodeNotRetryable:
+		return target == store.ErrNotRetryable
+	case CodeReplyUnavailable:
+		return target == plane.ErrReplyUnavailable
+	case CodeCallFailed:
+		return target == plane.ErrCallFailed
+	case CodeTimeout:
+		return target == context.DeadlineExceeded
+	case CodeUnavailable:
+		return target == store.ErrClosed
+	}
+	return false
+}
+
+// errorRule maps one sentinel to its answer.
+type errorRule struct {
+	err      error
+	status   int
+	code     string
+	resource string // details.resource, for not_found
+}
+
+// errorTable is the one mapping of store, plane, world and event
+// sentinels to answers, searched in order with errors.Is: plane errors
+// wrap store errors, so the plane's kinds come first, and the more
+// specific of two store sentinels comes before the general one.
+var errorTable = [...]errorRule{
+	{plane.ErrCallFailed, http.StatusUnprocessableEntity, CodeCallFailed, ""},
+	{plane.ErrReplyUnavailable, http.StatusConflict, CodeReplyUnavailable, ""},
+	{plane.ErrInvalidIngress, http.StatusBadRequest, CodeInvalidArgument, ""},
+	{plane.ErrInvalid, http.StatusBadRequest, CodeInvalidArgument, ""},
+	{plane.ErrNoKernel, http.StatusBadRequest, CodeInvalidArgument, ""},
+	{plane.ErrConflict, http.StatusConflict, CodeConflict, ""},
+	{plane.ErrFenced, http.StatusConflict, CodeFenced, ""},
+	{plane.ErrStopped, http.StatusServiceUnavailable, CodeUnavailable, ""},
+	{plane.ErrHostFailed, http.StatusServiceUnavailable, CodeUnavailable, ""},
+	{store.ErrWorldNotFound, http.StatusNotFound, CodeNotFound, "world"},
+	{store.ErrSnapshotNotFound, http.StatusNotFound, CodeNotFound, "snapshot"},
+	{store.ErrNotFound, http.StatusNotFound, CodeNotFound, ""},
+	{store.ErrWorldExists, http.StatusConflict, CodeAlreadyExists, ""},
+	{store.ErrWorldPaused, http.StatusConflict, CodePaused, ""},
+	{store.ErrWorldArchived, http.StatusConflict, CodeArchived, ""},
+	{store.ErrFenced, http.StatusConflict, CodeFenced, ""},
+	{store.ErrLeaseHeld, http.StatusConflict, CodeFenced, ""},
+	{store.ErrNotHolder, http.StatusConflict, CodeFenced, ""},
+	{store.ErrStaleEpoch, http.StatusConflict, CodeFenced, ""},
+	{store.ErrNotAssigned, http.StatusConflict, CodeFenced, ""},
+	{store.ErrNotRetryable, http.StatusConflict, CodeNotRetryable, ""},
+	{store.ErrHeadMismatch, http.StatusConflict, CodeConflict, ""},
+	{store.ErrCursorMismatch, http.StatusConflict, CodeConflict, ""},
+	{store.ErrSnapshotConflict, http.StatusConflict, CodeConflict, ""},
+	{store.ErrWatermarkConflict, http.StatusConflict, CodeConflict, ""},
+	{store.ErrClaimLost, http.StatusConflict, CodeConflict, ""},
+	{store.ErrNotDue, http.StatusConflict, CodeConflict, ""},
+	{store.ErrInvalid, http.StatusBadRequest, CodeInvalidArgument, ""},
+	{store.ErrClosed, http.StatusServiceUnavailable, CodeUnavailable, ""},
+	{world.ErrMalformedInput, http.StatusBadRequest, CodeInvalidArgument, ""},
+	{event.ErrEncode, http.StatusBadRequest, CodeInvalidArgument, ""},
+	{event.ErrMalformed, http.StatusBadRequest, CodeInvalidArgument, ""},
+	{event.ErrTooLarge, http.StatusBadRequest, CodeInvalidArgument, ""},
+	{event.ErrTooDeep, http.StatusBadRequest, CodeInvalidArgument, ""},
+	{event.ErrTooManyElements, http.StatusBadRequest, CodeInvalidArgument, ""},
+	{event.ErrDuplicateKey, http.StatusBadRequest, CodeInvalidArgument, ""},
+	{event.ErrIndefiniteLength, http.StatusBadRequest, CodeInvalidArgument, ""},
+	{event.ErrTrailing, http.StatusBadRequest, CodeInvalidArgument, ""},
+	{event.ErrUnsupported, http.StatusBadRequest, CodeInvalidArgument, ""},
+	{event.ErrType, http.StatusBadRequest, CodeInvalidArgument, ""},
+	{event.ErrNotCanonical, http.StatusBadRequest, CodeInvalidArgument, ""},
+	{context.DeadlineExceeded, http.StatusGatewayTimeout, CodeTimeout, ""},
+	{context.Canceled, http.StatusServiceUnavailable, CodeUnavailable, ""},
+}
+
+// apiErr builds an answer of the API's own (auth, body, routing checks).
+func apiErr(status int, code, msg string) *Error {
+	return &Error{Status: status, Code: code, Message: msg}
+}
+
+func invalid(msg string) *Error { return apiErr(http.StatusBadRequest, CodeInvalidArgument, msg) }
+
+// toError turns any error a handler returns into its answer: an *Error
+// as it is, a sentinel by the table, anything else a 500 whose message
+// says nothing of the cause (which is logged).
+func toError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return apiErr(http.StatusRequestEntityTooLarge, CodeTooLarge, "the request body is larger than the limit")
+	}
+	for _, r := range errorTable {
+		if errors.Is(err, r.err) {
+			out := apiErr(r.status, r.code, cleanMessage(describe(err)))
+			if r.resource != "" {
+				out.Details = map[string]any{"resource": r.resource}
+			}
+			return out
+		}
+	}
+	return apiErr(http.StatusInternalServerError, CodeInternal, "internal error")
+}
+
+// describe says what went wrong without the chain of operations an error
+// passed through: the store's kind, world and detail when the store
+// refused, else the plane's kind and its cause.
+func describe(err error) string {
+	var se *store.Error
+	if errors.As(err, &se) && se.Kind != nil {
+		msg := strings.TrimPrefix(se.Kind.Error(), "store: ")
+		if se.World != "" {
+			msg += " (world " + se.World + ")"
+		}
+		if se.Detail != "" {
+			msg += ": " + se.Detail
+		}
+		return msg
+	}
+	var pe *plane.Error
+	if errors.As(err, &pe) && pe.Kind != nil {
+		msg := strings.TrimPrefix(pe.Kind.Error(), "plane: ")
+		if pe.World != "" {
+			msg += " (world " + pe.World + ")"
+		}
+		if pe.Err != nil {
+			msg += ": " + pe.Err.Error()
+		}
+		return msg
+	}
+	return err.Error()
+}
+
+// goField and goValue match the phrases the CBOR and JSON libraries use
+// to name a Go type in their errors.
+var (
+	goField = regexp.MustCompile(`Go struct field (?:[^ ]*\.)?([^ .]+)(?: of type [^ ]+)?`)
+	goValue = regexp.MustCompile(`Go value of type [^ ]+`)
+)
+
+// cleanMessage keeps an error message free of Go type names, which say
+// nothing to an HTTP client and describe the server's insides, and
+// bounds its length.
+func cleanMessage(msg string) string {
+	msg = goField.ReplaceAllString(msg, "field $1")
+	msg = goValue.ReplaceAllString(msg, "a value of another type")
+	if len(msg) > 2048 {
+		msg = msg[:2048] + "…"
+	}
+	return strings.ToValidUTF8(msg, "\uFFFD")
+}
+
+// writeError writes e as the error body.
+func writeError(w http.ResponseWriter, e *Error) {
+	if e.Details == nil {
+		e.Details = map[string]any{}
+	}
+	writeJSON(w, e.Status, e)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Every answer is a struct of this package: only a value the
+		// handler failed to convert gets here.
+		status = http.StatusInternalServerError
+		b = []byte(`{"code":"internal","message":"internal error","details":{}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

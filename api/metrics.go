@@ -1,0 +1,226 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/world"
+)
+
+// Metrics are the plane's Prometheus series. The wiring feeds them: host
+// events through ObserveHost, latencies through the Observe* methods, and
+// the gauges through functions it gives (CollectQueueDepths,
+// CollectWorldsHosted), which are called at scrape time, so a gauge is
+// never stale and nothing polls between scrapes.
+type Metrics struct {
+	leaseRenew       prometheus.Histogram
+	inboxToJournal   prometheus.Histogram
+	dispatchReceipt  prometheus.Histogram
+	fenced           prometheus.Counter
+	parityFailures   prometheus.Counter
+	commits          prometheus.Counter
+	gauges           *gaugeCollector
+	gatherer         prometheus.Gatherer
+	registrationErrs error
+}
+
+// Hosted is one worker's count of worlds, for orrery_worlds_hosted: Held
+// leases, of which Active have a running process.
+type Hosted struct {
+	Worker string
+	Held   int
+	Active int
+}
+
+// HostedBy returns the function CollectWorldsHosted wants for the hosts
+// of this process.
+func HostedBy(hosts ...*plane.Host) func() []Hosted {
+	return func() []Hosted {
+		out := make([]Hosted, 0, len(hosts))
+		for _, h := range hosts {
+			held, active := h.Worlds()
+			out = append(out, Hosted{Worker: h.Worker(), Held: len(held), Active: active})
+		}
+		return out
+	}
+}
+
+// durationBuckets span half a millisecond to about 16 seconds.
+func durationBuckets() []float64 { return prometheus.ExponentialBuckets(0.0005, 2, 16) }
+
+// NewMetrics creates the series and registers them with reg (nil: a
+// registry of their own). /metrics serves reg when it is also a
+// prometheus.Gatherer (a *prometheus.Registry is), and the series alone
+// otherwise. A series reg already has (another Metrics on the same
+// registry) is shared, not an error; any other registration failure is
+// kept in Err and that series is served from the Metrics' own registry
+// only.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	own := prometheus.NewRegistry()
+	m := &Metrics{gauges: &gaugeCollector{}}
+	hist := func(name, help string) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: durationBuckets()})
+	}
+	m.leaseRenew = hist("orrery_lease_renew_seconds", "Duration of a host's batched lease renewal round trip.")
+	m.inboxToJournal = hist("orrery_inbox_to_journal_seconds", "Time from an input's enqueue to the commit that journaled it.")
+	m.dispatchReceipt = hist("orrery_effect_dispatch_to_receipt_seconds", "Time from an effect's enqueue to its receipt's completion.")
+	m.fenced = prometheus.NewCounter(prometheus.CounterOpts{Name: "orrery_fenced_total", Help: "Worlds stopped on a host because their lease was fenced."})
+	m.parityFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "orrery_replay_parity_failures_total", Help: "Restores whose replay diverged from the journal."})
+	m.commits = prometheus.NewCounter(prometheus.CounterOpts{Name: "orrery_commits_total", Help: "World cycles committed."})
+
+	m.leaseRenew = register(m, own, reg, m.leaseRenew)
+	m.inboxToJournal = register(m, own, reg, m.inboxToJournal)
+	m.dispatchReceipt = register(m, own, reg, m.dispatchReceipt)
+	m.fenced = register(m, own, reg, m.fenced)
+	m.parityFailures = register(m, own, reg, m.parityFailures)
+	m.commits = register(m, own, reg, m.commits)
+	_ = register[prometheus.Collector](m, own, reg, m.gauges)
+
+	m.gatherer = own
+	if g, ok := reg.(prometheus.Gatherer); ok {
+		m.gatherer = g
+	}
+	return m
+}
+
+// register adds c to the Metrics' own registry and to reg. If reg has an
+// equal collector already, that one is used everywhere instead.
+func register[C prometheus.Collector](m *Metrics, own *prometheus.Registry, reg prometheus.Registerer, c C) C {
+	if reg != nil {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				if prev, ok := are.ExistingCollector.(C); ok {
+					c = prev
+				}
+			} else {
+				m.registrationErrs = errors.Join(m.registrationErrs, err)
+			}
+		}
+	}
+	if err := own.Register(c); err != nil {
+		m.registrationErrs = errors.Join(m.registrationErrs, err)
+	}
+	return c
+}
+
+// Err reports the registrations that failed in NewMetrics (nil: none).
+func (m *Metrics) Err() error { return m.registrationErrs }
+
+// Gatherer is what /metrics serves.
+func (m *Metrics) Gatherer() prometheus.Gatherer { return m.gatherer }
+
+// ObserveHost feeds a host event (plane.HostConfig.Observe): a fence
+// counts in orrery_fenced_total, a commit in orrery_commits_total, and a
+// world that crashed because its replay diverged from its journal in
+// orrery_replay_parity_failures_total. It never blocks.
+func (m *Metrics) ObserveHost(ev plane.HostEvent) {
+	switch ev.Kind {
+	case plane.EvFenced:
+		m.fenced.Inc()
+	case plane.EvCommit:
+		m.commits.Inc()
+	case plane.EvCrash:
+		var d *world.DivergenceError
+		if errors.As(ev.Err, &d) {
+			m.parityFailures.Inc()
+		}
+	}
+}
+
+// ObserveLeaseRenew records one batched renewal's round trip.
+func (m *Metrics) ObserveLeaseRenew(d time.Duration) { m.leaseRenew.Observe(d.Seconds()) }
+
+// ObserveInboxToJournal records an input's time from enqueue to journal.
+func (m *Metrics) ObserveInboxToJournal(d time.Duration) { m.inboxToJournal.Observe(d.Seconds()) }
+
+// ObserveDispatchToReceipt records an effect's time from enqueue to
+// receipt.
+func (m *Metrics) ObserveDispatchToReceipt(d time.Duration) {
+	m.dispatchReceipt.Observe(d.Seconds())
+}
+
+// CollectQueueDepths makes orrery_queue_depth{queue} read f at each
+// scrape (typically store.Store.QueueDepths). A scrape bounds f with
+// ScrapeTimeout; when f fails, the gauge is left out of that scrape.
+func (m *Metrics) CollectQueueDepths(f func(context.Context) (store.QueueDepths, error)) {
+	m.gauges.mu.Lock()
+	defer m.gauges.mu.Unlock()
+	m.gauges.depths = f
+}
+
+// CollectWorldsHosted makes orrery_worlds_hosted{worker,state} read f at
+// each scrape (HostedBy gives one for in-process hosts).
+func (m *Metrics) CollectWorldsHosted(f func() []Hosted) {
+	m.gauges.mu.Lock()
+	defer m.gauges.mu.Unlock()
+	m.gauges.hosted = f
+}
+
+// ScrapeTimeout bounds the store read of a scrape's queue depths.
+const ScrapeTimeout = 5 * time.Second
+
+var (
+	queueDepthDesc = prometheus.NewDesc("orrery_queue_depth", "Items in each of the plane's queues.", []string{"queue"}, nil)
+	hostedDesc     = prometheus.NewDesc("orrery_worlds_hosted", "Worlds a worker holds (held) and runs a process for (active).", []string{"worker", "state"}, nil)
+)
+
+// gaugeCollector reads the gauges at scrape time.
+type gaugeCollector struct {
+	mu     sync.Mutex
+	depths func(context.Context) (store.QueueDepths, error)
+	hosted func() []Hosted
+}
+
+func (g *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- queueDepthDesc
+	ch <- hostedDesc
+}
+
+func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
+	g.mu.Lock()
+	depths, hosted := g.depths, g.hosted
+	g.mu.Unlock()
+	if depths != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), ScrapeTimeout)
+		d, err := depths(ctx)
+		cancel()
+		if err == nil {
+			for _, q := range []struct {
+				name string
+				v    int64
+			}{
+				{"effects_pending", d.EffectsPending}, {"effects_inflight", d.EffectsInflight},
+				{"timers_scheduled", d.TimersScheduled}, {"timers_claimed", d.TimersClaimed},
+				{"inbox_backlog", d.InboxBacklog},
+			} {
+				ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, float64(q.v), q.name)
+			}
+		}
+	}
+	if hosted != nil {
+		hs := hosted()
+		slices.SortFunc(hs, func(a, b Hosted) int { return strings.Compare(a.Worker, b.Worker) })
+		for _, h := range hs {
+			ch <- prometheus.MustNewConstMetric(hostedDesc, prometheus.GaugeValue, float64(h.Held), h.Worker, "held")
+			ch <- prometheus.MustNewConstMetric(hostedDesc, prometheus.GaugeValue, float64(h.Active), h.Worker, "active")
+		}
+	}
+}
+
+func (s *Server) metrics(*http.Request, *reqCtx) (int, any, error) {
+	if s.cfg.Metrics == nil {
+		return 0, nil, apiErr(http.StatusNotFound, CodeNotFound, "metrics are not configured on this server")
+	}
+	return 0, passthrough{promhttp.HandlerFor(s.cfg.Metrics.Gatherer(), promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})}, nil
+}

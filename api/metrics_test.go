@@ -1,0 +1,240 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/embedded"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/orrery-run/orrery/api"
+	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/world"
+)
+
+// metricValue reads the value of the sample named exactly series (name
+// with its labels as the text format writes them) from a scrape.
+func metricValue(t *testing.T, text, series string) (float64, bool) {
+	t.Helper()
+	for _, line := range strings.Split(text, "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			if err != nil {
+				t.Fatalf("sample %q: %v", line, err)
+			}
+			return v, true
+		}
+	}
+	return 0, false
+}
+
+func scrape(t *testing.T, r *rig, token string) string {
+	t.Helper()
+	status, body := r.do(http.MethodGet, "/metrics", "", "", token)
+	if status != http.StatusOK {
+		t.Fatalf("/metrics: %d %s", status, body)
+	}
+	return string(body)
+}
+
+// TestMetrics: after some traffic /metrics has every named series, the
+// commits the host made are counted, the gauges read the store and the
+// hosts at scrape time, and a world fenced on its host (here by a pause,
+// which revokes its lease) counts in orrery_fenced_total.
+func TestMetrics(t *testing.T) {
+	r := newRig(t, rigOptions{metrics: true, token: "m"})
+	r.create("m1", universe)
+	must(r.c.Send(r.ctx, "m1", typeName(t, Add{}), Add{By: 1}, "k1"))(t)
+	must(r.c.Send(r.ctx, "m1", typeName(t, Pay{}), nil, "k2"))(t)
+	must(r.c.Call(r.ctx, "m1", typeName(t, Get{}), nil, api.CallOptions{}))(t)
+	r.metrics.ObserveLeaseRenew(3 * time.Millisecond)
+	r.metrics.ObserveInboxToJournal(7 * time.Millisecond)
+	r.metrics.ObserveDispatchToReceipt(time.Second)
+
+	text := scrape(t, r, "m")
+	for _, name := range []string{
+		"orrery_lease_renew_seconds_bucket", "orrery_inbox_to_journal_seconds_count", "orrery_effect_dispatch_to_receipt_seconds_sum",
+		"orrery_fenced_total", "orrery_replay_parity_failures_total", "orrery_commits_total",
+		`orrery_queue_depth{queue="effects_pending"}`, `orrery_queue_depth{queue="inbox_backlog"}`,
+		`orrery_worlds_hosted{state="held",worker="w1"}`, `orrery_worlds_hosted{state="active",worker="w1"}`,
+	} {
+		if !strings.Contains(text, name) {
+			t.Fatalf("/metrics lacks %s:\n%s", name, text)
+		}
+	}
+	if n, ok := metricValue(t, text, "orrery_commits_total"); !ok || n < 1 {
+		t.Fatalf("commits: %v %v", n, ok)
+	}
+	if n, ok := metricValue(t, text, `orrery_queue_depth{queue="effects_pending"}`); !ok || n != 1 {
+		t.Fatalf("effects pending: %v %v", n, ok)
+	}
+	if n, ok := metricValue(t, text, `orrery_worlds_hosted{state="held",worker="w1"}`); !ok || n != 1 {
+		t.Fatalf("worlds held: %v %v", n, ok)
+	}
+	for series, want := range map[string]float64{
+		"orrery_lease_renew_seconds_count": 1, "orrery_inbox_to_journal_seconds_count": 1,
+		"orrery_effect_dispatch_to_receipt_seconds_sum": 1,
+	} {
+		if n, ok := metricValue(t, text, series); !ok || n != want {
+			t.Fatalf("%s = %v (%v), want %v", series, n, ok, want)
+		}
+	}
+	fenced, _ := metricValue(t, text, "orrery_fenced_total")
+	if _, err := r.c.Pause(r.ctx, "m1", "fence it"); err != nil {
+		t.Fatal(err)
+	}
+	r.waitFor("the host to see its lease revoked", func() (bool, error) {
+		n, _ := metricValue(t, scrape(t, r, "m"), "orrery_fenced_total")
+		return n >= fenced+1, nil
+	})
+}
+
+// TestObserveHost: a fence, a commit and a crash whose cause is a replay
+// divergence each move their counter, other events none.
+func TestObserveHost(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := api.NewMetrics(reg)
+	for _, ev := range []plane.HostEvent{
+		{Kind: plane.EvFenced, World: "a"},
+		{Kind: plane.EvCommit, World: "a", Height: 3},
+		{Kind: plane.EvCommit, World: "a", Height: 4},
+		{Kind: plane.EvCrash, World: "a", Err: &plane.Error{Op: "restore", Kind: plane.ErrInvalid, Err: &world.DivergenceError{Height: 2, Reason: world.ReasonState}}},
+		{Kind: plane.EvCrash, World: "a", Err: errors.New("some other crash")},
+		{Kind: plane.EvStep, World: "a"},
+	} {
+		m.ObserveHost(ev)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		for _, s := range f.GetMetric() {
+			if c := s.GetCounter(); c != nil {
+				got[f.GetName()] = c.GetValue()
+			}
+		}
+	}
+	want := map[string]float64{"orrery_fenced_total": 1, "orrery_commits_total": 2, "orrery_replay_parity_failures_total": 1}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("%s = %v, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+	// A second Metrics on the same registry shares the series.
+	m2 := api.NewMetrics(reg)
+	if err := m2.Err(); err != nil {
+		t.Fatal(err)
+	}
+	m2.ObserveHost(plane.HostEvent{Kind: plane.EvFenced})
+	if fams, err = reg.Gather(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == "orrery_fenced_total" && f.GetMetric()[0].GetCounter().GetValue() != 2 {
+			t.Fatalf("the shared counter: %v", f.GetMetric()[0].GetCounter().GetValue())
+		}
+	}
+}
+
+// recorder is a TracerProvider that keeps the spans it starts, built on
+// the OpenTelemetry API alone.
+type recorder struct {
+	embedded.TracerProvider
+	mu    sync.Mutex
+	spans []*recSpan
+}
+
+func (p *recorder) Tracer(string, ...trace.TracerOption) trace.Tracer { return recTracer{p: p} }
+
+type recTracer struct {
+	embedded.Tracer
+	p *recorder
+}
+
+func (t recTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	cfg := trace.NewSpanStartConfig(opts...)
+	s := &recSpan{name: name, kind: cfg.SpanKind(), attrs: map[attribute.Key]attribute.Value{}}
+	for _, a := range cfg.Attributes() {
+		s.attrs[a.Key] = a.Value
+	}
+	t.p.mu.Lock()
+	t.p.spans = append(t.p.spans, s)
+	t.p.mu.Unlock()
+	return trace.ContextWithSpan(ctx, s), s
+}
+
+type recSpan struct {
+	noop.Span
+	mu     sync.Mutex
+	name   string
+	kind   trace.SpanKind
+	attrs  map[attribute.Key]attribute.Value
+	status codes.Code
+	ended  bool
+}
+
+func (s *recSpan) SetAttributes(kv ...attribute.KeyValue) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range kv {
+		s.attrs[a.Key] = a.Value
+	}
+}
+
+func (s *recSpan) SetStatus(c codes.Code, _ string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.status = c
+}
+
+func (s *recSpan) End(...trace.SpanEndOption) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ended = true
+}
+
+// TestOneServerSpanPerRequest: each request is one ended server span
+// named by its route, with the world and the status code.
+func TestOneServerSpanPerRequest(t *testing.T) {
+	rec := &recorder{}
+	r := newRig(t, rigOptions{workers: []string{}, cfg: func(c *api.Config) { c.Tracer = rec }})
+	r.create("traced", universe)
+	must(r.c.Send(r.ctx, "traced", typeName(t, Add{}), Add{By: 1}, ""))(t)
+	_, err := r.c.GetWorld(r.ctx, "nobody")
+	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	want := []struct {
+		name, world string
+		status      int64
+	}{
+		{"orrery.api POST /v1/worlds", "traced", 201},
+		{"orrery.api POST /v1/worlds/{id}/events", "traced", 202},
+		{"orrery.api GET /v1/worlds/{id}", "nobody", 404},
+	}
+	if len(rec.spans) != len(want) {
+		t.Fatalf("%d spans, want %d", len(rec.spans), len(want))
+	}
+	for i, w := range want {
+		s := rec.spans[i]
+		s.mu.Lock()
+		if s.name != w.name || s.kind != trace.SpanKindServer || !s.ended || s.attrs["orrery.world"].AsString() != w.world ||
+			s.attrs["http.response.status_code"].AsInt64() != w.status {
+			t.Errorf("span %d: %s %v ended=%v %v", i, s.name, s.kind, s.ended, s.attrs)
+		}
+		s.mu.Unlock()
+	}
+}

@@ -1,0 +1,296 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/world"
+)
+
+// Resolver is an operator's receipt for a pending or inflight effect, as
+// store.Effects gives it where the backend has it: it completes the intent
+// as the effect's adapter would have, whatever the claim. The server
+// type-asserts the Store on it; without it, receipt injection answers 501.
+type Resolver interface {
+	Resolve(ctx context.Context, intentHash string, r store.Receipt, reason string) (inboxSeq uint64, dup bool, err error)
+}
+
+// listPage is the page of the server's own reads through a worker's
+// worlds.
+const listPage = 1000
+
+// workerWorlds pages through every world a worker holds or is assigned.
+func (s *Server) workerWorlds(ctx context.Context, worker string) ([]store.WorkerWorld, error) {
+	var out []store.WorkerWorld
+	after := ""
+	for {
+		page, err := s.cfg.Store.ListWorkerWorlds(ctx, worker, after, listPage)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(page) < listPage {
+			return out, nil
+		}
+		after = page[len(page)-1].World
+	}
+}
+
+func (s *Server) leases(r *http.Request, _ *reqCtx) (int, any, error) {
+	q, err := query(r, "worker")
+	if err != nil {
+		return 0, nil, err
+	}
+	ctx := r.Context()
+	workers := []string{q.Get("worker")}
+	if workers[0] == "" {
+		ws, err := s.cfg.Store.ListWorkers(ctx)
+		if err != nil {
+			return 0, nil, err
+		}
+		workers = workers[:0]
+		for _, w := range ws {
+			workers = append(workers, w.ID)
+		}
+	} else if err := checkID("worker", workers[0]); err != nil {
+		return 0, nil, err
+	}
+	out := []LeaseRow{}
+	for _, worker := range workers {
+		wws, err := s.workerWorlds(ctx, worker)
+		if err != nil {
+			return 0, nil, err
+		}
+		for _, ww := range wws {
+			out = append(out, LeaseRow{Worker: worker, World: ww.World, Lease: leaseOf(ww.Lease), Assignment: assignmentOf(ww.Assignment)})
+		}
+	}
+	return http.StatusOK, leasesResp{Leases: out}, nil
+}
+
+func (s *Server) effects(r *http.Request, rc *reqCtx) (int, any, error) {
+	q, err := query(r, "world", "after", "limit")
+	if err != nil {
+		return 0, nil, err
+	}
+	rc.world = q.Get("world")
+	if err := checkID("world", rc.world); err != nil {
+		return 0, nil, err
+	}
+	after, err := uintParam(q, "after", 0)
+	if err != nil {
+		return 0, nil, err
+	}
+	limit, err := limitParam(q, 100, 1000)
+	if err != nil {
+		return 0, nil, err
+	}
+	items, err := s.cfg.Store.ListEffects(r.Context(), rc.world, after, limit)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := make([]Effect, 0, len(items))
+	for _, it := range items {
+		e := Effect{
+			IntentHash: it.IntentHash, World: it.World, Kind: it.Kind, Origin: it.Origin, Seq: it.Seq,
+			State: string(it.State), EnqueuedAt: utc(it.EnqueuedAt), Attempt: it.Attempt, ClaimedBy: it.ClaimedBy,
+			ClaimExpires: utc(it.ClaimExpires), Retries: it.Retries, ParamsCBOR: it.Params,
+		}
+		if js, err := cborToJSON(it.Params); err == nil {
+			e.Params = js
+		}
+		out = append(out, e)
+	}
+	return http.StatusOK, effectsResp{Effects: out}, nil
+}
+
+// effectNotFound names what a 404 on an effect path is about.
+func effectNotFound(err error, hash string) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("no effect %q", truncate(hash, 80)),
+			Details: map[string]any{"resource": "effect"}}
+	}
+	return err
+}
+
+func (s *Server) retryEffect(r *http.Request, rc *reqCtx) (int, any, error) {
+	var req reasonReq
+	if err := s.body(r, rc, &req, true); err != nil {
+		return 0, nil, err
+	}
+	hash := r.PathValue("hash")
+	if err := checkID("intent hash", hash); err != nil {
+		return 0, nil, err
+	}
+	es, err := s.cfg.Store.RetryEffect(r.Context(), hash, req.Reason)
+	if err != nil {
+		return 0, nil, effectNotFound(err, hash)
+	}
+	rc.world = es.World
+	return http.StatusOK, effectStatusOf(es), nil
+}
+
+func effectStatusOf(es store.EffectStatus) EffectStatus {
+	return EffectStatus{
+		IntentHash: es.IntentHash, World: es.World, Kind: es.Kind, State: string(es.State), Attempts: es.Attempts,
+		Retries: es.Retries, RetryReason: es.RetryReason, CompletedAt: utc(es.CompletedAt),
+	}
+}
+
+func (s *Server) injectReceipt(r *http.Request, rc *reqCtx) (int, any, error) {
+	var req receiptReq
+	if err := s.body(r, rc, &req, false); err != nil {
+		return 0, nil, err
+	}
+	hash := r.PathValue("hash")
+	if err := checkID("intent hash", hash); err != nil {
+		return 0, nil, err
+	}
+	status := world.ReceiptStatus(req.Status)
+	switch status {
+	case world.StatusOK, world.StatusError, world.StatusTimeout:
+	default:
+		return 0, nil, invalid(`"status" must be ok, error or timeout`)
+	}
+	if err := store.CheckReason("receipt", req.Reason); err != nil {
+		return 0, nil, invalid(cleanMessage(describe(err)))
+	}
+	res, ok := s.cfg.Store.(Resolver)
+	if !ok {
+		return 0, nil, apiErr(http.StatusNotImplemented, CodeUnsupported, "this store cannot take an operator's receipt")
+	}
+	ctx := r.Context()
+	es, err := s.cfg.Store.EffectStatus(ctx, hash)
+	if err != nil {
+		return 0, nil, effectNotFound(err, hash)
+	}
+	rc.world = es.World
+	// The receipt is built exactly as the adapter pool builds one, so the
+	// world cannot tell an operator's from an adapter's: the body is the
+	// CBOR of the JSON (none for null), the status in-band, and the retry
+	// the effect is at.
+	var body []byte
+	if len(req.Body) > 0 && string(req.Body) != "null" {
+		if body, err = jsonToCBOR(req.Body); err != nil {
+			return 0, nil, err
+		}
+	}
+	payload, err := world.EncodeReceipt(world.Receipt{
+		IntentHash: hash, Kind: es.Kind, Status: status, Body: body, Retry: uint64(es.Retries),
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	seq, dup, err := res.Resolve(ctx, hash, store.Receipt{Status: store.ReceiptStatus(status), Payload: payload}, req.Reason)
+	if err != nil {
+		return 0, nil, effectNotFound(err, hash)
+	}
+	return http.StatusOK, ReceiptAck{Seq: seq, Duplicate: dup}, nil
+}
+
+func (s *Server) timers(r *http.Request, rc *reqCtx) (int, any, error) {
+	q, err := query(r, "world", "limit")
+	if err != nil {
+		return 0, nil, err
+	}
+	rc.world = q.Get("world")
+	if err := checkID("world", rc.world); err != nil {
+		return 0, nil, err
+	}
+	limit, err := limitParam(q, 100, 1000)
+	if err != nil {
+		return 0, nil, err
+	}
+	items, err := s.cfg.Store.ListTimers(r.Context(), rc.world, limit)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := make([]Timer, 0, len(items))
+	for _, t := range items {
+		out = append(out, Timer{
+			IntentHash: t.IntentHash, World: t.World, DeliverAt: utc(t.DeliverAt), State: string(t.State),
+			Attempt: t.Attempt, ClaimedBy: t.ClaimedBy, ClaimExpires: utc(t.ClaimExpires),
+		})
+	}
+	return http.StatusOK, timersResp{Timers: out}, nil
+}
+
+func (s *Server) workers(r *http.Request, _ *reqCtx) (int, any, error) {
+	if _, err := query(r); err != nil {
+		return 0, nil, err
+	}
+	ctx := r.Context()
+	ws, err := s.cfg.Store.ListWorkers(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	now, err := s.cfg.Store.Now(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := make([]Worker, 0, len(ws))
+	for _, w := range ws {
+		wv, err := s.workerView(ctx, w, now)
+		if err != nil {
+			return 0, nil, err
+		}
+		out = append(out, wv)
+	}
+	return http.StatusOK, workersResp{Workers: out}, nil
+}
+
+// workerView is a worker's record with its liveness and world counts, by
+// the store's clock now.
+func (s *Server) workerView(ctx context.Context, w store.WorkerInfo, now time.Time) (Worker, error) {
+	out := Worker{
+		ID: w.ID, Capacity: w.Capacity, Draining: w.Draining, Live: now.Sub(w.HeartbeatAt) < s.cfg.WorkerLiveFor,
+		HeartbeatAt: utc(w.HeartbeatAt), StartedAt: utc(w.StartedAt),
+	}
+	wws, err := s.workerWorlds(ctx, w.ID)
+	if err != nil {
+		return Worker{}, err
+	}
+	for _, ww := range wws {
+		if ww.Lease != nil && ww.Lease.Holder == w.ID && ww.Lease.ExpiresAt.After(now) {
+			out.WorldsHeld++
+		}
+		if ww.Assignment != nil && ww.Assignment.DesiredWorker == w.ID {
+			out.WorldsAssigned++
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) drain(r *http.Request, rc *reqCtx) (int, any, error) {
+	var req drainReq
+	if err := s.body(r, rc, &req, true); err != nil {
+		return 0, nil, err
+	}
+	worker := r.PathValue("id")
+	if err := checkID("worker", worker); err != nil {
+		return 0, nil, err
+	}
+	draining := req.Draining == nil || *req.Draining
+	ctx := r.Context()
+	info, err := s.cfg.Store.SetDraining(ctx, worker, draining)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, nil, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("no worker %q", truncate(worker, 80)),
+			Details: map[string]any{"resource": "worker"}}
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	now, err := s.cfg.Store.Now(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	wv, err := s.workerView(ctx, info, now)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, wv, nil
+}

@@ -1,0 +1,277 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/orrery-run/orrery/store"
+)
+
+// The JSON bodies of the API, shared by the server and the Go client.
+// Times are RFC 3339 in UTC with nanoseconds, and absent when zero; byte
+// strings are base64 (standard encoding); CBOR values are also given as
+// JSON (see the package doc for the conversion).
+
+// World is a world's record.
+type World struct {
+	ID              string    `json:"id"`
+	Universe        string    `json:"universe"`
+	Status          string    `json:"status"`
+	StatusReason    string    `json:"status_reason"`
+	StatusChangedAt time.Time `json:"status_changed_at,omitzero"`
+	CreatedAt       time.Time `json:"created_at,omitzero"`
+	Lineage         *Lineage  `json:"lineage"` // null for a world that is not a fork
+}
+
+// Lineage is where a fork came from.
+type Lineage struct {
+	Parent             string `json:"parent"`
+	ParentSnapshotHash string `json:"parent_snapshot_hash"`
+	ForkedAtHeight     uint64 `json:"forked_at_height"`
+}
+
+// WorldView is GET /v1/worlds/{id}: the record with what runs it.
+type WorldView struct {
+	World
+	Lease       *Lease      `json:"lease"`      // null: never leased
+	Assignment  *Assignment `json:"assignment"` // null: not placed
+	Head        uint64      `json:"head"`       // the journal height
+	InboxCursor *uint64     `json:"inbox_cursor,omitempty"`
+}
+
+// Lease is a world's lease record; Holder is empty once released.
+type Lease struct {
+	Holder    string    `json:"holder"`
+	Epoch     uint64    `json:"epoch"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+// Assignment is a world's desired placement.
+type Assignment struct {
+	Worker string `json:"worker"`
+	Reason string `json:"reason"`
+}
+
+// Ack answers an event: its inbox seq, and whether its idempotency key
+// had been seen (then Seq is the first's).
+type Ack struct {
+	Seq       uint64 `json:"seq"`
+	Duplicate bool   `json:"duplicate"`
+}
+
+// CallResult answers a call: the reply as JSON and as the canonical CBOR
+// the handler produced.
+type CallResult struct {
+	CallID    string          `json:"call_id"`
+	Reply     json.RawMessage `json:"reply"`
+	ReplyCBOR []byte          `json:"reply_cbor"`
+}
+
+// State is a world's state at its head. State is the user's state S as
+// JSON; StateCBOR is the world's whole state bytes, whose SHA-256 is Hash
+// (S is its "state" key).
+type State struct {
+	Height    uint64          `json:"height"`
+	Hash      string          `json:"hash"`
+	State     json.RawMessage `json:"state"`
+	StateCBOR []byte          `json:"state_cbor"`
+}
+
+// JournalPage is a page of a world's journal; Next is the height to ask
+// after for the following page.
+type JournalPage struct {
+	Records []Record `json:"records"`
+	Next    uint64   `json:"next"`
+}
+
+// Record is one journal record: the envelope's fields and the step
+// record's summary. Input is null for a record that is not a world step.
+type Record struct {
+	Height      uint64       `json:"height"`
+	EventID     string       `json:"event_id"`
+	EventType   string       `json:"event_type"`
+	PersistedAt time.Time    `json:"persisted_at,omitzero"`
+	StepID      string       `json:"step_id"`
+	Input       *RecordInput `json:"input"`
+	Outcome     string       `json:"outcome"`
+	Error       string       `json:"error,omitempty"`
+	StateHash   string       `json:"state_hash"`
+	CallID      string       `json:"call_id,omitempty"`
+}
+
+// RecordInput is the inbox item a step drained.
+type RecordInput struct {
+	Seq        uint64    `json:"seq"`
+	Kind       string    `json:"kind"`
+	Type       string    `json:"type,omitempty"`
+	EnqueuedAt time.Time `json:"enqueued_at,omitzero"`
+}
+
+// LeaseRow is one world a worker holds or is assigned.
+type LeaseRow struct {
+	Worker     string      `json:"worker"`
+	World      string      `json:"world"`
+	Lease      *Lease      `json:"lease"`
+	Assignment *Assignment `json:"assignment"`
+}
+
+// Effect is a pending or inflight effect.
+type Effect struct {
+	IntentHash   string          `json:"intent_hash"`
+	World        string          `json:"world"`
+	Kind         string          `json:"kind"`
+	Origin       string          `json:"origin"`
+	Seq          uint64          `json:"seq"`
+	State        string          `json:"state"`
+	EnqueuedAt   time.Time       `json:"enqueued_at,omitzero"`
+	Attempt      int             `json:"attempt"`
+	ClaimedBy    string          `json:"claimed_by,omitempty"`
+	ClaimExpires time.Time       `json:"claim_expires,omitzero"`
+	Retries      int             `json:"retries"`
+	Params       json.RawMessage `json:"params,omitempty"` // absent when not CBOR
+	ParamsCBOR   []byte          `json:"params_cbor"`
+}
+
+// EffectStatus is an effect's record after an operator's retry.
+type EffectStatus struct {
+	IntentHash  string    `json:"intent_hash"`
+	World       string    `json:"world"`
+	Kind        string    `json:"kind"`
+	State       string    `json:"state"`
+	Attempts    int       `json:"attempts"`
+	Retries     int       `json:"retries"`
+	RetryReason string    `json:"retry_reason,omitempty"`
+	CompletedAt time.Time `json:"completed_at,omitzero"`
+}
+
+// ReceiptAck answers an injected receipt: its inbox seq, and whether the
+// effect was already done (then Seq is the first receipt's).
+type ReceiptAck struct {
+	Seq       uint64 `json:"seq"`
+	Duplicate bool   `json:"duplicate"`
+}
+
+// Timer is a scheduled or claimed timer.
+type Timer struct {
+	IntentHash   string    `json:"intent_hash"`
+	World        string    `json:"world"`
+	DeliverAt    time.Time `json:"deliver_at,omitzero"`
+	State        string    `json:"state"`
+	Attempt      int       `json:"attempt"`
+	ClaimedBy    string    `json:"claimed_by,omitempty"`
+	ClaimExpires time.Time `json:"claim_expires,omitzero"`
+}
+
+// Worker is a worker's inventory record. Live: its last heartbeat (store
+// clock) is within the server's WorkerLiveFor. WorldsHeld counts the
+// worlds whose unexpired lease it holds, WorldsAssigned those placed on
+// it.
+type Worker struct {
+	ID             string    `json:"id"`
+	Capacity       int       `json:"capacity"`
+	Draining       bool      `json:"draining"`
+	Live           bool      `json:"live"`
+	HeartbeatAt    time.Time `json:"heartbeat_at,omitzero"`
+	StartedAt      time.Time `json:"started_at,omitzero"`
+	WorldsHeld     int       `json:"worlds_held"`
+	WorldsAssigned int       `json:"worlds_assigned"`
+}
+
+// request bodies
+
+type createWorldReq struct {
+	ID       string `json:"id,omitempty"`
+	Universe string `json:"universe,omitempty"`
+}
+
+type eventReq struct {
+	Type           string          `json:"type,omitempty"`
+	Value          json.RawMessage `json:"value,omitempty"`
+	Payload        []byte          `json:"payload,omitempty"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+}
+
+type callReq struct {
+	Type      string          `json:"type,omitempty"`
+	Value     json.RawMessage `json:"value,omitempty"`
+	Payload   []byte          `json:"payload,omitempty"`
+	CallID    string          `json:"call_id,omitempty"`
+	TimeoutMs int64           `json:"timeout_ms,omitempty"`
+}
+
+type forkReq struct {
+	ID     string `json:"id,omitempty"`
+	Height uint64 `json:"height,omitempty"`
+}
+
+type reasonReq struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+type receiptReq struct {
+	Status string          `json:"status,omitempty"`
+	Body   json.RawMessage `json:"body,omitempty"`
+	Reason string          `json:"reason,omitempty"`
+}
+
+type drainReq struct {
+	Draining *bool `json:"draining,omitempty"`
+}
+
+// list bodies
+
+type worldsResp struct {
+	Worlds []World `json:"worlds"`
+}
+
+type leasesResp struct {
+	Leases []LeaseRow `json:"leases"`
+}
+
+type effectsResp struct {
+	Effects []Effect `json:"effects"`
+}
+
+type timersResp struct {
+	Timers []Timer `json:"timers"`
+}
+
+type workersResp struct {
+	Workers []Worker `json:"workers"`
+}
+
+type statusResp struct {
+	Status string `json:"status"`
+}
+
+func utc(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+func worldOf(w store.World) World {
+	out := World{
+		ID: w.ID, Universe: w.Universe, Status: string(w.Status), StatusReason: w.StatusReason,
+		StatusChangedAt: utc(w.StatusChangedAt), CreatedAt: utc(w.CreatedAt),
+	}
+	if w.ParentWorld != "" {
+		out.Lineage = &Lineage{Parent: w.ParentWorld, ParentSnapshotHash: w.ParentSnapshotHash, ForkedAtHeight: w.ForkedAtHeight}
+	}
+	return out
+}
+
+func leaseOf(l *store.Lease) *Lease {
+	if l == nil {
+		return nil
+	}
+	return &Lease{Holder: l.Holder, Epoch: l.Epoch, ExpiresAt: utc(l.ExpiresAt)}
+}
+
+func assignmentOf(a *store.Assignment) *Assignment {
+	if a == nil {
+		return nil
+	}
+	return &Assignment{Worker: a.DesiredWorker, Reason: a.Reason}
+}

@@ -1,0 +1,527 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fxamacker/cbor/v2"
+
+	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/world"
+)
+
+// body reads and strictly decodes the request body into v.
+func (s *Server) body(r *http.Request, rc *reqCtx, v any, optional bool) error {
+	b, err := readBody(rc.w, r, s.cfg.MaxBody)
+	if err != nil {
+		return err
+	}
+	return decodeStrict(b, v, optional)
+}
+
+// query returns r's query parameters, refusing names outside allowed and
+// repeated names: a misspelt filter must not silently list everything.
+func query(r *http.Request, allowed ...string) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, invalid("the query string is malformed")
+	}
+	for _, k := range sortedKeys(q) {
+		if !slices.Contains(allowed, k) {
+			return nil, invalid(fmt.Sprintf("unknown query parameter %q", truncate(k, 64)))
+		}
+		if len(q[k]) > 1 {
+			return nil, invalid(fmt.Sprintf("query parameter %q is repeated", k))
+		}
+	}
+	return q, nil
+}
+
+// uintParam reads an optional non-negative integer parameter.
+func uintParam(q url.Values, name string, def uint64) (uint64, error) {
+	s := q.Get(name)
+	if s == "" {
+		return def, nil
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, invalid(fmt.Sprintf("query parameter %q must be a non-negative integer", name))
+	}
+	return v, nil
+}
+
+// limitParam reads a page size: default def, at most max.
+func limitParam(q url.Values, def, max int) (int, error) {
+	v, err := uintParam(q, "limit", uint64(def))
+	if err != nil {
+		return 0, err
+	}
+	if v == 0 || v > uint64(max) {
+		return 0, invalid(fmt.Sprintf("query parameter \"limit\" must be between 1 and %d", max))
+	}
+	return int(v), nil
+}
+
+// checkID refuses an identifier the store would refuse, before anything
+// is read or written.
+func checkID(what, id string) error {
+	if err := store.CheckID("api", what, id); err != nil {
+		return invalid(cleanMessage(describe(err)))
+	}
+	return nil
+}
+
+func (s *Server) createWorld(r *http.Request, rc *reqCtx) (int, any, error) {
+	var req createWorldReq
+	if err := s.body(r, rc, &req, false); err != nil {
+		return 0, nil, err
+	}
+	rc.world = req.ID
+	if err := checkID("world", req.ID); err != nil {
+		return 0, nil, err
+	}
+	if err := checkID("universe", req.Universe); err != nil {
+		return 0, nil, err
+	}
+	if _, ok := s.cfg.Kernels[req.Universe]; !ok {
+		return 0, nil, invalid(fmt.Sprintf("unknown universe %q", req.Universe))
+	}
+	rec, err := s.cfg.Store.CreateWorld(r.Context(), req.Universe, req.ID, nil)
+	if errors.Is(err, store.ErrWorldExists) {
+		prev, gerr := s.cfg.Store.GetWorld(r.Context(), req.ID)
+		if gerr == nil && prev.Universe == req.Universe {
+			return http.StatusOK, worldOf(prev), nil
+		}
+		if gerr == nil {
+			return 0, nil, apiErr(http.StatusConflict, CodeAlreadyExists,
+				fmt.Sprintf("world %q exists in universe %q", req.ID, prev.Universe))
+		}
+		return 0, nil, err
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusCreated, worldOf(rec), nil
+}
+
+func (s *Server) listWorlds(r *http.Request, _ *reqCtx) (int, any, error) {
+	q, err := query(r, "universe", "status")
+	if err != nil {
+		return 0, nil, err
+	}
+	status := store.WorldStatus(q.Get("status"))
+	switch status {
+	case "", store.WorldActive, store.WorldPaused, store.WorldArchived:
+	default:
+		return 0, nil, invalid(`query parameter "status" must be active, paused or archived`)
+	}
+	universes := []string{q.Get("universe")}
+	if universes[0] == "" {
+		universes = sortedKeys(s.cfg.Kernels)
+	} else if err := checkID("universe", universes[0]); err != nil {
+		return 0, nil, err
+	}
+	out := []World{}
+	for _, u := range universes {
+		ws, err := s.cfg.Store.ListWorlds(r.Context(), u, status)
+		if err != nil {
+			return 0, nil, err
+		}
+		for _, w := range ws {
+			out = append(out, worldOf(w))
+		}
+	}
+	slices.SortFunc(out, func(a, b World) int { return strings.Compare(a.ID, b.ID) })
+	return http.StatusOK, worldsResp{Worlds: out}, nil
+}
+
+func (s *Server) getWorld(r *http.Request, rc *reqCtx) (int, any, error) {
+	if err := checkID("world", rc.world); err != nil {
+		return 0, nil, err
+	}
+	ctx, st := r.Context(), s.cfg.Store
+	rec, err := st.GetWorld(ctx, rc.world)
+	if err != nil {
+		return 0, nil, err
+	}
+	v := WorldView{World: worldOf(rec)}
+	if l, ok, err := st.GetLease(ctx, rc.world); err != nil {
+		return 0, nil, err
+	} else if ok {
+		v.Lease = leaseOf(&l)
+	}
+	if a, ok, err := st.GetAssignment(ctx, rc.world); err != nil {
+		return 0, nil, err
+	} else if ok {
+		v.Assignment = assignmentOf(&a)
+	}
+	if v.Head, err = st.Head(ctx, rc.world); err != nil {
+		return 0, nil, err
+	}
+	if c, err := st.Cursor(ctx, rc.world); err == nil {
+		v.InboxCursor = &c
+	}
+	return http.StatusOK, v, nil
+}
+
+// oneOf checks that an input names its value one way: a type (with a JSON
+// value) or a complete wire payload.
+func oneOf(typ string, value []byte, payload []byte) error {
+	hasValue := len(value) > 0 && string(value) != "null"
+	switch {
+	case typ != "" && len(payload) > 0:
+		return invalid(`give either "type" (with "value") or "payload", not both`)
+	case typ == "" && len(payload) == 0:
+		return invalid(`"type" or "payload" is required`)
+	case len(payload) > 0 && hasValue:
+		return invalid(`"value" goes with "type"; a "payload" carries its own value`)
+	}
+	return nil
+}
+
+func (s *Server) sendEvent(r *http.Request, rc *reqCtx) (int, any, error) {
+	var req eventReq
+	if err := s.body(r, rc, &req, false); err != nil {
+		return 0, nil, err
+	}
+	if err := checkID("world", rc.world); err != nil {
+		return 0, nil, err
+	}
+	if err := oneOf(req.Type, req.Value, req.Payload); err != nil {
+		return 0, nil, err
+	}
+	payload := req.Payload
+	if req.Type != "" {
+		value, err := jsonToCBOR(req.Value)
+		if err != nil {
+			return 0, nil, err
+		}
+		if payload, err = world.EncodeEventNamed(req.Type, cbor.RawMessage(value)); err != nil {
+			return 0, nil, err
+		}
+	}
+	ack, err := s.cfg.Ops.EnqueueIngress(r.Context(), rc.world, plane.Ingress{Kind: world.InputEvent, Payload: payload, DedupeKey: req.IdempotencyKey})
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusAccepted, Ack{Seq: ack.Seq, Duplicate: ack.Duplicate}, nil
+}
+
+// namedValue is a call's value as plane.Client.CallWithID takes it: a
+// value whose input type is the request's (world.Typed) and whose CBOR is
+// the request's, so the call payload the client builds is exactly
+// world.EncodeCallNamed's.
+type namedValue struct {
+	typ   string
+	value []byte // canonical CBOR
+}
+
+func (n namedValue) WorldType() string            { return n.typ }
+func (n namedValue) MarshalCBOR() ([]byte, error) { return n.value, nil }
+
+// callMessage is the part of a call's wire payload the server reads back
+// to hand the call to the plane's client.
+type callMessage struct {
+	Type   string          `cbor:"type"`
+	Value  cbor.RawMessage `cbor:"value"`
+	CallID string          `cbor:"call_id"`
+}
+
+func (s *Server) call(r *http.Request, rc *reqCtx) (int, any, error) {
+	var req callReq
+	if err := s.body(r, rc, &req, false); err != nil {
+		return 0, nil, err
+	}
+	if err := checkID("world", rc.world); err != nil {
+		return 0, nil, err
+	}
+	if err := oneOf(req.Type, req.Value, req.Payload); err != nil {
+		return 0, nil, err
+	}
+	timeout := s.cfg.CallTimeout
+	switch {
+	case req.TimeoutMs < 0:
+		return 0, nil, invalid(`"timeout_ms" must not be negative`)
+	case req.TimeoutMs > 0 && req.TimeoutMs < timeout.Milliseconds():
+		timeout = time.Duration(req.TimeoutMs) * time.Millisecond
+	}
+	v, callID, err := s.callValue(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := store.CheckIngress("call", store.InboxItem{Kind: world.InputCall, DedupeKey: plane.CallKey(callID)}); err != nil {
+		return 0, nil, invalid(`"call_id" is not usable: ` + cleanMessage(describe(err)))
+	}
+	// A call to a world that cannot run now would only wait out its
+	// timeout: say why at once, and enqueue nothing.
+	rec, err := s.cfg.Store.GetWorld(r.Context(), rc.world)
+	if err != nil {
+		return 0, nil, err
+	}
+	switch rec.Status {
+	case store.WorldPaused:
+		return 0, nil, apiErr(http.StatusConflict, CodePaused, fmt.Sprintf("world %q is paused: a call would wait until it resumes", rc.world))
+	case store.WorldArchived:
+		return 0, nil, apiErr(http.StatusConflict, CodeArchived, fmt.Sprintf("world %q is archived", rc.world))
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	reply, err := s.cfg.Client.CallWithID(ctx, rc.world, callID, v)
+	if err != nil {
+		details := map[string]any{"call_id": callID}
+		var pe *plane.Error
+		switch {
+		case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+			return 0, nil, &Error{Status: http.StatusGatewayTimeout, Code: CodeTimeout, Details: details,
+				Message: fmt.Sprintf("no reply within %v; call again with the same call_id to keep waiting for it", timeout)}
+		case errors.Is(err, plane.ErrCallFailed) && errors.As(err, &pe) && pe.Err != nil:
+			return 0, nil, &Error{Status: http.StatusUnprocessableEntity, Code: CodeCallFailed, Details: details,
+				Message: cleanMessage(pe.Err.Error())}
+		}
+		return 0, nil, err
+	}
+	js, err := cborToJSON(reply)
+	if err != nil {
+		return 0, nil, fmt.Errorf("api: reply of call %s: %w", callID, err)
+	}
+	return http.StatusOK, CallResult{CallID: callID, Reply: js, ReplyCBOR: reply}, nil
+}
+
+// callValue builds the call's value and id from a request, checked as the
+// plane checks any ingress before it is enqueued.
+func (s *Server) callValue(req callReq) (namedValue, string, error) {
+	if len(req.Payload) > 0 {
+		if err := s.cfg.Ops.ValidateIngress(world.InputCall, req.Payload); err != nil {
+			return namedValue{}, "", invalid("invalid call payload: " + cleanMessage(err.Error()))
+		}
+		var m callMessage
+		if err := event.Unmarshal(req.Payload, &m); err != nil {
+			return namedValue{}, "", invalid("invalid call payload: " + cleanMessage(err.Error()))
+		}
+		if req.CallID != "" && req.CallID != m.CallID {
+			return namedValue{}, "", invalid(`"call_id" differs from the payload's call id`)
+		}
+		value, err := event.Canonicalize(m.Value)
+		if err != nil {
+			return namedValue{}, "", invalid("invalid call payload: " + cleanMessage(err.Error()))
+		}
+		return namedValue{typ: m.Type, value: value}, m.CallID, nil
+	}
+	callID := req.CallID
+	if callID == "" {
+		callID = s.cfg.Client.NewCallID()
+	}
+	value, err := jsonToCBOR(req.Value)
+	if err != nil {
+		return namedValue{}, "", err
+	}
+	payload, err := world.EncodeCallNamed(callID, req.Type, cbor.RawMessage(value))
+	if err != nil {
+		return namedValue{}, "", err
+	}
+	if err := s.cfg.Ops.ValidateIngress(world.InputCall, payload); err != nil {
+		return namedValue{}, "", invalid("invalid call: " + cleanMessage(err.Error()))
+	}
+	return namedValue{typ: req.Type, value: value}, callID, nil
+}
+
+// image is the part of a world's state bytes that is the user's state.
+type image struct {
+	State cbor.RawMessage `cbor:"state"`
+}
+
+func (s *Server) state(r *http.Request, rc *reqCtx) (int, any, error) {
+	if err := checkID("world", rc.world); err != nil {
+		return 0, nil, err
+	}
+	snap, err := s.cfg.Client.State(r.Context(), rc.world)
+	if err != nil {
+		return 0, nil, err
+	}
+	var img image
+	if err := stateDecoder.Unmarshal(snap.State, &img); err != nil {
+		return 0, nil, fmt.Errorf("api: state of %s: %w", rc.world, err)
+	}
+	js, err := cborToJSON(img.State)
+	if err != nil {
+		return 0, nil, fmt.Errorf("api: state of %s: %w", rc.world, err)
+	}
+	return http.StatusOK, State{Height: snap.Height, Hash: world.Hash(snap.State), State: js, StateCBOR: snap.State}, nil
+}
+
+func (s *Server) fork(r *http.Request, rc *reqCtx) (int, any, error) {
+	var req forkReq
+	if err := s.body(r, rc, &req, false); err != nil {
+		return 0, nil, err
+	}
+	if err := checkID("world", rc.world); err != nil {
+		return 0, nil, err
+	}
+	if err := checkID("id", req.ID); err != nil {
+		return 0, nil, err
+	}
+	if err := store.CheckInt("fork", "height", req.Height); err != nil {
+		return 0, nil, invalid(cleanMessage(describe(err)))
+	}
+	ctx := r.Context()
+	if _, err := s.cfg.Store.GetWorld(ctx, rc.world); err != nil {
+		return 0, nil, err
+	}
+	_, gerr := s.cfg.Store.GetWorld(ctx, req.ID)
+	existed := gerr == nil
+	rec, err := s.cfg.Ops.WorldFork(ctx, rc.world, req.Height, req.ID)
+	if err != nil {
+		return 0, nil, err
+	}
+	if existed {
+		return http.StatusOK, worldOf(rec), nil
+	}
+	return http.StatusCreated, worldOf(rec), nil
+}
+
+func (s *Server) setStatus(status store.WorldStatus) handlerFunc {
+	return func(r *http.Request, rc *reqCtx) (int, any, error) {
+		var req reasonReq
+		if err := s.body(r, rc, &req, true); err != nil {
+			return 0, nil, err
+		}
+		if err := checkID("world", rc.world); err != nil {
+			return 0, nil, err
+		}
+		rec, err := s.cfg.Store.SetWorldStatus(r.Context(), rc.world, status, req.Reason)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, worldOf(rec), nil
+	}
+}
+
+// stepRecord is the payload of a world's journal record, as package
+// world documents it ("Journal records"): the fields the journal view
+// shows.
+type stepRecord struct {
+	V     uint64 `cbor:"v"`
+	Input struct {
+		Seq        uint64          `cbor:"seq"`
+		Kind       string          `cbor:"kind"`
+		EnqueuedAt event.Timestamp `cbor:"enqueued_at"`
+		Type       string          `cbor:"type"`
+		CallID     string          `cbor:"call_id"`
+	} `cbor:"input"`
+	Outcome   string `cbor:"outcome"`
+	Error     string `cbor:"error"`
+	StateHash string `cbor:"state_hash"`
+}
+
+func recordOf(e event.Envelope) Record {
+	out := Record{Height: e.RunSeq, EventID: e.EventID, EventType: e.EventType, PersistedAt: utc(e.PersistedAt), StepID: e.StepID}
+	if e.EventType != world.EventWorldStepped {
+		return out
+	}
+	var sr stepRecord
+	if err := stateDecoder.Unmarshal(e.Payload, &sr); err != nil {
+		return out
+	}
+	out.Input = &RecordInput{Seq: sr.Input.Seq, Kind: sr.Input.Kind, Type: sr.Input.Type, EnqueuedAt: utc(sr.Input.EnqueuedAt.Time)}
+	out.Outcome, out.Error, out.StateHash, out.CallID = sr.Outcome, sr.Error, sr.StateHash, sr.Input.CallID
+	return out
+}
+
+// Journal long-poll backoff: the records a wait is for appear when a host
+// commits, which raises no hint, so the wait re-reads on a doubling
+// backoff, reset by the world's inbox hints (input that a commit will
+// soon journal).
+const (
+	journalPollMin = 5 * time.Millisecond
+	journalPollMax = 250 * time.Millisecond
+)
+
+func (s *Server) journal(r *http.Request, rc *reqCtx) (int, any, error) {
+	q, err := query(r, "after", "limit", "wait_ms")
+	if err != nil {
+		return 0, nil, err
+	}
+	after, err := uintParam(q, "after", 0)
+	if err != nil {
+		return 0, nil, err
+	}
+	limit, err := limitParam(q, 100, 1000)
+	if err != nil {
+		return 0, nil, err
+	}
+	waitMs, err := uintParam(q, "wait_ms", 0)
+	if err != nil {
+		return 0, nil, err
+	}
+	wait := s.cfg.JournalWaitMax
+	if waitMs < uint64(wait/time.Millisecond) {
+		wait = time.Duration(waitMs) * time.Millisecond
+	}
+	if err := checkID("world", rc.world); err != nil {
+		return 0, nil, err
+	}
+	if err := store.CheckInt("journal", "after", after); err != nil {
+		return 0, nil, invalid(cleanMessage(describe(err)))
+	}
+	ctx, st := r.Context(), s.cfg.Store
+	if _, err := st.GetWorld(ctx, rc.world); err != nil {
+		return 0, nil, err
+	}
+	recs, err := st.Read(ctx, rc.world, after, limit)
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(recs) == 0 && wait > 0 {
+		if recs, err = s.waitJournal(ctx, rc.world, after, limit, wait); err != nil {
+			return 0, nil, err
+		}
+	}
+	page := JournalPage{Records: make([]Record, 0, len(recs)), Next: after}
+	for _, e := range recs {
+		page.Records = append(page.Records, recordOf(e))
+		page.Next = e.RunSeq
+	}
+	return http.StatusOK, page, nil
+}
+
+// waitJournal re-reads the journal after `after` until a record is there
+// or wait has passed (then it answers none).
+func (s *Server) waitJournal(ctx context.Context, id string, after uint64, limit int, wait time.Duration) ([]event.Envelope, error) {
+	st := s.cfg.Store
+	sig := store.NewSignal()
+	if stop, err := st.Watch(ctx, sig, store.TopicInbox(id)); err == nil {
+		defer stop()
+	} // without a watch the backoff alone still finds the records
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	delay := journalPollMin
+	for {
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-deadline.C:
+			t.Stop()
+			return nil, nil
+		case <-sig.C:
+			delay = journalPollMin
+		case <-t.C:
+			delay = min(2*delay, journalPollMax)
+		}
+		t.Stop()
+		recs, err := st.Read(ctx, id, after, limit)
+		if err != nil || len(recs) > 0 {
+			return recs, err
+		}
+	}
+}
