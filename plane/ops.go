@@ -121,7 +121,33 @@ func (o *Ops) EnqueueIngress(ctx context.Context, worldID string, in Ingress) (a
 	if err := o.ValidateIngress(in.Kind, in.Payload); err != nil {
 		return Ack{}, errorf("enqueue_ingress", ErrInvalidIngress, worldID, err)
 	}
+	if err := o.checkHandler(ctx, worldID, in.Payload); err != nil {
+		return Ack{}, err
+	}
 	return enqueue(ctx, o.st, "enqueue_ingress", worldID, store.InboxItem{Kind: in.Kind, Payload: in.Payload, DedupeKey: in.DedupeKey})
+}
+
+// checkHandler checks a validated event or call against the definition of
+// the world's universe: the type has a handler and the value decodes into
+// it (world.Kernel.CheckInput). A world without a definition here is
+// ErrNoKernel; an unknown world is the store's ErrWorldNotFound.
+func (o *Ops) checkHandler(ctx context.Context, worldID string, payload []byte) error {
+	rec, err := o.st.GetWorld(ctx, worldID)
+	if err != nil {
+		return err
+	}
+	k, ok := o.kernels[rec.Universe]
+	if !ok {
+		return errorf("enqueue_ingress", ErrNoKernel, worldID, detail("universe %q", rec.Universe))
+	}
+	var m ingressMessage
+	if err := o.dec.Unmarshal(payload, &m); err != nil {
+		return errorf("enqueue_ingress", ErrInvalidIngress, worldID, err)
+	}
+	if err := k.CheckInput(m.Type, m.Value); err != nil {
+		return errorf("enqueue_ingress", ErrInvalidIngress, worldID, err)
+	}
+	return nil
 }
 
 // ingressMessage is the wire form of an event or call from outside: the

@@ -2,6 +2,7 @@ package world
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"strings"
@@ -129,6 +130,34 @@ func EffectKind[P, S any](d *Def[S], kind string) {
 	default:
 		d.effects[kind] = t
 	}
+}
+
+// CheckInput reports whether an input of type typeName carrying value (its
+// CBOR) would reach a handler: the definition handles the type, and the
+// value decodes into the handler's Go type under the kernel's limits. It
+// runs nothing. The plane checks external input with it before enqueueing,
+// so a client that names no handler, or sends a value of the wrong shape,
+// is told at once instead of finding an error outcome in the journal.
+// Failures are *InputError (ErrMalformedInput).
+func (d *Def[S]) CheckInput(typeName string, value []byte) error {
+	if err := d.ready(); err != nil {
+		return err
+	}
+	h, ok := d.table.Resolve(typeName)
+	if !ok || strings.HasPrefix(typeName, sysPrefix) {
+		var handled []string
+		for _, t := range d.Types() {
+			if !strings.HasPrefix(t, sysPrefix) {
+				handled = append(handled, t)
+			}
+		}
+		return &InputError{Kind: InputEvent, Reason: fmt.Sprintf("no handler for type %q (this world handles %s)",
+			typeName, strings.Join(handled, ", "))}
+	}
+	if _, err := h(value); err != nil {
+		return &InputError{Kind: InputEvent, Reason: fmt.Sprintf("the value does not decode as %q", typeName), Err: err}
+	}
+	return nil
 }
 
 // Name and Version identify the definition (planId and planVersion).

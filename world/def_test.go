@@ -3,9 +3,11 @@ package world_test
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/orrery-run/orrery/actor/dispatch"
+	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -139,5 +141,46 @@ func TestLoadRejectsStatesTheKernelDidNotWrite(t *testing.T) {
 	w, err := world.Load(def, "w", world.Snapshot{Height: 1, State: good})
 	if err != nil || w.StateHash() != f.w.StateHash() || w.Height() != 1 {
 		t.Fatalf("a state the kernel wrote does not load: %v", err)
+	}
+}
+
+// CheckInput tells a client's input that would reach a handler from one
+// that names no handler or carries a value of the wrong shape, running
+// nothing.
+func TestCheckInputNamesTheHandlerAndDecodesTheValue(t *testing.T) {
+	type Acct struct{ Balance int64 }
+	type Dep struct{ Amount int64 }
+	d := world.New[Acct]("check.acct", 1)
+	ran := false
+	world.On(d, func(c *world.Ctx, s *Acct, m Dep) error { ran = true; return nil })
+	name, err := world.TypeName(Dep{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, _ := event.Marshal(Dep{Amount: 5})
+	if err := d.CheckInput(name, good); err != nil {
+		t.Fatalf("a good input: %v", err)
+	}
+	wrong, _ := event.Marshal(map[string]any{"Amount": "five"})
+	for _, tc := range []struct {
+		typ   string
+		value []byte
+		want  string
+	}{
+		{"nope.Type", good, `no handler for type "nope.Type" (this world handles ` + name + `)`},
+		{world.ReceiptType, good, "no handler"},
+		{name, wrong, "does not decode"},
+		{name, []byte{0xff}, "does not decode"},
+	} {
+		err := d.Kernel().CheckInput(tc.typ, tc.value)
+		if !errors.Is(err, world.ErrMalformedInput) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("CheckInput(%q): %v; want ErrMalformedInput mentioning %q", tc.typ, err, tc.want)
+		}
+	}
+	if ran {
+		t.Fatal("CheckInput ran a handler")
+	}
+	if got := d.Kernel().Types(); len(got) != 1 || got[0] != name {
+		t.Fatalf("Types = %v", got)
 	}
 }

@@ -72,6 +72,9 @@ type InputError struct {
 
 func (e *InputError) Error() string {
 	msg := "world: malformed input " + strconv.FormatUint(e.Seq, 10) + " (" + e.Kind + "): " + e.Reason
+	if e.Seq == 0 { // not from an inbox: checked before it was enqueued
+		msg = "world: malformed input (" + e.Kind + "): " + e.Reason
+	}
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}

@@ -22,6 +22,10 @@ type Kernel interface {
 	// world boots from it, since the effects and timers its source awaits
 	// stay with the source and would never reach the fork.
 	ForkState(state []byte) ([]byte, error)
+	// Types lists the input types the definition has handlers for, sorted.
+	Types() []string
+	// CheckInput is Def.CheckInput.
+	CheckInput(typeName string, value []byte) error
 }
 
 // Instance is a World[S] with S erased.
@@ -46,6 +50,11 @@ type kernel[S any] struct{ d *Def[S] }
 func (k kernel[S]) Name() string    { return k.d.name }
 func (k kernel[S]) Version() uint64 { return k.d.version }
 func (k kernel[S]) Err() error      { return k.d.Err() }
+func (k kernel[S]) Types() []string { return k.d.Types() }
+
+func (k kernel[S]) CheckInput(typeName string, value []byte) error {
+	return k.d.CheckInput(typeName, value)
+}
 
 func (k kernel[S]) Load(id string, s Snapshot) (Instance, error) {
 	w, err := Load(k.d, id, s)
