@@ -83,6 +83,18 @@ func TestWorldsCreateListGet(t *testing.T) {
 	if v.Assignment == nil || v.Assignment.Worker != "w1" || v.Lease.Epoch == 0 || v.Lease.ExpiresAt.IsZero() || v.World != w {
 		t.Fatalf("view: %+v lease %+v assignment %+v", v, v.Lease, v.Assignment)
 	}
+	// An id with characters a path would split on is escaped by the
+	// client and read back whole by the server.
+	odd := "team/alpha beta?#%"
+	if w, created, err := r.c.CreateWorld(r.ctx, odd, universe); err != nil || !created || w.ID != odd {
+		t.Fatalf("create %q: %+v %v", odd, w, err)
+	}
+	if a, err := r.c.Send(r.ctx, odd, typeName(t, Add{}), Add{By: 1}, ""); err != nil || a.Seq != 1 {
+		t.Fatalf("send to %q: %+v %v", odd, a, err)
+	}
+	if v, err := r.c.GetWorld(r.ctx, odd); err != nil || v.ID != odd {
+		t.Fatalf("get %q: %+v %v", odd, v, err)
+	}
 	_, err = r.c.GetWorld(r.ctx, "nobody")
 	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
 	if !errors.Is(err, store.ErrWorldNotFound) {

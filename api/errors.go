@@ -124,7 +124,8 @@ type errorRule struct {
 // errorTable is the one mapping of store, plane, world and event
 // sentinels to answers, searched in order with errors.Is: plane errors
 // wrap store errors, so the plane's kinds come first, and the more
-// specific of two store sentinels comes before the general one.
+// specific of two store sentinels comes before the general one. It is
+// never written.
 var errorTable = [...]errorRule{
 	{plane.ErrCallFailed, http.StatusUnprocessableEntity, CodeCallFailed, ""},
 	{plane.ErrReplyUnavailable, http.StatusConflict, CodeReplyUnavailable, ""},

@@ -23,7 +23,8 @@ import (
 	"github.com/orrery-run/orrery/store"
 )
 
-// Config configures a Server. Store, Ops and Client are required.
+// Config configures a Server. Store, Ops, Client and Kernels are
+// required.
 type Config struct {
 	Store  store.Store
 	Ops    *plane.Ops
@@ -90,6 +91,8 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, &ConfigError{Field: "Ops", Reason: "required"}
 	case cfg.Client == nil:
 		return nil, &ConfigError{Field: "Client", Reason: "required"}
+	case len(cfg.Kernels) == 0:
+		return nil, &ConfigError{Field: "Kernels", Reason: "at least one universe is required"}
 	case cfg.MaxBody < 0 || cfg.CallTimeout < 0 || cfg.WorkerLiveFor < 0 || cfg.JournalWaitMax < 0:
 		return nil, &ConfigError{Field: "Config", Reason: "MaxBody, CallTimeout, JournalWaitMax and WorkerLiveFor must not be negative"}
 	}

@@ -225,3 +225,33 @@ func TestInternalFailures(t *testing.T) {
 		t.Fatalf("not ready: %+v", e)
 	}
 }
+
+// TestNewServerRefusesIncompleteConfig: a server without its store, ops,
+// client or kernels, or with a negative limit, is a *ConfigError.
+func TestNewServerRefusesIncompleteConfig(t *testing.T) {
+	r := newRig(t, rigOptions{workers: []string{}})
+	full := api.Config{Store: r.st, Ops: r.ops, Client: r.pc, Kernels: kernels()}
+	if _, err := api.NewServer(full); err != nil {
+		t.Fatal(err)
+	}
+	for name, mutate := range map[string]func(*api.Config){
+		"no store":         func(c *api.Config) { c.Store = nil },
+		"no ops":           func(c *api.Config) { c.Ops = nil },
+		"no client":        func(c *api.Config) { c.Client = nil },
+		"no kernels":       func(c *api.Config) { c.Kernels = nil },
+		"negative MaxBody": func(c *api.Config) { c.MaxBody = -1 },
+		"negative timeout": func(c *api.Config) { c.CallTimeout = -time.Second },
+	} {
+		cfg := full
+		mutate(&cfg)
+		var ce *api.ConfigError
+		if _, err := api.NewServer(cfg); !errors.As(err, &ce) || !errors.Is(err, api.ErrConfig) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for _, base := range []string{"", "ftp://x", "localhost:8080", "http://"} {
+		if _, err := api.NewClient(base, ""); !errors.Is(err, api.ErrConfig) {
+			t.Errorf("NewClient(%q): %v", base, err)
+		}
+	}
+}

@@ -343,9 +343,21 @@ func (s *Server) state(r *http.Request, rc *reqCtx) (int, any, error) {
 	if err := checkID("world", rc.world); err != nil {
 		return 0, nil, err
 	}
-	snap, err := s.cfg.Client.State(r.Context(), rc.world)
+	ctx := r.Context()
+	snap, err := s.cfg.Client.State(ctx, rc.world)
 	if err != nil {
 		return 0, nil, err
+	}
+	// An in-process host publishes its state just after its commit
+	// returns, so a caller who has already seen that commit (a call's
+	// reply read back from the journal) could get the state before it.
+	// The journal's head says so; the state then comes from the store.
+	if head, err := s.cfg.Store.Head(ctx, rc.world); err == nil && head > snap.Height {
+		inst, _, err := plane.Restore(ctx, s.cfg.Store, s.cfg.Kernels, rc.world)
+		if err != nil {
+			return 0, nil, err
+		}
+		snap = inst.Snapshot()
 	}
 	var img image
 	if err := stateDecoder.Unmarshal(snap.State, &img); err != nil {
