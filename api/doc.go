@@ -30,7 +30,7 @@
 // lowercase code (the Code* constants) and its status; store and plane
 // sentinels map to them through one table, and a message never carries a
 // stack or a Go type name. Only genuine internal failures are 5xx, besides
-// a call's 504 timeout and 501 where the store cannot take a receipt.
+// a call's 504 timeout.
 //
 // Values: an event's or call's JSON value becomes the CBOR its handler
 // decodes. Numbers written without fraction or exponent become int64

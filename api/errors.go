@@ -33,7 +33,6 @@ const (
 	CodeUnsupportedMedia = "unsupported_media_type" // 415
 	CodeCallFailed       = "call_failed"            // 422: the world's handler failed or did not reply
 	CodeInternal         = "internal"               // 500: a genuine internal failure
-	CodeUnsupported      = "unsupported"            // 501: the store cannot do it
 	CodeUnavailable      = "unavailable"            // 503: the store is closed, the request was cancelled
 	CodeNotReady         = "not_ready"              // 503: readiness failed
 	CodeTimeout          = "timeout"                // 504: a call's wait ran out

@@ -188,7 +188,7 @@ func FuzzHandlers(f *testing.F) {
 	}
 
 	r := newRig(f, rigOptions{
-		store: &resolvingStore{Store: memstore.New()}, token: fuzzToken, workers: []string{"fuzz-host"}, metrics: true,
+		store: memstore.New(), token: fuzzToken, workers: []string{"fuzz-host"}, metrics: true,
 		// Short waits keep a mutated long-poll or call from stalling
 		// the fuzzer; they change no answer but a call's 504.
 		cfg: func(c *api.Config) {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
-	"github.com/orrery-run/orrery/world"
 )
 
 // Metrics are the plane's Prometheus series. The wiring feeds them: host
@@ -130,11 +129,13 @@ func (m *Metrics) ObserveHost(ev plane.HostEvent) {
 		m.fenced.Inc()
 	case plane.EvCommit:
 		m.commits.Inc()
-	case plane.EvCrash:
-		var d *world.DivergenceError
-		if errors.As(ev.Err, &d) {
-			m.parityFailures.Inc()
+		if ev.N > 0 { // a cycle that journaled inputs: Dur is the oldest's wait
+			m.inboxToJournal.Observe(ev.Dur.Seconds())
 		}
+	case plane.EvRenewed:
+		m.leaseRenew.Observe(ev.Dur.Seconds())
+	case plane.EvDiverged:
+		m.parityFailures.Inc()
 	}
 }
 

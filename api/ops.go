@@ -11,14 +11,6 @@ import (
 	"github.com/orrery-run/orrery/world"
 )
 
-// Resolver is an operator's receipt for a pending or inflight effect, as
-// store.Effects gives it where the backend has it: it completes the intent
-// as the effect's adapter would have, whatever the claim. The server
-// type-asserts the Store on it; without it, receipt injection answers 501.
-type Resolver interface {
-	Resolve(ctx context.Context, intentHash string, r store.Receipt, reason string) (inboxSeq uint64, dup bool, err error)
-}
-
 // listPage is the page of the server's own reads through a worker's
 // worlds.
 const listPage = 1000
@@ -159,10 +151,6 @@ func (s *Server) injectReceipt(r *http.Request, rc *reqCtx) (int, any, error) {
 	if err := store.CheckReason("receipt", req.Reason); err != nil {
 		return 0, nil, invalid(cleanMessage(describe(err)))
 	}
-	res, ok := s.cfg.Store.(Resolver)
-	if !ok {
-		return 0, nil, apiErr(http.StatusNotImplemented, CodeUnsupported, "this store cannot take an operator's receipt")
-	}
 	ctx := r.Context()
 	es, err := s.cfg.Store.EffectStatus(ctx, hash)
 	if err != nil {
@@ -185,7 +173,7 @@ func (s *Server) injectReceipt(r *http.Request, rc *reqCtx) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	seq, dup, err := res.Resolve(ctx, hash, store.Receipt{Status: store.ReceiptStatus(status), Payload: payload}, req.Reason)
+	seq, dup, err := s.cfg.Store.Resolve(ctx, hash, store.Receipt{Status: store.ReceiptStatus(status), Payload: payload}, req.Reason)
 	if err != nil {
 		return 0, nil, effectNotFound(err, hash)
 	}

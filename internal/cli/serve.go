@@ -22,7 +22,6 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/orrery-run/orrery/api"
-	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/plane/node"
 	"github.com/orrery-run/orrery/store"
@@ -189,15 +188,7 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 		Worker: worker, Store: st, Kernels: e.kernels,
 		LeaseTTL: f.leaseTTL, ClaimTTL: f.claimTTL, IdleAfter: f.idleAfter,
 		NoOrchestrator: f.noOrch, EffectConcurrency: f.effects, Logger: log,
-		Observe: func(ev plane.HostEvent) {
-			metrics.ObserveHost(ev)
-			switch {
-			case ev.Kind == plane.EvRenewed:
-				metrics.ObserveLeaseRenew(ev.Dur)
-			case ev.Kind == plane.EvCommit && ev.N > 0:
-				metrics.ObserveInboxToJournal(ev.Dur)
-			}
-		},
+		Observe: metrics.ObserveHost,
 		ObserveEffect: func(ev adapter.EffectEvent) {
 			if ev.Err == nil && !ev.Dup {
 				metrics.ObserveDispatchToReceipt(ev.Dispatch)
