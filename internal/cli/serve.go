@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/orrery-run/orrery/api"
+	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/plane/node"
 	"github.com/orrery-run/orrery/store"
@@ -40,6 +41,7 @@ type serveFlags struct {
 	leaseTTL    time.Duration
 	claimTTL    time.Duration
 	idleAfter   time.Duration
+	snapEvery   uint64
 	noOrch      bool
 	effects     int
 	maxBody     int64
@@ -85,6 +87,7 @@ Traces are exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set.`,
 	fl.DurationVar(&f.leaseTTL, "lease-ttl", 10*time.Second, "world lease TTL: a crashed worker's worlds move after at most this")
 	fl.DurationVar(&f.claimTTL, "claim-ttl", 30*time.Second, "effect and timer claim TTL: must exceed the slowest adapter call")
 	fl.DurationVar(&f.idleAfter, "idle-after", 30*time.Second, "passivate a world idle this long (negative: never)")
+	fl.Uint64Var(&f.snapEvery, "snapshot-every", 1000, "snapshot a world every N journal heights (restore reads at most N records; forks start from a snapshot)")
 	fl.BoolVar(&f.noOrch, "no-orchestrator", false, "host worlds but never place them")
 	fl.IntVar(&f.effects, "effect-concurrency", 16, "effects executing at once")
 	fl.Int64Var(&f.maxBody, "max-body", 1<<20, "largest request body the API accepts, in bytes")
@@ -189,6 +192,7 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 		LeaseTTL: f.leaseTTL, ClaimTTL: f.claimTTL, IdleAfter: f.idleAfter,
 		NoOrchestrator: f.noOrch, EffectConcurrency: f.effects, Logger: log,
 		Observe: metrics.ObserveHost,
+		Host:    func(hc *plane.HostConfig) { hc.SnapshotEvery = f.snapEvery },
 		ObserveEffect: func(ev adapter.EffectEvent) {
 			if ev.Err == nil && !ev.Dup {
 				metrics.ObserveDispatchToReceipt(ev.Dispatch)
