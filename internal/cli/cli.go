@@ -29,6 +29,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/orrery-run/orrery/api"
 	"github.com/orrery-run/orrery/plane"
 )
 
@@ -99,11 +100,21 @@ func Run(ctx context.Context, args []string, stdio IO, kernels plane.Kernels) in
 	}
 	code := exitCode(err)
 	msg := err.Error()
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		msg = ae.Code + ": " + ae.Message
+		if e.verbose && len(ae.Details) > 0 {
+			if b, jerr := json.Marshal(ae.Details); jerr == nil {
+				msg += "\ndetails: " + string(b)
+			}
+		}
+	}
 	if !e.verbose {
 		msg, _, _ = strings.Cut(msg, "\n")
 	}
 	fmt.Fprintf(stdio.Err, "orrery: %s\n", msg)
-	if code == ExitUsage && !strings.Contains(msg, "--help") {
+	var ue usageError
+	if code == ExitUsage && (errors.As(err, &ue) || strings.HasPrefix(msg, "unknown")) {
 		fmt.Fprintln(stdio.Err, "Run 'orrery --help' for usage.")
 	}
 	return code
