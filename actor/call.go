@@ -83,7 +83,7 @@ func (e *CallError) Is(target error) bool {
 
 func (e *CallError) Unwrap() error { return e.Cause }
 
-// Outcome maps the error onto the lattice (seed 003 INV-6A).
+// Outcome maps the error onto the lattice (the OTP contract INV-6A).
 func (e *CallError) Outcome() Outcome {
 	switch e.Kind {
 	case CallCancelled:
@@ -163,7 +163,7 @@ func (e *CastError) Is(target error) bool {
 
 func (e *CastError) Unwrap() error { return e.Cause }
 
-// Outcome maps the error onto the lattice (seed 003 INV-6A).
+// Outcome maps the error onto the lattice (the OTP contract INV-6A).
 func (e *CastError) Outcome() Outcome {
 	if e.Kind == CastCancelled {
 		return CancelledOutcome(CancelReason{Kind: CancelRequested})

@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// TestNoExportedMutableGlobals enforces issue 8 item 14 and DESIGN's "no
+// TestNoExportedMutableGlobals enforces issue 8 item 14 and the house rule "no
 // package-level mutable state" for what users can reach: the actor layer,
 // supervisor, registry and lab export no package-level variables (error
 // sentinels and the lab's epoch are constants), so nothing another package

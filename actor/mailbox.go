@@ -7,7 +7,7 @@ import (
 )
 
 // DefaultMailboxCapacity is the bound of a process mailbox unless
-// WithMailbox says otherwise (seed 003: default capacity 64).
+// WithMailbox says otherwise (the OTP contract: default capacity 64).
 const DefaultMailboxCapacity = 64
 
 // ErrMailboxFull is returned by TrySend (and TryCast) when the mailbox holds

@@ -4,7 +4,7 @@ import (
 	"fmt"
 )
 
-// Severity orders outcomes: Ok < Err < Cancelled < Panicked (seed 003 INV-6A).
+// Severity orders outcomes: Ok < Err < Cancelled < Panicked (the OTP contract INV-6A).
 type Severity uint8
 
 const (

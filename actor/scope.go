@@ -34,7 +34,7 @@ func (e *NotQuiescentError) Error() string {
 
 func (e *NotQuiescentError) Unwrap() error { return e.Cause }
 
-// Scope owns processes and sub-scopes (seed 003's region). Every process
+// Scope owns processes and sub-scopes (the OTP contract's region). Every process
 // belongs to exactly one scope and cannot outlive it: Close cancels what is
 // left, waits until no process goroutine remains, runs the finalizers and
 // only then returns (INV-1).

@@ -19,7 +19,7 @@ import (
 	"github.com/orrery-run/orrery/actor"
 )
 
-// TestNoAmbientTimeOrRandomness enforces the executor seam (DESIGN: actor/,
+// TestNoAmbientTimeOrRandomness enforces the executor seam (the house rule: actor/,
 // supervisor/ and registry/ never read the machine's clock, sleep, arm timers
 // or draw randomness directly): the lab must be able to replace all of it.
 // executor_real.go is the production side of the seam and the only exception.

@@ -1,4 +1,4 @@
-// Package event owns the durable record of seed 001 (the Execution Semantics
+// Package event owns the durable record of the execution semantics contract (the Execution Semantics
 // Contract v2.0.0) and the bytes that represent it:
 //
 //   - Envelope, its fields and Validate: the rules a producer must meet

@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 )
 
-// Envelope is one durable record of seed 001. The Go field names follow the
+// Envelope is one durable record of the execution semantics contract. The Go field names follow the
 // contract's wire names (eventId, streamId, ...). There is deliberately no
 // occurredAt: source event-time, when a domain has one, lives in the payload
 // as sourceOccurredAt (see SourceOccurredAt).
@@ -81,7 +81,7 @@ type wireEnvelope struct {
 }
 
 // Normalize applies the producer defaults: EngineAttemptID becomes 1 when it
-// is 0 (seed 001 §3.3: the provider exposes no engine attempts), an empty
+// is 0 (the execution semantics contract §3.3: the provider exposes no engine attempts), an empty
 // IdempotencyKey is computed from the key fields, and both times are
 // converted to UTC without a monotonic reading, which is the form
 // DecodeEnvelope returns. It never reads a clock and touches nothing else.
@@ -124,7 +124,7 @@ func (e *Envelope) VerifyKey() error {
 	return nil
 }
 
-// Validate checks the envelope against seed 001 as a producer must before
+// Validate checks the envelope against the execution semantics contract as a producer must before
 // append, and returns the first violation, in schema order, as a
 // *ValidationError matching ErrInvalidEnvelope:
 //

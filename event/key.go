@@ -6,11 +6,11 @@ import (
 	"strconv"
 )
 
-// RunStepID is the stepIdNormalized that seed 001 §3.1 writes into the key of
+// RunStepID is the stepIdNormalized that the execution semantics contract §3.1 writes into the key of
 // run-level events.
 const RunStepID = "RUN"
 
-// IdempotencyKey returns the idempotency key of seed 001 §3.1:
+// IdempotencyKey returns the idempotency key of the execution semantics contract §3.1:
 //
 //	SHA256(runId | stepIdNormalized | logicalAttemptId | eventType | planId | planVersion)
 //

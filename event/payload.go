@@ -8,7 +8,7 @@ import (
 )
 
 // SourceOccurredAtKey is the payload map key that carries source event-time
-// (seed 001 §2.3). It is a payload convention, never an envelope field.
+// (the execution semantics contract §2.3). It is a payload convention, never an envelope field.
 const SourceOccurredAtKey = "sourceOccurredAt"
 
 // ErrPayloadNotMap: the payload is not a CBOR map.

@@ -1,6 +1,6 @@
 package event
 
-// Run-level lifecycle event types (seed 001 §5). RunQueued is owned by
+// Run-level lifecycle event types (the execution semantics contract §5). RunQueued is owned by
 // admission control and is run-level too.
 const (
 	RunQueued    = "RunQueued"
@@ -12,7 +12,7 @@ const (
 	RunCancelled = "RunCancelled"
 )
 
-// Step-level lifecycle event types (seed 001 §5).
+// Step-level lifecycle event types (the execution semantics contract §5).
 const (
 	StepStarted   = "StepStarted"
 	StepCompleted = "StepCompleted"
@@ -21,7 +21,7 @@ const (
 )
 
 // IsRunLevel reports whether eventType is one of the run-level lifecycle
-// types of seed 001 v2.0.0. The set is part of the idempotency-key contract
+// types of the execution semantics contract v2.0.0. The set is part of the idempotency-key contract
 // (see IdempotencyKey), so it changes only with a major contract version.
 func IsRunLevel(eventType string) bool {
 	switch eventType {
@@ -32,7 +32,7 @@ func IsRunLevel(eventType string) bool {
 }
 
 // IsStepLevel reports whether eventType is one of the step-level lifecycle
-// types of seed 001 v2.0.0.
+// types of the execution semantics contract v2.0.0.
 func IsStepLevel(eventType string) bool {
 	switch eventType {
 	case StepStarted, StepCompleted, StepFailed, StepSkipped:
@@ -41,6 +41,6 @@ func IsStepLevel(eventType string) bool {
 	return false
 }
 
-// IsKnown reports whether eventType is a lifecycle type of seed 001 v2.0.0.
+// IsKnown reports whether eventType is a lifecycle type of the execution semantics contract v2.0.0.
 // Unknown types are legal: projectors must tolerate future types (§4.3).
 func IsKnown(eventType string) bool { return IsRunLevel(eventType) || IsStepLevel(eventType) }

@@ -11,7 +11,7 @@
 //     next timer when nothing is runnable, and faults (Faults, BUGGIFY) are
 //     drawn from their own seeded stream. The same seed gives the same
 //     schedule, the same trace and the same fingerprint, byte for byte
-//     (seed 003 INV-8).
+//     (the OTP contract INV-8).
 //   - Runs (Run, RunChecked): a Scenario on a fresh actor.System, then the
 //     system's close, then the oracles. The trace ([]Event) holds virtual
 //     times and spawn-order process ids only, never a wall-clock value or an

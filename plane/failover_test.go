@@ -91,7 +91,7 @@ func failoverRun(r *rig, f, A, B string, failover bool) (state []byte, err error
 	return s.State, err
 }
 
-// TestLeaseFailoverByteIdentical (seed 002): worker A loses its lease
+// TestLeaseFailoverByteIdentical (the runtime plane contract): worker A loses its lease
 // halfway through a workload and worker B resumes the world from its
 // baseline plus the journal tail; the end state is byte for byte the one
 // of a run without failover.
@@ -114,7 +114,7 @@ func TestLeaseFailoverByteIdentical(t *testing.T) {
 	})
 }
 
-// TestTimerSurvivesCrashAndMigration (seed 002): a timer set by a world on
+// TestTimerSurvivesCrashAndMigration (the runtime plane contract): a timer set by a world on
 // worker A survives A's crash, fires once after the world moved to worker
 // B, and B applies its firing exactly once. The firing is driven through
 // the store's ClaimDue and Fire, as the timer worker does.
@@ -191,7 +191,7 @@ func TestTimerSurvivesCrashAndMigration(t *testing.T) {
 	})
 }
 
-// TestForkBootsAtSnapshotWithoutPendingEffects (seed 002): a fork boots at
+// TestForkBootsAtSnapshotWithoutPendingEffects (the runtime plane contract): a fork boots at
 // exactly the source snapshot's state, with no pending effects, timers or
 // awaited intents, and runs on its own without re-publishing the source's
 // effects.

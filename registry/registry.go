@@ -1,8 +1,8 @@
 // Package registry maps names to processes, with each name held as a lease
-// obligation (seed 003: Registry, Registry Lease, INV-3, INV-5, INV-8).
+// obligation (the OTP contract: Registry, Registry Lease, INV-3, INV-5, INV-8).
 //
 // A Registry is a value: create one with New and pass it explicitly to
-// whoever may name processes (the capability of seed 003 §6.3). There is no
+// whoever may name processes (the capability of the OTP contract §6.3). There is no
 // package-level registry and no ambient process table, so two registries
 // never see each other's names.
 //
@@ -29,7 +29,7 @@
 // What it never does: read the machine clock, sleep, start goroutines or use
 // math/rand (TTL timers go through the actor.Executor seam), stop or signal
 // the processes it names (an expired lease only unbinds the name), or
-// distribute names beyond one OS process (seed 003 NG-1).
+// distribute names beyond one OS process (the OTP contract NG-1).
 //
 // Server and Actor build name references that resolve at each use, so a call
 // by name reaches whichever process holds the name now, and an unbound name

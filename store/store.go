@@ -1,7 +1,7 @@
 // Package store defines Orrery's persistence plane: the append authority
-// (seed 001), leases with fencing epochs, the durable inbox, the effect and
+// (the execution semantics contract), leases with fencing epochs, the durable inbox, the effect and
 // timer queues, fabric delivery, snapshots, worlds, projector watermarks and
-// dedupe retention (seed 002, protocols A–F). It owns the interfaces and the
+// dedupe retention (the runtime plane contract, protocols A–F). It owns the interfaces and the
 // typed errors; the backends (store/memstore, store/sqlite, store/postgres)
 // implement them, and store/storetest is the one conformance suite all of
 // them pass unchanged.
@@ -118,9 +118,9 @@ type Fence struct {
 	Epoch uint64
 }
 
-// ---- the append authority (seed 001) ----
+// ---- the append authority (the execution semantics contract) ----
 
-// Record is one journal entry: the seed 001 envelope, defined once in
+// Record is one journal entry: the event envelope of the execution semantics contract, defined once in
 // event/ (its validation, idempotency key and canonical payload encoding
 // live there). The store treats Payload as opaque bytes.
 type Record = event.Envelope
@@ -175,7 +175,7 @@ type Appended struct {
 	// Conflict is true when Idempotent and the stored record differs from
 	// the one offered: another eventType, or another payload (compared by
 	// SHA-256, which the store keeps with the key, also after compaction).
-	// The stored record wins (seed 001 §3.2); a world runtime raises a
+	// The stored record wins (the execution semantics contract §3.2); a world runtime raises a
 	// non-determinism error on it.
 	Conflict bool
 }
@@ -198,7 +198,7 @@ type Journal interface {
 	// a forked or seeded world, the snapshot height until the first append).
 	Head(ctx context.Context, stream string) (uint64, error)
 	// ReadWindow returns up to limit events of stream with from <= persistedAt
-	// < to, in runSeq order: the audit window (seed 001 §2.2).
+	// < to, in runSeq order: the audit window (the execution semantics contract §2.2).
 	ReadWindow(ctx context.Context, stream string, from, to time.Time, limit int) ([]Record, error)
 }
 
@@ -230,7 +230,7 @@ type TimerSet struct {
 //     new head).
 //
 // The inbox items up to NewCursor count as drained (their dedupe keys
-// complete, see Dedupe). This one transaction is why seed 002's crash
+// complete, see Dedupe). This one transaction is why the runtime plane contract's crash
 // window "after journal append, before effect publish" cannot happen.
 type CommitBatch struct {
 	ExpectedCursor uint64

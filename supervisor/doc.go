@@ -5,7 +5,7 @@
 //
 // A supervisor is an actor.Server process. It starts its children in the
 // scope of its own process (so no child outlives it), monitors each one, and
-// decides on every Down. Decisions are monotone (seed 003 INV-6, INV-6B):
+// decides on every Down. Decisions are monotone (the OTP contract INV-6, INV-6B):
 //
 //   - a Panicked child is never restarted; the supervisor stops every other
 //     child and exits Panicked, whatever the child's containment;

@@ -32,7 +32,7 @@
 // # What it owns
 //
 //   - Definitions (New, On, EffectKind): inputs are routed by type name
-//     through actor/dispatch's Table, as seed 004 routes messages; the name
+//     through actor/dispatch's Table, as the dispatcher contract routes messages; the name
 //     is the Go type's, or its WorldType method's.
 //   - The step: (state, height, input) → StepResult. State is canonical
 //     CBOR (event's profile) and its SHA-256 is the state hash. A handler's
@@ -47,7 +47,7 @@
 //     sys/FabricSendReceipt@1), and the wire form of every input kind
 //     (EncodeEvent, EncodeCall, EncodeReceipt, EncodeTimerFired,
 //     EncodeFabric).
-//   - The journal record of each step, a seed 001 envelope, and Replay,
+//   - The journal record of each step, an event envelope (the execution semantics contract), and Replay,
 //     which re-runs a journal tail from a snapshot and names the first
 //     height where the definition no longer does what the journal says.
 //   - What the world awaits: the intents whose receipts it has not

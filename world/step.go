@@ -23,7 +23,7 @@ const (
 	// OutcomePanic: the handler panicked; as OutcomeError otherwise.
 	OutcomePanic Outcome = "panic"
 	// OutcomeUnknownInput: no handler for the input's kind or type
-	// (seed 004 §5: dropped). Recorded, and nothing else happens.
+	// (the dispatcher contract §5: dropped). Recorded, and nothing else happens.
 	OutcomeUnknownInput Outcome = "unknown-input"
 	// OutcomeStale: a receipt or timer firing for an intent the world no
 	// longer awaits (already received, cancelled): dropped, so a receipt

@@ -185,7 +185,7 @@ type FabricDelivery struct {
 }
 
 // FabricMessage turns a fabric.send intent into its delivery, with
-// message_id = intent_hash (seed 002 §6; a policy that overrides it calls
+// message_id = intent_hash (the runtime plane contract §6; a policy that overrides it calls
 // EncodeFabric itself).
 func FabricMessage(it Intent) (FabricDelivery, error) {
 	if it.Kind != KindFabricSend {

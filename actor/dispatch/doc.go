@@ -1,4 +1,4 @@
-// Package dispatch is the seed 004 runtime: a single-authority dispatcher that
+// Package dispatch is the runtime of the dispatcher contract: a single-authority dispatcher that
 // pulls typed messages from its own mailbox, resolves one handler per message
 // type, and runs handlers strictly one at a time in mailbox (FIFO) order.
 //
@@ -11,7 +11,7 @@
 //
 //   - The mailbox: an unbounded (optionally bounded) FIFO that [Runtime.Deliver]
 //     appends to. The mailbox is passive data; it never calls the runtime.
-//     It is not an actor mailbox on purpose: seed 004 §7 says Deliver always
+//     It is not an actor mailbox on purpose: the dispatcher contract §7 says Deliver always
 //     enqueues and never blocks (an actor mailbox is bounded, 64 by default),
 //     and [Stats] is one consistent snapshot of the mailbox and the counters
 //     under one lock. Its full error is the actor layer's ErrMailboxFull.
@@ -20,7 +20,7 @@
 //   - The loop: exactly one actor process at a time (a task of the scope
 //     given [WithScope], or of a private actor.System), started by the first
 //     Start, that repeats dequeue → resolve → execute and parks on an
-//     [actor.Parker] when the mailbox is empty (seed 004 §4 leaves idle
+//     [actor.Parker] when the mailbox is empty (the dispatcher contract §4 leaves idle
 //     behaviour to the runtime; this one parks, it never polls). As a
 //     process it belongs to a scope, is traced, is stopped when its scope
 //     closes, and can be started under a supervisor.
@@ -34,7 +34,7 @@
 //     goroutine per message, and never runs two handlers at once.
 //   - It never reports a handler's outcome to whoever delivered the message:
 //     Deliver only says whether the message was enqueued. There is no
-//     request–response, no retry, no dead letter, no durability (seed 004
+//     request–response, no retry, no dead letter, no durability (the dispatcher contract
 //     §§10–11); those belong to the layers above (world/, workflow/).
 //   - It never drains on Stop (§8): Stop halts the loop, and messages still in
 //     the mailbox are not executed.
@@ -42,7 +42,7 @@
 //     goroutine start and blocking point goes through the [actor.Executor]
 //     seam, so the lab can run it deterministically.
 //
-// # Mapping to seed 004
+// # Mapping to the dispatcher contract
 //
 //	§3, §4  Runtime.loop pulls from mailbox; one process; sequential.
 //	§5      Table (setup time, ≤ 1 handler per type; Runtime.Register fills

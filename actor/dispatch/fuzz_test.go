@@ -20,7 +20,7 @@ type fuzzOp struct {
 	mode byte // 0 ok, 1 error, 2 panic, 3 runtime.Goexit
 }
 
-// FuzzDeliverOrder (seed 004 §§5, 6, 9, 12) delivers a random script of
+// FuzzDeliverOrder (the dispatcher contract §§5, 6, 9, 12) delivers a random script of
 // messages over registered and unregistered types, with handlers that
 // succeed, fail, panic or Goexit, starting the runtime at a random point.
 // It asserts that registered messages execute exactly once each, in delivery

@@ -2,7 +2,7 @@ package dispatch
 
 // mailbox is the runtime's FIFO: a growable ring. It is plain data guarded by
 // the Runtime's mutex and holds no reference to the runtime, which is what
-// makes processing pull-based (seed 004 §4): the mailbox cannot push.
+// makes processing pull-based (the dispatcher contract §4): the mailbox cannot push.
 //
 // The ring grows by doubling and shrinks by halving once it is at most a
 // quarter full, so an unbounded burst does not pin its memory after the loop

@@ -17,7 +17,7 @@ type Message struct {
 	Payload any
 }
 
-// Handler is the behaviour registered for one message type (seed 004's
+// Handler is the behaviour registered for one message type (the dispatcher contract's
 // actor.handle). The runtime calls it on its loop goroutine, one message at a
 // time, and waits for it to return.
 //
@@ -30,10 +30,10 @@ type Handler func(ctx context.Context, msg Message) error
 
 const (
 	// ErrDuplicateHandler is returned by Register when the message type
-	// already has a handler: each type maps to at most one (seed 004 §5).
+	// already has a handler: each type maps to at most one (the dispatcher contract §5).
 	ErrDuplicateHandler = sentinel("dispatch: message type already has a handler")
 	// ErrRegisterAfterStart is returned by Register once Start has been
-	// called: registration is a setup-time operation (seed 004 §5).
+	// called: registration is a setup-time operation (the dispatcher contract §5).
 	ErrRegisterAfterStart = sentinel("dispatch: register after start")
 	// ErrNilHandler is returned by Register for a nil Handler.
 	ErrNilHandler = sentinel("dispatch: nil handler")
@@ -107,7 +107,7 @@ type Stats struct {
 	InFlight  int    // pulled and not yet consumed: 0 or 1
 }
 
-// Runtime is the seed 004 dispatcher. Create it with New, Register handlers,
+// Runtime is the dispatcher of the dispatcher contract. Create it with New, Register handlers,
 // then Start it; Deliver may be called at any time, from any goroutine.
 // A Runtime is single-use: once stopped it cannot be started again.
 type Runtime struct {
@@ -200,7 +200,7 @@ func (r *Runtime) Register(messageType string, h Handler) error {
 //
 // The returned error concerns enqueueing only: nil means msg is in the
 // mailbox; ErrStopped or ErrMailboxFull mean it is not. Whether msg is later
-// executed, fails or is dropped is never reported to the caller (seed 004
+// executed, fails or is dropped is never reported to the caller (the dispatcher contract
 // §3, §6, §11).
 func (r *Runtime) Deliver(msg Message) error {
 	r.mu.Lock()
@@ -272,7 +272,7 @@ func (r *Runtime) spawn(prev outcome) {
 
 // Stop halts the loop: it cancels the context of the handler in flight, if
 // any, lets the loop finish that handler, and returns once the loop goroutine
-// has exited. Messages still in the mailbox are not executed (seed 004 §8:
+// has exited. Messages still in the mailbox are not executed (the dispatcher contract §8:
 // no drain). After Stop, Deliver returns ErrStopped.
 //
 // Stop returns ctx's error if ctx ends first (for instance because a handler
@@ -302,7 +302,7 @@ func (r *Runtime) Stop(ctx context.Context) error {
 }
 
 // Stats returns a consistent snapshot of the counters. It only reads; it
-// never changes what or when anything executes (seed 004 §12).
+// never changes what or when anything executes (the dispatcher contract §12).
 func (r *Runtime) Stats() Stats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -344,7 +344,7 @@ func (r *Runtime) loop(ctx context.Context, prev outcome) {
 		// Nothing panics out of execute, so the goroutine is unwinding
 		// through runtime.Goexit called by the handler in flight. Goexit
 		// cannot be stopped (it ends this process, Panicked), but the
-		// runtime must not halt (seed 004 §6): the message is consumed as
+		// runtime must not halt (the dispatcher contract §6): the message is consumed as
 		// panicked and a fresh process takes over the loop, recording that
 		// outcome first.
 		r.logError("dispatch: handler exited its goroutine", false, slog.String("type", cur))
@@ -364,7 +364,7 @@ func (r *Runtime) loop(ctx context.Context, prev outcome) {
 		}
 		h, ok := r.handlers.Resolve(msg.Type)
 		if !ok {
-			prev = outcomeDropped // silently (seed 004 §5): no log, no error
+			prev = outcomeDropped // silently (the dispatcher contract §5): no log, no error
 			continue
 		}
 		cur = msg.Type
@@ -447,7 +447,7 @@ func (r *Runtime) execute(parent context.Context, h Handler, msg Message) (out o
 // if withStack (called from a deferred recover, that is the panic's stack).
 // The stack is only captured when the record will be emitted. A log handler
 // that panics is contained here: observability must not alter execution
-// (seed 004 §12).
+// (the dispatcher contract §12).
 func (r *Runtime) logError(msg string, withStack bool, attrs ...slog.Attr) {
 	defer func() { _ = recover() }()
 	ctx := context.Background()

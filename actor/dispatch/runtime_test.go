@@ -1,4 +1,4 @@
-// Tests of the seed 004 runtime contract. Each MUST / MUST NOT of §§3–9 has a
+// Tests of the dispatcher contract. Each MUST / MUST NOT of §§3–9 has a
 // test named after it; a few tests pin choices the seed leaves open.
 //
 //	§3 MUST pull messages from the mailbox       TestMustPullMessagesFromMailbox

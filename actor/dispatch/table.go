@@ -2,7 +2,7 @@ package dispatch
 
 import "slices"
 
-// Table is the type-to-handler resolution of seed 004 (§5), apart from any
+// Table is the type-to-handler resolution of the dispatcher contract (§5), apart from any
 // loop: each message type maps to at most one handler, handlers are
 // registered at setup time, and Freeze ends setup. Resolve is a map lookup:
 // it starts no goroutine, reads no clock and does no I/O, so a pure,
@@ -46,7 +46,7 @@ func (t *Table[H]) Freeze() { t.frozen = true }
 func (t *Table[H]) Frozen() bool { return t.frozen }
 
 // Resolve returns the handler of messageType. ok is false for a type with no
-// handler (including the empty type): seed 004 drops such a message.
+// handler (including the empty type): the dispatcher contract drops such a message.
 func (t *Table[H]) Resolve(messageType string) (h H, ok bool) {
 	h, ok = t.m[messageType]
 	return h, ok

@@ -12,7 +12,7 @@ import (
 )
 
 // The resolution stands alone (issue 8 item 13): a Table resolves a type to
-// its one handler with seed 004 §5's rules, with no runtime, executor or
+// its one handler with the dispatcher contract §5's rules, with no runtime, executor or
 // goroutine, and for any handler type, as the world kernel will use it.
 func TestTableResolvesOneHandlerPerTypeWithoutARuntime(t *testing.T) {
 	type step func(state int) int

@@ -1,4 +1,4 @@
-// Package timer is the durable timer worker (seed 002 protocol E): it
+// Package timer is the durable timer worker (the runtime plane contract protocol E): it
 // claims due timers from the store (ClaimDue), fires each into its
 // world's inbox (Fire, deduplicated by the timer's intent hash), and
 // sleeps until the next due time (NextDue) or until a store.TopicTimers

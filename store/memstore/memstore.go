@@ -12,7 +12,7 @@
 // only through the clock it was given (WithClock; NewManualClock for tests).
 // So it runs under the deterministic lab, whose Parker is a store.Waker.
 //
-// It is also the lab's fault-injection seam for the seed 002 chaos matrix:
+// It is also the lab's fault-injection seam for the runtime plane contract's chaos matrix:
 //
 //   - WithHook installs a function called at the start of every operation,
 //     before anything changes, with the operation's name (the Op of its

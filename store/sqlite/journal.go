@@ -11,7 +11,7 @@ import (
 	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
-// Append is the append authority (seed 001 §6): it runs as one request of a
+// Append is the append authority (the execution semantics contract §6): it runs as one request of a
 // group commit, so concurrent appends to any streams share one fsync. A
 // world's stream is written only under its own fence, a free stream with
 // none (contract.AppendFence), decided in the same transaction.

@@ -12,7 +12,7 @@ import (
 
 // Effects (protocols C and D). Intent hashes are global: Complete and
 // EffectStatus name an intent by its hash alone, so one hash is one intent
-// in the whole store (seed 002 keys the dedupe by intent_hash per universe).
+// in the whole store (the runtime plane contract keys the dedupe by intent_hash per universe).
 func effectTests() []testCase {
 	return []testCase{
 		{"PublishDedupesByIntentHash", testPublishDedupe},
@@ -175,7 +175,7 @@ func testReapEffects(t *testing.T, open Factory) {
 			again = it
 		}
 	}
-	// Requeued, not re-published: the same queue entry (seed 002 moves
+	// Requeued, not re-published: the same queue entry (the runtime plane contract moves
 	// pending/<seq> to inflight/<seq> and back), so it keeps its Seq and
 	// its place ahead of later intents.
 	if again.IntentHash != first[0].IntentHash || again.Attempt != 2 || again.ClaimedBy != "adapter-2" || again.World != "w" || again.Seq != first[0].Seq {

@@ -12,7 +12,7 @@ import (
 	"github.com/orrery-run/orrery/store"
 )
 
-// Fencing (seed 002 "Leases and fencing", DESIGN "Leases and fencing"):
+// Fencing (the runtime plane contract, "Leases and fencing"):
 // every mutation of a world's durable state carries the lease epoch and the
 // store checks it in the same transaction as the write.
 //

@@ -141,7 +141,7 @@ func testIndependentStreams(t *testing.T, open Factory) {
 }
 
 // The producer's StreamID, RunSeq and PersistedAt are ignored: the append
-// authority assigns them (seed 001 §2.2).
+// authority assigns them (the execution semantics contract §2.2).
 func testPersistedAtByStore(t *testing.T, open Factory) {
 	f := setup(t, open)
 	r := rec("a")
