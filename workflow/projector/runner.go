@@ -322,50 +322,58 @@ func (r *Runner) stream(ctx context.Context, s string) (progress bool, err error
 func (r *Runner) deliver(ctx context.Context, b *binding, s string, c *cursor, e event.Envelope) (moved bool, err error) {
 	k := markKey{b.name, s}
 	old := c.mark
-	stop := func(err error) (bool, error) {
+	// stop ends the binding's part of this pass; the next pass reads the
+	// watermark afresh.
+	stop := func() {
 		c.active = false
 		delete(r.cache, k)
-		if errors.Is(err, store.ErrWatermarkConflict) {
-			// Another runner moved it: not a failure, and the next pass
-			// reads where it is now.
-			return moved, nil
+	}
+	// cas moves the watermark from old to next. Losing it to another
+	// runner is not a failure: that runner has the event.
+	cas := func(from, to uint64) (ok bool, err error) {
+		err = b.marks.CASWatermark(ctx, b.name, s, from, to)
+		if err == nil {
+			return true, nil
 		}
-		return moved, err
+		stop()
+		if errors.Is(err, store.ErrWatermarkConflict) {
+			return false, nil
+		}
+		return false, err
 	}
 	advance := func() {
 		c.mark = e.RunSeq
 		r.cache[k] = e.RunSeq
-		moved = true
 	}
-	switch r.cfg.Delivery {
-	case ApplyFirst:
-		if err := r.apply(ctx, b, s, e); err != nil {
-			return stop(err)
+	if r.cfg.Delivery == ApplyFirst {
+		if aerr := r.apply(ctx, b, s, e); aerr != nil {
+			stop()
+			return false, aerr
 		}
-		if err := b.marks.CASWatermark(ctx, b.name, s, old, e.RunSeq); err != nil {
-			return stop(err)
+		ok, err := cas(old, e.RunSeq)
+		if ok {
+			advance()
 		}
-		advance()
-		return moved, nil
-	default: // ClaimFirst
-		if err := b.marks.CASWatermark(ctx, b.name, s, old, e.RunSeq); err != nil {
-			return stop(err)
-		}
-		advance()
-		aerr := r.apply(ctx, b, s, e)
-		if aerr == nil {
-			return moved, nil
-		}
-		gctx, cancel := actor.WithTimeout(context.WithoutCancel(ctx), r.cfg.Executor, giveBackTimeout)
-		defer cancel()
-		if gerr := b.marks.CASWatermark(gctx, b.name, s, e.RunSeq, old); gerr != nil {
-			aerr.Lost = true
-			aerr.Err = errors.Join(aerr.Err, fmt.Errorf("giving the claim back: %w", gerr))
-		} else {
-			moved = false
-		}
-		return stop(aerr)
+		return ok, err
 	}
+	// ClaimFirst.
+	if ok, err := cas(old, e.RunSeq); !ok {
+		return false, err
+	}
+	advance()
+	aerr := r.apply(ctx, b, s, e)
+	if aerr == nil {
+		return true, nil
+	}
+	stop()
+	gctx, cancel := actor.WithTimeout(context.WithoutCancel(ctx), r.cfg.Executor, giveBackTimeout)
+	defer cancel()
+	if gerr := b.marks.CASWatermark(gctx, b.name, s, e.RunSeq, old); gerr != nil {
+		aerr.Lost = true
+		aerr.Err = errors.Join(aerr.Err, fmt.Errorf("giving the claim back: %w", gerr))
+		return true, aerr
+	}
+	return false, aerr
 }
 
 // apply calls the projector with its own copy of the payload (projectors
