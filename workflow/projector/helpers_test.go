@@ -3,7 +3,6 @@ package projector_test
 import (
 	"context"
 	"strconv"
-	"testing"
 	"time"
 
 	"github.com/orrery-run/orrery/event"
@@ -60,7 +59,7 @@ func envelope(tb fataler, id, plan string, ver uint64, s spec) event.Envelope {
 }
 
 // appendFree appends specs to a free stream (a run no world owns).
-func appendFree(tb testing.TB, st store.Journal, id string, specs ...spec) []store.Appended {
+func appendFree(tb fataler, st store.Journal, id string, specs ...spec) []store.Appended {
 	tb.Helper()
 	evs := make([]event.Envelope, len(specs))
 	for i, s := range specs {
