@@ -82,3 +82,10 @@ func steps(from, n int) []spec {
 	}
 	return out
 }
+
+// cancelled returns a context that has ended.
+func cancelled() context.Context {
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	return ctx
+}
