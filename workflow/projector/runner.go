@@ -309,6 +309,9 @@ func (r *Runner) stream(ctx context.Context, s string) (progress bool, err error
 				}
 				live = live || c.active
 			}
+			if !live {
+				break // every binding stopped: the rest waits for the next pass
+			}
 		}
 		if len(evs) < r.batch {
 			break
