@@ -27,6 +27,15 @@
 //     and the move, or a second runner racing it, hands the same event over
 //     again. Either way a projector should treat a repeat as the no-op it
 //     is (see below).
+//   - Two runners of one durable projector at once split its events between
+//     them, each event applied once under ClaimFirst, but they do not share
+//     one order: one may apply an event while the other still applies the
+//     one before. A projection whose transitions depend on order runs one
+//     runner at a time (the watermark CAS keeps a second one harmless, not
+//     useful).
+//   - There is no journal notification to wait on, so Run polls, backing
+//     off on the executor's clock while nothing moves; a producer in the
+//     same process calls Notify after an append to be projected at once.
 //
 // # The rules a projection keeps
 //
@@ -35,9 +44,10 @@
 // so the built-in projections check for themselves: an event whose key the
 // stream already delivered is a no-op, an event at or below the last runSeq
 // they applied for the stream is a no-op, an unknown type is a no-op, and a
-// payload they cannot read is read as empty. None of them returns an error
-// for what an event says; Apply fails only when the projection itself
-// cannot go on.
+// payload they cannot read is read as empty. A failure's error is read
+// from its payload, a CBOR map whose "error" entry is text (or a map with a
+// "message" text entry). None of them returns an error for what an event
+// says; Apply fails only when the projection itself cannot go on.
 //
 // # Where watermarks live
 //
