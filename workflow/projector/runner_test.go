@@ -512,3 +512,34 @@ func TestNewRunnerRejectsBadConfig(t *testing.T) {
 		t.Fatalf("Watermark of an unknown projector: %v", err)
 	}
 }
+
+// TestMemWatermarksKeepTheStoreContract: a watermark never set is 0, a
+// CAS from a stale value is store.ErrWatermarkConflict and changes
+// nothing, and pairs are independent; the zero value is ready.
+func TestMemWatermarksKeepTheStoreContract(t *testing.T) {
+	var w projector.MemWatermarks
+	if v, err := w.GetWatermark(bg, "p", "s"); v != 0 || err != nil {
+		t.Fatalf("unset watermark %d, %v", v, err)
+	}
+	if err := w.CASWatermark(bg, "p", "s", 0, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.CASWatermark(bg, "p", "s", 0, 7); !errors.Is(err, store.ErrWatermarkConflict) {
+		t.Fatalf("stale CAS: %v", err)
+	}
+	if v, _ := w.GetWatermark(bg, "p", "s"); v != 5 {
+		t.Fatalf("after a conflict: %d, want 5", v)
+	}
+	if v, _ := w.GetWatermark(bg, "p", "other"); v != 0 {
+		t.Fatalf("another stream: %d", v)
+	}
+	if v, _ := w.GetWatermark(bg, "q", "s"); v != 0 {
+		t.Fatalf("another projector: %d", v)
+	}
+	if _, err := w.GetWatermark(cancelled(), "p", "s"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Get: %v", err)
+	}
+	if err := w.CASWatermark(cancelled(), "p", "s", 5, 6); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled CAS: %v", err)
+	}
+}
