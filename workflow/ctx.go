@@ -68,6 +68,13 @@ func (c *Ctx) begin(kind, base string) (string, *stepHist, error) {
 	c.next++
 	steps := c.r.h.steps
 	if k >= len(steps) {
+		if c.r.replay {
+			if c.r.h.terminal != nil && c.r.h.terminal.EventType != event.RunCancelled {
+				c.div = &DivergenceError{RunID: c.r.id, StepIndex: k, Got: id, Reason: "the run recorded no more steps"}
+				return "", nil, c.div
+			}
+			return "", nil, c.halt(&stop{kind: stopError, cause: detail("step " + id + " is not recorded")})
+		}
 		return id, nil, nil
 	}
 	h := steps[k]
@@ -77,6 +84,8 @@ func (c *Ctx) begin(kind, base string) (string, *stepHist, error) {
 	case h.kind != kind:
 		c.div = &DivergenceError{RunID: c.r.id, StepIndex: k, Recorded: h.id, Got: id,
 			Reason: "recorded as a " + h.kind + " step, asked for as a " + kind + " step"}
+	case c.r.replay && h.completed == nil && h.final == nil:
+		return "", nil, c.halt(&stop{kind: stopError, cause: detail("step " + id + " is not recorded as ended")})
 	default:
 		return id, h, nil
 	}

@@ -49,9 +49,8 @@ type DivergenceError struct {
 	RunID string
 	// StepIndex is the 0-based position of the step in the run's order.
 	StepIndex int
-	// Recorded is the step id the run recorded at StepIndex ("" when the
-	// function asked for more steps than were recorded, which is never a
-	// divergence, so Recorded is empty only in Reason-bearing cases).
+	// Recorded is the step id the run recorded at StepIndex ("" when a
+	// replay of an ended run asks for a step beyond its recorded ones).
 	Recorded string
 	// Got is the step id the function asked for ("" when it returned
 	// before asking for the recorded step).

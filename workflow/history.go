@@ -14,6 +14,7 @@ type history struct {
 	events   int
 	queued   bool
 	started  bool
+	input    []byte // from RunStarted
 	terminal *event.Envelope
 	steps    []*stepHist
 	byID     map[string]*stepHist
@@ -81,6 +82,7 @@ func (h *history) apply(e *event.Envelope) error {
 		h.queued = true
 	case event.RunStarted:
 		h.started = true
+		h.input = p.(runStart).Input
 	case event.RunPaused, event.RunResumed:
 		c := p.(runControl)
 		if c.Control != 0 {

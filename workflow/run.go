@@ -120,6 +120,7 @@ type runner struct {
 	scope   *actor.Scope // where step races run (nil for the operator)
 	def     Workflow
 	observe func(Event)
+	replay  bool // Replay: answer recorded steps only, touch no store
 
 	h      *history
 	start  *startItem

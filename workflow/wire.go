@@ -115,6 +115,12 @@ type stepSkipped struct {
 	Reason string `cbor:"reason"`
 }
 
+// runStart is the payload of RunStarted: the run's input, so that the
+// stream alone replays the run (Replay).
+type runStart struct {
+	Input cbor.RawMessage `cbor:"input"`
+}
+
 // runControl is the payload of RunPaused and RunResumed. Control is the
 // inbox seq of the request it records (0 when the run was resumed without
 // one, by an operator's status change); sourceOccurredAt is when the
@@ -220,7 +226,15 @@ func DecodeStepPayload(eventType string, payload []byte) (any, error) {
 		if err = event.Unmarshal(payload, &p); err == nil {
 			return p, nil
 		}
-	case event.RunQueued, event.RunStarted:
+	case event.RunStarted:
+		var p runStart
+		if err = event.Unmarshal(payload, &p); err == nil {
+			if len(p.Input) == 0 {
+				return nil, errorf("decode", ErrInvalid, "", detail("RunStarted has no input"))
+			}
+			return p, nil
+		}
+	case event.RunQueued:
 		var p map[string]cbor.RawMessage
 		if err = event.Unmarshal(payload, &p); err == nil {
 			return p, nil

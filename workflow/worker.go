@@ -550,7 +550,7 @@ func (r *runner) execute(ctx context.Context) *stop {
 		}
 	}
 	if !r.h.started {
-		if err := r.event(ctx, event.RunStarted, "", 1, nil); err != nil {
+		if err := r.event(ctx, event.RunStarted, "", 1, runStart{Input: r.start.Input}); err != nil {
 			return r.failed(ctx, "start", err)
 		}
 	}
