@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -250,10 +251,16 @@ func decodeItem(it store.InboxItem) item {
 			out.control = &c
 		}
 	case store.KindReceipt:
+		// A receipt the run cannot read still ends its effect's attempt
+		// (as an error): the store delivers one terminal receipt per
+		// intent, so waiting for a better one would wait forever.
 		var rc world.Receipt
-		if err := world.Decode(it.Payload, &rc); err == nil {
-			out.receipt = &rc
+		if err := world.Decode(it.Payload, &rc); err != nil || rc.IntentHash == "" ||
+			len(rc.Body) > 0 && event.IsCanonical(rc.Body) != nil {
+			hash, _, _ := strings.Cut(strings.TrimPrefix(it.DedupeKey, store.ReceiptKeyPrefix), "#")
+			rc = world.Receipt{IntentHash: hash, Status: world.StatusError}
 		}
+		out.receipt = &rc
 	case store.KindTimer:
 		var tp timerPayload
 		if err := event.Unmarshal(it.Payload, &tp); err == nil {

@@ -256,10 +256,15 @@ func decodeStart(b []byte) (startItem, error) {
 	return s, nil
 }
 
-// DecodeSignal decodes a signal item's payload: its name and its value's
-// canonical CBOR. Every failure is an *event.DecodeError or matches
+// DecodeSignal decodes a signal item's payload (canonical CBOR): its name
+// and its value's canonical CBOR. Every failure is an *event.DecodeError or matches
 // ErrInvalid.
 func DecodeSignal(payload []byte) (name string, value []byte, err error) {
+	// Canonical as a whole, so the value recorded from it is canonical
+	// too (a step's record must be).
+	if err := event.IsCanonical(payload); err != nil {
+		return "", nil, err
+	}
 	var s signalItem
 	if err := event.Unmarshal(payload, &s); err != nil {
 		return "", nil, err

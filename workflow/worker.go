@@ -85,7 +85,15 @@ type Worker struct {
 	runs    map[string]*heldRun
 	queued  map[string]bool   // runs whose RunQueued is recorded
 	starts  map[string]uint64 // run id → the version it was started with
+	backoff map[string]retry  // runs that stopped on an error: not before at
 	stopped bool
+}
+
+// retry spaces the attempts at a run that keeps stopping on an error (a
+// store that refuses it, a history this worker cannot read).
+type retry struct {
+	n  int
+	at time.Time
 }
 
 // heldRun is a run whose lease this worker holds, with its process.
@@ -110,7 +118,7 @@ func StartWorker(ctx context.Context, scope *actor.Scope, cfg WorkerConfig) (*Wo
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, st: cfg.Store, ex: scope.Executor(), scope: sub,
-		runs: map[string]*heldRun{}, queued: map[string]bool{}, starts: map[string]uint64{}}
+		runs: map[string]*heldRun{}, queued: map[string]bool{}, starts: map[string]uint64{}, backoff: map[string]retry{}}
 	w.park = w.ex.NewParker()
 	w.hint.Store(true)
 	if w.ctl, err = sub.Go("workflow-controller:"+cfg.Worker, w.control); err != nil {
@@ -263,8 +271,18 @@ func (w *Worker) reap() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, id := range sortedKeys(w.runs) {
-		if w.runs[id].done {
-			delete(w.runs, id)
+		hr := w.runs[id]
+		if !hr.done {
+			continue
+		}
+		delete(w.runs, id)
+		if hr.exit != nil && hr.exit.kind == stopError {
+			b := w.backoff[id]
+			b.n++
+			b.at = w.ex.Now().Add(min(w.cfg.RetryAfter<<min(b.n, 16), max(w.cfg.ScanEvery, w.cfg.RetryAfter)))
+			w.backoff[id] = b
+		} else {
+			delete(w.backoff, id)
 		}
 	}
 }
@@ -298,11 +316,12 @@ func (w *Worker) scan(ctx context.Context) error {
 			_, mine := w.runs[rec.ID]
 			full := len(w.runs) >= w.cfg.MaxActiveRuns
 			stopped := w.stopped
+			b, failing := w.backoff[rec.ID]
 			w.mu.Unlock()
 			if stopped {
 				return nil
 			}
-			if mine {
+			if mine || failing && w.ex.Now().Before(b.at) {
 				continue
 			}
 			l, ok, err := w.st.GetLease(ctx, rec.ID)
