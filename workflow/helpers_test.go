@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -76,14 +77,18 @@ func (c *offsetClock) advanceErr(d time.Duration) error { c.advance(d); return n
 func runOn(t *testing.T, backend string, seed uint64, body func(r *rig) error) {
 	t.Helper()
 	if backend == "memstore" {
-		res := lab.Run(lab.Config{Seed: seed, Name: t.Name()}, func(env *lab.Env) error {
-			st := memstore.New(memstore.WithClock(env.Lab.Now))
-			return body(&rig{t: t, backend: backend, ctx: env.Ctx, root: env.Root, ex: env.Lab, st: st, mem: st,
-				advance: func(d time.Duration) error { return actor.Sleep(env.Ctx, env.Lab, d) },
-				poll:    10 * time.Millisecond, polls: 100})
-		})
-		if res.Failure != nil {
-			t.Fatalf("seed %d: %v", seed, res.Failure)
+		// ORRERY_SEEDS=N explores N lab seeds from the test's own.
+		n, _ := strconv.Atoi(os.Getenv("ORRERY_SEEDS"))
+		for s := seed; s < seed+uint64(max(n, 1)); s++ {
+			res := lab.Run(lab.Config{Seed: s, Name: t.Name()}, func(env *lab.Env) error {
+				st := memstore.New(memstore.WithClock(env.Lab.Now))
+				return body(&rig{t: t, backend: backend, ctx: env.Ctx, root: env.Root, ex: env.Lab, st: st, mem: st,
+					advance: func(d time.Duration) error { return actor.Sleep(env.Ctx, env.Lab, d) },
+					poll:    10 * time.Millisecond, polls: 100})
+			})
+			if res.Failure != nil {
+				t.Fatalf("seed %d: %v", s, res.Failure)
+			}
 		}
 		return
 	}
