@@ -335,7 +335,6 @@ type gate struct {
 	mu      sync.Mutex
 	open    bool
 	entered int
-	p       actor.Parker
 	waiters []actor.Parker
 	ex      actor.Executor
 }
@@ -478,11 +477,4 @@ func (r *rig) background(name string, f func(ctx context.Context) error) (func()
 		defer mu.Unlock()
 		return errors.Join(err, ferr)
 	}, nil
-}
-
-func must[T any](v T, err error) T {
-	if err != nil {
-		panic(err)
-	}
-	return v
 }

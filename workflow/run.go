@@ -413,37 +413,43 @@ type controlEvent struct {
 
 func (p controlPlan) stops() bool { return p.pause != nil || p.cancel != nil }
 
-// plan reads the run's control requests in inbox order against what the
-// stream recorded of them.
+// plan reads the run's control requests against what the stream recorded
+// of them. Requests are recorded in inbox order, so only those after the
+// last recorded one are new; one before it was not recorded because it
+// asked for nothing (a pause of a paused run, a resume of a running one).
+// A cancel counts wherever it is.
 func (r *runner) plan() controlPlan {
 	var p controlPlan
-	paused, pending := false, false // pending: the pause is a new request
+	var last uint64
 	for i := range r.items {
 		it := &r.items[i]
 		if it.control == nil {
 			continue
 		}
-		recorded := r.h.controls[it.seq]
+		if it.control.Op == opCancel && !r.h.controls[it.seq] {
+			p.cancel = it
+		}
+		if r.h.controls[it.seq] {
+			last = it.seq
+		}
+	}
+	paused := r.h.pauses > r.h.resumes
+	pending := false // the pause is a new request, not a recorded one
+	for i := range r.items {
+		it := &r.items[i]
+		if it.control == nil || it.seq <= last || it == p.cancel {
+			continue
+		}
 		switch it.control.Op {
 		case opPause:
-			if recorded {
-				paused, pending = true, false
-			} else if !paused {
+			if !paused {
 				p.catchUp = append(p.catchUp, controlEvent{typ: event.RunPaused, it: it})
-				paused, pending = true, true
-				p.pause = it
+				paused, pending, p.pause = true, true, it
 			}
 		case opResume:
-			if recorded {
-				paused = false
-			} else if paused {
+			if paused {
 				p.catchUp = append(p.catchUp, controlEvent{typ: event.RunResumed, it: it})
-				paused, p.pause = false, nil
-			}
-		case opCancel:
-			if !recorded {
-				p.cancel = it
-				return p
+				paused, pending, p.pause = false, false, nil
 			}
 		}
 	}
@@ -451,9 +457,6 @@ func (r *runner) plan() controlPlan {
 		// Recorded as paused, yet this worker holds the run: it was made
 		// active without a resume request (an operator's status change).
 		p.catchUp = append(p.catchUp, controlEvent{typ: event.RunResumed})
-	}
-	if !paused {
-		p.pause = nil
 	}
 	return p
 }

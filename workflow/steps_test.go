@@ -578,3 +578,71 @@ func TestPauseFencesTheHolderAndResumeContinues(t *testing.T) {
 		return nil
 	})
 }
+
+func TestPauseWithNoHolderIsRecordedByTheClient(t *testing.T) {
+	forEachBackend(t, 18, func(r *rig) error {
+		tl := newTally()
+		def := threeSteps(tl)
+		wfs, err := workflow.NewWorkflows(def)
+		if err != nil {
+			return err
+		}
+		cl, err := r.client(wfs)
+		if err != nil {
+			return err
+		}
+		for _, id := range []string{"by-resume", "by-operator"} {
+			if err := def.Start(r.ctx, cl, id, 1); err != nil {
+				return err
+			}
+			if err := cl.Pause(r.ctx, id, "hold on"); err != nil {
+				return err
+			}
+			if err := cl.Pause(r.ctx, id, "again"); err != nil {
+				return fmt.Errorf("pausing a paused run: %v", err)
+			}
+			evs, err := r.stream(id)
+			if err != nil {
+				return err
+			}
+			if err := sameShapes(evs, []shape{{event.RunPaused, "", 1}}); err != nil {
+				return fmt.Errorf("%s: the client did not record the pause: %w", id, err)
+			}
+			if s, err := cl.Get(r.ctx, id); err != nil || s.Status != workflow.StatusPaused {
+				return fmt.Errorf("%s: %+v, %v", id, s, err)
+			}
+		}
+		if err := cl.Resume(r.ctx, "by-resume", "go on"); err != nil {
+			return err
+		}
+		// An operator's status change without a resume request: the next
+		// holder records the resume itself, once.
+		if _, err := r.st.SetWorldStatus(r.ctx, "by-operator", store.WorldActive, "ops"); err != nil {
+			return err
+		}
+		w, err := r.worker("w", r.handle(), wfs, nil, nil)
+		if err != nil {
+			return err
+		}
+		defer w.Stop(r.ctx)
+		for _, id := range []string{"by-resume", "by-operator"} {
+			if v, err := def.Result(r.ctx, cl, id); err != nil || v != 5 {
+				return fmt.Errorf("%s: result %d, %v", id, v, err)
+			}
+			evs, err := r.stream(id)
+			if err != nil {
+				return err
+			}
+			if err := sameShapes(evs[:3], []shape{{event.RunPaused, "", 1}, {event.RunResumed, "", 1}, {event.RunStarted, "", 1}}); err != nil {
+				return fmt.Errorf("%s: %w", id, err)
+			}
+			if len(evs) != 10 {
+				return fmt.Errorf("%s: %d events, want 10", id, len(evs))
+			}
+			if err := checkEnvelopes(evs, id, "three", 1); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
