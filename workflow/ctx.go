@@ -109,8 +109,8 @@ func decodeAs[T any](c *Ctx, id string, raw []byte, recorded bool) (T, error) {
 	return v, nil
 }
 
-// cborNull is the value of a step with no result (a sleep).
-var cborNull = cbor.RawMessage{0xf6}
+// cborNull is the value of a step with no result (a sleep): CBOR null.
+func cborNull() cbor.RawMessage { return cbor.RawMessage{0xf6} }
 
 // maxMessage bounds a recorded error message.
 const maxMessage = 8 << 10
@@ -314,7 +314,7 @@ func Sleep(c *Ctx, d time.Duration) error {
 	}); err != nil {
 		return err
 	}
-	return c.settle(event.StepCompleted, id, attempt, stepCompleted{Value: cborNull, Seq: seq})
+	return c.settle(event.StepCompleted, id, attempt, stepCompleted{Value: cborNull(), Seq: seq})
 }
 
 // Await waits for the signal name (Client.Signal) and returns its value
@@ -434,7 +434,7 @@ func Effect[T any](c *Ctx, name, kind string, params any, opts ...StepOption) (T
 		case world.StatusOK:
 			v := rc.Body
 			if len(v) == 0 {
-				v = cborNull
+				v = cborNull()
 			}
 			return attemptResult{value: v, seq: got.seq}
 		case world.StatusTimeout:

@@ -300,3 +300,54 @@ func TestChangedStepOrderIsADivergence(t *testing.T) {
 		return nil
 	})
 }
+
+func TestStopReleasesSoAnotherWorkerTakesOverAtOnce(t *testing.T) {
+	onMemstore(t, 19, func(r *rig) error {
+		tl, g := newTally(), newGate(r.ex)
+		def := gated(tl, g)
+		wfs, err := workflow.NewWorkflows(def)
+		if err != nil {
+			return err
+		}
+		cl, err := r.client(wfs)
+		if err != nil {
+			return err
+		}
+		wA, err := r.worker("A", r.handle(), wfs, nil, nil)
+		if err != nil {
+			return err
+		}
+		if err := def.Start(r.ctx, cl, "run", 1); err != nil {
+			return err
+		}
+		if err := r.waitFor("step b running on A", 10*time.Second, func() (bool, error) { return g.entries() == 1, nil }); err != nil {
+			return err
+		}
+		evB := &events{}
+		wB, err := r.worker("B", r.handle(), wfs, evB, nil)
+		if err != nil {
+			return err
+		}
+		defer wB.Stop(r.ctx)
+		if err := wA.Stop(r.ctx); err != nil {
+			return err
+		}
+		stoppedAt := r.ex.Now()
+		g.release()
+		if v, err := def.Result(r.ctx, cl, "run"); err != nil || v != 23 {
+			return fmt.Errorf("result %d, %v", v, err)
+		}
+		acq, ok := evB.find(workflow.EvAcquired, "run")
+		if !ok || acq.Epoch != 2 {
+			return fmt.Errorf("B's acquisition %+v", acq)
+		}
+		// The lease was released: B did not wait for its 2s TTL.
+		if d := acq.At.Sub(stoppedAt); d >= time.Second {
+			return fmt.Errorf("B took the run %v after A stopped", d)
+		}
+		if tl.get("b") != 2 || tl.get("a") != 1 {
+			return fmt.Errorf("executions a=%d b=%d", tl.get("a"), tl.get("b"))
+		}
+		return nil
+	})
+}
