@@ -188,6 +188,9 @@ func (c *Ctx) retrying(id string, h *stepHist, o stepOptions, durable bool, try 
 			return nil, c.halt(res.halt)
 		}
 		if res.failure == nil {
+			if len(res.value) == 0 {
+				res.value = cborNull()
+			}
 			if err := c.settle(event.StepCompleted, id, attempt, stepCompleted{Value: res.value, Seq: res.seq}); err != nil {
 				return nil, err
 			}
@@ -478,6 +481,9 @@ func Child[In, Out any](c *Ctx, def *Def[In, Out], childID string, in In) (Out, 
 	}
 	if err := store.CheckID("child", "run id", childID); err != nil {
 		return zero, errorf("child", ErrInvalid, "", err)
+	}
+	if len(childBase)+len(childID) > maxNameBytes {
+		return zero, errorf("child", ErrInvalid, "", detail(fmt.Sprintf("a child's run id is at most %d bytes", maxNameBytes-len(childBase))))
 	}
 	input, err := event.Marshal(in)
 	if err != nil {
