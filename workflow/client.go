@@ -270,7 +270,7 @@ func (c *Client) Result(ctx context.Context, runID string) ([]byte, error) {
 
 // outcome reads a run's end event.
 func outcome(runID string, e *event.Envelope) ([]byte, error) {
-	p, err := DecodeStepPayload(e.EventType, e.Payload)
+	p, err := decodePayload(e.EventType, e.Payload)
 	if err != nil {
 		return nil, errorf("result", ErrInvalid, runID, err)
 	}

@@ -532,7 +532,7 @@ func Child[In, Out any](c *Ctx, def *Def[In, Out], childID string, in In) (Out, 
 	}); err != nil {
 		return zero, err
 	}
-	p, err := DecodeStepPayload(end.EventType, end.Payload)
+	p, err := decodePayload(end.EventType, end.Payload)
 	if err != nil {
 		return zero, c.halt(r.failed(c.ctx, "child", err))
 	}

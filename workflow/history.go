@@ -73,7 +73,7 @@ func (h *history) apply(e *event.Envelope) error {
 	if h.terminal != nil && event.IsKnown(e.EventType) {
 		return corrupt(e, "after the run's end")
 	}
-	p, err := DecodeStepPayload(e.EventType, e.Payload)
+	p, err := decodePayload(e.EventType, e.Payload)
 	if err != nil {
 		return corrupt(e, "payload: %v", err)
 	}

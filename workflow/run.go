@@ -243,7 +243,7 @@ func decodeItem(it store.InboxItem) item {
 			out.start = &s
 		}
 	case ItemSignal:
-		if name, v, err := DecodeSignal(it.Payload); err == nil {
+		if name, v, err := decodeSignal(it.Payload); err == nil {
 			out.signal = &signalItem{Name: name, Value: v}
 		}
 	case ItemControl:

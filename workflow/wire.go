@@ -180,12 +180,12 @@ type timerPayload struct {
 	Step string `cbor:"step"`
 }
 
-// DecodeStepPayload decodes the payload of a recorded step or run event
+// decodePayload decodes the payload of a recorded step or run event
 // of this package (eventType one of the event package's lifecycle types)
 // and checks what the worker relies on. It never panics; every failure is
 // an *event.DecodeError or an error matching ErrInvalid. Unknown event
 // types decode to nil: projectors must tolerate them.
-func DecodeStepPayload(eventType string, payload []byte) (any, error) {
+func decodePayload(eventType string, payload []byte) (any, error) {
 	var err error
 	switch eventType {
 	case event.StepStarted:
@@ -256,10 +256,10 @@ func decodeStart(b []byte) (startItem, error) {
 	return s, nil
 }
 
-// DecodeSignal decodes a signal item's payload (canonical CBOR): its name
+// decodeSignal decodes a signal item's payload (canonical CBOR): its name
 // and its value's canonical CBOR. Every failure is an *event.DecodeError or matches
 // ErrInvalid.
-func DecodeSignal(payload []byte) (name string, value []byte, err error) {
+func decodeSignal(payload []byte) (name string, value []byte, err error) {
 	// Canonical as a whole, so the value recorded from it is canonical
 	// too (a step's record must be).
 	if err := event.IsCanonical(payload); err != nil {

@@ -1,11 +1,10 @@
-package workflow_test
+package workflow
 
 import (
 	"errors"
 	"testing"
 
 	"github.com/orrery-run/orrery/event"
-	"github.com/orrery-run/orrery/workflow"
 )
 
 var lifecycleTypes = []string{
@@ -25,7 +24,7 @@ func seedPayload(f *testing.F, typ int, v any) {
 // promise.
 func typedDecodeError(err error) bool {
 	var de *event.DecodeError
-	return errors.As(err, &de) || errors.Is(err, workflow.ErrInvalid)
+	return errors.As(err, &de) || errors.Is(err, ErrInvalid)
 }
 
 // FuzzDecodeStepPayload feeds recorded-event payloads to the decoder every
@@ -52,7 +51,7 @@ func FuzzDecodeStepPayload(f *testing.F) {
 	f.Add(uint8(0), []byte{})
 	f.Fuzz(func(t *testing.T, typ uint8, payload []byte) {
 		et := lifecycleTypes[int(typ)%len(lifecycleTypes)]
-		v, err := workflow.DecodeStepPayload(et, payload)
+		v, err := decodePayload(et, payload)
 		if err != nil {
 			if !typedDecodeError(err) {
 				t.Fatalf("%s %x: untyped error %T %v", et, payload, err, err)
@@ -65,7 +64,7 @@ func FuzzDecodeStepPayload(f *testing.F) {
 			}
 			return
 		}
-		again, err := workflow.DecodeStepPayload(et, payload)
+		again, err := decodePayload(et, payload)
 		if err != nil || again == nil {
 			t.Fatalf("%s %x: a second decode: %v, %v", et, payload, again, err)
 		}
@@ -93,7 +92,7 @@ func FuzzDecodeSignal(f *testing.F) {
 	}
 	f.Add([]byte{0xa2, 0x64, 'n', 'a', 'm', 'e'})
 	f.Fuzz(func(t *testing.T, payload []byte) {
-		name, value, err := workflow.DecodeSignal(payload)
+		name, value, err := decodeSignal(payload)
 		if err != nil {
 			if !typedDecodeError(err) {
 				t.Fatalf("%x: untyped error %T %v", payload, err, err)
