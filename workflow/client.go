@@ -1,0 +1,548 @@
+package workflow
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/store"
+)
+
+// RunStatus is where a run is in its life.
+type RunStatus string
+
+const (
+	StatusPending   RunStatus = "pending"   // started; no worker has taken it up yet
+	StatusQueued    RunStatus = "queued"    // RunQueued: waiting for a worker with room
+	StatusRunning   RunStatus = "running"   // RunStarted, not ended
+	StatusPaused    RunStatus = "paused"    // paused by an operator
+	StatusCompleted RunStatus = "completed" // RunCompleted
+	StatusFailed    RunStatus = "failed"    // RunFailed
+	StatusCancelled RunStatus = "cancelled" // RunCancelled
+)
+
+// RunSummary is what Get says of a run.
+type RunSummary struct {
+	ID        string
+	Workflow  string
+	Version   uint64 // 0 until the start is recorded
+	Status    RunStatus
+	Steps     int    // steps started so far
+	Head      uint64 // the runSeq of its last event
+	Output    []byte // canonical CBOR, once completed
+	Error     string // once failed or cancelled: the message or the reason
+	CreatedAt time.Time
+}
+
+// Client starts runs and reads, signals, pauses, resumes and cancels them.
+// It needs no worker: everything it does is a store call, and what must be
+// recorded under a run's lease while no worker holds the run (a pause, a
+// resume, a cancellation) it records itself under a short lease of its
+// own (the operator path).
+type Client struct {
+	st       store.Store
+	wf       *Workflows
+	ex       actor.Executor
+	operator string
+	ttl      time.Duration
+	pollMin  time.Duration
+	pollMax  time.Duration
+}
+
+// ClientOption configures a Client.
+type ClientOption func(*Client)
+
+// WithPoll bounds the backoff at which Result re-reads a run's stream
+// between hints (default 1ms to 1s).
+func WithPoll(minDelay, maxDelay time.Duration) ClientOption {
+	return func(c *Client) { c.pollMin, c.pollMax = minDelay, maxDelay }
+}
+
+// WithOperator names the lease holder of the client's operator path and
+// its lease TTL (default "workflow.operator", 10s).
+func WithOperator(id string, ttl time.Duration) ClientOption {
+	return func(c *Client) { c.operator, c.ttl = id, ttl }
+}
+
+// NewClient returns a client of the runs in st. workflows names the
+// definitions it knows (List and Get work for any run; Start takes the
+// definition itself). All its waiting goes through ex.
+func NewClient(st store.Store, workflows *Workflows, ex actor.Executor, opts ...ClientOption) (*Client, error) {
+	if st == nil || ex == nil {
+		return nil, errorf("client", ErrInvalid, "", detail("a client needs a store and an executor"))
+	}
+	c := &Client{st: st, wf: workflows, ex: ex, operator: "workflow.operator", ttl: 10 * time.Second,
+		pollMin: time.Millisecond, pollMax: time.Second}
+	for _, o := range opts {
+		if o != nil {
+			o(c)
+		}
+	}
+	if c.pollMin <= 0 || c.pollMax < c.pollMin || c.ttl <= 0 {
+		return nil, errorf("client", ErrInvalid, "", detail("poll bounds and the operator TTL must be positive"))
+	}
+	if err := store.CheckID("client", "operator", c.operator); err != nil {
+		return nil, errorf("client", ErrInvalid, "", err)
+	}
+	return c, nil
+}
+
+// wrap types a store error: an unknown world is ErrNotFound, an archived
+// one ErrFinished; the store error stays reachable with errors.Is.
+func wrap(op, run string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var we *Error
+	if errors.As(err, &we) {
+		return err
+	}
+	switch {
+	case errors.Is(err, store.ErrWorldNotFound):
+		return errorf(op, ErrNotFound, run, err)
+	case errors.Is(err, store.ErrWorldArchived):
+		return errorf(op, ErrFinished, run, err)
+	}
+	return &Error{Op: op, Kind: err, Run: run, Err: err}
+}
+
+// startRun starts run runID of def with input (canonical CBOR), once: the
+// run's world record is created and its start item enqueued under a fixed
+// dedupe key, so a repeated start finds the first one's item and is the
+// same run when the workflow, version and input agree (ErrConflict
+// otherwise). parent is told when the run ends.
+func startRun(ctx context.Context, st store.Store, def Workflow, runID string, input []byte, parent string) (created bool, err error) {
+	const op = "start"
+	if err := store.CheckID(op, "run id", runID); err != nil {
+		return false, errorf(op, ErrInvalid, runID, err)
+	}
+	universe := Universe(def.Name())
+	if _, err := st.CreateWorld(ctx, universe, runID, nil); err != nil {
+		if !errors.Is(err, store.ErrWorldExists) {
+			return false, wrap(op, runID, err)
+		}
+		rec, err := st.GetWorld(ctx, runID)
+		if err != nil {
+			return false, wrap(op, runID, err)
+		}
+		if rec.Universe != universe {
+			return false, errorf(op, ErrConflict, runID, detail("the id is taken by a world of universe "+rec.Universe))
+		}
+	}
+	b, err := event.Marshal(startItem{Workflow: def.Name(), Version: def.Version(), Input: input, Parent: parent})
+	if err != nil {
+		return false, errorf(op, ErrInvalid, runID, err)
+	}
+	_, dup, err := st.Enqueue(ctx, runID, store.InboxItem{Kind: ItemStart, Payload: b, DedupeKey: startKey})
+	switch {
+	case err == nil && !dup:
+		// An assignment naming no worker restricts nothing: it only raises
+		// the hint that wakes the workers' scans.
+		_ = st.Assign(ctx, runID, store.Assignment{Reason: "workflow: started"}, nil)
+		return true, nil
+	case err != nil && !errors.Is(err, store.ErrWorldArchived):
+		return false, wrap(op, runID, err)
+	}
+	first, err := readStart(ctx, st, runID)
+	if err != nil {
+		return false, err
+	}
+	if first == nil || first.Workflow != def.Name() || first.Version != def.Version() || !bytes.Equal(first.Input, input) {
+		return false, errorf(op, ErrConflict, runID, detail("the run was started with another workflow, version or input"))
+	}
+	return false, nil
+}
+
+// readStart reads a run's start item (nil if there is none yet).
+func readStart(ctx context.Context, st store.Store, runID string) (*startItem, error) {
+	var after uint64
+	for {
+		its, err := st.ReadInbox(ctx, runID, after, 64)
+		if err != nil {
+			return nil, wrap("read", runID, err)
+		}
+		for _, it := range its {
+			if it.Kind == ItemStart {
+				s, err := decodeStart(it.Payload)
+				if err != nil {
+					return nil, wrap("read", runID, err)
+				}
+				return &s, nil
+			}
+			after = it.Seq
+		}
+		if len(its) < 64 {
+			return nil, nil
+		}
+	}
+}
+
+// Start starts def as run runID with input in (of def's input type):
+// idempotent by run id, so the same id with the same workflow, version and
+// input is the same run, started once; anything else under that id is
+// ErrConflict. It returns once the run is durable; a worker runs it.
+func (c *Client) Start(ctx context.Context, def Workflow, runID string, in any) error {
+	if def == nil {
+		return errorf("start", ErrInvalid, runID, detail("a nil workflow"))
+	}
+	if err := def.check(); err != nil {
+		return err
+	}
+	b, err := def.encodeInput(in)
+	if err != nil {
+		return err
+	}
+	_, err = startRun(ctx, c.st, def, runID, b, "")
+	return err
+}
+
+// Start is Client.Start with a typed input.
+func (d *Def[In, Out]) Start(ctx context.Context, c *Client, runID string, in In) error {
+	return c.Start(ctx, d, runID, in)
+}
+
+// Result is Client.Result with the output decoded.
+func (d *Def[In, Out]) Result(ctx context.Context, c *Client, runID string) (Out, error) {
+	var out Out
+	b, err := c.Result(ctx, runID)
+	if err != nil {
+		return out, err
+	}
+	if err := event.Unmarshal(b, &out); err != nil {
+		return out, errorf("result", ErrInvalid, runID, err)
+	}
+	return out, nil
+}
+
+// run reads a run's world record: ErrNotFound unless it is a run.
+func (c *Client) run(ctx context.Context, op, runID string) (store.World, error) {
+	rec, err := c.st.GetWorld(ctx, runID)
+	if err != nil {
+		return store.World{}, wrap(op, runID, err)
+	}
+	if !strings.HasPrefix(rec.Universe, UniversePrefix) {
+		return store.World{}, errorf(op, ErrNotFound, runID, detail("a world of universe "+rec.Universe+", not a run"))
+	}
+	return rec, nil
+}
+
+// Result waits until the run ends and returns its output (canonical CBOR),
+// or a *RunError for a run that failed (unwrapping to a *DivergenceError
+// when it failed by one) or was cancelled. It re-reads the run's stream
+// on every status hint and on a backoff on the executor's clock.
+func (c *Client) Result(ctx context.Context, runID string) ([]byte, error) {
+	if _, err := c.run(ctx, "result", runID); err != nil {
+		return nil, err
+	}
+	wake := c.ex.NewParker()
+	if stopWatch, err := c.st.Watch(ctx, wake, store.TopicAssignments); err == nil {
+		defer stopWatch()
+	}
+	var after uint64
+	delay := c.pollMin
+	for {
+		evs, err := c.st.Read(ctx, runID, after, 512)
+		if err != nil {
+			return nil, wrap("result", runID, err)
+		}
+		for i := range evs {
+			after = evs[i].RunSeq
+			if endStatus(evs[i].EventType) != "" {
+				return outcome(runID, &evs[i])
+			}
+		}
+		if len(evs) == 512 {
+			continue
+		}
+		t := c.ex.AfterFunc(delay, wake.Unpark)
+		err = wake.Park(ctx)
+		t.Stop()
+		if err != nil {
+			return nil, err
+		}
+		delay = min(2*delay, c.pollMax)
+	}
+}
+
+// outcome reads a run's end event.
+func outcome(runID string, e *event.Envelope) ([]byte, error) {
+	p, err := decodePayload(e.EventType, e.Payload)
+	if err != nil {
+		return nil, errorf("result", ErrInvalid, runID, err)
+	}
+	end := p.(runEnd)
+	switch e.EventType {
+	case event.RunCompleted:
+		return end.Output, nil
+	case event.RunCancelled:
+		return nil, &RunError{RunID: runID, Status: StatusCancelled, Message: end.Reason}
+	}
+	re := &RunError{RunID: runID, Status: StatusFailed, Message: end.Error}
+	if d := end.Divergence; d != nil {
+		re.Divergence = &DivergenceError{RunID: runID, StepIndex: int(d.Index), Recorded: d.Recorded, Got: d.Got, Reason: d.Reason}
+	}
+	return nil, re
+}
+
+// Get summarises a run from its world record and its stream.
+func (c *Client) Get(ctx context.Context, runID string) (RunSummary, error) {
+	rec, err := c.run(ctx, "get", runID)
+	if err != nil {
+		return RunSummary{}, err
+	}
+	s := RunSummary{ID: runID, Workflow: strings.TrimPrefix(rec.Universe, UniversePrefix), CreatedAt: rec.CreatedAt}
+	h := newHistory()
+	var after uint64
+	for {
+		evs, err := c.st.Read(ctx, runID, after, 512)
+		if err != nil {
+			return RunSummary{}, wrap("get", runID, err)
+		}
+		for i := range evs {
+			if err := h.apply(&evs[i]); err != nil {
+				return RunSummary{}, err
+			}
+			after = evs[i].RunSeq
+			s.Version = evs[i].PlanVersion
+		}
+		if len(evs) < 512 {
+			break
+		}
+	}
+	if s.Version == 0 {
+		if st, err := readStart(ctx, c.st, runID); err == nil && st != nil {
+			s.Version = st.Version
+		}
+	}
+	s.Steps, s.Head = len(h.steps), h.head
+	switch {
+	case h.terminal != nil:
+		s.Status = endStatus(h.terminal.EventType)
+		out, err := outcome(runID, h.terminal)
+		s.Output = out
+		var re *RunError
+		if errors.As(err, &re) {
+			s.Error = re.Message
+		}
+	case rec.Status == store.WorldPaused:
+		s.Status = StatusPaused
+	case h.started:
+		s.Status = StatusRunning
+	case h.queued:
+		s.Status = StatusQueued
+	default:
+		s.Status = StatusPending
+	}
+	return s, nil
+}
+
+// List summarises every run of workflow name, sorted by run id. It reads
+// each run's stream (Get): an operator's view, not a hot path.
+func (c *Client) List(ctx context.Context, name string) ([]RunSummary, error) {
+	recs, err := c.st.ListWorlds(ctx, Universe(name), "")
+	if err != nil {
+		return nil, wrap("list", "", err)
+	}
+	out := make([]RunSummary, 0, len(recs))
+	for _, rec := range recs {
+		s, err := c.Get(ctx, rec.ID)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// Signal sends value (any value with a canonical CBOR encoding) to the
+// run as signal name, for an Await of that name. A non-empty key
+// deduplicates retries of the same signal. A finished run: ErrFinished.
+func (c *Client) Signal(ctx context.Context, runID, name string, value any, key string) error {
+	const op = "signal"
+	if err := checkName(op, name); err != nil {
+		return err
+	}
+	v, err := event.Marshal(value)
+	if err != nil {
+		return errorf(op, ErrInvalid, runID, err)
+	}
+	b, err := event.Marshal(signalItem{Name: name, Value: v})
+	if err != nil {
+		return errorf(op, ErrInvalid, runID, err)
+	}
+	dedupe := ""
+	if key != "" {
+		dedupe = ItemSignal + ":" + key
+		if err := store.CheckKey(op, "key", dedupe); err != nil {
+			return errorf(op, ErrInvalid, runID, err)
+		}
+	}
+	if _, err := c.run(ctx, op, runID); err != nil {
+		return err
+	}
+	_, _, err = c.st.Enqueue(ctx, runID, store.InboxItem{Kind: ItemSignal, Payload: b, DedupeKey: dedupe})
+	return wrap(op, runID, err)
+}
+
+// control enqueues a control request.
+func (c *Client) control(ctx context.Context, runID, op, reason, dedupe string) error {
+	if err := store.CheckReason(op, reason); err != nil {
+		return errorf(op, ErrInvalid, runID, err)
+	}
+	b, err := event.Marshal(controlItem{Op: op, Reason: reason})
+	if err != nil {
+		return errorf(op, ErrInvalid, runID, err)
+	}
+	_, _, err = c.st.Enqueue(ctx, runID, store.InboxItem{Kind: ItemControl, Payload: b, DedupeKey: dedupe})
+	return wrap(op, runID, err)
+}
+
+// Cancel cancels the run: its holder stops the step in flight (its context
+// ends; the attempt is recorded as StepSkipped) and records RunCancelled;
+// when nobody holds the run, the client records it itself. Cancelling a
+// cancelled run is a no-op; one that ended otherwise is ErrFinished.
+func (c *Client) Cancel(ctx context.Context, runID, reason string) error {
+	const op = "cancel"
+	rec, err := c.run(ctx, op, runID)
+	if err != nil {
+		return err
+	}
+	if rec.Status == store.WorldArchived {
+		if rec.StatusReason == string(StatusCancelled) {
+			return nil
+		}
+		return errorf(op, ErrFinished, runID, detail("the run "+rec.StatusReason))
+	}
+	if err := c.control(ctx, runID, opCancel, reason, ItemControl+":cancel"); err != nil {
+		return err
+	}
+	if rec.Status == store.WorldPaused {
+		// A paused run cannot be held; it is made active to be ended.
+		if _, err := c.st.SetWorldStatus(ctx, runID, store.WorldActive, "workflow: cancelling"); err != nil && !errors.Is(err, store.ErrWorldArchived) {
+			return wrap(op, runID, err)
+		}
+	}
+	_, err = c.operate(ctx, op, runID)
+	return err
+}
+
+// Pause pauses the run: its status becomes paused, which ends its lease at
+// once (the holder is fenced: nothing it does is recorded from then on,
+// and it stops), and no worker takes it up until Resume. RunPaused is
+// recorded by the holder when it sees the request before the fence, by
+// this client when nobody holds the run, and otherwise by whoever holds
+// the run next, with the request's time as its sourceOccurredAt. A paused
+// run: no-op; a finished one: ErrFinished.
+func (c *Client) Pause(ctx context.Context, runID, reason string) error {
+	const op = "pause"
+	rec, err := c.run(ctx, op, runID)
+	if err != nil {
+		return err
+	}
+	switch rec.Status {
+	case store.WorldArchived:
+		return errorf(op, ErrFinished, runID, detail("the run "+rec.StatusReason))
+	case store.WorldPaused:
+		return nil
+	}
+	if err := c.control(ctx, runID, opPause, reason, ""); err != nil {
+		return err
+	}
+	held, err := c.operate(ctx, op, runID)
+	if err != nil || !held {
+		return err
+	}
+	msg := "workflow: paused"
+	if reason != "" {
+		msg += ": " + reason
+	}
+	if _, err := c.st.SetWorldStatus(ctx, runID, store.WorldPaused, msg); err != nil && !errors.Is(err, store.ErrWorldArchived) {
+		return wrap(op, runID, err)
+	}
+	return nil
+}
+
+// Resume makes a paused run active again; a worker takes it up and
+// re-runs it from its history (the step that was cut short runs again).
+// RunResumed is recorded by this client when it can take the run's lease,
+// else by the worker that holds it next. An active run: no-op; a finished
+// one: ErrFinished.
+func (c *Client) Resume(ctx context.Context, runID, reason string) error {
+	const op = "resume"
+	rec, err := c.run(ctx, op, runID)
+	if err != nil {
+		return err
+	}
+	switch rec.Status {
+	case store.WorldArchived:
+		return errorf(op, ErrFinished, runID, detail("the run "+rec.StatusReason))
+	case store.WorldActive:
+		return nil
+	}
+	if err := c.control(ctx, runID, opResume, reason, ""); err != nil {
+		return err
+	}
+	msg := "workflow: resumed"
+	if reason != "" {
+		msg += ": " + reason
+	}
+	if _, err := c.st.SetWorldStatus(ctx, runID, store.WorldActive, msg); err != nil {
+		return wrap(op, runID, err)
+	}
+	_, err = c.operate(ctx, op, runID)
+	return err
+}
+
+// operate is the operator path: when nobody holds the run, the client
+// takes its lease for a moment and records what its control requests ask
+// (catching up pauses and resumes, pausing, cancelling). held reports that
+// someone else holds it, and records it in their place.
+func (c *Client) operate(ctx context.Context, op, runID string) (held bool, err error) {
+	lease, err := c.st.Acquire(ctx, runID, c.operator, c.ttl)
+	switch {
+	case errors.Is(err, store.ErrLeaseHeld):
+		return true, nil
+	case errors.Is(err, store.ErrWorldArchived) || errors.Is(err, store.ErrWorldPaused):
+		return false, nil
+	case err != nil:
+		return false, wrap(op, runID, err)
+	}
+	r := newRunner(c.st, c.ex, runID, lease, c.pollMin)
+	defer func() {
+		if !r.fenced.Load() {
+			_ = c.st.Release(ctx, runID, c.operator, lease.Epoch)
+		}
+	}()
+	if err := r.load(ctx); err != nil {
+		return false, wrap(op, runID, err)
+	}
+	switch {
+	case r.h.terminal != nil:
+		return false, wrap(op, runID, r.finish(ctx))
+	case r.start == nil:
+		// Started only halfway (no start item): nothing to record; a
+		// cancel just ends it.
+		if p := r.plan(); p.cancel != nil {
+			if _, err := c.st.SetWorldStatus(ctx, runID, store.WorldArchived, string(StatusCancelled)); err != nil {
+				return false, wrap(op, runID, err)
+			}
+		}
+		return false, nil
+	}
+	var inflight *attemptRef
+	for _, s := range r.h.steps {
+		if s.inFlight() && !s.done() {
+			inflight = &attemptRef{step: s.id, attempt: s.attempt}
+		}
+	}
+	err = r.applyPlan(ctx, r.plan(), inflight)
+	var s *stop
+	if errors.As(err, &s) && (s.kind == stopCancel || s.kind == stopPause) {
+		return false, nil
+	}
+	return false, wrap(op, runID, err)
+}

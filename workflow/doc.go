@@ -1,0 +1,89 @@
+// Package workflow runs durable workflows: ordinary Go functions whose
+// steps survive crashes, as in Temporal, DBOS or Restate, on Orrery's store.
+//
+//	charge := workflow.New("charge", 1, func(c *workflow.Ctx, o Order) (Receipt, error) {
+//		id, err := workflow.Step(c, "reserve", func(ctx context.Context) (string, error) { return reserve(ctx, o) })
+//		if err != nil {
+//			return Receipt{}, err
+//		}
+//		if err := workflow.Sleep(c, time.Hour); err != nil { // durable: survives a restart
+//			return Receipt{}, err
+//		}
+//		ok, err := workflow.Await[bool](c, "approved") // Client.Signal(run, "approved", true, key)
+//		...
+//	})
+//
+// # What it owns
+//
+//   - The run record. A run is a world of universe "sys.run/<workflow>"
+//     whose id is the run id, so it has what every world has: a lease with
+//     fencing epochs, an operator status (paused, archived), an inbox, and
+//     effect and timer queues; ListWorlds finds the runs. The run's stream
+//     (its world journal) holds only the lifecycle events of the execution
+//     semantics contract — RunQueued, RunStarted, RunPaused, RunResumed,
+//     RunCompleted, RunFailed, RunCancelled, StepStarted, StepCompleted,
+//     StepFailed, StepSkipped — each a full event envelope: planId is the
+//     workflow's name and planVersion the version the run started with,
+//     stepId the step's id, logicalAttemptId counts a step's attempts from
+//     1 (and, on RunPaused and RunResumed, the n-th pause or resume),
+//     engineAttemptId is 1 (no execution provider below exposes attempts),
+//     and the idempotency key is event.IdempotencyKey of those fields. Every
+//     append is fenced by the run's lease and compare-and-swapped on the
+//     stream's head, so runSeqs are gapless and a deposed worker can never
+//     write. The run's input, signals and control requests are items of its
+//     inbox; receipts and timer firings arrive there from the store.
+//   - Replay. A worker that takes a run's lease reads its stream and runs
+//     the function from the start; each step call consults the recorded
+//     steps in order. A completed step returns its recorded result without
+//     running; a step that failed for good returns its recorded error; an
+//     attempt in flight when the last worker stopped runs again as the next
+//     logical attempt (or, for a durable wait, is waited for again); a step
+//     call that asks for another step than the one recorded at its position
+//     fails the run with a *DivergenceError naming it, and nothing of the
+//     divergent step is recorded.
+//   - Steps: Step (a function, with retries and timeouts), Sleep (a
+//     durable timer), Await (a signal), Effect (an intent executed by the
+//     plane's adapters, its receipt back in the inbox), Child (another run,
+//     started idempotently). Step ids are the step's name plus an
+//     occurrence number when a name repeats ("pay", "pay#2").
+//   - Worker: finds runnable runs (active, not held by a live lease
+//     elsewhere, started with its version), takes their leases, renews them
+//     in batches, runs each run in a process of its own, and stops a run at
+//     once when its lease is lost, revoked or fenced. MaxActiveRuns bounds
+//     its runs; a run beyond it that never started gets RunQueued and
+//     starts when room frees up. A run that ends is archived with the end
+//     as its reason, so scans never see it again.
+//   - Client: Start (idempotent by run id), Result, Get, List, Signal,
+//     Cancel, Pause, Resume. Pause sets the run's status to paused, which
+//     ends its lease at once; control requests that nobody holding the run
+//     could record are recorded by the client under a lease of its own, or
+//     caught up by the next holder, with the request's time as the event's
+//     sourceOccurredAt.
+//
+// # What it never does
+//
+// It never trusts a hint for correctness (the store's state decides;
+// hints wake and periodic re-reads back them up), never writes a run's
+// stream without its lease's fence, never reads the machine's clock,
+// sleeps or starts a goroutine except through the actor executor (so a
+// worker runs in virtual time under testing/synctest and the lab), never
+// draws randomness (retry jitter is a hash of the run, the step and the
+// failure count), keeps no package-level mutable state, and never lets a
+// map's order reach anything observable. It does not execute effects or
+// fire timers: the plane's adapter pool and timer worker do, and a worker
+// only publishes and waits. It imports no plane or API package.
+//
+// # Semantics worth knowing
+//
+//   - A step runs at least once per completed step: a crash between its
+//     function's return and its StepCompleted runs it again (as the next
+//     attempt). Side effects that must not repeat belong in an Effect,
+//     whose intent the store queues once per attempt.
+//   - What a step returns is always the decoded record, the first time
+//     too, so a run and its replay see the same values; a failed step's
+//     error is a *StepError carrying the recorded message only.
+//   - A Ctx is used by the function's own goroutine, one step at a time.
+//   - A run keeps the version it started with; a worker runs only the runs
+//     of the version it registers. Changing the steps of a running version
+//     fails its runs with a *DivergenceError at the first changed step.
+package workflow

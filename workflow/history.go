@@ -1,0 +1,151 @@
+package workflow
+
+import (
+	"fmt"
+
+	"github.com/orrery-run/orrery/event"
+)
+
+// history is what a run's stream says, folded in runSeq order: the run's
+// lifecycle, and each step's attempts in the order the steps first
+// started, which is the order a re-run of the function must ask for them.
+type history struct {
+	head     uint64
+	events   int
+	queued   bool
+	started  bool
+	input    []byte // from RunStarted
+	terminal *event.Envelope
+	steps    []*stepHist
+	byID     map[string]*stepHist
+	// consumed holds the inbox seqs that completed steps took (signals,
+	// timer firings, receipts): a signal is consumed once.
+	consumed map[uint64]bool
+	// controls holds the inbox seqs of the control requests recorded by
+	// RunPaused, RunResumed and RunCancelled.
+	controls map[uint64]bool
+	pauses   uint64
+	resumes  uint64
+}
+
+// stepHist is one step's recorded attempts.
+type stepHist struct {
+	id    string
+	index int
+	kind  string
+	first stepStarted // the first StepStarted's payload
+	last  stepStarted // the latest StepStarted's payload
+	// attempt is the highest logical attempt started; settled the highest
+	// one that ended (failed, completed or skipped). attempt > settled
+	// means an attempt was in flight when its worker stopped.
+	attempt  uint64
+	settled  uint64
+	failures uint64
+	// retry is the latest StepFailed when it is not final and is the
+	// step's latest event: the next attempt is due at its RetryAt.
+	retry     *stepFailed
+	completed *stepCompleted
+	final     *stepFailed
+	skipped   bool
+}
+
+func (s *stepHist) inFlight() bool { return s.attempt > s.settled }
+
+func (s *stepHist) done() bool { return s.completed != nil || s.final != nil || s.skipped }
+
+func newHistory() *history {
+	return &history{byID: map[string]*stepHist{}, consumed: map[uint64]bool{}, controls: map[uint64]bool{}}
+}
+
+// corrupt is a stream this package did not write (or a bug).
+func corrupt(e *event.Envelope, format string, args ...any) error {
+	return errorf("replay", ErrInvalid, e.StreamID, detail(fmt.Sprintf("event %d (%s %q attempt %d): ", e.RunSeq, e.EventType, e.StepID, e.LogicalAttemptID)+fmt.Sprintf(format, args...)))
+}
+
+// apply folds one persisted event in. Unknown event types are skipped
+// (forward compatibility); a payload that does not decode, or a step event
+// out of order, is an error matching ErrInvalid.
+func (h *history) apply(e *event.Envelope) error {
+	if e.RunSeq > h.head {
+		h.head = e.RunSeq
+	}
+	h.events++
+	if h.terminal != nil && event.IsKnown(e.EventType) {
+		return corrupt(e, "after the run's end")
+	}
+	p, err := decodePayload(e.EventType, e.Payload)
+	if err != nil {
+		return corrupt(e, "payload: %v", err)
+	}
+	switch e.EventType {
+	case event.RunQueued:
+		h.queued = true
+	case event.RunStarted:
+		h.started = true
+		h.input = p.(runStart).Input
+	case event.RunPaused, event.RunResumed:
+		c := p.(runControl)
+		if c.Control != 0 {
+			h.controls[c.Control] = true
+		}
+		if e.EventType == event.RunPaused {
+			h.pauses++
+		} else {
+			h.resumes++
+		}
+	case event.RunCompleted, event.RunFailed, event.RunCancelled:
+		if c := p.(runEnd); c.Control != 0 {
+			h.controls[c.Control] = true
+		}
+		cp := *e
+		h.terminal = &cp
+	case event.StepStarted:
+		st := p.(stepStarted)
+		s := h.byID[e.StepID]
+		if s == nil {
+			s = &stepHist{id: e.StepID, index: len(h.steps), kind: st.Kind, first: st}
+			h.steps = append(h.steps, s)
+			h.byID[e.StepID] = s
+		}
+		switch {
+		case st.Kind != s.kind:
+			return corrupt(e, "kind %s, the step started as %s", st.Kind, s.kind)
+		case s.done():
+			return corrupt(e, "the step has ended")
+		case e.LogicalAttemptID <= s.attempt:
+			return corrupt(e, "attempt %d already started", s.attempt)
+		}
+		s.attempt, s.last, s.retry = e.LogicalAttemptID, st, nil
+	case event.StepCompleted, event.StepFailed, event.StepSkipped:
+		s := h.byID[e.StepID]
+		switch {
+		case s == nil:
+			return corrupt(e, "the step never started")
+		case s.done():
+			return corrupt(e, "the step has ended")
+		case e.LogicalAttemptID != s.attempt || s.settled == s.attempt:
+			return corrupt(e, "attempt %d is not in flight", e.LogicalAttemptID)
+		}
+		s.settled = e.LogicalAttemptID
+		switch v := p.(type) {
+		case stepCompleted:
+			s.completed = &v
+			if v.Seq != 0 {
+				h.consumed[v.Seq] = true
+			}
+		case stepFailed:
+			s.failures++
+			if v.Seq != 0 {
+				h.consumed[v.Seq] = true
+			}
+			if v.Final {
+				s.final = &v
+			} else {
+				s.retry = &v
+			}
+		case stepSkipped:
+			s.skipped = true
+		}
+	}
+	return nil
+}

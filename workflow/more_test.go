@@ -1,0 +1,383 @@
+package workflow_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/workflow"
+	"github.com/orrery-run/orrery/world"
+)
+
+type echoIn struct {
+	Key string `cbor:"key"`
+}
+
+type echoOut struct {
+	Echo string `cbor:"echo"`
+}
+
+type startedPayload struct {
+	Intent     string `cbor:"intent"`
+	EffectKind string `cbor:"effect_kind"`
+}
+
+func TestEffectCompletedByAnAdapterAndRetriedOnAnErrorReceipt(t *testing.T) {
+	onMemstore(t, 13, func(r *rig) error {
+		def := workflow.New("effects", 1, func(c *workflow.Ctx, key string) (string, error) {
+			out, err := workflow.Effect[echoOut](c, "echo", "test.echo", echoIn{Key: key},
+				workflow.WithRetry(workflow.RetryPolicy{MaxAttempts: 2, Base: time.Second}))
+			if err != nil {
+				return "", err
+			}
+			return out.Echo, nil
+		})
+		wfs, err := workflow.NewWorkflows(def)
+		if err != nil {
+			return err
+		}
+		// The adapter answers the first intent with an error receipt and
+		// the second with an ok one.
+		var mu sync.Mutex
+		var seen []store.EffectItem
+		stopAdapter, err := r.background("adapter", func(ctx context.Context) error {
+			return runAdapter(ctx, r.ex, r.st, "test.echo", func(it store.EffectItem) (world.ReceiptStatus, any) {
+				mu.Lock()
+				defer mu.Unlock()
+				seen = append(seen, it)
+				if len(seen) == 1 {
+					return world.StatusError, map[string]string{"error": "upstream down"}
+				}
+				var in echoIn
+				if err := event.Unmarshal(it.Params, &in); err != nil {
+					return world.StatusError, map[string]string{"error": err.Error()}
+				}
+				return world.StatusOK, echoOut{Echo: in.Key + "!"}
+			})
+		})
+		if err != nil {
+			return err
+		}
+		w, err := r.worker("w", r.handle(), wfs, nil, nil)
+		if err != nil {
+			return err
+		}
+		defer w.Stop(r.ctx)
+		cl, err := r.client(wfs)
+		if err != nil {
+			return err
+		}
+		if err := def.Start(r.ctx, cl, "run", "hi"); err != nil {
+			return err
+		}
+		got, err := def.Result(r.ctx, cl, "run")
+		if err != nil || got != "hi!" {
+			return fmt.Errorf("result %q, %v", got, err)
+		}
+		if err := stopAdapter(); err != nil {
+			return err
+		}
+		evs, err := r.stream("run")
+		if err != nil {
+			return err
+		}
+		if err := sameShapes(evs, []shape{
+			{event.RunStarted, "", 1},
+			{event.StepStarted, "echo", 1}, {event.StepFailed, "echo", 1},
+			{event.StepStarted, "echo", 2}, {event.StepCompleted, "echo", 2},
+			{event.RunCompleted, "", 1},
+		}); err != nil {
+			return err
+		}
+		var p1, p2 startedPayload
+		if err := errors.Join(event.Unmarshal(evs[1].Payload, &p1), event.Unmarshal(evs[3].Payload, &p2)); err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seen) != 2 || seen[0].IntentHash != p1.Intent || seen[1].IntentHash != p2.Intent || p1.Intent == p2.Intent {
+			return fmt.Errorf("the adapter executed %d intents; the attempts recorded %s and %s", len(seen), p1.Intent, p2.Intent)
+		}
+		if seen[0].World != "run" || seen[0].Kind != "test.echo" || p1.EffectKind != "test.echo" {
+			return fmt.Errorf("intent %+v", seen[0])
+		}
+		var f failedPayload
+		if err := event.Unmarshal(evs[2].Payload, &f); err != nil || f.Final || f.Error != "effect receipt error: upstream down" {
+			return fmt.Errorf("the error receipt's failure %+v, %v", f, err)
+		}
+		for _, h := range []string{p1.Intent, p2.Intent} {
+			st, err := r.st.EffectStatus(r.ctx, h)
+			if err != nil || st.State != store.EffectDone {
+				return fmt.Errorf("intent %s: %+v, %v", h, st, err)
+			}
+		}
+		return nil
+	})
+}
+
+func TestEffectInFlightIsNotAskedForAgainAfterACrash(t *testing.T) {
+	onMemstore(t, 14, func(r *rig) error {
+		def := workflow.New("once", 1, func(c *workflow.Ctx, key string) (string, error) {
+			out, err := workflow.Effect[echoOut](c, "echo", "test.echo", echoIn{Key: key})
+			return out.Echo, err
+		})
+		wfs, err := workflow.NewWorkflows(def)
+		if err != nil {
+			return err
+		}
+		cl, err := r.client(wfs)
+		if err != nil {
+			return err
+		}
+		hA := r.mem.Restart()
+		wA, err := r.worker("A", hA, wfs, nil, nil)
+		if err != nil {
+			return err
+		}
+		if err := def.Start(r.ctx, cl, "run", "k"); err != nil {
+			return err
+		}
+		if err := r.waitFor("the intent", 10*time.Second, func() (bool, error) {
+			its, err := r.st.ListEffects(r.ctx, "run", 0, 10)
+			return len(its) == 1, err
+		}); err != nil {
+			return err
+		}
+		hA.Crash()
+		wA.Kill(r.ctx)
+		wB, err := r.worker("B", r.handle(), wfs, nil, nil)
+		if err != nil {
+			return err
+		}
+		defer wB.Stop(r.ctx)
+		n := 0
+		stopAdapter, err := r.background("adapter", func(ctx context.Context) error {
+			return runAdapter(ctx, r.ex, r.st, "test.echo", func(it store.EffectItem) (world.ReceiptStatus, any) {
+				n++
+				return world.StatusOK, echoOut{Echo: "done"}
+			})
+		})
+		if err != nil {
+			return err
+		}
+		if got, err := def.Result(r.ctx, cl, "run"); err != nil || got != "done" {
+			return fmt.Errorf("result %q, %v", got, err)
+		}
+		if err := stopAdapter(); err != nil {
+			return err
+		}
+		if n != 1 {
+			return fmt.Errorf("the effect executed %d times", n)
+		}
+		evs, err := r.stream("run")
+		if err != nil {
+			return err
+		}
+		return sameShapes(evs, []shape{{event.RunStarted, "", 1}, {event.StepStarted, "echo", 1},
+			{event.StepCompleted, "echo", 1}, {event.RunCompleted, "", 1}})
+	})
+}
+
+func TestChildRun(t *testing.T) {
+	forEachBackend(t, 15, func(r *rig) error {
+		child := workflow.New("child", 1, func(c *workflow.Ctx, in int) (int, error) {
+			return workflow.Step(c, "twice", func(context.Context) (int, error) { return in * 2, nil })
+		})
+		failing := workflow.New("failing", 1, func(c *workflow.Ctx, in int) (int, error) {
+			return 0, errors.New("child says no")
+		})
+		parent := workflow.New("parent", 1, func(c *workflow.Ctx, in int) (string, error) {
+			v, err := workflow.Child(c, child, c.RunID()+"-kid", in)
+			if err != nil {
+				return "", err
+			}
+			_, err = workflow.Child(c, failing, c.RunID()+"-bad", in)
+			var se *workflow.StepError
+			if !errors.As(err, &se) {
+				return "", fmt.Errorf("the failing child: %v", err)
+			}
+			return workflow.Step(c, "show", func(context.Context) (string, error) { return fmt.Sprintf("%d/%s", v, se.Message), nil })
+		})
+		wfs, err := workflow.NewWorkflows(parent, child, failing)
+		if err != nil {
+			return err
+		}
+		w, err := r.worker("w", r.handle(), wfs, nil, nil)
+		if err != nil {
+			return err
+		}
+		defer w.Stop(r.ctx)
+		cl, err := r.client(wfs)
+		if err != nil {
+			return err
+		}
+		if err := parent.Start(r.ctx, cl, "p", 21); err != nil {
+			return err
+		}
+		got, err := parent.Result(r.ctx, cl, "p")
+		if err != nil || got != "42/child run p-bad failed: child says no" {
+			return fmt.Errorf("result %q, %v", got, err)
+		}
+		if v, err := child.Result(r.ctx, cl, "p-kid"); err != nil || v != 42 {
+			return fmt.Errorf("the child's own result %d, %v", v, err)
+		}
+		evs, err := r.stream("p")
+		if err != nil {
+			return err
+		}
+		if err := sameShapes(evs, []shape{
+			{event.RunStarted, "", 1},
+			{event.StepStarted, "sys:child:p-kid", 1}, {event.StepCompleted, "sys:child:p-kid", 1},
+			{event.StepStarted, "sys:child:p-bad", 1}, {event.StepFailed, "sys:child:p-bad", 1},
+			{event.StepStarted, "show", 1}, {event.StepCompleted, "show", 1},
+			{event.RunCompleted, "", 1},
+		}); err != nil {
+			return err
+		}
+		return checkEnvelopes(evs, "p", "parent", 1)
+	})
+}
+
+func TestAdmissionQueuesRunsBeyondMaxActive(t *testing.T) {
+	onMemstore(t, 16, func(r *rig) error {
+		g := newGate(r.ex)
+		var mu sync.Mutex
+		active, most := 0, 0
+		def := workflow.New("admitted", 1, func(c *workflow.Ctx, in int) (int, error) {
+			return workflow.Step(c, "work", func(ctx context.Context) (int, error) {
+				mu.Lock()
+				active++
+				most = max(most, active)
+				mu.Unlock()
+				defer func() { mu.Lock(); active--; mu.Unlock() }()
+				return in, g.wait(ctx)
+			})
+		})
+		wfs, err := workflow.NewWorkflows(def)
+		if err != nil {
+			return err
+		}
+		cl, err := r.client(wfs)
+		if err != nil {
+			return err
+		}
+		for i, id := range []string{"r1", "r2", "r3"} {
+			if err := def.Start(r.ctx, cl, id, i); err != nil {
+				return err
+			}
+			if err := r.advance(time.Millisecond); err != nil { // distinct creation times: r1 first
+				return err
+			}
+		}
+		ev := &events{}
+		w, err := r.worker("w", r.handle(), wfs, ev, func(c *workflow.WorkerConfig) { c.MaxActiveRuns = 1 })
+		if err != nil {
+			return err
+		}
+		defer w.Stop(r.ctx)
+		if err := r.waitFor("r2 and r3 queued", 10*time.Second, func() (bool, error) {
+			return ev.count(workflow.EvQueued, "") == 2, nil
+		}); err != nil {
+			return err
+		}
+		if got := w.Runs(); len(got) != 1 || got[0] != "r1" {
+			return fmt.Errorf("running %v, want [r1]", got)
+		}
+		for _, id := range []string{"r2", "r3"} {
+			if s, err := cl.Get(r.ctx, id); err != nil || s.Status != workflow.StatusQueued {
+				return fmt.Errorf("%s: %+v, %v", id, s, err)
+			}
+		}
+		g.release()
+		for i, id := range []string{"r1", "r2", "r3"} {
+			if v, err := def.Result(r.ctx, cl, id); err != nil || v != i {
+				return fmt.Errorf("%s: %d, %v", id, v, err)
+			}
+		}
+		if most != 1 {
+			return fmt.Errorf("%d runs ran at once, want at most 1", most)
+		}
+		for _, id := range []string{"r2", "r3"} {
+			evs, err := r.stream(id)
+			if err != nil {
+				return err
+			}
+			if err := sameShapes(evs, []shape{{event.RunQueued, "", 1}, {event.RunStarted, "", 1},
+				{event.StepStarted, "work", 1}, {event.StepCompleted, "work", 1}, {event.RunCompleted, "", 1}}); err != nil {
+				return fmt.Errorf("%s: %w", id, err)
+			}
+			if err := checkEnvelopes(evs, id, "admitted", 1); err != nil {
+				return err
+			}
+		}
+		all, err := cl.List(r.ctx, "admitted")
+		if err != nil || len(all) != 3 {
+			return fmt.Errorf("list %v, %v", all, err)
+		}
+		for _, s := range all {
+			if s.Status != workflow.StatusCompleted {
+				return fmt.Errorf("%s is %s", s.ID, s.Status)
+			}
+		}
+		return nil
+	})
+}
+
+func TestInvalidDefinitionsAndNames(t *testing.T) {
+	ok := func(*workflow.Ctx, int) (int, error) { return 0, nil }
+	for _, d := range []workflow.Workflow{
+		workflow.New[int, int]("", 1, ok),
+		workflow.New[int, int]("a/b", 1, ok),
+		workflow.New[int, int]("v0", 0, ok),
+		workflow.New[int, int]("nofn", 1, nil),
+	} {
+		if _, err := workflow.NewWorkflows(d); !errors.Is(err, workflow.ErrInvalid) {
+			t.Errorf("%q v%d: %v, want ErrInvalid", d.Name(), d.Version(), err)
+		}
+	}
+	a := workflow.New("a", 1, ok)
+	if _, err := workflow.NewWorkflows(a, workflow.New("a", 2, ok)); !errors.Is(err, workflow.ErrInvalid) {
+		t.Errorf("a name registered twice: %v", err)
+	}
+	// A step name breaking the rules is refused before anything is
+	// recorded (the run fails with the function's error).
+	onMemstore(t, 17, func(r *rig) error {
+		def := workflow.New("names", 1, func(c *workflow.Ctx, _ int) (int, error) {
+			for _, name := range []string{"", "a#2", "sys:x"} {
+				if _, err := workflow.Step(c, name, func(context.Context) (int, error) { return 0, nil }); !errors.Is(err, workflow.ErrInvalid) {
+					return 0, fmt.Errorf("step name %q: %v", name, err)
+				}
+			}
+			return 1, nil
+		})
+		wfs, err := workflow.NewWorkflows(def)
+		if err != nil {
+			return err
+		}
+		w, err := r.worker("w", r.handle(), wfs, nil, nil)
+		if err != nil {
+			return err
+		}
+		defer w.Stop(r.ctx)
+		cl, err := r.client(wfs)
+		if err != nil {
+			return err
+		}
+		if err := def.Start(r.ctx, cl, "run", 0); err != nil {
+			return err
+		}
+		if v, err := def.Result(r.ctx, cl, "run"); err != nil || v != 1 {
+			return fmt.Errorf("result %d, %v", v, err)
+		}
+		evs, err := r.stream("run")
+		if err != nil {
+			return err
+		}
+		return sameShapes(evs, []shape{{event.RunStarted, "", 1}, {event.RunCompleted, "", 1}})
+	})
+}

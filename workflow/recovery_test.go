@@ -1,0 +1,353 @@
+package workflow_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/workflow"
+)
+
+// gated runs "a", then "b" (which waits at the gate), then "c", counting
+// each execution.
+func gated(tl *tally, g *gate) *workflow.Def[int, int] {
+	return workflow.New("gated", 1, func(c *workflow.Ctx, in int) (int, error) {
+		a, err := workflow.Step(c, "a", func(context.Context) (int, error) { tl.inc("a"); return in + 1, nil })
+		if err != nil {
+			return 0, err
+		}
+		b, err := workflow.Step(c, "b", func(ctx context.Context) (int, error) {
+			tl.inc("b")
+			if err := g.wait(ctx); err != nil {
+				return 0, err
+			}
+			return a * 10, nil
+		})
+		if err != nil {
+			return 0, err
+		}
+		return workflow.Step(c, "c", func(context.Context) (int, error) { tl.inc("c"); return b + 3, nil })
+	})
+}
+
+func TestCrashRecoveryRerunsOnlyTheStepInFlight(t *testing.T) {
+	forEachBackend(t, 3, func(r *rig) error {
+		tl, g := newTally(), newGate(r.ex)
+		def := gated(tl, g)
+		wfs, err := workflow.NewWorkflows(def)
+		if err != nil {
+			return err
+		}
+		cl, err := r.client(wfs)
+		if err != nil {
+			return err
+		}
+		hA := r.handle()
+		evA, evB := &events{}, &events{}
+		wA, err := r.worker("A", hA, wfs, evA, nil)
+		if err != nil {
+			return err
+		}
+		if err := def.Start(r.ctx, cl, "run", 1); err != nil {
+			return err
+		}
+		if err := r.waitFor("step b running on A", 10*time.Second, func() (bool, error) { return g.entries() == 1, nil }); err != nil {
+			return err
+		}
+		// A dies mid-step: nothing is released (and on memstore its store
+		// handle dies with it).
+		if m, ok := hA.(*memstore.Store); ok {
+			m.Crash()
+		}
+		wA.Kill(r.ctx)
+		crashedAt := r.ex.Now()
+		if r.real() {
+			// Only the store's clock decides when A's lease expires.
+			if err := r.advance(11 * time.Second); err != nil {
+				return err
+			}
+		}
+		wB, err := r.worker("B", r.handle(), wfs, evB, nil)
+		if err != nil {
+			return err
+		}
+		defer wB.Stop(r.ctx)
+		g.release()
+		got, err := def.Result(r.ctx, cl, "run")
+		if err != nil {
+			return err
+		}
+		if got != 23 {
+			return fmt.Errorf("result %d, want 23", got)
+		}
+		acq, ok := evB.find(workflow.EvAcquired, "run")
+		if !ok || acq.Epoch != 2 || acq.At.Sub(crashedAt) < 0 {
+			return fmt.Errorf("B's acquisition %+v, want epoch 2 after the crash", acq)
+		}
+		if a, b, c := tl.get("a"), tl.get("b"), tl.get("c"); a != 1 || b != 2 || c != 1 {
+			return fmt.Errorf("executions a=%d b=%d c=%d, want 1, 2 (the step in flight again), 1", a, b, c)
+		}
+		evs, err := r.stream("run")
+		if err != nil {
+			return err
+		}
+		if err := sameShapes(evs, []shape{
+			{event.RunStarted, "", 1},
+			{event.StepStarted, "a", 1}, {event.StepCompleted, "a", 1},
+			{event.StepStarted, "b", 1},
+			{event.StepStarted, "b", 2}, {event.StepCompleted, "b", 2},
+			{event.StepStarted, "c", 1}, {event.StepCompleted, "c", 1},
+			{event.RunCompleted, "", 1},
+		}); err != nil {
+			return err
+		}
+		if err := checkEnvelopes(evs, "run", "gated", 1); err != nil {
+			return err
+		}
+		// The stream replays to the same result, running nothing.
+		out, err := workflow.Replay(def, evs)
+		if err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+		var v int
+		if err := event.Unmarshal(out, &v); err != nil || v != 23 {
+			return fmt.Errorf("replayed output %d, %v", v, err)
+		}
+		if a, b, c := tl.get("a"), tl.get("b"), tl.get("c"); a != 1 || b != 2 || c != 1 {
+			return fmt.Errorf("the replay ran steps: a=%d b=%d c=%d", a, b, c)
+		}
+		return nil
+	})
+}
+
+func TestDeposedWorkerIsFencedAndStops(t *testing.T) {
+	onMemstore(t, 4, func(r *rig) error {
+		tl, g := newTally(), newGate(r.ex)
+		def := gated(tl, g)
+		wfs, err := workflow.NewWorkflows(def)
+		if err != nil {
+			return err
+		}
+		cl, err := r.client(wfs)
+		if err != nil {
+			return err
+		}
+		// A's renewals fail as calls (a partition), so A never learns from
+		// them that its lease is gone.
+		var partitioned atomic.Bool
+		hA := r.mem.Restart(memstore.WithHook(func(op string) error {
+			if op == "renew_leases" && partitioned.Load() {
+				return errors.New("partitioned")
+			}
+			return nil
+		}))
+		evA, evB := &events{}, &events{}
+		wA, err := r.worker("A", hA, wfs, evA, nil)
+		if err != nil {
+			return err
+		}
+		defer wA.Stop(r.ctx)
+		if err := def.Start(r.ctx, cl, "run", 1); err != nil {
+			return err
+		}
+		if err := r.waitFor("step b running on A", 10*time.Second, func() (bool, error) { return g.entries() == 1, nil }); err != nil {
+			return err
+		}
+		partitioned.Store(true)
+		// An operator revokes the lease (pause, then resume) and B takes
+		// the run at the next epoch while A, unaware, still runs step b.
+		if _, err := r.st.SetWorldStatus(r.ctx, "run", store.WorldPaused, "test"); err != nil {
+			return err
+		}
+		if _, err := r.st.SetWorldStatus(r.ctx, "run", store.WorldActive, "test"); err != nil {
+			return err
+		}
+		wB, err := r.worker("B", r.handle(), wfs, evB, nil)
+		if err != nil {
+			return err
+		}
+		defer wB.Stop(r.ctx)
+		if err := r.waitFor("step b running on B too", 10*time.Second, func() (bool, error) { return g.entries() == 2, nil }); err != nil {
+			return err
+		}
+		if _, fenced := evA.find(workflow.EvFenced, "run"); fenced {
+			return errors.New("A stopped before its write was attempted: the test would not show the store's fence")
+		}
+		g.release()
+		if got, err := def.Result(r.ctx, cl, "run"); err != nil || got != 23 {
+			return fmt.Errorf("result %d, %v; want 23", got, err)
+		}
+		if err := r.waitFor("A fenced", 10*time.Second, func() (bool, error) {
+			_, ok := evA.find(workflow.EvFenced, "run")
+			return ok, nil
+		}); err != nil {
+			return err
+		}
+		ev, _ := evA.find(workflow.EvFenced, "run")
+		if !errors.Is(ev.Err, store.ErrFenced) || ev.Epoch != 1 {
+			return fmt.Errorf("A's fence %+v (err %v), want store.ErrFenced at epoch 1", ev, ev.Err)
+		}
+		var se *store.Error
+		if !errors.As(ev.Err, &se) {
+			return fmt.Errorf("A's fence %v did not come from the store", ev.Err)
+		}
+		if got := wA.Runs(); len(got) != 0 {
+			return fmt.Errorf("A still holds %v", got)
+		}
+		evs, err := r.stream("run")
+		if err != nil {
+			return err
+		}
+		for _, e := range evs {
+			if e.EventType == event.StepCompleted && e.StepID == "b" && e.LogicalAttemptID == 1 {
+				return errors.New("the deposed worker's StepCompleted(b, 1) was recorded")
+			}
+		}
+		return sameShapes(evs, []shape{
+			{event.RunStarted, "", 1},
+			{event.StepStarted, "a", 1}, {event.StepCompleted, "a", 1},
+			{event.StepStarted, "b", 1},
+			{event.StepStarted, "b", 2}, {event.StepCompleted, "b", 2},
+			{event.StepStarted, "c", 1}, {event.StepCompleted, "c", 1},
+			{event.RunCompleted, "", 1},
+		})
+	})
+}
+
+func TestChangedStepOrderIsADivergence(t *testing.T) {
+	onMemstore(t, 5, func(r *rig) error {
+		tl, g := newTally(), newGate(r.ex)
+		v1 := gated(tl, g)
+		// The same workflow and version with a step inserted before "b".
+		changed := workflow.New("gated", 1, func(c *workflow.Ctx, in int) (int, error) {
+			a, err := workflow.Step(c, "a", func(context.Context) (int, error) { tl.inc("a"); return in + 1, nil })
+			if err != nil {
+				return 0, err
+			}
+			x, err := workflow.Step(c, "x", func(context.Context) (int, error) { tl.inc("x"); return a, nil })
+			if err != nil {
+				return 0, err
+			}
+			return workflow.Step(c, "b", func(context.Context) (int, error) { tl.inc("b"); return x, nil })
+		})
+		wfs1, err := workflow.NewWorkflows(v1)
+		if err != nil {
+			return err
+		}
+		wfs2, err := workflow.NewWorkflows(changed)
+		if err != nil {
+			return err
+		}
+		cl, err := r.client(wfs1)
+		if err != nil {
+			return err
+		}
+		hA := r.mem.Restart()
+		wA, err := r.worker("A", hA, wfs1, nil, nil)
+		if err != nil {
+			return err
+		}
+		if err := v1.Start(r.ctx, cl, "run", 1); err != nil {
+			return err
+		}
+		if err := r.waitFor("step b running", 10*time.Second, func() (bool, error) { return g.entries() == 1, nil }); err != nil {
+			return err
+		}
+		hA.Crash()
+		wA.Kill(r.ctx)
+		evB := &events{}
+		wB, err := r.worker("B", r.handle(), wfs2, evB, nil)
+		if err != nil {
+			return err
+		}
+		defer wB.Stop(r.ctx)
+		_, err = cl.Result(r.ctx, "run")
+		var div *workflow.DivergenceError
+		if !errors.Is(err, workflow.ErrFailed) || !errors.As(err, &div) {
+			return fmt.Errorf("result error %v, want a failed run with a *DivergenceError", err)
+		}
+		if div.StepIndex != 1 || div.Recorded != "b" || div.Got != "x" {
+			return fmt.Errorf("divergence %+v, want step 1: recorded b, got x", div)
+		}
+		if tl.get("x") != 0 || tl.get("a") != 1 {
+			return fmt.Errorf("executions a=%d x=%d, want 1 and 0", tl.get("a"), tl.get("x"))
+		}
+		if _, ok := evB.find(workflow.EvDiverged, "run"); !ok {
+			return errors.New("B reported no divergence")
+		}
+		evs, err := r.stream("run")
+		if err != nil {
+			return err
+		}
+		if err := sameShapes(evs, []shape{
+			{event.RunStarted, "", 1},
+			{event.StepStarted, "a", 1}, {event.StepCompleted, "a", 1},
+			{event.StepStarted, "b", 1},
+			{event.RunFailed, "", 1},
+		}); err != nil {
+			return err
+		}
+		// Replaying the changed function reports the same divergence.
+		if _, err := workflow.Replay(changed, evs); !errors.As(err, &div) || div.Got != "x" {
+			return fmt.Errorf("replay of the changed function: %v", err)
+		}
+		return nil
+	})
+}
+
+func TestStopReleasesSoAnotherWorkerTakesOverAtOnce(t *testing.T) {
+	onMemstore(t, 19, func(r *rig) error {
+		tl, g := newTally(), newGate(r.ex)
+		def := gated(tl, g)
+		wfs, err := workflow.NewWorkflows(def)
+		if err != nil {
+			return err
+		}
+		cl, err := r.client(wfs)
+		if err != nil {
+			return err
+		}
+		wA, err := r.worker("A", r.handle(), wfs, nil, nil)
+		if err != nil {
+			return err
+		}
+		if err := def.Start(r.ctx, cl, "run", 1); err != nil {
+			return err
+		}
+		if err := r.waitFor("step b running on A", 10*time.Second, func() (bool, error) { return g.entries() == 1, nil }); err != nil {
+			return err
+		}
+		evB := &events{}
+		wB, err := r.worker("B", r.handle(), wfs, evB, nil)
+		if err != nil {
+			return err
+		}
+		defer wB.Stop(r.ctx)
+		if err := wA.Stop(r.ctx); err != nil {
+			return err
+		}
+		stoppedAt := r.ex.Now()
+		g.release()
+		if v, err := def.Result(r.ctx, cl, "run"); err != nil || v != 23 {
+			return fmt.Errorf("result %d, %v", v, err)
+		}
+		acq, ok := evB.find(workflow.EvAcquired, "run")
+		if !ok || acq.Epoch != 2 {
+			return fmt.Errorf("B's acquisition %+v", acq)
+		}
+		// The lease was released: B did not wait for its 2s TTL.
+		if d := acq.At.Sub(stoppedAt); d >= time.Second {
+			return fmt.Errorf("B took the run %v after A stopped", d)
+		}
+		if tl.get("b") != 2 || tl.get("a") != 1 {
+			return fmt.Errorf("executions a=%d b=%d", tl.get("a"), tl.get("b"))
+		}
+		return nil
+	})
+}

@@ -1,0 +1,649 @@
+package workflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/world"
+)
+
+// Event is one thing a worker did with a run. Tests and metrics read them
+// (WorkerConfig.Observe).
+type Event struct {
+	Kind  string // one of the Ev* constants
+	Run   string
+	Epoch uint64
+	Err   error
+	At    time.Time // the executor's clock
+}
+
+// Worker event kinds.
+const (
+	EvAcquired  = "acquired"  // the worker took the run's lease
+	EvQueued    = "queued"    // RunQueued recorded: the worker was at MaxActiveRuns
+	EvStarted   = "started"   // the run's function started here (first run or replay)
+	EvFenced    = "fenced"    // the run stopped here: its lease was lost or revoked, or the store fenced a write (Err says which)
+	EvPaused    = "paused"    // the run stopped here because it was paused
+	EvFinished  = "finished"  // the run's end is recorded and the run archived
+	EvError     = "error"     // the run stopped here on a store or history error (Err); it is taken up again
+	EvStopped   = "stopped"   // the worker stopped the run (Stop, Kill)
+	EvDiverged  = "diverged"  // the run failed by divergence (Err is the *DivergenceError)
+	EvRenewFail = "renewfail" // a RenewLeases call failed (Err); the leases fence themselves at expiry
+)
+
+// stopKind says why a run stopped on this worker.
+type stopKind uint8
+
+const (
+	stopFenced   stopKind = iota + 1 // the lease is gone: nothing more may be written
+	stopShutdown                     // the worker is stopping
+	stopPause                        // paused: recorded, status set
+	stopCancel                       // cancelled: recorded, the run ended
+	stopError                        // a store call or the history failed
+)
+
+func (k stopKind) String() string {
+	switch k {
+	case stopFenced:
+		return "fenced"
+	case stopShutdown:
+		return "worker stopping"
+	case stopPause:
+		return "paused"
+	case stopCancel:
+		return "cancelled"
+	}
+	return "error"
+}
+
+// stop is why a run stopped here. It is the error every step call of a
+// stopped run returns: it matches ErrStopped, and unwraps to its cause (a
+// store error, so errors.Is(err, store.ErrFenced) works).
+type stop struct {
+	kind  stopKind
+	cause error
+}
+
+func (s *stop) Error() string {
+	msg := "workflow: run stopped on this worker (" + s.kind.String() + ")"
+	if s.cause != nil {
+		msg += ": " + s.cause.Error()
+	}
+	return msg
+}
+
+func (s *stop) Is(target error) bool { return target == ErrStopped }
+
+func (s *stop) Unwrap() error { return s.cause }
+
+// item is one decoded inbox item of a run.
+type item struct {
+	seq     uint64
+	kind    string
+	dedupe  string
+	at      time.Time
+	start   *startItem
+	signal  *signalItem
+	control *controlItem
+	receipt *world.Receipt
+	timer   *timerPayload
+}
+
+// childState follows a child run's stream.
+type childState struct {
+	after uint64
+	end   *event.Envelope
+}
+
+// runner is one run held under a lease: by a worker, which runs its
+// function, or by a client's operator path, which only records a
+// cancellation. Its history and inbox cache are touched by one goroutine
+// at a time (the run's, or the control branch of a step race while the
+// run's goroutine waits for the race); fenced and expires are the
+// controller's too.
+type runner struct {
+	st      store.Store
+	ex      actor.Executor
+	id      string
+	epoch   uint64
+	expires atomic.Int64 // Unix ns of the lease's expiry, as the store last said
+	fenced  atomic.Bool
+	cancel  atomic.Pointer[context.CancelFunc] // ends the run's context (its process's)
+	park    actor.Parker                       // woken by the run's inbox hints and by fencing
+	poll    time.Duration
+	scope   *actor.Scope // where step races run (nil for the operator)
+	def     Workflow
+	observe func(Event)
+	replay  bool // Replay: answer recorded steps only, touch no store
+
+	h      *history
+	start  *startItem
+	items  []item
+	readTo uint64
+	kids   map[string]*childState
+}
+
+func newRunner(st store.Store, ex actor.Executor, id string, lease store.Lease, poll time.Duration) *runner {
+	r := &runner{st: st, ex: ex, id: id, epoch: lease.Epoch, park: ex.NewParker(), poll: poll,
+		kids: map[string]*childState{}}
+	r.expires.Store(lease.ExpiresAt.UnixNano())
+	return r
+}
+
+func (r *runner) emit(kind string, err error) {
+	if r.observe != nil {
+		r.observe(Event{Kind: kind, Run: r.id, Epoch: r.epoch, Err: err, At: r.ex.Now()})
+	}
+}
+
+// fence stops the run here at once: nothing more is written, its waits
+// wake up.
+func (r *runner) fence() {
+	r.fenced.Store(true)
+	if cancel := r.cancel.Load(); cancel != nil {
+		(*cancel)()
+	}
+	r.park.Unpark()
+}
+
+// writable is the check before every write: the worker is not stopping,
+// the lease was not lost, and it has not expired by the executor's clock.
+// The store checks the epoch again in the write's own transaction.
+func (r *runner) writable(ctx context.Context) error {
+	if !r.fenced.Load() {
+		if exp := r.expires.Load(); exp != 0 && !r.ex.Now().Before(time.Unix(0, exp)) {
+			r.fence()
+		}
+	}
+	if r.fenced.Load() {
+		return &stop{kind: stopFenced, cause: errorf("write", store.ErrFenced, r.id, detail("the lease was lost or expired"))}
+	}
+	if err := ctx.Err(); err != nil {
+		return &stop{kind: stopShutdown, cause: err}
+	}
+	return nil
+}
+
+// failed turns a store or decoding error into the run's stop.
+func (r *runner) failed(ctx context.Context, op string, err error) *stop {
+	var s *stop
+	switch {
+	case errors.As(err, &s):
+		return s
+	case errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotHolder) || errors.Is(err, store.ErrStaleEpoch):
+		r.fence()
+		return &stop{kind: stopFenced, cause: errorf(op, store.ErrFenced, r.id, err)}
+	case r.fenced.Load():
+		return &stop{kind: stopFenced, cause: errorf(op, store.ErrFenced, r.id, err)}
+	case ctx.Err() != nil:
+		return &stop{kind: stopShutdown, cause: ctx.Err()}
+	}
+	return &stop{kind: stopError, cause: errorf(op, ErrStopped, r.id, err)}
+}
+
+// ---- reading ----
+
+// load reads the run's whole stream and inbox.
+func (r *runner) load(ctx context.Context) error {
+	r.h, r.items, r.readTo, r.start = newHistory(), nil, 0, nil
+	var after uint64
+	for {
+		evs, err := r.st.Read(ctx, r.id, after, 512)
+		if err != nil {
+			return err
+		}
+		for i := range evs {
+			if err := r.h.apply(&evs[i]); err != nil {
+				return err
+			}
+			after = evs[i].RunSeq
+		}
+		if len(evs) < 512 {
+			break
+		}
+	}
+	return r.refresh(ctx)
+}
+
+// refresh reads the inbox items that arrived since the last read. Items
+// never change once written, so the cache is only ever extended.
+func (r *runner) refresh(ctx context.Context) error {
+	for {
+		its, err := r.st.ReadInbox(ctx, r.id, r.readTo, 256)
+		if err != nil {
+			return err
+		}
+		for _, it := range its {
+			r.items = append(r.items, decodeItem(it))
+			r.readTo = it.Seq
+			if r.start == nil && r.items[len(r.items)-1].start != nil {
+				r.start = r.items[len(r.items)-1].start
+			}
+		}
+		if len(its) < 256 {
+			return nil
+		}
+	}
+}
+
+// decodeItem decodes what the run reads of an inbox item. An item that
+// does not decode is kept with its kind only, and never matches anything.
+func decodeItem(it store.InboxItem) item {
+	out := item{seq: it.Seq, kind: it.Kind, dedupe: it.DedupeKey, at: it.EnqueuedAt}
+	switch it.Kind {
+	case ItemStart:
+		if s, err := decodeStart(it.Payload); err == nil {
+			out.start = &s
+		}
+	case ItemSignal:
+		if name, v, err := decodeSignal(it.Payload); err == nil {
+			out.signal = &signalItem{Name: name, Value: v}
+		}
+	case ItemControl:
+		if c, err := decodeControl(it.Payload); err == nil {
+			out.control = &c
+		}
+	case store.KindReceipt:
+		// A receipt the run cannot read still ends its effect's attempt
+		// (as an error): the store delivers one terminal receipt per
+		// intent, so waiting for a better one would wait forever.
+		var rc world.Receipt
+		if err := world.Decode(it.Payload, &rc); err != nil || rc.IntentHash == "" ||
+			len(rc.Body) > 0 && event.IsCanonical(rc.Body) != nil {
+			hash, _, _ := strings.Cut(strings.TrimPrefix(it.DedupeKey, store.ReceiptKeyPrefix), "#")
+			rc = world.Receipt{IntentHash: hash, Status: world.StatusError}
+		}
+		out.receipt = &rc
+	case store.KindTimer:
+		var tp timerPayload
+		if err := event.Unmarshal(it.Payload, &tp); err == nil {
+			out.timer = &tp
+		}
+	}
+	return out
+}
+
+// ---- writing ----
+
+// envelope builds one of the run's events. The plan is the run's
+// workflow and the version it was started with.
+func (r *runner) envelope(typ, step string, attempt uint64, payload any) (event.Envelope, error) {
+	b := event.EmptyPayload()
+	if payload != nil {
+		var err error
+		if b, err = event.Marshal(payload); err != nil {
+			return event.Envelope{}, err
+		}
+	}
+	return newEnvelope(r.id, r.start, typ, step, attempt, r.ex.Now(), b), nil
+}
+
+func newEnvelope(run string, start *startItem, typ, step string, attempt uint64, now time.Time, payload []byte) event.Envelope {
+	e := event.Envelope{StreamID: run, EventType: typ, StepID: step, LogicalAttemptID: attempt,
+		EngineAttemptID: 1, PlanID: start.Workflow, PlanVersion: start.Version, EmittedAt: now, Payload: payload}
+	e.Normalize()
+	e.EventID = e.IdempotencyKey // one event per key and stream; the key hashes the run id too
+	return e
+}
+
+// event appends one event.
+func (r *runner) event(ctx context.Context, typ, step string, attempt uint64, payload any) error {
+	e, err := r.envelope(typ, step, attempt, payload)
+	if err != nil {
+		return &stop{kind: stopError, cause: errorf("append", ErrInvalid, r.id, err)}
+	}
+	return r.append(ctx, e)
+}
+
+// append appends events fenced by the run's lease, compare-and-swapped on
+// the head, so their runSeqs are gapless, and folds them into the history.
+func (r *runner) append(ctx context.Context, evs ...event.Envelope) error {
+	if err := r.writable(ctx); err != nil {
+		return err
+	}
+	res, err := r.st.Append(ctx, r.id, evs, store.AppendOptions{Kind: store.WorldStream,
+		Fence: &store.Fence{World: r.id, Epoch: r.epoch}, ExpectedHead: store.Head(r.h.head)})
+	if err != nil {
+		return r.failed(ctx, "append", err)
+	}
+	return r.applyAppended(ctx, evs, res)
+}
+
+func (r *runner) applyAppended(ctx context.Context, evs []event.Envelope, res []store.Appended) error {
+	for i := range evs {
+		if res[i].Idempotent {
+			// The history this worker read is not the stream's: start over.
+			return r.failed(ctx, "append", detail(fmt.Sprintf("event %s %q is already recorded", evs[i].EventType, evs[i].StepID)))
+		}
+		evs[i].RunSeq, evs[i].PersistedAt = res[i].RunSeq, res[i].PersistedAt
+		if err := r.h.apply(&evs[i]); err != nil {
+			return r.failed(ctx, "append", err)
+		}
+	}
+	return nil
+}
+
+// end records the run's end (RunCompleted, RunFailed, RunCancelled) and,
+// in the same transaction, marks every inbox item read so far drained, so
+// the store's dedupe records of its signals, timers and receipts become
+// sweepable.
+func (r *runner) end(ctx context.Context, typ string, p runEnd) error {
+	e, err := r.envelope(typ, "", 1, p)
+	if err != nil {
+		return &stop{kind: stopError, cause: errorf("end", ErrInvalid, r.id, err)}
+	}
+	if err := r.writable(ctx); err != nil {
+		return err
+	}
+	cursor, err := r.st.Cursor(ctx, r.id)
+	if err != nil {
+		return r.failed(ctx, "end", err)
+	}
+	if err := r.refresh(ctx); err != nil {
+		return r.failed(ctx, "end", err)
+	}
+	res, err := r.st.Commit(ctx, r.id, r.epoch, store.CommitBatch{ExpectedCursor: cursor, NewCursor: max(cursor, r.readTo),
+		ExpectedHead: r.h.head, Entries: []store.Record{e}})
+	if err != nil {
+		return r.failed(ctx, "end", err)
+	}
+	return r.applyAppended(ctx, []event.Envelope{e}, res.Appended)
+}
+
+// finish is what follows a recorded end: the parent run (if any) is told,
+// and the run is archived with the end as its reason, which takes it out
+// of every worker's scan and ends its lease. Both are repeated by whoever
+// finds an ended run still active.
+func (r *runner) finish(ctx context.Context) error {
+	t := r.h.terminal
+	if r.start != nil && r.start.Parent != "" {
+		b, err := event.Marshal(childItem{Child: r.id})
+		if err == nil {
+			_, _, err = r.st.Enqueue(ctx, r.start.Parent, store.InboxItem{Kind: ItemChild, Payload: b, DedupeKey: ItemChild + ":" + r.id})
+		}
+		if err != nil && !errors.Is(err, store.ErrWorldArchived) && !errors.Is(err, store.ErrWorldNotFound) {
+			return r.failed(ctx, "finish", err)
+		}
+	}
+	if _, err := r.st.SetWorldStatus(ctx, r.id, store.WorldArchived, string(endStatus(t.EventType))); err != nil && !errors.Is(err, store.ErrWorldArchived) {
+		return r.failed(ctx, "finish", err)
+	}
+	r.fenced.Store(true) // archiving ended the lease
+	return nil
+}
+
+func endStatus(typ string) RunStatus {
+	switch typ {
+	case event.RunCompleted:
+		return StatusCompleted
+	case event.RunFailed:
+		return StatusFailed
+	case event.RunCancelled:
+		return StatusCancelled
+	}
+	return ""
+}
+
+// ---- control requests ----
+
+// controlPlan is what the run's control requests ask of it now.
+type controlPlan struct {
+	// catchUp are the RunPaused and RunResumed events owed: requests
+	// whose events nobody could append when they were made (the pause
+	// fenced the holder; nobody held the run).
+	catchUp []controlEvent
+	// pause is set when the run must pause now: a pause request with no
+	// resume after it.
+	pause *item
+	// cancel is set when the run must be cancelled.
+	cancel *item
+}
+
+type controlEvent struct {
+	typ string
+	it  *item // nil: a resume without a request
+}
+
+func (p controlPlan) stops() bool { return p.pause != nil || p.cancel != nil }
+
+// plan reads the run's control requests against what the stream recorded
+// of them. Requests are recorded in inbox order, so only those after the
+// last recorded one are new; one before it was not recorded because it
+// asked for nothing (a pause of a paused run, a resume of a running one).
+// A cancel counts wherever it is.
+func (r *runner) plan() controlPlan {
+	var p controlPlan
+	var last uint64
+	for i := range r.items {
+		it := &r.items[i]
+		if it.control == nil {
+			continue
+		}
+		if it.control.Op == opCancel && !r.h.controls[it.seq] {
+			p.cancel = it
+		}
+		if r.h.controls[it.seq] {
+			last = it.seq
+		}
+	}
+	paused := r.h.pauses > r.h.resumes
+	pending := false // the pause is a new request, not a recorded one
+	for i := range r.items {
+		it := &r.items[i]
+		if it.control == nil || it.seq <= last || it == p.cancel {
+			continue
+		}
+		switch it.control.Op {
+		case opPause:
+			if !paused {
+				p.catchUp = append(p.catchUp, controlEvent{typ: event.RunPaused, it: it})
+				paused, pending, p.pause = true, true, it
+			}
+		case opResume:
+			if paused {
+				p.catchUp = append(p.catchUp, controlEvent{typ: event.RunResumed, it: it})
+				paused, pending, p.pause = false, false, nil
+			}
+		}
+	}
+	if paused && !pending {
+		// Recorded as paused, yet this worker holds the run: it was made
+		// active without a resume request (an operator's status change).
+		p.catchUp = append(p.catchUp, controlEvent{typ: event.RunResumed})
+	}
+	return p
+}
+
+// applyPlan records what p asks and, for a pause or a cancel, stops the
+// run here. inflight is the attempt in flight when the request came (a
+// cancel marks it skipped).
+func (r *runner) applyPlan(ctx context.Context, p controlPlan, inflight *attemptRef) error {
+	if len(p.catchUp) > 0 {
+		pauses, resumes := r.h.pauses, r.h.resumes
+		evs := make([]event.Envelope, 0, len(p.catchUp))
+		for _, ce := range p.catchUp {
+			var n uint64
+			if ce.typ == event.RunPaused {
+				pauses++
+				n = pauses
+			} else {
+				resumes++
+				n = resumes
+			}
+			pl := runControl{}
+			if ce.it != nil {
+				pl = runControl{Control: ce.it.seq, Reason: ce.it.control.Reason, SourceOccurredAt: unixNano(ce.it.at)}
+			}
+			e, err := r.envelope(ce.typ, "", n, pl)
+			if err != nil {
+				return &stop{kind: stopError, cause: err}
+			}
+			evs = append(evs, e)
+		}
+		if err := r.append(ctx, evs...); err != nil {
+			return r.failed(ctx, "control", err)
+		}
+	}
+	switch {
+	case p.cancel != nil:
+		if inflight != nil {
+			if err := r.event(ctx, event.StepSkipped, inflight.step, inflight.attempt, stepSkipped{Reason: "cancelled"}); err != nil {
+				return r.failed(ctx, "cancel", err)
+			}
+		}
+		it := p.cancel
+		if err := r.end(ctx, event.RunCancelled, runEnd{Control: it.seq, Reason: it.control.Reason, SourceOccurredAt: unixNano(it.at)}); err != nil {
+			return r.failed(ctx, "cancel", err)
+		}
+		if err := r.finish(ctx); err != nil {
+			return r.failed(ctx, "cancel", err)
+		}
+		return &stop{kind: stopCancel, cause: ErrCancelled}
+	case p.pause != nil:
+		reason := "workflow: paused"
+		if p.pause.control.Reason != "" {
+			reason += ": " + p.pause.control.Reason
+		}
+		if _, err := r.st.SetWorldStatus(ctx, r.id, store.WorldPaused, reason); err != nil {
+			return r.failed(ctx, "pause", err)
+		}
+		r.fenced.Store(true) // leaving active ended the lease
+		return &stop{kind: stopPause}
+	}
+	return nil
+}
+
+// attemptRef names a step attempt.
+type attemptRef struct {
+	step    string
+	attempt uint64
+}
+
+// ---- waiting ----
+
+// wait blocks until match finds what it looks for (it reads the cached
+// inbox, refreshed before each call), a control request stops the run,
+// deadline passes (zero: never), or the run stops here. It re-reads the
+// inbox on every hint and at least every poll interval: hints only wake.
+func (r *runner) wait(c *Ctx, deadline time.Time, match func() (bool, error)) (timedOut bool, err error) {
+	ctx := c.ctx
+	for {
+		if err := r.writable(ctx); err != nil {
+			return false, c.halt(err)
+		}
+		if err := r.refresh(ctx); err != nil {
+			return false, c.halt(r.failed(ctx, "read inbox", err))
+		}
+		if p := r.plan(); p.stops() || len(p.catchUp) > 0 {
+			if s := r.applyPlan(ctx, p, c.inflight); s != nil {
+				return false, c.halt(s)
+			}
+		}
+		ok, err := match()
+		if err != nil {
+			return false, c.halt(r.failed(ctx, "wait", err))
+		}
+		if ok {
+			return false, nil
+		}
+		now := r.ex.Now()
+		if !deadline.IsZero() && !now.Before(deadline) {
+			return true, nil
+		}
+		d := r.poll
+		if !deadline.IsZero() && deadline.Sub(now) < d {
+			d = deadline.Sub(now)
+		}
+		t := r.ex.AfterFunc(d, r.park.Unpark)
+		perr := r.park.Park(ctx)
+		t.Stop()
+		if perr != nil {
+			return false, c.halt(&stop{kind: stopShutdown, cause: perr})
+		}
+	}
+}
+
+// watchControl is the control branch of a step race: it returns once a
+// control request must stop the run (a pause or a cancel) or the run is
+// fenced, and records nothing itself: the run's goroutine does, once the
+// step's function has returned.
+func (r *runner) watchControl(ctx context.Context) (*controlPlan, error) {
+	for {
+		if r.fenced.Load() {
+			return nil, r.writable(ctx)
+		}
+		if err := r.refresh(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+		if p := r.plan(); p.stops() {
+			return &p, nil
+		}
+		t := r.ex.AfterFunc(r.poll, r.park.Unpark)
+		err := r.park.Park(ctx)
+		t.Stop()
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// raceOutcome is what a step race's branch returns.
+type raceOutcome struct {
+	value    []byte
+	err      error
+	timedOut bool
+	plan     *controlPlan
+	ctlErr   error
+}
+
+// runAttempt runs one attempt of a plain step: fn under the step's
+// timeout, raced against the run's control requests and its fencing.
+func (r *runner) runAttempt(c *Ctx, timeout time.Duration, fn func(context.Context) ([]byte, error)) (value []byte, failure error, timedOut bool, halt error) {
+	winner, out, err := actor.Race(c.ctx, r.scope,
+		func(ctx context.Context) (raceOutcome, error) {
+			sctx, cancel := ctx, context.CancelFunc(func() {})
+			if timeout > 0 {
+				sctx, cancel = actor.WithTimeout(ctx, r.ex, timeout)
+			}
+			defer cancel()
+			v, err := fn(sctx)
+			to := timeout > 0 && ctx.Err() == nil && errors.Is(sctx.Err(), context.DeadlineExceeded)
+			return raceOutcome{value: v, err: err, timedOut: to}, nil
+		},
+		func(ctx context.Context) (raceOutcome, error) {
+			p, err := r.watchControl(ctx)
+			return raceOutcome{plan: p, ctlErr: err}, nil
+		})
+	if werr := r.writable(c.ctx); werr != nil {
+		// The worker is stopping or the lease is gone: whatever the
+		// function returned is not recorded.
+		return nil, nil, false, c.halt(werr)
+	}
+	switch {
+	case winner == 0 && err != nil:
+		return nil, fmt.Errorf("the step panicked: %w", err), false, nil
+	case winner == 0:
+		if out.timedOut {
+			return nil, fmt.Errorf("the step ran out of its timeout %v", timeout), true, nil
+		}
+		return out.value, out.err, false, nil
+	case winner == 1 && err == nil && out.plan != nil:
+		return nil, nil, false, c.halt(r.applyPlan(c.ctx, *out.plan, c.inflight))
+	case winner == 1 && err == nil:
+		return nil, nil, false, c.halt(r.failed(c.ctx, "step", out.ctlErr))
+	}
+	if err == nil {
+		err = detail("the step race ended without a winner")
+	}
+	return nil, nil, false, c.halt(r.failed(c.ctx, "step", err))
+}

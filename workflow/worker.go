@@ -1,0 +1,612 @@
+package workflow
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/store"
+)
+
+// WorkerConfig configures a Worker. Zero durations and sizes take the
+// defaults named on each field.
+type WorkerConfig struct {
+	Worker    string      // the lease holder's id; unique per worker
+	Store     store.Store // the persistence plane
+	Workflows *Workflows  // the definitions this worker runs
+
+	LeaseTTL    time.Duration // default 10s
+	RenewMargin time.Duration // renew before expiry − margin (default LeaseTTL/3)
+	// ScanEvery is the backstop scan for runnable runs (default
+	// LeaseTTL/2): hints may be lost, and a lease held elsewhere becomes
+	// acquirable when it expires, which nothing announces.
+	ScanEvery time.Duration
+	// HintGap spaces the scans that hints start (default RetryAfter): the
+	// lease and assignment topics are global.
+	HintGap time.Duration
+	// PollEvery is the backstop re-read of a waiting run's inbox (default
+	// 1s): inbox hints wake a run at once, but may be lost.
+	PollEvery  time.Duration
+	RetryAfter time.Duration // after a failed store call (default 100ms)
+	// MaxActiveRuns bounds the runs this worker runs at once (default
+	// 1024). A run found beyond it that never started is recorded as
+	// RunQueued and started when room frees up.
+	MaxActiveRuns int
+	// Observe, when set, receives the worker's events synchronously; it
+	// must not block.
+	Observe func(Event)
+}
+
+func (c *WorkerConfig) defaults() error {
+	if c.Worker == "" || c.Store == nil || c.Workflows == nil {
+		return errorf("worker", ErrInvalid, "", detail("a worker needs Worker, Store and Workflows"))
+	}
+	if err := store.CheckID("worker", "worker", c.Worker); err != nil {
+		return errorf("worker", ErrInvalid, "", err)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.LeaseTTL, 10*time.Second)
+	def(&c.RenewMargin, c.LeaseTTL/3)
+	def(&c.ScanEvery, c.LeaseTTL/2)
+	def(&c.RetryAfter, 100*time.Millisecond)
+	def(&c.HintGap, c.RetryAfter)
+	def(&c.PollEvery, time.Second)
+	if c.MaxActiveRuns <= 0 {
+		c.MaxActiveRuns = 1024
+	}
+	if c.RenewMargin >= c.LeaseTTL {
+		return errorf("worker", ErrInvalid, "", detail("RenewMargin must be below LeaseTTL"))
+	}
+	return nil
+}
+
+// Worker runs the runs of its workflows: it finds runnable runs, takes
+// their leases, renews them in batches, and runs each run's function in a
+// process of its own, stopping it at once when its lease is lost.
+type Worker struct {
+	cfg   WorkerConfig
+	st    store.Store
+	ex    actor.Executor
+	scope *actor.Scope
+	park  actor.Parker // the controller's wake-up
+	ctl   actor.PID
+	hint  atomic.Bool
+
+	mu      sync.Mutex
+	runs    map[string]*heldRun
+	queued  map[string]bool   // runs whose RunQueued is recorded
+	starts  map[string]uint64 // run id → the version it was started with
+	backoff map[string]retry  // runs that stopped on an error: not before at
+	stopped bool
+}
+
+// retry spaces the attempts at a run that keeps stopping on an error (a
+// store that refuses it, a history this worker cannot read).
+type retry struct {
+	n  int
+	at time.Time
+}
+
+// heldRun is a run whose lease this worker holds, with its process.
+type heldRun struct {
+	r    *runner
+	done bool // its process returned
+	exit *stop
+}
+
+// StartWorker starts a worker in a scope of its own under scope: a
+// controller process, and one process per run it holds. All its time and
+// waiting go through the scope's executor.
+func StartWorker(ctx context.Context, scope *actor.Scope, cfg WorkerConfig) (*Worker, error) {
+	if scope == nil {
+		return nil, errorf("worker", ErrInvalid, "", detail("a nil scope"))
+	}
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	sub, err := scope.Sub("workflow-worker:" + cfg.Worker)
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{cfg: cfg, st: cfg.Store, ex: scope.Executor(), scope: sub,
+		runs: map[string]*heldRun{}, queued: map[string]bool{}, starts: map[string]uint64{}, backoff: map[string]retry{}}
+	w.park = w.ex.NewParker()
+	w.hint.Store(true)
+	if w.ctl, err = sub.Go("workflow-controller:"+cfg.Worker, w.control); err != nil {
+		_, _ = sub.CloseKilled(ctx)
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *Worker) emit(ev Event) {
+	if w.cfg.Observe != nil {
+		ev.At = w.ex.Now()
+		w.cfg.Observe(ev)
+	}
+}
+
+// Runs lists the runs this worker holds, sorted.
+func (w *Worker) Runs() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]string, 0, len(w.runs))
+	for id, hr := range w.runs {
+		if !hr.done {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Stop stops the worker as a planned departure: every run stops where it
+// is (nothing more is recorded), and their leases are released, so other
+// workers take them up at once and re-run their steps in flight.
+func (w *Worker) Stop(ctx context.Context) error {
+	held := w.halt()
+	_, err := w.scope.Close(ctx)
+	var refs []store.LeaseRef
+	for _, r := range held {
+		refs = append(refs, store.LeaseRef{World: r.id, Epoch: r.epoch})
+	}
+	if len(refs) > 0 {
+		// A failed release only means the successors wait for the TTL.
+		_, _ = w.st.ReleaseLeases(ctx, w.cfg.Worker, refs)
+	}
+	return err
+}
+
+// Kill ends the worker at once, as a crash: its processes are cancelled
+// and nothing is released; the leases expire after their TTL.
+func (w *Worker) Kill(ctx context.Context) {
+	w.halt()
+	_, _ = w.scope.CloseKilled(ctx)
+}
+
+// halt fences every held run, so nothing more is written, and returns
+// those that still held a lease.
+func (w *Worker) halt() []*runner {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
+	var held []*runner
+	for _, id := range sortedKeys(w.runs) {
+		hr := w.runs[id]
+		if !hr.r.fenced.Load() {
+			held = append(held, hr.r)
+		}
+		hr.r.fence()
+	}
+	return held
+}
+
+// ---- the controller ----
+
+// control is the worker's control loop: scans for runnable runs, batched
+// lease renewal, and reaping finished run processes. It blocks on one
+// Parker, woken by lease and assignment hints (a status change, a new run)
+// and by a timer for its next deadline.
+func (w *Worker) control(ctx context.Context) error {
+	stopWatch, err := w.watch(ctx)
+	if err != nil {
+		return nil // stopped
+	}
+	defer stopWatch()
+	var nextScan, lastHintScan time.Time
+	for ctx.Err() == nil {
+		now := w.ex.Now()
+		w.reap()
+		hinted := w.hint.Swap(false)
+		scanNow, forceRenew := !now.Before(nextScan), false
+		if hinted {
+			if at := lastHintScan.Add(w.cfg.HintGap); now.Before(at) {
+				w.hint.Store(true) // too soon after the last: kept for the gap's end
+				if at.Before(nextScan) {
+					nextScan = at
+				}
+			} else {
+				scanNow, forceRenew, lastHintScan = true, true, now
+			}
+		}
+		if scanNow {
+			if err := w.scan(ctx); err != nil {
+				nextScan = now.Add(w.cfg.RetryAfter)
+			} else {
+				nextScan = now.Add(w.cfg.ScanEvery)
+			}
+		}
+		// A hint may be a status change that revoked a lease: renewing at
+		// once finds out, so the holder stops without waiting for expiry.
+		nextRenew := w.renew(ctx, forceRenew)
+		at := nextScan
+		if nextRenew.Before(at) {
+			at = nextRenew
+		}
+		if d := at.Sub(w.ex.Now()); d > 0 {
+			t := w.ex.AfterFunc(d, w.park.Unpark)
+			err := w.park.Park(ctx)
+			t.Stop()
+			if err != nil {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// watch registers the controller's hints, retrying a refused registration.
+func (w *Worker) watch(ctx context.Context) (func(), error) {
+	for {
+		stop, err := w.st.Watch(ctx, hintWaker{w}, store.TopicLeases, store.TopicAssignments)
+		if err == nil {
+			return stop, nil
+		}
+		if err := actor.Sleep(ctx, w.ex, w.cfg.RetryAfter); err != nil {
+			return nil, err
+		}
+	}
+}
+
+type hintWaker struct{ w *Worker }
+
+func (h hintWaker) Unpark() {
+	h.w.hint.Store(true)
+	h.w.park.Unpark()
+}
+
+// reap forgets the runs whose process returned. One that stopped on an
+// error keeps nothing either: the next scan takes it up again (the same
+// lease, while it lasts) and re-runs it from its history.
+func (w *Worker) reap() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, id := range sortedKeys(w.runs) {
+		hr := w.runs[id]
+		if !hr.done {
+			continue
+		}
+		delete(w.runs, id)
+		if hr.exit != nil && hr.exit.kind == stopError {
+			b := w.backoff[id]
+			b.n++
+			b.at = w.ex.Now().Add(min(w.cfg.RetryAfter<<min(b.n, 16), max(w.cfg.ScanEvery, w.cfg.RetryAfter)))
+			w.backoff[id] = b
+		} else {
+			delete(w.backoff, id)
+		}
+	}
+}
+
+// scan looks for runnable runs of every registered workflow: active, not
+// held by a live lease elsewhere, started with this worker's version. It
+// takes them in (creation time, id) order up to MaxActiveRuns, and
+// records RunQueued for those beyond it that never started.
+func (w *Worker) scan(ctx context.Context) error {
+	storeNow, err := w.st.Now(ctx)
+	if err != nil {
+		return err
+	}
+	for _, name := range w.cfg.Workflows.Names() {
+		def, _ := w.cfg.Workflows.Lookup(name)
+		recs, err := w.st.ListWorlds(ctx, Universe(name), store.WorldActive)
+		if err != nil {
+			return err
+		}
+		slices.SortFunc(recs, func(a, b store.World) int {
+			if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+				return c
+			}
+			return compareStrings(a.ID, b.ID)
+		})
+		for _, rec := range recs {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			w.mu.Lock()
+			_, mine := w.runs[rec.ID]
+			full := len(w.runs) >= w.cfg.MaxActiveRuns
+			stopped := w.stopped
+			b, failing := w.backoff[rec.ID]
+			w.mu.Unlock()
+			if stopped {
+				return nil
+			}
+			if mine || failing && w.ex.Now().Before(b.at) {
+				continue
+			}
+			l, ok, err := w.st.GetLease(ctx, rec.ID)
+			if err != nil {
+				return err
+			}
+			if ok && l.Holder != "" && l.Holder != w.cfg.Worker && l.ExpiresAt.After(storeNow) {
+				continue
+			}
+			start, err := w.startOf(ctx, rec.ID)
+			if err != nil {
+				return err
+			}
+			if start == nil || start.Version != def.Version() {
+				continue // not started yet, or another version's run
+			}
+			if full {
+				w.admitLater(ctx, rec.ID, start)
+				continue
+			}
+			w.take(ctx, rec.ID, def)
+		}
+	}
+	return nil
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// startOf reads (once) a run's start item.
+func (w *Worker) startOf(ctx context.Context, id string) (*startItem, error) {
+	w.mu.Lock()
+	v, ok := w.starts[id]
+	w.mu.Unlock()
+	if ok {
+		return &startItem{Version: v}, nil
+	}
+	s, err := readStart(ctx, w.st, id)
+	if err != nil || s == nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	w.starts[id] = s.Version
+	w.mu.Unlock()
+	return s, nil
+}
+
+// admitLater records RunQueued for a run that never started, under a lease
+// taken for that moment and released at once, so any worker with room
+// may start it.
+func (w *Worker) admitLater(ctx context.Context, id string, start *startItem) {
+	w.mu.Lock()
+	done := w.queued[id]
+	w.mu.Unlock()
+	if done {
+		return
+	}
+	head, err := w.st.Head(ctx, id)
+	if err != nil {
+		return
+	}
+	if head > 0 {
+		w.mu.Lock()
+		w.queued[id] = true
+		w.mu.Unlock()
+		return
+	}
+	full, err := readStart(ctx, w.st, id)
+	if err != nil || full == nil {
+		return
+	}
+	lease, err := w.st.Acquire(ctx, id, w.cfg.Worker, w.cfg.LeaseTTL)
+	if err != nil {
+		return
+	}
+	e := newEnvelope(id, full, event.RunQueued, "", 1, w.ex.Now(), event.EmptyPayload())
+	_, err = w.st.Append(ctx, id, []event.Envelope{e}, store.AppendOptions{Kind: store.WorldStream,
+		Fence: &store.Fence{World: id, Epoch: lease.Epoch}, ExpectedHead: store.Head(0)})
+	_ = w.st.Release(ctx, id, w.cfg.Worker, lease.Epoch)
+	if err == nil || errors.Is(err, store.ErrHeadMismatch) {
+		w.mu.Lock()
+		w.queued[id] = true
+		w.mu.Unlock()
+		if err == nil {
+			w.emit(Event{Kind: EvQueued, Run: id, Epoch: lease.Epoch})
+		}
+	}
+}
+
+// take acquires a run's lease and starts its process.
+func (w *Worker) take(ctx context.Context, id string, def Workflow) {
+	lease, err := w.st.Acquire(ctx, id, w.cfg.Worker, w.cfg.LeaseTTL)
+	if err != nil {
+		return // held elsewhere, paused or archived meanwhile: not now
+	}
+	r := newRunner(w.st, w.ex, id, lease, w.cfg.PollEvery)
+	r.scope, r.def, r.observe = w.scope, def, w.cfg.Observe
+	hr := &heldRun{r: r}
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return
+	}
+	w.runs[id] = hr
+	w.mu.Unlock()
+	w.emit(Event{Kind: EvAcquired, Run: id, Epoch: lease.Epoch})
+	if _, err := w.scope.Go("workflow-run:"+id, func(ctx context.Context) error {
+		exit := w.runProcess(ctx, r)
+		w.mu.Lock()
+		hr.done, hr.exit = true, exit
+		w.mu.Unlock()
+		// Room freed up, or the run must be taken up again: scan soon.
+		w.hint.Store(true)
+		w.park.Unpark()
+		return nil
+	}); err != nil {
+		w.mu.Lock()
+		delete(w.runs, id)
+		w.mu.Unlock()
+	}
+}
+
+// runProcess is a run's process: it watches the run's inbox, runs the
+// run, and reports how it ended.
+func (w *Worker) runProcess(ctx context.Context, r *runner) *stop {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r.cancel.Store(&cancel)
+	if r.fenced.Load() {
+		cancel()
+	}
+	stopWatch, err := w.st.Watch(ctx, r.park, store.TopicInbox(r.id))
+	if err != nil {
+		s := r.failed(ctx, "watch", err)
+		r.emit(EvError, s)
+		return s
+	}
+	defer stopWatch()
+	s := r.execute(ctx)
+	switch {
+	case s == nil:
+		r.emit(EvFinished, nil)
+	case s.kind == stopCancel:
+		r.emit(EvFinished, s)
+	case s.kind == stopPause:
+		r.emit(EvPaused, nil)
+	case s.kind == stopFenced:
+		r.emit(EvFenced, s.cause)
+	case s.kind == stopShutdown:
+		r.emit(EvStopped, s.cause)
+	default:
+		r.emit(EvError, s.cause)
+	}
+	return s
+}
+
+// renew renews the held leases in batches when the earliest is due (or
+// at once when forced), fences the runs whose lease is gone, and returns
+// when to look again.
+func (w *Worker) renew(ctx context.Context, force bool) time.Time {
+	now := w.ex.Now()
+	w.mu.Lock()
+	var held []*runner
+	var earliest time.Time
+	for _, id := range sortedKeys(w.runs) {
+		hr := w.runs[id]
+		if hr.done || hr.r.fenced.Load() {
+			continue
+		}
+		held = append(held, hr.r)
+		if exp := time.Unix(0, hr.r.expires.Load()); earliest.IsZero() || exp.Before(earliest) {
+			earliest = exp
+		}
+	}
+	w.mu.Unlock()
+	if len(held) == 0 {
+		return now.Add(w.cfg.LeaseTTL)
+	}
+	if due := earliest.Add(-w.cfg.RenewMargin); !force && now.Before(due) {
+		return due
+	}
+	next := now.Add(w.cfg.LeaseTTL - w.cfg.RenewMargin)
+	for len(held) > 0 {
+		batch := held[:min(len(held), 1000)]
+		held = held[len(batch):]
+		refs := make([]store.LeaseRef, len(batch))
+		for i, r := range batch {
+			refs[i] = store.LeaseRef{World: r.id, Epoch: r.epoch}
+		}
+		res, err := w.st.RenewLeases(ctx, w.cfg.Worker, refs, w.cfg.LeaseTTL)
+		if err != nil {
+			// The call failed, not a lease: retry soon. A lease whose
+			// expiry passes meanwhile fences itself (runner.writable).
+			w.emit(Event{Kind: EvRenewFail, Err: err})
+			next = now.Add(w.cfg.RetryAfter)
+			continue
+		}
+		for i, lr := range res {
+			r := batch[i]
+			if lr.Err != nil {
+				r.fence()
+				continue
+			}
+			r.expires.Store(lr.Lease.ExpiresAt.UnixNano())
+		}
+	}
+	return next
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// execute runs the run from its history until it ends (nil) or stops on
+// this worker (the *stop says why).
+func (r *runner) execute(ctx context.Context) *stop {
+	if err := r.load(ctx); err != nil {
+		return r.failed(ctx, "load", err)
+	}
+	if r.start == nil {
+		return &stop{kind: stopError, cause: errorf("load", ErrInvalid, r.id, detail("the run has no start item"))}
+	}
+	if r.h.terminal != nil {
+		if err := r.finish(ctx); err != nil {
+			return r.failed(ctx, "finish", err)
+		}
+		return nil
+	}
+	c := &Ctx{r: r, ctx: ctx, seen: map[string]int{}}
+	if p := r.plan(); p.stops() || len(p.catchUp) > 0 {
+		if err := r.applyPlan(ctx, p, r.inFlight()); err != nil {
+			return r.failed(ctx, "control", err)
+		}
+	}
+	if !r.h.started {
+		if err := r.event(ctx, event.RunStarted, "", 1, runStart{Input: r.start.Input}); err != nil {
+			return r.failed(ctx, "start", err)
+		}
+	}
+	r.emit(EvStarted, nil)
+	out, ferr := r.def.invoke(c, r.start.Input)
+	if c.halted != nil {
+		return r.failed(ctx, "run", c.halted)
+	}
+	typ, end := event.RunCompleted, runEnd{Output: out}
+	div := c.div
+	if div == nil && c.next < len(r.h.steps) {
+		div = &DivergenceError{RunID: r.id, StepIndex: c.next, Recorded: r.h.steps[c.next].id,
+			Reason: "the function returned before asking for it"}
+	}
+	switch {
+	case div != nil:
+		typ, end = event.RunFailed, runEnd{Error: message(div), Divergence: &divergenceWire{
+			Index: uint64(div.StepIndex), Recorded: div.Recorded, Got: div.Got, Reason: div.Reason}}
+		r.emit(EvDiverged, div)
+	case ferr != nil:
+		typ, end = event.RunFailed, runEnd{Error: message(ferr)}
+	}
+	if err := r.end(ctx, typ, end); err != nil {
+		return r.failed(ctx, "end", err)
+	}
+	if err := r.finish(ctx); err != nil {
+		return r.failed(ctx, "finish", err)
+	}
+	return nil
+}
+
+// inFlight is the step attempt the history has in flight, if any.
+func (r *runner) inFlight() *attemptRef {
+	for _, s := range r.h.steps {
+		if s.inFlight() && !s.done() {
+			return &attemptRef{step: s.id, attempt: s.attempt}
+		}
+	}
+	return nil
+}
