@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -88,19 +89,19 @@ func (c *cluster) awaitPlaced(ids []string, procs []*child, limit time.Duration)
 }
 
 // busiest returns the running process that holds the most of ids (the
-// lowest worker id on a tie) and the epochs at which it holds them.
-func (c *cluster) busiest(ids []string) (*child, map[string]uint64) {
+// lowest worker id on a tie) and its leases on them.
+func (c *cluster) busiest(ids []string) (*child, map[string]store.Lease) {
 	c.t.Helper()
 	hs, err := c.holders(ids)
 	if err != nil {
 		c.t.Fatalf("read leases: %v", err)
 	}
-	by := map[string]map[string]uint64{}
+	by := map[string]map[string]store.Lease{}
 	for w, l := range hs {
 		if by[l.Holder] == nil {
-			by[l.Holder] = map[string]uint64{}
+			by[l.Holder] = map[string]store.Lease{}
 		}
-		by[l.Holder][w] = l.Epoch
+		by[l.Holder][w] = store.Lease{World: w, Holder: l.Holder, Epoch: l.Epoch, ExpiresAt: l.ExpiresAt}
 	}
 	best := ""
 	for _, worker := range keys(by) {
@@ -114,28 +115,65 @@ func (c *cluster) busiest(ids []string) (*child, map[string]uint64) {
 	return c.byWorker(best), by[best]
 }
 
-// moved is when a world was first seen assigned to a successor (placed;
-// zero if it was held before it was seen assigned) and held by it (after),
-// and the lease it was seen held with.
+// orchestrator names the worker whose orchestrator acts (holds the
+// orchestrator lease), for the log: a failover of the acting
+// orchestrator's own worker waits for that lease too.
+func (c *cluster) orchestrator() string {
+	l, ok, err := c.db.st.GetLease(context.Background(), plane.OrchestratorWorld)
+	switch {
+	case err != nil:
+		return "unknown (" + err.Error() + ")"
+	case !ok || l.Holder == "":
+		return "none"
+	}
+	return l.Holder
+}
+
+// moved is how a world left its holder: when it was first seen assigned
+// to a successor (placed; the same as after if it was seen held at once)
+// and held by it (after), the lease it was seen held with, and the expiry
+// of the old holder's lease, the latest seen.
 type moved struct {
 	placed, after time.Duration
 	lease         store.Lease
+	oldExpiry     time.Time
 }
 
+// acquiredAt is when the successor acquired the lease, by the store's
+// clock: a lease expires its TTL after its acquisition or last renewal,
+// and the first sighting comes long before the first renewal (a third of
+// the TTL before expiry).
+func (m moved) acquiredAt() time.Time { return m.lease.ExpiresAt.Add(-leaseTTL) }
+
 // awaitMoves polls the lease records (the test's own store handle, every
-// interval) until every world of from (world → the epoch it was held at)
-// is held, unexpired, by one of to at a higher epoch. It returns when each
-// was first seen so, measured from start.
-func (c *cluster) awaitMoves(from map[string]uint64, to []*child, start time.Time, limit, interval time.Duration) map[string]moved {
+// interval) until every world of from (the leases worker held) is held,
+// unexpired, by one of to at a higher epoch. It returns how each moved,
+// timed from start. It also follows the old leases while they are listed,
+// for the expiry each last had.
+func (c *cluster) awaitMoves(worker string, from map[string]store.Lease, to []*child, start time.Time, limit, interval time.Duration) map[string]moved {
 	c.t.Helper()
 	got := map[string]moved{}
 	placed := map[string]time.Duration{}
+	oldExpiry := map[string]time.Time{}
+	for w, l := range from {
+		oldExpiry[w] = l.ExpiresAt
+	}
 	ok := poll(limit, interval, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		now, err := c.db.st.Now(ctx)
 		if err != nil {
 			return false
+		}
+		rows, err := c.db.st.ListWorkerWorlds(ctx, worker, "", 1000)
+		if err != nil {
+			return false
+		}
+		for _, r := range rows {
+			if old, want := from[r.World]; want && r.Lease != nil && r.Lease.Holder == worker && r.Lease.Epoch == old.Epoch &&
+				r.Lease.ExpiresAt.After(oldExpiry[r.World]) {
+				oldExpiry[r.World] = r.Lease.ExpiresAt
+			}
 		}
 		for _, p := range to {
 			rows, err := c.db.st.ListWorkerWorlds(ctx, p.worker, "", 1000)
@@ -151,24 +189,42 @@ func (c *cluster) awaitMoves(from map[string]uint64, to []*child, start time.Tim
 				if _, seen := placed[r.World]; !seen && r.Assignment != nil && r.Assignment.DesiredWorker == p.worker {
 					placed[r.World] = at
 				}
-				if r.Lease != nil && r.Lease.Holder == p.worker && r.Lease.Epoch > old && r.Lease.ExpiresAt.After(now) {
-					got[r.World] = moved{placed: placed[r.World], after: at, lease: *r.Lease}
+				if r.Lease != nil && r.Lease.Holder == p.worker && r.Lease.Epoch > old.Epoch && r.Lease.ExpiresAt.After(now) {
+					got[r.World] = moved{placed: placed[r.World], after: at, lease: *r.Lease, oldExpiry: oldExpiry[r.World]}
 				}
 			}
 		}
 		return len(got) == len(from)
 	})
 	if !ok {
+		ctx := context.Background()
 		var missing []string
 		for _, w := range keys(from) {
 			if _, seen := got[w]; !seen {
-				l, found, err := c.db.st.GetLease(context.Background(), w)
-				missing = append(missing, fmt.Sprintf("%s (was epoch %d; now %+v found=%v err=%v)", w, from[w], l, found, err))
+				l, _, lerr := c.db.st.GetLease(ctx, w)
+				a, _, aerr := c.db.st.GetAssignment(ctx, w)
+				missing = append(missing, fmt.Sprintf("%s (was %s's at epoch %d; now lease %s@%d expiring %v (%v), assigned to %q (%v))",
+					w, worker, from[w].Epoch, l.Holder, l.Epoch, l.ExpiresAt, lerr, a.DesiredWorker, aerr))
 			}
 		}
-		c.t.Fatalf("%d of %d worlds not taken over within %v: %s", len(missing), len(from), limit, strings.Join(missing, "; "))
+		now, _ := c.db.st.Now(ctx)
+		c.t.Fatalf("%d of %d worlds not taken over within %v (store clock now %v): %s", len(missing), len(from), limit, now, strings.Join(missing, "; "))
 	}
 	return got
+}
+
+// checkNoOverlap checks, on the store's clock, that no successor acquired
+// a lease before the old holder's had expired: with a crashed or paused
+// holder there is never a moment with two holders.
+func (c *cluster) checkNoOverlap(moves map[string]moved) {
+	c.t.Helper()
+	for _, w := range keys(moves) {
+		m := moves[w]
+		if m.acquiredAt().Before(m.oldExpiry) {
+			c.t.Errorf("%s: %s acquired it at epoch %d at %v, before the old holder's lease expired at %v",
+				w, m.lease.Holder, m.lease.Epoch, m.acquiredAt(), m.oldExpiry)
+		}
+	}
 }
 
 // quantiles summarises durations: p50, p95, p99 and max, nearest rank.
@@ -283,13 +339,7 @@ func checkJournal(rep *worldReport, f *findings) {
 	if uint64(len(rep.journal)) != rep.cursor {
 		f.brokenf("%s: %d journal records but the inbox cursor is %d", rep.id, len(rep.journal), rep.cursor)
 	}
-	for _, seq := range slices.Sorted(func(yield func(uint64) bool) {
-		for s := range rep.steps {
-			if !yield(s) {
-				return
-			}
-		}
-	}) {
+	for _, seq := range slices.Sorted(maps.Keys(rep.steps)) {
 		if _, ok := rep.inbox[seq]; !ok || seq > rep.cursor {
 			f.brokenf("%s: a journal record drained inbox seq %d, beyond the cursor %d or absent from the inbox", rep.id, seq, rep.cursor)
 		}
