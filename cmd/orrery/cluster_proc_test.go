@@ -169,10 +169,10 @@ func newCluster(t *testing.T, db *clusterDB, storeDSN string, n int) *cluster {
 	c := &cluster{t: t, db: db, tr: http.DefaultTransport.(*http.Transport).Clone(), target: newPayTarget(t)}
 	c.tr.MaxIdleConnsPerHost = 32
 	t.Cleanup(c.tr.CloseIdleConnections)
+	t.Cleanup(c.stopAll) // before the first start: a failed start stops the others
 	for i := range n {
 		c.procs = append(c.procs, c.start(fmt.Sprintf("w%d", i+1), storeDSN))
 	}
-	t.Cleanup(c.stopAll)
 	for _, p := range c.procs {
 		if err := p.awaitAddr(60 * time.Second); err != nil {
 			t.Fatal(err)

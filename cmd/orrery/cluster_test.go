@@ -6,6 +6,7 @@
 // a process paused past its lease TTL) and then check, from the database,
 // that nothing acknowledged was lost or done twice and that every journal
 // still replays to the state the plane restores.
+
 package main
 
 import (
