@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -98,13 +100,18 @@ Traces are exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set.`,
 	return cmd
 }
 
-// openStore opens the store a --store value names.
-func openStore(ctx context.Context, spec string) (store.Store, string, error) {
+// openStore opens the store a --store value names; leaseTTL is the
+// world leases' (see withIdleTxTimeout).
+func openStore(ctx context.Context, spec string, leaseTTL time.Duration) (store.Store, string, error) {
 	switch {
 	case spec == "memory":
 		return memstore.New(), "memory", nil
 	case strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://"):
-		st, err := postgres.Open(ctx, spec)
+		dsn, err := withIdleTxTimeout(spec, leaseTTL)
+		if err != nil {
+			return nil, "", err
+		}
+		st, err := postgres.Open(ctx, dsn)
 		return st, "postgres", err
 	case spec == "":
 		return nil, "", usagef("--store is empty")
@@ -112,6 +119,35 @@ func openStore(ctx context.Context, spec string) (store.Store, string, error) {
 		st, err := sqlite.Open(ctx, spec)
 		return st, "sqlite " + spec, err
 	}
+}
+
+// idleTxParam is PostgreSQL's limit on how long a session may wait for
+// its client in the middle of a transaction before the server aborts it.
+const idleTxParam = "idle_in_transaction_session_timeout"
+
+// withIdleTxTimeout sets that limit to half the lease TTL, unless the DSN
+// sets it. A process that stalls inside a transaction (stopped, starved,
+// cut off by the network) keeps the row locks the transaction took, its
+// worlds' lease rows among them, and a takeover of those worlds would wait
+// on them for as long as the stall lasts, long after the leases expired,
+// stalling in turn the hosts that wait. With the limit the locks go half a
+// TTL into the stall; a held lease then had a third of the TTL or more
+// left (it is renewed a third of the TTL before it expires), so a takeover
+// waits at most a sixth of the TTL past its expiry. A merely slow process
+// that hits the limit sees its store call fail as on a dropped connection,
+// which the plane recovers from.
+func withIdleTxTimeout(dsn string, leaseTTL time.Duration) (string, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", usagef("--store is not a valid URL: %v", err)
+	}
+	q := u.Query()
+	if q.Has(idleTxParam) {
+		return dsn, nil
+	}
+	q.Set(idleTxParam, strconv.FormatInt(max(leaseTTL/2, time.Millisecond).Milliseconds(), 10))
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }
 
 func newLogger(w *os.File, level, format string) (*slog.Logger, error) {
@@ -167,7 +203,7 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	}
 	defer ln.Close()
 
-	st, desc, err := openStore(ctx, f.store)
+	st, desc, err := openStore(ctx, f.store, f.leaseTTL)
 	if err != nil {
 		return err
 	}

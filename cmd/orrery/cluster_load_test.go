@@ -1,0 +1,263 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orrery-run/orrery/api"
+)
+
+// payTarget is the effect target: an HTTP server in the test process that
+// counts the POSTs it receives per key (the body).
+type payTarget struct {
+	srv *httptest.Server
+	mu  sync.Mutex
+	got map[string]int
+}
+
+func newPayTarget(t *testing.T) *payTarget {
+	p := &payTarget{got: map[string]int{}}
+	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.Error(w, "POST only", http.StatusMethodNotAllowed)
+			return
+		}
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		p.mu.Lock()
+		p.got[string(b)]++
+		p.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+func (p *payTarget) seen(key string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.got[key]
+}
+
+// Operation kinds of the load.
+const (
+	opAdd   = "add"
+	opAlarm = "alarm"
+	opPay   = "pay"
+	opGet   = "get"
+)
+
+// acked is an event the API acknowledged: durable in the world's inbox
+// at Seq under idempotency key Key.
+type acked struct {
+	World, Kind, Key string
+	Seq              uint64
+}
+
+// ackLog is what the load got acknowledged, and what went wrong.
+type ackLog struct {
+	mu        sync.Mutex
+	events    []acked
+	calls     int // calls answered
+	retries   int // attempts refused or lost, then retried
+	abandoned int // operations still unacknowledged when the load stopped
+	permanent []string
+}
+
+func (l *ackLog) ack(a acked) {
+	l.mu.Lock()
+	l.events = append(l.events, a)
+	l.mu.Unlock()
+}
+
+// byWorld returns the acknowledged events grouped by world, in ack order.
+func (l *ackLog) byWorld() map[string][]acked {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string][]acked{}
+	for _, a := range l.events {
+		out[a.World] = append(out[a.World], a)
+	}
+	return out
+}
+
+func (l *ackLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := map[string]int{}
+	for _, a := range l.events {
+		n[a.Kind]++
+	}
+	return fmt.Sprintf("%d adds, %d alarms, %d pays acknowledged, %d calls answered, %d retries, %d abandoned at stop",
+		n[opAdd], n[opAlarm], n[opPay], l.calls, l.retries, l.abandoned)
+}
+
+// load drives events with idempotency keys, calls, alarms and pays from
+// several goroutines at the worlds, through any running child's API.
+type load struct {
+	c      *cluster
+	worlds []string
+	led    *ackLog
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	seq    atomic.Int64
+}
+
+// startLoad starts n goroutines of load; stop ends them.
+func (c *cluster) startLoad(worlds []string, n int) *load {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &load{c: c, worlds: worlds, led: &ackLog{}, cancel: cancel}
+	for g := range n {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 0x636c7573746572))
+			for ctx.Err() == nil {
+				l.one(ctx, rng, g)
+			}
+		}()
+	}
+	c.t.Cleanup(l.stop)
+	return l
+}
+
+// stop ends the load and waits for its goroutines.
+func (l *load) stop() {
+	l.cancel()
+	l.wg.Wait()
+}
+
+// one runs one operation until the API acknowledges it or the load stops.
+func (l *load) one(ctx context.Context, rng *rand.Rand, g int) {
+	w := l.worlds[rng.IntN(len(l.worlds))]
+	n := l.seq.Add(1)
+	var kind string
+	switch r := rng.IntN(100); {
+	case r < 50:
+		kind = opAdd
+	case r < 65:
+		kind = opAlarm
+	case r < 80:
+		kind = opPay
+	default:
+		kind = opGet
+	}
+	key := fmt.Sprintf("%s-%d-%d", kind, g, n)
+	var send func(cl *api.Client, ctx context.Context) (uint64, error)
+	switch kind {
+	case opAdd:
+		send = func(cl *api.Client, ctx context.Context) (uint64, error) {
+			a, err := cl.Send(ctx, w, Add{}.WorldType(), Add{Key: key}, key)
+			return a.Seq, err
+		}
+	case opAlarm:
+		after := 200 + rng.Int64N(601)
+		send = func(cl *api.Client, ctx context.Context) (uint64, error) {
+			a, err := cl.Send(ctx, w, Alarm{}.WorldType(), Alarm{Key: key, AfterMs: after}, key)
+			return a.Seq, err
+		}
+	case opPay:
+		url := l.c.target.srv.URL + "/pay"
+		send = func(cl *api.Client, ctx context.Context) (uint64, error) {
+			a, err := cl.Send(ctx, w, Pay{}.WorldType(), Pay{Key: key, URL: url}, key)
+			return a.Seq, err
+		}
+	case opGet:
+		// A retried call names the same call id, so it waits for the
+		// call the world's inbox already holds instead of adding one.
+		send = func(cl *api.Client, ctx context.Context) (uint64, error) {
+			_, err := cl.Call(ctx, w, Get{}.WorldType(), Get{}, api.CallOptions{CallID: key, Timeout: 3 * time.Second})
+			return 0, err
+		}
+	}
+	seq, ok := l.retry(ctx, rng, send)
+	switch {
+	case !ok:
+	case kind == opGet:
+		l.led.mu.Lock()
+		l.led.calls++
+		l.led.mu.Unlock()
+	default:
+		l.led.ack(acked{World: w, Kind: kind, Key: key, Seq: seq})
+	}
+}
+
+// retry sends through the running children's APIs, starting at a random
+// one and moving on after a refusal, a transport failure or a timeout,
+// until an answer or the load's end. An attempt is bounded, so a stopped
+// process only delays it. A 4xx other than a timeout is a bug in the test
+// or the server: it is recorded and not retried.
+func (l *load) retry(ctx context.Context, rng *rand.Rand, send func(*api.Client, context.Context) (uint64, error)) (uint64, bool) {
+	procs := l.c.procs
+	i := rng.IntN(len(procs))
+	for skipped := 0; ctx.Err() == nil; {
+		p := procs[i%len(procs)]
+		i++
+		if !p.running() {
+			if skipped++; skipped%len(procs) == 0 {
+				time.Sleep(20 * time.Millisecond)
+			}
+			continue
+		}
+		actx, cancel := context.WithTimeout(ctx, 4*time.Second)
+		seq, err := send(p.api, actx)
+		cancel()
+		if err == nil {
+			return seq, true
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		var ae *api.Error
+		if errors.As(err, &ae) && ae.Status < 500 {
+			l.led.mu.Lock()
+			l.led.permanent = append(l.led.permanent, fmt.Sprintf("%s: %v", p.worker, err))
+			l.led.mu.Unlock()
+			return 0, false
+		}
+		l.led.mu.Lock()
+		l.led.retries++
+		l.led.mu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	l.led.mu.Lock()
+	l.led.abandoned++
+	l.led.mu.Unlock()
+	return 0, false
+}
+
+// worldIDs are the ids of n test worlds.
+func worldIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("c%02d", i)
+	}
+	return ids
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
