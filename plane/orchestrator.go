@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/plane/internal/seam"
 	"github.com/orrery-run/orrery/store"
 )
 
@@ -41,6 +42,11 @@ type OrchestratorConfig struct {
 	// ListPage is the page of the ListWorkerWorlds reads through which a
 	// reconcile learns the assignments (default 1000).
 	ListPage int
+	// WriteConcurrency is how many assignment writes a reconcile makes at
+	// once (default 16): each is its own fenced transaction, and concurrent
+	// ones share the store's group commits, so moving a drained worker's
+	// worlds is not one round trip after another.
+	WriteConcurrency int
 }
 
 // Orchestrator keeps the worker inventory, places worlds by rendezvous
@@ -79,6 +85,9 @@ func StartOrchestrator(ctx context.Context, scope *actor.Scope, cfg Orchestrator
 	}
 	if cfg.ListPage <= 0 {
 		cfg.ListPage = 1000
+	}
+	if cfg.WriteConcurrency <= 0 {
+		cfg.WriteConcurrency = 16
 	}
 	sub, err := scope.Sub("orchestrator:" + cfg.ID)
 	if err != nil {
@@ -269,6 +278,8 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	type move struct{ world, want string }
+	var moves []move
 	for _, u := range o.cfg.Universes {
 		worlds, err := o.st.ListWorlds(ctx, u, "")
 		if err != nil {
@@ -287,37 +298,57 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error {
 			switch {
 			case ok && a.Reason == ReasonPin:
 				continue
+			case w.Status == store.WorldActive && len(live) == 0:
+				// No live worker at all is more likely the orchestrator's
+				// view lagging (heartbeats stuck behind a slow store) than
+				// every worker gone: keep the placements rather than churn
+				// every world.
+				continue
 			case w.Status == store.WorldActive:
 				want = Place(w.ID, live)
 			}
 			if ok && a.DesiredWorker == want || !ok && want == "" {
 				continue
 			}
-			// The write is fenced by the orchestrator's own lease: a
-			// deposed orchestrator (paused past its TTL) writes nothing.
-			fence, leader := o.fence()
-			if !leader {
-				return errorf("reconcile", ErrNotLeader, "", nil)
-			}
-			if want == "" {
-				err = o.st.Unassign(ctx, w.ID, &fence)
-			} else {
-				err = o.st.Assign(ctx, w.ID, store.Assignment{DesiredWorker: want, Reason: ReasonRendezvous}, &fence)
-			}
-			if errors.Is(err, store.ErrFenced) {
-				o.mu.Lock()
-				if o.epoch == fence.Epoch {
-					o.expires = time.Time{}
-				}
-				o.mu.Unlock()
-				return errorf("reconcile", ErrNotLeader, "", err)
-			}
-			if err != nil {
+			moves = append(moves, move{w.ID, want})
+		}
+	}
+	// The writes of different worlds are independent, so they go out in
+	// lanes; each lane writes its share in world order.
+	lanes := min(o.cfg.WriteConcurrency, len(moves))
+	return seam.Lanes(o.ex, lanes, func(lane int) error {
+		for i := lane; i < len(moves); i += lanes {
+			if err := o.place(ctx, moves[i].world, moves[i].want); err != nil {
 				return err
 			}
 		}
+		return nil
+	})
+}
+
+// place writes world's assignment (want == "": none), fenced by the
+// orchestrator's own lease: a deposed orchestrator (paused past its TTL)
+// writes nothing, and learns it is no longer the leader.
+func (o *Orchestrator) place(ctx context.Context, world, want string) error {
+	fence, leader := o.fence()
+	if !leader {
+		return errorf("reconcile", ErrNotLeader, "", nil)
 	}
-	return nil
+	var err error
+	if want == "" {
+		err = o.st.Unassign(ctx, world, &fence)
+	} else {
+		err = o.st.Assign(ctx, world, store.Assignment{DesiredWorker: want, Reason: ReasonRendezvous}, &fence)
+	}
+	if errors.Is(err, store.ErrFenced) {
+		o.mu.Lock()
+		if o.epoch == fence.Epoch {
+			o.expires = time.Time{}
+		}
+		o.mu.Unlock()
+		return errorf("reconcile", ErrNotLeader, "", err)
+	}
+	return err
 }
 
 // assignments reads the assignment of every world desired by (or leased

@@ -451,3 +451,118 @@ func TestDeposedOrchestratorWritesNothing(t *testing.T) {
 		t.Fatal(res.Failure)
 	}
 }
+
+// TestReconcileWritesAssignmentsConcurrently: the assignment writes of one
+// reconcile overlap in WriteConcurrency lanes (a drained worker's worlds
+// move in a few round trips, not one per world), and not at all with one
+// lane; either way every world ends up placed.
+func TestReconcileWritesAssignmentsConcurrently(t *testing.T) {
+	for _, c := range []struct {
+		lanes   int
+		overlap bool
+	}{{1, false}, {8, true}} {
+		res := lab.Run(lab.Config{Seed: 5, Name: fmt.Sprint("reconcile-lanes-", c.lanes)}, func(env *lab.Env) error {
+			var mu sync.Mutex
+			inFlight, most := 0, 0
+			st := newStore(env, memstore.WithHook(func(op string) error {
+				if op != "assign" {
+					return nil
+				}
+				mu.Lock()
+				inFlight++
+				most = max(most, inFlight)
+				mu.Unlock()
+				err := sleep(env, 20*time.Millisecond) // a store round trip
+				mu.Lock()
+				inFlight--
+				mu.Unlock()
+				return err
+			}))
+			const n = 24
+			for i := range n {
+				if _, err := st.CreateWorld(env.Ctx, universe, fmt.Sprint("r", i), nil); err != nil {
+					return err
+				}
+			}
+			if _, err := st.Heartbeat(env.Ctx, "A", 100); err != nil {
+				return err
+			}
+			o, err := plane.StartOrchestrator(env.Ctx, env.Root, plane.OrchestratorConfig{ID: "o", Store: st,
+				Universes: []string{universe}, LeaseTTL: 2 * time.Second, WriteConcurrency: c.lanes})
+			if err != nil {
+				return err
+			}
+			defer o.Stop(env.Ctx)
+			if err := waitFor(env, "every world placed", 10*time.Second, func() (bool, error) {
+				for i := range n {
+					if a, ok, err := st.GetAssignment(env.Ctx, fmt.Sprint("r", i)); err != nil || !ok || a.DesiredWorker != "A" {
+						return false, err
+					}
+				}
+				return true, nil
+			}); err != nil {
+				return err
+			}
+			mu.Lock()
+			peak := most
+			mu.Unlock()
+			if (peak > 1) != c.overlap {
+				return fmt.Errorf("WriteConcurrency %d: at most %d assignment writes in flight together", c.lanes, peak)
+			}
+			return nil
+		})
+		if res.Failure != nil {
+			t.Fatal(res.Failure)
+		}
+	}
+}
+
+// TestReconcileKeepsPlacementsWhenNoWorkerIsLive: with every heartbeat
+// stale (the store slow, not every worker gone), a reconcile leaves the
+// placements alone instead of unassigning every world; once a worker is
+// live again, placement resumes.
+func TestReconcileKeepsPlacementsWhenNoWorkerIsLive(t *testing.T) {
+	res := lab.Run(lab.Config{Seed: 9, Name: "reconcile-no-live"}, func(env *lab.Env) error {
+		st := newStore(env)
+		for i := range 5 {
+			if err := createAssigned(env.Ctx, st, fmt.Sprint("k", i), "A"); err != nil {
+				return err
+			}
+		}
+		if _, err := st.Heartbeat(env.Ctx, "A", 100); err != nil {
+			return err
+		}
+		o, err := plane.StartOrchestrator(env.Ctx, env.Root, plane.OrchestratorConfig{ID: "o", Store: st,
+			Universes: []string{universe}, LeaseTTL: 2 * time.Second})
+		if err != nil {
+			return err
+		}
+		defer o.Stop(env.Ctx)
+		if err := sleep(env, 10*time.Second); err != nil { // A's heartbeat is long stale
+			return err
+		}
+		if err := o.Reconcile(env.Ctx); err != nil {
+			return err
+		}
+		for i := range 5 {
+			if a, ok, err := st.GetAssignment(env.Ctx, fmt.Sprint("k", i)); err != nil || !ok || a.DesiredWorker != "A" {
+				return fmt.Errorf("k%d: assignment %+v %v %v after a reconcile with no live worker", i, a, ok, err)
+			}
+		}
+		if _, err := st.Heartbeat(env.Ctx, "B", 100); err != nil {
+			return err
+		}
+		if err := o.Reconcile(env.Ctx); err != nil {
+			return err
+		}
+		for i := range 5 {
+			if a, _, err := st.GetAssignment(env.Ctx, fmt.Sprint("k", i)); err != nil || a.DesiredWorker != "B" {
+				return fmt.Errorf("k%d: assignment %+v %v once B is live", i, a, err)
+			}
+		}
+		return nil
+	})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+}
