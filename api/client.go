@@ -145,6 +145,21 @@ func (c *Client) ListWorlds(ctx context.Context, universe string, status store.W
 	return out.Worlds, err
 }
 
+// ListWorldViews is ListWorlds with each world's view (GetWorld's
+// answer): lease, assignment, head, inbox cursor and depth.
+func (c *Client) ListWorldViews(ctx context.Context, universe string, status store.WorldStatus) ([]WorldView, error) {
+	q := url.Values{"detail": {"true"}}
+	if universe != "" {
+		q.Set("universe", universe)
+	}
+	if status != "" {
+		q.Set("status", string(status))
+	}
+	var out worldViewsResp
+	_, err := c.do(ctx, http.MethodGet, "/v1/worlds", q, nil, &out)
+	return out.Worlds, err
+}
+
 // GetWorld returns a world's record, lease, assignment and heights.
 func (c *Client) GetWorld(ctx context.Context, id string) (WorldView, error) {
 	var out WorldView
@@ -323,6 +338,13 @@ func (c *Client) Workers(ctx context.Context) ([]Worker, error) {
 	var out workersResp
 	_, err := c.do(ctx, http.MethodGet, "/v1/workers", nil, nil, &out)
 	return out.Workers, err
+}
+
+// Queues returns the store's global queue depths.
+func (c *Client) Queues(ctx context.Context) (Queues, error) {
+	var out Queues
+	_, err := c.do(ctx, http.MethodGet, "/v1/queues", nil, nil, &out)
+	return out, err
 }
 
 // Drain marks a worker draining (or not): the orchestrator moves its

@@ -7,8 +7,8 @@
 //	GET  /readyz                          the store answers and Config.Ready agrees (no token needed)
 //	GET  /metrics                         Prometheus text (Metrics)
 //	POST /v1/worlds                       {"id","universe"}: 201 created, 200 the same again
-//	GET  /v1/worlds?universe=&status=     {"worlds":[…]} sorted by id
-//	GET  /v1/worlds/{id}                  record, lineage, lease, assignment, head, inbox cursor
+//	GET  /v1/worlds?universe=&status=&detail=  {"worlds":[…]} sorted by id (detail=true: each world's view)
+//	GET  /v1/worlds/{id}                  record, lineage, lease, assignment, head, inbox cursor and depth
 //	POST /v1/worlds/{id}/events           {"type","value"} or {"payload"}, "idempotency_key": 202 {"seq","duplicate"}
 //	POST /v1/worlds/{id}/calls            {"type","value"} or {"payload"}, "call_id", "timeout_ms": the reply
 //	GET  /v1/worlds/{id}/state            {"height","hash","state","state_cbor"}
@@ -21,6 +21,7 @@
 //	POST /v1/effects/{hash}/receipt       {"status","body","reason"}: an operator's receipt
 //	GET  /v1/timers?world=                scheduled and claimed timers
 //	GET  /v1/workers                      the inventory, with liveness and world counts
+//	GET  /v1/queues                       the global queue depths
 //	POST /v1/workers/{id}/drain           {"draining"}
 //
 // Requests are strict: a body must be application/json (415), at most

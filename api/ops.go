@@ -282,3 +282,21 @@ func (s *Server) drain(r *http.Request, rc *reqCtx) (int, any, error) {
 	}
 	return http.StatusOK, wv, nil
 }
+
+func (s *Server) queues(r *http.Request, _ *reqCtx) (int, any, error) {
+	if _, err := query(r); err != nil {
+		return 0, nil, err
+	}
+	d, err := s.cfg.Store.QueueDepths(r.Context())
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, queuesOf(d), nil
+}
+
+func queuesOf(d store.QueueDepths) Queues {
+	return Queues{
+		EffectsPending: d.EffectsPending, EffectsInflight: d.EffectsInflight,
+		TimersScheduled: d.TimersScheduled, TimersClaimed: d.TimersClaimed, InboxBacklog: d.InboxBacklog,
+	}
+}

@@ -185,6 +185,7 @@ func (s *Server) routes() {
 	s.route("POST /v1/effects/{hash}/receipt", false, s.injectReceipt)
 	s.route("GET /v1/timers", false, s.timers)
 	s.route("GET /v1/workers", false, s.workers)
+	s.route("GET /v1/queues", false, s.queues)
 	s.route("POST /v1/workers/{id}/drain", false, s.drain)
 }
 
