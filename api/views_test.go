@@ -88,4 +88,3 @@ func TestQueues(t *testing.T) {
 		t.Fatalf("an unknown parameter: %d", st)
 	}
 }
-
