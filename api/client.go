@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -84,14 +85,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 		return 0, err
 	}
 	if resp.StatusCode >= 300 {
-		e := &Error{Status: resp.StatusCode}
-		if json.Unmarshal(b, e) != nil || e.Code == "" {
-			e.Code, e.Message = CodeInternal, strings.TrimSpace(truncate(string(b), 512))
-			if resp.StatusCode < 500 {
-				e.Code = CodeInvalidArgument
-			}
-		}
-		return resp.StatusCode, e
+		return resp.StatusCode, errorOf(resp.StatusCode, b)
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
@@ -99,6 +93,18 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 		}
 	}
 	return resp.StatusCode, nil
+}
+
+// errorOf is the *Error of an answer with status and body.
+func errorOf(status int, b []byte) *Error {
+	e := &Error{Status: status}
+	if json.Unmarshal(b, e) != nil || e.Code == "" {
+		e.Code, e.Message = CodeInternal, strings.TrimSpace(truncate(string(b), 512))
+		if status < 500 {
+			e.Code = CodeInvalidArgument
+		}
+	}
+	return e
 }
 
 func worldPath(id string, rest ...string) string {
@@ -353,4 +359,64 @@ func (c *Client) Drain(ctx context.Context, worker string, draining bool) (Worke
 	var out Worker
 	_, err := c.do(ctx, http.MethodPost, "/v1/workers/"+url.PathEscape(worker)+"/drain", nil, drainReq{Draining: &draining}, &out)
 	return out, err
+}
+
+// Events follows GET /v1/events: fn receives each event in order, the
+// whole current state first (up to EventSynced), then the rows that
+// change. It returns when ctx ends (ctx's error), when the server ends
+// the stream (nil), or when fn returns an error (that error).
+func (c *Client) Events(ctx context.Context, fn func(StreamEvent) error) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/events", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return errorOf(resp.StatusCode, b)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	var name string
+	var data []byte
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" { // the end of an event
+			if data != nil {
+				if name == "" {
+					name = "message"
+				}
+				if err := fn(StreamEvent{Name: name, Data: data}); err != nil {
+					return err
+				}
+			}
+			name, data = "", nil
+			continue
+		}
+		field, value, _ := strings.Cut(line, ":")
+		value = strings.TrimPrefix(value, " ")
+		switch field {
+		case "event":
+			name = value
+		case "data":
+			if data == nil {
+				data = []byte{}
+			} else {
+				data = append(data, '\n')
+			}
+			data = append(data, value...)
+		} // a comment (empty field), retry and id are not the client's business
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return sc.Err()
 }
