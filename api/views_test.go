@@ -88,3 +88,39 @@ func TestQueues(t *testing.T) {
 		t.Fatalf("an unknown parameter: %d", st)
 	}
 }
+
+// TestUIMount: with Config.UI the server hands /ui/… to it (the path
+// after /ui) with no token, and redirects / there; the API's routes still
+// need the token; without a UI, / is the API's typed 404.
+func TestUIMount(t *testing.T) {
+	const tok = "s3cret"
+	ui := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("ui:" + r.URL.Path))
+	})
+	r := newRig(t, rigOptions{token: tok, cfg: func(c *api.Config) { c.UI = ui }})
+	if st, body := r.do("GET", "/ui/app.js", "", "", ""); st != http.StatusOK || string(body) != "ui:/app.js" {
+		t.Fatalf("/ui/app.js: %d %s", st, body)
+	}
+	if st, body := r.do("GET", "/ui/", "", "", ""); st != http.StatusOK || string(body) != "ui:/" {
+		t.Fatalf("/ui/: %d %s", st, body)
+	}
+	if st, _ := r.do("GET", "/v1/worlds", "", "", ""); st != http.StatusUnauthorized {
+		t.Fatalf("the API without the token: %d", st)
+	}
+	noRedirect := *r.http.Client()
+	noRedirect.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp := must(noRedirect.Get(r.http.URL + "/"))(t)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/ui/" {
+		t.Fatalf("/: %d Location %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+
+	plain := newRig(t, rigOptions{})
+	if st, body := plain.do("GET", "/", "", "", ""); st != http.StatusNotFound || !strings.Contains(string(body), api.CodeNotFound) {
+		t.Fatalf("/ without a UI: %d %s", st, body)
+	}
+	if st, _ := plain.do("GET", "/ui/", "", "", ""); st != http.StatusNotFound {
+		t.Fatalf("/ui/ without a UI: %d", st)
+	}
+}
