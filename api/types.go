@@ -184,7 +184,8 @@ type Timer struct {
 // Worker is a worker's inventory record. Live: its last heartbeat (store
 // clock) is within the server's WorkerLiveFor. WorldsHeld counts the
 // worlds whose unexpired lease it holds, WorldsAssigned those placed on
-// it.
+// it; the orchestrator's own lease, which a node holds under its worker
+// id while it places worlds, counts as neither.
 type Worker struct {
 	ID             string    `json:"id"`
 	Capacity       int       `json:"capacity"`

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/orrery-run/orrery/api"
+	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
 )
 
@@ -122,5 +123,27 @@ func TestUIMount(t *testing.T) {
 	}
 	if st, _ := plain.do("GET", "/ui/", "", "", ""); st != http.StatusNotFound {
 		t.Fatalf("/ui/ without a UI: %d", st)
+	}
+}
+
+// TestWorkerCountsSkipTheOrchestratorLease: a node's orchestrator holds
+// its lease under the worker's id; the worker's counts are of worlds, so
+// they leave that lease out (the leases list still shows it).
+func TestWorkerCountsSkipTheOrchestratorLease(t *testing.T) {
+	r := newRig(t, rigOptions{orchID: "w1"})
+	r.create("h1", universe)
+	r.waitFor("the orchestrator's lease and h1 held by w1", func() (bool, error) {
+		rows, err := r.c.Leases(r.ctx, "w1")
+		held := map[string]bool{}
+		for _, row := range rows {
+			if row.Lease != nil && row.Lease.Holder == "w1" {
+				held[row.World] = true
+			}
+		}
+		return held[plane.OrchestratorWorld] && held["h1"], err
+	})
+	ws := must(r.c.Workers(r.ctx))(t)
+	if len(ws) != 1 || ws[0].ID != "w1" || ws[0].WorldsHeld != 1 || ws[0].WorldsAssigned != 1 {
+		t.Fatalf("workers: %+v", ws)
 	}
 }

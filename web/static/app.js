@@ -47,6 +47,7 @@ function askToken(refused) {
       const form = $('#login');
       $('#login-error').textContent = refused ? 'The server refused that token.' : '';
       form.hidden = false;
+      $('#token').value = '';
       $('#token').focus();
       form.onsubmit = (ev) => {
         ev.preventDefault();
@@ -384,7 +385,11 @@ function makeEffectRow(e) {
   const tr = el('tr', {}, ...cells('intent', 'kind', 'state', 'attempt', 'retries', 'enqueued', 'claimed', 'actions'));
   const td = tr.querySelector('td.intent');
   td.textContent = short(e.intent_hash);
-  td.title = e.intent_hash;
+  td.title = e.intent_hash + ' (click: into the retry form)';
+  td.classList.add('pick');
+  td.addEventListener('click', () => {
+    $('#retry-hash').value = e.intent_hash;
+  });
   tr.querySelector('td.actions').append(
     el('button', { type: 'button', class: 'retry', onclick: () => retry(e.intent_hash, 'from the dashboard') }, 'Retry'),
   );
