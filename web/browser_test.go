@@ -622,7 +622,7 @@ func TestRunsTable(t *testing.T) {
 		cellIs("runs", "r-1", "duration", "1.5 s"),
 		cellIs("runs", "r-1", "steps", "3"),
 		cellIs("runs", "r-2", "duration", "2 min 5 s"),
-		"!"+visible("#runs-message"),
+		"!" + visible("#runs-message"),
 	}, " && "))
 	e.do("open r-1", chromedp.Click(chromedp.CSS(row("runs", "r-1")+" td.id a")))
 	e.waitFor("r-1's timeline", strings.Join([]string{
