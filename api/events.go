@@ -246,9 +246,7 @@ func (h *eventHub) publish(run *pollRun, evs []sseEvent, err error) {
 			b, _ := json.Marshal(e)
 			h.errEv = sseEvent{key: "error", name: EventError, data: b}
 			for _, sub := range h.subs {
-				if !sub.full {
-					sub.queue(h.errEv)
-				}
+				sub.queue(h.errEv) // also to a stream still waiting for its first state
 			}
 		}
 		h.failing = true
