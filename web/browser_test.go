@@ -582,15 +582,25 @@ func TestRunsWithoutEndpoint(t *testing.T) {
 
 // fakeRuns answers the runs routes as the workflow engine is meant to,
 // in front of the API server.
-func fakeRuns(cancelled *atomic.Bool) func(http.Handler) http.Handler {
+// r-1 reads cancelled once cancelled, and r-3 exists once started is set.
+func fakeRuns(cancelled, started *atomic.Bool) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		mux := http.NewServeMux()
 		mux.Handle("/", next)
 		mux.HandleFunc("GET /v1/runs", func(w http.ResponseWriter, _ *http.Request) {
+			status := "running"
+			if cancelled.Load() {
+				status = "cancelled"
+			}
+			extra := ""
+			if started.Load() {
+				extra = `,{"id":"r-3","workflow":"payment","version":2,"status":"queued","steps":0}`
+			}
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = io.WriteString(w, `{"runs":[
-				{"id":"r-1","workflow":"payment","version":2,"status":"running","started_at":"2026-01-02T10:00:00Z","duration_ms":1500,"steps":3},
-				{"id":"r-2","workflow":"refund","version":1,"status":"completed","started_at":"2026-01-02T09:00:00Z","ended_at":"2026-01-02T09:02:05Z","steps":1}]}`)
+				{"id":"r-1","workflow":"payment","version":2,"status":"`+status+`","started_at":"2026-01-02T10:00:00Z","duration_ms":1500,"steps":3},
+				{"id":"r-2","workflow":"refund","version":1,"status":"completed","started_at":"2026-01-02T09:00:00Z","ended_at":"2026-01-02T09:02:05Z","steps":1}`+
+				extra+`]}`)
 		})
 		mux.HandleFunc("GET /v1/runs/r-1", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
@@ -610,10 +620,11 @@ func fakeRuns(cancelled *atomic.Bool) func(http.Handler) http.Handler {
 
 // TestRunsTable: with the runs routes, the tab lists each run's workflow,
 // status, start, duration and steps; a run's link shows its step
-// timeline; Cancel posts the cancel and shows the answer.
+// timeline; Cancel posts the cancel, shows the answer and the run's new
+// status; Refresh shows a run started since.
 func TestRunsTable(t *testing.T) {
-	var cancelled atomic.Bool
-	e := newEnv(t, envOptions{front: fakeRuns(&cancelled)})
+	var cancelled, started atomic.Bool
+	e := newEnv(t, envOptions{front: fakeRuns(&cancelled, &started)})
 	e.open("/ui/#runs")
 	e.waitFor("the runs", strings.Join([]string{
 		cellIs("runs", "r-1", "workflow", "payment v2"),
@@ -634,10 +645,14 @@ func TestRunsTable(t *testing.T) {
 		cellIs("timeline", "notify", "duration", ""),
 	}, " && "))
 	e.do("cancel r-1", chromedp.Click(chromedp.CSS(row("runs", "r-1")+" button.cancel")))
-	e.waitFor("the cancel's answer", textHas("#notice", "cancel run r-1: status cancelled"))
+	e.waitFor("the cancel's answer and the new status", textHas("#notice", "cancel run r-1: status cancelled")+" && "+
+		cellIs("runs", "r-1", "status", "cancelled"))
 	if !cancelled.Load() {
 		t.Fatal("the page did not post the cancel")
 	}
+	started.Store(true)
+	e.do("refresh", chromedp.Click(chromedp.ID("runs-refresh")))
+	e.waitFor("the new run", cellIs("runs", "r-3", "status", "queued")+" && "+cellIs("runs", "r-3", "steps", "0"))
 }
 
 // TestTokenAsked: a server with a token makes the page ask for it once;

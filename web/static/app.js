@@ -74,7 +74,8 @@ async function api(method, path, body, signal) {
     const sent = token;
     const res = await fetch(path, init);
     if (res.status === 401) {
-      await askToken(sent !== '');
+      // Another request may have been given a token meanwhile.
+      if (token === sent) await askToken(sent !== '');
       continue;
     }
     const text = await res.text();
@@ -650,7 +651,7 @@ async function stream() {
       const sent = token;
       const res = await fetch('/v1/events', { headers: headers({ Accept: 'text/event-stream' }) });
       if (res.status === 401) {
-        await askToken(sent !== '');
+        if (token === sent) await askToken(sent !== '');
         continue;
       }
       if (!res.ok) throw new Error(`events: HTTP ${res.status}`);
@@ -740,6 +741,7 @@ function init() {
     ev.preventDefault();
     retry($('#retry-hash').value.trim(), $('#retry-reason').value.trim());
   });
+  $('#runs-refresh').addEventListener('click', loadRuns);
   $('#cancel-form').addEventListener('submit', (ev) => {
     ev.preventDefault();
     cancelRun($('#cancel-id').value.trim());
