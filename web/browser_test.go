@@ -350,8 +350,8 @@ func TestWorldsPage(t *testing.T) {
 		cellIs("worlds", "bob", "holder", "–"),
 		cellIs("worlds", "bob", "inbox", "1"),
 	}, " && "))
-	e.waitFor("the stream live and the counts", `document.querySelector('#live').textContent === 'live' && `+
-		textHas("#summary", "2 worlds, 1 workers"))
+	e.waitFor("the stream live and the counts, no token asked", `document.querySelector('#live').textContent === 'live' && `+
+		textHas("#summary", "2 worlds, 1 workers")+" && !"+visible("#login"))
 	if order := eval[[]string](e, `Array.from(document.querySelectorAll('#worlds tbody tr')).map(r => r.dataset.id)`); strings.Join(order, ",") != "alice,bob" {
 		t.Fatalf("rows: %v", order)
 	}
