@@ -607,7 +607,10 @@ func fakeRuns(cancelled, started *atomic.Bool) func(http.Handler) http.Handler {
 			_, _ = io.WriteString(w, `{"id":"r-1","workflow":"payment","status":"running","steps":[
 				{"step_id":"charge","attempts":2,"status":"completed","started_at":"2026-01-02T10:00:00Z","duration_ms":250},
 				{"step_id":"ship","attempts":1,"status":"failed","started_at":"2026-01-02T10:00:01Z","duration_ms":40,"error":"carrier down"},
-				{"step_id":"notify","attempts":0,"status":"pending"}]}`)
+				{"id":"notify","status":"failed","attempts":[
+					{"attempt":1,"status":"failed","started_at":"2026-01-02T10:00:02Z","duration":1000000000,"error":"smtp busy"},
+					{"attempt":2,"status":"failed","started_at":"2026-01-02T10:00:04Z","duration":3000000,"error":"smtp gone"}]},
+				{"step_id":"archive","attempts":0,"status":"pending"}]}`)
 		})
 		mux.HandleFunc("POST /v1/runs/r-1/cancel", func(w http.ResponseWriter, _ *http.Request) {
 			cancelled.Store(true)
@@ -642,7 +645,11 @@ func TestRunsTable(t *testing.T) {
 		cellIs("timeline", "charge", "status", "completed"),
 		cellIs("timeline", "charge", "duration", "250 ms"),
 		cellIs("timeline", "ship", "error", "carrier down"),
-		cellIs("timeline", "notify", "duration", ""),
+		cellIs("timeline", "notify", "attempts", "2"),
+		cellIs("timeline", "notify", "started", "2026-01-02 10:00:02Z"),
+		cellIs("timeline", "notify", "duration", "3 ms"),
+		cellIs("timeline", "notify", "error", "smtp gone"),
+		cellIs("timeline", "archive", "duration", ""),
 	}, " && "))
 	e.do("cancel r-1", chromedp.Click(chromedp.CSS(row("runs", "r-1")+" button.cancel")))
 	e.waitFor("the cancel's answer and the new status", textHas("#notice", "cancel run r-1: status cancelled")+" && "+

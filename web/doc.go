@@ -19,10 +19,12 @@
 //     timeline from GET /v1/runs/{id}, with cancel (POST
 //     /v1/runs/{id}/cancel). A server without those routes answers 404,
 //     and the tab says so. The tab reads {"runs":[…]} (or a bare array) of
-//     objects with id, workflow, status, started_at, ended_at or
-//     duration_ms, and steps (a count or the step list); a run's steps
-//     have step_id, attempts, status, started_at, ended_at or
-//     duration_ms, and error.
+//     objects with id, workflow, version, status, started_at, ended_at or
+//     duration_ms (or duration in nanoseconds), steps (a count or the step
+//     list) and last_error; a run's steps (its "steps" or "timeline") have
+//     step_id or id, status, and attempts: a count with the step's
+//     started_at, duration and error, or the list of attempts, each with
+//     its own.
 //
 // The rows stay current through the API's server-sent events (GET
 // /v1/events), read with fetch so that the request carries the token like

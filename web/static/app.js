@@ -491,12 +491,30 @@ function runID(r) {
   return r.id || r.run_id || '';
 }
 
+// durationOf is a run's, step's or attempt's duration in milliseconds:
+// duration_ms, else a Go duration in nanoseconds, else end − start.
 function durationOf(x) {
   if (typeof x.duration_ms === 'number') return x.duration_ms;
+  if (typeof x.duration === 'number') return x.duration / 1e6;
   const start = Date.parse(x.started_at || x.started || '');
   const end = Date.parse(x.ended_at || x.finished_at || x.ended || '');
   if (!isNaN(start) && !isNaN(end)) return end - start;
   return undefined;
+}
+
+// stepOf flattens a timeline step whose attempts are a list (each with
+// its own times and error) into one row: the count, the first attempt's
+// start, the last one's duration and error.
+function stepOf(s) {
+  if (!Array.isArray(s.attempts)) return s;
+  const first = s.attempts[0] || {};
+  const last = s.attempts[s.attempts.length - 1] || {};
+  return Object.assign({}, s, {
+    attempts: s.attempts.length,
+    started_at: s.started_at || first.started_at,
+    duration_ms: s.duration_ms !== undefined ? s.duration_ms : durationOf(last),
+    error: s.error || last.error || '',
+  });
 }
 
 function stepCount(r) {
@@ -536,6 +554,7 @@ function updateRunRow(tr, r) {
   const wf = r.workflow || r.workflow_name || '';
   setCell(tr, 'workflow', r.version ? `${wf} v${r.version}` : wf);
   setCell(tr, 'status', r.status || '', 'status-' + (r.status || 'unknown'));
+  tr.querySelector('td.status').title = r.last_error || r.error || '';
   setCell(tr, 'started', fmtTime(r.started_at || r.started));
   setCell(tr, 'duration', fmtDuration(durationOf(r)));
   setCell(tr, 'steps', String(stepCount(r)));
@@ -545,7 +564,7 @@ async function loadRun(id) {
   const box = $('#run-detail');
   try {
     const run = await api('GET', `/v1/runs/${enc(id)}`);
-    const steps = (run && (Array.isArray(run.steps) ? run.steps : run.timeline)) || [];
+    const steps = ((run && (Array.isArray(run.steps) ? run.steps : run.timeline)) || []).map(stepOf);
     $('#run-detail-id').textContent = id;
     syncRows($('#timeline tbody'), steps, (s) => String(s.step_id || s.id), makeStepRow, updateStepRow);
     box.hidden = false;
