@@ -72,3 +72,57 @@ func freshSchema(t *testing.T, dsn string) string {
 	})
 	return name
 }
+
+// TestViewsAndEventsOnSQLite runs the inbox depth, the queue depths and
+// the event stream over the embedded default.
+func TestViewsAndEventsOnSQLite(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "api.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	viewsAndEvents(t, newRig(t, rigOptions{store: st, cfg: fastEvents}))
+}
+
+// TestViewsAndEventsOnPostgres runs the same over PostgreSQL.
+func TestViewsAndEventsOnPostgres(t *testing.T) {
+	dsn := os.Getenv(dsnEnv)
+	if dsn == "" {
+		t.Skipf("%s is not set: skipping PostgreSQL (.ci/run sets it)", dsnEnv)
+	}
+	st, err := postgres.Open(context.Background(), dsn, postgres.WithSchema(freshSchema(t, dsn)), postgres.WithMaxConns(8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	viewsAndEvents(t, newRig(t, rigOptions{store: st, cfg: fastEvents}))
+}
+
+// viewsAndEvents: a paused world's two waiting inputs are its inbox depth
+// in its view, the inbox backlog in the queue depths, and in its row on a
+// new event stream.
+func viewsAndEvents(t *testing.T, r *rig) {
+	t.Helper()
+	r.create("dq", universe)
+	must(r.c.Pause(r.ctx, "dq", "backlog"))(t)
+	for _, k := range []string{"a", "b"} {
+		must(r.c.Send(r.ctx, "dq", typeName(t, Add{}), Add{By: 1}, k))(t)
+	}
+	if v := must(r.c.GetWorld(r.ctx, "dq"))(t); v.InboxDepth != 2 || v.InboxDepthMore || v.InboxCursor == nil || *v.InboxCursor != 0 {
+		t.Fatalf("view: %+v", v)
+	}
+	if q := must(r.c.Queues(r.ctx))(t); q.InboxBacklog != 2 {
+		t.Fatalf("queues: %+v", q)
+	}
+	f := follow(t, r.ctx, r.c)
+	found := false
+	for _, e := range f.untilSynced() {
+		if v, ok := worldEvent(t, e); ok && v.ID == "dq" {
+			found = v.InboxDepth == 2 && v.Status == "paused"
+		}
+	}
+	if !found {
+		t.Fatal("the stream's initial state lacks dq paused with 2 waiting")
+	}
+}

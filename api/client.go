@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -84,14 +85,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 		return 0, err
 	}
 	if resp.StatusCode >= 300 {
-		e := &Error{Status: resp.StatusCode}
-		if json.Unmarshal(b, e) != nil || e.Code == "" {
-			e.Code, e.Message = CodeInternal, strings.TrimSpace(truncate(string(b), 512))
-			if resp.StatusCode < 500 {
-				e.Code = CodeInvalidArgument
-			}
-		}
-		return resp.StatusCode, e
+		return resp.StatusCode, errorOf(resp.StatusCode, b)
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
@@ -99,6 +93,18 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 		}
 	}
 	return resp.StatusCode, nil
+}
+
+// errorOf is the *Error of an answer with status and body.
+func errorOf(status int, b []byte) *Error {
+	e := &Error{Status: status}
+	if json.Unmarshal(b, e) != nil || e.Code == "" {
+		e.Code, e.Message = CodeInternal, strings.TrimSpace(truncate(string(b), 512))
+		if status < 500 {
+			e.Code = CodeInvalidArgument
+		}
+	}
+	return e
 }
 
 func worldPath(id string, rest ...string) string {
@@ -141,6 +147,21 @@ func (c *Client) ListWorlds(ctx context.Context, universe string, status store.W
 		q.Set("status", string(status))
 	}
 	var out worldsResp
+	_, err := c.do(ctx, http.MethodGet, "/v1/worlds", q, nil, &out)
+	return out.Worlds, err
+}
+
+// ListWorldViews is ListWorlds with each world's view (GetWorld's
+// answer): lease, assignment, head, inbox cursor and depth.
+func (c *Client) ListWorldViews(ctx context.Context, universe string, status store.WorldStatus) ([]WorldView, error) {
+	q := url.Values{"detail": {"true"}}
+	if universe != "" {
+		q.Set("universe", universe)
+	}
+	if status != "" {
+		q.Set("status", string(status))
+	}
+	var out worldViewsResp
 	_, err := c.do(ctx, http.MethodGet, "/v1/worlds", q, nil, &out)
 	return out.Worlds, err
 }
@@ -325,10 +346,77 @@ func (c *Client) Workers(ctx context.Context) ([]Worker, error) {
 	return out.Workers, err
 }
 
+// Queues returns the store's global queue depths.
+func (c *Client) Queues(ctx context.Context) (Queues, error) {
+	var out Queues
+	_, err := c.do(ctx, http.MethodGet, "/v1/queues", nil, nil, &out)
+	return out, err
+}
+
 // Drain marks a worker draining (or not): the orchestrator moves its
 // worlds away. An unknown worker is a not_found error.
 func (c *Client) Drain(ctx context.Context, worker string, draining bool) (Worker, error) {
 	var out Worker
 	_, err := c.do(ctx, http.MethodPost, "/v1/workers/"+url.PathEscape(worker)+"/drain", nil, drainReq{Draining: &draining}, &out)
 	return out, err
+}
+
+// Events follows GET /v1/events: fn receives each event in order, the
+// whole current state first (up to EventSynced), then the rows that
+// change. It returns when ctx ends (ctx's error), when the server ends
+// the stream (nil), or when fn returns an error (that error).
+func (c *Client) Events(ctx context.Context, fn func(StreamEvent) error) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/events", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return errorOf(resp.StatusCode, b)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	var name string
+	var data []byte
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" { // the end of an event
+			if data != nil {
+				if name == "" {
+					name = "message"
+				}
+				if err := fn(StreamEvent{Name: name, Data: data}); err != nil {
+					return err
+				}
+			}
+			name, data = "", nil
+			continue
+		}
+		field, value, _ := strings.Cut(line, ":")
+		value = strings.TrimPrefix(value, " ")
+		switch field {
+		case "event":
+			name = value
+		case "data":
+			if data == nil {
+				data = []byte{}
+			} else {
+				data = append(data, '\n')
+			}
+			data = append(data, value...)
+		} // a comment (empty field), retry and id are not the client's business
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return sc.Err()
 }

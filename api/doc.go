@@ -7,8 +7,8 @@
 //	GET  /readyz                          the store answers and Config.Ready agrees (no token needed)
 //	GET  /metrics                         Prometheus text (Metrics)
 //	POST /v1/worlds                       {"id","universe"}: 201 created, 200 the same again
-//	GET  /v1/worlds?universe=&status=     {"worlds":[…]} sorted by id
-//	GET  /v1/worlds/{id}                  record, lineage, lease, assignment, head, inbox cursor
+//	GET  /v1/worlds?universe=&status=&detail=  {"worlds":[…]} sorted by id (detail=true: each world's view)
+//	GET  /v1/worlds/{id}                  record, lineage, lease, assignment, head, inbox cursor and depth
 //	POST /v1/worlds/{id}/events           {"type","value"} or {"payload"}, "idempotency_key": 202 {"seq","duplicate"}
 //	POST /v1/worlds/{id}/calls            {"type","value"} or {"payload"}, "call_id", "timeout_ms": the reply
 //	GET  /v1/worlds/{id}/state            {"height","hash","state","state_cbor"}
@@ -21,6 +21,9 @@
 //	POST /v1/effects/{hash}/receipt       {"status","body","reason"}: an operator's receipt
 //	GET  /v1/timers?world=                scheduled and claimed timers
 //	GET  /v1/workers                      the inventory, with liveness and world counts
+//	GET  /v1/queues                       the global queue depths
+//	GET  /v1/events                       server-sent events: the rows above as they change
+//	GET  /ui/…, GET /                     the dashboard's files, when Config.UI is set (no token needed)
 //	POST /v1/workers/{id}/drain           {"draining"}
 //
 // Requests are strict: a body must be application/json (415), at most
@@ -52,6 +55,18 @@
 // one slog line (Debug; a refusal at Warn with its code, an internal
 // failure at Error).
 //
+// The event stream (text/event-stream) sends the whole current state
+// first, then, whenever a row changes, that row again: the queue depths,
+// each worker as GET /v1/workers shows it, each world as GET
+// /v1/worlds/{id} shows it (a lease renewal alone is not a change), and a
+// summary of the counts (see the Event* names). One poller per server
+// reads the store every Config.EventPoll on Config.Executor's clock while
+// at least one stream is open, however many are; each stream keeps at
+// most one pending event per row, so a slow client costs no more memory
+// than the state. Config.MaxEventStreams bounds the streams (one more is
+// 503 with Retry-After), and every open stream ends when Serve's context
+// does.
+//
 // The Client mirrors every endpoint and answers errors as *Error, which
 // errors.Is matches against the store and plane sentinels of its code.
 //
@@ -59,6 +74,8 @@
 // through the plane (events through plane.Ops, which validates them,
 // calls through plane.Client; the operator's own writes, status, retries,
 // receipts and drains, are the store's operator calls), keep state
-// between requests, or spin: a journal long-poll re-reads on a bounded
-// backoff that the world's inbox hints reset, and ends by its deadline.
+// between requests (the event poller's last round lives only while a
+// stream is open), or spin: a journal long-poll re-reads on a bounded
+// backoff that the world's inbox hints reset, and ends by its deadline,
+// and the event poller runs only while a stream is open.
 package api

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"maps"
@@ -175,6 +176,15 @@ func FuzzHandlers(f *testing.F) {
 		{"GET", "/v1/timers?world=fz-1", "", "", tok},
 		{"GET", "/v1/timers?world=" + strings.Repeat("w", 300), "", "", tok},
 		{"GET", "/v1/workers", "", "", tok},
+		{"GET", "/v1/queues", "", "", tok},
+		{"GET", "/v1/queues?world=fz-1", "", "", tok},
+		{"GET", "/v1/worlds?detail=true", "", "", tok},
+		{"GET", "/v1/worlds?detail=maybe", "", "", tok},
+		{"GET", "/v1/events", "", "", tok},
+		{"GET", "/v1/events", "", "", ""},
+		{"GET", "/v1/events?since=3", "", "", tok},
+		{"POST", "/v1/events", js, `{}`, tok},
+		{"GET", "/ui/", "", "", ""},
 		{"POST", "/v1/workers/nobody/drain", js, `{"draining":true}`, tok},
 		{"POST", "/v1/workers/nobody/drain", js, `{"draining":"yes"}`, tok},
 		{"DELETE", "/v1/worlds/fz-1", "", "", tok},
@@ -215,7 +225,15 @@ func FuzzHandlers(f *testing.F) {
 		if !strings.HasPrefix(path, "/") && path != "*" {
 			path = "/" + path
 		}
-		req, err := http.NewRequestWithContext(r.ctx, method, "http://api.test"+path, strings.NewReader(body))
+		ctx := r.ctx
+		if strings.HasPrefix(path, "/v1/events") {
+			// An event stream answers until its client goes: this one
+			// goes once the stream has begun.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(r.ctx, 100*time.Millisecond)
+			defer cancel()
+		}
+		req, err := http.NewRequestWithContext(ctx, method, "http://api.test"+path, strings.NewReader(body))
 		if err != nil {
 			return // not a request a client could send
 		}

@@ -104,6 +104,7 @@ type rigOptions struct {
 	workers []string // the hosts to run (nil: one, "w1")
 	cfg     func(*api.Config)
 	metrics bool
+	orchID  string // the orchestrator's id (default "orch"; a node uses its worker's)
 }
 
 // rig is a plane (hosts, an orchestrator, a client) over one store, with
@@ -161,8 +162,12 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	if r.metrics != nil {
 		r.metrics.CollectWorldsHosted(api.HostedBy(r.hosts...))
 	}
+	orchID := o.orchID
+	if orchID == "" {
+		orchID = "orch"
+	}
 	if _, err := plane.StartOrchestrator(ctx, sys.Root(), plane.OrchestratorConfig{
-		ID: "orch", Store: st, Universes: []string{universe, other},
+		ID: orchID, Store: st, Universes: []string{universe, other},
 		LeaseTTL: 10 * time.Second, Every: 50 * time.Millisecond,
 	}); err != nil {
 		t.Fatal(err)

@@ -84,7 +84,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		WriteTimeout:      max(s.cfg.CallTimeout, s.cfg.JournalWaitMax) + writeMargin,
 		IdleTimeout:       IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		// Requests in flight finish after ctx ends (Shutdown waits for
+		// them); event streams, which never finish, end with ctx.
+		BaseContext: func(net.Listener) context.Context {
+			return context.WithValue(context.WithoutCancel(ctx), serveDoneKey{}, ctx.Done())
+		},
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/world"
 )
@@ -243,6 +244,9 @@ func (s *Server) workerView(ctx context.Context, w store.WorkerInfo, now time.Ti
 		return Worker{}, err
 	}
 	for _, ww := range wws {
+		if ww.World == plane.OrchestratorWorld {
+			continue // the orchestrator's own lease: no world runs under it
+		}
 		if ww.Lease != nil && ww.Lease.Holder == w.ID && ww.Lease.ExpiresAt.After(now) {
 			out.WorldsHeld++
 		}
@@ -281,4 +285,22 @@ func (s *Server) drain(r *http.Request, rc *reqCtx) (int, any, error) {
 		return 0, nil, err
 	}
 	return http.StatusOK, wv, nil
+}
+
+func (s *Server) queues(r *http.Request, _ *reqCtx) (int, any, error) {
+	if _, err := query(r); err != nil {
+		return 0, nil, err
+	}
+	d, err := s.cfg.Store.QueueDepths(r.Context())
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, queuesOf(d), nil
+}
+
+func queuesOf(d store.QueueDepths) Queues {
+	return Queues{
+		EffectsPending: d.EffectsPending, EffectsInflight: d.EffectsInflight,
+		TimersScheduled: d.TimersScheduled, TimersClaimed: d.TimersClaimed, InboxBacklog: d.InboxBacklog,
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
 )
@@ -60,6 +61,20 @@ type Config struct {
 	// otel.GetTracerProvider(), a no-op unless the binary installs an
 	// SDK).
 	Tracer trace.TracerProvider
+	// Executor is the clock and goroutine source of the event streams'
+	// poller (nil: the production executor). A node passes its own.
+	Executor actor.Executor
+	// MaxEventStreams bounds the event streams open at once (default
+	// DefaultMaxEventStreams); one more is refused with 503.
+	MaxEventStreams int
+	// EventPoll is how often the event streams' poller reads the store
+	// while a stream is open (default DefaultEventPoll).
+	EventPoll time.Duration
+	// UI, when set, is served under /ui/ (the path after it) without a
+	// token, and / redirects to /ui/: the dashboard's static files, which
+	// hold no data (the pages read the API with the token). See package
+	// web.
+	UI http.Handler
 }
 
 // Defaults of Config.
@@ -80,6 +95,7 @@ type Server struct {
 	tracer    trace.Tracer
 	prop      propagation.TextMapPropagator
 	log       *slog.Logger
+	hub       *eventHub
 }
 
 // NewServer returns the server of cfg.
@@ -93,8 +109,18 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, &ConfigError{Field: "Client", Reason: "required"}
 	case len(cfg.Kernels) == 0:
 		return nil, &ConfigError{Field: "Kernels", Reason: "at least one universe is required"}
-	case cfg.MaxBody < 0 || cfg.CallTimeout < 0 || cfg.WorkerLiveFor < 0 || cfg.JournalWaitMax < 0:
-		return nil, &ConfigError{Field: "Config", Reason: "MaxBody, CallTimeout, JournalWaitMax and WorkerLiveFor must not be negative"}
+	case cfg.MaxBody < 0 || cfg.CallTimeout < 0 || cfg.WorkerLiveFor < 0 || cfg.JournalWaitMax < 0 ||
+		cfg.MaxEventStreams < 0 || cfg.EventPoll < 0:
+		return nil, &ConfigError{Field: "Config", Reason: "MaxBody, CallTimeout, JournalWaitMax, WorkerLiveFor, MaxEventStreams and EventPoll must not be negative"}
+	}
+	if cfg.MaxEventStreams == 0 {
+		cfg.MaxEventStreams = DefaultMaxEventStreams
+	}
+	if cfg.EventPoll == 0 {
+		cfg.EventPoll = DefaultEventPoll
+	}
+	if cfg.Executor == nil {
+		cfg.Executor = actor.NewExecutor(1)
 	}
 	if cfg.JournalWaitMax == 0 || cfg.JournalWaitMax > MaxJournalWait {
 		cfg.JournalWaitMax = MaxJournalWait
@@ -121,6 +147,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.hub = &eventHub{s: s, ex: cfg.Executor, max: cfg.MaxEventStreams, every: cfg.EventPoll}
 	if cfg.Token != "" {
 		s.tokenHash = sha256.Sum256([]byte(cfg.Token))
 	}
@@ -185,6 +212,19 @@ func (s *Server) routes() {
 	s.route("POST /v1/effects/{hash}/receipt", false, s.injectReceipt)
 	s.route("GET /v1/timers", false, s.timers)
 	s.route("GET /v1/workers", false, s.workers)
+	s.route("GET /v1/queues", false, s.queues)
+	s.route("GET /v1/events", false, s.events)
+
+	if s.cfg.UI != nil {
+		ui := http.StripPrefix("/ui", s.cfg.UI)
+		s.route("GET /ui/", true, func(*http.Request, *reqCtx) (int, any, error) {
+			return 0, passthrough{h: ui}, nil
+		})
+		home := http.RedirectHandler("/ui/", http.StatusFound)
+		s.route("GET /{$}", true, func(*http.Request, *reqCtx) (int, any, error) {
+			return 0, passthrough{h: home}, nil
+		})
+	}
 	s.route("POST /v1/workers/{id}/drain", false, s.drain)
 }
 
@@ -340,6 +380,10 @@ func (w *statusWriter) WriteHeader(code int) {
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
+
+// Unwrap lets http.ResponseController reach the connection (a stream
+// flushes and sets its own deadlines).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {

@@ -37,6 +37,25 @@ type WorldView struct {
 	Assignment  *Assignment `json:"assignment"` // null: not placed
 	Head        uint64      `json:"head"`       // the journal height
 	InboxCursor *uint64     `json:"inbox_cursor,omitempty"`
+	// InboxDepth counts the inbox items after the cursor: enqueued, not
+	// yet drained. It is counted up to MaxInboxDepth; InboxDepthMore says
+	// there are more.
+	InboxDepth     int  `json:"inbox_depth"`
+	InboxDepthMore bool `json:"inbox_depth_more,omitempty"`
+}
+
+// MaxInboxDepth is the most inbox items a world view counts: a count
+// reads the items, so a world with a deep backlog shows this many and
+// InboxDepthMore.
+const MaxInboxDepth = 1000
+
+// Queues is GET /v1/queues: the store's global queue gauges.
+type Queues struct {
+	EffectsPending  int64 `json:"effects_pending"`
+	EffectsInflight int64 `json:"effects_inflight"`
+	TimersScheduled int64 `json:"timers_scheduled"` // not yet claimed, due or not
+	TimersClaimed   int64 `json:"timers_claimed"`
+	InboxBacklog    int64 `json:"inbox_backlog"` // enqueued, not yet drained, over all worlds
 }
 
 // Lease is a world's lease record; Holder is empty once released.
@@ -165,7 +184,8 @@ type Timer struct {
 // Worker is a worker's inventory record. Live: its last heartbeat (store
 // clock) is within the server's WorkerLiveFor. WorldsHeld counts the
 // worlds whose unexpired lease it holds, WorldsAssigned those placed on
-// it.
+// it; the orchestrator's own lease, which a node holds under its worker
+// id while it places worlds, counts as neither.
 type Worker struct {
 	ID             string    `json:"id"`
 	Capacity       int       `json:"capacity"`
@@ -222,6 +242,10 @@ type drainReq struct {
 
 type worldsResp struct {
 	Worlds []World `json:"worlds"`
+}
+
+type worldViewsResp struct {
+	Worlds []WorldView `json:"worlds"`
 }
 
 type leasesResp struct {

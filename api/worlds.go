@@ -114,7 +114,7 @@ func (s *Server) createWorld(r *http.Request, rc *reqCtx) (int, any, error) {
 }
 
 func (s *Server) listWorlds(r *http.Request, _ *reqCtx) (int, any, error) {
-	q, err := query(r, "universe", "status")
+	q, err := query(r, "universe", "status", "detail")
 	if err != nil {
 		return 0, nil, err
 	}
@@ -124,53 +124,110 @@ func (s *Server) listWorlds(r *http.Request, _ *reqCtx) (int, any, error) {
 	default:
 		return 0, nil, invalid(`query parameter "status" must be active, paused or archived`)
 	}
-	universes := []string{q.Get("universe")}
-	if universes[0] == "" {
-		universes = sortedKeys(s.cfg.Kernels)
-	} else if err := checkID("universe", universes[0]); err != nil {
+	var detail bool
+	switch q.Get("detail") {
+	case "", "false":
+	case "true":
+		detail = true
+	default:
+		return 0, nil, invalid(`query parameter "detail" must be true or false`)
+	}
+	universe := q.Get("universe")
+	if universe != "" {
+		if err := checkID("universe", universe); err != nil {
+			return 0, nil, err
+		}
+	}
+	ctx := r.Context()
+	recs, err := s.worldRecords(ctx, universe, status)
+	if err != nil {
 		return 0, nil, err
 	}
-	out := []World{}
-	for _, u := range universes {
-		ws, err := s.cfg.Store.ListWorlds(r.Context(), u, status)
+	if !detail {
+		out := make([]World, 0, len(recs))
+		for _, w := range recs {
+			out = append(out, worldOf(w))
+		}
+		return http.StatusOK, worldsResp{Worlds: out}, nil
+	}
+	out := make([]WorldView, 0, len(recs))
+	for _, w := range recs {
+		v, err := s.worldView(ctx, w)
 		if err != nil {
 			return 0, nil, err
 		}
-		for _, w := range ws {
-			out = append(out, worldOf(w))
-		}
+		out = append(out, v)
 	}
-	slices.SortFunc(out, func(a, b World) int { return strings.Compare(a.ID, b.ID) })
-	return http.StatusOK, worldsResp{Worlds: out}, nil
+	return http.StatusOK, worldViewsResp{Worlds: out}, nil
+}
+
+// worldRecords lists the worlds of universe ("": every universe the
+// server hosts) with status ("": any), sorted by id.
+func (s *Server) worldRecords(ctx context.Context, universe string, status store.WorldStatus) ([]store.World, error) {
+	universes := []string{universe}
+	if universe == "" {
+		universes = sortedKeys(s.cfg.Kernels)
+	}
+	var out []store.World
+	for _, u := range universes {
+		ws, err := s.cfg.Store.ListWorlds(ctx, u, status)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ws...)
+	}
+	slices.SortFunc(out, func(a, b store.World) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
 }
 
 func (s *Server) getWorld(r *http.Request, rc *reqCtx) (int, any, error) {
 	if err := checkID("world", rc.world); err != nil {
 		return 0, nil, err
 	}
-	ctx, st := r.Context(), s.cfg.Store
-	rec, err := st.GetWorld(ctx, rc.world)
+	rec, err := s.cfg.Store.GetWorld(r.Context(), rc.world)
 	if err != nil {
 		return 0, nil, err
 	}
-	v := WorldView{World: worldOf(rec)}
-	if l, ok, err := st.GetLease(ctx, rc.world); err != nil {
+	v, err := s.worldView(r.Context(), rec)
+	if err != nil {
 		return 0, nil, err
+	}
+	return http.StatusOK, v, nil
+}
+
+// worldView is a world's record with what runs it: its lease,
+// assignment, journal head, inbox cursor and inbox depth.
+func (s *Server) worldView(ctx context.Context, rec store.World) (WorldView, error) {
+	st := s.cfg.Store
+	v := WorldView{World: worldOf(rec)}
+	if l, ok, err := st.GetLease(ctx, rec.ID); err != nil {
+		return WorldView{}, err
 	} else if ok {
 		v.Lease = leaseOf(&l)
 	}
-	if a, ok, err := st.GetAssignment(ctx, rc.world); err != nil {
-		return 0, nil, err
+	if a, ok, err := st.GetAssignment(ctx, rec.ID); err != nil {
+		return WorldView{}, err
 	} else if ok {
 		v.Assignment = assignmentOf(&a)
 	}
-	if v.Head, err = st.Head(ctx, rc.world); err != nil {
-		return 0, nil, err
+	var err error
+	if v.Head, err = st.Head(ctx, rec.ID); err != nil {
+		return WorldView{}, err
 	}
-	if c, err := st.Cursor(ctx, rc.world); err == nil {
-		v.InboxCursor = &c
+	c, err := st.Cursor(ctx, rec.ID)
+	if err != nil {
+		return v, nil // a world without an inbox record yet: no cursor, nothing queued
 	}
-	return http.StatusOK, v, nil
+	v.InboxCursor = &c
+	// The items are counted, not their seqs subtracted: the store promises
+	// seqs that increase, not seqs without gaps.
+	items, err := st.ReadInbox(ctx, rec.ID, c, MaxInboxDepth+1)
+	if err != nil {
+		return WorldView{}, err
+	}
+	v.InboxDepth = min(len(items), MaxInboxDepth)
+	v.InboxDepthMore = len(items) > MaxInboxDepth
+	return v, nil
 }
 
 // oneOf checks that an input names its value one way: a type (with a JSON

@@ -31,6 +31,7 @@ import (
 	"github.com/orrery-run/orrery/store/memstore"
 	"github.com/orrery-run/orrery/store/postgres"
 	"github.com/orrery-run/orrery/store/sqlite"
+	"github.com/orrery-run/orrery/web"
 )
 
 // serveFlags are `orrery serve`'s settings.
@@ -245,6 +246,7 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 		Store: st, Ops: n.Ops(), Client: n.Client(), Kernels: e.kernels,
 		Token: token, MaxBody: f.maxBody, CallTimeout: f.callTimeout,
 		Ready: n.Ready, Metrics: metrics, Logger: log, Tracer: tp,
+		Executor: n.Executor(), UI: web.Handler(),
 	})
 	if err != nil {
 		_ = n.Stop(ctx)
@@ -260,7 +262,7 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 		scheme = "https"
 	}
 	fmt.Fprintf(e.io.Out, "orrery serve: worker %s, store %s, API %s://%s\n", worker, desc, scheme, addrOf(ln))
-	log.Info("serving", "worker", worker, "store", desc, "listen", addrOf(ln))
+	log.Info("serving", "worker", worker, "store", desc, "listen", addrOf(ln), "dashboard", scheme+"://"+addrOf(ln)+"/ui/")
 
 	sig, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
