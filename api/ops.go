@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/world"
 )
@@ -243,6 +244,11 @@ func (s *Server) workerView(ctx context.Context, w store.WorkerInfo, now time.Ti
 		return Worker{}, err
 	}
 	for _, ww := range wws {
+		// The acting orchestrator's lease is listed with the worker's
+		// worlds but is not a world it hosts.
+		if ww.World == plane.OrchestratorWorld {
+			continue
+		}
 		if ww.Lease != nil && ww.Lease.Holder == w.ID && ww.Lease.ExpiresAt.After(now) {
 			out.WorldsHeld++
 		}
