@@ -93,7 +93,7 @@ func Run(ctx context.Context, args []string, stdio IO, kernels plane.Kernels) in
 	root.SetIn(stdio.In)
 	root.SetOut(stdio.Out)
 	root.SetErr(stdio.Err)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return ExitOK
 	}
@@ -102,10 +102,20 @@ func Run(ctx context.Context, args []string, stdio IO, kernels plane.Kernels) in
 	if !e.verbose {
 		msg, _, _ = strings.Cut(msg, "\n")
 	}
-	fmt.Fprintf(stdio.Err, "orrery: %s\n", msg)
+	// Scripts read one line per error, so the pointer to the usage stays
+	// on it.
 	if code == ExitUsage && !strings.Contains(msg, "--help") {
-		fmt.Fprintln(stdio.Err, "Run 'orrery --help' for usage.")
+		path := "orrery"
+		if cmd != nil {
+			path = cmd.CommandPath()
+		}
+		if first, rest, multi := strings.Cut(msg, "\n"); multi {
+			msg = first + " (see '" + path + " --help')\n" + rest
+		} else {
+			msg += " (see '" + path + " --help')"
+		}
 	}
+	fmt.Fprintf(stdio.Err, "orrery: %s\n", msg)
 	return code
 }
 
