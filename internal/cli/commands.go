@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/orrery-run/orrery/api"
+	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
 )
 
@@ -649,6 +650,11 @@ func (e *env) drain(ctx context.Context, c *api.Client, worker string, draining,
 	}
 	held := map[string]bool{}
 	for _, r := range before {
+		// The orchestrator's lease stays with a draining worker (only its
+		// worlds move), so waiting for it to move would never end.
+		if r.World == plane.OrchestratorWorld {
+			continue
+		}
 		if r.Lease != nil && r.Lease.Holder == worker {
 			held[r.World] = true
 		}

@@ -366,3 +366,61 @@ func TestTimersList(t *testing.T) {
 	}
 	f.fail(cli.ExitUsage, "timers", "list")
 }
+
+// A drain with --wait on two nodes returns once every world the drained
+// worker held runs on the other, and says how many moved.
+func TestWorkersDrainWait(t *testing.T) {
+	f := newFixture(t, fixtureOptions{workers: []string{"w1", "w2"}})
+	ids := []string{"a1", "a2", "a3", "a4", "a5", "a6"}
+	for _, id := range ids {
+		f.ok("world", "create", id, "--universe", ledger.UniverseAccount)
+		f.ok("world", "call", id, "ledger/Deposit", `{"Amount":1}`)
+	}
+	var ws []api.Worker
+	f.okJSON(&ws, "workers", "list")
+	if len(ws) != 2 || ws[0].WorldsHeld+ws[1].WorldsHeld != len(ids) {
+		t.Fatalf("workers list -o json: %+v, want %d worlds held in all", ws, len(ids))
+	}
+	// Drain the worker that holds more (it holds one at least).
+	victim, other := ws[0], ws[1]
+	if other.WorldsHeld > victim.WorldsHeld {
+		victim, other = other, victim
+	}
+	var drained struct {
+		Worker string `json:"worker"`
+		Worlds int    `json:"worlds"`
+		Ms     struct {
+			P50, P95, P99, Max float64
+		} `json:"handoff_ms"`
+	}
+	f.okJSON(&drained, "workers", "drain", victim.ID, "--wait")
+	if drained.Worker != victim.ID || drained.Worlds != victim.WorldsHeld || drained.Ms.Max < drained.Ms.P50 {
+		t.Fatalf("workers drain %s --wait -o json: %+v, want %d worlds handed off", victim.ID, drained, victim.WorldsHeld)
+	}
+	var ls []api.LeaseRow
+	f.okJSON(&ls, "lease", "list")
+	moved := 0
+	for _, l := range ls {
+		if l.World == "sys.orchestrator" {
+			continue
+		}
+		if l.Lease == nil || l.Lease.Holder != other.ID {
+			t.Fatalf("after the drain, %s: lease %+v, want held by %s", l.World, l.Lease, other.ID)
+		}
+		moved++
+	}
+	if moved != len(ids) {
+		t.Fatalf("after the drain: %+v", ls)
+	}
+	// Every world still answers, from the other worker.
+	for _, id := range ids {
+		if got := f.ok("world", "call", id, "ledger/Balance"); got != "1\n" {
+			t.Fatalf("%s after the drain: %q", id, got)
+		}
+	}
+	// The table form, on a worker that holds nothing now.
+	out := f.ok("workers", "drain", victim.ID, "--wait")
+	if out != victim.ID+" drained: 0 worlds handed off\nhandoff ms  p50 0.0  p95 0.0  p99 0.0  max 0.0\n" {
+		t.Fatalf("a second drain --wait printed %q", out)
+	}
+}
