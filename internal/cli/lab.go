@@ -14,14 +14,14 @@ import (
 )
 
 func (e *env) labCommand() *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := group(&cobra.Command{
 		Use:   "lab",
 		Short: "Triage deterministic lab runs: crash packs and traces",
 		Long: `A failing lab run writes a crash pack: the seed, the configuration, the whole
 canonical trace with its fingerprint, the failure and the command that re-runs
 it. These commands read packs and traces without re-running anything, except
 'replay --run', which runs the pack's command.`,
-	}
+	})
 	cmd.AddCommand(e.labReplayCommand(), e.labTraceCommand())
 	return cmd
 }
@@ -87,10 +87,10 @@ reports the same fingerprint.`,
 }
 
 func (e *env) labTraceCommand() *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := group(&cobra.Command{
 		Use:   "trace",
 		Short: "Summarise, verify and compare recorded traces",
-	}
+	})
 	info := &cobra.Command{
 		Use:     "info FILE",
 		Short:   "Summarise a trace file or crash pack",

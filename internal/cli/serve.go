@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -111,7 +112,7 @@ func openStore(ctx context.Context, spec string) (store.Store, string, error) {
 	}
 }
 
-func newLogger(w *os.File, level, format string) (*slog.Logger, error) {
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		return nil, usagef("--log-level: %v", err)
@@ -145,7 +146,7 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	if len(e.kernels) == 0 {
 		return usagef("this binary has no worlds to serve")
 	}
-	log, err := newLogger(os.Stderr, f.logLevel, f.logFormat)
+	log, err := newLogger(e.io.Err, f.logLevel, f.logFormat)
 	if err != nil {
 		return err
 	}
