@@ -24,7 +24,7 @@ import (
 
 // testTimeout bounds every wait of a test: nothing here sleeps for a fixed
 // time, so this is only the limit past which a test is declared stuck.
-const testTimeout = 10 * time.Second
+const testTimeout = 2 * time.Minute
 
 // URLs the audit adapter recognises in an account's AuditURL.
 const (

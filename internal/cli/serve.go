@@ -158,7 +158,9 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	// must fail before anything touches the store.
 	ln, err := api.Listen(ctx, f.listen, token, f.tlsCert, f.tlsKey)
 	if err != nil {
-		if errors.Is(err, api.ErrInsecure) {
+		// An address or TLS setting that cannot work is the caller's to
+		// fix, like a bad flag.
+		if errors.Is(err, api.ErrInsecure) || errors.Is(err, api.ErrConfig) {
 			return usagef("%v", err)
 		}
 		return err
