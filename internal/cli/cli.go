@@ -185,19 +185,26 @@ Start with 'orrery demo', then 'orrery serve' and the world commands.`,
 		case "completion":
 			c.Example = "  source <(orrery completion bash)"
 			for _, sh := range c.Commands() {
-				sh.Example = completionExamples[sh.Name()]
+				sh.Example = completionExample(sh.Name())
 			}
 		}
 	}
 	return root
 }
 
-// completionExamples show how each shell loads the completion script.
-var completionExamples = map[string]string{
-	"bash":       "  source <(orrery completion bash)\n  orrery completion bash > /etc/bash_completion.d/orrery",
-	"zsh":        "  orrery completion zsh > \"${fpath[1]}/_orrery\"",
-	"fish":       "  orrery completion fish | source\n  orrery completion fish > ~/.config/fish/completions/orrery.fish",
-	"powershell": "  orrery completion powershell | Out-String | Invoke-Expression",
+// completionExample shows how shell loads the completion script.
+func completionExample(shell string) string {
+	switch shell {
+	case "bash":
+		return "  source <(orrery completion bash)\n  orrery completion bash > /etc/bash_completion.d/orrery"
+	case "zsh":
+		return "  orrery completion zsh > \"${fpath[1]}/_orrery\""
+	case "fish":
+		return "  orrery completion fish | source\n  orrery completion fish > ~/.config/fish/completions/orrery.fish"
+	case "powershell":
+		return "  orrery completion powershell | Out-String | Invoke-Expression"
+	}
+	return "  orrery completion " + shell
 }
 
 // group makes cmd a command that only holds subcommands. Alone it prints
