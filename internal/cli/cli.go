@@ -46,7 +46,8 @@ const (
 	ExitAuth        = 6
 )
 
-// IO is where a command reads and writes.
+// IO is where a command reads and writes; a nil Out or Err discards, a
+// nil Getenv sees an empty environment.
 type IO struct {
 	In       io.Reader
 	Out, Err io.Writer
@@ -92,6 +93,13 @@ type env struct {
 func Run(ctx context.Context, args []string, stdio IO, kernels plane.Kernels) int {
 	if stdio.Getenv == nil {
 		stdio.Getenv = func(string) string { return "" }
+	}
+	// A zero IO runs silently rather than panicking on its first line.
+	if stdio.Out == nil {
+		stdio.Out = io.Discard
+	}
+	if stdio.Err == nil {
+		stdio.Err = io.Discard
 	}
 	e := &env{io: stdio, kernels: kernels}
 	defer e.closeIdle()

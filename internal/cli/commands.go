@@ -393,6 +393,9 @@ func (e *env) journalCommand() *cobra.Command {
 	cmd := group(&cobra.Command{
 		Use:   "journal",
 		Short: "Read a world's journal: one record per step, in height order",
+		Long: `Read a world's journal: one record per step, in height order. With -o json
+each record is one JSON object on a line of its own (JSON Lines), so that a
+--follow can be piped record by record.`,
 	})
 	var after uint64
 	var limit int

@@ -169,3 +169,21 @@ func TestCallTimeoutNamesTheCall(t *testing.T) {
 		t.Fatalf("waiting again for %s: %q", m[1], r.err)
 	}
 }
+
+// A zero IO is usable: nothing is written, and the exit code still tells.
+func TestRunWithZeroIO(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	for _, tc := range []struct {
+		code int
+		args []string
+	}{
+		{cli.ExitOK, []string{"--addr", f.url, "world", "list"}},
+		{cli.ExitOK, []string{"--help"}},
+		{cli.ExitNotFound, []string{"--addr", f.url, "world", "show", "nope"}},
+		{cli.ExitUsage, []string{"world", "bogus"}},
+	} {
+		if code := cli.Run(f.ctx, tc.args, cli.IO{}, ledger.Kernels()); code != tc.code {
+			t.Errorf("orrery %s with a zero IO: exit %d, want %d", strings.Join(tc.args, " "), code, tc.code)
+		}
+	}
+}
