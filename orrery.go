@@ -36,10 +36,14 @@ func Main(worlds ...world.Kernel) {
 }
 
 // Kernels maps each world definition to its universe (its name); two
-// definitions of one name are an error.
+// definitions of one name, a definition with errors, or a nil one are an
+// error.
 func Kernels(worlds ...world.Kernel) (plane.Kernels, error) {
 	ks := plane.Kernels{}
-	for _, k := range worlds {
+	for i, k := range worlds {
+		if k == nil {
+			return nil, fmt.Errorf("world definition %d is nil", i)
+		}
 		if err := k.Err(); err != nil {
 			return nil, err
 		}

@@ -853,6 +853,16 @@ func (h *Host) acquire(ctx context.Context, id string) error {
 		h.mu.Unlock()
 		return ErrStopped
 	}
+	if h.draining {
+		h.mu.Unlock()
+		// A drain began while this acquisition was in flight (its pass
+		// read the flag before the drain set it). The drain released
+		// only the leases it saw, so this one goes back at once too:
+		// otherwise it would stay held, and its successor wait, until
+		// the TTL (which is all a failed release costs).
+		_ = h.st.Release(ctx, id, h.cfg.Worker, got.Epoch)
+		return nil
+	}
 	h.leases[id] = l
 	h.mu.Unlock()
 	h.emit(HostEvent{Kind: EvAcquired, World: id, Epoch: got.Epoch})

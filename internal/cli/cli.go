@@ -23,7 +23,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"sort"
 	"strings"
 	"text/tabwriter"
 
@@ -44,7 +46,8 @@ const (
 	ExitAuth        = 6
 )
 
-// IO is where a command reads and writes.
+// IO is where a command reads and writes; a nil Out or Err discards, a
+// nil Getenv sees an empty environment.
 type IO struct {
 	In       io.Reader
 	Out, Err io.Writer
@@ -80,6 +83,9 @@ type env struct {
 	output   string
 	verbose  bool
 	insecure bool // skip TLS verification (self-signed test servers)
+	// transport is this run's own, so that a Run embedded in a longer
+	// process leaves no idle connection (and its goroutines) behind.
+	transport *http.Transport
 }
 
 // Run runs the orrery command line with args (without the program name)
@@ -88,35 +94,50 @@ func Run(ctx context.Context, args []string, stdio IO, kernels plane.Kernels) in
 	if stdio.Getenv == nil {
 		stdio.Getenv = func(string) string { return "" }
 	}
+	// A zero IO runs silently rather than panicking on its first line.
+	if stdio.Out == nil {
+		stdio.Out = io.Discard
+	}
+	if stdio.Err == nil {
+		stdio.Err = io.Discard
+	}
 	e := &env{io: stdio, kernels: kernels}
+	defer e.closeIdle()
 	root := e.rootCommand()
 	root.SetArgs(args)
 	root.SetIn(stdio.In)
 	root.SetOut(stdio.Out)
 	root.SetErr(stdio.Err)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return ExitOK
 	}
 	code := exitCode(err)
 	msg := err.Error()
-	var ae *api.Error
-	if errors.As(err, &ae) {
-		msg = ae.Code + ": " + ae.Message
-		if e.verbose && len(ae.Details) > 0 {
-			if b, jerr := json.Marshal(ae.Details); jerr == nil {
-				msg += "\ndetails: " + string(b)
-			}
-		}
+	// cobra lists its suggestions on lines of their own; they belong on
+	// the error's one line.
+	if first, sugg, ok := strings.Cut(msg, "\n\nDid you mean this?\n"); ok {
+		msg = first + " (did you mean " + strings.Join(strings.Fields(sugg), " or ") + "?)"
 	}
-	if !e.verbose {
+	if e.verbose {
+		msg += details(err)
+	} else {
 		msg, _, _ = strings.Cut(msg, "\n")
 	}
-	fmt.Fprintf(stdio.Err, "orrery: %s\n", msg)
-	var ue usageError
-	if code == ExitUsage && (errors.As(err, &ue) || strings.HasPrefix(msg, "unknown")) {
-		fmt.Fprintln(stdio.Err, "Run 'orrery --help' for usage.")
+	// Scripts read one line per error, so the pointer to the usage stays
+	// on it.
+	if code == ExitUsage && !strings.Contains(msg, "--help") {
+		path := "orrery"
+		if cmd != nil {
+			path = cmd.CommandPath()
+		}
+		if first, rest, multi := strings.Cut(msg, "\n"); multi {
+			msg = first + " (see '" + path + " --help')\n" + rest
+		} else {
+			msg += " (see '" + path + " --help')"
+		}
 	}
+	fmt.Fprintf(stdio.Err, "orrery: %s\n", msg)
 	return code
 }
 
@@ -132,8 +153,8 @@ Start with 'orrery demo', then 'orrery serve' and the world commands.`,
 		Example: `  orrery demo                          # a narrated tour, on an embedded SQLite file
   orrery serve                         # the server on 127.0.0.1:7070 with ./orrery.db
   orrery world create alice --universe ledger.account
-  orrery world send alice Deposit '{"Amount":100}' --key dep-1
-  orrery world call alice Balance`,
+  orrery world send alice ledger/Deposit '{"Amount":100}' --key dep-1
+  orrery world call alice ledger/Balance`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -161,7 +182,76 @@ Start with 'orrery demo', then 'orrery serve' and the world commands.`,
 	}
 	root.AddCommand(e.serveCommand(), e.demoCommand(), e.labCommand())
 	root.AddCommand(e.apiCommands()...)
+	// cobra adds these two when the command runs; adding them now lets
+	// them carry examples like every other command.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "help":
+			c.Example = "  orrery help world send"
+		case "completion":
+			c.Example = "  source <(orrery completion bash)"
+			for _, sh := range c.Commands() {
+				sh.Example = completionExample(sh.Name())
+			}
+		}
+	}
 	return root
+}
+
+// completionExample shows how shell loads the completion script.
+func completionExample(shell string) string {
+	switch shell {
+	case "bash":
+		return "  source <(orrery completion bash)\n  orrery completion bash > /etc/bash_completion.d/orrery"
+	case "zsh":
+		return "  orrery completion zsh > \"${fpath[1]}/_orrery\""
+	case "fish":
+		return "  orrery completion fish | source\n  orrery completion fish > ~/.config/fish/completions/orrery.fish"
+	case "powershell":
+		return "  orrery completion powershell | Out-String | Invoke-Expression"
+	}
+	return "  orrery completion " + shell
+}
+
+// group makes cmd a command that only holds subcommands. Alone it prints
+// its help; an argument that names none of its subcommands is a usage
+// error, where cobra would print the help and succeed, hiding a typo from
+// a script.
+func group(cmd *cobra.Command) *cobra.Command {
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.SuggestionsMinimumDistance = 2 // cobra's default, which it sets on the root only
+	cmd.RunE = func(c *cobra.Command, a []string) error {
+		if len(a) == 0 {
+			return c.Help()
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", a[0], c.CommandPath())
+		if s := c.SuggestionsFor(a[0]); len(s) > 0 {
+			msg += " (did you mean " + strings.Join(s, " or ") + "?)"
+		}
+		return usageError{errors.New(msg)}
+	}
+	return cmd
+}
+
+// details renders what an API error carries beyond its message (which
+// world, which call), for -v.
+func details(err error) string {
+	var ae *api.Error
+	if !errors.As(err, &ae) || len(ae.Details) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(ae.Details))
+	for k := range ae.Details {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "\n  %s: %v", k, ae.Details[k])
+	}
+	return b.String()
 }
 
 // args wraps cobra's positional-argument checks as usage errors.

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/orrery-run/orrery/api"
+	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
 )
 
@@ -49,17 +50,28 @@ func apiExitCode(err error) (int, bool) {
 
 // client returns the API client the global flags describe.
 func (e *env) client() (*api.Client, error) {
-	var opts []api.ClientOption
-	if e.insecure {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the user asked for it
-		opts = append(opts, api.WithHTTPClient(&http.Client{Transport: tr}))
+	if e.transport == nil {
+		if dt, ok := http.DefaultTransport.(*http.Transport); ok {
+			e.transport = dt.Clone()
+		} else {
+			e.transport = &http.Transport{Proxy: http.ProxyFromEnvironment}
+		}
+		if e.insecure {
+			e.transport.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the user asked for it
+		}
 	}
-	c, err := api.NewClient(e.addr, e.token, opts...)
+	c, err := api.NewClient(e.addr, e.token, api.WithHTTPClient(&http.Client{Transport: e.transport}))
 	if err != nil {
 		return nil, usageError{err}
 	}
 	return c, nil
+}
+
+// closeIdle closes the run's connections once its command is done.
+func (e *env) closeIdle() {
+	if e.transport != nil {
+		e.transport.CloseIdleConnections()
+	}
 }
 
 // withClient adapts a command body that needs a client.
@@ -122,13 +134,13 @@ func (e *env) printWorld(w api.World) error {
 }
 
 func (e *env) worldCommand() *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := group(&cobra.Command{
 		Use:   "world",
 		Short: "Create, inspect, message and manage worlds",
 		Long: `A world is a durable actor: typed state changed only by its handlers, one input
 at a time, every step journaled. These commands talk to a running server
 (orrery serve) at --addr.`,
-	}
+	})
 	var universe string
 	create := &cobra.Command{
 		Use:   "create ID --universe U",
@@ -217,7 +229,7 @@ at a time, every step journaled. These commands talk to a running server
 		Long: `send enqueues an event of TYPE (the handler's input type name) carrying the JSON
 value into the world's inbox. With --key, a repeat of the same key is
 acknowledged with the first event's seq and enqueues nothing.`,
-		Example: `  orrery world send alice Deposit '{"Amount":100,"Ref":"dep-1"}' --key dep-1`,
+		Example: `  orrery world send alice ledger/Deposit '{"Amount":100,"Ref":"dep-1"}' --key dep-1`,
 		Args:    args(cobra.RangeArgs(2, 3)),
 		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
 			v, err := jsonArg(a, 2)
@@ -247,8 +259,8 @@ acknowledged with the first event's seq and enqueues nothing.`,
 		Long: `call sends an input and waits for the handler's reply. If the wait times out,
 run it again with the printed --call-id: the retry waits for the same call,
 which the world runs once.`,
-		Example: `  orrery world call alice Balance
-  orrery world call t-1 Status -o json`,
+		Example: `  orrery world call alice ledger/Balance
+  orrery world call t-1 ledger/Status -o json`,
 		Args: args(cobra.RangeArgs(2, 3)),
 		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
 			v, err := jsonArg(a, 2)
@@ -257,6 +269,14 @@ which the world runs once.`,
 			}
 			res, err := c.Call(ctx, a[0], a[1], v, api.CallOptions{CallID: callID, Timeout: timeout})
 			if err != nil {
+				// The call may still run: say how to keep waiting for
+				// it, which only the call's id allows.
+				var ae *api.Error
+				if errors.As(err, &ae) && ae.Code == api.CodeTimeout {
+					if id, ok := ae.Details["call_id"].(string); ok && id != "" {
+						return fmt.Errorf("%w (wait for it again with --call-id %s)", err, id)
+					}
+				}
 				return err
 			}
 			if e.output == "json" {
@@ -370,10 +390,13 @@ func (e *env) printRecords(recs []api.Record, header bool) {
 }
 
 func (e *env) journalCommand() *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := group(&cobra.Command{
 		Use:   "journal",
 		Short: "Read a world's journal: one record per step, in height order",
-	}
+		Long: `Read a world's journal: one record per step, in height order. With -o json
+each record is one JSON object on a line of its own (JSON Lines), so that a
+--follow can be piped record by record.`,
+	})
 	var after uint64
 	var limit int
 	var follow bool
@@ -446,7 +469,7 @@ func (e *env) readJournal(ctx context.Context, c *api.Client, id string, after u
 }
 
 func (e *env) leaseCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "lease", Short: "Inspect world leases"}
+	cmd := group(&cobra.Command{Use: "lease", Short: "Inspect world leases"})
 	var worker string
 	list := &cobra.Command{
 		Use:     "list",
@@ -480,13 +503,13 @@ func (e *env) leaseCommand() *cobra.Command {
 }
 
 func (e *env) effectsCommand() *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := group(&cobra.Command{
 		Use:   "effects",
 		Short: "Inspect and operate the effect queue",
 		Long: `Effects are the side effects worlds ask for (http.request, fabric.send, your
 own kinds). Adapters run them at least once; each gets exactly one terminal
 receipt, which returns to its world's inbox.`,
-	}
+	})
 	var world string
 	list := &cobra.Command{
 		Use:     "list --world W",
@@ -561,7 +584,7 @@ still running it finds its result already decided.`,
 }
 
 func (e *env) timersCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "timers", Short: "Inspect durable timers"}
+	cmd := group(&cobra.Command{Use: "timers", Short: "Inspect durable timers"})
 	var world string
 	list := &cobra.Command{
 		Use:     "list --world W",
@@ -590,7 +613,7 @@ func (e *env) timersCommand() *cobra.Command {
 }
 
 func (e *env) workersCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "workers", Short: "Inspect workers and drain them"}
+	cmd := group(&cobra.Command{Use: "workers", Short: "Inspect workers and drain them"})
 	list := &cobra.Command{
 		Use:     "list",
 		Short:   "List workers: liveness, draining, worlds held",
@@ -649,6 +672,11 @@ func (e *env) drain(ctx context.Context, c *api.Client, worker string, draining,
 	}
 	held := map[string]bool{}
 	for _, r := range before {
+		// The orchestrator's lease stays with a draining worker (only its
+		// worlds move), so waiting for it to move would never end.
+		if r.World == plane.OrchestratorWorld {
+			continue
+		}
 		if r.Lease != nil && r.Lease.Holder == worker {
 			held[r.World] = true
 		}

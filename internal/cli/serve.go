@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -151,7 +152,7 @@ func withIdleTxTimeout(dsn string, leaseTTL time.Duration) (string, error) {
 	return u.String(), nil
 }
 
-func newLogger(w *os.File, level, format string) (*slog.Logger, error) {
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		return nil, usagef("--log-level: %v", err)
@@ -185,7 +186,7 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	if len(e.kernels) == 0 {
 		return usagef("this binary has no worlds to serve")
 	}
-	log, err := newLogger(os.Stderr, f.logLevel, f.logFormat)
+	log, err := newLogger(e.io.Err, f.logLevel, f.logFormat)
 	if err != nil {
 		return err
 	}
@@ -197,7 +198,9 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	// must fail before anything touches the store.
 	ln, err := api.Listen(ctx, f.listen, token, f.tlsCert, f.tlsKey)
 	if err != nil {
-		if errors.Is(err, api.ErrInsecure) {
+		// An address or TLS setting that cannot work is the caller's to
+		// fix, like a bad flag.
+		if errors.Is(err, api.ErrInsecure) || errors.Is(err, api.ErrConfig) {
 			return usagef("%v", err)
 		}
 		return err
