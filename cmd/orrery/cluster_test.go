@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -182,7 +183,39 @@ func TestDatabaseRestartDuringLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy := newPGProxy(t, u.Host)
-	c := newCluster(t, db, db.via(proxy.addr), 3)
+	const outage = 3 * time.Second
+	restartDuringLoad(t, db, db.via(proxy.addr), fmt.Sprintf("dropping every database connection and refusing new ones for %v", outage),
+		func() error { return proxy.blip(outage) })
+}
+
+// restartCmdEnv names a command that restarts the PostgreSQL server the
+// DSN points at (for example "pg_ctlcluster 15 main restart"). It restarts
+// the server for every client, so .ci/run runs this test alone, after the
+// main test run, with the variable set.
+const restartCmdEnv = "ORRERY_TEST_PG_RESTART_CMD"
+
+// TestDatabaseRealRestartDuringLoad is TestDatabaseRestartDuringLoad with
+// a real restart of the PostgreSQL server instead of the proxy's blip.
+func TestDatabaseRealRestartDuringLoad(t *testing.T) {
+	cmdline := os.Getenv(restartCmdEnv)
+	if cmdline == "" {
+		t.Skipf("%s is not set: a real restart would break the other packages' tests running beside this one (.ci/run runs it alone afterwards)", restartCmdEnv)
+	}
+	db := newClusterDB(t)
+	restartDuringLoad(t, db, db.dsn, "restarting PostgreSQL: "+cmdline, func() error {
+		out, err := exec.Command("sh", "-c", cmdline).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%s: %v: %s", cmdline, err, out)
+		}
+		return nil
+	})
+}
+
+// restartDuringLoad runs the cluster on childDSN under load, takes the
+// database away with outage, and checks that processing resumes by itself
+// and nothing acknowledged was lost or done twice.
+func restartDuringLoad(t *testing.T, db *clusterDB, childDSN, what string, outage func() error) {
+	c := newCluster(t, db, childDSN, 3)
 	ids := worldIDs(nWorlds)
 	c.createWorlds(ids)
 	c.awaitPlaced(ids, c.procs, 60*time.Second)
@@ -193,9 +226,8 @@ func TestDatabaseRestartDuringLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const outage = 3 * time.Second
-	t.Logf("restart: dropping every database connection and refusing new ones for %v", outage)
-	if err := proxy.blip(outage); err != nil {
+	t.Logf("restart: %s", what)
+	if err := outage(); err != nil {
 		t.Fatal(err)
 	}
 	back := time.Now()
@@ -208,8 +240,8 @@ func TestDatabaseRestartDuringLoad(t *testing.T) {
 	if _, err := c.callUntilAnswered(probe, 30*time.Second); err != nil {
 		t.Fatalf("no call answered within 30s of the database's return: %v", err)
 	}
-	c.figure("database restart (%v outage): a new event journaled %v and a call answered %v after the database was back",
-		outage, journaled.Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
+	c.figure("database restart (%s): a new event journaled %v and a call answered %v after the database was back",
+		what, journaled.Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
 	time.Sleep(3 * time.Second)
 	ld.stop()
 	reports := c.verify(ld.led, ids, 60*time.Second)
