@@ -51,6 +51,7 @@ type Client struct {
 	ttl      time.Duration
 	pollMin  time.Duration
 	pollMax  time.Duration
+	workers  []*Worker
 }
 
 // ClientOption configures a Client.
@@ -60,6 +61,23 @@ type ClientOption func(*Client)
 // between hints (default 1ms to 1s).
 func WithPoll(minDelay, maxDelay time.Duration) ClientOption {
 	return func(c *Client) { c.pollMin, c.pollMax = minDelay, maxDelay }
+}
+
+// WithWorkers names the workers running in the client's process. Result
+// then waits for a run's end to be reported by them, and no longer
+// re-reads the run's stream on every status hint of the store: those
+// hints are global (each run's start and end raises one), so with many
+// Results waiting at once each hint costs a read per waiting Result. A run
+// that ends on a worker not named here is noticed by Result's backoff
+// (WithPoll) instead.
+func WithWorkers(workers ...*Worker) ClientOption {
+	return func(c *Client) {
+		for _, w := range workers {
+			if w != nil {
+				c.workers = append(c.workers, w)
+			}
+		}
+	}
 }
 
 // WithOperator names the lease holder of the client's operator path and
@@ -233,13 +251,20 @@ func (c *Client) run(ctx context.Context, op, runID string) (store.World, error)
 // Result waits until the run ends and returns its output (canonical CBOR),
 // or a *RunError for a run that failed (unwrapping to a *DivergenceError
 // when it failed by one) or was cancelled. It re-reads the run's stream
-// on every status hint and on a backoff on the executor's clock.
+// on every status hint (or, with WithWorkers, when one of those workers
+// ends the run) and on a backoff on the executor's clock.
 func (c *Client) Result(ctx context.Context, runID string) ([]byte, error) {
 	if _, err := c.run(ctx, "result", runID); err != nil {
 		return nil, err
 	}
 	wake := c.ex.NewParker()
-	if stopWatch, err := c.st.Watch(ctx, wake, store.TopicAssignments); err == nil {
+	// Registered before the first read, so an end recorded after that read
+	// wakes this wait.
+	if len(c.workers) > 0 {
+		for _, w := range c.workers {
+			defer w.onEnd(runID, wake)()
+		}
+	} else if stopWatch, err := c.st.Watch(ctx, wake, store.TopicAssignments); err == nil {
 		defer stopWatch()
 	}
 	var after uint64

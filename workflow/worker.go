@@ -87,7 +87,16 @@ type Worker struct {
 	starts  map[string]uint64 // run id → the version it was started with
 	backoff map[string]retry  // runs that stopped on an error: not before at
 	stopped bool
+
+	// endMu guards ends: the Results of in-process clients (WithWorkers)
+	// waiting for a run's end, woken when this worker has recorded it.
+	endMu sync.Mutex
+	ends  map[string][]*endWaiter
 }
+
+// endWaiter is one waiting Result; a pointer, so that unregistering never
+// compares Wakers (whose dynamic types need not be comparable).
+type endWaiter struct{ wake store.Waker }
 
 // retry spaces the attempts at a run that keeps stopping on an error (a
 // store that refuses it, a history this worker cannot read).
@@ -118,7 +127,8 @@ func StartWorker(ctx context.Context, scope *actor.Scope, cfg WorkerConfig) (*Wo
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, st: cfg.Store, ex: scope.Executor(), scope: sub,
-		runs: map[string]*heldRun{}, queued: map[string]bool{}, starts: map[string]uint64{}, backoff: map[string]retry{}}
+		runs: map[string]*heldRun{}, queued: map[string]bool{}, starts: map[string]uint64{}, backoff: map[string]retry{},
+		ends: map[string][]*endWaiter{}}
 	w.park = w.ex.NewParker()
 	w.hint.Store(true)
 	if w.ctl, err = sub.Go("workflow-controller:"+cfg.Worker, w.control); err != nil {
@@ -470,8 +480,10 @@ func (w *Worker) runProcess(ctx context.Context, r *runner) *stop {
 	s := r.execute(ctx)
 	switch {
 	case s == nil:
+		w.ended(r.id)
 		r.emit(EvFinished, nil)
 	case s.kind == stopCancel:
+		w.ended(r.id)
 		r.emit(EvFinished, s)
 	case s.kind == stopPause:
 		r.emit(EvPaused, nil)
@@ -483,6 +495,39 @@ func (w *Worker) runProcess(ctx context.Context, r *runner) *stop {
 		r.emit(EvError, s.cause)
 	}
 	return s
+}
+
+// onEnd registers wake to be woken once this worker has recorded the end
+// of run id; stop unregisters it. A hint only: the waiter reads the run's
+// stream to learn the end.
+func (w *Worker) onEnd(id string, wake store.Waker) (stop func()) {
+	e := &endWaiter{wake: wake}
+	w.endMu.Lock()
+	w.ends[id] = append(w.ends[id], e)
+	w.endMu.Unlock()
+	return func() {
+		w.endMu.Lock()
+		defer w.endMu.Unlock()
+		ws := w.ends[id]
+		if i := slices.Index(ws, e); i >= 0 {
+			ws = slices.Delete(ws, i, i+1)
+		}
+		if len(ws) == 0 {
+			delete(w.ends, id)
+		} else {
+			w.ends[id] = ws
+		}
+	}
+}
+
+// ended wakes the waiters of run id: its end is recorded.
+func (w *Worker) ended(id string) {
+	w.endMu.Lock()
+	ws := slices.Clone(w.ends[id])
+	w.endMu.Unlock()
+	for _, e := range ws {
+		e.wake.Unpark()
+	}
 }
 
 // renew renews the held leases in batches when the earliest is due (or

@@ -9,7 +9,9 @@
 // adapter, the durable timer worker (plane/timer) and the reapers
 // (plane/reaper), over store/sqlite (orrery-sqlite) or store/postgres
 // (orrery-pg). With -figures it measures the plane's own figures instead
-// (figures.go).
+// (figures.go). With -api workflow it runs e2e-latency and workflow3
+// through package workflow instead of worlds, as orrery-wf-sqlite and
+// orrery-wf-pg (workflow.go).
 package main
 
 import (
@@ -47,7 +49,7 @@ var (
 	nWorlds  = flag.Int("worlds", 100, "worlds the items are spread over (item i goes to world i mod worlds)")
 	effConc  = flag.Int("effects", 100, "adapter pool concurrency")
 	dir      = flag.String("dir", "", "directory for the SQLite file (default: a fresh temp dir, removed at exit)")
-	pgDB     = flag.String("db", "peers_orrery", "Postgres database to drop and recreate (orrery-pg)")
+	pgDB     = flag.String("db", "peers_orrery", "Postgres database to drop and recreate (orrery-pg; orrery-wf-pg adds _wf unless -db is given)")
 	timeout  = flag.Duration("timeout", 90*time.Second, "per-scenario completion timeout")
 	cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of the scenarios to this file")
 	figures  = flag.Bool("figures", false, "measure the plane figures instead of the peer scenarios")
@@ -514,6 +516,16 @@ func waitJournaled(ctx context.Context, st store.Store, n int, limit time.Durati
 func main() {
 	flag.Parse()
 	lib = "orrery-" + *backend
+	if *api == "workflow" {
+		lib = "orrery-wf-" + *backend
+		dbSet := false
+		flag.Visit(func(f *flag.Flag) { dbSet = dbSet || f.Name == "db" })
+		if !dbSet {
+			*pgDB += "_wf"
+		}
+	} else if *api != "plane" {
+		must(fmt.Errorf("unknown -api %q (plane or workflow)", *api))
+	}
 	ctx := context.Background()
 	fmt.Printf("# go=%s GOMAXPROCS=%d\n", runtime.Version(), runtime.GOMAXPROCS(0))
 	fmt.Printf("# %s github.com/orrery-run/orrery@%s\n", lib, orreryVersion())
@@ -526,7 +538,14 @@ func main() {
 		defer pprof.StopCPUProfile()
 	}
 	if *figures {
+		if *api == "workflow" {
+			must(fmt.Errorf("-figures measures the plane: not with -api workflow"))
+		}
 		runFigures(ctx, st)
+		return
+	}
+	if *api == "workflow" {
+		runWorkflowAPI(ctx, st)
 		return
 	}
 	fmt.Printf("# %s settings: %d worlds on one host (item i to world i mod %d), adapter pool concurrency %d, HostConfig defaults (MaxInboxBatch=256, group commit of the store)\n",

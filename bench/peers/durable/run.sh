@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs the side-by-side durable-execution benchmarks for the peer libraries and for
-# Orrery (bench/cmd/durable, as orrery-sqlite and orrery-pg), RUNS times each (default 1), and
+# Orrery (bench/cmd/durable: worlds as orrery-sqlite and orrery-pg, the workflow API as orrery-wf-sqlite
+# and orrery-wf-pg, which run e2e-latency and workflow3 only), RUNS times each (default 1), and
 # prints a median table. Usage: run.sh [RUNS] [extra binaries...]
 # Scenario definitions: bench/README.md ("Side by side with the durable-execution peers").
 # Needs a running PostgreSQL; DSN from
@@ -38,6 +39,8 @@ peer_args() {
     *bin_gowf)  echo "-n 5000 -dir $out ${PEERS_EXTRA_ARGS:-}";;  # SQLite: 20,000 would take ~5 min for work alone
     *bin_orrery:sqlite) echo "-store sqlite -dir $out ${PEERS_EXTRA_ARGS:-}";;  # same N as river and dbos
     *bin_orrery:pg)     echo "-store pg ${PEERS_EXTRA_ARGS:-}";;
+    *bin_orrery:wf-sqlite) echo "-api workflow -store sqlite -dir $out ${PEERS_EXTRA_ARGS:-}";;
+    *bin_orrery:wf-pg)     echo "-api workflow -store pg ${PEERS_EXTRA_ARGS:-}";;
     *)          echo "";;
   esac
 }
@@ -49,8 +52,9 @@ done
 (cd "$here/../.." && go build -o "$out/bin_orrery" ./cmd/durable) || echo "# build failed: orrery (bench/cmd/durable)" >&2
 : > "$out/raw.txt"
 for i in $(seq 1 "$runs"); do
-  for b in "$out"/bin_river "$out"/bin_dbos "$out"/bin_gowf "$out/bin_orrery:sqlite" "$out/bin_orrery:pg" "$@"; do
-    exe=${b%%:*}   # bin_orrery:<store> runs bin_orrery once per store
+  for b in "$out"/bin_river "$out"/bin_dbos "$out"/bin_gowf "$out/bin_orrery:sqlite" "$out/bin_orrery:pg" \
+           "$out/bin_orrery:wf-sqlite" "$out/bin_orrery:wf-pg" "$@"; do
+    exe=${b%%:*}   # bin_orrery:<variant> runs bin_orrery once per variant (its flags: peer_args)
     [ -x "$exe" ] || continue
     echo "# run $i: $(basename "$b") $(peer_args "$b")" >&2
     # shellcheck disable=SC2046

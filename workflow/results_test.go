@@ -1,0 +1,190 @@
+package workflow_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/workflow"
+)
+
+// readCounter counts the stream reads made through it, by stream.
+type readCounter struct {
+	store.Store
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *readCounter) Read(ctx context.Context, stream string, after uint64, limit int) ([]event.Envelope, error) {
+	c.mu.Lock()
+	c.n[stream]++
+	c.mu.Unlock()
+	return c.Store.Read(ctx, stream, after, limit)
+}
+
+func (c *readCounter) reads(stream string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[stream]
+}
+
+// outcome is a Result that runs in the background.
+type outcome struct {
+	mu   sync.Mutex
+	done bool
+	got  int
+	err  error
+}
+
+func (o *outcome) finished() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.done
+}
+
+func gatedAndQuick() (gated, quick *workflow.Def[int, int]) {
+	gated = workflow.New("gated", 1, func(c *workflow.Ctx, in int) (int, error) {
+		v, err := workflow.Await[int](c, "go")
+		return in + v, err
+	})
+	quick = workflow.New("quick", 1, func(c *workflow.Ctx, in int) (int, error) {
+		return workflow.Step(c, "one", func(context.Context) (int, error) { return in, nil })
+	})
+	return gated, quick
+}
+
+// awaitResult calls def.Result for run in a process of the rig.
+func awaitResult(r *rig, def *workflow.Def[int, int], cl *workflow.Client, run string) (*outcome, func() error, error) {
+	o := &outcome{}
+	stop, err := r.background("result-"+run, func(ctx context.Context) error {
+		got, err := def.Result(ctx, cl, run)
+		o.mu.Lock()
+		o.done, o.got, o.err = true, got, err
+		o.mu.Unlock()
+		return nil
+	})
+	return o, stop, err
+}
+
+// With WithWorkers, a waiting Result is woken by the worker that ends its
+// run, not by the store's global status hints: other runs starting and
+// ending meanwhile cost it no read.
+func TestResultWithWorkersIgnoresOtherRunsHints(t *testing.T) {
+	forEachBackend(t, 21, func(r *rig) error {
+		gated, quick := gatedAndQuick()
+		wfs, err := workflow.NewWorkflows(gated, quick)
+		if err != nil {
+			return err
+		}
+		w, err := r.worker("w", r.handle(), wfs, nil, nil)
+		if err != nil {
+			return err
+		}
+		defer w.Stop(r.ctx)
+		counted := &readCounter{Store: r.st, n: map[string]int{}}
+		// A poll of an hour: any re-read within the test is a wake-up.
+		waiter, err := workflow.NewClient(counted, wfs, r.ex, workflow.WithPoll(time.Hour, time.Hour), workflow.WithWorkers(w))
+		if err != nil {
+			return err
+		}
+		others, err := r.client(wfs)
+		if err != nil {
+			return err
+		}
+		if err := gated.Start(r.ctx, others, "gated-1", 40); err != nil {
+			return err
+		}
+		if err := r.waitFor("the await to start", 10*time.Second, func() (bool, error) {
+			evs, err := r.stream("gated-1")
+			return len(evs) == 2, err
+		}); err != nil {
+			return err
+		}
+		o, stop, err := awaitResult(r, gated, waiter, "gated-1")
+		if err != nil {
+			return err
+		}
+		defer stop()
+		if err := r.waitFor("the Result's first read", 10*time.Second, func() (bool, error) {
+			return counted.reads("gated-1") >= 1, nil
+		}); err != nil {
+			return err
+		}
+		// Ten runs start and end: each raises a status hint at its start
+		// (the assignment) and at its end (the archive).
+		for i := range 10 {
+			id := fmt.Sprintf("quick-%d", i)
+			if err := quick.Start(r.ctx, others, id, i); err != nil {
+				return err
+			}
+			if got, err := quick.Result(r.ctx, others, id); err != nil || got != i {
+				return fmt.Errorf("%s: %d, %v", id, got, err)
+			}
+		}
+		if n := counted.reads("gated-1"); n != 1 {
+			return fmt.Errorf("the waiting Result read its stream %d times while other runs came and went, want 1", n)
+		}
+		if o.finished() {
+			return fmt.Errorf("the Result returned before its run ended")
+		}
+		if err := others.Signal(r.ctx, "gated-1", "go", 2, ""); err != nil {
+			return err
+		}
+		if err := r.waitFor("the Result", 10*time.Second, func() (bool, error) { return o.finished(), nil }); err != nil {
+			return err
+		}
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if o.err != nil || o.got != 42 {
+			return fmt.Errorf("result %d, %v; want 42", o.got, o.err)
+		}
+		// The first read, then the one the worker's report of the end woke.
+		if n := counted.reads("gated-1"); n != 2 {
+			return fmt.Errorf("the Result read its stream %d times, want 2", n)
+		}
+		return nil
+	})
+}
+
+// A run that ends on a worker the client was not given is still seen, by
+// Result's backoff.
+func TestResultWithWorkersSeesOtherWorkersRunsByPolling(t *testing.T) {
+	forEachBackend(t, 22, func(r *rig) error {
+		_, quick := gatedAndQuick()
+		wfs, err := workflow.NewWorkflows(quick)
+		if err != nil {
+			return err
+		}
+		// bystander runs nothing (it has another workflow); worker runs quick.
+		idle := workflow.New("idle", 1, func(c *workflow.Ctx, in int) (int, error) { return in, nil })
+		idleWfs, err := workflow.NewWorkflows(idle)
+		if err != nil {
+			return err
+		}
+		bystander, err := r.worker("bystander", r.handle(), idleWfs, nil, nil)
+		if err != nil {
+			return err
+		}
+		defer bystander.Stop(r.ctx)
+		w, err := r.worker("w", r.handle(), wfs, nil, nil)
+		if err != nil {
+			return err
+		}
+		defer w.Stop(r.ctx)
+		cl, err := workflow.NewClient(r.st, wfs, r.ex, workflow.WithPoll(time.Millisecond, 20*time.Millisecond), workflow.WithWorkers(bystander))
+		if err != nil {
+			return err
+		}
+		if err := quick.Start(r.ctx, cl, "q", 7); err != nil {
+			return err
+		}
+		if got, err := quick.Result(r.ctx, cl, "q"); err != nil || got != 7 {
+			return fmt.Errorf("result %d, %v; want 7", got, err)
+		}
+		return nil
+	})
+}
