@@ -121,7 +121,11 @@ func newEnv(t *testing.T, o envOptions) *env {
 	t.Cleanup(func() { close(e.audit.release) })
 	n, err := node.Start(ctx, node.Config{
 		Worker: worker, Store: e.st, Kernels: ledger.Kernels(), LeaseTTL: 2 * time.Second, IdleAfter: -1,
-		HTTP: adapter.HTTPConfig{Client: &http.Client{Transport: e.audit}},
+		// Held audit requests stay inflight for the whole test, however
+		// slow the machine: neither the request's timeout nor the claim's
+		// budget may end them first.
+		HTTP:     adapter.HTTPConfig{Client: &http.Client{Transport: e.audit}, Timeout: 30 * time.Minute},
+		ClaimTTL: time.Hour,
 		// A snapshot at every height, so a world forks at its head.
 		Host: func(hc *plane.HostConfig) { hc.SnapshotEvery = 1 },
 	})
