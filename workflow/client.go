@@ -218,6 +218,29 @@ func (c *Client) Start(ctx context.Context, def Workflow, runID string, in any) 
 	return err
 }
 
+// StartCBOR starts run runID of the registered workflow name with an input
+// given as CBOR (as an API or a command line has it, without the Go type):
+// the input is decoded strictly into the workflow's input type, and a shape
+// that does not fit is ErrInvalid, wrapping the event decoder's error, and so
+// is a name the client's Workflows does not register. Otherwise it is Start, and created
+// reports whether this call started the run (false: the same start was
+// already recorded).
+func (c *Client) StartCBOR(ctx context.Context, name, runID string, input []byte) (created bool, err error) {
+	def, ok := c.wf.Lookup(name)
+	if !ok {
+		return false, errorf("start", ErrInvalid, runID, detail("no workflow "+name+" is registered"))
+	}
+	b, err := def.canonInput(input)
+	if err != nil {
+		var we *Error
+		if errors.As(err, &we) {
+			we.Run = runID
+		}
+		return false, err
+	}
+	return startRun(ctx, c.st, def, runID, b, "")
+}
+
 // Start is Client.Start with a typed input.
 func (d *Def[In, Out]) Start(ctx context.Context, c *Client, runID string, in In) error {
 	return c.Start(ctx, d, runID, in)

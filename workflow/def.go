@@ -31,6 +31,7 @@ type Workflow interface {
 	Version() uint64
 	check() error
 	encodeInput(in any) ([]byte, error)
+	canonInput(raw []byte) ([]byte, error)
 	invoke(c *Ctx, in []byte) ([]byte, error)
 }
 
@@ -81,6 +82,24 @@ func (d *Def[In, Out]) encodeInput(in any) ([]byte, error) {
 		return nil, errorf("start", ErrInvalid, "", err)
 	}
 	return b, nil
+}
+
+// canonInput decodes raw into In with the event package's strict decoder,
+// refusing unknown fields too (a misspelt field would otherwise vanish
+// silently), and encodes it again, so an input that arrived as generic CBOR
+// is stored exactly as a typed Start would store it, and a repeated start
+// compares equal. The decoder is built per call: starts are rare, and the
+// package keeps no shared state.
+func (d *Def[In, Out]) canonInput(raw []byte) ([]byte, error) {
+	dec, err := event.NewDecoder(event.DecoderOptions{DisallowUnknownFields: true})
+	if err != nil {
+		return nil, errorf("start", ErrInvalid, "", err)
+	}
+	var in In
+	if err := dec.Unmarshal(raw, &in); err != nil {
+		return nil, errorf("start", ErrInvalid, "", fmt.Errorf("workflow %s: the input does not decode as its input type: %w", d.name, err))
+	}
+	return d.encodeInput(in)
 }
 
 // invoke decodes the input, runs the function and encodes its output. A

@@ -107,3 +107,46 @@ func FuzzDecodeSignal(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCanonInput feeds the type-erased start's input decoder (what an API
+// hands StartCBOR): it never panics, fails only with ErrInvalid, and what it
+// accepts it stores canonically and stably, as a typed Start would.
+func FuzzCanonInput(f *testing.F) {
+	type in struct {
+		Account string
+		Amount  int64
+		Tags    []string
+	}
+	def := New("fz", 1, func(*Ctx, in) (int, error) { return 0, nil })
+	for _, v := range []any{
+		map[string]any{"Account": "alice", "Amount": int64(50)},
+		map[string]any{"Account": "a", "Tags": []any{"x", "y"}},
+		map[string]any{"Account": int64(1)},
+		map[string]any{"Other": true},
+		"alice", nil, []any{int64(1)},
+	} {
+		b, err := event.Marshal(v)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{0xff})
+	f.Add([]byte{0xa1, 0x67, 'A', 'c', 'c'})
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		out, err := def.canonInput(raw)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("untyped error %v", err)
+			}
+			return
+		}
+		if err := event.IsCanonical(out); err != nil {
+			t.Fatalf("stored input not canonical: %v", err)
+		}
+		again, err := def.canonInput(out)
+		if err != nil || string(again) != string(out) {
+			t.Fatalf("not stable: %x vs %x (%v)", out, again, err)
+		}
+	})
+}

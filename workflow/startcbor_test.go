@@ -1,0 +1,117 @@
+package workflow_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/workflow"
+)
+
+type payIn struct {
+	Account string
+	Amount  int64
+}
+
+func payDef() *workflow.Def[payIn, string] {
+	return workflow.New("pay", 1, func(c *workflow.Ctx, in payIn) (string, error) {
+		return workflow.Step(c, "fmt", func(context.Context) (string, error) {
+			return fmt.Sprintf("%s:%d", in.Account, in.Amount), nil
+		})
+	})
+}
+
+// TestStartCBORDecodesIntoTheInputType starts a run from generic CBOR (a map
+// with string keys, as an API builds from JSON), and checks the function saw
+// the typed input, that a repeat is the same run, and that the same run id
+// started with the typed Start and the same value is that run too.
+func TestStartCBORDecodesIntoTheInputType(t *testing.T) {
+	onMemstore(t, 1, func(r *rig) error {
+		def := payDef()
+		wfs, err := workflow.NewWorkflows(def)
+		if err != nil {
+			return err
+		}
+		w, err := r.worker("w1", r.handle(), wfs, nil, nil)
+		if err != nil {
+			return err
+		}
+		defer w.Stop(r.ctx)
+		cl, err := r.client(wfs)
+		if err != nil {
+			return err
+		}
+		raw, err := event.Marshal(map[string]any{"Account": "alice", "Amount": int64(50)})
+		if err != nil {
+			return err
+		}
+		created, err := cl.StartCBOR(r.ctx, "pay", "p-1", raw)
+		if err != nil || !created {
+			return fmt.Errorf("first start: created %v, %v", created, err)
+		}
+		created, err = cl.StartCBOR(r.ctx, "pay", "p-1", raw)
+		if err != nil || created {
+			return fmt.Errorf("repeated start: created %v, %v", created, err)
+		}
+		if err := def.Start(r.ctx, cl, "p-1", payIn{Account: "alice", Amount: 50}); err != nil {
+			return fmt.Errorf("typed start of the same input: %w", err)
+		}
+		other, err := event.Marshal(map[string]any{"Account": "bob", "Amount": int64(50)})
+		if err != nil {
+			return err
+		}
+		if _, err := cl.StartCBOR(r.ctx, "pay", "p-1", other); !errors.Is(err, workflow.ErrConflict) {
+			return fmt.Errorf("start with other input: %v, want ErrConflict", err)
+		}
+		got, err := def.Result(r.ctx, cl, "p-1")
+		if err != nil {
+			return err
+		}
+		if got != "alice:50" {
+			return fmt.Errorf("result %q, want alice:50", got)
+		}
+		return nil
+	})
+}
+
+func TestStartCBORRefusesABadShape(t *testing.T) {
+	onMemstore(t, 1, func(r *rig) error {
+		wfs, err := workflow.NewWorkflows(payDef())
+		if err != nil {
+			return err
+		}
+		cl, err := r.client(wfs)
+		if err != nil {
+			return err
+		}
+		for _, c := range []struct {
+			name string
+			v    any
+		}{
+			{"unknown field", map[string]any{"Account": "a", "Amount": int64(1), "Extra": true}},
+			{"wrong type", map[string]any{"Account": int64(3), "Amount": int64(1)}},
+			{"not a map", "alice"},
+		} {
+			name := c.name
+			raw, err := event.Marshal(c.v)
+			if err != nil {
+				return err
+			}
+			if _, err := cl.StartCBOR(r.ctx, "pay", "bad", raw); !errors.Is(err, workflow.ErrInvalid) {
+				return fmt.Errorf("%s: %v, want ErrInvalid", name, err)
+			}
+		}
+		if _, err := cl.StartCBOR(r.ctx, "pay", "bad", []byte{0xff}); !errors.Is(err, workflow.ErrInvalid) {
+			return fmt.Errorf("malformed CBOR: %v, want ErrInvalid", err)
+		}
+		if _, err := cl.StartCBOR(r.ctx, "nope", "bad", []byte{0xf6}); !errors.Is(err, workflow.ErrInvalid) {
+			return fmt.Errorf("unknown workflow: %v, want ErrInvalid", err)
+		}
+		if _, err := cl.Get(r.ctx, "bad"); !errors.Is(err, workflow.ErrNotFound) {
+			return fmt.Errorf("a refused start left a run behind: %v", err)
+		}
+		return nil
+	})
+}
