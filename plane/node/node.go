@@ -8,6 +8,9 @@
 //     adapters plus the application's own;
 //   - a durable timer worker;
 //   - the reapers of expired claims and of old dedupe records;
+//   - when the application registers workflows, a workflow worker that runs
+//     their durable runs, a client of them, and the Runs and Timeline read
+//     models of their streams, kept current by a projector runner;
 //   - a client (Send, Call, State) and the ops API, sharing the host's
 //     in-process reply hand-off.
 //
@@ -38,6 +41,8 @@ import (
 	"github.com/orrery-run/orrery/plane/reaper"
 	"github.com/orrery-run/orrery/plane/timer"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/workflow"
+	"github.com/orrery-run/orrery/workflow/projector"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -85,7 +90,29 @@ type Config struct {
 	Tracer trace.TracerProvider
 	// Host, when set, adjusts the host's configuration last.
 	Host func(*plane.HostConfig)
+
+	// Workflows are the durable workflows this process runs (nil: none).
+	// The node then runs a workflow worker (lease holder Worker+"/runs",
+	// with LeaseTTL), serves a workflow client, and keeps the Runs and
+	// Timeline projections of the runs of these workflows.
+	Workflows *workflow.Workflows
+	// WorkflowWorker, when set, adjusts the workflow worker's configuration
+	// last (tests shorten its scans).
+	WorkflowWorker func(*workflow.WorkerConfig)
 }
+
+// RunsView is the node's read side of workflow runs: the in-memory Runs and
+// Timeline projections of every run of the node's workflows, which its
+// projector runner follows. CatchUp makes them current as of the call.
+type RunsView struct {
+	Runs     *projector.Runs
+	Timeline *projector.Timeline
+	runner   *projector.Runner
+}
+
+// CatchUp feeds the projections every event appended so far, so a reader
+// that calls it first sees at least what was recorded before the call.
+func (v *RunsView) CatchUp(ctx context.Context) error { return v.runner.CatchUp(ctx) }
 
 // Node is one running Orrery process. See the package doc.
 type Node struct {
@@ -99,6 +126,10 @@ type Node struct {
 	ops     *plane.Ops
 	replies *plane.Replies
 	links   *plane.TraceLinks
+
+	wfWorker *workflow.Worker // nil without workflows
+	wfClient *workflow.Client
+	runsView *RunsView
 
 	cancel context.CancelFunc // the workers' context
 	wg     sync.WaitGroup     // the pool, the timer worker and the reapers
@@ -192,16 +223,25 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		jobs = append(jobs, reaper.Dedupe(ds))
 	}
 
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	n.cancel = cancel
-	for _, w := range []struct {
+	type part struct {
 		name string
 		run  func(context.Context) error
-	}{
+	}
+	parts := []part{
 		{"effects", n.pool.Run},
 		{"timers", tw.Run},
 		{"reapers", func(ctx context.Context) error { return reaper.Run(ctx, reaper.Config{Executor: ex}, jobs...) }},
-	} {
+	}
+	if cfg.Workflows != nil {
+		if err := n.startWorkflows(ctx); err != nil {
+			return nil, n.abort(ctx, err)
+		}
+		parts = append(parts, part{"runs view", n.runsView.runner.Run})
+	}
+
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	n.cancel = cancel
+	for _, w := range parts {
 		n.wg.Add(1)
 		ex.Go(func() {
 			defer n.wg.Done()
@@ -212,6 +252,44 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	cfg.Logger.Info("node started", "worker", cfg.Worker, "orchestrator", !cfg.NoOrchestrator)
 	return n, nil
+}
+
+// startWorkflows starts the workflow worker and builds the client and the
+// runs view; the view's runner is started with the node's other parts.
+func (n *Node) startWorkflows(ctx context.Context) error {
+	cfg, ex := n.cfg, n.sys.Executor()
+	log := cfg.Logger.With("part", "runs")
+	wc := workflow.WorkerConfig{
+		Worker: cfg.Worker + "/runs", Store: cfg.Store, Workflows: cfg.Workflows, LeaseTTL: cfg.LeaseTTL,
+		Observe: func(e workflow.Event) {
+			if e.Kind == workflow.EvError || e.Kind == workflow.EvRenewFail {
+				log.Warn("node: workflow run", "event", e.Kind, "run", e.Run, "err", e.Err)
+			}
+		},
+	}
+	if cfg.WorkflowWorker != nil {
+		cfg.WorkflowWorker(&wc)
+	}
+	var err error
+	if n.wfClient, err = workflow.NewClient(cfg.Store, cfg.Workflows, ex,
+		workflow.WithOperator(cfg.Worker+"/operator", cfg.LeaseTTL)); err != nil {
+		return err
+	}
+	names := cfg.Workflows.Names()
+	universes := make([]string, len(names))
+	for i, name := range names {
+		universes[i] = workflow.Universe(name)
+	}
+	v := &RunsView{Runs: projector.NewRuns(), Timeline: projector.NewTimeline()}
+	if v.runner, err = projector.NewRunner(projector.RunnerConfig{
+		Store: cfg.Store, Executor: ex, Streams: projector.UniverseStreams(cfg.Store, universes...),
+		Projectors: []projector.Projector{v.Runs, v.Timeline}, Logger: log,
+	}); err != nil {
+		return err
+	}
+	n.runsView = v
+	n.wfWorker, err = workflow.StartWorker(ctx, n.sys.Root(), wc)
+	return err
 }
 
 // withBuiltins puts the built-in adapters before the application's, minus
@@ -238,6 +316,9 @@ func withBuiltins(builtins, app []adapter.Registration) []adapter.Registration {
 
 // abort undoes a partial Start.
 func (n *Node) abort(ctx context.Context, err error) error {
+	if n.wfWorker != nil {
+		n.wfWorker.Kill(ctx)
+	}
 	if n.orch != nil {
 		_ = n.orch.Stop(ctx)
 	}
@@ -265,6 +346,14 @@ func (n *Node) Host() *plane.Host { return n.host }
 
 // Pool is the node's effect adapter pool.
 func (n *Node) Pool() *adapter.Pool { return n.pool }
+
+// Runs is the client of the node's workflow runs (nil without
+// Config.Workflows): Start, Result, Get, Signal, Cancel, Pause, Resume.
+func (n *Node) Runs() *workflow.Client { return n.wfClient }
+
+// RunsView is the read side of the node's workflow runs (nil without
+// Config.Workflows).
+func (n *Node) RunsView() *RunsView { return n.runsView }
 
 // Executor is the clock and goroutine source every part of the node uses.
 func (n *Node) Executor() actor.Executor { return n.sys.Executor() }
@@ -303,7 +392,15 @@ func (n *Node) Stop(ctx context.Context) error {
 	if !n.markStopped() {
 		return nil
 	}
-	err := n.host.Drain(ctx)
+	var err error
+	if n.wfWorker != nil {
+		// Released at once, so another node's worker takes the runs up
+		// without waiting for the TTL.
+		err = n.wfWorker.Stop(ctx)
+	}
+	if derr := n.host.Drain(ctx); err == nil {
+		err = derr
+	}
 	if n.orch != nil {
 		// The acting orchestrator moves the drained worlds before it
 		// goes, then hands its own lease over without waiting for the TTL.
@@ -330,6 +427,9 @@ func (n *Node) Stop(ctx context.Context) error {
 func (n *Node) Kill(ctx context.Context) {
 	if !n.markStopped() {
 		return
+	}
+	if n.wfWorker != nil {
+		n.wfWorker.Kill(ctx)
 	}
 	n.host.Kill(ctx)
 	n.finish(ctx)
