@@ -11,6 +11,7 @@ import (
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/workflow"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -28,6 +29,7 @@ const (
 	CodeArchived         = "archived"               // 409: the world is archived
 	CodeFenced           = "fenced"                 // 409: a lease or fence refused the write
 	CodeNotRetryable     = "not_retryable"          // 409: the effect is not in a retryable state
+	CodeFinished         = "finished"               // 409: the workflow run has ended
 	CodeReplyUnavailable = "reply_unavailable"      // 409: a call's reply can no longer be derived
 	CodeTooLarge         = "too_large"              // 413
 	CodeUnsupportedMedia = "unsupported_media_type" // 415
@@ -63,11 +65,12 @@ func (e *Error) Error() string {
 }
 
 // Is matches the sentinels of e's code: invalid_argument matches
-// store.ErrInvalid, plane.ErrInvalid and plane.ErrInvalidIngress;
-// not_found matches store.ErrNotFound, and store.ErrWorldNotFound or
-// store.ErrSnapshotNotFound when details.resource is "world" or
-// "snapshot"; already_exists store.ErrWorldExists; conflict
-// plane.ErrConflict; paused store.ErrWorldPaused; archived
+// store.ErrInvalid, plane.ErrInvalid, plane.ErrInvalidIngress and
+// workflow.ErrInvalid; not_found matches store.ErrNotFound, and
+// store.ErrWorldNotFound, store.ErrSnapshotNotFound or workflow.ErrNotFound
+// when details.resource is "world", "snapshot" or "run"; already_exists
+// store.ErrWorldExists; conflict plane.ErrConflict and workflow.ErrConflict;
+// finished workflow.ErrFinished; paused store.ErrWorldPaused; archived
 // store.ErrWorldArchived; fenced store.ErrFenced and plane.ErrFenced;
 // not_retryable store.ErrNotRetryable; reply_unavailable
 // plane.ErrReplyUnavailable; call_failed plane.ErrCallFailed; timeout
@@ -75,7 +78,8 @@ func (e *Error) Error() string {
 func (e *Error) Is(target error) bool {
 	switch e.Code {
 	case CodeInvalidArgument:
-		return target == store.ErrInvalid || target == plane.ErrInvalid || target == plane.ErrInvalidIngress
+		return target == store.ErrInvalid || target == plane.ErrInvalid || target == plane.ErrInvalidIngress ||
+			target == workflow.ErrInvalid
 	case CodeNotFound:
 		switch e.Details["resource"] {
 		case "world":
@@ -86,12 +90,18 @@ func (e *Error) Is(target error) bool {
 			if target == store.ErrSnapshotNotFound {
 				return true
 			}
+		case "run":
+			if target == workflow.ErrNotFound {
+				return true
+			}
 		}
 		return target == store.ErrNotFound
 	case CodeAlreadyExists:
 		return target == store.ErrWorldExists
 	case CodeConflict:
-		return target == plane.ErrConflict
+		return target == plane.ErrConflict || target == workflow.ErrConflict
+	case CodeFinished:
+		return target == workflow.ErrFinished
 	case CodePaused:
 		return target == store.ErrWorldPaused
 	case CodeArchived:
@@ -120,12 +130,17 @@ type errorRule struct {
 	resource string // details.resource, for not_found
 }
 
-// errorTable is the one mapping of store, plane, world and event
-// sentinels to answers, searched in order with errors.Is: plane errors
-// wrap store errors, so the plane's kinds come first, and the more
+// errorTable is the one mapping of workflow, store, plane, world and event
+// sentinels to answers, searched in order with errors.Is: workflow and
+// plane errors wrap store errors, so their kinds come first, and the more
 // specific of two store sentinels comes before the general one. It is
 // never written.
 var errorTable = [...]errorRule{
+	{workflow.ErrNotFound, http.StatusNotFound, CodeNotFound, "run"},
+	{workflow.ErrConflict, http.StatusConflict, CodeConflict, ""},
+	{workflow.ErrFinished, http.StatusConflict, CodeFinished, ""},
+	{workflow.ErrInvalid, http.StatusBadRequest, CodeInvalidArgument, ""},
+	{workflow.ErrStopped, http.StatusServiceUnavailable, CodeUnavailable, ""},
 	{plane.ErrCallFailed, http.StatusUnprocessableEntity, CodeCallFailed, ""},
 	{plane.ErrReplyUnavailable, http.StatusConflict, CodeReplyUnavailable, ""},
 	{plane.ErrInvalidIngress, http.StatusBadRequest, CodeInvalidArgument, ""},

@@ -14,6 +14,7 @@ import (
 	"github.com/orrery-run/orrery/api"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/workflow"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -66,6 +67,23 @@ func (r *rig) quiesce(t testing.TB) durable {
 					return false, err
 				}
 				busy = busy || (w.Status == store.WorldActive && cur < d.inbox[w.ID])
+			}
+		}
+		// Runs: a request writes a run's record (a start) or an item of
+		// its inbox (a start, a signal, a control request). Its status and
+		// journal are the workflow worker's, which moves on by itself.
+		runs, err := r.st.ListWorlds(r.ctx, workflow.Universe("payout"), "")
+		if err != nil {
+			return false, err
+		}
+		for _, w := range runs {
+			d.worlds[w.ID] = w.Universe
+			items, err := r.st.ReadInbox(r.ctx, w.ID, 0, 0)
+			if err != nil {
+				return false, err
+			}
+			if len(items) > 0 {
+				d.inbox[w.ID] = items[len(items)-1].Seq
 			}
 		}
 		return !busy, nil
@@ -187,6 +205,35 @@ func FuzzHandlers(f *testing.F) {
 		{"GET", "/ui/", "", "", ""},
 		{"POST", "/v1/workers/nobody/drain", js, `{"draining":true}`, tok},
 		{"POST", "/v1/workers/nobody/drain", js, `{"draining":"yes"}`, tok},
+		{"POST", "/v1/runs", js, `{"workflow":"payout","id":"fz-run-new","input":{"Account":"a","Amount":1}}`, tok},
+		{"POST", "/v1/runs", js, `{"workflow":"payout","id":"fz-run","input":{"Account":"a","Amount":1}}`, tok},
+		{"POST", "/v1/runs", js, `{"workflow":"payout","id":"fz-run","input":{"Account":"b","Amount":1}}`, tok},
+		{"POST", "/v1/runs", js, `{"workflow":"payout","id":"fz-run-2","input":{"Account":7}}`, tok},
+		{"POST", "/v1/runs", js, `{"workflow":"payout","id":"fz-run-2","input":{"Account":"a","Extra":1}}`, tok},
+		{"POST", "/v1/runs", js, `{"workflow":"nope","id":"fz-run-2","input":null}`, tok},
+		{"POST", "/v1/runs", js, `{"workflow":"payout","id":"fz-1","input":{}}`, tok},
+		{"POST", "/v1/runs", js, `{"workflow":"payout","id":"","input":{}}`, tok},
+		{"GET", "/v1/runs", "", "", tok},
+		{"GET", "/v1/runs?workflow=payout&status=running", "", "", tok},
+		{"GET", "/v1/runs?status=sleeping", "", "", tok},
+		{"GET", "/v1/runs?workflow=nope", "", "", tok},
+		{"GET", "/v1/runs/fz-run", "", "", tok},
+		{"GET", "/v1/runs/fz-1", "", "", tok},
+		{"GET", "/v1/runs/missing", "", "", tok},
+		{"POST", "/v1/runs/fz-run/signals", js, `{"name":"other","value":true,"idempotency_key":"fs1"}`, tok},
+		{"POST", "/v1/runs/fz-run/signals", js, `{"value":true}`, tok},
+		{"POST", "/v1/runs/fz-run/signals", js, `{"name":"sys:x","value":1}`, tok},
+		{"POST", "/v1/runs/missing/signals", js, `{"name":"approved","value":true}`, tok},
+		{"POST", "/v1/runs/fz-run/pause", js, `{"reason":"fuzz"}`, tok},
+		{"POST", "/v1/runs/fz-run/resume", "", "", tok},
+		{"POST", "/v1/runs/fz-run-done/cancel", js, `{"reason":"x"}`, tok},
+		{"POST", "/v1/runs/fz-run-done/pause", js, `{}`, tok},
+		{"POST", "/v1/runs/missing/cancel", js, `{}`, tok},
+		{"GET", "/v1/streams/fz-run/audit?from=2000-01-01T00:00:00Z&to=2100-01-01T00:00:00Z", "", "", tok},
+		{"GET", "/v1/streams/fz-1/audit?from=2000-01-01T00:00:00Z&to=2100-01-01T00:00:00Z", "", "", tok},
+		{"GET", "/v1/streams/fz-run/audit?from=2100-01-01T00:00:00Z&to=2000-01-01T00:00:00Z", "", "", tok},
+		{"GET", "/v1/streams/fz-run/audit?from=now", "", "", tok},
+		{"GET", "/v1/streams/missing/audit?from=2000-01-01T00:00:00Z&to=2100-01-01T00:00:00Z", "", "", tok},
 		{"DELETE", "/v1/worlds/fz-1", "", "", tok},
 		{"PUT", "/v1/worlds", js, `{}`, tok},
 		{"GET", "/v1/../v1/worlds", "", "", tok},
@@ -197,7 +244,7 @@ func FuzzHandlers(f *testing.F) {
 		f.Add(s.method, s.path, s.ct, s.body, s.token)
 	}
 
-	r := newRig(f, rigOptions{
+	r := newRunsRigWith(f, rigOptions{
 		store: memstore.New(), token: fuzzToken, workers: []string{"fuzz-host"}, metrics: true,
 		// Short waits keep a mutated long-poll or call from stalling
 		// the fuzzer; they change no answer but a call's 504.
@@ -219,6 +266,14 @@ func FuzzHandlers(f *testing.F) {
 		return ok, err
 	})
 	must(r.c.Pause(r.ctx, "fz-paused", "fuzz"))(f)
+	for _, id := range []string{"fz-run", "fz-run-done"} {
+		if _, _, err := r.c.StartRun(r.ctx, "payout", id, payout{Account: "a", Amount: 1}); err != nil {
+			f.Fatal(err)
+		}
+	}
+	if _, err := r.c.CancelRun(r.ctx, "fz-run-done", "fuzz"); err != nil {
+		f.Fatal(err)
+	}
 	must(r.c.Archive(r.ctx, "fz-archived", "fuzz"))(f)
 
 	f.Fuzz(func(t *testing.T, method, path, ct, body, token string) {

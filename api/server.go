@@ -57,6 +57,10 @@ type Config struct {
 	// Logger receives one Debug line per request and a Warn line per
 	// error answer (nil: discarded).
 	Logger *slog.Logger
+	// Runs serves the workflow run endpoints (/v1/runs); nil: the server
+	// serves no workflows (the list is empty, a run is not found, a start
+	// is refused). The audit endpoint needs only the store.
+	Runs *RunsBackend
 	// Tracer starts one server span per request (nil:
 	// otel.GetTracerProvider(), a no-op unless the binary installs an
 	// SDK).
@@ -121,6 +125,11 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.Executor == nil {
 		cfg.Executor = actor.NewExecutor(1)
+	}
+	if cfg.Runs != nil {
+		if err := cfg.Runs.check(); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.JournalWaitMax == 0 || cfg.JournalWaitMax > MaxJournalWait {
 		cfg.JournalWaitMax = MaxJournalWait
@@ -226,6 +235,8 @@ func (s *Server) routes() {
 		})
 	}
 	s.route("POST /v1/workers/{id}/drain", false, s.drain)
+
+	s.runRoutes() // workflow runs and stream audit: api/runs.go
 }
 
 // ServeHTTP routes r. What the mux would answer by itself (an unknown

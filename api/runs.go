@@ -1,0 +1,502 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fxamacker/cbor/v2"
+
+	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/workflow"
+	"github.com/orrery-run/orrery/workflow/projector"
+)
+
+// RunsBackend is what the workflow run endpoints serve from: the runs
+// client (starts and control go through it, and a run's summary is read
+// from its record and stream), the registered workflows, and the Runs and
+// Timeline projections with the CatchUp that makes them current. A node
+// (plane/node) has all of them.
+type RunsBackend struct {
+	Client    *workflow.Client
+	Workflows *workflow.Workflows
+	Runs      *projector.Runs
+	Timeline  *projector.Timeline
+	// CatchUp feeds the projections what was appended so far; the list
+	// and a run's view call it first so they are current.
+	CatchUp func(context.Context) error
+}
+
+func (b *RunsBackend) check() error {
+	if b.Client == nil || b.Workflows == nil || b.Runs == nil || b.Timeline == nil || b.CatchUp == nil {
+		return &ConfigError{Field: "Runs", Reason: "Client, Workflows, Runs, Timeline and CatchUp are required"}
+	}
+	return nil
+}
+
+// Run is one row of GET /v1/runs. Status is pending (started, no worker has
+// taken it up yet), queued, running, paused, completed, failed or
+// cancelled. Times are the store's clock at the lifecycle events.
+type Run struct {
+	ID         string    `json:"id"`
+	Workflow   string    `json:"workflow"`
+	Version    uint64    `json:"version"`
+	Status     string    `json:"status"`
+	Steps      int       `json:"steps"`
+	QueuedAt   time.Time `json:"queued_at,omitzero"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	EndedAt    time.Time `json:"ended_at,omitzero"`
+	DurationMs int64     `json:"duration_ms,omitempty"`
+	LastError  string    `json:"last_error,omitempty"`
+}
+
+// RunView is GET /v1/runs/{id}: the row, the run's head, its output
+// (completed) or error (failed, cancelled), and its steps in order with
+// their attempts.
+type RunView struct {
+	Run
+	Head       uint64          `json:"head"`
+	CreatedAt  time.Time       `json:"created_at,omitzero"`
+	Output     json.RawMessage `json:"output"` // null unless completed
+	OutputCBOR []byte          `json:"output_cbor,omitempty"`
+	Error      string          `json:"error,omitempty"`
+	Timeline   []RunStep       `json:"timeline"`
+}
+
+// RunStep is one step of a run's timeline.
+type RunStep struct {
+	ID       string       `json:"id"`
+	Status   string       `json:"status"`
+	Attempts []RunAttempt `json:"attempts"`
+}
+
+// RunAttempt is one logical attempt of a step.
+type RunAttempt struct {
+	Attempt    uint64    `json:"attempt"`
+	Status     string    `json:"status"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	EndedAt    time.Time `json:"ended_at,omitzero"`
+	DurationMs int64     `json:"duration_ms,omitempty"`
+	Error      string    `json:"error,omitempty"`
+}
+
+// AuditEvent is one event of GET /v1/streams/{id}/audit.
+type AuditEvent struct {
+	RunSeq           uint64          `json:"run_seq"`
+	EventID          string          `json:"event_id"`
+	EventType        string          `json:"event_type"`
+	PersistedAt      time.Time       `json:"persisted_at,omitzero"`
+	EmittedAt        time.Time       `json:"emitted_at,omitzero"`
+	StepID           string          `json:"step_id,omitempty"`
+	LogicalAttemptID uint64          `json:"logical_attempt_id"`
+	PlanID           string          `json:"plan_id,omitempty"`
+	PlanVersion      uint64          `json:"plan_version,omitempty"`
+	Payload          json.RawMessage `json:"payload"`
+}
+
+type startRunReq struct {
+	Workflow string          `json:"workflow,omitempty"`
+	ID       string          `json:"id,omitempty"`
+	Input    json.RawMessage `json:"input,omitempty"`
+}
+
+type signalReq struct {
+	Name           string          `json:"name,omitempty"`
+	Value          json.RawMessage `json:"value,omitempty"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+}
+
+type runsResp struct {
+	Runs []Run `json:"runs"`
+}
+
+type auditResp struct {
+	Events []AuditEvent `json:"events"`
+}
+
+// runStatuses are the statuses a list may be filtered by.
+var runStatuses = [...]workflow.RunStatus{
+	workflow.StatusPending, workflow.StatusQueued, workflow.StatusRunning, workflow.StatusPaused,
+	workflow.StatusCompleted, workflow.StatusFailed, workflow.StatusCancelled,
+}
+
+func (s *Server) runRoutes() {
+	s.route("POST /v1/runs", false, s.startRun)
+	s.route("GET /v1/runs", false, s.listRuns)
+	s.route("GET /v1/runs/{id}", false, s.getRun)
+	s.route("POST /v1/runs/{id}/cancel", false, s.controlRun("cancel"))
+	s.route("POST /v1/runs/{id}/pause", false, s.controlRun("pause"))
+	s.route("POST /v1/runs/{id}/resume", false, s.controlRun("resume"))
+	s.route("POST /v1/runs/{id}/signals", false, s.signalRun)
+	s.route("GET /v1/streams/{id}/audit", false, s.audit)
+}
+
+// errNoRuns answers what needs a run when the server serves no workflows:
+// no run can exist there.
+func errNoRuns(id string) error {
+	return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("run %q not found: no workflows are served", id),
+		Details: map[string]any{"resource": "run"}}
+}
+
+func (s *Server) startRun(r *http.Request, rc *reqCtx) (int, any, error) {
+	var req startRunReq
+	if err := s.body(r, rc, &req, false); err != nil {
+		return 0, nil, err
+	}
+	if err := checkID("run", req.ID); err != nil {
+		return 0, nil, err
+	}
+	rb := s.cfg.Runs
+	if rb == nil {
+		return 0, nil, invalid("no workflows are served")
+	}
+	if _, ok := rb.Workflows.Lookup(req.Workflow); !ok {
+		return 0, nil, invalid(fmt.Sprintf("unknown workflow %q", truncate(req.Workflow, 128)))
+	}
+	in, err := jsonToCBOR(req.Input)
+	if err != nil {
+		return 0, nil, err
+	}
+	created, err := rb.Client.StartCBOR(r.Context(), req.Workflow, req.ID, in)
+	if err != nil {
+		return 0, nil, err
+	}
+	v, err := s.runView(r.Context(), req.ID, false)
+	if err != nil {
+		return 0, nil, err
+	}
+	if created {
+		return http.StatusCreated, v, nil
+	}
+	return http.StatusOK, v, nil
+}
+
+func (s *Server) listRuns(r *http.Request, _ *reqCtx) (int, any, error) {
+	q, err := query(r, "workflow", "status")
+	if err != nil {
+		return 0, nil, err
+	}
+	status := q.Get("status")
+	if status != "" && !slices.Contains(runStatuses[:], workflow.RunStatus(status)) {
+		return 0, nil, invalid(`query parameter "status" must be pending, queued, running, paused, completed, failed or cancelled`)
+	}
+	rb := s.cfg.Runs
+	if rb == nil {
+		return http.StatusOK, runsResp{Runs: []Run{}}, nil
+	}
+	names := rb.Workflows.Names()
+	if wf := q.Get("workflow"); wf != "" {
+		if _, ok := rb.Workflows.Lookup(wf); !ok {
+			return 0, nil, invalid(fmt.Sprintf("unknown workflow %q", truncate(wf, 128)))
+		}
+		names = []string{wf}
+	}
+	ctx := r.Context()
+	if err := rb.CatchUp(ctx); err != nil {
+		return 0, nil, err
+	}
+	out := []Run{}
+	for _, name := range names {
+		// The run records decide which runs exist (a run no worker has
+		// taken up has no lifecycle event yet, so the projection does
+		// not know it); the projection says where each one is.
+		ws, err := s.cfg.Store.ListWorlds(ctx, workflow.Universe(name), "")
+		if err != nil {
+			return 0, nil, err
+		}
+		for _, w := range ws {
+			row := Run{ID: w.ID, Workflow: name, Status: string(workflow.StatusPending)}
+			if p, ok := rb.Runs.Get(w.ID); ok {
+				row = runOf(p)
+			}
+			if status == "" || row.Status == status {
+				out = append(out, row)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Run) int { return strings.Compare(a.ID, b.ID) })
+	return http.StatusOK, runsResp{Runs: out}, nil
+}
+
+func runOf(p projector.Run) Run {
+	st := string(p.Status)
+	if p.Status == projector.StatusUnknown {
+		st = string(workflow.StatusPending)
+	}
+	return Run{
+		ID: p.ID, Workflow: p.Workflow, Version: p.Version, Status: st, Steps: p.Steps,
+		QueuedAt: utc(p.QueuedAt), StartedAt: utc(p.StartedAt), EndedAt: utc(p.EndedAt),
+		DurationMs: p.Duration.Milliseconds(), LastError: p.LastError,
+	}
+}
+
+func (s *Server) getRun(r *http.Request, _ *reqCtx) (int, any, error) {
+	id := r.PathValue("id")
+	if err := checkID("run", id); err != nil {
+		return 0, nil, err
+	}
+	v, err := s.runView(r.Context(), id, true)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, v, nil
+}
+
+// runView is a run's view: its status, output and error from the run
+// itself (Client.Get reads its record and stream, so they are never behind
+// the projections), its times and steps from the projections.
+func (s *Server) runView(ctx context.Context, id string, catchUp bool) (RunView, error) {
+	rb := s.cfg.Runs
+	if rb == nil {
+		return RunView{}, errNoRuns(id)
+	}
+	sum, err := rb.Client.Get(ctx, id)
+	if err != nil {
+		return RunView{}, err
+	}
+	if catchUp {
+		if err := rb.CatchUp(ctx); err != nil {
+			return RunView{}, err
+		}
+	}
+	v := RunView{Run: Run{ID: id}, Timeline: []RunStep{}, Output: json.RawMessage("null")}
+	if p, ok := rb.Runs.Get(id); ok {
+		v.Run = runOf(p)
+	}
+	v.Workflow, v.Version, v.Status, v.Steps = sum.Workflow, sum.Version, string(sum.Status), sum.Steps
+	v.Head, v.CreatedAt, v.Error = sum.Head, utc(sum.CreatedAt), sum.Error
+	if len(sum.Output) > 0 {
+		out, err := cborToJSON(sum.Output)
+		if err != nil {
+			return RunView{}, fmt.Errorf("api: run %s: output: %w", id, err)
+		}
+		v.Output, v.OutputCBOR = out, sum.Output
+	}
+	if tl, ok := rb.Timeline.Get(id); ok {
+		for _, st := range tl.Steps {
+			step := RunStep{ID: st.ID, Status: string(st.Status), Attempts: make([]RunAttempt, 0, len(st.Attempts))}
+			for _, a := range st.Attempts {
+				step.Attempts = append(step.Attempts, RunAttempt{
+					Attempt: a.Attempt, Status: string(a.Status), StartedAt: utc(a.StartedAt), EndedAt: utc(a.EndedAt),
+					DurationMs: a.Duration.Milliseconds(), Error: a.Error,
+				})
+			}
+			v.Timeline = append(v.Timeline, step)
+		}
+	}
+	return v, nil
+}
+
+// controlRun is POST /v1/runs/{id}/cancel|pause|resume {reason}: it answers
+// the run's view once the request is recorded.
+func (s *Server) controlRun(action string) handlerFunc {
+	return func(r *http.Request, rc *reqCtx) (int, any, error) {
+		id := r.PathValue("id")
+		var req reasonReq
+		if err := s.body(r, rc, &req, true); err != nil {
+			return 0, nil, err
+		}
+		if err := checkID("run", id); err != nil {
+			return 0, nil, err
+		}
+		rb := s.cfg.Runs
+		if rb == nil {
+			return 0, nil, errNoRuns(id)
+		}
+		ctx := r.Context()
+		var err error
+		switch action {
+		case "cancel":
+			err = rb.Client.Cancel(ctx, id, req.Reason)
+		case "pause":
+			err = rb.Client.Pause(ctx, id, req.Reason)
+		default:
+			err = rb.Client.Resume(ctx, id, req.Reason)
+		}
+		if err != nil {
+			return 0, nil, err
+		}
+		v, err := s.runView(ctx, id, false)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, v, nil
+	}
+}
+
+func (s *Server) signalRun(r *http.Request, rc *reqCtx) (int, any, error) {
+	id := r.PathValue("id")
+	var req signalReq
+	if err := s.body(r, rc, &req, false); err != nil {
+		return 0, nil, err
+	}
+	if err := checkID("run", id); err != nil {
+		return 0, nil, err
+	}
+	if req.Name == "" {
+		return 0, nil, invalid(`field "name" is required`)
+	}
+	rb := s.cfg.Runs
+	if rb == nil {
+		return 0, nil, errNoRuns(id)
+	}
+	val, err := jsonToCBOR(req.Value)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := rb.Client.Signal(r.Context(), id, req.Name, cbor.RawMessage(val), req.IdempotencyKey); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusAccepted, statusResp{Status: "accepted"}, nil
+}
+
+// audit is GET /v1/streams/{id}/audit?from=&to=: the events of any stream
+// (a run's or a world's journal) written in from <= persistedAt < to, in
+// runSeq order. Both bounds are required RFC 3339 times.
+func (s *Server) audit(r *http.Request, _ *reqCtx) (int, any, error) {
+	q, err := query(r, "from", "to")
+	if err != nil {
+		return 0, nil, err
+	}
+	from, err := timeParam(q, "from")
+	if err != nil {
+		return 0, nil, err
+	}
+	to, err := timeParam(q, "to")
+	if err != nil {
+		return 0, nil, err
+	}
+	id := r.PathValue("id")
+	if err := checkID("stream", id); err != nil {
+		return 0, nil, err
+	}
+	ctx := r.Context()
+	if _, err := s.cfg.Store.GetWorld(ctx, id); err != nil {
+		return 0, nil, err
+	}
+	evs, err := projector.Audit(ctx, s.cfg.Store, id, from, to)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := auditResp{Events: make([]AuditEvent, 0, len(evs))}
+	for _, e := range evs {
+		out.Events = append(out.Events, auditEventOf(e))
+	}
+	return http.StatusOK, out, nil
+}
+
+func timeParam(q url.Values, name string) (time.Time, error) {
+	v := q.Get(name)
+	if v == "" {
+		return time.Time{}, invalid(fmt.Sprintf("query parameter %q (an RFC 3339 time) is required", name))
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, invalid(fmt.Sprintf("query parameter %q must be an RFC 3339 time", name))
+	}
+	return t, nil
+}
+
+func auditEventOf(e event.Envelope) AuditEvent {
+	payload, err := cborToJSON(e.Payload)
+	if err != nil {
+		payload = json.RawMessage("null") // not CBOR this server can show; the event is still listed
+	}
+	return AuditEvent{
+		RunSeq: e.RunSeq, EventID: e.EventID, EventType: e.EventType, PersistedAt: utc(e.PersistedAt),
+		EmittedAt: utc(e.EmittedAt), StepID: e.StepID, LogicalAttemptID: e.LogicalAttemptID,
+		PlanID: e.PlanID, PlanVersion: e.PlanVersion, Payload: payload,
+	}
+}
+
+// ---- client ----
+
+func runPath(id string, rest ...string) string {
+	p := "/v1/runs/" + url.PathEscape(id)
+	for _, r := range rest {
+		p += "/" + r
+	}
+	return p
+}
+
+// StartRun starts run id of workflow with input (any value encoding/json
+// can marshal; it must fit the workflow's input type). Starting it again
+// with the same workflow and input answers the run with created=false;
+// other arguments under the id are a conflict (errors.Is
+// workflow.ErrConflict).
+func (c *Client) StartRun(ctx context.Context, workflowName, id string, input any) (v RunView, created bool, err error) {
+	raw, err := json.Marshal(input)
+	if err != nil {
+		return RunView{}, false, err
+	}
+	st, err := c.do(ctx, http.MethodPost, "/v1/runs", nil, startRunReq{Workflow: workflowName, ID: id, Input: raw}, &v)
+	return v, st == http.StatusCreated, err
+}
+
+// ListRuns lists the runs, optionally of one workflow and in one status.
+func (c *Client) ListRuns(ctx context.Context, workflowName, status string) ([]Run, error) {
+	q := url.Values{}
+	if workflowName != "" {
+		q.Set("workflow", workflowName)
+	}
+	if status != "" {
+		q.Set("status", status)
+	}
+	var out runsResp
+	_, err := c.do(ctx, http.MethodGet, "/v1/runs", q, nil, &out)
+	return out.Runs, err
+}
+
+// GetRun reads a run's view.
+func (c *Client) GetRun(ctx context.Context, id string) (RunView, error) {
+	var out RunView
+	_, err := c.do(ctx, http.MethodGet, runPath(id), nil, nil, &out)
+	return out, err
+}
+
+func (c *Client) controlRun(ctx context.Context, id, action, reason string) (RunView, error) {
+	var out RunView
+	_, err := c.do(ctx, http.MethodPost, runPath(id, action), nil, reasonReq{Reason: reason}, &out)
+	return out, err
+}
+
+// CancelRun cancels a run (a cancelled run: no-op; one that ended otherwise:
+// errors.Is workflow.ErrFinished).
+func (c *Client) CancelRun(ctx context.Context, id, reason string) (RunView, error) {
+	return c.controlRun(ctx, id, "cancel", reason)
+}
+
+// PauseRun pauses a run.
+func (c *Client) PauseRun(ctx context.Context, id, reason string) (RunView, error) {
+	return c.controlRun(ctx, id, "pause", reason)
+}
+
+// ResumeRun resumes a paused run.
+func (c *Client) ResumeRun(ctx context.Context, id, reason string) (RunView, error) {
+	return c.controlRun(ctx, id, "resume", reason)
+}
+
+// SignalRun sends value (any value encoding/json can marshal) to the run as
+// signal name; a non-empty key deduplicates retries.
+func (c *Client) SignalRun(ctx context.Context, id, name string, value any, key string) error {
+	raw, err := json.Marshal(value)
+	if err != nil {
+		return err
+	}
+	_, err = c.do(ctx, http.MethodPost, runPath(id, "signals"), nil, signalReq{Name: name, Value: raw, IdempotencyKey: key}, nil)
+	return err
+}
+
+// Audit reads the events of stream written in from <= persistedAt < to, in
+// runSeq order.
+func (c *Client) Audit(ctx context.Context, stream string, from, to time.Time) ([]AuditEvent, error) {
+	q := url.Values{"from": {from.UTC().Format(time.RFC3339Nano)}, "to": {to.UTC().Format(time.RFC3339Nano)}}
+	var out auditResp
+	_, err := c.do(ctx, http.MethodGet, "/v1/streams/"+url.PathEscape(stream)+"/audit", q, nil, &out)
+	return out.Events, err
+}

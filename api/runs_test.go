@@ -1,0 +1,339 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/api"
+	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/workflow"
+	"github.com/orrery-run/orrery/workflow/projector"
+)
+
+type payout struct {
+	Account string
+	Amount  int64
+}
+
+// payoutDef validates, waits for the "approved" signal, and notifies.
+func payoutDef() *workflow.Def[payout, string] {
+	return workflow.New("payout", 1, func(c *workflow.Ctx, in payout) (string, error) {
+		if _, err := workflow.Step(c, "validate", func(context.Context) (bool, error) {
+			if in.Amount <= 0 {
+				return false, workflow.Permanent(errors.New("the amount must be positive"))
+			}
+			return true, nil
+		}); err != nil {
+			return "", err
+		}
+		ok, err := workflow.Await[bool](c, "approved")
+		if err != nil {
+			return "", err
+		}
+		if !ok {
+			return "refused", nil
+		}
+		return workflow.Step(c, "notify", func(context.Context) (string, error) {
+			return fmt.Sprintf("paid %d to %s", in.Amount, in.Account), nil
+		})
+	})
+}
+
+// newRunsRig is a rig whose server serves runs of payoutDef, run by a
+// workflow worker on the rig's store.
+func newRunsRig(t *testing.T) *rig { return newRunsRigWith(t, rigOptions{}) }
+
+func newRunsRigWith(t testing.TB, o rigOptions) *rig {
+	t.Helper()
+	st := o.store
+	if st == nil {
+		st = memstore.New()
+	}
+	ex := actor.NewExecutor(7)
+	wfs, err := workflow.NewWorkflows(payoutDef())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := workflow.NewClient(st, wfs, ex, workflow.WithPoll(time.Millisecond, 20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, tl := projector.NewRuns(), projector.NewTimeline()
+	runner, err := projector.NewRunner(projector.RunnerConfig{
+		Store: st, Executor: ex, Streams: projector.UniverseStreams(st, workflow.Universe("payout")),
+		Projectors: []projector.Projector{runs, tl},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.store = st
+	tweak := o.cfg
+	o.cfg = func(c *api.Config) {
+		c.Runs = &api.RunsBackend{Client: cl, Workflows: wfs, Runs: runs, Timeline: tl, CatchUp: runner.CatchUp}
+		if tweak != nil {
+			tweak(c)
+		}
+	}
+	r := newRig(t, o)
+	w, err := workflow.StartWorker(r.ctx, r.root, workflow.WorkerConfig{
+		Worker: "wf", Store: st, Workflows: wfs, LeaseTTL: 10 * time.Second,
+		ScanEvery: 20 * time.Millisecond, PollEvery: 20 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	return r
+}
+
+// runUntil re-reads a run through the API until cond holds.
+func (r *rig) runUntil(id, what string, cond func(api.RunView) bool) api.RunView {
+	r.t.Helper()
+	var v api.RunView
+	r.waitFor(id+" "+what, func() (bool, error) {
+		var err error
+		v, err = r.c.GetRun(r.ctx, id)
+		return err == nil && cond(v), err
+	})
+	return v
+}
+
+func stepIDs(v api.RunView) []string {
+	out := make([]string, len(v.Timeline))
+	for i, s := range v.Timeline {
+		out[i] = s.ID
+	}
+	return out
+}
+
+func TestRunStartIsIdempotentAndConflictsOnOtherInput(t *testing.T) {
+	r := newRunsRig(t)
+	in := payout{Account: "alice", Amount: 50}
+	v, created, err := r.c.StartRun(r.ctx, "payout", "p-1", in)
+	if err != nil || !created || v.ID != "p-1" || v.Workflow != "payout" {
+		t.Fatalf("first start: %+v created=%v, %v", v, created, err)
+	}
+	if _, created, err = r.c.StartRun(r.ctx, "payout", "p-1", in); err != nil || created {
+		t.Fatalf("repeated start: created=%v, %v; want the same run", created, err)
+	}
+	_, _, err = r.c.StartRun(r.ctx, "payout", "p-1", payout{Account: "bob", Amount: 50})
+	apiError(t, err, http.StatusConflict, api.CodeConflict)
+	if !errors.Is(err, workflow.ErrConflict) {
+		t.Fatalf("%v does not match workflow.ErrConflict", err)
+	}
+}
+
+// A run goes through the API from start to its result: it is listed,
+// its view shows the timeline as it grows, a signal completes it, and the
+// filters of the list select it.
+func TestRunLifecycleThroughTheAPI(t *testing.T) {
+	r := newRunsRig(t)
+	if _, _, err := r.c.StartRun(r.ctx, "payout", "p-1", payout{Account: "alice", Amount: 50}); err != nil {
+		t.Fatal(err)
+	}
+	v := r.runUntil("p-1", "waits for approval", func(v api.RunView) bool {
+		return v.Status == "running" && len(v.Timeline) == 2
+	})
+	if got := stepIDs(v); !slices.Equal(got, []string{"validate", "sys:await:approved"}) {
+		t.Fatalf("timeline ids %v; want validate, then the await of approved", got)
+	}
+	if v.Timeline[0].ID != "validate" || v.Timeline[0].Status != "completed" || v.Timeline[1].Status != "running" {
+		t.Fatalf("timeline %+v; want validate completed, then the await running", v.Timeline)
+	}
+	runs, err := r.c.ListRuns(r.ctx, "", "running")
+	if err != nil || len(runs) != 1 || runs[0].ID != "p-1" || runs[0].Workflow != "payout" {
+		t.Fatalf("running runs %+v, %v", runs, err)
+	}
+	if err := r.c.SignalRun(r.ctx, "p-1", "approved", true, "k1"); err != nil {
+		t.Fatal(err)
+	}
+	v = r.runUntil("p-1", "completes", func(v api.RunView) bool { return v.Status == "completed" })
+	if string(v.Output) != `"paid 50 to alice"` {
+		t.Fatalf("output %s", v.Output)
+	}
+	if len(v.Timeline) != 3 || v.Timeline[2].ID != "notify" || v.Timeline[2].Status != "completed" {
+		t.Fatalf("timeline %+v; want validate, sys:await:approved, notify", v.Timeline)
+	}
+	if v.StartedAt.IsZero() || v.EndedAt.IsZero() || v.EndedAt.Before(v.StartedAt) {
+		t.Fatalf("times %v .. %v", v.StartedAt, v.EndedAt)
+	}
+	for _, c := range []struct {
+		workflow, status string
+		want             []string
+	}{
+		{"", "", []string{"p-1"}},
+		{"payout", "completed", []string{"p-1"}},
+		{"payout", "running", nil},
+		{"", "pending", nil},
+	} {
+		runs, err := r.c.ListRuns(r.ctx, c.workflow, c.status)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, x := range runs {
+			ids = append(ids, x.ID)
+		}
+		if !slices.Equal(ids, c.want) {
+			t.Fatalf("list workflow=%q status=%q: %v, want %v", c.workflow, c.status, ids, c.want)
+		}
+	}
+	err = r.c.SignalRun(r.ctx, "p-1", "approved", true, "k2")
+	apiError(t, err, http.StatusConflict, api.CodeFinished)
+	if !errors.Is(err, workflow.ErrFinished) {
+		t.Fatalf("%v does not match workflow.ErrFinished", err)
+	}
+}
+
+func TestRunCancelThroughTheAPI(t *testing.T) {
+	r := newRunsRig(t)
+	if _, _, err := r.c.StartRun(r.ctx, "payout", "p-c", payout{Account: "a", Amount: 1}); err != nil {
+		t.Fatal(err)
+	}
+	r.runUntil("p-c", "waits", func(v api.RunView) bool { return len(v.Timeline) == 2 })
+	if _, err := r.c.CancelRun(r.ctx, "p-c", "changed my mind"); err != nil {
+		t.Fatal(err)
+	}
+	v := r.runUntil("p-c", "is cancelled", func(v api.RunView) bool { return v.Status == "cancelled" })
+	if v.Error == "" {
+		t.Fatalf("a cancelled run with no error: %+v", v)
+	}
+	if _, err := r.c.CancelRun(r.ctx, "p-c", "again"); err != nil {
+		t.Fatalf("cancelling a cancelled run: %v, want a no-op", err)
+	}
+	_, err := r.c.PauseRun(r.ctx, "p-c", "late")
+	apiError(t, err, http.StatusConflict, api.CodeFinished)
+}
+
+func TestRunPauseAndResumeThroughTheAPI(t *testing.T) {
+	r := newRunsRig(t)
+	if _, _, err := r.c.StartRun(r.ctx, "payout", "p-p", payout{Account: "a", Amount: 2}); err != nil {
+		t.Fatal(err)
+	}
+	r.runUntil("p-p", "waits", func(v api.RunView) bool { return len(v.Timeline) == 2 })
+	v, err := r.c.PauseRun(r.ctx, "p-p", "audit")
+	if err != nil || v.Status != "paused" {
+		t.Fatalf("pause: %+v, %v; want paused", v.Status, err)
+	}
+	// A signal to a paused run waits in its inbox for the resume.
+	if err := r.c.SignalRun(r.ctx, "p-p", "approved", true, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err = r.c.GetRun(r.ctx, "p-p"); err != nil || v.Status != "paused" {
+		t.Fatalf("after the signal: %+v, %v; want still paused", v.Status, err)
+	}
+	if _, err := r.c.ResumeRun(r.ctx, "p-p", "done"); err != nil {
+		t.Fatal(err)
+	}
+	v = r.runUntil("p-p", "completes", func(v api.RunView) bool { return v.Status == "completed" })
+	if string(v.Output) != `"paid 2 to a"` {
+		t.Fatalf("output %s", v.Output)
+	}
+}
+
+// The audit window selects by persistedAt, half-open, in runSeq order.
+func TestRunAuditWindow(t *testing.T) {
+	r := newRunsRig(t)
+	if _, _, err := r.c.StartRun(r.ctx, "payout", "p-a", payout{Account: "a", Amount: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.c.SignalRun(r.ctx, "p-a", "approved", false, "k"); err != nil {
+		t.Fatal(err)
+	}
+	r.runUntil("p-a", "completes", func(v api.RunView) bool { return v.Status == "completed" })
+	all, err := r.c.Audit(r.ctx, "p-a", time.Unix(0, 0), time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) < 4 || all[0].EventType != "RunStarted" || all[len(all)-1].EventType != "RunCompleted" {
+		t.Fatalf("audit of the whole run: %+v", all)
+	}
+	for i := 1; i < len(all); i++ {
+		if all[i].RunSeq <= all[i-1].RunSeq {
+			t.Fatalf("audit not in runSeq order at %d: %d after %d", i, all[i].RunSeq, all[i-1].RunSeq)
+		}
+	}
+	mid := all[len(all)/2].PersistedAt
+	from, to := mid, mid.Add(time.Nanosecond)
+	got, err := r.c.Audit(r.ctx, "p-a", from, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []uint64
+	for _, e := range all {
+		if !e.PersistedAt.Before(from) && e.PersistedAt.Before(to) {
+			want = append(want, e.RunSeq)
+		}
+	}
+	var gotSeqs []uint64
+	for _, e := range got {
+		gotSeqs = append(gotSeqs, e.RunSeq)
+	}
+	if len(want) == 0 || !slices.Equal(gotSeqs, want) {
+		t.Fatalf("window [%v, %v): %v, want %v", from, to, gotSeqs, want)
+	}
+	if got, err := r.c.Audit(r.ctx, "p-a", to, from); err != nil || len(got) != 0 {
+		t.Fatalf("an empty window: %d events, %v", len(got), err)
+	}
+}
+
+func TestRunRefusals(t *testing.T) {
+	r := newRunsRig(t)
+	for _, c := range []struct {
+		name, body string
+	}{
+		{"wrong type", `{"workflow":"payout","id":"b","input":{"Account":5,"Amount":1}}`},
+		{"unknown field", `{"workflow":"payout","id":"b","input":{"Account":"a","Amount":1,"Note":"x"}}`},
+		{"unknown workflow", `{"workflow":"nope","id":"b","input":{}}`},
+		{"no id", `{"workflow":"payout","input":{}}`},
+		{"malformed", `{"workflow":`},
+	} {
+		st, b := r.do("POST", "/v1/runs", "application/json", c.body, "")
+		if st != http.StatusBadRequest {
+			t.Fatalf("%s: %d %s, want 400", c.name, st, b)
+		}
+	}
+	if _, err := r.c.GetRun(r.ctx, "b"); !errors.Is(err, workflow.ErrNotFound) {
+		t.Fatalf("a refused start left a run: %v", err)
+	}
+	for _, path := range []string{"/v1/runs?status=done", "/v1/runs?flavour=x", "/v1/streams/b/audit?from=yesterday&to=2030-01-01T00:00:00Z",
+		"/v1/streams/b/audit?to=2030-01-01T00:00:00Z"} {
+		if st, b := r.do("GET", path, "", "", ""); st != http.StatusBadRequest {
+			t.Fatalf("GET %s: %d %s, want 400", path, st, b)
+		}
+	}
+	_, err := r.c.GetRun(r.ctx, "ghost")
+	e := apiError(t, err, http.StatusNotFound, api.CodeNotFound)
+	if e.Details["resource"] != "run" || !errors.Is(err, workflow.ErrNotFound) {
+		t.Fatalf("unknown run: %+v", e)
+	}
+	for _, f := range []func() error{
+		func() error { _, err := r.c.CancelRun(r.ctx, "ghost", ""); return err },
+		func() error { return r.c.SignalRun(r.ctx, "ghost", "approved", true, "") },
+		func() error { _, err := r.c.Audit(r.ctx, "ghost", time.Unix(0, 0), time.Now()); return err },
+	} {
+		apiError(t, f(), http.StatusNotFound, api.CodeNotFound)
+	}
+	if st, b := r.do("POST", "/v1/runs/x/signals", "application/json", `{"value":1}`, ""); st != http.StatusBadRequest {
+		t.Fatalf("a signal with no name: %d %s", st, b)
+	}
+}
+
+// A server without workflows lists no runs and knows none.
+func TestRunsWithoutBackend(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	runs, err := r.c.ListRuns(r.ctx, "", "")
+	if err != nil || len(runs) != 0 {
+		t.Fatalf("runs %v, %v", runs, err)
+	}
+	_, err = r.c.GetRun(r.ctx, "x")
+	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
+	_, _, err = r.c.StartRun(r.ctx, "payout", "x", nil)
+	apiError(t, err, http.StatusBadRequest, api.CodeInvalidArgument)
+}
