@@ -8,6 +8,14 @@
 //		orrery.Main(ledger.AccountDef().Kernel(), ledger.TransferDef().Kernel())
 //	}
 //
+// A binary with durable workflows (package workflow) registers them too,
+// and `serve` runs them beside the worlds:
+//
+//	orrery.MainWith(orrery.App{
+//		Worlds:    []world.Kernel{ledger.AccountDef().Kernel(), ledger.TransferDef().Kernel()},
+//		Workflows: []workflow.Workflow{ledger.PayoutDef()},
+//	})
+//
 // The packages below it are the library: world (the kernel a world is
 // written with), plane (hosts, client, orchestrator), store and its
 // backends, api (the HTTP API and its Go client), actor, supervisor,
@@ -21,8 +29,43 @@ import (
 
 	"github.com/orrery-run/orrery/internal/cli"
 	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/workflow"
 	"github.com/orrery-run/orrery/world"
 )
+
+// App is what a binary serves: its worlds and its durable workflows.
+type App struct {
+	Worlds    []world.Kernel
+	Workflows []workflow.Workflow
+}
+
+// MainWith runs the orrery command line with app's worlds and workflows
+// and exits with the command's exit code.
+func MainWith(app App) {
+	ca, err := app.cli()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "orrery:", err)
+		os.Exit(cli.ExitUsage)
+	}
+	os.Exit(cli.RunApp(context.Background(), os.Args[1:], cli.StdIO(), ca))
+}
+
+// cli checks app's definitions: the worlds as Kernels does, the workflows
+// as workflow.NewWorkflows does (none: nil, so serve runs no workflow
+// worker).
+func (a App) cli() (cli.App, error) {
+	ks, err := Kernels(a.Worlds...)
+	if err != nil {
+		return cli.App{}, err
+	}
+	out := cli.App{Kernels: ks}
+	if len(a.Workflows) > 0 {
+		if out.Workflows, err = workflow.NewWorkflows(a.Workflows...); err != nil {
+			return cli.App{}, err
+		}
+	}
+	return out, nil
+}
 
 // Main runs the orrery command line with worlds (each world definition's
 // universe is its name) and exits with the command's exit code.

@@ -2,14 +2,20 @@
 // `orrery serve` for a node (on an embedded SQLite file by default, or
 // PostgreSQL for a cluster), and the commands that operate a running
 // server. This binary hosts the example ledger worlds (accounts and a
-// transfer saga); a binary of your own hosts yours through orrery.Main.
+// transfer saga) and its payout workflow; a binary of your own hosts yours
+// through orrery.Main or orrery.MainWith.
 package main
 
 import (
 	"github.com/orrery-run/orrery"
 	"github.com/orrery-run/orrery/examples/ledger"
+	"github.com/orrery-run/orrery/workflow"
+	"github.com/orrery-run/orrery/world"
 )
 
 func main() {
-	orrery.Main(ledger.AccountDef().Kernel(), ledger.TransferDef().Kernel())
+	orrery.MainWith(orrery.App{
+		Worlds:    []world.Kernel{ledger.AccountDef().Kernel(), ledger.TransferDef().Kernel()},
+		Workflows: []workflow.Workflow{ledger.PayoutDef()},
+	})
 }

@@ -22,6 +22,10 @@
 //     hold when it arrives, so no money stays promised. The Status call
 //     replies the saga's state.
 //
+// And one durable workflow, ledger.payout (PayoutDef): it validates a payout,
+// waits for an operator's "approved" signal, and records a notice, each step
+// journaled by package workflow.
+//
 // Money is conserved by construction: a transfer only ever moves a held
 // amount, the deposit and the capture each happen once (fabric messages
 // are delivered once per message id), and a failed saga releases.

@@ -33,6 +33,7 @@ import (
 
 	"github.com/orrery-run/orrery/api"
 	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/workflow"
 )
 
 // Exit codes; see the package doc.
@@ -76,21 +77,35 @@ func (e exitError) Unwrap() error { return e.err }
 
 // env holds the global flags every command shares.
 type env struct {
-	io       IO
-	kernels  plane.Kernels
-	addr     string
-	token    string
-	output   string
-	verbose  bool
-	insecure bool // skip TLS verification (self-signed test servers)
+	io      IO
+	kernels plane.Kernels
+	// workflows are the binary's durable workflows (nil: none).
+	workflows *workflow.Workflows
+	addr      string
+	token     string
+	output    string
+	verbose   bool
+	insecure  bool // skip TLS verification (self-signed test servers)
 	// transport is this run's own, so that a Run embedded in a longer
 	// process leaves no idle connection (and its goroutines) behind.
 	transport *http.Transport
 }
 
+// App is what a binary serves: its worlds by universe and, optionally, its
+// durable workflows (nil: none), which `serve` runs beside the worlds.
+type App struct {
+	Kernels   plane.Kernels
+	Workflows *workflow.Workflows
+}
+
 // Run runs the orrery command line with args (without the program name)
 // and returns the process exit code.
 func Run(ctx context.Context, args []string, stdio IO, kernels plane.Kernels) int {
+	return RunApp(ctx, args, stdio, App{Kernels: kernels})
+}
+
+// RunApp is Run for a binary that serves workflows too.
+func RunApp(ctx context.Context, args []string, stdio IO, app App) int {
 	if stdio.Getenv == nil {
 		stdio.Getenv = func(string) string { return "" }
 	}
@@ -101,7 +116,7 @@ func Run(ctx context.Context, args []string, stdio IO, kernels plane.Kernels) in
 	if stdio.Err == nil {
 		stdio.Err = io.Discard
 	}
-	e := &env{io: stdio, kernels: kernels}
+	e := &env{io: stdio, kernels: app.Kernels, workflows: app.Workflows}
 	defer e.closeIdle()
 	root := e.rootCommand()
 	root.SetArgs(args)

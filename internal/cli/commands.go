@@ -31,7 +31,7 @@ func apiExitCode(err error) (int, bool) {
 		case api.CodeNotFound:
 			return ExitNotFound, true
 		case api.CodeAlreadyExists, api.CodeConflict, api.CodePaused, api.CodeArchived, api.CodeFenced,
-			api.CodeNotRetryable, api.CodeReplyUnavailable:
+			api.CodeNotRetryable, api.CodeReplyUnavailable, api.CodeFinished:
 			return ExitConflict, true
 		case api.CodeUnavailable, api.CodeNotReady, api.CodeTimeout:
 			return ExitUnavailable, true
@@ -119,7 +119,7 @@ func short(h string) string {
 
 func (e *env) apiCommands() []*cobra.Command {
 	return []*cobra.Command{e.worldCommand(), e.journalCommand(), e.leaseCommand(), e.effectsCommand(),
-		e.timersCommand(), e.workersCommand()}
+		e.timersCommand(), e.workersCommand(), e.runCommand()}
 }
 
 func (e *env) printWorld(w api.World) error {
@@ -395,7 +395,9 @@ func (e *env) journalCommand() *cobra.Command {
 		Short: "Read a world's journal: one record per step, in height order",
 		Long: `Read a world's journal: one record per step, in height order. With -o json
 each record is one JSON object on a line of its own (JSON Lines), so that a
---follow can be piped record by record.`,
+--follow can be piped record by record (read, tail). audit lists the events
+of a workflow run's or a world's stream written in a time window; with -o json
+it prints them as one JSON array.`,
 	})
 	var after uint64
 	var limit int
@@ -434,7 +436,7 @@ each record is one JSON object on a line of its own (JSON Lines), so that a
 	}
 	tail.Flags().Uint64VarP(&n, "lines", "n", 10, "how many records")
 	tail.Flags().BoolVarP(&tailFollow, "follow", "f", false, "keep printing new records as they are journaled")
-	cmd.AddCommand(read, tail)
+	cmd.AddCommand(read, tail, e.journalAudit())
 	return cmd
 }
 

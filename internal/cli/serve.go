@@ -33,6 +33,7 @@ import (
 	"github.com/orrery-run/orrery/store/postgres"
 	"github.com/orrery-run/orrery/store/sqlite"
 	"github.com/orrery-run/orrery/web"
+	"github.com/orrery-run/orrery/workflow"
 )
 
 // serveFlags are `orrery serve`'s settings.
@@ -228,7 +229,7 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	metrics := api.NewMetrics(reg)
 
 	n, err := node.Start(ctx, node.Config{
-		Worker: worker, Store: st, Kernels: e.kernels,
+		Worker: worker, Store: st, Kernels: e.kernels, Workflows: e.workflows,
 		LeaseTTL: f.leaseTTL, ClaimTTL: f.claimTTL, IdleAfter: f.idleAfter,
 		NoOrchestrator: f.noOrch, EffectConcurrency: f.effects, Logger: log,
 		Observe: metrics.ObserveHost,
@@ -249,7 +250,7 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 		Store: st, Ops: n.Ops(), Client: n.Client(), Kernels: e.kernels,
 		Token: token, MaxBody: f.maxBody, CallTimeout: f.callTimeout,
 		Ready: n.Ready, Metrics: metrics, Logger: log, Tracer: tp,
-		Executor: n.Executor(), UI: web.Handler(),
+		Executor: n.Executor(), UI: web.Handler(), Runs: runsBackend(n, e.workflows),
 	})
 	if err != nil {
 		_ = n.Stop(ctx)
@@ -292,6 +293,16 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	}
 	log.Info("stopped", "worker", worker)
 	return nil
+}
+
+// runsBackend is what the API's run endpoints need of a node that runs
+// workflows (nil when it runs none).
+func runsBackend(n *node.Node, wfs *workflow.Workflows) *api.RunsBackend {
+	v := n.RunsView()
+	if v == nil {
+		return nil
+	}
+	return &api.RunsBackend{Client: n.Runs(), Workflows: wfs, Runs: v.Runs, Timeline: v.Timeline, CatchUp: v.CatchUp}
 }
 
 func addrOf(ln net.Listener) string { return ln.Addr().String() }

@@ -1,0 +1,251 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/orrery-run/orrery/api"
+)
+
+func durationText(ms int64, ended bool) string {
+	if !ended {
+		return "-"
+	}
+	return (time.Duration(ms) * time.Millisecond).String()
+}
+
+func (e *env) printRuns(runs []api.Run) error {
+	if runs == nil {
+		runs = []api.Run{}
+	}
+	return e.print(runs, func(tw *tabwriter.Writer) {
+		fmt.Fprintln(tw, "ID\tWORKFLOW\tVERSION\tSTATUS\tSTEPS\tSTARTED\tDURATION\tLAST ERROR")
+		for _, r := range runs {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Workflow, r.Version, r.Status, r.Steps,
+				ts(r.StartedAt), durationText(r.DurationMs, !r.EndedAt.IsZero()), orDash(oneLine(r.LastError)))
+		}
+	})
+}
+
+func oneLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+func (e *env) printRun(v api.RunView) error {
+	return e.print(v, func(tw *tabwriter.Writer) {
+		fmt.Fprintf(tw, "run\t%s\n", v.ID)
+		fmt.Fprintf(tw, "workflow\t%s v%d\n", v.Workflow, v.Version)
+		fmt.Fprintf(tw, "status\t%s\n", v.Status)
+		fmt.Fprintf(tw, "started\t%s\n", ts(v.StartedAt))
+		fmt.Fprintf(tw, "ended\t%s\n", ts(v.EndedAt))
+		if v.Status == "completed" {
+			fmt.Fprintf(tw, "output\t%s\n", v.Output)
+		}
+		if v.Error != "" {
+			fmt.Fprintf(tw, "error\t%s\n", oneLine(v.Error))
+		}
+		if len(v.Timeline) == 0 {
+			return
+		}
+		fmt.Fprintln(tw, "\nSTEP\tATTEMPT\tSTATUS\tSTARTED\tDURATION\tERROR")
+		for _, s := range v.Timeline {
+			for _, a := range s.Attempts {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", s.ID, a.Attempt, a.Status, ts(a.StartedAt),
+					durationText(a.DurationMs, !a.EndedAt.IsZero()), orDash(oneLine(a.Error)))
+			}
+		}
+	})
+}
+
+func (e *env) runCommand() *cobra.Command {
+	cmd := group(&cobra.Command{
+		Use:   "run",
+		Short: "Start, inspect, signal and control durable workflow runs",
+		Long: `A workflow run is a durable execution of a Go function registered with the
+binary (orrery.MainWith): each of its steps is journaled, so a run survives
+crashes and resumes where it stopped. These commands talk to a running server
+(orrery serve) at --addr.`,
+	})
+	start := &cobra.Command{
+		Use:   "start WORKFLOW ID [JSON]",
+		Short: "Start a run (idempotent: the same workflow, id and input again is the same run)",
+		Long: `start starts run ID of WORKFLOW with JSON as its input (default {}), decoded
+strictly into the workflow's input type: an unknown field or a wrong type is a
+usage error. Starting the same id again with the same input changes nothing;
+another input under that id is a conflict (exit 4).`,
+		Example: `  orrery run start ledger.payout p-1 '{"Account":"alice","Amount":50}'
+  orrery run start ledger.payout p-1 '{"Account":"alice","Amount":50}' -o json`,
+		Args: args(cobra.RangeArgs(2, 3)),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
+			in, err := jsonArg(a, 2)
+			if err != nil {
+				return err
+			}
+			v, _, err := c.StartRun(ctx, a[0], a[1], in)
+			if err != nil {
+				return err
+			}
+			return e.printRun(v)
+		}),
+	}
+	var wf, status string
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List runs, optionally of one workflow or in one status",
+		Example: `  orrery run list
+  orrery run list --workflow ledger.payout --status running -o json`,
+		Args: args(cobra.NoArgs),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
+			runs, err := c.ListRuns(ctx, wf, status)
+			if err != nil {
+				return err
+			}
+			return e.printRuns(runs)
+		}),
+	}
+	list.Flags().StringVar(&wf, "workflow", "", "only the runs of this workflow")
+	list.Flags().StringVar(&status, "status", "", "only runs in this status: pending, queued, running, paused, completed, failed or cancelled")
+	show := &cobra.Command{
+		Use:     "show ID",
+		Short:   "Show a run: status, output or error, and each step's attempts",
+		Example: "  orrery run show p-1\n  orrery run show p-1 -o json",
+		Args:    args(cobra.ExactArgs(1)),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
+			v, err := c.GetRun(ctx, a[0])
+			if err != nil {
+				return err
+			}
+			return e.printRun(v)
+		}),
+	}
+	cmd.AddCommand(start, list, show,
+		e.runControl("cancel", "Cancel a run: the step in flight stops and the run ends cancelled",
+			func(c *api.Client) func(context.Context, string, string) (api.RunView, error) { return c.CancelRun }),
+		e.runControl("pause", "Pause a run: it stops where it is until resumed",
+			func(c *api.Client) func(context.Context, string, string) (api.RunView, error) { return c.PauseRun }),
+		e.runControl("resume", "Resume a paused run from its journaled steps",
+			func(c *api.Client) func(context.Context, string, string) (api.RunView, error) { return c.ResumeRun }),
+		e.runSignal())
+	return cmd
+}
+
+func (e *env) runControl(name, short string, op func(*api.Client) func(context.Context, string, string) (api.RunView, error)) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:     name + " ID",
+		Short:   short,
+		Example: fmt.Sprintf("  orrery run %s p-1 --reason 'operator request'", name),
+		Args:    args(cobra.ExactArgs(1)),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
+			v, err := op(c)(ctx, a[0], reason)
+			if err != nil {
+				return err
+			}
+			return e.printRun(v)
+		}),
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, for the run's record")
+	return cmd
+}
+
+func (e *env) runSignal() *cobra.Command {
+	var key string
+	cmd := &cobra.Command{
+		Use:   "signal ID NAME [JSON]",
+		Short: "Send a signal (a JSON value, default null) to a run, for its Await of NAME",
+		Example: `  orrery run signal p-1 approved true --key approve-p-1
+  orrery run signal p-1 note '{"By":"alice"}'`,
+		Args: args(cobra.RangeArgs(2, 3)),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
+			v := json.RawMessage("null")
+			if len(a) > 2 {
+				var err error
+				if v, err = jsonArg(a, 2); err != nil {
+					return err
+				}
+			}
+			if err := c.SignalRun(ctx, a[0], a[1], v, key); err != nil {
+				return err
+			}
+			if e.output == "json" {
+				return e.print(map[string]string{"status": "accepted"}, nil)
+			}
+			fmt.Fprintf(e.io.Out, "signal %s sent to %s\n", a[1], a[0])
+			return nil
+		}),
+	}
+	cmd.Flags().StringVar(&key, "key", "", "idempotency key: a retry with the same key is delivered once")
+	return cmd
+}
+
+// auditTime reads --from and --to: an RFC 3339 time, "now", or a duration
+// relative to now on this machine's clock ("-1h", "-30m"). The window is
+// compared with the store's clock, so the two should agree.
+func auditTime(flag, v string, now time.Time) (time.Time, error) {
+	if v == "now" {
+		return now, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil {
+		return now.Add(d), nil
+	}
+	return time.Time{}, usagef("--%s %q is neither an RFC 3339 time, now, nor a duration like -1h", flag, v)
+}
+
+func (e *env) journalAudit() *cobra.Command {
+	var from, to string
+	cmd := &cobra.Command{
+		Use:   "audit ID --from T --to T",
+		Short: "List the events of a stream (a run or a world) written in a time window",
+		Long: `audit lists the events of stream ID (a workflow run or a world's journal) whose
+persistedAt, the store's clock at the write, is in [--from, --to), in runSeq
+order. A time is RFC 3339, "now", or a duration relative to now such as -1h.`,
+		Example: `  orrery journal audit p-1 --from -1h
+  orrery journal audit p-1 --from 2026-01-02T15:00:00Z --to 2026-01-02T16:00:00Z -o json`,
+		Args: args(cobra.ExactArgs(1)),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
+			now := time.Now()
+			f, err := auditTime("from", from, now)
+			if err != nil {
+				return err
+			}
+			t, err := auditTime("to", to, now)
+			if err != nil {
+				return err
+			}
+			evs, err := c.Audit(ctx, a[0], f, t)
+			if err != nil {
+				return err
+			}
+			if evs == nil {
+				evs = []api.AuditEvent{}
+			}
+			return e.print(evs, func(tw *tabwriter.Writer) {
+				fmt.Fprintln(tw, "SEQ\tPERSISTED\tTYPE\tSTEP\tATTEMPT\tPAYLOAD")
+				for _, ev := range evs {
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", ev.RunSeq, ts(ev.PersistedAt), ev.EventType,
+						orDash(ev.StepID), ev.LogicalAttemptID, truncateText(string(ev.Payload), 80))
+				}
+			})
+		}),
+	}
+	cmd.Flags().StringVar(&from, "from", "-1h", "start of the window (inclusive)")
+	cmd.Flags().StringVar(&to, "to", "now", "end of the window (exclusive)")
+	return cmd
+}
+
+func truncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
