@@ -92,8 +92,13 @@ func newFixture(t testing.TB, o fixtureOptions) *fixture {
 	if workers == nil {
 		workers = []string{"w1"}
 	}
+	wfs, err := ledger.Workflows()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, w := range workers {
 		n, err := node.Start(ctx, node.Config{
+			Workflows: wfs,
 			// The orchestrator places a new world at its next pass, which a
 			// heartbeat (every third of the TTL) starts: a short TTL keeps a
 			// world's first call quick.
@@ -118,6 +123,8 @@ func newFixture(t testing.TB, o fixtureOptions) *fixture {
 	srv, err := api.NewServer(api.Config{
 		Store: f.st, Ops: n.Ops(), Client: n.Client(), Kernels: ledger.Kernels(),
 		Token: o.token, CallTimeout: o.callTimeout, Ready: n.Ready,
+		Runs: &api.RunsBackend{Client: n.Runs(), Workflows: wfs, Runs: n.RunsView().Runs,
+			Timeline: n.RunsView().Timeline, CatchUp: n.RunsView().CatchUp},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,139 @@
+package cli_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orrery-run/orrery/api"
+	"github.com/orrery-run/orrery/examples/ledger"
+	"github.com/orrery-run/orrery/internal/cli"
+)
+
+// showRun reads a run with `run show -o json`.
+func (f *fixture) showRun(id string) api.RunView {
+	f.t.Helper()
+	var v api.RunView
+	f.okJSON(&v, "run", "show", id)
+	return v
+}
+
+func payoutOf(t testing.TB, v api.RunView) ledger.PayoutResult {
+	t.Helper()
+	var out ledger.PayoutResult
+	dec := json.NewDecoder(bytes.NewReader(v.Output))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&out); err != nil {
+		t.Fatalf("output %s: %v", v.Output, err)
+	}
+	return out
+}
+
+// A payout goes through the run commands: start (idempotent), list, show
+// with its timeline, signal, and the completed result; the audit of its
+// stream lists its events in order.
+func TestRunCommandsDriveAPayout(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	in := `{"Account":"alice","Amount":50}`
+	var v api.RunView
+	f.okJSON(&v, "run", "start", ledger.WorkflowPayout, "p-1", in)
+	if v.ID != "p-1" || v.Workflow != ledger.WorkflowPayout {
+		t.Fatalf("start: %+v", v)
+	}
+	f.ok("run", "start", ledger.WorkflowPayout, "p-1", in) // the same run again
+	f.fail(cli.ExitConflict, "run", "start", ledger.WorkflowPayout, "p-1", `{"Account":"bob","Amount":50}`)
+
+	f.eventually("p-1 awaits its approval", func() bool { return len(f.showRun("p-1").Timeline) == 2 })
+	if r := row(t, f.ok("run", "list"), "p-1"); !hasPrefix(r, "p-1", ledger.WorkflowPayout, "1", "running") {
+		t.Fatalf("list row %v", r)
+	}
+	out := f.ok("run", "show", "p-1")
+	if r := row(t, out, "validate"); !hasPrefix(r, "validate", "1", "completed") {
+		t.Fatalf("show: validate row %v in\n%s", r, out)
+	}
+	if got := f.ok("run", "signal", "p-1", "approved", "true", "--key", "approve-p-1"); got != "signal approved sent to p-1\n" {
+		t.Fatalf("signal: %q", got)
+	}
+	f.eventually("p-1 completes", func() bool { return f.showRun("p-1").Status == "completed" })
+	v = f.showRun("p-1")
+	if got := payoutOf(t, v); got != (ledger.PayoutResult{Approved: true, Notice: "paid 50 to alice"}) {
+		t.Fatalf("output %s", v.Output)
+	}
+	var steps []string
+	for _, s := range v.Timeline {
+		steps = append(steps, s.ID)
+	}
+	if !slices.Equal(steps, []string{"validate", "sys:await:approved", "notify"}) {
+		t.Fatalf("timeline %v", steps)
+	}
+	var runs []api.Run
+	f.okJSON(&runs, "run", "list", "--workflow", ledger.WorkflowPayout, "--status", "completed")
+	if len(runs) != 1 || runs[0].ID != "p-1" {
+		t.Fatalf("completed runs %+v", runs)
+	}
+	f.okJSON(&runs, "run", "list", "--status", "running")
+	if len(runs) != 0 {
+		t.Fatalf("running runs %+v", runs)
+	}
+	f.fail(cli.ExitConflict, "run", "signal", "p-1", "approved", "true")
+
+	var evs []api.AuditEvent
+	f.okJSON(&evs, "journal", "audit", "p-1", "--from", "-1h", "--to", "now")
+	if len(evs) < 4 || evs[0].EventType != "RunStarted" || evs[len(evs)-1].EventType != "RunCompleted" {
+		t.Fatalf("audit %+v", evs)
+	}
+	for i := 1; i < len(evs); i++ {
+		if evs[i].RunSeq <= evs[i-1].RunSeq {
+			t.Fatalf("audit out of runSeq order: %+v", evs)
+		}
+	}
+	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	f.okJSON(&evs, "journal", "audit", "p-1", "--from", future, "--to", "+2h")
+	if len(evs) != 0 {
+		t.Fatalf("a window in the future: %+v", evs)
+	}
+	if out := f.ok("journal", "audit", "p-1"); !strings.Contains(out, "RunCompleted") {
+		t.Fatalf("audit table:\n%s", out)
+	}
+}
+
+func TestRunCancelPauseResumeCommands(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	for _, id := range []string{"p-c", "p-p"} {
+		f.ok("run", "start", ledger.WorkflowPayout, id, `{"Account":"a","Amount":1}`)
+		f.eventually(id+" awaits", func() bool { return len(f.showRun(id).Timeline) == 2 })
+	}
+	f.ok("run", "cancel", "p-c", "--reason", "no longer needed")
+	f.eventually("p-c is cancelled", func() bool { return f.showRun("p-c").Status == "cancelled" })
+	f.fail(cli.ExitConflict, "run", "pause", "p-c")
+
+	var v api.RunView
+	f.okJSON(&v, "run", "pause", "p-p", "--reason", "audit")
+	if v.Status != "paused" {
+		t.Fatalf("pause: %s", v.Status)
+	}
+	f.ok("run", "signal", "p-p", "approved", "false", "--key", "k")
+	f.ok("run", "resume", "p-p")
+	f.eventually("p-p completes", func() bool { return f.showRun("p-p").Status == "completed" })
+	if v := f.showRun("p-p"); payoutOf(t, v) != (ledger.PayoutResult{Notice: "payout of 1 to a refused"}) {
+		t.Fatalf("output %s", v.Output)
+	}
+}
+
+func TestRunCommandRefusals(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	f.fail(cli.ExitUsage, "run", "start", ledger.WorkflowPayout, "b", `{"Account":5}`)
+	f.fail(cli.ExitUsage, "run", "start", ledger.WorkflowPayout, "b", `{"Acount":"a"}`)
+	f.fail(cli.ExitUsage, "run", "start", "no.such.workflow", "b")
+	f.fail(cli.ExitUsage, "run", "start", ledger.WorkflowPayout, "b", `not json`)
+	f.fail(cli.ExitUsage, "run", "start", ledger.WorkflowPayout)
+	f.fail(cli.ExitUsage, "run", "list", "--status", "sleeping")
+	f.fail(cli.ExitNotFound, "run", "show", "ghost")
+	f.fail(cli.ExitNotFound, "run", "cancel", "ghost")
+	f.fail(cli.ExitNotFound, "run", "signal", "ghost", "approved", "true")
+	f.fail(cli.ExitNotFound, "journal", "audit", "ghost")
+	f.fail(cli.ExitUsage, "journal", "audit", "x", "--from", "yesterday")
+}
