@@ -187,7 +187,9 @@ func (s *Server) listRuns(r *http.Request, _ *reqCtx) (int, any, error) {
 	}
 	rb := s.cfg.Runs
 	if rb == nil {
-		return http.StatusOK, runsResp{Runs: []Run{}}, nil
+		// Not an empty list: a client (the dashboard) tells "this server
+		// runs no workflows" from "no run yet".
+		return 0, nil, apiErr(http.StatusNotFound, CodeNotFound, "this server serves no workflows")
 	}
 	names := rb.Workflows.Names()
 	if wf := q.Get("workflow"); wf != "" {

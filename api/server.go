@@ -58,7 +58,7 @@ type Config struct {
 	// error answer (nil: discarded).
 	Logger *slog.Logger
 	// Runs serves the workflow run endpoints (/v1/runs); nil: the server
-	// serves no workflows (the list is empty, a run is not found, a start
+	// serves no workflows (the list and every run are not found, a start
 	// is refused). The audit endpoint needs only the store.
 	Runs *RunsBackend
 	// Tracer starts one server span per request (nil:
