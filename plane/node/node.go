@@ -270,17 +270,13 @@ func (n *Node) startWorkflows(ctx context.Context) error {
 	if cfg.WorkflowWorker != nil {
 		cfg.WorkflowWorker(&wc)
 	}
-	var err error
-	if n.wfClient, err = workflow.NewClient(cfg.Store, cfg.Workflows, ex,
-		workflow.WithOperator(cfg.Worker+"/operator", cfg.LeaseTTL)); err != nil {
-		return err
-	}
 	names := cfg.Workflows.Names()
 	universes := make([]string, len(names))
 	for i, name := range names {
 		universes[i] = workflow.Universe(name)
 	}
 	v := &RunsView{Runs: projector.NewRuns(), Timeline: projector.NewTimeline()}
+	var err error
 	if v.runner, err = projector.NewRunner(projector.RunnerConfig{
 		Store: cfg.Store, Executor: ex, Streams: projector.UniverseStreams(cfg.Store, universes...),
 		Projectors: []projector.Projector{v.Runs, v.Timeline}, Logger: log,
@@ -288,7 +284,13 @@ func (n *Node) startWorkflows(ctx context.Context) error {
 		return err
 	}
 	n.runsView = v
-	n.wfWorker, err = workflow.StartWorker(ctx, n.sys.Root(), wc)
+	if n.wfWorker, err = workflow.StartWorker(ctx, n.sys.Root(), wc); err != nil {
+		return err
+	}
+	// The node's own worker tells its client of the runs that end here;
+	// a run that ends on another node is noticed by the client's backoff.
+	n.wfClient, err = workflow.NewClient(cfg.Store, cfg.Workflows, ex,
+		workflow.WithOperator(cfg.Worker+"/operator", cfg.LeaseTTL), workflow.WithWorkers(n.wfWorker))
 	return err
 }
 
