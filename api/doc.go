@@ -25,6 +25,12 @@
 //	GET  /v1/events                       server-sent events: the rows above as they change
 //	GET  /ui/…, GET /                     the dashboard's files, when Config.UI is set (no token needed)
 //	POST /v1/workers/{id}/drain           {"draining"}
+//	POST /v1/runs                         {"workflow","id","input"}: 201 started, 200 the same again, 409 other input
+//	GET  /v1/runs?workflow=&status=       {"runs":[…]} sorted by id (404 when the server serves no workflows)
+//	GET  /v1/runs/{id}                    status, output or error, and the step timeline with its attempts
+//	POST /v1/runs/{id}/cancel|pause|resume  {"reason"}: the run's view
+//	POST /v1/runs/{id}/signals            {"name","value","idempotency_key"}: 202
+//	GET  /v1/streams/{id}/audit?from=&to= events with from <= persistedAt < to (RFC 3339), in runSeq order
 //
 // Requests are strict: a body must be application/json (415), at most
 // Config.MaxBody (413), exactly one JSON value with no unknown field and
