@@ -27,6 +27,7 @@ import (
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
 	"github.com/orrery-run/orrery/web"
+	"github.com/orrery-run/orrery/workflow"
 )
 
 // The browser tests drive the dashboard in headless Chromium against a
@@ -98,6 +99,9 @@ type envOptions struct {
 	// front, when set, answers in front of the API server (a fake of
 	// endpoints this server does not have).
 	front func(api http.Handler) http.Handler
+	// workflows makes the node run the ledger's payout workflow and the
+	// API serve the runs endpoints from it, as `orrery serve` does.
+	workflows bool
 }
 
 // env is a node, the API server with the dashboard, an API client, and a
@@ -119,8 +123,16 @@ func newEnv(t *testing.T, o envOptions) *env {
 	t.Cleanup(cancel)
 	e := &env{t: t, ctx: ctx, st: memstore.New(), audit: &auditTransport{release: make(chan struct{})}}
 	t.Cleanup(func() { close(e.audit.release) })
+	var wfs *workflow.Workflows
+	if o.workflows {
+		var err error
+		if wfs, err = ledger.Workflows(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	n, err := node.Start(ctx, node.Config{
-		Worker: worker, Store: e.st, Kernels: ledger.Kernels(), LeaseTTL: 2 * time.Second, IdleAfter: -1,
+		Workflows: wfs,
+		Worker:    worker, Store: e.st, Kernels: ledger.Kernels(), LeaseTTL: 2 * time.Second, IdleAfter: -1,
 		// Held audit requests stay inflight for the whole test, however
 		// slow the machine: neither the request's timeout nor the claim's
 		// budget may end them first.
@@ -139,10 +151,16 @@ func newEnv(t *testing.T, o envOptions) *env {
 			t.Errorf("stopping the node: %v", err)
 		}
 	})
-	srv, err := api.NewServer(api.Config{
+	cfg := api.Config{
 		Store: e.st, Ops: n.Ops(), Client: n.Client(), Kernels: ledger.Kernels(), Token: o.token,
 		Executor: n.Executor(), EventPoll: 50 * time.Millisecond, UI: web.Handler(),
-	})
+	}
+	if v := n.RunsView(); o.workflows && v != nil {
+		cfg.Runs = &api.RunsBackend{Client: n.Runs(), Workflows: wfs, Runs: v.Runs, Timeline: v.Timeline, CatchUp: v.CatchUp}
+	} else if o.workflows {
+		t.Fatal("a node with workflows has no runs view")
+	}
+	srv, err := api.NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -664,6 +682,67 @@ func TestRunsTable(t *testing.T) {
 	started.Store(true)
 	e.do("refresh", chromedp.Click(chromedp.ID("runs-refresh")))
 	e.waitFor("the new run", cellIs("runs", "r-3", "status", "queued")+" && "+cellIs("runs", "r-3", "steps", "0"))
+}
+
+// TestRunsPageWithRealRuns: against a node running the ledger's payout
+// workflow, the tab lists real runs with their real statuses, shows a
+// completed run's steps, and cancels a run that waits for its approval.
+func TestRunsPageWithRealRuns(t *testing.T) {
+	e := newEnv(t, envOptions{workflows: true})
+	for _, id := range []string{"p-1", "p-2"} {
+		if _, _, err := e.c.StartRun(e.ctx, ledger.WorkflowPayout, id, ledger.Payout{Account: "alice", Amount: 50}); err != nil {
+			t.Fatalf("start %s: %v", id, err)
+		}
+	}
+	if err := e.c.SignalRun(e.ctx, "p-1", "approved", true, "approve-p-1"); err != nil {
+		t.Fatal(err)
+	}
+	e.open("/ui/#runs")
+	// The page polls the list until p-1 has ended (a Refresh a poll
+	// later reads what the worker has done since).
+	ctx, cancel := context.WithTimeout(e.tab, waitBound+5*time.Second)
+	defer cancel()
+	_, err := chromedp.Run(ctx, chromedp.Poll[bool](`(() => { `+
+		`if (!(`+cellIs("runs", "p-1", "status", "completed")+`)) { document.querySelector('#runs-refresh').click(); return false; } `+
+		`return true; })()`,
+		chromedp.WithPollingTimeout(waitBound), chromedp.WithPollingInterval(100*time.Millisecond)))
+	if err != nil {
+		t.Fatalf("waiting for p-1 to complete: %v\n%s", err, e.page())
+	}
+	e.waitFor("both runs", strings.Join([]string{
+		cellIs("runs", "p-1", "workflow", ledger.WorkflowPayout+" v1"),
+		cellIs("runs", "p-1", "status", "completed"),
+		cellIs("runs", "p-2", "workflow", ledger.WorkflowPayout+" v1"),
+		`['running','pending','queued'].includes((document.querySelector(` + js(row("runs", "p-2")+" td.status") + `)||{}).textContent)`,
+		"!" + visible("#runs-message"),
+	}, " && "))
+	e.do("open p-1", chromedp.Click(chromedp.CSS(row("runs", "p-1")+" td.id a")))
+	e.waitFor("p-1's timeline", strings.Join([]string{
+		visible("#run-detail"),
+		textIs("#run-detail-id", "p-1"),
+		cellIs("timeline", "validate", "status", "completed"),
+		cellIs("timeline", "validate", "attempts", "1"),
+		// The await of the "approved" signal is a step of its own.
+		cellIs("timeline", "sys:await:approved", "status", "completed"),
+		cellIs("timeline", "notify", "status", "completed"),
+		`[...document.querySelectorAll('#timeline tbody tr')].map((tr) => tr.dataset.id).join(',') === 'validate,sys:await:approved,notify'`,
+	}, " && "))
+	e.do("cancel p-2", chromedp.Click(chromedp.CSS(row("runs", "p-2")+" button.cancel")))
+	e.waitFor("the cancel's answer", textHas("#notice", "cancel run p-2:"))
+	_, err = chromedp.Run(ctx, chromedp.Poll[bool](`(() => { `+
+		`if (!(`+cellIs("runs", "p-2", "status", "cancelled")+`)) { document.querySelector('#runs-refresh').click(); return false; } `+
+		`return true; })()`,
+		chromedp.WithPollingTimeout(waitBound), chromedp.WithPollingInterval(100*time.Millisecond)))
+	if err != nil {
+		t.Fatalf("waiting for p-2 to read cancelled: %v\n%s", err, e.page())
+	}
+	v, err := e.c.GetRun(e.ctx, "p-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Status != string(workflow.StatusCancelled) {
+		t.Fatalf("the API says p-2 is %s", v.Status)
+	}
 }
 
 // TestTokenAsked: a server with a token makes the page ask for it once;
