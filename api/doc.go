@@ -64,8 +64,9 @@
 // The event stream (text/event-stream) sends the whole current state
 // first, then, whenever a row changes, that row again: the queue depths,
 // each worker as GET /v1/workers shows it, each world as GET
-// /v1/worlds/{id} shows it (a lease renewal alone is not a change), and a
-// summary of the counts (see the Event* names). One poller per server
+// /v1/worlds/{id} shows it (a lease renewal alone is not a change), each
+// workflow run as a row of GET /v1/runs shows it (on a server with
+// Config.Runs only), and a summary of the counts (see the Event* names). One poller per server
 // reads the store every Config.EventPoll on Config.Executor's clock while
 // at least one stream is open, however many are; each stream keeps at
 // most one pending event per row, so a slow client costs no more memory

@@ -20,7 +20,10 @@ const (
 	EventQueues  = "queues"  // Queues
 	EventWorker  = "worker"  // Worker
 	EventWorld   = "world"   // WorldView
-	EventRemoved = "removed" // Removed: a world or worker the stream no longer follows
+	EventRemoved = "removed" // Removed: a world, worker or run the stream no longer follows
+	// EventRun (a Run, the row of GET /v1/runs) is sent only by a server
+	// with a runs backend (Config.Runs).
+	EventRun     = "run"
 	EventSummary = "summary" // Summary
 	// EventSynced ({}) follows the whole current state, which a stream
 	// sends first: a client that has applied the events up to it shows
@@ -38,6 +41,9 @@ const (
 	// MaxEventWorlds bounds the worlds a stream follows: the first ones
 	// by id. Summary says how many there are in all.
 	MaxEventWorlds = 1000
+	// MaxEventRuns bounds the runs a stream follows: the first ones by
+	// id. Summary says how many there are in all.
+	MaxEventRuns = 1000
 	// eventKeepAlive is how often an idle stream writes a comment, so
 	// that proxies keep it open and a vanished client is noticed.
 	eventKeepAlive = 15 * time.Second
@@ -53,10 +59,14 @@ type Summary struct {
 	Worlds         int `json:"worlds"`          // every world of the server's universes
 	WorldsStreamed int `json:"worlds_streamed"` // the first MaxEventWorlds of them, by id
 	Workers        int `json:"workers"`
+	// Runs and RunsStreamed count the workflow runs, on a server with a
+	// runs backend only.
+	Runs         int `json:"runs,omitempty"`
+	RunsStreamed int `json:"runs_streamed,omitempty"`
 }
 
-// Removed names a row the stream no longer follows: Kind is "world" or
-// "worker".
+// Removed names a row the stream no longer follows: Kind is "world",
+// "worker" or "run".
 type Removed struct {
 	Kind string `json:"kind"`
 	ID   string `json:"id"`
@@ -71,8 +81,8 @@ type StreamEvent struct {
 
 // sseEvent is one row of the streamed state, or a signal.
 type sseEvent struct {
-	key  string // the row: "queues", "summary", "worker/<id>", "world/<id>"; signals have their own
-	kind string // "world" or "worker" for rows that can be removed
+	key  string // the row: "queues", "summary", "worker/<id>", "world/<id>", "run/<id>"; signals have their own
+	kind string // "world", "worker" or "run" for rows that can be removed
 	id   string
 	name string
 	data []byte
@@ -293,7 +303,8 @@ func diffEvents(prev, next []sseEvent) []sseEvent {
 }
 
 // streamState reads every row a stream shows: the queue depths, the
-// workers, the first MaxEventWorlds worlds, and the summary.
+// workers, the first MaxEventWorlds worlds, the first MaxEventRuns runs
+// (with a runs backend), and the summary.
 func (s *Server) streamState(ctx context.Context) ([]sseEvent, error) {
 	var out []sseEvent
 	add := func(key, kind, id, name string, v, cmp any) error {
@@ -358,6 +369,18 @@ func (s *Server) streamState(ctx context.Context) ([]sseEvent, error) {
 		}
 	}
 	sum := Summary{Worlds: len(recs), WorldsStreamed: n, Workers: len(workers)}
+	if rb := s.cfg.Runs; rb != nil {
+		runs, err := s.runRows(ctx, rb.Workflows.Names(), "")
+		if err != nil {
+			return nil, err
+		}
+		sum.Runs, sum.RunsStreamed = len(runs), min(len(runs), MaxEventRuns)
+		for _, r := range runs[:sum.RunsStreamed] {
+			if err := add("run/"+r.ID, "run", r.ID, EventRun, r, nil); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if err := add("summary", "", "", EventSummary, sum, nil); err != nil {
 		return nil, err
 	}

@@ -198,9 +198,20 @@ func (s *Server) listRuns(r *http.Request, _ *reqCtx) (int, any, error) {
 		}
 		names = []string{wf}
 	}
-	ctx := r.Context()
-	if err := rb.CatchUp(ctx); err != nil {
+	out, err := s.runRows(r.Context(), names, status)
+	if err != nil {
 		return 0, nil, err
+	}
+	return http.StatusOK, runsResp{Runs: out}, nil
+}
+
+// runRows are the rows of the runs of the named workflows with the status
+// (every status when empty), sorted by id, the projections caught up
+// first.
+func (s *Server) runRows(ctx context.Context, names []string, status string) ([]Run, error) {
+	rb := s.cfg.Runs
+	if err := rb.CatchUp(ctx); err != nil {
+		return nil, err
 	}
 	out := []Run{}
 	for _, name := range names {
@@ -209,7 +220,7 @@ func (s *Server) listRuns(r *http.Request, _ *reqCtx) (int, any, error) {
 		// not know it); the projection says where each one is.
 		ws, err := s.cfg.Store.ListWorlds(ctx, workflow.Universe(name), "")
 		if err != nil {
-			return 0, nil, err
+			return nil, err
 		}
 		for _, w := range ws {
 			row := Run{ID: w.ID, Workflow: name, Status: string(workflow.StatusPending)}
@@ -222,7 +233,7 @@ func (s *Server) listRuns(r *http.Request, _ *reqCtx) (int, any, error) {
 		}
 	}
 	slices.SortFunc(out, func(a, b Run) int { return strings.Compare(a.ID, b.ID) })
-	return http.StatusOK, runsResp{Runs: out}, nil
+	return out, nil
 }
 
 func runOf(p projector.Run) Run {

@@ -2,10 +2,12 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -334,4 +336,69 @@ func TestRunsWithoutBackend(t *testing.T) {
 	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
 	_, _, err = r.c.StartRun(r.ctx, "payout", "x", nil)
 	apiError(t, err, http.StatusBadRequest, api.CodeInvalidArgument)
+}
+
+func runEvent(t testing.TB, e api.StreamEvent) (api.Run, bool) {
+	t.Helper()
+	if e.Name != api.EventRun {
+		return api.Run{}, false
+	}
+	var v api.Run
+	if err := json.Unmarshal(e.Data, &v); err != nil {
+		t.Fatalf("a run event does not decode: %v: %s", err, e.Data)
+	}
+	return v, true
+}
+
+// TestRunStatusChangeIsAnEvent: on a server with a runs backend, the event
+// stream's state holds each run's row and the summary counts the runs; a
+// run that waits and is then cancelled appears again as its row with the
+// new status, steps and end.
+func TestRunStatusChangeIsAnEvent(t *testing.T) {
+	r := newRunsRigWith(t, rigOptions{cfg: fastEvents})
+	if _, _, err := r.c.StartRun(r.ctx, "payout", "p-e", payout{Account: "a", Amount: 1}); err != nil {
+		t.Fatal(err)
+	}
+	r.runUntil("p-e", "waits", func(v api.RunView) bool { return len(v.Timeline) == 2 })
+	f := follow(t, r.ctx, r.c)
+	var first api.Run
+	for _, e := range f.untilSynced() {
+		if v, ok := runEvent(t, e); ok {
+			first = v
+		}
+		if e.Name == api.EventSummary {
+			var s api.Summary
+			if err := json.Unmarshal(e.Data, &s); err != nil || s.Runs != 1 || s.RunsStreamed != 1 {
+				t.Fatalf("the initial summary: %s %v", e.Data, err)
+			}
+		}
+	}
+	if first.ID != "p-e" || first.Workflow != "payout" || first.Status != "running" || first.Steps != 2 || !first.EndedAt.IsZero() {
+		t.Fatalf("the initial run row: %+v", first)
+	}
+	if _, err := r.c.CancelRun(r.ctx, "p-e", "no"); err != nil {
+		t.Fatal(err)
+	}
+	e := f.next("p-e cancelled", func(e api.StreamEvent) bool {
+		v, ok := runEvent(t, e)
+		return ok && v.ID == "p-e" && v.Status == "cancelled"
+	})
+	if v, _ := runEvent(t, e); v.EndedAt.IsZero() {
+		t.Fatalf("a cancelled run's row with no end: %s", e.Data)
+	}
+}
+
+// TestEventsWithoutRunsBackend: a server with no runs backend streams no
+// run rows and counts no runs.
+func TestEventsWithoutRunsBackend(t *testing.T) {
+	r := newRig(t, rigOptions{cfg: fastEvents})
+	f := follow(t, r.ctx, r.c)
+	for _, e := range f.untilSynced() {
+		if e.Name == api.EventRun {
+			t.Fatalf("a run event from a server without runs: %s", e.Data)
+		}
+		if e.Name == api.EventSummary && (strings.Contains(string(e.Data), `"runs"`)) {
+			t.Fatalf("a summary counting runs without a backend: %s", e.Data)
+		}
+	}
 }
