@@ -685,8 +685,10 @@ func TestRunsTable(t *testing.T) {
 }
 
 // TestRunsPageWithRealRuns: against a node running the ledger's payout
-// workflow, the tab lists real runs with their real statuses, shows a
-// completed run's steps, and cancels a run that waits for its approval.
+// workflow, the tab lists real runs with their real statuses and follows
+// them live (no Refresh click anywhere): a run approved while the page is
+// open shows completed, its timeline shows its steps, and a run that
+// waits for its approval, cancelled from the page, shows cancelled.
 func TestRunsPageWithRealRuns(t *testing.T) {
 	e := newEnv(t, envOptions{workflows: true})
 	for _, id := range []string{"p-1", "p-2"} {
@@ -694,28 +696,23 @@ func TestRunsPageWithRealRuns(t *testing.T) {
 			t.Fatalf("start %s: %v", id, err)
 		}
 	}
+	e.open("/ui/#runs")
+	// Both wait for their approval: validate and the await are their
+	// steps so far.
+	e.waitFor("both runs waiting", strings.Join([]string{
+		cellIs("runs", "p-1", "workflow", ledger.WorkflowPayout+" v1"),
+		cellIs("runs", "p-1", "status", "running"),
+		cellIs("runs", "p-1", "steps", "2"),
+		cellIs("runs", "p-2", "workflow", ledger.WorkflowPayout+" v1"),
+		cellIs("runs", "p-2", "status", "running"),
+		cellIs("runs", "p-2", "steps", "2"),
+		"!" + visible("#runs-message"),
+	}, " && "))
 	if err := e.c.SignalRun(e.ctx, "p-1", "approved", true, "approve-p-1"); err != nil {
 		t.Fatal(err)
 	}
-	e.open("/ui/#runs")
-	// The page polls the list until p-1 has ended (a Refresh a poll
-	// later reads what the worker has done since).
-	ctx, cancel := context.WithTimeout(e.tab, waitBound+5*time.Second)
-	defer cancel()
-	_, err := chromedp.Run(ctx, chromedp.Poll[bool](`(() => { `+
-		`if (!(`+cellIs("runs", "p-1", "status", "completed")+`)) { document.querySelector('#runs-refresh').click(); return false; } `+
-		`return true; })()`,
-		chromedp.WithPollingTimeout(waitBound), chromedp.WithPollingInterval(100*time.Millisecond)))
-	if err != nil {
-		t.Fatalf("waiting for p-1 to complete: %v\n%s", err, e.page())
-	}
-	e.waitFor("both runs", strings.Join([]string{
-		cellIs("runs", "p-1", "workflow", ledger.WorkflowPayout+" v1"),
-		cellIs("runs", "p-1", "status", "completed"),
-		cellIs("runs", "p-2", "workflow", ledger.WorkflowPayout+" v1"),
-		`['running','pending','queued'].includes((document.querySelector(` + js(row("runs", "p-2")+" td.status") + `)||{}).textContent)`,
-		"!" + visible("#runs-message"),
-	}, " && "))
+	e.waitFor("p-1 completed, live", cellIs("runs", "p-1", "status", "completed")+" && "+
+		cellIs("runs", "p-1", "steps", "3")+" && "+cellIs("runs", "p-2", "status", "running"))
 	e.do("open p-1", chromedp.Click(chromedp.CSS(row("runs", "p-1")+" td.id a")))
 	e.waitFor("p-1's timeline", strings.Join([]string{
 		visible("#run-detail"),
@@ -728,20 +725,14 @@ func TestRunsPageWithRealRuns(t *testing.T) {
 		`[...document.querySelectorAll('#timeline tbody tr')].map((tr) => tr.dataset.id).join(',') === 'validate,sys:await:approved,notify'`,
 	}, " && "))
 	e.do("cancel p-2", chromedp.Click(chromedp.CSS(row("runs", "p-2")+" button.cancel")))
-	e.waitFor("the cancel's answer", textHas("#notice", "cancel run p-2:"))
-	_, err = chromedp.Run(ctx, chromedp.Poll[bool](`(() => { `+
-		`if (!(`+cellIs("runs", "p-2", "status", "cancelled")+`)) { document.querySelector('#runs-refresh').click(); return false; } `+
-		`return true; })()`,
-		chromedp.WithPollingTimeout(waitBound), chromedp.WithPollingInterval(100*time.Millisecond)))
-	if err != nil {
-		t.Fatalf("waiting for p-2 to read cancelled: %v\n%s", err, e.page())
-	}
+	e.waitFor("the cancel's answer and p-2 cancelled, live", textHas("#notice", "cancel run p-2:")+" && "+
+		cellIs("runs", "p-2", "status", "cancelled")+" && "+cellIs("runs", "p-1", "status", "completed"))
 	v, err := e.c.GetRun(e.ctx, "p-2")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if v.Status != string(workflow.StatusCancelled) {
-		t.Fatalf("the API says p-2 is %s", v.Status)
+		t.Fatalf("the page shows p-2 cancelled, the API says %s", v.Status)
 	}
 }
 

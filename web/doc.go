@@ -24,7 +24,9 @@
 //     list) and last_error; a run's steps (its "steps" or "timeline") have
 //     step_id or id, status, and attempts: a count with the step's
 //     started_at, duration and error, or the list of attempts, each with
-//     its own.
+//     its own. On a server that streams runs (the "run" events of GET
+//     /v1/events), the rows and the open timeline follow them, so a
+//     run's new status shows without a Refresh.
 //
 // The rows stay current through the API's server-sent events (GET
 // /v1/events), read with fetch so that the request carries the token like

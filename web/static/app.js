@@ -10,6 +10,10 @@ const state = {
   worlds: new Map(), // id → world view
   workers: new Map(), // id → worker
   queues: null,
+  runs: new Map(), // id → run row, from GET /v1/runs and the stream's run events
+  runsKnown: false, // the server answered the runs list, or streams runs
+  runEvents: 0, // how many run events the stream has applied
+  runTouched: new Map(), // id → runEvents when the stream last changed the run
   tab: 'worlds',
   arg: '', // the tab's world or run, from the location's hash
   live: null, // the journal follower's AbortController
@@ -198,6 +202,7 @@ function render() {
     renderWorkers();
     renderQueues();
     renderWorldPickers();
+    renderRuns();
   }, 0);
 }
 
@@ -525,19 +530,39 @@ function stepCount(r) {
 }
 
 async function loadRuns() {
-  const msg = $('#runs-message');
+  const since = state.runEvents;
   try {
     const data = await api('GET', '/v1/runs');
     const runs = Array.isArray(data) ? data : (data && data.runs) || [];
-    msg.hidden = runs.length > 0;
-    msg.textContent = runs.length ? '' : 'No runs.';
-    syncRows($('#runs tbody'), runs, runID, makeRunRow, updateRunRow);
+    // A row the stream changed while the list was on its way is newer
+    // than the list's.
+    const next = new Map(runs.map((r) => [runID(r), r]));
+    for (const [id, r] of state.runs) {
+      if ((state.runTouched.get(id) || 0) > since) next.set(id, r);
+    }
+    state.runs = next;
+    state.runsKnown = true;
+    renderRuns();
     if (state.arg) loadRun(state.arg);
   } catch (e) {
+    state.runs.clear();
+    state.runsKnown = false;
     $('#runs tbody').replaceChildren();
+    const msg = $('#runs-message');
     msg.hidden = false;
     msg.textContent = e instanceof ApiError && e.status === 404 ? 'No runs endpoint on this server.' : `runs: ${e}`;
   }
+}
+
+// renderRuns shows the runs as last read or streamed, sorted by id as the
+// list endpoint sorts them.
+function renderRuns() {
+  if (!state.runsKnown) return;
+  const runs = Array.from(state.runs.values()).sort((a, b) => (runID(a) < runID(b) ? -1 : runID(a) > runID(b) ? 1 : 0));
+  const msg = $('#runs-message');
+  msg.hidden = runs.length > 0;
+  msg.textContent = runs.length ? '' : 'No runs.';
+  syncRows($('#runs tbody'), runs, runID, makeRunRow, updateRunRow);
 }
 
 function makeRunRow(r) {
@@ -620,8 +645,17 @@ function applyEvent(name, data) {
     case 'worker':
       state.workers.set(data.id, data);
       break;
+    case 'run':
+      state.runs.set(runID(data), data);
+      state.runTouched.set(runID(data), ++state.runEvents);
+      state.runsKnown = true;
+      // The open timeline follows its run: a changed row is a new step
+      // or a new status.
+      if (state.tab === 'runs' && state.arg === runID(data)) loadRun(state.arg);
+      break;
     case 'removed':
-      (data.kind === 'worker' ? state.workers : state.worlds).delete(data.id);
+      if (data.kind === 'run') state.runs.delete(data.id);
+      else (data.kind === 'worker' ? state.workers : state.worlds).delete(data.id);
       break;
     case 'queues':
       state.queues = data;
