@@ -322,7 +322,9 @@ func crashAfterTimerClaim(t *testing.T, e *env, clock *backendtest.Clock, pass f
 	go func() { rdone <- reaper.Run(rctx, reaper.Config{Executor: e.ex}, job) }()
 	defer func() { rcancel(); <-rdone }()
 	advance(2 * ttl)
-	waitFor("the firing", func() bool { return len(fired(t, st2)) > 0 })
+	// The firing is visible in the inbox as soon as the store commits it,
+	// a moment before the worker counts it: wait for both.
+	waitFor("the firing", func() bool { return len(fired(t, st2)) > 0 && w2.Stats().Fired > 0 })
 	got := fired(t, st2)
 	if len(got) != 1 || got[0].DedupeKey != store.TimerKey(h) {
 		t.Fatalf("firings %+v, want exactly one", got)
