@@ -2,16 +2,12 @@ package api_test
 
 import (
 	"context"
-	"crypto/rand"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-run/orrery/store/postgres"
+	"github.com/orrery-run/orrery/store/postgres/pgtest"
 	"github.com/orrery-run/orrery/store/sqlite"
 )
 
@@ -39,38 +35,13 @@ func TestCreateSendCallStateOnPostgres(t *testing.T) {
 		t.Skipf("%s is not set: skipping PostgreSQL (.ci/run sets it)", dsnEnv)
 	}
 	ctx := context.Background()
-	schema := freshSchema(t, dsn)
+	schema := pgtest.FreshSchema(t, dsn, "orrery_api")
 	st, err := postgres.Open(ctx, dsn, postgres.WithSchema(schema), postgres.WithMaxConns(8))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	createSendCallState(t, newRig(t, rigOptions{store: st}))
-}
-
-// freshSchema returns a schema name no other test uses, dropped when t
-// ends.
-func freshSchema(t *testing.T, dsn string) string {
-	t.Helper()
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	name := fmt.Sprintf("orrery_api_%d_%x", os.Getpid(), b)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-		}
-	})
-	return name
 }
 
 // TestViewsAndEventsOnSQLite runs the inbox depth, the queue depths and
@@ -91,7 +62,7 @@ func TestViewsAndEventsOnPostgres(t *testing.T) {
 	if dsn == "" {
 		t.Skipf("%s is not set: skipping PostgreSQL (.ci/run sets it)", dsnEnv)
 	}
-	st, err := postgres.Open(context.Background(), dsn, postgres.WithSchema(freshSchema(t, dsn)), postgres.WithMaxConns(8))
+	st, err := postgres.Open(context.Background(), dsn, postgres.WithSchema(pgtest.FreshSchema(t, dsn, "orrery_api")), postgres.WithMaxConns(8))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package workflow_test
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
 	"github.com/orrery-run/orrery/actor"
@@ -22,6 +20,7 @@ import (
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
 	"github.com/orrery-run/orrery/store/postgres"
+	"github.com/orrery-run/orrery/store/postgres/pgtest"
 	"github.com/orrery-run/orrery/store/sqlite"
 	"github.com/orrery-run/orrery/workflow"
 	"github.com/orrery-run/orrery/world"
@@ -117,24 +116,7 @@ func openReal(t *testing.T, ctx context.Context, backend string, clock *offsetCl
 		if dsn == "" {
 			t.Skipf("%s is not set: skipping PostgreSQL", dsnEnv)
 		}
-		var b [8]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			t.Fatal(err)
-		}
-		schema := fmt.Sprintf("orrery_workflow_%d_%x", os.Getpid(), b)
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			conn, err := pgx.Connect(ctx, dsn)
-			if err != nil {
-				t.Errorf("drop schema %s: %v", schema, err)
-				return
-			}
-			defer conn.Close(ctx)
-			if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-				t.Errorf("drop schema %s: %v", schema, err)
-			}
-		})
+		schema := pgtest.FreshSchema(t, dsn, "orrery_workflow")
 		st, err := postgres.Open(ctx, dsn, postgres.WithSchema(schema), postgres.WithClockOffset(clock.offset), postgres.WithMaxConns(8))
 		if err != nil {
 			t.Fatal(err)

@@ -1,18 +1,13 @@
 package projector_test
 
 import (
-	"context"
-	"crypto/rand"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/postgres"
+	"github.com/orrery-run/orrery/store/postgres/pgtest"
 	"github.com/orrery-run/orrery/store/sqlite"
 )
 
@@ -37,24 +32,7 @@ func openPostgres(t *testing.T) store.Store {
 	if dsn == "" {
 		t.Skipf("%s is not set: skipping PostgreSQL", dsnEnv)
 	}
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	schema := fmt.Sprintf("orrery_projector_%d_%x", os.Getpid(), b)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
+	schema := pgtest.FreshSchema(t, dsn, "orrery_projector")
 	st, err := postgres.Open(bg, dsn, postgres.WithSchema(schema), postgres.WithMaxConns(4))
 	if err != nil {
 		t.Fatal(err)

@@ -10,9 +10,7 @@ package backendtest
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -20,10 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/postgres"
+	"github.com/orrery-run/orrery/store/postgres/pgtest"
 	"github.com/orrery-run/orrery/store/sqlite"
 )
 
@@ -63,7 +60,7 @@ func Open(t testing.TB, ctx context.Context, backend string, clock *Clock) store
 		if dsn == "" {
 			t.Skipf("%s is not set: skipping PostgreSQL (.ci/run sets it)", DSNEnv)
 		}
-		schema := freshSchema(t, dsn)
+		schema := pgtest.FreshSchema(t, dsn, "orrery_plane")
 		st, err := postgres.Open(ctx, dsn, postgres.WithSchema(schema), postgres.WithClockOffset(clock.Offset), postgres.WithMaxConns(8))
 		if err != nil {
 			t.Fatal(err)
@@ -80,31 +77,6 @@ func Open(t testing.TB, ctx context.Context, backend string, clock *Clock) store
 	}
 	t.Fatalf("backendtest: unknown backend %q", backend)
 	return nil
-}
-
-// freshSchema returns a schema name no other test (in this or another
-// process) uses, and drops the schema when t ends.
-func freshSchema(t testing.TB, dsn string) string {
-	t.Helper()
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	name := fmt.Sprintf("orrery_plane_%d_%x", os.Getpid(), b)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-		}
-	})
-	return name
 }
 
 // ErrCrashed is what a crashed Handle answers.
