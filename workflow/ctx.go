@@ -145,6 +145,16 @@ func (c *Ctx) settle(typ, id string, attempt uint64, payload any) error {
 	return nil
 }
 
+// settleLater records a plain step's completion with the run's next
+// write (see runner.pending).
+func (c *Ctx) settleLater(id string, attempt uint64, p stepCompleted) error {
+	if err := c.r.later(event.StepCompleted, id, attempt, p); err != nil {
+		return c.halt(err)
+	}
+	c.inflight = nil
+	return nil
+}
+
 // retrying runs a step's attempts until one succeeds or the step fails for
 // good, from wherever its history left it: a recorded result is returned
 // as it is; a retry that was due is waited for until its recorded time;
@@ -152,6 +162,12 @@ func (c *Ctx) settle(typ, id string, attempt uint64, payload any) error {
 // (an effect: its intent is in the store's queue whatever happened to the
 // worker), in which case the same attempt is resumed and waited for.
 func (c *Ctx) retrying(id string, h *stepHist, o stepOptions, durable bool, try func(attempt uint64, resumed bool) attemptResult) ([]byte, error) {
+	settleOK := func(attempt uint64, p stepCompleted) error {
+		if durable {
+			return c.settle(event.StepCompleted, id, attempt, p)
+		}
+		return c.settleLater(id, attempt, p)
+	}
 	r := c.r
 	var attempt, failures uint64
 	var retryAt time.Time
@@ -191,7 +207,7 @@ func (c *Ctx) retrying(id string, h *stepHist, o stepOptions, durable bool, try 
 			if len(res.value) == 0 {
 				res.value = cborNull()
 			}
-			if err := c.settle(event.StepCompleted, id, attempt, stepCompleted{Value: res.value, Seq: res.seq}); err != nil {
+			if err := settleOK(attempt, stepCompleted{Value: res.value, Seq: res.seq}); err != nil {
 				return nil, err
 			}
 			return res.value, nil

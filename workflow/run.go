@@ -123,11 +123,17 @@ type runner struct {
 	observe func(Event)
 	replay  bool // Replay: answer recorded steps only, touch no store
 
-	h      *history
-	start  *startItem
-	items  []item
-	readTo uint64
-	kids   map[string]*childState
+	h *history
+	// pending are events built but not yet written: RunStarted and a plain
+	// step's StepCompleted, which ride with the run's next write (the next
+	// step's StepStarted, a wait, the end). A crash before that write
+	// loses them, and the step runs again as its next attempt: the
+	// at-least-once a step promises anyway, for one write fewer per step.
+	pending []event.Envelope
+	start   *startItem
+	items   []item
+	readTo  uint64
+	kids    map[string]*childState
 }
 
 func newRunner(st store.Store, ex actor.Executor, id string, lease store.Lease, poll time.Duration) *runner {
@@ -302,9 +308,34 @@ func (r *runner) event(ctx context.Context, typ, step string, attempt uint64, pa
 	return r.append(ctx, e)
 }
 
-// append appends events fenced by the run's lease, compare-and-swapped on
-// the head, so their runSeqs are gapless, and folds them into the history.
+// later builds one of the run's events and keeps it pending: the run's
+// next write carries it (see runner.pending).
+func (r *runner) later(typ, step string, attempt uint64, payload any) error {
+	e, err := r.envelope(typ, step, attempt, payload)
+	if err != nil {
+		return &stop{kind: stopError, cause: errorf("append", ErrInvalid, r.id, err)}
+	}
+	r.pending = append(r.pending, e)
+	return nil
+}
+
+// withPending is the pending events followed by evs, in a slice of its own.
+func (r *runner) withPending(evs []event.Envelope) []event.Envelope {
+	if len(r.pending) == 0 {
+		return evs
+	}
+	all := make([]event.Envelope, 0, len(r.pending)+len(evs))
+	return append(append(all, r.pending...), evs...)
+}
+
+// append appends the pending events and evs fenced by the run's lease,
+// compare-and-swapped on the head, so their runSeqs are gapless, and folds
+// them into the history.
 func (r *runner) append(ctx context.Context, evs ...event.Envelope) error {
+	evs = r.withPending(evs)
+	if len(evs) == 0 {
+		return nil
+	}
 	if err := r.writable(ctx); err != nil {
 		return err
 	}
@@ -313,6 +344,7 @@ func (r *runner) append(ctx context.Context, evs ...event.Envelope) error {
 	if err != nil {
 		return r.failed(ctx, "append", err)
 	}
+	r.pending = nil
 	return r.applyAppended(ctx, evs, res)
 }
 
@@ -349,12 +381,14 @@ func (r *runner) end(ctx context.Context, typ string, p runEnd) error {
 	if err := r.refresh(ctx); err != nil {
 		return r.failed(ctx, "end", err)
 	}
+	evs := r.withPending([]event.Envelope{e})
 	res, err := r.st.Commit(ctx, r.id, r.epoch, store.CommitBatch{ExpectedCursor: cursor, NewCursor: max(cursor, r.readTo),
-		ExpectedHead: r.h.head, Entries: []store.Record{e}})
+		ExpectedHead: r.h.head, Entries: evs})
 	if err != nil {
 		return r.failed(ctx, "end", err)
 	}
-	return r.applyAppended(ctx, []event.Envelope{e}, res.Appended)
+	r.pending = nil
+	return r.applyAppended(ctx, evs, res.Appended)
 }
 
 // finish is what follows a recorded end: the parent run (if any) is told,
@@ -534,6 +568,10 @@ type attemptRef struct {
 // inbox on every hint and at least every poll interval: hints only wake.
 func (r *runner) wait(c *Ctx, deadline time.Time, match func() (bool, error)) (timedOut bool, err error) {
 	ctx := c.ctx
+	// What is pending is written before any wait: a wait may be long.
+	if err := r.append(ctx); err != nil {
+		return false, c.halt(err)
+	}
 	for {
 		if err := r.writable(ctx); err != nil {
 			return false, c.halt(err)

@@ -614,7 +614,8 @@ func (r *runner) execute(ctx context.Context) *stop {
 		}
 	}
 	if !r.h.started {
-		if err := r.event(ctx, event.RunStarted, "", 1, runStart{Input: r.start.Input}); err != nil {
+		// RunStarted rides with the first step's StepStarted (or the end).
+		if err := r.later(event.RunStarted, "", 1, runStart{Input: r.start.Input}); err != nil {
 			return r.failed(ctx, "start", err)
 		}
 	}

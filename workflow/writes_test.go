@@ -1,0 +1,237 @@
+package workflow_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/workflow"
+)
+
+// writeLog is a store that counts the journal writes of one stream and can
+// refuse the next Append to it.
+type writeLog struct {
+	store.Store
+	stream string
+
+	mu       sync.Mutex
+	appends  [][]string // the event types of each Append to stream
+	commits  [][]string // the entry types of each Commit of stream
+	failNext bool
+	failed   int
+}
+
+func types(evs []store.Record) []string {
+	out := make([]string, len(evs))
+	for i := range evs {
+		out[i] = evs[i].EventType + ":" + evs[i].StepID
+	}
+	return out
+}
+
+func (l *writeLog) Append(ctx context.Context, stream string, evs []store.Record, o store.AppendOptions) ([]store.Appended, error) {
+	if stream == l.stream {
+		l.mu.Lock()
+		if l.failNext {
+			l.failNext = false
+			l.failed++
+			l.mu.Unlock()
+			return nil, errors.New("the test refuses this append")
+		}
+		l.appends = append(l.appends, types(evs))
+		l.mu.Unlock()
+	}
+	return l.Store.Append(ctx, stream, evs, o)
+}
+
+func (l *writeLog) Commit(ctx context.Context, world string, epoch uint64, b store.CommitBatch) (store.CommitResult, error) {
+	if world == l.stream {
+		l.mu.Lock()
+		l.commits = append(l.commits, types(b.Entries))
+		l.mu.Unlock()
+	}
+	return l.Store.Commit(ctx, world, epoch, b)
+}
+
+func (l *writeLog) snapshot() (appends, commits [][]string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([][]string(nil), l.appends...), append([][]string(nil), l.commits...)
+}
+
+// A plain step's StepCompleted rides with the run's next write: a
+// three-step run writes its stream in three appends and one commit (the
+// end), not eight writes, and every event is still recorded in order.
+func TestAStepsCompletionRidesWithTheNextWrite(t *testing.T) {
+	forEachBackend(t, 3, func(r *rig) error {
+		tl := newTally()
+		def := threeSteps(tl)
+		wfs, err := workflow.NewWorkflows(def)
+		if err != nil {
+			return err
+		}
+		log := &writeLog{Store: r.handle(), stream: "run-w"}
+		w, err := r.worker("w1", log, wfs, nil, nil)
+		if err != nil {
+			return err
+		}
+		defer w.Stop(r.ctx)
+		cl, err := r.client(wfs)
+		if err != nil {
+			return err
+		}
+		if err := def.Start(r.ctx, cl, "run-w", 1); err != nil {
+			return err
+		}
+		if _, err := def.Result(r.ctx, cl, "run-w"); err != nil {
+			return err
+		}
+		appends, commits := log.snapshot()
+		want := fmt.Sprint([][]string{
+			{"RunStarted:", "StepStarted:add"},
+			{"StepCompleted:add", "StepStarted:double"},
+			{"StepCompleted:double", "StepStarted:add#2"},
+		})
+		if got := fmt.Sprint(appends); got != want {
+			return fmt.Errorf("appends %s, want %s", got, want)
+		}
+		if got, want := fmt.Sprint(commits), fmt.Sprint([][]string{{"StepCompleted:add#2", "RunCompleted:"}}); got != want {
+			return fmt.Errorf("commits %s, want %s", got, want)
+		}
+		evs, err := r.stream("run-w")
+		if err != nil {
+			return err
+		}
+		return sameShapes(evs, []shape{
+			{event.RunStarted, "", 1},
+			{event.StepStarted, "add", 1}, {event.StepCompleted, "add", 1},
+			{event.StepStarted, "double", 1}, {event.StepCompleted, "double", 1},
+			{event.StepStarted, "add#2", 1}, {event.StepCompleted, "add#2", 1},
+			{event.RunCompleted, "", 1},
+		})
+	})
+}
+
+// While a step runs, the step before it is recorded as completed: its
+// completion was written with this step's StepStarted, before this step's
+// function was called.
+func TestTheStepBeforeARunningStepIsDurablyCompleted(t *testing.T) {
+	forEachBackend(t, 4, func(r *rig) error {
+		g := newGate(r.ex)
+		def := workflow.New("gated", 1, func(c *workflow.Ctx, in int) (int, error) {
+			if _, err := workflow.Step(c, "one", func(context.Context) (int, error) { return 1, nil }); err != nil {
+				return 0, err
+			}
+			return workflow.Step(c, "two", func(ctx context.Context) (int, error) { return 2, g.wait(ctx) })
+		})
+		wfs, err := workflow.NewWorkflows(def)
+		if err != nil {
+			return err
+		}
+		w, err := r.worker("w1", r.handle(), wfs, nil, nil)
+		if err != nil {
+			return err
+		}
+		defer w.Stop(r.ctx)
+		cl, err := r.client(wfs)
+		if err != nil {
+			return err
+		}
+		if err := def.Start(r.ctx, cl, "run-g", 0); err != nil {
+			return err
+		}
+		if err := r.waitFor("step two to run", 10*time.Second, func() (bool, error) { return g.entries() > 0, nil }); err != nil {
+			return err
+		}
+		evs, err := r.stream("run-g")
+		if err != nil {
+			return err
+		}
+		if err := sameShapes(evs, []shape{
+			{event.RunStarted, "", 1},
+			{event.StepStarted, "one", 1}, {event.StepCompleted, "one", 1},
+			{event.StepStarted, "two", 1},
+		}); err != nil {
+			return err
+		}
+		g.release()
+		_, err = def.Result(r.ctx, cl, "run-g")
+		return err
+	})
+}
+
+// A completion that was pending when its write failed is lost with it: the
+// run is taken up again from its history, where that step was in flight,
+// and runs it again as its next logical attempt (the at-least-once a step
+// promises), then completes.
+func TestALostPendingCompletionRerunsTheStepAsItsNextAttempt(t *testing.T) {
+	onMemstore(t, 5, func(r *rig) error {
+		tl := newTally()
+		log := &writeLog{Store: r.handle(), stream: "run-l"}
+		g := newGate(r.ex)
+		// The second append carries add's completion and double's start:
+		// refuse it once.
+		twice := workflow.New("three", 1, func(c *workflow.Ctx, in int) (int, error) {
+			a, err := workflow.Step(c, "add", func(context.Context) (int, error) {
+				if tl.inc("add") == 1 {
+					log.mu.Lock()
+					log.failNext = true
+					log.mu.Unlock()
+				}
+				return in + 1, nil
+			})
+			if err != nil {
+				return 0, err
+			}
+			b, err := workflow.Step(c, "double", func(ctx context.Context) (int, error) { tl.inc("double"); return a * 2, g.wait(ctx) })
+			if err != nil {
+				return 0, err
+			}
+			return workflow.Step(c, "add", func(context.Context) (int, error) { tl.inc("add#2"); return b + 1, nil })
+		})
+		wfs, err := workflow.NewWorkflows(twice)
+		if err != nil {
+			return err
+		}
+		w, err := r.worker("w1", log, wfs, nil, func(c *workflow.WorkerConfig) { c.RetryAfter = 50 * time.Millisecond })
+		if err != nil {
+			return err
+		}
+		defer w.Stop(r.ctx)
+		cl, err := r.client(wfs)
+		if err != nil {
+			return err
+		}
+		if err := twice.Start(r.ctx, cl, "run-l", 5); err != nil {
+			return err
+		}
+		g.release()
+		got, err := twice.Result(r.ctx, cl, "run-l")
+		if err != nil {
+			return err
+		}
+		if got != 13 {
+			return fmt.Errorf("result %d, want 13", got)
+		}
+		if log.failed != 1 || tl.get("add") != 2 || tl.get("double") != 1 {
+			return fmt.Errorf("refused %d appends, add ran %d times, double %d; want 1, 2, 1", log.failed, tl.get("add"), tl.get("double"))
+		}
+		evs, err := r.stream("run-l")
+		if err != nil {
+			return err
+		}
+		return sameShapes(evs, []shape{
+			{event.RunStarted, "", 1},
+			{event.StepStarted, "add", 1},
+			{event.StepStarted, "add", 2}, {event.StepCompleted, "add", 2},
+			{event.StepStarted, "double", 1}, {event.StepCompleted, "double", 1},
+			{event.StepStarted, "add#2", 1}, {event.StepCompleted, "add#2", 1},
+			{event.RunCompleted, "", 1},
+		})
+	})
+}
