@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -132,8 +133,10 @@ func wrap(op, run string, err error) error {
 // run's world record is created and its start item enqueued under a fixed
 // dedupe key, so a repeated start finds the first one's item and is the
 // same run when the workflow, version and input agree (ErrConflict
-// otherwise). parent is told when the run ends.
-func startRun(ctx context.Context, st store.Store, def Workflow, runID string, input []byte, parent string) (created bool, err error) {
+// otherwise). parent is told when the run ends. A new run is handed to
+// the first of local (workers in this process) that takes it up;
+// otherwise a hint wakes every worker's scan.
+func startRun(ctx context.Context, st store.Store, def Workflow, runID string, input []byte, parent string, local []*Worker) (created bool, err error) {
 	const op = "start"
 	if err := store.CheckID(op, "run id", runID); err != nil {
 		return false, errorf(op, ErrInvalid, runID, err)
@@ -158,6 +161,11 @@ func startRun(ctx context.Context, st store.Store, def Workflow, runID string, i
 	_, dup, err := st.Enqueue(ctx, runID, store.InboxItem{Kind: ItemStart, Payload: b, DedupeKey: startKey})
 	switch {
 	case err == nil && !dup:
+		for _, w := range local {
+			if w.adopt(ctx, runID, def, nil, nil) {
+				return true, nil
+			}
+		}
 		// An assignment naming no worker restricts nothing: it only raises
 		// the hint that wakes the workers' scans.
 		_ = st.Assign(ctx, runID, store.Assignment{Reason: "workflow: started"}, nil)
@@ -214,7 +222,7 @@ func (c *Client) Start(ctx context.Context, def Workflow, runID string, in any) 
 	if err != nil {
 		return err
 	}
-	_, err = startRun(ctx, c.st, def, runID, b, "")
+	_, err = startRun(ctx, c.st, def, runID, b, "", c.workers)
 	return err
 }
 
@@ -238,7 +246,7 @@ func (c *Client) StartCBOR(ctx context.Context, name, runID string, input []byte
 		}
 		return false, err
 	}
-	return startRun(ctx, c.st, def, runID, b, "")
+	return startRun(ctx, c.st, def, runID, b, "", c.workers)
 }
 
 // Start is Client.Start with a typed input.
@@ -277,42 +285,69 @@ func (c *Client) run(ctx context.Context, op, runID string) (store.World, error)
 // on every status hint (or, with WithWorkers, when one of those workers
 // ends the run) and on a backoff on the executor's clock.
 func (c *Client) Result(ctx context.Context, runID string) ([]byte, error) {
-	if _, err := c.run(ctx, "result", runID); err != nil {
-		return nil, err
-	}
 	wake := c.ex.NewParker()
 	// Registered before the first read, so an end recorded after that read
-	// wakes this wait.
+	// wakes this wait. While one of the workers runs the run, its end (or
+	// its process stopping otherwise) is reported here: the store need not
+	// be read until then.
+	ew := &endWaiter{wake: wake}
+	liveHere := func() bool { return false }
 	if len(c.workers) > 0 {
-		for _, w := range c.workers {
-			defer w.onEnd(runID, wake)()
+		lives := make([]bool, len(c.workers))
+		for i, w := range c.workers {
+			live, stop := w.await(runID, ew)
+			defer stop()
+			lives[i] = live
+		}
+		// After the first wake the run may have been taken up again
+		// here: ask the workers, not the registration.
+		first := true
+		liveHere = func() bool {
+			if first {
+				first = false
+				return slices.Contains(lives, true)
+			}
+			return slices.ContainsFunc(c.workers, func(w *Worker) bool { return w.running(runID) })
 		}
 	} else if stopWatch, err := c.st.Watch(ctx, wake, store.TopicAssignments); err == nil {
 		defer stopWatch()
 	}
+	checked := false
 	var after uint64
 	delay := c.pollMin
 	for {
-		evs, err := c.st.Read(ctx, runID, after, 512)
-		if err != nil {
-			return nil, wrap("result", runID, err)
+		if e := ew.end.Load(); e != nil {
+			return outcome(runID, e)
 		}
-		for i := range evs {
-			after = evs[i].RunSeq
-			if endStatus(evs[i].EventType) != "" {
-				return outcome(runID, &evs[i])
+		wait := c.pollMax
+		if !liveHere() {
+			if !checked {
+				if _, err := c.run(ctx, "result", runID); err != nil {
+					return nil, err
+				}
+				checked = true
 			}
+			evs, err := c.st.Read(ctx, runID, after, 512)
+			if err != nil {
+				return nil, wrap("result", runID, err)
+			}
+			for i := range evs {
+				after = evs[i].RunSeq
+				if endStatus(evs[i].EventType) != "" {
+					return outcome(runID, &evs[i])
+				}
+			}
+			if len(evs) == 512 {
+				continue
+			}
+			wait, delay = delay, min(2*delay, c.pollMax)
 		}
-		if len(evs) == 512 {
-			continue
-		}
-		t := c.ex.AfterFunc(delay, wake.Unpark)
-		err = wake.Park(ctx)
+		t := c.ex.AfterFunc(wait, wake.Unpark)
+		err := wake.Park(ctx)
 		t.Stop()
 		if err != nil {
 			return nil, err
 		}
-		delay = min(2*delay, c.pollMax)
 	}
 }
 

@@ -122,6 +122,7 @@ type runner struct {
 	def     Workflow
 	observe func(Event)
 	replay  bool // Replay: answer recorded steps only, touch no store
+	fresh   *fresh // set when this worker started the run itself: nothing to read
 
 	h *history
 	// pending are events built but not yet written: RunStarted and a plain
@@ -196,9 +197,16 @@ func (r *runner) failed(ctx context.Context, op string, err error) *stop {
 
 // ---- reading ----
 
-// load reads the run's whole stream and inbox.
+// load reads the run's whole stream and inbox; a fresh run has neither
+// events nor any item but its start.
 func (r *runner) load(ctx context.Context) error {
 	r.h, r.items, r.readTo, r.start = newHistory(), nil, 0, nil
+	if f := r.fresh; f != nil {
+		r.start = &f.start
+		r.items = []item{{seq: f.seq, kind: ItemStart, dedupe: startKey, at: f.at, start: r.start}}
+		r.readTo = f.seq
+		return nil
+	}
 	var after uint64
 	for {
 		evs, err := r.st.Read(ctx, r.id, after, 512)
@@ -363,9 +371,9 @@ func (r *runner) applyAppended(ctx context.Context, evs []event.Envelope, res []
 }
 
 // end records the run's end (RunCompleted, RunFailed, RunCancelled) and,
-// in the same transaction, marks every inbox item read so far drained, so
-// the store's dedupe records of its signals, timers and receipts become
-// sweepable.
+// in the same transaction, marks every inbox item the run has read
+// drained, so the store's dedupe records of its signals, timers and
+// receipts become sweepable.
 func (r *runner) end(ctx context.Context, typ string, p runEnd) error {
 	e, err := r.envelope(typ, "", 1, p)
 	if err != nil {
@@ -374,12 +382,13 @@ func (r *runner) end(ctx context.Context, typ string, p runEnd) error {
 	if err := r.writable(ctx); err != nil {
 		return err
 	}
-	cursor, err := r.st.Cursor(ctx, r.id)
-	if err != nil {
-		return r.failed(ctx, "end", err)
-	}
-	if err := r.refresh(ctx); err != nil {
-		return r.failed(ctx, "end", err)
+	// Only a run's end moves its inbox cursor, so a run this worker
+	// started itself has it at 0.
+	var cursor uint64
+	if r.fresh == nil {
+		if cursor, err = r.st.Cursor(ctx, r.id); err != nil {
+			return r.failed(ctx, "end", err)
+		}
 	}
 	evs := r.withPending([]event.Envelope{e})
 	res, err := r.st.Commit(ctx, r.id, r.epoch, store.CommitBatch{ExpectedCursor: cursor, NewCursor: max(cursor, r.readTo),

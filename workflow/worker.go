@@ -88,15 +88,21 @@ type Worker struct {
 	backoff map[string]retry  // runs that stopped on an error: not before at
 	stopped bool
 
-	// endMu guards ends: the Results of in-process clients (WithWorkers)
-	// waiting for a run's end, woken when this worker has recorded it.
+	// endMu guards ends, the Results of in-process clients (WithWorkers)
+	// waiting for a run's end, and live, the runs whose process has not
+	// yet reported how it stopped: a waiter registered while its run is
+	// live is woken by that report, so it need not read the store before.
 	endMu sync.Mutex
 	ends  map[string][]*endWaiter
+	live  map[string]bool
 }
 
-// endWaiter is one waiting Result; a pointer, so that unregistering never
-// compares Wakers (whose dynamic types need not be comparable).
-type endWaiter struct{ wake store.Waker }
+// endWaiter is one waiting Result: woken when its run's process stops
+// here, with the run's end event when that is why.
+type endWaiter struct {
+	wake store.Waker
+	end  atomic.Pointer[event.Envelope]
+}
 
 // retry spaces the attempts at a run that keeps stopping on an error (a
 // store that refuses it, a history this worker cannot read).
@@ -128,7 +134,7 @@ func StartWorker(ctx context.Context, scope *actor.Scope, cfg WorkerConfig) (*Wo
 	}
 	w := &Worker{cfg: cfg, st: cfg.Store, ex: scope.Executor(), scope: sub,
 		runs: map[string]*heldRun{}, queued: map[string]bool{}, starts: map[string]uint64{}, backoff: map[string]retry{},
-		ends: map[string][]*endWaiter{}}
+		ends: map[string][]*endWaiter{}, live: map[string]bool{}}
 	w.park = w.ex.NewParker()
 	w.hint.Store(true)
 	if w.ctl, err = sub.Go("workflow-controller:"+cfg.Worker, w.control); err != nil {
@@ -434,19 +440,69 @@ func (w *Worker) take(ctx context.Context, id string, def Workflow) {
 	if err != nil {
 		return // held elsewhere, paused or archived meanwhile: not now
 	}
+	w.hold(id, def, lease, nil)
+}
+
+// fresh is what a worker knows of a run it has just started itself: its
+// stream is empty and its inbox holds only the start item, so the run
+// need not read either before its first step.
+type fresh struct {
+	start startItem
+	seq   uint64 // the start item's inbox seq
+	at    time.Time
+}
+
+// adopt takes up run id, just started in this process, at once instead of
+// at the next scan. It reports false, leaving the run to the scans, when
+// the worker does not run def's workflow at def's version, is full or is
+// stopping. With lease (the run's first, taken for this worker as it was
+// started) nothing is acquired and nothing is read.
+func (w *Worker) adopt(ctx context.Context, id string, def Workflow, lease *store.Lease, f *fresh) bool {
+	mine, ok := w.cfg.Workflows.Lookup(def.Name())
+	if !ok || mine.Version() != def.Version() {
+		return false
+	}
+	w.mu.Lock()
+	_, held := w.runs[id]
+	full := len(w.runs) >= w.cfg.MaxActiveRuns
+	stopped := w.stopped
+	w.mu.Unlock()
+	if held || full || stopped {
+		return false
+	}
+	if lease == nil {
+		l, err := w.st.Acquire(ctx, id, w.cfg.Worker, w.cfg.LeaseTTL)
+		if err != nil {
+			return false
+		}
+		lease, f = &l, nil
+	}
+	return w.hold(id, mine, *lease, f)
+}
+
+// hold starts the process of a run whose lease this worker holds.
+func (w *Worker) hold(id string, def Workflow, lease store.Lease, f *fresh) bool {
 	r := newRunner(w.st, w.ex, id, lease, w.cfg.PollEvery)
-	r.scope, r.def, r.observe = w.scope, def, w.cfg.Observe
+	r.scope, r.def, r.observe, r.fresh = w.scope, def, w.cfg.Observe, f
 	hr := &heldRun{r: r}
 	w.mu.Lock()
 	if w.stopped {
 		w.mu.Unlock()
-		return
+		return false
 	}
 	w.runs[id] = hr
 	w.mu.Unlock()
+	w.endMu.Lock()
+	w.live[id] = true
+	w.endMu.Unlock()
 	w.emit(Event{Kind: EvAcquired, Run: id, Epoch: lease.Epoch})
 	if _, err := w.scope.Go("workflow-run:"+id, func(ctx context.Context) error {
 		exit := w.runProcess(ctx, r)
+		var end *event.Envelope
+		if exit == nil || exit.kind == stopCancel {
+			end = r.h.terminal
+		}
+		w.report(id, end)
 		w.mu.Lock()
 		hr.done, hr.exit = true, exit
 		w.mu.Unlock()
@@ -458,7 +514,10 @@ func (w *Worker) take(ctx context.Context, id string, def Workflow) {
 		w.mu.Lock()
 		delete(w.runs, id)
 		w.mu.Unlock()
+		w.report(id, nil)
+		return false
 	}
+	return true
 }
 
 // runProcess is a run's process: it watches the run's inbox, runs the
@@ -480,10 +539,8 @@ func (w *Worker) runProcess(ctx context.Context, r *runner) *stop {
 	s := r.execute(ctx)
 	switch {
 	case s == nil:
-		w.ended(r.id)
 		r.emit(EvFinished, nil)
 	case s.kind == stopCancel:
-		w.ended(r.id)
 		r.emit(EvFinished, s)
 	case s.kind == stopPause:
 		r.emit(EvPaused, nil)
@@ -497,19 +554,20 @@ func (w *Worker) runProcess(ctx context.Context, r *runner) *stop {
 	return s
 }
 
-// onEnd registers wake to be woken once this worker has recorded the end
-// of run id; stop unregisters it. A hint only: the waiter reads the run's
-// stream to learn the end.
-func (w *Worker) onEnd(id string, wake store.Waker) (stop func()) {
-	e := &endWaiter{wake: wake}
+// await registers ew to be woken once run id's process stops on this
+// worker, and reports whether it is running here now: if so, that wake is
+// sure to come, with the run's end event when the run ended. stop
+// unregisters ew.
+func (w *Worker) await(id string, ew *endWaiter) (live bool, stop func()) {
 	w.endMu.Lock()
-	w.ends[id] = append(w.ends[id], e)
+	w.ends[id] = append(w.ends[id], ew)
+	live = w.live[id]
 	w.endMu.Unlock()
-	return func() {
+	return live, func() {
 		w.endMu.Lock()
 		defer w.endMu.Unlock()
 		ws := w.ends[id]
-		if i := slices.Index(ws, e); i >= 0 {
+		if i := slices.Index(ws, ew); i >= 0 {
 			ws = slices.Delete(ws, i, i+1)
 		}
 		if len(ws) == 0 {
@@ -520,12 +578,24 @@ func (w *Worker) onEnd(id string, wake store.Waker) (stop func()) {
 	}
 }
 
-// ended wakes the waiters of run id: its end is recorded.
-func (w *Worker) ended(id string) {
+// running reports whether run id's process runs on this worker.
+func (w *Worker) running(id string) bool {
 	w.endMu.Lock()
+	defer w.endMu.Unlock()
+	return w.live[id]
+}
+
+// report tells that run id's process stopped here, with the run's end
+// event when the run ended, to the waiters of its end.
+func (w *Worker) report(id string, end *event.Envelope) {
+	w.endMu.Lock()
+	delete(w.live, id)
 	ws := slices.Clone(w.ends[id])
 	w.endMu.Unlock()
 	for _, e := range ws {
+		if end != nil {
+			e.end.Store(end)
+		}
 		e.wake.Unpark()
 	}
 }

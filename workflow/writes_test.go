@@ -235,3 +235,47 @@ func TestALostPendingCompletionRerunsTheStepAsItsNextAttempt(t *testing.T) {
 		})
 	})
 }
+
+// A run started by a client given the worker (WithWorkers) is taken up by
+// that worker at once, not by a scan: with scans an hour apart, the run
+// still completes within a minute of the lab's virtual time, and no
+// assignment hint was written for it.
+func TestStartHandsTheRunToALocalWorker(t *testing.T) {
+	onMemstore(t, 6, func(r *rig) error {
+		def := threeSteps(newTally())
+		wfs, err := workflow.NewWorkflows(def)
+		if err != nil {
+			return err
+		}
+		w, err := r.worker("w1", r.handle(), wfs, nil, func(c *workflow.WorkerConfig) {
+			c.LeaseTTL, c.ScanEvery, c.HintGap = 3*time.Hour, time.Hour, time.Hour
+		})
+		if err != nil {
+			return err
+		}
+		defer w.Stop(r.ctx)
+		cl, err := workflow.NewClient(r.st, wfs, r.ex, workflow.WithWorkers(w))
+		if err != nil {
+			return err
+		}
+		// Past the worker's first scan, which runs at its start.
+		if err := r.advance(time.Second); err != nil {
+			return err
+		}
+		started := r.ex.Now()
+		if err := def.Start(r.ctx, cl, "run-a", 5); err != nil {
+			return err
+		}
+		got, err := def.Result(r.ctx, cl, "run-a")
+		if err != nil {
+			return err
+		}
+		if took := r.ex.Now().Sub(started); got != 13 || took > time.Minute {
+			return fmt.Errorf("result %d after %v, want 13 within a minute", got, took)
+		}
+		if _, ok, err := r.st.GetAssignment(r.ctx, "run-a"); err != nil || ok {
+			return fmt.Errorf("an assignment was written for the handed-over run (ok=%v, err=%v)", ok, err)
+		}
+		return nil
+	})
+}
