@@ -121,7 +121,7 @@ type runner struct {
 	scope   *actor.Scope // where step races run (nil for the operator)
 	def     Workflow
 	observe func(Event)
-	replay  bool // Replay: answer recorded steps only, touch no store
+	replay  bool   // Replay: answer recorded steps only, touch no store
 	fresh   *fresh // set when this worker started the run itself: nothing to read
 
 	h *history
