@@ -486,8 +486,10 @@ func (c *Client) control(ctx context.Context, runID, op, reason, dedupe string) 
 
 // Cancel cancels the run: its holder stops the step in flight (its context
 // ends; the attempt is recorded as StepSkipped) and records RunCancelled;
-// when nobody holds the run, the client records it itself. Cancelling a
-// cancelled run is a no-op; one that ended otherwise is ErrFinished.
+// when nobody holds the run, the client records it itself. The run's
+// children that have not ended are cancelled with it, before its end is
+// recorded (and theirs, in turn). Cancelling a cancelled run is a no-op;
+// one that ended otherwise is ErrFinished.
 func (c *Client) Cancel(ctx context.Context, runID, reason string) error {
 	const op = "cancel"
 	rec, err := c.run(ctx, op, runID)
@@ -500,16 +502,36 @@ func (c *Client) Cancel(ctx context.Context, runID, reason string) error {
 		}
 		return errorf(op, ErrFinished, runID, detail("the run "+rec.StatusReason))
 	}
-	if err := c.control(ctx, runID, opCancel, reason, ItemControl+":cancel"); err != nil {
-		return err
+	if err := store.CheckReason(op, reason); err != nil {
+		return errorf(op, ErrInvalid, runID, err)
 	}
-	if rec.Status == store.WorldPaused {
-		// A paused run cannot be held; it is made active to be ended.
-		if _, err := c.st.SetWorldStatus(ctx, runID, store.WorldActive, "workflow: cancelling"); err != nil && !errors.Is(err, store.ErrWorldArchived) {
-			return wrap(op, runID, err)
-		}
+	if err := requestCancel(ctx, c.st, runID, reason); err != nil {
+		return wrap(op, runID, err)
 	}
 	_, err = c.operate(ctx, op, runID)
+	return err
+}
+
+// requestCancel asks run runID to be cancelled: the request enters its
+// inbox (once: a second request is a duplicate), and a paused run, which
+// nobody may hold, is made active so that whoever takes it up ends it. A
+// run that has ended already is left as it is.
+func requestCancel(ctx context.Context, st store.Store, runID, reason string) error {
+	b, err := event.Marshal(controlItem{Op: opCancel, Reason: reason})
+	if err != nil {
+		return err
+	}
+	_, _, err = st.Enqueue(ctx, runID, store.InboxItem{Kind: ItemControl, Payload: b, DedupeKey: ItemControl + ":cancel"})
+	switch {
+	case errors.Is(err, store.ErrWorldArchived) || errors.Is(err, store.ErrWorldNotFound):
+		return nil
+	case err != nil:
+		return err
+	}
+	_, err = st.SetWorldStatus(ctx, runID, store.WorldActive, "workflow: cancelling")
+	if errors.Is(err, store.ErrWorldArchived) {
+		return nil
+	}
 	return err
 }
 

@@ -52,9 +52,19 @@
 //     once when its lease is lost, revoked or fenced. MaxActiveRuns bounds
 //     its runs; a run beyond it that never started gets RunQueued and
 //     starts when room frees up. A run that ends is archived with the end
-//     as its reason, so scans never see it again.
+//     as its reason, so scans never see it again. A run started by a
+//     client given the worker (WithWorkers) is handed to it at once, and
+//     a Result waiting on a run the worker runs gets the end from it
+//     without reading the store.
+//   - Writes: a run writes its stream at its durable points only. A plain
+//     step's StepCompleted (and RunStarted) rides with the run's next
+//     write, the next step's StepStarted or the end, so a three-step run
+//     is three appends and one commit. A crash between a step's return and
+//     that write re-runs the step as its next attempt, which a step's
+//     at-least-once contract allows.
 //   - Client: Start (idempotent by run id), Result, Get, List, Signal,
-//     Cancel, Pause, Resume. Pause sets the run's status to paused, which
+//     Cancel (which cancels the run's live children too), Pause, Resume.
+//     Pause sets the run's status to paused, which
 //     ends its lease at once; control requests that nobody holding the run
 //     could record are recorded by the client under a lease of its own, or
 //     caught up by the next holder, with the request's time as the event's

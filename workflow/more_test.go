@@ -381,3 +381,72 @@ func TestInvalidDefinitionsAndNames(t *testing.T) {
 		return sameShapes(evs, []shape{{event.RunStarted, "", 1}, {event.RunCompleted, "", 1}})
 	})
 }
+
+// Cancelling a run cancels its children that have not ended, down the
+// tree: a child waiting for its own child, and that grandchild (paused
+// meanwhile, so held by nobody), end cancelled, while a child that had
+// completed keeps its result.
+func TestCancellingAParentCancelsItsLiveChildren(t *testing.T) {
+	forEachBackend(t, 17, func(r *rig) error {
+		leaf := workflow.New("leaf", 1, func(c *workflow.Ctx, in int) (int, error) {
+			return workflow.Await[int](c, "never")
+		})
+		done := workflow.New("done", 1, func(c *workflow.Ctx, in int) (int, error) { return in, nil })
+		middle := workflow.New("middle", 1, func(c *workflow.Ctx, in int) (int, error) {
+			return workflow.Child(c, leaf, c.RunID()+"-leaf", in)
+		})
+		root := workflow.New("root", 1, func(c *workflow.Ctx, in int) (int, error) {
+			if _, err := workflow.Child(c, done, "done-kid", in); err != nil {
+				return 0, err
+			}
+			return workflow.Child(c, middle, "mid", in)
+		})
+		wfs, err := workflow.NewWorkflows(root, middle, leaf, done)
+		if err != nil {
+			return err
+		}
+		w, err := r.worker("w", r.handle(), wfs, nil, nil)
+		if err != nil {
+			return err
+		}
+		defer w.Stop(r.ctx)
+		cl, err := r.client(wfs)
+		if err != nil {
+			return err
+		}
+		if err := root.Start(r.ctx, cl, "root", 7); err != nil {
+			return err
+		}
+		if err := r.waitFor("the leaf to await", 10*time.Second, func() (bool, error) {
+			evs, err := r.stream("mid-leaf")
+			return len(evs) == 2, err
+		}); err != nil {
+			return err
+		}
+		if err := cl.Pause(r.ctx, "mid-leaf", ""); err != nil {
+			return err
+		}
+		if err := r.waitFor("the leaf to pause", 10*time.Second, func() (bool, error) {
+			sum, err := cl.Get(r.ctx, "mid-leaf")
+			return sum.Status == workflow.StatusPaused, err
+		}); err != nil {
+			return err
+		}
+		if err := cl.Cancel(r.ctx, "root", "enough"); err != nil {
+			return err
+		}
+		for _, id := range []string{"root", "mid", "mid-leaf"} {
+			if _, err := cl.Result(r.ctx, id); !errors.Is(err, workflow.ErrCancelled) {
+				return fmt.Errorf("%s: %v, want cancelled", id, err)
+			}
+		}
+		if v, err := done.Result(r.ctx, cl, "done-kid"); err != nil || v != 7 {
+			return fmt.Errorf("the completed child: %d, %v", v, err)
+		}
+		sum, err := cl.Get(r.ctx, "mid")
+		if err != nil || sum.Error != "parent run root cancelled" {
+			return fmt.Errorf("the middle child's summary %+v, %v", sum, err)
+		}
+		return nil
+	})
+}

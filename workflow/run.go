@@ -536,6 +536,16 @@ func (r *runner) applyPlan(ctx context.Context, p controlPlan, inflight *attempt
 	}
 	switch {
 	case p.cancel != nil:
+		// A cancelled run's children that have not ended are cancelled
+		// too, before its own end is recorded: a crash in between asks
+		// them again, and the request is idempotent.
+		for _, st := range r.h.steps {
+			if st.kind == kindChild && !st.done() && st.first.Child != "" {
+				if err := requestCancel(ctx, r.st, st.first.Child, "parent run "+r.id+" cancelled"); err != nil {
+					return r.failed(ctx, "cancel", err)
+				}
+			}
+		}
 		if inflight != nil {
 			if err := r.event(ctx, event.StepSkipped, inflight.step, inflight.attempt, stepSkipped{Reason: "cancelled"}); err != nil {
 				return r.failed(ctx, "cancel", err)

@@ -218,12 +218,19 @@ func (w *Worker) control(ctx context.Context) error {
 		return nil // stopped
 	}
 	defer stopWatch()
-	var nextScan, lastHintScan time.Time
+	// A hint may be a status change that revoked a lease: renewing early
+	// finds out, so the holder stops without waiting for expiry. Every
+	// run's start and end raises such hints, though, and a renewal covers
+	// every held lease: early renewals are owed by hints and paid at most
+	// once per forceGap.
+	forceGap := max(w.cfg.HintGap, w.cfg.RenewMargin/4)
+	var nextScan, lastHintScan, lastForced time.Time
+	owed := false
 	for ctx.Err() == nil {
 		now := w.ex.Now()
 		w.reap()
 		hinted := w.hint.Swap(false)
-		scanNow, forceRenew := !now.Before(nextScan), false
+		scanNow := !now.Before(nextScan)
 		if hinted {
 			if at := lastHintScan.Add(w.cfg.HintGap); now.Before(at) {
 				w.hint.Store(true) // too soon after the last: kept for the gap's end
@@ -231,7 +238,7 @@ func (w *Worker) control(ctx context.Context) error {
 					nextScan = at
 				}
 			} else {
-				scanNow, forceRenew, lastHintScan = true, true, now
+				scanNow, owed, lastHintScan = true, true, now
 			}
 		}
 		if scanNow {
@@ -241,12 +248,17 @@ func (w *Worker) control(ctx context.Context) error {
 				nextScan = now.Add(w.cfg.ScanEvery)
 			}
 		}
-		// A hint may be a status change that revoked a lease: renewing at
-		// once finds out, so the holder stops without waiting for expiry.
-		nextRenew := w.renew(ctx, forceRenew)
+		force := owed && !now.Before(lastForced.Add(forceGap))
+		if force {
+			owed, lastForced = false, now
+		}
+		nextRenew := w.renew(ctx, force)
 		at := nextScan
 		if nextRenew.Before(at) {
 			at = nextRenew
+		}
+		if owed && lastForced.Add(forceGap).Before(at) {
+			at = lastForced.Add(forceGap)
 		}
 		if d := at.Sub(w.ex.Now()); d > 0 {
 			t := w.ex.AfterFunc(d, w.park.Unpark)
