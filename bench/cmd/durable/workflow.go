@@ -34,7 +34,7 @@ var (
 	// Runs beyond MaxActiveRuns wait in RunQueued; DBOS runs every
 	// workflow3 workflow at once, so the default admits all of them.
 	wfMaxActive = flag.Int("wf-max-active", 4096, "workflow: the worker's MaxActiveRuns")
-	wfHintGap   = flag.Duration("wf-hint-gap", 10*time.Millisecond, "workflow: the worker's HintGap (the least time between two hint-started scans; library default 100ms)")
+	wfHintGap   = flag.Duration("wf-hint-gap", 0, "workflow: the worker's HintGap (the least time between two hint-started scans; 0: the library default, 100ms)")
 	wfCalls     = flag.Bool("wf-calls", false, "workflow: print the count and mean time of each kind of store call at exit")
 	wfPollMax   = flag.Duration("wf-poll-max", time.Second, "workflow: the longest backoff between Client.Result's re-reads (WithPoll; library default 1s)")
 )
@@ -89,8 +89,12 @@ func runWorkflowAPI(ctx context.Context, st store.Store) {
 	// 2,000 workflow3 Results waiting, that was 1.76M reads and a timeout.
 	client, err := workflow.NewClient(st, wfs, sys.Executor(), workflow.WithPoll(time.Millisecond, *wfPollMax), workflow.WithWorkers(w))
 	must(err)
-	fmt.Printf("# %s settings: one workflow.Worker (MaxActiveRuns=%d, HintGap=%v, other WorkerConfig fields default), Client WithWorkers(the worker) and WithPoll(1ms, %v); Start = Client.Start, completion = Client.Result returns\n",
-		lib, *wfMaxActive, *wfHintGap, *wfPollMax)
+	gap := "default"
+	if *wfHintGap > 0 {
+		gap = wfHintGap.String()
+	}
+	fmt.Printf("# %s settings: one workflow.Worker (MaxActiveRuns=%d, HintGap=%s, other WorkerConfig fields default), Client WithWorkers(the worker) and WithPoll(1ms, %v); Start = Client.Start, completion = Client.Result returns\n",
+		lib, *wfMaxActive, gap, *wfPollMax)
 
 	// result waits for run id's output in a goroutine of its own, as
 	// DBOS's GetResult does, and records its latency from submitted.
