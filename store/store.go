@@ -227,7 +227,13 @@ type TimerSet struct {
 //     timer is skipped, not an error: the kernel may cancel a timer whose
 //     firing is still in its inbox);
 //  5. Snapshot, when set, is stored (as PutSnapshot, its height at most the
-//     new head).
+//     new head);
+//  6. Status, when set, moves the world from active to Status.Status with
+//     Status.Reason, as SetWorldStatus does (the store's time is recorded,
+//     the lease ends in the same transaction, the same hints are raised).
+//     It is how a workflow run records its end and leaves every worker's
+//     scan in one write. Only WorldPaused and WorldArchived may be asked
+//     (ErrInvalid otherwise): the fence proves the world active.
 //
 // The inbox items up to NewCursor count as drained (their dedupe keys
 // complete, see Dedupe). This one transaction is why the runtime plane contract's crash
@@ -241,6 +247,13 @@ type CommitBatch struct {
 	Timers         []TimerSet
 	CancelTimers   []string
 	Snapshot       *Snapshot
+	Status         *StatusChange
+}
+
+// StatusChange is a Commit's move of its world out of active.
+type StatusChange struct {
+	Status WorldStatus // WorldPaused or WorldArchived
+	Reason string
 }
 
 // CommitResult answers a Commit.
@@ -713,12 +726,40 @@ type World struct {
 	CreatedAt          time.Time
 }
 
+// SpawnSpec is a world to create with its first inbox items and,
+// optionally, its first lease (see Worlds.Spawn).
+type SpawnSpec struct {
+	Universe string
+	World    string
+	Items    []InboxItem   // Kind, Payload and DedupeKey are read
+	Holder   string        // empty: no lease is taken
+	TTL      time.Duration // the lease's; required with Holder
+}
+
+// Spawned answers a Spawn.
+type Spawned struct {
+	World World
+	Seqs  []uint64 // the items' seqs, in order
+	Lease Lease    // zero unless SpawnSpec.Holder was set
+}
+
 // Worlds manages world records.
 type Worlds interface {
 	// CreateWorld creates an active world, optionally seeded from a
 	// snapshot (its baseline; the head is the snapshot's height; its
 	// StateHash must not be empty). ErrWorldExists if the id is taken.
 	CreateWorld(ctx context.Context, universe, world string, seed *Snapshot) (World, error)
+	// Spawn creates an active world, enqueues its first inbox items and,
+	// when Holder is set, acquires its lease for Holder: one transaction,
+	// all of it or nothing. It is how a workflow run starts already held
+	// by the worker that will run it, in one write instead of three.
+	// ErrWorldExists (nothing written) when the id is taken, as for
+	// CreateWorld. Each item is checked as Enqueue checks it (CheckSpawn:
+	// store kinds and key namespaces refused, a dedupe key repeated among
+	// Items is ErrInvalid); they get seqs 1…n in order. The lease is the
+	// world's first (epoch 1), expiring TTL after the store's now. The
+	// hints are those the three separate calls would raise.
+	Spawn(ctx context.Context, s SpawnSpec) (Spawned, error)
 	// ForkWorld creates newWorld from src's snapshot at height, in one
 	// transaction: its baseline is that snapshot, its head is the height,
 	// its inbox is empty, lineage is recorded, and it has no effects,

@@ -355,8 +355,53 @@ func CheckCommit(op string, b *CommitBatch) error {
 			return err
 		}
 	}
+	if b.Status != nil {
+		if b.Status.Status != WorldPaused && b.Status.Status != WorldArchived {
+			return invalid(op, "status", "a commit may move its world to paused or archived, not %q", b.Status.Status)
+		}
+		if err := CheckReason(op, b.Status.Reason); err != nil {
+			return err
+		}
+	}
 	if b.Snapshot != nil {
 		return CheckSnapshot(op, *b.Snapshot)
+	}
+	return nil
+}
+
+// CheckSpawn checks a Spawn's spec: the ids, every item as Enqueue checks
+// it, no dedupe key twice among the items, and a TTL when a holder is
+// named.
+func CheckSpawn(op string, s SpawnSpec) error {
+	if err := CheckID(op, "universe", s.Universe); err != nil {
+		return err
+	}
+	if err := CheckID(op, "world", s.World); err != nil {
+		return err
+	}
+	if err := CheckBatch(op, "items", len(s.Items)); err != nil {
+		return err
+	}
+	keys := make(map[string]bool, len(s.Items))
+	for _, it := range s.Items {
+		if err := CheckIngress(op, it); err != nil {
+			return err
+		}
+		if it.DedupeKey != "" {
+			if keys[it.DedupeKey] {
+				return invalid(op, "dedupeKey", "%q is given to two items", it.DedupeKey)
+			}
+			keys[it.DedupeKey] = true
+		}
+	}
+	if s.Holder != "" {
+		if err := CheckID(op, "holder", s.Holder); err != nil {
+			return err
+		}
+		return CheckTTL(op, "ttl", s.TTL)
+	}
+	if s.TTL != 0 {
+		return invalid(op, "ttl", "a TTL without a holder")
 	}
 	return nil
 }

@@ -67,6 +67,16 @@ func (s *Store) commit(op, worldID string, epoch uint64, b *store.CommitBatch) (
 		}
 	}
 
+	var move statusMove
+	if b.Status != nil {
+		// The fence proved the world active, and CheckCommit allows only
+		// paused or archived: the move is decided here all the same, before
+		// anything is written.
+		if move, err = st.planStatus(op, w, b.Status.Status, b.Status.Reason); err != nil {
+			return store.CommitResult{}, err
+		}
+	}
+
 	// Nothing can fail from here on.
 	st.applyAppend(p, b.Entries, now)
 	res := store.CommitResult{Appended: p.out, Head: p.head}
@@ -90,6 +100,11 @@ func (s *Store) commit(op, worldID string, epoch uint64, b *store.CommitBatch) (
 	}
 	if b.Snapshot != nil {
 		st.applySnapshot(worldID, *b.Snapshot, writeSnap, now)
+	}
+	// Last, as CommitBatch orders it: the world leaves active and its
+	// lease ends with the cycle that recorded why.
+	if b.Status != nil {
+		st.applyStatus(move, now)
 	}
 	return res, nil
 }

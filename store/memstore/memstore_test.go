@@ -303,9 +303,24 @@ func TestWatchDeliversEveryHint(t *testing.T) {
 	must(err)
 	hinted(t, sig[store.TopicAssignments], "SetWorldStatus resuming")
 	quiet(t, sig[store.TopicLeases], "a resume (no lease to revoke)")
-	_, err = s.Acquire(bg, "w", "A", time.Minute)
+	l, err := s.Acquire(bg, "w", "A", time.Minute)
 	must(err)
 	hinted(t, sig[store.TopicLeases], "Acquire")
+	spawned := store.NewSignal()
+	stop, err := s.Watch(bg, spawned, store.TopicInbox("w2"))
+	must(err)
+	defer stop()
+	_, err = s.Spawn(bg, store.SpawnSpec{Universe: "u", World: "w2", Items: []store.InboxItem{{Kind: "start"}}, Holder: "A", TTL: time.Minute})
+	must(err)
+	hinted(t, spawned, "Spawn with items")
+	hinted(t, sig[store.TopicLeases], "Spawn with a holder")
+	_, err = s.Spawn(bg, store.SpawnSpec{Universe: "u", World: "w3"})
+	must(err)
+	quiet(t, sig[store.TopicLeases], "Spawn without a holder")
+	_, err = s.Commit(bg, "w", l.Epoch, store.CommitBatch{Status: &store.StatusChange{Status: store.WorldArchived, Reason: "done"}})
+	must(err)
+	hinted(t, sig[store.TopicAssignments], "a Commit that archived its world")
+	hinted(t, sig[store.TopicLeases], "a Commit that ended its lease")
 	for _, x := range sig {
 		quiet(t, x, "the last hinted call")
 	}
@@ -397,6 +412,7 @@ func TestOpsListsEveryHookedOperation(t *testing.T) {
 		func() { s.ActiveSnapshot(bg, "w") },
 		func() { s.Compact(bg, "w", e, 0) },
 		func() { s.ForkWorld(bg, "w", 1, "f") },
+		func() { s.Spawn(bg, store.SpawnSpec{Universe: "u", World: "s"}) },
 		func() { s.GetWorld(bg, "w") },
 		func() { s.ListWorlds(bg, "u", "") },
 		func() { s.SetWorldStatus(bg, "w", store.WorldActive, "") },
@@ -437,6 +453,14 @@ func FuzzAppend(f *testing.F) {
 // FuzzResolve fuzzes an operator's Resolve on the reference backend.
 func FuzzResolve(f *testing.F) {
 	storetest.FuzzResolve(f, func(t *testing.T) storetest.Harness {
+		s, clock := open(t)
+		return storetest.Harness{Store: s, Advance: clock.Advance}
+	})
+}
+
+// FuzzSpawn fuzzes Spawn's spec on the reference backend.
+func FuzzSpawn(f *testing.F) {
+	storetest.FuzzSpawn(f, func(t *testing.T) storetest.Harness {
 		s, clock := open(t)
 		return storetest.Harness{Store: s, Advance: clock.Advance}
 	})

@@ -82,6 +82,49 @@ func (s *Store) CreateWorld(ctx context.Context, universe, id string, seed *stor
 	return w.rec, nil
 }
 
+// Spawn implements store.Worlds: CreateWorld, Enqueue of each item and,
+// with a holder, Acquire, as one transaction. Everything is decided before
+// anything is written (the id, then the lease), so a refusal leaves the
+// store as it was.
+func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned, error) {
+	const op = "spawn"
+	if err := s.begin(ctx, op); err != nil {
+		return store.Spawned{}, err
+	}
+	defer s.end()
+	if err := store.CheckSpawn(op, spec); err != nil {
+		return store.Spawned{}, err
+	}
+	if err := s.st.claimWorldID(op, spec.World); err != nil {
+		return store.Spawned{}, err
+	}
+	now := s.now()
+	var lease store.Lease
+	if spec.Holder != "" {
+		// A world that did not exist has no assignment and was never
+		// leased: its first lease is epoch 1.
+		next, _, err := contract.Acquire(op, spec.World, spec.Holder, store.WorldActive, "", false, contract.LeaseRow{}, now, spec.TTL)
+		if err != nil {
+			return store.Spawned{}, err
+		}
+		lease = next
+	}
+
+	w := newWorld(store.World{ID: spec.World, Universe: spec.Universe, Status: store.WorldActive, CreatedAt: now})
+	s.st.worlds[spec.World] = w
+	out := store.Spawned{World: w.rec, Seqs: make([]uint64, len(spec.Items)), Lease: lease}
+	for i, it := range spec.Items {
+		// CheckSpawn refused a key given twice, so none of these is a dup.
+		out.Seqs[i], _ = s.st.enqueue(w, it.Kind, it.Payload, it.DedupeKey, now)
+	}
+	if spec.Holder != "" {
+		l := lease
+		s.st.leases[spec.World] = &l
+		s.st.notify(store.TopicLeases)
+	}
+	return out, nil
+}
+
 // claimWorldID checks that id is free: no world has it, and no free stream
 // of that id has events (a world's journal is its stream, written only
 // under its fence from its first event on).
@@ -193,20 +236,42 @@ func (s *Store) SetWorldStatus(ctx context.Context, id string, status store.Worl
 	if !ok {
 		return store.World{}, store.Errorf(op, store.ErrWorldNotFound, id, "")
 	}
-	noop, endLease, err := contract.Transition(op, id, w.rec.Status, status)
-	if err != nil || noop {
+	move, err := s.st.planStatus(op, w, status, reason)
+	if err != nil {
 		return w.rec, err
 	}
-	now := s.now()
-	// Leaving active ends the lease in this same transaction: its holder is
-	// fenced at once, and the epoch counter is kept, so the next Acquire
-	// after a resume is a higher epoch.
-	if l := s.st.leases[id]; endLease && l != nil && l.Holder != "" {
-		s.st.endLease(l, now)
-	}
-	w.rec.Status, w.rec.StatusReason, w.rec.StatusChangedAt = status, reason, now
-	s.st.notify(store.TopicAssignments)
+	s.st.applyStatus(move, s.now())
 	return w.rec, nil
+}
+
+// statusMove is a decided status change (contract.Transition), not yet
+// applied: SetWorldStatus and a Commit's Status decide before they write.
+type statusMove struct {
+	w              *world
+	to             store.WorldStatus
+	reason         string
+	noop, endLease bool
+}
+
+// planStatus decides w's move to status (mu held); it writes nothing.
+func (st *state) planStatus(op string, w *world, status store.WorldStatus, reason string) (statusMove, error) {
+	noop, endLease, err := contract.Transition(op, w.rec.ID, w.rec.Status, status)
+	return statusMove{w: w, to: status, reason: reason, noop: noop, endLease: endLease}, err
+}
+
+// applyStatus applies a decided move (mu held). Leaving active ends the
+// lease in this same transaction: its holder is fenced at once, and the
+// epoch counter is kept, so the next Acquire after a resume is a higher
+// epoch. The same status again keeps the recorded reason and time.
+func (st *state) applyStatus(m statusMove, now time.Time) {
+	if m.noop {
+		return
+	}
+	if l := st.leases[m.w.rec.ID]; m.endLease && l != nil && l.Holder != "" {
+		st.endLease(l, now)
+	}
+	m.w.rec.Status, m.w.rec.StatusReason, m.w.rec.StatusChangedAt = m.to, m.reason, now
+	st.notify(store.TopicAssignments)
 }
 
 // ---- watermarks ----

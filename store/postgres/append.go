@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -46,6 +47,17 @@ import (
 // of the same world starts the next transaction (see cutBatch), which
 // keeps every world's cycles in their order for the effect and timer
 // writes too.
+//
+// A Commit with a Status (a world's last cycle, or one that pauses it)
+// also changes its world's status as SetWorldStatus does: the checked path
+// locks that world's row FOR UPDATE before the lease rows (the lock order
+// of SetWorldStatus, and an Acquire, which holds the world row FOR KEY
+// SHARE, waits for it), contract.Transition decides on the status it read,
+// and the status and lease rows are written with the batch (queueStatus).
+// Requests are decided in batch order on one view, and a Commit that ends
+// its lease releases it in that view: an append of the same world later
+// in the batch meets a released lease and is ErrFenced, as it would be in
+// the next transaction.
 
 // batchTimeout bounds one group commit; no caller's context is used for
 // it, since one caller giving up must not fail the others.
@@ -139,6 +151,7 @@ type appendResult struct {
 	out                             []store.Appended
 	head                            uint64 // a Commit's head after it
 	published, scheduled, cancelled int
+	statusChanged, leaseEnded       bool // a Commit's Status: the hints it owes
 	err                             error
 }
 
@@ -149,6 +162,14 @@ type storedKey struct {
 	a         store.Appended
 	eventType string
 	sum       []byte // nil: unknown (compacted by schema version 1)
+}
+
+// statusMove is a Commit's decided status change.
+type statusMove struct {
+	to       store.WorldStatus
+	reason   string
+	endLease bool  // the world leaves active with a holder: its lease ends
+	now      int64 // the store's time it records
 }
 
 type streamRow struct {
@@ -176,6 +197,7 @@ type snapKey struct {
 type view struct {
 	speculative bool                         // fences, stored keys and world ids are assumed, not read
 	leases      map[string]contract.LeaseRow // fenced worlds' leases
+	statuses    map[string]store.WorldStatus // the statuses of worlds whose Commit asks for a new one
 	worlds      map[string]int64             // streams that are worlds -> their last inbox seq
 	heads       map[string]*streamRow
 	existing    map[streamKey]storedKey
@@ -201,6 +223,7 @@ type plan struct {
 	timers  []owned[store.TimerSet]
 	cancels []owned[string]
 	snaps   []owned[store.Snapshot]
+	moves   []owned[statusMove]
 }
 
 type owned[T any] struct {
@@ -232,9 +255,10 @@ func fencedWorld(r *appendReq) (string, bool) {
 	return "", false
 }
 
-// scope lists what reqs touch: the fenced worlds and the streams (both
-// sorted: the lock order), the idempotency keys and snapshots at stake.
-func scope(reqs []*appendReq) (fenceWorlds, streams, keyStreams, keyKeys, snapWorlds []string, snapHeights []int64) {
+// scope lists what reqs touch: the worlds whose status a Commit changes,
+// the fenced worlds and the streams (all sorted: the lock order), the
+// idempotency keys and snapshots at stake.
+func scope(reqs []*appendReq) (statusWorlds, fenceWorlds, streams, keyStreams, keyKeys, snapWorlds []string, snapHeights []int64) {
 	seenFence, seenStream := map[string]bool{}, map[string]bool{}
 	seenKey := map[streamKey]bool{}
 	for _, r := range reqs {
@@ -258,7 +282,12 @@ func scope(reqs []*appendReq) (fenceWorlds, streams, keyStreams, keyKeys, snapWo
 			snapWorlds = append(snapWorlds, r.stream)
 			snapHeights = append(snapHeights, int64(r.commit.b.Snapshot.Height))
 		}
+		// cutBatch keeps one Commit per world in a batch: no world twice.
+		if r.commit != nil && r.commit.b.Status != nil {
+			statusWorlds = append(statusWorlds, r.stream)
+		}
 	}
+	sort.Strings(statusWorlds)
 	sort.Strings(fenceWorlds)
 	sort.Strings(streams)
 	return
@@ -353,6 +382,19 @@ func decide(reqs []*appendReq, streams []string, v *view) *plan {
 				snap = &sn
 			}
 		}
+		var move *statusMove
+		if c != nil && c.b.Status != nil {
+			noop, endLease, err := contract.Transition(r.op, r.stream, v.statuses[r.stream], c.b.Status.Status)
+			if err != nil {
+				p.res[i].err = err
+				continue
+			}
+			if !noop {
+				// The fence passed, so the lease is held: leaving active ends it.
+				move = &statusMove{to: c.b.Status.Status, reason: c.b.Status.Reason,
+					endLease: endLease && v.leases[r.stream].Holder != "", now: toNS(v.now)}
+			}
+		}
 
 		// Decided: the request's writes join the plan.
 		for _, j := range mine {
@@ -393,6 +435,20 @@ func decide(reqs []*appendReq, streams []string, v *view) *plan {
 			p.snaps = append(p.snaps, owned[store.Snapshot]{i, r.stream, *snap})
 			if h := int64(snap.Height); st.baseline == nil || *st.baseline < h {
 				st.baseline, st.touched = &h, true
+			}
+		}
+		if move != nil {
+			p.moves = append(p.moves, owned[statusMove]{i, r.stream, *move})
+			p.res[i].statusChanged, p.res[i].leaseEnded = true, move.endLease
+			v.statuses[r.stream] = move.to
+			if move.endLease {
+				// What the rest of the batch sees of this world's lease.
+				l := v.leases[r.stream]
+				l.Holder = ""
+				if l.ExpiresAt.After(v.now) {
+					l.ExpiresAt = v.now
+				}
+				v.leases[r.stream] = l
 			}
 		}
 	}
@@ -484,8 +540,8 @@ func (s *Store) queueInserts(b *batch, p *plan) {
 	}, writeSQL, cs, seqs, ids, keys, types, emitted, steps, la, ea, plans, pv, payloads, s.off(), dw, lo, hi, sums)
 }
 
-// queueCycles queues the commits' intents, timers, cancellations and
-// snapshots on b, in the order a cycle applies them (a timer scheduled
+// queueCycles queues the commits' intents, timers, cancellations,
+// snapshots and status changes on b, in the order a cycle applies them (a timer scheduled
 // and cancelled by one cycle is gone), and the notifications of what they
 // may have changed.
 func (s *Store) queueCycles(b *batch, p *plan) {
@@ -558,6 +614,14 @@ func (s *Store) queueCycles(b *batch, p *plan) {
 			FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[]) AS u(w, h, s, sh)
 			ON CONFLICT (world, height) DO NOTHING`, ws, hs, sts, shs, s.off())
 	}
+	// Last, as a cycle applies it: the status, and the lease it ends.
+	for _, o := range p.moves {
+		for _, t := range queueStatus(b, o.world, o.v.to, o.v.reason, o.v.endLease, o.v.now) {
+			if !slices.Contains(topics, t) {
+				topics = append(topics, t)
+			}
+		}
+	}
 	if len(topics) > 0 {
 		b.queue(nil, `SELECT notify_topic(t) FROM unnest($1::text[]) AS t`, topics)
 	}
@@ -588,7 +652,7 @@ func (p *plan) answers() []appendResult {
 func (s *Store) appendChecked(reqs []*appendReq) ([]appendResult, map[string]*streamRow, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
-	fenceWorlds, streams, keyStreams, keyKeys, snapWorlds, snapHeights := scope(reqs)
+	statusWorlds, fenceWorlds, streams, keyStreams, keyKeys, snapWorlds, snapHeights := scope(reqs)
 	p, err := s.beginTx(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -599,12 +663,19 @@ func (s *Store) appendChecked(reqs []*appendReq) ([]appendResult, map[string]*st
 
 	// Round trip 1: locks and reads.
 	v := &view{
-		leases: map[string]contract.LeaseRow{}, worlds: map[string]int64{},
+		leases: map[string]contract.LeaseRow{}, statuses: map[string]store.WorldStatus{}, worlds: map[string]int64{},
 		heads: map[string]*streamRow{}, existing: map[streamKey]storedKey{}, snapshots: map[snapKey]string{},
 	}
 	var now int64
 	b := &batch{}
 	b.queue(nil, "BEGIN")
+	if len(statusWorlds) > 0 {
+		// Before the lease rows, as SetWorldStatus locks them.
+		b.queue(func(br pgx.BatchResults) error {
+			var w, st string
+			return scanEach(br, []any{&w, &st}, func() { v.statuses[w] = store.WorldStatus(st) })
+		}, `SELECT world, status FROM worlds WHERE world = ANY($1) ORDER BY world FOR UPDATE`, statusWorlds)
+	}
 	if len(fenceWorlds) > 0 {
 		b.queue(func(br pgx.BatchResults) error {
 			var w, holder string
@@ -804,7 +875,7 @@ func (s *Store) speculate(reqs []*appendReq) *speculation {
 			return nil
 		}
 	}
-	_, streams, keyStreams, keyKeys, _, _ := scope(reqs)
+	_, _, streams, keyStreams, keyKeys, _, _ := scope(reqs)
 	heads, ok := s.heads.lookup(streams)
 	if !ok {
 		return nil

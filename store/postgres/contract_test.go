@@ -278,3 +278,166 @@ func TestCommitsOfOneWorldInOneBatchCommitInOrder(t *testing.T) {
 		t.Fatalf("timers = %+v, %v; want none", ts, err)
 	}
 }
+
+// A batch that carries a Commit ending its world (Status archived), other
+// worlds' appends and cycles, and appends of the ending world before and
+// after its Commit, commits in one transaction and answers each request
+// by batch order: the append before the Commit lands, the Commit archives
+// the world and ends its lease, the one after it is ErrFenced and writes
+// nothing, and the other worlds are untouched by it.
+func TestStatusCommitFencesTheWorldsLaterAppendsInItsBatch(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, "", nil)
+	ew := leased(t, s, "w", "host").Epoch
+	ev := leased(t, s, "v", "host").Epoch
+	if _, _, err := s.Enqueue(bg, "w", store.InboxItem{Kind: "event"}); err != nil {
+		t.Fatal(err)
+	}
+	appendTo := func(world string, epoch uint64, key string) *appendReq {
+		r := newAppendReq(bg, "append", world, []store.Record{rec(key)})
+		r.opts = store.AppendOptions{Fence: &store.Fence{World: world, Epoch: epoch}}
+		return r
+	}
+	commit := func(world string, epoch uint64, b store.CommitBatch) *appendReq {
+		r := newAppendReq(bg, "commit", world, b.Entries)
+		r.head, r.commit = store.Head(b.ExpectedHead), &commitReq{epoch: epoch, b: &b}
+		return r
+	}
+	batch := []*appendReq{
+		appendTo("w", ew, "w-before"),
+		appendTo("v", ev, "v-1"),
+		commit("w", ew, store.CommitBatch{ExpectedCursor: 0, NewCursor: 1, ExpectedHead: 1, Entries: []store.Record{rec("w-last")},
+			Status: &store.StatusChange{Status: store.WorldArchived, Reason: "run completed"}}),
+		appendTo("w", ew, "w-after"),
+		commit("v", ev, store.CommitBatch{ExpectedHead: 1, Entries: []store.Record{rec("v-2")}}),
+		appendTo("v", ev, "v-3"),
+	}
+	if cutBatch(batch) != len(batch) {
+		t.Fatalf("cutBatch splits the batch at %d", cutBatch(batch))
+	}
+	before := s.Stats().AppendTransactions
+	s.runAppends(batch)
+	for _, r := range batch {
+		<-r.done
+	}
+	if got := s.Stats().AppendTransactions - before; got != 1 {
+		t.Fatalf("%d transactions, want 1", got)
+	}
+	for i, want := range []struct {
+		err    error
+		runSeq uint64
+	}{{nil, 1}, {nil, 1}, {nil, 2}, {store.ErrFenced, 0}, {nil, 2}, {nil, 3}} {
+		r := batch[i]
+		switch {
+		case want.err != nil:
+			if !errors.Is(r.res.err, want.err) {
+				t.Fatalf("request %d (%s %s): %v, want %v", i, r.op, r.stream, r.res.err, want.err)
+			}
+		case r.res.err != nil || len(r.res.out) != 1 || r.res.out[0].RunSeq != want.runSeq || r.res.out[0].Idempotent:
+			t.Fatalf("request %d (%s %s): %+v, %v; want new at %d", i, r.op, r.stream, r.res.out, r.res.err, want.runSeq)
+		}
+	}
+	if c := batch[2].res; !c.statusChanged || !c.leaseEnded {
+		t.Fatalf("the status Commit's result = %+v, want the status changed and the lease ended", c)
+	}
+	w, err := s.GetWorld(bg, "w")
+	if err != nil || w.Status != store.WorldArchived || w.StatusReason != "run completed" {
+		t.Fatalf("w = %+v, %v", w, err)
+	}
+	if l, _, err := s.GetLease(bg, "w"); err != nil || l.Holder != "" || l.Epoch != ew {
+		t.Fatalf("w's lease = %+v, %v; want released at %d", l, err, ew)
+	}
+	for _, j := range []struct{ world, want string }{{"w", "[ev-w-before ev-w-last]"}, {"v", "[ev-v-1 ev-v-2 ev-v-3]"}} {
+		world, want := j.world, j.want
+		evs, err := s.Read(bg, world, 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := make([]string, len(evs))
+		for i, e := range evs {
+			ids[i] = e.EventID
+		}
+		if got := fmt.Sprint(ids); got != want {
+			t.Fatalf("%s's journal = %s, want %s", world, got, want)
+		}
+	}
+	if v, err := s.GetWorld(bg, "v"); err != nil || v.Status != store.WorldActive {
+		t.Fatalf("v = %+v, %v", v, err)
+	}
+}
+
+// A Commit that archives its world races Acquires of another machine: no
+// acquisition ever lands between the status read and the write (the
+// Commit locks the world row, which an Acquire holds FOR KEY SHARE while
+// it decides), so the other machine only ever sees the lease held or the
+// world archived, never a lease on an archived world.
+func TestStatusCommitRacingAcquireNeverLeasesAnArchivedWorld(t *testing.T) {
+	t.Parallel()
+	a, b, _ := twoMachines(t)
+	const worlds = 16
+	epochs := make([]uint64, worlds)
+	for i := range worlds {
+		epochs[i] = leased(t, a, fmt.Sprint("w", i), "A").Epoch
+	}
+	var wg sync.WaitGroup
+	for i := range worlds {
+		world := fmt.Sprint("w", i)
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			if _, err := a.Commit(bg, world, epochs[i], store.CommitBatch{Entries: []store.Record{rec("last")},
+				Status: &store.StatusChange{Status: store.WorldArchived, Reason: "done"}}); err != nil {
+				t.Errorf("%s: Commit: %v", world, err)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for {
+				l, err := b.Acquire(bg, world, "B", time.Minute)
+				switch {
+				case errors.Is(err, store.ErrLeaseHeld):
+					continue
+				case errors.Is(err, store.ErrWorldArchived):
+					return
+				default:
+					t.Errorf("%s: Acquire = %+v, %v; want ErrLeaseHeld until ErrWorldArchived", world, l, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range worlds {
+		world := fmt.Sprint("w", i)
+		w, err := b.GetWorld(bg, world)
+		l, _, lerr := b.GetLease(bg, world)
+		if err != nil || lerr != nil || w.Status != store.WorldArchived || l.Holder != "" || l.Epoch != epochs[i] {
+			t.Fatalf("%s = %+v (%v), lease %+v (%v); want archived, released at %d", world, w, err, l, lerr, epochs[i])
+		}
+	}
+}
+
+// Spawn over a free stream with events, or over a world, fails whole on
+// PostgreSQL too: the failed create_world rolls the pipelined acquire and
+// items back with it.
+func TestSpawnIsOneTransaction(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, "", nil)
+	if _, err := s.Append(bg, "run-1", []store.Record{rec("a")}, store.AppendOptions{Kind: store.FreeStream}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Spawn(bg, store.SpawnSpec{Universe: "u", World: "run-1", Holder: "A", TTL: time.Minute,
+		Items: []store.InboxItem{{Kind: "start"}}})
+	if !errors.Is(err, store.ErrWorldExists) {
+		t.Fatalf("Spawn over a free stream with events: %v, want ErrWorldExists", err)
+	}
+	conn := rawConn(t, s.Schema())
+	var worlds, leases, items int
+	if err := conn.QueryRow(bg, `SELECT (SELECT count(*) FROM worlds), (SELECT count(*) FROM leases), (SELECT count(*) FROM inbox)`).
+		Scan(&worlds, &leases, &items); err != nil {
+		t.Fatal(err)
+	}
+	if worlds+leases+items != 0 {
+		t.Fatalf("a refused Spawn left %d worlds, %d leases, %d inbox items", worlds, leases, items)
+	}
+}

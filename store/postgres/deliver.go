@@ -348,6 +348,42 @@ var (
 			SELECT notify_topic('inbox:' || w) FROM unnest($6::text[]) AS w`
 )
 
+// deliverWrite is what deliverSQL writes: new inbox items, the worlds'
+// inbox counters (in world order), each queue's settled items and the
+// fabric records.
+type deliverWrite struct {
+	iw, ik, ikey []string                // new items: world, kind, dedupe key
+	is           []int64                 // seq
+	ip           [][]byte                // payload
+	ww           []string                // counters: world, in world order
+	wseq         []int64                 // the world's last seq
+	sh, sst      [len(settled)][]string  // settled items: hash, receipt status
+	sp           [len(settled)][][]byte  // receipt payload
+	sseq         [len(settled)][]int64   // inbox seq
+	srr          [len(settled)][]*string // the operator's reason (nil: a claimant settled)
+	fd, fm       []string                // fabric records: destination, message id
+	fseq         []int64                 // the delivery's seq
+}
+
+// item adds a new inbox item.
+func (d *deliverWrite) item(world string, seq int64, kind string, payload []byte, key string) {
+	d.iw, d.is, d.ik, d.ip, d.ikey = append(d.iw, world), append(d.is, seq), append(d.ik, kind), append(d.ip, payload), append(d.ikey, key)
+}
+
+// queue queues deliverSQL on b, at now, unless there is nothing to write.
+// It notifies the watchers of every world whose counter moved.
+func (d *deliverWrite) queue(b *batch, now int64) {
+	args := []any{d.iw, d.is, d.ik, d.ip, d.ikey, d.ww, d.wseq}
+	write := len(d.ww) > 0
+	for i := range settled {
+		args = append(args, d.sh[i], d.sseq[i], d.sst[i], d.sp[i], d.srr[i])
+		write = write || len(d.sh[i]) > 0
+	}
+	if write {
+		b.queue(nil, deliverSQL, append(args, d.fd, d.fm, d.fseq, now)...)
+	}
+}
+
 // deliveryTx runs reqs in one transaction of two round trips, like the
 // append committer's checked path:
 //
@@ -454,17 +490,7 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 
 	// Decide every request, in order.
 	res := make([]deliveryResult, len(reqs))
-	var (
-		iw, ik, ikey []string
-		is           []int64
-		ip           [][]byte
-		sh, sst      [len(settled)][]string  // settled items: hash, receipt status
-		sp           [len(settled)][][]byte  // receipt payload
-		sseq         [len(settled)][]int64   // inbox seq
-		srr          [len(settled)][]*string // the operator's reason (nil: a claimant settled)
-		fd, fm       []string
-		fseq         []int64
-	)
+	var d deliverWrite
 	// put assigns the next seq of w's inbox to a new item, unless key
 	// (when set) is already there.
 	put := func(w *worldRow, world, kind string, payload []byte, key string) (int64, bool) {
@@ -475,7 +501,7 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 		}
 		w.seq++
 		w.dirty = true
-		iw, is, ik, ip, ikey = append(iw, world), append(is, w.seq), append(ik, kind), append(ip, payload), append(ikey, key)
+		d.item(world, w.seq, kind, payload, key)
 		if key != "" {
 			keys[inboxKey{world, key}] = w.seq
 		}
@@ -509,7 +535,7 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 			}
 			seq, _ := put(w, r.world, store.KindFabric, r.payload, "")
 			sent[inboxKey{r.world, r.msg}] = seq
-			fd, fm, fseq = append(fd, r.world), append(fm, r.msg), append(fseq, seq)
+			d.fd, d.fm, d.fseq = append(d.fd, r.world), append(d.fm, r.msg), append(d.fseq, seq)
 			out.seq = uint64(seq)
 		case dComplete, dFire:
 			i := r.queue()
@@ -531,34 +557,24 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 			kind, payload, key := q.delivery(r.hash, row, r)
 			seq, dup := put(w, row.world, kind, payload, key)
 			row.state, row.inboxSeq = q.done, seq
-			sh[i], sst[i], sp[i], sseq[i] = append(sh[i], r.hash), append(sst[i], r.status), append(sp[i], r.payload), append(sseq[i], seq)
-			srr[i] = append(srr[i], r.by.OperatorReason())
+			d.sh[i], d.sst[i], d.sp[i], d.sseq[i] = append(d.sh[i], r.hash), append(d.sst[i], r.status), append(d.sp[i], r.payload), append(d.sseq[i], seq)
+			d.srr[i] = append(d.srr[i], r.by.OperatorReason())
 			out.seq, out.dup, out.world = uint64(seq), dup, row.world
 		}
 	}
 	// In world order: the counters' updates lock the rows already locked.
-	var ww []string
-	var wseq []int64
 	for w, row := range worlds {
 		if row.dirty {
-			ww = append(ww, w)
+			d.ww = append(d.ww, w)
 		}
 	}
-	sort.Strings(ww)
-	for _, w := range ww {
-		wseq = append(wseq, worlds[w].seq)
+	sort.Strings(d.ww)
+	for _, w := range d.ww {
+		d.wseq = append(d.wseq, worlds[w].seq)
 	}
 	// Round trip 2: write and commit.
 	b = &batch{}
-	args := []any{iw, is, ik, ip, ikey, ww, wseq}
-	write := len(ww) > 0
-	for i := range settled {
-		args = append(args, sh[i], sseq[i], sst[i], sp[i], srr[i])
-		write = write || len(sh[i]) > 0
-	}
-	if write {
-		b.queue(nil, deliverSQL, append(args, fd, fm, fseq, nowNS)...)
-	}
+	d.queue(b, nowNS)
 	b.queue(nil, "COMMIT")
 	if err := b.send(ctx, p); err != nil {
 		return nil, err

@@ -134,6 +134,12 @@ func (s *Store) commitCycle(ctx context.Context, op, world string, epoch uint64,
 	if res.Scheduled > 0 || res.Cancelled > 0 {
 		topics = append(topics, store.TopicTimers)
 	}
+	if r.res.statusChanged {
+		topics = append(topics, store.TopicAssignments)
+	}
+	if r.res.leaseEnded {
+		topics = append(topics, store.TopicLeases)
+	}
 	s.hint(topics...)
 	return res, nil
 }

@@ -36,26 +36,14 @@ func (s *Store) Acquire(ctx context.Context, world, worker string, ttl time.Dura
 	var out store.Lease
 	var wrote bool
 	err := s.retry(ctx, op, world, func() error {
-		var found, assigned, leased, written bool
-		var status, desired, holder string
-		var epoch, exp, now int64
-		if err := s.pool.QueryRow(ctx, `SELECT * FROM acquire($1, $2, $3, $4)`, world, worker, int64(ttl), s.off()).
-			Scan(&found, &status, &assigned, &desired, &leased, &holder, &epoch, &exp, &now, &written); err != nil {
+		var a acquired
+		if err := a.scan(s.pool.QueryRow(ctx, acquireSQL, world, worker, int64(ttl), s.off())); err != nil {
 			return err
 		}
-		if !found {
-			return store.Errorf(op, store.ErrWorldNotFound, world, "")
-		}
-		row := contract.LeaseRow{Found: leased, Holder: holder, Epoch: uint64(epoch), ExpiresAt: fromNS(exp)}
-		next, keep, err := contract.Acquire(op, world, worker, store.WorldStatus(status), desired, assigned, row, fromNS(now), ttl)
-		if (err != nil || keep) == written {
-			return errDisagree(op, world)
-		}
-		if err != nil {
-			return err
-		}
-		out, wrote = next, written
-		return nil
+		var err error
+		out, err = a.decide(op, world, worker, ttl)
+		wrote = a.written
+		return err
 	})
 	if err != nil {
 		return store.Lease{}, err
@@ -64,6 +52,36 @@ func (s *Store) Acquire(ctx context.Context, world, worker string, ttl time.Dura
 		s.hint(store.TopicLeases)
 	}
 	return out, nil
+}
+
+// acquireSQL calls the acquire function (Acquire, and Spawn's first
+// lease): $1 world, $2 worker, $3 ttl, $4 the clock's offset.
+const acquireSQL = `SELECT * FROM acquire($1, $2, $3, $4)`
+
+// acquired is what the acquire function answers: the rows it read under
+// lock and whether it wrote.
+type acquired struct {
+	found, assigned, leased, written bool
+	status, desired, holder          string
+	epoch, exp, now                  int64
+}
+
+func (a *acquired) scan(row pgx.Row) error {
+	return row.Scan(&a.found, &a.status, &a.assigned, &a.desired, &a.leased, &a.holder, &a.epoch, &a.exp, &a.now, &a.written)
+}
+
+// decide decides again with contract.Acquire on the rows the function
+// read, and refuses an answer on which the two disagree.
+func (a *acquired) decide(op, world, worker string, ttl time.Duration) (store.Lease, error) {
+	if !a.found {
+		return store.Lease{}, store.Errorf(op, store.ErrWorldNotFound, world, "")
+	}
+	row := contract.LeaseRow{Found: a.leased, Holder: a.holder, Epoch: uint64(a.epoch), ExpiresAt: fromNS(a.exp)}
+	next, keep, err := contract.Acquire(op, world, worker, store.WorldStatus(a.status), a.desired, a.assigned, row, fromNS(a.now), ttl)
+	if (err != nil || keep) == a.written {
+		return store.Lease{}, errDisagree(op, world)
+	}
+	return next, err
 }
 
 // Renew implements protocol B: RenewLeases with one ref.

@@ -34,13 +34,80 @@ func (s *Store) CreateWorld(ctx context.Context, universe, world string, seed *s
 	}
 	var created int64
 	err := s.retry(ctx, op, world, func() error {
-		return s.pool.QueryRow(ctx, `SELECT create_world($1, $2, $3, $4, $5, $6, $7)`,
-			universe, world, seed != nil, h, state, hash, s.off()).Scan(&created)
+		return s.pool.QueryRow(ctx, createWorldSQL, universe, world, seed != nil, h, state, hash, s.off()).Scan(&created)
 	})
 	if err != nil {
 		return store.World{}, err
 	}
 	return store.World{ID: world, Universe: universe, Status: store.WorldActive, CreatedAt: fromNS(created)}, nil
+}
+
+// createWorldSQL calls the create_world function (CreateWorld, Spawn): $1
+// universe, $2 world, $3 seeded, $4 the seed's height, $5 its state, $6
+// its hash, $7 the clock's offset. It answers the creation time.
+const createWorldSQL = `SELECT create_world($1, $2, $3, $4, $5, $6, $7)`
+
+// Spawn implements store.Worlds: CreateWorld, the first items and, with a
+// holder, Acquire in one transaction of two round trips. The first
+// creates the world (create_world: ErrWorldExists rolls it all back) and
+// takes the lease (the acquire function, on the world row this
+// transaction just inserted: no other transaction can see the world, so
+// none holds its lease row, and taking it after the stream row breaks no
+// lock order); Go decides the lease with contract.Acquire on what acquire
+// read. The second writes the items at seqs 1…n as a delivery writes them
+// (deliverSQL, which notifies the inbox's watchers) and commits.
+func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned, error) {
+	const op = "spawn"
+	if err := s.begin(ctx, op); err != nil {
+		return store.Spawned{}, err
+	}
+	if err := store.CheckSpawn(op, spec); err != nil {
+		return store.Spawned{}, err
+	}
+	var out store.Spawned
+	var created int64
+	var lease acquired
+	err := s.twoTrips(ctx, op, spec.World, func(b *batch) {
+		b.queue(func(br pgx.BatchResults) error { return br.QueryRow().Scan(&created) },
+			createWorldSQL, spec.Universe, spec.World, false, int64(0), []byte(nil), "", s.off())
+		if spec.Holder != "" {
+			b.queue(func(br pgx.BatchResults) error { return lease.scan(br.QueryRow()) },
+				acquireSQL, spec.World, spec.Holder, int64(spec.TTL), s.off())
+		}
+	}, func(b *batch) error {
+		out = store.Spawned{
+			World: store.World{ID: spec.World, Universe: spec.Universe, Status: store.WorldActive, CreatedAt: fromNS(created)},
+			Seqs:  make([]uint64, len(spec.Items)),
+		}
+		if spec.Holder != "" {
+			var err error
+			if out.Lease, err = lease.decide(op, spec.World, spec.Holder, spec.TTL); err != nil {
+				return err
+			}
+		}
+		// CheckSpawn refused a key given twice and the inbox is new, so
+		// every item is new.
+		var d deliverWrite
+		for i, it := range spec.Items {
+			d.item(spec.World, int64(i+1), it.Kind, it.Payload, it.DedupeKey)
+			out.Seqs[i] = uint64(i + 1)
+		}
+		if n := len(spec.Items); n > 0 {
+			d.ww, d.wseq = []string{spec.World}, []int64{int64(n)}
+		}
+		d.queue(b, created)
+		return nil
+	})
+	if err != nil {
+		return store.Spawned{}, err
+	}
+	if len(spec.Items) > 0 {
+		s.hint(store.TopicInbox(spec.World))
+	}
+	if spec.Holder != "" {
+		s.hint(store.TopicLeases)
+	}
+	return out, nil
 }
 
 // ForkWorld implements store.Worlds (see fork_world): one transaction,
@@ -168,16 +235,8 @@ func (s *Store) SetWorldStatus(ctx context.Context, world string, status store.W
 		}
 		changed = true
 		w.Status, w.StatusReason, w.StatusChangedAt = status, reason, fromNS(now)
-		b.queue(nil, `UPDATE worlds SET status = $2, status_reason = $3, status_changed_at_ns = $4 WHERE world = $1`,
-			world, string(status), reason, now)
-		topics := []string{store.TopicAssignments}
-		if endLease && held {
-			b.queue(nil, `UPDATE leases SET holder = '', expires_at_ns = least(expires_at_ns, $2) WHERE world = $1`, world, now)
-			topics = append(topics, store.TopicLeases)
-		} else {
-			held = false
-		}
-		b.queue(nil, `SELECT notify_topic(t) FROM unnest($1::text[]) AS t`, topics)
+		held = endLease && held
+		b.queue(nil, `SELECT notify_topic(t) FROM unnest($1::text[]) AS t`, queueStatus(b, world, status, reason, held, now))
 		return nil
 	})
 	if err != nil {
@@ -190,6 +249,21 @@ func (s *Store) SetWorldStatus(ctx context.Context, world string, status store.W
 		s.hint(store.TopicLeases)
 	}
 	return w, nil
+}
+
+// queueStatus queues a decided status change of world on b (SetWorldStatus,
+// and a Commit's Status): the world's row, and its lease's when the world
+// leaves active with a holder (released, epoch kept, expiry now if later).
+// Both rows must be locked already (FOR UPDATE the world's, before its
+// lease's). It returns the topics the change hints.
+func queueStatus(b *batch, world string, status store.WorldStatus, reason string, endLease bool, now int64) []string {
+	b.queue(nil, `UPDATE worlds SET status = $2, status_reason = $3, status_changed_at_ns = $4 WHERE world = $1`,
+		world, string(status), reason, now)
+	if !endLease {
+		return []string{store.TopicAssignments}
+	}
+	b.queue(nil, `UPDATE leases SET holder = '', expires_at_ns = least(expires_at_ns, $2) WHERE world = $1`, world, now)
+	return []string{store.TopicAssignments, store.TopicLeases}
 }
 
 // ---- snapshots ----

@@ -30,3 +30,11 @@ func FuzzResolve(f *testing.F) {
 		return storetest.Harness{Store: s, Advance: clock.Advance}
 	})
 }
+
+// FuzzSpawn fuzzes Spawn's spec on a real database file.
+func FuzzSpawn(f *testing.F) {
+	storetest.FuzzSpawn(f, func(t *testing.T) storetest.Harness {
+		s, clock, _ := openTemp(t)
+		return storetest.Harness{Store: s, Advance: clock.Advance}
+	})
+}

@@ -120,6 +120,45 @@ func TestCommitIsOneRequest(t *testing.T) {
 	}
 }
 
+// A Spawn (world, items and lease) is one request, and a Commit that
+// leaves active is still one: the status change rides in the cycle's
+// savepoint.
+func TestSpawnAndAStatusCommitAreOneRequestEach(t *testing.T) {
+	s, _, _ := openTemp(t)
+	oneRequest := func(what string, do func() error) {
+		t.Helper()
+		before := s.Stats()
+		if err := do(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		after := s.Stats()
+		if after.Requests-before.Requests != 1 || after.Transactions-before.Transactions != 1 {
+			t.Fatalf("%s took %d requests in %d transactions, want 1 in 1",
+				what, after.Requests-before.Requests, after.Transactions-before.Transactions)
+		}
+	}
+	var sp store.Spawned
+	oneRequest("Spawn", func() error {
+		var err error
+		sp, err = s.Spawn(bg, store.SpawnSpec{Universe: "u", World: "w1", Holder: "worker", TTL: time.Minute,
+			Items: []store.InboxItem{{Kind: "start", DedupeKey: "run"}, {Kind: "event"}}})
+		return err
+	})
+	if len(sp.Seqs) != 2 || sp.Seqs[1] != 2 || sp.Lease.Epoch != 1 {
+		t.Fatalf("Spawned = %+v", sp)
+	}
+	oneRequest("Commit with Status", func() error {
+		_, err := s.Commit(bg, "w1", sp.Lease.Epoch, store.CommitBatch{
+			NewCursor: 2, Entries: []store.Record{rec("a")},
+			Status: &store.StatusChange{Status: store.WorldArchived, Reason: "done"},
+		})
+		return err
+	})
+	if w, err := s.GetWorld(bg, "w1"); err != nil || w.Status != store.WorldArchived {
+		t.Fatalf("world after the commit = %+v, %v", w, err)
+	}
+}
+
 // RenewLeases and ReleaseLeases are one request (one transaction) each,
 // with one result per ref as the single call would answer it.
 func TestBulkLeaseCallsAreOneRequest(t *testing.T) {

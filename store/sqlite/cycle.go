@@ -8,8 +8,8 @@ import (
 
 // The world cycle's commit (store.CommitBatch): one request of the group
 // committer, hence one savepoint of the group's transaction, so the cursor,
-// the journal, the effect queue, the timers and the snapshot move together
-// or not at all. DrainToJournal, Publish, Schedule, CancelTimer and
+// the journal, the effect queue, the timers, the snapshot and the world's
+// status move together or not at all. DrainToJournal, Publish, Schedule, CancelTimer and
 // PutSnapshot are the same request with a partial batch, so each step has
 // exactly one implementation.
 
@@ -122,6 +122,13 @@ func (t *wtx) commit(op, world string, epoch uint64, b *store.CommitBatch, mode 
 		}
 		if _, err := t.exec(`INSERT INTO inbox_drains (world, upto, drained_at) VALUES (?, ?, ?)`,
 			world, int64(b.NewCursor), t.nowNS); err != nil {
+			return res, err
+		}
+	}
+	// Last, as CommitBatch orders it: the world leaves active with the
+	// cycle that recorded why, and its lease ends in this same request.
+	if b.Status != nil {
+		if err := t.setStatus(op, world, b.Status.Status, b.Status.Reason); err != nil {
 			return res, err
 		}
 	}

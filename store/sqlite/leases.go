@@ -39,38 +39,43 @@ func (s *Store) Acquire(ctx context.Context, world, worker string, ttl time.Dura
 	}
 	var out store.Lease
 	err := s.write(ctx, op, world, func(t *wtx) error {
-		found, status, l, err := t.worldLease(world)
-		if err != nil {
-			return err
-		}
-		if !found {
-			return store.Errorf(op, store.ErrWorldNotFound, world, "")
-		}
-		var desired string
-		assigned, err := t.queryRow(`SELECT desired_worker FROM assignments WHERE world = ?`, []any{world}, &desired)
-		if err != nil {
-			return err
-		}
-		next, keep, err := contract.Acquire(op, world, worker, status, desired, assigned, l, t.now, ttl)
-		if err != nil {
-			return err
-		}
-		out = next
-		if keep {
-			return nil
-		}
-		if _, err := t.exec(`INSERT INTO leases (world, holder, epoch, expires_at) VALUES (?, ?, ?, ?)
-			ON CONFLICT (world) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, expires_at = excluded.expires_at`,
-			world, next.Holder, int64(next.Epoch), next.ExpiresAt.UnixNano()); err != nil {
-			return err
-		}
-		t.notify(store.TopicLeases)
-		return nil
+		var err error
+		out, err = t.acquire(op, world, worker, ttl)
+		return err
 	})
 	if err != nil {
 		return store.Lease{}, err
 	}
 	return out, nil
+}
+
+// acquire takes the world's lease for worker inside the request, as
+// contract.Acquire decides on the world, its assignment and its lease
+// (Acquire, and Spawn's first lease).
+func (t *wtx) acquire(op, world, worker string, ttl time.Duration) (store.Lease, error) {
+	found, status, l, err := t.worldLease(world)
+	if err != nil {
+		return store.Lease{}, err
+	}
+	if !found {
+		return store.Lease{}, store.Errorf(op, store.ErrWorldNotFound, world, "")
+	}
+	var desired string
+	assigned, err := t.queryRow(`SELECT desired_worker FROM assignments WHERE world = ?`, []any{world}, &desired)
+	if err != nil {
+		return store.Lease{}, err
+	}
+	next, keep, err := contract.Acquire(op, world, worker, status, desired, assigned, l, t.now, ttl)
+	if err != nil || keep {
+		return next, err
+	}
+	if _, err := t.exec(`INSERT INTO leases (world, holder, epoch, expires_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (world) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, expires_at = excluded.expires_at`,
+		world, next.Holder, int64(next.Epoch), next.ExpiresAt.UnixNano()); err != nil {
+		return store.Lease{}, err
+	}
+	t.notify(store.TopicLeases)
+	return next, nil
 }
 
 // release gives one lease up inside the request, keeping its epoch and

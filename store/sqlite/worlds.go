@@ -96,40 +96,86 @@ func (s *Store) CreateWorld(ctx context.Context, universe, world string, seed *s
 	if err := store.CheckID(op, "universe", universe); err != nil {
 		return store.World{}, err
 	}
-	var seedCopy store.Snapshot
 	if seed != nil {
 		if err := store.CheckSnapshot(op, *seed); err != nil {
 			return store.World{}, err
 		}
-		seedCopy = *seed
+		seedCopy := *seed
+		seed = &seedCopy
 	}
 	var out store.World
 	err := s.write(ctx, op, world, func(t *wtx) error {
-		if err := t.claimWorldID(op, world); err != nil {
-			return err
-		}
-		var baseline any
-		if seed != nil {
-			baseline = int64(seedCopy.Height)
-		}
-		if _, err := t.exec(`INSERT INTO worlds (id, universe, status, created_at, baseline_height) VALUES (?, ?, 'active', ?, ?)`,
-			world, universe, t.nowNS, baseline); err != nil {
-			return err
-		}
-		if seed != nil {
-			if _, err := t.exec(`INSERT INTO snapshots (world, height, state, state_hash, created_at) VALUES (?, ?, ?, ?, ?)`,
-				world, int64(seedCopy.Height), seedCopy.State, seedCopy.StateHash, t.nowNS); err != nil {
-				return err
-			}
-			if err := t.seedHead(world, seedCopy.Height); err != nil {
-				return err
-			}
-		}
-		out = store.World{ID: world, Universe: universe, Status: store.WorldActive, CreatedAt: fromNS(t.nowNS)}
-		return nil
+		var err error
+		out, err = t.createWorld(op, universe, world, seed)
+		return err
 	})
 	if err != nil {
 		return store.World{}, err
+	}
+	return out, nil
+}
+
+// createWorld creates an active world inside the request, seeded when
+// seed is set (its World and CreatedAt are the new world's).
+func (t *wtx) createWorld(op, universe, world string, seed *store.Snapshot) (store.World, error) {
+	if err := t.claimWorldID(op, world); err != nil {
+		return store.World{}, err
+	}
+	var baseline any
+	if seed != nil {
+		baseline = int64(seed.Height)
+	}
+	if _, err := t.exec(`INSERT INTO worlds (id, universe, status, created_at, baseline_height) VALUES (?, ?, 'active', ?, ?)`,
+		world, universe, t.nowNS, baseline); err != nil {
+		return store.World{}, err
+	}
+	if seed != nil {
+		if _, err := t.exec(`INSERT INTO snapshots (world, height, state, state_hash, created_at) VALUES (?, ?, ?, ?, ?)`,
+			world, int64(seed.Height), seed.State, seed.StateHash, t.nowNS); err != nil {
+			return store.World{}, err
+		}
+		if err := t.seedHead(world, seed.Height); err != nil {
+			return store.World{}, err
+		}
+	}
+	return store.World{ID: world, Universe: universe, Status: store.WorldActive, CreatedAt: fromNS(t.nowNS)}, nil
+}
+
+// Spawn is CreateWorld, an Enqueue of each item and, with a holder,
+// Acquire, as one request: each step is the separate call's own code, and
+// a typed refusal of any rolls the request back whole (its savepoint).
+func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned, error) {
+	const op = "spawn"
+	if err := store.CheckSpawn(op, spec); err != nil {
+		return store.Spawned{}, err
+	}
+	var out store.Spawned
+	err := s.write(ctx, op, spec.World, func(t *wtx) error {
+		w, err := t.createWorld(op, spec.Universe, spec.World, nil)
+		if err != nil {
+			return err
+		}
+		out = store.Spawned{World: w, Seqs: make([]uint64, len(spec.Items))}
+		inbox, err := t.ingressWorld(op, spec.World)
+		if err != nil {
+			return err
+		}
+		for i, it := range spec.Items {
+			// CheckSpawn refused a key given twice and the inbox is new,
+			// so no item is a duplicate.
+			seq, _, err := t.enqueueInto(inbox, it.Kind, it.Payload, it.DedupeKey)
+			if err != nil {
+				return err
+			}
+			out.Seqs[i], inbox.last = seq, int64(seq)
+		}
+		if spec.Holder != "" {
+			out.Lease, err = t.acquire(op, spec.World, spec.Holder, spec.TTL)
+		}
+		return err
+	})
+	if err != nil {
+		return store.Spawned{}, err
 	}
 	return out, nil
 }
@@ -283,31 +329,8 @@ func (s *Store) SetWorldStatus(ctx context.Context, world string, status store.W
 	}
 	var out store.World
 	err := s.write(ctx, op, world, func(t *wtx) error {
-		from, err := t.worldStatus(op, world)
-		if err != nil {
+		if err := t.setStatus(op, world, status, reason); err != nil {
 			return err
-		}
-		noop, endLease, err := contract.Transition(op, world, from, status)
-		if err != nil {
-			return err
-		}
-		if !noop {
-			if _, err := t.exec(`UPDATE worlds SET status = ?, status_reason = ?, status_changed_at = ? WHERE id = ?`,
-				string(status), reason, t.nowNS, world); err != nil {
-				return err
-			}
-			t.notify(store.TopicAssignments)
-		}
-		if endLease {
-			res, err := t.exec(`UPDATE leases SET holder = '', expires_at = MIN(expires_at, ?) WHERE world = ? AND holder != ''`, t.nowNS, world)
-			if err != nil {
-				return err
-			}
-			if n, err := res.RowsAffected(); err != nil {
-				return err
-			} else if n > 0 {
-				t.notify(store.TopicLeases)
-			}
 		}
 		row, err := t.row(`SELECT `+worldCols+` FROM worlds WHERE id = ?`, world)
 		if err != nil {
@@ -320,4 +343,36 @@ func (s *Store) SetWorldStatus(ctx context.Context, world string, status store.W
 		return store.World{}, err
 	}
 	return out, nil
+}
+
+// setStatus moves world to status inside the request, as contract.Transition
+// decides (SetWorldStatus, and a Commit's Status). Leaving active releases
+// the lease in the same transaction, so its holder is fenced at once.
+func (t *wtx) setStatus(op, world string, status store.WorldStatus, reason string) error {
+	from, err := t.worldStatus(op, world)
+	if err != nil {
+		return err
+	}
+	noop, endLease, err := contract.Transition(op, world, from, status)
+	if err != nil || noop {
+		return err
+	}
+	if _, err := t.exec(`UPDATE worlds SET status = ?, status_reason = ?, status_changed_at = ? WHERE id = ?`,
+		string(status), reason, t.nowNS, world); err != nil {
+		return err
+	}
+	t.notify(store.TopicAssignments)
+	if !endLease {
+		return nil
+	}
+	res, err := t.exec(`UPDATE leases SET holder = '', expires_at = MIN(expires_at, ?) WHERE world = ? AND holder != ''`, t.nowNS, world)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n > 0 {
+		t.notify(store.TopicLeases)
+	}
+	return nil
 }

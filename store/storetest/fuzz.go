@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/orrery-run/orrery/store"
 )
@@ -44,6 +45,84 @@ func FuzzAppend(f *testing.F, open Factory) {
 		again, err := h.Store.Append(bg, stream, []store.Record{r}, freeOpts)
 		if err != nil || !again[0].Idempotent || again[0].RunSeq != got[0].RunSeq {
 			t.Fatalf("retry = %+v, %v; want idempotent at runSeq %d", again, err, got[0].RunSeq)
+		}
+	})
+}
+
+// FuzzSpawn fuzzes Spawn's spec: any spec either spawns the world exactly
+// as asked (its items at seqs 1…n byte for byte, its lease at epoch 1 when
+// a holder is named) or fails with a typed *store.Error of kind ErrInvalid
+// (ErrWorldExists for the taken id) and writes nothing; nothing panics.
+// The items are two, the second's fields fuzzed, so repeated keys and
+// reserved kinds and prefixes are reachable. Backends call it from a Fuzz
+// function with their factory.
+func FuzzSpawn(f *testing.F, open Factory) {
+	f.Add("u1", "new", "start", []byte("input"), "run-start", "event", []byte(nil), "k2", "A", int64(time.Minute))
+	f.Add("u1", "new", "start", []byte(nil), "", "event", []byte{0xff}, "", "", int64(0))
+	f.Add("u1", "taken", "start", []byte(nil), "k", "event", []byte(nil), "k2", "A", int64(time.Minute))
+	f.Add("u1", "new", "start", []byte(nil), "k", "event", []byte(nil), "k", "A", int64(time.Minute))
+	f.Add("u1", "new", "start", []byte(nil), "", store.KindReceipt, []byte(nil), "", "A", int64(time.Minute))
+	f.Add("u1", "new", "start", []byte(nil), "", "event", []byte(nil), store.TimerKeyPrefix+"h", "", int64(0))
+	f.Add("u1", "new", "start", []byte(nil), "", "event", []byte(nil), "", "A", int64(0))
+	f.Add("u1", "new", "start", []byte(nil), "", "event", []byte(nil), "", "", int64(time.Second))
+	f.Add("", "w\xff", "", []byte(nil), "k\x00", "", []byte(nil), "", "h\x00", int64(-1))
+	f.Fuzz(func(t *testing.T, universe, world, kind1 string, payload1 []byte, key1, kind2 string, payload2 []byte, key2, holder string, ttl int64) {
+		x := setup(t, open)
+		x.world("taken")
+		spec := store.SpawnSpec{Universe: universe, World: world, Holder: holder, TTL: time.Duration(ttl),
+			Items: []store.InboxItem{
+				{Kind: kind1, Payload: payload1, DedupeKey: key1},
+				{Kind: kind2, Payload: payload2, DedupeKey: key2},
+			}}
+		sp, err := x.s.Spawn(bg, spec)
+		if err != nil {
+			var se *store.Error
+			if !errors.As(err, &se) || !(errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrWorldExists) && world == "taken") {
+				t.Fatalf("Spawn(%+v) = %T %v, want ErrInvalid or, for the taken id, ErrWorldExists", spec, err, err)
+			}
+			// Only the taken world exists, in whatever universe the spec named.
+			for _, u := range []string{"u1", universe} {
+				ws, err := x.s.ListWorlds(bg, u, "")
+				must(t, err, "ListWorlds")
+				for _, w := range ws {
+					if w.ID != "taken" {
+						t.Fatalf("a refused Spawn created %+v", w)
+					}
+				}
+			}
+			if items := x.inbox("taken"); len(items) != 0 {
+				t.Fatalf("a refused Spawn enqueued %+v into the taken world", items)
+			}
+			if _, ok, _ := x.s.GetLease(bg, "taken"); ok {
+				t.Fatal("a refused Spawn leased the taken world")
+			}
+			return
+		}
+		if world == "taken" {
+			t.Fatal("Spawn over the taken id succeeded")
+		}
+		w, err := x.s.GetWorld(bg, world)
+		if err != nil || w.Universe != universe || w.Status != store.WorldActive {
+			t.Fatalf("GetWorld = %+v, %v", w, err)
+		}
+		items := x.inbox(world)
+		if len(items) != 2 || len(sp.Seqs) != 2 {
+			t.Fatalf("inbox %+v, seqs %v; want 2 items", items, sp.Seqs)
+		}
+		for i, it := range items {
+			want := spec.Items[i]
+			if it.Seq != uint64(i+1) || sp.Seqs[i] != it.Seq || it.Kind != want.Kind || !bytes.Equal(it.Payload, want.Payload) || it.DedupeKey != want.DedupeKey {
+				t.Fatalf("item %d = %+v, want %+v at seq %d", i, it, want, i+1)
+			}
+		}
+		l, ok, err := x.s.GetLease(bg, world)
+		switch {
+		case err != nil:
+			t.Fatalf("GetLease: %v", err)
+		case holder == "" && (ok || sp.Lease != store.Lease{}):
+			t.Fatalf("Spawn without a holder leased: %+v / %+v", l, sp.Lease)
+		case holder != "" && (!ok || l.Holder != holder || l.Epoch != 1 || sp.Lease.Epoch != 1 || !l.ExpiresAt.Equal(sp.Lease.ExpiresAt)):
+			t.Fatalf("lease = %+v (%v), Spawn answered %+v; want %s at epoch 1", l, ok, sp.Lease, holder)
 		}
 	})
 }

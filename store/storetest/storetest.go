@@ -135,6 +135,7 @@ func suite() []testCase {
 		resolveTests,
 		viewTests,
 		retentionTests,
+		spawnTests,
 		modelTests,
 	} {
 		all = append(all, group()...)

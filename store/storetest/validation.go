@@ -173,6 +173,24 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 			_, err := f.s.CreateWorld(bg, bad, "new", nil)
 			return err
 		})
+		add("Spawn world "+name, func() error {
+			_, err := f.s.Spawn(bg, store.SpawnSpec{Universe: universe, World: bad, Holder: "A", TTL: leaseTTL})
+			return err
+		})
+		add("Spawn universe "+name, func() error {
+			_, err := f.s.Spawn(bg, store.SpawnSpec{Universe: bad, World: "new", Holder: "A", TTL: leaseTTL})
+			return err
+		})
+		add("Spawn item kind "+name, func() error {
+			_, err := f.s.Spawn(bg, store.SpawnSpec{Universe: universe, World: "new", Items: []store.InboxItem{{Kind: "event"}, {Kind: bad}}})
+			return err
+		})
+		if bad != "" { // no holder is the empty holder
+			add("Spawn holder "+name, func() error {
+				_, err := f.s.Spawn(bg, store.SpawnSpec{Universe: universe, World: "new", Holder: bad, TTL: leaseTTL})
+				return err
+			})
+		}
 		add("ForkWorld new id "+name, func() error {
 			_, err := f.s.ForkWorld(bg, "w", 0, bad)
 			return err
@@ -297,6 +315,40 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 	})
 	add("SetWorldStatus unknown status", func() error {
 		_, err := f.s.SetWorldStatus(bg, "w", "fenced", "")
+		return err
+	})
+	add("Commit status active", func() error {
+		_, err := f.s.Commit(bg, "w", e, store.CommitBatch{ExpectedHead: 1, Status: &store.StatusChange{Status: store.WorldActive}})
+		return err
+	})
+	add("Commit status over-long reason", func() error {
+		_, err := f.s.Commit(bg, "w", e, store.CommitBatch{ExpectedHead: 1, Status: &store.StatusChange{Status: store.WorldArchived, Reason: longReason}})
+		return err
+	})
+	for _, c := range []struct {
+		what string
+		it   store.InboxItem
+	}{
+		{"reserved kind", store.InboxItem{Kind: store.KindReceipt}},
+		{"reserved key prefix", store.InboxItem{Kind: "event", DedupeKey: store.TimerKeyPrefix + "x"}},
+		{"payload over MaxPayloadBytes", store.InboxItem{Kind: "event", Payload: bigPayload}},
+	} {
+		add("Spawn item "+c.what, func() error {
+			_, err := f.s.Spawn(bg, store.SpawnSpec{Universe: universe, World: "new", Items: []store.InboxItem{c.it}})
+			return err
+		})
+	}
+	add("Spawn repeated dedupe key", func() error {
+		_, err := f.s.Spawn(bg, store.SpawnSpec{Universe: universe, World: "new",
+			Items: []store.InboxItem{{Kind: "event", DedupeKey: "k"}, {Kind: "event", DedupeKey: "k"}}})
+		return err
+	})
+	add("Spawn holder without TTL", func() error {
+		_, err := f.s.Spawn(bg, store.SpawnSpec{Universe: universe, World: "new", Holder: "A"})
+		return err
+	})
+	add("Spawn TTL without holder", func() error {
+		_, err := f.s.Spawn(bg, store.SpawnSpec{Universe: universe, World: "new", TTL: leaseTTL})
 		return err
 	})
 	add("Assign over-long reason", func() error {
