@@ -142,33 +142,52 @@ func startRun(ctx context.Context, st store.Store, def Workflow, runID string, i
 		return false, errorf(op, ErrInvalid, runID, err)
 	}
 	universe := Universe(def.Name())
-	if _, err := st.CreateWorld(ctx, universe, runID, nil); err != nil {
-		if !errors.Is(err, store.ErrWorldExists) {
-			return false, wrap(op, runID, err)
-		}
-		rec, err := st.GetWorld(ctx, runID)
-		if err != nil {
-			return false, wrap(op, runID, err)
-		}
-		if rec.Universe != universe {
-			return false, errorf(op, ErrConflict, runID, detail("the id is taken by a world of universe "+rec.Universe))
-		}
-	}
-	b, err := event.Marshal(startItem{Workflow: def.Name(), Version: def.Version(), Input: input, Parent: parent})
+	start := startItem{Workflow: def.Name(), Version: def.Version(), Input: input, Parent: parent}
+	b, err := event.Marshal(start)
 	if err != nil {
 		return false, errorf(op, ErrInvalid, runID, err)
 	}
-	_, dup, err := st.Enqueue(ctx, runID, store.InboxItem{Kind: ItemStart, Payload: b, DedupeKey: startKey})
+	item := store.InboxItem{Kind: ItemStart, Payload: b, DedupeKey: startKey}
+	// The run's world, its start item and, when a local worker will run
+	// it, that worker's lease: one write.
+	spec := store.SpawnSpec{Universe: universe, World: runID, Items: []store.InboxItem{item}}
+	var taker *Worker
+	for _, w := range local {
+		if w.room(def) {
+			taker, spec.Holder, spec.TTL = w, w.cfg.Worker, w.cfg.LeaseTTL
+			break
+		}
+	}
+	sp, err := st.Spawn(ctx, spec)
 	switch {
-	case err == nil && !dup:
-		for _, w := range local {
-			if w.adopt(ctx, runID, def, nil, nil) {
+	case err == nil:
+		if taker != nil {
+			f := &fresh{start: start, seq: sp.Seqs[0], at: sp.World.CreatedAt}
+			if taker.adopt(runID, def, sp.Lease, f) {
 				return true, nil
 			}
+			// The worker filled up or began stopping meanwhile: the
+			// lease goes back, for any worker's scan.
+			_ = st.Release(ctx, runID, taker.cfg.Worker, sp.Lease.Epoch)
 		}
-		// An assignment naming no worker restricts nothing: it only raises
-		// the hint that wakes the workers' scans.
-		_ = st.Assign(ctx, runID, store.Assignment{Reason: "workflow: started"}, nil)
+		hintStarted(ctx, st, runID)
+		return true, nil
+	case !errors.Is(err, store.ErrWorldExists):
+		return false, wrap(op, runID, err)
+	}
+	rec, err := st.GetWorld(ctx, runID)
+	if err != nil {
+		return false, wrap(op, runID, err)
+	}
+	if rec.Universe != universe {
+		return false, errorf(op, ErrConflict, runID, detail("the id is taken by a world of universe "+rec.Universe))
+	}
+	// The world exists: this is a repeated start, or one whose world was
+	// created without its start item (a store written before Spawn).
+	_, dup, err := st.Enqueue(ctx, runID, item)
+	switch {
+	case err == nil && !dup:
+		hintStarted(ctx, st, runID)
 		return true, nil
 	case err != nil && !errors.Is(err, store.ErrWorldArchived):
 		return false, wrap(op, runID, err)
@@ -181,6 +200,12 @@ func startRun(ctx context.Context, st store.Store, def Workflow, runID string, i
 		return false, errorf(op, ErrConflict, runID, detail("the run was started with another workflow, version or input"))
 	}
 	return false, nil
+}
+
+// hintStarted wakes every worker's scan: an assignment naming no worker
+// restricts nothing, and raises the hint.
+func hintStarted(ctx context.Context, st store.Store, runID string) {
+	_ = st.Assign(ctx, runID, store.Assignment{Reason: "workflow: started"}, nil)
 }
 
 // readStart reads a run's start item (nil if there is none yet).

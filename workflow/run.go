@@ -123,6 +123,15 @@ type runner struct {
 	observe func(Event)
 	replay  bool   // Replay: answer recorded steps only, touch no store
 	fresh   *fresh // set when this worker started the run itself: nothing to read
+	// inboxHint is set by the run's inbox hints and cleared by each read
+	// of the inbox; lastRead is when the inbox was last read. Between
+	// hints the inbox is re-read only every poll interval: a step's
+	// control watch and a wait cost no read while nothing arrives.
+	inboxHint atomic.Bool
+	lastRead  time.Time
+	// archived is set once the run's archiving is written (with its end,
+	// or by finish for a run found ended but still active).
+	archived bool
 
 	h *history
 	// pending are events built but not yet written: RunStarted and a plain
@@ -204,7 +213,7 @@ func (r *runner) load(ctx context.Context) error {
 	if f := r.fresh; f != nil {
 		r.start = &f.start
 		r.items = []item{{seq: f.seq, kind: ItemStart, dedupe: startKey, at: f.at, start: r.start}}
-		r.readTo = f.seq
+		r.readTo, r.lastRead = f.seq, r.ex.Now()
 		return nil
 	}
 	var after uint64
@@ -226,9 +235,29 @@ func (r *runner) load(ctx context.Context) error {
 	return r.refresh(ctx)
 }
 
+// inboxWaker is the run's inbox watch: it notes the hint and wakes the
+// run.
+type inboxWaker struct{ r *runner }
+
+func (w inboxWaker) Unpark() {
+	w.r.inboxHint.Store(true)
+	w.r.park.Unpark()
+}
+
+// refreshDue re-reads the inbox when a hint came since the last read or
+// the poll interval has passed since (hints may be lost).
+func (r *runner) refreshDue(ctx context.Context) error {
+	if !r.inboxHint.Load() && r.ex.Now().Before(r.lastRead.Add(r.poll)) {
+		return nil
+	}
+	return r.refresh(ctx)
+}
+
 // refresh reads the inbox items that arrived since the last read. Items
 // never change once written, so the cache is only ever extended.
 func (r *runner) refresh(ctx context.Context) error {
+	r.inboxHint.Store(false)
+	r.lastRead = r.ex.Now()
 	for {
 		its, err := r.st.ReadInbox(ctx, r.id, r.readTo, 256)
 		if err != nil {
@@ -391,19 +420,25 @@ func (r *runner) end(ctx context.Context, typ string, p runEnd) error {
 		}
 	}
 	evs := r.withPending([]event.Envelope{e})
+	// The same commit archives the run with its end as the reason, which
+	// ends the lease and takes the run out of every worker's scan.
 	res, err := r.st.Commit(ctx, r.id, r.epoch, store.CommitBatch{ExpectedCursor: cursor, NewCursor: max(cursor, r.readTo),
-		ExpectedHead: r.h.head, Entries: evs})
+		ExpectedHead: r.h.head, Entries: evs,
+		Status: &store.StatusChange{Status: store.WorldArchived, Reason: string(endStatus(typ))}})
 	if err != nil {
 		return r.failed(ctx, "end", err)
 	}
-	r.pending = nil
+	r.pending, r.archived = nil, true
+	r.fenced.Store(true) // archiving ended the lease
 	return r.applyAppended(ctx, evs, res.Appended)
 }
 
 // finish is what follows a recorded end: the parent run (if any) is told,
-// and the run is archived with the end as its reason, which takes it out
-// of every worker's scan and ends its lease. Both are repeated by whoever
-// finds an ended run still active.
+// and the run is archived with the end as its reason (already done when
+// the end was written here), which takes it out of every worker's scan
+// and ends its lease. A parent that is not told (a crash right after the
+// end) still learns of it: it re-reads its children's streams on every
+// poll.
 func (r *runner) finish(ctx context.Context) error {
 	t := r.h.terminal
 	if r.start != nil && r.start.Parent != "" {
@@ -415,9 +450,13 @@ func (r *runner) finish(ctx context.Context) error {
 			return r.failed(ctx, "finish", err)
 		}
 	}
+	if r.archived {
+		return nil
+	}
 	if _, err := r.st.SetWorldStatus(ctx, r.id, store.WorldArchived, string(endStatus(t.EventType))); err != nil && !errors.Is(err, store.ErrWorldArchived) {
 		return r.failed(ctx, "finish", err)
 	}
+	r.archived = true
 	r.fenced.Store(true) // archiving ended the lease
 	return nil
 }
@@ -595,7 +634,7 @@ func (r *runner) wait(c *Ctx, deadline time.Time, match func() (bool, error)) (t
 		if err := r.writable(ctx); err != nil {
 			return false, c.halt(err)
 		}
-		if err := r.refresh(ctx); err != nil {
+		if err := r.refreshDue(ctx); err != nil {
 			return false, c.halt(r.failed(ctx, "read inbox", err))
 		}
 		if p := r.plan(); p.stops() || len(p.catchUp) > 0 {
@@ -636,7 +675,7 @@ func (r *runner) watchControl(ctx context.Context) (*controlPlan, error) {
 		if r.fenced.Load() {
 			return nil, r.writable(ctx)
 		}
-		if err := r.refresh(ctx); err != nil {
+		if err := r.refreshDue(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}

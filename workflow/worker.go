@@ -464,32 +464,28 @@ type fresh struct {
 	at    time.Time
 }
 
-// adopt takes up run id, just started in this process, at once instead of
-// at the next scan. It reports false, leaving the run to the scans, when
-// the worker does not run def's workflow at def's version, is full or is
-// stopping. With lease (the run's first, taken for this worker as it was
-// started) nothing is acquired and nothing is read.
-func (w *Worker) adopt(ctx context.Context, id string, def Workflow, lease *store.Lease, f *fresh) bool {
+// room reports whether the worker would adopt a new run of def now: it
+// runs def's workflow at def's version, has room and is not stopping.
+func (w *Worker) room(def Workflow) bool {
 	mine, ok := w.cfg.Workflows.Lookup(def.Name())
 	if !ok || mine.Version() != def.Version() {
 		return false
 	}
 	w.mu.Lock()
-	_, held := w.runs[id]
-	full := len(w.runs) >= w.cfg.MaxActiveRuns
-	stopped := w.stopped
-	w.mu.Unlock()
-	if held || full || stopped {
+	defer w.mu.Unlock()
+	return !w.stopped && len(w.runs) < w.cfg.MaxActiveRuns
+}
+
+// adopt takes up run id, just started in this process with its first
+// lease taken for this worker, at once instead of at the next scan, and
+// without reading anything (f). It reports false, and the caller gives
+// the lease back, when the worker no longer has room for it.
+func (w *Worker) adopt(id string, def Workflow, lease store.Lease, f *fresh) bool {
+	if !w.room(def) {
 		return false
 	}
-	if lease == nil {
-		l, err := w.st.Acquire(ctx, id, w.cfg.Worker, w.cfg.LeaseTTL)
-		if err != nil {
-			return false
-		}
-		lease, f = &l, nil
-	}
-	return w.hold(id, mine, *lease, f)
+	mine, _ := w.cfg.Workflows.Lookup(def.Name())
+	return w.hold(id, mine, lease, f)
 }
 
 // hold starts the process of a run whose lease this worker holds.
@@ -541,7 +537,7 @@ func (w *Worker) runProcess(ctx context.Context, r *runner) *stop {
 	if r.fenced.Load() {
 		cancel()
 	}
-	stopWatch, err := w.st.Watch(ctx, r.park, store.TopicInbox(r.id))
+	stopWatch, err := w.st.Watch(ctx, inboxWaker{r}, store.TopicInbox(r.id))
 	if err != nil {
 		s := r.failed(ctx, "watch", err)
 		r.emit(EvError, s)

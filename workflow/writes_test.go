@@ -24,6 +24,7 @@ type writeLog struct {
 	commits  [][]string // the entry types of each Commit of stream
 	failNext bool
 	failed   int
+	calls    []string // every recorded call on the stream's world, in order
 }
 
 func types(evs []store.Record) []string {
@@ -35,6 +36,7 @@ func types(evs []store.Record) []string {
 }
 
 func (l *writeLog) Append(ctx context.Context, stream string, evs []store.Record, o store.AppendOptions) ([]store.Appended, error) {
+	l.call(stream, "Append")
 	if stream == l.stream {
 		l.mu.Lock()
 		if l.failNext {
@@ -50,12 +52,81 @@ func (l *writeLog) Append(ctx context.Context, stream string, evs []store.Record
 }
 
 func (l *writeLog) Commit(ctx context.Context, world string, epoch uint64, b store.CommitBatch) (store.CommitResult, error) {
+	name := "Commit"
+	if b.Status != nil {
+		name += "+" + string(b.Status.Status)
+	}
+	l.call(world, name)
 	if world == l.stream {
 		l.mu.Lock()
 		l.commits = append(l.commits, types(b.Entries))
 		l.mu.Unlock()
 	}
 	return l.Store.Commit(ctx, world, epoch, b)
+}
+
+// The calls the log records by name, for the stream's world.
+func (l *writeLog) call(world, name string) {
+	if world == l.stream {
+		l.mu.Lock()
+		l.calls = append(l.calls, name)
+		l.mu.Unlock()
+	}
+}
+
+func (l *writeLog) Spawn(ctx context.Context, s store.SpawnSpec) (store.Spawned, error) {
+	l.call(s.World, "Spawn")
+	return l.Store.Spawn(ctx, s)
+}
+
+func (l *writeLog) CreateWorld(ctx context.Context, u, w string, seed *store.Snapshot) (store.World, error) {
+	l.call(w, "CreateWorld")
+	return l.Store.CreateWorld(ctx, u, w, seed)
+}
+
+func (l *writeLog) Enqueue(ctx context.Context, w string, it store.InboxItem) (uint64, bool, error) {
+	l.call(w, "Enqueue")
+	return l.Store.Enqueue(ctx, w, it)
+}
+
+func (l *writeLog) Acquire(ctx context.Context, w, worker string, ttl time.Duration) (store.Lease, error) {
+	l.call(w, "Acquire")
+	return l.Store.Acquire(ctx, w, worker, ttl)
+}
+
+func (l *writeLog) SetWorldStatus(ctx context.Context, w string, s store.WorldStatus, reason string) (store.World, error) {
+	l.call(w, "SetWorldStatus")
+	return l.Store.SetWorldStatus(ctx, w, s, reason)
+}
+
+func (l *writeLog) Assign(ctx context.Context, w string, a store.Assignment, by *store.Fence) error {
+	l.call(w, "Assign")
+	return l.Store.Assign(ctx, w, a, by)
+}
+
+func (l *writeLog) Read(ctx context.Context, stream string, after uint64, limit int) ([]store.Record, error) {
+	l.call(stream, "Read")
+	return l.Store.Read(ctx, stream, after, limit)
+}
+
+func (l *writeLog) ReadInbox(ctx context.Context, w string, after uint64, limit int) ([]store.InboxItem, error) {
+	l.call(w, "ReadInbox")
+	return l.Store.ReadInbox(ctx, w, after, limit)
+}
+
+func (l *writeLog) Cursor(ctx context.Context, w string) (uint64, error) {
+	l.call(w, "Cursor")
+	return l.Store.Cursor(ctx, w)
+}
+
+func (l *writeLog) GetWorld(ctx context.Context, w string) (store.World, error) {
+	l.call(w, "GetWorld")
+	return l.Store.GetWorld(ctx, w)
+}
+
+func (l *writeLog) GetLease(ctx context.Context, w string) (store.Lease, bool, error) {
+	l.call(w, "GetLease")
+	return l.Store.GetLease(ctx, w)
 }
 
 func (l *writeLog) snapshot() (appends, commits [][]string) {
@@ -275,6 +346,50 @@ func TestStartHandsTheRunToALocalWorker(t *testing.T) {
 		}
 		if _, ok, err := r.st.GetAssignment(r.ctx, "run-a"); err != nil || ok {
 			return fmt.Errorf("an assignment was written for the handed-over run (ok=%v, err=%v)", ok, err)
+		}
+		return nil
+	})
+}
+
+// A run started by a client given the worker costs the store five writes
+// and no read: one Spawn (the run's world, its start item and the
+// worker's lease), three appends (each step's start with the completion
+// before it) and one commit that records the end and archives the run;
+// the Result gets the end from the worker.
+func TestARunStartedInProcessIsFiveWritesAndNoRead(t *testing.T) {
+	forEachBackend(t, 7, func(r *rig) error {
+		def := threeSteps(newTally())
+		wfs, err := workflow.NewWorkflows(def)
+		if err != nil {
+			return err
+		}
+		log := &writeLog{Store: r.handle(), stream: "run-5"}
+		// No backstop re-read of the inbox within the test: a read would
+		// be one the run did not need.
+		w, err := r.worker("w1", log, wfs, nil, func(c *workflow.WorkerConfig) { c.PollEvery = time.Hour })
+		if err != nil {
+			return err
+		}
+		defer w.Stop(r.ctx)
+		cl, err := workflow.NewClient(log, wfs, r.ex, workflow.WithWorkers(w))
+		if err != nil {
+			return err
+		}
+		if err := def.Start(r.ctx, cl, "run-5", 5); err != nil {
+			return err
+		}
+		if got, err := def.Result(r.ctx, cl, "run-5"); err != nil || got != 13 {
+			return fmt.Errorf("result %d, %v", got, err)
+		}
+		log.mu.Lock()
+		got := fmt.Sprint(log.calls)
+		log.mu.Unlock()
+		if want := "[Spawn Append Append Append Commit+archived]"; got != want {
+			return fmt.Errorf("calls on the run %s, want %s", got, want)
+		}
+		rec, err := r.st.GetWorld(r.ctx, "run-5")
+		if err != nil || rec.Status != store.WorldArchived || rec.StatusReason != string(workflow.StatusCompleted) {
+			return fmt.Errorf("the run's world %+v, %v: want archived as completed", rec, err)
 		}
 		return nil
 	})
