@@ -51,9 +51,10 @@ import (
 // A Commit with a Status (a world's last cycle, or one that pauses it)
 // also changes its world's status as SetWorldStatus does: the checked path
 // locks that world's row FOR UPDATE before the lease rows, and the lease
-// rows FOR UPDATE (the locks and lock order of SetWorldStatus; an Acquire,
-// which holds the world row FOR KEY SHARE, waits for it), contract.Transition decides on the status it read,
-// and the status and lease rows are written with the batch (queueStatus).
+// rows FOR UPDATE (the locks and lock order of SetWorldStatus; an
+// Acquire, which holds the world row FOR KEY SHARE, waits for it),
+// contract.Transition decides on the status it read, and the status and
+// lease rows are written with the batch (queueStatus).
 // Requests are decided in batch order on one view, and a Commit that ends
 // its lease releases it in that view: an append of the same world later
 // in the batch meets a released lease and is ErrFenced, as it would be in
@@ -541,9 +542,9 @@ func (s *Store) queueInserts(b *batch, p *plan) {
 }
 
 // queueCycles queues the commits' intents, timers, cancellations,
-// snapshots and status changes on b, in the order a cycle applies them (a timer scheduled
-// and cancelled by one cycle is gone), and the notifications of what they
-// may have changed.
+// snapshots and status changes on b, in the order a cycle applies them (a
+// timer scheduled and cancelled by one cycle is gone), and the
+// notifications of what they may have changed.
 func (s *Store) queueCycles(b *batch, p *plan) {
 	var topics []string
 	if n := len(p.intents); n > 0 {
