@@ -50,10 +50,11 @@ import (
 //
 // A Commit with a Status (a world's last cycle, or one that pauses it)
 // also changes its world's status as SetWorldStatus does: the checked path
-// locks that world's row FOR UPDATE before the lease rows (the lock order
-// of SetWorldStatus, and an Acquire, which holds the world row FOR KEY
-// SHARE, waits for it), contract.Transition decides on the status it read,
-// and the status and lease rows are written with the batch (queueStatus).
+// locks that world's row FOR UPDATE before the lease rows, and the lease
+// rows FOR UPDATE (the locks and lock order of SetWorldStatus; an
+// Acquire, which holds the world row FOR KEY SHARE, waits for it),
+// contract.Transition decides on the status it read, and the status and
+// lease rows are written with the batch (queueStatus).
 // Requests are decided in batch order on one view, and a Commit that ends
 // its lease releases it in that view: an append of the same world later
 // in the batch meets a released lease and is ErrFenced, as it would be in
@@ -541,9 +542,9 @@ func (s *Store) queueInserts(b *batch, p *plan) {
 }
 
 // queueCycles queues the commits' intents, timers, cancellations,
-// snapshots and status changes on b, in the order a cycle applies them (a timer scheduled
-// and cancelled by one cycle is gone), and the notifications of what they
-// may have changed.
+// snapshots and status changes on b, in the order a cycle applies them (a
+// timer scheduled and cancelled by one cycle is gone), and the
+// notifications of what they may have changed.
 func (s *Store) queueCycles(b *batch, p *plan) {
 	var topics []string
 	if n := len(p.intents); n > 0 {
@@ -677,6 +678,15 @@ func (s *Store) appendChecked(reqs []*appendReq) ([]appendResult, map[string]*st
 		}, `SELECT world, status FROM worlds WHERE world = ANY($1) ORDER BY world FOR UPDATE`, statusWorlds)
 	}
 	if len(fenceWorlds) > 0 {
+		// A batch that may end a lease takes its lease rows FOR UPDATE up
+		// front, as SetWorldStatus does: upgrading a shared lock at the
+		// write would deadlock with an append of that world holding it and
+		// waiting for the stream row this batch holds. (One statement keeps
+		// them in world order; such batches are rare: a run's last cycle.)
+		mode := "SHARE"
+		if len(statusWorlds) > 0 {
+			mode = "UPDATE"
+		}
 		b.queue(func(br pgx.BatchResults) error {
 			var w, holder string
 			var epoch, exp int64
@@ -684,7 +694,7 @@ func (s *Store) appendChecked(reqs []*appendReq) ([]appendResult, map[string]*st
 				v.leases[w] = contract.LeaseRow{Found: true, Holder: holder, Epoch: uint64(epoch), ExpiresAt: fromNS(exp)}
 			})
 		}, `SELECT world, epoch, holder, expires_at_ns FROM leases
-			WHERE world = ANY($1) ORDER BY world FOR SHARE`, fenceWorlds)
+			WHERE world = ANY($1) ORDER BY world FOR `+mode, fenceWorlds)
 	}
 	// Create the missing rows (an insert racing ours waits for it), then
 	// lock them all, in stream order. Locking writes no new row version,

@@ -39,6 +39,27 @@ func modelTests() []testCase {
 	}
 }
 
+// modelTick is the model's unit of time: every duration it generates is a
+// number of ticks, and every lease TTL, claim TTL and timer due offset a
+// whole number of ticks plus half a tick, so an expiry or due time always
+// sits half a tick away from any instant the advances reach. A backend
+// with a real clock (postgres: the server's) keeps moving with the wall
+// clock while a check runs, and the reference's manual clock does not: the
+// two agree on "expired" and "due" as long as a check's wall time stays
+// under half a tick. Five minutes is far beyond any check, however loaded
+// the machine (with half a second, one slow check once saw a timer due on
+// PostgreSQL and not in the reference).
+const modelTick = 10 * time.Minute
+
+// ticks converts tick counts to durations.
+func ticks(ns ...int) []time.Duration {
+	out := make([]time.Duration, len(ns))
+	for i, n := range ns {
+		out[i] = time.Duration(n) * modelTick
+	}
+	return out
+}
+
 // errKinds are the sentinels an answer is compared by.
 var errKinds = []error{
 	store.ErrLeaseHeld, store.ErrNotHolder, store.ErrStaleEpoch, store.ErrNotAssigned, store.ErrFenced,
@@ -258,7 +279,7 @@ func testModelJournalAndLeases(t *testing.T, open Factory) {
 		workers := l.names("worker", 3)
 		streams := append([]string{l.p + "run"}, worlds...)
 		keys := []string{"k0", "k1", "k2", "k3", "k4", "k5"}
-		ttls := []time.Duration{10*time.Second + 500*time.Millisecond, 30*time.Second + 500*time.Millisecond}
+		ttls := []time.Duration{10*modelTick + modelTick/2, 30*modelTick + modelTick/2}
 		l.createWorlds(worlds...)
 		maxEpoch := map[string]uint64{}
 		known := map[string]map[string]bool{} // idempotency keys stored, per stream
@@ -409,7 +430,7 @@ func testModelJournalAndLeases(t *testing.T, open Factory) {
 				}
 			},
 			"advance": func(rt *rapid.T) {
-				l.advance(rapid.SampledFrom([]time.Duration{time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second}).Draw(rt, "d"))
+				l.advance(rapid.SampledFrom(ticks(1, 2, 5, 10, 20, 40)).Draw(rt, "d"))
 			},
 		})
 	})
@@ -424,12 +445,13 @@ func (l *lockstep) compareLease(op string, s, r store.Lease) {
 
 // ---- inbox and effects ----
 
-const modelClaimTTL = 10*time.Second + 500*time.Millisecond
+const modelClaimTTL = 10*modelTick + modelTick/2
 
 // drainQueues empties the backend's global effect and timer queues at the
-// end of a check (see modelTests).
+// end of a check (see modelTests): past every claim and due time a check
+// generates, everything is claimable.
 func drainQueues(h Harness, worker string) {
-	h.Advance(time.Hour)
+	h.Advance(100 * modelTick)
 	_, _ = h.Store.ReapEffects(bg)
 	_, _ = h.Store.ReapTimers(bg)
 	for i := 0; i < 100; i++ {
@@ -452,12 +474,13 @@ func drainQueues(h Harness, worker string) {
 	}
 }
 
-// leaseAll has one worker lease every world for the whole check.
+// leaseAll has one worker lease every world for the whole check (the
+// longest TTL there is: thousands of ticks).
 func (l *lockstep) leaseAll(worlds []string) map[string]uint64 {
 	epochs := map[string]uint64{}
 	for _, w := range worlds {
-		s, serr := l.sut.Acquire(bg, w, l.p+"host", 700*time.Hour)
-		r, rerr := l.ref.Acquire(bg, w, l.p+"host", 700*time.Hour)
+		s, serr := l.sut.Acquire(bg, w, l.p+"host", store.MaxTTL)
+		r, rerr := l.ref.Acquire(bg, w, l.p+"host", store.MaxTTL)
 		if !l.both("Acquire", serr, rerr) {
 			l.rt.Fatalf("Acquire %s: %v", w, serr)
 		}
@@ -751,7 +774,7 @@ func testModelInboxAndEffects(t *testing.T, open Factory) {
 				}
 			},
 			"advance": func(rt *rapid.T) {
-				l.advance(rapid.SampledFrom([]time.Duration{time.Second, 5 * time.Second, 10 * time.Second, 20 * time.Second}).Draw(rt, "d"))
+				l.advance(rapid.SampledFrom(ticks(1, 5, 10, 20)).Draw(rt, "d"))
 			},
 		})
 	})
@@ -786,7 +809,7 @@ func testModelTimers(t *testing.T, open Factory) {
 				if cancelled[hash] {
 					return // whether a cancelled hash may be scheduled again is not pinned
 				}
-				offset := rapid.SampledFrom([]time.Duration{0, 3, 10, 20}).Draw(rt, "due in")*time.Second + 500*time.Millisecond
+				offset := rapid.SampledFrom(ticks(0, 3, 10, 20)).Draw(rt, "due in") + modelTick/2
 				sAt, rAt := l.at(offset)
 				e := epochs[w]
 				if rapid.IntRange(0, 5).Draw(rt, "stale epoch") == 0 {
@@ -877,7 +900,7 @@ func testModelTimers(t *testing.T, open Factory) {
 				}
 			},
 			"advance": func(rt *rapid.T) {
-				l.advance(rapid.SampledFrom([]time.Duration{time.Second, 3 * time.Second, 10 * time.Second, 20 * time.Second}).Draw(rt, "d"))
+				l.advance(rapid.SampledFrom(ticks(1, 3, 10, 20)).Draw(rt, "d"))
 			},
 		})
 	})
