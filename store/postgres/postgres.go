@@ -72,6 +72,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-run/orrery/store"
@@ -213,6 +215,18 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	if _, ok := pc.ConnConfig.RuntimeParams["application_name"]; !ok {
 		pc.ConnConfig.RuntimeParams["application_name"] = "orrery"
 	}
+	// The listener keeps pgx's default: its waits end at once when
+	// cancelled, and a listener's connection is one anyway.
+	listen := pc.ConnConfig.Copy()
+	// By default pgx ends a query whose context is cancelled by breaking
+	// its connection, which the pool then replaces: a new server process
+	// per cancelled call. Callers cancel reads routinely (the loser of a
+	// race, a waiter that gave up), so a cancelled query is left
+	// cancelRequestDelay to finish, then cancelled by the server, and only
+	// past cancelDeadline is the connection broken.
+	pc.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, CancelRequestDelay: cancelRequestDelay, DeadlineDelay: cancelDeadline}
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, dbErr(op, "", err)
@@ -222,11 +236,19 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{cfg: cfg, pool: pool}
-	s.watch = newWatchHub(pc.ConnConfig, channelName(cfg.schema))
+	s.watch = newWatchHub(listen, channelName(cfg.schema))
 	s.appends = newCommitter(cfg.committers, cfg.maxBatch, s.runAppends)
 	s.deliveries = newCommitter(cfg.committers, cfg.maxBatch, s.runDeliveries)
 	return s, nil
 }
+
+// How a cancelled query ends (see Open): left to finish for
+// cancelRequestDelay, then cancelled by the server, and its connection
+// broken only past cancelDeadline.
+const (
+	cancelRequestDelay = 50 * time.Millisecond
+	cancelDeadline     = 2 * time.Second
+)
 
 // Close stops the committers (queued requests fail with ErrClosed), ends
 // every Watch, stops the listener and closes the pool. It is idempotent.

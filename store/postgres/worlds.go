@@ -101,6 +101,9 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 	if err != nil {
 		return store.Spawned{}, err
 	}
+	// The new world's stream is empty (create_world started it at 0): its
+	// first append may take the speculative path.
+	s.heads.remember(map[string]*streamRow{spec.World: {}})
 	if len(spec.Items) > 0 {
 		s.hint(store.TopicInbox(spec.World))
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/url"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"github.com/orrery-run/orrery/store/postgres"
 	"github.com/orrery-run/orrery/store/sqlite"
 )
+
+var pgConns = flag.Int("pg-conns", 0, "pg: the store's connection pool size (0: the store's default)")
 
 // pgDSN is the server's DSN (PEERS_PG_DSN, as the peers read it), in URL
 // form.
@@ -66,7 +69,12 @@ func openStore(ctx context.Context) (store.Store, func()) {
 		u, err := url.Parse(admin)
 		must(err)
 		u.Path = "/" + *pgDB
-		st, err := postgres.Open(ctx, u.String())
+		var opts []postgres.Option
+		if *pgConns > 0 {
+			opts = append(opts, postgres.WithMaxConns(*pgConns))
+			fmt.Printf("# %s pool: MaxConns=%d\n", lib, *pgConns)
+		}
+		st, err := postgres.Open(ctx, u.String(), opts...)
 		must(err)
 		return st, func() {
 			_ = st.Close()
