@@ -734,13 +734,22 @@ type SpawnSpec struct {
 	Items    []InboxItem   // Kind, Payload and DedupeKey are read
 	Holder   string        // empty: no lease is taken
 	TTL      time.Duration // the lease's; required with Holder
+	// Events, when set, open the world's journal: appended at heights
+	// 1…n in the same transaction, under the new lease (Holder is
+	// required), as a fenced Append with ExpectedHead 0 would append
+	// them. It is how a workflow run records its start and its first
+	// step's start in the write that creates it. They are checked as
+	// Append checks them; an idempotency key given twice among them is
+	// ErrInvalid.
+	Events []Record
 }
 
 // Spawned answers a Spawn.
 type Spawned struct {
-	World World
-	Seqs  []uint64 // the items' seqs, in order
-	Lease Lease    // zero unless SpawnSpec.Holder was set
+	World    World
+	Seqs     []uint64   // the items' seqs, in order
+	Lease    Lease      // zero unless SpawnSpec.Holder was set
+	Appended []Appended // one per event, in order (none is a duplicate)
 }
 
 // Worlds manages world records.

@@ -394,6 +394,16 @@ func CheckSpawn(op string, s SpawnSpec) error {
 			keys[it.DedupeKey] = true
 		}
 	}
+	if err := CheckRecords(op, s.Events); err != nil {
+		return err
+	}
+	ids := make(map[string]bool, len(s.Events))
+	for _, e := range s.Events {
+		if ids[e.IdempotencyKey] {
+			return invalid(op, "idempotencyKey", "%q is given to two events", e.IdempotencyKey)
+		}
+		ids[e.IdempotencyKey] = true
+	}
 	if s.Holder != "" {
 		if err := CheckID(op, "holder", s.Holder); err != nil {
 			return err
@@ -402,6 +412,9 @@ func CheckSpawn(op string, s SpawnSpec) error {
 	}
 	if s.TTL != 0 {
 		return invalid(op, "ttl", "a TTL without a holder")
+	}
+	if len(s.Events) > 0 {
+		return invalid(op, "events", "events without a holder: a world's journal is written under its lease")
 	}
 	return nil
 }
