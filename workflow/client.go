@@ -134,9 +134,10 @@ func wrap(op, run string, err error) error {
 // dedupe key, so a repeated start finds the first one's item and is the
 // same run when the workflow, version and input agree (ErrConflict
 // otherwise). parent is told when the run ends. A new run is handed to
-// the first of local (workers in this process) that takes it up;
-// otherwise a hint wakes every worker's scan.
-func startRun(ctx context.Context, st store.Store, def Workflow, runID string, input []byte, parent string, local []*Worker) (created bool, err error) {
+// the first of local (workers in this process, waited for through ex)
+// with room for it, which creates it with its first write; otherwise it
+// is created here and a hint wakes every worker's scan.
+func startRun(ctx context.Context, st store.Store, def Workflow, runID string, input []byte, parent string, local []*Worker, ex actor.Executor) (created bool, err error) {
 	const op = "start"
 	if err := store.CheckID(op, "run id", runID); err != nil {
 		return false, errorf(op, ErrInvalid, runID, err)
@@ -148,31 +149,36 @@ func startRun(ctx context.Context, st store.Store, def Workflow, runID string, i
 		return false, errorf(op, ErrInvalid, runID, err)
 	}
 	item := store.InboxItem{Kind: ItemStart, Payload: b, DedupeKey: startKey}
-	// The run's world, its start item and, when a local worker will run
-	// it, that worker's lease: one write.
 	spec := store.SpawnSpec{Universe: universe, World: runID, Items: []store.InboxItem{item}}
-	var taker *Worker
+	// A local worker with room takes the run before it exists: its first
+	// write creates it, with its first events, in one transaction.
 	for _, w := range local {
-		if w.room(def) {
-			taker, spec.Holder, spec.TTL = w, w.cfg.Worker, w.cfg.LeaseTTL
+		if ex == nil {
 			break
 		}
-	}
-	sp, err := st.Spawn(ctx, spec)
-	switch {
-	case err == nil:
-		if taker != nil {
-			f := &fresh{start: start, seq: sp.Seqs[0], at: sp.World.CreatedAt}
-			if taker.adopt(runID, def, sp.Lease, f) {
-				return true, nil
-			}
-			// The worker filled up or began stopping meanwhile: the
-			// lease goes back, for any worker's scan.
-			_ = st.Release(ctx, runID, taker.cfg.Worker, sp.Lease.Epoch)
+		sp := w.adopt(runID, def, spec, start, ex.NewParker())
+		if sp == nil {
+			continue
 		}
+		tried, err, waitErr := sp.wait(ctx)
+		switch {
+		case waitErr != nil:
+			return false, waitErr
+		case tried && err == nil:
+			return true, nil
+		case tried && !errors.Is(err, store.ErrWorldExists):
+			return false, wrap(op, runID, err)
+		}
+		// Taken (a repeated start), or the worker stopped the run before
+		// its first write: as without a worker.
+		break
+	}
+	// The run's world and its start item, in one write; a hint wakes the
+	// workers' scans.
+	if _, err = st.Spawn(ctx, spec); err == nil {
 		hintStarted(ctx, st, runID)
 		return true, nil
-	case !errors.Is(err, store.ErrWorldExists):
+	} else if !errors.Is(err, store.ErrWorldExists) {
 		return false, wrap(op, runID, err)
 	}
 	rec, err := st.GetWorld(ctx, runID)
@@ -236,6 +242,9 @@ func readStart(ctx context.Context, st store.Store, runID string) (*startItem, e
 // idempotent by run id, so the same id with the same workflow, version and
 // input is the same run, started once; anything else under that id is
 // ErrConflict. It returns once the run is durable; a worker runs it.
+// Given a worker in this process with room (WithWorkers), the run goes to
+// it before it exists: the function runs up to its first durable point,
+// whose write creates the run, and Start returns once that is written.
 func (c *Client) Start(ctx context.Context, def Workflow, runID string, in any) error {
 	if def == nil {
 		return errorf("start", ErrInvalid, runID, detail("a nil workflow"))
@@ -247,7 +256,7 @@ func (c *Client) Start(ctx context.Context, def Workflow, runID string, in any) 
 	if err != nil {
 		return err
 	}
-	_, err = startRun(ctx, c.st, def, runID, b, "", c.workers)
+	_, err = startRun(ctx, c.st, def, runID, b, "", c.workers, c.ex)
 	return err
 }
 
@@ -271,7 +280,7 @@ func (c *Client) StartCBOR(ctx context.Context, name, runID string, input []byte
 		}
 		return false, err
 	}
-	return startRun(ctx, c.st, def, runID, b, "", c.workers)
+	return startRun(ctx, c.st, def, runID, b, "", c.workers, c.ex)
 }
 
 // Start is Client.Start with a typed input.

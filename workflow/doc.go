@@ -53,15 +53,21 @@
 //     its runs; a run beyond it that never started gets RunQueued and
 //     starts when room frees up. A run that ends is archived with the end
 //     as its reason, so scans never see it again. A run started by a
-//     client given the worker (WithWorkers) is handed to it at once, and
-//     a Result waiting on a run the worker runs gets the end from it
+//     client given the worker (WithWorkers) is handed to it before it
+//     exists: the worker runs the function up to its first durable point,
+//     and that first write creates the run (store.Spawn: its world, its
+//     start item, the worker's lease, RunStarted and the first step's
+//     StepStarted, in one transaction); Start returns once it is written.
+//     A Result waiting on a run the worker runs gets the end from it
 //     without reading the store.
 //   - Writes: a run writes its stream at its durable points only. A plain
 //     step's StepCompleted (and RunStarted) rides with the run's next
-//     write, the next step's StepStarted or the end, so a three-step run
-//     is three appends and one commit. A crash between a step's return and
-//     that write re-runs the step as its next attempt, which a step's
-//     at-least-once contract allows.
+//     write, the next step's StepStarted or the end, and the end's commit
+//     archives the run, so a three-step run started in process is four
+//     writes: the Spawn, two appends and the end. A crash between a step's
+//     return and that write re-runs the step as its next attempt, which a
+//     step's at-least-once contract allows. A running step's control watch
+//     looks at the inbox at most every 20ms, so short steps cost no read.
 //   - Client: Start (idempotent by run id), Result, Get, List, Signal,
 //     Cancel (which cancels the run's live children too), Pause, Resume.
 //     Pause sets the run's status to paused, which

@@ -42,11 +42,12 @@ const (
 type stopKind uint8
 
 const (
-	stopFenced   stopKind = iota + 1 // the lease is gone: nothing more may be written
-	stopShutdown                     // the worker is stopping
-	stopPause                        // paused: recorded, status set
-	stopCancel                       // cancelled: recorded, the run ended
-	stopError                        // a store call or the history failed
+	stopFenced    stopKind = iota + 1 // the lease is gone: nothing more may be written
+	stopShutdown                      // the worker is stopping
+	stopPause                         // paused: recorded, status set
+	stopCancel                        // cancelled: recorded, the run ended
+	stopError                         // a store call or the history failed
+	stopUnspawned                     // the run's first write could not create it (see spawning)
 )
 
 func (k stopKind) String() string {
@@ -59,6 +60,8 @@ func (k stopKind) String() string {
 		return "paused"
 	case stopCancel:
 		return "cancelled"
+	case stopUnspawned:
+		return "not created"
 	}
 	return "error"
 }
@@ -129,6 +132,14 @@ type runner struct {
 	// control watch and a wait cost no read while nothing arrives.
 	inboxHint atomic.Bool
 	lastRead  time.Time
+	// lastControl is when a step's control watch last looked (see
+	// controlGrace).
+	lastControl time.Time
+	// spawn is set while the run does not exist yet: its first write
+	// creates it (the run's goroutine only); unspawned says so to the
+	// worker's controller, which renews no lease for it.
+	spawn     *spawning
+	unspawned atomic.Bool
 	// archived is set once the run's archiving is written (with its end,
 	// or by finish for a run found ended but still active).
 	archived bool
@@ -376,6 +387,9 @@ func (r *runner) append(ctx context.Context, evs ...event.Envelope) error {
 	if err := r.writable(ctx); err != nil {
 		return err
 	}
+	if r.spawn != nil {
+		return r.spawnWith(ctx, evs)
+	}
 	res, err := r.st.Append(ctx, r.id, evs, store.AppendOptions{Kind: store.WorldStream,
 		Fence: &store.Fence{World: r.id, Epoch: r.epoch}, ExpectedHead: store.Head(r.h.head)})
 	if err != nil {
@@ -383,6 +397,30 @@ func (r *runner) append(ctx context.Context, evs ...event.Envelope) error {
 	}
 	r.pending = nil
 	return r.applyAppended(ctx, evs, res)
+}
+
+// spawnWith is the first write of a run handed over before it existed:
+// one Spawn creates the run (world, start item, this worker's lease) with
+// evs as its first events. Its outcome goes to the waiting Start.
+func (r *runner) spawnWith(ctx context.Context, evs []event.Envelope) error {
+	sp := r.spawn
+	r.spawn = nil
+	spec := sp.spec
+	spec.Events = evs
+	got, err := r.st.Spawn(ctx, spec)
+	if err != nil {
+		sp.settle(true, err)
+		r.fenced.Store(true)
+		return &stop{kind: stopUnspawned, cause: err}
+	}
+	r.epoch = got.Lease.Epoch
+	r.expires.Store(got.Lease.ExpiresAt.UnixNano())
+	r.items[0].at = got.World.CreatedAt
+	r.unspawned.Store(false)
+	sp.settle(true, nil)
+	r.emit(EvAcquired, nil)
+	r.pending = nil
+	return r.applyAppended(ctx, evs, got.Appended)
 }
 
 func (r *runner) applyAppended(ctx context.Context, evs []event.Envelope, res []store.Appended) error {
@@ -410,6 +448,12 @@ func (r *runner) end(ctx context.Context, typ string, p runEnd) error {
 	}
 	if err := r.writable(ctx); err != nil {
 		return err
+	}
+	if r.spawn != nil {
+		// Ended before its first write: the run is created first.
+		if err := r.append(ctx); err != nil {
+			return err
+		}
 	}
 	// Only a run's end moves its inbox cursor, so a run this worker
 	// started itself has it at 0.
@@ -675,16 +719,24 @@ func (r *runner) watchControl(ctx context.Context) (*controlPlan, error) {
 		if r.fenced.Load() {
 			return nil, r.writable(ctx)
 		}
-		if err := r.refreshDue(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
+		// Within controlGrace of the last look a hint is only noted: a
+		// run of short steps then costs no read at all.
+		d := r.poll
+		if left := controlGrace - r.ex.Now().Sub(r.lastControl); left > 0 {
+			d = min(d, left)
+		} else {
+			r.lastControl = r.ex.Now()
+			if err := r.refreshDue(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				return nil, err
 			}
-			return nil, err
+			if p := r.plan(); p.stops() {
+				return &p, nil
+			}
 		}
-		if p := r.plan(); p.stops() {
-			return &p, nil
-		}
-		t := r.ex.AfterFunc(r.poll, r.park.Unpark)
+		t := r.ex.AfterFunc(d, r.park.Unpark)
 		err := r.park.Park(ctx)
 		t.Stop()
 		if err != nil {
@@ -692,6 +744,12 @@ func (r *runner) watchControl(ctx context.Context) (*controlPlan, error) {
 		}
 	}
 }
+
+// controlGrace is the least time between two looks of a step's control
+// watch at the run's inbox (from the run's start on): a pause or a
+// cancellation reaches a running step within it, and a run of short
+// steps reads nothing for them.
+const controlGrace = 20 * time.Millisecond
 
 // raceOutcome is what a step race's branch returns.
 type raceOutcome struct {

@@ -198,7 +198,7 @@ func (w *Worker) halt() []*runner {
 	var held []*runner
 	for _, id := range sortedKeys(w.runs) {
 		hr := w.runs[id]
-		if !hr.r.fenced.Load() {
+		if !hr.r.fenced.Load() && !hr.r.unspawned.Load() {
 			held = append(held, hr.r)
 		}
 		hr.r.fence()
@@ -452,7 +452,7 @@ func (w *Worker) take(ctx context.Context, id string, def Workflow) {
 	if err != nil {
 		return // held elsewhere, paused or archived meanwhile: not now
 	}
-	w.hold(id, def, lease, nil)
+	w.hold(id, def, lease, nil, nil)
 }
 
 // fresh is what a worker knows of a run it has just started itself: its
@@ -462,6 +462,48 @@ type fresh struct {
 	start startItem
 	seq   uint64 // the start item's inbox seq
 	at    time.Time
+}
+
+// spawning is a run handed to a worker before it exists: the run's first
+// write creates it (store.Spawn: its world, its start item, this worker's
+// lease and its first events, in one transaction), and the Start that
+// handed it over waits for that write's outcome.
+type spawning struct {
+	spec store.SpawnSpec
+	park actor.Parker // the waiting Start's
+
+	mu    sync.Mutex
+	set   bool
+	tried bool // the Spawn was sent (err is its answer)
+	err   error
+}
+
+// settle records the outcome of the run's first write (tried) or that
+// none was sent (the run stopped first), and wakes the Start.
+func (s *spawning) settle(tried bool, err error) {
+	s.mu.Lock()
+	if s.set {
+		s.mu.Unlock()
+		return
+	}
+	s.set, s.tried, s.err = true, tried, err
+	s.mu.Unlock()
+	s.park.Unpark()
+}
+
+// wait waits for settle. waitErr is ctx's end, when that came first.
+func (s *spawning) wait(ctx context.Context) (tried bool, err, waitErr error) {
+	for {
+		s.mu.Lock()
+		if s.set {
+			defer s.mu.Unlock()
+			return s.tried, s.err, nil
+		}
+		s.mu.Unlock()
+		if err := s.park.Park(ctx); err != nil {
+			return false, nil, err
+		}
+	}
 }
 
 // room reports whether the worker would adopt a new run of def now: it
@@ -476,22 +518,33 @@ func (w *Worker) room(def Workflow) bool {
 	return !w.stopped && len(w.runs) < w.cfg.MaxActiveRuns
 }
 
-// adopt takes up run id, just started in this process with its first
-// lease taken for this worker, at once instead of at the next scan, and
-// without reading anything (f). It reports false, and the caller gives
-// the lease back, when the worker no longer has room for it.
-func (w *Worker) adopt(id string, def Workflow, lease store.Lease, f *fresh) bool {
+// adopt takes up run id, started in this process and not yet written: the
+// run's process starts at once, and its first write creates the run with
+// spec (completed with this worker as the holder). It returns nil, and
+// writes nothing, when the worker has no room for it; otherwise the
+// caller waits for the first write's outcome on the result.
+func (w *Worker) adopt(id string, def Workflow, spec store.SpawnSpec, start startItem, park actor.Parker) *spawning {
 	if !w.room(def) {
-		return false
+		return nil
 	}
 	mine, _ := w.cfg.Workflows.Lookup(def.Name())
-	return w.hold(id, mine, lease, f)
+	sp := &spawning{spec: spec, park: park}
+	sp.spec.Holder, sp.spec.TTL = w.cfg.Worker, w.cfg.LeaseTTL
+	if !w.hold(id, mine, store.Lease{World: id}, &fresh{start: start, seq: 1}, sp) {
+		return nil
+	}
+	return sp
 }
 
 // hold starts the process of a run whose lease this worker holds.
-func (w *Worker) hold(id string, def Workflow, lease store.Lease, f *fresh) bool {
+// With sp, the run does not exist yet: its first write creates it.
+func (w *Worker) hold(id string, def Workflow, lease store.Lease, f *fresh, sp *spawning) bool {
 	r := newRunner(w.st, w.ex, id, lease, w.cfg.PollEvery)
 	r.scope, r.def, r.observe, r.fresh = w.scope, def, w.cfg.Observe, f
+	if sp != nil {
+		r.spawn = sp
+		r.unspawned.Store(true)
+	}
 	hr := &heldRun{r: r}
 	w.mu.Lock()
 	if w.stopped {
@@ -503,9 +556,14 @@ func (w *Worker) hold(id string, def Workflow, lease store.Lease, f *fresh) bool
 	w.endMu.Lock()
 	w.live[id] = true
 	w.endMu.Unlock()
-	w.emit(Event{Kind: EvAcquired, Run: id, Epoch: lease.Epoch})
+	if sp == nil {
+		w.emit(Event{Kind: EvAcquired, Run: id, Epoch: lease.Epoch})
+	}
 	if _, err := w.scope.Go("workflow-run:"+id, func(ctx context.Context) error {
 		exit := w.runProcess(ctx, r)
+		if r.spawn != nil {
+			r.spawn.settle(false, nil) // stopped before its first write
+		}
 		var end *event.Envelope
 		if exit == nil || exit.kind == stopCancel {
 			end = r.h.terminal
@@ -556,6 +614,9 @@ func (w *Worker) runProcess(ctx context.Context, r *runner) *stop {
 		r.emit(EvFenced, s.cause)
 	case s.kind == stopShutdown:
 		r.emit(EvStopped, s.cause)
+	case s.kind == stopUnspawned:
+		// Its first write did not create it: the Start that handed it
+		// over has the answer.
 	default:
 		r.emit(EvError, s.cause)
 	}
@@ -618,7 +679,7 @@ func (w *Worker) renew(ctx context.Context, force bool) time.Time {
 	var earliest time.Time
 	for _, id := range sortedKeys(w.runs) {
 		hr := w.runs[id]
-		if hr.done || hr.r.fenced.Load() {
+		if hr.done || hr.r.fenced.Load() || hr.r.unspawned.Load() {
 			continue
 		}
 		held = append(held, hr.r)
@@ -686,6 +747,7 @@ func (r *runner) execute(ctx context.Context) *stop {
 		return nil
 	}
 	c := &Ctx{r: r, ctx: ctx, seen: map[string]int{}}
+	r.lastControl = r.ex.Now()
 	if p := r.plan(); p.stops() || len(p.catchUp) > 0 {
 		if err := r.applyPlan(ctx, p, r.inFlight()); err != nil {
 			return r.failed(ctx, "control", err)

@@ -75,7 +75,7 @@ func (l *writeLog) call(world, name string) {
 }
 
 func (l *writeLog) Spawn(ctx context.Context, s store.SpawnSpec) (store.Spawned, error) {
-	l.call(s.World, "Spawn")
+	l.call(s.World, fmt.Sprintf("Spawn+%d", len(s.Events)))
 	return l.Store.Spawn(ctx, s)
 }
 
@@ -351,12 +351,12 @@ func TestStartHandsTheRunToALocalWorker(t *testing.T) {
 	})
 }
 
-// A run started by a client given the worker costs the store five writes
-// and no read: one Spawn (the run's world, its start item and the
-// worker's lease), three appends (each step's start with the completion
-// before it) and one commit that records the end and archives the run;
-// the Result gets the end from the worker.
-func TestARunStartedInProcessIsFiveWritesAndNoRead(t *testing.T) {
+// A run started by a client given the worker costs the store four writes
+// and no read: one Spawn (the run's world, its start item, the worker's
+// lease, RunStarted and the first step's start), two appends (each next
+// step's start with the completion before it) and one commit that records
+// the end and archives the run; the Result gets the end from the worker.
+func TestARunStartedInProcessIsFourWritesAndNoRead(t *testing.T) {
 	forEachBackend(t, 7, func(r *rig) error {
 		def := threeSteps(newTally())
 		wfs, err := workflow.NewWorkflows(def)
@@ -384,7 +384,7 @@ func TestARunStartedInProcessIsFiveWritesAndNoRead(t *testing.T) {
 		log.mu.Lock()
 		got := fmt.Sprint(log.calls)
 		log.mu.Unlock()
-		if want := "[Spawn Append Append Append Commit+archived]"; got != want {
+		if want := "[Spawn+2 Append Append Commit+archived]"; got != want {
 			return fmt.Errorf("calls on the run %s, want %s", got, want)
 		}
 		rec, err := r.st.GetWorld(r.ctx, "run-5")
