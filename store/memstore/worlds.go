@@ -83,9 +83,9 @@ func (s *Store) CreateWorld(ctx context.Context, universe, id string, seed *stor
 }
 
 // Spawn implements store.Worlds: CreateWorld, Enqueue of each item and,
-// with a holder, Acquire, as one transaction. Everything is decided before
-// anything is written (the id, then the lease), so a refusal leaves the
-// store as it was.
+// with a holder, Acquire and an Append of the events, as one transaction.
+// Everything is decided before anything is written (the id, the lease,
+// then the journal), so a refusal leaves the store as it was.
 func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned, error) {
 	const op = "spawn"
 	if err := s.begin(ctx, op); err != nil {
@@ -109,6 +109,13 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 		}
 		lease = next
 	}
+	// The events are a fenced Append under that lease with ExpectedHead 0:
+	// claimWorldID left the stream without events, so none is a duplicate
+	// and they get 1…n.
+	journal, err := s.st.planAppend(op, spec.World, spec.Events, store.Head(0), false, now)
+	if err != nil {
+		return store.Spawned{}, err
+	}
 
 	w := newWorld(store.World{ID: spec.World, Universe: spec.Universe, Status: store.WorldActive, CreatedAt: now})
 	s.st.worlds[spec.World] = w
@@ -122,6 +129,8 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 		s.st.leases[spec.World] = &l
 		s.st.notify(store.TopicLeases)
 	}
+	s.st.applyAppend(journal, spec.Events, now)
+	out.Appended = journal.out
 	return out, nil
 }
 

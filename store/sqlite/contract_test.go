@@ -120,9 +120,9 @@ func TestCommitIsOneRequest(t *testing.T) {
 	}
 }
 
-// A Spawn (world, items and lease) is one request, and a Commit that
-// leaves active is still one: the status change rides in the cycle's
-// savepoint.
+// A Spawn (world, items, lease and first journal records) is one request,
+// and a Commit that leaves active is still one: the status change rides in
+// the cycle's savepoint.
 func TestSpawnAndAStatusCommitAreOneRequestEach(t *testing.T) {
 	s, _, _ := openTemp(t)
 	oneRequest := func(what string, do func() error) {
@@ -141,15 +141,19 @@ func TestSpawnAndAStatusCommitAreOneRequestEach(t *testing.T) {
 	oneRequest("Spawn", func() error {
 		var err error
 		sp, err = s.Spawn(bg, store.SpawnSpec{Universe: "u", World: "w1", Holder: "worker", TTL: time.Minute,
-			Items: []store.InboxItem{{Kind: "start", DedupeKey: "run"}, {Kind: "event"}}})
+			Items:  []store.InboxItem{{Kind: "start", DedupeKey: "run"}, {Kind: "event"}},
+			Events: []store.Record{rec("run-started"), rec("step-started")}})
 		return err
 	})
-	if len(sp.Seqs) != 2 || sp.Seqs[1] != 2 || sp.Lease.Epoch != 1 {
+	if len(sp.Seqs) != 2 || sp.Seqs[1] != 2 || sp.Lease.Epoch != 1 || len(sp.Appended) != 2 || sp.Appended[1].RunSeq != 2 {
 		t.Fatalf("Spawned = %+v", sp)
+	}
+	if h, err := s.Head(bg, "w1"); err != nil || h != 2 {
+		t.Fatalf("head after Spawn = %d, %v; want 2", h, err)
 	}
 	oneRequest("Commit with Status", func() error {
 		_, err := s.Commit(bg, "w1", sp.Lease.Epoch, store.CommitBatch{
-			NewCursor: 2, Entries: []store.Record{rec("a")},
+			NewCursor: 2, ExpectedHead: 2, Entries: []store.Record{rec("a")},
 			Status: &store.StatusChange{Status: store.WorldArchived, Reason: "done"},
 		})
 		return err

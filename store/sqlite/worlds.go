@@ -142,8 +142,9 @@ func (t *wtx) createWorld(op, universe, world string, seed *store.Snapshot) (sto
 }
 
 // Spawn is CreateWorld, an Enqueue of each item and, with a holder,
-// Acquire, as one request: each step is the separate call's own code, and
-// a typed refusal of any rolls the request back whole (its savepoint).
+// Acquire and an Append of the events, as one request: each step is the
+// separate call's own code, and a typed refusal of any rolls the request
+// back whole (its savepoint).
 func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned, error) {
 	const op = "spawn"
 	if err := store.CheckSpawn(op, spec); err != nil {
@@ -169,8 +170,17 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 			}
 			out.Seqs[i], inbox.last = seq, int64(seq)
 		}
-		if spec.Holder != "" {
-			out.Lease, err = t.acquire(op, spec.World, spec.Holder, spec.TTL)
+		if spec.Holder == "" {
+			return nil
+		}
+		if out.Lease, err = t.acquire(op, spec.World, spec.Holder, spec.TTL); err != nil {
+			return err
+		}
+		// The events are a fenced Append under that lease expecting head 0:
+		// createWorld found the stream without events, so none is a
+		// duplicate and they get 1…n.
+		if len(spec.Events) > 0 {
+			out.Appended, _, err = t.append(spec.World, 0, spec.Events)
 		}
 		return err
 	})

@@ -51,29 +51,47 @@ func FuzzAppend(f *testing.F, open Factory) {
 
 // FuzzSpawn fuzzes Spawn's spec: any spec either spawns the world exactly
 // as asked (its items at seqs 1…n byte for byte, its lease at epoch 1 when
-// a holder is named) or fails with a typed *store.Error of kind ErrInvalid
-// (ErrWorldExists for the taken id) and writes nothing; nothing panics.
-// The items are two, the second's fields fuzzed, so repeated keys and
-// reserved kinds and prefixes are reachable. Backends call it from a Fuzz
+// a holder is named, its events at runSeqs 1…n) or fails with a typed
+// *store.Error of kind ErrInvalid (ErrWorldExists for the taken id) and
+// writes nothing; nothing panics. The items are two, the second's fields
+// fuzzed, so repeated keys and reserved kinds and prefixes are reachable;
+// the events are the first events%3 of two, the second's key and payload
+// fuzzed, so a repeated key, a bad key, a payload too long and events
+// without a holder are reachable too. Backends call it from a Fuzz
 // function with their factory.
 func FuzzSpawn(f *testing.F, open Factory) {
-	f.Add("u1", "new", "start", []byte("input"), "run-start", "event", []byte(nil), "k2", "A", int64(time.Minute))
-	f.Add("u1", "new", "start", []byte(nil), "", "event", []byte{0xff}, "", "", int64(0))
-	f.Add("u1", "taken", "start", []byte(nil), "k", "event", []byte(nil), "k2", "A", int64(time.Minute))
-	f.Add("u1", "new", "start", []byte(nil), "k", "event", []byte(nil), "k", "A", int64(time.Minute))
-	f.Add("u1", "new", "start", []byte(nil), "", store.KindReceipt, []byte(nil), "", "A", int64(time.Minute))
-	f.Add("u1", "new", "start", []byte(nil), "", "event", []byte(nil), store.TimerKeyPrefix+"h", "", int64(0))
-	f.Add("u1", "new", "start", []byte(nil), "", "event", []byte(nil), "", "A", int64(0))
-	f.Add("u1", "new", "start", []byte(nil), "", "event", []byte(nil), "", "", int64(time.Second))
-	f.Add("", "w\xff", "", []byte(nil), "k\x00", "", []byte(nil), "", "h\x00", int64(-1))
-	f.Fuzz(func(t *testing.T, universe, world, kind1 string, payload1 []byte, key1, kind2 string, payload2 []byte, key2, holder string, ttl int64) {
+	none := []byte(nil)
+	f.Add("u1", "new", "start", []byte("input"), "run-start", "event", none, "k2", "A", int64(time.Minute), uint8(0), "", none)
+	f.Add("u1", "new", "start", none, "", "event", []byte{0xff}, "", "", int64(0), uint8(0), "", none)
+	f.Add("u1", "taken", "start", none, "k", "event", none, "k2", "A", int64(time.Minute), uint8(0), "", none)
+	f.Add("u1", "new", "start", none, "k", "event", none, "k", "A", int64(time.Minute), uint8(0), "", none)
+	f.Add("u1", "new", "start", none, "", store.KindReceipt, none, "", "A", int64(time.Minute), uint8(0), "", none)
+	f.Add("u1", "new", "start", none, "", "event", none, store.TimerKeyPrefix+"h", "", int64(0), uint8(0), "", none)
+	f.Add("u1", "new", "start", none, "", "event", none, "", "A", int64(0), uint8(0), "", none)
+	f.Add("u1", "new", "start", none, "", "event", none, "", "", int64(time.Second), uint8(0), "", none)
+	f.Add("", "w\xff", "", none, "k\x00", "", none, "", "h\x00", int64(-1), uint8(0), "", none)
+	// With events.
+	f.Add("u1", "new", "start", []byte("input"), "run-start", "event", none, "", "A", int64(time.Minute), uint8(2), "key-step", []byte{0xa0})
+	f.Add("u1", "new", "start", none, "", "event", none, "", "A", int64(time.Minute), uint8(1), "", none)
+	f.Add("u1", "new", "start", none, "", "event", none, "", "A", int64(time.Minute), uint8(2), "key-run", none)
+	f.Add("u1", "new", "start", none, "", "event", none, "", "", int64(0), uint8(2), "key-step", none)
+	f.Add("u1", "new", "start", none, "", "event", none, "", "A", int64(time.Minute), uint8(2), "k\xff", none)
+	f.Add("u1", "new", "start", none, "", "event", none, "", "A", int64(time.Minute), uint8(2), "", none)
+	f.Add("u1", "new", "start", none, "", "event", none, "", "A", int64(time.Minute), uint8(2), "key-step", make([]byte, store.MaxPayloadBytes+1))
+	f.Add("u1", "taken", "start", none, "", "event", none, "", "A", int64(time.Minute), uint8(2), "key-step", none)
+	f.Fuzz(func(t *testing.T, universe, world, kind1 string, payload1 []byte, key1, kind2 string, payload2 []byte, key2, holder string, ttl int64,
+		events uint8, eventKey string, eventPayload []byte) {
 		x := setup(t, open)
 		x.world("taken")
 		spec := store.SpawnSpec{Universe: universe, World: world, Holder: holder, TTL: time.Duration(ttl),
 			Items: []store.InboxItem{
 				{Kind: kind1, Payload: payload1, DedupeKey: key1},
 				{Kind: kind2, Payload: payload2, DedupeKey: key2},
-			}}
+			},
+			Events: []store.Record{
+				{EventID: "ev-run", IdempotencyKey: "key-run", EventType: "RunStarted", LogicalAttemptID: 1, EngineAttemptID: 1},
+				{EventID: "ev-step", IdempotencyKey: eventKey, EventType: "StepStarted", StepID: "s1", LogicalAttemptID: 1, EngineAttemptID: 1, Payload: eventPayload},
+			}[:events%3]}
 		sp, err := x.s.Spawn(bg, spec)
 		if err != nil {
 			var se *store.Error
@@ -95,6 +113,13 @@ func FuzzSpawn(f *testing.F, open Factory) {
 			}
 			if _, ok, _ := x.s.GetLease(bg, "taken"); ok {
 				t.Fatal("a refused Spawn leased the taken world")
+			}
+			for _, id := range []string{"taken", world} {
+				if store.CheckID("", "", id) == nil {
+					if h, evs := x.head(id), x.read(id); h != 0 || len(evs) != 0 {
+						t.Fatalf("a refused Spawn left head %d and events %v on %q", h, eventIDs(evs), id)
+					}
+				}
 			}
 			return
 		}
@@ -123,6 +148,19 @@ func FuzzSpawn(f *testing.F, open Factory) {
 			t.Fatalf("Spawn without a holder leased: %+v / %+v", l, sp.Lease)
 		case holder != "" && (!ok || l.Holder != holder || l.Epoch != 1 || sp.Lease.Epoch != 1 || !l.ExpiresAt.Equal(sp.Lease.ExpiresAt)):
 			t.Fatalf("lease = %+v (%v), Spawn answered %+v; want %s at epoch 1", l, ok, sp.Lease, holder)
+		}
+		if len(spec.Events) > 0 && holder == "" {
+			t.Fatal("Spawn wrote events without a holder")
+		}
+		evs := x.read(world)
+		if len(evs) != len(spec.Events) || len(sp.Appended) != len(spec.Events) || x.head(world) != uint64(len(spec.Events)) {
+			t.Fatalf("journal %v (head %d), Appended %+v; want the %d events", eventIDs(evs), x.head(world), sp.Appended, len(spec.Events))
+		}
+		for i, r := range evs {
+			want, a := spec.Events[i], sp.Appended[i]
+			if !sameRecord(r, want, world, uint64(i+1)) || a.EventID != want.EventID || a.RunSeq != uint64(i+1) || a.Idempotent || !a.PersistedAt.Equal(r.PersistedAt) {
+				t.Fatalf("event %d = %+v, answered %+v; want %+v at runSeq %d", i, r, a, want, i+1)
+			}
 		}
 	})
 }

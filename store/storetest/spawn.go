@@ -23,6 +23,10 @@ func spawnTests() []testCase {
 		{"SpawnOfABadSpecIsErrInvalidAndWritesNothing", testSpawnBadSpec},
 		{"SpawnedDedupeKeysDedupeLaterEnqueues", testSpawnKeysDedupe},
 		{"SpawnHintsLeasesAndTheWorldsInbox", testSpawnHints},
+		{"SpawnWithEventsOpensTheJournal", testSpawnEvents},
+		{"SpawnWithEventsButNoHolderIsErrInvalidAndWritesNothing", testSpawnEventsNoHolder},
+		{"SpawnWithBadEventsIsErrInvalidAndWritesNothing", testSpawnBadEvents},
+		{"SpawnOfATakenIDWithEventsWritesNothing", testSpawnTakenIDEvents},
 		{"CommitWithStatusArchivedEndsTheWorldAndItsLease", testCommitArchives},
 		{"CommitWithStatusPausedEndsTheLeaseAndResumeGivesTheNextEpoch", testCommitPauses},
 		{"CommitWithStatusWhoseOtherPartFailsChangesNothing", testCommitStatusAllOrNothing},
@@ -263,6 +267,220 @@ func testSpawnHints(t *testing.T, open Factory) {
 			t.Fatalf("inbox has %d items", n)
 		}
 	})
+}
+
+// spawnEvents are a run's first two journal records: its start and its
+// first step's start, every field set (the producer's emittedAt too).
+func spawnEvents() []store.Record {
+	at := time.Date(2026, 3, 1, 9, 30, 0, 123456789, time.UTC)
+	return []store.Record{
+		{EventID: "ev-run", IdempotencyKey: "key-run", EventType: "RunStarted", EmittedAt: at,
+			StepID: "RUN", LogicalAttemptID: 1, EngineAttemptID: 1, PlanID: "plan", PlanVersion: 3, Payload: []byte("input")},
+		{EventID: "ev-step", IdempotencyKey: "key-step", EventType: "StepStarted", EmittedAt: at.Add(time.Millisecond),
+			StepID: "s1", LogicalAttemptID: 2, EngineAttemptID: 5, PlanID: "plan", PlanVersion: 3, Payload: []byte{0x00, 0xff}},
+	}
+}
+
+// sameRecord reports whether got is want as the store keeps it: every
+// field the producer set, and the store's stream and runSeq.
+func sameRecord(got, want store.Record, stream string, runSeq uint64) bool {
+	return got.EventID == want.EventID && got.StreamID == stream && got.RunSeq == runSeq &&
+		got.IdempotencyKey == want.IdempotencyKey && got.EventType == want.EventType &&
+		got.EmittedAt.Equal(want.EmittedAt) && got.StepID == want.StepID &&
+		got.LogicalAttemptID == want.LogicalAttemptID && got.EngineAttemptID == want.EngineAttemptID &&
+		got.PlanID == want.PlanID && got.PlanVersion == want.PlanVersion && bytes.Equal(got.Payload, want.Payload)
+}
+
+func testSpawnEvents(t *testing.T, open Factory) {
+	f := setup(t, open)
+	before := f.now()
+	evs := spawnEvents()
+	sp := f.spawn(store.SpawnSpec{Universe: universe, World: "w", Items: spawnItems(), Holder: "A", TTL: leaseTTL, Events: evs})
+	want := spawnEvents() // the caller's records may change after the call
+	evs[0].Payload[0] = 'X'
+
+	// Each event is new, at 1…n, persisted at the store's time.
+	if len(sp.Appended) != len(want) {
+		t.Fatalf("Spawned.Appended = %+v, want one per event", sp.Appended)
+	}
+	for i, a := range sp.Appended {
+		if a.EventID != want[i].EventID || a.RunSeq != uint64(i+1) || a.Idempotent || a.Conflict || !near(a.PersistedAt, before, timeTol) {
+			t.Fatalf("Spawned.Appended[%d] = %+v, want %s new at runSeq %d, persisted about %v", i, a, want[i].EventID, i+1, before)
+		}
+	}
+	if h := f.head("w"); h != 2 {
+		t.Fatalf("head = %d, want 2", h)
+	}
+	got := f.read("w")
+	if len(got) != len(want) {
+		t.Fatalf("journal = %v, want the two spawned events", eventIDs(got))
+	}
+	for i, r := range got {
+		if !sameRecord(r, want[i], "w", uint64(i+1)) || !r.PersistedAt.Equal(sp.Appended[i].PersistedAt) {
+			t.Fatalf("event %d reads back as %+v, want %+v at runSeq %d persisted at %v", i, r, want[i], i+1, sp.Appended[i].PersistedAt)
+		}
+	}
+	first, last := sp.Appended[0].PersistedAt, sp.Appended[1].PersistedAt
+	window, err := f.s.ReadWindow(bg, "w", first, last.Add(time.Nanosecond), 10)
+	must(t, err, "ReadWindow")
+	if ids := fmt.Sprint(eventIDs(window)); ids != "[ev-run ev-step]" {
+		t.Fatalf("ReadWindow over the spawn = %s", ids)
+	}
+	if window, err = f.s.ReadWindow(bg, "w", last.Add(time.Nanosecond), last.Add(time.Hour), 10); err != nil || len(window) != 0 {
+		t.Fatalf("ReadWindow after the spawn = %v, %v; want nothing", eventIDs(window), err)
+	}
+	// The items and the lease are those of a Spawn without events.
+	if fmt.Sprint(sp.Seqs) != "[1 2 3]" || len(f.inbox("w")) != 3 || f.cursor("w") != 0 {
+		t.Fatalf("Spawned.Seqs = %v, inbox %v, cursor %d", sp.Seqs, itemSeqs(f.inbox("w")), f.cursor("w"))
+	}
+	if sp.Lease.Holder != "A" || sp.Lease.Epoch != 1 {
+		t.Fatalf("Spawned.Lease = %+v, want A at epoch 1", sp.Lease)
+	}
+
+	// A spawned key is a stored one: a retry is idempotent, a changed
+	// record under it a conflict, whatever the head it expects.
+	under := fenced("w", sp.Lease.Epoch)
+	under.ExpectedHead = store.Head(0)
+	again, err := f.s.Append(bg, "w", []store.Record{want[1]}, under)
+	must(t, err, "Append of a spawned record")
+	if a := again[0]; !a.Idempotent || a.Conflict || a.RunSeq != 2 || a.EventID != "ev-step" || !a.PersistedAt.Equal(last) {
+		t.Fatalf("Append of a spawned record = %+v, want idempotent at runSeq 2 as %+v", a, sp.Appended[1])
+	}
+	changed := want[0]
+	changed.Payload = []byte("another input")
+	again, err = f.s.Append(bg, "w", []store.Record{changed}, under)
+	must(t, err, "Append of a changed spawned record")
+	if a := again[0]; !a.Idempotent || !a.Conflict || a.RunSeq != 1 || a.EventID != "ev-run" {
+		t.Fatalf("Append of a changed spawned record = %+v, want a conflict at runSeq 1", a)
+	}
+
+	// The journal goes on under the spawned lease, at n+1: a fenced append
+	// expecting head 2, then the cycle that drains the spawned items.
+	under.ExpectedHead = store.Head(2)
+	third, err := f.s.Append(bg, "w", []store.Record{rec("third")}, under)
+	if err != nil || third[0].RunSeq != 3 || third[0].Idempotent {
+		t.Fatalf("fenced Append expecting head 2 = %+v, %v; want runSeq 3", third, err)
+	}
+	res, err := f.s.Commit(bg, "w", sp.Lease.Epoch, store.CommitBatch{ExpectedCursor: 0, NewCursor: 3, ExpectedHead: 3, Entries: []store.Record{rec("fourth")}})
+	if err != nil || res.Head != 4 || f.cursor("w") != 3 {
+		t.Fatalf("Commit under the spawned lease = %+v, %v; cursor %d", res, err, f.cursor("w"))
+	}
+	if ids := fmt.Sprint(eventIDs(f.read("w"))); ids != "[ev-run ev-step ev-third ev-fourth]" {
+		t.Fatalf("journal = %s", ids)
+	}
+	// Another worker is fenced out of the spawned journal.
+	_, err = f.s.Append(bg, "w", []store.Record{rec("intruder")}, fenced("w", sp.Lease.Epoch+1))
+	wantErr(t, err, store.ErrFenced, "Append under another epoch")
+}
+
+func testSpawnEventsNoHolder(t *testing.T, open Factory) {
+	f := setup(t, open)
+	f.leased("w", "A")
+	f.append("run-1", freeOpts, "a")
+	fp := f.fingerprint()
+	for _, c := range []struct {
+		what string
+		spec store.SpawnSpec
+	}{
+		{"no holder", store.SpawnSpec{Universe: universe, World: "new", Items: spawnItems(), Events: spawnEvents()}},
+		{"no holder, no items", store.SpawnSpec{Universe: universe, World: "new", Events: spawnEvents()[:1]}},
+		{"no holder, over a taken id", store.SpawnSpec{Universe: universe, World: "w", Events: spawnEvents()}},
+	} {
+		_, err := f.s.Spawn(bg, c.spec)
+		wantErr(t, err, store.ErrInvalid, "Spawn with events and "+c.what)
+	}
+	if after := f.fingerprint(); after != fp {
+		t.Fatalf("refused Spawns wrote:\nbefore %s\nafter  %s", fp, after)
+	}
+	_, err := f.s.GetWorld(bg, "new")
+	wantErr(t, err, store.ErrWorldNotFound, "GetWorld after refused Spawns")
+	if h, evs := f.head("new"), f.read("new"); h != 0 || len(evs) != 0 {
+		t.Fatalf("refused Spawns left head %d and events %v on the new id", h, eventIDs(evs))
+	}
+}
+
+func testSpawnBadEvents(t *testing.T, open Factory) {
+	f := setup(t, open)
+	f.leased("w", "A")
+	f.append("run-1", freeOpts, "a")
+	fp := f.fingerprint()
+	cases := []struct {
+		what   string
+		mutate func(*store.SpawnSpec)
+	}{
+		{"an idempotency key given twice", func(s *store.SpawnSpec) { s.Events[1].IdempotencyKey = s.Events[0].IdempotencyKey }},
+		{"a record given twice", func(s *store.SpawnSpec) { s.Events[1] = s.Events[0] }},
+		{"an empty idempotency key", func(s *store.SpawnSpec) { s.Events[1].IdempotencyKey = "" }},
+		{"an over-long idempotency key", func(s *store.SpawnSpec) { s.Events[1].IdempotencyKey = strings.Repeat("k", store.MaxKeyBytes+1) }},
+		{"an idempotency key of invalid UTF-8", func(s *store.SpawnSpec) { s.Events[1].IdempotencyKey = "k\xff" }},
+		{"a payload over MaxPayloadBytes", func(s *store.SpawnSpec) { s.Events[1].Payload = make([]byte, store.MaxPayloadBytes+1) }},
+		{"an empty eventId", func(s *store.SpawnSpec) { s.Events[0].EventID = "" }},
+		{"an empty eventType", func(s *store.SpawnSpec) { s.Events[0].EventType = "" }},
+		{"logicalAttemptId 0", func(s *store.SpawnSpec) { s.Events[1].LogicalAttemptID = 0 }},
+		{"more than MaxBatch events", func(s *store.SpawnSpec) {
+			s.Events = make([]store.Record, store.MaxBatch+1)
+			for i := range s.Events {
+				s.Events[i] = rec(fmt.Sprint(i))
+			}
+		}},
+	}
+	for _, id := range []string{"new", "w"} { // validation first, also over a taken id
+		for _, c := range cases {
+			spec := store.SpawnSpec{Universe: universe, World: id, Items: spawnItems(), Holder: "B", TTL: leaseTTL, Events: spawnEvents()}
+			c.mutate(&spec)
+			_, err := f.s.Spawn(bg, spec)
+			wantErr(t, err, store.ErrInvalid, "Spawn of "+id+" with "+c.what)
+		}
+	}
+	if after := f.fingerprint(); after != fp {
+		t.Fatalf("refused Spawns wrote:\nbefore %s\nafter  %s", fp, after)
+	}
+	_, err := f.s.GetWorld(bg, "new")
+	wantErr(t, err, store.ErrWorldNotFound, "GetWorld after refused Spawns")
+	if h, evs := f.head("new"), f.read("new"); h != 0 || len(evs) != 0 {
+		t.Fatalf("refused Spawns left head %d and events %v on the new id", h, eventIDs(evs))
+	}
+	// The refusals left the id and the keys free.
+	sp := f.spawn(store.SpawnSpec{Universe: universe, World: "new", Holder: "B", TTL: leaseTTL, Events: spawnEvents()})
+	if len(sp.Appended) != 2 || sp.Appended[0].Idempotent || sp.Appended[1].RunSeq != 2 {
+		t.Fatalf("Spawn after the refusals = %+v", sp.Appended)
+	}
+}
+
+func testSpawnTakenIDEvents(t *testing.T, open Factory) {
+	f := setup(t, open)
+	e := f.leased("w", "A")
+	f.append("w", fenced("w", e), "before")
+	f.append("run-1", freeOpts, "a")
+	fp := f.fingerprint()
+	for _, c := range []struct{ what, id, holder string }{
+		{"an existing world", "w", "B"},
+		{"an existing world, by its own holder", "w", "A"},
+		{"a free stream with events", "run-1", "B"},
+	} {
+		_, err := f.s.Spawn(bg, store.SpawnSpec{Universe: universe, World: c.id, Items: spawnItems(), Holder: c.holder, TTL: leaseTTL, Events: spawnEvents()})
+		wantErr(t, err, store.ErrWorldExists, "Spawn with events over "+c.what)
+	}
+	if after := f.fingerprint(); after != fp {
+		t.Fatalf("refused Spawns wrote:\nbefore %s\nafter  %s", fp, after)
+	}
+	if ids := fmt.Sprint(eventIDs(f.read("w"))); ids != "[ev-before]" || f.head("w") != 1 {
+		t.Fatalf("the existing world's journal = %s, head %d", ids, f.head("w"))
+	}
+	// No spawned key was stored on either stream: appending the spawned
+	// records there inserts them.
+	under := fenced("w", e)
+	under.ExpectedHead = store.Head(1)
+	got, err := f.s.Append(bg, "w", spawnEvents(), under)
+	must(t, err, "Append of the refused Spawn's events to the existing world")
+	if got[0].Idempotent || got[1].Idempotent || got[0].RunSeq != 2 || got[1].RunSeq != 3 {
+		t.Fatalf("Append of the refused Spawn's events = %+v, want new at 2 and 3", got)
+	}
+	got, err = f.s.Append(bg, "run-1", spawnEvents(), freeOpts)
+	must(t, err, "Append of the refused Spawn's events to the free stream")
+	if got[0].Idempotent || got[1].Idempotent {
+		t.Fatalf("free Append of the refused Spawn's events = %+v, want new", got)
+	}
 }
 
 // statusFixture is a leased world with two inbox items, one entry in its

@@ -76,6 +76,11 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 			_, err := f.s.DrainToJournal(bg, "w", e, 0, 1, 0, []store.Record{r})
 			return err
 		})
+		add("Spawn event: "+what, func() error {
+			_, err := f.s.Spawn(bg, store.SpawnSpec{Universe: universe, World: "new", Holder: "A", TTL: leaseTTL,
+				Events: []store.Record{rec("good"), r}})
+			return err
+		})
 	}
 
 	for name, bad := range sortedMap(badStrings) {
@@ -351,6 +356,25 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 		_, err := f.s.Spawn(bg, store.SpawnSpec{Universe: universe, World: "new", TTL: leaseTTL})
 		return err
 	})
+	add("Spawn events without holder", func() error {
+		_, err := f.s.Spawn(bg, store.SpawnSpec{Universe: universe, World: "new", Events: []store.Record{rec("x")}})
+		return err
+	})
+	add("Spawn repeated event key", func() error {
+		twin := rec("x")
+		twin.EventID = "ev-twin"
+		_, err := f.s.Spawn(bg, store.SpawnSpec{Universe: universe, World: "new", Holder: "A", TTL: leaseTTL,
+			Events: []store.Record{rec("x"), twin}})
+		return err
+	})
+	add("Spawn of more than MaxBatch events", func() error {
+		evs := make([]store.Record, store.MaxBatch+1)
+		for i := range evs {
+			evs[i] = rec(fmt.Sprint(i))
+		}
+		_, err := f.s.Spawn(bg, store.SpawnSpec{Universe: universe, World: "new", Holder: "A", TTL: leaseTTL, Events: evs})
+		return err
+	})
 	add("Assign over-long reason", func() error {
 		return f.s.Assign(bg, "w", store.Assignment{DesiredWorker: "A", Reason: longReason}, nil)
 	})
@@ -420,6 +444,9 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 	}
 	if after := f.fingerprint(); after != fp {
 		t.Fatalf("refused calls wrote:\nbefore %s\nafter  %s", fp, after)
+	}
+	if h, evs := f.head("new"), f.read("new"); h != 0 || len(evs) != 0 {
+		t.Fatalf("refused calls left head %d and events %v on the id of no world", h, eventIDs(evs))
 	}
 }
 
