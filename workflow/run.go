@@ -132,9 +132,10 @@ type runner struct {
 	// control watch and a wait cost no read while nothing arrives.
 	inboxHint atomic.Bool
 	lastRead  time.Time
-	// lastControl is when a step's control watch last looked (see
-	// controlGrace).
-	lastControl time.Time
+	// lastControl is when a step's control watch last looked; it looks
+	// again controlEvery later at the soonest (WorkerConfig.ControlEvery).
+	lastControl  time.Time
+	controlEvery time.Duration
 	// spawn is set while the run does not exist yet: its first write
 	// creates it (the run's goroutine only); unspawned says so to the
 	// worker's controller, which renews no lease for it.
@@ -417,6 +418,8 @@ func (r *runner) spawnWith(ctx context.Context, evs []event.Envelope) error {
 	r.expires.Store(got.Lease.ExpiresAt.UnixNano())
 	r.items[0].at = got.World.CreatedAt
 	r.unspawned.Store(false)
+	// The Spawn's own inbox hint told nothing new: its items are known.
+	r.inboxHint.Store(false)
 	sp.settle(true, nil)
 	r.emit(EvAcquired, nil)
 	r.pending = nil
@@ -719,10 +722,10 @@ func (r *runner) watchControl(ctx context.Context) (*controlPlan, error) {
 		if r.fenced.Load() {
 			return nil, r.writable(ctx)
 		}
-		// Within controlGrace of the last look a hint is only noted: a
+		// Within controlEvery of the last look a hint is only noted: a
 		// run of short steps then costs no read at all.
 		d := r.poll
-		if left := controlGrace - r.ex.Now().Sub(r.lastControl); left > 0 {
+		if left := r.controlEvery - r.ex.Now().Sub(r.lastControl); left > 0 {
 			d = min(d, left)
 		} else {
 			r.lastControl = r.ex.Now()
@@ -744,12 +747,6 @@ func (r *runner) watchControl(ctx context.Context) (*controlPlan, error) {
 		}
 	}
 }
-
-// controlGrace is the least time between two looks of a step's control
-// watch at the run's inbox (from the run's start on): a pause or a
-// cancellation reaches a running step within it, and a run of short
-// steps reads nothing for them.
-const controlGrace = 20 * time.Millisecond
 
 // raceOutcome is what a step race's branch returns.
 type raceOutcome struct {

@@ -31,8 +31,13 @@ type WorkerConfig struct {
 	HintGap time.Duration
 	// PollEvery is the backstop re-read of a waiting run's inbox (default
 	// 1s): inbox hints wake a run at once, but may be lost.
-	PollEvery  time.Duration
-	RetryAfter time.Duration // after a failed store call (default 100ms)
+	PollEvery time.Duration
+	// ControlEvery is the least time between two looks of a running
+	// step's control watch at the run's inbox (default 20ms): a pause or
+	// a cancellation reaches a running step within it, and a run of short
+	// steps reads nothing for them.
+	ControlEvery time.Duration
+	RetryAfter   time.Duration // after a failed store call (default 100ms)
 	// MaxActiveRuns bounds the runs this worker runs at once (default
 	// 1024). A run found beyond it that never started is recorded as
 	// RunQueued and started when room frees up.
@@ -60,6 +65,7 @@ func (c *WorkerConfig) defaults() error {
 	def(&c.RetryAfter, 100*time.Millisecond)
 	def(&c.HintGap, c.RetryAfter)
 	def(&c.PollEvery, time.Second)
+	def(&c.ControlEvery, 20*time.Millisecond)
 	if c.MaxActiveRuns <= 0 {
 		c.MaxActiveRuns = 1024
 	}
@@ -540,10 +546,11 @@ func (w *Worker) adopt(id string, def Workflow, spec store.SpawnSpec, start star
 // With sp, the run does not exist yet: its first write creates it.
 func (w *Worker) hold(id string, def Workflow, lease store.Lease, f *fresh, sp *spawning) bool {
 	r := newRunner(w.st, w.ex, id, lease, w.cfg.PollEvery)
-	r.scope, r.def, r.observe, r.fresh = w.scope, def, w.cfg.Observe, f
+	r.scope, r.def, r.observe, r.fresh, r.controlEvery = w.scope, def, w.cfg.Observe, f, w.cfg.ControlEvery
 	if sp != nil {
 		r.spawn = sp
 		r.unspawned.Store(true)
+		r.expires.Store(0) // no lease yet: none to expire
 	}
 	hr := &heldRun{r: r}
 	w.mu.Lock()

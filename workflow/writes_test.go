@@ -364,9 +364,10 @@ func TestARunStartedInProcessIsFourWritesAndNoRead(t *testing.T) {
 			return err
 		}
 		log := &writeLog{Store: r.handle(), stream: "run-5"}
-		// No backstop re-read of the inbox within the test: a read would
-		// be one the run did not need.
-		w, err := r.worker("w1", log, wfs, nil, func(c *workflow.WorkerConfig) { c.PollEvery = time.Hour })
+		// No backstop re-read of the inbox, and no look for control
+		// requests, within the test: a read would be one the run did not
+		// need (the poll's and the control watch's own tests cover them).
+		w, err := r.worker("w1", log, wfs, nil, func(c *workflow.WorkerConfig) { c.PollEvery, c.ControlEvery = time.Hour, time.Hour })
 		if err != nil {
 			return err
 		}
