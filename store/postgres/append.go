@@ -859,11 +859,27 @@ type speculation struct {
 }
 
 // speculate decides reqs against the heads the cache guesses, or returns
-// nil when the batch must take the checked path: a Commit, a stream not
-// cached or cooling down, or an append whose fence decision needs no row
-// (no fence on a world stream, another world's fence, a fence on a free
-// stream: AppendFence answers those at once on the checked path).
+// nil when the batch must take the checked path: a request newSpeculation
+// refuses, or a stream not cached or cooling down.
 func (s *Store) speculate(reqs []*appendReq) *speculation {
+	sp := newSpeculation(reqs)
+	if sp == nil {
+		return nil
+	}
+	heads, ok := s.heads.lookup(sp.streams)
+	if !ok {
+		return nil
+	}
+	sp.decide(heads)
+	return sp
+}
+
+// newSpeculation scopes reqs for the speculative path, or returns nil when
+// one of them must take the checked path: a Commit, or an append whose
+// fence decision needs no row (no fence on a world stream, another world's
+// fence, a fence on a free stream: AppendFence answers those at once on
+// the checked path).
+func newSpeculation(reqs []*appendReq) *speculation {
 	var fences []store.Fence
 	var free []string
 	seenFence, seenFree := map[store.Fence]bool{}, map[string]bool{}
@@ -886,14 +902,15 @@ func (s *Store) speculate(reqs []*appendReq) *speculation {
 		}
 	}
 	_, _, streams, keyStreams, keyKeys, _, _ := scope(reqs)
-	heads, ok := s.heads.lookup(streams)
-	if !ok {
-		return nil
-	}
 	sort.Slice(fences, func(i, j int) bool { return fences[i].World < fences[j].World })
-	v := &view{speculative: true, heads: heads, worlds: map[string]int64{}}
-	pl := decide(reqs, streams, v)
-	return &speculation{reqs: reqs, pl: pl, v: v, streams: streams, keyStreams: keyStreams, keyKeys: keyKeys, fences: fences, free: free}
+	return &speculation{reqs: reqs, streams: streams, keyStreams: keyStreams, keyKeys: keyKeys, fences: fences, free: free}
+}
+
+// decide decides the speculation's requests against heads (a guess the
+// queued assertions verify).
+func (sp *speculation) decide(heads map[string]*streamRow) {
+	sp.v = &view{speculative: true, heads: heads, worlds: map[string]int64{}}
+	sp.pl = decide(sp.reqs, sp.streams, sp.v)
 }
 
 // commitSpeculation sends a speculation in one round trip; false means
@@ -910,6 +927,23 @@ func (s *Store) commitSpeculation(sp *speculation) ([]appendResult, bool) {
 	s.stats.appendTxs.Add(1)
 	b := &batch{}
 	b.queue(nil, "BEGIN")
+	s.queueSpeculation(b, sp)
+	b.queue(nil, "COMMIT")
+	if err := b.send(ctx, p); err != nil || !p.committed() {
+		// Some guess was wrong (or the database failed): nothing was
+		// written; the checked path decides again.
+		s.heads.miss(sp.streams)
+		s.stats.speculationMisses.Add(1)
+		return nil, false
+	}
+	s.heads.remember(sp.v.heads)
+	return sp.pl.answers(), true
+}
+
+// queueSpeculation queues a decided speculation's assertions and writes on
+// b, inside the caller's transaction: if an assertion fails, it raises and
+// the transaction rolls back whole.
+func (s *Store) queueSpeculation(b *batch, sp *speculation) {
 	if len(sp.fences) > 0 {
 		// Every fence the batch relies on (the failing ones included: the
 		// checked path reports them precisely).
@@ -942,14 +976,4 @@ func (s *Store) commitSpeculation(sp *speculation) ([]appendResult, bool) {
 			JOIN events e ON e.stream = k.s AND e.idempotency_key = k.key), 0, 'a key is stored already')`, ks, kk)
 	}
 	s.queueInserts(b, sp.pl)
-	b.queue(nil, "COMMIT")
-	if err := b.send(ctx, p); err != nil || !p.committed() {
-		// Some guess was wrong (or the database failed): nothing was
-		// written; the checked path decides again.
-		s.heads.miss(sp.streams)
-		s.stats.speculationMisses.Add(1)
-		return nil, false
-	}
-	s.heads.remember(sp.v.heads)
-	return sp.pl.answers(), true
 }

@@ -266,3 +266,51 @@ func BenchmarkForkTime(b *testing.B) {
 		})
 	}
 }
+
+// A workflow run's start, one at a time: Spawn of a world with its start
+// item and its first lease, without and with its first journal records
+// (RunStarted and the first StepStarted), and, for comparison, the same
+// start as two writes (Spawn, then a fenced Append of the records).
+func BenchmarkSpawn(b *testing.B) {
+	events := []store.Record{rec("run-started"), rec("step-started")}
+	for _, c := range []struct {
+		name     string
+		events   []store.Record
+		separate bool
+	}{
+		{"events=0", nil, false},
+		{"events=2", events, false},
+		{"events=2,append-after", events, true},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s := benchStore(b)
+			ds := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				world := fmt.Sprint("run-", i)
+				spec := store.SpawnSpec{Universe: "u", World: world, Holder: "host", TTL: time.Minute,
+					Items: []store.InboxItem{{Kind: "start", Payload: []byte("input"), DedupeKey: "start"}}}
+				if !c.separate {
+					spec.Events = c.events
+				}
+				t0 := time.Now()
+				sp, err := s.Spawn(bg, spec)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if c.separate {
+					_, err = s.Append(bg, world, c.events, store.AppendOptions{
+						Fence: &store.Fence{World: world, Epoch: sp.Lease.Epoch}, ExpectedHead: store.Head(0)})
+					if err != nil {
+						b.Fatal(err)
+					}
+				} else if len(sp.Appended) != len(c.events) {
+					b.Fatalf("Spawn answered %d appends for %d events", len(sp.Appended), len(c.events))
+				}
+				ds = append(ds, time.Since(t0))
+			}
+			b.StopTimer()
+			percentiles(b, ds, 50, 99)
+		})
+	}
+}

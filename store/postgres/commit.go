@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,7 +40,8 @@ const rollbackTimeout = 5 * time.Second
 // pipeline is an explicit transaction on one pooled connection whose
 // statements are sent in batches (one round trip each).
 type pipeline struct {
-	conn *pgxpool.Conn
+	conn  *pgxpool.Conn
+	trips *atomic.Uint64 // the store's count of batches sent (Stats.RoundTrips)
 }
 
 // beginTx acquires a connection for one transaction; end releases it,
@@ -49,7 +51,7 @@ func (s *Store) beginTx(ctx context.Context) (*pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &pipeline{conn: conn}, nil
+	return &pipeline{conn: conn, trips: &s.stats.roundTrips}, nil
 }
 
 func (p *pipeline) end() {
@@ -64,6 +66,7 @@ func (p *pipeline) committed() bool { return p.conn.Conn().PgConn().TxStatus() =
 // send sends b and returns its results; the caller reads them in order and
 // closes them.
 func (p *pipeline) send(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	p.trips.Add(1)
 	return p.conn.SendBatch(ctx, b)
 }
 

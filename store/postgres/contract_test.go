@@ -418,8 +418,8 @@ func TestStatusCommitRacingAcquireNeverLeasesAnArchivedWorld(t *testing.T) {
 }
 
 // Spawn over a free stream with events, or over a world, fails whole on
-// PostgreSQL too: the failed create_world rolls the pipelined acquire and
-// items back with it.
+// PostgreSQL too: the failed create_world rolls the pipelined acquire,
+// items and events back with it.
 func TestSpawnIsOneTransaction(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, "", nil)
@@ -427,17 +427,132 @@ func TestSpawnIsOneTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := s.Spawn(bg, store.SpawnSpec{Universe: "u", World: "run-1", Holder: "A", TTL: time.Minute,
-		Items: []store.InboxItem{{Kind: "start"}}})
+		Items: []store.InboxItem{{Kind: "start"}}, Events: []store.Record{rec("run-started")}})
 	if !errors.Is(err, store.ErrWorldExists) {
 		t.Fatalf("Spawn over a free stream with events: %v, want ErrWorldExists", err)
 	}
+	var se *store.Error
+	if !errors.As(err, &se) || se.World != "run-1" {
+		t.Fatalf("Spawn over a free stream: %#v, want the error to name run-1", err)
+	}
 	conn := rawConn(t, s.Schema())
-	var worlds, leases, items int
-	if err := conn.QueryRow(bg, `SELECT (SELECT count(*) FROM worlds), (SELECT count(*) FROM leases), (SELECT count(*) FROM inbox)`).
-		Scan(&worlds, &leases, &items); err != nil {
+	var worlds, leases, items, events int
+	if err := conn.QueryRow(bg, `SELECT (SELECT count(*) FROM worlds), (SELECT count(*) FROM leases), (SELECT count(*) FROM inbox),
+		(SELECT count(*) FROM events)`).Scan(&worlds, &leases, &items, &events); err != nil {
 		t.Fatal(err)
 	}
-	if worlds+leases+items != 0 {
-		t.Fatalf("a refused Spawn left %d worlds, %d leases, %d inbox items", worlds, leases, items)
+	if worlds+leases+items != 0 || events != 1 {
+		t.Fatalf("a refused Spawn left %d worlds, %d leases, %d inbox items, %d events (want the free stream's 1)", worlds, leases, items, events)
+	}
+}
+
+// countRows counts the rows of a spawn in every table it writes.
+func countRows(t *testing.T, conn *pgx.Conn, world string) (worlds, leases, items, events int) {
+	t.Helper()
+	if err := conn.QueryRow(bg, `SELECT (SELECT count(*) FROM worlds WHERE world = $1), (SELECT count(*) FROM leases WHERE world = $1),
+		(SELECT count(*) FROM inbox WHERE world = $1), (SELECT count(*) FROM events WHERE stream = $1)`, world).
+		Scan(&worlds, &leases, &items, &events); err != nil {
+		t.Fatal(err)
+	}
+	return
+}
+
+// Spawn is one round trip whatever it carries (world, items, lease,
+// events), and it leaves the head cache at the spawned head: the world's
+// next append is one round trip too (the speculative path, no miss).
+func TestSpawnIsOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, "", nil)
+	for _, c := range []struct {
+		world  string
+		holder string
+		items  int
+		events []store.Record
+	}{
+		{"bare", "", 0, nil},
+		{"items", "", 2, nil},
+		{"leased", "A", 2, nil},
+		{"journal", "A", 2, []store.Record{rec("run-started"), rec("step-started")}},
+		{"journal-only", "A", 0, []store.Record{rec("run-started")}},
+	} {
+		spec := store.SpawnSpec{Universe: "u", World: c.world, Holder: c.holder, Events: c.events}
+		if c.holder != "" {
+			spec.TTL = time.Minute
+		}
+		for i := range c.items {
+			spec.Items = append(spec.Items, store.InboxItem{Kind: "event", DedupeKey: fmt.Sprint("k", i)})
+		}
+		before := s.Stats()
+		sp, err := s.Spawn(bg, spec)
+		if err != nil {
+			t.Fatalf("Spawn %s: %v", c.world, err)
+		}
+		if trips := s.Stats().RoundTrips - before.RoundTrips; trips != 1 {
+			t.Fatalf("Spawn %s took %d round trips, want 1", c.world, trips)
+		}
+		if len(sp.Seqs) != c.items || len(sp.Appended) != len(c.events) {
+			t.Fatalf("Spawn %s = %+v", c.world, sp)
+		}
+		if c.holder == "" {
+			continue
+		}
+		// The next append expects the spawned head and speculates on it.
+		n := uint64(len(c.events))
+		before = s.Stats()
+		got, err := s.Append(bg, c.world, []store.Record{rec("next")},
+			store.AppendOptions{Fence: &store.Fence{World: c.world, Epoch: sp.Lease.Epoch}, ExpectedHead: store.Head(n)})
+		if err != nil || got[0].RunSeq != n+1 {
+			t.Fatalf("Append to %s after Spawn = %+v, %v; want runSeq %d", c.world, got, err, n+1)
+		}
+		after := s.Stats()
+		if trips, misses := after.RoundTrips-before.RoundTrips, after.SpeculationMisses-before.SpeculationMisses; trips != 1 || misses != 0 {
+			t.Fatalf("the first Append to %s took %d round trips (%d misses), want 1 (0)", c.world, trips, misses)
+		}
+	}
+}
+
+// An outcome the one-trip Spawn rules out raises inside its transaction,
+// which rolls back whole: a lease row a new world cannot have (planted
+// here, as no store call can) fails spawn_acquire's assertion, and a
+// failing write after it (an events trigger planted here) fails the
+// spawn; neither leaves a row behind.
+func TestSpawnRollsBackAnImpossibleOutcome(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, "", nil)
+	conn := rawConn(t, s.Schema())
+	spec := func(world string) store.SpawnSpec {
+		return store.SpawnSpec{Universe: "u", World: world, Holder: "A", TTL: time.Minute,
+			Items: []store.InboxItem{{Kind: "start"}}, Events: []store.Record{rec("run-started")}}
+	}
+
+	if _, err := conn.Exec(bg, `INSERT INTO leases (world, holder, epoch, expires_at_ns) VALUES ('ghost', 'X', 7, 9223372036854775807)`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Spawn(bg, spec("ghost"))
+	if sqlState(err) != "OR050" {
+		t.Fatalf("Spawn over a planted lease row: %v, want the assertion OR050", err)
+	}
+	if w, l, i, e := countRows(t, conn, "ghost"); w != 0 || l != 1 || i != 0 || e != 0 {
+		t.Fatalf("the refused Spawn left %d worlds, %d leases (want the planted 1), %d items, %d events", w, l, i, e)
+	}
+
+	if _, err := conn.Exec(bg, `CREATE FUNCTION refuse_events() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'refused by the test' USING ERRCODE = 'P0001'; END $$;
+		CREATE TRIGGER refuse_events BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION refuse_events()`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Spawn(bg, spec("w"))
+	if sqlState(err) != "P0001" {
+		t.Fatalf("Spawn whose events insert fails: %v, want the trigger's error", err)
+	}
+	if w, l, i, e := countRows(t, conn, "w"); w+l+i+e != 0 {
+		t.Fatalf("the failed Spawn left %d worlds, %d leases, %d items, %d events", w, l, i, e)
+	}
+	if _, err := conn.Exec(bg, `DROP TRIGGER refuse_events ON events`); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := s.Spawn(bg, spec("w"))
+	if err != nil || sp.Lease.Epoch != 1 || len(sp.Appended) != 1 || sp.Appended[0].RunSeq != 1 {
+		t.Fatalf("Spawn after the failure = %+v, %v", sp, err)
 	}
 }

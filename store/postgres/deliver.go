@@ -334,19 +334,30 @@ var (
 			) AS i`
 	fabricParam = 8 + settleArrays*len(settled)
 	nowParam    = fabricParam + 3
-	deliverSQL  = `WITH items AS (
+	deliverSQL  = deliverSQLAt("$" + strconv.Itoa(nowParam))
+	// spawnItemsSQL is deliverSQL for the first items of a world created
+	// earlier in the same transaction (Spawn), at the world's creation
+	// time: Spawn sends it in the round trip that creates the world, before
+	// Go knows that time. It takes no clock parameter.
+	spawnItemsSQL = deliverSQLAt(`(SELECT x.created_at_ns FROM worlds x WHERE x.world = ($1::text[])[1])`)
+)
+
+// deliverSQLAt returns the delivery statement with now as the SQL of its
+// clock.
+func deliverSQLAt(now string) string {
+	return `WITH items AS (
 				INSERT INTO inbox (world, seq, kind, payload, dedupe_key, enqueued_at_ns, key_live)
-				SELECT u.w, u.s, u.k, u.p, NULLIF(u.key, ''), $` + strconv.Itoa(nowParam) + `, u.key <> ''
+				SELECT u.w, u.s, u.k, u.p, NULLIF(u.key, ''), ` + now + `, u.key <> ''
 				FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[], $5::text[]) AS u(w, s, k, p, key)),
 			counters AS (
 				UPDATE worlds x SET inbox_seq = u.s
-				FROM unnest($6::text[], $7::bigint[]) AS u(w, s) WHERE x.world = u.w)` + settleCTEs(8, nowParam) + `,
+				FROM unnest($6::text[], $7::bigint[]) AS u(w, s) WHERE x.world = u.w)` + settleCTEs(8, now) + `,
 			fabric AS (
 				INSERT INTO fabric_dedupe (dest, message_id, seq, delivered_at_ns)
-				SELECT u.d, u.m, u.s, $` + strconv.Itoa(nowParam) + ` FROM unnest($` + strconv.Itoa(fabricParam) + `::text[], $` +
+				SELECT u.d, u.m, u.s, ` + now + ` FROM unnest($` + strconv.Itoa(fabricParam) + `::text[], $` +
 		strconv.Itoa(fabricParam+1) + `::text[], $` + strconv.Itoa(fabricParam+2) + `::bigint[]) AS u(d, m, s))
 			SELECT notify_topic('inbox:' || w) FROM unnest($6::text[]) AS w`
-)
+}
 
 // deliverWrite is what deliverSQL writes: new inbox items, the worlds'
 // inbox counters (in world order), each queue's settled items and the
@@ -372,7 +383,12 @@ func (d *deliverWrite) item(world string, seq int64, kind string, payload []byte
 
 // queue queues deliverSQL on b, at now, unless there is nothing to write.
 // It notifies the watchers of every world whose counter moved.
-func (d *deliverWrite) queue(b *batch, now int64) {
+func (d *deliverWrite) queue(b *batch, now int64) { d.queueSQL(b, deliverSQL, now) }
+
+// queueSQL queues sql, deliverSQL or a variant of it, with d's arrays and
+// then clock (its clock parameter, if it takes one), unless there is
+// nothing to write.
+func (d *deliverWrite) queueSQL(b *batch, sql string, clock ...any) {
 	args := []any{d.iw, d.is, d.ik, d.ip, d.ikey, d.ww, d.wseq}
 	write := len(d.ww) > 0
 	for i := range settled {
@@ -380,7 +396,7 @@ func (d *deliverWrite) queue(b *batch, now int64) {
 		write = write || len(d.sh[i]) > 0
 	}
 	if write {
-		b.queue(nil, deliverSQL, append(args, d.fd, d.fm, d.fseq, now)...)
+		b.queue(nil, sql, append(append(args, d.fd, d.fm, d.fseq), clock...)...)
 	}
 }
 

@@ -100,6 +100,13 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, factory)
 }
 
+// FuzzSpawn fuzzes Spawn's spec on PostgreSQL (the seeds run with every
+// go test).
+func FuzzSpawn(f *testing.F) {
+	testDSN(f)
+	storetest.FuzzSpawn(f, factory)
+}
+
 // ---- helpers shared by this package's tests ----
 
 func rec(key string) store.Record {

@@ -339,10 +339,13 @@ type Stats struct {
 	DeliveryRequests     uint64 // Enqueue, Complete, Fire and Send calls
 	DeliveryTransactions uint64 // transactions the delivery committers ran
 	SpeculationMisses    uint64 // append batches whose one-round-trip path rolled back
+	// RoundTrips counts the pipelined batches the store's transactions sent
+	// (each one round trip): what a path's latency is made of.
+	RoundTrips uint64
 }
 
 type statsCounters struct {
-	appendReqs, appendTxs, deliveryReqs, deliveryTxs, speculationMisses atomic.Uint64
+	appendReqs, appendTxs, deliveryReqs, deliveryTxs, speculationMisses, roundTrips atomic.Uint64
 }
 
 // Stats returns the store's counters.
@@ -353,6 +356,7 @@ func (s *Store) Stats() Stats {
 		DeliveryRequests:     s.stats.deliveryReqs.Load(),
 		DeliveryTransactions: s.stats.deliveryTxs.Load(),
 		SpeculationMisses:    s.stats.speculationMisses.Load(),
+		RoundTrips:           s.stats.roundTrips.Load(),
 	}
 }
 

@@ -227,15 +227,15 @@ const settleArrays = 5
 // settleCTEs returns the write statement's part that marks the settled
 // items of every queue done: queue i's arrays are parameters
 // first+settleArrays*i onwards (hashes, inbox seqs, receipt statuses,
-// receipt payloads, operators' reasons), and now is parameter nowParam.
-func settleCTEs(first, nowParam int) string {
+// receipt payloads, operators' reasons), and now is the SQL of the clock.
+func settleCTEs(first int, now string) string {
 	var b strings.Builder
 	p := func(i int) string { return "$" + strconv.Itoa(i) }
 	for i, q := range settled {
 		at := first + settleArrays*i
 		b.WriteString(`,
 			settled_` + q.table + ` AS (
-				UPDATE ` + q.table + ` x SET state = '` + q.done + `', inbox_seq = u.s, completed_at_ns = ` + p(nowParam) + `,
+				UPDATE ` + q.table + ` x SET state = '` + q.done + `', inbox_seq = u.s, completed_at_ns = ` + now + `,
 					claim_expires_ns = NULL` + q.settleSet + `
 				FROM unnest(` + p(at) + `::text[], ` + p(at+1) + `::bigint[], ` + p(at+2) + `::text[], ` + p(at+3) + `::bytea[], ` +
 			p(at+4) + `::text[]) AS u(h, s, st, p, rr)

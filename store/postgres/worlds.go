@@ -48,14 +48,28 @@ func (s *Store) CreateWorld(ctx context.Context, universe, world string, seed *s
 const createWorldSQL = `SELECT create_world($1, $2, $3, $4, $5, $6, $7)`
 
 // Spawn implements store.Worlds: CreateWorld, the first items and, with a
-// holder, Acquire in one transaction of two round trips. The first
-// creates the world (create_world: ErrWorldExists rolls it all back) and
-// takes the lease (the acquire function, on the world row this
-// transaction just inserted: no other transaction can see the world, so
-// none holds its lease row, and taking it after the stream row breaks no
-// lock order); Go decides the lease with contract.Acquire on what acquire
-// read. The second writes the items at seqs 1…n as a delivery writes them
-// (deliverSQL, which notifies the inbox's watchers) and commits.
+// holder, Acquire and an Append of the events, in one transaction of one
+// round trip (BEGIN … COMMIT pipelined). Nothing in it waits for a Go
+// decision, since on a world the transaction itself creates every step
+// has one possible outcome, and SQL asserts it (raising, which rolls the
+// whole spawn back, on anything else):
+//
+//   - create_world creates the world and starts its stream at head 0 under
+//     the stream's row lock; a taken id raises ErrWorldExists (OR004),
+//     which fails the rest of the batch with it;
+//   - spawn_acquire takes the first lease (acquire on the world row this
+//     transaction inserted: nobody else sees the world, so none holds its
+//     lease row or assigns it, and taking the lease after the stream row
+//     breaks no lock order) and raises unless acquire took epoch 1. Go
+//     decides again with contract.Acquire on what acquire read;
+//   - the items are written at seqs 1…n as a delivery writes them
+//     (deliverSQL at the world's creation time, notifying the inbox's
+//     watchers);
+//   - the events are the speculative append path's (queueSpeculation),
+//     decided against the head create_world left (0) under the fence of
+//     the new lease, with that path's assertions that the steps above do
+//     not already prove: the head compared-and-swapped, and the keys new
+//     (the unique index).
 func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned, error) {
 	const op = "spawn"
 	if err := s.begin(ctx, op); err != nil {
@@ -64,46 +78,77 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 	if err := store.CheckSpawn(op, spec); err != nil {
 		return store.Spawned{}, err
 	}
-	var out store.Spawned
+	// CheckSpawn refused a key given twice and the inbox is new, so every
+	// item is new.
+	var d deliverWrite
+	for i, it := range spec.Items {
+		d.item(spec.World, int64(i+1), it.Kind, it.Payload, it.DedupeKey)
+	}
+	if n := len(spec.Items); n > 0 {
+		d.ww, d.wseq = []string{spec.World}, []int64{int64(n)}
+	}
+	// The events: a fenced Append under the new lease (the world's first:
+	// epoch 1) expecting head 0, decided against the head create_world
+	// leaves, so the decision holds for every attempt. Being new, at the
+	// head expected and under a fence the batch asserts, they cannot be
+	// refused: a refusal would be a bug, reported before anything is sent.
+	var journal *speculation
+	if len(spec.Events) > 0 {
+		r := newAppendReq(ctx, op, spec.World, spec.Events)
+		r.opts = store.AppendOptions{Fence: &store.Fence{World: spec.World, Epoch: 1}}
+		r.head = store.Head(0)
+		journal = newSpeculation([]*appendReq{r})
+		journal.decide(map[string]*streamRow{spec.World: {}})
+		if journal.pl.res[0].err != nil {
+			return store.Spawned{}, errDisagree(op, spec.World)
+		}
+		// Two of the speculative path's assertions are proven earlier in
+		// the transaction, so the spawn does not pay for their statements:
+		// spawn_acquire asserted the fence (the lease it took is the
+		// world's first, held by the holder), and create_world found the
+		// stream without events under its row lock, so no key of it is
+		// stored or compacted (compaction never lowers a head). The head's
+		// compare-and-swap and the unique index of keys stay.
+		journal.fences, journal.keyStreams, journal.keyKeys = nil, nil, nil
+	}
 	var created int64
 	var lease acquired
-	err := s.twoTrips(ctx, op, spec.World, func(b *batch) {
+	err := s.oneTrip(ctx, op, spec.World, func(b *batch) {
 		b.queue(func(br pgx.BatchResults) error { return br.QueryRow().Scan(&created) },
 			createWorldSQL, spec.Universe, spec.World, false, int64(0), []byte(nil), "", s.off())
 		if spec.Holder != "" {
 			b.queue(func(br pgx.BatchResults) error { return lease.scan(br.QueryRow()) },
-				acquireSQL, spec.World, spec.Holder, int64(spec.TTL), s.off())
+				spawnAcquireSQL, spec.World, spec.Holder, int64(spec.TTL), s.off())
 		}
-	}, func(b *batch) error {
-		out = store.Spawned{
-			World: store.World{ID: spec.World, Universe: spec.Universe, Status: store.WorldActive, CreatedAt: fromNS(created)},
-			Seqs:  make([]uint64, len(spec.Items)),
+		d.queueSQL(b, spawnItemsSQL)
+		if journal != nil {
+			s.queueSpeculation(b, journal)
 		}
-		if spec.Holder != "" {
-			var err error
-			if out.Lease, err = lease.decide(op, spec.World, spec.Holder, spec.TTL); err != nil {
-				return err
-			}
-		}
-		// CheckSpawn refused a key given twice and the inbox is new, so
-		// every item is new.
-		var d deliverWrite
-		for i, it := range spec.Items {
-			d.item(spec.World, int64(i+1), it.Kind, it.Payload, it.DedupeKey)
-			out.Seqs[i] = uint64(i + 1)
-		}
-		if n := len(spec.Items); n > 0 {
-			d.ww, d.wseq = []string{spec.World}, []int64{int64(n)}
-		}
-		d.queue(b, created)
-		return nil
 	})
 	if err != nil {
 		return store.Spawned{}, err
 	}
-	// The new world's stream is empty (create_world started it at 0): its
-	// first append may take the speculative path.
-	s.heads.remember(map[string]*streamRow{spec.World: {}})
+	out := store.Spawned{
+		World: store.World{ID: spec.World, Universe: spec.Universe, Status: store.WorldActive, CreatedAt: fromNS(created)},
+		Seqs:  make([]uint64, len(spec.Items)),
+	}
+	for i := range out.Seqs {
+		out.Seqs[i] = uint64(i + 1)
+	}
+	if spec.Holder != "" {
+		// spawn_acquire asserted what this decides; a disagreement would be
+		// a bug in one of them.
+		if out.Lease, err = lease.decide(op, spec.World, spec.Holder, spec.TTL); err != nil {
+			return store.Spawned{}, err
+		}
+	}
+	// The heads the spawn left (0, or the events' last runSeq) are the
+	// world's next append's guess: it may take the speculative path.
+	heads := map[string]*streamRow{spec.World: {}}
+	if journal != nil {
+		out.Appended, heads = journal.pl.answers()[0].out, journal.v.heads
+	}
+	s.heads.remember(heads)
 	if len(spec.Items) > 0 {
 		s.hint(store.TopicInbox(spec.World))
 	}
@@ -112,6 +157,10 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 	}
 	return out, nil
 }
+
+// spawnAcquireSQL calls the spawn_acquire function (Spawn's first lease):
+// acquire's parameters, and acquire's row.
+const spawnAcquireSQL = `SELECT * FROM spawn_acquire($1, $2, $3, $4)`
 
 // ForkWorld implements store.Worlds (see fork_world): one transaction,
 // whose cost is one snapshot row whatever the source's history.
