@@ -395,3 +395,96 @@ func TestARunStartedInProcessIsFourWritesAndNoRead(t *testing.T) {
 		return nil
 	})
 }
+
+// Through a local worker, Start stays idempotent by run id: a second
+// start of the same run creates nothing and runs nothing again, and one
+// with another input is ErrConflict; a function with no step has its end
+// as its first write, and still creates the run first.
+func TestHandedOverStartsAreIdempotentAndStepless(t *testing.T) {
+	forEachBackend(t, 8, func(r *rig) error {
+		tl := newTally()
+		def := threeSteps(tl)
+		bare := workflow.New("bare", 1, func(c *workflow.Ctx, in int) (int, error) { return in * 3, nil })
+		wfs, err := workflow.NewWorkflows(def, bare)
+		if err != nil {
+			return err
+		}
+		w, err := r.worker("w1", r.handle(), wfs, nil, nil)
+		if err != nil {
+			return err
+		}
+		defer w.Stop(r.ctx)
+		cl, err := workflow.NewClient(r.st, wfs, r.ex, workflow.WithWorkers(w))
+		if err != nil {
+			return err
+		}
+		for range 2 {
+			if err := def.Start(r.ctx, cl, "twice", 5); err != nil {
+				return err
+			}
+			if got, err := def.Result(r.ctx, cl, "twice"); err != nil || got != 13 {
+				return fmt.Errorf("result %d, %v", got, err)
+			}
+		}
+		if err := def.Start(r.ctx, cl, "twice", 6); !errors.Is(err, workflow.ErrConflict) {
+			return fmt.Errorf("a start with another input: %v, want ErrConflict", err)
+		}
+		if n := tl.get("add"); n != 1 {
+			return fmt.Errorf("the first step ran %d times, want 1", n)
+		}
+		if err := bare.Start(r.ctx, cl, "bare", 4); err != nil {
+			return err
+		}
+		if got, err := bare.Result(r.ctx, cl, "bare"); err != nil || got != 12 {
+			return fmt.Errorf("the stepless run: %d, %v", got, err)
+		}
+		evs, err := r.stream("bare")
+		if err != nil {
+			return err
+		}
+		return sameShapes(evs, []shape{{event.RunStarted, "", 1}, {event.RunCompleted, "", 1}})
+	})
+}
+
+// A client's worker that does not run the workflow leaves the run to the
+// others: Start creates it without a lease and a worker that runs it
+// takes it up from its scan.
+func TestStartWithAWorkerThatLacksTheWorkflowLeavesItToTheScans(t *testing.T) {
+	onMemstore(t, 9, func(r *rig) error {
+		def := threeSteps(newTally())
+		other := workflow.New("other", 1, func(c *workflow.Ctx, in int) (int, error) { return in, nil })
+		theirs, err := workflow.NewWorkflows(other)
+		if err != nil {
+			return err
+		}
+		ours, err := workflow.NewWorkflows(def)
+		if err != nil {
+			return err
+		}
+		local, err := r.worker("local", r.handle(), theirs, nil, nil)
+		if err != nil {
+			return err
+		}
+		defer local.Stop(r.ctx)
+		ev := &events{}
+		remote, err := r.worker("remote", r.handle(), ours, ev, nil)
+		if err != nil {
+			return err
+		}
+		defer remote.Stop(r.ctx)
+		cl, err := workflow.NewClient(r.st, ours, r.ex, workflow.WithWorkers(local))
+		if err != nil {
+			return err
+		}
+		if err := def.Start(r.ctx, cl, "elsewhere", 5); err != nil {
+			return err
+		}
+		if got, err := def.Result(r.ctx, cl, "elsewhere"); err != nil || got != 13 {
+			return fmt.Errorf("result %d, %v", got, err)
+		}
+		if _, ok := ev.find(workflow.EvFinished, "elsewhere"); !ok {
+			return fmt.Errorf("the remote worker did not run the run")
+		}
+		return nil
+	})
+}
