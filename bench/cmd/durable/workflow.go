@@ -9,11 +9,12 @@ package main
 // one no-op workflow.Step, workflow3 is a workflow with three sequential
 // no-op Steps (each Step's result is journaled as StepCompleted before the
 // next starts), a submission is Client.Start (it returns once the run is
-// durable), and "completion visible" is Client.Result returning (it reads
-// RunCompleted from the run's stream). One workflow.Worker in this
-// process hosts the runs; the client is given it (WithWorkers), so a
-// waiting Result is woken when the worker records its run's end, as DBOS's
-// handle learns it from its own executor.
+// durable), and "completion visible" is Client.Result returning (the run's
+// RunCompleted is committed). One workflow.Worker in this process hosts
+// the runs and the client is given it (WithWorkers), as DBOS's RunWorkflow
+// runs a workflow in the process that starts it: Start hands the run to
+// the worker, whose first write creates it, and a waiting Result learns
+// the end from the worker, as DBOS's handle learns it from its executor.
 //
 // enqueue, work and timer-lateness are left to the world rows: these rows
 // leave them empty.
