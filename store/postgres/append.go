@@ -1017,7 +1017,8 @@ func (s *Store) queueSpeculation(b *batch, sp *speculation) {
 		b.queue(nil, `SELECT check_fences($1, $2, $3, $4)`, ws, es, s.off(), len(sp.statusWorlds) > 0)
 	}
 	// Every stream at stake, its head compared and swapped (an unmoved one
-	// too: the decisions relied on it), and each Commit's cursor.
+	// too: the decisions relied on it), and each Commit's cursor
+	// (cas_streams; a batch of appends alone guesses no cursor: cas_heads).
 	n := len(sp.streams)
 	olds, news := make([]int64, n), make([]int64, n)
 	oldc, newc, bound := make([]*int64, n), make([]*int64, n), make([]*int64, n)
@@ -1028,8 +1029,12 @@ func (s *Store) queueSpeculation(b *batch, sp *speculation) {
 			oldc[i], newc[i], bound[i] = &g.expected, &h.cursor, &g.bound
 		}
 	}
-	b.queue(nil, `SELECT cas_streams($1, $2, $3, $4, $5, $6)`, sp.streams, olds, news, oldc, newc, bound)
-	// Read after cas_streams locked the streams (see appendChecked).
+	if len(sp.cursors) == 0 {
+		b.queue(nil, `SELECT cas_heads($1, $2, $3)`, sp.streams, olds, news)
+	} else {
+		b.queue(nil, `SELECT cas_streams($1, $2, $3, $4, $5, $6)`, sp.streams, olds, news, oldc, newc, bound)
+	}
+	// Read after the compare-and-swap locked the streams (see appendChecked).
 	if len(sp.free) > 0 {
 		b.queue(nil, `SELECT expect_count((SELECT count(*) FROM worlds WHERE world = ANY($1)), 0, 'a free stream is a world')`, sp.free)
 	}
