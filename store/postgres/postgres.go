@@ -16,10 +16,12 @@
 //     drained by a committer goroutine into one transaction, whatever the
 //     batch size, so the cycles of many worlds share one WAL flush (at most
 //     one Commit per world per transaction: a world's cycles commit in
-//     order). Appends commit in one round trip when the batch's streams are
-//     ones this process appended to before (the heads it remembers are
-//     verified in the database, and any wrong guess rolls the transaction
-//     back), two otherwise; Commits always in two. Concurrent inbox
+//     order). Appends and Commits commit in one round trip when the
+//     batch's streams are ones this process wrote to before (the heads it
+//     remembers, and the fences, cursors and statuses its decisions assume,
+//     are verified in the database, and any wrong guess rolls the
+//     transaction back), two otherwise, and a Commit with a Snapshot always
+//     in two. Concurrent inbox
 //     deliveries (Enqueue, Complete, Fire, Send; a CompleteMany is one
 //     request whose completions stay in one transaction) are grouped
 //     likewise, in two round trips. A request's typed failure (a stale
