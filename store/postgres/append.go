@@ -35,8 +35,18 @@ import (
 //     compacted_keys) violates the unique index or an assertion. If any
 //     assumption is wrong, the transaction rolls back whole and the batch
 //     takes the checked path. A commit is therefore only ever what the
-//     checked path would have decided. Commits always take the checked
-//     path.
+//     checked path would have decided.
+//
+// A Commit takes the speculative path too (its world's head cached, and no
+// Snapshot: the snapshot's height and conflict checks need the stored
+// snapshot). Its decision assumes, besides the head and the fence, that
+// the inbox cursor is at ExpectedCursor and that NewCursor does not pass
+// the world's last enqueued seq (cas_streams asserts both, and moves the
+// cursor), and, with a Status, that the world is active (lock_active_worlds
+// asserts it, locking the world rows FOR UPDATE before check_fences locks
+// the lease rows FOR UPDATE: the checked path's locks, in its order). Its
+// intents, timers and cancellations assume nothing, and are written as the
+// checked path writes them.
 //
 // Either way a request's typed failure (a stale fence, a head mismatch) is
 // decided before anything is written, and never fails its neighbours.
@@ -170,7 +180,7 @@ type statusMove struct {
 	to       store.WorldStatus
 	reason   string
 	endLease bool  // the world leaves active with a holder: its lease ends
-	now      int64 // the store's time it records
+	now      int64 // the store's time it records (the speculative path reads none: it records the clock at the write)
 }
 
 type streamRow struct {
@@ -309,14 +319,19 @@ func decide(reqs []*appendReq, streams []string, v *view) *plan {
 		c := r.commit
 		switch {
 		case c != nil:
-			if err := contract.Fence(r.op, r.stream, c.epoch, isWorld, v.leases[r.stream], v.now); err != nil {
-				p.res[i].err = err
-				continue
+			// The speculative path assumes the fence and the last seq (and
+			// its guessed cursor is ExpectedCursor); cas_streams and
+			// check_fences assert them.
+			if !v.speculative {
+				if err := contract.Fence(r.op, r.stream, c.epoch, isWorld, v.leases[r.stream], v.now); err != nil {
+					p.res[i].err = err
+					continue
+				}
 			}
 			switch last := uint64(v.worlds[r.stream]); {
 			case uint64(st.cursor) != c.b.ExpectedCursor:
 				fail(store.ErrCursorMismatch, "cursor is %d, expected %d", st.cursor, c.b.ExpectedCursor)
-			case c.b.NewCursor > last:
+			case !v.speculative && c.b.NewCursor > last:
 				fail(store.ErrInvalid, "cursor %d passes the last seq %d", c.b.NewCursor, last)
 			}
 			if p.res[i].err != nil {
@@ -391,9 +406,11 @@ func decide(reqs []*appendReq, streams []string, v *view) *plan {
 				continue
 			}
 			if !noop {
-				// The fence passed, so the lease is held: leaving active ends it.
+				// The fence passed (or is asserted), so the lease is held:
+				// leaving active ends it.
+				held := v.speculative || v.leases[r.stream].Holder != ""
 				move = &statusMove{to: c.b.Status.Status, reason: c.b.Status.Reason,
-					endLease: endLease && v.leases[r.stream].Holder != "", now: toNS(v.now)}
+					endLease: endLease && held, now: toNS(v.now)}
 			}
 		}
 
@@ -477,23 +494,18 @@ const writeSQL = `WITH clock AS (SELECT now_ns($13) AS now),
 		WHERE d.hi > d.lo)
 	SELECT run_seq, stream, persisted_at_ns FROM ins`
 
-// queueHeads queues the plan's head, cursor and baseline moves on b. In
-// the speculative path, cas_heads locks every stream at stake (in order)
-// and fails unless each head is still the one the decisions assumed.
+// queueHeads queues the checked plan's head, cursor and baseline moves on
+// b (the speculative path's are cas_streams, see queueSpeculation).
 func (s *Store) queueHeads(b *batch, p *plan, v *view) {
 	var us []string
-	var uh, uc, uold []int64
+	var uh, uc []int64
 	var ub []*int64
 	for _, st := range p.streams {
-		h := v.heads[st]
-		if h != nil && (h.touched || v.speculative) {
-			us, uh, uc, uold = append(us, st), append(uh, h.head), append(uc, h.cursor), append(uold, h.read)
-			ub = append(ub, h.baseline)
+		if h := v.heads[st]; h != nil && h.touched {
+			us, uh, uc, ub = append(us, st), append(uh, h.head), append(uc, h.cursor), append(ub, h.baseline)
 		}
 	}
-	if v.speculative {
-		b.queue(nil, `SELECT cas_heads($1, $2, $3)`, us, uold, uh)
-	} else if len(us) > 0 {
+	if len(us) > 0 {
 		b.queue(nil, `UPDATE streams x SET head = u.h, inbox_cursor = u.c, baseline_height = greatest(x.baseline_height, u.b)
 			FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS u(s, h, c, b) WHERE x.stream = u.s`, us, uh, uc, ub)
 	}
@@ -545,7 +557,7 @@ func (s *Store) queueInserts(b *batch, p *plan) {
 // snapshots and status changes on b, in the order a cycle applies them (a
 // timer scheduled and cancelled by one cycle is gone), and the
 // notifications of what they may have changed.
-func (s *Store) queueCycles(b *batch, p *plan) {
+func (s *Store) queueCycles(b *batch, p *plan, v *view) {
 	var topics []string
 	if n := len(p.intents); n > 0 {
 		hs, ws, ks, os, cs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -617,7 +629,13 @@ func (s *Store) queueCycles(b *batch, p *plan) {
 	}
 	// Last, as a cycle applies it: the status, and the lease it ends.
 	for _, o := range p.moves {
-		for _, t := range queueStatus(b, o.world, o.v.to, o.v.reason, o.v.endLease, o.v.now) {
+		var ts []string
+		if v.speculative {
+			ts = queueStatusNow(b, o.world, o.v.to, o.v.reason, o.v.endLease, s.off())
+		} else {
+			ts = queueStatus(b, o.world, o.v.to, o.v.reason, o.v.endLease, o.v.now)
+		}
+		for _, t := range ts {
 			if !slices.Contains(topics, t) {
 				topics = append(topics, t)
 			}
@@ -763,7 +781,7 @@ func (s *Store) appendChecked(reqs []*appendReq) ([]appendResult, map[string]*st
 	b = &batch{}
 	s.queueHeads(b, pl, v)
 	s.queueInserts(b, pl)
-	s.queueCycles(b, pl)
+	s.queueCycles(b, pl, v)
 	b.queue(nil, "COMMIT")
 	if err := b.send(ctx, p); err != nil {
 		return nil, nil, err
@@ -854,8 +872,17 @@ type speculation struct {
 	v                   *view
 	streams             []string
 	keyStreams, keyKeys []string
-	fences              []store.Fence // the world streams' fences, in world order
-	free                []string      // the free streams, assumed not worlds
+	fences              []store.Fence          // the world streams' fences, in world order
+	free                []string               // the free streams, assumed not worlds
+	cursors             map[string]cursorGuess // by Commit world (one Commit each: cutBatch)
+	statusWorlds        []string               // the worlds a Commit ends, assumed active, in world order
+}
+
+// cursorGuess is what a Commit's decision assumes of its world's inbox:
+// the cursor is at expected, and the last enqueued seq is at least bound
+// (the NewCursor it asks for).
+type cursorGuess struct {
+	expected, bound int64
 }
 
 // speculate decides reqs against the heads the cache guesses, or returns
@@ -875,23 +902,40 @@ func (s *Store) speculate(reqs []*appendReq) *speculation {
 }
 
 // newSpeculation scopes reqs for the speculative path, or returns nil when
-// one of them must take the checked path: a Commit, or an append whose
-// fence decision needs no row (no fence on a world stream, another world's
-// fence, a fence on a free stream: AppendFence answers those at once on
-// the checked path).
+// one of them must take the checked path: a Commit with a Snapshot, an
+// append whose fence decision needs no row (no fence on a world stream,
+// another world's fence, a fence on a free stream: AppendFence answers
+// those at once on the checked path), or a request after a Commit that
+// ends its world's lease (the checked path fences it on the lease the
+// Commit released; the speculative one asserts fences only as they stood
+// before the batch).
 func newSpeculation(reqs []*appendReq) *speculation {
 	var fences []store.Fence
-	var free []string
-	seenFence, seenFree := map[store.Fence]bool{}, map[string]bool{}
+	var free, statusWorlds []string
+	cursors := map[string]cursorGuess{}
+	seenFence, seenFree, ended := map[store.Fence]bool{}, map[string]bool{}, map[string]bool{}
+	fence := func(f store.Fence) {
+		if !seenFence[f] {
+			seenFence[f] = true
+			fences = append(fences, f)
+		}
+	}
 	for _, r := range reqs {
-		switch {
-		case r.commit != nil:
+		if ended[r.stream] {
 			return nil
-		case r.opts.Kind == store.WorldStream && r.opts.Fence != nil && r.opts.Fence.World == r.stream:
-			if f := *r.opts.Fence; !seenFence[f] {
-				seenFence[f] = true
-				fences = append(fences, f)
+		}
+		switch c := r.commit; {
+		case c != nil && c.b.Snapshot != nil:
+			return nil
+		case c != nil:
+			fence(store.Fence{World: r.stream, Epoch: c.epoch})
+			cursors[r.stream] = cursorGuess{expected: int64(c.b.ExpectedCursor), bound: int64(c.b.NewCursor)}
+			if c.b.Status != nil {
+				ended[r.stream] = true
+				statusWorlds = append(statusWorlds, r.stream)
 			}
+		case r.opts.Kind == store.WorldStream && r.opts.Fence != nil && r.opts.Fence.World == r.stream:
+			fence(*r.opts.Fence)
 		case r.opts.Kind == store.FreeStream && r.opts.Fence == nil:
 			if !seenFree[r.stream] {
 				seenFree[r.stream] = true
@@ -903,13 +947,23 @@ func newSpeculation(reqs []*appendReq) *speculation {
 	}
 	_, _, streams, keyStreams, keyKeys, _, _ := scope(reqs)
 	sort.Slice(fences, func(i, j int) bool { return fences[i].World < fences[j].World })
-	return &speculation{reqs: reqs, streams: streams, keyStreams: keyStreams, keyKeys: keyKeys, fences: fences, free: free}
+	sort.Strings(statusWorlds)
+	return &speculation{reqs: reqs, streams: streams, keyStreams: keyStreams, keyKeys: keyKeys, fences: fences, free: free,
+		cursors: cursors, statusWorlds: statusWorlds}
 }
 
 // decide decides the speculation's requests against heads (a guess the
-// queued assertions verify).
+// queued assertions verify), each Commit's world's cursor guessed at its
+// ExpectedCursor and, with a Status, its status guessed active.
 func (sp *speculation) decide(heads map[string]*streamRow) {
-	sp.v = &view{speculative: true, heads: heads, worlds: map[string]int64{}}
+	sp.v = &view{speculative: true, heads: heads, worlds: map[string]int64{},
+		leases: map[string]contract.LeaseRow{}, statuses: map[string]store.WorldStatus{}}
+	for w, g := range sp.cursors {
+		heads[w].cursor = g.expected
+	}
+	for _, w := range sp.statusWorlds {
+		sp.v.statuses[w] = store.WorldActive
+	}
 	sp.pl = decide(sp.reqs, sp.streams, sp.v)
 }
 
@@ -932,6 +986,9 @@ func (s *Store) commitSpeculation(sp *speculation) ([]appendResult, bool) {
 	if err := b.send(ctx, p); err != nil || !p.committed() {
 		// Some guess was wrong (or the database failed): nothing was
 		// written; the checked path decides again.
+		if isDeadlock(err) {
+			s.stats.deadlocks.Add(1)
+		}
 		s.heads.miss(sp.streams)
 		s.stats.speculationMisses.Add(1)
 		return nil, false
@@ -944,17 +1001,40 @@ func (s *Store) commitSpeculation(sp *speculation) ([]appendResult, bool) {
 // b, inside the caller's transaction: if an assertion fails, it raises and
 // the transaction rolls back whole.
 func (s *Store) queueSpeculation(b *batch, sp *speculation) {
+	// The locks in the checked path's order: world rows (a batch that ends
+	// a world), lease rows, stream rows.
+	if len(sp.statusWorlds) > 0 {
+		b.queue(nil, `SELECT lock_active_worlds($1)`, sp.statusWorlds)
+	}
 	if len(sp.fences) > 0 {
 		// Every fence the batch relies on (the failing ones included: the
-		// checked path reports them precisely).
+		// checked path reports them precisely), FOR UPDATE when the batch
+		// ends a lease, as the checked path locks them.
 		ws, es := make([]string, len(sp.fences)), make([]int64, len(sp.fences))
 		for i, f := range sp.fences {
 			ws[i], es[i] = f.World, int64(min(f.Epoch, 1<<63-1))
 		}
-		b.queue(nil, `SELECT check_fences($1, $2, $3)`, ws, es, s.off())
+		b.queue(nil, `SELECT check_fences($1, $2, $3, $4)`, ws, es, s.off(), len(sp.statusWorlds) > 0)
 	}
-	s.queueHeads(b, sp.pl, sp.v)
-	// Read after cas_heads locked the streams (see appendChecked).
+	// Every stream at stake, its head compared and swapped (an unmoved one
+	// too: the decisions relied on it), and each Commit's cursor
+	// (cas_streams; a batch of appends alone guesses no cursor: cas_heads).
+	n := len(sp.streams)
+	olds, news := make([]int64, n), make([]int64, n)
+	oldc, newc, bound := make([]*int64, n), make([]*int64, n), make([]*int64, n)
+	for i, st := range sp.streams {
+		h := sp.v.heads[st]
+		olds[i], news[i] = h.read, h.head
+		if g, ok := sp.cursors[st]; ok {
+			oldc[i], newc[i], bound[i] = &g.expected, &h.cursor, &g.bound
+		}
+	}
+	if len(sp.cursors) == 0 {
+		b.queue(nil, `SELECT cas_heads($1, $2, $3)`, sp.streams, olds, news)
+	} else {
+		b.queue(nil, `SELECT cas_streams($1, $2, $3, $4, $5, $6)`, sp.streams, olds, news, oldc, newc, bound)
+	}
+	// Read after the compare-and-swap locked the streams (see appendChecked).
 	if len(sp.free) > 0 {
 		b.queue(nil, `SELECT expect_count((SELECT count(*) FROM worlds WHERE world = ANY($1)), 0, 'a free stream is a world')`, sp.free)
 	}
@@ -976,4 +1056,5 @@ func (s *Store) queueSpeculation(b *batch, sp *speculation) {
 			JOIN events e ON e.stream = k.s AND e.idempotency_key = k.key), 0, 'a key is stored already')`, ks, kk)
 	}
 	s.queueInserts(b, sp.pl)
+	s.queueCycles(b, sp.pl, sp.v)
 }

@@ -314,3 +314,77 @@ func BenchmarkSpawn(b *testing.B) {
 		})
 	}
 }
+
+// World cycles, one at a time: each is a Commit, on the critical path of
+// every workflow step and every cycle of the runtime plane.
+//
+//   - entries+cursor: sequential cycles of one world, each draining one
+//     inbox item into two journal entries;
+//   - cycle: the same with an intent, a timer and the cancellation of the
+//     previous cycle's timer;
+//   - status=archived: a run's last cycle (its start item drained, one
+//     entry, the world archived), each on a freshly spawned world.
+func BenchmarkCommit(b *testing.B) {
+	at := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name         string
+		cycle, final bool
+	}{
+		{"entries+cursor", false, false},
+		{"cycle", true, false},
+		{"status=archived", false, true},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s := benchStore(b)
+			var epoch, trips uint64
+			if !c.final {
+				epoch = leased(b, s, "w", "host").Epoch
+				for i := range b.N {
+					if _, _, err := s.Enqueue(bg, "w", store.InboxItem{Kind: "event", DedupeKey: fmt.Sprint("in-", i)}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			ds := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				world, batch := "w", store.CommitBatch{ExpectedCursor: uint64(i), NewCursor: uint64(i + 1), ExpectedHead: uint64(2 * i),
+					Entries: []store.Record{rec(fmt.Sprintf("%d-a", i)), rec(fmt.Sprintf("%d-b", i))}}
+				if c.cycle {
+					batch.Intents = []store.Intent{{IntentHash: fmt.Sprint("i", i), Kind: "http.request", Params: []byte("{}")}}
+					batch.Timers = []store.TimerSet{{IntentHash: fmt.Sprint("t", i), DeliverAt: at}}
+					if i > 0 {
+						batch.CancelTimers = []string{fmt.Sprint("t", i-1)}
+					}
+				}
+				if c.final {
+					b.StopTimer()
+					world = fmt.Sprint("run-", i)
+					sp, err := s.Spawn(bg, store.SpawnSpec{Universe: "u", World: world, Holder: "host", TTL: time.Minute,
+						Items: []store.InboxItem{{Kind: "start", DedupeKey: "start"}}})
+					if err != nil {
+						b.Fatal(err)
+					}
+					epoch = sp.Lease.Epoch
+					batch = store.CommitBatch{ExpectedCursor: 0, NewCursor: 1, ExpectedHead: 0, Entries: []store.Record{rec("run-completed")},
+						Status: &store.StatusChange{Status: store.WorldArchived, Reason: "run completed"}}
+					b.StartTimer()
+				}
+				trips0, t0 := s.Stats().RoundTrips, time.Now()
+				res, err := s.Commit(bg, world, epoch, batch)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ds = append(ds, time.Since(t0))
+				trips += s.Stats().RoundTrips - trips0
+				if res.Head != batch.ExpectedHead+uint64(len(batch.Entries)) {
+					b.Fatalf("cycle %d: head %d", i, res.Head)
+				}
+			}
+			b.StopTimer()
+			percentiles(b, ds, 50, 99)
+			b.ReportMetric(float64(trips)/float64(b.N), "trips/op")
+			b.ReportMetric(float64(s.Stats().SpeculationMisses), "misses")
+		})
+	}
+}

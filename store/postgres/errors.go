@@ -77,6 +77,13 @@ func dbErr(op, world string, err error) error {
 	return &store.Error{Op: op, Kind: err, World: world, Detail: "postgres"}
 }
 
+// isDeadlock tells a transaction PostgreSQL rolled back to break a
+// deadlock.
+func isDeadlock(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "40P01"
+}
+
 // isTransient tells a conflict that rolled the transaction back and may
 // succeed when run again.
 func isTransient(err error) bool {

@@ -826,8 +826,8 @@ func TestSpeculativeAppendFallsBackOnEveryWrongGuess(t *testing.T) {
 	if evs, _ := a.Read(bg, "w", 0, 0); len(evs) != 2 {
 		t.Fatalf("%d events after a fenced append", len(evs))
 	}
-	// Drains never speculate, and their cursor survives speculative appends
-	// to the same stream.
+	// A drain's cursor survives speculative appends to the same stream
+	// (which guess no cursor and write none).
 	l2, err := a.Acquire(bg, "w", "A", time.Minute)
 	if err != nil {
 		t.Fatal(err)

@@ -318,6 +318,24 @@ func queueStatus(b *batch, world string, status store.WorldStatus, reason string
 	return []string{store.TopicAssignments, store.TopicLeases}
 }
 
+// queueStatusNow is queueStatus in a transaction that read no time (a
+// Commit on the speculative path, whose locks queueSpeculation takes): the
+// change records the store's clock at its write, read once for the world's
+// row and its lease's end.
+func queueStatusNow(b *batch, world string, status store.WorldStatus, reason string, endLease bool, off int64) []string {
+	if !endLease {
+		b.queue(nil, `UPDATE worlds SET status = $2, status_reason = $3, status_changed_at_ns = now_ns($4) WHERE world = $1`,
+			world, string(status), reason, off)
+		return []string{store.TopicAssignments}
+	}
+	b.queue(nil, `WITH w AS (
+			UPDATE worlds SET status = $2, status_reason = $3, status_changed_at_ns = now_ns($4) WHERE world = $1
+			RETURNING status_changed_at_ns AS t)
+		UPDATE leases l SET holder = '', expires_at_ns = least(l.expires_at_ns, w.t) FROM w WHERE l.world = $1`,
+		world, string(status), reason, off)
+	return []string{store.TopicAssignments, store.TopicLeases}
+}
+
 // ---- snapshots ----
 
 // PutSnapshot implements store.Snapshots: the lease row (FOR SHARE) and
