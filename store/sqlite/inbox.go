@@ -115,24 +115,28 @@ func (s *Store) ReadInbox(ctx context.Context, world string, afterSeq uint64, li
 	if err := s.read(ctx, op); err != nil {
 		return nil, err
 	}
-	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return nil, dbErr(op, world, err)
-	}
-	defer tx.Rollback()
+	// The statements are prepared before the transaction takes its
+	// connection: preparing one needs a connection of the same pool, and
+	// with every reader held by a transaction waiting to prepare, none
+	// would ever come back.
 	exists, err := s.rstmt(ctx, `SELECT 1 FROM worlds WHERE id = ?`)
 	if err != nil {
-		return nil, dbErr(op, world, err)
-	}
-	var one int
-	if err := tx.StmtContext(ctx, exists).QueryRowContext(ctx, world).Scan(&one); err == sql.ErrNoRows {
-		return nil, store.Errorf(op, store.ErrWorldNotFound, world, "")
-	} else if err != nil {
 		return nil, dbErr(op, world, err)
 	}
 	items, err := s.rstmt(ctx, `SELECT seq, kind, payload, payload IS NOT NULL, dedupe_key, enqueued_at FROM inbox
 		WHERE world = ? AND seq > ? ORDER BY seq LIMIT ?`)
 	if err != nil {
+		return nil, dbErr(op, world, err)
+	}
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, dbErr(op, world, err)
+	}
+	defer tx.Rollback()
+	var one int
+	if err := tx.StmtContext(ctx, exists).QueryRowContext(ctx, world).Scan(&one); err == sql.ErrNoRows {
+		return nil, store.Errorf(op, store.ErrWorldNotFound, world, "")
+	} else if err != nil {
 		return nil, dbErr(op, world, err)
 	}
 	rows, err := tx.StmtContext(ctx, items).QueryContext(ctx, world, seqBound(afterSeq), sqlLimit(limit))

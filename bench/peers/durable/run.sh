@@ -51,11 +51,22 @@ done
 # Orrery's program lives in the bench module two levels up (it replaces the main module with ../).
 (cd "$here/../.." && go build -o "$out/bin_orrery" ./cmd/durable) || echo "# build failed: orrery (bench/cmd/durable)" >&2
 : > "$out/raw.txt"
+# settle lets every binary start against a quiet server: the previous binary's dirty pages are written out
+# (CHECKPOINT, when psql is installed and the role may) and the disks synced, so no row pays for the
+# background writes of the rows before it.
+settle() {
+  if command -v psql >/dev/null 2>&1; then
+    psql -q "${PEERS_PG_DSN:-postgres://orrery:orrery@127.0.0.1:5432/orrery?sslmode=disable}" -c CHECKPOINT >/dev/null 2>&1 || true
+  fi
+  sync
+  sleep 2
+}
 for i in $(seq 1 "$runs"); do
   for b in "$out"/bin_river "$out"/bin_dbos "$out"/bin_gowf "$out/bin_orrery:sqlite" "$out/bin_orrery:pg" \
            "$out/bin_orrery:wf-sqlite" "$out/bin_orrery:wf-pg" "$@"; do
     exe=${b%%:*}   # bin_orrery:<variant> runs bin_orrery once per variant (its flags: peer_args)
     [ -x "$exe" ] || continue
+    settle
     echo "# run $i: $(basename "$b") $(peer_args "$b")" >&2
     # shellcheck disable=SC2046
     timeout 300 "$exe" $(peer_args "$b") >>"$out/raw.txt" 2>>"$out/stderr.txt" &
