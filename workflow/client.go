@@ -325,26 +325,19 @@ func (c *Client) Result(ctx context.Context, runID string) ([]byte, error) {
 	// its process stopping otherwise) is reported here: the store need not
 	// be read until then.
 	ew := &endWaiter{wake: wake}
-	liveHere := func() bool { return false }
-	if len(c.workers) > 0 {
-		lives := make([]bool, len(c.workers))
-		for i, w := range c.workers {
-			live, stop := w.await(runID, ew)
-			defer stop()
-			lives[i] = live
+	for _, w := range c.workers {
+		defer w.await(runID, ew)()
+	}
+	// Asked after registering, so a run live here now reports its stop to
+	// ew; asked again after each wake, since the run may have been taken
+	// up here again.
+	liveHere := func() bool {
+		return slices.ContainsFunc(c.workers, func(w *Worker) bool { return w.running(runID) })
+	}
+	if len(c.workers) == 0 {
+		if stopWatch, err := c.st.Watch(ctx, wake, store.TopicAssignments); err == nil {
+			defer stopWatch()
 		}
-		// After the first wake the run may have been taken up again
-		// here: ask the workers, not the registration.
-		first := true
-		liveHere = func() bool {
-			if first {
-				first = false
-				return slices.Contains(lives, true)
-			}
-			return slices.ContainsFunc(c.workers, func(w *Worker) bool { return w.running(runID) })
-		}
-	} else if stopWatch, err := c.st.Watch(ctx, wake, store.TopicAssignments); err == nil {
-		defer stopWatch()
 	}
 	checked := false
 	var after uint64

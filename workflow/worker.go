@@ -630,16 +630,14 @@ func (w *Worker) runProcess(ctx context.Context, r *runner) *stop {
 	return s
 }
 
-// await registers ew to be woken once run id's process stops on this
-// worker, and reports whether it is running here now: if so, that wake is
-// sure to come, with the run's end event when the run ended. stop
-// unregisters ew.
-func (w *Worker) await(id string, ew *endWaiter) (live bool, stop func()) {
+// await registers ew to be woken whenever run id's process stops on this
+// worker, with the run's end event when the run ended; stop unregisters
+// it. A run running here when it registered (running) is sure to wake it.
+func (w *Worker) await(id string, ew *endWaiter) (stop func()) {
 	w.endMu.Lock()
 	w.ends[id] = append(w.ends[id], ew)
-	live = w.live[id]
 	w.endMu.Unlock()
-	return live, func() {
+	return func() {
 		w.endMu.Lock()
 		defer w.endMu.Unlock()
 		ws := w.ends[id]
