@@ -41,10 +41,10 @@ import (
 // Snapshot: the snapshot's height and conflict checks need the stored
 // snapshot). Its decision assumes, besides the head and the fence, that
 // the inbox cursor is at ExpectedCursor and that NewCursor does not pass
-// the world's last enqueued seq (cas_streams asserts both, and moves the
-// cursor), and, with a Status, that the world is active (lock_active_worlds
-// asserts it, locking the world rows FOR UPDATE before check_fences locks
-// the lease rows FOR UPDATE: the checked path's locks, in its order). Its
+// the world's last enqueued seq, and, with a Status, that the world is
+// active. One call, guard_batch, asserts every guess of a batch in the
+// checked path's lock order (world rows FOR UPDATE for a Status, then the
+// lease rows, then the stream rows) and moves the heads and cursors. Its
 // intents, timers and cancellations assume nothing, and are written as the
 // checked path writes them.
 //
@@ -320,8 +320,8 @@ func decide(reqs []*appendReq, streams []string, v *view) *plan {
 		switch {
 		case c != nil:
 			// The speculative path assumes the fence and the last seq (and
-			// its guessed cursor is ExpectedCursor); cas_streams and
-			// check_fences assert them.
+			// its guessed cursor is ExpectedCursor); guard_batch asserts
+			// them.
 			if !v.speculative {
 				if err := contract.Fence(r.op, r.stream, c.epoch, isWorld, v.leases[r.stream], v.now); err != nil {
 					p.res[i].err = err
@@ -495,7 +495,7 @@ const writeSQL = `WITH clock AS (SELECT now_ns($13) AS now),
 	SELECT run_seq, stream, persisted_at_ns FROM ins`
 
 // queueHeads queues the checked plan's head, cursor and baseline moves on
-// b (the speculative path's are cas_streams, see queueSpeculation).
+// b (the speculative path's are guard_batch's, see queueSpeculation).
 func (s *Store) queueHeads(b *batch, p *plan, v *view) {
 	var us []string
 	var uh, uc []int64
@@ -1001,24 +1001,21 @@ func (s *Store) commitSpeculation(sp *speculation) ([]appendResult, bool) {
 // b, inside the caller's transaction: if an assertion fails, it raises and
 // the transaction rolls back whole.
 func (s *Store) queueSpeculation(b *batch, sp *speculation) {
-	// The locks in the checked path's order: world rows (a batch that ends
-	// a world), lease rows, stream rows.
-	if len(sp.statusWorlds) > 0 {
-		b.queue(nil, `SELECT lock_active_worlds($1)`, sp.statusWorlds)
+	// One call asserts the guesses in the checked path's lock order
+	// (world rows of a batch that ends a world, lease rows, stream rows)
+	// and moves the heads and cursors (guard_batch):
+	//   - every fence the batch relies on (the failing ones included: the
+	//     checked path reports them precisely), FOR UPDATE when the batch
+	//     ends a lease, as the checked path locks them;
+	//   - every stream at stake, its head compared and swapped (an unmoved
+	//     one too: the decisions relied on it), and each Commit's cursor;
+	//   - the keys decided new are not compacted. A new event's insert
+	//     proves it against events (the unique index), not against
+	//     compacted_keys.
+	ws, es := make([]string, len(sp.fences)), make([]int64, len(sp.fences))
+	for i, f := range sp.fences {
+		ws[i], es[i] = f.World, int64(min(f.Epoch, 1<<63-1))
 	}
-	if len(sp.fences) > 0 {
-		// Every fence the batch relies on (the failing ones included: the
-		// checked path reports them precisely), FOR UPDATE when the batch
-		// ends a lease, as the checked path locks them.
-		ws, es := make([]string, len(sp.fences)), make([]int64, len(sp.fences))
-		for i, f := range sp.fences {
-			ws[i], es[i] = f.World, int64(min(f.Epoch, 1<<63-1))
-		}
-		b.queue(nil, `SELECT check_fences($1, $2, $3, $4)`, ws, es, s.off(), len(sp.statusWorlds) > 0)
-	}
-	// Every stream at stake, its head compared and swapped (an unmoved one
-	// too: the decisions relied on it), and each Commit's cursor
-	// (cas_streams; a batch of appends alone guesses no cursor: cas_heads).
 	n := len(sp.streams)
 	olds, news := make([]int64, n), make([]int64, n)
 	oldc, newc, bound := make([]*int64, n), make([]*int64, n), make([]*int64, n)
@@ -1030,23 +1027,17 @@ func (s *Store) queueSpeculation(b *batch, sp *speculation) {
 		}
 	}
 	if len(sp.cursors) == 0 {
-		b.queue(nil, `SELECT cas_heads($1, $2, $3)`, sp.streams, olds, news)
-	} else {
-		b.queue(nil, `SELECT cas_streams($1, $2, $3, $4, $5, $6)`, sp.streams, olds, news, oldc, newc, bound)
+		bound = nil // no cursor moves: nothing to bound
 	}
+	b.queue(nil, `SELECT guard_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+		sp.statusWorlds, ws, es, len(sp.statusWorlds) > 0,
+		sp.streams, olds, news, oldc, newc, bound, sp.keyStreams, sp.keyKeys, s.off())
 	// Read after the compare-and-swap locked the streams (see appendChecked).
 	if len(sp.free) > 0 {
 		b.queue(nil, `SELECT expect_count((SELECT count(*) FROM worlds WHERE world = ANY($1)), 0, 'a free stream is a world')`, sp.free)
 	}
-	// The decisions took every key for new. A new event's insert proves it
-	// against events (the unique index), not against compacted_keys; a
-	// request refused for its head inserts nothing, yet its keys decided
+	// A request refused for its head inserts nothing, yet its keys decided
 	// its answer.
-	if len(sp.keyKeys) > 0 {
-		b.queue(nil, `SELECT expect_count((SELECT count(*) FROM unnest($1::text[], $2::text[]) AS k(s, key)
-			JOIN compacted_keys c ON c.stream = k.s AND c.idempotency_key = k.key), 0, 'a key was compacted')`,
-			sp.keyStreams, sp.keyKeys)
-	}
 	if len(sp.pl.refused) > 0 {
 		ks, kk := make([]string, len(sp.pl.refused)), make([]string, len(sp.pl.refused))
 		for i, k := range sp.pl.refused {

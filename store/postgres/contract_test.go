@@ -513,7 +513,7 @@ func TestSpawnIsOneRoundTrip(t *testing.T) {
 
 // An outcome the one-trip Spawn rules out raises inside its transaction,
 // which rolls back whole: a lease row a new world cannot have (planted
-// here, as no store call can) fails spawn_acquire's assertion, and a
+// here, as no store call can) fails spawn_world's assertion, and a
 // failing write after it (an events trigger planted here) fails the
 // spawn; neither leaves a row behind.
 func TestSpawnRollsBackAnImpossibleOutcome(t *testing.T) {

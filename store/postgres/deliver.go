@@ -335,11 +335,6 @@ var (
 	fabricParam = 8 + settleArrays*len(settled)
 	nowParam    = fabricParam + 3
 	deliverSQL  = deliverSQLAt("$" + strconv.Itoa(nowParam))
-	// spawnItemsSQL is deliverSQL for the first items of a world created
-	// earlier in the same transaction (Spawn), at the world's creation
-	// time: Spawn sends it in the round trip that creates the world, before
-	// Go knows that time. It takes no clock parameter.
-	spawnItemsSQL = deliverSQLAt(`(SELECT x.created_at_ns FROM worlds x WHERE x.world = ($1::text[])[1])`)
 )
 
 // deliverSQLAt returns the delivery statement with now as the SQL of its

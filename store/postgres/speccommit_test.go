@@ -437,12 +437,12 @@ func TestSpeculativeStatusCommitLocksWorldThenLeaseThenStream(t *testing.T) {
 		})
 		done <- a
 	}()
-	// Wait until the Commit waits for the session, in check_fences.
+	// Wait until the Commit waits for the session, in guard_batch.
 	probe := rawConn(t, s.Schema())
 	for {
 		var waiting bool
 		if err := probe.QueryRow(bg, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE '%check_fences(%')`, conn.PgConn().PID()).Scan(&waiting); err != nil {
+			WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE '%guard_batch(%')`, conn.PgConn().PID()).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		if waiting {

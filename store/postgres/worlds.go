@@ -49,27 +49,23 @@ const createWorldSQL = `SELECT create_world($1, $2, $3, $4, $5, $6, $7)`
 
 // Spawn implements store.Worlds: CreateWorld, the first items and, with a
 // holder, Acquire and an Append of the events, in one transaction of one
-// round trip (BEGIN … COMMIT pipelined). Nothing in it waits for a Go
-// decision, since on a world the transaction itself creates every step
-// has one possible outcome, and SQL asserts it (raising, which rolls the
-// whole spawn back, on anything else):
+// round trip (BEGIN … COMMIT pipelined) and two statements. Nothing in it
+// waits for a Go decision, since on a world the transaction itself creates
+// every step has one possible outcome:
 //
-//   - create_world creates the world and starts its stream at head 0 under
-//     the stream's row lock; a taken id raises ErrWorldExists (OR004),
-//     which fails the rest of the batch with it;
-//   - spawn_acquire takes the first lease (acquire on the world row this
-//     transaction inserted: nobody else sees the world, so none holds its
-//     lease row or assigns it, and taking the lease after the stream row
-//     breaks no lock order) and raises unless acquire took epoch 1. Go
-//     decides again with contract.Acquire on what acquire read;
-//   - the items are written at seqs 1…n as a delivery writes them
-//     (deliverSQL at the world's creation time, notifying the inbox's
-//     watchers);
-//   - the events are the speculative append path's (queueSpeculation),
-//     decided against the head create_world left (0) under the fence of
-//     the new lease, with that path's assertions that the steps above do
-//     not already prove: the head compared-and-swapped, and the keys new
-//     (the unique index).
+//   - spawn_world creates the world (a taken id raises ErrWorldExists,
+//     OR004, which fails the rest of the batch with it), writes the items
+//     at seqs 1…n as a delivery writes them (at the world's creation time,
+//     notifying the inbox's watchers), starts the journal stream at the
+//     head the events leave, under the stream's row lock, and takes the
+//     first lease (epoch 1: nobody else sees the world, so none holds its
+//     lease row or assigns it). It answers acquire's row, which Go decides
+//     again with contract.Acquire;
+//   - the events are inserted at runSeq 1…h as the speculative append path
+//     inserts them, decided in Go against head 0 under the fence of the
+//     new lease: the stream is new and locked, so the head needs no
+//     compare-and-swap and no key of it can be stored or compacted; the
+//     unique index of keys stays the last word.
 func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned, error) {
 	const op = "spawn"
 	if err := s.begin(ctx, op); err != nil {
@@ -80,19 +76,18 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 	}
 	// CheckSpawn refused a key given twice and the inbox is new, so every
 	// item is new.
-	var d deliverWrite
+	n := len(spec.Items)
+	kinds, payloads, keys := make([]string, n), make([][]byte, n), make([]string, n)
 	for i, it := range spec.Items {
-		d.item(spec.World, int64(i+1), it.Kind, it.Payload, it.DedupeKey)
-	}
-	if n := len(spec.Items); n > 0 {
-		d.ww, d.wseq = []string{spec.World}, []int64{int64(n)}
+		kinds[i], payloads[i], keys[i] = it.Kind, it.Payload, it.DedupeKey
 	}
 	// The events: a fenced Append under the new lease (the world's first:
-	// epoch 1) expecting head 0, decided against the head create_world
+	// epoch 1) expecting head 0, decided against the head spawn_world
 	// leaves, so the decision holds for every attempt. Being new, at the
-	// head expected and under a fence the batch asserts, they cannot be
+	// head expected and under a fence spawn_world takes, they cannot be
 	// refused: a refusal would be a bug, reported before anything is sent.
 	var journal *speculation
+	head := int64(0)
 	if len(spec.Events) > 0 {
 		r := newAppendReq(ctx, op, spec.World, spec.Events)
 		r.opts = store.AppendOptions{Fence: &store.Fence{World: spec.World, Epoch: 1}}
@@ -102,27 +97,18 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 		if journal.pl.res[0].err != nil {
 			return store.Spawned{}, errDisagree(op, spec.World)
 		}
-		// Two of the speculative path's assertions are proven earlier in
-		// the transaction, so the spawn does not pay for their statements:
-		// spawn_acquire asserted the fence (the lease it took is the
-		// world's first, held by the holder), and create_world found the
-		// stream without events under its row lock, so no key of it is
-		// stored or compacted (compaction never lowers a head). The head's
-		// compare-and-swap and the unique index of keys stay.
-		journal.fences, journal.keyStreams, journal.keyKeys = nil, nil, nil
+		head = int64(journal.v.heads[spec.World].head)
 	}
 	var created int64
 	var lease acquired
 	err := s.oneTrip(ctx, op, spec.World, func(b *batch) {
-		b.queue(func(br pgx.BatchResults) error { return br.QueryRow().Scan(&created) },
-			createWorldSQL, spec.Universe, spec.World, false, int64(0), []byte(nil), "", s.off())
-		if spec.Holder != "" {
-			b.queue(func(br pgx.BatchResults) error { return lease.scan(br.QueryRow()) },
-				spawnAcquireSQL, spec.World, spec.Holder, int64(spec.TTL), s.off())
-		}
-		d.queueSQL(b, spawnItemsSQL)
+		b.queue(func(br pgx.BatchResults) error {
+			return br.QueryRow().Scan(&created, &lease.found, &lease.status, &lease.assigned, &lease.desired,
+				&lease.leased, &lease.holder, &lease.epoch, &lease.exp, &lease.now, &lease.written)
+		}, spawnWorldSQL, spec.Universe, spec.World, spec.Holder, int64(spec.TTL), head, kinds, payloads, keys, s.off())
 		if journal != nil {
-			s.queueSpeculation(b, journal)
+			s.queueInserts(b, journal.pl)
+			s.queueCycles(b, journal.pl, journal.v)
 		}
 	})
 	if err != nil {
@@ -136,8 +122,8 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 		out.Seqs[i] = uint64(i + 1)
 	}
 	if spec.Holder != "" {
-		// spawn_acquire asserted what this decides; a disagreement would be
-		// a bug in one of them.
+		// spawn_world wrote what this decides; a disagreement would be a
+		// bug in one of them.
 		if out.Lease, err = lease.decide(op, spec.World, spec.Holder, spec.TTL); err != nil {
 			return store.Spawned{}, err
 		}
@@ -158,9 +144,11 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 	return out, nil
 }
 
-// spawnAcquireSQL calls the spawn_acquire function (Spawn's first lease):
-// acquire's parameters, and acquire's row.
-const spawnAcquireSQL = `SELECT * FROM spawn_acquire($1, $2, $3, $4)`
+// spawnWorldSQL calls spawn_world (Spawn's world, items, stream and first
+// lease): $1 universe, $2 world, $3 holder (” for none), $4 TTL, $5 the
+// stream's head after the events, $6–$8 the items' kinds, payloads and
+// dedupe keys, $9 the clock's offset.
+const spawnWorldSQL = `SELECT * FROM spawn_world($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 
 // ForkWorld implements store.Worlds (see fork_world): one transaction,
 // whose cost is one snapshot row whatever the source's history.

@@ -106,3 +106,11 @@ func (p *storeCalls) Now(ctx context.Context) (time.Time, error) {
 	defer p.rec("Now", time.Now())
 	return p.Store.Now(ctx)
 }
+func (p *storeCalls) Spawn(ctx context.Context, s store.SpawnSpec) (store.Spawned, error) {
+	defer p.rec("Spawn", time.Now())
+	return p.Store.Spawn(ctx, s)
+}
+func (p *storeCalls) Commit(ctx context.Context, w string, e uint64, b store.CommitBatch) (store.CommitResult, error) {
+	defer p.rec("Commit", time.Now())
+	return p.Store.Commit(ctx, w, e, b)
+}
