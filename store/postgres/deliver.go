@@ -271,6 +271,43 @@ func (s *Store) deliverAll(reqs []*deliveryReq) error {
 	return nil
 }
 
+// enqueueOne is deliveryTx for a batch of one Enqueue (an idle store's
+// usual batch) in one round trip: enqueue_one locks the world's row,
+// probes the key and writes the item in one call, and answers what it
+// read, on which contract.Ingress decides again.
+func (s *Store) enqueueOne(ctx context.Context, r *deliveryReq) ([]deliveryResult, error) {
+	p, err := s.beginTx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer p.end()
+	s.stats.deliveryTxs.Add(1)
+	var found, dup, written bool
+	var status string
+	var seq int64
+	b := &batch{}
+	b.queue(nil, "BEGIN")
+	b.queue(func(br pgx.BatchResults) error {
+		return br.QueryRow().Scan(&found, &status, &seq, &dup, &written)
+	}, `SELECT * FROM enqueue_one($1, $2, $3, $4, $5)`, r.world, r.itemKind, r.payload, r.key, s.off())
+	b.queue(nil, "COMMIT")
+	if err := b.send(ctx, p); err != nil {
+		return nil, err
+	}
+	if !p.committed() {
+		return nil, errUnreachable
+	}
+	res := deliveryResult{world: r.world}
+	res.err = contract.Ingress(r.op, r.world, found, store.WorldStatus(status))
+	if (res.err == nil) != (written || dup) {
+		return nil, errDisagree(r.op, r.world)
+	}
+	if res.err == nil {
+		res.seq, res.dup = uint64(seq), dup
+	}
+	return []deliveryResult{res}, nil
+}
+
 type deliveryResult struct {
 	seq   uint64
 	dup   bool
@@ -414,6 +451,9 @@ func (d *deliverWrite) queueSQL(b *batch, sql string, clock ...any) {
 func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
+	if len(reqs) == 1 && reqs[0].kind == dEnqueue {
+		return s.enqueueOne(ctx, reqs[0])
+	}
 	var hashes [len(settled)][]string // each queue's items to settle
 	var worldIDs, keyWorlds, keyKeys, sendDests, sendMsgs []string
 	for _, r := range reqs {
