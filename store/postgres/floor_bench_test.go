@@ -65,6 +65,12 @@ func BenchmarkFloor(b *testing.B) {
 		if b.N > len(spawned) {
 			b.Skipf("%d spawned worlds for %d iterations: run with -benchtime Nx", len(spawned), b.N)
 		}
+		before := s.Stats()
+		defer func() {
+			after := s.Stats()
+			b.ReportMetric(float64(after.SpeculationMisses-before.SpeculationMisses)/float64(b.N), "misses/op")
+			b.ReportMetric(float64(after.RoundTrips-before.RoundTrips)/float64(b.N), "trips/op")
+		}()
 		pace(b, func(int) error {
 			l := spawned[0]
 			spawned = spawned[1:]
