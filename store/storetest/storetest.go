@@ -117,6 +117,7 @@ func suite() []testCase {
 		inboxTests,
 		effectTests,
 		timerTests,
+		fireHeldTests,
 		fabricTests,
 		snapshotTests,
 		worldTests,
