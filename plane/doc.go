@@ -31,6 +31,19 @@
 //     lease's local expiry are checked before every step and every commit,
 //     so no handler runs and nothing is committed after that point, and the
 //     store rejects anything that raced past it by epoch.
+//   - Timers: the host fires the timers of the worlds it holds. It records
+//     each timer a world's commit sets (and, when it restores a world with
+//     timers armed, reads their due times once with ListTimers) in one
+//     schedule, a min-heap with one executor timer armed for the earliest,
+//     and fires each at its due time with store.FireHeld (fenced by the
+//     world's lease, no claim), then wakes the world as an inbox hint does;
+//     the world's process steps that firing without reading its inbox when
+//     it is the next item. A cancelled timer and the timers of a world the
+//     host no longer holds leave the schedule; a passive world keeps its
+//     timers, so its timer wakes it. EvTimerFired reports each firing with
+//     its lateness. The timer worker (plane/timer) is the fallback, for
+//     worlds no live host fires: with its Lag it fires only what is that
+//     late, and the store delivers a firing once whoever comes first.
 //   - Passivation: an idle world's process exits after HostConfig.IdleAfter.
 //     Its state is durable; the host keeps only its lease record (id, epoch,
 //     expiry) and a store Watch registration, and the next inbox hint starts

@@ -60,6 +60,10 @@ type HostConfig struct {
 	// many worlds is not one round trip after another.
 	AcquireConcurrency int
 	RetryAfter         time.Duration // after a failed controller store call (default 100ms)
+	// TimerConcurrency is how many of the held worlds' timer firings
+	// (store.FireHeld) may be in flight at once (default 16): timers of
+	// different worlds due together share the store's group commits.
+	TimerConcurrency int
 
 	// Observe, when set, receives the host's events synchronously; it
 	// must not block. Tests and metrics read it.
@@ -88,9 +92,12 @@ type HostEvent struct {
 	Err    error
 	// Dur is a latency on the executor's clock: on EvCommit the lag from
 	// the enqueue of the oldest inbox item the cycle journaled to the
-	// commit's completion; on EvRenewed the RenewLeases round trip.
+	// commit's completion; on EvRenewed the RenewLeases round trip; on
+	// EvTimerFired the timer's lateness, from its due time to its firing's
+	// commit.
 	Dur time.Duration
-	// N counts: the steps of an EvCommit, the leases of an EvRenewed.
+	// N counts: the steps of an EvCommit, the leases of an EvRenewed, the
+	// timers of an EvTimerFired (one).
 	N int
 }
 
@@ -118,6 +125,9 @@ const (
 	// is the *Error of kind ErrHostFailed. Nothing runs on the host after
 	// it.
 	EvHostFailed = "host-failed"
+	// EvTimerFired: the host fired a timer of a world it holds
+	// (store.FireHeld) into the world's inbox; Dur is its lateness.
+	EvTimerFired = "timer-fired"
 )
 
 func (c *HostConfig) defaults() error {
@@ -148,6 +158,7 @@ func (c *HostConfig) defaults() error {
 	defInt(&c.MaxEffectsPerCycle, 1024)
 	defInt(&c.ListPage, 1000)
 	defInt(&c.AcquireConcurrency, 16)
+	defInt(&c.TimerConcurrency, 16)
 	if c.SnapshotEvery == 0 {
 		c.SnapshotEvery = 1000
 	}
@@ -172,6 +183,10 @@ type Host struct {
 
 	syncHint atomic.Bool
 	scan     scan // the controller's own
+
+	// timers is the schedule of the held worlds' timers, which the timer
+	// task fires (hosttimers.go).
+	timers *hostTimers
 
 	mu       sync.Mutex
 	leases   map[string]*lease // held leases, active or passive
@@ -203,11 +218,15 @@ type lease struct {
 	expires atomic.Int64 // unix nanos of the store's expiresAt
 	fenced  atomic.Bool
 	head    atomic.Pointer[world.Snapshot] // last committed state, for State
+	// timersKnown: the host has recorded every timer this holding's world
+	// has armed (hosttimers.go), so a restore need not list them again.
+	timersKnown atomic.Bool
 
 	// Under Host.mu.
 	ref        *actor.Ref[wmsg] // the running process, nil while passive
 	restarting bool             // crashed; the supervisor is starting a fresh instance
 	stopWatch  func()
+	fired      []store.InboxItem // timer firings the host wrote, for the process to take
 }
 
 // alive is the check before every step and every commit: not fenced and
@@ -224,8 +243,9 @@ func (h *Host) alive(l *lease) bool {
 }
 
 // StartHost starts a host in a scope of its own under scope: a dynamic
-// supervisor for the world processes and the controller that holds the
-// leases. It returns once both run; the first sync happens right after.
+// supervisor for the world processes, the controller that holds the
+// leases, and the task that fires the held worlds' timers. It returns once
+// they run; the first sync happens right after.
 func StartHost(ctx context.Context, scope *actor.Scope, cfg HostConfig) (*Host, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -241,6 +261,7 @@ func StartHost(ctx context.Context, scope *actor.Scope, cfg HostConfig) (*Host, 
 		h.log = slog.New(slog.DiscardHandler)
 	}
 	h.park = h.ex.NewParker()
+	h.timers = newHostTimers(h.ex)
 	h.sup, err = supervisor.StartDynamic(ctx, sub, supervisor.DynamicSpec{
 		MaxRestarts: 5, Window: time.Second, Escalation: supervisor.PolicyResetCounter,
 		Backoff: supervisor.Exponential(10*time.Millisecond, time.Second, 2),
@@ -265,8 +286,14 @@ func StartHost(ctx context.Context, scope *actor.Scope, cfg HostConfig) (*Host, 
 			h.died(what, o)
 		}
 	}
+	timers, err := sub.Go("host-timers:"+cfg.Worker, h.fireTimers)
+	if err != nil {
+		_, _ = sub.CloseKilled(ctx)
+		return nil, err
+	}
 	watch(h.sup.PID(), "world supervisor")
 	watch(h.ctl, "controller")
+	watch(timers, "timer task")
 	return h, nil
 }
 
@@ -893,6 +920,7 @@ func (h *Host) acquire(ctx context.Context, id string) error {
 // commit), and the process is told to exit.
 func (h *Host) dropLease(l *lease, kind string, cause error) {
 	l.fenced.Store(true)
+	h.timers.drop(l)
 	h.mu.Lock()
 	if h.leases[l.world] == l {
 		delete(h.leases, l.world)

@@ -98,6 +98,7 @@ func (w *worldProc) run(p *actor.Proc) error {
 		s := inst.Snapshot()
 		l.head.Store(&s)
 		h.emit(HostEvent{Kind: EvRestored, World: l.world, Epoch: l.epoch, Height: inst.Height()})
+		h.learnTimers(ctx, l, inst.Timers())
 	}
 	more, err := w.cycle(ctx)
 	if err != nil {
@@ -124,6 +125,9 @@ func (w *worldProc) fail(p *actor.Proc, err error) error {
 		return nil
 	}
 	w.h.emit(HostEvent{Kind: EvCrash, World: w.l.world, Epoch: w.l.epoch, Err: err})
+	// A commit that failed may have landed: the restore reads the
+	// world's timers again rather than trust what the host recorded.
+	w.l.timersKnown.Store(false)
 	return err
 }
 
@@ -139,15 +143,21 @@ func fencedErr(err error) bool {
 func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 	h, l, cfg := w.h, w.l, &w.h.cfg
 	start := h.ex.Now()
-	items, err := h.st.ReadInbox(ctx, l.world, w.cursor, cfg.MaxInboxBatch)
-	if err != nil || len(items) == 0 {
+	var items []store.InboxItem
+	// A timer firing the host just wrote, when it is the next item, is
+	// stepped without reading the inbox first; the cycle after reads
+	// whatever else came.
+	fired, took := h.takeFired(l, w.cursor)
+	if took {
+		items = []store.InboxItem{fired}
+	} else if items, err = h.st.ReadInbox(ctx, l.world, w.cursor, cfg.MaxInboxBatch); err != nil || len(items) == 0 {
 		return false, err
 	}
 	b := store.CommitBatch{ExpectedCursor: w.cursor, ExpectedHead: w.inst.Height()}
 	var oldest time.Time // the enqueue of the oldest item journaled
 	var replies []world.Reply
 	steps, effects := 0, 0
-	more = len(items) == cfg.MaxInboxBatch
+	more = len(items) == cfg.MaxInboxBatch || took
 	for _, it := range items {
 		if steps >= cfg.MaxTickStepsPerCycle || effects >= cfg.MaxEffectsPerCycle ||
 			(steps > 0 && h.ex.Now().Sub(start) >= cfg.MaxCycleWall) {
@@ -208,6 +218,7 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 	sp.SetAttributes(otrace.ToHeight.Int64(int64(res.Head)), otrace.Intents.Int(res.Published))
 	otrace.End(sp, done, nil)
 	w.cursor = b.NewCursor
+	h.timersCommitted(l, &b)
 	s := w.inst.Snapshot()
 	l.head.Store(&s)
 	var lag time.Duration

@@ -611,6 +611,21 @@ type TimerItem struct {
 // ClaimOf returns the claim of a claimed timer.
 func (t TimerItem) ClaimOf() Claim { return Claim{Worker: t.ClaimedBy, Attempt: t.Attempt} }
 
+// HeldFiring answers a FireHeld.
+type HeldFiring struct {
+	// Item is the firing in the world's inbox: every field as ReadInbox
+	// returns it, or, when Dup, only Seq (the first delivery's).
+	Item InboxItem
+	// Dup: the timer had been delivered already (by a timer worker or an
+	// earlier FireHeld); nothing was written.
+	Dup bool
+	// DueAt is the timer's due time and Now the store's clock at the
+	// decision. With ErrNotDue they say how long to wait (DueAt − Now,
+	// measured on any clock: the store's need not be the caller's).
+	DueAt time.Time
+	Now   time.Time
+}
+
 // Timers is the durable timer queue.
 type Timers interface {
 	// Schedule persists a timer, fenced by epoch; the same intent hash again
@@ -632,6 +647,19 @@ type Timers interface {
 	// Firing a delivered timer returns the first delivery's seq with
 	// dup=true whatever the claim.
 	Fire(ctx context.Context, intentHash string, c Claim) (inboxSeq uint64, dup bool, err error)
+	// FireHeld is the firing of a timer by the holder of its world's lease,
+	// which knows the timer (its own commit scheduled it) and so needs no
+	// claim. Atomically, fenced by world's lease at epoch as Commit is
+	// (ErrFenced, ErrWorldNotFound): the timer must be world's (an unknown,
+	// cancelled or other world's timer: ErrNotFound) and due by the store's
+	// clock (ErrNotDue, with HeldFiring.DueAt and Now set so that the
+	// caller can come back when it is due); a delivered timer answers its
+	// first delivery (Dup, Item.Seq); otherwise, scheduled or claimed by a
+	// timer worker, it is fired exactly as Fire fires it (the same inbox
+	// item, the timer delivered, the same hints), and the timer worker's
+	// later Fire of it answers dup=true. Item is then the firing as
+	// ReadInbox returns it, so the holder may step it without reading.
+	FireHeld(ctx context.Context, world string, epoch uint64, intentHash string) (HeldFiring, error)
 	// ReapTimers requeues claimed timers whose claim expired.
 	ReapTimers(ctx context.Context) (int, error)
 	// NextDue returns the earliest DeliverAt of an unclaimed, undelivered

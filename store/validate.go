@@ -260,6 +260,18 @@ func CheckReceipt(op string, r Receipt) error {
 	return CheckPayload(op, "receipt payload", r.Payload)
 }
 
+// CheckFireHeld checks FireHeld's arguments: the world, its lease epoch
+// and the timer's intent hash.
+func CheckFireHeld(op, world string, epoch uint64, intentHash string) error {
+	if err := CheckID(op, "world", world); err != nil {
+		return err
+	}
+	if err := CheckInt(op, "epoch", epoch); err != nil {
+		return err
+	}
+	return CheckID(op, "intentHash", intentHash)
+}
+
 // CheckClaim checks a claim presented to Complete or Fire.
 func CheckClaim(op string, c Claim) error {
 	if err := CheckID(op, "claim worker", c.Worker); err != nil {

@@ -6,7 +6,8 @@
 //   - a host, which runs the worlds placed on this worker;
 //   - an effect adapter pool with the built-in http.request and fabric.send
 //     adapters plus the application's own;
-//   - a durable timer worker;
+//   - a durable timer worker, the fallback of the host, which fires its own
+//     worlds' timers (see Config.TimerLag);
 //   - the reapers of expired claims and of old dedupe records;
 //   - when the application registers workflows, a workflow worker that runs
 //     their durable runs, a client of them, and the Runs and Timeline read
@@ -46,6 +47,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
+// DefaultTimerLag is the timer worker's lag on a node without workflows.
+// It is above what a live host takes to fire a timer, retries of a failing
+// store included (under a second), so the worker does not duplicate the
+// hosts' work, and small beside the lease TTL that a dead host's worlds
+// wait for before they run again, so it adds nothing to their recovery.
+const DefaultTimerLag = 2 * time.Second
+
 // ErrInvalid: a Config that cannot run.
 var ErrInvalid = errors.New("node: invalid configuration")
 
@@ -65,8 +73,17 @@ type Config struct {
 	Adapters []adapter.Registration
 	HTTP     adapter.HTTPConfig // the built-in http.request adapter
 
-	LeaseTTL  time.Duration // world and orchestrator leases (default 10s)
-	ClaimTTL  time.Duration // effect and timer claims (default 30s)
+	LeaseTTL time.Duration // world and orchestrator leases (default 10s)
+	ClaimTTL time.Duration // effect and timer claims (default 30s)
+	// TimerLag is the timer worker's Lag (timer.Config.Lag): how late a
+	// timer must be before the worker fires it itself. The node's host
+	// fires the timers of the worlds it holds at their due times, so the
+	// worker only fires those of worlds no live host holds (a host that
+	// died: at most TimerLag after the due time, and the world runs once
+	// its lease TTL has passed and another host took it). Zero takes
+	// DefaultTimerLag, or no lag at all when the node runs workflows,
+	// whose runs' sleeps only the timer worker fires; negative is no lag.
+	TimerLag  time.Duration
 	IdleAfter time.Duration // passivation (plane default 30s; negative: never)
 	// NoOrchestrator leaves placement to other nodes (a node that only
 	// hosts). By default every node runs an orchestrator; one acts.
@@ -209,7 +226,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, n.abort(ctx, err)
 	}
 	tw, err := timer.New(cfg.Store, timer.Config{
-		Worker: cfg.Worker + "/timers", Executor: ex, ClaimTTL: cfg.ClaimTTL,
+		Worker: cfg.Worker + "/timers", Executor: ex, ClaimTTL: cfg.ClaimTTL, Lag: timerLag(cfg),
 		Logger: cfg.Logger.With("part", "timers"), Tracer: cfg.Tracer, Links: n.links,
 	})
 	if err != nil {
@@ -252,6 +269,22 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	cfg.Logger.Info("node started", "worker", cfg.Worker, "orchestrator", !cfg.NoOrchestrator)
 	return n, nil
+}
+
+// timerLag is the timer worker's Lag for cfg (see Config.TimerLag).
+func timerLag(cfg Config) time.Duration {
+	switch {
+	case cfg.TimerLag < 0:
+		return 0
+	case cfg.TimerLag > 0:
+		return cfg.TimerLag
+	case cfg.Workflows != nil:
+		// A workflow run's sleep is a timer of a world no plane.Host
+		// holds: only the timer worker fires it, and a lag would be
+		// its lateness.
+		return 0
+	}
+	return DefaultTimerLag
 }
 
 // startWorkflows starts the workflow worker and builds the client and the

@@ -299,3 +299,64 @@ func TestBuiltinHTTPAdapterDeliversAReceipt(t *testing.T) {
 		}
 	}
 }
+
+// A node's host fires its worlds' timers at their due times, and its
+// timer worker, lagging DefaultTimerLag behind, is left nothing to claim
+// or fire: every world's timer is fired once, by the host, on time.
+func TestNodeHostFiresTimersAndItsTimerWorkerOnlyStandsBy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		var claims, fires atomic.Int64
+		st := memstore.New(memstore.WithHook(func(op string) error {
+			switch op {
+			case "claim_due":
+				claims.Add(1)
+			case "fire":
+				fires.Add(1)
+			}
+			return nil
+		}))
+		ids := worldIDs(4)
+		create(t, ctx, st, ids)
+		var late atomic.Int64
+		var firedByHost atomic.Int64
+		n, err := node.Start(ctx, node.Config{Worker: "a", Store: st, Kernels: kernels(), LeaseTTL: ttl,
+			Observe: func(ev plane.HostEvent) {
+				if ev.Kind == plane.EvTimerFired {
+					firedByHost.Add(1)
+					late.Add(int64(ev.Dur))
+				}
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Stop(ctx)
+		holders(t, ctx, st, ids, "a")
+		for _, id := range ids {
+			if _, err := n.Client().Send(ctx, id, Alarm{AfterMs: 3000}, "alarm"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(3*time.Second + node.DefaultTimerLag + time.Second)
+		synctest.Wait()
+		for _, id := range ids {
+			snap, err := n.Client().State(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var s struct{ State tally }
+			if err := world.Decode(snap.State, &s); err != nil {
+				t.Fatal(err)
+			}
+			if s.State.Beeps != 1 {
+				t.Fatalf("%s: timer fired %d times, want 1", id, s.State.Beeps)
+			}
+		}
+		if got := firedByHost.Load(); got != int64(len(ids)) || late.Load() != 0 {
+			t.Fatalf("the host fired %d timers, %v late in all; want %d on time", got, time.Duration(late.Load()), len(ids))
+		}
+		if c, f := claims.Load(), fires.Load(); c != 0 || f != 0 {
+			t.Fatalf("the lagging timer worker claimed %d times and fired %d timers; want none", c, f)
+		}
+	})
+}

@@ -4,6 +4,20 @@
 // sleeps until the next due time (NextDue) or until a store.TopicTimers
 // hint says the timer set changed.
 //
+// Beside a plane.Host it is the fallback. The host that holds a world's
+// lease fires that world's timers itself at their due times (store.FireHeld,
+// one write, no claim), so in the normal case a timer's firing never waits
+// for this worker. Config.Lag makes the worker treat a timer as due only
+// Lag after its due time: it sleeps until NextDue+Lag and claims only
+// then, so while the holders keep up it claims nothing. A timer whose
+// world no live host fires (its holder died, or nobody holds it) is fired
+// by the worker at most Lag after its due time, into the world's inbox,
+// where the world's next holder (after the dead one's lease TTL) finds it.
+// Should the worker and a holder both reach a timer, the store delivers it
+// once: a Fire after a FireHeld answers dup, and a FireHeld after a Fire
+// too. Lag 0 (the default) is a worker that fires everything itself at
+// the due time, as when no host fires timers.
+//
 // Each firing is an orrery.timer.fire span (Config.Tracer, the
 // OpenTelemetry API only), linked through Config.Links within one process
 // to the cycle that set the timer and to the cycle that consumes the
@@ -51,6 +65,13 @@ type Config struct {
 	// (default 30s): a worker that dies between claim and fire delays its
 	// timers by at most this plus the reaper's period.
 	ClaimTTL time.Duration
+	// Lag delays the worker's view of every timer (default 0): a timer
+	// counts as due here only Lag after its due time, and the worker
+	// claims nothing before the earliest unclaimed timer is due by Lag.
+	// Set it when hosts fire their own worlds' timers (plane.Host does),
+	// above the time a live holder may take to fire one (its retries
+	// included), so that the worker fires only what no holder did.
+	Lag time.Duration
 	// Concurrency is how many firings may be in flight at once (default
 	// 16). A claimed batch is split by world into that many lanes: the
 	// firings of one world stay in claim order, those of different worlds
@@ -128,6 +149,8 @@ func New(st Store, cfg Config) (*Worker, error) {
 		return nil, &ConfigError{Field: "ClaimTTL", Reason: fmt.Sprintf("must be in [0, %v]", store.MaxTTL)}
 	case cfg.Concurrency < 0 || cfg.Concurrency > store.MaxBatch:
 		return nil, &ConfigError{Field: "Concurrency", Reason: fmt.Sprintf("must be in [0, %d]", store.MaxBatch)}
+	case cfg.Lag < 0 || cfg.Lag > store.MaxTTL:
+		return nil, &ConfigError{Field: "Lag", Reason: fmt.Sprintf("must be in [0, %v]", store.MaxTTL)}
 	}
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 16
@@ -195,6 +218,32 @@ func (w *Worker) Run(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if w.cfg.Lag > 0 {
+			// Claim only once the earliest unclaimed timer is due by Lag:
+			// a hint (any commit that schedules a timer raises one) must
+			// not make the worker take the timers the holders are firing.
+			wait, ok, err := w.untilLagged(ctx)
+			if err != nil {
+				if err := fail("next due", err); err != nil {
+					return err
+				}
+				continue
+			}
+			if !ok || wait > 0 {
+				if timer != nil {
+					timer.Stop()
+					timer = nil
+				}
+				if ok {
+					arm(wait)
+				}
+				failures = 0
+				if err := wake.Park(ctx); err != nil {
+					return err
+				}
+				continue
+			}
+		}
 		items, err := w.st.ClaimDue(ctx, w.cfg.Worker, w.cfg.Batch, w.cfg.ClaimTTL)
 		if err != nil {
 			if err := fail("claim", err); err != nil {
@@ -206,8 +255,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		if err := w.fireAll(ctx, items); err != nil {
 			return err
 		}
-		if len(items) == w.cfg.Batch {
-			continue // more may be due
+		if len(items) == w.cfg.Batch || w.cfg.Lag > 0 {
+			continue // more may be due; with a Lag, untilLagged says when
 		}
 		at, ok, err := w.st.NextDue(ctx)
 		if err != nil {
@@ -245,6 +294,21 @@ func (w *Worker) Run(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// untilLagged tells how long until the earliest unclaimed timer is due by
+// Lag, on the store's clock (ok=false: no timer is waiting). At or below
+// zero the worker claims.
+func (w *Worker) untilLagged(ctx context.Context) (wait time.Duration, ok bool, err error) {
+	at, ok, err := w.st.NextDue(ctx)
+	if err != nil || !ok {
+		return 0, false, err
+	}
+	now, err := w.st.Now(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	return at.Add(w.cfg.Lag).Sub(now), true, nil
 }
 
 // fireAll fires the claimed timers: in claim order within each world, in

@@ -395,6 +395,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"no executor":  {Worker: "w"},
 		"negative ttl": {Worker: "w", Executor: actor.NewExecutor(1), ClaimTTL: -1},
 		"huge batch":   {Worker: "w", Executor: actor.NewExecutor(1), Batch: store.MaxBatch + 1},
+		"negative lag": {Worker: "w", Executor: actor.NewExecutor(1), Lag: -time.Second},
+		"huge lag":     {Worker: "w", Executor: actor.NewExecutor(1), Lag: store.MaxTTL + 1},
 	} {
 		var ce *timer.ConfigError
 		if _, err := timer.New(st, cfg); !errors.As(err, &ce) {
@@ -509,6 +511,91 @@ func TestWorkerWaitsOutAFailingWatch(t *testing.T) {
 		}
 		if err := r.stop(); !errors.Is(err, context.Canceled) {
 			t.Fatalf("Run = %v, want context.Canceled", err)
+		}
+	})
+}
+
+// TestWorkerWithLagFiresOnlyLagAfterTheDueTime: with a Lag the worker
+// treats a timer as due Lag after its due time. Until then it claims
+// nothing (the timer stays scheduled for its holder), also when a hint
+// wakes it (another timer scheduled meanwhile); then it claims and fires
+// it, not a nanosecond before.
+func TestWorkerWithLagFiresOnlyLagAfterTheDueTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		claims := 0
+		e := newEnv(t, memstore.WithHook(func(op string) error {
+			if op == "claim_due" {
+				mu.Lock()
+				claims++
+				mu.Unlock()
+			}
+			return nil
+		}))
+		const lag = 2 * time.Second
+		due := time.Now().Add(10 * time.Second)
+		h := e.schedule(due)
+		_, r := start(t, e.st, timer.Config{Worker: "timers-1", Executor: e.ex, Lag: lag})
+		defer r.stop()
+		time.Sleep(11 * time.Second)
+		later := e.schedule(time.Now().Add(time.Hour)) // a hint, a second past h's due time
+		time.Sleep(lag - time.Second - time.Nanosecond)
+		synctest.Wait()
+		mu.Lock()
+		n := claims
+		mu.Unlock()
+		if got := fired(t, e.st); len(got) != 0 || n != 0 {
+			t.Fatalf("a nanosecond before due+Lag: %d firings, %d claims; want none", len(got), n)
+		}
+		ts, err := e.st.ListTimers(e.ctx, "w1", 10)
+		if err != nil || len(ts) != 2 || ts[0].State != store.TimerScheduled {
+			t.Fatalf("timers before due+Lag = %+v, %v; want both scheduled", ts, err)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		got := fired(t, e.st)
+		if len(got) != 1 || got[0].DedupeKey != store.TimerKey(h) || !got[0].EnqueuedAt.Equal(due.Add(lag)) {
+			t.Fatalf("firings %+v, want %s at its due time plus Lag", got, h[:8])
+		}
+		if ts, err := e.st.ListTimers(e.ctx, "w1", 10); err != nil || len(ts) != 1 || ts[0].IntentHash != later {
+			t.Fatalf("timers after the firing = %+v, %v; want the later one alone", ts, err)
+		}
+	})
+}
+
+// TestWorkerWithLagLeavesWhatTheHolderFired: the world's holder fires its
+// timer at the due time (FireHeld); the lagging worker, woken by the
+// schedule's hint, never claims it nor anything else, and the world has
+// one firing.
+func TestWorkerWithLagLeavesWhatTheHolderFired(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		calls := map[string]int{}
+		e := newEnv(t, memstore.WithHook(func(op string) error {
+			mu.Lock()
+			calls[op]++
+			mu.Unlock()
+			return nil
+		}))
+		_, r := start(t, e.st, timer.Config{Worker: "timers-1", Executor: e.ex, Lag: 2 * time.Second})
+		defer r.stop()
+		due := time.Now().Add(10 * time.Second)
+		h := e.schedule(due)
+		time.Sleep(10 * time.Second)
+		res, err := e.st.FireHeld(e.ctx, "w1", e.epoch, h)
+		if err != nil || res.Dup {
+			t.Fatalf("the holder's FireHeld = %+v, %v", res, err)
+		}
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		mu.Lock()
+		claims, fires := calls["claim_due"], calls["fire"]
+		mu.Unlock()
+		if claims != 0 || fires != 0 {
+			t.Fatalf("the lagging worker made %d claims and %d firings; want none", claims, fires)
+		}
+		if got := fired(t, e.st); len(got) != 1 || got[0].Seq != res.Item.Seq || !got[0].EnqueuedAt.Equal(due) {
+			t.Fatalf("firings %+v, want the holder's alone, at the due time", got)
 		}
 	})
 }

@@ -406,6 +406,7 @@ func TestOpsListsEveryHookedOperation(t *testing.T) {
 		func() { s.CancelTimer(bg, "w", e, "t") },
 		func() { s.ClaimDue(bg, "tw", 1, time.Second) },
 		func() { s.Fire(bg, "t", store.Claim{Worker: "tw", Attempt: 1}) },
+		func() { s.FireHeld(bg, "w", e, "t") },
 		func() { s.ReapTimers(bg) },
 		func() { s.Send(bg, "w", "m", store.InboxItem{}) },
 		func() { s.PutSnapshot(bg, "w", e, store.Snapshot{Height: 1}) },
@@ -461,6 +462,14 @@ func FuzzResolve(f *testing.F) {
 // FuzzSpawn fuzzes Spawn's spec on the reference backend.
 func FuzzSpawn(f *testing.F) {
 	storetest.FuzzSpawn(f, func(t *testing.T) storetest.Harness {
+		s, clock := open(t)
+		return storetest.Harness{Store: s, Advance: clock.Advance}
+	})
+}
+
+// FuzzFireHeld fuzzes a lease holder's firing on the reference backend.
+func FuzzFireHeld(f *testing.F) {
+	storetest.FuzzFireHeld(f, func(t *testing.T) storetest.Harness {
 		s, clock := open(t)
 		return storetest.Harness{Store: s, Advance: clock.Advance}
 	})

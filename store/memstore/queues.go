@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sort"
 	"time"
@@ -514,22 +515,78 @@ func (s *Store) Fire(ctx context.Context, intentHash string, c store.Claim) (uin
 		return 0, false, err
 	}
 	now := s.now()
-	t, ok := s.st.timers[intentHash]
-	var row contract.SettleRow
-	if ok {
-		row = contract.SettleRow{Found: true, Done: t.item.State == store.TimerDelivered, DueAt: &t.item.DeliverAt,
-			Claim: contract.ClaimRow{Attempt: t.item.Attempt, ClaimedBy: t.item.ClaimedBy}}
-	}
-	if dup, err := contract.Settle(op, "timer", intentHash, row, contract.Claimant(c), now); err != nil {
+	t, dup, err := s.st.settleTimer(op, intentHash, contract.Claimant(c), now)
+	if err != nil {
 		return 0, false, err
-	} else if dup {
+	}
+	if dup {
 		return t.inboxSeq, true, nil
 	}
-	seq, _ := s.st.enqueue(s.st.worlds[t.item.World], store.KindTimer, t.item.Payload, store.TimerKey(intentHash), now)
+	it, _ := s.st.deliverTimer(t, now)
+	return it.Seq, false, nil
+}
+
+// FireHeld implements store.Timers: the settle of Fire by the holder of
+// the world's lease (contract.LeaseHolder), once its fence holds.
+func (s *Store) FireHeld(ctx context.Context, worldID string, epoch uint64, intentHash string) (store.HeldFiring, error) {
+	const op = "fire_held"
+	if err := s.begin(ctx, op); err != nil {
+		return store.HeldFiring{}, err
+	}
+	defer s.end()
+	if err := store.CheckFireHeld(op, worldID, epoch, intentHash); err != nil {
+		return store.HeldFiring{}, err
+	}
+	now := s.now()
+	if err := s.st.fence(op, worldID, epoch, now); err != nil {
+		return store.HeldFiring{}, err
+	}
+	t, dup, err := s.st.settleTimer(op, intentHash, contract.LeaseHolder(worldID), now)
+	if errors.Is(err, store.ErrNotDue) {
+		return store.HeldFiring{DueAt: t.item.DeliverAt, Now: now}, err
+	}
+	if err != nil {
+		return store.HeldFiring{}, err
+	}
+	res := store.HeldFiring{Dup: dup, DueAt: t.item.DeliverAt, Now: now}
+	if dup {
+		res.Item.Seq = t.inboxSeq
+		return res, nil
+	}
+	if res.Item, res.Dup = s.st.deliverTimer(t, now); res.Dup {
+		// The firing's key was in the inbox already (its timer record
+		// swept, the hash scheduled again): that item answers.
+		res.Item = store.InboxItem{Seq: res.Item.Seq}
+	}
+	return res, nil
+}
+
+// settleTimer decides a firing of the timer hash by by at now
+// (contract.Settle); t is the timer when it was found.
+func (st *state) settleTimer(op, hash string, by contract.By, now time.Time) (t *timer, dup bool, err error) {
+	t, ok := st.timers[hash]
+	var row contract.SettleRow
+	if ok {
+		row = contract.SettleRow{Found: true, World: t.item.World, Done: t.item.State == store.TimerDelivered, DueAt: &t.item.DeliverAt,
+			Claim: contract.ClaimRow{Attempt: t.item.Attempt, ClaimedBy: t.item.ClaimedBy}}
+	}
+	dup, err = contract.Settle(op, "timer", hash, row, by, now)
+	return t, dup, err
+}
+
+// deliverTimer enqueues t's firing into its world's inbox and marks it
+// delivered (mu held), and returns the item as ReadInbox would; dup when
+// the firing's dedupe key was there already (the item is then that one).
+func (st *state) deliverTimer(t *timer, now time.Time) (store.InboxItem, bool) {
+	w := st.worlds[t.item.World]
+	seq, dup := st.enqueue(w, store.KindTimer, t.item.Payload, store.TimerKey(t.item.IntentHash), now)
 	t.item.State = store.TimerDelivered
 	t.item.ClaimExpires = time.Time{}
 	t.inboxSeq, t.completedAt = seq, now
-	return seq, false, nil
+	i := sort.Search(len(w.inbox), func(i int) bool { return w.inbox[i].Seq >= seq })
+	it := w.inbox[i]
+	it.Payload = cloneBytes(it.Payload)
+	return it, dup
 }
 
 // ReapTimers implements the timer reaper; like ReapEffects it keeps the

@@ -107,6 +107,13 @@ func FuzzSpawn(f *testing.F) {
 	storetest.FuzzSpawn(f, factory)
 }
 
+// FuzzFireHeld fuzzes a lease holder's firing on PostgreSQL (the seeds run
+// with every go test).
+func FuzzFireHeld(f *testing.F) {
+	testDSN(f)
+	storetest.FuzzFireHeld(f, factory)
+}
+
 // ---- helpers shared by this package's tests ----
 
 func rec(key string) store.Record {

@@ -24,16 +24,18 @@
 //     in two. Concurrent inbox
 //     deliveries (Enqueue, Complete, Fire, Send; a CompleteMany is one
 //     request whose completions stay in one transaction) are grouped
-//     likewise, in two round trips. A request's typed failure (a stale
+//     likewise, in two round trips. A holder's FireHeld is not grouped: it
+//     is one statement, one round trip (fireheld.go). A request's typed failure (a stale
 //     fence, a head or cursor mismatch, a lost claim) is decided before
 //     anything is written and never fails its neighbours; an unexpected
 //     database error reruns every request of the batch on its own (see
 //     append.go, deliver.go);
 //   - the contract's decisions (store/internal/contract) made in Go on rows
 //     read under lock in the transaction that writes; where a one-round-trip
-//     path decides in SQL (the lease functions, the fence of one-call
-//     mutations), the SQL names the contract function it mirrors, and the
-//     lease calls decide again in Go on the rows the function returns;
+//     path decides in SQL (the lease functions, fire_held, the fence of
+//     one-call mutations), the SQL names the contract function it mirrors,
+//     and the lease calls and FireHeld decide again in Go on the rows the
+//     function returns;
 //   - fencing: every world mutation checks the lease epoch in its own
 //     transaction (the lease row is read FOR SHARE, so a takeover or a
 //     status change waits for the write to commit, and a write waits for

@@ -38,3 +38,11 @@ func FuzzSpawn(f *testing.F) {
 		return storetest.Harness{Store: s, Advance: clock.Advance}
 	})
 }
+
+// FuzzFireHeld fuzzes a lease holder's firing on a real database file.
+func FuzzFireHeld(f *testing.F) {
+	storetest.FuzzFireHeld(f, func(t *testing.T) storetest.Harness {
+		s, clock, _ := openTemp(t)
+		return storetest.Harness{Store: s, Advance: clock.Advance}
+	})
+}

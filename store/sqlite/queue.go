@@ -153,33 +153,53 @@ type queueRow struct {
 // (*store.Error) is the item's refusal and nothing was written; any other
 // error is the database's.
 func (t *wtx) settle(q *queue, op, hash string, by contract.By, r store.Receipt) (seq uint64, dup bool, err error) {
-	var row queueRow
-	found, err := t.queryRow(q.readSQL, []any{hash}, &row.world, &row.state, &row.attempt, &row.claimedBy, &row.inboxSeq,
-		&row.retries, &row.payload, &row.hasPayload, &row.dueAt)
+	s, err := t.settleItem(q, op, hash, by, r)
 	if err != nil {
 		return 0, false, err
 	}
-	sr := contract.SettleRow{Found: found, Done: row.state == q.done,
+	return s.seq, s.dup, nil
+}
+
+// settled is a settle's outcome: the delivery's seq (the first delivery's
+// when dup) and the item as the settle read it, before it changed it.
+type settled struct {
+	seq uint64
+	dup bool
+	row queueRow
+}
+
+// settleItem is settle, answering also what it read: a refusal as typed
+// as settle's comes with the row (a timer's due time for ErrNotDue).
+func (t *wtx) settleItem(q *queue, op, hash string, by contract.By, r store.Receipt) (s settled, err error) {
+	row := &s.row
+	found, err := t.queryRow(q.readSQL, []any{hash}, &row.world, &row.state, &row.attempt, &row.claimedBy, &row.inboxSeq,
+		&row.retries, &row.payload, &row.hasPayload, &row.dueAt)
+	if err != nil {
+		return s, err
+	}
+	sr := contract.SettleRow{Found: found, World: row.world, Done: row.state == q.done,
 		Claim: contract.ClaimRow{Attempt: int(row.attempt), ClaimedBy: row.claimedBy}}
 	if row.dueAt.Valid {
 		at := fromNS(row.dueAt.Int64)
 		sr.DueAt = &at
 	}
-	if dup, err := contract.Settle(op, q.noun, hash, sr, by, t.now); err != nil || dup {
-		return uint64(row.inboxSeq.Int64), dup, err
+	if s.dup, err = contract.Settle(op, q.noun, hash, sr, by, t.now); err != nil || s.dup {
+		s.seq = uint64(row.inboxSeq.Int64)
+		return s, err
 	}
-	kind, payload, key := q.delivery(hash, &row, r)
+	kind, payload, key := q.delivery(hash, row, r)
 	// deliver refuses (typed) before it writes: an item whose world is
 	// gone is refused.
-	seq, dup, err = t.deliver(op, row.world, kind, payload, key)
+	seq, dup, err := t.deliver(op, row.world, kind, payload, key)
 	if err != nil {
-		return 0, false, err
+		return s, err
 	}
 	args := append([]any{int64(seq), t.nowNS}, q.settleArgs(r, by)...)
 	if _, err := t.exec(q.settleSQL, append(args, hash)...); err != nil {
-		return 0, false, err
+		return s, err
 	}
-	return seq, dup, nil
+	s.seq, s.dup = seq, dup
+	return s, nil
 }
 
 // reap puts q's expired claims back to ready and hints q's topic if any

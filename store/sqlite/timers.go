@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"time"
 
 	"github.com/orrery-run/orrery/store"
@@ -133,6 +134,43 @@ func (s *Store) Fire(ctx context.Context, intentHash string, c store.Claim) (uin
 		return 0, false, err
 	}
 	return seq, dup, nil
+}
+
+// FireHeld is Fire's settle by the holder of the world's lease
+// (contract.LeaseHolder), in the same request as its fence: one
+// transaction of the group commit.
+func (s *Store) FireHeld(ctx context.Context, world string, epoch uint64, intentHash string) (store.HeldFiring, error) {
+	const op = "fire_held"
+	if err := store.CheckFireHeld(op, world, epoch, intentHash); err != nil {
+		return store.HeldFiring{}, err
+	}
+	var res store.HeldFiring
+	err := s.write(ctx, op, world, func(t *wtx) error {
+		res = store.HeldFiring{}
+		if err := t.fence(op, world, epoch); err != nil {
+			return err
+		}
+		st, err := t.settleItem(timersQueue, op, intentHash, contract.LeaseHolder(world), store.Receipt{})
+		if st.row.world == world && st.row.dueAt.Valid {
+			res.DueAt, res.Now = fromNS(st.row.dueAt.Int64), fromNS(t.nowNS)
+		}
+		if err != nil {
+			return err
+		}
+		res.Dup, res.Item.Seq = st.dup, st.seq
+		if !st.dup {
+			kind, payload, key := timersQueue.delivery(intentHash, &st.row, store.Receipt{})
+			res.Item = store.InboxItem{Seq: st.seq, World: world, Kind: kind, Payload: payload, DedupeKey: key, EnqueuedAt: fromNS(t.nowNS)}
+		}
+		return nil
+	})
+	if errors.Is(err, store.ErrNotDue) {
+		return store.HeldFiring{DueAt: res.DueAt, Now: res.Now}, err
+	}
+	if err != nil {
+		return store.HeldFiring{}, err
+	}
+	return res, nil
 }
 
 // ReapTimers requeues claimed timers whose claim expired (queue.go),

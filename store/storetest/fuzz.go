@@ -164,3 +164,74 @@ func FuzzSpawn(f *testing.F, open Factory) {
 		}
 	})
 }
+
+// FuzzFireHeld fuzzes FireHeld's arguments against a world "w" leased at
+// epoch 1 whose timer "t1" is due (and claimed by a timer worker when
+// claimed is set): any call either fires t1 for w's holder (the firing
+// read back byte for byte, a repeat answering dup), or answers w's lease
+// holder nothing for another epoch (ErrFenced), another world
+// (ErrWorldNotFound) or another timer (ErrNotFound), or fails with a typed
+// *store.Error of kind ErrInvalid; whatever was refused wrote nothing, and
+// nothing panics. Backends call it from a Fuzz function with their factory.
+func FuzzFireHeld(f *testing.F, open Factory) {
+	f.Add("w", uint64(1), "t1", false)
+	f.Add("w", uint64(1), "t1", true)
+	f.Add("w", uint64(2), "t1", false)
+	f.Add("w", uint64(0), "t1", true)
+	f.Add("v", uint64(1), "t1", false)
+	f.Add("w", uint64(1), "t2", false)
+	f.Add("w", uint64(1)<<63, "t1", false)
+	f.Add("w\xff", uint64(1), "t1", false)
+	f.Add("w", uint64(1), "", false)
+	f.Add("", uint64(1), "t1\x00", true)
+	f.Fuzz(func(t *testing.T, world string, epoch uint64, hash string, claimed bool) {
+		x := setup(t, open)
+		e := x.leased("w", "A")
+		must(t, x.s.Schedule(bg, "w", e, "t1", x.now(), []byte("tick")), "Schedule")
+		x.advance(time.Second)
+		var c store.Claim
+		if claimed {
+			c = x.claimTimer("tw", "t1").ClaimOf()
+		}
+		res, err := x.s.FireHeld(bg, world, epoch, hash)
+		if err != nil {
+			var se *store.Error
+			ok := errors.As(err, &se)
+			switch {
+			case !ok:
+				t.Fatalf("FireHeld(%q, %d, %q) = %T %v, want a *store.Error", world, epoch, hash, err, err)
+			case errors.Is(err, store.ErrInvalid):
+			case errors.Is(err, store.ErrFenced) && world == "w" && epoch != e:
+			case errors.Is(err, store.ErrWorldNotFound) && world != "w":
+			case errors.Is(err, store.ErrNotFound) && world == "w" && epoch == e && hash != "t1":
+			default:
+				t.Fatalf("FireHeld(%q, %d, %q) = %v", world, epoch, hash, err)
+			}
+			if items := x.inbox("w"); len(items) != 0 {
+				t.Fatalf("a refused FireHeld enqueued %+v", items)
+			}
+			if claimed {
+				if seq, dup := x.fire("t1", c); dup || seq != 1 {
+					t.Fatalf("the worker's Fire after a refused FireHeld = %d dup %v, want the firing at 1", seq, dup)
+				}
+			}
+			return
+		}
+		if world != "w" || epoch != e || hash != "t1" {
+			t.Fatalf("FireHeld(%q, %d, %q) fired", world, epoch, hash)
+		}
+		items := x.inbox("w")
+		if res.Dup || len(items) != 1 || items[0].Seq != res.Item.Seq || !bytes.Equal(items[0].Payload, []byte("tick")) ||
+			items[0].DedupeKey != store.TimerKey("t1") || res.Item.DedupeKey != items[0].DedupeKey {
+			t.Fatalf("FireHeld = %+v, inbox %+v", res, items)
+		}
+		if again, err := x.s.FireHeld(bg, world, epoch, hash); err != nil || !again.Dup || again.Item.Seq != res.Item.Seq {
+			t.Fatalf("FireHeld again = %+v, %v; want dup at %d", again, err, res.Item.Seq)
+		}
+		if claimed {
+			if seq, dup := x.fire("t1", c); !dup || seq != res.Item.Seq {
+				t.Fatalf("the worker's Fire after FireHeld = %d dup %v, want dup at %d", seq, dup, res.Item.Seq)
+			}
+		}
+	})
+}

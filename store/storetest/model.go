@@ -877,6 +877,37 @@ func testModelTimers(t *testing.T, open Factory) {
 					delivered[hash] = true
 				}
 			},
+			"fireHeld": func(rt *rapid.T) {
+				hash := rapid.SampledFrom(hashes).Draw(rt, "hash")
+				// Mostly the holder of the timer's own world; sometimes
+				// the other world's holder, or a stale epoch.
+				w, ok := owner[hash]
+				if !ok || rapid.IntRange(0, 4).Draw(rt, "other world") == 0 {
+					w = rapid.SampledFrom(worlds).Draw(rt, "world")
+				}
+				e := epochs[w]
+				if rapid.IntRange(0, 5).Draw(rt, "stale epoch") == 0 {
+					e++
+				}
+				s, serr := l.sut.FireHeld(bg, w, e, hash)
+				r, rerr := l.ref.FireHeld(bg, w, e, hash)
+				if !l.both("FireHeld", serr, rerr) {
+					return
+				}
+				l.eq("FireHeld dup", s.Dup, r.Dup)
+				m := l.seqMap("inbox:" + w)
+				if r.Dup {
+					m.same(rt, "FireHeld", s.Item.Seq, r.Item.Seq)
+				} else {
+					m.fresh(rt, "FireHeld", s.Item.Seq, r.Item.Seq)
+					if s.Item.World != r.Item.World || s.Item.Kind != r.Item.Kind || s.Item.DedupeKey != r.Item.DedupeKey ||
+						!bytes.Equal(s.Item.Payload, r.Item.Payload) {
+						rt.Fatalf("FireHeld item: backend %+v, reference %+v", s.Item, r.Item)
+					}
+				}
+				l.relSame("FireHeld DueAt", s.DueAt, r.DueAt)
+				delivered[hash] = true
+			},
 			"reap": func(rt *rapid.T) {
 				s, serr := l.sut.ReapTimers(bg)
 				r, rerr := l.ref.ReapTimers(bg)

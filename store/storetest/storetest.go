@@ -44,6 +44,10 @@
 //     (effects.go, timers.go, claims.go). Resolve is a completion without
 //     the claim check: it leaves the attempt count alone, and the first
 //     terminal receipt, the operator's or an adapter's, wins (resolve.go).
+//   - FireHeld checks the fence first (a fenced caller learns nothing of
+//     the timer), then the timer's world: another world's timer is
+//     ErrNotFound whatever its state, delivered included; its ErrNotDue
+//     answer carries the due time and the store's clock (fireheld.go).
 //   - Commit checks every part before writing any; its CancelTimers skip
 //     unknown, fired and other worlds' timers, and Cancelled counts only
 //     the timers it removed (commit.go).
@@ -117,6 +121,7 @@ func suite() []testCase {
 		inboxTests,
 		effectTests,
 		timerTests,
+		fireHeldTests,
 		fabricTests,
 		snapshotTests,
 		worldTests,

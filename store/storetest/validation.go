@@ -159,6 +159,15 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 			_, _, err := f.s.Fire(bg, "t1", store.Claim{Worker: bad, Attempt: tc.Attempt})
 			return err
 		})
+		// t1 is due: FireHeld with valid arguments would fire it.
+		add("FireHeld world "+name, func() error {
+			_, err := f.s.FireHeld(bg, bad, e, "t1")
+			return err
+		})
+		add("FireHeld hash "+name, func() error {
+			_, err := f.s.FireHeld(bg, "w", e, bad)
+			return err
+		})
 		add("Send dest "+name, func() error {
 			_, err := f.s.Send(bg, bad, "m", store.InboxItem{})
 			return err
@@ -289,6 +298,10 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 	})
 	add("Fire claim attempt 0", func() error {
 		_, _, err := f.s.Fire(bg, "t1", store.Claim{Worker: tc.Worker})
+		return err
+	})
+	add("FireHeld epoch 2^63", func() error {
+		_, err := f.s.FireHeld(bg, "w", huge, "t1")
 		return err
 	})
 	add("Send payload over MaxPayloadBytes", func() error {

@@ -6,7 +6,8 @@
 //
 // It runs the real plane in this process: a plane.Host with the production
 // actor executor, an adapter pool (plane/adapter) with an in-process no-op
-// adapter, the durable timer worker (plane/timer) and the reapers
+// adapter, the durable timer worker (plane/timer, lagging behind the host,
+// which fires its worlds' timers itself, as in a node) and the reapers
 // (plane/reaper), over store/sqlite (orrery-sqlite) or store/postgres
 // (orrery-pg). With -figures it measures the plane's own figures instead
 // (figures.go). With -api workflow it runs e2e-latency and workflow3
@@ -31,6 +32,7 @@ import (
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/adapter"
+	"github.com/orrery-run/orrery/plane/node"
 	"github.com/orrery-run/orrery/plane/reaper"
 	"github.com/orrery-run/orrery/plane/timer"
 	"github.com/orrery-run/orrery/store"
@@ -458,7 +460,9 @@ func startPlane(ctx context.Context, st store.Store, worker string, kernels plan
 	pool, err := adapter.NewPool(poolStore, adapter.Config{Worker: worker + "-effects", Executor: ex, Concurrency: *effConc, ClaimTTL: claimTTL},
 		adapter.Register(noop{}, adapter.NoRetry()))
 	must(err)
-	tw, err := timer.New(st, timer.Config{Worker: worker + "-timers", Executor: ex, ClaimTTL: claimTTL})
+	// As a node configures it: the host fires the timers of the worlds it
+	// holds, and the worker fires only what is node.DefaultTimerLag late.
+	tw, err := timer.New(st, timer.Config{Worker: worker + "-timers", Executor: ex, ClaimTTL: claimTTL, Lag: node.DefaultTimerLag})
 	must(err)
 	rctx, cancel := context.WithCancel(ctx)
 	r.cancel = cancel
@@ -641,7 +645,7 @@ func main() {
 			_, err := r.client.Send(ctx, worldID(i), Arm{I: int64(i), Due: t0.Add(offs[i]).UnixNano()}, fmt.Sprintf("timer-%d", i))
 			return err
 		}))
-		fmt.Printf("# %s timers submitted %d in %v; ours is a durable timer (stored, claimed and fired by plane/timer into the world's inbox, measured when the firing's handler runs), DBOS's is an in-process sleep\n",
+		fmt.Printf("# %s timers submitted %d in %v; ours is a durable timer (stored, fired into the world's inbox by the host that holds it, measured when the firing's handler runs), DBOS's is an in-process sleep\n",
 			lib, *nTimers, time.Since(t0).Round(time.Millisecond))
 		rec.wait(*timeout)
 		reportLat("timer-lateness", rec.values(), *nTimers)

@@ -285,6 +285,20 @@ func (h *Handle) Fire(ctx context.Context, hash string, c store.Claim) (uint64, 
 	return h.Store.Fire(ctx, hash, c)
 }
 
+func (h *Handle) FireHeld(ctx context.Context, world string, epoch uint64, hash string) (store.HeldFiring, error) {
+	if err := h.begin("fire_held"); err != nil {
+		return store.HeldFiring{}, err
+	}
+	return h.Store.FireHeld(ctx, world, epoch, hash)
+}
+
+func (h *Handle) ListTimers(ctx context.Context, world string, limit int) ([]store.TimerItem, error) {
+	if err := h.begin("list_timers"); err != nil {
+		return nil, err
+	}
+	return h.Store.ListTimers(ctx, world, limit)
+}
+
 func (h *Handle) Send(ctx context.Context, dest, messageID string, item store.InboxItem) (store.FabricResult, error) {
 	if err := h.begin("send"); err != nil {
 		return store.FabricResult{}, err

@@ -1,7 +1,7 @@
 // Package contract holds the decisions of the persistence-plane contract
 // that every backend makes the same way: the fence predicate, protocol B's
 // holder check, the claim check of Complete and Fire (which an operator's
-// Resolve skips), world status
+// Resolve and a lease holder's FireHeld skip), world status
 // transitions and snapshot idempotency. Each is a pure function of the
 // rows a backend has read inside its transaction and the store's clock, so
 // a backend keeps only storage: it loads the rows, asks here, and writes.
@@ -185,20 +185,25 @@ func ClaimCheck(op, id string, row ClaimRow, c store.Claim) error {
 // Resolve) reads it in its own transaction.
 type SettleRow struct {
 	Found bool
+	World string     // the item's world (read for a lease holder's settle)
 	Done  bool       // completed (an effect) or delivered (a timer)
 	DueAt *time.Time // a timer's deliverAt; nil for an effect
 	Claim ClaimRow
 }
 
 // By is who settles an item: a claimant (Complete, Fire) presenting the
-// Claim it was handed, or an operator (Resolve: Operator set) giving
-// Reason, whom no claim binds. A backend carries it from the call to the
-// one settle path it has, so an operator's settle is a claimant's with the
-// claim check left out, never a second copy of the protocol.
+// Claim it was handed, an operator (Resolve: Operator set) giving Reason,
+// or the holder of a world's lease (FireHeld: World set). Neither of the
+// last two is bound by a claim; the holder, whose fence the backend checks
+// in the same transaction, settles only its own world's items. A backend
+// carries By from the call to the one settle path it has, so these settles
+// are a claimant's with the claim check left out, never a second copy of
+// the protocol.
 type By struct {
 	Claim    store.Claim
 	Operator bool
 	Reason   string
+	World    string
 }
 
 // Claimant is the settle of the holder of claim c.
@@ -206,6 +211,10 @@ func Claimant(c store.Claim) By { return By{Claim: c} }
 
 // Operator is an operator's settle, for reason.
 func Operator(reason string) By { return By{Operator: true, Reason: reason} }
+
+// LeaseHolder is the settle of the holder of world's lease (the backend
+// has checked its fence).
+func LeaseHolder(world string) By { return By{World: world} }
 
 // OperatorReason is what a settle records as the operator's reason: nil
 // when a claimant settles, so "no operator" and "an operator who gave no
@@ -219,14 +228,19 @@ func (b By) OperatorReason() *string {
 }
 
 // Settle decides a settle of the item id (noun names its kind in errors:
-// "intent", "timer") by by at now: an unknown item is ErrNotFound; a done
-// one answers its first delivery (dup=true), whoever settles; otherwise it
-// must be due (a timer: Due) and, unless an operator settles, by's claim
-// must be its latest (ClaimCheck).
+// "intent", "timer") by by at now: an unknown item, or for a lease holder
+// another world's, is ErrNotFound; a done one answers its first delivery
+// (dup=true), whoever settles; otherwise it must be due (a timer: Due)
+// and, unless an operator or a lease holder settles, by's claim must be
+// its latest (ClaimCheck).
 func Settle(op, noun, id string, row SettleRow, by By, now time.Time) (dup bool, err error) {
 	switch {
 	case !row.Found:
 		return false, store.Errorf(op, store.ErrNotFound, "", "%s %s", noun, id)
+	case by.World != "" && row.World != by.World:
+		// Said as for an unknown item: a holder learns nothing of
+		// another world's queue.
+		return false, store.Errorf(op, store.ErrNotFound, by.World, "%s %s", noun, id)
 	case row.Done:
 		return true, nil
 	}
@@ -235,7 +249,7 @@ func Settle(op, noun, id string, row SettleRow, by By, now time.Time) (dup bool,
 			return false, err
 		}
 	}
-	if by.Operator {
+	if by.Operator || by.World != "" {
 		return false, nil
 	}
 	return false, ClaimCheck(op, id, row.Claim, by.Claim)

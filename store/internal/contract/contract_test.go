@@ -210,3 +210,35 @@ func TestSettleByAnOperatorSkipsOnlyTheClaimCheck(t *testing.T) {
 		t.Errorf("an operator's reason recorded as %v", r)
 	}
 }
+
+// A lease holder's settle (FireHeld) is a claimant's without the claim
+// check, for its own world's items only: another world's item is answered
+// as an unknown one (ErrNotFound), before anything else is said of it; a
+// done item of its world answers dup, and a timer must still be due.
+func TestSettleByALeaseHolderSkipsTheClaimForItsOwnWorld(t *testing.T) {
+	by := LeaseHolder("w")
+	later := t0.Add(time.Second)
+	for _, tc := range []struct {
+		name string
+		row  SettleRow
+		dup  bool
+		want error
+	}{
+		{"unknown", SettleRow{}, false, store.ErrNotFound},
+		{"another world's, due", SettleRow{Found: true, World: "v", DueAt: &t0}, false, store.ErrNotFound},
+		{"another world's, delivered", SettleRow{Found: true, World: "v", Done: true, DueAt: &t0}, false, store.ErrNotFound},
+		{"delivered", SettleRow{Found: true, World: "w", Done: true, DueAt: &t0}, true, nil},
+		{"scheduled, due", SettleRow{Found: true, World: "w", DueAt: &t0}, false, nil},
+		{"claimed by a timer worker, due", SettleRow{Found: true, World: "w", DueAt: &t0, Claim: ClaimRow{Attempt: 1, ClaimedBy: "tw"}}, false, nil},
+		{"not due", SettleRow{Found: true, World: "w", DueAt: &later}, false, store.ErrNotDue},
+	} {
+		dup, err := Settle("fire_held", "timer", "h", tc.row, by, t0)
+		if dup != tc.dup {
+			t.Errorf("%s: dup %v, want %v", tc.name, dup, tc.dup)
+		}
+		is(t, tc.name, err, tc.want)
+	}
+	if r := by.OperatorReason(); r != nil {
+		t.Errorf("a lease holder's settle records an operator's reason %q", *r)
+	}
+}

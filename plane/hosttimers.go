@@ -1,0 +1,435 @@
+package plane
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/plane/internal/otrace"
+	"github.com/orrery-run/orrery/plane/internal/seam"
+	"github.com/orrery-run/orrery/store"
+)
+
+// The host fires the timers of the worlds it holds.
+//
+// A world's timers are set by its own commits, so the host that holds its
+// lease knows each one and its due time without asking anybody: it
+// records them as its commits land (and, for a world restored with timers
+// armed, reads their due times once with ListTimers), and fires each at
+// its due time with store.FireHeld, one fenced write that needs no claim,
+// then wakes the world as an inbox hint does. The timer worker
+// (plane/timer), lagging behind, fires only what no live holder did.
+//
+// One schedule serves every world of the host: a min-heap by fire time
+// with ONE executor timer armed for the earliest entry, re-armed as the
+// earliest changes, and one task that fires what is due, in lanes across
+// worlds. A world that passivates keeps its entries (its timer wakes it);
+// a cancelled timer, and every timer of a world whose lease the host
+// drops, leave the schedule. The schedule is memory only: what it loses
+// (a host crash, a failed ListTimers, a timer past the listing's bound)
+// the timer worker fires, at most its Lag late.
+
+// hostTimerTries bounds the firings of one timer that fail in the store
+// (not the refusals, which decide): after that many the host leaves it to
+// the timer worker. With the backoff below they span about 0.75s, well
+// under the Lag a node gives its timer worker.
+const hostTimerTries = 5
+
+// hostTimerBackoff is the wait after the n-th failed firing of a timer.
+func hostTimerBackoff(n int) time.Duration {
+	return min(50*time.Millisecond<<(n-1), time.Second)
+}
+
+// hostTimer is one timer in the schedule.
+type hostTimer struct {
+	l     *lease
+	hash  string
+	due   time.Time // the timer's due time, as its world set it
+	at    time.Time // when to fire: the due time, or a retry's
+	tries int       // firings that failed in the store
+	idx   int       // its place in the heap; -1 when out of it
+}
+
+// timerHeap orders entries by (at, world, hash): a stable order for timers
+// due at one instant.
+type timerHeap []*hostTimer
+
+func (q timerHeap) Len() int { return len(q) }
+func (q timerHeap) Less(i, j int) bool {
+	a, b := q[i], q[j]
+	if !a.at.Equal(b.at) {
+		return a.at.Before(b.at)
+	}
+	if a.l.world != b.l.world {
+		return a.l.world < b.l.world
+	}
+	return a.hash < b.hash
+}
+func (q timerHeap) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].idx, q[j].idx = i, j
+}
+func (q *timerHeap) Push(x any) {
+	e := x.(*hostTimer)
+	e.idx = len(*q)
+	*q = append(*q, e)
+}
+func (q *timerHeap) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	e.idx = -1
+	return e
+}
+
+// hostTimers is a host's schedule. Its lock is taken after Host.mu when
+// both are held, never before.
+type hostTimers struct {
+	ex   actor.Executor
+	park actor.Parker // the firing task's wake-up
+
+	mu      sync.Mutex
+	q       timerHeap
+	byHash  map[string]*hostTimer
+	byLease map[*lease]map[string]*hostTimer
+	armed   actor.Timer
+	armedAt time.Time // of armed
+	stopped bool
+}
+
+func newHostTimers(ex actor.Executor) *hostTimers {
+	return &hostTimers{ex: ex, park: ex.NewParker(),
+		byHash: map[string]*hostTimer{}, byLease: map[*lease]map[string]*hostTimer{}}
+}
+
+// add schedules timer hash of l's world, due at due. A timer already in
+// the schedule under l keeps its entry (and its retries); one under an
+// older lease of the world is replaced.
+func (s *hostTimers) add(l *lease, hash string, due time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Checked under the lock that dropLease takes after setting the flag:
+	// a timer of a lease being dropped is never left behind.
+	if s.stopped || l.fenced.Load() {
+		return
+	}
+	if e, ok := s.byHash[hash]; ok {
+		if e.l == l {
+			return
+		}
+		s.removeLocked(e)
+	}
+	e := &hostTimer{l: l, hash: hash, due: due, at: due, idx: -1}
+	s.insertLocked(e)
+	s.armLocked()
+}
+
+// again puts an entry that was taken for firing back, to fire at at.
+func (s *hostTimers) again(e *hostTimer, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped || e.l.fenced.Load() {
+		return
+	}
+	if _, ok := s.byHash[e.hash]; ok {
+		return // scheduled anew meanwhile (a restore learned it again)
+	}
+	e.at = at
+	s.insertLocked(e)
+	s.armLocked()
+}
+
+// cancel removes l's timers hashes (its world cancelled them).
+func (s *hostTimers) cancel(l *lease, hashes []string) {
+	if len(hashes) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range hashes {
+		if e, ok := s.byHash[h]; ok && e.l == l {
+			s.removeLocked(e)
+		}
+	}
+	s.armLocked()
+}
+
+// drop removes every timer of l: the host no longer holds it.
+func (s *hostTimers) drop(l *lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.byLease[l] {
+		s.removeLocked(e)
+	}
+	s.armLocked()
+}
+
+// take removes and returns, in heap order, every entry due at now, and
+// arms the timer for the next one.
+func (s *hostTimers) take(now time.Time) []*hostTimer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*hostTimer
+	for len(s.q) > 0 && !s.q[0].at.After(now) {
+		e := s.q[0]
+		s.removeLocked(e)
+		out = append(out, e)
+	}
+	s.armLocked()
+	return out
+}
+
+// stop empties the schedule for good and disarms it.
+func (s *hostTimers) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopped = true
+	if s.armed != nil {
+		s.armed.Stop()
+		s.armed = nil
+	}
+	s.q = nil
+	clear(s.byHash)
+	clear(s.byLease)
+}
+
+func (s *hostTimers) insertLocked(e *hostTimer) {
+	heap.Push(&s.q, e)
+	s.byHash[e.hash] = e
+	m := s.byLease[e.l]
+	if m == nil {
+		m = map[string]*hostTimer{}
+		s.byLease[e.l] = m
+	}
+	m[e.hash] = e
+}
+
+func (s *hostTimers) removeLocked(e *hostTimer) {
+	if e.idx >= 0 {
+		heap.Remove(&s.q, e.idx)
+	}
+	if s.byHash[e.hash] == e {
+		delete(s.byHash, e.hash)
+	}
+	if m := s.byLease[e.l]; m != nil && m[e.hash] == e {
+		delete(m, e.hash)
+		if len(m) == 0 {
+			delete(s.byLease, e.l)
+		}
+	}
+}
+
+// armLocked keeps one executor timer armed for the earliest entry: it
+// wakes the firing task then, or at once when that entry is due already.
+func (s *hostTimers) armLocked() {
+	if len(s.q) == 0 {
+		if s.armed != nil {
+			s.armed.Stop()
+			s.armed = nil
+		}
+		return
+	}
+	at := s.q[0].at
+	if s.armed != nil && s.armedAt.Equal(at) {
+		return
+	}
+	if s.armed != nil {
+		s.armed.Stop()
+		s.armed = nil
+	}
+	d := at.Sub(s.ex.Now())
+	if d <= 0 {
+		s.park.Unpark()
+		return
+	}
+	s.armed, s.armedAt = s.ex.AfterFunc(d, s.park.Unpark), at
+}
+
+// ---- the host's side ----
+
+// timersCommitted records what a commit of l's world did to its timers:
+// the ones it set (they are durable now) and the ones it cancelled, in
+// the order the store applied them.
+func (h *Host) timersCommitted(l *lease, b *store.CommitBatch) {
+	for _, t := range b.Timers {
+		h.timers.add(l, t.IntentHash, t.DeliverAt)
+	}
+	h.timers.cancel(l, b.CancelTimers)
+}
+
+// learnTimers reads, once per holding of l, the due times of the timers
+// armed in l's restored world (armed, the kernel's Timers()): the commits
+// that set them may be another host's, or this one's before a crash. After
+// that every commit of the world records its own, so a world restored
+// again after a passivation is not listed again (a crash of its process
+// is: see worldProc.fail). A failure leaves them to the timer worker and
+// to the next restore. A world with more timers armed than one listing
+// returns (store.MaxBatch) has the later ones fired by the timer worker.
+func (h *Host) learnTimers(ctx context.Context, l *lease, armed []string) {
+	if l.timersKnown.Load() {
+		return
+	}
+	if len(armed) == 0 {
+		// Nothing armed: from here on the world's commits tell all.
+		l.timersKnown.Store(true)
+		return
+	}
+	ts, err := h.st.ListTimers(ctx, l.world, store.MaxBatch)
+	if err != nil {
+		h.log.Warn("host: could not list a restored world's timers; the timer worker fires them",
+			"worker", h.cfg.Worker, "world", l.world, "err", err)
+		return
+	}
+	want := make(map[string]bool, len(armed))
+	for _, hash := range armed {
+		want[hash] = true
+	}
+	for _, t := range ts {
+		if want[t.IntentHash] {
+			h.timers.add(l, t.IntentHash, t.DeliverAt)
+		}
+	}
+	l.timersKnown.Store(true)
+}
+
+// fireTimers is the host's timer task: it fires what is due and parks
+// until the schedule's timer (or a new earliest entry) wakes it.
+func (h *Host) fireTimers(ctx context.Context) error {
+	defer h.timers.stop()
+	for ctx.Err() == nil {
+		if due := h.timers.take(h.ex.Now()); len(due) > 0 {
+			h.fireDue(ctx, due)
+			continue
+		}
+		if err := h.timers.park.Park(ctx); err != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// fireDue fires due in up to TimerConcurrency lanes: a world's timers in
+// schedule order in one lane, different worlds' side by side, so that a
+// burst shares the store's group commits.
+func (h *Host) fireDue(ctx context.Context, due []*hostTimer) {
+	n := min(h.cfg.TimerConcurrency, len(due))
+	lanes := make([][]*hostTimer, n)
+	for _, e := range due {
+		f := fnv.New32a()
+		f.Write([]byte(e.l.world))
+		i := f.Sum32() % uint32(n)
+		lanes[i] = append(lanes[i], e)
+	}
+	_ = seam.Lanes(h.ex, n, func(i int) error {
+		for _, e := range lanes[i] {
+			if ctx.Err() != nil {
+				return nil
+			}
+			h.fireHeld(ctx, e)
+		}
+		return nil
+	})
+}
+
+// fireHeld fires one timer of a held world, under an orrery.timer.fire
+// span linked to the cycle that set it, as the timer worker's firings are.
+func (h *Host) fireHeld(ctx context.Context, e *hostTimer) {
+	l := e.l
+	h.mu.Lock()
+	held := h.leases[l.world] == l
+	h.mu.Unlock()
+	if !held || !h.alive(l) {
+		return // dropped meanwhile: the world's next holder, or the timer worker, fires it
+	}
+	var links []trace.Link
+	if h.cfg.Links != nil {
+		links = otrace.Link(h.cfg.Links.Intent(e.hash))
+	}
+	sctx, sp := h.tr.Start(ctx, otrace.TimerFire, trace.WithNewRoot(), trace.WithTimestamp(h.ex.Now()),
+		trace.WithSpanKind(trace.SpanKindProducer), trace.WithLinks(links...),
+		trace.WithAttributes(otrace.World.String(l.world), otrace.IntentHash.String(e.hash),
+			otrace.Worker.String(h.cfg.Worker)))
+	res, err := h.st.FireHeld(sctx, l.world, l.epoch, e.hash)
+	if err == nil {
+		sp.SetAttributes(otrace.Seq.Int64(int64(res.Item.Seq)), otrace.Duplicate.Bool(res.Dup))
+		// First thing once the firing is durable (the store's own hint
+		// may be waking the world already): the world's process looks for
+		// the item here, and its cycle for the span that wrote it.
+		if !res.Dup {
+			if h.cfg.Links != nil && sp.IsRecording() {
+				h.cfg.Links.PutInbox(l.world, res.Item.Seq, sp.SpanContext())
+			}
+			h.offerFired(l, res.Item)
+		}
+	}
+	now := h.ex.Now()
+	otrace.End(sp, now, err)
+	switch {
+	case err == nil && !res.Dup:
+		h.emit(HostEvent{Kind: EvTimerFired, World: l.world, Epoch: l.epoch, Dur: now.Sub(e.due), N: 1})
+		h.hint(l)
+	case err == nil:
+		// Delivered already (the timer worker was first): its delivery
+		// raised the world's hint.
+	case errors.Is(err, store.ErrNotDue):
+		// The store's clock is behind the executor's: come back when the
+		// store says it is due, measured on the store's clock.
+		h.timers.again(e, now.Add(max(res.DueAt.Sub(res.Now), time.Millisecond)))
+	case errors.Is(err, store.ErrNotFound):
+		// Cancelled by a commit that raced this firing: nothing to fire.
+	case fencedErr(err):
+		h.dropLease(l, EvFenced, err)
+	case ctx.Err() != nil:
+	default:
+		e.tries++
+		if e.tries >= hostTimerTries {
+			h.log.Warn("host: timer firing failed; the timer worker fires it", "worker", h.cfg.Worker,
+				"world", l.world, "intent", e.hash, "err", err, "failures", e.tries)
+			return
+		}
+		h.timers.again(e, now.Add(hostTimerBackoff(e.tries)))
+	}
+}
+
+// heldFiredMax bounds the firings a world keeps for its process to take
+// without reading them: a world that lags further reads its inbox, as it
+// would anyway.
+const heldFiredMax = 8
+
+// offerFired hands a firing the host just wrote to l's process, which
+// steps it without reading its inbox when it is the next item.
+func (h *Host) offerFired(l *lease, it store.InboxItem) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(l.fired) < heldFiredMax {
+		l.fired = append(l.fired, it)
+	}
+}
+
+// takeFired returns the firing at cursor+1 if the host handed it over
+// (see offerFired), forgetting the ones at or below cursor.
+func (h *Host) takeFired(l *lease, cursor uint64) (store.InboxItem, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	keep := l.fired[:0]
+	var out store.InboxItem
+	found := false
+	for _, it := range l.fired {
+		switch {
+		case it.Seq == cursor+1:
+			out, found = it, true
+		case it.Seq > cursor:
+			keep = append(keep, it)
+		}
+	}
+	clear(l.fired[len(keep):])
+	l.fired = keep
+	return out, found
+}

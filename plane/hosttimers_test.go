@@ -1,0 +1,652 @@
+package plane_test
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/lab"
+	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/plane/timer"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/world"
+)
+
+// The alarm world of these tests: it sets named timers, cancels them, and
+// records which rang.
+type (
+	alarmState struct {
+		Armed []armedAlarm
+		Rang  []string
+		Nudge int
+	}
+	armedAlarm struct{ Key, Hash string }
+	SetAlarm   struct {
+		Key     string
+		AfterMs int64
+	}
+	Disarm struct{ Key string }
+	Ring   struct{ Key string }
+	Nudge  struct{}
+)
+
+const alarmUniverse = "alarms"
+
+func alarmDef() *world.Def[alarmState] {
+	d := world.New[alarmState]("test.alarms", 1)
+	world.On(d, func(c *world.Ctx, s *alarmState, a SetAlarm) error {
+		h := c.SetTimer(c.Now().Add(time.Duration(a.AfterMs)*time.Millisecond), Ring{Key: a.Key})
+		s.Armed = append(s.Armed, armedAlarm{Key: a.Key, Hash: h})
+		return nil
+	})
+	world.On(d, func(c *world.Ctx, s *alarmState, a Disarm) error {
+		for i, x := range s.Armed {
+			if x.Key == a.Key {
+				c.CancelTimer(x.Hash)
+				s.Armed = slices.Delete(s.Armed, i, i+1)
+				return nil
+			}
+		}
+		return fmt.Errorf("no alarm %q", a.Key)
+	})
+	world.On(d, func(c *world.Ctx, s *alarmState, r Ring) error {
+		s.Rang = append(s.Rang, r.Key)
+		return nil
+	})
+	world.On(d, func(c *world.Ctx, s *alarmState, _ Nudge) error {
+		s.Nudge++
+		return nil
+	})
+	return d
+}
+
+func alarmKernels() plane.Kernels { return plane.Kernels{alarmUniverse: alarmDef().Kernel()} }
+
+// alarmRig is one test's alarm worlds on a rig: the events its hosts
+// report, and helpers to read the worlds' durable state.
+type alarmRig struct {
+	*rig
+	mu     sync.Mutex
+	events []plane.HostEvent
+}
+
+func newAlarmRig(r *rig) *alarmRig { return &alarmRig{rig: r} }
+
+func (a *alarmRig) observe(ev plane.HostEvent) {
+	a.mu.Lock()
+	a.events = append(a.events, ev)
+	a.mu.Unlock()
+}
+
+// seen returns the events of kind (of world, if not empty) reported so far.
+func (a *alarmRig) seen(kind, world string) []plane.HostEvent {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []plane.HostEvent
+	for _, ev := range a.events {
+		if ev.Kind == kind && (world == "" || ev.World == world) {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// host starts a host of the alarm worlds for worker over st.
+func (a *alarmRig) host(worker string, st store.Store, adjust func(*plane.HostConfig)) (*plane.Host, error) {
+	cfg := a.hostConfig(worker, st, nil)
+	cfg.Kernels, cfg.Observe = alarmKernels(), a.observe
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	return plane.StartHost(a.ctx, a.root, cfg)
+}
+
+func (a *alarmRig) create(id, worker string) error {
+	if _, err := a.base.CreateWorld(a.ctx, alarmUniverse, id, nil); err != nil {
+		return err
+	}
+	return a.base.Assign(a.ctx, id, store.Assignment{DesiredWorker: worker, Reason: "test"}, nil)
+}
+
+func (a *alarmRig) client() *plane.Client {
+	c, _ := plane.NewClient(plane.ClientConfig{Store: a.base, Kernels: alarmKernels(), Executor: a.ex})
+	return c
+}
+
+// state restores world id from the store: its committed state.
+func (a *alarmRig) state(id string) (alarmState, error) {
+	inst, _, err := plane.Restore(a.ctx, a.base, alarmKernels(), id)
+	if err != nil {
+		return alarmState{}, err
+	}
+	w, err := world.Load(alarmDef(), id, inst.Snapshot())
+	if err != nil {
+		return alarmState{}, err
+	}
+	return w.Value()
+}
+
+// armed sends SetAlarm and returns the timer's due time once it is
+// committed.
+func (a *alarmRig) arm(c *plane.Client, id, key string, after time.Duration) (time.Time, error) {
+	if _, err := c.Send(a.ctx, id, SetAlarm{Key: key, AfterMs: after.Milliseconds()}, "set-"+key); err != nil {
+		return time.Time{}, err
+	}
+	var due time.Time
+	err := a.waitFor(key+" armed", 10*time.Second, func() (bool, error) {
+		s, err := a.state(id)
+		if err != nil {
+			return false, err
+		}
+		for _, x := range s.Armed {
+			if x.Key == key {
+				ts, err := a.base.ListTimers(a.ctx, id, 100)
+				for _, t := range ts {
+					if t.IntentHash == x.Hash {
+						due = t.DeliverAt
+					}
+				}
+				return !due.IsZero(), err
+			}
+		}
+		return false, nil
+	})
+	return due, err
+}
+
+// rang waits until world id's alarms rang exactly want, in order.
+func (a *alarmRig) rang(id string, want ...string) error {
+	return a.waitFor(fmt.Sprint(id, " rang ", want), 20*time.Second, func() (bool, error) {
+		s, err := a.state(id)
+		if err != nil {
+			return false, err
+		}
+		if len(s.Rang) > len(want) || !slices.Equal(s.Rang, want[:len(s.Rang)]) {
+			return false, fmt.Errorf("%s rang %v, want %v", id, s.Rang, want)
+		}
+		return len(s.Rang) == len(want), nil
+	})
+}
+
+// firings returns world id's timer firings in its inbox.
+func (a *alarmRig) firings(id string) ([]store.InboxItem, error) {
+	items, err := a.base.ReadInbox(a.ctx, id, 0, 0)
+	var out []store.InboxItem
+	for _, it := range items {
+		if it.Kind == store.KindTimer {
+			out = append(out, it)
+		}
+	}
+	return out, err
+}
+
+// timerSteps returns the outcomes of world id's journaled steps of timer
+// firings, in journal order.
+func (a *alarmRig) timerSteps(id string) ([]string, error) {
+	journal, err := plane.ReadTail(a.ctx, a.base, id, 0)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range journal {
+		var rec struct {
+			Input struct {
+				Kind string `cbor:"kind"`
+			} `cbor:"input"`
+			Outcome string `cbor:"outcome"`
+		}
+		if err := world.Decode(e.Payload, &rec); err != nil {
+			return nil, err
+		}
+		if rec.Input.Kind == store.KindTimer {
+			out = append(out, rec.Outcome)
+		}
+	}
+	return out, nil
+}
+
+// firedAt checks that world id has exactly one firing, not before due by
+// the store's clock and, under the lab (where no call takes time), at
+// exactly want.
+func (a *alarmRig) firedAt(id string, due, want time.Time) error {
+	fs, err := a.firings(id)
+	if err != nil {
+		return err
+	}
+	if len(fs) != 1 {
+		return fmt.Errorf("%s has %d firings, want 1", id, len(fs))
+	}
+	if fs[0].EnqueuedAt.Before(due) {
+		return fmt.Errorf("%s fired at %v, before its due time %v", id, fs[0].EnqueuedAt, due)
+	}
+	if !a.real() && !fs[0].EnqueuedAt.Equal(want) {
+		return fmt.Errorf("%s fired at %v, want %v", id, fs[0].EnqueuedAt, want)
+	}
+	return nil
+}
+
+// TestHeldWorldsTimerFiresAtItsDueTimeWithNoTimerWorker: the host that
+// holds a world fires the timer the world set at its due time (under the
+// lab to the nanosecond), with no timer worker running at all; the world
+// applies the firing once and the host reports it (EvTimerFired, its
+// lateness in Dur).
+func TestHeldWorldsTimerFiresAtItsDueTimeWithNoTimerWorker(t *testing.T) {
+	forEachBackend(t, 41, "held-timer", func(r *rig) error {
+		a := newAlarmRig(r)
+		if err := a.create("h", "A"); err != nil {
+			return err
+		}
+		h, err := a.host("A", r.handle(nil), nil)
+		if err != nil {
+			return err
+		}
+		defer h.Stop(r.ctx)
+		after := 3 * time.Second
+		if r.real() {
+			after = 300 * time.Millisecond
+		}
+		due, err := a.arm(a.client(), "h", "x", after)
+		if err != nil {
+			return err
+		}
+		if err := a.rang("h", "x"); err != nil {
+			return err
+		}
+		if err := a.firedAt("h", due, due); err != nil {
+			return err
+		}
+		evs := a.seen(plane.EvTimerFired, "h")
+		if len(evs) != 1 || evs[0].Epoch != 1 || evs[0].N != 1 || evs[0].Dur < 0 || !r.real() && evs[0].Dur != 0 {
+			return fmt.Errorf("EvTimerFired events %+v, want one of h at epoch 1 (lateness 0 under the lab)", evs)
+		}
+		steps, err := a.timerSteps("h")
+		if err != nil || !slices.Equal(steps, []string{string(world.OutcomeOK)}) {
+			return fmt.Errorf("journaled firings %v (%v), want one ok", steps, err)
+		}
+		if ts, err := r.base.ListTimers(r.ctx, "h", 10); err != nil || len(ts) != 0 {
+			return fmt.Errorf("timers left %+v, %v", ts, err)
+		}
+		return nil
+	})
+}
+
+// TestCancelledHeldTimerNeverFires: a timer the world cancels leaves the
+// host's schedule: it never fires (no firing, no EvTimerFired), while a
+// later one set beside it does.
+func TestCancelledHeldTimerNeverFires(t *testing.T) {
+	forEachBackend(t, 42, "held-cancel", func(r *rig) error {
+		a := newAlarmRig(r)
+		if err := a.create("k", "A"); err != nil {
+			return err
+		}
+		h, err := a.host("A", r.handle(nil), nil)
+		if err != nil {
+			return err
+		}
+		defer h.Stop(r.ctx)
+		unit := time.Second
+		if r.real() {
+			unit = 200 * time.Millisecond
+		}
+		c := a.client()
+		if _, err := a.arm(c, "k", "cancelled", 2*unit); err != nil {
+			return err
+		}
+		if _, err := c.Send(r.ctx, "k", Disarm{Key: "cancelled"}, "disarm"); err != nil {
+			return err
+		}
+		if err := r.drained("k"); err != nil {
+			return err
+		}
+		due, err := a.arm(c, "k", "kept", 4*unit)
+		if err != nil {
+			return err
+		}
+		// The kept alarm rings after the cancelled one's due time.
+		if err := a.rang("k", "kept"); err != nil {
+			return err
+		}
+		if err := a.firedAt("k", due, due); err != nil {
+			return err
+		}
+		if evs := a.seen(plane.EvTimerFired, "k"); len(evs) != 1 {
+			return fmt.Errorf("%d EvTimerFired, want the kept alarm's alone", len(evs))
+		}
+		if s, err := a.state("k"); err != nil || len(s.Armed) != 1 || s.Armed[0].Key != "kept" {
+			return fmt.Errorf("state %+v, %v", s, err)
+		}
+		return nil
+	})
+}
+
+// TestPassivatedWorldIsWokenByItsTimer: a world that passivated keeps its
+// timer in its host's schedule; at the due time the host fires it, the
+// firing wakes the world (a fresh process restores it), and the process
+// steps the firing the host handed it without reading its inbox first. A
+// world whose timers the host knows is not listed again on that restore.
+func TestPassivatedWorldIsWokenByItsTimer(t *testing.T) {
+	forEachBackend(t, 43, "held-passive", func(r *rig) error {
+		a := newAlarmRig(r)
+		if err := a.create("p", "A"); err != nil {
+			return err
+		}
+		var mu sync.Mutex
+		calls := map[string]int{}
+		var readsAtFire, readsAtStep = -1, -1
+		st := r.handle(func(op string) error {
+			mu.Lock()
+			calls[op]++
+			mu.Unlock()
+			return nil
+		})
+		var timerHeight uint64
+		h, err := a.host("A", st, func(c *plane.HostConfig) {
+			c.IdleAfter = 200 * time.Millisecond
+			c.Observe = func(ev plane.HostEvent) {
+				a.observe(ev)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case ev.Kind == plane.EvTimerFired:
+					readsAtFire, timerHeight = calls["read_inbox"], 3
+				case ev.Kind == plane.EvStep && ev.Height == timerHeight && readsAtStep < 0:
+					readsAtStep = calls["read_inbox"]
+				}
+			}
+		})
+		if err != nil {
+			return err
+		}
+		defer h.Stop(r.ctx)
+		c := a.client()
+		after := 5 * time.Second
+		if r.real() {
+			after = 3 * time.Second
+		}
+		// Height 1: the nudge; height 2: the alarm; height 3: its firing.
+		if _, err := c.Send(r.ctx, "p", Nudge{}, "nudge"); err != nil {
+			return err
+		}
+		due, err := a.arm(c, "p", "x", after)
+		if err != nil {
+			return err
+		}
+		if err := r.waitFor("p passivated", 10*time.Second, func() (bool, error) {
+			_, active := h.Worlds()
+			return active == 0 && len(a.seen(plane.EvPassivate, "p")) > 0, nil
+		}); err != nil {
+			return err
+		}
+		mu.Lock()
+		listsBefore := calls["list_timers"]
+		mu.Unlock()
+		if err := a.rang("p", "x"); err != nil {
+			return err
+		}
+		if err := a.firedAt("p", due, due); err != nil {
+			return err
+		}
+		a.mu.Lock()
+		evs := slices.Clone(a.events)
+		a.mu.Unlock()
+		// The firing's step (height 3) was a fresh process's, which
+		// restored the world after its last passivation and was started
+		// by a wake: the world was passive when its timer fired, and the
+		// firing woke it. (EvTimerFired, EvWake and the new process's
+		// events may interleave: the store's own hint wakes it too.)
+		step := slices.IndexFunc(evs, func(ev plane.HostEvent) bool { return ev.Kind == plane.EvStep && ev.Height == 3 })
+		fired := slices.IndexFunc(evs, func(ev plane.HostEvent) bool { return ev.Kind == plane.EvTimerFired })
+		if step < 0 || fired < 0 {
+			return fmt.Errorf("events: the firing's step at %d, EvTimerFired at %d", step, fired)
+		}
+		passivated := -1
+		for i, ev := range evs[:step] {
+			if ev.Kind == plane.EvPassivate {
+				passivated = i
+			}
+		}
+		if passivated < 0 || !slices.ContainsFunc(evs[passivated:step], func(ev plane.HostEvent) bool { return ev.Kind == plane.EvRestored }) ||
+			!slices.ContainsFunc(evs[passivated:], func(ev plane.HostEvent) bool { return ev.Kind == plane.EvWake }) {
+			return fmt.Errorf("events: last passivation at %d before the firing's step at %d, then no restore and wake: %v", passivated, step, evs)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		// Under the lab the order is the seed's: the host hands the
+		// firing over before the process that its hint starts gets to
+		// read. (A real scheduler may let the store's own hint win that
+		// race; the process then reads, which is only slower.)
+		if !r.real() && readsAtStep != readsAtFire {
+			return fmt.Errorf("%d inbox reads between the firing and its step, want none", readsAtStep-readsAtFire)
+		}
+		if n := calls["list_timers"]; n != listsBefore {
+			return fmt.Errorf("the wake listed the world's timers %d times; the host knew them", n-listsBefore)
+		}
+		return nil
+	})
+}
+
+// TestRestoredWorldFiresTimersSetBeforeARestart: the host that set a
+// timer dies; the world's next host, once it restores the world (here on
+// new input), learns the timer's due time from the store and fires it
+// then, with no timer worker running.
+func TestRestoredWorldFiresTimersSetBeforeARestart(t *testing.T) {
+	forEachBackend(t, 44, "held-restore", func(r *rig) error {
+		a := newAlarmRig(r)
+		if err := a.create("r", "A"); err != nil {
+			return err
+		}
+		stA := r.handle(nil)
+		hA, err := a.host("A", stA, nil)
+		if err != nil {
+			return err
+		}
+		c := a.client()
+		after := 6 * time.Second
+		if r.real() {
+			after = 1500 * time.Millisecond
+		}
+		due, err := a.arm(c, "r", "x", after)
+		if err != nil {
+			return err
+		}
+		stA.Crash()
+		hA.Kill(r.ctx)
+		if err := r.advance(r.hostConfig("A", nil, nil).LeaseTTL); err != nil {
+			return err
+		}
+		if err := r.base.Assign(r.ctx, "r", store.Assignment{DesiredWorker: "B"}, nil); err != nil {
+			return err
+		}
+		hB, err := a.host("B", r.handle(nil), nil)
+		if err != nil {
+			return err
+		}
+		defer hB.Stop(r.ctx)
+		if err := r.waitFor("B holds r", 10*time.Second, func() (bool, error) {
+			_, ok := hB.Lease("r")
+			return ok, nil
+		}); err != nil {
+			return err
+		}
+		if _, err := c.Send(r.ctx, "r", Nudge{}, "nudge"); err != nil {
+			return err
+		}
+		if err := a.rang("r", "x"); err != nil {
+			return err
+		}
+		if err := a.firedAt("r", due, due); err != nil {
+			return err
+		}
+		if evs := a.seen(plane.EvTimerFired, "r"); len(evs) != 1 || evs[0].Epoch != 2 {
+			return fmt.Errorf("EvTimerFired %+v, want one by B at epoch 2", evs)
+		}
+		return nil
+	})
+}
+
+// runTimerWorker runs a timer worker over st in a scope of its own until
+// the returned stop is called.
+func runTimerWorker(r *rig, st timer.Store, cfg timer.Config) (*timer.Worker, func(), error) {
+	cfg.Executor = r.ex
+	w, err := timer.New(st, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	sc, err := r.root.Sub("timers:" + cfg.Worker)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := sc.Go("timer-worker", w.Run); err != nil {
+		return nil, nil, err
+	}
+	return w, func() { _, _ = sc.CloseKilled(r.ctx) }, nil
+}
+
+// TestHostAndTimerWorkerRaceToFireOnce: a timer worker with no Lag and
+// the world's host both fire the same timer. Whichever order the store
+// sees (the worker's claim, then the host's firing, then the worker's
+// Fire; or the worker's Fire, then the host's), the firing is delivered
+// once: the handler runs once and the journal has one firing, stepped ok.
+func TestHostAndTimerWorkerRaceToFireOnce(t *testing.T) {
+	for _, hostFirst := range []bool{true, false} {
+		t.Run(fmt.Sprint("host first ", hostFirst), func(t *testing.T) {
+			forEachBackend(t, 45, "held-race", func(r *rig) error {
+				a := newAlarmRig(r)
+				if err := a.create("x", "A"); err != nil {
+					return err
+				}
+				var worker *timer.Worker
+				wait := func(what string, cond func() (bool, error)) error {
+					return r.waitFor(what, 10*time.Second, cond)
+				}
+				// Each side's hook holds its firing until the other side
+				// has done its part, so each order happens as named.
+				hostHook := func(op string) error {
+					if op != "fire_held" {
+						return nil
+					}
+					if hostFirst {
+						return wait("the worker's claim", func() (bool, error) {
+							ts, err := r.base.ListTimers(r.ctx, "x", 10)
+							return len(ts) == 1 && ts[0].State == store.TimerClaimed, err
+						})
+					}
+					return wait("the worker's firing", func() (bool, error) { return worker.Stats().Fired == 1, nil })
+				}
+				workerHook := func(op string) error {
+					if op != "fire" || !hostFirst {
+						return nil
+					}
+					return wait("the host's firing", func() (bool, error) { return len(a.seen(plane.EvTimerFired, "x")) == 1, nil })
+				}
+				w, stop, err := runTimerWorker(r, r.handle(workerHook), timer.Config{Worker: "timers"})
+				if err != nil {
+					return err
+				}
+				defer stop()
+				worker = w
+				h, err := a.host("A", r.handle(hostHook), nil)
+				if err != nil {
+					return err
+				}
+				defer h.Stop(r.ctx)
+				after := 2 * time.Second
+				if r.real() {
+					after = 300 * time.Millisecond
+				}
+				if _, err := a.arm(a.client(), "x", "x", after); err != nil {
+					return err
+				}
+				if err := a.rang("x", "x"); err != nil {
+					return err
+				}
+				if err := r.drained("x"); err != nil {
+					return err
+				}
+				if err := wait("the worker's answer", func() (bool, error) {
+					st := worker.Stats()
+					return st.Fired+st.Duplicates == 1, nil
+				}); err != nil {
+					return err
+				}
+				fs, err := a.firings("x")
+				if err != nil || len(fs) != 1 {
+					return fmt.Errorf("firings %+v (%v), want one", fs, err)
+				}
+				steps, err := a.timerSteps("x")
+				if err != nil || !slices.Equal(steps, []string{string(world.OutcomeOK)}) {
+					return fmt.Errorf("journaled firings %v (%v), want one ok", steps, err)
+				}
+				st, byHost := w.Stats(), len(a.seen(plane.EvTimerFired, "x"))
+				if hostFirst && (byHost != 1 || st.Fired != 0 || st.Duplicates != 1) ||
+					!hostFirst && (byHost != 0 || st.Fired != 1 || st.Duplicates != 0) {
+					return fmt.Errorf("host fired %d, worker %+v", byHost, st)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// TestTimerWorkerFiresADeadHostsTimerAfterLag: the host that holds a world
+// dies before the world's timer is due; the timer worker, lagging by
+// Lag, fires it exactly Lag after its due time (virtual time), not
+// before, and the world's next host applies it once.
+func TestTimerWorkerFiresADeadHostsTimerAfterLag(t *testing.T) {
+	const lag = 1500 * time.Millisecond
+	runOn(t, "memstore", lab.Config{Seed: 46, Name: "held-dead"}, func(r *rig) error {
+		a := newAlarmRig(r)
+		if err := a.create("d", "A"); err != nil {
+			return err
+		}
+		stA := r.handle(nil)
+		hA, err := a.host("A", stA, nil)
+		if err != nil {
+			return err
+		}
+		_, stop, err := runTimerWorker(r, r.handle(nil), timer.Config{Worker: "timers", Lag: lag})
+		if err != nil {
+			return err
+		}
+		defer stop()
+		due, err := a.arm(a.client(), "d", "x", 3*time.Second)
+		if err != nil {
+			return err
+		}
+		stA.Crash()
+		hA.Kill(r.ctx)
+		if err := actor.Sleep(r.ctx, r.ex, due.Add(lag-time.Nanosecond).Sub(r.ex.Now())); err != nil {
+			return err
+		}
+		if fs, err := a.firings("d"); err != nil || len(fs) != 0 {
+			return fmt.Errorf("firings a nanosecond before due+Lag: %+v, %v", fs, err)
+		}
+		if err := r.waitFor("the worker's firing", time.Second, func() (bool, error) {
+			fs, err := a.firings("d")
+			return len(fs) == 1, err
+		}); err != nil {
+			return err
+		}
+		if err := a.firedAt("d", due, due.Add(lag)); err != nil {
+			return err
+		}
+		if err := r.base.Assign(r.ctx, "d", store.Assignment{DesiredWorker: "B"}, nil); err != nil {
+			return err
+		}
+		hB, err := a.host("B", r.handle(nil), nil)
+		if err != nil {
+			return err
+		}
+		defer hB.Stop(r.ctx)
+		if err := a.rang("d", "x"); err != nil {
+			return err
+		}
+		if evs := a.seen(plane.EvTimerFired, ""); len(evs) != 0 {
+			return fmt.Errorf("a host fired %+v; the dead host's timer is the worker's", evs)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,107 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
+)
+
+// FireHeld implements store.Timers: Fire's delivery by the holder of the
+// world's lease (contract.LeaseHolder), fenced in the same transaction, in
+// one statement and so one round trip (the fire_held function, migration
+// 10). Unlike a Fire it does not go through the delivery committer, whose
+// batches take two round trips: the holder fires at the due time, and the
+// round trip it saves is lateness its world's handler does not see.
+func (s *Store) FireHeld(ctx context.Context, world string, epoch uint64, intentHash string) (store.HeldFiring, error) {
+	const op = "fire_held"
+	if err := s.begin(ctx, op); err != nil {
+		return store.HeldFiring{}, err
+	}
+	if err := store.CheckFireHeld(op, world, epoch, intentHash); err != nil {
+		return store.HeldFiring{}, err
+	}
+	var (
+		f   firedHeld
+		res store.HeldFiring
+	)
+	err := s.retry(ctx, op, world, func() error {
+		f = firedHeld{}
+		if err := f.scan(s.pool.QueryRow(ctx, fireHeldSQL, world, int64(epoch), intentHash, s.off())); err != nil {
+			return err
+		}
+		var err error
+		res, err = f.decide(op, world, epoch, intentHash)
+		return err
+	})
+	if err != nil {
+		return res, err
+	}
+	if f.written && !f.dup {
+		s.hint(store.TopicInbox(world))
+	}
+	return res, nil
+}
+
+// fireHeldSQL calls the fire_held function: $1 world, $2 epoch, $3 the
+// timer's intent hash, $4 the clock's offset.
+const fireHeldSQL = `SELECT * FROM fire_held($1, $2, $3, $4)`
+
+// firedHeld is what the fire_held function answers: the rows it read under
+// lock, and whether it wrote (dup: the firing's key was live already).
+type firedHeld struct {
+	found, leased, timerFound, written, dup bool
+	holder, timerWorld, state, claimedBy    string
+	epoch, exp, deliverAt, seq, now         int64
+	attempts                                int32
+	payload                                 []byte
+}
+
+func (f *firedHeld) scan(row pgx.Row) error {
+	return row.Scan(&f.found, &f.leased, &f.holder, &f.epoch, &f.exp, &f.timerFound, &f.timerWorld, &f.state,
+		&f.deliverAt, &f.attempts, &f.claimedBy, &f.seq, &f.payload, &f.now, &f.written, &f.dup)
+}
+
+// decide decides again with contract.Fence and contract.Settle on the rows
+// the function read, and refuses an answer on which the two disagree.
+func (f *firedHeld) decide(op, world string, epoch uint64, hash string) (store.HeldFiring, error) {
+	now := fromNS(f.now)
+	lease := contract.LeaseRow{Found: f.leased, Holder: f.holder, Epoch: uint64(f.epoch), ExpiresAt: fromNS(f.exp)}
+	err := contract.Fence(op, world, epoch, f.found, lease, now)
+	var res store.HeldFiring
+	dup := false
+	if err == nil {
+		row := contract.SettleRow{Found: f.timerFound, World: f.timerWorld, Done: f.state == timersQueue.done,
+			Claim: contract.ClaimRow{Attempt: int(f.attempts), ClaimedBy: f.claimedBy}}
+		if f.timerFound {
+			at := fromNS(f.deliverAt)
+			row.DueAt = &at
+			if f.timerWorld == world {
+				res.DueAt, res.Now = at, now
+			}
+		}
+		dup, err = contract.Settle(op, timersQueue.noun, hash, row, contract.LeaseHolder(world), now)
+	}
+	if (err == nil && !dup) != f.written {
+		return store.HeldFiring{}, errDisagree(op, world)
+	}
+	switch {
+	case err != nil:
+		if errors.Is(err, store.ErrNotDue) {
+			return store.HeldFiring{DueAt: res.DueAt, Now: res.Now}, err
+		}
+		return store.HeldFiring{}, err
+	case dup || f.dup:
+		// Delivered already; or (f.dup) the firing's key was live in the
+		// inbox already, its timer record swept and the hash scheduled
+		// again: that item answers.
+		res.Dup, res.Item.Seq = true, uint64(f.seq)
+	default:
+		res.Item = store.InboxItem{Seq: uint64(f.seq), World: world, Kind: store.KindTimer, Payload: f.payload,
+			DedupeKey: store.TimerKey(hash), EnqueuedAt: now}
+	}
+	return res, nil
+}
