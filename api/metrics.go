@@ -25,6 +25,7 @@ type Metrics struct {
 	leaseRenew       prometheus.Histogram
 	inboxToJournal   prometheus.Histogram
 	dispatchReceipt  prometheus.Histogram
+	timerLateness    prometheus.Histogram
 	fenced           prometheus.Counter
 	parityFailures   prometheus.Counter
 	commits          prometheus.Counter
@@ -73,6 +74,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.leaseRenew = hist("orrery_lease_renew_seconds", "Duration of a host's batched lease renewal round trip.")
 	m.inboxToJournal = hist("orrery_inbox_to_journal_seconds", "Time from an input's enqueue to the commit that journaled it.")
 	m.dispatchReceipt = hist("orrery_effect_dispatch_to_receipt_seconds", "Time from an effect's enqueue to its receipt's completion.")
+	m.timerLateness = hist("orrery_timer_lateness_seconds", "Time from a durable timer's due time to its firing by the host that holds its world.")
 	m.fenced = prometheus.NewCounter(prometheus.CounterOpts{Name: "orrery_fenced_total", Help: "Worlds stopped on a host because their lease was fenced."})
 	m.parityFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "orrery_replay_parity_failures_total", Help: "Restores whose replay diverged from the journal."})
 	m.commits = prometheus.NewCounter(prometheus.CounterOpts{Name: "orrery_commits_total", Help: "World cycles committed."})
@@ -80,6 +82,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.leaseRenew = register(m, own, reg, m.leaseRenew)
 	m.inboxToJournal = register(m, own, reg, m.inboxToJournal)
 	m.dispatchReceipt = register(m, own, reg, m.dispatchReceipt)
+	m.timerLateness = register(m, own, reg, m.timerLateness)
 	m.fenced = register(m, own, reg, m.fenced)
 	m.parityFailures = register(m, own, reg, m.parityFailures)
 	m.commits = register(m, own, reg, m.commits)
@@ -120,8 +123,9 @@ func (m *Metrics) Err() error { return m.registrationErrs }
 func (m *Metrics) Gatherer() prometheus.Gatherer { return m.gatherer }
 
 // ObserveHost feeds a host event (plane.HostConfig.Observe): a fence
-// counts in orrery_fenced_total, a commit in orrery_commits_total, and a
-// world that crashed because its replay diverged from its journal in
+// counts in orrery_fenced_total, a commit in orrery_commits_total, a timer
+// the host fired in orrery_timer_lateness_seconds, and a world that
+// crashed because its replay diverged from its journal in
 // orrery_replay_parity_failures_total. It never blocks.
 func (m *Metrics) ObserveHost(ev plane.HostEvent) {
 	switch ev.Kind {
@@ -134,6 +138,8 @@ func (m *Metrics) ObserveHost(ev plane.HostEvent) {
 		}
 	case plane.EvRenewed:
 		m.leaseRenew.Observe(ev.Dur.Seconds())
+	case plane.EvTimerFired:
+		m.timerLateness.Observe(ev.Dur.Seconds())
 	case plane.EvDiverged:
 		m.parityFailures.Inc()
 	}

@@ -111,6 +111,7 @@ func TestObserveHost(t *testing.T) {
 		{Kind: plane.EvCommit, World: "a", Height: 3, N: 2, Dur: 30 * time.Millisecond},
 		{Kind: plane.EvCommit, World: "a", Height: 4, N: 1, Dur: 10 * time.Millisecond},
 		{Kind: plane.EvRenewed, N: 5, Dur: 4 * time.Millisecond},
+		{Kind: plane.EvTimerFired, World: "a", N: 1, Dur: 2 * time.Millisecond},
 		{Kind: plane.EvDiverged, World: "a", Err: &world.DivergenceError{Height: 2, Reason: world.ReasonState}},
 		// The crash that follows a divergence is not a second parity failure.
 		{Kind: plane.EvCrash, World: "a", Err: &plane.Error{Op: "restore", Kind: plane.ErrInvalid, Err: &world.DivergenceError{Height: 2, Reason: world.ReasonState}}},
@@ -137,7 +138,8 @@ func TestObserveHost(t *testing.T) {
 	}
 	want := map[string]float64{"orrery_fenced_total": 1, "orrery_commits_total": 2, "orrery_replay_parity_failures_total": 1,
 		"orrery_inbox_to_journal_seconds_count": 2, "orrery_inbox_to_journal_seconds_sum": 0.04,
-		"orrery_lease_renew_seconds_count": 1, "orrery_lease_renew_seconds_sum": 0.004}
+		"orrery_lease_renew_seconds_count": 1, "orrery_lease_renew_seconds_sum": 0.004,
+		"orrery_timer_lateness_seconds_count": 1, "orrery_timer_lateness_seconds_sum": 0.002}
 	for k, v := range want {
 		if got[k] != v {
 			t.Fatalf("%s = %v, want %v (all: %v)", k, got[k], v, got)
