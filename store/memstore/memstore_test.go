@@ -423,6 +423,7 @@ func TestOpsListsEveryHookedOperation(t *testing.T) {
 		func() { s.Now(bg) },
 		func() { s.Release(bg, "w", "A", e) },
 		func() { s.ReleaseLeases(bg, "A", []store.LeaseRef{{World: "w", Epoch: e}}) },
+		func() { s.AcquireLeases(bg, "A", []string{"w"}, time.Second) },
 	}
 	for _, c := range calls {
 		c()
@@ -461,6 +462,15 @@ func FuzzResolve(f *testing.F) {
 // FuzzSpawn fuzzes Spawn's spec on the reference backend.
 func FuzzSpawn(f *testing.F) {
 	storetest.FuzzSpawn(f, func(t *testing.T) storetest.Harness {
+		s, clock := open(t)
+		return storetest.Harness{Store: s, Advance: clock.Advance}
+	})
+}
+
+// FuzzAcquireLeases fuzzes AcquireLeases's arguments on the reference
+// backend.
+func FuzzAcquireLeases(f *testing.F) {
+	storetest.FuzzAcquireLeases(f, func(t *testing.T) storetest.Harness {
 		s, clock := open(t)
 		return storetest.Harness{Store: s, Advance: clock.Advance}
 	})
