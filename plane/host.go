@@ -176,6 +176,11 @@ type Host struct {
 	// does not take them again: each pass would otherwise acquire and
 	// release them, and every such release hints every host to sync.
 	noKernel map[string]bool
+	// renewAt is when renew next looks at the leases (the controller's
+	// own; zero: at its next turn). Between two looks no lease can need a
+	// renewal: looking at every lease on every turn would make each wake
+	// of a passive world wait for a pass over all the worlds held.
+	renewAt time.Time
 
 	mu       sync.Mutex
 	leases   map[string]*lease // held leases, active or passive
@@ -912,6 +917,11 @@ func (h *Host) acquirePage(ctx context.Context, ids []string) error {
 	}
 	for _, l := range got {
 		h.leases[l.world] = l
+		// Renewal is due an expiry minus the margin: maybe before the
+		// look renew has planned (always, when nothing else was held).
+		if due := time.Unix(0, l.expires.Load()).Add(-h.cfg.RenewMargin); !h.renewAt.IsZero() && due.Before(h.renewAt) {
+			h.renewAt = due
+		}
 	}
 	h.mu.Unlock()
 	h.giveBack(ctx, giveBack)
@@ -969,9 +979,19 @@ func (h *Host) releaseAfterStop(ctx context.Context, l *lease) {
 }
 
 // renew renews every held lease in batches when the earliest is due, and
-// returns when to look again.
+// returns when to look again. It looks at the leases only then (renewAt),
+// and drops there the leases fenced locally meanwhile, which nothing runs
+// on in between (every step, commit and wake checks the flag first).
 func (h *Host) renew(ctx context.Context) time.Time {
 	now := h.ex.Now()
+	if now.Before(h.renewAt) {
+		return h.renewAt
+	}
+	h.renewAt = h.renewLeases(ctx, now)
+	return h.renewAt
+}
+
+func (h *Host) renewLeases(ctx context.Context, now time.Time) time.Time {
 	h.mu.Lock()
 	var held []*lease
 	earliest := time.Time{}

@@ -498,3 +498,49 @@ func TestHostStartsAWorldHintedDuringItsTakeover(t *testing.T) {
 		t.Fatal(res.Failure)
 	}
 }
+
+// TestRenewalOfALeaseTakenLaterIsOnTime: the controller looks at its
+// leases only when a renewal is due, and a lease taken in between moves
+// that look forward when it is due first: here the host held nothing
+// (next look a whole TTL away) when it took a world, whose renewal must
+// come at its own expiry minus the margin, not at the planned look.
+func TestRenewalOfALeaseTakenLaterIsOnTime(t *testing.T) {
+	res := lab.Run(lab.Config{Seed: 7, Name: "renew-after-takeover"}, func(env *lab.Env) error {
+		st := newStore(env)
+		var acquiredAt, renewedAt time.Time
+		cfg := hostConfig("A", st, nil)
+		cfg.Observe = func(ev plane.HostEvent) {
+			switch {
+			case ev.Kind == plane.EvAcquired && acquiredAt.IsZero():
+				acquiredAt = ev.At
+			case ev.Kind == plane.EvRenewed && ev.N > 0 && renewedAt.IsZero():
+				renewedAt = ev.At
+			}
+		}
+		h, err := plane.StartHost(env.Ctx, env.Root, cfg)
+		if err != nil {
+			return err
+		}
+		defer h.Stop(env.Ctx)
+		if err := sleep(env, 300*time.Millisecond); err != nil {
+			return err
+		}
+		if err := createAssigned(env.Ctx, st, "late", "A"); err != nil {
+			return err
+		}
+		if err := waitFor(env, "the lease renewed", 2*cfg.LeaseTTL, func() (bool, error) { return !renewedAt.IsZero(), nil }); err != nil {
+			return err
+		}
+		margin := cfg.LeaseTTL / 3 // RenewMargin's default
+		if due := acquiredAt.Add(cfg.LeaseTTL - margin); renewedAt.After(due.Add(50 * time.Millisecond)) {
+			return fmt.Errorf("acquired at %v, renewed at %v: after its due time %v", acquiredAt, renewedAt, due)
+		}
+		if epoch, ok := h.Lease("late"); !ok || epoch != 1 {
+			return fmt.Errorf("late held %v at epoch %d, want epoch 1", ok, epoch)
+		}
+		return nil
+	})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+}
