@@ -26,7 +26,7 @@ type crashPoint struct {
 }
 
 var crashPoints = []crashPoint{
-	{name: "after-lease-acquire", op: func(op, prev string) bool { return prev == "acquire" }},
+	{name: "after-lease-acquire", op: func(op, prev string) bool { return prev == "acquire_leases" }},
 	{name: "after-inbox-read-before-step", ev: func(ev plane.HostEvent) bool { return ev.Kind == plane.EvStep }},
 	{name: "between-step-and-commit", op: func(op, prev string) bool { return op == "commit" }},
 	{name: "after-commit", op: func(op, prev string) bool { return prev == "commit" }},

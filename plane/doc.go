@@ -6,8 +6,11 @@
 // # What it owns
 //
 //   - Host: the worker. It acquires the leases of the worlds assigned to it
-//     (Watch on assignments and leases, ListWorkerWorlds), restores each
-//     world from its active snapshot plus the journal tail (Restore), and
+//     (Watch on assignments and leases, ListWorkerWorlds, then one
+//     AcquireLeases per page, which also says which worlds have a backlog:
+//     only those start a process, the others stay passive until their
+//     next input), restores each world from its active snapshot plus the
+//     journal tail (Restore), and
 //     runs each active world as one process under a dynamic supervisor of
 //     the actor layer. A world's cycle reads its inbox after the cursor,
 //     steps the pure kernel until the inbox is drained or a budget runs out

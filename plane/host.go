@@ -53,13 +53,11 @@ type HostConfig struct {
 	MaxEffectsPerCycle   int           // intents per commit (default 1024)
 	MaxCycleWall         time.Duration // a cycle's stepping time (default 50ms)
 	SnapshotEvery        uint64        // snapshot every N heights (default 1000)
-	ListPage             int           // ListWorkerWorlds and RenewLeases page (default 1000)
-	// AcquireConcurrency is how many of a page's worlds the host acquires
-	// at once (default 16): each acquisition is a few store calls, and
-	// concurrent ones share the store's group commits, so a takeover of
-	// many worlds is not one round trip after another.
-	AcquireConcurrency int
-	RetryAfter         time.Duration // after a failed controller store call (default 100ms)
+	// ListPage is the page of ListWorkerWorlds, of AcquireLeases and of
+	// RenewLeases (default 1000, at most store.MaxBatch): a pass takes
+	// over a page of worlds in one AcquireLeases call.
+	ListPage   int
+	RetryAfter time.Duration // after a failed controller store call (default 100ms)
 	// TimerConcurrency is how many of the held worlds' timer firings
 	// (store.FireHeld) may be in flight at once (default 16): timers of
 	// different worlds due together share the store's group commits.
@@ -157,7 +155,7 @@ func (c *HostConfig) defaults() error {
 	defInt(&c.MaxTickStepsPerCycle, 256)
 	defInt(&c.MaxEffectsPerCycle, 1024)
 	defInt(&c.ListPage, 1000)
-	defInt(&c.AcquireConcurrency, 16)
+	c.ListPage = min(c.ListPage, store.MaxBatch)
 	defInt(&c.TimerConcurrency, 16)
 	if c.SnapshotEvery == 0 {
 		c.SnapshotEvery = 1000
@@ -183,6 +181,17 @@ type Host struct {
 
 	syncHint atomic.Bool
 	scan     scan // the controller's own
+	// noKernel are the worlds assigned here whose universe has no
+	// definition in Kernels, learned when a takeover found their universe
+	// (the controller's own). The host gave their leases back at once and
+	// does not take them again: each pass would otherwise acquire and
+	// release them, and every such release hints every host to sync.
+	noKernel map[string]bool
+	// renewAt is when renew next looks at the leases (the controller's
+	// own; zero: at its next turn). Between two looks no lease can need a
+	// renewal: looking at every lease on every turn would make each wake
+	// of a passive world wait for a pass over all the worlds held.
+	renewAt time.Time
 
 	// timers is the schedule of the held worlds' timers, which the timer
 	// task fires (hosttimers.go).
@@ -255,7 +264,7 @@ func StartHost(ctx context.Context, scope *actor.Scope, cfg HostConfig) (*Host, 
 		return nil, err
 	}
 	h := &Host{cfg: cfg, st: cfg.Store, ex: scope.Executor(), scope: sub,
-		leases: map[string]*lease{}, waking: map[string]bool{},
+		leases: map[string]*lease{}, waking: map[string]bool{}, noKernel: map[string]bool{},
 		tr: otrace.Tracer(cfg.Tracer), log: cfg.Logger}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -811,7 +820,7 @@ func (h *Host) syncPage(ctx context.Context) (done bool, err error) {
 				continue
 			}
 		}
-		if l == nil && mine && !draining {
+		if l == nil && mine && !draining && !h.noKernel[row.World] {
 			take = append(take, row.World)
 		}
 	}
@@ -835,84 +844,129 @@ func (h *Host) syncPage(ctx context.Context) (done bool, err error) {
 	for _, l := range lost {
 		h.dropLease(l, EvFenced, errorf("sync", ErrFenced, l.world, detail("lease expired or revoked")))
 	}
+	for w := range h.noKernel {
+		if !sc.seen[w] {
+			delete(h.noKernel, w) // no longer assigned here
+		}
+	}
 	return true, nil
 }
 
-// acquireAll acquires worlds in up to AcquireConcurrency lanes and returns
-// once every lane has returned, with the first error that is not benign.
+// acquireAll takes over worlds (the ones a page found assigned here and
+// not held) with one AcquireLeases call per store.MaxBatch of them (a page
+// is never more), so a takeover costs O(1) store round trips per page
+// however many worlds it holds. Each world is watched before the call:
+// the call reads its inbox, and an item enqueued after that read raises a
+// hint this registration receives (Watch is local to the store handle on
+// every backend, one registration in memory, not a round trip); such a
+// hint queues a wake, which the controller handles after this pass's
+// page, when the lease is registered. Only a world whose inbox holds a
+// backlog starts a process now; the others stay passive until their next
+// input. A refused
+// world (another holder until its lease expires, an assignment that
+// moved, a paused, archived or deleted world) is only "not now". It
+// returns the call's error, after which the pass is abandoned.
 func (h *Host) acquireAll(ctx context.Context, worlds []string) error {
-	n := min(h.cfg.AcquireConcurrency, len(worlds))
-	return seam.Lanes(h.ex, n, func(i int) error {
-		for j := i; j < len(worlds); j += n {
-			if err := h.acquire(ctx, worlds[j]); err != nil && !benign(err) {
-				return err
-			}
+	for len(worlds) > 0 {
+		n := min(len(worlds), store.MaxBatch)
+		if err := h.acquirePage(ctx, worlds[:n]); err != nil {
+			return err
 		}
-		return nil
-	})
+		worlds = worlds[n:]
+	}
+	return nil
 }
 
-// benign are the acquire errors that only mean "not now": another holder
-// until its lease expires, an assignment that moved, a paused world.
-func benign(err error) bool {
-	return errors.Is(err, store.ErrLeaseHeld) || errors.Is(err, store.ErrNotAssigned) ||
-		errors.Is(err, store.ErrWorldPaused) || errors.Is(err, store.ErrWorldArchived) ||
-		errors.Is(err, store.ErrWorldNotFound) || errors.Is(err, ErrNoKernel)
-}
-
-func (h *Host) acquire(ctx context.Context, id string) error {
-	rec, err := h.st.GetWorld(ctx, id)
+func (h *Host) acquirePage(ctx context.Context, ids []string) error {
+	ls := make([]*lease, 0, len(ids))
+	unwatch := func(ls []*lease) {
+		for _, l := range ls {
+			l.stopWatch()
+		}
+	}
+	for _, id := range ids {
+		l := &lease{world: id}
+		stop, err := h.st.Watch(ctx, worldWaker{h, l}, store.TopicInbox(id))
+		if err != nil {
+			unwatch(ls)
+			return err
+		}
+		l.stopWatch = stop
+		ls = append(ls, l)
+	}
+	res, err := h.st.AcquireLeases(ctx, h.cfg.Worker, ids, h.cfg.LeaseTTL)
 	if err != nil {
+		unwatch(ls)
 		return err
 	}
-	kern, err := h.cfg.Kernels.of("acquire", rec)
-	if err != nil {
-		return err
+	var got []*lease
+	var backlog []bool
+	var giveBack []store.LeaseRef
+	for i, r := range res {
+		l := ls[i]
+		if r.Err != nil {
+			l.stopWatch()
+			continue
+		}
+		kern, err := h.cfg.Kernels.of("acquire", store.World{ID: r.World, Universe: r.Universe})
+		if err != nil {
+			// Taken before its universe was known: given back at once,
+			// and never taken again by this host.
+			l.stopWatch()
+			h.noKernel[r.World] = true
+			giveBack = append(giveBack, store.LeaseRef{World: r.World, Epoch: r.Lease.Epoch})
+			continue
+		}
+		l.kern, l.epoch = kern, r.Lease.Epoch
+		l.expires.Store(r.Lease.ExpiresAt.UnixNano())
+		got = append(got, l)
+		backlog = append(backlog, r.Backlog)
 	}
-	got, err := h.st.Acquire(ctx, id, h.cfg.Worker, h.cfg.LeaseTTL)
-	if err != nil {
-		return err
-	}
-	l := &lease{world: id, kern: kern, epoch: got.Epoch}
-	l.expires.Store(got.ExpiresAt.UnixNano())
 	h.mu.Lock()
 	if h.stopped {
 		h.mu.Unlock()
+		unwatch(got)
 		return ErrStopped
 	}
 	if h.draining {
 		h.mu.Unlock()
 		// A drain began while this acquisition was in flight (its pass
 		// read the flag before the drain set it). The drain released
-		// only the leases it saw, so this one goes back at once too:
-		// otherwise it would stay held, and its successor wait, until
-		// the TTL (which is all a failed release costs).
-		_ = h.st.Release(ctx, id, h.cfg.Worker, got.Epoch)
+		// only the leases it saw, so these go back at once too:
+		// otherwise they would stay held, and their successors wait,
+		// until the TTL (which is all a failed release costs).
+		unwatch(got)
+		for _, l := range got {
+			giveBack = append(giveBack, store.LeaseRef{World: l.world, Epoch: l.epoch})
+		}
+		h.giveBack(ctx, giveBack)
 		return nil
 	}
-	h.leases[id] = l
-	h.mu.Unlock()
-	h.emit(HostEvent{Kind: EvAcquired, World: id, Epoch: got.Epoch})
-	// Watch first, then look: an item enqueued in between raises a hint.
-	stop, err := h.st.Watch(ctx, worldWaker{h, l}, store.TopicInbox(id))
-	if err != nil {
-		h.dropLease(l, EvFenced, err)
-		return err
+	for _, l := range got {
+		h.leases[l.world] = l
+		// Renewal is due an expiry minus the margin: maybe before the
+		// look renew has planned (always, when nothing else was held).
+		if due := time.Unix(0, l.expires.Load()).Add(-h.cfg.RenewMargin); !h.renewAt.IsZero() && due.Before(h.renewAt) {
+			h.renewAt = due
+		}
 	}
-	h.mu.Lock()
-	l.stopWatch = stop
 	h.mu.Unlock()
-	// A world with a backlog starts now; one whose inbox cannot be read
-	// starts too, since nothing else would look at it again.
-	cursor, err := h.st.Cursor(ctx, id)
-	var items []store.InboxItem
-	if err == nil {
-		items, err = h.st.ReadInbox(ctx, id, cursor, 1)
-	}
-	if err != nil || len(items) > 0 {
-		h.hint(l)
+	h.giveBack(ctx, giveBack)
+	for i, l := range got {
+		h.emit(HostEvent{Kind: EvAcquired, World: l.world, Epoch: l.epoch})
+		if backlog[i] {
+			h.hint(l)
+		}
 	}
 	return nil
+}
+
+// giveBack releases leases the host took but will not run. A failed
+// release only means a successor waits for the TTL.
+func (h *Host) giveBack(ctx context.Context, refs []store.LeaseRef) {
+	if len(refs) > 0 {
+		_, _ = h.st.ReleaseLeases(ctx, h.cfg.Worker, refs)
+	}
 }
 
 // dropLease forgets l and stops its world at once: the fenced flag makes
@@ -953,9 +1007,19 @@ func (h *Host) releaseAfterStop(ctx context.Context, l *lease) {
 }
 
 // renew renews every held lease in batches when the earliest is due, and
-// returns when to look again.
+// returns when to look again. It looks at the leases only then (renewAt),
+// and drops there the leases fenced locally meanwhile, which nothing runs
+// on in between (every step, commit and wake checks the flag first).
 func (h *Host) renew(ctx context.Context) time.Time {
 	now := h.ex.Now()
+	if now.Before(h.renewAt) {
+		return h.renewAt
+	}
+	h.renewAt = h.renewLeases(ctx, now)
+	return h.renewAt
+}
+
+func (h *Host) renewLeases(ctx context.Context, now time.Time) time.Time {
 	h.mu.Lock()
 	var held []*lease
 	earliest := time.Time{}

@@ -1,9 +1,11 @@
 package plane_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -231,66 +233,314 @@ func TestSlowScanDoesNotStarveRenewals(t *testing.T) {
 	}
 }
 
-// TestHostAcquiresAPageConcurrently: a host taking over many worlds runs
-// their acquisitions in overlapping lanes (AcquireConcurrency), not one
-// store round trip after another; with AcquireConcurrency 1 they are
-// strictly one at a time. Either way every world ends up held.
-func TestHostAcquiresAPageConcurrently(t *testing.T) {
-	for _, c := range []struct {
-		lanes   int
-		overlap bool
-	}{{1, false}, {8, true}} {
-		res := lab.Run(lab.Config{Seed: 3, Name: fmt.Sprint("host-acquire-", c.lanes)}, func(env *lab.Env) error {
-			var mu sync.Mutex
-			inFlight, most := 0, 0
-			st := newStore(env, memstore.WithHook(func(op string) error {
-				if op != "acquire" {
-					return nil
-				}
-				mu.Lock()
-				inFlight++
-				most = max(most, inFlight)
-				mu.Unlock()
-				err := sleep(env, 50*time.Millisecond) // a store round trip
-				mu.Lock()
-				inFlight--
-				mu.Unlock()
+// TestHostTakesOverAPageInOneStoreCall: a host taking over many worlds
+// makes one AcquireLeases call per ListWorkerWorlds page, never a call per
+// world: no Acquire, and no GetWorld, Cursor or ReadInbox of its own (the
+// only such reads are the restores of the worlds that start). Only the
+// worlds whose inbox has a backlog start a process, and each applies its
+// input; the others stay passive.
+func TestHostTakesOverAPageInOneStoreCall(t *testing.T) {
+	res := lab.Run(lab.Config{Seed: 3, Name: "host-takeover-pages"}, func(env *lab.Env) error {
+		var mu sync.Mutex
+		ops := map[string]int{}
+		st := newStore(env, memstore.WithHook(func(op string) error {
+			mu.Lock()
+			ops[op]++
+			mu.Unlock()
+			return nil
+		}))
+		const n, page = 60, 25
+		c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
+		backlog := map[string]bool{}
+		var ids []string
+		for i := range n {
+			id := fmt.Sprintf("a%02d", i)
+			ids = append(ids, id)
+			if err := createAssigned(env.Ctx, st, id, "A"); err != nil {
 				return err
-			}))
-			var ids []string
-			for i := range 24 {
-				id := fmt.Sprint("a", i)
-				ids = append(ids, id)
-				if err := createAssigned(env.Ctx, st, id, "A"); err != nil {
+			}
+			if i%5 == 2 {
+				if _, err := c.Send(env.Ctx, id, Add{By: 3, Key: id}, id); err != nil {
 					return err
 				}
+				backlog[id] = true
 			}
-			cfg := hostConfig("A", st, nil)
-			cfg.AcquireConcurrency = c.lanes
-			h, err := plane.StartHost(env.Ctx, env.Root, cfg)
-			if err != nil {
-				return err
-			}
-			if err := waitFor(env, "every world held", 10*time.Second, func() (bool, error) {
-				for _, id := range ids {
-					if _, ok := h.Lease(id); !ok {
-						return false, nil
-					}
-				}
-				return true, nil
-			}); err != nil {
-				return err
-			}
-			mu.Lock()
-			peak := most
-			mu.Unlock()
-			if (peak > 1) != c.overlap {
-				return fmt.Errorf("AcquireConcurrency %d: at most %d acquisitions in flight together", c.lanes, peak)
-			}
-			return h.Stop(env.Ctx)
-		})
-		if res.Failure != nil {
-			t.Fatal(res.Failure)
 		}
+		mu.Lock()
+		clear(ops)
+		mu.Unlock()
+		woke := map[string]int{}
+		cfg := hostConfig("A", st, nil)
+		cfg.ListPage, cfg.IdleAfter = page, time.Minute
+		cfg.Observe = func(ev plane.HostEvent) {
+			if ev.Kind == plane.EvWake {
+				woke[ev.World]++
+			}
+		}
+		h, err := plane.StartHost(env.Ctx, env.Root, cfg)
+		if err != nil {
+			return err
+		}
+		defer h.Stop(env.Ctx)
+		if err := waitFor(env, "every world held and every backlog applied", 10*time.Second, func() (bool, error) {
+			held, _ := h.Worlds()
+			if len(held) != n {
+				return false, nil
+			}
+			for id := range backlog {
+				s, ok := h.State(id)
+				if !ok {
+					return false, nil
+				}
+				if v, err := value(s, id); err != nil || v.N != 3 {
+					return false, err
+				}
+			}
+			return true, nil
+		}); err != nil {
+			return err
+		}
+		// Later passes find every world held: nothing more to acquire.
+		if err := sleep(env, 3*cfg.LeaseTTL); err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		pages := (n + page - 1) / page
+		if ops["acquire_leases"] != pages || ops["acquire"] != 0 {
+			return fmt.Errorf("%d worlds in pages of %d taken over with %d AcquireLeases and %d Acquire calls; want %d and 0 (%v)",
+				n, page, ops["acquire_leases"], ops["acquire"], pages, ops)
+		}
+		if ops["get_world"] != len(backlog) || ops["cursor"] != len(backlog) {
+			return fmt.Errorf("%d GetWorld and %d Cursor calls; want one each per restored world, %d (%v)",
+				ops["get_world"], ops["cursor"], len(backlog), ops)
+		}
+		if _, active := h.Worlds(); active != len(backlog) || len(woke) != len(backlog) {
+			return fmt.Errorf("%d processes running, %d worlds started; want the %d with a backlog", active, len(woke), len(backlog))
+		}
+		for w, k := range woke {
+			if !backlog[w] || k != 1 {
+				return fmt.Errorf("%s started %d times (backlog %v)", w, k, backlog[w])
+			}
+		}
+		for _, id := range ids {
+			if epoch, ok := h.Lease(id); !ok || epoch != 1 {
+				return fmt.Errorf("%s held %v at epoch %d, want epoch 1", id, ok, epoch)
+			}
+		}
+		return nil
+	})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+}
+
+// TestHostGivesBackAWorldWithoutADefinition: a world assigned here whose
+// universe has no kernel is known to be unrunnable only once its takeover
+// returns its universe; the host gives its lease back at once, and never
+// takes it again (each pass would otherwise bump its epoch and hint every
+// host), while the other worlds of the page run.
+func TestHostGivesBackAWorldWithoutADefinition(t *testing.T) {
+	res := lab.Run(lab.Config{Seed: 4, Name: "host-no-kernel"}, func(env *lab.Env) error {
+		st := newStore(env)
+		if _, err := st.CreateWorld(env.Ctx, "elsewhere", "x", nil); err != nil {
+			return err
+		}
+		if err := st.Assign(env.Ctx, "x", store.Assignment{DesiredWorker: "A"}, nil); err != nil {
+			return err
+		}
+		if err := createAssigned(env.Ctx, st, "y", "A"); err != nil {
+			return err
+		}
+		h, err := plane.StartHost(env.Ctx, env.Root, hostConfig("A", st, nil))
+		if err != nil {
+			return err
+		}
+		defer h.Stop(env.Ctx)
+		// Many passes (SyncEvery is LeaseTTL/2).
+		if err := sleep(env, 10*time.Second); err != nil {
+			return err
+		}
+		if held, _ := h.Worlds(); fmt.Sprint(held) != "[y]" {
+			return fmt.Errorf("held %v, want [y]", held)
+		}
+		l, ok, err := st.GetLease(env.Ctx, "x")
+		if err != nil || !ok || l.Holder != "" || l.Epoch != 1 {
+			return fmt.Errorf("x's lease = %+v (%v, %v); want taken once and given back", l, ok, err)
+		}
+		return nil
+	})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+}
+
+// TestDrainDuringATakeoverGivesBackWhatCameBack: a drain that begins while
+// a page's AcquireLeases is in flight (the pass read the draining flag
+// before the drain set it) releases the leases that call returns, at once:
+// none stays held until its TTL, and none is reported acquired.
+func TestDrainDuringATakeoverGivesBackWhatCameBack(t *testing.T) {
+	res := lab.Run(lab.Config{Seed: 5, Name: "drain-during-takeover"}, func(env *lab.Env) error {
+		var inFlight atomic.Bool
+		var once sync.Once
+		st := newStore(env, memstore.WithHook(func(op string) error {
+			if op != "acquire_leases" {
+				return nil
+			}
+			first := false
+			once.Do(func() { first = true })
+			if !first {
+				return nil
+			}
+			inFlight.Store(true)
+			return sleep(env, 200*time.Millisecond) // the round trip, during which the drain begins
+		}))
+		ids := []string{"d0", "d1", "d2"}
+		for _, id := range ids {
+			if err := createAssigned(env.Ctx, st, id, "A"); err != nil {
+				return err
+			}
+		}
+		acquired := 0
+		cfg := hostConfig("A", st, nil)
+		cfg.Observe = func(ev plane.HostEvent) {
+			if ev.Kind == plane.EvAcquired {
+				acquired++
+			}
+		}
+		h, err := plane.StartHost(env.Ctx, env.Root, cfg)
+		if err != nil {
+			return err
+		}
+		defer h.Stop(env.Ctx)
+		if err := waitFor(env, "the takeover's AcquireLeases in flight", time.Second, func() (bool, error) {
+			return inFlight.Load(), nil
+		}); err != nil {
+			return err
+		}
+		if err := h.Drain(env.Ctx); err != nil {
+			return err
+		}
+		if err := sleep(env, time.Second); err != nil { // well under the 2s TTL
+			return err
+		}
+		if held, _ := h.Worlds(); len(held) != 0 || acquired != 0 {
+			return fmt.Errorf("after the drain: holding %v, %d acquisitions reported", held, acquired)
+		}
+		for _, id := range ids {
+			l, ok, err := st.GetLease(env.Ctx, id)
+			if err != nil || !ok || l.Holder != "" {
+				return fmt.Errorf("%s's lease = %+v (%v, %v); want taken by the in-flight call and released", id, l, ok, err)
+			}
+		}
+		return nil
+	})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+}
+
+// afterAcquire runs then once, right after the first AcquireLeases
+// returns: between the takeover's read of the inboxes and the host's
+// registration of what it took.
+type afterAcquire struct {
+	store.Store
+	once sync.Once
+	then func()
+}
+
+func (s *afterAcquire) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration) ([]store.AcquireResult, error) {
+	res, err := s.Store.AcquireLeases(ctx, worker, worlds, ttl)
+	s.once.Do(s.then)
+	return res, err
+}
+
+// TestHostStartsAWorldHintedDuringItsTakeover: an item enqueued after the
+// takeover read the world's inbox (no backlog then) but before the host
+// registered the lease still starts the world: the host watched the inbox
+// before the read, and remembers the hint.
+func TestHostStartsAWorldHintedDuringItsTakeover(t *testing.T) {
+	res := lab.Run(lab.Config{Seed: 6, Name: "hint-during-takeover"}, func(env *lab.Env) error {
+		base := newStore(env)
+		for _, id := range []string{"h0", "h1"} {
+			if err := createAssigned(env.Ctx, base, id, "A"); err != nil {
+				return err
+			}
+		}
+		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: env.Lab})
+		var sendErr error
+		st := &afterAcquire{Store: base, then: func() {
+			_, sendErr = c.Send(env.Ctx, "h1", Add{By: 4, Key: "late"}, "late")
+		}}
+		cfg := hostConfig("A", st, nil)
+		cfg.IdleAfter = time.Minute
+		h, err := plane.StartHost(env.Ctx, env.Root, cfg)
+		if err != nil {
+			return err
+		}
+		defer h.Stop(env.Ctx)
+		if err := waitFor(env, "h1 applied the item enqueued during its takeover", 5*time.Second, func() (bool, error) {
+			s, ok := h.State("h1")
+			if !ok {
+				return false, sendErr
+			}
+			v, err := value(s, "h1")
+			return v.N == 4, err
+		}); err != nil {
+			return err
+		}
+		if _, active := h.Worlds(); active != 1 {
+			return fmt.Errorf("%d processes, want h1's alone", active)
+		}
+		return nil
+	})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+}
+
+// TestRenewalOfALeaseTakenLaterIsOnTime: the controller looks at its
+// leases only when a renewal is due, and a lease taken in between moves
+// that look forward when it is due first: here the host held nothing
+// (next look a whole TTL away) when it took a world, whose renewal must
+// come at its own expiry minus the margin, not at the planned look.
+func TestRenewalOfALeaseTakenLaterIsOnTime(t *testing.T) {
+	res := lab.Run(lab.Config{Seed: 7, Name: "renew-after-takeover"}, func(env *lab.Env) error {
+		st := newStore(env)
+		var acquiredAt, renewedAt time.Time
+		cfg := hostConfig("A", st, nil)
+		cfg.Observe = func(ev plane.HostEvent) {
+			switch {
+			case ev.Kind == plane.EvAcquired && acquiredAt.IsZero():
+				acquiredAt = ev.At
+			case ev.Kind == plane.EvRenewed && ev.N > 0 && renewedAt.IsZero():
+				renewedAt = ev.At
+			}
+		}
+		h, err := plane.StartHost(env.Ctx, env.Root, cfg)
+		if err != nil {
+			return err
+		}
+		defer h.Stop(env.Ctx)
+		if err := sleep(env, 300*time.Millisecond); err != nil {
+			return err
+		}
+		if err := createAssigned(env.Ctx, st, "late", "A"); err != nil {
+			return err
+		}
+		if err := waitFor(env, "the lease renewed", 2*cfg.LeaseTTL, func() (bool, error) { return !renewedAt.IsZero(), nil }); err != nil {
+			return err
+		}
+		margin := cfg.LeaseTTL / 3 // RenewMargin's default
+		if due := acquiredAt.Add(cfg.LeaseTTL - margin); renewedAt.After(due.Add(50 * time.Millisecond)) {
+			return fmt.Errorf("acquired at %v, renewed at %v: after its due time %v", acquiredAt, renewedAt, due)
+		}
+		if epoch, ok := h.Lease("late"); !ok || epoch != 1 {
+			return fmt.Errorf("late held %v at epoch %d, want epoch 1", ok, epoch)
+		}
+		return nil
+	})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
 	}
 }

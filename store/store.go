@@ -297,6 +297,22 @@ type LeaseResult struct {
 	Err   error
 }
 
+// AcquireResult is one world's answer in an AcquireLeases call: the lease,
+// or the typed error Acquire would have returned for this world alone. On
+// success it also carries what a host reads before it runs the world, so
+// that taking over many worlds needs no call per world: the world's
+// universe (which definition runs it) and whether its inbox holds items
+// beyond its cursor (whether a process must start now, or the world may
+// stay passive until its next input). Universe and Backlog are read in the
+// transaction that took the lease; they are zero when Err is set.
+type AcquireResult struct {
+	World    string
+	Lease    Lease
+	Universe string
+	Backlog  bool
+	Err      error
+}
+
 // WorkerWorld is one row of ListWorkerWorlds: a world whose unexpired lease
 // the worker holds, or whose assignment names the worker, or both.
 type WorkerWorld struct {
@@ -314,6 +330,17 @@ type Leases interface {
 	// naming another desired worker: ErrNotAssigned. The world must exist
 	// (ErrWorldNotFound) and be active (ErrWorldPaused, ErrWorldArchived).
 	Acquire(ctx context.Context, world, worker string, ttl time.Duration) (Lease, error)
+	// AcquireLeases acquires many worlds for one worker in one round trip
+	// and one transaction: one AcquireResult per world, in order, each as
+	// Acquire would answer it alone (ErrLeaseHeld, ErrNotAssigned,
+	// ErrWorldPaused, ErrWorldArchived, ErrWorldNotFound). Worlds are
+	// decided in order, so a world named twice gets on its second
+	// occurrence what a second Acquire would: the lease its first took,
+	// unchanged. The call's own error is for the call (context, closed
+	// store, invalid arguments: the worker, more than MaxBatch worlds, a
+	// world id, the TTL), never for one world; then there are no results.
+	// A lease taken raises TopicLeases once per call.
+	AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration) ([]AcquireResult, error)
 	// Renew extends the lease if worker holds it at epoch: ErrNotHolder if
 	// another worker holds it (or nobody, or it expired), ErrStaleEpoch if
 	// the epoch moved.

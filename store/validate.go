@@ -38,7 +38,7 @@ const (
 	MaxStateBytes   = 64 << 20
 	MaxTTL          = 30 * 24 * time.Hour
 	// MaxBatch bounds the items of one call (events of an append, intents,
-	// refs of a bulk lease call, n of a claim).
+	// refs or worlds of a bulk lease call, n of a claim).
 	MaxBatch = 10_000
 )
 
@@ -317,6 +317,26 @@ func CheckKinds(op string, kinds []string) error {
 	}
 	for _, k := range kinds {
 		if err := CheckID(op, "kind", k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckAcquireLeases checks an AcquireLeases call: the worker, the TTL,
+// at most MaxBatch worlds, and each world's id.
+func CheckAcquireLeases(op, worker string, worlds []string, ttl time.Duration) error {
+	if err := CheckID(op, "worker", worker); err != nil {
+		return err
+	}
+	if err := CheckTTL(op, "ttl", ttl); err != nil {
+		return err
+	}
+	if err := CheckBatch(op, "worlds", len(worlds)); err != nil {
+		return err
+	}
+	for _, w := range worlds {
+		if err := CheckID(op, "world", w); err != nil {
 			return err
 		}
 	}

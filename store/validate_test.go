@@ -124,3 +124,35 @@ func TestCheckResolve(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckAcquireLeasesNamesTheBadArgument(t *testing.T) {
+	ok := []string{"a", "b", "a"} // a world named twice is allowed
+	if err := CheckAcquireLeases("acquire_leases", "A", ok, time.Second); err != nil {
+		t.Fatalf("good call: %v", err)
+	}
+	if err := CheckAcquireLeases("acquire_leases", "A", nil, time.Second); err != nil {
+		t.Fatalf("no worlds is an empty call, not an invalid one: %v", err)
+	}
+	for _, c := range []struct {
+		what   string
+		worker string
+		worlds []string
+		ttl    time.Duration
+		names  string
+	}{
+		{"empty worker", "", ok, time.Second, "worker"},
+		{"worker with NUL", "A\x00", ok, time.Second, "worker"},
+		{"zero ttl", "A", ok, 0, "ttl"},
+		{"ttl past MaxTTL", "A", ok, MaxTTL + 1, "ttl"},
+		{"more than MaxBatch worlds", "A", make([]string, MaxBatch+1), time.Second, "worlds"},
+		{"empty world", "A", []string{"a", ""}, time.Second, "world"},
+		{"world not UTF-8", "A", []string{"a", "\xff"}, time.Second, "world"},
+		{"over-long world", "A", []string{strings.Repeat("w", MaxIDBytes+1)}, time.Second, "world"},
+	} {
+		err := CheckAcquireLeases("acquire_leases", c.worker, c.worlds, c.ttl)
+		var se *Error
+		if !errors.Is(err, ErrInvalid) || !errors.As(err, &se) || !strings.HasPrefix(se.Detail, c.names+":") {
+			t.Errorf("%s: %v, want ErrInvalid naming %s", c.what, err, c.names)
+		}
+	}
+}

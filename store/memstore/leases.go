@@ -25,17 +25,47 @@ func (s *Store) Acquire(ctx context.Context, worldID, worker string, ttl time.Du
 			return store.Lease{}, err
 		}
 	}
-	w, ok := s.st.worlds[worldID]
+	return s.st.acquire(op, worldID, worker, ttl, s.now())
+}
+
+// AcquireLeases implements store.Leases: one transaction, each world
+// decided in order as Acquire would decide it.
+func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration) ([]store.AcquireResult, error) {
+	const op = "acquire_leases"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	if err := store.CheckAcquireLeases(op, worker, worlds, ttl); err != nil {
+		return nil, err
+	}
+	now := s.now()
+	out := make([]store.AcquireResult, len(worlds))
+	for i, id := range worlds {
+		l, err := s.st.acquire("acquire", id, worker, ttl, now)
+		out[i] = store.AcquireResult{World: id, Lease: l, Err: err}
+		if err == nil {
+			w := s.st.worlds[id]
+			out[i].Universe, out[i].Backlog = w.rec.Universe, w.lastSeq > w.cursor
+		}
+	}
+	return out, nil
+}
+
+// acquire decides protocol A for one world and writes the lease it takes
+// (mu held).
+func (st *state) acquire(op, worldID, worker string, ttl time.Duration, now time.Time) (store.Lease, error) {
+	w, ok := st.worlds[worldID]
 	if !ok {
 		return store.Lease{}, store.Errorf(op, store.ErrWorldNotFound, worldID, "")
 	}
-	a, assigned := s.st.assignments[worldID]
-	next, keep, err := contract.Acquire(op, worldID, worker, w.rec.Status, a.DesiredWorker, assigned, s.st.leaseRow(worldID), s.now(), ttl)
+	a, assigned := st.assignments[worldID]
+	next, keep, err := contract.Acquire(op, worldID, worker, w.rec.Status, a.DesiredWorker, assigned, st.leaseRow(worldID), now, ttl)
 	if err != nil || keep {
 		return next, err
 	}
-	s.st.leases[worldID] = &next
-	s.st.notify(store.TopicLeases)
+	st.leases[worldID] = &next
+	st.notify(store.TopicLeases)
 	return next, nil
 }
 

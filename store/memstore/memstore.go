@@ -55,7 +55,7 @@ var ErrCrashed = errors.New("memstore: crashed")
 // (and as the Op of its errors): the lab's list of fault points.
 func Ops() []string {
 	return []string{
-		"acquire", "active_snapshot", "append", "assign", "cancel_timer", "cas_watermark", "claim",
+		"acquire", "acquire_leases", "active_snapshot", "append", "assign", "cancel_timer", "cas_watermark", "claim",
 		"claim_due", "commit", "compact", "complete", "complete_many", "create_world", "cursor", "drain",
 		"effect_status", "enqueue", "fire", "fire_held", "fork_world", "get_assignment", "get_lease", "get_watermark", "get_world",
 		"head", "heartbeat", "list_effects", "list_timers", "list_worker_worlds", "list_workers",

@@ -424,6 +424,7 @@ func TestOpsListsEveryHookedOperation(t *testing.T) {
 		func() { s.Now(bg) },
 		func() { s.Release(bg, "w", "A", e) },
 		func() { s.ReleaseLeases(bg, "A", []store.LeaseRef{{World: "w", Epoch: e}}) },
+		func() { s.AcquireLeases(bg, "A", []string{"w"}, time.Second) },
 	}
 	for _, c := range calls {
 		c()
@@ -470,6 +471,15 @@ func FuzzSpawn(f *testing.F) {
 // FuzzFireHeld fuzzes a lease holder's firing on the reference backend.
 func FuzzFireHeld(f *testing.F) {
 	storetest.FuzzFireHeld(f, func(t *testing.T) storetest.Harness {
+		s, clock := open(t)
+		return storetest.Harness{Store: s, Advance: clock.Advance}
+	})
+}
+
+// FuzzAcquireLeases fuzzes AcquireLeases's arguments on the reference
+// backend.
+func FuzzAcquireLeases(f *testing.F) {
+	storetest.FuzzAcquireLeases(f, func(t *testing.T) storetest.Harness {
 		s, clock := open(t)
 		return storetest.Harness{Store: s, Advance: clock.Advance}
 	})

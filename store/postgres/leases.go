@@ -84,6 +84,99 @@ func (a *acquired) decide(op, world, worker string, ttl time.Duration) (store.Le
 	return next, err
 }
 
+// AcquireLeases implements store.Leases: one call of acquire_leases, one
+// round trip for any number of worlds. The function returns, for each
+// distinct world that exists, the rows it decided on under lock and
+// whether it wrote; contract.Acquire decides each world here again, in the
+// caller's order, on the row as the decisions before it left it (a world
+// named twice meets, the second time, the lease its first occurrence
+// took), and an answer on which the SQL and the contract disagree is
+// refused.
+func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration) ([]store.AcquireResult, error) {
+	const op = "acquire_leases"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	if err := store.CheckAcquireLeases(op, worker, worlds, ttl); err != nil {
+		return nil, err
+	}
+	out := make([]store.AcquireResult, len(worlds))
+	if len(worlds) == 0 {
+		return out, nil
+	}
+	asked := make(map[string]bool, len(worlds))
+	for _, w := range worlds {
+		asked[w] = true
+	}
+	wrote := false
+	err := s.retry(ctx, op, "", func() error {
+		rows, _ := s.pool.Query(ctx, `SELECT * FROM acquire_leases($1, $2, $3, $4)`, worker, worlds, int64(ttl), s.off())
+		read := make(map[string]*bulkAcquired, len(asked))
+		var world, universe string
+		var backlog bool
+		var a acquired
+		_, err := pgx.ForEachRow(rows, []any{&world, &a.status, &universe, &a.assigned, &a.desired, &a.leased, &a.holder,
+			&a.epoch, &a.exp, &a.now, &a.written, &backlog}, func() error {
+			if !asked[world] || read[world] != nil {
+				return errUnreachable
+			}
+			a.found = true
+			read[world] = &bulkAcquired{acquired: a, universe: universe, backlog: backlog}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		wrote = false
+		for i, w := range worlds {
+			res := store.AcquireResult{World: w}
+			r := read[w]
+			if r == nil {
+				res.Err = store.Errorf("acquire", store.ErrWorldNotFound, w, "")
+				out[i] = res
+				continue
+			}
+			first := !r.decided
+			if first {
+				r.row = contract.LeaseRow{Found: r.leased, Holder: r.holder, Epoch: uint64(r.epoch), ExpiresAt: fromNS(r.exp)}
+				r.decided = true
+			}
+			next, keep, err := contract.Acquire("acquire", w, worker, store.WorldStatus(r.status), r.desired, r.assigned, r.row, fromNS(r.now), ttl)
+			took := err == nil && !keep
+			if first && took != r.written || !first && took {
+				return errDisagree(op, w)
+			}
+			if took {
+				r.row = contract.LeaseRow{Found: true, Holder: next.Holder, Epoch: next.Epoch, ExpiresAt: next.ExpiresAt}
+				wrote = true
+			}
+			res.Lease, res.Err = next, err
+			if err == nil {
+				res.Universe, res.Backlog = r.universe, r.backlog
+			}
+			out[i] = res
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if wrote {
+		s.hint(store.TopicLeases)
+	}
+	return out, nil
+}
+
+// bulkAcquired is one world's row of acquire_leases, and the lease as the
+// decisions made so far left it.
+type bulkAcquired struct {
+	acquired
+	universe string
+	backlog  bool
+	decided  bool
+	row      contract.LeaseRow
+}
+
 // Renew implements protocol B: RenewLeases with one ref.
 func (s *Store) Renew(ctx context.Context, world, worker string, epoch uint64, ttl time.Duration) (store.Lease, error) {
 	const op = "renew"

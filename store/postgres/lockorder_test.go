@@ -8,15 +8,16 @@ import (
 	"github.com/orrery-run/orrery/store"
 )
 
-// RenewLeases and ReleaseLeases lock their lease rows in world order, the
-// order in which the append committer locks the lease rows of a batch. A
-// transaction that holds world a's row, as a group commit over a and b
-// would, therefore makes a renewal of [b, a] wait for a without holding
-// b, and its own lock of b is granted: no deadlock, and both finish. (With
+// RenewLeases, ReleaseLeases and AcquireLeases lock their lease rows in
+// world order, the order in which the append committer locks the lease
+// rows of a batch. A transaction that holds world a's row, as a group
+// commit over a and b would, therefore makes a bulk call over [b, a] wait
+// for a without holding b, and its own lock of b is granted: no deadlock,
+// and both finish. (With
 // the rows locked in argument order, the renewal held b while waiting for
 // a, and PostgreSQL broke the deadlock by failing one side.)
 func TestBulkLeaseCallsLockInTheAppendCommittersOrder(t *testing.T) {
-	for _, call := range []string{"renew", "release"} {
+	for _, call := range []string{"renew", "release", "acquire"} {
 		t.Run(call, func(t *testing.T) {
 			s := openStore(t, "", &clock{}, WithMaxConns(4))
 			for _, w := range []string{"a", "b"} {
@@ -51,10 +52,17 @@ func TestBulkLeaseCallsLockInTheAppendCommittersOrder(t *testing.T) {
 				defer cancel()
 				var res []store.LeaseResult
 				var err error
-				if call == "renew" {
+				switch call {
+				case "renew":
 					res, err = s.RenewLeases(ctx, "w", refs, time.Minute)
-				} else {
+				case "release":
 					res, err = s.ReleaseLeases(ctx, "w", refs)
+				default:
+					var got []store.AcquireResult
+					got, err = s.AcquireLeases(ctx, "w", []string{"b", "a"}, time.Minute)
+					for _, r := range got {
+						res = append(res, store.LeaseResult{World: r.World, Lease: r.Lease, Err: r.Err})
+					}
 				}
 				for _, r := range res {
 					if err == nil {

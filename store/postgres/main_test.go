@@ -114,6 +114,13 @@ func FuzzFireHeld(f *testing.F) {
 	storetest.FuzzFireHeld(f, factory)
 }
 
+// FuzzAcquireLeases fuzzes AcquireLeases's arguments on PostgreSQL (the
+// seeds run with every go test).
+func FuzzAcquireLeases(f *testing.F) {
+	testDSN(f)
+	storetest.FuzzAcquireLeases(f, factory)
+}
+
 // ---- helpers shared by this package's tests ----
 
 func rec(key string) store.Record {

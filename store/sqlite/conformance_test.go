@@ -46,3 +46,12 @@ func FuzzFireHeld(f *testing.F) {
 		return storetest.Harness{Store: s, Advance: clock.Advance}
 	})
 }
+
+// FuzzAcquireLeases fuzzes AcquireLeases's arguments on a real database
+// file.
+func FuzzAcquireLeases(f *testing.F) {
+	storetest.FuzzAcquireLeases(f, func(t *testing.T) storetest.Harness {
+		s, clock, _ := openTemp(t)
+		return storetest.Harness{Store: s, Advance: clock.Advance}
+	})
+}

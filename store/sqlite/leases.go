@@ -78,6 +78,144 @@ func (t *wtx) acquire(op, world, worker string, ttl time.Duration) (store.Lease,
 	return next, nil
 }
 
+// AcquireLeases acquires many worlds for one worker in one transaction.
+// The worlds are read acquireChunk at a time, each with its status,
+// universe, assignment, lease and whether its inbox has a backlog, in one
+// statement; each is decided in order by contract.Acquire, exactly as
+// Acquire decides it alone, on the row as the decisions before it left it
+// (so a world named twice finds the lease its first occurrence took); and
+// the leases taken are written with one statement per chunk. Both
+// statements always take the chunk's full number of ids, padded, so each
+// is prepared once.
+func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration) ([]store.AcquireResult, error) {
+	const op = "acquire_leases"
+	if err := store.CheckAcquireLeases(op, worker, worlds, ttl); err != nil {
+		return nil, err
+	}
+	ws := append([]string(nil), worlds...)
+	out := make([]store.AcquireResult, len(ws))
+	err := s.write(ctx, op, "", func(t *wtx) error {
+		for lo := 0; lo < len(ws); lo += acquireChunk {
+			chunk := ws[lo:min(lo+acquireChunk, len(ws))]
+			rows, err := t.acquireRows(chunk)
+			if err != nil {
+				return err
+			}
+			taken := make([]any, 0, 2+2*acquireChunk)
+			taken = append(taken, worker, t.now.Add(ttl).UnixNano())
+			for i, id := range chunk {
+				res := store.AcquireResult{World: id}
+				r, found := rows[id]
+				if !found {
+					res.Err = store.Errorf("acquire", store.ErrWorldNotFound, id, "")
+					out[lo+i] = res
+					continue
+				}
+				next, keep, err := contract.Acquire("acquire", id, worker, r.status, r.desired, r.assigned, r.lease, t.now, ttl)
+				res.Lease, res.Err = next, err
+				if err == nil {
+					res.Universe, res.Backlog = r.universe, r.backlog
+					if !keep {
+						r.lease = contract.LeaseRow{Found: true, Holder: next.Holder, Epoch: next.Epoch, ExpiresAt: next.ExpiresAt}
+						rows[id] = r
+						taken = append(taken, id, int64(next.Epoch))
+					}
+				}
+				out[lo+i] = res
+			}
+			if len(taken) == 2 {
+				continue
+			}
+			for len(taken) < 2+2*acquireChunk {
+				taken = append(taken, "", int64(0)) // no world has the empty id
+			}
+			if _, err := t.exec(acquireChunkWrite, taken...); err != nil {
+				return err
+			}
+			t.notify(store.TopicLeases)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// acquireChunk is how many worlds one statement of AcquireLeases reads or
+// writes.
+const acquireChunk = 256
+
+var (
+	acquireChunkRead = `SELECT w.id, w.universe, w.status, l.holder, l.epoch, l.expires_at, a.desired_worker,
+			EXISTS (SELECT 1 FROM inbox i WHERE i.world = w.id AND i.seq > w.inbox_cursor)
+		FROM worlds w LEFT JOIN leases l ON l.world = w.id LEFT JOIN assignments a ON a.world = w.id
+		WHERE w.id IN (` + placeholders(1, acquireChunk) + `)`
+	// ?1 the holder, ?2 the expiry, then (world, epoch) pairs.
+	acquireChunkWrite = `INSERT INTO leases (world, holder, epoch, expires_at)
+		SELECT column1, ?1, column2, ?2 FROM (VALUES ` + pairs(3, acquireChunk) + `) WHERE column1 <> ''
+		ON CONFLICT (world) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, expires_at = excluded.expires_at`
+)
+
+// pairs returns "(?from, ?from+1), (?from+2, ?from+3), …" n times.
+func pairs(from, n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?" + strconv.Itoa(from+2*i) + ", ?" + strconv.Itoa(from+2*i+1) + ")")
+	}
+	return b.String()
+}
+
+// acquireRow is what contract.Acquire decides a world on, with what an
+// acquisition answers besides the lease.
+type acquireRow struct {
+	universe string
+	status   store.WorldStatus
+	assigned bool
+	desired  string
+	lease    contract.LeaseRow
+	backlog  bool
+}
+
+// acquireRows reads the rows of up to acquireChunk worlds; a world missing
+// from the map does not exist.
+func (t *wtx) acquireRows(worlds []string) (map[string]acquireRow, error) {
+	args := make([]any, acquireChunk)
+	for i := range args {
+		args[i] = ""
+		if i < len(worlds) {
+			args[i] = worlds[i]
+		}
+	}
+	rows, err := t.query(acquireChunkRead, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[string]acquireRow, len(worlds))
+	for rows.Next() {
+		var (
+			id, universe, status string
+			holder, desired      sql.NullString
+			epoch, expires       sql.NullInt64
+			r                    acquireRow
+		)
+		if err := rows.Scan(&id, &universe, &status, &holder, &epoch, &expires, &desired, &r.backlog); err != nil {
+			return nil, err
+		}
+		r.universe, r.status = universe, store.WorldStatus(status)
+		r.assigned, r.desired = desired.Valid, desired.String
+		if epoch.Valid {
+			r.lease = contract.LeaseRow{Found: true, Holder: holder.String, Epoch: uint64(epoch.Int64), ExpiresAt: fromNS(expires.Int64)}
+		}
+		out[id] = r
+	}
+	return out, rows.Err()
+}
+
 // release gives one lease up inside the request, keeping its epoch and
 // ending its expiry now (contract.ReleaseCheck). released is false for a
 // retried release of an epoch already released.

@@ -1,7 +1,11 @@
 package storetest
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +19,12 @@ func bulkTests() []testCase {
 	return []testCase{
 		{"RenewLeasesAnswersEachRefAsRenewWould", testRenewLeases},
 		{"ReleaseLeasesAnswersEachRefAsReleaseWould", testReleaseLeases},
+		{"AcquireLeasesAnswersEachWorldAsAcquireWould", testAcquireLeases},
+		{"AcquireLeasesRaisesEpochsAfterReleaseAndExpiry", testAcquireLeasesEpochs},
+		{"AcquireLeasesReportsTheInboxBacklog", testAcquireLeasesBacklog},
+		{"AcquireLeasesOfManyWorldsInOneCall", testAcquireLeasesMany},
+		{"AcquireLeasesCallErrorsAreTheCalls", testAcquireLeasesCallErrors},
+		{"ConcurrentAcquireLeasesOneWinnerPerWorld", testConcurrentAcquireLeases},
 		{"ListWorkerWorldsPagesWithLeaseAndAssignment", testListWorkerWorldsPages},
 		{"WorkerInventoryHeartbeatAndDraining", testWorkerInventory},
 	}
@@ -253,5 +263,367 @@ func testWorkerInventory(t *testing.T, open Factory) {
 	must(t, err, "SetDraining false")
 	if u.Draining || !u.HeartbeatAt.Equal(a2.HeartbeatAt) {
 		t.Fatalf("SetDraining false = %+v (it is not a heartbeat)", u)
+	}
+}
+
+// acquireMix builds, for worker A, one world in every state an acquisition
+// can meet, and returns the worlds to acquire in one call, with a world
+// named twice (one that A takes, one that B holds) at the end:
+//
+//	a-free       never leased, an item in its inbox      taken, epoch 1, backlog
+//	a-assigned   assigned to A                           taken, epoch 1
+//	a-mine       A's live lease, its one item drained    kept as it is
+//	a-released   A's lease released, two items waiting   taken, epoch 2, backlog
+//	a-expired    B's lease, expired                      taken, epoch 2
+//	a-held       B's live lease                          ErrLeaseHeld
+//	a-elsewhere  assigned to B                           ErrNotAssigned
+//	a-paused     paused                                  ErrWorldPaused
+//	a-archived   archived                                ErrWorldArchived
+//	a-missing    no such world                           ErrWorldNotFound
+//	a-u2         never leased, in universe u2            taken, epoch 1
+func acquireMix(f *fx) []string {
+	f.world("a-free")
+	f.enqueue("a-free", "event", "", nil)
+	f.world("a-assigned")
+	must(f.t, f.s.Assign(bg, "a-assigned", store.Assignment{DesiredWorker: "A"}, nil), "Assign")
+	mine := f.leased("a-mine", "A")
+	f.enqueue("a-mine", "event", "", nil)
+	_, err := f.s.DrainToJournal(bg, "a-mine", mine, 0, 0, 1, []store.Record{rec("drained")})
+	must(f.t, err, "DrainToJournal")
+	rel := f.leased("a-released", "A")
+	must(f.t, f.s.Release(bg, "a-released", "A", rel), "Release")
+	f.enqueue("a-released", "event", "", nil)
+	f.enqueue("a-released", "event", "", nil)
+	f.leased("a-expired", "B")
+	f.world("a-held")
+	f.world("a-elsewhere")
+	must(f.t, f.s.Assign(bg, "a-elsewhere", store.Assignment{DesiredWorker: "B"}, nil), "Assign")
+	f.world("a-paused")
+	f.setStatus("a-paused", store.WorldPaused, "")
+	f.world("a-archived")
+	f.setStatus("a-archived", store.WorldArchived, "")
+	_, err = f.s.CreateWorld(bg, "u2", "a-u2", nil)
+	must(f.t, err, "CreateWorld a-u2")
+	// a-expired runs out; a-mine, renewed, does not.
+	f.advance(leaseTTL / 2)
+	_, err = f.s.Renew(bg, "a-mine", "A", mine, leaseTTL)
+	must(f.t, err, "Renew")
+	f.advance(leaseTTL/2 + margin)
+	f.acquire("a-held", "B")
+	return []string{"a-free", "a-assigned", "a-mine", "a-released", "a-expired", "a-held", "a-elsewhere",
+		"a-paused", "a-archived", "a-missing", "a-u2", "a-free", "a-held"}
+}
+
+func testAcquireLeases(t *testing.T, open Factory) {
+	// The same mix in two stores: one call of AcquireLeases in the first,
+	// Acquire world after world (the same order) in the second. Every
+	// answer must be the same.
+	f, alone := setup(t, open), setup(t, open)
+	ws := acquireMix(f)
+	acquireMix(alone)
+	mine, _, _ := f.s.GetLease(bg, "a-mine")
+	before := f.now()
+	got, err := f.s.AcquireLeases(bg, "A", ws, leaseTTL)
+	must(t, err, "AcquireLeases")
+	if len(got) != len(ws) {
+		t.Fatalf("%d results for %d worlds", len(got), len(ws))
+	}
+	type verdict struct {
+		err     error
+		epoch   uint64
+		backlog bool
+	}
+	want := []verdict{{nil, 1, true}, {nil, 1, false}, {nil, mine.Epoch, false}, {nil, 2, true}, {nil, 2, false},
+		{store.ErrLeaseHeld, 0, false}, {store.ErrNotAssigned, 0, false}, {store.ErrWorldPaused, 0, false},
+		{store.ErrWorldArchived, 0, false}, {store.ErrWorldNotFound, 0, false}, {nil, 1, false},
+		{nil, 1, true}, {store.ErrLeaseHeld, 0, false}}
+	aloneNow := alone.now()
+	for i, r := range got {
+		w := ws[i]
+		if r.World != w {
+			t.Fatalf("result %d is for %s, want %s (in order)", i, r.World, w)
+		}
+		single, serr := alone.s.Acquire(bg, w, "A", leaseTTL)
+		if v := want[i]; v.err != nil {
+			wantErr(t, r.Err, v.err, "AcquireLeases of "+w)
+			wantErr(t, serr, v.err, "Acquire of "+w)
+			if r.Lease != (store.Lease{}) || r.Universe != "" || r.Backlog {
+				t.Fatalf("refused %s answered %+v", w, r)
+			}
+			continue
+		}
+		must(t, r.Err, "AcquireLeases of "+w)
+		must(t, serr, "Acquire of "+w)
+		if r.Lease.World != w || r.Lease.Holder != "A" || r.Lease.Epoch != want[i].epoch || single.Epoch != r.Lease.Epoch || single.Holder != "A" {
+			t.Fatalf("%s: AcquireLeases %+v, Acquire alone %+v, want A at epoch %d", w, r.Lease, single, want[i].epoch)
+		}
+		// A fresh lease expires a TTL after the call (in each store's
+		// clock); a kept one is the stored lease, unchanged.
+		if w == "a-mine" {
+			if !r.Lease.ExpiresAt.Equal(mine.ExpiresAt) {
+				t.Fatalf("a-mine kept with expiry %v, its lease says %v", r.Lease.ExpiresAt, mine.ExpiresAt)
+			}
+		} else if !near(r.Lease.ExpiresAt, before.Add(leaseTTL), timeTol) || !near(single.ExpiresAt, aloneNow.Add(leaseTTL), timeTol) {
+			t.Fatalf("%s expires at %v (alone %v), want a TTL after the call", w, r.Lease.ExpiresAt, single.ExpiresAt)
+		}
+		wantUniverse := universe
+		if w == "a-u2" {
+			wantUniverse = "u2"
+		}
+		if r.Universe != wantUniverse || r.Backlog != want[i].backlog {
+			t.Fatalf("%s: universe %q backlog %v, want %q and %v", w, r.Universe, r.Backlog, wantUniverse, want[i].backlog)
+		}
+		if stored, _, _ := f.s.GetLease(bg, w); stored != r.Lease {
+			t.Fatalf("%s: stored lease %+v, answered %+v", w, stored, r.Lease)
+		}
+	}
+	// The world named twice: its second answer is the lease its first took.
+	if got[11].Lease != got[0].Lease {
+		t.Fatalf("a-free named twice: %+v then %+v", got[0].Lease, got[11].Lease)
+	}
+	if l, _, _ := f.s.GetLease(bg, "a-held"); l.Holder != "B" {
+		t.Fatalf("a refused acquisition changed B's lease: %+v", l)
+	}
+	// Again, by the same holder: every lease taken is kept as it is (same
+	// epoch, same expiry), and the refusals stand.
+	f.advance(leaseTTL / 4)
+	again, err := f.s.AcquireLeases(bg, "A", ws, leaseTTL)
+	must(t, err, "AcquireLeases again")
+	for i, r := range again {
+		if want[i].err != nil {
+			wantErr(t, r.Err, want[i].err, "AcquireLeases again of "+ws[i])
+			continue
+		}
+		if r.Err != nil || r.Lease != got[i].Lease {
+			t.Fatalf("re-acquiring %s = %+v, %v; want its lease %+v unchanged", ws[i], r.Lease, r.Err, got[i].Lease)
+		}
+	}
+	if got, err := f.s.AcquireLeases(bg, "A", nil, leaseTTL); err != nil || len(got) != 0 {
+		t.Fatalf("AcquireLeases of nothing = %+v, %v", got, err)
+	}
+}
+
+func testAcquireLeasesEpochs(t *testing.T, open Factory) {
+	f := setup(t, open)
+	ws := []string{"e0", "e1", "e2"}
+	for _, w := range ws {
+		f.world(w)
+	}
+	epochs := func(worker string, ws ...string) []uint64 {
+		t.Helper()
+		res, err := f.s.AcquireLeases(bg, worker, ws, leaseTTL)
+		must(t, err, "AcquireLeases")
+		out := make([]uint64, len(res))
+		for i, r := range res {
+			must(t, r.Err, "AcquireLeases of "+r.World)
+			if r.Lease.Holder != worker {
+				t.Fatalf("%s held by %q, want %s", r.World, r.Lease.Holder, worker)
+			}
+			out[i] = r.Lease.Epoch
+		}
+		return out
+	}
+	if got := epochs("A", ws...); fmt.Sprint(got) != "[1 1 1]" {
+		t.Fatalf("first epochs %v, want [1 1 1]", got)
+	}
+	_, err := f.s.ReleaseLeases(bg, "A", []store.LeaseRef{{World: "e0", Epoch: 1}})
+	must(t, err, "ReleaseLeases")
+	// Released: the next acquisition, even by the same worker, is a new
+	// epoch; the others are still held and kept.
+	if got := epochs("A", ws...); fmt.Sprint(got) != "[2 1 1]" {
+		t.Fatalf("after e0's release: %v, want [2 1 1]", got)
+	}
+	// Expired: a new epoch for whoever takes it next, the old holder too.
+	f.advance(leaseTTL + margin)
+	if got := epochs("B", "e0", "e1"); fmt.Sprint(got) != "[3 2]" {
+		t.Fatalf("B after expiry: %v, want [3 2]", got)
+	}
+	if got := epochs("A", "e2"); fmt.Sprint(got) != "[2]" {
+		t.Fatalf("A after its own lease expired: %v, want [2]", got)
+	}
+	// The old epochs are fenced.
+	_, err = f.s.Append(bg, "e2", []store.Record{rec("x")}, fenced("e2", 1))
+	wantErr(t, err, store.ErrFenced, "append at the epoch before the re-acquisition")
+}
+
+func testAcquireLeasesBacklog(t *testing.T, open Factory) {
+	f := setup(t, open)
+	for _, w := range []string{"b-empty", "b-waiting", "b-drained", "b-more"} {
+		f.world(w)
+	}
+	f.enqueue("b-waiting", "event", "", nil)
+	// b-drained: its items drained; b-more: drained, then one more.
+	for _, w := range []string{"b-drained", "b-more"} {
+		e := f.acquire(w, "A").Epoch
+		f.enqueue(w, "event", "", nil)
+		f.enqueue(w, "event", "", nil)
+		_, err := f.s.DrainToJournal(bg, w, e, 0, 0, 2, []store.Record{rec("d")})
+		must(t, err, "DrainToJournal "+w)
+	}
+	f.enqueue("b-more", "event", "", nil)
+	ws := []string{"b-empty", "b-waiting", "b-drained", "b-more"}
+	res, err := f.s.AcquireLeases(bg, "A", ws, leaseTTL)
+	must(t, err, "AcquireLeases")
+	for i, want := range []bool{false, true, false, true} {
+		r := res[i]
+		must(t, r.Err, "AcquireLeases of "+r.World)
+		if r.Backlog != want || r.Universe != universe {
+			t.Fatalf("%s: backlog %v universe %q, want %v and %q", r.World, r.Backlog, r.Universe, want, universe)
+		}
+		// The flag says what ReadInbox after the cursor says.
+		items, err := f.s.ReadInbox(bg, r.World, f.cursor(r.World), 1)
+		must(t, err, "ReadInbox")
+		if (len(items) > 0) != r.Backlog {
+			t.Fatalf("%s: backlog %v, but the inbox holds %d items after the cursor", r.World, r.Backlog, len(items))
+		}
+	}
+	// A refused world carries no backlog, however full its inbox.
+	res, err = f.s.AcquireLeases(bg, "B", []string{"b-waiting"}, leaseTTL)
+	must(t, err, "AcquireLeases by B")
+	wantErr(t, res[0].Err, store.ErrLeaseHeld, "AcquireLeases of A's world by B")
+	if res[0].Backlog || res[0].Universe != "" {
+		t.Fatalf("refused answer %+v", res[0])
+	}
+}
+
+// More worlds than a backend may read or write in one statement, with a
+// world named twice far apart: the answers are those of the small calls.
+func testAcquireLeasesMany(t *testing.T, open Factory) {
+	f := setup(t, open)
+	const n = 600
+	var ws []string
+	for i := range n {
+		id := fmt.Sprintf("m%03d", i)
+		f.world(id)
+		if i%7 == 3 {
+			f.acquire(id, "B")
+		}
+		if i%11 == 5 {
+			f.enqueue(id, "event", "", nil)
+		}
+		ws = append(ws, id)
+	}
+	ws = append(ws, "m010", "m003", "nope")
+	res, err := f.s.AcquireLeases(bg, "A", ws, leaseTTL)
+	must(t, err, "AcquireLeases")
+	if len(res) != len(ws) {
+		t.Fatalf("%d results for %d worlds", len(res), len(ws))
+	}
+	for i, r := range res {
+		if r.World != ws[i] {
+			t.Fatalf("result %d is for %s, want %s", i, r.World, ws[i])
+		}
+		var k int
+		fmt.Sscanf(ws[i], "m%03d", &k)
+		switch {
+		case ws[i] == "nope":
+			wantErr(t, r.Err, store.ErrWorldNotFound, "AcquireLeases of nope")
+		case k%7 == 3:
+			wantErr(t, r.Err, store.ErrLeaseHeld, "AcquireLeases of "+ws[i])
+		default:
+			if r.Err != nil || r.Lease.Holder != "A" || r.Lease.Epoch != 1 || r.Backlog != (k%11 == 5) {
+				t.Fatalf("%s = %+v", ws[i], r)
+			}
+		}
+	}
+	if res[n].Lease != res[10].Lease {
+		t.Fatalf("m010 named twice: %+v then %+v", res[10].Lease, res[n].Lease)
+	}
+	got, err := f.s.ListWorkerWorlds(bg, "A", "", store.MaxBatch)
+	must(t, err, "ListWorkerWorlds")
+	if want := n - (n+3)/7; len(got) != want {
+		t.Fatalf("A holds %d worlds, want %d", len(got), want)
+	}
+}
+
+func testAcquireLeasesCallErrors(t *testing.T, open Factory) {
+	f := setup(t, open)
+	f.world("w")
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	res, err := f.s.AcquireLeases(ctx, "A", []string{"w"}, leaseTTL)
+	if !errors.Is(err, context.Canceled) || res != nil {
+		t.Fatalf("AcquireLeases with a cancelled context = %+v, %v", res, err)
+	}
+	if _, ok, _ := f.s.GetLease(bg, "w"); ok {
+		t.Fatal("a cancelled AcquireLeases took the lease")
+	}
+	must(t, f.s.Close(), "Close")
+	res, err = f.s.AcquireLeases(bg, "A", []string{"w"}, leaseTTL)
+	wantErr(t, err, store.ErrClosed, "AcquireLeases on a closed store")
+	if res != nil {
+		t.Fatalf("a failed call answered %+v", res)
+	}
+}
+
+// Acquirers racing for the same never leased worlds, each naming them in
+// another order and mixed with single Acquires: every world has exactly
+// one winner, at epoch 1, and every other acquirer is told ErrLeaseHeld
+// (a backend that creates lease rows must cope with another caller
+// creating the same row meanwhile).
+func testConcurrentAcquireLeases(t *testing.T, open Factory) {
+	f := setup(t, open)
+	var ws []string
+	for i := range 40 {
+		ws = append(ws, fmt.Sprintf("c%02d", i))
+		f.world(ws[i])
+	}
+	const n = 6
+	res := make([][]store.AcquireResult, n)
+	errs := make([]error, n)
+	single := make([]error, len(ws))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		order := slices.Clone(ws)
+		switch i % 3 {
+		case 1:
+			slices.Reverse(order)
+		case 2:
+			order = append(order[len(order)/2:], order[:len(order)/2]...)
+		}
+		wg.Go(func() {
+			<-start
+			res[i], errs[i] = f.s.AcquireLeases(bg, fmt.Sprintf("worker-%d", i), order, leaseTTL)
+		})
+	}
+	for j := 0; j < len(ws); j += 4 {
+		wg.Go(func() {
+			<-start
+			_, single[j] = f.s.Acquire(bg, ws[j], "single", leaseTTL)
+		})
+	}
+	close(start)
+	wg.Wait()
+	winners := map[string][]string{}
+	for i := range n {
+		must(t, errs[i], fmt.Sprintf("AcquireLeases by worker-%d", i))
+		for _, r := range res[i] {
+			if r.Err == nil {
+				if r.Lease.Epoch != 1 {
+					t.Fatalf("%s won %s at epoch %d, want 1", r.Lease.Holder, r.World, r.Lease.Epoch)
+				}
+				winners[r.World] = append(winners[r.World], r.Lease.Holder)
+				continue
+			}
+			wantErr(t, r.Err, store.ErrLeaseHeld, fmt.Sprintf("worker-%d's acquisition of %s", i, r.World))
+		}
+	}
+	for j, err := range single {
+		if j%4 != 0 {
+			continue
+		}
+		if err == nil {
+			winners[ws[j]] = append(winners[ws[j]], "single")
+		} else {
+			wantErr(t, err, store.ErrLeaseHeld, "single Acquire of "+ws[j])
+		}
+	}
+	for _, w := range ws {
+		l, ok, err := f.s.GetLease(bg, w)
+		must(t, err, "GetLease")
+		if len(winners[w]) != 1 || !ok || l.Holder != winners[w][0] || l.Epoch != 1 {
+			t.Fatalf("%s: winners %v, stored lease %+v", w, winners[w], l)
+		}
 	}
 }

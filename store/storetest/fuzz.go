@@ -3,6 +3,7 @@ package storetest
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -231,6 +232,86 @@ func FuzzFireHeld(f *testing.F, open Factory) {
 		if claimed {
 			if seq, dup := x.fire("t1", c); !dup || seq != res.Item.Seq {
 				t.Fatalf("the worker's Fire after FireHeld = %d dup %v, want dup at %d", seq, dup, res.Item.Seq)
+			}
+		}
+	})
+}
+
+// FuzzAcquireLeases fuzzes AcquireLeases's arguments: the call either
+// fails as a whole with a typed *store.Error of kind ErrInvalid and takes
+// no lease, or answers one result per world, in order, each a lease the
+// worker now holds (as stored) or one of Acquire's typed refusals, and a
+// world named twice gets the same answer twice; nothing panics. The worlds
+// are the first n%4 of three fuzzed names, against a store holding f-free
+// (acquirable, with an item waiting), f-held (B's) and f-paused, so every
+// verdict is reachable. Backends call it from a Fuzz function with their
+// factory.
+func FuzzAcquireLeases(f *testing.F, open Factory) {
+	f.Add("A", "f-free", "f-held", "f-paused", int64(time.Minute), uint8(3))
+	f.Add("A", "f-free", "f-free", "f-missing", int64(time.Minute), uint8(3))
+	f.Add("B", "f-held", "f-free", "", int64(time.Second), uint8(2))
+	f.Add("", "f-free", "", "", int64(time.Minute), uint8(1))
+	f.Add("A\x00", "f-free", "", "", int64(time.Minute), uint8(1))
+	f.Add("A", "f-free", "w\xff", "", int64(time.Minute), uint8(2))
+	f.Add("A", "f-free", "", "", int64(0), uint8(1))
+	f.Add("A", "f-free", "", "", int64(-1), uint8(1))
+	f.Add("A", "f-free", "", "", int64(store.MaxTTL)+1, uint8(1))
+	f.Add("A", "", "", "", int64(time.Minute), uint8(0))
+	f.Fuzz(func(t *testing.T, worker, w1, w2, w3 string, ttl int64, n uint8) {
+		x := setup(t, open)
+		x.world("f-free")
+		x.enqueue("f-free", "event", "", nil)
+		x.leased("f-held", "B")
+		x.world("f-paused")
+		x.setStatus("f-paused", store.WorldPaused, "")
+		before := func() string {
+			out := ""
+			for _, w := range []string{"f-free", "f-held", "f-paused"} {
+				l, ok, err := x.s.GetLease(bg, w)
+				must(t, err, "GetLease")
+				out += fmt.Sprintf("%s=%v/%s/%d/%d ", w, ok, l.Holder, l.Epoch, l.ExpiresAt.UnixNano())
+			}
+			return out
+		}
+		was := before()
+		ws := []string{w1, w2, w3}[:n%4]
+		res, err := x.s.AcquireLeases(bg, worker, ws, time.Duration(ttl))
+		if err != nil {
+			var se *store.Error
+			if !errors.As(err, &se) || !errors.Is(err, store.ErrInvalid) || res != nil {
+				t.Fatalf("AcquireLeases(%q, %q, %d) = %+v, %T %v; want no results and a *store.Error of kind ErrInvalid", worker, ws, ttl, res, err, err)
+			}
+			if now := before(); now != was {
+				t.Fatalf("a refused call changed leases:\nbefore %s\nafter  %s", was, now)
+			}
+			return
+		}
+		if len(res) != len(ws) {
+			t.Fatalf("%d results for %d worlds", len(res), len(ws))
+		}
+		first := map[string]store.AcquireResult{}
+		for i, r := range res {
+			if r.World != ws[i] {
+				t.Fatalf("result %d is for %q, want %q", i, r.World, ws[i])
+			}
+			if prev, ok := first[r.World]; ok && (prev.Lease != r.Lease || errKind(prev.Err) != errKind(r.Err) || prev.Backlog != r.Backlog) {
+				t.Fatalf("%q named twice: %+v, then %+v", r.World, prev, r)
+			}
+			first[r.World] = r
+			if r.Err != nil {
+				switch {
+				case errors.Is(r.Err, store.ErrLeaseHeld) && r.World == "f-held" && worker != "B",
+					errors.Is(r.Err, store.ErrWorldPaused) && r.World == "f-paused",
+					errors.Is(r.Err, store.ErrWorldNotFound) && r.World != "f-free" && r.World != "f-held" && r.World != "f-paused":
+				default:
+					t.Fatalf("%q refused with %v", r.World, r.Err)
+				}
+				continue
+			}
+			stored, ok, err := x.s.GetLease(bg, r.World)
+			must(t, err, "GetLease")
+			if !ok || stored != r.Lease || r.Lease.Holder != worker || r.Universe != universe || r.Backlog != (r.World == "f-free") {
+				t.Fatalf("%q = %+v; stored %+v", r.World, r, stored)
 			}
 		}
 	})

@@ -398,6 +398,20 @@ func testModelJournalAndLeases(t *testing.T, open Factory) {
 					releasedBy[w] = worker
 				}
 			},
+			"acquireMany": func(rt *rapid.T) {
+				// Up to four worlds, repeats and a missing one among them.
+				ws := rapid.SliceOfN(rapid.SampledFrom(append([]string{l.p + "missing"}, worlds...)), 0, 4).Draw(rt, "worlds")
+				worker := rapid.SampledFrom(workers).Draw(rt, "worker")
+				ttl := rapid.SampledFrom(ttls).Draw(rt, "ttl")
+				s, serr := l.sut.AcquireLeases(bg, worker, ws, ttl)
+				r, rerr := l.ref.AcquireLeases(bg, worker, ws, ttl)
+				if l.both("AcquireLeases", serr, rerr) {
+					l.compareAcquired(s, r)
+					for _, a := range r {
+						maxEpoch[a.World] = max(maxEpoch[a.World], a.Lease.Epoch)
+					}
+				}
+			},
 			"getLease": func(rt *rapid.T) {
 				w := rapid.SampledFrom(worlds).Draw(rt, "world")
 				s, sok, serr := l.sut.GetLease(bg, w)
@@ -434,6 +448,20 @@ func testModelJournalAndLeases(t *testing.T, open Factory) {
 			},
 		})
 	})
+}
+
+// compareAcquired compares two AcquireLeases answers world by world.
+func (l *lockstep) compareAcquired(s, r []store.AcquireResult) {
+	l.eq("AcquireLeases length", len(s), len(r))
+	for i := range s {
+		op := fmt.Sprintf("AcquireLeases[%d] %s", i, r[i].World)
+		l.eq(op+" world", s[i].World, r[i].World)
+		if l.both(op, s[i].Err, r[i].Err) {
+			l.compareLease(op, s[i].Lease, r[i].Lease)
+			l.eq(op+" universe", s[i].Universe, r[i].Universe)
+			l.eq(op+" backlog", s[i].Backlog, r[i].Backlog)
+		}
+	}
 }
 
 func (l *lockstep) compareLease(op string, s, r store.Lease) {
@@ -525,6 +553,18 @@ func testModelInboxAndEffects(t *testing.T, open Factory) {
 		}
 
 		rt.Repeat(map[string]func(*rapid.T){
+			"acquireMany": func(rt *rapid.T) {
+				// The host holds every world: its AcquireLeases keeps each
+				// lease and says which inboxes have a backlog; another
+				// worker is refused.
+				ws := rapid.SliceOfN(rapid.SampledFrom(worlds), 0, 3).Draw(rt, "worlds")
+				worker := rapid.SampledFrom([]string{l.p + "host", l.p + "host", l.p + "other"}).Draw(rt, "worker")
+				s, serr := l.sut.AcquireLeases(bg, worker, ws, store.MaxTTL)
+				r, rerr := l.ref.AcquireLeases(bg, worker, ws, store.MaxTTL)
+				if l.both("AcquireLeases", serr, rerr) {
+					l.compareAcquired(s, r)
+				}
+			},
 			"enqueue": func(rt *rapid.T) {
 				w := rapid.SampledFrom(worlds).Draw(rt, "world")
 				item := store.InboxItem{Kind: "event", DedupeKey: rapid.SampledFrom(inboxKeys).Draw(rt, "key"), Payload: []byte(fmt.Sprint("p", l.next()))}

@@ -44,6 +44,7 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 	must(t, err, "Heartbeat")
 	f.append("run-1", freeOpts, "a")
 	f.enqueue("w", "event", "k", nil)
+	f.world("free") // acquirable: a refused AcquireLeases must not take it
 	fp := f.fingerprint()
 
 	bigPayload := make([]byte, store.MaxPayloadBytes+1)
@@ -220,6 +221,14 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 		add("Release worker "+name, func() error { return f.s.Release(bg, "w", bad, e) })
 		add("RenewLeases ref "+name, func() error {
 			_, err := f.s.RenewLeases(bg, "A", []store.LeaseRef{{World: "w", Epoch: e}, {World: bad, Epoch: 1}}, leaseTTL)
+			return err
+		})
+		add("AcquireLeases world "+name, func() error {
+			_, err := f.s.AcquireLeases(bg, "B", []string{"free", bad}, leaseTTL)
+			return err
+		})
+		add("AcquireLeases worker "+name, func() error {
+			_, err := f.s.AcquireLeases(bg, bad, []string{"free"}, leaseTTL)
 			return err
 		})
 		add("ReleaseLeases ref "+name, func() error {
@@ -424,6 +433,10 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 			_, err := f.s.RenewLeases(bg, "A", []store.LeaseRef{{World: "w", Epoch: e}}, d)
 			return err
 		})
+		add("AcquireLeases ttl "+d.String(), func() error {
+			_, err := f.s.AcquireLeases(bg, "A", []string{"free"}, d)
+			return err
+		})
 		add("Claim ttl "+d.String(), func() error {
 			_, err := f.s.Claim(bg, "adapter", []string{effectKind}, 1, d)
 			return err
@@ -443,6 +456,14 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 			return err
 		})
 	}
+	add("AcquireLeases of more than MaxBatch worlds", func() error {
+		ws := make([]string, store.MaxBatch+1)
+		for i := range ws {
+			ws[i] = "free"
+		}
+		_, err := f.s.AcquireLeases(bg, "A", ws, leaseTTL)
+		return err
+	})
 	add("Append of more than MaxBatch events", func() error {
 		evs := make([]store.Record, store.MaxBatch+1)
 		for i := range evs {

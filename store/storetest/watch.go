@@ -240,7 +240,11 @@ func testWatchTopics(t *testing.T, open Factory) {
 		_, err := f.s.ReleaseLeases(bg, "B", []store.LeaseRef{{World: "v", Epoch: l.Epoch}})
 		must(t, err, "ReleaseLeases")
 	}, lease("v", ""))
-	f.acquire("v", "B")
+	step(store.TopicLeases, "AcquireLeases", func() {
+		res, err := f.s.AcquireLeases(bg, "B", []string{"v", "v"}, leaseTTL)
+		must(t, err, "AcquireLeases")
+		must(t, res[0].Err, "AcquireLeases of v")
+	}, lease("v", "B"))
 	step(store.TopicLeases, "SetWorldStatus revoking the lease", func() { f.setStatus("v", store.WorldPaused, "") }, lease("v", ""))
 	step(store.TopicAssignments, "SetWorldStatus", func() { f.setStatus("v", store.WorldActive, "") }, func() {
 		if w, _ := f.s.GetWorld(bg, "v"); w.Status != store.WorldActive {

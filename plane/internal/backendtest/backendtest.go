@@ -180,6 +180,13 @@ func (h *Handle) Acquire(ctx context.Context, world, worker string, ttl time.Dur
 	return h.Store.Acquire(ctx, world, worker, ttl)
 }
 
+func (h *Handle) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration) ([]store.AcquireResult, error) {
+	if err := h.begin("acquire_leases"); err != nil {
+		return nil, err
+	}
+	return h.Store.AcquireLeases(ctx, worker, worlds, ttl)
+}
+
 func (h *Handle) RenewLeases(ctx context.Context, worker string, refs []store.LeaseRef, ttl time.Duration) ([]store.LeaseResult, error) {
 	if err := h.begin("renew_leases"); err != nil {
 		return nil, err
