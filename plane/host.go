@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -186,7 +187,7 @@ type Host struct {
 	// (the controller's own). The host gave their leases back at once and
 	// does not take them again: each pass would otherwise acquire and
 	// release them, and every such release hints every host to sync.
-	noKernel map[string]bool
+	noKernel map[string]uint64 // world -> the last pass that listed it
 	// renewAt is when renew next looks at the leases (the controller's
 	// own; zero: at its next turn). Between two looks no lease can need a
 	// renewal: looking at every lease on every turn would make each wake
@@ -213,7 +214,7 @@ type Host struct {
 type scan struct {
 	active  bool
 	after   string
-	seen    map[string]bool
+	pass    uint64    // counts the passes: the leases a pass lists are marked with it
 	again   bool      // a hint came during the pass: another one follows
 	started time.Time // of the last pass
 }
@@ -230,6 +231,11 @@ type lease struct {
 	// timersKnown: the host has recorded every timer this holding's world
 	// has armed (hosttimers.go), so a restore need not list them again.
 	timersKnown atomic.Bool
+	// listed is the last sync pass whose pages listed the world (the
+	// controller's own): a lease a whole pass did not list is lost. A mark
+	// per lease, instead of a set of the worlds a pass saw, keeps the end
+	// of a pass over a million worlds from building and probing one.
+	listed uint64
 
 	// Under Host.mu.
 	ref        *actor.Ref[wmsg] // the running process, nil while passive
@@ -264,7 +270,7 @@ func StartHost(ctx context.Context, scope *actor.Scope, cfg HostConfig) (*Host, 
 		return nil, err
 	}
 	h := &Host{cfg: cfg, st: cfg.Store, ex: scope.Executor(), scope: sub,
-		leases: map[string]*lease{}, waking: map[string]bool{}, noKernel: map[string]bool{},
+		leases: map[string]*lease{}, waking: map[string]bool{}, noKernel: map[string]uint64{},
 		tr: otrace.Tracer(cfg.Tracer), log: cfg.Logger}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -555,13 +561,15 @@ func (h *Host) SetDraining(ctx context.Context, draining bool) error {
 // many of them have a running process.
 func (h *Host) Worlds() (held []string, active int) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	held = sortedKeys(h.leases)
-	for _, w := range held {
-		if h.leases[w].ref != nil {
+	held = make([]string, 0, len(h.leases))
+	for w, l := range h.leases {
+		held = append(held, w)
+		if l.ref != nil {
 			active++
 		}
 	}
+	h.mu.Unlock()
+	slices.Sort(held) // outside the lock, which every hint takes
 	return held, active
 }
 
@@ -626,7 +634,7 @@ func (h *Host) control(ctx context.Context) error {
 		case sc.active:
 			sc.again = sc.again || hinted
 		case !now.Before(nextSync) || hinted && !now.Before(sc.started.Add(h.cfg.HintSyncGap)):
-			*sc = scan{active: true, seen: map[string]bool{}, started: now}
+			*sc = scan{active: true, pass: sc.pass + 1, started: now}
 		case hinted:
 			// Too soon after the last pass: keep the hint for when the
 			// gap is over.
@@ -797,7 +805,10 @@ func (h *Host) syncPage(ctx context.Context) (done bool, err error) {
 	}
 	var take []string
 	for _, row := range rows {
-		sc.seen[row.World] = true
+		_, unrunnable := h.noKernel[row.World]
+		if unrunnable {
+			h.noKernel[row.World] = sc.pass
+		}
 		mine := row.Assignment != nil && row.Assignment.DesiredWorker == h.cfg.Worker
 		h.mu.Lock()
 		l := h.leases[row.World]
@@ -818,9 +829,11 @@ func (h *Host) syncPage(ctx context.Context) (done bool, err error) {
 				h.dropLease(l, EvReleased, nil)
 				h.releaseAfterStop(ctx, l)
 				continue
+			default:
+				l.listed = sc.pass
 			}
 		}
-		if l == nil && mine && !draining && !h.noKernel[row.World] {
+		if l == nil && mine && !draining && !unrunnable {
 			take = append(take, row.World)
 		}
 	}
@@ -835,17 +848,18 @@ func (h *Host) syncPage(ctx context.Context) (done bool, err error) {
 	// it; one its pages did not list is expired or revoked.
 	h.mu.Lock()
 	var lost []*lease
-	for _, w := range sortedKeys(h.leases) {
-		if !sc.seen[w] {
-			lost = append(lost, h.leases[w])
+	for _, l := range h.leases {
+		if l.listed != sc.pass {
+			lost = append(lost, l)
 		}
 	}
 	h.mu.Unlock()
+	slices.SortFunc(lost, byWorld)
 	for _, l := range lost {
 		h.dropLease(l, EvFenced, errorf("sync", ErrFenced, l.world, detail("lease expired or revoked")))
 	}
-	for w := range h.noKernel {
-		if !sc.seen[w] {
+	for w, pass := range h.noKernel {
+		if pass != sc.pass {
 			delete(h.noKernel, w) // no longer assigned here
 		}
 	}
@@ -913,11 +927,11 @@ func (h *Host) acquirePage(ctx context.Context, ids []string) error {
 			// Taken before its universe was known: given back at once,
 			// and never taken again by this host.
 			l.stopWatch()
-			h.noKernel[r.World] = true
+			h.noKernel[r.World] = h.scan.pass
 			giveBack = append(giveBack, store.LeaseRef{World: r.World, Epoch: r.Lease.Epoch})
 			continue
 		}
-		l.kern, l.epoch = kern, r.Lease.Epoch
+		l.kern, l.epoch, l.listed = kern, r.Lease.Epoch, h.scan.pass
 		l.expires.Store(r.Lease.ExpiresAt.UnixNano())
 		got = append(got, l)
 		backlog = append(backlog, r.Backlog)
@@ -1020,12 +1034,18 @@ func (h *Host) renew(ctx context.Context) time.Time {
 }
 
 func (h *Host) renewLeases(ctx context.Context, now time.Time) time.Time {
+	// Collected under the lock, which every hint takes, and sorted after
+	// it: at a million leases the sort takes most of a second.
 	h.mu.Lock()
-	var held []*lease
+	all := make([]*lease, 0, len(h.leases))
+	for _, l := range h.leases {
+		all = append(all, l)
+	}
+	h.mu.Unlock()
+	slices.SortFunc(all, byWorld)
+	var held, fenced []*lease
 	earliest := time.Time{}
-	var fenced []*lease
-	for _, w := range sortedKeys(h.leases) {
-		l := h.leases[w]
+	for _, l := range all {
 		if l.fenced.Load() {
 			fenced = append(fenced, l)
 			continue
@@ -1035,7 +1055,6 @@ func (h *Host) renewLeases(ctx context.Context, now time.Time) time.Time {
 			earliest = exp
 		}
 	}
-	h.mu.Unlock()
 	for _, l := range fenced {
 		// A fenced lease is never renewed: its world stopped, and sync
 		// acquires it again at a new epoch if it is still assigned here.
@@ -1082,6 +1101,8 @@ func (h *Host) renewLeases(ctx context.Context, now time.Time) time.Time {
 	}
 	return next
 }
+
+func byWorld(a, b *lease) int { return strings.Compare(a.world, b.world) }
 
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))

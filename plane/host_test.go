@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -537,6 +538,67 @@ func TestRenewalOfALeaseTakenLaterIsOnTime(t *testing.T) {
 		}
 		if epoch, ok := h.Lease("late"); !ok || epoch != 1 {
 			return fmt.Errorf("late held %v at epoch %d, want epoch 1", ok, epoch)
+		}
+		return nil
+	})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+}
+
+// TestAPassDropsTheLeasesItDidNotList: a world the worker's listing no
+// longer shows (paused, which ends its lease, and unassigned) is dropped
+// at the end of the next pass, while the worlds it listed stay held at
+// their epochs.
+func TestAPassDropsTheLeasesItDidNotList(t *testing.T) {
+	res := lab.Run(lab.Config{Seed: 8, Name: "pass-drops-unlisted"}, func(env *lab.Env) error {
+		st := newStore(env)
+		ids := []string{"p0", "p1", "p2", "p3"}
+		for _, id := range ids {
+			if err := createAssigned(env.Ctx, st, id, "A"); err != nil {
+				return err
+			}
+		}
+		var dropped []string
+		cfg := hostConfig("A", st, nil)
+		// Renewals a minute apart: the pass that the status change's
+		// hint starts sees the loss first.
+		cfg.ListPage, cfg.LeaseTTL = 2, time.Minute
+		cfg.Observe = func(ev plane.HostEvent) {
+			if ev.Kind == plane.EvFenced {
+				dropped = append(dropped, ev.World+": "+ev.Err.Error())
+			}
+		}
+		h, err := plane.StartHost(env.Ctx, env.Root, cfg)
+		if err != nil {
+			return err
+		}
+		defer h.Stop(env.Ctx)
+		if err := waitFor(env, "every world held", 5*time.Second, func() (bool, error) {
+			held, _ := h.Worlds()
+			return len(held) == len(ids), nil
+		}); err != nil {
+			return err
+		}
+		if _, err := st.SetWorldStatus(env.Ctx, "p2", store.WorldPaused, "test"); err != nil {
+			return err
+		}
+		if err := st.Unassign(env.Ctx, "p2", nil); err != nil {
+			return err
+		}
+		if err := waitFor(env, "p2 dropped", 5*time.Second, func() (bool, error) {
+			_, ok := h.Lease("p2")
+			return !ok, nil
+		}); err != nil {
+			return err
+		}
+		if len(dropped) != 1 || !strings.HasPrefix(dropped[0], "p2: ") || !strings.Contains(dropped[0], "lease expired or revoked") {
+			return fmt.Errorf("dropped %q, want p2 alone, by the end of a pass", dropped)
+		}
+		for _, id := range []string{"p0", "p1", "p3"} {
+			if epoch, ok := h.Lease(id); !ok || epoch != 1 {
+				return fmt.Errorf("%s held %v at epoch %d, want epoch 1", id, ok, epoch)
+			}
 		}
 		return nil
 	})
