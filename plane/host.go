@@ -873,13 +873,13 @@ func (h *Host) syncPage(ctx context.Context) (done bool, err error) {
 // the call reads its inbox, and an item enqueued after that read raises a
 // hint this registration receives (Watch is local to the store handle on
 // every backend, one registration in memory, not a round trip); such a
-// hint queues a wake, which the controller handles after this pass's
-// page, when the lease is registered. Only a world whose inbox holds a
-// backlog starts a process now; the others stay passive until their next
-// input. A refused
-// world (another holder until its lease expires, an assignment that
-// moved, a paused, archived or deleted world) is only "not now". It
-// returns the call's error, after which the pass is abandoned.
+// hint queues a wake, which the controller handles after this page, once
+// the lease is registered. Only a world whose inbox holds a backlog starts
+// a process now; the others stay passive until their next input. A
+// refused world (another holder until its lease expires, an assignment
+// that moved, a paused or archived world, one that no longer exists) is
+// only "not now". It returns the call's error, after which the pass is
+// abandoned.
 func (h *Host) acquireAll(ctx context.Context, worlds []string) error {
 	for len(worlds) > 0 {
 		n := min(len(worlds), store.MaxBatch)
