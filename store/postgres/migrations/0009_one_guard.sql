@@ -165,3 +165,11 @@ BEGIN
     PERFORM notify_topic('inbox:' || w);
     RETURN QUERY SELECT true, st, s, false, true;
 END $$;
+
+-- What guard_batch and spawn_world replace has no caller left.
+DROP FUNCTION spawn_acquire(text, text, bigint, bigint);
+DROP FUNCTION lock_active_worlds(text[]);
+DROP FUNCTION check_fences(text[], bigint[], bigint, boolean);
+DROP FUNCTION check_fences(text[], bigint[], bigint);
+DROP FUNCTION cas_streams(text[], bigint[], bigint[], bigint[], bigint[], bigint[]);
+DROP FUNCTION cas_heads(text[], bigint[], bigint[]);
