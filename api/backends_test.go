@@ -36,7 +36,7 @@ func TestCreateSendCallStateOnPostgres(t *testing.T) {
 	}
 	ctx := context.Background()
 	schema := pgtest.FreshSchema(t, dsn, "orrery_api")
-	st, err := postgres.Open(ctx, dsn, postgres.WithSchema(schema), postgres.WithMaxConns(8))
+	st, err := postgres.Open(ctx, dsn, postgres.WithSchema(schema), postgres.WithMaxConns(8), postgres.WithWarmConns(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestViewsAndEventsOnPostgres(t *testing.T) {
 	if dsn == "" {
 		t.Skipf("%s is not set: skipping PostgreSQL (.ci/run sets it)", dsnEnv)
 	}
-	st, err := postgres.Open(context.Background(), dsn, postgres.WithSchema(pgtest.FreshSchema(t, dsn, "orrery_api")), postgres.WithMaxConns(8))
+	st, err := postgres.Open(context.Background(), dsn, postgres.WithSchema(pgtest.FreshSchema(t, dsn, "orrery_api")), postgres.WithMaxConns(8), postgres.WithWarmConns(1))
 	if err != nil {
 		t.Fatal(err)
 	}

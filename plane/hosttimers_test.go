@@ -3,6 +3,7 @@ package plane_test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -79,6 +80,19 @@ func (a *alarmRig) observe(ev plane.HostEvent) {
 	a.mu.Lock()
 	a.events = append(a.events, ev)
 	a.mu.Unlock()
+}
+
+// history lists every event the hosts reported, one per line, for a
+// failure's message.
+func (a *alarmRig) history() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var b strings.Builder
+	for _, ev := range a.events {
+		fmt.Fprintf(&b, "  %s %s %s epoch=%d height=%d n=%d dur=%v err=%v\n",
+			ev.At.Format("15:04:05.000000"), ev.Kind, ev.World, ev.Epoch, ev.Height, ev.N, ev.Dur, ev.Err)
+	}
+	return b.String()
 }
 
 // seen returns the events of kind (of world, if not empty) reported so far.
@@ -234,8 +248,13 @@ func (a *alarmRig) firedAt(id string, due, want time.Time) error {
 // applies the firing once and the host reports it (EvTimerFired, its
 // lateness in Dur).
 func TestHeldWorldsTimerFiresAtItsDueTimeWithNoTimerWorker(t *testing.T) {
-	forEachBackend(t, 41, "held-timer", func(r *rig) error {
+	forEachBackend(t, 41, "held-timer", func(r *rig) (err error) {
 		a := newAlarmRig(r)
+		defer func() {
+			if err != nil {
+				err = fmt.Errorf("%w\nthe host's events:\n%s", err, a.history())
+			}
+		}()
 		if err := a.create("h", "A"); err != nil {
 			return err
 		}

@@ -117,7 +117,7 @@ func openReal(t *testing.T, ctx context.Context, backend string, clock *offsetCl
 			t.Skipf("%s is not set: skipping PostgreSQL", dsnEnv)
 		}
 		schema := pgtest.FreshSchema(t, dsn, "orrery_workflow")
-		st, err := postgres.Open(ctx, dsn, postgres.WithSchema(schema), postgres.WithClockOffset(clock.offset), postgres.WithMaxConns(8))
+		st, err := postgres.Open(ctx, dsn, postgres.WithSchema(schema), postgres.WithClockOffset(clock.offset), postgres.WithMaxConns(8), postgres.WithWarmConns(1))
 		if err != nil {
 			t.Fatal(err)
 		}

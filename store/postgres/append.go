@@ -556,8 +556,9 @@ func (s *Store) queueInserts(b *batch, p *plan) {
 // queueCycles queues the commits' intents, timers, cancellations,
 // snapshots and status changes on b, in the order a cycle applies them (a
 // timer scheduled and cancelled by one cycle is gone), and the
-// notifications of what they may have changed.
-func (s *Store) queueCycles(b *batch, p *plan, v *view) {
+// notifications of what they may have changed. written is a status move
+// already written (by guard_end), or nil.
+func (s *Store) queueCycles(b *batch, p *plan, v *view, written *owned[statusMove]) {
 	var topics []string
 	if n := len(p.intents); n > 0 {
 		hs, ws, ks, os, cs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -628,9 +629,11 @@ func (s *Store) queueCycles(b *batch, p *plan, v *view) {
 			ON CONFLICT (world, height) DO NOTHING`, ws, hs, sts, shs, s.off())
 	}
 	// Last, as a cycle applies it: the status, and the lease it ends.
-	for _, o := range p.moves {
+	for i, o := range p.moves {
 		var ts []string
-		if v.speculative {
+		if written != nil && written == &p.moves[i] {
+			ts = statusTopics(o.v.endLease)
+		} else if v.speculative {
 			ts = queueStatusNow(b, o.world, o.v.to, o.v.reason, o.v.endLease, s.off())
 		} else {
 			ts = queueStatus(b, o.world, o.v.to, o.v.reason, o.v.endLease, o.v.now)
@@ -642,7 +645,7 @@ func (s *Store) queueCycles(b *batch, p *plan, v *view) {
 		}
 	}
 	if len(topics) > 0 {
-		b.queue(nil, `SELECT notify_topic(t) FROM unnest($1::text[]) AS t`, topics)
+		b.queue(nil, notifySQL, topics)
 	}
 }
 
@@ -781,7 +784,7 @@ func (s *Store) appendChecked(reqs []*appendReq) ([]appendResult, map[string]*st
 	b = &batch{}
 	s.queueHeads(b, pl, v)
 	s.queueInserts(b, pl)
-	s.queueCycles(b, pl, v)
+	s.queueCycles(b, pl, v, nil)
 	b.queue(nil, "COMMIT")
 	if err := b.send(ctx, p); err != nil {
 		return nil, nil, err
@@ -1001,6 +1004,17 @@ func (s *Store) commitSpeculation(sp *speculation) ([]appendResult, bool) {
 // b, inside the caller's transaction: if an assertion fails, it raises and
 // the transaction rolls back whole.
 func (s *Store) queueSpeculation(b *batch, sp *speculation) {
+	if e := sp.loneEnd(); e != nil {
+		// One call asserts and writes what guard_batch asserts and the
+		// status change writes (guard_end): the updates take the locks.
+		h := sp.v.heads[e.world]
+		g := sp.cursors[e.world]
+		b.queue(nil, guardEndSQL, e.world, int64(min(sp.fences[0].Epoch, 1<<63-1)), h.read, h.head, g.expected, h.cursor, g.bound,
+			sp.keyKeys, string(e.v.to), e.v.reason, s.off())
+		s.queueInserts(b, sp.pl)
+		s.queueCycles(b, sp.pl, sp.v, e)
+		return
+	}
 	// One call asserts the guesses in the checked path's lock order
 	// (world rows of a batch that ends a world, lease rows, stream rows)
 	// and moves the heads and cursors (guard_batch):
@@ -1029,7 +1043,7 @@ func (s *Store) queueSpeculation(b *batch, sp *speculation) {
 	if len(sp.cursors) == 0 {
 		bound = nil // no cursor moves: nothing to bound
 	}
-	b.queue(nil, `SELECT guard_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+	b.queue(nil, guardBatchSQL,
 		sp.statusWorlds, ws, es, len(sp.statusWorlds) > 0,
 		sp.streams, olds, news, oldc, newc, bound, sp.keyStreams, sp.keyKeys, s.off())
 	// Read after the compare-and-swap locked the streams (see appendChecked).
@@ -1047,5 +1061,28 @@ func (s *Store) queueSpeculation(b *batch, sp *speculation) {
 			JOIN events e ON e.stream = k.s AND e.idempotency_key = k.key), 0, 'a key is stored already')`, ks, kk)
 	}
 	s.queueInserts(b, sp.pl)
-	s.queueCycles(b, sp.pl, sp.v)
+	s.queueCycles(b, sp.pl, sp.v, nil)
+}
+
+// loneEnd returns the status move of a speculation that is one Commit
+// ending its world's lease (a run's end, a world archived by its own
+// cycle) on its world's stream alone, or nil.
+func (sp *speculation) loneEnd() *owned[statusMove] {
+	if len(sp.reqs) != 1 || len(sp.pl.moves) != 1 || len(sp.streams) != 1 || len(sp.fences) != 1 ||
+		len(sp.free) != 0 || len(sp.pl.refused) != 0 {
+		return nil
+	}
+	r, e := sp.reqs[0], &sp.pl.moves[0]
+	if r.commit == nil || !e.v.endLease || e.world != r.stream || sp.streams[0] != r.stream || sp.fences[0].World != r.stream {
+		return nil
+	}
+	if _, ok := sp.cursors[r.stream]; !ok {
+		return nil
+	}
+	for _, ks := range sp.keyStreams {
+		if ks != r.stream {
+			return nil
+		}
+	}
+	return e
 }

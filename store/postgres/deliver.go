@@ -289,7 +289,7 @@ func (s *Store) enqueueOne(ctx context.Context, r *deliveryReq) ([]deliveryResul
 	b.queue(nil, "BEGIN")
 	b.queue(func(br pgx.BatchResults) error {
 		return br.QueryRow().Scan(&found, &status, &seq, &dup, &written)
-	}, `SELECT * FROM enqueue_one($1, $2, $3, $4, $5)`, r.world, r.itemKind, r.payload, r.key, s.off())
+	}, enqueueOneSQL, r.world, r.itemKind, r.payload, r.key, s.off())
 	b.queue(nil, "COMMIT")
 	if err := b.send(ctx, p); err != nil {
 		return nil, err

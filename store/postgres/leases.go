@@ -246,7 +246,7 @@ func (s *Store) bulkLeases(ctx context.Context, op, worker string, refs []store.
 	err := s.retry(ctx, op, "", func() error {
 		var rows pgx.Rows
 		if renew {
-			rows, _ = s.pool.Query(ctx, `SELECT * FROM renew_leases($1, $2, $3, $4, $5)`, worker, ws, es, int64(ttl), s.off())
+			rows, _ = s.pool.Query(ctx, renewLeasesSQL, worker, ws, es, int64(ttl), s.off())
 		} else {
 			rows, _ = s.pool.Query(ctx, `SELECT * FROM release_leases($1, $2, $3, $4)`, worker, ws, es, s.off())
 		}

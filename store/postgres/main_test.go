@@ -78,7 +78,7 @@ func openStore(tb testing.TB, schema string, c *clock, opts ...Option) *Store {
 	if c == nil {
 		c = &clock{}
 	}
-	all := append([]Option{WithSchema(schema), WithClockOffset(c.offset), WithMaxConns(4)}, opts...)
+	all := append([]Option{WithSchema(schema), WithClockOffset(c.offset), WithMaxConns(4), WithWarmConns(1)}, opts...)
 	s, err := Open(bg, dsn, all...)
 	if err != nil {
 		tb.Fatalf("Open: %v", err)

@@ -252,6 +252,37 @@ func TestSpeculativeCommitFallsBackOnEveryWrongGuess(t *testing.T) {
 			bt.Status = &store.StatusChange{Status: store.WorldArchived, Reason: "done"}
 			return e, bt
 		}, store.ErrFenced, 0},
+		// A lone Commit ending its lease speculates through guard_end.
+		{"head moved by another machine, with a Status", func(w string) (uint64, store.CommitBatch) {
+			e := spawnCached(t, a, w, 1)
+			if _, err := b.Append(bg, w, []store.Record{rec("other")}, fenced(w, e)); err != nil {
+				t.Fatal(err)
+			}
+			bt := cycle(0, 1, 0, "mine")
+			bt.Status = &store.StatusChange{Status: store.WorldArchived, Reason: "done"}
+			return e, bt
+		}, store.ErrHeadMismatch, 1},
+		{"cursor moved by another machine, with a Status", func(w string) (uint64, store.CommitBatch) {
+			e := spawnCached(t, a, w, 2)
+			if _, err := b.DrainToJournal(bg, w, e, 0, 0, 1, nil); err != nil {
+				t.Fatal(err)
+			}
+			bt := cycle(0, 1, 0, "mine")
+			bt.Status = &store.StatusChange{Status: store.WorldArchived, Reason: "done"}
+			return e, bt
+		}, store.ErrCursorMismatch, 0},
+		{"lease taken over, with a Status", func(w string) (uint64, store.CommitBatch) {
+			e := spawnCached(t, a, w, 1)
+			if err := b.Release(bg, w, "A", e); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Acquire(bg, w, "B", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			bt := cycle(0, 1, 0, "mine")
+			bt.Status = &store.StatusChange{Status: store.WorldArchived, Reason: "done"}
+			return e, bt
+		}, store.ErrFenced, 0},
 		{"cursor past the last seq", func(w string) (uint64, store.CommitBatch) {
 			return spawnCached(t, a, w, 1), cycle(0, 2, 0, "mine")
 		}, store.ErrInvalid, 0},
@@ -437,12 +468,13 @@ func TestSpeculativeStatusCommitLocksWorldThenLeaseThenStream(t *testing.T) {
 		})
 		done <- a
 	}()
-	// Wait until the Commit waits for the session, in guard_batch.
+	// Wait until the Commit waits for the session, in guard_end (a lone
+	// Commit ending its world's lease).
 	probe := rawConn(t, s.Schema())
 	for {
 		var waiting bool
 		if err := probe.QueryRow(bg, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE '%guard_batch(%')`, conn.PgConn().PID()).Scan(&waiting); err != nil {
+			WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE '%guard_end(%')`, conn.PgConn().PID()).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		if waiting {

@@ -74,13 +74,7 @@ func (h *watchHub) add(ctx context.Context, op string, w store.Waker, topics []s
 	for _, t := range topics {
 		h.topics[t]++
 	}
-	if !h.started {
-		h.started = true
-		lctx, cancel := context.WithCancel(context.Background())
-		h.cancel = cancel
-		h.wg.Add(1)
-		go h.listen(lctx)
-	}
+	h.startLocked()
 	ready := h.ready
 	h.mu.Unlock()
 	var once sync.Once
@@ -107,6 +101,25 @@ func (h *watchHub) add(ctx context.Context, op string, w store.Waker, topics []s
 		return nil, &store.Error{Op: op, Kind: ctx.Err()}
 	}
 	return stop, nil
+}
+
+// start opens the listener, unless it is open or the hub closed.
+func (h *watchHub) start() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.closed {
+		h.startLocked()
+	}
+}
+
+func (h *watchHub) startLocked() {
+	if !h.started {
+		h.started = true
+		lctx, cancel := context.WithCancel(context.Background())
+		h.cancel = cancel
+		h.wg.Add(1)
+		go h.listen(lctx)
+	}
 }
 
 // broadcast hints every watched topic, in a stable order.

@@ -108,7 +108,7 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 		}, spawnWorldSQL, spec.Universe, spec.World, spec.Holder, int64(spec.TTL), head, kinds, payloads, keys, s.off())
 		if journal != nil {
 			s.queueInserts(b, journal.pl)
-			s.queueCycles(b, journal.pl, journal.v)
+			s.queueCycles(b, journal.pl, journal.v, nil)
 		}
 	})
 	if err != nil {
@@ -276,7 +276,7 @@ func (s *Store) SetWorldStatus(ctx context.Context, world string, status store.W
 		changed = true
 		w.Status, w.StatusReason, w.StatusChangedAt = status, reason, fromNS(now)
 		held = endLease && held
-		b.queue(nil, `SELECT notify_topic(t) FROM unnest($1::text[]) AS t`, queueStatus(b, world, status, reason, held, now))
+		b.queue(nil, notifySQL, queueStatus(b, world, status, reason, held, now))
 		return nil
 	})
 	if err != nil {
@@ -299,11 +299,18 @@ func (s *Store) SetWorldStatus(ctx context.Context, world string, status store.W
 func queueStatus(b *batch, world string, status store.WorldStatus, reason string, endLease bool, now int64) []string {
 	b.queue(nil, `UPDATE worlds SET status = $2, status_reason = $3, status_changed_at_ns = $4 WHERE world = $1`,
 		world, string(status), reason, now)
-	if !endLease {
-		return []string{store.TopicAssignments}
+	if endLease {
+		b.queue(nil, `UPDATE leases SET holder = '', expires_at_ns = least(expires_at_ns, $2) WHERE world = $1`, world, now)
 	}
-	b.queue(nil, `UPDATE leases SET holder = '', expires_at_ns = least(expires_at_ns, $2) WHERE world = $1`, world, now)
-	return []string{store.TopicAssignments, store.TopicLeases}
+	return statusTopics(endLease)
+}
+
+// statusTopics are the topics a status change hints.
+func statusTopics(endLease bool) []string {
+	if endLease {
+		return []string{store.TopicAssignments, store.TopicLeases}
+	}
+	return []string{store.TopicAssignments}
 }
 
 // queueStatusNow is queueStatus in a transaction that read no time (a
@@ -314,14 +321,10 @@ func queueStatusNow(b *batch, world string, status store.WorldStatus, reason str
 	if !endLease {
 		b.queue(nil, `UPDATE worlds SET status = $2, status_reason = $3, status_changed_at_ns = now_ns($4) WHERE world = $1`,
 			world, string(status), reason, off)
-		return []string{store.TopicAssignments}
+	} else {
+		b.queue(nil, statusEndSQL, world, string(status), reason, off)
 	}
-	b.queue(nil, `WITH w AS (
-			UPDATE worlds SET status = $2, status_reason = $3, status_changed_at_ns = now_ns($4) WHERE world = $1
-			RETURNING status_changed_at_ns AS t)
-		UPDATE leases l SET holder = '', expires_at_ns = least(l.expires_at_ns, w.t) FROM w WHERE l.world = $1`,
-		world, string(status), reason, off)
-	return []string{store.TopicAssignments, store.TopicLeases}
+	return statusTopics(endLease)
 }
 
 // ---- snapshots ----

@@ -33,7 +33,7 @@ func openPostgres(t *testing.T) store.Store {
 		t.Skipf("%s is not set: skipping PostgreSQL", dsnEnv)
 	}
 	schema := pgtest.FreshSchema(t, dsn, "orrery_projector")
-	st, err := postgres.Open(bg, dsn, postgres.WithSchema(schema), postgres.WithMaxConns(4))
+	st, err := postgres.Open(bg, dsn, postgres.WithSchema(schema), postgres.WithMaxConns(4), postgres.WithWarmConns(1))
 	if err != nil {
 		t.Fatal(err)
 	}

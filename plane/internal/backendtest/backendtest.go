@@ -61,7 +61,7 @@ func Open(t testing.TB, ctx context.Context, backend string, clock *Clock) store
 			t.Skipf("%s is not set: skipping PostgreSQL (.ci/run sets it)", DSNEnv)
 		}
 		schema := pgtest.FreshSchema(t, dsn, "orrery_plane")
-		st, err := postgres.Open(ctx, dsn, postgres.WithSchema(schema), postgres.WithClockOffset(clock.Offset), postgres.WithMaxConns(8))
+		st, err := postgres.Open(ctx, dsn, postgres.WithSchema(schema), postgres.WithClockOffset(clock.Offset), postgres.WithMaxConns(8), postgres.WithWarmConns(1))
 		if err != nil {
 			t.Fatal(err)
 		}
