@@ -15,9 +15,9 @@ import (
 // Watch implements store.Store. The wakers live in a local hub
 // (store/internal/hub); hints reach it from this process's own commits at
 // once, and from every process's commits through LISTEN/NOTIFY on one
-// dedicated connection, opened on the first Watch and reopened (with a
-// hint on every watched topic, since notifications may have been missed)
-// if it drops. Every NOTIFY is sent inside the transaction of the change,
+// dedicated connection, opened at Open (so that the first Watch need not
+// wait for it) and reopened (with a hint on every watched topic, since
+// notifications may have been missed) if it drops. Every NOTIFY is sent inside the transaction of the change,
 // so PostgreSQL delivers it only after the commit. The registration holds
 // no goroutine of its own: the listener is the store's, and ends at Close.
 func (s *Store) Watch(ctx context.Context, w store.Waker, topics ...string) (func(), error) {
