@@ -269,14 +269,17 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	s := &Store{cfg: cfg}
 	var current atomic.Bool
 	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-		if current.Load() {
-			_ = warmConn(ctx, c, s.off())
+		if current.Load() && !warmConnOK(ctx, c, s.off()) {
+			return errWarmLeftConn
 		}
 		return nil
 	}
+	// A connection is warmed before it serves; one that warming left
+	// unusable (closed, or inside a transaction) is replaced, and the
+	// request retried on another.
 	pc.PrepareConn = func(ctx context.Context, c *pgx.Conn) (bool, error) {
 		if current.Load() && !warmed(c) {
-			_ = warmConn(ctx, c, s.off())
+			return warmConnOK(ctx, c, s.off()), nil
 		}
 		return true, nil
 	}

@@ -2,8 +2,10 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -123,6 +125,24 @@ func warmConn(ctx context.Context, conn *pgx.Conn, off int64) error {
 	return nil
 }
 
+// warmTimeout bounds one connection's warming.
+const warmTimeout = 10 * time.Second
+
+// errWarmLeftConn refuses a new connection that warming left unusable.
+var errWarmLeftConn = errors.New("postgres: warming left the connection unusable")
+
+// warmConnOK warms conn, on a context of its own (a request's
+// cancellation must not cut a warming short: a rollback that fails closes
+// the connection), and reports whether conn can serve: open and outside
+// any transaction. A warming that failed otherwise leaves conn as pgx
+// made it, which serves.
+func warmConnOK(ctx context.Context, conn *pgx.Conn, off int64) bool {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), warmTimeout)
+	defer cancel()
+	_ = warmConn(wctx, conn, off)
+	return !conn.IsClosed() && conn.PgConn().TxStatus() == 'I'
+}
+
 // warmPool opens n of the pool's connections at once, each warmed by the
 // pool's hooks (or here, for one opened before the schema was current),
 // and puts them back idle.
@@ -132,7 +152,9 @@ func warmPool(ctx context.Context, pool *pgxpool.Pool, n int, off int64) {
 	for range n {
 		wg.Go(func() {
 			if c, err := pool.Acquire(ctx); err == nil {
-				_ = warmConn(ctx, c.Conn(), off)
+				// Acquire warmed it (PrepareConn) unless the schema was
+				// not current when it opened: then, at the latest, here.
+				_ = warmConnOK(ctx, c.Conn(), off)
 				conns <- c
 			}
 		})

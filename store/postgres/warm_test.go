@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -62,5 +63,26 @@ func TestWarmConnRunsEveryHotPath(t *testing.T) {
 	var n int
 	if err := conn.QueryRow(bg, `SELECT count(*) FROM worlds`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("worlds after warming: %d rows, %v; want none", n, err)
+	}
+}
+
+// A request's cancellation does not cut a warming short (a rollback that
+// fails closes the connection): a connection warmed under a cancelled
+// context is warmed, open and outside any transaction.
+func TestWarmingOutlivesTheRequestsCancellation(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, "", nil)
+	conn := rawConn(t, s.Schema())
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	if !warmConnOK(ctx, conn, s.off()) {
+		t.Fatal("warmConnOK under a cancelled context left the connection unusable")
+	}
+	if !warmed(conn) {
+		t.Fatal("the connection is not warmed")
+	}
+	var one int
+	if err := conn.QueryRow(bg, `SELECT 1`).Scan(&one); err != nil || one != 1 {
+		t.Fatalf("the connection after warming: %d, %v", one, err)
 	}
 }
