@@ -915,6 +915,7 @@ func (h *Host) acquirePage(ctx context.Context, ids []string) error {
 	}
 	var got []*lease
 	var backlog []bool
+	var nextTimer []time.Time
 	var giveBack []store.LeaseRef
 	for i, r := range res {
 		l := ls[i]
@@ -935,6 +936,7 @@ func (h *Host) acquirePage(ctx context.Context, ids []string) error {
 		l.expires.Store(r.Lease.ExpiresAt.UnixNano())
 		got = append(got, l)
 		backlog = append(backlog, r.Backlog)
+		nextTimer = append(nextTimer, r.NextTimer)
 	}
 	h.mu.Lock()
 	if h.stopped {
@@ -968,8 +970,13 @@ func (h *Host) acquirePage(ctx context.Context, ids []string) error {
 	h.giveBack(ctx, giveBack)
 	for i, l := range got {
 		h.emit(HostEvent{Kind: EvAcquired, World: l.world, Epoch: l.epoch})
-		if backlog[i] {
+		switch {
+		case backlog[i]:
 			h.hint(l)
+		case !nextTimer[i].IsZero():
+			// Passive with a timer armed: it wakes when the timer is
+			// due, restores, learns its timers and fires them.
+			h.timers.add(l, wakeKey(l.world), nextTimer[i])
 		}
 	}
 	return nil

@@ -21,7 +21,9 @@ import (
 // A world's timers are set by its own commits, so the host that holds its
 // lease knows each one and its due time without asking anybody: it
 // records them as its commits land (and, for a world restored with timers
-// armed, reads their due times once with ListTimers), and fires each at
+// armed, reads their due times once with ListTimers; a world taken over
+// and left passive is woken, restored and so listed when its earliest
+// timer is due, which the acquisition told: wakeKey), and fires each at
 // its due time with store.FireHeld, one fenced write that needs no claim,
 // then wakes the world as an inbox hint does. The timer worker
 // (plane/timer), lagging behind, fires only what no live holder did.
@@ -254,6 +256,12 @@ func (s *hostTimers) armLocked() {
 
 // ---- the host's side ----
 
+// wakeKey is the schedule's key of a wake-up: a passive world taken over
+// with a timer armed is started when its earliest timer is due (its
+// commits, which would tell the host its timers, were another host's).
+// No intent hash (hex) begins with a NUL.
+func wakeKey(world string) string { return "\x00wake:" + world }
+
 // timersCommitted records what a commit of l's world did to its timers:
 // the ones it set (they are durable now) and the ones it cancelled, in
 // the order the store applied them.
@@ -276,6 +284,8 @@ func (h *Host) learnTimers(ctx context.Context, l *lease, armed []string) {
 	if l.timersKnown.Load() {
 		return
 	}
+	// Restored: a wake-up scheduled at its takeover has done its work.
+	h.timers.cancel(l, []string{wakeKey(l.world)})
 	if len(armed) == 0 {
 		// Nothing armed: from here on the world's commits tell all.
 		l.timersKnown.Store(true)
@@ -347,6 +357,10 @@ func (h *Host) fireHeld(ctx context.Context, e *hostTimer) {
 	h.mu.Unlock()
 	if !held || !h.alive(l) {
 		return // dropped meanwhile: the world's next holder, or the timer worker, fires it
+	}
+	if e.hash == wakeKey(l.world) {
+		h.hint(l)
+		return
 	}
 	var links []trace.Link
 	if h.cfg.Links != nil {

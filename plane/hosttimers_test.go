@@ -506,6 +506,74 @@ func TestRestoredWorldFiresTimersSetBeforeARestart(t *testing.T) {
 	})
 }
 
+// TestTakenOverPassiveWorldWakesAtItsTimer: a host that takes a world
+// over learns from the acquisition when the world's earliest timer is due
+// (AcquireResult.NextTimer), leaves the world passive (no input is
+// waiting) and wakes it then: the world restores, learns its timers and
+// fires this one, at its due time under the lab, with no input and no
+// timer worker. Before, only the timer worker fired it, its Lag late.
+func TestTakenOverPassiveWorldWakesAtItsTimer(t *testing.T) {
+	forEachBackend(t, 47, "held-takeover-wake", func(r *rig) (err error) {
+		a := newAlarmRig(r)
+		defer func() {
+			if err != nil {
+				err = fmt.Errorf("%w\nthe hosts' events:\n%s", err, a.history())
+			}
+		}()
+		if err := a.create("p", "A"); err != nil {
+			return err
+		}
+		stA := r.handle(nil)
+		hA, err := a.host("A", stA, nil)
+		if err != nil {
+			return err
+		}
+		after := 6 * time.Second
+		if r.real() {
+			after = 1500 * time.Millisecond
+		}
+		due, err := a.arm(a.client(), "p", "x", after)
+		if err != nil {
+			return err
+		}
+		stA.Crash()
+		hA.Kill(r.ctx)
+		if err := r.advance(r.hostConfig("A", nil, nil).LeaseTTL); err != nil {
+			return err
+		}
+		if err := r.base.Assign(r.ctx, "p", store.Assignment{DesiredWorker: "B"}, nil); err != nil {
+			return err
+		}
+		hB, err := a.host("B", r.handle(nil), nil)
+		if err != nil {
+			return err
+		}
+		defer hB.Stop(r.ctx)
+		if err := r.waitFor("B holds p", 10*time.Second, func() (bool, error) {
+			_, ok := hB.Lease("p")
+			return ok, nil
+		}); err != nil {
+			return err
+		}
+		if !r.real() {
+			// Taken over before the timer is due, and left passive.
+			if _, active := hB.Worlds(); active != 0 {
+				return fmt.Errorf("B runs %d worlds before p's timer is due, want p passive", active)
+			}
+		}
+		if err := a.rang("p", "x"); err != nil {
+			return err
+		}
+		if err := a.firedAt("p", due, due); err != nil {
+			return err
+		}
+		if evs := a.seen(plane.EvTimerFired, "p"); len(evs) != 1 || evs[0].Epoch != 2 {
+			return fmt.Errorf("EvTimerFired %+v, want one by B at epoch 2", evs)
+		}
+		return nil
+	})
+}
+
 // runTimerWorker runs a timer worker over st in a scope of its own until
 // the returned stop is called.
 func runTimerWorker(r *rig, st timer.Store, cfg timer.Config) (*timer.Worker, func(), error) {

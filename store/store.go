@@ -303,14 +303,18 @@ type LeaseResult struct {
 // that taking over many worlds needs no call per world: the world's
 // universe (which definition runs it) and whether its inbox holds items
 // beyond its cursor (whether a process must start now, or the world may
-// stay passive until its next input). Universe and Backlog are read in the
-// transaction that took the lease; they are zero when Err is set.
+// stay passive until its next input), and when its earliest timer not yet
+// delivered is due (NextTimer, zero for none: a passive world must wake
+// then, since only its firing will). Universe, Backlog and NextTimer are
+// read in the transaction that took the lease; they are zero when Err is
+// set.
 type AcquireResult struct {
-	World    string
-	Lease    Lease
-	Universe string
-	Backlog  bool
-	Err      error
+	World     string
+	Lease     Lease
+	Universe  string
+	Backlog   bool
+	NextTimer time.Time
+	Err       error
 }
 
 // WorkerWorld is one row of ListWorkerWorlds: a world whose unexpired lease

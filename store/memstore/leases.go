@@ -47,9 +47,22 @@ func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []strin
 		if err == nil {
 			w := s.st.worlds[id]
 			out[i].Universe, out[i].Backlog = w.rec.Universe, w.lastSeq > w.cursor
+			out[i].NextTimer = s.st.nextTimer(id)
 		}
 	}
 	return out, nil
+}
+
+// nextTimer is the due time of world's earliest timer not yet delivered
+// (zero: none) (mu held).
+func (st *state) nextTimer(world string) time.Time {
+	var next time.Time
+	for _, t := range st.timers {
+		if t.item.World == world && t.item.State != store.TimerDelivered && (next.IsZero() || t.item.DeliverAt.Before(next)) {
+			next = t.item.DeliverAt
+		}
+	}
+	return next
 }
 
 // acquire decides protocol A for one world and writes the lease it takes

@@ -114,14 +114,18 @@ func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []strin
 		read := make(map[string]*bulkAcquired, len(asked))
 		var world, universe string
 		var backlog bool
+		var next *int64
 		var a acquired
 		_, err := pgx.ForEachRow(rows, []any{&world, &a.status, &universe, &a.assigned, &a.desired, &a.leased, &a.holder,
-			&a.epoch, &a.exp, &a.now, &a.written, &backlog}, func() error {
+			&a.epoch, &a.exp, &a.now, &a.written, &backlog, &next}, func() error {
 			if !asked[world] || read[world] != nil {
 				return errUnreachable
 			}
 			a.found = true
 			read[world] = &bulkAcquired{acquired: a, universe: universe, backlog: backlog}
+			if next != nil {
+				read[world].next = fromNS(*next)
+			}
 			return nil
 		})
 		if err != nil {
@@ -152,7 +156,7 @@ func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []strin
 			}
 			res.Lease, res.Err = next, err
 			if err == nil {
-				res.Universe, res.Backlog = r.universe, r.backlog
+				res.Universe, res.Backlog, res.NextTimer = r.universe, r.backlog, r.next
 			}
 			out[i] = res
 		}
@@ -173,6 +177,7 @@ type bulkAcquired struct {
 	acquired
 	universe string
 	backlog  bool
+	next     time.Time // the earliest timer not delivered (zero: none)
 	decided  bool
 	row      contract.LeaseRow
 }

@@ -115,6 +115,9 @@ func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []strin
 				res.Lease, res.Err = next, err
 				if err == nil {
 					res.Universe, res.Backlog = r.universe, r.backlog
+					if r.next.Valid {
+						res.NextTimer = fromNS(r.next.Int64)
+					}
 					if !keep {
 						r.lease = contract.LeaseRow{Found: true, Holder: next.Holder, Epoch: next.Epoch, ExpiresAt: next.ExpiresAt}
 						rows[id] = r
@@ -148,7 +151,8 @@ const acquireChunk = 256
 
 var (
 	acquireChunkRead = `SELECT w.id, w.universe, w.status, l.holder, l.epoch, l.expires_at, a.desired_worker,
-			EXISTS (SELECT 1 FROM inbox i WHERE i.world = w.id AND i.seq > w.inbox_cursor)
+			EXISTS (SELECT 1 FROM inbox i WHERE i.world = w.id AND i.seq > w.inbox_cursor),
+			(SELECT min(t.deliver_at) FROM timers t WHERE t.world = w.id AND t.state IN ('scheduled', 'claimed'))
 		FROM worlds w LEFT JOIN leases l ON l.world = w.id LEFT JOIN assignments a ON a.world = w.id
 		WHERE w.id IN (` + placeholders(1, acquireChunk) + `)`
 	// ?1 the holder, ?2 the expiry, then (world, epoch) pairs.
@@ -178,6 +182,7 @@ type acquireRow struct {
 	desired  string
 	lease    contract.LeaseRow
 	backlog  bool
+	next     sql.NullInt64 // the earliest timer not delivered
 }
 
 // acquireRows reads the rows of up to acquireChunk worlds; a world missing
@@ -203,7 +208,7 @@ func (t *wtx) acquireRows(worlds []string) (map[string]acquireRow, error) {
 			epoch, expires       sql.NullInt64
 			r                    acquireRow
 		)
-		if err := rows.Scan(&id, &universe, &status, &holder, &epoch, &expires, &desired, &r.backlog); err != nil {
+		if err := rows.Scan(&id, &universe, &status, &holder, &epoch, &expires, &desired, &r.backlog, &r.next); err != nil {
 			return nil, err
 		}
 		r.universe, r.status = universe, store.WorldStatus(status)

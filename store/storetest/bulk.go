@@ -22,6 +22,7 @@ func bulkTests() []testCase {
 		{"AcquireLeasesAnswersEachWorldAsAcquireWould", testAcquireLeases},
 		{"AcquireLeasesRaisesEpochsAfterReleaseAndExpiry", testAcquireLeasesEpochs},
 		{"AcquireLeasesReportsTheInboxBacklog", testAcquireLeasesBacklog},
+		{"AcquireLeasesReportsTheNextTimer", testAcquireLeasesNextTimer},
 		{"AcquireLeasesOfManyWorldsInOneCall", testAcquireLeasesMany},
 		{"AcquireLeasesCallErrorsAreTheCalls", testAcquireLeasesCallErrors},
 		{"ConcurrentAcquireLeasesOneWinnerPerWorld", testConcurrentAcquireLeases},
@@ -482,6 +483,63 @@ func testAcquireLeasesBacklog(t *testing.T, open Factory) {
 	must(t, err, "AcquireLeases by B")
 	wantErr(t, res[0].Err, store.ErrLeaseHeld, "AcquireLeases of A's world by B")
 	if res[0].Backlog || res[0].Universe != "" {
+		t.Fatalf("refused answer %+v", res[0])
+	}
+}
+
+// AcquireLeases reports each taken world's earliest timer not yet
+// delivered: scheduled or claimed timers count, cancelled and delivered
+// ones do not, and a refused world reports none.
+func testAcquireLeasesNextTimer(t *testing.T, open Factory) {
+	f := setup(t, open)
+	ws := []string{"n-none", "n-two", "n-cancelled", "n-fired"}
+	for _, w := range ws {
+		f.world(w)
+	}
+	soon, later := f.now().Add(time.Hour), f.now().Add(2*time.Hour)
+	e := f.acquire("n-two", "A").Epoch
+	must(t, f.s.Schedule(bg, "n-two", e, "n-two-later", later, nil), "Schedule")
+	must(t, f.s.Schedule(bg, "n-two", e, "n-two-soon", soon, nil), "Schedule")
+	e = f.acquire("n-cancelled", "A").Epoch
+	must(t, f.s.Schedule(bg, "n-cancelled", e, "n-cancelled-t", soon, nil), "Schedule")
+	must(t, f.s.CancelTimer(bg, "n-cancelled", e, "n-cancelled-t"), "CancelTimer")
+	e = f.acquire("n-fired", "A").Epoch
+	must(t, f.s.Schedule(bg, "n-fired", e, "n-fired-t", f.now(), nil), "Schedule")
+	_, err := f.s.FireHeld(bg, "n-fired", e, "n-fired-t")
+	must(t, err, "FireHeld")
+	res, err := f.s.AcquireLeases(bg, "A", ws, leaseTTL)
+	must(t, err, "AcquireLeases")
+	for i, want := range []time.Time{{}, soon, {}, {}} {
+		r := res[i]
+		must(t, r.Err, "AcquireLeases of "+r.World)
+		if !r.NextTimer.Equal(want) {
+			t.Fatalf("%s: next timer %v, want %v", r.World, r.NextTimer, want)
+		}
+	}
+	// A claimed timer is not delivered: it still counts.
+	claimed, err := f.s.ClaimDue(bg, "timer-worker", 10, leaseTTL)
+	must(t, err, "ClaimDue")
+	if len(claimed) != 0 {
+		t.Fatalf("claimed %+v before any timer was due", claimed)
+	}
+	e = res[1].Lease.Epoch
+	must(t, f.s.Schedule(bg, "n-two", e, "n-two-now", f.now(), nil), "Schedule")
+	claimed, err = f.s.ClaimDue(bg, "timer-worker", 10, leaseTTL)
+	must(t, err, "ClaimDue")
+	if len(claimed) != 1 || claimed[0].IntentHash != "n-two-now" {
+		t.Fatalf("claimed %+v, want n-two-now", claimed)
+	}
+	res, err = f.s.AcquireLeases(bg, "A", []string{"n-two"}, leaseTTL)
+	must(t, err, "AcquireLeases again")
+	must(t, res[0].Err, "AcquireLeases of n-two")
+	if !res[0].NextTimer.Equal(claimed[0].DeliverAt) {
+		t.Fatalf("n-two: next timer %v, want the claimed one's %v", res[0].NextTimer, claimed[0].DeliverAt)
+	}
+	// A refused world reports none.
+	res, err = f.s.AcquireLeases(bg, "B", []string{"n-two"}, leaseTTL)
+	must(t, err, "AcquireLeases by B")
+	wantErr(t, res[0].Err, store.ErrLeaseHeld, "AcquireLeases of A's world by B")
+	if !res[0].NextTimer.IsZero() {
 		t.Fatalf("refused answer %+v", res[0])
 	}
 }
