@@ -447,6 +447,50 @@ func TestPassivatedWorldIsWokenByItsTimer(t *testing.T) {
 	})
 }
 
+// armThenMoveToB creates world id on a host of worker A, arms its alarm
+// "x" (due 6s on, 1.5s on a real store), then crashes A, lets A's lease
+// run out and assigns id to B, and returns the alarm's due time and B's
+// host once B holds id (the caller stops it). No timer worker runs.
+func (a *alarmRig) armThenMoveToB(id string) (time.Time, *plane.Host, error) {
+	r := a.rig
+	if err := a.create(id, "A"); err != nil {
+		return time.Time{}, nil, err
+	}
+	stA := r.handle(nil)
+	hA, err := a.host("A", stA, nil)
+	if err != nil {
+		return time.Time{}, nil, err
+	}
+	after := 6 * time.Second
+	if r.real() {
+		after = 1500 * time.Millisecond
+	}
+	due, err := a.arm(a.client(), id, "x", after)
+	if err != nil {
+		return time.Time{}, nil, err
+	}
+	stA.Crash()
+	hA.Kill(r.ctx)
+	if err := r.advance(r.hostConfig("A", nil, nil).LeaseTTL); err != nil {
+		return time.Time{}, nil, err
+	}
+	if err := r.base.Assign(r.ctx, id, store.Assignment{DesiredWorker: "B"}, nil); err != nil {
+		return time.Time{}, nil, err
+	}
+	hB, err := a.host("B", r.handle(nil), nil)
+	if err != nil {
+		return time.Time{}, nil, err
+	}
+	if err := r.waitFor("B holds "+id, 10*time.Second, func() (bool, error) {
+		_, ok := hB.Lease(id)
+		return ok, nil
+	}); err != nil {
+		hB.Stop(r.ctx)
+		return time.Time{}, nil, err
+	}
+	return due, hB, nil
+}
+
 // TestRestoredWorldFiresTimersSetBeforeARestart: the host that set a
 // timer dies; the world's next host, once it restores the world (here on
 // new input), learns the timer's due time from the store and fires it
@@ -454,43 +498,12 @@ func TestPassivatedWorldIsWokenByItsTimer(t *testing.T) {
 func TestRestoredWorldFiresTimersSetBeforeARestart(t *testing.T) {
 	forEachBackend(t, 44, "held-restore", func(r *rig) error {
 		a := newAlarmRig(r)
-		if err := a.create("r", "A"); err != nil {
-			return err
-		}
-		stA := r.handle(nil)
-		hA, err := a.host("A", stA, nil)
-		if err != nil {
-			return err
-		}
-		c := a.client()
-		after := 6 * time.Second
-		if r.real() {
-			after = 1500 * time.Millisecond
-		}
-		due, err := a.arm(c, "r", "x", after)
-		if err != nil {
-			return err
-		}
-		stA.Crash()
-		hA.Kill(r.ctx)
-		if err := r.advance(r.hostConfig("A", nil, nil).LeaseTTL); err != nil {
-			return err
-		}
-		if err := r.base.Assign(r.ctx, "r", store.Assignment{DesiredWorker: "B"}, nil); err != nil {
-			return err
-		}
-		hB, err := a.host("B", r.handle(nil), nil)
+		due, hB, err := a.armThenMoveToB("r")
 		if err != nil {
 			return err
 		}
 		defer hB.Stop(r.ctx)
-		if err := r.waitFor("B holds r", 10*time.Second, func() (bool, error) {
-			_, ok := hB.Lease("r")
-			return ok, nil
-		}); err != nil {
-			return err
-		}
-		if _, err := c.Send(r.ctx, "r", Nudge{}, "nudge"); err != nil {
+		if _, err := a.client().Send(r.ctx, "r", Nudge{}, "nudge"); err != nil {
 			return err
 		}
 		if err := a.rang("r", "x"); err != nil {
@@ -520,41 +533,11 @@ func TestTakenOverPassiveWorldWakesAtItsTimer(t *testing.T) {
 				err = fmt.Errorf("%w\nthe hosts' events:\n%s", err, a.history())
 			}
 		}()
-		if err := a.create("p", "A"); err != nil {
-			return err
-		}
-		stA := r.handle(nil)
-		hA, err := a.host("A", stA, nil)
-		if err != nil {
-			return err
-		}
-		after := 6 * time.Second
-		if r.real() {
-			after = 1500 * time.Millisecond
-		}
-		due, err := a.arm(a.client(), "p", "x", after)
-		if err != nil {
-			return err
-		}
-		stA.Crash()
-		hA.Kill(r.ctx)
-		if err := r.advance(r.hostConfig("A", nil, nil).LeaseTTL); err != nil {
-			return err
-		}
-		if err := r.base.Assign(r.ctx, "p", store.Assignment{DesiredWorker: "B"}, nil); err != nil {
-			return err
-		}
-		hB, err := a.host("B", r.handle(nil), nil)
+		due, hB, err := a.armThenMoveToB("p")
 		if err != nil {
 			return err
 		}
 		defer hB.Stop(r.ctx)
-		if err := r.waitFor("B holds p", 10*time.Second, func() (bool, error) {
-			_, ok := hB.Lease("p")
-			return ok, nil
-		}); err != nil {
-			return err
-		}
 		if !r.real() {
 			// Taken over before the timer is due, and left passive.
 			if _, active := hB.Worlds(); active != 0 {
