@@ -67,27 +67,42 @@ func TestDuplicateDispatchTwoPoolsOneReceiptPerIntent(t *testing.T) {
 	})
 }
 
-// TestClaimExpiryReapReclaimLoserGetsClaimLost: pool A's adapter overruns
-// its claim (ignoring its context); the reaper requeues the effect and
-// pool B claims it. A finishes while B is still executing: its completion
-// is refused with ErrClaimLost and dropped. B completes; the world gets
-// one receipt, B's.
+// slowCompletes is a pool's store whose Complete reaches the store late
+// (a slow network path): it waits delay on the clock before forwarding.
+type slowCompletes struct {
+	adapter.Store
+	delay time.Duration
+}
+
+func (s slowCompletes) Complete(ctx context.Context, h string, c store.Claim, r store.Receipt) (uint64, bool, error) {
+	time.Sleep(s.delay)
+	return s.Store.Complete(ctx, h, c, r)
+}
+
+// TestClaimExpiryReapReclaimLoserGetsClaimLost: pool A finishes in time
+// and sends its completion before its claim expires, but the write reaches
+// the store late, after the reaper requeued the effect and pool B claimed
+// it: the store refuses it with ErrClaimLost, A drops its result, B
+// completes, and the world gets one receipt, B's. (A result that is ready
+// only after its claim expired never reaches the store:
+// TestPoolDropsAResultMadeAfterItsClaimExpired.)
 func TestClaimExpiryReapReclaimLoserGetsClaimLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
 		const ttl = 10 * time.Second
 		slow := func(d time.Duration, who string) *fake {
 			return &fake{do: func(context.Context, store.EffectItem, int) (adapter.Result, error) {
-				time.Sleep(d) // deaf to its context: a paused or stuck call
+				time.Sleep(d)
 				return adapter.OK(who), nil
 			}}
 		}
-		// A (one slot, so it cannot reclaim while stuck) claims at 0 and
-		// answers at 15s; its claim expires at 10s, when the reaper
-		// requeues it and B claims it; B answers at 18s.
-		fa, fb := slow(15*time.Second, "a"), slow(8*time.Second, "b")
+		// A (one slot, so it cannot reclaim while stuck) claims at 0,
+		// answers at 8s and its completion reaches the store at 16s; its
+		// claim expires at 10s, when the reaper requeues the effect and B
+		// claims it; B answers at 18s.
+		fa, fb := slow(8*time.Second, "a"), slow(8*time.Second, "b")
 		h := e.publish(kindTest, "x")
-		a := newPool(t, e.st, adapter.Config{Worker: "pool-a", Executor: e.ex, ClaimTTL: ttl, Concurrency: 1}, adapter.Register(fa, adapter.RetryPolicy{}))
+		a := newPool(t, slowCompletes{e.st, 8 * time.Second}, adapter.Config{Worker: "pool-a", Executor: e.ex, ClaimTTL: ttl, Concurrency: 1}, adapter.Register(fa, adapter.RetryPolicy{}))
 		ra := run(a)
 		synctest.Wait()
 		b := newPool(t, e.st, adapter.Config{Worker: "pool-b", Executor: e.ex, ClaimTTL: ttl}, adapter.Register(fb, adapter.RetryPolicy{}))
@@ -115,20 +130,22 @@ func TestClaimExpiryReapReclaimLoserGetsClaimLost(t *testing.T) {
 	})
 }
 
-// TestLateCompletionAfterWinnerIsDuplicate: as above, but the loser
-// finishes after the winner has completed: the store answers dup=true and
-// the world still has one receipt.
+// TestLateCompletionAfterWinnerIsDuplicate: as above, but A's completion
+// reaches the store after B's has: the store answers dup=true, A drops its
+// result, and the world still has one receipt, B's.
 func TestLateCompletionAfterWinnerIsDuplicate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
 		const ttl = 10 * time.Second
 		fa := &fake{do: func(context.Context, store.EffectItem, int) (adapter.Result, error) {
-			time.Sleep(5 * ttl)
+			time.Sleep(8 * time.Second)
 			return adapter.OK("a"), nil
 		}}
-		fb := &fake{}
+		fb := &fake{do: func(context.Context, store.EffectItem, int) (adapter.Result, error) {
+			return adapter.OK("b"), nil
+		}}
 		h := e.publish(kindTest, "x")
-		a := newPool(t, e.st, adapter.Config{Worker: "pool-a", Executor: e.ex, ClaimTTL: ttl, Concurrency: 1}, adapter.Register(fa, adapter.RetryPolicy{}))
+		a := newPool(t, slowCompletes{e.st, 4 * ttl}, adapter.Config{Worker: "pool-a", Executor: e.ex, ClaimTTL: ttl, Concurrency: 1}, adapter.Register(fa, adapter.RetryPolicy{}))
 		ra := run(a)
 		synctest.Wait()
 		b := newPool(t, e.st, adapter.Config{Worker: "pool-b", Executor: e.ex, ClaimTTL: ttl}, adapter.Register(fb, adapter.RetryPolicy{}))
@@ -141,7 +158,11 @@ func TestLateCompletionAfterWinnerIsDuplicate(t *testing.T) {
 		if s := a.Stats(); s.Duplicates != 1 || s.Completed != 0 {
 			t.Fatalf("late pool stats %+v, want one duplicate completion", s)
 		}
-		oneReceiptEach(t, e.st, e.world, h)
+		got := oneReceiptEach(t, e.st, e.world, h)[h]
+		var who string
+		if err := got.Decode(&who); err != nil || who != "b" {
+			t.Fatalf("receipt from %q (%v), want b's", who, err)
+		}
 	})
 }
 

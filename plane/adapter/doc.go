@@ -21,7 +21,7 @@
 // effect reaper and executed again under a new claim, and the store
 // accepts one terminal receipt per intent; a pool whose claim was taken
 // over learns it (ErrClaimLost, or a duplicate completion) and drops its
-// result. Within one claim an effect is executed once, with its bounded
+// result, as it drops a result it holds once its claim has expired. Within one claim an effect is executed once, with its bounded
 // retry attempts; never by two goroutines of one pool.
 //
 // Config.Observe reports every completion attempt (status, duplicate,

@@ -366,7 +366,7 @@ func (p *Pool) start(ctx context.Context, wake actor.Parker, it store.EffectItem
 			p.mu.Unlock()
 			wake.Unpark()
 		}()
-		p.execute(ctx, it, claimedAt.Add(p.budget))
+		p.execute(ctx, it, claimedAt.Add(p.budget), claimedAt.Add(p.cfg.ClaimTTL))
 	})
 }
 
@@ -374,7 +374,7 @@ func (p *Pool) start(ctx context.Context, wake actor.Parker, it store.EffectItem
 // claim's orrery.effect span. The span is a root linked to the cycle that
 // published the intent: the claim was started by the durable queue, not
 // by any caller's context.
-func (p *Pool) execute(ctx context.Context, it store.EffectItem, deadline time.Time) {
+func (p *Pool) execute(ctx context.Context, it store.EffectItem, deadline, expiry time.Time) {
 	var links []trace.Link
 	if p.cfg.Links != nil {
 		links = otrace.Link(p.cfg.Links.Intent(it.IntentHash))
@@ -410,7 +410,7 @@ func (p *Pool) execute(ctx context.Context, it store.EffectItem, deadline time.T
 		p.log.Warn("adapter: effect did not succeed; its receipt says so", p.attrs(it, kv...)...)
 	}
 	sp.SetAttributes(otrace.Status.String(string(r.Status)))
-	p.complete(ctx, it, r, exec)
+	p.complete(ctx, it, r, exec, expiry)
 	otrace.End(sp, p.ex.Now(), nil)
 }
 
@@ -520,7 +520,15 @@ func (p *Pool) receipt(it store.EffectItem, res Result, attempts int) store.Rece
 // ErrClaimLost and dup=true mean another claim's receipt is (or will be)
 // the one the world reads. exec is the claim's time in Execute, for
 // Observe.
-func (p *Pool) complete(ctx context.Context, it store.EffectItem, r store.Receipt, exec time.Duration) {
+//
+// Nothing is completed once the claim's expiry has passed (a process
+// paused or starved past it, a store outage that outlasted it): the
+// result is dropped and the reaper requeues the effect for a new claim,
+// as a world's holder does nothing after its lease's expiry. The store
+// would still accept the claim until someone claims again, but a result
+// made after the claim ran out (a timeout counted across a pause, say) is
+// not one the claim vouches for.
+func (p *Pool) complete(ctx context.Context, it store.EffectItem, r store.Receipt, exec time.Duration, expiry time.Time) {
 	ctx, sp := p.tr.Start(ctx, otrace.Receipt, trace.WithTimestamp(p.ex.Now()), trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(otrace.World.String(it.World), otrace.IntentHash.String(it.IntentHash),
 			otrace.Status.String(string(r.Status))))
@@ -528,6 +536,11 @@ func (p *Pool) complete(ctx context.Context, it store.EffectItem, r store.Receip
 	defer func() { otrace.End(sp, p.ex.Now(), spanErr) }()
 	replaced := false
 	for failures := 1; ; failures++ {
+		if !p.ex.Now().Before(expiry) {
+			p.drop(it, "the claim expired before its receipt was delivered")
+			spanErr = errDropped
+			return
+		}
 		seq, dup, err := p.st.Complete(ctx, it.IntentHash, it.ClaimOf(), r)
 		p.observe(it, r, seq, dup, err, exec)
 		switch {

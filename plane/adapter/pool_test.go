@@ -297,10 +297,14 @@ func TestPoolWakesAtHeldClaimExpiry(t *testing.T) {
 		if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 			t.Fatalf("claims at %v, want %v", got, want)
 		}
+		// The overrunning call's result comes after the claim's expiry:
+		// dropped, not completed (TestPoolDropsAResultMadeAfterItsClaimExpired).
 		close(release)
 		released = true
 		synctest.Wait()
-		oneReceiptEach(t, e.st, e.world, h)
+		if s := p.Stats(); s.Dropped != 1 || s.Completed != 0 {
+			t.Fatalf("stats %+v: the result of the expired claim on %.8s was not dropped", s, h)
+		}
 	})
 }
 
@@ -497,5 +501,49 @@ func TestPoolWaitsOutAFailingWatch(t *testing.T) {
 		if err := r.stop(); !errors.Is(err, context.Canceled) {
 			t.Fatalf("Run = %v, want context.Canceled", err)
 		}
+	})
+}
+
+// TestPoolDropsAResultMadeAfterItsClaimExpired: an adapter call that
+// outlives the claim (it ignores its context, as a process paused past
+// the claim's TTL does) returns ok, but the claim has expired by then: the
+// pool completes nothing, the reaper requeues the effect, the next claim
+// executes it again, and the world gets one receipt, that claim's.
+func TestPoolDropsAResultMadeAfterItsClaimExpired(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		const ttl = 10 * time.Second
+		f := &fake{do: func(_ context.Context, _ store.EffectItem, n int) (adapter.Result, error) {
+			if n == 1 {
+				time.Sleep(ttl + time.Second)
+			}
+			return adapter.OK(n), nil
+		}}
+		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex, ClaimTTL: ttl}, adapter.Register(f, adapter.RetryPolicy{}))
+		r := run(p)
+		defer r.stop()
+		h := e.publish(kindTest, "x")
+		time.Sleep(ttl + 2*time.Second)
+		synctest.Wait()
+		if s := p.Stats(); s.Dropped != 1 || s.Completed != 0 {
+			t.Fatalf("after the overrun: stats %+v, want one dropped result and no completion", s)
+		}
+		if n := len(receipts(t, e.st, e.world)); n != 0 {
+			t.Fatalf("%d receipts from a claim that had expired", n)
+		}
+		if n, err := e.st.ReapEffects(e.ctx); err != nil || n != 1 {
+			t.Fatalf("reaped %d (%v), want the expired claim", n, err)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		got := oneReceiptEach(t, e.st, e.world, h)[h]
+		var n int
+		if err := got.Decode(&n); err != nil || got.Status != world.StatusOK || n != 2 {
+			t.Fatalf("receipt %+v (body %d, %v): want ok from the second execution", got, n, err)
+		}
+		if s := p.Stats(); s.Claimed != 2 || s.Completed != 1 || s.Dropped != 1 {
+			t.Fatalf("stats %+v", s)
+		}
+		atMostOncePerClaim(t, f.snapshot())
 	})
 }
