@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/orrery-run/orrery/event"
@@ -101,6 +102,13 @@ const (
 func TopicInbox(world string) string { return topicInboxPrefix + world }
 
 const topicInboxPrefix = "inbox:"
+
+// InboxTopicWorld returns the world of an inbox topic (TopicInbox), and
+// false for any other topic.
+func InboxTopicWorld(topic string) (string, bool) {
+	w, ok := strings.CutPrefix(topic, topicInboxPrefix)
+	return w, ok && w != ""
+}
 
 // ValidTopic reports whether topic is one a Watch accepts.
 func ValidTopic(topic string) bool {

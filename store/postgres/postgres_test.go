@@ -856,16 +856,35 @@ func TestSpeculativeAppendFallsBackOnEveryWrongGuess(t *testing.T) {
 func TestWatchListenerReconnects(t *testing.T) {
 	t.Parallel()
 	a, b, _ := twoMachines(t)
-	if _, err := a.CreateWorld(bg, "u", "w", nil); err != nil {
+	for _, w := range []string{"w", "idle"} {
+		if _, err := a.CreateWorld(bg, "u", w, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// w has an item beyond its cursor (nobody drains it); idle has none.
+	if _, _, err := b.Enqueue(bg, "w", store.InboxItem{Kind: "event"}); err != nil {
 		t.Fatal(err)
 	}
-	sig := store.NewSignal()
-	stop, err := a.Watch(bg, sig, store.TopicInbox("w"))
-	if err != nil {
-		t.Fatal(err)
+	watch := func(topic string) <-chan struct{} {
+		sig := store.NewSignal()
+		stop, err := a.Watch(bg, sig, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+		return sig.C
 	}
-	defer stop()
-	ch := sig.C
+	ch, idle, effects := watch(store.TopicInbox("w")), watch(store.TopicInbox("idle")), watch(store.TopicEffects)
+	drain := func() {
+		time.Sleep(100 * time.Millisecond)
+		for _, c := range []<-chan struct{}{ch, idle, effects} {
+			select {
+			case <-c:
+			default:
+			}
+		}
+	}
+	drain() // the enqueue's own notification, if it came after the watch
 	// Every store opens its listener at Open, so b's listens on the same
 	// channel: both are cut.
 	conn := rawConn(t, a.Schema())
@@ -874,18 +893,25 @@ func TestWatchListenerReconnects(t *testing.T) {
 		WHERE query = 'LISTEN "'||$1||'"' AND pid <> pg_backend_pid()`, channelName(a.Schema())).Scan(&cut); err != nil || cut < 1 {
 		t.Fatalf("the listeners' backends: %d cut, %v", cut, err)
 	}
-	select {
-	case <-ch: // the reconnect's hint
-	case <-time.After(15 * time.Second):
-		t.Fatal("no hint after the listener reconnected")
+	// The reconnect's resync hints every topic but the inbox ones, and the
+	// inbox of the world with a backlog; not the idle world's (a host
+	// would restore every passive world it holds).
+	for name, c := range map[string]<-chan struct{}{"effects": effects, "the backlogged world's inbox": ch} {
+		select {
+		case <-c:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("no hint on %s after the listener reconnected", name)
+		}
 	}
-	// Drain a possible second hint, then a write by the other machine must
-	// be hinted through the new connection.
 	time.Sleep(100 * time.Millisecond)
 	select {
-	case <-ch:
+	case <-idle:
+		t.Fatal("the resync hinted the inbox of a world with nothing beyond its cursor")
 	default:
 	}
+	// A write by the other machine must be hinted through the new
+	// connection.
+	drain()
 	deadline := time.After(15 * time.Second)
 	for {
 		if _, _, err := b.Enqueue(bg, "w", store.InboxItem{Kind: "event"}); err != nil {

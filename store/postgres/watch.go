@@ -16,9 +16,15 @@ import (
 // (store/internal/hub); hints reach it from this process's own commits at
 // once, and from every process's commits through LISTEN/NOTIFY on one
 // dedicated connection, opened at Open (so that the first Watch need not
-// wait for it) and reopened (with a hint on every watched topic, since
-// notifications may have been missed) if it drops. Every NOTIFY is sent inside the transaction of the change,
-// so PostgreSQL delivers it only after the commit. The registration holds
+// wait for it) and reopened if it drops. Notifications sent while it was
+// down are lost, so a reconnect makes up for them (resync): it hints every
+// watched topic but the inbox ones, and of those only the worlds whose
+// inbox holds items beyond their cursor, read once the new connection
+// listens. A host watches the inbox of every world it holds, passive ones
+// included, and a hint wakes a passive world (a restore); hinting them
+// all would restore every world the host holds at once, just when the
+// database is coming back. Every NOTIFY is sent inside the transaction of
+// the change, so PostgreSQL delivers it only after the commit. The registration holds
 // no goroutine of its own: the listener is the store's, and ends at Close.
 func (s *Store) Watch(ctx context.Context, w store.Waker, topics ...string) (func(), error) {
 	const op = "watch"
@@ -122,16 +128,52 @@ func (h *watchHub) startLocked() {
 	}
 }
 
-// broadcast hints every watched topic, in a stable order.
-func (h *watchHub) broadcast() {
+// resyncPage bounds the worlds one backlog query of a resync names.
+const resyncPage = 10_000
+
+// backlogSQL selects, of the worlds named, those whose inbox holds items
+// beyond their cursor.
+const backlogSQL = `SELECT y.world FROM worlds y LEFT JOIN streams s ON s.stream = y.world
+	WHERE y.world = ANY($1::text[]) AND y.inbox_seq > coalesce(s.inbox_cursor, 0)`
+
+// resync hints, after a reconnect, what the notifications missed while the
+// listener was down may have concerned: every watched topic but the inbox
+// ones, then the inbox topics of the worlds that have a backlog, read on
+// conn (which listens already, so a change committed after the read is
+// notified). If the read fails, every inbox topic is hinted: a spurious
+// wake costs a restore, a lost one a world that waits for its next input.
+func (h *watchHub) resync(ctx context.Context, conn *pgx.Conn) {
 	h.mu.Lock()
-	all := make([]string, 0, len(h.topics))
+	var other, inbox []string
 	for t := range h.topics {
-		all = append(all, t)
+		if w, ok := store.InboxTopicWorld(t); ok {
+			inbox = append(inbox, w)
+		} else {
+			other = append(other, t)
+		}
 	}
 	h.mu.Unlock()
-	slices.Sort(all)
-	h.local.Notify(all...)
+	slices.Sort(other)
+	slices.Sort(inbox)
+	h.local.Notify(other...)
+	for len(inbox) > 0 {
+		page := inbox[:min(len(inbox), resyncPage)]
+		inbox = inbox[len(page):]
+		backlog, err := worldsWithBacklog(ctx, conn, page)
+		if err != nil {
+			backlog = page
+		}
+		topics := make([]string, len(backlog))
+		for i, w := range backlog {
+			topics[i] = store.TopicInbox(w)
+		}
+		h.local.Notify(topics...)
+	}
+}
+
+func worldsWithBacklog(ctx context.Context, conn *pgx.Conn, worlds []string) ([]string, error) {
+	rows, _ := conn.Query(ctx, backlogSQL, worlds)
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // listen keeps one connection LISTENing on the store's channel and turns
@@ -156,7 +198,7 @@ func (h *watchHub) listen(ctx context.Context) {
 				first = false
 				close(h.ready)
 			} else {
-				h.broadcast()
+				h.resync(ctx, conn)
 			}
 			for {
 				n, err := conn.WaitForNotification(ctx)
