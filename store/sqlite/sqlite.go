@@ -46,6 +46,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -92,6 +93,7 @@ type config struct {
 	maxBatch    int
 	readers     int
 	busyTimeout time.Duration
+	walRestart  int // tests only: walRestartFrames (checkpoint.go)
 }
 
 // Option configures Open.
@@ -168,6 +170,7 @@ type Store struct {
 
 	ckptPoke   chan struct{}
 	ckptExited chan struct{}
+	walRestart int // WAL frames past which a fully copied WAL is restarted (checkpoint.go)
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -212,6 +215,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		quit:       make(chan struct{}),
 		ckptPoke:   make(chan struct{}, 1),
 		ckptExited: make(chan struct{}),
+		walRestart: cmp.Or(cfg.walRestart, walRestartFrames),
 		rstmts:     make(map[string]*sql.Stmt),
 	}
 	var err error
@@ -343,6 +347,9 @@ type Stats struct {
 	MaxGroup uint64
 	// Checkpoints is the number of WAL checkpoints run (see checkpoint.go).
 	Checkpoints uint64
+	// WALRestarts is the number of RESTART checkpoints that made the next
+	// commit start the WAL over (see checkpoint.go).
+	WALRestarts uint64
 }
 
 type statsCounters struct {
@@ -350,6 +357,7 @@ type statsCounters struct {
 	requests     atomic.Uint64
 	maxGroup     atomic.Uint64
 	checkpoints  atomic.Uint64
+	walRestarts  atomic.Uint64
 	cacheResets  atomic.Uint64 // another connection wrote the file (commit.go)
 }
 
@@ -360,5 +368,6 @@ func (s *Store) Stats() Stats {
 		Requests:     s.stats.requests.Load(),
 		MaxGroup:     s.stats.maxGroup.Load(),
 		Checkpoints:  s.stats.checkpoints.Load(),
+		WALRestarts:  s.stats.walRestarts.Load(),
 	}
 }

@@ -1,0 +1,55 @@
+package sqlite
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestCheckpointerRestartsAFullyCopiedLargeWAL: once the WAL holds more
+// than walRestart frames and a PASSIVE checkpoint has copied all of them,
+// the checkpointer runs a RESTART checkpoint, and the next commit writes
+// at the start of the WAL instead of after everything committed so far.
+func TestCheckpointerRestartsAFullyCopiedLargeWAL(t *testing.T) {
+	const limit = 8
+	s, _, _ := openTemp(t, func(c *config) { c.walRestart = limit })
+	for i := range 20 {
+		if _, err := s.CreateWorld(bg, "u", fmt.Sprintf("w%02d", i), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The background checkpointer runs after commits; waiting for it is
+	// sequencing, not a timing claim.
+	deadline := time.Now().Add(30 * time.Second)
+	for s.Stats().WALRestarts == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no WAL restart after %d commits past a %d-frame limit: %+v", 20, limit, s.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := s.CreateWorld(bg, "u", "after", nil); err != nil {
+		t.Fatal(err)
+	}
+	_, log, _, err := s.walCheckpoint(bg, "PASSIVE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if log > limit {
+		t.Fatalf("the WAL holds %d frames after one commit past the restart, want it started over (at most %d)", log, limit)
+	}
+}
+
+// TestCheckpointLeavesASmallWALAlone: under the limit, a checkpoint copies
+// the WAL and restarts nothing.
+func TestCheckpointLeavesASmallWALAlone(t *testing.T) {
+	s, _, _ := openTemp(t, func(c *config) { c.walRestart = 1 << 20 })
+	if _, err := s.CreateWorld(bg, "u", "w", nil); err != nil {
+		t.Fatal(err)
+	}
+	if s.checkpoint(bg) {
+		t.Fatal("a checkpoint restarted a WAL under its limit")
+	}
+	if n := s.Stats().WALRestarts; n != 0 {
+		t.Fatalf("%d WAL restarts under the limit", n)
+	}
+}
