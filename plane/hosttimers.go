@@ -12,7 +12,6 @@ import (
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/plane/internal/otrace"
-	"github.com/orrery-run/orrery/plane/internal/seam"
 	"github.com/orrery-run/orrery/store"
 )
 
@@ -309,13 +308,19 @@ func (h *Host) learnTimers(ctx context.Context, l *lease, armed []string) {
 	l.timersKnown.Store(true)
 }
 
-// fireTimers is the host's timer task: it fires what is due and parks
-// until the schedule's timer (or a new earliest entry) wakes it.
+// fireTimers is the host's timer task: it hands what is due to the firing
+// lanes and parks until the schedule's timer (or a new earliest entry)
+// wakes it. It does not wait for the firings it handed over: a timer due
+// while another is being fired starts at its due time, in a free lane.
+// Before it returns, the lanes finish (a cancelled context ends each at
+// its current firing).
 func (h *Host) fireTimers(ctx context.Context) error {
 	defer h.timers.stop()
+	lanes := newFireLanes(h, ctx)
+	defer lanes.wait()
 	for ctx.Err() == nil {
 		if due := h.timers.take(h.ex.Now()); len(due) > 0 {
-			h.fireDue(ctx, due)
+			lanes.dispatch(due)
 			continue
 		}
 		if err := h.timers.park.Park(ctx); err != nil {
@@ -325,27 +330,79 @@ func (h *Host) fireTimers(ctx context.Context) error {
 	return nil
 }
 
-// fireDue fires due in up to TimerConcurrency lanes: a world's timers in
-// schedule order in one lane, different worlds' side by side, so that a
-// burst shares the store's group commits.
-func (h *Host) fireDue(ctx context.Context, due []*hostTimer) {
-	n := min(h.cfg.TimerConcurrency, len(due))
-	lanes := make([][]*hostTimer, n)
+// fireLanes are TimerConcurrency queues of firings, each drained in order
+// by at most one task, started when the queue gets work and ended when it
+// is empty: a world's timers go to one lane (by a hash of its id), so they
+// fire in schedule order, and different worlds' fire side by side, so that
+// a burst shares the store's group commits.
+type fireLanes struct {
+	h    *Host
+	ctx  context.Context
+	idle actor.Parker // a lane's task ended
+
+	mu      sync.Mutex
+	q       [][]*hostTimer
+	running []bool
+	active  int
+}
+
+func newFireLanes(h *Host, ctx context.Context) *fireLanes {
+	n := h.cfg.TimerConcurrency
+	return &fireLanes{h: h, ctx: ctx, idle: h.ex.NewParker(), q: make([][]*hostTimer, n), running: make([]bool, n)}
+}
+
+// dispatch queues due on the lanes, starting the task of each idle lane
+// that got work.
+func (f *fireLanes) dispatch(due []*hostTimer) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	for _, e := range due {
-		f := fnv.New32a()
-		f.Write([]byte(e.l.world))
-		i := f.Sum32() % uint32(n)
-		lanes[i] = append(lanes[i], e)
-	}
-	_ = seam.Lanes(h.ex, n, func(i int) error {
-		for _, e := range lanes[i] {
-			if ctx.Err() != nil {
-				return nil
-			}
-			h.fireHeld(ctx, e)
+		hf := fnv.New32a()
+		hf.Write([]byte(e.l.world))
+		i := int(hf.Sum32() % uint32(len(f.q)))
+		f.q[i] = append(f.q[i], e)
+		if !f.running[i] {
+			f.running[i] = true
+			f.active++
+			f.h.ex.Go(func() { f.run(i) })
 		}
-		return nil
-	})
+	}
+}
+
+// run is lane i's task: it fires the lane's queue in order until it is
+// empty or the context ends (which drops what is left: the next holder, or
+// the timer worker, fires it).
+func (f *fireLanes) run(i int) {
+	for {
+		f.mu.Lock()
+		if len(f.q[i]) == 0 || f.ctx.Err() != nil {
+			clear(f.q[i])
+			f.q[i] = f.q[i][:0]
+			f.running[i] = false
+			f.active--
+			f.mu.Unlock()
+			f.idle.Unpark()
+			return
+		}
+		e := f.q[i][0]
+		f.q[i][0] = nil
+		f.q[i] = f.q[i][1:]
+		f.mu.Unlock()
+		f.h.fireHeld(f.ctx, e)
+	}
+}
+
+// wait returns once no lane's task runs.
+func (f *fireLanes) wait() {
+	for {
+		f.mu.Lock()
+		n := f.active
+		f.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		_ = f.idle.Park(context.Background())
+	}
 }
 
 // fireHeld fires one timer of a held world, under an orrery.timer.fire

@@ -2,9 +2,11 @@ package plane_test
 
 import (
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -290,6 +292,96 @@ func TestHeldWorldsTimerFiresAtItsDueTimeWithNoTimerWorker(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestATimerIsNotHeldUpByAnotherWorldsSlowFiring: the host hands what is
+// due to its firing lanes without waiting for the firings in flight.
+// While one world's firing is stuck in the store for a second, another
+// world's timer, due 100 ms later, fires at its due time: under the lab to
+// the nanosecond, on a real store before the stuck firing lands.
+func TestATimerIsNotHeldUpByAnotherWorldsSlowFiring(t *testing.T) {
+	forEachBackend(t, 44, "held-lanes", func(r *rig) (err error) {
+		a := newAlarmRig(r)
+		defer func() {
+			if err != nil {
+				err = fmt.Errorf("%w\nthe host's events:\n%s", err, a.history())
+			}
+		}()
+		const lanes = 16
+		slow, fast := twoFiringLanes(lanes)
+		for _, id := range []string{slow, fast} {
+			if err := a.create(id, "A"); err != nil {
+				return err
+			}
+		}
+		var stuck atomic.Bool
+		hook := func(op string) error {
+			if op == "fire_held" && stuck.CompareAndSwap(false, true) {
+				_ = actor.Sleep(r.ctx, r.ex, time.Second) // the first firing: slow's, due first
+			}
+			return nil
+		}
+		h, err := a.host("A", r.handle(hook), func(c *plane.HostConfig) { c.TimerConcurrency = lanes })
+		if err != nil {
+			return err
+		}
+		defer h.Stop(r.ctx)
+		after := 3 * time.Second
+		if r.real() {
+			after = 300 * time.Millisecond
+		}
+		c := a.client()
+		dueSlow, err := a.arm(c, slow, "s", after)
+		if err != nil {
+			return err
+		}
+		dueFast, err := a.arm(c, fast, "f", after+100*time.Millisecond)
+		if err != nil {
+			return err
+		}
+		if gap := dueFast.Sub(dueSlow); gap <= 0 || gap > 500*time.Millisecond {
+			return fmt.Errorf("setup: %s is due %v after %s, want within the stuck second", fast, gap, slow)
+		}
+		if err := a.rang(fast, "f"); err != nil {
+			return err
+		}
+		if err := a.rang(slow, "s"); err != nil {
+			return err
+		}
+		fs, err := a.firings(fast)
+		if err != nil || len(fs) != 1 {
+			return fmt.Errorf("%s: firings %v (%v), want one", fast, fs, err)
+		}
+		ss, err := a.firings(slow)
+		if err != nil || len(ss) != 1 {
+			return fmt.Errorf("%s: firings %v (%v), want one", slow, ss, err)
+		}
+		if !r.real() && (!fs[0].EnqueuedAt.Equal(dueFast) || !ss[0].EnqueuedAt.Equal(dueSlow.Add(time.Second))) {
+			return fmt.Errorf("fired at +%v (%s) and +%v (%s) after their due times, want 0 and the stuck second",
+				fs[0].EnqueuedAt.Sub(dueFast), fast, ss[0].EnqueuedAt.Sub(dueSlow), slow)
+		}
+		if !fs[0].EnqueuedAt.Before(ss[0].EnqueuedAt) {
+			return fmt.Errorf("%s fired at %v, after the stuck firing of %s landed (%v)", fast, fs[0].EnqueuedAt, slow, ss[0].EnqueuedAt)
+		}
+		return nil
+	})
+}
+
+// twoFiringLanes returns two world ids whose timers the host fires in
+// different lanes of n (it picks a world's lane by the FNV-1a hash of its
+// id).
+func twoFiringLanes(n uint32) (string, string) {
+	lane := func(id string) uint32 {
+		h := fnv.New32a()
+		h.Write([]byte(id))
+		return h.Sum32() % n
+	}
+	first := "lanes-0"
+	for i := 1; ; i++ {
+		if id := fmt.Sprintf("lanes-%d", i); lane(id) != lane(first) {
+			return first, id
+		}
+	}
 }
 
 // TestCancelledHeldTimerNeverFires: a timer the world cancels leaves the
