@@ -473,26 +473,29 @@ func decide(reqs []*appendReq, streams []string, v *view) *plan {
 	return p
 }
 
-// writeSQL is the statement that writes a plan's new events and drained
-// keys.
-const writeSQL = `WITH clock AS (SELECT now_ns($13) AS now),
-	ins AS (
-		INSERT INTO events (stream, run_seq, event_id, idempotency_key, event_type, emitted_at_ns,
-			persisted_at_ns, step_id, logical_attempt_id, engine_attempt_id, plan_id, plan_version, payload,
-			payload_sha256)
-		SELECT u.s, u.q, u.id, u.k, u.t, u.em, clock.now, u.st, u.la, u.ea, u.pid, u.pv, u.p, u.h
-		FROM clock, unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[],
-			$7::text[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[], $12::bytea[], $17::bytea[])
-			AS u(s, q, id, k, t, em, st, la, ea, pid, pv, p, h)
-		RETURNING run_seq, stream, persisted_at_ns),
-	drained AS (
-		-- the drained items' dedupe keys complete now: their retention
-		-- starts (one row per cursor move, see 0003_inbox_drains.sql)
-		INSERT INTO inbox_drains (world, lo, hi, drained_at_ns)
-		SELECT d.w, d.lo, d.hi, clock.now
-		FROM clock, unnest($14::text[], $15::bigint[], $16::bigint[]) AS d(w, lo, hi)
-		WHERE d.hi > d.lo)
-	SELECT run_seq, stream, persisted_at_ns FROM ins`
+// writeSQL is the statement that writes a plan's new events, all with
+// one reading of the store's clock (an InitPlan: read once, before the
+// first row). It takes no CTE: on PostgreSQL 15 the same insert written as
+// data-modifying CTEs (the clock, the events, the drains) made each
+// transaction that ran it about 0.2 ms longer (pipelined BEGIN, insert,
+// COMMIT, medians of 300 alternated runs: 0.62–0.67 against 0.41–0.45
+// ms), and a run commits twice.
+const writeSQL = `INSERT INTO events (stream, run_seq, event_id, idempotency_key, event_type, emitted_at_ns,
+		persisted_at_ns, step_id, logical_attempt_id, engine_attempt_id, plan_id, plan_version, payload,
+		payload_sha256)
+	SELECT u.s, u.q, u.id, u.k, u.t, u.em, (SELECT now_ns($13)), u.st, u.la, u.ea, u.pid, u.pv, u.p, u.h
+	FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[],
+		$7::text[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[], $12::bytea[], $14::bytea[])
+		AS u(s, q, id, k, t, em, st, la, ea, pid, pv, p, h)
+	RETURNING run_seq, stream, persisted_at_ns`
+
+// drainSQL records a plan's inbox drains: the drained items' dedupe keys
+// complete now, and their retention starts (one row per cursor move, see
+// 0003_inbox_drains.sql).
+const drainSQL = `INSERT INTO inbox_drains (world, lo, hi, drained_at_ns)
+	SELECT d.w, d.lo, d.hi, now_ns($4)
+	FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS d(w, lo, hi)
+	WHERE d.hi > d.lo`
 
 // queueHeads queues the checked plan's head, cursor and baseline moves on
 // b (the speculative path's are guard_batch's, see queueSpeculation).
@@ -513,44 +516,45 @@ func (s *Store) queueHeads(b *batch, p *plan, v *view) {
 
 // queueInserts queues the plan's new events and drained keys on b.
 func (s *Store) queueInserts(b *batch, p *plan) {
-	if len(p.rows) == 0 && len(p.drains) == 0 {
-		return
-	}
-	n := len(p.rows)
-	var (
-		cs, ids, keys, types, steps, plans = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		seqs, emitted, la, ea, pv          = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-		payloads, sums                     = make([][]byte, n), make([][]byte, n)
-	)
-	for j, row := range p.rows {
-		ev := row.rec
-		cs[j], seqs[j], ids[j], keys[j], types[j] = row.stream, row.runSeq, ev.EventID, ev.IdempotencyKey, ev.EventType
-		emitted[j], steps[j], la[j], ea[j] = toNS(ev.EmittedAt), ev.StepID, int64(ev.LogicalAttemptID), int64(ev.EngineAttemptID)
-		plans[j], pv[j], payloads[j], sums[j] = ev.PlanID, int64(ev.PlanVersion), ev.Payload, p.rows[j].sum[:]
-	}
-	dw, lo, hi := make([]string, len(p.drains)), make([]int64, len(p.drains)), make([]int64, len(p.drains))
-	for j, d := range p.drains {
-		dw[j], lo[j], hi[j] = d.world, d.lo, d.hi
-	}
-	b.queue(func(br pgx.BatchResults) error {
-		byKey := make(map[streamSeq]int, len(p.rows))
-		for j := range p.rows {
-			byKey[streamSeq{p.rows[j].stream, p.rows[j].runSeq}] = j
+	if n := len(p.rows); n > 0 {
+		var (
+			cs, ids, keys, types, steps, plans = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+			seqs, emitted, la, ea, pv          = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+			payloads, sums                     = make([][]byte, n), make([][]byte, n)
+		)
+		for j, row := range p.rows {
+			ev := row.rec
+			cs[j], seqs[j], ids[j], keys[j], types[j] = row.stream, row.runSeq, ev.EventID, ev.IdempotencyKey, ev.EventType
+			emitted[j], steps[j], la[j], ea[j] = toNS(ev.EmittedAt), ev.StepID, int64(ev.LogicalAttemptID), int64(ev.EngineAttemptID)
+			plans[j], pv[j], payloads[j], sums[j] = ev.PlanID, int64(ev.PlanVersion), ev.Payload, p.rows[j].sum[:]
 		}
-		var k streamSeq
-		var at int64
-		n := 0
-		err := scanEach(br, []any{&k.seq, &k.stream, &at}, func() {
-			if j, ok := byKey[k]; ok {
-				p.rows[j].persisted = at
-				n++
+		b.queue(func(br pgx.BatchResults) error {
+			byKey := make(map[streamSeq]int, len(p.rows))
+			for j := range p.rows {
+				byKey[streamSeq{p.rows[j].stream, p.rows[j].runSeq}] = j
 			}
-		})
-		if err == nil && n != len(p.rows) {
-			err = errUnreachable
+			var k streamSeq
+			var at int64
+			n := 0
+			err := scanEach(br, []any{&k.seq, &k.stream, &at}, func() {
+				if j, ok := byKey[k]; ok {
+					p.rows[j].persisted = at
+					n++
+				}
+			})
+			if err == nil && n != len(p.rows) {
+				err = errUnreachable
+			}
+			return err
+		}, writeSQL, cs, seqs, ids, keys, types, emitted, steps, la, ea, plans, pv, payloads, s.off(), sums)
+	}
+	if len(p.drains) > 0 {
+		dw, lo, hi := make([]string, len(p.drains)), make([]int64, len(p.drains)), make([]int64, len(p.drains))
+		for j, d := range p.drains {
+			dw[j], lo[j], hi[j] = d.world, d.lo, d.hi
 		}
-		return err
-	}, writeSQL, cs, seqs, ids, keys, types, emitted, steps, la, ea, plans, pv, payloads, s.off(), dw, lo, hi, sums)
+		b.queue(nil, drainSQL, dw, lo, hi, s.off())
+	}
 }
 
 // queueCycles queues the commits' intents, timers, cancellations,

@@ -49,7 +49,7 @@ const (
 )
 
 // hotSQL is what warmConn prepares on every pool connection.
-var hotSQL = []string{"BEGIN", "COMMIT", spawnWorldSQL, writeSQL, guardBatchSQL, guardEndSQL, statusEndSQL, notifySQL,
+var hotSQL = []string{"BEGIN", "COMMIT", spawnWorldSQL, writeSQL, drainSQL, guardBatchSQL, guardEndSQL, statusEndSQL, notifySQL,
 	enqueueOneSQL, renewLeasesSQL, fireHeldSQL}
 
 // warmKey marks a warmed connection (pgconn's CustomData).
@@ -95,7 +95,8 @@ func warmConn(ctx context.Context, conn *pgx.Conn, off int64) error {
 		// Its first event, and a drain of its item.
 		{writeSQL, []any{[]string{w}, []int64{1}, []string{who}, []string{who}, []string{who}, []int64{0},
 			[]string{""}, []int64{1}, []int64{1}, []string{who}, []int64{1}, [][]byte{{}}, off,
-			[]string{w}, []int64{0}, []int64{1}, [][]byte{make([]byte, 32)}}},
+			[][]byte{make([]byte, 32)}}},
+		{drainSQL, []any{[]string{w}, []int64{0}, []int64{1}, off}},
 		// A lone Enqueue to it.
 		{enqueueOneSQL, []any{w, who, []byte{}, who, off}},
 		// A speculative Commit's assertions, every branch taken.
