@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -26,9 +27,10 @@ import (
 // between the committer's transactions), copies what was committed since
 // and waits for the readers still on the WAL to finish, so that the next
 // commit writes at the start of the file. The writer waits for that (a
-// few milliseconds: the copying was done), once per walRestartFrames
-// frames, instead of for a truncation; the file stays near
-// journal_size_limit.
+// few milliseconds: the copying was done; at most restartBusy, after
+// which the RESTART gives up until the next interval), once per
+// walRestartFrames frames, instead of for a truncation; the file stays
+// near journal_size_limit.
 
 const checkpointInterval = 100 * time.Millisecond
 
@@ -68,11 +70,38 @@ func (s *Store) checkpoint(ctx context.Context) (restarted bool) {
 	if busy != 0 || done != log || log <= s.walRestart {
 		return false
 	}
-	if busy, _, _, err = s.walCheckpoint(ctx, "RESTART"); err != nil || busy != 0 {
-		return false // a reader outlasted the busy timeout: the next interval tries again
+	if ok, err := s.restartWAL(ctx); err != nil || !ok {
+		return false // the write lock or a reader outlasted restartBusy: the next interval tries again
 	}
 	s.stats.walRestarts.Add(1)
 	return true
+}
+
+// restartBusy bounds how long a RESTART checkpoint waits for the write
+// lock and then, holding it, for the readers still on the WAL (a restore
+// reading a long journal tail can take 100 ms): the committer waits at
+// most about this long, and a RESTART that would take longer gives up
+// and is tried again at the next interval.
+const restartBusy = 20 * time.Millisecond
+
+// restartWAL runs a RESTART checkpoint on a read connection of its own,
+// whose busy timeout is restartBusy for the call. It reports whether the
+// checkpoint completed (the next commit starts the WAL over).
+func (s *Store) restartWAL(ctx context.Context) (bool, error) {
+	conn, err := s.rdb.Conn(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", restartBusy.Milliseconds())); err != nil {
+		return false, err
+	}
+	defer conn.ExecContext(context.Background(), fmt.Sprintf("PRAGMA busy_timeout = %d", s.cfg.busyTimeout.Milliseconds()))
+	var busy, log, done int
+	if err := conn.QueryRowContext(ctx, "PRAGMA wal_checkpoint(RESTART)").Scan(&busy, &log, &done); err != nil {
+		return false, err
+	}
+	return busy == 0, nil
 }
 
 // walCheckpoint runs PRAGMA wal_checkpoint(mode) on a read connection.
