@@ -24,8 +24,9 @@ import (
 // included, and a hint wakes a passive world (a restore); hinting them
 // all would restore every world the host holds at once, just when the
 // database is coming back. Every NOTIFY is sent inside the transaction of
-// the change, so PostgreSQL delivers it only after the commit. The registration holds
-// no goroutine of its own: the listener is the store's, and ends at Close.
+// the change, so PostgreSQL delivers it only after the commit. The
+// registration holds no goroutine of its own: the listener is the
+// store's, and ends at Close.
 func (s *Store) Watch(ctx context.Context, w store.Waker, topics ...string) (func(), error) {
 	const op = "watch"
 	if err := s.begin(ctx, op); err != nil {
