@@ -694,7 +694,7 @@ func (s *Store) appendChecked(reqs []*appendReq) ([]appendResult, map[string]*st
 	}
 	var now int64
 	b := &batch{}
-	b.queue(nil, "BEGIN")
+	b.begin()
 	if len(statusWorlds) > 0 {
 		// Before the lease rows, as SetWorldStatus locks them.
 		b.queue(func(br pgx.BatchResults) error {
@@ -789,7 +789,7 @@ func (s *Store) appendChecked(reqs []*appendReq) ([]appendResult, map[string]*st
 	s.queueHeads(b, pl, v)
 	s.queueInserts(b, pl)
 	s.queueCycles(b, pl, v, nil)
-	b.queue(nil, "COMMIT")
+	b.commit()
 	if err := b.send(ctx, p); err != nil {
 		return nil, nil, err
 	}
@@ -987,9 +987,9 @@ func (s *Store) commitSpeculation(sp *speculation) ([]appendResult, bool) {
 	defer p.end()
 	s.stats.appendTxs.Add(1)
 	b := &batch{}
-	b.queue(nil, "BEGIN")
+	b.begin()
 	s.queueSpeculation(b, sp)
-	b.queue(nil, "COMMIT")
+	b.commit()
 	if err := b.send(ctx, p); err != nil || !p.committed() {
 		// Some guess was wrong (or the database failed): nothing was
 		// written; the checked path decides again.

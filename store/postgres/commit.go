@@ -97,6 +97,29 @@ func (t *batch) queue(read func(pgx.BatchResults) error, sql string, args ...any
 	t.reads = append(t.reads, read)
 }
 
+// deferHintsSQL, right after BEGIN, makes the transaction's notify_topic
+// calls record their topics instead of notifying; flushHintsSQL, right
+// after COMMIT in the same round trip, sends them in a transaction of
+// its own. A hinting transaction thus commits without the cluster-wide
+// lock that PostgreSQL holds from a notifying transaction's commit until
+// its WAL flush (see 0014_hints_after_commit.sql).
+const (
+	deferHintsSQL = `SET LOCAL orrery.defer_hints = 'on'`
+	flushHintsSQL = `SELECT flush_hints()`
+)
+
+// begin queues BEGIN and the deferral of the transaction's hints.
+func (t *batch) begin() {
+	t.queue(nil, "BEGIN")
+	t.queue(nil, deferHintsSQL)
+}
+
+// commit queues COMMIT and the sending of the transaction's hints.
+func (t *batch) commit() {
+	t.queue(nil, "COMMIT")
+	t.queue(nil, flushHintsSQL)
+}
+
 // send sends t on p (one round trip) and reads every result in order.
 func (t *batch) send(ctx context.Context, p *pipeline) error {
 	br := p.send(ctx, &t.b)
@@ -141,9 +164,9 @@ func (s *Store) oneTrip(ctx context.Context, op, world string, build func(b *bat
 		}
 		defer p.end()
 		b := &batch{}
-		b.queue(nil, "BEGIN")
+		b.begin()
 		build(b)
-		b.queue(nil, "COMMIT")
+		b.commit()
 		if err := b.send(ctx, p); err != nil {
 			return err
 		}
@@ -166,7 +189,7 @@ func (s *Store) twoTrips(ctx context.Context, op, world string, read func(b *bat
 		}
 		defer p.end()
 		b := &batch{}
-		b.queue(nil, "BEGIN")
+		b.begin()
 		read(b)
 		if err := b.send(ctx, p); err != nil {
 			return err
@@ -175,7 +198,7 @@ func (s *Store) twoTrips(ctx context.Context, op, world string, read func(b *bat
 		if err := write(b); err != nil {
 			return err
 		}
-		b.queue(nil, "COMMIT")
+		b.commit()
 		if err := b.send(ctx, p); err != nil {
 			return err
 		}

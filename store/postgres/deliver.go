@@ -286,11 +286,11 @@ func (s *Store) enqueueOne(ctx context.Context, r *deliveryReq) ([]deliveryResul
 	var status string
 	var seq int64
 	b := &batch{}
-	b.queue(nil, "BEGIN")
+	b.begin()
 	b.queue(func(br pgx.BatchResults) error {
 		return br.QueryRow().Scan(&found, &status, &seq, &dup, &written)
 	}, enqueueOneSQL, r.world, r.itemKind, r.payload, r.key, s.off())
-	b.queue(nil, "COMMIT")
+	b.commit()
 	if err := b.send(ctx, p); err != nil {
 		return nil, err
 	}
@@ -494,7 +494,7 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 	sent := map[inboxKey]int64{}
 	var nowNS int64
 	b := &batch{}
-	b.queue(nil, "BEGIN")
+	b.begin()
 	// Every statement below reads or writes rows by key, a few hundred at
 	// a time under load. On a queue that grew faster than its statistics
 	// the planner prices a scan of the whole effects (or inbox) table below
@@ -626,7 +626,7 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 	// Round trip 2: write and commit.
 	b = &batch{}
 	d.queue(b, nowNS)
-	b.queue(nil, "COMMIT")
+	b.commit()
 	if err := b.send(ctx, p); err != nil {
 		return nil, err
 	}

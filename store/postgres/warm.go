@@ -49,7 +49,7 @@ const (
 )
 
 // hotSQL is what warmConn prepares on every pool connection.
-var hotSQL = []string{"BEGIN", "COMMIT", spawnWorldSQL, writeSQL, drainSQL, guardBatchSQL, guardEndSQL, statusEndSQL, notifySQL,
+var hotSQL = []string{"BEGIN", "COMMIT", deferHintsSQL, flushHintsSQL, spawnWorldSQL, writeSQL, drainSQL, guardBatchSQL, guardEndSQL, statusEndSQL, notifySQL,
 	enqueueOneSQL, renewLeasesSQL, fireHeldSQL}
 
 // warmKey marks a warmed connection (pgconn's CustomData).
@@ -90,6 +90,8 @@ func warmConn(ctx context.Context, conn *pgx.Conn, off int64) error {
 		sql  string
 		args []any
 	}{
+		// Hints deferred, as every pipelined transaction defers them.
+		{deferHintsSQL, nil},
 		// A Spawn: the world, one item, its stream at head 1 and its lease.
 		{spawnWorldSQL, []any{who, w, who, ttl, one, []string{who}, [][]byte{{}}, []string{""}, off}},
 		// Its first event, and a drain of its item.
@@ -108,6 +110,8 @@ func warmConn(ctx context.Context, conn *pgx.Conn, off int64) error {
 		{guardEndSQL, []any{w, one, one, one, one, one, one, []string{who}, "archived", who, off}},
 		{statusEndSQL, []any{w, "archived", who, off}},
 		{notifySQL, []any{[]string{who}}},
+		// The deferred hints sent (inside this transaction: rolled back).
+		{flushHintsSQL, nil},
 	}
 	for _, c := range calls {
 		rows, err := tx.Query(ctx, c.sql, c.args...)
