@@ -12,6 +12,7 @@ import (
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/plane/internal/otrace"
+	"github.com/orrery-run/orrery/plane/internal/seam"
 	"github.com/orrery-run/orrery/store"
 )
 
@@ -357,9 +358,7 @@ func (f *fireLanes) dispatch(due []*hostTimer) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, e := range due {
-		hf := fnv.New32a()
-		hf.Write([]byte(e.l.world))
-		i := int(hf.Sum32() % uint32(len(f.q)))
+		i := fireLane(e.l.world, len(f.q))
 		f.q[i] = append(f.q[i], e)
 		if !f.running[i] {
 			f.running[i] = true
@@ -367,6 +366,13 @@ func (f *fireLanes) dispatch(due []*hostTimer) {
 			f.h.ex.Go(func() { f.run(i) })
 		}
 	}
+}
+
+// fireLane is the lane, of n, that fires world's timers.
+func fireLane(world string, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(world))
+	return int(h.Sum32() % uint32(n))
 }
 
 // run is lane i's task: it fires the lane's queue in order until it is
@@ -394,15 +400,11 @@ func (f *fireLanes) run(i int) {
 
 // wait returns once no lane's task runs.
 func (f *fireLanes) wait() {
-	for {
+	seam.ParkUntil(f.idle, func() bool {
 		f.mu.Lock()
-		n := f.active
-		f.mu.Unlock()
-		if n == 0 {
-			return
-		}
-		_ = f.idle.Park(context.Background())
-	}
+		defer f.mu.Unlock()
+		return f.active == 0
+	})
 }
 
 // fireHeld fires one timer of a held world, under an orrery.timer.fire

@@ -2,7 +2,6 @@ package plane_test
 
 import (
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"strings"
 	"sync"
@@ -95,6 +94,14 @@ func (a *alarmRig) history() string {
 			ev.At.Format("15:04:05.000000"), ev.Kind, ev.World, ev.Epoch, ev.Height, ev.N, ev.Dur, ev.Err)
 	}
 	return b.String()
+}
+
+// explain, deferred by a scenario returning err, adds every event the
+// hosts reported to a failure's message.
+func (a *alarmRig) explain(err *error) {
+	if *err != nil {
+		*err = fmt.Errorf("%w\nthe hosts' events:\n%s", *err, a.history())
+	}
 }
 
 // seen returns the events of kind (of world, if not empty) reported so far.
@@ -252,11 +259,7 @@ func (a *alarmRig) firedAt(id string, due, want time.Time) error {
 func TestHeldWorldsTimerFiresAtItsDueTimeWithNoTimerWorker(t *testing.T) {
 	forEachBackend(t, 41, "held-timer", func(r *rig) (err error) {
 		a := newAlarmRig(r)
-		defer func() {
-			if err != nil {
-				err = fmt.Errorf("%w\nthe host's events:\n%s", err, a.history())
-			}
-		}()
+		defer a.explain(&err)
 		if err := a.create("h", "A"); err != nil {
 			return err
 		}
@@ -302,11 +305,7 @@ func TestHeldWorldsTimerFiresAtItsDueTimeWithNoTimerWorker(t *testing.T) {
 func TestATimerIsNotHeldUpByAnotherWorldsSlowFiring(t *testing.T) {
 	forEachBackend(t, 44, "held-lanes", func(r *rig) (err error) {
 		a := newAlarmRig(r)
-		defer func() {
-			if err != nil {
-				err = fmt.Errorf("%w\nthe host's events:\n%s", err, a.history())
-			}
-		}()
+		defer a.explain(&err)
 		const lanes = 16
 		slow, fast := twoFiringLanes(lanes)
 		for _, id := range []string{slow, fast} {
@@ -367,18 +366,12 @@ func TestATimerIsNotHeldUpByAnotherWorldsSlowFiring(t *testing.T) {
 	})
 }
 
-// twoFiringLanes returns two world ids whose timers the host fires in
-// different lanes of n (it picks a world's lane by the FNV-1a hash of its
-// id).
-func twoFiringLanes(n uint32) (string, string) {
-	lane := func(id string) uint32 {
-		h := fnv.New32a()
-		h.Write([]byte(id))
-		return h.Sum32() % n
-	}
+// twoFiringLanes returns two world ids whose timers a host with n lanes
+// fires in different lanes.
+func twoFiringLanes(n int) (string, string) {
 	first := "lanes-0"
 	for i := 1; ; i++ {
-		if id := fmt.Sprintf("lanes-%d", i); lane(id) != lane(first) {
+		if id := fmt.Sprintf("lanes-%d", i); plane.FireLane(id, n) != plane.FireLane(first, n) {
 			return first, id
 		}
 	}
@@ -620,11 +613,7 @@ func TestRestoredWorldFiresTimersSetBeforeARestart(t *testing.T) {
 func TestTakenOverPassiveWorldWakesAtItsTimer(t *testing.T) {
 	forEachBackend(t, 47, "held-takeover-wake", func(r *rig) (err error) {
 		a := newAlarmRig(r)
-		defer func() {
-			if err != nil {
-				err = fmt.Errorf("%w\nthe hosts' events:\n%s", err, a.history())
-			}
-		}()
+		defer a.explain(&err)
 		due, hB, err := a.armThenMoveToB("p")
 		if err != nil {
 			return err

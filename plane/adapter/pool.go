@@ -337,15 +337,11 @@ func (p *Pool) nearestExpiry(now time.Time) (time.Time, bool) {
 // waitIdle parks until every execution has ended; each one unparks wake
 // as it ends.
 func (p *Pool) waitIdle(wake actor.Parker) {
-	for {
+	seam.ParkUntil(wake, func() bool {
 		p.mu.Lock()
-		n := p.inflight
-		p.mu.Unlock()
-		if n == 0 {
-			return
-		}
-		_ = wake.Park(context.Background())
-	}
+		defer p.mu.Unlock()
+		return p.inflight == 0
+	})
 }
 
 // start executes one claimed item on its own goroutine. claimedAt is the

@@ -1,7 +1,7 @@
-// Package seam holds the two ways the plane's workers wait that go through
-// the actor executor, so that they run unchanged under the lab: running a
-// few lanes of work at once, and registering a Watch that the store may
-// refuse for a while.
+// Package seam holds the ways the plane's workers wait that go through the
+// actor executor, so that they run unchanged under the lab: running a few
+// lanes of work at once, parking until work they started has ended, and
+// registering a Watch that the store may refuse for a while.
 package seam
 
 import (
@@ -42,14 +42,23 @@ func Lanes(ex actor.Executor, n int, lane func(i int) error) error {
 			done.Unpark()
 		})
 	}
-	for {
+	var err error
+	ParkUntil(done, func() bool {
 		mu.Lock()
-		left, err := running, first
-		mu.Unlock()
-		if left == 0 {
-			return err
-		}
-		_ = done.Park(context.Background())
+		defer mu.Unlock()
+		err = first
+		return running == 0
+	})
+	return err
+}
+
+// ParkUntil parks on p until ended reports true, checking it first and
+// after every wake-up; whatever ends must unpark p after the change that
+// makes ended true. It ignores every context: what it waits for ends
+// promptly once its own context does.
+func ParkUntil(p actor.Parker, ended func() bool) {
+	for !ended() {
+		_ = p.Park(context.Background())
 	}
 }
 
