@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 )
@@ -62,7 +63,7 @@ func (s *Store) checkpointer() {
 // than s.walRestart frames entirely, a RESTART one. It reports whether it
 // restarted the WAL.
 func (s *Store) checkpoint(ctx context.Context) (restarted bool) {
-	busy, log, done, err := s.walCheckpoint(ctx, "PASSIVE")
+	busy, log, done, err := walCheckpoint(ctx, s.rdb, "PASSIVE")
 	if err != nil {
 		return false
 	}
@@ -97,16 +98,16 @@ func (s *Store) restartWAL(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	defer conn.ExecContext(context.Background(), fmt.Sprintf("PRAGMA busy_timeout = %d", s.cfg.busyTimeout.Milliseconds()))
-	var busy, log, done int
-	if err := conn.QueryRowContext(ctx, "PRAGMA wal_checkpoint(RESTART)").Scan(&busy, &log, &done); err != nil {
-		return false, err
-	}
-	return busy == 0, nil
+	busy, _, _, err := walCheckpoint(ctx, conn, "RESTART")
+	return err == nil && busy == 0, err
 }
 
-// walCheckpoint runs PRAGMA wal_checkpoint(mode) on a read connection.
-func (s *Store) walCheckpoint(ctx context.Context, mode string) (busy, log, done int, err error) {
-	err = s.rdb.QueryRowContext(ctx, "PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &log, &done)
+// walCheckpoint runs PRAGMA wal_checkpoint(mode) on q (the read pool, or
+// one of its connections).
+func walCheckpoint(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, mode string) (busy, log, done int, err error) {
+	err = q.QueryRowContext(ctx, "PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &log, &done)
 	return busy, log, done, err
 }
 

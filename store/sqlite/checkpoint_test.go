@@ -30,7 +30,7 @@ func TestCheckpointerRestartsAFullyCopiedLargeWAL(t *testing.T) {
 	if _, err := s.CreateWorld(bg, "u", "after", nil); err != nil {
 		t.Fatal(err)
 	}
-	_, log, _, err := s.walCheckpoint(bg, "PASSIVE")
+	_, log, _, err := walCheckpoint(bg, s.rdb, "PASSIVE")
 	if err != nil {
 		t.Fatal(err)
 	}
