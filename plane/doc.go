@@ -38,9 +38,14 @@
 //     each timer a world's commit sets (and, when it restores a world with
 //     timers armed, reads their due times once with ListTimers) in one
 //     schedule, a min-heap with one executor timer armed for the earliest,
-//     and fires each at its due time with store.FireHeld (fenced by the
-//     world's lease, no claim), then wakes the world as an inbox hint does;
-//     the world's process steps that firing without reading its inbox when
+//     and fires each at its due time. A world whose process runs is handed
+//     the firing and steps it at once, before any store call (no inbox
+//     item: its record is named by the timer, world.TimerStepID), and the
+//     commit that journals it removes the timer (CommitBatch.CancelTimers);
+//     a crash before that commit leaves the timer to the next restore. A
+//     passive world's timer is fired with store.FireHeld (fenced by the
+//     world's lease, no claim), which wakes the world as an inbox hint
+//     does; its process steps that firing without reading its inbox when
 //     it is the next item. A cancelled timer and the timers of a world the
 //     host no longer holds leave the schedule; a passive world keeps its
 //     timers, so its timer wakes it. EvTimerFired reports each firing with

@@ -63,6 +63,11 @@ type HostConfig struct {
 	// (store.FireHeld) may be in flight at once (default 16): timers of
 	// different worlds due together share the store's group commits.
 	TimerConcurrency int
+	// TimersThroughInbox makes the host fire every timer of a world it
+	// holds with store.FireHeld into the world's inbox, as it fires a
+	// passive world's, instead of handing an active world's firing to its
+	// process to step at the due time (see hosttimers.go). Off by default.
+	TimersThroughInbox bool
 
 	// Observe, when set, receives the host's events synchronously; it
 	// must not block. Tests and metrics read it.
@@ -124,8 +129,11 @@ const (
 	// is the *Error of kind ErrHostFailed. Nothing runs on the host after
 	// it.
 	EvHostFailed = "host-failed"
-	// EvTimerFired: the host fired a timer of a world it holds
-	// (store.FireHeld) into the world's inbox; Dur is its lateness.
+	// EvTimerFired: the host fired a timer of a world it holds: its
+	// process stepped it directly and committed that step, or
+	// store.FireHeld put it into the world's inbox. Dur is its lateness,
+	// from the due time to the firing (the step's start, or FireHeld's
+	// return).
 	EvTimerFired = "timer-fired"
 )
 
@@ -242,6 +250,7 @@ type lease struct {
 	restarting bool             // crashed; the supervisor is starting a fresh instance
 	stopWatch  func()
 	fired      []store.InboxItem // timer firings the host wrote, for the process to take
+	due        []*hostTimer      // due timers handed to the process, to step without an inbox item
 }
 
 // alive is the check before every step and every commit: not fenced and
@@ -976,7 +985,7 @@ func (h *Host) acquirePage(ctx context.Context, ids []string) error {
 		case !nextTimer[i].IsZero():
 			// Passive with a timer armed: it wakes when the timer is
 			// due, restores, learns its timers and fires them.
-			h.timers.add(l, wakeKey(l.world), nextTimer[i])
+			h.timers.add(l, wakeKey(l.world), nextTimer[i], nil)
 		}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"hash/fnv"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,9 +25,20 @@ import (
 // armed, reads their due times once with ListTimers; a world taken over
 // and left passive is woken, restored and so listed when its earliest
 // timer is due, which the acquisition told: wakeKey), and fires each at
-// its due time with store.FireHeld, one fenced write that needs no claim,
-// then wakes the world as an inbox hint does. The timer worker
-// (plane/timer), lagging behind, fires only what no live holder did.
+// its due time.
+//
+// A world whose process runs steps the firing itself at once, as its next
+// input (handDue): no store call comes before the handler. The timer is
+// durable already, set by an earlier commit, and the commit that journals
+// the firing (its stepId world.TimerStepID, Input.Seq 0) removes it from
+// the queue in the same transaction; a crash before that commit leaves
+// the timer where it was, for the restore to fire again. A passive or
+// restarting world's timer is fired with store.FireHeld instead, one
+// fenced write into its inbox that needs no claim, and the world is woken
+// as an inbox hint does (HostConfig.TimersThroughInbox makes every firing
+// go that way). The timer worker (plane/timer), lagging behind, fires
+// only what no live holder did; should it fire a timer its holder stepped
+// too, the kernel drops the second firing as stale.
 //
 // One schedule serves every world of the host: a min-heap by fire time
 // with ONE executor timer armed for the earliest entry, re-armed as the
@@ -50,12 +62,13 @@ func hostTimerBackoff(n int) time.Duration {
 
 // hostTimer is one timer in the schedule.
 type hostTimer struct {
-	l     *lease
-	hash  string
-	due   time.Time // the timer's due time, as its world set it
-	at    time.Time // when to fire: the due time, or a retry's
-	tries int       // firings that failed in the store
-	idx   int       // its place in the heap; -1 when out of it
+	l       *lease
+	hash    string
+	payload []byte    // the firing's input (store.TimerSet.Payload); nil for a wake-up
+	due     time.Time // the timer's due time, as its world set it
+	at      time.Time // when to fire: the due time, or a retry's
+	tries   int       // firings that failed in the store
+	idx     int       // its place in the heap; -1 when out of it
 }
 
 // timerHeap orders entries by (at, world, hash): a stable order for timers
@@ -114,7 +127,7 @@ func newHostTimers(ex actor.Executor) *hostTimers {
 // add schedules timer hash of l's world, due at due. A timer already in
 // the schedule under l keeps its entry (and its retries); one under an
 // older lease of the world is replaced.
-func (s *hostTimers) add(l *lease, hash string, due time.Time) {
+func (s *hostTimers) add(l *lease, hash string, due time.Time, payload []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// Checked under the lock that dropLease takes after setting the flag:
@@ -128,7 +141,7 @@ func (s *hostTimers) add(l *lease, hash string, due time.Time) {
 		}
 		s.removeLocked(e)
 	}
-	e := &hostTimer{l: l, hash: hash, due: due, at: due, idx: -1}
+	e := &hostTimer{l: l, hash: hash, payload: payload, due: due, at: due, idx: -1}
 	s.insertLocked(e)
 	s.armLocked()
 }
@@ -267,7 +280,7 @@ func wakeKey(world string) string { return "\x00wake:" + world }
 // the order the store applied them.
 func (h *Host) timersCommitted(l *lease, b *store.CommitBatch) {
 	for _, t := range b.Timers {
-		h.timers.add(l, t.IntentHash, t.DeliverAt)
+		h.timers.add(l, t.IntentHash, t.DeliverAt, t.Payload)
 	}
 	h.timers.cancel(l, b.CancelTimers)
 }
@@ -303,7 +316,7 @@ func (h *Host) learnTimers(ctx context.Context, l *lease, armed []string) {
 	}
 	for _, t := range ts {
 		if want[t.IntentHash] {
-			h.timers.add(l, t.IntentHash, t.DeliverAt)
+			h.timers.add(l, t.IntentHash, t.DeliverAt, t.Payload)
 		}
 	}
 	l.timersKnown.Store(true)
@@ -321,7 +334,9 @@ func (h *Host) fireTimers(ctx context.Context) error {
 	defer lanes.wait()
 	for ctx.Err() == nil {
 		if due := h.timers.take(h.ex.Now()); len(due) > 0 {
-			lanes.dispatch(due)
+			if rest := h.handDue(due); len(rest) > 0 {
+				lanes.dispatch(rest)
+			}
 			continue
 		}
 		if err := h.timers.park.Park(ctx); err != nil {
@@ -469,6 +484,71 @@ func (h *Host) fireHeld(ctx context.Context, e *hostTimer) {
 		}
 		h.timers.again(e, now.Add(hostTimerBackoff(e.tries)))
 	}
+}
+
+// dueMax bounds the timers a world's process has been handed and not yet
+// stepped: past it the host fires the rest through the inbox.
+const dueMax = 256
+
+// handDue hands each due timer of a world whose process runs to that
+// process, to step at once (worldProc.cycle), and returns the others:
+// wake-ups, and timers of passive, restarting or fenced worlds, for the
+// firing lanes.
+func (h *Host) handDue(due []*hostTimer) (rest []*hostTimer) {
+	if h.cfg.TimersThroughInbox {
+		return due
+	}
+	for _, e := range due {
+		l := e.l
+		h.mu.Lock()
+		ref := l.ref
+		ok := e.payload != nil && ref != nil && h.leases[l.world] == l && !l.restarting &&
+			!l.fenced.Load() && len(l.due) < dueMax
+		if ok {
+			l.due = append(l.due, e)
+		}
+		h.mu.Unlock()
+		if !ok {
+			rest = append(rest, e)
+			continue
+		}
+		if err := ref.TrySend(wmsg{}); err != nil && !errors.Is(err, actor.ErrMailboxFull) {
+			// The process is gone: unless its successor took the timer
+			// already, it is fired through the inbox.
+			if h.untakeDue(l, e) {
+				rest = append(rest, e)
+			}
+		}
+	}
+	return rest
+}
+
+// untakeDue removes e from l's handed timers, reporting whether it was
+// still there.
+func (h *Host) untakeDue(l *lease, e *hostTimer) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if i := slices.Index(l.due, e); i >= 0 {
+		l.due = slices.Delete(l.due, i, i+1)
+		return true
+	}
+	return false
+}
+
+// takeDue returns and forgets the timers handed to l's process.
+func (h *Host) takeDue(l *lease) []*hostTimer {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	due := l.due
+	l.due = nil
+	return due
+}
+
+// hasDue reports whether l's process has timers handed to it to step.
+func (h *Host) hasDue(l *lease) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(l.due) > 0
 }
 
 // heldFiredMax bounds the firings a world keeps for its process to take

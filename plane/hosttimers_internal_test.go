@@ -74,20 +74,20 @@ func TestHostScheduleArmsOneTimerForTheEarliest(t *testing.T) {
 		}
 	}
 	sec := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Second) }
-	s.add(a, "a30", sec(30))
+	s.add(a, "a30", sec(30), nil)
 	want("one timer", sec(30), true)
-	s.add(b, "b10", sec(10))
+	s.add(b, "b10", sec(10), nil)
 	want("an earlier one", sec(10), true)
-	s.add(a, "a20", sec(20))
+	s.add(a, "a20", sec(20), nil)
 	want("a middle one", sec(10), true)
-	s.add(b, "b10", sec(10))
+	s.add(b, "b10", sec(10), nil)
 	want("the same again", sec(10), true)
 	s.cancel(b, []string{"b10"})
 	want("the earliest cancelled", sec(20), true)
 	s.cancel(b, []string{"a20"}) // another world's hash: not b's to cancel
 	want("a cancel of another world's timer", sec(20), true)
-	s.add(b, "b15", sec(15))
-	s.add(b, "b25", sec(25))
+	s.add(b, "b15", sec(15), nil)
+	s.add(b, "b25", sec(25), nil)
 	s.drop(b)
 	want("b dropped", sec(20), true)
 	c.now = sec(25)
@@ -99,7 +99,7 @@ func TestHostScheduleArmsOneTimerForTheEarliest(t *testing.T) {
 	s.again(due[0], sec(26))
 	want("a retry", sec(26), true)
 	before := c.unparks
-	s.add(a, "a-past", sec(1))
+	s.add(a, "a-past", sec(1), nil)
 	if c.unparks != before+1 {
 		t.Fatal("an entry due already did not wake the firing task")
 	}
@@ -109,7 +109,7 @@ func TestHostScheduleArmsOneTimerForTheEarliest(t *testing.T) {
 	a.fenced.Store(true)
 	s.drop(a)
 	want("every world dropped", time.Time{}, false)
-	s.add(a, "a40", sec(40))
+	s.add(a, "a40", sec(40), nil)
 	want("a fenced lease's timer is not scheduled", time.Time{}, false)
 	if len(s.q) != 0 || len(s.byHash) != 0 || len(s.byLease) != 0 {
 		t.Fatalf("left behind: %d in the heap, %d by hash, %d by lease", len(s.q), len(s.byHash), len(s.byLease))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/timer"
@@ -115,6 +116,16 @@ func (a *alarmRig) seen(kind, world string) []plane.HostEvent {
 		}
 	}
 	return out
+}
+
+// timerFired returns the EvTimerFired events of world once there is one
+// (a direct firing reports itself right after its commit returns, which a
+// reader of the store may see first), or what there is after a while.
+func (a *alarmRig) timerFired(world string) []plane.HostEvent {
+	_ = a.waitFor("EvTimerFired of "+world, 10*time.Second, func() (bool, error) {
+		return len(a.seen(plane.EvTimerFired, world)) > 0, nil
+	})
+	return a.seen(plane.EvTimerFired, world)
 }
 
 // host starts a host of the alarm worlds for worker over st.
@@ -231,16 +242,51 @@ func (a *alarmRig) timerSteps(id string) ([]string, error) {
 	return out, nil
 }
 
-// firedAt checks that world id has exactly one firing, not before due by
-// the store's clock and, under the lab (where no call takes time), at
-// exactly want.
+// journaledFiring is a timer firing world id's journal holds.
+type journaledFiring struct {
+	StepID     string
+	Seq        uint64    // its inbox item's; 0 when its holder stepped it directly
+	EnqueuedAt time.Time // the firing's time: what the handler's Ctx.Now said
+	Outcome    string
+}
+
+// journaledFirings returns world id's journaled timer firings, in order.
+func (a *alarmRig) journaledFirings(id string) ([]journaledFiring, error) {
+	journal, err := plane.ReadTail(a.ctx, a.base, id, 0)
+	if err != nil {
+		return nil, err
+	}
+	var out []journaledFiring
+	for _, e := range journal {
+		var rec struct {
+			Input struct {
+				Seq        uint64          `cbor:"seq"`
+				Kind       string          `cbor:"kind"`
+				EnqueuedAt event.Timestamp `cbor:"enqueued_at"`
+			} `cbor:"input"`
+			Outcome string `cbor:"outcome"`
+		}
+		if err := world.Decode(e.Payload, &rec); err != nil {
+			return nil, err
+		}
+		if rec.Input.Kind == store.KindTimer {
+			out = append(out, journaledFiring{StepID: e.StepID, Seq: rec.Input.Seq, EnqueuedAt: rec.Input.EnqueuedAt.Time, Outcome: rec.Outcome})
+		}
+	}
+	return out, nil
+}
+
+// firedAt checks that world id has exactly one journaled firing, and that
+// it ran (its Ctx.Now) not before due (by the store's clock through the
+// inbox, by the holder's stepping it directly) and, under the lab (where
+// no call takes time), at exactly want.
 func (a *alarmRig) firedAt(id string, due, want time.Time) error {
-	fs, err := a.firings(id)
+	fs, err := a.journaledFirings(id)
 	if err != nil {
 		return err
 	}
-	if len(fs) != 1 {
-		return fmt.Errorf("%s has %d firings, want 1", id, len(fs))
+	if len(fs) != 1 || fs[0].Outcome != string(world.OutcomeOK) {
+		return fmt.Errorf("%s has firings %+v, want 1 that ran", id, fs)
 	}
 	if fs[0].EnqueuedAt.Before(due) {
 		return fmt.Errorf("%s fired at %v, before its due time %v", id, fs[0].EnqueuedAt, due)
@@ -255,7 +301,10 @@ func (a *alarmRig) firedAt(id string, due, want time.Time) error {
 // holds a world fires the timer the world set at its due time (under the
 // lab to the nanosecond), with no timer worker running at all; the world
 // applies the firing once and the host reports it (EvTimerFired, its
-// lateness in Dur).
+// lateness in Dur). The world's process is running, so it steps the
+// firing itself, before any store call: no FireHeld, no inbox item; the
+// firing's record is named by the timer (world.TimerStepID, seq 0) and
+// the commit that journaled it took the timer out of the queue.
 func TestHeldWorldsTimerFiresAtItsDueTimeWithNoTimerWorker(t *testing.T) {
 	forEachBackend(t, 41, "held-timer", func(r *rig) (err error) {
 		a := newAlarmRig(r)
@@ -263,7 +312,13 @@ func TestHeldWorldsTimerFiresAtItsDueTimeWithNoTimerWorker(t *testing.T) {
 		if err := a.create("h", "A"); err != nil {
 			return err
 		}
-		h, err := a.host("A", r.handle(nil), nil)
+		var fireHeld atomic.Int64
+		h, err := a.host("A", r.handle(func(op string) error {
+			if op == "fire_held" {
+				fireHeld.Add(1)
+			}
+			return nil
+		}), func(c *plane.HostConfig) { c.IdleAfter = -1 }) // active when due
 		if err != nil {
 			return err
 		}
@@ -282,7 +337,7 @@ func TestHeldWorldsTimerFiresAtItsDueTimeWithNoTimerWorker(t *testing.T) {
 		if err := a.firedAt("h", due, due); err != nil {
 			return err
 		}
-		evs := a.seen(plane.EvTimerFired, "h")
+		evs := a.timerFired("h")
 		if len(evs) != 1 || evs[0].Epoch != 1 || evs[0].N != 1 || evs[0].Dur < 0 || !r.real() && evs[0].Dur != 0 {
 			return fmt.Errorf("EvTimerFired events %+v, want one of h at epoch 1 (lateness 0 under the lab)", evs)
 		}
@@ -293,12 +348,24 @@ func TestHeldWorldsTimerFiresAtItsDueTimeWithNoTimerWorker(t *testing.T) {
 		if ts, err := r.base.ListTimers(r.ctx, "h", 10); err != nil || len(ts) != 0 {
 			return fmt.Errorf("timers left %+v, %v", ts, err)
 		}
+		s, err := a.state("h")
+		if err != nil || len(s.Armed) != 1 {
+			return fmt.Errorf("state %+v, %v", s, err)
+		}
+		fs, err := a.journaledFirings("h")
+		if err != nil || len(fs) != 1 || fs[0].Seq != 0 || fs[0].StepID != world.TimerStepID(s.Armed[0].Hash) {
+			return fmt.Errorf("journaled firings %+v (%v), want one stepped directly, named by timer %s", fs, err, s.Armed[0].Hash)
+		}
+		if in, err := a.firings("h"); err != nil || len(in) != 0 || fireHeld.Load() != 0 {
+			return fmt.Errorf("firings in the inbox %+v (%v), %d FireHeld calls; want none", in, err, fireHeld.Load())
+		}
 		return nil
 	})
 }
 
 // TestATimerIsNotHeldUpByAnotherWorldsSlowFiring: the host hands what is
-// due to its firing lanes without waiting for the firings in flight.
+// due to its firing lanes (timers fired through the inbox) without waiting
+// for the firings in flight.
 // While one world's firing is stuck in the store for a second, another
 // world's timer, due 100 ms later, fires at its due time: under the lab to
 // the nanosecond, on a real store before the stuck firing lands.
@@ -320,7 +387,7 @@ func TestATimerIsNotHeldUpByAnotherWorldsSlowFiring(t *testing.T) {
 			}
 			return nil
 		}
-		h, err := a.host("A", r.handle(hook), func(c *plane.HostConfig) { c.TimerConcurrency = lanes })
+		h, err := a.host("A", r.handle(hook), func(c *plane.HostConfig) { c.TimerConcurrency, c.TimersThroughInbox = lanes, true })
 		if err != nil {
 			return err
 		}
@@ -416,7 +483,7 @@ func TestCancelledHeldTimerNeverFires(t *testing.T) {
 		if err := a.firedAt("k", due, due); err != nil {
 			return err
 		}
-		if evs := a.seen(plane.EvTimerFired, "k"); len(evs) != 1 {
+		if evs := a.timerFired("k"); len(evs) != 1 {
 			return fmt.Errorf("%d EvTimerFired, want the kept alarm's alone", len(evs))
 		}
 		if s, err := a.state("k"); err != nil || len(s.Armed) != 1 || s.Armed[0].Key != "kept" {
@@ -597,7 +664,7 @@ func TestRestoredWorldFiresTimersSetBeforeARestart(t *testing.T) {
 		if err := a.firedAt("r", due, due); err != nil {
 			return err
 		}
-		if evs := a.seen(plane.EvTimerFired, "r"); len(evs) != 1 || evs[0].Epoch != 2 {
+		if evs := a.timerFired("r"); len(evs) != 1 || evs[0].Epoch != 2 {
 			return fmt.Errorf("EvTimerFired %+v, want one by B at epoch 2", evs)
 		}
 		return nil
@@ -631,7 +698,7 @@ func TestTakenOverPassiveWorldWakesAtItsTimer(t *testing.T) {
 		if err := a.firedAt("p", due, due); err != nil {
 			return err
 		}
-		if evs := a.seen(plane.EvTimerFired, "p"); len(evs) != 1 || evs[0].Epoch != 2 {
+		if evs := a.timerFired("p"); len(evs) != 1 || evs[0].Epoch != 2 {
 			return fmt.Errorf("EvTimerFired %+v, want one by B at epoch 2", evs)
 		}
 		return nil
@@ -699,7 +766,8 @@ func TestHostAndTimerWorkerRaceToFireOnce(t *testing.T) {
 				}
 				defer stop()
 				worker = w
-				h, err := a.host("A", r.handle(hostHook), nil)
+				// Through the inbox: the race is FireHeld's against Fire.
+				h, err := a.host("A", r.handle(hostHook), func(c *plane.HostConfig) { c.TimersThroughInbox = true })
 				if err != nil {
 					return err
 				}
@@ -781,8 +849,8 @@ func TestTimerWorkerFiresADeadHostsTimerAfterLag(t *testing.T) {
 		}); err != nil {
 			return err
 		}
-		if err := a.firedAt("d", due, due.Add(lag)); err != nil {
-			return err
+		if fs, err := a.firings("d"); err != nil || len(fs) != 1 || !fs[0].EnqueuedAt.Equal(due.Add(lag)) {
+			return fmt.Errorf("firings in the inbox %+v (%v), want one at due+Lag %v", fs, err, due.Add(lag))
 		}
 		if err := r.base.Assign(r.ctx, "d", store.Assignment{DesiredWorker: "B"}, nil); err != nil {
 			return err

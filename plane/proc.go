@@ -3,6 +3,7 @@ package plane
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -47,6 +48,12 @@ func (w *worldProc) Handle(p *actor.Proc, _ wmsg) error { return w.run(p) }
 func (w *worldProc) HandleInfo(p *actor.Proc, info any) error {
 	if _, ok := info.(actor.IdleTimeout); ok && !w.passive {
 		w.h.mu.Lock()
+		if len(w.l.due) > 0 {
+			// A timer was handed over as the idle time ran out: step it
+			// (its wake is on its way) instead of passivating.
+			w.h.mu.Unlock()
+			return nil
+		}
 		if w.l.ref == w.self {
 			w.l.ref = nil
 		}
@@ -144,21 +151,39 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 	h, l, cfg := w.h, w.l, &w.h.cfg
 	start := h.ex.Now()
 	var items []store.InboxItem
-	// A timer firing the host just wrote, when it is the next item, is
-	// stepped without reading the inbox first; the cycle after reads
-	// whatever else came.
-	fired, took := h.takeFired(l, w.cursor)
-	if took {
-		items = []store.InboxItem{fired}
-	} else if items, err = h.st.ReadInbox(ctx, l.world, w.cursor, cfg.MaxInboxBatch); err != nil || len(items) == 0 {
-		return false, err
+	var inputs []world.Input
+	// Due timers handed over by the host come first, stepped without an
+	// inbox item (hosttimers.go); the cycle after reads the inbox. One the
+	// world no longer has armed (fired through the inbox meanwhile,
+	// cancelled, or handed twice) is dropped unstepped.
+	var fired []*hostTimer
+	for _, e := range h.takeDue(l) {
+		if w.inst.Armed(e.hash) && !slices.ContainsFunc(fired, func(f *hostTimer) bool { return f.hash == e.hash }) {
+			fired = append(fired, e)
+			inputs = append(inputs, world.Input{Kind: world.InputTimer, Payload: e.payload, EnqueuedAt: start})
+		}
 	}
-	b := store.CommitBatch{ExpectedCursor: w.cursor, ExpectedHead: w.inst.Height()}
+	took := false
+	if len(fired) == 0 {
+		// A timer firing the host just wrote, when it is the next item,
+		// is stepped without reading the inbox first; the cycle after
+		// reads whatever else came.
+		var it store.InboxItem
+		if it, took = h.takeFired(l, w.cursor); took {
+			items = []store.InboxItem{it}
+		} else if items, err = h.st.ReadInbox(ctx, l.world, w.cursor, cfg.MaxInboxBatch); err != nil || len(items) == 0 {
+			return false, err
+		}
+		for _, it := range items {
+			inputs = append(inputs, world.Input{Seq: it.Seq, Kind: it.Kind, Payload: it.Payload, EnqueuedAt: it.EnqueuedAt})
+		}
+	}
+	b := store.CommitBatch{ExpectedCursor: w.cursor, NewCursor: w.cursor, ExpectedHead: w.inst.Height()}
 	var oldest time.Time // the enqueue of the oldest item journaled
 	var replies []world.Reply
 	steps, effects := 0, 0
-	more = len(items) == cfg.MaxInboxBatch || took
-	for _, it := range items {
+	more = len(items) == cfg.MaxInboxBatch || took || len(fired) > 0
+	for _, in := range inputs {
 		if steps >= cfg.MaxTickStepsPerCycle || effects >= cfg.MaxEffectsPerCycle ||
 			(steps > 0 && h.ex.Now().Sub(start) >= cfg.MaxCycleWall) {
 			more = true
@@ -168,7 +193,7 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 			return false, errorf("step", ErrFenced, l.world, nil)
 		}
 		h.emit(HostEvent{Kind: EvStep, World: l.world, Epoch: l.epoch, Height: w.inst.Height() + 1})
-		res, err := w.inst.Step(world.Input{Seq: it.Seq, Kind: it.Kind, Payload: it.Payload, EnqueuedAt: it.EnqueuedAt}, h.ex.Now())
+		res, err := w.inst.Step(in, h.ex.Now())
 		if err != nil {
 			return false, err
 		}
@@ -183,12 +208,32 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 		if res.Reply != nil {
 			replies = append(replies, *res.Reply)
 		}
-		b.NewCursor = it.Seq
-		if steps == 0 || it.EnqueuedAt.Before(oldest) {
-			oldest = it.EnqueuedAt
+		if in.Seq == 0 {
+			// A direct firing: the commit that journals it takes the
+			// timer out of the queue.
+			b.CancelTimers = append(b.CancelTimers, fired[steps].hash)
+		} else {
+			b.NewCursor = in.Seq
+		}
+		if steps == 0 || in.EnqueuedAt.Before(oldest) {
+			oldest = in.EnqueuedAt
 		}
 		steps++
 		effects += len(res.Intents) + len(res.TimerSets)
+	}
+	if steps < len(fired) {
+		// A budget stopped the cycle: the rest go back to be stepped by
+		// the next one.
+		h.mu.Lock()
+		l.due = append(fired[steps:len(fired):len(fired)], l.due...)
+		h.mu.Unlock()
+		fired = fired[:steps]
+	}
+	if steps == 0 {
+		return more, nil
+	}
+	if len(items) > steps {
+		items = items[:steps]
 	}
 	if height := w.inst.Height(); height/cfg.SnapshotEvery > b.ExpectedHead/cfg.SnapshotEvery {
 		b.Snapshot = &store.Snapshot{World: l.world, Height: height, State: w.inst.State(), StateHash: w.inst.StateHash()}
@@ -196,7 +241,7 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 	if !h.alive(l) {
 		return false, errorf("commit", ErrFenced, l.world, nil)
 	}
-	cctx, sp := w.cycleSpan(ctx, start, items[:steps], b)
+	cctx, sp := w.cycleSpan(ctx, start, items, fired, b)
 	if cfg.Links != nil && sp.IsRecording() {
 		// Before the commit: an adapter pool may claim an intent as soon
 		// as the commit lands. Should the commit fail, the cycle that
@@ -226,6 +271,9 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 		lag = max(done.Sub(oldest), 0)
 	}
 	h.emit(HostEvent{Kind: EvCommit, World: l.world, Epoch: l.epoch, Height: res.Head, Dur: lag, N: steps})
+	for _, e := range fired {
+		h.emit(HostEvent{Kind: EvTimerFired, World: l.world, Epoch: l.epoch, Dur: start.Sub(e.due), N: 1})
+	}
 	for _, r := range replies {
 		cfg.Replies.deliver(r)
 	}
@@ -237,7 +285,7 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 // (when this process recorded one), and returns the context the commit
 // runs under. It is a root: the cycle was started by durable input, not by
 // any caller's context.
-func (w *worldProc) cycleSpan(ctx context.Context, start time.Time, journaled []store.InboxItem, b store.CommitBatch) (context.Context, trace.Span) {
+func (w *worldProc) cycleSpan(ctx context.Context, start time.Time, journaled []store.InboxItem, fired []*hostTimer, b store.CommitBatch) (context.Context, trace.Span) {
 	h, l := w.h, w.l
 	var links []trace.Link
 	if h.cfg.Links != nil {
@@ -245,9 +293,14 @@ func (w *worldProc) cycleSpan(ctx context.Context, start time.Time, journaled []
 			sc, ok := h.cfg.Links.Inbox(l.world, it.Seq)
 			links = append(links, otrace.Link(sc, ok)...)
 		}
+		// A direct firing has no inbox item: its link is to the cycle
+		// that set the timer.
+		for _, e := range fired {
+			links = append(links, otrace.Link(h.cfg.Links.Intent(e.hash))...)
+		}
 	}
 	return h.tr.Start(ctx, otrace.Cycle, trace.WithNewRoot(), trace.WithTimestamp(start),
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(links...),
 		trace.WithAttributes(otrace.World.String(l.world), otrace.Epoch.Int64(int64(l.epoch)),
-			otrace.Steps.Int(len(journaled)), otrace.FromHeight.Int64(int64(b.ExpectedHead))))
+			otrace.Steps.Int(len(journaled)+len(fired)), otrace.FromHeight.Int64(int64(b.ExpectedHead))))
 }

@@ -32,6 +32,8 @@ var errStoreFault = errors.New("injected store fault")
 type simStats struct {
 	hostCrashes, hostFailures, poolCrashes, timerCrashes, pauses, storeFaults int
 	commits, receipts, fired, messages, calls                                 int
+	// firings that ran, stepped directly by their holder or from the inbox
+	directFirings, inboxFirings int
 }
 
 // simNode is one process of the simulation with a store handle of its own:
@@ -537,6 +539,28 @@ func (r *planeSimRun) quiesce() error {
 type stepRecord struct {
 	Intents []string `cbor:"intents"`
 	Timers  []string `cbor:"timers"`
+	Input   struct {
+		Seq     uint64 `cbor:"seq"`
+		Kind    string `cbor:"kind"`
+		Payload []byte `cbor:"payload"`
+	} `cbor:"input"`
+	Outcome string `cbor:"outcome"`
+}
+
+// firedTimer returns the intent hash of the timer whose firing rec
+// journaled (through the inbox or stepped directly by its holder), and
+// whether it ran (a firing of a timer already fired is dropped as stale).
+func (rec stepRecord) firedTimer() (hash string, ran bool, err error) {
+	if rec.Input.Kind != store.KindTimer {
+		return "", false, nil
+	}
+	var m struct {
+		IntentHash string `cbor:"intent_hash"`
+	}
+	if err := event.Unmarshal(rec.Input.Payload, &m); err != nil {
+		return "", false, err
+	}
+	return m.IntentHash, rec.Outcome != string(world.OutcomeStale), nil
 }
 
 func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]string) error {
@@ -623,6 +647,28 @@ func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]stri
 		for _, h := range v.Receipts {
 			consumed[h]++
 		}
+		// Every timer the journal sets fired once: one firing ran, whether
+		// its holder stepped it or it came through the inbox (at most once
+		// there); any other was dropped as stale.
+		ran := map[string]int{}
+		for _, e := range journal {
+			var rec stepRecord
+			if err := event.Unmarshal(e.Payload, &rec); err != nil {
+				return err
+			}
+			h, ok, err := rec.firedTimer()
+			if err != nil {
+				return fmt.Errorf("%s: timer firing at %d: %w", w, e.RunSeq, err)
+			}
+			if ok {
+				ran[h]++
+				if rec.Input.Seq == 0 {
+					r.stats.directFirings++
+				} else {
+					r.stats.inboxFirings++
+				}
+			}
+		}
 		for _, e := range journal {
 			var rec stepRecord
 			if err := event.Unmarshal(e.Payload, &rec); err != nil {
@@ -651,8 +697,8 @@ func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]stri
 				}
 			}
 			for _, h := range rec.Timers {
-				if timerItems[store.TimerKey(h)] != 1 {
-					return fmt.Errorf("%s: timer %.8s fired %d times", w, h, timerItems[store.TimerKey(h)])
+				if ran[h] != 1 || timerItems[store.TimerKey(h)] > 1 {
+					return fmt.Errorf("%s: timer %.8s fired %d times (%d in the inbox)", w, h, ran[h], timerItems[store.TimerKey(h)])
 				}
 			}
 		}
@@ -738,7 +784,8 @@ func TestPlaneSimulation(t *testing.T) {
 		}{{"host crashes", stats.hostCrashes}, {"host failures", stats.hostFailures},
 			{"pool crashes", stats.poolCrashes}, {"timer worker crashes", stats.timerCrashes}, {"pauses", stats.pauses},
 			{"store faults", stats.storeFaults}, {"commits", stats.commits}, {"receipts", stats.receipts},
-			{"timers fired", stats.fired}, {"fabric messages", stats.messages}, {"calls", stats.calls}}
+			{"timers fired", stats.fired}, {"fabric messages", stats.messages}, {"calls", stats.calls},
+			{"timers stepped directly", stats.directFirings}, {"timers fired through the inbox", stats.inboxFirings}}
 		for _, c := range counts {
 			if c.n == 0 {
 				t.Errorf("the simulation injected or exercised no %s: %+v", c.what, stats)

@@ -224,6 +224,7 @@ func TestTimerFiringIsLinked(t *testing.T) {
 		}
 		cfg := hostConfig("A", st, nil)
 		cfg.Tracer, cfg.Links = tr.tp, tr.links
+		cfg.TimersThroughInbox = true // a firing with a span of its own
 		h, err := plane.StartHost(env.Ctx, env.Root, cfg)
 		if err != nil {
 			return err

@@ -233,7 +233,13 @@ type TimerSet struct {
 //  4. Timers are scheduled (as Schedule) and CancelTimers cancelled (as
 //     CancelTimer, except that an unknown, other world's or already fired
 //     timer is skipped, not an error: the kernel may cancel a timer whose
-//     firing is still in its inbox);
+//     firing is still in its inbox). The holder of a world's lease also
+//     lists here the timers whose firings the commit journals directly
+//     (stepped at their due time without an inbox item): the commit's
+//     entries are their firing, so the timer leaves the queue with it. A
+//     timer worker's claim of one then fires nothing (Fire: ErrNotFound),
+//     and a firing already delivered to the inbox stays there, for the
+//     kernel to drop as stale;
 //  5. Snapshot, when set, is stored (as PutSnapshot, its height at most the
 //     new head);
 //  6. Status, when set, moves the world from active to Status.Status with

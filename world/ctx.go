@@ -51,12 +51,14 @@ func (c *Ctx) World() string { return c.world }
 // Height is the height this step will have in the journal.
 func (c *Ctx) Height() uint64 { return c.height }
 
-// Seq is the inbox seq of the input.
+// Seq is the inbox seq of the input: 0 for a timer firing that the
+// world's holder stepped at its due time without an inbox item.
 func (c *Ctx) Seq() uint64 { return c.seq }
 
-// Now is the time the input entered the inbox (by the store's clock), which
-// the journal keeps so replay sees the same instant. It does not advance
-// during the handler.
+// Now is the time the input entered the inbox (by the store's clock), or,
+// for a timer firing its holder stepped directly, the holder's clock when
+// it fired it (never before the due time); the journal keeps it, so
+// replay sees the same instant. It does not advance during the handler.
 func (c *Ctx) Now() time.Time { return c.now }
 
 // Cause is the input's causal metadata.

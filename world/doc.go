@@ -86,11 +86,14 @@
 // # Journal records
 //
 // Each step is one event.Envelope: streamId = world id, runSeq = height,
-// eventType = WorldStepped (for every outcome), stepId = "inbox/<seq>",
+// eventType = WorldStepped (for every outcome), stepId = "inbox/<seq>"
+// (or "timer/<intent hash>" for a timer firing the world's holder stepped
+// at its due time without an inbox item: Input.Seq 0, see TimerStepID),
 // logicalAttemptId = engineAttemptId = 1, planId = the world's name,
 // planVersion = its version, eventId = the idempotency key. The key
-// therefore depends only on the world, the inbox item and the definition:
-// draining the same item twice yields the same key. The payload is
+// therefore depends only on the world, the inbox item (or the timer) and
+// the definition: draining the same item twice, or firing the same timer
+// twice, yields the same key. The payload is
 // canonical CBOR: {"v": 1, "input": {seq, kind, enqueued_at, type, cause,
 // call_id, payload}, "outcome", "error", "state_hash", "intents",
 // "timers", "cancels", "reply_hash"}. emittedAt is the caller's clock and

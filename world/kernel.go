@@ -38,6 +38,7 @@ type Instance interface {
 	Step(in Input, emittedAt time.Time) (StepResult, error)
 	Awaiting() []Awaiting
 	Timers() []string
+	Armed(intentHash string) bool
 }
 
 var _ Instance = (*World[struct{}])(nil)

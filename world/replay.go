@@ -117,6 +117,13 @@ func (w *World[S]) Awaiting() []Awaiting {
 // Timers lists the timers set and neither fired nor cancelled, sorted.
 func (w *World[S]) Timers() []string { return slices.Sorted(maps.Keys(w.meta.timers)) }
 
+// Armed reports whether timer intentHash is set and has neither fired nor
+// been cancelled: whether a firing of it would run its handler.
+func (w *World[S]) Armed(intentHash string) bool {
+	_, ok := w.meta.timers[intentHash]
+	return ok
+}
+
 // Replay restores world id from a baseline snapshot and the journal records
 // after it, re-running every step with the same inputs and checking each
 // against its record. It returns the world at the tail's end, its state
@@ -151,13 +158,15 @@ func (w *World[S]) replayOne(e *event.Envelope) error {
 	if err := event.Unmarshal(e.Payload, &want); err != nil || want.V != recordVersion {
 		return &TailError{Height: h, Reason: "payload is not a world step record", Err: err}
 	}
-	if e.StepID != StepID(want.Input.Seq) {
-		return &TailError{Height: h, Reason: "stepId " + e.StepID + " does not match inbox seq"}
-	}
 	in := Input{Seq: want.Input.Seq, Kind: want.Input.Kind, Payload: want.Input.Payload, EnqueuedAt: want.Input.EnqueuedAt.Time}
 	res, user, m, err := w.def.step(w.id, w.height, w.user, w.meta, in, e.EmittedAt)
 	if err != nil {
 		return err
+	}
+	// The stepId is a function of the input alone (its inbox seq, or the
+	// timer a direct firing consumed), so the re-derived one must match.
+	if e.StepID != res.Record.StepID {
+		return &TailError{Height: h, Reason: "stepId " + e.StepID + " does not match the input (" + res.Record.StepID + ")"}
 	}
 	var got record
 	if err := event.Unmarshal(res.Record.Payload, &got); err != nil {

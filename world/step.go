@@ -121,6 +121,21 @@ const recordVersion = 1
 // idempotency key by construction.
 func StepID(seq uint64) string { return "inbox/" + strconv.FormatUint(seq, 10) }
 
+// TimerStepID is the journal stepId of the step that fires timer
+// intentHash without an inbox item: the holder of the world's lease steps
+// a firing directly at its due time (Input.Seq 0, kind timer) and the same
+// commit removes the timer. It depends on the timer alone, so firing the
+// same timer twice yields the same idempotency key by construction.
+func TimerStepID(intentHash string) string { return "timer/" + intentHash }
+
+// stepID is the stepId of the step that ran in, decoded as dec.
+func stepID(in Input, dec decoded) string {
+	if in.Seq == 0 && in.Kind == InputTimer && dec.consumes != "" {
+		return TimerStepID(dec.consumes)
+	}
+	return StepID(in.Seq)
+}
+
 // decoded is an input taken apart: what to run, and what to consume.
 type decoded struct {
 	typ      string
@@ -286,7 +301,7 @@ func (d *Def[S]) step(id string, height uint64, user []byte, m meta, in Input, e
 		RunSeq:           h,
 		EventType:        EventWorldStepped,
 		EmittedAt:        emittedAt,
-		StepID:           StepID(in.Seq),
+		StepID:           stepID(in, dec),
 		LogicalAttemptID: 1,
 		EngineAttemptID:  1,
 		PlanID:           d.name,

@@ -375,3 +375,49 @@ func decodePayload(t *testing.T, e event.Envelope, v any) {
 		t.Fatalf("record payload: %v", err)
 	}
 }
+
+// TestDirectTimerFiringIsNamedByItsTimer: a firing its holder steps
+// without an inbox item (Seq 0) runs the handler as an inbox firing does,
+// its record is named by the timer (TimerStepID, so firing the same timer
+// again gives the same idempotency key, and the second is stale), and a
+// replay of the journal reproduces it; a record whose stepId does not
+// match its input is refused.
+func TestDirectTimerFiringIsNamedByItsTimer(t *testing.T) {
+	f := newFeeder(t, effectsDef(), "w1")
+	ts := f.event(Remind{Name: "a", AfterSec: 60}).TimerSets[0]
+	at := ts.At.Add(time.Millisecond)
+	fired, err := f.w.Step(world.Input{Kind: world.InputTimer, Payload: ts.Payload, EnqueuedAt: at}, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOutcome(t, fired, world.OutcomeOK)
+	if fired.Record.StepID != world.TimerStepID(ts.Hash) || fired.Record.StepID != "timer/"+ts.Hash {
+		t.Fatalf("stepId %q, want timer/%s", fired.Record.StepID, ts.Hash)
+	}
+	if got := f.value().Fired; !slices.Equal(got, []string{"a"}) || len(f.w.Timers()) != 0 {
+		t.Fatalf("fired %v, armed %v", got, f.w.Timers())
+	}
+	again, err := f.w.Step(world.Input{Kind: world.InputTimer, Payload: ts.Payload, EnqueuedAt: at}, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOutcome(t, again, world.OutcomeStale)
+	if again.Record.IdempotencyKey != fired.Record.IdempotencyKey {
+		t.Fatalf("a second firing of the same timer has key %q, the first %q", again.Record.IdempotencyKey, fired.Record.IdempotencyKey)
+	}
+	journal := append(slices.Clone(f.records), fired.Record)
+	w, err := world.Replay(effectsDef(), "w1", world.Snapshot{}, journal)
+	if err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	if w.StateHash() != fired.StateHash {
+		t.Fatalf("replayed state %s, want %s", w.StateHash(), fired.StateHash)
+	}
+	bad := fired.Record
+	bad.StepID = world.StepID(7)
+	bad.Normalize()
+	var te *world.TailError
+	if _, err := world.Replay(effectsDef(), "w1", world.Snapshot{}, append(slices.Clone(f.records), bad)); !errors.As(err, &te) {
+		t.Fatalf("replay of a record whose stepId does not match its input: %v, want a TailError", err)
+	}
+}

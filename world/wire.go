@@ -14,7 +14,7 @@ import (
 // Input is one inbox item as the kernel sees it. The plane builds it from
 // the store's inbox item field by field; the kernel needs nothing else.
 type Input struct {
-	Seq        uint64    // the inbox seq: the step's identity (see Record)
+	Seq        uint64    // the inbox seq: the step's identity (see Record); 0 for a direct timer firing (TimerStepID)
 	Kind       string    // one of the Kind* input kinds
 	Payload    []byte    // the kind's wire form, built by the Encode* functions
 	EnqueuedAt time.Time // the store's time of enqueue: what Ctx.Now returns

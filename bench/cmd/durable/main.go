@@ -645,7 +645,7 @@ func main() {
 			_, err := r.client.Send(ctx, worldID(i), Arm{I: int64(i), Due: t0.Add(offs[i]).UnixNano()}, fmt.Sprintf("timer-%d", i))
 			return err
 		}))
-		fmt.Printf("# %s timers submitted %d in %v; ours is a durable timer (stored, fired into the world's inbox by the host that holds it, measured when the firing's handler runs), DBOS's is an in-process sleep\n",
+		fmt.Printf("# %s timers submitted %d in %v; ours is a durable timer (stored by the world's commit, stepped at its due time by the host that holds the world, its firing journaled by the next commit; measured when the firing's handler runs), DBOS's is an in-process sleep\n",
 			lib, *nTimers, time.Since(t0).Round(time.Millisecond))
 		rec.wait(*timeout)
 		reportLat("timer-lateness", rec.values(), *nTimers)
