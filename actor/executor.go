@@ -83,6 +83,20 @@ type Timer interface {
 	Reset(d time.Duration) bool
 }
 
+// PreciseAfterFunc is ex.AfterFunc for a timer whose lateness matters more
+// than a little CPU: on the production executor it wakes a millisecond
+// early and yields until the deadline, because the runtime's timers fire
+// up to a millisecond late in an idle process; other executors (the lab's
+// virtual clock is exact) give their AfterFunc.
+func PreciseAfterFunc(ex Executor, d time.Duration, f func()) Timer {
+	if p, ok := ex.(interface {
+		preciseAfterFunc(time.Duration, func()) Timer
+	}); ok {
+		return p.preciseAfterFunc(d, f)
+	}
+	return ex.AfterFunc(d, f)
+}
+
 // Parker is a binary semaphore with one waiter: Unpark makes one permit
 // available (permits do not accumulate beyond one) and Park consumes it,
 // blocking until one is available or ctx is done.

@@ -264,7 +264,9 @@ func (s *hostTimers) armLocked() {
 		s.park.Unpark()
 		return
 	}
-	s.armed, s.armedAt = s.ex.AfterFunc(d, s.park.Unpark), at
+	// Precise: a due timer's handler should start at its due time, not
+	// the millisecond later an idle runtime timer may fire.
+	s.armed, s.armedAt = actor.PreciseAfterFunc(s.ex, d, s.park.Unpark), at
 }
 
 // ---- the host's side ----
