@@ -83,18 +83,27 @@ type Timer interface {
 	Reset(d time.Duration) bool
 }
 
-// PreciseAfterFunc is ex.AfterFunc for a timer whose lateness matters more
-// than a little CPU: on the production executor it wakes a millisecond
-// early and yields until the deadline, because the runtime's timers fire
-// up to a millisecond late in an idle process; other executors (the lab's
-// virtual clock is exact) give their AfterFunc.
-func PreciseAfterFunc(ex Executor, d time.Duration, f func()) Timer {
-	if p, ok := ex.(interface {
-		preciseAfterFunc(time.Duration, func()) Timer
-	}); ok {
-		return p.preciseAfterFunc(d, f)
+// TimerSlack is how early a timer whose deadline matters to the
+// microsecond should be armed on ex, the rest waited out with SpinUntil:
+// the production executor's timers fire up to a millisecond late in an
+// idle process (the runtime's poller sleeps in milliseconds), so its slack
+// is a millisecond. Other executors have none (the lab's virtual clock is
+// exact).
+func TimerSlack(ex Executor) time.Duration {
+	if s, ok := ex.(interface{ timerSlack() time.Duration }); ok {
+		return s.timerSlack()
 	}
-	return ex.AfterFunc(d, f)
+	return 0
+}
+
+// SpinUntil returns once ex's clock reaches t, yielding the processor
+// meanwhile: it is for the last TimerSlack before a deadline, never for a
+// longer wait. On an executor without slack it returns at once (its timers
+// are never early, so nothing is left to wait out).
+func SpinUntil(ex Executor, t time.Time) {
+	if s, ok := ex.(interface{ spinUntil(time.Time) }); ok {
+		s.spinUntil(t)
+	}
 }
 
 // Parker is a binary semaphore with one waiter: Unpark makes one permit

@@ -8,7 +8,6 @@ package actor
 import (
 	"context"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -80,74 +79,17 @@ func (p chanParker) Unpark() {
 	}
 }
 
-// timerSlack is how early a precise timer (PreciseAfterFunc) wakes before
-// its deadline, to wait out the rest by yielding. The runtime's timers
+// timerSlack is the production executor's TimerSlack: the runtime's timers
 // sleep in the network poller with millisecond resolution, so an idle
 // process's timer fires up to a millisecond late (about 0.6 ms at the
-// median on the benchmark VM: BenchmarkTimerLateness); the last stretch
-// is covered by a yielding loop instead, at most this long per firing.
+// median on the benchmark VM: BenchmarkTimerLateness).
 const timerSlack = time.Millisecond
 
-// preciseAfterFunc is PreciseAfterFunc on the machine's clock.
-func (*realExecutor) preciseAfterFunc(d time.Duration, f func()) Timer {
-	p := &preciseTimer{f: f}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.arm(d)
-	return p
-}
+func (*realExecutor) timerSlack() time.Duration { return timerSlack }
 
-// preciseTimer is a runtime timer armed timerSlack early, then a yielding
-// wait for the deadline. Stop and Reset start a new generation; a wait of
-// an older one gives up.
-type preciseTimer struct {
-	mu      sync.Mutex
-	f       func()
-	t       *time.Timer
-	gen     atomic.Uint64
-	pending bool // armed and not yet fired or stopped
-}
-
-// arm starts a new generation due after d (mu held).
-func (p *preciseTimer) arm(d time.Duration) {
-	g := p.gen.Add(1)
-	deadline := time.Now().Add(d)
-	p.pending = true
-	p.t = time.AfterFunc(max(d-timerSlack, 0), func() { p.fire(g, deadline) })
-}
-
-func (p *preciseTimer) fire(g uint64, deadline time.Time) {
-	for time.Until(deadline) > 0 {
-		if p.gen.Load() != g {
-			return
-		}
+// spinUntil yields the processor until the machine's clock reaches t.
+func (*realExecutor) spinUntil(t time.Time) {
+	for time.Until(t) > 0 {
 		runtime.Gosched()
 	}
-	p.mu.Lock()
-	if p.gen.Load() != g || !p.pending {
-		p.mu.Unlock()
-		return
-	}
-	p.pending = false
-	p.mu.Unlock()
-	p.f()
-}
-
-func (p *preciseTimer) Stop() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	was := p.pending
-	p.pending = false
-	p.gen.Add(1)
-	p.t.Stop()
-	return was
-}
-
-func (p *preciseTimer) Reset(d time.Duration) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	was := p.pending
-	p.t.Stop()
-	p.arm(d)
-	return was
 }

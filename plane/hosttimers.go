@@ -43,7 +43,12 @@ import (
 // One schedule serves every world of the host: a min-heap by fire time
 // with ONE executor timer armed for the earliest entry, re-armed as the
 // earliest changes, and one task that fires what is due, in lanes across
-// worlds. A world that passivates keeps its entries (its timer wakes it);
+// worlds. The timer is armed the executor's slack early (actor.TimerSlack:
+// a millisecond on the production executor, whose timers fire up to that
+// late; none in the lab) and an entry is handed out that early too: the
+// world's process, or the firing lane, waits out the rest with
+// actor.SpinUntil, so a handler starts at its timer's due time to the
+// microsecond, and never before it. A world that passivates keeps its entries (its timer wakes it);
 // a cancelled timer, and every timer of a world whose lease the host
 // drops, leave the schedule. The schedule is memory only: what it loses
 // (a host crash, a failed ListTimers, a timer past the listing's bound)
@@ -69,6 +74,7 @@ type hostTimer struct {
 	at      time.Time // when to fire: the due time, or a retry's
 	tries   int       // firings that failed in the store
 	idx     int       // its place in the heap; -1 when out of it
+	firedAt time.Time // when its world's process stepped it (a direct firing)
 }
 
 // timerHeap orders entries by (at, world, hash): a stable order for timers
@@ -109,6 +115,11 @@ func (q *timerHeap) Pop() any {
 type hostTimers struct {
 	ex   actor.Executor
 	park actor.Parker // the firing task's wake-up
+	// slack is how early the schedule hands out an entry (and arms for
+	// it): the executor's timers may fire that late, so whoever fires an
+	// entry waits out the rest with actor.SpinUntil and starts at its time
+	// to the microsecond, not the millisecond.
+	slack time.Duration
 
 	mu      sync.Mutex
 	q       timerHeap
@@ -120,7 +131,7 @@ type hostTimers struct {
 }
 
 func newHostTimers(ex actor.Executor) *hostTimers {
-	return &hostTimers{ex: ex, park: ex.NewParker(),
+	return &hostTimers{ex: ex, park: ex.NewParker(), slack: actor.TimerSlack(ex),
 		byHash: map[string]*hostTimer{}, byLease: map[*lease]map[string]*hostTimer{}}
 }
 
@@ -186,13 +197,14 @@ func (s *hostTimers) drop(l *lease) {
 	s.armLocked()
 }
 
-// take removes and returns, in heap order, every entry due at now, and
-// arms the timer for the next one.
+// take removes and returns, in heap order, every entry due at now (or
+// within the slack after it: its taker waits until its time), and arms the
+// timer for the next one.
 func (s *hostTimers) take(now time.Time) []*hostTimer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []*hostTimer
-	for len(s.q) > 0 && !s.q[0].at.After(now) {
+	for len(s.q) > 0 && !s.q[0].at.After(now.Add(s.slack)) {
 		e := s.q[0]
 		s.removeLocked(e)
 		out = append(out, e)
@@ -259,14 +271,12 @@ func (s *hostTimers) armLocked() {
 		s.armed.Stop()
 		s.armed = nil
 	}
-	d := at.Sub(s.ex.Now())
+	d := at.Sub(s.ex.Now()) - s.slack
 	if d <= 0 {
 		s.park.Unpark()
 		return
 	}
-	// Precise: a due timer's handler should start at its due time, not
-	// the millisecond later an idle runtime timer may fire.
-	s.armed, s.armedAt = actor.PreciseAfterFunc(s.ex, d, s.park.Unpark), at
+	s.armed, s.armedAt = s.ex.AfterFunc(d, s.park.Unpark), at
 }
 
 // ---- the host's side ----
@@ -427,6 +437,7 @@ func (f *fireLanes) wait() {
 // fireHeld fires one timer of a held world, under an orrery.timer.fire
 // span linked to the cycle that set it, as the timer worker's firings are.
 func (h *Host) fireHeld(ctx context.Context, e *hostTimer) {
+	actor.SpinUntil(h.ex, e.at) // taken up to the schedule's slack early
 	l := e.l
 	h.mu.Lock()
 	held := h.leases[l.world] == l

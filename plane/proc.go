@@ -160,7 +160,8 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 	for _, e := range h.takeDue(l) {
 		if w.inst.Armed(e.hash) && !slices.ContainsFunc(fired, func(f *hostTimer) bool { return f.hash == e.hash }) {
 			fired = append(fired, e)
-			inputs = append(inputs, world.Input{Kind: world.InputTimer, Payload: e.payload, EnqueuedAt: start})
+			// EnqueuedAt is set when it is stepped: its time, or later.
+			inputs = append(inputs, world.Input{Kind: world.InputTimer, Payload: e.payload})
 		}
 	}
 	took := false
@@ -191,6 +192,14 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 		}
 		if !h.alive(l) {
 			return false, errorf("step", ErrFenced, l.world, nil)
+		}
+		if in.Seq == 0 {
+			// A direct firing, handed over up to the schedule's slack
+			// early: it starts at its time, never before.
+			e := fired[steps]
+			actor.SpinUntil(h.ex, e.at)
+			in.EnqueuedAt = h.ex.Now()
+			e.firedAt = in.EnqueuedAt
 		}
 		h.emit(HostEvent{Kind: EvStep, World: l.world, Epoch: l.epoch, Height: w.inst.Height() + 1})
 		res, err := w.inst.Step(in, h.ex.Now())
@@ -272,7 +281,7 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 	}
 	h.emit(HostEvent{Kind: EvCommit, World: l.world, Epoch: l.epoch, Height: res.Head, Dur: lag, N: steps})
 	for _, e := range fired {
-		h.emit(HostEvent{Kind: EvTimerFired, World: l.world, Epoch: l.epoch, Dur: start.Sub(e.due), N: 1})
+		h.emit(HostEvent{Kind: EvTimerFired, World: l.world, Epoch: l.epoch, Dur: e.firedAt.Sub(e.due), N: 1})
 	}
 	for _, r := range replies {
 		cfg.Replies.deliver(r)
