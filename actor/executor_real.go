@@ -87,9 +87,18 @@ const timerSlack = time.Millisecond
 
 func (*realExecutor) timerSlack() time.Duration { return timerSlack }
 
-// spinUntil yields the processor until the machine's clock reaches t.
+// spinUntil yields the processor until the machine's clock reaches t. A
+// clock that stands still across a yield is a testing/synctest bubble's,
+// which moves only once every goroutine in it blocks: then it sleeps.
 func (*realExecutor) spinUntil(t time.Time) {
-	for time.Until(t) > 0 {
+	last := time.Now()
+	for last.Before(t) {
 		runtime.Gosched()
+		now := time.Now()
+		if !now.After(last) {
+			time.Sleep(t.Sub(now))
+			return
+		}
+		last = now
 	}
 }

@@ -3,6 +3,7 @@ package actor_test
 import (
 	"sort"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
@@ -29,6 +30,25 @@ func TestSpinUntilReachesTheDeadline(t *testing.T) {
 			t.Fatalf("a %v deadline was reached %v early", d, deadline.Sub(at))
 		}
 	}
+}
+
+// TestSpinUntilInASynctestBubble: a bubble's clock stands still until
+// every goroutine in it blocks, so a yielding wait would never end;
+// SpinUntil sees the clock stand still and sleeps instead, and returns at
+// the deadline.
+func TestSpinUntilInASynctestBubble(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ex := actor.NewExecutor(1)
+		deadline := ex.Now().Add(700 * time.Microsecond)
+		done := make(chan time.Time, 1)
+		ex.AfterFunc(0, func() {
+			actor.SpinUntil(ex, deadline)
+			done <- ex.Now()
+		})
+		if at := <-done; !at.Equal(deadline) {
+			t.Fatalf("returned at %v, want the deadline %v", at, deadline)
+		}
+	})
 }
 
 // BenchmarkTimerLateness compares the production executor's AfterFunc with

@@ -557,13 +557,6 @@ func (h *Host) takeDue(l *lease) []*hostTimer {
 	return due
 }
 
-// hasDue reports whether l's process has timers handed to it to step.
-func (h *Host) hasDue(l *lease) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(l.due) > 0
-}
-
 // heldFiredMax bounds the firings a world keeps for its process to take
 // without reading them: a world that lags further reads its inbox, as it
 // would anyway.

@@ -869,3 +869,93 @@ func TestTimerWorkerFiresADeadHostsTimerAfterLag(t *testing.T) {
 		return nil
 	})
 }
+
+// TestTimersDueTogetherFireOnceAcrossCycles: a running world with more
+// timers due at one instant than a cycle may step has them handed to its
+// process together; the cycle's budget steps some, the rest go back and
+// the next cycles step them, each once, directly (no inbox item), in the
+// order the schedule hands them out, at their due time (under the lab to
+// the nanosecond).
+func TestTimersDueTogetherFireOnceAcrossCycles(t *testing.T) {
+	forEachBackend(t, 47, "held-together", func(r *rig) (err error) {
+		a := newAlarmRig(r)
+		defer a.explain(&err)
+		if err := a.create("m", "A"); err != nil {
+			return err
+		}
+		h, err := a.host("A", r.handle(nil), func(c *plane.HostConfig) {
+			c.IdleAfter, c.MaxTickStepsPerCycle = -1, 2
+		})
+		if err != nil {
+			return err
+		}
+		defer h.Stop(r.ctx)
+		after := 2 * time.Second
+		if r.real() {
+			after = 400 * time.Millisecond
+		}
+		c := a.client()
+		keys := []string{"a", "b", "c", "d", "e"}
+		for _, k := range keys {
+			if _, err := c.Send(r.ctx, "m", SetAlarm{Key: k, AfterMs: after.Milliseconds()}, "set-"+k); err != nil {
+				return err
+			}
+		}
+		if err := r.drained("m"); err != nil {
+			return err
+		}
+		s, err := a.state("m")
+		if err != nil || len(s.Armed) != len(keys) {
+			return fmt.Errorf("armed %+v (%v), want %d alarms", s.Armed, err, len(keys))
+		}
+		ts, err := r.base.ListTimers(r.ctx, "m", 10)
+		if err != nil || len(ts) != len(keys) {
+			return fmt.Errorf("timers %+v (%v)", ts, err)
+		}
+		latest := ts[0].DeliverAt
+		for _, t := range ts {
+			if t.DeliverAt.After(latest) {
+				latest = t.DeliverAt
+			}
+		}
+		if err := r.waitFor("every alarm rang", 20*time.Second, func() (bool, error) {
+			s, err := a.state("m")
+			return len(s.Rang) == len(keys), err
+		}); err != nil {
+			return err
+		}
+		s, err = a.state("m")
+		if err != nil {
+			return err
+		}
+		if got := slices.Sorted(slices.Values(s.Rang)); !slices.Equal(got, keys) {
+			return fmt.Errorf("rang %v, want each of %v once", s.Rang, keys)
+		}
+		fs, err := a.journaledFirings("m")
+		if err != nil || len(fs) != len(keys) {
+			return fmt.Errorf("journaled firings %+v (%v), want %d", fs, err, len(keys))
+		}
+		for _, f := range fs {
+			if f.Seq != 0 || f.Outcome != string(world.OutcomeOK) {
+				return fmt.Errorf("firing %+v, want each stepped directly and ok", f)
+			}
+			if !r.real() && !f.EnqueuedAt.Equal(latest) {
+				return fmt.Errorf("fired at %v, want the due time %v", f.EnqueuedAt, latest)
+			}
+		}
+		steps := 0
+		for _, ev := range a.seen(plane.EvCommit, "m") {
+			if ev.N > 2 {
+				return fmt.Errorf("a commit of %d steps, over the budget of 2", ev.N)
+			}
+			steps += ev.N
+		}
+		if steps != 2*len(keys) {
+			return fmt.Errorf("%d steps committed, want %d arming and %d firings", steps, len(keys), len(keys))
+		}
+		if in, err := a.firings("m"); err != nil || len(in) != 0 {
+			return fmt.Errorf("firings in the inbox %+v (%v), want none", in, err)
+		}
+		return nil
+	})
+}
