@@ -38,7 +38,9 @@
 //     each timer a world's commit sets (and, when it restores a world with
 //     timers armed, reads their due times once with ListTimers) in one
 //     schedule, a min-heap with one executor timer armed for the earliest,
-//     and fires each at its due time. A world whose process runs is handed
+//     and fires each at its due time (armed actor.TimerSlack early, the
+//     rest waited out with actor.SpinUntil, so to the microsecond on the
+//     production executor). A world whose process runs is handed
 //     the firing and steps it at once, before any store call (no inbox
 //     item: its record is named by the timer, world.TimerStepID), and the
 //     commit that journals it removes the timer (CommitBatch.CancelTimers);

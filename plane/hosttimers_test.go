@@ -220,26 +220,12 @@ func (a *alarmRig) firings(id string) ([]store.InboxItem, error) {
 // timerSteps returns the outcomes of world id's journaled steps of timer
 // firings, in journal order.
 func (a *alarmRig) timerSteps(id string) ([]string, error) {
-	journal, err := plane.ReadTail(a.ctx, a.base, id, 0)
-	if err != nil {
-		return nil, err
-	}
+	fs, err := a.journaledFirings(id)
 	var out []string
-	for _, e := range journal {
-		var rec struct {
-			Input struct {
-				Kind string `cbor:"kind"`
-			} `cbor:"input"`
-			Outcome string `cbor:"outcome"`
-		}
-		if err := world.Decode(e.Payload, &rec); err != nil {
-			return nil, err
-		}
-		if rec.Input.Kind == store.KindTimer {
-			out = append(out, rec.Outcome)
-		}
+	for _, f := range fs {
+		out = append(out, f.Outcome)
 	}
-	return out, nil
+	return out, err
 }
 
 // journaledFiring is a timer firing world id's journal holds.
