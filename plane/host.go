@@ -236,6 +236,9 @@ type lease struct {
 	expires atomic.Int64 // unix nanos of the store's expiresAt
 	fenced  atomic.Bool
 	head    atomic.Pointer[world.Snapshot] // last committed state, for State
+	// hinted: the world's inbox was hinted since its process last read
+	// it, so a due timer handed over is stepped after what is there.
+	hinted atomic.Bool
 	// timersKnown: the host has recorded every timer this holding's world
 	// has armed (hosttimers.go), so a restore need not list them again.
 	timersKnown atomic.Bool
@@ -714,6 +717,7 @@ func (h *Host) hint(l *lease) {
 	if l.fenced.Load() {
 		return
 	}
+	l.hinted.Store(true)
 	h.mu.Lock()
 	ref, restarting := l.ref, l.restarting
 	if ref == nil && !restarting {

@@ -48,9 +48,9 @@ import (
 // late; none in the lab) and an entry is handed out that early too: the
 // world's process, or the firing lane, waits out the rest with
 // actor.SpinUntil, so a handler starts at its timer's due time to the
-// microsecond, and never before it. A world that passivates keeps its entries (its timer wakes it);
-// a cancelled timer, and every timer of a world whose lease the host
-// drops, leave the schedule. The schedule is memory only: what it loses
+// microsecond, and never before it. A world that passivates keeps its
+// entries (its timer wakes it); a cancelled timer, and every timer of a
+// world whose lease the host drops, leave the schedule. The schedule is memory only: what it loses
 // (a host crash, a failed ListTimers, a timer past the listing's bound)
 // the timer worker fires, at most its Lag late.
 
@@ -75,6 +75,9 @@ type hostTimer struct {
 	tries   int       // firings that failed in the store
 	idx     int       // its place in the heap; -1 when out of it
 	firedAt time.Time // when its world's process stepped it (a direct firing)
+	// deferred: a cycle's budget ran out before this handed-over firing;
+	// the next cycle steps it first.
+	deferred bool
 }
 
 // timerHeap orders entries by (at, world, hash): a stable order for timers
@@ -546,6 +549,17 @@ func (h *Host) untakeDue(l *lease, e *hostTimer) bool {
 		return true
 	}
 	return false
+}
+
+// putDue gives back to l's process timers it took and did not step, ahead
+// of any handed over since.
+func (h *Host) putDue(l *lease, es []*hostTimer) {
+	if len(es) == 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	l.due = append(slices.Clip(es), l.due...)
 }
 
 // takeDue returns and forgets the timers handed to l's process.

@@ -945,3 +945,76 @@ func TestTimersDueTogetherFireOnceAcrossCycles(t *testing.T) {
 		return nil
 	})
 }
+
+// TestInputHintedBeforeAFiringIsSteppedFirst: a due timer handed to a
+// world's process while an input the host had been told of waits in its
+// inbox (the process was busy committing) is stepped after that input, in
+// the same cycle; the journal keeps the order in which things arrived.
+func TestInputHintedBeforeAFiringIsSteppedFirst(t *testing.T) {
+	runOn(t, "memstore", lab.Config{Seed: 48, Name: "held-order"}, func(r *rig) (err error) {
+		a := newAlarmRig(r)
+		defer a.explain(&err)
+		if err := a.create("o", "A"); err != nil {
+			return err
+		}
+		var slow atomic.Bool
+		hook := func(op string) error {
+			if op == "commit" && slow.CompareAndSwap(true, false) {
+				// The cycle of the first nudge commits across the due time.
+				_ = actor.Sleep(r.ctx, r.ex, 200*time.Millisecond)
+			}
+			return nil
+		}
+		h, err := a.host("A", r.handle(hook), func(c *plane.HostConfig) { c.IdleAfter = -1 })
+		if err != nil {
+			return err
+		}
+		defer h.Stop(r.ctx)
+		c := a.client()
+		due, err := a.arm(c, "o", "x", 2*time.Second)
+		if err != nil {
+			return err
+		}
+		if err := actor.Sleep(r.ctx, r.ex, due.Add(-100*time.Millisecond).Sub(r.ex.Now())); err != nil {
+			return err
+		}
+		slow.Store(true)
+		if _, err := c.Send(r.ctx, "o", Nudge{}, "nudge-1"); err != nil {
+			return err
+		}
+		if err := actor.Sleep(r.ctx, r.ex, 50*time.Millisecond); err != nil {
+			return err
+		}
+		if _, err := c.Send(r.ctx, "o", Nudge{}, "nudge-2"); err != nil {
+			return err
+		}
+		if err := a.rang("o", "x"); err != nil {
+			return err
+		}
+		if err := r.drained("o"); err != nil {
+			return err
+		}
+		journal, err := plane.ReadTail(r.ctx, r.base, "o", 0)
+		if err != nil {
+			return err
+		}
+		var order []string
+		for _, e := range journal {
+			in, err := world.RecordInput(e)
+			if err != nil {
+				return err
+			}
+			order = append(order, fmt.Sprintf("%s/%d", in.Kind, in.Seq))
+		}
+		// set-x, nudge-1 and nudge-2 are inbox seqs 1–3; the firing is
+		// stepped directly (seq 0) after nudge-2, which arrived before it.
+		if want := []string{"event/1", "event/2", "event/3", "timer/0"}; !slices.Equal(order, want) {
+			return fmt.Errorf("journal order %v, want %v", order, want)
+		}
+		fs, err := a.journaledFirings("o")
+		if err != nil || len(fs) != 1 || fs[0].EnqueuedAt.Before(due) {
+			return fmt.Errorf("firings %+v (%v), want one at or after %v", fs, err, due)
+		}
+		return nil
+	})
+}

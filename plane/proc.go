@@ -102,6 +102,9 @@ func (w *worldProc) run(p *actor.Proc) error {
 			return w.fail(p, err)
 		}
 		w.inst, w.cursor = inst, cursor
+		// What came while no process ran is read before any timer the
+		// host hands over is stepped.
+		l.hinted.Store(true)
 		s := inst.Snapshot()
 		l.head.Store(&s)
 		h.emit(HostEvent{Kind: EvRestored, World: l.world, Epoch: l.epoch, Height: inst.Height()})
@@ -150,53 +153,85 @@ func fencedErr(err error) bool {
 func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 	h, l, cfg := w.h, w.l, &w.h.cfg
 	start := h.ex.Now()
-	var items []store.InboxItem
-	var inputs []world.Input
-	// Due timers handed over by the host come first, stepped without an
-	// inbox item (hosttimers.go); the cycle after reads the inbox. One the
-	// world no longer has armed (fired through the inbox meanwhile,
-	// cancelled, or handed twice) is dropped unstepped.
+	// Due timers handed over by the host are stepped without an inbox item
+	// (hosttimers.go). One the world no longer has armed (fired through
+	// the inbox meanwhile, cancelled, or handed twice) is dropped
+	// unstepped.
 	var fired []*hostTimer
+	deferred := false
 	for _, e := range h.takeDue(l) {
 		if w.inst.Armed(e.hash) && !slices.ContainsFunc(fired, func(f *hostTimer) bool { return f.hash == e.hash }) {
 			fired = append(fired, e)
-			// EnqueuedAt is set when it is stepped: its time, or later.
-			inputs = append(inputs, world.Input{Kind: world.InputTimer, Payload: e.payload})
+			deferred = deferred || e.deferred
 		}
 	}
+	// The inbox is read when there is no timer to step, or when it was
+	// hinted since the last read: what the host knew had arrived before
+	// the firing is stepped before it, in the same cycle. With nothing
+	// hinted, the firing is stepped before any store call.
+	var items []store.InboxItem
 	took := false
-	if len(fired) == 0 {
+	if hinted := l.hinted.Swap(false); len(fired) == 0 || hinted {
 		// A timer firing the host just wrote, when it is the next item,
 		// is stepped without reading the inbox first; the cycle after
 		// reads whatever else came.
 		var it store.InboxItem
 		if it, took = h.takeFired(l, w.cursor); took {
 			items = []store.InboxItem{it}
-		} else if items, err = h.st.ReadInbox(ctx, l.world, w.cursor, cfg.MaxInboxBatch); err != nil || len(items) == 0 {
+		} else if items, err = h.st.ReadInbox(ctx, l.world, w.cursor, cfg.MaxInboxBatch); err != nil {
+			h.putDue(l, fired)
 			return false, err
 		}
-		for _, it := range items {
-			inputs = append(inputs, world.Input{Seq: it.Seq, Kind: it.Kind, Payload: it.Payload, EnqueuedAt: it.EnqueuedAt})
+		if len(items) == 0 && len(fired) == 0 {
+			return false, nil
 		}
+	}
+	inputs := make([]cycleInput, 0, len(items)+len(fired))
+	for _, it := range items {
+		inputs = append(inputs, cycleInput{in: world.Input{Seq: it.Seq, Kind: it.Kind, Payload: it.Payload, EnqueuedAt: it.EnqueuedAt}})
+	}
+	firings := make([]cycleInput, 0, len(fired))
+	for _, e := range fired {
+		// EnqueuedAt is set when it is stepped: its time, or later.
+		firings = append(firings, cycleInput{in: world.Input{Kind: world.InputTimer, Payload: e.payload}, timer: e})
+	}
+	if deferred {
+		// A budget cut these firings from an earlier cycle: they go first
+		// now, so that a busy inbox cannot hold a due timer back.
+		inputs = append(firings, inputs...)
+	} else {
+		inputs = append(inputs, firings...)
 	}
 	b := store.CommitBatch{ExpectedCursor: w.cursor, NewCursor: w.cursor, ExpectedHead: w.inst.Height()}
 	var oldest time.Time // the enqueue of the oldest item journaled
 	var replies []world.Reply
 	steps, effects := 0, 0
 	more = len(items) == cfg.MaxInboxBatch || took || len(fired) > 0
-	for _, in := range inputs {
+	var stepped []store.InboxItem // the inbox items journaled, in order
+	fired = fired[:0]             // the timers fired, in order
+	for k, c := range inputs {
 		if steps >= cfg.MaxTickStepsPerCycle || effects >= cfg.MaxEffectsPerCycle ||
 			(steps > 0 && h.ex.Now().Sub(start) >= cfg.MaxCycleWall) {
 			more = true
+			// The budget is spent: unstepped items are read again, and
+			// unstepped firings go back, to go first next time.
+			var rest []*hostTimer
+			for _, c := range inputs[k:] {
+				if c.timer != nil {
+					c.timer.deferred = true
+					rest = append(rest, c.timer)
+				}
+			}
+			h.putDue(l, rest)
 			break
 		}
 		if !h.alive(l) {
 			return false, errorf("step", ErrFenced, l.world, nil)
 		}
-		if in.Seq == 0 {
+		in := c.in
+		if e := c.timer; e != nil {
 			// A direct firing, handed over up to the schedule's slack
 			// early: it starts at its time, never before.
-			e := fired[steps]
 			actor.SpinUntil(h.ex, e.at)
 			in.EnqueuedAt = h.ex.Now()
 			e.firedAt = in.EnqueuedAt
@@ -217,12 +252,14 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 		if res.Reply != nil {
 			replies = append(replies, *res.Reply)
 		}
-		if in.Seq == 0 {
+		if e := c.timer; e != nil {
 			// A direct firing: the commit that journals it takes the
 			// timer out of the queue.
-			b.CancelTimers = append(b.CancelTimers, fired[steps].hash)
+			b.CancelTimers = append(b.CancelTimers, e.hash)
+			fired = append(fired, e)
 		} else {
 			b.NewCursor = in.Seq
+			stepped = append(stepped, items[len(stepped)])
 		}
 		if steps == 0 || in.EnqueuedAt.Before(oldest) {
 			oldest = in.EnqueuedAt
@@ -230,20 +267,7 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 		steps++
 		effects += len(res.Intents) + len(res.TimerSets)
 	}
-	if steps < len(fired) {
-		// A budget stopped the cycle: the rest go back to be stepped by
-		// the next one.
-		h.mu.Lock()
-		l.due = append(fired[steps:len(fired):len(fired)], l.due...)
-		h.mu.Unlock()
-		fired = fired[:steps]
-	}
-	if steps == 0 {
-		return more, nil
-	}
-	if len(items) > steps {
-		items = items[:steps]
-	}
+	items = stepped
 	if height := w.inst.Height(); height/cfg.SnapshotEvery > b.ExpectedHead/cfg.SnapshotEvery {
 		b.Snapshot = &store.Snapshot{World: l.world, Height: height, State: w.inst.State(), StateHash: w.inst.StateHash()}
 	}
@@ -287,6 +311,13 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 		cfg.Replies.deliver(r)
 	}
 	return more, nil
+}
+
+// cycleInput is one input of a cycle: an inbox item's, or a due timer's
+// firing (timer set) that the host handed to the process.
+type cycleInput struct {
+	in    world.Input
+	timer *hostTimer
 }
 
 // cycleSpan starts the orrery.cycle span of a commit, back-dated to the
