@@ -27,8 +27,9 @@ import (
 // timer is due, which the acquisition told: wakeKey), and fires each at
 // its due time.
 //
-// A world whose process runs steps the firing itself at once, as its next
-// input (handDue): no store call comes before the handler. The timer is
+// A world whose process runs steps the firing itself at once (handDue),
+// after the inbox items the host had been hinted of (read in the same
+// cycle) and with no store call before the handler when there are none. The timer is
 // durable already, set by an earlier commit, and the commit that journals
 // the firing (its stepId world.TimerStepID, Input.Seq 0) removes it from
 // the queue in the same transaction; a crash before that commit leaves
