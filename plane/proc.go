@@ -229,15 +229,24 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 			return false, errorf("step", ErrFenced, l.world, nil)
 		}
 		in := c.in
+		h.emit(HostEvent{Kind: EvStep, World: l.world, Epoch: l.epoch, Height: w.inst.Height() + 1})
+		var res world.StepResult
 		if e := c.timer; e != nil {
 			// A direct firing, handed over up to the schedule's slack
-			// early: it starts at its time, never before.
-			actor.SpinUntil(h.ex, e.at)
-			in.EnqueuedAt = h.ex.Now()
-			e.firedAt = in.EnqueuedAt
+			// early: the kernel decodes it meanwhile, and its handler
+			// starts at its time, never before. Its time is its Ctx.Now.
+			in.EnqueuedAt, e.firedAt = e.at, time.Time{}
+			at := func() {
+				actor.SpinUntil(h.ex, e.at)
+				e.firedAt = h.ex.Now()
+			}
+			res, err = w.inst.StepWhen(in, h.ex.Now(), at)
+			if e.firedAt.IsZero() {
+				at() // no handler ran: nothing is committed before its time either
+			}
+		} else {
+			res, err = w.inst.Step(in, h.ex.Now())
 		}
-		h.emit(HostEvent{Kind: EvStep, World: l.world, Epoch: l.epoch, Height: w.inst.Height() + 1})
-		res, err := w.inst.Step(in, h.ex.Now())
 		if err != nil {
 			return false, err
 		}

@@ -56,8 +56,8 @@ func (c *Ctx) Height() uint64 { return c.height }
 func (c *Ctx) Seq() uint64 { return c.seq }
 
 // Now is the time the input entered the inbox (by the store's clock), or,
-// for a timer firing its holder stepped directly, the holder's clock when
-// it fired it (never before the due time); the journal keeps it, so
+// for a timer firing its holder stepped directly, the time the holder
+// fired it at (its due time, or a later retry's); the journal keeps it, so
 // replay sees the same instant. It does not advance during the handler.
 func (c *Ctx) Now() time.Time { return c.now }
 

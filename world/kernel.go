@@ -36,6 +36,7 @@ type Instance interface {
 	StateHash() string
 	Snapshot() Snapshot
 	Step(in Input, emittedAt time.Time) (StepResult, error)
+	StepWhen(in Input, emittedAt time.Time, ready func()) (StepResult, error)
 	Awaiting() []Awaiting
 	Timers() []string
 	Armed(intentHash string) bool

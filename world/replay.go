@@ -50,7 +50,17 @@ func Load[S any](d *Def[S], id string, s Snapshot) (*World[S], error) {
 // producer's clock for the record's emittedAt; nothing replay compares
 // depends on it. An error means nothing happened: the world is unchanged.
 func (w *World[S]) Step(in Input, emittedAt time.Time) (StepResult, error) {
-	res, user, m, err := w.def.step(w.id, w.height, w.user, w.meta, in, emittedAt)
+	return w.StepWhen(in, emittedAt, nil)
+}
+
+// StepWhen is Step, except that ready, when not nil, is called once right
+// before the handler runs, after the input and the state are decoded, and
+// not at all when no handler runs. The host passes a wait for a timer's
+// due time: the decoding is done while it waits, and the handler starts
+// at the due time. ready must not use the world; the step's result does
+// not depend on it.
+func (w *World[S]) StepWhen(in Input, emittedAt time.Time, ready func()) (StepResult, error) {
+	res, user, m, err := w.def.step(w.id, w.height, w.user, w.meta, in, emittedAt, ready)
 	if err != nil {
 		return StepResult{}, err
 	}
@@ -159,7 +169,7 @@ func (w *World[S]) replayOne(e *event.Envelope) error {
 		return &TailError{Height: h, Reason: "payload is not a world step record", Err: err}
 	}
 	in := Input{Seq: want.Input.Seq, Kind: want.Input.Kind, Payload: want.Input.Payload, EnqueuedAt: want.Input.EnqueuedAt.Time}
-	res, user, m, err := w.def.step(w.id, w.height, w.user, w.meta, in, e.EmittedAt)
+	res, user, m, err := w.def.step(w.id, w.height, w.user, w.meta, in, e.EmittedAt, nil)
 	if err != nil {
 		return err
 	}

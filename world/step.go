@@ -208,7 +208,7 @@ func (d *Def[S]) decodeInput(in Input, payload []byte, m meta) decoded {
 
 // step runs one input against the state (user, m) at height and returns
 // the result. It reads nothing but its arguments and the definition.
-func (d *Def[S]) step(id string, height uint64, user []byte, m meta, in Input, emittedAt time.Time) (res StepResult, newUser []byte, next meta, err error) {
+func (d *Def[S]) step(id string, height uint64, user []byte, m meta, in Input, emittedAt time.Time, ready func()) (res StepResult, newUser []byte, next meta, err error) {
 	h := height + 1
 	res.Height = h
 	rin := recordInput{Seq: in.Seq, Kind: in.Kind, Payload: in.Payload}
@@ -250,7 +250,7 @@ func (d *Def[S]) step(id string, height uint64, user []byte, m meta, in Input, e
 		cause: dec.cause, callID: dec.callID, pre: &m, routes: d.routes}
 	newUser = user
 	if dec.outcome == "" {
-		dec.outcome, dec.err, newUser = d.run(ctx, dec, user)
+		dec.outcome, dec.err, newUser = d.run(ctx, dec, user, ready)
 	}
 	ctx.done = true
 
@@ -316,7 +316,7 @@ func (d *Def[S]) step(id string, height uint64, user []byte, m meta, in Input, e
 }
 
 // run decodes the value, decodes the state, and calls the handler.
-func (d *Def[S]) run(ctx *Ctx, dec decoded, user []byte) (Outcome, error, []byte) {
+func (d *Def[S]) run(ctx *Ctx, dec decoded, user []byte, ready func()) (Outcome, error, []byte) {
 	hdl, ok := d.table.Resolve(dec.typ)
 	if !ok {
 		return OutcomeUnknownInput, ErrUnknownInput, user
@@ -331,6 +331,9 @@ func (d *Def[S]) run(ctx *Ctx, dec decoded, user []byte) (Outcome, error, []byte
 	var s S
 	if err := d.stateDec.Unmarshal(user, &s); err != nil {
 		return OutcomeError, &StateError{Reason: "state does not decode", Err: err}, user
+	}
+	if ready != nil {
+		ready()
 	}
 	if perr, err := invoke(ctx, &s, call); perr != nil {
 		return OutcomePanic, &PanicError{Type: dec.typ, Value: perr.value}, user

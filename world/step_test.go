@@ -421,3 +421,41 @@ func TestDirectTimerFiringIsNamedByItsTimer(t *testing.T) {
 		t.Fatalf("replay of a record whose stepId does not match its input: %v, want a TailError", err)
 	}
 }
+
+// TestStepWhenCallsReadyRightBeforeTheHandler: StepWhen calls ready once,
+// after the input is decoded and before the handler runs (the handler sees
+// its effect), gives the same result as Step, and does not call it when no
+// handler runs (a stale firing).
+func TestStepWhenCallsReadyRightBeforeTheHandler(t *testing.T) {
+	f := newFeeder(t, effectsDef(), "w1")
+	ts := f.event(Remind{Name: "a", AfterSec: 60}).TimerSets[0]
+	snap := f.w.Snapshot()
+	in := world.Input{Kind: world.InputTimer, Payload: ts.Payload, EnqueuedAt: ts.At}
+
+	calls, firedBefore := 0, -1
+	res, err := f.w.StepWhen(in, ts.At, func() {
+		calls++
+		v, _ := f.w.Value() // the state before the step: the handler has not run
+		firedBefore = len(v.Fired)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOutcome(t, res, world.OutcomeOK)
+	if calls != 1 || firedBefore != 0 {
+		t.Fatalf("ready called %d times, with %d firings applied before it; want once, before the handler", calls, firedBefore)
+	}
+	plain, err := effectsDef().Step("w1", snap, in, ts.At)
+	if err != nil || plain.StateHash != res.StateHash || plain.Record.IdempotencyKey != res.Record.IdempotencyKey {
+		t.Fatalf("Step gives %s / %s (%v), StepWhen %s / %s", plain.StateHash, plain.Record.IdempotencyKey, err, res.StateHash, res.Record.IdempotencyKey)
+	}
+
+	stale, err := f.w.StepWhen(in, ts.At, func() { calls++ })
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOutcome(t, stale, world.OutcomeStale)
+	if calls != 1 {
+		t.Fatal("ready was called for a firing no handler ran")
+	}
+}
