@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/world"
@@ -183,4 +184,39 @@ func TestOneDefinitionStepsManyWorldsConcurrently(t *testing.T) {
 			t.Fatalf("a concurrent replay gave %s, %v; want %s", r.hash, r.err, f.w.StateHash())
 		}
 	}
+}
+
+// BenchmarkReplay replays a journal of 1,000 events from genesis: the
+// kernel's part of a restore (decoding each record, re-stepping it and
+// comparing the two), per event.
+func BenchmarkReplay(b *testing.B) {
+	def := world.New[Ledger]("bench.replay", 1)
+	world.On(def, func(c *world.Ctx, s *Ledger, p Ping) error {
+		s.Balance++
+		return nil
+	})
+	w, err := world.Load(def, "acct", world.Snapshot{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var tail []event.Envelope
+	for i := range 1000 {
+		p, err := world.EncodeEvent(Ping{Name: "p"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		at := t0.Add(time.Duration(i) * time.Millisecond)
+		res, err := w.Step(world.Input{Seq: uint64(i + 1), Kind: world.InputEvent, Payload: p, EnqueuedAt: at}, at)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tail = append(tail, res.Record)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := world.Replay(def, "acct", world.Snapshot{}, tail); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1000, "ns/event")
 }

@@ -53,6 +53,8 @@ type StepResult struct {
 	Err          error // why, when Outcome is not ok
 	Logs         []LogEntry
 	Record       event.Envelope
+
+	digest StepDigest // Record's, for replay to compare without decoding it
 }
 
 // Snapshot is a world's state at a height: the baseline of a restore.
@@ -292,6 +294,7 @@ func (d *Def[S]) step(id string, height uint64, user []byte, m meta, in Input, e
 	if res.Reply != nil && res.Reply.Value != nil {
 		rec.ReplyHash = Hash(res.Reply.Value)
 	}
+	res.digest = digestOf(d.name, d.version, rec)
 	payload, err := event.Marshal(rec)
 	if err != nil {
 		return StepResult{}, nil, meta{}, &StateError{Reason: "journal record cannot be encoded", Err: err}
