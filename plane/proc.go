@@ -192,8 +192,8 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 	}
 	firings := make([]cycleInput, 0, len(fired))
 	for _, e := range fired {
-		// EnqueuedAt is set when it is stepped: its time, or later.
-		firings = append(firings, cycleInput{in: world.Input{Kind: world.InputTimer, Payload: e.payload}, timer: e})
+		// Its time (the due time, or a retry's) is its Ctx.Now.
+		firings = append(firings, cycleInput{in: world.Input{Kind: world.InputTimer, Payload: e.payload, EnqueuedAt: e.at}, timer: e})
 	}
 	if deferred {
 		// A budget cut these firings from an earlier cycle: they go first
@@ -234,8 +234,8 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 		if e := c.timer; e != nil {
 			// A direct firing, handed over up to the schedule's slack
 			// early: the kernel decodes it meanwhile, and its handler
-			// starts at its time, never before. Its time is its Ctx.Now.
-			in.EnqueuedAt, e.firedAt = e.at, time.Time{}
+			// starts at its time, never before.
+			e.firedAt = time.Time{}
 			at := func() {
 				actor.SpinUntil(h.ex, e.at)
 				e.firedAt = h.ex.Now()
