@@ -249,15 +249,13 @@ func (c *Client) replyFromJournal(ctx context.Context, id string, seq uint64, ca
 	if at < 0 {
 		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, detail("no journal record of inbox seq %d", seq))
 	}
+	// The step is derived again from the highest snapshot below it (the
+	// active baseline may have passed it: a forked or seeded world's
+	// genesis is a snapshot too) and the journal between the two.
 	h := journal[at].RunSeq
-	base, err := Baseline(ctx, st, kern, rec)
+	base, err := baselineBelow(ctx, st, kern, rec, h)
 	if err != nil {
 		return world.Reply{}, false, err
-	}
-	if base.Height >= h {
-		// The baseline passed the call: only the world's genesis can
-		// re-derive it, and Replay's checks say whether it is one.
-		base = world.Snapshot{}
 	}
 	var tail = journal[:at]
 	for len(tail) > 0 && tail[0].RunSeq <= base.Height {
@@ -266,6 +264,11 @@ func (c *Client) replyFromJournal(ctx context.Context, id string, seq uint64, ca
 	inst, err := kern.Replay(id, base, tail)
 	if err != nil {
 		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, err)
+	}
+	if inst.Height()+1 != h {
+		// Replay checks the tail's gaps, not that it reaches the call:
+		// compaction removed the records between the two.
+		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, detail("the journal below height %d is compacted past the snapshot at %d", h, base.Height))
 	}
 	in, err := world.RecordInput(journal[at])
 	if err != nil {

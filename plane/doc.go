@@ -97,8 +97,10 @@
 //   - across processes (or when the host crashed between its commit and the
 //     hand-off) the client waits until the world's inbox cursor passes the
 //     call's seq, finds the journal record of that seq, and re-derives the
-//     reply by replaying the world up to the record and re-stepping its
-//     input, checking the reply hash. The client re-checks the store on a
+//     reply by replaying the world from the highest stored snapshot below
+//     the record (a fork's or a seeded world's genesis is one) up to it and
+//     re-stepping its input, checking the reply hash. Journal compacted
+//     between that snapshot and the call makes it ErrReplyUnavailable. The client re-checks the store on a
 //     backoff on the executor's clock (a commit raises no hint a client
 //     could watch); a host never polls.
 //

@@ -7,6 +7,7 @@ import (
 
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/world"
 )
 
 // TestPassivatedWorldWakesOnInput: an idle world's process stops after
@@ -83,6 +84,73 @@ func TestPassivatedWorldWakesOnInput(t *testing.T) {
 		}
 		_, err = parity(env.Ctx, st, "p0")
 		return err
+	})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+}
+
+// TestCallAcrossProcessesOnForkedAndSeededWorlds: a forked or seeded
+// world's journal starts above its genesis snapshot, and with a snapshot
+// every step the active baseline has already passed the call by the time
+// its reply can be read. The remote client re-derives the reply from the
+// highest snapshot below the call, the fork's or the seed's, not from an
+// empty initial state (which gave a wrong reply hash: "reply no longer
+// derivable").
+func TestCallAcrossProcessesOnForkedAndSeededWorlds(t *testing.T) {
+	res := lab.Run(lab.Config{Seed: 4, Name: "remote-call-fork"}, func(env *lab.Env) error {
+		st := newStore(env)
+		if err := createAssigned(env.Ctx, st, "src", "A"); err != nil {
+			return err
+		}
+		cfg := hostConfig("A", st, plane.NewReplies())
+		cfg.SnapshotEvery = 1
+		h, err := plane.StartHost(env.Ctx, env.Root, cfg)
+		if err != nil {
+			return err
+		}
+		defer h.Stop(env.Ctx)
+		remote, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
+		for i := range 3 {
+			if _, err := remote.Send(env.Ctx, "src", Add{By: 2, Key: fmt.Sprint(i)}, fmt.Sprint(i)); err != nil {
+				return err
+			}
+		}
+		if n, err := plane.CallAs[int64](env.Ctx, remote, "src", Get{}); err != nil || n != 6 {
+			return fmt.Errorf("src Get = %d, %v; want 6", n, err)
+		}
+		ops, err := plane.NewOps(st, kernels())
+		if err != nil {
+			return err
+		}
+		if _, err := ops.WorldFork(env.Ctx, "src", 0, "fork"); err != nil {
+			return err
+		}
+		srcState, ok := h.State("src")
+		if !ok {
+			return fmt.Errorf("src is not running on A")
+		}
+		if _, err := ops.WorldCreateFromSeed(env.Ctx, universe, "seeded", world.Snapshot{Height: 0, State: srcState.State}); err != nil {
+			return err
+		}
+		for _, id := range []string{"fork", "seeded"} {
+			if err := createAssigned(env.Ctx, st, id, "A"); err != nil {
+				return err
+			}
+			if _, err := remote.Send(env.Ctx, id, Add{By: 10, Key: "k"}, "k"); err != nil {
+				return err
+			}
+			for _, want := range []int64{16, 16} { // twice: the second call's baseline is a later snapshot
+				n, err := plane.CallAs[int64](env.Ctx, remote, id, Get{})
+				if err != nil {
+					return fmt.Errorf("%s: %w", id, err)
+				}
+				if n != want {
+					return fmt.Errorf("%s Get = %d, want %d", id, n, want)
+				}
+			}
+		}
+		return nil
 	})
 	if res.Failure != nil {
 		t.Fatal(res.Failure)

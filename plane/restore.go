@@ -31,14 +31,27 @@ const readPage = 1024
 // through here, so they agree on it.
 func Baseline(ctx context.Context, st store.Store, kern world.Kernel, rec store.World) (world.Snapshot, error) {
 	snap, ok, err := st.ActiveSnapshot(ctx, rec.ID)
-	if err != nil {
+	if err != nil || !ok {
 		return world.Snapshot{}, err
 	}
-	if !ok {
-		return world.Snapshot{}, nil
+	return baselineOf(kern, rec, snap)
+}
+
+// baselineBelow is the baseline from which the step at height can be
+// derived again: the highest stored snapshot below it (which need not be
+// the active one), or the initial state at height 0.
+func baselineBelow(ctx context.Context, st store.Store, kern world.Kernel, rec store.World, height uint64) (world.Snapshot, error) {
+	snap, ok, err := st.SnapshotBelow(ctx, rec.ID, height)
+	if err != nil || !ok {
+		return world.Snapshot{}, err
 	}
+	return baselineOf(kern, rec, snap)
+}
+
+func baselineOf(kern world.Kernel, rec store.World, snap store.Snapshot) (world.Snapshot, error) {
 	base := world.Snapshot{Height: snap.Height, State: snap.State}
 	if rec.ParentWorld != "" && snap.Height == rec.ForkedAtHeight && snap.StateHash == rec.ParentSnapshotHash {
+		var err error
 		if base.State, err = kern.ForkState(snap.State); err != nil {
 			return world.Snapshot{}, err
 		}

@@ -759,6 +759,11 @@ type Snapshots interface {
 	PutSnapshot(ctx context.Context, world string, epoch uint64, s Snapshot) error
 	// ActiveSnapshot returns the active baseline (ok=false if none).
 	ActiveSnapshot(ctx context.Context, world string) (s Snapshot, ok bool, err error)
+	// SnapshotBelow returns the stored snapshot with the greatest height
+	// below height, the active baseline or an older one (ok=false if
+	// none): the state from which the step at that height can be derived
+	// again. A forked or seeded world's first snapshot is its genesis.
+	SnapshotBelow(ctx context.Context, world string, height uint64) (s Snapshot, ok bool, err error)
 	// Compact deletes journal entries with runSeq <= baseline.Height -
 	// retain, fenced by epoch, and returns how many were removed. Nothing at
 	// or above the active baseline minus retain is ever removed. Compaction

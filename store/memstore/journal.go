@@ -276,6 +276,31 @@ func (s *Store) ActiveSnapshot(ctx context.Context, world string) (store.Snapsho
 	return snap, true, nil
 }
 
+// SnapshotBelow implements store.Snapshots.
+func (s *Store) SnapshotBelow(ctx context.Context, world string, height uint64) (store.Snapshot, bool, error) {
+	const op = "snapshot_below"
+	if err := s.begin(ctx, op); err != nil {
+		return store.Snapshot{}, false, err
+	}
+	defer s.end()
+	if err := store.CheckInt(op, "height", height); err != nil {
+		return store.Snapshot{}, false, err
+	}
+	w, ok := s.st.worlds[world]
+	if !ok {
+		return store.Snapshot{}, false, store.Errorf(op, store.ErrWorldNotFound, world, "")
+	}
+	var best store.Snapshot
+	found := false
+	for h, snap := range w.snapshots {
+		if h < height && (!found || h > best.Height) {
+			best, found = snap, true
+		}
+	}
+	best.State = cloneBytes(best.State)
+	return best, found, nil
+}
+
 // Compact implements store.Snapshots.
 func (s *Store) Compact(ctx context.Context, world string, epoch uint64, retain uint64) (int, error) {
 	const op = "compact"

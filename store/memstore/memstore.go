@@ -62,7 +62,7 @@ func Ops() []string {
 		"list_worlds", "next_due", "now", "publish", "put_snapshot", "queue_depths", "read", "read_inbox",
 		"read_window", "reap_effects", "reap_timers", "release", "release_leases", "renew",
 		"renew_leases", "resolve", "retry_effect", "schedule", "send", "set_draining", "set_world_status",
-		"spawn", "sweep_dedupe", "unassign", "watch",
+		"snapshot_below", "spawn", "sweep_dedupe", "unassign", "watch",
 	}
 }
 

@@ -411,6 +411,7 @@ func TestOpsListsEveryHookedOperation(t *testing.T) {
 		func() { s.Send(bg, "w", "m", store.InboxItem{}) },
 		func() { s.PutSnapshot(bg, "w", e, store.Snapshot{Height: 1}) },
 		func() { s.ActiveSnapshot(bg, "w") },
+		func() { s.SnapshotBelow(bg, "w", 1) },
 		func() { s.Compact(bg, "w", e, 0) },
 		func() { s.ForkWorld(bg, "w", 1, "f") },
 		func() { s.Spawn(bg, store.SpawnSpec{Universe: "u", World: "s"}) },

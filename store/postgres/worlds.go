@@ -416,6 +416,41 @@ func (s *Store) ActiveSnapshot(ctx context.Context, world string) (store.Snapsho
 	return snap, found, err
 }
 
+// SnapshotBelow implements store.Snapshots.
+func (s *Store) SnapshotBelow(ctx context.Context, world string, height uint64) (store.Snapshot, bool, error) {
+	const op = "snapshot_below"
+	if err := s.begin(ctx, op); err != nil {
+		return store.Snapshot{}, false, err
+	}
+	if err := store.CheckInt(op, "height", height); err != nil {
+		return store.Snapshot{}, false, err
+	}
+	var snap store.Snapshot
+	var found bool
+	err := s.retry(ctx, op, world, func() error {
+		var h, created *int64
+		var hash *string
+		var state []byte
+		err := s.pool.QueryRow(ctx, `SELECT n.height, n.state, n.state_hash, n.created_at_ns
+			FROM worlds x LEFT JOIN LATERAL (
+				SELECT height, state, state_hash, created_at_ns FROM snapshots
+				WHERE world = x.world AND height < $2 ORDER BY height DESC LIMIT 1) n ON true
+			WHERE x.world = $1`, world, int64(height)).Scan(&h, &state, &hash, &created)
+		if err == pgx.ErrNoRows {
+			return store.Errorf(op, store.ErrWorldNotFound, world, "")
+		}
+		if err != nil {
+			return err
+		}
+		found = h != nil
+		if found {
+			snap = store.Snapshot{World: world, Height: uint64(*h), State: state, StateHash: *hash, CreatedAt: fromNS(*created)}
+		}
+		return nil
+	})
+	return snap, found, err
+}
+
 // Compact implements store.Snapshots (see compact): the only path that
 // deletes journal events.
 func (s *Store) Compact(ctx context.Context, world string, epoch uint64, retain uint64) (int, error) {

@@ -67,6 +67,41 @@ func (s *Store) ActiveSnapshot(ctx context.Context, world string) (store.Snapsho
 	return snap, true, nil
 }
 
+// SnapshotBelow returns the highest stored snapshot below height.
+func (s *Store) SnapshotBelow(ctx context.Context, world string, height uint64) (store.Snapshot, bool, error) {
+	const op = "snapshot_below"
+	if err := s.read(ctx, op); err != nil {
+		return store.Snapshot{}, false, err
+	}
+	if err := store.CheckInt(op, "height", height); err != nil {
+		return store.Snapshot{}, false, err
+	}
+	var (
+		snap       store.Snapshot
+		h, created sql.NullInt64
+		hasState   bool
+	)
+	var hash sql.NullString
+	found, err := s.queryRow(ctx, `SELECT s.height, s.state, s.state IS NOT NULL, s.state_hash, s.created_at
+		FROM worlds w LEFT JOIN snapshots s ON s.world = w.id AND s.height = (
+			SELECT max(height) FROM snapshots WHERE world = w.id AND height < ?)
+		WHERE w.id = ?`, []any{int64(height), world},
+		&h, &snap.State, &hasState, &hash, &created)
+	if err != nil {
+		return store.Snapshot{}, false, dbErr(op, world, err)
+	}
+	if !found {
+		return store.Snapshot{}, false, store.Errorf(op, store.ErrWorldNotFound, world, "")
+	}
+	if !hash.Valid {
+		return store.Snapshot{}, false, nil
+	}
+	snap.StateHash = hash.String
+	snap.World, snap.Height, snap.CreatedAt = world, uint64(h.Int64), fromNS(created.Int64)
+	snap.State = blob(snap.State, hasState)
+	return snap, true, nil
+}
+
 // Compact deletes the world's journal entries with runSeq <= baseline
 // height - retain, fenced by epoch.
 //

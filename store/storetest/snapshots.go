@@ -13,6 +13,7 @@ func snapshotTests() []testCase {
 		{"PutSnapshotIsFenced", testPutSnapshotFenced},
 		{"ActiveBaselineOnlyMovesUp", testBaselineMovesUp},
 		{"CompactRemovesOnlyEntriesAtOrBelowBaselineMinusRetain", testCompact},
+		{"SnapshotBelowFindsTheHighestStoredSnapshotUnderAHeight", testSnapshotBelow},
 	}
 }
 
@@ -102,4 +103,46 @@ func testCompact(t *testing.T, open Factory) {
 	if a := f.append("w", fenced("w", e), "after"); a[0].RunSeq <= head {
 		t.Fatalf("append after Compact at runSeq %d, head was %d", a[0].RunSeq, head)
 	}
+}
+
+func testSnapshotBelow(t *testing.T, open Factory) {
+	f := setup(t, open)
+	e := f.leased("w", "A")
+	var seqs []uint64
+	for i := 0; i < 8; i++ {
+		seqs = append(seqs, f.append("w", fenced("w", e), fmt.Sprint(i))[0].RunSeq)
+	}
+	below := func(h uint64) (store.Snapshot, bool) {
+		t.Helper()
+		s, ok, err := f.s.SnapshotBelow(bg, "w", h)
+		must(t, err, "SnapshotBelow")
+		return s, ok
+	}
+	if _, ok := below(seqs[7] + 1); ok {
+		t.Fatal("SnapshotBelow found a snapshot where none is stored")
+	}
+	must(t, f.s.PutSnapshot(bg, "w", e, snap(seqs[2], "s3")), "PutSnapshot")
+	must(t, f.s.PutSnapshot(bg, "w", e, snap(seqs[5], "s6")), "PutSnapshot")
+	for _, c := range []struct {
+		h    uint64
+		want string // "" = none
+	}{
+		{seqs[2], ""}, {seqs[2] + 1, "s3"}, {seqs[5], "s3"}, {seqs[5] + 1, "s6"}, {seqs[7] + 100, "s6"},
+	} {
+		s, ok := below(c.h)
+		switch {
+		case c.want == "" && ok:
+			t.Fatalf("SnapshotBelow(%d) = %+v, want none", c.h, s)
+		case c.want != "" && (!ok || s.World != "w" || string(s.State) != c.want || s.StateHash != "hash-"+c.want || s.CreatedAt.IsZero()):
+			t.Fatalf("SnapshotBelow(%d) = %+v, %v; want %s", c.h, s, ok, c.want)
+		}
+	}
+	// The active baseline is the higher one; the lower one is still found.
+	if s, ok, err := f.s.ActiveSnapshot(bg, "w"); err != nil || !ok || s.StateHash != "hash-s6" {
+		t.Fatalf("ActiveSnapshot = %+v, %v, %v", s, ok, err)
+	}
+	_, _, err := f.s.SnapshotBelow(bg, "nope", 1)
+	wantErr(t, err, store.ErrWorldNotFound, "SnapshotBelow of an unknown world")
+	_, _, err = f.s.SnapshotBelow(bg, "w", 1<<63)
+	wantErr(t, err, store.ErrInvalid, "SnapshotBelow past the int64 range")
 }

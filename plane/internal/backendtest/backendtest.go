@@ -257,6 +257,13 @@ func (h *Handle) ActiveSnapshot(ctx context.Context, world string) (store.Snapsh
 	return h.Store.ActiveSnapshot(ctx, world)
 }
 
+func (h *Handle) SnapshotBelow(ctx context.Context, world string, height uint64) (store.Snapshot, bool, error) {
+	if err := h.begin("snapshot_below"); err != nil {
+		return store.Snapshot{}, false, err
+	}
+	return h.Store.SnapshotBelow(ctx, world, height)
+}
+
 func (h *Handle) GetWorld(ctx context.Context, world string) (store.World, error) {
 	if err := h.begin("get_world"); err != nil {
 		return store.World{}, err
