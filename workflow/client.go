@@ -562,6 +562,38 @@ func requestCancel(ctx context.Context, st store.Store, runID, reason string) er
 	return err
 }
 
+// pauseStatus makes run runID paused, then looks for a cancel request in
+// its inbox. requestCancel enqueues its request before it makes the run
+// active, so a cancel that raced this pause is either seen here, and the
+// run made active again for it, or made the run active after this one.
+// Without the look, a pause that landed late (a holder descheduled between
+// seeing the request and recording the status) could bury a cancel: the
+// run paused, the cancel waiting, and no worker allowed to take it up.
+func pauseStatus(ctx context.Context, st store.Store, runID, reason string) error {
+	if _, err := st.SetWorldStatus(ctx, runID, store.WorldPaused, reason); err != nil {
+		return err
+	}
+	var after uint64
+	for {
+		its, err := st.ReadInbox(ctx, runID, after, 64)
+		if err != nil {
+			return err
+		}
+		for _, it := range its {
+			if it.Kind == ItemControl {
+				if c, err := decodeControl(it.Payload); err == nil && c.Op == opCancel {
+					_, err := st.SetWorldStatus(ctx, runID, store.WorldActive, "workflow: cancelling")
+					return err
+				}
+			}
+			after = it.Seq
+		}
+		if len(its) < 64 {
+			return nil
+		}
+	}
+}
+
 // Pause pauses the run: its status becomes paused, which ends its lease at
 // once (the holder is fenced: nothing it does is recorded from then on,
 // and it stops), and no worker takes it up until Resume. RunPaused is
@@ -592,7 +624,7 @@ func (c *Client) Pause(ctx context.Context, runID, reason string) error {
 	if reason != "" {
 		msg += ": " + reason
 	}
-	if _, err := c.st.SetWorldStatus(ctx, runID, store.WorldPaused, msg); err != nil && !errors.Is(err, store.ErrWorldArchived) {
+	if err := pauseStatus(ctx, c.st, runID, msg); err != nil && !errors.Is(err, store.ErrWorldArchived) {
 		return wrap(op, runID, err)
 	}
 	return nil

@@ -450,3 +450,96 @@ func TestCancellingAParentCancelsItsLiveChildren(t *testing.T) {
 		return nil
 	})
 }
+
+// latePause is a client's store whose pause of world lands late: before
+// it does, its hook runs (the parent's cancel and its cascade).
+type latePause struct {
+	store.Store
+	world string
+	hook  func() error
+	done  bool
+}
+
+func (l *latePause) SetWorldStatus(ctx context.Context, id string, s store.WorldStatus, reason string) (store.World, error) {
+	if id == l.world && s == store.WorldPaused && !l.done {
+		l.done = true
+		if err := l.hook(); err != nil {
+			return store.World{}, err
+		}
+	}
+	return l.Store.SetWorldStatus(ctx, id, s, reason)
+}
+
+// TestALatePauseDoesNotBuryACancel: a pause whose status change lands
+// after a parent's cancel made its paused child active again (the pauser
+// descheduled in between) must not leave the child paused with the cancel
+// waiting in its inbox, where no worker may take it up. The pauser looks
+// for a cancel after pausing and makes the run active again for it.
+func TestALatePauseDoesNotBuryACancel(t *testing.T) {
+	forEachBackend(t, 23, func(r *rig) error {
+		kid := workflow.New("kid", 1, func(c *workflow.Ctx, in int) (int, error) {
+			return workflow.Await[int](c, "never")
+		})
+		parent := workflow.New("parent", 1, func(c *workflow.Ctx, in int) (int, error) {
+			return workflow.Child(c, kid, "kid-1", in)
+		})
+		wfs, err := workflow.NewWorkflows(parent, kid)
+		if err != nil {
+			return err
+		}
+		w, err := r.worker("w", r.handle(), wfs, nil, nil)
+		if err != nil {
+			return err
+		}
+		defer w.Stop(r.ctx)
+		cl, err := r.client(wfs)
+		if err != nil {
+			return err
+		}
+		if err := parent.Start(r.ctx, cl, "parent-1", 1); err != nil {
+			return err
+		}
+		if err := r.waitFor("the kid to await", 10*time.Second, func() (bool, error) {
+			evs, err := r.stream("kid-1")
+			return len(evs) == 2, err
+		}); err != nil {
+			return err
+		}
+		status := func(want store.WorldStatus, reason string) func() (bool, error) {
+			return func() (bool, error) {
+				rec, err := r.st.GetWorld(r.ctx, "kid-1")
+				return rec.Status == want && (reason == "" || rec.StatusReason == reason), err
+			}
+		}
+		late := &latePause{Store: r.st, world: "kid-1", hook: func() error {
+			// The holder pauses the kid; then the parent is cancelled, and
+			// its cascade makes the kid active for the cancel; only then
+			// does this pause land.
+			if err := r.waitFor("the holder to pause the kid", 10*time.Second, status(store.WorldPaused, "")); err != nil {
+				return err
+			}
+			if err := cl.Cancel(r.ctx, "parent-1", "enough"); err != nil {
+				return err
+			}
+			return r.waitFor("the cascade to make the kid active", 10*time.Second, status(store.WorldActive, "workflow: cancelling"))
+		}}
+		lateCl, err := workflow.NewClient(late, wfs, r.ex, workflow.WithPoll(time.Millisecond, 50*time.Millisecond))
+		if err != nil {
+			return err
+		}
+		if err := lateCl.Pause(r.ctx, "kid-1", ""); err != nil {
+			return err
+		}
+		if !late.done {
+			return fmt.Errorf("the late pause never happened: the test did not test the race")
+		}
+		if err := r.waitFor("the kid to be cancelled", 10*time.Second, status(store.WorldArchived, string(workflow.StatusCancelled))); err != nil {
+			rec, _ := r.st.GetWorld(r.ctx, "kid-1")
+			return fmt.Errorf("%w: the kid is %s (%s)", err, rec.Status, rec.StatusReason)
+		}
+		if _, err := cl.Result(r.ctx, "kid-1"); !errors.Is(err, workflow.ErrCancelled) {
+			return fmt.Errorf("kid: %v, want cancelled", err)
+		}
+		return nil
+	})
+}

@@ -650,7 +650,7 @@ func (r *runner) applyPlan(ctx context.Context, p controlPlan, inflight *attempt
 		if p.pause.control.Reason != "" {
 			reason += ": " + p.pause.control.Reason
 		}
-		if _, err := r.st.SetWorldStatus(ctx, r.id, store.WorldPaused, reason); err != nil {
+		if err := pauseStatus(ctx, r.st, r.id, reason); err != nil {
 			return r.failed(ctx, "pause", err)
 		}
 		r.fenced.Store(true) // leaving active ended the lease
