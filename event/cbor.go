@@ -212,6 +212,9 @@ func (d *Decoder) Unmarshal(data []byte, v any) error {
 // map keys, or the simple value undefined.
 func (d *Decoder) IsCanonical(data []byte) error {
 	d = d.get()
+	if err := d.checkSize(data); err == nil && fastCanonical(data, d.opts.MaxDepth, d.opts.MaxElements) {
+		return nil
+	}
 	canon, err := d.canonical(d.strict, data)
 	if err != nil {
 		return err
@@ -229,6 +232,11 @@ func (d *Decoder) IsCanonical(data []byte) error {
 // never modified; the result is a new slice.
 func (d *Decoder) Canonicalize(data []byte) ([]byte, error) {
 	d = d.get()
+	if err := d.checkSize(data); err == nil && fastCanonical(data, d.opts.MaxDepth, d.opts.MaxElements) {
+		// Canonical already (the common case: our own encoder wrote it):
+		// a copy, without decoding and encoding it again.
+		return bytes.Clone(data), nil
+	}
 	return d.canonical(d.lenient, data)
 }
 
