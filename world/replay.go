@@ -60,7 +60,7 @@ func (w *World[S]) Step(in Input, emittedAt time.Time) (StepResult, error) {
 // at the due time. ready must not use the world; the step's result does
 // not depend on it.
 func (w *World[S]) StepWhen(in Input, emittedAt time.Time, ready func()) (StepResult, error) {
-	res, user, m, err := w.def.step(w.id, w.height, w.user, w.meta, in, emittedAt, ready)
+	res, user, m, err := w.def.step(w.id, w.height, w.user, w.meta, in, emittedAt, ready, false)
 	if err != nil {
 		return StepResult{}, err
 	}
@@ -169,7 +169,7 @@ func (w *World[S]) replayOne(e *event.Envelope) error {
 		return &TailError{Height: h, Reason: "payload is not a world step record", Err: err}
 	}
 	in := Input{Seq: want.Input.Seq, Kind: want.Input.Kind, Payload: want.Input.Payload, EnqueuedAt: want.Input.EnqueuedAt.Time}
-	res, user, m, err := w.def.step(w.id, w.height, w.user, w.meta, in, e.EmittedAt, nil)
+	res, user, m, err := w.def.step(w.id, w.height, w.user, w.meta, in, e.EmittedAt, nil, true)
 	if err != nil {
 		return err
 	}

@@ -210,7 +210,10 @@ func (d *Def[S]) decodeInput(in Input, payload []byte, m meta) decoded {
 
 // step runs one input against the state (user, m) at height and returns
 // the result. It reads nothing but its arguments and the definition.
-func (d *Def[S]) step(id string, height uint64, user []byte, m meta, in Input, emittedAt time.Time, ready func()) (res StepResult, newUser []byte, next meta, err error) {
+//
+// A replay (replaying) needs the record's digest and stepId only: the
+// record is not encoded, and res.Record holds just its StepID.
+func (d *Def[S]) step(id string, height uint64, user []byte, m meta, in Input, emittedAt time.Time, ready func(), replaying bool) (res StepResult, newUser []byte, next meta, err error) {
 	h := height + 1
 	res.Height = h
 	rin := recordInput{Seq: in.Seq, Kind: in.Kind, Payload: in.Payload}
@@ -295,6 +298,10 @@ func (d *Def[S]) step(id string, height uint64, user []byte, m meta, in Input, e
 		rec.ReplyHash = Hash(res.Reply.Value)
 	}
 	res.digest = digestOf(d.name, d.version, rec)
+	if replaying {
+		res.Record.StepID = stepID(in, dec)
+		return res, newUser, next, nil
+	}
 	payload, err := event.Marshal(rec)
 	if err != nil {
 		return StepResult{}, nil, meta{}, &StateError{Reason: "journal record cannot be encoded", Err: err}
