@@ -1,7 +1,9 @@
 package plane_test
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -149,6 +151,85 @@ func TestCallAcrossProcessesOnForkedAndSeededWorlds(t *testing.T) {
 					return fmt.Errorf("%s Get = %d, want %d", id, n, want)
 				}
 			}
+		}
+		return nil
+	})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+}
+
+// TestRemoteReplyPastACompactedJournalIsUnavailable: when compaction has
+// removed the records between the highest snapshot below a call and the
+// call, its reply cannot be re-derived: the client says so with
+// ErrReplyUnavailable instead of stepping the call on the wrong state.
+func TestRemoteReplyPastACompactedJournalIsUnavailable(t *testing.T) {
+	res := lab.Run(lab.Config{Seed: 5, Name: "remote-call-compacted"}, func(env *lab.Env) error {
+		st := newStore(env)
+		if err := createAssigned(env.Ctx, st, "c", "A"); err != nil {
+			return err
+		}
+		h, err := plane.StartHost(env.Ctx, env.Root, hostConfig("A", st, plane.NewReplies()))
+		if err != nil {
+			return err
+		}
+		defer h.Stop(env.Ctx)
+		remote, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
+		send := func(n int, key string) error {
+			for i := range n {
+				if _, err := remote.Send(env.Ctx, "c", Add{By: 2, Key: fmt.Sprint(key, i)}, fmt.Sprint(key, i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if err := send(6, "a"); err != nil {
+			return err
+		}
+		first, err := remote.CallWithID(env.Ctx, "c", "fixed-id", Get{})
+		if err != nil {
+			return err
+		}
+		if err := send(12, "b"); err != nil {
+			return err
+		}
+		if err := waitFor(env, "every input journaled", 5*time.Second, func() (bool, error) {
+			s, ok := h.State("c")
+			return ok && s.Height == 19, nil
+		}); err != nil {
+			return err
+		}
+		journal, err := journalOf(env.Ctx, st, "c")
+		if err != nil {
+			return err
+		}
+		var call uint64
+		for _, e := range journal {
+			if id, _, err := world.RecordCallID(e); err == nil && id == "fixed-id" {
+				call = e.RunSeq
+			}
+		}
+		// The baseline below the call: a snapshot, or the initial state.
+		below, _, err := st.SnapshotBelow(env.Ctx, "c", call)
+		if err != nil || below.Height+1 >= call {
+			return fmt.Errorf("the call at %d has its baseline at %d (%v): the test needs a record between them", call, below.Height, err)
+		}
+		active, _, err := st.ActiveSnapshot(env.Ctx, "c")
+		if err != nil || active.Height < call {
+			return fmt.Errorf("active snapshot at %d, below the call at %d (%v)", active.Height, call, err)
+		}
+		// Before compaction the same call id gets the first reply again.
+		again, err := remote.CallWithID(env.Ctx, "c", "fixed-id", Get{})
+		if err != nil || string(again) != string(first) {
+			return fmt.Errorf("the repeated call: %x, %v; want %x", again, err, first)
+		}
+		epoch, _ := h.Lease("c")
+		if _, err := st.Compact(env.Ctx, "c", epoch, active.Height-(call-1)); err != nil {
+			return err
+		}
+		_, err = remote.CallWithID(env.Ctx, "c", "fixed-id", Get{})
+		if !errors.Is(err, plane.ErrReplyUnavailable) || !strings.Contains(err.Error(), "compacted") {
+			return fmt.Errorf("the call after compaction: %v; want ErrReplyUnavailable naming the compaction", err)
 		}
 		return nil
 	})
