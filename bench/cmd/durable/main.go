@@ -351,6 +351,11 @@ func reportLat(name string, v []time.Duration, want int) {
 		fmt.Printf("# %s %s: only %d of %d completed before timeout\n", lib, name, len(v), want)
 	}
 	fmt.Printf("%s %s p50=%s p99=%s max=%s\n", lib, name, ms(v[len(v)/2]), ms(v[len(v)*99/100]), ms(v[len(v)-1]))
+	if name == "timer-lateness" {
+		// Below the table's 0.1 ms: how close to its due time a firing
+		// starts, and whether any starts before it.
+		fmt.Printf("# %s %s min=%v p25=%v p50=%v p75=%v\n", lib, name, v[0], v[len(v)/4], v[len(v)/2], v[len(v)*3/4])
+	}
 }
 
 func parallel(n, k int, f func(i int) error) error {
