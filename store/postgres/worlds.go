@@ -391,29 +391,10 @@ func (s *Store) ActiveSnapshot(ctx context.Context, world string) (store.Snapsho
 	if err := s.begin(ctx, op); err != nil {
 		return store.Snapshot{}, false, err
 	}
-	var snap store.Snapshot
-	var found bool
-	err := s.retry(ctx, op, world, func() error {
-		var height, created *int64
-		var hash *string
-		var state []byte
-		err := s.pool.QueryRow(ctx, `SELECT n.height, n.state, n.state_hash, n.created_at_ns
-			FROM worlds x LEFT JOIN streams t ON t.stream = x.world
-			LEFT JOIN snapshots n ON n.world = x.world AND n.height = t.baseline_height
-			WHERE x.world = $1`, world).Scan(&height, &state, &hash, &created)
-		if err == pgx.ErrNoRows {
-			return store.Errorf(op, store.ErrWorldNotFound, world, "")
-		}
-		if err != nil {
-			return err
-		}
-		found = height != nil
-		if found {
-			snap = store.Snapshot{World: world, Height: uint64(*height), State: state, StateHash: *hash, CreatedAt: fromNS(*created)}
-		}
-		return nil
-	})
-	return snap, found, err
+	return s.snapshotOf(ctx, op, world, `SELECT n.height, n.state, n.state_hash, n.created_at_ns
+		FROM worlds x LEFT JOIN streams t ON t.stream = x.world
+		LEFT JOIN snapshots n ON n.world = x.world AND n.height = t.baseline_height
+		WHERE x.world = $1`, world)
 }
 
 // SnapshotBelow implements store.Snapshots.
@@ -425,26 +406,33 @@ func (s *Store) SnapshotBelow(ctx context.Context, world string, height uint64) 
 	if err := store.CheckInt(op, "height", height); err != nil {
 		return store.Snapshot{}, false, err
 	}
+	return s.snapshotOf(ctx, op, world, `SELECT n.height, n.state, n.state_hash, n.created_at_ns
+		FROM worlds x LEFT JOIN LATERAL (
+			SELECT height, state, state_hash, created_at_ns FROM snapshots
+			WHERE world = x.world AND height < $2 ORDER BY height DESC LIMIT 1) n ON true
+		WHERE x.world = $1`, world, int64(height))
+}
+
+// snapshotOf runs query, which selects world's row (height, state, hash,
+// creation time) with NULLs where there is no snapshot: ok=false then,
+// ErrWorldNotFound when there is no row.
+func (s *Store) snapshotOf(ctx context.Context, op, world, query string, args ...any) (store.Snapshot, bool, error) {
 	var snap store.Snapshot
 	var found bool
 	err := s.retry(ctx, op, world, func() error {
-		var h, created *int64
+		var height, created *int64
 		var hash *string
 		var state []byte
-		err := s.pool.QueryRow(ctx, `SELECT n.height, n.state, n.state_hash, n.created_at_ns
-			FROM worlds x LEFT JOIN LATERAL (
-				SELECT height, state, state_hash, created_at_ns FROM snapshots
-				WHERE world = x.world AND height < $2 ORDER BY height DESC LIMIT 1) n ON true
-			WHERE x.world = $1`, world, int64(height)).Scan(&h, &state, &hash, &created)
+		err := s.pool.QueryRow(ctx, query, args...).Scan(&height, &state, &hash, &created)
 		if err == pgx.ErrNoRows {
 			return store.Errorf(op, store.ErrWorldNotFound, world, "")
 		}
 		if err != nil {
 			return err
 		}
-		found = h != nil
+		found = height != nil
 		if found {
-			snap = store.Snapshot{World: world, Height: uint64(*h), State: state, StateHash: *hash, CreatedAt: fromNS(*created)}
+			snap = store.Snapshot{World: world, Height: uint64(*height), State: state, StateHash: *hash, CreatedAt: fromNS(*created)}
 		}
 		return nil
 	})

@@ -43,14 +43,33 @@ func (s *Store) ActiveSnapshot(ctx context.Context, world string) (store.Snapsho
 	if err := s.read(ctx, op); err != nil {
 		return store.Snapshot{}, false, err
 	}
+	return s.snapshotOf(ctx, op, world, `w.baseline_height`)
+}
+
+// SnapshotBelow returns the highest stored snapshot below height.
+func (s *Store) SnapshotBelow(ctx context.Context, world string, height uint64) (store.Snapshot, bool, error) {
+	const op = "snapshot_below"
+	if err := s.read(ctx, op); err != nil {
+		return store.Snapshot{}, false, err
+	}
+	if err := store.CheckInt(op, "height", height); err != nil {
+		return store.Snapshot{}, false, err
+	}
+	return s.snapshotOf(ctx, op, world, `(SELECT max(height) FROM snapshots WHERE world = w.id AND height < ?)`, int64(height))
+}
+
+// snapshotOf reads world's snapshot at the height the SQL expression at
+// gives (over worlds w; its arguments come first): ok=false when it gives
+// none, ErrWorldNotFound when there is no such world.
+func (s *Store) snapshotOf(ctx context.Context, op, world, at string, atArgs ...any) (store.Snapshot, bool, error) {
 	var (
 		snap            store.Snapshot
 		height, created sql.NullInt64
 		hasState        bool
+		hash            sql.NullString
 	)
-	var hash sql.NullString
 	found, err := s.queryRow(ctx, `SELECT s.height, s.state, s.state IS NOT NULL, s.state_hash, s.created_at
-		FROM worlds w LEFT JOIN snapshots s ON s.world = w.id AND s.height = w.baseline_height WHERE w.id = ?`, []any{world},
+		FROM worlds w LEFT JOIN snapshots s ON s.world = w.id AND s.height = `+at+` WHERE w.id = ?`, append(atArgs, world),
 		&height, &snap.State, &hasState, &hash, &created)
 	if err != nil {
 		return store.Snapshot{}, false, dbErr(op, world, err)
@@ -63,41 +82,6 @@ func (s *Store) ActiveSnapshot(ctx context.Context, world string) (store.Snapsho
 	}
 	snap.StateHash = hash.String
 	snap.World, snap.Height, snap.CreatedAt = world, uint64(height.Int64), fromNS(created.Int64)
-	snap.State = blob(snap.State, hasState)
-	return snap, true, nil
-}
-
-// SnapshotBelow returns the highest stored snapshot below height.
-func (s *Store) SnapshotBelow(ctx context.Context, world string, height uint64) (store.Snapshot, bool, error) {
-	const op = "snapshot_below"
-	if err := s.read(ctx, op); err != nil {
-		return store.Snapshot{}, false, err
-	}
-	if err := store.CheckInt(op, "height", height); err != nil {
-		return store.Snapshot{}, false, err
-	}
-	var (
-		snap       store.Snapshot
-		h, created sql.NullInt64
-		hasState   bool
-	)
-	var hash sql.NullString
-	found, err := s.queryRow(ctx, `SELECT s.height, s.state, s.state IS NOT NULL, s.state_hash, s.created_at
-		FROM worlds w LEFT JOIN snapshots s ON s.world = w.id AND s.height = (
-			SELECT max(height) FROM snapshots WHERE world = w.id AND height < ?)
-		WHERE w.id = ?`, []any{int64(height), world},
-		&h, &snap.State, &hasState, &hash, &created)
-	if err != nil {
-		return store.Snapshot{}, false, dbErr(op, world, err)
-	}
-	if !found {
-		return store.Snapshot{}, false, store.Errorf(op, store.ErrWorldNotFound, world, "")
-	}
-	if !hash.Valid {
-		return store.Snapshot{}, false, nil
-	}
-	snap.StateHash = hash.String
-	snap.World, snap.Height, snap.CreatedAt = world, uint64(h.Int64), fromNS(created.Int64)
 	snap.State = blob(snap.State, hasState)
 	return snap, true, nil
 }
