@@ -9,6 +9,7 @@ import (
 
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/store/memstore"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -101,18 +102,11 @@ func TestPassivatedWorldWakesOnInput(t *testing.T) {
 // derivable").
 func TestCallAcrossProcessesOnForkedAndSeededWorlds(t *testing.T) {
 	res := lab.Run(lab.Config{Seed: 4, Name: "remote-call-fork"}, func(env *lab.Env) error {
-		st := newStore(env)
-		if err := createAssigned(env.Ctx, st, "src", "A"); err != nil {
-			return err
-		}
-		cfg := hostConfig("A", st, plane.NewReplies())
-		cfg.SnapshotEvery = 1
-		h, err := plane.StartHost(env.Ctx, env.Root, cfg)
+		st, h, remote, err := remoteRig(env, "src", 1)
 		if err != nil {
 			return err
 		}
 		defer h.Stop(env.Ctx)
-		remote, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
 		for i := range 3 {
 			if _, err := remote.Send(env.Ctx, "src", Add{By: 2, Key: fmt.Sprint(i)}, fmt.Sprint(i)); err != nil {
 				return err
@@ -165,16 +159,11 @@ func TestCallAcrossProcessesOnForkedAndSeededWorlds(t *testing.T) {
 // ErrReplyUnavailable instead of stepping the call on the wrong state.
 func TestRemoteReplyPastACompactedJournalIsUnavailable(t *testing.T) {
 	res := lab.Run(lab.Config{Seed: 5, Name: "remote-call-compacted"}, func(env *lab.Env) error {
-		st := newStore(env)
-		if err := createAssigned(env.Ctx, st, "c", "A"); err != nil {
-			return err
-		}
-		h, err := plane.StartHost(env.Ctx, env.Root, hostConfig("A", st, plane.NewReplies()))
+		st, h, remote, err := remoteRig(env, "c", 0)
 		if err != nil {
 			return err
 		}
 		defer h.Stop(env.Ctx)
-		remote, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
 		send := func(n int, key string) error {
 			for i := range n {
 				if _, err := remote.Send(env.Ctx, "c", Add{By: 2, Key: fmt.Sprint(key, i)}, fmt.Sprint(key, i)); err != nil {
@@ -243,16 +232,11 @@ func TestRemoteReplyPastACompactedJournalIsUnavailable(t *testing.T) {
 // from the journal record, equal to what the handler returned.
 func TestCallAcrossProcesses(t *testing.T) {
 	res := lab.Run(lab.Config{Seed: 3, Name: "remote-call"}, func(env *lab.Env) error {
-		st := newStore(env)
-		if err := createAssigned(env.Ctx, st, "r", "A"); err != nil {
-			return err
-		}
-		h, err := plane.StartHost(env.Ctx, env.Root, hostConfig("A", st, plane.NewReplies()))
+		_, h, remote, err := remoteRig(env, "r", 0)
 		if err != nil {
 			return err
 		}
 		defer h.Stop(env.Ctx)
-		remote, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
 		for i := range 9 { // past SnapshotEvery: the reply is re-derived across a snapshot
 			if _, err := remote.Send(env.Ctx, "r", Add{By: 2, Key: fmt.Sprint(i)}, fmt.Sprint(i)); err != nil {
 				return err
@@ -289,4 +273,29 @@ func TestCallAcrossProcesses(t *testing.T) {
 	if res.Failure != nil {
 		t.Fatal(res.Failure)
 	}
+}
+
+// remoteRig starts host A over a fresh store with world id assigned to it
+// (SnapshotEvery as given, 0 for hostConfig's), and a client that shares
+// no Replies hub with it, as a client in another process: it gets every
+// reply by re-deriving it from the journal.
+func remoteRig(env *lab.Env, id string, snapshotEvery uint64) (*memstore.Store, *plane.Host, *plane.Client, error) {
+	st := newStore(env)
+	if err := createAssigned(env.Ctx, st, id, "A"); err != nil {
+		return nil, nil, nil, err
+	}
+	cfg := hostConfig("A", st, plane.NewReplies())
+	if snapshotEvery > 0 {
+		cfg.SnapshotEvery = snapshotEvery
+	}
+	h, err := plane.StartHost(env.Ctx, env.Root, cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	remote, err := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
+	if err != nil {
+		h.Stop(env.Ctx)
+		return nil, nil, nil, err
+	}
+	return st, h, remote, nil
 }
