@@ -2,7 +2,7 @@
 # Builds and runs the side-by-side durable-execution benchmarks for the peer libraries and for
 # Orrery (bench/cmd/durable: worlds as orrery-sqlite and orrery-pg, the workflow API as orrery-wf-sqlite
 # and orrery-wf-pg, which run e2e-latency and workflow3 only), RUNS times each (default 1), and
-# prints a median table. Usage: run.sh [RUNS] [extra binaries...]
+# prints a median table (run i starts i-1 places further down the list of binaries). Usage: run.sh [RUNS] [extra binaries...]
 # Scenario definitions: bench/README.md ("Side by side with the durable-execution peers").
 # Needs a running PostgreSQL; DSN from
 # PEERS_PG_DSN (default postgres://orrery:orrery@127.0.0.1:5432/orrery?sslmode=disable, a superuser
@@ -61,9 +61,13 @@ settle() {
   sync
   sleep 2
 }
+# Run i starts i-1 places further down the list (and wraps): with RUNS > 1 no binary always runs last,
+# when the machine has been busiest longest, and the medians do not carry one row's place in the order.
+bins=("$out"/bin_river "$out"/bin_dbos "$out"/bin_gowf "$out/bin_orrery:sqlite" "$out/bin_orrery:pg" \
+      "$out/bin_orrery:wf-sqlite" "$out/bin_orrery:wf-pg" "$@")
 for i in $(seq 1 "$runs"); do
-  for b in "$out"/bin_river "$out"/bin_dbos "$out"/bin_gowf "$out/bin_orrery:sqlite" "$out/bin_orrery:pg" \
-           "$out/bin_orrery:wf-sqlite" "$out/bin_orrery:wf-pg" "$@"; do
+  for k in $(seq 0 $((${#bins[@]} - 1))); do
+    b=${bins[$(((k + i - 1) % ${#bins[@]}))]}
     exe=${b%%:*}   # bin_orrery:<variant> runs bin_orrery once per variant (its flags: peer_args)
     [ -x "$exe" ] || continue
     settle
