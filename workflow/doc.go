@@ -74,7 +74,10 @@
 //     ends its lease at once; control requests that nobody holding the run
 //     could record are recorded by the client under a lease of its own, or
 //     caught up by the next holder, with the request's time as the event's
-//     sourceOccurredAt.
+//     sourceOccurredAt. A cancel wins over a pause whatever their order: a
+//     cancel makes a paused run active for a worker to end it, and a pause
+//     that lands after that looks for a cancel and makes the run active
+//     again.
 //
 // # What it never does
 //
