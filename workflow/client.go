@@ -216,21 +216,31 @@ func hintStarted(ctx context.Context, st store.Store, runID string) {
 
 // readStart reads a run's start item (nil if there is none yet).
 func readStart(ctx context.Context, st store.Store, runID string) (*startItem, error) {
+	it, err := findItem(ctx, st, runID, func(it store.InboxItem) bool { return it.Kind == ItemStart })
+	if err != nil || it == nil {
+		return nil, wrap("read", runID, err)
+	}
+	s, err := decodeStart(it.Payload)
+	if err != nil {
+		return nil, wrap("read", runID, err)
+	}
+	return &s, nil
+}
+
+// findItem returns the first item of runID's inbox that match accepts
+// (nil if none does), reading it a page at a time.
+func findItem(ctx context.Context, st store.Store, runID string, match func(store.InboxItem) bool) (*store.InboxItem, error) {
 	var after uint64
 	for {
 		its, err := st.ReadInbox(ctx, runID, after, 64)
 		if err != nil {
-			return nil, wrap("read", runID, err)
+			return nil, err
 		}
-		for _, it := range its {
-			if it.Kind == ItemStart {
-				s, err := decodeStart(it.Payload)
-				if err != nil {
-					return nil, wrap("read", runID, err)
-				}
-				return &s, nil
+		for i := range its {
+			if match(its[i]) {
+				return &its[i], nil
 			}
-			after = it.Seq
+			after = its[i].Seq
 		}
 		if len(its) < 64 {
 			return nil, nil
@@ -573,25 +583,18 @@ func pauseStatus(ctx context.Context, st store.Store, runID, reason string) erro
 	if _, err := st.SetWorldStatus(ctx, runID, store.WorldPaused, reason); err != nil {
 		return err
 	}
-	var after uint64
-	for {
-		its, err := st.ReadInbox(ctx, runID, after, 64)
-		if err != nil {
-			return err
+	cancel, err := findItem(ctx, st, runID, func(it store.InboxItem) bool {
+		if it.Kind != ItemControl {
+			return false
 		}
-		for _, it := range its {
-			if it.Kind == ItemControl {
-				if c, err := decodeControl(it.Payload); err == nil && c.Op == opCancel {
-					_, err := st.SetWorldStatus(ctx, runID, store.WorldActive, "workflow: cancelling")
-					return err
-				}
-			}
-			after = it.Seq
-		}
-		if len(its) < 64 {
-			return nil
-		}
+		c, err := decodeControl(it.Payload)
+		return err == nil && c.Op == opCancel
+	})
+	if err != nil || cancel == nil {
+		return err
 	}
+	_, err = st.SetWorldStatus(ctx, runID, store.WorldActive, "workflow: cancelling")
+	return err
 }
 
 // Pause pauses the run: its status becomes paused, which ends its lease at
