@@ -212,7 +212,7 @@ func (d *Decoder) Unmarshal(data []byte, v any) error {
 // map keys, or the simple value undefined.
 func (d *Decoder) IsCanonical(data []byte) error {
 	d = d.get()
-	if err := d.checkSize(data); err == nil && fastCanonical(data, d.opts.MaxDepth, d.opts.MaxElements) {
+	if d.canonicalAlready(data) {
 		return nil
 	}
 	canon, err := d.canonical(d.strict, data)
@@ -232,7 +232,7 @@ func (d *Decoder) IsCanonical(data []byte) error {
 // never modified; the result is a new slice.
 func (d *Decoder) Canonicalize(data []byte) ([]byte, error) {
 	d = d.get()
-	if err := d.checkSize(data); err == nil && fastCanonical(data, d.opts.MaxDepth, d.opts.MaxElements) {
+	if d.canonicalAlready(data) {
 		// Canonical already (the common case: our own encoder wrote it):
 		// a copy, without decoding and encoding it again.
 		return bytes.Clone(data), nil
@@ -254,6 +254,12 @@ func (d *Decoder) canonical(dm cbor.DecMode, data []byte) ([]byte, error) {
 		return nil, &DecodeError{Kind: KindUnsupported, Err: err}
 	}
 	return canon, nil
+}
+
+// canonicalAlready reports whether data is, for certain, canonical within
+// the decoder's limits (fastCanonical): no decoding needed to say so.
+func (d *Decoder) canonicalAlready(data []byte) bool {
+	return d.checkSize(data) == nil && fastCanonical(data, d.opts.MaxDepth, d.opts.MaxElements)
 }
 
 func (d *Decoder) checkSize(data []byte) error {
