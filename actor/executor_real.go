@@ -7,18 +7,61 @@ package actor
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
 	"runtime"
 	"sync/atomic"
 	"time"
 )
 
 // NewExecutor returns the production executor: goroutines, the runtime's
-// real clock, and a SplitMix64 random source seeded with seed.
+// real clock, and a SplitMix64 random source seeded with seed. Two
+// executors with one seed draw the same numbers in the same order, so a
+// fixed seed is for tests that want that; a process that serves uses
+// NewEntropyExecutor, whose draws differ from every other process's.
 func NewExecutor(seed uint64) Executor {
 	e := &realExecutor{}
 	e.rng.Store(seed)
 	return e
 }
+
+// NewEntropyExecutor is NewExecutor seeded from the operating system's
+// entropy: what a process that serves uses, so that jitter and backoff are
+// not drawn in lockstep by every node of a cluster. (Identities that must be
+// unique across processes do not come from an executor at all: see
+// UniqueID.)
+func NewEntropyExecutor() Executor { return NewExecutor(EntropyUint64()) }
+
+// EntropyUint64 draws 64 bits from the operating system's entropy.
+func EntropyUint64() uint64 {
+	var b [8]byte
+	_, _ = crand.Read(b[:]) // never fails on supported platforms (crypto/rand says so)
+	return binary.BigEndian.Uint64(b[:])
+}
+
+// UniqueID returns 128 bits as 32 hex digits for an identity that must be
+// unique across processes (a call id, an incarnation): from the operating
+// system's entropy, or, under a deterministic executor (the lab), from the
+// executor's seeded randomness so that a run replays. Never from a
+// production executor's seed: processes started with one seed would hand
+// out one sequence of ids.
+func UniqueID(ex Executor) string {
+	var b [16]byte
+	if ex != nil && isDeterministic(ex) {
+		binary.BigEndian.PutUint64(b[:8], ex.Uint64())
+		binary.BigEndian.PutUint64(b[8:], ex.Uint64())
+	} else {
+		_, _ = crand.Read(b[:])
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// IsDeterministic reports whether ex is a deterministic executor (the
+// lab's), whose randomness is seeded for replay. Code that needs an
+// identity unique across processes draws it from ex only when ex is
+// deterministic, and from the operating system's entropy otherwise.
+func IsDeterministic(ex Executor) bool { return isDeterministic(ex) }
 
 type realExecutor struct {
 	rng atomic.Uint64

@@ -20,7 +20,7 @@ type System struct {
 // SystemOption configures a System.
 type SystemOption func(*System)
 
-// WithExecutor sets the executor seam (default: NewExecutor(1)).
+// WithExecutor sets the executor seam (default: NewEntropyExecutor()).
 func WithExecutor(ex Executor) SystemOption { return func(s *System) { s.ex = ex } }
 
 // WithTracer receives every trace event, synchronously, from the goroutine
@@ -34,7 +34,7 @@ func NewSystem(opts ...SystemOption) *System {
 		o(s)
 	}
 	if s.ex == nil {
-		s.ex = NewExecutor(1)
+		s.ex = NewEntropyExecutor()
 	}
 	s.faults, _ = s.ex.(FaultInjector)
 	s.deterministic = isDeterministic(s.ex)

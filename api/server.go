@@ -124,7 +124,7 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.EventPoll = DefaultEventPoll
 	}
 	if cfg.Executor == nil {
-		cfg.Executor = actor.NewExecutor(1)
+		cfg.Executor = actor.NewEntropyExecutor()
 	}
 	if cfg.Runs != nil {
 		if err := cfg.Runs.check(); err != nil {

@@ -2,8 +2,6 @@ package plane
 
 import (
 	"context"
-	"encoding/binary"
-	"encoding/hex"
 	"strings"
 	"time"
 
@@ -137,13 +135,12 @@ func enqueue(ctx context.Context, st store.Store, op, worldID string, item store
 	return Ack{Seq: seq, Duplicate: dup}, nil
 }
 
-// NewCallID draws a call id from the executor's (seedable) randomness.
-func (c *Client) NewCallID() string {
-	var b [16]byte
-	binary.BigEndian.PutUint64(b[:8], c.cfg.Executor.Uint64())
-	binary.BigEndian.PutUint64(b[8:], c.cfg.Executor.Uint64())
-	return hex.EncodeToString(b[:])
-}
+// NewCallID returns a call id no other call of any process has: 128 bits
+// of the operating system's entropy (actor.UniqueID), or of the lab's
+// seeded randomness under a deterministic executor. A call's reply is
+// found by its id, so an id drawn from a seed two processes share would
+// answer one call with another's reply.
+func (c *Client) NewCallID() string { return actor.UniqueID(c.cfg.Executor) }
 
 // CallKey is the inbox dedupe key of call callID.
 func CallKey(callID string) string { return "call:" + callID }

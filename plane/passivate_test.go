@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store/memstore"
@@ -298,4 +299,30 @@ func remoteRig(env *lab.Env, id string, snapshotEvery uint64) (*memstore.Store, 
 		return nil, nil, nil, err
 	}
 	return st, h, remote, nil
+}
+
+// Two processes started alike (the same executor seed: the old production
+// default) must not hand out the same call ids: a call's reply is found by
+// its id, so a repeated id answers a new call with an old call's reply.
+func TestCallIDsOfTwoProcessesWithOneSeedDiffer(t *testing.T) {
+	st := memstore.New()
+	defer st.Close()
+	a, err := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: actor.NewExecutor(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: actor.NewExecutor(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for range 32 {
+		for _, c := range []*plane.Client{a, b} {
+			id := c.NewCallID()
+			if seen[id] {
+				t.Fatalf("call id %s handed out twice by two clients seeded alike", id)
+			}
+			seen[id] = true
+		}
+	}
 }

@@ -151,7 +151,7 @@ const (
 
 // New returns a runtime with no handlers, not yet started. Its loop will run
 // as an actor process: in the scope given WithScope, or else in a private
-// actor.System on ex (nil: actor.NewExecutor(1), as actor.NewSystem does).
+// actor.System on ex (nil: actor.NewEntropyExecutor(), as actor.NewSystem does).
 func New(ex actor.Executor, opts ...Option) *Runtime {
 	c := config{logger: slog.Default()}
 	for _, o := range opts {
@@ -161,7 +161,7 @@ func New(ex actor.Executor, opts ...Option) *Runtime {
 		ex = c.scope.Executor()
 	} else {
 		if ex == nil {
-			ex = actor.NewExecutor(1)
+			ex = actor.NewEntropyExecutor()
 		}
 		c.scope = actor.NewSystem(actor.WithExecutor(ex)).Root()
 	}
