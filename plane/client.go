@@ -143,7 +143,9 @@ func enqueue(ctx context.Context, st store.Store, op, worldID string, item store
 func (c *Client) NewCallID() string { return actor.UniqueID(c.cfg.Executor) }
 
 // CallKey is the inbox dedupe key of call callID.
-func CallKey(callID string) string { return "call:" + callID }
+// Calls and events never share a key: the store keeps the "call:" prefix
+// for items of kind call alone (store.CallKeyPrefix).
+func CallKey(callID string) string { return store.CallKeyPrefix + callID }
 
 // Call sends v to world as a call and waits for the handler's reply:
 // applied, journaled, returned. The reply value is canonical CBOR

@@ -326,3 +326,47 @@ func TestCallIDsOfTwoProcessesWithOneSeedDiffer(t *testing.T) {
 		}
 	}
 }
+
+// An event keyed "call:X" can neither pass for call X nor block it: the
+// store keeps that namespace for calls, and refuses the event as invalid
+// ingress; the call runs and answers whatever came before it.
+func TestEventKeysCannotTakeACallsDedupeKey(t *testing.T) {
+	res := lab.Run(lab.Config{Seed: 5, Name: "call-namespace"}, func(env *lab.Env) error {
+		_, h, remote, err := remoteRig(env, "r", 0)
+		if err != nil {
+			return err
+		}
+		defer h.Stop(env.Ctx)
+		if _, err := remote.CallWithID(env.Ctx, "r", "X", Get{}); err != nil {
+			return err
+		}
+		if _, err := remote.Send(env.Ctx, "r", Add{By: 5, Key: "a"}, plane.CallKey("X")); !errors.Is(err, plane.ErrInvalidIngress) {
+			return fmt.Errorf("event keyed like call X after it: %v, want ErrInvalidIngress", err)
+		}
+		if _, err := remote.Send(env.Ctx, "r", Add{By: 3, Key: "b"}, plane.CallKey("Y")); !errors.Is(err, plane.ErrInvalidIngress) {
+			return fmt.Errorf("event keyed like call Y before it: %v, want ErrInvalidIngress", err)
+		}
+		if _, err := remote.Send(env.Ctx, "r", Add{By: 2, Key: "c"}, "Y"); err != nil {
+			return err
+		}
+		n, err := plane.CallAs[int64](env.Ctx, remote, "r", Get{})
+		if err != nil {
+			return err
+		}
+		if n != 2 {
+			return fmt.Errorf("Get = %d, want 2 (only the event with its own key applied)", n)
+		}
+		b, err := remote.CallWithID(env.Ctx, "r", "Y", Get{})
+		if err != nil {
+			return fmt.Errorf("call Y after events: %w", err)
+		}
+		var y int64
+		if err := world.Decode(b, &y); err != nil || y != 2 {
+			return fmt.Errorf("call Y = %d (%v), want 2", y, err)
+		}
+		return nil
+	})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+}

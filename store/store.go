@@ -432,6 +432,16 @@ const (
 	TimerKeyPrefix   = "timer:"
 )
 
+// Calls have a namespace of their own: an item of KindCall is keyed
+// CallKeyPrefix + its call id, and no other kind may use a key with that
+// prefix. So an event whose idempotency key happens to read "call:X" can
+// neither pass for call X (and be dropped as its duplicate) nor make call
+// X look answered.
+const (
+	KindCall      = "call"
+	CallKeyPrefix = "call:"
+)
+
 // InboxItem is one durable input of a world.
 type InboxItem struct {
 	Seq        uint64 // assigned by the store, increasing per world

@@ -204,6 +204,12 @@ func CheckIngress(op string, item InboxItem) error {
 	if strings.HasPrefix(item.DedupeKey, ReceiptKeyPrefix) || strings.HasPrefix(item.DedupeKey, TimerKeyPrefix) {
 		return invalid(op, "dedupeKey", "%q is in a namespace reserved for the store's own deliveries", item.DedupeKey)
 	}
+	if call := strings.HasPrefix(item.DedupeKey, CallKeyPrefix); item.DedupeKey != "" && call != (item.Kind == KindCall) {
+		if call {
+			return invalid(op, "dedupeKey", "%q is in the namespace reserved for calls (%q)", item.DedupeKey, CallKeyPrefix)
+		}
+		return invalid(op, "dedupeKey", "%q: a call's key is %q followed by its call id", item.DedupeKey, CallKeyPrefix)
+	}
 	return CheckPayload(op, "payload", item.Payload)
 }
 

@@ -13,6 +13,7 @@ import (
 func namespaceTests() []testCase {
 	return []testCase{
 		{"EnqueueRejectsStoreKindsAndKeys", testEnqueueRejectsStoreKindsAndKeys},
+		{"CallsAndEventsNeverShareADedupeKey", testCallsAndEventsNeverShareADedupeKey},
 	}
 }
 
@@ -26,6 +27,8 @@ func testEnqueueRejectsStoreKindsAndKeys(t *testing.T, open Factory) {
 		{Kind: "event", DedupeKey: store.ReceiptKey("i1", 1)},
 		{Kind: "event", DedupeKey: store.TimerKey("t1")},
 		{Kind: "event", DedupeKey: store.ReceiptKeyPrefix},
+		{Kind: "event", DedupeKey: store.CallKeyPrefix + "x"},
+		{Kind: store.KindCall, DedupeKey: "x"},
 		{Kind: store.KindReceipt},
 		{Kind: store.KindTimer},
 		{Kind: store.KindFabric},
@@ -56,5 +59,35 @@ func testEnqueueRejectsStoreKindsAndKeys(t *testing.T, open Factory) {
 	if len(items) != 3 || items[1].Seq != seq || items[1].Kind != store.KindReceipt || items[1].DedupeKey != store.ReceiptKey("i1", 0) ||
 		items[2].Seq != tseq || items[2].Kind != store.KindTimer || items[2].DedupeKey != store.TimerKey("t1") {
 		t.Fatalf("inbox = %+v, want the producer's item, the receipt and the firing", items)
+	}
+}
+
+// A call's key and a producer's event key live in separate namespaces: an
+// event keyed "call:X" is refused (it would pass for call X), and call X is
+// enqueued once whatever events came before it.
+func testCallsAndEventsNeverShareADedupeKey(t *testing.T, open Factory) {
+	f := setup(t, open)
+	f.leased("w", "A")
+	call := store.CallKeyPrefix + "X"
+	if _, _, err := f.s.Enqueue(bg, "w", store.InboxItem{Kind: "event", DedupeKey: call}); err == nil {
+		t.Fatal("an event keyed like a call was enqueued")
+	} else {
+		wantErr(t, err, store.ErrInvalid, "Enqueue of an event keyed "+call)
+	}
+	// The call itself goes in, once.
+	seq, dup := f.enqueue("w", store.KindCall, call, nil)
+	if dup {
+		t.Fatal("call X deduped against a refused event")
+	}
+	again, dup := f.enqueue("w", store.KindCall, call, nil)
+	if !dup || again != seq {
+		t.Fatalf("call X again = seq %d dup %v, want %d dup", again, dup, seq)
+	}
+	// An event keyed with the bare call id is the producer's own.
+	if _, dup := f.enqueue("w", "event", "X", nil); dup {
+		t.Fatal("an event keyed with the bare call id deduped against the call")
+	}
+	if items := f.inbox("w"); len(items) != 2 || items[0].Kind != store.KindCall || items[1].Kind != "event" {
+		t.Fatalf("inbox = %+v, want the call and the event", items)
 	}
 }
