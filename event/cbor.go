@@ -444,6 +444,17 @@ var (
 	maxUnixNano = time.Unix(0, math.MaxInt64)
 )
 
+// MinTime and MaxTime bound every instant Orrery stores or schedules: a
+// little inside what an int64 of Unix nanoseconds can hold, so a time in
+// range stays in range after a clock offset of a few months. The store
+// refuses anything outside (store.MinTime and MaxTime are these), and the
+// kernel and workflows refuse it before they turn a duration into an
+// instant.
+var (
+	MinTime = time.Date(1678, 1, 1, 0, 0, 0, 0, time.UTC)
+	MaxTime = time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
 // ErrTimeRange matches encoding errors for a time outside the int64
 // Unix-nanosecond range.
 var ErrTimeRange = errors.New("event: time outside the int64 Unix-nanosecond range (1677-09-21 to 2262-04-11)")

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"github.com/orrery-run/orrery/event"
 	"math"
 	"strings"
 	"time"
@@ -44,8 +45,8 @@ const (
 
 // MinTime and MaxTime bound every stored time.
 var (
-	MinTime = time.Date(1678, 1, 1, 0, 0, 0, 0, time.UTC)
-	MaxTime = time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC)
+	MinTime = event.MinTime
+	MaxTime = event.MaxTime
 )
 
 func invalid(op, what, format string, args ...any) error {

@@ -253,6 +253,9 @@ func Step[T any](c *Ctx, name string, fn func(ctx context.Context) (T, error), o
 		return zero, errorf("step", ErrInvalid, "", detail("step "+name+" has no function"))
 	}
 	o := applyOptions(opts)
+	if err := checkOptions(c, "step", o); err != nil {
+		return zero, err
+	}
 	id, h, err := c.begin(kindStep, name)
 	if err != nil {
 		return zero, err
@@ -287,8 +290,14 @@ func Step[T any](c *Ctx, name string, fn func(ctx context.Context) (T, error), o
 // the due time; the run then waits for the timer's firing in its inbox,
 // on whichever worker holds it by then. A crash does not move the due
 // time, and a re-run returns at once once the sleep is recorded as
-// completed. The timers fire through the plane's timer worker.
+// completed. The timers fire through the plane's timer worker. A sleep
+// that would end after the latest instant the store holds (2262-01-01) is
+// ErrInvalid and records nothing; so is a step whose timeout or longest
+// retry wait would.
 func Sleep(c *Ctx, d time.Duration) error {
+	if err := checkSpan(c, "sleep", "the sleep", d); err != nil {
+		return err
+	}
 	id, h, err := c.begin(kindSleep, sleepBase)
 	if err != nil {
 		return err
@@ -403,6 +412,9 @@ func Effect[T any](c *Ctx, name, kind string, params any, opts ...StepOption) (T
 		return zero, errorf("effect", ErrInvalid, "", err)
 	}
 	o := applyOptions(opts)
+	if err := checkOptions(c, "effect", o); err != nil {
+		return zero, err
+	}
 	id, h, err := c.begin(kindEffect, name)
 	if err != nil {
 		return zero, err

@@ -309,6 +309,30 @@ func intentHash(run, step string, attempt uint64) string {
 // timerHash is the hash of a sleep's timer; one per sleep step.
 func timerHash(run, step string) string { return hashOf("orrery.workflow.timer", run, step) }
 
+// checkSpan refuses a wait of d from the run's clock whose end the store
+// cannot hold (store.MaxTime): converted to Unix nanoseconds it would wrap
+// into the past and fire at once. It is asked before a step takes its
+// position, so a refused step records nothing and a re-run refuses it the
+// same way. Under replay (no clock) every such step was decided live.
+func checkSpan(c *Ctx, op, what string, d time.Duration) error {
+	if c == nil || c.r == nil || c.r.ex == nil || d <= 0 {
+		return nil
+	}
+	if end := c.r.ex.Now().Add(d); end.After(store.MaxTime) {
+		return errorf(op, ErrInvalid, c.r.id, detail(fmt.Sprintf("%s %v ends %s, past the latest instant the store holds (%s)",
+			what, d, end.UTC().Format(time.RFC3339), store.MaxTime.Format(time.RFC3339))))
+	}
+	return nil
+}
+
+// checkOptions is checkSpan for a step's timeout and longest retry wait.
+func checkOptions(c *Ctx, op string, o stepOptions) error {
+	if err := checkSpan(c, op, "the timeout", o.timeout); err != nil {
+		return err
+	}
+	return checkSpan(c, op, "the retry policy's longest wait", o.retry.Max)
+}
+
 func unixNano(t time.Time) int64 {
 	if t.IsZero() {
 		return 0

@@ -167,7 +167,7 @@ func (c *Ctx) SetTimer(at time.Time, msg any) string {
 	}
 	ts := event.Timestamp{Time: at}
 	atb, err := event.Marshal(ts)
-	if err != nil || at.IsZero() {
+	if err != nil || at.IsZero() || at.Before(event.MinTime) || at.After(event.MaxTime) {
 		c.fail(&UsageError{Op: "SetTimer", Reason: "time out of range", Err: err})
 		return ""
 	}

@@ -459,3 +459,18 @@ func TestStepWhenCallsReadyRightBeforeTheHandler(t *testing.T) {
 		t.Fatal("ready was called for a firing no handler ran")
 	}
 }
+
+// A timer past the latest instant the store holds is the handler's usage
+// error, decided in the step: the store would refuse the commit that
+// carries it, and the world would retry that step for ever.
+func TestTimerPastTheStoresRangeIsAUsageError(t *testing.T) {
+	f := newFeeder(t, effectsDef(), "w1")
+	after := int64(event.MaxTime.Sub(t0)/time.Second) + 30*24*3600 // still encodable: a month past MaxTime
+	res := f.event(Remind{Name: "far", AfterSec: after})
+	wantOutcome(t, res, world.OutcomeError)
+	var ue *world.UsageError
+	if !errors.As(res.Err, &ue) || len(res.TimerSets) != 0 || len(f.w.Timers()) != 0 {
+		t.Fatalf("err %v, timers %v armed %v: want a usage error and no timer", res.Err, res.TimerSets, f.w.Timers())
+	}
+	wantOutcome(t, f.event(Remind{Name: "near", AfterSec: 60}), world.OutcomeOK)
+}
