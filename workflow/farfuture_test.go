@@ -35,7 +35,7 @@ func TestFarFutureWaitsAreInvalidAndNeverFire(t *testing.T) {
 			}
 			note("sleep", workflow.Sleep(c, 290*365*24*time.Hour))
 			_, err := workflow.Step(c, "slow", func(context.Context) (int, error) { tl.inc("slow"); return 1, nil },
-				workflow.WithTimeout(2*century + 90*365*24*time.Hour))
+				workflow.WithTimeout(2*century+90*365*24*time.Hour))
 			note("timeout", err)
 			_, err = workflow.Step(c, "patient", func(context.Context) (int, error) { tl.inc("patient"); return 1, nil },
 				workflow.WithRetry(workflow.RetryPolicy{MaxAttempts: 2, Max: 2*century + 90*365*24*time.Hour}))
