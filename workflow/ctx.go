@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/fxamacker/cbor/v2"
@@ -16,14 +17,23 @@ import (
 )
 
 // Ctx is a run's handle on its steps, passed to the workflow function. It
-// is not safe for concurrent use: the function calls its steps one after
-// the other, which is what makes their order, and so their ids, the same
-// on every re-run.
+// belongs to the function's own goroutine: the function calls its steps
+// one after the other, which is what makes their order, and so their ids,
+// the same on every re-run. A step asked for from another goroutine, or
+// from inside a step's own function, is refused with ErrConcurrentUse, and
+// the run fails with that error when the function returns: with two
+// goroutines the order of the steps, and so which result each gets on a
+// re-run, would depend on the scheduler. Parallelism comes from the
+// primitives the workflow API offers, never from goroutines sharing a Ctx.
 type Ctx struct {
-	r    *runner
-	ctx  context.Context
-	next int            // the position of the next step call
-	seen map[string]int // occurrences of each base id so far
+	r     *runner
+	owner uint64      // the goroutine of the workflow function (goid)
+	inFn  atomic.Bool // a Step's function is running
+	// misuse is the first refused use, kept for the run's end.
+	misuse atomic.Pointer[Error]
+	ctx    context.Context
+	next   int            // the position of the next step call
+	seen   map[string]int // occurrences of each base id so far
 	// halted is the run's stop once it stopped here (a *stop); div the
 	// divergence once the function asked for another step than recorded.
 	halted   error
@@ -55,6 +65,11 @@ func (c *Ctx) halt(err error) error {
 func (c *Ctx) begin(kind, base string) (string, *stepHist, error) {
 	if c == nil || c.r == nil {
 		return "", nil, errorf("step", ErrInvalid, "", detail("a nil workflow context"))
+	}
+	// Only immutable fields and atomics are touched before this check: a
+	// foreign goroutine gets here too.
+	if err := c.exclusive(kind, base); err != nil {
+		return "", nil, err
 	}
 	if c.halted != nil {
 		return "", nil, c.halted
@@ -90,6 +105,41 @@ func (c *Ctx) begin(kind, base string) (string, *stepHist, error) {
 		return id, h, nil
 	}
 	return "", nil, c.div
+}
+
+// newCtx is the Ctx of r's function, which runs on the calling goroutine.
+func newCtx(r *runner, ctx context.Context) *Ctx {
+	return &Ctx{r: r, ctx: ctx, seen: map[string]int{}, owner: goid()}
+}
+
+// exclusive refuses a step asked for from a goroutine other than the
+// function's, or from inside a running step's function, and keeps the
+// first refusal for the run's end (Misuse).
+func (c *Ctx) exclusive(kind, base string) error {
+	why := ""
+	switch {
+	case goid() != c.owner:
+		why = "from a goroutine other than the workflow function's"
+	case c.inFn.Load():
+		why = "from inside a running step's function"
+	default:
+		if e := c.misuse.Load(); e != nil {
+			return e
+		}
+		return nil
+	}
+	e := errorf(kind, ErrConcurrentUse, c.r.id, detail("step "+base+" asked for "+why+
+		": a workflow.Ctx is used by its function's goroutine, one step at a time"))
+	c.misuse.CompareAndSwap(nil, e)
+	return e
+}
+
+// misused returns the first refused concurrent use of c, or nil.
+func (c *Ctx) misused() error {
+	if e := c.misuse.Load(); e != nil {
+		return e
+	}
+	return nil
 }
 
 // decodeAs decodes a step's recorded value. A recorded result that no
@@ -267,7 +317,9 @@ func Step[T any](c *Ctx, name string, fn func(ctx context.Context) (T, error), o
 		}
 		c.inflight = &attemptRef{step: id, attempt: attempt}
 		v, failure, timedOut, halt := r.runAttempt(c, o.timeout, func(ctx context.Context) ([]byte, error) {
+			c.inFn.Store(true)
 			v, err := fn(ctx)
+			c.inFn.Store(false)
 			if err != nil {
 				return nil, err
 			}

@@ -102,6 +102,10 @@
 //     too, so a run and its replay see the same values; a failed step's
 //     error is a *StepError carrying the recorded message only.
 //   - A Ctx is used by the function's own goroutine, one step at a time.
+//     A step asked for from another goroutine, or from inside a step's
+//     function, is refused with ErrConcurrentUse and the run fails with it:
+//     with goroutines sharing a Ctx the order of the steps, and so which
+//     recorded result each gets on a re-run, would be the scheduler's.
 //   - A run keeps the version it started with; a worker runs only the runs
 //     of the version it registers. Changing the steps of a running version
 //     fails its runs with a *DivergenceError at the first changed step.

@@ -39,6 +39,10 @@ const (
 	// then on; the function should return it, and nothing it returns
 	// afterwards is recorded.
 	ErrStopped = sentinel("workflow: run stopped on this worker")
+	// ErrConcurrentUse: a step was asked for from a goroutine other than
+	// the workflow function's, or from inside a running step's function.
+	// The step is refused and the run fails with it (see Ctx).
+	ErrConcurrentUse = sentinel("workflow: Ctx used concurrently")
 )
 
 // DivergenceError names the first step at which a re-run of a workflow

@@ -42,7 +42,7 @@ func Replay(def Workflow, stream []event.Envelope) ([]byte, error) {
 		}
 	}
 	r := &runner{id: run, h: h, replay: true}
-	c := &Ctx{r: r, ctx: context.Background(), seen: map[string]int{}}
+	c := newCtx(r, context.Background())
 	out, ferr := def.invoke(c, h.input)
 	end := h.terminal
 	div := c.div

@@ -751,7 +751,7 @@ func (r *runner) execute(ctx context.Context) *stop {
 		}
 		return nil
 	}
-	c := &Ctx{r: r, ctx: ctx, seen: map[string]int{}}
+	c := newCtx(r, ctx)
 	r.lastControl = r.ex.Now()
 	if p := r.plan(); p.stops() || len(p.catchUp) > 0 {
 		if err := r.applyPlan(ctx, p, r.inFlight()); err != nil {
@@ -780,6 +780,10 @@ func (r *runner) execute(ctx context.Context) *stop {
 		typ, end = event.RunFailed, runEnd{Error: message(div), Divergence: &divergenceWire{
 			Index: uint64(div.StepIndex), Recorded: div.Recorded, Got: div.Got, Reason: div.Reason}}
 		r.emit(EvDiverged, div)
+	case c.misused() != nil:
+		// Whatever the function made of the refusal, the run used its Ctx
+		// from two goroutines: its step order is not reproducible.
+		typ, end = event.RunFailed, runEnd{Error: message(c.misused())}
 	case ferr != nil:
 		typ, end = event.RunFailed, runEnd{Error: message(ferr)}
 	}
