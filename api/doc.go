@@ -59,7 +59,10 @@
 // Each request gets one server span from Config.Tracer (the OpenTelemetry
 // API only: the binary chooses the SDK), named "orrery.api <route>", and
 // one slog line (Debug; a refusal at Warn with its code, an internal
-// failure at Error).
+// failure at Error). A store that cannot be reached, or that lost its
+// connection before answering (store.ErrUnavailable), is 503 unavailable
+// with Retry-After, logged at Warn: whether the request took effect is
+// unknown, and a retry with the same idempotency key (or call id) is safe.
 //
 // The event stream (text/event-stream) sends the whole current state
 // first, then, whenever a row changes, that row again: the queue depths,

@@ -170,6 +170,7 @@ var errorTable = [...]errorRule{
 	{store.ErrNotDue, http.StatusConflict, CodeConflict, ""},
 	{store.ErrInvalid, http.StatusBadRequest, CodeInvalidArgument, ""},
 	{store.ErrClosed, http.StatusServiceUnavailable, CodeUnavailable, ""},
+	{store.ErrUnavailable, http.StatusServiceUnavailable, CodeUnavailable, ""},
 	{world.ErrMalformedInput, http.StatusBadRequest, CodeInvalidArgument, ""},
 	{event.ErrEncode, http.StatusBadRequest, CodeInvalidArgument, ""},
 	{event.ErrMalformed, http.StatusBadRequest, CodeInvalidArgument, ""},
@@ -221,6 +222,11 @@ func toError(err error) *Error {
 // passed through: the store's kind, world and detail when the store
 // refused, else the plane's kind and its cause.
 func describe(err error) string {
+	if errors.Is(err, store.ErrUnavailable) {
+		// The driver's words (hosts, addresses) are for the log, not for
+		// a client, which needs only to know to retry.
+		return "the store is unavailable (its database could not be reached or lost the connection); retry with the same key"
+	}
 	var se *store.Error
 	if errors.As(err, &se) && se.Kind != nil {
 		msg := strings.TrimPrefix(se.Kind.Error(), "store: ")
@@ -265,10 +271,17 @@ func cleanMessage(msg string) string {
 	return strings.ToValidUTF8(msg, "\uFFFD")
 }
 
-// writeError writes e as the error body.
+// retryAfter is the Retry-After of a 503 that did not set its own: a
+// lost database connection is usually back within a second or two.
+const retryAfter = "1"
+
+// writeError writes e as the error body. A 503 always says when to retry.
 func writeError(w http.ResponseWriter, e *Error) {
 	if e.Details == nil {
 		e.Details = map[string]any{}
+	}
+	if e.Status == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", retryAfter)
 	}
 	writeJSON(w, e.Status, e)
 }

@@ -348,7 +348,11 @@ func (s *Server) wrap(pattern string, open bool, h handlerFunc) http.Handler {
 			s.log.Debug("api: request", logAttrs...)
 		case r.Context().Err() != nil:
 			s.log.Debug("api: request abandoned by its client", append(logAttrs, "code", e.Code)...)
-		case status >= 500 && status != http.StatusGatewayTimeout && status != http.StatusNotImplemented:
+		case status >= 500 && status != http.StatusGatewayTimeout && status != http.StatusNotImplemented &&
+			status != http.StatusServiceUnavailable:
+			// A 503 is the database or the node being unavailable for a
+			// moment, answered with Retry-After: a WARN (default), not an
+			// ERROR for every request that meets it.
 			span.SetStatus(codes.Error, e.Code)
 			logAttrs = append(logAttrs, "code", e.Code, "err", err)
 			var p *internalPanic

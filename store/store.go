@@ -960,7 +960,29 @@ var (
 	ErrWatermarkConflict = errors.New("store: watermark conflict")
 	ErrInvalid           = errors.New("store: invalid argument")
 	ErrClosed            = errors.New("store: closed")
+	// ErrUnavailable: the database could not be reached, or the
+	// connection was lost (a restart, a terminated backend, a network
+	// cut) before it answered. The operation may or may not have taken
+	// effect: retry it (every write is idempotent by its key or fenced by
+	// its epoch), never report it as failed. See Unavailable.
+	ErrUnavailable = errors.New("store: unavailable")
 )
+
+// Unavailable is the Kind of a *Error whose cause is a lost or refused
+// connection: it matches ErrUnavailable, and errors.Is and errors.As still
+// reach cause (the driver's error).
+func Unavailable(cause error) error { return &unavailable{cause: cause} }
+
+type unavailable struct{ cause error }
+
+func (u *unavailable) Error() string {
+	if u.cause == nil {
+		return ErrUnavailable.Error()
+	}
+	return ErrUnavailable.Error() + " (" + u.cause.Error() + ")"
+}
+func (u *unavailable) Is(target error) bool { return target == ErrUnavailable }
+func (u *unavailable) Unwrap() error        { return u.cause }
 
 // Error is the typed error of every store operation: Kind is one of the
 // sentinels above (errors.Is matches it), the rest says where.
