@@ -53,6 +53,28 @@ func (t *wtx) publish(world string, intents []store.Intent) (int, error) {
 	return queued, nil
 }
 
+// withdraw withdraws world's intent hash if it is pending, inside a fenced
+// request (a Commit's Withdraw), and returns 1 if it did.
+func (t *wtx) withdraw(world, hash string) (int, error) {
+	return t.rowsAffected(`UPDATE effects SET state = 'withdrawn', claim_expires = NULL, completed_at = ?
+		WHERE intent_hash = ? AND world = ? AND state = 'pending'`, t.nowNS, hash, world)
+}
+
+// withdrawAll withdraws every pending effect of world (its archiving).
+func (t *wtx) withdrawAll(world string) (int, error) {
+	return t.rowsAffected(`UPDATE effects SET state = 'withdrawn', claim_expires = NULL, completed_at = ?
+		WHERE world = ? AND state = 'pending'`, t.nowNS, world)
+}
+
+func (t *wtx) rowsAffected(query string, args ...any) (int, error) {
+	res, err := t.exec(query, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
+
 // Publish queues the world's new intents, fenced by epoch (protocol C).
 func (s *Store) Publish(ctx context.Context, world string, epoch uint64, intents []store.Intent) (int, error) {
 	res, err := s.commit(ctx, "publish", world, epoch, store.CommitBatch{Intents: intents}, sideEffects)
@@ -287,6 +309,9 @@ func scanEffectStatus(sc interface{ Scan(...any) error }) (store.EffectStatus, e
 		return store.EffectStatus{}, err
 	}
 	st.State, st.Attempts, st.Retries = store.EffectState(state), int(attempts), int(retries)
+	if st.State == store.EffectWithdrawn {
+		st.CompletedAt = fromNullNS(done)
+	}
 	st.Resolved, st.ResolveReason = resolveReason.Valid, resolveReason.String
 	if rstatus.Valid {
 		st.Receipt = &store.Receipt{Status: store.ReceiptStatus(rstatus.String), Payload: blob(rpayload, hasPayload)}
