@@ -301,7 +301,7 @@ func (st *state) settleEffect(op, hash string, by contract.By, r store.Receipt, 
 	if ok {
 		row = contract.SettleRow{Found: true, World: e.item.World, Done: e.item.State == store.EffectDone,
 			Withdrawn: e.item.State == store.EffectWithdrawn,
-			Claim: contract.ClaimRow{Attempt: e.item.Attempt, ClaimedBy: e.item.ClaimedBy}}
+			Claim:     contract.ClaimRow{Attempt: e.item.Attempt, ClaimedBy: e.item.ClaimedBy}}
 	}
 	if dup, err := contract.Settle(op, "intent", hash, row, by, now); err != nil {
 		return 0, false, err

@@ -192,7 +192,7 @@ func (t *wtx) settleItem(q *queue, op, hash string, by contract.By, r store.Rece
 	}
 	sr := contract.SettleRow{Found: found, World: row.world, Done: row.state == q.done,
 		Withdrawn: row.state == string(store.EffectWithdrawn),
-		Claim: contract.ClaimRow{Attempt: int(row.attempt), ClaimedBy: row.claimedBy}}
+		Claim:     contract.ClaimRow{Attempt: int(row.attempt), ClaimedBy: row.claimedBy}}
 	if row.dueAt.Valid {
 		at := fromNS(row.dueAt.Int64)
 		sr.DueAt = &at
