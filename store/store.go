@@ -649,7 +649,9 @@ type Effects interface {
 	// receipt was error or timeout: it goes back to pending with Retries+1
 	// and reason recorded, keeping its intent hash; its next completion
 	// delivers a new receipt (ReceiptKey with the new retry count). Any
-	// other state: ErrNotRetryable. Unknown: ErrNotFound.
+	// other state: ErrNotRetryable. Unknown: ErrNotFound. An effect of an
+	// archived world: ErrWorldArchived (an ended world asks for nothing
+	// more, and no claim would hand the retry out).
 	RetryEffect(ctx context.Context, intentHash, reason string) (EffectStatus, error)
 	// EffectStatus reads an intent's dedupe record.
 	EffectStatus(ctx context.Context, intentHash string) (EffectStatus, error)

@@ -372,6 +372,9 @@ func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (sto
 	if err := contract.Retryable(op, intentHash, e.item.State, rs); err != nil {
 		return store.EffectStatus{}, err
 	}
+	if w := s.st.worlds[e.item.World]; w != nil && w.rec.Status == store.WorldArchived {
+		return store.EffectStatus{}, store.Errorf(op, store.ErrWorldArchived, e.item.World, "intent %s", intentHash)
+	}
 	e.item.State = store.EffectPending
 	e.item.Retries++
 	e.item.ClaimedBy, e.item.ClaimExpires = "", time.Time{}

@@ -261,6 +261,7 @@ func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (sto
 		return store.EffectStatus{}, err
 	}
 	var st store.EffectStatus
+	var wstatus string
 	err := s.twoTrips(ctx, op, "", func(b *batch) {
 		b.queue(func(br pgx.BatchResults) error {
 			var err error
@@ -270,6 +271,13 @@ func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (sto
 			}
 			return err
 		}, `SELECT `+effectStatusCols+` FROM effects WHERE intent_hash = $1 FOR UPDATE`, intentHash)
+		// Read, not locked: an archive that commits after this read has
+		// withdrawn nothing of a done effect, and the claim's guard keeps
+		// the retry from being handed out.
+		b.queue(func(br pgx.BatchResults) error {
+			wstatus = ""
+			return scanEach(br, []any{&wstatus}, func() {})
+		}, `SELECT w.status FROM worlds w JOIN effects e ON e.world = w.world WHERE e.intent_hash = $1`, intentHash)
 	}, func(b *batch) error {
 		var rs store.ReceiptStatus
 		if st.Receipt != nil {
@@ -277,6 +285,9 @@ func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (sto
 		}
 		if err := contract.Retryable(op, intentHash, st.State, rs); err != nil {
 			return err
+		}
+		if store.WorldStatus(wstatus) == store.WorldArchived {
+			return store.Errorf(op, store.ErrWorldArchived, st.World, "intent %s", intentHash)
 		}
 		b.queue(func(br pgx.BatchResults) error {
 			var err error

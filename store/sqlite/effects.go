@@ -259,10 +259,11 @@ func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (sto
 	var out store.EffectStatus
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		var (
-			state   string
-			rstatus sql.NullString
+			state, world, wstatus string
+			rstatus               sql.NullString
 		)
-		found, err := t.queryRow(`SELECT state, receipt_status FROM effects WHERE intent_hash = ?`, []any{intentHash}, &state, &rstatus)
+		found, err := t.queryRow(`SELECT e.state, e.receipt_status, e.world, w.status FROM effects e JOIN worlds w ON w.id = e.world
+			WHERE e.intent_hash = ?`, []any{intentHash}, &state, &rstatus, &world, &wstatus)
 		if err != nil {
 			return err
 		}
@@ -271,6 +272,9 @@ func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (sto
 		}
 		if err := contract.Retryable(op, intentHash, store.EffectState(state), store.ReceiptStatus(rstatus.String)); err != nil {
 			return err
+		}
+		if store.WorldStatus(wstatus) == store.WorldArchived {
+			return store.Errorf(op, store.ErrWorldArchived, world, "intent %s", intentHash)
 		}
 		row, err := t.row(`UPDATE effects SET state = 'pending', retries = retries + 1, retry_reason = ?, claimed_by = '', claim_expires = NULL,
 			receipt_status = NULL, receipt_payload = NULL, resolve_reason = NULL, inbox_seq = NULL, completed_at = NULL

@@ -21,6 +21,7 @@ func withdrawTests() []testCase {
 		{"PauseWithdrawsNothing", testPauseKeepsEffects},
 		{"ReapOfAnArchivedWorldWithdrawsInsteadOfRequeueing", testReapArchivedWithdraws},
 		{"WithdrawnRecordIsSweptAfterRetention", testWithdrawnSwept},
+		{"RetryOfAnArchivedWorldsEffectIsRefused", testRetryArchived},
 	}
 }
 
@@ -184,4 +185,20 @@ func testWithdrawnSwept(t *testing.T, open Factory) {
 	}
 	_, err := f.s.EffectStatus(bg, "i1")
 	wantErr(t, err, store.ErrNotFound, "EffectStatus of a swept withdrawn record")
+}
+
+// An operator's retry would put an ended world's effect back in a queue no
+// claim serves it from: it is refused, and the record stays as it was.
+func testRetryArchived(t *testing.T, open Factory) {
+	f := setup(t, open)
+	e := f.leased("w", "A")
+	f.publish("w", e, "i1")
+	c := f.claimOne("adapter", "i1")
+	f.setStatus("w", store.WorldArchived, "ended")
+	f.complete("i1", c.ClaimOf(), store.Receipt{Status: store.ReceiptError})
+	_, err := f.s.RetryEffect(bg, "i1", "try again")
+	wantErr(t, err, store.ErrWorldArchived, "RetryEffect of an archived world's effect")
+	if st := f.effectStatus("i1"); st.State != store.EffectDone || st.Retries != 0 {
+		t.Fatalf("EffectStatus after the refused retry = %+v", st)
+	}
 }
