@@ -242,12 +242,20 @@ type TimerSet struct {
 //     kernel to drop as stale;
 //  5. Snapshot, when set, is stored (as PutSnapshot, its height at most the
 //     new head);
-//  6. Status, when set, moves the world from active to Status.Status with
+//  6. Withdraw withdraws those of the listed intents that are the world's
+//     and pending (published, not claimed: never claimed, or requeued by a
+//     reap), as a producer that gives an effect up must (a workflow step
+//     whose wait for a receipt ran out for good): they become
+//     EffectWithdrawn and no adapter will claim them. An inflight, done,
+//     withdrawn, unknown or other world's intent is skipped: an effect
+//     already claimed may be executing, and its receipt still lands;
+//  7. Status, when set, moves the world from active to Status.Status with
 //     Status.Reason, as SetWorldStatus does (the store's time is recorded,
 //     the lease ends in the same transaction, the same hints are raised).
 //     It is how a workflow run records its end and leaves every worker's
 //     scan in one write. Only WorldPaused and WorldArchived may be asked
-//     (ErrInvalid otherwise): the fence proves the world active.
+//     (ErrInvalid otherwise): the fence proves the world active. Archiving
+//     withdraws every pending effect of the world, as SetWorldStatus does.
 //
 // The inbox items up to NewCursor count as drained (their dedupe keys
 // complete, see Dedupe). This one transaction is why the runtime plane contract's crash
@@ -261,6 +269,7 @@ type CommitBatch struct {
 	Timers         []TimerSet
 	CancelTimers   []string
 	Snapshot       *Snapshot
+	Withdraw       []string // intent hashes (step 6)
 	Status         *StatusChange
 }
 
@@ -277,6 +286,9 @@ type CommitResult struct {
 	Published int        // intents newly queued
 	Scheduled int        // timers newly scheduled
 	Cancelled int        // timers cancelled
+	// Withdrawn counts the intents this commit withdrew: by Withdraw, and
+	// every pending one of the world when Status archived it.
+	Withdrawn int
 }
 
 // ---- leases (protocols A and B) ----
@@ -487,6 +499,16 @@ const (
 	EffectPending  EffectState = "pending"
 	EffectInflight EffectState = "inflight"
 	EffectDone     EffectState = "done"
+	// EffectWithdrawn: given up before any adapter claimed it (its world
+	// was archived, or a Commit's Withdraw named it while pending; an
+	// inflight effect of an archived world whose claim expired, too). It
+	// is final: never claimed, never completed (Complete and Resolve answer
+	// ErrClaimLost, RetryEffect ErrNotRetryable), no receipt. The record
+	// stays, so a reader can tell a withdrawn effect from a lost one, and
+	// re-publishing the hash queues nothing; it is swept, as a done
+	// record is, once the retention has passed since the withdrawal
+	// (EffectStatus.CompletedAt).
+	EffectWithdrawn EffectState = "withdrawn"
 )
 
 // EffectItem is a queued (pending or inflight) effect.
@@ -541,10 +563,10 @@ type EffectStatus struct {
 	State       EffectState
 	Attempts    int
 	Retries     int
-	RetryReason string   // the last operator retry's reason
-	Receipt     *Receipt // when done
-	InboxSeq    uint64   // the receipt's inbox seq, when done
-	CompletedAt time.Time
+	RetryReason string    // the last operator retry's reason
+	Receipt     *Receipt  // when done
+	InboxSeq    uint64    // the receipt's inbox seq, when done
+	CompletedAt time.Time // when done or withdrawn
 	// Resolved is true when the receipt is an operator's (Resolve), not an
 	// adapter's (Complete), and ResolveReason is the reason the operator
 	// gave. A RetryEffect clears both with the receipt.
@@ -588,6 +610,7 @@ type Effects interface {
 	// Claim moves up to n pending items whose Kind is one of kinds (queue
 	// order) to inflight for worker, with a claim that expires after
 	// claimTTL. kinds must not be empty: an adapter claims what it serves.
+	// An effect of an archived world is never handed out.
 	Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]EffectItem, error)
 	// Complete, atomically: enqueues the receipt into the world's inbox
 	// (kind KindReceipt, dedupe key ReceiptKey(intentHash, retries),
@@ -628,13 +651,17 @@ type Effects interface {
 	// payload limits), or a reason over its limit: ErrInvalid, nothing
 	// written.
 	Resolve(ctx context.Context, intentHash string, r Receipt, reason string) (inboxSeq uint64, dup bool, err error)
-	// ReapEffects requeues inflight items whose claim expired (store clock).
+	// ReapEffects requeues inflight items whose claim expired (store clock);
+	// one of an archived world is withdrawn instead (EffectWithdrawn), and
+	// counted all the same.
 	ReapEffects(ctx context.Context) (int, error)
 	// RetryEffect is an operator's retry of an effect whose terminal
 	// receipt was error or timeout: it goes back to pending with Retries+1
 	// and reason recorded, keeping its intent hash; its next completion
 	// delivers a new receipt (ReceiptKey with the new retry count). Any
-	// other state: ErrNotRetryable. Unknown: ErrNotFound.
+	// other state: ErrNotRetryable. Unknown: ErrNotFound. An effect of an
+	// archived world: ErrWorldArchived (an ended world asks for nothing
+	// more, and no claim would hand the retry out).
 	RetryEffect(ctx context.Context, intentHash, reason string) (EffectStatus, error)
 	// EffectStatus reads an intent's dedupe record.
 	EffectStatus(ctx context.Context, intentHash string) (EffectStatus, error)
@@ -797,7 +824,10 @@ const (
 	// still accepted and waits in the inbox. Resuming makes it active.
 	WorldPaused WorldStatus = "paused"
 	// WorldArchived: final. No lease, no new input (ErrWorldArchived);
-	// receipts and timer firings of its own requests still land.
+	// receipts and timer firings of its own requests still land. Its
+	// pending effects were withdrawn when it was archived, and none of its
+	// effects is ever claimed again (a reaped claim is withdrawn, not
+	// requeued).
 	WorldArchived WorldStatus = "archived"
 )
 
@@ -872,7 +902,11 @@ type Worlds interface {
 	// current lease in the same transaction (holder cleared, epoch kept),
 	// so its holder is fenced at once and the next Acquire after a resume
 	// gets a higher epoch. From archived: ErrWorldArchived. An unknown
-	// status: ErrInvalid.
+	// status: ErrInvalid. Archiving withdraws the world's pending effects
+	// in the same transaction (EffectWithdrawn): an ended world asks for
+	// nothing more. An effect inflight at that moment may be executing;
+	// its receipt still enters the archived world's inbox, where nobody
+	// reads it.
 	SetWorldStatus(ctx context.Context, world string, status WorldStatus, reason string) (World, error)
 }
 

@@ -394,6 +394,14 @@ func CheckCommit(op string, b *CommitBatch) error {
 			return err
 		}
 	}
+	if err := CheckBatch(op, "withdrawn intents", len(b.Withdraw)); err != nil {
+		return err
+	}
+	for _, h := range b.Withdraw {
+		if err := CheckID(op, "withdrawn intent", h); err != nil {
+			return err
+		}
+	}
 	if b.Status != nil {
 		if b.Status.Status != WorldPaused && b.Status.Status != WorldArchived {
 			return invalid(op, "status", "a commit may move its world to paused or archived, not %q", b.Status.Status)

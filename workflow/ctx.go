@@ -184,11 +184,32 @@ type attemptResult struct {
 	failure error
 	timeout bool
 	halt    error
+	// outstanding is the intent an effect attempt leaves behind when its
+	// wait ran out: still queued or executing, its receipt may come yet.
+	outstanding string
 }
 
 // settle records the end of the attempt in flight.
 func (c *Ctx) settle(typ, id string, attempt uint64, payload any) error {
 	if err := c.r.event(c.ctx, typ, id, attempt, payload); err != nil {
+		return c.halt(err)
+	}
+	c.inflight = nil
+	return nil
+}
+
+// settleWithdrawing records a final failure of the attempt in flight and,
+// in the same write, withdraws its outstanding intent if no adapter has
+// claimed it: a step that gave up on an effect never has it executed
+// afterwards. One already claimed may be executing; its receipt arrives
+// for a failed step and is ignored, so such a failure leaves the effect's
+// outcome unknown (a StepError with Timeout set says the wait ran out).
+func (c *Ctx) settleWithdrawing(id string, attempt uint64, f stepFailed) error {
+	e, err := c.r.envelope(event.StepFailed, id, attempt, f)
+	if err != nil {
+		return c.halt(&stop{kind: stopError, cause: errorf("append", ErrInvalid, c.r.id, err)})
+	}
+	if err := c.r.commitWithdraw(c.ctx, []string{f.Intent}, e); err != nil {
 		return c.halt(err)
 	}
 	c.inflight = nil
@@ -263,10 +284,16 @@ func (c *Ctx) retrying(id string, h *stepHist, o stepOptions, durable bool, try 
 			return res.value, nil
 		}
 		failures++
-		f := stepFailed{Error: message(res.failure), Timeout: res.timeout, Seq: res.seq}
+		f := stepFailed{Error: message(res.failure), Timeout: res.timeout, Seq: res.seq, Intent: res.outstanding}
 		if failures >= uint64(o.retry.MaxAttempts) || IsPermanent(res.failure) {
 			f.Final = true
-			if err := c.settle(event.StepFailed, id, attempt, f); err != nil {
+			var err error
+			if f.Intent != "" {
+				err = c.settleWithdrawing(id, attempt, f)
+			} else {
+				err = c.settle(event.StepFailed, id, attempt, f)
+			}
+			if err != nil {
 				return nil, err
 			}
 			return nil, stepErr(id, attempt, &f)
@@ -442,15 +469,24 @@ func Await[T any](c *Ctx, name string) (T, error) {
 
 // Effect asks the plane's adapters for an effect of kind with params (any
 // value with a canonical CBOR encoding) as the step name, and returns the
-// body of its receipt decoded as T. Each logical attempt publishes one
-// intent, fenced by the run's lease, whose hash derives from the run id,
-// the step id and the attempt, so the store queues it once whatever
-// happens to the worker; its receipt arrives in the run's inbox. A worker
-// that takes over an attempt in flight waits for that same intent's
-// receipt: the effect is not asked for twice. An ok receipt completes the
-// step; an error or timeout receipt fails the attempt, and the retry
-// policy decides whether a new attempt (a new intent) follows.
-// WithTimeout bounds the wait for each receipt.
+// body of its receipt decoded as T. An attempt publishes one intent,
+// fenced by the run's lease, whose hash derives from the run id, the step
+// id and the attempt, so the store queues it once whatever happens to the
+// worker; its receipt arrives in the run's inbox. A worker that takes over
+// an attempt in flight waits for that same intent's receipt: the effect is
+// not asked for twice. An ok receipt completes the step; an error or
+// timeout receipt fails the attempt, and the retry policy decides whether
+// a new attempt (a new intent) follows: the receipt says that intent is
+// finished.
+//
+// WithTimeout bounds the wait for each receipt. A wait that runs out
+// fails the attempt but leaves its intent where it is (queued, or
+// claimed and executing): the next attempt waits for that same intent, so
+// a timeout never makes a second intent of one logical effect. When the
+// retries are spent, the step's final StepFailed withdraws the intent in
+// the same write if no adapter has claimed it yet; one already claimed
+// may still execute, its receipt then ignored, so a StepError with
+// Timeout set means the effect's outcome is unknown, not that it failed.
 func Effect[T any](c *Ctx, name, kind string, params any, opts ...StepOption) (T, error) {
 	var zero T
 	if err := checkName("effect", name); err != nil {
@@ -472,12 +508,26 @@ func Effect[T any](c *Ctx, name, kind string, params any, opts ...StepOption) (T
 		return zero, err
 	}
 	r := c.r
+	// carry is the intent an attempt whose wait ran out left behind: the
+	// next attempt waits for it instead of asking for the effect again, so
+	// one logical effect is one intent however often its wait times out.
+	var carry string
+	if h != nil && h.retry != nil {
+		carry = h.retry.Intent
+	}
 	raw, err := c.retrying(id, h, o, true, func(attempt uint64, resumed bool) attemptResult {
 		hash := intentHash(r.id, id, attempt)
 		var deadline time.Time
 		if resumed {
-			deadline = fromUnixNano(r.h.byID[id].last.Deadline)
+			last := r.h.byID[id].last
+			if last.Intent != "" {
+				hash = last.Intent
+			}
+			deadline = fromUnixNano(last.Deadline)
 		} else {
+			if carry != "" {
+				hash = carry
+			}
 			if o.timeout > 0 {
 				deadline = r.ex.Now().Add(o.timeout)
 			}
@@ -510,8 +560,11 @@ func Effect[T any](c *Ctx, name, kind string, params any, opts ...StepOption) (T
 		case err != nil:
 			return attemptResult{halt: err}
 		case timedOut:
-			return attemptResult{failure: fmt.Errorf("no receipt for intent %s within %v", hash, o.timeout), timeout: true}
+			carry = hash
+			return attemptResult{failure: fmt.Errorf("no receipt for intent %s within %v", hash, o.timeout), timeout: true,
+				outstanding: hash}
 		}
+		carry = ""
 		rc := got.receipt
 		switch rc.Status {
 		case world.StatusOK:

@@ -96,8 +96,18 @@
 //
 //   - A step runs at least once per completed step: a crash between its
 //     function's return and its StepCompleted runs it again (as the next
-//     attempt). Side effects that must not repeat belong in an Effect,
-//     whose intent the store queues once per attempt.
+//     attempt). Side effects that must not repeat belong in an Effect:
+//     one logical effect is one intent. A retry after an error receipt
+//     asks again with a new intent (the receipt says the first is over);
+//     a retry after the wait for a receipt timed out waits for the same
+//     intent, which may still be queued or executing; a step that gives
+//     up withdraws its intent in the same write if no adapter has claimed
+//     it, and one already claimed may still run (its outcome unknown).
+//   - A run's end (completed, failed, cancelled) archives it, and the same
+//     write withdraws every effect it published that no adapter has
+//     claimed: a cancelled run's queued effect never runs. An effect
+//     already claimed may finish; its receipt lands in the ended run's
+//     inbox and is ignored.
 //   - What a step returns is always the decoded record, the first time
 //     too, so a run and its replay see the same values; a failed step's
 //     error is a *StepError carrying the recorded message only.

@@ -400,6 +400,36 @@ func (r *runner) append(ctx context.Context, evs ...event.Envelope) error {
 	return r.applyAppended(ctx, evs, res)
 }
 
+// commitWithdraw is append for evs that give effects up: one Commit, fenced
+// by the run's lease and compare-and-swapped on the head as an append is,
+// writes them with the withdrawal of hashes (those still pending: no
+// adapter claimed them). The cursor stays where it is (only the run's end
+// moves it).
+func (r *runner) commitWithdraw(ctx context.Context, hashes []string, evs ...event.Envelope) error {
+	evs = r.withPending(evs)
+	if err := r.writable(ctx); err != nil {
+		return err
+	}
+	if r.spawn != nil {
+		// Nothing was published before the run existed.
+		return r.append(ctx, evs[len(r.pending):]...)
+	}
+	var cursor uint64
+	if r.fresh == nil {
+		var err error
+		if cursor, err = r.st.Cursor(ctx, r.id); err != nil {
+			return r.failed(ctx, "append", err)
+		}
+	}
+	res, err := r.st.Commit(ctx, r.id, r.epoch, store.CommitBatch{ExpectedCursor: cursor, NewCursor: cursor,
+		ExpectedHead: r.h.head, Entries: evs, Withdraw: hashes})
+	if err != nil {
+		return r.failed(ctx, "append", err)
+	}
+	r.pending = nil
+	return r.applyAppended(ctx, evs, res.Appended)
+}
+
 // spawnWith is the first write of a run handed over before it existed:
 // one Spawn creates the run (world, start item, this worker's lease) with
 // evs as its first events. Its outcome goes to the waiting Start.

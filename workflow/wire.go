@@ -100,13 +100,17 @@ type stepCompleted struct {
 
 // stepFailed is the payload of StepFailed: one failed attempt. Final says
 // the step failed for good; otherwise RetryAt is when the next attempt is
-// due.
+// due. Intent is set when an effect attempt's wait for its receipt ran
+// out: the intent it left queued or executing. The next attempt waits for
+// that same intent rather than asking for the effect again; a final
+// failure withdrew it in the same write, if no adapter had claimed it.
 type stepFailed struct {
 	Error   string `cbor:"error"`
 	Final   bool   `cbor:"final,omitempty"`
 	Timeout bool   `cbor:"timeout,omitempty"`
 	RetryAt int64  `cbor:"retry_at,omitempty"`
 	Seq     uint64 `cbor:"seq,omitempty"`
+	Intent  string `cbor:"intent,omitempty"`
 }
 
 // stepSkipped is the payload of StepSkipped: an attempt that was in

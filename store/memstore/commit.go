@@ -101,10 +101,11 @@ func (s *Store) commit(op, worldID string, epoch uint64, b *store.CommitBatch) (
 	if b.Snapshot != nil {
 		st.applySnapshot(worldID, *b.Snapshot, writeSnap, now)
 	}
+	res.Withdrawn = st.withdraw(worldID, b.Withdraw, false, now)
 	// Last, as CommitBatch orders it: the world leaves active and its
 	// lease ends with the cycle that recorded why.
 	if b.Status != nil {
-		st.applyStatus(move, now)
+		res.Withdrawn += st.applyStatus(move, now)
 	}
 	return res, nil
 }

@@ -138,6 +138,28 @@ func (s *Store) Publish(ctx context.Context, worldID string, epoch uint64, inten
 	return s.st.publish(worldID, intents, now), nil
 }
 
+// withdraw withdraws world's pending effects (mu held): those named by
+// hashes, or every one when all. It returns how many.
+func (st *state) withdraw(worldID string, hashes []string, all bool, now time.Time) int {
+	n := 0
+	take := func(e *effect) {
+		if e != nil && e.item.World == worldID && e.item.State == store.EffectPending {
+			e.item.State, e.item.ClaimExpires, e.completedAt = store.EffectWithdrawn, time.Time{}, now
+			n++
+		}
+	}
+	if all {
+		for _, e := range st.effects {
+			take(e)
+		}
+		return n
+	}
+	for _, h := range hashes {
+		take(st.effects[h])
+	}
+	return n
+}
+
 // publish queues the intents not yet known (mu held) and returns how many.
 func (st *state) publish(worldID string, intents []store.Intent, now time.Time) int {
 	n := 0
@@ -162,7 +184,7 @@ func (st *state) publish(worldID string, intents []store.Intent, now time.Time) 
 func (st *state) queued() []*effect {
 	var q []*effect
 	for _, e := range st.effects {
-		if e.item.State != store.EffectDone {
+		if e.item.State == store.EffectPending || e.item.State == store.EffectInflight {
 			q = append(q, e)
 		}
 	}
@@ -197,6 +219,11 @@ func (s *Store) Claim(ctx context.Context, worker string, kinds []string, n int,
 			break
 		}
 		if e.item.State != store.EffectPending || !slices.Contains(kinds, e.item.Kind) {
+			continue
+		}
+		if w := s.st.worlds[e.item.World]; w != nil && w.rec.Status == store.WorldArchived {
+			// Archiving withdrew it; this guard only keeps the promise
+			// whatever path a pending item of an ended world took.
 			continue
 		}
 		e.item.State = store.EffectInflight
@@ -272,8 +299,9 @@ func (st *state) settleEffect(op, hash string, by contract.By, r store.Receipt, 
 	e, ok := st.effects[hash]
 	var row contract.SettleRow
 	if ok {
-		row = contract.SettleRow{Found: true, Done: e.item.State == store.EffectDone,
-			Claim: contract.ClaimRow{Attempt: e.item.Attempt, ClaimedBy: e.item.ClaimedBy}}
+		row = contract.SettleRow{Found: true, World: e.item.World, Done: e.item.State == store.EffectDone,
+			Withdrawn: e.item.State == store.EffectWithdrawn,
+			Claim:     contract.ClaimRow{Attempt: e.item.Attempt, ClaimedBy: e.item.ClaimedBy}}
 	}
 	if dup, err := contract.Settle(op, "intent", hash, row, by, now); err != nil {
 		return 0, false, err
@@ -301,8 +329,14 @@ func (s *Store) ReapEffects(ctx context.Context) (int, error) {
 	n := 0
 	for _, e := range s.st.queued() {
 		if e.item.State == store.EffectInflight && contract.Expired(e.item.ClaimExpires, now) {
-			e.item.State = store.EffectPending
 			e.item.ClaimExpires = time.Time{}
+			if w := s.st.worlds[e.item.World]; w != nil && w.rec.Status == store.WorldArchived {
+				// An ended world asks for nothing more: its expired
+				// claim is not handed to anyone else.
+				e.item.State, e.completedAt = store.EffectWithdrawn, now
+			} else {
+				e.item.State = store.EffectPending
+			}
 			n++
 		}
 	}
@@ -337,6 +371,9 @@ func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (sto
 	}
 	if err := contract.Retryable(op, intentHash, e.item.State, rs); err != nil {
 		return store.EffectStatus{}, err
+	}
+	if w := s.st.worlds[e.item.World]; w != nil && w.rec.Status == store.WorldArchived {
+		return store.EffectStatus{}, store.Errorf(op, store.ErrWorldArchived, e.item.World, "intent %s", intentHash)
 	}
 	e.item.State = store.EffectPending
 	e.item.Retries++
@@ -688,6 +725,13 @@ func (s *Store) SweepDedupe(ctx context.Context) (int, error) {
 	// the delivery: a world offline past the retention still finds it, and
 	// re-publishing the intent queues nothing.
 	for h, e := range s.st.effects {
+		if e.item.State == store.EffectWithdrawn && gone(e.completedAt) {
+			// No receipt was delivered, so there is nothing for the
+			// world to consume first.
+			delete(s.st.effects, h)
+			n++
+			continue
+		}
 		if e.item.State == store.EffectDone &&
 			contract.Sweepable(e.completedAt, e.inboxSeq, s.st.worlds[e.item.World].cursor, s.retention, now) {
 			delete(s.st.effects, h)

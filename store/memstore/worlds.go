@@ -272,15 +272,20 @@ func (st *state) planStatus(op string, w *world, status store.WorldStatus, reaso
 // lease in this same transaction: its holder is fenced at once, and the
 // epoch counter is kept, so the next Acquire after a resume is a higher
 // epoch. The same status again keeps the recorded reason and time.
-func (st *state) applyStatus(m statusMove, now time.Time) {
+// Archiving withdraws the world's pending effects; it returns how many.
+func (st *state) applyStatus(m statusMove, now time.Time) (withdrawn int) {
 	if m.noop {
-		return
+		return 0
 	}
 	if l := st.leases[m.w.rec.ID]; m.endLease && l != nil && l.Holder != "" {
 		st.endLease(l, now)
 	}
 	m.w.rec.Status, m.w.rec.StatusReason, m.w.rec.StatusChangedAt = m.to, m.reason, now
 	st.notify(store.TopicAssignments)
+	if m.to == store.WorldArchived {
+		withdrawn = st.withdraw(m.w.rec.ID, nil, true, now)
+	}
+	return withdrawn
 }
 
 // ---- watermarks ----

@@ -162,6 +162,7 @@ type appendResult struct {
 	out                             []store.Appended
 	head                            uint64 // a Commit's head after it
 	published, scheduled, cancelled int
+	withdrawn                       int
 	statusChanged, leaseEnded       bool // a Commit's Status: the hints it owes
 	err                             error
 }
@@ -235,6 +236,8 @@ type plan struct {
 	cancels []owned[string]
 	snaps   []owned[store.Snapshot]
 	moves   []owned[statusMove]
+	// withdraws are the commits' Withdraw hashes.
+	withdraws []owned[string]
 }
 
 type owned[T any] struct {
@@ -449,6 +452,9 @@ func decide(reqs []*appendReq, streams []string, v *view) *plan {
 		for _, h := range c.b.CancelTimers {
 			p.cancels = append(p.cancels, owned[string]{i, r.stream, h})
 		}
+		for _, h := range c.b.Withdraw {
+			p.withdraws = append(p.withdraws, owned[string]{i, r.stream, h})
+		}
 		if snap != nil {
 			p.snaps = append(p.snaps, owned[store.Snapshot]{i, r.stream, *snap})
 			if h := int64(snap.Height); st.baseline == nil || *st.baseline < h {
@@ -619,6 +625,25 @@ func (s *Store) queueCycles(b *batch, p *plan, v *view, written *owned[statusMov
 	}
 	if len(p.timers) > 0 || len(p.cancels) > 0 {
 		topics = append(topics, store.TopicTimers)
+	}
+	// After the intents (a cycle that archives its world withdraws what it
+	// published too): the named pending intents, and every pending one of
+	// a world the batch archives. A batch holds at most one Commit per
+	// world (cutBatch), so a world names its request.
+	var ws, hs, all []string
+	owner := map[string]int{}
+	for _, o := range p.withdraws {
+		ws, hs = append(ws, o.world), append(hs, o.v)
+		owner[o.world] = o.req
+	}
+	for _, o := range p.moves {
+		if o.v.to == store.WorldArchived {
+			all = append(all, o.world)
+			owner[o.world] = o.req
+		}
+	}
+	if len(ws) > 0 || len(all) > 0 {
+		queueWithdrawals(b, ws, hs, all, s.off(), func(w string) { p.res[owner[w]].withdrawn++ })
 	}
 	if n := len(p.snaps); n > 0 {
 		ws, hs, shs, sts := make([]string, n), make([]int64, n), make([]string, n), make([][]byte, n)

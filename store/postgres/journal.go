@@ -126,7 +126,7 @@ func (s *Store) commitCycle(ctx context.Context, op, world string, epoch uint64,
 		return store.CommitResult{}, err
 	}
 	res := store.CommitResult{Appended: r.res.out, Head: r.res.head,
-		Published: r.res.published, Scheduled: r.res.scheduled, Cancelled: r.res.cancelled}
+		Published: r.res.published, Scheduled: r.res.scheduled, Cancelled: r.res.cancelled, Withdrawn: r.res.withdrawn}
 	var topics []string
 	if res.Published > 0 {
 		topics = append(topics, store.TopicEffects)

@@ -49,8 +49,13 @@ type queue struct {
 	// the operator's reason when an operator settled).
 	settleSet string
 
+	// reapGone, when set, ends the expired claims whose item must not come
+	// back (SQL of row x: an archived world's effects are withdrawn, not
+	// requeued); its statement runs before the reap's.
+	reapGone string
+
 	// The protocol's statements, built from the above (newQueue).
-	claimSQL, reapSQL, lockSQL string
+	claimSQL, reapSQL, reapGoneSQL, lockSQL string
 }
 
 // newQueue builds q's statements. A claim's candidates are the ready items
@@ -77,6 +82,15 @@ func newQueue(q queue, filter, order, pickCols, partitioned, cols string) *queue
 			FOR UPDATE SKIP LOCKED)
 		UPDATE ` + q.table + ` x SET state = '` + q.ready + `', claim_expires_ns = NULL
 		FROM c WHERE x.intent_hash = c.intent_hash`
+	if q.reapGone != "" {
+		q.reapGoneSQL = `WITH c AS (
+				SELECT x.intent_hash FROM ` + q.table + ` x
+				WHERE x.state = '` + q.claimed + `' AND x.claim_expires_ns <= now_ns($1) AND ` + q.reapGone + `
+				FOR UPDATE OF x SKIP LOCKED)
+			UPDATE ` + q.table + ` x SET state = '` + string(store.EffectWithdrawn) + `', claim_expires_ns = NULL,
+				completed_at_ns = now_ns($1)
+			FROM c WHERE x.intent_hash = c.intent_hash`
+	}
 	q.lockSQL = `SELECT intent_hash, world, state, inbox_seq, attempts, claimed_by, ` +
 		q.retries + `, ` + q.payload + `, ` + q.dueAt + ` FROM ` + q.table + `
 		WHERE intent_hash = ANY($1) ORDER BY intent_hash FOR UPDATE`
@@ -95,10 +109,13 @@ var effectsQueue = newQueue(queue{
 		return store.KindReceipt, r.payload, store.ReceiptKey(hash, row.retries)
 	},
 	settleSet: `, receipt_status = u.st, receipt_payload = u.p, resolve_reason = u.rr`,
+	reapGone:  `EXISTS (SELECT 1 FROM worlds w WHERE w.world = x.world AND w.status = 'archived')`,
 },
 	// Each kind's items come off effects_pending_by_kind in seq order;
-	// the kinds' candidates merge by seq.
-	`x.kind = ks.k`, `x.seq`, `, x.seq`,
+	// the kinds' candidates merge by seq. An archived world's effects were
+	// withdrawn with its archiving; the guard keeps the promise that no
+	// claim hands one out whatever path left one pending.
+	`x.kind = ks.k AND NOT EXISTS (SELECT 1 FROM worlds w WHERE w.world = x.world AND w.status = 'archived')`, `x.seq`, `, x.seq`,
 	`SELECT p.intent_hash FROM (SELECT DISTINCT k FROM unnest($5::text[]) AS k) AS ks, LATERAL (%s) AS p
 		ORDER BY p.seq LIMIT $4`,
 	`x.intent_hash, x.world, x.seq, x.kind, x.params, x.origin, x.policy_context_hash,
@@ -158,9 +175,17 @@ func (s *Store) reap(ctx context.Context, op string, q *queue) (int, error) {
 	var n int64
 	err := s.twoTrips(ctx, op, "", func(b *batch) {
 		b.queue(nil, "SET LOCAL synchronous_commit = off")
+		n = 0
+		if q.reapGoneSQL != "" {
+			b.queue(func(br pgx.BatchResults) error {
+				tag, err := br.Exec()
+				n += tag.RowsAffected()
+				return err
+			}, q.reapGoneSQL, s.off())
+		}
 		b.queue(func(br pgx.BatchResults) error {
 			tag, err := br.Exec()
-			n = tag.RowsAffected()
+			n += tag.RowsAffected()
 			return err
 		}, q.reapSQL, s.off())
 	}, func(b *batch) error {
@@ -212,6 +237,7 @@ func (q *queue) settle(r *deliveryReq, row *queueRow, now time.Time) (done bool,
 	sr := contract.SettleRow{Found: row != nil}
 	if row != nil {
 		sr.Done, sr.Claim = row.state == q.done, row.claim
+		sr.Withdrawn = row.state == string(store.EffectWithdrawn)
 		if row.deliverAt != nil {
 			at := fromNS(*row.deliverAt)
 			sr.DueAt = &at

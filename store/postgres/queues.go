@@ -154,6 +154,40 @@ func (s *Store) Claim(ctx context.Context, worker string, kinds []string, n int,
 	return out, nil
 }
 
+// withdrawSQL withdraws pending effects: the (world, hash) pairs $1, $2,
+// and every pending one of the worlds $3, at the clock with offset $4. The
+// rows are locked in intent-hash order, as a delivery locks them, after
+// the world, lease and stream rows of the transaction's other writes (the
+// schema's lock order); a row a claim or a delivery took meanwhile is
+// re-checked once its lock is released and skipped unless still pending.
+const withdrawSQL = `WITH c AS (
+		SELECT e.intent_hash FROM effects e
+		WHERE e.state = 'pending' AND (e.world = ANY($3::text[])
+			OR (e.world, e.intent_hash) IN (SELECT u.w, u.h FROM unnest($1::text[], $2::text[]) AS u(w, h)))
+		ORDER BY e.intent_hash FOR UPDATE OF e)
+	UPDATE effects x SET state = 'withdrawn', claim_expires_ns = NULL, completed_at_ns = now_ns($4)
+	FROM c WHERE x.intent_hash = c.intent_hash AND x.state = 'pending'
+	RETURNING x.world`
+
+// queueWithdrawals queues withdrawSQL on b; withdrawn, if set, is called
+// with the world of each effect withdrawn.
+func queueWithdrawals(b *batch, ws, hs, all []string, off int64, withdrawn func(world string)) {
+	if ws == nil {
+		ws, hs = []string{}, []string{}
+	}
+	if all == nil {
+		all = []string{}
+	}
+	b.queue(func(br pgx.BatchResults) error {
+		var w string
+		return scanEach(br, []any{&w}, func() {
+			if withdrawn != nil {
+				withdrawn(w)
+			}
+		})
+	}, withdrawSQL, ws, hs, all, off)
+}
+
 // ReapEffects implements the effect reaper (queue.go).
 func (s *Store) ReapEffects(ctx context.Context) (int, error) {
 	return s.reap(ctx, "reap_effects", effectsQueue)
@@ -227,6 +261,7 @@ func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (sto
 		return store.EffectStatus{}, err
 	}
 	var st store.EffectStatus
+	var wstatus string
 	err := s.twoTrips(ctx, op, "", func(b *batch) {
 		b.queue(func(br pgx.BatchResults) error {
 			var err error
@@ -236,6 +271,13 @@ func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (sto
 			}
 			return err
 		}, `SELECT `+effectStatusCols+` FROM effects WHERE intent_hash = $1 FOR UPDATE`, intentHash)
+		// Read, not locked: an archive that commits after this read has
+		// withdrawn nothing of a done effect, and the claim's guard keeps
+		// the retry from being handed out.
+		b.queue(func(br pgx.BatchResults) error {
+			wstatus = ""
+			return scanEach(br, []any{&wstatus}, func() {})
+		}, `SELECT w.status FROM worlds w JOIN effects e ON e.world = w.world WHERE e.intent_hash = $1`, intentHash)
 	}, func(b *batch) error {
 		var rs store.ReceiptStatus
 		if st.Receipt != nil {
@@ -243,6 +285,9 @@ func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (sto
 		}
 		if err := contract.Retryable(op, intentHash, st.State, rs); err != nil {
 			return err
+		}
+		if store.WorldStatus(wstatus) == store.WorldArchived {
+			return store.Errorf(op, store.ErrWorldArchived, st.World, "intent %s", intentHash)
 		}
 		b.queue(func(br pgx.BatchResults) error {
 			var err error
@@ -399,7 +444,7 @@ func (s *Store) ListEffects(ctx context.Context, world string, afterSeq uint64, 
 	err := s.retry(ctx, op, world, func() error {
 		rows, _ := s.pool.Query(ctx, `SELECT intent_hash, world, seq, kind, params, origin, policy_context_hash,
 				enqueued_at_ns, attempts, claimed_by, claim_expires_ns, retries, state
-			FROM effects WHERE world = $1 AND state <> 'done' AND seq > $2 ORDER BY seq LIMIT $3`, world, seqArg(afterSeq), int64(limit))
+			FROM effects WHERE world = $1 AND state IN ('pending', 'inflight') AND seq > $2 ORDER BY seq LIMIT $3`, world, seqArg(afterSeq), int64(limit))
 		var err error
 		out, err = pgx.CollectRows(rows, scanEffect)
 		if err != nil || len(out) > 0 {
@@ -472,7 +517,11 @@ func (s *Store) SweepDedupe(ctx context.Context) (int, error) {
 	}
 	var n int32
 	err := s.retry(ctx, op, "", func() error {
-		return s.pool.QueryRow(ctx, `SELECT sweep_dedupe($1, $2)`, int64(s.cfg.retention), s.off()).Scan(&n)
+		// A withdrawn effect delivered nothing, so its record goes once the
+		// retention has passed since the withdrawal.
+		return s.pool.QueryRow(ctx, `WITH w AS (
+				DELETE FROM effects WHERE state = 'withdrawn' AND completed_at_ns <= now_ns($2) - $1 RETURNING 1)
+			SELECT sweep_dedupe($1, $2) + (SELECT count(*) FROM w)::integer`, int64(s.cfg.retention), s.off()).Scan(&n)
 	})
 	return int(n), err
 }

@@ -277,6 +277,9 @@ func (s *Store) SetWorldStatus(ctx context.Context, world string, status store.W
 		w.Status, w.StatusReason, w.StatusChangedAt = status, reason, fromNS(now)
 		held = endLease && held
 		b.queue(nil, notifySQL, queueStatus(b, world, status, reason, held, now))
+		if status == store.WorldArchived {
+			queueWithdrawals(b, nil, nil, []string{world}, s.off(), nil)
+		}
 		return nil
 	})
 	if err != nil {

@@ -345,3 +345,38 @@ func TestMigrationKeepsInboxKeyRetention(t *testing.T) {
 		t.Fatalf("migrated pending key: seq %d dup %v, want 2 true", seq, dup)
 	}
 }
+
+// Opening a file from before effects could be withdrawn rebuilds the
+// effects table: its rows keep their state and queue order, the queue's
+// high-water mark survives (a swept item's seq is not handed out again),
+// and archiving the world then withdraws its pending effect.
+func TestMigrationRebuildsEffectsForWithdrawal(t *testing.T) {
+	clock := newManualClock()
+	path := openSchema1(t, `
+		INSERT INTO worlds (id, universe, status, created_at) VALUES ('w', 'u', 'active', 1);
+		INSERT INTO leases (world, holder, epoch, expires_at) VALUES ('w', 'worker', 1, 9000000000000000000);
+		INSERT INTO effects (seq, intent_hash, world, kind, params, origin, policy_context_hash, state, enqueued_at)
+			VALUES (2, 'old-pending', 'w', 'k', x'01', 'o', 'p', 'pending', 1);
+		UPDATE sqlite_sequence SET seq = 7 WHERE name = 'effects';
+	`)
+	s, err := Open(bg, path, WithClock(clock.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Publish(bg, "w", 1, []store.Intent{{IntentHash: "new", Kind: "k", Origin: "o", PolicyContextHash: "p"}}); err != nil {
+		t.Fatal(err)
+	}
+	items, err := s.ListEffects(bg, "w", 0, 10)
+	if err != nil || len(items) != 2 || items[0].IntentHash != "old-pending" || items[0].Seq != 2 || items[1].Seq != 8 {
+		t.Fatalf("ListEffects after the migration = %+v, %v; want old-pending at 2, new at 8", items, err)
+	}
+	if _, err := s.SetWorldStatus(bg, "w", store.WorldArchived, "ended"); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"old-pending", "new"} {
+		if st, err := s.EffectStatus(bg, h); err != nil || st.State != store.EffectWithdrawn {
+			t.Fatalf("EffectStatus(%s) after archiving = %+v, %v; want withdrawn", h, st, err)
+		}
+	}
+}

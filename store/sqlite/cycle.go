@@ -127,10 +127,19 @@ func (t *wtx) commit(op, world string, epoch uint64, b *store.CommitBatch, mode 
 	}
 	// Last, as CommitBatch orders it: the world leaves active with the
 	// cycle that recorded why, and its lease ends in this same request.
-	if b.Status != nil {
-		if err := t.setStatus(op, world, b.Status.Status, b.Status.Reason); err != nil {
+	for _, h := range b.Withdraw {
+		n, err := t.withdraw(world, h)
+		if err != nil {
 			return res, err
 		}
+		res.Withdrawn += n
+	}
+	if b.Status != nil {
+		n, err := t.setStatus(op, world, b.Status.Status, b.Status.Reason)
+		if err != nil {
+			return res, err
+		}
+		res.Withdrawn += n
 	}
 	return res, nil
 }

@@ -46,6 +46,13 @@ func (s *Store) SweepDedupe(ctx context.Context) (int, error) {
 			return err
 		}
 		total += int(m)
+		// A withdrawn effect delivered nothing: its record goes once the
+		// retention has passed since the withdrawal.
+		if m, err := t.rowsAffected(`DELETE FROM effects WHERE state = 'withdrawn' AND completed_at <= ?`, cutoff); err != nil {
+			return err
+		} else {
+			total += m
+		}
 		for _, table := range []struct{ candidates, remove string }{
 			{`SELECT e.intent_hash, e.completed_at, e.inbox_seq, w.inbox_cursor FROM effects e JOIN worlds w ON w.id = e.world
 				WHERE e.state = 'done' AND e.completed_at <= ? ORDER BY e.completed_at, e.intent_hash`,

@@ -53,6 +53,28 @@ func (t *wtx) publish(world string, intents []store.Intent) (int, error) {
 	return queued, nil
 }
 
+// withdraw withdraws world's intent hash if it is pending, inside a fenced
+// request (a Commit's Withdraw), and returns 1 if it did.
+func (t *wtx) withdraw(world, hash string) (int, error) {
+	return t.rowsAffected(`UPDATE effects SET state = 'withdrawn', claim_expires = NULL, completed_at = ?
+		WHERE intent_hash = ? AND world = ? AND state = 'pending'`, t.nowNS, hash, world)
+}
+
+// withdrawAll withdraws every pending effect of world (its archiving).
+func (t *wtx) withdrawAll(world string) (int, error) {
+	return t.rowsAffected(`UPDATE effects SET state = 'withdrawn', claim_expires = NULL, completed_at = ?
+		WHERE world = ? AND state = 'pending'`, t.nowNS, world)
+}
+
+func (t *wtx) rowsAffected(query string, args ...any) (int, error) {
+	res, err := t.exec(query, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
+
 // Publish queues the world's new intents, fenced by epoch (protocol C).
 func (s *Store) Publish(ctx context.Context, world string, epoch uint64, intents []store.Intent) (int, error) {
 	res, err := s.commit(ctx, "publish", world, epoch, store.CommitBatch{Intents: intents}, sideEffects)
@@ -237,10 +259,11 @@ func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (sto
 	var out store.EffectStatus
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		var (
-			state   string
-			rstatus sql.NullString
+			state, world, wstatus string
+			rstatus               sql.NullString
 		)
-		found, err := t.queryRow(`SELECT state, receipt_status FROM effects WHERE intent_hash = ?`, []any{intentHash}, &state, &rstatus)
+		found, err := t.queryRow(`SELECT e.state, e.receipt_status, e.world, w.status FROM effects e JOIN worlds w ON w.id = e.world
+			WHERE e.intent_hash = ?`, []any{intentHash}, &state, &rstatus, &world, &wstatus)
 		if err != nil {
 			return err
 		}
@@ -249,6 +272,9 @@ func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (sto
 		}
 		if err := contract.Retryable(op, intentHash, store.EffectState(state), store.ReceiptStatus(rstatus.String)); err != nil {
 			return err
+		}
+		if store.WorldStatus(wstatus) == store.WorldArchived {
+			return store.Errorf(op, store.ErrWorldArchived, world, "intent %s", intentHash)
 		}
 		row, err := t.row(`UPDATE effects SET state = 'pending', retries = retries + 1, retry_reason = ?, claimed_by = '', claim_expires = NULL,
 			receipt_status = NULL, receipt_payload = NULL, resolve_reason = NULL, inbox_seq = NULL, completed_at = NULL
@@ -287,6 +313,9 @@ func scanEffectStatus(sc interface{ Scan(...any) error }) (store.EffectStatus, e
 		return store.EffectStatus{}, err
 	}
 	st.State, st.Attempts, st.Retries = store.EffectState(state), int(attempts), int(retries)
+	if st.State == store.EffectWithdrawn {
+		st.CompletedAt = fromNullNS(done)
+	}
 	st.Resolved, st.ResolveReason = resolveReason.Valid, resolveReason.String
 	if rstatus.Valid {
 		st.Receipt = &store.Receipt{Status: store.ReceiptStatus(rstatus.String), Payload: blob(rpayload, hasPayload)}

@@ -44,6 +44,10 @@ type queue struct {
 
 	// The protocol's statements, built from the above (newQueue).
 	pickSQL, claimSQL, reapSQL, readSQL, settleSQL string
+	// reapGoneSQL, when set, runs before reapSQL with the same argument:
+	// it ends the expired claims whose item must not come back (an
+	// archived world's effects are withdrawn, not requeued).
+	reapGoneSQL string
 }
 
 // newQueue builds q's statements: pick selects the keys of one partition's
@@ -75,6 +79,9 @@ var effectsQueue = newQueue(queue{
 	delivery: func(hash string, row *queueRow, r store.Receipt) (string, []byte, string) {
 		return store.KindReceipt, r.Payload, store.ReceiptKey(hash, int(row.retries))
 	},
+	reapGoneSQL: `UPDATE effects SET state = 'withdrawn', claim_expires = NULL, completed_at = ?1
+		WHERE state = 'inflight' AND claim_expires <= ?1
+		AND world IN (SELECT id FROM worlds WHERE status = 'archived')`,
 	settleArgs: func(r store.Receipt, by contract.By) []any {
 		var reason any
 		if p := by.OperatorReason(); p != nil {
@@ -82,7 +89,13 @@ var effectsQueue = newQueue(queue{
 		}
 		return []any{string(r.Status), r.Payload, reason}
 	},
-}, "seq", "kind = ?", "seq", effectItemCols)
+},
+	"seq",
+	// An archived world's effects were withdrawn with its archiving; the
+	// guard keeps the promise that no claim hands one out whatever path
+	// left one pending.
+	"kind = ? AND NOT EXISTS (SELECT 1 FROM worlds w WHERE w.id = effects.world AND w.status = 'archived')",
+	"seq", effectItemCols)
 
 var timersQueue = newQueue(queue{
 	table: "timers", noun: "timer",
@@ -178,7 +191,8 @@ func (t *wtx) settleItem(q *queue, op, hash string, by contract.By, r store.Rece
 		return s, err
 	}
 	sr := contract.SettleRow{Found: found, World: row.world, Done: row.state == q.done,
-		Claim: contract.ClaimRow{Attempt: int(row.attempt), ClaimedBy: row.claimedBy}}
+		Withdrawn: row.state == string(store.EffectWithdrawn),
+		Claim:     contract.ClaimRow{Attempt: int(row.attempt), ClaimedBy: row.claimedBy}}
 	if row.dueAt.Valid {
 		at := fromNS(row.dueAt.Int64)
 		sr.DueAt = &at
@@ -207,12 +221,20 @@ func (t *wtx) settleItem(q *queue, op, hash string, by contract.By, r store.Rece
 func (s *Store) reap(ctx context.Context, op string, q *queue) (int, error) {
 	var n int
 	err := s.write(ctx, op, "", func(t *wtx) error {
+		n = 0
+		if q.reapGoneSQL != "" {
+			gone, err := t.rowsAffected(q.reapGoneSQL, t.nowNS)
+			if err != nil {
+				return err
+			}
+			n = gone
+		}
 		res, err := t.exec(q.reapSQL, t.nowNS)
 		if err != nil {
 			return err
 		}
 		m, err := res.RowsAffected()
-		n = int(m)
+		n += int(m)
 		if n > 0 {
 			t.notify(q.topic)
 		}

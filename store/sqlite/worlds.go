@@ -339,7 +339,7 @@ func (s *Store) SetWorldStatus(ctx context.Context, world string, status store.W
 	}
 	var out store.World
 	err := s.write(ctx, op, world, func(t *wtx) error {
-		if err := t.setStatus(op, world, status, reason); err != nil {
+		if _, err := t.setStatus(op, world, status, reason); err != nil {
 			return err
 		}
 		row, err := t.row(`SELECT `+worldCols+` FROM worlds WHERE id = ?`, world)
@@ -357,32 +357,39 @@ func (s *Store) SetWorldStatus(ctx context.Context, world string, status store.W
 
 // setStatus moves world to status inside the request, as contract.Transition
 // decides (SetWorldStatus, and a Commit's Status). Leaving active releases
-// the lease in the same transaction, so its holder is fenced at once.
-func (t *wtx) setStatus(op, world string, status store.WorldStatus, reason string) error {
+// the lease in the same transaction, so its holder is fenced at once;
+// archiving withdraws the world's pending effects, and it returns how
+// many.
+func (t *wtx) setStatus(op, world string, status store.WorldStatus, reason string) (withdrawn int, err error) {
 	from, err := t.worldStatus(op, world)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	noop, endLease, err := contract.Transition(op, world, from, status)
 	if err != nil || noop {
-		return err
+		return 0, err
 	}
 	if _, err := t.exec(`UPDATE worlds SET status = ?, status_reason = ?, status_changed_at = ? WHERE id = ?`,
 		string(status), reason, t.nowNS, world); err != nil {
-		return err
+		return 0, err
 	}
 	t.notify(store.TopicAssignments)
+	if status == store.WorldArchived {
+		if withdrawn, err = t.withdrawAll(world); err != nil {
+			return 0, err
+		}
+	}
 	if !endLease {
-		return nil
+		return withdrawn, nil
 	}
 	res, err := t.exec(`UPDATE leases SET holder = '', expires_at = MIN(expires_at, ?) WHERE world = ? AND holder != ''`, t.nowNS, world)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if n, err := res.RowsAffected(); err != nil {
-		return err
+		return 0, err
 	} else if n > 0 {
 		t.notify(store.TopicLeases)
 	}
-	return nil
+	return withdrawn, nil
 }

@@ -249,7 +249,8 @@ func testResolveAfterRetry(t *testing.T, open Factory) {
 }
 
 // As Complete: the receipt answers the world's own request, so it lands
-// whatever the world's status, archived included.
+// whatever the world's status, archived included (for an effect claimed
+// before the archive: archiving withdraws the unclaimed ones).
 func testResolveArchived(t *testing.T, open Factory) {
 	f := setup(t, open)
 	e := f.leased("w", "A")
@@ -258,6 +259,7 @@ func testResolveArchived(t *testing.T, open Factory) {
 	if _, dup := f.resolve("i1", store.Receipt{Status: store.ReceiptOK}, "paused world"); dup {
 		t.Fatal("Resolve into a paused world reported dup")
 	}
+	f.claimOne("adapter", "i2")
 	f.setStatus("w", store.WorldArchived, "retired")
 	seq, dup := f.resolve("i2", store.Receipt{Status: store.ReceiptOK}, "archived world")
 	if dup {

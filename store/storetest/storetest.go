@@ -58,6 +58,12 @@
 //     item; an effect or timer record when the cursor passes its receipt's
 //     or firing's inbox seq (and retention counts from the completion); a
 //     fabric record at Send (dedupe.go, retention.go).
+//   - Withdrawal: archiving a world withdraws its pending effects (those
+//     requeued by a reap too) and a Commit's Withdraw its named pending
+//     ones; inflight effects are left to complete. Nobody settles a
+//     withdrawn effect (ErrClaimLost, also for an operator's Resolve), and
+//     its record is swept like a done one, counted from the withdrawal
+//     (withdraw.go).
 //   - QueueDepths.InboxBacklog counts items, not seq distances: a backend
 //     whose inbox seqs have gaps still reports the number of undrained
 //     items (views.go).
@@ -141,6 +147,7 @@ func suite() []testCase {
 		viewTests,
 		retentionTests,
 		spawnTests,
+		withdrawTests,
 		modelTests,
 	} {
 		all = append(all, group()...)

@@ -185,10 +185,12 @@ func ClaimCheck(op, id string, row ClaimRow, c store.Claim) error {
 // Resolve) reads it in its own transaction.
 type SettleRow struct {
 	Found bool
-	World string     // the item's world (read for a lease holder's settle)
-	Done  bool       // completed (an effect) or delivered (a timer)
-	DueAt *time.Time // a timer's deliverAt; nil for an effect
-	Claim ClaimRow
+	World string // the item's world (read for a lease holder's settle)
+	Done  bool   // completed (an effect) or delivered (a timer)
+	// Withdrawn: an effect given up before any claim (store.EffectWithdrawn).
+	Withdrawn bool
+	DueAt     *time.Time // a timer's deliverAt; nil for an effect
+	Claim     ClaimRow
 }
 
 // By is who settles an item: a claimant (Complete, Fire) presenting the
@@ -232,7 +234,8 @@ func (b By) OperatorReason() *string {
 // another world's, is ErrNotFound; a done one answers its first delivery
 // (dup=true), whoever settles; otherwise it must be due (a timer: Due)
 // and, unless an operator or a lease holder settles, by's claim must be
-// its latest (ClaimCheck).
+// its latest (ClaimCheck). A withdrawn effect is ErrClaimLost, whoever
+// settles.
 func Settle(op, noun, id string, row SettleRow, by By, now time.Time) (dup bool, err error) {
 	switch {
 	case !row.Found:
@@ -243,6 +246,10 @@ func Settle(op, noun, id string, row SettleRow, by By, now time.Time) (dup bool,
 		return false, store.Errorf(op, store.ErrNotFound, by.World, "%s %s", noun, id)
 	case row.Done:
 		return true, nil
+	case row.Withdrawn:
+		// Nobody settles it, an operator neither: the world ended or gave
+		// the effect up, and no receipt of it will ever be read.
+		return false, store.Errorf(op, store.ErrClaimLost, row.World, "%s %s was withdrawn", noun, id)
 	}
 	if row.DueAt != nil {
 		if err := Due(op, id, *row.DueAt, now); err != nil {
