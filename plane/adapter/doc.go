@@ -11,7 +11,7 @@
 //
 //	pool, err := adapter.NewPool(st, adapter.Config{Worker: "adapters-1", Executor: ex},
 //		adapter.Register(adapter.NewHTTP(ex, adapter.HTTPConfig{}), adapter.RetryPolicy{}),
-//		adapter.Register(adapter.NewFabric(st), adapter.NoRetry()),
+//		adapter.Register(adapter.NewFabric(st), adapter.RetryUntilKnown()),
 //		adapter.Register(myEmailAdapter{}, adapter.RetryPolicy{Attempts: 5, Base: time.Second}),
 //	)
 //	ex.Go(func() { _ = pool.Run(ctx) })

@@ -215,7 +215,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 
 	regs := withBuiltins([]adapter.Registration{
 		adapter.Register(adapter.NewHTTP(ex, cfg.HTTP), adapter.DefaultRetry()),
-		adapter.Register(adapter.NewFabric(cfg.Store), adapter.NoRetry()),
+		// A send whose outcome is unknown is sent again until the
+		// store answers: Send is deduplicated by message id.
+		adapter.Register(adapter.NewFabric(cfg.Store), adapter.RetryUntilKnown()),
 	}, cfg.Adapters)
 	n.pool, err = adapter.NewPool(cfg.Store, adapter.Config{
 		Worker: cfg.Worker + "/effects", Executor: ex, Concurrency: cfg.EffectConcurrency,
