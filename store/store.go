@@ -551,6 +551,19 @@ func ReceiptKey(intentHash string, retries int) string {
 	return ReceiptKeyPrefix + intentHash + "#" + strconv.Itoa(retries)
 }
 
+// ReceiptKeyIntent returns the intent hash a receipt's dedupe key
+// (ReceiptKey) names, and false for any other key.
+func ReceiptKeyIntent(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, ReceiptKeyPrefix)
+	if !ok {
+		return "", false
+	}
+	if i := strings.LastIndexByte(rest, '#'); i >= 0 {
+		rest = rest[:i]
+	}
+	return rest, rest != ""
+}
+
 // TimerKey is the inbox dedupe key of a timer's firing.
 func TimerKey(intentHash string) string { return TimerKeyPrefix + intentHash }
 

@@ -570,22 +570,43 @@ func call(ctx context.Context, a Adapter, it store.EffectItem) (res Result, err 
 	return res, err
 }
 
+// MaxReceiptBytes is the largest receipt payload a pool completes: the
+// largest input a world's kernel reads, which is also the store's receipt
+// limit. A result whose receipt would be larger is delivered as a short
+// receipt that says so (see Pool).
+const MaxReceiptBytes = world.MaxInputBytes
+
 // receipt encodes res as the item's receipt (world.EncodeReceipt), so the
-// world reads the status in-band. A body that cannot be encoded becomes an
-// error receipt saying so.
+// world reads the status in-band. A body that cannot be encoded, or a
+// receipt over MaxReceiptBytes, becomes a short receipt saying so, of the
+// status undeliverable gives.
 func (p *Pool) receipt(it store.EffectItem, res Result, attempts int) store.Receipt {
 	var body []byte
 	if res.Body != nil {
 		b, err := event.Marshal(res.Body)
 		if err != nil {
-			res = failure(world.StatusError, "the adapter's result cannot be encoded: "+err.Error(), attempts)
+			res = failure(undeliverable(res.Status), "the adapter's "+string(res.Status)+" result cannot be encoded: "+err.Error(), attempts)
 			b, _ = event.Marshal(res.Body)
 		}
 		body = b
 	}
-	payload, err := world.EncodeReceipt(world.Receipt{
-		IntentHash: it.IntentHash, Kind: it.Kind, Status: res.Status, Body: body, Retry: uint64(it.Retries),
-	})
+	r := world.Receipt{IntentHash: it.IntentHash, Kind: it.Kind, Status: res.Status, Body: body, Retry: uint64(it.Retries)}
+	payload, err := world.EncodeReceipt(r)
+	if len(body) > MaxReceiptBytes || err == nil && len(payload) > MaxReceiptBytes {
+		// The kernel could not read it: a short receipt instead, whose
+		// status keeps its promise (an effect that happened is unknown to
+		// the world, not failed) and whose body says what happened.
+		s := undeliverable(res.Status)
+		size := max(len(payload), len(body))
+		p.log.Warn("adapter: the result is too large for a receipt; completing a short one instead",
+			p.attrs(it, "status", string(res.Status), "bytes", size, "limit", MaxReceiptBytes, "receipt", string(s))...)
+		r.Status = s
+		r.Body, _ = event.Marshal(Failure{Attempts: attempts, Error: fmt.Sprintf(
+			"the adapter's %s result is %d bytes or more as a receipt, over the %d-byte limit of what a world can read; its body is lost",
+			res.Status, size, MaxReceiptBytes)})
+		res.Status = s
+		payload, err = world.EncodeReceipt(r)
+	}
 	if err != nil {
 		// Not an intent the kernel made (its hash is not one): the world
 		// cannot read any receipt for it, but a terminal one still ends it.

@@ -3,6 +3,7 @@ package adapter_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -216,6 +217,57 @@ func TestPoolUnknownErrorGivesUpAsTimeout(t *testing.T) {
 		}
 		if fl := decodeFailure(t, got[unknown]); fl.Attempts != 2 {
 			t.Fatalf("unknown's failure %+v, want 2 attempts", fl)
+		}
+	})
+}
+
+// TestOneSizeLimitFromAdapterToKernel: what a pool completes, what the store
+// accepts as a receipt and what a world's kernel reads are one limit.
+func TestOneSizeLimitFromAdapterToKernel(t *testing.T) {
+	if adapter.MaxReceiptBytes != world.MaxInputBytes || store.MaxReceiptBytes != world.MaxInputBytes {
+		t.Fatalf("pool %d, store %d, kernel %d: want one limit", adapter.MaxReceiptBytes, store.MaxReceiptBytes, world.MaxInputBytes)
+	}
+	if adapter.MaxBodyBytes >= adapter.MaxReceiptBytes {
+		t.Fatalf("an http.request body of %d bytes leaves no room in a %d-byte receipt", adapter.MaxBodyBytes, adapter.MaxReceiptBytes)
+	}
+}
+
+// TestPoolResultOverTheReceiptLimitIsDeliveredShort: an adapter's result too
+// large for any receipt the world can read. The pool completes a short
+// receipt that says so: an ok result (the effect happened) becomes a
+// timeout (unknown to the world, never "failed"); an error stays an error.
+// The store takes it, and the effect is done.
+func TestPoolResultOverTheReceiptLimitIsDeliveredShort(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		f := &fake{do: func(_ context.Context, it store.EffectItem, _ int) (adapter.Result, error) {
+			var p string
+			if err := world.Decode(it.Params, &p); err != nil {
+				return adapter.Result{}, adapter.Permanent(err)
+			}
+			big := make([]byte, adapter.MaxReceiptBytes)
+			if p == "ok" {
+				return adapter.OK(big), nil
+			}
+			return adapter.Result{Status: world.StatusError, Body: big}, nil
+		}}
+		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex}, adapter.Register(f, adapter.RetryPolicy{}))
+		r := run(p)
+		defer r.stop()
+		ok := e.publish(kindTest, "ok")
+		failed := e.publish(kindTest, "error")
+		synctest.Wait()
+		got := oneReceiptEach(t, e.st, e.world, ok, failed)
+		if got[ok].Status != world.StatusTimeout || got[failed].Status != world.StatusError {
+			t.Fatalf("receipts: ok result %s, error result %s; want timeout, error", got[ok].Status, got[failed].Status)
+		}
+		for _, h := range []string{ok, failed} {
+			if fl := decodeFailure(t, got[h]); !strings.Contains(fl.Error, "over the") {
+				t.Fatalf("failure %+v does not say why", fl)
+			}
+			if st, err := e.st.EffectStatus(e.ctx, h); err != nil || st.State != store.EffectDone {
+				t.Fatalf("effect %+v (%v), want done", st, err)
+			}
 		}
 	})
 }
