@@ -3,8 +3,11 @@ package adapter
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -51,14 +54,14 @@ const MaxBodyBytes = MaxReceiptBytes - 64<<10
 //     with Truncated set, in an ok receipt all the same: the server acted
 //     and answered;
 //   - a failure before any of the request was written (a refused
-//     connection, DNS, a TLS handshake) is an attempt error, retried by
-//     the pool's policy, and an error receipt (body Failure) once retries
-//     are exhausted: the server never saw it;
-//   - a failure once the request was written, or while its response was
-//     read (a reset, a closed connection), is an Unknown attempt error,
-//     retried by the policy too (the world chose to make the request with
-//     a retrying policy), and a timeout receipt once retries are exhausted,
-//     never an error one: the server may have acted on it;
+//     connection, DNS, a TLS certificate the client refused) is an attempt
+//     error, retried by the pool's policy, and an error receipt (body
+//     Failure) once retries are exhausted: the server never saw it;
+//   - any other failure (once the request was written, while its response
+//     was read, or one a custom transport does not place) is an Unknown
+//     attempt error, retried by the policy too, and a timeout receipt once
+//     retries are exhausted, never an error one: the server may have acted
+//     on it;
 //   - the request's timeout (timeout_ms, else HTTPConfig.Timeout) is a
 //     timeout receipt, never retried: the server may have acted on it;
 //   - params that do not decode, an unusable method or URL, or a scheme
@@ -200,7 +203,10 @@ func (a *HTTP) Execute(ctx context.Context, item store.EffectItem) (Result, erro
 	}))
 	resp, err := a.cfg.Client.Do(hr)
 	if err != nil {
-		return a.failed(ctx, rctx, req, err, wrote.Load())
+		// Sent unless it certainly was not: a transport that reports no
+		// writes (a custom RoundTripper) and fails otherwise than before
+		// connecting leaves the outcome unknown.
+		return a.failed(ctx, rctx, req, err, wrote.Load() || !beforeSending(err))
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(req.limit)+1))
@@ -212,6 +218,20 @@ func (a *HTTP) Execute(ctx context.Context, item store.EffectItem) (Result, erro
 		out.Body, out.Truncated = body[:req.limit], true
 	}
 	return OK(out), nil
+}
+
+// beforeSending reports whether err certainly came before any byte of the
+// request left: no connection (dial, proxy connect, DNS) or a TLS
+// handshake the client refused.
+func beforeSending(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect") {
+		return true
+	}
+	var dns *net.DNSError
+	var cert *tls.CertificateVerificationError
+	var rec tls.RecordHeaderError
+	return errors.As(err, &dns) || errors.As(err, &cert) || errors.As(err, &rec)
 }
 
 // failed classifies a failed exchange: the request's own timeout is a
