@@ -188,7 +188,12 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 	}
 	inputs := make([]cycleInput, 0, len(items)+len(fired))
 	for _, it := range items {
-		inputs = append(inputs, cycleInput{in: world.Input{Seq: it.Seq, Kind: it.Kind, Payload: it.Payload, EnqueuedAt: it.EnqueuedAt}})
+		in := world.Input{Seq: it.Seq, Kind: it.Kind, Payload: it.Payload, EnqueuedAt: it.EnqueuedAt}
+		if it.Kind == store.KindReceipt {
+			// So that a receipt the kernel cannot read still ends its effect.
+			in.ReceiptFor, _ = store.ReceiptKeyIntent(it.DedupeKey)
+		}
+		inputs = append(inputs, cycleInput{in: in})
 	}
 	firings := make([]cycleInput, 0, len(fired))
 	for _, e := range fired {

@@ -583,6 +583,19 @@ func ReceiptKey(intentHash string, retries int) string {
 	return ReceiptKeyPrefix + intentHash + "#" + strconv.Itoa(retries)
 }
 
+// ReceiptKeyIntent returns the intent hash a receipt's dedupe key
+// (ReceiptKey) names, and false for any other key.
+func ReceiptKeyIntent(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, ReceiptKeyPrefix)
+	if !ok {
+		return "", false
+	}
+	if i := strings.LastIndexByte(rest, '#'); i >= 0 {
+		rest = rest[:i]
+	}
+	return rest, rest != ""
+}
+
 // TimerKey is the inbox dedupe key of a timer's firing.
 func TimerKey(intentHash string) string { return TimerKeyPrefix + intentHash }
 
@@ -655,6 +668,16 @@ type Effects interface {
 	// one of an archived world is withdrawn instead (EffectWithdrawn), and
 	// counted all the same.
 	ReapEffects(ctx context.Context) (int, error)
+	// ReleaseEffect hands a claim back without a receipt (a planned stop
+	// that cannot finish the effect, an outcome still unknown): an
+	// inflight item whose latest claim is c is pending again at once,
+	// claimable without waiting for the claim to expire, and TopicEffects
+	// is hinted. As after a reap, its attempt count is kept (the next
+	// claim is attempt+1) and c stays its latest claim until then. A
+	// pending item whose latest claim is c (reaped, or released already)
+	// is a no-op, so a retried release succeeds. Another claim, or a done
+	// intent: ErrClaimLost, nothing changes. Unknown intent: ErrNotFound.
+	ReleaseEffect(ctx context.Context, intentHash string, c Claim) error
 	// RetryEffect is an operator's retry of an effect whose terminal
 	// receipt was error or timeout: it goes back to pending with Retries+1
 	// and reason recorded, keeping its intent hash; its next completion

@@ -24,8 +24,8 @@ import (
 //   - Reasons (status changes, retries, resolutions, assignments): up to
 //     MaxReasonBytes.
 //   - Payloads (event payloads, inbox payloads, intent params, timer
-//     payloads, receipts): at most MaxPayloadBytes; snapshot state at most
-//     MaxStateBytes.
+//     payloads): at most MaxPayloadBytes; receipts at most MaxReceiptBytes;
+//     snapshot state at most MaxStateBytes.
 //   - Integers stored as signed 64-bit (attempts, plan versions, epochs,
 //     heights, seqs): at most math.MaxInt64.
 //   - Times (emittedAt, deliverAt): the zero time (absent) or within
@@ -37,6 +37,12 @@ const (
 	MaxReasonBytes  = 1024
 	MaxPayloadBytes = 4 << 20
 	MaxStateBytes   = 64 << 20
+	// MaxReceiptBytes bounds a receipt's payload (Complete, CompleteMany,
+	// Resolve): the largest input a world's kernel reads (the plane's tests
+	// pin the two equal). A receipt the kernel could not read would leave
+	// its effect's world to guess, so the store refuses it, and an adapter
+	// pool sends a short receipt that says so instead.
+	MaxReceiptBytes = 1 << 20
 	MaxTTL          = 30 * 24 * time.Hour
 	// MaxBatch bounds the items of one call (events of an append, intents,
 	// refs or worlds of a bulk lease call, n of a claim).
@@ -264,7 +270,10 @@ func CheckReceipt(op string, r Receipt) error {
 	default:
 		return invalid(op, "receipt status", "%q is not ok, error or timeout", r.Status)
 	}
-	return CheckPayload(op, "receipt payload", r.Payload)
+	if len(r.Payload) > MaxReceiptBytes {
+		return invalid(op, "receipt payload", "%d bytes, at most %d", len(r.Payload), MaxReceiptBytes)
+	}
+	return nil
 }
 
 // CheckFireHeld checks FireHeld's arguments: the world, its lease epoch

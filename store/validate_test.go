@@ -69,6 +69,19 @@ func TestReceiptKeyNamesTheRetry(t *testing.T) {
 	}
 }
 
+func TestReceiptKeyIntentInvertsReceiptKey(t *testing.T) {
+	for _, retries := range []int{0, 1, 12} {
+		if h, ok := ReceiptKeyIntent(ReceiptKey("abc", retries)); !ok || h != "abc" {
+			t.Errorf("retry %d: %q %v", retries, h, ok)
+		}
+	}
+	for _, key := range []string{"", "timer:abc", "receipt:", "abc"} {
+		if h, ok := ReceiptKeyIntent(key); ok {
+			t.Errorf("%q names intent %q", key, h)
+		}
+	}
+}
+
 // FuzzCheckIngress: whatever a producer sends, the check answers nil or a
 // typed ErrInvalid, and what it accepts is storable text outside the
 // store's namespaces.

@@ -53,7 +53,7 @@ const (
 // version go into every journal record, and replay refuses records of
 // another version: bump it when a handler changes what it does.
 func New[S any](name string, version uint64) *Def[S] {
-	dec, err := event.NewDecoder(event.DecoderOptions{DisallowUnknownFields: true})
+	dec, err := event.NewDecoder(event.DecoderOptions{MaxSize: MaxInputBytes, DisallowUnknownFields: true})
 	stateDec, serr := event.NewDecoder(event.DecoderOptions{
 		MaxSize: math.MaxInt32, MaxDepth: 1024, MaxElements: event.MaxMaxElements})
 	d := &Def[S]{

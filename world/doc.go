@@ -54,7 +54,10 @@
 //     consumed and the timers that have not fired. They are part of the
 //     hashed state, so a receipt is handled once, a cancelled timer never
 //     fires, and an intent whose receipt was consumed is never awaited
-//     (or published) again.
+//     (or published) again. A receipt the kernel cannot read (over
+//     MaxInputBytes, malformed) still ends the intent it was delivered
+//     for (Input.ReceiptFor): its handler gets a timeout receipt, so no
+//     effect stays awaited for ever.
 //
 // # What it never does
 //

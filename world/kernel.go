@@ -93,7 +93,7 @@ func RecordInput(e event.Envelope) (Input, error) {
 	if err := event.Unmarshal(e.Payload, &r); err != nil || r.V != recordVersion || e.EventType != EventWorldStepped {
 		return Input{}, &TailError{Height: e.RunSeq, Reason: "payload is not a world step record", Err: err}
 	}
-	return Input{Seq: r.Input.Seq, Kind: r.Input.Kind, Payload: r.Input.Payload, EnqueuedAt: r.Input.EnqueuedAt.Time}, nil
+	return Input{Seq: r.Input.Seq, Kind: r.Input.Kind, Payload: r.Input.Payload, EnqueuedAt: r.Input.EnqueuedAt.Time, ReceiptFor: r.Input.ReceiptFor}, nil
 }
 
 // RecordCallID returns the call id of a record's input ("" for an input

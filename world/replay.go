@@ -168,7 +168,7 @@ func (w *World[S]) replayOne(e *event.Envelope) error {
 	if err := event.Unmarshal(e.Payload, &want); err != nil || want.V != recordVersion {
 		return &TailError{Height: h, Reason: "payload is not a world step record", Err: err}
 	}
-	in := Input{Seq: want.Input.Seq, Kind: want.Input.Kind, Payload: want.Input.Payload, EnqueuedAt: want.Input.EnqueuedAt.Time}
+	in := Input{Seq: want.Input.Seq, Kind: want.Input.Kind, Payload: want.Input.Payload, EnqueuedAt: want.Input.EnqueuedAt.Time, ReceiptFor: want.Input.ReceiptFor}
 	res, user, m, err := w.def.step(w.id, w.height, w.user, w.meta, in, e.EmittedAt, nil, true)
 	if err != nil {
 		return err

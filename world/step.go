@@ -114,6 +114,9 @@ type recordInput struct {
 	Cause      *Cause          `cbor:"cause,omitempty"`
 	CallID     string          `cbor:"call_id,omitempty"`
 	Payload    []byte          `cbor:"payload"`
+	// ReceiptFor is set when an unreadable receipt ended the effect its
+	// Input.ReceiptFor named: replay reads it back to do the same.
+	ReceiptFor string `cbor:"receipt_for,omitempty"`
 }
 
 const recordVersion = 1
@@ -208,6 +211,30 @@ func (d *Def[S]) decodeInput(in Input, payload []byte, m meta) decoded {
 	return out
 }
 
+// unreadableBody is the body of the receipt the kernel makes for an
+// unreadable one: the field of an adapter pool's Failure, so that a
+// handler reads both alike.
+type unreadableBody struct {
+	Error string `cbor:"error"`
+}
+
+// unreadableReceipt stands in for a receipt of intent hash (of kind) whose
+// payload the kernel could not read: a timeout receipt, since what it said
+// is unknown, that consumes the effect like any receipt. Its reason names
+// no size or byte, so that a replay from the record (whose payload may have
+// been left out for its size) makes the same receipt.
+func unreadableReceipt(hash, kind string) decoded {
+	body, err := event.Marshal(unreadableBody{Error: "the effect's receipt cannot be read by the world's kernel (over its input limit, or malformed); its outcome is unknown"})
+	if err == nil {
+		var v []byte
+		if v, err = event.Marshal(Receipt{IntentHash: hash, Kind: kind, Status: StatusTimeout, Body: body}); err == nil {
+			return decoded{typ: ReceiptType, value: v, consumes: hash}
+		}
+	}
+	// Unreachable: both are plain structs of strings.
+	return decoded{typ: ReceiptType, consumes: hash, outcome: OutcomeError, err: &InputError{Kind: InputReceipt, Reason: "unreadable receipt", Err: err}}
+}
+
 // step runs one input against the state (user, m) at height and returns
 // the result. It reads nothing but its arguments and the definition.
 //
@@ -217,7 +244,7 @@ func (d *Def[S]) step(id string, height uint64, user []byte, m meta, in Input, e
 	h := height + 1
 	res.Height = h
 	rin := recordInput{Seq: in.Seq, Kind: in.Kind, Payload: in.Payload}
-	if rin.Payload == nil || len(rin.Payload) > event.DefaultMaxSize {
+	if rin.Payload == nil || len(rin.Payload) > MaxInputBytes {
 		// Over the limit it is refused whatever it holds, and so it is
 		// again on replay from an empty payload: same outcome, no bloat.
 		rin.Payload = []byte{}
@@ -236,6 +263,12 @@ func (d *Def[S]) step(id string, height uint64, user []byte, m meta, in Input, e
 			dec = decoded{outcome: OutcomeError, err: &InputError{Seq: in.Seq, Kind: in.Kind, Reason: "not CBOR", Err: err}}
 		} else {
 			dec = decoded{outcome: OutcomeUnknownInput, err: ErrUnknownInput}
+		}
+	}
+	if in.Kind == InputReceipt && dec.outcome == OutcomeError && in.ReceiptFor != "" {
+		if kind, ok := m.effects[in.ReceiptFor]; ok {
+			dec = unreadableReceipt(in.ReceiptFor, kind)
+			rin.ReceiptFor = in.ReceiptFor
 		}
 	}
 	rin.Type, rin.CallID = dec.typ, dec.callID

@@ -18,7 +18,23 @@ type Input struct {
 	Kind       string    // one of the Kind* input kinds
 	Payload    []byte    // the kind's wire form, built by the Encode* functions
 	EnqueuedAt time.Time // the store's time of enqueue: what Ctx.Now returns
+	// ReceiptFor is, for a receipt, the intent hash the store delivered it
+	// for (named by its inbox dedupe key; the plane sets it). The kernel
+	// reads it only when the payload cannot be read (over MaxInputBytes,
+	// not CBOR, not a valid receipt): an effect that is awaited must not
+	// stay awaited for ever because its receipt is unreadable, so the
+	// handler is given a timeout receipt for that intent instead (its body
+	// {"error": why}, the shape of an adapter pool's failures), timeout
+	// because the world cannot know what the unreadable receipt said. The
+	// journal records that it did, so a replay does the same.
+	ReceiptFor string
 }
+
+// MaxInputBytes is the largest input payload the kernel reads; a longer
+// one is consumed as malformed (a receipt: see Input.ReceiptFor). It is
+// the bound every producer of inputs works to: the store's receipt limit
+// and an adapter pool's receipts are no larger.
+const MaxInputBytes = event.DefaultMaxSize
 
 // Input kinds. Receipt, timer and fabric are the kinds the store itself
 // writes into inboxes (store.KindReceipt, KindTimer, KindFabric); event and
@@ -322,11 +338,14 @@ func (p HTTPRequest) validate() error {
 	return nil
 }
 
-// HTTPResponse is the body of an ok http.request receipt.
+// HTTPResponse is the body of an ok http.request receipt. Truncated says
+// that Body holds only the first max_response_bytes of a longer response
+// body: the request was made and answered all the same.
 type HTTPResponse struct {
-	Status  int                 `cbor:"status"`
-	Headers map[string][]string `cbor:"headers,omitempty"`
-	Body    []byte              `cbor:"body,omitempty"`
+	Status    int                 `cbor:"status"`
+	Headers   map[string][]string `cbor:"headers,omitempty"`
+	Body      []byte              `cbor:"body,omitempty"`
+	Truncated bool                `cbor:"truncated,omitempty"`
 }
 
 // Fabric send modes (sys/FabricSendParams@1 "mode").

@@ -71,8 +71,14 @@ serve processes at one PostgreSQL (--store postgres://...) with distinct
 --worker-id values and they form a cluster: a world runs on exactly one of
 them, and moves when that one dies (after its lease TTL) or drains.
 
-On SIGTERM or SIGINT it stops taking work, finishes the steps in flight,
-releases its leases so the others take its worlds at once, and exits 0.
+On SIGTERM or SIGINT it stops gracefully, within --stop-timeout: it claims
+no new effect and takes no new world; its worlds finish the step in flight
+and their leases are released, so the others take them at once; the effects
+executing finish and their receipts are delivered, so none of them is run
+again elsewhere. It then exits 0. An effect still executing when
+--stop-timeout runs out is cancelled and its claim released at once for
+another node (a warning names it; that node runs it again, as after a
+crash), and serve exits 1 with "graceful stop: ...".
 
 A listener on anything but loopback requires a token (--token or
 ORRERY_TOKEN); TLS is served when --tls-cert and --tls-key are given.
@@ -97,7 +103,7 @@ Traces are exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set.`,
 	fl.IntVar(&f.effects, "effect-concurrency", 16, "effects executing at once")
 	fl.Int64Var(&f.maxBody, "max-body", 1<<20, "largest request body the API accepts, in bytes")
 	fl.DurationVar(&f.callTimeout, "call-timeout", 30*time.Second, "the longest a call waits for its reply")
-	fl.DurationVar(&f.stopTimeout, "stop-timeout", 30*time.Second, "how long a graceful stop may take")
+	fl.DurationVar(&f.stopTimeout, "stop-timeout", 30*time.Second, "how long a graceful stop waits for the steps and effects in flight before it releases what is left")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	return cmd
@@ -275,11 +281,12 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	case <-sig.Done():
 	case serveErr = <-served:
 	}
-	// A planned handoff: stop taking work, finish the steps in flight,
-	// release every lease, then let the API's requests in flight end.
+	// A planned handoff: stop taking work, finish the steps and effects
+	// in flight, release every lease (and every effect claim that did not
+	// finish in time), then let the API's requests in flight end.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.stopTimeout)
 	defer cancel()
-	log.Info("stopping: draining and releasing leases", "worker", worker)
+	log.Info("stopping: draining worlds and effects in flight, releasing leases", "worker", worker, "stop_timeout", f.stopTimeout)
 	stopErr := n.Stop(sctx)
 	stopHTTP()
 	if serveErr == nil {

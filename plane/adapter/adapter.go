@@ -19,8 +19,21 @@ import (
 //   - a Result and a nil error: the terminal outcome, delivered as the
 //     receipt whatever its status (ok, error or timeout);
 //   - an error: a failure of this attempt. The pool retries it by the
-//     adapter's RetryPolicy unless it is Permanent, and delivers an error
-//     receipt (its body a Failure) once it gives up.
+//     adapter's RetryPolicy unless it is Permanent, and delivers a receipt
+//     (its body a Failure) once it gives up: error for a plain or
+//     Permanent error, timeout for an Unknown one.
+//
+// The statuses are promises to the world, which acts on them (it may
+// release a hold, refund, or give up): ok means the effect happened; error
+// means it did not and will not happen; timeout means nobody knows. So an
+// adapter answers error (a Permanent error, a plain one, or an error
+// Result) only for a definite refusal: nothing was sent, or the other side
+// answered that it did nothing. Whenever the effect may have happened (the
+// request was written and the answer was lost: a reset, a timeout after
+// sending, a store call whose outcome is unknown), it returns Unknown(err),
+// which the pool retries and, once it gives up, delivers as a timeout; an
+// effect that is safe to repeat (idempotent by its intent hash) is better
+// registered with RetryUntilKnown, so that the world gets the real answer.
 //
 // Execute must be safe for concurrent use: the pool runs up to its
 // concurrency at once.
@@ -72,6 +85,29 @@ func IsPermanent(err error) bool {
 	return errors.As(err, &p)
 }
 
+// unknownError marks an attempt whose effect may have happened.
+type unknownError struct{ err error }
+
+func (e *unknownError) Error() string { return e.err.Error() }
+func (e *unknownError) Unwrap() error { return e.err }
+
+// Unknown wraps err, the failure of an attempt whose outcome is unknown
+// (the effect may have happened): the pool retries it by the adapter's
+// RetryPolicy and, once it gives up, delivers a timeout receipt, never an
+// error one. Unknown(nil) is nil.
+func Unknown(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &unknownError{err: err}
+}
+
+// IsUnknown reports whether err was wrapped by Unknown.
+func IsUnknown(err error) bool {
+	var u *unknownError
+	return errors.As(err, &u)
+}
+
 // RetryPolicy says how often, and how far apart, a failed attempt is
 // retried before the receipt. The delay before attempt n+1 is
 // min(Max, Base·2^(n-1)), shortened by up to Jitter of itself with the
@@ -82,6 +118,14 @@ type RetryPolicy struct {
 	Base     time.Duration // the first delay
 	Max      time.Duration // the largest delay
 	Jitter   float64       // in [0, 1]: the fraction of a delay left to chance
+	// UntilKnown retries every error that is not Permanent until the
+	// adapter answers, however long that takes (Attempts bounds nothing):
+	// when the claim's budget runs out first, the pool releases the claim
+	// without a receipt, and the effect is claimed and executed again at
+	// once (by this pool or another). It is for effects that are safe to
+	// repeat, such as fabric.send (deduplicated by message id): the world
+	// then never gets a guess, only the outcome.
+	UntilKnown bool
 }
 
 // DefaultRetry is the policy of a zero RetryPolicy: three attempts, 200ms
@@ -92,6 +136,13 @@ func DefaultRetry() RetryPolicy {
 
 // NoRetry makes every failed attempt terminal.
 func NoRetry() RetryPolicy { return RetryPolicy{Attempts: 1} }
+
+// RetryUntilKnown is the policy of an idempotent effect (see
+// RetryPolicy.UntilKnown): 50ms doubling to 5s apart, half jittered,
+// without end.
+func RetryUntilKnown() RetryPolicy {
+	return RetryPolicy{Attempts: 1, Base: 50 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.5, UntilKnown: true}
+}
 
 func (p RetryPolicy) orDefault() RetryPolicy {
 	if p == (RetryPolicy{}) {
@@ -106,8 +157,10 @@ func (p RetryPolicy) validate() error {
 		return errors.New("Attempts must be at least 1")
 	case p.Base < 0 || p.Max < 0:
 		return errors.New("Base and Max must not be negative")
-	case p.Attempts > 1 && p.Base == 0:
+	case (p.Attempts > 1 || p.UntilKnown) && p.Base == 0:
 		return errors.New("a policy that retries needs a Base delay")
+	case p.UntilKnown && p.Max == 0:
+		return errors.New("a policy that retries until known needs a Max delay")
 	case p.Jitter < 0 || p.Jitter > 1:
 		return errors.New("Jitter must be in [0, 1]")
 	}

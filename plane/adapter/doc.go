@@ -11,18 +11,40 @@
 //
 //	pool, err := adapter.NewPool(st, adapter.Config{Worker: "adapters-1", Executor: ex},
 //		adapter.Register(adapter.NewHTTP(ex, adapter.HTTPConfig{}), adapter.RetryPolicy{}),
-//		adapter.Register(adapter.NewFabric(st), adapter.NoRetry()),
+//		adapter.Register(adapter.NewFabric(st), adapter.RetryUntilKnown()),
 //		adapter.Register(myEmailAdapter{}, adapter.RetryPolicy{Attempts: 5, Base: time.Second}),
 //	)
 //	ex.Go(func() { _ = pool.Run(ctx) })
+//
+// A receipt's status is a promise to the world: ok, the effect happened;
+// error, it did not and will not happen; timeout, nobody knows. An
+// adapter answers error only for a definite refusal (nothing was sent, or
+// the other side answered that it did nothing). A failure after which the
+// effect may have happened (a connection lost once the request was
+// written, a store call whose answer was lost) is Unknown: retried, and a
+// timeout receipt once retries are spent, or, for an effect that is safe
+// to repeat, retried without end (RetryUntilKnown: the claim is released
+// and taken again when its budget runs out) until the outcome is known, as
+// fabric.send is. The pool keeps the same promise for what it writes
+// itself: a result that cannot reach the world (over MaxReceiptBytes, the
+// largest input a world's kernel reads, or not encodable) is delivered as
+// a short receipt saying so, a timeout when the adapter had answered ok.
 //
 // Delivery is at least once and completion exactly once: a claim that
 // expires (a crash, a pause, an adapter that overruns) is requeued by the
 // effect reaper and executed again under a new claim, and the store
 // accepts one terminal receipt per intent; a pool whose claim was taken
 // over learns it (ErrClaimLost, or a duplicate completion) and drops its
-// result, as it drops a result it holds once its claim has expired. Within one claim an effect is executed once, with its bounded
-// retry attempts; never by two goroutines of one pool.
+// result, as it drops a result it holds once its claim has expired.
+// Within one claim an effect is executed once, with its bounded retry
+// attempts; never by two goroutines of one pool.
+//
+// Stop is the planned stop: no new claim, the executions in flight finish
+// and their receipts are delivered (so a completed call is not made again
+// elsewhere), and what is still running when its context ends is
+// cancelled and released at once (store ReleaseEffect) for another pool.
+// Cancelling Run's context is a crash as far as the queue can tell: the
+// claims in flight expire and the reaper requeues them.
 //
 // Config.Observe reports every completion attempt (status, duplicate,
 // error, the dispatch latency from the intent's enqueue and the time spent

@@ -31,9 +31,17 @@ type FabricStore interface {
 //     there exactly once;
 //   - "error", in an error receipt, when the destination is unknown,
 //     archived, or in another universe than dest_universe names, or the
-//     params are unusable: terminal answers, never retried.
+//     params are unusable: the store's definite refusals, after which the
+//     message was not and will not be delivered; never retried.
 //
-// Any other store failure is an attempt error, retried by the pool.
+// Any other store failure (a lost connection, a restarting server, a
+// deadline, anything the store does not type as a refusal) leaves the
+// outcome unknown: the message may have been written before the answer
+// was lost. It is an Unknown attempt error, never an error receipt, and
+// since Send is deduplicated by message id it is safe to send again until
+// the store answers: register Fabric with RetryUntilKnown (as a node
+// does), and the sender gets ok or already_enqueued once the store is
+// back. Under a bounded policy the pool's last word is a timeout receipt.
 type Fabric struct {
 	st FabricStore
 }
@@ -60,7 +68,7 @@ func (f *Fabric) Execute(ctx context.Context, item store.EffectItem) (Result, er
 		case errors.Is(err, store.ErrWorldNotFound):
 			return fabricError(item, d.DestWorld, "destination world not found"), nil
 		case err != nil:
-			return Result{}, err
+			return Result{}, Unknown(err)
 		case w.Universe != d.DestUniverse:
 			return fabricError(item, d.DestWorld, "destination world is not in universe "+d.DestUniverse), nil
 		}
@@ -74,7 +82,7 @@ func (f *Fabric) Execute(ctx context.Context, item store.EffectItem) (Result, er
 	case errors.Is(err, store.ErrInvalid):
 		return fabricError(item, d.DestWorld, err.Error()), nil
 	case err != nil:
-		return Result{}, err
+		return Result{}, Unknown(err)
 	}
 	status := world.FabricStatusOK
 	if r.Status == store.FabricAlreadyEnqueued {

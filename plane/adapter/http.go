@@ -3,11 +3,16 @@ package adapter
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
@@ -27,13 +32,15 @@ type HTTPConfig struct {
 	// Timeout bounds a request whose params set no timeout_ms (default 30s).
 	Timeout time.Duration
 	// MaxResponseBytes bounds a response body whose params set no
-	// max_response_bytes (default 1 MiB). No limit exceeds MaxBodyBytes.
+	// max_response_bytes (default and most: MaxBodyBytes); a longer body
+	// is truncated to it.
 	MaxResponseBytes uint64
 }
 
 // MaxBodyBytes is the largest response body an http.request receipt can
-// carry: the store's payload limit less room for the receipt around it.
-const MaxBodyBytes = store.MaxPayloadBytes - 64<<10
+// carry: the receipt limit (MaxReceiptBytes, what a world's kernel reads)
+// less room for the receipt and the response's headers around it.
+const MaxBodyBytes = MaxReceiptBytes - 64<<10
 
 // HTTP is the http.request adapter. Its receipts follow what a user of
 // Restate or Temporal expects of an HTTP call made durable:
@@ -42,15 +49,24 @@ const MaxBodyBytes = store.MaxPayloadBytes - 64<<10
 //     body (world.HTTPResponse) carries the status, headers and body: the
 //     request was delivered and answered, and what a status means is the
 //     world's decision (it may send the request again as a new intent);
-//   - a transport failure (refused connection, reset, DNS) is an attempt
+//   - a response body over the limit (max_response_bytes, else
+//     HTTPConfig.MaxResponseBytes, never over MaxBodyBytes) is cut to it,
+//     with Truncated set, in an ok receipt all the same: the server acted
+//     and answered;
+//   - a failure before any of the request was written (a refused
+//     connection, DNS, a TLS certificate the client refused) is an attempt
 //     error, retried by the pool's policy, and an error receipt (body
-//     Failure) once retries are exhausted;
+//     Failure) once retries are exhausted: the server never saw it;
+//   - any other failure (once the request was written, while its response
+//     was read, or one a custom transport does not place) is an Unknown
+//     attempt error, retried by the policy too, and a timeout receipt once
+//     retries are exhausted, never an error one: the server may have acted
+//     on it;
 //   - the request's timeout (timeout_ms, else HTTPConfig.Timeout) is a
 //     timeout receipt, never retried: the server may have acted on it;
-//   - a response body over the limit (max_response_bytes, else
-//     HTTPConfig.MaxResponseBytes) is an error receipt, as are params that
-//     do not decode, an unusable method or URL, or a scheme other than
-//     http and https: retrying cannot fix them.
+//   - params that do not decode, an unusable method or URL, or a scheme
+//     other than http and https are error receipts: nothing was sent, and
+//     retrying cannot fix them.
 type HTTP struct {
 	ex  actor.Executor
 	cfg HTTPConfig
@@ -65,7 +81,7 @@ func NewHTTP(ex actor.Executor, cfg HTTPConfig) *HTTP {
 		cfg.Timeout = 30 * time.Second
 	}
 	if cfg.MaxResponseBytes == 0 {
-		cfg.MaxResponseBytes = 1 << 20
+		cfg.MaxResponseBytes = MaxBodyBytes
 	}
 	cfg.MaxResponseBytes = min(cfg.MaxResponseBytes, MaxBodyBytes)
 	return &HTTP{ex: ex, cfg: cfg}
@@ -177,30 +193,61 @@ func (a *HTTP) Execute(ctx context.Context, item store.EffectItem) (Result, erro
 		return Result{}, Permanent(fmt.Errorf("http.request: %w", err))
 	}
 	hr.Header = req.headers
+	// Whether any of the request may have reached the server: from the
+	// first header written on, its failure leaves the outcome unknown.
+	var wrote atomic.Bool
+	hr = hr.WithContext(httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{
+		WroteHeaderField: func(string, []string) { wrote.Store(true) },
+		WroteHeaders:     func() { wrote.Store(true) },
+		WroteRequest:     func(httptrace.WroteRequestInfo) { wrote.Store(true) },
+	}))
 	resp, err := a.cfg.Client.Do(hr)
 	if err != nil {
-		return a.failed(ctx, rctx, req, err)
+		// Sent unless it certainly was not: a transport that reports no
+		// writes (a custom RoundTripper) and fails otherwise than before
+		// connecting leaves the outcome unknown.
+		return a.failed(ctx, rctx, req, err, wrote.Load() || !beforeSending(err))
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(req.limit)+1))
 	if err != nil {
-		return a.failed(ctx, rctx, req, err)
+		return a.failed(ctx, rctx, req, fmt.Errorf("reading the %d response: %w", resp.StatusCode, err), true)
 	}
+	out := world.HTTPResponse{Status: resp.StatusCode, Headers: resp.Header, Body: body}
 	if uint64(len(body)) > req.limit {
-		return Result{}, Permanent(fmt.Errorf("http.request: the response body exceeds max_response_bytes (%d)", req.limit))
+		out.Body, out.Truncated = body[:req.limit], true
 	}
-	return OK(world.HTTPResponse{Status: resp.StatusCode, Headers: resp.Header, Body: body}), nil
+	return OK(out), nil
+}
+
+// beforeSending reports whether err certainly came before any byte of the
+// request left: no connection (dial, proxy connect, DNS) or a TLS
+// handshake the client refused.
+func beforeSending(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect") {
+		return true
+	}
+	var dns *net.DNSError
+	var cert *tls.CertificateVerificationError
+	var rec tls.RecordHeaderError
+	return errors.As(err, &dns) || errors.As(err, &cert) || errors.As(err, &rec)
 }
 
 // failed classifies a failed exchange: the request's own timeout is a
 // timeout receipt; the pool's context ending is returned as is (the pool
-// knows why); anything else is a transport error, retried.
-func (a *HTTP) failed(ctx, rctx context.Context, req httpRequest, err error) (Result, error) {
+// knows why); a failure once the request may have reached the server
+// (sent) is Unknown; anything else is a transport error before sending,
+// retried.
+func (a *HTTP) failed(ctx, rctx context.Context, req httpRequest, err error, sent bool) (Result, error) {
 	if ctx.Err() != nil {
 		return Result{}, ctx.Err()
 	}
 	if rctx.Err() != nil {
 		return Result{Status: world.StatusTimeout, Body: Failure{Error: fmt.Sprintf("http.request timed out after %v", req.timeout)}}, nil
 	}
-	return Result{}, fmt.Errorf("http.request transport: %w", err)
+	if sent {
+		return Result{}, Unknown(fmt.Errorf("http.request: the exchange failed after the request was sent: %w", err))
+	}
+	return Result{}, fmt.Errorf("http.request transport (nothing sent): %w", err)
 }

@@ -142,8 +142,12 @@ func TestHTTPTimeoutIsTimeoutReceiptNotRetried(t *testing.T) {
 	}
 }
 
-func TestHTTPResponseOverLimitIsErrorReceipt(t *testing.T) {
+// TestHTTPResponseOverLimitIsTruncatedOkReceipt: the server acted and
+// answered, so a body over max_response_bytes is no failure: the receipt
+// is ok, with the status and the first max_response_bytes, Truncated set.
+func TestHTTPResponseOverLimitIsTruncatedOkReceipt(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
 		_, _ = w.Write([]byte(strings.Repeat("x", 101)))
 	}))
 	defer srv.Close()
@@ -152,13 +156,53 @@ func TestHTTPResponseOverLimitIsErrorReceipt(t *testing.T) {
 	over := e.publish(adapter.KindHTTP, world.HTTPRequest{Method: "GET", URL: srv.URL, MaxResponseBytes: 100})
 	at := e.publish(adapter.KindHTTP, world.HTTPRequest{Method: "GET", URL: srv.URL, MaxResponseBytes: 101})
 	r := awaitReceipt(t, e, over)
-	if f := decodeFailure(t, r); r.Status != world.StatusError || f.Attempts != 1 || !strings.Contains(f.Error, "max_response_bytes") {
-		t.Fatalf("over the limit: receipt %s %+v", r.Status, f)
+	var resp world.HTTPResponse
+	if err := r.Decode(&resp); err != nil || r.Status != world.StatusOK || resp.Status != http.StatusAccepted || len(resp.Body) != 100 || !resp.Truncated {
+		t.Fatalf("over the limit: receipt %s, %d %d bytes truncated=%v (%v)", r.Status, resp.Status, len(resp.Body), resp.Truncated, err)
 	}
 	r = awaitReceipt(t, e, at)
-	var resp world.HTTPResponse
-	if err := r.Decode(&resp); err != nil || r.Status != world.StatusOK || len(resp.Body) != 101 {
-		t.Fatalf("at the limit: receipt %s, %d bytes (%v)", r.Status, len(resp.Body), err)
+	resp = world.HTTPResponse{}
+	if err := r.Decode(&resp); err != nil || r.Status != world.StatusOK || len(resp.Body) != 101 || resp.Truncated {
+		t.Fatalf("at the limit: receipt %s, %d bytes truncated=%v (%v)", r.Status, len(resp.Body), resp.Truncated, err)
+	}
+}
+
+// TestHTTPConnectionLostAfterSendingIsNeverAnErrorReceipt: the server reads
+// the whole request, then the connection dies without an answer. The
+// request may have been acted on, so once its retries are spent the
+// receipt is a timeout (unknown), never an error. A connection refused
+// before anything was sent is still an error receipt.
+func TestHTTPConnectionLostAfterSendingIsNeverAnErrorReceipt(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		hits.Add(1)
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			_ = conn.Close()
+		}
+	}))
+	defer srv.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := "http://" + ln.Addr().String() + "/"
+	_ = ln.Close()
+	e, stop := httpEnv(t, adapter.RetryPolicy{Attempts: 2, Base: time.Millisecond}, adapter.HTTPConfig{})
+	defer stop()
+	lost := e.publish(adapter.KindHTTP, world.HTTPRequest{Method: "POST", URL: srv.URL, Body: []byte("pay 10")})
+	r := awaitReceipt(t, e, lost)
+	if f := decodeFailure(t, r); r.Status != world.StatusTimeout || f.Attempts != 2 || !strings.Contains(f.Error, "after the request was sent") {
+		t.Fatalf("lost after sending: receipt %s %+v, want timeout after 2 attempts", r.Status, f)
+	}
+	if n := hits.Load(); n != 2 {
+		t.Fatalf("the server saw %d requests, want 2", n)
+	}
+	never := e.publish(adapter.KindHTTP, world.HTTPRequest{Method: "POST", URL: refused})
+	r = awaitReceipt(t, e, never)
+	if f := decodeFailure(t, r); r.Status != world.StatusError || !strings.Contains(f.Error, "nothing sent") {
+		t.Fatalf("refused: receipt %s %+v, want error", r.Status, f)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 type Store interface {
 	Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]store.EffectItem, error)
 	Complete(ctx context.Context, intentHash string, c store.Claim, r store.Receipt) (inboxSeq uint64, dup bool, err error)
+	ReleaseEffect(ctx context.Context, intentHash string, c store.Claim) error
 	Watch(ctx context.Context, w store.Waker, topics ...string) (stop func(), err error)
 }
 
@@ -100,6 +101,7 @@ type Stats struct {
 	Duplicates uint64 // completions answered dup=true: another claim's receipt was first
 	ClaimLost  uint64 // completions refused (store.ErrClaimLost): another claim owns the effect
 	Dropped    uint64 // results left undelivered because the pool stopped (the reaper requeues them)
+	Released   uint64 // claims handed back without a receipt, claimable again at once (see Stop, RetryPolicy.UntilKnown)
 }
 
 // Pool claims, executes and completes effects. Create it with NewPool;
@@ -121,7 +123,12 @@ type Pool struct {
 	inflight int
 	held     map[claimKey]time.Time // executing claims → their expiry (executor clock)
 	draining bool
-	stats    Stats
+	// releasing: Stop ran out of time, so what is abandoned now is handed
+	// back at once rather than left to expire (a crash's Run cancel).
+	releasing bool
+	done      chan struct{}      // closed when the running Run returns; nil when not running
+	abort     context.CancelFunc // ends the running Run's executions
+	stats     Stats
 }
 
 type claimKey struct {
@@ -209,7 +216,8 @@ func (p *Pool) Stats() Stats {
 // Drain makes a running pool stop claiming, finish the effects it is
 // executing (their receipts delivered), and return nil from Run: a planned
 // stop that leaves nothing for the reaper. Cancelling Run's context
-// instead abandons the executing effects, whose claims then expire.
+// instead abandons the executing effects, whose claims then expire (a
+// crash, as far as the queue can tell); Stop bounds a Drain in time.
 func (p *Pool) Drain() {
 	p.mu.Lock()
 	p.draining = true
@@ -218,6 +226,41 @@ func (p *Pool) Drain() {
 	if w != nil {
 		w.Unpark()
 	}
+}
+
+// Stop is the planned stop (a deploy, SIGTERM): it drains the pool (no new
+// claim; the effects executing finish and their receipts are delivered, so
+// no call that completed is made again elsewhere) and waits for Run to
+// return, until ctx is done. Then it cancels the executions still running
+// and hands their claims back to the queue at once (store ReleaseEffect),
+// so another pool claims them without waiting for the claim TTL, logging
+// each; it returns once Run has returned, with ctx's error if it had to
+// cut executions short. A pool that is not running stops at once, and its
+// next Run returns nil without claiming.
+func (p *Pool) Stop(ctx context.Context) error {
+	p.Drain()
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	p.releasing = true
+	abort, n := p.abort, p.inflight
+	p.mu.Unlock()
+	p.log.Warn("adapter: stop timed out; releasing the effects still executing for another claim",
+		"worker", p.cfg.Worker, "executing", n)
+	if abort != nil {
+		abort()
+	}
+	<-done
+	return fmt.Errorf("adapter: stop: %d effects released unfinished: %w", n, ctx.Err())
 }
 
 // Run claims and executes effects until ctx is done (it returns ctx's
@@ -246,6 +289,10 @@ func (p *Pool) Run(ctx context.Context) error {
 	p.mu.Unlock()
 
 	execCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	p.mu.Lock()
+	p.done, p.abort = done, cancel
+	p.mu.Unlock()
 	var timer actor.Timer
 	defer func() {
 		if timer != nil {
@@ -254,8 +301,9 @@ func (p *Pool) Run(ctx context.Context) error {
 		cancel()
 		p.waitIdle(wake)
 		p.mu.Lock()
-		p.wake = nil
+		p.wake, p.done, p.abort = nil, nil, nil
 		p.mu.Unlock()
+		close(done)
 	}()
 	arm := func(d time.Duration) {
 		if timer != nil {
@@ -388,12 +436,18 @@ func (p *Pool) execute(ctx context.Context, it store.EffectItem, deadline, expir
 		// answer still beats an effect that circulates forever.
 		res = Result{Status: world.StatusError, Body: Failure{Error: "no adapter serves kind " + it.Kind}}
 	} else {
-		var done bool
-		res, attempts, exec, done = p.attempt(ctx, reg, it, deadline)
+		var end ending
+		res, attempts, exec, end = p.attempt(ctx, reg, it, deadline)
 		sp.SetAttributes(otrace.Executions.Int(attempts))
-		if !done {
-			p.drop(it, "pool stopped during execution")
-			otrace.End(sp, p.ex.Now(), errDropped)
+		switch end {
+		case stopped:
+			otrace.End(sp, p.ex.Now(), p.abandon(ctx, it, "pool stopped during execution"))
+			return
+		case unknownYet:
+			// Released, not completed: a guess would be a receipt, and
+			// the effect is safe to run again until its outcome is known.
+			p.release(ctx, it, "the outcome is still unknown and the claim's budget ran out; running it again under a new claim")
+			otrace.End(sp, p.ex.Now(), errReleased)
 			return
 		}
 	}
@@ -413,15 +467,29 @@ func (p *Pool) execute(ctx context.Context, it store.EffectItem, deadline, expir
 // errDropped is the status of an effect span whose result was dropped.
 var errDropped = errors.New("adapter: result dropped; the claim will expire and be reaped")
 
+// errReleased is the status of an effect span whose claim was handed back.
+var errReleased = errors.New("adapter: claim released without a receipt; the effect runs again")
+
+// ending is how a claim's attempts ended.
+type ending int
+
+const (
+	resulted   ending = iota // a result to deliver
+	stopped                  // the pool stopped first: no result
+	unknownYet               // an until-known effect ran out of budget: no result, the claim goes back
+)
+
 // attrs are the log attributes of one claim, then kv.
 func (p *Pool) attrs(it store.EffectItem, kv ...any) []any {
 	return append([]any{"worker", p.cfg.Worker, "world", it.World, "intent", it.IntentHash, "kind", it.Kind, "attempt", it.Attempt}, kv...)
 }
 
 // attempt calls the adapter until it answers, gives up or runs out of
-// budget, and measures the time spent in its Execute calls. done=false
-// means the pool stopped and there is no result.
-func (p *Pool) attempt(ctx context.Context, reg Registration, it store.EffectItem, deadline time.Time) (res Result, attempts int, exec time.Duration, done bool) {
+// budget, and measures the time spent in its Execute calls. Giving up on
+// an Unknown error is a timeout receipt, never an error one: the effect
+// may have happened. Under an UntilKnown policy it does not give up: a
+// budget that runs out ends in unknownYet.
+func (p *Pool) attempt(ctx context.Context, reg Registration, it store.EffectItem, deadline time.Time) (res Result, attempts int, exec time.Duration, end ending) {
 	bctx, cancel := actor.WithDeadline(ctx, p.ex, deadline)
 	defer cancel()
 	pol := reg.Policy
@@ -433,29 +501,50 @@ func (p *Pool) attempt(ctx context.Context, reg Registration, it store.EffectIte
 		res, err := call(bctx, reg.Adapter, it)
 		exec += p.ex.Now().Sub(t0)
 		if ctx.Err() != nil {
-			return Result{}, n, exec, false
+			return Result{}, n, exec, stopped
 		}
 		if err == nil {
-			return res, n, exec, true
+			return res, n, exec, resulted
+		}
+		if IsPermanent(err) {
+			return failure(world.StatusError, err.Error(), n), n, exec, resulted
 		}
 		if bctx.Err() != nil {
-			return failure(world.StatusTimeout, "the claim's execution budget ran out: "+err.Error(), n), n, exec, true
+			if pol.UntilKnown {
+				return Result{}, n, exec, unknownYet
+			}
+			return failure(world.StatusTimeout, "the claim's execution budget ran out: "+err.Error(), n), n, exec, resulted
 		}
-		if IsPermanent(err) || n >= pol.Attempts {
-			return failure(world.StatusError, err.Error(), n), n, exec, true
+		if !pol.UntilKnown && n >= pol.Attempts {
+			return failure(givenUp(err), err.Error(), n), n, exec, resulted
 		}
 		d := pol.Delay(n, p.ex.Uint64())
 		if p.ex.Now().Add(d).After(deadline) {
-			return failure(world.StatusError, err.Error()+" (no budget left in the claim to retry)", n), n, exec, true
+			if pol.UntilKnown {
+				return Result{}, n, exec, unknownYet
+			}
+			return failure(givenUp(err), err.Error()+" (no budget left in the claim to retry)", n), n, exec, resulted
 		}
 		p.log.Debug("adapter: attempt failed; retrying", p.attrs(it, "err", err, "execution", n, "backoff", d)...)
 		if err := actor.Sleep(bctx, p.ex, d); err != nil {
 			if ctx.Err() != nil {
-				return Result{}, n, exec, false
+				return Result{}, n, exec, stopped
 			}
-			return failure(world.StatusTimeout, "the claim's execution budget ran out", n), n, exec, true
+			if pol.UntilKnown {
+				return Result{}, n, exec, unknownYet
+			}
+			return failure(world.StatusTimeout, "the claim's execution budget ran out", n), n, exec, resulted
 		}
 	}
+}
+
+// givenUp is the status of the receipt for an attempt error retries did
+// not fix: timeout (unknown) when the effect may have happened.
+func givenUp(err error) world.ReceiptStatus {
+	if IsUnknown(err) {
+		return world.StatusTimeout
+	}
+	return world.StatusError
 }
 
 func failure(s world.ReceiptStatus, msg string, attempts int) Result {
@@ -481,22 +570,43 @@ func call(ctx context.Context, a Adapter, it store.EffectItem) (res Result, err 
 	return res, err
 }
 
+// MaxReceiptBytes is the largest receipt payload a pool completes: the
+// largest input a world's kernel reads, which is also the store's receipt
+// limit. A result whose receipt would be larger is delivered as a short
+// receipt that says so (see Pool).
+const MaxReceiptBytes = world.MaxInputBytes
+
 // receipt encodes res as the item's receipt (world.EncodeReceipt), so the
-// world reads the status in-band. A body that cannot be encoded becomes an
-// error receipt saying so.
+// world reads the status in-band. A body that cannot be encoded, or a
+// receipt over MaxReceiptBytes, becomes a short receipt saying so, of the
+// status undeliverable gives.
 func (p *Pool) receipt(it store.EffectItem, res Result, attempts int) store.Receipt {
 	var body []byte
 	if res.Body != nil {
 		b, err := event.Marshal(res.Body)
 		if err != nil {
-			res = failure(world.StatusError, "the adapter's result cannot be encoded: "+err.Error(), attempts)
+			res = failure(undeliverable(res.Status), "the adapter's "+string(res.Status)+" result cannot be encoded: "+err.Error(), attempts)
 			b, _ = event.Marshal(res.Body)
 		}
 		body = b
 	}
-	payload, err := world.EncodeReceipt(world.Receipt{
-		IntentHash: it.IntentHash, Kind: it.Kind, Status: res.Status, Body: body, Retry: uint64(it.Retries),
-	})
+	r := world.Receipt{IntentHash: it.IntentHash, Kind: it.Kind, Status: res.Status, Body: body, Retry: uint64(it.Retries)}
+	payload, err := world.EncodeReceipt(r)
+	if len(body) > MaxReceiptBytes || err == nil && len(payload) > MaxReceiptBytes {
+		// The kernel could not read it: a short receipt instead, whose
+		// status keeps its promise (an effect that happened is unknown to
+		// the world, not failed) and whose body says what happened.
+		s := undeliverable(res.Status)
+		size := max(len(payload), len(body))
+		p.log.Warn("adapter: the result is too large for a receipt; completing a short one instead",
+			p.attrs(it, "status", string(res.Status), "bytes", size, "limit", MaxReceiptBytes, "receipt", string(s))...)
+		r.Status = s
+		r.Body, _ = event.Marshal(Failure{Attempts: attempts, Error: fmt.Sprintf(
+			"the adapter's %s result is %d bytes or more as a receipt, over the %d-byte limit of what a world can read; its body is lost",
+			res.Status, size, MaxReceiptBytes)})
+		res.Status = s
+		payload, err = world.EncodeReceipt(r)
+	}
 	if err != nil {
 		// Not an intent the kernel made (its hash is not one): the world
 		// cannot read any receipt for it, but a terminal one still ends it.
@@ -565,23 +675,26 @@ func (p *Pool) complete(ctx context.Context, it store.EffectItem, r store.Receip
 			spanErr = err
 			return
 		case errors.Is(err, store.ErrInvalid) && !replaced:
-			// The store refuses this receipt (too large, say): say so
-			// in a receipt it accepts rather than retrying forever.
+			// The store refuses this receipt: say so in a receipt it
+			// accepts rather than retrying forever, keeping the promise
+			// of the status (an effect that happened is not an error).
 			replaced = true
-			p.log.Warn("adapter: the store refused the receipt; completing an error receipt instead", p.attrs(it, "err", err)...)
-			r = p.receipt(it, failure(world.StatusError, "the store refused the receipt: "+err.Error(), 0), 0)
+			s := undeliverable(world.ReceiptStatus(r.Status))
+			p.log.Warn("adapter: the store refused the receipt; completing a short one instead", p.attrs(it, "err", err, "status", string(s))...)
+			r = p.receipt(it, failure(s, "the store refused the adapter's "+string(r.Status)+" receipt: "+err.Error(), 0), 0)
 			sp.SetAttributes(otrace.Status.String(string(r.Status)))
 			continue
 		}
+		// Any other failure may be transient, and may even have been
+		// written (an answer lost): retried until the claim expires, and a
+		// retry of a written completion answers dup=true.
 		if ctx.Err() != nil {
-			p.drop(it, "pool stopped before the receipt was delivered")
-			spanErr = errDropped
+			spanErr = p.abandon(ctx, it, "pool stopped before the receipt was delivered")
 			return
 		}
 		p.log.Warn("adapter: complete failed", p.attrs(it, "err", err, "failures", failures)...)
 		if actor.Sleep(ctx, p.ex, storeBackoff(failures, p.ex.Uint64())) != nil {
-			p.drop(it, "pool stopped before the receipt was delivered")
-			spanErr = errDropped
+			spanErr = p.abandon(ctx, it, "pool stopped before the receipt was delivered")
 			return
 		}
 	}
@@ -598,6 +711,53 @@ func (p *Pool) observe(it store.EffectItem, r store.Receipt, seq uint64, dup boo
 		ev.InboxSeq = seq
 	}
 	p.cfg.Observe(ev)
+}
+
+// undeliverable is the status of the short receipt that replaces one of
+// status s that cannot be delivered: an effect that happened (ok) but
+// whose result the world cannot be given is unknown to the world, never
+// failed.
+func undeliverable(s world.ReceiptStatus) world.ReceiptStatus {
+	if s == world.StatusOK {
+		return world.StatusTimeout
+	}
+	return s
+}
+
+// abandon ends a claim the pool stopped before its receipt: released at
+// once when a Stop ran out of time (a planned stop hands its work over),
+// else dropped for the reaper (a cancelled Run: a crash, as far as the
+// queue can tell). It returns the effect span's status.
+func (p *Pool) abandon(ctx context.Context, it store.EffectItem, why string) error {
+	p.mu.Lock()
+	releasing := p.releasing
+	p.mu.Unlock()
+	if releasing {
+		p.release(ctx, it, why+"; the stop timed out")
+		return errReleased
+	}
+	p.drop(it, why)
+	return errDropped
+}
+
+// releaseTimeout bounds the one store call that hands a claim back; the
+// claim's expiry is the fallback.
+const releaseTimeout = 5 * time.Second
+
+// release hands the claim of it back to the queue without a receipt, so
+// that it is claimed again at once rather than after its TTL. It runs
+// after ctx (the execution's) may have ended.
+func (p *Pool) release(ctx context.Context, it store.EffectItem, why string) {
+	rctx, cancel := actor.WithTimeout(context.WithoutCancel(ctx), p.ex, releaseTimeout)
+	defer cancel()
+	if err := p.st.ReleaseEffect(rctx, it.IntentHash, it.ClaimOf()); err != nil {
+		p.drop(it, why+"; releasing the claim failed: "+err.Error())
+		return
+	}
+	p.mu.Lock()
+	p.stats.Released++
+	p.mu.Unlock()
+	p.log.Warn("adapter: claim released without a receipt; the effect will run again under a new claim", p.attrs(it, "why", why)...)
 }
 
 func (p *Pool) drop(it store.EffectItem, why string) {

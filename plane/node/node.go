@@ -20,8 +20,11 @@
 // store's leases decide who runs what, so nodes never talk to each other.
 //
 // Stop is the planned way out (the worker is marked draining, steps in flight
-// finish, every lease is released at once so successors do not wait for the
-// TTL); Kill is a crash, for tests and demos of recovery.
+// finish, effects in flight finish and their receipts are delivered, so a
+// call that completed is never made again elsewhere, and every lease and
+// every effect claim it cannot finish in time is released at once, so
+// successors do not wait for a TTL); Kill is a crash, for tests and demos
+// of recovery.
 //
 // What it never does: keep package-level state, read the machine's clock or
 // start goroutines outside the actor.Executor of its actor.System.
@@ -215,7 +218,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 
 	regs := withBuiltins([]adapter.Registration{
 		adapter.Register(adapter.NewHTTP(ex, cfg.HTTP), adapter.DefaultRetry()),
-		adapter.Register(adapter.NewFabric(cfg.Store), adapter.NoRetry()),
+		// A send whose outcome is unknown is sent again until the
+		// store answers: Send is deduplicated by message id.
+		adapter.Register(adapter.NewFabric(cfg.Store), adapter.RetryUntilKnown()),
 	}, cfg.Adapters)
 	n.pool, err = adapter.NewPool(cfg.Store, adapter.Config{
 		Worker: cfg.Worker + "/effects", Executor: ex, Concurrency: cfg.EffectConcurrency,
@@ -420,13 +425,20 @@ func (n *Node) Ready(ctx context.Context) error {
 // until Stop.
 func (n *Node) Drain(ctx context.Context) error { return n.host.Drain(ctx) }
 
-// Stop is the planned shutdown (SIGTERM): Drain, then stop the
-// orchestrator, the workers and the node's processes. It returns the first
-// error of those steps; calling it again is a no-op.
+// Stop is the planned shutdown (SIGTERM), bounded by ctx: the adapter pool
+// stops claiming at once; the worlds drain (Drain); the orchestrator hands
+// over; the effects executing finish and their receipts are delivered
+// (adapter.Pool.Stop), and those still running when ctx ends are cancelled
+// and their claims released at once for another node, with a log line
+// each; then the timer worker, reapers and processes stop. It returns the
+// first error of those steps (ctx's, when it ran out); calling it again is
+// a no-op.
 func (n *Node) Stop(ctx context.Context) error {
 	if !n.markStopped() {
 		return nil
 	}
+	// No new effect from here on; those executing go on meanwhile.
+	n.pool.Drain()
 	var err error
 	if n.wfWorker != nil {
 		// Released at once, so another node's worker takes the runs up
@@ -450,6 +462,9 @@ func (n *Node) Stop(ctx context.Context) error {
 	}
 	if serr := n.host.Stop(ctx); err == nil && serr != nil && !errors.Is(serr, plane.ErrStopped) {
 		err = serr
+	}
+	if perr := n.pool.Stop(ctx); err == nil && perr != nil {
+		err = perr
 	}
 	n.finish(ctx)
 	n.cfg.Logger.Info("node stopped", "worker", n.cfg.Worker)

@@ -60,7 +60,7 @@ func Ops() []string {
 		"effect_status", "enqueue", "fire", "fire_held", "fork_world", "get_assignment", "get_lease", "get_watermark", "get_world",
 		"head", "heartbeat", "list_effects", "list_timers", "list_worker_worlds", "list_workers",
 		"list_worlds", "next_due", "now", "publish", "put_snapshot", "queue_depths", "read", "read_inbox",
-		"read_window", "reap_effects", "reap_timers", "release", "release_leases", "renew",
+		"read_window", "reap_effects", "reap_timers", "release", "release_effect", "release_leases", "renew",
 		"renew_leases", "resolve", "retry_effect", "schedule", "send", "set_draining", "set_world_status",
 		"snapshot_below", "spawn", "sweep_dedupe", "unassign", "watch",
 	}

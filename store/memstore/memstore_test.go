@@ -401,6 +401,7 @@ func TestOpsListsEveryHookedOperation(t *testing.T) {
 		func() { s.QueueDepths(bg) },
 		func() { s.NextDue(bg) },
 		func() { s.ReapEffects(bg) },
+		func() { s.ReleaseEffect(bg, "i", store.Claim{Worker: "ad", Attempt: 1}) },
 		func() { s.EffectStatus(bg, "i") },
 		func() { s.Schedule(bg, "w", e, "t", epoch0, nil) },
 		func() { s.CancelTimer(bg, "w", e, "t") },

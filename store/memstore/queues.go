@@ -346,6 +346,35 @@ func (s *Store) ReapEffects(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// ReleaseEffect implements store.Effects.
+func (s *Store) ReleaseEffect(ctx context.Context, intentHash string, c store.Claim) error {
+	const op = "release_effect"
+	if err := s.begin(ctx, op); err != nil {
+		return err
+	}
+	defer s.end()
+	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
+		return err
+	}
+	if err := store.CheckClaim(op, c); err != nil {
+		return err
+	}
+	e, found := s.st.effects[intentHash]
+	var state store.EffectState
+	var row contract.ClaimRow
+	if found {
+		state, row = e.item.State, contract.ClaimRow{Attempt: e.item.Attempt, ClaimedBy: e.item.ClaimedBy}
+	}
+	noop, err := contract.ReleaseEffect(op, intentHash, found, state, row, c)
+	if err != nil || noop {
+		return err
+	}
+	e.item.State = store.EffectPending
+	e.item.ClaimExpires = time.Time{}
+	s.st.notify(store.TopicEffects)
+	return nil
+}
+
 // RetryEffect implements store.Effects. The effect keeps its queue seq and
 // its attempt count; its latest claim is cleared, so no completion of the
 // attempt that already ended can pass as the retry's.

@@ -308,6 +308,56 @@ func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (sto
 	return st, nil
 }
 
+// ReleaseEffect implements store.Effects: the row is locked, decided by
+// contract.ReleaseEffect, and put back to pending as a reap of that one
+// item would. Like a claim or a reap, a release lost in a crash is simply
+// not a release (the claim expires), so it does not wait for the WAL.
+func (s *Store) ReleaseEffect(ctx context.Context, intentHash string, c store.Claim) error {
+	const op = "release_effect"
+	if err := s.begin(ctx, op); err != nil {
+		return err
+	}
+	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
+		return err
+	}
+	if err := store.CheckClaim(op, c); err != nil {
+		return err
+	}
+	var (
+		found, noop bool
+		state       string
+		row         contract.ClaimRow
+	)
+	err := s.twoTrips(ctx, op, "", func(b *batch) {
+		b.queue(nil, "SET LOCAL synchronous_commit = off")
+		b.queue(func(br pgx.BatchResults) error {
+			var att int32
+			err := br.QueryRow().Scan(&state, &att, &row.ClaimedBy)
+			if err == pgx.ErrNoRows {
+				found = false
+				return nil
+			}
+			found, row.Attempt = err == nil, int(att)
+			return err
+		}, `SELECT state, attempts, claimed_by FROM effects WHERE intent_hash = $1 FOR UPDATE`, intentHash)
+	}, func(b *batch) error {
+		var err error
+		if noop, err = contract.ReleaseEffect(op, intentHash, found, store.EffectState(state), row, c); err != nil || noop {
+			return err
+		}
+		b.queue(nil, `UPDATE effects SET state = 'pending', claim_expires_ns = NULL WHERE intent_hash = $1`, intentHash)
+		b.queue(nil, `SELECT notify_topic('effects')`)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if !noop {
+		s.hint(store.TopicEffects)
+	}
+	return nil
+}
+
 // ---- timers ----
 
 // Schedule implements protocol E's first step (see schedule_timer).

@@ -244,6 +244,39 @@ func (s *Store) ReapEffects(ctx context.Context) (int, error) {
 	return s.reap(ctx, "reap_effects", effectsQueue)
 }
 
+// ReleaseEffect puts an inflight effect back to pending under its latest
+// claim (contract.ReleaseEffect), as a reap of that one item would.
+func (s *Store) ReleaseEffect(ctx context.Context, intentHash string, c store.Claim) error {
+	const op = "release_effect"
+	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
+		return err
+	}
+	if err := store.CheckClaim(op, c); err != nil {
+		return err
+	}
+	return s.write(ctx, op, "", func(t *wtx) error {
+		var (
+			state string
+			row   contract.ClaimRow
+			att   int64
+		)
+		found, err := t.queryRow(`SELECT state, attempts, claimed_by FROM effects WHERE intent_hash = ?`, []any{intentHash}, &state, &att, &row.ClaimedBy)
+		if err != nil {
+			return err
+		}
+		row.Attempt = int(att)
+		noop, err := contract.ReleaseEffect(op, intentHash, found, store.EffectState(state), row, c)
+		if err != nil || noop {
+			return err
+		}
+		if _, err := t.exec(`UPDATE effects SET state = 'pending', claim_expires = NULL WHERE intent_hash = ?`, intentHash); err != nil {
+			return err
+		}
+		t.notify(store.TopicEffects)
+		return nil
+	})
+}
+
 // RetryEffect sends an effect whose terminal receipt was error or timeout
 // back to pending (contract.Retryable), with Retries+1 and the reason. Its
 // earlier claim is spent (its completion was the receipt being retried),

@@ -22,7 +22,44 @@ func effectTests() []testCase {
 		{"ReapRequeuesExpiredClaimsWithNextAttempt", testReapEffects},
 		{"ConcurrentClaimersNeverClaimTheSameItem", testConcurrentClaimers},
 		{"CompleteAfterReapStillCountsOnce", testCompleteAfterReap},
+		{"ReleaseEffectRequeuesAtOnceUnderItsLatestClaim", testReleaseEffect},
 	}
+}
+
+// A released claim is claimable at once, without waiting for its expiry:
+// a planned stop hands its work to another claimant immediately. Only the
+// latest claim may release, a retried release is a no-op, and a done
+// intent cannot be released.
+func testReleaseEffect(t *testing.T, open Factory) {
+	f := setup(t, open)
+	e := f.leased("w", "A")
+	f.publish("w", e, "i1", "i2")
+	c := f.claimOne("adapter-1", "i1").ClaimOf()
+	if got := f.claim("adapter-2", 5); len(got) != 1 || got[0].IntentHash != "i2" {
+		t.Fatalf("Claim before the release = %+v, want i2 alone", got)
+	}
+	hint := f.watch(store.TopicEffects).C
+	wantErr(t, f.s.ReleaseEffect(bg, "i1", store.Claim{Worker: "adapter-2", Attempt: c.Attempt}), store.ErrClaimLost, "ReleaseEffect by another worker")
+	wantErr(t, f.s.ReleaseEffect(bg, "i1", store.Claim{Worker: c.Worker, Attempt: c.Attempt + 1}), store.ErrClaimLost, "ReleaseEffect of another attempt")
+	if st := f.effectStatus("i1"); st.State != store.EffectInflight {
+		t.Fatalf("a refused release changed the effect: %+v", st)
+	}
+	must(t, f.s.ReleaseEffect(bg, "i1", c), "ReleaseEffect")
+	awaitHint(t, hint, "effects", func() {})
+	if st := f.effectStatus("i1"); st.State != store.EffectPending || st.Attempts != 1 {
+		t.Fatalf("EffectStatus after release = %+v, want pending after 1 attempt", st)
+	}
+	must(t, f.s.ReleaseEffect(bg, "i1", c), "ReleaseEffect again")
+	// No clock moved: the claim had not expired, and the item is claimable.
+	again := f.claim("adapter-2", 5)
+	if len(again) != 1 || again[0].IntentHash != "i1" || again[0].Attempt != c.Attempt+1 || again[0].ClaimedBy != "adapter-2" {
+		t.Fatalf("Claim after the release = %+v, want i1 at attempt %d", again, c.Attempt+1)
+	}
+	wantErr(t, f.s.ReleaseEffect(bg, "i1", c), store.ErrClaimLost, "ReleaseEffect by a claim that was superseded")
+	f.complete("i1", again[0].ClaimOf(), store.Receipt{Status: store.ReceiptOK})
+	wantErr(t, f.s.ReleaseEffect(bg, "i1", again[0].ClaimOf()), store.ErrClaimLost, "ReleaseEffect of a done intent")
+	wantErr(t, f.s.ReleaseEffect(bg, "never", c), store.ErrNotFound, "ReleaseEffect of an unknown intent")
+	wantErr(t, f.s.ReleaseEffect(bg, "i2", store.Claim{Worker: "adapter-2"}), store.ErrInvalid, "ReleaseEffect with attempt 0")
 }
 
 func testPublishDedupe(t *testing.T, open Factory) {

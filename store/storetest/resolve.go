@@ -185,7 +185,7 @@ func testResolveInvalid(t *testing.T, open Factory) {
 	}{
 		{"unknown status", "i1", store.Receipt{Status: "maybe"}, ""},
 		{"empty status", "i1", store.Receipt{}, ""},
-		{"payload over MaxPayloadBytes", "i1", store.Receipt{Status: store.ReceiptOK, Payload: make([]byte, store.MaxPayloadBytes+1)}, ""},
+		{"payload over MaxReceiptBytes", "i1", store.Receipt{Status: store.ReceiptOK, Payload: make([]byte, store.MaxReceiptBytes+1)}, ""},
 		{"reason over MaxReasonBytes", "i1", ok, strings.Repeat("r", store.MaxReasonBytes+1)},
 		{"reason not UTF-8", "i1", ok, "r\xff"},
 		{"empty intent hash", "", ok, ""},

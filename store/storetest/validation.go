@@ -293,8 +293,8 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 		return err
 	})
 	add("Schedule payload over MaxPayloadBytes", func() error { return f.s.Schedule(bg, "w", e, "new", f.now(), bigPayload) })
-	add("Complete receipt over MaxPayloadBytes", func() error {
-		_, _, err := f.s.Complete(bg, "i1", ic, store.Receipt{Status: store.ReceiptOK, Payload: bigPayload})
+	add("Complete receipt over MaxReceiptBytes", func() error {
+		_, _, err := f.s.Complete(bg, "i1", ic, store.Receipt{Status: store.ReceiptOK, Payload: make([]byte, store.MaxReceiptBytes+1)})
 		return err
 	})
 	add("Complete unknown receipt status", func() error {

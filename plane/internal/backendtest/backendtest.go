@@ -285,6 +285,13 @@ func (h *Handle) Complete(ctx context.Context, hash string, c store.Claim, rc st
 	return h.Store.Complete(ctx, hash, c, rc)
 }
 
+func (h *Handle) ReleaseEffect(ctx context.Context, hash string, c store.Claim) error {
+	if err := h.begin("release_effect"); err != nil {
+		return err
+	}
+	return h.Store.ReleaseEffect(ctx, hash, c)
+}
+
 func (h *Handle) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]store.TimerItem, error) {
 	if err := h.begin("claim_due"); err != nil {
 		return nil, err

@@ -181,6 +181,22 @@ func ClaimCheck(op, id string, row ClaimRow, c store.Claim) error {
 	return nil
 }
 
+// ReleaseEffect decides a ReleaseEffect of an effect in state (found=false:
+// unknown) under c: noop=true when it is pending under c already (reaped
+// or released), otherwise it must be inflight under c, its latest claim.
+func ReleaseEffect(op, id string, found bool, state store.EffectState, row ClaimRow, c store.Claim) (noop bool, err error) {
+	switch {
+	case !found:
+		return false, store.Errorf(op, store.ErrNotFound, "", "intent %s", id)
+	case state == store.EffectDone:
+		return false, store.Errorf(op, store.ErrClaimLost, "", "%s: done", id)
+	}
+	if err := ClaimCheck(op, id, row, c); err != nil {
+		return false, err
+	}
+	return state == store.EffectPending, nil
+}
+
 // SettleRow is a queued effect or timer as a settle (Complete, Fire,
 // Resolve) reads it in its own transaction.
 type SettleRow struct {
