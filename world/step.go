@@ -17,8 +17,10 @@ const (
 	// reply stand.
 	OutcomeOK Outcome = "ok"
 	// OutcomeError: the input was malformed, or the handler returned an
-	// error or misused its Ctx, or left a state that cannot be encoded.
-	// The state is unchanged and the intents are discarded.
+	// error or misused its Ctx, or left a state that cannot be encoded,
+	// or the step exceeded a kernel limit (ErrLimit), or the store refused
+	// it (ErrRefused). The state is unchanged and the intents are
+	// discarded.
 	OutcomeError Outcome = "error"
 	// OutcomePanic: the handler panicked; as OutcomeError otherwise.
 	OutcomePanic Outcome = "panic"
