@@ -27,7 +27,7 @@ type (
 	SendMany  struct{ N int }
 	ArmMany   struct{ N, From int }
 	CancelAll struct{}
-	Grow      struct{ Bytes int }
+	Grow      struct{ Bytes, Effects int }
 	BigReply  struct{ Bytes int }
 	BigParams struct{ Bytes int }
 	BigTimer  struct{ Bytes int }
@@ -78,6 +78,9 @@ func oversizeDef() *world.Def[Hoard] {
 	})
 	world.On(d, func(c *world.Ctx, s *Hoard, g Grow) error {
 		s.Blob = make([]byte, g.Bytes)
+		for range g.Effects {
+			c.Effect(world.KindHTTPRequest, world.HTTPRequest{Method: "GET", URL: "https://x.example/"})
+		}
 		return nil
 	})
 	world.On(d, func(c *world.Ctx, s *Hoard, b BigReply) error {
@@ -247,6 +250,18 @@ func TestStateOverTheBoundIsAnErrorOutcomeAndTheStateIsUnchanged(t *testing.T) {
 	overLimit(t, f, res, before, "state", le.Got, world.MaxStateBytes)
 	if v := f.value(); len(v.Blob) != 0 || v.Notes[0] != "kept" {
 		t.Fatal("the state of the failed step was kept")
+	}
+
+	// S within the bound, but not with the intents the step leaves
+	// awaited: the bound is on the state as it is snapshotted.
+	before = f.w.State()
+	res = f.event(Grow{Bytes: world.MaxStateBytes - 50_000, Effects: world.MaxStepIntents})
+	if !errors.As(res.Err, &le) || le.Got <= world.MaxStateBytes {
+		t.Fatalf("err %v, want the state limit", res.Err)
+	}
+	overLimit(t, f, res, before, "state", le.Got, world.MaxStateBytes)
+	if len(f.w.Awaiting()) != 0 {
+		t.Fatal("the failed step's intents are awaited")
 	}
 }
 

@@ -281,6 +281,10 @@ func (d *Def[S]) step(id string, height uint64, user []byte, m meta, in Input, e
 	// The state is bounded as it is hashed and snapshotted, with what the
 	// step leaves awaited: only then is its size known.
 	var state []byte
+	if dec.outcome == OutcomeOK && len(newUser) > MaxStateBytes {
+		// The image holds S whole: no need to build it to know.
+		dec.outcome, dec.err = OutcomeError, &LimitError{What: "state", Got: len(newUser), Max: MaxStateBytes}
+	}
 	if dec.outcome == OutcomeOK {
 		after := next.with(ctx.intents, ctx.timers, ctx.cancels)
 		if state, err = encodeImage(newUser, after); err != nil {
