@@ -106,10 +106,11 @@ func (e *events) of(kind string) []plane.HostEvent {
 
 // runSpill enqueues msgs into a fresh world of the spill definition (as
 // kern serves it) before a host starts, so that its first cycle reads
-// them all; it waits until the host has drained them and returns the
+// them all; it waits until the host has drained them, runs then (if
+// any) with a client that has no in-process replies, and returns the
 // journal, the host's events, and the state replayed from the journal,
 // which it checks equals the host's restore byte for byte.
-func runSpill(r *rig, kern world.Kernel, msgs ...any) ([]event.Envelope, *events, spill, error) {
+func runSpill(r *rig, kern world.Kernel, then func(c *plane.Client) error, msgs ...any) ([]event.Envelope, *events, spill, error) {
 	const id = "spill"
 	if err := createAssigned(r.ctx, r.base, id, "A"); err != nil {
 		return nil, nil, spill{}, err
@@ -134,6 +135,11 @@ func runSpill(r *rig, kern world.Kernel, msgs ...any) ([]event.Envelope, *events
 	defer h.Stop(r.ctx)
 	if err := r.drained(id); err != nil {
 		return nil, evs, spill{}, fmt.Errorf("%w (crashes: %d)", err, len(evs.of(plane.EvCrash)))
+	}
+	if then != nil {
+		if err := then(c); err != nil {
+			return nil, evs, spill{}, err
+		}
 	}
 	journal, err := journalOf(r.ctx, r.base, id)
 	if err != nil {
@@ -188,7 +194,7 @@ func noEffects(r *rig, id string) error {
 // the journal replays to the host's state byte for byte.
 func TestOversizedStepsAreConsumedAndTheNextInputRuns(t *testing.T) {
 	forEachBackend(t, 81, "oversize", func(r *rig) error {
-		journal, evs, s, err := runSpill(r, spillDef().Kernel(),
+		journal, evs, s, err := runSpill(r, spillDef().Kernel(), nil,
 			Jot{Key: "a"}, Shout{Bytes: 5 << 20}, Spew{N: 10_001}, Jot{Key: "b"})
 		if err != nil {
 			return err
@@ -232,7 +238,16 @@ func TestOversizedStepsAreConsumedAndTheNextInputRuns(t *testing.T) {
 // (which runs no handler for a refused step) gives the host's state.
 func TestStoreRefusedStepIsConsumedAsAnErrorOutcome(t *testing.T) {
 	forEachBackend(t, 82, "refused", func(r *rig) error {
-		journal, evs, s, err := runSpill(r, swellKernel{spillDef().Kernel()},
+		// A call the store refuses: its caller, which re-derives the
+		// reply from the journal, is told so.
+		call := func(c *plane.Client) error {
+			_, err := c.Call(r.ctx, "spill", Jot{Key: "poison call"})
+			if !errors.Is(err, plane.ErrCallFailed) || !errors.Is(err, world.ErrRefused) {
+				return fmt.Errorf("a refused call answered %v, want ErrCallFailed and ErrRefused", err)
+			}
+			return nil
+		}
+		journal, evs, s, err := runSpill(r, swellKernel{spillDef().Kernel()}, call,
 			Jot{Key: "a"}, Jot{Key: "poison"}, Jot{Key: "b"}, Jot{Key: "c"})
 		if err != nil {
 			return err
@@ -240,18 +255,19 @@ func TestStoreRefusedStepIsConsumedAsAnErrorOutcome(t *testing.T) {
 		if got := strings.Join(s.Seen, ","); got != "a,b,c" {
 			return fmt.Errorf("state saw %q, want a,b,c", got)
 		}
-		if len(journal) != 4 {
-			return fmt.Errorf("%d records, want 4", len(journal))
+		if len(journal) != 5 {
+			return fmt.Errorf("%d records, want 5", len(journal))
 		}
 		for i, e := range journal {
 			rec, err := spillRecordOf(e)
 			if err != nil {
 				return err
 			}
-			if poisoned := i == 1; rec.Refused != poisoned || (rec.Outcome == string(world.OutcomeError)) != poisoned {
+			poisoned := i == 1 || i == 4
+			if rec.Refused != poisoned || (rec.Outcome == string(world.OutcomeError)) != poisoned {
 				return fmt.Errorf("record %d: %+v", i+1, rec)
 			}
-			if i == 1 && !strings.Contains(rec.Error, "refused") {
+			if poisoned && !strings.Contains(rec.Error, "refused") {
 				return fmt.Errorf("the refused step's error %q does not say so", rec.Error)
 			}
 		}
@@ -273,8 +289,8 @@ func TestStoreRefusedStepIsConsumedAsAnErrorOutcome(t *testing.T) {
 			for _, ev := range refusals {
 				ns = append(ns, ev.N)
 			}
-			if !slices.Equal(ns, []int{2, 1}) {
-				return fmt.Errorf("refused commits of %v steps, want [2 1]: the two-step cycle, then the poison alone", ns)
+			if !slices.Equal(ns, []int{2, 1, 1}) {
+				return fmt.Errorf("refused commits of %v steps, want [2 1 1]: the two-step cycle, the poison alone, the call", ns)
 			}
 		}
 		return nil

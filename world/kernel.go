@@ -97,6 +97,16 @@ func RecordInput(e event.Envelope) (Input, error) {
 	return Input{Seq: r.Input.Seq, Kind: r.Input.Kind, Payload: r.Input.Payload, EnqueuedAt: r.Input.EnqueuedAt.Time}, nil
 }
 
+// RecordRefused reports whether a record is of a step the store refused
+// (World.Refuse): re-deriving it is Refuse, not Step.
+func RecordRefused(e event.Envelope) (bool, error) {
+	var r record
+	if err := unmarshalRecord(e.Payload, &r); err != nil || r.V != recordVersion {
+		return false, &TailError{Height: e.RunSeq, Reason: "payload is not a world step record", Err: err}
+	}
+	return r.Refused, nil
+}
+
 // RecordCallID returns the call id of a record's input ("" for an input
 // that is not a call), and the hash of the reply the step gave.
 func RecordCallID(e event.Envelope) (callID, replyHash string, err error) {
