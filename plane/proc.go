@@ -362,6 +362,9 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 func (w *worldProc) refuse(ran []cycleInput, base world.Snapshot, b store.CommitBatch, cause error) (store.CommitBatch, []world.Reply, bool, error) {
 	h, l := w.h, w.l
 	w.inst = nil // ahead of the store until reloaded
+	if len(ran) == 0 {
+		return b, nil, false, cause // no step to blame: the world restarts as after any failure
+	}
 	inst, err := l.kern.Load(l.world, base)
 	if err != nil {
 		return b, nil, false, errors.Join(cause, err)
