@@ -115,28 +115,23 @@ func bound(err error) (error, string) {
 	return &boundedError{text: t, err: err}, t
 }
 
-// boundText is s as valid UTF-8 of at most limit bytes: a longer s is cut on
-// a character boundary and ends with a marker that says how long it was.
-// It depends on s alone, so a replay cuts a text where the first run did.
+// boundText is s as valid UTF-8 (invalid bytes replaced by U+FFFD) of at
+// most limit bytes: a longer text is cut on a character boundary and ends
+// with a marker that says how long it was. It depends on s alone, so a
+// replay cuts a text where the first run did.
 func boundText(s string, limit int) string {
-	if len(s) <= limit && utf8.ValidString(s) {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if len(s) <= limit {
 		return s
 	}
-	if len(s) > limit {
-		marker := " … [cut: " + strconv.Itoa(len(s)) + " bytes, at most " + strconv.Itoa(limit) + " kept]"
-		cut := max(limit-len(marker), 0)
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = strings.ToValidUTF8(s[:cut], "\uFFFD")
-		// Replacing invalid bytes may lengthen the text: cut again.
-		for len(s)+len(marker) > limit {
-			_, n := utf8.DecodeLastRuneInString(s)
-			s = s[:len(s)-n]
-		}
-		return s + marker
+	marker := " … [cut: " + strconv.Itoa(len(s)) + " bytes, at most " + strconv.Itoa(limit) + " kept]"
+	cut := max(limit-len(marker), 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
 	}
-	return strings.ToValidUTF8(s, "\uFFFD")
+	return s[:cut] + marker
 }
 
 // checkLimits returns the first limit the handler's requests exceed, in a

@@ -3,6 +3,7 @@ package world
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/orrery-run/orrery/event"
 )
@@ -56,5 +57,26 @@ func TestKernelLimitsFitTheStore(t *testing.T) {
 	}
 	if len(b) > maxRecordBytes {
 		t.Fatalf("the largest record is %d bytes, over %d", len(b), maxRecordBytes)
+	}
+}
+
+// TestBoundTextIsValidUTF8WithinItsLimit: whatever the text (invalid bytes
+// that grow when replaced, a multi-byte character across the cut), the
+// bounded text is valid UTF-8 of at most the limit, and a text within it
+// is kept as it is.
+func TestBoundTextIsValidUTF8WithinItsLimit(t *testing.T) {
+	for name, s := range map[string]string{
+		"short":                 "fine",
+		"invalid, grows":        strings.Repeat("a\xff", MaxErrorBytes/2),
+		"multi-byte at the cut": strings.Repeat("é", MaxErrorBytes) + "€",
+		"long ascii":            strings.Repeat("x", 3*MaxErrorBytes),
+	} {
+		got := boundText(s, MaxErrorBytes)
+		if len(got) > MaxErrorBytes || !utf8.ValidString(got) {
+			t.Errorf("%s: %d bytes, valid UTF-8 %v", name, len(got), utf8.ValidString(got))
+		}
+		if len(s) <= MaxErrorBytes && utf8.ValidString(s) && got != s {
+			t.Errorf("%s: a text within the limit was changed", name)
+		}
 	}
 }
