@@ -50,7 +50,7 @@ type HostConfig struct {
 	ClockSkew time.Duration
 
 	MaxInboxBatch        int           // items read per cycle (default 256)
-	MaxTickStepsPerCycle int           // steps per commit (default 256)
+	MaxTickStepsPerCycle int           // steps per commit (default 256, at most store.MaxBatch)
 	MaxEffectsPerCycle   int           // intents per commit (default 1024)
 	MaxCycleWall         time.Duration // a cycle's stepping time (default 50ms)
 	SnapshotEvery        uint64        // snapshot every N heights (default 1000)
