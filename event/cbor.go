@@ -451,8 +451,8 @@ var (
 // kernel and workflows refuse it before they turn a duration into an
 // instant.
 var (
-	MinTime = time.Date(1678, 1, 1, 0, 0, 0, 0, time.UTC)
-	MaxTime = time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC)
+	MinTime = time.Unix(MinTimeUnix, 0).UTC()
+	MaxTime = time.Unix(MaxTimeUnix, 0).UTC()
 )
 
 // ErrTimeRange matches encoding errors for a time outside the int64

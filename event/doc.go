@@ -12,7 +12,11 @@
 //     Decoder for untrusted bytes, IsCanonical and Canonicalize;
 //   - the canonical encoding of an envelope, DecodeEnvelope and EnvelopeHash;
 //   - the sourceOccurredAt payload convention (source event-time lives in
-//     the payload; occurredAt is not an envelope field).
+//     the payload; occurredAt is not an envelope field);
+//   - the persistence limits (MaxIDBytes, MaxPayloadBytes, MaxStateBytes,
+//     MaxBatch, the stored time range): one set of constants that the store
+//     checks and the world kernel bounds every step by, so the two cannot
+//     drift apart.
 //
 // It never does I/O, never reads a clock (EmittedAt and PersistedAt are set
 // by callers: the producer and the append authority), starts no goroutines

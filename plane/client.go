@@ -273,7 +273,17 @@ func (c *Client) replyFromJournal(ctx context.Context, id string, seq uint64, ca
 	if err != nil {
 		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, err)
 	}
-	res, err := inst.Step(in, journal[at].EmittedAt)
+	// A step the store refused ran no handler, and is re-derived so.
+	refused, err := world.RecordRefused(journal[at])
+	if err != nil {
+		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, err)
+	}
+	var res world.StepResult
+	if refused {
+		res, err = inst.Refuse(in, journal[at].EmittedAt, nil)
+	} else {
+		res, err = inst.Step(in, journal[at].EmittedAt)
+	}
 	if err != nil || res.Reply == nil || res.Reply.CallID != callID || res.StateHash == "" {
 		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, err)
 	}

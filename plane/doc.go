@@ -15,7 +15,16 @@
 //     the actor layer. A world's cycle reads its inbox after the cursor,
 //     steps the pure kernel until the inbox is drained or a budget runs out
 //     (HostConfig.MaxInboxBatch, MaxTickStepsPerCycle, MaxEffectsPerCycle,
-//     MaxCycleWall on the executor's clock), then makes ONE store.Commit.
+//     MaxCycleWall on the executor's clock, and the store's MaxBatch: a
+//     cycle stops while one more step at the kernel's per-step limits
+//     would not fit), then makes ONE store.Commit.
+//   - No input wedges a world: the kernel bounds each step (see package
+//     world, "Limits"), so the store takes every commit. Should it refuse
+//     one all the same as invalid (store.ErrInvalid: nothing written), the
+//     world is not restarted to fail again for ever: a commit of one step
+//     is made again with that step's input consumed as a refused error
+//     outcome (world.Instance.Refuse), and a commit of several is made
+//     again one step per commit, which finds the one refused (EvRefused).
 //     Leases are renewed in batches (RenewLeases) before expiresAt − margin.
 //     The controller reconciles with the store one ListWorkerWorlds page
 //     per turn, renewing between pages, and starts hint-driven passes at

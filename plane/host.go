@@ -50,7 +50,7 @@ type HostConfig struct {
 	ClockSkew time.Duration
 
 	MaxInboxBatch        int           // items read per cycle (default 256)
-	MaxTickStepsPerCycle int           // steps per commit (default 256)
+	MaxTickStepsPerCycle int           // steps per commit (default 256, at most store.MaxBatch)
 	MaxEffectsPerCycle   int           // intents per commit (default 1024)
 	MaxCycleWall         time.Duration // a cycle's stepping time (default 50ms)
 	SnapshotEvery        uint64        // snapshot every N heights (default 1000)
@@ -135,6 +135,13 @@ const (
 	// from the due time to the firing (the step's start, or FireHeld's
 	// return).
 	EvTimerFired = "timer-fired"
+	// EvRefused: the store refused a cycle's commit as invalid (Err, a
+	// store.ErrInvalid), although the kernel bounds every step. Nothing
+	// of it was written; N steps were in it. The world goes on: a commit
+	// of one step is made again with that step's input consumed as an
+	// error outcome (world.ErrRefused); a commit of several is made again
+	// one step at a time, to find the step refused.
+	EvRefused = "refused"
 )
 
 func (c *HostConfig) defaults() error {
@@ -162,6 +169,8 @@ func (c *HostConfig) defaults() error {
 	defInt(&c.Capacity, 1<<20)
 	defInt(&c.MaxInboxBatch, 256)
 	defInt(&c.MaxTickStepsPerCycle, 256)
+	// A commit's entries are one store call's items.
+	c.MaxTickStepsPerCycle = min(c.MaxTickStepsPerCycle, store.MaxBatch)
 	defInt(&c.MaxEffectsPerCycle, 1024)
 	defInt(&c.ListPage, 1000)
 	c.ListPage = min(c.ListPage, store.MaxBatch)

@@ -31,6 +31,10 @@ type worldProc struct {
 	cursor  uint64
 	passive bool // passivated: wakes still in the mailbox go to the host
 	woke    bool // started by a hint after passivation
+	// isolate counts the commits still to make of one step each: the
+	// store refused a commit of that many steps, and only alone is the
+	// step it refused told apart from the others (see refuse).
+	isolate int
 }
 
 func (w *worldProc) OnStart(p *actor.Proc) error {
@@ -207,16 +211,18 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 	} else {
 		inputs = append(inputs, firings...)
 	}
+	base := w.inst.Snapshot() // what the cycle starts from, should the store refuse it
 	b := store.CommitBatch{ExpectedCursor: w.cursor, NewCursor: w.cursor, ExpectedHead: w.inst.Height()}
 	var oldest time.Time // the enqueue of the oldest item journaled
 	var replies []world.Reply
 	steps, effects := 0, 0
 	more = len(items) == cfg.MaxInboxBatch || took || len(fired) > 0
 	var stepped []store.InboxItem // the inbox items journaled, in order
+	var ran []cycleInput          // the inputs stepped, in order
 	fired = fired[:0]             // the timers fired, in order
 	for k, c := range inputs {
 		if steps >= cfg.MaxTickStepsPerCycle || effects >= cfg.MaxEffectsPerCycle ||
-			(steps > 0 && h.ex.Now().Sub(start) >= cfg.MaxCycleWall) {
+			(steps > 0 && (w.isolate > 0 || !roomForAStep(&b) || h.ex.Now().Sub(start) >= cfg.MaxCycleWall)) {
 			more = true
 			// The budget is spent: unstepped items are read again, and
 			// unstepped firings go back, to go first next time.
@@ -280,6 +286,7 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 		}
 		steps++
 		effects += len(res.Intents) + len(res.TimerSets)
+		ran = append(ran, c)
 	}
 	items = stepped
 	if height := w.inst.Height(); height/cfg.SnapshotEvery > b.ExpectedHead/cfg.SnapshotEvery {
@@ -302,10 +309,31 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 		}
 	}
 	res, err := h.st.Commit(cctx, l.world, l.epoch, b)
+	if err != nil && errors.Is(err, store.ErrInvalid) {
+		h.emit(HostEvent{Kind: EvRefused, World: l.world, Epoch: l.epoch, Height: b.ExpectedHead, Err: err, N: steps})
+		cause, retry := err, false
+		if b, replies, retry, err = w.refuse(ran, base, b, cause); err == nil && retry {
+			otrace.End(sp, h.ex.Now(), cause)
+			// What this cycle took goes back, to go first in the
+			// cycles that commit its steps one by one.
+			for _, e := range fired {
+				e.deferred = true
+			}
+			h.putDue(l, fired)
+			l.hinted.Store(true)
+			return true, nil
+		}
+		if err == nil {
+			res, err = h.st.Commit(cctx, l.world, l.epoch, b)
+		}
+	}
 	done := h.ex.Now()
 	if err != nil {
 		otrace.End(sp, done, err)
 		return false, err
+	}
+	if w.isolate > 0 {
+		w.isolate--
 	}
 	sp.SetAttributes(otrace.ToHeight.Int64(int64(res.Head)), otrace.Intents.Int(res.Published))
 	otrace.End(sp, done, nil)
@@ -325,6 +353,60 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 		cfg.Replies.deliver(r)
 	}
 	return more, nil
+}
+
+// refuse answers a commit the store refused as invalid (cause): a step
+// within the kernel's limits that the store does not take all the same.
+// Nothing of the commit was written, so the world goes back to base, the
+// state the cycle started from. A commit of one step is made again with
+// that step refused (world.Instance.Refuse): its input consumed as an
+// error outcome, the state unchanged, so that neither it nor the inputs
+// queued behind it wait for ever. A commit of several steps cannot say
+// which one the store refused: refuse reports again, and the cycles
+// after it commit them one at a time (w.isolate), the refused one alone.
+func (w *worldProc) refuse(ran []cycleInput, base world.Snapshot, b store.CommitBatch, cause error) (store.CommitBatch, []world.Reply, bool, error) {
+	h, l := w.h, w.l
+	w.inst = nil // ahead of the store until reloaded
+	if len(ran) == 0 {
+		return b, nil, false, cause // no step to blame: the world restarts as after any failure
+	}
+	inst, err := l.kern.Load(l.world, base)
+	if err != nil {
+		return b, nil, false, errors.Join(cause, err)
+	}
+	w.inst = inst
+	if len(ran) != 1 {
+		w.isolate = len(ran)
+		return b, nil, true, nil
+	}
+	c := ran[0]
+	res, err := inst.Refuse(c.in, h.ex.Now(), cause)
+	if err != nil {
+		w.inst = nil
+		return b, nil, false, errors.Join(cause, err)
+	}
+	nb := store.CommitBatch{ExpectedCursor: b.ExpectedCursor, NewCursor: b.NewCursor, ExpectedHead: b.ExpectedHead,
+		Entries: []store.Record{res.Record}}
+	if c.timer != nil {
+		nb.CancelTimers = []string{c.timer.hash}
+	}
+	if b.Snapshot != nil {
+		nb.Snapshot = &store.Snapshot{World: l.world, Height: inst.Height(), State: inst.State(), StateHash: inst.StateHash()}
+	}
+	var replies []world.Reply
+	if res.Reply != nil {
+		replies = []world.Reply{*res.Reply}
+	}
+	return nb, replies, false, nil
+}
+
+// roomForAStep reports whether b can take one more step at the kernel's
+// limits and stay within the store's: each step is bounded, but a commit
+// gathers many.
+func roomForAStep(b *store.CommitBatch) bool {
+	return len(b.Entries) < store.MaxBatch &&
+		len(b.Intents)+world.MaxStepIntents <= store.MaxBatch &&
+		len(b.Timers)+len(b.CancelTimers)+world.MaxStepTimers+world.MaxStepCancels+1 <= store.MaxBatch
 }
 
 // cycleInput is one input of a cycle: an inbox item's, or a due timer's

@@ -1,11 +1,12 @@
 package store
 
 import (
-	"github.com/orrery-run/orrery/event"
 	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/orrery-run/orrery/event"
 )
 
 // The one validation of the persistence plane. Every backend runs these
@@ -17,9 +18,10 @@ import (
 // The limits:
 //
 //   - Identifiers (world, universe, stream, worker, event id, intent hash,
-//     message id, projector, kinds, event type, step id, plan id, origin,
-//     policy and state hashes): valid UTF-8 without NUL, at most MaxIDBytes
-//     bytes; most are also required to be non-empty.
+//     message id, projector, kinds, event type, step id, plan id, policy
+//     and state hashes): valid UTF-8 without NUL, at most MaxIDBytes
+//     bytes; most are also required to be non-empty. An intent's origin
+//     ("world@height") may be up to MaxOriginBytes.
 //   - Keys (idempotency keys, dedupe keys): the same, up to MaxKeyBytes.
 //   - Reasons (status changes, retries, resolutions, assignments): up to
 //     MaxReasonBytes.
@@ -31,12 +33,17 @@ import (
 //   - Times (emittedAt, deliverAt): the zero time (absent) or within
 //     [MinTime, MaxTime], the range every backend stores at nanosecond
 //     precision. Durations (lease and claim TTLs): (0, MaxTTL].
+//
+// The numbers are event's (event.MaxIDBytes …), which the world kernel
+// bounds every step by as well: the producer and this check share one set
+// of constants, so a step the kernel lets through is one every backend
+// accepts.
 const (
-	MaxIDBytes      = 256
-	MaxKeyBytes     = 512
-	MaxReasonBytes  = 1024
-	MaxPayloadBytes = 4 << 20
-	MaxStateBytes   = 64 << 20
+	MaxIDBytes      = event.MaxIDBytes
+	MaxKeyBytes     = event.MaxKeyBytes
+	MaxReasonBytes  = event.MaxReasonBytes
+	MaxPayloadBytes = event.MaxPayloadBytes
+	MaxStateBytes   = event.MaxStateBytes
 	// MaxReceiptBytes bounds a receipt's payload (Complete, CompleteMany,
 	// Resolve): the largest input a world's kernel reads (the plane's tests
 	// pin the two equal). A receipt the kernel could not read would leave
@@ -46,7 +53,11 @@ const (
 	MaxTTL          = 30 * 24 * time.Hour
 	// MaxBatch bounds the items of one call (events of an append, intents,
 	// refs or worlds of a bulk lease call, n of a claim).
-	MaxBatch = 10_000
+	MaxBatch = event.MaxBatch
+	// MaxOriginBytes bounds an intent's origin, "world@height": a world id
+	// of MaxIDBytes, the '@' and the 20 digits of the largest height, so
+	// that every world may emit effects whatever its id.
+	MaxOriginBytes = MaxIDBytes + 1 + 20
 )
 
 // MinTime and MaxTime bound every stored time.
@@ -225,7 +236,7 @@ func CheckIntent(op string, in Intent) error {
 	for _, c := range []error{
 		CheckID(op, "intentHash", in.IntentHash),
 		CheckID(op, "kind", in.Kind),
-		CheckOptionalID(op, "origin", in.Origin),
+		checkText(op, "origin", in.Origin, MaxOriginBytes, false),
 		CheckOptionalID(op, "policyContextHash", in.PolicyContextHash),
 		CheckPayload(op, "params", in.Params),
 	} {

@@ -22,6 +22,9 @@ import (
 // A Ctx is valid only during the handler call that received it. A misuse
 // (an unregistered effect kind, params that cannot be encoded, a second
 // Reply) fails the step with a *UsageError, whatever the handler returns.
+// Asking for more than a kernel limit allows (MaxStepIntents and the
+// others) fails it with a *LimitError: a call past a count limit returns
+// "" and is only counted, so that the error says by how much.
 type Ctx struct {
 	kinds   effectKinds
 	world   string
@@ -41,6 +44,9 @@ type Ctx struct {
 	reply   *Reply
 	logs    []LogEntry
 	routes  func(string) bool // whether an input type has a handler
+	// What the handler asked for, counted past the kernel's limits (only
+	// what is within them is kept), so that the error names the excess.
+	nIntents, nTimers, nCancels, droppedLogs int
 }
 
 type effectKinds = map[string]reflect.Type
@@ -93,6 +99,9 @@ func (c *Ctx) Effect(kind string, params any) string {
 	if c.usable() != nil {
 		return ""
 	}
+	if c.nIntents++; c.nIntents > MaxStepIntents {
+		return ""
+	}
 	want, ok := c.kinds[kind]
 	if !ok {
 		c.fail(&UsageError{Op: "Effect", Reason: "effect kind " + kind + " is not registered (EffectKind)"})
@@ -116,6 +125,10 @@ func (c *Ctx) Effect(kind string, params any) string {
 	b, err := event.Marshal(params)
 	if err != nil {
 		c.fail(&UsageError{Op: "Effect", Reason: "params cannot be encoded", Err: err})
+		return ""
+	}
+	if len(b) > MaxParamsBytes {
+		c.fail(&LimitError{What: "params", Got: len(b), Max: MaxParamsBytes})
 		return ""
 	}
 	h := c.next(kind, b)
@@ -156,6 +169,9 @@ func (c *Ctx) SetTimer(at time.Time, msg any) string {
 	if c.usable() != nil {
 		return ""
 	}
+	if c.nTimers++; c.nTimers > MaxStepTimers {
+		return ""
+	}
 	name, value, err := encodeValue(msg)
 	if err != nil {
 		c.fail(&UsageError{Op: "SetTimer", Reason: "message cannot be encoded", Err: err})
@@ -165,6 +181,8 @@ func (c *Ctx) SetTimer(at time.Time, msg any) string {
 		c.fail(&UsageError{Op: "SetTimer", Reason: "no handler for " + name + ": the timer could never be handled"})
 		return ""
 	}
+	// Within the range every store keeps, not just what a Timestamp
+	// encodes: a due time the store refuses would refuse the commit.
 	ts := event.Timestamp{Time: at}
 	atb, err := event.Marshal(ts)
 	if err != nil || at.IsZero() || at.Before(event.MinTime) || at.After(event.MaxTime) {
@@ -182,6 +200,10 @@ func (c *Ctx) SetTimer(at time.Time, msg any) string {
 	payload, err := event.Marshal(message{Type: name, Value: value, IntentHash: h})
 	if err != nil {
 		c.fail(&UsageError{Op: "SetTimer", Reason: "message cannot be encoded", Err: err})
+		return ""
+	}
+	if len(payload) > MaxTimerBytes {
+		c.fail(&LimitError{What: "timer payload", Got: len(payload), Max: MaxTimerBytes})
 		return ""
 	}
 	c.timers = append(c.timers, TimerSet{Hash: h, At: ts.Time, Payload: payload})
@@ -206,7 +228,9 @@ func (c *Ctx) CancelTimer(hash string) {
 		return
 	}
 	if _, armed := c.pre.timers[hash]; armed && !slices.Contains(c.cancels, hash) {
-		c.cancels = append(c.cancels, hash)
+		if c.nCancels++; c.nCancels <= MaxStepCancels {
+			c.cancels = append(c.cancels, hash)
+		}
 	}
 }
 
@@ -225,16 +249,26 @@ func (c *Ctx) Reply(v any) {
 		c.fail(&UsageError{Op: "Reply", Reason: "reply cannot be encoded", Err: err})
 		return
 	}
+	if len(b) > MaxReplyBytes {
+		c.fail(&LimitError{What: "reply", Got: len(b), Max: MaxReplyBytes})
+		return
+	}
 	c.reply = &Reply{CallID: c.callID, Value: b}
 }
 
 // Log records a message with key-value pairs in the step result; the plane
-// decides where it goes. Nothing is printed from here.
+// decides where it goes. Nothing is printed from here. A step keeps at
+// most MaxStepLogs entries (then one that counts the dropped ones), each
+// message cut to MaxErrorBytes.
 func (c *Ctx) Log(msg string, kv ...any) {
 	if c.done {
 		return
 	}
-	e := LogEntry{Msg: msg}
+	if len(c.logs) >= MaxStepLogs {
+		c.droppedLogs++
+		return
+	}
+	e := LogEntry{Msg: boundText(msg, MaxErrorBytes)}
 	for i := 0; i < len(kv); i += 2 {
 		if i+1 == len(kv) {
 			e.Attrs = append(e.Attrs, Attr{Key: "!BADKEY", Value: kv[i]})

@@ -72,6 +72,10 @@ func New[S any](name string, version uint64) *Def[S] {
 		d.fail("New", name, errors.Join(err, serr))
 	case name == "" || !utf8.ValidString(name):
 		d.fail("New", name, errors.New("a world name is non-empty UTF-8"))
+	case !storableID(name):
+		// It is every record's planId: one the store refuses would
+		// refuse every step.
+		d.fail("New", name, fmt.Errorf("a world name has no NUL and at most %d bytes", event.MaxIDBytes))
 	case version == 0:
 		d.fail("New", name, errors.New("versions start at 1"))
 	}
@@ -119,6 +123,8 @@ func EffectKind[P, S any](d *Def[S], kind string) {
 	switch _, dup := d.effects[kind]; {
 	case kind == "" || !utf8.ValidString(kind):
 		d.fail("EffectKind", kind, errors.New("an effect kind is non-empty UTF-8"))
+	case !storableID(kind):
+		d.fail("EffectKind", kind, fmt.Errorf("an effect kind has no NUL and at most %d bytes", event.MaxIDBytes))
 	case kind == KindTimerSet || kind == KindTimerCancel || strings.HasPrefix(kind, sysPrefix):
 		d.fail("EffectKind", kind, errors.New("reserved kind"))
 	case dup:
@@ -187,6 +193,9 @@ func (d *Def[S]) ready() error {
 }
 
 const sysPrefix = "sys/"
+
+// storableID reports whether s is an identifier every store keeps.
+func storableID(s string) bool { return len(s) <= event.MaxIDBytes && !strings.ContainsRune(s, 0) }
 
 // Typed is implemented by input types that name themselves. The name must
 // be a constant: it is how the journal and the inboxes refer to the type.

@@ -36,8 +36,8 @@
 //     is the Go type's, or its WorldType method's.
 //   - The step: (state, height, input) → StepResult. State is canonical
 //     CBOR (event's profile) and its SHA-256 is the state hash. A handler's
-//     error or panic consumes the input, leaves the state unchanged and
-//     discards its intents; an input with no handler is recorded and
+//     error or panic, or a step over one of the kernel's limits, consumes
+//     the input, leaves the state unchanged and discards its intents; an input with no handler is recorded and
 //     dropped; bytes that do not decode are an error outcome, never a panic.
 //   - The handler's Ctx: the input's time (Now), randomness seeded by world
 //     and height (Rand), effects, timers, fabric sends, the reply to a call,
@@ -86,6 +86,42 @@
 // step. S must encode in event's canonical profile (no NaN, valid UTF-8);
 // a step that leaves an S that cannot be encoded fails with ErrState.
 //
+// # Limits
+//
+// Every bound a step could exceed is checked before the step's result
+// leaves the kernel, so the plane never asks the store for a commit it
+// must refuse (a refused commit would re-step the same input for ever,
+// and every input queued behind it would wait). A step that asks for
+// more than a limit allows is an error outcome: the input is consumed,
+// the state is unchanged, its intents, timers and cancels are discarded,
+// and Err is a *LimitError (ErrLimit) that names the limit and by how much
+// it was exceeded. The limits, per step:
+//
+//   - effects and fabric sends: MaxStepIntents (1000); timers set:
+//     MaxStepTimers (1000); armed timers cancelled: MaxStepCancels (1000);
+//   - one effect's params: MaxParamsBytes (4 MiB); a timer's firing
+//     payload: MaxTimerBytes (1 MiB, since it returns as an input); a
+//     timer's due time: within the range every store keeps (1678 to 2262);
+//   - the reply to a call: MaxReplyBytes (4 MiB);
+//   - the state after the step, as snapshotted: MaxStateBytes (64 MiB);
+//   - the error text journaled (and StepResult.Err's text): MaxErrorBytes
+//     (4 KiB), longer texts cut on a character boundary with a marker that
+//     gives their length, and invalid UTF-8 replaced; errors.Is and
+//     errors.As still reach the handler's error;
+//   - logs, which are not journaled: MaxStepLogs (1000) kept, then one
+//     entry counting the dropped ones;
+//   - an input's payload: MaxInputBytes (1 MiB), a longer one being a
+//     malformed input.
+//
+// They derive from the persistence limits in package event
+// (event.MaxBatch, MaxPayloadBytes, MaxStateBytes, MaxIDBytes), which the
+// store checks: a world's name and its effect kinds must be identifiers
+// the store keeps too, or the definition is invalid. Bounding is a
+// function of the step alone, so replay bounds exactly as the first run
+// did. Should a store refuse a step all the same, the plane records the
+// input with World.Refuse: an error outcome (ErrRefused) that runs no
+// handler, marked in the record so that replay runs none either.
+//
 // # Journal records
 //
 // Each step is one event.Envelope: streamId = world id, runSeq = height,
@@ -98,7 +134,9 @@
 // the definition: draining the same item twice, or firing the same timer
 // twice, yields the same key. The payload is
 // canonical CBOR: {"v": 1, "input": {seq, kind, enqueued_at, type, cause,
-// call_id, payload}, "outcome", "error", "state_hash", "intents",
-// "timers", "cancels", "reply_hash"}. emittedAt is the caller's clock and
+// call_id, payload}, "outcome", "error", "refused", "state_hash",
+// "intents", "timers", "cancels", "reply_hash"} ("refused" only on a step
+// recorded by Refuse). A record holds a whole input and more, so it is
+// read back within event.MaxPayloadBytes, not an input's limit. emittedAt is the caller's clock and
 // nothing replay compares depends on it.
 package world

@@ -38,6 +38,13 @@ const (
 	// ErrStale: a receipt or timer firing the world no longer awaits; it is
 	// dropped (StepResult.Err of an OutcomeStale step).
 	ErrStale = sentinel("world: receipt or timer firing not awaited")
+	// ErrLimit: a step asked for more than a kernel limit allows (see
+	// MaxStepIntents and the other limits); it is an error outcome
+	// (*LimitError).
+	ErrLimit = sentinel("world: step exceeds a kernel limit")
+	// ErrRefused: the store refused a step's result, and the plane
+	// recorded its input as a refused step instead (*RefusedError).
+	ErrRefused = sentinel("world: step refused by the store")
 	// ErrDivergence: replay produced something other than the journal.
 	ErrDivergence = sentinel("world: replay diverged")
 	// ErrTail: a journal tail that cannot be replayed (a gap, another

@@ -37,6 +37,7 @@ type Instance interface {
 	Snapshot() Snapshot
 	Step(in Input, emittedAt time.Time) (StepResult, error)
 	StepWhen(in Input, emittedAt time.Time, ready func()) (StepResult, error)
+	Refuse(in Input, emittedAt time.Time, reason error) (StepResult, error)
 	Awaiting() []Awaiting
 	Timers() []string
 	Armed(intentHash string) bool
@@ -90,18 +91,38 @@ func (k kernel[S]) ForkState(state []byte) ([]byte, error) {
 // (a client in another process) re-derives the step, its reply included.
 func RecordInput(e event.Envelope) (Input, error) {
 	var r record
-	if err := event.Unmarshal(e.Payload, &r); err != nil || r.V != recordVersion || e.EventType != EventWorldStepped {
+	if err := unmarshalRecord(e.Payload, &r); err != nil || r.V != recordVersion || e.EventType != EventWorldStepped {
 		return Input{}, &TailError{Height: e.RunSeq, Reason: "payload is not a world step record", Err: err}
 	}
 	return Input{Seq: r.Input.Seq, Kind: r.Input.Kind, Payload: r.Input.Payload, EnqueuedAt: r.Input.EnqueuedAt.Time, ReceiptFor: r.Input.ReceiptFor}, nil
+}
+
+// RecordRefused reports whether a record is of a step the store refused
+// (World.Refuse): re-deriving it is Refuse, not Step.
+func RecordRefused(e event.Envelope) (bool, error) {
+	var r record
+	if err := unmarshalRecord(e.Payload, &r); err != nil || r.V != recordVersion {
+		return false, &TailError{Height: e.RunSeq, Reason: "payload is not a world step record", Err: err}
+	}
+	return r.Refused, nil
 }
 
 // RecordCallID returns the call id of a record's input ("" for an input
 // that is not a call), and the hash of the reply the step gave.
 func RecordCallID(e event.Envelope) (callID, replyHash string, err error) {
 	var r record
-	if err := event.Unmarshal(e.Payload, &r); err != nil || r.V != recordVersion {
+	if err := unmarshalRecord(e.Payload, &r); err != nil || r.V != recordVersion {
 		return "", "", &TailError{Height: e.RunSeq, Reason: "payload is not a world step record", Err: err}
 	}
 	return r.Input.CallID, r.ReplyHash, nil
+}
+
+// unmarshalRecord reads a journal record within maxRecordBytes: a record
+// holds a whole input and more, so an input's limit would refuse some.
+func unmarshalRecord(b []byte, r *record) error {
+	dec, err := event.NewDecoder(event.DecoderOptions{MaxSize: maxRecordBytes})
+	if err != nil {
+		return err
+	}
+	return dec.Unmarshal(b, r)
 }

@@ -60,7 +60,25 @@ func (w *World[S]) Step(in Input, emittedAt time.Time) (StepResult, error) {
 // at the due time. ready must not use the world; the step's result does
 // not depend on it.
 func (w *World[S]) StepWhen(in Input, emittedAt time.Time, ready func()) (StepResult, error) {
-	res, user, m, err := w.def.step(w.id, w.height, w.user, w.meta, in, emittedAt, ready, false)
+	res, user, m, err := w.def.step(w.id, w.height, w.user, w.meta, in, emittedAt, ready, false, nil)
+	if err != nil {
+		return StepResult{}, err
+	}
+	w.apply(res, user, m)
+	return res, nil
+}
+
+// Refuse advances the world by one height with in consumed as an error
+// outcome, without running its handler: the plane's answer when the store
+// refuses a step's result (reason, whose text the record keeps; Err is a
+// *RefusedError wrapping it). The state is unchanged but for a receipt or
+// timer firing in consumes, which is no longer awaited, as after any error
+// outcome. The record says the step was refused, so replay refuses it too
+// rather than run the handler the store would not take. An input that
+// decodes to no handler call (malformed, unknown, stale) is stepped as
+// Step would.
+func (w *World[S]) Refuse(in Input, emittedAt time.Time, reason error) (StepResult, error) {
+	res, user, m, err := w.def.step(w.id, w.height, w.user, w.meta, in, emittedAt, nil, false, &RefusedError{Err: reason})
 	if err != nil {
 		return StepResult{}, err
 	}
@@ -164,12 +182,18 @@ func (w *World[S]) replayOne(e *event.Envelope) error {
 	case e.EventType != EventWorldStepped:
 		return &TailError{Height: h, Reason: "event type " + e.EventType + " is not a world step"}
 	}
+	// Read with the state's limits, not an input's: a record holds a whole
+	// input and more, and one the kernel wrote must always read back.
 	var want record
-	if err := event.Unmarshal(e.Payload, &want); err != nil || want.V != recordVersion {
+	if err := w.def.stateDec.Unmarshal(e.Payload, &want); err != nil || want.V != recordVersion {
 		return &TailError{Height: h, Reason: "payload is not a world step record", Err: err}
 	}
 	in := Input{Seq: want.Input.Seq, Kind: want.Input.Kind, Payload: want.Input.Payload, EnqueuedAt: want.Input.EnqueuedAt.Time, ReceiptFor: want.Input.ReceiptFor}
-	res, user, m, err := w.def.step(w.id, w.height, w.user, w.meta, in, e.EmittedAt, nil, true)
+	var refused error
+	if want.Refused {
+		refused = &RefusedError{}
+	}
+	res, user, m, err := w.def.step(w.id, w.height, w.user, w.meta, in, e.EmittedAt, nil, true, refused)
 	if err != nil {
 		return err
 	}

@@ -17,8 +17,10 @@ const (
 	// reply stand.
 	OutcomeOK Outcome = "ok"
 	// OutcomeError: the input was malformed, or the handler returned an
-	// error or misused its Ctx, or left a state that cannot be encoded.
-	// The state is unchanged and the intents are discarded.
+	// error or misused its Ctx, or left a state that cannot be encoded,
+	// or the step exceeded a kernel limit (ErrLimit), or the store refused
+	// it (ErrRefused). The state is unchanged and the intents are
+	// discarded.
 	OutcomeError Outcome = "error"
 	// OutcomePanic: the handler panicked; as OutcomeError otherwise.
 	OutcomePanic Outcome = "panic"
@@ -95,7 +97,8 @@ type record struct {
 	V         uint64      `cbor:"v"`
 	Input     recordInput `cbor:"input"`
 	Outcome   Outcome     `cbor:"outcome"`
-	Error     string      `cbor:"error,omitempty"`
+	Error     string      `cbor:"error,omitempty"`   // at most MaxErrorBytes
+	Refused   bool        `cbor:"refused,omitempty"` // recorded by Refuse: replay runs no handler either
 	StateHash string      `cbor:"state_hash"`
 	Intents   []string    `cbor:"intents,omitempty"`
 	Timers    []string    `cbor:"timers,omitempty"`
@@ -240,7 +243,11 @@ func unreadableReceipt(hash, kind string) decoded {
 //
 // A replay (replaying) needs the record's digest and stepId only: the
 // record is not encoded, and res.Record holds just its StepID.
-func (d *Def[S]) step(id string, height uint64, user []byte, m meta, in Input, emittedAt time.Time, ready func(), replaying bool) (res StepResult, newUser []byte, next meta, err error) {
+//
+// refused, when not nil, is why the store refused this input's step: no
+// handler runs, and the input is consumed as an error outcome that the
+// record marks refused (see World.Refuse).
+func (d *Def[S]) step(id string, height uint64, user []byte, m meta, in Input, emittedAt time.Time, ready func(), replaying bool, refused error) (res StepResult, newUser []byte, next meta, err error) {
 	h := height + 1
 	res.Height = h
 	rin := recordInput{Seq: in.Seq, Kind: in.Kind, Payload: in.Payload}
@@ -287,17 +294,57 @@ func (d *Def[S]) step(id string, height uint64, user []byte, m meta, in Input, e
 	ctx := &Ctx{kinds: d.effects, world: id, height: h, seq: in.Seq, now: in.EnqueuedAt,
 		cause: dec.cause, callID: dec.callID, pre: &m, routes: d.routes}
 	newUser = user
-	if dec.outcome == "" {
+	wasRefused := false
+	switch {
+	case refused != nil:
+		// No handler runs: what it would do is what the store refused.
+		if dec.outcome == "" {
+			dec.outcome, dec.err, wasRefused = OutcomeError, refused, true
+		}
+	case dec.outcome == "":
 		dec.outcome, dec.err, newUser = d.run(ctx, dec, user, ready)
+		if dec.outcome == OutcomeOK {
+			if err := ctx.checkLimits(); err != nil {
+				dec.outcome, dec.err = OutcomeError, err
+			}
+		}
 	}
 	ctx.done = true
 
-	res.Outcome, res.Err, res.Logs = dec.outcome, dec.err, ctx.logs
+	// The state is bounded as it is hashed and snapshotted, with what the
+	// step leaves awaited: only then is its size known.
+	var state []byte
+	if dec.outcome == OutcomeOK && len(newUser) > MaxStateBytes {
+		// The image holds S whole: no need to build it to know.
+		dec.outcome, dec.err = OutcomeError, &LimitError{What: "state", Got: len(newUser), Max: MaxStateBytes}
+	}
 	if dec.outcome == OutcomeOK {
-		res.Intents, res.TimerSets, res.TimerCancels = ctx.intents, ctx.timers, ctx.cancels
-		next = next.with(ctx.intents, ctx.timers, ctx.cancels)
-	} else {
+		after := next.with(ctx.intents, ctx.timers, ctx.cancels)
+		if state, err = encodeImage(newUser, after); err != nil {
+			return StepResult{}, nil, meta{}, err
+		}
+		if len(state) > MaxStateBytes {
+			dec.outcome, dec.err = OutcomeError, &LimitError{What: "state", Got: len(state), Max: MaxStateBytes}
+		} else {
+			next = after
+			res.Intents, res.TimerSets, res.TimerCancels = ctx.intents, ctx.timers, ctx.cancels
+		}
+	}
+	if dec.outcome != OutcomeOK {
 		newUser = user
+		if state, err = encodeImage(user, next); err != nil {
+			return StepResult{}, nil, meta{}, err
+		}
+	}
+	var errText string
+	if dec.err != nil {
+		dec.err, errText = bound(dec.err)
+	}
+
+	res.Outcome, res.Err, res.Logs = dec.outcome, dec.err, ctx.logs
+	if ctx.droppedLogs > 0 {
+		res.Logs = append(res.Logs, LogEntry{Msg: "world: log entries dropped",
+			Attrs: []Attr{{Key: "dropped", Value: ctx.droppedLogs}, {Key: "kept", Value: MaxStepLogs}}})
 	}
 	if dec.callID != "" {
 		switch {
@@ -310,16 +357,9 @@ func (d *Def[S]) step(id string, height uint64, user []byte, m meta, in Input, e
 		}
 	}
 
-	state, err := encodeImage(newUser, next)
-	if err != nil {
-		return StepResult{}, nil, meta{}, err
-	}
 	res.State, res.StateHash = state, Hash(state)
 
-	rec := record{V: recordVersion, Input: rin, Outcome: res.Outcome, StateHash: res.StateHash}
-	if res.Err != nil {
-		rec.Error = res.Err.Error()
-	}
+	rec := record{V: recordVersion, Input: rin, Outcome: res.Outcome, Error: errText, StateHash: res.StateHash, Refused: wasRefused}
 	for _, it := range res.Intents {
 		rec.Intents = append(rec.Intents, it.Hash)
 	}

@@ -30,12 +30,6 @@ type Input struct {
 	ReceiptFor string
 }
 
-// MaxInputBytes is the largest input payload the kernel reads; a longer
-// one is consumed as malformed (a receipt: see Input.ReceiptFor). It is
-// the bound every producer of inputs works to: the store's receipt limit
-// and an adapter pool's receipts are no larger.
-const MaxInputBytes = event.DefaultMaxSize
-
 // Input kinds. Receipt, timer and fabric are the kinds the store itself
 // writes into inboxes (store.KindReceipt, KindTimer, KindFabric); event and
 // call are the ones clients write.

@@ -20,6 +20,7 @@ import (
 func validationTests() []testCase {
 	return []testCase{
 		{"BadInputIsErrInvalidOnEveryWriteAPIAndWritesNothing", testBadInputEverywhere},
+		{"OriginOfTheLongestWorldIDAndHeightIsAccepted", testLongestOrigin},
 	}
 }
 
@@ -292,6 +293,10 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 		_, err := f.s.Publish(bg, "w", e, []store.Intent{{IntentHash: "new", Kind: effectKind, Origin: "\xff"}})
 		return err
 	})
+	add("Publish origin over MaxOriginBytes", func() error {
+		_, err := f.s.Publish(bg, "w", e, []store.Intent{{IntentHash: "new", Kind: effectKind, Origin: strings.Repeat("o", store.MaxOriginBytes+1)}})
+		return err
+	})
 	add("Schedule payload over MaxPayloadBytes", func() error { return f.s.Schedule(bg, "w", e, "new", f.now(), bigPayload) })
 	add("Complete receipt over MaxReceiptBytes", func() error {
 		_, _, err := f.s.Complete(bg, "i1", ic, store.Receipt{Status: store.ReceiptOK, Payload: make([]byte, store.MaxReceiptBytes+1)})
@@ -541,5 +546,26 @@ func sortedMap(m map[string]string) func(yield func(string, string) bool) {
 				return
 			}
 		}
+	}
+}
+
+// testLongestOrigin: an intent's origin is "world@height", so a world with
+// an id of MaxIDBytes at the largest height must still be able to commit
+// its effects; a limit of MaxIDBytes on the origin would refuse every
+// commit of such a world's effects for ever.
+func testLongestOrigin(t *testing.T, open Factory) {
+	f := setup(t, open)
+	e := f.leased("w", "A")
+	origin := strings.Repeat("w", store.MaxIDBytes) + "@" + fmt.Sprint(uint64(math.MaxUint64))
+	if len(origin) != store.MaxOriginBytes {
+		t.Fatalf("the longest origin is %d bytes, MaxOriginBytes %d", len(origin), store.MaxOriginBytes)
+	}
+	_, err := f.s.Commit(bg, "w", e, store.CommitBatch{ExpectedHead: f.head("w"),
+		Intents: []store.Intent{{IntentHash: "long", Kind: effectKind, Origin: origin}}})
+	must(t, err, "Commit of an intent with the longest origin")
+	effs, err := f.s.ListEffects(bg, "w", 0, 10)
+	must(t, err, "ListEffects")
+	if len(effs) != 1 || effs[0].Origin != origin {
+		t.Fatalf("effects %+v, want the one with the longest origin", effs)
 	}
 }
