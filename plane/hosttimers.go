@@ -147,7 +147,7 @@ func (s *hostTimers) add(l *lease, hash string, due time.Time, payload []byte) {
 	defer s.mu.Unlock()
 	// Checked under the lock that dropLease takes after setting the flag:
 	// a timer of a lease being dropped is never left behind.
-	if s.stopped || l.fenced.Load() {
+	if s.stopped || l.hold.Fenced() {
 		return
 	}
 	if e, ok := s.byHash[hash]; ok {
@@ -165,7 +165,7 @@ func (s *hostTimers) add(l *lease, hash string, due time.Time, payload []byte) {
 func (s *hostTimers) again(e *hostTimer, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stopped || e.l.fenced.Load() {
+	if s.stopped || e.l.hold.Fenced() {
 		return
 	}
 	if _, ok := s.byHash[e.hash]; ok {
@@ -520,7 +520,7 @@ func (h *Host) handDue(due []*hostTimer) (rest []*hostTimer) {
 		h.mu.Lock()
 		ref := l.ref
 		ok := e.payload != nil && ref != nil && h.leases[l.world] == l && !l.restarting &&
-			!l.fenced.Load() && len(l.due) < dueMax
+			!l.hold.Fenced() && len(l.due) < dueMax
 		if ok {
 			l.due = append(l.due, e)
 		}

@@ -72,7 +72,7 @@ func (w *worldProc) OnStop(p *actor.Proc, o actor.Outcome) {
 		w.l.ref = nil
 		// The supervisor restarts an Err exit: until the new instance
 		// registers, hints must not start a second process.
-		w.l.restarting = o.Severity == actor.Err && !w.l.fenced.Load()
+		w.l.restarting = o.Severity == actor.Err && !w.l.hold.Fenced()
 	}
 }
 
