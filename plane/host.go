@@ -29,8 +29,8 @@ type HostConfig struct {
 	Kernels Kernels     // the definition of each universe's worlds
 	Replies *Replies    // in-process reply hand-off (optional)
 
-	Capacity       int           // announced in heartbeats (default 1<<20)
-	LeaseTTL       time.Duration // default 10s
+	Capacity int           // announced in heartbeats (default 1<<20)
+	LeaseTTL time.Duration // default 10s
 	// RenewMargin: a lease is renewed that long before its local deadline
 	// (default LeaseTTL/3). The deadline is on the executor's clock, from
 	// just before the request that granted or renewed the lease, never
@@ -229,9 +229,9 @@ type scan struct {
 // lease is what the host keeps per world it holds: for a passive world it
 // is all there is (no process, no goroutine).
 type lease struct {
-	world   string
-	kern    world.Kernel
-	epoch   uint64
+	world string
+	kern  world.Kernel
+	epoch uint64
 	// hold is the lease's local deadline and fence: once fenced (by the
 	// host, or by its deadline passing) the world does nothing more here.
 	hold leasing.Lease
