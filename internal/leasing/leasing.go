@@ -160,14 +160,20 @@ func (h *Holder) AcquireMany(ctx context.Context, worlds []string) ([]store.Acqu
 	return res, grants, nil
 }
 
+// Track makes l the live lease g granted, until its deadline, without
+// renewing it: for a lease held only for a moment.
+func (h *Holder) Track(l *Lease, g Grant) {
+	l.World, l.Epoch = g.Lease.World, g.Lease.Epoch
+	l.fenced.Store(false)
+	l.deadline.Store(int64(h.deadline(g.Sent)))
+	l.h.Store(h)
+}
+
 // Hold makes l the live lease g granted and keeps it renewed until it is
 // fenced, lost or forgotten.
 func (h *Holder) Hold(l *Lease, g Grant) {
-	l.World, l.Epoch = g.Lease.World, g.Lease.Epoch
-	l.fenced.Store(false)
-	dl := h.deadline(g.Sent)
-	l.deadline.Store(int64(dl))
-	l.h.Store(h)
+	h.Track(l, g)
+	dl := l.Deadline()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.held[l] = struct{}{}
