@@ -624,10 +624,14 @@ func (h *Host) control(ctx context.Context) error {
 		}
 		now := h.ex.Now()
 		if !now.Before(nextBeat) {
-			if _, err := h.st.Heartbeat(ctx, h.cfg.Worker, h.cfg.Capacity); err != nil {
+			if wi, err := h.st.Heartbeat(ctx, h.cfg.Worker, h.cfg.Capacity); err != nil {
 				nextBeat = now.Add(h.cfg.RetryAfter)
 			} else {
 				nextBeat = now.Add(h.cfg.HeartbeatEvery)
+				// The store's time of the heartbeat less the local time
+				// after its answer: never above the true skew, so the
+				// timer schedule never wakes before a due time.
+				h.timers.setSkew(wi.HeartbeatAt.Sub(h.ex.Now()))
 			}
 		}
 		hinted := h.syncHint.Swap(false)

@@ -237,7 +237,7 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 			// starts at its time, never before.
 			e.firedAt = time.Time{}
 			at := func() {
-				actor.SpinUntil(h.ex, e.at)
+				actor.SpinUntil(h.ex, e.local)
 				e.firedAt = h.ex.Now()
 			}
 			res, err = w.inst.StepWhen(in, h.ex.Now(), at)
@@ -314,7 +314,7 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 	}
 	h.emit(HostEvent{Kind: EvCommit, World: l.world, Epoch: l.epoch, Height: res.Head, Dur: lag, N: steps})
 	for _, e := range fired {
-		h.emit(HostEvent{Kind: EvTimerFired, World: l.world, Epoch: l.epoch, Dur: e.firedAt.Sub(e.due), N: 1})
+		h.emit(HostEvent{Kind: EvTimerFired, World: l.world, Epoch: l.epoch, Dur: e.firedAt.Add(e.skew).Sub(e.due), N: 1})
 	}
 	for _, r := range replies {
 		cfg.Replies.deliver(r)
