@@ -162,3 +162,64 @@ func TestWorkersNeverRunAStepTwiceAtOnceWithTheStoreClockAhead(t *testing.T) {
 func TestRunCompletesWithTheStoreClockBehind(t *testing.T) {
 	runSkewed(t, 62, -3*time.Second, 1, 2, 8)
 }
+
+// TestSleepIsMeasuredOnTheStoresClock: a durable sleep's timer is due d
+// after the store's now, the clock that judges it. With the store's clock
+// 3s ahead of the worker's, or 3s behind, a 2s sleep lasts 2s: it neither
+// returns at once (a due time taken from the worker's clock is already
+// past by the store's) nor 3s late. The lease is long here, so that only
+// the sleep's due time is at stake.
+func TestSleepIsMeasuredOnTheStoresClock(t *testing.T) {
+	for _, skew := range []time.Duration{3 * time.Second, -3 * time.Second} {
+		t.Run(fmt.Sprint("store", skew), func(t *testing.T) {
+			res := lab.Run(lab.Config{Seed: 63, Name: t.Name()}, func(env *lab.Env) error {
+				st := memstore.New(memstore.WithClock(func() time.Time { return env.Lab.Now().Add(skew) }))
+				r := &rig{t: t, backend: "memstore", ctx: env.Ctx, root: env.Root, ex: env.Lab, st: st, mem: st,
+					poll: 10 * time.Millisecond, polls: 100}
+				var before, after time.Time // the worker's clock around the sleep
+				def := workflow.New("sleepy", 1, func(c *workflow.Ctx, in int) (int, error) {
+					if _, err := workflow.Step(c, "before", func(context.Context) (int, error) { before = env.Lab.Now(); return 0, nil }); err != nil {
+						return 0, err
+					}
+					if err := workflow.Sleep(c, 2*time.Second); err != nil {
+						return 0, err
+					}
+					return workflow.Step(c, "after", func(context.Context) (int, error) { after = env.Lab.Now(); return in, nil })
+				})
+				wfs, err := workflow.NewWorkflows(def)
+				if err != nil {
+					return err
+				}
+				stopTimers, err := r.background("timers", func(ctx context.Context) error { return fireTimers(ctx, r.ex, r.st) })
+				if err != nil {
+					return err
+				}
+				w, err := r.worker("A", st.Restart(), wfs, nil, func(c *workflow.WorkerConfig) { c.LeaseTTL = time.Minute })
+				if err != nil {
+					return err
+				}
+				defer w.Stop(env.Ctx)
+				cl, err := r.client(wfs)
+				if err != nil {
+					return err
+				}
+				if err := def.Start(env.Ctx, cl, "run", 7); err != nil {
+					return err
+				}
+				if got, err := def.Result(env.Ctx, cl, "run"); err != nil || got != 7 {
+					return fmt.Errorf("result %d, %v; want 7", got, err)
+				}
+				if err := stopTimers(); err != nil {
+					return err
+				}
+				if slept := after.Sub(before); slept < 2*time.Second || slept > 2500*time.Millisecond {
+					return fmt.Errorf("a 2s sleep lasted %v with the store's clock %v off", slept, skew)
+				}
+				return nil
+			})
+			if res.Failure != nil {
+				t.Fatal(res.Failure)
+			}
+		})
+	}
+}
