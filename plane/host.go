@@ -612,7 +612,7 @@ type worldSnapshot = world.Snapshot
 // Watch hints and by a timer on the executor's clock for its next
 // deadline; it never polls.
 func (h *Host) control(ctx context.Context) error {
-	stop, err := watchRetry(ctx, h.st, h.ex, h.cfg.RetryAfter, hintWaker{h}, store.TopicAssignments, store.TopicLeases)
+	stop, err := h.hold.WatchHints(ctx, hintWaker{h})
 	if err != nil {
 		return nil // stopped
 	}

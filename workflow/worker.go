@@ -232,7 +232,7 @@ func (w *Worker) halt() []*runner {
 // Parker, woken by lease and assignment hints (a status change, a new run)
 // and by a timer for its next deadline.
 func (w *Worker) control(ctx context.Context) error {
-	stopWatch, err := w.watch(ctx)
+	stopWatch, err := w.hold.WatchHints(ctx, hintWaker{w})
 	if err != nil {
 		return nil // stopped
 	}
@@ -289,19 +289,6 @@ func (w *Worker) control(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// watch registers the controller's hints, retrying a refused registration.
-func (w *Worker) watch(ctx context.Context) (func(), error) {
-	for {
-		stop, err := w.st.Watch(ctx, hintWaker{w}, store.TopicLeases, store.TopicAssignments)
-		if err == nil {
-			return stop, nil
-		}
-		if err := actor.Sleep(ctx, w.ex, w.cfg.RetryAfter); err != nil {
-			return nil, err
-		}
-	}
 }
 
 type hintWaker struct{ w *Worker }

@@ -17,8 +17,9 @@
 // the two clocks are apart.
 //
 // The package owns the lease calls to the store (Acquire, AcquireLeases,
-// RenewLeases, Release, ReleaseLeases), the local deadlines and the
-// fencing of a lease whose renewal failed. It never runs a world or a
+// RenewLeases, Release, ReleaseLeases), the local deadlines, the fencing
+// of a lease whose renewal failed, and the registration for the lease and
+// assignment hints its owners act on. It never runs a world or a
 // workflow, and never reads time except through the actor.Executor it is
 // given, so the deterministic lab drives it in virtual time.
 package leasing
@@ -39,7 +40,7 @@ import (
 // named on each field.
 type Config struct {
 	Worker   string         // the holder id the store records
-	Store    store.Leases   // where the leases live
+	Store    Store          // where the leases live
 	Executor actor.Executor // the local clock
 
 	TTL         time.Duration // default 10s
@@ -61,6 +62,13 @@ type Config struct {
 	// Observe, when set, is told of every RenewLeases call: how many
 	// leases, how long it took on the executor's clock, and its failure.
 	Observe func(n int, took time.Duration, err error)
+}
+
+// Store is what a holder needs of the store: the lease calls, and the
+// hints that say a lease may have been taken, released or revoked.
+type Store interface {
+	store.Leases
+	Watch(ctx context.Context, w store.Waker, topics ...string) (stop func(), err error)
 }
 
 // Holder holds one worker's leases. Its methods are safe for concurrent
@@ -233,6 +241,28 @@ func (l *Lease) Deadline() Stamp { return Stamp(l.deadline.Load()) }
 
 // Ref is l's reference for the store's bulk calls.
 func (l *Lease) Ref() store.LeaseRef { return store.LeaseRef{World: l.World, Epoch: l.Epoch} }
+
+// WatchHints registers w for the hints that a holder of world leases acts
+// on: a lease taken, released or revoked elsewhere (store.TopicLeases) and
+// an assignment that moved (store.TopicAssignments). Hints may be lost;
+// they only make the owner look (scan, renew) sooner than its backstop. A
+// refused registration is retried every RetryAfter on the executor's clock
+// until ctx ends (whose error is then returned): an owner that gave up
+// would never hear of a revocation before its next renewal.
+func (h *Holder) WatchHints(ctx context.Context, w store.Waker) (stop func(), err error) {
+	for {
+		stop, err := h.cfg.Store.Watch(ctx, w, store.TopicLeases, store.TopicAssignments)
+		if err == nil {
+			return stop, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if err := actor.Sleep(ctx, h.ex, h.cfg.RetryAfter); err != nil {
+			return nil, err
+		}
+	}
+}
 
 // Release gives one lease back (store.Leases.Release). A failed release
 // only means a successor waits for the TTL.
