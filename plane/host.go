@@ -96,8 +96,9 @@ type HostEvent struct {
 	At     time.Time
 	Err    error
 	// Dur is a latency on the executor's clock: on EvCommit the lag from
-	// the enqueue of the oldest inbox item the cycle journaled to the
-	// commit's completion; on EvRenewed the RenewLeases round trip; on
+	// the enqueue of the oldest inbox item the cycle journaled (a store
+	// instant, brought to the executor's clock by the skew the heartbeats
+	// measure) to the commit's completion; on EvRenewed the RenewLeases round trip; on
 	// EvTimerFired the timer's lateness, from its due time to its firing's
 	// commit.
 	Dur time.Duration

@@ -310,7 +310,10 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 	l.head.Store(&s)
 	var lag time.Duration
 	if steps > 0 {
-		lag = max(done.Sub(oldest), 0)
+		// The enqueue is the store's clock: brought to the host's by the
+		// measured skew (zero until measured).
+		skew, _ := h.timers.skewOf()
+		lag = max(done.Add(skew).Sub(oldest), 0)
 	}
 	h.emit(HostEvent{Kind: EvCommit, World: l.world, Epoch: l.epoch, Height: res.Head, Dur: lag, N: steps})
 	for _, e := range fired {
