@@ -25,7 +25,12 @@
 //     is made again with that step's input consumed as a refused error
 //     outcome (world.Instance.Refuse), and a commit of several is made
 //     again one step per commit, which finds the one refused (EvRefused).
-//     Leases are renewed in batches (RenewLeases) before expiresAt − margin.
+//     Leases are taken and renewed in batches through one lease holder
+//     (internal/leasing, shared with the workflow worker): each lease has a
+//     local deadline on the executor's clock, counted from just before
+//     the AcquireLeases or RenewLeases request that granted it, and is
+//     renewed RenewMargin before that deadline. The store's expiresAt, an
+//     instant of the store's clock, is never compared with the host's.
 //     The controller reconciles with the store one ListWorkerWorlds page
 //     per turn, renewing between pages, and starts hint-driven passes at
 //     most once per HintSyncGap (the assignment and lease topics are
@@ -40,7 +45,7 @@
 //   - Fencing at the host: a world whose renewal fails, whose lease is
 //     revoked (unassigned, reassigned, paused, taken over) or whose store
 //     call answers ErrFenced is stopped at once. A fenced flag and the
-//     lease's local expiry are checked before every step and every commit,
+//     lease's local deadline are checked before every step and every commit,
 //     so no handler runs and nothing is committed after that point, and the
 //     store rejects anything that raced past it by epoch.
 //   - Timers: the host fires the timers of the worlds it holds. It records
@@ -60,12 +65,18 @@
 //     it is the next item. A cancelled timer and the timers of a world the
 //     host no longer holds leave the schedule; a passive world keeps its
 //     timers, so its timer wakes it. EvTimerFired reports each firing with
-//     its lateness. The timer worker (plane/timer) is the fallback, for
+//     its lateness. Due times are the store's clock's: the schedule waits
+//     for them on the host's clock through the skew each heartbeat
+//     measures (the store's time of the heartbeat less the local time
+//     after its answer, never above the true skew, so a firing is never
+//     stepped before its due time by the store's clock); until a first
+//     measurement, every firing goes through store.FireHeld, which the
+//     store judges. The timer worker (plane/timer) is the fallback, for
 //     worlds no live host fires: with its Lag it fires only what is that
 //     late, and the store delivers a firing once whoever comes first.
 //   - Passivation: an idle world's process exits after HostConfig.IdleAfter.
 //     Its state is durable; the host keeps only its lease record (id, epoch,
-//     expiry) and a store Watch registration, and the next inbox hint starts
+//     local deadline) and a store Watch registration, and the next inbox hint starts
 //     a fresh process that restores it, like an Orleans grain.
 //   - Client: Send (acknowledged once durable in the inbox, deduplicated by
 //     key), Call (waits for the handler's reply: applied, journaled,

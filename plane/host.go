@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/internal/leasing"
 	"github.com/orrery-run/orrery/plane/internal/otrace"
 	"github.com/orrery-run/orrery/plane/internal/seam"
 	"github.com/orrery-run/orrery/store"
@@ -28,9 +29,13 @@ type HostConfig struct {
 	Kernels Kernels     // the definition of each universe's worlds
 	Replies *Replies    // in-process reply hand-off (optional)
 
-	Capacity       int           // announced in heartbeats (default 1<<20)
-	LeaseTTL       time.Duration // default 10s
-	RenewMargin    time.Duration // renew before expiresAt − margin (default LeaseTTL/3)
+	Capacity int           // announced in heartbeats (default 1<<20)
+	LeaseTTL time.Duration // default 10s
+	// RenewMargin: a lease is renewed that long before its local deadline
+	// (default LeaseTTL/3). The deadline is on the executor's clock, from
+	// just before the request that granted or renewed the lease, never
+	// the store's expiresAt (see internal/leasing).
+	RenewMargin    time.Duration
 	HeartbeatEvery time.Duration // default LeaseTTL/3
 	// SyncEvery is the backstop rescan of the worker's worlds (default
 	// LeaseTTL/2): hints may be lost, and a lease held elsewhere becomes
@@ -44,10 +49,6 @@ type HostConfig struct {
 	// IdleAfter passivates a world whose process saw no input for that
 	// long (default 30s; negative: never).
 	IdleAfter time.Duration
-	// ClockSkew is subtracted from a lease's expiry before the local
-	// check that runs before every step and commit (default 0: the
-	// executor's clock is the store's, as in the lab).
-	ClockSkew time.Duration
 
 	MaxInboxBatch        int           // items read per cycle (default 256)
 	MaxTickStepsPerCycle int           // steps per commit (default 256, at most store.MaxBatch)
@@ -95,8 +96,9 @@ type HostEvent struct {
 	At     time.Time
 	Err    error
 	// Dur is a latency on the executor's clock: on EvCommit the lag from
-	// the enqueue of the oldest inbox item the cycle journaled to the
-	// commit's completion; on EvRenewed the RenewLeases round trip; on
+	// the enqueue of the oldest inbox item the cycle journaled (a store
+	// instant, brought to the executor's clock by the skew the heartbeats
+	// measure) to the commit's completion; on EvRenewed the RenewLeases round trip; on
 	// EvTimerFired the timer's lateness, from its due time to its firing's
 	// commit.
 	Dur time.Duration
@@ -205,11 +207,9 @@ type Host struct {
 	// does not take them again: each pass would otherwise acquire and
 	// release them, and every such release hints every host to sync.
 	noKernel map[string]uint64 // world -> the last pass that listed it
-	// renewAt is when renew next looks at the leases (the controller's
-	// own; zero: at its next turn). Between two looks no lease can need a
-	// renewal: looking at every lease on every turn would make each wake
-	// of a passive world wait for a pass over all the worlds held.
-	renewAt time.Time
+	// hold takes, renews and times the leases: every lease call to the
+	// store goes through it.
+	hold *leasing.Holder
 
 	// timers is the schedule of the held worlds' timers, which the timer
 	// task fires (hosttimers.go).
@@ -239,12 +239,13 @@ type scan struct {
 // lease is what the host keeps per world it holds: for a passive world it
 // is all there is (no process, no goroutine).
 type lease struct {
-	world   string
-	kern    world.Kernel
-	epoch   uint64
-	expires atomic.Int64 // unix nanos of the store's expiresAt
-	fenced  atomic.Bool
-	head    atomic.Pointer[world.Snapshot] // last committed state, for State
+	world string
+	kern  world.Kernel
+	epoch uint64
+	// hold is the lease's local deadline and fence: once fenced (by the
+	// host, or by its deadline passing) the world does nothing more here.
+	hold leasing.Lease
+	head atomic.Pointer[world.Snapshot] // last committed state, for State
 	// hinted: the world's inbox was hinted since its process last read
 	// it, so a due timer handed over is stepped after what is there.
 	hinted atomic.Bool
@@ -266,17 +267,8 @@ type lease struct {
 }
 
 // alive is the check before every step and every commit: not fenced and
-// not past its expiry by the executor's clock.
-func (h *Host) alive(l *lease) bool {
-	if l.fenced.Load() {
-		return false
-	}
-	if !h.ex.Now().Before(time.Unix(0, l.expires.Load()).Add(-h.cfg.ClockSkew)) {
-		l.fenced.Store(true)
-		return false
-	}
-	return true
-}
+// not past the lease's local deadline (leasing.Lease.Live).
+func (h *Host) alive(l *lease) bool { return l.hold.Live() }
 
 // StartHost starts a host in a scope of its own under scope: a dynamic
 // supervisor for the world processes, the controller that holds the
@@ -297,6 +289,12 @@ func StartHost(ctx context.Context, scope *actor.Scope, cfg HostConfig) (*Host, 
 		h.log = slog.New(slog.DiscardHandler)
 	}
 	h.park = h.ex.NewParker()
+	h.hold = leasing.New(leasing.Config{Worker: cfg.Worker, Store: cfg.Store, Executor: h.ex,
+		TTL: cfg.LeaseTTL, RenewMargin: cfg.RenewMargin, RetryAfter: cfg.RetryAfter, Page: cfg.ListPage,
+		OnLost: h.lost,
+		Observe: func(n int, took time.Duration, err error) {
+			h.emit(HostEvent{Kind: EvRenewed, Dur: took, N: n, Err: err})
+		}})
 	h.timers = newHostTimers(h.ex)
 	h.sup, err = supervisor.StartDynamic(ctx, sub, supervisor.DynamicSpec{
 		MaxRestarts: 5, Window: time.Second, Escalation: supervisor.PolicyResetCounter,
@@ -350,7 +348,7 @@ func (h *Host) died(what string, o actor.Outcome) {
 	}
 	h.failed = errorf("host", ErrHostFailed, "", detail("%s of %s: %w", what, h.cfg.Worker, cause))
 	for _, l := range h.leases {
-		l.fenced.Store(true)
+		l.hold.Fence()
 	}
 	h.mu.Unlock()
 	if what == "controller" {
@@ -400,7 +398,7 @@ func (h *Host) failOut(ctx context.Context, failed error) error {
 			refs[i] = store.LeaseRef{World: l.world, Epoch: l.epoch}
 		}
 		// A failed release only means the successors wait for the TTL.
-		_, _ = h.st.ReleaseLeases(ctx, h.cfg.Worker, refs)
+		_ = h.hold.ReleaseAll(ctx, refs)
 	}
 	h.emit(HostEvent{Kind: EvHostFailed, Err: failed})
 	return failed
@@ -483,7 +481,7 @@ func (h *Host) Stop(ctx context.Context) error {
 	h.mu.Lock()
 	h.stopped = true
 	for _, l := range h.leases {
-		l.fenced.Store(true)
+		l.hold.Fence()
 	}
 	h.mu.Unlock()
 	_, err := h.scope.Close(ctx)
@@ -504,7 +502,7 @@ func (h *Host) Kill(ctx context.Context) {
 	h.mu.Lock()
 	h.stopped = true
 	for _, l := range h.leases {
-		l.fenced.Store(true)
+		l.hold.Fence()
 	}
 	h.mu.Unlock()
 	_, _ = h.scope.CloseKilled(ctx)
@@ -553,14 +551,7 @@ func (h *Host) Drain(ctx context.Context) error {
 	for _, l := range held {
 		refs = append(refs, store.LeaseRef{World: l.world, Epoch: l.epoch})
 	}
-	for len(refs) > 0 {
-		n := min(len(refs), h.cfg.ListPage)
-		if _, err := h.st.ReleaseLeases(ctx, h.cfg.Worker, refs[:n]); err != nil {
-			return err
-		}
-		refs = refs[n:]
-	}
-	return nil
+	return h.hold.ReleaseAll(ctx, refs)
 }
 
 // SetDraining marks the worker draining or not, without releasing
@@ -631,7 +622,7 @@ type worldSnapshot = world.Snapshot
 // Watch hints and by a timer on the executor's clock for its next
 // deadline; it never polls.
 func (h *Host) control(ctx context.Context) error {
-	stop, err := watchRetry(ctx, h.st, h.ex, h.cfg.RetryAfter, hintWaker{h}, store.TopicAssignments, store.TopicLeases)
+	stop, err := h.hold.WatchHints(ctx, hintWaker{h})
 	if err != nil {
 		return nil // stopped
 	}
@@ -643,10 +634,14 @@ func (h *Host) control(ctx context.Context) error {
 		}
 		now := h.ex.Now()
 		if !now.Before(nextBeat) {
-			if _, err := h.st.Heartbeat(ctx, h.cfg.Worker, h.cfg.Capacity); err != nil {
+			if wi, err := h.st.Heartbeat(ctx, h.cfg.Worker, h.cfg.Capacity); err != nil {
 				nextBeat = now.Add(h.cfg.RetryAfter)
 			} else {
 				nextBeat = now.Add(h.cfg.HeartbeatEvery)
+				// The store's time of the heartbeat less the local time
+				// after its answer: never above the true skew, so the
+				// timer schedule never wakes before a due time.
+				h.timers.setSkew(wi.HeartbeatAt.Sub(h.ex.Now()))
 			}
 		}
 		hinted := h.syncHint.Swap(false)
@@ -679,7 +674,7 @@ func (h *Host) control(ctx context.Context) error {
 				h.emit(HostEvent{Kind: EvSynced})
 			}
 		}
-		nextRenew = h.renew(ctx)
+		nextRenew = h.hold.Renew(ctx, false)
 		retry := h.startWakes(ctx)
 
 		at := slices.MinFunc([]time.Time{nextBeat, nextSync, nextRenew}, time.Time.Compare)
@@ -723,7 +718,7 @@ func (w worldWaker) Unpark() { w.h.hint(w.l) }
 // hint wakes a world: its process if it runs, else the controller, which
 // starts one.
 func (h *Host) hint(l *lease) {
-	if l.fenced.Load() {
+	if l.hold.Fenced() {
 		return
 	}
 	l.hinted.Store(true)
@@ -837,7 +832,7 @@ func (h *Host) syncPage(ctx context.Context) (done bool, err error) {
 		h.mu.Unlock()
 		if l != nil {
 			switch {
-			case l.fenced.Load():
+			case l.hold.Fenced():
 				// Fenced locally (expired before a renewal landed):
 				// never revived; acquired again at a new epoch.
 				h.dropLease(l, EvFenced, errorf("sync", ErrFenced, l.world, detail("expired locally")))
@@ -930,12 +925,13 @@ func (h *Host) acquirePage(ctx context.Context, ids []string) error {
 		l.stopWatch = stop
 		ls = append(ls, l)
 	}
-	res, err := h.st.AcquireLeases(ctx, h.cfg.Worker, ids, h.cfg.LeaseTTL)
+	res, grants, err := h.hold.AcquireMany(ctx, ids)
 	if err != nil {
 		unwatch(ls)
 		return err
 	}
 	var got []*lease
+	var granted []leasing.Grant
 	var backlog []bool
 	var nextTimer []time.Time
 	var giveBack []store.LeaseRef
@@ -955,8 +951,8 @@ func (h *Host) acquirePage(ctx context.Context, ids []string) error {
 			continue
 		}
 		l.kern, l.epoch, l.listed = kern, r.Lease.Epoch, h.scan.pass
-		l.expires.Store(r.Lease.ExpiresAt.UnixNano())
 		got = append(got, l)
+		granted = append(granted, grants[i])
 		backlog = append(backlog, r.Backlog)
 		nextTimer = append(nextTimer, r.NextTimer)
 	}
@@ -980,13 +976,11 @@ func (h *Host) acquirePage(ctx context.Context, ids []string) error {
 		h.giveBack(ctx, giveBack)
 		return nil
 	}
-	for _, l := range got {
+	for i, l := range got {
 		h.leases[l.world] = l
-		// Renewal is due an expiry minus the margin: maybe before the
-		// look renew has planned (always, when nothing else was held).
-		if due := time.Unix(0, l.expires.Load()).Add(-h.cfg.RenewMargin); !h.renewAt.IsZero() && due.Before(h.renewAt) {
-			h.renewAt = due
-		}
+		// Live from here; its local deadline counts from before the
+		// AcquireLeases call.
+		h.hold.Hold(&l.hold, granted[i])
 	}
 	h.mu.Unlock()
 	h.giveBack(ctx, giveBack)
@@ -1008,7 +1002,7 @@ func (h *Host) acquirePage(ctx context.Context, ids []string) error {
 // release only means a successor waits for the TTL.
 func (h *Host) giveBack(ctx context.Context, refs []store.LeaseRef) {
 	if len(refs) > 0 {
-		_, _ = h.st.ReleaseLeases(ctx, h.cfg.Worker, refs)
+		_ = h.hold.ReleaseAll(ctx, refs)
 	}
 }
 
@@ -1016,7 +1010,8 @@ func (h *Host) giveBack(ctx context.Context, refs []store.LeaseRef) {
 // its process do nothing more (it is checked before every step and
 // commit), and the process is told to exit.
 func (h *Host) dropLease(l *lease, kind string, cause error) {
-	l.fenced.Store(true)
+	l.hold.Fence()
+	h.hold.Forget(&l.hold)
 	h.timers.drop(l)
 	h.mu.Lock()
 	if h.leases[l.world] == l {
@@ -1046,89 +1041,25 @@ func (h *Host) releaseAfterStop(ctx context.Context, l *lease) {
 		}
 	}
 	// A failed release only means the successor waits for the TTL.
-	_ = h.st.Release(ctx, l.world, h.cfg.Worker, l.epoch)
+	_ = h.hold.Release(ctx, l.world, l.epoch)
 }
 
-// renew renews every held lease in batches when the earliest is due, and
-// returns when to look again. It looks at the leases only then (renewAt),
-// and drops there the leases fenced locally meanwhile, which nothing runs
-// on in between (every step, commit and wake checks the flag first).
-func (h *Host) renew(ctx context.Context) time.Time {
-	now := h.ex.Now()
-	if now.Before(h.renewAt) {
-		return h.renewAt
-	}
-	h.renewAt = h.renewLeases(ctx, now)
-	return h.renewAt
-}
-
-func (h *Host) renewLeases(ctx context.Context, now time.Time) time.Time {
-	// Collected under the lock, which every hint takes, and sorted after
-	// it: at a million leases the sort takes most of a second.
+// lost is the holder's report of a lease its renewal found lost: fenced
+// meanwhile (cause nil), refused by the store, or past its local deadline
+// while the renewal call failed. The world stops, and sync acquires it
+// again at a new epoch if it is still assigned here.
+func (h *Host) lost(hl *leasing.Lease, cause error) {
 	h.mu.Lock()
-	all := make([]*lease, 0, len(h.leases))
-	for _, l := range h.leases {
-		all = append(all, l)
-	}
+	l := h.leases[hl.World]
 	h.mu.Unlock()
-	slices.SortFunc(all, byWorld)
-	var held, fenced []*lease
-	earliest := time.Time{}
-	for _, l := range all {
-		if l.fenced.Load() {
-			fenced = append(fenced, l)
-			continue
-		}
-		held = append(held, l)
-		if exp := time.Unix(0, l.expires.Load()); earliest.IsZero() || exp.Before(earliest) {
-			earliest = exp
-		}
+	if l == nil || &l.hold != hl {
+		return // dropped already
 	}
-	for _, l := range fenced {
-		// A fenced lease is never renewed: its world stopped, and sync
-		// acquires it again at a new epoch if it is still assigned here.
-		h.dropLease(l, EvFenced, errorf("renew", ErrFenced, l.world, detail("fenced locally")))
-		h.syncHint.Store(true)
+	if cause == nil {
+		cause = detail("fenced locally")
 	}
-	if len(held) == 0 {
-		return now.Add(h.cfg.LeaseTTL)
-	}
-	if due := earliest.Add(-h.cfg.RenewMargin); now.Before(due) {
-		return due
-	}
-	next := now.Add(h.cfg.LeaseTTL - h.cfg.RenewMargin)
-	for len(held) > 0 {
-		batch := held[:min(len(held), h.cfg.ListPage)]
-		held = held[len(batch):]
-		refs := make([]store.LeaseRef, len(batch))
-		for i, l := range batch {
-			refs[i] = store.LeaseRef{World: l.world, Epoch: l.epoch}
-		}
-		t0 := h.ex.Now()
-		res, err := h.st.RenewLeases(ctx, h.cfg.Worker, refs, h.cfg.LeaseTTL)
-		h.emit(HostEvent{Kind: EvRenewed, Dur: h.ex.Now().Sub(t0), N: len(refs), Err: err})
-		if err != nil {
-			// The call failed, not a lease: retry soon. A lease whose
-			// expiry passes meanwhile fences itself (alive).
-			for _, l := range batch {
-				if !h.alive(l) {
-					h.dropLease(l, EvFenced, errorf("renew", ErrFenced, l.world, err))
-				}
-			}
-			next = now.Add(h.cfg.RetryAfter)
-			continue
-		}
-		for i, r := range res {
-			l := batch[i]
-			if r.Err != nil {
-				h.dropLease(l, EvFenced, errorf("renew", ErrFenced, l.world, r.Err))
-				h.syncHint.Store(true)
-				continue
-			}
-			l.expires.Store(r.Lease.ExpiresAt.UnixNano())
-		}
-	}
-	return next
+	h.dropLease(l, EvFenced, errorf("renew", ErrFenced, l.world, cause))
+	h.syncHint.Store(true)
 }
 
 func byWorld(a, b *lease) int { return strings.Compare(a.world, b.world) }

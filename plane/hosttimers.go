@@ -41,6 +41,18 @@ import (
 // only what no live holder did; should it fire a timer its holder stepped
 // too, the kernel drops the second firing as stale.
 //
+// Due times are instants of the store's clock (the world's time is the
+// store's), and the host's clock may be seconds away from it. The schedule
+// keeps them as they are and turns them into local instants only to wait:
+// local = due − skew, where skew is the store's clock less the local one,
+// as the host's last heartbeat measured it (the store's time of the
+// heartbeat less the local time just AFTER its answer, so the estimate is
+// never above the true skew and a wait never ends before the store's
+// clock reaches the due time). Until the first measurement, and while the
+// host does not know its skew, no firing is stepped directly: each goes
+// through store.FireHeld, which judges due-ness on the store's clock
+// itself (ErrNotDue says how long is left).
+//
 // One schedule serves every world of the host: a min-heap by fire time
 // with ONE executor timer armed for the earliest entry, re-armed as the
 // earliest changes, and one task that fires what is due, in lanes across
@@ -71,8 +83,12 @@ type hostTimer struct {
 	l       *lease
 	hash    string
 	payload []byte    // the firing's input (store.TimerSet.Payload); nil for a wake-up
-	due     time.Time // the timer's due time, as its world set it
-	at      time.Time // when to fire: the due time, or a retry's
+	due     time.Time // the timer's due time, as its world set it (store clock)
+	at      time.Time // when to fire: the due time, or a retry's (store clock)
+	// local is at on the executor's clock, and skew the estimate that
+	// turned it into that, both set when the entry is taken for firing.
+	local   time.Time
+	skew    time.Duration
 	tries   int       // firings that failed in the store
 	idx     int       // its place in the heap; -1 when out of it
 	firedAt time.Time // when its world's process stepped it (a direct firing)
@@ -125,13 +141,17 @@ type hostTimers struct {
 	// to the microsecond, not the millisecond.
 	slack time.Duration
 
-	mu      sync.Mutex
-	q       timerHeap
-	byHash  map[string]*hostTimer
-	byLease map[*lease]map[string]*hostTimer
-	armed   actor.Timer
-	armedAt time.Time // of armed
-	stopped bool
+	mu sync.Mutex
+	// skew is the store's clock less the executor's (see the top of the
+	// file); skewKnown is false until the first measurement.
+	skew      time.Duration
+	skewKnown bool
+	q         timerHeap
+	byHash    map[string]*hostTimer
+	byLease   map[*lease]map[string]*hostTimer
+	armed     actor.Timer
+	armedAt   time.Time // of armed
+	stopped   bool
 }
 
 func newHostTimers(ex actor.Executor) *hostTimers {
@@ -147,7 +167,7 @@ func (s *hostTimers) add(l *lease, hash string, due time.Time, payload []byte) {
 	defer s.mu.Unlock()
 	// Checked under the lock that dropLease takes after setting the flag:
 	// a timer of a lease being dropped is never left behind.
-	if s.stopped || l.fenced.Load() {
+	if s.stopped || l.hold.Fenced() {
 		return
 	}
 	if e, ok := s.byHash[hash]; ok {
@@ -161,11 +181,35 @@ func (s *hostTimers) add(l *lease, hash string, due time.Time, payload []byte) {
 	s.armLocked()
 }
 
-// again puts an entry that was taken for firing back, to fire at at.
+// setSkew records a measurement of the store's clock less the executor's
+// and re-arms the schedule's timer by it.
+func (s *hostTimers) setSkew(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.skewKnown && s.skew == d {
+		return
+	}
+	s.skew, s.skewKnown = d, true
+	if s.armed != nil {
+		s.armed.Stop()
+		s.armed = nil
+	}
+	s.armLocked()
+}
+
+// skewOf returns the skew estimate and whether there is one.
+func (s *hostTimers) skewOf() (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.skew, s.skewKnown
+}
+
+// again puts an entry that was taken for firing back, to fire at at (an
+// instant of the store's clock).
 func (s *hostTimers) again(e *hostTimer, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stopped || e.l.fenced.Load() {
+	if s.stopped || e.l.hold.Fenced() {
 		return
 	}
 	if _, ok := s.byHash[e.hash]; ok {
@@ -201,16 +245,17 @@ func (s *hostTimers) drop(l *lease) {
 	s.armLocked()
 }
 
-// take removes and returns, in heap order, every entry due at now (or
-// within the slack after it: its taker waits until its time), and arms the
-// timer for the next one.
+// take removes and returns, in heap order, every entry due at now on the
+// executor's clock (or within the slack after it: its taker waits until
+// its local time), and arms the timer for the next one.
 func (s *hostTimers) take(now time.Time) []*hostTimer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []*hostTimer
-	for len(s.q) > 0 && !s.q[0].at.After(now.Add(s.slack)) {
+	for len(s.q) > 0 && !s.q[0].at.Add(-s.skew).After(now.Add(s.slack)) {
 		e := s.q[0]
 		s.removeLocked(e)
+		e.local, e.skew = e.at.Add(-s.skew), s.skew
 		out = append(out, e)
 	}
 	s.armLocked()
@@ -267,7 +312,7 @@ func (s *hostTimers) armLocked() {
 		}
 		return
 	}
-	at := s.q[0].at
+	at := s.q[0].at.Add(-s.skew)
 	if s.armed != nil && s.armedAt.Equal(at) {
 		return
 	}
@@ -441,7 +486,7 @@ func (f *fireLanes) wait() {
 // fireHeld fires one timer of a held world, under an orrery.timer.fire
 // span linked to the cycle that set it, as the timer worker's firings are.
 func (h *Host) fireHeld(ctx context.Context, e *hostTimer) {
-	actor.SpinUntil(h.ex, e.at) // taken up to the schedule's slack early
+	actor.SpinUntil(h.ex, e.local) // taken up to the schedule's slack early
 	l := e.l
 	h.mu.Lock()
 	held := h.leases[l.world] == l
@@ -478,15 +523,16 @@ func (h *Host) fireHeld(ctx context.Context, e *hostTimer) {
 	otrace.End(sp, now, err)
 	switch {
 	case err == nil && !res.Dup:
-		h.emit(HostEvent{Kind: EvTimerFired, World: l.world, Epoch: l.epoch, Dur: now.Sub(e.due), N: 1})
+		h.emit(HostEvent{Kind: EvTimerFired, World: l.world, Epoch: l.epoch, Dur: now.Add(e.skew).Sub(e.due), N: 1})
 		h.hint(l)
 	case err == nil:
 		// Delivered already (the timer worker was first): its delivery
 		// raised the world's hint.
 	case errors.Is(err, store.ErrNotDue):
-		// The store's clock is behind the executor's: come back when the
-		// store says it is due, measured on the store's clock.
-		h.timers.again(e, now.Add(max(res.DueAt.Sub(res.Now), time.Millisecond)))
+		// The skew estimate is off (the store's clock moved): come back
+		// when the store says it is due, what is left measured on the
+		// store's clock and waited out on the local one.
+		h.timers.again(e, now.Add(e.skew).Add(max(res.DueAt.Sub(res.Now), time.Millisecond)))
 	case errors.Is(err, store.ErrNotFound):
 		// Cancelled by a commit that raced this firing: nothing to fire.
 	case fencedErr(err):
@@ -499,7 +545,7 @@ func (h *Host) fireHeld(ctx context.Context, e *hostTimer) {
 				"world", l.world, "intent", e.hash, "err", err, "failures", e.tries)
 			return
 		}
-		h.timers.again(e, now.Add(hostTimerBackoff(e.tries)))
+		h.timers.again(e, now.Add(e.skew).Add(hostTimerBackoff(e.tries)))
 	}
 }
 
@@ -512,7 +558,7 @@ const dueMax = 256
 // wake-ups, and timers of passive, restarting or fenced worlds, for the
 // firing lanes.
 func (h *Host) handDue(due []*hostTimer) (rest []*hostTimer) {
-	if h.cfg.TimersThroughInbox {
+	if _, known := h.timers.skewOf(); h.cfg.TimersThroughInbox || !known {
 		return due
 	}
 	for _, e := range due {
@@ -520,7 +566,7 @@ func (h *Host) handDue(due []*hostTimer) (rest []*hostTimer) {
 		h.mu.Lock()
 		ref := l.ref
 		ok := e.payload != nil && ref != nil && h.leases[l.world] == l && !l.restarting &&
-			!l.fenced.Load() && len(l.due) < dueMax
+			!l.hold.Fenced() && len(l.due) < dueMax
 		if ok {
 			l.due = append(l.due, e)
 		}

@@ -106,7 +106,7 @@ func TestHostScheduleArmsOneTimerForTheEarliest(t *testing.T) {
 	if due := s.take(c.now); len(due) != 1 || due[0].hash != "a-past" {
 		t.Fatalf("taken: %v", due)
 	}
-	a.fenced.Store(true)
+	a.hold.Fence()
 	s.drop(a)
 	want("every world dropped", time.Time{}, false)
 	s.add(a, "a40", sec(40), nil)

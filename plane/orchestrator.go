@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/internal/leasing"
 	"github.com/orrery-run/orrery/plane/internal/seam"
 	"github.com/orrery-run/orrery/store"
 )
@@ -60,9 +61,14 @@ type Orchestrator struct {
 	park  actor.Parker
 	hint  atomic.Bool
 
-	mu      sync.Mutex
-	epoch   uint64
-	expires time.Time // zero: not the leader
+	// hold takes and renews the orchestrator lease, on a local deadline
+	// (internal/leasing): the store's expiresAt is never compared with
+	// the executor's clock.
+	hold *leasing.Holder
+
+	mu    sync.Mutex
+	epoch uint64
+	lease *leasing.Lease // nil: not the leader
 }
 
 // StartOrchestrator starts an orchestrator in a scope of its own under
@@ -95,6 +101,8 @@ func StartOrchestrator(ctx context.Context, scope *actor.Scope, cfg Orchestrator
 	}
 	o := &Orchestrator{cfg: cfg, st: cfg.Store, ex: scope.Executor(), scope: sub}
 	o.park = o.ex.NewParker()
+	o.hold = leasing.New(leasing.Config{Worker: cfg.ID, Store: cfg.Store, Executor: o.ex,
+		TTL: cfg.LeaseTTL, RenewMargin: cfg.LeaseTTL / 3, RetryAfter: cfg.RetryAfter})
 	if _, err := sub.Go("orchestrator:"+cfg.ID, o.loop); err != nil {
 		_, _ = sub.CloseKilled(ctx)
 		return nil, err
@@ -117,13 +125,17 @@ func (o *Orchestrator) Resign(ctx context.Context) error {
 		return err
 	}
 	o.mu.Lock()
-	epoch, held := o.epoch, !o.expires.IsZero()
-	o.expires = time.Time{}
+	epoch, held := o.epoch, o.lease != nil
+	if held {
+		o.lease.Fence()
+		o.hold.Forget(o.lease)
+	}
+	o.lease = nil
 	o.mu.Unlock()
 	if !held {
 		return nil
 	}
-	err := o.cfg.Store.Release(ctx, OrchestratorWorld, o.cfg.ID, epoch)
+	err := o.hold.Release(ctx, OrchestratorWorld, epoch)
 	if errors.Is(err, store.ErrNotHolder) || errors.Is(err, store.ErrStaleEpoch) {
 		return nil // it had lost the lease already
 	}
@@ -146,7 +158,7 @@ func (o *Orchestrator) fence() (store.Fence, bool) {
 }
 
 func (o *Orchestrator) leaderLocked() bool {
-	return !o.expires.IsZero() && o.ex.Now().Before(o.expires)
+	return o.lease != nil && o.lease.Live()
 }
 
 // Pin places world on worker explicitly; the orchestrator never moves a
@@ -212,41 +224,49 @@ func (o *Orchestrator) loop(ctx context.Context) error {
 // lead acquires or renews the orchestrator lease and returns when to look
 // at it again.
 func (o *Orchestrator) lead(ctx context.Context) time.Time {
-	now := o.ex.Now()
 	o.mu.Lock()
-	epoch, expires := o.epoch, o.expires
+	l := o.lease
 	o.mu.Unlock()
-	margin := o.cfg.LeaseTTL / 3
-	if !expires.IsZero() && now.Before(expires.Add(-margin)) {
-		return expires.Add(-margin)
-	}
-	var l store.Lease
-	var err error
-	if !expires.IsZero() && now.Before(expires) {
-		l, err = o.st.Renew(ctx, OrchestratorWorld, o.cfg.ID, epoch, o.cfg.LeaseTTL)
-	} else {
-		if _, cerr := o.st.CreateWorld(ctx, OrchestratorUniverse, OrchestratorWorld, nil); cerr != nil && !errors.Is(cerr, store.ErrWorldExists) {
-			return now.Add(o.cfg.RetryAfter)
+	if l != nil {
+		// Renewed when due; a refusal, or the local deadline passing while
+		// the store is unreachable, fences it.
+		next := o.hold.Renew(ctx, false)
+		if l.Live() {
+			return next
 		}
-		l, err = o.st.Acquire(ctx, OrchestratorWorld, o.cfg.ID, o.cfg.LeaseTTL)
+		o.hold.Forget(l)
+		o.mu.Lock()
+		if o.lease == l {
+			o.lease = nil
+		}
+		o.mu.Unlock()
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
+	now := o.ex.Now()
+	if _, cerr := o.st.CreateWorld(ctx, OrchestratorUniverse, OrchestratorWorld, nil); cerr != nil && !errors.Is(cerr, store.ErrWorldExists) {
+		return now.Add(o.cfg.RetryAfter)
+	}
+	g, err := o.hold.Acquire(ctx, OrchestratorWorld)
 	switch {
 	case err == nil:
-		o.epoch, o.expires = l.Epoch, l.ExpiresAt
-		return l.ExpiresAt.Add(-margin)
+		nl := &leasing.Lease{}
+		o.hold.Hold(nl, g)
+		o.mu.Lock()
+		o.epoch, o.lease = g.Lease.Epoch, nl
+		o.mu.Unlock()
+		return o.hold.Renew(ctx, false)
 	case errors.Is(err, store.ErrLeaseHeld):
-		o.expires = time.Time{}
-		if cur, ok, gerr := o.st.GetLease(ctx, OrchestratorWorld); gerr == nil && ok && cur.ExpiresAt.After(now) {
-			return cur.ExpiresAt
+		// Another leader: look again when its lease would lapse, what is
+		// left of it measured on the store's clock and waited out on the
+		// local one, from after the store's answer.
+		if cur, ok, gerr := o.st.GetLease(ctx, OrchestratorWorld); gerr == nil && ok {
+			if sn, nerr := o.st.Now(ctx); nerr == nil {
+				if left := cur.ExpiresAt.Sub(sn); left > 0 {
+					return o.ex.Now().Add(left)
+				}
+			}
 		}
 		return now.Add(o.cfg.RetryAfter)
-	case errors.Is(err, store.ErrNotHolder) || errors.Is(err, store.ErrStaleEpoch):
-		o.expires = time.Time{}
-		return now
 	default:
-		// A failed call: keep what is held until it expires, retry soon.
 		return now.Add(o.cfg.RetryAfter)
 	}
 }
@@ -342,8 +362,8 @@ func (o *Orchestrator) place(ctx context.Context, world, want string) error {
 	}
 	if errors.Is(err, store.ErrFenced) {
 		o.mu.Lock()
-		if o.epoch == fence.Epoch {
-			o.expires = time.Time{}
+		if o.epoch == fence.Epoch && o.lease != nil {
+			o.lease.Fence() // the next lead forgets it and acquires again
 		}
 		o.mu.Unlock()
 		return errorf("reconcile", ErrNotLeader, "", err)

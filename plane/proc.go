@@ -76,7 +76,7 @@ func (w *worldProc) OnStop(p *actor.Proc, o actor.Outcome) {
 		w.l.ref = nil
 		// The supervisor restarts an Err exit: until the new instance
 		// registers, hints must not start a second process.
-		w.l.restarting = o.Severity == actor.Err && !w.l.fenced.Load()
+		w.l.restarting = o.Severity == actor.Err && !w.l.hold.Fenced()
 	}
 }
 
@@ -248,7 +248,7 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 			// starts at its time, never before.
 			e.firedAt = time.Time{}
 			at := func() {
-				actor.SpinUntil(h.ex, e.at)
+				actor.SpinUntil(h.ex, e.local)
 				e.firedAt = h.ex.Now()
 			}
 			res, err = w.inst.StepWhen(in, h.ex.Now(), at)
@@ -343,11 +343,14 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 	l.head.Store(&s)
 	var lag time.Duration
 	if steps > 0 {
-		lag = max(done.Sub(oldest), 0)
+		// The enqueue is the store's clock: brought to the host's by the
+		// measured skew (zero until measured).
+		skew, _ := h.timers.skewOf()
+		lag = max(done.Add(skew).Sub(oldest), 0)
 	}
 	h.emit(HostEvent{Kind: EvCommit, World: l.world, Epoch: l.epoch, Height: res.Head, Dur: lag, N: steps})
 	for _, e := range fired {
-		h.emit(HostEvent{Kind: EvTimerFired, World: l.world, Epoch: l.epoch, Dur: e.firedAt.Sub(e.due), N: 1})
+		h.emit(HostEvent{Kind: EvTimerFired, World: l.world, Epoch: l.epoch, Dur: e.firedAt.Add(e.skew).Sub(e.due), N: 1})
 	}
 	for _, r := range replies {
 		cfg.Replies.deliver(r)

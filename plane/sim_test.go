@@ -306,7 +306,11 @@ type ack struct {
 
 func (r *planeSimRun) run() error {
 	env, lb := r.env, r.env.Lab
-	r.base = newStore(env)
+	// The store's clock is off the nodes' by a seeded offset (up to 3s
+	// either way, three times the TTL): nothing may compare an instant of
+	// the store's clock with the executor's.
+	skew := time.Duration(int64(lb.Uint64()%7)-3) * time.Second
+	r.base = memstore.New(memstore.WithClock(func() time.Time { return lb.Now().Add(skew) }))
 	r.commits, r.acquired = map[string][]plane.HostEvent{}, map[string][]uint64{}
 	r.fabKey = map[string]string{}
 	r.echo = &echoAdapter{ex: lb, heal: &r.healed, calls: map[string]int{}}

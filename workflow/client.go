@@ -10,6 +10,7 @@ import (
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/internal/leasing"
 	"github.com/orrery-run/orrery/store"
 )
 
@@ -50,6 +51,7 @@ type Client struct {
 	ex       actor.Executor
 	operator string
 	ttl      time.Duration
+	holder   *leasing.Holder // the operator path's leases
 	pollMin  time.Duration
 	pollMax  time.Duration
 	workers  []*Worker
@@ -107,6 +109,7 @@ func NewClient(st store.Store, workflows *Workflows, ex actor.Executor, opts ...
 	if err := store.CheckID("client", "operator", c.operator); err != nil {
 		return nil, errorf("client", ErrInvalid, "", err)
 	}
+	c.holder = leasing.New(leasing.Config{Worker: c.operator, Store: st, Executor: ex, TTL: c.ttl})
 	return c, nil
 }
 
@@ -669,7 +672,7 @@ func (c *Client) Resume(ctx context.Context, runID, reason string) error {
 // (catching up pauses and resumes, pausing, cancelling). held reports that
 // someone else holds it, and records it in their place.
 func (c *Client) operate(ctx context.Context, op, runID string) (held bool, err error) {
-	lease, err := c.st.Acquire(ctx, runID, c.operator, c.ttl)
+	g, err := c.holder.Acquire(ctx, runID)
 	switch {
 	case errors.Is(err, store.ErrLeaseHeld):
 		return true, nil
@@ -678,10 +681,11 @@ func (c *Client) operate(ctx context.Context, op, runID string) (held bool, err 
 	case err != nil:
 		return false, wrap(op, runID, err)
 	}
-	r := newRunner(c.st, c.ex, runID, lease, c.pollMin)
+	r := newRunner(c.st, c.ex, runID, g, c.holder, c.pollMin)
+	c.holder.Track(&r.lease, g)
 	defer func() {
 		if !r.fenced.Load() {
-			_ = c.st.Release(ctx, runID, c.operator, lease.Epoch)
+			_ = c.holder.Release(ctx, runID, g.Lease.Epoch)
 		}
 	}()
 	if err := r.load(ctx); err != nil {

@@ -365,7 +365,8 @@ func Step[T any](c *Ctx, name string, fn func(ctx context.Context) (T, error), o
 }
 
 // Sleep waits for d as a durable step: its first execution schedules a
-// durable timer (fenced by the run's lease) due d after now and journals
+// durable timer (fenced by the run's lease) due d after the store's now
+// (its clock judges the due time, whatever the worker's reads) and journals
 // the due time; the run then waits for the timer's firing in its inbox,
 // on whichever worker holds it by then. A crash does not move the due
 // time, and a re-run returns at once once the sleep is recorded as
@@ -389,7 +390,15 @@ func Sleep(c *Ctx, d time.Duration) error {
 	if h != nil && h.attempt > 0 {
 		p, attempt = h.last, h.attempt
 	} else {
-		p = stepStarted{Kind: kindSleep, DeliverAt: unixNano(r.ex.Now().Add(max(d, 0))), Timer: timerHash(r.id, id)}
+		// The due time is an instant of the store's clock, which judges
+		// it (the timer fires when the store's clock reaches it): d after
+		// the store's now, never after the worker's, which may be seconds
+		// away.
+		now, err := r.st.Now(c.ctx)
+		if err != nil {
+			return c.halt(r.failed(c.ctx, "sleep", err))
+		}
+		p = stepStarted{Kind: kindSleep, DeliverAt: unixNano(now.Add(max(d, 0))), Timer: timerHash(r.id, id)}
 		if err := r.event(c.ctx, event.StepStarted, id, attempt, p); err != nil {
 			return c.halt(err)
 		}

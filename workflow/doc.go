@@ -49,7 +49,12 @@
 //   - Worker: finds runnable runs (active, not held by a live lease
 //     elsewhere, started with its version), takes their leases, renews them
 //     in batches, runs each run in a process of its own, and stops a run at
-//     once when its lease is lost, revoked or fenced. MaxActiveRuns bounds
+//     once when its lease is lost, revoked or fenced, or when the lease's
+//     local deadline passes. The leases are held through internal/leasing,
+//     as the plane's host holds its own: a deadline counts on the worker's
+//     clock from just before the request that granted or renewed the
+//     lease, never from the store's expiresAt, since the two clocks may be
+//     seconds apart. MaxActiveRuns bounds
 //     its runs; a run beyond it that never started gets RunQueued and
 //     starts when room frees up. A run that ends is archived with the end
 //     as its reason, so scans never see it again. A run started by a

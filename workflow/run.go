@@ -10,6 +10,7 @@ import (
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/internal/leasing"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/world"
 )
@@ -109,14 +110,18 @@ type childState struct {
 // function, or by a client's operator path, which only records a
 // cancellation. Its history and inbox cache are touched by one goroutine
 // at a time (the run's, or the control branch of a step race while the
-// run's goroutine waits for the race); fenced and expires are the
+// run's goroutine waits for the race); fenced and lease are the
 // controller's too.
 type runner struct {
-	st      store.Store
-	ex      actor.Executor
-	id      string
-	epoch   uint64
-	expires atomic.Int64 // Unix ns of the lease's expiry, as the store last said
+	st    store.Store
+	ex    actor.Executor
+	id    string
+	epoch uint64
+	// lease holds the local deadline (on the executor's clock, from before
+	// the request that granted or renewed it): writable checks it. holder
+	// renews it (the worker's) or only times it (the operator path's).
+	lease   leasing.Lease
+	holder  *leasing.Holder
 	fenced  atomic.Bool
 	cancel  atomic.Pointer[context.CancelFunc] // ends the run's context (its process's)
 	park    actor.Parker                       // woken by the run's inbox hints and by fencing
@@ -158,11 +163,12 @@ type runner struct {
 	kids    map[string]*childState
 }
 
-func newRunner(st store.Store, ex actor.Executor, id string, lease store.Lease, poll time.Duration) *runner {
-	r := &runner{st: st, ex: ex, id: id, epoch: lease.Epoch, park: ex.NewParker(), poll: poll,
+// newRunner returns the runner of run id under the lease g granted; the
+// caller makes r.lease live (Holder.Hold or Track) unless the run does not
+// exist yet (a spawning run takes its lease with its first write).
+func newRunner(st store.Store, ex actor.Executor, id string, g leasing.Grant, holder *leasing.Holder, poll time.Duration) *runner {
+	return &runner{st: st, ex: ex, id: id, epoch: g.Lease.Epoch, holder: holder, park: ex.NewParker(), poll: poll,
 		kids: map[string]*childState{}}
-	r.expires.Store(lease.ExpiresAt.UnixNano())
-	return r
 }
 
 func (r *runner) emit(kind string, err error) {
@@ -174,21 +180,28 @@ func (r *runner) emit(kind string, err error) {
 // fence stops the run here at once: nothing more is written, its waits
 // wake up.
 func (r *runner) fence() {
-	r.fenced.Store(true)
+	r.ended()
 	if cancel := r.cancel.Load(); cancel != nil {
 		(*cancel)()
 	}
 	r.park.Unpark()
 }
 
+// ended marks the run's lease gone (lost, or ended by the run's own
+// write): nothing more is written under it, and it is not renewed.
+func (r *runner) ended() {
+	r.fenced.Store(true)
+	r.lease.Fence()
+}
+
 // writable is the check before every write: the worker is not stopping,
-// the lease was not lost, and it has not expired by the executor's clock.
-// The store checks the epoch again in the write's own transaction.
+// the lease was not lost, and its local deadline has not passed (never the
+// store's expiresAt: the two clocks may be seconds apart). The store
+// checks the epoch again in the write's own transaction. A run not yet
+// spawned has no lease to check: its first write takes it.
 func (r *runner) writable(ctx context.Context) error {
-	if !r.fenced.Load() {
-		if exp := r.expires.Load(); exp != 0 && !r.ex.Now().Before(time.Unix(0, exp)) {
-			r.fence()
-		}
+	if !r.fenced.Load() && !r.unspawned.Load() && !r.lease.Live() {
+		r.fence()
 	}
 	if r.fenced.Load() {
 		return &stop{kind: stopFenced, cause: errorf("write", store.ErrFenced, r.id, detail("the lease was lost or expired"))}
@@ -438,14 +451,17 @@ func (r *runner) spawnWith(ctx context.Context, evs []event.Envelope) error {
 	r.spawn = nil
 	spec := sp.spec
 	spec.Events = evs
+	sent := r.holder.Now()
 	got, err := r.st.Spawn(ctx, spec)
 	if err != nil {
 		sp.settle(true, err)
-		r.fenced.Store(true)
+		r.ended()
 		return &stop{kind: stopUnspawned, cause: err}
 	}
 	r.epoch = got.Lease.Epoch
-	r.expires.Store(got.Lease.ExpiresAt.UnixNano())
+	// Its deadline counts from before the Spawn that granted it; held
+	// before the run counts as spawned, so the controller renews it.
+	r.holder.Hold(&r.lease, r.holder.Granted(got.Lease, sent))
 	r.items[0].at = got.World.CreatedAt
 	r.unspawned.Store(false)
 	// The Spawn's own inbox hint told nothing new: its items are known.
@@ -506,7 +522,7 @@ func (r *runner) end(ctx context.Context, typ string, p runEnd) error {
 		return r.failed(ctx, "end", err)
 	}
 	r.pending, r.archived = nil, true
-	r.fenced.Store(true) // archiving ended the lease
+	r.ended() // archiving ended the lease
 	return r.applyAppended(ctx, evs, res.Appended)
 }
 
@@ -534,7 +550,7 @@ func (r *runner) finish(ctx context.Context) error {
 		return r.failed(ctx, "finish", err)
 	}
 	r.archived = true
-	r.fenced.Store(true) // archiving ended the lease
+	r.ended() // archiving ended the lease
 	return nil
 }
 
@@ -683,7 +699,7 @@ func (r *runner) applyPlan(ctx context.Context, p controlPlan, inflight *attempt
 		if err := pauseStatus(ctx, r.st, r.id, reason); err != nil {
 			return r.failed(ctx, "pause", err)
 		}
-		r.fenced.Store(true) // leaving active ended the lease
+		r.ended() // leaving active ended the lease
 		return &stop{kind: stopPause}
 	}
 	return nil

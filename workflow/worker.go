@@ -10,6 +10,7 @@ import (
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/internal/leasing"
 	"github.com/orrery-run/orrery/store"
 )
 
@@ -20,8 +21,12 @@ type WorkerConfig struct {
 	Store     store.Store // the persistence plane
 	Workflows *Workflows  // the definitions this worker runs
 
-	LeaseTTL    time.Duration // default 10s
-	RenewMargin time.Duration // renew before expiry − margin (default LeaseTTL/3)
+	LeaseTTL time.Duration // default 10s
+	// RenewMargin: a lease is renewed that long before its local deadline
+	// (default LeaseTTL/3), which counts on the executor's clock from just
+	// before the request that granted or renewed it, never from the
+	// store's expiresAt.
+	RenewMargin time.Duration
 	// ScanEvery is the backstop scan for runnable runs (default
 	// LeaseTTL/2): hints may be lost, and a lease held elsewhere becomes
 	// acquirable when it expires, which nothing announces.
@@ -86,6 +91,9 @@ type Worker struct {
 	park  actor.Parker // the controller's wake-up
 	ctl   actor.PID
 	hint  atomic.Bool
+	// hold takes, renews and times the runs' leases: every lease call to
+	// the store goes through it.
+	hold *leasing.Holder
 
 	mu      sync.Mutex
 	runs    map[string]*heldRun
@@ -142,6 +150,13 @@ func StartWorker(ctx context.Context, scope *actor.Scope, cfg WorkerConfig) (*Wo
 		runs: map[string]*heldRun{}, queued: map[string]bool{}, starts: map[string]uint64{}, backoff: map[string]retry{},
 		ends: map[string][]*endWaiter{}, live: map[string]bool{}}
 	w.park = w.ex.NewParker()
+	w.hold = leasing.New(leasing.Config{Worker: cfg.Worker, Store: cfg.Store, Executor: w.ex,
+		TTL: cfg.LeaseTTL, RenewMargin: cfg.RenewMargin, RetryAfter: cfg.RetryAfter, OnLost: w.lost,
+		Observe: func(_ int, _ time.Duration, err error) {
+			if err != nil {
+				w.emit(Event{Kind: EvRenewFail, Err: err})
+			}
+		}})
 	w.hint.Store(true)
 	if w.ctl, err = sub.Go("workflow-controller:"+cfg.Worker, w.control); err != nil {
 		_, _ = sub.CloseKilled(ctx)
@@ -181,10 +196,8 @@ func (w *Worker) Stop(ctx context.Context) error {
 	for _, r := range held {
 		refs = append(refs, store.LeaseRef{World: r.id, Epoch: r.epoch})
 	}
-	if len(refs) > 0 {
-		// A failed release only means the successors wait for the TTL.
-		_, _ = w.st.ReleaseLeases(ctx, w.cfg.Worker, refs)
-	}
+	// A failed release only means the successors wait for the TTL.
+	_ = w.hold.ReleaseAll(ctx, refs)
 	return err
 }
 
@@ -219,7 +232,7 @@ func (w *Worker) halt() []*runner {
 // Parker, woken by lease and assignment hints (a status change, a new run)
 // and by a timer for its next deadline.
 func (w *Worker) control(ctx context.Context) error {
-	stopWatch, err := w.watch(ctx)
+	stopWatch, err := w.hold.WatchHints(ctx, hintWaker{w})
 	if err != nil {
 		return nil // stopped
 	}
@@ -258,7 +271,7 @@ func (w *Worker) control(ctx context.Context) error {
 		if force {
 			owed, lastForced = false, now
 		}
-		nextRenew := w.renew(ctx, force)
+		nextRenew := w.hold.Renew(ctx, force)
 		at := nextScan
 		if nextRenew.Before(at) {
 			at = nextRenew
@@ -276,19 +289,6 @@ func (w *Worker) control(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// watch registers the controller's hints, retrying a refused registration.
-func (w *Worker) watch(ctx context.Context) (func(), error) {
-	for {
-		stop, err := w.st.Watch(ctx, hintWaker{w}, store.TopicLeases, store.TopicAssignments)
-		if err == nil {
-			return stop, nil
-		}
-		if err := actor.Sleep(ctx, w.ex, w.cfg.RetryAfter); err != nil {
-			return nil, err
-		}
-	}
 }
 
 type hintWaker struct{ w *Worker }
@@ -310,6 +310,7 @@ func (w *Worker) reap() {
 			continue
 		}
 		delete(w.runs, id)
+		w.hold.Forget(&hr.r.lease)
 		if hr.exit != nil && hr.exit.kind == stopError {
 			b := w.backoff[id]
 			b.n++
@@ -434,14 +435,15 @@ func (w *Worker) admitLater(ctx context.Context, id string, start *startItem) {
 	if err != nil || full == nil {
 		return
 	}
-	lease, err := w.st.Acquire(ctx, id, w.cfg.Worker, w.cfg.LeaseTTL)
+	g, err := w.hold.Acquire(ctx, id)
 	if err != nil {
 		return
 	}
+	lease := g.Lease
 	e := newEnvelope(id, full, event.RunQueued, "", 1, w.ex.Now(), event.EmptyPayload())
 	_, err = w.st.Append(ctx, id, []event.Envelope{e}, store.AppendOptions{Kind: store.WorldStream,
 		Fence: &store.Fence{World: id, Epoch: lease.Epoch}, ExpectedHead: store.Head(0)})
-	_ = w.st.Release(ctx, id, w.cfg.Worker, lease.Epoch)
+	_ = w.hold.Release(ctx, id, lease.Epoch)
 	if err == nil || errors.Is(err, store.ErrHeadMismatch) {
 		w.mu.Lock()
 		w.queued[id] = true
@@ -454,11 +456,11 @@ func (w *Worker) admitLater(ctx context.Context, id string, start *startItem) {
 
 // take acquires a run's lease and starts its process.
 func (w *Worker) take(ctx context.Context, id string, def Workflow) {
-	lease, err := w.st.Acquire(ctx, id, w.cfg.Worker, w.cfg.LeaseTTL)
+	g, err := w.hold.Acquire(ctx, id)
 	if err != nil {
 		return // held elsewhere, paused or archived meanwhile: not now
 	}
-	w.hold(id, def, lease, nil, nil)
+	w.start(id, def, g, nil, nil)
 }
 
 // fresh is what a worker knows of a run it has just started itself: its
@@ -536,21 +538,21 @@ func (w *Worker) adopt(id string, def Workflow, spec store.SpawnSpec, start star
 	mine, _ := w.cfg.Workflows.Lookup(def.Name())
 	sp := &spawning{spec: spec, park: park}
 	sp.spec.Holder, sp.spec.TTL = w.cfg.Worker, w.cfg.LeaseTTL
-	if !w.hold(id, mine, store.Lease{World: id}, &fresh{start: start, seq: 1}, sp) {
+	if !w.start(id, mine, leasing.Grant{Lease: store.Lease{World: id}}, &fresh{start: start, seq: 1}, sp) {
 		return nil
 	}
 	return sp
 }
 
-// hold starts the process of a run whose lease this worker holds.
-// With sp, the run does not exist yet: its first write creates it.
-func (w *Worker) hold(id string, def Workflow, lease store.Lease, f *fresh, sp *spawning) bool {
-	r := newRunner(w.st, w.ex, id, lease, w.cfg.PollEvery)
+// start starts the process of a run whose lease g granted this worker.
+// With sp, the run does not exist yet: its first write creates it, and
+// takes its lease.
+func (w *Worker) start(id string, def Workflow, g leasing.Grant, f *fresh, sp *spawning) bool {
+	r := newRunner(w.st, w.ex, id, g, w.hold, w.cfg.PollEvery)
 	r.scope, r.def, r.observe, r.fresh, r.controlEvery = w.scope, def, w.cfg.Observe, f, w.cfg.ControlEvery
 	if sp != nil {
 		r.spawn = sp
 		r.unspawned.Store(true)
-		r.expires.Store(0) // no lease yet: none to expire
 	}
 	hr := &heldRun{r: r}
 	w.mu.Lock()
@@ -559,12 +561,15 @@ func (w *Worker) hold(id string, def Workflow, lease store.Lease, f *fresh, sp *
 		return false
 	}
 	w.runs[id] = hr
+	if sp == nil {
+		w.hold.Hold(&r.lease, g)
+	}
 	w.mu.Unlock()
 	w.endMu.Lock()
 	w.live[id] = true
 	w.endMu.Unlock()
 	if sp == nil {
-		w.emit(Event{Kind: EvAcquired, Run: id, Epoch: lease.Epoch})
+		w.emit(Event{Kind: EvAcquired, Run: id, Epoch: g.Lease.Epoch})
 	}
 	if _, err := w.scope.Go("workflow-run:"+id, func(ctx context.Context) error {
 		exit := w.runProcess(ctx, r)
@@ -587,6 +592,7 @@ func (w *Worker) hold(id string, def Workflow, lease store.Lease, f *fresh, sp *
 		w.mu.Lock()
 		delete(w.runs, id)
 		w.mu.Unlock()
+		w.hold.Forget(&r.lease)
 		w.report(id, nil)
 		return false
 	}
@@ -674,57 +680,15 @@ func (w *Worker) report(id string, end *event.Envelope) {
 	}
 }
 
-// renew renews the held leases in batches when the earliest is due (or
-// at once when forced), fences the runs whose lease is gone, and returns
-// when to look again.
-func (w *Worker) renew(ctx context.Context, force bool) time.Time {
-	now := w.ex.Now()
+// lost is the holder's report of a run's lease its renewal found lost:
+// the run stops at once.
+func (w *Worker) lost(l *leasing.Lease, _ error) {
 	w.mu.Lock()
-	var held []*runner
-	var earliest time.Time
-	for _, id := range sortedKeys(w.runs) {
-		hr := w.runs[id]
-		if hr.done || hr.r.fenced.Load() || hr.r.unspawned.Load() {
-			continue
-		}
-		held = append(held, hr.r)
-		if exp := time.Unix(0, hr.r.expires.Load()); earliest.IsZero() || exp.Before(earliest) {
-			earliest = exp
-		}
-	}
+	hr := w.runs[l.World]
 	w.mu.Unlock()
-	if len(held) == 0 {
-		return now.Add(w.cfg.LeaseTTL)
+	if hr != nil && &hr.r.lease == l {
+		hr.r.fence()
 	}
-	if due := earliest.Add(-w.cfg.RenewMargin); !force && now.Before(due) {
-		return due
-	}
-	next := now.Add(w.cfg.LeaseTTL - w.cfg.RenewMargin)
-	for len(held) > 0 {
-		batch := held[:min(len(held), 1000)]
-		held = held[len(batch):]
-		refs := make([]store.LeaseRef, len(batch))
-		for i, r := range batch {
-			refs[i] = store.LeaseRef{World: r.id, Epoch: r.epoch}
-		}
-		res, err := w.st.RenewLeases(ctx, w.cfg.Worker, refs, w.cfg.LeaseTTL)
-		if err != nil {
-			// The call failed, not a lease: retry soon. A lease whose
-			// expiry passes meanwhile fences itself (runner.writable).
-			w.emit(Event{Kind: EvRenewFail, Err: err})
-			next = now.Add(w.cfg.RetryAfter)
-			continue
-		}
-		for i, lr := range res {
-			r := batch[i]
-			if lr.Err != nil {
-				r.fence()
-				continue
-			}
-			r.expires.Store(lr.Lease.ExpiresAt.UnixNano())
-		}
-	}
-	return next
 }
 
 func sortedKeys[V any](m map[string]V) []string {
