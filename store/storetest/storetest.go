@@ -124,6 +124,7 @@ func suite() []testCase {
 		fireHeldTests,
 		fabricTests,
 		snapshotTests,
+		floorTests,
 		worldTests,
 		dedupeTests,
 		watchTests,
