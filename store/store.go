@@ -1016,8 +1016,8 @@ var (
 	// ErrCompacted: a journal read asked for records below the stream's
 	// compaction floor (see CompactedError).
 	ErrCompacted = errors.New("store: journal compacted")
-	ErrInvalid           = errors.New("store: invalid argument")
-	ErrClosed            = errors.New("store: closed")
+	ErrInvalid   = errors.New("store: invalid argument")
+	ErrClosed    = errors.New("store: closed")
 )
 
 // Error is the typed error of every store operation: Kind is one of the
