@@ -227,6 +227,10 @@ type Journal interface {
 	ReadWindow(ctx context.Context, stream string, from, to time.Time, limit int) ([]Record, error)
 }
 
+// ErrCompacted: a journal read asked for records below the stream's
+// compaction floor (see CompactedError).
+var ErrCompacted = errors.New("store: journal compacted")
+
 // CompactedError is the answer to a journal read that asks for records
 // compaction removed (see Journal.Read and ReadWindow). errors.Is matches
 // ErrCompacted.
@@ -1013,11 +1017,8 @@ var (
 	ErrNotRetryable      = errors.New("store: effect not retryable")
 	ErrNotFound          = errors.New("store: not found")
 	ErrWatermarkConflict = errors.New("store: watermark conflict")
-	// ErrCompacted: a journal read asked for records below the stream's
-	// compaction floor (see CompactedError).
-	ErrCompacted = errors.New("store: journal compacted")
-	ErrInvalid   = errors.New("store: invalid argument")
-	ErrClosed    = errors.New("store: closed")
+	ErrInvalid           = errors.New("store: invalid argument")
+	ErrClosed            = errors.New("store: closed")
 )
 
 // Error is the typed error of every store operation: Kind is one of the
