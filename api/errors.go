@@ -31,6 +31,7 @@ const (
 	CodeNotRetryable     = "not_retryable"          // 409: the effect is not in a retryable state
 	CodeFinished         = "finished"               // 409: the workflow run has ended
 	CodeReplyUnavailable = "reply_unavailable"      // 409: a call's reply can no longer be derived
+	CodeCompacted        = "compacted"              // 410: the journal records asked for are compacted (details.floor)
 	CodeTooLarge         = "too_large"              // 413
 	CodeUnsupportedMedia = "unsupported_media_type" // 415
 	CodeCallFailed       = "call_failed"            // 422: the world's handler failed or did not reply
@@ -74,7 +75,8 @@ func (e *Error) Error() string {
 // store.ErrWorldArchived; fenced store.ErrFenced and plane.ErrFenced;
 // not_retryable store.ErrNotRetryable; reply_unavailable
 // plane.ErrReplyUnavailable; call_failed plane.ErrCallFailed; timeout
-// context.DeadlineExceeded; unavailable store.ErrClosed.
+// context.DeadlineExceeded; unavailable store.ErrClosed; compacted
+// store.ErrCompacted.
 func (e *Error) Is(target error) bool {
 	switch e.Code {
 	case CodeInvalidArgument:
@@ -118,6 +120,8 @@ func (e *Error) Is(target error) bool {
 		return target == context.DeadlineExceeded
 	case CodeUnavailable:
 		return target == store.ErrClosed
+	case CodeCompacted:
+		return target == store.ErrCompacted
 	}
 	return false
 }
@@ -168,6 +172,7 @@ var errorTable = [...]errorRule{
 	{store.ErrWatermarkConflict, http.StatusConflict, CodeConflict, ""},
 	{store.ErrClaimLost, http.StatusConflict, CodeConflict, ""},
 	{store.ErrNotDue, http.StatusConflict, CodeConflict, ""},
+	{store.ErrCompacted, http.StatusGone, CodeCompacted, ""},
 	{store.ErrInvalid, http.StatusBadRequest, CodeInvalidArgument, ""},
 	{store.ErrClosed, http.StatusServiceUnavailable, CodeUnavailable, ""},
 	{world.ErrMalformedInput, http.StatusBadRequest, CodeInvalidArgument, ""},
@@ -211,6 +216,14 @@ func toError(err error) *Error {
 			if r.resource != "" {
 				out.Details = map[string]any{"resource": r.resource}
 			}
+			var ce *store.CompactedError
+			if r.code == CodeCompacted && errors.As(err, &ce) {
+				// Where a reader that accepts the loss reads on from.
+				out.Details = map[string]any{"floor": ce.Floor}
+				if !ce.FloorAt.IsZero() {
+					out.Details["floor_at"] = ce.FloorAt
+				}
+			}
 			return out
 		}
 	}
@@ -221,6 +234,10 @@ func toError(err error) *Error {
 // passed through: the store's kind, world and detail when the store
 // refused, else the plane's kind and its cause.
 func describe(err error) string {
+	var ce *store.CompactedError
+	if errors.As(err, &ce) {
+		return strings.TrimPrefix(ce.Error(), ce.Op+": store: ")
+	}
 	var se *store.Error
 	if errors.As(err, &se) && se.Kind != nil {
 		msg := strings.TrimPrefix(se.Kind.Error(), "store: ")
