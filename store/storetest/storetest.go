@@ -58,6 +58,11 @@
 //     item; an effect or timer record when the cursor passes its receipt's
 //     or firing's inbox seq (and retention counts from the completion); a
 //     fabric record at Send (dedupe.go, retention.go).
+//   - Compaction floor: Compact raises Floor to baseline - retain even
+//     where no record was left to remove, and never lowers it; a fork's or
+//     seed's start is not a floor (its stream reads from 0 without error);
+//     ReadWindow refuses every window that starts at or before the latest
+//     removed persistedAt, also one that held none of them (floor.go).
 //   - QueueDepths.InboxBacklog counts items, not seq distances: a backend
 //     whose inbox seqs have gaps still reports the number of undrained
 //     items (views.go).
