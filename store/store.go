@@ -258,24 +258,6 @@ func (e *CompactedError) Error() string {
 // Unwrap makes errors.Is(err, ErrCompacted) hold.
 func (e *CompactedError) Unwrap() error { return ErrCompacted }
 
-// CheckFloor is the one rule of every backend's Read: a read after afterSeq
-// is whole only when afterSeq is at or above the floor.
-func CheckFloor(stream string, afterSeq, floor uint64) error {
-	if afterSeq < floor {
-		return &CompactedError{Op: "read", Stream: stream, After: afterSeq, Floor: floor}
-	}
-	return nil
-}
-
-// CheckWindowFloor is the rule of every backend's ReadWindow: a window may
-// hold removed records unless it starts after the latest of them.
-func CheckWindowFloor(stream string, from time.Time, floor uint64, floorAt time.Time) error {
-	if floor > 0 && !floorAt.IsZero() && !from.After(floorAt) {
-		return &CompactedError{Op: "read_window", Stream: stream, Floor: floor, FloorAt: floorAt}
-	}
-	return nil
-}
-
 // ---- the world cycle ----
 
 // TimerSet schedules a durable timer (a timer.set intent).

@@ -167,7 +167,7 @@ func (s *Store) Read(ctx context.Context, streamID string, afterSeq uint64, limi
 	if str == nil {
 		return nil, nil
 	}
-	if err := store.CheckFloor(streamID, afterSeq, str.floor); err != nil {
+	if err := contract.ReadFloor(streamID, afterSeq, str.floor); err != nil {
 		return nil, err
 	}
 	i := sort.Search(len(str.records), func(i int) bool { return str.records[i].RunSeq > afterSeq })
@@ -209,7 +209,7 @@ func (s *Store) ReadWindow(ctx context.Context, streamID string, from, to time.T
 	if str == nil {
 		return nil, nil
 	}
-	if err := store.CheckWindowFloor(streamID, from, str.floor, str.floorAt); err != nil {
+	if err := contract.WindowFloor(streamID, from, str.floor, str.floorAt); err != nil {
 		return nil, err
 	}
 	var out []store.Record

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 	"github.com/orrery-run/orrery/store/internal/groupcommit"
 )
 
@@ -210,7 +211,7 @@ func (s *Store) Read(ctx context.Context, stream string, afterSeq uint64, limit 
 	if err != nil {
 		return nil, err
 	}
-	if err := store.CheckFloor(stream, afterSeq, uint64(floor)); err != nil {
+	if err := contract.ReadFloor(stream, afterSeq, uint64(floor)); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -283,7 +284,7 @@ func (s *Store) ReadWindow(ctx context.Context, stream string, from, to time.Tim
 	if floorAt != nil {
 		at = fromNS(*floorAt)
 	}
-	if err := store.CheckWindowFloor(stream, from, uint64(floor), at); err != nil {
+	if err := contract.WindowFloor(stream, from, uint64(floor), at); err != nil {
 		return nil, err
 	}
 	return out, nil

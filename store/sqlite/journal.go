@@ -186,7 +186,7 @@ func (s *Store) Read(ctx context.Context, stream string, afterSeq uint64, limit 
 	if err != nil {
 		return nil, dbErr(op, stream, err)
 	}
-	if err := store.CheckFloor(stream, afterSeq, floor); err != nil {
+	if err := contract.ReadFloor(stream, afterSeq, floor); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -252,7 +252,7 @@ func (s *Store) ReadWindow(ctx context.Context, stream string, from, to time.Tim
 	if err != nil {
 		return nil, dbErr(op, stream, err)
 	}
-	if err := store.CheckWindowFloor(stream, from, floor, floorAt); err != nil {
+	if err := contract.WindowFloor(stream, from, floor, floorAt); err != nil {
 		return nil, err
 	}
 	return out, nil
