@@ -8,13 +8,14 @@
 //	GET  /metrics                         Prometheus text (Metrics)
 //	POST /v1/worlds                       {"id","universe"}: 201 created, 200 the same again
 //	GET  /v1/worlds?universe=&status=&detail=  {"worlds":[…]} sorted by id (detail=true: each world's view)
-//	GET  /v1/worlds/{id}                  record, lineage, lease, assignment, head, inbox cursor and depth
+//	GET  /v1/worlds/{id}                  record, lineage, lease, assignment, head, journal floor, inbox cursor and depth
 //	POST /v1/worlds/{id}/events           {"type","value"} or {"payload"}, "idempotency_key": 202 {"seq","duplicate"}
 //	POST /v1/worlds/{id}/calls            {"type","value"} or {"payload"}, "call_id", "timeout_ms": the reply
 //	GET  /v1/worlds/{id}/state            {"height","hash","state","state_cbor"}
 //	POST /v1/worlds/{id}/fork             {"id","height"}: 201 created, 200 the same again
 //	POST /v1/worlds/{id}/pause|resume|archive  {"reason"}
 //	GET  /v1/worlds/{id}/journal?after=&limit=&wait_ms=  records after a height, long-polled with wait_ms
+//	                                      (410 compacted, details.floor, when after is below the compaction floor)
 //	GET  /v1/leases?worker=               the worlds each worker holds or is assigned
 //	GET  /v1/effects?world=               pending and inflight effects
 //	POST /v1/effects/{hash}/retry         {"reason"}: an operator's retry
@@ -31,6 +32,7 @@
 //	POST /v1/runs/{id}/cancel|pause|resume  {"reason"}: the run's view
 //	POST /v1/runs/{id}/signals            {"name","value","idempotency_key"}: 202
 //	GET  /v1/streams/{id}/audit?from=&to= events with from <= persistedAt < to (RFC 3339), in runSeq order
+//	                                      (410 compacted when the window may hold compacted events)
 //
 // Requests are strict: a body must be application/json (415), at most
 // Config.MaxBody (413), exactly one JSON value with no unknown field and

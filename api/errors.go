@@ -31,6 +31,7 @@ const (
 	CodeNotRetryable     = "not_retryable"          // 409: the effect is not in a retryable state
 	CodeFinished         = "finished"               // 409: the workflow run has ended
 	CodeReplyUnavailable = "reply_unavailable"      // 409: a call's reply can no longer be derived
+	CodeCompacted        = "compacted"              // 410: the journal records asked for are compacted (details.floor)
 	CodeTooLarge         = "too_large"              // 413
 	CodeUnsupportedMedia = "unsupported_media_type" // 415
 	CodeCallFailed       = "call_failed"            // 422: the world's handler failed or did not reply
@@ -74,7 +75,8 @@ func (e *Error) Error() string {
 // store.ErrWorldArchived; fenced store.ErrFenced and plane.ErrFenced;
 // not_retryable store.ErrNotRetryable; reply_unavailable
 // plane.ErrReplyUnavailable; call_failed plane.ErrCallFailed; timeout
-// context.DeadlineExceeded; unavailable store.ErrClosed.
+// context.DeadlineExceeded; unavailable store.ErrClosed; compacted
+// store.ErrCompacted.
 func (e *Error) Is(target error) bool {
 	switch e.Code {
 	case CodeInvalidArgument:
@@ -118,6 +120,8 @@ func (e *Error) Is(target error) bool {
 		return target == context.DeadlineExceeded
 	case CodeUnavailable:
 		return target == store.ErrClosed
+	case CodeCompacted:
+		return target == store.ErrCompacted
 	}
 	return false
 }
@@ -168,6 +172,7 @@ var errorTable = [...]errorRule{
 	{store.ErrWatermarkConflict, http.StatusConflict, CodeConflict, ""},
 	{store.ErrClaimLost, http.StatusConflict, CodeConflict, ""},
 	{store.ErrNotDue, http.StatusConflict, CodeConflict, ""},
+	{store.ErrCompacted, http.StatusGone, CodeCompacted, ""},
 	{store.ErrInvalid, http.StatusBadRequest, CodeInvalidArgument, ""},
 	{store.ErrClosed, http.StatusServiceUnavailable, CodeUnavailable, ""},
 	{store.ErrUnavailable, http.StatusServiceUnavailable, CodeUnavailable, ""},
@@ -212,6 +217,14 @@ func toError(err error) *Error {
 			if r.resource != "" {
 				out.Details = map[string]any{"resource": r.resource}
 			}
+			var ce *store.CompactedError
+			if r.code == CodeCompacted && errors.As(err, &ce) {
+				// Where a reader that accepts the loss reads on from.
+				out.Details = map[string]any{"floor": ce.Floor}
+				if !ce.FloorAt.IsZero() {
+					out.Details["floor_at"] = ce.FloorAt
+				}
+			}
 			return out
 		}
 	}
@@ -226,6 +239,10 @@ func describe(err error) string {
 		// The driver's words (hosts, addresses) are for the log, not for
 		// a client, which needs only to know to retry.
 		return "the store is unavailable (its database could not be reached or lost the connection); retry with the same key"
+	}
+	var ce *store.CompactedError
+	if errors.As(err, &ce) {
+		return strings.TrimPrefix(ce.Error(), ce.Op+": store: ")
 	}
 	var se *store.Error
 	if errors.As(err, &se) && se.Kind != nil {

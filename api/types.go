@@ -42,6 +42,9 @@ type WorldView struct {
 	// there are more.
 	InboxDepth     int  `json:"inbox_depth"`
 	InboxDepthMore bool `json:"inbox_depth_more,omitempty"`
+	// JournalFloor is the journal's compaction floor: records at or below
+	// it are gone, so a journal read starts at or above it.
+	JournalFloor uint64 `json:"journal_floor"`
 }
 
 // MaxInboxDepth is the most inbox items a world view counts: a count

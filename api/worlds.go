@@ -214,6 +214,9 @@ func (s *Server) worldView(ctx context.Context, rec store.World) (WorldView, err
 	if v.Head, err = st.Head(ctx, rec.ID); err != nil {
 		return WorldView{}, err
 	}
+	if v.JournalFloor, err = st.Floor(ctx, rec.ID); err != nil {
+		return WorldView{}, err
+	}
 	c, err := st.Cursor(ctx, rec.ID)
 	if err != nil {
 		return v, nil // a world without an inbox record yet: no cursor, nothing queued

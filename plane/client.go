@@ -2,6 +2,8 @@ package plane
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -234,7 +236,17 @@ func (c *Client) replyFromJournal(ctx context.Context, id string, seq uint64, ca
 	if err != nil {
 		return world.Reply{}, false, err
 	}
-	journal, err := ReadTail(ctx, st, id, 0)
+	// Only the journal above the compaction floor can be read; the call's
+	// record, or the records between it and the snapshot below it, may be
+	// under it.
+	floor, err := st.Floor(ctx, id)
+	if err != nil {
+		return world.Reply{}, false, err
+	}
+	journal, err := ReadTail(ctx, st, id, floor)
+	if errors.Is(err, store.ErrCompacted) { // compacted again since Floor
+		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, err)
+	}
 	if err != nil {
 		return world.Reply{}, false, err
 	}
@@ -246,6 +258,10 @@ func (c *Client) replyFromJournal(ctx context.Context, id string, seq uint64, ca
 		}
 	}
 	if at < 0 {
+		if floor > 0 {
+			return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id,
+				fmt.Errorf("no journal record of inbox seq %d above the floor: %w", seq, &store.CompactedError{Op: "read", Stream: id, Floor: floor}))
+		}
 		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, detail("no journal record of inbox seq %d", seq))
 	}
 	// The step is derived again from the highest snapshot below it (the
@@ -256,6 +272,12 @@ func (c *Client) replyFromJournal(ctx context.Context, id string, seq uint64, ca
 	if err != nil {
 		return world.Reply{}, false, err
 	}
+	if base.Height < floor {
+		// The records between the baseline and the call are compacted: the
+		// store's own answer to that read.
+		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id,
+			&store.CompactedError{Op: "read", Stream: id, After: base.Height, Floor: floor})
+	}
 	var tail = journal[:at]
 	for len(tail) > 0 && tail[0].RunSeq <= base.Height {
 		tail = tail[1:]
@@ -265,9 +287,10 @@ func (c *Client) replyFromJournal(ctx context.Context, id string, seq uint64, ca
 		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, err)
 	}
 	if inst.Height()+1 != h {
-		// Replay checks the tail's gaps, not that it reaches the call:
-		// compaction removed the records between the two.
-		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, detail("the journal below height %d is compacted past the snapshot at %d", h, base.Height))
+		// Replay checks the tail's gaps, not that it reaches the call; the
+		// floor above said the tail is whole, so this is a journal that
+		// lost a record some other way.
+		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, detail("the journal between the snapshot at %d and height %d has a gap", base.Height, h))
 	}
 	in, err := world.RecordInput(journal[at])
 	if err != nil {

@@ -120,7 +120,9 @@
 //     reply by replaying the world from the highest stored snapshot below
 //     the record (a fork's or a seeded world's genesis is one) up to it and
 //     re-stepping its input, checking the reply hash. Journal compacted
-//     between that snapshot and the call makes it ErrReplyUnavailable. The client re-checks the store on a
+//     between that snapshot and the call makes it ErrReplyUnavailable,
+//     wrapping the store's *store.CompactedError (errors.Is
+//     store.ErrCompacted) that names the floor. The client re-checks the store on a
 //     backoff on the executor's clock (a commit raises no hint a client
 //     could watch); a host never polls.
 //

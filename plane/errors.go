@@ -25,7 +25,8 @@ const (
 	ErrCallFailed = sentinel("plane: call failed")
 	// ErrReplyUnavailable: the reply of a call can no longer be re-derived
 	// from the journal (its baseline was superseded on a seeded or forked
-	// world, or the journal was compacted past it).
+	// world, or the journal was compacted past it: then the cause is a
+	// *store.CompactedError, errors.Is store.ErrCompacted).
 	ErrReplyUnavailable = sentinel("plane: reply no longer derivable")
 	// ErrHostFailed: the host's world supervisor or its controller died
 	// (a world process crashed outside the kernel's containment, a

@@ -3,13 +3,13 @@ package plane_test
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
 	"github.com/orrery-run/orrery/world"
 )
@@ -157,7 +157,9 @@ func TestCallAcrossProcessesOnForkedAndSeededWorlds(t *testing.T) {
 // TestRemoteReplyPastACompactedJournalIsUnavailable: when compaction has
 // removed the records between the highest snapshot below a call and the
 // call, its reply cannot be re-derived: the client says so with
-// ErrReplyUnavailable instead of stepping the call on the wrong state.
+// ErrReplyUnavailable, wrapping the store's CompactedError, instead of
+// stepping the call on the wrong state. Compacted only up to that
+// snapshot, the reply is still derived.
 func TestRemoteReplyPastACompactedJournalIsUnavailable(t *testing.T) {
 	res := lab.Run(lab.Config{Seed: 5, Name: "remote-call-compacted"}, func(env *lab.Env) error {
 		st, h, remote, err := remoteRig(env, "c", 0)
@@ -176,6 +178,17 @@ func TestRemoteReplyPastACompactedJournalIsUnavailable(t *testing.T) {
 		if err := send(6, "a"); err != nil {
 			return err
 		}
+		// A snapshot below the call (a cycle crosses a multiple of
+		// SnapshotEvery), with records between it and the call.
+		if err := waitFor(env, "the first inputs journaled", 5*time.Second, func() (bool, error) {
+			s, ok := h.State("c")
+			return ok && s.Height == 6, nil
+		}); err != nil {
+			return err
+		}
+		if err := send(2, "m"); err != nil {
+			return err
+		}
 		first, err := remote.CallWithID(env.Ctx, "c", "fixed-id", Get{})
 		if err != nil {
 			return err
@@ -185,7 +198,7 @@ func TestRemoteReplyPastACompactedJournalIsUnavailable(t *testing.T) {
 		}
 		if err := waitFor(env, "every input journaled", 5*time.Second, func() (bool, error) {
 			s, ok := h.State("c")
-			return ok && s.Height == 19, nil
+			return ok && s.Height == 21, nil
 		}); err != nil {
 			return err
 		}
@@ -201,7 +214,7 @@ func TestRemoteReplyPastACompactedJournalIsUnavailable(t *testing.T) {
 		}
 		// The baseline below the call: a snapshot, or the initial state.
 		below, _, err := st.SnapshotBelow(env.Ctx, "c", call)
-		if err != nil || below.Height+1 >= call {
+		if err != nil || below.Height == 0 || below.Height+1 >= call {
 			return fmt.Errorf("the call at %d has its baseline at %d (%v): the test needs a record between them", call, below.Height, err)
 		}
 		active, _, err := st.ActiveSnapshot(env.Ctx, "c")
@@ -214,12 +227,21 @@ func TestRemoteReplyPastACompactedJournalIsUnavailable(t *testing.T) {
 			return fmt.Errorf("the repeated call: %x, %v; want %x", again, err, first)
 		}
 		epoch, _ := h.Lease("c")
+		// Compacted up to the snapshot below the call, the reply is still
+		// derivable: the client reads from the floor, not from 0.
+		if _, err := st.Compact(env.Ctx, "c", epoch, active.Height-below.Height); err != nil {
+			return err
+		}
+		if again, err := remote.CallWithID(env.Ctx, "c", "fixed-id", Get{}); err != nil || string(again) != string(first) {
+			return fmt.Errorf("the repeated call, compacted up to its baseline: %x, %v; want %x", again, err, first)
+		}
 		if _, err := st.Compact(env.Ctx, "c", epoch, active.Height-(call-1)); err != nil {
 			return err
 		}
 		_, err = remote.CallWithID(env.Ctx, "c", "fixed-id", Get{})
-		if !errors.Is(err, plane.ErrReplyUnavailable) || !strings.Contains(err.Error(), "compacted") {
-			return fmt.Errorf("the call after compaction: %v; want ErrReplyUnavailable naming the compaction", err)
+		var ce *store.CompactedError
+		if !errors.Is(err, plane.ErrReplyUnavailable) || !errors.As(err, &ce) || ce.Stream != "c" || ce.Floor != call-1 {
+			return fmt.Errorf("the call after compaction: %v; want ErrReplyUnavailable wrapping the store's CompactedError at floor %d", err, call-1)
 		}
 		return nil
 	})

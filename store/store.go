@@ -201,14 +201,62 @@ type Journal interface {
 	// on the same key.
 	Append(ctx context.Context, stream string, events []Record, opts AppendOptions) ([]Appended, error)
 	// Read returns up to limit events with runSeq > afterSeq, in runSeq order.
+	// runSeqs may have gaps, so a reader cannot tell a removed record from
+	// one that never existed: a read that starts below the stream's floor
+	// (afterSeq < Floor) is refused with a *CompactedError
+	// (errors.Is(err, ErrCompacted)) naming the floor, never answered with
+	// what is left above it. A read at or above the floor sees every record
+	// appended above afterSeq.
 	Read(ctx context.Context, stream string, afterSeq uint64, limit int) ([]Record, error)
 	// Head returns the runSeq of the stream's last event (0 when empty; for
 	// a forked or seeded world, the snapshot height until the first append).
 	Head(ctx context.Context, stream string) (uint64, error)
+	// Floor returns the stream's compaction floor: every record with runSeq
+	// <= Floor is gone, removed by Compact (0 when nothing ever was). It
+	// only rises, and is written in the transaction that removes the
+	// records. A reader that accepts the loss reads on from Floor, knowing
+	// what it skipped. A forked or seeded world's stream starts above its
+	// fork height, which its world record says (World.ForkedAtHeight); that
+	// is not a floor until a compaction passes it.
+	Floor(ctx context.Context, stream string) (uint64, error)
 	// ReadWindow returns up to limit events of stream with from <= persistedAt
 	// < to, in runSeq order: the audit window (the execution semantics contract §2.2).
+	// A window that may hold compacted records (from at or before the
+	// latest persistedAt among them) is refused with a *CompactedError whose
+	// FloorAt says from when on the window is whole.
 	ReadWindow(ctx context.Context, stream string, from, to time.Time, limit int) ([]Record, error)
 }
+
+// ErrCompacted: a journal read asked for records below the stream's
+// compaction floor (see CompactedError).
+var ErrCompacted = errors.New("store: journal compacted")
+
+// CompactedError is the answer to a journal read that asks for records
+// compaction removed (see Journal.Read and ReadWindow). errors.Is matches
+// ErrCompacted.
+type CompactedError struct {
+	Op     string // "read" or "read_window"
+	Stream string
+	// After is the read's afterSeq (Read only).
+	After uint64
+	// Floor is the stream's compaction floor: records at or below it are
+	// gone; a read from Floor on is whole.
+	Floor uint64
+	// FloorAt is the latest persistedAt among the removed records (zero if
+	// none was ever removed): a window starting after it is whole.
+	FloorAt time.Time
+}
+
+func (e *CompactedError) Error() string {
+	msg := fmt.Sprintf("%s: %s (stream %s): records up to runSeq %d are compacted", e.Op, ErrCompacted.Error(), e.Stream, e.Floor)
+	if e.Op == "read_window" {
+		return msg + fmt.Sprintf(" (the latest persisted at %s)", e.FloorAt.UTC().Format(time.RFC3339Nano))
+	}
+	return msg + fmt.Sprintf(", asked after %d", e.After)
+}
+
+// Unwrap makes errors.Is(err, ErrCompacted) hold.
+func (e *CompactedError) Unwrap() error { return ErrCompacted }
 
 // ---- the world cycle ----
 
@@ -829,7 +877,10 @@ type Snapshots interface {
 	// or above the active baseline minus retain is ever removed. Compaction
 	// is the only path that deletes journal records, and the idempotency
 	// keys of compacted events are kept: re-appending one still returns
-	// idempotent (without its metadata's payload, which is gone).
+	// idempotent (without its metadata's payload, which is gone). In the
+	// same transaction the stream's floor (Journal.Floor) rises to
+	// baseline.Height - retain (it never falls), so a reader below it is
+	// told, not handed a gap.
 	Compact(ctx context.Context, world string, epoch uint64, retain uint64) (int, error)
 }
 

@@ -10,7 +10,7 @@
 //	1  an error not named below (the server failed, a check failed)
 //	2  usage: unknown command or flag, bad argument
 //	3  not found (world, effect, worker)
-//	4  conflict or refused state (exists, archived, paused, not retryable)
+//	4  conflict or refused state (exists, archived, paused, not retryable, journal compacted)
 //	5  unavailable: the server cannot be reached, is not ready, or timed out
 //	6  unauthenticated or forbidden
 //

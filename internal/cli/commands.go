@@ -31,7 +31,7 @@ func apiExitCode(err error) (int, bool) {
 		case api.CodeNotFound:
 			return ExitNotFound, true
 		case api.CodeAlreadyExists, api.CodeConflict, api.CodePaused, api.CodeArchived, api.CodeFenced,
-			api.CodeNotRetryable, api.CodeReplyUnavailable, api.CodeFinished:
+			api.CodeNotRetryable, api.CodeReplyUnavailable, api.CodeFinished, api.CodeCompacted:
 			return ExitConflict, true
 		case api.CodeUnavailable, api.CodeNotReady, api.CodeTimeout:
 			return ExitUnavailable, true
@@ -430,6 +430,12 @@ it prints them as one JSON array.`,
 			start := uint64(0)
 			if v.Head > n {
 				start = v.Head - n
+			}
+			if start < v.JournalFloor {
+				// The records below the floor are gone: say so, and tail
+				// what is left.
+				start = v.JournalFloor
+				fmt.Fprintf(e.io.Err, "records up to height %d are compacted\n", v.JournalFloor)
 			}
 			return e.readJournal(ctx, c, a[0], start, 100, tailFollow)
 		}),

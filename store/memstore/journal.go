@@ -21,6 +21,10 @@ type stream struct {
 	// Appended.Conflict compares: a key once appended stays a duplicate for
 	// the stream's life, and a changed record under it stays visible.
 	byKey map[string]keyRecord
+	// floor is the compaction floor (store.Journal.Floor) and floorAt the
+	// latest persistedAt among the records compaction removed.
+	floor   uint64
+	floorAt time.Time
 }
 
 type keyRecord struct {
@@ -163,6 +167,9 @@ func (s *Store) Read(ctx context.Context, streamID string, afterSeq uint64, limi
 	if str == nil {
 		return nil, nil
 	}
+	if err := contract.ReadFloor(streamID, afterSeq, str.floor); err != nil {
+		return nil, err
+	}
 	i := sort.Search(len(str.records), func(i int) bool { return str.records[i].RunSeq > afterSeq })
 	var out []store.Record
 	for ; i < len(str.records) && (limit <= 0 || len(out) < limit); i++ {
@@ -180,6 +187,18 @@ func (s *Store) Head(ctx context.Context, streamID string) (uint64, error) {
 	return s.st.head(streamID), nil
 }
 
+// Floor implements store.Journal.
+func (s *Store) Floor(ctx context.Context, streamID string) (uint64, error) {
+	if err := s.begin(ctx, "floor"); err != nil {
+		return 0, err
+	}
+	defer s.end()
+	if str := s.st.streams[streamID]; str != nil {
+		return str.floor, nil
+	}
+	return 0, nil
+}
+
 // ReadWindow implements store.Journal. A limit <= 0 means no limit.
 func (s *Store) ReadWindow(ctx context.Context, streamID string, from, to time.Time, limit int) ([]store.Record, error) {
 	if err := s.begin(ctx, "read_window"); err != nil {
@@ -189,6 +208,9 @@ func (s *Store) ReadWindow(ctx context.Context, streamID string, from, to time.T
 	str := s.st.streams[streamID]
 	if str == nil {
 		return nil, nil
+	}
+	if err := contract.WindowFloor(streamID, from, str.floor, str.floorAt); err != nil {
+		return nil, err
 	}
 	var out []store.Record
 	for _, r := range str.records {
@@ -318,12 +340,18 @@ func (s *Store) Compact(ctx context.Context, world string, epoch uint64, retain 
 		return 0, err
 	}
 	w := s.st.worlds[world]
-	str := s.st.streams[world]
-	if !w.hasBaseline || w.baseline <= retain || str == nil {
+	if !w.hasBaseline || w.baseline <= retain {
 		return 0, nil
 	}
+	str := s.st.stream(world)
 	cut := w.baseline - retain
 	n := sort.Search(len(str.records), func(i int) bool { return str.records[i].RunSeq > cut })
+	for _, r := range str.records[:n] {
+		if r.PersistedAt.After(str.floorAt) {
+			str.floorAt = r.PersistedAt
+		}
+	}
+	str.floor = max(str.floor, cut)
 	str.records = append([]store.Record(nil), str.records[n:]...)
 	return n, nil
 }

@@ -57,7 +57,7 @@ func Ops() []string {
 	return []string{
 		"acquire", "acquire_leases", "active_snapshot", "append", "assign", "cancel_timer", "cas_watermark", "claim",
 		"claim_due", "commit", "compact", "complete", "complete_many", "create_world", "cursor", "drain",
-		"effect_status", "enqueue", "fire", "fire_held", "fork_world", "get_assignment", "get_lease", "get_watermark", "get_world",
+		"effect_status", "enqueue", "fire", "fire_held", "floor", "fork_world", "get_assignment", "get_lease", "get_watermark", "get_world",
 		"head", "heartbeat", "list_effects", "list_timers", "list_worker_worlds", "list_workers",
 		"list_worlds", "next_due", "now", "publish", "put_snapshot", "queue_depths", "read", "read_inbox",
 		"read_window", "reap_effects", "reap_timers", "release", "release_effect", "release_leases", "renew",

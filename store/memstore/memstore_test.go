@@ -414,6 +414,7 @@ func TestOpsListsEveryHookedOperation(t *testing.T) {
 		func() { s.ActiveSnapshot(bg, "w") },
 		func() { s.SnapshotBelow(bg, "w", 1) },
 		func() { s.Compact(bg, "w", e, 0) },
+		func() { s.Floor(bg, "w") },
 		func() { s.ForkWorld(bg, "w", 1, "f") },
 		func() { s.Spawn(bg, store.SpawnSpec{Universe: "u", World: "s"}) },
 		func() { s.GetWorld(bg, "w") },

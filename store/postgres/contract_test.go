@@ -100,6 +100,16 @@ func TestMigrationFromVersion1(t *testing.T) {
 	if err != nil || got[0].RunSeq != 4 || got[0].Idempotent {
 		t.Fatalf("a new append after the migration = %+v, %v; want runSeq 4", got, err)
 	}
+	// The compaction version 1 did left its floor in compacted_keys.
+	if f, err := s.Floor(bg, "a"); err != nil || f != 1 {
+		t.Fatalf("Floor of a stream compacted by version 1 = %d, %v; want 1", f, err)
+	}
+	if _, err := s.Read(bg, "a", 0, 10); !errors.Is(err, store.ErrCompacted) {
+		t.Fatalf("Read below the migrated floor: %v, want ErrCompacted", err)
+	}
+	if evs, err := s.Read(bg, "a", 1, 10); err != nil || len(evs) != 2 || evs[0].RunSeq != 3 {
+		t.Fatalf("Read from the migrated floor = %d records, %v", len(evs), err)
+	}
 }
 
 // ListWorkerWorlds is index-backed: on a table of many worlds, the plan of

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 	"github.com/orrery-run/orrery/store/internal/groupcommit"
 )
 
@@ -183,14 +184,54 @@ func (s *Store) Read(ctx context.Context, stream string, afterSeq uint64, limit 
 	}
 	after := seqArg(afterSeq)
 	var out []store.Record
+	var floor int64
 	err := s.retry(ctx, op, stream, func() error {
-		rows, _ := s.pool.Query(ctx, `SELECT `+recordCols+` FROM events
+		// One round trip, the floor read after the events: it only rises,
+		// in the transaction that removes events, so a floor at or below
+		// afterSeq now was so when the events were read, and they are
+		// whole. A compaction in between refuses a read that was whole:
+		// too strict, never silent.
+		b := &pgx.Batch{}
+		b.Queue(`SELECT `+recordCols+` FROM events
 			WHERE stream = $1 AND run_seq > $2 ORDER BY run_seq LIMIT $3`, stream, after, limitArg(limit))
+		b.Queue(floorQuery, stream)
+		br := s.pool.SendBatch(ctx, b)
+		rows, _ := br.Query()
 		var err error
-		out, err = pgx.CollectRows(rows, scanRecord)
-		return err
+		if out, err = pgx.CollectRows(rows, scanRecord); err != nil {
+			br.Close()
+			return err
+		}
+		if err := br.QueryRow().Scan(&floor, new(*int64)); err != nil {
+			br.Close()
+			return err
+		}
+		return br.Close()
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	if err := contract.ReadFloor(stream, afterSeq, uint64(floor)); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// floorQuery reads a stream's compaction floor and the latest persistedAt
+// it removed (NULL when none).
+const floorQuery = `SELECT coalesce(max(compacted_to), 0), max(compacted_at_ns) FROM streams WHERE stream = $1`
+
+// Floor implements store.Journal.
+func (s *Store) Floor(ctx context.Context, stream string) (uint64, error) {
+	const op = "floor"
+	if err := s.begin(ctx, op); err != nil {
+		return 0, err
+	}
+	var floor int64
+	err := s.retry(ctx, op, stream, func() error {
+		return s.pool.QueryRow(ctx, floorQuery, stream).Scan(&floor, new(*int64))
+	})
+	return uint64(floor), err
 }
 
 // Head implements store.Journal.
@@ -214,13 +255,37 @@ func (s *Store) ReadWindow(ctx context.Context, stream string, from, to time.Tim
 	}
 	lo, hi := clampNS(from), clampNS(to)
 	var out []store.Record
+	var floor int64
+	var floorAt *int64
 	err := s.retry(ctx, op, stream, func() error {
-		rows, _ := s.pool.Query(ctx, `SELECT `+recordCols+` FROM events
+		// After the events, as Read does.
+		b := &pgx.Batch{}
+		b.Queue(`SELECT `+recordCols+` FROM events
 			WHERE stream = $1 AND persisted_at_ns >= $2 AND persisted_at_ns < $3
 			ORDER BY run_seq LIMIT $4`, stream, lo, hi, limitArg(limit))
+		b.Queue(floorQuery, stream)
+		br := s.pool.SendBatch(ctx, b)
+		rows, _ := br.Query()
 		var err error
-		out, err = pgx.CollectRows(rows, scanRecord)
-		return err
+		if out, err = pgx.CollectRows(rows, scanRecord); err != nil {
+			br.Close()
+			return err
+		}
+		if err := br.QueryRow().Scan(&floor, &floorAt); err != nil {
+			br.Close()
+			return err
+		}
+		return br.Close()
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	var at time.Time
+	if floorAt != nil {
+		at = fromNS(*floorAt)
+	}
+	if err := contract.WindowFloor(stream, from, uint64(floor), at); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

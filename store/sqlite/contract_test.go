@@ -256,6 +256,12 @@ func TestMigrationFromSchema1(t *testing.T) {
 		INSERT INTO event_keys (stream, idempotency_key, event_id, run_seq, persisted_at) VALUES ('ok', 'key-a', 'ev-a', 1, 1);
 		INSERT INTO events (stream, run_seq, event_id, idempotency_key, event_type, persisted_at, step_id, logical_attempt,
 			engine_attempt, plan_id, plan_version, payload) VALUES ('ok', 1, 'ev-a', 'key-a', 'StepCompleted', 1, 's1', 1, 1, 'p', 1, x'a0');
+		INSERT INTO worlds (id, universe, status, created_at) VALUES ('cmp', 'u', 'active', 1);
+		INSERT INTO streams (stream, head) VALUES ('cmp', 2);
+		INSERT INTO event_keys (stream, idempotency_key, event_id, run_seq, persisted_at) VALUES
+			('cmp', 'key-1', 'ev-1', 1, 10), ('cmp', 'key-2', 'ev-2', 2, 20), ('cmp', 'key-3', 'ev-3', 3, 30);
+		INSERT INTO events (stream, run_seq, event_id, idempotency_key, event_type, persisted_at, step_id, logical_attempt,
+			engine_attempt, plan_id, plan_version, payload) VALUES ('cmp', 3, 'ev-3', 'key-3', 'StepCompleted', 30, 's3', 1, 1, 'p', 1, x'a0');
 	`, now, later))
 	s, err := Open(bg, path, WithClock(clock.Now))
 	if err != nil {
@@ -299,6 +305,21 @@ func TestMigrationFromSchema1(t *testing.T) {
 	got, err = s.Append(bg, "ok", []store.Record{changed}, store.AppendOptions{Fence: fence})
 	if err != nil || !got[0].Idempotent || !got[0].Conflict {
 		t.Fatalf("a changed payload under a migrated key = %+v, %v; want a conflict", got, err)
+	}
+
+	// A stream compacted before the floor was recorded gets its floor from
+	// the keys left without their events.
+	if f, err := s.Floor(bg, "cmp"); err != nil || f != 2 {
+		t.Fatalf("Floor of a stream compacted before the migration = %d, %v; want 2", f, err)
+	}
+	if _, err := s.Read(bg, "cmp", 0, 10); !errors.Is(err, store.ErrCompacted) {
+		t.Fatalf("Read below the migrated floor: %v, want ErrCompacted", err)
+	}
+	if evs, err := s.Read(bg, "cmp", 2, 10); err != nil || len(evs) != 1 || evs[0].RunSeq != 3 {
+		t.Fatalf("Read from the migrated floor = %+v, %v", evs, err)
+	}
+	if f, err := s.Floor(bg, "ok"); err != nil || f != 0 {
+		t.Fatalf("Floor of a stream never compacted = %d, %v; want 0", f, err)
 	}
 }
 

@@ -78,8 +78,11 @@ func TestJournalRecordsAreImmutable(t *testing.T) {
 	if err := db.QueryRow(`SELECT COUNT(*) FROM compaction_gate`).Scan(&gates); err != nil || gates != 0 {
 		t.Fatalf("compaction gates left: %d, %v", gates, err)
 	}
-	if got, _ := s.Read(bg, "w1", 0, 0); len(got) != 6 || got[0].RunSeq != 5 {
-		t.Fatalf("after compaction: %d events from %d", len(got), got[0].RunSeq)
+	if _, err := s.Read(bg, "w1", 0, 0); !errors.Is(err, store.ErrCompacted) {
+		t.Fatalf("a read below the floor after compaction: %v, want ErrCompacted", err)
+	}
+	if got, err := s.Read(bg, "w1", 4, 0); err != nil || len(got) != 6 || got[0].RunSeq != 5 {
+		t.Fatalf("after compaction: %d events, %v", len(got), err)
 	}
 	if _, err := db.Exec(`DELETE FROM events WHERE stream = 'w1' AND run_seq = 5`); err == nil {
 		t.Fatal("a delete passed the trigger after compaction")

@@ -178,7 +178,43 @@ func (s *Store) Read(ctx context.Context, stream string, afterSeq uint64, limit 
 	if err != nil {
 		return nil, dbErr(op, stream, err)
 	}
+	// The floor is read after the events: it only rises, in the
+	// transaction that removes events, so a floor at or below afterSeq now
+	// was so when the events were read, and they are whole. A compaction
+	// in between refuses a read that was whole: too strict, never silent.
+	floor, _, err := s.floor(ctx, stream)
+	if err != nil {
+		return nil, dbErr(op, stream, err)
+	}
+	if err := contract.ReadFloor(stream, afterSeq, floor); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// floor reads a stream's compaction floor and the latest persistedAt it
+// removed (zero when none).
+func (s *Store) floor(ctx context.Context, stream string) (uint64, time.Time, error) {
+	var to int64
+	var at sql.NullInt64
+	if _, err := s.queryRow(ctx, `SELECT compacted_to, compacted_at FROM streams WHERE stream = ?`, []any{stream}, &to, &at); err != nil {
+		return 0, time.Time{}, err
+	}
+	return uint64(to), fromNullNS(at), nil
+}
+
+// Floor returns the stream's compaction floor (0 when nothing was ever
+// compacted).
+func (s *Store) Floor(ctx context.Context, stream string) (uint64, error) {
+	const op = "floor"
+	if err := s.read(ctx, op); err != nil {
+		return 0, err
+	}
+	floor, _, err := s.floor(ctx, stream)
+	if err != nil {
+		return 0, dbErr(op, stream, err)
+	}
+	return floor, nil
 }
 
 // Head returns the stream's head (0 for a stream never appended to).
@@ -210,6 +246,14 @@ func (s *Store) ReadWindow(ctx context.Context, stream string, from, to time.Tim
 	out, err := scanRecords(rows)
 	if err != nil {
 		return nil, dbErr(op, stream, err)
+	}
+	// After the events, as Read does.
+	floor, floorAt, err := s.floor(ctx, stream)
+	if err != nil {
+		return nil, dbErr(op, stream, err)
+	}
+	if err := contract.WindowFloor(stream, from, floor, floorAt); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

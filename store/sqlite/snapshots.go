@@ -116,13 +116,23 @@ func (s *Store) Compact(ctx context.Context, world string, epoch uint64, retain 
 		}
 		upto := uint64(baseline.Int64) - retain
 		// The head survives the events it may remove: record it as the
-		// stream's floor first.
+		// stream's floor first. The compaction floor (compacted_to, and the
+		// latest persistedAt removed) rises in the same savepoint, so no
+		// reader ever sees the events gone and the floor still below them.
 		head, err := t.head(world)
 		if err != nil {
 			return err
 		}
-		if _, err := t.exec(`INSERT INTO streams (stream, head) VALUES (?, ?)
-			ON CONFLICT (stream) DO UPDATE SET head = MAX(head, excluded.head)`, world, head); err != nil {
+		var removedAt sql.NullInt64
+		if _, err := t.queryRow(`SELECT MAX(persisted_at) FROM events WHERE stream = ? AND run_seq <= ?`,
+			[]any{world, int64(upto)}, &removedAt); err != nil {
+			return err
+		}
+		if _, err := t.exec(`INSERT INTO streams (stream, head, compacted_to, compacted_at) VALUES (?1, ?2, ?3, ?4)
+			ON CONFLICT (stream) DO UPDATE SET head = MAX(head, excluded.head),
+				compacted_to = MAX(compacted_to, excluded.compacted_to),
+				compacted_at = COALESCE(MAX(compacted_at, excluded.compacted_at), compacted_at, excluded.compacted_at)`,
+			world, head, int64(upto), removedAt); err != nil {
 			return err
 		}
 		if _, err := t.exec(`INSERT INTO compaction_gate (stream, upto) VALUES (?, ?)`, world, int64(upto)); err != nil {

@@ -90,7 +90,9 @@ func testCompact(t *testing.T, open Factory) {
 	if n != removed {
 		t.Fatalf("Compact removed %d, want %d (runSeq <= %d)", n, removed, base-2)
 	}
-	if got := runSeqs(f.read("w")); fmt.Sprint(got) != fmt.Sprint(want) {
+	evs, err := f.s.Read(bg, "w", base-2, 100)
+	must(t, err, "Read from the floor")
+	if got := runSeqs(evs); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("Read after Compact = %v, want %v", got, want)
 	}
 	if h := f.head("w"); h != head {

@@ -64,6 +64,11 @@
 //     withdrawn effect (ErrClaimLost, also for an operator's Resolve), and
 //     its record is swept like a done one, counted from the withdrawal
 //     (withdraw.go).
+//   - Compaction floor: Compact raises Floor to baseline - retain even
+//     where no record was left to remove, and never lowers it; a fork's or
+//     seed's start is not a floor (its stream reads from 0 without error);
+//     ReadWindow refuses every window that starts at or before the latest
+//     removed persistedAt, also one that held none of them (floor.go).
 //   - QueueDepths.InboxBacklog counts items, not seq distances: a backend
 //     whose inbox seqs have gaps still reports the number of undrained
 //     items (views.go).
@@ -130,6 +135,7 @@ func suite() []testCase {
 		fireHeldTests,
 		fabricTests,
 		snapshotTests,
+		floorTests,
 		worldTests,
 		dedupeTests,
 		watchTests,

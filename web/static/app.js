@@ -451,7 +451,8 @@ async function followJournal(id) {
   const status = $('#journal-state');
   try {
     const view = await api('GET', `/v1/worlds/${enc(id)}`, undefined, ctl.signal);
-    let after = Math.max(0, view.head - JOURNAL_ROWS);
+    // Records at or below the compaction floor are gone: start above it.
+    let after = Math.max(view.journal_floor || 0, view.head - JOURNAL_ROWS);
     let first = true;
     status.textContent = 'following';
     for (;;) {

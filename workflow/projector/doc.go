@@ -33,6 +33,16 @@
 //     one before. A projection whose transitions depend on order runs one
 //     runner at a time (the watermark CAS keeps a second one harmless, not
 //     useful).
+//   - A projector is never handed a silent gap. runSeqs may have gaps, so
+//     when compaction has removed records a projector was never handed (its
+//     watermark is below the stream's floor, see store.Journal.Floor), the
+//     runner cannot just feed it what is left: by default it stops that
+//     stream for that projector and reports the range (watermark+1 … floor)
+//     as a *GapError on every pass, logged at ERROR, listed by Runner.Gaps
+//     and handed to RunnerConfig.OnGap; the other projectors go on. With
+//     RunnerConfig.SkipCompacted it moves the watermark to the floor
+//     instead, knowingly: the skipped range is logged at WARN and listed
+//     the same way.
 //   - There is no journal notification to wait on, so Run polls, backing
 //     off on the executor's clock while nothing moves; a producer in the
 //     same process calls Notify after an append to be projected at once.
@@ -76,7 +86,9 @@
 //
 // Audit selects a stream's events by a persistedAt window, which is what a
 // time window means for a journal (the append authority's clock), while the
-// events it returns stay in runSeq order.
+// events it returns stay in runSeq order. A window that may hold compacted
+// events fails with the store's *store.CompactedError, whose FloorAt says
+// from when on a window is whole.
 //
 // # What it never does
 //

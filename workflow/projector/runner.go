@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -73,6 +74,20 @@ type RunnerConfig struct {
 	Logger *slog.Logger
 	// OnError, when set, is called by Run with each failed pass's error.
 	OnError func(error)
+	// SkipCompacted decides what happens when a projector's watermark is
+	// below its stream's compaction floor (the records between were
+	// removed before it was handed them). False (the default): the stream
+	// stops for that projector, and every pass reports the range as a
+	// *GapError (logged at ERROR, returned by CatchUp, handed to OnError)
+	// until an operator moves the watermark. True: the runner moves the
+	// watermark to the floor, logs the skipped range at WARN and feeds the
+	// projector on from there. Either way Gaps lists the range and OnGap is
+	// called with it.
+	SkipCompacted bool
+	// OnGap, when set, is called with every unreadable range found: a
+	// stopped one once (until it changes), a skipped one when it is
+	// skipped. It runs inside the pass and must not call CatchUp.
+	OnGap func(Gap)
 }
 
 // Runner feeds projectors the events of streams. CatchUp and Run may be
@@ -91,6 +106,11 @@ type Runner struct {
 	// error drops the entry, and the next pass reads it again. It is only
 	// touched under lock.
 	cache map[markKey]uint64
+	// stopped and skipped are the gaps Gaps reports, under gapMu (Gaps may
+	// be called during a pass).
+	gapMu   sync.Mutex
+	stopped map[markKey]Gap
+	skipped []Gap
 }
 
 type binding struct {
@@ -122,7 +142,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		return bad("negative poll interval")
 	}
 	r := &Runner{cfg: cfg, batch: cfg.Batch, log: cfg.Logger, lock: make(chan struct{}, 1),
-		wake: cfg.Executor.NewParker(), cache: map[markKey]uint64{}}
+		wake: cfg.Executor.NewParker(), cache: map[markKey]uint64{}, stopped: map[markKey]Gap{}}
 	if r.batch == 0 {
 		r.batch = DefaultBatch
 	}
@@ -183,7 +203,8 @@ func (r *Runner) Watermark(ctx context.Context, projector, stream string) (uint6
 // CatchUp makes one pass: every projector is fed every event of every
 // stream above its watermark, up to each stream's head at the time it is
 // read. A stream's or projector's failure does not stop the others; the
-// errors are joined (each an *ApplyError, a store error, or ErrOutOfOrder).
+// errors are joined (each an *ApplyError, a *GapError, a store error, or
+// ErrOutOfOrder).
 func (r *Runner) CatchUp(ctx context.Context) error {
 	_, err := r.pass(ctx)
 	return err
@@ -284,10 +305,21 @@ func (r *Runner) stream(ctx context.Context, s string) (progress bool, err error
 	}
 	for live {
 		evs, err := r.cfg.Store.Read(ctx, s, after, r.batch)
+		var ce *store.CompactedError
+		if errors.As(err, &ce) && ce.Floor > after {
+			// The bindings below the floor stop or skip to it; the others
+			// read on from the lowest watermark left.
+			moved, gerrs := r.belowFloor(ctx, s, cur, ce)
+			progress = progress || moved
+			errs = append(errs, gerrs...)
+			after, live = lowest(cur)
+			continue
+		}
 		if err != nil {
 			errs = append(errs, err)
 			break
 		}
+		r.readable(s, cur)
 		for _, e := range evs {
 			if e.RunSeq <= after {
 				errs = append(errs, fmt.Errorf("%w: %s@%d after %d", ErrOutOfOrder, s, e.RunSeq, after))
@@ -318,6 +350,17 @@ func (r *Runner) stream(ctx context.Context, s string) (progress bool, err error
 		}
 	}
 	return progress, errors.Join(errs...)
+}
+
+// lowest returns the lowest watermark among the active cursors, and
+// whether there is one.
+func lowest(cur []cursor) (after uint64, live bool) {
+	for _, c := range cur {
+		if c.active && (!live || c.mark < after) {
+			after, live = c.mark, true
+		}
+	}
+	return after, live
 }
 
 // deliver hands e to one binding under the runner's Delivery, moving c.

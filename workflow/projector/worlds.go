@@ -32,7 +32,9 @@ type World struct {
 	// LastStepAt is that record's persistedAt.
 	LastStepAt time.Time
 	// Steps counts the step records projected; a journal compacted below a
-	// snapshot has fewer than Head.
+	// snapshot has fewer than Head. (A runner stops a compacted stream for
+	// a projection rebuilt from runSeq 0 unless RunnerConfig.SkipCompacted
+	// lets it start at the floor.)
 	Steps    uint64
 	Outcomes Outcomes
 }

@@ -166,6 +166,13 @@ func (h *Handle) Read(ctx context.Context, stream string, after uint64, limit in
 	return h.Store.Read(ctx, stream, after, limit)
 }
 
+func (h *Handle) Floor(ctx context.Context, stream string) (uint64, error) {
+	if err := h.begin("floor"); err != nil {
+		return 0, err
+	}
+	return h.Store.Floor(ctx, stream)
+}
+
 func (h *Handle) Head(ctx context.Context, stream string) (uint64, error) {
 	if err := h.begin("head"); err != nil {
 		return 0, err

@@ -2,8 +2,9 @@
 // that every backend makes the same way: the fence predicate, protocol B's
 // holder check, the claim check of Complete and Fire (which an operator's
 // Resolve and a lease holder's FireHeld skip), world status
-// transitions and snapshot idempotency. Each is a pure function of the
-// rows a backend has read inside its transaction and the store's clock, so
+// transitions, snapshot idempotency and the journal's compaction floor.
+// Each is a pure function of the rows a backend has read inside its
+// transaction and the store's clock, so
 // a backend keeps only storage: it loads the rows, asks here, and writes.
 //
 // What it never does: touch storage, read a clock, or hold state.
@@ -320,4 +321,23 @@ func Snapshot(op, world string, s store.Snapshot, head uint64, existing string) 
 // retention has passed since completion.
 func Sweepable(completedAt time.Time, inboxSeq, cursor uint64, retention time.Duration, now time.Time) bool {
 	return cursor >= inboxSeq && !completedAt.Add(retention).After(now)
+}
+
+// ReadFloor is the rule of every backend's Read: a read after afterSeq is
+// whole only when afterSeq is at or above the stream's compaction floor;
+// below it, the answer is a *store.CompactedError naming the floor.
+func ReadFloor(stream string, afterSeq, floor uint64) error {
+	if afterSeq < floor {
+		return &store.CompactedError{Op: "read", Stream: stream, After: afterSeq, Floor: floor}
+	}
+	return nil
+}
+
+// WindowFloor is the rule of every backend's ReadWindow: a window may hold
+// removed records unless it starts after the latest of them (floorAt).
+func WindowFloor(stream string, from time.Time, floor uint64, floorAt time.Time) error {
+	if floor > 0 && !floorAt.IsZero() && !from.After(floorAt) {
+		return &store.CompactedError{Op: "read_window", Stream: stream, Floor: floor, FloorAt: floorAt}
+	}
+	return nil
 }
