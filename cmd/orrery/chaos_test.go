@@ -51,6 +51,16 @@ const (
 	chaosAccounts = 6
 	chaosSeedBal  = 1000 // each account's opening deposit
 	chaosClients  = 4
+
+	// chaosTTL is the children's lease TTL here: long enough that a
+	// worker killed and started again at once (the test binary boots in a
+	// second or two, more under the race detector) is back before its
+	// leases run out, which is the case "restart within the TTL" tests.
+	chaosTTL = 5 * time.Second
+	// killSlack covers a renewal the victim sent before it died (or
+	// stopped) and that commits just after: a lease that runs past the
+	// fault by more than the TTL and this was renewed by someone alive.
+	killSlack = 500 * time.Millisecond
 )
 
 // The faults.
@@ -185,7 +195,7 @@ func TestChaos(t *testing.T) {
 		ch.proxies = append(ch.proxies, p)
 		dsns = append(dsns, db.via(p.addr))
 	}
-	ch.c = newClusterOn(t, db, dsns)
+	ch.c = newClusterOn(t, db, dsns, chaosTTL)
 	ch.start = time.Now()
 	ch.mon = startLeaseMonitor(t, ch.pool, ch.start)
 
@@ -460,26 +470,26 @@ func (ch *chaos) inject(kind, restartCmd string) faultRun {
 	switch kind {
 	case fKillAfterTTL, fKillWithinTTL, fStop:
 		held := ch.mon.heldBy(p.worker)
-		killNs := ch.storeNow()
 		if kind == fStop {
 			ch.c.pause(p)
 		} else {
 			ch.c.kill(p)
 		}
+		killNs := ch.storeNow() + int64(killSlack)
 		var restarted float64
 		if kind == fKillWithinTTL {
 			ch.c.restart(p)
 			restarted = ch.since()
 			f.Detail = fmt.Sprintf("restarted %.2fs after the kill", restarted-f.At)
-			ch.restarts = append(ch.restarts, restartSight{Worker: p.worker, KillNs: killNs, TTLNs: int64(leaseTTL), Before: held, AtSecs: f.At, Restart: restarted})
+			ch.restarts = append(ch.restarts, restartSight{Worker: p.worker, KillNs: killNs, TTLNs: int64(chaosTTL), Before: held, AtSecs: f.At, Restart: restarted})
 		}
-		f.Failover = ch.mon.awaitRenewed(held, killNs+int64(leaseTTL), begin, 60*time.Second)
+		f.Failover = ch.mon.awaitRenewed(held, killNs+int64(chaosTTL), begin, 60*time.Second)
 		switch kind {
 		case fKillAfterTTL:
-			time.Sleep(time.Until(begin.Add(leaseTTL + 500*time.Millisecond)))
+			time.Sleep(time.Until(begin.Add(chaosTTL + time.Second)))
 			ch.c.restart(p)
 		case fStop:
-			time.Sleep(time.Until(begin.Add(3 * leaseTTL)))
+			time.Sleep(time.Until(begin.Add(chaosTTL + 2*time.Second)))
 			ch.c.resume(p)
 		}
 	case fTerminate:
@@ -501,7 +511,7 @@ func (ch *chaos) inject(kind, restartCmd string) faultRun {
 	case fCut:
 		f.Detail = fmt.Sprintf("%d connections", ch.proxies[i].cut())
 	case fBlackHole:
-		hole := 2*leaseTTL + time.Second
+		hole := chaosTTL + 2*time.Second // past the TTL: the node's worlds move while it hears nothing
 		f.Detail = fmt.Sprintf("%v", hole)
 		ch.proxies[i].blackhole(hole)
 	}
@@ -818,7 +828,7 @@ func (ch *chaos) report(v *verdict) {
 	figs := slices.Clone(ch.figures)
 	if len(all) > 0 {
 		p50, _, _, mx := quantiles(all)
-		figs = append(figs, fmt.Sprintf("failover (node lost → its last world held again) p50 %v, max %v, lease TTL %v", ms(p50), ms(mx), leaseTTL))
+		figs = append(figs, fmt.Sprintf("failover (node lost → its last world held again) p50 %v, max %v, lease TTL %v", ms(p50), ms(mx), chaosTTL))
 	}
 	s := "faults:\n" + ch.faultTable() + "\nfigures:\n  " + strings.Join(figs, "\n  ") + "\n\nchecks:\n" + v.table()
 	ch.t.Log("chaos summary\n" + s)

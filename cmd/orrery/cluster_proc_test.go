@@ -160,6 +160,7 @@ type cluster struct {
 	db     *clusterDB
 	tr     *http.Transport // the test's HTTP clients' connections
 	target *payTarget
+	ttl    time.Duration // the children's lease TTL
 
 	// procs are the running incarnations, one slot per worker. Only the
 	// test's goroutine replaces a slot (restart), under mu; other
@@ -177,14 +178,14 @@ func newCluster(t *testing.T, db *clusterDB, storeDSN string, n int) *cluster {
 	for i := range dsns {
 		dsns[i] = storeDSN
 	}
-	return newClusterOn(t, db, dsns)
+	return newClusterOn(t, db, dsns, leaseTTL)
 }
 
 // newClusterOn is newCluster with one store DSN per child (each through
-// its own proxy, say).
-func newClusterOn(t *testing.T, db *clusterDB, dsns []string) *cluster {
+// its own proxy, say) and the children's lease TTL.
+func newClusterOn(t *testing.T, db *clusterDB, dsns []string, ttl time.Duration) *cluster {
 	t.Helper()
-	c := &cluster{t: t, db: db, tr: http.DefaultTransport.(*http.Transport).Clone(), target: newPayTarget(t)}
+	c := &cluster{t: t, db: db, tr: http.DefaultTransport.(*http.Transport).Clone(), target: newPayTarget(t), ttl: ttl}
 	c.tr.MaxIdleConnsPerHost = 32
 	t.Cleanup(c.tr.CloseIdleConnections)
 	t.Cleanup(c.stopAll) // before the first start: a failed start stops the others
@@ -269,7 +270,7 @@ func (c *cluster) start(worker, storeDSN string) *child {
 	}
 	env, err := childEnv([]string{
 		"serve", "--store", storeDSN, "--worker-id", worker, "--listen", "127.0.0.1:0",
-		"--lease-ttl", leaseTTL.String(), "--claim-ttl", claimTTL.String(), "--log-level", "warn",
+		"--lease-ttl", c.ttl.String(), "--claim-ttl", claimTTL.String(), "--log-level", "warn",
 	})
 	if err != nil {
 		t.Fatal(err)
