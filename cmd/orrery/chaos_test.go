@@ -70,7 +70,7 @@ const (
 	fStop          = "SIGSTOP past the TTL"
 	fTerminate     = "backend connections terminated"
 	fPGRestart     = "PostgreSQL restarted"
-	fCut           = "proxy cut"
+	fCut           = "proxy cuts (a 3s burst)"
 	fBlackHole     = "proxy black hole"
 )
 
@@ -528,7 +528,16 @@ func (ch *chaos) inject(kind, restartCmd string) faultRun {
 			t.Fatalf("%s: %v: %s", restartCmd, err, out)
 		}
 	case fCut:
-		f.Detail = fmt.Sprintf("%d connections", ch.proxies[i].cut())
+		// A burst of cuts: a connection is cut mid-request far more often
+		// than by one cut, and a request whose answer is lost on the way
+		// (an effect delivered, its acknowledgement not) is what a cut
+		// tests.
+		n := 0
+		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+			n += ch.proxies[i].cut()
+			time.Sleep(time.Duration(50+ch.rng.IntN(200)) * time.Millisecond)
+		}
+		f.Detail = fmt.Sprintf("%d connections over 3s", n)
 	case fBlackHole:
 		hole := chaosTTL + 2*time.Second // past the TTL: the node's worlds move while it hears nothing
 		f.Detail = fmt.Sprintf("%v", hole)
