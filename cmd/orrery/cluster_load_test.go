@@ -203,9 +203,9 @@ func (l *load) one(ctx context.Context, rng *rand.Rand, g int) {
 // process only delays it. A 4xx other than a timeout is a bug in the test
 // or the server: it is recorded and not retried.
 func (l *load) retry(ctx context.Context, rng *rand.Rand, send func(*api.Client, context.Context) (uint64, error)) (uint64, bool) {
-	procs := l.c.procs
-	i := rng.IntN(len(procs))
+	i := rng.IntN(len(l.c.procs))
 	for skipped := 0; ctx.Err() == nil; {
+		procs := l.c.current()
 		p := procs[i%len(procs)]
 		i++
 		if !p.running() {

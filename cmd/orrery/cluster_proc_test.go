@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -135,6 +136,7 @@ func adminExec(ctx context.Context, dsn, sql string) error {
 // child is one `orrery serve` process: the test binary re-executed.
 type child struct {
 	worker string
+	dsn    string // the store it serves
 	addr   string // the API's base URL
 	api    *api.Client
 	cmd    *exec.Cmd
@@ -157,34 +159,87 @@ type cluster struct {
 	t      *testing.T
 	db     *clusterDB
 	tr     *http.Transport // the test's HTTP clients' connections
-	procs  []*child
 	target *payTarget
+	ttl    time.Duration // the children's lease TTL
+
+	// procs are the running incarnations, one slot per worker. Only the
+	// test's goroutine replaces a slot (restart), under mu; other
+	// goroutines read them through current.
+	mu    sync.Mutex
+	procs []*child
+	all   []*child // every incarnation ever started, for the stop and the logs
 }
 
 // newCluster starts n children on storeDSN and waits until every one is a
 // live worker. They are stopped with SIGTERM when t ends, each expected to
 // exit 0 (a data race in a child makes it exit 66).
 func newCluster(t *testing.T, db *clusterDB, storeDSN string, n int) *cluster {
+	dsns := make([]string, n)
+	for i := range dsns {
+		dsns[i] = storeDSN
+	}
+	return newClusterOn(t, db, dsns, leaseTTL)
+}
+
+// newClusterOn is newCluster with one store DSN per child (each through
+// its own proxy, say) and the children's lease TTL.
+func newClusterOn(t *testing.T, db *clusterDB, dsns []string, ttl time.Duration) *cluster {
 	t.Helper()
-	c := &cluster{t: t, db: db, tr: http.DefaultTransport.(*http.Transport).Clone(), target: newPayTarget(t)}
+	c := &cluster{t: t, db: db, tr: http.DefaultTransport.(*http.Transport).Clone(), target: newPayTarget(t), ttl: ttl}
 	c.tr.MaxIdleConnsPerHost = 32
 	t.Cleanup(c.tr.CloseIdleConnections)
 	t.Cleanup(c.stopAll) // before the first start: a failed start stops the others
-	for i := range n {
-		c.procs = append(c.procs, c.start(fmt.Sprintf("w%d", i+1), storeDSN))
+	for i, dsn := range dsns {
+		p := c.start(fmt.Sprintf("w%d", i+1), dsn)
+		c.procs = append(c.procs, p)
+		c.all = append(c.all, p)
 	}
 	for _, p := range c.procs {
-		if err := p.awaitAddr(60 * time.Second); err != nil {
-			t.Fatal(err)
-		}
-		cl, err := api.NewClient(p.addr, "", api.WithHTTPClient(&http.Client{Transport: c.tr}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.api = cl
+		c.connect(p)
 	}
 	c.awaitLive(c.procs, 30*time.Second)
 	return c
+}
+
+// connect waits for p's address and makes its API client.
+func (c *cluster) connect(p *child) {
+	c.t.Helper()
+	if err := p.awaitAddr(60 * time.Second); err != nil {
+		c.t.Fatal(err)
+	}
+	cl, err := api.NewClient(p.addr, "", api.WithHTTPClient(&http.Client{Transport: c.tr}))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	p.api = cl
+}
+
+// current returns the running incarnations' slots.
+func (c *cluster) current() []*child {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.procs)
+}
+
+// restart starts worker p again (p must have exited), with the same
+// worker id and store DSN, in p's slot, and returns the new incarnation
+// once it serves.
+func (c *cluster) restart(p *child) *child {
+	c.t.Helper()
+	<-p.done
+	q := c.start(p.worker, p.dsn)
+	c.mu.Lock()
+	c.all = append(c.all, q)
+	c.mu.Unlock()
+	c.connect(q)
+	c.mu.Lock()
+	for i := range c.procs {
+		if c.procs[i] == p {
+			c.procs[i] = q
+		}
+	}
+	c.mu.Unlock()
+	return q
 }
 
 // childEnv is the test's environment for a child: without the variables
@@ -215,12 +270,12 @@ func (c *cluster) start(worker, storeDSN string) *child {
 	}
 	env, err := childEnv([]string{
 		"serve", "--store", storeDSN, "--worker-id", worker, "--listen", "127.0.0.1:0",
-		"--lease-ttl", leaseTTL.String(), "--claim-ttl", claimTTL.String(), "--log-level", "warn",
+		"--lease-ttl", c.ttl.String(), "--claim-ttl", claimTTL.String(), "--log-level", "warn",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &child{worker: worker, stderr: filepath.Join(t.TempDir(), worker+".stderr"), done: make(chan struct{})}
+	p := &child{worker: worker, dsn: storeDSN, stderr: filepath.Join(t.TempDir(), worker+".stderr"), done: make(chan struct{})}
 	errf, err := os.Create(p.stderr)
 	if err != nil {
 		t.Fatal(err)
@@ -308,7 +363,7 @@ func (c *cluster) awaitLive(procs []*child, limit time.Duration) {
 // anyAPI runs f against the first running child that answers.
 func (c *cluster) anyAPI(f func(cl *api.Client, ctx context.Context) (any, error)) (any, error) {
 	var err error
-	for _, p := range c.procs {
+	for _, p := range c.current() {
 		if !p.running() {
 			continue
 		}
@@ -415,7 +470,10 @@ func (c *cluster) term(p *child) {
 // children's logs say when something went wrong: a data race always, the
 // logs' tails when the test failed.
 func (c *cluster) stopAll() {
-	for _, p := range c.procs {
+	c.mu.Lock()
+	all := slices.Clone(c.all)
+	c.mu.Unlock()
+	for _, p := range all {
 		p.mu.Lock()
 		killed := p.killed
 		p.mu.Unlock()
@@ -424,7 +482,7 @@ func (c *cluster) stopAll() {
 		}
 		<-p.done
 	}
-	for _, p := range c.procs {
+	for _, p := range all {
 		b, _ := os.ReadFile(p.stderr)
 		if bytes.Contains(b, []byte("WARNING: DATA RACE")) {
 			c.t.Errorf("%s reported a data race:\n%s", p.worker, b)

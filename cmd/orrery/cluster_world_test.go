@@ -5,6 +5,7 @@ package main
 import (
 	"time"
 
+	"github.com/orrery-run/orrery/examples/ledger"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/world"
 )
@@ -106,7 +107,12 @@ func clusterDef() *world.Def[tally] {
 }
 
 // testKernels is what the child processes serve and what the test process
-// replays with.
+// replays with: the cluster tests' tally worlds and the ledger example's
+// accounts and transfers (the chaos checker's money).
 func testKernels() plane.Kernels {
-	return plane.Kernels{clusterUniverse: clusterDef().Kernel()}
+	return plane.Kernels{
+		clusterUniverse:         clusterDef().Kernel(),
+		ledger.UniverseAccount:  ledger.AccountDef().Kernel(),
+		ledger.UniverseTransfer: ledger.TransferDef().Kernel(),
+	}
 }
