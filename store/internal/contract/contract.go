@@ -18,10 +18,22 @@ import (
 // LeaseRow is a lease as a backend read it; Found is false when the world
 // was never leased.
 type LeaseRow struct {
-	Found     bool
-	Holder    string
+	Found       bool
+	Holder      string
+	Incarnation string // the holder's incarnation
+	// TookOver says the lease was taken over, unexpired, from Displaced,
+	// another incarnation of the same worker: Acquire refuses that
+	// incarnation while the lease is unexpired. (A lease taken free
+	// displaced nobody.)
+	TookOver  bool
+	Displaced string
 	Epoch     uint64
 	ExpiresAt time.Time
+}
+
+// Lease is the lease the row records for world.
+func (l LeaseRow) Lease(world string) store.Lease {
+	return store.Lease{World: world, Holder: l.Holder, Incarnation: l.Incarnation, Epoch: l.Epoch, ExpiresAt: l.ExpiresAt}
 }
 
 // Expired reports whether a deadline has passed at now: a lease or claim
@@ -115,26 +127,38 @@ func ReleaseCheck(op, world, worker string, epoch uint64, l LeaseRow) (noop bool
 }
 
 // Acquire decides protocol A for a world that exists with status, an
-// assignment (assigned=false when none) and a lease row. It returns
-// keep=true when worker already holds a live lease (answer it unchanged),
-// or the lease to write (epoch+1, expiry now+ttl).
-func Acquire(op, world, worker string, status store.WorldStatus, desired string, assigned bool, l LeaseRow, now time.Time, ttl time.Duration) (next store.Lease, keep bool, err error) {
+// assignment (assigned=false when none) and a lease row, for worker's
+// incarnation inc. It returns keep=true when the same worker and
+// incarnation already hold a live lease (answer it unchanged), or the row
+// to write: epoch+1, expiry now+ttl, and TookOver with Displaced naming
+// the incarnation taken over when the same worker held it live under
+// another incarnation.
+// That displaced incarnation is refused (ErrLeaseHeld) while the lease is
+// live: a new process takes over from an old one, never the reverse.
+func Acquire(op, world, worker, inc string, status store.WorldStatus, desired string, assigned bool, l LeaseRow, now time.Time, ttl time.Duration) (next LeaseRow, keep bool, err error) {
 	switch status {
 	case store.WorldPaused:
-		return store.Lease{}, false, store.Errorf(op, store.ErrWorldPaused, world, "")
+		return LeaseRow{}, false, store.Errorf(op, store.ErrWorldPaused, world, "")
 	case store.WorldArchived:
-		return store.Lease{}, false, store.Errorf(op, store.ErrWorldArchived, world, "")
+		return LeaseRow{}, false, store.Errorf(op, store.ErrWorldArchived, world, "")
 	}
 	if assigned && desired != "" && desired != worker {
-		return store.Lease{}, false, store.Errorf(op, store.ErrNotAssigned, world, "assigned to %s", desired)
+		return LeaseRow{}, false, store.Errorf(op, store.ErrNotAssigned, world, "assigned to %s", desired)
 	}
+	took, displaced := false, ""
 	if l.Found && l.Holder != "" && !Expired(l.ExpiresAt, now) {
-		if l.Holder == worker {
-			return store.Lease{World: world, Holder: l.Holder, Epoch: l.Epoch, ExpiresAt: l.ExpiresAt}, true, nil
+		switch {
+		case l.Holder != worker:
+			return LeaseRow{}, false, store.Errorf(op, store.ErrLeaseHeld, world, "held by %s at epoch %d", l.Holder, l.Epoch)
+		case l.Incarnation == inc:
+			return l, true, nil
+		case l.TookOver && l.Displaced == inc:
+			return LeaseRow{}, false, store.Errorf(op, store.ErrLeaseHeld, world,
+				"held by %s at epoch %d under a newer incarnation, which took it from this one", l.Holder, l.Epoch)
 		}
-		return store.Lease{}, false, store.Errorf(op, store.ErrLeaseHeld, world, "held by %s at epoch %d", l.Holder, l.Epoch)
+		took, displaced = true, l.Incarnation
 	}
-	return store.Lease{World: world, Holder: worker, Epoch: l.Epoch + 1, ExpiresAt: now.Add(ttl)}, false, nil
+	return LeaseRow{Found: true, Holder: worker, Incarnation: inc, TookOver: took, Displaced: displaced, Epoch: l.Epoch + 1, ExpiresAt: now.Add(ttl)}, false, nil
 }
 
 // Transition decides an operator's status change from -> to: noop when
