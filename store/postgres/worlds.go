@@ -124,7 +124,7 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 	if spec.Holder != "" {
 		// spawn_world wrote what this decides; a disagreement would be a
 		// bug in one of them.
-		if out.Lease, err = lease.decide(op, spec.World, spec.Holder, spec.TTL); err != nil {
+		if out.Lease, err = lease.decide(op, spec.World, spec.Holder, "", spec.TTL); err != nil {
 			return store.Spawned{}, err
 		}
 	}

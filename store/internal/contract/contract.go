@@ -31,9 +31,15 @@ type LeaseRow struct {
 	ExpiresAt time.Time
 }
 
-// Lease is the lease the row records for world.
+// Lease is the lease the row records for world. A released lease names no
+// incarnation, whatever a backend left in the row when it cleared the
+// holder.
 func (l LeaseRow) Lease(world string) store.Lease {
-	return store.Lease{World: world, Holder: l.Holder, Incarnation: l.Incarnation, Epoch: l.Epoch, ExpiresAt: l.ExpiresAt}
+	inc := l.Incarnation
+	if l.Holder == "" {
+		inc = ""
+	}
+	return store.Lease{World: world, Holder: l.Holder, Incarnation: inc, Epoch: l.Epoch, ExpiresAt: l.ExpiresAt}
 }
 
 // Expired reports whether a deadline has passed at now: a lease or claim
