@@ -30,10 +30,16 @@ const (
 
 // OrchestratorConfig configures an Orchestrator.
 type OrchestratorConfig struct {
-	ID        string      // this orchestrator's id (its lease holder name)
-	Store     store.Store //
-	Universes []string    // whose worlds it places
-	LeaseTTL  time.Duration
+	ID string // this orchestrator's id (its lease holder name)
+	// Incarnation names this orchestrator's lifetime under ID in the
+	// orchestrator lease, as HostConfig.Incarnation does a host's (empty:
+	// a fresh one from store.NewIncarnation). A process started again
+	// under the same ID takes the lease over at a new epoch, so the
+	// assignments its frozen predecessor still writes are fenced.
+	Incarnation string
+	Store       store.Store //
+	Universes   []string    // whose worlds it places
+	LeaseTTL    time.Duration
 	// LiveFor: a worker is live while its last heartbeat (store clock) is
 	// younger than this (default LeaseTTL).
 	LiveFor    time.Duration
@@ -70,6 +76,9 @@ type Orchestrator struct {
 func StartOrchestrator(ctx context.Context, scope *actor.Scope, cfg OrchestratorConfig) (*Orchestrator, error) {
 	if cfg.ID == "" || cfg.Store == nil {
 		return nil, errorf("orchestrator", ErrInvalid, "", detail("an orchestrator needs ID and Store"))
+	}
+	if cfg.Incarnation == "" {
+		cfg.Incarnation = store.NewIncarnation()
 	}
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = 10 * time.Second
@@ -228,7 +237,7 @@ func (o *Orchestrator) lead(ctx context.Context) time.Time {
 		if _, cerr := o.st.CreateWorld(ctx, OrchestratorUniverse, OrchestratorWorld, nil); cerr != nil && !errors.Is(cerr, store.ErrWorldExists) {
 			return now.Add(o.cfg.RetryAfter)
 		}
-		l, err = o.st.Acquire(ctx, OrchestratorWorld, o.cfg.ID, o.cfg.LeaseTTL)
+		l, err = o.st.Acquire(ctx, OrchestratorWorld, o.cfg.ID, o.cfg.LeaseTTL, store.WithIncarnation(o.cfg.Incarnation))
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()

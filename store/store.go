@@ -21,6 +21,7 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strconv"
@@ -313,6 +314,12 @@ type AcquireOptions struct {
 func WithIncarnation(id string) AcquireOption {
 	return func(o *AcquireOptions) { o.Incarnation = id }
 }
+
+// NewIncarnation draws a fresh incarnation from the operating system's
+// entropy (crypto/rand: 128 bits, base32): never from a seeded source,
+// since two processes seeded alike would then share it, and with it their
+// epochs. A process draws one when it starts; the lab passes its own.
+func NewIncarnation() string { return rand.Text() }
 
 // ResolveAcquireOptions applies opts in order and checks the result for
 // op (ErrInvalid).

@@ -49,10 +49,14 @@ type Client struct {
 	wf       *Workflows
 	ex       actor.Executor
 	operator string
-	ttl      time.Duration
-	pollMin  time.Duration
-	pollMax  time.Duration
-	workers  []*Worker
+	// inc is the client's incarnation under operator: the default operator
+	// id is every process's, and two processes operating on one run must
+	// not share its epoch.
+	inc     string
+	ttl     time.Duration
+	pollMin time.Duration
+	pollMax time.Duration
+	workers []*Worker
 }
 
 // ClientOption configures a Client.
@@ -94,7 +98,7 @@ func NewClient(st store.Store, workflows *Workflows, ex actor.Executor, opts ...
 	if st == nil || ex == nil {
 		return nil, errorf("client", ErrInvalid, "", detail("a client needs a store and an executor"))
 	}
-	c := &Client{st: st, wf: workflows, ex: ex, operator: "workflow.operator", ttl: 10 * time.Second,
+	c := &Client{st: st, wf: workflows, ex: ex, operator: "workflow.operator", inc: store.NewIncarnation(), ttl: 10 * time.Second,
 		pollMin: time.Millisecond, pollMax: time.Second}
 	for _, o := range opts {
 		if o != nil {
@@ -669,7 +673,7 @@ func (c *Client) Resume(ctx context.Context, runID, reason string) error {
 // (catching up pauses and resumes, pausing, cancelling). held reports that
 // someone else holds it, and records it in their place.
 func (c *Client) operate(ctx context.Context, op, runID string) (held bool, err error) {
-	lease, err := c.st.Acquire(ctx, runID, c.operator, c.ttl)
+	lease, err := c.st.Acquire(ctx, runID, c.operator, c.ttl, store.WithIncarnation(c.inc))
 	switch {
 	case errors.Is(err, store.ErrLeaseHeld):
 		return true, nil

@@ -19,6 +19,13 @@ type WorkerConfig struct {
 	Worker    string      // the lease holder's id; unique per worker
 	Store     store.Store // the persistence plane
 	Workflows *Workflows  // the definitions this worker runs
+	// Incarnation names this worker's lifetime under Worker in the runs'
+	// leases (store.WithIncarnation). Empty: StartWorker draws a fresh one
+	// (store.NewIncarnation), so a worker started again under the same id,
+	// while its predecessor may be frozen rather than dead, takes the runs
+	// over at new epochs and fences the predecessor. Set it only to make a
+	// run reproducible (the lab).
+	Incarnation string
 
 	LeaseTTL    time.Duration // default 10s
 	RenewMargin time.Duration // renew before expiry − margin (default LeaseTTL/3)
@@ -53,6 +60,9 @@ func (c *WorkerConfig) defaults() error {
 	}
 	if err := store.CheckID("worker", "worker", c.Worker); err != nil {
 		return errorf("worker", ErrInvalid, "", err)
+	}
+	if c.Incarnation == "" {
+		c.Incarnation = store.NewIncarnation()
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
@@ -434,7 +444,7 @@ func (w *Worker) admitLater(ctx context.Context, id string, start *startItem) {
 	if err != nil || full == nil {
 		return
 	}
-	lease, err := w.st.Acquire(ctx, id, w.cfg.Worker, w.cfg.LeaseTTL)
+	lease, err := w.st.Acquire(ctx, id, w.cfg.Worker, w.cfg.LeaseTTL, store.WithIncarnation(w.cfg.Incarnation))
 	if err != nil {
 		return
 	}
@@ -454,7 +464,7 @@ func (w *Worker) admitLater(ctx context.Context, id string, start *startItem) {
 
 // take acquires a run's lease and starts its process.
 func (w *Worker) take(ctx context.Context, id string, def Workflow) {
-	lease, err := w.st.Acquire(ctx, id, w.cfg.Worker, w.cfg.LeaseTTL)
+	lease, err := w.st.Acquire(ctx, id, w.cfg.Worker, w.cfg.LeaseTTL, store.WithIncarnation(w.cfg.Incarnation))
 	if err != nil {
 		return // held elsewhere, paused or archived meanwhile: not now
 	}
