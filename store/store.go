@@ -395,12 +395,14 @@ type Leases interface {
 	//     (a restart) never shares its predecessor's epoch, so whatever
 	//     the predecessor still does at the old epoch (a frozen or
 	//     partitioned process is not dead) is fenced (ErrFenced, and
-	//     ErrStaleEpoch on Renew). The incarnation displaced so is
-	//     remembered with the lease: while the lease taken from it is
-	//     unexpired, its own Acquire is refused (ErrLeaseHeld), so an old
-	//     process that thaws does not take the world back, and two live
-	//     processes under one worker id never trade a world back and
-	//     forth;
+	//     ErrStaleEpoch on Renew);
+	//   - the incarnation of the same worker that held the lease last
+	//     (unexpired, or expired before the new incarnation came, but not
+	//     released) is remembered with the lease as displaced: while the
+	//     lease taken from it is unexpired, its own Acquire is refused
+	//     (ErrLeaseHeld), so an old process that thaws does not take the
+	//     world back, and two live processes under one worker id never
+	//     trade a world back and forth;
 	//   - another unexpired holder: ErrLeaseHeld.
 	// An assignment naming another desired worker: ErrNotAssigned. The
 	// world must exist (ErrWorldNotFound) and be active (ErrWorldPaused,

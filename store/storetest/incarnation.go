@@ -17,6 +17,7 @@ func incarnationTests() []testCase {
 		{"AcquireLeasesByANewIncarnationRaisesTheEpochAndFencesTheOld", testNewIncarnationTakesOverInBulk},
 		{"RetryBySameIncarnationIsIdempotent", testSameIncarnationRetry},
 		{"DisplacedIncarnationCannotTakeTheLeaseBack", testDisplacedIncarnationRefused},
+		{"IncarnationDisplacedAfterItsLeaseExpiredCannotTakeItBack", testDisplacedAfterExpiry},
 		{"AcquireRefusesAnInvalidIncarnation", testInvalidIncarnation},
 	}
 }
@@ -156,6 +157,41 @@ func testDisplacedIncarnationRefused(t *testing.T, open Factory) {
 	f.advance(leaseTTL + margin)
 	if again := f.acquireAs("w", "W", "inc-a"); again.Epoch != b.Epoch+2 || again.Incarnation != "inc-a" {
 		t.Fatalf("Acquire by inc-a after the lease expired = %+v, want epoch %d", again, b.Epoch+2)
+	}
+}
+
+// The old process was frozen past its lease's expiry before its successor
+// came: the successor takes the lease free, and the old one, thawing, must
+// not take it back from it. A release forgets whom it displaced.
+func testDisplacedAfterExpiry(t *testing.T, open Factory) {
+	f := setup(t, open)
+	f.world("w")
+	a := f.acquireAs("w", "W", "inc-a")
+	f.advance(leaseTTL + margin)
+	b := f.acquireAs("w", "W", "inc-b")
+	if b.Epoch != a.Epoch+1 {
+		t.Fatalf("Acquire by inc-b after inc-a's lease expired = %+v, want epoch %d", b, a.Epoch+1)
+	}
+	_, err := f.s.Acquire(bg, "w", "W", leaseTTL, store.WithIncarnation("inc-a"))
+	wantErr(t, err, store.ErrLeaseHeld, "Acquire by inc-a, displaced after its lease expired")
+	res, err := f.s.AcquireLeases(bg, "W", []string{"w"}, leaseTTL, store.WithIncarnation("inc-a"))
+	must(t, err, "AcquireLeases")
+	wantErr(t, res[0].Err, store.ErrLeaseHeld, "AcquireLeases by inc-a, displaced after its lease expired")
+	// Another worker's expired lease displaces no incarnation of W.
+	f.world("v")
+	f.acquireAs("v", "X", "inc-a")
+	f.advance(leaseTTL + margin)
+	f.acquireAs("v", "W", "inc-b")
+	if l := f.acquireAs("v", "W", "inc-a"); l.Incarnation != "inc-a" {
+		t.Fatalf("inc-a over a lease W/inc-b took from X: %+v, want a takeover", l)
+	}
+	// After a release, nobody is displaced.
+	cur, _, err := f.s.GetLease(bg, "w")
+	must(t, err, "GetLease")
+	must(t, f.s.Release(bg, "w", "W", cur.Epoch), "Release")
+	f.acquireAs("w", "W", "inc-b")
+	if l := f.acquireAs("w", "W", "inc-a"); l.Incarnation != "inc-a" {
+		t.Fatalf("inc-a over a lease taken after a release: %+v, want a takeover", l)
 	}
 }
 

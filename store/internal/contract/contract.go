@@ -21,10 +21,11 @@ type LeaseRow struct {
 	Found       bool
 	Holder      string
 	Incarnation string // the holder's incarnation
-	// TookOver says the lease was taken over, unexpired, from Displaced,
-	// another incarnation of the same worker: Acquire refuses that
-	// incarnation while the lease is unexpired. (A lease taken free
-	// displaced nobody.)
+	// TookOver says the lease was taken from Displaced, another
+	// incarnation of the same worker that held it last (unexpired or
+	// expired, not released): Acquire refuses that incarnation while the
+	// lease is unexpired. (A lease taken after a release, or from another
+	// worker, displaced nobody.)
 	TookOver  bool
 	Displaced string
 	Epoch     uint64
@@ -137,10 +138,11 @@ func ReleaseCheck(op, world, worker string, epoch uint64, l LeaseRow) (noop bool
 // incarnation inc. It returns keep=true when the same worker and
 // incarnation already hold a live lease (answer it unchanged), or the row
 // to write: epoch+1, expiry now+ttl, and TookOver with Displaced naming
-// the incarnation taken over when the same worker held it live under
-// another incarnation.
-// That displaced incarnation is refused (ErrLeaseHeld) while the lease is
-// live: a new process takes over from an old one, never the reverse.
+// the incarnation it is taken from when the same worker last held it under
+// another incarnation, live (a takeover) or expired. That displaced
+// incarnation is refused (ErrLeaseHeld) while the lease is live: a new
+// process takes over from an old one, never the reverse, also when the old
+// one was frozen past its lease's expiry before the new one came.
 func Acquire(op, world, worker, inc string, status store.WorldStatus, desired string, assigned bool, l LeaseRow, now time.Time, ttl time.Duration) (next LeaseRow, keep bool, err error) {
 	switch status {
 	case store.WorldPaused:
@@ -151,7 +153,6 @@ func Acquire(op, world, worker, inc string, status store.WorldStatus, desired st
 	if assigned && desired != "" && desired != worker {
 		return LeaseRow{}, false, store.Errorf(op, store.ErrNotAssigned, world, "assigned to %s", desired)
 	}
-	took, displaced := false, ""
 	if l.Found && l.Holder != "" && !Expired(l.ExpiresAt, now) {
 		switch {
 		case l.Holder != worker:
@@ -162,6 +163,9 @@ func Acquire(op, world, worker, inc string, status store.WorldStatus, desired st
 			return LeaseRow{}, false, store.Errorf(op, store.ErrLeaseHeld, world,
 				"held by %s at epoch %d under a newer incarnation, which took it from this one", l.Holder, l.Epoch)
 		}
+	}
+	took, displaced := false, ""
+	if l.Found && l.Holder == worker && l.Incarnation != inc {
 		took, displaced = true, l.Incarnation
 	}
 	return LeaseRow{Found: true, Holder: worker, Incarnation: inc, TookOver: took, Displaced: displaced, Epoch: l.Epoch + 1, ExpiresAt: now.Add(ttl)}, false, nil

@@ -88,7 +88,8 @@ func TestAcquireTakesTheNextEpochOrKeepsTheHoldersLease(t *testing.T) {
 // of worker a passes to a's other incarnation at epoch+1, recording whom
 // it displaced; that displaced incarnation is refused while the lease is
 // live, any further incarnation takes over again, and an expired lease is
-// taken free by anyone.
+// free for anyone (an incarnation of the same worker taking it displaces
+// the last one).
 func TestAcquireByAnotherIncarnationTakesOverAtTheNextEpoch(t *testing.T) {
 	held := live("a", 7)
 	held.Incarnation = "i1"
@@ -107,8 +108,17 @@ func TestAcquireByAnotherIncarnationTakesOverAtTheNextEpoch(t *testing.T) {
 		t.Fatalf("takeover by the empty incarnation: %+v keep=%v %v", third, keep, err)
 	}
 	free, keep, err := Acquire("acquire", "w", "a", "i1", store.WorldActive, "", false, next, next.ExpiresAt, time.Minute)
-	if err != nil || keep || free.Epoch != 9 || free.TookOver {
-		t.Fatalf("i1 after the lease expired: %+v keep=%v %v", free, keep, err)
+	if err != nil || keep || free.Epoch != 9 || !free.TookOver || free.Displaced != "i2" {
+		t.Fatalf("i1 after the lease expired: %+v keep=%v %v (i2 held it last: displaced)", free, keep, err)
+	}
+	// Taken after a release, or from another worker: nobody displaced.
+	released := LeaseRow{Found: true, Epoch: 9, ExpiresAt: t0, Incarnation: "i1"}
+	if n, _, err := Acquire("acquire", "w", "a", "i2", store.WorldActive, "", false, released, t0, time.Minute); err != nil || n.TookOver {
+		t.Fatalf("after a release: %+v %v", n, err)
+	}
+	other := LeaseRow{Found: true, Holder: "b", Epoch: 9, ExpiresAt: t0, Incarnation: "i1"}
+	if n, _, err := Acquire("acquire", "w", "a", "i2", store.WorldActive, "", false, other, t0, time.Minute); err != nil || n.TookOver {
+		t.Fatalf("from another worker's expired lease: %+v %v", n, err)
 	}
 	// A lease taken free displaced nobody: the empty incarnation is not
 	// refused as if it had been.

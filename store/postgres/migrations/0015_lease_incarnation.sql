@@ -4,8 +4,9 @@
 -- unexpired lease over at the next epoch, so that a process restarted
 -- under the same worker id while its predecessor is frozen or partitioned
 -- never shares the predecessor's epoch; took_over and displaced record the
--- incarnation taken over from, which may not take the lease back while it
--- is unexpired (contract.Acquire). Leases from before are the empty
+-- incarnation of the same worker that held the lease last (unexpired or
+-- expired), which may not take it back while it is unexpired
+-- (contract.Acquire). Leases from before are the empty
 -- incarnation's, taken free.
 --
 -- acquire and acquire_leases take the incarnation and return the new
@@ -49,8 +50,9 @@ BEGIN
             RETURN;
         END IF;
         IF leased THEN
-            UPDATE leases x SET holder = worker, incarnation = inc, took_over = live,
-                displaced = CASE WHEN live THEN x.incarnation ELSE '' END,
+            UPDATE leases x SET holder = worker, incarnation = inc,
+                took_over = (x.holder = worker AND x.incarnation <> inc),
+                displaced = CASE WHEN x.holder = worker AND x.incarnation <> inc THEN x.incarnation ELSE '' END,
                 epoch = x.epoch + 1, expires_at_ns = t + ttl
                 WHERE x.world = w;
             EXIT;
@@ -102,12 +104,13 @@ BEGIN
             LEFT JOIN streams s ON s.stream = y.world
             WHERE y.world = ANY(todo)),
         take AS (
-            SELECT pre.w, pre.lsd, pre.live, pre.inc0 FROM pre
+            SELECT pre.w, pre.lsd, pre.hol, pre.inc0 FROM pre
             WHERE pre.st = 'active' AND NOT (pre.asg AND pre.des <> '' AND pre.des <> worker)
               AND NOT (pre.live AND (pre.hol <> worker OR pre.inc0 = inc OR (pre.tko AND pre.dis = inc)))),
         upd AS (
-            UPDATE leases x SET holder = worker, incarnation = inc, took_over = take.live,
-                displaced = CASE WHEN take.live THEN take.inc0 ELSE '' END,
+            UPDATE leases x SET holder = worker, incarnation = inc,
+                took_over = (take.hol = worker AND take.inc0 <> inc),
+                displaced = CASE WHEN take.hol = worker AND take.inc0 <> inc THEN take.inc0 ELSE '' END,
                 epoch = x.epoch + 1, expires_at_ns = t + ttl
             FROM take WHERE take.lsd AND x.world = take.w
             RETURNING x.world),
