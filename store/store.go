@@ -875,6 +875,9 @@ type SpawnSpec struct {
 	Items    []InboxItem   // Kind, Payload and DedupeKey are read
 	Holder   string        // empty: no lease is taken
 	TTL      time.Duration // the lease's; required with Holder
+	// Incarnation is Holder's incarnation, which the lease records as an
+	// Acquire's (store.WithIncarnation); only with Holder.
+	Incarnation string
 	// Events, when set, open the world's journal: appended at heights
 	// 1…n in the same transaction, under the new lease (Holder is
 	// required), as a fenced Append with ExpectedHead 0 would append

@@ -545,7 +545,7 @@ func (w *Worker) adopt(id string, def Workflow, spec store.SpawnSpec, start star
 	}
 	mine, _ := w.cfg.Workflows.Lookup(def.Name())
 	sp := &spawning{spec: spec, park: park}
-	sp.spec.Holder, sp.spec.TTL = w.cfg.Worker, w.cfg.LeaseTTL
+	sp.spec.Holder, sp.spec.Incarnation, sp.spec.TTL = w.cfg.Worker, w.cfg.Incarnation, w.cfg.LeaseTTL
 	if !w.hold(id, mine, store.Lease{World: id}, &fresh{start: start, seq: 1}, sp) {
 		return nil
 	}

@@ -103,7 +103,7 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 	if spec.Holder != "" {
 		// A world that did not exist has no assignment and was never
 		// leased: its first lease is epoch 1.
-		next, _, err := contract.Acquire(op, spec.World, spec.Holder, "", store.WorldActive, "", false, contract.LeaseRow{}, now, spec.TTL)
+		next, _, err := contract.Acquire(op, spec.World, spec.Holder, spec.Incarnation, store.WorldActive, "", false, contract.LeaseRow{}, now, spec.TTL)
 		if err != nil {
 			return store.Spawned{}, err
 		}

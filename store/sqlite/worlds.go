@@ -168,7 +168,7 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 		if spec.Holder == "" {
 			return nil
 		}
-		if out.Lease, err = t.acquire(op, spec.World, spec.Holder, "", spec.TTL); err != nil {
+		if out.Lease, err = t.acquire(op, spec.World, spec.Holder, spec.Incarnation, spec.TTL); err != nil {
 			return err
 		}
 		// The events are a fenced Append under that lease expecting head 0:

@@ -19,6 +19,7 @@ func incarnationTests() []testCase {
 		{"DisplacedIncarnationCannotTakeTheLeaseBack", testDisplacedIncarnationRefused},
 		{"IncarnationDisplacedAfterItsLeaseExpiredCannotTakeItBack", testDisplacedAfterExpiry},
 		{"AcquireRefusesAnInvalidIncarnation", testInvalidIncarnation},
+		{"SpawnRecordsTheHoldersIncarnation", testSpawnIncarnation},
 	}
 }
 
@@ -210,4 +211,28 @@ func testInvalidIncarnation(t *testing.T, open Factory) {
 	if _, ok, err := f.s.GetLease(bg, "w"); err != nil || ok {
 		t.Fatalf("refused acquisitions leased the world: ok=%v, %v", ok, err)
 	}
+}
+
+// A world spawned with its first lease records the holder's incarnation
+// as an Acquire does: the same incarnation's Acquire keeps the lease,
+// another's takes it over and cannot be taken back from by the spawner.
+func testSpawnIncarnation(t *testing.T, open Factory) {
+	f := setup(t, open)
+	sp, err := f.s.Spawn(bg, store.SpawnSpec{Universe: universe, World: "s", Holder: "W", Incarnation: "inc-a", TTL: leaseTTL})
+	must(t, err, "Spawn")
+	if sp.Lease.Holder != "W" || sp.Lease.Incarnation != "inc-a" {
+		t.Fatalf("Spawn's lease %+v, want W/inc-a", sp.Lease)
+	}
+	if got, _, _ := f.s.GetLease(bg, "s"); got != sp.Lease {
+		t.Fatalf("GetLease = %+v, want the spawned %+v", got, sp.Lease)
+	}
+	if again := f.acquireAs("s", "W", "inc-a"); again != sp.Lease {
+		t.Fatalf("Acquire by the spawner = %+v, want the unchanged %+v", again, sp.Lease)
+	}
+	b := f.acquireAs("s", "W", "inc-b")
+	f.oldIncarnationFenced("s", sp.Lease.Epoch, b.Epoch, "inc-b")
+	_, err = f.s.Acquire(bg, "s", "W", leaseTTL, store.WithIncarnation("inc-a"))
+	wantErr(t, err, store.ErrLeaseHeld, "Acquire by the displaced spawner")
+	_, err = f.s.Spawn(bg, store.SpawnSpec{Universe: universe, World: "t", Incarnation: "inc-a"})
+	wantErr(t, err, store.ErrInvalid, "Spawn with an incarnation but no holder")
 }

@@ -11,8 +11,8 @@
 --
 -- acquire and acquire_leases take the incarnation and return the new
 -- columns with the rows they read; renew_leases returns the incarnation
--- of each lease it answers. The bodies are otherwise those of versions 2,
--- 13 and 6.
+-- of each lease it answers; spawn_world takes the first lease's
+-- incarnation. The bodies are otherwise those of versions 2, 13, 6 and 9.
 
 ALTER TABLE leases
     ADD COLUMN incarnation text NOT NULL DEFAULT '',
@@ -178,4 +178,42 @@ BEGIN
         (u.w, u.e) IN (SELECT * FROM unnest(dw, de)), coalesce(l.incarnation, '')
     FROM unnest(ws, es) WITH ORDINALITY AS u(w, e, ord)
     LEFT JOIN leases l ON l.world = u.w;
+END $$;
+
+DROP FUNCTION spawn_world(text, text, text, bigint, bigint, text[], bytea[], text[], bigint);
+
+CREATE FUNCTION spawn_world(u text, w text, worker text, ttl bigint, h bigint,
+                            kinds text[], payloads bytea[], keys text[], off bigint, inc text)
+RETURNS TABLE (r_created bigint, r_found boolean, r_status text, r_assigned boolean, r_desired text,
+               r_leased boolean, r_holder text, r_epoch bigint, r_expires_at_ns bigint,
+               r_now bigint, r_written boolean)
+LANGUAGE plpgsql AS $$
+DECLARE t bigint; n bigint;
+BEGIN
+    t := now_ns(off);
+    n := coalesce(cardinality(kinds), 0);
+    INSERT INTO worlds (world, universe, status, created_at_ns, inbox_seq)
+        VALUES (w, u, 'active', t, n)
+        ON CONFLICT (world) DO NOTHING;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'world % exists', w USING ERRCODE = 'OR004';
+    END IF;
+    IF n > 0 THEN
+        INSERT INTO inbox (world, seq, kind, payload, dedupe_key, enqueued_at_ns, key_live)
+            SELECT w, i.ord, i.k, i.p, NULLIF(i.key, ''), t, i.key <> ''
+            FROM unnest(kinds, payloads, keys) WITH ORDINALITY AS i(k, p, key, ord);
+        PERFORM notify_topic('inbox:' || w);
+    END IF;
+    PERFORM start_stream(w, h);
+    IF worker = '' THEN
+        RETURN QUERY SELECT t, true, 'active'::text, false, ''::text, false, ''::text, 0::bigint, 0::bigint, t, false;
+        RETURN;
+    END IF;
+    INSERT INTO leases (world, holder, incarnation, epoch, expires_at_ns) VALUES (w, worker, inc, 1, t + ttl)
+        ON CONFLICT (world) DO NOTHING;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'spawn of world %: it has a lease row already', w USING ERRCODE = 'OR050';
+    END IF;
+    PERFORM notify_topic('leases');
+    RETURN QUERY SELECT t, true, 'active'::text, false, ''::text, false, ''::text, 0::bigint, 0::bigint, t, true;
 END $$;
