@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"testing"
 	"time"
 
-	"testing"
-
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
 )
@@ -177,4 +177,72 @@ func TestRestartUnderSameWorkerFencesPausedPredecessor(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestOrchestratorRestartedUnderItsIDTakesTheLeadAtANewEpoch: a node's
+// orchestrator is started again under the same ID while the old one still
+// holds the orchestrator lease (frozen, say). The new one leads at once at
+// a higher epoch; a placement written under the old one's fence is
+// rejected, the old one stops leading and does not take the lead back.
+func TestOrchestratorRestartedUnderItsIDTakesTheLeadAtANewEpoch(t *testing.T) {
+	res := lab.Run(lab.Config{Seed: 9, Name: "orchestrator-restart"}, func(env *lab.Env) error {
+		ctx := env.Ctx
+		base := newStore(env)
+		if _, err := base.CreateWorld(ctx, universe, "d0", nil); err != nil {
+			return err
+		}
+		if _, err := base.Heartbeat(ctx, "A", 100); err != nil {
+			return err
+		}
+		cfg := plane.OrchestratorConfig{ID: "node-1", Incarnation: "node-1/a", Store: base, Universes: []string{universe},
+			LeaseTTL: 2 * time.Second, LiveFor: time.Hour}
+		old, err := plane.StartOrchestrator(ctx, env.Root, cfg)
+		if err != nil {
+			return err
+		}
+		defer old.Stop(ctx)
+		if err := waitFor(env, "the old orchestrator leads", 10*time.Second, func() (bool, error) { return old.Leader(), nil }); err != nil {
+			return err
+		}
+		first, _, err := base.GetLease(ctx, plane.OrchestratorWorld)
+		if err != nil {
+			return err
+		}
+		cfg.Incarnation = "node-1/b"
+		fresh, err := plane.StartOrchestrator(ctx, env.Root, cfg)
+		if err != nil {
+			return err
+		}
+		defer fresh.Stop(ctx)
+		// Well within the old lease's TTL: only the incarnation differs.
+		if err := waitFor(env, "the new orchestrator leads", time.Second, func() (bool, error) { return fresh.Leader(), nil }); err != nil {
+			return err
+		}
+		cur, _, err := base.GetLease(ctx, plane.OrchestratorWorld)
+		if err != nil {
+			return err
+		}
+		if cur.Epoch <= first.Epoch || cur.Incarnation != "node-1/b" {
+			return fmt.Errorf("orchestrator lease %+v after the restart, want node-1/b above epoch %d", cur, first.Epoch)
+		}
+		err = base.Assign(ctx, "d0", store.Assignment{DesiredWorker: "A"}, &store.Fence{World: plane.OrchestratorWorld, Epoch: first.Epoch})
+		if !errors.Is(err, store.ErrFenced) {
+			return fmt.Errorf("an assignment under the old orchestrator's fence: %v, want ErrFenced", err)
+		}
+		// Several TTLs on, the old one has tried to renew and to acquire
+		// again: it does not lead, and the new one still does.
+		if err := sleep(env, 5*cfg.LeaseTTL); err != nil {
+			return err
+		}
+		if old.Leader() || !fresh.Leader() {
+			return fmt.Errorf("after the restart: old leads=%v, new leads=%v; want only the new", old.Leader(), fresh.Leader())
+		}
+		if l, _, err := base.GetLease(ctx, plane.OrchestratorWorld); err != nil || l.Incarnation != "node-1/b" || l.Epoch != cur.Epoch {
+			return fmt.Errorf("orchestrator lease %+v (%v), want node-1/b still at epoch %d", l, err, cur.Epoch)
+		}
+		return nil
+	})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
 }
