@@ -63,9 +63,12 @@ type Queues struct {
 
 // Lease is a world's lease record; Holder is empty once released.
 type Lease struct {
-	Holder    string    `json:"holder"`
-	Epoch     uint64    `json:"epoch"`
-	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	Holder string `json:"holder"`
+	// Incarnation is the holder process's lifetime under its worker id:
+	// two processes sharing a worker id hold leases as different ones.
+	Incarnation string    `json:"incarnation,omitempty"`
+	Epoch       uint64    `json:"epoch"`
+	ExpiresAt   time.Time `json:"expires_at,omitzero"`
 }
 
 // Assignment is a world's desired placement.
@@ -293,7 +296,7 @@ func leaseOf(l *store.Lease) *Lease {
 	if l == nil {
 		return nil
 	}
-	return &Lease{Holder: l.Holder, Epoch: l.Epoch, ExpiresAt: utc(l.ExpiresAt)}
+	return &Lease{Holder: l.Holder, Incarnation: l.Incarnation, Epoch: l.Epoch, ExpiresAt: utc(l.ExpiresAt)}
 }
 
 func assignmentOf(a *store.Assignment) *Assignment {

@@ -48,6 +48,14 @@
 //     lease's local deadline are checked before every step and every commit,
 //     so no handler runs and nothing is committed after that point, and the
 //     store rejects anything that raced past it by epoch.
+//   - Incarnations: a host holds its leases as its worker id and an
+//     incarnation drawn from crypto/rand when it starts
+//     (HostConfig.Incarnation; the orchestrator and the node likewise). A
+//     host started again under the same worker id, while the old one is
+//     frozen or partitioned rather than dead, takes the old one's worlds
+//     over at once at new epochs, so the old one is fenced; when it thaws,
+//     the store refuses to give them back to it until the new host's
+//     leases end.
 //   - Timers: the host fires the timers of the worlds it holds. It records
 //     each timer a world's commit sets (and, when it restores a world with
 //     timers armed, reads their due times once with ListTimers) in one

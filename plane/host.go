@@ -24,10 +24,19 @@ import (
 // HostConfig configures a Host. Zero durations and sizes take the defaults
 // named on each field.
 type HostConfig struct {
-	Worker  string      // the worker id: lease holder and inventory name
-	Store   store.Store // the persistence plane
-	Kernels Kernels     // the definition of each universe's worlds
-	Replies *Replies    // in-process reply hand-off (optional)
+	Worker string // the worker id: lease holder and inventory name
+	// Incarnation names this host's lifetime under Worker in its leases
+	// (store.WithIncarnation). Empty: StartHost draws a fresh one
+	// (store.NewIncarnation), so a host started again under the same
+	// worker id, while its predecessor may still be frozen or partitioned
+	// rather than dead, takes the worlds over at new epochs and fences the
+	// predecessor, which cannot take them back. Set it only to make a run
+	// reproducible (the lab), and never to a value another live process
+	// may use.
+	Incarnation string
+	Store       store.Store // the persistence plane
+	Kernels     Kernels     // the definition of each universe's worlds
+	Replies     *Replies    // in-process reply hand-off (optional)
 
 	Capacity int           // announced in heartbeats (default 1<<20)
 	LeaseTTL time.Duration // default 10s
@@ -149,6 +158,9 @@ const (
 func (c *HostConfig) defaults() error {
 	if c.Worker == "" || c.Store == nil || c.Kernels == nil {
 		return errorf("host", ErrInvalid, "", detail("a host needs Worker, Store and Kernels"))
+	}
+	if c.Incarnation == "" {
+		c.Incarnation = store.NewIncarnation()
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
@@ -289,7 +301,7 @@ func StartHost(ctx context.Context, scope *actor.Scope, cfg HostConfig) (*Host, 
 		h.log = slog.New(slog.DiscardHandler)
 	}
 	h.park = h.ex.NewParker()
-	h.hold = leasing.New(leasing.Config{Worker: cfg.Worker, Store: cfg.Store, Executor: h.ex,
+	h.hold = leasing.New(leasing.Config{Worker: cfg.Worker, Incarnation: cfg.Incarnation, Store: cfg.Store, Executor: h.ex,
 		TTL: cfg.LeaseTTL, RenewMargin: cfg.RenewMargin, RetryAfter: cfg.RetryAfter, Page: cfg.ListPage,
 		OnLost: h.lost,
 		Observe: func(n int, took time.Duration, err error) {
@@ -406,6 +418,9 @@ func (h *Host) failOut(ctx context.Context, failed error) error {
 
 // Worker is the host's worker id.
 func (h *Host) Worker() string { return h.cfg.Worker }
+
+// Incarnation is the incarnation the host holds its leases as.
+func (h *Host) Incarnation() string { return h.cfg.Incarnation }
 
 func (h *Host) emit(ev HostEvent) {
 	h.logEvent(ev)

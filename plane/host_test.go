@@ -450,8 +450,8 @@ type afterAcquire struct {
 	then func()
 }
 
-func (s *afterAcquire) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration) ([]store.AcquireResult, error) {
-	res, err := s.Store.AcquireLeases(ctx, worker, worlds, ttl)
+func (s *afterAcquire) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration, opts ...store.AcquireOption) ([]store.AcquireResult, error) {
+	res, err := s.Store.AcquireLeases(ctx, worker, worlds, ttl, opts...)
 	s.once.Do(s.then)
 	return res, err
 }

@@ -31,10 +31,16 @@ const (
 
 // OrchestratorConfig configures an Orchestrator.
 type OrchestratorConfig struct {
-	ID        string      // this orchestrator's id (its lease holder name)
-	Store     store.Store //
-	Universes []string    // whose worlds it places
-	LeaseTTL  time.Duration
+	ID string // this orchestrator's id (its lease holder name)
+	// Incarnation names this orchestrator's lifetime under ID in the
+	// orchestrator lease, as HostConfig.Incarnation does a host's (empty:
+	// a fresh one from store.NewIncarnation). A process started again
+	// under the same ID takes the lease over at a new epoch, so the
+	// assignments its frozen predecessor still writes are fenced.
+	Incarnation string
+	Store       store.Store //
+	Universes   []string    // whose worlds it places
+	LeaseTTL    time.Duration
 	// LiveFor: a worker is live while its last heartbeat (store clock) is
 	// younger than this (default LeaseTTL).
 	LiveFor    time.Duration
@@ -77,6 +83,9 @@ func StartOrchestrator(ctx context.Context, scope *actor.Scope, cfg Orchestrator
 	if cfg.ID == "" || cfg.Store == nil {
 		return nil, errorf("orchestrator", ErrInvalid, "", detail("an orchestrator needs ID and Store"))
 	}
+	if cfg.Incarnation == "" {
+		cfg.Incarnation = store.NewIncarnation()
+	}
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = 10 * time.Second
 	}
@@ -101,7 +110,7 @@ func StartOrchestrator(ctx context.Context, scope *actor.Scope, cfg Orchestrator
 	}
 	o := &Orchestrator{cfg: cfg, st: cfg.Store, ex: scope.Executor(), scope: sub}
 	o.park = o.ex.NewParker()
-	o.hold = leasing.New(leasing.Config{Worker: cfg.ID, Store: cfg.Store, Executor: o.ex,
+	o.hold = leasing.New(leasing.Config{Worker: cfg.ID, Incarnation: cfg.Incarnation, Store: cfg.Store, Executor: o.ex,
 		TTL: cfg.LeaseTTL, RenewMargin: cfg.LeaseTTL / 3, RetryAfter: cfg.RetryAfter})
 	if _, err := sub.Go("orchestrator:"+cfg.ID, o.loop); err != nil {
 		_, _ = sub.CloseKilled(ctx)

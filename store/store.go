@@ -21,6 +21,7 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strconv"
@@ -344,10 +345,52 @@ type CommitResult struct {
 // Lease is the per-world lease record. Epochs strictly increase per world
 // and are never reused, including after a release.
 type Lease struct {
-	World     string
-	Holder    string // empty after release
-	Epoch     uint64
-	ExpiresAt time.Time
+	World  string
+	Holder string // empty after release
+	// Incarnation is the holder's incarnation (WithIncarnation): which
+	// process lifetime under the worker id Holder took the lease. Empty
+	// after release, and for a holder that named none.
+	Incarnation string
+	Epoch       uint64
+	ExpiresAt   time.Time
+}
+
+// AcquireOption qualifies an Acquire or AcquireLeases.
+type AcquireOption func(*AcquireOptions)
+
+// AcquireOptions is what an acquisition's options resolve to
+// (ResolveAcquireOptions).
+type AcquireOptions struct {
+	// Incarnation names one lifetime of the acquiring process under its
+	// worker id: a process draws a fresh one from real entropy each time
+	// it starts, so that two processes sharing a worker id (a restart
+	// while the old process is frozen or partitioned, not dead) never
+	// share an epoch. See Leases.Acquire. Empty is an incarnation like any
+	// other (the one of a caller that names none). At most MaxIDBytes.
+	Incarnation string
+}
+
+// WithIncarnation acquires as the given incarnation of the worker.
+func WithIncarnation(id string) AcquireOption {
+	return func(o *AcquireOptions) { o.Incarnation = id }
+}
+
+// NewIncarnation draws a fresh incarnation from the operating system's
+// entropy (crypto/rand: 128 bits, base32): never from a seeded source,
+// since two processes seeded alike would then share it, and with it their
+// epochs. A process draws one when it starts; the lab passes its own.
+func NewIncarnation() string { return rand.Text() }
+
+// ResolveAcquireOptions applies opts in order and checks the result for
+// op (ErrInvalid).
+func ResolveAcquireOptions(op string, opts []AcquireOption) (AcquireOptions, error) {
+	var o AcquireOptions
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	return o, CheckOptionalID(op, "incarnation", o.Incarnation)
 }
 
 // Assignment is the orchestrator's desired placement of a world.
@@ -403,12 +446,30 @@ type WorkerWorld struct {
 type Leases interface {
 	// Acquire takes the world's lease for worker if it is absent, released
 	// or expired (by the store's clock), with epoch = previous epoch + 1.
-	// A worker that already holds an unexpired lease gets it back unchanged
-	// (idempotent). Another unexpired holder: ErrLeaseHeld. An assignment
-	// naming another desired worker: ErrNotAssigned. The world must exist
-	// (ErrWorldNotFound) and be active (ErrWorldPaused, ErrWorldArchived).
-	Acquire(ctx context.Context, world, worker string, ttl time.Duration) (Lease, error)
-	// AcquireLeases acquires many worlds for one worker in one round trip
+	// The holder is the worker id together with its incarnation
+	// (WithIncarnation; none: the empty one), which the lease records:
+	//   - the same worker and incarnation already holding an unexpired
+	//     lease get it back unchanged (a retry is idempotent);
+	//   - the same worker under another incarnation takes an unexpired
+	//     lease over at epoch + 1: a new process under the worker's id
+	//     (a restart) never shares its predecessor's epoch, so whatever
+	//     the predecessor still does at the old epoch (a frozen or
+	//     partitioned process is not dead) is fenced (ErrFenced, and
+	//     ErrStaleEpoch on Renew);
+	//   - the incarnation of the same worker that held the lease last
+	//     (unexpired, or expired before the new incarnation came, but not
+	//     released) is remembered with the lease as displaced: while the
+	//     lease taken from it is unexpired, its own Acquire is refused
+	//     (ErrLeaseHeld), so an old process that thaws does not take the
+	//     world back, and two live processes under one worker id never
+	//     trade a world back and forth;
+	//   - another unexpired holder: ErrLeaseHeld.
+	// An assignment naming another desired worker: ErrNotAssigned. The
+	// world must exist (ErrWorldNotFound) and be active (ErrWorldPaused,
+	// ErrWorldArchived). An invalid option: ErrInvalid.
+	Acquire(ctx context.Context, world, worker string, ttl time.Duration, opts ...AcquireOption) (Lease, error)
+	// AcquireLeases acquires many worlds for one worker (and incarnation,
+	// as for Acquire) in one round trip
 	// and one transaction: one AcquireResult per world, in order, each as
 	// Acquire would answer it alone (ErrLeaseHeld, ErrNotAssigned,
 	// ErrWorldPaused, ErrWorldArchived, ErrWorldNotFound). Worlds are
@@ -416,12 +477,14 @@ type Leases interface {
 	// occurrence what a second Acquire would: the lease its first took,
 	// unchanged. The call's own error is for the call (context, closed
 	// store, invalid arguments: the worker, more than MaxBatch worlds, a
-	// world id, the TTL), never for one world; then there are no results.
+	// world id, the TTL, an option), never for one world; then there are
+	// no results.
 	// A lease taken raises TopicLeases once per call.
-	AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration) ([]AcquireResult, error)
+	AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration, opts ...AcquireOption) ([]AcquireResult, error)
 	// Renew extends the lease if worker holds it at epoch: ErrNotHolder if
 	// another worker holds it (or nobody, or it expired), ErrStaleEpoch if
-	// the epoch moved.
+	// the epoch moved (also when another incarnation of worker took it
+	// over: the epoch is what tells incarnations apart here).
 	Renew(ctx context.Context, world, worker string, epoch uint64, ttl time.Duration) (Lease, error)
 	// RenewLeases renews many leases of one worker in one round trip and
 	// one transaction: one LeaseResult per ref, in order, each as Renew
@@ -926,6 +989,9 @@ type SpawnSpec struct {
 	Items    []InboxItem   // Kind, Payload and DedupeKey are read
 	Holder   string        // empty: no lease is taken
 	TTL      time.Duration // the lease's; required with Holder
+	// Incarnation is Holder's incarnation, which the lease records as an
+	// Acquire's (store.WithIncarnation); only with Holder.
+	Incarnation string
 	// Events, when set, open the world's journal: appended at heights
 	// 1…n in the same transaction, under the new lease (Holder is
 	// required), as a fenced Append with ExpectedHead 0 would append

@@ -475,7 +475,13 @@ func CheckSpawn(op string, s SpawnSpec) error {
 		if err := CheckID(op, "holder", s.Holder); err != nil {
 			return err
 		}
+		if err := CheckOptionalID(op, "incarnation", s.Incarnation); err != nil {
+			return err
+		}
 		return CheckTTL(op, "ttl", s.TTL)
+	}
+	if s.Incarnation != "" {
+		return invalid(op, "incarnation", "an incarnation without a holder")
 	}
 	if s.TTL != 0 {
 		return invalid(op, "ttl", "a TTL without a holder")

@@ -55,6 +55,10 @@ type Client struct {
 	pollMin  time.Duration
 	pollMax  time.Duration
 	workers  []*Worker
+	// inc is the client's incarnation under operator: the default operator
+	// id is every process's, and two processes operating on one run must
+	// not share its epoch.
+	inc string
 }
 
 // ClientOption configures a Client.
@@ -96,7 +100,7 @@ func NewClient(st store.Store, workflows *Workflows, ex actor.Executor, opts ...
 	if st == nil || ex == nil {
 		return nil, errorf("client", ErrInvalid, "", detail("a client needs a store and an executor"))
 	}
-	c := &Client{st: st, wf: workflows, ex: ex, operator: "workflow.operator", ttl: 10 * time.Second,
+	c := &Client{st: st, wf: workflows, ex: ex, operator: "workflow.operator", inc: store.NewIncarnation(), ttl: 10 * time.Second,
 		pollMin: time.Millisecond, pollMax: time.Second}
 	for _, o := range opts {
 		if o != nil {
@@ -109,7 +113,7 @@ func NewClient(st store.Store, workflows *Workflows, ex actor.Executor, opts ...
 	if err := store.CheckID("client", "operator", c.operator); err != nil {
 		return nil, errorf("client", ErrInvalid, "", err)
 	}
-	c.holder = leasing.New(leasing.Config{Worker: c.operator, Store: st, Executor: ex, TTL: c.ttl})
+	c.holder = leasing.New(leasing.Config{Worker: c.operator, Incarnation: c.inc, Store: st, Executor: ex, TTL: c.ttl})
 	return c, nil
 }
 

@@ -20,6 +20,13 @@ type WorkerConfig struct {
 	Worker    string      // the lease holder's id; unique per worker
 	Store     store.Store // the persistence plane
 	Workflows *Workflows  // the definitions this worker runs
+	// Incarnation names this worker's lifetime under Worker in the runs'
+	// leases (store.WithIncarnation). Empty: StartWorker draws a fresh one
+	// (store.NewIncarnation), so a worker started again under the same id,
+	// while its predecessor may be frozen rather than dead, takes the runs
+	// over at new epochs and fences the predecessor. Set it only to make a
+	// run reproducible (the lab).
+	Incarnation string
 
 	LeaseTTL time.Duration // default 10s
 	// RenewMargin: a lease is renewed that long before its local deadline
@@ -58,6 +65,9 @@ func (c *WorkerConfig) defaults() error {
 	}
 	if err := store.CheckID("worker", "worker", c.Worker); err != nil {
 		return errorf("worker", ErrInvalid, "", err)
+	}
+	if c.Incarnation == "" {
+		c.Incarnation = store.NewIncarnation()
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
@@ -150,7 +160,7 @@ func StartWorker(ctx context.Context, scope *actor.Scope, cfg WorkerConfig) (*Wo
 		runs: map[string]*heldRun{}, queued: map[string]bool{}, starts: map[string]uint64{}, backoff: map[string]retry{},
 		ends: map[string][]*endWaiter{}, live: map[string]bool{}}
 	w.park = w.ex.NewParker()
-	w.hold = leasing.New(leasing.Config{Worker: cfg.Worker, Store: cfg.Store, Executor: w.ex,
+	w.hold = leasing.New(leasing.Config{Worker: cfg.Worker, Incarnation: cfg.Incarnation, Store: cfg.Store, Executor: w.ex,
 		TTL: cfg.LeaseTTL, RenewMargin: cfg.RenewMargin, RetryAfter: cfg.RetryAfter, OnLost: w.lost,
 		Observe: func(_ int, _ time.Duration, err error) {
 			if err != nil {
@@ -537,7 +547,7 @@ func (w *Worker) adopt(id string, def Workflow, spec store.SpawnSpec, start star
 	}
 	mine, _ := w.cfg.Workflows.Lookup(def.Name())
 	sp := &spawning{spec: spec, park: park}
-	sp.spec.Holder, sp.spec.TTL = w.cfg.Worker, w.cfg.LeaseTTL
+	sp.spec.Holder, sp.spec.Incarnation, sp.spec.TTL = w.cfg.Worker, w.cfg.Incarnation, w.cfg.LeaseTTL
 	if !w.start(id, mine, leasing.Grant{Lease: store.Lease{World: id}}, &fresh{start: start, seq: 1}, sp) {
 		return nil
 	}

@@ -89,9 +89,9 @@ func (l *writeLog) Enqueue(ctx context.Context, w string, it store.InboxItem) (u
 	return l.Store.Enqueue(ctx, w, it)
 }
 
-func (l *writeLog) Acquire(ctx context.Context, w, worker string, ttl time.Duration) (store.Lease, error) {
+func (l *writeLog) Acquire(ctx context.Context, w, worker string, ttl time.Duration, opts ...store.AcquireOption) (store.Lease, error) {
 	l.call(w, "Acquire")
-	return l.Store.Acquire(ctx, w, worker, ttl)
+	return l.Store.Acquire(ctx, w, worker, ttl, opts...)
 }
 
 func (l *writeLog) SetWorldStatus(ctx context.Context, w string, s store.WorldStatus, reason string) (store.World, error) {

@@ -39,9 +39,13 @@ import (
 // Config configures a Holder. Zero durations and sizes take the defaults
 // named on each field.
 type Config struct {
-	Worker   string         // the holder id the store records
-	Store    Store          // where the leases live
-	Executor actor.Executor // the local clock
+	Worker string // the holder id the store records
+	// Incarnation names this process's lifetime under Worker
+	// (store.WithIncarnation): every Acquire and AcquireLeases passes it,
+	// so a new incarnation takes an unexpired lease over at a new epoch.
+	Incarnation string
+	Store       Store          // where the leases live
+	Executor    actor.Executor // the local clock
 
 	TTL         time.Duration // default 10s
 	RenewMargin time.Duration // renew at deadline − margin (default TTL/3)
@@ -143,7 +147,7 @@ func (h *Holder) Granted(l store.Lease, sent Stamp) Grant { return Grant{Lease: 
 // Acquire takes world's lease (store.Leases.Acquire).
 func (h *Holder) Acquire(ctx context.Context, world string) (Grant, error) {
 	sent := h.Now()
-	l, err := h.cfg.Store.Acquire(ctx, world, h.cfg.Worker, h.cfg.TTL)
+	l, err := h.cfg.Store.Acquire(ctx, world, h.cfg.Worker, h.cfg.TTL, store.WithIncarnation(h.cfg.Incarnation))
 	if err != nil {
 		return Grant{}, err
 	}
@@ -155,7 +159,7 @@ func (h *Holder) Acquire(ctx context.Context, world string) (Grant, error) {
 // grant of each one taken (the zero Grant where res[i].Err is set).
 func (h *Holder) AcquireMany(ctx context.Context, worlds []string) ([]store.AcquireResult, []Grant, error) {
 	sent := h.Now()
-	res, err := h.cfg.Store.AcquireLeases(ctx, h.cfg.Worker, worlds, h.cfg.TTL)
+	res, err := h.cfg.Store.AcquireLeases(ctx, h.cfg.Worker, worlds, h.cfg.TTL, store.WithIncarnation(h.cfg.Incarnation))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -69,6 +69,14 @@ type Config struct {
 	Worker  string        // the worker id: lease holder, inventory name, claimant prefix
 	Store   store.Store   // the persistence plane (the node does not close it)
 	Kernels plane.Kernels // the worlds this process can run, by universe
+	// Incarnation names this node's lifetime under Worker in every lease
+	// it takes (its host's, its orchestrator's, its workflow worker's).
+	// Empty: Start draws a fresh one (store.NewIncarnation), so a node
+	// started again under the same Worker (a restart that keeps its name
+	// while the old process may be frozen or partitioned, not dead) takes
+	// the old one's leases over at new epochs, and the old one is fenced.
+	// Set it only to make a run reproducible (the lab).
+	Incarnation string
 
 	// Adapters are the application's effect adapters, served beside the
 	// built-in http.request and fabric.send (a registration for one of
@@ -163,6 +171,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Worker == "" || cfg.Store == nil || len(cfg.Kernels) == 0 {
 		return nil, fmt.Errorf("%w: Worker, Store and Kernels are required", ErrInvalid)
 	}
+	if cfg.Incarnation == "" {
+		cfg.Incarnation = store.NewIncarnation()
+	}
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = 10 * time.Second
 	}
@@ -185,7 +196,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.ops = ops
 
 	hc := plane.HostConfig{
-		Worker: cfg.Worker, Store: cfg.Store, Kernels: cfg.Kernels, Replies: n.replies,
+		Worker: cfg.Worker, Incarnation: cfg.Incarnation, Store: cfg.Store, Kernels: cfg.Kernels, Replies: n.replies,
 		LeaseTTL: cfg.LeaseTTL, IdleAfter: cfg.IdleAfter, Observe: cfg.Observe,
 		Tracer: cfg.Tracer, Links: n.links, Logger: cfg.Logger.With("part", "host"),
 	}
@@ -202,7 +213,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		sort.Strings(universes)
 		n.orch, err = plane.StartOrchestrator(ctx, n.sys.Root(), plane.OrchestratorConfig{
-			ID: cfg.Worker, Store: cfg.Store, Universes: universes, LeaseTTL: cfg.LeaseTTL,
+			ID: cfg.Worker, Incarnation: cfg.Incarnation, Store: cfg.Store, Universes: universes, LeaseTTL: cfg.LeaseTTL,
 		})
 		if err != nil {
 			return nil, n.abort(ctx, err)
@@ -298,7 +309,7 @@ func (n *Node) startWorkflows(ctx context.Context) error {
 	cfg, ex := n.cfg, n.sys.Executor()
 	log := cfg.Logger.With("part", "runs")
 	wc := workflow.WorkerConfig{
-		Worker: cfg.Worker + "/runs", Store: cfg.Store, Workflows: cfg.Workflows, LeaseTTL: cfg.LeaseTTL,
+		Worker: cfg.Worker + "/runs", Incarnation: cfg.Incarnation, Store: cfg.Store, Workflows: cfg.Workflows, LeaseTTL: cfg.LeaseTTL,
 		Observe: func(e workflow.Event) {
 			if e.Kind == workflow.EvError || e.Kind == workflow.EvRenewFail {
 				log.Warn("node: workflow run", "event", e.Kind, "run", e.Run, "err", e.Err)
@@ -373,6 +384,9 @@ func (n *Node) abort(ctx context.Context, err error) error {
 
 // Worker is the node's worker id.
 func (n *Node) Worker() string { return n.cfg.Worker }
+
+// Incarnation is the incarnation the node's leases are held as.
+func (n *Node) Incarnation() string { return n.cfg.Incarnation }
 
 // Client is the node's client: Send, Call and State, with replies handed
 // over in process by the node's host.

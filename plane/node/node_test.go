@@ -360,3 +360,50 @@ func TestNodeHostFiresTimersAndItsTimerWorkerOnlyStandsBy(t *testing.T) {
 		}
 	})
 }
+
+// TestRestartUnderTheSameWorkerGetsNewEpochsAtOnce: a node's process dies
+// and is started again under the same worker id before its leases expire
+// (an orchestrator restarting it under its name). The new process draws
+// its own incarnation, so it takes every world over at once at a higher
+// epoch, never at the old process's (which, were it only frozen, would
+// otherwise share its epochs).
+func TestRestartUnderTheSameWorkerGetsNewEpochsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		st := memstore.New()
+		ids := worldIDs(6)
+		create(t, ctx, st, ids)
+		a := start(t, ctx, st, "a")
+		before := holders(t, ctx, st, ids, "a")
+		a.Kill(ctx)
+		var firstExpiry time.Time
+		for _, l := range before {
+			if firstExpiry.IsZero() || l.ExpiresAt.Before(firstExpiry) {
+				firstExpiry = l.ExpiresAt
+			}
+		}
+		again := start(t, ctx, st, "a")
+		if again.Incarnation() == "" || again.Incarnation() == a.Incarnation() {
+			t.Fatalf("incarnations %q then %q: a restart must draw a new one", a.Incarnation(), again.Incarnation())
+		}
+		for {
+			taken := 0
+			for _, id := range ids {
+				if l, _, _ := st.GetLease(ctx, id); l.Incarnation == again.Incarnation() {
+					taken++
+					if l.Epoch <= before[id].Epoch {
+						t.Fatalf("%s: epoch %d after the restart, was %d", id, l.Epoch, before[id].Epoch)
+					}
+				}
+			}
+			if taken == len(ids) {
+				break
+			}
+			if !time.Now().Before(firstExpiry) {
+				t.Fatalf("%d of %d worlds taken over before the old leases expired", taken, len(ids))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		_ = again.Stop(ctx)
+	})
+}

@@ -12,25 +12,26 @@ import (
 // Acquire implements protocol A (contract.Acquire). The epoch counter lives
 // in the lease record, which is never deleted, so an epoch is never handed
 // out twice.
-func (s *Store) Acquire(ctx context.Context, worldID, worker string, ttl time.Duration) (store.Lease, error) {
+func (s *Store) Acquire(ctx context.Context, worldID, worker string, ttl time.Duration, opts ...store.AcquireOption) (store.Lease, error) {
 	const op = "acquire"
 	if err := s.begin(ctx, op); err != nil {
 		return store.Lease{}, err
 	}
 	defer s.end()
+	o, err := store.ResolveAcquireOptions(op, opts)
 	for _, err := range []error{
-		store.CheckID(op, "world", worldID), store.CheckID(op, "worker", worker), store.CheckTTL(op, "ttl", ttl),
+		store.CheckID(op, "world", worldID), store.CheckID(op, "worker", worker), store.CheckTTL(op, "ttl", ttl), err,
 	} {
 		if err != nil {
 			return store.Lease{}, err
 		}
 	}
-	return s.st.acquire(op, worldID, worker, ttl, s.now())
+	return s.st.acquire(op, worldID, worker, o.Incarnation, ttl, s.now())
 }
 
 // AcquireLeases implements store.Leases: one transaction, each world
 // decided in order as Acquire would decide it.
-func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration) ([]store.AcquireResult, error) {
+func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration, opts ...store.AcquireOption) ([]store.AcquireResult, error) {
 	const op = "acquire_leases"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
@@ -39,10 +40,14 @@ func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []strin
 	if err := store.CheckAcquireLeases(op, worker, worlds, ttl); err != nil {
 		return nil, err
 	}
+	o, err := store.ResolveAcquireOptions(op, opts)
+	if err != nil {
+		return nil, err
+	}
 	now := s.now()
 	out := make([]store.AcquireResult, len(worlds))
 	for i, id := range worlds {
-		l, err := s.st.acquire("acquire", id, worker, ttl, now)
+		l, err := s.st.acquire("acquire", id, worker, o.Incarnation, ttl, now)
 		out[i] = store.AcquireResult{World: id, Lease: l, Err: err}
 		if err == nil {
 			w := s.st.worlds[id]
@@ -67,19 +72,21 @@ func (st *state) nextTimer(world string) time.Time {
 
 // acquire decides protocol A for one world and writes the lease it takes
 // (mu held).
-func (st *state) acquire(op, worldID, worker string, ttl time.Duration, now time.Time) (store.Lease, error) {
+func (st *state) acquire(op, worldID, worker, inc string, ttl time.Duration, now time.Time) (store.Lease, error) {
 	w, ok := st.worlds[worldID]
 	if !ok {
 		return store.Lease{}, store.Errorf(op, store.ErrWorldNotFound, worldID, "")
 	}
 	a, assigned := st.assignments[worldID]
-	next, keep, err := contract.Acquire(op, worldID, worker, w.rec.Status, a.DesiredWorker, assigned, st.leaseRow(worldID), now, ttl)
-	if err != nil || keep {
-		return next, err
+	next, keep, err := contract.Acquire(op, worldID, worker, inc, w.rec.Status, a.DesiredWorker, assigned, st.leaseRow(worldID), now, ttl)
+	if err != nil {
+		return store.Lease{}, err
 	}
-	st.leases[worldID] = &next
-	st.notify(store.TopicLeases)
-	return next, nil
+	if !keep {
+		st.leases[worldID] = &next
+		st.notify(store.TopicLeases)
+	}
+	return next.Lease(worldID), nil
 }
 
 // Renew implements protocol B. An expired lease is not renewed, even when
@@ -154,7 +161,7 @@ func (st *state) renew(op, worldID, worker string, epoch uint64, ttl time.Durati
 	}
 	l := st.leases[worldID]
 	l.ExpiresAt = now.Add(ttl)
-	return *l, nil
+	return l.Lease(worldID), nil
 }
 
 // Release implements store.Leases (contract.ReleaseCheck): releasing an
@@ -205,13 +212,13 @@ func (st *state) release(op, worldID, worker string, epoch uint64, now time.Time
 	if !noop {
 		st.endLease(l, now)
 	}
-	return *l, nil
+	return l.Lease(worldID), nil
 }
 
 // endLease releases l (mu held): the holder is cleared, the epoch kept,
 // and the expiry brought forward to now, so nothing can still count on it.
-func (st *state) endLease(l *store.Lease, now time.Time) {
-	l.Holder = ""
+func (st *state) endLease(l *contract.LeaseRow, now time.Time) {
+	l.Holder, l.Incarnation = "", ""
 	if l.ExpiresAt.After(now) {
 		l.ExpiresAt = now
 	}
@@ -232,7 +239,7 @@ func (s *Store) GetLease(ctx context.Context, worldID string) (store.Lease, bool
 	if l == nil {
 		return store.Lease{}, false, nil
 	}
-	return *l, true, nil
+	return l.Lease(worldID), true, nil
 }
 
 // Assign implements store.Leases.
@@ -330,7 +337,7 @@ func (s *Store) ListWorkerWorlds(ctx context.Context, worker, after string, limi
 	for i, id := range ids {
 		out[i].World = id
 		if l := s.st.leases[id]; l != nil {
-			c := *l
+			c := l.Lease(id)
 			out[i].Lease = &c
 		}
 		if a, ok := s.st.assignments[id]; ok {

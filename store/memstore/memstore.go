@@ -208,7 +208,7 @@ type state struct {
 
 	streams     map[string]*stream
 	worlds      map[string]*world
-	leases      map[string]*store.Lease
+	leases      map[string]*contract.LeaseRow
 	assignments map[string]store.Assignment
 	workers     map[string]*store.WorkerInfo
 	effects     map[string]*effect // by intent hash
@@ -224,7 +224,7 @@ func newState() *state {
 	return &state{
 		streams:     map[string]*stream{},
 		worlds:      map[string]*world{},
-		leases:      map[string]*store.Lease{},
+		leases:      map[string]*contract.LeaseRow{},
 		assignments: map[string]store.Assignment{},
 		workers:     map[string]*store.WorkerInfo{},
 		effects:     map[string]*effect{},
@@ -247,7 +247,7 @@ func (st *state) leaseRow(world string) contract.LeaseRow {
 	if l == nil {
 		return contract.LeaseRow{}
 	}
-	return contract.LeaseRow{Found: true, Holder: l.Holder, Epoch: l.Epoch, ExpiresAt: l.ExpiresAt}
+	return *l
 }
 
 // fence is the check every world mutation makes in its own transaction.

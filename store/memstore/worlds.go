@@ -99,11 +99,11 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 		return store.Spawned{}, err
 	}
 	now := s.now()
-	var lease store.Lease
+	var lease contract.LeaseRow
 	if spec.Holder != "" {
 		// A world that did not exist has no assignment and was never
 		// leased: its first lease is epoch 1.
-		next, _, err := contract.Acquire(op, spec.World, spec.Holder, store.WorldActive, "", false, contract.LeaseRow{}, now, spec.TTL)
+		next, _, err := contract.Acquire(op, spec.World, spec.Holder, spec.Incarnation, store.WorldActive, "", false, contract.LeaseRow{}, now, spec.TTL)
 		if err != nil {
 			return store.Spawned{}, err
 		}
@@ -119,7 +119,10 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 
 	w := newWorld(store.World{ID: spec.World, Universe: spec.Universe, Status: store.WorldActive, CreatedAt: now})
 	s.st.worlds[spec.World] = w
-	out := store.Spawned{World: w.rec, Seqs: make([]uint64, len(spec.Items)), Lease: lease}
+	out := store.Spawned{World: w.rec, Seqs: make([]uint64, len(spec.Items))}
+	if spec.Holder != "" {
+		out.Lease = lease.Lease(spec.World)
+	}
 	for i, it := range spec.Items {
 		// CheckSpawn refused a key given twice, so none of these is a dup.
 		out.Seqs[i], _ = s.st.enqueue(w, it.Kind, it.Payload, it.DedupeKey, now)

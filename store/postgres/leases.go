@@ -23,25 +23,26 @@ func errDisagree(op, world string) error {
 }
 
 // Acquire implements protocol A (see the acquire function).
-func (s *Store) Acquire(ctx context.Context, world, worker string, ttl time.Duration) (store.Lease, error) {
+func (s *Store) Acquire(ctx context.Context, world, worker string, ttl time.Duration, opts ...store.AcquireOption) (store.Lease, error) {
 	const op = "acquire"
 	if err := s.begin(ctx, op); err != nil {
 		return store.Lease{}, err
 	}
-	for _, err := range []error{store.CheckID(op, "world", world), store.CheckID(op, "worker", worker), store.CheckTTL(op, "ttl", ttl)} {
+	o, err := store.ResolveAcquireOptions(op, opts)
+	for _, err := range []error{store.CheckID(op, "world", world), store.CheckID(op, "worker", worker), store.CheckTTL(op, "ttl", ttl), err} {
 		if err != nil {
 			return store.Lease{}, err
 		}
 	}
 	var out store.Lease
 	var wrote bool
-	err := s.retry(ctx, op, world, func() error {
+	err = s.retry(ctx, op, world, func() error {
 		var a acquired
-		if err := a.scan(s.pool.QueryRow(ctx, acquireSQL, world, worker, int64(ttl), s.off())); err != nil {
+		if err := a.scan(s.pool.QueryRow(ctx, acquireSQL, world, worker, o.Incarnation, int64(ttl), s.off())); err != nil {
 			return err
 		}
 		var err error
-		out, err = a.decide(op, world, worker, ttl)
+		out, err = a.decide(op, world, worker, o.Incarnation, ttl)
 		wrote = a.written
 		return err
 	})
@@ -54,9 +55,9 @@ func (s *Store) Acquire(ctx context.Context, world, worker string, ttl time.Dura
 	return out, nil
 }
 
-// acquireSQL calls the acquire function (Acquire, and Spawn's first
-// lease): $1 world, $2 worker, $3 ttl, $4 the clock's offset.
-const acquireSQL = `SELECT * FROM acquire($1, $2, $3, $4)`
+// acquireSQL calls the acquire function: $1 world, $2 worker, $3 its
+// incarnation, $4 ttl, $5 the clock's offset.
+const acquireSQL = `SELECT * FROM acquire($1, $2, $3, $4, $5)`
 
 // acquired is what the acquire function answers: the rows it read under
 // lock and whether it wrote.
@@ -64,24 +65,47 @@ type acquired struct {
 	found, assigned, leased, written bool
 	status, desired, holder          string
 	epoch, exp, now                  int64
+	inc, displaced                   *string // NULL in acquire_leases rows of leases never written
+	tookOver                         *bool
 }
 
 func (a *acquired) scan(row pgx.Row) error {
-	return row.Scan(&a.found, &a.status, &a.assigned, &a.desired, &a.leased, &a.holder, &a.epoch, &a.exp, &a.now, &a.written)
+	return row.Scan(&a.found, &a.status, &a.assigned, &a.desired, &a.leased, &a.holder, &a.epoch, &a.exp, &a.now, &a.written,
+		&a.inc, &a.tookOver, &a.displaced)
+}
+
+// row is the lease row the function read.
+func (a *acquired) row() contract.LeaseRow {
+	if !a.leased {
+		return contract.LeaseRow{}
+	}
+	l := contract.LeaseRow{Found: true, Holder: a.holder, Epoch: uint64(a.epoch), ExpiresAt: fromNS(a.exp)}
+	if a.inc != nil {
+		l.Incarnation = *a.inc
+	}
+	if a.tookOver != nil {
+		l.TookOver = *a.tookOver
+	}
+	if a.displaced != nil {
+		l.Displaced = *a.displaced
+	}
+	return l
 }
 
 // decide decides again with contract.Acquire on the rows the function
 // read, and refuses an answer on which the two disagree.
-func (a *acquired) decide(op, world, worker string, ttl time.Duration) (store.Lease, error) {
+func (a *acquired) decide(op, world, worker, inc string, ttl time.Duration) (store.Lease, error) {
 	if !a.found {
 		return store.Lease{}, store.Errorf(op, store.ErrWorldNotFound, world, "")
 	}
-	row := contract.LeaseRow{Found: a.leased, Holder: a.holder, Epoch: uint64(a.epoch), ExpiresAt: fromNS(a.exp)}
-	next, keep, err := contract.Acquire(op, world, worker, store.WorldStatus(a.status), a.desired, a.assigned, row, fromNS(a.now), ttl)
+	next, keep, err := contract.Acquire(op, world, worker, inc, store.WorldStatus(a.status), a.desired, a.assigned, a.row(), fromNS(a.now), ttl)
 	if (err != nil || keep) == a.written {
 		return store.Lease{}, errDisagree(op, world)
 	}
-	return next, err
+	if err != nil {
+		return store.Lease{}, err
+	}
+	return next.Lease(world), nil
 }
 
 // AcquireLeases implements store.Leases: one call of acquire_leases, one
@@ -92,7 +116,7 @@ func (a *acquired) decide(op, world, worker string, ttl time.Duration) (store.Le
 // named twice meets, the second time, the lease its first occurrence
 // took), and an answer on which the SQL and the contract disagree is
 // refused.
-func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration) ([]store.AcquireResult, error) {
+func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration, opts ...store.AcquireOption) ([]store.AcquireResult, error) {
 	const op = "acquire_leases"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
@@ -100,6 +124,11 @@ func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []strin
 	if err := store.CheckAcquireLeases(op, worker, worlds, ttl); err != nil {
 		return nil, err
 	}
+	o, err := store.ResolveAcquireOptions(op, opts)
+	if err != nil {
+		return nil, err
+	}
+	inc := o.Incarnation
 	out := make([]store.AcquireResult, len(worlds))
 	if len(worlds) == 0 {
 		return out, nil
@@ -109,15 +138,15 @@ func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []strin
 		asked[w] = true
 	}
 	wrote := false
-	err := s.retry(ctx, op, "", func() error {
-		rows, _ := s.pool.Query(ctx, `SELECT * FROM acquire_leases($1, $2, $3, $4)`, worker, worlds, int64(ttl), s.off())
+	err = s.retry(ctx, op, "", func() error {
+		rows, _ := s.pool.Query(ctx, `SELECT * FROM acquire_leases($1, $2, $3, $4, $5)`, worker, inc, worlds, int64(ttl), s.off())
 		read := make(map[string]*bulkAcquired, len(asked))
 		var world, universe string
 		var backlog bool
 		var next *int64
 		var a acquired
 		_, err := pgx.ForEachRow(rows, []any{&world, &a.status, &universe, &a.assigned, &a.desired, &a.leased, &a.holder,
-			&a.epoch, &a.exp, &a.now, &a.written, &backlog, &next}, func() error {
+			&a.epoch, &a.exp, &a.now, &a.written, &backlog, &next, &a.inc, &a.tookOver, &a.displaced}, func() error {
 			if !asked[world] || read[world] != nil {
 				return errUnreachable
 			}
@@ -142,20 +171,21 @@ func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []strin
 			}
 			first := !r.decided
 			if first {
-				r.row = contract.LeaseRow{Found: r.leased, Holder: r.holder, Epoch: uint64(r.epoch), ExpiresAt: fromNS(r.exp)}
+				r.row = r.acquired.row()
 				r.decided = true
 			}
-			next, keep, err := contract.Acquire("acquire", w, worker, store.WorldStatus(r.status), r.desired, r.assigned, r.row, fromNS(r.now), ttl)
+			next, keep, err := contract.Acquire("acquire", w, worker, inc, store.WorldStatus(r.status), r.desired, r.assigned, r.row, fromNS(r.now), ttl)
 			took := err == nil && !keep
 			if first && took != r.written || !first && took {
 				return errDisagree(op, w)
 			}
 			if took {
-				r.row = contract.LeaseRow{Found: true, Holder: next.Holder, Epoch: next.Epoch, ExpiresAt: next.ExpiresAt}
+				r.row = next
 				wrote = true
 			}
-			res.Lease, res.Err = next, err
+			res.Err = err
 			if err == nil {
+				res.Lease = next.Lease(w)
 				res.Universe, res.Backlog, res.NextTimer = r.universe, r.backlog, r.next
 			}
 			out[i] = res
@@ -257,9 +287,13 @@ func (s *Store) bulkLeases(ctx context.Context, op, worker string, refs []store.
 		}
 		var ord, epoch, exp, now int64
 		var found, leased, done bool
-		var holder string
+		var holder, inc string
+		dest := []any{&ord, &found, &leased, &holder, &epoch, &exp, &now, &done}
+		if renew {
+			dest = append(dest, &inc)
+		}
 		n := 0
-		_, err := pgx.ForEachRow(rows, []any{&ord, &found, &leased, &holder, &epoch, &exp, &now, &done}, func() error {
+		_, err := pgx.ForEachRow(rows, dest, func() error {
 			i := int(ord) - 1
 			if i < 0 || i >= len(refs) {
 				return errUnreachable
@@ -285,7 +319,7 @@ func (s *Store) bulkLeases(ctx context.Context, op, worker string, refs []store.
 			case err != nil:
 				res.Err = err
 			case renew:
-				res.Lease = store.Lease{World: ref.World, Holder: worker, Epoch: ref.Epoch, ExpiresAt: fromNS(now).Add(ttl)}
+				res.Lease = store.Lease{World: ref.World, Holder: worker, Incarnation: inc, Epoch: ref.Epoch, ExpiresAt: fromNS(now).Add(ttl)}
 			default:
 				res.Lease = store.Lease{World: ref.World, Epoch: ref.Epoch, ExpiresAt: fromNS(min(exp, now))}
 				released = released || done
@@ -316,10 +350,10 @@ func (s *Store) GetLease(ctx context.Context, world string) (store.Lease, bool, 
 	var l store.Lease
 	var found bool
 	err := s.retry(ctx, op, world, func() error {
-		var holder *string
+		var holder, inc *string
 		var epoch, exp *int64
-		err := s.pool.QueryRow(ctx, `SELECT l.holder, l.epoch, l.expires_at_ns
-			FROM worlds x LEFT JOIN leases l ON l.world = x.world WHERE x.world = $1`, world).Scan(&holder, &epoch, &exp)
+		err := s.pool.QueryRow(ctx, `SELECT l.holder, l.epoch, l.expires_at_ns, l.incarnation
+			FROM worlds x LEFT JOIN leases l ON l.world = x.world WHERE x.world = $1`, world).Scan(&holder, &epoch, &exp, &inc)
 		if err == pgx.ErrNoRows {
 			return store.Errorf(op, store.ErrWorldNotFound, world, "")
 		}
@@ -328,7 +362,7 @@ func (s *Store) GetLease(ctx context.Context, world string) (store.Lease, bool, 
 		}
 		found = holder != nil
 		if found {
-			l = store.Lease{World: world, Holder: *holder, Epoch: uint64(*epoch), ExpiresAt: fromNS(*exp)}
+			l = contract.LeaseRow{Found: true, Holder: *holder, Incarnation: *inc, Epoch: uint64(*epoch), ExpiresAt: fromNS(*exp)}.Lease(world)
 		}
 		return nil
 	})
@@ -423,7 +457,7 @@ const listWorkerWorldsSQL = `WITH page AS (
 			 WHERE a.desired_worker = $1 AND a.world > $2
 			 ORDER BY a.world LIMIT $3)
 		) AS m ORDER BY world LIMIT $3)
-	SELECT page.world, l.holder, l.epoch, l.expires_at_ns, a.desired_worker, a.priority, a.reason
+	SELECT page.world, l.holder, l.epoch, l.expires_at_ns, a.desired_worker, a.priority, a.reason, l.incarnation
 	FROM page
 	LEFT JOIN LATERAL (SELECT * FROM leases x WHERE x.world = page.world LIMIT 1) AS l ON true
 	LEFT JOIN LATERAL (SELECT * FROM assignments y WHERE y.world = page.world LIMIT 1) AS a ON true
@@ -462,13 +496,14 @@ func (s *Store) ListWorkerWorlds(ctx context.Context, worker, after string, limi
 		var err error
 		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.WorkerWorld, error) {
 			var ww store.WorkerWorld
-			var holder, desired, reason *string
+			var holder, desired, reason, inc *string
 			var epoch, exp, prio *int64
-			if err := row.Scan(&ww.World, &holder, &epoch, &exp, &desired, &prio, &reason); err != nil {
+			if err := row.Scan(&ww.World, &holder, &epoch, &exp, &desired, &prio, &reason, &inc); err != nil {
 				return ww, err
 			}
 			if holder != nil {
-				ww.Lease = &store.Lease{World: ww.World, Holder: *holder, Epoch: uint64(*epoch), ExpiresAt: fromNS(*exp)}
+				l := contract.LeaseRow{Found: true, Holder: *holder, Incarnation: *inc, Epoch: uint64(*epoch), ExpiresAt: fromNS(*exp)}.Lease(ww.World)
+				ww.Lease = &l
 			}
 			if desired != nil {
 				ww.Assignment = &store.Assignment{DesiredWorker: *desired, Priority: int(*prio), Reason: *reason}

@@ -93,7 +93,7 @@ func warmConn(ctx context.Context, conn *pgx.Conn, off int64) error {
 		// Hints deferred, as every pipelined transaction defers them.
 		{deferHintsSQL, nil},
 		// A Spawn: the world, one item, its stream at head 1 and its lease.
-		{spawnWorldSQL, []any{who, w, who, ttl, one, []string{who}, [][]byte{{}}, []string{""}, off}},
+		{spawnWorldSQL, []any{who, w, who, ttl, one, []string{who}, [][]byte{{}}, []string{""}, off, who}},
 		// Its first event, and a drain of its item.
 		{writeSQL, []any{[]string{w}, []int64{1}, []string{who}, []string{who}, []string{who}, []int64{0},
 			[]string{""}, []int64{1}, []int64{1}, []string{who}, []int64{1}, [][]byte{{}}, off,

@@ -105,7 +105,7 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 		b.queue(func(br pgx.BatchResults) error {
 			return br.QueryRow().Scan(&created, &lease.found, &lease.status, &lease.assigned, &lease.desired,
 				&lease.leased, &lease.holder, &lease.epoch, &lease.exp, &lease.now, &lease.written)
-		}, spawnWorldSQL, spec.Universe, spec.World, spec.Holder, int64(spec.TTL), head, kinds, payloads, keys, s.off())
+		}, spawnWorldSQL, spec.Universe, spec.World, spec.Holder, int64(spec.TTL), head, kinds, payloads, keys, s.off(), spec.Incarnation)
 		if journal != nil {
 			s.queueInserts(b, journal.pl)
 			s.queueCycles(b, journal.pl, journal.v, nil)
@@ -124,7 +124,7 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 	if spec.Holder != "" {
 		// spawn_world wrote what this decides; a disagreement would be a
 		// bug in one of them.
-		if out.Lease, err = lease.decide(op, spec.World, spec.Holder, spec.TTL); err != nil {
+		if out.Lease, err = lease.decide(op, spec.World, spec.Holder, spec.Incarnation, spec.TTL); err != nil {
 			return store.Spawned{}, err
 		}
 	}
@@ -148,7 +148,7 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 // lease): $1 universe, $2 world, $3 holder (” for none), $4 TTL, $5 the
 // stream's head after the events, $6–$8 the items' kinds, payloads and
 // dedupe keys, $9 the clock's offset.
-const spawnWorldSQL = `SELECT * FROM spawn_world($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+const spawnWorldSQL = `SELECT * FROM spawn_world($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
 
 // ForkWorld implements store.Worlds (see fork_world): one transaction,
 // whose cost is one snapshot row whatever the source's history.

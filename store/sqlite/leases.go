@@ -16,8 +16,29 @@ import (
 // durable (synchronous=FULL) before the caller learns its epoch: an epoch
 // is never handed out twice, even across a crash.
 
-func leaseOf(world string, l contract.LeaseRow) store.Lease {
-	return store.Lease{World: world, Holder: l.Holder, Epoch: l.Epoch, ExpiresAt: l.ExpiresAt}
+func leaseOf(world string, l contract.LeaseRow) store.Lease { return l.Lease(world) }
+
+// leaseCols are the columns of a lease row (alias l) that leaseCells
+// scans, in order: NULL for a world never leased.
+const leaseCols = `l.holder, l.incarnation, l.took_over, l.displaced, l.epoch, l.expires_at`
+
+// leaseCells scans leaseCols.
+type leaseCells struct {
+	holder, inc, displaced sql.NullString
+	tookOver               sql.NullBool
+	epoch, expires         sql.NullInt64
+}
+
+func (c *leaseCells) dest() []any {
+	return []any{&c.holder, &c.inc, &c.tookOver, &c.displaced, &c.epoch, &c.expires}
+}
+
+func (c *leaseCells) row() contract.LeaseRow {
+	if !c.epoch.Valid {
+		return contract.LeaseRow{}
+	}
+	return contract.LeaseRow{Found: true, Holder: c.holder.String, Incarnation: c.inc.String, TookOver: c.tookOver.Bool,
+		Displaced: c.displaced.String, Epoch: uint64(c.epoch.Int64), ExpiresAt: fromNS(c.expires.Int64)}
 }
 
 // checkLeaseCall checks the arguments every lease call shares.
@@ -29,7 +50,7 @@ func checkLeaseCall(op, world, worker string) error {
 }
 
 // Acquire takes the world's lease (protocol A).
-func (s *Store) Acquire(ctx context.Context, world, worker string, ttl time.Duration) (store.Lease, error) {
+func (s *Store) Acquire(ctx context.Context, world, worker string, ttl time.Duration, opts ...store.AcquireOption) (store.Lease, error) {
 	const op = "acquire"
 	if err := checkLeaseCall(op, world, worker); err != nil {
 		return store.Lease{}, err
@@ -37,10 +58,14 @@ func (s *Store) Acquire(ctx context.Context, world, worker string, ttl time.Dura
 	if err := store.CheckTTL(op, "ttl", ttl); err != nil {
 		return store.Lease{}, err
 	}
+	o, err := store.ResolveAcquireOptions(op, opts)
+	if err != nil {
+		return store.Lease{}, err
+	}
 	var out store.Lease
-	err := s.write(ctx, op, world, func(t *wtx) error {
+	err = s.write(ctx, op, world, func(t *wtx) error {
 		var err error
-		out, err = t.acquire(op, world, worker, ttl)
+		out, err = t.acquire(op, world, worker, o.Incarnation, ttl)
 		return err
 	})
 	if err != nil {
@@ -52,7 +77,7 @@ func (s *Store) Acquire(ctx context.Context, world, worker string, ttl time.Dura
 // acquire takes the world's lease for worker inside the request, as
 // contract.Acquire decides on the world, its assignment and its lease
 // (Acquire, and Spawn's first lease).
-func (t *wtx) acquire(op, world, worker string, ttl time.Duration) (store.Lease, error) {
+func (t *wtx) acquire(op, world, worker, inc string, ttl time.Duration) (store.Lease, error) {
 	found, status, l, err := t.worldLease(world)
 	if err != nil {
 		return store.Lease{}, err
@@ -65,17 +90,21 @@ func (t *wtx) acquire(op, world, worker string, ttl time.Duration) (store.Lease,
 	if err != nil {
 		return store.Lease{}, err
 	}
-	next, keep, err := contract.Acquire(op, world, worker, status, desired, assigned, l, t.now, ttl)
-	if err != nil || keep {
-		return next, err
+	next, keep, err := contract.Acquire(op, world, worker, inc, status, desired, assigned, l, t.now, ttl)
+	if err != nil {
+		return store.Lease{}, err
 	}
-	if _, err := t.exec(`INSERT INTO leases (world, holder, epoch, expires_at) VALUES (?, ?, ?, ?)
-		ON CONFLICT (world) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, expires_at = excluded.expires_at`,
-		world, next.Holder, int64(next.Epoch), next.ExpiresAt.UnixNano()); err != nil {
+	if keep {
+		return next.Lease(world), nil
+	}
+	if _, err := t.exec(`INSERT INTO leases (world, holder, incarnation, took_over, displaced, epoch, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (world) DO UPDATE SET holder = excluded.holder, incarnation = excluded.incarnation,
+			took_over = excluded.took_over, displaced = excluded.displaced, epoch = excluded.epoch, expires_at = excluded.expires_at`,
+		world, next.Holder, next.Incarnation, next.TookOver, next.Displaced, int64(next.Epoch), next.ExpiresAt.UnixNano()); err != nil {
 		return store.Lease{}, err
 	}
 	t.notify(store.TopicLeases)
-	return next, nil
+	return next.Lease(world), nil
 }
 
 // AcquireLeases acquires many worlds for one worker in one transaction.
@@ -87,22 +116,26 @@ func (t *wtx) acquire(op, world, worker string, ttl time.Duration) (store.Lease,
 // the leases taken are written with one statement per chunk. Both
 // statements always take the chunk's full number of ids, padded, so each
 // is prepared once.
-func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration) ([]store.AcquireResult, error) {
+func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration, opts ...store.AcquireOption) ([]store.AcquireResult, error) {
 	const op = "acquire_leases"
 	if err := store.CheckAcquireLeases(op, worker, worlds, ttl); err != nil {
 		return nil, err
 	}
+	o, err := store.ResolveAcquireOptions(op, opts)
+	if err != nil {
+		return nil, err
+	}
 	ws := append([]string(nil), worlds...)
 	out := make([]store.AcquireResult, len(ws))
-	err := s.write(ctx, op, "", func(t *wtx) error {
+	err = s.write(ctx, op, "", func(t *wtx) error {
 		for lo := 0; lo < len(ws); lo += acquireChunk {
 			chunk := ws[lo:min(lo+acquireChunk, len(ws))]
 			rows, err := t.acquireRows(chunk)
 			if err != nil {
 				return err
 			}
-			taken := make([]any, 0, 2+2*acquireChunk)
-			taken = append(taken, worker, t.now.Add(ttl).UnixNano())
+			taken := make([]any, 0, 3+3*acquireChunk)
+			taken = append(taken, worker, t.now.Add(ttl).UnixNano(), o.Incarnation)
 			for i, id := range chunk {
 				res := store.AcquireResult{World: id}
 				r, found := rows[id]
@@ -111,26 +144,31 @@ func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []strin
 					out[lo+i] = res
 					continue
 				}
-				next, keep, err := contract.Acquire("acquire", id, worker, r.status, r.desired, r.assigned, r.lease, t.now, ttl)
-				res.Lease, res.Err = next, err
+				next, keep, err := contract.Acquire("acquire", id, worker, o.Incarnation, r.status, r.desired, r.assigned, r.lease, t.now, ttl)
+				res.Err = err
 				if err == nil {
+					res.Lease = next.Lease(id)
 					res.Universe, res.Backlog = r.universe, r.backlog
 					if r.next.Valid {
 						res.NextTimer = fromNS(r.next.Int64)
 					}
 					if !keep {
-						r.lease = contract.LeaseRow{Found: true, Holder: next.Holder, Epoch: next.Epoch, ExpiresAt: next.ExpiresAt}
+						r.lease = next
 						rows[id] = r
-						taken = append(taken, id, int64(next.Epoch))
+						var displaced any // NULL: taken free
+						if next.TookOver {
+							displaced = next.Displaced
+						}
+						taken = append(taken, id, int64(next.Epoch), displaced)
 					}
 				}
 				out[lo+i] = res
 			}
-			if len(taken) == 2 {
+			if len(taken) == 3 {
 				continue
 			}
-			for len(taken) < 2+2*acquireChunk {
-				taken = append(taken, "", int64(0)) // no world has the empty id
+			for len(taken) < 3+3*acquireChunk {
+				taken = append(taken, "", int64(0), nil) // no world has the empty id
 			}
 			if _, err := t.exec(acquireChunkWrite, taken...); err != nil {
 				return err
@@ -150,25 +188,29 @@ func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []strin
 const acquireChunk = 256
 
 var (
-	acquireChunkRead = `SELECT w.id, w.universe, w.status, l.holder, l.epoch, l.expires_at, a.desired_worker,
+	acquireChunkRead = `SELECT w.id, w.universe, w.status, ` + leaseCols + `, a.desired_worker,
 			EXISTS (SELECT 1 FROM inbox i WHERE i.world = w.id AND i.seq > w.inbox_cursor),
 			(SELECT min(t.deliver_at) FROM timers t WHERE t.world = w.id AND t.state IN ('scheduled', 'claimed'))
 		FROM worlds w LEFT JOIN leases l ON l.world = w.id LEFT JOIN assignments a ON a.world = w.id
 		WHERE w.id IN (` + placeholders(1, acquireChunk) + `)`
-	// ?1 the holder, ?2 the expiry, then (world, epoch) pairs.
-	acquireChunkWrite = `INSERT INTO leases (world, holder, epoch, expires_at)
-		SELECT column1, ?1, column2, ?2 FROM (VALUES ` + pairs(3, acquireChunk) + `) WHERE column1 <> ''
-		ON CONFLICT (world) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, expires_at = excluded.expires_at`
+	// ?1 the holder, ?2 the expiry, ?3 the incarnation, then (world,
+	// epoch, displaced) triples: displaced is NULL for a lease taken free.
+	acquireChunkWrite = `INSERT INTO leases (world, holder, incarnation, took_over, displaced, epoch, expires_at)
+		SELECT column1, ?1, ?3, column3 IS NOT NULL, coalesce(column3, ''), column2, ?2
+		FROM (VALUES ` + triples(4, acquireChunk) + `) WHERE column1 <> ''
+		ON CONFLICT (world) DO UPDATE SET holder = excluded.holder, incarnation = excluded.incarnation,
+			took_over = excluded.took_over, displaced = excluded.displaced, epoch = excluded.epoch, expires_at = excluded.expires_at`
 )
 
-// pairs returns "(?from, ?from+1), (?from+2, ?from+3), …" n times.
-func pairs(from, n int) string {
+// triples returns "(?from, ?from+1, ?from+2), (?from+3, …), …" n times.
+func triples(from, n int) string {
 	var b strings.Builder
 	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("(?" + strconv.Itoa(from+2*i) + ", ?" + strconv.Itoa(from+2*i+1) + ")")
+		k := from + 3*i
+		b.WriteString("(?" + strconv.Itoa(k) + ", ?" + strconv.Itoa(k+1) + ", ?" + strconv.Itoa(k+2) + ")")
 	}
 	return b.String()
 }
@@ -204,18 +246,17 @@ func (t *wtx) acquireRows(worlds []string) (map[string]acquireRow, error) {
 	for rows.Next() {
 		var (
 			id, universe, status string
-			holder, desired      sql.NullString
-			epoch, expires       sql.NullInt64
+			desired              sql.NullString
+			lc                   leaseCells
 			r                    acquireRow
 		)
-		if err := rows.Scan(&id, &universe, &status, &holder, &epoch, &expires, &desired, &r.backlog, &r.next); err != nil {
+		dest := append([]any{&id, &universe, &status}, lc.dest()...)
+		if err := rows.Scan(append(dest, &desired, &r.backlog, &r.next)...); err != nil {
 			return nil, err
 		}
 		r.universe, r.status = universe, store.WorldStatus(status)
 		r.assigned, r.desired = desired.Valid, desired.String
-		if epoch.Valid {
-			r.lease = contract.LeaseRow{Found: true, Holder: holder.String, Epoch: uint64(epoch.Int64), ExpiresAt: fromNS(expires.Int64)}
-		}
+		r.lease = lc.row()
 		out[id] = r
 	}
 	return out, rows.Err()
@@ -236,7 +277,7 @@ func (t *wtx) release(op, world, worker string, epoch uint64) (released bool, er
 	if err != nil || noop {
 		return false, err
 	}
-	_, err = t.exec(`UPDATE leases SET holder = '', expires_at = MIN(expires_at, ?) WHERE world = ?`, t.nowNS, world)
+	_, err = t.exec(`UPDATE leases SET holder = '', incarnation = '', expires_at = MIN(expires_at, ?) WHERE world = ?`, t.nowNS, world)
 	return err == nil, err
 }
 
@@ -355,7 +396,7 @@ func (s *Store) renewLeases(ctx context.Context, op, worker string, refs []store
 const renewChunk = 256
 
 var (
-	renewChunkSelect = `SELECT w.id, l.holder, l.epoch, l.expires_at FROM worlds w LEFT JOIN leases l ON l.world = w.id WHERE w.id IN (` +
+	renewChunkSelect = `SELECT w.id, ` + leaseCols + ` FROM worlds w LEFT JOIN leases l ON l.world = w.id WHERE w.id IN (` +
 		placeholders(1, renewChunk) + `)`
 	renewChunkUpdate = `UPDATE leases SET expires_at = ?1 WHERE world IN (` + placeholders(2, renewChunk) + `)`
 )
@@ -390,19 +431,13 @@ func (t *wtx) worldLeases(refs []store.LeaseRef) (map[string]contract.LeaseRow, 
 	out := make(map[string]contract.LeaseRow, len(refs))
 	for rows.Next() {
 		var (
-			world   string
-			holder  sql.NullString
-			epoch   sql.NullInt64
-			expires sql.NullInt64
+			world string
+			lc    leaseCells
 		)
-		if err := rows.Scan(&world, &holder, &epoch, &expires); err != nil {
+		if err := rows.Scan(append([]any{&world}, lc.dest()...)...); err != nil {
 			return nil, err
 		}
-		var l contract.LeaseRow
-		if epoch.Valid {
-			l = contract.LeaseRow{Found: true, Holder: holder.String, Epoch: uint64(epoch.Int64), ExpiresAt: fromNS(expires.Int64)}
-		}
-		out[world] = l
+		out[world] = lc.row()
 	}
 	return out, rows.Err()
 }
@@ -457,23 +492,19 @@ func (s *Store) GetLease(ctx context.Context, world string) (store.Lease, bool, 
 	if err := s.read(ctx, op); err != nil {
 		return store.Lease{}, false, err
 	}
-	var (
-		holder  sql.NullString
-		epoch   sql.NullInt64
-		expires sql.NullInt64
-	)
-	found, err := s.queryRow(ctx, `SELECT l.holder, l.epoch, l.expires_at FROM worlds w LEFT JOIN leases l ON l.world = w.id WHERE w.id = ?`,
-		[]any{world}, &holder, &epoch, &expires)
+	var lc leaseCells
+	found, err := s.queryRow(ctx, `SELECT `+leaseCols+` FROM worlds w LEFT JOIN leases l ON l.world = w.id WHERE w.id = ?`,
+		[]any{world}, lc.dest()...)
 	if err != nil {
 		return store.Lease{}, false, dbErr(op, world, err)
 	}
 	if !found {
 		return store.Lease{}, false, store.Errorf(op, store.ErrWorldNotFound, world, "")
 	}
-	if !epoch.Valid {
+	if !lc.epoch.Valid {
 		return store.Lease{}, false, nil
 	}
-	return store.Lease{World: world, Holder: holder.String, Epoch: uint64(epoch.Int64), ExpiresAt: fromNS(expires.Int64)}, true, nil
+	return lc.row().Lease(world), true, nil
 }
 
 // Assign writes the world's desired placement.
@@ -571,7 +602,7 @@ const workerWorldsQuery = `
 		SELECT world FROM (SELECT world FROM assignments WHERE desired_worker = ?1 AND world > ?3 ORDER BY world LIMIT ?4)
 		ORDER BY world LIMIT ?4
 	)
-	SELECT ids.world, l.holder, l.epoch, l.expires_at, a.desired_worker, a.priority, a.reason
+	SELECT ids.world, ` + leaseCols + `, a.desired_worker, a.priority, a.reason
 	FROM ids LEFT JOIN leases l ON l.world = ids.world LEFT JOIN assignments a ON a.world = ids.world
 	ORDER BY ids.world`
 
@@ -601,16 +632,17 @@ func (s *Store) ListWorkerWorlds(ctx context.Context, worker, after string, limi
 	var out []store.WorkerWorld
 	for rows.Next() {
 		var (
-			ww               store.WorkerWorld
-			holder, desired  sql.NullString
-			reason           sql.NullString
-			epoch, exp, prio sql.NullInt64
+			ww              store.WorkerWorld
+			lc              leaseCells
+			desired, reason sql.NullString
+			prio            sql.NullInt64
 		)
-		if err := rows.Scan(&ww.World, &holder, &epoch, &exp, &desired, &prio, &reason); err != nil {
+		if err := rows.Scan(append(append([]any{&ww.World}, lc.dest()...), &desired, &prio, &reason)...); err != nil {
 			return nil, dbErr(op, "", err)
 		}
-		if epoch.Valid {
-			ww.Lease = &store.Lease{World: ww.World, Holder: holder.String, Epoch: uint64(epoch.Int64), ExpiresAt: fromNS(exp.Int64)}
+		if lc.epoch.Valid {
+			l := lc.row().Lease(ww.World)
+			ww.Lease = &l
 		}
 		if desired.Valid {
 			ww.Assignment = &store.Assignment{DesiredWorker: desired.String, Priority: int(prio.Int64), Reason: reason.String}

@@ -15,20 +15,15 @@ import (
 // worldLease reads a world (found, status) and its lease in one query.
 func (t *wtx) worldLease(world string) (found bool, status store.WorldStatus, l contract.LeaseRow, err error) {
 	var (
-		st      string
-		holder  sql.NullString
-		epoch   sql.NullInt64
-		expires sql.NullInt64
+		st string
+		lc leaseCells
 	)
-	found, err = t.queryRow(`SELECT w.status, l.holder, l.epoch, l.expires_at FROM worlds w LEFT JOIN leases l ON l.world = w.id WHERE w.id = ?`,
-		[]any{world}, &st, &holder, &epoch, &expires)
+	found, err = t.queryRow(`SELECT w.status, `+leaseCols+` FROM worlds w LEFT JOIN leases l ON l.world = w.id WHERE w.id = ?`,
+		[]any{world}, append([]any{&st}, lc.dest()...)...)
 	if err != nil || !found {
 		return false, "", contract.LeaseRow{}, err
 	}
-	if epoch.Valid {
-		l = contract.LeaseRow{Found: true, Holder: holder.String, Epoch: uint64(epoch.Int64), ExpiresAt: fromNS(expires.Int64)}
-	}
-	return true, store.WorldStatus(st), l, nil
+	return true, store.WorldStatus(st), lc.row(), nil
 }
 
 // fence is the check every world mutation makes inside its own
@@ -173,7 +168,7 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 		if spec.Holder == "" {
 			return nil
 		}
-		if out.Lease, err = t.acquire(op, spec.World, spec.Holder, spec.TTL); err != nil {
+		if out.Lease, err = t.acquire(op, spec.World, spec.Holder, spec.Incarnation, spec.TTL); err != nil {
 			return err
 		}
 		// The events are a fenced Append under that lease expecting head 0:
@@ -382,7 +377,7 @@ func (t *wtx) setStatus(op, world string, status store.WorldStatus, reason strin
 	if !endLease {
 		return withdrawn, nil
 	}
-	res, err := t.exec(`UPDATE leases SET holder = '', expires_at = MIN(expires_at, ?) WHERE world = ? AND holder != ''`, t.nowNS, world)
+	res, err := t.exec(`UPDATE leases SET holder = '', incarnation = '', expires_at = MIN(expires_at, ?) WHERE world = ? AND holder != ''`, t.nowNS, world)
 	if err != nil {
 		return 0, err
 	}

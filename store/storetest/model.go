@@ -280,6 +280,10 @@ func testModelJournalAndLeases(t *testing.T, open Factory) {
 		streams := append([]string{l.p + "run"}, worlds...)
 		keys := []string{"k0", "k1", "k2", "k3", "k4", "k5"}
 		ttls := []time.Duration{10*modelTick + modelTick/2, 30*modelTick + modelTick/2}
+		// A worker acquires as one of a few incarnations (none named: the
+		// empty one), so takeovers between incarnations and refusals of a
+		// displaced one are drawn too.
+		incs := []string{"", "inc-1", "inc-2"}
 		l.createWorlds(worlds...)
 		maxEpoch := map[string]uint64{}
 		known := map[string]map[string]bool{} // idempotency keys stored, per stream
@@ -366,8 +370,9 @@ func testModelJournalAndLeases(t *testing.T, open Factory) {
 				w := rapid.SampledFrom(worlds).Draw(rt, "world")
 				worker := rapid.SampledFrom(workers).Draw(rt, "worker")
 				ttl := rapid.SampledFrom(ttls).Draw(rt, "ttl")
-				s, serr := l.sut.Acquire(bg, w, worker, ttl)
-				r, rerr := l.ref.Acquire(bg, w, worker, ttl)
+				inc := store.WithIncarnation(rapid.SampledFrom(incs).Draw(rt, "incarnation"))
+				s, serr := l.sut.Acquire(bg, w, worker, ttl, inc)
+				r, rerr := l.ref.Acquire(bg, w, worker, ttl, inc)
 				if l.both("Acquire", serr, rerr) {
 					l.compareLease("Acquire", s, r)
 					maxEpoch[w] = max(maxEpoch[w], r.Epoch)
@@ -403,8 +408,9 @@ func testModelJournalAndLeases(t *testing.T, open Factory) {
 				ws := rapid.SliceOfN(rapid.SampledFrom(append([]string{l.p + "missing"}, worlds...)), 0, 4).Draw(rt, "worlds")
 				worker := rapid.SampledFrom(workers).Draw(rt, "worker")
 				ttl := rapid.SampledFrom(ttls).Draw(rt, "ttl")
-				s, serr := l.sut.AcquireLeases(bg, worker, ws, ttl)
-				r, rerr := l.ref.AcquireLeases(bg, worker, ws, ttl)
+				inc := store.WithIncarnation(rapid.SampledFrom(incs).Draw(rt, "incarnation"))
+				s, serr := l.sut.AcquireLeases(bg, worker, ws, ttl, inc)
+				r, rerr := l.ref.AcquireLeases(bg, worker, ws, ttl, inc)
 				if l.both("AcquireLeases", serr, rerr) {
 					l.compareAcquired(s, r)
 					for _, a := range r {
@@ -423,6 +429,7 @@ func testModelJournalAndLeases(t *testing.T, open Factory) {
 					// holder: compare holders of live or released leases.
 					if r.Holder == "" || l.clock.Now().Before(r.ExpiresAt) {
 						l.eq("GetLease holder", s.Holder, r.Holder)
+						l.eq("GetLease incarnation", s.Incarnation, r.Incarnation)
 					}
 				}
 			},
@@ -467,6 +474,7 @@ func (l *lockstep) compareAcquired(s, r []store.AcquireResult) {
 func (l *lockstep) compareLease(op string, s, r store.Lease) {
 	l.eq(op+" world", s.World, r.World)
 	l.eq(op+" holder", s.Holder, r.Holder)
+	l.eq(op+" incarnation", s.Incarnation, r.Incarnation)
 	l.eq(op+" epoch", s.Epoch, r.Epoch)
 	l.relSame(op+" expiresAt", s.ExpiresAt, r.ExpiresAt)
 }

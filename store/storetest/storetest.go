@@ -128,6 +128,7 @@ func suite() []testCase {
 	for _, group := range []func() []testCase{
 		journalTests,
 		leaseTests,
+		incarnationTests,
 		fencingTests,
 		inboxTests,
 		effectTests,

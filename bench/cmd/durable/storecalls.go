@@ -54,9 +54,9 @@ func (p *storeCalls) Head(ctx context.Context, s string) (uint64, error) {
 	defer p.rec("Head", time.Now())
 	return p.Store.Head(ctx, s)
 }
-func (p *storeCalls) Acquire(ctx context.Context, w, k string, t time.Duration) (store.Lease, error) {
+func (p *storeCalls) Acquire(ctx context.Context, w, k string, t time.Duration, o ...store.AcquireOption) (store.Lease, error) {
 	defer p.rec("Acquire", time.Now())
-	return p.Store.Acquire(ctx, w, k, t)
+	return p.Store.Acquire(ctx, w, k, t, o...)
 }
 func (p *storeCalls) RenewLeases(ctx context.Context, w string, r []store.LeaseRef, t time.Duration) ([]store.LeaseResult, error) {
 	defer p.rec("RenewLeases", time.Now())

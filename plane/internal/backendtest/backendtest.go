@@ -180,18 +180,18 @@ func (h *Handle) Head(ctx context.Context, stream string) (uint64, error) {
 	return h.Store.Head(ctx, stream)
 }
 
-func (h *Handle) Acquire(ctx context.Context, world, worker string, ttl time.Duration) (store.Lease, error) {
+func (h *Handle) Acquire(ctx context.Context, world, worker string, ttl time.Duration, opts ...store.AcquireOption) (store.Lease, error) {
 	if err := h.begin("acquire"); err != nil {
 		return store.Lease{}, err
 	}
-	return h.Store.Acquire(ctx, world, worker, ttl)
+	return h.Store.Acquire(ctx, world, worker, ttl, opts...)
 }
 
-func (h *Handle) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration) ([]store.AcquireResult, error) {
+func (h *Handle) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration, opts ...store.AcquireOption) ([]store.AcquireResult, error) {
 	if err := h.begin("acquire_leases"); err != nil {
 		return nil, err
 	}
-	return h.Store.AcquireLeases(ctx, worker, worlds, ttl)
+	return h.Store.AcquireLeases(ctx, worker, worlds, ttl, opts...)
 }
 
 func (h *Handle) RenewLeases(ctx context.Context, worker string, refs []store.LeaseRef, ttl time.Duration) ([]store.LeaseResult, error) {

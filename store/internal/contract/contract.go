@@ -19,10 +19,29 @@ import (
 // LeaseRow is a lease as a backend read it; Found is false when the world
 // was never leased.
 type LeaseRow struct {
-	Found     bool
-	Holder    string
+	Found       bool
+	Holder      string
+	Incarnation string // the holder's incarnation
+	// TookOver says the lease was taken from Displaced, another
+	// incarnation of the same worker that held it last (unexpired or
+	// expired, not released): Acquire refuses that incarnation while the
+	// lease is unexpired. (A lease taken after a release, or from another
+	// worker, displaced nobody.)
+	TookOver  bool
+	Displaced string
 	Epoch     uint64
 	ExpiresAt time.Time
+}
+
+// Lease is the lease the row records for world. A released lease names no
+// incarnation, whatever a backend left in the row when it cleared the
+// holder.
+func (l LeaseRow) Lease(world string) store.Lease {
+	inc := l.Incarnation
+	if l.Holder == "" {
+		inc = ""
+	}
+	return store.Lease{World: world, Holder: l.Holder, Incarnation: inc, Epoch: l.Epoch, ExpiresAt: l.ExpiresAt}
 }
 
 // Expired reports whether a deadline has passed at now: a lease or claim
@@ -116,26 +135,41 @@ func ReleaseCheck(op, world, worker string, epoch uint64, l LeaseRow) (noop bool
 }
 
 // Acquire decides protocol A for a world that exists with status, an
-// assignment (assigned=false when none) and a lease row. It returns
-// keep=true when worker already holds a live lease (answer it unchanged),
-// or the lease to write (epoch+1, expiry now+ttl).
-func Acquire(op, world, worker string, status store.WorldStatus, desired string, assigned bool, l LeaseRow, now time.Time, ttl time.Duration) (next store.Lease, keep bool, err error) {
+// assignment (assigned=false when none) and a lease row, for worker's
+// incarnation inc. It returns keep=true when the same worker and
+// incarnation already hold a live lease (answer it unchanged), or the row
+// to write: epoch+1, expiry now+ttl, and TookOver with Displaced naming
+// the incarnation it is taken from when the same worker last held it under
+// another incarnation, live (a takeover) or expired. That displaced
+// incarnation is refused (ErrLeaseHeld) while the lease is live: a new
+// process takes over from an old one, never the reverse, also when the old
+// one was frozen past its lease's expiry before the new one came.
+func Acquire(op, world, worker, inc string, status store.WorldStatus, desired string, assigned bool, l LeaseRow, now time.Time, ttl time.Duration) (next LeaseRow, keep bool, err error) {
 	switch status {
 	case store.WorldPaused:
-		return store.Lease{}, false, store.Errorf(op, store.ErrWorldPaused, world, "")
+		return LeaseRow{}, false, store.Errorf(op, store.ErrWorldPaused, world, "")
 	case store.WorldArchived:
-		return store.Lease{}, false, store.Errorf(op, store.ErrWorldArchived, world, "")
+		return LeaseRow{}, false, store.Errorf(op, store.ErrWorldArchived, world, "")
 	}
 	if assigned && desired != "" && desired != worker {
-		return store.Lease{}, false, store.Errorf(op, store.ErrNotAssigned, world, "assigned to %s", desired)
+		return LeaseRow{}, false, store.Errorf(op, store.ErrNotAssigned, world, "assigned to %s", desired)
 	}
 	if l.Found && l.Holder != "" && !Expired(l.ExpiresAt, now) {
-		if l.Holder == worker {
-			return store.Lease{World: world, Holder: l.Holder, Epoch: l.Epoch, ExpiresAt: l.ExpiresAt}, true, nil
+		switch {
+		case l.Holder != worker:
+			return LeaseRow{}, false, store.Errorf(op, store.ErrLeaseHeld, world, "held by %s at epoch %d", l.Holder, l.Epoch)
+		case l.Incarnation == inc:
+			return l, true, nil
+		case l.TookOver && l.Displaced == inc:
+			return LeaseRow{}, false, store.Errorf(op, store.ErrLeaseHeld, world,
+				"held by %s at epoch %d under a newer incarnation, which took it from this one", l.Holder, l.Epoch)
 		}
-		return store.Lease{}, false, store.Errorf(op, store.ErrLeaseHeld, world, "held by %s at epoch %d", l.Holder, l.Epoch)
 	}
-	return store.Lease{World: world, Holder: worker, Epoch: l.Epoch + 1, ExpiresAt: now.Add(ttl)}, false, nil
+	took, displaced := false, ""
+	if l.Found && l.Holder == worker && l.Incarnation != inc {
+		took, displaced = true, l.Incarnation
+	}
+	return LeaseRow{Found: true, Holder: worker, Incarnation: inc, TookOver: took, Displaced: displaced, Epoch: l.Epoch + 1, ExpiresAt: now.Add(ttl)}, false, nil
 }
 
 // Transition decides an operator's status change from -> to: noop when

@@ -66,22 +66,67 @@ func TestAppendFenceMakesTheStreamKindExplicit(t *testing.T) {
 }
 
 func TestAcquireTakesTheNextEpochOrKeepsTheHoldersLease(t *testing.T) {
-	next, keep, err := Acquire("acquire", "w", "a", store.WorldActive, "", false, LeaseRow{Found: true, Epoch: 7}, t0, time.Minute)
+	next, keep, err := Acquire("acquire", "w", "a", "", store.WorldActive, "", false, LeaseRow{Found: true, Epoch: 7}, t0, time.Minute)
 	if err != nil || keep || next.Epoch != 8 || next.Holder != "a" || !next.ExpiresAt.Equal(t0.Add(time.Minute)) {
 		t.Fatalf("released lease: %+v keep=%v %v", next, keep, err)
 	}
-	got, keep, err := Acquire("acquire", "w", "a", store.WorldActive, "", false, live("a", 7), t0, time.Hour)
+	got, keep, err := Acquire("acquire", "w", "a", "", store.WorldActive, "", false, live("a", 7), t0, time.Hour)
 	if err != nil || !keep || got.Epoch != 7 {
 		t.Fatalf("own live lease: %+v keep=%v %v", got, keep, err)
 	}
-	_, _, err = Acquire("acquire", "w", "b", store.WorldActive, "", false, live("a", 7), t0, time.Minute)
+	_, _, err = Acquire("acquire", "w", "b", "", store.WorldActive, "", false, live("a", 7), t0, time.Minute)
 	is(t, "held", err, store.ErrLeaseHeld)
-	_, _, err = Acquire("acquire", "w", "b", store.WorldActive, "a", true, LeaseRow{}, t0, time.Minute)
+	_, _, err = Acquire("acquire", "w", "b", "", store.WorldActive, "a", true, LeaseRow{}, t0, time.Minute)
 	is(t, "assigned elsewhere", err, store.ErrNotAssigned)
-	_, _, err = Acquire("acquire", "w", "a", store.WorldPaused, "", false, LeaseRow{}, t0, time.Minute)
+	_, _, err = Acquire("acquire", "w", "a", "", store.WorldPaused, "", false, LeaseRow{}, t0, time.Minute)
 	is(t, "paused", err, store.ErrWorldPaused)
-	_, _, err = Acquire("acquire", "w", "a", store.WorldArchived, "", false, LeaseRow{}, t0, time.Minute)
+	_, _, err = Acquire("acquire", "w", "a", "", store.WorldArchived, "", false, LeaseRow{}, t0, time.Minute)
 	is(t, "archived", err, store.ErrWorldArchived)
+}
+
+// TestAcquireByAnotherIncarnationTakesOverAtTheNextEpoch: a live lease
+// of worker a passes to a's other incarnation at epoch+1, recording whom
+// it displaced; that displaced incarnation is refused while the lease is
+// live, any further incarnation takes over again, and an expired lease is
+// free for anyone (an incarnation of the same worker taking it displaces
+// the last one).
+func TestAcquireByAnotherIncarnationTakesOverAtTheNextEpoch(t *testing.T) {
+	held := live("a", 7)
+	held.Incarnation = "i1"
+	next, keep, err := Acquire("acquire", "w", "a", "i2", store.WorldActive, "", false, held, t0, time.Minute)
+	if err != nil || keep || next.Epoch != 8 || next.Incarnation != "i2" || !next.TookOver || next.Displaced != "i1" {
+		t.Fatalf("takeover by i2: %+v keep=%v %v", next, keep, err)
+	}
+	_, _, err = Acquire("acquire", "w", "a", "i1", store.WorldActive, "", false, next, t0, time.Minute)
+	is(t, "the displaced incarnation", err, store.ErrLeaseHeld)
+	again, keep, err := Acquire("acquire", "w", "a", "i2", store.WorldActive, "", false, next, t0, time.Minute)
+	if err != nil || !keep || again != next {
+		t.Fatalf("retry by i2: %+v keep=%v %v", again, keep, err)
+	}
+	third, keep, err := Acquire("acquire", "w", "a", "", store.WorldActive, "", false, next, t0, time.Minute)
+	if err != nil || keep || third.Epoch != 9 || third.Displaced != "i2" {
+		t.Fatalf("takeover by the empty incarnation: %+v keep=%v %v", third, keep, err)
+	}
+	free, keep, err := Acquire("acquire", "w", "a", "i1", store.WorldActive, "", false, next, next.ExpiresAt, time.Minute)
+	if err != nil || keep || free.Epoch != 9 || !free.TookOver || free.Displaced != "i2" {
+		t.Fatalf("i1 after the lease expired: %+v keep=%v %v (i2 held it last: displaced)", free, keep, err)
+	}
+	// Taken after a release, or from another worker: nobody displaced.
+	released := LeaseRow{Found: true, Epoch: 9, ExpiresAt: t0, Incarnation: "i1"}
+	if n, _, err := Acquire("acquire", "w", "a", "i2", store.WorldActive, "", false, released, t0, time.Minute); err != nil || n.TookOver {
+		t.Fatalf("after a release: %+v %v", n, err)
+	}
+	other := LeaseRow{Found: true, Holder: "b", Epoch: 9, ExpiresAt: t0, Incarnation: "i1"}
+	if n, _, err := Acquire("acquire", "w", "a", "i2", store.WorldActive, "", false, other, t0, time.Minute); err != nil || n.TookOver {
+		t.Fatalf("from another worker's expired lease: %+v %v", n, err)
+	}
+	// A lease taken free displaced nobody: the empty incarnation is not
+	// refused as if it had been.
+	freeRow := live("a", 3)
+	freeRow.Incarnation = "i1"
+	if n, _, err := Acquire("acquire", "w", "a", "", store.WorldActive, "", false, freeRow, t0, time.Minute); err != nil || n.Epoch != 4 {
+		t.Fatalf("empty incarnation over a lease taken free: %+v %v", n, err)
+	}
 }
 
 func TestTransitionTable(t *testing.T) {
