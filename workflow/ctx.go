@@ -354,6 +354,9 @@ func Step[T any](c *Ctx, name string, fn func(ctx context.Context) (T, error), o
 			if err != nil {
 				return nil, Permanent(fmt.Errorf("the step's result has no canonical encoding: %w", err))
 			}
+			if err := checkValue("the step's result", b); err != nil {
+				return nil, Permanent(err) // the same on every attempt
+			}
 			return b, nil
 		})
 		return attemptResult{value: v, failure: failure, timeout: timedOut, halt: halt}
@@ -506,6 +509,9 @@ func Effect[T any](c *Ctx, name, kind string, params any, opts ...StepOption) (T
 	}
 	b, err := event.Marshal(params)
 	if err != nil {
+		return zero, errorf("effect", ErrInvalid, "", err)
+	}
+	if err := checkValue("the effect's params", b); err != nil {
 		return zero, errorf("effect", ErrInvalid, "", err)
 	}
 	o := applyOptions(opts)

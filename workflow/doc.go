@@ -116,6 +116,12 @@
 //   - What a step returns is always the decoded record, the first time
 //     too, so a run and its replay see the same values; a failed step's
 //     error is a *StepError carrying the recorded message only.
+//   - A value the journal records (a step's result, an effect's params,
+//     the run's output) is at most about 1 MiB encoded (maxValueBytes) and
+//     within the decoder's depth and element limits. A larger step result
+//     fails its step for good (a *StepError the function can handle), a
+//     larger params is ErrInvalid, and a larger output fails the run: no
+//     value can make a run retry for ever a write the store refuses.
 //   - A Ctx is used by the function's own goroutine, one step at a time.
 //     A step asked for from another goroutine, or from inside a step's
 //     function, is refused with ErrConcurrentUse and the run fails with it:

@@ -44,6 +44,11 @@ func Replay(def Workflow, stream []event.Envelope) ([]byte, error) {
 	r := &runner{id: run, h: h, replay: true}
 	c := newCtx(r, context.Background())
 	out, ferr := def.invoke(c, h.input)
+	if ferr == nil && c.halted == nil {
+		if err := checkValue("the run's output", out); err != nil {
+			out, ferr = nil, err // as the live run decided
+		}
+	}
 	end := h.terminal
 	div := c.div
 	if div == nil && c.halted == nil && c.next < len(h.steps) {

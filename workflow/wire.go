@@ -313,6 +313,25 @@ func intentHash(run, step string, attempt uint64) string {
 // timerHash is the hash of a sleep's timer; one per sleep step.
 func timerHash(run, step string) string { return hashOf("orrery.workflow.timer", run, step) }
 
+// maxValueBytes bounds a value the journal records for a run (a step's
+// result, an effect's params, the run's output): a record holds it with a
+// few fields more, and every record must read back within the decoder's
+// default limit (event.DefaultMaxSize), or the run's history would not
+// load and the run would be retried for ever.
+const maxValueBytes = event.DefaultMaxSize - 16<<10
+
+// checkValue refuses a value the journal could not record and read back:
+// over maxValueBytes, or past the decoder's other limits (depth, elements).
+func checkValue(what string, b []byte) error {
+	if len(b) > maxValueBytes {
+		return fmt.Errorf("%s is %d bytes encoded, more than a journal record holds (%d)", what, len(b), maxValueBytes)
+	}
+	if err := event.IsCanonical(b); err != nil {
+		return fmt.Errorf("%s would not read back from the journal: %w", what, err)
+	}
+	return nil
+}
+
 // checkSpan refuses a wait of d from the run's clock whose end the store
 // cannot hold (store.MaxTime): converted to Unix nanoseconds it would wrap
 // into the past and fire at once. It is asked before a step takes its

@@ -743,6 +743,12 @@ func (r *runner) execute(ctx context.Context) *stop {
 	if c.halted != nil {
 		return r.failed(ctx, "run", c.halted)
 	}
+	if ferr == nil {
+		if err := checkValue("the run's output", out); err != nil {
+			// Recorded, it would be refused on every try: the run fails.
+			out, ferr = nil, err
+		}
+	}
 	typ, end := event.RunCompleted, runEnd{Output: out}
 	div := c.div
 	if div == nil && c.next < len(r.h.steps) {
