@@ -24,6 +24,11 @@ const dsnEnv = "ORRERY_TEST_POSTGRES_DSN"
 
 var bg = context.Background()
 
+// hintBound bounds a wait for a notification (p50 well under a
+// millisecond): only a hang guard, as generous as a database shared with
+// other packages' tests under a loaded machine needs, never a timing claim.
+const hintBound = time.Minute
+
 // testDSN returns the test database's DSN, or skips: CI always sets it,
 // so there these tests never skip.
 func testDSN(tb testing.TB) string {
