@@ -183,7 +183,7 @@ func newCluster(t *testing.T, db *clusterDB, storeDSN string, n int) *cluster {
 		}
 		p.api = cl
 	}
-	c.awaitLive(c.procs, 30*time.Second)
+	c.awaitLive(c.procs, clusterBound)
 	return c
 }
 
@@ -353,8 +353,8 @@ func (c *cluster) kill(p *child) {
 	}
 	select {
 	case <-p.done:
-	case <-time.After(10 * time.Second):
-		c.t.Fatalf("%s still running 10s after SIGKILL", p.worker)
+	case <-time.After(clusterBound):
+		c.t.Fatalf("%s still running %v after SIGKILL", p.worker, clusterBound)
 	}
 }
 
