@@ -21,10 +21,9 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/orrery-run/orrery/api"
 	"github.com/orrery-run/orrery/internal/cli"
+	"github.com/orrery-run/orrery/internal/leaktest"
 )
 
 func TestMain(m *testing.M) {
@@ -37,7 +36,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(cli.Run(context.Background(), args, cli.StdIO(), testKernels()))
 	}
-	goleak.VerifyTestMain(m)
+	leaktest.VerifyTestMain(m)
 }
 
 const (

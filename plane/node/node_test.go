@@ -12,8 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/orrery-run/orrery/internal/leaktest"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/node"
 	"github.com/orrery-run/orrery/store"
@@ -21,7 +20,7 @@ import (
 	"github.com/orrery-run/orrery/world"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 type tally struct {
 	N     int64

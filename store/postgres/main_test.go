@@ -9,14 +9,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.uber.org/goleak"
 
+	"github.com/orrery-run/orrery/internal/leaktest"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/storetest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leaktest.VerifyTestMain(m)
 }
 
 // dsnEnv names the variable CI sets (see .ci/run).
