@@ -106,10 +106,10 @@ func TestFailoverKill9(t *testing.T) {
 // orchestrator's placement of some twenty worlds, one write after another,
 // takes most of it alone. That a handoff waits for no TTL is asserted in
 // virtual time (plane/node's TestStopHandsWorldsOverWithoutWaitingForTheTTL
-// and plane's TestOrchestratorPlacesPinsAndMovesWorlds); here the printed count of handoffs that
-// completed before the drained worker's lease would have expired shows
-// that they were releases, not expiries, and clusterBound catches a drain
-// that stalls.
+// and plane's TestOrchestratorPlacesPinsAndMovesWorlds); here the printed
+// count of handoffs that completed before the drained worker's lease would
+// have expired shows that they were releases, not expiries, and
+// clusterBound catches a drain that stalls.
 const drainGoal = 500 * time.Millisecond
 
 func TestPlannedHandoffDrain(t *testing.T) {
