@@ -87,14 +87,10 @@ func runOn(t *testing.T, backend string, cfg lab.Config, body func(r *rig) error
 }
 
 // waitFor waits until cond holds, for at most limit of virtual time under
-// the lab, or as many short parks on the production executor, and never
-// fewer than a minute's worth there (realWaitTurns): a bounded loop on a
-// condition, never a timing assertion.
+// the lab, or as many short parks on the production executor: a bounded
+// loop on a condition, never a timing assertion.
 func (r *rig) waitFor(what string, limit time.Duration, cond func() (bool, error)) error {
 	turns := int(limit/time.Second+1) * r.polls
-	if r.real() {
-		turns = max(turns, realWaitTurns)
-	}
 	for i := 0; ; i++ {
 		ok, err := cond()
 		if err != nil {
@@ -111,12 +107,6 @@ func (r *rig) waitFor(what string, limit time.Duration, cond func() (bool, error
 		}
 	}
 }
-
-// realWaitTurns is the least number of 2ms parks a wait on a real store
-// may take: at least a minute, the hang guard for PostgreSQL beside other
-// packages' tests on a loaded machine, whatever virtual limit the wait
-// names.
-const realWaitTurns = 30000
 
 // drained waits until world id's inbox is drained.
 func (r *rig) drained(id string) error {

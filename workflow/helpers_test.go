@@ -107,12 +107,6 @@ func runOn(t *testing.T, backend string, seed uint64, body func(r *rig) error) {
 	}
 }
 
-// realWaitTurns is the least number of 2ms parks a wait on a real store
-// may take: at least a minute, the hang guard for PostgreSQL beside other
-// packages' tests on a loaded machine, whatever virtual limit the wait
-// names.
-const realWaitTurns = 30000
-
 func openReal(t *testing.T, ctx context.Context, backend string, clock *offsetClock) store.Store {
 	t.Helper()
 	switch backend {
@@ -141,13 +135,9 @@ func openReal(t *testing.T, ctx context.Context, backend string, clock *offsetCl
 }
 
 // waitFor waits until cond holds: at most limit of virtual time under the
-// lab, or as many short parks on the production executor, and never fewer
-// than a minute's worth there (realWaitTurns).
+// lab, or as many short parks on the production executor.
 func (r *rig) waitFor(what string, limit time.Duration, cond func() (bool, error)) error {
 	turns := int(limit/time.Second+1) * r.polls
-	if r.backend != "memstore" {
-		turns = max(turns, realWaitTurns)
-	}
 	for i := 0; ; i++ {
 		ok, err := cond()
 		if err != nil {
