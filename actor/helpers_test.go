@@ -3,6 +3,7 @@ package actor_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,24 @@ import (
 func bubble(t *testing.T, f func(t *testing.T)) {
 	t.Helper()
 	synctest.Test(t, f)
+}
+
+// collectUntil runs the garbage collector until cond holds. The runtime
+// runs cleanups on a goroutine of its own, after the collection that finds
+// their object unreachable, and outside any bubble: how many collections
+// and yields that goroutine needs depends on how busy the machine is, so
+// the loop counts none. The minute is only a hang guard for a cleanup that
+// never comes, far above the milliseconds it takes.
+func collectUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not seen after a minute of garbage collections", what)
+		}
+		runtime.GC()
+		runtime.Gosched()
+	}
 }
 
 // newSys creates a System on the production executor and closes it when the

@@ -219,10 +219,14 @@ func (r *rig) waitFor(what string, cond func() (bool, error)) {
 	waitFor(r.t, what, cond)
 }
 
-// waitFor is rig.waitFor failing t (a fuzz target's own).
+// waitFor is rig.waitFor failing t (a fuzz target's own). Its bound is
+// only a hang guard: two minutes of the machine's clock, far above the
+// milliseconds a condition takes, even on PostgreSQL beside other
+// packages' tests.
 func waitFor(t testing.TB, what string, cond func() (bool, error)) {
 	t.Helper()
-	for i := 0; ; i++ {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
 		ok, err := cond()
 		if err != nil {
 			t.Fatalf("waiting for %s: %v", what, err)
@@ -230,7 +234,7 @@ func waitFor(t testing.TB, what string, cond func() (bool, error)) {
 		if ok {
 			return
 		}
-		if i >= 6000 {
+		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)

@@ -3,9 +3,9 @@ package event
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/orrery-run/orrery/internal/leaktest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leaktest.VerifyTestMain(m)
 }

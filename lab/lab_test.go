@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
-	"go.uber.org/goleak"
+	"github.com/orrery-run/orrery/internal/leaktest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 type pinger struct {
 	actor.Base

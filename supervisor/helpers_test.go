@@ -10,13 +10,12 @@ import (
 	"testing/synctest"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/internal/leaktest"
 	"github.com/orrery-run/orrery/supervisor"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 var (
 	errBoom  = errors.New("boom")

@@ -12,10 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/internal/leaktest"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
@@ -26,7 +25,7 @@ import (
 	"github.com/orrery-run/orrery/world"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 const dsnEnv = "ORRERY_TEST_POSTGRES_DSN"
 

@@ -458,6 +458,41 @@ type latePause struct {
 	world string
 	hook  func() error
 	done  bool
+	// acquired is closed once the client's Acquire of world has returned
+	// (see holdPause).
+	acquired     chan struct{}
+	acquiredOnce sync.Once
+}
+
+func (l *latePause) Acquire(ctx context.Context, id, holder string, ttl time.Duration) (store.Lease, error) {
+	lease, err := l.Store.Acquire(ctx, id, holder, ttl)
+	if id == l.world {
+		l.acquiredOnce.Do(func() { close(l.acquired) })
+	}
+	return lease, err
+}
+
+// holdPause is the holder's store on a real backend: its pause of world
+// waits until the pausing client has tried to take the lease. Otherwise a
+// holder quick to act on the pause request (or a client slow to go on, on
+// a loaded machine) pauses the run first, the client finds it paused and
+// writes nothing, and the late pause the test is about never happens. The
+// lab needs no such gate: its schedule is the seed's.
+type holdPause struct {
+	store.Store
+	world string
+	after <-chan struct{}
+}
+
+func (h *holdPause) SetWorldStatus(ctx context.Context, id string, s store.WorldStatus, reason string) (store.World, error) {
+	if id == h.world && s == store.WorldPaused {
+		select {
+		case <-h.after:
+		case <-ctx.Done():
+			return store.World{}, ctx.Err()
+		}
+	}
+	return h.Store.SetWorldStatus(ctx, id, s, reason)
 }
 
 func (l *latePause) SetWorldStatus(ctx context.Context, id string, s store.WorldStatus, reason string) (store.World, error) {
@@ -487,7 +522,12 @@ func TestALatePauseDoesNotBuryACancel(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("w", r.handle(), wfs, nil, nil)
+		acquired := make(chan struct{})
+		var holderSt store.Store = r.handle()
+		if r.real() {
+			holderSt = &holdPause{Store: holderSt, world: "kid-1", after: acquired}
+		}
+		w, err := r.worker("w", holderSt, wfs, nil, nil)
 		if err != nil {
 			return err
 		}
@@ -511,7 +551,7 @@ func TestALatePauseDoesNotBuryACancel(t *testing.T) {
 				return rec.Status == want && (reason == "" || rec.StatusReason == reason), err
 			}
 		}
-		late := &latePause{Store: r.st, world: "kid-1", hook: func() error {
+		late := &latePause{Store: r.st, world: "kid-1", acquired: acquired, hook: func() error {
 			// The holder pauses the kid; then the parent is cancelled, and
 			// its cascade makes the kid active for the cancel; only then
 			// does this pause land.

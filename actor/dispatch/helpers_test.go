@@ -15,13 +15,12 @@ import (
 	"testing"
 	"testing/synctest"
 
-	"go.uber.org/goleak"
-
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/actor/dispatch"
+	"github.com/orrery-run/orrery/internal/leaktest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 // bubble runs body inside a testing/synctest bubble with the production
 // executor, which then runs on the bubble's fake clock. synctest.Wait is how

@@ -197,7 +197,7 @@ func newClusterOn(t *testing.T, db *clusterDB, dsns []string, ttl time.Duration)
 	for _, p := range c.procs {
 		c.connect(p)
 	}
-	c.awaitLive(c.procs, 30*time.Second)
+	c.awaitLive(c.procs, clusterBound)
 	return c
 }
 
@@ -408,8 +408,8 @@ func (c *cluster) kill(p *child) {
 	}
 	select {
 	case <-p.done:
-	case <-time.After(10 * time.Second):
-		c.t.Fatalf("%s still running 10s after SIGKILL", p.worker)
+	case <-time.After(clusterBound):
+		c.t.Fatalf("%s still running %v after SIGKILL", p.worker, clusterBound)
 	}
 }
 

@@ -5,10 +5,10 @@ import (
 	"testing"
 	"testing/synctest"
 
-	"go.uber.org/goleak"
+	"github.com/orrery-run/orrery/internal/leaktest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 // TestBankRestartsCrashedAuditorAndKeepsLedgerState runs the example in
 // virtual time and checks the story it tells: the auditor crashes on the

@@ -7,16 +7,15 @@ import (
 	"testing/synctest"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/orrery-run/orrery"
+	"github.com/orrery-run/orrery/internal/leaktest"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/node"
 	"github.com/orrery-run/orrery/store/memstore"
 	"github.com/orrery-run/orrery/world"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 // The tutorial's steps, as the README runs them: sign, remind, count, and
 // the reminder fires once even though its node is killed before it is due.

@@ -3,7 +3,7 @@ package cli_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/orrery-run/orrery/internal/leaktest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }

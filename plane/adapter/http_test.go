@@ -40,11 +40,17 @@ func awaitReceipt(t *testing.T, e *env, hash string) world.Receipt {
 }
 
 func httpEnv(t *testing.T, pol adapter.RetryPolicy, cfg adapter.HTTPConfig) (*env, func()) {
+	e, _, stop := httpPoolEnv(t, pol, cfg)
+	return e, stop
+}
+
+// httpPoolEnv is httpEnv with its running pool, for its stats.
+func httpPoolEnv(t *testing.T, pol adapter.RetryPolicy, cfg adapter.HTTPConfig) (*env, *adapter.Pool, func()) {
 	e := newEnv(t)
 	e.ex = actor.NewExecutor(11)
 	p := newPool(t, e.st, adapter.Config{Worker: "http-pool", Executor: e.ex}, adapter.Register(adapter.NewHTTP(e.ex, cfg), pol))
 	r := run(p)
-	return e, func() { r.stop() }
+	return e, p, func() { r.stop() }
 }
 
 func TestHTTPRequestOkReceiptCarriesStatusHeadersBody(t *testing.T) {
@@ -130,15 +136,21 @@ func TestHTTPTimeoutIsTimeoutReceiptNotRetried(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	e, stop := httpEnv(t, adapter.RetryPolicy{Attempts: 3, Base: time.Millisecond}, adapter.HTTPConfig{})
+	e, p, stop := httpPoolEnv(t, adapter.RetryPolicy{Attempts: 3, Base: time.Millisecond}, adapter.HTTPConfig{})
 	defer stop()
 	h := e.publish(adapter.KindHTTP, world.HTTPRequest{Method: "GET", URL: srv.URL, TimeoutMs: 50})
 	r := awaitReceipt(t, e, h)
 	if f := decodeFailure(t, r); r.Status != world.StatusTimeout || !strings.Contains(f.Error, "timed out") {
 		t.Fatalf("receipt %s %+v", r.Status, f)
 	}
-	if n := hits.Load(); n != 1 {
-		t.Fatalf("%d requests, want 1 (a timeout is not retried)", n)
+	// Not retried: the pool executed the request once. The server's count
+	// is only an upper bound: on a busy machine the 50ms can run out
+	// before the request reaches the handler, or even leaves the client.
+	if n := p.Stats().Attempts; n != 1 {
+		t.Fatalf("%d executions, want 1 (a timeout is not retried)", n)
+	}
+	if n := hits.Load(); n > 1 {
+		t.Fatalf("%d requests, want at most 1 (a timeout is not retried)", n)
 	}
 }
 

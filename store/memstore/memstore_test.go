@@ -6,8 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/orrery-run/orrery/internal/leaktest"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
 	"github.com/orrery-run/orrery/store/storetest"
@@ -16,7 +15,7 @@ import (
 // TestMain fails the package if a test leaves a goroutine behind: memstore
 // starts none, and a watch holds none.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leaktest.VerifyTestMain(m)
 }
 
 var bg = context.Background()

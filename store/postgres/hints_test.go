@@ -10,12 +10,12 @@ import (
 )
 
 // nextNotice returns the payload of the next notification conn receives
-// (conn LISTENs), failing the test after 10 s.
+// (conn LISTENs), failing the test after hintBound.
 func nextNotice(t *testing.T, listener interface {
 	WaitForNotification(context.Context) (string, error)
 }) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+	ctx, cancel := context.WithTimeout(bg, hintBound)
 	defer cancel()
 	p, err := listener.WaitForNotification(ctx)
 	if err != nil {
@@ -102,7 +102,7 @@ func TestWritesLeaveNoHintPendingOnTheirConnections(t *testing.T) {
 	}
 	select {
 	case <-sig.C:
-	case <-time.After(10 * time.Second):
+	case <-time.After(hintBound):
 		t.Fatal("the other store got no hint of the spawn")
 	}
 	for i := range 20 {
@@ -115,7 +115,7 @@ func TestWritesLeaveNoHintPendingOnTheirConnections(t *testing.T) {
 	}
 	select {
 	case <-sig.C:
-	case <-time.After(10 * time.Second):
+	case <-time.After(hintBound):
 		t.Fatal("the other store got no hint of the enqueues")
 	}
 	conns := a.pool.AcquireAllIdle(bg)

@@ -9,20 +9,25 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.uber.org/goleak"
 
+	"github.com/orrery-run/orrery/internal/leaktest"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/storetest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leaktest.VerifyTestMain(m)
 }
 
 // dsnEnv names the variable CI sets (see .ci/run).
 const dsnEnv = "ORRERY_TEST_POSTGRES_DSN"
 
 var bg = context.Background()
+
+// hintBound bounds a wait for a notification (p50 well under a
+// millisecond): only a hang guard, as generous as a database shared with
+// other packages' tests under a loaded machine needs, never a timing claim.
+const hintBound = time.Minute
 
 // testDSN returns the test database's DSN, or skips: CI always sets it,
 // so there these tests never skip.

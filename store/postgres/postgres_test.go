@@ -316,7 +316,15 @@ func TestTwoStoresStaleEpochWriterRacingTakeoverIsRejected(t *testing.T) {
 		seq uint64
 		err error
 	}
-	results := make(chan result, 10000)
+	// A slice, not a buffered channel: a writer never blocks on a full
+	// buffer however many appends a slow main goroutine lets it make.
+	var mu sync.Mutex
+	var results []result
+	// first is closed once A's first append has returned: the takeover
+	// races appends that are under way, however slowly the machine starts
+	// the writers.
+	first := make(chan struct{})
+	var firstOnce sync.Once
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Add(1)
@@ -333,7 +341,10 @@ func TestTwoStoresStaleEpochWriterRacingTakeoverIsRejected(t *testing.T) {
 				if err == nil {
 					seq = got[0].RunSeq
 				}
-				results <- result{seq, err}
+				mu.Lock()
+				results = append(results, result{seq, err})
+				mu.Unlock()
+				firstOnce.Do(func() { close(first) })
 				if err != nil && !errors.Is(err, store.ErrFenced) {
 					t.Errorf("stale writer: %v", err)
 					return
@@ -341,7 +352,7 @@ func TestTwoStoresStaleEpochWriterRacingTakeoverIsRejected(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(20 * time.Millisecond)
+	<-first
 	// A's lease expires (by the store clock) and B takes over, while A's
 	// appends are in flight.
 	if _, err := b.Acquire(bg, "w", "B", time.Minute); !errors.Is(err, store.ErrLeaseHeld) {
@@ -372,9 +383,8 @@ func TestTwoStoresStaleEpochWriterRacingTakeoverIsRejected(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	close(results)
 	var landed []uint64
-	for r := range results {
+	for _, r := range results {
 		if r.err == nil {
 			landed = append(landed, r.seq)
 		}
@@ -551,7 +561,7 @@ func TestWatchAcrossStores(t *testing.T) {
 	}
 	select {
 	case <-inbox.C:
-	case <-time.After(10 * time.Second):
+	case <-time.After(hintBound):
 		t.Fatal("no hint from the other store")
 	}
 	e, err := b.Acquire(bg, "w", "B", time.Minute)
@@ -563,7 +573,7 @@ func TestWatchAcrossStores(t *testing.T) {
 	}
 	select {
 	case <-effects.C:
-	case <-time.After(10 * time.Second):
+	case <-time.After(hintBound):
 		t.Fatal("no effects hint from the other store")
 	}
 }
@@ -622,7 +632,7 @@ func TestWatchTopicsAcrossStores(t *testing.T) {
 		}
 		select {
 		case <-sig.C:
-		case <-time.After(10 * time.Second):
+		case <-time.After(hintBound):
 			t.Fatalf("step %d: no %s hint from the other store", i, st.topic)
 		}
 		stop()
@@ -899,7 +909,7 @@ func TestWatchListenerReconnects(t *testing.T) {
 	for name, c := range map[string]<-chan struct{}{"effects": effects, "the backlogged world's inbox": ch} {
 		select {
 		case <-c:
-		case <-time.After(15 * time.Second):
+		case <-time.After(hintBound):
 			t.Fatalf("no hint on %s after the listener reconnected", name)
 		}
 	}
@@ -912,7 +922,7 @@ func TestWatchListenerReconnects(t *testing.T) {
 	// A write by the other machine must be hinted through the new
 	// connection.
 	drain()
-	deadline := time.After(15 * time.Second)
+	deadline := time.After(hintBound)
 	for {
 		if _, _, err := b.Enqueue(bg, "w", store.InboxItem{Kind: "event"}); err != nil {
 			t.Fatal(err)

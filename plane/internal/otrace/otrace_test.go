@@ -10,12 +10,12 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	"go.uber.org/goleak"
 
+	"github.com/orrery-run/orrery/internal/leaktest"
 	"github.com/orrery-run/orrery/plane/internal/otrace"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 // TestEndStampsTheCallersClockAndError: a span ended by End carries the
 // given end time (not the machine's) and, with an error, an error status

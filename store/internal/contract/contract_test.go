@@ -5,12 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/orrery-run/orrery/internal/leaktest"
 	"github.com/orrery-run/orrery/store"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 

@@ -5,12 +5,11 @@ import (
 	"slices"
 	"testing"
 
-	"go.uber.org/goleak"
-
+	"github.com/orrery-run/orrery/internal/leaktest"
 	"github.com/orrery-run/orrery/store"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 // log is a Waker that records its wake-ups under a name.
 type log struct {
