@@ -464,8 +464,8 @@ type latePause struct {
 	acquiredOnce sync.Once
 }
 
-func (l *latePause) Acquire(ctx context.Context, id, holder string, ttl time.Duration) (store.Lease, error) {
-	lease, err := l.Store.Acquire(ctx, id, holder, ttl)
+func (l *latePause) Acquire(ctx context.Context, id, holder string, ttl time.Duration, opts ...store.AcquireOption) (store.Lease, error) {
+	lease, err := l.Store.Acquire(ctx, id, holder, ttl, opts...)
 	if id == l.world {
 		l.acquiredOnce.Do(func() { close(l.acquired) })
 	}

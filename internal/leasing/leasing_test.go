@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/orrery-run/orrery/internal/leaktest"
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/internal/leasing"
@@ -16,7 +16,7 @@ import (
 	"github.com/orrery-run/orrery/store/memstore"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 // setup runs body under the lab with a memstore whose clock is skew ahead
 // of the lab's, holding world "w", and the hook's faults.
