@@ -165,7 +165,11 @@ func (a *alarmRig) state(id string) (alarmState, error) {
 }
 
 // armed sends SetAlarm and returns the timer's due time once it is
-// committed.
+// committed. The due time is the SetAlarm input's enqueue time (the
+// handler's Now) plus after, read from the inbox: the timer itself may
+// already have fired and left the queue by the time this looks (a loaded
+// machine commits the arming late, and the firing right after it). While
+// the timer is still queued its due time must be that one.
 func (a *alarmRig) arm(c *plane.Client, id, key string, after time.Duration) (time.Time, error) {
 	if _, err := c.Send(a.ctx, id, SetAlarm{Key: key, AfterMs: after.Milliseconds()}, "set-"+key); err != nil {
 		return time.Time{}, err
@@ -177,15 +181,28 @@ func (a *alarmRig) arm(c *plane.Client, id, key string, after time.Duration) (ti
 			return false, err
 		}
 		for _, x := range s.Armed {
-			if x.Key == key {
-				ts, err := a.base.ListTimers(a.ctx, id, 100)
-				for _, t := range ts {
-					if t.IntentHash == x.Hash {
-						due = t.DeliverAt
-					}
-				}
-				return !due.IsZero(), err
+			if x.Key != key {
+				continue
 			}
+			items, err := a.base.ReadInbox(a.ctx, id, 0, 0)
+			if err != nil {
+				return false, err
+			}
+			for _, it := range items {
+				if it.DedupeKey == "set-"+key {
+					due = it.EnqueuedAt.Add(after)
+				}
+			}
+			if due.IsZero() {
+				return false, fmt.Errorf("%s is armed but its SetAlarm is not in the inbox", key)
+			}
+			ts, err := a.base.ListTimers(a.ctx, id, 100)
+			for _, t := range ts {
+				if t.IntentHash == x.Hash && !t.DeliverAt.Equal(due) {
+					return false, fmt.Errorf("timer %s is due %v, want its input's time plus %v: %v", key, t.DeliverAt, after, due)
+				}
+			}
+			return true, err
 		}
 		return false, nil
 	})
@@ -920,14 +937,17 @@ func TestTimersDueTogetherFireOnceAcrossCycles(t *testing.T) {
 		if err != nil || len(s.Armed) != len(keys) {
 			return fmt.Errorf("armed %+v (%v), want %d alarms", s.Armed, err, len(keys))
 		}
-		ts, err := r.base.ListTimers(r.ctx, "m", 10)
-		if err != nil || len(ts) != len(keys) {
-			return fmt.Errorf("timers %+v (%v)", ts, err)
+		// The due times from the inputs (each SetAlarm's enqueue time, its
+		// handler's Now, plus after): on a loaded machine the first timers
+		// may have fired, and left the queue, by now.
+		items, err := r.base.ReadInbox(r.ctx, "m", 0, 0)
+		if err != nil {
+			return err
 		}
-		latest := ts[0].DeliverAt
-		for _, t := range ts {
-			if t.DeliverAt.After(latest) {
-				latest = t.DeliverAt
+		var latest time.Time
+		for _, it := range items {
+			if strings.HasPrefix(it.DedupeKey, "set-") && it.EnqueuedAt.Add(after).After(latest) {
+				latest = it.EnqueuedAt.Add(after)
 			}
 		}
 		if err := r.waitFor("every alarm rang", 20*time.Second, func() (bool, error) {
