@@ -566,19 +566,27 @@ func (d *demo) crash() error {
 	if err := d.check(len(timers) == 0, "%s still has %d timers", id, len(timers)); err != nil {
 		return err
 	}
-	by := d.commits.of(id)
-	var upTo uint64
+	// The host reports a commit after the store has it, and the transfer's
+	// last receipts may still be stepped after it settled: wait until the
+	// commits reported reach the journal's head before reading them.
+	var upTo, head uint64
 	var onTwo []uint64
-	for _, c := range by {
-		if c.worker == worker1 {
-			upTo = max(upTo, c.height)
-		} else {
-			onTwo = append(onTwo, c.height)
+	if err := d.waitFor(id+"'s commits to be reported", func() (bool, error) {
+		upTo, onTwo = 0, nil
+		for _, c := range d.commits.of(id) {
+			if c.worker == worker1 {
+				upTo = max(upTo, c.height)
+			} else {
+				onTwo = append(onTwo, c.height)
+			}
 		}
-	}
-	head, err := d.st.Head(d.ctx, id)
-	if err != nil {
-		return d.fail("reading "+id+"'s journal", err)
+		var err error
+		if head, err = d.st.Head(d.ctx, id); err != nil {
+			return false, err
+		}
+		return len(onTwo) > 0 && onTwo[len(onTwo)-1] == head, nil
+	}); err != nil {
+		return err
 	}
 	if err := d.check(upTo >= 1 && len(onTwo) > 0 && onTwo[len(onTwo)-1] == head,
 		"%s's commits: %s up to height %d, %s at %v; head %d", id, worker1, upTo, worker2, onTwo, head); err != nil {
