@@ -787,7 +787,9 @@ type Effects interface {
 	// claim is attempt+1) and c stays its latest claim until then. A
 	// pending item whose latest claim is c (reaped, or released already)
 	// is a no-op, so a retried release succeeds. Another claim, or a done
-	// intent: ErrClaimLost, nothing changes. Unknown intent: ErrNotFound.
+	// or withdrawn intent: ErrClaimLost, nothing changes. Unknown intent:
+	// ErrNotFound. An effect of a world archived since its claim is
+	// withdrawn instead of requeued: no claim serves an archived world.
 	ReleaseEffect(ctx context.Context, intentHash string, c Claim) error
 	// RetryEffect is an operator's retry of an effect whose terminal
 	// receipt was error or timeout: it goes back to pending with Retries+1
@@ -902,7 +904,9 @@ type FabricResult struct {
 // Fabric delivers messages between worlds exactly once per message id.
 type Fabric interface {
 	// Send enqueues item's payload into dest's inbox (kind KindFabric)
-	// unless messageID was already delivered there. An archived or unknown
+	// unless messageID was already delivered there (FabricAlreadyEnqueued,
+	// also when dest was archived since: a retry whose first answer was
+	// lost learns the message took effect). An archived or unknown
 	// destination is an error (ErrWorldArchived, ErrWorldNotFound), never a
 	// silent drop; a paused one accepts it.
 	Send(ctx context.Context, dest, messageID string, item InboxItem) (FabricResult, error)

@@ -369,8 +369,16 @@ func (s *Store) ReleaseEffect(ctx context.Context, intentHash string, c store.Cl
 	if err != nil || noop {
 		return err
 	}
-	e.item.State = store.EffectPending
+	var status store.WorldStatus
+	if w, ok := s.st.worlds[e.item.World]; ok {
+		status = w.rec.Status
+	}
+	e.item.State = contract.ReleaseTo(status)
 	e.item.ClaimExpires = time.Time{}
+	if e.item.State == store.EffectWithdrawn {
+		e.completedAt = s.now()
+		return nil
+	}
 	s.st.notify(store.TopicEffects)
 	return nil
 }
@@ -712,12 +720,18 @@ func (s *Store) Send(ctx context.Context, dest, messageID string, item store.Inb
 			return store.FabricResult{}, err
 		}
 	}
+	// The dedupe record first: a message delivered already answers as such
+	// whatever its destination became since (archived by the very
+	// message), so a retried send whose answer was lost learns it was
+	// delivered instead of being refused.
+	if w, ok := s.st.worlds[dest]; ok {
+		if r, ok := w.fabric[messageID]; ok {
+			return store.FabricResult{Status: store.FabricAlreadyEnqueued, Seq: r.seq}, nil
+		}
+	}
 	w, err := s.st.ingress(op, dest)
 	if err != nil {
 		return store.FabricResult{}, err
-	}
-	if r, ok := w.fabric[messageID]; ok {
-		return store.FabricResult{Status: store.FabricAlreadyEnqueued, Seq: r.seq}, nil
 	}
 	now := s.now()
 	seq, _ := s.st.enqueue(w, store.KindFabric, item.Payload, "", now)

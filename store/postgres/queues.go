@@ -324,26 +324,34 @@ func (s *Store) ReleaseEffect(ctx context.Context, intentHash string, c store.Cl
 		return err
 	}
 	var (
-		found, noop bool
-		state       string
-		row         contract.ClaimRow
+		found, noop, withdraw bool
+		state, status         string
+		row                   contract.ClaimRow
 	)
+	off := s.off()
 	err := s.twoTrips(ctx, op, "", func(b *batch) {
 		b.queue(nil, "SET LOCAL synchronous_commit = off")
 		b.queue(func(br pgx.BatchResults) error {
 			var att int32
-			err := br.QueryRow().Scan(&state, &att, &row.ClaimedBy)
+			err := br.QueryRow().Scan(&state, &att, &row.ClaimedBy, &status)
 			if err == pgx.ErrNoRows {
 				found = false
 				return nil
 			}
 			found, row.Attempt = err == nil, int(att)
 			return err
-		}, `SELECT state, attempts, claimed_by FROM effects WHERE intent_hash = $1 FOR UPDATE`, intentHash)
+		}, `SELECT e.state, e.attempts, e.claimed_by, coalesce(w.status, '')
+			FROM effects e LEFT JOIN worlds w ON w.world = e.world
+			WHERE e.intent_hash = $1 FOR UPDATE OF e`, intentHash)
 	}, func(b *batch) error {
 		var err error
 		if noop, err = contract.ReleaseEffect(op, intentHash, found, store.EffectState(state), row, c); err != nil || noop {
 			return err
+		}
+		if withdraw = contract.ReleaseTo(store.WorldStatus(status)) == store.EffectWithdrawn; withdraw {
+			b.queue(nil, `UPDATE effects SET state = 'withdrawn', claim_expires_ns = NULL, completed_at_ns = now_ns($2)
+				WHERE intent_hash = $1`, intentHash, off)
+			return nil
 		}
 		b.queue(nil, `UPDATE effects SET state = 'pending', claim_expires_ns = NULL WHERE intent_hash = $1`, intentHash)
 		b.queue(nil, `SELECT notify_topic('effects')`)
@@ -352,7 +360,7 @@ func (s *Store) ReleaseEffect(ctx context.Context, intentHash string, c store.Cl
 	if err != nil {
 		return err
 	}
-	if !noop {
+	if !noop && !withdraw {
 		s.hint(store.TopicEffects)
 	}
 	return nil

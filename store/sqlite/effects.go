@@ -256,17 +256,23 @@ func (s *Store) ReleaseEffect(ctx context.Context, intentHash string, c store.Cl
 	}
 	return s.write(ctx, op, "", func(t *wtx) error {
 		var (
-			state string
-			row   contract.ClaimRow
-			att   int64
+			state, status string
+			row           contract.ClaimRow
+			att           int64
 		)
-		found, err := t.queryRow(`SELECT state, attempts, claimed_by FROM effects WHERE intent_hash = ?`, []any{intentHash}, &state, &att, &row.ClaimedBy)
+		found, err := t.queryRow(`SELECT e.state, e.attempts, e.claimed_by, coalesce(w.status, '')
+			FROM effects e LEFT JOIN worlds w ON w.id = e.world WHERE e.intent_hash = ?`,
+			[]any{intentHash}, &state, &att, &row.ClaimedBy, &status)
 		if err != nil {
 			return err
 		}
 		row.Attempt = int(att)
 		noop, err := contract.ReleaseEffect(op, intentHash, found, store.EffectState(state), row, c)
 		if err != nil || noop {
+			return err
+		}
+		if contract.ReleaseTo(store.WorldStatus(status)) == store.EffectWithdrawn {
+			_, err := t.exec(`UPDATE effects SET state = 'withdrawn', claim_expires = NULL, completed_at = ? WHERE intent_hash = ?`, t.nowNS, intentHash)
 			return err
 		}
 		if _, err := t.exec(`UPDATE effects SET state = 'pending', claim_expires = NULL WHERE intent_hash = ?`, intentHash); err != nil {

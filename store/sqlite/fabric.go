@@ -24,10 +24,10 @@ func (s *Store) Send(ctx context.Context, dest, messageID string, item store.Inb
 	}
 	var out store.FabricResult
 	err := s.write(ctx, op, dest, func(t *wtx) error {
-		w, err := t.ingressWorld(op, dest)
-		if err != nil {
-			return err
-		}
+		// The dedupe record first: a message delivered already answers
+		// as such whatever its destination became since (archived by the
+		// very message), so a retried send whose answer was lost learns
+		// it was delivered instead of being refused.
 		var seq int64
 		found, err := t.queryRow(`SELECT seq FROM fabric_dedupe WHERE dest = ? AND message_id = ?`, []any{dest, messageID}, &seq)
 		if err != nil {
@@ -36,6 +36,10 @@ func (s *Store) Send(ctx context.Context, dest, messageID string, item store.Inb
 		if found {
 			out = store.FabricResult{Status: store.FabricAlreadyEnqueued, Seq: uint64(seq)}
 			return nil
+		}
+		w, err := t.ingressWorld(op, dest)
+		if err != nil {
+			return err
 		}
 		got, _, err := t.enqueueInto(w, store.KindFabric, item.Payload, "")
 		if err != nil {

@@ -12,6 +12,7 @@ func fabricTests() []testCase {
 	return []testCase{
 		{"SendEnqueuesOnceAndRetryIsAlreadyEnqueued", testSend},
 		{"SendToArchivedOrUnknownWorldIsATypedErrorPausedAccepts", testSendRefused},
+		{"RetriedSendOfADeliveredMessageIsAlreadyEnqueuedAfterItsDestinationArchived", testSendRetryAfterDestArchived},
 	}
 }
 
@@ -73,4 +74,24 @@ func testSendRefused(t *testing.T, open Factory) {
 	if n := len(f.inbox("archived")); n != 0 {
 		t.Fatalf("refused Send enqueued %d items", n)
 	}
+}
+
+// A send whose answer was lost is retried until its outcome is known. If
+// the destination handled the message and archived itself in between, the
+// retry must still learn the message was delivered: refused as archived,
+// the sender would take an error receipt and compensate for a message that
+// took effect (money created in the ledger).
+func testSendRetryAfterDestArchived(t *testing.T, open Factory) {
+	f := setup(t, open)
+	f.leased("b", "B")
+	first, err := f.s.Send(bg, "b", "msg-1", store.InboxItem{Payload: []byte("deposit")})
+	must(t, err, "Send")
+	f.setStatus("b", store.WorldArchived, "closed")
+	again, err := f.s.Send(bg, "b", "msg-1", store.InboxItem{Payload: []byte("deposit")})
+	if err != nil || again.Status != store.FabricAlreadyEnqueued || again.Seq != first.Seq {
+		t.Fatalf("retried Send of a delivered message to a world archived since = %+v, %v; want already_enqueued at seq %d", again, err, first.Seq)
+	}
+	// A new message to the archived world is refused as before.
+	_, err = f.s.Send(bg, "b", "msg-2", store.InboxItem{Payload: []byte("late")})
+	wantErr(t, err, store.ErrWorldArchived, "Send of a new message to an archived world")
 }

@@ -22,6 +22,8 @@ func withdrawTests() []testCase {
 		{"ReapOfAnArchivedWorldWithdrawsInsteadOfRequeueing", testReapArchivedWithdraws},
 		{"WithdrawnRecordIsSweptAfterRetention", testWithdrawnSwept},
 		{"RetryOfAnArchivedWorldsEffectIsRefused", testRetryArchived},
+		{"ReleaseOfAnArchivedWorldsEffectWithdrawsIt", testReleaseArchivedWithdraws},
+		{"ReleaseNeverBringsAWithdrawnEffectBack", testReleaseNeverResurrects},
 	}
 }
 
@@ -200,5 +202,40 @@ func testRetryArchived(t *testing.T, open Factory) {
 	wantErr(t, err, store.ErrWorldArchived, "RetryEffect of an archived world's effect")
 	if st := f.effectStatus("i1"); st.State != store.EffectDone || st.Retries != 0 {
 		t.Fatalf("EffectStatus after the refused retry = %+v", st)
+	}
+}
+
+// An inflight effect of a world archived since, whose claim is handed back
+// (a graceful stop that could not finish it, an outcome still unknown when
+// the claim's budget ran out), is withdrawn: pending, no claim would ever
+// take it (claims skip archived worlds) and nothing would end it.
+func testReleaseArchivedWithdraws(t *testing.T, open Factory) {
+	f := setup(t, open)
+	e := f.leased("w", "A")
+	f.publish("w", e, "i1")
+	c := f.claimOne("adapter", "i1")
+	f.setStatus("w", store.WorldArchived, "ended")
+	must(t, f.s.ReleaseEffect(bg, "i1", c.ClaimOf()), "ReleaseEffect")
+	if st := f.effectStatus("i1"); st.State != store.EffectWithdrawn {
+		t.Fatalf("released effect of an archived world is %+v, want withdrawn", st)
+	}
+}
+
+// A withdrawn effect (reaped after its world was archived) stays
+// withdrawn: a late release by its last claimant is ErrClaimLost.
+func testReleaseNeverResurrects(t *testing.T, open Factory) {
+	f := setup(t, open)
+	e := f.leased("w", "A")
+	f.publish("w", e, "i1")
+	c := f.claimOne("adapter", "i1")
+	f.setStatus("w", store.WorldArchived, "ended")
+	f.advance(claimTTL + margin)
+	if _, err := f.s.ReapEffects(bg); err != nil {
+		t.Fatal(err)
+	}
+	err := f.s.ReleaseEffect(bg, "i1", c.ClaimOf())
+	wantErr(t, err, store.ErrClaimLost, "ReleaseEffect of a withdrawn effect")
+	if st := f.effectStatus("i1"); st.State != store.EffectWithdrawn {
+		t.Fatalf("ReleaseEffect turned a withdrawn effect into %+v", st)
 	}
 }

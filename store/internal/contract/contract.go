@@ -225,11 +225,25 @@ func ReleaseEffect(op, id string, found bool, state store.EffectState, row Claim
 		return false, store.Errorf(op, store.ErrNotFound, "", "intent %s", id)
 	case state == store.EffectDone:
 		return false, store.Errorf(op, store.ErrClaimLost, "", "%s: done", id)
+	case state == store.EffectWithdrawn:
+		// Withdrawn (its world ended): a late release must not bring it
+		// back, where no claim would ever take it again.
+		return false, store.Errorf(op, store.ErrClaimLost, "", "%s: withdrawn", id)
 	}
 	if err := ClaimCheck(op, id, row, c); err != nil {
 		return false, err
 	}
 	return state == store.EffectPending, nil
+}
+
+// ReleaseTo is the state a released effect goes to: pending, to be claimed
+// again at once, unless its world is archived, which claims never serve:
+// then it is withdrawn, as the archive withdrew its pending effects.
+func ReleaseTo(worldStatus store.WorldStatus) store.EffectState {
+	if worldStatus == store.WorldArchived {
+		return store.EffectWithdrawn
+	}
+	return store.EffectPending
 }
 
 // SettleRow is a queued effect or timer as a settle (Complete, Fire,
