@@ -237,11 +237,15 @@ func planeSim(stats *simStats) lab.Scenario {
 // kernel (the host fails and its outer supervisor, here the driver, starts
 // it again), paused workers and delayed wake-ups. Then it heals and checks.
 type planeSimRun struct {
-	env    *lab.Env
-	stats  *simStats
-	base   *memstore.Store
-	healed atomic.Bool
-	panics atomic.Bool // arms the next world step to panic
+	env   *lab.Env
+	stats *simStats
+	// sharedSeed starts every client's randomness from the same seed, as
+	// processes that drew their ids from a configured seed would: the
+	// oracles must catch it (TestPlaneSimulationCatchesSharedCallIDs).
+	sharedSeed bool
+	base       *memstore.Store
+	healed     atomic.Bool
+	panics     atomic.Bool // arms the next world step to panic
 
 	hosts  []*simNode
 	pools  []*simNode
@@ -511,7 +515,11 @@ func (r *planeSimRun) run() (err error) {
 		}
 		// Each host's process has a client of its own, on its clock and
 		// its own draw of call ids.
-		c, err := plane.NewClient(plane.ClientConfig{Store: r.base, Kernels: simKernel(), Executor: n.ex})
+		var cex actor.Executor = n.ex
+		if r.sharedSeed {
+			cex = &seededExecutor{skewExecutor: n.ex}
+		}
+		c, err := plane.NewClient(plane.ClientConfig{Store: r.base, Kernels: simKernel(), Executor: cex})
 		if err != nil {
 			return err
 		}
@@ -1104,6 +1112,37 @@ func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]stri
 }
 
 type simCallRec struct{ world, replyHash string }
+
+// seededExecutor is a node's executor whose randomness restarts from the
+// same seed in every process: the fault that independent entropy rules out.
+type seededExecutor struct {
+	skewExecutor
+	n uint64
+}
+
+func (e *seededExecutor) Uint64() uint64 { e.n++; return e.n * 0x9e3779b97f4a7c15 }
+
+// TestPlaneSimulationCatchesSharedCallIDs: clients whose call ids come
+// from one shared seed are caught by the simulation's oracles (an id drawn
+// twice, or a reply that is not its call's), so its passing seeds say the
+// ids of independent clients never collide.
+func TestPlaneSimulationCatchesSharedCallIDs(t *testing.T) {
+	for seed := range uint64(200) {
+		var stats simStats
+		stats.poolFaults = map[string]int{}
+		res := lab.Run(lab.Config{Seed: seed, Name: "plane-sim-shared-ids"}, func(env *lab.Env) error {
+			return (&planeSimRun{env: env, stats: &stats, sharedSeed: true}).run()
+		})
+		if res.Failure == nil {
+			continue
+		}
+		if !strings.Contains(res.Failure.Message, "was drawn before") {
+			t.Fatalf("seed %d failed, but not on a shared call id: %s", seed, res.Failure.Message)
+		}
+		return
+	}
+	t.Fatal("no seed caught two clients drawing the same call ids")
+}
 
 // checkLimited checks the journal record of a step over a kernel limit: an
 // error outcome that asked for nothing and kept a bounded error text.
