@@ -64,8 +64,9 @@ type simStats struct {
 type simNode struct {
 	name    string
 	gen     int
-	ex      skewExecutor  // the node's clock: the lab's, off by a seeded offset
-	sys     *actor.System // a host's system, on ex
+	ex      skewExecutor   // the node's clock: the lab's, off by a seeded offset
+	sys     *actor.System  // a host's system, on ex
+	replies *plane.Replies // a host's in-process replies, shared with its process's client
 	st      *memstore.Store
 	paused  bool
 	blocked []actor.Parker
@@ -230,12 +231,17 @@ func planeSim(stats *simStats) lab.Scenario {
 
 // planeSimRun is one seed of the whole-plane simulation: the orchestrator,
 // three hosts, two adapter pools (the echo adapter and fabric.send), the
-// timer worker and the reapers, all on one memstore under the lab's clock.
-// A seeded workload sends events, calls, effects, timers and fabric sends
-// while seeded faults strike: store errors on every handle, host crashes,
-// pool and timer worker crashes, world processes that panic outside the
-// kernel (the host fails and its outer supervisor, here the driver, starts
-// it again), paused workers and delayed wake-ups. Then it heals and checks.
+// timer worker and the reapers, all on one memstore under the lab's clock,
+// each node's clock and the store's off it by seeded offsets of their own.
+// A seeded workload sends events, calls (from the client of each host's
+// process), effects, timers, fabric sends and steps over every kernel
+// limit, and archives a world while its effects are published, while
+// seeded faults strike: store errors on every handle (some look like a lost
+// connection; on the pools' handles some come after the call took effect),
+// host crashes, pool and timer worker crashes, world processes that panic
+// outside the kernel (the host fails and its outer supervisor, here the
+// driver, starts it again), paused workers and delayed wake-ups. Then it
+// heals and checks.
 type planeSimRun struct {
 	env   *lab.Env
 	stats *simStats
@@ -326,7 +332,7 @@ func (r *planeSimRun) newNode(name string) *simNode {
 func (r *planeSimRun) startHost(n *simNode) error {
 	n.gen++
 	n.st = r.base.Restart(memstore.WithHook(r.hook(n)))
-	cfg := hostConfig(n.name, n.st, nil)
+	cfg := hostConfig(n.name, n.st, n.replies)
 	cfg.Kernels = r.simKernels()
 	cfg.LeaseTTL, cfg.IdleAfter, cfg.SyncEvery = simTTL, 300*time.Millisecond, 200*time.Millisecond
 	cfg.MaxInboxBatch, cfg.MaxTickStepsPerCycle = 3, 2
@@ -508,18 +514,19 @@ func (r *planeSimRun) run() (err error) {
 	}
 	for _, id := range []string{"A", "B", "C"} {
 		n := r.newNode(id)
-		n.sys = actor.NewSystem(actor.WithExecutor(n.ex))
+		n.sys, n.replies = actor.NewSystem(actor.WithExecutor(n.ex)), plane.NewReplies()
 		r.hosts = append(r.hosts, n)
 		if err := r.startHost(n); err != nil {
 			return err
 		}
-		// Each host's process has a client of its own, on its clock and
-		// its own draw of call ids.
+		// Each host's process has a client of its own, on its clock, with
+		// its own draw of call ids; a reply comes to it in process when its
+		// host steps the call, or else from the journal.
 		var cex actor.Executor = n.ex
 		if r.sharedSeed {
 			cex = &seededExecutor{skewExecutor: n.ex}
 		}
-		c, err := plane.NewClient(plane.ClientConfig{Store: r.base, Kernels: simKernel(), Executor: cex})
+		c, err := plane.NewClient(plane.ClientConfig{Store: r.base, Kernels: simKernel(), Executor: cex, Replies: n.replies})
 		if err != nil {
 			return err
 		}
