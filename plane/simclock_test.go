@@ -2,8 +2,12 @@ package plane_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"testing"
 	"time"
 
+	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/lab"
 )
 
@@ -50,4 +54,52 @@ func (c skewCtx) AfterFunc(f func()) (stop func() bool) {
 		return a.AfterFunc(f)
 	}
 	return context.AfterFunc(c.Context, f)
+}
+
+// TestSkewExecutorKeepsDeadlinesOnTheNodesClock: a deadline taken on a
+// node's skewed clock reports that clock's instant, is not done a moment
+// before it and is done at it, for contexts derived from it too.
+func TestSkewExecutorKeepsDeadlinesOnTheNodesClock(t *testing.T) {
+	for _, off := range []time.Duration{-3 * time.Second, 2 * time.Second} {
+		res := lab.Run(lab.Config{Seed: 1, Name: "skew-deadline"}, func(env *lab.Env) error {
+			ex := skewExecutor{env.Lab, off}
+			if got := ex.Now().Sub(env.Lab.Now()); got != off {
+				return fmt.Errorf("Now is %v off the lab's, want %v", got, off)
+			}
+			at := ex.Now().Add(time.Second)
+			ctx, cancel := actor.WithDeadline(env.Ctx, ex, at)
+			defer cancel()
+			child, stop := context.WithCancel(ctx)
+			defer stop()
+			// A deadline taken from the skewed one keeps the earlier
+			// instant, on the same clock.
+			inner, cancelInner := actor.WithDeadline(ctx, ex, at.Add(time.Hour))
+			defer cancelInner()
+			for _, c := range []context.Context{ctx, child, inner} {
+				if d, ok := c.Deadline(); !ok || !d.Equal(at) {
+					return fmt.Errorf("deadline %v %v, want %v on the node's clock", d, ok, at)
+				}
+			}
+			if err := actor.Sleep(env.Ctx, env.Lab, time.Second-time.Millisecond); err != nil {
+				return err
+			}
+			for _, c := range []context.Context{ctx, child, inner} {
+				if c.Err() != nil {
+					return fmt.Errorf("done %v before its deadline", c.Err())
+				}
+			}
+			if err := actor.Sleep(env.Ctx, env.Lab, time.Millisecond); err != nil {
+				return err
+			}
+			for _, c := range []context.Context{ctx, child, inner} {
+				if !errors.Is(c.Err(), context.DeadlineExceeded) {
+					return fmt.Errorf("at its deadline: %v, want DeadlineExceeded", c.Err())
+				}
+			}
+			return nil
+		})
+		if res.Failure != nil {
+			t.Fatalf("offset %v: %s", off, res.Failure.Message)
+		}
+	}
 }
