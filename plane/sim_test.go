@@ -40,8 +40,9 @@ type simStats struct {
 	// skewedNodes: nodes whose clock was off the lab's (and the store's)
 	// by a seeded offset; unavailable: store faults of the kind of a lost
 	// connection; lostReplies: adapter store calls (fabric included) that
-	// took effect and then failed as a lost connection would.
-	skewedNodes, unavailable, lostReplies int
+	// took effect and then failed as a lost connection would; lostCommits:
+	// host commits that did.
+	skewedNodes, unavailable, lostReplies, lostCommits int
 	// poolFaults counts the injected faults of the adapter pools' handles
 	// by store operation, fabric's send among them.
 	poolFaults map[string]int
@@ -166,9 +167,9 @@ func simDef() *world.Def[counter] {
 
 func simKernel() plane.Kernels { return plane.Kernels{universe: simDef().Kernel()} }
 
-// lossyStore is an adapter pool's handle (fabric included) whose calls
-// sometimes take effect and then fail as a lost connection does: the
-// caller cannot tell whether they happened.
+// lossyStore is an adapter pool's handle (fabric included), or a host's,
+// whose calls sometimes take effect and then fail as a lost connection
+// does: the caller cannot tell whether they happened.
 type lossyStore struct {
 	*memstore.Store
 	lose func(op string) bool
@@ -200,6 +201,14 @@ func (s lossyStore) ReleaseEffect(ctx context.Context, h string, c store.Claim) 
 		return lost("release_effect")
 	}
 	return err
+}
+
+func (s lossyStore) Commit(ctx context.Context, w string, epoch uint64, b store.CommitBatch) (store.CommitResult, error) {
+	res, err := s.Store.Commit(ctx, w, epoch, b)
+	if err == nil && s.lose("commit") {
+		return store.CommitResult{}, lost("commit")
+	}
+	return res, err
 }
 
 func (s lossyStore) Send(ctx context.Context, dest, id string, it store.InboxItem) (store.FabricResult, error) {
@@ -237,7 +246,8 @@ func planeSim(stats *simStats) lab.Scenario {
 // process), effects, timers, fabric sends and steps over every kernel
 // limit, and archives a world while its effects are published, while
 // seeded faults strike: store errors on every handle (some look like a lost
-// connection; on the pools' handles some come after the call took effect),
+// connection; on the pools' handles and the hosts' commits some come after
+// the call took effect),
 // host crashes, pool and timer worker crashes, world processes that panic
 // outside the kernel (the host fails and its outer supervisor, here the
 // driver, starts it again), paused workers and delayed wake-ups. Then it
@@ -332,7 +342,13 @@ func (r *planeSimRun) newNode(name string) *simNode {
 func (r *planeSimRun) startHost(n *simNode) error {
 	n.gen++
 	n.st = r.base.Restart(memstore.WithHook(r.hook(n)))
-	cfg := hostConfig(n.name, n.st, n.replies)
+	cfg := hostConfig(n.name, lossyStore{n.st, func(op string) bool {
+		if r.healed.Load() || r.env.Lab.Uint64()%16 != 0 {
+			return false
+		}
+		r.stats.lostCommits++
+		return true
+	}}, n.replies)
 	cfg.Kernels = r.simKernels()
 	cfg.LeaseTTL, cfg.IdleAfter, cfg.SyncEvery = simTTL, 300*time.Millisecond, 200*time.Millisecond
 	cfg.MaxInboxBatch, cfg.MaxTickStepsPerCycle = 3, 2
@@ -1191,6 +1207,7 @@ func TestPlaneSimulation(t *testing.T) {
 			{"timers stepped directly", stats.directFirings}, {"timers fired through the inbox", stats.inboxFirings},
 			{"nodes with a skewed clock", stats.skewedNodes}, {"unavailable store errors", stats.unavailable},
 			{"adapter calls that took effect and failed", stats.lostReplies},
+			{"host commits that took effect and failed", stats.lostCommits},
 			{"oversized errors", stats.shouts}, {"steps with too many intents", stats.spews},
 			{"states over the bound", stats.swells}, {"far-future timers", stats.farTimers},
 			{"archives", stats.archives}, {"effects withdrawn by an archive", stats.withdrawn},
