@@ -160,7 +160,12 @@ func journalOf(ctx context.Context, st store.Store, id string) ([]event.Envelope
 // baseline and journal equals want, byte for byte, and every inbox item up
 // to the cursor has exactly one journal record.
 func parity(ctx context.Context, st store.Store, id string) (world.Snapshot, error) {
-	inst, cursor, err := plane.Restore(ctx, st, kernels(), id)
+	return parityOf(ctx, st, id, counterDef())
+}
+
+// parityOf is parity for a world of def (the counter with more handlers).
+func parityOf(ctx context.Context, st store.Store, id string, def *world.Def[counter]) (world.Snapshot, error) {
+	inst, cursor, err := plane.Restore(ctx, st, plane.Kernels{universe: def.Kernel()}, id)
 	if err != nil {
 		return world.Snapshot{}, err
 	}
@@ -179,7 +184,7 @@ func parity(ctx context.Context, st store.Store, id string) (world.Snapshot, err
 	if rec.ParentWorld == "" {
 		// A plain world's whole journal replays from genesis to the same
 		// state as its baseline plus tail.
-		full, err := world.Replay(counterDef(), id, world.Snapshot{}, journal)
+		full, err := world.Replay(def, id, world.Snapshot{}, journal)
 		if err != nil {
 			return world.Snapshot{}, fmt.Errorf("replay from genesis: %w", err)
 		}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,6 +36,26 @@ type simStats struct {
 	commits, receipts, fired, messages, calls                                 int
 	// firings that ran, stepped directly by their holder or from the inbox
 	directFirings, inboxFirings int
+
+	// skewedNodes: nodes whose clock was off the lab's (and the store's)
+	// by a seeded offset; unavailable: store faults of the kind of a lost
+	// connection; lostReplies: adapter store calls (fabric included) that
+	// took effect and then failed as a lost connection would; lostCommits:
+	// host commits that did.
+	skewedNodes, unavailable, lostReplies, lostCommits int
+	// poolFaults counts the injected faults of the adapter pools' handles
+	// by store operation, fabric's send among them.
+	poolFaults map[string]int
+	// steps over a kernel limit: an oversized error, too many intents, a
+	// state over the bound, a timer past the last storable instant
+	shouts, spews, swells, farTimers int
+	// archives: worlds archived with effects published; withdrawn and
+	// inflightAtArchive: their effects the archive withdrew, or found
+	// claimed (those may finish)
+	archives, withdrawn, inflightAtArchive int
+	// seeds whose calls came from more than one client; replies checked
+	// against the journal
+	callClients, replies int
 }
 
 // simNode is one process of the simulation with a store handle of its own:
@@ -43,6 +65,9 @@ type simStats struct {
 type simNode struct {
 	name    string
 	gen     int
+	ex      skewExecutor   // the node's clock: the lab's, off by a seeded offset
+	sys     *actor.System  // a host's system, on ex
+	replies *plane.Replies // a host's in-process replies, shared with its process's client
 	st      *memstore.Store
 	paused  bool
 	blocked []actor.Parker
@@ -61,6 +86,7 @@ type echoAdapter struct {
 	heal  *atomic.Bool
 	mu    sync.Mutex
 	calls map[string]int // "hash/attempt" → calls
+	ran   func(hash string)
 }
 
 func (*echoAdapter) Kinds() []string { return []string{kindEcho} }
@@ -69,6 +95,7 @@ func (a *echoAdapter) Execute(ctx context.Context, it store.EffectItem) (adapter
 	a.mu.Lock()
 	a.calls[fmt.Sprint(it.IntentHash, "/", it.Attempt)]++
 	a.mu.Unlock()
+	a.ran(it.IntentHash)
 	if err := actor.Sleep(ctx, a.ex, time.Duration(a.ex.Uint64()%300)*time.Millisecond); err != nil {
 		return adapter.Result{}, err
 	}
@@ -88,6 +115,7 @@ type fabricSpy struct {
 	*adapter.Fabric
 	mu   *sync.Mutex
 	keys map[string]string // intent hash → Msg key
+	ran  func(hash string)
 }
 
 func (f fabricSpy) Execute(ctx context.Context, it store.EffectItem) (adapter.Result, error) {
@@ -98,7 +126,97 @@ func (f fabricSpy) Execute(ctx context.Context, it store.EffectItem) (adapter.Re
 		f.keys[it.IntentHash] = m.Key
 		f.mu.Unlock()
 	}
+	f.ran(it.IntentHash)
 	return f.Fabric.Execute(ctx, it)
+}
+
+// The sim's worlds also take steps that go over a kernel limit: each must
+// become an error outcome (input consumed, state unchanged, nothing asked
+// for), never a commit the store refuses or a wedged world.
+type (
+	SimShout struct{ Key string } // fails with an error longer than world.MaxErrorBytes
+	SimSpew  struct{ Key string } // asks for more intents than one step may
+	SimSwell struct{ Key string } // grows the state past world.MaxStateBytes
+	SimFar   struct{ Key string } // sets a timer past the last storable instant
+)
+
+func simDef() *world.Def[counter] {
+	d := counterDef()
+	world.On(d, func(c *world.Ctx, s *counter, m SimShout) error {
+		s.Seen = append(s.Seen, m.Key)
+		return errors.New(strings.Repeat("!", 2*world.MaxErrorBytes))
+	})
+	world.On(d, func(c *world.Ctx, s *counter, m SimSpew) error {
+		s.Seen = append(s.Seen, m.Key)
+		for i := range world.MaxStepIntents + 1 {
+			c.Effect(kindEcho, EchoParams{Key: fmt.Sprint(m.Key, "/", i)})
+		}
+		return nil
+	})
+	world.On(d, func(c *world.Ctx, s *counter, m SimSwell) error {
+		s.Seen = append(s.Seen, m.Key, strings.Repeat("x", world.MaxStateBytes))
+		return nil
+	})
+	world.On(d, func(c *world.Ctx, s *counter, m SimFar) error {
+		s.Seen = append(s.Seen, m.Key)
+		c.SetTimer(event.MaxTime.Add(time.Hour), Beep{Key: m.Key})
+		return nil
+	})
+	return d
+}
+
+func simKernel() plane.Kernels { return plane.Kernels{universe: simDef().Kernel()} }
+
+// lossyStore is an adapter pool's handle (fabric included), or a host's,
+// whose calls sometimes take effect and then fail as a lost connection
+// does: the caller cannot tell whether they happened.
+type lossyStore struct {
+	*memstore.Store
+	lose func(op string) bool
+}
+
+func lost(op string) error {
+	return &store.Error{Op: op, Kind: store.Unavailable(io.ErrUnexpectedEOF)}
+}
+
+func (s lossyStore) Claim(ctx context.Context, worker string, kinds []string, n int, ttl time.Duration) ([]store.EffectItem, error) {
+	items, err := s.Store.Claim(ctx, worker, kinds, n, ttl)
+	if err == nil && len(items) > 0 && s.lose("claim") {
+		return nil, lost("claim")
+	}
+	return items, err
+}
+
+func (s lossyStore) Complete(ctx context.Context, h string, c store.Claim, rc store.Receipt) (uint64, bool, error) {
+	seq, dup, err := s.Store.Complete(ctx, h, c, rc)
+	if err == nil && s.lose("complete") {
+		return 0, false, lost("complete")
+	}
+	return seq, dup, err
+}
+
+func (s lossyStore) ReleaseEffect(ctx context.Context, h string, c store.Claim) error {
+	err := s.Store.ReleaseEffect(ctx, h, c)
+	if err == nil && s.lose("release_effect") {
+		return lost("release_effect")
+	}
+	return err
+}
+
+func (s lossyStore) Commit(ctx context.Context, w string, epoch uint64, b store.CommitBatch) (store.CommitResult, error) {
+	res, err := s.Store.Commit(ctx, w, epoch, b)
+	if err == nil && s.lose("commit") {
+		return store.CommitResult{}, lost("commit")
+	}
+	return res, err
+}
+
+func (s lossyStore) Send(ctx context.Context, dest, id string, it store.InboxItem) (store.FabricResult, error) {
+	res, err := s.Store.Send(ctx, dest, id, it)
+	if err == nil && s.lose("send") {
+		return store.FabricResult{}, lost("send")
+	}
+	return res, err
 }
 
 const (
@@ -110,24 +228,40 @@ const (
 
 var simWorlds = []string{"s0", "s1", "s2", "s3"}
 
+// simDoomed is the world the driver archives mid-run, with effects of its
+// own published, claimed and in flight.
+const simDoomed = "s4"
+
+var simAll = append(slices.Clone(simWorlds), simDoomed)
+
 func planeSim(stats *simStats) lab.Scenario {
 	return func(env *lab.Env) error { return (&planeSimRun{env: env, stats: stats}).run() }
 }
 
 // planeSimRun is one seed of the whole-plane simulation: the orchestrator,
 // three hosts, two adapter pools (the echo adapter and fabric.send), the
-// timer worker and the reapers, all on one memstore under the lab's clock.
-// A seeded workload sends events, calls, effects, timers and fabric sends
-// while seeded faults strike: store errors on every handle, host crashes,
-// pool and timer worker crashes, world processes that panic outside the
-// kernel (the host fails and its outer supervisor, here the driver, starts
-// it again), paused workers and delayed wake-ups. Then it heals and checks.
+// timer worker and the reapers, all on one memstore under the lab's clock,
+// each node's clock and the store's off it by seeded offsets of their own.
+// A seeded workload sends events, calls (from the client of each host's
+// process), effects, timers, fabric sends and steps over every kernel
+// limit, and archives a world while its effects are published, while
+// seeded faults strike: store errors on every handle (some look like a lost
+// connection; on the pools' handles and the hosts' commits some come after
+// the call took effect),
+// host crashes, pool and timer worker crashes, world processes that panic
+// outside the kernel (the host fails and its outer supervisor, here the
+// driver, starts it again), paused workers and delayed wake-ups. Then it
+// heals and checks.
 type planeSimRun struct {
-	env    *lab.Env
-	stats  *simStats
-	base   *memstore.Store
-	healed atomic.Bool
-	panics atomic.Bool // arms the next world step to panic
+	env   *lab.Env
+	stats *simStats
+	// sharedSeed starts every client's randomness from the same seed, as
+	// processes that drew their ids from a configured seed would: the
+	// oracles must catch it (TestPlaneSimulationCatchesSharedCallIDs).
+	sharedSeed bool
+	base       *memstore.Store
+	healed     atomic.Bool
+	panics     atomic.Bool // arms the next world step to panic
 
 	hosts  []*simNode
 	pools  []*simNode
@@ -139,6 +273,30 @@ type planeSimRun struct {
 
 	commits  map[string][]plane.HostEvent
 	acquired map[string][]uint64
+
+	execMu  sync.Mutex
+	execLog []string // intent hashes in the order adapters executed them
+	// archived: simDoomed was archived; afterArchive is len(execLog) then,
+	// and inflight its effects claimed before the archive committed.
+	archived     bool
+	afterArchive int
+	inflight     map[string]bool
+
+	clients []*plane.Client     // one per host node, on its clock
+	callIDs map[string]bool     // every call id drawn, by any client
+	replies map[string]simReply // call id → the reply its caller got
+	limited map[string]string   // key of a step over a limit → its kind
+}
+
+type simReply struct {
+	world string
+	value []byte
+}
+
+func (r *planeSimRun) ran(hash string) {
+	r.execMu.Lock()
+	r.execLog = append(r.execLog, hash)
+	r.execMu.Unlock()
 }
 
 func (r *planeSimRun) hook(n *simNode) func(op string) error {
@@ -150,6 +308,15 @@ func (r *planeSimRun) hook(n *simNode) func(op string) error {
 		}
 		if !r.healed.Load() && r.env.Lab.Buggify("store."+op) {
 			r.stats.storeFaults++
+			if slices.Contains(r.pools, n) {
+				r.stats.poolFaults[op]++
+			}
+			// Half of them look like a lost connection, as the SQL
+			// backends report one.
+			if r.env.Lab.Uint64()%2 == 0 {
+				r.stats.unavailable++
+				return lost(op)
+			}
 			return errStoreFault
 		}
 		return nil
@@ -159,13 +326,29 @@ func (r *planeSimRun) hook(n *simNode) func(op string) error {
 // simKernels is the counter's kernel whose steps panic, outside the
 // kernel's containment, whenever the driver arms it.
 func (r *planeSimRun) simKernels() plane.Kernels {
-	return plane.Kernels{universe: panicKernel{counterDef().Kernel(), &r.panics}}
+	return plane.Kernels{universe: panicKernel{simDef().Kernel(), &r.panics}}
+}
+
+// newNode is a node whose clock is off by a seeded offset, up to 3s
+// either way (three times the TTL).
+func (r *planeSimRun) newNode(name string) *simNode {
+	off := time.Duration(int64(r.env.Lab.Uint64()%7)-3) * time.Second
+	if off != 0 {
+		r.stats.skewedNodes++
+	}
+	return &simNode{name: name, ex: skewExecutor{r.env.Lab, off}}
 }
 
 func (r *planeSimRun) startHost(n *simNode) error {
 	n.gen++
 	n.st = r.base.Restart(memstore.WithHook(r.hook(n)))
-	cfg := hostConfig(n.name, n.st, nil)
+	cfg := hostConfig(n.name, lossyStore{n.st, func(op string) bool {
+		if r.healed.Load() || r.env.Lab.Uint64()%16 != 0 {
+			return false
+		}
+		r.stats.lostCommits++
+		return true
+	}}, n.replies)
 	cfg.Kernels = r.simKernels()
 	cfg.LeaseTTL, cfg.IdleAfter, cfg.SyncEvery = simTTL, 300*time.Millisecond, 200*time.Millisecond
 	cfg.MaxInboxBatch, cfg.MaxTickStepsPerCycle = 3, 2
@@ -181,18 +364,18 @@ func (r *planeSimRun) startHost(n *simNode) error {
 			r.stats.hostFailures++
 		}
 	}
-	h, err := plane.StartHost(r.env.Ctx, r.env.Root, cfg)
+	h, err := plane.StartHost(r.env.Ctx, n.sys.Root(), cfg)
 	n.host, n.down = h, err != nil
 	return err
 }
 
 // startTask runs a pool, the timer worker or the reapers in a scope of its
 // own on a fresh handle; a crash kills the scope and the handle.
-func (r *planeSimRun) startTask(n *simNode, run func(st *memstore.Store, id string) (func(context.Context) error, error)) error {
+func (r *planeSimRun) startTask(n *simNode, run func(n *simNode, id string) (func(context.Context) error, error)) error {
 	n.gen++
 	n.st = r.base.Restart(memstore.WithHook(r.hook(n)))
 	id := fmt.Sprint(n.name, "-", n.gen)
-	f, err := run(n.st, id)
+	f, err := run(n, id)
 	if err != nil {
 		return err
 	}
@@ -212,27 +395,35 @@ func (r *planeSimRun) startTask(n *simNode, run func(st *memstore.Store, id stri
 	return nil
 }
 
-func (r *planeSimRun) runPool(st *memstore.Store, id string) (func(context.Context) error, error) {
-	p, err := adapter.NewPool(st, adapter.Config{Worker: id, Executor: r.env.Lab, ClaimTTL: simTTL, Concurrency: 2},
+func (r *planeSimRun) runPool(n *simNode, id string) (func(context.Context) error, error) {
+	st := lossyStore{n.st, func(op string) bool {
+		if r.healed.Load() || r.env.Lab.Uint64()%16 != 0 {
+			return false
+		}
+		r.stats.lostReplies++
+		r.stats.poolFaults["lost "+op]++
+		return true
+	}}
+	p, err := adapter.NewPool(st, adapter.Config{Worker: id, Executor: n.ex, ClaimTTL: simTTL, Concurrency: 2},
 		adapter.Register(r.echo, adapter.RetryPolicy{Attempts: simEchoTry, Base: 50 * time.Millisecond, Max: 200 * time.Millisecond}),
-		adapter.Register(fabricSpy{adapter.NewFabric(st), &r.fabMu, r.fabKey}, adapter.RetryPolicy{Attempts: 2, Base: 50 * time.Millisecond, Max: 100 * time.Millisecond}))
+		adapter.Register(fabricSpy{adapter.NewFabric(st), &r.fabMu, r.fabKey, r.ran}, adapter.RetryPolicy{Attempts: 2, Base: 50 * time.Millisecond, Max: 100 * time.Millisecond}))
 	if err != nil {
 		return nil, err
 	}
 	return p.Run, nil
 }
 
-func (r *planeSimRun) runTimer(st *memstore.Store, id string) (func(context.Context) error, error) {
-	w, err := timer.New(st, timer.Config{Worker: id, Executor: r.env.Lab, ClaimTTL: simTTL})
+func (r *planeSimRun) runTimer(n *simNode, id string) (func(context.Context) error, error) {
+	w, err := timer.New(n.st, timer.Config{Worker: id, Executor: n.ex, ClaimTTL: simTTL})
 	if err != nil {
 		return nil, err
 	}
 	return w.Run, nil
 }
 
-func (r *planeSimRun) runReapers(st *memstore.Store, _ string) (func(context.Context) error, error) {
+func (r *planeSimRun) runReapers(n *simNode, _ string) (func(context.Context) error, error) {
 	return func(ctx context.Context) error {
-		return reaper.Run(ctx, reaper.Config{Executor: r.env.Lab}, reaper.Effects(st, simTTL), reaper.Timers(st, simTTL))
+		return reaper.Run(ctx, reaper.Config{Executor: n.ex}, reaper.Effects(n.st, simTTL), reaper.Timers(n.st, simTTL))
 	}, nil
 }
 
@@ -304,80 +495,145 @@ type ack struct {
 	seq   uint64
 }
 
-func (r *planeSimRun) run() error {
+func (r *planeSimRun) run() (err error) {
 	env, lb := r.env, r.env.Lab
-	// The store's clock is off the nodes' by a seeded offset (up to 3s
-	// either way, three times the TTL): nothing may compare an instant of
-	// the store's clock with the executor's.
+	defer func() {
+		// A failed check leaves the nodes running; kill them, or the
+		// lab would report their timers as a livelock instead of the
+		// failure.
+		if err != nil {
+			for _, n := range r.hosts {
+				if n.host != nil {
+					n.host.Kill(env.Ctx)
+				}
+			}
+			for _, n := range append(slices.Clone(r.pools), r.timerW, r.reap) {
+				if n != nil && n.scope != nil {
+					_, _ = n.scope.CloseKilled(env.Ctx)
+				}
+			}
+		}
+	}()
+	// The store's clock is off the lab's by a seeded offset (up to 3s
+	// either way, three times the TTL), and so is every node's, each by
+	// its own: nothing may compare an instant of one clock with another's.
 	skew := time.Duration(int64(lb.Uint64()%7)-3) * time.Second
 	r.base = memstore.New(memstore.WithClock(func() time.Time { return lb.Now().Add(skew) }))
 	r.commits, r.acquired = map[string][]plane.HostEvent{}, map[string][]uint64{}
 	r.fabKey = map[string]string{}
-	r.echo = &echoAdapter{ex: lb, heal: &r.healed, calls: map[string]int{}}
-	for _, w := range simWorlds {
+	r.callIDs, r.replies, r.limited = map[string]bool{}, map[string]simReply{}, map[string]string{}
+	r.echo = &echoAdapter{ex: lb, heal: &r.healed, calls: map[string]int{}, ran: r.ran}
+	for _, w := range simAll {
 		if _, err := r.base.CreateWorld(env.Ctx, universe, w, nil); err != nil {
 			return err
 		}
 	}
 	for _, id := range []string{"A", "B", "C"} {
-		n := &simNode{name: id}
+		n := r.newNode(id)
+		n.sys, n.replies = actor.NewSystem(actor.WithExecutor(n.ex)), plane.NewReplies()
 		r.hosts = append(r.hosts, n)
 		if err := r.startHost(n); err != nil {
 			return err
 		}
+		// Each host's process has a client of its own, on its clock, with
+		// its own draw of call ids; a reply comes to it in process when its
+		// host steps the call, or else from the journal.
+		var cex actor.Executor = n.ex
+		if r.sharedSeed {
+			cex = &seededExecutor{skewExecutor: n.ex}
+		}
+		c, err := plane.NewClient(plane.ClientConfig{Store: r.base, Kernels: simKernel(), Executor: cex, Replies: n.replies})
+		if err != nil {
+			return err
+		}
+		r.clients = append(r.clients, c)
 	}
 	for _, id := range []string{"pool1", "pool2"} {
-		n := &simNode{name: id}
+		n := r.newNode(id)
 		r.pools = append(r.pools, n)
 		if err := r.startTask(n, r.runPool); err != nil {
 			return err
 		}
 	}
-	r.timerW, r.reap = &simNode{name: "timers"}, &simNode{name: "reapers"}
+	r.timerW, r.reap = r.newNode("timers"), r.newNode("reapers")
 	if err := r.startTask(r.timerW, r.runTimer); err != nil {
 		return err
 	}
 	if err := r.startTask(r.reap, r.runReapers); err != nil {
 		return err
 	}
-	orchNode := &simNode{name: "orch"}
+	orchNode := r.newNode("orch")
+	orchNode.sys = actor.NewSystem(actor.WithExecutor(orchNode.ex))
 	orchNode.st = r.base.Restart(memstore.WithHook(r.hook(orchNode)))
-	orch, err := plane.StartOrchestrator(env.Ctx, env.Root, plane.OrchestratorConfig{
+	orch, err := plane.StartOrchestrator(env.Ctx, orchNode.sys.Root(), plane.OrchestratorConfig{
 		ID: "orch", Store: orchNode.st, Universes: []string{universe}, LeaseTTL: simTTL})
 	if err != nil {
 		return err
 	}
 	defer orch.Stop(env.Ctx)
-	c, _ := plane.NewClient(plane.ClientConfig{Store: r.base, Kernels: kernels(), Executor: lb})
+	c := r.clients[0]
 
 	acked := map[string]ack{} // idempotency key → where it went
 	relays := map[string]string{}
 	alarms := map[string]string{}
+	// The doomed world is archived right after an effect of its own is
+	// sent, at a seeded point, so the archive races its published effects.
+	archiveAt := 2 + int(lb.Uint64()%uint64(simOps-4))
+	swell := lb.Uint64()%40 == 0 // a state over the bound is costly (seconds): a few seeds
+	callers := map[*plane.Client]bool{}
 	for i := range simOps {
 		w := simWorlds[lb.Uint64()%uint64(len(simWorlds))]
 		key := fmt.Sprint("k", i)
 		var v any
-		switch lb.Uint64() % 5 {
-		case 0:
+		switch x := lb.Uint64() % 8; {
+		case i == archiveAt || (x == 7 && !r.archived):
+			w, v = simDoomed, Echo{Key: key}
+		case x == 0 || x == 7:
 			v = Add{By: int64(i), Key: key}
-		case 1:
+		case x == 1:
 			v = Echo{Key: key}
-		case 2:
-			to := simWorlds[lb.Uint64()%uint64(len(simWorlds))]
+		case x == 2:
+			to := simAll[lb.Uint64()%uint64(len(simAll))]
 			v, relays[key] = Relay{To: to, Key: key}, to
-		case 3:
+		case x == 3:
 			v, alarms[key] = Alarm{AfterMs: int64(lb.Uint64() % 1500), Key: key}, w
-		case 4:
-			if err := r.call(c, w, key); err != nil {
+		case x == 4:
+			cl := r.clients[lb.Uint64()%uint64(len(r.clients))]
+			callers[cl] = true
+			if err := r.call(cl, w, key); err != nil {
 				return err
 			}
 			v = Add{By: 1, Key: key}
+		default: // a step over a kernel limit
+			switch y := lb.Uint64() % 3; {
+			case swell:
+				swell = false
+				v, r.limited[key] = SimSwell{Key: key}, "swell"
+				r.stats.swells++
+			case y == 0:
+				v, r.limited[key] = SimShout{Key: key}, "shout"
+				r.stats.shouts++
+			case y == 1:
+				v, r.limited[key] = SimSpew{Key: key}, "spew"
+				r.stats.spews++
+			default:
+				v, r.limited[key] = SimFar{Key: key}, "far"
+				r.stats.farTimers++
+			}
 		}
 		a, err := c.Send(env.Ctx, w, v, key)
 		if err != nil {
 			return err
 		}
 		acked[key] = ack{w, a.Seq}
+		if i == archiveAt {
+			if err := r.sleep(time.Duration(lb.Uint64()%400) * time.Millisecond); err != nil {
+				return err
+			}
+			if err := r.archive(); err != nil {
+				return err
+			}
+		}
 		if err := r.fault(); err != nil {
 			return err
 		}
@@ -387,6 +643,9 @@ func (r *planeSimRun) run() error {
 		if err := r.sleep(time.Duration(lb.Uint64()%200) * time.Millisecond); err != nil {
 			return err
 		}
+	}
+	if len(callers) > 1 {
+		r.stats.callClients++
 	}
 	// Heal: no more faults, nobody paused, everything that is down
 	// started again; then wait until every queue is empty and every world
@@ -415,15 +674,51 @@ func (r *planeSimRun) run() error {
 	return nil
 }
 
-// call makes a call to w with a deadline, retried under the same call id
-// (so the inbox holds it once) while the plane is hurt.
+// archive ends the doomed world while its effects are published: the
+// archive withdraws the unclaimed ones in its own transaction; the ones
+// already claimed may finish, and are noted as allowed to.
+func (r *planeSimRun) archive() error {
+	ctx := r.env.Ctx
+	r.execMu.Lock()
+	if _, err := r.base.SetWorldStatus(ctx, simDoomed, store.WorldArchived, "sim"); err != nil {
+		r.execMu.Unlock()
+		return err
+	}
+	r.archived, r.afterArchive = true, len(r.execLog)
+	r.execMu.Unlock()
+	items, err := r.base.ListEffects(ctx, simDoomed, 0, 1000)
+	if err != nil {
+		return err
+	}
+	r.inflight = map[string]bool{}
+	for _, it := range items {
+		if it.State == store.EffectInflight {
+			r.inflight[it.IntentHash] = true
+		}
+	}
+	r.stats.archives++
+	r.stats.inflightAtArchive += len(r.inflight)
+	return nil
+}
+
+// call makes a call to w with a deadline on its client's clock, retried
+// under the same call id (so the inbox holds it once) while the plane is
+// hurt. Every id any client draws must be new: a call id two processes
+// share answers one call with the other's reply.
 func (r *planeSimRun) call(c *plane.Client, w, key string) error {
+	id := c.NewCallID()
+	if r.callIDs[id] {
+		return fmt.Errorf("call %s: call id %s was drawn before, by this or another client", key, id)
+	}
+	r.callIDs[id] = true
+	ex := r.clientEx(c)
 	for try := 0; ; {
-		ctx, cancel := r.env.Lab.WithDeadline(r.env.Ctx, r.env.Lab.Now().Add(3*time.Second))
-		_, err := c.CallWithID(ctx, w, "call-"+key, Get{})
+		ctx, cancel := actor.WithDeadline(r.env.Ctx, ex, ex.Now().Add(3*time.Second))
+		rep, err := c.CallWithID(ctx, w, id, Get{})
 		cancel()
 		if err == nil {
 			r.stats.calls++
+			r.replies[id] = simReply{w, rep}
 			return nil
 		}
 		if r.env.Ctx.Err() != nil {
@@ -436,6 +731,10 @@ func (r *planeSimRun) call(c *plane.Client, w, key string) error {
 			return err
 		}
 	}
+}
+
+func (r *planeSimRun) clientEx(c *plane.Client) actor.Executor {
+	return r.hosts[slices.Index(r.clients, c)].ex
 }
 
 // diag describes where a world stands, for a failure's message.
@@ -494,7 +793,9 @@ func (r *planeSimRun) fault() error {
 }
 
 // quiesce waits, restarting what fails, until no effect or timer is
-// queued and every world's inbox is drained.
+// queued and every active world's inbox is drained: no world is stuck
+// behind an input. An archived world's inbox is never drained again (the
+// receipts of its in-flight effects still land there).
 func (r *planeSimRun) quiesce() error {
 	ctx := r.env.Ctx
 	for deadline := r.env.Lab.Now().Add(2 * time.Minute); ; {
@@ -505,7 +806,7 @@ func (r *planeSimRun) quiesce() error {
 		if err != nil {
 			return err
 		}
-		done := d.EffectsPending+d.EffectsInflight+d.TimersScheduled+d.TimersClaimed+d.InboxBacklog == 0
+		done := d.EffectsPending+d.EffectsInflight+d.TimersScheduled+d.TimersClaimed == 0
 		for _, w := range simWorlds {
 			items, err := r.base.ReadInbox(ctx, w, 0, 0)
 			if err != nil {
@@ -531,6 +832,9 @@ func (r *planeSimRun) quiesce() error {
 			for _, n := range append(append(slices.Clone(r.hosts), r.pools...), r.timerW, r.reap) {
 				diag += fmt.Sprintf(" %s gen %d down %v paused %v;", n.name, n.gen, n.down, n.paused)
 			}
+			for _, w := range simWorlds {
+				diag += " " + w + ": " + r.diag(w) + ";"
+			}
 			return fmt.Errorf("the plane did not quiesce after healing: %+v: %s", d, diag)
 		}
 		if err := r.sleep(50 * time.Millisecond); err != nil {
@@ -547,8 +851,12 @@ type stepRecord struct {
 		Seq     uint64 `cbor:"seq"`
 		Kind    string `cbor:"kind"`
 		Payload []byte `cbor:"payload"`
+		CallID  string `cbor:"call_id"`
 	} `cbor:"input"`
-	Outcome string `cbor:"outcome"`
+	Outcome   string   `cbor:"outcome"`
+	Error     string   `cbor:"error"`
+	Cancels   []string `cbor:"cancels"`
+	ReplyHash string   `cbor:"reply_hash"`
 }
 
 // firedTimer returns the intent hash of the timer whose firing rec
@@ -571,11 +879,14 @@ func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]stri
 	ctx := r.env.Ctx
 	applied, got, fired := map[string]int{}, map[string]int{}, map[string]int{}
 	delivered := map[string]bool{} // Msg keys whose send was answered ok
-	for _, w := range simWorlds {
+	callRecs := map[string][]simCallRec{}
+	doomedIntents := map[string]bool{}
+	for _, w := range simAll {
+		doomed := w == simDoomed
 		// Replay parity: the journal replayed from genesis is the state
 		// restored from the store and the state its host holds, byte for
 		// byte.
-		snap, err := parity(ctx, r.base, w)
+		snap, err := parityOf(ctx, r.base, w, simDef())
 		if err != nil {
 			return fmt.Errorf("%s: %w", w, err)
 		}
@@ -583,7 +894,7 @@ func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]stri
 		if err != nil {
 			return err
 		}
-		full, err := world.Replay(counterDef(), w, world.Snapshot{}, journal)
+		full, err := world.Replay(simDef(), w, world.Snapshot{}, journal)
 		if err != nil {
 			return fmt.Errorf("%s: replay: %w", w, err)
 		}
@@ -605,6 +916,9 @@ func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]stri
 			return err
 		}
 		for _, k := range v.Seen {
+			if r.limited[k] != "" {
+				return fmt.Errorf("%s applied %s, a step over the %s limit", w, k, r.limited[k])
+			}
 			if acked[k].world != w {
 				return fmt.Errorf("%s applied %s, sent to %s", w, k, acked[k].world)
 			}
@@ -660,6 +974,12 @@ func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]stri
 			if err := event.Unmarshal(e.Payload, &rec); err != nil {
 				return err
 			}
+			if id := rec.Input.CallID; id != "" && rec.Input.Kind == world.InputCall {
+				callRecs[id] = append(callRecs[id], simCallRec{w, rec.ReplyHash})
+			}
+			if err := r.checkLimited(w, rec, acked); err != nil {
+				return err
+			}
 			h, ok, err := rec.firedTimer()
 			if err != nil {
 				return fmt.Errorf("%s: timer firing at %d: %w", w, e.RunSeq, err)
@@ -682,6 +1002,21 @@ func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]stri
 				st, err := r.base.EffectStatus(ctx, h)
 				if err != nil {
 					return fmt.Errorf("%s: intent %.8s: %w", w, h, err)
+				}
+				if doomed {
+					// The archive withdrew what no adapter had claimed;
+					// the rest finished, and their receipts may wait in
+					// an inbox that is no longer drained.
+					doomedIntents[h] = true
+					switch {
+					case st.State == store.EffectWithdrawn:
+						r.stats.withdrawn++
+					case st.State != store.EffectDone:
+						return fmt.Errorf("%s: intent %.8s is %s after the archive and healing", w, h, st.State)
+					case receipts[h] > 1 || consumed[h] > receipts[h]:
+						return fmt.Errorf("%s: intent %.8s has %d receipts in the inbox, %d consumed", w, h, receipts[h], consumed[h])
+					}
+					continue
 				}
 				if st.State != store.EffectDone || st.Receipt == nil {
 					return fmt.Errorf("%s: intent %.8s is %s after healing", w, h, st.State)
@@ -706,7 +1041,7 @@ func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]stri
 				}
 			}
 		}
-		if len(consumed) != len(receipts) {
+		if len(consumed) != len(receipts) && !doomed {
 			return fmt.Errorf("%s: %d receipts in the inbox for %d consumed", w, len(receipts), len(consumed))
 		}
 		// Epochs only rise; no stale write was accepted: the commits
@@ -725,7 +1060,7 @@ func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]stri
 			if len(cs) > 0 && cs[len(cs)-1].Epoch > l.Epoch {
 				return fmt.Errorf("%s: a commit at epoch %d above the lease's %d", w, cs[len(cs)-1].Epoch, l.Epoch)
 			}
-			if l.Epoch > 1 {
+			if l.Epoch > 1 && !doomed {
 				cur, _ := r.base.Cursor(ctx, w)
 				head, _ := r.base.Head(ctx, w)
 				if _, err := r.base.Commit(ctx, w, l.Epoch-1, store.CommitBatch{ExpectedCursor: cur, NewCursor: cur, ExpectedHead: head}); !errors.Is(err, store.ErrFenced) {
@@ -736,14 +1071,43 @@ func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]stri
 		// Every acknowledged ingress of w was drained.
 		cur, _ := r.base.Cursor(ctx, w)
 		for _, k := range sortedKeys(acked) {
-			if a := acked[k]; a.world == w && a.seq > cur {
+			if a := acked[k]; a.world == w && a.seq > cur && !doomed {
 				return fmt.Errorf("%s: acknowledged %s (seq %d) past the cursor %d", w, k, a.seq, cur)
 			}
 		}
 	}
 	for _, k := range sortedKeys(acked) {
-		if applied[k] != 1 {
+		want := 1
+		if r.limited[k] != "" || (acked[k].world == simDoomed && applied[k] == 0) {
+			want = 0 // over a limit, or left in the archived world's inbox
+		}
+		if applied[k] != want {
 			return fmt.Errorf("acknowledged %s journaled %d times", k, applied[k])
+		}
+	}
+	// One reply per call id, from its own step: the reply a caller got is
+	// the one journaled by the step that consumed its call, and no call id
+	// was consumed twice.
+	for _, id := range sortedKeys(callRecs) {
+		if len(callRecs[id]) != 1 {
+			return fmt.Errorf("call id %s consumed by %d steps: %+v", id, len(callRecs[id]), callRecs[id])
+		}
+	}
+	for _, id := range sortedKeys(r.replies) {
+		rep, recs := r.replies[id], callRecs[id]
+		if len(recs) != 1 || recs[0].world != rep.world || recs[0].replyHash != world.Hash(rep.value) {
+			return fmt.Errorf("call %s to %s got a reply (hash %s) its step did not journal: %+v", id, rep.world, world.Hash(rep.value), recs)
+		}
+		r.stats.replies++
+	}
+	// No effect of the archived world ran after the archive committed,
+	// unless an adapter had claimed it before.
+	r.execMu.Lock()
+	late := slices.Clone(r.execLog[r.afterArchive:])
+	r.execMu.Unlock()
+	for _, h := range late {
+		if doomedIntents[h] && !r.inflight[h] {
+			return fmt.Errorf("%s: effect %.8s executed after the archive, unclaimed when it committed", simDoomed, h)
 		}
 	}
 	// A message is delivered at most once (message_id = intent hash),
@@ -751,7 +1115,7 @@ func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]stri
 	// ran out of attempts (an error or timeout receipt) may not have
 	// landed.
 	for _, k := range sortedKeys(relays) {
-		if got[k] > 1 || (delivered[k] && got[k] != 1) {
+		if got[k] > 1 || (delivered[k] && got[k] != 1 && relays[k] != simDoomed) {
 			return fmt.Errorf("message %s delivered %d times (receipt ok: %v)", k, got[k], delivered[k])
 		}
 	}
@@ -770,13 +1134,64 @@ func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]stri
 	return nil
 }
 
+type simCallRec struct{ world, replyHash string }
+
+// seededExecutor is a node's executor whose randomness restarts from the
+// same seed in every process: the fault that independent entropy rules out.
+type seededExecutor struct {
+	skewExecutor
+	n uint64
+}
+
+func (e *seededExecutor) Uint64() uint64 { e.n++; return e.n * 0x9e3779b97f4a7c15 }
+
+// TestPlaneSimulationCatchesSharedCallIDs: clients whose call ids come
+// from one shared seed are caught by the simulation's oracles (an id drawn
+// twice, or a reply that is not its call's), so its passing seeds say the
+// ids of independent clients never collide.
+func TestPlaneSimulationCatchesSharedCallIDs(t *testing.T) {
+	for seed := range uint64(200) {
+		var stats simStats
+		stats.poolFaults = map[string]int{}
+		res := lab.Run(lab.Config{Seed: seed, Name: "plane-sim-shared-ids"}, func(env *lab.Env) error {
+			return (&planeSimRun{env: env, stats: &stats, sharedSeed: true}).run()
+		})
+		if res.Failure == nil {
+			continue
+		}
+		if !strings.Contains(res.Failure.Message, "was drawn before") {
+			t.Fatalf("seed %d failed, but not on a shared call id: %s", seed, res.Failure.Message)
+		}
+		return
+	}
+	t.Fatal("no seed caught two clients drawing the same call ids")
+}
+
+// checkLimited checks the journal record of a step over a kernel limit: an
+// error outcome that asked for nothing and kept a bounded error text.
+func (r *planeSimRun) checkLimited(w string, rec stepRecord, acked map[string]ack) error {
+	if rec.Input.Kind != world.InputEvent {
+		return nil
+	}
+	for k, kind := range r.limited {
+		if a := acked[k]; a.world != w || a.seq != rec.Input.Seq {
+			continue
+		}
+		if rec.Outcome != string(world.OutcomeError) || len(rec.Intents)+len(rec.Timers)+len(rec.Cancels) > 0 || len(rec.Error) > world.MaxErrorBytes || rec.Error == "" {
+			return fmt.Errorf("%s: the step over the %s limit (%s) journaled outcome %q with %d intents, %d timers, %d bytes of error",
+				w, kind, k, rec.Outcome, len(rec.Intents), len(rec.Timers), len(rec.Error))
+		}
+	}
+	return nil
+}
+
 // TestPlaneSimulation runs the whole plane under the lab over 200 seeds
 // (ORRERY_SEEDS=N for more, ORRERY_SEED=s for one); a failure leaves a
 // crash pack that replays it.
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 func TestPlaneSimulation(t *testing.T) {
-	var stats simStats
+	stats := simStats{poolFaults: map[string]int{}}
 	lab.Check(t, "plane-sim", planeSim(&stats), lab.WithSeeds(200),
 		lab.WithFaults(lab.Faults{Buggify: 0.01, DelayWakeups: 0.02}))
 	// The seeds must actually have hurt the plane, and exercised every
@@ -789,7 +1204,31 @@ func TestPlaneSimulation(t *testing.T) {
 			{"pool crashes", stats.poolCrashes}, {"timer worker crashes", stats.timerCrashes}, {"pauses", stats.pauses},
 			{"store faults", stats.storeFaults}, {"commits", stats.commits}, {"receipts", stats.receipts},
 			{"timers fired", stats.fired}, {"fabric messages", stats.messages}, {"calls", stats.calls},
-			{"timers stepped directly", stats.directFirings}, {"timers fired through the inbox", stats.inboxFirings}}
+			{"timers stepped directly", stats.directFirings}, {"timers fired through the inbox", stats.inboxFirings},
+			{"nodes with a skewed clock", stats.skewedNodes}, {"unavailable store errors", stats.unavailable},
+			{"adapter calls that took effect and failed", stats.lostReplies},
+			{"host commits that took effect and failed", stats.lostCommits},
+			{"oversized errors", stats.shouts}, {"steps with too many intents", stats.spews},
+			{"states over the bound", stats.swells}, {"far-future timers", stats.farTimers},
+			{"archives", stats.archives}, {"effects withdrawn by an archive", stats.withdrawn},
+			{"effects in flight at an archive", stats.inflightAtArchive},
+			{"replies checked against their step", stats.replies}, {"seeds with calls from several clients", stats.callClients}}
+		// Every adapter path met a store fault, both before and after
+		// taking effect (fabric's send included). ReleaseEffect is not
+		// among them: a pool releases its claims when stopped, which
+		// happens here only after healing.
+		for _, op := range []string{"claim", "complete", "send", "watch"} {
+			counts = append(counts, struct {
+				what string
+				n    int
+			}{"store faults on the pools' " + op, stats.poolFaults[op]})
+		}
+		for _, op := range []string{"claim", "complete", "send"} {
+			counts = append(counts, struct {
+				what string
+				n    int
+			}{"lost replies of the pools' " + op, stats.poolFaults["lost "+op]})
+		}
 		for _, c := range counts {
 			if c.n == 0 {
 				t.Errorf("the simulation injected or exercised no %s: %+v", c.what, stats)
