@@ -716,8 +716,21 @@ func (c *Client) operate(ctx context.Context, op, runID string) (held bool, err 
 	}
 	err = r.applyPlan(ctx, r.plan(), inflight)
 	var s *stop
-	if errors.As(err, &s) && (s.kind == stopCancel || s.kind == stopPause) {
+	switch {
+	case errors.As(err, &s) && (s.kind == stopCancel || s.kind == stopPause):
 		return false, nil
+	case r.fenced.Load() || errors.As(err, &s) && s.kind == stopFenced || isFencing(err):
+		// Another holder took the run over meanwhile (a worker, or
+		// another client's operator path under a new incarnation): the
+		// request is in the inbox already, and the new holder records it
+		// in this one's place, as when it held the run from the start.
+		return true, nil
 	}
 	return false, wrap(op, runID, err)
+}
+
+// isFencing tells a store's refusal of a write under a lease that is no
+// longer the writer's.
+func isFencing(err error) bool {
+	return errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrStaleEpoch) || errors.Is(err, store.ErrNotHolder)
 }
