@@ -88,6 +88,12 @@ type Holder struct {
 	// sooner is the earliest renewal due of the leases held since Renew
 	// last collected them (0: none): maybe before renewAt.
 	sooner Stamp
+	// granted is the epoch of each world's last grant to this holder. An
+	// acquire answered at that epoch again is the store keeping the lease
+	// it granted earlier (a retried acquire, or one after the holder
+	// fenced the lease locally): its expiry counts from that earlier
+	// request, so the holder renews it before counting a deadline.
+	granted map[string]uint64
 }
 
 // Stamp is an instant on the holder's local clock: nanoseconds since the
@@ -127,7 +133,7 @@ func New(cfg Config) *Holder {
 	if cfg.Page <= 0 || cfg.Page > store.MaxBatch {
 		cfg.Page = store.MaxBatch
 	}
-	return &Holder{cfg: cfg, ex: cfg.Executor, origin: cfg.Executor.Now(), held: map[*Lease]struct{}{}}
+	return &Holder{cfg: cfg, ex: cfg.Executor, origin: cfg.Executor.Now(), held: map[*Lease]struct{}{}, granted: map[string]uint64{}}
 }
 
 // Now is the local clock's reading as a Stamp.
@@ -142,7 +148,10 @@ func (h *Holder) TTL() time.Duration { return h.cfg.TTL }
 
 // Granted is the grant of a lease obtained by another call than the
 // holder's own (store.Spawn), sent at sent.
-func (h *Holder) Granted(l store.Lease, sent Stamp) Grant { return Grant{Lease: l, Sent: sent} }
+func (h *Holder) Granted(l store.Lease, sent Stamp) Grant {
+	h.kept([]store.AcquireResult{{World: l.World, Lease: l}})
+	return Grant{Lease: l, Sent: sent}
+}
 
 // Acquire takes world's lease (store.Leases.Acquire).
 func (h *Holder) Acquire(ctx context.Context, world string) (Grant, error) {
@@ -151,7 +160,34 @@ func (h *Holder) Acquire(ctx context.Context, world string) (Grant, error) {
 	if err != nil {
 		return Grant{}, err
 	}
-	return Grant{Lease: l, Sent: sent}, nil
+	res := []store.AcquireResult{{World: world, Lease: l}}
+	grants := []Grant{{Lease: l, Sent: sent}}
+	if h.kept(res) != nil {
+		if err := h.renewKept(ctx, res, grants, []int{0}); err != nil {
+			return Grant{}, err
+		}
+		if res[0].Err != nil {
+			return Grant{}, res[0].Err
+		}
+	}
+	return grants[0], nil
+}
+
+// keptLocked records the epochs res grants and returns the indexes of the
+// ones the store kept (granted this holder before at that epoch).
+func (h *Holder) kept(res []store.AcquireResult) (kept []int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, r := range res {
+		if r.Err != nil {
+			continue
+		}
+		if e, ok := h.granted[r.Lease.World]; ok && e == r.Lease.Epoch {
+			kept = append(kept, i)
+		}
+		h.granted[r.Lease.World] = r.Lease.Epoch
+	}
+	return kept
 }
 
 // AcquireMany takes many worlds' leases in one round trip
@@ -169,7 +205,36 @@ func (h *Holder) AcquireMany(ctx context.Context, worlds []string) ([]store.Acqu
 			grants[i] = Grant{Lease: r.Lease, Sent: sent}
 		}
 	}
+	if kept := h.kept(res); len(kept) > 0 {
+		if err := h.renewKept(ctx, res, grants, kept); err != nil {
+			return nil, nil, err
+		}
+	}
 	return res, grants, nil
+}
+
+// renewKept renews the leases the store kept (answered at the epoch it had
+// granted this holder before): their expiry counts from the earlier
+// request, so their deadlines count from this renewal's. One the store
+// will not renew is that world's error, as an acquire's refusal would be.
+func (h *Holder) renewKept(ctx context.Context, res []store.AcquireResult, grants []Grant, kept []int) error {
+	refs := make([]store.LeaseRef, len(kept))
+	for j, i := range kept {
+		refs[j] = store.LeaseRef{World: res[i].Lease.World, Epoch: res[i].Lease.Epoch}
+	}
+	sent := h.Now()
+	out, err := h.cfg.Store.RenewLeases(ctx, h.cfg.Worker, refs, h.cfg.TTL)
+	if err != nil {
+		return err
+	}
+	for j, i := range kept {
+		if out[j].Err != nil {
+			res[i].Err, grants[i] = out[j].Err, Grant{}
+			continue
+		}
+		res[i].Lease, grants[i] = out[j].Lease, Grant{Lease: out[j].Lease, Sent: sent}
+	}
+	return nil
 }
 
 // Track makes l the live lease g granted, until its deadline, without
