@@ -119,7 +119,7 @@ func (e *Error) Is(target error) bool {
 	case CodeTimeout:
 		return target == context.DeadlineExceeded
 	case CodeUnavailable:
-		return target == store.ErrClosed
+		return target == store.ErrClosed || target == store.ErrUnavailable
 	case CodeCompacted:
 		return target == store.ErrCompacted
 	}

@@ -95,8 +95,9 @@ func TestStoreUnavailableIs503WithRetryAfter(t *testing.T) {
 		t.Fatalf("%d ERROR records for a 503", n)
 	}
 	var ae *api.Error
-	if _, err := r.c.Send(r.ctx, "u1", add, Add{By: 1}, "k1"); !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable {
-		t.Fatalf("client Send while down: %v, want a 503 *api.Error", err)
+	if _, err := r.c.Send(r.ctx, "u1", add, Add{By: 1}, "k1"); !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable ||
+		!errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("client Send while down: %v, want a 503 *api.Error matching store.ErrUnavailable", err)
 	}
 	st.down.Store(false)
 	ack, err := r.c.Send(r.ctx, "u1", add, Add{By: 1}, "k1")
