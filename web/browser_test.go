@@ -122,7 +122,6 @@ func newEnv(t *testing.T, o envOptions) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	e := &env{t: t, ctx: ctx, st: memstore.New(), audit: &auditTransport{release: make(chan struct{})}}
-	t.Cleanup(func() { close(e.audit.release) })
 	var wfs *workflow.Workflows
 	if o.workflows {
 		var err error
@@ -151,6 +150,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 			t.Errorf("stopping the node: %v", err)
 		}
 	})
+	// Cleanups run last first: held audit requests are answered before the
+	// node stops, so its graceful stop finds nothing it must release.
+	t.Cleanup(func() { close(e.audit.release) })
 	cfg := api.Config{
 		Store: e.st, Ops: n.Ops(), Client: n.Client(), Kernels: ledger.Kernels(), Token: o.token,
 		Executor: n.Executor(), EventPoll: 50 * time.Millisecond, UI: web.Handler(),
@@ -320,7 +322,11 @@ func (e *env) account(id, owner, auditURL string, deposit int64) {
 	if _, _, err := e.c.CreateWorld(e.ctx, id, ledger.UniverseAccount); err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := e.c.Call(e.ctx, id, "ledger/Open", ledger.Open{Owner: owner, AuditURL: auditURL, AuditAbove: 10}, api.CallOptions{}); err != nil {
+	if _, err := e.c.Call(e.ctx, id, "ledger/Open", ledger.Open{Owner: owner, AuditURL: auditURL, AuditAbove: 10,
+		// A held audit request stays inflight for the whole test, however
+		// slow the machine: the ledger's default 10 s request timeout
+		// would end it while a loaded machine is still opening the page.
+		AuditTimeoutMs: 3_600_000}, api.CallOptions{}); err != nil {
 		e.t.Fatalf("open %s: %v", id, err)
 	}
 	if _, err := e.c.Call(e.ctx, id, "ledger/Deposit", ledger.Deposit{Amount: deposit, Ref: "initial"}, api.CallOptions{}); err != nil {

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -18,6 +19,9 @@ const (
 	// DefaultAuditAbove is the audit threshold of an account opened
 	// without one: withdrawals above it are reported.
 	DefaultAuditAbove = 1000
+	// DefaultAuditTimeoutMs bounds an audit request of an account opened
+	// without AuditTimeoutMs.
+	DefaultAuditTimeoutMs = 10_000
 	// MaxVoided bounds the releases an account remembers that came before
 	// their hold (see Account.Voided).
 	MaxVoided = 256
@@ -37,7 +41,11 @@ type Account struct {
 	Owner      string
 	AuditURL   string // where withdrawals above AuditAbove are reported ("" = nowhere)
 	AuditAbove int64
-	Balance    int64
+	// AuditTimeoutMs bounds each audit request (0: DefaultAuditTimeoutMs).
+	// Left out of the encoding when 0, so accounts opened without it keep
+	// their state hashes.
+	AuditTimeoutMs int64 `cbor:",omitempty"`
+	Balance        int64
 	// Holds are the amounts promised to transfers in flight, sorted by
 	// transfer id: a hold is captured (paid out) or released.
 	Holds []Hold
@@ -101,6 +109,8 @@ type (
 		Owner      string
 		AuditURL   string
 		AuditAbove int64 // 0: DefaultAuditAbove
+		// AuditTimeoutMs bounds each audit request (0: DefaultAuditTimeoutMs).
+		AuditTimeoutMs int64 `cbor:",omitempty"`
 	}
 	// Deposit adds Amount. An account that is not open accepts it too, so
 	// a transfer's deposit never vanishes. Called, it replies the balance.
@@ -154,10 +164,10 @@ func AccountDef() *world.Def[Account] {
 		switch {
 		case s.Owner != "":
 			return fmt.Errorf("%w: owned by %s", ErrAlreadyOpen, s.Owner)
-		case o.Owner == "" || o.AuditAbove < 0:
-			return fmt.Errorf("%w: an owner and a threshold of 0 or more", ErrInvalid)
+		case o.Owner == "" || o.AuditAbove < 0 || o.AuditTimeoutMs < 0:
+			return fmt.Errorf("%w: an owner, and a threshold and an audit timeout of 0 or more", ErrInvalid)
 		}
-		s.Owner, s.AuditURL, s.AuditAbove = o.Owner, o.AuditURL, o.AuditAbove
+		s.Owner, s.AuditURL, s.AuditAbove, s.AuditTimeoutMs = o.Owner, o.AuditURL, o.AuditAbove, o.AuditTimeoutMs
 		if s.AuditAbove == 0 {
 			s.AuditAbove = DefaultAuditAbove
 		}
@@ -191,7 +201,7 @@ func AccountDef() *world.Def[Account] {
 				return err
 			}
 			h := c.Effect(world.KindHTTPRequest, world.HTTPRequest{
-				Method: http.MethodPost, URL: s.AuditURL, Body: body, TimeoutMs: 10_000,
+				Method: http.MethodPost, URL: s.AuditURL, Body: body, TimeoutMs: uint64(cmp.Or(s.AuditTimeoutMs, DefaultAuditTimeoutMs)),
 				Headers: map[string][]string{"Content-Type": {"application/json"}},
 			})
 			s.Audits = append(s.Audits, Audit{Intent: h, Ref: m.Ref, Amount: m.Amount, Outcome: AuditPending})
