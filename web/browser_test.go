@@ -457,6 +457,28 @@ func TestQueuesPage(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The page shows what the store holds; on a loaded machine the
+	// transfer's step (which arms its timer) and the audit's claim can come
+	// well after the calls above returned. Wait for the store first, so
+	// the page is asked to show a state that exists.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ts, err := e.st.ListTimers(e.ctx, "t1", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		effs, err := e.st.ListEffects(e.ctx, "alice", 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ts) == 1 && len(effs) == 1 && effs[0].State == store.EffectInflight {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after two minutes t1's timers are %+v and alice's effects %+v: want one timer and one inflight effect", ts, effs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	e.open("/ui/#queues/alice")
 	e.waitFor("the global depths", strings.Join([]string{
 		textIs(`#queues dd[data-q="effects_inflight"]`, "1"),
