@@ -154,10 +154,16 @@ func (f *Front) Release(ctx context.Context, world, worker string, epoch uint64)
 	return asOne(op, rs[0].Err)
 }
 
-// Complete is CompleteMany of one completion.
+// Complete is CompleteMany of one completion. The completion is checked
+// first: an invalid one is the call's answer, and the backend never hears
+// of it (CompleteMany would still ask it, with no item).
 func (f *Front) Complete(ctx context.Context, intentHash string, c Claim, r Receipt) (uint64, bool, error) {
 	const op = "complete"
-	rs, err := f.CompleteMany(context.WithValue(ctx, calledAsKey{}, op), []Completion{{IntentHash: intentHash, Claim: c, Receipt: r}})
+	one := Completion{IntentHash: intentHash, Claim: c, Receipt: r}
+	if err := first(done(ctx, op), CheckCompletion(op, one)); err != nil {
+		return 0, false, err
+	}
+	rs, err := f.CompleteMany(context.WithValue(ctx, calledAsKey{}, op), []Completion{one})
 	if err != nil {
 		return 0, false, asOne(op, err)
 	}
