@@ -32,7 +32,7 @@
 // # What it owns
 //
 //   - Definitions (New, On, EffectKind): inputs are routed by type name
-//     through actor/dispatch's Table, as the dispatcher contract routes messages; the name
+//     through a handlers.Table, as the dispatcher contract routes messages; the name
 //     is the Go type's, or its WorldType method's.
 //   - The step: (state, height, input) → StepResult. State is canonical
 //     CBOR (event's profile) and its SHA-256 is the state hash. A handler's

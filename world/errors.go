@@ -53,7 +53,7 @@ const (
 )
 
 // DefError is a mistake in a world definition: which call, about what, and
-// why (a sentinel of this package or of actor/dispatch).
+// why (a sentinel of this package or of package handlers).
 type DefError struct {
 	Op   string // "New", "On", "EffectKind"
 	Name string // the world, input type or effect kind concerned

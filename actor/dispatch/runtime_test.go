@@ -57,6 +57,7 @@ import (
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/actor/dispatch"
+	"github.com/orrery-run/orrery/handlers"
 )
 
 // ---- §3 Runtime responsibilities, §4 execution model ----------------------
@@ -385,7 +386,7 @@ func TestMustNotDelegateExecutionAuthority(t *testing.T) {
 			tr.add("parent:start")
 			mustDeliver(t, r, "child", 1)
 			r.Start()
-			if err := r.Register("late", rec); !errors.Is(err, dispatch.ErrRegisterAfterStart) {
+			if err := r.Register("late", rec); !errors.Is(err, handlers.ErrRegisterAfterStart) {
 				t.Errorf("Register from a handler = %v, want ErrRegisterAfterStart", err)
 			}
 			tr.add("parent:end")
@@ -410,7 +411,7 @@ func TestOneHandlerPerMessageType(t *testing.T) {
 		var first, second trace
 		mustRegister(t, r, "a", recordTo(&first))
 		err := r.Register("a", recordTo(&second))
-		if !errors.Is(err, dispatch.ErrDuplicateHandler) {
+		if !errors.Is(err, handlers.ErrDuplicateHandler) {
 			t.Fatalf("second Register = %v, want ErrDuplicateHandler", err)
 		}
 		if !strings.Contains(err.Error(), `"a"`) {
@@ -431,7 +432,7 @@ func TestRegistrationIsSetupTime(t *testing.T) {
 			var tr trace
 			mustRegister(t, r, "early", recordTo(&tr))
 			r.Start()
-			if err := r.Register("late", recordTo(&tr)); !errors.Is(err, dispatch.ErrRegisterAfterStart) {
+			if err := r.Register("late", recordTo(&tr)); !errors.Is(err, handlers.ErrRegisterAfterStart) {
 				t.Fatalf("Register after Start = %v, want ErrRegisterAfterStart", err)
 			}
 			mustDeliver(t, r, "late", 1)
@@ -455,7 +456,7 @@ func TestRegistrationIsSetupTime(t *testing.T) {
 					switch {
 					case err == nil:
 						accepted.Add(1)
-					case !errors.Is(err, dispatch.ErrRegisterAfterStart):
+					case !errors.Is(err, handlers.ErrRegisterAfterStart):
 						t.Errorf("Register: %v", err)
 					}
 				}()
@@ -476,10 +477,10 @@ func TestRegistrationIsSetupTime(t *testing.T) {
 
 func TestRegisterRejectsInvalidArguments(t *testing.T) {
 	r := dispatch.New(nil, dispatch.WithLogger(nil))
-	if err := r.Register("", func(context.Context, dispatch.Message) error { return nil }); !errors.Is(err, dispatch.ErrEmptyMessageType) {
+	if err := r.Register("", func(context.Context, dispatch.Message) error { return nil }); !errors.Is(err, handlers.ErrEmptyMessageType) {
 		t.Errorf("empty type: %v", err)
 	}
-	if err := r.Register("a", nil); !errors.Is(err, dispatch.ErrNilHandler) {
+	if err := r.Register("a", nil); !errors.Is(err, handlers.ErrNilHandler) {
 		t.Errorf("nil handler: %v", err)
 	}
 	if err := r.Stop(context.Background()); err != nil {
