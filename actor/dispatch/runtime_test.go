@@ -33,18 +33,14 @@
 //	§9 MUST execute in mailbox order (FIFO)      TestMustExecuteInFIFOOrder, FuzzDeliverOrder
 //	§9 no reordering by the runtime              TestNoReorderingAcrossTypes, FuzzDeliverOrder
 //	§12 observability MUST NOT alter semantics   TestObservabilityMustNotAlterSemantics, TestStatsAreConsistentSnapshots
-//	executor seam (docs/rules.md, INV-8)         TestNoAmbientTimeOrRandomness
+//	executor seam (docs/rules.md, INV-8)         internal/archtest: TestHouseRules/NoAmbientTimeOrRandomness
 package dispatch_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"log/slog"
-	"path/filepath"
 	"reflect"
 	"runtime"
 	"slices"
@@ -1302,46 +1298,4 @@ func TestStatsAreConsistentSnapshots(t *testing.T) {
 			t.Fatalf("final %+v", s)
 		}
 	})
-}
-
-// ---- Executor seam -------------------------------------------------------------
-
-// The package reaches the clock, randomness and goroutines only through
-// actor.Executor, so the lab can make it deterministic.
-func TestNoAmbientTimeOrRandomness(t *testing.T) {
-	forbiddenImports := map[string]bool{`"math/rand"`: true, `"math/rand/v2"`: true}
-	forbiddenTime := map[string]bool{
-		"Now": true, "Since": true, "Until": true, "Sleep": true, "After": true,
-		"AfterFunc": true, "Tick": true, "NewTimer": true, "NewTicker": true,
-	}
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, imp := range f.Imports {
-			if forbiddenImports[imp.Path.Value] {
-				t.Errorf("%s imports %s; use actor.Executor", name, imp.Path.Value)
-			}
-		}
-		ast.Inspect(f, func(n ast.Node) bool {
-			switch n := n.(type) {
-			case *ast.GoStmt:
-				t.Errorf("%s: go statement; start goroutines with Executor.Go", fset.Position(n.Pos()))
-			case *ast.SelectorExpr:
-				if x, ok := n.X.(*ast.Ident); ok && x.Name == "time" && forbiddenTime[n.Sel.Name] {
-					t.Errorf("%s: time.%s; use actor.Executor", fset.Position(n.Pos()), n.Sel.Name)
-				}
-			}
-			return true
-		})
-	}
 }

@@ -529,7 +529,7 @@ func checkSource(t *testing.T, p *pkg, files []string, rules callRules) {
 					return true
 				}
 				if why, bad := rules.banned[ip][n.Sel.Name]; bad {
-					t.Errorf("%s: %s.%s %s", where(n.Pos()), ip, n.Sel.Name, why)
+					t.Errorf("%s: %s.%s: %s", where(n.Pos()), ip, n.Sel.Name, why)
 				}
 				if only := rules.onlyThese[ip]; only != nil && !only[n.Sel.Name] {
 					t.Errorf("%s: %s.%s draws from an ambient source; seed a generator", where(n.Pos()), ip, n.Sel.Name)
