@@ -76,6 +76,12 @@
 // origin), the TimerSets and TimerCancels, and State as a snapshot when its
 // policy says so. It answers a call with the step's Reply.
 //
+// A timer firing the plane steps at its due time is stepped in two
+// phases: World.Prepare decodes the input and the state before the due
+// time, and Prepared.Step runs the handler once the plane has waited for
+// it. The waiting is the plane's: the kernel never waits, and its API
+// takes no callback.
+//
 // # State
 //
 // A world's state bytes are a CBOR map {"v": 1, "state": S, "effects":
