@@ -6,6 +6,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -176,20 +177,23 @@ func layerTable() []layer {
 	}
 }
 
-// placement is a package's layer: its rank (higher is above) and name.
-// ok is false for a module package no layer holds.
+// placement is a module package's layer: its rank (higher is above) and
+// name, by the longest prefix that holds it. ok is false for a package
+// outside the module or in no layer.
 func (g graph) placement(path string) (rank int, name string, ok bool) {
+	if !ours(path) {
+		return 0, "", false
+	}
 	if p := g[path]; p != nil && p.Name == "main" {
 		return 1 << 20, "binaries", true
 	}
 	r := rel(path)
 	table := layerTable()
-	best := -1
+	best, bestLen := -1, -1
 	for i, l := range table {
 		for _, pre := range l.prefixes {
-			match := r == pre || pre != "" && strings.HasPrefix(r, pre+"/")
-			if match && (best < 0 || len(pre) > longest(table[best], r)) {
-				best = i
+			if (r == pre || pre != "" && strings.HasPrefix(r, pre+"/")) && len(pre) > bestLen {
+				best, bestLen = i, len(pre)
 			}
 		}
 	}
@@ -197,17 +201,6 @@ func (g graph) placement(path string) (rank int, name string, ok bool) {
 		return 0, "", false
 	}
 	return len(table) - best, table[best].name, true
-}
-
-// longest is the length of l's longest prefix that holds r.
-func longest(l layer, r string) int {
-	n := -1
-	for _, pre := range l.prefixes {
-		if (r == pre || pre != "" && strings.HasPrefix(r, pre+"/")) && len(pre) > n {
-			n = len(pre)
-		}
-	}
-	return n
 }
 
 func checkLayers(t *testing.T, g graph) {
@@ -218,11 +211,7 @@ func checkLayers(t *testing.T, g graph) {
 			continue
 		}
 		for _, imp := range p.Imports {
-			if !ours(imp) {
-				continue
-			}
-			rq, lq, ok := g.placement(imp)
-			if ok && rq > rp {
+			if rq, lq, ok := g.placement(imp); ok && rq > rp {
 				t.Errorf("%s (layer %s) imports %s (layer %s, above it)", short(p.ImportPath), lp, short(imp), lq)
 			}
 		}
@@ -356,7 +345,9 @@ func checkKernelIsPure(t *testing.T, g graph) {
 		}
 		checkSource(t, p, kernelFiles(p), kernelCalls(allowed))
 	}
-	for k := range exceptions {
+	for _, k := range slices.SortedFunc(maps.Keys(exceptions), func(a, b [2]string) int {
+		return strings.Compare(a[0]+" "+a[1], b[0]+" "+b[1])
+	}) {
 		if !used[k] {
 			t.Errorf("the exception for %s importing %s no longer applies: remove it", k[0], k[1])
 		}
@@ -402,7 +393,7 @@ func checkStoreNeverReachesWorld(t *testing.T, g graph) {
 			continue
 		}
 		for _, dep := range p.Deps {
-			if r, ld, ok := g.placement(dep); ours(dep) && ok && r >= rw {
+			if r, ld, ok := g.placement(dep); ok && r >= rw {
 				t.Errorf("%s reaches %s (layer %s): %s", short(p.ImportPath), short(dep), ld, g.chain(p.ImportPath, dep))
 			}
 		}
