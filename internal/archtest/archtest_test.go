@@ -255,14 +255,18 @@ func neverInKernel(path string) (why string, banned bool) {
 		return "the machine's entropy", true
 	case "runtime/debug", "runtime/pprof", "runtime/trace", "plugin":
 		return "the process's own controls", true
-	case "testing", "io/ioutil", "time/tzdata":
-		return "no test framework, file reading or zone database in the kernel", true
-	case "log", "net", "database":
-		return "I/O", true
+	case "io/ioutil", "time/tzdata":
+		return "file reading, or a zone database", true
 	}
-	for _, pre := range []string{"log/", "net/", "database/", "os/", "testing/"} {
-		if strings.HasPrefix(path, pre) {
-			return "I/O, processes or a test framework", true
+	for pre, why := range map[string]string{
+		"log":      "logging is output; a step's logs are data",
+		"net":      "the network",
+		"database": "databases",
+		"os/":      "processes, signals and the user database",
+		"testing":  "no test framework in the kernel",
+	} {
+		if path == pre || strings.HasPrefix(path, strings.TrimSuffix(pre, "/")+"/") {
+			return why, true
 		}
 	}
 	return "", false
