@@ -35,7 +35,7 @@
 //     the error sentinels are constants.
 //   - It never reads the machine's clock, sleeps, arms a timer or draws
 //     randomness except through the Executor (executor_real.go is the one
-//     exception, and TestNoAmbientTimeOrRandomness enforces it). So the same
+//     exception, and internal/archtest's TestHouseRules enforces it). So the same
 //     code runs in real time, in virtual time under testing/synctest, and
 //     deterministically under the lab.
 //   - It never lets an error or a panic cross its API as a panic: handler

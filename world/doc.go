@@ -32,7 +32,7 @@
 // # What it owns
 //
 //   - Definitions (New, On, EffectKind): inputs are routed by type name
-//     through actor/dispatch's Table, as the dispatcher contract routes messages; the name
+//     through a handlers.Table, as the dispatcher contract routes messages; the name
 //     is the Go type's, or its WorldType method's.
 //   - The step: (state, height, input) → StepResult. State is canonical
 //     CBOR (event's profile) and its SHA-256 is the state hash. A handler's
@@ -75,6 +75,12 @@
 // entries at heights head+1…, the Intents (with Intent.Origin as their
 // origin), the TimerSets and TimerCancels, and State as a snapshot when its
 // policy says so. It answers a call with the step's Reply.
+//
+// A timer firing the plane steps at its due time is stepped in two
+// phases: World.Prepare decodes the input and the state before the due
+// time, and Prepared.Step runs the handler once the plane has waited for
+// it. The waiting is the plane's: the kernel never waits, and its API
+// takes no callback.
 //
 // # State
 //

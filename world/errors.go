@@ -50,10 +50,14 @@ const (
 	// ErrTail: a journal tail that cannot be replayed (a gap, another
 	// stream, a record this kernel did not write).
 	ErrTail = sentinel("world: bad journal tail")
+	// ErrStalePrepared: a Prepared stepped after its world stepped since
+	// Prepare, or a second time. Nothing happened; prepare the input
+	// again.
+	ErrStalePrepared = sentinel("world: prepared step is stale")
 )
 
 // DefError is a mistake in a world definition: which call, about what, and
-// why (a sentinel of this package or of actor/dispatch).
+// why (a sentinel of this package or of package handlers).
 type DefError struct {
 	Op   string // "New", "On", "EffectKind"
 	Name string // the world, input type or effect kind concerned

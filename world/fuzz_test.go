@@ -2,12 +2,6 @@ package world_test
 
 import (
 	"errors"
-	"go/parser"
-	"go/token"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/orrery-run/orrery/event"
@@ -83,44 +77,4 @@ func mustEventF(v any) []byte {
 		panic(err)
 	}
 	return b
-}
-
-// TestKernelDoesNoIO checks the package's own imports and calls: no store,
-// plane, os, net, math/rand or I/O package, no clock and no goroutine.
-func TestKernelDoesNoIO(t *testing.T) {
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	forbidden := []string{"os", "net", "io", "math/rand", "log", "log/slog", "syscall", "unsafe", "context", "time/tzdata", "os/exec"}
-	fset := token.NewFileSet()
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		src, err := os.ReadFile(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		file, err := parser.ParseFile(fset, name, src, parser.ImportsOnly)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, imp := range file.Imports {
-			path, _ := strconv.Unquote(imp.Path.Value)
-			for _, bad := range forbidden {
-				if path == bad || strings.HasPrefix(path, bad+"/") && bad != "math/rand" {
-					t.Errorf("%s imports %s", name, path)
-				}
-			}
-			if strings.Contains(path, "orrery/store") || strings.Contains(path, "orrery/plane") || strings.HasPrefix(path, "net/") {
-				t.Errorf("%s imports %s", name, path)
-			}
-		}
-		for _, call := range []string{"time.Now", "time.Since", "time.Until", "time.Sleep", "time.After", "time.Tick", "time.NewTimer", "go func", "rand.Int", "rand.N("} {
-			if strings.Contains(string(src), call) {
-				t.Errorf("%s calls %s", name, call)
-			}
-		}
-	}
 }

@@ -36,7 +36,7 @@ type Instance interface {
 	StateHash() string
 	Snapshot() Snapshot
 	Step(in Input, emittedAt time.Time) (StepResult, error)
-	StepWhen(in Input, emittedAt time.Time, ready func()) (StepResult, error)
+	Prepare(in Input) Prepared
 	Refuse(in Input, emittedAt time.Time, reason error) (StepResult, error)
 	Awaiting() []Awaiting
 	Timers() []string

@@ -49,22 +49,48 @@ func Load[S any](d *Def[S], id string, s Snapshot) (*World[S], error) {
 // the outcome (every outcome consumes the input). emittedAt is the
 // producer's clock for the record's emittedAt; nothing replay compares
 // depends on it. An error means nothing happened: the world is unchanged.
+// It is Prepare followed by Prepared.Step.
 func (w *World[S]) Step(in Input, emittedAt time.Time) (StepResult, error) {
-	return w.StepWhen(in, emittedAt, nil)
+	return w.Prepare(in).Step(emittedAt)
 }
 
-// StepWhen is Step, except that ready, when not nil, is called once right
-// before the handler runs, after the input and the state are decoded, and
-// not at all when no handler runs. The host passes a wait for a timer's
-// due time: the decoding is done while it waits, and the handler starts
-// at the due time. ready must not use the world; the step's result does
-// not depend on it.
-func (w *World[S]) StepWhen(in Input, emittedAt time.Time, ready func()) (StepResult, error) {
-	res, user, m, err := w.def.step(w.id, w.height, w.user, w.meta, in, emittedAt, ready, false, nil)
+// Prepared is a step cut in two: the input and the state are decoded and
+// the handler is resolved, and nothing has run. The host prepares a
+// timer's firing before its due time and calls Step at that time, so the
+// decoding overlaps its wait and the handler never starts early; the
+// kernel itself neither waits nor reads a clock. The result is the same
+// as World.Step's.
+type Prepared interface {
+	// Step runs the handler, if one is to run, and advances the world as
+	// World.Step does. It fails with ErrStalePrepared, the world
+	// unchanged, when the world stepped since Prepare (a Prepared steps
+	// once, from the state it was prepared on).
+	Step(emittedAt time.Time) (StepResult, error)
+}
+
+// Prepare decodes in against the world's current state, up to the call of
+// its handler, and changes nothing: see Prepared.
+func (w *World[S]) Prepare(in Input) Prepared {
+	return &prep[S]{w: w, height: w.height, p: w.def.prepare(w.id, w.height, w.user, w.meta, in, nil)}
+}
+
+type prep[S any] struct {
+	w      *World[S]
+	height uint64 // the world's height at Prepare
+	p      *prepared[S]
+}
+
+func (p *prep[S]) Step(emittedAt time.Time) (StepResult, error) {
+	if p.p == nil || p.w.height != p.height {
+		return StepResult{}, ErrStalePrepared
+	}
+	q := p.p
+	p.p = nil // the handler may have changed q's decoded state: never run it twice
+	res, user, m, err := q.finish(emittedAt, false)
 	if err != nil {
 		return StepResult{}, err
 	}
-	w.apply(res, user, m)
+	p.w.apply(res, user, m)
 	return res, nil
 }
 
@@ -78,7 +104,7 @@ func (w *World[S]) StepWhen(in Input, emittedAt time.Time, ready func()) (StepRe
 // decodes to no handler call (malformed, unknown, stale) is stepped as
 // Step would.
 func (w *World[S]) Refuse(in Input, emittedAt time.Time, reason error) (StepResult, error) {
-	res, user, m, err := w.def.step(w.id, w.height, w.user, w.meta, in, emittedAt, nil, false, &RefusedError{Err: reason})
+	res, user, m, err := w.def.step(w.id, w.height, w.user, w.meta, in, emittedAt, false, &RefusedError{Err: reason})
 	if err != nil {
 		return StepResult{}, err
 	}
@@ -193,7 +219,7 @@ func (w *World[S]) replayOne(e *event.Envelope) error {
 	if want.Refused {
 		refused = &RefusedError{}
 	}
-	res, user, m, err := w.def.step(w.id, w.height, w.user, w.meta, in, e.EmittedAt, nil, true, refused)
+	res, user, m, err := w.def.step(w.id, w.height, w.user, w.meta, in, e.EmittedAt, true, refused)
 	if err != nil {
 		return err
 	}

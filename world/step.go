@@ -247,23 +247,46 @@ func unreadableReceipt(hash, kind string) decoded {
 // refused, when not nil, is why the store refused this input's step: no
 // handler runs, and the input is consumed as an error outcome that the
 // record marks refused (see World.Refuse).
-func (d *Def[S]) step(id string, height uint64, user []byte, m meta, in Input, emittedAt time.Time, ready func(), replaying bool, refused error) (res StepResult, newUser []byte, next meta, err error) {
-	h := height + 1
-	res.Height = h
-	rin := recordInput{Seq: in.Seq, Kind: in.Kind, Payload: in.Payload}
-	if rin.Payload == nil || len(rin.Payload) > MaxInputBytes {
+func (d *Def[S]) step(id string, height uint64, user []byte, m meta, in Input, emittedAt time.Time, replaying bool, refused error) (res StepResult, newUser []byte, next meta, err error) {
+	return d.prepare(id, height, user, m, in, refused).finish(emittedAt, replaying)
+}
+
+// prepared is a step cut right before its handler runs: the input
+// decoded, the handler resolved, its value and the state decoded. finish
+// is the rest. The cut is where World.Prepare hands the step to the host,
+// which may wait there (for a timer's due time) with the decoding done.
+type prepared[S any] struct {
+	d       *Def[S]
+	id      string
+	h       uint64 // the step's height
+	user    []byte // the handler's state before the step
+	m       meta   // the kernel's state before the step
+	in      Input
+	rin     recordInput
+	dec     decoded // outcome set when no handler is to run
+	next    meta    // m without what the input consumes
+	ctx     *Ctx
+	refused bool // the store refused the step: no handler runs (World.Refuse)
+	call    func(*Ctx, *S) error
+	s       *S // the state the handler is given, decoded afresh
+}
+
+func (d *Def[S]) prepare(id string, height uint64, user []byte, m meta, in Input, refused error) *prepared[S] {
+	p := &prepared[S]{d: d, id: id, h: height + 1, user: user, m: m, in: in}
+	p.rin = recordInput{Seq: in.Seq, Kind: in.Kind, Payload: in.Payload}
+	if p.rin.Payload == nil || len(p.rin.Payload) > MaxInputBytes {
 		// Over the limit it is refused whatever it holds, and so it is
 		// again on replay from an empty payload: same outcome, no bloat.
-		rin.Payload = []byte{}
+		p.rin.Payload = []byte{}
 	}
 
 	var dec decoded
 	if _, err := event.Marshal(event.Timestamp{Time: in.EnqueuedAt}); err != nil {
 		dec = decoded{outcome: OutcomeError, err: &InputError{Seq: in.Seq, Kind: in.Kind, Reason: "enqueued_at out of range", Err: err}}
 	} else {
-		rin.EnqueuedAt = event.Timestamp{Time: in.EnqueuedAt}
+		p.rin.EnqueuedAt = event.Timestamp{Time: in.EnqueuedAt}
 		if canon, err := d.dec.Canonicalize(in.Payload); err == nil {
-			rin.Payload = canon
+			p.rin.Payload = canon
 			dec = d.decodeInput(in, canon, m)
 		} else if in.Kind == InputEvent || in.Kind == InputCall || in.Kind == InputTimer ||
 			in.Kind == InputFabric || in.Kind == InputReceipt {
@@ -275,34 +298,68 @@ func (d *Def[S]) step(id string, height uint64, user []byte, m meta, in Input, e
 	if in.Kind == InputReceipt && dec.outcome == OutcomeError && in.ReceiptFor != "" {
 		if kind, ok := m.effects[in.ReceiptFor]; ok {
 			dec = unreadableReceipt(in.ReceiptFor, kind)
-			rin.ReceiptFor = in.ReceiptFor
+			p.rin.ReceiptFor = in.ReceiptFor
 		}
 	}
-	rin.Type, rin.CallID = dec.typ, dec.callID
+	p.rin.Type, p.rin.CallID = dec.typ, dec.callID
 	if dec.cause != (Cause{}) {
 		c := dec.cause
-		rin.Cause = &c
+		p.rin.Cause = &c
 	}
 
 	// A receipt or firing is consumed whatever the handler makes of it:
 	// the world must not wait for it again.
-	next = m
+	p.next = m
 	if dec.consumes != "" && dec.outcome != OutcomeStale {
-		next = m.without(dec.consumes)
+		p.next = m.without(dec.consumes)
 	}
 
-	ctx := &Ctx{kinds: d.effects, world: id, height: h, seq: in.Seq, now: in.EnqueuedAt,
-		cause: dec.cause, callID: dec.callID, pre: &m, routes: d.routes}
-	newUser = user
-	wasRefused := false
+	p.ctx = &Ctx{kinds: d.effects, world: id, height: p.h, seq: in.Seq, now: in.EnqueuedAt,
+		cause: dec.cause, callID: dec.callID, pre: &p.m, routes: d.routes}
 	switch {
 	case refused != nil:
 		// No handler runs: what it would do is what the store refused.
 		if dec.outcome == "" {
-			dec.outcome, dec.err, wasRefused = OutcomeError, refused, true
+			dec.outcome, dec.err, p.refused = OutcomeError, refused, true
 		}
 	case dec.outcome == "":
-		dec.outcome, dec.err, newUser = d.run(ctx, dec, user, ready)
+		dec.outcome, dec.err = p.load(dec)
+	}
+	p.dec = dec
+	return p
+}
+
+// load resolves the handler, decodes the value for it and decodes the
+// state. It sets p.call, or returns why no handler can run.
+func (p *prepared[S]) load(dec decoded) (Outcome, error) {
+	hdl, ok := p.d.table.Resolve(dec.typ)
+	if !ok {
+		return OutcomeUnknownInput, ErrUnknownInput
+	}
+	call, err := hdl(dec.value)
+	if err != nil {
+		return OutcomeError, &InputError{Seq: p.ctx.seq, Kind: "value", Reason: "does not fit " + dec.typ, Err: err}
+	}
+	// Decoded afresh from bytes every step: the handler sees exactly the
+	// state a replay or a restored world would, never a live value with
+	// unexported fields or aliases the encoding dropped.
+	var s S
+	if err := p.d.stateDec.Unmarshal(p.user, &s); err != nil {
+		return OutcomeError, &StateError{Reason: "state does not decode", Err: err}
+	}
+	p.call, p.s = call, &s
+	return "", nil
+}
+
+// finish runs the handler, if one is to run, and builds the result and
+// the journal record. emittedAt goes into the record alone.
+func (p *prepared[S]) finish(emittedAt time.Time, replaying bool) (res StepResult, newUser []byte, next meta, err error) {
+	d, dec, ctx, user, next := p.d, p.dec, p.ctx, p.user, p.next
+	h, in, rin := p.h, p.in, p.rin
+	res.Height = h
+	newUser = user
+	if p.call != nil {
+		dec.outcome, dec.err, newUser = d.run(ctx, dec, user, p.call, p.s)
 		if dec.outcome == OutcomeOK {
 			if err := ctx.checkLimits(); err != nil {
 				dec.outcome, dec.err = OutcomeError, err
@@ -359,7 +416,7 @@ func (d *Def[S]) step(id string, height uint64, user []byte, m meta, in Input, e
 
 	res.State, res.StateHash = state, Hash(state)
 
-	rec := record{V: recordVersion, Input: rin, Outcome: res.Outcome, Error: errText, StateHash: res.StateHash, Refused: wasRefused}
+	rec := record{V: recordVersion, Input: rin, Outcome: res.Outcome, Error: errText, StateHash: res.StateHash, Refused: p.refused}
 	for _, it := range res.Intents {
 		rec.Intents = append(rec.Intents, it.Hash)
 	}
@@ -380,7 +437,7 @@ func (d *Def[S]) step(id string, height uint64, user []byte, m meta, in Input, e
 		return StepResult{}, nil, meta{}, &StateError{Reason: "journal record cannot be encoded", Err: err}
 	}
 	res.Record = event.Envelope{
-		StreamID:         id,
+		StreamID:         p.id,
 		RunSeq:           h,
 		EventType:        EventWorldStepped,
 		EmittedAt:        emittedAt,
@@ -398,34 +455,16 @@ func (d *Def[S]) step(id string, height uint64, user []byte, m meta, in Input, e
 	return res, newUser, next, nil
 }
 
-// run decodes the value, decodes the state, and calls the handler.
-func (d *Def[S]) run(ctx *Ctx, dec decoded, user []byte, ready func()) (Outcome, error, []byte) {
-	hdl, ok := d.table.Resolve(dec.typ)
-	if !ok {
-		return OutcomeUnknownInput, ErrUnknownInput, user
-	}
-	call, err := hdl(dec.value)
-	if err != nil {
-		return OutcomeError, &InputError{Seq: ctx.seq, Kind: "value", Reason: "does not fit " + dec.typ, Err: err}, user
-	}
-	// Decoded afresh from bytes every step: the handler sees exactly the
-	// state a replay or a restored world would, never a live value with
-	// unexported fields or aliases the encoding dropped.
-	var s S
-	if err := d.stateDec.Unmarshal(user, &s); err != nil {
-		return OutcomeError, &StateError{Reason: "state does not decode", Err: err}, user
-	}
-	if ready != nil {
-		ready()
-	}
-	if perr, err := invoke(ctx, &s, call); perr != nil {
+// run calls the handler with the state load decoded.
+func (d *Def[S]) run(ctx *Ctx, dec decoded, user []byte, call func(*Ctx, *S) error, s *S) (Outcome, error, []byte) {
+	if perr, err := invoke(ctx, s, call); perr != nil {
 		return OutcomePanic, &PanicError{Type: dec.typ, Value: perr.value}, user
 	} else if ctx.misuse != nil {
 		return OutcomeError, ctx.misuse, user
 	} else if err != nil {
 		return OutcomeError, &HandlerError{Type: dec.typ, Err: err}, user
 	}
-	b, err := event.Marshal(&s)
+	b, err := event.Marshal(s)
 	if err != nil {
 		return OutcomeError, &StateError{Reason: "state cannot be encoded", Err: err}, user
 	}

@@ -422,41 +422,56 @@ func TestDirectTimerFiringIsNamedByItsTimer(t *testing.T) {
 	}
 }
 
-// TestStepWhenCallsReadyRightBeforeTheHandler: StepWhen calls ready once,
-// after the input is decoded and before the handler runs (the handler sees
-// its effect), gives the same result as Step, and does not call it when no
-// handler runs (a stale firing).
-func TestStepWhenCallsReadyRightBeforeTheHandler(t *testing.T) {
-	f := newFeeder(t, effectsDef(), "w1")
-	ts := f.event(Remind{Name: "a", AfterSec: 60}).TimerSets[0]
-	snap := f.w.Snapshot()
-	in := world.Input{Kind: world.InputTimer, Payload: ts.Payload, EnqueuedAt: ts.At}
-
-	calls, firedBefore := 0, -1
-	res, err := f.w.StepWhen(in, ts.At, func() {
+// TestPrepareRunsNoHandlerAndStepRunsItOnce: the host's two-phase step.
+// Prepare decodes and runs nothing, so the host can wait between the two
+// for a timer's due time; Prepared.Step runs the handler once and gives
+// what Step gives. A Prepared that outlived its world's state (the world
+// stepped since, or it stepped already) is refused with ErrStalePrepared
+// and changes nothing.
+func TestPrepareRunsNoHandlerAndStepRunsItOnce(t *testing.T) {
+	calls := 0
+	def := world.New[Ledger]("prepared", 1)
+	world.On(def, func(c *world.Ctx, s *Ledger, d Deposit) error {
 		calls++
-		v, _ := f.w.Value() // the state before the step: the handler has not run
-		firedBefore = len(v.Fired)
+		s.Balance += d.Amount
+		return nil
 	})
+	f := newFeeder(t, def, "w1")
+	f.event(Deposit{Amount: 1})
+	calls = 0
+	snap := f.w.Snapshot()
+	in := world.Input{Seq: 9, Kind: world.InputEvent, Payload: mustEvent(t, Deposit{Amount: 5}), EnqueuedAt: t0}
+
+	p := f.w.Prepare(in)
+	if calls != 0 || f.w.Height() != snap.Height || f.w.StateHash() != world.Hash(snap.State) {
+		t.Fatalf("after Prepare: %d handler calls, height %d (was %d): want no call and the world unchanged", calls, f.w.Height(), snap.Height)
+	}
+	res, err := p.Step(t0.Add(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantOutcome(t, res, world.OutcomeOK)
-	if calls != 1 || firedBefore != 0 {
-		t.Fatalf("ready called %d times, with %d firings applied before it; want once, before the handler", calls, firedBefore)
+	if calls != 1 || f.w.Height() != snap.Height+1 || f.w.StateHash() != res.StateHash {
+		t.Fatalf("after Step: %d handler calls, height %d: want one call and height %d", calls, f.w.Height(), snap.Height+1)
 	}
-	plain, err := effectsDef().Step("w1", snap, in, ts.At)
+	plain, err := def.Step("w1", snap, in, t0.Add(time.Second))
 	if err != nil || plain.StateHash != res.StateHash || plain.Record.IdempotencyKey != res.Record.IdempotencyKey {
-		t.Fatalf("Step gives %s / %s (%v), StepWhen %s / %s", plain.StateHash, plain.Record.IdempotencyKey, err, res.StateHash, res.Record.IdempotencyKey)
+		t.Fatalf("Step gives %s / %s (%v), Prepare then Step %s / %s", plain.StateHash, plain.Record.IdempotencyKey, err, res.StateHash, res.Record.IdempotencyKey)
 	}
+	calls = 0
 
-	stale, err := f.w.StepWhen(in, ts.At, func() { calls++ })
-	if err != nil {
-		t.Fatal(err)
+	if _, err := p.Step(t0); !errors.Is(err, world.ErrStalePrepared) {
+		t.Errorf("a second Step of one Prepared: %v, want ErrStalePrepared", err)
 	}
-	wantOutcome(t, stale, world.OutcomeStale)
-	if calls != 1 {
-		t.Fatal("ready was called for a firing no handler ran")
+	stale := f.w.Prepare(world.Input{Seq: 10, Kind: world.InputEvent, Payload: mustEvent(t, Deposit{Amount: 7}), EnqueuedAt: t0})
+	f.event(Deposit{Amount: 2})
+	height, hash := f.w.Height(), f.w.StateHash()
+	calls = 0
+	if _, err := stale.Step(t0); !errors.Is(err, world.ErrStalePrepared) {
+		t.Errorf("Step of a Prepared whose world stepped since: %v, want ErrStalePrepared", err)
+	}
+	if calls != 0 || f.w.Height() != height || f.w.StateHash() != hash {
+		t.Fatalf("a refused Prepared ran %d handlers, world at %d/%s (want %d/%s)", calls, f.w.Height(), f.w.StateHash(), height, hash)
 	}
 }
 

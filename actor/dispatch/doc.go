@@ -2,10 +2,11 @@
 // pulls typed messages from its own mailbox, resolves one handler per message
 // type, and runs handlers strictly one at a time in mailbox (FIFO) order.
 //
-// It is two pieces. [Table] is the resolution alone (message type → one
-// handler, registered at setup time, then frozen): a pure lookup with no
-// goroutine, clock or I/O, generic in the handler type, which the world
-// kernel reuses with its own handlers. [Runtime] is the loop around a Table.
+// [Runtime] is the loop. The resolution (message type → one handler,
+// registered at setup time, then frozen) is a [handlers.Table]: a pure
+// lookup, kept in that leaf package so that the world kernel routes its
+// inputs by the same rules without depending on this package's actor
+// process, context or logging.
 //
 // # What it owns
 //
@@ -15,8 +16,8 @@
 //     enqueues and never blocks (an actor mailbox is bounded, 64 by default),
 //     and [Stats] is one consistent snapshot of the mailbox and the counters
 //     under one lock. Its full error is the actor layer's ErrMailboxFull.
-//   - The handler table: a [Table] of [Handler], filled at setup time by
-//     [Runtime.Register] and frozen by [Runtime.Start].
+//   - The handler table: a [handlers.Table] of [Handler], filled at setup
+//     time by [Runtime.Register] and frozen by [Runtime.Start].
 //   - The loop: exactly one actor process at a time (a task of the scope
 //     given [WithScope], or of a private actor.System), started by the first
 //     Start, that repeats dequeue → resolve → execute and parks on an
@@ -45,9 +46,9 @@
 // # Mapping to the dispatcher contract
 //
 //	§3, §4  Runtime.loop pulls from mailbox; one process; sequential.
-//	§5      Table (setup time, ≤ 1 handler per type; Runtime.Register fills
-//	        it); unknown types are dropped silently and counted as
-//	        Stats.Dropped.
+//	§5      handlers.Table (setup time, ≤ 1 handler per type;
+//	        Runtime.Register fills it); unknown types are dropped silently
+//	        and counted as Stats.Dropped.
 //	§6      The loop waits for each Handler to return; errors and panics are
 //	        contained and the message counts as consumed.
 //	§7      Deliver enqueues under a short lock and returns; it never waits

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/handlers"
 )
 
 // Message is one unit of work. Type selects the handler (a message whose
@@ -28,21 +29,9 @@ type Message struct {
 // learns of it.
 type Handler func(ctx context.Context, msg Message) error
 
-const (
-	// ErrDuplicateHandler is returned by Register when the message type
-	// already has a handler: each type maps to at most one (the dispatcher contract §5).
-	ErrDuplicateHandler = sentinel("dispatch: message type already has a handler")
-	// ErrRegisterAfterStart is returned by Register once Start has been
-	// called: registration is a setup-time operation (the dispatcher contract §5).
-	ErrRegisterAfterStart = sentinel("dispatch: register after start")
-	// ErrNilHandler is returned by Register for a nil Handler.
-	ErrNilHandler = sentinel("dispatch: nil handler")
-	// ErrEmptyMessageType is returned by Register for the empty type name.
-	ErrEmptyMessageType = sentinel("dispatch: empty message type")
-	// ErrStopped is returned by Deliver and Register after Stop: the message
-	// was not enqueued.
-	ErrStopped = sentinel("dispatch: runtime stopped")
-)
+// ErrStopped is returned by Deliver and Register after Stop: the message
+// was not enqueued.
+const ErrStopped = sentinel("dispatch: runtime stopped")
 
 // ErrMailboxFull is returned by Deliver when WithMaxPending is set and the
 // mailbox holds that many messages. The message was not enqueued and the
@@ -120,9 +109,9 @@ type Runtime struct {
 	// declared itself parked, so a busy loop costs producers no wake-ups.
 	wake actor.Parker
 
-	mu       sync.Mutex
-	handlers *Table[Handler] // frozen by Start; read without the lock after
-	box      mailbox
+	mu    sync.Mutex
+	table *handlers.Table[Handler] // frozen by Start; read without the lock after
+	box   mailbox
 	// loopCancel cancels the current loop process's context (Stop).
 	loopCancel context.CancelFunc
 	started    bool
@@ -166,32 +155,35 @@ func New(ex actor.Executor, opts ...Option) *Runtime {
 		c.scope = actor.NewSystem(actor.WithExecutor(ex)).Root()
 	}
 	return &Runtime{
-		ex:       ex,
-		logger:   c.logger,
-		limit:    c.maxPending,
-		scope:    c.scope,
-		wake:     ex.NewParker(),
-		handlers: NewTable[Handler](),
+		ex:     ex,
+		logger: c.logger,
+		limit:  c.maxPending,
+		scope:  c.scope,
+		wake:   ex.NewParker(),
+		table:  handlers.NewTable[Handler](),
 	}
 }
 
-// Register makes h the handler of messageType. It is a setup-time operation:
-// it fails with ErrRegisterAfterStart once Start has been called, and with
-// ErrDuplicateHandler if messageType already has a handler (the first one
-// stays). Errors wrap those sentinels; match them with errors.Is.
+// Register makes h the handler of messageType. It is a setup-time
+// operation: it fails with handlers.ErrRegisterAfterStart once Start has
+// been called, with handlers.ErrDuplicateHandler if messageType already
+// has a handler (the first one stays), with handlers.ErrEmptyMessageType
+// or handlers.ErrNilHandler for an empty type or a nil h, and with
+// ErrStopped when stopped before it ever started. Errors wrap those sentinels; match them with
+// errors.Is.
 func (r *Runtime) Register(messageType string, h Handler) error {
 	if messageType == "" {
-		return ErrEmptyMessageType
+		return handlers.ErrEmptyMessageType
 	}
 	if h == nil {
-		return &TypeError{Type: messageType, Err: ErrNilHandler}
+		return &handlers.TypeError{Type: messageType, Err: handlers.ErrNilHandler}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped && !r.started {
 		return ErrStopped
 	}
-	return r.handlers.Register(messageType, h)
+	return r.table.Register(messageType, h)
 }
 
 // Deliver appends msg to the mailbox and returns. It works before Start (the
@@ -238,7 +230,7 @@ func (r *Runtime) Start() {
 	// From here Register refuses, so the loop reads the table without the
 	// lock; starting the process orders every earlier write before the
 	// loop's first read.
-	r.handlers.Freeze()
+	r.table.Freeze()
 	r.mu.Unlock()
 	r.spawn(outcomeNone)
 }
@@ -362,7 +354,7 @@ func (r *Runtime) loop(ctx context.Context, prev outcome) {
 			_ = r.wake.Park(ctx)
 			continue
 		}
-		h, ok := r.handlers.Resolve(msg.Type)
+		h, ok := r.table.Resolve(msg.Type)
 		if !ok {
 			prev = outcomeDropped // silently (the dispatcher contract §5): no log, no error
 			continue

@@ -33,18 +33,14 @@
 //	§9 MUST execute in mailbox order (FIFO)      TestMustExecuteInFIFOOrder, FuzzDeliverOrder
 //	§9 no reordering by the runtime              TestNoReorderingAcrossTypes, FuzzDeliverOrder
 //	§12 observability MUST NOT alter semantics   TestObservabilityMustNotAlterSemantics, TestStatsAreConsistentSnapshots
-//	executor seam (docs/rules.md, INV-8)         TestNoAmbientTimeOrRandomness
+//	executor seam (docs/rules.md, INV-8)         internal/archtest: TestHouseRules/NoAmbientTimeOrRandomness
 package dispatch_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"log/slog"
-	"path/filepath"
 	"reflect"
 	"runtime"
 	"slices"
@@ -57,6 +53,7 @@ import (
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/actor/dispatch"
+	"github.com/orrery-run/orrery/handlers"
 )
 
 // ---- §3 Runtime responsibilities, §4 execution model ----------------------
@@ -385,7 +382,7 @@ func TestMustNotDelegateExecutionAuthority(t *testing.T) {
 			tr.add("parent:start")
 			mustDeliver(t, r, "child", 1)
 			r.Start()
-			if err := r.Register("late", rec); !errors.Is(err, dispatch.ErrRegisterAfterStart) {
+			if err := r.Register("late", rec); !errors.Is(err, handlers.ErrRegisterAfterStart) {
 				t.Errorf("Register from a handler = %v, want ErrRegisterAfterStart", err)
 			}
 			tr.add("parent:end")
@@ -410,7 +407,7 @@ func TestOneHandlerPerMessageType(t *testing.T) {
 		var first, second trace
 		mustRegister(t, r, "a", recordTo(&first))
 		err := r.Register("a", recordTo(&second))
-		if !errors.Is(err, dispatch.ErrDuplicateHandler) {
+		if !errors.Is(err, handlers.ErrDuplicateHandler) {
 			t.Fatalf("second Register = %v, want ErrDuplicateHandler", err)
 		}
 		if !strings.Contains(err.Error(), `"a"`) {
@@ -431,7 +428,7 @@ func TestRegistrationIsSetupTime(t *testing.T) {
 			var tr trace
 			mustRegister(t, r, "early", recordTo(&tr))
 			r.Start()
-			if err := r.Register("late", recordTo(&tr)); !errors.Is(err, dispatch.ErrRegisterAfterStart) {
+			if err := r.Register("late", recordTo(&tr)); !errors.Is(err, handlers.ErrRegisterAfterStart) {
 				t.Fatalf("Register after Start = %v, want ErrRegisterAfterStart", err)
 			}
 			mustDeliver(t, r, "late", 1)
@@ -455,7 +452,7 @@ func TestRegistrationIsSetupTime(t *testing.T) {
 					switch {
 					case err == nil:
 						accepted.Add(1)
-					case !errors.Is(err, dispatch.ErrRegisterAfterStart):
+					case !errors.Is(err, handlers.ErrRegisterAfterStart):
 						t.Errorf("Register: %v", err)
 					}
 				}()
@@ -476,10 +473,10 @@ func TestRegistrationIsSetupTime(t *testing.T) {
 
 func TestRegisterRejectsInvalidArguments(t *testing.T) {
 	r := dispatch.New(nil, dispatch.WithLogger(nil))
-	if err := r.Register("", func(context.Context, dispatch.Message) error { return nil }); !errors.Is(err, dispatch.ErrEmptyMessageType) {
+	if err := r.Register("", func(context.Context, dispatch.Message) error { return nil }); !errors.Is(err, handlers.ErrEmptyMessageType) {
 		t.Errorf("empty type: %v", err)
 	}
-	if err := r.Register("a", nil); !errors.Is(err, dispatch.ErrNilHandler) {
+	if err := r.Register("a", nil); !errors.Is(err, handlers.ErrNilHandler) {
 		t.Errorf("nil handler: %v", err)
 	}
 	if err := r.Stop(context.Background()); err != nil {
@@ -1301,46 +1298,4 @@ func TestStatsAreConsistentSnapshots(t *testing.T) {
 			t.Fatalf("final %+v", s)
 		}
 	})
-}
-
-// ---- Executor seam -------------------------------------------------------------
-
-// The package reaches the clock, randomness and goroutines only through
-// actor.Executor, so the lab can make it deterministic.
-func TestNoAmbientTimeOrRandomness(t *testing.T) {
-	forbiddenImports := map[string]bool{`"math/rand"`: true, `"math/rand/v2"`: true}
-	forbiddenTime := map[string]bool{
-		"Now": true, "Since": true, "Until": true, "Sleep": true, "After": true,
-		"AfterFunc": true, "Tick": true, "NewTimer": true, "NewTicker": true,
-	}
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, imp := range f.Imports {
-			if forbiddenImports[imp.Path.Value] {
-				t.Errorf("%s imports %s; use actor.Executor", name, imp.Path.Value)
-			}
-		}
-		ast.Inspect(f, func(n ast.Node) bool {
-			switch n := n.(type) {
-			case *ast.GoStmt:
-				t.Errorf("%s: go statement; start goroutines with Executor.Go", fset.Position(n.Pos()))
-			case *ast.SelectorExpr:
-				if x, ok := n.X.(*ast.Ident); ok && x.Name == "time" && forbiddenTime[n.Sel.Name] {
-					t.Errorf("%s: time.%s; use actor.Executor", fset.Position(n.Pos()), n.Sel.Name)
-				}
-			}
-			return true
-		})
-	}
 }

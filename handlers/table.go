@@ -1,14 +1,12 @@
-package dispatch
+package handlers
 
 import "slices"
 
-// Table is the type-to-handler resolution of the dispatcher contract (§5), apart from any
-// loop: each message type maps to at most one handler, handlers are
-// registered at setup time, and Freeze ends setup. Resolve is a map lookup:
-// it starts no goroutine, reads no clock and does no I/O, so a pure,
-// deterministic kernel (the world kernel) resolves its inputs with the same
-// rules the Runtime's loop does. H is the handler type: the Runtime uses
-// Table[Handler]; another caller may use its own signature.
+// Table is the type-to-handler resolution of the dispatcher contract (§5),
+// apart from any loop: each message type maps to at most one handler,
+// handlers are registered at setup time, and Freeze ends setup. H is the
+// handler type: actor/dispatch's Runtime keeps a Table of its Handler, the
+// world kernel one of its own signature.
 //
 // A Table is not safe for concurrent Register calls; once frozen, Resolve
 // and Types may be called from any goroutine.
@@ -61,13 +59,3 @@ func (t *Table[H]) Types() []string {
 	slices.Sort(out)
 	return out
 }
-
-// TypeError is a refused registration: which type, and why (a sentinel).
-type TypeError struct {
-	Type string
-	Err  error
-}
-
-func (e *TypeError) Error() string { return e.Err.Error() + ": \"" + e.Type + "\"" }
-
-func (e *TypeError) Unwrap() error { return e.Err }
