@@ -48,7 +48,7 @@ func TestStrictRequests(t *testing.T) {
 	r := newRig(t, rigOptions{workers: []string{}, cfg: func(c *api.Config) { c.MaxBody = 4096 }})
 	r.create("w", universe)
 	const js = "application/json"
-	addPayload := base64.StdEncoding.EncodeToString(must(world.EncodeEvent(Add{By: 1}))(t))
+	addPayload := base64.StdEncoding.EncodeToString(must(world.EncodeEventNamed("a.B", nil))(t))
 	huge := `{"id":"x","universe":"u","pad":"` + strings.Repeat("a", 5000) + `"}`
 	for _, tc := range []struct {
 		name, method, path, ct, body string

@@ -46,14 +46,32 @@ func (k *checkLog) CheckInput(typeName string, value []byte) error {
 	return k.Kernel.CheckInput(typeName, value)
 }
 
+// The ingress tests' own world: one event type, so that what they count is
+// theirs alone.
+type (
+	tally    struct{ N int64 }
+	tallyAdd struct{ By int64 }
+)
+
+const tallyUniverse = "ingress"
+
+func tallyKernel() world.Kernel {
+	d := world.New[tally]("test.ingress", 1)
+	world.On(d, func(_ *world.Ctx, s *tally, a tallyAdd) error {
+		s.N += a.By
+		return nil
+	})
+	return d.Kernel()
+}
+
 func ingressFixture(t *testing.T) (*plane.Ops, *callLog, *checkLog, *plane.DecodeCount) {
 	t.Helper()
 	st := &callLog{Store: memstore.New()}
-	if _, err := st.CreateWorld(context.Background(), universe, "w", nil); err != nil {
+	if _, err := st.CreateWorld(context.Background(), tallyUniverse, "w", nil); err != nil {
 		t.Fatal(err)
 	}
-	k := &checkLog{Kernel: counterDef().Kernel()}
-	ops, err := plane.NewOps(st, plane.Kernels{universe: k})
+	k := &checkLog{Kernel: tallyKernel()}
+	ops, err := plane.NewOps(st, plane.Kernels{tallyUniverse: k})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +87,7 @@ func TestIngressDecodesThePayloadOnce(t *testing.T) {
 	ctx := context.Background()
 	t.Run("wire payload", func(t *testing.T) {
 		ops, st, k, dec := ingressFixture(t)
-		payload := must(world.EncodeEvent(Add{By: 1}))(t)
+		payload := inMust(world.EncodeEvent(tallyAdd{By: 1}))(t)
 		if _, err := ops.EnqueueIngress(ctx, "w", plane.Ingress{Kind: world.InputEvent, Payload: payload}); err != nil {
 			t.Fatal(err)
 		}
@@ -79,15 +97,15 @@ func TestIngressDecodesThePayloadOnce(t *testing.T) {
 		if k.checks != 1 || st.getWorld != 1 || st.enqueue != 1 {
 			t.Fatalf("%d kernel checks, %d world reads, %d enqueues; want 1 each", k.checks, st.getWorld, st.enqueue)
 		}
-		items := must(st.ReadInbox(ctx, "w", 0, 0))(t)
+		items := inMust(st.ReadInbox(ctx, "w", 0, 0))(t)
 		if len(items) != 1 || !bytes.Equal(items[0].Payload, payload) {
 			t.Fatalf("inbox %+v, want the payload as sent", items)
 		}
 	})
 	t.Run("type and value", func(t *testing.T) {
 		ops, st, k, dec := ingressFixture(t)
-		typ := typeName(t, Add{})
-		value := must(event.Marshal(map[string]any{"By": int64(2)}))(t)
+		typ := inTypeName(t, tallyAdd{})
+		value := inMust(event.Marshal(map[string]any{"By": int64(2)}))(t)
 		if _, err := ops.EnqueueEvent(ctx, "w", typ, value, "k"); err != nil {
 			t.Fatal(err)
 		}
@@ -97,8 +115,8 @@ func TestIngressDecodesThePayloadOnce(t *testing.T) {
 		if k.checks != 1 || !bytes.Equal(k.last, value) || st.getWorld != 1 || st.enqueue != 1 {
 			t.Fatalf("%d kernel checks (of %x), %d world reads, %d enqueues; want 1 each, of the value given", k.checks, k.last, st.getWorld, st.enqueue)
 		}
-		want := must(world.EncodeEventNamed(typ, cbor.RawMessage(value)))(t)
-		items := must(st.ReadInbox(ctx, "w", 0, 0))(t)
+		want := inMust(world.EncodeEventNamed(typ, cbor.RawMessage(value)))(t)
+		items := inMust(st.ReadInbox(ctx, "w", 0, 0))(t)
 		if len(items) != 1 || !bytes.Equal(items[0].Payload, want) || items[0].DedupeKey != "k" {
 			t.Fatalf("inbox %+v, want the named event's payload under key k", items)
 		}
@@ -124,7 +142,7 @@ func TestIngressDecodesThePayloadOnce(t *testing.T) {
 func TestIngressLeavesTheItemToTheStore(t *testing.T) {
 	ctx := context.Background()
 	ops, st, _, _ := ingressFixture(t)
-	payload := must(world.EncodeEvent(Add{By: 1}))(t)
+	payload := inMust(world.EncodeEvent(tallyAdd{By: 1}))(t)
 	_, err := ops.EnqueueIngress(ctx, "w", plane.Ingress{Kind: world.InputEvent, Payload: payload, DedupeKey: store.ReceiptKeyPrefix + "x"})
 	if !errors.Is(err, plane.ErrInvalidIngress) || !errors.Is(err, store.ErrInvalid) {
 		t.Fatalf("a key in the receipts' namespace: %v, want ErrInvalidIngress from the store's ErrInvalid", err)
@@ -132,7 +150,7 @@ func TestIngressLeavesTheItemToTheStore(t *testing.T) {
 	if st.enqueue != 1 {
 		t.Fatalf("%d enqueues: the plane checked the item itself instead of the store", st.enqueue)
 	}
-	if items := must(st.ReadInbox(ctx, "w", 0, 0))(t); len(items) != 0 {
+	if items := inMust(st.ReadInbox(ctx, "w", 0, 0))(t); len(items) != 0 {
 		t.Fatalf("a refused item was enqueued: %+v", items)
 	}
 
@@ -151,7 +169,7 @@ func TestIngressLeavesTheItemToTheStore(t *testing.T) {
 	}
 }
 
-func must[T any](v T, err error) func(testing.TB) T {
+func inMust[T any](v T, err error) func(testing.TB) T {
 	return func(t testing.TB) T {
 		t.Helper()
 		if err != nil {
@@ -161,7 +179,7 @@ func must[T any](v T, err error) func(testing.TB) T {
 	}
 }
 
-func typeName(t testing.TB, v any) string {
+func inTypeName(t testing.TB, v any) string {
 	t.Helper()
-	return must(world.TypeName(v))(t)
+	return inMust(world.TypeName(v))(t)
 }
