@@ -251,8 +251,9 @@ func oneOf(typ string, value []byte, payload []byte) error {
 // sendEvent hands the event to the plane as it came: a type and value by
 // its parts (the plane encodes the payload once and never decodes it), a
 // wire payload as bytes (the plane decodes it once). The world id and the
-// idempotency key are checked where they are used, by the plane and the
-// store, once: their refusals are the same 400 invalid_argument.
+// idempotency key are the store's to check, once, when it enqueues (the
+// plane judges an id only once no world has it): their refusals come back
+// as the same 400 invalid_argument.
 func (s *Server) sendEvent(r *http.Request, rc *reqCtx) (int, any, error) {
 	var req eventReq
 	if err := s.body(r, rc, &req, false); err != nil {

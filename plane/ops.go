@@ -218,9 +218,10 @@ func (o *Ops) ValidateIngress(kind string, payload []byte) error {
 
 // parseIngress is ValidateIngress, answering the decoded message so that
 // nothing after it decodes the payload again. The payload is decoded once,
-// in the strict form (definite lengths) the kernel's own checks read; the
-// canonical form is only checked for (a scan of canonical bytes, which is
-// what every encoder of ours writes).
+// strictly (definite lengths, no unknown fields). Canonicalize before it
+// checks the whole value within the decoder's limits (depth, elements,
+// duplicate keys, inside the value too): a scan of canonical bytes, which
+// every encoder of ours writes, and a decode only of other bytes.
 func (o *Ops) parseIngress(kind string, payload []byte) (ingressMessage, error) {
 	switch kind {
 	case world.InputEvent, world.InputCall:
