@@ -83,9 +83,11 @@
 // errors.Is matches against the store and plane sentinels of its code.
 //
 // What the package never does: run world logic, enqueue input other than
-// through the plane (events through plane.Ops, which validates them,
-// calls through plane.Client; the operator's own writes, status, retries,
-// receipts and drains, are the store's operator calls), keep state
+// through the plane (events through plane.Ops, which validates them: a
+// type and value go by their parts, so the payload is encoded once and
+// never decoded, and the world id and key are checked by the store, not
+// here; calls through plane.Client; the operator's own writes, status,
+// retries, receipts and drains, are the store's operator calls), keep state
 // between requests (the event poller's last round lives only while a
 // stream is open), or spin: a journal long-poll re-reads on a bounded
 // backoff that the world's inbox hints reset, and ends by its deadline,

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"github.com/orrery-run/orrery/api"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/world"
 )
 
 // errorBody decodes a typed error body, failing t if it is not one.
@@ -46,6 +48,7 @@ func TestStrictRequests(t *testing.T) {
 	r := newRig(t, rigOptions{workers: []string{}, cfg: func(c *api.Config) { c.MaxBody = 4096 }})
 	r.create("w", universe)
 	const js = "application/json"
+	addPayload := base64.StdEncoding.EncodeToString(must(world.EncodeEventNamed("a.B", nil))(t))
 	huge := `{"id":"x","universe":"u","pad":"` + strings.Repeat("a", 5000) + `"}`
 	for _, tc := range []struct {
 		name, method, path, ct, body string
@@ -70,6 +73,9 @@ func TestStrictRequests(t *testing.T) {
 		{"neither type nor payload", "POST", "/v1/worlds/w/events", js, `{"value":1}`, 400, api.CodeInvalidArgument, "required"},
 		{"huge number", "POST", "/v1/worlds/w/events", js, `{"type":"a.B","value":1e999}`, 400, api.CodeInvalidArgument, "out of range"},
 		{"key too long", "POST", "/v1/worlds/w/events", js, `{"type":"a.B","idempotency_key":"` + strings.Repeat("k", 513) + `"}`, 400, api.CodeInvalidArgument, ""},
+		{"world id too long", "POST", "/v1/worlds/" + strings.Repeat("x", 300) + "/events", js, `{"type":"a.B","value":1}`, 400, api.CodeInvalidArgument, "world"},
+		{"world id with NUL", "POST", "/v1/worlds/a%00b/events", js, `{"type":"a.B"}`, 400, api.CodeInvalidArgument, "NUL"},
+		{"world id not UTF-8", "POST", "/v1/worlds/%ff/events", js, `{"payload":"` + addPayload + `"}`, 400, api.CodeInvalidArgument, "UTF-8"},
 		{"negative timeout", "POST", "/v1/worlds/w/calls", js, `{"type":"a.B","timeout_ms":-5}`, 400, api.CodeInvalidArgument, "timeout_ms"},
 		{"unknown query parameter", "GET", "/v1/worlds?universe=u&colour=red", "", "", 400, api.CodeInvalidArgument, "colour"},
 		{"repeated query parameter", "GET", "/v1/worlds?universe=u&universe=v", "", "", 400, api.CodeInvalidArgument, "repeated"},

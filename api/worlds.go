@@ -248,28 +248,33 @@ func oneOf(typ string, value []byte, payload []byte) error {
 	return nil
 }
 
+// sendEvent hands the event to the plane as it came: a type and value by
+// its parts (the plane encodes the payload once and never decodes it), a
+// wire payload as bytes (the plane decodes it once). The world id and the
+// idempotency key are the store's to check, once, when it enqueues (the
+// plane judges an id only once no world has it): their refusals come back
+// as the same 400 invalid_argument.
 func (s *Server) sendEvent(r *http.Request, rc *reqCtx) (int, any, error) {
 	var req eventReq
 	if err := s.body(r, rc, &req, false); err != nil {
 		return 0, nil, err
 	}
-	if err := checkID("world", rc.world); err != nil {
-		return 0, nil, err
-	}
 	if err := oneOf(req.Type, req.Value, req.Payload); err != nil {
 		return 0, nil, err
 	}
-	payload := req.Payload
+	var (
+		ack plane.Ack
+		err error
+	)
 	if req.Type != "" {
-		value, err := jsonToCBOR(req.Value)
-		if err != nil {
-			return 0, nil, err
+		value, verr := jsonToCBOR(req.Value)
+		if verr != nil {
+			return 0, nil, verr
 		}
-		if payload, err = world.EncodeEventNamed(req.Type, cbor.RawMessage(value)); err != nil {
-			return 0, nil, err
-		}
+		ack, err = s.cfg.Ops.EnqueueEvent(r.Context(), rc.world, req.Type, value, req.IdempotencyKey)
+	} else {
+		ack, err = s.cfg.Ops.EnqueueIngress(r.Context(), rc.world, plane.Ingress{Kind: world.InputEvent, Payload: req.Payload, DedupeKey: req.IdempotencyKey})
 	}
-	ack, err := s.cfg.Ops.EnqueueIngress(r.Context(), rc.world, plane.Ingress{Kind: world.InputEvent, Payload: payload, DedupeKey: req.IdempotencyKey})
 	if err != nil {
 		return 0, nil, err
 	}

@@ -94,7 +94,11 @@
 //     it, under a fenced lease of its own (world OrchestratorWorld).
 //   - Ops: the internal ops API (assign, unassign, acquire, renew, release,
 //     enqueue ingress, list worker worlds, fork, create from seed), each
-//     idempotent with typed errors, and ingress validation (ValidateIngress).
+//     idempotent with typed errors, and ingress validation (ValidateIngress):
+//     one check per hop on the way to the inbox — the payload decoded once
+//     (an event given by type and value, EnqueueEvent, never), the value
+//     checked once by the kernel, and the item (world id, kind, key, size)
+//     by the store alone, whose refusal is ErrInvalidIngress.
 //   - Observability hooks, all on the executor's clock: HostConfig.Observe
 //     receives every HostEvent, with latencies for metrics (EvCommit's Dur
 //     is the lag from the enqueue of the oldest item the cycle journaled to

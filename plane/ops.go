@@ -24,8 +24,16 @@ import (
 type Ops struct {
 	st      store.Store
 	kernels Kernels
-	dec     *event.Decoder
+	dec     ingressDecoder
 	in      ingressTrace
+}
+
+// ingressDecoder is what ingress validation reads payloads with: an
+// *event.Decoder (an interface so that a test can count the decodes).
+type ingressDecoder interface {
+	Canonicalize(data []byte) ([]byte, error)
+	IsCanonical(data []byte) error
+	Unmarshal(data []byte, v any) error
 }
 
 // OpsOption configures NewOps.
@@ -112,42 +120,80 @@ type Ingress struct {
 }
 
 // EnqueueIngress is enqueue_ingress: the input is validated completely
-// (ValidateIngress and store.CheckIngress) before anything is written, and
-// a repeated key is acknowledged with the first seq. Bad input is
-// ErrInvalidIngress and nothing is enqueued.
+// before anything is written, and a repeated key is acknowledged with the
+// first seq. Bad input is ErrInvalidIngress and nothing is enqueued.
+//
+// Each check runs once on the way to the inbox row: the wire form here
+// (ValidateIngress: the payload is decoded once), the type and value
+// against the world's kernel (world.Kernel.CheckInput), and what the store
+// checks of every producer's item (the world id, the kind, the key's
+// namespace, the size) in the store alone, whose refusal is answered as
+// ErrInvalidIngress.
 func (o *Ops) EnqueueIngress(ctx context.Context, worldID string, in Ingress) (ack Ack, err error) {
 	ctx, sp := o.in.start(ctx, worldID, in.Kind)
 	defer func() { o.in.end(sp, worldID, ack, err) }()
-	if err := o.ValidateIngress(in.Kind, in.Payload); err != nil {
+	m, err := o.parseIngress(in.Kind, in.Payload)
+	if err != nil {
 		return Ack{}, errorf("enqueue_ingress", ErrInvalidIngress, worldID, err)
 	}
-	if err := o.checkHandler(ctx, worldID, in.Payload); err != nil {
-		return Ack{}, err
-	}
-	return enqueue(ctx, o.st, "enqueue_ingress", worldID, store.InboxItem{Kind: in.Kind, Payload: in.Payload, DedupeKey: in.DedupeKey})
+	return o.enqueueChecked(ctx, worldID, m, store.InboxItem{Kind: in.Kind, Payload: in.Payload, DedupeKey: in.DedupeKey})
 }
 
-// checkHandler checks a validated event or call against the definition of
-// the world's universe: the type has a handler and the value decodes into
-// it (world.Kernel.CheckInput). A world without a definition here is
+// EnqueueEvent is EnqueueIngress of an event given by its parts rather
+// than its wire form: its input type, named at run time as
+// world.EncodeEventNamed takes it, and its value as canonical CBOR (what
+// the ops API makes of a JSON value). The wire payload is encoded once
+// here and never decoded: validation reads the parts it is built from,
+// and only scans the bytes for canonical form and the decoder's limits. A
+// value that is not canonical is ErrInvalidIngress.
+func (o *Ops) EnqueueEvent(ctx context.Context, worldID, typeName string, value []byte, dedupeKey string) (ack Ack, err error) {
+	ctx, sp := o.in.start(ctx, worldID, world.InputEvent)
+	defer func() { o.in.end(sp, worldID, ack, err) }()
+	payload, err := world.EncodeEventNamed(typeName, cbor.RawMessage(value))
+	if err != nil {
+		return Ack{}, errorf("enqueue_ingress", ErrInvalidIngress, worldID, err)
+	}
+	if err := o.dec.IsCanonical(payload); err != nil {
+		return Ack{}, errorf("enqueue_ingress", ErrInvalidIngress, worldID, err)
+	}
+	m := ingressMessage{Type: typeName, Value: value}
+	return o.enqueueChecked(ctx, worldID, m, store.InboxItem{Kind: world.InputEvent, Payload: payload, DedupeKey: dedupeKey})
+}
+
+// enqueueChecked checks an input whose wire form passed against the
+// definition of the world's universe (the type has a handler and the value
+// decodes into it) and enqueues it. A world without a definition here is
 // ErrNoKernel; an unknown world is the store's ErrWorldNotFound.
-func (o *Ops) checkHandler(ctx context.Context, worldID string, payload []byte) error {
+func (o *Ops) enqueueChecked(ctx context.Context, worldID string, m ingressMessage, item store.InboxItem) (Ack, error) {
 	rec, err := o.st.GetWorld(ctx, worldID)
 	if err != nil {
-		return err
+		return Ack{}, worldReadErr(worldID, err)
 	}
 	k, ok := o.kernels[rec.Universe]
 	if !ok {
-		return errorf("enqueue_ingress", ErrNoKernel, worldID, detail("universe %q", rec.Universe))
-	}
-	var m ingressMessage
-	if err := o.dec.Unmarshal(payload, &m); err != nil {
-		return errorf("enqueue_ingress", ErrInvalidIngress, worldID, err)
+		return Ack{}, errorf("enqueue_ingress", ErrNoKernel, worldID, detail("universe %q", rec.Universe))
 	}
 	if err := k.CheckInput(m.Type, m.Value); err != nil {
+		return Ack{}, errorf("enqueue_ingress", ErrInvalidIngress, worldID, err)
+	}
+	return enqueue(ctx, o.st, "enqueue_ingress", worldID, item)
+}
+
+// worldReadErr answers a failed read of the world an input is for. The
+// store checks the world id when it is written to (Enqueue), not when it
+// is read: an id it would refuse names no world, so the read answers not
+// found, and only then is the id judged, to answer bad input as bad input
+// rather than as a world that might yet be created.
+func worldReadErr(worldID string, err error) error {
+	if errors.Is(err, store.ErrInvalid) {
 		return errorf("enqueue_ingress", ErrInvalidIngress, worldID, err)
 	}
-	return nil
+	if errors.Is(err, store.ErrWorldNotFound) {
+		if cerr := store.CheckID("enqueue_ingress", "world", worldID); cerr != nil {
+			return errorf("enqueue_ingress", ErrInvalidIngress, worldID, cerr)
+		}
+	}
+	return err
 }
 
 // ingressMessage is the wire form of an event or call from outside: the
@@ -166,28 +212,38 @@ type ingressMessage struct {
 // calls. It does not canonicalise: the kernel does that once, when it
 // writes the input into the journal record.
 func (o *Ops) ValidateIngress(kind string, payload []byte) error {
+	_, err := o.parseIngress(kind, payload)
+	return err
+}
+
+// parseIngress is ValidateIngress, answering the decoded message so that
+// nothing after it decodes the payload again. The payload is decoded once,
+// strictly (definite lengths, no unknown fields). Canonicalize before it
+// checks the whole value within the decoder's limits (depth, elements,
+// duplicate keys, inside the value too): a scan of canonical bytes, which
+// every encoder of ours writes, and a decode only of other bytes.
+func (o *Ops) parseIngress(kind string, payload []byte) (ingressMessage, error) {
 	switch kind {
 	case world.InputEvent, world.InputCall:
 	default:
-		return detail("kind %q is not %q or %q", kind, world.InputEvent, world.InputCall)
+		return ingressMessage{}, detail("kind %q is not %q or %q", kind, world.InputEvent, world.InputCall)
 	}
-	canon, err := o.dec.Canonicalize(payload)
-	if err != nil {
-		return err
+	if _, err := o.dec.Canonicalize(payload); err != nil {
+		return ingressMessage{}, err
 	}
 	var m ingressMessage
-	if err := o.dec.Unmarshal(canon, &m); err != nil {
-		return err
+	if err := o.dec.Unmarshal(payload, &m); err != nil {
+		return ingressMessage{}, err
 	}
 	switch {
 	case m.Type == "" || !utf8.ValidString(m.Type):
-		return detail("no type")
+		return ingressMessage{}, detail("no type")
 	case strings.HasPrefix(m.Type, "sys/"):
-		return detail("type %q is reserved", m.Type)
+		return ingressMessage{}, detail("type %q is reserved", m.Type)
 	case (kind == world.InputCall) != (m.CallID != ""):
-		return detail("call_id is set on exactly the calls")
+		return ingressMessage{}, detail("call_id is set on exactly the calls")
 	}
-	return nil
+	return m, nil
 }
 
 // WorldFork is world_fork: newWorld is created from src's snapshot at
