@@ -27,11 +27,11 @@ const (
 )
 
 // Commit applies one world cycle, fenced by epoch.
-func (s *Store) Commit(ctx context.Context, world string, epoch uint64, b store.CommitBatch) (store.CommitResult, error) {
+func (s *backend) Commit(ctx context.Context, world string, epoch uint64, b store.CommitBatch) (store.CommitResult, error) {
 	return s.commit(ctx, "commit", world, epoch, b, fullCycle)
 }
 
-func (s *Store) commit(ctx context.Context, op, world string, epoch uint64, b store.CommitBatch, mode commitMode) (store.CommitResult, error) {
+func (s *backend) commit(ctx context.Context, op, world string, epoch uint64, b store.CommitBatch, mode commitMode) (store.CommitResult, error) {
 	if err := store.CheckID(op, "world", world); err != nil {
 		return store.CommitResult{}, err
 	}
@@ -142,4 +142,16 @@ func (t *wtx) commit(op, world string, epoch uint64, b *store.CommitBatch, mode 
 		res.Withdrawn += n
 	}
 	return res, nil
+}
+
+// DrainToJournal is a Commit of only a cursor move and entries: the same
+// request, fenced, compare-and-swapped on the cursor and on the head.
+func (s *backend) DrainToJournal(ctx context.Context, world string, epoch uint64, expectedCursor, expectedHead, newCursor uint64, entries []store.Record) ([]store.Appended, error) {
+	res, err := s.commit(ctx, "drain", world, epoch, store.CommitBatch{
+		ExpectedCursor: expectedCursor, NewCursor: newCursor, ExpectedHead: expectedHead, Entries: entries,
+	}, fullCycle)
+	if err != nil {
+		return nil, err
+	}
+	return res.Appended, nil
 }

@@ -20,7 +20,7 @@ import (
 //
 // Journal idempotency keys are not dedupe records of this kind: they are
 // the append authority's and are never swept.
-func (s *Store) SweepDedupe(ctx context.Context) (int, error) {
+func (s *backend) SweepDedupe(ctx context.Context) (int, error) {
 	const op = "sweep_dedupe"
 	retention := s.cfg.retention
 	var total int

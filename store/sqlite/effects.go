@@ -76,7 +76,7 @@ func (t *wtx) rowsAffected(query string, args ...any) (int, error) {
 }
 
 // Publish queues the world's new intents, fenced by epoch (protocol C).
-func (s *Store) Publish(ctx context.Context, world string, epoch uint64, intents []store.Intent) (int, error) {
+func (s *backend) Publish(ctx context.Context, world string, epoch uint64, intents []store.Intent) (int, error) {
 	res, err := s.commit(ctx, "publish", world, epoch, store.CommitBatch{Intents: intents}, sideEffects)
 	if err != nil {
 		return 0, err
@@ -110,7 +110,7 @@ func scanEffectItem(sc interface{ Scan(...any) error }) (store.EffectItem, error
 // come from its own range of effects_pending_by_kind, the merge keeps the n
 // oldest overall: a claim reads O(kinds × n) index entries however long
 // the queue.
-func (s *Store) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]store.EffectItem, error) {
+func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]store.EffectItem, error) {
 	const op = "claim"
 	for _, c := range []error{
 		store.CheckID(op, "worker", worker),
@@ -145,25 +145,11 @@ func (s *Store) Claim(ctx context.Context, worker string, kinds []string, n int,
 	return out, nil
 }
 
-// Complete is a CompleteMany of one.
-func (s *Store) Complete(ctx context.Context, intentHash string, c store.Claim, r store.Receipt) (uint64, bool, error) {
-	res, err := s.completeMany(ctx, "complete", []store.Completion{{IntentHash: intentHash, Claim: c, Receipt: r}})
-	if err != nil {
-		return 0, false, err
-	}
-	return res[0].InboxSeq, res[0].Dup, res[0].Err
-}
-
 // CompleteMany completes the batch in one request of the group commit, so
-// in one transaction and one fsync, each item decided as Complete alone.
-func (s *Store) CompleteMany(ctx context.Context, cs []store.Completion) ([]store.CompleteResult, error) {
-	return s.completeMany(ctx, "complete_many", cs)
-}
-
-// completeMany is the one completion path; op names the call, while each
-// item's errors are Complete's. Invalid items are answered before the
-// request and never reach the database.
-func (s *Store) completeMany(ctx context.Context, op string, cs []store.Completion) ([]store.CompleteResult, error) {
+// in one transaction and one fsync, each item decided on its own. Invalid
+// items are answered before the request and never reach the database.
+func (s *backend) CompleteMany(ctx context.Context, cs []store.Completion) ([]store.CompleteResult, error) {
+	const op = "complete_many"
 	if err := store.CheckBatch(op, "completions", len(cs)); err != nil {
 		return nil, err
 	}
@@ -219,7 +205,7 @@ func (t *wtx) complete(c store.Completion) (store.CompleteResult, error) {
 // that Complete runs, with an operator in the claimant's place
 // (contract.Operator), in one request of the group commit. The reason is
 // kept in resolve_reason.
-func (s *Store) Resolve(ctx context.Context, intentHash string, r store.Receipt, reason string) (uint64, bool, error) {
+func (s *backend) Resolve(ctx context.Context, intentHash string, r store.Receipt, reason string) (uint64, bool, error) {
 	const op = "resolve"
 	if err := store.CheckResolve(op, intentHash, r, reason); err != nil {
 		return 0, false, err
@@ -240,13 +226,13 @@ func (s *Store) Resolve(ctx context.Context, intentHash string, r store.Receipt,
 }
 
 // ReapEffects requeues inflight items whose claim expired (queue.go).
-func (s *Store) ReapEffects(ctx context.Context) (int, error) {
+func (s *backend) ReapEffects(ctx context.Context) (int, error) {
 	return s.reap(ctx, "reap_effects", effectsQueue)
 }
 
 // ReleaseEffect puts an inflight effect back to pending under its latest
 // claim (contract.ReleaseEffect), as a reap of that one item would.
-func (s *Store) ReleaseEffect(ctx context.Context, intentHash string, c store.Claim) error {
+func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c store.Claim) error {
 	const op = "release_effect"
 	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
 		return err
@@ -287,7 +273,7 @@ func (s *Store) ReleaseEffect(ctx context.Context, intentHash string, c store.Cl
 // back to pending (contract.Retryable), with Retries+1 and the reason. Its
 // earlier claim is spent (its completion was the receipt being retried),
 // so only a new claim may complete it.
-func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (store.EffectStatus, error) {
+func (s *backend) RetryEffect(ctx context.Context, intentHash, reason string) (store.EffectStatus, error) {
 	const op = "retry_effect"
 	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
 		return store.EffectStatus{}, err
@@ -365,7 +351,7 @@ func scanEffectStatus(sc interface{ Scan(...any) error }) (store.EffectStatus, e
 }
 
 // EffectStatus reads an intent's dedupe record.
-func (s *Store) EffectStatus(ctx context.Context, intentHash string) (store.EffectStatus, error) {
+func (s *backend) EffectStatus(ctx context.Context, intentHash string) (store.EffectStatus, error) {
 	const op = "effect_status"
 	if err := s.read(ctx, op); err != nil {
 		return store.EffectStatus{}, err
@@ -380,33 +366,6 @@ func (s *Store) EffectStatus(ctx context.Context, intentHash string) (store.Effe
 	}
 	if err != nil {
 		return store.EffectStatus{}, dbErr(op, "", err)
-	}
-	return out, nil
-}
-
-// ListEffects lists up to limit of world's pending and inflight effects
-// after afterSeq, in queue order (effects_queued_by_world).
-func (s *Store) ListEffects(ctx context.Context, world string, afterSeq uint64, limit int) ([]store.EffectItem, error) {
-	const op = "list_effects"
-	if err := s.checkView(ctx, op, world, limit); err != nil {
-		return nil, err
-	}
-	rows, err := s.query(ctx, `SELECT `+effectItemCols+` FROM effects
-		WHERE world = ? AND state IN ('pending', 'inflight') AND seq > ? ORDER BY seq LIMIT ?`, world, seqBound(afterSeq), limit)
-	if err != nil {
-		return nil, dbErr(op, world, err)
-	}
-	defer rows.Close()
-	var out []store.EffectItem
-	for rows.Next() {
-		it, err := scanEffectItem(rows)
-		if err != nil {
-			return nil, dbErr(op, world, err)
-		}
-		out = append(out, it)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, dbErr(op, world, err)
 	}
 	return out, nil
 }

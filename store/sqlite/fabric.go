@@ -11,7 +11,7 @@ import (
 // (contract.Ingress: paused does, archived does not, retries included).
 // messageID is the message's dedupe: item's Kind, Seq, World, EnqueuedAt
 // and DedupeKey are ignored, and the inbox item carries no inbox dedupe key.
-func (s *Store) Send(ctx context.Context, dest, messageID string, item store.InboxItem) (store.FabricResult, error) {
+func (s *backend) Send(ctx context.Context, dest, messageID string, item store.InboxItem) (store.FabricResult, error) {
 	const op = "send"
 	for _, c := range []error{
 		store.CheckID(op, "destination", dest),

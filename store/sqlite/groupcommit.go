@@ -45,7 +45,7 @@ import (
 // one that started always reports its real outcome (groupcommit).
 type request struct {
 	groupcommit.Ticket
-	s      *Store
+	s      *backend
 	ctx    context.Context
 	op     string
 	world  string
@@ -69,7 +69,7 @@ func (r *request) Refuse(err error) {
 }
 
 // write runs fn as one request of a group commit and returns its outcome.
-func (s *Store) write(ctx context.Context, op, world string, fn func(t *wtx) error) error {
+func (s *backend) write(ctx context.Context, op, world string, fn func(t *wtx) error) error {
 	if s.closed.Load() {
 		return closedErr(op)
 	}
@@ -173,7 +173,7 @@ func (t *wtx) notify(topic string) {
 }
 
 type committer struct {
-	s     *Store
+	s     *backend
 	ctx   context.Context // never cancelled: a caller's context must not abort a shared transaction
 	stmts map[string]*sql.Stmt
 
@@ -195,7 +195,7 @@ type committer struct {
 // maxCachedHeads bounds the head cache; past it the cache starts over.
 const maxCachedHeads = 1 << 16
 
-func newCommitter(s *Store) *committer {
+func newCommitter(s *backend) *committer {
 	return &committer{
 		s: s, ctx: context.Background(), stmts: make(map[string]*sql.Stmt),
 		heads: make(map[string]int64), staged: make(map[string]int64),
@@ -225,7 +225,7 @@ func (c *committer) closeStmts() {
 }
 
 // answer sets r's outcome and wakes its caller.
-func (s *Store) answer(r *request, err error) {
+func (s *backend) answer(r *request, err error) {
 	s.stats.requests.Add(1)
 	r.err = err
 	close(r.done)

@@ -15,7 +15,7 @@ import (
 // group commit, so concurrent appends to any streams share one fsync. A
 // world's stream is written only under its own fence, a free stream with
 // none (contract.AppendFence), decided in the same transaction.
-func (s *Store) Append(ctx context.Context, stream string, events []store.Record, opts store.AppendOptions) ([]store.Appended, error) {
+func (s *backend) Append(ctx context.Context, stream string, events []store.Record, opts store.AppendOptions) ([]store.Appended, error) {
 	const op = "append"
 	if err := store.CheckID(op, "stream", stream); err != nil {
 		return nil, err
@@ -164,7 +164,7 @@ func scanRecords(rows *sql.Rows) ([]store.Record, error) {
 
 // Read returns up to limit events with runSeq > afterSeq, in runSeq order
 // (limit <= 0: all of them).
-func (s *Store) Read(ctx context.Context, stream string, afterSeq uint64, limit int) ([]store.Record, error) {
+func (s *backend) Read(ctx context.Context, stream string, afterSeq uint64, limit int) ([]store.Record, error) {
 	const op = "read"
 	if err := s.read(ctx, op); err != nil {
 		return nil, err
@@ -194,7 +194,7 @@ func (s *Store) Read(ctx context.Context, stream string, afterSeq uint64, limit 
 
 // floor reads a stream's compaction floor and the latest persistedAt it
 // removed (zero when none).
-func (s *Store) floor(ctx context.Context, stream string) (uint64, time.Time, error) {
+func (s *backend) floor(ctx context.Context, stream string) (uint64, time.Time, error) {
 	var to int64
 	var at sql.NullInt64
 	if _, err := s.queryRow(ctx, `SELECT compacted_to, compacted_at FROM streams WHERE stream = ?`, []any{stream}, &to, &at); err != nil {
@@ -205,7 +205,7 @@ func (s *Store) floor(ctx context.Context, stream string) (uint64, time.Time, er
 
 // Floor returns the stream's compaction floor (0 when nothing was ever
 // compacted).
-func (s *Store) Floor(ctx context.Context, stream string) (uint64, error) {
+func (s *backend) Floor(ctx context.Context, stream string) (uint64, error) {
 	const op = "floor"
 	if err := s.read(ctx, op); err != nil {
 		return 0, err
@@ -218,7 +218,7 @@ func (s *Store) Floor(ctx context.Context, stream string) (uint64, error) {
 }
 
 // Head returns the stream's head (0 for a stream never appended to).
-func (s *Store) Head(ctx context.Context, stream string) (uint64, error) {
+func (s *backend) Head(ctx context.Context, stream string) (uint64, error) {
 	const op = "head"
 	if err := s.read(ctx, op); err != nil {
 		return 0, err
@@ -232,7 +232,7 @@ func (s *Store) Head(ctx context.Context, stream string) (uint64, error) {
 
 // ReadWindow returns up to limit events with from <= persistedAt < to, in
 // runSeq order (limit <= 0: all of them).
-func (s *Store) ReadWindow(ctx context.Context, stream string, from, to time.Time, limit int) ([]store.Record, error) {
+func (s *backend) ReadWindow(ctx context.Context, stream string, from, to time.Time, limit int) ([]store.Record, error) {
 	const op = "read_window"
 	if err := s.read(ctx, op); err != nil {
 		return nil, err

@@ -41,39 +41,6 @@ func (c *leaseCells) row() contract.LeaseRow {
 		Displaced: c.displaced.String, Epoch: uint64(c.epoch.Int64), ExpiresAt: fromNS(c.expires.Int64)}
 }
 
-// checkLeaseCall checks the arguments every lease call shares.
-func checkLeaseCall(op, world, worker string) error {
-	if err := store.CheckID(op, "world", world); err != nil {
-		return err
-	}
-	return store.CheckID(op, "worker", worker)
-}
-
-// Acquire takes the world's lease (protocol A).
-func (s *Store) Acquire(ctx context.Context, world, worker string, ttl time.Duration, opts ...store.AcquireOption) (store.Lease, error) {
-	const op = "acquire"
-	if err := checkLeaseCall(op, world, worker); err != nil {
-		return store.Lease{}, err
-	}
-	if err := store.CheckTTL(op, "ttl", ttl); err != nil {
-		return store.Lease{}, err
-	}
-	o, err := store.ResolveAcquireOptions(op, opts)
-	if err != nil {
-		return store.Lease{}, err
-	}
-	var out store.Lease
-	err = s.write(ctx, op, world, func(t *wtx) error {
-		var err error
-		out, err = t.acquire(op, world, worker, o.Incarnation, ttl)
-		return err
-	})
-	if err != nil {
-		return store.Lease{}, err
-	}
-	return out, nil
-}
-
 // acquire takes the world's lease for worker inside the request, as
 // contract.Acquire decides on the world, its assignment and its lease
 // (Acquire, and Spawn's first lease).
@@ -116,7 +83,7 @@ func (t *wtx) acquire(op, world, worker, inc string, ttl time.Duration) (store.L
 // the leases taken are written with one statement per chunk. Both
 // statements always take the chunk's full number of ids, padded, so each
 // is prepared once.
-func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration, opts ...store.AcquireOption) ([]store.AcquireResult, error) {
+func (s *backend) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration, opts ...store.AcquireOption) ([]store.AcquireResult, error) {
 	const op = "acquire_leases"
 	if err := store.CheckAcquireLeases(op, worker, worlds, ttl); err != nil {
 		return nil, err
@@ -281,38 +248,6 @@ func (t *wtx) release(op, world, worker string, epoch uint64) (released bool, er
 	return err == nil, err
 }
 
-// Renew extends the lease (protocol B): RenewLeases with one ref. An
-// expired lease is not renewed, even when nobody took it over: its holder's
-// writes were already fenced, so it must Acquire again.
-func (s *Store) Renew(ctx context.Context, world, worker string, epoch uint64, ttl time.Duration) (store.Lease, error) {
-	const op = "renew"
-	if err := checkLeaseCall(op, world, worker); err != nil {
-		return store.Lease{}, err
-	}
-	if err := store.CheckTTL(op, "ttl", ttl); err != nil {
-		return store.Lease{}, err
-	}
-	res, err := s.renewLeases(ctx, op, worker, []store.LeaseRef{{World: world, Epoch: epoch}}, ttl)
-	if err != nil {
-		return store.Lease{}, err
-	}
-	return res[0].Lease, res[0].Err
-}
-
-// Release gives the lease up (protocol B): ReleaseLeases with one ref. A
-// retried release succeeds.
-func (s *Store) Release(ctx context.Context, world, worker string, epoch uint64) error {
-	const op = "release"
-	if err := checkLeaseCall(op, world, worker); err != nil {
-		return err
-	}
-	res, err := s.releaseLeases(ctx, op, worker, []store.LeaseRef{{World: world, Epoch: epoch}})
-	if err != nil {
-		return err
-	}
-	return res[0].Err
-}
-
 // checkRefs checks a bulk lease call's arguments.
 func checkRefs(op, worker string, refs []store.LeaseRef) error {
 	if err := store.CheckID(op, "worker", worker); err != nil {
@@ -336,7 +271,7 @@ func checkRefs(op, worker string, refs []store.LeaseRef) error {
 // still decided on its own by contract.Holder, exactly as Renew decides
 // it; a world named twice is decided twice on the same row, so both answers
 // are the single call's.
-func (s *Store) RenewLeases(ctx context.Context, worker string, refs []store.LeaseRef, ttl time.Duration) ([]store.LeaseResult, error) {
+func (s *backend) RenewLeases(ctx context.Context, worker string, refs []store.LeaseRef, ttl time.Duration) ([]store.LeaseResult, error) {
 	const op = "renew_leases"
 	if err := checkRefs(op, worker, refs); err != nil {
 		return nil, err
@@ -344,10 +279,7 @@ func (s *Store) RenewLeases(ctx context.Context, worker string, refs []store.Lea
 	if err := store.CheckTTL(op, "ttl", ttl); err != nil {
 		return nil, err
 	}
-	return s.renewLeases(ctx, op, worker, append([]store.LeaseRef(nil), refs...), ttl)
-}
-
-func (s *Store) renewLeases(ctx context.Context, op, worker string, refs []store.LeaseRef, ttl time.Duration) ([]store.LeaseResult, error) {
+	refs = append([]store.LeaseRef(nil), refs...)
 	out := make([]store.LeaseResult, len(refs))
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		expires := t.now.Add(ttl)
@@ -444,19 +376,16 @@ func (t *wtx) worldLeases(refs []store.LeaseRef) (map[string]contract.LeaseRow, 
 
 // ReleaseLeases releases many leases of one worker in one transaction (a
 // planned drain).
-func (s *Store) ReleaseLeases(ctx context.Context, worker string, refs []store.LeaseRef) ([]store.LeaseResult, error) {
+func (s *backend) ReleaseLeases(ctx context.Context, worker string, refs []store.LeaseRef) ([]store.LeaseResult, error) {
 	const op = "release_leases"
 	if err := checkRefs(op, worker, refs); err != nil {
 		return nil, err
 	}
-	return s.releaseLeases(ctx, op, worker, append([]store.LeaseRef(nil), refs...))
-}
-
-// releaseLeases decides and releases each ref in turn inside one request. A
-// ref's typed failure is its result, not the call's: each ref decides
-// before it writes, so one that fails wrote nothing and the others go on.
-// A database failure fails the whole call.
-func (s *Store) releaseLeases(ctx context.Context, op, worker string, refs []store.LeaseRef) ([]store.LeaseResult, error) {
+	// Each ref is decided and released in turn inside one request. A ref's
+	// typed failure is its result, not the call's: each ref decides before
+	// it writes, so one that fails wrote nothing and the others go on. A
+	// database failure fails the whole call.
+	refs = append([]store.LeaseRef(nil), refs...)
 	out := make([]store.LeaseResult, len(refs))
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		for i, r := range refs {
@@ -487,7 +416,7 @@ func (s *Store) releaseLeases(ctx context.Context, op, worker string, refs []sto
 }
 
 // GetLease reads the lease record (ok=false if the world was never leased).
-func (s *Store) GetLease(ctx context.Context, world string) (store.Lease, bool, error) {
+func (s *backend) GetLease(ctx context.Context, world string) (store.Lease, bool, error) {
 	const op = "get_lease"
 	if err := s.read(ctx, op); err != nil {
 		return store.Lease{}, false, err
@@ -508,7 +437,7 @@ func (s *Store) GetLease(ctx context.Context, world string) (store.Lease, bool, 
 }
 
 // Assign writes the world's desired placement.
-func (s *Store) Assign(ctx context.Context, world string, a store.Assignment, by *store.Fence) error {
+func (s *backend) Assign(ctx context.Context, world string, a store.Assignment, by *store.Fence) error {
 	const op = "assign"
 	for _, c := range []error{
 		store.CheckID(op, "world", world),
@@ -540,7 +469,7 @@ func (s *Store) Assign(ctx context.Context, world string, a store.Assignment, by
 }
 
 // Unassign removes the desired placement (a no-op if there is none).
-func (s *Store) Unassign(ctx context.Context, world string, by *store.Fence) error {
+func (s *backend) Unassign(ctx context.Context, world string, by *store.Fence) error {
 	const op = "unassign"
 	if err := store.CheckID(op, "world", world); err != nil {
 		return err
@@ -569,7 +498,7 @@ func (s *Store) Unassign(ctx context.Context, world string, by *store.Fence) err
 }
 
 // GetAssignment reads the desired placement.
-func (s *Store) GetAssignment(ctx context.Context, world string) (store.Assignment, bool, error) {
+func (s *backend) GetAssignment(ctx context.Context, world string) (store.Assignment, bool, error) {
 	const op = "get_assignment"
 	if err := s.read(ctx, op); err != nil {
 		return store.Assignment{}, false, err
@@ -607,7 +536,7 @@ const workerWorldsQuery = `
 	ORDER BY ids.world`
 
 // ListWorkerWorlds lists one page of a worker's worlds (leased or assigned).
-func (s *Store) ListWorkerWorlds(ctx context.Context, worker, after string, limit int) ([]store.WorkerWorld, error) {
+func (s *backend) ListWorkerWorlds(ctx context.Context, worker, after string, limit int) ([]store.WorkerWorld, error) {
 	const op = "list_worker_worlds"
 	if err := s.read(ctx, op); err != nil {
 		return nil, err

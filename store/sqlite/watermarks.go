@@ -7,7 +7,7 @@ import (
 )
 
 // GetWatermark reads a projector's watermark on stream (0 if never set).
-func (s *Store) GetWatermark(ctx context.Context, projector, stream string) (uint64, error) {
+func (s *backend) GetWatermark(ctx context.Context, projector, stream string) (uint64, error) {
 	const op = "get_watermark"
 	if err := s.read(ctx, op); err != nil {
 		return 0, err
@@ -21,7 +21,7 @@ func (s *Store) GetWatermark(ctx context.Context, projector, stream string) (uin
 
 // CASWatermark sets the watermark to next if it is old (an unset watermark
 // is 0), else ErrWatermarkConflict.
-func (s *Store) CASWatermark(ctx context.Context, projector, stream string, old, next uint64) error {
+func (s *backend) CASWatermark(ctx context.Context, projector, stream string, old, next uint64) error {
 	const op = "cas_watermark"
 	for _, c := range []error{
 		store.CheckID(op, "projector", projector),

@@ -83,7 +83,7 @@ func (t *wtx) seedHead(stream string, h uint64) error {
 // CreateWorld creates an active world, optionally seeded from a snapshot:
 // the snapshot (its World set to the new world, CreatedAt to the store
 // clock) becomes the baseline and the journal head is its height.
-func (s *Store) CreateWorld(ctx context.Context, universe, world string, seed *store.Snapshot) (store.World, error) {
+func (s *backend) CreateWorld(ctx context.Context, universe, world string, seed *store.Snapshot) (store.World, error) {
 	const op = "create_world"
 	if err := store.CheckID(op, "world", world); err != nil {
 		return store.World{}, err
@@ -140,7 +140,7 @@ func (t *wtx) createWorld(op, universe, world string, seed *store.Snapshot) (sto
 // Acquire and an Append of the events, as one request: each step is the
 // separate call's own code, and a typed refusal of any rolls the request
 // back whole (its savepoint).
-func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned, error) {
+func (s *backend) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned, error) {
 	const op = "spawn"
 	if err := store.CheckSpawn(op, spec); err != nil {
 		return store.Spawned{}, err
@@ -188,7 +188,7 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 // ForkWorld creates newWorld from src's snapshot at height. The snapshot
 // row is copied inside SQLite (the state blob, never the journal), so a
 // fork costs the same whatever the source's history length.
-func (s *Store) ForkWorld(ctx context.Context, src string, height uint64, newWorld string) (store.World, error) {
+func (s *backend) ForkWorld(ctx context.Context, src string, height uint64, newWorld string) (store.World, error) {
 	const op = "fork_world"
 	for _, c := range []error{
 		store.CheckID(op, "source world", src),
@@ -267,7 +267,7 @@ func scanWorld(sc interface{ Scan(...any) error }) (store.World, error) {
 }
 
 // GetWorld reads a world's record.
-func (s *Store) GetWorld(ctx context.Context, world string) (store.World, error) {
+func (s *backend) GetWorld(ctx context.Context, world string) (store.World, error) {
 	const op = "get_world"
 	if err := s.read(ctx, op); err != nil {
 		return store.World{}, err
@@ -288,7 +288,7 @@ func (s *Store) GetWorld(ctx context.Context, world string) (store.World, error)
 
 // ListWorlds lists a universe's worlds sorted by id, all of them when
 // status is "".
-func (s *Store) ListWorlds(ctx context.Context, universe string, status store.WorldStatus) ([]store.World, error) {
+func (s *backend) ListWorlds(ctx context.Context, universe string, status store.WorldStatus) ([]store.World, error) {
 	const op = "list_worlds"
 	if err := s.read(ctx, op); err != nil {
 		return nil, err
@@ -321,7 +321,7 @@ func (s *Store) ListWorlds(ctx context.Context, universe string, status store.Wo
 // SetWorldStatus is the operator's path (contract.Transition): no lease,
 // the reason and the store clock recorded. Leaving active releases the
 // lease in the same transaction, so its holder is fenced at once.
-func (s *Store) SetWorldStatus(ctx context.Context, world string, status store.WorldStatus, reason string) (store.World, error) {
+func (s *backend) SetWorldStatus(ctx context.Context, world string, status store.WorldStatus, reason string) (store.World, error) {
 	const op = "set_world_status"
 	for _, c := range []error{
 		store.CheckID(op, "world", world),
