@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
 // The world cycle's commit (store.CommitBatch): one request of the group
@@ -18,11 +19,11 @@ type commitMode uint8
 
 const (
 	// fullCycle (Commit, DrainToJournal) compare-and-swaps the cursor and
-	// the head, and skips a timer to cancel that is not there.
+	// the head (contract.CycleCursor, CycleHead), and is the cycle that
+	// contract.CancelMissing lets skip a timer that is not there.
 	fullCycle commitMode = iota
 	// sideEffects (Publish, Schedule, CancelTimer, PutSnapshot) leaves the
-	// cursor and the journal alone, and a timer to cancel that is not
-	// there is ErrNotFound.
+	// cursor and the journal alone.
 	sideEffects
 )
 
@@ -68,16 +69,11 @@ func (t *wtx) commit(op, world string, epoch uint64, b *store.CommitBatch, mode 
 			[]any{world}, &cursor, &last); err != nil {
 			return res, err
 		}
-		if uint64(cursor) != b.ExpectedCursor {
-			return res, store.Errorf(op, store.ErrCursorMismatch, world, "expected cursor %d, cursor is %d", b.ExpectedCursor, cursor)
+		if err := contract.CycleCursor(op, world, uint64(cursor), b.ExpectedCursor, b.NewCursor, uint64(last)); err != nil {
+			return res, err
 		}
-		if b.NewCursor > uint64(last) {
-			return res, store.Errorf(op, store.ErrInvalid, world, "new cursor %d passes the last enqueued seq %d", b.NewCursor, last)
-		}
-		// Unlike a plain Append, the head is checked even when every entry
-		// is a duplicate: a cycle is built on the head it read.
-		if uint64(head) != b.ExpectedHead {
-			return res, store.Errorf(op, store.ErrHeadMismatch, world, "expected head %d, head is %d", b.ExpectedHead, head)
+		if err := contract.CycleHead(op, world, b.ExpectedHead, uint64(head)); err != nil {
+			return res, err
 		}
 		if res.Appended, head, err = t.append(world, head, b.Entries); err != nil {
 			return res, err
@@ -101,11 +97,10 @@ func (t *wtx) commit(op, world string, epoch uint64, b *store.CommitBatch, mode 
 		if err != nil {
 			return res, err
 		}
-		switch {
-		case found:
+		if found {
 			res.Cancelled++
-		case mode == sideEffects:
-			return res, store.Errorf(op, store.ErrNotFound, world, "timer %s", h)
+		} else if err := contract.CancelMissing(op, world, h, mode == fullCycle); err != nil {
+			return res, err
 		}
 	}
 	if b.Snapshot != nil {

@@ -270,7 +270,7 @@ func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c store.
 }
 
 // RetryEffect sends an effect whose terminal receipt was error or timeout
-// back to pending (contract.Retryable), with Retries+1 and the reason. Its
+// back to pending (contract.RetryEffect), with Retries+1 and the reason. Its
 // earlier claim is spent (its completion was the receipt being retried),
 // so only a new claim may complete it.
 func (s *backend) RetryEffect(ctx context.Context, intentHash, reason string) (store.EffectStatus, error) {
@@ -295,11 +295,9 @@ func (s *backend) RetryEffect(ctx context.Context, intentHash, reason string) (s
 		if !found {
 			return store.Errorf(op, store.ErrNotFound, "", "intent %s", intentHash)
 		}
-		if err := contract.Retryable(op, intentHash, store.EffectState(state), store.ReceiptStatus(rstatus.String)); err != nil {
+		if err := contract.RetryEffect(op, intentHash, world, store.EffectState(state), store.ReceiptStatus(rstatus.String),
+			store.WorldStatus(wstatus)); err != nil {
 			return err
-		}
-		if store.WorldStatus(wstatus) == store.WorldArchived {
-			return store.Errorf(op, store.ErrWorldArchived, world, "intent %s", intentHash)
 		}
 		row, err := t.row(`UPDATE effects SET state = 'pending', retries = retries + 1, retry_reason = ?, claimed_by = '', claim_expires = NULL,
 			receipt_status = NULL, receipt_payload = NULL, resolve_reason = NULL, inbox_seq = NULL, completed_at = NULL

@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"database/sql"
@@ -55,12 +54,7 @@ func (s *backend) Append(ctx context.Context, stream string, events []store.Reco
 		if err != nil {
 			return err
 		}
-		// A batch of duplicates only is answered without the head check, so
-		// that a retried append stays idempotent.
-		if opts.ExpectedHead != nil && newHead != head && *opts.ExpectedHead != uint64(head) {
-			return store.Errorf(op, store.ErrHeadMismatch, stream, "expected head %d, head is %d", *opts.ExpectedHead, head)
-		}
-		return nil
+		return contract.AppendHead(op, stream, opts.ExpectedHead, uint64(head), newHead != head)
 	})
 	if err != nil {
 		return nil, err
@@ -112,9 +106,8 @@ func (t *wtx) append(stream string, head int64, events []store.Record) (_ []stor
 }
 
 // duplicate answers an event whose key exists: the stored record's metadata,
-// and Conflict when its eventType or payload hash differs from e's. Keys
-// of events compacted before schema 2 carry neither (NULL) and never
-// conflict: there is nothing left to compare.
+// and Conflict as contract.Conflict decides (keys of events compacted
+// before schema 2 carry no eventType or hash: NULL).
 func (t *wtx) duplicate(stream string, e *store.Record, sum []byte) (store.Appended, error) {
 	var (
 		id        string
@@ -126,8 +119,8 @@ func (t *wtx) duplicate(stream string, e *store.Record, sum []byte) (store.Appen
 		[]any{stream, e.IdempotencyKey}, &id, &rs, &pa, &eventType, &stored); err != nil {
 		return store.Appended{}, err
 	}
-	conflict := (eventType.Valid && eventType.String != e.EventType) || (stored != nil && !bytes.Equal(stored, sum))
-	return store.Appended{EventID: id, RunSeq: uint64(rs), PersistedAt: fromNS(pa), Idempotent: true, Conflict: conflict}, nil
+	return store.Appended{EventID: id, RunSeq: uint64(rs), PersistedAt: fromNS(pa), Idempotent: true,
+		Conflict: contract.Conflict(eventType.String, stored, e.EventType, sum)}, nil
 }
 
 // headQuery derives a stream's head: the highest runSeq in the journal, or

@@ -87,7 +87,7 @@ func (s *backend) snapshotOf(ctx context.Context, op, world, at string, atArgs .
 }
 
 // Compact deletes the world's journal entries with runSeq <= baseline
-// height - retain, fenced by epoch.
+// height - retain (contract.CompactTo), fenced by epoch.
 //
 // Immutability: the events table's delete trigger aborts any DELETE that no
 // compaction gate covers. Compact opens the gate (a row of compaction_gate
@@ -111,10 +111,10 @@ func (s *backend) Compact(ctx context.Context, world string, epoch uint64, retai
 		if _, err := t.queryRow(`SELECT baseline_height FROM worlds WHERE id = ?`, []any{world}, &baseline); err != nil {
 			return err
 		}
-		if !baseline.Valid || uint64(baseline.Int64) <= retain {
+		upto, ok := contract.CompactTo(uint64(baseline.Int64), baseline.Valid, retain)
+		if !ok {
 			return nil
 		}
-		upto := uint64(baseline.Int64) - retain
 		// The head survives the events it may remove: record it as the
 		// stream's floor first. The compaction floor (compacted_to, and the
 		// latest persistedAt removed) rises in the same savepoint, so no

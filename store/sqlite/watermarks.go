@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
 // GetWatermark reads a projector's watermark on stream (0 if never set).
@@ -20,7 +21,7 @@ func (s *backend) GetWatermark(ctx context.Context, projector, stream string) (u
 }
 
 // CASWatermark sets the watermark to next if it is old (an unset watermark
-// is 0), else ErrWatermarkConflict.
+// is 0; contract.Watermark).
 func (s *backend) CASWatermark(ctx context.Context, projector, stream string, old, next uint64) error {
 	const op = "cas_watermark"
 	for _, c := range []error{
@@ -37,8 +38,8 @@ func (s *backend) CASWatermark(ctx context.Context, projector, stream string, ol
 		if _, err := t.queryRow(`SELECT value FROM watermarks WHERE projector = ? AND stream = ?`, []any{projector, stream}, &cur); err != nil {
 			return err
 		}
-		if uint64(cur) != old {
-			return store.Errorf(op, store.ErrWatermarkConflict, "", "projector %s on %s: expected %d, watermark is %d", projector, stream, old, cur)
+		if err := contract.Watermark(op, projector, stream, uint64(cur), old); err != nil {
+			return err
 		}
 		_, err := t.exec(`INSERT INTO watermarks (projector, stream, value) VALUES (?, ?, ?)
 			ON CONFLICT (projector, stream) DO UPDATE SET value = excluded.value`, projector, stream, int64(next))

@@ -49,25 +49,19 @@ func (t *wtx) worldStatus(op, world string) (store.WorldStatus, error) {
 	return store.WorldStatus(status), nil
 }
 
-// claimWorldID checks that id is free: no world has it, and its stream has
-// no events (a free stream's history never becomes a world's journal).
+// claimWorldID reads whether a world has id and its stream's head, and
+// asks contract.WorldID whether a new world may take it.
 func (t *wtx) claimWorldID(op, id string) error {
 	var one int
 	found, err := t.queryRow(`SELECT 1 FROM worlds WHERE id = ?`, []any{id}, &one)
 	if err != nil {
 		return err
 	}
-	if found {
-		return store.Errorf(op, store.ErrWorldExists, id, "")
-	}
 	head, err := t.head(id)
 	if err != nil {
 		return err
 	}
-	if head > 0 {
-		return store.Errorf(op, store.ErrWorldExists, id, "its stream already has events")
-	}
-	return nil
+	return contract.WorldID(op, id, found, uint64(head))
 }
 
 // seedHead starts a world's (empty) journal at a seed's or fork's height.
@@ -353,8 +347,8 @@ func (s *backend) SetWorldStatus(ctx context.Context, world string, status store
 // setStatus moves world to status inside the request, as contract.Transition
 // decides (SetWorldStatus, and a Commit's Status). Leaving active releases
 // the lease in the same transaction, so its holder is fenced at once;
-// archiving withdraws the world's pending effects, and it returns how
-// many.
+// archiving withdraws the world's pending effects
+// (contract.WithdrawsPending), and it returns how many.
 func (t *wtx) setStatus(op, world string, status store.WorldStatus, reason string) (withdrawn int, err error) {
 	from, err := t.worldStatus(op, world)
 	if err != nil {
@@ -369,7 +363,7 @@ func (t *wtx) setStatus(op, world string, status store.WorldStatus, reason strin
 		return 0, err
 	}
 	t.notify(store.TopicAssignments)
-	if status == store.WorldArchived {
+	if contract.WithdrawsPending(status) {
 		if withdrawn, err = t.withdrawAll(world); err != nil {
 			return 0, err
 		}
