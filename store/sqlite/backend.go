@@ -39,8 +39,8 @@
 //   - the store clock (WithClock): persistedAt, lease expiries, claim
 //     deadlines, due times and dedupe completion all read it, never a
 //     caller's clock. Times are stored as int64 Unix nanoseconds, exactly:
-//     store.CheckTime keeps every time a caller hands in within that range,
-//     so nothing is ever clamped.
+//     the front (store.CheckTime) keeps every time a caller hands in
+//     within that range, so nothing is ever clamped.
 //
 // Reads go to a separate pool of query-only connections (with their
 // prepared statements): WAL lets them run beside the writer, and since a

@@ -33,12 +33,6 @@ func (s *backend) Commit(ctx context.Context, world string, epoch uint64, b stor
 }
 
 func (s *backend) commit(ctx context.Context, op, world string, epoch uint64, b store.CommitBatch, mode commitMode) (store.CommitResult, error) {
-	if err := store.CheckID(op, "world", world); err != nil {
-		return store.CommitResult{}, err
-	}
-	if err := store.CheckCommit(op, &b); err != nil {
-		return store.CommitResult{}, err
-	}
 	var out store.CommitResult
 	err := s.write(ctx, op, world, func(t *wtx) error {
 		var err error

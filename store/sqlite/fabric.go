@@ -15,15 +15,6 @@ import (
 // and DedupeKey are ignored, and the inbox item carries no inbox dedupe key.
 func (s *backend) Send(ctx context.Context, dest, messageID string, item store.InboxItem) (store.FabricResult, error) {
 	const op = "send"
-	for _, c := range []error{
-		store.CheckID(op, "destination", dest),
-		store.CheckID(op, "messageId", messageID),
-		store.CheckPayload(op, "payload", item.Payload),
-	} {
-		if c != nil {
-			return store.FabricResult{}, c
-		}
-	}
 	var out store.FabricResult
 	err := s.write(ctx, op, dest, func(t *wtx) error {
 		// contract.Send decides on both rows: the message's dedupe record

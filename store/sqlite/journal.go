@@ -16,26 +16,6 @@ import (
 // none (contract.AppendFence), decided in the same transaction.
 func (s *backend) Append(ctx context.Context, stream string, events []store.Record, opts store.AppendOptions) ([]store.Appended, error) {
 	const op = "append"
-	if err := store.CheckID(op, "stream", stream); err != nil {
-		return nil, err
-	}
-	if err := store.CheckRecords(op, events); err != nil {
-		return nil, err
-	}
-	if opts.Fence != nil {
-		if err := store.CheckID(op, "fence world", opts.Fence.World); err != nil {
-			return nil, err
-		}
-		f := *opts.Fence
-		opts.Fence = &f
-	}
-	if opts.ExpectedHead != nil {
-		if err := store.CheckInt(op, "expectedHead", *opts.ExpectedHead); err != nil {
-			return nil, err
-		}
-		h := *opts.ExpectedHead
-		opts.ExpectedHead = &h
-	}
 	var out []store.Appended
 	err := s.write(ctx, op, stream, func(t *wtx) error {
 		found, _, l, err := t.worldLease(stream)

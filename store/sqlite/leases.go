@@ -85,9 +85,6 @@ func (t *wtx) acquire(op, world, worker, inc string, ttl time.Duration) (store.L
 // is prepared once.
 func (s *backend) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration, opts ...store.AcquireOption) ([]store.AcquireResult, error) {
 	const op = "acquire_leases"
-	if err := store.CheckAcquireLeases(op, worker, worlds, ttl); err != nil {
-		return nil, err
-	}
 	o, err := store.ResolveAcquireOptions(op, opts)
 	if err != nil {
 		return nil, err
@@ -248,22 +245,6 @@ func (t *wtx) release(op, world, worker string, epoch uint64) (released bool, er
 	return err == nil, err
 }
 
-// checkRefs checks a bulk lease call's arguments.
-func checkRefs(op, worker string, refs []store.LeaseRef) error {
-	if err := store.CheckID(op, "worker", worker); err != nil {
-		return err
-	}
-	if err := store.CheckBatch(op, "refs", len(refs)); err != nil {
-		return err
-	}
-	for _, r := range refs {
-		if err := store.CheckID(op, "world", r.World); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // RenewLeases renews many leases of one worker in one transaction. The
 // leases are read renewChunk at a time and renewed with one UPDATE per
 // chunk (every renewed lease gets the same expiry, now+ttl): a statement
@@ -273,12 +254,6 @@ func checkRefs(op, worker string, refs []store.LeaseRef) error {
 // are the single call's.
 func (s *backend) RenewLeases(ctx context.Context, worker string, refs []store.LeaseRef, ttl time.Duration) ([]store.LeaseResult, error) {
 	const op = "renew_leases"
-	if err := checkRefs(op, worker, refs); err != nil {
-		return nil, err
-	}
-	if err := store.CheckTTL(op, "ttl", ttl); err != nil {
-		return nil, err
-	}
 	refs = append([]store.LeaseRef(nil), refs...)
 	out := make([]store.LeaseResult, len(refs))
 	err := s.write(ctx, op, "", func(t *wtx) error {
@@ -378,9 +353,6 @@ func (t *wtx) worldLeases(refs []store.LeaseRef) (map[string]contract.LeaseRow, 
 // planned drain).
 func (s *backend) ReleaseLeases(ctx context.Context, worker string, refs []store.LeaseRef) ([]store.LeaseResult, error) {
 	const op = "release_leases"
-	if err := checkRefs(op, worker, refs); err != nil {
-		return nil, err
-	}
 	// Each ref is decided and released in turn inside one request. A ref's
 	// typed failure is its result, not the call's: each ref decides before
 	// it writes, so one that fails wrote nothing and the others go on. A
@@ -439,18 +411,6 @@ func (s *backend) GetLease(ctx context.Context, world string) (store.Lease, bool
 // Assign writes the world's desired placement.
 func (s *backend) Assign(ctx context.Context, world string, a store.Assignment, by *store.Fence) error {
 	const op = "assign"
-	for _, c := range []error{
-		store.CheckID(op, "world", world),
-		store.CheckOptionalID(op, "desired worker", a.DesiredWorker),
-		store.CheckReason(op, a.Reason),
-	} {
-		if c != nil {
-			return c
-		}
-	}
-	if err := checkAuthority(op, by); err != nil {
-		return err
-	}
 	return s.write(ctx, op, world, func(t *wtx) error {
 		if err := t.authority(op, by); err != nil {
 			return err
@@ -471,12 +431,6 @@ func (s *backend) Assign(ctx context.Context, world string, a store.Assignment, 
 // Unassign removes the desired placement (a no-op if there is none).
 func (s *backend) Unassign(ctx context.Context, world string, by *store.Fence) error {
 	const op = "unassign"
-	if err := store.CheckID(op, "world", world); err != nil {
-		return err
-	}
-	if err := checkAuthority(op, by); err != nil {
-		return err
-	}
 	return s.write(ctx, op, world, func(t *wtx) error {
 		if err := t.authority(op, by); err != nil {
 			return err
@@ -541,15 +495,6 @@ func (s *backend) ListWorkerWorlds(ctx context.Context, worker, after string, li
 	if err := s.read(ctx, op); err != nil {
 		return nil, err
 	}
-	for _, c := range []error{
-		store.CheckID(op, "worker", worker),
-		store.CheckOptionalID(op, "after", after),
-		store.CheckBatch(op, "limit", limit),
-	} {
-		if c != nil {
-			return nil, c
-		}
-	}
 	if limit == 0 {
 		return nil, nil
 	}
@@ -582,14 +527,6 @@ func (s *backend) ListWorkerWorlds(ctx context.Context, worker, after string, li
 		return nil, dbErr(op, "", err)
 	}
 	return out, nil
-}
-
-// checkAuthority validates an assignment writer's fence (nil: an operator).
-func checkAuthority(op string, by *store.Fence) error {
-	if by == nil {
-		return nil
-	}
-	return store.CheckID(op, "fence world", by.World)
 }
 
 // authority checks an assignment writer's fence in the write transaction.

@@ -52,9 +52,6 @@ func (s *backend) SnapshotBelow(ctx context.Context, world string, height uint64
 	if err := s.read(ctx, op); err != nil {
 		return store.Snapshot{}, false, err
 	}
-	if err := store.CheckInt(op, "height", height); err != nil {
-		return store.Snapshot{}, false, err
-	}
 	return s.snapshotOf(ctx, op, world, `(SELECT max(height) FROM snapshots WHERE world = w.id AND height < ?)`, int64(height))
 }
 
@@ -98,9 +95,6 @@ func (s *backend) snapshotOf(ctx context.Context, op, world, at string, atArgs .
 // compacted event is still answered with its metadata.
 func (s *backend) Compact(ctx context.Context, world string, epoch uint64, retain uint64) (int, error) {
 	const op = "compact"
-	if err := store.CheckID(op, "world", world); err != nil {
-		return 0, err
-	}
 	var removed int
 	err := s.write(ctx, op, world, func(t *wtx) error {
 		removed = 0

@@ -82,15 +82,6 @@ func scanTimer(sc interface{ Scan(...any) error }) (store.TimerItem, error) {
 // intentHash) order (queue.go).
 func (s *backend) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]store.TimerItem, error) {
 	const op = "claim_due"
-	for _, c := range []error{
-		store.CheckID(op, "worker", worker),
-		store.CheckBatch(op, "n", n),
-		store.CheckTTL(op, "claim ttl", ttl),
-	} {
-		if c != nil {
-			return nil, c
-		}
-	}
 	if n == 0 {
 		return nil, nil
 	}
@@ -115,12 +106,6 @@ func (s *backend) ClaimDue(ctx context.Context, worker string, n int, ttl time.D
 // Like Complete, it delivers whatever the world's status.
 func (s *backend) Fire(ctx context.Context, intentHash string, c store.Claim) (uint64, bool, error) {
 	const op = "fire"
-	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
-		return 0, false, err
-	}
-	if err := store.CheckClaim(op, c); err != nil {
-		return 0, false, err
-	}
 	var (
 		seq uint64
 		dup bool
@@ -141,9 +126,6 @@ func (s *backend) Fire(ctx context.Context, intentHash string, c store.Claim) (u
 // transaction of the group commit.
 func (s *backend) FireHeld(ctx context.Context, world string, epoch uint64, intentHash string) (store.HeldFiring, error) {
 	const op = "fire_held"
-	if err := store.CheckFireHeld(op, world, epoch, intentHash); err != nil {
-		return store.HeldFiring{}, err
-	}
 	var res store.HeldFiring
 	err := s.write(ctx, op, world, func(t *wtx) error {
 		res = store.HeldFiring{}

@@ -27,16 +27,9 @@ func (s *backend) QueueDepths(ctx context.Context) (store.QueueDepths, error) {
 	return d, nil
 }
 
-// checkView checks a view's world and limit (0 lists nothing, as in every
-// backend) and that the world exists.
-func (s *backend) checkView(ctx context.Context, op, world string, limit int) error {
+// checkView checks that a view's world exists.
+func (s *backend) checkView(ctx context.Context, op, world string) error {
 	if err := s.read(ctx, op); err != nil {
-		return err
-	}
-	if err := store.CheckID(op, "world", world); err != nil {
-		return err
-	}
-	if err := store.CheckBatch(op, "limit", limit); err != nil {
 		return err
 	}
 	var one int
@@ -54,7 +47,7 @@ func (s *backend) checkView(ctx context.Context, op, world string, limit int) er
 // after afterSeq, in queue order (effects_queued_by_world).
 func (s *backend) ListEffects(ctx context.Context, world string, afterSeq uint64, limit int) ([]store.EffectItem, error) {
 	const op = "list_effects"
-	if err := s.checkView(ctx, op, world, limit); err != nil {
+	if err := s.checkView(ctx, op, world); err != nil {
 		return nil, err
 	}
 	rows, err := s.query(ctx, `SELECT `+effectItemCols+` FROM effects
@@ -81,7 +74,7 @@ func (s *backend) ListEffects(ctx context.Context, world string, afterSeq uint64
 // (deliverAt, intentHash) order (timers_queued_by_world).
 func (s *backend) ListTimers(ctx context.Context, world string, limit int) ([]store.TimerItem, error) {
 	const op = "list_timers"
-	if err := s.checkView(ctx, op, world, limit); err != nil {
+	if err := s.checkView(ctx, op, world); err != nil {
 		return nil, err
 	}
 	rows, err := s.query(ctx, `SELECT `+timerCols+` FROM timers

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 
-	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
@@ -24,15 +23,6 @@ func (s *backend) GetWatermark(ctx context.Context, projector, stream string) (u
 // is 0; contract.Watermark).
 func (s *backend) CASWatermark(ctx context.Context, projector, stream string, old, next uint64) error {
 	const op = "cas_watermark"
-	for _, c := range []error{
-		store.CheckID(op, "projector", projector),
-		store.CheckID(op, "stream", stream),
-		store.CheckInt(op, "watermark", next),
-	} {
-		if c != nil {
-			return c
-		}
-	}
 	return s.write(ctx, op, "", func(t *wtx) error {
 		var cur int64
 		if _, err := t.queryRow(`SELECT value FROM watermarks WHERE projector = ? AND stream = ?`, []any{projector, stream}, &cur); err != nil {

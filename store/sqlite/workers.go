@@ -26,9 +26,6 @@ func scanWorker(sc interface{ Scan(...any) error }) (store.WorkerInfo, error) {
 // Heartbeat records that worker is alive with capacity, keeping Draining.
 func (s *backend) Heartbeat(ctx context.Context, worker string, capacity int) (store.WorkerInfo, error) {
 	const op = "heartbeat"
-	if err := store.CheckHeartbeat(op, worker, capacity); err != nil {
-		return store.WorkerInfo{}, err
-	}
 	var out store.WorkerInfo
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		row, err := t.row(`INSERT INTO workers (id, capacity, draining, heartbeat_at, started_at) VALUES (?1, ?2, 0, ?3, ?3)
@@ -53,9 +50,6 @@ func (s *backend) Heartbeat(ctx context.Context, worker string, capacity int) (s
 // a heartbeat.
 func (s *backend) SetDraining(ctx context.Context, worker string, draining bool) (store.WorkerInfo, error) {
 	const op = "set_draining"
-	if err := store.CheckID(op, "worker", worker); err != nil {
-		return store.WorkerInfo{}, err
-	}
 	var out store.WorkerInfo
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		var prev bool

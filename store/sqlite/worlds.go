@@ -79,19 +79,6 @@ func (t *wtx) seedHead(stream string, h uint64) error {
 // clock) becomes the baseline and the journal head is its height.
 func (s *backend) CreateWorld(ctx context.Context, universe, world string, seed *store.Snapshot) (store.World, error) {
 	const op = "create_world"
-	if err := store.CheckID(op, "world", world); err != nil {
-		return store.World{}, err
-	}
-	if err := store.CheckID(op, "universe", universe); err != nil {
-		return store.World{}, err
-	}
-	if seed != nil {
-		if err := store.CheckSnapshot(op, *seed); err != nil {
-			return store.World{}, err
-		}
-		seedCopy := *seed
-		seed = &seedCopy
-	}
 	var out store.World
 	err := s.write(ctx, op, world, func(t *wtx) error {
 		var err error
@@ -136,9 +123,6 @@ func (t *wtx) createWorld(op, universe, world string, seed *store.Snapshot) (sto
 // back whole (its savepoint).
 func (s *backend) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned, error) {
 	const op = "spawn"
-	if err := store.CheckSpawn(op, spec); err != nil {
-		return store.Spawned{}, err
-	}
 	var out store.Spawned
 	err := s.write(ctx, op, spec.World, func(t *wtx) error {
 		w, err := t.createWorld(op, spec.Universe, spec.World, nil)
@@ -151,8 +135,8 @@ func (s *backend) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawne
 			return err
 		}
 		for i, it := range spec.Items {
-			// CheckSpawn refused a key given twice and the inbox is new,
-			// so no item is a duplicate.
+			// The front refused a key given twice (store.CheckSpawn) and
+			// the inbox is new, so no item is a duplicate.
 			seq, _, err := t.enqueueInto(inbox, it.Kind, it.Payload, it.DedupeKey)
 			if err != nil {
 				return err
@@ -184,15 +168,6 @@ func (s *backend) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawne
 // fork costs the same whatever the source's history length.
 func (s *backend) ForkWorld(ctx context.Context, src string, height uint64, newWorld string) (store.World, error) {
 	const op = "fork_world"
-	for _, c := range []error{
-		store.CheckID(op, "source world", src),
-		store.CheckID(op, "world", newWorld),
-		store.CheckInt(op, "height", height),
-	} {
-		if c != nil {
-			return store.World{}, c
-		}
-	}
 	var out store.World
 	err := s.write(ctx, op, newWorld, func(t *wtx) error {
 		var universe string
@@ -287,11 +262,6 @@ func (s *backend) ListWorlds(ctx context.Context, universe string, status store.
 	if err := s.read(ctx, op); err != nil {
 		return nil, err
 	}
-	if status != "" {
-		if err := store.CheckStatus(op, status); err != nil {
-			return nil, err
-		}
-	}
 	rows, err := s.query(ctx, `SELECT `+worldCols+` FROM worlds
 		WHERE universe = ? AND (? = '' OR status = ?) ORDER BY id`, universe, string(status), string(status))
 	if err != nil {
@@ -317,15 +287,6 @@ func (s *backend) ListWorlds(ctx context.Context, universe string, status store.
 // lease in the same transaction, so its holder is fenced at once.
 func (s *backend) SetWorldStatus(ctx context.Context, world string, status store.WorldStatus, reason string) (store.World, error) {
 	const op = "set_world_status"
-	for _, c := range []error{
-		store.CheckID(op, "world", world),
-		store.CheckStatus(op, status),
-		store.CheckReason(op, reason),
-	} {
-		if c != nil {
-			return store.World{}, c
-		}
-	}
 	var out store.World
 	err := s.write(ctx, op, world, func(t *wtx) error {
 		if _, err := t.setStatus(op, world, status, reason); err != nil {
