@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -81,8 +82,10 @@ func (t *wtx) acquire(op, world, worker, inc string, ttl time.Duration) (store.L
 // Acquire decides it alone, on the row as the decisions before it left it
 // (so a world named twice finds the lease its first occurrence took); and
 // the leases taken are written with one statement per chunk. Both
-// statements always take the chunk's full number of ids, padded, so each
-// is prepared once.
+// statements take the chunk's ids padded to the next power of two
+// (chunkSize), so each is prepared once per size and a single world's
+// Acquire, which the front makes a batch of one, binds one id, not
+// acquireChunk.
 func (s *backend) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration, opts ...store.AcquireOption) ([]store.AcquireResult, error) {
 	const op = "acquire_leases"
 	o, err := store.ResolveAcquireOptions(op, opts)
@@ -94,11 +97,12 @@ func (s *backend) AcquireLeases(ctx context.Context, worker string, worlds []str
 	err = s.write(ctx, op, "", func(t *wtx) error {
 		for lo := 0; lo < len(ws); lo += acquireChunk {
 			chunk := ws[lo:min(lo+acquireChunk, len(ws))]
-			rows, err := t.acquireRows(chunk)
+			sz, n := chunkSize(len(chunk))
+			rows, err := t.acquireRows(chunk, sz, n)
 			if err != nil {
 				return err
 			}
-			taken := make([]any, 0, 3+3*acquireChunk)
+			taken := make([]any, 0, 3+3*n)
 			taken = append(taken, worker, t.now.Add(ttl).UnixNano(), o.Incarnation)
 			for i, id := range chunk {
 				res := store.AcquireResult{World: id}
@@ -131,10 +135,10 @@ func (s *backend) AcquireLeases(ctx context.Context, worker string, worlds []str
 			if len(taken) == 3 {
 				continue
 			}
-			for len(taken) < 3+3*acquireChunk {
+			for len(taken) < 3+3*n {
 				taken = append(taken, "", int64(0), nil) // no world has the empty id
 			}
-			if _, err := t.exec(acquireChunkWrite, taken...); err != nil {
+			if _, err := t.exec(acquireWrites[sz], taken...); err != nil {
 				return err
 			}
 			t.notify(store.TopicLeases)
@@ -148,23 +152,49 @@ func (s *backend) AcquireLeases(ctx context.Context, worker string, worlds []str
 }
 
 // acquireChunk is how many worlds one statement of AcquireLeases reads or
-// writes.
+// writes at most (a power of two: see chunkSize).
 const acquireChunk = 256
 
-var (
-	acquireChunkRead = `SELECT w.id, w.universe, w.status, ` + leaseCols + `, a.desired_worker,
+// chunkSize is the statement size a chunk of n ids (1 <= n <= acquireChunk)
+// is padded to, the next power of two, as its index sz into
+// acquireReads and acquireWrites and as a count.
+func chunkSize(n int) (sz, size int) {
+	sz = bits.Len(uint(n - 1))
+	return sz, 1 << sz
+}
+
+// acquireReads[sz] and acquireWrites[sz] are AcquireLeases's statements
+// for chunkSize's sz.
+var acquireReads, acquireWrites = sizedStatements(acquireRead), sizedStatements(acquireWrite)
+
+func sizedStatements(build func(n int) string) []string {
+	_, top := chunkSize(acquireChunk)
+	var out []string
+	for n := 1; n <= top; n *= 2 {
+		out = append(out, build(n))
+	}
+	return out
+}
+
+// acquireRead reads n worlds' rows.
+func acquireRead(n int) string {
+	return `SELECT w.id, w.universe, w.status, ` + leaseCols + `, a.desired_worker,
 			EXISTS (SELECT 1 FROM inbox i WHERE i.world = w.id AND i.seq > w.inbox_cursor),
 			(SELECT min(t.deliver_at) FROM timers t WHERE t.world = w.id AND t.state IN ('scheduled', 'claimed'))
 		FROM worlds w LEFT JOIN leases l ON l.world = w.id LEFT JOIN assignments a ON a.world = w.id
-		WHERE w.id IN (` + placeholders(1, acquireChunk) + `)`
-	// ?1 the holder, ?2 the expiry, ?3 the incarnation, then (world,
-	// epoch, displaced) triples: displaced is NULL for a lease taken free.
-	acquireChunkWrite = `INSERT INTO leases (world, holder, incarnation, took_over, displaced, epoch, expires_at)
+		WHERE w.id IN (` + placeholders(1, n) + `)`
+}
+
+// acquireWrite writes n leases: ?1 the holder, ?2 the expiry, ?3 the
+// incarnation, then (world, epoch, displaced) triples: displaced is NULL
+// for a lease taken free.
+func acquireWrite(n int) string {
+	return `INSERT INTO leases (world, holder, incarnation, took_over, displaced, epoch, expires_at)
 		SELECT column1, ?1, ?3, column3 IS NOT NULL, coalesce(column3, ''), column2, ?2
-		FROM (VALUES ` + triples(4, acquireChunk) + `) WHERE column1 <> ''
+		FROM (VALUES ` + triples(4, n) + `) WHERE column1 <> ''
 		ON CONFLICT (world) DO UPDATE SET holder = excluded.holder, incarnation = excluded.incarnation,
 			took_over = excluded.took_over, displaced = excluded.displaced, epoch = excluded.epoch, expires_at = excluded.expires_at`
-)
+}
 
 // triples returns "(?from, ?from+1, ?from+2), (?from+3, …), …" n times.
 func triples(from, n int) string {
@@ -191,17 +221,17 @@ type acquireRow struct {
 	next     sql.NullInt64 // the earliest timer not delivered
 }
 
-// acquireRows reads the rows of up to acquireChunk worlds; a world missing
-// from the map does not exist.
-func (t *wtx) acquireRows(worlds []string) (map[string]acquireRow, error) {
-	args := make([]any, acquireChunk)
+// acquireRows reads the rows of a chunk of worlds with the statement of
+// chunkSize's sz and size; a world missing from the map does not exist.
+func (t *wtx) acquireRows(worlds []string, sz, size int) (map[string]acquireRow, error) {
+	args := make([]any, size)
 	for i := range args {
 		args[i] = ""
 		if i < len(worlds) {
 			args[i] = worlds[i]
 		}
 	}
-	rows, err := t.query(acquireChunkRead, args...)
+	rows, err := t.query(acquireReads[sz], args...)
 	if err != nil {
 		return nil, err
 	}
