@@ -26,12 +26,13 @@ func (s *backend) SweepDedupe(ctx context.Context) (int, error) {
 	var total int
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		total = 0
-		// The time-ordered indexes (completed_at) bound the candidates; the
-		// contract decides each one.
+		// The time-ordered indexes (completed_at) select by
+		// contract.SweepCutoff; contract.Sweepable decides each done
+		// effect and delivered timer.
 		if t.now.Sub(minNS) < retention {
 			return nil // nothing stored can be that old
 		}
-		cutoff := t.now.Add(-retention).UnixNano()
+		cutoff := contract.SweepCutoff(t.now, retention).UnixNano()
 		n, err := t.sweepInboxKeys(cutoff)
 		if err != nil {
 			return err
