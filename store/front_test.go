@@ -469,7 +469,10 @@ func validCalls() []struct {
 			_, err := f.RenewLeases(fbg, "A", []LeaseRef{{World: "w", Epoch: 1}}, time.Second)
 			return err
 		}},
-		{"ReleaseLeases", func(f *Front) error { _, err := f.ReleaseLeases(fbg, "A", []LeaseRef{{World: "w", Epoch: 1}}); return err }},
+		{"ReleaseLeases", func(f *Front) error {
+			_, err := f.ReleaseLeases(fbg, "A", []LeaseRef{{World: "w", Epoch: 1}})
+			return err
+		}},
 		{"GetLease", func(f *Front) error { _, _, err := f.GetLease(fbg, "w"); return err }},
 		{"Assign", func(f *Front) error {
 			return f.Assign(fbg, "w", Assignment{DesiredWorker: "A", Reason: "r"}, &Fence{World: "o", Epoch: 1})

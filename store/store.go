@@ -3,8 +3,10 @@
 // timer queues, fabric delivery, snapshots, worlds, projector watermarks and
 // dedupe retention (the runtime plane contract, protocols A–F). It owns the interfaces and the
 // typed errors; the backends (store/memstore, store/sqlite, store/postgres)
-// implement them, and store/storetest is the one conformance suite all of
-// them pass unchanged.
+// implement them, each as the one Front (front.go) over its Backend: the
+// front validates every call once and answers the single-item forms, the
+// backend keeps storage only. store/storetest is the one conformance suite
+// all of them pass unchanged.
 //
 // What the store never does: interpret world state (it stores bytes and
 // metadata, and never imports world/), order by timestamps (readers order by
@@ -191,7 +193,7 @@ type Appended struct {
 
 // Journal is the append authority: one append-only stream per run/world.
 type Journal interface {
-	// Append validates (CheckRecord) and appends events to stream in one
+	// Append validates (CheckRecords) and appends events to stream in one
 	// transaction and returns, for each event in order, its metadata.
 	// runSeq is assigned by the store, monotonic per stream (gapless under
 	// ExpectedHead); persistedAt comes from the store's clock; StreamID,

@@ -2,9 +2,13 @@
 // whole store.Store contract held in memory behind one mutex, so that every
 // operation is one atomic "transaction" and the store's behaviour is the
 // executable reading of store/store.go that store/storetest checks the other
-// backends against. It keeps only storage: validation is store/validate.go,
-// the contract's decisions are store/internal/contract, and Watch fan-out is
-// store/internal/hub, exactly as in the other backends.
+// backends against. Its Store is the one front over every backend
+// (store.Front), which validates each call, over this package's backend,
+// which keeps only storage: the contract's decisions are
+// store/internal/contract, and Watch fan-out is store/internal/hub, exactly
+// as in the other backends. Its files are laid out by protocol, with the
+// same names as the other backends' (journal.go, commit.go, leases.go,
+// effects.go, timers.go, …).
 //
 // It is deterministic: it starts no goroutine of its own (a watch is a
 // registration of a Waker, which it wakes without blocking), never lets Go
@@ -14,11 +18,13 @@
 //
 // It is also the lab's fault-injection seam for the runtime plane contract's chaos matrix:
 //
-//   - WithHook installs a function called at the start of every operation,
-//     before anything changes, with the operation's name (the Op of its
-//     errors: "append", "commit", "drain", "publish", "claim", "complete",
+//   - WithHook installs a function called at the start of every operation
+//     the front let through (a call it refuses never gets here), before
+//     anything changes, with the operation's name (the Op of its errors:
+//     "append", "commit", "drain", "publish", "claim", "complete",
 //     "complete_many", "fire", "acquire", "renew", "renew_leases", ...;
-//     Ops lists them all). A non-nil error fails that call, is returned
+//     Ops lists them all; an Acquire is the front's AcquireLeases of one
+//     world, and the hook sees it as "acquire", store.CalledAs). A non-nil error fails that call, is returned
 //     unchanged, and the call changes nothing. The hook runs outside the
 //     store's lock, so it may call Crash, or block to hold a caller at
 //     that point.
