@@ -39,7 +39,7 @@
 //   - the store clock (WithClock): persistedAt, lease expiries, claim
 //     deadlines, due times and dedupe completion all read it, never a
 //     caller's clock. Times are stored as int64 Unix nanoseconds, exactly:
-//     the front (store.CheckTime) keeps every time a caller hands in
+//     the front (store/validate.go) keeps every time a caller hands in
 //     within that range, so nothing is ever clamped.
 //
 // Reads go to a separate pool of query-only connections (with their

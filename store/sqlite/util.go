@@ -8,9 +8,9 @@ import (
 )
 
 // Times are int64 Unix nanoseconds, read back in UTC. Every time that is
-// written either comes from the store clock or passed the front's
-// store.CheckTime, whose range lies inside int64 nanoseconds, so it is
-// stored exactly.
+// written either comes from the store clock or passed the front's time
+// check (store/validate.go), whose range lies inside int64 nanoseconds, so
+// it is stored exactly.
 
 // nullNS stores the zero time (absent) as NULL.
 func nullNS(t time.Time) any {
