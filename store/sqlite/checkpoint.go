@@ -39,7 +39,7 @@ const checkpointInterval = 100 * time.Millisecond
 // 4 KiB page.
 const walRestartFrames = 64 << 20 / 4096
 
-func (s *Store) checkpointer() {
+func (s *backend) checkpointer() {
 	defer close(s.ckptExited)
 	timer := time.NewTimer(checkpointInterval)
 	defer timer.Stop()
@@ -62,7 +62,7 @@ func (s *Store) checkpointer() {
 // checkpoint runs one PASSIVE checkpoint and, when it copied a WAL larger
 // than s.walRestart frames entirely, a RESTART one. It reports whether it
 // restarted the WAL.
-func (s *Store) checkpoint(ctx context.Context) (restarted bool) {
+func (s *backend) checkpoint(ctx context.Context) (restarted bool) {
 	busy, log, done, err := walCheckpoint(ctx, s.rdb, "PASSIVE")
 	if err != nil {
 		return false
@@ -88,7 +88,7 @@ const restartBusy = 20 * time.Millisecond
 // restartWAL runs a RESTART checkpoint on a read connection of its own,
 // whose busy timeout is restartBusy for the call. It reports whether the
 // checkpoint completed (the next commit starts the WAL over).
-func (s *Store) restartWAL(ctx context.Context) (bool, error) {
+func (s *backend) restartWAL(ctx context.Context) (bool, error) {
 	conn, err := s.rdb.Conn(ctx)
 	if err != nil {
 		return false, err
@@ -112,7 +112,7 @@ func walCheckpoint(ctx context.Context, q interface {
 }
 
 // pokeCheckpointer tells the checkpointer the WAL grew.
-func (s *Store) pokeCheckpointer() {
+func (s *backend) pokeCheckpointer() {
 	select {
 	case s.ckptPoke <- struct{}{}:
 	default:

@@ -27,12 +27,12 @@ func TestCheckpointerRestartsAFullyCopiedLargeWAL(t *testing.T) {
 		if i == 1000 {
 			t.Fatalf("no WAL restart in %d checkpoints after %d commits past a %d-frame limit: %+v", i, 20, limit, s.Stats())
 		}
-		s.checkpoint(bg)
+		s.b.checkpoint(bg)
 	}
 	if _, err := s.CreateWorld(bg, "u", "after", nil); err != nil {
 		t.Fatal(err)
 	}
-	_, log, _, err := walCheckpoint(bg, s.rdb, "PASSIVE")
+	_, log, _, err := walCheckpoint(bg, s.b.rdb, "PASSIVE")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestCheckpointLeavesASmallWALAlone(t *testing.T) {
 	if _, err := s.CreateWorld(bg, "u", "w", nil); err != nil {
 		t.Fatal(err)
 	}
-	if s.checkpoint(bg) {
+	if s.b.checkpoint(bg) {
 		t.Fatal("a checkpoint restarted a WAL under its limit")
 	}
 	if n := s.Stats().WALRestarts; n != 0 {

@@ -26,7 +26,7 @@ func TestScalingQueriesUseIndexes(t *testing.T) {
 		"NextDue":          `SELECT MIN(deliver_at) FROM timers WHERE state = 'scheduled'`,
 		"ClaimDue":         `SELECT intent_hash FROM timers WHERE state = 'scheduled' AND deliver_at <= ? ORDER BY deliver_at, intent_hash LIMIT ?`,
 	} {
-		rows, err := s.rdb.Query("EXPLAIN QUERY PLAN "+q, "a", 1, "b", 3)
+		rows, err := s.b.rdb.Query("EXPLAIN QUERY PLAN "+q, "a", 1, "b", 3)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

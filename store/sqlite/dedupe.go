@@ -20,18 +20,19 @@ import (
 //
 // Journal idempotency keys are not dedupe records of this kind: they are
 // the append authority's and are never swept.
-func (s *Store) SweepDedupe(ctx context.Context) (int, error) {
+func (s *backend) SweepDedupe(ctx context.Context) (int, error) {
 	const op = "sweep_dedupe"
 	retention := s.cfg.retention
 	var total int
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		total = 0
-		// The time-ordered indexes (completed_at) bound the candidates; the
-		// contract decides each one.
+		// The time-ordered indexes (completed_at) select by
+		// contract.SweepCutoff; contract.Sweepable decides each done
+		// effect and delivered timer.
 		if t.now.Sub(minNS) < retention {
 			return nil // nothing stored can be that old
 		}
-		cutoff := t.now.Add(-retention).UnixNano()
+		cutoff := contract.SweepCutoff(t.now, retention).UnixNano()
 		n, err := t.sweepInboxKeys(cutoff)
 		if err != nil {
 			return err

@@ -237,10 +237,10 @@ func TestPragmas(t *testing.T) {
 	} {
 		s, _, _ := openTemp(t, tc.opts...)
 		var sync, fk int
-		if err := s.conn.QueryRowContext(bg, `PRAGMA synchronous`).Scan(&sync); err != nil {
+		if err := s.b.conn.QueryRowContext(bg, `PRAGMA synchronous`).Scan(&sync); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.conn.QueryRowContext(bg, `PRAGMA foreign_keys`).Scan(&fk); err != nil {
+		if err := s.b.conn.QueryRowContext(bg, `PRAGMA foreign_keys`).Scan(&fk); err != nil {
 			t.Fatal(err)
 		}
 		if sync != tc.want || fk != 1 {
@@ -362,12 +362,12 @@ func TestAnotherWriterIsNoticed(t *testing.T) {
 		if i == 1000 {
 			t.Fatalf("no checkpoint ran in %d attempts: %+v", i, s.Stats())
 		}
-		s.checkpoint(bg)
+		s.b.checkpoint(bg)
 	}
 	if _, err := s.Append(bg, "run-1", []store.Record{rec("3")}, free); err != nil {
 		t.Fatal(err)
 	}
-	if n := s.stats.cacheResets.Load(); n != 0 {
+	if n := s.b.stats.cacheResets.Load(); n != 0 {
 		t.Fatalf("the store's own checkpoints reset the cache %d times", n)
 	}
 	db := rawDB(t, path)
@@ -380,7 +380,7 @@ func TestAnotherWriterIsNoticed(t *testing.T) {
 	if err != nil || got[0].RunSeq != 6 {
 		t.Fatalf("append after another writer = %+v, %v; want runSeq 6", got, err)
 	}
-	if s.stats.cacheResets.Load() != 1 {
-		t.Fatalf("cache resets %d, want 1", s.stats.cacheResets.Load())
+	if s.b.stats.cacheResets.Load() != 1 {
+		t.Fatalf("cache resets %d, want 1", s.b.stats.cacheResets.Load())
 	}
 }

@@ -17,19 +17,6 @@ import (
 // once contract.Sweepable says so, and only then can the same hash be
 // published again.
 
-// checkIntents checks a batch of intents.
-func checkIntents(op string, intents []store.Intent) error {
-	if err := store.CheckBatch(op, "intents", len(intents)); err != nil {
-		return err
-	}
-	for _, in := range intents {
-		if err := store.CheckIntent(op, in); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // publish queues the intents whose hash was never published (or was
 // swept), inside a fenced request (Publish, Commit).
 func (t *wtx) publish(world string, intents []store.Intent) (int, error) {
@@ -76,7 +63,7 @@ func (t *wtx) rowsAffected(query string, args ...any) (int, error) {
 }
 
 // Publish queues the world's new intents, fenced by epoch (protocol C).
-func (s *Store) Publish(ctx context.Context, world string, epoch uint64, intents []store.Intent) (int, error) {
+func (s *backend) Publish(ctx context.Context, world string, epoch uint64, intents []store.Intent) (int, error) {
 	res, err := s.commit(ctx, "publish", world, epoch, store.CommitBatch{Intents: intents}, sideEffects)
 	if err != nil {
 		return 0, err
@@ -110,18 +97,8 @@ func scanEffectItem(sc interface{ Scan(...any) error }) (store.EffectItem, error
 // come from its own range of effects_pending_by_kind, the merge keeps the n
 // oldest overall: a claim reads O(kinds × n) index entries however long
 // the queue.
-func (s *Store) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]store.EffectItem, error) {
+func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]store.EffectItem, error) {
 	const op = "claim"
-	for _, c := range []error{
-		store.CheckID(op, "worker", worker),
-		store.CheckKinds(op, kinds),
-		store.CheckBatch(op, "n", n),
-		store.CheckTTL(op, "claim ttl", claimTTL),
-	} {
-		if c != nil {
-			return nil, c
-		}
-	}
 	if n == 0 {
 		return nil, nil
 	}
@@ -145,46 +122,23 @@ func (s *Store) Claim(ctx context.Context, worker string, kinds []string, n int,
 	return out, nil
 }
 
-// Complete is a CompleteMany of one.
-func (s *Store) Complete(ctx context.Context, intentHash string, c store.Claim, r store.Receipt) (uint64, bool, error) {
-	res, err := s.completeMany(ctx, "complete", []store.Completion{{IntentHash: intentHash, Claim: c, Receipt: r}})
-	if err != nil {
-		return 0, false, err
-	}
-	return res[0].InboxSeq, res[0].Dup, res[0].Err
-}
-
 // CompleteMany completes the batch in one request of the group commit, so
-// in one transaction and one fsync, each item decided as Complete alone.
-func (s *Store) CompleteMany(ctx context.Context, cs []store.Completion) ([]store.CompleteResult, error) {
-	return s.completeMany(ctx, "complete_many", cs)
-}
-
-// completeMany is the one completion path; op names the call, while each
-// item's errors are Complete's. Invalid items are answered before the
-// request and never reach the database.
-func (s *Store) completeMany(ctx context.Context, op string, cs []store.Completion) ([]store.CompleteResult, error) {
-	if err := store.CheckBatch(op, "completions", len(cs)); err != nil {
-		return nil, err
+// in one transaction and one fsync, each item decided on its own.
+func (s *backend) CompleteMany(ctx context.Context, cs []store.Completion) ([]store.CompleteResult, error) {
+	const op = "complete_many"
+	if len(cs) == 0 {
+		// Nothing to write, but the call's own answer (a closed store)
+		// stays the same whatever the items.
+		if err := s.read(ctx, op); err != nil {
+			return nil, err
+		}
+		return []store.CompleteResult{}, nil
 	}
 	out := make([]store.CompleteResult, len(cs))
-	valid := make([]bool, len(cs))
-	some := false
-	for i, c := range cs {
-		out[i].Err = store.CheckCompletion("complete", c)
-		valid[i] = out[i].Err == nil
-		some = some || valid[i]
-	}
-	if !some {
-		return out, nil
-	}
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		// A request may run again (a database failure reruns the group):
 		// its answers are recomputed from the database each time.
 		for i, c := range cs {
-			if !valid[i] {
-				continue
-			}
 			res, err := t.complete(c)
 			if err != nil {
 				return err
@@ -219,11 +173,8 @@ func (t *wtx) complete(c store.Completion) (store.CompleteResult, error) {
 // that Complete runs, with an operator in the claimant's place
 // (contract.Operator), in one request of the group commit. The reason is
 // kept in resolve_reason.
-func (s *Store) Resolve(ctx context.Context, intentHash string, r store.Receipt, reason string) (uint64, bool, error) {
+func (s *backend) Resolve(ctx context.Context, intentHash string, r store.Receipt, reason string) (uint64, bool, error) {
 	const op = "resolve"
-	if err := store.CheckResolve(op, intentHash, r, reason); err != nil {
-		return 0, false, err
-	}
 	var (
 		seq uint64
 		dup bool
@@ -240,20 +191,14 @@ func (s *Store) Resolve(ctx context.Context, intentHash string, r store.Receipt,
 }
 
 // ReapEffects requeues inflight items whose claim expired (queue.go).
-func (s *Store) ReapEffects(ctx context.Context) (int, error) {
+func (s *backend) ReapEffects(ctx context.Context) (int, error) {
 	return s.reap(ctx, "reap_effects", effectsQueue)
 }
 
 // ReleaseEffect puts an inflight effect back to pending under its latest
 // claim (contract.ReleaseEffect), as a reap of that one item would.
-func (s *Store) ReleaseEffect(ctx context.Context, intentHash string, c store.Claim) error {
+func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c store.Claim) error {
 	const op = "release_effect"
-	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
-		return err
-	}
-	if err := store.CheckClaim(op, c); err != nil {
-		return err
-	}
 	return s.write(ctx, op, "", func(t *wtx) error {
 		var (
 			state, status string
@@ -284,17 +229,11 @@ func (s *Store) ReleaseEffect(ctx context.Context, intentHash string, c store.Cl
 }
 
 // RetryEffect sends an effect whose terminal receipt was error or timeout
-// back to pending (contract.Retryable), with Retries+1 and the reason. Its
+// back to pending (contract.RetryEffect), with Retries+1 and the reason. Its
 // earlier claim is spent (its completion was the receipt being retried),
 // so only a new claim may complete it.
-func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (store.EffectStatus, error) {
+func (s *backend) RetryEffect(ctx context.Context, intentHash, reason string) (store.EffectStatus, error) {
 	const op = "retry_effect"
-	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
-		return store.EffectStatus{}, err
-	}
-	if err := store.CheckReason(op, reason); err != nil {
-		return store.EffectStatus{}, err
-	}
 	var out store.EffectStatus
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		var (
@@ -309,11 +248,9 @@ func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (sto
 		if !found {
 			return store.Errorf(op, store.ErrNotFound, "", "intent %s", intentHash)
 		}
-		if err := contract.Retryable(op, intentHash, store.EffectState(state), store.ReceiptStatus(rstatus.String)); err != nil {
+		if err := contract.RetryEffect(op, intentHash, world, store.EffectState(state), store.ReceiptStatus(rstatus.String),
+			store.WorldStatus(wstatus)); err != nil {
 			return err
-		}
-		if store.WorldStatus(wstatus) == store.WorldArchived {
-			return store.Errorf(op, store.ErrWorldArchived, world, "intent %s", intentHash)
 		}
 		row, err := t.row(`UPDATE effects SET state = 'pending', retries = retries + 1, retry_reason = ?, claimed_by = '', claim_expires = NULL,
 			receipt_status = NULL, receipt_payload = NULL, resolve_reason = NULL, inbox_seq = NULL, completed_at = NULL
@@ -365,7 +302,7 @@ func scanEffectStatus(sc interface{ Scan(...any) error }) (store.EffectStatus, e
 }
 
 // EffectStatus reads an intent's dedupe record.
-func (s *Store) EffectStatus(ctx context.Context, intentHash string) (store.EffectStatus, error) {
+func (s *backend) EffectStatus(ctx context.Context, intentHash string) (store.EffectStatus, error) {
 	const op = "effect_status"
 	if err := s.read(ctx, op); err != nil {
 		return store.EffectStatus{}, err
@@ -380,33 +317,6 @@ func (s *Store) EffectStatus(ctx context.Context, intentHash string) (store.Effe
 	}
 	if err != nil {
 		return store.EffectStatus{}, dbErr(op, "", err)
-	}
-	return out, nil
-}
-
-// ListEffects lists up to limit of world's pending and inflight effects
-// after afterSeq, in queue order (effects_queued_by_world).
-func (s *Store) ListEffects(ctx context.Context, world string, afterSeq uint64, limit int) ([]store.EffectItem, error) {
-	const op = "list_effects"
-	if err := s.checkView(ctx, op, world, limit); err != nil {
-		return nil, err
-	}
-	rows, err := s.query(ctx, `SELECT `+effectItemCols+` FROM effects
-		WHERE world = ? AND state IN ('pending', 'inflight') AND seq > ? ORDER BY seq LIMIT ?`, world, seqBound(afterSeq), limit)
-	if err != nil {
-		return nil, dbErr(op, world, err)
-	}
-	defer rows.Close()
-	var out []store.EffectItem
-	for rows.Next() {
-		it, err := scanEffectItem(rows)
-		if err != nil {
-			return nil, dbErr(op, world, err)
-		}
-		out = append(out, it)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, dbErr(op, world, err)
 	}
 	return out, nil
 }

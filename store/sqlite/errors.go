@@ -15,7 +15,7 @@ func closedErr(op string) error {
 // ctxErr reports a caller's cancelled or expired context. Its Kind is the
 // context's error (context.Canceled or context.DeadlineExceeded), since no
 // store sentinel means "the caller gave up"; a write that fails this way was
-// never started (see Store.write).
+// never started (see backend.write).
 func ctxErr(op string, err error) error {
 	return &store.Error{Op: op, Kind: err}
 }

@@ -4,42 +4,37 @@ import (
 	"context"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
 // Send delivers item's payload into dest's inbox (kind KindFabric) once per
-// message id (protocol F). The destination must exist and take input
-// (contract.Ingress: paused does, archived does not, retries included).
+// message id (protocol F), as contract.Send decides: a delivered message
+// answers as such, otherwise the destination must exist and take input
+// (contract.Ingress: paused does, archived does not).
 // messageID is the message's dedupe: item's Kind, Seq, World, EnqueuedAt
 // and DedupeKey are ignored, and the inbox item carries no inbox dedupe key.
-func (s *Store) Send(ctx context.Context, dest, messageID string, item store.InboxItem) (store.FabricResult, error) {
+func (s *backend) Send(ctx context.Context, dest, messageID string, item store.InboxItem) (store.FabricResult, error) {
 	const op = "send"
-	for _, c := range []error{
-		store.CheckID(op, "destination", dest),
-		store.CheckID(op, "messageId", messageID),
-		store.CheckPayload(op, "payload", item.Payload),
-	} {
-		if c != nil {
-			return store.FabricResult{}, c
-		}
-	}
 	var out store.FabricResult
 	err := s.write(ctx, op, dest, func(t *wtx) error {
-		// The dedupe record first: a message delivered already answers
-		// as such whatever its destination became since (archived by the
-		// very message), so a retried send whose answer was lost learns
-		// it was delivered instead of being refused.
+		// contract.Send decides on both rows: the message's dedupe record
+		// and its destination.
 		var seq int64
-		found, err := t.queryRow(`SELECT seq FROM fabric_dedupe WHERE dest = ? AND message_id = ?`, []any{dest, messageID}, &seq)
+		delivered, err := t.queryRow(`SELECT seq FROM fabric_dedupe WHERE dest = ? AND message_id = ?`, []any{dest, messageID}, &seq)
 		if err != nil {
 			return err
 		}
-		if found {
+		w, err := t.inboxWorld(dest)
+		if err != nil {
+			return err
+		}
+		already, err := contract.Send(op, dest, delivered, w.found, w.status)
+		if err != nil {
+			return err
+		}
+		if already {
 			out = store.FabricResult{Status: store.FabricAlreadyEnqueued, Seq: uint64(seq)}
 			return nil
-		}
-		w, err := t.ingressWorld(op, dest)
-		if err != nil {
-			return err
 		}
 		got, _, err := t.enqueueInto(w, store.KindFabric, item.Payload, "")
 		if err != nil {

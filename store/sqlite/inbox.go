@@ -82,14 +82,8 @@ func (t *wtx) enqueueInto(w inboxWorld, kind string, payload []byte, dedupeKey s
 }
 
 // Enqueue appends a producer's item to world's inbox (no lease needed).
-func (s *Store) Enqueue(ctx context.Context, world string, item store.InboxItem) (uint64, bool, error) {
+func (s *backend) Enqueue(ctx context.Context, world string, item store.InboxItem) (uint64, bool, error) {
 	const op = "enqueue"
-	if err := store.CheckID(op, "world", world); err != nil {
-		return 0, false, err
-	}
-	if err := store.CheckIngress(op, item); err != nil {
-		return 0, false, err
-	}
 	var (
 		seq uint64
 		dup bool
@@ -110,7 +104,7 @@ func (s *Store) Enqueue(ctx context.Context, world string, item store.InboxItem)
 
 // ReadInbox returns up to limit items with seq > afterSeq, in seq order
 // (limit <= 0: all of them).
-func (s *Store) ReadInbox(ctx context.Context, world string, afterSeq uint64, limit int) ([]store.InboxItem, error) {
+func (s *backend) ReadInbox(ctx context.Context, world string, afterSeq uint64, limit int) ([]store.InboxItem, error) {
 	const op = "read_inbox"
 	if err := s.read(ctx, op); err != nil {
 		return nil, err
@@ -165,7 +159,7 @@ func (s *Store) ReadInbox(ctx context.Context, world string, afterSeq uint64, li
 }
 
 // Cursor returns the seq of the last drained item (0 if none).
-func (s *Store) Cursor(ctx context.Context, world string) (uint64, error) {
+func (s *backend) Cursor(ctx context.Context, world string) (uint64, error) {
 	const op = "cursor"
 	if err := s.read(ctx, op); err != nil {
 		return 0, err
@@ -179,16 +173,4 @@ func (s *Store) Cursor(ctx context.Context, world string) (uint64, error) {
 		return 0, store.Errorf(op, store.ErrWorldNotFound, world, "")
 	}
 	return uint64(cur), nil
-}
-
-// DrainToJournal is a Commit of only a cursor move and entries: the same
-// request, fenced, compare-and-swapped on the cursor and on the head.
-func (s *Store) DrainToJournal(ctx context.Context, world string, epoch uint64, expectedCursor, expectedHead, newCursor uint64, entries []store.Record) ([]store.Appended, error) {
-	res, err := s.commit(ctx, "drain", world, epoch, store.CommitBatch{
-		ExpectedCursor: expectedCursor, NewCursor: newCursor, ExpectedHead: expectedHead, Entries: entries,
-	}, fullCycle)
-	if err != nil {
-		return nil, err
-	}
-	return res.Appended, nil
 }

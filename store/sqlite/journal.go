@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"database/sql"
@@ -15,28 +14,8 @@ import (
 // group commit, so concurrent appends to any streams share one fsync. A
 // world's stream is written only under its own fence, a free stream with
 // none (contract.AppendFence), decided in the same transaction.
-func (s *Store) Append(ctx context.Context, stream string, events []store.Record, opts store.AppendOptions) ([]store.Appended, error) {
+func (s *backend) Append(ctx context.Context, stream string, events []store.Record, opts store.AppendOptions) ([]store.Appended, error) {
 	const op = "append"
-	if err := store.CheckID(op, "stream", stream); err != nil {
-		return nil, err
-	}
-	if err := store.CheckRecords(op, events); err != nil {
-		return nil, err
-	}
-	if opts.Fence != nil {
-		if err := store.CheckID(op, "fence world", opts.Fence.World); err != nil {
-			return nil, err
-		}
-		f := *opts.Fence
-		opts.Fence = &f
-	}
-	if opts.ExpectedHead != nil {
-		if err := store.CheckInt(op, "expectedHead", *opts.ExpectedHead); err != nil {
-			return nil, err
-		}
-		h := *opts.ExpectedHead
-		opts.ExpectedHead = &h
-	}
 	var out []store.Appended
 	err := s.write(ctx, op, stream, func(t *wtx) error {
 		found, _, l, err := t.worldLease(stream)
@@ -55,12 +34,7 @@ func (s *Store) Append(ctx context.Context, stream string, events []store.Record
 		if err != nil {
 			return err
 		}
-		// A batch of duplicates only is answered without the head check, so
-		// that a retried append stays idempotent.
-		if opts.ExpectedHead != nil && newHead != head && *opts.ExpectedHead != uint64(head) {
-			return store.Errorf(op, store.ErrHeadMismatch, stream, "expected head %d, head is %d", *opts.ExpectedHead, head)
-		}
-		return nil
+		return contract.AppendHead(op, stream, opts.ExpectedHead, uint64(head), newHead != head)
 	})
 	if err != nil {
 		return nil, err
@@ -112,9 +86,8 @@ func (t *wtx) append(stream string, head int64, events []store.Record) (_ []stor
 }
 
 // duplicate answers an event whose key exists: the stored record's metadata,
-// and Conflict when its eventType or payload hash differs from e's. Keys
-// of events compacted before schema 2 carry neither (NULL) and never
-// conflict: there is nothing left to compare.
+// and Conflict as contract.Conflict decides (keys of events compacted
+// before schema 2 carry no eventType or hash: NULL).
 func (t *wtx) duplicate(stream string, e *store.Record, sum []byte) (store.Appended, error) {
 	var (
 		id        string
@@ -126,8 +99,8 @@ func (t *wtx) duplicate(stream string, e *store.Record, sum []byte) (store.Appen
 		[]any{stream, e.IdempotencyKey}, &id, &rs, &pa, &eventType, &stored); err != nil {
 		return store.Appended{}, err
 	}
-	conflict := (eventType.Valid && eventType.String != e.EventType) || (stored != nil && !bytes.Equal(stored, sum))
-	return store.Appended{EventID: id, RunSeq: uint64(rs), PersistedAt: fromNS(pa), Idempotent: true, Conflict: conflict}, nil
+	return store.Appended{EventID: id, RunSeq: uint64(rs), PersistedAt: fromNS(pa), Idempotent: true,
+		Conflict: contract.Conflict(eventType.String, stored, e.EventType, sum)}, nil
 }
 
 // headQuery derives a stream's head: the highest runSeq in the journal, or
@@ -164,7 +137,7 @@ func scanRecords(rows *sql.Rows) ([]store.Record, error) {
 
 // Read returns up to limit events with runSeq > afterSeq, in runSeq order
 // (limit <= 0: all of them).
-func (s *Store) Read(ctx context.Context, stream string, afterSeq uint64, limit int) ([]store.Record, error) {
+func (s *backend) Read(ctx context.Context, stream string, afterSeq uint64, limit int) ([]store.Record, error) {
 	const op = "read"
 	if err := s.read(ctx, op); err != nil {
 		return nil, err
@@ -194,7 +167,7 @@ func (s *Store) Read(ctx context.Context, stream string, afterSeq uint64, limit 
 
 // floor reads a stream's compaction floor and the latest persistedAt it
 // removed (zero when none).
-func (s *Store) floor(ctx context.Context, stream string) (uint64, time.Time, error) {
+func (s *backend) floor(ctx context.Context, stream string) (uint64, time.Time, error) {
 	var to int64
 	var at sql.NullInt64
 	if _, err := s.queryRow(ctx, `SELECT compacted_to, compacted_at FROM streams WHERE stream = ?`, []any{stream}, &to, &at); err != nil {
@@ -205,7 +178,7 @@ func (s *Store) floor(ctx context.Context, stream string) (uint64, time.Time, er
 
 // Floor returns the stream's compaction floor (0 when nothing was ever
 // compacted).
-func (s *Store) Floor(ctx context.Context, stream string) (uint64, error) {
+func (s *backend) Floor(ctx context.Context, stream string) (uint64, error) {
 	const op = "floor"
 	if err := s.read(ctx, op); err != nil {
 		return 0, err
@@ -218,7 +191,7 @@ func (s *Store) Floor(ctx context.Context, stream string) (uint64, error) {
 }
 
 // Head returns the stream's head (0 for a stream never appended to).
-func (s *Store) Head(ctx context.Context, stream string) (uint64, error) {
+func (s *backend) Head(ctx context.Context, stream string) (uint64, error) {
 	const op = "head"
 	if err := s.read(ctx, op); err != nil {
 		return 0, err
@@ -232,7 +205,7 @@ func (s *Store) Head(ctx context.Context, stream string) (uint64, error) {
 
 // ReadWindow returns up to limit events with from <= persistedAt < to, in
 // runSeq order (limit <= 0: all of them).
-func (s *Store) ReadWindow(ctx context.Context, stream string, from, to time.Time, limit int) ([]store.Record, error) {
+func (s *backend) ReadWindow(ctx context.Context, stream string, from, to time.Time, limit int) ([]store.Record, error) {
 	const op = "read_window"
 	if err := s.read(ctx, op); err != nil {
 		return nil, err

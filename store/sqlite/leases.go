@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -39,39 +40,6 @@ func (c *leaseCells) row() contract.LeaseRow {
 	}
 	return contract.LeaseRow{Found: true, Holder: c.holder.String, Incarnation: c.inc.String, TookOver: c.tookOver.Bool,
 		Displaced: c.displaced.String, Epoch: uint64(c.epoch.Int64), ExpiresAt: fromNS(c.expires.Int64)}
-}
-
-// checkLeaseCall checks the arguments every lease call shares.
-func checkLeaseCall(op, world, worker string) error {
-	if err := store.CheckID(op, "world", world); err != nil {
-		return err
-	}
-	return store.CheckID(op, "worker", worker)
-}
-
-// Acquire takes the world's lease (protocol A).
-func (s *Store) Acquire(ctx context.Context, world, worker string, ttl time.Duration, opts ...store.AcquireOption) (store.Lease, error) {
-	const op = "acquire"
-	if err := checkLeaseCall(op, world, worker); err != nil {
-		return store.Lease{}, err
-	}
-	if err := store.CheckTTL(op, "ttl", ttl); err != nil {
-		return store.Lease{}, err
-	}
-	o, err := store.ResolveAcquireOptions(op, opts)
-	if err != nil {
-		return store.Lease{}, err
-	}
-	var out store.Lease
-	err = s.write(ctx, op, world, func(t *wtx) error {
-		var err error
-		out, err = t.acquire(op, world, worker, o.Incarnation, ttl)
-		return err
-	})
-	if err != nil {
-		return store.Lease{}, err
-	}
-	return out, nil
 }
 
 // acquire takes the world's lease for worker inside the request, as
@@ -114,13 +82,12 @@ func (t *wtx) acquire(op, world, worker, inc string, ttl time.Duration) (store.L
 // Acquire decides it alone, on the row as the decisions before it left it
 // (so a world named twice finds the lease its first occurrence took); and
 // the leases taken are written with one statement per chunk. Both
-// statements always take the chunk's full number of ids, padded, so each
-// is prepared once.
-func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration, opts ...store.AcquireOption) ([]store.AcquireResult, error) {
+// statements take the chunk's ids padded to the next power of two
+// (chunkSize), so each is prepared once per size and a single world's
+// Acquire, which the front makes a batch of one, binds one id, not
+// acquireChunk.
+func (s *backend) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration, opts ...store.AcquireOption) ([]store.AcquireResult, error) {
 	const op = "acquire_leases"
-	if err := store.CheckAcquireLeases(op, worker, worlds, ttl); err != nil {
-		return nil, err
-	}
 	o, err := store.ResolveAcquireOptions(op, opts)
 	if err != nil {
 		return nil, err
@@ -130,11 +97,12 @@ func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []strin
 	err = s.write(ctx, op, "", func(t *wtx) error {
 		for lo := 0; lo < len(ws); lo += acquireChunk {
 			chunk := ws[lo:min(lo+acquireChunk, len(ws))]
-			rows, err := t.acquireRows(chunk)
+			sz, n := chunkSize(len(chunk))
+			rows, err := t.acquireRows(chunk, sz, n)
 			if err != nil {
 				return err
 			}
-			taken := make([]any, 0, 3+3*acquireChunk)
+			taken := make([]any, 0, 3+3*n)
 			taken = append(taken, worker, t.now.Add(ttl).UnixNano(), o.Incarnation)
 			for i, id := range chunk {
 				res := store.AcquireResult{World: id}
@@ -167,10 +135,10 @@ func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []strin
 			if len(taken) == 3 {
 				continue
 			}
-			for len(taken) < 3+3*acquireChunk {
+			for len(taken) < 3+3*n {
 				taken = append(taken, "", int64(0), nil) // no world has the empty id
 			}
-			if _, err := t.exec(acquireChunkWrite, taken...); err != nil {
+			if _, err := t.exec(acquireWrites[sz], taken...); err != nil {
 				return err
 			}
 			t.notify(store.TopicLeases)
@@ -184,23 +152,49 @@ func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []strin
 }
 
 // acquireChunk is how many worlds one statement of AcquireLeases reads or
-// writes.
+// writes at most (a power of two: see chunkSize).
 const acquireChunk = 256
 
-var (
-	acquireChunkRead = `SELECT w.id, w.universe, w.status, ` + leaseCols + `, a.desired_worker,
+// chunkSize is the statement size a chunk of n ids (1 <= n <= acquireChunk)
+// is padded to, the next power of two, as its index sz into
+// acquireReads and acquireWrites and as a count.
+func chunkSize(n int) (sz, size int) {
+	sz = bits.Len(uint(n - 1))
+	return sz, 1 << sz
+}
+
+// acquireReads[sz] and acquireWrites[sz] are AcquireLeases's statements
+// for chunkSize's sz.
+var acquireReads, acquireWrites = sizedStatements(acquireRead), sizedStatements(acquireWrite)
+
+func sizedStatements(build func(n int) string) []string {
+	_, top := chunkSize(acquireChunk)
+	var out []string
+	for n := 1; n <= top; n *= 2 {
+		out = append(out, build(n))
+	}
+	return out
+}
+
+// acquireRead reads n worlds' rows.
+func acquireRead(n int) string {
+	return `SELECT w.id, w.universe, w.status, ` + leaseCols + `, a.desired_worker,
 			EXISTS (SELECT 1 FROM inbox i WHERE i.world = w.id AND i.seq > w.inbox_cursor),
 			(SELECT min(t.deliver_at) FROM timers t WHERE t.world = w.id AND t.state IN ('scheduled', 'claimed'))
 		FROM worlds w LEFT JOIN leases l ON l.world = w.id LEFT JOIN assignments a ON a.world = w.id
-		WHERE w.id IN (` + placeholders(1, acquireChunk) + `)`
-	// ?1 the holder, ?2 the expiry, ?3 the incarnation, then (world,
-	// epoch, displaced) triples: displaced is NULL for a lease taken free.
-	acquireChunkWrite = `INSERT INTO leases (world, holder, incarnation, took_over, displaced, epoch, expires_at)
+		WHERE w.id IN (` + placeholders(1, n) + `)`
+}
+
+// acquireWrite writes n leases: ?1 the holder, ?2 the expiry, ?3 the
+// incarnation, then (world, epoch, displaced) triples: displaced is NULL
+// for a lease taken free.
+func acquireWrite(n int) string {
+	return `INSERT INTO leases (world, holder, incarnation, took_over, displaced, epoch, expires_at)
 		SELECT column1, ?1, ?3, column3 IS NOT NULL, coalesce(column3, ''), column2, ?2
-		FROM (VALUES ` + triples(4, acquireChunk) + `) WHERE column1 <> ''
+		FROM (VALUES ` + triples(4, n) + `) WHERE column1 <> ''
 		ON CONFLICT (world) DO UPDATE SET holder = excluded.holder, incarnation = excluded.incarnation,
 			took_over = excluded.took_over, displaced = excluded.displaced, epoch = excluded.epoch, expires_at = excluded.expires_at`
-)
+}
 
 // triples returns "(?from, ?from+1, ?from+2), (?from+3, …), …" n times.
 func triples(from, n int) string {
@@ -227,17 +221,17 @@ type acquireRow struct {
 	next     sql.NullInt64 // the earliest timer not delivered
 }
 
-// acquireRows reads the rows of up to acquireChunk worlds; a world missing
-// from the map does not exist.
-func (t *wtx) acquireRows(worlds []string) (map[string]acquireRow, error) {
-	args := make([]any, acquireChunk)
+// acquireRows reads the rows of a chunk of worlds with the statement of
+// chunkSize's sz and size; a world missing from the map does not exist.
+func (t *wtx) acquireRows(worlds []string, sz, size int) (map[string]acquireRow, error) {
+	args := make([]any, size)
 	for i := range args {
 		args[i] = ""
 		if i < len(worlds) {
 			args[i] = worlds[i]
 		}
 	}
-	rows, err := t.query(acquireChunkRead, args...)
+	rows, err := t.query(acquireReads[sz], args...)
 	if err != nil {
 		return nil, err
 	}
@@ -281,54 +275,6 @@ func (t *wtx) release(op, world, worker string, epoch uint64) (released bool, er
 	return err == nil, err
 }
 
-// Renew extends the lease (protocol B): RenewLeases with one ref. An
-// expired lease is not renewed, even when nobody took it over: its holder's
-// writes were already fenced, so it must Acquire again.
-func (s *Store) Renew(ctx context.Context, world, worker string, epoch uint64, ttl time.Duration) (store.Lease, error) {
-	const op = "renew"
-	if err := checkLeaseCall(op, world, worker); err != nil {
-		return store.Lease{}, err
-	}
-	if err := store.CheckTTL(op, "ttl", ttl); err != nil {
-		return store.Lease{}, err
-	}
-	res, err := s.renewLeases(ctx, op, worker, []store.LeaseRef{{World: world, Epoch: epoch}}, ttl)
-	if err != nil {
-		return store.Lease{}, err
-	}
-	return res[0].Lease, res[0].Err
-}
-
-// Release gives the lease up (protocol B): ReleaseLeases with one ref. A
-// retried release succeeds.
-func (s *Store) Release(ctx context.Context, world, worker string, epoch uint64) error {
-	const op = "release"
-	if err := checkLeaseCall(op, world, worker); err != nil {
-		return err
-	}
-	res, err := s.releaseLeases(ctx, op, worker, []store.LeaseRef{{World: world, Epoch: epoch}})
-	if err != nil {
-		return err
-	}
-	return res[0].Err
-}
-
-// checkRefs checks a bulk lease call's arguments.
-func checkRefs(op, worker string, refs []store.LeaseRef) error {
-	if err := store.CheckID(op, "worker", worker); err != nil {
-		return err
-	}
-	if err := store.CheckBatch(op, "refs", len(refs)); err != nil {
-		return err
-	}
-	for _, r := range refs {
-		if err := store.CheckID(op, "world", r.World); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // RenewLeases renews many leases of one worker in one transaction. The
 // leases are read renewChunk at a time and renewed with one UPDATE per
 // chunk (every renewed lease gets the same expiry, now+ttl): a statement
@@ -336,18 +282,9 @@ func checkRefs(op, worker string, refs []store.LeaseRef) error {
 // still decided on its own by contract.Holder, exactly as Renew decides
 // it; a world named twice is decided twice on the same row, so both answers
 // are the single call's.
-func (s *Store) RenewLeases(ctx context.Context, worker string, refs []store.LeaseRef, ttl time.Duration) ([]store.LeaseResult, error) {
+func (s *backend) RenewLeases(ctx context.Context, worker string, refs []store.LeaseRef, ttl time.Duration) ([]store.LeaseResult, error) {
 	const op = "renew_leases"
-	if err := checkRefs(op, worker, refs); err != nil {
-		return nil, err
-	}
-	if err := store.CheckTTL(op, "ttl", ttl); err != nil {
-		return nil, err
-	}
-	return s.renewLeases(ctx, op, worker, append([]store.LeaseRef(nil), refs...), ttl)
-}
-
-func (s *Store) renewLeases(ctx context.Context, op, worker string, refs []store.LeaseRef, ttl time.Duration) ([]store.LeaseResult, error) {
+	refs = append([]store.LeaseRef(nil), refs...)
 	out := make([]store.LeaseResult, len(refs))
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		expires := t.now.Add(ttl)
@@ -444,19 +381,13 @@ func (t *wtx) worldLeases(refs []store.LeaseRef) (map[string]contract.LeaseRow, 
 
 // ReleaseLeases releases many leases of one worker in one transaction (a
 // planned drain).
-func (s *Store) ReleaseLeases(ctx context.Context, worker string, refs []store.LeaseRef) ([]store.LeaseResult, error) {
+func (s *backend) ReleaseLeases(ctx context.Context, worker string, refs []store.LeaseRef) ([]store.LeaseResult, error) {
 	const op = "release_leases"
-	if err := checkRefs(op, worker, refs); err != nil {
-		return nil, err
-	}
-	return s.releaseLeases(ctx, op, worker, append([]store.LeaseRef(nil), refs...))
-}
-
-// releaseLeases decides and releases each ref in turn inside one request. A
-// ref's typed failure is its result, not the call's: each ref decides
-// before it writes, so one that fails wrote nothing and the others go on.
-// A database failure fails the whole call.
-func (s *Store) releaseLeases(ctx context.Context, op, worker string, refs []store.LeaseRef) ([]store.LeaseResult, error) {
+	// Each ref is decided and released in turn inside one request. A ref's
+	// typed failure is its result, not the call's: each ref decides before
+	// it writes, so one that fails wrote nothing and the others go on. A
+	// database failure fails the whole call.
+	refs = append([]store.LeaseRef(nil), refs...)
 	out := make([]store.LeaseResult, len(refs))
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		for i, r := range refs {
@@ -487,7 +418,7 @@ func (s *Store) releaseLeases(ctx context.Context, op, worker string, refs []sto
 }
 
 // GetLease reads the lease record (ok=false if the world was never leased).
-func (s *Store) GetLease(ctx context.Context, world string) (store.Lease, bool, error) {
+func (s *backend) GetLease(ctx context.Context, world string) (store.Lease, bool, error) {
 	const op = "get_lease"
 	if err := s.read(ctx, op); err != nil {
 		return store.Lease{}, false, err
@@ -508,20 +439,8 @@ func (s *Store) GetLease(ctx context.Context, world string) (store.Lease, bool, 
 }
 
 // Assign writes the world's desired placement.
-func (s *Store) Assign(ctx context.Context, world string, a store.Assignment, by *store.Fence) error {
+func (s *backend) Assign(ctx context.Context, world string, a store.Assignment, by *store.Fence) error {
 	const op = "assign"
-	for _, c := range []error{
-		store.CheckID(op, "world", world),
-		store.CheckOptionalID(op, "desired worker", a.DesiredWorker),
-		store.CheckReason(op, a.Reason),
-	} {
-		if c != nil {
-			return c
-		}
-	}
-	if err := checkAuthority(op, by); err != nil {
-		return err
-	}
 	return s.write(ctx, op, world, func(t *wtx) error {
 		if err := t.authority(op, by); err != nil {
 			return err
@@ -540,14 +459,8 @@ func (s *Store) Assign(ctx context.Context, world string, a store.Assignment, by
 }
 
 // Unassign removes the desired placement (a no-op if there is none).
-func (s *Store) Unassign(ctx context.Context, world string, by *store.Fence) error {
+func (s *backend) Unassign(ctx context.Context, world string, by *store.Fence) error {
 	const op = "unassign"
-	if err := store.CheckID(op, "world", world); err != nil {
-		return err
-	}
-	if err := checkAuthority(op, by); err != nil {
-		return err
-	}
 	return s.write(ctx, op, world, func(t *wtx) error {
 		if err := t.authority(op, by); err != nil {
 			return err
@@ -569,7 +482,7 @@ func (s *Store) Unassign(ctx context.Context, world string, by *store.Fence) err
 }
 
 // GetAssignment reads the desired placement.
-func (s *Store) GetAssignment(ctx context.Context, world string) (store.Assignment, bool, error) {
+func (s *backend) GetAssignment(ctx context.Context, world string) (store.Assignment, bool, error) {
 	const op = "get_assignment"
 	if err := s.read(ctx, op); err != nil {
 		return store.Assignment{}, false, err
@@ -607,19 +520,10 @@ const workerWorldsQuery = `
 	ORDER BY ids.world`
 
 // ListWorkerWorlds lists one page of a worker's worlds (leased or assigned).
-func (s *Store) ListWorkerWorlds(ctx context.Context, worker, after string, limit int) ([]store.WorkerWorld, error) {
+func (s *backend) ListWorkerWorlds(ctx context.Context, worker, after string, limit int) ([]store.WorkerWorld, error) {
 	const op = "list_worker_worlds"
 	if err := s.read(ctx, op); err != nil {
 		return nil, err
-	}
-	for _, c := range []error{
-		store.CheckID(op, "worker", worker),
-		store.CheckOptionalID(op, "after", after),
-		store.CheckBatch(op, "limit", limit),
-	} {
-		if c != nil {
-			return nil, c
-		}
 	}
 	if limit == 0 {
 		return nil, nil
@@ -653,14 +557,6 @@ func (s *Store) ListWorkerWorlds(ctx context.Context, worker, after string, limi
 		return nil, dbErr(op, "", err)
 	}
 	return out, nil
-}
-
-// checkAuthority validates an assignment writer's fence (nil: an operator).
-func checkAuthority(op string, by *store.Fence) error {
-	if by == nil {
-		return nil
-	}
-	return store.CheckID(op, "fence world", by.World)
 }
 
 // authority checks an assignment writer's fence in the write transaction.

@@ -218,7 +218,7 @@ func (t *wtx) settleItem(q *queue, op, hash string, by contract.By, r store.Rece
 
 // reap puts q's expired claims back to ready and hints q's topic if any
 // came back.
-func (s *Store) reap(ctx context.Context, op string, q *queue) (int, error) {
+func (s *backend) reap(ctx context.Context, op string, q *queue) (int, error) {
 	var n int
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		n = 0

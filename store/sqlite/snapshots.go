@@ -32,13 +32,13 @@ func (t *wtx) putSnapshot(op, world string, snap store.Snapshot, head int64) err
 }
 
 // PutSnapshot stores a snapshot, fenced by epoch.
-func (s *Store) PutSnapshot(ctx context.Context, world string, epoch uint64, snap store.Snapshot) error {
+func (s *backend) PutSnapshot(ctx context.Context, world string, epoch uint64, snap store.Snapshot) error {
 	_, err := s.commit(ctx, "put_snapshot", world, epoch, store.CommitBatch{Snapshot: &snap}, sideEffects)
 	return err
 }
 
 // ActiveSnapshot returns the active baseline (ok=false if none).
-func (s *Store) ActiveSnapshot(ctx context.Context, world string) (store.Snapshot, bool, error) {
+func (s *backend) ActiveSnapshot(ctx context.Context, world string) (store.Snapshot, bool, error) {
 	const op = "active_snapshot"
 	if err := s.read(ctx, op); err != nil {
 		return store.Snapshot{}, false, err
@@ -47,12 +47,9 @@ func (s *Store) ActiveSnapshot(ctx context.Context, world string) (store.Snapsho
 }
 
 // SnapshotBelow returns the highest stored snapshot below height.
-func (s *Store) SnapshotBelow(ctx context.Context, world string, height uint64) (store.Snapshot, bool, error) {
+func (s *backend) SnapshotBelow(ctx context.Context, world string, height uint64) (store.Snapshot, bool, error) {
 	const op = "snapshot_below"
 	if err := s.read(ctx, op); err != nil {
-		return store.Snapshot{}, false, err
-	}
-	if err := store.CheckInt(op, "height", height); err != nil {
 		return store.Snapshot{}, false, err
 	}
 	return s.snapshotOf(ctx, op, world, `(SELECT max(height) FROM snapshots WHERE world = w.id AND height < ?)`, int64(height))
@@ -61,7 +58,7 @@ func (s *Store) SnapshotBelow(ctx context.Context, world string, height uint64) 
 // snapshotOf reads world's snapshot at the height the SQL expression at
 // gives (over worlds w; its arguments come first): ok=false when it gives
 // none, ErrWorldNotFound when there is no such world.
-func (s *Store) snapshotOf(ctx context.Context, op, world, at string, atArgs ...any) (store.Snapshot, bool, error) {
+func (s *backend) snapshotOf(ctx context.Context, op, world, at string, atArgs ...any) (store.Snapshot, bool, error) {
 	var (
 		snap            store.Snapshot
 		height, created sql.NullInt64
@@ -87,7 +84,7 @@ func (s *Store) snapshotOf(ctx context.Context, op, world, at string, atArgs ...
 }
 
 // Compact deletes the world's journal entries with runSeq <= baseline
-// height - retain, fenced by epoch.
+// height - retain (contract.CompactTo), fenced by epoch.
 //
 // Immutability: the events table's delete trigger aborts any DELETE that no
 // compaction gate covers. Compact opens the gate (a row of compaction_gate
@@ -96,11 +93,8 @@ func (s *Store) snapshotOf(ctx context.Context, op, world, at string, atArgs ...
 // the gate is never committed, so no other statement ever passes it. The
 // idempotency keys (event_keys) are not compacted: a retried append of a
 // compacted event is still answered with its metadata.
-func (s *Store) Compact(ctx context.Context, world string, epoch uint64, retain uint64) (int, error) {
+func (s *backend) Compact(ctx context.Context, world string, epoch uint64, retain uint64) (int, error) {
 	const op = "compact"
-	if err := store.CheckID(op, "world", world); err != nil {
-		return 0, err
-	}
 	var removed int
 	err := s.write(ctx, op, world, func(t *wtx) error {
 		removed = 0
@@ -111,10 +105,10 @@ func (s *Store) Compact(ctx context.Context, world string, epoch uint64, retain 
 		if _, err := t.queryRow(`SELECT baseline_height FROM worlds WHERE id = ?`, []any{world}, &baseline); err != nil {
 			return err
 		}
-		if !baseline.Valid || uint64(baseline.Int64) <= retain {
+		upto, ok := contract.CompactTo(uint64(baseline.Int64), baseline.Valid, retain)
+		if !ok {
 			return nil
 		}
-		upto := uint64(baseline.Int64) - retain
 		// The head survives the events it may remove: record it as the
 		// stream's floor first. The compaction floor (compacted_to, and the
 		// latest persistedAt removed) rises in the same savepoint, so no

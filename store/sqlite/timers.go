@@ -45,7 +45,7 @@ func (t *wtx) cancelTimer(world, intentHash string) (found bool, err error) {
 }
 
 // Schedule persists a timer, fenced by epoch.
-func (s *Store) Schedule(ctx context.Context, world string, epoch uint64, intentHash string, deliverAt time.Time, payload []byte) error {
+func (s *backend) Schedule(ctx context.Context, world string, epoch uint64, intentHash string, deliverAt time.Time, payload []byte) error {
 	_, err := s.commit(ctx, "schedule", world, epoch, store.CommitBatch{
 		Timers: []store.TimerSet{{IntentHash: intentHash, DeliverAt: deliverAt, Payload: payload}},
 	}, sideEffects)
@@ -55,7 +55,7 @@ func (s *Store) Schedule(ctx context.Context, world string, epoch uint64, intent
 // CancelTimer removes a timer of world that has not fired (claimed or not),
 // fenced by epoch, with its dedupe record: the same hash may be scheduled
 // again. An unknown timer, another world's, or a fired one: ErrNotFound.
-func (s *Store) CancelTimer(ctx context.Context, world string, epoch uint64, intentHash string) error {
+func (s *backend) CancelTimer(ctx context.Context, world string, epoch uint64, intentHash string) error {
 	_, err := s.commit(ctx, "cancel_timer", world, epoch, store.CommitBatch{CancelTimers: []string{intentHash}}, sideEffects)
 	return err
 }
@@ -80,17 +80,8 @@ func scanTimer(sc interface{ Scan(...any) error }) (store.TimerItem, error) {
 
 // ClaimDue claims up to n timers due at the store clock, in (deliverAt,
 // intentHash) order (queue.go).
-func (s *Store) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]store.TimerItem, error) {
+func (s *backend) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]store.TimerItem, error) {
 	const op = "claim_due"
-	for _, c := range []error{
-		store.CheckID(op, "worker", worker),
-		store.CheckBatch(op, "n", n),
-		store.CheckTTL(op, "claim ttl", ttl),
-	} {
-		if c != nil {
-			return nil, c
-		}
-	}
 	if n == 0 {
 		return nil, nil
 	}
@@ -113,14 +104,8 @@ func (s *Store) ClaimDue(ctx context.Context, worker string, n int, ttl time.Dur
 // transaction, once the timer is due (contract.Due) and c is its latest
 // claim (contract.ClaimCheck): a settle of the timers queue (queue.go).
 // Like Complete, it delivers whatever the world's status.
-func (s *Store) Fire(ctx context.Context, intentHash string, c store.Claim) (uint64, bool, error) {
+func (s *backend) Fire(ctx context.Context, intentHash string, c store.Claim) (uint64, bool, error) {
 	const op = "fire"
-	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
-		return 0, false, err
-	}
-	if err := store.CheckClaim(op, c); err != nil {
-		return 0, false, err
-	}
 	var (
 		seq uint64
 		dup bool
@@ -139,11 +124,8 @@ func (s *Store) Fire(ctx context.Context, intentHash string, c store.Claim) (uin
 // FireHeld is Fire's settle by the holder of the world's lease
 // (contract.LeaseHolder), in the same request as its fence: one
 // transaction of the group commit.
-func (s *Store) FireHeld(ctx context.Context, world string, epoch uint64, intentHash string) (store.HeldFiring, error) {
+func (s *backend) FireHeld(ctx context.Context, world string, epoch uint64, intentHash string) (store.HeldFiring, error) {
 	const op = "fire_held"
-	if err := store.CheckFireHeld(op, world, epoch, intentHash); err != nil {
-		return store.HeldFiring{}, err
-	}
 	var res store.HeldFiring
 	err := s.write(ctx, op, world, func(t *wtx) error {
 		res = store.HeldFiring{}
@@ -175,13 +157,13 @@ func (s *Store) FireHeld(ctx context.Context, world string, epoch uint64, intent
 
 // ReapTimers requeues claimed timers whose claim expired (queue.go),
 // keeping their latest claim, as ReapEffects does.
-func (s *Store) ReapTimers(ctx context.Context) (int, error) {
+func (s *backend) ReapTimers(ctx context.Context) (int, error) {
 	return s.reap(ctx, "reap_timers", timersQueue)
 }
 
 // NextDue returns the earliest deliverAt of an unclaimed, undelivered timer
 // (timers_due's first entry).
-func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
+func (s *backend) NextDue(ctx context.Context) (time.Time, bool, error) {
 	const op = "next_due"
 	if err := s.read(ctx, op); err != nil {
 		return time.Time{}, false, err
@@ -194,31 +176,4 @@ func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
 		return time.Time{}, false, nil
 	}
 	return fromNS(at.Int64), true, nil
-}
-
-// ListTimers lists up to limit of world's scheduled and claimed timers in
-// (deliverAt, intentHash) order (timers_queued_by_world).
-func (s *Store) ListTimers(ctx context.Context, world string, limit int) ([]store.TimerItem, error) {
-	const op = "list_timers"
-	if err := s.checkView(ctx, op, world, limit); err != nil {
-		return nil, err
-	}
-	rows, err := s.query(ctx, `SELECT `+timerCols+` FROM timers
-		WHERE world = ? AND state IN ('scheduled', 'claimed') ORDER BY deliver_at, intent_hash LIMIT ?`, world, limit)
-	if err != nil {
-		return nil, dbErr(op, world, err)
-	}
-	defer rows.Close()
-	var out []store.TimerItem
-	for rows.Next() {
-		it, err := scanTimer(rows)
-		if err != nil {
-			return nil, dbErr(op, world, err)
-		}
-		out = append(out, it)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, dbErr(op, world, err)
-	}
-	return out, nil
 }

@@ -8,8 +8,9 @@ import (
 )
 
 // Times are int64 Unix nanoseconds, read back in UTC. Every time that is
-// written either comes from the store clock or passed store.CheckTime,
-// whose range lies inside int64 nanoseconds, so it is stored exactly.
+// written either comes from the store clock or passed the front's time
+// check (store/validate.go), whose range lies inside int64 nanoseconds, so
+// it is stored exactly.
 
 // nullNS stores the zero time (absent) as NULL.
 func nullNS(t time.Time) any {
@@ -64,7 +65,7 @@ func sqlLimit(limit int) int64 {
 }
 
 // read checks that a read may start.
-func (s *Store) read(ctx context.Context, op string) error {
+func (s *backend) read(ctx context.Context, op string) error {
 	if s.closed.Load() {
 		return closedErr(op)
 	}
@@ -77,7 +78,7 @@ func (s *Store) read(ctx context.Context, op string) error {
 // rstmt returns query prepared on the read pool (database/sql prepares it
 // on each pooled connection as needed), preparing it once: SQLite's parse
 // and plan cost more than a small read itself.
-func (s *Store) rstmt(ctx context.Context, query string) (*sql.Stmt, error) {
+func (s *backend) rstmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	s.rmu.Lock()
 	st := s.rstmts[query]
 	s.rmu.Unlock()
@@ -99,7 +100,7 @@ func (s *Store) rstmt(ctx context.Context, query string) (*sql.Stmt, error) {
 }
 
 // query runs a read on the pool.
-func (s *Store) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+func (s *backend) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	st, err := s.rstmt(ctx, query)
 	if err != nil {
 		return nil, err
@@ -109,7 +110,7 @@ func (s *Store) query(ctx context.Context, query string, args ...any) (*sql.Rows
 
 // queryRow scans one row of a read into dest; found is false when there is
 // none.
-func (s *Store) queryRow(ctx context.Context, query string, args []any, dest ...any) (found bool, err error) {
+func (s *backend) queryRow(ctx context.Context, query string, args []any, dest ...any) (found bool, err error) {
 	st, err := s.rstmt(ctx, query)
 	if err != nil {
 		return false, err
@@ -121,7 +122,7 @@ func (s *Store) queryRow(ctx context.Context, query string, args []any, dest ...
 	return err == nil, err
 }
 
-func (s *Store) closeReadStmts() {
+func (s *backend) closeReadStmts() {
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
 	for q, st := range s.rstmts {

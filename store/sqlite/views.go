@@ -9,7 +9,7 @@ import (
 // QueueDepths reads the gauges in one read transaction. The queue counts
 // walk their partial indexes; the inbox backlog is each world's last seq
 // (a primary-key lookup) minus its cursor.
-func (s *Store) QueueDepths(ctx context.Context) (store.QueueDepths, error) {
+func (s *backend) QueueDepths(ctx context.Context) (store.QueueDepths, error) {
 	const op = "queue_depths"
 	if err := s.read(ctx, op); err != nil {
 		return store.QueueDepths{}, err
@@ -27,16 +27,9 @@ func (s *Store) QueueDepths(ctx context.Context) (store.QueueDepths, error) {
 	return d, nil
 }
 
-// checkView checks a view's world and limit (0 lists nothing, as in every
-// backend) and that the world exists.
-func (s *Store) checkView(ctx context.Context, op, world string, limit int) error {
+// checkView checks that a view's world exists.
+func (s *backend) checkView(ctx context.Context, op, world string) error {
 	if err := s.read(ctx, op); err != nil {
-		return err
-	}
-	if err := store.CheckID(op, "world", world); err != nil {
-		return err
-	}
-	if err := store.CheckBatch(op, "limit", limit); err != nil {
 		return err
 	}
 	var one int
@@ -48,4 +41,58 @@ func (s *Store) checkView(ctx context.Context, op, world string, limit int) erro
 		return store.Errorf(op, store.ErrWorldNotFound, world, "")
 	}
 	return nil
+}
+
+// ListEffects lists up to limit of world's pending and inflight effects
+// after afterSeq, in queue order (effects_queued_by_world).
+func (s *backend) ListEffects(ctx context.Context, world string, afterSeq uint64, limit int) ([]store.EffectItem, error) {
+	const op = "list_effects"
+	if err := s.checkView(ctx, op, world); err != nil {
+		return nil, err
+	}
+	rows, err := s.query(ctx, `SELECT `+effectItemCols+` FROM effects
+		WHERE world = ? AND state IN ('pending', 'inflight') AND seq > ? ORDER BY seq LIMIT ?`, world, seqBound(afterSeq), limit)
+	if err != nil {
+		return nil, dbErr(op, world, err)
+	}
+	defer rows.Close()
+	var out []store.EffectItem
+	for rows.Next() {
+		it, err := scanEffectItem(rows)
+		if err != nil {
+			return nil, dbErr(op, world, err)
+		}
+		out = append(out, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbErr(op, world, err)
+	}
+	return out, nil
+}
+
+// ListTimers lists up to limit of world's scheduled and claimed timers in
+// (deliverAt, intentHash) order (timers_queued_by_world).
+func (s *backend) ListTimers(ctx context.Context, world string, limit int) ([]store.TimerItem, error) {
+	const op = "list_timers"
+	if err := s.checkView(ctx, op, world); err != nil {
+		return nil, err
+	}
+	rows, err := s.query(ctx, `SELECT `+timerCols+` FROM timers
+		WHERE world = ? AND state IN ('scheduled', 'claimed') ORDER BY deliver_at, intent_hash LIMIT ?`, world, limit)
+	if err != nil {
+		return nil, dbErr(op, world, err)
+	}
+	defer rows.Close()
+	var out []store.TimerItem
+	for rows.Next() {
+		it, err := scanTimer(rows)
+		if err != nil {
+			return nil, dbErr(op, world, err)
+		}
+		out = append(out, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbErr(op, world, err)
+	}
+	return out, nil
 }

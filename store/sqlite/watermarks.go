@@ -3,11 +3,11 @@ package sqlite
 import (
 	"context"
 
-	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
 // GetWatermark reads a projector's watermark on stream (0 if never set).
-func (s *Store) GetWatermark(ctx context.Context, projector, stream string) (uint64, error) {
+func (s *backend) GetWatermark(ctx context.Context, projector, stream string) (uint64, error) {
 	const op = "get_watermark"
 	if err := s.read(ctx, op); err != nil {
 		return 0, err
@@ -20,25 +20,16 @@ func (s *Store) GetWatermark(ctx context.Context, projector, stream string) (uin
 }
 
 // CASWatermark sets the watermark to next if it is old (an unset watermark
-// is 0), else ErrWatermarkConflict.
-func (s *Store) CASWatermark(ctx context.Context, projector, stream string, old, next uint64) error {
+// is 0; contract.Watermark).
+func (s *backend) CASWatermark(ctx context.Context, projector, stream string, old, next uint64) error {
 	const op = "cas_watermark"
-	for _, c := range []error{
-		store.CheckID(op, "projector", projector),
-		store.CheckID(op, "stream", stream),
-		store.CheckInt(op, "watermark", next),
-	} {
-		if c != nil {
-			return c
-		}
-	}
 	return s.write(ctx, op, "", func(t *wtx) error {
 		var cur int64
 		if _, err := t.queryRow(`SELECT value FROM watermarks WHERE projector = ? AND stream = ?`, []any{projector, stream}, &cur); err != nil {
 			return err
 		}
-		if uint64(cur) != old {
-			return store.Errorf(op, store.ErrWatermarkConflict, "", "projector %s on %s: expected %d, watermark is %d", projector, stream, old, cur)
+		if err := contract.Watermark(op, projector, stream, uint64(cur), old); err != nil {
+			return err
 		}
 		_, err := t.exec(`INSERT INTO watermarks (projector, stream, value) VALUES (?, ?, ?)
 			ON CONFLICT (projector, stream) DO UPDATE SET value = excluded.value`, projector, stream, int64(next))

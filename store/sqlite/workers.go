@@ -24,11 +24,8 @@ func scanWorker(sc interface{ Scan(...any) error }) (store.WorkerInfo, error) {
 }
 
 // Heartbeat records that worker is alive with capacity, keeping Draining.
-func (s *Store) Heartbeat(ctx context.Context, worker string, capacity int) (store.WorkerInfo, error) {
+func (s *backend) Heartbeat(ctx context.Context, worker string, capacity int) (store.WorkerInfo, error) {
 	const op = "heartbeat"
-	if err := store.CheckHeartbeat(op, worker, capacity); err != nil {
-		return store.WorkerInfo{}, err
-	}
 	var out store.WorkerInfo
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		row, err := t.row(`INSERT INTO workers (id, capacity, draining, heartbeat_at, started_at) VALUES (?1, ?2, 0, ?3, ?3)
@@ -51,11 +48,8 @@ func (s *Store) Heartbeat(ctx context.Context, worker string, capacity int) (sto
 
 // SetDraining marks a worker draining or not; ErrNotFound if it never sent
 // a heartbeat.
-func (s *Store) SetDraining(ctx context.Context, worker string, draining bool) (store.WorkerInfo, error) {
+func (s *backend) SetDraining(ctx context.Context, worker string, draining bool) (store.WorkerInfo, error) {
 	const op = "set_draining"
-	if err := store.CheckID(op, "worker", worker); err != nil {
-		return store.WorkerInfo{}, err
-	}
 	var out store.WorkerInfo
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		var prev bool
@@ -85,7 +79,7 @@ func (s *Store) SetDraining(ctx context.Context, worker string, draining bool) (
 }
 
 // ListWorkers lists every worker, sorted by id.
-func (s *Store) ListWorkers(ctx context.Context) ([]store.WorkerInfo, error) {
+func (s *backend) ListWorkers(ctx context.Context) ([]store.WorkerInfo, error) {
 	const op = "list_workers"
 	if err := s.read(ctx, op); err != nil {
 		return nil, err

@@ -49,25 +49,19 @@ func (t *wtx) worldStatus(op, world string) (store.WorldStatus, error) {
 	return store.WorldStatus(status), nil
 }
 
-// claimWorldID checks that id is free: no world has it, and its stream has
-// no events (a free stream's history never becomes a world's journal).
+// claimWorldID reads whether a world has id and its stream's head, and
+// asks contract.WorldID whether a new world may take it.
 func (t *wtx) claimWorldID(op, id string) error {
 	var one int
 	found, err := t.queryRow(`SELECT 1 FROM worlds WHERE id = ?`, []any{id}, &one)
 	if err != nil {
 		return err
 	}
-	if found {
-		return store.Errorf(op, store.ErrWorldExists, id, "")
-	}
 	head, err := t.head(id)
 	if err != nil {
 		return err
 	}
-	if head > 0 {
-		return store.Errorf(op, store.ErrWorldExists, id, "its stream already has events")
-	}
-	return nil
+	return contract.WorldID(op, id, found, uint64(head))
 }
 
 // seedHead starts a world's (empty) journal at a seed's or fork's height.
@@ -83,21 +77,8 @@ func (t *wtx) seedHead(stream string, h uint64) error {
 // CreateWorld creates an active world, optionally seeded from a snapshot:
 // the snapshot (its World set to the new world, CreatedAt to the store
 // clock) becomes the baseline and the journal head is its height.
-func (s *Store) CreateWorld(ctx context.Context, universe, world string, seed *store.Snapshot) (store.World, error) {
+func (s *backend) CreateWorld(ctx context.Context, universe, world string, seed *store.Snapshot) (store.World, error) {
 	const op = "create_world"
-	if err := store.CheckID(op, "world", world); err != nil {
-		return store.World{}, err
-	}
-	if err := store.CheckID(op, "universe", universe); err != nil {
-		return store.World{}, err
-	}
-	if seed != nil {
-		if err := store.CheckSnapshot(op, *seed); err != nil {
-			return store.World{}, err
-		}
-		seedCopy := *seed
-		seed = &seedCopy
-	}
 	var out store.World
 	err := s.write(ctx, op, world, func(t *wtx) error {
 		var err error
@@ -140,11 +121,8 @@ func (t *wtx) createWorld(op, universe, world string, seed *store.Snapshot) (sto
 // Acquire and an Append of the events, as one request: each step is the
 // separate call's own code, and a typed refusal of any rolls the request
 // back whole (its savepoint).
-func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned, error) {
+func (s *backend) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned, error) {
 	const op = "spawn"
-	if err := store.CheckSpawn(op, spec); err != nil {
-		return store.Spawned{}, err
-	}
 	var out store.Spawned
 	err := s.write(ctx, op, spec.World, func(t *wtx) error {
 		w, err := t.createWorld(op, spec.Universe, spec.World, nil)
@@ -157,8 +135,8 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 			return err
 		}
 		for i, it := range spec.Items {
-			// CheckSpawn refused a key given twice and the inbox is new,
-			// so no item is a duplicate.
+			// The front refused a key given twice (store.CheckSpawn) and
+			// the inbox is new, so no item is a duplicate.
 			seq, _, err := t.enqueueInto(inbox, it.Kind, it.Payload, it.DedupeKey)
 			if err != nil {
 				return err
@@ -188,17 +166,8 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 // ForkWorld creates newWorld from src's snapshot at height. The snapshot
 // row is copied inside SQLite (the state blob, never the journal), so a
 // fork costs the same whatever the source's history length.
-func (s *Store) ForkWorld(ctx context.Context, src string, height uint64, newWorld string) (store.World, error) {
+func (s *backend) ForkWorld(ctx context.Context, src string, height uint64, newWorld string) (store.World, error) {
 	const op = "fork_world"
-	for _, c := range []error{
-		store.CheckID(op, "source world", src),
-		store.CheckID(op, "world", newWorld),
-		store.CheckInt(op, "height", height),
-	} {
-		if c != nil {
-			return store.World{}, c
-		}
-	}
 	var out store.World
 	err := s.write(ctx, op, newWorld, func(t *wtx) error {
 		var universe string
@@ -267,7 +236,7 @@ func scanWorld(sc interface{ Scan(...any) error }) (store.World, error) {
 }
 
 // GetWorld reads a world's record.
-func (s *Store) GetWorld(ctx context.Context, world string) (store.World, error) {
+func (s *backend) GetWorld(ctx context.Context, world string) (store.World, error) {
 	const op = "get_world"
 	if err := s.read(ctx, op); err != nil {
 		return store.World{}, err
@@ -288,15 +257,10 @@ func (s *Store) GetWorld(ctx context.Context, world string) (store.World, error)
 
 // ListWorlds lists a universe's worlds sorted by id, all of them when
 // status is "".
-func (s *Store) ListWorlds(ctx context.Context, universe string, status store.WorldStatus) ([]store.World, error) {
+func (s *backend) ListWorlds(ctx context.Context, universe string, status store.WorldStatus) ([]store.World, error) {
 	const op = "list_worlds"
 	if err := s.read(ctx, op); err != nil {
 		return nil, err
-	}
-	if status != "" {
-		if err := store.CheckStatus(op, status); err != nil {
-			return nil, err
-		}
 	}
 	rows, err := s.query(ctx, `SELECT `+worldCols+` FROM worlds
 		WHERE universe = ? AND (? = '' OR status = ?) ORDER BY id`, universe, string(status), string(status))
@@ -321,17 +285,8 @@ func (s *Store) ListWorlds(ctx context.Context, universe string, status store.Wo
 // SetWorldStatus is the operator's path (contract.Transition): no lease,
 // the reason and the store clock recorded. Leaving active releases the
 // lease in the same transaction, so its holder is fenced at once.
-func (s *Store) SetWorldStatus(ctx context.Context, world string, status store.WorldStatus, reason string) (store.World, error) {
+func (s *backend) SetWorldStatus(ctx context.Context, world string, status store.WorldStatus, reason string) (store.World, error) {
 	const op = "set_world_status"
-	for _, c := range []error{
-		store.CheckID(op, "world", world),
-		store.CheckStatus(op, status),
-		store.CheckReason(op, reason),
-	} {
-		if c != nil {
-			return store.World{}, c
-		}
-	}
 	var out store.World
 	err := s.write(ctx, op, world, func(t *wtx) error {
 		if _, err := t.setStatus(op, world, status, reason); err != nil {
@@ -353,8 +308,8 @@ func (s *Store) SetWorldStatus(ctx context.Context, world string, status store.W
 // setStatus moves world to status inside the request, as contract.Transition
 // decides (SetWorldStatus, and a Commit's Status). Leaving active releases
 // the lease in the same transaction, so its holder is fenced at once;
-// archiving withdraws the world's pending effects, and it returns how
-// many.
+// archiving withdraws the world's pending effects
+// (contract.WithdrawsPending), and it returns how many.
 func (t *wtx) setStatus(op, world string, status store.WorldStatus, reason string) (withdrawn int, err error) {
 	from, err := t.worldStatus(op, world)
 	if err != nil {
@@ -369,7 +324,7 @@ func (t *wtx) setStatus(op, world string, status store.WorldStatus, reason strin
 		return 0, err
 	}
 	t.notify(store.TopicAssignments)
-	if status == store.WorldArchived {
+	if contract.WithdrawsPending(status) {
 		if withdrawn, err = t.withdrawAll(world); err != nil {
 			return 0, err
 		}

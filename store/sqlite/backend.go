@@ -2,12 +2,23 @@
 // plane (store.Store) in one SQLite file, through modernc.org/sqlite (pure
 // Go, no cgo) and database/sql.
 //
+// Store is store.Front over this package's backend: the front validates
+// every call and answers the batch-of-one forms (Acquire, Renew, Release,
+// Complete) through the batch forms, so backend keeps storage only. It
+// reads rows inside its transaction, asks store/internal/contract for the
+// contract's decisions, and writes. Its files follow the protocol layout
+// every backend shares (journal.go, commit.go, leases.go, workers.go,
+// inbox.go, effects.go, timers.go, fabric.go, snapshots.go, worlds.go,
+// watermarks.go, dedupe.go, views.go, watch.go, errors.go), plus SQLite's
+// own: schema.go, groupcommit.go, queue.go (the claim/settle/reap queue
+// effects and timers share) and checkpoint.go.
+//
 // What it owns:
 //
 //   - the file and its schema: journal_mode=WAL, synchronous=FULL unless
 //     WithSynchronous relaxes it, foreign keys on, a busy timeout, and the
 //     embedded, versioned migrations (schema_version) applied at Open;
-//   - group commit: one committer goroutine owns the only write connection.
+//   - group commit (groupcommit.go): one committer goroutine owns the only write connection.
 //     Every mutation is a request on a queue; the committer takes everything
 //     queued (up to WithMaxBatch requests), runs each request inside its own
 //     savepoint of one BEGIN IMMEDIATE … COMMIT, and answers every caller
@@ -17,7 +28,7 @@
 //   - fencing: every world mutation reads the world's lease inside the same
 //     transaction as its write and asks contract.Fence (the one fence
 //     predicate of every backend) before it writes;
-//   - the world cycle (cycle.go): Commit is one request, so a cycle's
+//   - the world cycle (commit.go): Commit is one request, so a cycle's
 //     cursor move, journal entries, intents, timers and snapshot share one
 //     savepoint; the single-purpose writes (DrainToJournal, Publish,
 //     Schedule, CancelTimer, PutSnapshot) are that request with a partial
@@ -28,8 +39,8 @@
 //   - the store clock (WithClock): persistedAt, lease expiries, claim
 //     deadlines, due times and dedupe completion all read it, never a
 //     caller's clock. Times are stored as int64 Unix nanoseconds, exactly:
-//     store.CheckTime keeps every time a caller hands in within that range,
-//     so nothing is ever clamped.
+//     the front (store/validate.go) keeps every time a caller hands in
+//     within that range, so nothing is ever clamped.
 //
 // Reads go to a separate pool of query-only connections (with their
 // prepared statements): WAL lets them run beside the writer, and since a
@@ -154,8 +165,19 @@ func WithBusyTimeout(d time.Duration) Option {
 	}
 }
 
-// Store is the SQLite backend. It is safe for concurrent use; Close it once.
+// Store is the SQLite store: the one front over this backend, plus what
+// only SQLite has (Path, Stats). It is safe for concurrent use; Close it
+// once.
 type Store struct {
+	*store.Front // every store.Store method, validated once
+	b            *backend
+}
+
+var _ store.Store = (*Store)(nil)
+
+// backend is the storage under the front: the file, its connections and
+// the committer. Its methods implement store.Backend.
+type backend struct {
 	cfg  config
 	path string
 
@@ -184,7 +206,7 @@ type Store struct {
 	hub hub.Hub // Watch registrations, woken after each commit (watch.go)
 }
 
-var _ store.Store = (*Store)(nil)
+var _ store.Backend = (*backend)(nil)
 
 // Open opens (creating if needed) the store file at path, applies the
 // schema migrations, and starts the committer.
@@ -209,7 +231,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		return nil, store.Errorf("open", store.ErrInvalid, "", "empty path")
 	}
 
-	s := &Store{
+	s := &backend{
 		cfg:        cfg,
 		path:       path,
 		quit:       make(chan struct{}),
@@ -256,12 +278,12 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	})
 	s.reqs = s.commits.Queue(0)
 	go s.checkpointer()
-	return s, nil
+	return &Store{Front: store.New(s), b: s}, nil
 }
 
 // dsn builds the driver's connection string. The pragmas run on every new
 // connection, busy_timeout first (the driver orders it so).
-func (s *Store) dsn(readOnly bool) string {
+func (s *backend) dsn(readOnly bool) string {
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", s.cfg.busyTimeout.Milliseconds()))
 	q.Add("_pragma", "foreign_keys(1)")
@@ -282,7 +304,7 @@ func (s *Store) dsn(readOnly bool) string {
 // checkJournalMode fails Open if the file could not be put in WAL mode
 // (e.g. a file system without shared memory): readers beside the writer and
 // the group commit's single fsync both rely on it.
-func (s *Store) checkJournalMode(ctx context.Context) error {
+func (s *backend) checkJournalMode(ctx context.Context) error {
 	var mode string
 	if err := s.conn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
 		return openErr(err)
@@ -300,7 +322,7 @@ func openErr(err error) error {
 // Close stops the committer (requests still queued fail with ErrClosed; the
 // batch in progress commits first), ends every Watch registration and
 // closes the database. It is idempotent.
-func (s *Store) Close() error {
+func (s *backend) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
 		s.commits.Close()
@@ -320,7 +342,7 @@ func (s *Store) Close() error {
 }
 
 // Now reads the store clock.
-func (s *Store) Now(ctx context.Context) (time.Time, error) {
+func (s *backend) Now(ctx context.Context) (time.Time, error) {
 	if s.closed.Load() {
 		return time.Time{}, closedErr("now")
 	}
@@ -331,10 +353,10 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 }
 
 // DedupeRetention returns the configured retention.
-func (s *Store) DedupeRetention() time.Duration { return s.cfg.retention }
+func (s *backend) DedupeRetention() time.Duration { return s.cfg.retention }
 
 // Path returns the database file's path.
-func (s *Store) Path() string { return s.path }
+func (s *Store) Path() string { return s.b.path }
 
 // Stats are the committer's counters since Open.
 type Stats struct {
@@ -358,16 +380,17 @@ type statsCounters struct {
 	maxGroup     atomic.Uint64
 	checkpoints  atomic.Uint64
 	walRestarts  atomic.Uint64
-	cacheResets  atomic.Uint64 // another connection wrote the file (commit.go)
+	cacheResets  atomic.Uint64 // another connection wrote the file (groupcommit.go)
 }
 
 // Stats returns the committer's counters.
 func (s *Store) Stats() Stats {
+	c := &s.b.stats
 	return Stats{
-		Transactions: s.stats.transactions.Load(),
-		Requests:     s.stats.requests.Load(),
-		MaxGroup:     s.stats.maxGroup.Load(),
-		Checkpoints:  s.stats.checkpoints.Load(),
-		WALRestarts:  s.stats.walRestarts.Load(),
+		Transactions: c.transactions.Load(),
+		Requests:     c.requests.Load(),
+		MaxGroup:     c.maxGroup.Load(),
+		Checkpoints:  c.checkpoints.Load(),
+		WALRestarts:  c.walRestarts.Load(),
 	}
 }

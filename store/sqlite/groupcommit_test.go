@@ -30,7 +30,7 @@ func holdCommitter(t *testing.T, s *Store) (release func()) {
 	holding, gate := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- s.write(bg, "hold", "", func(*wtx) error {
+		done <- s.b.write(bg, "hold", "", func(*wtx) error {
 			close(holding)
 			<-gate
 			return nil
@@ -54,9 +54,9 @@ func holdCommitter(t *testing.T, s *Store) (release func()) {
 func waitQueued(t *testing.T, s *Store, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for len(s.reqs) < n {
+	for len(s.b.reqs) < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d requests queued", len(s.reqs), n)
+			t.Fatalf("only %d of %d requests queued", len(s.b.reqs), n)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -263,7 +263,7 @@ func TestGroupCommitDatabaseFailureIsIsolated(t *testing.T) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		errBoom = s.write(bg, "boom", "", func(t *wtx) error {
+		errBoom = s.b.write(bg, "boom", "", func(t *wtx) error {
 			// A write that must not survive the rollback.
 			if _, err := t.exec(`INSERT INTO watermarks (projector, stream, value) VALUES ('boom', 's', 1)`); err != nil {
 				return err
@@ -273,7 +273,7 @@ func TestGroupCommitDatabaseFailureIsIsolated(t *testing.T) {
 	}()
 	go func() {
 		defer wg.Done()
-		errPanic = s.write(bg, "panic", "", func(t *wtx) error {
+		errPanic = s.b.write(bg, "panic", "", func(t *wtx) error {
 			panic("bug")
 		})
 	}()
@@ -344,7 +344,7 @@ func TestCloseRefusesQueuedAndLaterRequests(t *testing.T) {
 	holding, gate := make(chan struct{}), make(chan struct{})
 	holdErr := make(chan error, 1)
 	go func() {
-		holdErr <- s.write(bg, "hold", "", func(*wtx) error {
+		holdErr <- s.b.write(bg, "hold", "", func(*wtx) error {
 			close(holding)
 			<-gate
 			return nil
@@ -359,7 +359,7 @@ func TestCloseRefusesQueuedAndLaterRequests(t *testing.T) {
 	waitQueued(t, s, 1)
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
-	for !s.closed.Load() {
+	for !s.b.closed.Load() {
 		time.Sleep(time.Millisecond)
 	}
 	close(gate)
