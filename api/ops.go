@@ -9,6 +9,7 @@ import (
 
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -143,9 +144,9 @@ func (s *Server) injectReceipt(r *http.Request, rc *reqCtx) (int, any, error) {
 	if err := checkID("intent hash", hash); err != nil {
 		return 0, nil, err
 	}
-	status := world.ReceiptStatus(req.Status)
+	status := vocab.ReceiptStatus(req.Status)
 	switch status {
-	case world.StatusOK, world.StatusError, world.StatusTimeout:
+	case vocab.ReceiptOK, vocab.ReceiptError, vocab.ReceiptTimeout:
 	default:
 		return 0, nil, invalid(`"status" must be ok, error or timeout`)
 	}

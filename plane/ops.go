@@ -14,6 +14,7 @@ import (
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/plane/internal/otrace"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -102,8 +103,8 @@ func (o *Ops) ListWorkerWorlds(ctx context.Context, worker, after string, limit 
 	return o.st.ListWorkerWorlds(ctx, worker, after, limit)
 }
 
-// Ingress is one external input: its kind (world.InputEvent or
-// world.InputCall), its wire form (world.EncodeEvent or EncodeCall, as
+// Ingress is one external input: its kind (vocab.KindEvent or
+// vocab.KindCall), its wire form (world.EncodeEvent or EncodeCall, as
 // CBOR bytes from outside) and its idempotency key.
 type Ingress struct {
 	Kind      string
@@ -167,9 +168,9 @@ type ingressMessage struct {
 // writes the input into the journal record.
 func (o *Ops) ValidateIngress(kind string, payload []byte) error {
 	switch kind {
-	case world.InputEvent, world.InputCall:
+	case vocab.KindEvent, vocab.KindCall:
 	default:
-		return detail("kind %q is not %q or %q", kind, world.InputEvent, world.InputCall)
+		return detail("kind %q is not %q or %q", kind, vocab.KindEvent, vocab.KindCall)
 	}
 	canon, err := o.dec.Canonicalize(payload)
 	if err != nil {
@@ -184,7 +185,7 @@ func (o *Ops) ValidateIngress(kind string, payload []byte) error {
 		return detail("no type")
 	case strings.HasPrefix(m.Type, "sys/"):
 		return detail("type %q is reserved", m.Type)
-	case (kind == world.InputCall) != (m.CallID != ""):
+	case (kind == vocab.KindCall) != (m.CallID != ""):
 		return detail("call_id is set on exactly the calls")
 	}
 	return nil

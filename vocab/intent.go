@@ -66,5 +66,7 @@ func originError(s, why string) error {
 
 type originErr struct{ s, why string }
 
-func (e *originErr) Error() string { return ErrOrigin.Error() + " " + strconv.Quote(e.s) + ": " + e.why }
+func (e *originErr) Error() string {
+	return ErrOrigin.Error() + " " + strconv.Quote(e.s) + ": " + e.why
+}
 func (e *originErr) Unwrap() error { return ErrOrigin }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/store"
-	"github.com/orrery-run/orrery/world"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Ctx is a run's handle on its steps, passed to the workflow function. It
@@ -582,13 +582,13 @@ func Effect[T any](c *Ctx, name, kind string, params any, opts ...StepOption) (T
 		carry = ""
 		rc := got.receipt
 		switch rc.Status {
-		case world.StatusOK:
+		case vocab.ReceiptOK:
 			v := rc.Body
 			if len(v) == 0 {
 				v = cborNull()
 			}
 			return attemptResult{value: v, seq: got.seq}
-		case world.StatusTimeout:
+		case vocab.ReceiptTimeout:
 			return attemptResult{failure: receiptFailure(rc.Status, rc.Body), timeout: true, seq: got.seq}
 		}
 		return attemptResult{failure: receiptFailure(rc.Status, rc.Body), seq: got.seq}

@@ -12,6 +12,7 @@ import (
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/internal/leasing"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -326,7 +327,7 @@ func decodeItem(it store.InboxItem) item {
 		if err := world.Decode(it.Payload, &rc); err != nil || rc.IntentHash == "" ||
 			len(rc.Body) > 0 && event.IsCanonical(rc.Body) != nil {
 			hash, _, _ := strings.Cut(strings.TrimPrefix(it.DedupeKey, store.ReceiptKeyPrefix), "#")
-			rc = world.Receipt{IntentHash: hash, Status: world.StatusError}
+			rc = world.Receipt{IntentHash: hash, Status: vocab.ReceiptError}
 		}
 		out.receipt = &rc
 	case store.KindTimer:

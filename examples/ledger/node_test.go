@@ -14,6 +14,7 @@ import (
 	"github.com/orrery-run/orrery/plane/node"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -30,15 +31,15 @@ type auditStub struct {
 
 func (*auditStub) Kinds() []string { return []string{world.KindHTTPRequest} }
 
-func (a *auditStub) Execute(_ context.Context, item store.EffectItem) (adapter.Result, error) {
+func (a *auditStub) Execute(_ context.Context, item store.EffectItem) (vocab.Result, error) {
 	req, err := adapter.DecodeHTTPRequest(item.Params)
 	if err != nil {
-		return adapter.Result{}, adapter.Permanent(err)
+		return vocab.Result{}, vocab.Permanent(err)
 	}
 	a.mu.Lock()
 	a.got = append(a.got, req)
 	a.mu.Unlock()
-	return adapter.OK(world.HTTPResponse{Status: 204}), nil
+	return vocab.OK(world.HTTPResponse{Status: 204}), nil
 }
 
 func (a *auditStub) requests() []world.HTTPRequest {

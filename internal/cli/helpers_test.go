@@ -19,6 +19,7 @@ import (
 	"github.com/orrery-run/orrery/plane/node"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -38,20 +39,20 @@ type auditAdapter struct{}
 
 func (auditAdapter) Kinds() []string { return []string{world.KindHTTPRequest} }
 
-func (auditAdapter) Execute(ctx context.Context, item store.EffectItem) (adapter.Result, error) {
+func (auditAdapter) Execute(ctx context.Context, item store.EffectItem) (vocab.Result, error) {
 	req, err := adapter.DecodeHTTPRequest(item.Params)
 	if err != nil {
-		return adapter.Result{}, adapter.Permanent(err)
+		return vocab.Result{}, vocab.Permanent(err)
 	}
 	switch req.URL {
 	case auditHang:
 		// Until the pool stops: an operator's receipt is what completes it.
 		<-ctx.Done()
-		return adapter.Result{}, ctx.Err()
+		return vocab.Result{}, ctx.Err()
 	case auditFail:
-		return adapter.Result{}, adapter.Permanent(errAuditDown)
+		return vocab.Result{}, vocab.Permanent(errAuditDown)
 	}
-	return adapter.OK(world.HTTPResponse{Status: 204}), nil
+	return vocab.OK(world.HTTPResponse{Status: 204}), nil
 }
 
 type auditError string

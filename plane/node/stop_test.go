@@ -12,6 +12,7 @@ import (
 	"github.com/orrery-run/orrery/plane/node"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -31,15 +32,15 @@ type payCall struct {
 
 func (p *payer) Kinds() []string { return []string{world.KindHTTPRequest} }
 
-func (p *payer) Execute(ctx context.Context, it store.EffectItem) (adapter.Result, error) {
+func (p *payer) Execute(ctx context.Context, it store.EffectItem) (vocab.Result, error) {
 	p.mu.Lock()
 	p.calls = append(p.calls, payCall{worker: it.ClaimedBy, at: time.Now()})
 	p.mu.Unlock()
 	select {
 	case <-p.release:
-		return adapter.OK("paid"), nil
+		return vocab.OK("paid"), nil
 	case <-ctx.Done():
-		return adapter.Result{}, ctx.Err()
+		return vocab.Result{}, ctx.Err()
 	}
 }
 
@@ -143,7 +144,7 @@ func TestGracefulStopCompletesTheEffectInFlight(t *testing.T) {
 		if n := len(pa.seen()) + len(pb.seen()); n != 1 {
 			t.Fatalf("the payment ran %d times, want once", n)
 		}
-		if got := paid(t, ctx, b); len(got) != 1 || got[0] != string(world.StatusOK) {
+		if got := paid(t, ctx, b); len(got) != 1 || got[0] != string(vocab.ReceiptOK) {
 			t.Fatalf("the world consumed receipts %v, want one ok", got)
 		}
 	})
@@ -192,7 +193,7 @@ func TestGracefulStopReleasesWhatItCannotFinish(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 		synctest.Wait()
-		if got := paid(t, ctx, b); len(got) != 1 || got[0] != string(world.StatusOK) {
+		if got := paid(t, ctx, b); len(got) != 1 || got[0] != string(vocab.ReceiptOK) {
 			t.Fatalf("the world consumed receipts %v, want one ok", got)
 		}
 	})
