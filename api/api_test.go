@@ -339,7 +339,7 @@ func completeAs(t *testing.T, r *rig, hash string, status vocab.ReceiptStatus) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := r.st.Complete(r.ctx, hash, items[0].ClaimOf(), store.Receipt{Status: store.ReceiptStatus(status), Payload: payload}); err != nil {
+	if _, _, err := r.st.Complete(r.ctx, hash, items[0].ClaimOf(), vocab.Receipt{Status: status, Payload: payload}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -145,9 +145,7 @@ func (s *Server) injectReceipt(r *http.Request, rc *reqCtx) (int, any, error) {
 		return 0, nil, err
 	}
 	status := vocab.ReceiptStatus(req.Status)
-	switch status {
-	case vocab.ReceiptOK, vocab.ReceiptError, vocab.ReceiptTimeout:
-	default:
+	if !status.Valid() {
 		return 0, nil, invalid(`"status" must be ok, error or timeout`)
 	}
 	if err := store.CheckReason("receipt", req.Reason); err != nil {
@@ -175,7 +173,7 @@ func (s *Server) injectReceipt(r *http.Request, rc *reqCtx) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	seq, dup, err := s.cfg.Store.Resolve(ctx, hash, store.Receipt{Status: store.ReceiptStatus(status), Payload: payload}, req.Reason)
+	seq, dup, err := s.cfg.Store.Resolve(ctx, hash, vocab.Receipt{Status: status, Payload: payload}, req.Reason)
 	if err != nil {
 		return 0, nil, effectNotFound(err, hash)
 	}

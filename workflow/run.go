@@ -319,7 +319,7 @@ func decodeItem(it store.InboxItem) item {
 		if c, err := decodeControl(it.Payload); err == nil {
 			out.control = &c
 		}
-	case store.KindReceipt:
+	case vocab.KindReceipt:
 		// A receipt the run cannot read still ends its effect's attempt
 		// (as an error): the store delivers one terminal receipt per
 		// intent, so waiting for a better one would wait forever.
@@ -330,7 +330,7 @@ func decodeItem(it store.InboxItem) item {
 			rc = world.Receipt{IntentHash: hash, Status: vocab.ReceiptError}
 		}
 		out.receipt = &rc
-	case store.KindTimer:
+	case vocab.KindTimer:
 		var tp timerPayload
 		if err := event.Unmarshal(it.Payload, &tp); err == nil {
 			out.timer = &tp
