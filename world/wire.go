@@ -234,7 +234,10 @@ const ReceiptType = "sys/Receipt@1"
 // Receipt is the result of an effect, delivered once per intent. Body is
 // the kind's result as canonical CBOR (HTTPResponse for http.request,
 // FabricSendReceipt for fabric.send); Decode reads it. Retry is the
-// operator retry the receipt answers (0 for the first execution).
+// operator retry the receipt answers (0 for the first execution). It is
+// the receipt as the world reads it: EncodeReceipt makes it the Payload of
+// the vocab.Receipt an adapter pool completes, whose Status it repeats
+// in-band.
 //
 // A receipt of a first execution (Retry 0) reaches the handler only while
 // the world awaits its intent: the first one consumes it, and a later one
