@@ -16,6 +16,7 @@ import (
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -124,7 +125,7 @@ func TestSendCallStateJournal(t *testing.T) {
 			t.Fatalf("record %d: %+v input %+v", i, rec, rec.Input)
 		}
 	}
-	if page.Records[3].Error == "" || page.Records[2].CallID == "" || page.Records[0].Input.Kind != world.InputEvent || page.Records[2].Input.Kind != world.InputCall {
+	if page.Records[3].Error == "" || page.Records[2].CallID == "" || page.Records[0].Input.Kind != vocab.KindEvent || page.Records[2].Input.Kind != vocab.KindCall {
 		t.Fatalf("records: %+v %+v", page.Records[2], page.Records[3])
 	}
 	if p := must(r.c.Journal(r.ctx, "acct", 2, 1, 0))(t); len(p.Records) != 1 || p.Records[0].Height != 3 || p.Next != 3 {
@@ -328,7 +329,7 @@ func TestForkAndStatus(t *testing.T) {
 
 // completeAs completes a claimed effect as an adapter would, with a
 // receipt of status.
-func completeAs(t *testing.T, r *rig, hash string, status world.ReceiptStatus) {
+func completeAs(t *testing.T, r *rig, hash string, status vocab.ReceiptStatus) {
 	t.Helper()
 	items, err := r.st.Claim(r.ctx, "adapter-1", []string{world.KindHTTPRequest}, 10, time.Minute)
 	if err != nil || len(items) != 1 || items[0].IntentHash != hash {
@@ -338,7 +339,7 @@ func completeAs(t *testing.T, r *rig, hash string, status world.ReceiptStatus) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := r.st.Complete(r.ctx, hash, items[0].ClaimOf(), store.Receipt{Status: store.ReceiptStatus(status), Payload: payload}); err != nil {
+	if _, _, err := r.st.Complete(r.ctx, hash, items[0].ClaimOf(), vocab.Receipt{Status: status, Payload: payload}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -369,7 +370,7 @@ func TestEffectsTimersRetry(t *testing.T) {
 	if !errors.Is(err, store.ErrNotRetryable) {
 		t.Fatalf("409 not_retryable does not match store.ErrNotRetryable: %v", err)
 	}
-	completeAs(t, r, eff.IntentHash, world.StatusError)
+	completeAs(t, r, eff.IntentHash, vocab.ReceiptError)
 	r.waitFor("the effect done", func() (bool, error) {
 		effects, err := r.c.Effects(r.ctx, "e")
 		return len(effects) == 0, err
@@ -424,7 +425,7 @@ func TestInjectReceipt(t *testing.T) {
 		t.Fatal(err)
 	}
 	var body map[string]any
-	if rec.IntentHash != hash || rec.Kind != world.KindHTTPRequest || rec.Status != world.StatusOK || rec.Retry != 0 ||
+	if rec.IntentHash != hash || rec.Kind != world.KindHTTPRequest || rec.Status != vocab.ReceiptOK || rec.Retry != 0 ||
 		world.Decode(rec.Body, &body) != nil || body["note"] != "paid by hand" {
 		t.Fatalf("the receipt payload: %+v body %v", rec, body)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/orrery-run/orrery/api"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/workflow"
 	"github.com/orrery-run/orrery/world"
 )
@@ -257,7 +258,7 @@ func FuzzHandlers(f *testing.F) {
 	}
 	add1 := must(world.EncodeEvent(Add{By: 1, Key: "seed"}))(f)
 	for _, id := range []string{"fz-1", "fz-1", "fz-paused"} {
-		if _, _, err := r.st.Enqueue(r.ctx, id, store.InboxItem{Kind: world.InputEvent, Payload: add1}); err != nil {
+		if _, _, err := r.st.Enqueue(r.ctx, id, store.InboxItem{Kind: vocab.KindEvent, Payload: add1}); err != nil {
 			f.Fatal(err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -143,10 +144,8 @@ func (s *Server) injectReceipt(r *http.Request, rc *reqCtx) (int, any, error) {
 	if err := checkID("intent hash", hash); err != nil {
 		return 0, nil, err
 	}
-	status := world.ReceiptStatus(req.Status)
-	switch status {
-	case world.StatusOK, world.StatusError, world.StatusTimeout:
-	default:
+	status := vocab.ReceiptStatus(req.Status)
+	if !status.Valid() {
 		return 0, nil, invalid(`"status" must be ok, error or timeout`)
 	}
 	if err := store.CheckReason("receipt", req.Reason); err != nil {
@@ -174,7 +173,7 @@ func (s *Server) injectReceipt(r *http.Request, rc *reqCtx) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	seq, dup, err := s.cfg.Store.Resolve(ctx, hash, store.Receipt{Status: store.ReceiptStatus(status), Payload: payload}, req.Reason)
+	seq, dup, err := s.cfg.Store.Resolve(ctx, hash, vocab.Receipt{Status: status, Payload: payload}, req.Reason)
 	if err != nil {
 		return 0, nil, effectNotFound(err, hash)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -273,7 +274,7 @@ func (s *Server) sendEvent(r *http.Request, rc *reqCtx) (int, any, error) {
 		}
 		ack, err = s.cfg.Ops.EnqueueEvent(r.Context(), rc.world, req.Type, value, req.IdempotencyKey)
 	} else {
-		ack, err = s.cfg.Ops.EnqueueIngress(r.Context(), rc.world, plane.Ingress{Kind: world.InputEvent, Payload: req.Payload, DedupeKey: req.IdempotencyKey})
+		ack, err = s.cfg.Ops.EnqueueIngress(r.Context(), rc.world, plane.Ingress{Kind: vocab.KindEvent, Payload: req.Payload, DedupeKey: req.IdempotencyKey})
 	}
 	if err != nil {
 		return 0, nil, err
@@ -323,7 +324,7 @@ func (s *Server) call(r *http.Request, rc *reqCtx) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := store.CheckIngress("call", store.InboxItem{Kind: world.InputCall, DedupeKey: plane.CallKey(callID)}); err != nil {
+	if err := store.CheckIngress("call", store.InboxItem{Kind: vocab.KindCall, DedupeKey: plane.CallKey(callID)}); err != nil {
 		return 0, nil, invalid(`"call_id" is not usable: ` + cleanMessage(describe(err)))
 	}
 	// A call to a world that cannot run now would only wait out its
@@ -365,7 +366,7 @@ func (s *Server) call(r *http.Request, rc *reqCtx) (int, any, error) {
 // plane checks any ingress before it is enqueued.
 func (s *Server) callValue(req callReq) (namedValue, string, error) {
 	if len(req.Payload) > 0 {
-		if err := s.cfg.Ops.ValidateIngress(world.InputCall, req.Payload); err != nil {
+		if err := s.cfg.Ops.ValidateIngress(vocab.KindCall, req.Payload); err != nil {
 			return namedValue{}, "", invalid("invalid call payload: " + cleanMessage(err.Error()))
 		}
 		var m callMessage
@@ -393,7 +394,7 @@ func (s *Server) callValue(req callReq) (namedValue, string, error) {
 	if err != nil {
 		return namedValue{}, "", err
 	}
-	if err := s.cfg.Ops.ValidateIngress(world.InputCall, payload); err != nil {
+	if err := s.cfg.Ops.ValidateIngress(vocab.KindCall, payload); err != nil {
 		return namedValue{}, "", invalid("invalid call: " + cleanMessage(err.Error()))
 	}
 	return namedValue{typ: req.Type, value: value}, callID, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/plane/internal/otrace"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -69,7 +70,7 @@ func (c *Client) Send(ctx context.Context, worldID string, v any, idempotencyKey
 	if err != nil {
 		return Ack{}, errorf("send", ErrInvalidIngress, worldID, err)
 	}
-	return c.in.enqueue(ctx, c.cfg.Store, "send", worldID, store.InboxItem{Kind: world.InputEvent, Payload: payload, DedupeKey: idempotencyKey})
+	return c.in.enqueue(ctx, c.cfg.Store, "send", worldID, store.InboxItem{Kind: vocab.KindEvent, Payload: payload, DedupeKey: idempotencyKey})
 }
 
 // ingressTrace writes the orrery.ingress span of an enqueue and records it
@@ -173,7 +174,7 @@ func (c *Client) CallWithID(ctx context.Context, worldID, callID string, v any) 
 		w = c.cfg.Replies.register(callID, p)
 		defer c.cfg.Replies.forget(callID)
 	}
-	ack, err := c.in.enqueue(ctx, c.cfg.Store, "call", worldID, store.InboxItem{Kind: world.InputCall, Payload: payload, DedupeKey: CallKey(callID)})
+	ack, err := c.in.enqueue(ctx, c.cfg.Store, "call", worldID, store.InboxItem{Kind: vocab.KindCall, Payload: payload, DedupeKey: CallKey(callID)})
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -88,7 +89,7 @@ func TestIngressDecodesThePayloadOnce(t *testing.T) {
 	t.Run("wire payload", func(t *testing.T) {
 		ops, st, k, dec := ingressFixture(t)
 		payload := inMust(world.EncodeEvent(tallyAdd{By: 1}))(t)
-		if _, err := ops.EnqueueIngress(ctx, "w", plane.Ingress{Kind: world.InputEvent, Payload: payload}); err != nil {
+		if _, err := ops.EnqueueIngress(ctx, "w", plane.Ingress{Kind: vocab.KindEvent, Payload: payload}); err != nil {
 			t.Fatal(err)
 		}
 		if dec.Unmarshal != 1 || dec.Canonicalize != 1 || dec.IsCanonical != 0 {
@@ -143,7 +144,7 @@ func TestIngressLeavesTheItemToTheStore(t *testing.T) {
 	ctx := context.Background()
 	ops, st, _, _ := ingressFixture(t)
 	payload := inMust(world.EncodeEvent(tallyAdd{By: 1}))(t)
-	_, err := ops.EnqueueIngress(ctx, "w", plane.Ingress{Kind: world.InputEvent, Payload: payload, DedupeKey: store.ReceiptKeyPrefix + "x"})
+	_, err := ops.EnqueueIngress(ctx, "w", plane.Ingress{Kind: vocab.KindEvent, Payload: payload, DedupeKey: store.ReceiptKeyPrefix + "x"})
 	if !errors.Is(err, plane.ErrInvalidIngress) || !errors.Is(err, store.ErrInvalid) {
 		t.Fatalf("a key in the receipts' namespace: %v, want ErrInvalidIngress from the store's ErrInvalid", err)
 	}
@@ -156,7 +157,7 @@ func TestIngressLeavesTheItemToTheStore(t *testing.T) {
 
 	for _, id := range []string{"", strings.Repeat("w", store.MaxIDBytes+1), "a\x00b", "\xff"} {
 		reads, writes := st.getWorld, st.enqueue
-		_, err := ops.EnqueueIngress(ctx, id, plane.Ingress{Kind: world.InputEvent, Payload: payload})
+		_, err := ops.EnqueueIngress(ctx, id, plane.Ingress{Kind: vocab.KindEvent, Payload: payload})
 		if !errors.Is(err, plane.ErrInvalidIngress) || !errors.Is(err, store.ErrInvalid) {
 			t.Fatalf("world id %q: %v, want ErrInvalidIngress", id, err)
 		}
@@ -164,7 +165,7 @@ func TestIngressLeavesTheItemToTheStore(t *testing.T) {
 			t.Fatalf("world id %q: %d reads and %d enqueues, want one read and none", id, st.getWorld-reads, st.enqueue-writes)
 		}
 	}
-	if _, err := ops.EnqueueIngress(ctx, "nope", plane.Ingress{Kind: world.InputEvent, Payload: payload}); !errors.Is(err, store.ErrWorldNotFound) || errors.Is(err, plane.ErrInvalidIngress) {
+	if _, err := ops.EnqueueIngress(ctx, "nope", plane.Ingress{Kind: vocab.KindEvent, Payload: payload}); !errors.Is(err, store.ErrWorldNotFound) || errors.Is(err, plane.ErrInvalidIngress) {
 		t.Fatalf("a well-formed id of no world: %v, want ErrWorldNotFound", err)
 	}
 }

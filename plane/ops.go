@@ -14,6 +14,7 @@ import (
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/plane/internal/otrace"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -110,8 +111,8 @@ func (o *Ops) ListWorkerWorlds(ctx context.Context, worker, after string, limit 
 	return o.st.ListWorkerWorlds(ctx, worker, after, limit)
 }
 
-// Ingress is one external input: its kind (world.InputEvent or
-// world.InputCall), its wire form (world.EncodeEvent or EncodeCall, as
+// Ingress is one external input: its kind (vocab.KindEvent or
+// vocab.KindCall), its wire form (world.EncodeEvent or EncodeCall, as
 // CBOR bytes from outside) and its idempotency key.
 type Ingress struct {
 	Kind      string
@@ -147,7 +148,7 @@ func (o *Ops) EnqueueIngress(ctx context.Context, worldID string, in Ingress) (a
 // and only scans the bytes for canonical form and the decoder's limits. A
 // value that is not canonical is ErrInvalidIngress.
 func (o *Ops) EnqueueEvent(ctx context.Context, worldID, typeName string, value []byte, dedupeKey string) (ack Ack, err error) {
-	ctx, sp := o.in.start(ctx, worldID, world.InputEvent)
+	ctx, sp := o.in.start(ctx, worldID, vocab.KindEvent)
 	defer func() { o.in.end(sp, worldID, ack, err) }()
 	payload, err := world.EncodeEventNamed(typeName, cbor.RawMessage(value))
 	if err != nil {
@@ -157,7 +158,7 @@ func (o *Ops) EnqueueEvent(ctx context.Context, worldID, typeName string, value 
 		return Ack{}, errorf("enqueue_ingress", ErrInvalidIngress, worldID, err)
 	}
 	m := ingressMessage{Type: typeName, Value: value}
-	return o.enqueueChecked(ctx, worldID, m, store.InboxItem{Kind: world.InputEvent, Payload: payload, DedupeKey: dedupeKey})
+	return o.enqueueChecked(ctx, worldID, m, store.InboxItem{Kind: vocab.KindEvent, Payload: payload, DedupeKey: dedupeKey})
 }
 
 // enqueueChecked checks an input whose wire form passed against the
@@ -224,9 +225,9 @@ func (o *Ops) ValidateIngress(kind string, payload []byte) error {
 // every encoder of ours writes, and a decode only of other bytes.
 func (o *Ops) parseIngress(kind string, payload []byte) (ingressMessage, error) {
 	switch kind {
-	case world.InputEvent, world.InputCall:
+	case vocab.KindEvent, vocab.KindCall:
 	default:
-		return ingressMessage{}, detail("kind %q is not %q or %q", kind, world.InputEvent, world.InputCall)
+		return ingressMessage{}, detail("kind %q is not %q or %q", kind, vocab.KindEvent, vocab.KindCall)
 	}
 	if _, err := o.dec.Canonicalize(payload); err != nil {
 		return ingressMessage{}, err
@@ -240,7 +241,7 @@ func (o *Ops) parseIngress(kind string, payload []byte) (ingressMessage, error) 
 		return ingressMessage{}, detail("no type")
 	case strings.HasPrefix(m.Type, "sys/"):
 		return ingressMessage{}, detail("type %q is reserved", m.Type)
-	case (kind == world.InputCall) != (m.CallID != ""):
+	case (kind == vocab.KindCall) != (m.CallID != ""):
 		return ingressMessage{}, detail("call_id is set on exactly the calls")
 	}
 	return m, nil

@@ -10,6 +10,7 @@ import (
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -67,15 +68,15 @@ func TestOpsAreIdempotentWithTypedErrors(t *testing.T) {
 		}
 	}
 	payload, _ := world.EncodeEvent(Add{By: 1})
-	a1, err := ops.EnqueueIngress(ctx, "w", plane.Ingress{Kind: world.InputEvent, Payload: payload, DedupeKey: "k"})
+	a1, err := ops.EnqueueIngress(ctx, "w", plane.Ingress{Kind: vocab.KindEvent, Payload: payload, DedupeKey: "k"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a2, err := ops.EnqueueIngress(ctx, "w", plane.Ingress{Kind: world.InputEvent, Payload: payload, DedupeKey: "k"})
+	a2, err := ops.EnqueueIngress(ctx, "w", plane.Ingress{Kind: vocab.KindEvent, Payload: payload, DedupeKey: "k"})
 	if err != nil || !a2.Duplicate || a2.Seq != a1.Seq {
 		t.Fatalf("repeated enqueue %+v %v", a2, err)
 	}
-	if _, err := ops.EnqueueIngress(ctx, "nope", plane.Ingress{Kind: world.InputEvent, Payload: payload}); !errors.Is(err, store.ErrWorldNotFound) {
+	if _, err := ops.EnqueueIngress(ctx, "nope", plane.Ingress{Kind: vocab.KindEvent, Payload: payload}); !errors.Is(err, store.ErrWorldNotFound) {
 		t.Fatalf("unknown world: %v", err)
 	}
 	seed := world.Snapshot{Height: 7}
@@ -115,12 +116,12 @@ func TestIngressIsValidatedBeforeEnqueue(t *testing.T) {
 	bad := []plane.Ingress{
 		{Kind: "receipt", Payload: good},
 		{Kind: "timer", Payload: good},
-		{Kind: world.InputEvent, Payload: []byte{0xff}},
-		{Kind: world.InputEvent, Payload: call},
-		{Kind: world.InputCall, Payload: good},
-		{Kind: world.InputEvent, Payload: sys},
-		{Kind: world.InputEvent, Payload: extra},
-		{Kind: world.InputEvent, Payload: good, DedupeKey: store.ReceiptKeyPrefix + "x"},
+		{Kind: vocab.KindEvent, Payload: []byte{0xff}},
+		{Kind: vocab.KindEvent, Payload: call},
+		{Kind: vocab.KindCall, Payload: good},
+		{Kind: vocab.KindEvent, Payload: sys},
+		{Kind: vocab.KindEvent, Payload: extra},
+		{Kind: vocab.KindEvent, Payload: good, DedupeKey: store.ReceiptKeyPrefix + "x"},
 	}
 	for i, in := range bad {
 		if _, err := ops.EnqueueIngress(ctx, "w", in); !errors.Is(err, plane.ErrInvalidIngress) {
@@ -130,7 +131,7 @@ func TestIngressIsValidatedBeforeEnqueue(t *testing.T) {
 	if items, _ := st.ReadInbox(ctx, "w", 0, 100); len(items) != 0 {
 		t.Fatalf("%d items enqueued by bad input", len(items))
 	}
-	if _, err := ops.EnqueueIngress(ctx, "w", plane.Ingress{Kind: world.InputCall, Payload: call}); err != nil {
+	if _, err := ops.EnqueueIngress(ctx, "w", plane.Ingress{Kind: vocab.KindCall, Payload: call}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -141,9 +142,9 @@ func TestIngressIsValidatedBeforeEnqueue(t *testing.T) {
 func FuzzIngressDecoding(f *testing.F) {
 	good, _ := world.EncodeEvent(Add{By: 1})
 	call, _ := world.EncodeCall("c", Get{})
-	f.Add(world.InputEvent, good)
-	f.Add(world.InputCall, call)
-	f.Add(world.InputEvent, []byte{0xa1, 0x64, 't', 'y', 'p', 'e', 0x61, 'x'})
+	f.Add(vocab.KindEvent, good)
+	f.Add(vocab.KindCall, call)
+	f.Add(vocab.KindEvent, []byte{0xa1, 0x64, 't', 'y', 'p', 'e', 0x61, 'x'})
 	f.Add("receipt", []byte{0xf6})
 	ops, _ := opsFixture(f)
 	def := counterDef()

@@ -14,6 +14,7 @@ import (
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -73,8 +74,8 @@ func (i swellInstance) Step(in world.Input, at time.Time) (world.StepResult, err
 	res, err := i.Instance.Step(in, at)
 	if err == nil && bytes.Contains(in.Payload, []byte("poison")) {
 		for n := range store.MaxBatch + 1 {
-			res.Intents = append(res.Intents, world.Intent{Hash: fmt.Sprintf("swell-%d", n), Kind: world.KindHTTPRequest,
-				Params: []byte{0xa0}, Origin: world.Origin{World: i.ID(), Height: res.Height}})
+			res.Intents = append(res.Intents, vocab.Intent{IntentHash: fmt.Sprintf("swell-%d", n), Kind: world.KindHTTPRequest,
+				Params: []byte{0xa0}, Origin: vocab.Origin{World: i.ID(), Height: res.Height}.String()})
 		}
 	}
 	return res, err

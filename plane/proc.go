@@ -11,6 +11,7 @@ import (
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/plane/internal/otrace"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -202,7 +203,7 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 	firings := make([]cycleInput, 0, len(fired))
 	for _, e := range fired {
 		// Its time (the due time, or a retry's) is its Ctx.Now.
-		firings = append(firings, cycleInput{in: world.Input{Kind: world.InputTimer, Payload: e.payload, EnqueuedAt: e.at}, timer: e})
+		firings = append(firings, cycleInput{in: world.Input{Kind: vocab.KindTimer, Payload: e.payload, EnqueuedAt: e.at}, timer: e})
 	}
 	if deferred {
 		// A budget cut these firings from an earlier cycle: they go first
@@ -260,12 +261,8 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 			return false, err
 		}
 		b.Entries = append(b.Entries, res.Record)
-		for _, in := range res.Intents {
-			b.Intents = append(b.Intents, store.Intent{IntentHash: in.Hash, Kind: in.Kind, Params: in.Params, Origin: in.Origin.String()})
-		}
-		for _, t := range res.TimerSets {
-			b.Timers = append(b.Timers, store.TimerSet{IntentHash: t.Hash, DeliverAt: t.At, Payload: t.Payload})
-		}
+		b.Intents = append(b.Intents, res.Intents...)
+		b.Timers = append(b.Timers, res.TimerSets...)
 		b.CancelTimers = append(b.CancelTimers, res.TimerCancels...)
 		if res.Reply != nil {
 			replies = append(replies, *res.Reply)

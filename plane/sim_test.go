@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/effect"
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
@@ -23,6 +24,7 @@ import (
 	"github.com/orrery-run/orrery/plane/timer"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -91,22 +93,22 @@ type echoAdapter struct {
 
 func (*echoAdapter) Kinds() []string { return []string{kindEcho} }
 
-func (a *echoAdapter) Execute(ctx context.Context, it store.EffectItem) (adapter.Result, error) {
+func (a *echoAdapter) Execute(ctx context.Context, it store.EffectItem) (effect.Result, error) {
 	a.mu.Lock()
 	a.calls[fmt.Sprint(it.IntentHash, "/", it.Attempt)]++
 	a.mu.Unlock()
 	a.ran(it.IntentHash)
 	if err := actor.Sleep(ctx, a.ex, time.Duration(a.ex.Uint64()%300)*time.Millisecond); err != nil {
-		return adapter.Result{}, err
+		return effect.Result{}, err
 	}
 	if !a.heal.Load() && a.ex.Buggify("adapter.echo") {
-		return adapter.Result{}, errors.New("injected transient adapter failure")
+		return effect.Result{}, errors.New("injected transient adapter failure")
 	}
 	var p EchoParams
 	if err := world.Decode(it.Params, &p); err != nil {
-		return adapter.Result{}, adapter.Permanent(err)
+		return effect.Result{}, effect.Permanent(err)
 	}
-	return adapter.OK(p.Key), nil
+	return effect.OK(p.Key), nil
 }
 
 // fabricSpy is the fabric.send adapter, noting which message (key) each
@@ -118,7 +120,7 @@ type fabricSpy struct {
 	ran  func(hash string)
 }
 
-func (f fabricSpy) Execute(ctx context.Context, it store.EffectItem) (adapter.Result, error) {
+func (f fabricSpy) Execute(ctx context.Context, it store.EffectItem) (effect.Result, error) {
 	var p world.FabricSendParams
 	var m Msg
 	if world.Decode(it.Params, &p) == nil && world.Decode(p.ValueCBOR, &m) == nil {
@@ -954,7 +956,7 @@ func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]stri
 					return fmt.Errorf("%s: receipt %d: %w", w, it.Seq, err)
 				}
 				receipts[rc.IntentHash]++
-				if rc.Kind == world.KindFabricSend && rc.Status == world.StatusOK {
+				if rc.Kind == world.KindFabricSend && rc.Status == vocab.ReceiptOK {
 					okSends[rc.IntentHash] = true
 				}
 			case store.KindTimer:
@@ -974,7 +976,7 @@ func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]stri
 			if err := event.Unmarshal(e.Payload, &rec); err != nil {
 				return err
 			}
-			if id := rec.Input.CallID; id != "" && rec.Input.Kind == world.InputCall {
+			if id := rec.Input.CallID; id != "" && rec.Input.Kind == vocab.KindCall {
 				callRecs[id] = append(callRecs[id], simCallRec{w, rec.ReplyHash})
 			}
 			if err := r.checkLimited(w, rec, acked); err != nil {
@@ -1170,7 +1172,7 @@ func TestPlaneSimulationCatchesSharedCallIDs(t *testing.T) {
 // checkLimited checks the journal record of a step over a kernel limit: an
 // error outcome that asked for nothing and kept a bounded error text.
 func (r *planeSimRun) checkLimited(w string, rec stepRecord, acked map[string]ack) error {
-	if rec.Input.Kind != world.InputEvent {
+	if rec.Input.Kind != vocab.KindEvent {
 		return nil
 	}
 	for k, kind := range r.limited {

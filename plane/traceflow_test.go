@@ -14,11 +14,13 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/orrery-run/orrery/effect"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/plane/timer"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -27,12 +29,12 @@ type okEcho struct{}
 
 func (okEcho) Kinds() []string { return []string{kindEcho} }
 
-func (okEcho) Execute(_ context.Context, it store.EffectItem) (adapter.Result, error) {
+func (okEcho) Execute(_ context.Context, it store.EffectItem) (effect.Result, error) {
 	var p EchoParams
 	if err := world.Decode(it.Params, &p); err != nil {
-		return adapter.Result{}, adapter.Permanent(err)
+		return effect.Result{}, effect.Permanent(err)
 	}
-	return adapter.OK(p.Key), nil
+	return effect.OK(p.Key), nil
 }
 
 // commitSpy records the span each Commit runs under.
@@ -159,7 +161,7 @@ func TestOneFlowIsLinkedAcrossTheStore(t *testing.T) {
 		if in.Parent().SpanID() != request.SpanContext().SpanID() {
 			return errors.New("the ingress span is not a child of the caller's span")
 		}
-		if a := attrs(in); a["orrery.world"].AsString() != "e" || a["orrery.kind"].AsString() != world.InputEvent ||
+		if a := attrs(in); a["orrery.world"].AsString() != "e" || a["orrery.kind"].AsString() != vocab.KindEvent ||
 			a["orrery.seq"].AsInt64() != 1 || a["orrery.duplicate"].AsBool() {
 			return fmt.Errorf("ingress attributes %v", a)
 		}
@@ -301,7 +303,7 @@ func TestIngressSpans(t *testing.T) {
 			return err
 		}
 		for range 2 {
-			if _, err := ops.EnqueueIngress(ctx, "i", plane.Ingress{Kind: world.InputEvent, Payload: ev, DedupeKey: "a"}); err != nil {
+			if _, err := ops.EnqueueIngress(ctx, "i", plane.Ingress{Kind: vocab.KindEvent, Payload: ev, DedupeKey: "a"}); err != nil {
 				return err
 			}
 		}
@@ -318,7 +320,7 @@ func TestIngressSpans(t *testing.T) {
 			}
 		}
 		first, dup, bad := attrs(spans[0]), attrs(spans[1]), spans[2]
-		if first["orrery.seq"].AsInt64() != 1 || first["orrery.duplicate"].AsBool() || first["orrery.kind"].AsString() != world.InputEvent {
+		if first["orrery.seq"].AsInt64() != 1 || first["orrery.duplicate"].AsBool() || first["orrery.kind"].AsString() != vocab.KindEvent {
 			return fmt.Errorf("first enqueue attributes %v", first)
 		}
 		if dup["orrery.seq"].AsInt64() != 1 || !dup["orrery.duplicate"].AsBool() {
@@ -354,7 +356,7 @@ func TestIngressSpans(t *testing.T) {
 		if len(spans) != 5 {
 			return fmt.Errorf("%d ingress spans after the call, want 5", len(spans))
 		}
-		if a := attrs(spans[4]); a["orrery.kind"].AsString() != world.InputCall || a["orrery.seq"].AsInt64() != 2 {
+		if a := attrs(spans[4]); a["orrery.kind"].AsString() != vocab.KindCall || a["orrery.seq"].AsInt64() != 2 {
 			return fmt.Errorf("call ingress attributes %v", a)
 		}
 

@@ -8,6 +8,12 @@
 // backend keeps storage only. store/storetest is the one conformance suite
 // all of them pass unchanged.
 //
+// The effect vocabulary the store shares with the kernel and the adapters
+// (intents, timers set, receipts and their status, inbox item kinds,
+// effect items, claims, completions) is package vocab's: the names here
+// (Intent, Receipt, KindReceipt …) are aliases of it, so a value passes
+// between the layers as it is.
+//
 // What the store never does: interpret world state (it stores bytes and
 // metadata, and never imports world/), order by timestamps (readers order by
 // runSeq and inbox seq), or trust a client clock for persistedAt, lease
@@ -31,6 +37,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Store is the whole persistence plane of one backend.
@@ -264,11 +271,7 @@ func (e *CompactedError) Unwrap() error { return ErrCompacted }
 // ---- the world cycle ----
 
 // TimerSet schedules a durable timer (a timer.set intent).
-type TimerSet struct {
-	IntentHash string
-	DeliverAt  time.Time
-	Payload    []byte
-}
+type TimerSet = vocab.TimerSet
 
 // CommitBatch is everything one world cycle changes. Commit applies all of
 // it in one transaction, fenced by the world's epoch, or none of it:
@@ -544,14 +547,14 @@ type Workers interface {
 
 // ---- the durable inbox ----
 
-// Inbox item kinds the store itself writes. A producer's Enqueue may not use
-// them, and its dedupe key may not start with ReceiptKeyPrefix or
-// TimerKeyPrefix: the store's delivery keys and producers' keys never
-// collide.
+// Inbox item kinds the store itself writes (the vocabulary's). A
+// producer's Enqueue may not use them, and its dedupe key may not start
+// with ReceiptKeyPrefix or TimerKeyPrefix: the store's delivery keys and
+// producers' keys never collide.
 const (
-	KindReceipt = "receipt"
-	KindTimer   = "timer"
-	KindFabric  = "fabric"
+	KindReceipt = vocab.KindReceipt
+	KindTimer   = vocab.KindTimer
+	KindFabric  = vocab.KindFabric
 
 	ReceiptKeyPrefix = "receipt:"
 	TimerKeyPrefix   = "timer:"
@@ -563,7 +566,7 @@ const (
 // neither pass for call X (and be dropped as its duplicate) nor make call
 // X look answered.
 const (
-	KindCall      = "call"
+	KindCall      = vocab.KindCall
 	CallKeyPrefix = "call:"
 )
 
@@ -597,76 +600,45 @@ type Inbox interface {
 // ---- effects (protocols C and D) ----
 
 // Intent is an effect a world asks for; IntentHash identifies it forever.
-type Intent struct {
-	IntentHash        string
-	Kind              string // e.g. "http.request", "fabric.send"
-	Params            []byte // CBOR
-	Origin            string
-	PolicyContextHash string
-}
+type Intent = vocab.Intent
 
 // EffectState is where an intent is in its life.
-type EffectState string
+type EffectState = vocab.EffectState
 
+// The effect states (see vocab.EffectState). A withdrawn effect (given up
+// before any adapter claimed it: its world was archived, or a Commit's
+// Withdraw named it while pending; an inflight effect of an archived world
+// whose claim expired, too) is final: never claimed, never completed
+// (Complete and Resolve answer ErrClaimLost, RetryEffect ErrNotRetryable),
+// no receipt. The record stays, so a reader can tell a withdrawn effect
+// from a lost one, and re-publishing the hash queues nothing; it is swept,
+// as a done record is, once the retention has passed since the withdrawal
+// (EffectStatus.CompletedAt).
 const (
-	EffectPending  EffectState = "pending"
-	EffectInflight EffectState = "inflight"
-	EffectDone     EffectState = "done"
-	// EffectWithdrawn: given up before any adapter claimed it (its world
-	// was archived, or a Commit's Withdraw named it while pending; an
-	// inflight effect of an archived world whose claim expired, too). It
-	// is final: never claimed, never completed (Complete and Resolve answer
-	// ErrClaimLost, RetryEffect ErrNotRetryable), no receipt. The record
-	// stays, so a reader can tell a withdrawn effect from a lost one, and
-	// re-publishing the hash queues nothing; it is swept, as a done
-	// record is, once the retention has passed since the withdrawal
-	// (EffectStatus.CompletedAt).
-	EffectWithdrawn EffectState = "withdrawn"
+	EffectPending   = vocab.EffectPending
+	EffectInflight  = vocab.EffectInflight
+	EffectDone      = vocab.EffectDone
+	EffectWithdrawn = vocab.EffectWithdrawn
 )
 
 // EffectItem is a queued (pending or inflight) effect.
-type EffectItem struct {
-	Intent
-	World      string
-	Seq        uint64 // queue order
-	EnqueuedAt time.Time
-	State      EffectState
-	// Attempt counts claims: 1 on the first, +1 on every later claim
-	// (after a reap or an operator retry). With ClaimedBy it is the claim
-	// a completion must present.
-	Attempt int
-	// ClaimedBy is the worker of the latest claim; a reap keeps it (the
-	// item is pending again, but that worker may still complete it until
-	// someone claims it anew).
-	ClaimedBy    string
-	ClaimExpires time.Time // zero unless inflight
-	Retries      int       // operator retries so far
-}
+type EffectItem = vocab.EffectItem
 
 // Claim is what a claimant presents to complete its work: the worker and
 // the attempt it was handed.
-type Claim struct {
-	Worker  string
-	Attempt int
-}
-
-// ClaimOf returns the claim of a claimed item.
-func (e EffectItem) ClaimOf() Claim { return Claim{Worker: e.ClaimedBy, Attempt: e.Attempt} }
+type Claim = vocab.Claim
 
 // ReceiptStatus is the terminal state of an effect.
-type ReceiptStatus string
+type ReceiptStatus = vocab.ReceiptStatus
 
 const (
-	ReceiptOK      ReceiptStatus = "ok"
-	ReceiptError   ReceiptStatus = "error"
-	ReceiptTimeout ReceiptStatus = "timeout"
+	ReceiptOK      = vocab.ReceiptOK
+	ReceiptError   = vocab.ReceiptError
+	ReceiptTimeout = vocab.ReceiptTimeout
 )
 
 // Receipt is an effect's result, delivered to the world's inbox.
-type Receipt struct {
-	Status  ReceiptStatus
-	Payload []byte
-}
+type Receipt = vocab.Receipt
 
 // EffectStatus is the dedupe record of an intent.
 type EffectStatus struct {
@@ -713,11 +685,7 @@ func ReceiptKeyIntent(key string) (string, bool) {
 func TimerKey(intentHash string) string { return TimerKeyPrefix + intentHash }
 
 // Completion is one item of a CompleteMany: Complete's arguments.
-type Completion struct {
-	IntentHash string
-	Claim      Claim
-	Receipt    Receipt
-}
+type Completion = vocab.Completion
 
 // CompleteResult is one completion's answer in a CompleteMany: Complete's
 // results.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/store"
-	"github.com/orrery-run/orrery/world"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Ctx is a run's handle on its steps, passed to the workflow function. It
@@ -424,7 +424,7 @@ func Sleep(c *Ctx, d time.Duration) error {
 	if _, err := r.wait(c, time.Time{}, func() (bool, error) {
 		for i := range r.items {
 			it := &r.items[i]
-			if it.kind == store.KindTimer && (it.dedupe == key || it.timer != nil && it.timer.Run == r.id && it.timer.Step == id) {
+			if it.kind == vocab.KindTimer && (it.dedupe == key || it.timer != nil && it.timer.Run == r.id && it.timer.Step == id) {
 				seq = it.seq
 				return true, nil
 			}
@@ -557,7 +557,7 @@ func Effect[T any](c *Ctx, name, kind string, params any, opts ...StepOption) (T
 		}
 		// Publishing again after a crash is a no-op: the store skips an
 		// intent hash it has seen.
-		if _, err := r.st.Publish(c.ctx, r.id, r.epoch, []store.Intent{{IntentHash: hash, Kind: kind, Params: b,
+		if _, err := r.st.Publish(c.ctx, r.id, r.epoch, []vocab.Intent{{IntentHash: hash, Kind: kind, Params: b,
 			Origin: r.id + "@" + strconv.FormatUint(r.h.head, 10)}}); err != nil {
 			return attemptResult{halt: r.failed(c.ctx, "effect", err)}
 		}
@@ -582,13 +582,13 @@ func Effect[T any](c *Ctx, name, kind string, params any, opts ...StepOption) (T
 		carry = ""
 		rc := got.receipt
 		switch rc.Status {
-		case world.StatusOK:
+		case vocab.ReceiptOK:
 			v := rc.Body
 			if len(v) == 0 {
 				v = cborNull()
 			}
 			return attemptResult{value: v, seq: got.seq}
-		case world.StatusTimeout:
+		case vocab.ReceiptTimeout:
 			return attemptResult{failure: receiptFailure(rc.Status, rc.Body), timeout: true, seq: got.seq}
 		}
 		return attemptResult{failure: receiptFailure(rc.Status, rc.Body), seq: got.seq}

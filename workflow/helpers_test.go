@@ -21,6 +21,7 @@ import (
 	"github.com/orrery-run/orrery/store/postgres"
 	"github.com/orrery-run/orrery/store/postgres/pgtest"
 	"github.com/orrery-run/orrery/store/sqlite"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/workflow"
 	"github.com/orrery-run/orrery/world"
 )
@@ -394,7 +395,7 @@ func fireTimers(ctx context.Context, ex actor.Executor, st store.Store) error {
 // completes them as the plane's pool does (a world.Receipt payload),
 // with the answer of respond.
 func runAdapter(ctx context.Context, ex actor.Executor, st store.Store, kind string,
-	respond func(it store.EffectItem) (world.ReceiptStatus, any)) error {
+	respond func(it store.EffectItem) (vocab.ReceiptStatus, any)) error {
 	wake := ex.NewParker()
 	stop, err := st.Watch(ctx, wake, store.TopicEffects)
 	if err != nil {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/workflow"
-	"github.com/orrery-run/orrery/world"
 )
 
 type echoIn struct {
@@ -46,18 +46,18 @@ func TestEffectCompletedByAnAdapterAndRetriedOnAnErrorReceipt(t *testing.T) {
 		var mu sync.Mutex
 		var seen []store.EffectItem
 		stopAdapter, err := r.background("adapter", func(ctx context.Context) error {
-			return runAdapter(ctx, r.ex, r.st, "test.echo", func(it store.EffectItem) (world.ReceiptStatus, any) {
+			return runAdapter(ctx, r.ex, r.st, "test.echo", func(it store.EffectItem) (vocab.ReceiptStatus, any) {
 				mu.Lock()
 				defer mu.Unlock()
 				seen = append(seen, it)
 				if len(seen) == 1 {
-					return world.StatusError, map[string]string{"error": "upstream down"}
+					return vocab.ReceiptError, map[string]string{"error": "upstream down"}
 				}
 				var in echoIn
 				if err := event.Unmarshal(it.Params, &in); err != nil {
-					return world.StatusError, map[string]string{"error": err.Error()}
+					return vocab.ReceiptError, map[string]string{"error": err.Error()}
 				}
-				return world.StatusOK, echoOut{Echo: in.Key + "!"}
+				return vocab.ReceiptOK, echoOut{Echo: in.Key + "!"}
 			})
 		})
 		if err != nil {
@@ -157,9 +157,9 @@ func TestEffectInFlightIsNotAskedForAgainAfterACrash(t *testing.T) {
 		defer wB.Stop(r.ctx)
 		n := 0
 		stopAdapter, err := r.background("adapter", func(ctx context.Context) error {
-			return runAdapter(ctx, r.ex, r.st, "test.echo", func(it store.EffectItem) (world.ReceiptStatus, any) {
+			return runAdapter(ctx, r.ex, r.st, "test.echo", func(it store.EffectItem) (vocab.ReceiptStatus, any) {
 				n++
-				return world.StatusOK, echoOut{Echo: "done"}
+				return vocab.ReceiptOK, echoOut{Echo: "done"}
 			})
 		})
 		if err != nil {

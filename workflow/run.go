@@ -12,6 +12,7 @@ import (
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/internal/leasing"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -318,7 +319,7 @@ func decodeItem(it store.InboxItem) item {
 		if c, err := decodeControl(it.Payload); err == nil {
 			out.control = &c
 		}
-	case store.KindReceipt:
+	case vocab.KindReceipt:
 		// A receipt the run cannot read still ends its effect's attempt
 		// (as an error): the store delivers one terminal receipt per
 		// intent, so waiting for a better one would wait forever.
@@ -326,10 +327,10 @@ func decodeItem(it store.InboxItem) item {
 		if err := world.Decode(it.Payload, &rc); err != nil || rc.IntentHash == "" ||
 			len(rc.Body) > 0 && event.IsCanonical(rc.Body) != nil {
 			hash, _, _ := strings.Cut(strings.TrimPrefix(it.DedupeKey, store.ReceiptKeyPrefix), "#")
-			rc = world.Receipt{IntentHash: hash, Status: world.StatusError}
+			rc = world.Receipt{IntentHash: hash, Status: vocab.ReceiptError}
 		}
 		out.receipt = &rc
-	case store.KindTimer:
+	case vocab.KindTimer:
 		var tp timerPayload
 		if err := event.Unmarshal(it.Payload, &tp); err == nil {
 			out.timer = &tp

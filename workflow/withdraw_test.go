@@ -11,8 +11,8 @@ import (
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/workflow"
-	"github.com/orrery-run/orrery/world"
 )
 
 // executions counts what an adapter executed, by intent hash.
@@ -77,12 +77,12 @@ func TestEffectTimeoutRetryKeepsTheFirstIntent(t *testing.T) {
 		// 5s wait, within the second's.
 		var ex executions
 		stopAdapter, err := r.background("adapter", func(ctx context.Context) error {
-			return runAdapter(ctx, r.ex, r.st, "test.charge", func(it store.EffectItem) (world.ReceiptStatus, any) {
+			return runAdapter(ctx, r.ex, r.st, "test.charge", func(it store.EffectItem) (vocab.ReceiptStatus, any) {
 				ex.add(it.IntentHash)
 				if err := actor.Sleep(ctx, r.ex, 8*time.Second); err != nil {
-					return world.StatusError, map[string]string{"error": err.Error()}
+					return vocab.ReceiptError, map[string]string{"error": err.Error()}
 				}
-				return world.StatusOK, echoOut{Echo: "charged"}
+				return vocab.ReceiptOK, echoOut{Echo: "charged"}
 			})
 		})
 		if err != nil {
@@ -233,9 +233,9 @@ func TestCancelledRunsUnclaimedEffectIsNeverExecuted(t *testing.T) {
 		}
 		var ex executions
 		stopAdapter, err := r.background("adapter", func(ctx context.Context) error {
-			return runAdapter(ctx, r.ex, r.st, "test.charge", func(it store.EffectItem) (world.ReceiptStatus, any) {
+			return runAdapter(ctx, r.ex, r.st, "test.charge", func(it store.EffectItem) (vocab.ReceiptStatus, any) {
 				ex.add(it.IntentHash)
-				return world.StatusOK, echoOut{Echo: "charged"}
+				return vocab.ReceiptOK, echoOut{Echo: "charged"}
 			})
 		})
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Ctx is a handler's view of the world: the input's time and causal
@@ -37,8 +38,8 @@ type Ctx struct {
 	done    bool
 	misuse  error
 	index   uint64
-	intents []Intent
-	timers  []TimerSet
+	intents []vocab.Intent
+	timers  []vocab.TimerSet
 	cancels []string
 	pre     *meta // the kernel's metadata before the step; read-only here
 	reply   *Reply
@@ -132,8 +133,8 @@ func (c *Ctx) Effect(kind string, params any) string {
 		return ""
 	}
 	h := c.next(kind, b)
-	c.intents = append(c.intents, Intent{Hash: h, Kind: kind, Params: b,
-		Origin: Origin{World: c.world, Height: c.height}, Index: c.index - 1})
+	c.intents = append(c.intents, vocab.Intent{IntentHash: h, Kind: kind, Params: b,
+		Origin: vocab.Origin{World: c.world, Height: c.height}.String()})
 	return h
 }
 
@@ -206,7 +207,7 @@ func (c *Ctx) SetTimer(at time.Time, msg any) string {
 		c.fail(&LimitError{What: "timer payload", Got: len(payload), Max: MaxTimerBytes})
 		return ""
 	}
-	c.timers = append(c.timers, TimerSet{Hash: h, At: ts.Time, Payload: payload})
+	c.timers = append(c.timers, vocab.TimerSet{IntentHash: h, DeliverAt: ts.Time, Payload: payload})
 	return h
 }
 
@@ -223,7 +224,7 @@ func (c *Ctx) CancelTimer(hash string) {
 	if c.usable() != nil {
 		return
 	}
-	if i := slices.IndexFunc(c.timers, func(t TimerSet) bool { return t.Hash == hash }); i >= 0 {
+	if i := slices.IndexFunc(c.timers, func(t vocab.TimerSet) bool { return t.IntentHash == hash }); i >= 0 {
 		c.timers = slices.Delete(c.timers, i, i+1) // set and cancelled in one step: it never leaves
 		return
 	}

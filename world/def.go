@@ -11,6 +11,7 @@ import (
 
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/handlers"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Def is a world definition: a name and version (the journal's planId and
@@ -157,11 +158,11 @@ func (d *Def[S]) CheckInput(typeName string, value []byte) error {
 				handled = append(handled, t)
 			}
 		}
-		return &InputError{Kind: InputEvent, Reason: fmt.Sprintf("no handler for type %q (this world handles %s)",
+		return &InputError{Kind: vocab.KindEvent, Reason: fmt.Sprintf("no handler for type %q (this world handles %s)",
 			typeName, strings.Join(handled, ", "))}
 	}
 	if _, err := h(value); err != nil {
-		return &InputError{Kind: InputEvent, Reason: fmt.Sprintf("the value does not decode as %q", typeName), Err: err}
+		return &InputError{Kind: vocab.KindEvent, Reason: fmt.Sprintf("the value does not decode as %q", typeName), Err: err}
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/handlers"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -113,7 +114,7 @@ func TestDefinitionMistakesAreTypedErrorsAndNothingRuns(t *testing.T) {
 			if _, err := world.Load(d, "w", world.Snapshot{}); !errors.Is(err, world.ErrInvalidDef) {
 				t.Fatalf("Load on a broken definition: %v", err)
 			}
-			if _, err := d.Step("w", world.Snapshot{}, world.Input{Seq: 1, Kind: world.InputEvent}, t0); !errors.Is(err, world.ErrInvalidDef) {
+			if _, err := d.Step("w", world.Snapshot{}, world.Input{Seq: 1, Kind: vocab.KindEvent}, t0); !errors.Is(err, world.ErrInvalidDef) {
 				t.Fatalf("Step on a broken definition: %v", err)
 			}
 		})

@@ -72,9 +72,11 @@
 // The plane restores a world with Replay(def, id, snapshot, tail) (or Load
 // for a snapshot at the head), feeds it inbox items one by one as Input,
 // and commits each cycle's results at once: the Records as journal
-// entries at heights head+1…, the Intents (with Intent.Origin as their
-// origin), the TimerSets and TimerCancels, and State as a snapshot when its
-// policy says so. It answers a call with the step's Reply.
+// entries at heights head+1…, the Intents, the TimerSets and TimerCancels,
+// and State as a snapshot when its policy says so. It answers a call with
+// the step's Reply. Intents, timers, receipt statuses and inbox kinds are
+// package vocab's, the vocabulary the store and the adapters speak too, so
+// a step's results go to the store as they are.
 //
 // A timer firing the plane steps at its due time is stepped in two
 // phases: World.Prepare decodes the input and the state before the due

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -49,18 +50,18 @@ func Example() {
 		return res
 	}
 	deposit, _ := world.EncodeEvent(Deposit{Amount: 100})
-	step(world.InputEvent, deposit)
+	step(vocab.KindEvent, deposit)
 	tooMuch, _ := world.EncodeEvent(Withdraw{Amount: 500})
-	fmt.Println(step(world.InputEvent, tooMuch).Outcome)
+	fmt.Println(step(vocab.KindEvent, tooMuch).Outcome)
 	some, _ := world.EncodeEvent(Withdraw{Amount: 30})
-	res := step(world.InputEvent, some)
+	res := step(vocab.KindEvent, some)
 	fmt.Println(res.Outcome, len(res.Intents), res.Intents[0].Kind)
-	receipt, _ := world.EncodeReceipt(world.Receipt{IntentHash: res.Intents[0].Hash, Kind: "http.request", Status: world.StatusOK})
-	fmt.Println(step(world.InputReceipt, receipt).Logs[0].Msg)
-	fmt.Println(step(world.InputReceipt, receipt).Outcome) // a second receipt for it is stale
+	receipt, _ := world.EncodeReceipt(world.Receipt{IntentHash: res.Intents[0].IntentHash, Kind: "http.request", Status: vocab.ReceiptOK})
+	fmt.Println(step(vocab.KindReceipt, receipt).Logs[0].Msg)
+	fmt.Println(step(vocab.KindReceipt, receipt).Outcome) // a second receipt for it is stale
 	call, _ := world.EncodeCall("call-1", Balance{})
 	var balance int64
-	_ = world.Decode(step(world.InputCall, call).Reply.Value, &balance)
+	_ = world.Decode(step(vocab.KindCall, call).Reply.Value, &balance)
 	fmt.Println("balance", balance, "at height", w.Height())
 	// Output:
 	// error

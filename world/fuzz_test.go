@@ -5,10 +5,11 @@ import (
 	"testing"
 
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
-var fuzzKinds = []string{world.InputEvent, world.InputCall, world.InputReceipt, world.InputTimer, world.InputFabric, "other"}
+var fuzzKinds = []string{vocab.KindEvent, vocab.KindCall, vocab.KindReceipt, vocab.KindTimer, vocab.KindFabric, "other"}
 
 // FuzzStepInput feeds any bytes, as any kind, to a world that awaits a
 // receipt and a timer. The kernel must answer with a step (never an error
@@ -24,9 +25,9 @@ func FuzzStepInput(f *testing.F) {
 	before, _ := setup.w.Value()
 	beforeBytes, _ := event.Marshal(before)
 
-	receipt, _ := world.EncodeReceipt(world.Receipt{IntentHash: pay.Hash, Kind: pay.Kind, Status: world.StatusOK})
+	receipt, _ := world.EncodeReceipt(world.Receipt{IntentHash: pay.IntentHash, Kind: pay.Kind, Status: vocab.ReceiptOK})
 	call, _ := world.EncodeCall("c", Ask{})
-	fabric, _ := world.EncodeFabric(world.FabricSendParams{DestWorld: "fz", Mode: world.FabricTypedEvent, Schema: "world_test.Note", ValueCBOR: []byte{0xa1, 0x64, 'T', 'e', 'x', 't', 0x61, 'x'}}, world.Origin{World: "o", Height: 3}, "m")
+	fabric, _ := world.EncodeFabric(world.FabricSendParams{DestWorld: "fz", Mode: world.FabricTypedEvent, Schema: "world_test.Note", ValueCBOR: []byte{0xa1, 0x64, 'T', 'e', 'x', 't', 0x61, 'x'}}, vocab.Origin{World: "o", Height: 3}, "m")
 	for i, p := range [][]byte{mustEventF(Deposit{Amount: 3}), call, receipt, timer.Payload, fabric, mustEventF(Fail{}), mustEventF(Boom{}), {0xa0}, {}} {
 		f.Add(uint8(i%len(fuzzKinds)), p)
 		f.Add(uint8((i+1)%len(fuzzKinds)), p)
@@ -57,7 +58,7 @@ func FuzzStepInput(f *testing.F) {
 		// A malformed receipt or firing that names an awaited intent is
 		// consumed (it cannot come again); any other malformed input
 		// leaves the whole state, kernel part included, as it was.
-		consumable := in.Kind == world.InputReceipt || in.Kind == world.InputTimer
+		consumable := in.Kind == vocab.KindReceipt || in.Kind == vocab.KindTimer
 		if res.Outcome == world.OutcomeError && errors.Is(res.Err, world.ErrMalformedInput) && !consumable && string(res.State) != string(snap.State) {
 			t.Fatal("a malformed input changed the world's state")
 		}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -44,7 +45,7 @@ func (f *feeder[S]) feed(kind string, payload []byte) world.StepResult {
 
 func (f *feeder[S]) event(v any) world.StepResult {
 	f.t.Helper()
-	return f.feed(world.InputEvent, mustEvent(f.t, v))
+	return f.feed(vocab.KindEvent, mustEvent(f.t, v))
 }
 
 func (f *feeder[S]) call(id string, v any) world.StepResult {
@@ -53,7 +54,7 @@ func (f *feeder[S]) call(id string, v any) world.StepResult {
 	if err != nil {
 		f.t.Fatalf("EncodeCall: %v", err)
 	}
-	return f.feed(world.InputCall, b)
+	return f.feed(vocab.KindCall, b)
 }
 
 func (f *feeder[S]) receipt(r world.Receipt) world.StepResult {
@@ -62,7 +63,7 @@ func (f *feeder[S]) receipt(r world.Receipt) world.StepResult {
 	if err != nil {
 		f.t.Fatalf("EncodeReceipt: %v", err)
 	}
-	return f.feed(world.InputReceipt, b)
+	return f.feed(vocab.KindReceipt, b)
 }
 
 func (f *feeder[S]) value() S {

@@ -4,27 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"time"
 )
-
-// Intent is an effect a step asks for. Hash identifies it forever: the
-// effect queue deduplicates on it, and its receipt names it.
-type Intent struct {
-	Hash   string // IntentHash(world, height, Index, Kind, Params)
-	Kind   string
-	Params []byte // canonical CBOR
-	Origin Origin // the world and height that made it
-	Index  uint64 // its place among the step's intents
-}
-
-// TimerSet is a durable timer a step sets: a timer.set intent. Payload is
-// the inbox payload of its firing (EncodeTimerFired), which the store
-// hands back unchanged when At passes.
-type TimerSet struct {
-	Hash    string
-	At      time.Time
-	Payload []byte
-}
 
 // IntentHash returns intent_hash = SHA-256(world, height, index, kind,
 // canonical params) as 64 lowercase hex digits.

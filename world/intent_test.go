@@ -43,11 +43,11 @@ func TestIntentHashOfStepIsFromWorldHeightIndexKindParams(t *testing.T) {
 		t.Fatalf("%d intents, want 3", len(res.Intents))
 	}
 	for i, it := range res.Intents {
-		if want := world.IntentHash("fx-1", 2, uint64(i), it.Kind, it.Params); it.Hash != want || it.Index != uint64(i) {
-			t.Errorf("intent %d: hash %s index %d, want %s index %d", i, it.Hash, it.Index, want, i)
+		if want := world.IntentHash("fx-1", 2, uint64(i), it.Kind, it.Params); it.IntentHash != want {
+			t.Errorf("intent %d: hash %s, want %s", i, it.IntentHash, want)
 		}
-		if it.Origin != (world.Origin{World: "fx-1", Height: 2}) {
-			t.Errorf("intent %d: origin %v", i, it.Origin)
+		if it.Origin != "fx-1@2" {
+			t.Errorf("intent %d: origin %q, want fx-1@2", i, it.Origin)
 		}
 	}
 }

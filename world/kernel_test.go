@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -35,7 +36,7 @@ func TestKernelErasesTheStateType(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, _ := world.EncodeCall("c1", kAdd{By: 3})
-	res, err := in.Step(world.Input{Seq: 1, Kind: world.InputCall, Payload: p, EnqueuedAt: time.Unix(1, 0)}, time.Unix(1, 0))
+	res, err := in.Step(world.Input{Seq: 1, Kind: vocab.KindCall, Payload: p, EnqueuedAt: time.Unix(1, 0)}, time.Unix(1, 0))
 	if err != nil || res.Outcome != world.OutcomeOK || len(in.Awaiting()) != 1 || res.Reply == nil {
 		t.Fatalf("step %v %v awaiting %v", res.Outcome, err, in.Awaiting())
 	}

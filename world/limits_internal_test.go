@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // TestKernelLimitsFitTheStore pins the relation between the kernel's
@@ -44,7 +45,7 @@ func TestKernelLimitsFitTheStore(t *testing.T) {
 	third := strings.Repeat("t", MaxInputBytes/3)
 	rec := record{
 		V: recordVersion,
-		Input: recordInput{Seq: ^uint64(0), Kind: InputFabric, Type: third, CallID: third,
+		Input: recordInput{Seq: ^uint64(0), Kind: vocab.KindFabric, Type: third, CallID: third,
 			Cause:   &Cause{FromWorld: third, FromHeight: ^uint64(0), CorrelationID: third},
 			Payload: make([]byte, MaxInputBytes)},
 		Outcome: OutcomeUnknownInput, Error: strings.Repeat("e", MaxErrorBytes), StateHash: hash,

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -349,7 +350,7 @@ func TestReplayOfBoundedStepsIsByteIdentical(t *testing.T) {
 	if len(big) > world.MaxInputBytes {
 		t.Fatalf("test input of %d bytes is over the input limit", len(big))
 	}
-	wantOutcome(t, f.feed(world.InputEvent, big), world.OutcomeOK)
+	wantOutcome(t, f.feed(vocab.KindEvent, big), world.OutcomeOK)
 	if n := len(f.records[len(f.records)-1].Payload); n <= world.MaxInputBytes {
 		t.Fatalf("the big input's record is %d bytes: not the case this test is for", n)
 	}
@@ -379,7 +380,7 @@ func TestRefusedStepIsConsumedAndReplaysWithoutItsHandler(t *testing.T) {
 	f.event(Jot{Text: "a"})
 	before := f.w.State()
 	f.seq++
-	in := world.Input{Seq: f.seq, Kind: world.InputEvent, Payload: mustEvent(t, Jot{Text: "refused"}), EnqueuedAt: t0}
+	in := world.Input{Seq: f.seq, Kind: vocab.KindEvent, Payload: mustEvent(t, Jot{Text: "refused"}), EnqueuedAt: t0}
 	cause := errors.New("store: invalid argument: too large")
 	res, err := f.w.Refuse(in, t0, cause)
 	if err != nil {

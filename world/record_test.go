@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -48,14 +49,14 @@ func TestRecordIsAValidSeed001Envelope(t *testing.T) {
 		string(rec.Input.Payload) != string(mustEvent(t, Withdraw{Amount: 3})) {
 		t.Fatalf("record input %+v", rec.Input)
 	}
-	if rec.Outcome != "ok" || rec.StateHash != res.StateHash || !slices.Equal(rec.Intents, []string{res.Intents[0].Hash}) {
+	if rec.Outcome != "ok" || rec.StateHash != res.StateHash || !slices.Equal(rec.Intents, []string{res.Intents[0].IntentHash}) {
 		t.Fatalf("record %+v does not carry outcome, post-step state hash and intents", rec)
 	}
 }
 
 func TestDrainingTheSameInboxItemTwiceYieldsTheSameIdempotencyKey(t *testing.T) {
 	def := effectsDef()
-	in := world.Input{Seq: 17, Kind: world.InputEvent, Payload: mustEvent(t, Deposit{Amount: 1}), EnqueuedAt: t0}
+	in := world.Input{Seq: 17, Kind: vocab.KindEvent, Payload: mustEvent(t, Deposit{Amount: 1}), EnqueuedAt: t0}
 	// Once from the initial state, once after other work at another height
 	// (a worker that crashed before its commit, and its successor).
 	first, err := def.Step("w", world.Snapshot{}, in, t0)
@@ -81,7 +82,7 @@ func TestDrainingTheSameInboxItemTwiceYieldsTheSameIdempotencyKey(t *testing.T) 
 
 func TestEmittedAtStaysOutOfThePayload(t *testing.T) {
 	def := effectsDef()
-	in := world.Input{Seq: 1, Kind: world.InputEvent, Payload: mustEvent(t, Deposit{Amount: 1}), EnqueuedAt: t0}
+	in := world.Input{Seq: 1, Kind: vocab.KindEvent, Payload: mustEvent(t, Deposit{Amount: 1}), EnqueuedAt: t0}
 	a, _ := def.Step("w", world.Snapshot{}, in, t0)
 	b, _ := def.Step("w", world.Snapshot{}, in, t0.Add(time.Hour))
 	if string(a.Record.Payload) != string(b.Record.Payload) || a.StateHash != b.StateHash {
@@ -95,16 +96,16 @@ func TestEmittedAtStaysOutOfThePayload(t *testing.T) {
 func TestReceiptIsHandledOnceAndNeverAwaitedAgain(t *testing.T) {
 	f := newFeeder(t, effectsDef(), "w1")
 	res := f.event(Burst{N: 2})
-	x, y := res.Intents[0].Hash, res.Intents[1].Hash
+	x, y := res.Intents[0].IntentHash, res.Intents[1].IntentHash
 	if len(f.w.Awaiting()) != 2 {
 		t.Fatalf("awaiting %v, want both intents", f.w.Awaiting())
 	}
-	got := f.receipt(world.Receipt{IntentHash: x, Kind: world.KindHTTPRequest, Status: world.StatusOK})
+	got := f.receipt(world.Receipt{IntentHash: x, Kind: world.KindHTTPRequest, Status: vocab.ReceiptOK})
 	wantOutcome(t, got, world.OutcomeOK)
 	if aw := f.w.Awaiting(); len(aw) != 1 || aw[0].Hash != y || aw[0].Kind != world.KindHTTPRequest {
 		t.Fatalf("awaiting %v after x's receipt, want only y", aw)
 	}
-	dup := f.receipt(world.Receipt{IntentHash: x, Kind: world.KindHTTPRequest, Status: world.StatusOK})
+	dup := f.receipt(world.Receipt{IntentHash: x, Kind: world.KindHTTPRequest, Status: vocab.ReceiptOK})
 	wantOutcome(t, dup, world.OutcomeStale)
 	if paid := f.value().Paid; len(paid) != 1 {
 		t.Fatalf("handled receipts %v: a duplicate reached the handler", paid)
@@ -128,8 +129,8 @@ func TestReceiptConsumedEvenWhenItsHandlerFails(t *testing.T) {
 	})
 	world.On(def, func(c *world.Ctx, s *Ledger, r world.Receipt) error { return errors.New("no") })
 	f := newFeeder(t, def, "w")
-	h := f.event(Burst{}).Intents[0].Hash
-	wantOutcome(t, f.receipt(world.Receipt{IntentHash: h, Kind: world.KindHTTPRequest, Status: world.StatusTimeout}), world.OutcomeError)
+	h := f.event(Burst{}).Intents[0].IntentHash
+	wantOutcome(t, f.receipt(world.Receipt{IntentHash: h, Kind: world.KindHTTPRequest, Status: vocab.ReceiptTimeout}), world.OutcomeError)
 	if len(f.w.Awaiting()) != 0 {
 		t.Fatal("a receipt whose handler failed is still awaited")
 	}
@@ -140,10 +141,10 @@ func TestReceiptConsumedEvenWhenItsHandlerFails(t *testing.T) {
 // receipt of the first execution is still stale.
 func TestOperatorRetryReceiptReachesTheHandler(t *testing.T) {
 	f := newFeeder(t, effectsDef(), "w1")
-	h := f.event(Burst{N: 1}).Intents[0].Hash
-	wantOutcome(t, f.receipt(world.Receipt{IntentHash: h, Kind: world.KindHTTPRequest, Status: world.StatusError}), world.OutcomeOK)
-	wantOutcome(t, f.receipt(world.Receipt{IntentHash: h, Kind: world.KindHTTPRequest, Status: world.StatusError}), world.OutcomeStale)
-	retry := f.receipt(world.Receipt{IntentHash: h, Kind: world.KindHTTPRequest, Status: world.StatusOK, Retry: 1})
+	h := f.event(Burst{N: 1}).Intents[0].IntentHash
+	wantOutcome(t, f.receipt(world.Receipt{IntentHash: h, Kind: world.KindHTTPRequest, Status: vocab.ReceiptError}), world.OutcomeOK)
+	wantOutcome(t, f.receipt(world.Receipt{IntentHash: h, Kind: world.KindHTTPRequest, Status: vocab.ReceiptError}), world.OutcomeStale)
+	retry := f.receipt(world.Receipt{IntentHash: h, Kind: world.KindHTTPRequest, Status: vocab.ReceiptOK, Retry: 1})
 	wantOutcome(t, retry, world.OutcomeOK)
 	if paid := f.value().Paid; len(paid) != 2 {
 		t.Fatalf("handled receipts %v, want the error and the retry's", paid)

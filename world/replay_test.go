@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -21,12 +22,12 @@ func journal(t *testing.T, def *world.Def[Ledger]) *feeder[Ledger] {
 	f.event(Fail{})
 	f.event(Boom{})
 	f.event(Nameless{})
-	f.feed(world.InputEvent, []byte{0xff})
+	f.feed(vocab.KindEvent, []byte{0xff})
 	f.event(Roll{})
 	set := f.event(Remind{Name: "r", AfterSec: 30})
-	f.feed(world.InputTimer, set.TimerSets[0].Payload)
-	f.receipt(world.Receipt{IntentHash: pay.Intents[0].Hash, Kind: world.KindHTTPRequest, Status: world.StatusError, Body: []byte{0xa0}})
-	f.receipt(world.Receipt{IntentHash: pay.Intents[0].Hash, Kind: world.KindHTTPRequest, Status: world.StatusOK})
+	f.feed(vocab.KindTimer, set.TimerSets[0].Payload)
+	f.receipt(world.Receipt{IntentHash: pay.Intents[0].IntentHash, Kind: world.KindHTTPRequest, Status: vocab.ReceiptError, Body: []byte{0xa0}})
+	f.receipt(world.Receipt{IntentHash: pay.Intents[0].IntentHash, Kind: world.KindHTTPRequest, Status: vocab.ReceiptOK})
 	f.call("c1", Ask{})
 	f.call("c2", Tell{Dest: "other", Text: "x"})
 	f.event(Deposit{Amount: 100})
@@ -60,7 +61,7 @@ func TestReplayReproducesTheStateByteForByteAndReDerivesTheIntents(t *testing.T)
 		Intents []string `cbor:"intents"`
 	}
 	decodePayload(t, f.records[2], &rec)
-	if len(rec.Intents) != 1 || rec.Intents[0] != f.results[2].Intents[0].Hash {
+	if len(rec.Intents) != 1 || rec.Intents[0] != f.results[2].Intents[0].IntentHash {
 		t.Fatalf("record intents %v", rec.Intents)
 	}
 }
@@ -206,7 +207,7 @@ func BenchmarkReplay(b *testing.B) {
 			b.Fatal(err)
 		}
 		at := t0.Add(time.Duration(i) * time.Millisecond)
-		res, err := w.Step(world.Input{Seq: uint64(i + 1), Kind: world.InputEvent, Payload: p, EnqueuedAt: at}, at)
+		res, err := w.Step(world.Input{Seq: uint64(i + 1), Kind: vocab.KindEvent, Payload: p, EnqueuedAt: at}, at)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Outcome is how a step ended. Every outcome consumes its input.
@@ -47,8 +48,8 @@ type StepResult struct {
 	Height       uint64 // the record's runSeq: the previous height + 1
 	State        []byte // the world's state after the step, canonical CBOR
 	StateHash    string // Hash(State)
-	Intents      []Intent
-	TimerSets    []TimerSet
+	Intents      []vocab.Intent
+	TimerSets    []vocab.TimerSet
 	TimerCancels []string
 	Reply        *Reply // set iff the input is a call
 	Outcome      Outcome
@@ -138,7 +139,7 @@ func TimerStepID(intentHash string) string { return "timer/" + intentHash }
 
 // stepID is the stepId of the step that ran in, decoded as dec.
 func stepID(in Input, dec decoded) string {
-	if in.Seq == 0 && in.Kind == InputTimer && dec.consumes != "" {
+	if in.Seq == 0 && in.Kind == vocab.KindTimer && dec.consumes != "" {
 		return TimerStepID(dec.consumes)
 	}
 	return StepID(in.Seq)
@@ -161,8 +162,8 @@ func (d *Def[S]) decodeInput(in Input, payload []byte, m meta) decoded {
 		return decoded{outcome: OutcomeError, err: &InputError{Seq: in.Seq, Kind: in.Kind, Reason: reason, Err: err}}
 	}
 	switch in.Kind {
-	case InputEvent, InputCall, InputTimer, InputFabric:
-	case InputReceipt:
+	case vocab.KindEvent, vocab.KindCall, vocab.KindTimer, vocab.KindFabric:
+	case vocab.KindReceipt:
 		var r Receipt
 		if err := d.dec.Unmarshal(payload, &r); err != nil {
 			return bad("not a receipt", err)
@@ -197,15 +198,15 @@ func (d *Def[S]) decodeInput(in Input, payload []byte, m meta) decoded {
 	switch {
 	case msg.Type == "":
 		return bad("no type", nil)
-	case (in.Kind == InputCall) != (msg.CallID != ""):
+	case (in.Kind == vocab.KindCall) != (msg.CallID != ""):
 		return bad("call_id is set on exactly the calls", nil)
-	case (in.Kind == InputTimer) != (msg.IntentHash != ""):
+	case (in.Kind == vocab.KindTimer) != (msg.IntentHash != ""):
 		return bad("intent_hash is set on exactly the timer firings", nil)
-	case in.Kind != InputFabric && (msg.FromWorld != "" || msg.MessageID != "" || msg.Headers != nil):
+	case in.Kind != vocab.KindFabric && (msg.FromWorld != "" || msg.MessageID != "" || msg.Headers != nil):
 		return bad("from_world, message_id and headers are set on fabric messages only", nil)
 	}
 	out.callID = msg.CallID
-	if in.Kind == InputTimer {
+	if in.Kind == vocab.KindTimer {
 		out.consumes = msg.IntentHash
 		if _, ok := m.timers[msg.IntentHash]; !ok {
 			out.outcome, out.err = OutcomeStale, ErrStale
@@ -230,12 +231,12 @@ func unreadableReceipt(hash, kind string) decoded {
 	body, err := event.Marshal(unreadableBody{Error: "the effect's receipt cannot be read by the world's kernel (over its input limit, or malformed); its outcome is unknown"})
 	if err == nil {
 		var v []byte
-		if v, err = event.Marshal(Receipt{IntentHash: hash, Kind: kind, Status: StatusTimeout, Body: body}); err == nil {
+		if v, err = event.Marshal(Receipt{IntentHash: hash, Kind: kind, Status: vocab.ReceiptTimeout, Body: body}); err == nil {
 			return decoded{typ: ReceiptType, value: v, consumes: hash}
 		}
 	}
 	// Unreachable: both are plain structs of strings.
-	return decoded{typ: ReceiptType, consumes: hash, outcome: OutcomeError, err: &InputError{Kind: InputReceipt, Reason: "unreadable receipt", Err: err}}
+	return decoded{typ: ReceiptType, consumes: hash, outcome: OutcomeError, err: &InputError{Kind: vocab.KindReceipt, Reason: "unreadable receipt", Err: err}}
 }
 
 // step runs one input against the state (user, m) at height and returns
@@ -288,14 +289,14 @@ func (d *Def[S]) prepare(id string, height uint64, user []byte, m meta, in Input
 		if canon, err := d.dec.Canonicalize(in.Payload); err == nil {
 			p.rin.Payload = canon
 			dec = d.decodeInput(in, canon, m)
-		} else if in.Kind == InputEvent || in.Kind == InputCall || in.Kind == InputTimer ||
-			in.Kind == InputFabric || in.Kind == InputReceipt {
+		} else if in.Kind == vocab.KindEvent || in.Kind == vocab.KindCall || in.Kind == vocab.KindTimer ||
+			in.Kind == vocab.KindFabric || in.Kind == vocab.KindReceipt {
 			dec = decoded{outcome: OutcomeError, err: &InputError{Seq: in.Seq, Kind: in.Kind, Reason: "not CBOR", Err: err}}
 		} else {
 			dec = decoded{outcome: OutcomeUnknownInput, err: ErrUnknownInput}
 		}
 	}
-	if in.Kind == InputReceipt && dec.outcome == OutcomeError && in.ReceiptFor != "" {
+	if in.Kind == vocab.KindReceipt && dec.outcome == OutcomeError && in.ReceiptFor != "" {
 		if kind, ok := m.effects[in.ReceiptFor]; ok {
 			dec = unreadableReceipt(in.ReceiptFor, kind)
 			p.rin.ReceiptFor = in.ReceiptFor
@@ -418,10 +419,10 @@ func (p *prepared[S]) finish(emittedAt time.Time, replaying bool) (res StepResul
 
 	rec := record{V: recordVersion, Input: rin, Outcome: res.Outcome, Error: errText, StateHash: res.StateHash, Refused: p.refused}
 	for _, it := range res.Intents {
-		rec.Intents = append(rec.Intents, it.Hash)
+		rec.Intents = append(rec.Intents, it.IntentHash)
 	}
 	for _, t := range res.TimerSets {
-		rec.Timers = append(rec.Timers, t.Hash)
+		rec.Timers = append(rec.Timers, t.IntentHash)
 	}
 	rec.Cancels = res.TimerCancels
 	if res.Reply != nil && res.Reply.Value != nil {
@@ -505,7 +506,7 @@ func (m meta) without(hash string) meta {
 	return n
 }
 
-func (m meta) with(intents []Intent, timers []TimerSet, cancels []string) meta {
+func (m meta) with(intents []vocab.Intent, timers []vocab.TimerSet, cancels []string) meta {
 	n := meta{effects: m.effects, timers: m.timers}
 	if len(intents) > 0 {
 		n.effects = maps.Clone(m.effects)
@@ -513,7 +514,7 @@ func (m meta) with(intents []Intent, timers []TimerSet, cancels []string) meta {
 			n.effects = map[string]string{}
 		}
 		for _, it := range intents {
-			n.effects[it.Hash] = it.Kind
+			n.effects[it.IntentHash] = it.Kind
 		}
 	}
 	if len(timers)+len(cancels) > 0 {
@@ -522,7 +523,7 @@ func (m meta) with(intents []Intent, timers []TimerSet, cancels []string) meta {
 			n.timers = map[string]struct{}{}
 		}
 		for _, t := range timers {
-			n.timers[t.Hash] = struct{}{}
+			n.timers[t.IntentHash] = struct{}{}
 		}
 		for _, h := range cancels {
 			delete(n.timers, h)

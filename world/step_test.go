@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -36,7 +37,7 @@ func TestPureStepEqualsWorldStep(t *testing.T) {
 	f := newFeeder(t, def, "w1")
 	f.event(Deposit{Amount: 5})
 	snap := f.w.Snapshot()
-	in := world.Input{Seq: 9, Kind: world.InputEvent, Payload: mustEvent(t, Withdraw{Amount: 2}), EnqueuedAt: t0}
+	in := world.Input{Seq: 9, Kind: vocab.KindEvent, Payload: mustEvent(t, Withdraw{Amount: 2}), EnqueuedAt: t0}
 	pure, err := def.Step("w1", snap, in, t0)
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +47,7 @@ func TestPureStepEqualsWorldStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	if string(pure.State) != string(live.State) || string(pure.Record.Payload) != string(live.Record.Payload) ||
-		pure.Intents[0].Hash != live.Intents[0].Hash {
+		pure.Intents[0].IntentHash != live.Intents[0].IntentHash {
 		t.Fatal("Def.Step and World.Step disagree")
 	}
 	if snap.Height != 1 || string(snap.State) == string(live.State) {
@@ -137,18 +138,18 @@ func TestMalformedInputIsATypedErrorOutcome(t *testing.T) {
 		kind    string
 		payload []byte
 	}{
-		"not CBOR":            {world.InputEvent, []byte{0xff}},
-		"empty":               {world.InputEvent, nil},
-		"truncated":           {world.InputEvent, good[:len(good)-1]},
-		"trailing":            {world.InputEvent, append(slices.Clone(good), 0x00)},
-		"value of wrong type": {world.InputEvent, wrongShape},
-		"unknown field":       {world.InputEvent, unknownField},
-		"not a message":       {world.InputEvent, notMessage},
-		"call id on an event": {world.InputEvent, callOnEvent},
-		"event as a call":     {world.InputCall, good},
-		"event as a timer":    {world.InputTimer, good},
-		"invalid receipt":     {world.InputReceipt, badReceipt},
-		"too large":           {world.InputEvent, make([]byte, event.DefaultMaxSize+1)},
+		"not CBOR":            {vocab.KindEvent, []byte{0xff}},
+		"empty":               {vocab.KindEvent, nil},
+		"truncated":           {vocab.KindEvent, good[:len(good)-1]},
+		"trailing":            {vocab.KindEvent, append(slices.Clone(good), 0x00)},
+		"value of wrong type": {vocab.KindEvent, wrongShape},
+		"unknown field":       {vocab.KindEvent, unknownField},
+		"not a message":       {vocab.KindEvent, notMessage},
+		"call id on an event": {vocab.KindEvent, callOnEvent},
+		"event as a call":     {vocab.KindCall, good},
+		"event as a timer":    {vocab.KindTimer, good},
+		"invalid receipt":     {vocab.KindReceipt, badReceipt},
+		"too large":           {vocab.KindEvent, make([]byte, event.DefaultMaxSize+1)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newFeeder(t, effectsDef(), "w1")
@@ -173,7 +174,7 @@ func TestMalformedInputIsATypedErrorOutcome(t *testing.T) {
 func TestCtxNowIsTheInputsEnqueueTime(t *testing.T) {
 	f := newFeeder(t, effectsDef(), "w1")
 	at := time.Date(2031, 7, 4, 1, 2, 3, 456, time.UTC)
-	res, err := f.w.Step(world.Input{Seq: 1, Kind: world.InputEvent, Payload: mustEvent(t, Stamp{}), EnqueuedAt: at}, t0)
+	res, err := f.w.Step(world.Input{Seq: 1, Kind: vocab.KindEvent, Payload: mustEvent(t, Stamp{}), EnqueuedAt: at}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,25 +241,25 @@ func TestTimersSetFireAndCancel(t *testing.T) {
 		t.Fatalf("timers %v intents %v, want one timer and no effect", set.TimerSets, set.Intents)
 	}
 	ts := set.TimerSets[0]
-	if want := t0.Add(time.Second + time.Minute); !ts.At.Equal(want) {
-		t.Fatalf("timer at %v, want %v", ts.At, want)
+	if want := t0.Add(time.Second + time.Minute); !ts.DeliverAt.Equal(want) {
+		t.Fatalf("timer at %v, want %v", ts.DeliverAt, want)
 	}
-	if got := f.w.Timers(); !slices.Equal(got, []string{ts.Hash}) {
+	if got := f.w.Timers(); !slices.Equal(got, []string{ts.IntentHash}) {
 		t.Fatalf("armed timers %v", got)
 	}
-	fired := f.feed(world.InputTimer, ts.Payload) // the store hands the payload back unchanged
+	fired := f.feed(vocab.KindTimer, ts.Payload) // the store hands the payload back unchanged
 	wantOutcome(t, fired, world.OutcomeOK)
 	if got := f.value().Fired; !slices.Equal(got, []string{"a"}) {
 		t.Fatalf("fired %v, want [a]: a firing is routed by its message type", got)
 	}
-	wantOutcome(t, f.feed(world.InputTimer, ts.Payload), world.OutcomeStale) // a duplicate firing
+	wantOutcome(t, f.feed(vocab.KindTimer, ts.Payload), world.OutcomeStale) // a duplicate firing
 
 	b := f.event(Remind{Name: "b", AfterSec: 5}).TimerSets[0]
 	cancel := f.event(Forget{Name: "b"})
-	if !slices.Equal(cancel.TimerCancels, []string{b.Hash}) || len(f.w.Timers()) != 0 {
+	if !slices.Equal(cancel.TimerCancels, []string{b.IntentHash}) || len(f.w.Timers()) != 0 {
 		t.Fatalf("cancels %v, armed %v", cancel.TimerCancels, f.w.Timers())
 	}
-	late := f.feed(world.InputTimer, b.Payload) // fired before the cancel reached the store
+	late := f.feed(vocab.KindTimer, b.Payload) // fired before the cancel reached the store
 	wantOutcome(t, late, world.OutcomeStale)
 	if !errors.Is(late.Err, world.ErrStale) || slices.Contains(f.value().Fired, "b") {
 		t.Fatal("a cancelled timer's firing reached the handler")
@@ -347,7 +348,7 @@ func TestLogIsRecordedInTheStepResult(t *testing.T) {
 func TestWorldTypeOverridesTheGoTypeName(t *testing.T) {
 	f := newFeeder(t, effectsDef(), "w1")
 	b, _ := event.Marshal(map[string]any{"type": "ledger/Renamed@1", "value": map[string]any{"V": 5}})
-	wantOutcome(t, f.feed(world.InputEvent, b), world.OutcomeOK)
+	wantOutcome(t, f.feed(vocab.KindEvent, b), world.OutcomeOK)
 	if f.value().Balance != 5 {
 		t.Fatal("input routed by WorldType did not reach its handler")
 	}
@@ -385,19 +386,19 @@ func decodePayload(t *testing.T, e event.Envelope, v any) {
 func TestDirectTimerFiringIsNamedByItsTimer(t *testing.T) {
 	f := newFeeder(t, effectsDef(), "w1")
 	ts := f.event(Remind{Name: "a", AfterSec: 60}).TimerSets[0]
-	at := ts.At.Add(time.Millisecond)
-	fired, err := f.w.Step(world.Input{Kind: world.InputTimer, Payload: ts.Payload, EnqueuedAt: at}, at)
+	at := ts.DeliverAt.Add(time.Millisecond)
+	fired, err := f.w.Step(world.Input{Kind: vocab.KindTimer, Payload: ts.Payload, EnqueuedAt: at}, at)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantOutcome(t, fired, world.OutcomeOK)
-	if fired.Record.StepID != world.TimerStepID(ts.Hash) || fired.Record.StepID != "timer/"+ts.Hash {
-		t.Fatalf("stepId %q, want timer/%s", fired.Record.StepID, ts.Hash)
+	if fired.Record.StepID != world.TimerStepID(ts.IntentHash) || fired.Record.StepID != "timer/"+ts.IntentHash {
+		t.Fatalf("stepId %q, want timer/%s", fired.Record.StepID, ts.IntentHash)
 	}
 	if got := f.value().Fired; !slices.Equal(got, []string{"a"}) || len(f.w.Timers()) != 0 {
 		t.Fatalf("fired %v, armed %v", got, f.w.Timers())
 	}
-	again, err := f.w.Step(world.Input{Kind: world.InputTimer, Payload: ts.Payload, EnqueuedAt: at}, at)
+	again, err := f.w.Step(world.Input{Kind: vocab.KindTimer, Payload: ts.Payload, EnqueuedAt: at}, at)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,7 +441,7 @@ func TestPrepareRunsNoHandlerAndStepRunsItOnce(t *testing.T) {
 	f.event(Deposit{Amount: 1})
 	calls = 0
 	snap := f.w.Snapshot()
-	in := world.Input{Seq: 9, Kind: world.InputEvent, Payload: mustEvent(t, Deposit{Amount: 5}), EnqueuedAt: t0}
+	in := world.Input{Seq: 9, Kind: vocab.KindEvent, Payload: mustEvent(t, Deposit{Amount: 5}), EnqueuedAt: t0}
 
 	p := f.w.Prepare(in)
 	if calls != 0 || f.w.Height() != snap.Height || f.w.StateHash() != world.Hash(snap.State) {
@@ -463,7 +464,7 @@ func TestPrepareRunsNoHandlerAndStepRunsItOnce(t *testing.T) {
 	if _, err := p.Step(t0); !errors.Is(err, world.ErrStalePrepared) {
 		t.Errorf("a second Step of one Prepared: %v, want ErrStalePrepared", err)
 	}
-	stale := f.w.Prepare(world.Input{Seq: 10, Kind: world.InputEvent, Payload: mustEvent(t, Deposit{Amount: 7}), EnqueuedAt: t0})
+	stale := f.w.Prepare(world.Input{Seq: 10, Kind: vocab.KindEvent, Payload: mustEvent(t, Deposit{Amount: 7}), EnqueuedAt: t0})
 	f.event(Deposit{Amount: 2})
 	height, hash := f.w.Height(), f.w.StateHash()
 	calls = 0

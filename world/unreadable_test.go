@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -15,7 +16,7 @@ func feedReceiptFor(f *feeder[Ledger], payload []byte, hash string) world.StepRe
 	f.t.Helper()
 	f.seq++
 	at := t0.Add(time.Duration(f.seq) * time.Second)
-	res, err := f.w.Step(world.Input{Seq: f.seq, Kind: world.InputReceipt, Payload: payload, EnqueuedAt: at, ReceiptFor: hash}, at)
+	res, err := f.w.Step(world.Input{Seq: f.seq, Kind: vocab.KindReceipt, Payload: payload, EnqueuedAt: at, ReceiptFor: hash}, at)
 	if err != nil {
 		f.t.Fatalf("Step(seq %d): %v", f.seq, err)
 	}
@@ -40,7 +41,7 @@ func TestUnreadableReceiptEndsItsEffectAsUnknown(t *testing.T) {
 	big, tiny := res.Intents[0], res.Intents[1]
 	// A receipt's wire form around a body too large for the kernel (not
 	// EncodeReceipt, which checks the body under the same limit).
-	oversized, err := event.Marshal(world.Receipt{IntentHash: big.Hash, Kind: big.Kind, Status: world.StatusOK,
+	oversized, err := event.Marshal(world.Receipt{IntentHash: big.IntentHash, Kind: big.Kind, Status: vocab.ReceiptOK,
 		Body: make([]byte, world.MaxInputBytes)})
 	if err != nil {
 		t.Fatal(err)
@@ -51,14 +52,14 @@ func TestUnreadableReceiptEndsItsEffectAsUnknown(t *testing.T) {
 	for _, c := range []struct {
 		hash    string
 		payload []byte
-	}{{big.Hash, oversized}, {tiny.Hash, []byte{0xff, 0x00}}} {
+	}{{big.IntentHash, oversized}, {tiny.IntentHash, []byte{0xff, 0x00}}} {
 		r := feedReceiptFor(f, c.payload, c.hash)
 		wantOutcome(t, r, world.OutcomeOK)
 	}
 	if aw := f.w.Awaiting(); len(aw) != 0 {
 		t.Fatalf("still awaiting %v after their receipts", aw)
 	}
-	want := []string{big.Hash[:8] + "/timeout", tiny.Hash[:8] + "/timeout"}
+	want := []string{big.IntentHash[:8] + "/timeout", tiny.IntentHash[:8] + "/timeout"}
 	if got := f.value().Paid; !slices.Equal(got, want) {
 		t.Fatalf("the handler saw %v, want %v", got, want)
 	}

@@ -9,14 +9,20 @@ import (
 	"unicode/utf8"
 
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Input is one inbox item as the kernel sees it. The plane builds it from
 // the store's inbox item field by field; the kernel needs nothing else.
 type Input struct {
-	Seq        uint64    // the inbox seq: the step's identity (see Record); 0 for a direct timer firing (TimerStepID)
-	Kind       string    // one of the Kind* input kinds
-	Payload    []byte    // the kind's wire form, built by the Encode* functions
+	Seq uint64 // the inbox seq: the step's identity (see Record); 0 for a direct timer firing (TimerStepID)
+	// Kind is the item's inbox kind (vocab.KindEvent, KindCall,
+	// KindReceipt, KindTimer, KindFabric), and Payload its wire form:
+	// EncodeEvent, EncodeCall (the handler's Reply answers it),
+	// EncodeReceipt (by an effect adapter), a vocab.TimerSet's Payload (as the
+	// timer worker fires it), EncodeFabric (by the fabric adapter).
+	Kind       string
+	Payload    []byte
 	EnqueuedAt time.Time // the store's time of enqueue: what Ctx.Now returns
 	// ReceiptFor is, for a receipt, the intent hash the store delivered it
 	// for (named by its inbox dedupe key; the plane sets it). The kernel
@@ -29,17 +35,6 @@ type Input struct {
 	// journal records that it did, so a replay does the same.
 	ReceiptFor string
 }
-
-// Input kinds. Receipt, timer and fabric are the kinds the store itself
-// writes into inboxes (store.KindReceipt, KindTimer, KindFabric); event and
-// call are the ones clients write.
-const (
-	InputEvent   = "event"   // EncodeEvent
-	InputCall    = "call"    // EncodeCall: the handler's Reply answers it
-	InputReceipt = "receipt" // EncodeReceipt, by an effect adapter
-	InputTimer   = "timer"   // TimerSet.Payload, as the timer worker fires it
-	InputFabric  = "fabric"  // EncodeFabric, by the fabric adapter
-)
 
 // rawCBOR embeds an already canonical CBOR item in a larger one, and keeps
 // an embedded item's bytes when decoding.
@@ -96,7 +91,7 @@ func EncodeEvent(v any) ([]byte, error) {
 // waiting client; it is also the call's correlation id).
 func EncodeCall(callID string, v any) ([]byte, error) {
 	if callID == "" {
-		return nil, &InputError{Kind: InputCall, Reason: "a call needs a call id"}
+		return nil, &InputError{Kind: vocab.KindCall, Reason: "a call needs a call id"}
 	}
 	name, value, err := encodeValue(v)
 	if err != nil {
@@ -113,7 +108,7 @@ func EncodeCall(callID string, v any) ([]byte, error) {
 // (a cbor.RawMessage must already be canonical); the handler decodes it
 // into its own type.
 func EncodeEventNamed(typeName string, value any) ([]byte, error) {
-	raw, err := encodeNamed(InputEvent, typeName, value)
+	raw, err := encodeNamed(vocab.KindEvent, typeName, value)
 	if err != nil {
 		return nil, err
 	}
@@ -124,9 +119,9 @@ func EncodeEventNamed(typeName string, value any) ([]byte, error) {
 // run time (see EncodeEventNamed).
 func EncodeCallNamed(callID, typeName string, value any) ([]byte, error) {
 	if callID == "" {
-		return nil, &InputError{Kind: InputCall, Reason: "a call needs a call id"}
+		return nil, &InputError{Kind: vocab.KindCall, Reason: "a call needs a call id"}
 	}
-	raw, err := encodeNamed(InputCall, typeName, value)
+	raw, err := encodeNamed(vocab.KindCall, typeName, value)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +145,7 @@ func encodeNamed(kind, typeName string, value any) (rawCBOR, error) {
 }
 
 // EncodeTimerFired returns the payload of the firing of timer intentHash
-// carrying v. Ctx.SetTimer builds it (TimerSet.Payload); the store hands it
+// carrying v. Ctx.SetTimer builds it (vocab.TimerSet.Payload); the store hands it
 // back unchanged when the timer fires.
 func EncodeTimerFired(intentHash string, v any) ([]byte, error) {
 	name, value, err := encodeValue(v)
@@ -158,30 +153,6 @@ func EncodeTimerFired(intentHash string, v any) ([]byte, error) {
 		return nil, err
 	}
 	return event.Marshal(message{Type: name, Value: value, IntentHash: intentHash})
-}
-
-// Origin is where an intent was made: its world and the height of the
-// step. Intent.Origin writes it as "world@height" for the effect queue, so
-// the fabric adapter can attach from_world and from_height.
-type Origin struct {
-	World  string
-	Height uint64
-}
-
-func (o Origin) String() string { return o.World + "@" + strconv.FormatUint(o.Height, 10) }
-
-// ParseOrigin reads Origin.String's form. A world id may contain '@'; the
-// height never does, so the last '@' separates them.
-func ParseOrigin(s string) (Origin, error) {
-	i := strings.LastIndexByte(s, '@')
-	if i <= 0 {
-		return Origin{}, errors.New("world: origin is not world@height")
-	}
-	h, err := strconv.ParseUint(s[i+1:], 10, 64)
-	if err != nil || strconv.FormatUint(h, 10) != s[i+1:] {
-		return Origin{}, errors.New("world: origin height is not a decimal")
-	}
-	return Origin{World: s[:i], Height: h}, nil
 }
 
 // FabricDelivery is what the fabric adapter does for one fabric.send
@@ -196,20 +167,25 @@ type FabricDelivery struct {
 
 // FabricMessage turns a fabric.send intent into its delivery, with
 // message_id = intent_hash (the runtime plane contract §6; a policy that overrides it calls
-// EncodeFabric itself).
-func FabricMessage(it Intent) (FabricDelivery, error) {
+// EncodeFabric itself). An intent whose Origin does not parse
+// (vocab.ParseOrigin) is an error matching vocab.ErrOrigin.
+func FabricMessage(it vocab.Intent) (FabricDelivery, error) {
 	if it.Kind != KindFabricSend {
 		return FabricDelivery{}, errors.New("world: not a fabric.send intent")
+	}
+	origin, err := vocab.ParseOrigin(it.Origin)
+	if err != nil {
+		return FabricDelivery{}, err
 	}
 	var p FabricSendParams
 	if err := event.Unmarshal(it.Params, &p); err != nil {
 		return FabricDelivery{}, err
 	}
-	payload, err := EncodeFabric(p, it.Origin, it.Hash)
+	payload, err := EncodeFabric(p, origin, it.IntentHash)
 	if err != nil {
 		return FabricDelivery{}, err
 	}
-	return FabricDelivery{DestUniverse: p.DestUniverse, DestWorld: p.DestWorld, MessageID: it.Hash, Payload: payload}, nil
+	return FabricDelivery{DestUniverse: p.DestUniverse, DestWorld: p.DestWorld, MessageID: it.IntentHash, Payload: payload}, nil
 }
 
 // EncodeFabric returns the payload the fabric adapter enqueues into the
@@ -217,9 +193,9 @@ func FabricMessage(it Intent) (FabricDelivery, error) {
 // origin as messageID (the intent hash unless a policy says otherwise). A
 // typed_event is routed by p.Schema; an inbox-mode message by p.Inbox, with
 // p.PayloadCBOR as its value.
-func EncodeFabric(p FabricSendParams, from Origin, messageID string) ([]byte, error) {
+func EncodeFabric(p FabricSendParams, from vocab.Origin, messageID string) ([]byte, error) {
 	if err := p.validate(); err != nil {
-		return nil, &InputError{Kind: InputFabric, Reason: "invalid fabric.send params", Err: err}
+		return nil, &InputError{Kind: vocab.KindFabric, Reason: "invalid fabric.send params", Err: err}
 	}
 	m := message{
 		FromWorld: from.World, FromHeight: from.Height,
@@ -255,19 +231,13 @@ type Cause struct {
 // world.Receipt) error) handles the receipts of every effect kind.
 const ReceiptType = "sys/Receipt@1"
 
-// ReceiptStatus is an effect's terminal state.
-type ReceiptStatus string
-
-const (
-	StatusOK      ReceiptStatus = "ok"
-	StatusError   ReceiptStatus = "error"
-	StatusTimeout ReceiptStatus = "timeout"
-)
-
 // Receipt is the result of an effect, delivered once per intent. Body is
 // the kind's result as canonical CBOR (HTTPResponse for http.request,
 // FabricSendReceipt for fabric.send); Decode reads it. Retry is the
-// operator retry the receipt answers (0 for the first execution).
+// operator retry the receipt answers (0 for the first execution). It is
+// the receipt as the world reads it: EncodeReceipt makes it the Payload of
+// the vocab.Receipt an adapter pool completes, whose Status it repeats
+// in-band.
 //
 // A receipt of a first execution (Retry 0) reaches the handler only while
 // the world awaits its intent: the first one consumes it, and a later one
@@ -276,11 +246,11 @@ const (
 // store.RetryEffect) always reaches the handler: the store delivers one
 // per retry, and it is the only way the world learns the retry's result.
 type Receipt struct {
-	IntentHash string        `cbor:"intent_hash"`
-	Kind       string        `cbor:"kind"`
-	Status     ReceiptStatus `cbor:"status"`
-	Body       []byte        `cbor:"body,omitempty"`
-	Retry      uint64        `cbor:"retry,omitempty"`
+	IntentHash string              `cbor:"intent_hash"`
+	Kind       string              `cbor:"kind"`
+	Status     vocab.ReceiptStatus `cbor:"status"`
+	Body       []byte              `cbor:"body,omitempty"`
+	Retry      uint64              `cbor:"retry,omitempty"`
 }
 
 // WorldType routes receipts to the Receipt handler.
@@ -295,7 +265,7 @@ func (r Receipt) validate() error {
 		return errors.New("intent_hash is not 64 lowercase hex digits")
 	case r.Kind == "":
 		return errors.New("kind is empty")
-	case r.Status != StatusOK && r.Status != StatusError && r.Status != StatusTimeout:
+	case !r.Status.Valid():
 		return errors.New("status is not ok, error or timeout")
 	}
 	if len(r.Body) > 0 {
@@ -310,7 +280,7 @@ func (r Receipt) validate() error {
 // completes an effect with. The body must be canonical CBOR (or empty).
 func EncodeReceipt(r Receipt) ([]byte, error) {
 	if err := r.validate(); err != nil {
-		return nil, &InputError{Kind: InputReceipt, Reason: "invalid receipt", Err: err}
+		return nil, &InputError{Kind: vocab.KindReceipt, Reason: "invalid receipt", Err: err}
 	}
 	return event.Marshal(r)
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -72,20 +73,20 @@ func TestFabricSendKeepsCausalMetadataEndToEnd(t *testing.T) {
 		t.Fatalf("params %+v", p)
 	}
 
-	// The plane's fabric adapter: the effect item carries the origin as text.
-	origin, err := world.ParseOrigin(it.Origin.String())
-	if err != nil || origin != (world.Origin{World: "world-a", Height: 2}) {
-		t.Fatalf("origin %v %v", origin, err)
+	// The plane's fabric adapter is handed the intent as the step made it:
+	// its origin is the text form of the sender's world and height.
+	if origin, err := vocab.ParseOrigin(it.Origin); err != nil || origin != (vocab.Origin{World: "world-a", Height: 2}) {
+		t.Fatalf("origin %q: %v %v", it.Origin, origin, err)
 	}
-	d, err := world.FabricMessage(world.Intent{Hash: it.Hash, Kind: it.Kind, Params: it.Params, Origin: origin})
+	d, err := world.FabricMessage(it)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.MessageID != it.Hash || d.DestWorld != "world-b" {
+	if d.MessageID != it.IntentHash || d.DestWorld != "world-b" {
 		t.Fatalf("delivery %+v: message_id must default to the intent hash", d)
 	}
 	b := newFeeder(t, effectsDef(), "world-b")
-	got := b.feed(world.InputFabric, d.Payload)
+	got := b.feed(vocab.KindFabric, d.Payload)
 	wantOutcome(t, got, world.OutcomeOK)
 	v := b.value()
 	if !slices.Equal(v.Notes, []string{"hi"}) {
@@ -105,23 +106,23 @@ func TestFabricSendKeepsCausalMetadataEndToEnd(t *testing.T) {
 	}
 
 	body, _ := event.Marshal(world.FabricSendReceipt{Status: world.FabricStatusOK, MessageID: d.MessageID, DestWorld: "world-b", EnqueuedSeq: world.SeqBytes(1)})
-	back := a.receipt(world.Receipt{IntentHash: it.Hash, Kind: world.KindFabricSend, Status: world.StatusOK, Body: body})
+	back := a.receipt(world.Receipt{IntentHash: it.IntentHash, Kind: world.KindFabricSend, Status: vocab.ReceiptOK, Body: body})
 	wantOutcome(t, back, world.OutcomeOK)
 	var fr world.FabricSendReceipt
-	if err := world.Decode(body, &fr); err != nil || fr.MessageID != it.Hash {
+	if err := world.Decode(body, &fr); err != nil || fr.MessageID != it.IntentHash {
 		t.Fatalf("receipt body %+v %v", fr, err)
 	}
 }
 
 func TestEncodersRejectWhatTheKernelWouldRefuse(t *testing.T) {
-	if _, err := world.EncodeReceipt(world.Receipt{IntentHash: "x", Kind: "k", Status: world.StatusOK}); !errors.Is(err, world.ErrMalformedInput) {
+	if _, err := world.EncodeReceipt(world.Receipt{IntentHash: "x", Kind: "k", Status: vocab.ReceiptOK}); !errors.Is(err, world.ErrMalformedInput) {
 		t.Fatalf("bad hash: %v", err)
 	}
 	h := world.IntentHash("w", 1, 0, "k", nil)
 	if _, err := world.EncodeReceipt(world.Receipt{IntentHash: h, Kind: "k", Status: "maybe"}); err == nil {
 		t.Fatal("bad status accepted")
 	}
-	if _, err := world.EncodeReceipt(world.Receipt{IntentHash: h, Kind: "k", Status: world.StatusOK, Body: []byte{0xff}}); err == nil {
+	if _, err := world.EncodeReceipt(world.Receipt{IntentHash: h, Kind: "k", Status: vocab.ReceiptOK, Body: []byte{0xff}}); err == nil {
 		t.Fatal("non-CBOR body accepted")
 	}
 	if _, err := world.EncodeEvent(3); err == nil {
@@ -133,22 +134,29 @@ func TestEncodersRejectWhatTheKernelWouldRefuse(t *testing.T) {
 	if _, err := world.EncodeCall("", Deposit{}); err == nil {
 		t.Fatal("a call without id")
 	}
-	if _, err := world.EncodeFabric(world.FabricSendParams{DestWorld: "d", Mode: "carrier-pigeon"}, world.Origin{}, "m"); !errors.Is(err, world.ErrMalformedInput) {
+	if _, err := world.EncodeFabric(world.FabricSendParams{DestWorld: "d", Mode: "carrier-pigeon"}, vocab.Origin{}, "m"); !errors.Is(err, world.ErrMalformedInput) {
 		t.Fatalf("bad mode: %v", err)
 	}
 }
 
-func TestParseOriginRoundTripsWorldIdsWithAt(t *testing.T) {
-	for _, o := range []world.Origin{{World: "a", Height: 0}, {World: "a@b", Height: 18446744073709551615}} {
-		got, err := world.ParseOrigin(o.String())
-		if err != nil || got != o {
-			t.Fatalf("ParseOrigin(%q) = %v, %v", o.String(), got, err)
+// TestFabricMessageRefusesAMalformedOrigin: the origin becomes the
+// message's from_world and from_height, so an intent whose origin does not
+// parse has no delivery (a typed error, never a message from nowhere).
+func TestFabricMessageRefusesAMalformedOrigin(t *testing.T) {
+	params, err := event.Marshal(world.FabricSendParams{DestWorld: "d", Mode: world.FabricInbox, Inbox: "in"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it := vocab.Intent{IntentHash: world.IntentHash("w", 1, 0, world.KindFabricSend, params), Kind: world.KindFabricSend, Params: params}
+	for _, origin := range []string{"", "w", "w@x"} {
+		it.Origin = origin
+		if _, err := world.FabricMessage(it); !errors.Is(err, vocab.ErrOrigin) {
+			t.Fatalf("origin %q: %v, want ErrOrigin", origin, err)
 		}
 	}
-	for _, s := range []string{"", "a", "@1", "a@", "a@01", "a@-1", "a@x"} {
-		if _, err := world.ParseOrigin(s); err == nil {
-			t.Fatalf("ParseOrigin(%q) accepted", s)
-		}
+	it.Origin = "w@1"
+	if d, err := world.FabricMessage(it); err != nil || d.DestWorld != "d" || d.MessageID != it.IntentHash {
+		t.Fatalf("origin w@1: %+v, %v", d, err)
 	}
 }
 
@@ -186,7 +194,7 @@ func TestNamedEncodersMatchTheTypedOnes(t *testing.T) {
 	}
 
 	f := newFeeder(t, accountDef(), "acct")
-	if res := f.feed(world.InputEvent, named); res.Outcome != world.OutcomeOK {
+	if res := f.feed(vocab.KindEvent, named); res.Outcome != world.OutcomeOK {
 		t.Fatalf("named deposit: %s %v", res.Outcome, res.Err)
 	}
 	balance, err := world.TypeName(Balance{})
@@ -197,7 +205,7 @@ func TestNamedEncodersMatchTheTypedOnes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := f.feed(world.InputCall, call)
+	res := f.feed(vocab.KindCall, call)
 	var got int64
 	if res.Reply == nil || res.Reply.Err != nil || world.Decode(res.Reply.Value, &got) != nil || got != 7 {
 		t.Fatalf("named call's reply: %+v", res.Reply)

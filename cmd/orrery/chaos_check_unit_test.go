@@ -16,6 +16,7 @@ import (
 	"github.com/fxamacker/cbor/v2"
 
 	"github.com/orrery-run/orrery/examples/ledger"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -276,7 +277,7 @@ func TestChaosCheckerDecodesTheJournal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r1, err := inst.Step(world.Input{Seq: 1, Kind: world.InputEvent, Payload: add, EnqueuedAt: now}, now)
+	r1, err := inst.Step(world.Input{Seq: 1, Kind: vocab.KindEvent, Payload: add, EnqueuedAt: now}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +285,7 @@ func TestChaosCheckerDecodesTheJournal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := inst.Step(world.Input{Seq: 2, Kind: world.InputCall, Payload: get, EnqueuedAt: now}, now)
+	r2, err := inst.Step(world.Input{Seq: 2, Kind: vocab.KindCall, Payload: get, EnqueuedAt: now}, now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -305,7 +306,7 @@ func readWorld(ctx context.Context, st store.Store, id string) (*worldReport, er
 		if err != nil {
 			return nil, fmt.Errorf("record %d: %w", e.RunSeq, err)
 		}
-		if in.Seq == 0 && in.Kind == world.InputTimer {
+		if in.Seq == 0 && in.Kind == vocab.KindTimer {
 			rep.direct++
 			continue
 		}
@@ -408,7 +409,7 @@ func (c *cluster) checkAcked(ctx context.Context, rep *worldReport, acks []acked
 			case n > 1:
 				f.brokenf("%s: pay %q (intent %.12s) has %d receipts, want 1", rep.id, a.Key, hash, n)
 			}
-			if st := s.Statuses[hash]; st != string(world.StatusOK) {
+			if st := s.Statuses[hash]; st != string(vocab.ReceiptOK) {
 				f.brokenf("%s: pay %q (intent %.12s) receipt status %q, want ok", rep.id, a.Key, hash, st)
 			}
 			if !final {

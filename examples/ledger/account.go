@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -279,7 +280,7 @@ func AccountDef() *world.Def[Account] {
 		}
 		// The receipt of a Held or Refused: the transfer's own timer
 		// covers an answer that could not be delivered.
-		if r.Status != world.StatusOK {
+		if r.Status != vocab.ReceiptOK {
 			c.Log("answer to a transfer undelivered", "intent", r.IntentHash, "status", string(r.Status))
 		}
 		return nil
@@ -290,7 +291,7 @@ func AccountDef() *world.Def[Account] {
 // settleAudit records an audit request's receipt: ok only for a 2xx answer.
 func settleAudit(a *Audit, r world.Receipt) {
 	a.Outcome = AuditError
-	if r.Status != world.StatusOK {
+	if r.Status != vocab.ReceiptOK {
 		var f struct {
 			Error string `cbor:"error"`
 		}

@@ -22,6 +22,11 @@
 //     hold when it arrives, so no money stays promised. The Status call
 //     replies the saga's state.
 //
+// The accounts' audit reports are http.request effects: a node serves them
+// with the built-in HTTP adapter, or in process with audit.Recorder
+// (examples/ledger/audit), an adapter written as an application writes
+// one, against package vocab and package world only.
+//
 // And one durable workflow, ledger.payout (PayoutDef): it validates a payout,
 // waits for an operator's "approved" signal, and records a notice, each step
 // journaled by package workflow.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/examples/ledger"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -45,10 +46,10 @@ func (f *feeder[S]) event(v any) world.StepResult {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return f.input(world.InputEvent, p, t0)
+	return f.input(vocab.KindEvent, p, t0)
 }
 
-func (f *feeder[S]) receipt(in world.Intent, status world.ReceiptStatus, body any) world.StepResult {
+func (f *feeder[S]) receipt(in vocab.Intent, status vocab.ReceiptStatus, body any) world.StepResult {
 	f.t.Helper()
 	var b []byte
 	if body != nil {
@@ -57,11 +58,11 @@ func (f *feeder[S]) receipt(in world.Intent, status world.ReceiptStatus, body an
 			f.t.Fatal(err)
 		}
 	}
-	p, err := world.EncodeReceipt(world.Receipt{IntentHash: in.Hash, Kind: in.Kind, Status: status, Body: b})
+	p, err := world.EncodeReceipt(world.Receipt{IntentHash: in.IntentHash, Kind: in.Kind, Status: status, Body: b})
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return f.input(world.InputReceipt, p, t0)
+	return f.input(vocab.KindReceipt, p, t0)
 }
 
 func (f *feeder[S]) value() S {
@@ -75,9 +76,9 @@ func (f *feeder[S]) value() S {
 
 // sent decodes the one fabric message of a step: its destination, type
 // and value.
-func sent(t *testing.T, res world.StepResult) (world.FabricSendParams, world.Intent) {
+func sent(t *testing.T, res world.StepResult) (world.FabricSendParams, vocab.Intent) {
 	t.Helper()
-	var sends []world.Intent
+	var sends []vocab.Intent
 	for _, in := range res.Intents {
 		if in.Kind == world.KindFabricSend {
 			sends = append(sends, in)
@@ -204,18 +205,18 @@ func TestWithdrawalsAboveTheThresholdAreAudited(t *testing.T) {
 	if s := a.value(); len(s.Audits) != 1 || s.Audits[0].Outcome != ledger.AuditPending {
 		t.Fatalf("audits %+v", s.Audits)
 	}
-	a.receipt(res.Intents[0], world.StatusOK, world.HTTPResponse{Status: 500})
+	a.receipt(res.Intents[0], vocab.ReceiptOK, world.HTTPResponse{Status: 500})
 	s := a.value()
 	if au := s.Audits[0]; au.Outcome != ledger.AuditError || au.HTTPStatus != 500 {
 		t.Fatalf("a 500 answer recorded as %+v", au)
 	}
 	res = a.event(ledger.Withdraw{Amount: 200, Ref: "big-2"})
-	a.receipt(res.Intents[0], world.StatusOK, world.HTTPResponse{Status: 204})
+	a.receipt(res.Intents[0], vocab.ReceiptOK, world.HTTPResponse{Status: 204})
 	if au := a.value().Audits[1]; au.Outcome != ledger.AuditOK || au.HTTPStatus != 204 {
 		t.Fatalf("a 204 answer recorded as %+v", au)
 	}
 	// A second receipt for the same intent never reaches the handler.
-	if res := a.receipt(res.Intents[0], world.StatusError, nil); res.Outcome != world.OutcomeStale {
+	if res := a.receipt(res.Intents[0], vocab.ReceiptError, nil); res.Outcome != world.OutcomeStale {
 		t.Fatalf("duplicate receipt: outcome %s", res.Outcome)
 	}
 }
@@ -240,14 +241,14 @@ func TestAccountKeepsABoundedHistory(t *testing.T) {
 func TestTransferSagaStepsToCompletion(t *testing.T) {
 	tr := newFeeder(t, ledger.TransferDef(), "t-1")
 	res := tr.event(ledger.Start{From: "alice", To: "bob", Amount: 50, TimeoutMs: 5000})
-	if len(res.TimerSets) != 1 || !res.TimerSets[0].At.Equal(t0.Add(5*time.Second)) {
+	if len(res.TimerSets) != 1 || !res.TimerSets[0].DeliverAt.Equal(t0.Add(5*time.Second)) {
 		t.Fatalf("start armed %v", res.TimerSets)
 	}
 	hold, holdIntent := sent(t, res)
 	if hold.DestWorld != "alice" || hold.DestUniverse != ledger.UniverseAccount || hold.Schema != "ledger/Hold" {
 		t.Fatalf("hold sent as %+v", hold)
 	}
-	tr.receipt(holdIntent, world.StatusOK, nil)
+	tr.receipt(holdIntent, vocab.ReceiptOK, nil)
 	res = tr.event(ledger.Held{Account: "alice", Amount: 50})
 	if len(res.TimerCancels) != 1 {
 		t.Fatalf("held cancelled %v", res.TimerCancels)
@@ -259,7 +260,7 @@ func TestTransferSagaStepsToCompletion(t *testing.T) {
 	if s := tr.value(); s.Phase != ledger.PhaseHeld || s.TimerState != ledger.TimerCancelled {
 		t.Fatalf("after held: %s, timer %s", s.Phase, s.TimerState)
 	}
-	capture, _ := sent(t, tr.receipt(depIntent, world.StatusOK, nil))
+	capture, _ := sent(t, tr.receipt(depIntent, vocab.ReceiptOK, nil))
 	if capture.DestWorld != "alice" || capture.Schema != "ledger/Capture" {
 		t.Fatalf("capture sent as %+v", capture)
 	}
@@ -272,7 +273,7 @@ func TestTransferTimeoutReleasesAndIgnoresALateHeld(t *testing.T) {
 	tr := newFeeder(t, ledger.TransferDef(), "t-2")
 	res := tr.event(ledger.Start{From: "alice", To: "bob", Amount: 50, TimeoutMs: 1000})
 	fire := res.TimerSets[0]
-	rel, _ := sent(t, tr.input(world.InputTimer, fire.Payload, fire.At))
+	rel, _ := sent(t, tr.input(vocab.KindTimer, fire.Payload, fire.DeliverAt))
 	if rel.DestWorld != "alice" || rel.Schema != "ledger/Release" {
 		t.Fatalf("timeout sent %+v", rel)
 	}
@@ -292,7 +293,7 @@ func TestTransferUndeliverableDepositReleases(t *testing.T) {
 	tr := newFeeder(t, ledger.TransferDef(), "t-3")
 	tr.event(ledger.Start{From: "alice", To: "nobody", Amount: 5})
 	_, dep := sent(t, tr.event(ledger.Held{Account: "alice", Amount: 5}))
-	rel, _ := sent(t, tr.receipt(dep, world.StatusError, nil))
+	rel, _ := sent(t, tr.receipt(dep, vocab.ReceiptError, nil))
 	if rel.Schema != "ledger/Release" || rel.DestWorld != "alice" {
 		t.Fatalf("an undeliverable deposit sent %+v", rel)
 	}

@@ -3,12 +3,12 @@ package ledger_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/orrery-run/orrery/examples/ledger"
+	"github.com/orrery-run/orrery/examples/ledger/audit"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/plane/node"
@@ -21,45 +21,19 @@ import (
 // time of a synctest bubble: the node's leases, timers and retries all
 // wait on the bubble's clock, and the waits below advance it.
 
-// auditStub serves http.request in place of the network: it records each
-// request it executes and answers 204.
-type auditStub struct {
-	mu  sync.Mutex
-	got []world.HTTPRequest
-}
-
-func (*auditStub) Kinds() []string { return []string{world.KindHTTPRequest} }
-
-func (a *auditStub) Execute(_ context.Context, item store.EffectItem) (adapter.Result, error) {
-	req, err := adapter.DecodeHTTPRequest(item.Params)
-	if err != nil {
-		return adapter.Result{}, adapter.Permanent(err)
-	}
-	a.mu.Lock()
-	a.got = append(a.got, req)
-	a.mu.Unlock()
-	return adapter.OK(world.HTTPResponse{Status: 204}), nil
-}
-
-func (a *auditStub) requests() []world.HTTPRequest {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]world.HTTPRequest(nil), a.got...)
-}
-
 type env struct {
 	t     *testing.T
 	ctx   context.Context
 	st    *memstore.Store
 	n     *node.Node
-	audit *auditStub
-	ids   []string // every world created, for the parity check
+	audit *audit.Recorder // the audit service, in process
+	ids   []string        // every world created, for the parity check
 }
 
 // newEnv starts a node in the current bubble; it is stopped at cleanup.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{t: t, ctx: context.Background(), st: memstore.New(), audit: &auditStub{}}
+	e := &env{t: t, ctx: context.Background(), st: memstore.New(), audit: &audit.Recorder{}}
 	n, err := node.Start(e.ctx, node.Config{
 		Worker: "w1", Store: e.st, Kernels: ledger.Kernels(), LeaseTTL: 2 * time.Second, ClaimTTL: 5 * time.Second,
 		Adapters: []adapter.Registration{adapter.Register(e.audit, adapter.NoRetry())},
@@ -334,7 +308,7 @@ func TestLargeWithdrawalGetsExactlyOneAuditReceipt(t *testing.T) {
 		if au := a.Audits[0]; au.Outcome != ledger.AuditOK || au.HTTPStatus != 204 || au.Ref != "car" || au.Amount != 2500 {
 			t.Fatalf("audit %+v", au)
 		}
-		reqs := e.audit.requests()
+		reqs := e.audit.Requests()
 		if len(reqs) != 1 || reqs[0].Method != "POST" || reqs[0].URL != "https://audit.example/carol" {
 			t.Fatalf("audit service got %+v", reqs)
 		}

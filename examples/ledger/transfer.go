@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -156,7 +157,7 @@ func TransferDef() *world.Def[Transfer] {
 		return s.fail(c, fmt.Sprintf("no answer from %s within %dms", s.From, s.DeadlineMs-s.StartedMs), true)
 	})
 	world.On(d, func(c *world.Ctx, s *Transfer, r world.Receipt) error {
-		ok := r.Status == world.StatusOK
+		ok := r.Status == vocab.ReceiptOK
 		switch r.IntentHash {
 		case s.HoldMsg:
 			if !ok && s.Phase == PhasePending {

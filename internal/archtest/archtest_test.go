@@ -164,8 +164,12 @@ func layerTable() []layer {
 		{"workflow", []string{"workflow"}},
 		// Lease timing, shared by plane's host and workflow's worker.
 		{"leasing", []string{"internal/leasing"}},
+		// The adapter contract: what an application's adapter implements.
+		{"effect", []string{"effect"}},
 		{"world", []string{"world"}},
 		{"store", []string{"store"}},
+		// The shared vocabulary of intents, receipts, inbox kinds and claims.
+		{"vocab", []string{"vocab"}},
 		{"event", []string{"event"}},
 		{"lab", []string{"lab"}},
 		{"registry", []string{"registry"}},

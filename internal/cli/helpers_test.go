@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/api"
+	"github.com/orrery-run/orrery/effect"
 	"github.com/orrery-run/orrery/examples/ledger"
 	"github.com/orrery-run/orrery/internal/cli"
 	"github.com/orrery-run/orrery/plane"
@@ -38,20 +39,20 @@ type auditAdapter struct{}
 
 func (auditAdapter) Kinds() []string { return []string{world.KindHTTPRequest} }
 
-func (auditAdapter) Execute(ctx context.Context, item store.EffectItem) (adapter.Result, error) {
+func (auditAdapter) Execute(ctx context.Context, item store.EffectItem) (effect.Result, error) {
 	req, err := adapter.DecodeHTTPRequest(item.Params)
 	if err != nil {
-		return adapter.Result{}, adapter.Permanent(err)
+		return effect.Result{}, effect.Permanent(err)
 	}
 	switch req.URL {
 	case auditHang:
 		// Until the pool stops: an operator's receipt is what completes it.
 		<-ctx.Done()
-		return adapter.Result{}, ctx.Err()
+		return effect.Result{}, ctx.Err()
 	case auditFail:
-		return adapter.Result{}, adapter.Permanent(errAuditDown)
+		return effect.Result{}, effect.Permanent(errAuditDown)
 	}
-	return adapter.OK(world.HTTPResponse{Status: 204}), nil
+	return effect.OK(world.HTTPResponse{Status: 204}), nil
 }
 
 type auditError string

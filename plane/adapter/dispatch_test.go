@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/effect"
 	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/plane/internal/backendtest"
 	"github.com/orrery-run/orrery/plane/reaper"
 	"github.com/orrery-run/orrery/store"
-	"github.com/orrery-run/orrery/world"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // runReaper runs the effect reaper until the returned stop is called.
@@ -29,11 +30,11 @@ func runReaper(e *env, st store.Store, ttl time.Duration) (stop func()) {
 // is executed at most once, and no effect is executed by both pools.
 func TestDuplicateDispatchTwoPoolsOneReceiptPerIntent(t *testing.T) {
 	onBackends(t, func(t *testing.T, k *kit) {
-		f := &fake{do: func(ctx context.Context, _ store.EffectItem, _ int) (adapter.Result, error) {
+		f := &fake{do: func(ctx context.Context, _ vocab.EffectItem, _ int) (effect.Result, error) {
 			if err := actor.Sleep(ctx, k.ex, 20*time.Millisecond); err != nil {
-				return adapter.Result{}, err
+				return effect.Result{}, err
 			}
-			return adapter.OK(nil), nil
+			return effect.OK(nil), nil
 		}}
 		var hs []string
 		for i := 0; i < 40; i++ {
@@ -74,7 +75,7 @@ type slowCompletes struct {
 	delay time.Duration
 }
 
-func (s slowCompletes) Complete(ctx context.Context, h string, c store.Claim, r store.Receipt) (uint64, bool, error) {
+func (s slowCompletes) Complete(ctx context.Context, h string, c vocab.Claim, r vocab.Receipt) (uint64, bool, error) {
 	time.Sleep(s.delay)
 	return s.Store.Complete(ctx, h, c, r)
 }
@@ -91,9 +92,9 @@ func TestClaimExpiryReapReclaimLoserGetsClaimLost(t *testing.T) {
 		e := newEnv(t)
 		const ttl = 10 * time.Second
 		slow := func(d time.Duration, who string) *fake {
-			return &fake{do: func(context.Context, store.EffectItem, int) (adapter.Result, error) {
+			return &fake{do: func(context.Context, vocab.EffectItem, int) (effect.Result, error) {
 				time.Sleep(d)
-				return adapter.OK(who), nil
+				return effect.OK(who), nil
 			}}
 		}
 		// A (one slot, so it cannot reclaim while stuck) claims at 0,
@@ -137,12 +138,12 @@ func TestLateCompletionAfterWinnerIsDuplicate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
 		const ttl = 10 * time.Second
-		fa := &fake{do: func(context.Context, store.EffectItem, int) (adapter.Result, error) {
+		fa := &fake{do: func(context.Context, vocab.EffectItem, int) (effect.Result, error) {
 			time.Sleep(8 * time.Second)
-			return adapter.OK("a"), nil
+			return effect.OK("a"), nil
 		}}
-		fb := &fake{do: func(context.Context, store.EffectItem, int) (adapter.Result, error) {
-			return adapter.OK("b"), nil
+		fb := &fake{do: func(context.Context, vocab.EffectItem, int) (effect.Result, error) {
+			return effect.OK("b"), nil
 		}}
 		h := e.publish(kindTest, "x")
 		a := newPool(t, slowCompletes{e.st, 4 * ttl}, adapter.Config{Worker: "pool-a", Executor: e.ex, ClaimTTL: ttl, Concurrency: 1}, adapter.Register(fa, adapter.RetryPolicy{}))
@@ -192,20 +193,20 @@ func crashRun(t *testing.T, boundary string) {
 			return nil
 		}
 		st = k.handle(hook)
-		f := &fake{do: func(_ context.Context, item store.EffectItem, _ int) (adapter.Result, error) {
+		f := &fake{do: func(_ context.Context, item vocab.EffectItem, _ int) (effect.Result, error) {
 			if boundary == "after effect claim before external call" {
 				mu.Lock()
 				first := !crashed
 				mu.Unlock()
 				if first {
 					crash()
-					return adapter.Result{}, errors.New("process died")
+					return effect.Result{}, errors.New("process died")
 				}
 			}
 			mu.Lock()
 			ext = append(ext, call{hash: item.IntentHash, attempt: item.Attempt, worker: item.ClaimedBy})
 			mu.Unlock()
-			return adapter.OK("done"), nil
+			return effect.OK("done"), nil
 		}}
 		const ttl = 10 * time.Second
 		h := k.publish(kindTest, "x")
@@ -233,7 +234,7 @@ func crashRun(t *testing.T, boundary string) {
 		stopReaper()
 		r2.stop()
 		got := oneReceiptEach(t, st2, k.world, h)[h]
-		if got.Status != world.StatusOK {
+		if got.Status != vocab.ReceiptOK {
 			t.Fatalf("receipt %s", got.Status)
 		}
 		atMostOncePerClaim(t, f.snapshot())
@@ -250,7 +251,7 @@ func crashRun(t *testing.T, boundary string) {
 		if s := p2.Stats(); s.Completed != 1 {
 			t.Fatalf("restarted pool stats %+v", s)
 		}
-		if st, _ := st2.EffectStatus(k.ctx, h); st.Attempts != 2 || st.State != store.EffectDone {
+		if st, _ := st2.EffectStatus(k.ctx, h); st.Attempts != 2 || st.State != vocab.EffectDone {
 			t.Fatalf("effect %+v, want done after 2 claims", st)
 		}
 	})

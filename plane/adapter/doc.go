@@ -6,13 +6,34 @@
 // world's inbox. It also holds the two built-in adapters: HTTP
 // (http.request) and Fabric (fabric.send).
 //
-// Applications serve their own effect kinds by implementing Adapter in Go
-// and registering it with the pool:
+// Applications serve their own effect kinds by implementing effect.Adapter
+// and registering it with the pool. An adapter speaks the effect
+// vocabulary (package vocab: the EffectItem it is handed, the Result it
+// answers, Permanent and Unknown for the failures of an attempt) and
+// decodes its params with world.Decode; it never imports the store
+// (examples/ledger/audit is one):
+//
+//	type emailAdapter struct{ smtp *Mailer }
+//
+//	func (emailAdapter) Kinds() []string { return []string{"email.send"} }
+//
+//	func (a emailAdapter) Execute(ctx context.Context, it vocab.EffectItem) (effect.Result, error) {
+//		var m Email
+//		if err := world.Decode(it.Params, &m); err != nil {
+//			return effect.Result{}, effect.Permanent(err) // never servable: an error receipt at once
+//		}
+//		if err := a.smtp.Send(ctx, m, it.IntentHash); err != nil {
+//			return effect.Result{}, effect.Unknown(err) // it may have been sent: retried, then a timeout
+//		}
+//		return effect.OK(nil), nil
+//	}
+//
+// and, where the node or pool is built:
 //
 //	pool, err := adapter.NewPool(st, adapter.Config{Worker: "adapters-1", Executor: ex},
 //		adapter.Register(adapter.NewHTTP(ex, adapter.HTTPConfig{}), adapter.RetryPolicy{}),
 //		adapter.Register(adapter.NewFabric(st), adapter.RetryUntilKnown()),
-//		adapter.Register(myEmailAdapter{}, adapter.RetryPolicy{Attempts: 5, Base: time.Second}),
+//		adapter.Register(emailAdapter{smtp: mailer}, adapter.RetryPolicy{Attempts: 5, Base: time.Second}),
 //	)
 //	ex.Go(func() { _ = pool.Run(ctx) })
 //

@@ -3,9 +3,10 @@ package adapter
 import (
 	"context"
 	"errors"
-	"fmt"
 
+	"github.com/orrery-run/orrery/effect"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -53,14 +54,10 @@ func NewFabric(st FabricStore) *Fabric { return &Fabric{st: st} }
 func (*Fabric) Kinds() []string { return []string{KindFabric} }
 
 // Execute implements Adapter.
-func (f *Fabric) Execute(ctx context.Context, item store.EffectItem) (Result, error) {
-	origin, err := world.ParseOrigin(item.Origin)
+func (f *Fabric) Execute(ctx context.Context, item vocab.EffectItem) (effect.Result, error) {
+	d, err := world.FabricMessage(item.Intent)
 	if err != nil {
-		return fabricError(item, "", fmt.Sprintf("fabric.send origin %q: %v", item.Origin, err)), nil
-	}
-	d, err := world.FabricMessage(world.Intent{Hash: item.IntentHash, Kind: item.Kind, Params: item.Params, Origin: origin})
-	if err != nil {
-		return fabricError(item, "", "fabric.send params: "+err.Error()), nil
+		return fabricError(item, "", "fabric.send intent: "+err.Error()), nil
 	}
 	if d.DestUniverse != "" {
 		w, err := f.st.GetWorld(ctx, d.DestWorld)
@@ -68,7 +65,7 @@ func (f *Fabric) Execute(ctx context.Context, item store.EffectItem) (Result, er
 		case errors.Is(err, store.ErrWorldNotFound):
 			return fabricError(item, d.DestWorld, "destination world not found"), nil
 		case err != nil:
-			return Result{}, Unknown(err)
+			return effect.Result{}, effect.Unknown(err)
 		case w.Universe != d.DestUniverse:
 			return fabricError(item, d.DestWorld, "destination world is not in universe "+d.DestUniverse), nil
 		}
@@ -82,13 +79,13 @@ func (f *Fabric) Execute(ctx context.Context, item store.EffectItem) (Result, er
 	case errors.Is(err, store.ErrInvalid):
 		return fabricError(item, d.DestWorld, err.Error()), nil
 	case err != nil:
-		return Result{}, Unknown(err)
+		return effect.Result{}, effect.Unknown(err)
 	}
 	status := world.FabricStatusOK
 	if r.Status == store.FabricAlreadyEnqueued {
 		status = world.FabricStatusAlreadyEnqueued
 	}
-	return OK(world.FabricSendReceipt{
+	return effect.OK(world.FabricSendReceipt{
 		Status: status, MessageID: d.MessageID, DestWorld: d.DestWorld, EnqueuedSeq: world.SeqBytes(r.Seq),
 	}), nil
 }
@@ -97,8 +94,8 @@ func (f *Fabric) Execute(ctx context.Context, item store.EffectItem) (Result, er
 // The seed's receipt has no field for a reason, so the reason goes to the
 // error receipt's status alone and to the logs of whoever reads the
 // effect's status; the body keeps exactly the seed's fields.
-func fabricError(item store.EffectItem, dest, _ string) Result {
-	return Result{Status: world.StatusError, Body: world.FabricSendReceipt{
+func fabricError(item vocab.EffectItem, dest, _ string) effect.Result {
+	return effect.Result{Status: vocab.ReceiptError, Body: world.FabricSendReceipt{
 		Status: world.FabricStatusError, MessageID: item.IntentHash, DestWorld: dest,
 	}}
 }

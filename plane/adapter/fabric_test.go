@@ -12,6 +12,7 @@ import (
 	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/plane/internal/backendtest"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -43,7 +44,7 @@ func fabricItems(t *testing.T, st store.Store, w string) []store.InboxItem {
 	}
 	var out []store.InboxItem
 	for _, it := range items {
-		if it.Kind == store.KindFabric {
+		if it.Kind == vocab.KindFabric {
 			out = append(out, it)
 		}
 	}
@@ -65,7 +66,7 @@ func TestFabricSendDeliversOnceAndReceiptReturnsToSender(t *testing.T) {
 		if len(delivered) != 1 {
 			t.Fatalf("%d deliveries", len(delivered))
 		}
-		if got.Status != world.StatusOK || b.Status != world.FabricStatusOK || b.MessageID != h || b.DestWorld != "w2" ||
+		if got.Status != vocab.ReceiptOK || b.Status != world.FabricStatusOK || b.MessageID != h || b.DestWorld != "w2" ||
 			binary.BigEndian.Uint64(b.EnqueuedSeq) != delivered[0].Seq {
 			t.Fatalf("receipt %s %+v", got.Status, b)
 		}
@@ -133,7 +134,7 @@ func TestFabricDedupeRetryEnqueuesOnceSenderGetsAlreadyEnqueued(t *testing.T) {
 		}
 		got := oneReceiptEach(t, st2, k.world, h)[h]
 		b := fabricReceipt(t, got)
-		if got.Status != world.StatusOK || b.Status != world.FabricStatusAlreadyEnqueued || binary.BigEndian.Uint64(b.EnqueuedSeq) != delivered[0].Seq {
+		if got.Status != vocab.ReceiptOK || b.Status != world.FabricStatusAlreadyEnqueued || binary.BigEndian.Uint64(b.EnqueuedSeq) != delivered[0].Seq {
 			t.Fatalf("receipt %s %+v", got.Status, b)
 		}
 	})
@@ -160,7 +161,7 @@ func TestFabricUnknownOrArchivedDestinationIsTerminalError(t *testing.T) {
 		got := oneReceiptEach(t, e.st, e.world, unknown, archived, wrongU)
 		for _, h := range []string{unknown, archived, wrongU} {
 			b := fabricReceipt(t, got[h])
-			if got[h].Status != world.StatusError || b.Status != world.FabricStatusError || b.MessageID != h {
+			if got[h].Status != vocab.ReceiptError || b.Status != world.FabricStatusError || b.MessageID != h {
 				t.Fatalf("receipt %s %+v", got[h].Status, b)
 			}
 		}

@@ -9,9 +9,11 @@ import (
 	"testing"
 
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/effect"
 	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -54,14 +56,14 @@ func FuzzHTTPParams(f *testing.F) {
 		tr := &canned{}
 		a := adapter.NewHTTP(actor.NewExecutor(1), adapter.HTTPConfig{Client: &http.Client{Transport: tr}})
 		_, decErr := adapter.DecodeHTTPRequest(params)
-		res, err := a.Execute(context.Background(), store.EffectItem{Intent: store.Intent{Kind: adapter.KindHTTP, Params: params}})
+		res, err := a.Execute(context.Background(), vocab.EffectItem{Intent: vocab.Intent{Kind: adapter.KindHTTP, Params: params}})
 		if decErr != nil {
-			if tr.asked || !adapter.IsPermanent(err) {
+			if tr.asked || !effect.IsPermanent(err) {
 				t.Fatalf("rejected params (%v): asked=%v, err=%v", decErr, tr.asked, err)
 			}
 			return
 		}
-		if !tr.asked || err != nil || res.Status != world.StatusOK {
+		if !tr.asked || err != nil || res.Status != vocab.ReceiptOK {
 			t.Fatalf("accepted params: asked=%v, status=%s, err=%v", tr.asked, res.Status, err)
 		}
 	})
@@ -90,7 +92,7 @@ func FuzzFabricParams(f *testing.F) {
 			t.Fatal(err)
 		}
 		a := adapter.NewFabric(st)
-		item := store.EffectItem{Intent: store.Intent{
+		item := vocab.EffectItem{Intent: vocab.Intent{
 			IntentHash: world.IntentHash("w1", 1, 0, adapter.KindFabric, params), Kind: adapter.KindFabric, Params: params, Origin: origin,
 		}}
 		for i := 0; i < 2; i++ {
@@ -103,9 +105,9 @@ func FuzzFabricParams(f *testing.F) {
 				t.Fatalf("body %T", res.Body)
 			}
 			switch {
-			case res.Status == world.StatusError && body.Status == world.FabricStatusError:
-			case res.Status == world.StatusOK && i == 0 && body.Status == world.FabricStatusOK:
-			case res.Status == world.StatusOK && i == 1 && body.Status == world.FabricStatusAlreadyEnqueued:
+			case res.Status == vocab.ReceiptError && body.Status == world.FabricStatusError:
+			case res.Status == vocab.ReceiptOK && i == 0 && body.Status == world.FabricStatusOK:
+			case res.Status == vocab.ReceiptOK && i == 1 && body.Status == world.FabricStatusAlreadyEnqueued:
 			default:
 				t.Fatalf("send %d: %s %+v", i, res.Status, body)
 			}

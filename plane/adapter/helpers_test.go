@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/effect"
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -62,8 +64,8 @@ func (e *env) publish(kind string, params any) string {
 	}
 	e.height++
 	h := world.IntentHash(e.world, e.height, 0, kind, b)
-	origin := world.Origin{World: e.world, Height: e.height}.String()
-	if _, err := e.st.Publish(e.ctx, e.world, e.epoch, []store.Intent{{IntentHash: h, Kind: kind, Params: b, Origin: origin}}); err != nil {
+	origin := vocab.Origin{World: e.world, Height: e.height}.String()
+	if _, err := e.st.Publish(e.ctx, e.world, e.epoch, []vocab.Intent{{IntentHash: h, Kind: kind, Params: b, Origin: origin}}); err != nil {
 		e.t.Fatal(err)
 	}
 	return h
@@ -78,7 +80,7 @@ func receipts(t *testing.T, st store.Store, worldID string) []world.Receipt {
 	}
 	var out []world.Receipt
 	for _, it := range items {
-		if it.Kind != store.KindReceipt {
+		if it.Kind != vocab.KindReceipt {
 			continue
 		}
 		var r world.Receipt
@@ -142,7 +144,7 @@ type call struct {
 // fake is an Adapter whose behaviour a test scripts, recording every call.
 type fake struct {
 	kinds []string
-	do    func(ctx context.Context, item store.EffectItem, n int) (adapter.Result, error)
+	do    func(ctx context.Context, item vocab.EffectItem, n int) (effect.Result, error)
 
 	mu      sync.Mutex
 	calls   []call
@@ -157,7 +159,7 @@ func (f *fake) Kinds() []string {
 	return f.kinds
 }
 
-func (f *fake) Execute(ctx context.Context, item store.EffectItem) (adapter.Result, error) {
+func (f *fake) Execute(ctx context.Context, item vocab.EffectItem) (effect.Result, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, call{hash: item.IntentHash, attempt: item.Attempt, worker: item.ClaimedBy, at: time.Now()})
 	n := 0
@@ -175,7 +177,7 @@ func (f *fake) Execute(ctx context.Context, item store.EffectItem) (adapter.Resu
 		f.mu.Unlock()
 	}()
 	if f.do == nil {
-		return adapter.OK(map[string]string{"echo": item.IntentHash[:8]}), nil
+		return effect.OK(map[string]string{"echo": item.IntentHash[:8]}), nil
 	}
 	return f.do(ctx, item, n)
 }
@@ -217,9 +219,9 @@ func newPool(t *testing.T, st adapter.Store, cfg adapter.Config, regs ...adapter
 	return p
 }
 
-func decodeFailure(t *testing.T, r world.Receipt) adapter.Failure {
+func decodeFailure(t *testing.T, r world.Receipt) effect.Failure {
 	t.Helper()
-	var f adapter.Failure
+	var f effect.Failure
 	if err := r.Decode(&f); err != nil {
 		t.Fatalf("receipt body is not a Failure: %v", err)
 	}

@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/effect"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -177,20 +179,20 @@ func validHeaderValue(s string) bool {
 }
 
 // Execute implements Adapter.
-func (a *HTTP) Execute(ctx context.Context, item store.EffectItem) (Result, error) {
+func (a *HTTP) Execute(ctx context.Context, item vocab.EffectItem) (effect.Result, error) {
 	var p world.HTTPRequest
 	if err := world.Decode(item.Params, &p); err != nil {
-		return Result{}, Permanent(fmt.Errorf("http.request params do not decode: %w", err))
+		return effect.Result{}, effect.Permanent(fmt.Errorf("http.request params do not decode: %w", err))
 	}
 	req, err := parseHTTPRequest(p, a.cfg.Timeout, a.cfg.MaxResponseBytes)
 	if err != nil {
-		return Result{}, Permanent(err)
+		return effect.Result{}, effect.Permanent(err)
 	}
 	rctx, cancel := actor.WithTimeout(ctx, a.ex, req.timeout)
 	defer cancel()
 	hr, err := http.NewRequestWithContext(rctx, req.method, req.url.String(), bytes.NewReader(req.body))
 	if err != nil {
-		return Result{}, Permanent(fmt.Errorf("http.request: %w", err))
+		return effect.Result{}, effect.Permanent(fmt.Errorf("http.request: %w", err))
 	}
 	hr.Header = req.headers
 	// Whether any of the request may have reached the server: from the
@@ -217,7 +219,7 @@ func (a *HTTP) Execute(ctx context.Context, item store.EffectItem) (Result, erro
 	if uint64(len(body)) > req.limit {
 		out.Body, out.Truncated = body[:req.limit], true
 	}
-	return OK(out), nil
+	return effect.OK(out), nil
 }
 
 // beforeSending reports whether err certainly came before any byte of the
@@ -239,15 +241,15 @@ func beforeSending(err error) bool {
 // knows why); a failure once the request may have reached the server
 // (sent) is Unknown; anything else is a transport error before sending,
 // retried.
-func (a *HTTP) failed(ctx, rctx context.Context, req httpRequest, err error, sent bool) (Result, error) {
+func (a *HTTP) failed(ctx, rctx context.Context, req httpRequest, err error, sent bool) (effect.Result, error) {
 	if ctx.Err() != nil {
-		return Result{}, ctx.Err()
+		return effect.Result{}, ctx.Err()
 	}
 	if rctx.Err() != nil {
-		return Result{Status: world.StatusTimeout, Body: Failure{Error: fmt.Sprintf("http.request timed out after %v", req.timeout)}}, nil
+		return effect.Result{Status: vocab.ReceiptTimeout, Body: effect.Failure{Error: fmt.Sprintf("http.request timed out after %v", req.timeout)}}, nil
 	}
 	if sent {
-		return Result{}, Unknown(fmt.Errorf("http.request: the exchange failed after the request was sent: %w", err))
+		return effect.Result{}, effect.Unknown(fmt.Errorf("http.request: the exchange failed after the request was sent: %w", err))
 	}
-	return Result{}, fmt.Errorf("http.request transport (nothing sent): %w", err)
+	return effect.Result{}, fmt.Errorf("http.request transport (nothing sent): %w", err)
 }

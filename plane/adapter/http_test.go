@@ -13,6 +13,7 @@ import (
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -72,7 +73,7 @@ func TestHTTPRequestOkReceiptCarriesStatusHeadersBody(t *testing.T) {
 	})
 	r := awaitReceipt(t, e, h)
 	var resp world.HTTPResponse
-	if err := r.Decode(&resp); err != nil || r.Status != world.StatusOK {
+	if err := r.Decode(&resp); err != nil || r.Status != vocab.ReceiptOK {
 		t.Fatalf("receipt %s (%v)", r.Status, err)
 	}
 	if resp.Status != 201 || string(resp.Body) != "created" || resp.Headers["X-Answer"][0] != "42" {
@@ -97,7 +98,7 @@ func TestHTTPNon2xxIsOkReceiptWithStatus(t *testing.T) {
 	h := e.publish(adapter.KindHTTP, world.HTTPRequest{Method: "GET", URL: srv.URL})
 	r := awaitReceipt(t, e, h)
 	var resp world.HTTPResponse
-	if err := r.Decode(&resp); err != nil || r.Status != world.StatusOK || resp.Status != 503 {
+	if err := r.Decode(&resp); err != nil || r.Status != vocab.ReceiptOK || resp.Status != 503 {
 		t.Fatalf("receipt %s %+v (%v)", r.Status, resp, err)
 	}
 	if n := hits.Load(); n != 1 {
@@ -119,7 +120,7 @@ func TestHTTPTransportFailureIsErrorAfterRetries(t *testing.T) {
 	h := e.publish(adapter.KindHTTP, world.HTTPRequest{Method: "GET", URL: "http://" + addr + "/"})
 	r := awaitReceipt(t, e, h)
 	f := decodeFailure(t, r)
-	if r.Status != world.StatusError || f.Attempts != 3 || !strings.Contains(f.Error, "transport") {
+	if r.Status != vocab.ReceiptError || f.Attempts != 3 || !strings.Contains(f.Error, "transport") {
 		t.Fatalf("receipt %s %+v", r.Status, f)
 	}
 }
@@ -140,7 +141,7 @@ func TestHTTPTimeoutIsTimeoutReceiptNotRetried(t *testing.T) {
 	defer stop()
 	h := e.publish(adapter.KindHTTP, world.HTTPRequest{Method: "GET", URL: srv.URL, TimeoutMs: 50})
 	r := awaitReceipt(t, e, h)
-	if f := decodeFailure(t, r); r.Status != world.StatusTimeout || !strings.Contains(f.Error, "timed out") {
+	if f := decodeFailure(t, r); r.Status != vocab.ReceiptTimeout || !strings.Contains(f.Error, "timed out") {
 		t.Fatalf("receipt %s %+v", r.Status, f)
 	}
 	// Not retried: the pool executed the request once. The server's count
@@ -169,12 +170,12 @@ func TestHTTPResponseOverLimitIsTruncatedOkReceipt(t *testing.T) {
 	at := e.publish(adapter.KindHTTP, world.HTTPRequest{Method: "GET", URL: srv.URL, MaxResponseBytes: 101})
 	r := awaitReceipt(t, e, over)
 	var resp world.HTTPResponse
-	if err := r.Decode(&resp); err != nil || r.Status != world.StatusOK || resp.Status != http.StatusAccepted || len(resp.Body) != 100 || !resp.Truncated {
+	if err := r.Decode(&resp); err != nil || r.Status != vocab.ReceiptOK || resp.Status != http.StatusAccepted || len(resp.Body) != 100 || !resp.Truncated {
 		t.Fatalf("over the limit: receipt %s, %d %d bytes truncated=%v (%v)", r.Status, resp.Status, len(resp.Body), resp.Truncated, err)
 	}
 	r = awaitReceipt(t, e, at)
 	resp = world.HTTPResponse{}
-	if err := r.Decode(&resp); err != nil || r.Status != world.StatusOK || len(resp.Body) != 101 || resp.Truncated {
+	if err := r.Decode(&resp); err != nil || r.Status != vocab.ReceiptOK || len(resp.Body) != 101 || resp.Truncated {
 		t.Fatalf("at the limit: receipt %s, %d bytes truncated=%v (%v)", r.Status, len(resp.Body), resp.Truncated, err)
 	}
 }
@@ -205,7 +206,7 @@ func TestHTTPConnectionLostAfterSendingIsNeverAnErrorReceipt(t *testing.T) {
 	defer stop()
 	lost := e.publish(adapter.KindHTTP, world.HTTPRequest{Method: "POST", URL: srv.URL, Body: []byte("pay 10")})
 	r := awaitReceipt(t, e, lost)
-	if f := decodeFailure(t, r); r.Status != world.StatusTimeout || f.Attempts != 2 || !strings.Contains(f.Error, "after the request was sent") {
+	if f := decodeFailure(t, r); r.Status != vocab.ReceiptTimeout || f.Attempts != 2 || !strings.Contains(f.Error, "after the request was sent") {
 		t.Fatalf("lost after sending: receipt %s %+v, want timeout after 2 attempts", r.Status, f)
 	}
 	if n := hits.Load(); n != 2 {
@@ -213,7 +214,7 @@ func TestHTTPConnectionLostAfterSendingIsNeverAnErrorReceipt(t *testing.T) {
 	}
 	never := e.publish(adapter.KindHTTP, world.HTTPRequest{Method: "POST", URL: refused})
 	r = awaitReceipt(t, e, never)
-	if f := decodeFailure(t, r); r.Status != world.StatusError || !strings.Contains(f.Error, "nothing sent") {
+	if f := decodeFailure(t, r); r.Status != vocab.ReceiptError || !strings.Contains(f.Error, "nothing sent") {
 		t.Fatalf("refused: receipt %s %+v, want error", r.Status, f)
 	}
 }
@@ -232,7 +233,7 @@ func TestHTTPBadParamsAreErrorReceipts(t *testing.T) {
 	} {
 		h := e.publish(adapter.KindHTTP, p)
 		r := awaitReceipt(t, e, h)
-		if f := decodeFailure(t, r); r.Status != world.StatusError || f.Attempts != 1 {
+		if f := decodeFailure(t, r); r.Status != vocab.ReceiptError || f.Attempts != 1 {
 			t.Fatalf("%v: receipt %s %+v", p, r.Status, f)
 		}
 	}

@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/effect"
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/plane/reaper"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -30,16 +32,16 @@ type labAdapter struct {
 
 func (*labAdapter) Kinds() []string { return []string{kindTest} }
 
-func (a *labAdapter) Execute(ctx context.Context, item store.EffectItem) (adapter.Result, error) {
+func (a *labAdapter) Execute(ctx context.Context, item vocab.EffectItem) (effect.Result, error) {
 	a.mu.Lock()
 	a.calls = append(a.calls, call{hash: item.IntentHash, attempt: item.Attempt, worker: item.ClaimedBy})
 	a.mu.Unlock()
 	d := time.Duration(a.ex.Uint64()%4000) * time.Millisecond // up to 4s, against a 3s claim
 	_ = actor.Sleep(context.WithoutCancel(ctx), a.ex, d)
 	if a.ex.Buggify("adapter.transient") {
-		return adapter.Result{}, errTransient
+		return effect.Result{}, errTransient
 	}
-	return adapter.OK(item.IntentHash[:8]), nil
+	return effect.OK(item.IntentHash[:8]), nil
 }
 
 // dispatchUnderLab: two pools and the effect reaper race on 12 effects in
@@ -75,7 +77,7 @@ func dispatchRun(env *lab.Env, total *adapter.Stats) error {
 		h := world.IntentHash("w1", uint64(i+1), 0, kindTest, params)
 		hashes = append(hashes, h)
 		for {
-			if _, err := st.Publish(ctx, "w1", l.Epoch, []store.Intent{{IntentHash: h, Kind: kindTest, Params: params, Origin: fmt.Sprintf("w1@%d", i+1)}}); err == nil {
+			if _, err := st.Publish(ctx, "w1", l.Epoch, []vocab.Intent{{IntentHash: h, Kind: kindTest, Params: params, Origin: fmt.Sprintf("w1@%d", i+1)}}); err == nil {
 				break
 			}
 		}

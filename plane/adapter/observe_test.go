@@ -15,9 +15,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/orrery-run/orrery/effect"
 	"github.com/orrery-run/orrery/plane/adapter"
-	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // observed collects a pool's EffectEvents.
@@ -47,13 +48,13 @@ func (o *observed) events() []adapter.EffectEvent {
 func TestPoolObservesCompletionWithLatencies(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
-		f := &fake{do: func(_ context.Context, _ store.EffectItem, n int) (adapter.Result, error) {
+		f := &fake{do: func(_ context.Context, _ vocab.EffectItem, n int) (effect.Result, error) {
 			if n == 1 {
 				time.Sleep(time.Second)
-				return adapter.Result{}, errTransient
+				return effect.Result{}, errTransient
 			}
 			time.Sleep(3 * time.Second)
-			return adapter.OK("done"), nil
+			return effect.OK("done"), nil
 		}}
 		var obs observed
 		h := e.publish(kindTest, "x")
@@ -72,7 +73,7 @@ func TestPoolObservesCompletionWithLatencies(t *testing.T) {
 		if err != nil || len(items) != 1 {
 			t.Fatalf("inbox %v (%v)", items, err)
 		}
-		want := adapter.EffectEvent{World: e.world, IntentHash: h, Kind: kindTest, Attempt: 1, Status: store.ReceiptOK,
+		want := adapter.EffectEvent{World: e.world, IntentHash: h, Kind: kindTest, Attempt: 1, Status: vocab.ReceiptOK,
 			InboxSeq: items[0].Seq, Dispatch: 11 * time.Second, Exec: 4 * time.Second}
 		if ev != want {
 			t.Fatalf("event %+v\nwant  %+v", ev, want)
@@ -111,11 +112,11 @@ func TestPoolObservesEveryCompletionAttempt(t *testing.T) {
 		// The adapter completes its own claim first, as a faster claim
 		// would have: the pool's completion is a duplicate.
 		var dupObs observed
-		beat := &fake{kinds: []string{"test.beaten"}, do: func(ctx context.Context, it store.EffectItem, _ int) (adapter.Result, error) {
-			if _, _, err := e.st.Complete(ctx, it.IntentHash, it.ClaimOf(), store.Receipt{Status: store.ReceiptOK, Payload: []byte{0xa0}}); err != nil {
-				return adapter.Result{}, adapter.Permanent(err)
+		beat := &fake{kinds: []string{"test.beaten"}, do: func(ctx context.Context, it vocab.EffectItem, _ int) (effect.Result, error) {
+			if _, _, err := e.st.Complete(ctx, it.IntentHash, it.ClaimOf(), vocab.Receipt{Status: vocab.ReceiptOK, Payload: []byte{0xa0}}); err != nil {
+				return effect.Result{}, effect.Permanent(err)
 			}
-			return adapter.OK("late"), nil
+			return effect.OK("late"), nil
 		}}
 		p2 := newPool(t, e.st, adapter.Config{Worker: "pool-2", Executor: e.ex, Observe: dupObs.observe}, adapter.Register(beat, adapter.NoRetry()))
 		r2 := run(p2)
@@ -164,7 +165,7 @@ type spyStore struct {
 	complete []trace.SpanContext
 }
 
-func (s *spyStore) Complete(ctx context.Context, h string, c store.Claim, r store.Receipt) (uint64, bool, error) {
+func (s *spyStore) Complete(ctx context.Context, h string, c vocab.Claim, r vocab.Receipt) (uint64, bool, error) {
 	s.mu.Lock()
 	s.complete = append(s.complete, trace.SpanContextFromContext(ctx))
 	s.mu.Unlock()
@@ -186,14 +187,14 @@ func TestPoolTracesEffectAndReceipt(t *testing.T) {
 		e := newEnv(t)
 		var seen []trace.SpanContext
 		var mu sync.Mutex
-		f := &fake{do: func(ctx context.Context, _ store.EffectItem, n int) (adapter.Result, error) {
+		f := &fake{do: func(ctx context.Context, _ vocab.EffectItem, n int) (effect.Result, error) {
 			mu.Lock()
 			seen = append(seen, trace.SpanContextFromContext(ctx))
 			mu.Unlock()
 			if n == 1 {
-				return adapter.Result{}, errTransient
+				return effect.Result{}, errTransient
 			}
-			return adapter.OK("done"), nil
+			return effect.OK("done"), nil
 		}}
 		_, cycle := tp.Tracer("test").Start(context.Background(), "cycle")
 		cycle.End()
@@ -313,8 +314,8 @@ func TestPoolLogsFailuresAtWarn(t *testing.T) {
 			return nil
 		}))
 		lh := &lineHandler{}
-		f := &fake{do: func(context.Context, store.EffectItem, int) (adapter.Result, error) {
-			return adapter.Result{}, errTransient
+		f := &fake{do: func(context.Context, vocab.EffectItem, int) (effect.Result, error) {
+			return effect.Result{}, errTransient
 		}}
 		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex, Logger: slog.New(lh)}, adapter.Register(f, adapter.NoRetry()))
 		r := run(p)

@@ -13,18 +13,20 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/effect"
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/plane/internal/otrace"
 	"github.com/orrery-run/orrery/plane/internal/seam"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
 // Store is what a Pool needs of the persistence plane (store.Store has it).
 type Store interface {
-	Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]store.EffectItem, error)
-	Complete(ctx context.Context, intentHash string, c store.Claim, r store.Receipt) (inboxSeq uint64, dup bool, err error)
-	ReleaseEffect(ctx context.Context, intentHash string, c store.Claim) error
+	Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]vocab.EffectItem, error)
+	Complete(ctx context.Context, intentHash string, c vocab.Claim, r vocab.Receipt) (inboxSeq uint64, dup bool, err error)
+	ReleaseEffect(ctx context.Context, intentHash string, c vocab.Claim) error
 	Watch(ctx context.Context, w store.Waker, topics ...string) (stop func(), err error)
 }
 
@@ -80,7 +82,7 @@ type EffectEvent struct {
 	IntentHash string
 	Kind       string
 	Attempt    int                 // the claim's attempt (EffectItem.Attempt)
-	Status     store.ReceiptStatus // of the receipt presented
+	Status     vocab.ReceiptStatus // of the receipt presented
 	Dup        bool                // another claim's receipt was first
 	Err        error               // the store's answer, nil when it took the receipt (or Dup)
 	InboxSeq   uint64              // the receipt's inbox seq, when Err is nil
@@ -395,7 +397,7 @@ func (p *Pool) waitIdle(wake actor.Parker) {
 // start executes one claimed item on its own goroutine. claimedAt is the
 // executor's time just before the claim: the claim's budget and expiry
 // count from it, so they never end later than the store's.
-func (p *Pool) start(ctx context.Context, wake actor.Parker, it store.EffectItem, claimedAt time.Time) {
+func (p *Pool) start(ctx context.Context, wake actor.Parker, it vocab.EffectItem, claimedAt time.Time) {
 	key := claimKey{it.IntentHash, it.Attempt}
 	p.mu.Lock()
 	p.inflight++
@@ -418,7 +420,7 @@ func (p *Pool) start(ctx context.Context, wake actor.Parker, it store.EffectItem
 // claim's orrery.effect span. The span is a root linked to the cycle that
 // published the intent: the claim was started by the durable queue, not
 // by any caller's context.
-func (p *Pool) execute(ctx context.Context, it store.EffectItem, deadline, expiry time.Time) {
+func (p *Pool) execute(ctx context.Context, it vocab.EffectItem, deadline, expiry time.Time) {
 	var links []trace.Link
 	if p.cfg.Links != nil {
 		links = otrace.Link(p.cfg.Links.Intent(it.IntentHash))
@@ -428,13 +430,13 @@ func (p *Pool) execute(ctx context.Context, it store.EffectItem, deadline, expir
 		trace.WithAttributes(otrace.World.String(it.World), otrace.IntentHash.String(it.IntentHash),
 			otrace.Kind.String(it.Kind), otrace.Attempt.Int(it.Attempt), otrace.Worker.String(p.cfg.Worker)))
 	reg, ok := p.byKind[it.Kind]
-	var res Result
+	var res effect.Result
 	var attempts int
 	var exec time.Duration
 	if !ok {
 		// Unreachable through Claim, which is by our kinds; a terminal
 		// answer still beats an effect that circulates forever.
-		res = Result{Status: world.StatusError, Body: Failure{Error: "no adapter serves kind " + it.Kind}}
+		res = effect.Result{Status: vocab.ReceiptError, Body: effect.Failure{Error: "no adapter serves kind " + it.Kind}}
 	} else {
 		var end ending
 		res, attempts, exec, end = p.attempt(ctx, reg, it, deadline)
@@ -452,9 +454,9 @@ func (p *Pool) execute(ctx context.Context, it store.EffectItem, deadline, expir
 		}
 	}
 	r := p.receipt(it, res, attempts)
-	if r.Status != store.ReceiptOK {
+	if r.Status != vocab.ReceiptOK {
 		kv := []any{"status", string(r.Status), "executions", attempts}
-		if f, isFailure := res.Body.(Failure); isFailure {
+		if f, isFailure := res.Body.(effect.Failure); isFailure {
 			kv = append(kv, "err", f.Error)
 		}
 		p.log.Warn("adapter: effect did not succeed; its receipt says so", p.attrs(it, kv...)...)
@@ -480,7 +482,7 @@ const (
 )
 
 // attrs are the log attributes of one claim, then kv.
-func (p *Pool) attrs(it store.EffectItem, kv ...any) []any {
+func (p *Pool) attrs(it vocab.EffectItem, kv ...any) []any {
 	return append([]any{"worker", p.cfg.Worker, "world", it.World, "intent", it.IntentHash, "kind", it.Kind, "attempt", it.Attempt}, kv...)
 }
 
@@ -489,7 +491,7 @@ func (p *Pool) attrs(it store.EffectItem, kv ...any) []any {
 // an Unknown error is a timeout receipt, never an error one: the effect
 // may have happened. Under an UntilKnown policy it does not give up: a
 // budget that runs out ends in unknownYet.
-func (p *Pool) attempt(ctx context.Context, reg Registration, it store.EffectItem, deadline time.Time) (res Result, attempts int, exec time.Duration, end ending) {
+func (p *Pool) attempt(ctx context.Context, reg Registration, it vocab.EffectItem, deadline time.Time) (res effect.Result, attempts int, exec time.Duration, end ending) {
 	bctx, cancel := actor.WithDeadline(ctx, p.ex, deadline)
 	defer cancel()
 	pol := reg.Policy
@@ -501,19 +503,19 @@ func (p *Pool) attempt(ctx context.Context, reg Registration, it store.EffectIte
 		res, err := call(bctx, reg.Adapter, it)
 		exec += p.ex.Now().Sub(t0)
 		if ctx.Err() != nil {
-			return Result{}, n, exec, stopped
+			return effect.Result{}, n, exec, stopped
 		}
 		if err == nil {
 			return res, n, exec, resulted
 		}
-		if IsPermanent(err) {
-			return failure(world.StatusError, err.Error(), n), n, exec, resulted
+		if effect.IsPermanent(err) {
+			return failure(vocab.ReceiptError, err.Error(), n), n, exec, resulted
 		}
 		if bctx.Err() != nil {
 			if pol.UntilKnown {
-				return Result{}, n, exec, unknownYet
+				return effect.Result{}, n, exec, unknownYet
 			}
-			return failure(world.StatusTimeout, "the claim's execution budget ran out: "+err.Error(), n), n, exec, resulted
+			return failure(vocab.ReceiptTimeout, "the claim's execution budget ran out: "+err.Error(), n), n, exec, resulted
 		}
 		if !pol.UntilKnown && n >= pol.Attempts {
 			return failure(givenUp(err), err.Error(), n), n, exec, resulted
@@ -521,50 +523,48 @@ func (p *Pool) attempt(ctx context.Context, reg Registration, it store.EffectIte
 		d := pol.Delay(n, p.ex.Uint64())
 		if p.ex.Now().Add(d).After(deadline) {
 			if pol.UntilKnown {
-				return Result{}, n, exec, unknownYet
+				return effect.Result{}, n, exec, unknownYet
 			}
 			return failure(givenUp(err), err.Error()+" (no budget left in the claim to retry)", n), n, exec, resulted
 		}
 		p.log.Debug("adapter: attempt failed; retrying", p.attrs(it, "err", err, "execution", n, "backoff", d)...)
 		if err := actor.Sleep(bctx, p.ex, d); err != nil {
 			if ctx.Err() != nil {
-				return Result{}, n, exec, stopped
+				return effect.Result{}, n, exec, stopped
 			}
 			if pol.UntilKnown {
-				return Result{}, n, exec, unknownYet
+				return effect.Result{}, n, exec, unknownYet
 			}
-			return failure(world.StatusTimeout, "the claim's execution budget ran out", n), n, exec, resulted
+			return failure(vocab.ReceiptTimeout, "the claim's execution budget ran out", n), n, exec, resulted
 		}
 	}
 }
 
 // givenUp is the status of the receipt for an attempt error retries did
 // not fix: timeout (unknown) when the effect may have happened.
-func givenUp(err error) world.ReceiptStatus {
-	if IsUnknown(err) {
-		return world.StatusTimeout
+func givenUp(err error) vocab.ReceiptStatus {
+	if effect.IsUnknown(err) {
+		return vocab.ReceiptTimeout
 	}
-	return world.StatusError
+	return vocab.ReceiptError
 }
 
-func failure(s world.ReceiptStatus, msg string, attempts int) Result {
-	return Result{Status: s, Body: Failure{Error: msg, Attempts: attempts}}
+func failure(s vocab.ReceiptStatus, msg string, attempts int) effect.Result {
+	return effect.Result{Status: s, Body: effect.Failure{Error: msg, Attempts: attempts}}
 }
 
 // call runs Execute, turning a panic or an invalid status into a
 // permanent error: nothing an adapter does crosses the pool's boundary.
-func call(ctx context.Context, a Adapter, it store.EffectItem) (res Result, err error) {
+func call(ctx context.Context, a effect.Adapter, it vocab.EffectItem) (res effect.Result, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			res, err = Result{}, Permanent(fmt.Errorf("adapter panicked: %v", r))
+			res, err = effect.Result{}, effect.Permanent(fmt.Errorf("adapter panicked: %v", r))
 		}
 	}()
 	res, err = a.Execute(ctx, it)
 	if err == nil {
-		switch res.Status {
-		case world.StatusOK, world.StatusError, world.StatusTimeout:
-		default:
-			return Result{}, Permanent(fmt.Errorf("adapter answered status %q, not ok, error or timeout", res.Status))
+		if !res.Status.Valid() {
+			return effect.Result{}, effect.Permanent(fmt.Errorf("adapter answered status %q, not ok, error or timeout", res.Status))
 		}
 	}
 	return res, err
@@ -580,7 +580,7 @@ const MaxReceiptBytes = world.MaxInputBytes
 // world reads the status in-band. A body that cannot be encoded, or a
 // receipt over MaxReceiptBytes, becomes a short receipt saying so, of the
 // status undeliverable gives.
-func (p *Pool) receipt(it store.EffectItem, res Result, attempts int) store.Receipt {
+func (p *Pool) receipt(it vocab.EffectItem, res effect.Result, attempts int) vocab.Receipt {
 	var body []byte
 	if res.Body != nil {
 		b, err := event.Marshal(res.Body)
@@ -601,7 +601,7 @@ func (p *Pool) receipt(it store.EffectItem, res Result, attempts int) store.Rece
 		p.log.Warn("adapter: the result is too large for a receipt; completing a short one instead",
 			p.attrs(it, "status", string(res.Status), "bytes", size, "limit", MaxReceiptBytes, "receipt", string(s))...)
 		r.Status = s
-		r.Body, _ = event.Marshal(Failure{Attempts: attempts, Error: fmt.Sprintf(
+		r.Body, _ = event.Marshal(effect.Failure{Attempts: attempts, Error: fmt.Sprintf(
 			"the adapter's %s result is %d bytes or more as a receipt, over the %d-byte limit of what a world can read; its body is lost",
 			res.Status, size, MaxReceiptBytes)})
 		res.Status = s
@@ -613,10 +613,10 @@ func (p *Pool) receipt(it store.EffectItem, res Result, attempts int) store.Rece
 		p.log.Error("adapter: receipt cannot be encoded", p.attrs(it, "err", err)...)
 		payload = body
 		if payload == nil {
-			payload, _ = event.Marshal(Failure{Error: err.Error()})
+			payload, _ = event.Marshal(effect.Failure{Error: err.Error()})
 		}
 	}
-	return store.Receipt{Status: store.ReceiptStatus(res.Status), Payload: payload}
+	return vocab.Receipt{Status: res.Status, Payload: payload}
 }
 
 // complete delivers the receipt, under an orrery.receipt span (a child of
@@ -634,7 +634,7 @@ func (p *Pool) receipt(it store.EffectItem, res Result, attempts int) store.Rece
 // would still accept the claim until someone claims again, but a result
 // made after the claim ran out (a timeout counted across a pause, say) is
 // not one the claim vouches for.
-func (p *Pool) complete(ctx context.Context, it store.EffectItem, r store.Receipt, exec time.Duration, expiry time.Time) {
+func (p *Pool) complete(ctx context.Context, it vocab.EffectItem, r vocab.Receipt, exec time.Duration, expiry time.Time) {
 	ctx, sp := p.tr.Start(ctx, otrace.Receipt, trace.WithTimestamp(p.ex.Now()), trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(otrace.World.String(it.World), otrace.IntentHash.String(it.IntentHash),
 			otrace.Status.String(string(r.Status))))
@@ -679,7 +679,7 @@ func (p *Pool) complete(ctx context.Context, it store.EffectItem, r store.Receip
 			// accepts rather than retrying forever, keeping the promise
 			// of the status (an effect that happened is not an error).
 			replaced = true
-			s := undeliverable(world.ReceiptStatus(r.Status))
+			s := undeliverable(r.Status)
 			p.log.Warn("adapter: the store refused the receipt; completing a short one instead", p.attrs(it, "err", err, "status", string(s))...)
 			r = p.receipt(it, failure(s, "the store refused the adapter's "+string(r.Status)+" receipt: "+err.Error(), 0), 0)
 			sp.SetAttributes(otrace.Status.String(string(r.Status)))
@@ -701,7 +701,7 @@ func (p *Pool) complete(ctx context.Context, it store.EffectItem, r store.Receip
 }
 
 // observe reports one completion attempt to Config.Observe.
-func (p *Pool) observe(it store.EffectItem, r store.Receipt, seq uint64, dup bool, err error, exec time.Duration) {
+func (p *Pool) observe(it vocab.EffectItem, r vocab.Receipt, seq uint64, dup bool, err error, exec time.Duration) {
 	if p.cfg.Observe == nil {
 		return
 	}
@@ -717,9 +717,9 @@ func (p *Pool) observe(it store.EffectItem, r store.Receipt, seq uint64, dup boo
 // status s that cannot be delivered: an effect that happened (ok) but
 // whose result the world cannot be given is unknown to the world, never
 // failed.
-func undeliverable(s world.ReceiptStatus) world.ReceiptStatus {
-	if s == world.StatusOK {
-		return world.StatusTimeout
+func undeliverable(s vocab.ReceiptStatus) vocab.ReceiptStatus {
+	if s == vocab.ReceiptOK {
+		return vocab.ReceiptTimeout
 	}
 	return s
 }
@@ -728,7 +728,7 @@ func undeliverable(s world.ReceiptStatus) world.ReceiptStatus {
 // once when a Stop ran out of time (a planned stop hands its work over),
 // else dropped for the reaper (a cancelled Run: a crash, as far as the
 // queue can tell). It returns the effect span's status.
-func (p *Pool) abandon(ctx context.Context, it store.EffectItem, why string) error {
+func (p *Pool) abandon(ctx context.Context, it vocab.EffectItem, why string) error {
 	p.mu.Lock()
 	releasing := p.releasing
 	p.mu.Unlock()
@@ -747,7 +747,7 @@ const releaseTimeout = 5 * time.Second
 // release hands the claim of it back to the queue without a receipt, so
 // that it is claimed again at once rather than after its TTL. It runs
 // after ctx (the execution's) may have ended.
-func (p *Pool) release(ctx context.Context, it store.EffectItem, why string) {
+func (p *Pool) release(ctx context.Context, it vocab.EffectItem, why string) {
 	rctx, cancel := actor.WithTimeout(context.WithoutCancel(ctx), p.ex, releaseTimeout)
 	defer cancel()
 	if err := p.st.ReleaseEffect(rctx, it.IntentHash, it.ClaimOf()); err != nil {
@@ -760,7 +760,7 @@ func (p *Pool) release(ctx context.Context, it store.EffectItem, why string) {
 	p.log.Warn("adapter: claim released without a receipt; the effect will run again under a new claim", p.attrs(it, "why", why)...)
 }
 
-func (p *Pool) drop(it store.EffectItem, why string) {
+func (p *Pool) drop(it vocab.EffectItem, why string) {
 	p.mu.Lock()
 	p.stats.Dropped++
 	p.mu.Unlock()

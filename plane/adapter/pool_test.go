@@ -10,10 +10,10 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/orrery-run/orrery/effect"
 	"github.com/orrery-run/orrery/plane/adapter"
-	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
-	"github.com/orrery-run/orrery/world"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 func TestPoolCompletesTypedReceiptInBand(t *testing.T) {
@@ -25,7 +25,7 @@ func TestPoolCompletesTypedReceiptInBand(t *testing.T) {
 		h := e.publish(kindTest, map[string]int{"n": 1})
 		synctest.Wait()
 		got := oneReceiptEach(t, e.st, e.world, h)[h]
-		if got.Status != world.StatusOK || got.Kind != kindTest || got.Retry != 0 {
+		if got.Status != vocab.ReceiptOK || got.Kind != kindTest || got.Retry != 0 {
 			t.Fatalf("receipt %+v", got)
 		}
 		var body map[string]string
@@ -33,7 +33,7 @@ func TestPoolCompletesTypedReceiptInBand(t *testing.T) {
 			t.Fatalf("body %v (%v)", body, err)
 		}
 		st, err := e.st.EffectStatus(e.ctx, h)
-		if err != nil || st.State != store.EffectDone || st.Receipt.Status != store.ReceiptOK {
+		if err != nil || st.State != vocab.EffectDone || st.Receipt.Status != vocab.ReceiptOK {
 			t.Fatalf("effect status %+v (%v)", st, err)
 		}
 		if err := r.stop(); !errors.Is(err, context.Canceled) {
@@ -51,11 +51,11 @@ func TestPoolCompletesTypedReceiptInBand(t *testing.T) {
 func TestPoolRetriesWithBackoffBeforeReceipt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
-		f := &fake{do: func(_ context.Context, _ store.EffectItem, n int) (adapter.Result, error) {
+		f := &fake{do: func(_ context.Context, _ vocab.EffectItem, n int) (effect.Result, error) {
 			if n < 3 {
-				return adapter.Result{}, errTransient
+				return effect.Result{}, errTransient
 			}
-			return adapter.OK("done"), nil
+			return effect.OK("done"), nil
 		}}
 		pol := adapter.RetryPolicy{Attempts: 5, Base: time.Second, Max: time.Minute}
 		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex}, adapter.Register(f, pol))
@@ -78,7 +78,7 @@ func TestPoolRetriesWithBackoffBeforeReceipt(t *testing.T) {
 			t.Fatal("retries must stay within the first claim")
 		}
 		got := oneReceiptEach(t, e.st, e.world, h)[h]
-		if got.Status != world.StatusOK {
+		if got.Status != vocab.ReceiptOK {
 			t.Fatalf("status %s", got.Status)
 		}
 	})
@@ -91,8 +91,8 @@ func TestPoolBackoffJitterIsBoundedAndSeeded(t *testing.T) {
 		var out []time.Duration
 		synctest.Test(t, func(t *testing.T) {
 			e := newEnv(t)
-			f := &fake{do: func(context.Context, store.EffectItem, int) (adapter.Result, error) {
-				return adapter.Result{}, errTransient
+			f := &fake{do: func(context.Context, vocab.EffectItem, int) (effect.Result, error) {
+				return effect.Result{}, errTransient
 			}}
 			pol := adapter.RetryPolicy{Attempts: 6, Base: time.Second, Max: 8 * time.Second, Jitter: 0.5}
 			p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex, ClaimTTL: time.Hour}, adapter.Register(f, pol))
@@ -113,7 +113,7 @@ func TestPoolBackoffJitterIsBoundedAndSeeded(t *testing.T) {
 				out = append(out, d)
 			}
 			got := oneReceiptEach(t, e.st, e.world, h)[h]
-			if fl := decodeFailure(t, got); got.Status != world.StatusError || fl.Attempts != 6 || !strings.Contains(fl.Error, errTransient.Error()) {
+			if fl := decodeFailure(t, got); got.Status != vocab.ReceiptError || fl.Attempts != 6 || !strings.Contains(fl.Error, errTransient.Error()) {
 				t.Fatalf("receipt %s %+v", got.Status, fl)
 			}
 		})
@@ -130,8 +130,8 @@ func TestPoolBackoffJitterIsBoundedAndSeeded(t *testing.T) {
 func TestPoolPermanentErrorIsNotRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
-		f := &fake{do: func(context.Context, store.EffectItem, int) (adapter.Result, error) {
-			return adapter.Result{}, adapter.Permanent(errors.New("card declined"))
+		f := &fake{do: func(context.Context, vocab.EffectItem, int) (effect.Result, error) {
+			return effect.Result{}, effect.Permanent(errors.New("card declined"))
 		}}
 		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex}, adapter.Register(f, adapter.RetryPolicy{}))
 		r := run(p)
@@ -142,7 +142,7 @@ func TestPoolPermanentErrorIsNotRetried(t *testing.T) {
 			t.Fatalf("%d attempts, want 1", n)
 		}
 		got := oneReceiptEach(t, e.st, e.world, h)[h]
-		if fl := decodeFailure(t, got); got.Status != world.StatusError || fl.Error != "card declined" || fl.Attempts != 1 {
+		if fl := decodeFailure(t, got); got.Status != vocab.ReceiptError || fl.Error != "card declined" || fl.Attempts != 1 {
 			t.Fatalf("receipt %s %+v", got.Status, fl)
 		}
 	})
@@ -154,9 +154,9 @@ func TestPoolPermanentErrorIsNotRetried(t *testing.T) {
 func TestPoolBudgetExhaustedIsTimeoutReceipt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
-		f := &fake{do: func(ctx context.Context, _ store.EffectItem, _ int) (adapter.Result, error) {
+		f := &fake{do: func(ctx context.Context, _ vocab.EffectItem, _ int) (effect.Result, error) {
 			<-ctx.Done()
-			return adapter.Result{}, ctx.Err()
+			return effect.Result{}, ctx.Err()
 		}}
 		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex, ClaimTTL: 10 * time.Second}, adapter.Register(f, adapter.RetryPolicy{}))
 		r := run(p)
@@ -170,7 +170,7 @@ func TestPoolBudgetExhaustedIsTimeoutReceipt(t *testing.T) {
 		time.Sleep(time.Nanosecond)
 		synctest.Wait()
 		got := oneReceiptEach(t, e.st, e.world, h)[h]
-		if got.Status != world.StatusTimeout {
+		if got.Status != vocab.ReceiptTimeout {
 			t.Fatalf("status %s", got.Status)
 		}
 		st, _ := e.st.EffectStatus(e.ctx, h)
@@ -183,14 +183,14 @@ func TestPoolBudgetExhaustedIsTimeoutReceipt(t *testing.T) {
 func TestPoolAdapterPanicIsErrorReceipt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
-		f := &fake{do: func(context.Context, store.EffectItem, int) (adapter.Result, error) { panic("boom") }}
+		f := &fake{do: func(context.Context, vocab.EffectItem, int) (effect.Result, error) { panic("boom") }}
 		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex}, adapter.Register(f, adapter.RetryPolicy{}))
 		r := run(p)
 		defer r.stop()
 		h := e.publish(kindTest, "x")
 		synctest.Wait()
 		got := oneReceiptEach(t, e.st, e.world, h)[h]
-		if fl := decodeFailure(t, got); got.Status != world.StatusError || !strings.Contains(fl.Error, "boom") {
+		if fl := decodeFailure(t, got); got.Status != vocab.ReceiptError || !strings.Contains(fl.Error, "boom") {
 			t.Fatalf("receipt %s %+v", got.Status, fl)
 		}
 		if n := len(f.snapshot()); n != 1 {
@@ -202,9 +202,9 @@ func TestPoolAdapterPanicIsErrorReceipt(t *testing.T) {
 func TestPoolBoundsConcurrency(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
-		f := &fake{do: func(context.Context, store.EffectItem, int) (adapter.Result, error) {
+		f := &fake{do: func(context.Context, vocab.EffectItem, int) (effect.Result, error) {
 			time.Sleep(time.Second)
-			return adapter.OK(nil), nil
+			return effect.OK(nil), nil
 		}}
 		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex, Concurrency: 3}, adapter.Register(f, adapter.RetryPolicy{}))
 		var hs []string
@@ -273,9 +273,9 @@ func TestPoolWakesAtHeldClaimExpiry(t *testing.T) {
 			return nil
 		}))
 		release := make(chan struct{})
-		f := &fake{do: func(context.Context, store.EffectItem, int) (adapter.Result, error) {
+		f := &fake{do: func(context.Context, vocab.EffectItem, int) (effect.Result, error) {
 			<-release // overruns the claim, ignoring its context
-			return adapter.OK(nil), nil
+			return effect.OK(nil), nil
 		}}
 		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex, ClaimTTL: 10 * time.Second}, adapter.Register(f, adapter.RetryPolicy{}))
 		h := e.publish(kindTest, "x")
@@ -311,9 +311,9 @@ func TestPoolWakesAtHeldClaimExpiry(t *testing.T) {
 func TestPoolDrainDeliversInflightReceipts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
-		f := &fake{do: func(context.Context, store.EffectItem, int) (adapter.Result, error) {
+		f := &fake{do: func(context.Context, vocab.EffectItem, int) (effect.Result, error) {
 			time.Sleep(5 * time.Second)
-			return adapter.OK(nil), nil
+			return effect.OK(nil), nil
 		}}
 		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex, Concurrency: 2}, adapter.Register(f, adapter.RetryPolicy{}))
 		h1, h2, h3 := e.publish(kindTest, 1), e.publish(kindTest, 2), e.publish(kindTest, 3)
@@ -324,7 +324,7 @@ func TestPoolDrainDeliversInflightReceipts(t *testing.T) {
 			t.Fatalf("Run after Drain returned %v", err)
 		}
 		oneReceiptEach(t, e.st, e.world, h1, h2)
-		if st, _ := e.st.EffectStatus(e.ctx, h3); st.State != store.EffectPending {
+		if st, _ := e.st.EffectStatus(e.ctx, h3); st.State != vocab.EffectPending {
 			t.Fatalf("the unclaimed effect is %s, want pending", st.State)
 		}
 		r.cancel()
@@ -337,11 +337,11 @@ func TestPoolDrainDeliversInflightReceipts(t *testing.T) {
 func TestPoolStopDropsResultAndReaperRequeues(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
-		f := &fake{do: func(ctx context.Context, _ store.EffectItem, _ int) (adapter.Result, error) {
+		f := &fake{do: func(ctx context.Context, _ vocab.EffectItem, _ int) (effect.Result, error) {
 			if err := sleepCtx(ctx, time.Minute); err != nil {
-				return adapter.Result{}, err
+				return effect.Result{}, err
 			}
-			return adapter.OK(nil), nil
+			return effect.OK(nil), nil
 		}}
 		cfg := adapter.Config{Worker: "pool-1", Executor: e.ex, ClaimTTL: 2 * time.Minute}
 		p1 := newPool(t, e.st, cfg, adapter.Register(f, adapter.RetryPolicy{}))
@@ -444,18 +444,18 @@ func TestRetryPolicyDelayDoublesToMax(t *testing.T) {
 func TestOperatorRetryOfATerminalErrorDeliversASecondReceipt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
-		f := &fake{do: func(_ context.Context, _ store.EffectItem, n int) (adapter.Result, error) {
+		f := &fake{do: func(_ context.Context, _ vocab.EffectItem, n int) (effect.Result, error) {
 			if n == 1 {
-				return adapter.Result{}, adapter.Permanent(errors.New("upstream refused"))
+				return effect.Result{}, effect.Permanent(errors.New("upstream refused"))
 			}
-			return adapter.OK("fixed"), nil
+			return effect.OK("fixed"), nil
 		}}
 		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex}, adapter.Register(f, adapter.NoRetry()))
 		r := run(p)
 		defer r.stop()
 		h := e.publish(kindTest, "x")
 		synctest.Wait()
-		if got := receipts(t, e.st, e.world); len(got) != 1 || got[0].Status != world.StatusError || got[0].Retry != 0 {
+		if got := receipts(t, e.st, e.world); len(got) != 1 || got[0].Status != vocab.ReceiptError || got[0].Retry != 0 {
 			t.Fatalf("receipts %+v, want one terminal error", got)
 		}
 		st, err := e.st.RetryEffect(e.ctx, h, "operator: upstream fixed")
@@ -467,7 +467,7 @@ func TestOperatorRetryOfATerminalErrorDeliversASecondReceipt(t *testing.T) {
 		}
 		synctest.Wait()
 		got := receipts(t, e.st, e.world)
-		if len(got) != 2 || got[1].IntentHash != h || got[1].Status != world.StatusOK || got[1].Retry != 1 {
+		if len(got) != 2 || got[1].IntentHash != h || got[1].Status != vocab.ReceiptOK || got[1].Retry != 1 {
 			t.Fatalf("receipts %+v, want the error then the retry's ok (Retry 1)", got)
 		}
 		if calls := f.snapshot(); len(calls) != 2 {
@@ -513,11 +513,11 @@ func TestPoolDropsAResultMadeAfterItsClaimExpired(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
 		const ttl = 10 * time.Second
-		f := &fake{do: func(_ context.Context, _ store.EffectItem, n int) (adapter.Result, error) {
+		f := &fake{do: func(_ context.Context, _ vocab.EffectItem, n int) (effect.Result, error) {
 			if n == 1 {
 				time.Sleep(ttl + time.Second)
 			}
-			return adapter.OK(n), nil
+			return effect.OK(n), nil
 		}}
 		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex, ClaimTTL: ttl}, adapter.Register(f, adapter.RetryPolicy{}))
 		r := run(p)
@@ -538,7 +538,7 @@ func TestPoolDropsAResultMadeAfterItsClaimExpired(t *testing.T) {
 		synctest.Wait()
 		got := oneReceiptEach(t, e.st, e.world, h)[h]
 		var n int
-		if err := got.Decode(&n); err != nil || got.Status != world.StatusOK || n != 2 {
+		if err := got.Decode(&n); err != nil || got.Status != vocab.ReceiptOK || n != 2 {
 			t.Fatalf("receipt %+v (body %d, %v): want ok from the second execution", got, n, err)
 		}
 		if s := p.Stats(); s.Claimed != 2 || s.Completed != 1 || s.Dropped != 1 {

@@ -9,8 +9,10 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/orrery-run/orrery/effect"
 	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -70,7 +72,7 @@ func TestFabricLostSendAnswerIsNeverAnErrorReceipt(t *testing.T) {
 			t.Fatalf("%d deliveries, want 1", n)
 		}
 		got := oneReceiptEach(t, e.st, e.world, h)[h]
-		if got.Status != world.StatusTimeout {
+		if got.Status != vocab.ReceiptTimeout {
 			t.Fatalf("receipt %s after a lost answer, want timeout (unknown)", got.Status)
 		}
 	})
@@ -97,7 +99,7 @@ func TestFabricSendRetriesUntilKnown(t *testing.T) {
 		}
 		got := oneReceiptEach(t, e.st, e.world, h)[h]
 		b := fabricReceipt(t, got)
-		if got.Status != world.StatusOK || b.Status != world.FabricStatusAlreadyEnqueued || b.MessageID != h {
+		if got.Status != vocab.ReceiptOK || b.Status != world.FabricStatusAlreadyEnqueued || b.MessageID != h {
 			t.Fatalf("receipt %s %+v, want ok already_enqueued", got.Status, b)
 		}
 		if fs.calls != 3 {
@@ -135,7 +137,7 @@ func TestFabricOutageLongerThanTheClaimIsRetriedUnderANewClaim(t *testing.T) {
 			t.Fatalf("%d deliveries, want 1", n)
 		}
 		got := oneReceiptEach(t, e.st, e.world, h)[h]
-		if b := fabricReceipt(t, got); got.Status != world.StatusOK || b.Status != world.FabricStatusOK {
+		if b := fabricReceipt(t, got); got.Status != vocab.ReceiptOK || b.Status != world.FabricStatusOK {
 			t.Fatalf("receipt %s %+v, want ok", got.Status, b)
 		}
 	})
@@ -149,7 +151,7 @@ type lossyCompletes struct {
 	lose int
 }
 
-func (s *lossyCompletes) Complete(ctx context.Context, h string, c store.Claim, r store.Receipt) (uint64, bool, error) {
+func (s *lossyCompletes) Complete(ctx context.Context, h string, c vocab.Claim, r vocab.Receipt) (uint64, bool, error) {
 	seq, dup, err := s.Store.Complete(ctx, h, c, r)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -179,7 +181,7 @@ func TestFabricLostCompletionAnswerKeepsOneOkReceipt(t *testing.T) {
 			t.Fatalf("%d deliveries, want 1", n)
 		}
 		got := oneReceiptEach(t, e.st, e.world, h)[h]
-		if b := fabricReceipt(t, got); got.Status != world.StatusOK || b.Status != world.FabricStatusOK {
+		if b := fabricReceipt(t, got); got.Status != vocab.ReceiptOK || b.Status != world.FabricStatusOK {
 			t.Fatalf("receipt %s %+v, want ok", got.Status, b)
 		}
 		if s := p.Stats(); s.Attempts != 1 || s.Duplicates != 1 || s.Dropped != 0 {
@@ -194,15 +196,15 @@ func TestFabricLostCompletionAnswerKeepsOneOkReceipt(t *testing.T) {
 func TestPoolUnknownErrorGivesUpAsTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
-		f := &fake{do: func(_ context.Context, it store.EffectItem, _ int) (adapter.Result, error) {
+		f := &fake{do: func(_ context.Context, it vocab.EffectItem, _ int) (effect.Result, error) {
 			var p string
 			if err := world.Decode(it.Params, &p); err != nil {
-				return adapter.Result{}, adapter.Permanent(err)
+				return effect.Result{}, effect.Permanent(err)
 			}
 			if p == "unknown" {
-				return adapter.Result{}, adapter.Unknown(errLostAnswer)
+				return effect.Result{}, effect.Unknown(errLostAnswer)
 			}
-			return adapter.Result{}, errTransient
+			return effect.Result{}, errTransient
 		}}
 		pol := adapter.RetryPolicy{Attempts: 2, Base: time.Second, Max: time.Second}
 		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex}, adapter.Register(f, pol))
@@ -212,7 +214,7 @@ func TestPoolUnknownErrorGivesUpAsTimeout(t *testing.T) {
 		failed := e.publish(kindTest, "failed")
 		time.Sleep(time.Minute)
 		got := oneReceiptEach(t, e.st, e.world, unknown, failed)
-		if got[unknown].Status != world.StatusTimeout || got[failed].Status != world.StatusError {
+		if got[unknown].Status != vocab.ReceiptTimeout || got[failed].Status != vocab.ReceiptError {
 			t.Fatalf("receipts: unknown %s, failed %s; want timeout, error", got[unknown].Status, got[failed].Status)
 		}
 		if fl := decodeFailure(t, got[unknown]); fl.Attempts != 2 {
@@ -240,16 +242,16 @@ func TestOneSizeLimitFromAdapterToKernel(t *testing.T) {
 func TestPoolResultOverTheReceiptLimitIsDeliveredShort(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
-		f := &fake{do: func(_ context.Context, it store.EffectItem, _ int) (adapter.Result, error) {
+		f := &fake{do: func(_ context.Context, it vocab.EffectItem, _ int) (effect.Result, error) {
 			var p string
 			if err := world.Decode(it.Params, &p); err != nil {
-				return adapter.Result{}, adapter.Permanent(err)
+				return effect.Result{}, effect.Permanent(err)
 			}
 			big := make([]byte, adapter.MaxReceiptBytes)
 			if p == "ok" {
-				return adapter.OK(big), nil
+				return effect.OK(big), nil
 			}
-			return adapter.Result{Status: world.StatusError, Body: big}, nil
+			return effect.Result{Status: vocab.ReceiptError, Body: big}, nil
 		}}
 		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex}, adapter.Register(f, adapter.RetryPolicy{}))
 		r := run(p)
@@ -258,14 +260,14 @@ func TestPoolResultOverTheReceiptLimitIsDeliveredShort(t *testing.T) {
 		failed := e.publish(kindTest, "error")
 		synctest.Wait()
 		got := oneReceiptEach(t, e.st, e.world, ok, failed)
-		if got[ok].Status != world.StatusTimeout || got[failed].Status != world.StatusError {
+		if got[ok].Status != vocab.ReceiptTimeout || got[failed].Status != vocab.ReceiptError {
 			t.Fatalf("receipts: ok result %s, error result %s; want timeout, error", got[ok].Status, got[failed].Status)
 		}
 		for _, h := range []string{ok, failed} {
 			if fl := decodeFailure(t, got[h]); !strings.Contains(fl.Error, "over the") {
 				t.Fatalf("failure %+v does not say why", fl)
 			}
-			if st, err := e.st.EffectStatus(e.ctx, h); err != nil || st.State != store.EffectDone {
+			if st, err := e.st.EffectStatus(e.ctx, h); err != nil || st.State != vocab.EffectDone {
 				t.Fatalf("effect %+v (%v), want done", st, err)
 			}
 		}

@@ -7,8 +7,10 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/orrery-run/orrery/effect"
 	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Archiving a world withdraws its unclaimed effects: a pool that runs
@@ -18,11 +20,11 @@ import (
 func TestPoolNeverExecutesAnArchivedWorldsEffect(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
-		slow := &fake{do: func(ctx context.Context, _ store.EffectItem, _ int) (adapter.Result, error) {
+		slow := &fake{do: func(ctx context.Context, _ vocab.EffectItem, _ int) (effect.Result, error) {
 			if err := sleepCtx(ctx, time.Hour); err != nil {
-				return adapter.Result{}, err
+				return effect.Result{}, err
 			}
-			return adapter.OK(nil), nil
+			return effect.OK(nil), nil
 		}}
 		cfg := adapter.Config{Worker: "pool-1", Executor: e.ex, ClaimTTL: 2 * time.Minute}
 		p1 := newPool(t, e.st, cfg, adapter.Register(slow, adapter.RetryPolicy{}))
@@ -53,7 +55,7 @@ func TestPoolNeverExecutesAnArchivedWorldsEffect(t *testing.T) {
 			t.Fatalf("a pool executed %d effects of the archived world", len(calls))
 		}
 		for _, h := range []string{claimed, pending} {
-			if st, err := e.st.EffectStatus(e.ctx, h); err != nil || st.State != store.EffectWithdrawn {
+			if st, err := e.st.EffectStatus(e.ctx, h); err != nil || st.State != vocab.EffectWithdrawn {
 				t.Fatalf("effect %s: %+v (%v), want withdrawn", h[:8], st, err)
 			}
 		}

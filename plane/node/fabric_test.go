@@ -12,6 +12,7 @@ import (
 	"github.com/orrery-run/orrery/plane/node"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -39,7 +40,7 @@ func transferKernels() plane.Kernels {
 	})
 	world.On(s, func(c *world.Ctx, st *transfer, r world.Receipt) error {
 		st.Receipts = append(st.Receipts, string(r.Status))
-		if r.Status == world.StatusError {
+		if r.Status == vocab.ReceiptError {
 			st.Held = false // the deposit did not happen: give the money back
 		}
 		return nil
@@ -107,7 +108,7 @@ func TestNodeFabricSendWhoseAnswerIsLostIsNotAFailure(t *testing.T) {
 		if err := world.Decode(snap.State, &sender); err != nil {
 			t.Fatal(err)
 		}
-		if got := sender.State.Receipts; len(got) != 1 || got[0] != string(world.StatusOK) || !sender.State.Held {
+		if got := sender.State.Receipts; len(got) != 1 || got[0] != string(vocab.ReceiptOK) || !sender.State.Held {
 			t.Fatalf("sender: receipts %v, held %v; want one ok receipt and the hold kept", got, sender.State.Held)
 		}
 		var acct struct{ State account }

@@ -17,6 +17,7 @@ import (
 	"github.com/orrery-run/orrery/plane/node"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -296,7 +297,7 @@ func TestBuiltinHTTPAdapterDeliversAReceipt(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(s.State.Paid) == 1 {
-			if s.State.Paid[0] != string(world.StatusOK) || posts.Load() != 1 {
+			if s.State.Paid[0] != string(vocab.ReceiptOK) || posts.Load() != 1 {
 				t.Fatalf("receipt %v after %d posts", s.State.Paid, posts.Load())
 			}
 			return

@@ -8,10 +8,12 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/orrery-run/orrery/effect"
 	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/plane/node"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -31,15 +33,15 @@ type payCall struct {
 
 func (p *payer) Kinds() []string { return []string{world.KindHTTPRequest} }
 
-func (p *payer) Execute(ctx context.Context, it store.EffectItem) (adapter.Result, error) {
+func (p *payer) Execute(ctx context.Context, it store.EffectItem) (effect.Result, error) {
 	p.mu.Lock()
 	p.calls = append(p.calls, payCall{worker: it.ClaimedBy, at: time.Now()})
 	p.mu.Unlock()
 	select {
 	case <-p.release:
-		return adapter.OK("paid"), nil
+		return effect.OK("paid"), nil
 	case <-ctx.Done():
-		return adapter.Result{}, ctx.Err()
+		return effect.Result{}, ctx.Err()
 	}
 }
 
@@ -143,7 +145,7 @@ func TestGracefulStopCompletesTheEffectInFlight(t *testing.T) {
 		if n := len(pa.seen()) + len(pb.seen()); n != 1 {
 			t.Fatalf("the payment ran %d times, want once", n)
 		}
-		if got := paid(t, ctx, b); len(got) != 1 || got[0] != string(world.StatusOK) {
+		if got := paid(t, ctx, b); len(got) != 1 || got[0] != string(vocab.ReceiptOK) {
 			t.Fatalf("the world consumed receipts %v, want one ok", got)
 		}
 	})
@@ -192,7 +194,7 @@ func TestGracefulStopReleasesWhatItCannotFinish(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 		synctest.Wait()
-		if got := paid(t, ctx, b); len(got) != 1 || got[0] != string(world.StatusOK) {
+		if got := paid(t, ctx, b); len(got) != 1 || got[0] != string(vocab.ReceiptOK) {
 			t.Fatalf("the world consumed receipts %v, want one ok", got)
 		}
 	})

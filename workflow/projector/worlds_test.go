@@ -9,6 +9,7 @@ import (
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/workflow/projector"
 	"github.com/orrery-run/orrery/world"
 )
@@ -52,7 +53,7 @@ func stepWorld(t *testing.T, st *memstore.Store, clock *memstore.ManualClock, un
 			t.Fatal(err)
 		}
 		clock.Advance(time.Second)
-		res, err := w.Step(world.Input{Seq: uint64(i + 1), Kind: world.InputEvent, Payload: payload, EnqueuedAt: clock.Now()}, clock.Now())
+		res, err := w.Step(world.Input{Seq: uint64(i + 1), Kind: vocab.KindEvent, Payload: payload, EnqueuedAt: clock.Now()}, clock.Now())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -30,12 +30,14 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/effect"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/plane/node"
 	"github.com/orrery-run/orrery/plane/reaper"
 	"github.com/orrery-run/orrery/plane/timer"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -123,7 +125,7 @@ func benchDef(tr *tracker) *world.Def[Counters] {
 	})
 	world.On(d, func(c *world.Ctx, s *Counters, r world.Receipt) error {
 		var st Step
-		if r.Status != world.StatusOK {
+		if r.Status != vocab.ReceiptOK {
 			return fmt.Errorf("receipt %s", r.Status)
 		}
 		if err := r.Decode(&st); err != nil {
@@ -157,12 +159,12 @@ type noop struct{}
 
 func (noop) Kinds() []string { return []string{kindNoop} }
 
-func (noop) Execute(_ context.Context, it store.EffectItem) (adapter.Result, error) {
+func (noop) Execute(_ context.Context, it store.EffectItem) (effect.Result, error) {
 	var st Step
 	if err := world.Decode(it.Params, &st); err != nil {
-		return adapter.Result{}, adapter.Permanent(err)
+		return effect.Result{}, effect.Permanent(err)
 	}
-	return adapter.OK(st), nil
+	return effect.OK(st), nil
 }
 
 // ---- completion tracking ----

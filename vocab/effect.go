@@ -1,0 +1,48 @@
+package vocab
+
+import "time"
+
+// EffectState is where an intent is in its life on the effect queue.
+type EffectState string
+
+const (
+	EffectPending  EffectState = "pending"
+	EffectInflight EffectState = "inflight"
+	EffectDone     EffectState = "done"
+	// EffectWithdrawn: given up before any adapter claimed it (its world
+	// was archived, or its world withdrew it while pending; an inflight
+	// effect of an archived world whose claim expired, too). It is final:
+	// never claimed, never completed, no receipt.
+	EffectWithdrawn EffectState = "withdrawn"
+)
+
+// EffectItem is a queued (pending or inflight) effect: what an adapter is
+// handed to execute.
+type EffectItem struct {
+	Intent
+	World      string
+	Seq        uint64 // queue order
+	EnqueuedAt time.Time
+	State      EffectState
+	// Attempt counts claims: 1 on the first, +1 on every later claim
+	// (after a reap or an operator retry). With ClaimedBy it is the claim
+	// a completion must present.
+	Attempt int
+	// ClaimedBy is the worker of the latest claim; a reap keeps it (the
+	// item is pending again, but that worker may still complete it until
+	// someone claims it anew).
+	ClaimedBy    string
+	ClaimExpires time.Time // zero unless inflight
+	Retries      int       // operator retries so far
+}
+
+// ClaimOf returns the claim of a claimed item.
+func (e EffectItem) ClaimOf() Claim { return Claim{Worker: e.ClaimedBy, Attempt: e.Attempt} }
+
+// Claim is what a claimant presents to complete its work: the worker and
+// the attempt it was handed. A claim stays valid after its lease on the
+// work expired, until another claim takes the work.
+type Claim struct {
+	Worker  string
+	Attempt int
+}
