@@ -2,86 +2,17 @@ package postgres
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
-// ---- the inbox (Enqueue and DrainToJournal live with the committers) ----
-
-// ReadInbox implements store.Inbox. A limit <= 0 means no limit.
-func (s *Store) ReadInbox(ctx context.Context, world string, afterSeq uint64, limit int) ([]store.InboxItem, error) {
-	const op = "read_inbox"
-	if err := s.begin(ctx, op); err != nil {
-		return nil, err
-	}
-	after := seqArg(afterSeq)
-	var out []store.InboxItem
-	err := s.retry(ctx, op, world, func() error {
-		rows, _ := s.pool.Query(ctx, `SELECT seq, kind, payload, coalesce(dedupe_key, ''), enqueued_at_ns
-			FROM inbox WHERE world = $1 AND seq > $2 ORDER BY seq LIMIT $3`, world, after, limitArg(limit))
-		var err error
-		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.InboxItem, error) {
-			it := store.InboxItem{World: world}
-			var seq, at int64
-			err := row.Scan(&seq, &it.Kind, &it.Payload, &it.DedupeKey, &at)
-			it.Seq, it.EnqueuedAt = uint64(seq), fromNS(at)
-			return it, err
-		})
-		if err != nil || len(out) > 0 {
-			return err
-		}
-		return s.worldExists(ctx, op, world)
-	})
-	return out, err
-}
-
-// worldExists fails with ErrWorldNotFound unless world exists.
-func (s *Store) worldExists(ctx context.Context, op, world string) error {
-	var ok bool
-	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM worlds WHERE world = $1)`, world).Scan(&ok); err != nil {
-		return err
-	}
-	if !ok {
-		return store.Errorf(op, store.ErrWorldNotFound, world, "")
-	}
-	return nil
-}
-
-// Cursor implements store.Inbox.
-func (s *Store) Cursor(ctx context.Context, world string) (uint64, error) {
-	const op = "cursor"
-	if err := s.begin(ctx, op); err != nil {
-		return 0, err
-	}
-	var c int64
-	err := s.retry(ctx, op, world, func() error {
-		err := s.pool.QueryRow(ctx, `SELECT coalesce((SELECT inbox_cursor FROM streams WHERE stream = x.world), 0)
-			FROM worlds x WHERE x.world = $1`, world).Scan(&c)
-		if err == pgx.ErrNoRows {
-			return store.Errorf(op, store.ErrWorldNotFound, world, "")
-		}
-		return err
-	})
-	return uint64(c), err
-}
-
-// ---- effects ----
-
-// checkFenced checks the plain arguments of a one-call fenced mutation.
-func checkFenced(op, world string, epoch uint64) error {
-	if err := store.CheckID(op, "world", world); err != nil {
-		return err
-	}
-	return store.CheckInt(op, "epoch", epoch)
-}
-
 // Publish implements protocol C (see publish_effects).
-func (s *Store) Publish(ctx context.Context, world string, epoch uint64, intents []store.Intent) (int, error) {
+func (s *backend) Publish(ctx context.Context, world string, epoch uint64, intents []store.Intent) (int, error) {
 	const op = "publish"
 	if err := s.begin(ctx, op); err != nil {
 		return 0, err
@@ -131,7 +62,7 @@ func scanEffect(row pgx.CollectableRow) (store.EffectItem, error) {
 }
 
 // Claim implements protocol D's claim by kind (queue.go).
-func (s *Store) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]store.EffectItem, error) {
+func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]store.EffectItem, error) {
 	const op = "claim"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
@@ -189,7 +120,7 @@ func queueWithdrawals(b *batch, ws, hs, all []string, off int64, withdrawn func(
 }
 
 // ReapEffects implements the effect reaper (queue.go).
-func (s *Store) ReapEffects(ctx context.Context) (int, error) {
+func (s *backend) ReapEffects(ctx context.Context) (int, error) {
 	return s.reap(ctx, "reap_effects", effectsQueue)
 }
 
@@ -224,7 +155,7 @@ func scanEffectStatus(hash string, row pgx.Row) (store.EffectStatus, error) {
 }
 
 // EffectStatus implements store.Effects.
-func (s *Store) EffectStatus(ctx context.Context, intentHash string) (store.EffectStatus, error) {
+func (s *backend) EffectStatus(ctx context.Context, intentHash string) (store.EffectStatus, error) {
 	const op = "effect_status"
 	if err := s.begin(ctx, op); err != nil {
 		return store.EffectStatus{}, err
@@ -249,7 +180,7 @@ func (s *Store) EffectStatus(ctx context.Context, intentHash string) (store.Effe
 // the same transaction (its receipt fields cleared: the next completion
 // delivers a new receipt, under the new retry count's key; its claim
 // cleared: the attempt that ended cannot pass as the retry's).
-func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (store.EffectStatus, error) {
+func (s *backend) RetryEffect(ctx context.Context, intentHash, reason string) (store.EffectStatus, error) {
 	const op = "retry_effect"
 	if err := s.begin(ctx, op); err != nil {
 		return store.EffectStatus{}, err
@@ -312,7 +243,7 @@ func (s *Store) RetryEffect(ctx context.Context, intentHash, reason string) (sto
 // contract.ReleaseEffect, and put back to pending as a reap of that one
 // item would. Like a claim or a reap, a release lost in a crash is simply
 // not a release (the claim expires), so it does not wait for the WAL.
-func (s *Store) ReleaseEffect(ctx context.Context, intentHash string, c store.Claim) error {
+func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c store.Claim) error {
 	const op = "release_effect"
 	if err := s.begin(ctx, op); err != nil {
 		return err
@@ -366,220 +297,71 @@ func (s *Store) ReleaseEffect(ctx context.Context, intentHash string, c store.Cl
 	return nil
 }
 
-// ---- timers ----
-
-// Schedule implements protocol E's first step (see schedule_timer).
-func (s *Store) Schedule(ctx context.Context, world string, epoch uint64, intentHash string, deliverAt time.Time, payload []byte) error {
-	const op = "schedule"
-	if err := s.begin(ctx, op); err != nil {
-		return err
-	}
-	if err := checkFenced(op, world, epoch); err != nil {
-		return err
-	}
-	if err := store.CheckTimerSet(op, store.TimerSet{IntentHash: intentHash, DeliverAt: deliverAt, Payload: payload}); err != nil {
-		return err
-	}
-	err := s.retry(ctx, op, world, func() error {
-		_, err := s.pool.Exec(ctx, `SELECT schedule_timer($1, $2, $3, $4, $5, $6)`,
-			world, int64(epoch), intentHash, toNS(deliverAt), payload, s.off())
-		return err
-	})
-	if err == nil {
-		s.hint(store.TopicTimers)
-	}
-	return err
+// CompleteMany implements store.Effects: one request of the delivery
+// committer, so the batch commits in one transaction (shared with whatever
+// other deliveries the committer groups with it) and one WAL flush, each
+// completion decided as Complete's.
+func (s *backend) CompleteMany(ctx context.Context, cs []store.Completion) ([]store.CompleteResult, error) {
+	return s.completeMany(ctx, "complete_many", cs)
 }
 
-// CancelTimer implements store.Timers (see cancel_timer).
-func (s *Store) CancelTimer(ctx context.Context, world string, epoch uint64, intentHash string) error {
-	const op = "cancel_timer"
-	if err := s.begin(ctx, op); err != nil {
-		return err
-	}
-	if err := checkFenced(op, world, epoch); err != nil {
-		return err
-	}
-	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
-		return err
-	}
-	err := s.retry(ctx, op, world, func() error {
-		_, err := s.pool.Exec(ctx, `SELECT cancel_timer($1, $2, $3, $4)`, world, int64(epoch), intentHash, s.off())
-		return err
-	})
-	if err == nil {
-		s.hint(store.TopicTimers)
-	}
-	return err
-}
-
-// timerStates maps the timers table's states to the contract's.
-var timerStates = map[string]store.TimerState{
-	"due": store.TimerScheduled, "inflight": store.TimerClaimed, "delivered": store.TimerDelivered,
-}
-
-func scanTimer(row pgx.CollectableRow) (store.TimerItem, error) {
-	var it store.TimerItem
-	var at int64
-	var exp *int64
-	var attempts int32
-	var state string
-	err := row.Scan(&it.World, &it.IntentHash, &at, &it.Payload, &attempts, &it.ClaimedBy, &exp, &state)
-	it.DeliverAt, it.Attempt, it.State = fromNS(at), int(attempts), timerStates[state]
-	if exp != nil {
-		it.ClaimExpires = fromNS(*exp)
-	}
-	return it, err
-}
-
-// ClaimDue implements protocol E's claim (queue.go).
-func (s *Store) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]store.TimerItem, error) {
-	const op = "claim_due"
+// completeMany is the one completion path; op names the call, while each
+// item's errors are Complete's. Invalid items are answered here and never
+// reach the database.
+func (s *backend) completeMany(ctx context.Context, op string, cs []store.Completion) ([]store.CompleteResult, error) {
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	for _, err := range []error{store.CheckID(op, "worker", worker), store.CheckBatch(op, "n", n), store.CheckTTL(op, "ttl", ttl)} {
-		if err != nil {
-			return nil, err
-		}
-	}
-	if n == 0 {
-		return []store.TimerItem{}, nil
-	}
-	out, err := claim(s, ctx, op, timersQueue, worker, n, ttl, scanTimer)
-	if err != nil {
+	if err := store.CheckBatch(op, "completions", len(cs)); err != nil {
 		return nil, err
 	}
-	sortTimers(out)
-	return out, nil
-}
-
-func sortTimers(ts []store.TimerItem) {
-	sort.Slice(ts, func(i, j int) bool {
-		a, b := ts[i], ts[j]
-		if !a.DeliverAt.Equal(b.DeliverAt) {
-			return a.DeliverAt.Before(b.DeliverAt)
+	out := make([]store.CompleteResult, len(cs))
+	at := make([]int, 0, len(cs)) // at[j]: the completion parts[j] answers
+	parts := make([]*deliveryReq, 0, len(cs))
+	for i, c := range cs {
+		if out[i].Err = store.CheckCompletion("complete", c); out[i].Err != nil {
+			continue
 		}
-		return a.IntentHash < b.IntentHash
-	})
-}
-
-// ReapTimers implements the timer reaper (queue.go).
-func (s *Store) ReapTimers(ctx context.Context) (int, error) {
-	return s.reap(ctx, "reap_timers", timersQueue)
-}
-
-// NextDue implements store.Timers: the head of timers_due.
-func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
-	const op = "next_due"
-	if err := s.begin(ctx, op); err != nil {
-		return time.Time{}, false, err
+		at = append(at, i)
+		parts = append(parts, &deliveryReq{ctx: ctx, op: "complete", kind: dComplete, hash: c.IntentHash, by: contract.Claimant(c.Claim),
+			status: string(c.Receipt.Status), payload: c.Receipt.Payload})
 	}
-	var at *int64
-	err := s.retry(ctx, op, "", func() error {
-		return s.pool.QueryRow(ctx, `SELECT min(deliver_at_ns) FROM timers WHERE state = 'due'`).Scan(&at)
-	})
-	if err != nil || at == nil {
-		return time.Time{}, false, err
+	if len(parts) == 0 {
+		return out, nil
 	}
-	return fromNS(*at), true, nil
-}
-
-// ---- read-only views ----
-
-// ListEffects implements store.Views (on effects_open_by_world).
-func (s *Store) ListEffects(ctx context.Context, world string, afterSeq uint64, limit int) ([]store.EffectItem, error) {
-	const op = "list_effects"
-	if err := s.begin(ctx, op); err != nil {
-		return nil, err
+	r := &deliveryReq{ctx: ctx, op: op, parts: parts, done: make(chan struct{})}
+	if err := s.deliveries.Do(parts[0].hash, r); err != nil {
+		return nil, dbErr(op, "", err)
 	}
-	for _, err := range []error{store.CheckID(op, "world", world), store.CheckBatch(op, "limit", limit)} {
-		if err != nil {
-			return nil, err
+	if r.res.err != nil {
+		return nil, r.res.err
+	}
+	var inboxes []string
+	for j, p := range parts {
+		out[at[j]] = store.CompleteResult{InboxSeq: p.res.seq, Dup: p.res.dup, Err: p.res.err}
+		if p.res.err == nil && !p.res.dup {
+			inboxes = append(inboxes, p.res.world)
 		}
 	}
-	out := []store.EffectItem{}
-	err := s.retry(ctx, op, world, func() error {
-		rows, _ := s.pool.Query(ctx, `SELECT intent_hash, world, seq, kind, params, origin, policy_context_hash,
-				enqueued_at_ns, attempts, claimed_by, claim_expires_ns, retries, state
-			FROM effects WHERE world = $1 AND state IN ('pending', 'inflight') AND seq > $2 ORDER BY seq LIMIT $3`, world, seqArg(afterSeq), int64(limit))
-		var err error
-		out, err = pgx.CollectRows(rows, scanEffect)
-		if err != nil || len(out) > 0 {
-			return err
-		}
-		return s.worldExists(ctx, op, world)
-	})
-	if err != nil {
-		return nil, err
+	slices.Sort(inboxes)
+	for _, w := range slices.Compact(inboxes) {
+		s.hint(store.TopicInbox(w))
 	}
 	return out, nil
 }
 
-// ListTimers implements store.Views (on timers_open_by_world).
-func (s *Store) ListTimers(ctx context.Context, world string, limit int) ([]store.TimerItem, error) {
-	const op = "list_timers"
+// Resolve implements store.Effects: an operator's completion is a
+// Complete's delivery (the same request of the delivery committer, the
+// same settle) with an operator in the claimant's place
+// (contract.Operator), whose reason the settle records in resolve_reason.
+func (s *backend) Resolve(ctx context.Context, intentHash string, r store.Receipt, reason string) (uint64, bool, error) {
+	const op = "resolve"
 	if err := s.begin(ctx, op); err != nil {
-		return nil, err
+		return 0, false, err
 	}
-	for _, err := range []error{store.CheckID(op, "world", world), store.CheckBatch(op, "limit", limit)} {
-		if err != nil {
-			return nil, err
-		}
+	if err := store.CheckResolve(op, intentHash, r, reason); err != nil {
+		return 0, false, err
 	}
-	out := []store.TimerItem{}
-	err := s.retry(ctx, op, world, func() error {
-		rows, _ := s.pool.Query(ctx, `SELECT world, intent_hash, deliver_at_ns, payload, attempts, claimed_by, claim_expires_ns, state
-			FROM timers WHERE world = $1 AND state <> 'delivered' ORDER BY deliver_at_ns, intent_hash LIMIT $2`, world, int64(limit))
-		var err error
-		out, err = pgx.CollectRows(rows, scanTimer)
-		if err != nil || len(out) > 0 {
-			return err
-		}
-		return s.worldExists(ctx, op, world)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// QueueDepths implements store.Views: counts over the queues' partial
-// indexes, and the inbox backlog from every world's counter and cursor.
-func (s *Store) QueueDepths(ctx context.Context) (store.QueueDepths, error) {
-	const op = "queue_depths"
-	if err := s.begin(ctx, op); err != nil {
-		return store.QueueDepths{}, err
-	}
-	var d store.QueueDepths
-	err := s.retry(ctx, op, "", func() error {
-		return s.pool.QueryRow(ctx, `SELECT
-				(SELECT count(*) FROM effects WHERE state = 'pending'),
-				(SELECT count(*) FROM effects WHERE state = 'inflight'),
-				(SELECT count(*) FROM timers WHERE state = 'due'),
-				(SELECT count(*) FROM timers WHERE state = 'inflight'),
-				(SELECT coalesce(sum(x.inbox_seq - coalesce(s.inbox_cursor, 0)), 0)::bigint
-				 FROM worlds x LEFT JOIN streams s ON s.stream = x.world)`).
-			Scan(&d.EffectsPending, &d.EffectsInflight, &d.TimersScheduled, &d.TimersClaimed, &d.InboxBacklog)
-	})
-	return d, err
-}
-
-// ---- dedupe retention ----
-
-// SweepDedupe implements store.Dedupe (see sweep_dedupe).
-func (s *Store) SweepDedupe(ctx context.Context) (int, error) {
-	const op = "sweep_dedupe"
-	if err := s.begin(ctx, op); err != nil {
-		return 0, err
-	}
-	var n int32
-	err := s.retry(ctx, op, "", func() error {
-		// A withdrawn effect delivered nothing, so its record goes once the
-		// retention has passed since the withdrawal.
-		return s.pool.QueryRow(ctx, `WITH w AS (
-				DELETE FROM effects WHERE state = 'withdrawn' AND completed_at_ns <= now_ns($2) - $1 RETURNING 1)
-			SELECT sweep_dedupe($1, $2) + (SELECT count(*) FROM w)::integer`, int64(s.cfg.retention), s.off()).Scan(&n)
-	})
-	return int(n), err
+	return s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dComplete, hash: intentHash, by: contract.Operator(reason),
+		status: string(r.Status), payload: r.Payload})
 }
