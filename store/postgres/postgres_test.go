@@ -743,7 +743,7 @@ func TestSynchronousCommitOnlyRelaxedForClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, sql := range []string{
-		`SELECT * FROM acquire('w', 'A', '', 60000000000, 0)`,
+		`SELECT * FROM acquire_leases('A', '', ARRAY['w'], 60000000000, 0)`,
 		`SELECT * FROM renew_leases('A', ARRAY['w'], ARRAY[1::bigint], 60000000000, 0)`,
 		`SELECT * FROM release_leases('A', ARRAY['w'], ARRAY[1::bigint], 0)`,
 	} {
