@@ -3,8 +3,10 @@
 // timer queues, fabric delivery, snapshots, worlds, projector watermarks and
 // dedupe retention (the runtime plane contract, protocols A–F). It owns the interfaces and the
 // typed errors; the backends (store/memstore, store/sqlite, store/postgres)
-// implement them, and store/storetest is the one conformance suite all of
-// them pass unchanged.
+// implement them, each as the one Front (front.go) over its Backend: the
+// front validates every call once and answers the single-item forms, the
+// backend keeps storage only. store/storetest is the one conformance suite
+// all of them pass unchanged.
 //
 // What the store never does: interpret world state (it stores bytes and
 // metadata, and never imports world/), order by timestamps (readers order by

@@ -9,9 +9,9 @@ import (
 	"github.com/orrery-run/orrery/event"
 )
 
-// The one validation of the persistence plane. Every backend runs these
-// checks before it writes, so a value one backend accepts every backend
-// accepts, and a journal written on the embedded default moves to
+// The one validation of the persistence plane. The front (Front) runs these
+// checks before it calls any backend, so a value one backend accepts every
+// backend accepts, and a journal written on the embedded default moves to
 // PostgreSQL unchanged. Each failure is an *Error of Kind ErrInvalid that
 // names the field; nothing is written.
 //

@@ -11,7 +11,7 @@ import (
 // Commit implements store.Store: the world cycle's one transaction. Every
 // part is checked (fence, cursor, head, snapshot) before any is written,
 // so a failure leaves everything as it was.
-func (s *Store) Commit(ctx context.Context, world string, epoch uint64, b store.CommitBatch) (store.CommitResult, error) {
+func (s *backend) Commit(ctx context.Context, world string, epoch uint64, b store.CommitBatch) (store.CommitResult, error) {
 	const op = "commit"
 	if err := s.begin(ctx, op); err != nil {
 		return store.CommitResult{}, err
@@ -22,7 +22,7 @@ func (s *Store) Commit(ctx context.Context, world string, epoch uint64, b store.
 
 // DrainToJournal implements store.Inbox: a Commit of a cursor move and
 // entries only, through the same code.
-func (s *Store) DrainToJournal(ctx context.Context, world string, epoch uint64, expectedCursor, expectedHead, newCursor uint64, entries []store.Record) ([]store.Appended, error) {
+func (s *backend) DrainToJournal(ctx context.Context, world string, epoch uint64, expectedCursor, expectedHead, newCursor uint64, entries []store.Record) ([]store.Appended, error) {
 	const op = "drain"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
@@ -34,13 +34,7 @@ func (s *Store) DrainToJournal(ctx context.Context, world string, epoch uint64, 
 	return res.Appended, err
 }
 
-func (s *Store) commit(op, worldID string, epoch uint64, b *store.CommitBatch) (store.CommitResult, error) {
-	if err := checkWorldEpoch(op, worldID, epoch); err != nil {
-		return store.CommitResult{}, err
-	}
-	if err := store.CheckCommit(op, b); err != nil {
-		return store.CommitResult{}, err
-	}
+func (s *backend) commit(op, worldID string, epoch uint64, b *store.CommitBatch) (store.CommitResult, error) {
 	st := s.st
 	now := s.now()
 	if err := st.fence(op, worldID, epoch, now); err != nil {
@@ -69,7 +63,7 @@ func (s *Store) commit(op, worldID string, epoch uint64, b *store.CommitBatch) (
 
 	var move statusMove
 	if b.Status != nil {
-		// The fence proved the world active, and CheckCommit allows only
+		// The fence proved the world active, and the front allows only
 		// paused or archived: the move is decided here all the same, before
 		// anything is written.
 		if move, err = st.planStatus(op, w, b.Status.Status, b.Status.Reason); err != nil {

@@ -54,28 +54,12 @@ func (st *state) head(id string) uint64 {
 }
 
 // Append implements store.Journal.
-func (s *Store) Append(ctx context.Context, streamID string, events []store.Record, opts store.AppendOptions) ([]store.Appended, error) {
+func (s *backend) Append(ctx context.Context, streamID string, events []store.Record, opts store.AppendOptions) ([]store.Appended, error) {
 	const op = "append"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
 	defer s.end()
-	if err := store.CheckID(op, "stream", streamID); err != nil {
-		return nil, err
-	}
-	if err := store.CheckRecords(op, events); err != nil {
-		return nil, err
-	}
-	if opts.Fence != nil {
-		if err := store.CheckID(op, "fence world", opts.Fence.World); err != nil {
-			return nil, err
-		}
-	}
-	if opts.ExpectedHead != nil {
-		if err := store.CheckInt(op, "expectedHead", *opts.ExpectedHead); err != nil {
-			return nil, err
-		}
-	}
 	now := s.now()
 	_, worldFound := s.st.worlds[streamID]
 	if err := contract.AppendFence(op, streamID, opts, worldFound, s.st.leaseRow(streamID), now); err != nil {
@@ -158,7 +142,7 @@ func (st *state) applyAppend(p appendPlan, events []store.Record, now time.Time)
 }
 
 // Read implements store.Journal. A limit <= 0 means no limit.
-func (s *Store) Read(ctx context.Context, streamID string, afterSeq uint64, limit int) ([]store.Record, error) {
+func (s *backend) Read(ctx context.Context, streamID string, afterSeq uint64, limit int) ([]store.Record, error) {
 	if err := s.begin(ctx, "read"); err != nil {
 		return nil, err
 	}
@@ -179,7 +163,7 @@ func (s *Store) Read(ctx context.Context, streamID string, afterSeq uint64, limi
 }
 
 // Head implements store.Journal.
-func (s *Store) Head(ctx context.Context, streamID string) (uint64, error) {
+func (s *backend) Head(ctx context.Context, streamID string) (uint64, error) {
 	if err := s.begin(ctx, "head"); err != nil {
 		return 0, err
 	}
@@ -188,7 +172,7 @@ func (s *Store) Head(ctx context.Context, streamID string) (uint64, error) {
 }
 
 // Floor implements store.Journal.
-func (s *Store) Floor(ctx context.Context, streamID string) (uint64, error) {
+func (s *backend) Floor(ctx context.Context, streamID string) (uint64, error) {
 	if err := s.begin(ctx, "floor"); err != nil {
 		return 0, err
 	}
@@ -200,7 +184,7 @@ func (s *Store) Floor(ctx context.Context, streamID string) (uint64, error) {
 }
 
 // ReadWindow implements store.Journal. A limit <= 0 means no limit.
-func (s *Store) ReadWindow(ctx context.Context, streamID string, from, to time.Time, limit int) ([]store.Record, error) {
+func (s *backend) ReadWindow(ctx context.Context, streamID string, from, to time.Time, limit int) ([]store.Record, error) {
 	if err := s.begin(ctx, "read_window"); err != nil {
 		return nil, err
 	}
@@ -227,139 +211,4 @@ func (s *Store) ReadWindow(ctx context.Context, streamID string, from, to time.T
 func cloneRecord(r store.Record) store.Record {
 	r.Payload = cloneBytes(r.Payload)
 	return r
-}
-
-// ---- snapshots ----
-
-// PutSnapshot implements store.Snapshots.
-func (s *Store) PutSnapshot(ctx context.Context, world string, epoch uint64, snap store.Snapshot) error {
-	const op = "put_snapshot"
-	if err := s.begin(ctx, op); err != nil {
-		return err
-	}
-	defer s.end()
-	if err := checkWorldEpoch(op, world, epoch); err != nil {
-		return err
-	}
-	if err := store.CheckSnapshot(op, snap); err != nil {
-		return err
-	}
-	now := s.now()
-	if err := s.st.fence(op, world, epoch, now); err != nil {
-		return err
-	}
-	write, err := s.st.planSnapshot(op, world, snap, s.st.head(world))
-	if err != nil {
-		return err
-	}
-	s.st.applySnapshot(world, snap, write, now)
-	return nil
-}
-
-// planSnapshot decides a snapshot against head (mu held).
-func (st *state) planSnapshot(op, world string, snap store.Snapshot, head uint64) (write bool, err error) {
-	existing := ""
-	if prev, ok := st.worlds[world].snapshots[snap.Height]; ok {
-		existing = prev.StateHash
-	}
-	return contract.Snapshot(op, world, snap, head, existing)
-}
-
-// applySnapshot stores snap when write, and moves the baseline up to it.
-func (st *state) applySnapshot(world string, snap store.Snapshot, write bool, now time.Time) {
-	w := st.worlds[world]
-	if write {
-		snap.World = world
-		snap.State = cloneBytes(snap.State)
-		snap.CreatedAt = now
-		w.snapshots[snap.Height] = snap
-	}
-	if !w.hasBaseline || snap.Height > w.baseline {
-		w.hasBaseline, w.baseline = true, snap.Height
-	}
-}
-
-// ActiveSnapshot implements store.Snapshots.
-func (s *Store) ActiveSnapshot(ctx context.Context, world string) (store.Snapshot, bool, error) {
-	const op = "active_snapshot"
-	if err := s.begin(ctx, op); err != nil {
-		return store.Snapshot{}, false, err
-	}
-	defer s.end()
-	w, ok := s.st.worlds[world]
-	if !ok {
-		return store.Snapshot{}, false, store.Errorf(op, store.ErrWorldNotFound, world, "")
-	}
-	if !w.hasBaseline {
-		return store.Snapshot{}, false, nil
-	}
-	snap := w.snapshots[w.baseline]
-	snap.State = cloneBytes(snap.State)
-	return snap, true, nil
-}
-
-// SnapshotBelow implements store.Snapshots.
-func (s *Store) SnapshotBelow(ctx context.Context, world string, height uint64) (store.Snapshot, bool, error) {
-	const op = "snapshot_below"
-	if err := s.begin(ctx, op); err != nil {
-		return store.Snapshot{}, false, err
-	}
-	defer s.end()
-	if err := store.CheckInt(op, "height", height); err != nil {
-		return store.Snapshot{}, false, err
-	}
-	w, ok := s.st.worlds[world]
-	if !ok {
-		return store.Snapshot{}, false, store.Errorf(op, store.ErrWorldNotFound, world, "")
-	}
-	var best store.Snapshot
-	found := false
-	for h, snap := range w.snapshots {
-		if h < height && (!found || h > best.Height) {
-			best, found = snap, true
-		}
-	}
-	best.State = cloneBytes(best.State)
-	return best, found, nil
-}
-
-// Compact implements store.Snapshots.
-func (s *Store) Compact(ctx context.Context, world string, epoch uint64, retain uint64) (int, error) {
-	const op = "compact"
-	if err := s.begin(ctx, op); err != nil {
-		return 0, err
-	}
-	defer s.end()
-	if err := checkWorldEpoch(op, world, epoch); err != nil {
-		return 0, err
-	}
-	if err := store.CheckInt(op, "retain", retain); err != nil {
-		return 0, err
-	}
-	if err := s.st.fence(op, world, epoch, s.now()); err != nil {
-		return 0, err
-	}
-	w := s.st.worlds[world]
-	if !w.hasBaseline || w.baseline <= retain {
-		return 0, nil
-	}
-	str := s.st.stream(world)
-	cut := w.baseline - retain
-	n := sort.Search(len(str.records), func(i int) bool { return str.records[i].RunSeq > cut })
-	for _, r := range str.records[:n] {
-		if r.PersistedAt.After(str.floorAt) {
-			str.floorAt = r.PersistedAt
-		}
-	}
-	str.floor = max(str.floor, cut)
-	str.records = append([]store.Record(nil), str.records[n:]...)
-	return n, nil
-}
-
-// checkWorldEpoch checks the arguments every fenced world mutation takes.
-func checkWorldEpoch(op, world string, epoch uint64) error {
-	if err := store.CheckID(op, "world", world); err != nil {
-		return err
-	}
-	return store.CheckInt(op, "epoch", epoch)
 }

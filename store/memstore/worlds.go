@@ -49,23 +49,12 @@ func newWorld(rec store.World) *world {
 }
 
 // CreateWorld implements store.Worlds.
-func (s *Store) CreateWorld(ctx context.Context, universe, id string, seed *store.Snapshot) (store.World, error) {
+func (s *backend) CreateWorld(ctx context.Context, universe, id string, seed *store.Snapshot) (store.World, error) {
 	const op = "create_world"
 	if err := s.begin(ctx, op); err != nil {
 		return store.World{}, err
 	}
 	defer s.end()
-	if err := store.CheckID(op, "universe", universe); err != nil {
-		return store.World{}, err
-	}
-	if err := store.CheckID(op, "world", id); err != nil {
-		return store.World{}, err
-	}
-	if seed != nil {
-		if err := store.CheckSnapshot(op, *seed); err != nil {
-			return store.World{}, err
-		}
-	}
 	if err := s.st.claimWorldID(op, id); err != nil {
 		return store.World{}, err
 	}
@@ -86,15 +75,12 @@ func (s *Store) CreateWorld(ctx context.Context, universe, id string, seed *stor
 // with a holder, Acquire and an Append of the events, as one transaction.
 // Everything is decided before anything is written (the id, the lease,
 // then the journal), so a refusal leaves the store as it was.
-func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned, error) {
+func (s *backend) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned, error) {
 	const op = "spawn"
 	if err := s.begin(ctx, op); err != nil {
 		return store.Spawned{}, err
 	}
 	defer s.end()
-	if err := store.CheckSpawn(op, spec); err != nil {
-		return store.Spawned{}, err
-	}
 	if err := s.st.claimWorldID(op, spec.World); err != nil {
 		return store.Spawned{}, err
 	}
@@ -124,7 +110,7 @@ func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned,
 		out.Lease = lease.Lease(spec.World)
 	}
 	for i, it := range spec.Items {
-		// CheckSpawn refused a key given twice, so none of these is a dup.
+		// The front refused a key given twice, so none of these is a dup.
 		out.Seqs[i], _ = s.st.enqueue(w, it.Kind, it.Payload, it.DedupeKey, now)
 	}
 	if spec.Holder != "" {
@@ -157,19 +143,12 @@ func (st *state) seedStream(id string, height uint64) {
 
 // ForkWorld implements store.Worlds: one transaction, so the fork exists
 // completely or not at all.
-func (s *Store) ForkWorld(ctx context.Context, src string, height uint64, newID string) (store.World, error) {
+func (s *backend) ForkWorld(ctx context.Context, src string, height uint64, newID string) (store.World, error) {
 	const op = "fork_world"
 	if err := s.begin(ctx, op); err != nil {
 		return store.World{}, err
 	}
 	defer s.end()
-	for _, err := range []error{
-		store.CheckID(op, "world", src), store.CheckInt(op, "height", height), store.CheckID(op, "new world", newID),
-	} {
-		if err != nil {
-			return store.World{}, err
-		}
-	}
 	sw, ok := s.st.worlds[src]
 	if !ok {
 		return store.World{}, store.Errorf(op, store.ErrWorldNotFound, src, "")
@@ -196,7 +175,7 @@ func (s *Store) ForkWorld(ctx context.Context, src string, height uint64, newID 
 }
 
 // GetWorld implements store.Worlds.
-func (s *Store) GetWorld(ctx context.Context, id string) (store.World, error) {
+func (s *backend) GetWorld(ctx context.Context, id string) (store.World, error) {
 	const op = "get_world"
 	if err := s.begin(ctx, op); err != nil {
 		return store.World{}, err
@@ -210,17 +189,12 @@ func (s *Store) GetWorld(ctx context.Context, id string) (store.World, error) {
 }
 
 // ListWorlds implements store.Worlds.
-func (s *Store) ListWorlds(ctx context.Context, universe string, status store.WorldStatus) ([]store.World, error) {
+func (s *backend) ListWorlds(ctx context.Context, universe string, status store.WorldStatus) ([]store.World, error) {
 	const op = "list_worlds"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
 	defer s.end()
-	if status != "" {
-		if err := store.CheckStatus(op, status); err != nil {
-			return nil, err
-		}
-	}
 	var out []store.World
 	for _, id := range sortedKeys(s.st.worlds) {
 		w := s.st.worlds[id]
@@ -233,17 +207,12 @@ func (s *Store) ListWorlds(ctx context.Context, universe string, status store.Wo
 
 // SetWorldStatus implements store.Worlds: the operator's path, without a
 // lease (contract.Transition).
-func (s *Store) SetWorldStatus(ctx context.Context, id string, status store.WorldStatus, reason string) (store.World, error) {
+func (s *backend) SetWorldStatus(ctx context.Context, id string, status store.WorldStatus, reason string) (store.World, error) {
 	const op = "set_world_status"
 	if err := s.begin(ctx, op); err != nil {
 		return store.World{}, err
 	}
 	defer s.end()
-	for _, err := range []error{store.CheckID(op, "world", id), store.CheckStatus(op, status), store.CheckReason(op, reason)} {
-		if err != nil {
-			return store.World{}, err
-		}
-	}
 	w, ok := s.st.worlds[id]
 	if !ok {
 		return store.World{}, store.Errorf(op, store.ErrWorldNotFound, id, "")
@@ -289,40 +258,4 @@ func (st *state) applyStatus(m statusMove, now time.Time) (withdrawn int) {
 		withdrawn = st.withdraw(m.w.rec.ID, nil, true, now)
 	}
 	return withdrawn
-}
-
-// ---- watermarks ----
-
-type watermarkKey struct{ projector, stream string }
-
-// GetWatermark implements store.Watermarks (0 when never set).
-func (s *Store) GetWatermark(ctx context.Context, projector, streamID string) (uint64, error) {
-	if err := s.begin(ctx, "get_watermark"); err != nil {
-		return 0, err
-	}
-	defer s.end()
-	return s.st.watermarks[watermarkKey{projector, streamID}], nil
-}
-
-// CASWatermark implements store.Watermarks.
-func (s *Store) CASWatermark(ctx context.Context, projector, streamID string, old, next uint64) error {
-	const op = "cas_watermark"
-	if err := s.begin(ctx, op); err != nil {
-		return err
-	}
-	defer s.end()
-	for _, err := range []error{
-		store.CheckID(op, "projector", projector), store.CheckID(op, "stream", streamID),
-		store.CheckInt(op, "old", old), store.CheckInt(op, "next", next),
-	} {
-		if err != nil {
-			return err
-		}
-	}
-	k := watermarkKey{projector, streamID}
-	if cur := s.st.watermarks[k]; cur != old {
-		return store.Errorf(op, store.ErrWatermarkConflict, "", "%s on %s is at %d, expected %d", projector, streamID, cur, old)
-	}
-	s.st.watermarks[k] = next
-	return nil
 }

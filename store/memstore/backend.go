@@ -2,9 +2,13 @@
 // whole store.Store contract held in memory behind one mutex, so that every
 // operation is one atomic "transaction" and the store's behaviour is the
 // executable reading of store/store.go that store/storetest checks the other
-// backends against. It keeps only storage: validation is store/validate.go,
-// the contract's decisions are store/internal/contract, and Watch fan-out is
-// store/internal/hub, exactly as in the other backends.
+// backends against. Its Store is the one front over every backend
+// (store.Front), which validates each call, over this package's backend,
+// which keeps only storage: the contract's decisions are
+// store/internal/contract, and Watch fan-out is store/internal/hub, exactly
+// as in the other backends. Its files are laid out by protocol, with the
+// same names as the other backends' (journal.go, commit.go, leases.go,
+// effects.go, timers.go, …).
 //
 // It is deterministic: it starts no goroutine of its own (a watch is a
 // registration of a Waker, which it wakes without blocking), never lets Go
@@ -14,11 +18,13 @@
 //
 // It is also the lab's fault-injection seam for the runtime plane contract's chaos matrix:
 //
-//   - WithHook installs a function called at the start of every operation,
-//     before anything changes, with the operation's name (the Op of its
-//     errors: "append", "commit", "drain", "publish", "claim", "complete",
+//   - WithHook installs a function called at the start of every operation
+//     the front let through (a call it refuses never gets here), before
+//     anything changes, with the operation's name (the Op of its errors:
+//     "append", "commit", "drain", "publish", "claim", "complete",
 //     "complete_many", "fire", "acquire", "renew", "renew_leases", ...;
-//     Ops lists them all). A non-nil error fails that call, is returned
+//     Ops lists them all; an Acquire is the front's AcquireLeases of one
+//     world, and the hook sees it as "acquire", store.CalledAs). A non-nil error fails that call, is returned
 //     unchanged, and the call changes nothing. The hook runs outside the
 //     store's lock, so it may call Crash, or block to hold a caller at
 //     that point.
@@ -39,7 +45,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -67,30 +72,37 @@ func Ops() []string {
 }
 
 // Option configures a Store.
-type Option func(*Store)
+type Option func(*backend)
 
 // WithClock sets the store's clock: persistedAt, lease expiries, claim
 // deadlines, due times and dedupe retention all read it. The default is
 // time.Now.
 func WithClock(now func() time.Time) Option {
-	return func(s *Store) { s.clock = now }
+	return func(s *backend) { s.clock = now }
 }
 
 // WithDedupeRetention sets how long completed dedupe records are kept
 // (store.DefaultDedupeRetention by default).
 func WithDedupeRetention(d time.Duration) Option {
-	return func(s *Store) { s.retention = d }
+	return func(s *backend) { s.retention = d }
 }
 
 // WithHook installs the fault-injection hook (see the package doc); nil
 // removes it.
 func WithHook(hook func(op string) error) Option {
-	return func(s *Store) { s.hook = hook }
+	return func(s *backend) { s.hook = hook }
 }
 
-// Store is one handle over a memstore's durable state. It is safe for
-// concurrent use.
+// Store is one handle over a memstore's durable state: the one front over
+// this backend, plus what only memstore has (Crash, Restart). It is safe
+// for concurrent use.
 type Store struct {
+	*store.Front // every store.Store method, validated once
+	b            *backend
+}
+
+// backend is the storage of one handle: it implements store.Backend.
+type backend struct {
 	st        *state
 	clock     func() time.Time
 	retention time.Duration
@@ -103,25 +115,32 @@ type Store struct {
 	watchID uint64
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Backend = (*backend)(nil)
+)
 
 // New returns an empty store.
 func New(opts ...Option) *Store {
-	s := &Store{st: newState(), clock: time.Now, retention: store.DefaultDedupeRetention}
+	return open(&backend{st: newState(), clock: time.Now, retention: store.DefaultDedupeRetention}, opts)
+}
+
+func open(b *backend, opts []Option) *Store {
 	for _, o := range opts {
-		o(s)
+		o(b)
 	}
-	return s
+	return &Store{Front: store.New(b), b: b}
 }
 
 // Crash simulates the death of the process using this handle: every later
 // call fails with ErrCrashed and its watches end. The durable state is
 // untouched; Restart reopens it.
 func (s *Store) Crash() {
-	s.st.mu.Lock()
-	defer s.st.mu.Unlock()
-	s.crashed = true
-	s.dropWatches()
+	b := s.b
+	b.st.mu.Lock()
+	defer b.st.mu.Unlock()
+	b.crashed = true
+	b.dropWatches()
 }
 
 // Restart returns a fresh handle over the same durable state, with this
@@ -129,17 +148,13 @@ func (s *Store) Crash() {
 // WithHook(nil) to stop injecting faults). It may be called on a crashed,
 // closed or live handle; the old handle keeps its own state.
 func (s *Store) Restart(opts ...Option) *Store {
-	n := &Store{st: s.st, clock: s.clock, retention: s.retention, hook: s.hook}
-	for _, o := range opts {
-		o(n)
-	}
-	return n
+	return open(&backend{st: s.b.st, clock: s.b.clock, retention: s.b.retention, hook: s.b.hook}, opts)
 }
 
 // Close ends this handle: later calls fail with store.ErrClosed and its
 // watches end. It is idempotent and leaves the durable state to other
 // handles (see Restart).
-func (s *Store) Close() error {
+func (s *backend) Close() error {
 	s.st.mu.Lock()
 	defer s.st.mu.Unlock()
 	s.closed = true
@@ -148,7 +163,7 @@ func (s *Store) Close() error {
 }
 
 // Now reads the store's clock.
-func (s *Store) Now(ctx context.Context) (time.Time, error) {
+func (s *backend) Now(ctx context.Context) (time.Time, error) {
 	if err := s.begin(ctx, "now"); err != nil {
 		return time.Time{}, err
 	}
@@ -157,13 +172,18 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 }
 
 // DedupeRetention returns the configured retention.
-func (s *Store) DedupeRetention() time.Duration { return s.retention }
+func (s *backend) DedupeRetention() time.Duration { return s.retention }
 
 // begin opens an operation: the hook, then the context, then (under the
 // mutex, which it leaves locked on success; end releases it) the handle's
 // crash and close flags. The hook runs outside the mutex so that it may
-// call Crash.
-func (s *Store) begin(ctx context.Context, op string) error {
+// call Crash. A batch call the front makes for a single-item form (an
+// Acquire is an AcquireLeases of one world) is named as the caller called
+// it, to the hook and in its errors.
+func (s *backend) begin(ctx context.Context, op string) error {
+	if as := store.CalledAs(ctx); as != "" {
+		op = as
+	}
 	if s.hook != nil {
 		if err := s.hook(op); err != nil {
 			return err
@@ -186,7 +206,7 @@ func (s *Store) begin(ctx context.Context, op string) error {
 
 // end commits an operation: it releases the mutex and only then sends the
 // hints the operation collected, so a woken watcher always finds the change.
-func (s *Store) end() {
+func (s *backend) end() {
 	topics := s.st.hints
 	s.st.hints = nil
 	s.st.mu.Unlock()
@@ -197,7 +217,7 @@ func (s *Store) end() {
 
 // now reads the clock without its monotonic reading, so that stored times
 // compare and print the same way whatever clock produced them.
-func (s *Store) now() time.Time { return s.clock().Round(0) }
+func (s *backend) now() time.Time { return s.clock().Round(0) }
 
 // ---- the durable state ----
 
@@ -254,59 +274,4 @@ func (st *state) leaseRow(world string) contract.LeaseRow {
 func (st *state) fence(op, world string, epoch uint64, now time.Time) error {
 	_, found := st.worlds[world]
 	return contract.Fence(op, world, epoch, found, st.leaseRow(world), now)
-}
-
-// ---- watches ----
-
-// Watch implements store.Store: w is registered on the shared hub, and this
-// handle remembers the registration so that its Crash or Close ends it.
-func (s *Store) Watch(ctx context.Context, w store.Waker, topics ...string) (func(), error) {
-	const op = "watch"
-	if err := s.begin(ctx, op); err != nil {
-		return nil, err
-	}
-	defer s.end()
-	// A copy: the hub keeps the slice, which the caller may reuse.
-	remove, err := s.st.hub.Add(op, w, slices.Clone(topics))
-	if err != nil {
-		return nil, err
-	}
-	s.watchID++
-	id := s.watchID
-	if s.watches == nil {
-		s.watches = map[uint64]func(){}
-	}
-	s.watches[id] = remove
-	return func() {
-		remove() // idempotent, and takes only the hub's lock
-		s.st.mu.Lock()
-		delete(s.watches, id)
-		s.st.mu.Unlock()
-	}, nil
-}
-
-// dropWatches ends every watch of this handle (mu held).
-func (s *Store) dropWatches() {
-	for _, id := range sortedKeys(s.watches) {
-		s.watches[id]()
-	}
-	s.watches = nil
-}
-
-// ---- helpers ----
-
-func cloneBytes(b []byte) []byte {
-	if b == nil {
-		return nil
-	}
-	return append([]byte{}, b...)
-}
-
-func sortedKeys[K interface{ ~string | ~uint64 }, V any](m map[K]V) []K {
-	keys := make([]K, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
-	return keys
 }

@@ -1,0 +1,303 @@
+package memstore
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
+)
+
+// ---- effects ----
+
+// effect is an intent's queue entry and dedupe record in one: the queue
+// holds it while pending or inflight, the record outlives it until swept.
+type effect struct {
+	item          store.EffectItem // item.State is the record's state
+	retryReason   string
+	resolveReason *string // the operator's, when Resolve gave the receipt
+	receipt       *store.Receipt
+	inboxSeq      uint64
+	completedAt   time.Time
+}
+
+// Publish implements protocol C. Intent hashes are global: an intent once
+// published is skipped until its dedupe record is swept.
+func (s *backend) Publish(ctx context.Context, worldID string, epoch uint64, intents []store.Intent) (int, error) {
+	const op = "publish"
+	if err := s.begin(ctx, op); err != nil {
+		return 0, err
+	}
+	defer s.end()
+	now := s.now()
+	if err := s.st.fence(op, worldID, epoch, now); err != nil {
+		return 0, err
+	}
+	return s.st.publish(worldID, intents, now), nil
+}
+
+// withdraw withdraws world's pending effects (mu held): those named by
+// hashes, or every one when all. It returns how many.
+func (st *state) withdraw(worldID string, hashes []string, all bool, now time.Time) int {
+	n := 0
+	take := func(e *effect) {
+		if e != nil && e.item.World == worldID && e.item.State == store.EffectPending {
+			e.item.State, e.item.ClaimExpires, e.completedAt = store.EffectWithdrawn, time.Time{}, now
+			n++
+		}
+	}
+	if all {
+		for _, e := range st.effects {
+			take(e)
+		}
+		return n
+	}
+	for _, h := range hashes {
+		take(st.effects[h])
+	}
+	return n
+}
+
+// publish queues the intents not yet known (mu held) and returns how many.
+func (st *state) publish(worldID string, intents []store.Intent, now time.Time) int {
+	n := 0
+	for _, in := range intents {
+		if _, ok := st.effects[in.IntentHash]; ok {
+			continue
+		}
+		st.effectSeq++
+		in.Params = cloneBytes(in.Params)
+		st.effects[in.IntentHash] = &effect{item: store.EffectItem{
+			Intent: in, World: worldID, Seq: st.effectSeq, EnqueuedAt: now, State: store.EffectPending,
+		}}
+		n++
+	}
+	if n > 0 {
+		st.notify(store.TopicEffects)
+	}
+	return n
+}
+
+// queued returns the pending and inflight effects in queue order (mu held).
+func (st *state) queued() []*effect {
+	var q []*effect
+	for _, e := range st.effects {
+		if e.item.State == store.EffectPending || e.item.State == store.EffectInflight {
+			q = append(q, e)
+		}
+	}
+	sort.Slice(q, func(i, j int) bool { return q[i].item.Seq < q[j].item.Seq })
+	return q
+}
+
+func (e *effect) view() store.EffectItem {
+	it := e.item
+	it.Params = cloneBytes(it.Params)
+	return it
+}
+
+// Claim implements protocol D's first step, by kind.
+func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]store.EffectItem, error) {
+	const op = "claim"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	now := s.now()
+	var out []store.EffectItem
+	for _, e := range s.st.queued() {
+		if len(out) >= n {
+			break
+		}
+		if e.item.State != store.EffectPending || !slices.Contains(kinds, e.item.Kind) {
+			continue
+		}
+		if w := s.st.worlds[e.item.World]; w != nil && w.rec.Status == store.WorldArchived {
+			// Archiving withdrew it; this guard only keeps the promise
+			// whatever path a pending item of an ended world took.
+			continue
+		}
+		e.item.State = store.EffectInflight
+		e.item.Attempt++
+		e.item.ClaimedBy = worker
+		e.item.ClaimExpires = now.Add(claimTTL)
+		out = append(out, e.view())
+	}
+	return out, nil
+}
+
+// CompleteMany implements protocol D's acknowledgement: one "transaction"
+// under the mutex, each completion decided in order as Complete decides it
+// (its errors are Complete's).
+func (s *backend) CompleteMany(ctx context.Context, cs []store.Completion) ([]store.CompleteResult, error) {
+	if err := s.begin(ctx, "complete_many"); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	now := s.now()
+	out := make([]store.CompleteResult, len(cs))
+	for i, c := range cs {
+		out[i].InboxSeq, out[i].Dup, out[i].Err = s.st.settleEffect("complete", c.IntentHash, contract.Claimant(c.Claim), c.Receipt, now)
+	}
+	return out, nil
+}
+
+// Resolve implements store.Effects: the completion path with an operator
+// in the claimant's place (contract.Operator), so it completes exactly as
+// Complete does, whatever the claim.
+func (s *backend) Resolve(ctx context.Context, intentHash string, r store.Receipt, reason string) (uint64, bool, error) {
+	const op = "resolve"
+	if err := s.begin(ctx, op); err != nil {
+		return 0, false, err
+	}
+	defer s.end()
+	return s.st.settleEffect(op, intentHash, contract.Operator(reason), r, s.now())
+}
+
+// settleEffect is the one completion of an effect (mu held): contract.Settle
+// decides for by, and the receipt enters the inbox whatever the world's
+// status, because it is the durable answer to the world's own request.
+func (st *state) settleEffect(op, hash string, by contract.By, r store.Receipt, now time.Time) (uint64, bool, error) {
+	e, ok := st.effects[hash]
+	var row contract.SettleRow
+	if ok {
+		row = contract.SettleRow{Found: true, World: e.item.World, Done: e.item.State == store.EffectDone,
+			Withdrawn: e.item.State == store.EffectWithdrawn,
+			Claim:     contract.ClaimRow{Attempt: e.item.Attempt, ClaimedBy: e.item.ClaimedBy}}
+	}
+	if dup, err := contract.Settle(op, "intent", hash, row, by, now); err != nil {
+		return 0, false, err
+	} else if dup {
+		return e.inboxSeq, true, nil
+	}
+	w := st.worlds[e.item.World]
+	seq, _ := st.enqueue(w, store.KindReceipt, r.Payload, store.ReceiptKey(hash, e.item.Retries), now)
+	e.item.State = store.EffectDone
+	e.item.ClaimExpires = time.Time{}
+	e.receipt = &store.Receipt{Status: r.Status, Payload: cloneBytes(r.Payload)}
+	e.resolveReason = by.OperatorReason()
+	e.inboxSeq, e.completedAt = seq, now
+	return seq, false, nil
+}
+
+// ReapEffects implements the effect reaper. A reap keeps the latest claim
+// (ClaimedBy, Attempt): that worker may still complete until a new claim.
+func (s *backend) ReapEffects(ctx context.Context) (int, error) {
+	if err := s.begin(ctx, "reap_effects"); err != nil {
+		return 0, err
+	}
+	defer s.end()
+	now := s.now()
+	n := 0
+	for _, e := range s.st.queued() {
+		if e.item.State == store.EffectInflight && contract.Expired(e.item.ClaimExpires, now) {
+			e.item.ClaimExpires = time.Time{}
+			if w := s.st.worlds[e.item.World]; w != nil && w.rec.Status == store.WorldArchived {
+				// An ended world asks for nothing more: its expired
+				// claim is not handed to anyone else.
+				e.item.State, e.completedAt = store.EffectWithdrawn, now
+			} else {
+				e.item.State = store.EffectPending
+			}
+			n++
+		}
+	}
+	if n > 0 {
+		s.st.notify(store.TopicEffects)
+	}
+	return n, nil
+}
+
+// ReleaseEffect implements store.Effects.
+func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c store.Claim) error {
+	const op = "release_effect"
+	if err := s.begin(ctx, op); err != nil {
+		return err
+	}
+	defer s.end()
+	e, found := s.st.effects[intentHash]
+	var state store.EffectState
+	var row contract.ClaimRow
+	if found {
+		state, row = e.item.State, contract.ClaimRow{Attempt: e.item.Attempt, ClaimedBy: e.item.ClaimedBy}
+	}
+	noop, err := contract.ReleaseEffect(op, intentHash, found, state, row, c)
+	if err != nil || noop {
+		return err
+	}
+	var status store.WorldStatus
+	if w, ok := s.st.worlds[e.item.World]; ok {
+		status = w.rec.Status
+	}
+	e.item.State = contract.ReleaseTo(status)
+	e.item.ClaimExpires = time.Time{}
+	if e.item.State == store.EffectWithdrawn {
+		e.completedAt = s.now()
+		return nil
+	}
+	s.st.notify(store.TopicEffects)
+	return nil
+}
+
+// RetryEffect implements store.Effects. The effect keeps its queue seq and
+// its attempt count; its latest claim is cleared, so no completion of the
+// attempt that already ended can pass as the retry's.
+func (s *backend) RetryEffect(ctx context.Context, intentHash, reason string) (store.EffectStatus, error) {
+	const op = "retry_effect"
+	if err := s.begin(ctx, op); err != nil {
+		return store.EffectStatus{}, err
+	}
+	defer s.end()
+	e, ok := s.st.effects[intentHash]
+	if !ok {
+		return store.EffectStatus{}, store.Errorf(op, store.ErrNotFound, "", "intent %s", intentHash)
+	}
+	var rs store.ReceiptStatus
+	if e.receipt != nil {
+		rs = e.receipt.Status
+	}
+	if err := contract.Retryable(op, intentHash, e.item.State, rs); err != nil {
+		return store.EffectStatus{}, err
+	}
+	if w := s.st.worlds[e.item.World]; w != nil && w.rec.Status == store.WorldArchived {
+		return store.EffectStatus{}, store.Errorf(op, store.ErrWorldArchived, e.item.World, "intent %s", intentHash)
+	}
+	e.item.State = store.EffectPending
+	e.item.Retries++
+	e.item.ClaimedBy, e.item.ClaimExpires = "", time.Time{}
+	e.retryReason = reason
+	e.receipt, e.resolveReason, e.inboxSeq, e.completedAt = nil, nil, 0, time.Time{}
+	s.st.notify(store.TopicEffects)
+	return e.status(), nil
+}
+
+func (e *effect) status() store.EffectStatus {
+	st := store.EffectStatus{
+		IntentHash: e.item.IntentHash, World: e.item.World, Kind: e.item.Kind, State: e.item.State,
+		Attempts: e.item.Attempt, Retries: e.item.Retries, RetryReason: e.retryReason,
+		InboxSeq: e.inboxSeq, CompletedAt: e.completedAt,
+	}
+	if e.receipt != nil {
+		st.Receipt = &store.Receipt{Status: e.receipt.Status, Payload: cloneBytes(e.receipt.Payload)}
+	}
+	if e.resolveReason != nil {
+		st.Resolved, st.ResolveReason = true, *e.resolveReason
+	}
+	return st
+}
+
+// EffectStatus implements store.Effects.
+func (s *backend) EffectStatus(ctx context.Context, intentHash string) (store.EffectStatus, error) {
+	const op = "effect_status"
+	if err := s.begin(ctx, op); err != nil {
+		return store.EffectStatus{}, err
+	}
+	defer s.end()
+	e, ok := s.st.effects[intentHash]
+	if !ok {
+		return store.EffectStatus{}, store.Errorf(op, store.ErrNotFound, "", "intent %s", intentHash)
+	}
+	return e.status(), nil
+}

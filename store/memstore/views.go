@@ -1,0 +1,92 @@
+package memstore
+
+import (
+	"context"
+
+	"github.com/orrery-run/orrery/store"
+)
+
+// ListEffects implements store.Views.
+func (s *backend) ListEffects(ctx context.Context, worldID string, afterSeq uint64, limit int) ([]store.EffectItem, error) {
+	const op = "list_effects"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	if err := s.st.checkView(op, worldID, limit); err != nil {
+		return nil, err
+	}
+	var out []store.EffectItem
+	for _, e := range s.st.queued() {
+		if len(out) >= limit {
+			break
+		}
+		if e.item.World == worldID && e.item.Seq > afterSeq {
+			out = append(out, e.view())
+		}
+	}
+	return out, nil
+}
+
+// ListTimers implements store.Views.
+func (s *backend) ListTimers(ctx context.Context, worldID string, limit int) ([]store.TimerItem, error) {
+	const op = "list_timers"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	if err := s.st.checkView(op, worldID, limit); err != nil {
+		return nil, err
+	}
+	var ts []*timer
+	for _, t := range s.st.timers {
+		if t.item.World == worldID && t.item.State != store.TimerDelivered {
+			ts = append(ts, t)
+		}
+	}
+	sortTimers(ts)
+	out := []store.TimerItem{}
+	for _, t := range ts {
+		if len(out) >= limit {
+			break
+		}
+		out = append(out, t.view())
+	}
+	return out, nil
+}
+
+func (st *state) checkView(op, worldID string, limit int) error {
+	if _, ok := st.worlds[worldID]; !ok {
+		return store.Errorf(op, store.ErrWorldNotFound, worldID, "")
+	}
+	return nil
+}
+
+// QueueDepths implements store.Views.
+func (s *backend) QueueDepths(ctx context.Context) (store.QueueDepths, error) {
+	if err := s.begin(ctx, "queue_depths"); err != nil {
+		return store.QueueDepths{}, err
+	}
+	defer s.end()
+	var d store.QueueDepths
+	for _, e := range s.st.effects {
+		switch e.item.State {
+		case store.EffectPending:
+			d.EffectsPending++
+		case store.EffectInflight:
+			d.EffectsInflight++
+		}
+	}
+	for _, t := range s.st.timers {
+		switch t.item.State {
+		case store.TimerScheduled:
+			d.TimersScheduled++
+		case store.TimerClaimed:
+			d.TimersClaimed++
+		}
+	}
+	for _, w := range s.st.worlds {
+		d.InboxBacklog += int64(w.lastSeq - w.cursor) // seqs are gapless here
+	}
+	return d, nil
+}
