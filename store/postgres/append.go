@@ -1,9 +1,9 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -315,9 +315,6 @@ func decide(reqs []*appendReq, streams []string, v *view) *plan {
 	inBatch := map[streamKey]int{} // key -> index in p.rows
 	intents, timers := map[string]bool{}, map[string]bool{}
 	for i, r := range reqs {
-		fail := func(kind error, format string, args ...any) {
-			p.res[i].err = store.Errorf(r.op, kind, r.stream, format, args...)
-		}
 		_, isWorld := v.worlds[r.stream]
 		st := v.heads[r.stream]
 		c := r.commit
@@ -332,13 +329,12 @@ func decide(reqs []*appendReq, streams []string, v *view) *plan {
 					continue
 				}
 			}
-			switch last := uint64(v.worlds[r.stream]); {
-			case uint64(st.cursor) != c.b.ExpectedCursor:
-				fail(store.ErrCursorMismatch, "cursor is %d, expected %d", st.cursor, c.b.ExpectedCursor)
-			case !v.speculative && c.b.NewCursor > last:
-				fail(store.ErrInvalid, "cursor %d passes the last seq %d", c.b.NewCursor, last)
+			last := uint64(v.worlds[r.stream])
+			if v.speculative {
+				last = math.MaxUint64 // guard_batch asserts the bound
 			}
-			if p.res[i].err != nil {
+			if err := contract.CycleCursor(r.op, r.stream, uint64(st.cursor), c.b.ExpectedCursor, c.b.NewCursor, last); err != nil {
+				p.res[i].err = err
 				continue
 			}
 		case !v.speculative:
@@ -360,19 +356,19 @@ func decide(reqs []*appendReq, streams []string, v *view) *plan {
 				ref[j] = outRef{row: -1, out: a.a}
 				// A key compacted by schema version 1 kept neither: no
 				// conflict can be told there.
-				ref[j].out.Conflict = a.sum != nil && (a.eventType != ev.EventType || !bytes.Equal(a.sum, r.sums[j][:]))
+				ref[j].out.Conflict = contract.Conflict(a.eventType, a.sum, ev.EventType, r.sums[j][:])
 				continue
 			}
 			if ri, ok := inBatch[k]; ok {
 				first := &p.rows[ri]
 				ref[j] = outRef{row: ri, out: store.Appended{EventID: first.rec.EventID, RunSeq: uint64(first.runSeq), Idempotent: true,
-					Conflict: first.rec.EventType != ev.EventType || first.sum != r.sums[j]}}
+					Conflict: contract.Conflict(first.rec.EventType, first.sum[:], ev.EventType, r.sums[j][:])}}
 				continue
 			}
 			if f, ok := fresh[ev.IdempotencyKey]; ok {
 				ref[j] = ref[f]
 				ref[j].out.Idempotent = true
-				ref[j].out.Conflict = r.events[f].EventType != ev.EventType || r.sums[f] != r.sums[j]
+				ref[j].out.Conflict = contract.Conflict(r.events[f].EventType, r.sums[f][:], ev.EventType, r.sums[j][:])
 				continue
 			}
 			next++
@@ -380,8 +376,14 @@ func decide(reqs []*appendReq, streams []string, v *view) *plan {
 			mine = append(mine, j)
 			ref[j] = outRef{row: len(p.rows) + len(mine) - 1, out: store.Appended{EventID: ev.EventID, RunSeq: uint64(next)}}
 		}
-		if r.head != nil && (len(mine) > 0 || c != nil) && *r.head != uint64(st.head) {
-			fail(store.ErrHeadMismatch, "stream %s: head is %d, expected %d", r.stream, st.head, *r.head)
+		var err error
+		if c != nil {
+			err = contract.CycleHead(r.op, r.stream, *r.head, uint64(st.head))
+		} else {
+			err = contract.AppendHead(r.op, r.stream, r.head, uint64(st.head), len(mine) > 0)
+		}
+		if err != nil {
+			p.res[i].err = err
 			if v.speculative {
 				for _, j := range mine {
 					p.refused = append(p.refused, streamKey{r.stream, r.events[j].IdempotencyKey})
@@ -638,7 +640,7 @@ func (s *backend) queueCycles(b *batch, p *plan, v *view, written *owned[statusM
 		owner[o.world] = o.req
 	}
 	for _, o := range p.moves {
-		if o.v.to == store.WorldArchived {
+		if contract.WithdrawsPending(o.v.to) {
 			all = append(all, o.world)
 			owner[o.world] = o.req
 		}

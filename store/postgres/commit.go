@@ -29,13 +29,7 @@ func (s *backend) DrainToJournal(ctx context.Context, world string, epoch uint64
 }
 
 func (s *backend) commitCycle(ctx context.Context, op, world string, epoch uint64, b *store.CommitBatch) (store.CommitResult, error) {
-	if err := s.begin(ctx, op); err != nil {
-		return store.CommitResult{}, err
-	}
-	if err := checkFenced(op, world, epoch); err != nil {
-		return store.CommitResult{}, err
-	}
-	if err := store.CheckCommit(op, b); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.CommitResult{}, err
 	}
 	r := newAppendReq(ctx, op, world, b.Entries)

@@ -5,7 +5,7 @@ import "context"
 // SweepDedupe implements store.Dedupe (see sweep_dedupe).
 func (s *backend) SweepDedupe(ctx context.Context) (int, error) {
 	const op = "sweep_dedupe"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return 0, err
 	}
 	var n int32

@@ -426,20 +426,21 @@ func (s *backend) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 			out.seq, out.dup, out.world = uint64(seq), dup, r.world
 		case dSend:
 			w := worlds[r.world]
-			// A message delivered already answers as such whatever the
-			// destination became since (archived by the very message):
-			// the retry of a send whose answer was lost must learn it
-			// was delivered, or its sender would compensate for a
-			// message that took effect.
-			if seq, ok := sent[inboxKey{r.world, r.msg}]; ok {
+			seq, delivered := sent[inboxKey{r.world, r.msg}]
+			var status store.WorldStatus
+			if w != nil {
+				status = store.WorldStatus(w.status)
+			}
+			already, err := contract.Send(r.op, r.world, delivered, w != nil, status)
+			if out.err = err; err != nil {
+				continue
+			}
+			if already {
 				out.seq, out.dup, out.world = uint64(seq), true, r.world
 				continue
 			}
-			if out.err = gate(r, w); out.err != nil {
-				continue
-			}
 			out.world = r.world
-			seq, _ := put(w, r.world, store.KindFabric, r.payload, "")
+			seq, _ = put(w, r.world, store.KindFabric, r.payload, "")
 			sent[inboxKey{r.world, r.msg}] = seq
 			d.fd, d.fm, d.fseq = append(d.fd, r.world), append(d.fm, r.msg), append(d.fseq, seq)
 			out.seq = uint64(seq)

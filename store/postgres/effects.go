@@ -14,22 +14,13 @@ import (
 // Publish implements protocol C (see publish_effects).
 func (s *backend) Publish(ctx context.Context, world string, epoch uint64, intents []store.Intent) (int, error) {
 	const op = "publish"
-	if err := s.begin(ctx, op); err != nil {
-		return 0, err
-	}
-	if err := checkFenced(op, world, epoch); err != nil {
-		return 0, err
-	}
-	if err := store.CheckBatch(op, "intents", len(intents)); err != nil {
+	if err := s.begin(op); err != nil {
 		return 0, err
 	}
 	n := len(intents)
 	hashes, kinds, origins, policies := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	params := make([][]byte, n)
 	for i, in := range intents {
-		if err := store.CheckIntent(op, in); err != nil {
-			return 0, err
-		}
 		hashes[i], kinds[i], origins[i], policies[i], params[i] = in.IntentHash, in.Kind, in.Origin, in.PolicyContextHash, in.Params
 	}
 	var queued int32
@@ -64,14 +55,8 @@ func scanEffect(row pgx.CollectableRow) (store.EffectItem, error) {
 // Claim implements protocol D's claim by kind (queue.go).
 func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]store.EffectItem, error) {
 	const op = "claim"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return nil, err
-	}
-	for _, err := range []error{store.CheckID(op, "worker", worker), store.CheckKinds(op, kinds),
-		store.CheckBatch(op, "n", n), store.CheckTTL(op, "claimTTL", claimTTL)} {
-		if err != nil {
-			return nil, err
-		}
 	}
 	if n == 0 {
 		return []store.EffectItem{}, nil
@@ -157,10 +142,7 @@ func scanEffectStatus(hash string, row pgx.Row) (store.EffectStatus, error) {
 // EffectStatus implements store.Effects.
 func (s *backend) EffectStatus(ctx context.Context, intentHash string) (store.EffectStatus, error) {
 	const op = "effect_status"
-	if err := s.begin(ctx, op); err != nil {
-		return store.EffectStatus{}, err
-	}
-	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.EffectStatus{}, err
 	}
 	var st store.EffectStatus
@@ -182,13 +164,7 @@ func (s *backend) EffectStatus(ctx context.Context, intentHash string) (store.Ef
 // cleared: the attempt that ended cannot pass as the retry's).
 func (s *backend) RetryEffect(ctx context.Context, intentHash, reason string) (store.EffectStatus, error) {
 	const op = "retry_effect"
-	if err := s.begin(ctx, op); err != nil {
-		return store.EffectStatus{}, err
-	}
-	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
-		return store.EffectStatus{}, err
-	}
-	if err := store.CheckReason(op, reason); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.EffectStatus{}, err
 	}
 	var st store.EffectStatus
@@ -214,11 +190,8 @@ func (s *backend) RetryEffect(ctx context.Context, intentHash, reason string) (s
 		if st.Receipt != nil {
 			rs = st.Receipt.Status
 		}
-		if err := contract.Retryable(op, intentHash, st.State, rs); err != nil {
+		if err := contract.RetryEffect(op, intentHash, st.World, st.State, rs, store.WorldStatus(wstatus)); err != nil {
 			return err
-		}
-		if store.WorldStatus(wstatus) == store.WorldArchived {
-			return store.Errorf(op, store.ErrWorldArchived, st.World, "intent %s", intentHash)
 		}
 		b.queue(func(br pgx.BatchResults) error {
 			var err error
@@ -245,13 +218,7 @@ func (s *backend) RetryEffect(ctx context.Context, intentHash, reason string) (s
 // not a release (the claim expires), so it does not wait for the WAL.
 func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c store.Claim) error {
 	const op = "release_effect"
-	if err := s.begin(ctx, op); err != nil {
-		return err
-	}
-	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
-		return err
-	}
-	if err := store.CheckClaim(op, c); err != nil {
+	if err := s.begin(op); err != nil {
 		return err
 	}
 	var (
@@ -300,34 +267,21 @@ func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c store.
 // CompleteMany implements store.Effects: one request of the delivery
 // committer, so the batch commits in one transaction (shared with whatever
 // other deliveries the committer groups with it) and one WAL flush, each
-// completion decided as Complete's.
+// completion decided as a Complete alone would be (its errors are
+// Complete's), in order.
 func (s *backend) CompleteMany(ctx context.Context, cs []store.Completion) ([]store.CompleteResult, error) {
-	return s.completeMany(ctx, "complete_many", cs)
-}
-
-// completeMany is the one completion path; op names the call, while each
-// item's errors are Complete's. Invalid items are answered here and never
-// reach the database.
-func (s *backend) completeMany(ctx context.Context, op string, cs []store.Completion) ([]store.CompleteResult, error) {
-	if err := s.begin(ctx, op); err != nil {
-		return nil, err
-	}
-	if err := store.CheckBatch(op, "completions", len(cs)); err != nil {
+	const op = "complete_many"
+	if err := s.begin(op); err != nil {
 		return nil, err
 	}
 	out := make([]store.CompleteResult, len(cs))
-	at := make([]int, 0, len(cs)) // at[j]: the completion parts[j] answers
-	parts := make([]*deliveryReq, 0, len(cs))
-	for i, c := range cs {
-		if out[i].Err = store.CheckCompletion("complete", c); out[i].Err != nil {
-			continue
-		}
-		at = append(at, i)
-		parts = append(parts, &deliveryReq{ctx: ctx, op: "complete", kind: dComplete, hash: c.IntentHash, by: contract.Claimant(c.Claim),
-			status: string(c.Receipt.Status), payload: c.Receipt.Payload})
-	}
-	if len(parts) == 0 {
+	if len(cs) == 0 {
 		return out, nil
+	}
+	parts := make([]*deliveryReq, len(cs))
+	for i, c := range cs {
+		parts[i] = &deliveryReq{ctx: ctx, op: "complete", kind: dComplete, hash: c.IntentHash, by: contract.Claimant(c.Claim),
+			status: string(c.Receipt.Status), payload: c.Receipt.Payload}
 	}
 	r := &deliveryReq{ctx: ctx, op: op, parts: parts, done: make(chan struct{})}
 	if err := s.deliveries.Do(parts[0].hash, r); err != nil {
@@ -338,7 +292,7 @@ func (s *backend) completeMany(ctx context.Context, op string, cs []store.Comple
 	}
 	var inboxes []string
 	for j, p := range parts {
-		out[at[j]] = store.CompleteResult{InboxSeq: p.res.seq, Dup: p.res.dup, Err: p.res.err}
+		out[j] = store.CompleteResult{InboxSeq: p.res.seq, Dup: p.res.dup, Err: p.res.err}
 		if p.res.err == nil && !p.res.dup {
 			inboxes = append(inboxes, p.res.world)
 		}
@@ -356,10 +310,7 @@ func (s *backend) completeMany(ctx context.Context, op string, cs []store.Comple
 // (contract.Operator), whose reason the settle records in resolve_reason.
 func (s *backend) Resolve(ctx context.Context, intentHash string, r store.Receipt, reason string) (uint64, bool, error) {
 	const op = "resolve"
-	if err := s.begin(ctx, op); err != nil {
-		return 0, false, err
-	}
-	if err := store.CheckResolve(op, intentHash, r, reason); err != nil {
+	if err := s.begin(op); err != nil {
 		return 0, false, err
 	}
 	return s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dComplete, hash: intentHash, by: contract.Operator(reason),

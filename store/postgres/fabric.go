@@ -14,16 +14,7 @@ import (
 // messageID is its dedupe (separate from the inbox's dedupe keys).
 func (s *backend) Send(ctx context.Context, dest, messageID string, item store.InboxItem) (store.FabricResult, error) {
 	const op = "send"
-	if err := s.begin(ctx, op); err != nil {
-		return store.FabricResult{}, err
-	}
-	if err := store.CheckID(op, "world", dest); err != nil {
-		return store.FabricResult{}, err
-	}
-	if err := store.CheckID(op, "messageId", messageID); err != nil {
-		return store.FabricResult{}, err
-	}
-	if err := store.CheckPayload(op, "payload", item.Payload); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.FabricResult{}, err
 	}
 	seq, dup, err := s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dSend, world: dest, msg: messageID, payload: item.Payload})

@@ -7,18 +7,12 @@ import (
 	"github.com/orrery-run/orrery/store"
 )
 
-// Enqueue implements store.Inbox: a producer's input (CheckIngress keeps
+// Enqueue implements store.Inbox: a producer's input (the front's CheckIngress keeps
 // it out of the store's own kinds and key namespaces), accepted unless the
 // world is archived (contract.Ingress).
 func (s *backend) Enqueue(ctx context.Context, world string, item store.InboxItem) (uint64, bool, error) {
 	const op = "enqueue"
-	if err := s.begin(ctx, op); err != nil {
-		return 0, false, err
-	}
-	if err := store.CheckID(op, "world", world); err != nil {
-		return 0, false, err
-	}
-	if err := store.CheckIngress(op, item); err != nil {
+	if err := s.begin(op); err != nil {
 		return 0, false, err
 	}
 	return s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dEnqueue, world: world,
@@ -28,7 +22,7 @@ func (s *backend) Enqueue(ctx context.Context, world string, item store.InboxIte
 // ReadInbox implements store.Inbox. A limit <= 0 means no limit.
 func (s *backend) ReadInbox(ctx context.Context, world string, afterSeq uint64, limit int) ([]store.InboxItem, error) {
 	const op = "read_inbox"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return nil, err
 	}
 	after := seqArg(afterSeq)
@@ -55,7 +49,7 @@ func (s *backend) ReadInbox(ctx context.Context, world string, afterSeq uint64, 
 // Cursor implements store.Inbox.
 func (s *backend) Cursor(ctx context.Context, world string) (uint64, error) {
 	const op = "cursor"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return 0, err
 	}
 	var c int64

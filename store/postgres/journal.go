@@ -13,24 +13,8 @@ import (
 // waits for the group commit that carries it.
 func (s *backend) Append(ctx context.Context, stream string, events []store.Record, opts store.AppendOptions) ([]store.Appended, error) {
 	const op = "append"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return nil, err
-	}
-	if err := store.CheckID(op, "stream", stream); err != nil {
-		return nil, err
-	}
-	if err := store.CheckRecords(op, events); err != nil {
-		return nil, err
-	}
-	if opts.Fence != nil {
-		if err := store.CheckID(op, "fence world", opts.Fence.World); err != nil {
-			return nil, err
-		}
-	}
-	if opts.ExpectedHead != nil {
-		if err := store.CheckInt(op, "expectedHead", *opts.ExpectedHead); err != nil {
-			return nil, err
-		}
 	}
 	r := newAppendReq(ctx, op, stream, events)
 	r.head, r.opts = opts.ExpectedHead, opts
@@ -56,7 +40,7 @@ func scanRecord(row pgx.CollectableRow) (store.Record, error) {
 // Read implements store.Journal. A limit <= 0 means no limit.
 func (s *backend) Read(ctx context.Context, stream string, afterSeq uint64, limit int) ([]store.Record, error) {
 	const op = "read"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return nil, err
 	}
 	after := seqArg(afterSeq)
@@ -101,7 +85,7 @@ const floorQuery = `SELECT coalesce(max(compacted_to), 0), max(compacted_at_ns) 
 // Floor implements store.Journal.
 func (s *backend) Floor(ctx context.Context, stream string) (uint64, error) {
 	const op = "floor"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return 0, err
 	}
 	var floor int64
@@ -114,7 +98,7 @@ func (s *backend) Floor(ctx context.Context, stream string) (uint64, error) {
 // Head implements store.Journal.
 func (s *backend) Head(ctx context.Context, stream string) (uint64, error) {
 	const op = "head"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return 0, err
 	}
 	var head int64
@@ -127,7 +111,7 @@ func (s *backend) Head(ctx context.Context, stream string) (uint64, error) {
 // ReadWindow implements store.Journal. A limit <= 0 means no limit.
 func (s *backend) ReadWindow(ctx context.Context, stream string, from, to time.Time, limit int) ([]store.Record, error) {
 	const op = "read_window"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return nil, err
 	}
 	lo, hi := clampNS(from), clampNS(to)

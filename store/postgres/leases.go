@@ -80,10 +80,7 @@ func (a *acquired) decide(op, world, worker, inc string, ttl time.Duration) (sto
 // refused.
 func (s *backend) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration, opts ...store.AcquireOption) ([]store.AcquireResult, error) {
 	const op = "acquire_leases"
-	if err := s.begin(ctx, op); err != nil {
-		return nil, err
-	}
-	if err := store.CheckAcquireLeases(op, worker, worlds, ttl); err != nil {
+	if err := s.begin(op); err != nil {
 		return nil, err
 	}
 	o, err := store.ResolveAcquireOptions(op, opts)
@@ -190,29 +187,12 @@ func (s *backend) ReleaseLeases(ctx context.Context, worker string, refs []store
 // function returns the lease rows as it read them under lock, and
 // contract.Holder or contract.ReleaseCheck decides each ref on them.
 func (s *backend) bulkLeases(ctx context.Context, op, worker string, refs []store.LeaseRef, ttl time.Duration) ([]store.LeaseResult, error) {
-	renew := op == "renew" || op == "renew_leases"
-	if err := s.begin(ctx, op); err != nil {
-		return nil, err
-	}
-	if err := store.CheckID(op, "worker", worker); err != nil {
-		return nil, err
-	}
-	if renew {
-		if err := store.CheckTTL(op, "ttl", ttl); err != nil {
-			return nil, err
-		}
-	}
-	if err := store.CheckBatch(op, "refs", len(refs)); err != nil {
+	renew := op == "renew_leases"
+	if err := s.begin(op); err != nil {
 		return nil, err
 	}
 	ws, es := make([]string, len(refs)), make([]int64, len(refs))
 	for i, r := range refs {
-		if err := store.CheckID(op, "world", r.World); err != nil {
-			return nil, err
-		}
-		if err := store.CheckInt(op, "epoch", r.Epoch); err != nil {
-			return nil, err
-		}
 		ws[i], es[i] = r.World, int64(r.Epoch)
 	}
 	out := make([]store.LeaseResult, len(refs))
@@ -286,7 +266,7 @@ func (s *backend) bulkLeases(ctx context.Context, op, worker string, refs []stor
 // GetLease implements store.Leases.
 func (s *backend) GetLease(ctx context.Context, world string) (store.Lease, bool, error) {
 	const op = "get_lease"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.Lease{}, false, err
 	}
 	var l store.Lease
@@ -314,13 +294,8 @@ func (s *backend) GetLease(ctx context.Context, world string) (store.Lease, bool
 // Assign implements store.Leases.
 func (s *backend) Assign(ctx context.Context, world string, a store.Assignment, by *store.Fence) error {
 	const op = "assign"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return err
-	}
-	for _, err := range []error{store.CheckID(op, "world", world), store.CheckOptionalID(op, "desiredWorker", a.DesiredWorker), store.CheckReason(op, a.Reason), checkAuthority(op, by)} {
-		if err != nil {
-			return err
-		}
 	}
 	return s.oneTrip(ctx, op, world, func(b *batch) {
 		s.queueAuthority(b, by)
@@ -342,13 +317,8 @@ func (s *backend) Assign(ctx context.Context, world string, a store.Assignment, 
 // Unassign implements store.Leases; it is idempotent.
 func (s *backend) Unassign(ctx context.Context, world string, by *store.Fence) error {
 	const op = "unassign"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return err
-	}
-	for _, err := range []error{store.CheckID(op, "world", world), checkAuthority(op, by)} {
-		if err != nil {
-			return err
-		}
 	}
 	return s.oneTrip(ctx, op, world, func(b *batch) {
 		s.queueAuthority(b, by)
@@ -368,7 +338,7 @@ func (s *backend) Unassign(ctx context.Context, world string, by *store.Fence) e
 // GetAssignment implements store.Leases.
 func (s *backend) GetAssignment(ctx context.Context, world string) (store.Assignment, bool, error) {
 	const op = "get_assignment"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.Assignment{}, false, err
 	}
 	var a store.Assignment
@@ -417,16 +387,7 @@ const listWorkerWorldsSQL = `WITH page AS (
 // worker: still a range scan cut at limit.)
 func (s *backend) ListWorkerWorlds(ctx context.Context, worker, after string, limit int) ([]store.WorkerWorld, error) {
 	const op = "list_worker_worlds"
-	if err := s.begin(ctx, op); err != nil {
-		return nil, err
-	}
-	if err := store.CheckID(op, "worker", worker); err != nil {
-		return nil, err
-	}
-	if err := store.CheckOptionalID(op, "after", after); err != nil {
-		return nil, err
-	}
-	if err := store.CheckBatch(op, "limit", limit); err != nil {
+	if err := s.begin(op); err != nil {
 		return nil, err
 	}
 	out := []store.WorkerWorld{}
@@ -458,14 +419,6 @@ func (s *backend) ListWorkerWorlds(ctx context.Context, worker, after string, li
 		return nil, err
 	}
 	return out, nil
-}
-
-// checkAuthority validates an assignment writer's fence (nil: an operator).
-func checkAuthority(op string, by *store.Fence) error {
-	if by == nil {
-		return nil
-	}
-	return store.CheckID(op, "fence world", by.World)
 }
 
 // queueAuthority queues the check of an assignment writer's fence (nil: an

@@ -169,7 +169,7 @@ func claim[T any](s *backend, ctx context.Context, op string, q *queue, worker s
 // reap puts q's expired claims back to ready and hints q's topic if any
 // came back.
 func (s *backend) reap(ctx context.Context, op string, q *queue) (int, error) {
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return 0, err
 	}
 	var n int64

@@ -14,13 +14,7 @@ import (
 // and contract.Fence and contract.Snapshot decide.
 func (s *backend) PutSnapshot(ctx context.Context, world string, epoch uint64, snap store.Snapshot) error {
 	const op = "put_snapshot"
-	if err := s.begin(ctx, op); err != nil {
-		return err
-	}
-	if err := checkFenced(op, world, epoch); err != nil {
-		return err
-	}
-	if err := store.CheckSnapshot(op, snap); err != nil {
+	if err := s.begin(op); err != nil {
 		return err
 	}
 	snap.World = world
@@ -67,7 +61,7 @@ func (s *backend) PutSnapshot(ctx context.Context, world string, epoch uint64, s
 // ActiveSnapshot implements store.Snapshots.
 func (s *backend) ActiveSnapshot(ctx context.Context, world string) (store.Snapshot, bool, error) {
 	const op = "active_snapshot"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.Snapshot{}, false, err
 	}
 	return s.snapshotOf(ctx, op, world, `SELECT n.height, n.state, n.state_hash, n.created_at_ns
@@ -79,10 +73,7 @@ func (s *backend) ActiveSnapshot(ctx context.Context, world string) (store.Snaps
 // SnapshotBelow implements store.Snapshots.
 func (s *backend) SnapshotBelow(ctx context.Context, world string, height uint64) (store.Snapshot, bool, error) {
 	const op = "snapshot_below"
-	if err := s.begin(ctx, op); err != nil {
-		return store.Snapshot{}, false, err
-	}
-	if err := store.CheckInt(op, "height", height); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.Snapshot{}, false, err
 	}
 	return s.snapshotOf(ctx, op, world, `SELECT n.height, n.state, n.state_hash, n.created_at_ns
@@ -122,13 +113,7 @@ func (s *backend) snapshotOf(ctx context.Context, op, world, query string, args 
 // deletes journal events.
 func (s *backend) Compact(ctx context.Context, world string, epoch uint64, retain uint64) (int, error) {
 	const op = "compact"
-	if err := s.begin(ctx, op); err != nil {
-		return 0, err
-	}
-	if err := checkFenced(op, world, epoch); err != nil {
-		return 0, err
-	}
-	if err := store.CheckInt(op, "retain", retain); err != nil {
+	if err := s.begin(op); err != nil {
 		return 0, err
 	}
 	var n int32

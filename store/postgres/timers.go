@@ -14,13 +14,7 @@ import (
 // Schedule implements protocol E's first step (see schedule_timer).
 func (s *backend) Schedule(ctx context.Context, world string, epoch uint64, intentHash string, deliverAt time.Time, payload []byte) error {
 	const op = "schedule"
-	if err := s.begin(ctx, op); err != nil {
-		return err
-	}
-	if err := checkFenced(op, world, epoch); err != nil {
-		return err
-	}
-	if err := store.CheckTimerSet(op, store.TimerSet{IntentHash: intentHash, DeliverAt: deliverAt, Payload: payload}); err != nil {
+	if err := s.begin(op); err != nil {
 		return err
 	}
 	err := s.retry(ctx, op, world, func() error {
@@ -37,13 +31,7 @@ func (s *backend) Schedule(ctx context.Context, world string, epoch uint64, inte
 // CancelTimer implements store.Timers (see cancel_timer).
 func (s *backend) CancelTimer(ctx context.Context, world string, epoch uint64, intentHash string) error {
 	const op = "cancel_timer"
-	if err := s.begin(ctx, op); err != nil {
-		return err
-	}
-	if err := checkFenced(op, world, epoch); err != nil {
-		return err
-	}
-	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
+	if err := s.begin(op); err != nil {
 		return err
 	}
 	err := s.retry(ctx, op, world, func() error {
@@ -78,13 +66,8 @@ func scanTimer(row pgx.CollectableRow) (store.TimerItem, error) {
 // ClaimDue implements protocol E's claim (queue.go).
 func (s *backend) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]store.TimerItem, error) {
 	const op = "claim_due"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return nil, err
-	}
-	for _, err := range []error{store.CheckID(op, "worker", worker), store.CheckBatch(op, "n", n), store.CheckTTL(op, "ttl", ttl)} {
-		if err != nil {
-			return nil, err
-		}
 	}
 	if n == 0 {
 		return []store.TimerItem{}, nil
@@ -115,7 +98,7 @@ func (s *backend) ReapTimers(ctx context.Context) (int, error) {
 // NextDue implements store.Timers: the head of timers_due.
 func (s *backend) NextDue(ctx context.Context) (time.Time, bool, error) {
 	const op = "next_due"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return time.Time{}, false, err
 	}
 	var at *int64
@@ -134,13 +117,7 @@ func (s *backend) NextDue(ctx context.Context) (time.Time, bool, error) {
 // for its latest claim.
 func (s *backend) Fire(ctx context.Context, intentHash string, c store.Claim) (uint64, bool, error) {
 	const op = "fire"
-	if err := s.begin(ctx, op); err != nil {
-		return 0, false, err
-	}
-	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
-		return 0, false, err
-	}
-	if err := store.CheckClaim(op, c); err != nil {
+	if err := s.begin(op); err != nil {
 		return 0, false, err
 	}
 	return s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dFire, hash: intentHash, by: contract.Claimant(c)})
@@ -157,10 +134,7 @@ func (s *backend) Fire(ctx context.Context, intentHash string, c store.Claim) (u
 // lateness its world's handler does not see.
 func (s *backend) FireHeld(ctx context.Context, world string, epoch uint64, intentHash string) (store.HeldFiring, error) {
 	const op = "fire_held"
-	if err := s.begin(ctx, op); err != nil {
-		return store.HeldFiring{}, err
-	}
-	if err := store.CheckFireHeld(op, world, epoch, intentHash); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.HeldFiring{}, err
 	}
 	var (

@@ -68,11 +68,3 @@ func (s *backend) worldExists(ctx context.Context, op, world string) error {
 	}
 	return nil
 }
-
-// checkFenced checks the plain arguments of a one-call fenced mutation.
-func checkFenced(op, world string, epoch uint64) error {
-	if err := store.CheckID(op, "world", world); err != nil {
-		return err
-	}
-	return store.CheckInt(op, "epoch", epoch)
-}

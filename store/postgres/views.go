@@ -10,13 +10,8 @@ import (
 // ListEffects implements store.Views (on effects_open_by_world).
 func (s *backend) ListEffects(ctx context.Context, world string, afterSeq uint64, limit int) ([]store.EffectItem, error) {
 	const op = "list_effects"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return nil, err
-	}
-	for _, err := range []error{store.CheckID(op, "world", world), store.CheckBatch(op, "limit", limit)} {
-		if err != nil {
-			return nil, err
-		}
 	}
 	out := []store.EffectItem{}
 	err := s.retry(ctx, op, world, func() error {
@@ -39,13 +34,8 @@ func (s *backend) ListEffects(ctx context.Context, world string, afterSeq uint64
 // ListTimers implements store.Views (on timers_open_by_world).
 func (s *backend) ListTimers(ctx context.Context, world string, limit int) ([]store.TimerItem, error) {
 	const op = "list_timers"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return nil, err
-	}
-	for _, err := range []error{store.CheckID(op, "world", world), store.CheckBatch(op, "limit", limit)} {
-		if err != nil {
-			return nil, err
-		}
 	}
 	out := []store.TimerItem{}
 	err := s.retry(ctx, op, world, func() error {
@@ -68,7 +58,7 @@ func (s *backend) ListTimers(ctx context.Context, world string, limit int) ([]st
 // indexes, and the inbox backlog from every world's counter and cursor.
 func (s *backend) QueueDepths(ctx context.Context) (store.QueueDepths, error) {
 	const op = "queue_depths"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.QueueDepths{}, err
 	}
 	var d store.QueueDepths

@@ -29,7 +29,7 @@ import (
 // store's, and ends at Close.
 func (s *backend) Watch(ctx context.Context, w store.Waker, topics ...string) (func(), error) {
 	const op = "watch"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return nil, err
 	}
 	return s.watch.add(ctx, op, w, topics)

@@ -9,7 +9,7 @@ import (
 // GetWatermark implements store.Watermarks (0 when never set).
 func (s *backend) GetWatermark(ctx context.Context, projector, stream string) (uint64, error) {
 	const op = "get_watermark"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return 0, err
 	}
 	var m int64
@@ -23,21 +23,10 @@ func (s *backend) GetWatermark(ctx context.Context, projector, stream string) (u
 // CASWatermark implements store.Watermarks. A watermark never set is 0.
 func (s *backend) CASWatermark(ctx context.Context, projector, stream string, old, next uint64) error {
 	const op = "cas_watermark"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return err
-	}
-	for _, err := range []error{store.CheckInt(op, "old", old), store.CheckInt(op, "next", next)} {
-		if err != nil {
-			return err
-		}
 	}
 	o, nx := int64(old), int64(next)
-	if err := store.CheckID(op, "projector", projector); err != nil {
-		return err
-	}
-	if err := store.CheckID(op, "stream", stream); err != nil {
-		return err
-	}
 	return s.retry(ctx, op, "", func() error {
 		var sql string
 		if o == 0 {

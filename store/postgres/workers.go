@@ -18,10 +18,7 @@ func scanWorker(id string, row pgx.Row) (store.WorkerInfo, error) {
 // Heartbeat implements store.Workers (see the heartbeat function).
 func (s *backend) Heartbeat(ctx context.Context, worker string, capacity int) (store.WorkerInfo, error) {
 	const op = "heartbeat"
-	if err := s.begin(ctx, op); err != nil {
-		return store.WorkerInfo{}, err
-	}
-	if err := store.CheckHeartbeat(op, worker, capacity); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.WorkerInfo{}, err
 	}
 	var w store.WorkerInfo
@@ -40,10 +37,7 @@ func (s *backend) Heartbeat(ctx context.Context, worker string, capacity int) (s
 // SetDraining implements store.Workers (see the set_draining function).
 func (s *backend) SetDraining(ctx context.Context, worker string, draining bool) (store.WorkerInfo, error) {
 	const op = "set_draining"
-	if err := s.begin(ctx, op); err != nil {
-		return store.WorkerInfo{}, err
-	}
-	if err := store.CheckID(op, "worker", worker); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.WorkerInfo{}, err
 	}
 	var w store.WorkerInfo
@@ -65,7 +59,7 @@ func (s *backend) SetDraining(ctx context.Context, worker string, draining bool)
 // ListWorkers implements store.Workers.
 func (s *backend) ListWorkers(ctx context.Context) ([]store.WorkerInfo, error) {
 	const op = "list_workers"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return nil, err
 	}
 	out := []store.WorkerInfo{}

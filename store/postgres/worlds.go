@@ -11,22 +11,13 @@ import (
 // CreateWorld implements store.Worlds (see create_world).
 func (s *backend) CreateWorld(ctx context.Context, universe, world string, seed *store.Snapshot) (store.World, error) {
 	const op = "create_world"
-	if err := s.begin(ctx, op); err != nil {
-		return store.World{}, err
-	}
-	if err := store.CheckID(op, "universe", universe); err != nil {
-		return store.World{}, err
-	}
-	if err := store.CheckID(op, "world", world); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.World{}, err
 	}
 	var h int64
 	var state []byte
 	var hash string
 	if seed != nil {
-		if err := store.CheckSnapshot(op, *seed); err != nil {
-			return store.World{}, err
-		}
 		h, state, hash = int64(seed.Height), seed.State, seed.StateHash
 	}
 	var created int64
@@ -65,13 +56,10 @@ const createWorldSQL = `SELECT create_world($1, $2, $3, $4, $5, $6, $7)`
 //     unique index of keys stays the last word.
 func (s *backend) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned, error) {
 	const op = "spawn"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.Spawned{}, err
 	}
-	if err := store.CheckSpawn(op, spec); err != nil {
-		return store.Spawned{}, err
-	}
-	// CheckSpawn refused a key given twice and the inbox is new, so every
+	// The front's CheckSpawn refused a key given twice and the inbox is new, so every
 	// item is new.
 	n := len(spec.Items)
 	kinds, payloads, keys := make([]string, n), make([][]byte, n), make([]string, n)
@@ -151,13 +139,8 @@ const spawnWorldSQL = `SELECT * FROM spawn_world($1, $2, $3, $4, $5, $6, $7, $8,
 // whose cost is one snapshot row whatever the source's history.
 func (s *backend) ForkWorld(ctx context.Context, src string, height uint64, newWorld string) (store.World, error) {
 	const op = "fork_world"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.World{}, err
-	}
-	for _, err := range []error{store.CheckID(op, "world", src), store.CheckID(op, "newWorld", newWorld), store.CheckInt(op, "height", height)} {
-		if err != nil {
-			return store.World{}, err
-		}
 	}
 	w := store.World{ID: newWorld, Status: store.WorldActive, ParentWorld: src, ForkedAtHeight: height}
 	err := s.retry(ctx, op, src, func() error {
@@ -194,7 +177,7 @@ func scanWorldRow(row pgx.Row) (store.World, error) {
 // GetWorld implements store.Worlds.
 func (s *backend) GetWorld(ctx context.Context, world string) (store.World, error) {
 	const op = "get_world"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.World{}, err
 	}
 	var w store.World
@@ -213,13 +196,8 @@ func (s *backend) GetWorld(ctx context.Context, world string) (store.World, erro
 // ListWorlds implements store.Worlds.
 func (s *backend) ListWorlds(ctx context.Context, universe string, status store.WorldStatus) ([]store.World, error) {
 	const op = "list_worlds"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return nil, err
-	}
-	if status != "" {
-		if err := store.CheckStatus(op, status); err != nil {
-			return nil, err
-		}
 	}
 	var out []store.World
 	err := s.retry(ctx, op, "", func() error {
@@ -240,13 +218,8 @@ func (s *backend) ListWorlds(ctx context.Context, universe string, status store.
 // at once.
 func (s *backend) SetWorldStatus(ctx context.Context, world string, status store.WorldStatus, reason string) (store.World, error) {
 	const op = "set_world_status"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.World{}, err
-	}
-	for _, err := range []error{store.CheckID(op, "world", world), store.CheckStatus(op, status), store.CheckReason(op, reason)} {
-		if err != nil {
-			return store.World{}, err
-		}
 	}
 	var w store.World
 	var held, changed bool
@@ -274,7 +247,7 @@ func (s *backend) SetWorldStatus(ctx context.Context, world string, status store
 		w.Status, w.StatusReason, w.StatusChangedAt = status, reason, fromNS(now)
 		held = endLease && held
 		b.queue(nil, notifySQL, queueStatus(b, world, status, reason, held, now))
-		if status == store.WorldArchived {
+		if contract.WithdrawsPending(status) {
 			queueWithdrawals(b, nil, nil, []string{world}, s.off(), nil)
 		}
 		return nil
