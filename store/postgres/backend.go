@@ -20,7 +20,9 @@
 //
 //   - the schema and its embedded, versioned migrations (schema_migrations),
 //     applied at Open under a transaction-scoped advisory lock, so that many
-//     processes may open the same schema at once;
+//     processes may open the same schema at once, followed in the same
+//     transaction by functions.sql, the current definition of every SQL
+//     function (see migrate.go);
 //   - the append authority: runSeqs are assigned inside the transaction that
 //     inserts the events, under the stream's row lock; duplicates of
 //     (stream, idempotencyKey) are resolved under that same lock (and a

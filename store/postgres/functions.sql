@@ -139,7 +139,8 @@ BEGIN
 END $$;
 
 -- A timer of w that has not fired (claimed or not) is removed with its
--- dedupe record; an unknown or fired one is OR006.
+-- dedupe record; an unknown or fired one is OR006 (contract.CancelMissing
+-- of a CancelTimer alone; a Commit's cancels skip it).
 CREATE OR REPLACE FUNCTION cancel_timer(w text, e bigint, h text, off bigint)
 RETURNS void
 LANGUAGE plpgsql AS $$
@@ -154,9 +155,9 @@ END $$;
 
 -- Compaction, the only path that deletes journal events: fenced; removes
 -- the events at or below the active snapshot's height (the stream's
--- baseline) minus retain,
--- remembering their keys (compacted_keys), and raises the stream's
--- compaction floor (compacted_to, compacted_at_ns) in the same transaction.
+-- baseline) minus retain (contract.CompactTo), remembering their keys
+-- (compacted_keys), and raises the stream's compaction floor
+-- (compacted_to, compacted_at_ns) in the same transaction.
 CREATE OR REPLACE FUNCTION compact(w text, e bigint, retain bigint, off bigint)
 RETURNS integer
 LANGUAGE plpgsql AS $$
@@ -187,8 +188,8 @@ BEGIN
 END $$;
 
 -- A world whose journal starts at a height (seeded, forked) needs its
--- stream empty (head 0): it then starts at h. Locks the stream row (after
--- the world's, which the caller inserted).
+-- stream empty (head 0, contract.WorldID): it then starts at h. Locks the
+-- stream row (after the world's, which the caller inserted).
 CREATE OR REPLACE FUNCTION start_stream(w text, h bigint) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE cur bigint;
@@ -264,8 +265,8 @@ END $$;
 
 -- The dedupe sweep: completed effects and delivered timers whose
 -- completion is older than the retention and whose receipt the world has
--- drained, fabric deliveries older than it, and the inbox's dedupe keys,
--- retired drain by drain (inbox_drains).
+-- drained (contract.Sweepable), fabric deliveries older than it, and the
+-- inbox's dedupe keys, retired drain by drain (inbox_drains).
 CREATE OR REPLACE FUNCTION sweep_dedupe(retention bigint, off bigint) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE t bigint; n integer; total integer := 0;

@@ -21,6 +21,8 @@ func (s *backend) GetWatermark(ctx context.Context, projector, stream string) (u
 }
 
 // CASWatermark implements store.Watermarks. A watermark never set is 0.
+// The compare is the statement's WHERE (contract.Watermark's, in one round
+// trip): no row written means the watermark was not at old.
 func (s *backend) CASWatermark(ctx context.Context, projector, stream string, old, next uint64) error {
 	const op = "cas_watermark"
 	if err := s.begin(op); err != nil {
