@@ -2,6 +2,7 @@ package contract
 
 import (
 	"bytes"
+	"time"
 
 	"github.com/orrery-run/orrery/store"
 )
@@ -137,3 +138,10 @@ func Send(op, dest string, delivered, destFound bool, destStatus store.WorldStat
 	}
 	return false, Ingress(op, dest, destFound, destStatus)
 }
+
+// SweepCutoff is the retention half of Sweepable as a bound a backend can
+// select by: a dedupe record completed at or before it has been kept the
+// retention. A record with no consumption to wait for (an inbox key whose
+// item was drained, a fabric message id, a withdrawn effect) may go once
+// it completed by then.
+func SweepCutoff(now time.Time, retention time.Duration) time.Time { return now.Add(-retention) }

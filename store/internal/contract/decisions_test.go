@@ -3,6 +3,7 @@ package contract
 import (
 	"crypto/sha256"
 	"testing"
+	"time"
 
 	"github.com/orrery-run/orrery/store"
 )
@@ -139,6 +140,17 @@ func TestSendAnswersADeliveredMessageWhateverItsDestination(t *testing.T) {
 		is(t, c.name, err, c.want)
 		if already != c.already {
 			t.Errorf("%s: already %v, want %v", c.name, already, c.already)
+		}
+	}
+}
+
+func TestSweepCutoffAgreesWithSweepable(t *testing.T) {
+	const retention = time.Hour
+	cutoff := SweepCutoff(t0, retention)
+	for _, completed := range []time.Time{cutoff.Add(-time.Nanosecond), cutoff, cutoff.Add(time.Nanosecond)} {
+		byCutoff := !completed.After(cutoff)
+		if bySweepable := Sweepable(completed, 1, 1, retention, t0); byCutoff != bySweepable {
+			t.Errorf("completed %s: cutoff says %v, Sweepable %v", completed, byCutoff, bySweepable)
 		}
 	}
 }
