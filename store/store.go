@@ -193,7 +193,7 @@ type Appended struct {
 
 // Journal is the append authority: one append-only stream per run/world.
 type Journal interface {
-	// Append validates (CheckRecord) and appends events to stream in one
+	// Append validates (CheckRecords) and appends events to stream in one
 	// transaction and returns, for each event in order, its metadata.
 	// runSeq is assigned by the store, monotonic per stream (gapless under
 	// ExpectedHead); persistedAt comes from the store's clock; StreamID,

@@ -95,8 +95,8 @@ func CheckOptionalID(op, what, s string) error { return checkText(op, what, s, M
 // CheckKey checks a required key.
 func CheckKey(op, what, s string) error { return checkText(op, what, s, MaxKeyBytes, true) }
 
-// CheckOptionalKey checks a key that may be empty.
-func CheckOptionalKey(op, what, s string) error { return checkText(op, what, s, MaxKeyBytes, false) }
+// checkOptionalKey checks a key that may be empty.
+func checkOptionalKey(op, what, s string) error { return checkText(op, what, s, MaxKeyBytes, false) }
 
 // CheckReason checks an operator's free-text reason (may be empty).
 func CheckReason(op, s string) error { return checkText(op, "reason", s, MaxReasonBytes, false) }
@@ -117,16 +117,16 @@ func CheckInt(op, what string, v uint64) error {
 	return nil
 }
 
-// CheckTime checks a time that may be absent (zero).
-func CheckTime(op, what string, t time.Time) error {
+// checkTime checks a time that may be absent (zero).
+func checkTime(op, what string, t time.Time) error {
 	if t.IsZero() {
 		return nil
 	}
-	return CheckRequiredTime(op, what, t)
+	return checkRequiredTime(op, what, t)
 }
 
-// CheckRequiredTime checks a time that must be present and in range.
-func CheckRequiredTime(op, what string, t time.Time) error {
+// checkRequiredTime checks a time that must be present and in range.
+func checkRequiredTime(op, what string, t time.Time) error {
 	if t.Before(MinTime) || t.After(MaxTime) {
 		return invalid(op, what, "%s outside [%s, %s]", t.UTC().Format(time.RFC3339Nano),
 			MinTime.Format(time.RFC3339), MaxTime.Format(time.RFC3339))
@@ -151,13 +151,13 @@ func CheckBatch(op, what string, n int) error {
 	return nil
 }
 
-// CheckRecord checks what the append authority itself requires of an input
+// checkRecord checks what the append authority itself requires of an input
 // record: the identifiers, key and attempts are present and within the
 // limits, the payload is within its size and emittedAt in range. Full
 // envelope validation (key recomputation, canonical payload, step rules) is
 // the producer's, through event.Envelope.Validate: the store never
 // interprets what it stores.
-func CheckRecord(op string, r *Record) error {
+func checkRecord(op string, r *Record) error {
 	if err := CheckID(op, "eventId", r.EventID); err != nil {
 		return err
 	}
@@ -169,7 +169,7 @@ func CheckRecord(op string, r *Record) error {
 		CheckInt(op, "planVersion", r.PlanVersion),
 		CheckInt(op, "logicalAttemptId", r.LogicalAttemptID),
 		CheckInt(op, "engineAttemptId", r.EngineAttemptID),
-		CheckTime(op, "emittedAt", r.EmittedAt),
+		checkTime(op, "emittedAt", r.EmittedAt),
 		CheckPayload(op, "payload", r.Payload),
 	} {
 		if c != nil {
@@ -198,7 +198,7 @@ func CheckRecords(op string, rs []Record) error {
 		return err
 	}
 	for i := range rs {
-		if err := CheckRecord(op, &rs[i]); err != nil {
+		if err := checkRecord(op, &rs[i]); err != nil {
 			return err
 		}
 	}
@@ -216,7 +216,7 @@ func CheckIngress(op string, item InboxItem) error {
 	case KindReceipt, KindTimer, KindFabric:
 		return invalid(op, "kind", "%q is reserved for the store's own deliveries", item.Kind)
 	}
-	if err := CheckOptionalKey(op, "dedupeKey", item.DedupeKey); err != nil {
+	if err := checkOptionalKey(op, "dedupeKey", item.DedupeKey); err != nil {
 		return err
 	}
 	if strings.HasPrefix(item.DedupeKey, ReceiptKeyPrefix) || strings.HasPrefix(item.DedupeKey, TimerKeyPrefix) {
@@ -252,7 +252,7 @@ func CheckTimerSet(op string, t TimerSet) error {
 	if err := CheckID(op, "intentHash", t.IntentHash); err != nil {
 		return err
 	}
-	if err := CheckRequiredTime(op, "deliverAt", t.DeliverAt); err != nil {
+	if err := checkRequiredTime(op, "deliverAt", t.DeliverAt); err != nil {
 		return err
 	}
 	return CheckPayload(op, "payload", t.Payload)
@@ -274,8 +274,8 @@ func CheckSnapshot(op string, s Snapshot) error {
 	return nil
 }
 
-// CheckReceipt checks an effect's receipt.
-func CheckReceipt(op string, r Receipt) error {
+// checkReceipt checks an effect's receipt.
+func checkReceipt(op string, r Receipt) error {
 	switch r.Status {
 	case ReceiptOK, ReceiptError, ReceiptTimeout:
 	default:
@@ -319,7 +319,7 @@ func CheckCompletion(op string, c Completion) error {
 	if err := CheckClaim(op, c.Claim); err != nil {
 		return err
 	}
-	return CheckReceipt(op, c.Receipt)
+	return checkReceipt(op, c.Receipt)
 }
 
 // CheckResolve checks an operator's Resolve: the intent hash, the receipt
@@ -328,7 +328,7 @@ func CheckResolve(op, intentHash string, r Receipt, reason string) error {
 	if err := CheckID(op, "intentHash", intentHash); err != nil {
 		return err
 	}
-	if err := CheckReceipt(op, r); err != nil {
+	if err := checkReceipt(op, r); err != nil {
 		return err
 	}
 	return CheckReason(op, reason)

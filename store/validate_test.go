@@ -15,7 +15,7 @@ func goodRecord() Record {
 }
 
 func TestCheckRecordRejectsWhatAnyBackendCouldNotStoreExactly(t *testing.T) {
-	if err := CheckRecord("append", ptr(goodRecord())); err != nil {
+	if err := checkRecord("append", ptr(goodRecord())); err != nil {
 		t.Fatalf("good record: %v", err)
 	}
 	for name, mutate := range map[string]func(*Record){
@@ -33,13 +33,13 @@ func TestCheckRecordRejectsWhatAnyBackendCouldNotStoreExactly(t *testing.T) {
 	} {
 		r := goodRecord()
 		mutate(&r)
-		if err := CheckRecord("append", &r); !errors.Is(err, ErrInvalid) {
+		if err := checkRecord("append", &r); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
 		}
 	}
 	r := goodRecord()
 	r.EmittedAt = time.Time{} // absent
-	if err := CheckRecord("append", &r); err != nil {
+	if err := checkRecord("append", &r); err != nil {
 		t.Errorf("zero emittedAt is absent, not invalid: %v", err)
 	}
 }
