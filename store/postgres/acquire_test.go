@@ -45,7 +45,7 @@ func TestAcquireLeasesDecidesAgainAWorldWhoseLeaseRowAppearedMeanwhile(t *testin
 	}()
 	for {
 		var waiting bool
-		if err := s.pool.QueryRow(bg, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+		if err := s.b.pool.QueryRow(bg, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
 			WHERE wait_event_type = 'Lock' AND query LIKE '%acquire_leases(%' AND pid <> pg_backend_pid())`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}

@@ -1,9 +1,9 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/internal/contract"
+	"github.com/orrery-run/orrery/store/internal/groupcommit"
 )
 
 // The append committer. A batch of Append, Commit and DrainToJournal
@@ -77,7 +78,7 @@ const batchTimeout = 30 * time.Second
 // runAppends commits one batch (its lane's goroutine runs it, so a
 // stream's batches never overlap in this process). A request whose
 // context already ended was refused when the batch was cut (groupcommit).
-func (s *Store) runAppends(batch []*appendReq) {
+func (s *backend) runAppends(batch []*appendReq) {
 	live := batch
 	for len(live) > 0 {
 		n := cutBatch(live)
@@ -107,7 +108,7 @@ func cutBatch(reqs []*appendReq) int {
 // reason no decision foresaw (the database refused a value), every request
 // runs again on its own, so that one request's failure never fails its
 // neighbours.
-func (s *Store) runAppendBatch(live []*appendReq) {
+func (s *backend) runAppendBatch(live []*appendReq) {
 	s.stats.appendReqs.Add(uint64(len(live)))
 	if spec := s.speculate(live); spec != nil {
 		if res, ok := s.commitSpeculation(spec); ok {
@@ -143,7 +144,7 @@ func (s *Store) runAppendBatch(live []*appendReq) {
 
 // appendWithRetry commits reqs by the checked path, again after a
 // transient conflict, and remembers the heads it left.
-func (s *Store) appendWithRetry(reqs []*appendReq) ([]appendResult, error) {
+func (s *backend) appendWithRetry(reqs []*appendReq) ([]appendResult, error) {
 	var res []appendResult
 	var heads map[string]*streamRow
 	err := s.retry(context.Background(), "append", "", func() error {
@@ -314,9 +315,6 @@ func decide(reqs []*appendReq, streams []string, v *view) *plan {
 	inBatch := map[streamKey]int{} // key -> index in p.rows
 	intents, timers := map[string]bool{}, map[string]bool{}
 	for i, r := range reqs {
-		fail := func(kind error, format string, args ...any) {
-			p.res[i].err = store.Errorf(r.op, kind, r.stream, format, args...)
-		}
 		_, isWorld := v.worlds[r.stream]
 		st := v.heads[r.stream]
 		c := r.commit
@@ -331,13 +329,12 @@ func decide(reqs []*appendReq, streams []string, v *view) *plan {
 					continue
 				}
 			}
-			switch last := uint64(v.worlds[r.stream]); {
-			case uint64(st.cursor) != c.b.ExpectedCursor:
-				fail(store.ErrCursorMismatch, "cursor is %d, expected %d", st.cursor, c.b.ExpectedCursor)
-			case !v.speculative && c.b.NewCursor > last:
-				fail(store.ErrInvalid, "cursor %d passes the last seq %d", c.b.NewCursor, last)
+			last := uint64(v.worlds[r.stream])
+			if v.speculative {
+				last = math.MaxUint64 // guard_batch asserts the bound
 			}
-			if p.res[i].err != nil {
+			if err := contract.CycleCursor(r.op, r.stream, uint64(st.cursor), c.b.ExpectedCursor, c.b.NewCursor, last); err != nil {
+				p.res[i].err = err
 				continue
 			}
 		case !v.speculative:
@@ -359,19 +356,19 @@ func decide(reqs []*appendReq, streams []string, v *view) *plan {
 				ref[j] = outRef{row: -1, out: a.a}
 				// A key compacted by schema version 1 kept neither: no
 				// conflict can be told there.
-				ref[j].out.Conflict = a.sum != nil && (a.eventType != ev.EventType || !bytes.Equal(a.sum, r.sums[j][:]))
+				ref[j].out.Conflict = contract.Conflict(a.eventType, a.sum, ev.EventType, r.sums[j][:])
 				continue
 			}
 			if ri, ok := inBatch[k]; ok {
 				first := &p.rows[ri]
 				ref[j] = outRef{row: ri, out: store.Appended{EventID: first.rec.EventID, RunSeq: uint64(first.runSeq), Idempotent: true,
-					Conflict: first.rec.EventType != ev.EventType || first.sum != r.sums[j]}}
+					Conflict: contract.Conflict(first.rec.EventType, first.sum[:], ev.EventType, r.sums[j][:])}}
 				continue
 			}
 			if f, ok := fresh[ev.IdempotencyKey]; ok {
 				ref[j] = ref[f]
 				ref[j].out.Idempotent = true
-				ref[j].out.Conflict = r.events[f].EventType != ev.EventType || r.sums[f] != r.sums[j]
+				ref[j].out.Conflict = contract.Conflict(r.events[f].EventType, r.sums[f][:], ev.EventType, r.sums[j][:])
 				continue
 			}
 			next++
@@ -379,8 +376,14 @@ func decide(reqs []*appendReq, streams []string, v *view) *plan {
 			mine = append(mine, j)
 			ref[j] = outRef{row: len(p.rows) + len(mine) - 1, out: store.Appended{EventID: ev.EventID, RunSeq: uint64(next)}}
 		}
-		if r.head != nil && (len(mine) > 0 || c != nil) && *r.head != uint64(st.head) {
-			fail(store.ErrHeadMismatch, "stream %s: head is %d, expected %d", r.stream, st.head, *r.head)
+		var err error
+		if c != nil {
+			err = contract.CycleHead(r.op, r.stream, *r.head, uint64(st.head))
+		} else {
+			err = contract.AppendHead(r.op, r.stream, r.head, uint64(st.head), len(mine) > 0)
+		}
+		if err != nil {
+			p.res[i].err = err
 			if v.speculative {
 				for _, j := range mine {
 					p.refused = append(p.refused, streamKey{r.stream, r.events[j].IdempotencyKey})
@@ -505,7 +508,7 @@ const drainSQL = `INSERT INTO inbox_drains (world, lo, hi, drained_at_ns)
 
 // queueHeads queues the checked plan's head, cursor and baseline moves on
 // b (the speculative path's are guard_batch's, see queueSpeculation).
-func (s *Store) queueHeads(b *batch, p *plan, v *view) {
+func (s *backend) queueHeads(b *batch, p *plan, v *view) {
 	var us []string
 	var uh, uc []int64
 	var ub []*int64
@@ -521,7 +524,7 @@ func (s *Store) queueHeads(b *batch, p *plan, v *view) {
 }
 
 // queueInserts queues the plan's new events and drained keys on b.
-func (s *Store) queueInserts(b *batch, p *plan) {
+func (s *backend) queueInserts(b *batch, p *plan) {
 	if n := len(p.rows); n > 0 {
 		var (
 			cs, ids, keys, types, steps, plans = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -568,7 +571,7 @@ func (s *Store) queueInserts(b *batch, p *plan) {
 // timer scheduled and cancelled by one cycle is gone), and the
 // notifications of what they may have changed. written is a status move
 // already written (by guard_end), or nil.
-func (s *Store) queueCycles(b *batch, p *plan, v *view, written *owned[statusMove]) {
+func (s *backend) queueCycles(b *batch, p *plan, v *view, written *owned[statusMove]) {
 	var topics []string
 	if n := len(p.intents); n > 0 {
 		hs, ws, ks, os, cs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -637,7 +640,7 @@ func (s *Store) queueCycles(b *batch, p *plan, v *view, written *owned[statusMov
 		owner[o.world] = o.req
 	}
 	for _, o := range p.moves {
-		if o.v.to == store.WorldArchived {
+		if contract.WithdrawsPending(o.v.to) {
 			all = append(all, o.world)
 			owner[o.world] = o.req
 		}
@@ -700,7 +703,7 @@ func (p *plan) answers() []appendResult {
 
 // appendChecked commits reqs in two round trips (see the top of this
 // file) and returns the answers and the heads the batch left.
-func (s *Store) appendChecked(reqs []*appendReq) ([]appendResult, map[string]*streamRow, error) {
+func (s *backend) appendChecked(reqs []*appendReq) ([]appendResult, map[string]*streamRow, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
 	statusWorlds, fenceWorlds, streams, keyStreams, keyKeys, snapWorlds, snapHeights := scope(reqs)
@@ -920,7 +923,7 @@ type cursorGuess struct {
 // speculate decides reqs against the heads the cache guesses, or returns
 // nil when the batch must take the checked path: a request newSpeculation
 // refuses, or a stream not cached or cooling down.
-func (s *Store) speculate(reqs []*appendReq) *speculation {
+func (s *backend) speculate(reqs []*appendReq) *speculation {
 	sp := newSpeculation(reqs)
 	if sp == nil {
 		return nil
@@ -1001,7 +1004,7 @@ func (sp *speculation) decide(heads map[string]*streamRow) {
 
 // commitSpeculation sends a speculation in one round trip; false means
 // nothing was written and the batch must take the checked path.
-func (s *Store) commitSpeculation(sp *speculation) ([]appendResult, bool) {
+func (s *backend) commitSpeculation(sp *speculation) ([]appendResult, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
 	p, err := s.beginTx(ctx)
@@ -1032,7 +1035,7 @@ func (s *Store) commitSpeculation(sp *speculation) ([]appendResult, bool) {
 // queueSpeculation queues a decided speculation's assertions and writes on
 // b, inside the caller's transaction: if an assertion fails, it raises and
 // the transaction rolls back whole.
-func (s *Store) queueSpeculation(b *batch, sp *speculation) {
+func (s *backend) queueSpeculation(b *batch, sp *speculation) {
 	if e := sp.loneEnd(); e != nil {
 		// One call asserts and writes what guard_batch asserts and the
 		// status change writes (guard_end): the updates take the locks.
@@ -1114,4 +1117,58 @@ func (sp *speculation) loneEnd() *owned[statusMove] {
 		}
 	}
 	return e
+}
+
+// appendReq is one Append, Commit or DrainToJournal waiting for a group
+// commit. A Commit is an append to its world's stream with the cycle's
+// other writes attached (commit != nil); DrainToJournal is a Commit of
+// only a cursor move and entries.
+type appendReq struct {
+	groupcommit.Ticket
+	ctx    context.Context
+	op     string
+	stream string
+	events []store.Record
+	sums   [][sha256.Size]byte // SHA-256 of each event's payload
+	head   *uint64             // ExpectedHead (a Commit's always)
+	opts   store.AppendOptions // an Append's
+	commit *commitReq
+
+	res  appendResult
+	done chan struct{}
+}
+
+// commitReq is the part of a Commit that is not the append.
+type commitReq struct {
+	epoch uint64
+	b     *store.CommitBatch
+}
+
+func (r *appendReq) Context() context.Context { return r.ctx }
+
+func (r *appendReq) Answered() <-chan struct{} { return r.done }
+
+func (r *appendReq) Refuse(err error) { r.finish(err) }
+
+func (r *appendReq) finish(err error) {
+	if r.res.err == nil && err != nil {
+		r.res.err = dbErr(r.op, r.stream, err)
+	}
+	close(r.done)
+}
+
+func newAppendReq(ctx context.Context, op, stream string, events []store.Record) *appendReq {
+	r := &appendReq{ctx: ctx, op: op, stream: stream, events: events, done: make(chan struct{})}
+	r.sums = make([][sha256.Size]byte, len(events))
+	for i := range events {
+		r.sums[i] = sha256.Sum256(events[i].Payload)
+	}
+	return r
+}
+
+func (s *backend) commitAppend(r *appendReq) error {
+	if err := s.appends.Do(r.stream, r); err != nil {
+		return dbErr(r.op, r.stream, err)
+	}
+	return r.res.err
 }

@@ -268,7 +268,7 @@ func TestCommitsOfOneWorldInOneBatchCommitInOrder(t *testing.T) {
 			CancelTimers: []string{"t1"}}),
 	}
 	before := s.Stats().AppendTransactions
-	s.runAppends(batch)
+	s.b.runAppends(batch)
 	for i, r := range batch {
 		<-r.done
 		if r.res.err != nil || r.res.head != uint64(i+1) {
@@ -326,7 +326,7 @@ func TestStatusCommitFencesTheWorldsLaterAppendsInItsBatch(t *testing.T) {
 		t.Fatalf("cutBatch splits the batch at %d", cutBatch(batch))
 	}
 	before := s.Stats().AppendTransactions
-	s.runAppends(batch)
+	s.b.runAppends(batch)
 	for _, r := range batch {
 		<-r.done
 	}

@@ -3,12 +3,10 @@ package postgres
 import (
 	"context"
 	"errors"
-	"slices"
 	"sort"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
-
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/internal/contract"
 	"github.com/orrery-run/orrery/store/internal/groupcommit"
@@ -54,9 +52,11 @@ type deliveryReq struct {
 	done chan struct{}
 }
 
-func (r *deliveryReq) Context() context.Context  { return r.ctx }
+func (r *deliveryReq) Context() context.Context { return r.ctx }
+
 func (r *deliveryReq) Answered() <-chan struct{} { return r.done }
-func (r *deliveryReq) Refuse(err error)          { r.finish(err) }
+
+func (r *deliveryReq) Refuse(err error) { r.finish(err) }
 
 func (r *deliveryReq) finish(err error) {
 	if r.res.err == nil && err != nil {
@@ -65,7 +65,7 @@ func (r *deliveryReq) finish(err error) {
 	close(r.done)
 }
 
-func (s *Store) deliver(r *deliveryReq) (uint64, bool, error) {
+func (s *backend) deliver(r *deliveryReq) (uint64, bool, error) {
 	r.done = make(chan struct{})
 	if err := s.deliveries.Do(r.world+r.hash, r); err != nil {
 		return 0, false, dbErr(r.op, r.world, err)
@@ -79,160 +79,10 @@ func (s *Store) deliver(r *deliveryReq) (uint64, bool, error) {
 	return r.res.seq, r.res.dup, nil
 }
 
-// Enqueue implements store.Inbox: a producer's input (CheckIngress keeps
-// it out of the store's own kinds and key namespaces), accepted unless the
-// world is archived (contract.Ingress).
-func (s *Store) Enqueue(ctx context.Context, world string, item store.InboxItem) (uint64, bool, error) {
-	const op = "enqueue"
-	if err := s.begin(ctx, op); err != nil {
-		return 0, false, err
-	}
-	if err := store.CheckID(op, "world", world); err != nil {
-		return 0, false, err
-	}
-	if err := store.CheckIngress(op, item); err != nil {
-		return 0, false, err
-	}
-	return s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dEnqueue, world: world,
-		itemKind: item.Kind, payload: item.Payload, key: item.DedupeKey})
-}
-
-// Complete implements protocol D's acknowledgement: a CompleteMany of one.
-// In one transaction the receipt enters the world's inbox (kind receipt,
-// dedupe key store.ReceiptKey(intentHash, retries)) whatever the world's
-// status, since it answers the world's own request, and the intent is
-// done. c must be the latest claim (contract.ClaimCheck), which a reap
-// keeps. Completing a done intent answers the first completion's seq,
-// dup=true, whatever the claim.
-func (s *Store) Complete(ctx context.Context, intentHash string, c store.Claim, r store.Receipt) (uint64, bool, error) {
-	res, err := s.completeMany(ctx, "complete", []store.Completion{{IntentHash: intentHash, Claim: c, Receipt: r}})
-	if err != nil {
-		return 0, false, err
-	}
-	return res[0].InboxSeq, res[0].Dup, res[0].Err
-}
-
-// CompleteMany implements store.Effects: one request of the delivery
-// committer, so the batch commits in one transaction (shared with whatever
-// other deliveries the committer groups with it) and one WAL flush, each
-// completion decided as Complete's.
-func (s *Store) CompleteMany(ctx context.Context, cs []store.Completion) ([]store.CompleteResult, error) {
-	return s.completeMany(ctx, "complete_many", cs)
-}
-
-// completeMany is the one completion path; op names the call, while each
-// item's errors are Complete's. Invalid items are answered here and never
-// reach the database.
-func (s *Store) completeMany(ctx context.Context, op string, cs []store.Completion) ([]store.CompleteResult, error) {
-	if err := s.begin(ctx, op); err != nil {
-		return nil, err
-	}
-	if err := store.CheckBatch(op, "completions", len(cs)); err != nil {
-		return nil, err
-	}
-	out := make([]store.CompleteResult, len(cs))
-	at := make([]int, 0, len(cs)) // at[j]: the completion parts[j] answers
-	parts := make([]*deliveryReq, 0, len(cs))
-	for i, c := range cs {
-		if out[i].Err = store.CheckCompletion("complete", c); out[i].Err != nil {
-			continue
-		}
-		at = append(at, i)
-		parts = append(parts, &deliveryReq{ctx: ctx, op: "complete", kind: dComplete, hash: c.IntentHash, by: contract.Claimant(c.Claim),
-			status: string(c.Receipt.Status), payload: c.Receipt.Payload})
-	}
-	if len(parts) == 0 {
-		return out, nil
-	}
-	r := &deliveryReq{ctx: ctx, op: op, parts: parts, done: make(chan struct{})}
-	if err := s.deliveries.Do(parts[0].hash, r); err != nil {
-		return nil, dbErr(op, "", err)
-	}
-	if r.res.err != nil {
-		return nil, r.res.err
-	}
-	var inboxes []string
-	for j, p := range parts {
-		out[at[j]] = store.CompleteResult{InboxSeq: p.res.seq, Dup: p.res.dup, Err: p.res.err}
-		if p.res.err == nil && !p.res.dup {
-			inboxes = append(inboxes, p.res.world)
-		}
-	}
-	slices.Sort(inboxes)
-	for _, w := range slices.Compact(inboxes) {
-		s.hint(store.TopicInbox(w))
-	}
-	return out, nil
-}
-
-// Fire implements protocol E's acknowledgement: like Complete, it delivers
-// (kind timer, dedupe key store.TimerKey(intentHash), the timer's payload)
-// whatever the world's status, once the timer is due (contract.Due) and
-// for its latest claim.
-func (s *Store) Fire(ctx context.Context, intentHash string, c store.Claim) (uint64, bool, error) {
-	const op = "fire"
-	if err := s.begin(ctx, op); err != nil {
-		return 0, false, err
-	}
-	if err := store.CheckID(op, "intentHash", intentHash); err != nil {
-		return 0, false, err
-	}
-	if err := store.CheckClaim(op, c); err != nil {
-		return 0, false, err
-	}
-	return s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dFire, hash: intentHash, by: contract.Claimant(c)})
-}
-
-// Resolve implements store.Effects: an operator's completion is a
-// Complete's delivery (the same request of the delivery committer, the
-// same settle) with an operator in the claimant's place
-// (contract.Operator), whose reason the settle records in resolve_reason.
-func (s *Store) Resolve(ctx context.Context, intentHash string, r store.Receipt, reason string) (uint64, bool, error) {
-	const op = "resolve"
-	if err := s.begin(ctx, op); err != nil {
-		return 0, false, err
-	}
-	if err := store.CheckResolve(op, intentHash, r, reason); err != nil {
-		return 0, false, err
-	}
-	return s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dComplete, hash: intentHash, by: contract.Operator(reason),
-		status: string(r.Status), payload: r.Payload})
-}
-
-// Send implements protocol F: dest must exist and not be archived
-// (contract.Ingress); a messageID already delivered there answers its first
-// seq as already_enqueued; else the item enters dest's inbox and the
-// delivery record is set, in one transaction. The item's Kind, Seq, World,
-// EnqueuedAt and DedupeKey are ignored: it enters as kind fabric, and
-// messageID is its dedupe (separate from the inbox's dedupe keys).
-func (s *Store) Send(ctx context.Context, dest, messageID string, item store.InboxItem) (store.FabricResult, error) {
-	const op = "send"
-	if err := s.begin(ctx, op); err != nil {
-		return store.FabricResult{}, err
-	}
-	if err := store.CheckID(op, "world", dest); err != nil {
-		return store.FabricResult{}, err
-	}
-	if err := store.CheckID(op, "messageId", messageID); err != nil {
-		return store.FabricResult{}, err
-	}
-	if err := store.CheckPayload(op, "payload", item.Payload); err != nil {
-		return store.FabricResult{}, err
-	}
-	seq, dup, err := s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dSend, world: dest, msg: messageID, payload: item.Payload})
-	if err != nil {
-		return store.FabricResult{}, err
-	}
-	if dup {
-		return store.FabricResult{Status: store.FabricAlreadyEnqueued, Seq: seq}, nil
-	}
-	return store.FabricResult{Status: store.FabricOK, Seq: seq}, nil
-}
-
 // runDeliveries commits one batch of deliveries (see runAppends for the
 // treatment of failures: a CompleteMany reruns as a whole, its parts still
 // in one transaction).
-func (s *Store) runDeliveries(batch []*deliveryReq) {
+func (s *backend) runDeliveries(batch []*deliveryReq) {
 	live := batch
 	if len(live) == 0 {
 		return
@@ -252,7 +102,7 @@ func (s *Store) runDeliveries(batch []*deliveryReq) {
 
 // deliverAll runs reqs, a CompleteMany's parts in its place, in one
 // transaction, and sets every answer once it committed.
-func (s *Store) deliverAll(reqs []*deliveryReq) error {
+func (s *backend) deliverAll(reqs []*deliveryReq) error {
 	flat := make([]*deliveryReq, 0, len(reqs))
 	for _, r := range reqs {
 		if r.parts != nil {
@@ -275,7 +125,7 @@ func (s *Store) deliverAll(reqs []*deliveryReq) error {
 // usual batch) in one round trip: enqueue_one locks the world's row,
 // probes the key and writes the item in one call, and answers what it
 // read, on which contract.Ingress decides again.
-func (s *Store) enqueueOne(ctx context.Context, r *deliveryReq) ([]deliveryResult, error) {
+func (s *backend) enqueueOne(ctx context.Context, r *deliveryReq) ([]deliveryResult, error) {
 	p, err := s.beginTx(ctx)
 	if err != nil {
 		return nil, err
@@ -315,7 +165,7 @@ type deliveryResult struct {
 	err   error
 }
 
-func (s *Store) deliverWithRetry(reqs []*deliveryReq) ([]deliveryResult, error) {
+func (s *backend) deliverWithRetry(reqs []*deliveryReq) ([]deliveryResult, error) {
 	var res []deliveryResult
 	err := s.retry(context.Background(), "deliver", "", func() error {
 		var err error
@@ -448,7 +298,7 @@ func (d *deliverWrite) queueSQL(b *batch, sql string, clock ...any) {
 //
 // The world row locks order inbox seqs: they commit in seq order, so a
 // reader that saw seq n never later finds a new item below n.
-func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
+func (s *backend) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
 	if len(reqs) == 1 && reqs[0].kind == dEnqueue {
@@ -576,20 +426,21 @@ func (s *Store) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 			out.seq, out.dup, out.world = uint64(seq), dup, r.world
 		case dSend:
 			w := worlds[r.world]
-			// A message delivered already answers as such whatever the
-			// destination became since (archived by the very message):
-			// the retry of a send whose answer was lost must learn it
-			// was delivered, or its sender would compensate for a
-			// message that took effect.
-			if seq, ok := sent[inboxKey{r.world, r.msg}]; ok {
+			seq, delivered := sent[inboxKey{r.world, r.msg}]
+			var status store.WorldStatus
+			if w != nil {
+				status = store.WorldStatus(w.status)
+			}
+			already, err := contract.Send(r.op, r.world, delivered, w != nil, status)
+			if out.err = err; err != nil {
+				continue
+			}
+			if already {
 				out.seq, out.dup, out.world = uint64(seq), true, r.world
 				continue
 			}
-			if out.err = gate(r, w); out.err != nil {
-				continue
-			}
 			out.world = r.world
-			seq, _ := put(w, r.world, store.KindFabric, r.payload, "")
+			seq, _ = put(w, r.world, store.KindFabric, r.payload, "")
 			sent[inboxKey{r.world, r.msg}] = seq
 			d.fd, d.fm, d.fseq = append(d.fd, r.world), append(d.fm, r.msg), append(d.fseq, seq)
 			out.seq = uint64(seq)

@@ -22,7 +22,7 @@ import (
 func BenchmarkFloor(b *testing.B) {
 	const gap = 5 * time.Millisecond
 	s := benchStore(b)
-	if _, err := s.pool.Exec(bg, `CREATE TABLE IF NOT EXISTS floor_probe (id text PRIMARY KEY, v bytea, at timestamptz DEFAULT now())`); err != nil {
+	if _, err := s.b.pool.Exec(bg, `CREATE TABLE IF NOT EXISTS floor_probe (id text PRIMARY KEY, v bytea, at timestamptz DEFAULT now())`); err != nil {
 		b.Fatal(err)
 	}
 	events := []store.Record{rec("run-started"), rec("step-started")}
@@ -48,7 +48,7 @@ func BenchmarkFloor(b *testing.B) {
 	id := func() string { n++; return fmt.Sprint("floor-", run, "-", n) }
 	b.Run("insert", func(b *testing.B) {
 		pace(b, func(int) error {
-			_, err := s.pool.Exec(bg, `INSERT INTO floor_probe (id, v) VALUES ($1, $2)`, id(), []byte("input"))
+			_, err := s.b.pool.Exec(bg, `INSERT INTO floor_probe (id, v) VALUES ($1, $2)`, id(), []byte("input"))
 			return err
 		})
 	})

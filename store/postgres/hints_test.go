@@ -118,7 +118,7 @@ func TestWritesLeaveNoHintPendingOnTheirConnections(t *testing.T) {
 	case <-time.After(hintBound):
 		t.Fatal("the other store got no hint of the enqueues")
 	}
-	conns := a.pool.AcquireAllIdle(bg)
+	conns := a.b.pool.AcquireAllIdle(bg)
 	if len(conns) == 0 {
 		t.Fatal("no idle connection to look at")
 	}

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/internal/contract"
 )
@@ -21,43 +20,6 @@ import (
 func errDisagree(op, world string) error {
 	return store.Errorf(op, errUnreachable, world, "the SQL and the contract decided differently")
 }
-
-// Acquire implements protocol A (see the acquire function).
-func (s *Store) Acquire(ctx context.Context, world, worker string, ttl time.Duration, opts ...store.AcquireOption) (store.Lease, error) {
-	const op = "acquire"
-	if err := s.begin(ctx, op); err != nil {
-		return store.Lease{}, err
-	}
-	o, err := store.ResolveAcquireOptions(op, opts)
-	for _, err := range []error{store.CheckID(op, "world", world), store.CheckID(op, "worker", worker), store.CheckTTL(op, "ttl", ttl), err} {
-		if err != nil {
-			return store.Lease{}, err
-		}
-	}
-	var out store.Lease
-	var wrote bool
-	err = s.retry(ctx, op, world, func() error {
-		var a acquired
-		if err := a.scan(s.pool.QueryRow(ctx, acquireSQL, world, worker, o.Incarnation, int64(ttl), s.off())); err != nil {
-			return err
-		}
-		var err error
-		out, err = a.decide(op, world, worker, o.Incarnation, ttl)
-		wrote = a.written
-		return err
-	})
-	if err != nil {
-		return store.Lease{}, err
-	}
-	if wrote {
-		s.hint(store.TopicLeases)
-	}
-	return out, nil
-}
-
-// acquireSQL calls the acquire function: $1 world, $2 worker, $3 its
-// incarnation, $4 ttl, $5 the clock's offset.
-const acquireSQL = `SELECT * FROM acquire($1, $2, $3, $4, $5)`
 
 // acquired is what the acquire function answers: the rows it read under
 // lock and whether it wrote.
@@ -116,12 +78,9 @@ func (a *acquired) decide(op, world, worker, inc string, ttl time.Duration) (sto
 // named twice meets, the second time, the lease its first occurrence
 // took), and an answer on which the SQL and the contract disagree is
 // refused.
-func (s *Store) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration, opts ...store.AcquireOption) ([]store.AcquireResult, error) {
+func (s *backend) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration, opts ...store.AcquireOption) ([]store.AcquireResult, error) {
 	const op = "acquire_leases"
-	if err := s.begin(ctx, op); err != nil {
-		return nil, err
-	}
-	if err := store.CheckAcquireLeases(op, worker, worlds, ttl); err != nil {
+	if err := s.begin(op); err != nil {
 		return nil, err
 	}
 	o, err := store.ResolveAcquireOptions(op, opts)
@@ -212,34 +171,14 @@ type bulkAcquired struct {
 	row      contract.LeaseRow
 }
 
-// Renew implements protocol B: RenewLeases with one ref.
-func (s *Store) Renew(ctx context.Context, world, worker string, epoch uint64, ttl time.Duration) (store.Lease, error) {
-	const op = "renew"
-	res, err := s.bulkLeases(ctx, op, worker, []store.LeaseRef{{World: world, Epoch: epoch}}, ttl)
-	if err != nil {
-		return store.Lease{}, err
-	}
-	return res[0].Lease, res[0].Err
-}
-
 // RenewLeases implements store.Leases: one call of renew_leases, one round
 // trip for any number of refs.
-func (s *Store) RenewLeases(ctx context.Context, worker string, refs []store.LeaseRef, ttl time.Duration) ([]store.LeaseResult, error) {
+func (s *backend) RenewLeases(ctx context.Context, worker string, refs []store.LeaseRef, ttl time.Duration) ([]store.LeaseResult, error) {
 	return s.bulkLeases(ctx, "renew_leases", worker, refs, ttl)
 }
 
-// Release implements store.Leases: ReleaseLeases with one ref.
-func (s *Store) Release(ctx context.Context, world, worker string, epoch uint64) error {
-	const op = "release"
-	res, err := s.bulkLeases(ctx, op, worker, []store.LeaseRef{{World: world, Epoch: epoch}}, 0)
-	if err != nil {
-		return err
-	}
-	return res[0].Err
-}
-
 // ReleaseLeases implements store.Leases: one call of release_leases.
-func (s *Store) ReleaseLeases(ctx context.Context, worker string, refs []store.LeaseRef) ([]store.LeaseResult, error) {
+func (s *backend) ReleaseLeases(ctx context.Context, worker string, refs []store.LeaseRef) ([]store.LeaseResult, error) {
 	return s.bulkLeases(ctx, "release_leases", worker, refs, 0)
 }
 
@@ -247,30 +186,13 @@ func (s *Store) ReleaseLeases(ctx context.Context, worker string, refs []store.L
 // trip, and answers each ref as Renew or Release would alone: the SQL
 // function returns the lease rows as it read them under lock, and
 // contract.Holder or contract.ReleaseCheck decides each ref on them.
-func (s *Store) bulkLeases(ctx context.Context, op, worker string, refs []store.LeaseRef, ttl time.Duration) ([]store.LeaseResult, error) {
-	renew := op == "renew" || op == "renew_leases"
-	if err := s.begin(ctx, op); err != nil {
-		return nil, err
-	}
-	if err := store.CheckID(op, "worker", worker); err != nil {
-		return nil, err
-	}
-	if renew {
-		if err := store.CheckTTL(op, "ttl", ttl); err != nil {
-			return nil, err
-		}
-	}
-	if err := store.CheckBatch(op, "refs", len(refs)); err != nil {
+func (s *backend) bulkLeases(ctx context.Context, op, worker string, refs []store.LeaseRef, ttl time.Duration) ([]store.LeaseResult, error) {
+	renew := op == "renew_leases"
+	if err := s.begin(op); err != nil {
 		return nil, err
 	}
 	ws, es := make([]string, len(refs)), make([]int64, len(refs))
 	for i, r := range refs {
-		if err := store.CheckID(op, "world", r.World); err != nil {
-			return nil, err
-		}
-		if err := store.CheckInt(op, "epoch", r.Epoch); err != nil {
-			return nil, err
-		}
 		ws[i], es[i] = r.World, int64(r.Epoch)
 	}
 	out := make([]store.LeaseResult, len(refs))
@@ -342,9 +264,9 @@ func (s *Store) bulkLeases(ctx context.Context, op, worker string, refs []store.
 }
 
 // GetLease implements store.Leases.
-func (s *Store) GetLease(ctx context.Context, world string) (store.Lease, bool, error) {
+func (s *backend) GetLease(ctx context.Context, world string) (store.Lease, bool, error) {
 	const op = "get_lease"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.Lease{}, false, err
 	}
 	var l store.Lease
@@ -370,15 +292,10 @@ func (s *Store) GetLease(ctx context.Context, world string) (store.Lease, bool, 
 }
 
 // Assign implements store.Leases.
-func (s *Store) Assign(ctx context.Context, world string, a store.Assignment, by *store.Fence) error {
+func (s *backend) Assign(ctx context.Context, world string, a store.Assignment, by *store.Fence) error {
 	const op = "assign"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return err
-	}
-	for _, err := range []error{store.CheckID(op, "world", world), store.CheckOptionalID(op, "desiredWorker", a.DesiredWorker), store.CheckReason(op, a.Reason), checkAuthority(op, by)} {
-		if err != nil {
-			return err
-		}
 	}
 	return s.oneTrip(ctx, op, world, func(b *batch) {
 		s.queueAuthority(b, by)
@@ -398,15 +315,10 @@ func (s *Store) Assign(ctx context.Context, world string, a store.Assignment, by
 }
 
 // Unassign implements store.Leases; it is idempotent.
-func (s *Store) Unassign(ctx context.Context, world string, by *store.Fence) error {
+func (s *backend) Unassign(ctx context.Context, world string, by *store.Fence) error {
 	const op = "unassign"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return err
-	}
-	for _, err := range []error{store.CheckID(op, "world", world), checkAuthority(op, by)} {
-		if err != nil {
-			return err
-		}
 	}
 	return s.oneTrip(ctx, op, world, func(b *batch) {
 		s.queueAuthority(b, by)
@@ -424,9 +336,9 @@ func (s *Store) Unassign(ctx context.Context, world string, by *store.Fence) err
 }
 
 // GetAssignment implements store.Leases.
-func (s *Store) GetAssignment(ctx context.Context, world string) (store.Assignment, bool, error) {
+func (s *backend) GetAssignment(ctx context.Context, world string) (store.Assignment, bool, error) {
 	const op = "get_assignment"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.Assignment{}, false, err
 	}
 	var a store.Assignment
@@ -473,18 +385,9 @@ const listWorkerWorldsSQL = `WITH page AS (
 // there are. (Where a worker holds a large share of all worlds, the
 // planner may walk the primary key from after instead, filtering by
 // worker: still a range scan cut at limit.)
-func (s *Store) ListWorkerWorlds(ctx context.Context, worker, after string, limit int) ([]store.WorkerWorld, error) {
+func (s *backend) ListWorkerWorlds(ctx context.Context, worker, after string, limit int) ([]store.WorkerWorld, error) {
 	const op = "list_worker_worlds"
-	if err := s.begin(ctx, op); err != nil {
-		return nil, err
-	}
-	if err := store.CheckID(op, "worker", worker); err != nil {
-		return nil, err
-	}
-	if err := store.CheckOptionalID(op, "after", after); err != nil {
-		return nil, err
-	}
-	if err := store.CheckBatch(op, "limit", limit); err != nil {
+	if err := s.begin(op); err != nil {
 		return nil, err
 	}
 	out := []store.WorkerWorld{}
@@ -518,101 +421,10 @@ func (s *Store) ListWorkerWorlds(ctx context.Context, worker, after string, limi
 	return out, nil
 }
 
-// ---- the worker inventory ----
-
-func scanWorker(id string, row pgx.Row) (store.WorkerInfo, error) {
-	var cap, hb, started int64
-	w := store.WorkerInfo{ID: id}
-	err := row.Scan(&cap, &w.Draining, &hb, &started)
-	w.Capacity, w.HeartbeatAt, w.StartedAt = int(cap), fromNS(hb), fromNS(started)
-	return w, err
-}
-
-// Heartbeat implements store.Workers (see the heartbeat function).
-func (s *Store) Heartbeat(ctx context.Context, worker string, capacity int) (store.WorkerInfo, error) {
-	const op = "heartbeat"
-	if err := s.begin(ctx, op); err != nil {
-		return store.WorkerInfo{}, err
-	}
-	if err := store.CheckHeartbeat(op, worker, capacity); err != nil {
-		return store.WorkerInfo{}, err
-	}
-	var w store.WorkerInfo
-	err := s.retry(ctx, op, "", func() error {
-		var err error
-		w, err = scanWorker(worker, s.pool.QueryRow(ctx, `SELECT * FROM heartbeat($1, $2, $3)`, worker, int64(capacity), s.off()))
-		return err
-	})
-	if err != nil {
-		return store.WorkerInfo{}, err
-	}
-	s.hint(store.TopicWorkers)
-	return w, nil
-}
-
-// SetDraining implements store.Workers (see the set_draining function).
-func (s *Store) SetDraining(ctx context.Context, worker string, draining bool) (store.WorkerInfo, error) {
-	const op = "set_draining"
-	if err := s.begin(ctx, op); err != nil {
-		return store.WorkerInfo{}, err
-	}
-	if err := store.CheckID(op, "worker", worker); err != nil {
-		return store.WorkerInfo{}, err
-	}
-	var w store.WorkerInfo
-	err := s.retry(ctx, op, "", func() error {
-		var err error
-		w, err = scanWorker(worker, s.pool.QueryRow(ctx, `SELECT * FROM set_draining($1, $2)`, worker, draining))
-		if err == pgx.ErrNoRows {
-			return store.Errorf(op, store.ErrNotFound, "", "worker %s never sent a heartbeat", worker)
-		}
-		return err
-	})
-	if err != nil {
-		return store.WorkerInfo{}, err
-	}
-	s.hint(store.TopicWorkers)
-	return w, nil
-}
-
-// ListWorkers implements store.Workers.
-func (s *Store) ListWorkers(ctx context.Context) ([]store.WorkerInfo, error) {
-	const op = "list_workers"
-	if err := s.begin(ctx, op); err != nil {
-		return nil, err
-	}
-	out := []store.WorkerInfo{}
-	err := s.retry(ctx, op, "", func() error {
-		rows, _ := s.pool.Query(ctx, `SELECT worker, capacity, draining, heartbeat_at_ns, started_at_ns FROM workers ORDER BY worker`)
-		var err error
-		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.WorkerInfo, error) {
-			var id string
-			var cap, hb, started int64
-			w := store.WorkerInfo{}
-			err := row.Scan(&id, &cap, &w.Draining, &hb, &started)
-			w.ID, w.Capacity, w.HeartbeatAt, w.StartedAt = id, int(cap), fromNS(hb), fromNS(started)
-			return w, err
-		})
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// checkAuthority validates an assignment writer's fence (nil: an operator).
-func checkAuthority(op string, by *store.Fence) error {
-	if by == nil {
-		return nil
-	}
-	return store.CheckID(op, "fence world", by.World)
-}
-
 // queueAuthority queues the check of an assignment writer's fence (nil: an
 // operator) ahead of the write, in its transaction: check_fence locks the
 // fence's lease row (FOR SHARE) and raises unless contract.Fence holds.
-func (s *Store) queueAuthority(b *batch, by *store.Fence) {
+func (s *backend) queueAuthority(b *batch, by *store.Fence) {
 	if by != nil {
 		b.queue(nil, `SELECT check_fence($1, $2, now_ns($3))`, by.World, int64(by.Epoch), s.off())
 	}

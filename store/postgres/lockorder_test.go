@@ -74,7 +74,7 @@ func TestBulkLeaseCallsLockInTheAppendCommittersOrder(t *testing.T) {
 			// Wait until the bulk call is blocked on a's row.
 			for {
 				var waiting bool
-				if err := s.pool.QueryRow(bg, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+				if err := s.b.pool.QueryRow(bg, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
 					WHERE wait_event_type = 'Lock' AND query LIKE '%_leases(%' AND pid <> pg_backend_pid())`).Scan(&waiting); err != nil {
 					t.Fatal(err)
 				}

@@ -470,7 +470,7 @@ func TestGroupCommitIsolatesAFailingRequest(t *testing.T) {
 		return r
 	}
 	batch := []*appendReq{mk("ok-1", "a"), mk("bad\x00stream", "b"), mk("ok-2", "c"), mk("ok-1", "d")}
-	s.runAppends(batch)
+	s.b.runAppends(batch)
 	for i, r := range batch {
 		<-r.done
 		if i == 1 {
@@ -519,7 +519,7 @@ func TestGroupCommitDeliveriesIsolateTypedFailures(t *testing.T) {
 		mk(dFire, "", "no-timer"),
 	}
 	before := s.Stats().DeliveryTransactions
-	s.runDeliveries(batch)
+	s.b.runDeliveries(batch)
 	if got := s.Stats().DeliveryTransactions - before; got != 1 {
 		t.Fatalf("%d transactions for one batch", got)
 	}
@@ -657,7 +657,7 @@ func TestCloseEndsEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop()
-	s.hint(store.TopicWorkers)
+	s.b.hint(store.TopicWorkers)
 	select {
 	case <-sig.C:
 		t.Fatal("a hint after Close")
@@ -718,7 +718,7 @@ func TestSynchronousCommitOnlyRelaxedForClaims(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, "", nil, WithMaxConns(1))
 	var setting string
-	if err := s.pool.QueryRow(bg, `SHOW synchronous_commit`).Scan(&setting); err != nil {
+	if err := s.b.pool.QueryRow(bg, `SHOW synchronous_commit`).Scan(&setting); err != nil {
 		t.Fatal(err)
 	}
 	if setting == "off" {
@@ -733,7 +733,7 @@ func TestSynchronousCommitOnlyRelaxedForClaims(t *testing.T) {
 		if err := call(); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if err := s.pool.QueryRow(bg, `SHOW synchronous_commit`).Scan(&setting); err != nil || setting == "off" {
+		if err := s.b.pool.QueryRow(bg, `SHOW synchronous_commit`).Scan(&setting); err != nil || setting == "off" {
 			t.Fatalf("after %s, on its connection: synchronous_commit = %s, %v", name, setting, err)
 		}
 	}
@@ -743,7 +743,7 @@ func TestSynchronousCommitOnlyRelaxedForClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, sql := range []string{
-		`SELECT * FROM acquire('w', 'A', '', 60000000000, 0)`,
+		`SELECT * FROM acquire_leases('A', '', ARRAY['w'], 60000000000, 0)`,
 		`SELECT * FROM renew_leases('A', ARRAY['w'], ARRAY[1::bigint], 60000000000, 0)`,
 		`SELECT * FROM release_leases('A', ARRAY['w'], ARRAY[1::bigint], 0)`,
 	} {

@@ -148,7 +148,7 @@ const (
 // claim claims up to n of q's ready items for worker until the store clock
 // plus ttl, in one transaction of one round trip; args are the partitioned
 // pick's. It returns the claimed rows in no particular order.
-func claim[T any](s *Store, ctx context.Context, op string, q *queue, worker string, n int, ttl time.Duration,
+func claim[T any](s *backend, ctx context.Context, op string, q *queue, worker string, n int, ttl time.Duration,
 	scan pgx.RowToFunc[T], args ...any) ([]T, error) {
 	var out []T
 	err := s.oneTrip(ctx, op, "", func(b *batch) {
@@ -168,8 +168,8 @@ func claim[T any](s *Store, ctx context.Context, op string, q *queue, worker str
 
 // reap puts q's expired claims back to ready and hints q's topic if any
 // came back.
-func (s *Store) reap(ctx context.Context, op string, q *queue) (int, error) {
-	if err := s.begin(ctx, op); err != nil {
+func (s *backend) reap(ctx context.Context, op string, q *queue) (int, error) {
+	if err := s.begin(op); err != nil {
 		return 0, err
 	}
 	var n int64

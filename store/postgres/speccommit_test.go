@@ -144,7 +144,7 @@ func TestSpeculativeCommitIsOneRoundTripAndDecidesAsTheCheckedPath(t *testing.T)
 		if rt != 1 || misses != 0 {
 			t.Fatalf("cycle %d of %s took %d round trips (%d misses), want 1 (0)", i, c.world, rt, misses)
 		}
-		checked.heads.miss([]string{c.world})
+		checked.b.heads.miss([]string{c.world})
 		var want string
 		rt, misses = trips(checked, func() { want, err = run(checked, c) })
 		if err != nil || rt != 2 || misses != 0 {
@@ -317,7 +317,7 @@ func TestSpeculativeCommitFallsBackOnEveryWrongGuess(t *testing.T) {
 		if !errors.Is(err, c.want) {
 			t.Fatalf("%s: %v, want %v", c.name, err, c.want)
 		}
-		a.heads.miss([]string{w})
+		a.b.heads.miss([]string{w})
 		_, again := a.Commit(bg, w, e, bt)
 		if again == nil || again.Error() != err.Error() {
 			t.Fatalf("%s: the store answered %v, the checked path %v", c.name, err, again)
@@ -379,7 +379,7 @@ func TestSpeculativeStatusCommitInABatch(t *testing.T) {
 	}
 	runBatch := func(batch []*appendReq) (roundTrips, misses uint64) {
 		rt, m := trips(s, func() {
-			s.runAppends(batch)
+			s.b.runAppends(batch)
 			for _, r := range batch {
 				<-r.done
 			}

@@ -66,7 +66,7 @@ func warmed(conn *pgx.Conn) bool {
 // are then prepared on first use, as without warming), never unusable,
 // and never changes a row: every call runs in one transaction, rolled
 // back, on a world whose id holds a control character, which no id a
-// caller passes may (store.CheckID), and the server process's pid, so
+// caller passes may (the front refuses it, store.CheckID), and the server process's pid, so
 // that connections warming at once never wait on each other's rows.
 func warmConn(ctx context.Context, conn *pgx.Conn, off int64) error {
 	if warmed(conn) {

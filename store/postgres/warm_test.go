@@ -13,7 +13,7 @@ import (
 func TestOpenWarmsEveryConnectionAndWritesNothing(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, "", nil, WithMaxConns(6), WithWarmConns(DefaultWarmConns))
-	conns := s.pool.AcquireAllIdle(bg)
+	conns := s.b.pool.AcquireAllIdle(bg)
 	for _, c := range conns {
 		if !warmed(c.Conn()) {
 			t.Errorf("connection %d not warmed", c.Conn().PgConn().PID())
@@ -44,7 +44,7 @@ func TestWarmConnRunsEveryHotPath(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, "", nil)
 	conn := rawConn(t, s.Schema())
-	if err := warmConn(bg, conn, s.off()); err != nil {
+	if err := warmConn(bg, conn, s.b.off()); err != nil {
 		t.Fatalf("warmConn: %v", err)
 	}
 	if !warmed(conn) {
@@ -57,7 +57,7 @@ func TestWarmConnRunsEveryHotPath(t *testing.T) {
 	if prepared != len(hotSQL) {
 		t.Fatalf("%d of the %d hot statements prepared by their text", prepared, len(hotSQL))
 	}
-	if err := warmConn(bg, conn, s.off()); err != nil {
+	if err := warmConn(bg, conn, s.b.off()); err != nil {
 		t.Fatalf("warmConn again: %v", err)
 	}
 	var n int
@@ -75,7 +75,7 @@ func TestWarmingOutlivesTheRequestsCancellation(t *testing.T) {
 	conn := rawConn(t, s.Schema())
 	ctx, cancel := context.WithCancel(bg)
 	cancel()
-	if !warmConnOK(ctx, conn, s.off()) {
+	if !warmConnOK(ctx, conn, s.b.off()) {
 		t.Fatal("warmConnOK under a cancelled context left the connection unusable")
 	}
 	if !warmed(conn) {

@@ -27,16 +27,16 @@ import (
 // the change, so PostgreSQL delivers it only after the commit. The
 // registration holds no goroutine of its own: the listener is the
 // store's, and ends at Close.
-func (s *Store) Watch(ctx context.Context, w store.Waker, topics ...string) (func(), error) {
+func (s *backend) Watch(ctx context.Context, w store.Waker, topics ...string) (func(), error) {
 	const op = "watch"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return nil, err
 	}
 	return s.watch.add(ctx, op, w, topics)
 }
 
 // hint wakes this process's watchers of topics after a commit.
-func (s *Store) hint(topics ...string) {
+func (s *backend) hint(topics ...string) {
 	if len(topics) > 0 {
 		s.watch.local.Notify(topics...)
 	}

@@ -4,32 +4,20 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
-
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
-// ---- worlds ----
-
 // CreateWorld implements store.Worlds (see create_world).
-func (s *Store) CreateWorld(ctx context.Context, universe, world string, seed *store.Snapshot) (store.World, error) {
+func (s *backend) CreateWorld(ctx context.Context, universe, world string, seed *store.Snapshot) (store.World, error) {
 	const op = "create_world"
-	if err := s.begin(ctx, op); err != nil {
-		return store.World{}, err
-	}
-	if err := store.CheckID(op, "universe", universe); err != nil {
-		return store.World{}, err
-	}
-	if err := store.CheckID(op, "world", world); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.World{}, err
 	}
 	var h int64
 	var state []byte
 	var hash string
 	if seed != nil {
-		if err := store.CheckSnapshot(op, *seed); err != nil {
-			return store.World{}, err
-		}
 		h, state, hash = int64(seed.Height), seed.State, seed.StateHash
 	}
 	var created int64
@@ -66,15 +54,12 @@ const createWorldSQL = `SELECT create_world($1, $2, $3, $4, $5, $6, $7)`
 //     new lease: the stream is new and locked, so the head needs no
 //     compare-and-swap and no key of it can be stored or compacted; the
 //     unique index of keys stays the last word.
-func (s *Store) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned, error) {
+func (s *backend) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawned, error) {
 	const op = "spawn"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.Spawned{}, err
 	}
-	if err := store.CheckSpawn(op, spec); err != nil {
-		return store.Spawned{}, err
-	}
-	// CheckSpawn refused a key given twice and the inbox is new, so every
+	// The front's CheckSpawn refused a key given twice and the inbox is new, so every
 	// item is new.
 	n := len(spec.Items)
 	kinds, payloads, keys := make([]string, n), make([][]byte, n), make([]string, n)
@@ -152,15 +137,10 @@ const spawnWorldSQL = `SELECT * FROM spawn_world($1, $2, $3, $4, $5, $6, $7, $8,
 
 // ForkWorld implements store.Worlds (see fork_world): one transaction,
 // whose cost is one snapshot row whatever the source's history.
-func (s *Store) ForkWorld(ctx context.Context, src string, height uint64, newWorld string) (store.World, error) {
+func (s *backend) ForkWorld(ctx context.Context, src string, height uint64, newWorld string) (store.World, error) {
 	const op = "fork_world"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.World{}, err
-	}
-	for _, err := range []error{store.CheckID(op, "world", src), store.CheckID(op, "newWorld", newWorld), store.CheckInt(op, "height", height)} {
-		if err != nil {
-			return store.World{}, err
-		}
 	}
 	w := store.World{ID: newWorld, Status: store.WorldActive, ParentWorld: src, ForkedAtHeight: height}
 	err := s.retry(ctx, op, src, func() error {
@@ -195,9 +175,9 @@ func scanWorldRow(row pgx.Row) (store.World, error) {
 }
 
 // GetWorld implements store.Worlds.
-func (s *Store) GetWorld(ctx context.Context, world string) (store.World, error) {
+func (s *backend) GetWorld(ctx context.Context, world string) (store.World, error) {
 	const op = "get_world"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.World{}, err
 	}
 	var w store.World
@@ -214,15 +194,10 @@ func (s *Store) GetWorld(ctx context.Context, world string) (store.World, error)
 }
 
 // ListWorlds implements store.Worlds.
-func (s *Store) ListWorlds(ctx context.Context, universe string, status store.WorldStatus) ([]store.World, error) {
+func (s *backend) ListWorlds(ctx context.Context, universe string, status store.WorldStatus) ([]store.World, error) {
 	const op = "list_worlds"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return nil, err
-	}
-	if status != "" {
-		if err := store.CheckStatus(op, status); err != nil {
-			return nil, err
-		}
 	}
 	var out []store.World
 	err := s.retry(ctx, op, "", func() error {
@@ -241,15 +216,10 @@ func (s *Store) ListWorlds(ctx context.Context, universe string, status store.Wo
 // other), decides with contract.Transition, and when the world leaves
 // active releases the lease in the same transaction: its holder is fenced
 // at once.
-func (s *Store) SetWorldStatus(ctx context.Context, world string, status store.WorldStatus, reason string) (store.World, error) {
+func (s *backend) SetWorldStatus(ctx context.Context, world string, status store.WorldStatus, reason string) (store.World, error) {
 	const op = "set_world_status"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.World{}, err
-	}
-	for _, err := range []error{store.CheckID(op, "world", world), store.CheckStatus(op, status), store.CheckReason(op, reason)} {
-		if err != nil {
-			return store.World{}, err
-		}
 	}
 	var w store.World
 	var held, changed bool
@@ -277,7 +247,7 @@ func (s *Store) SetWorldStatus(ctx context.Context, world string, status store.W
 		w.Status, w.StatusReason, w.StatusChangedAt = status, reason, fromNS(now)
 		held = endLease && held
 		b.queue(nil, notifySQL, queueStatus(b, world, status, reason, held, now))
-		if status == store.WorldArchived {
+		if contract.WithdrawsPending(status) {
 			queueWithdrawals(b, nil, nil, []string{world}, s.off(), nil)
 		}
 		return nil
@@ -328,189 +298,4 @@ func queueStatusNow(b *batch, world string, status store.WorldStatus, reason str
 		b.queue(nil, statusEndSQL, world, string(status), reason, off)
 	}
 	return statusTopics(endLease)
-}
-
-// ---- snapshots ----
-
-// PutSnapshot implements store.Snapshots: the lease row (FOR SHARE) and
-// the stream row (FOR UPDATE, as a Commit locks it: snapshots of one world
-// never race) are read under lock with the snapshot stored at the height,
-// and contract.Fence and contract.Snapshot decide.
-func (s *Store) PutSnapshot(ctx context.Context, world string, epoch uint64, snap store.Snapshot) error {
-	const op = "put_snapshot"
-	if err := s.begin(ctx, op); err != nil {
-		return err
-	}
-	if err := checkFenced(op, world, epoch); err != nil {
-		return err
-	}
-	if err := store.CheckSnapshot(op, snap); err != nil {
-		return err
-	}
-	snap.World = world
-	var (
-		lease          contract.LeaseRow
-		found, located bool
-		head, now      int64
-		existing       string
-	)
-	return s.twoTrips(ctx, op, world, func(b *batch) {
-		lease, found, located, existing = contract.LeaseRow{}, false, false, ""
-		b.queue(func(br pgx.BatchResults) error {
-			var holder string
-			var e, exp int64
-			return scanEach(br, []any{&holder, &e, &exp}, func() {
-				lease = contract.LeaseRow{Found: true, Holder: holder, Epoch: uint64(e), ExpiresAt: fromNS(exp)}
-			})
-		}, `SELECT holder, epoch, expires_at_ns FROM leases WHERE world = $1 FOR SHARE`, world)
-		b.queue(func(br pgx.BatchResults) error {
-			return scanEach(br, []any{&head, &found, &now}, func() { located = true })
-		}, `SELECT s.head, EXISTS (SELECT 1 FROM worlds x WHERE x.world = s.stream), now_ns($2)
-			FROM streams s WHERE s.stream = $1 FOR UPDATE`, world, s.off())
-		b.queue(func(br pgx.BatchResults) error {
-			return scanEach(br, []any{&existing}, func() {})
-		}, `SELECT state_hash FROM snapshots WHERE world = $1 AND height = $2`, world, int64(snap.Height))
-	}, func(b *batch) error {
-		if !located {
-			found = false
-		}
-		if err := contract.Fence(op, world, epoch, found, lease, fromNS(now)); err != nil {
-			return err
-		}
-		write, err := contract.Snapshot(op, world, snap, uint64(head), existing)
-		if err != nil || !write {
-			return err
-		}
-		b.queue(nil, `INSERT INTO snapshots (world, height, state, state_hash, created_at_ns) VALUES ($1, $2, $3, $4, $5)`,
-			world, int64(snap.Height), snap.State, snap.StateHash, now)
-		b.queue(nil, `UPDATE streams SET baseline_height = greatest(baseline_height, $2) WHERE stream = $1`, world, int64(snap.Height))
-		return nil
-	})
-}
-
-// ActiveSnapshot implements store.Snapshots.
-func (s *Store) ActiveSnapshot(ctx context.Context, world string) (store.Snapshot, bool, error) {
-	const op = "active_snapshot"
-	if err := s.begin(ctx, op); err != nil {
-		return store.Snapshot{}, false, err
-	}
-	return s.snapshotOf(ctx, op, world, `SELECT n.height, n.state, n.state_hash, n.created_at_ns
-		FROM worlds x LEFT JOIN streams t ON t.stream = x.world
-		LEFT JOIN snapshots n ON n.world = x.world AND n.height = t.baseline_height
-		WHERE x.world = $1`, world)
-}
-
-// SnapshotBelow implements store.Snapshots.
-func (s *Store) SnapshotBelow(ctx context.Context, world string, height uint64) (store.Snapshot, bool, error) {
-	const op = "snapshot_below"
-	if err := s.begin(ctx, op); err != nil {
-		return store.Snapshot{}, false, err
-	}
-	if err := store.CheckInt(op, "height", height); err != nil {
-		return store.Snapshot{}, false, err
-	}
-	return s.snapshotOf(ctx, op, world, `SELECT n.height, n.state, n.state_hash, n.created_at_ns
-		FROM worlds x LEFT JOIN LATERAL (
-			SELECT height, state, state_hash, created_at_ns FROM snapshots
-			WHERE world = x.world AND height < $2 ORDER BY height DESC LIMIT 1) n ON true
-		WHERE x.world = $1`, world, int64(height))
-}
-
-// snapshotOf runs query, which selects world's row (height, state, hash,
-// creation time) with NULLs where there is no snapshot: ok=false then,
-// ErrWorldNotFound when there is no row.
-func (s *Store) snapshotOf(ctx context.Context, op, world, query string, args ...any) (store.Snapshot, bool, error) {
-	var snap store.Snapshot
-	var found bool
-	err := s.retry(ctx, op, world, func() error {
-		var height, created *int64
-		var hash *string
-		var state []byte
-		err := s.pool.QueryRow(ctx, query, args...).Scan(&height, &state, &hash, &created)
-		if err == pgx.ErrNoRows {
-			return store.Errorf(op, store.ErrWorldNotFound, world, "")
-		}
-		if err != nil {
-			return err
-		}
-		found = height != nil
-		if found {
-			snap = store.Snapshot{World: world, Height: uint64(*height), State: state, StateHash: *hash, CreatedAt: fromNS(*created)}
-		}
-		return nil
-	})
-	return snap, found, err
-}
-
-// Compact implements store.Snapshots (see compact): the only path that
-// deletes journal events.
-func (s *Store) Compact(ctx context.Context, world string, epoch uint64, retain uint64) (int, error) {
-	const op = "compact"
-	if err := s.begin(ctx, op); err != nil {
-		return 0, err
-	}
-	if err := checkFenced(op, world, epoch); err != nil {
-		return 0, err
-	}
-	if err := store.CheckInt(op, "retain", retain); err != nil {
-		return 0, err
-	}
-	var n int32
-	err := s.retry(ctx, op, world, func() error {
-		return s.pool.QueryRow(ctx, `SELECT compact($1, $2, $3, $4)`, world, int64(epoch), int64(retain), s.off()).Scan(&n)
-	})
-	return int(n), err
-}
-
-// ---- projector watermarks ----
-
-// GetWatermark implements store.Watermarks (0 when never set).
-func (s *Store) GetWatermark(ctx context.Context, projector, stream string) (uint64, error) {
-	const op = "get_watermark"
-	if err := s.begin(ctx, op); err != nil {
-		return 0, err
-	}
-	var m int64
-	err := s.retry(ctx, op, "", func() error {
-		return s.pool.QueryRow(ctx, `SELECT coalesce((SELECT mark FROM watermarks WHERE projector = $1 AND stream = $2), 0)`,
-			projector, stream).Scan(&m)
-	})
-	return uint64(m), err
-}
-
-// CASWatermark implements store.Watermarks. A watermark never set is 0.
-func (s *Store) CASWatermark(ctx context.Context, projector, stream string, old, next uint64) error {
-	const op = "cas_watermark"
-	if err := s.begin(ctx, op); err != nil {
-		return err
-	}
-	for _, err := range []error{store.CheckInt(op, "old", old), store.CheckInt(op, "next", next)} {
-		if err != nil {
-			return err
-		}
-	}
-	o, nx := int64(old), int64(next)
-	if err := store.CheckID(op, "projector", projector); err != nil {
-		return err
-	}
-	if err := store.CheckID(op, "stream", stream); err != nil {
-		return err
-	}
-	return s.retry(ctx, op, "", func() error {
-		var sql string
-		if o == 0 {
-			sql = `INSERT INTO watermarks AS w (projector, stream, mark) VALUES ($1, $2, $4)
-				ON CONFLICT (projector, stream) DO UPDATE SET mark = EXCLUDED.mark WHERE w.mark = $3`
-		} else {
-			sql = `UPDATE watermarks SET mark = $4 WHERE projector = $1 AND stream = $2 AND mark = $3`
-		}
-		tag, err := s.pool.Exec(ctx, sql, projector, stream, o, nx)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			return store.Errorf(op, store.ErrWatermarkConflict, "", "%s on %s is not at %d", projector, stream, old)
-		}
-		return nil
-	})
 }

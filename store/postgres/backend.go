@@ -3,11 +3,26 @@
 // shared safely by any number of worker, adapter and timer processes on any
 // number of machines.
 //
+// Open returns a Store: store.Front over this package's backend. The front
+// validates every call and answers the batch-of-one forms (Acquire, Renew,
+// Release, Complete) through their batch forms; the backend keeps storage
+// only, and asks store/internal/contract for the contract's decisions.
+// Its files follow the protocols, as in every backend: backend.go (Open,
+// Close, the clock, options), journal.go, commit.go (the world cycle),
+// leases.go, workers.go, inbox.go, effects.go, timers.go, fabric.go,
+// snapshots.go, worlds.go, watermarks.go, dedupe.go, views.go, watch.go,
+// errors.go; and what only PostgreSQL has: migrate.go and migrations/,
+// append.go and deliver.go (the two group committers), tx.go (pipelined
+// transactions), queue.go (the claimable queues' SQL), warm.go (warm
+// connections) and util.go (time encoding, shared helpers).
+//
 // What it owns:
 //
 //   - the schema and its embedded, versioned migrations (schema_migrations),
 //     applied at Open under a transaction-scoped advisory lock, so that many
-//     processes may open the same schema at once;
+//     processes may open the same schema at once, followed in the same
+//     transaction by functions.sql, the current definition of every SQL
+//     function (see migrate.go);
 //   - the append authority: runSeqs are assigned inside the transaction that
 //     inserts the events, under the stream's row lock; duplicates of
 //     (stream, idempotencyKey) are resolved under that same lock (and a
@@ -22,10 +37,10 @@
 //     are verified in the database, and any wrong guess rolls the
 //     transaction back), two otherwise, and a Commit with a Snapshot always
 //     in two. Concurrent inbox
-//     deliveries (Enqueue, Complete, Fire, Send; a CompleteMany is one
+//     deliveries (Enqueue, Resolve, Fire, Send; a CompleteMany is one
 //     request whose completions stay in one transaction) are grouped
 //     likewise, in two round trips. A holder's FireHeld is not grouped: it
-//     is one statement, one round trip (fireheld.go). A request's typed failure (a stale
+//     is one statement, one round trip (timers.go). A request's typed failure (a stale
 //     fence, a head or cursor mismatch, a lost claim) is decided before
 //     anything is written and never fails its neighbours; an unexpected
 //     database error reruns every request of the batch on its own (see
@@ -70,7 +85,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"math"
 	"regexp"
 	"sync"
 	"sync/atomic"
@@ -80,7 +94,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/internal/groupcommit"
 )
@@ -189,9 +202,18 @@ func WithCommitters(n int) Option {
 	}
 }
 
-// Store is a store.Store on PostgreSQL. It is safe for concurrent use, and
-// any number of Stores (in any number of processes) may share one schema.
+// Store is the PostgreSQL store: the one front over this backend (every
+// store.Store method, validated once), plus what only PostgreSQL has
+// (Schema, Stats). It is safe for concurrent use, and any number of Stores
+// (in any number of processes) may share one schema.
 type Store struct {
+	*store.Front
+	b *backend
+}
+
+// backend is the storage under the front: it implements store.Backend on
+// the schema, and is handed only input the front has validated.
+type backend struct {
 	cfg   config
 	pool  *pgxpool.Pool
 	watch *watchHub
@@ -207,7 +229,7 @@ type Store struct {
 	stats statsCounters
 }
 
-var _ store.Store = (*Store)(nil)
+var _ store.Backend = (*backend)(nil)
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
 
@@ -266,7 +288,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		}
 		pc.MinConns = min(pc.MaxConns, int32(cfg.warmConns))
 	}
-	s := &Store{cfg: cfg}
+	s := &backend{cfg: cfg}
 	var current atomic.Bool
 	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		if current.Load() && !warmConnOK(ctx, c, s.off()) {
@@ -300,7 +322,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	warmPool(ctx, pool, int(pc.MinConns), s.off())
 	s.appends = newCommitter(cfg.committers, cfg.maxBatch, s.runAppends)
 	s.deliveries = newCommitter(cfg.committers, cfg.maxBatch, s.runDeliveries)
-	return s, nil
+	return &Store{Front: store.New(s), b: s}, nil
 }
 
 // How a cancelled query ends (see Open): left to finish for
@@ -313,7 +335,7 @@ const (
 
 // Close stops the committers (queued requests fail with ErrClosed), ends
 // every Watch, stops the listener and closes the pool. It is idempotent.
-func (s *Store) Close() error {
+func (s *backend) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
 		s.appends.Close()
@@ -325,15 +347,15 @@ func (s *Store) Close() error {
 }
 
 // Schema returns the schema the store lives in.
-func (s *Store) Schema() string { return s.cfg.schema }
+func (s *Store) Schema() string { return s.b.cfg.schema }
 
 // DedupeRetention implements store.Dedupe.
-func (s *Store) DedupeRetention() time.Duration { return s.cfg.retention }
+func (s *backend) DedupeRetention() time.Duration { return s.cfg.retention }
 
 // Now reads the store clock: the server's clock plus the offset.
-func (s *Store) Now(ctx context.Context) (time.Time, error) {
+func (s *backend) Now(ctx context.Context) (time.Time, error) {
 	const op = "now"
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.begin(op); err != nil {
 		return time.Time{}, err
 	}
 	var ns int64
@@ -347,21 +369,18 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 }
 
 // off is the clock offset in nanoseconds, passed to every SQL clock read.
-func (s *Store) off() int64 {
+func (s *backend) off() int64 {
 	if s.cfg.offset == nil {
 		return 0
 	}
 	return int64(s.cfg.offset())
 }
 
-// begin opens an operation: a closed store or a finished context fails it
-// before anything is sent.
-func (s *Store) begin(ctx context.Context, op string) error {
+// begin opens an operation: a closed store fails it before anything is
+// sent. (A finished context the front answered already.)
+func (s *backend) begin(op string) error {
 	if s.closed.Load() {
 		return &store.Error{Op: op, Kind: store.ErrClosed}
-	}
-	if err := ctx.Err(); err != nil {
-		return &store.Error{Op: op, Kind: err}
 	}
 	return nil
 }
@@ -369,7 +388,7 @@ func (s *Store) begin(ctx context.Context, op string) error {
 // retry runs fn, again while it fails with a transient conflict
 // (serialization failure, deadlock): fn's transaction was rolled back, so
 // running it again is safe. The error it returns is mapped.
-func (s *Store) retry(ctx context.Context, op, world string, fn func() error) error {
+func (s *backend) retry(ctx context.Context, op, world string, fn func() error) error {
 	backoff := time.Millisecond
 	for attempt := 0; ; attempt++ {
 		err := fn()
@@ -417,7 +436,9 @@ type statsCounters struct {
 }
 
 // Stats returns the store's counters.
-func (s *Store) Stats() Stats {
+func (s *Store) Stats() Stats { return s.b.statsNow() }
+
+func (s *backend) statsNow() Stats {
 	return Stats{
 		AppendRequests:       s.stats.appendReqs.Load(),
 		AppendTransactions:   s.stats.appendTxs.Load(),
@@ -428,48 +449,6 @@ func (s *Store) Stats() Stats {
 		Deadlocks:            s.stats.deadlocks.Load(),
 	}
 }
-
-// ---- times ----
-
-// Times travel as int64 Unix nanoseconds (valid from 1678 to 2262), the
-// zero time as math.MinInt64, so that it round-trips and sorts first.
-
-func toNS(t time.Time) int64 {
-	if t.IsZero() {
-		return math.MinInt64
-	}
-	return t.UnixNano()
-}
-
-func fromNS(ns int64) time.Time {
-	if ns == math.MinInt64 {
-		return time.Time{}
-	}
-	return time.Unix(0, ns).UTC()
-}
-
-var (
-	minTime = time.Unix(0, math.MinInt64+1)
-	maxTime = time.Unix(0, math.MaxInt64)
-)
-
-// clampNS converts a bound of a time range, clamping it to what the
-// encoding holds.
-func clampNS(t time.Time) int64 {
-	switch {
-	case t.IsZero():
-		return math.MinInt64
-	case t.Before(minTime):
-		return math.MinInt64 + 1
-	case t.After(maxTime):
-		return math.MaxInt64
-	}
-	return t.UnixNano()
-}
-
-// seqArg passes a read's afterSeq: no seq passes math.MaxInt64, so a
-// larger one reads nothing (as on every backend) instead of overflowing.
-func seqArg(after uint64) int64 { return int64(min(after, math.MaxInt64)) }
 
 func isStoreErr(err error) bool {
 	var se *store.Error

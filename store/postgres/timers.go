@@ -3,12 +3,125 @@ package postgres
 import (
 	"context"
 	"errors"
+	"sort"
+	"time"
 
 	"github.com/jackc/pgx/v5"
-
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/internal/contract"
 )
+
+// Schedule implements protocol E's first step (see schedule_timer).
+func (s *backend) Schedule(ctx context.Context, world string, epoch uint64, intentHash string, deliverAt time.Time, payload []byte) error {
+	const op = "schedule"
+	if err := s.begin(op); err != nil {
+		return err
+	}
+	err := s.retry(ctx, op, world, func() error {
+		_, err := s.pool.Exec(ctx, `SELECT schedule_timer($1, $2, $3, $4, $5, $6)`,
+			world, int64(epoch), intentHash, toNS(deliverAt), payload, s.off())
+		return err
+	})
+	if err == nil {
+		s.hint(store.TopicTimers)
+	}
+	return err
+}
+
+// CancelTimer implements store.Timers (see cancel_timer).
+func (s *backend) CancelTimer(ctx context.Context, world string, epoch uint64, intentHash string) error {
+	const op = "cancel_timer"
+	if err := s.begin(op); err != nil {
+		return err
+	}
+	err := s.retry(ctx, op, world, func() error {
+		_, err := s.pool.Exec(ctx, `SELECT cancel_timer($1, $2, $3, $4)`, world, int64(epoch), intentHash, s.off())
+		return err
+	})
+	if err == nil {
+		s.hint(store.TopicTimers)
+	}
+	return err
+}
+
+// timerStates maps the timers table's states to the contract's.
+var timerStates = map[string]store.TimerState{
+	"due": store.TimerScheduled, "inflight": store.TimerClaimed, "delivered": store.TimerDelivered,
+}
+
+func scanTimer(row pgx.CollectableRow) (store.TimerItem, error) {
+	var it store.TimerItem
+	var at int64
+	var exp *int64
+	var attempts int32
+	var state string
+	err := row.Scan(&it.World, &it.IntentHash, &at, &it.Payload, &attempts, &it.ClaimedBy, &exp, &state)
+	it.DeliverAt, it.Attempt, it.State = fromNS(at), int(attempts), timerStates[state]
+	if exp != nil {
+		it.ClaimExpires = fromNS(*exp)
+	}
+	return it, err
+}
+
+// ClaimDue implements protocol E's claim (queue.go).
+func (s *backend) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]store.TimerItem, error) {
+	const op = "claim_due"
+	if err := s.begin(op); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return []store.TimerItem{}, nil
+	}
+	out, err := claim(s, ctx, op, timersQueue, worker, n, ttl, scanTimer)
+	if err != nil {
+		return nil, err
+	}
+	sortTimers(out)
+	return out, nil
+}
+
+func sortTimers(ts []store.TimerItem) {
+	sort.Slice(ts, func(i, j int) bool {
+		a, b := ts[i], ts[j]
+		if !a.DeliverAt.Equal(b.DeliverAt) {
+			return a.DeliverAt.Before(b.DeliverAt)
+		}
+		return a.IntentHash < b.IntentHash
+	})
+}
+
+// ReapTimers implements the timer reaper (queue.go).
+func (s *backend) ReapTimers(ctx context.Context) (int, error) {
+	return s.reap(ctx, "reap_timers", timersQueue)
+}
+
+// NextDue implements store.Timers: the head of timers_due.
+func (s *backend) NextDue(ctx context.Context) (time.Time, bool, error) {
+	const op = "next_due"
+	if err := s.begin(op); err != nil {
+		return time.Time{}, false, err
+	}
+	var at *int64
+	err := s.retry(ctx, op, "", func() error {
+		return s.pool.QueryRow(ctx, `SELECT min(deliver_at_ns) FROM timers WHERE state = 'due'`).Scan(&at)
+	})
+	if err != nil || at == nil {
+		return time.Time{}, false, err
+	}
+	return fromNS(*at), true, nil
+}
+
+// Fire implements protocol E's acknowledgement: like Complete, it delivers
+// (kind timer, dedupe key store.TimerKey(intentHash), the timer's payload)
+// whatever the world's status, once the timer is due (contract.Due) and
+// for its latest claim.
+func (s *backend) Fire(ctx context.Context, intentHash string, c store.Claim) (uint64, bool, error) {
+	const op = "fire"
+	if err := s.begin(op); err != nil {
+		return 0, false, err
+	}
+	return s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dFire, hash: intentHash, by: contract.Claimant(c)})
+}
 
 // FireHeld implements store.Timers: Fire's delivery by the holder of the
 // world's lease (contract.LeaseHolder), fenced in the same transaction, in
@@ -19,12 +132,9 @@ import (
 // not go through the delivery committer, whose batches take two round
 // trips: the holder fires at the due time, and the round trip it saves is
 // lateness its world's handler does not see.
-func (s *Store) FireHeld(ctx context.Context, world string, epoch uint64, intentHash string) (store.HeldFiring, error) {
+func (s *backend) FireHeld(ctx context.Context, world string, epoch uint64, intentHash string) (store.HeldFiring, error) {
 	const op = "fire_held"
-	if err := s.begin(ctx, op); err != nil {
-		return store.HeldFiring{}, err
-	}
-	if err := store.CheckFireHeld(op, world, epoch, intentHash); err != nil {
+	if err := s.begin(op); err != nil {
 		return store.HeldFiring{}, err
 	}
 	var (

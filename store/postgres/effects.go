@@ -1,0 +1,318 @@
+package postgres
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
+)
+
+// Publish implements protocol C (see publish_effects).
+func (s *backend) Publish(ctx context.Context, world string, epoch uint64, intents []store.Intent) (int, error) {
+	const op = "publish"
+	if err := s.begin(op); err != nil {
+		return 0, err
+	}
+	n := len(intents)
+	hashes, kinds, origins, policies := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	params := make([][]byte, n)
+	for i, in := range intents {
+		hashes[i], kinds[i], origins[i], policies[i], params[i] = in.IntentHash, in.Kind, in.Origin, in.PolicyContextHash, in.Params
+	}
+	var queued int32
+	err := s.retry(ctx, op, world, func() error {
+		return s.pool.QueryRow(ctx, `SELECT publish_effects($1, $2, $3, $4, $5, $6, $7, $8)`,
+			world, int64(epoch), hashes, kinds, params, origins, policies, s.off()).Scan(&queued)
+	})
+	if err != nil {
+		return 0, err
+	}
+	if queued > 0 {
+		s.hint(store.TopicEffects)
+	}
+	return int(queued), nil
+}
+
+func scanEffect(row pgx.CollectableRow) (store.EffectItem, error) {
+	var it store.EffectItem
+	var seq, enq int64
+	var exp *int64
+	var attempts, retries int32
+	var state string
+	err := row.Scan(&it.IntentHash, &it.World, &seq, &it.Kind, &it.Params, &it.Origin, &it.PolicyContextHash,
+		&enq, &attempts, &it.ClaimedBy, &exp, &retries, &state)
+	it.Seq, it.EnqueuedAt, it.Attempt, it.Retries, it.State = uint64(seq), fromNS(enq), int(attempts), int(retries), store.EffectState(state)
+	if exp != nil {
+		it.ClaimExpires = fromNS(*exp)
+	}
+	return it, err
+}
+
+// Claim implements protocol D's claim by kind (queue.go).
+func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]store.EffectItem, error) {
+	const op = "claim"
+	if err := s.begin(op); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return []store.EffectItem{}, nil
+	}
+	out, err := claim(s, ctx, op, effectsQueue, worker, n, claimTTL, scanEffect, kinds)
+	if err != nil {
+		return nil, err
+	}
+	// RETURNING has no order: queue order is seq order.
+	sort.Slice(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
+	return out, nil
+}
+
+// withdrawSQL withdraws pending effects: the (world, hash) pairs $1, $2,
+// and every pending one of the worlds $3, at the clock with offset $4. The
+// rows are locked in intent-hash order, as a delivery locks them, after
+// the world, lease and stream rows of the transaction's other writes (the
+// schema's lock order); a row a claim or a delivery took meanwhile is
+// re-checked once its lock is released and skipped unless still pending.
+const withdrawSQL = `WITH c AS (
+		SELECT e.intent_hash FROM effects e
+		WHERE e.state = 'pending' AND (e.world = ANY($3::text[])
+			OR (e.world, e.intent_hash) IN (SELECT u.w, u.h FROM unnest($1::text[], $2::text[]) AS u(w, h)))
+		ORDER BY e.intent_hash FOR UPDATE OF e)
+	UPDATE effects x SET state = 'withdrawn', claim_expires_ns = NULL, completed_at_ns = now_ns($4)
+	FROM c WHERE x.intent_hash = c.intent_hash AND x.state = 'pending'
+	RETURNING x.world`
+
+// queueWithdrawals queues withdrawSQL on b; withdrawn, if set, is called
+// with the world of each effect withdrawn.
+func queueWithdrawals(b *batch, ws, hs, all []string, off int64, withdrawn func(world string)) {
+	if ws == nil {
+		ws, hs = []string{}, []string{}
+	}
+	if all == nil {
+		all = []string{}
+	}
+	b.queue(func(br pgx.BatchResults) error {
+		var w string
+		return scanEach(br, []any{&w}, func() {
+			if withdrawn != nil {
+				withdrawn(w)
+			}
+		})
+	}, withdrawSQL, ws, hs, all, off)
+}
+
+// ReapEffects implements the effect reaper (queue.go).
+func (s *backend) ReapEffects(ctx context.Context) (int, error) {
+	return s.reap(ctx, "reap_effects", effectsQueue)
+}
+
+const effectStatusCols = `world, kind, state, attempts, retries, retry_reason, receipt_status, receipt_payload, inbox_seq, completed_at_ns,
+	resolve_reason`
+
+func scanEffectStatus(hash string, row pgx.Row) (store.EffectStatus, error) {
+	st := store.EffectStatus{IntentHash: hash}
+	var state string
+	var attempts, retries int32
+	var rstatus, resolveReason *string
+	var rpayload []byte
+	var seq, done *int64
+	if err := row.Scan(&st.World, &st.Kind, &state, &attempts, &retries, &st.RetryReason, &rstatus, &rpayload, &seq, &done,
+		&resolveReason); err != nil {
+		return st, err
+	}
+	if resolveReason != nil {
+		st.Resolved, st.ResolveReason = true, *resolveReason
+	}
+	st.State, st.Attempts, st.Retries = store.EffectState(state), int(attempts), int(retries)
+	if rstatus != nil {
+		st.Receipt = &store.Receipt{Status: store.ReceiptStatus(*rstatus), Payload: rpayload}
+	}
+	if seq != nil {
+		st.InboxSeq = uint64(*seq)
+	}
+	if done != nil {
+		st.CompletedAt = fromNS(*done)
+	}
+	return st, nil
+}
+
+// EffectStatus implements store.Effects.
+func (s *backend) EffectStatus(ctx context.Context, intentHash string) (store.EffectStatus, error) {
+	const op = "effect_status"
+	if err := s.begin(op); err != nil {
+		return store.EffectStatus{}, err
+	}
+	var st store.EffectStatus
+	err := s.retry(ctx, op, "", func() error {
+		var err error
+		st, err = scanEffectStatus(intentHash, s.pool.QueryRow(ctx, `SELECT `+effectStatusCols+` FROM effects WHERE intent_hash = $1`, intentHash))
+		if err == pgx.ErrNoRows {
+			return store.Errorf(op, store.ErrNotFound, "", "intent %s", intentHash)
+		}
+		return err
+	})
+	return st, err
+}
+
+// RetryEffect implements store.Effects: the effect's row is read under
+// lock, contract.Retryable decides, and the row goes back to pending in
+// the same transaction (its receipt fields cleared: the next completion
+// delivers a new receipt, under the new retry count's key; its claim
+// cleared: the attempt that ended cannot pass as the retry's).
+func (s *backend) RetryEffect(ctx context.Context, intentHash, reason string) (store.EffectStatus, error) {
+	const op = "retry_effect"
+	if err := s.begin(op); err != nil {
+		return store.EffectStatus{}, err
+	}
+	var st store.EffectStatus
+	var wstatus string
+	err := s.twoTrips(ctx, op, "", func(b *batch) {
+		b.queue(func(br pgx.BatchResults) error {
+			var err error
+			st, err = scanEffectStatus(intentHash, br.QueryRow())
+			if err == pgx.ErrNoRows {
+				return store.Errorf(op, store.ErrNotFound, "", "intent %s", intentHash)
+			}
+			return err
+		}, `SELECT `+effectStatusCols+` FROM effects WHERE intent_hash = $1 FOR UPDATE`, intentHash)
+		// Read, not locked: an archive that commits after this read has
+		// withdrawn nothing of a done effect, and the claim's guard keeps
+		// the retry from being handed out.
+		b.queue(func(br pgx.BatchResults) error {
+			wstatus = ""
+			return scanEach(br, []any{&wstatus}, func() {})
+		}, `SELECT w.status FROM worlds w JOIN effects e ON e.world = w.world WHERE e.intent_hash = $1`, intentHash)
+	}, func(b *batch) error {
+		var rs store.ReceiptStatus
+		if st.Receipt != nil {
+			rs = st.Receipt.Status
+		}
+		if err := contract.RetryEffect(op, intentHash, st.World, st.State, rs, store.WorldStatus(wstatus)); err != nil {
+			return err
+		}
+		b.queue(func(br pgx.BatchResults) error {
+			var err error
+			st, err = scanEffectStatus(intentHash, br.QueryRow())
+			return err
+		}, `UPDATE effects SET state = 'pending', retries = retries + 1, retry_reason = $2,
+				receipt_status = NULL, receipt_payload = NULL, resolve_reason = NULL, inbox_seq = NULL, completed_at_ns = NULL,
+				claimed_by = '', claim_expires_ns = NULL
+			WHERE intent_hash = $1
+			RETURNING `+effectStatusCols, intentHash, reason)
+		b.queue(nil, `SELECT notify_topic('effects')`)
+		return nil
+	})
+	if err != nil {
+		return store.EffectStatus{}, err
+	}
+	s.hint(store.TopicEffects)
+	return st, nil
+}
+
+// ReleaseEffect implements store.Effects: the row is locked, decided by
+// contract.ReleaseEffect, and put back to pending as a reap of that one
+// item would. Like a claim or a reap, a release lost in a crash is simply
+// not a release (the claim expires), so it does not wait for the WAL.
+func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c store.Claim) error {
+	const op = "release_effect"
+	if err := s.begin(op); err != nil {
+		return err
+	}
+	var (
+		found, noop, withdraw bool
+		state, status         string
+		row                   contract.ClaimRow
+	)
+	off := s.off()
+	err := s.twoTrips(ctx, op, "", func(b *batch) {
+		b.queue(nil, "SET LOCAL synchronous_commit = off")
+		b.queue(func(br pgx.BatchResults) error {
+			var att int32
+			err := br.QueryRow().Scan(&state, &att, &row.ClaimedBy, &status)
+			if err == pgx.ErrNoRows {
+				found = false
+				return nil
+			}
+			found, row.Attempt = err == nil, int(att)
+			return err
+		}, `SELECT e.state, e.attempts, e.claimed_by, coalesce(w.status, '')
+			FROM effects e LEFT JOIN worlds w ON w.world = e.world
+			WHERE e.intent_hash = $1 FOR UPDATE OF e`, intentHash)
+	}, func(b *batch) error {
+		var err error
+		if noop, err = contract.ReleaseEffect(op, intentHash, found, store.EffectState(state), row, c); err != nil || noop {
+			return err
+		}
+		if withdraw = contract.ReleaseTo(store.WorldStatus(status)) == store.EffectWithdrawn; withdraw {
+			b.queue(nil, `UPDATE effects SET state = 'withdrawn', claim_expires_ns = NULL, completed_at_ns = now_ns($2)
+				WHERE intent_hash = $1`, intentHash, off)
+			return nil
+		}
+		b.queue(nil, `UPDATE effects SET state = 'pending', claim_expires_ns = NULL WHERE intent_hash = $1`, intentHash)
+		b.queue(nil, `SELECT notify_topic('effects')`)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if !noop && !withdraw {
+		s.hint(store.TopicEffects)
+	}
+	return nil
+}
+
+// CompleteMany implements store.Effects: one request of the delivery
+// committer, so the batch commits in one transaction (shared with whatever
+// other deliveries the committer groups with it) and one WAL flush, each
+// completion decided as a Complete alone would be (its errors are
+// Complete's), in order.
+func (s *backend) CompleteMany(ctx context.Context, cs []store.Completion) ([]store.CompleteResult, error) {
+	const op = "complete_many"
+	if err := s.begin(op); err != nil {
+		return nil, err
+	}
+	out := make([]store.CompleteResult, len(cs))
+	if len(cs) == 0 {
+		return out, nil
+	}
+	parts := make([]*deliveryReq, len(cs))
+	for i, c := range cs {
+		parts[i] = &deliveryReq{ctx: ctx, op: "complete", kind: dComplete, hash: c.IntentHash, by: contract.Claimant(c.Claim),
+			status: string(c.Receipt.Status), payload: c.Receipt.Payload}
+	}
+	r := &deliveryReq{ctx: ctx, op: op, parts: parts, done: make(chan struct{})}
+	if err := s.deliveries.Do(parts[0].hash, r); err != nil {
+		return nil, dbErr(op, "", err)
+	}
+	if r.res.err != nil {
+		return nil, r.res.err
+	}
+	var inboxes []string
+	for j, p := range parts {
+		out[j] = store.CompleteResult{InboxSeq: p.res.seq, Dup: p.res.dup, Err: p.res.err}
+		if p.res.err == nil && !p.res.dup {
+			inboxes = append(inboxes, p.res.world)
+		}
+	}
+	slices.Sort(inboxes)
+	for _, w := range slices.Compact(inboxes) {
+		s.hint(store.TopicInbox(w))
+	}
+	return out, nil
+}
+
+// Resolve implements store.Effects: an operator's completion is a
+// Complete's delivery (the same request of the delivery committer, the
+// same settle) with an operator in the claimant's place
+// (contract.Operator), whose reason the settle records in resolve_reason.
+func (s *backend) Resolve(ctx context.Context, intentHash string, r store.Receipt, reason string) (uint64, bool, error) {
+	const op = "resolve"
+	if err := s.begin(op); err != nil {
+		return 0, false, err
+	}
+	return s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dComplete, hash: intentHash, by: contract.Operator(reason),
+		status: string(r.Status), payload: r.Payload})
+}

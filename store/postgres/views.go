@@ -1,0 +1,76 @@
+package postgres
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/orrery-run/orrery/store"
+)
+
+// ListEffects implements store.Views (on effects_open_by_world).
+func (s *backend) ListEffects(ctx context.Context, world string, afterSeq uint64, limit int) ([]store.EffectItem, error) {
+	const op = "list_effects"
+	if err := s.begin(op); err != nil {
+		return nil, err
+	}
+	out := []store.EffectItem{}
+	err := s.retry(ctx, op, world, func() error {
+		rows, _ := s.pool.Query(ctx, `SELECT intent_hash, world, seq, kind, params, origin, policy_context_hash,
+				enqueued_at_ns, attempts, claimed_by, claim_expires_ns, retries, state
+			FROM effects WHERE world = $1 AND state IN ('pending', 'inflight') AND seq > $2 ORDER BY seq LIMIT $3`, world, seqArg(afterSeq), int64(limit))
+		var err error
+		out, err = pgx.CollectRows(rows, scanEffect)
+		if err != nil || len(out) > 0 {
+			return err
+		}
+		return s.worldExists(ctx, op, world)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ListTimers implements store.Views (on timers_open_by_world).
+func (s *backend) ListTimers(ctx context.Context, world string, limit int) ([]store.TimerItem, error) {
+	const op = "list_timers"
+	if err := s.begin(op); err != nil {
+		return nil, err
+	}
+	out := []store.TimerItem{}
+	err := s.retry(ctx, op, world, func() error {
+		rows, _ := s.pool.Query(ctx, `SELECT world, intent_hash, deliver_at_ns, payload, attempts, claimed_by, claim_expires_ns, state
+			FROM timers WHERE world = $1 AND state <> 'delivered' ORDER BY deliver_at_ns, intent_hash LIMIT $2`, world, int64(limit))
+		var err error
+		out, err = pgx.CollectRows(rows, scanTimer)
+		if err != nil || len(out) > 0 {
+			return err
+		}
+		return s.worldExists(ctx, op, world)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// QueueDepths implements store.Views: counts over the queues' partial
+// indexes, and the inbox backlog from every world's counter and cursor.
+func (s *backend) QueueDepths(ctx context.Context) (store.QueueDepths, error) {
+	const op = "queue_depths"
+	if err := s.begin(op); err != nil {
+		return store.QueueDepths{}, err
+	}
+	var d store.QueueDepths
+	err := s.retry(ctx, op, "", func() error {
+		return s.pool.QueryRow(ctx, `SELECT
+				(SELECT count(*) FROM effects WHERE state = 'pending'),
+				(SELECT count(*) FROM effects WHERE state = 'inflight'),
+				(SELECT count(*) FROM timers WHERE state = 'due'),
+				(SELECT count(*) FROM timers WHERE state = 'inflight'),
+				(SELECT coalesce(sum(x.inbox_seq - coalesce(s.inbox_cursor, 0)), 0)::bigint
+				 FROM worlds x LEFT JOIN streams s ON s.stream = x.world)`).
+			Scan(&d.EffectsPending, &d.EffectsInflight, &d.TimersScheduled, &d.TimersClaimed, &d.InboxBacklog)
+	})
+	return d, err
+}
