@@ -416,8 +416,8 @@ func TestInjectReceipt(t *testing.T) {
 		t.Fatalf("inject: %+v %v", ack, err)
 	}
 	es, err := st.EffectStatus(r.ctx, hash)
-	if err != nil || es.State != store.EffectDone || !es.Resolved || es.ResolveReason != "the bank answered by phone" ||
-		es.Receipt == nil || es.Receipt.Status != store.ReceiptOK {
+	if err != nil || es.State != vocab.EffectDone || !es.Resolved || es.ResolveReason != "the bank answered by phone" ||
+		es.Receipt == nil || es.Receipt.Status != vocab.ReceiptOK {
 		t.Fatalf("the effect after the operator's receipt: %+v %v", es, err)
 	}
 	var rec world.Receipt

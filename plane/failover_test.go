@@ -11,6 +11,7 @@ import (
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -196,7 +197,7 @@ func TestTimerSurvivesCrashAndMigration(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if n := len(slices.DeleteFunc(items, func(it store.InboxItem) bool { return it.Kind != store.KindTimer })); n > 1 {
+		if n := len(slices.DeleteFunc(items, func(it store.InboxItem) bool { return it.Kind != vocab.KindTimer })); n > 1 {
 			return fmt.Errorf("%d firings of t's timer in its inbox, want at most 1", n)
 		}
 		if ran, err := timerRuns(ctx, r.base, "t"); err != nil || len(ran) != 1 {

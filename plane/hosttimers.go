@@ -82,7 +82,7 @@ func hostTimerBackoff(n int) time.Duration {
 type hostTimer struct {
 	l       *lease
 	hash    string
-	payload []byte    // the firing's input (store.TimerSet.Payload); nil for a wake-up
+	payload []byte    // the firing's input (vocab.TimerSet.Payload); nil for a wake-up
 	due     time.Time // the timer's due time, as its world set it (store clock)
 	at      time.Time // when to fire: the due time, or a retry's (store clock)
 	// local is at on the executor's clock, and skew the estimate that

@@ -8,6 +8,7 @@ import (
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // fakeClock is an executor whose clock the test sets and whose AfterFuncs
@@ -141,5 +142,5 @@ func TestTakeFiredHandsOverOnlyTheNextItem(t *testing.T) {
 }
 
 func firingAt(seq uint64) store.InboxItem {
-	return store.InboxItem{Seq: seq, World: "w", Kind: store.KindTimer}
+	return store.InboxItem{Seq: seq, World: "w", Kind: vocab.KindTimer}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/timer"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -228,7 +229,7 @@ func (a *alarmRig) firings(id string) ([]store.InboxItem, error) {
 	items, err := a.base.ReadInbox(a.ctx, id, 0, 0)
 	var out []store.InboxItem
 	for _, it := range items {
-		if it.Kind == store.KindTimer {
+		if it.Kind == vocab.KindTimer {
 			out = append(out, it)
 		}
 	}
@@ -273,7 +274,7 @@ func (a *alarmRig) journaledFirings(id string) ([]journaledFiring, error) {
 		if err := world.Decode(e.Payload, &rec); err != nil {
 			return nil, err
 		}
-		if rec.Input.Kind == store.KindTimer {
+		if rec.Input.Kind == vocab.KindTimer {
 			out = append(out, journaledFiring{StepID: e.StepID, Seq: rec.Input.Seq, EnqueuedAt: rec.Input.EnqueuedAt.Time, Outcome: rec.Outcome})
 		}
 	}

@@ -194,7 +194,7 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 	inputs := make([]cycleInput, 0, len(items)+len(fired))
 	for _, it := range items {
 		in := world.Input{Seq: it.Seq, Kind: it.Kind, Payload: it.Payload, EnqueuedAt: it.EnqueuedAt}
-		if it.Kind == store.KindReceipt {
+		if it.Kind == vocab.KindReceipt {
 			// So that a receipt the kernel cannot read still ends its effect.
 			in.ReceiptFor, _ = store.ReceiptKeyIntent(it.DedupeKey)
 		}

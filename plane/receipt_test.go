@@ -8,7 +8,7 @@ import (
 
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
-	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // TestUnreadableReceiptEndsItsEffectAndTheWorldGoesOn: a receipt whose
@@ -46,7 +46,7 @@ func TestUnreadableReceiptEndsItsEffectAndTheWorldGoesOn(t *testing.T) {
 		}); err != nil {
 			return err
 		}
-		if _, _, err := st.Resolve(env.Ctx, hash, store.Receipt{Status: store.ReceiptOK, Payload: []byte{0xff, 0x00}}, "test"); err != nil {
+		if _, _, err := st.Resolve(env.Ctx, hash, vocab.Receipt{Status: vocab.ReceiptOK, Payload: []byte{0xff, 0x00}}, "test"); err != nil {
 			return err
 		}
 		if _, err := c.Send(env.Ctx, "w1", Add{By: 7, Key: "after"}, "after"); err != nil {

@@ -93,7 +93,7 @@ type echoAdapter struct {
 
 func (*echoAdapter) Kinds() []string { return []string{kindEcho} }
 
-func (a *echoAdapter) Execute(ctx context.Context, it store.EffectItem) (effect.Result, error) {
+func (a *echoAdapter) Execute(ctx context.Context, it vocab.EffectItem) (effect.Result, error) {
 	a.mu.Lock()
 	a.calls[fmt.Sprint(it.IntentHash, "/", it.Attempt)]++
 	a.mu.Unlock()
@@ -120,7 +120,7 @@ type fabricSpy struct {
 	ran  func(hash string)
 }
 
-func (f fabricSpy) Execute(ctx context.Context, it store.EffectItem) (effect.Result, error) {
+func (f fabricSpy) Execute(ctx context.Context, it vocab.EffectItem) (effect.Result, error) {
 	var p world.FabricSendParams
 	var m Msg
 	if world.Decode(it.Params, &p) == nil && world.Decode(p.ValueCBOR, &m) == nil {
@@ -181,7 +181,7 @@ func lost(op string) error {
 	return &store.Error{Op: op, Kind: store.Unavailable(io.ErrUnexpectedEOF)}
 }
 
-func (s lossyStore) Claim(ctx context.Context, worker string, kinds []string, n int, ttl time.Duration) ([]store.EffectItem, error) {
+func (s lossyStore) Claim(ctx context.Context, worker string, kinds []string, n int, ttl time.Duration) ([]vocab.EffectItem, error) {
 	items, err := s.Store.Claim(ctx, worker, kinds, n, ttl)
 	if err == nil && len(items) > 0 && s.lose("claim") {
 		return nil, lost("claim")
@@ -189,7 +189,7 @@ func (s lossyStore) Claim(ctx context.Context, worker string, kinds []string, n 
 	return items, err
 }
 
-func (s lossyStore) Complete(ctx context.Context, h string, c store.Claim, rc store.Receipt) (uint64, bool, error) {
+func (s lossyStore) Complete(ctx context.Context, h string, c vocab.Claim, rc vocab.Receipt) (uint64, bool, error) {
 	seq, dup, err := s.Store.Complete(ctx, h, c, rc)
 	if err == nil && s.lose("complete") {
 		return 0, false, lost("complete")
@@ -197,7 +197,7 @@ func (s lossyStore) Complete(ctx context.Context, h string, c store.Claim, rc st
 	return seq, dup, err
 }
 
-func (s lossyStore) ReleaseEffect(ctx context.Context, h string, c store.Claim) error {
+func (s lossyStore) ReleaseEffect(ctx context.Context, h string, c vocab.Claim) error {
 	err := s.Store.ReleaseEffect(ctx, h, c)
 	if err == nil && s.lose("release_effect") {
 		return lost("release_effect")
@@ -694,7 +694,7 @@ func (r *planeSimRun) archive() error {
 	}
 	r.inflight = map[string]bool{}
 	for _, it := range items {
-		if it.State == store.EffectInflight {
+		if it.State == vocab.EffectInflight {
 			r.inflight[it.IntentHash] = true
 		}
 	}
@@ -865,7 +865,7 @@ type stepRecord struct {
 // journaled (through the inbox or stepped directly by its holder), and
 // whether it ran (a firing of a timer already fired is dropped as stale).
 func (rec stepRecord) firedTimer() (hash string, ran bool, err error) {
-	if rec.Input.Kind != store.KindTimer {
+	if rec.Input.Kind != vocab.KindTimer {
 		return "", false, nil
 	}
 	var m struct {
@@ -950,7 +950,7 @@ func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]stri
 		okSends := map[string]bool{} // fabric.send intents with an ok receipt
 		for _, it := range items {
 			switch it.Kind {
-			case store.KindReceipt:
+			case vocab.KindReceipt:
 				var rc world.Receipt
 				if err := world.Decode(it.Payload, &rc); err != nil {
 					return fmt.Errorf("%s: receipt %d: %w", w, it.Seq, err)
@@ -959,7 +959,7 @@ func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]stri
 				if rc.Kind == world.KindFabricSend && rc.Status == vocab.ReceiptOK {
 					okSends[rc.IntentHash] = true
 				}
-			case store.KindTimer:
+			case vocab.KindTimer:
 				timerItems[it.DedupeKey]++
 			}
 		}
@@ -1011,16 +1011,16 @@ func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]stri
 					// an inbox that is no longer drained.
 					doomedIntents[h] = true
 					switch {
-					case st.State == store.EffectWithdrawn:
+					case st.State == vocab.EffectWithdrawn:
 						r.stats.withdrawn++
-					case st.State != store.EffectDone:
+					case st.State != vocab.EffectDone:
 						return fmt.Errorf("%s: intent %.8s is %s after the archive and healing", w, h, st.State)
 					case receipts[h] > 1 || consumed[h] > receipts[h]:
 						return fmt.Errorf("%s: intent %.8s has %d receipts in the inbox, %d consumed", w, h, receipts[h], consumed[h])
 					}
 					continue
 				}
-				if st.State != store.EffectDone || st.Receipt == nil {
+				if st.State != vocab.EffectDone || st.Receipt == nil {
 					return fmt.Errorf("%s: intent %.8s is %s after healing", w, h, st.State)
 				}
 				if receipts[h] != 1 || consumed[h] != 1 {

@@ -29,7 +29,7 @@ type okEcho struct{}
 
 func (okEcho) Kinds() []string { return []string{kindEcho} }
 
-func (okEcho) Execute(_ context.Context, it store.EffectItem) (effect.Result, error) {
+func (okEcho) Execute(_ context.Context, it vocab.EffectItem) (effect.Result, error) {
 	var p EchoParams
 	if err := world.Decode(it.Params, &p); err != nil {
 		return effect.Result{}, effect.Permanent(err)

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Backend is what a storage backend implements: the Store's methods but
@@ -38,12 +40,12 @@ type Backend interface {
 	Workers
 	Inbox
 
-	Publish(ctx context.Context, world string, epoch uint64, intents []Intent) (int, error)
-	Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]EffectItem, error)
-	CompleteMany(ctx context.Context, cs []Completion) ([]CompleteResult, error)
-	Resolve(ctx context.Context, intentHash string, r Receipt, reason string) (inboxSeq uint64, dup bool, err error)
+	Publish(ctx context.Context, world string, epoch uint64, intents []vocab.Intent) (int, error)
+	Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]vocab.EffectItem, error)
+	CompleteMany(ctx context.Context, cs []vocab.Completion) ([]CompleteResult, error)
+	Resolve(ctx context.Context, intentHash string, r vocab.Receipt, reason string) (inboxSeq uint64, dup bool, err error)
 	ReapEffects(ctx context.Context) (int, error)
-	ReleaseEffect(ctx context.Context, intentHash string, c Claim) error
+	ReleaseEffect(ctx context.Context, intentHash string, c vocab.Claim) error
 	RetryEffect(ctx context.Context, intentHash, reason string) (EffectStatus, error)
 	EffectStatus(ctx context.Context, intentHash string) (EffectStatus, error)
 
@@ -157,13 +159,13 @@ func (f *Front) Release(ctx context.Context, world, worker string, epoch uint64)
 // Complete is CompleteMany of one completion. The completion is checked
 // first: an invalid one is the call's answer, and the backend never hears
 // of it (CompleteMany would still ask it, with no item).
-func (f *Front) Complete(ctx context.Context, intentHash string, c Claim, r Receipt) (uint64, bool, error) {
+func (f *Front) Complete(ctx context.Context, intentHash string, c vocab.Claim, r vocab.Receipt) (uint64, bool, error) {
 	const op = "complete"
-	one := Completion{IntentHash: intentHash, Claim: c, Receipt: r}
+	one := vocab.Completion{IntentHash: intentHash, Claim: c, Receipt: r}
 	if err := first(done(ctx, op), CheckCompletion(op, one)); err != nil {
 		return 0, false, err
 	}
-	rs, err := f.CompleteMany(context.WithValue(ctx, calledAsKey{}, op), []Completion{one})
+	rs, err := f.CompleteMany(context.WithValue(ctx, calledAsKey{}, op), []vocab.Completion{one})
 	if err != nil {
 		return 0, false, asOne(op, err)
 	}
@@ -432,7 +434,7 @@ func (f *Front) Cursor(ctx context.Context, world string) (uint64, error) {
 // ---- effects ----
 
 // Publish implements Effects.
-func (f *Front) Publish(ctx context.Context, world string, epoch uint64, intents []Intent) (int, error) {
+func (f *Front) Publish(ctx context.Context, world string, epoch uint64, intents []vocab.Intent) (int, error) {
 	const op = "publish"
 	if err := first(done(ctx, op), checkFenced(op, world, epoch), CheckBatch(op, "intents", len(intents))); err != nil {
 		return 0, err
@@ -446,7 +448,7 @@ func (f *Front) Publish(ctx context.Context, world string, epoch uint64, intents
 }
 
 // Claim implements Effects.
-func (f *Front) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]EffectItem, error) {
+func (f *Front) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]vocab.EffectItem, error) {
 	const op = "claim"
 	if err := first(done(ctx, op), CheckID(op, "worker", worker), CheckKinds(op, kinds), CheckBatch(op, "n", n),
 		CheckTTL(op, "claimTTL", claimTTL)); err != nil {
@@ -462,13 +464,13 @@ func (f *Front) Claim(ctx context.Context, worker string, kinds []string, n int,
 // are merged back in the caller's order. The backend is called even when
 // no item is valid, so that the call's own answer (a closed store) is the
 // same whatever the items.
-func (f *Front) CompleteMany(ctx context.Context, cs []Completion) ([]CompleteResult, error) {
+func (f *Front) CompleteMany(ctx context.Context, cs []vocab.Completion) ([]CompleteResult, error) {
 	const op = "complete_many"
 	if err := first(done(ctx, op), CheckBatch(op, "completions", len(cs))); err != nil {
 		return nil, err
 	}
 	out := make([]CompleteResult, len(cs))
-	valid := make([]Completion, 0, len(cs))
+	valid := make([]vocab.Completion, 0, len(cs))
 	at := make([]int, 0, len(cs)) // at[j]: the index in cs of valid[j]
 	for i, c := range cs {
 		if out[i].Err = CheckCompletion("complete", c); out[i].Err == nil {
@@ -490,7 +492,7 @@ func (f *Front) CompleteMany(ctx context.Context, cs []Completion) ([]CompleteRe
 }
 
 // Resolve implements Effects.
-func (f *Front) Resolve(ctx context.Context, intentHash string, r Receipt, reason string) (uint64, bool, error) {
+func (f *Front) Resolve(ctx context.Context, intentHash string, r vocab.Receipt, reason string) (uint64, bool, error) {
 	const op = "resolve"
 	if err := first(done(ctx, op), CheckResolve(op, intentHash, r, reason)); err != nil {
 		return 0, false, err
@@ -507,7 +509,7 @@ func (f *Front) ReapEffects(ctx context.Context) (int, error) {
 }
 
 // ReleaseEffect implements Effects.
-func (f *Front) ReleaseEffect(ctx context.Context, intentHash string, c Claim) error {
+func (f *Front) ReleaseEffect(ctx context.Context, intentHash string, c vocab.Claim) error {
 	const op = "release_effect"
 	if err := first(done(ctx, op), CheckID(op, "intentHash", intentHash), CheckClaim(op, c)); err != nil {
 		return err
@@ -539,7 +541,7 @@ func (f *Front) EffectStatus(ctx context.Context, intentHash string) (EffectStat
 // Schedule implements Timers.
 func (f *Front) Schedule(ctx context.Context, world string, epoch uint64, intentHash string, deliverAt time.Time, payload []byte) error {
 	const op = "schedule"
-	ts := TimerSet{IntentHash: intentHash, DeliverAt: deliverAt, Payload: payload}
+	ts := vocab.TimerSet{IntentHash: intentHash, DeliverAt: deliverAt, Payload: payload}
 	if err := first(done(ctx, op), checkFenced(op, world, epoch), CheckTimerSet(op, ts)); err != nil {
 		return err
 	}
@@ -565,7 +567,7 @@ func (f *Front) ClaimDue(ctx context.Context, worker string, n int, ttl time.Dur
 }
 
 // Fire implements Timers.
-func (f *Front) Fire(ctx context.Context, intentHash string, c Claim) (uint64, bool, error) {
+func (f *Front) Fire(ctx context.Context, intentHash string, c vocab.Claim) (uint64, bool, error) {
 	const op = "fire"
 	if err := first(done(ctx, op), CheckID(op, "intentHash", intentHash), CheckClaim(op, c)); err != nil {
 		return 0, false, err
@@ -745,7 +747,7 @@ func (f *Front) SweepDedupe(ctx context.Context) (int, error) {
 func (f *Front) DedupeRetention() time.Duration { return f.b.DedupeRetention() }
 
 // ListEffects implements Views.
-func (f *Front) ListEffects(ctx context.Context, world string, afterSeq uint64, limit int) ([]EffectItem, error) {
+func (f *Front) ListEffects(ctx context.Context, world string, afterSeq uint64, limit int) ([]vocab.EffectItem, error) {
 	const op = "list_effects"
 	if err := first(done(ctx, op), CheckID(op, "world", world), CheckBatch(op, "limit", limit)); err != nil {
 		return nil, err

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // recorder is a Backend that records every call it receives (its method
@@ -20,7 +22,7 @@ type recorder struct {
 	// batch answer.
 	callErr, itemErr error
 	// completions is what CompleteMany received.
-	completions []Completion
+	completions []vocab.Completion
 }
 
 func (r *recorder) rec(ctx context.Context, method string) error {
@@ -117,16 +119,16 @@ func (r *recorder) Cursor(ctx context.Context, world string) (uint64, error) {
 func (r *recorder) DrainToJournal(ctx context.Context, world string, epoch uint64, expectedCursor, expectedHead, newCursor uint64, entries []Record) ([]Appended, error) {
 	return nil, r.rec(ctx, "DrainToJournal")
 }
-func (r *recorder) Publish(ctx context.Context, world string, epoch uint64, intents []Intent) (int, error) {
+func (r *recorder) Publish(ctx context.Context, world string, epoch uint64, intents []vocab.Intent) (int, error) {
 	return 0, r.rec(ctx, "Publish")
 }
-func (r *recorder) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]EffectItem, error) {
+func (r *recorder) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]vocab.EffectItem, error) {
 	return nil, r.rec(ctx, "Claim")
 }
 
 // CompleteMany answers each completion with an inbox seq read from its
 // intent hash's length, so a test can tell which answer went where.
-func (r *recorder) CompleteMany(ctx context.Context, cs []Completion) ([]CompleteResult, error) {
+func (r *recorder) CompleteMany(ctx context.Context, cs []vocab.Completion) ([]CompleteResult, error) {
 	r.completions = slices.Clone(cs)
 	if err := r.rec(ctx, "CompleteMany"); err != nil {
 		return nil, err
@@ -137,11 +139,11 @@ func (r *recorder) CompleteMany(ctx context.Context, cs []Completion) ([]Complet
 	}
 	return out, nil
 }
-func (r *recorder) Resolve(ctx context.Context, intentHash string, rc Receipt, reason string) (uint64, bool, error) {
+func (r *recorder) Resolve(ctx context.Context, intentHash string, rc vocab.Receipt, reason string) (uint64, bool, error) {
 	return 0, false, r.rec(ctx, "Resolve")
 }
 func (r *recorder) ReapEffects(ctx context.Context) (int, error) { return 0, r.rec(ctx, "ReapEffects") }
-func (r *recorder) ReleaseEffect(ctx context.Context, intentHash string, c Claim) error {
+func (r *recorder) ReleaseEffect(ctx context.Context, intentHash string, c vocab.Claim) error {
 	return r.rec(ctx, "ReleaseEffect")
 }
 func (r *recorder) RetryEffect(ctx context.Context, intentHash, reason string) (EffectStatus, error) {
@@ -159,7 +161,7 @@ func (r *recorder) CancelTimer(ctx context.Context, world string, epoch uint64, 
 func (r *recorder) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]TimerItem, error) {
 	return nil, r.rec(ctx, "ClaimDue")
 }
-func (r *recorder) Fire(ctx context.Context, intentHash string, c Claim) (uint64, bool, error) {
+func (r *recorder) Fire(ctx context.Context, intentHash string, c vocab.Claim) (uint64, bool, error) {
 	return 0, false, r.rec(ctx, "Fire")
 }
 func (r *recorder) FireHeld(ctx context.Context, world string, epoch uint64, intentHash string) (HeldFiring, error) {
@@ -213,7 +215,7 @@ func (r *recorder) DedupeRetention() time.Duration {
 	r.calls = append(r.calls, "DedupeRetention")
 	return time.Hour
 }
-func (r *recorder) ListEffects(ctx context.Context, world string, afterSeq uint64, limit int) ([]EffectItem, error) {
+func (r *recorder) ListEffects(ctx context.Context, world string, afterSeq uint64, limit int) ([]vocab.EffectItem, error) {
 	return nil, r.rec(ctx, "ListEffects")
 }
 func (r *recorder) ListTimers(ctx context.Context, world string, limit int) ([]TimerItem, error) {
@@ -227,8 +229,8 @@ var _ Backend = (*recorder)(nil)
 
 var (
 	fbg       = context.Background()
-	fclaim    = Claim{Worker: "ad", Attempt: 1}
-	freceipt  = Receipt{Status: ReceiptOK}
+	fclaim    = vocab.Claim{Worker: "ad", Attempt: 1}
+	freceipt  = vocab.Receipt{Status: vocab.ReceiptOK}
 	fsnap     = Snapshot{Height: 1, StateHash: "h"}
 	fdue      = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	huge      = uint64(math.MaxInt64) + 1
@@ -341,7 +343,7 @@ func invalidCalls() []frontCall {
 		{"SetDraining worker", "set_draining", func(f *Front) error { _, err := f.SetDraining(fbg, "", true); return err }},
 		{"Enqueue world", "enqueue", func(f *Front) error { _, _, err := f.Enqueue(fbg, "", InboxItem{Kind: "event"}); return err }},
 		{"Enqueue store kind", "enqueue", func(f *Front) error {
-			_, _, err := f.Enqueue(fbg, "w", InboxItem{Kind: KindReceipt})
+			_, _, err := f.Enqueue(fbg, "w", InboxItem{Kind: vocab.KindReceipt})
 			return err
 		}},
 		{"Enqueue key", "enqueue", func(f *Front) error {
@@ -349,42 +351,42 @@ func invalidCalls() []frontCall {
 			return err
 		}},
 		{"Publish intent", "publish", func(f *Front) error {
-			_, err := f.Publish(fbg, "w", 1, []Intent{{IntentHash: "i", Kind: ""}})
+			_, err := f.Publish(fbg, "w", 1, []vocab.Intent{{IntentHash: "i", Kind: ""}})
 			return err
 		}},
 		{"Publish params", "publish", func(f *Front) error {
-			_, err := f.Publish(fbg, "w", 1, []Intent{{IntentHash: "i", Kind: "k", Params: bigBytes}})
+			_, err := f.Publish(fbg, "w", 1, []vocab.Intent{{IntentHash: "i", Kind: "k", Params: bigBytes}})
 			return err
 		}},
-		{"Publish too many", "publish", func(f *Front) error { _, err := f.Publish(fbg, "w", 1, make([]Intent, tooMany)); return err }},
+		{"Publish too many", "publish", func(f *Front) error { _, err := f.Publish(fbg, "w", 1, make([]vocab.Intent, tooMany)); return err }},
 		{"Claim kinds", "claim", func(f *Front) error { _, err := f.Claim(fbg, "ad", nil, 1, time.Second); return err }},
 		{"Claim n", "claim", func(f *Front) error { _, err := f.Claim(fbg, "ad", []string{"k"}, tooMany, time.Second); return err }},
 		{"Claim ttl", "claim", func(f *Front) error { _, err := f.Claim(fbg, "ad", []string{"k"}, 1, -time.Second); return err }},
 		{"Complete claim", "complete", func(f *Front) error {
-			_, _, err := f.Complete(fbg, "i", Claim{Worker: "ad"}, freceipt)
+			_, _, err := f.Complete(fbg, "i", vocab.Claim{Worker: "ad"}, freceipt)
 			return err
 		}},
 		{"Complete receipt", "complete", func(f *Front) error {
-			_, _, err := f.Complete(fbg, "i", fclaim, Receipt{Status: "maybe"})
+			_, _, err := f.Complete(fbg, "i", fclaim, vocab.Receipt{Status: "maybe"})
 			return err
 		}},
 		{"CompleteMany too many", "complete_many", func(f *Front) error {
-			_, err := f.CompleteMany(fbg, make([]Completion, tooMany))
+			_, err := f.CompleteMany(fbg, make([]vocab.Completion, tooMany))
 			return err
 		}},
 		{"Resolve reason", "resolve", func(f *Front) error { _, _, err := f.Resolve(fbg, "i", freceipt, longText); return err }},
 		{"Resolve receipt", "resolve", func(f *Front) error {
-			_, _, err := f.Resolve(fbg, "i", Receipt{Status: ReceiptOK, Payload: make([]byte, MaxReceiptBytes+1)}, "")
+			_, _, err := f.Resolve(fbg, "i", vocab.Receipt{Status: vocab.ReceiptOK, Payload: make([]byte, MaxReceiptBytes+1)}, "")
 			return err
 		}},
-		{"ReleaseEffect claim", "release_effect", func(f *Front) error { return f.ReleaseEffect(fbg, "i", Claim{Attempt: 1}) }},
+		{"ReleaseEffect claim", "release_effect", func(f *Front) error { return f.ReleaseEffect(fbg, "i", vocab.Claim{Attempt: 1}) }},
 		{"RetryEffect hash", "retry_effect", func(f *Front) error { _, err := f.RetryEffect(fbg, "", ""); return err }},
 		{"EffectStatus hash", "effect_status", func(f *Front) error { _, err := f.EffectStatus(fbg, badID); return err }},
 		{"Schedule deliverAt", "schedule", func(f *Front) error { return f.Schedule(fbg, "w", 1, "t", time.Time{}, nil) }},
 		{"Schedule payload", "schedule", func(f *Front) error { return f.Schedule(fbg, "w", 1, "t", fdue, bigBytes) }},
 		{"CancelTimer hash", "cancel_timer", func(f *Front) error { return f.CancelTimer(fbg, "w", 1, "") }},
 		{"ClaimDue ttl", "claim_due", func(f *Front) error { _, err := f.ClaimDue(fbg, "tw", 1, 0); return err }},
-		{"Fire claim", "fire", func(f *Front) error { _, _, err := f.Fire(fbg, "t", Claim{Worker: "tw", Attempt: 0}); return err }},
+		{"Fire claim", "fire", func(f *Front) error { _, _, err := f.Fire(fbg, "t", vocab.Claim{Worker: "tw", Attempt: 0}); return err }},
 		{"FireHeld epoch", "fire_held", func(f *Front) error { _, err := f.FireHeld(fbg, "w", huge, "t"); return err }},
 		{"Send message id", "send", func(f *Front) error { _, err := f.Send(fbg, "w", "", InboxItem{}); return err }},
 		{"Send payload", "send", func(f *Front) error { _, err := f.Send(fbg, "w", "m", InboxItem{Payload: bigBytes}); return err }},
@@ -484,19 +486,19 @@ func validCalls() []struct {
 		{"SetDraining", func(f *Front) error { _, err := f.SetDraining(fbg, "A", true); return err }},
 		{"ListWorkers", func(f *Front) error { _, err := f.ListWorkers(fbg); return err }},
 		{"Enqueue", func(f *Front) error {
-			_, _, err := f.Enqueue(fbg, "w", InboxItem{Kind: KindCall, DedupeKey: CallKeyPrefix + "c"})
+			_, _, err := f.Enqueue(fbg, "w", InboxItem{Kind: vocab.KindCall, DedupeKey: CallKeyPrefix + "c"})
 			return err
 		}},
 		{"ReadInbox", func(f *Front) error { _, err := f.ReadInbox(fbg, "w", 0, 0); return err }},
 		{"Cursor", func(f *Front) error { _, err := f.Cursor(fbg, "w"); return err }},
 		{"DrainToJournal", func(f *Front) error { _, err := f.DrainToJournal(fbg, "w", 1, 0, 0, 1, []Record{rec}); return err }},
 		{"Publish", func(f *Front) error {
-			_, err := f.Publish(fbg, "w", 1, []Intent{{IntentHash: "i", Kind: "k", Origin: "w@1"}})
+			_, err := f.Publish(fbg, "w", 1, []vocab.Intent{{IntentHash: "i", Kind: "k", Origin: "w@1"}})
 			return err
 		}},
 		{"Claim", func(f *Front) error { _, err := f.Claim(fbg, "ad", []string{"k"}, 1, time.Second); return err }},
 		{"CompleteMany", func(f *Front) error {
-			_, err := f.CompleteMany(fbg, []Completion{{IntentHash: "i", Claim: fclaim, Receipt: freceipt}})
+			_, err := f.CompleteMany(fbg, []vocab.Completion{{IntentHash: "i", Claim: fclaim, Receipt: freceipt}})
 			return err
 		}},
 		{"Resolve", func(f *Front) error { _, _, err := f.Resolve(fbg, "i", freceipt, "r"); return err }},
@@ -635,9 +637,9 @@ func TestFrontAnswersSingleItemFormsThroughBatchForms(t *testing.T) {
 // order.
 func TestFrontCompleteManyValidatesPerItem(t *testing.T) {
 	r := &recorder{}
-	cs := []Completion{
+	cs := []vocab.Completion{
 		{IntentHash: "a", Claim: fclaim, Receipt: freceipt},
-		{IntentHash: "bad", Claim: Claim{Worker: "ad", Attempt: 0}, Receipt: freceipt},
+		{IntentHash: "bad", Claim: vocab.Claim{Worker: "ad", Attempt: 0}, Receipt: freceipt},
 		{IntentHash: "ccc", Claim: fclaim, Receipt: freceipt},
 		{IntentHash: "", Claim: fclaim, Receipt: freceipt},
 		{IntentHash: "dddd", Claim: fclaim, Receipt: freceipt},

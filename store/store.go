@@ -270,9 +270,6 @@ func (e *CompactedError) Unwrap() error { return ErrCompacted }
 
 // ---- the world cycle ----
 
-// TimerSet schedules a durable timer (a timer.set intent).
-type TimerSet = vocab.TimerSet
-
 // CommitBatch is everything one world cycle changes. Commit applies all of
 // it in one transaction, fenced by the world's epoch, or none of it:
 //
@@ -319,8 +316,8 @@ type CommitBatch struct {
 	NewCursor      uint64
 	ExpectedHead   uint64
 	Entries        []Record
-	Intents        []Intent
-	Timers         []TimerSet
+	Intents        []vocab.Intent
+	Timers         []vocab.TimerSet
 	CancelTimers   []string
 	Snapshot       *Snapshot
 	Withdraw       []string // intent hashes (step 6)
@@ -547,28 +544,22 @@ type Workers interface {
 
 // ---- the durable inbox ----
 
-// Inbox item kinds the store itself writes (the vocabulary's). A
-// producer's Enqueue may not use them, and its dedupe key may not start
+// The inbox item kinds the store itself writes (vocab.KindReceipt,
+// KindTimer, KindFabric): a producer's Enqueue may not use them, and its
+// dedupe key may not start
 // with ReceiptKeyPrefix or TimerKeyPrefix: the store's delivery keys and
 // producers' keys never collide.
 const (
-	KindReceipt = vocab.KindReceipt
-	KindTimer   = vocab.KindTimer
-	KindFabric  = vocab.KindFabric
-
 	ReceiptKeyPrefix = "receipt:"
 	TimerKeyPrefix   = "timer:"
 )
 
-// Calls have a namespace of their own: an item of KindCall is keyed
+// Calls have a namespace of their own: an item of vocab.KindCall is keyed
 // CallKeyPrefix + its call id, and no other kind may use a key with that
 // prefix. So an event whose idempotency key happens to read "call:X" can
 // neither pass for call X (and be dropped as its duplicate) nor make call
 // X look answered.
-const (
-	KindCall      = vocab.KindCall
-	CallKeyPrefix = "call:"
-)
+const CallKeyPrefix = "call:"
 
 // InboxItem is one durable input of a world.
 type InboxItem struct {
@@ -599,59 +590,18 @@ type Inbox interface {
 
 // ---- effects (protocols C and D) ----
 
-// Intent is an effect a world asks for; IntentHash identifies it forever.
-type Intent = vocab.Intent
-
-// EffectState is where an intent is in its life.
-type EffectState = vocab.EffectState
-
-// The effect states (see vocab.EffectState). A withdrawn effect (given up
-// before any adapter claimed it: its world was archived, or a Commit's
-// Withdraw named it while pending; an inflight effect of an archived world
-// whose claim expired, too) is final: never claimed, never completed
-// (Complete and Resolve answer ErrClaimLost, RetryEffect ErrNotRetryable),
-// no receipt. The record stays, so a reader can tell a withdrawn effect
-// from a lost one, and re-publishing the hash queues nothing; it is swept,
-// as a done record is, once the retention has passed since the withdrawal
-// (EffectStatus.CompletedAt).
-const (
-	EffectPending   = vocab.EffectPending
-	EffectInflight  = vocab.EffectInflight
-	EffectDone      = vocab.EffectDone
-	EffectWithdrawn = vocab.EffectWithdrawn
-)
-
-// EffectItem is a queued (pending or inflight) effect.
-type EffectItem = vocab.EffectItem
-
-// Claim is what a claimant presents to complete its work: the worker and
-// the attempt it was handed.
-type Claim = vocab.Claim
-
-// ReceiptStatus is the terminal state of an effect.
-type ReceiptStatus = vocab.ReceiptStatus
-
-const (
-	ReceiptOK      = vocab.ReceiptOK
-	ReceiptError   = vocab.ReceiptError
-	ReceiptTimeout = vocab.ReceiptTimeout
-)
-
-// Receipt is an effect's result, delivered to the world's inbox.
-type Receipt = vocab.Receipt
-
 // EffectStatus is the dedupe record of an intent.
 type EffectStatus struct {
 	IntentHash  string
 	World       string
 	Kind        string
-	State       EffectState
+	State       vocab.EffectState
 	Attempts    int
 	Retries     int
-	RetryReason string    // the last operator retry's reason
-	Receipt     *Receipt  // when done
-	InboxSeq    uint64    // the receipt's inbox seq, when done
-	CompletedAt time.Time // when done or withdrawn
+	RetryReason string         // the last operator retry's reason
+	Receipt     *vocab.Receipt // when done
+	InboxSeq    uint64         // the receipt's inbox seq, when done
+	CompletedAt time.Time      // when done or withdrawn
 	// Resolved is true when the receipt is an operator's (Resolve), not an
 	// adapter's (Complete), and ResolveReason is the reason the operator
 	// gave. A RetryEffect clears both with the receipt.
@@ -684,9 +634,6 @@ func ReceiptKeyIntent(key string) (string, bool) {
 // TimerKey is the inbox dedupe key of a timer's firing.
 func TimerKey(intentHash string) string { return TimerKeyPrefix + intentHash }
 
-// Completion is one item of a CompleteMany: Complete's arguments.
-type Completion = vocab.Completion
-
 // CompleteResult is one completion's answer in a CompleteMany: Complete's
 // results.
 type CompleteResult struct {
@@ -700,12 +647,12 @@ type Effects interface {
 	// Publish queues the world's new intents, fenced by epoch. An intent
 	// whose hash was ever published (pending, inflight or done, until its
 	// dedupe record is swept) is skipped. It returns how many were queued.
-	Publish(ctx context.Context, world string, epoch uint64, intents []Intent) (int, error)
+	Publish(ctx context.Context, world string, epoch uint64, intents []vocab.Intent) (int, error)
 	// Claim moves up to n pending items whose Kind is one of kinds (queue
 	// order) to inflight for worker, with a claim that expires after
 	// claimTTL. kinds must not be empty: an adapter claims what it serves.
 	// An effect of an archived world is never handed out.
-	Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]EffectItem, error)
+	Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]vocab.EffectItem, error)
 	// Complete, atomically: enqueues the receipt into the world's inbox
 	// (kind KindReceipt, dedupe key ReceiptKey(intentHash, retries),
 	// payload = r.Payload), marks the intent done and removes it from the
@@ -718,7 +665,7 @@ type Effects interface {
 	// with dup=true whatever the claim (one terminal receipt per intent):
 	// a late worker learns its result was not used. The receipt enters the
 	// inbox whatever the world's status. An unknown intent: ErrNotFound.
-	Complete(ctx context.Context, intentHash string, c Claim, r Receipt) (inboxSeq uint64, dup bool, err error)
+	Complete(ctx context.Context, intentHash string, c vocab.Claim, r vocab.Receipt) (inboxSeq uint64, dup bool, err error)
 	// CompleteMany completes several effects in one transaction, each as
 	// Complete would alone: one CompleteResult per Completion, in order,
 	// with its own typed Err (ErrClaimLost, ErrNotFound, ErrInvalid …).
@@ -732,7 +679,7 @@ type Effects interface {
 	// nothing completed or, when the answer was lost after the commit (as
 	// with any write), the batch did, and a retry answers dup=true for
 	// what it completed.
-	CompleteMany(ctx context.Context, cs []Completion) ([]CompleteResult, error)
+	CompleteMany(ctx context.Context, cs []vocab.Completion) ([]CompleteResult, error)
 	// Resolve is an operator's receipt for a pending or inflight effect: it
 	// completes the intent exactly as Complete would (receipt into the world's
 	// inbox under ReceiptKey(intentHash, retries), intent done, removed from
@@ -744,7 +691,7 @@ type Effects interface {
 	// Unknown intent: ErrNotFound. A receipt that does not validate (status,
 	// payload limits), or a reason over its limit: ErrInvalid, nothing
 	// written.
-	Resolve(ctx context.Context, intentHash string, r Receipt, reason string) (inboxSeq uint64, dup bool, err error)
+	Resolve(ctx context.Context, intentHash string, r vocab.Receipt, reason string) (inboxSeq uint64, dup bool, err error)
 	// ReapEffects requeues inflight items whose claim expired (store clock);
 	// one of an archived world is withdrawn instead (EffectWithdrawn), and
 	// counted all the same.
@@ -760,7 +707,7 @@ type Effects interface {
 	// or withdrawn intent: ErrClaimLost, nothing changes. Unknown intent:
 	// ErrNotFound. An effect of a world archived since its claim is
 	// withdrawn instead of requeued: no claim serves an archived world.
-	ReleaseEffect(ctx context.Context, intentHash string, c Claim) error
+	ReleaseEffect(ctx context.Context, intentHash string, c vocab.Claim) error
 	// RetryEffect is an operator's retry of an effect whose terminal
 	// receipt was error or timeout: it goes back to pending with Retries+1
 	// and reason recorded, keeping its intent hash; its next completion
@@ -797,7 +744,7 @@ type TimerItem struct {
 }
 
 // ClaimOf returns the claim of a claimed timer.
-func (t TimerItem) ClaimOf() Claim { return Claim{Worker: t.ClaimedBy, Attempt: t.Attempt} }
+func (t TimerItem) ClaimOf() vocab.Claim { return vocab.Claim{Worker: t.ClaimedBy, Attempt: t.Attempt} }
 
 // HeldFiring answers a FireHeld.
 type HeldFiring struct {
@@ -834,7 +781,7 @@ type Timers interface {
 	// (ErrNotDue) and c its latest claim (ErrClaimLost), as for Complete.
 	// Firing a delivered timer returns the first delivery's seq with
 	// dup=true whatever the claim.
-	Fire(ctx context.Context, intentHash string, c Claim) (inboxSeq uint64, dup bool, err error)
+	Fire(ctx context.Context, intentHash string, c vocab.Claim) (inboxSeq uint64, dup bool, err error)
 	// FireHeld is the firing of a timer by the holder of its world's lease,
 	// which knows the timer (its own commit scheduled it) and so needs no
 	// claim. Atomically, fenced by world's lease at epoch as Commit is
@@ -1077,7 +1024,7 @@ type QueueDepths struct {
 type Views interface {
 	// ListEffects lists up to limit of world's pending and inflight effects
 	// with queue seq > afterSeq, in queue order.
-	ListEffects(ctx context.Context, world string, afterSeq uint64, limit int) ([]EffectItem, error)
+	ListEffects(ctx context.Context, world string, afterSeq uint64, limit int) ([]vocab.EffectItem, error)
 	// ListTimers lists up to limit of world's scheduled and claimed timers
 	// in (deliverAt, intentHash) order.
 	ListTimers(ctx context.Context, world string, limit int) ([]TimerItem, error)

@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // The one validation of the persistence plane. The front (Front) runs these
@@ -213,7 +214,7 @@ func CheckIngress(op string, item InboxItem) error {
 		return err
 	}
 	switch item.Kind {
-	case KindReceipt, KindTimer, KindFabric:
+	case vocab.KindReceipt, vocab.KindTimer, vocab.KindFabric:
 		return invalid(op, "kind", "%q is reserved for the store's own deliveries", item.Kind)
 	}
 	if err := checkOptionalKey(op, "dedupeKey", item.DedupeKey); err != nil {
@@ -222,7 +223,7 @@ func CheckIngress(op string, item InboxItem) error {
 	if strings.HasPrefix(item.DedupeKey, ReceiptKeyPrefix) || strings.HasPrefix(item.DedupeKey, TimerKeyPrefix) {
 		return invalid(op, "dedupeKey", "%q is in a namespace reserved for the store's own deliveries", item.DedupeKey)
 	}
-	if call := strings.HasPrefix(item.DedupeKey, CallKeyPrefix); item.DedupeKey != "" && call != (item.Kind == KindCall) {
+	if call := strings.HasPrefix(item.DedupeKey, CallKeyPrefix); item.DedupeKey != "" && call != (item.Kind == vocab.KindCall) {
 		if call {
 			return invalid(op, "dedupeKey", "%q is in the namespace reserved for calls (%q)", item.DedupeKey, CallKeyPrefix)
 		}
@@ -232,7 +233,7 @@ func CheckIngress(op string, item InboxItem) error {
 }
 
 // CheckIntent checks an intent to publish.
-func CheckIntent(op string, in Intent) error {
+func CheckIntent(op string, in vocab.Intent) error {
 	for _, c := range []error{
 		CheckID(op, "intentHash", in.IntentHash),
 		CheckID(op, "kind", in.Kind),
@@ -248,7 +249,7 @@ func CheckIntent(op string, in Intent) error {
 }
 
 // CheckTimerSet checks a timer to schedule.
-func CheckTimerSet(op string, t TimerSet) error {
+func CheckTimerSet(op string, t vocab.TimerSet) error {
 	if err := CheckID(op, "intentHash", t.IntentHash); err != nil {
 		return err
 	}
@@ -275,9 +276,9 @@ func CheckSnapshot(op string, s Snapshot) error {
 }
 
 // checkReceipt checks an effect's receipt.
-func checkReceipt(op string, r Receipt) error {
+func checkReceipt(op string, r vocab.Receipt) error {
 	switch r.Status {
-	case ReceiptOK, ReceiptError, ReceiptTimeout:
+	case vocab.ReceiptOK, vocab.ReceiptError, vocab.ReceiptTimeout:
 	default:
 		return invalid(op, "receipt status", "%q is not ok, error or timeout", r.Status)
 	}
@@ -300,7 +301,7 @@ func CheckFireHeld(op, world string, epoch uint64, intentHash string) error {
 }
 
 // CheckClaim checks a claim presented to Complete or Fire.
-func CheckClaim(op string, c Claim) error {
+func CheckClaim(op string, c vocab.Claim) error {
 	if err := CheckID(op, "claim worker", c.Worker); err != nil {
 		return err
 	}
@@ -312,7 +313,7 @@ func CheckClaim(op string, c Claim) error {
 
 // CheckCompletion checks one completion of a CompleteMany (Complete's
 // arguments): the intent hash, the claim and the receipt.
-func CheckCompletion(op string, c Completion) error {
+func CheckCompletion(op string, c vocab.Completion) error {
 	if err := CheckID(op, "intentHash", c.IntentHash); err != nil {
 		return err
 	}
@@ -324,7 +325,7 @@ func CheckCompletion(op string, c Completion) error {
 
 // CheckResolve checks an operator's Resolve: the intent hash, the receipt
 // and the reason.
-func CheckResolve(op, intentHash string, r Receipt, reason string) error {
+func CheckResolve(op, intentHash string, r vocab.Receipt, reason string) error {
 	if err := CheckID(op, "intentHash", intentHash); err != nil {
 		return err
 	}

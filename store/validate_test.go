@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/orrery-run/orrery/vocab"
 )
 
 func goodRecord() Record {
@@ -46,7 +48,7 @@ func TestCheckRecordRejectsWhatAnyBackendCouldNotStoreExactly(t *testing.T) {
 
 func TestCheckIngressKeepsTheStoresNamespacesClosed(t *testing.T) {
 	for _, item := range []InboxItem{
-		{Kind: KindReceipt}, {Kind: KindTimer}, {Kind: KindFabric},
+		{Kind: vocab.KindReceipt}, {Kind: vocab.KindTimer}, {Kind: vocab.KindFabric},
 		{Kind: "event", DedupeKey: ReceiptKey("h", 0)},
 		{Kind: "event", DedupeKey: TimerKey("h")},
 		{Kind: ""},
@@ -104,7 +106,7 @@ func FuzzCheckIngress(f *testing.F) {
 				t.Fatalf("accepted unstorable text %q", s)
 			}
 		}
-		if kind == "" || kind == KindReceipt || kind == KindTimer || kind == KindFabric ||
+		if kind == "" || kind == vocab.KindReceipt || kind == vocab.KindTimer || kind == vocab.KindFabric ||
 			strings.HasPrefix(key, ReceiptKeyPrefix) || strings.HasPrefix(key, TimerKeyPrefix) {
 			t.Fatalf("accepted a reserved kind or key: %q %q", kind, key)
 		}
@@ -116,19 +118,19 @@ func ptr[T any](v T) *T { return &v }
 // An operator's Resolve is checked like a completion's receipt, plus its
 // reason; an empty reason is allowed.
 func TestCheckResolve(t *testing.T) {
-	ok := Receipt{Status: ReceiptOK}
+	ok := vocab.Receipt{Status: vocab.ReceiptOK}
 	if err := CheckResolve("resolve", "h", ok, ""); err != nil {
 		t.Fatalf("a good resolve: %v", err)
 	}
 	for name, c := range map[string]struct {
 		hash   string
-		r      Receipt
+		r      vocab.Receipt
 		reason string
 	}{
 		"empty hash":     {"", ok, ""},
-		"no status":      {"h", Receipt{}, ""},
-		"unknown status": {"h", Receipt{Status: "maybe"}, ""},
-		"big payload":    {"h", Receipt{Status: ReceiptOK, Payload: make([]byte, MaxPayloadBytes+1)}, ""},
+		"no status":      {"h", vocab.Receipt{}, ""},
+		"unknown status": {"h", vocab.Receipt{Status: "maybe"}, ""},
+		"big payload":    {"h", vocab.Receipt{Status: vocab.ReceiptOK, Payload: make([]byte, MaxPayloadBytes+1)}, ""},
 		"long reason":    {"h", ok, strings.Repeat("r", MaxReasonBytes+1)},
 		"reason NUL":     {"h", ok, "a\x00b"},
 	} {

@@ -26,6 +26,7 @@ import (
 	"github.com/orrery-run/orrery/plane/node"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/web"
 	"github.com/orrery-run/orrery/workflow"
 )
@@ -471,7 +472,7 @@ func TestQueuesPage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(ts) == 1 && len(effs) == 1 && effs[0].State == store.EffectInflight {
+		if len(ts) == 1 && len(effs) == 1 && effs[0].State == vocab.EffectInflight {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -570,7 +571,7 @@ func TestRetryFailedEffect(t *testing.T) {
 		` && document.querySelector('#notice').className === 'ok'`)
 	e.auditOf("carol", ledger.AuditOK)
 	st, err := e.st.EffectStatus(e.ctx, failed.Intent)
-	if err != nil || st.Retries != 1 || st.RetryReason != "the audit service is back" || st.State != store.EffectDone {
+	if err != nil || st.Retries != 1 || st.RetryReason != "the audit service is back" || st.State != vocab.EffectDone {
 		t.Fatalf("the effect after the retry: %+v %v", st, err)
 	}
 }

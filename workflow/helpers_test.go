@@ -395,7 +395,7 @@ func fireTimers(ctx context.Context, ex actor.Executor, st store.Store) error {
 // completes them as the plane's pool does (a world.Receipt payload),
 // with the answer of respond.
 func runAdapter(ctx context.Context, ex actor.Executor, st store.Store, kind string,
-	respond func(it store.EffectItem) (vocab.ReceiptStatus, any)) error {
+	respond func(it vocab.EffectItem) (vocab.ReceiptStatus, any)) error {
 	wake := ex.NewParker()
 	stop, err := st.Watch(ctx, wake, store.TopicEffects)
 	if err != nil {
@@ -419,7 +419,7 @@ func runAdapter(ctx context.Context, ex actor.Executor, st store.Store, kind str
 			if err != nil {
 				return err
 			}
-			if _, _, err := st.Complete(ctx, it.IntentHash, it.ClaimOf(), store.Receipt{Status: store.ReceiptStatus(status), Payload: payload}); err != nil && ctx.Err() == nil {
+			if _, _, err := st.Complete(ctx, it.IntentHash, it.ClaimOf(), vocab.Receipt{Status: vocab.ReceiptStatus(status), Payload: payload}); err != nil && ctx.Err() == nil {
 				return err
 			}
 		}

@@ -44,9 +44,9 @@ func TestEffectCompletedByAnAdapterAndRetriedOnAnErrorReceipt(t *testing.T) {
 		// The adapter answers the first intent with an error receipt and
 		// the second with an ok one.
 		var mu sync.Mutex
-		var seen []store.EffectItem
+		var seen []vocab.EffectItem
 		stopAdapter, err := r.background("adapter", func(ctx context.Context) error {
-			return runAdapter(ctx, r.ex, r.st, "test.echo", func(it store.EffectItem) (vocab.ReceiptStatus, any) {
+			return runAdapter(ctx, r.ex, r.st, "test.echo", func(it vocab.EffectItem) (vocab.ReceiptStatus, any) {
 				mu.Lock()
 				defer mu.Unlock()
 				seen = append(seen, it)
@@ -112,7 +112,7 @@ func TestEffectCompletedByAnAdapterAndRetriedOnAnErrorReceipt(t *testing.T) {
 		}
 		for _, h := range []string{p1.Intent, p2.Intent} {
 			st, err := r.st.EffectStatus(r.ctx, h)
-			if err != nil || st.State != store.EffectDone {
+			if err != nil || st.State != vocab.EffectDone {
 				return fmt.Errorf("intent %s: %+v, %v", h, st, err)
 			}
 		}
@@ -157,7 +157,7 @@ func TestEffectInFlightIsNotAskedForAgainAfterACrash(t *testing.T) {
 		defer wB.Stop(r.ctx)
 		n := 0
 		stopAdapter, err := r.background("adapter", func(ctx context.Context) error {
-			return runAdapter(ctx, r.ex, r.st, "test.echo", func(it store.EffectItem) (vocab.ReceiptStatus, any) {
+			return runAdapter(ctx, r.ex, r.st, "test.echo", func(it vocab.EffectItem) (vocab.ReceiptStatus, any) {
 				n++
 				return vocab.ReceiptOK, echoOut{Echo: "done"}
 			})

@@ -10,6 +10,7 @@ import (
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/workflow"
 )
 
@@ -277,7 +278,7 @@ func TestDurableSleepSurvivesACrash(t *testing.T) {
 		}
 		fired := 0
 		for _, it := range items {
-			if it.Kind == store.KindTimer {
+			if it.Kind == vocab.KindTimer {
 				fired++
 			}
 		}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/event"
-	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/workflow"
 )
@@ -77,7 +76,7 @@ func TestEffectTimeoutRetryKeepsTheFirstIntent(t *testing.T) {
 		// 5s wait, within the second's.
 		var ex executions
 		stopAdapter, err := r.background("adapter", func(ctx context.Context) error {
-			return runAdapter(ctx, r.ex, r.st, "test.charge", func(it store.EffectItem) (vocab.ReceiptStatus, any) {
+			return runAdapter(ctx, r.ex, r.st, "test.charge", func(it vocab.EffectItem) (vocab.ReceiptStatus, any) {
 				ex.add(it.IntentHash)
 				if err := actor.Sleep(ctx, r.ex, 8*time.Second); err != nil {
 					return vocab.ReceiptError, map[string]string{"error": err.Error()}
@@ -181,7 +180,7 @@ func TestEffectGivenUpOnTimeoutIsWithdrawn(t *testing.T) {
 		if len(hashes) != 2 || hashes[0] != hashes[1] {
 			return fmt.Errorf("the attempts recorded intents %v, want the first one twice", hashes)
 		}
-		if st, err := r.st.EffectStatus(r.ctx, hashes[0]); err != nil || st.State != store.EffectWithdrawn {
+		if st, err := r.st.EffectStatus(r.ctx, hashes[0]); err != nil || st.State != vocab.EffectWithdrawn {
 			return fmt.Errorf("the given-up intent: %+v, %v; want withdrawn", st, err)
 		}
 		items, err := r.st.Claim(r.ctx, "late-adapter", []string{"test.charge"}, 10, time.Minute)
@@ -217,7 +216,7 @@ func TestCancelledRunsUnclaimedEffectIsNeverExecuted(t *testing.T) {
 		if err := def.Start(r.ctx, cl, "run", "k"); err != nil {
 			return err
 		}
-		var pending []store.EffectItem
+		var pending []vocab.EffectItem
 		if err := r.waitFor("the published intent", 10*time.Second, func() (bool, error) {
 			var err error
 			pending, err = r.st.ListEffects(r.ctx, "run", 0, 10)
@@ -233,7 +232,7 @@ func TestCancelledRunsUnclaimedEffectIsNeverExecuted(t *testing.T) {
 		}
 		var ex executions
 		stopAdapter, err := r.background("adapter", func(ctx context.Context) error {
-			return runAdapter(ctx, r.ex, r.st, "test.charge", func(it store.EffectItem) (vocab.ReceiptStatus, any) {
+			return runAdapter(ctx, r.ex, r.st, "test.charge", func(it vocab.EffectItem) (vocab.ReceiptStatus, any) {
 				ex.add(it.IntentHash)
 				return vocab.ReceiptOK, echoOut{Echo: "charged"}
 			})
@@ -256,7 +255,7 @@ func TestCancelledRunsUnclaimedEffectIsNeverExecuted(t *testing.T) {
 		if got := ex.snapshot(); len(got) != 0 {
 			return fmt.Errorf("the adapter executed %v after the run was cancelled", got)
 		}
-		if st, err := r.st.EffectStatus(r.ctx, pending[0].IntentHash); err != nil || st.State != store.EffectWithdrawn {
+		if st, err := r.st.EffectStatus(r.ctx, pending[0].IntentHash); err != nil || st.State != vocab.EffectWithdrawn {
 			return fmt.Errorf("the cancelled run's intent: %+v, %v; want withdrawn", st, err)
 		}
 		return nil

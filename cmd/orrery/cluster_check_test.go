@@ -419,7 +419,7 @@ func (c *cluster) checkAcked(ctx context.Context, rep *worldReport, acks []acked
 			switch {
 			case err != nil:
 				f.brokenf("%s: pay %q: effect status of %.12s: %v", rep.id, a.Key, hash, err)
-			case es.State != store.EffectDone:
+			case es.State != vocab.EffectDone:
 				f.brokenf("%s: pay %q: effect %.12s is %s in the store, want done", rep.id, a.Key, hash, es.State)
 			}
 			if c.target.seen(a.Key) < 1 {

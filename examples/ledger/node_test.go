@@ -14,6 +14,7 @@ import (
 	"github.com/orrery-run/orrery/plane/node"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -318,7 +319,7 @@ func TestLargeWithdrawalGetsExactlyOneAuditReceipt(t *testing.T) {
 		}
 		receipts := 0
 		for _, it := range items {
-			if it.Kind == store.KindReceipt {
+			if it.Kind == vocab.KindReceipt {
 				receipts++
 			}
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/orrery-run/orrery/plane/node"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -39,7 +40,7 @@ type auditAdapter struct{}
 
 func (auditAdapter) Kinds() []string { return []string{world.KindHTTPRequest} }
 
-func (auditAdapter) Execute(ctx context.Context, item store.EffectItem) (effect.Result, error) {
+func (auditAdapter) Execute(ctx context.Context, item vocab.EffectItem) (effect.Result, error) {
 	req, err := adapter.DecodeHTTPRequest(item.Params)
 	if err != nil {
 		return effect.Result{}, effect.Permanent(err)

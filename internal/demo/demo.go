@@ -22,6 +22,7 @@ import (
 	"github.com/orrery-run/orrery/plane/node"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/sqlite"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -489,7 +490,7 @@ func (d *demo) crash() error {
 			return false, err
 		}
 		es, err := d.st.EffectStatus(d.ctx, tr.HoldMsg)
-		return err == nil && es.State == store.EffectDone, err
+		return err == nil && es.State == vocab.EffectDone, err
 	}); err != nil {
 		return err
 	}

@@ -33,7 +33,7 @@ type payCall struct {
 
 func (p *payer) Kinds() []string { return []string{world.KindHTTPRequest} }
 
-func (p *payer) Execute(ctx context.Context, it store.EffectItem) (effect.Result, error) {
+func (p *payer) Execute(ctx context.Context, it vocab.EffectItem) (effect.Result, error) {
 	p.mu.Lock()
 	p.calls = append(p.calls, payCall{worker: it.ClaimedBy, at: time.Now()})
 	p.mu.Unlock()
@@ -132,7 +132,7 @@ func TestGracefulStopCompletesTheEffectInFlight(t *testing.T) {
 			t.Fatalf("Stop: %v", err)
 		}
 		es, err := st.EffectStatus(ctx, h)
-		if err != nil || es.State != store.EffectDone || es.Receipt == nil || es.Receipt.Status != store.ReceiptOK {
+		if err != nil || es.State != vocab.EffectDone || es.Receipt == nil || es.Receipt.Status != vocab.ReceiptOK {
 			t.Fatalf("after the stop: effect %+v (%v), want done with an ok receipt", es, err)
 		}
 
@@ -172,7 +172,7 @@ func TestGracefulStopReleasesWhatItCannotFinish(t *testing.T) {
 			t.Fatalf("Stop = %v, want the stop's deadline", err)
 		}
 		es, err := st.EffectStatus(ctx, h)
-		if err != nil || es.State != store.EffectPending {
+		if err != nil || es.State != vocab.EffectPending {
 			t.Fatalf("after the stop: effect %+v (%v), want pending again", es, err)
 		}
 		if s := a.Pool().Stats(); s.Released != 1 || s.Dropped != 0 {

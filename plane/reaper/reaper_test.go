@@ -12,6 +12,7 @@ import (
 	"github.com/orrery-run/orrery/plane/reaper"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -38,7 +39,7 @@ func TestRunRequeuesExpiredEffectClaimOnTTLSchedule(t *testing.T) {
 			t.Fatal(err)
 		}
 		h := world.IntentHash("w1", 1, 0, "k", []byte{0xa0})
-		if _, err := st.Publish(ctx, "w1", l.Epoch, []store.Intent{{IntentHash: h, Kind: "k", Params: []byte{0xa0}, Origin: "w1@1"}}); err != nil {
+		if _, err := st.Publish(ctx, "w1", l.Epoch, []vocab.Intent{{IntentHash: h, Kind: "k", Params: []byte{0xa0}, Origin: "w1@1"}}); err != nil {
 			t.Fatal(err)
 		}
 		const ttl = 10 * time.Second
@@ -87,7 +88,7 @@ func TestRunRequeuesExpiredEffectClaimOnTTLSchedule(t *testing.T) {
 		if len(sweeps) != 1 || sweeps[0] != 10*time.Minute {
 			t.Fatalf("sweeps at %v, want one at 10m (80m/8)", sweeps)
 		}
-		if s, _ := st.EffectStatus(ctx, h); s.State != store.EffectPending {
+		if s, _ := st.EffectStatus(ctx, h); s.State != vocab.EffectPending {
 			t.Fatalf("effect %s after the reap, want pending", s.State)
 		}
 	})

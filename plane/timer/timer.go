@@ -45,12 +45,13 @@ import (
 	"github.com/orrery-run/orrery/plane/internal/otrace"
 	"github.com/orrery-run/orrery/plane/internal/seam"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Store is what the timer worker needs of the persistence plane.
 type Store interface {
 	ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]store.TimerItem, error)
-	Fire(ctx context.Context, intentHash string, c store.Claim) (inboxSeq uint64, dup bool, err error)
+	Fire(ctx context.Context, intentHash string, c vocab.Claim) (inboxSeq uint64, dup bool, err error)
 	NextDue(ctx context.Context) (at time.Time, ok bool, err error)
 	Now(ctx context.Context) (time.Time, error)
 	Watch(ctx context.Context, w store.Waker, topics ...string) (stop func(), err error)

@@ -15,6 +15,7 @@ import (
 	"github.com/orrery-run/orrery/plane/timer"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -67,7 +68,7 @@ func fired(t *testing.T, st store.Store) []store.InboxItem {
 	}
 	var out []store.InboxItem
 	for _, it := range items {
-		if it.Kind == store.KindTimer {
+		if it.Kind == vocab.KindTimer {
 			out = append(out, it)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/internal/contract"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // SweepDedupe implements store.Dedupe. Inbox items themselves stay.
@@ -35,14 +36,14 @@ func (s *backend) SweepDedupe(ctx context.Context) (int, error) {
 	// the delivery: a world offline past the retention still finds it, and
 	// re-publishing the intent queues nothing.
 	for h, e := range s.st.effects {
-		if e.item.State == store.EffectWithdrawn && gone(e.completedAt) {
+		if e.item.State == vocab.EffectWithdrawn && gone(e.completedAt) {
 			// No receipt was delivered, so there is nothing for the
 			// world to consume first.
 			delete(s.st.effects, h)
 			n++
 			continue
 		}
-		if e.item.State == store.EffectDone &&
+		if e.item.State == vocab.EffectDone &&
 			contract.Sweepable(e.completedAt, e.inboxSeq, s.st.worlds[e.item.World].cursor, s.retention, now) {
 			delete(s.st.effects, h)
 			n++

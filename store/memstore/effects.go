@@ -8,6 +8,7 @@ import (
 
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/internal/contract"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // ---- effects ----
@@ -15,17 +16,17 @@ import (
 // effect is an intent's queue entry and dedupe record in one: the queue
 // holds it while pending or inflight, the record outlives it until swept.
 type effect struct {
-	item          store.EffectItem // item.State is the record's state
+	item          vocab.EffectItem // item.State is the record's state
 	retryReason   string
 	resolveReason *string // the operator's, when Resolve gave the receipt
-	receipt       *store.Receipt
+	receipt       *vocab.Receipt
 	inboxSeq      uint64
 	completedAt   time.Time
 }
 
 // Publish implements protocol C. Intent hashes are global: an intent once
 // published is skipped until its dedupe record is swept.
-func (s *backend) Publish(ctx context.Context, worldID string, epoch uint64, intents []store.Intent) (int, error) {
+func (s *backend) Publish(ctx context.Context, worldID string, epoch uint64, intents []vocab.Intent) (int, error) {
 	const op = "publish"
 	if err := s.begin(ctx, op); err != nil {
 		return 0, err
@@ -43,8 +44,8 @@ func (s *backend) Publish(ctx context.Context, worldID string, epoch uint64, int
 func (st *state) withdraw(worldID string, hashes []string, all bool, now time.Time) int {
 	n := 0
 	take := func(e *effect) {
-		if e != nil && e.item.World == worldID && e.item.State == store.EffectPending {
-			e.item.State, e.item.ClaimExpires, e.completedAt = store.EffectWithdrawn, time.Time{}, now
+		if e != nil && e.item.World == worldID && e.item.State == vocab.EffectPending {
+			e.item.State, e.item.ClaimExpires, e.completedAt = vocab.EffectWithdrawn, time.Time{}, now
 			n++
 		}
 	}
@@ -61,7 +62,7 @@ func (st *state) withdraw(worldID string, hashes []string, all bool, now time.Ti
 }
 
 // publish queues the intents not yet known (mu held) and returns how many.
-func (st *state) publish(worldID string, intents []store.Intent, now time.Time) int {
+func (st *state) publish(worldID string, intents []vocab.Intent, now time.Time) int {
 	n := 0
 	for _, in := range intents {
 		if _, ok := st.effects[in.IntentHash]; ok {
@@ -69,8 +70,8 @@ func (st *state) publish(worldID string, intents []store.Intent, now time.Time) 
 		}
 		st.effectSeq++
 		in.Params = cloneBytes(in.Params)
-		st.effects[in.IntentHash] = &effect{item: store.EffectItem{
-			Intent: in, World: worldID, Seq: st.effectSeq, EnqueuedAt: now, State: store.EffectPending,
+		st.effects[in.IntentHash] = &effect{item: vocab.EffectItem{
+			Intent: in, World: worldID, Seq: st.effectSeq, EnqueuedAt: now, State: vocab.EffectPending,
 		}}
 		n++
 	}
@@ -84,7 +85,7 @@ func (st *state) publish(worldID string, intents []store.Intent, now time.Time) 
 func (st *state) queued() []*effect {
 	var q []*effect
 	for _, e := range st.effects {
-		if e.item.State == store.EffectPending || e.item.State == store.EffectInflight {
+		if e.item.State == vocab.EffectPending || e.item.State == vocab.EffectInflight {
 			q = append(q, e)
 		}
 	}
@@ -92,26 +93,26 @@ func (st *state) queued() []*effect {
 	return q
 }
 
-func (e *effect) view() store.EffectItem {
+func (e *effect) view() vocab.EffectItem {
 	it := e.item
 	it.Params = cloneBytes(it.Params)
 	return it
 }
 
 // Claim implements protocol D's first step, by kind.
-func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]store.EffectItem, error) {
+func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]vocab.EffectItem, error) {
 	const op = "claim"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
 	defer s.end()
 	now := s.now()
-	var out []store.EffectItem
+	var out []vocab.EffectItem
 	for _, e := range s.st.queued() {
 		if len(out) >= n {
 			break
 		}
-		if e.item.State != store.EffectPending || !slices.Contains(kinds, e.item.Kind) {
+		if e.item.State != vocab.EffectPending || !slices.Contains(kinds, e.item.Kind) {
 			continue
 		}
 		if w := s.st.worlds[e.item.World]; w != nil && w.rec.Status == store.WorldArchived {
@@ -119,7 +120,7 @@ func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n in
 			// whatever path a pending item of an ended world took.
 			continue
 		}
-		e.item.State = store.EffectInflight
+		e.item.State = vocab.EffectInflight
 		e.item.Attempt++
 		e.item.ClaimedBy = worker
 		e.item.ClaimExpires = now.Add(claimTTL)
@@ -131,7 +132,7 @@ func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n in
 // CompleteMany implements protocol D's acknowledgement: one "transaction"
 // under the mutex, each completion decided in order as Complete decides it
 // (its errors are Complete's).
-func (s *backend) CompleteMany(ctx context.Context, cs []store.Completion) ([]store.CompleteResult, error) {
+func (s *backend) CompleteMany(ctx context.Context, cs []vocab.Completion) ([]store.CompleteResult, error) {
 	if err := s.begin(ctx, "complete_many"); err != nil {
 		return nil, err
 	}
@@ -147,7 +148,7 @@ func (s *backend) CompleteMany(ctx context.Context, cs []store.Completion) ([]st
 // Resolve implements store.Effects: the completion path with an operator
 // in the claimant's place (contract.Operator), so it completes exactly as
 // Complete does, whatever the claim.
-func (s *backend) Resolve(ctx context.Context, intentHash string, r store.Receipt, reason string) (uint64, bool, error) {
+func (s *backend) Resolve(ctx context.Context, intentHash string, r vocab.Receipt, reason string) (uint64, bool, error) {
 	const op = "resolve"
 	if err := s.begin(ctx, op); err != nil {
 		return 0, false, err
@@ -159,12 +160,12 @@ func (s *backend) Resolve(ctx context.Context, intentHash string, r store.Receip
 // settleEffect is the one completion of an effect (mu held): contract.Settle
 // decides for by, and the receipt enters the inbox whatever the world's
 // status, because it is the durable answer to the world's own request.
-func (st *state) settleEffect(op, hash string, by contract.By, r store.Receipt, now time.Time) (uint64, bool, error) {
+func (st *state) settleEffect(op, hash string, by contract.By, r vocab.Receipt, now time.Time) (uint64, bool, error) {
 	e, ok := st.effects[hash]
 	var row contract.SettleRow
 	if ok {
-		row = contract.SettleRow{Found: true, World: e.item.World, Done: e.item.State == store.EffectDone,
-			Withdrawn: e.item.State == store.EffectWithdrawn,
+		row = contract.SettleRow{Found: true, World: e.item.World, Done: e.item.State == vocab.EffectDone,
+			Withdrawn: e.item.State == vocab.EffectWithdrawn,
 			Claim:     contract.ClaimRow{Attempt: e.item.Attempt, ClaimedBy: e.item.ClaimedBy}}
 	}
 	if dup, err := contract.Settle(op, "intent", hash, row, by, now); err != nil {
@@ -173,10 +174,10 @@ func (st *state) settleEffect(op, hash string, by contract.By, r store.Receipt, 
 		return e.inboxSeq, true, nil
 	}
 	w := st.worlds[e.item.World]
-	seq, _ := st.enqueue(w, store.KindReceipt, r.Payload, store.ReceiptKey(hash, e.item.Retries), now)
-	e.item.State = store.EffectDone
+	seq, _ := st.enqueue(w, vocab.KindReceipt, r.Payload, store.ReceiptKey(hash, e.item.Retries), now)
+	e.item.State = vocab.EffectDone
 	e.item.ClaimExpires = time.Time{}
-	e.receipt = &store.Receipt{Status: r.Status, Payload: cloneBytes(r.Payload)}
+	e.receipt = &vocab.Receipt{Status: r.Status, Payload: cloneBytes(r.Payload)}
 	e.resolveReason = by.OperatorReason()
 	e.inboxSeq, e.completedAt = seq, now
 	return seq, false, nil
@@ -192,14 +193,14 @@ func (s *backend) ReapEffects(ctx context.Context) (int, error) {
 	now := s.now()
 	n := 0
 	for _, e := range s.st.queued() {
-		if e.item.State == store.EffectInflight && contract.Expired(e.item.ClaimExpires, now) {
+		if e.item.State == vocab.EffectInflight && contract.Expired(e.item.ClaimExpires, now) {
 			e.item.ClaimExpires = time.Time{}
 			if w := s.st.worlds[e.item.World]; w != nil && w.rec.Status == store.WorldArchived {
 				// An ended world asks for nothing more: its expired
 				// claim is not handed to anyone else.
-				e.item.State, e.completedAt = store.EffectWithdrawn, now
+				e.item.State, e.completedAt = vocab.EffectWithdrawn, now
 			} else {
-				e.item.State = store.EffectPending
+				e.item.State = vocab.EffectPending
 			}
 			n++
 		}
@@ -211,14 +212,14 @@ func (s *backend) ReapEffects(ctx context.Context) (int, error) {
 }
 
 // ReleaseEffect implements store.Effects.
-func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c store.Claim) error {
+func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c vocab.Claim) error {
 	const op = "release_effect"
 	if err := s.begin(ctx, op); err != nil {
 		return err
 	}
 	defer s.end()
 	e, found := s.st.effects[intentHash]
-	var state store.EffectState
+	var state vocab.EffectState
 	var row contract.ClaimRow
 	if found {
 		state, row = e.item.State, contract.ClaimRow{Attempt: e.item.Attempt, ClaimedBy: e.item.ClaimedBy}
@@ -233,7 +234,7 @@ func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c store.
 	}
 	e.item.State = contract.ReleaseTo(status)
 	e.item.ClaimExpires = time.Time{}
-	if e.item.State == store.EffectWithdrawn {
+	if e.item.State == vocab.EffectWithdrawn {
 		e.completedAt = s.now()
 		return nil
 	}
@@ -254,7 +255,7 @@ func (s *backend) RetryEffect(ctx context.Context, intentHash, reason string) (s
 	if !ok {
 		return store.EffectStatus{}, store.Errorf(op, store.ErrNotFound, "", "intent %s", intentHash)
 	}
-	var rs store.ReceiptStatus
+	var rs vocab.ReceiptStatus
 	if e.receipt != nil {
 		rs = e.receipt.Status
 	}
@@ -264,7 +265,7 @@ func (s *backend) RetryEffect(ctx context.Context, intentHash, reason string) (s
 	if w := s.st.worlds[e.item.World]; w != nil && w.rec.Status == store.WorldArchived {
 		return store.EffectStatus{}, store.Errorf(op, store.ErrWorldArchived, e.item.World, "intent %s", intentHash)
 	}
-	e.item.State = store.EffectPending
+	e.item.State = vocab.EffectPending
 	e.item.Retries++
 	e.item.ClaimedBy, e.item.ClaimExpires = "", time.Time{}
 	e.retryReason = reason
@@ -280,7 +281,7 @@ func (e *effect) status() store.EffectStatus {
 		InboxSeq: e.inboxSeq, CompletedAt: e.completedAt,
 	}
 	if e.receipt != nil {
-		st.Receipt = &store.Receipt{Status: e.receipt.Status, Payload: cloneBytes(e.receipt.Payload)}
+		st.Receipt = &vocab.Receipt{Status: e.receipt.Status, Payload: cloneBytes(e.receipt.Payload)}
 	}
 	if e.resolveReason != nil {
 		st.Resolved, st.ResolveReason = true, *e.resolveReason

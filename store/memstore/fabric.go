@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Send implements protocol F. The destination's fabric dedupe records are
@@ -30,7 +31,7 @@ func (s *backend) Send(ctx context.Context, dest, messageID string, item store.I
 		return store.FabricResult{}, err
 	}
 	now := s.now()
-	seq, _ := s.st.enqueue(w, store.KindFabric, item.Payload, "", now)
+	seq, _ := s.st.enqueue(w, vocab.KindFabric, item.Payload, "", now)
 	w.fabric[messageID] = &dedupeRecord{seq: seq, completedAt: now}
 	return store.FabricResult{Status: store.FabricOK, Seq: seq}, nil
 }

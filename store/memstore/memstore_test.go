@@ -10,6 +10,7 @@ import (
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
 	"github.com/orrery-run/orrery/store/storetest"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // TestMain fails the package if a test leaves a goroutine behind: memstore
@@ -128,7 +129,7 @@ func TestCrashBetweenCallsKeepsExactlyWhatWasCommitted(t *testing.T) {
 	if _, err := s.Append(bg, "w", []store.Record{rec("a")}, store.AppendOptions{Fence: fence}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.Publish(bg, "w", e, []store.Intent{{IntentHash: "i1", Kind: "k"}})
+	_, err := s.Publish(bg, "w", e, []vocab.Intent{{IntentHash: "i1", Kind: "k"}})
 	if !errors.Is(err, memstore.ErrCrashed) {
 		t.Fatalf("Publish on crashing store: %v, want ErrCrashed", err)
 	}
@@ -152,11 +153,11 @@ func TestCrashBetweenCallsKeepsExactlyWhatWasCommitted(t *testing.T) {
 	}
 	// The lease survived too: the restarted worker still writes under it
 	// until it expires, by the same clock.
-	if _, err := r.Publish(bg, "w", e, []store.Intent{{IntentHash: "i1", Kind: "k"}}); err != nil {
+	if _, err := r.Publish(bg, "w", e, []vocab.Intent{{IntentHash: "i1", Kind: "k"}}); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(2 * time.Minute)
-	if _, err := r.Publish(bg, "w", e, []store.Intent{{IntentHash: "i2", Kind: "k"}}); !errors.Is(err, store.ErrFenced) {
+	if _, err := r.Publish(bg, "w", e, []vocab.Intent{{IntentHash: "i2", Kind: "k"}}); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("Publish after the lease expired: %v", err)
 	}
 	if _, err := s.Head(bg, "w"); !errors.Is(err, memstore.ErrCrashed) {
@@ -254,10 +255,10 @@ func TestWatchDeliversEveryHint(t *testing.T) {
 	}
 	hinted(t, inbox, "Enqueue")
 	quiet(t, inbox, "three enqueues (coalesced into one hint)")
-	_, err := s.Publish(bg, "w", e, []store.Intent{{IntentHash: "i1", Kind: "k"}})
+	_, err := s.Publish(bg, "w", e, []vocab.Intent{{IntentHash: "i1", Kind: "k"}})
 	must(err)
 	hinted(t, sig[store.TopicEffects], "Publish")
-	_, err = s.Publish(bg, "w", e, []store.Intent{{IntentHash: "i1", Kind: "k"}})
+	_, err = s.Publish(bg, "w", e, []vocab.Intent{{IntentHash: "i1", Kind: "k"}})
 	must(err)
 	quiet(t, sig[store.TopicEffects], "a Publish that queued nothing")
 	items, err := s.Claim(bg, "ad", []string{"k"}, 1, time.Second)
@@ -266,13 +267,13 @@ func TestWatchDeliversEveryHint(t *testing.T) {
 	_, err = s.ReapEffects(bg)
 	must(err)
 	hinted(t, sig[store.TopicEffects], "ReapEffects")
-	_, _, err = s.Complete(bg, "i1", items[0].ClaimOf(), store.Receipt{Status: store.ReceiptError})
+	_, _, err = s.Complete(bg, "i1", items[0].ClaimOf(), vocab.Receipt{Status: vocab.ReceiptError})
 	must(err)
 	hinted(t, inbox, "Complete")
 	_, err = s.RetryEffect(bg, "i1", "operator")
 	must(err)
 	hinted(t, sig[store.TopicEffects], "RetryEffect")
-	_, _, err = s.Resolve(bg, "i1", store.Receipt{Status: store.ReceiptOK}, "answered out of band")
+	_, _, err = s.Resolve(bg, "i1", vocab.Receipt{Status: vocab.ReceiptOK}, "answered out of band")
 	must(err)
 	hinted(t, inbox, "Resolve")
 	quiet(t, sig[store.TopicEffects], "Resolve (nothing became claimable)")
@@ -286,7 +287,7 @@ func TestWatchDeliversEveryHint(t *testing.T) {
 	_, err = s.Send(bg, "w", "m1", store.InboxItem{})
 	must(err)
 	hinted(t, inbox, "Send")
-	_, err = s.Commit(bg, "w", e, store.CommitBatch{Timers: []store.TimerSet{{IntentHash: "t2", DeliverAt: clock.Now().Add(time.Hour)}}})
+	_, err = s.Commit(bg, "w", e, store.CommitBatch{Timers: []vocab.TimerSet{{IntentHash: "t2", DeliverAt: clock.Now().Add(time.Hour)}}})
 	must(err)
 	hinted(t, sig[store.TopicTimers], "a Commit that scheduled a timer")
 	must(s.Assign(bg, "w", store.Assignment{DesiredWorker: "A"}, nil))
@@ -389,25 +390,25 @@ func TestOpsListsEveryHookedOperation(t *testing.T) {
 		func() { s.Cursor(bg, "w") },
 		func() { s.DrainToJournal(bg, "w", e, 0, 1, 1, []store.Record{rec("b")}) },
 		func() { s.Commit(bg, "w", e, store.CommitBatch{}) },
-		func() { s.Publish(bg, "w", e, []store.Intent{{IntentHash: "i", Kind: "k"}}) },
+		func() { s.Publish(bg, "w", e, []vocab.Intent{{IntentHash: "i", Kind: "k"}}) },
 		func() { s.Claim(bg, "ad", []string{"k"}, 1, time.Second) },
 		func() {
-			s.Complete(bg, "i", store.Claim{Worker: "ad", Attempt: 1}, store.Receipt{Status: store.ReceiptOK})
+			s.Complete(bg, "i", vocab.Claim{Worker: "ad", Attempt: 1}, vocab.Receipt{Status: vocab.ReceiptOK})
 		},
 		func() { s.CompleteMany(bg, nil) },
 		func() { s.RetryEffect(bg, "i", "r") },
-		func() { s.Resolve(bg, "i", store.Receipt{Status: store.ReceiptOK}, "r") },
+		func() { s.Resolve(bg, "i", vocab.Receipt{Status: vocab.ReceiptOK}, "r") },
 		func() { s.ListEffects(bg, "w", 0, 10) },
 		func() { s.ListTimers(bg, "w", 10) },
 		func() { s.QueueDepths(bg) },
 		func() { s.NextDue(bg) },
 		func() { s.ReapEffects(bg) },
-		func() { s.ReleaseEffect(bg, "i", store.Claim{Worker: "ad", Attempt: 1}) },
+		func() { s.ReleaseEffect(bg, "i", vocab.Claim{Worker: "ad", Attempt: 1}) },
 		func() { s.EffectStatus(bg, "i") },
 		func() { s.Schedule(bg, "w", e, "t", epoch0, nil) },
 		func() { s.CancelTimer(bg, "w", e, "t") },
 		func() { s.ClaimDue(bg, "tw", 1, time.Second) },
-		func() { s.Fire(bg, "t", store.Claim{Worker: "tw", Attempt: 1}) },
+		func() { s.Fire(bg, "t", vocab.Claim{Worker: "tw", Attempt: 1}) },
 		func() { s.FireHeld(bg, "w", e, "t") },
 		func() { s.ReapTimers(bg) },
 		func() { s.Send(bg, "w", "m", store.InboxItem{}) },

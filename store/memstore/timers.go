@@ -8,6 +8,7 @@ import (
 
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/internal/contract"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // timer is a timer's queue entry and dedupe record in one.
@@ -30,7 +31,7 @@ func (s *backend) Schedule(ctx context.Context, worldID string, epoch uint64, in
 		return err
 	}
 	defer s.end()
-	ts := store.TimerSet{IntentHash: intentHash, DeliverAt: deliverAt, Payload: payload}
+	ts := vocab.TimerSet{IntentHash: intentHash, DeliverAt: deliverAt, Payload: payload}
 	if err := s.st.fence(op, worldID, epoch, s.now()); err != nil {
 		return err
 	}
@@ -41,7 +42,7 @@ func (s *backend) Schedule(ctx context.Context, worldID string, epoch uint64, in
 }
 
 // schedule persists a timer unless its hash is known (mu held).
-func (st *state) schedule(worldID string, ts store.TimerSet) bool {
+func (st *state) schedule(worldID string, ts vocab.TimerSet) bool {
 	if _, ok := st.timers[ts.IntentHash]; ok {
 		return false
 	}
@@ -117,7 +118,7 @@ func (s *backend) ClaimDue(ctx context.Context, worker string, n int, ttl time.D
 // Complete, it delivers whatever the world's status. The due time is
 // checked before the claim: a timer that is not due cannot have been
 // claimed, so ErrNotDue is the answer that says what is wrong.
-func (s *backend) Fire(ctx context.Context, intentHash string, c store.Claim) (uint64, bool, error) {
+func (s *backend) Fire(ctx context.Context, intentHash string, c vocab.Claim) (uint64, bool, error) {
 	const op = "fire"
 	if err := s.begin(ctx, op); err != nil {
 		return 0, false, err
@@ -185,7 +186,7 @@ func (st *state) settleTimer(op, hash string, by contract.By, now time.Time) (t 
 // the firing's dedupe key was there already (the item is then that one).
 func (st *state) deliverTimer(t *timer, now time.Time) (store.InboxItem, bool) {
 	w := st.worlds[t.item.World]
-	seq, dup := st.enqueue(w, store.KindTimer, t.item.Payload, store.TimerKey(t.item.IntentHash), now)
+	seq, dup := st.enqueue(w, vocab.KindTimer, t.item.Payload, store.TimerKey(t.item.IntentHash), now)
 	t.item.State = store.TimerDelivered
 	t.item.ClaimExpires = time.Time{}
 	t.inboxSeq, t.completedAt = seq, now

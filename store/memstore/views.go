@@ -4,10 +4,11 @@ import (
 	"context"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // ListEffects implements store.Views.
-func (s *backend) ListEffects(ctx context.Context, worldID string, afterSeq uint64, limit int) ([]store.EffectItem, error) {
+func (s *backend) ListEffects(ctx context.Context, worldID string, afterSeq uint64, limit int) ([]vocab.EffectItem, error) {
 	const op = "list_effects"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
@@ -16,7 +17,7 @@ func (s *backend) ListEffects(ctx context.Context, worldID string, afterSeq uint
 	if err := s.st.checkView(op, worldID, limit); err != nil {
 		return nil, err
 	}
-	var out []store.EffectItem
+	var out []vocab.EffectItem
 	for _, e := range s.st.queued() {
 		if len(out) >= limit {
 			break
@@ -71,9 +72,9 @@ func (s *backend) QueueDepths(ctx context.Context) (store.QueueDepths, error) {
 	var d store.QueueDepths
 	for _, e := range s.st.effects {
 		switch e.item.State {
-		case store.EffectPending:
+		case vocab.EffectPending:
 			d.EffectsPending++
-		case store.EffectInflight:
+		case vocab.EffectInflight:
 			d.EffectsInflight++
 		}
 	}

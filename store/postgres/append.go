@@ -14,6 +14,7 @@ import (
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/internal/contract"
 	"github.com/orrery-run/orrery/store/internal/groupcommit"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // The append committer. A batch of Append, Commit and DrainToJournal
@@ -232,8 +233,8 @@ type plan struct {
 	refused []streamKey
 
 	// The commits' other writes, each with the index of its request.
-	intents []owned[store.Intent]
-	timers  []owned[store.TimerSet]
+	intents []owned[vocab.Intent]
+	timers  []owned[vocab.TimerSet]
 	cancels []owned[string]
 	snaps   []owned[store.Snapshot]
 	moves   []owned[statusMove]
@@ -443,13 +444,13 @@ func decide(reqs []*appendReq, streams []string, v *view) *plan {
 		for _, in := range c.b.Intents {
 			if !intents[in.IntentHash] {
 				intents[in.IntentHash] = true
-				p.intents = append(p.intents, owned[store.Intent]{i, r.stream, in})
+				p.intents = append(p.intents, owned[vocab.Intent]{i, r.stream, in})
 			}
 		}
 		for _, t := range c.b.Timers {
 			if !timers[t.IntentHash] {
 				timers[t.IntentHash] = true
-				p.timers = append(p.timers, owned[store.TimerSet]{i, r.stream, t})
+				p.timers = append(p.timers, owned[vocab.TimerSet]{i, r.stream, t})
 			}
 		}
 		for _, h := range c.b.CancelTimers {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Benchmarks of the operations whose cost the runtime feels. Each reports
@@ -153,9 +154,9 @@ func BenchmarkClaimComplete(b *testing.B) {
 	}
 	// Publish b.N intents, spread over the worlds.
 	for start := 0; start < b.N; start += 1000 {
-		byWorld := map[int][]store.Intent{}
+		byWorld := map[int][]vocab.Intent{}
 		for i := start; i < min(b.N, start+1000); i++ {
-			byWorld[i%worlds] = append(byWorld[i%worlds], store.Intent{IntentHash: fmt.Sprintf("i-%08d", i), Kind: "http.request", Params: []byte("{}")})
+			byWorld[i%worlds] = append(byWorld[i%worlds], vocab.Intent{IntentHash: fmt.Sprintf("i-%08d", i), Kind: "http.request", Params: []byte("{}")})
 		}
 		for w, ins := range byWorld {
 			if _, err := s.Publish(bg, fmt.Sprint("w", w), epochs[w], ins); err != nil {
@@ -189,7 +190,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 					cw.Add(1)
 					go func() {
 						defer cw.Done()
-						if _, _, err := s.Complete(bg, it.IntentHash, it.ClaimOf(), store.Receipt{Status: store.ReceiptOK, Payload: []byte("ok")}); err != nil {
+						if _, _, err := s.Complete(bg, it.IntentHash, it.ClaimOf(), vocab.Receipt{Status: vocab.ReceiptOK, Payload: []byte("ok")}); err != nil {
 							failed.Store(err)
 						}
 					}()
@@ -351,8 +352,8 @@ func BenchmarkCommit(b *testing.B) {
 				world, batch := "w", store.CommitBatch{ExpectedCursor: uint64(i), NewCursor: uint64(i + 1), ExpectedHead: uint64(2 * i),
 					Entries: []store.Record{rec(fmt.Sprintf("%d-a", i)), rec(fmt.Sprintf("%d-b", i))}}
 				if c.cycle {
-					batch.Intents = []store.Intent{{IntentHash: fmt.Sprint("i", i), Kind: "http.request", Params: []byte("{}")}}
-					batch.Timers = []store.TimerSet{{IntentHash: fmt.Sprint("t", i), DeliverAt: at}}
+					batch.Intents = []vocab.Intent{{IntentHash: fmt.Sprint("i", i), Kind: "http.request", Params: []byte("{}")}}
+					batch.Timers = []vocab.TimerSet{{IntentHash: fmt.Sprint("t", i), DeliverAt: at}}
 					if i > 0 {
 						batch.CancelTimers = []string{fmt.Sprint("t", i-1)}
 					}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // A schema written by version 1 migrates in place: a "fenced" world
@@ -68,7 +69,7 @@ func TestMigrationFromVersion1(t *testing.T) {
 	if l, ok, err := s.GetLease(bg, "f"); err != nil || !ok || l.Holder != "" || l.Epoch != 3 {
 		t.Fatalf("the migrated world's lease = %+v %v %v; want released at epoch 3", l, ok, err)
 	}
-	if _, err := s.Publish(bg, "f", 3, []store.Intent{{IntentHash: "x", Kind: "k"}}); !errors.Is(err, store.ErrFenced) {
+	if _, err := s.Publish(bg, "f", 3, []vocab.Intent{{IntentHash: "x", Kind: "k"}}); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("a write by the old holder after the migration: %v, want ErrFenced", err)
 	}
 	if _, err := s.SetWorldStatus(bg, "f", store.WorldActive, "resumed after the migration"); err != nil {
@@ -215,8 +216,8 @@ func TestCommitGroupCommitsAcrossWorlds(t *testing.T) {
 				res, err := s.Commit(bg, world, epochs[w], store.CommitBatch{
 					ExpectedCursor: uint64(i), NewCursor: uint64(i + 1), ExpectedHead: uint64(2 * i),
 					Entries: []store.Record{rec(fmt.Sprintf("%d-a", i)), rec(fmt.Sprintf("%d-b", i))},
-					Intents: []store.Intent{{IntentHash: fmt.Sprintf("%s-i%d", world, i), Kind: "k"}},
-					Timers:  []store.TimerSet{{IntentHash: fmt.Sprintf("%s-t%d", world, i), DeliverAt: time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)}},
+					Intents: []vocab.Intent{{IntentHash: fmt.Sprintf("%s-i%d", world, i), Kind: "k"}},
+					Timers:  []vocab.TimerSet{{IntentHash: fmt.Sprintf("%s-t%d", world, i), DeliverAt: time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)}},
 				})
 				if err != nil {
 					t.Error(err)
@@ -263,7 +264,7 @@ func TestCommitsOfOneWorldInOneBatchCommitInOrder(t *testing.T) {
 	at := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
 	batch := []*appendReq{
 		mk(store.CommitBatch{ExpectedCursor: 0, NewCursor: 1, ExpectedHead: 0, Entries: []store.Record{rec("a")},
-			Timers: []store.TimerSet{{IntentHash: "t1", DeliverAt: at}}}),
+			Timers: []vocab.TimerSet{{IntentHash: "t1", DeliverAt: at}}}),
 		mk(store.CommitBatch{ExpectedCursor: 1, NewCursor: 2, ExpectedHead: 1, Entries: []store.Record{rec("b")},
 			CancelTimers: []string{"t1"}}),
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/internal/contract"
 	"github.com/orrery-run/orrery/store/internal/groupcommit"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // A delivery puts one item into a world's inbox: Enqueue, Complete and
@@ -440,7 +441,7 @@ func (s *backend) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 				continue
 			}
 			out.world = r.world
-			seq, _ = put(w, r.world, store.KindFabric, r.payload, "")
+			seq, _ = put(w, r.world, vocab.KindFabric, r.payload, "")
 			sent[inboxKey{r.world, r.msg}] = seq
 			d.fd, d.fm, d.fseq = append(d.fd, r.world), append(d.fm, r.msg), append(d.fseq, seq)
 			out.seq = uint64(seq)

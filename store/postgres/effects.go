@@ -9,10 +9,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/internal/contract"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Publish implements protocol C (see publish_effects).
-func (s *backend) Publish(ctx context.Context, world string, epoch uint64, intents []store.Intent) (int, error) {
+func (s *backend) Publish(ctx context.Context, world string, epoch uint64, intents []vocab.Intent) (int, error) {
 	const op = "publish"
 	if err := s.begin(op); err != nil {
 		return 0, err
@@ -37,15 +38,15 @@ func (s *backend) Publish(ctx context.Context, world string, epoch uint64, inten
 	return int(queued), nil
 }
 
-func scanEffect(row pgx.CollectableRow) (store.EffectItem, error) {
-	var it store.EffectItem
+func scanEffect(row pgx.CollectableRow) (vocab.EffectItem, error) {
+	var it vocab.EffectItem
 	var seq, enq int64
 	var exp *int64
 	var attempts, retries int32
 	var state string
 	err := row.Scan(&it.IntentHash, &it.World, &seq, &it.Kind, &it.Params, &it.Origin, &it.PolicyContextHash,
 		&enq, &attempts, &it.ClaimedBy, &exp, &retries, &state)
-	it.Seq, it.EnqueuedAt, it.Attempt, it.Retries, it.State = uint64(seq), fromNS(enq), int(attempts), int(retries), store.EffectState(state)
+	it.Seq, it.EnqueuedAt, it.Attempt, it.Retries, it.State = uint64(seq), fromNS(enq), int(attempts), int(retries), vocab.EffectState(state)
 	if exp != nil {
 		it.ClaimExpires = fromNS(*exp)
 	}
@@ -53,13 +54,13 @@ func scanEffect(row pgx.CollectableRow) (store.EffectItem, error) {
 }
 
 // Claim implements protocol D's claim by kind (queue.go).
-func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]store.EffectItem, error) {
+func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]vocab.EffectItem, error) {
 	const op = "claim"
 	if err := s.begin(op); err != nil {
 		return nil, err
 	}
 	if n == 0 {
-		return []store.EffectItem{}, nil
+		return []vocab.EffectItem{}, nil
 	}
 	out, err := claim(s, ctx, op, effectsQueue, worker, n, claimTTL, scanEffect, kinds)
 	if err != nil {
@@ -126,9 +127,9 @@ func scanEffectStatus(hash string, row pgx.Row) (store.EffectStatus, error) {
 	if resolveReason != nil {
 		st.Resolved, st.ResolveReason = true, *resolveReason
 	}
-	st.State, st.Attempts, st.Retries = store.EffectState(state), int(attempts), int(retries)
+	st.State, st.Attempts, st.Retries = vocab.EffectState(state), int(attempts), int(retries)
 	if rstatus != nil {
-		st.Receipt = &store.Receipt{Status: store.ReceiptStatus(*rstatus), Payload: rpayload}
+		st.Receipt = &vocab.Receipt{Status: vocab.ReceiptStatus(*rstatus), Payload: rpayload}
 	}
 	if seq != nil {
 		st.InboxSeq = uint64(*seq)
@@ -186,7 +187,7 @@ func (s *backend) RetryEffect(ctx context.Context, intentHash, reason string) (s
 			return scanEach(br, []any{&wstatus}, func() {})
 		}, `SELECT w.status FROM worlds w JOIN effects e ON e.world = w.world WHERE e.intent_hash = $1`, intentHash)
 	}, func(b *batch) error {
-		var rs store.ReceiptStatus
+		var rs vocab.ReceiptStatus
 		if st.Receipt != nil {
 			rs = st.Receipt.Status
 		}
@@ -216,7 +217,7 @@ func (s *backend) RetryEffect(ctx context.Context, intentHash, reason string) (s
 // contract.ReleaseEffect, and put back to pending as a reap of that one
 // item would. Like a claim or a reap, a release lost in a crash is simply
 // not a release (the claim expires), so it does not wait for the WAL.
-func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c store.Claim) error {
+func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c vocab.Claim) error {
 	const op = "release_effect"
 	if err := s.begin(op); err != nil {
 		return err
@@ -243,10 +244,10 @@ func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c store.
 			WHERE e.intent_hash = $1 FOR UPDATE OF e`, intentHash)
 	}, func(b *batch) error {
 		var err error
-		if noop, err = contract.ReleaseEffect(op, intentHash, found, store.EffectState(state), row, c); err != nil || noop {
+		if noop, err = contract.ReleaseEffect(op, intentHash, found, vocab.EffectState(state), row, c); err != nil || noop {
 			return err
 		}
-		if withdraw = contract.ReleaseTo(store.WorldStatus(status)) == store.EffectWithdrawn; withdraw {
+		if withdraw = contract.ReleaseTo(store.WorldStatus(status)) == vocab.EffectWithdrawn; withdraw {
 			b.queue(nil, `UPDATE effects SET state = 'withdrawn', claim_expires_ns = NULL, completed_at_ns = now_ns($2)
 				WHERE intent_hash = $1`, intentHash, off)
 			return nil
@@ -269,7 +270,7 @@ func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c store.
 // other deliveries the committer groups with it) and one WAL flush, each
 // completion decided as a Complete alone would be (its errors are
 // Complete's), in order.
-func (s *backend) CompleteMany(ctx context.Context, cs []store.Completion) ([]store.CompleteResult, error) {
+func (s *backend) CompleteMany(ctx context.Context, cs []vocab.Completion) ([]store.CompleteResult, error) {
 	const op = "complete_many"
 	if err := s.begin(op); err != nil {
 		return nil, err
@@ -308,7 +309,7 @@ func (s *backend) CompleteMany(ctx context.Context, cs []store.Completion) ([]st
 // Complete's delivery (the same request of the delivery committer, the
 // same settle) with an operator in the claimant's place
 // (contract.Operator), whose reason the settle records in resolve_reason.
-func (s *backend) Resolve(ctx context.Context, intentHash string, r store.Receipt, reason string) (uint64, bool, error) {
+func (s *backend) Resolve(ctx context.Context, intentHash string, r vocab.Receipt, reason string) (uint64, bool, error) {
 	const op = "resolve"
 	if err := s.begin(op); err != nil {
 		return 0, false, err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/internal/contract"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // rawConn is a plain connection to the store's schema, as an operator (or
@@ -244,9 +245,9 @@ func TestTwoStoresConcurrentClaimersNeverClaimTwice(t *testing.T) {
 	a, b, _ := twoMachines(t)
 	e := leased(t, a, "w", "host").Epoch
 	const total = 600
-	var intents []store.Intent
+	var intents []vocab.Intent
 	for i := range total {
-		intents = append(intents, store.Intent{IntentHash: fmt.Sprintf("i-%04d", i), Kind: "http.request", Params: []byte{byte(i)}})
+		intents = append(intents, vocab.Intent{IntentHash: fmt.Sprintf("i-%04d", i), Kind: "http.request", Params: []byte{byte(i)}})
 	}
 	if n, err := a.Publish(bg, "w", e, intents); err != nil || n != total {
 		t.Fatalf("Publish = %d, %v", n, err)
@@ -282,7 +283,7 @@ func TestTwoStoresConcurrentClaimersNeverClaimTwice(t *testing.T) {
 					if it.Attempt != 1 || it.ClaimedBy != worker {
 						t.Errorf("claim %+v", it)
 					}
-					if _, dup, err := s.Complete(bg, it.IntentHash, it.ClaimOf(), store.Receipt{Status: store.ReceiptOK, Payload: it.Params}); err != nil || dup {
+					if _, dup, err := s.Complete(bg, it.IntentHash, it.ClaimOf(), vocab.Receipt{Status: vocab.ReceiptOK, Payload: it.Params}); err != nil || dup {
 						t.Errorf("Complete %s: dup=%v %v", it.IntentHash, dup, err)
 					}
 				}
@@ -399,7 +400,7 @@ func TestTwoStoresStaleEpochWriterRacingTakeoverIsRejected(t *testing.T) {
 		t.Fatalf("journal has %d events, %d stale writes landed + 1 of B", len(evs), len(landed))
 	}
 	// The other world mutations of A are fenced too.
-	if _, err := a.Publish(bg, "w", eA, []store.Intent{{IntentHash: "x", Kind: "k"}}); !errors.Is(err, store.ErrFenced) {
+	if _, err := a.Publish(bg, "w", eA, []vocab.Intent{{IntentHash: "x", Kind: "k"}}); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("stale Publish: %v", err)
 	}
 	if err := a.Schedule(bg, "w", eA, "t", time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC), nil); !errors.Is(err, store.ErrFenced) {
@@ -499,7 +500,7 @@ func TestGroupCommitDeliveriesIsolateTypedFailures(t *testing.T) {
 	if _, err := s.SetWorldStatus(bg, "gone", store.WorldArchived, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Publish(bg, "w", e, []store.Intent{{IntentHash: "i1", Kind: "k"}}); err != nil {
+	if _, err := s.Publish(bg, "w", e, []vocab.Intent{{IntentHash: "i1", Kind: "k"}}); err != nil {
 		t.Fatal(err)
 	}
 	claimed, err := s.Claim(bg, "adapter", []string{"k"}, 1, time.Minute)
@@ -568,7 +569,7 @@ func TestWatchAcrossStores(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Publish(bg, "w", e.Epoch, []store.Intent{{IntentHash: "i", Kind: "k"}}); err != nil {
+	if _, err := b.Publish(bg, "w", e.Epoch, []vocab.Intent{{IntentHash: "i", Kind: "k"}}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -597,12 +598,12 @@ func TestWatchTopicsAcrossStores(t *testing.T) {
 	}{
 		{store.TopicEffects, func() error {
 			_, err := b.Commit(bg, "w", l.Epoch, store.CommitBatch{NewCursor: 1,
-				Intents: []store.Intent{{IntentHash: "i1", Kind: "k"}}})
+				Intents: []vocab.Intent{{IntentHash: "i1", Kind: "k"}}})
 			return err
 		}},
 		{store.TopicTimers, func() error {
 			_, err := b.Commit(bg, "w", l.Epoch, store.CommitBatch{ExpectedCursor: 1, NewCursor: 1,
-				Timers: []store.TimerSet{{IntentHash: "t1", DeliverAt: time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)}}})
+				Timers: []vocab.TimerSet{{IntentHash: "t1", DeliverAt: time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)}}})
 			return err
 		}},
 		{store.TopicLeases, func() error { return b.Release(bg, "w", "B", l.Epoch) }},

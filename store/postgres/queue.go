@@ -10,6 +10,7 @@ import (
 
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/internal/contract"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // The claimable queue. Effects (protocol D) and timers (protocol E) are one
@@ -87,7 +88,7 @@ func newQueue(q queue, filter, order, pickCols, partitioned, cols string) *queue
 				SELECT x.intent_hash FROM ` + q.table + ` x
 				WHERE x.state = '` + q.claimed + `' AND x.claim_expires_ns <= now_ns($1) AND ` + q.reapGone + `
 				FOR UPDATE OF x SKIP LOCKED)
-			UPDATE ` + q.table + ` x SET state = '` + string(store.EffectWithdrawn) + `', claim_expires_ns = NULL,
+			UPDATE ` + q.table + ` x SET state = '` + string(vocab.EffectWithdrawn) + `', claim_expires_ns = NULL,
 				completed_at_ns = now_ns($1)
 			FROM c WHERE x.intent_hash = c.intent_hash`
 	}
@@ -99,14 +100,14 @@ func newQueue(q queue, filter, order, pickCols, partitioned, cols string) *queue
 
 var effectsQueue = newQueue(queue{
 	table: "effects", noun: "intent",
-	ready: string(store.EffectPending), claimed: string(store.EffectInflight), done: string(store.EffectDone),
+	ready: string(vocab.EffectPending), claimed: string(vocab.EffectInflight), done: string(vocab.EffectDone),
 	topic:   store.TopicEffects,
 	retries: "retries", payload: "NULL::bytea", dueAt: "NULL::bigint",
 	// store.ReceiptKey(hash, retries)
 	deliveryKey: `'receipt:' || x.intent_hash || CASE WHEN x.retries = 0 THEN '' ELSE '#' || x.retries END`,
 	// The receipt carries the payload; its status is in the EffectStatus.
 	delivery: func(hash string, row *queueRow, r *deliveryReq) (string, []byte, string) {
-		return store.KindReceipt, r.payload, store.ReceiptKey(hash, row.retries)
+		return vocab.KindReceipt, r.payload, store.ReceiptKey(hash, row.retries)
 	},
 	settleSet: `, receipt_status = u.st, receipt_payload = u.p, resolve_reason = u.rr`,
 	reapGone:  `EXISTS (SELECT 1 FROM worlds w WHERE w.world = x.world AND w.status = 'archived')`,
@@ -130,7 +131,7 @@ var timersQueue = newQueue(queue{
 	deliveryKey: `'timer:' || x.intent_hash`,
 	// The timer-fired item carries the timer's payload.
 	delivery: func(hash string, row *queueRow, _ *deliveryReq) (string, []byte, string) {
-		return store.KindTimer, row.payload, store.TimerKey(hash)
+		return vocab.KindTimer, row.payload, store.TimerKey(hash)
 	},
 },
 	`x.deliver_at_ns <= (SELECT t FROM clock)`, `x.deliver_at_ns, x.intent_hash`, "", "",
@@ -237,7 +238,7 @@ func (q *queue) settle(r *deliveryReq, row *queueRow, now time.Time) (done bool,
 	sr := contract.SettleRow{Found: row != nil}
 	if row != nil {
 		sr.Done, sr.Claim = row.state == q.done, row.claim
-		sr.Withdrawn = row.state == string(store.EffectWithdrawn)
+		sr.Withdrawn = row.state == string(vocab.EffectWithdrawn)
 		if row.deliverAt != nil {
 			at := fromNS(*row.deliverAt)
 			sr.DueAt = &at

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // race runs n goroutines, alternating between the two stores, released at
@@ -170,7 +171,7 @@ func TestTwoStoresRacingCompleteOneReceipt(t *testing.T) {
 	e := leased(t, a, "w", "host").Epoch
 	for round := range 5 {
 		hash := fmt.Sprint("i-", round)
-		if _, err := a.Publish(bg, "w", e, []store.Intent{{IntentHash: hash, Kind: "k"}}); err != nil {
+		if _, err := a.Publish(bg, "w", e, []vocab.Intent{{IntentHash: hash, Kind: "k"}}); err != nil {
 			t.Fatal(err)
 		}
 		items, err := a.Claim(bg, "adapter", []string{"k"}, 1, time.Minute)
@@ -181,7 +182,7 @@ func TestTwoStoresRacingCompleteOneReceipt(t *testing.T) {
 		dups := make([]bool, 10)
 		race(len(seqs), a, b, func(i int, s *Store) {
 			var err error
-			seqs[i], dups[i], err = s.Complete(bg, hash, items[0].ClaimOf(), store.Receipt{Status: store.ReceiptOK, Payload: []byte{byte(i)}})
+			seqs[i], dups[i], err = s.Complete(bg, hash, items[0].ClaimOf(), vocab.Receipt{Status: vocab.ReceiptOK, Payload: []byte{byte(i)}})
 			if err != nil {
 				t.Error(err)
 			}
@@ -199,7 +200,7 @@ func TestTwoStoresRacingCompleteOneReceipt(t *testing.T) {
 			t.Fatalf("%d completions were fresh", fresh)
 		}
 		st, err := b.EffectStatus(bg, hash)
-		if err != nil || st.State != store.EffectDone || st.InboxSeq != seqs[0] {
+		if err != nil || st.State != vocab.EffectDone || st.InboxSeq != seqs[0] {
 			t.Fatalf("status %+v, %v", st, err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Tests of Commit on the speculative (one-round-trip) path: see the top of
@@ -103,20 +104,20 @@ func TestSpeculativeCommitIsOneRoundTripAndDecidesAsTheCheckedPath(t *testing.T)
 	}
 	cycles := []cycle{
 		{"w", store.CommitBatch{ExpectedCursor: 0, NewCursor: 2, ExpectedHead: 0, Entries: []store.Record{rec("a"), rec("b")},
-			Intents: []store.Intent{{IntentHash: "i1", Kind: "k", Params: []byte("p1")}, {IntentHash: "i2", Kind: "k"}},
-			Timers:  []store.TimerSet{{IntentHash: "t1", DeliverAt: at}, {IntentHash: "t2", DeliverAt: at}}}, false},
+			Intents: []vocab.Intent{{IntentHash: "i1", Kind: "k", Params: []byte("p1")}, {IntentHash: "i2", Kind: "k"}},
+			Timers:  []vocab.TimerSet{{IntentHash: "t1", DeliverAt: at}, {IntentHash: "t2", DeliverAt: at}}}, false},
 		{"v", store.CommitBatch{ExpectedCursor: 0, NewCursor: 1, ExpectedHead: 0, Entries: []store.Record{rec("va")},
-			Intents: []store.Intent{{IntentHash: "vi1", Kind: "k"}}}, false},
+			Intents: []vocab.Intent{{IntentHash: "vi1", Kind: "k"}}}, false},
 		// Published and scheduled already: skipped; an unknown timer's
 		// cancellation: skipped.
 		{"w", store.CommitBatch{ExpectedCursor: 2, NewCursor: 3, ExpectedHead: 2, Entries: []store.Record{rec("c")},
-			Intents:      []store.Intent{{IntentHash: "i1", Kind: "k"}, {IntentHash: "i3", Kind: "k"}},
-			Timers:       []store.TimerSet{{IntentHash: "t2", DeliverAt: at}, {IntentHash: "t3", DeliverAt: at}},
+			Intents:      []vocab.Intent{{IntentHash: "i1", Kind: "k"}, {IntentHash: "i3", Kind: "k"}},
+			Timers:       []vocab.TimerSet{{IntentHash: "t2", DeliverAt: at}, {IntentHash: "t3", DeliverAt: at}},
 			CancelTimers: []string{"t1", "unknown", "vt"}}, false},
-		{"v", store.CommitBatch{ExpectedCursor: 1, NewCursor: 1, ExpectedHead: 1, Timers: []store.TimerSet{{IntentHash: "vt", DeliverAt: at}}}, false},
+		{"v", store.CommitBatch{ExpectedCursor: 1, NewCursor: 1, ExpectedHead: 1, Timers: []vocab.TimerSet{{IntentHash: "vt", DeliverAt: at}}}, false},
 		{"w", store.CommitBatch{ExpectedCursor: 3, NewCursor: 3, ExpectedHead: 3, Entries: []store.Record{rec("d")}}, true},
 		{"w", store.CommitBatch{ExpectedCursor: 3, NewCursor: 3, ExpectedHead: 4, Entries: []store.Record{rec("last")},
-			Intents: []store.Intent{{IntentHash: "i4", Kind: "k"}}, CancelTimers: []string{"t3"},
+			Intents: []vocab.Intent{{IntentHash: "i4", Kind: "k"}}, CancelTimers: []string{"t3"},
 			Status: &store.StatusChange{Status: store.WorldArchived, Reason: "run completed"}}, false},
 		{"v", store.CommitBatch{ExpectedCursor: 1, NewCursor: 2, ExpectedHead: 1,
 			Status: &store.StatusChange{Status: store.WorldPaused, Reason: "operator"}}, false},
@@ -194,8 +195,8 @@ func TestSpeculativeCommitFallsBackOnEveryWrongGuess(t *testing.T) {
 	at := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
 	cycle := func(cursor, newCursor, head uint64, keys ...string) store.CommitBatch {
 		bt := store.CommitBatch{ExpectedCursor: cursor, NewCursor: newCursor, ExpectedHead: head,
-			Intents: []store.Intent{{IntentHash: "i-" + keys[0], Kind: "k"}},
-			Timers:  []store.TimerSet{{IntentHash: "t-" + keys[0], DeliverAt: at}}}
+			Intents: []vocab.Intent{{IntentHash: "i-" + keys[0], Kind: "k"}},
+			Timers:  []vocab.TimerSet{{IntentHash: "t-" + keys[0], DeliverAt: at}}}
 		for _, k := range keys {
 			bt.Entries = append(bt.Entries, rec(k))
 		}
@@ -570,8 +571,8 @@ func TestTwoStoresRacingCommitsAppendsAndRenewals(t *testing.T) {
 			}
 			next := min(c+1, items)
 			res, err := s.Commit(bg, w, epoch(w), store.CommitBatch{ExpectedCursor: c, NewCursor: next, ExpectedHead: h,
-				Entries: []store.Record{rec(id)}, Intents: []store.Intent{{IntentHash: "i-" + id, Kind: "k"}},
-				Timers: []store.TimerSet{{IntentHash: "t-" + id, DeliverAt: at}}, CancelTimers: []string{"t-" + id + "-none"},
+				Entries: []store.Record{rec(id)}, Intents: []vocab.Intent{{IntentHash: "i-" + id, Kind: "k"}},
+				Timers: []vocab.TimerSet{{IntentHash: "t-" + id, DeliverAt: at}}, CancelTimers: []string{"t-" + id + "-none"},
 				Status: status})
 			switch {
 			case errors.Is(err, store.ErrHeadMismatch), errors.Is(err, store.ErrCursorMismatch):

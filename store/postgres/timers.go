@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/internal/contract"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Schedule implements protocol E's first step (see schedule_timer).
@@ -115,7 +116,7 @@ func (s *backend) NextDue(ctx context.Context) (time.Time, bool, error) {
 // (kind timer, dedupe key store.TimerKey(intentHash), the timer's payload)
 // whatever the world's status, once the timer is due (contract.Due) and
 // for its latest claim.
-func (s *backend) Fire(ctx context.Context, intentHash string, c store.Claim) (uint64, bool, error) {
+func (s *backend) Fire(ctx context.Context, intentHash string, c vocab.Claim) (uint64, bool, error) {
 	const op = "fire"
 	if err := s.begin(op); err != nil {
 		return 0, false, err
@@ -212,7 +213,7 @@ func (f *firedHeld) decide(op, world string, epoch uint64, hash string) (store.H
 		// again: that item answers.
 		res.Dup, res.Item.Seq = true, uint64(f.seq)
 	default:
-		res.Item = store.InboxItem{Seq: uint64(f.seq), World: world, Kind: store.KindTimer, Payload: f.payload,
+		res.Item = store.InboxItem{Seq: uint64(f.seq), World: world, Kind: vocab.KindTimer, Payload: f.payload,
 			DedupeKey: store.TimerKey(hash), EnqueuedAt: now}
 	}
 	return res, nil

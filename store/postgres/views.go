@@ -5,15 +5,16 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // ListEffects implements store.Views (on effects_open_by_world).
-func (s *backend) ListEffects(ctx context.Context, world string, afterSeq uint64, limit int) ([]store.EffectItem, error) {
+func (s *backend) ListEffects(ctx context.Context, world string, afterSeq uint64, limit int) ([]vocab.EffectItem, error) {
 	const op = "list_effects"
 	if err := s.begin(op); err != nil {
 		return nil, err
 	}
-	out := []store.EffectItem{}
+	out := []vocab.EffectItem{}
 	err := s.retry(ctx, op, world, func() error {
 		rows, _ := s.pool.Query(ctx, `SELECT intent_hash, world, seq, kind, params, origin, policy_context_hash,
 				enqueued_at_ns, attempts, claimed_by, claim_expires_ns, retries, state

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // A world's last cycle on the speculative path (one round trip) withdraws
@@ -16,14 +17,14 @@ func TestSpeculativeArchivingCommitWithdrawsPendingEffects(t *testing.T) {
 	t.Parallel()
 	a, _, _ := twoMachines(t)
 	e := spawnCached(t, a, "w", 1)
-	if _, err := a.Publish(bg, "w", e, []store.Intent{{IntentHash: "early", Kind: "k"}}); err != nil {
+	if _, err := a.Publish(bg, "w", e, []vocab.Intent{{IntentHash: "early", Kind: "k"}}); err != nil {
 		t.Fatal(err)
 	}
 	var res store.CommitResult
 	rt, misses := trips(a, func() {
 		var err error
 		res, err = a.Commit(bg, "w", e, store.CommitBatch{NewCursor: 1, Entries: []store.Record{rec("end")},
-			Intents: []store.Intent{{IntentHash: "late", Kind: "k"}},
+			Intents: []vocab.Intent{{IntentHash: "late", Kind: "k"}},
 			Status:  &store.StatusChange{Status: store.WorldArchived, Reason: "done"}})
 		if err != nil {
 			t.Fatal(err)
@@ -36,7 +37,7 @@ func TestSpeculativeArchivingCommitWithdrawsPendingEffects(t *testing.T) {
 		t.Fatalf("CommitResult = %+v, want 1 published, 2 withdrawn", res)
 	}
 	for _, h := range []string{"early", "late"} {
-		if st, err := a.EffectStatus(bg, h); err != nil || st.State != store.EffectWithdrawn {
+		if st, err := a.EffectStatus(bg, h); err != nil || st.State != vocab.EffectWithdrawn {
 			t.Fatalf("EffectStatus(%s) = %+v, %v; want withdrawn", h, st, err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Benchmarks of the durable store (synchronous=FULL, a real file in the
@@ -153,9 +154,9 @@ func BenchmarkEffectClaimComplete(b *testing.B) {
 	const adapters, batch = 4, 64
 	kind := func(i int) string { return fmt.Sprintf("kind-%d", i%adapters) }
 	for i := 0; i < b.N; i += 512 {
-		var intents []store.Intent
+		var intents []vocab.Intent
 		for j := i; j < min(i+512, b.N); j++ {
-			intents = append(intents, store.Intent{IntentHash: fmt.Sprintf("intent-%d", j), Kind: kind(j), Params: []byte{1, 2, 3}})
+			intents = append(intents, vocab.Intent{IntentHash: fmt.Sprintf("intent-%d", j), Kind: kind(j), Params: []byte{1, 2, 3}})
 		}
 		if _, err := s.Publish(bg, "w1", l.Epoch, intents); err != nil {
 			b.Fatal(err)
@@ -184,7 +185,7 @@ func BenchmarkEffectClaimComplete(b *testing.B) {
 					cwg.Add(1)
 					go func() {
 						defer cwg.Done()
-						if _, _, err := s.Complete(bg, it.IntentHash, it.ClaimOf(), store.Receipt{Status: store.ReceiptOK, Payload: []byte{0xa0}}); err != nil {
+						if _, _, err := s.Complete(bg, it.IntentHash, it.ClaimOf(), vocab.Receipt{Status: vocab.ReceiptOK, Payload: []byte{0xa0}}); err != nil {
 							b.Error(err)
 						}
 						done.Add(1)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // The queries that must scale with the page, not with the store (issue 7:
@@ -73,8 +74,8 @@ func TestCommitIsOneRequest(t *testing.T) {
 	batch := store.CommitBatch{
 		ExpectedCursor: 0, NewCursor: 2, ExpectedHead: 0,
 		Entries:  []store.Record{rec("a"), rec("b")},
-		Intents:  []store.Intent{{IntentHash: "i1", Kind: "http"}},
-		Timers:   []store.TimerSet{{IntentHash: "t1", DeliverAt: clock.Now().Add(time.Hour)}},
+		Intents:  []vocab.Intent{{IntentHash: "i1", Kind: "http"}},
+		Timers:   []vocab.TimerSet{{IntentHash: "t1", DeliverAt: clock.Now().Add(time.Hour)}},
 		Snapshot: &store.Snapshot{Height: 2, State: []byte("s"), StateHash: "h2"},
 	}
 	before := s.Stats()
@@ -99,8 +100,8 @@ func TestCommitIsOneRequest(t *testing.T) {
 	bad := store.CommitBatch{
 		ExpectedCursor: 2, NewCursor: 3, ExpectedHead: 2,
 		Entries:  []store.Record{rec("c")},
-		Intents:  []store.Intent{{IntentHash: "i2", Kind: "http"}},
-		Timers:   []store.TimerSet{{IntentHash: "t2", DeliverAt: clock.Now().Add(time.Hour)}},
+		Intents:  []vocab.Intent{{IntentHash: "i2", Kind: "http"}},
+		Timers:   []vocab.TimerSet{{IntentHash: "t2", DeliverAt: clock.Now().Add(time.Hour)}},
 		Snapshot: &store.Snapshot{Height: 2, State: []byte("other"), StateHash: "other"},
 	}
 	if _, err := s.Commit(bg, "w1", l.Epoch, bad); !errors.Is(err, store.ErrSnapshotConflict) {
@@ -385,7 +386,7 @@ func TestMigrationRebuildsEffectsForWithdrawal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := s.Publish(bg, "w", 1, []store.Intent{{IntentHash: "new", Kind: "k", Origin: "o", PolicyContextHash: "p"}}); err != nil {
+	if _, err := s.Publish(bg, "w", 1, []vocab.Intent{{IntentHash: "new", Kind: "k", Origin: "o", PolicyContextHash: "p"}}); err != nil {
 		t.Fatal(err)
 	}
 	items, err := s.ListEffects(bg, "w", 0, 10)
@@ -396,7 +397,7 @@ func TestMigrationRebuildsEffectsForWithdrawal(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, h := range []string{"old-pending", "new"} {
-		if st, err := s.EffectStatus(bg, h); err != nil || st.State != store.EffectWithdrawn {
+		if st, err := s.EffectStatus(bg, h); err != nil || st.State != vocab.EffectWithdrawn {
 			t.Fatalf("EffectStatus(%s) after archiving = %+v, %v; want withdrawn", h, st, err)
 		}
 	}

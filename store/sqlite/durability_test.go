@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // rawDB opens the store's file directly, as an operator's sqlite3 shell
@@ -122,7 +123,7 @@ func TestReopenPreservesEverything(t *testing.T) {
 	must(err)
 	app, err := s.DrainToJournal(bg, "w1", lease.Epoch, 0, 0, seq, []store.Record{rec("a"), rec("b")})
 	must(err)
-	_, err = s.Publish(bg, "w1", lease.Epoch, []store.Intent{{IntentHash: "i1", Kind: "http.request", Params: []byte{1}}})
+	_, err = s.Publish(bg, "w1", lease.Epoch, []vocab.Intent{{IntentHash: "i1", Kind: "http.request", Params: []byte{1}}})
 	must(err)
 	must(s.Schedule(bg, "w1", lease.Epoch, "t1", clock.Now().Add(time.Hour), []byte("tick")))
 	must(s.PutSnapshot(bg, "w1", lease.Epoch, store.Snapshot{Height: 2, State: []byte("state"), StateHash: "h2"}))
@@ -161,7 +162,7 @@ func TestReopenPreservesEverything(t *testing.T) {
 	if a, ok, _ := s.GetAssignment(bg, "w1"); !ok || a.Priority != 3 {
 		t.Fatalf("assignment after reopen: %+v", a)
 	}
-	if st, err := s.EffectStatus(bg, "i1"); err != nil || st.State != store.EffectPending {
+	if st, err := s.EffectStatus(bg, "i1"); err != nil || st.State != vocab.EffectPending {
 		t.Fatalf("effect after reopen: %+v %v", st, err)
 	}
 	clock.Advance(2 * time.Hour)

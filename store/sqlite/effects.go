@@ -8,6 +8,7 @@ import (
 
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/internal/contract"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Effects (protocols C and D). One row per intent hash carries the queue
@@ -19,7 +20,7 @@ import (
 
 // publish queues the intents whose hash was never published (or was
 // swept), inside a fenced request (Publish, Commit).
-func (t *wtx) publish(world string, intents []store.Intent) (int, error) {
+func (t *wtx) publish(world string, intents []vocab.Intent) (int, error) {
 	queued := 0
 	for _, in := range intents {
 		res, err := t.exec(`INSERT INTO effects (intent_hash, world, kind, params, origin, policy_context_hash, state, enqueued_at)
@@ -63,7 +64,7 @@ func (t *wtx) rowsAffected(query string, args ...any) (int, error) {
 }
 
 // Publish queues the world's new intents, fenced by epoch (protocol C).
-func (s *backend) Publish(ctx context.Context, world string, epoch uint64, intents []store.Intent) (int, error) {
+func (s *backend) Publish(ctx context.Context, world string, epoch uint64, intents []vocab.Intent) (int, error) {
 	res, err := s.commit(ctx, "publish", world, epoch, store.CommitBatch{Intents: intents}, sideEffects)
 	if err != nil {
 		return 0, err
@@ -74,9 +75,9 @@ func (s *backend) Publish(ctx context.Context, world string, epoch uint64, inten
 const effectItemCols = `seq, intent_hash, world, kind, params, params IS NOT NULL, origin, policy_context_hash, enqueued_at,
 	state, attempts, claimed_by, claim_expires, retries`
 
-func scanEffectItem(sc interface{ Scan(...any) error }) (store.EffectItem, error) {
+func scanEffectItem(sc interface{ Scan(...any) error }) (vocab.EffectItem, error) {
 	var (
-		it                 store.EffectItem
+		it                 vocab.EffectItem
 		seq, at, att, retr int64
 		hasParams          bool
 		state              string
@@ -84,10 +85,10 @@ func scanEffectItem(sc interface{ Scan(...any) error }) (store.EffectItem, error
 	)
 	if err := sc.Scan(&seq, &it.IntentHash, &it.World, &it.Kind, &it.Params, &hasParams, &it.Origin, &it.PolicyContextHash,
 		&at, &state, &att, &it.ClaimedBy, &exp, &retr); err != nil {
-		return store.EffectItem{}, err
+		return vocab.EffectItem{}, err
 	}
 	it.Params = blob(it.Params, hasParams)
-	it.Seq, it.EnqueuedAt, it.State, it.Attempt, it.Retries = uint64(seq), fromNS(at), store.EffectState(state), int(att), int(retr)
+	it.Seq, it.EnqueuedAt, it.State, it.Attempt, it.Retries = uint64(seq), fromNS(at), vocab.EffectState(state), int(att), int(retr)
 	it.ClaimExpires = fromNullNS(exp)
 	return it, nil
 }
@@ -97,7 +98,7 @@ func scanEffectItem(sc interface{ Scan(...any) error }) (store.EffectItem, error
 // come from its own range of effects_pending_by_kind, the merge keeps the n
 // oldest overall: a claim reads O(kinds × n) index entries however long
 // the queue.
-func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]store.EffectItem, error) {
+func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]vocab.EffectItem, error) {
 	const op = "claim"
 	if n == 0 {
 		return nil, nil
@@ -107,7 +108,7 @@ func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n in
 	for i, k := range kinds {
 		parts[i] = []any{k}
 	}
-	var out []store.EffectItem
+	var out []vocab.EffectItem
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		out = out[:0]
 		return claim[int64](t, effectsQueue, worker, n, claimTTL, parts, func(sc interface{ Scan(...any) error }) error {
@@ -124,7 +125,7 @@ func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n in
 
 // CompleteMany completes the batch in one request of the group commit, so
 // in one transaction and one fsync, each item decided on its own.
-func (s *backend) CompleteMany(ctx context.Context, cs []store.Completion) ([]store.CompleteResult, error) {
+func (s *backend) CompleteMany(ctx context.Context, cs []vocab.Completion) ([]store.CompleteResult, error) {
 	const op = "complete_many"
 	if len(cs) == 0 {
 		// Nothing to write, but the call's own answer (a closed store)
@@ -158,7 +159,7 @@ func (s *backend) CompleteMany(ctx context.Context, cs []store.Completion) ([]st
 // inbox whatever the world's status: it answers the world's own request. A
 // typed refusal is the item's answer and writes nothing; the error is the
 // database's, which fails the whole request.
-func (t *wtx) complete(c store.Completion) (store.CompleteResult, error) {
+func (t *wtx) complete(c vocab.Completion) (store.CompleteResult, error) {
 	seq, dup, err := t.settle(effectsQueue, "complete", c.IntentHash, contract.Claimant(c.Claim), c.Receipt)
 	if err != nil {
 		if _, typed := err.(*store.Error); typed {
@@ -173,7 +174,7 @@ func (t *wtx) complete(c store.Completion) (store.CompleteResult, error) {
 // that Complete runs, with an operator in the claimant's place
 // (contract.Operator), in one request of the group commit. The reason is
 // kept in resolve_reason.
-func (s *backend) Resolve(ctx context.Context, intentHash string, r store.Receipt, reason string) (uint64, bool, error) {
+func (s *backend) Resolve(ctx context.Context, intentHash string, r vocab.Receipt, reason string) (uint64, bool, error) {
 	const op = "resolve"
 	var (
 		seq uint64
@@ -197,7 +198,7 @@ func (s *backend) ReapEffects(ctx context.Context) (int, error) {
 
 // ReleaseEffect puts an inflight effect back to pending under its latest
 // claim (contract.ReleaseEffect), as a reap of that one item would.
-func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c store.Claim) error {
+func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c vocab.Claim) error {
 	const op = "release_effect"
 	return s.write(ctx, op, "", func(t *wtx) error {
 		var (
@@ -212,11 +213,11 @@ func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c store.
 			return err
 		}
 		row.Attempt = int(att)
-		noop, err := contract.ReleaseEffect(op, intentHash, found, store.EffectState(state), row, c)
+		noop, err := contract.ReleaseEffect(op, intentHash, found, vocab.EffectState(state), row, c)
 		if err != nil || noop {
 			return err
 		}
-		if contract.ReleaseTo(store.WorldStatus(status)) == store.EffectWithdrawn {
+		if contract.ReleaseTo(store.WorldStatus(status)) == vocab.EffectWithdrawn {
 			_, err := t.exec(`UPDATE effects SET state = 'withdrawn', claim_expires = NULL, completed_at = ? WHERE intent_hash = ?`, t.nowNS, intentHash)
 			return err
 		}
@@ -248,7 +249,7 @@ func (s *backend) RetryEffect(ctx context.Context, intentHash, reason string) (s
 		if !found {
 			return store.Errorf(op, store.ErrNotFound, "", "intent %s", intentHash)
 		}
-		if err := contract.RetryEffect(op, intentHash, world, store.EffectState(state), store.ReceiptStatus(rstatus.String),
+		if err := contract.RetryEffect(op, intentHash, world, vocab.EffectState(state), vocab.ReceiptStatus(rstatus.String),
 			store.WorldStatus(wstatus)); err != nil {
 			return err
 		}
@@ -288,13 +289,13 @@ func scanEffectStatus(sc interface{ Scan(...any) error }) (store.EffectStatus, e
 		&rstatus, &rpayload, &hasPayload, &resolveReason, &inboxSeq, &done); err != nil {
 		return store.EffectStatus{}, err
 	}
-	st.State, st.Attempts, st.Retries = store.EffectState(state), int(attempts), int(retries)
-	if st.State == store.EffectWithdrawn {
+	st.State, st.Attempts, st.Retries = vocab.EffectState(state), int(attempts), int(retries)
+	if st.State == vocab.EffectWithdrawn {
 		st.CompletedAt = fromNullNS(done)
 	}
 	st.Resolved, st.ResolveReason = resolveReason.Valid, resolveReason.String
 	if rstatus.Valid {
-		st.Receipt = &store.Receipt{Status: store.ReceiptStatus(rstatus.String), Payload: blob(rpayload, hasPayload)}
+		st.Receipt = &vocab.Receipt{Status: vocab.ReceiptStatus(rstatus.String), Payload: blob(rpayload, hasPayload)}
 		st.InboxSeq = uint64(inboxSeq.Int64)
 		st.CompletedAt = fromNullNS(done)
 	}

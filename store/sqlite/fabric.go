@@ -5,6 +5,7 @@ import (
 
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/internal/contract"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Send delivers item's payload into dest's inbox (kind KindFabric) once per
@@ -36,7 +37,7 @@ func (s *backend) Send(ctx context.Context, dest, messageID string, item store.I
 			out = store.FabricResult{Status: store.FabricAlreadyEnqueued, Seq: uint64(seq)}
 			return nil
 		}
-		got, _, err := t.enqueueInto(w, store.KindFabric, item.Payload, "")
+		got, _, err := t.enqueueInto(w, vocab.KindFabric, item.Payload, "")
 		if err != nil {
 			return err
 		}

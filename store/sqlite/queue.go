@@ -9,6 +9,7 @@ import (
 
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/internal/contract"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // The claimable queue. Effects (protocol D) and timers (protocol E) are one
@@ -38,9 +39,9 @@ type queue struct {
 
 	// delivery is what a settle delivers: the inbox item's kind, payload
 	// and dedupe key.
-	delivery func(hash string, row *queueRow, r store.Receipt) (kind string, payload []byte, key string)
+	delivery func(hash string, row *queueRow, r vocab.Receipt) (kind string, payload []byte, key string)
 	// settleArgs are settleSet's arguments.
-	settleArgs func(r store.Receipt, by contract.By) []any
+	settleArgs func(r vocab.Receipt, by contract.By) []any
 
 	// The protocol's statements, built from the above (newQueue).
 	pickSQL, claimSQL, reapSQL, readSQL, settleSQL string
@@ -69,20 +70,20 @@ func newQueue(q queue, key, filter, order, cols string) *queue {
 
 var effectsQueue = newQueue(queue{
 	table: "effects", noun: "intent",
-	ready: string(store.EffectPending), claimed: string(store.EffectInflight), done: string(store.EffectDone),
+	ready: string(vocab.EffectPending), claimed: string(vocab.EffectInflight), done: string(vocab.EffectDone),
 	attempt: "attempts", topic: store.TopicEffects,
 	retries: "retries", payload: "NULL", dueAt: "NULL",
 	settleSet: "receipt_status = ?, receipt_payload = ?, resolve_reason = ?",
 	// The receipt carries the payload under ReceiptKey(hash, retries); its
 	// status, and the operator's reason when Resolve settled it, are in the
 	// EffectStatus.
-	delivery: func(hash string, row *queueRow, r store.Receipt) (string, []byte, string) {
-		return store.KindReceipt, r.Payload, store.ReceiptKey(hash, int(row.retries))
+	delivery: func(hash string, row *queueRow, r vocab.Receipt) (string, []byte, string) {
+		return vocab.KindReceipt, r.Payload, store.ReceiptKey(hash, int(row.retries))
 	},
 	reapGoneSQL: `UPDATE effects SET state = 'withdrawn', claim_expires = NULL, completed_at = ?1
 		WHERE state = 'inflight' AND claim_expires <= ?1
 		AND world IN (SELECT id FROM worlds WHERE status = 'archived')`,
-	settleArgs: func(r store.Receipt, by contract.By) []any {
+	settleArgs: func(r vocab.Receipt, by contract.By) []any {
 		var reason any
 		if p := by.OperatorReason(); p != nil {
 			reason = *p
@@ -104,10 +105,10 @@ var timersQueue = newQueue(queue{
 	retries: "0", payload: "payload", dueAt: "deliver_at",
 	settleSet: "payload = NULL",
 	// The timer-fired item carries the timer's payload under TimerKey(hash).
-	delivery: func(hash string, row *queueRow, _ store.Receipt) (string, []byte, string) {
-		return store.KindTimer, blob(row.payload, row.hasPayload), store.TimerKey(hash)
+	delivery: func(hash string, row *queueRow, _ vocab.Receipt) (string, []byte, string) {
+		return vocab.KindTimer, blob(row.payload, row.hasPayload), store.TimerKey(hash)
 	},
-	settleArgs: func(store.Receipt, contract.By) []any { return nil },
+	settleArgs: func(vocab.Receipt, contract.By) []any { return nil },
 }, "intent_hash", "deliver_at <= ?", "deliver_at, intent_hash", timerCols)
 
 // claim claims up to n of q's ready items for worker until now+ttl, inside
@@ -165,7 +166,7 @@ type queueRow struct {
 // r is what a completion brings (an effect's receipt). A typed error
 // (*store.Error) is the item's refusal and nothing was written; any other
 // error is the database's.
-func (t *wtx) settle(q *queue, op, hash string, by contract.By, r store.Receipt) (seq uint64, dup bool, err error) {
+func (t *wtx) settle(q *queue, op, hash string, by contract.By, r vocab.Receipt) (seq uint64, dup bool, err error) {
 	s, err := t.settleItem(q, op, hash, by, r)
 	if err != nil {
 		return 0, false, err
@@ -183,7 +184,7 @@ type settled struct {
 
 // settleItem is settle, answering also what it read: a refusal as typed
 // as settle's comes with the row (a timer's due time for ErrNotDue).
-func (t *wtx) settleItem(q *queue, op, hash string, by contract.By, r store.Receipt) (s settled, err error) {
+func (t *wtx) settleItem(q *queue, op, hash string, by contract.By, r vocab.Receipt) (s settled, err error) {
 	row := &s.row
 	found, err := t.queryRow(q.readSQL, []any{hash}, &row.world, &row.state, &row.attempt, &row.claimedBy, &row.inboxSeq,
 		&row.retries, &row.payload, &row.hasPayload, &row.dueAt)
@@ -191,7 +192,7 @@ func (t *wtx) settleItem(q *queue, op, hash string, by contract.By, r store.Rece
 		return s, err
 	}
 	sr := contract.SettleRow{Found: found, World: row.world, Done: row.state == q.done,
-		Withdrawn: row.state == string(store.EffectWithdrawn),
+		Withdrawn: row.state == string(vocab.EffectWithdrawn),
 		Claim:     contract.ClaimRow{Attempt: int(row.attempt), ClaimedBy: row.claimedBy}}
 	if row.dueAt.Valid {
 		at := fromNS(row.dueAt.Int64)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/internal/contract"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Timers (protocol E). One row per intent hash: scheduled → claimed →
@@ -17,7 +18,7 @@ import (
 
 // schedule persists one timer inside a fenced request (Schedule, Commit);
 // scheduled is false for a hash already known.
-func (t *wtx) schedule(world string, ts store.TimerSet) (scheduled bool, err error) {
+func (t *wtx) schedule(world string, ts vocab.TimerSet) (scheduled bool, err error) {
 	res, err := t.exec(`INSERT INTO timers (intent_hash, world, deliver_at, payload, state) VALUES (?, ?, ?, ?, 'scheduled')
 		ON CONFLICT (intent_hash) DO NOTHING`, ts.IntentHash, world, ts.DeliverAt.UnixNano(), ts.Payload)
 	if err != nil {
@@ -47,7 +48,7 @@ func (t *wtx) cancelTimer(world, intentHash string) (found bool, err error) {
 // Schedule persists a timer, fenced by epoch.
 func (s *backend) Schedule(ctx context.Context, world string, epoch uint64, intentHash string, deliverAt time.Time, payload []byte) error {
 	_, err := s.commit(ctx, "schedule", world, epoch, store.CommitBatch{
-		Timers: []store.TimerSet{{IntentHash: intentHash, DeliverAt: deliverAt, Payload: payload}},
+		Timers: []vocab.TimerSet{{IntentHash: intentHash, DeliverAt: deliverAt, Payload: payload}},
 	}, sideEffects)
 	return err
 }
@@ -104,7 +105,7 @@ func (s *backend) ClaimDue(ctx context.Context, worker string, n int, ttl time.D
 // transaction, once the timer is due (contract.Due) and c is its latest
 // claim (contract.ClaimCheck): a settle of the timers queue (queue.go).
 // Like Complete, it delivers whatever the world's status.
-func (s *backend) Fire(ctx context.Context, intentHash string, c store.Claim) (uint64, bool, error) {
+func (s *backend) Fire(ctx context.Context, intentHash string, c vocab.Claim) (uint64, bool, error) {
 	const op = "fire"
 	var (
 		seq uint64
@@ -112,7 +113,7 @@ func (s *backend) Fire(ctx context.Context, intentHash string, c store.Claim) (u
 	)
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		var err error
-		seq, dup, err = t.settle(timersQueue, op, intentHash, contract.Claimant(c), store.Receipt{})
+		seq, dup, err = t.settle(timersQueue, op, intentHash, contract.Claimant(c), vocab.Receipt{})
 		return err
 	})
 	if err != nil {
@@ -132,7 +133,7 @@ func (s *backend) FireHeld(ctx context.Context, world string, epoch uint64, inte
 		if err := t.fence(op, world, epoch); err != nil {
 			return err
 		}
-		st, err := t.settleItem(timersQueue, op, intentHash, contract.LeaseHolder(world), store.Receipt{})
+		st, err := t.settleItem(timersQueue, op, intentHash, contract.LeaseHolder(world), vocab.Receipt{})
 		if st.row.world == world && st.row.dueAt.Valid {
 			res.DueAt, res.Now = fromNS(st.row.dueAt.Int64), fromNS(t.nowNS)
 		}
@@ -141,7 +142,7 @@ func (s *backend) FireHeld(ctx context.Context, world string, epoch uint64, inte
 		}
 		res.Dup, res.Item.Seq = st.dup, st.seq
 		if !st.dup {
-			kind, payload, key := timersQueue.delivery(intentHash, &st.row, store.Receipt{})
+			kind, payload, key := timersQueue.delivery(intentHash, &st.row, vocab.Receipt{})
 			res.Item = store.InboxItem{Seq: st.seq, World: world, Kind: kind, Payload: payload, DedupeKey: key, EnqueuedAt: fromNS(t.nowNS)}
 		}
 		return nil

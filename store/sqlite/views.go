@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // QueueDepths reads the gauges in one read transaction. The queue counts
@@ -45,7 +46,7 @@ func (s *backend) checkView(ctx context.Context, op, world string) error {
 
 // ListEffects lists up to limit of world's pending and inflight effects
 // after afterSeq, in queue order (effects_queued_by_world).
-func (s *backend) ListEffects(ctx context.Context, world string, afterSeq uint64, limit int) ([]store.EffectItem, error) {
+func (s *backend) ListEffects(ctx context.Context, world string, afterSeq uint64, limit int) ([]vocab.EffectItem, error) {
 	const op = "list_effects"
 	if err := s.checkView(ctx, op, world); err != nil {
 		return nil, err
@@ -56,7 +57,7 @@ func (s *backend) ListEffects(ctx context.Context, world string, afterSeq uint64
 		return nil, dbErr(op, world, err)
 	}
 	defer rows.Close()
-	var out []store.EffectItem
+	var out []vocab.EffectItem
 	for rows.Next() {
 		it, err := scanEffectItem(rows)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 func hinted(sig *store.Signal) bool {
@@ -63,7 +64,7 @@ func TestWatchHints(t *testing.T) {
 	if !quiet(effects) || !quiet(leases) {
 		t.Fatal("an inbox change hinted another topic")
 	}
-	if _, err := s.Publish(bg, "w1", 9, []store.Intent{{IntentHash: "i", Kind: "k"}}); err == nil {
+	if _, err := s.Publish(bg, "w1", 9, []vocab.Intent{{IntentHash: "i", Kind: "k"}}); err == nil {
 		t.Fatal("publish without a lease succeeded")
 	}
 	if !quiet(effects) {
@@ -76,7 +77,7 @@ func TestWatchHints(t *testing.T) {
 	if quiet(leases) {
 		t.Fatal("no leases hint after Acquire")
 	}
-	if _, err := s.Publish(bg, "w1", l.Epoch, []store.Intent{{IntentHash: "i", Kind: "k"}}); err != nil {
+	if _, err := s.Publish(bg, "w1", l.Epoch, []vocab.Intent{{IntentHash: "i", Kind: "k"}}); err != nil {
 		t.Fatal(err)
 	}
 	if quiet(effects) {

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 var bg = context.Background()
@@ -115,11 +116,11 @@ func cycle(s store.Store, w *worldState, oneCommit bool) error {
 		entries[i] = record(w.id, w.head, i)
 	}
 	w.cycles++
-	intents := []store.Intent{
+	intents := []vocab.Intent{
 		{IntentHash: fmt.Sprintf("%s-i%d-a", w.id, w.cycles), Kind: "http.request", Params: []byte{0xa0}},
 		{IntentHash: fmt.Sprintf("%s-i%d-b", w.id, w.cycles), Kind: "email", Params: []byte{0xa0}},
 	}
-	timer := store.TimerSet{
+	timer := vocab.TimerSet{
 		IntentHash: fmt.Sprintf("%s-t%d", w.id, w.cycles),
 		DeliverAt:  time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC), Payload: []byte{0xa0},
 	}
@@ -127,7 +128,7 @@ func cycle(s store.Store, w *worldState, oneCommit bool) error {
 	if oneCommit {
 		_, err := s.Commit(bg, w.id, w.epoch, store.CommitBatch{
 			ExpectedCursor: w.cursor, NewCursor: next, ExpectedHead: w.head,
-			Entries: entries, Intents: intents, Timers: []store.TimerSet{timer},
+			Entries: entries, Intents: intents, Timers: []vocab.TimerSet{timer},
 		})
 		if err != nil {
 			return err
@@ -254,11 +255,11 @@ func claimComplete(b *testing.B, open Open, adapters int, many bool) {
 	const chunk = 256
 	for i := 0; i < b.N; i += chunk {
 		w := ws[(i/chunk)%len(ws)]
-		var batch []store.Intent
+		var batch []vocab.Intent
 		for j := i; j < min(i+chunk, b.N); j++ {
 			batch = append(batch,
-				store.Intent{IntentHash: fmt.Sprintf("a-%d", j), Kind: "a", Params: []byte{0xa0}},
-				store.Intent{IntentHash: fmt.Sprintf("b-%d", j), Kind: "b", Params: []byte{0xa0}})
+				vocab.Intent{IntentHash: fmt.Sprintf("a-%d", j), Kind: "a", Params: []byte{0xa0}},
+				vocab.Intent{IntentHash: fmt.Sprintf("b-%d", j), Kind: "b", Params: []byte{0xa0}})
 		}
 		if _, err := s.Publish(bg, w.id, w.epoch, batch); err != nil {
 			b.Fatal(err)
@@ -290,7 +291,7 @@ func claimComplete(b *testing.B, open Open, adapters int, many bool) {
 				if len(items) == 0 {
 					return
 				}
-				receipt := store.Receipt{Status: store.ReceiptOK, Payload: []byte{0xa0}}
+				receipt := vocab.Receipt{Status: vocab.ReceiptOK, Payload: []byte{0xa0}}
 				if !many {
 					for _, it := range items {
 						t0 := time.Now()
@@ -304,9 +305,9 @@ func claimComplete(b *testing.B, open Open, adapters int, many bool) {
 					}
 					continue
 				}
-				cs := make([]store.Completion, len(items))
+				cs := make([]vocab.Completion, len(items))
 				for i, it := range items {
-					cs[i] = store.Completion{IntentHash: it.IntentHash, Claim: it.ClaimOf(), Receipt: receipt}
+					cs[i] = vocab.Completion{IntentHash: it.IntentHash, Claim: it.ClaimOf(), Receipt: receipt}
 				}
 				t0 = time.Now()
 				res, err := s.CompleteMany(bg, cs)

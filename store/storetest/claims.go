@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Claims (issue 7 items 4 and 12): Complete and Fire present the claim they
@@ -30,7 +31,7 @@ func testFireBeforeDue(t *testing.T, open Factory) {
 	f := setup(t, open)
 	e := f.leased("w", "A")
 	must(t, f.s.Schedule(bg, "w", e, "t1", f.now().Add(time.Hour), []byte("p")), "Schedule")
-	for _, c := range []store.Claim{{Worker: "tw", Attempt: 1}, {Worker: "other", Attempt: 3}} {
+	for _, c := range []vocab.Claim{{Worker: "tw", Attempt: 1}, {Worker: "other", Attempt: 3}} {
 		_, _, err := f.s.Fire(bg, "t1", c)
 		wantErr(t, err, store.ErrNotDue, "Fire an hour early")
 	}
@@ -67,31 +68,31 @@ func testStaleClaims(t *testing.T, open Factory) {
 	if ec2.Attempt != ec1.Attempt+1 || tc2.Attempt != tc1.Attempt+1 {
 		t.Fatalf("reclaims at attempts %d and %d, want %d and %d", ec2.Attempt, tc2.Attempt, ec1.Attempt+1, tc1.Attempt+1)
 	}
-	_, _, err := f.s.Complete(bg, "i1", ec1, store.Receipt{Status: store.ReceiptOK})
+	_, _, err := f.s.Complete(bg, "i1", ec1, vocab.Receipt{Status: vocab.ReceiptOK})
 	wantErr(t, err, store.ErrClaimLost, "Complete under a reclaimed claim")
 	_, _, err = f.s.Fire(bg, "t1", tc1)
 	wantErr(t, err, store.ErrClaimLost, "Fire under a reclaimed claim")
 	// Right attempt, wrong worker (and the reverse) is not the claim either.
-	_, _, err = f.s.Complete(bg, "i1", store.Claim{Worker: "slow", Attempt: ec2.Attempt}, store.Receipt{Status: store.ReceiptOK})
+	_, _, err = f.s.Complete(bg, "i1", vocab.Claim{Worker: "slow", Attempt: ec2.Attempt}, vocab.Receipt{Status: vocab.ReceiptOK})
 	wantErr(t, err, store.ErrClaimLost, "Complete by another worker at the latest attempt")
-	_, _, err = f.s.Fire(bg, "t1", store.Claim{Worker: "fast", Attempt: tc1.Attempt})
+	_, _, err = f.s.Fire(bg, "t1", vocab.Claim{Worker: "fast", Attempt: tc1.Attempt})
 	wantErr(t, err, store.ErrClaimLost, "Fire by the latest worker at an old attempt")
 	if n := len(f.inbox("w")); n != 0 {
 		t.Fatalf("lost claims delivered %d items", n)
 	}
-	seq, dup := f.complete("i1", ec2, store.Receipt{Status: store.ReceiptOK, Payload: []byte("r")})
+	seq, dup := f.complete("i1", ec2, vocab.Receipt{Status: vocab.ReceiptOK, Payload: []byte("r")})
 	tseq, tdup := f.fire("t1", tc2)
 	if dup || tdup {
 		t.Fatal("the latest claims' deliveries reported dup")
 	}
 	// Exactly once: every later attempt, with any claim, answers the first
 	// delivery's seq with dup=true and delivers nothing.
-	for _, c := range []store.Claim{ec1, ec2, {Worker: "x", Attempt: 99}} {
-		if s, d := f.complete("i1", c, store.Receipt{Status: store.ReceiptError}); !d || s != seq {
+	for _, c := range []vocab.Claim{ec1, ec2, {Worker: "x", Attempt: 99}} {
+		if s, d := f.complete("i1", c, vocab.Receipt{Status: vocab.ReceiptError}); !d || s != seq {
 			t.Fatalf("Complete again with %+v = %d dup %v, want %d true", c, s, d, seq)
 		}
 	}
-	for _, c := range []store.Claim{tc1, tc2, {Worker: "x", Attempt: 99}} {
+	for _, c := range []vocab.Claim{tc1, tc2, {Worker: "x", Attempt: 99}} {
 		if s, d := f.fire("t1", c); !d || s != tseq {
 			t.Fatalf("Fire again with %+v = %d dup %v, want %d true", c, s, d, tseq)
 		}
@@ -115,10 +116,10 @@ func testReapKeepsClaim(t *testing.T, open Factory) {
 	}
 	items, err := f.s.ListEffects(bg, "w", 0, 10)
 	must(t, err, "ListEffects")
-	if len(items) != 1 || items[0].State != store.EffectPending || items[0].ClaimedBy != "slow" || items[0].Attempt != c.Attempt || !items[0].ClaimExpires.IsZero() {
+	if len(items) != 1 || items[0].State != vocab.EffectPending || items[0].ClaimedBy != "slow" || items[0].Attempt != c.Attempt || !items[0].ClaimExpires.IsZero() {
 		t.Fatalf("reaped effect = %+v, want pending with the latest claim kept", items)
 	}
-	if _, dup := f.complete("i1", c, store.Receipt{Status: store.ReceiptOK}); dup {
+	if _, dup := f.complete("i1", c, vocab.Receipt{Status: vocab.ReceiptOK}); dup {
 		t.Fatal("the reaped claim's Complete reported dup")
 	}
 }
@@ -126,7 +127,7 @@ func testReapKeepsClaim(t *testing.T, open Factory) {
 func testClaimByKind(t *testing.T, open Factory) {
 	f := setup(t, open)
 	e := f.leased("w", "A")
-	_, err := f.s.Publish(bg, "w", e, []store.Intent{
+	_, err := f.s.Publish(bg, "w", e, []vocab.Intent{
 		{IntentHash: "h1", Kind: "http.request"}, {IntentHash: "m1", Kind: "mail.send"},
 		{IntentHash: "h2", Kind: "http.request"}, {IntentHash: "p1", Kind: "payment.charge"},
 	})
@@ -158,17 +159,17 @@ func testRetryEffect(t *testing.T, open Factory) {
 	e := f.leased("w", "A")
 	f.publish("w", e, "i1")
 	c1 := f.claimOne("adapter", "i1").ClaimOf()
-	seq1, _ := f.complete("i1", c1, store.Receipt{Status: store.ReceiptError, Payload: []byte("503")})
+	seq1, _ := f.complete("i1", c1, vocab.Receipt{Status: vocab.ReceiptError, Payload: []byte("503")})
 	st, err := f.s.RetryEffect(bg, "i1", "upstream fixed")
 	must(t, err, "RetryEffect")
-	if st.IntentHash != "i1" || st.State != store.EffectPending || st.Retries != 1 || st.RetryReason != "upstream fixed" || st.Receipt != nil {
+	if st.IntentHash != "i1" || st.State != vocab.EffectPending || st.Retries != 1 || st.RetryReason != "upstream fixed" || st.Receipt != nil {
 		t.Fatalf("RetryEffect = %+v, want pending, Retries 1, the reason, no receipt", st)
 	}
-	if got := f.effectStatus("i1"); got.State != store.EffectPending || got.Retries != 1 || got.RetryReason != "upstream fixed" {
+	if got := f.effectStatus("i1"); got.State != vocab.EffectPending || got.Retries != 1 || got.RetryReason != "upstream fixed" {
 		t.Fatalf("EffectStatus after retry = %+v", got)
 	}
 	// The attempt that already ended cannot pass as the retry's.
-	_, _, err = f.s.Complete(bg, "i1", c1, store.Receipt{Status: store.ReceiptOK})
+	_, _, err = f.s.Complete(bg, "i1", c1, vocab.Receipt{Status: vocab.ReceiptOK})
 	wantErr(t, err, store.ErrClaimLost, "Complete of a retried effect under the finished attempt's claim")
 	// Publishing the same intent again queues nothing: it is the same one.
 	if n := f.publish("w", e, "i1"); n != 0 {
@@ -178,7 +179,7 @@ func testRetryEffect(t *testing.T, open Factory) {
 	if it.Retries != 1 || it.Attempt != c1.Attempt+1 {
 		t.Fatalf("retried claim = %+v, want Retries 1 at attempt %d", it, c1.Attempt+1)
 	}
-	seq2, dup := f.complete("i1", it.ClaimOf(), store.Receipt{Status: store.ReceiptOK, Payload: []byte("200")})
+	seq2, dup := f.complete("i1", it.ClaimOf(), vocab.Receipt{Status: vocab.ReceiptOK, Payload: []byte("200")})
 	if dup || seq2 == seq1 {
 		t.Fatalf("the retry's Complete = %d dup %v, want a new receipt after %d", seq2, dup, seq1)
 	}
@@ -187,14 +188,14 @@ func testRetryEffect(t *testing.T, open Factory) {
 		items[1].Seq != seq2 || !bytes.Equal(items[1].Payload, []byte("200")) {
 		t.Fatalf("inbox = %+v, want the first receipt and the retry's under ReceiptKey(i1, 1)", items)
 	}
-	if st := f.effectStatus("i1"); st.State != store.EffectDone || st.InboxSeq != seq2 || st.Receipt == nil || st.Receipt.Status != store.ReceiptOK || st.Retries != 1 {
+	if st := f.effectStatus("i1"); st.State != vocab.EffectDone || st.InboxSeq != seq2 || st.Receipt == nil || st.Receipt.Status != vocab.ReceiptOK || st.Retries != 1 {
 		t.Fatalf("EffectStatus after the retry completed = %+v", st)
 	}
 	// A timed-out effect is retryable too.
 	f.publish("w", e, "i2")
 	c := f.claimOne("adapter", "i2").ClaimOf()
-	f.complete("i2", c, store.Receipt{Status: store.ReceiptTimeout})
-	if st, err := f.s.RetryEffect(bg, "i2", ""); err != nil || st.State != store.EffectPending {
+	f.complete("i2", c, vocab.Receipt{Status: vocab.ReceiptTimeout})
+	if st, err := f.s.RetryEffect(bg, "i2", ""); err != nil || st.State != vocab.EffectPending {
 		t.Fatalf("RetryEffect of a timeout = %+v, %v", st, err)
 	}
 }
@@ -204,7 +205,7 @@ func testRetryNotRetryable(t *testing.T, open Factory) {
 	e := f.leased("w", "A")
 	f.publish("w", e, "ok", "inflight", "pending")
 	c := f.claimOne("adapter", "ok").ClaimOf()
-	f.complete("ok", c, store.Receipt{Status: store.ReceiptOK})
+	f.complete("ok", c, vocab.Receipt{Status: vocab.ReceiptOK})
 	f.claimOne("adapter", "inflight") // queue order: "pending" stays pending
 	for _, h := range []string{"ok", "inflight", "pending"} {
 		before := f.effectStatus(h)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Commit (issue 7 items 9 and 10): the world cycle's one fenced
@@ -48,7 +49,7 @@ func (c *commitFixture) batch() store.CommitBatch {
 		ExpectedCursor: 0, NewCursor: c.seqs[1], ExpectedHead: c.head,
 		Entries:      []store.Record{rec("e1"), rec("e2"), rec("e3")},
 		Intents:      intents("i1", "i2"),
-		Timers:       []store.TimerSet{{IntentHash: "t1", DeliverAt: c.dueSoon, Payload: []byte("tick")}},
+		Timers:       []vocab.TimerSet{{IntentHash: "t1", DeliverAt: c.dueSoon, Payload: []byte("tick")}},
 		CancelTimers: []string{"old-timer"},
 		Snapshot:     &store.Snapshot{Height: c.head + 2, State: []byte("st"), StateHash: "h2"},
 	}
@@ -177,7 +178,7 @@ func testCommitCancelSkips(t *testing.T, open Factory) {
 		t.Fatalf("w's timers = %+v, want none", ts)
 	}
 	// The fired timer's delivery stands.
-	if seq, dup := f.fire("fired", store.Claim{Worker: "tw", Attempt: 1}); !dup || seq == 0 {
+	if seq, dup := f.fire("fired", vocab.Claim{Worker: "tw", Attempt: 1}); !dup || seq == 0 {
 		t.Fatalf("fired timer = %d dup %v", seq, dup)
 	}
 }

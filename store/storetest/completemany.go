@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // CompleteMany (an adapter's batch of acknowledgements): one call, one
@@ -20,15 +21,15 @@ func completeManyTests() []testCase {
 	}
 }
 
-func okReceipt(payload string) store.Receipt {
-	return store.Receipt{Status: store.ReceiptOK, Payload: []byte(payload)}
+func okReceipt(payload string) vocab.Receipt {
+	return vocab.Receipt{Status: vocab.ReceiptOK, Payload: []byte(payload)}
 }
 
 func testCompleteManyAnswers(t *testing.T, open Factory) {
 	f := setup(t, open)
 	e := f.leased("w", "A")
 	f.publish("w", e, "good1", "done", "stale", "bad", "good2")
-	claims := map[string]store.Claim{}
+	claims := map[string]vocab.Claim{}
 	for _, it := range f.claim("adapter", 10) {
 		claims[it.IntentHash] = it.ClaimOf()
 	}
@@ -36,18 +37,18 @@ func testCompleteManyAnswers(t *testing.T, open Factory) {
 		t.Fatalf("claimed %d effects, want 5", len(claims))
 	}
 	doneSeq, _ := f.complete("done", claims["done"], okReceipt("first"))
-	staleClaim := store.Claim{Worker: "intruder", Attempt: claims["stale"].Attempt}
+	staleClaim := vocab.Claim{Worker: "intruder", Attempt: claims["stale"].Attempt}
 
-	cs := []store.Completion{
+	cs := []vocab.Completion{
 		{IntentHash: "good1", Claim: claims["good1"], Receipt: okReceipt("r-good1")},
-		{IntentHash: "done", Claim: store.Claim{Worker: "late", Attempt: 9}, Receipt: okReceipt("ignored")},
+		{IntentHash: "done", Claim: vocab.Claim{Worker: "late", Attempt: 9}, Receipt: okReceipt("ignored")},
 		{IntentHash: "stale", Claim: staleClaim, Receipt: okReceipt("ignored")},
 		{IntentHash: "never", Claim: claims["good1"], Receipt: okReceipt("ignored")},
-		{IntentHash: "bad", Claim: claims["bad"], Receipt: store.Receipt{Status: "maybe"}},
+		{IntentHash: "bad", Claim: claims["bad"], Receipt: vocab.Receipt{Status: "maybe"}},
 		{IntentHash: "", Claim: claims["good1"], Receipt: okReceipt("ignored")},
 		{IntentHash: "good2", Claim: claims["good2"], Receipt: okReceipt("r-good2")},
 		// A repeat in the same batch: its first occurrence completed it.
-		{IntentHash: "good1", Claim: claims["good1"], Receipt: store.Receipt{Status: store.ReceiptError, Payload: []byte("again")}},
+		{IntentHash: "good1", Claim: claims["good1"], Receipt: vocab.Receipt{Status: vocab.ReceiptError, Payload: []byte("again")}},
 	}
 	res, err := f.s.CompleteMany(bg, cs)
 	must(t, err, "CompleteMany")
@@ -87,17 +88,17 @@ func testCompleteManyAnswers(t *testing.T, open Factory) {
 	}
 	for i, w := range want {
 		it := items[i]
-		if it.Seq != w.seq || it.Kind != store.KindReceipt || it.DedupeKey != store.ReceiptKey(w.hash, 0) || !bytes.Equal(it.Payload, []byte(w.payload)) {
+		if it.Seq != w.seq || it.Kind != vocab.KindReceipt || it.DedupeKey != store.ReceiptKey(w.hash, 0) || !bytes.Equal(it.Payload, []byte(w.payload)) {
 			t.Fatalf("inbox item %d = %+v, want %s's receipt %q at seq %d", i, it, w.hash, w.payload, w.seq)
 		}
 	}
-	if st := f.effectStatus("good1"); st.State != store.EffectDone || st.InboxSeq != res[0].InboxSeq ||
-		st.Receipt == nil || st.Receipt.Status != store.ReceiptOK {
+	if st := f.effectStatus("good1"); st.State != vocab.EffectDone || st.InboxSeq != res[0].InboxSeq ||
+		st.Receipt == nil || st.Receipt.Status != vocab.ReceiptOK {
 		t.Fatalf("EffectStatus(good1) = %+v", st)
 	}
 	// The refused items changed nothing.
 	for _, h := range []string{"stale", "bad"} {
-		if st := f.effectStatus(h); st.State != store.EffectInflight || st.Receipt != nil {
+		if st := f.effectStatus(h); st.State != vocab.EffectInflight || st.Receipt != nil {
 			t.Fatalf("EffectStatus(%s) after a refused completion = %+v", h, st)
 		}
 	}
@@ -114,7 +115,7 @@ func testCompleteManyAnswers(t *testing.T, open Factory) {
 		}
 	}
 	// The stale and bad ones still complete under their real claims.
-	res, err = f.s.CompleteMany(bg, []store.Completion{
+	res, err = f.s.CompleteMany(bg, []vocab.Completion{
 		{IntentHash: "stale", Claim: claims["stale"], Receipt: okReceipt("r-stale")},
 		{IntentHash: "bad", Claim: claims["bad"], Receipt: okReceipt("r-bad")},
 	})
@@ -140,13 +141,13 @@ func testCompleteManyWorlds(t *testing.T, open Factory) {
 	f.publish("v", ev, "v1", "v-retried")
 	f.enqueue("v", "event", "", nil)
 	// v-retried ended in an error and an operator retried it.
-	var retried store.EffectItem
+	var retried vocab.EffectItem
 	for _, it := range f.claim("adapter", 10) {
 		if it.IntentHash == "v-retried" {
 			retried = it
 		}
 	}
-	f.complete("v-retried", retried.ClaimOf(), store.Receipt{Status: store.ReceiptError})
+	f.complete("v-retried", retried.ClaimOf(), vocab.Receipt{Status: vocab.ReceiptError})
 	if _, err := f.s.RetryEffect(bg, "v-retried", "try again"); err != nil {
 		t.Fatal(err)
 	}
@@ -156,9 +157,9 @@ func testCompleteManyWorlds(t *testing.T, open Factory) {
 	must(t, err, "ListEffects w")
 	vItems, err := f.s.ListEffects(bg, "v", 0, 10)
 	must(t, err, "ListEffects v")
-	var cs []store.Completion
+	var cs []vocab.Completion
 	for _, it := range append(vItems, items...) {
-		cs = append(cs, store.Completion{IntentHash: it.IntentHash, Claim: it.ClaimOf(), Receipt: okReceipt("r-" + it.IntentHash)})
+		cs = append(cs, vocab.Completion{IntentHash: it.IntentHash, Claim: it.ClaimOf(), Receipt: okReceipt("r-" + it.IntentHash)})
 	}
 	if len(cs) != 4 || again.Retries != 1 {
 		t.Fatalf("open effects %+v, retried claim %+v", cs, again)
@@ -180,7 +181,7 @@ func testCompleteManyWorlds(t *testing.T, open Factory) {
 		inbox := f.inbox(world)
 		var receipts []store.InboxItem
 		for _, it := range inbox {
-			if it.Kind == store.KindReceipt {
+			if it.Kind == vocab.KindReceipt {
 				receipts = append(receipts, it)
 			}
 		}
@@ -217,16 +218,16 @@ func testCompleteManyCall(t *testing.T, open Factory) {
 	if res, err := f.s.CompleteMany(bg, nil); err != nil || len(res) != 0 {
 		t.Fatalf("CompleteMany of nothing = %+v, %v", res, err)
 	}
-	big := make([]store.Completion, store.MaxBatch+1)
+	big := make([]vocab.Completion, store.MaxBatch+1)
 	for i := range big {
-		big[i] = store.Completion{IntentHash: "i1", Claim: it.ClaimOf(), Receipt: okReceipt("r")}
+		big[i] = vocab.Completion{IntentHash: "i1", Claim: it.ClaimOf(), Receipt: okReceipt("r")}
 	}
 	res, err := f.s.CompleteMany(bg, big)
 	wantErr(t, err, store.ErrInvalid, "CompleteMany above MaxBatch")
 	if res != nil {
 		t.Fatalf("a refused call answered %d results", len(res))
 	}
-	if st := f.effectStatus("i1"); st.State != store.EffectInflight || len(f.inbox("w")) != 0 {
+	if st := f.effectStatus("i1"); st.State != vocab.EffectInflight || len(f.inbox("w")) != 0 {
 		t.Fatalf("a refused call completed: %+v", st)
 	}
 	res, err = f.s.CompleteMany(bg, big[:store.MaxBatch])

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Dedupe retention (store.Dedupe): a completed record is kept at least
@@ -55,7 +56,7 @@ var dedupeKinds = []dedupeKind{
 			e := f.leased("w", "A")
 			f.publish("w", e, "i1")
 			it := f.claimOne("adapter", "i1")
-			seq, _ := f.complete("i1", it.ClaimOf(), store.Receipt{Status: store.ReceiptOK})
+			seq, _ := f.complete("i1", it.ClaimOf(), vocab.Receipt{Status: vocab.ReceiptOK})
 			// The world consumes the receipt: only then does the record complete.
 			_, err := f.s.DrainToJournal(bg, "w", e, 0, 0, seq, []store.Record{rec("r1")})
 			must(f.t, err, "DrainToJournal")
@@ -144,7 +145,7 @@ func testPendingNeverSwept(t *testing.T, open Factory) {
 	f.advance(3*f.s.DedupeRetention() + time.Hour)
 	f.sweep()
 	for _, h := range []string{"pending", "inflight"} {
-		if st := f.effectStatus(h); st.State == store.EffectDone {
+		if st := f.effectStatus(h); st.State == vocab.EffectDone {
 			t.Fatalf("open intent %s = %+v", h, st)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Effects (protocols C and D). Intent hashes are global: Complete and
@@ -39,14 +40,14 @@ func testReleaseEffect(t *testing.T, open Factory) {
 		t.Fatalf("Claim before the release = %+v, want i2 alone", got)
 	}
 	hint := f.watch(store.TopicEffects).C
-	wantErr(t, f.s.ReleaseEffect(bg, "i1", store.Claim{Worker: "adapter-2", Attempt: c.Attempt}), store.ErrClaimLost, "ReleaseEffect by another worker")
-	wantErr(t, f.s.ReleaseEffect(bg, "i1", store.Claim{Worker: c.Worker, Attempt: c.Attempt + 1}), store.ErrClaimLost, "ReleaseEffect of another attempt")
-	if st := f.effectStatus("i1"); st.State != store.EffectInflight {
+	wantErr(t, f.s.ReleaseEffect(bg, "i1", vocab.Claim{Worker: "adapter-2", Attempt: c.Attempt}), store.ErrClaimLost, "ReleaseEffect by another worker")
+	wantErr(t, f.s.ReleaseEffect(bg, "i1", vocab.Claim{Worker: c.Worker, Attempt: c.Attempt + 1}), store.ErrClaimLost, "ReleaseEffect of another attempt")
+	if st := f.effectStatus("i1"); st.State != vocab.EffectInflight {
 		t.Fatalf("a refused release changed the effect: %+v", st)
 	}
 	must(t, f.s.ReleaseEffect(bg, "i1", c), "ReleaseEffect")
 	awaitHint(t, hint, "effects", func() {})
-	if st := f.effectStatus("i1"); st.State != store.EffectPending || st.Attempts != 1 {
+	if st := f.effectStatus("i1"); st.State != vocab.EffectPending || st.Attempts != 1 {
 		t.Fatalf("EffectStatus after release = %+v, want pending after 1 attempt", st)
 	}
 	must(t, f.s.ReleaseEffect(bg, "i1", c), "ReleaseEffect again")
@@ -56,10 +57,10 @@ func testReleaseEffect(t *testing.T, open Factory) {
 		t.Fatalf("Claim after the release = %+v, want i1 at attempt %d", again, c.Attempt+1)
 	}
 	wantErr(t, f.s.ReleaseEffect(bg, "i1", c), store.ErrClaimLost, "ReleaseEffect by a claim that was superseded")
-	f.complete("i1", again[0].ClaimOf(), store.Receipt{Status: store.ReceiptOK})
+	f.complete("i1", again[0].ClaimOf(), vocab.Receipt{Status: vocab.ReceiptOK})
 	wantErr(t, f.s.ReleaseEffect(bg, "i1", again[0].ClaimOf()), store.ErrClaimLost, "ReleaseEffect of a done intent")
 	wantErr(t, f.s.ReleaseEffect(bg, "never", c), store.ErrNotFound, "ReleaseEffect of an unknown intent")
-	wantErr(t, f.s.ReleaseEffect(bg, "i2", store.Claim{Worker: "adapter-2"}), store.ErrInvalid, "ReleaseEffect with attempt 0")
+	wantErr(t, f.s.ReleaseEffect(bg, "i2", vocab.Claim{Worker: "adapter-2"}), store.ErrInvalid, "ReleaseEffect with attempt 0")
 }
 
 func testPublishDedupe(t *testing.T, open Factory) {
@@ -72,7 +73,7 @@ func testPublishDedupe(t *testing.T, open Factory) {
 		t.Fatalf("Publish [i1 i3] queued %d, want 1", n)
 	}
 	st := f.effectStatus("i3")
-	if st.IntentHash != "i3" || st.World != "w" || st.State != store.EffectPending || st.Attempts != 0 || st.Receipt != nil {
+	if st.IntentHash != "i3" || st.World != "w" || st.State != vocab.EffectPending || st.Attempts != 0 || st.Receipt != nil {
 		t.Fatalf("EffectStatus(i3) = %+v", st)
 	}
 	// Inflight and done intents are skipped too.
@@ -83,7 +84,7 @@ func testPublishDedupe(t *testing.T, open Factory) {
 	if n := f.publish("w", e, "i2"); n != 0 {
 		t.Fatalf("re-publishing an inflight intent queued %d", n)
 	}
-	f.complete("i1", items[0].ClaimOf(), store.Receipt{Status: store.ReceiptOK})
+	f.complete("i1", items[0].ClaimOf(), vocab.Receipt{Status: vocab.ReceiptOK})
 	if n := f.publish("w", e, "i1"); n != 0 {
 		t.Fatalf("re-publishing a done intent queued %d", n)
 	}
@@ -131,7 +132,7 @@ func testClaimOrder(t *testing.T, open Factory) {
 	if got[1].World != "v" {
 		t.Fatalf("i2 claimed for world %q", got[1].World)
 	}
-	if st := f.effectStatus("i1"); st.State != store.EffectInflight || st.Attempts != 1 {
+	if st := f.effectStatus("i1"); st.State != vocab.EffectInflight || st.Attempts != 1 {
 		t.Fatalf("EffectStatus(i1) after claim = %+v", st)
 	}
 	if rest := f.claim("adapter-2", 5); len(rest) != 1 || rest[0].IntentHash != "i3" || rest[0].ClaimedBy != "adapter-2" {
@@ -148,7 +149,7 @@ func testComplete(t *testing.T, open Factory) {
 	f.enqueue("w", "event", "", nil)
 	f.publish("w", e, "i1")
 	c := f.claimOne("adapter", "i1").ClaimOf()
-	seq, dup := f.complete("i1", c, store.Receipt{Status: store.ReceiptOK, Payload: []byte("receipt-body")})
+	seq, dup := f.complete("i1", c, vocab.Receipt{Status: vocab.ReceiptOK, Payload: []byte("receipt-body")})
 	if dup {
 		t.Fatal("first Complete reported dup")
 	}
@@ -158,20 +159,20 @@ func testComplete(t *testing.T, open Factory) {
 		t.Fatalf("inbox after Complete = %+v, want the receipt at seq %d", items, seq)
 	}
 	st := f.effectStatus("i1")
-	if st.State != store.EffectDone || st.InboxSeq != seq || st.Attempts != 1 || st.Receipt == nil ||
-		st.Receipt.Status != store.ReceiptOK || !bytes.Equal(st.Receipt.Payload, []byte("receipt-body")) || st.CompletedAt.IsZero() {
+	if st.State != vocab.EffectDone || st.InboxSeq != seq || st.Attempts != 1 || st.Receipt == nil ||
+		st.Receipt.Status != vocab.ReceiptOK || !bytes.Equal(st.Receipt.Payload, []byte("receipt-body")) || st.CompletedAt.IsZero() {
 		t.Fatalf("EffectStatus after Complete = %+v", st)
 	}
 	// One terminal receipt per intent: a second completion (a retry, even
 	// with another outcome or another claim) changes nothing.
-	again, dup := f.complete("i1", store.Claim{Worker: "someone-else", Attempt: 7}, store.Receipt{Status: store.ReceiptError, Payload: []byte("late")})
+	again, dup := f.complete("i1", vocab.Claim{Worker: "someone-else", Attempt: 7}, vocab.Receipt{Status: vocab.ReceiptError, Payload: []byte("late")})
 	if !dup || again != seq {
 		t.Fatalf("second Complete = %d dup %v, want %d true", again, dup, seq)
 	}
 	if n := len(f.inbox("w")); n != 2 {
 		t.Fatalf("second Complete enqueued: %d items", n)
 	}
-	if st := f.effectStatus("i1"); st.Receipt == nil || st.Receipt.Status != store.ReceiptOK {
+	if st := f.effectStatus("i1"); st.Receipt == nil || st.Receipt.Status != vocab.ReceiptOK {
 		t.Fatalf("second Complete changed the receipt: %+v", st)
 	}
 	// Removed from the queue: never reclaimed, even after a reap.
@@ -182,7 +183,7 @@ func testComplete(t *testing.T, open Factory) {
 	if got := f.claim("adapter", 10); len(got) != 0 {
 		t.Fatalf("a completed intent was claimed again: %+v", got)
 	}
-	_, _, err := f.s.Complete(bg, "never", c, store.Receipt{Status: store.ReceiptOK})
+	_, _, err := f.s.Complete(bg, "never", c, vocab.Receipt{Status: vocab.ReceiptOK})
 	wantErr(t, err, store.ErrNotFound, "Complete of an unknown intent")
 }
 
@@ -203,10 +204,10 @@ func testReapEffects(t *testing.T, open Factory) {
 	if n != 1 {
 		t.Fatalf("reaped %d, want the one expired claim", n)
 	}
-	if st := f.effectStatus("i1"); st.State != store.EffectPending || st.Attempts != 1 {
+	if st := f.effectStatus("i1"); st.State != vocab.EffectPending || st.Attempts != 1 {
 		t.Fatalf("EffectStatus after reap = %+v, want pending after 1 attempt", st)
 	}
-	var again store.EffectItem
+	var again vocab.EffectItem
 	for _, it := range f.claim("adapter-2", 2) {
 		if it.IntentHash == "i1" {
 			again = it
@@ -218,19 +219,19 @@ func testReapEffects(t *testing.T, open Factory) {
 	if again.IntentHash != first[0].IntentHash || again.Attempt != 2 || again.ClaimedBy != "adapter-2" || again.World != "w" || again.Seq != first[0].Seq {
 		t.Fatalf("reclaimed item = %+v, want %s at attempt 2 with seq %d", again, first[0].IntentHash, first[0].Seq)
 	}
-	if st := f.effectStatus("i1"); st.State != store.EffectInflight || st.Attempts != 2 {
+	if st := f.effectStatus("i1"); st.State != vocab.EffectInflight || st.Attempts != 2 {
 		t.Fatalf("EffectStatus after reclaim = %+v", st)
 	}
 	// Reclaimed by another worker: the first adapter's late completion has
 	// lost its claim and changes nothing; the new claim completes, once, and
 	// after that the first adapter learns its result was not used (dup).
-	_, _, err = f.s.Complete(bg, "i1", first[0].ClaimOf(), store.Receipt{Status: store.ReceiptTimeout})
+	_, _, err = f.s.Complete(bg, "i1", first[0].ClaimOf(), vocab.Receipt{Status: vocab.ReceiptTimeout})
 	wantErr(t, err, store.ErrClaimLost, "Complete under the claim a reclaim replaced")
-	if st := f.effectStatus("i1"); st.State != store.EffectInflight {
+	if st := f.effectStatus("i1"); st.State != vocab.EffectInflight {
 		t.Fatalf("a lost claim's Complete changed the effect: %+v", st)
 	}
-	seq, dup := f.complete("i1", again.ClaimOf(), store.Receipt{Status: store.ReceiptOK})
-	if seq2, dup2 := f.complete("i1", first[0].ClaimOf(), store.Receipt{Status: store.ReceiptTimeout}); dup || !dup2 || seq2 != seq {
+	seq, dup := f.complete("i1", again.ClaimOf(), vocab.Receipt{Status: vocab.ReceiptOK})
+	if seq2, dup2 := f.complete("i1", first[0].ClaimOf(), vocab.Receipt{Status: vocab.ReceiptTimeout}); dup || !dup2 || seq2 != seq {
 		t.Fatalf("completions: (%d, %v) then (%d, %v)", seq, dup, seq2, dup2)
 	}
 }
@@ -246,7 +247,7 @@ func testConcurrentClaimers(t *testing.T, open Factory) {
 	for i := 0; i < total; i += 40 {
 		f.publish("w", e, hashes[i:i+40]...)
 	}
-	claimed := make([][]store.EffectItem, claimers)
+	claimed := make([][]vocab.EffectItem, claimers)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for c := 0; c < claimers; c++ {
@@ -300,14 +301,14 @@ func testCompleteAfterReap(t *testing.T, open Factory) {
 	if n, err := f.s.ReapEffects(bg); err != nil || n != 1 {
 		t.Fatalf("ReapEffects = %d, %v", n, err)
 	}
-	seq, dup := f.complete("i1", c, store.Receipt{Status: store.ReceiptOK, Payload: []byte("late")})
+	seq, dup := f.complete("i1", c, vocab.Receipt{Status: vocab.ReceiptOK, Payload: []byte("late")})
 	if dup {
 		t.Fatal("late Complete reported dup")
 	}
 	if got := f.claim("adapter-2", 10); len(got) != 0 {
 		t.Fatalf("a completed intent was still queued: %+v", got)
 	}
-	if again, dup, err := f.s.Complete(bg, "i1", c, store.Receipt{Status: store.ReceiptError}); err != nil || !dup || again != seq {
+	if again, dup, err := f.s.Complete(bg, "i1", c, vocab.Receipt{Status: vocab.ReceiptError}); err != nil || !dup || again != seq {
 		t.Fatalf("second Complete = %d %v %v", again, dup, err)
 	}
 	receipts := 0

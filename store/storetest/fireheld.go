@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // FireHeld: the holder of a world's lease fires that world's timer without
@@ -28,7 +29,7 @@ func (f *fx) timerItems(world string) []store.InboxItem {
 	f.t.Helper()
 	var out []store.InboxItem
 	for _, it := range f.inbox(world) {
-		if it.Kind == store.KindTimer {
+		if it.Kind == vocab.KindTimer {
 			out = append(out, it)
 		}
 	}
@@ -93,7 +94,7 @@ func testFireHeldDelivers(t *testing.T, open Factory) {
 		}
 	}
 	// And the item is Fire's, but for its own hash.
-	if byHeld.World != "w" || byHeld.Kind != byFire.Kind || byHeld.Kind != store.KindTimer ||
+	if byHeld.World != "w" || byHeld.Kind != byFire.Kind || byHeld.Kind != vocab.KindTimer ||
 		byHeld.DedupeKey != store.TimerKey("held") || byFire.DedupeKey != store.TimerKey("claimed") ||
 		!bytes.Equal(byHeld.Payload, byFire.Payload) || !bytes.Equal(byHeld.Payload, []byte("tick")) ||
 		len(byHeldEmpty.Payload) != 0 {

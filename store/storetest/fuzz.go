@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // FuzzAppend fuzzes the append authority's input: any record either appends
@@ -66,7 +67,7 @@ func FuzzSpawn(f *testing.F, open Factory) {
 	f.Add("u1", "new", "start", none, "", "event", []byte{0xff}, "", "", int64(0), uint8(0), "", none)
 	f.Add("u1", "taken", "start", none, "k", "event", none, "k2", "A", int64(time.Minute), uint8(0), "", none)
 	f.Add("u1", "new", "start", none, "k", "event", none, "k", "A", int64(time.Minute), uint8(0), "", none)
-	f.Add("u1", "new", "start", none, "", store.KindReceipt, none, "", "A", int64(time.Minute), uint8(0), "", none)
+	f.Add("u1", "new", "start", none, "", vocab.KindReceipt, none, "", "A", int64(time.Minute), uint8(0), "", none)
 	f.Add("u1", "new", "start", none, "", "event", none, store.TimerKeyPrefix+"h", "", int64(0), uint8(0), "", none)
 	f.Add("u1", "new", "start", none, "", "event", none, "", "A", int64(0), uint8(0), "", none)
 	f.Add("u1", "new", "start", none, "", "event", none, "", "", int64(time.Second), uint8(0), "", none)
@@ -190,7 +191,7 @@ func FuzzFireHeld(f *testing.F, open Factory) {
 		e := x.leased("w", "A")
 		must(t, x.s.Schedule(bg, "w", e, "t1", x.now(), []byte("tick")), "Schedule")
 		x.advance(time.Second)
-		var c store.Claim
+		var c vocab.Claim
 		if claimed {
 			c = x.claimTimer("tw", "t1").ClaimOf()
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Durations the tests use. Every expiry check stays well away from the
@@ -151,10 +152,10 @@ func (f *fx) publish(world string, epoch uint64, hashes ...string) int {
 	return n
 }
 
-func intents(hashes ...string) []store.Intent {
-	out := make([]store.Intent, len(hashes))
+func intents(hashes ...string) []vocab.Intent {
+	out := make([]vocab.Intent, len(hashes))
 	for i, h := range hashes {
-		out[i] = store.Intent{IntentHash: h, Kind: effectKind, Params: []byte("params-" + h), Origin: "test", PolicyContextHash: "pch"}
+		out[i] = vocab.Intent{IntentHash: h, Kind: effectKind, Params: []byte("params-" + h), Origin: "test", PolicyContextHash: "pch"}
 	}
 	return out
 }
@@ -162,7 +163,7 @@ func intents(hashes ...string) []store.Intent {
 // effectKind is the kind intents() publishes and claim() serves.
 const effectKind = "http.request"
 
-func (f *fx) claim(worker string, n int) []store.EffectItem {
+func (f *fx) claim(worker string, n int) []vocab.EffectItem {
 	f.t.Helper()
 	items, err := f.s.Claim(bg, worker, []string{effectKind}, n, claimTTL)
 	must(f.t, err, "Claim")
@@ -171,7 +172,7 @@ func (f *fx) claim(worker string, n int) []store.EffectItem {
 
 // claimOne claims the effect hash (it must be the only pending one of
 // effectKind, or come first in queue order) and returns its item.
-func (f *fx) claimOne(worker, hash string) store.EffectItem {
+func (f *fx) claimOne(worker, hash string) vocab.EffectItem {
 	f.t.Helper()
 	items := f.claim(worker, 1)
 	if len(items) != 1 || items[0].IntentHash != hash {
@@ -181,7 +182,7 @@ func (f *fx) claimOne(worker, hash string) store.EffectItem {
 }
 
 // complete completes an effect under claim c and fails the test on error.
-func (f *fx) complete(hash string, c store.Claim, r store.Receipt) (uint64, bool) {
+func (f *fx) complete(hash string, c vocab.Claim, r vocab.Receipt) (uint64, bool) {
 	f.t.Helper()
 	seq, dup, err := f.s.Complete(bg, hash, c, r)
 	must(f.t, err, "Complete "+hash)
@@ -189,7 +190,7 @@ func (f *fx) complete(hash string, c store.Claim, r store.Receipt) (uint64, bool
 }
 
 // fire fires a timer under claim c and fails the test on error.
-func (f *fx) fire(hash string, c store.Claim) (uint64, bool) {
+func (f *fx) fire(hash string, c vocab.Claim) (uint64, bool) {
 	f.t.Helper()
 	seq, dup, err := f.s.Fire(bg, hash, c)
 	must(f.t, err, "Fire "+hash)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Model-based tests: rapid generates random operation sequences and each
@@ -496,7 +497,7 @@ func drainQueues(h Harness, worker string) {
 			break
 		}
 		for _, it := range items {
-			_, _, _ = h.Store.Complete(bg, it.IntentHash, it.ClaimOf(), store.Receipt{Status: store.ReceiptOK})
+			_, _, _ = h.Store.Complete(bg, it.IntentHash, it.ClaimOf(), vocab.Receipt{Status: vocab.ReceiptOK})
 		}
 	}
 	for i := 0; i < 100; i++ {
@@ -540,7 +541,7 @@ func testModelInboxAndEffects(t *testing.T, open Factory) {
 		adapters := l.names("adapter", 2)
 		inboxKeys := []string{"", "", "k0", "k1", "k2"}
 		published := map[string]bool{}
-		claims := map[string]store.Claim{} // the latest claim handed out, per hash
+		claims := map[string]vocab.Claim{} // the latest claim handed out, per hash
 
 		compareItems := func(op, w string, s, r []store.InboxItem) {
 			l.eq(op+" length", len(s), len(r))
@@ -743,7 +744,7 @@ func testModelInboxAndEffects(t *testing.T, open Factory) {
 			},
 			"complete": func(rt *rapid.T) {
 				hash := pickBiased(rt, published, hashes)
-				rc := store.Receipt{Status: rapid.SampledFrom([]store.ReceiptStatus{store.ReceiptOK, store.ReceiptError, store.ReceiptTimeout}).Draw(rt, "status"), Payload: []byte(fmt.Sprint("r", l.next()))}
+				rc := vocab.Receipt{Status: rapid.SampledFrom([]vocab.ReceiptStatus{vocab.ReceiptOK, vocab.ReceiptError, vocab.ReceiptTimeout}).Draw(rt, "status"), Payload: []byte(fmt.Sprint("r", l.next()))}
 				c := drawClaim(rt, claims[hash], adapters)
 				ss, sdup, serr := l.sut.Complete(bg, hash, c, rc)
 				rs, rdup, rerr := l.ref.Complete(bg, hash, c, rc)
@@ -758,11 +759,11 @@ func testModelInboxAndEffects(t *testing.T, open Factory) {
 			},
 			"complete_many": func(rt *rapid.T) {
 				n := rapid.IntRange(0, 4).Draw(rt, "n")
-				cs := make([]store.Completion, n)
+				cs := make([]vocab.Completion, n)
 				for i := range cs {
 					hash := pickBiased(rt, published, hashes)
-					cs[i] = store.Completion{IntentHash: hash, Claim: drawClaim(rt, claims[hash], adapters),
-						Receipt: store.Receipt{Status: store.ReceiptOK, Payload: []byte(fmt.Sprint("r", l.next()))}}
+					cs[i] = vocab.Completion{IntentHash: hash, Claim: drawClaim(rt, claims[hash], adapters),
+						Receipt: vocab.Receipt{Status: vocab.ReceiptOK, Payload: []byte(fmt.Sprint("r", l.next()))}}
 				}
 				s, serr := l.sut.CompleteMany(bg, cs)
 				r, rerr := l.ref.CompleteMany(bg, cs)
@@ -783,7 +784,7 @@ func testModelInboxAndEffects(t *testing.T, open Factory) {
 			},
 			"resolve": func(rt *rapid.T) {
 				hash := pickBiased(rt, published, hashes)
-				rc := store.Receipt{Status: rapid.SampledFrom([]store.ReceiptStatus{store.ReceiptOK, store.ReceiptError, store.ReceiptTimeout}).Draw(rt, "status"), Payload: []byte(fmt.Sprint("o", l.next()))}
+				rc := vocab.Receipt{Status: rapid.SampledFrom([]vocab.ReceiptStatus{vocab.ReceiptOK, vocab.ReceiptError, vocab.ReceiptTimeout}).Draw(rt, "status"), Payload: []byte(fmt.Sprint("o", l.next()))}
 				reason := rapid.SampledFrom([]string{"", "operator"}).Draw(rt, "reason")
 				ss, sdup, serr := l.sut.Resolve(bg, hash, rc, reason)
 				rs, rdup, rerr := l.ref.Resolve(bg, hash, rc, reason)
@@ -848,7 +849,7 @@ func testModelTimers(t *testing.T, open Factory) {
 		// scheduled.
 		owner := map[string]string{} // hash -> world, once scheduled
 		claimed, delivered, cancelled := map[string]bool{}, map[string]bool{}, map[string]bool{}
-		timerClaims := map[string]store.Claim{} // the latest claim handed out, per hash
+		timerClaims := map[string]vocab.Claim{} // the latest claim handed out, per hash
 
 		rt.Repeat(map[string]func(*rapid.T){
 			"schedule": func(rt *rapid.T) {
@@ -987,11 +988,11 @@ func testModelTimers(t *testing.T, open Factory) {
 
 // drawClaim draws the claim a completion presents: mostly the latest one
 // handed out (when there is one), else any worker's at a small attempt.
-func drawClaim(rt *rapid.T, latest store.Claim, workers []string) store.Claim {
+func drawClaim(rt *rapid.T, latest vocab.Claim, workers []string) vocab.Claim {
 	if latest.Worker != "" && rapid.IntRange(0, 3).Draw(rt, "latest claim") > 0 {
 		return latest
 	}
-	return store.Claim{Worker: rapid.SampledFrom(workers).Draw(rt, "claim worker"), Attempt: rapid.IntRange(1, 3).Draw(rt, "claim attempt")}
+	return vocab.Claim{Worker: rapid.SampledFrom(workers).Draw(rt, "claim worker"), Attempt: rapid.IntRange(1, 3).Draw(rt, "claim attempt")}
 }
 
 // workerWorldsSummary renders a ListWorkerWorlds page comparably: the

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Closed dedupe namespaces (issue 7 item 1): the store's own deliveries
@@ -28,10 +29,10 @@ func testEnqueueRejectsStoreKindsAndKeys(t *testing.T, open Factory) {
 		{Kind: "event", DedupeKey: store.TimerKey("t1")},
 		{Kind: "event", DedupeKey: store.ReceiptKeyPrefix},
 		{Kind: "event", DedupeKey: store.CallKeyPrefix + "x"},
-		{Kind: store.KindCall, DedupeKey: "x"},
-		{Kind: store.KindReceipt},
-		{Kind: store.KindTimer},
-		{Kind: store.KindFabric},
+		{Kind: vocab.KindCall, DedupeKey: "x"},
+		{Kind: vocab.KindReceipt},
+		{Kind: vocab.KindTimer},
+		{Kind: vocab.KindFabric},
 	} {
 		_, _, err := f.s.Enqueue(bg, "w", item)
 		wantErr(t, err, store.ErrInvalid, "Enqueue of kind "+item.Kind+" key "+item.DedupeKey)
@@ -45,7 +46,7 @@ func testEnqueueRejectsStoreKindsAndKeys(t *testing.T, open Factory) {
 	}
 	// The real deliveries go through, once each.
 	c := f.claimOne("adapter", "i1").ClaimOf()
-	seq, dup := f.complete("i1", c, store.Receipt{Status: store.ReceiptOK, Payload: []byte("r")})
+	seq, dup := f.complete("i1", c, vocab.Receipt{Status: vocab.ReceiptOK, Payload: []byte("r")})
 	if dup {
 		t.Fatal("Complete answered dup: a producer took the receipt's key")
 	}
@@ -56,8 +57,8 @@ func testEnqueueRejectsStoreKindsAndKeys(t *testing.T, open Factory) {
 		t.Fatal("Fire answered dup: a producer took the firing's key")
 	}
 	items := f.inbox("w")
-	if len(items) != 3 || items[1].Seq != seq || items[1].Kind != store.KindReceipt || items[1].DedupeKey != store.ReceiptKey("i1", 0) ||
-		items[2].Seq != tseq || items[2].Kind != store.KindTimer || items[2].DedupeKey != store.TimerKey("t1") {
+	if len(items) != 3 || items[1].Seq != seq || items[1].Kind != vocab.KindReceipt || items[1].DedupeKey != store.ReceiptKey("i1", 0) ||
+		items[2].Seq != tseq || items[2].Kind != vocab.KindTimer || items[2].DedupeKey != store.TimerKey("t1") {
 		t.Fatalf("inbox = %+v, want the producer's item, the receipt and the firing", items)
 	}
 }
@@ -75,11 +76,11 @@ func testCallsAndEventsNeverShareADedupeKey(t *testing.T, open Factory) {
 		wantErr(t, err, store.ErrInvalid, "Enqueue of an event keyed "+call)
 	}
 	// The call itself goes in, once.
-	seq, dup := f.enqueue("w", store.KindCall, call, nil)
+	seq, dup := f.enqueue("w", vocab.KindCall, call, nil)
 	if dup {
 		t.Fatal("call X deduped against a refused event")
 	}
-	again, dup := f.enqueue("w", store.KindCall, call, nil)
+	again, dup := f.enqueue("w", vocab.KindCall, call, nil)
 	if !dup || again != seq {
 		t.Fatalf("call X again = seq %d dup %v, want %d dup", again, dup, seq)
 	}
@@ -87,7 +88,7 @@ func testCallsAndEventsNeverShareADedupeKey(t *testing.T, open Factory) {
 	if _, dup := f.enqueue("w", "event", "X", nil); dup {
 		t.Fatal("an event keyed with the bare call id deduped against the call")
 	}
-	if items := f.inbox("w"); len(items) != 2 || items[0].Kind != store.KindCall || items[1].Kind != "event" {
+	if items := f.inbox("w"); len(items) != 2 || items[0].Kind != vocab.KindCall || items[1].Kind != "event" {
 		t.Fatalf("inbox = %+v, want the call and the event", items)
 	}
 }

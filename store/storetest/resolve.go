@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Resolve is an operator's receipt for an effect no adapter will complete
@@ -27,7 +28,7 @@ func resolveTests() []testCase {
 }
 
 // resolve is an operator's Resolve that must succeed.
-func (f *fx) resolve(hash string, r store.Receipt, reason string) (uint64, bool) {
+func (f *fx) resolve(hash string, r vocab.Receipt, reason string) (uint64, bool) {
 	f.t.Helper()
 	seq, dup, err := f.s.Resolve(bg, hash, r, reason)
 	must(f.t, err, "Resolve "+hash)
@@ -39,7 +40,7 @@ func (f *fx) receipts(world string) []store.InboxItem {
 	f.t.Helper()
 	var out []store.InboxItem
 	for _, it := range f.inbox(world) {
-		if it.Kind == store.KindReceipt {
+		if it.Kind == vocab.KindReceipt {
 			out = append(out, it)
 		}
 	}
@@ -51,17 +52,17 @@ func testResolvePending(t *testing.T, open Factory) {
 	e := f.leased("w", "A")
 	f.enqueue("w", "event", "", nil)
 	f.publish("w", e, "i1", "i2")
-	seq, dup := f.resolve("i1", store.Receipt{Status: store.ReceiptOK, Payload: []byte("signed off by hand")}, "manual approval step")
+	seq, dup := f.resolve("i1", vocab.Receipt{Status: vocab.ReceiptOK, Payload: []byte("signed off by hand")}, "manual approval step")
 	if dup || seq == 0 {
 		t.Fatalf("Resolve of a pending effect = %d dup %v", seq, dup)
 	}
 	items := f.inbox("w")
-	if len(items) != 2 || items[1].Seq != seq || items[1].Kind != store.KindReceipt || items[1].DedupeKey != store.ReceiptKey("i1", 0) ||
+	if len(items) != 2 || items[1].Seq != seq || items[1].Kind != vocab.KindReceipt || items[1].DedupeKey != store.ReceiptKey("i1", 0) ||
 		!bytes.Equal(items[1].Payload, []byte("signed off by hand")) {
 		t.Fatalf("inbox after Resolve = %+v, want the event then the receipt at seq %d under %s", items, seq, store.ReceiptKey("i1", 0))
 	}
 	st := f.effectStatus("i1")
-	if st.State != store.EffectDone || st.InboxSeq != seq || st.Receipt == nil || st.Receipt.Status != store.ReceiptOK ||
+	if st.State != vocab.EffectDone || st.InboxSeq != seq || st.Receipt == nil || st.Receipt.Status != vocab.ReceiptOK ||
 		!bytes.Equal(st.Receipt.Payload, []byte("signed off by hand")) || st.CompletedAt.IsZero() || st.Attempts != 0 {
 		t.Fatalf("EffectStatus after Resolve = %+v", st)
 	}
@@ -71,7 +72,7 @@ func testResolvePending(t *testing.T, open Factory) {
 	// Out of the queue: neither listed nor claimable; i2 is untouched.
 	listed, err := f.s.ListEffects(bg, "w", 0, 10)
 	must(t, err, "ListEffects")
-	if len(listed) != 1 || listed[0].IntentHash != "i2" || listed[0].State != store.EffectPending {
+	if len(listed) != 1 || listed[0].IntentHash != "i2" || listed[0].State != vocab.EffectPending {
 		t.Fatalf("ListEffects after Resolve = %+v, want only i2 pending", listed)
 	}
 	got := f.claim("adapter", 10)
@@ -82,7 +83,7 @@ func testResolvePending(t *testing.T, open Factory) {
 	if st := f.effectStatus("i2"); st.Resolved || st.ResolveReason != "" {
 		t.Fatalf("an unresolved effect reads as resolved: %+v", st)
 	}
-	f.complete("i2", got[0].ClaimOf(), store.Receipt{Status: store.ReceiptOK})
+	f.complete("i2", got[0].ClaimOf(), vocab.Receipt{Status: vocab.ReceiptOK})
 	if st := f.effectStatus("i2"); st.Resolved || st.ResolveReason != "" {
 		t.Fatalf("an adapter's completion reads as an operator's: %+v", st)
 	}
@@ -93,16 +94,16 @@ func testResolveInflight(t *testing.T, open Factory) {
 	e := f.leased("w", "A")
 	f.publish("w", e, "i1")
 	c := f.claimOne("stuck-adapter", "i1").ClaimOf()
-	seq, dup := f.resolve("i1", store.Receipt{Status: store.ReceiptError, Payload: []byte("operator: upstream refused")}, "")
+	seq, dup := f.resolve("i1", vocab.Receipt{Status: vocab.ReceiptError, Payload: []byte("operator: upstream refused")}, "")
 	if dup {
 		t.Fatal("Resolve of an inflight effect reported dup")
 	}
 	// The claim holder comes back late: its result is not used.
-	again, dup := f.complete("i1", c, store.Receipt{Status: store.ReceiptOK, Payload: []byte("adapter's late result")})
+	again, dup := f.complete("i1", c, vocab.Receipt{Status: vocab.ReceiptOK, Payload: []byte("adapter's late result")})
 	if !dup || again != seq {
 		t.Fatalf("the holder's Complete after Resolve = %d dup %v, want %d true", again, dup, seq)
 	}
-	res, err := f.s.CompleteMany(bg, []store.Completion{{IntentHash: "i1", Claim: c, Receipt: store.Receipt{Status: store.ReceiptOK}}})
+	res, err := f.s.CompleteMany(bg, []vocab.Completion{{IntentHash: "i1", Claim: c, Receipt: vocab.Receipt{Status: vocab.ReceiptOK}}})
 	if err != nil || len(res) != 1 || res[0].Err != nil || !res[0].Dup || res[0].InboxSeq != seq {
 		t.Fatalf("the holder's CompleteMany after Resolve = %+v, %v, want dup at %d", res, err, seq)
 	}
@@ -111,7 +112,7 @@ func testResolveInflight(t *testing.T, open Factory) {
 		t.Fatalf("receipts = %+v, want exactly the operator's at %d", rs, seq)
 	}
 	st := f.effectStatus("i1")
-	if st.State != store.EffectDone || st.Receipt == nil || st.Receipt.Status != store.ReceiptError || !st.Resolved || st.ResolveReason != "" {
+	if st.State != vocab.EffectDone || st.Receipt == nil || st.Receipt.Status != vocab.ReceiptError || !st.Resolved || st.ResolveReason != "" {
 		t.Fatalf("EffectStatus = %+v, want done with the operator's error receipt (empty reason)", st)
 	}
 	// The expired claim is not requeued: the effect left the queue.
@@ -129,17 +130,17 @@ func testResolveDone(t *testing.T, open Factory) {
 	e := f.leased("w", "A")
 	f.publish("w", e, "i1")
 	c := f.claimOne("adapter", "i1").ClaimOf()
-	seq, _ := f.complete("i1", c, store.Receipt{Status: store.ReceiptError, Payload: []byte("503")})
+	seq, _ := f.complete("i1", c, vocab.Receipt{Status: vocab.ReceiptError, Payload: []byte("503")})
 	before := f.effectStatus("i1")
 	inbox := f.inbox("w")
-	for _, r := range []store.Receipt{{Status: store.ReceiptOK, Payload: []byte("operator")}, {Status: store.ReceiptError}} {
+	for _, r := range []vocab.Receipt{{Status: vocab.ReceiptOK, Payload: []byte("operator")}, {Status: vocab.ReceiptError}} {
 		again, dup := f.resolve("i1", r, "too late")
 		if !dup || again != seq {
 			t.Fatalf("Resolve of a done effect = %d dup %v, want %d true", again, dup, seq)
 		}
 	}
 	after := f.effectStatus("i1")
-	if after.State != before.State || after.InboxSeq != before.InboxSeq || after.Receipt == nil || after.Receipt.Status != store.ReceiptError ||
+	if after.State != before.State || after.InboxSeq != before.InboxSeq || after.Receipt == nil || after.Receipt.Status != vocab.ReceiptError ||
 		!bytes.Equal(after.Receipt.Payload, []byte("503")) || after.Resolved || after.ResolveReason != "" || !after.CompletedAt.Equal(before.CompletedAt) {
 		t.Fatalf("Resolve of a done effect changed it: before %+v, after %+v", before, after)
 	}
@@ -148,11 +149,11 @@ func testResolveDone(t *testing.T, open Factory) {
 	}
 	// A resolved effect is done like any other: a second Resolve is dup.
 	f.publish("w", e, "i2")
-	first, _ := f.resolve("i2", store.Receipt{Status: store.ReceiptOK}, "first")
-	if again, dup := f.resolve("i2", store.Receipt{Status: store.ReceiptTimeout}, "second"); !dup || again != first {
+	first, _ := f.resolve("i2", vocab.Receipt{Status: vocab.ReceiptOK}, "first")
+	if again, dup := f.resolve("i2", vocab.Receipt{Status: vocab.ReceiptTimeout}, "second"); !dup || again != first {
 		t.Fatalf("second Resolve = %d dup %v, want %d true", again, dup, first)
 	}
-	if st := f.effectStatus("i2"); st.ResolveReason != "first" || st.Receipt.Status != store.ReceiptOK {
+	if st := f.effectStatus("i2"); st.ResolveReason != "first" || st.Receipt.Status != vocab.ReceiptOK {
 		t.Fatalf("second Resolve changed the record: %+v", st)
 	}
 }
@@ -160,7 +161,7 @@ func testResolveDone(t *testing.T, open Factory) {
 func testResolveUnknown(t *testing.T, open Factory) {
 	f := setup(t, open)
 	f.leased("w", "A")
-	_, _, err := f.s.Resolve(bg, "never-published", store.Receipt{Status: store.ReceiptOK}, "")
+	_, _, err := f.s.Resolve(bg, "never-published", vocab.Receipt{Status: vocab.ReceiptOK}, "")
 	wantErr(t, err, store.ErrNotFound, "Resolve of an unknown intent")
 	if n := len(f.inbox("w")); n != 0 {
 		t.Fatalf("Resolve of an unknown intent enqueued %d items", n)
@@ -176,16 +177,16 @@ func testResolveInvalid(t *testing.T, open Factory) {
 	e := f.leased("w", "A")
 	f.publish("w", e, "i1")
 	c := f.claimOne("adapter", "i1").ClaimOf()
-	ok := store.Receipt{Status: store.ReceiptOK}
+	ok := vocab.Receipt{Status: vocab.ReceiptOK}
 	for _, bad := range []struct {
 		what   string
 		hash   string
-		r      store.Receipt
+		r      vocab.Receipt
 		reason string
 	}{
-		{"unknown status", "i1", store.Receipt{Status: "maybe"}, ""},
-		{"empty status", "i1", store.Receipt{}, ""},
-		{"payload over MaxReceiptBytes", "i1", store.Receipt{Status: store.ReceiptOK, Payload: make([]byte, store.MaxReceiptBytes+1)}, ""},
+		{"unknown status", "i1", vocab.Receipt{Status: "maybe"}, ""},
+		{"empty status", "i1", vocab.Receipt{}, ""},
+		{"payload over MaxReceiptBytes", "i1", vocab.Receipt{Status: vocab.ReceiptOK, Payload: make([]byte, store.MaxReceiptBytes+1)}, ""},
 		{"reason over MaxReasonBytes", "i1", ok, strings.Repeat("r", store.MaxReasonBytes+1)},
 		{"reason not UTF-8", "i1", ok, "r\xff"},
 		{"empty intent hash", "", ok, ""},
@@ -198,10 +199,10 @@ func testResolveInvalid(t *testing.T, open Factory) {
 		t.Fatalf("refused Resolves enqueued %d items", n)
 	}
 	st := f.effectStatus("i1")
-	if st.State != store.EffectInflight || st.Receipt != nil || st.Resolved {
+	if st.State != vocab.EffectInflight || st.Receipt != nil || st.Resolved {
 		t.Fatalf("refused Resolves changed the effect: %+v", st)
 	}
-	if _, dup := f.complete("i1", c, store.Receipt{Status: store.ReceiptOK}); dup {
+	if _, dup := f.complete("i1", c, vocab.Receipt{Status: vocab.ReceiptOK}); dup {
 		t.Fatal("the claim holder's Complete after refused Resolves reported dup")
 	}
 }
@@ -211,10 +212,10 @@ func testResolveAfterRetry(t *testing.T, open Factory) {
 	e := f.leased("w", "A")
 	f.publish("w", e, "i1")
 	c := f.claimOne("adapter", "i1").ClaimOf()
-	f.complete("i1", c, store.Receipt{Status: store.ReceiptError, Payload: []byte("503")})
+	f.complete("i1", c, vocab.Receipt{Status: vocab.ReceiptError, Payload: []byte("503")})
 	_, err := f.s.RetryEffect(bg, "i1", "upstream back")
 	must(t, err, "RetryEffect")
-	seq, dup := f.resolve("i1", store.Receipt{Status: store.ReceiptTimeout, Payload: []byte("gave up")}, "still nothing")
+	seq, dup := f.resolve("i1", vocab.Receipt{Status: vocab.ReceiptTimeout, Payload: []byte("gave up")}, "still nothing")
 	if dup {
 		t.Fatal("Resolve of a retried effect reported dup")
 	}
@@ -224,7 +225,7 @@ func testResolveAfterRetry(t *testing.T, open Factory) {
 		t.Fatalf("receipts = %+v, want the first and the operator's under receipt:i1#1", rs)
 	}
 	st := f.effectStatus("i1")
-	if st.State != store.EffectDone || st.Retries != 1 || st.RetryReason != "upstream back" || !st.Resolved || st.ResolveReason != "still nothing" ||
+	if st.State != vocab.EffectDone || st.Retries != 1 || st.RetryReason != "upstream back" || !st.Resolved || st.ResolveReason != "still nothing" ||
 		st.InboxSeq != seq {
 		t.Fatalf("EffectStatus = %+v", st)
 	}
@@ -232,14 +233,14 @@ func testResolveAfterRetry(t *testing.T, open Factory) {
 	// clears the operator's mark with the receipt.
 	st, err = f.s.RetryEffect(bg, "i1", "try once more")
 	must(t, err, "RetryEffect of a resolved timeout")
-	if st.State != store.EffectPending || st.Retries != 2 || st.Resolved || st.ResolveReason != "" || st.Receipt != nil {
+	if st.State != vocab.EffectPending || st.Retries != 2 || st.Resolved || st.ResolveReason != "" || st.Receipt != nil {
 		t.Fatalf("RetryEffect of a resolved effect = %+v, want pending with the operator's mark cleared", st)
 	}
 	if got := f.effectStatus("i1"); got.Resolved || got.ResolveReason != "" {
 		t.Fatalf("EffectStatus after the retry = %+v", got)
 	}
 	it := f.claimOne("adapter", "i1")
-	seq3, _ := f.complete("i1", it.ClaimOf(), store.Receipt{Status: store.ReceiptOK})
+	seq3, _ := f.complete("i1", it.ClaimOf(), vocab.Receipt{Status: vocab.ReceiptOK})
 	if rs := f.receipts("w"); len(rs) != 3 || rs[2].Seq != seq3 || rs[2].DedupeKey != store.ReceiptKey("i1", 2) {
 		t.Fatalf("receipts = %+v, want the second retry's under %s", rs, store.ReceiptKey("i1", 2))
 	}
@@ -256,12 +257,12 @@ func testResolveArchived(t *testing.T, open Factory) {
 	e := f.leased("w", "A")
 	f.publish("w", e, "i1", "i2")
 	f.setStatus("w", store.WorldPaused, "maintenance")
-	if _, dup := f.resolve("i1", store.Receipt{Status: store.ReceiptOK}, "paused world"); dup {
+	if _, dup := f.resolve("i1", vocab.Receipt{Status: vocab.ReceiptOK}, "paused world"); dup {
 		t.Fatal("Resolve into a paused world reported dup")
 	}
 	f.claimOne("adapter", "i2")
 	f.setStatus("w", store.WorldArchived, "retired")
-	seq, dup := f.resolve("i2", store.Receipt{Status: store.ReceiptOK}, "archived world")
+	seq, dup := f.resolve("i2", vocab.Receipt{Status: vocab.ReceiptOK}, "archived world")
 	if dup {
 		t.Fatal("Resolve into an archived world reported dup")
 	}
@@ -287,7 +288,7 @@ func FuzzResolve(f *testing.F, open Factory) {
 		e := x.leased("w", "A")
 		x.publish("w", e, "i1")
 		c := x.claimOne("adapter", "i1").ClaimOf()
-		r := store.Receipt{Status: store.ReceiptStatus(status), Payload: payload}
+		r := vocab.Receipt{Status: vocab.ReceiptStatus(status), Payload: payload}
 		seq, dup, err := x.s.Resolve(bg, hash, r, reason)
 		if err != nil {
 			var se *store.Error
@@ -297,7 +298,7 @@ func FuzzResolve(f *testing.F, open Factory) {
 			if n := len(x.inbox("w")); n != 0 {
 				t.Fatalf("a refused Resolve enqueued %d items", n)
 			}
-			if st := x.effectStatus("i1"); st.State != store.EffectInflight || st.Resolved {
+			if st := x.effectStatus("i1"); st.State != vocab.EffectInflight || st.Resolved {
 				t.Fatalf("a refused Resolve changed the effect: %+v", st)
 			}
 			return
@@ -312,7 +313,7 @@ func FuzzResolve(f *testing.F, open Factory) {
 		if st := x.effectStatus("i1"); !st.Resolved || st.ResolveReason != reason || st.Receipt == nil || st.Receipt.Status != r.Status {
 			t.Fatalf("EffectStatus = %+v, want the operator's receipt and reason %q", st, reason)
 		}
-		if again, dup := x.complete("i1", c, store.Receipt{Status: store.ReceiptOK}); !dup || again != seq {
+		if again, dup := x.complete("i1", c, vocab.Receipt{Status: vocab.ReceiptOK}); !dup || again != seq {
 			t.Fatalf("the holder's Complete = %d dup %v, want %d true", again, dup, seq)
 		}
 	})

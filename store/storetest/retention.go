@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Effects after a long outage (issue 7 item 15): the dedupe record of an
@@ -25,11 +26,11 @@ func testUnconsumedEffect(t *testing.T, open Factory) {
 	e := f.leased("w", "A")
 	f.publish("w", e, "i1")
 	c := f.claimOne("adapter", "i1").ClaimOf()
-	seq, _ := f.complete("i1", c, store.Receipt{Status: store.ReceiptOK})
+	seq, _ := f.complete("i1", c, vocab.Receipt{Status: vocab.ReceiptOK})
 	// The world is offline far past the retention.
 	f.advance(3*ret + time.Hour)
 	f.sweep()
-	if st := f.effectStatus("i1"); st.State != store.EffectDone || st.InboxSeq != seq {
+	if st := f.effectStatus("i1"); st.State != vocab.EffectDone || st.InboxSeq != seq {
 		t.Fatalf("unconsumed effect record = %+v, want it kept", st)
 	}
 	// It comes back and replays its cycle: re-publishing queues nothing.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Spawn is CreateWorld, the first Enqueues and, with a holder, the first
@@ -187,9 +188,9 @@ func testSpawnBadSpec(t *testing.T, open Factory) {
 		mutate func(*store.SpawnSpec)
 	}
 	cases := []bad{
-		{"receipt kind", func(s *store.SpawnSpec) { s.Items[1].Kind = store.KindReceipt }},
-		{"timer kind", func(s *store.SpawnSpec) { s.Items[1].Kind = store.KindTimer }},
-		{"fabric kind", func(s *store.SpawnSpec) { s.Items[1].Kind = store.KindFabric }},
+		{"receipt kind", func(s *store.SpawnSpec) { s.Items[1].Kind = vocab.KindReceipt }},
+		{"timer kind", func(s *store.SpawnSpec) { s.Items[1].Kind = vocab.KindTimer }},
+		{"fabric kind", func(s *store.SpawnSpec) { s.Items[1].Kind = vocab.KindFabric }},
 		{"empty kind", func(s *store.SpawnSpec) { s.Items[1].Kind = "" }},
 		{"receipt key prefix", func(s *store.SpawnSpec) { s.Items[1].DedupeKey = store.ReceiptKeyPrefix + "x" }},
 		{"timer key prefix", func(s *store.SpawnSpec) { s.Items[1].DedupeKey = store.TimerKeyPrefix + "x" }},
@@ -531,9 +532,9 @@ func (x *statusFixture) checkLeft(t *testing.T, res store.CommitResult, before t
 	// Pausing keeps the cycle's intent for the adapters; archiving
 	// withdraws it with the world's end (nobody is left to read its
 	// receipt).
-	want, withdrawn := store.EffectPending, 0
+	want, withdrawn := vocab.EffectPending, 0
 	if status == store.WorldArchived {
-		want, withdrawn = store.EffectWithdrawn, 1
+		want, withdrawn = vocab.EffectWithdrawn, 1
 	}
 	if st := x.effectStatus("i-final"); st.State != want || res.Withdrawn != withdrawn {
 		t.Fatalf("the last cycle's intent = %+v, Withdrawn %d; want %s, %d", st, res.Withdrawn, want, withdrawn)

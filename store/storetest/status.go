@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // World status (issue 7 item 3) is an operator's decision, recorded with a
@@ -100,7 +101,7 @@ func testArchivedWorld(t *testing.T, open Factory) {
 		t.Fatalf("archived world = %+v", w)
 	}
 	// The answers to its own requests still land.
-	seq, dup := f.complete("i1", c, store.Receipt{Status: store.ReceiptOK})
+	seq, dup := f.complete("i1", c, vocab.Receipt{Status: vocab.ReceiptOK})
 	if dup || len(f.inbox("w")) != 1 || f.inbox("w")[0].Seq != seq {
 		t.Fatalf("receipt for an archived world: seq %d dup %v, inbox %+v", seq, dup, f.inbox("w"))
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Timers (protocol E). Like effects, timers are named by intent hash alone
@@ -41,7 +42,7 @@ func testTimersFenced(t *testing.T, open Factory) {
 	if got := f.claimDue("tw", 10); len(got) != 0 {
 		t.Fatalf("a cancelled timer was claimed: %+v", got)
 	}
-	_, _, err := f.s.Fire(bg, "t3", store.Claim{Worker: "tw", Attempt: 1})
+	_, _, err := f.s.Fire(bg, "t3", vocab.Claim{Worker: "tw", Attempt: 1})
 	wantErr(t, err, store.ErrNotFound, "Fire of a cancelled timer")
 }
 
@@ -115,7 +116,7 @@ func testFire(t *testing.T, open Factory) {
 	if len(items) != 2 || items[1].Seq != seq || items[1].Kind != "timer" || items[1].DedupeKey != "timer:t1" || !bytes.Equal(items[1].Payload, []byte("tick")) {
 		t.Fatalf("inbox after Fire = %+v, want the timer item at seq %d", items, seq)
 	}
-	again, dup := f.fire("t1", store.Claim{Worker: "another", Attempt: 9})
+	again, dup := f.fire("t1", vocab.Claim{Worker: "another", Attempt: 9})
 	if !dup || again != seq {
 		t.Fatalf("second Fire = %d dup %v, want %d true", again, dup, seq)
 	}
@@ -181,7 +182,7 @@ func testTimerSurvives(t *testing.T, open Factory) {
 	}
 	seq, _ := f.fire("t1", got[0].ClaimOf())
 	// The dead worker's late Fire is a duplicate.
-	if again, dup, err := f.s.Fire(bg, "t1", store.Claim{Worker: "dies", Attempt: 1}); err != nil || !dup || again != seq {
+	if again, dup, err := f.s.Fire(bg, "t1", vocab.Claim{Worker: "dies", Attempt: 1}); err != nil || !dup || again != seq {
 		t.Fatalf("late Fire = %d %v %v", again, dup, err)
 	}
 	var timers int

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Times (issue 7 item 6): a time outside [store.MinTime, store.MaxTime] is
@@ -40,7 +41,7 @@ func testOutOfRangeTimes(t *testing.T, open Factory) {
 		_, err = f.s.Append(bg, "run-1", []store.Record{r}, freeOpts)
 		wantErr(t, err, store.ErrInvalid, "free Append with emittedAt "+what)
 		wantErr(t, f.s.Schedule(bg, "w", e, "t", at, nil), store.ErrInvalid, "Schedule at "+what)
-		_, err = f.s.Commit(bg, "w", e, store.CommitBatch{Timers: []store.TimerSet{{IntentHash: "t", DeliverAt: at}}})
+		_, err = f.s.Commit(bg, "w", e, store.CommitBatch{Timers: []vocab.TimerSet{{IntentHash: "t", DeliverAt: at}}})
 		wantErr(t, err, store.ErrInvalid, "Commit of a timer at "+what)
 		_, err = f.s.Commit(bg, "w", e, store.CommitBatch{Entries: []store.Record{r}})
 		wantErr(t, err, store.ErrInvalid, "Commit of an entry emitted at "+what)
@@ -94,7 +95,7 @@ func testInRangeTimes(t *testing.T, open Factory) {
 	for i, at := range edges[2:] {
 		must(t, f.s.Schedule(bg, "w", e, string(rune('s'+i)), at, nil), "Schedule at "+at.String())
 	}
-	_, err = f.s.Commit(bg, "w", e, store.CommitBatch{ExpectedHead: f.head("w"), Timers: []store.TimerSet{{IntentHash: "c", DeliverAt: store.MaxTime.Add(-time.Microsecond - time.Nanosecond)}}})
+	_, err = f.s.Commit(bg, "w", e, store.CommitBatch{ExpectedHead: f.head("w"), Timers: []vocab.TimerSet{{IntentHash: "c", DeliverAt: store.MaxTime.Add(-time.Microsecond - time.Nanosecond)}}})
 	must(t, err, "Commit of a timer")
 	ts, err := f.s.ListTimers(bg, "w", 10)
 	must(t, err, "ListTimers")

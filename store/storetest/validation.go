@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // One validation (issue 7 item 7): every backend runs store/validate.go
@@ -108,19 +109,19 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 			return err
 		})
 		add("Publish intent hash "+name, func() error {
-			_, err := f.s.Publish(bg, "w", e, []store.Intent{{IntentHash: bad, Kind: effectKind}})
+			_, err := f.s.Publish(bg, "w", e, []vocab.Intent{{IntentHash: bad, Kind: effectKind}})
 			return err
 		})
 		add("Publish kind "+name, func() error {
-			_, err := f.s.Publish(bg, "w", e, []store.Intent{{IntentHash: "new", Kind: bad}})
+			_, err := f.s.Publish(bg, "w", e, []vocab.Intent{{IntentHash: "new", Kind: bad}})
 			return err
 		})
 		add("Commit intent "+name, func() error {
-			_, err := f.s.Commit(bg, "w", e, store.CommitBatch{ExpectedHead: 1, Intents: []store.Intent{{IntentHash: bad, Kind: effectKind}}})
+			_, err := f.s.Commit(bg, "w", e, store.CommitBatch{ExpectedHead: 1, Intents: []vocab.Intent{{IntentHash: bad, Kind: effectKind}}})
 			return err
 		})
 		add("Commit timer "+name, func() error {
-			_, err := f.s.Commit(bg, "w", e, store.CommitBatch{ExpectedHead: 1, Timers: []store.TimerSet{{IntentHash: bad, DeliverAt: f.now()}}})
+			_, err := f.s.Commit(bg, "w", e, store.CommitBatch{ExpectedHead: 1, Timers: []vocab.TimerSet{{IntentHash: bad, DeliverAt: f.now()}}})
 			return err
 		})
 		add("Commit cancel "+name, func() error {
@@ -146,11 +147,11 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 			return err
 		})
 		add("Complete hash "+name, func() error {
-			_, _, err := f.s.Complete(bg, bad, ic, store.Receipt{Status: store.ReceiptOK})
+			_, _, err := f.s.Complete(bg, bad, ic, vocab.Receipt{Status: vocab.ReceiptOK})
 			return err
 		})
 		add("Complete claim worker "+name, func() error {
-			_, _, err := f.s.Complete(bg, "i1", store.Claim{Worker: bad, Attempt: ic.Attempt}, store.Receipt{Status: store.ReceiptOK})
+			_, _, err := f.s.Complete(bg, "i1", vocab.Claim{Worker: bad, Attempt: ic.Attempt}, vocab.Receipt{Status: vocab.ReceiptOK})
 			return err
 		})
 		add("Fire hash "+name, func() error {
@@ -158,7 +159,7 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 			return err
 		})
 		add("Fire claim worker "+name, func() error {
-			_, _, err := f.s.Fire(bg, "t1", store.Claim{Worker: bad, Attempt: tc.Attempt})
+			_, _, err := f.s.Fire(bg, "t1", vocab.Claim{Worker: bad, Attempt: tc.Attempt})
 			return err
 		})
 		// t1 is due: FireHeld with valid arguments would fire it.
@@ -254,12 +255,12 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 			return err
 		})
 		add("Resolve hash "+name, func() error {
-			_, _, err := f.s.Resolve(bg, bad, store.Receipt{Status: store.ReceiptOK}, "")
+			_, _, err := f.s.Resolve(bg, bad, vocab.Receipt{Status: vocab.ReceiptOK}, "")
 			return err
 		})
 		if bad != "" && len(bad) <= store.MaxIDBytes { // a reason may be empty, and longer than an id (see longReason)
 			add("Resolve reason "+name, func() error {
-				_, _, err := f.s.Resolve(bg, "i1", store.Receipt{Status: store.ReceiptOK}, bad)
+				_, _, err := f.s.Resolve(bg, "i1", vocab.Receipt{Status: vocab.ReceiptOK}, bad)
 				return err
 			})
 		}
@@ -286,32 +287,32 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 		return err
 	})
 	add("Publish params over MaxPayloadBytes", func() error {
-		_, err := f.s.Publish(bg, "w", e, []store.Intent{{IntentHash: "new", Kind: effectKind, Params: bigPayload}})
+		_, err := f.s.Publish(bg, "w", e, []vocab.Intent{{IntentHash: "new", Kind: effectKind, Params: bigPayload}})
 		return err
 	})
 	add("Publish origin invalid UTF-8", func() error {
-		_, err := f.s.Publish(bg, "w", e, []store.Intent{{IntentHash: "new", Kind: effectKind, Origin: "\xff"}})
+		_, err := f.s.Publish(bg, "w", e, []vocab.Intent{{IntentHash: "new", Kind: effectKind, Origin: "\xff"}})
 		return err
 	})
 	add("Publish origin over MaxOriginBytes", func() error {
-		_, err := f.s.Publish(bg, "w", e, []store.Intent{{IntentHash: "new", Kind: effectKind, Origin: strings.Repeat("o", store.MaxOriginBytes+1)}})
+		_, err := f.s.Publish(bg, "w", e, []vocab.Intent{{IntentHash: "new", Kind: effectKind, Origin: strings.Repeat("o", store.MaxOriginBytes+1)}})
 		return err
 	})
 	add("Schedule payload over MaxPayloadBytes", func() error { return f.s.Schedule(bg, "w", e, "new", f.now(), bigPayload) })
 	add("Complete receipt over MaxReceiptBytes", func() error {
-		_, _, err := f.s.Complete(bg, "i1", ic, store.Receipt{Status: store.ReceiptOK, Payload: make([]byte, store.MaxReceiptBytes+1)})
+		_, _, err := f.s.Complete(bg, "i1", ic, vocab.Receipt{Status: vocab.ReceiptOK, Payload: make([]byte, store.MaxReceiptBytes+1)})
 		return err
 	})
 	add("Complete unknown receipt status", func() error {
-		_, _, err := f.s.Complete(bg, "i1", ic, store.Receipt{Status: "maybe"})
+		_, _, err := f.s.Complete(bg, "i1", ic, vocab.Receipt{Status: "maybe"})
 		return err
 	})
 	add("Complete claim attempt 0", func() error {
-		_, _, err := f.s.Complete(bg, "i1", store.Claim{Worker: ic.Worker}, store.Receipt{Status: store.ReceiptOK})
+		_, _, err := f.s.Complete(bg, "i1", vocab.Claim{Worker: ic.Worker}, vocab.Receipt{Status: vocab.ReceiptOK})
 		return err
 	})
 	add("Fire claim attempt 0", func() error {
-		_, _, err := f.s.Fire(bg, "t1", store.Claim{Worker: tc.Worker})
+		_, _, err := f.s.Fire(bg, "t1", vocab.Claim{Worker: tc.Worker})
 		return err
 	})
 	add("FireHeld epoch 2^63", func() error {
@@ -361,7 +362,7 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 		what string
 		it   store.InboxItem
 	}{
-		{"reserved kind", store.InboxItem{Kind: store.KindReceipt}},
+		{"reserved kind", store.InboxItem{Kind: vocab.KindReceipt}},
 		{"reserved key prefix", store.InboxItem{Kind: "event", DedupeKey: store.TimerKeyPrefix + "x"}},
 		{"payload over MaxPayloadBytes", store.InboxItem{Kind: "event", Payload: bigPayload}},
 	} {
@@ -410,19 +411,19 @@ func testBadInputEverywhere(t *testing.T, open Factory) {
 		return err
 	})
 	add("Resolve receipt over MaxPayloadBytes", func() error {
-		_, _, err := f.s.Resolve(bg, "i1", store.Receipt{Status: store.ReceiptOK, Payload: bigPayload}, "")
+		_, _, err := f.s.Resolve(bg, "i1", vocab.Receipt{Status: vocab.ReceiptOK, Payload: bigPayload}, "")
 		return err
 	})
 	add("Resolve unknown receipt status", func() error {
-		_, _, err := f.s.Resolve(bg, "i2", store.Receipt{Status: "maybe"}, "")
+		_, _, err := f.s.Resolve(bg, "i2", vocab.Receipt{Status: "maybe"}, "")
 		return err
 	})
 	add("Resolve empty receipt status", func() error {
-		_, _, err := f.s.Resolve(bg, "i2", store.Receipt{}, "")
+		_, _, err := f.s.Resolve(bg, "i2", vocab.Receipt{}, "")
 		return err
 	})
 	add("Resolve over-long reason", func() error {
-		_, _, err := f.s.Resolve(bg, "i2", store.Receipt{Status: store.ReceiptOK}, longReason)
+		_, _, err := f.s.Resolve(bg, "i2", vocab.Receipt{Status: vocab.ReceiptOK}, longReason)
 		return err
 	})
 	for _, d := range []time.Duration{0, -time.Second, store.MaxTTL + time.Second} {
@@ -516,7 +517,7 @@ func (f *fx) fingerprint() string {
 	return out + fmt.Sprintf("run-1=%v workers=%+v depths=%+v watermark=%d", eventIDs(f.read("run-1")), workers, depths, wm)
 }
 
-func effectsSummary(items []store.EffectItem) string {
+func effectsSummary(items []vocab.EffectItem) string {
 	out := ""
 	for _, it := range items {
 		out += fmt.Sprintf("[%s %s %s#%d r%d]", it.IntentHash, it.State, it.ClaimedBy, it.Attempt, it.Retries)
@@ -561,7 +562,7 @@ func testLongestOrigin(t *testing.T, open Factory) {
 		t.Fatalf("the longest origin is %d bytes, MaxOriginBytes %d", len(origin), store.MaxOriginBytes)
 	}
 	_, err := f.s.Commit(bg, "w", e, store.CommitBatch{ExpectedHead: f.head("w"),
-		Intents: []store.Intent{{IntentHash: "long", Kind: effectKind, Origin: origin}}})
+		Intents: []vocab.Intent{{IntentHash: "long", Kind: effectKind, Origin: origin}}})
 	must(t, err, "Commit of an intent with the longest origin")
 	effs, err := f.s.ListEffects(bg, "w", 0, 10)
 	must(t, err, "ListEffects")

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Read-only views (issue 7 item 13): an operator's and the metrics' look
@@ -23,7 +24,7 @@ func testViews(t *testing.T, open Factory) {
 	f.publish("v", ev, "v1")
 	c1 := f.claimOne("adapter", "i1").ClaimOf()
 	f.claimOne("adapter", "i2")
-	f.complete("i1", c1, store.Receipt{Status: store.ReceiptOK}) // done: not listed
+	f.complete("i1", c1, vocab.Receipt{Status: vocab.ReceiptOK}) // done: not listed
 	now := f.now()
 	must(t, f.s.Schedule(bg, "w", e, "t-late", now.Add(time.Hour), nil), "Schedule")
 	must(t, f.s.Schedule(bg, "w", e, "t-b", now.Add(time.Second), nil), "Schedule")
@@ -44,8 +45,8 @@ func testViews(t *testing.T, open Factory) {
 
 	effects, err := f.s.ListEffects(bg, "w", 0, 10)
 	must(t, err, "ListEffects")
-	if len(effects) != 2 || effects[0].IntentHash != "i2" || effects[0].State != store.EffectInflight || effects[0].ClaimedBy != "adapter" ||
-		effects[1].IntentHash != "i3" || effects[1].State != store.EffectPending || effects[1].World != "w" || effects[0].Seq >= effects[1].Seq {
+	if len(effects) != 2 || effects[0].IntentHash != "i2" || effects[0].State != vocab.EffectInflight || effects[0].ClaimedBy != "adapter" ||
+		effects[1].IntentHash != "i3" || effects[1].State != vocab.EffectPending || effects[1].World != "w" || effects[0].Seq >= effects[1].Seq {
 		t.Fatalf("ListEffects(w) = %+v, want i2 inflight then i3 pending", effects)
 	}
 	page, err := f.s.ListEffects(bg, "w", effects[0].Seq, 10)

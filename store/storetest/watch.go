@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Watch hints are hints (store package doc): correctness never depends on
@@ -67,7 +68,7 @@ func testWatchHints(t *testing.T, open Factory) {
 	})
 	f.publish("w", e, "i1")
 	awaitHint(t, effects, "effects", func() {
-		if st := f.effectStatus("i1"); st.State != store.EffectPending {
+		if st := f.effectStatus("i1"); st.State != vocab.EffectPending {
 			t.Fatalf("published intent = %+v", st)
 		}
 	})
@@ -140,7 +141,7 @@ func testWatchTopics(t *testing.T, open Factory) {
 		do()
 		awaitHint(t, sig[topic].C, topic+" after "+what, check)
 	}
-	effect := func(h string, st store.EffectState) func() {
+	effect := func(h string, st vocab.EffectState) func() {
 		return func() {
 			if got := f.effectStatus(h); got.State != st {
 				t.Fatalf("%s = %+v, want %s", h, got, st)
@@ -188,33 +189,33 @@ func testWatchTopics(t *testing.T, open Factory) {
 	inbox, effects, timers := store.TopicInbox("w"), store.TopicEffects, store.TopicTimers
 
 	step(inbox, "Enqueue", func() { f.enqueue("w", "event", "", nil) }, inboxHas(1))
-	step(effects, "Publish", func() { f.publish("w", e, "i1") }, effect("i1", store.EffectPending))
+	step(effects, "Publish", func() { f.publish("w", e, "i1") }, effect("i1", vocab.EffectPending))
 	step(effects, "Commit", func() {
 		_, err := f.s.Commit(bg, "w", e, store.CommitBatch{ExpectedHead: f.head("w"), Intents: intents("i2")})
 		must(t, err, "Commit")
-	}, effect("i2", store.EffectPending))
+	}, effect("i2", vocab.EffectPending))
 	items := f.claim("adapter", 2)
 	f.advance(claimTTL + margin)
 	step(effects, "ReapEffects", func() {
 		_, err := f.s.ReapEffects(bg)
 		must(t, err, "ReapEffects")
-	}, effect("i1", store.EffectPending))
+	}, effect("i1", vocab.EffectPending))
 	step(inbox, "Complete", func() {
-		f.complete("i1", items[0].ClaimOf(), store.Receipt{Status: store.ReceiptError})
+		f.complete("i1", items[0].ClaimOf(), vocab.Receipt{Status: vocab.ReceiptError})
 	}, inboxHas(2))
 	step(effects, "RetryEffect", func() {
 		_, err := f.s.RetryEffect(bg, "i1", "again")
 		must(t, err, "RetryEffect")
-	}, effect("i1", store.EffectPending))
+	}, effect("i1", vocab.EffectPending))
 	step(inbox, "Resolve", func() {
-		_, _, err := f.s.Resolve(bg, "i1", store.Receipt{Status: store.ReceiptOK}, "answered out of band")
+		_, _, err := f.s.Resolve(bg, "i1", vocab.Receipt{Status: vocab.ReceiptOK}, "answered out of band")
 		must(t, err, "Resolve")
 	}, inboxHas(3))
 	e = f.acquire("w", "A").Epoch // the lease ran out above
 	step(timers, "Schedule", func() { must(t, f.s.Schedule(bg, "w", e, "t1", f.now(), nil), "Schedule") }, timerState("t1", store.TimerScheduled))
 	step(timers, "CancelTimer", func() { must(t, f.s.CancelTimer(bg, "w", e, "t1"), "CancelTimer") }, timerState("t1", ""))
 	step(timers, "Commit", func() {
-		_, err := f.s.Commit(bg, "w", e, store.CommitBatch{ExpectedHead: f.head("w"), Timers: []store.TimerSet{{IntentHash: "t2", DeliverAt: f.now()}}})
+		_, err := f.s.Commit(bg, "w", e, store.CommitBatch{ExpectedHead: f.head("w"), Timers: []vocab.TimerSet{{IntentHash: "t2", DeliverAt: f.now()}}})
 		must(t, err, "Commit")
 	}, timerState("t2", store.TimerScheduled))
 	f.advance(margin)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Withdrawal: ending a world (archiving it, by SetWorldStatus or a
@@ -32,7 +33,7 @@ func withdrawTests() []testCase {
 func (f *fx) wantWithdrawn(hash string, from time.Time) {
 	f.t.Helper()
 	st := f.effectStatus(hash)
-	if st.State != store.EffectWithdrawn || st.Receipt != nil || st.InboxSeq != 0 {
+	if st.State != vocab.EffectWithdrawn || st.Receipt != nil || st.InboxSeq != 0 {
 		f.t.Fatalf("EffectStatus(%s) = %+v, want withdrawn without a receipt", hash, st)
 	}
 	if st.CompletedAt.Before(from.Add(-time.Second)) {
@@ -42,11 +43,11 @@ func (f *fx) wantWithdrawn(hash string, from time.Time) {
 
 // wantUnsettleable checks that nobody settles the withdrawn hash: neither
 // a claimant (c), nor an operator, nor a retry.
-func (f *fx) wantUnsettleable(hash string, c store.Claim) {
+func (f *fx) wantUnsettleable(hash string, c vocab.Claim) {
 	f.t.Helper()
-	_, _, err := f.s.Complete(bg, hash, c, store.Receipt{Status: store.ReceiptOK})
+	_, _, err := f.s.Complete(bg, hash, c, vocab.Receipt{Status: vocab.ReceiptOK})
 	wantErr(f.t, err, store.ErrClaimLost, "Complete of a withdrawn effect")
-	_, _, err = f.s.Resolve(bg, hash, store.Receipt{Status: store.ReceiptOK}, "operator")
+	_, _, err = f.s.Resolve(bg, hash, vocab.Receipt{Status: vocab.ReceiptOK}, "operator")
 	wantErr(f.t, err, store.ErrClaimLost, "Resolve of a withdrawn effect")
 	_, err = f.s.RetryEffect(bg, hash, "operator")
 	wantErr(f.t, err, store.ErrNotRetryable, "RetryEffect of a withdrawn effect")
@@ -65,7 +66,7 @@ func testArchiveWithdraws(t *testing.T, open Factory) {
 
 	f.wantWithdrawn("idle1", before)
 	f.wantWithdrawn("idle2", before)
-	if st := f.effectStatus("busy"); st.State != store.EffectInflight {
+	if st := f.effectStatus("busy"); st.State != vocab.EffectInflight {
 		t.Fatalf("the claimed effect after the archive: %+v, want still inflight", st)
 	}
 	got := f.claim("adapter", 10)
@@ -78,10 +79,10 @@ func testArchiveWithdraws(t *testing.T, open Factory) {
 	if d, err := f.s.QueueDepths(bg); err != nil || d.EffectsPending != 0 || d.EffectsInflight != 2 {
 		t.Fatalf("QueueDepths = %+v, %v; want 0 pending, 2 inflight", d, err)
 	}
-	f.wantUnsettleable("idle1", store.Claim{Worker: "adapter", Attempt: 1})
+	f.wantUnsettleable("idle1", vocab.Claim{Worker: "adapter", Attempt: 1})
 	// The inflight one may be executing: its receipt still lands, in the
 	// archived world's inbox.
-	seq, dup := f.complete("busy", busy.ClaimOf(), store.Receipt{Status: store.ReceiptOK, Payload: []byte("late")})
+	seq, dup := f.complete("busy", busy.ClaimOf(), vocab.Receipt{Status: vocab.ReceiptOK, Payload: []byte("late")})
 	if dup || seq == 0 {
 		t.Fatalf("Complete of the inflight effect = %d, dup=%v", seq, dup)
 	}
@@ -119,7 +120,7 @@ func testCommitWithdraw(t *testing.T, open Factory) {
 	c := f.claimOne("adapter", "claimed")
 	f.publish("w", e, "done")
 	d := f.claimOne("adapter", "done")
-	f.complete("done", d.ClaimOf(), store.Receipt{Status: store.ReceiptOK})
+	f.complete("done", d.ClaimOf(), vocab.Receipt{Status: vocab.ReceiptOK})
 	f.publish("w", e, "gone", "kept")
 	f.publish("v", ev, "theirs")
 	before := f.now()
@@ -129,8 +130,8 @@ func testCommitWithdraw(t *testing.T, open Factory) {
 		t.Fatalf("Commit.Withdrawn = %d, want 1 (only w's pending one)", res.Withdrawn)
 	}
 	f.wantWithdrawn("gone", before)
-	for hash, want := range map[string]store.EffectState{
-		"claimed": store.EffectInflight, "done": store.EffectDone, "theirs": store.EffectPending, "kept": store.EffectPending,
+	for hash, want := range map[string]vocab.EffectState{
+		"claimed": vocab.EffectInflight, "done": vocab.EffectDone, "theirs": vocab.EffectPending, "kept": vocab.EffectPending,
 	} {
 		if st := f.effectStatus(hash); st.State != want {
 			t.Fatalf("EffectStatus(%s) = %s, want %s", hash, st.State, want)
@@ -140,7 +141,7 @@ func testCommitWithdraw(t *testing.T, open Factory) {
 	if len(got) != 2 || got[0].IntentHash != "kept" || got[1].IntentHash != "theirs" {
 		t.Fatalf("Claim after the withdrawal = %+v, want kept and theirs", got)
 	}
-	f.complete("claimed", c.ClaimOf(), store.Receipt{Status: store.ReceiptOK})
+	f.complete("claimed", c.ClaimOf(), vocab.Receipt{Status: vocab.ReceiptOK})
 	// Withdraw is fenced with the rest of the commit.
 	_, err = f.s.Commit(bg, "w", e+1, store.CommitBatch{Withdraw: []string{"kept"}})
 	wantErr(t, err, store.ErrFenced, "a Commit's Withdraw under a wrong epoch")
@@ -197,10 +198,10 @@ func testRetryArchived(t *testing.T, open Factory) {
 	f.publish("w", e, "i1")
 	c := f.claimOne("adapter", "i1")
 	f.setStatus("w", store.WorldArchived, "ended")
-	f.complete("i1", c.ClaimOf(), store.Receipt{Status: store.ReceiptError})
+	f.complete("i1", c.ClaimOf(), vocab.Receipt{Status: vocab.ReceiptError})
 	_, err := f.s.RetryEffect(bg, "i1", "try again")
 	wantErr(t, err, store.ErrWorldArchived, "RetryEffect of an archived world's effect")
-	if st := f.effectStatus("i1"); st.State != store.EffectDone || st.Retries != 0 {
+	if st := f.effectStatus("i1"); st.State != vocab.EffectDone || st.Retries != 0 {
 		t.Fatalf("EffectStatus after the refused retry = %+v", st)
 	}
 }
@@ -216,7 +217,7 @@ func testReleaseArchivedWithdraws(t *testing.T, open Factory) {
 	c := f.claimOne("adapter", "i1")
 	f.setStatus("w", store.WorldArchived, "ended")
 	must(t, f.s.ReleaseEffect(bg, "i1", c.ClaimOf()), "ReleaseEffect")
-	if st := f.effectStatus("i1"); st.State != store.EffectWithdrawn {
+	if st := f.effectStatus("i1"); st.State != vocab.EffectWithdrawn {
 		t.Fatalf("released effect of an archived world is %+v, want withdrawn", st)
 	}
 }
@@ -235,7 +236,7 @@ func testReleaseNeverResurrects(t *testing.T, open Factory) {
 	}
 	err := f.s.ReleaseEffect(bg, "i1", c.ClaimOf())
 	wantErr(t, err, store.ErrClaimLost, "ReleaseEffect of a withdrawn effect")
-	if st := f.effectStatus("i1"); st.State != store.EffectWithdrawn {
+	if st := f.effectStatus("i1"); st.State != vocab.EffectWithdrawn {
 		t.Fatalf("ReleaseEffect turned a withdrawn effect into %+v", st)
 	}
 }

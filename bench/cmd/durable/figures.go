@@ -33,6 +33,7 @@ import (
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 var (
@@ -63,7 +64,7 @@ type fxStore struct {
 	fx *fxTimes
 }
 
-func (s fxStore) Complete(ctx context.Context, hash string, c store.Claim, r store.Receipt) (uint64, bool, error) {
+func (s fxStore) Complete(ctx context.Context, hash string, c vocab.Claim, r vocab.Receipt) (uint64, bool, error) {
 	seq, dup, err := s.Store.Complete(ctx, hash, c, r)
 	if err == nil && !dup {
 		now := time.Now()

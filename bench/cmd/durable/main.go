@@ -159,7 +159,7 @@ type noop struct{}
 
 func (noop) Kinds() []string { return []string{kindNoop} }
 
-func (noop) Execute(_ context.Context, it store.EffectItem) (effect.Result, error) {
+func (noop) Execute(_ context.Context, it vocab.EffectItem) (effect.Result, error) {
 	var st Step
 	if err := world.Decode(it.Params, &st); err != nil {
 		return effect.Result{}, effect.Permanent(err)

@@ -22,6 +22,7 @@ import (
 	"github.com/orrery-run/orrery/store/postgres"
 	"github.com/orrery-run/orrery/store/postgres/pgtest"
 	"github.com/orrery-run/orrery/store/sqlite"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // Backends are the stores every integration test runs on. PostgreSQL runs
@@ -278,21 +279,21 @@ func (h *Handle) GetWorld(ctx context.Context, world string) (store.World, error
 	return h.Store.GetWorld(ctx, world)
 }
 
-func (h *Handle) Claim(ctx context.Context, worker string, kinds []string, n int, ttl time.Duration) ([]store.EffectItem, error) {
+func (h *Handle) Claim(ctx context.Context, worker string, kinds []string, n int, ttl time.Duration) ([]vocab.EffectItem, error) {
 	if err := h.begin("claim"); err != nil {
 		return nil, err
 	}
 	return h.Store.Claim(ctx, worker, kinds, n, ttl)
 }
 
-func (h *Handle) Complete(ctx context.Context, hash string, c store.Claim, rc store.Receipt) (uint64, bool, error) {
+func (h *Handle) Complete(ctx context.Context, hash string, c vocab.Claim, rc vocab.Receipt) (uint64, bool, error) {
 	if err := h.begin("complete"); err != nil {
 		return 0, false, err
 	}
 	return h.Store.Complete(ctx, hash, c, rc)
 }
 
-func (h *Handle) ReleaseEffect(ctx context.Context, hash string, c store.Claim) error {
+func (h *Handle) ReleaseEffect(ctx context.Context, hash string, c vocab.Claim) error {
 	if err := h.begin("release_effect"); err != nil {
 		return err
 	}
@@ -306,7 +307,7 @@ func (h *Handle) ClaimDue(ctx context.Context, worker string, n int, ttl time.Du
 	return h.Store.ClaimDue(ctx, worker, n, ttl)
 }
 
-func (h *Handle) Fire(ctx context.Context, hash string, c store.Claim) (uint64, bool, error) {
+func (h *Handle) Fire(ctx context.Context, hash string, c vocab.Claim) (uint64, bool, error) {
 	if err := h.begin("fire"); err != nil {
 		return 0, false, err
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // LeaseRow is a lease as a backend read it; Found is false when the world
@@ -209,7 +210,7 @@ type ClaimRow struct {
 // ClaimCheck decides a completion (Complete, Fire) of an item that is not
 // yet done: c must be its latest claim. A reap keeps the latest claim, so
 // a late worker's result still counts until someone claims the item anew.
-func ClaimCheck(op, id string, row ClaimRow, c store.Claim) error {
+func ClaimCheck(op, id string, row ClaimRow, c vocab.Claim) error {
 	if row.Attempt != c.Attempt || row.ClaimedBy != c.Worker {
 		return store.Errorf(op, store.ErrClaimLost, "", "%s: claim %s#%d, latest is %s#%d", id, c.Worker, c.Attempt, row.ClaimedBy, row.Attempt)
 	}
@@ -219,13 +220,13 @@ func ClaimCheck(op, id string, row ClaimRow, c store.Claim) error {
 // ReleaseEffect decides a ReleaseEffect of an effect in state (found=false:
 // unknown) under c: noop=true when it is pending under c already (reaped
 // or released), otherwise it must be inflight under c, its latest claim.
-func ReleaseEffect(op, id string, found bool, state store.EffectState, row ClaimRow, c store.Claim) (noop bool, err error) {
+func ReleaseEffect(op, id string, found bool, state vocab.EffectState, row ClaimRow, c vocab.Claim) (noop bool, err error) {
 	switch {
 	case !found:
 		return false, store.Errorf(op, store.ErrNotFound, "", "intent %s", id)
-	case state == store.EffectDone:
+	case state == vocab.EffectDone:
 		return false, store.Errorf(op, store.ErrClaimLost, "", "%s: done", id)
-	case state == store.EffectWithdrawn:
+	case state == vocab.EffectWithdrawn:
 		// Withdrawn (its world ended): a late release must not bring it
 		// back, where no claim would ever take it again.
 		return false, store.Errorf(op, store.ErrClaimLost, "", "%s: withdrawn", id)
@@ -233,17 +234,17 @@ func ReleaseEffect(op, id string, found bool, state store.EffectState, row Claim
 	if err := ClaimCheck(op, id, row, c); err != nil {
 		return false, err
 	}
-	return state == store.EffectPending, nil
+	return state == vocab.EffectPending, nil
 }
 
 // ReleaseTo is the state a released effect goes to: pending, to be claimed
 // again at once, unless its world is archived, which claims never serve:
 // then it is withdrawn, as the archive withdrew its pending effects.
-func ReleaseTo(worldStatus store.WorldStatus) store.EffectState {
+func ReleaseTo(worldStatus store.WorldStatus) vocab.EffectState {
 	if worldStatus == store.WorldArchived {
-		return store.EffectWithdrawn
+		return vocab.EffectWithdrawn
 	}
-	return store.EffectPending
+	return vocab.EffectPending
 }
 
 // SettleRow is a queued effect or timer as a settle (Complete, Fire,
@@ -252,7 +253,7 @@ type SettleRow struct {
 	Found bool
 	World string // the item's world (read for a lease holder's settle)
 	Done  bool   // completed (an effect) or delivered (a timer)
-	// Withdrawn: an effect given up before any claim (store.EffectWithdrawn).
+	// Withdrawn: an effect given up before any claim (vocab.EffectWithdrawn).
 	Withdrawn bool
 	DueAt     *time.Time // a timer's deliverAt; nil for an effect
 	Claim     ClaimRow
@@ -267,14 +268,14 @@ type SettleRow struct {
 // are a claimant's with the claim check left out, never a second copy of
 // the protocol.
 type By struct {
-	Claim    store.Claim
+	Claim    vocab.Claim
 	Operator bool
 	Reason   string
 	World    string
 }
 
 // Claimant is the settle of the holder of claim c.
-func Claimant(c store.Claim) By { return By{Claim: c} }
+func Claimant(c vocab.Claim) By { return By{Claim: c} }
 
 // Operator is an operator's settle, for reason.
 func Operator(reason string) By { return By{Operator: true, Reason: reason} }
@@ -338,11 +339,11 @@ func Due(op, id string, deliverAt, now time.Time) error {
 
 // Retryable decides an operator's RetryEffect of an effect in state with
 // receipt status rs (empty when not done).
-func Retryable(op, id string, state store.EffectState, rs store.ReceiptStatus) error {
-	if state == store.EffectDone && (rs == store.ReceiptError || rs == store.ReceiptTimeout) {
+func Retryable(op, id string, state vocab.EffectState, rs vocab.ReceiptStatus) error {
+	if state == vocab.EffectDone && (rs == vocab.ReceiptError || rs == vocab.ReceiptTimeout) {
 		return nil
 	}
-	if state == store.EffectDone {
+	if state == vocab.EffectDone {
 		return store.Errorf(op, store.ErrNotRetryable, "", "intent %s completed %s", id, rs)
 	}
 	return store.Errorf(op, store.ErrNotRetryable, "", "intent %s is %s, not completed", id, state)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/orrery-run/orrery/internal/leaktest"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
@@ -153,9 +154,9 @@ func TestTransitionTable(t *testing.T) {
 
 func TestClaimCheckAndDue(t *testing.T) {
 	row := ClaimRow{Attempt: 2, ClaimedBy: "b"}
-	is(t, "latest", ClaimCheck("complete", "h", row, store.Claim{Worker: "b", Attempt: 2}), nil)
-	is(t, "older attempt", ClaimCheck("complete", "h", row, store.Claim{Worker: "b", Attempt: 1}), store.ErrClaimLost)
-	is(t, "other worker", ClaimCheck("complete", "h", row, store.Claim{Worker: "a", Attempt: 2}), store.ErrClaimLost)
+	is(t, "latest", ClaimCheck("complete", "h", row, vocab.Claim{Worker: "b", Attempt: 2}), nil)
+	is(t, "older attempt", ClaimCheck("complete", "h", row, vocab.Claim{Worker: "b", Attempt: 1}), store.ErrClaimLost)
+	is(t, "other worker", ClaimCheck("complete", "h", row, vocab.Claim{Worker: "a", Attempt: 2}), store.ErrClaimLost)
 	is(t, "due now", Due("fire", "h", t0, t0), nil)
 	is(t, "due later", Due("fire", "h", t0.Add(time.Nanosecond), t0), store.ErrNotDue)
 }
@@ -188,14 +189,14 @@ func TestSweepableNeedsConsumptionAndRetention(t *testing.T) {
 }
 
 func TestRetryableOnlyAfterErrorOrTimeout(t *testing.T) {
-	is(t, "error", Retryable("retry", "h", store.EffectDone, store.ReceiptError), nil)
-	is(t, "timeout", Retryable("retry", "h", store.EffectDone, store.ReceiptTimeout), nil)
-	is(t, "ok", Retryable("retry", "h", store.EffectDone, store.ReceiptOK), store.ErrNotRetryable)
-	is(t, "pending", Retryable("retry", "h", store.EffectPending, ""), store.ErrNotRetryable)
+	is(t, "error", Retryable("retry", "h", vocab.EffectDone, vocab.ReceiptError), nil)
+	is(t, "timeout", Retryable("retry", "h", vocab.EffectDone, vocab.ReceiptTimeout), nil)
+	is(t, "ok", Retryable("retry", "h", vocab.EffectDone, vocab.ReceiptOK), store.ErrNotRetryable)
+	is(t, "pending", Retryable("retry", "h", vocab.EffectPending, ""), store.ErrNotRetryable)
 }
 
 func TestSettleOrder(t *testing.T) {
-	c := store.Claim{Worker: "a", Attempt: 2}
+	c := vocab.Claim{Worker: "a", Attempt: 2}
 	mine := ClaimRow{Attempt: 2, ClaimedBy: "a"}
 	later := t0.Add(time.Second)
 	for _, tc := range []struct {
@@ -244,7 +245,7 @@ func TestSettleByAnOperatorSkipsOnlyTheClaimCheck(t *testing.T) {
 		}
 		is(t, tc.name, err, tc.want)
 	}
-	if r := Claimant(store.Claim{Worker: "a", Attempt: 1}).OperatorReason(); r != nil {
+	if r := Claimant(vocab.Claim{Worker: "a", Attempt: 1}).OperatorReason(); r != nil {
 		t.Errorf("a claimant's settle records an operator's reason %q", *r)
 	}
 	if r := Operator("").OperatorReason(); r == nil || *r != "" {

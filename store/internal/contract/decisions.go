@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // The journal's and the world cycle's compare-and-swaps, the id a new world
@@ -111,7 +112,7 @@ func Watermark(op, projector, stream string, cur, old uint64) error {
 // receipt status rs (empty when not done), of world in worldStatus: the
 // effect must be Retryable, and its world not archived, since no claim
 // ever serves an archived world's effects.
-func RetryEffect(op, id, world string, state store.EffectState, rs store.ReceiptStatus, worldStatus store.WorldStatus) error {
+func RetryEffect(op, id, world string, state vocab.EffectState, rs vocab.ReceiptStatus, worldStatus store.WorldStatus) error {
 	if err := Retryable(op, id, state, rs); err != nil {
 		return err
 	}

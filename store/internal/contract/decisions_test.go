@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 func u64(v uint64) *uint64 { return &v }
@@ -108,10 +109,10 @@ func TestWatermarkComparesTheCurrentValue(t *testing.T) {
 
 func TestRetryEffectRefusesAnArchivedWorldsEffect(t *testing.T) {
 	const op = "retry_effect"
-	is(t, "failed, active world", RetryEffect(op, "h", "w", store.EffectDone, store.ReceiptError, store.WorldActive), nil)
-	is(t, "failed, paused world", RetryEffect(op, "h", "w", store.EffectDone, store.ReceiptTimeout, store.WorldPaused), nil)
-	is(t, "failed, archived world", RetryEffect(op, "h", "w", store.EffectDone, store.ReceiptError, store.WorldArchived), store.ErrWorldArchived)
-	is(t, "not retryable wins over archived", RetryEffect(op, "h", "w", store.EffectPending, "", store.WorldArchived), store.ErrNotRetryable)
+	is(t, "failed, active world", RetryEffect(op, "h", "w", vocab.EffectDone, vocab.ReceiptError, store.WorldActive), nil)
+	is(t, "failed, paused world", RetryEffect(op, "h", "w", vocab.EffectDone, vocab.ReceiptTimeout, store.WorldPaused), nil)
+	is(t, "failed, archived world", RetryEffect(op, "h", "w", vocab.EffectDone, vocab.ReceiptError, store.WorldArchived), store.ErrWorldArchived)
+	is(t, "not retryable wins over archived", RetryEffect(op, "h", "w", vocab.EffectPending, "", store.WorldArchived), store.ErrNotRetryable)
 }
 
 func TestWithdrawsPendingOnlyWhenArchiving(t *testing.T) {
