@@ -162,7 +162,7 @@ func (f *Front) Release(ctx context.Context, world, worker string, epoch uint64)
 func (f *Front) Complete(ctx context.Context, intentHash string, c vocab.Claim, r vocab.Receipt) (uint64, bool, error) {
 	const op = "complete"
 	one := vocab.Completion{IntentHash: intentHash, Claim: c, Receipt: r}
-	if err := first(done(ctx, op), CheckCompletion(op, one)); err != nil {
+	if err := first(done(ctx, op), checkCompletion(op, one)); err != nil {
 		return 0, false, err
 	}
 	rs, err := f.CompleteMany(context.WithValue(ctx, calledAsKey{}, op), []vocab.Completion{one})
@@ -177,7 +177,7 @@ func (f *Front) Complete(ctx context.Context, intentHash string, c vocab.Claim, 
 // Commit implements Store.
 func (f *Front) Commit(ctx context.Context, world string, epoch uint64, b CommitBatch) (CommitResult, error) {
 	const op = "commit"
-	if err := first(done(ctx, op), checkFenced(op, world, epoch), CheckCommit(op, &b)); err != nil {
+	if err := first(done(ctx, op), checkFenced(op, world, epoch), checkCommit(op, &b)); err != nil {
 		return CommitResult{}, err
 	}
 	return f.b.Commit(ctx, world, epoch, b)
@@ -187,7 +187,7 @@ func (f *Front) Commit(ctx context.Context, world string, epoch uint64, b Commit
 func (f *Front) DrainToJournal(ctx context.Context, world string, epoch uint64, expectedCursor, expectedHead, newCursor uint64, entries []Record) ([]Appended, error) {
 	const op = "drain"
 	b := CommitBatch{ExpectedCursor: expectedCursor, NewCursor: newCursor, ExpectedHead: expectedHead, Entries: entries}
-	if err := first(done(ctx, op), checkFenced(op, world, epoch), CheckCommit(op, &b)); err != nil {
+	if err := first(done(ctx, op), checkFenced(op, world, epoch), checkCommit(op, &b)); err != nil {
 		return nil, err
 	}
 	return f.b.DrainToJournal(ctx, world, epoch, expectedCursor, expectedHead, newCursor, entries)
@@ -229,7 +229,7 @@ func (f *Front) Close() error { return f.b.Close() }
 // Append implements Journal.
 func (f *Front) Append(ctx context.Context, stream string, events []Record, opts AppendOptions) ([]Appended, error) {
 	const op = "append"
-	if err := first(done(ctx, op), CheckID(op, "stream", stream), CheckRecords(op, events)); err != nil {
+	if err := first(done(ctx, op), CheckID(op, "stream", stream), checkRecords(op, events)); err != nil {
 		return nil, err
 	}
 	if opts.Fence != nil {
@@ -283,7 +283,7 @@ func (f *Front) ReadWindow(ctx context.Context, stream string, from, to time.Tim
 // the options are the call's; a world's own answer is the backend's.
 func (f *Front) AcquireLeases(ctx context.Context, worker string, worlds []string, ttl time.Duration, opts ...AcquireOption) ([]AcquireResult, error) {
 	const op = "acquire_leases"
-	if err := first(done(ctx, op), CheckAcquireLeases(op, worker, worlds, ttl)); err != nil {
+	if err := first(done(ctx, op), checkAcquireLeases(op, worker, worlds, ttl)); err != nil {
 		return nil, err
 	}
 	if _, err := ResolveAcquireOptions(op, opts); err != nil {
@@ -295,7 +295,7 @@ func (f *Front) AcquireLeases(ctx context.Context, worker string, worlds []strin
 // RenewLeases implements Leases.
 func (f *Front) RenewLeases(ctx context.Context, worker string, refs []LeaseRef, ttl time.Duration) ([]LeaseResult, error) {
 	const op = "renew_leases"
-	if err := first(done(ctx, op), CheckID(op, "worker", worker), CheckTTL(op, "ttl", ttl), checkRefs(op, refs)); err != nil {
+	if err := first(done(ctx, op), CheckID(op, "worker", worker), checkTTL(op, "ttl", ttl), checkRefs(op, refs)); err != nil {
 		return nil, err
 	}
 	return f.b.RenewLeases(ctx, worker, refs, ttl)
@@ -313,7 +313,7 @@ func (f *Front) ReleaseLeases(ctx context.Context, worker string, refs []LeaseRe
 // checkRefs checks the leases a bulk call names: at most MaxBatch, each a
 // world id and an epoch.
 func checkRefs(op string, refs []LeaseRef) error {
-	if err := CheckBatch(op, "refs", len(refs)); err != nil {
+	if err := checkBatch(op, "refs", len(refs)); err != nil {
 		return err
 	}
 	for _, r := range refs {
@@ -335,7 +335,7 @@ func (f *Front) GetLease(ctx context.Context, world string) (Lease, bool, error)
 // Assign implements Leases.
 func (f *Front) Assign(ctx context.Context, world string, a Assignment, by *Fence) error {
 	const op = "assign"
-	if err := first(done(ctx, op), CheckID(op, "world", world), CheckOptionalID(op, "desiredWorker", a.DesiredWorker),
+	if err := first(done(ctx, op), CheckID(op, "world", world), checkOptionalID(op, "desiredWorker", a.DesiredWorker),
 		CheckReason(op, a.Reason), checkAuthority(op, by)); err != nil {
 		return err
 	}
@@ -370,7 +370,7 @@ func (f *Front) GetAssignment(ctx context.Context, world string) (Assignment, bo
 // ListWorkerWorlds implements Leases.
 func (f *Front) ListWorkerWorlds(ctx context.Context, worker, after string, limit int) ([]WorkerWorld, error) {
 	const op = "list_worker_worlds"
-	if err := first(done(ctx, op), CheckID(op, "worker", worker), CheckOptionalID(op, "after", after), CheckBatch(op, "limit", limit)); err != nil {
+	if err := first(done(ctx, op), CheckID(op, "worker", worker), checkOptionalID(op, "after", after), checkBatch(op, "limit", limit)); err != nil {
 		return nil, err
 	}
 	return f.b.ListWorkerWorlds(ctx, worker, after, limit)
@@ -381,7 +381,7 @@ func (f *Front) ListWorkerWorlds(ctx context.Context, worker, after string, limi
 // Heartbeat implements Workers.
 func (f *Front) Heartbeat(ctx context.Context, worker string, capacity int) (WorkerInfo, error) {
 	const op = "heartbeat"
-	if err := first(done(ctx, op), CheckHeartbeat(op, worker, capacity)); err != nil {
+	if err := first(done(ctx, op), checkHeartbeat(op, worker, capacity)); err != nil {
 		return WorkerInfo{}, err
 	}
 	return f.b.Heartbeat(ctx, worker, capacity)
@@ -436,11 +436,11 @@ func (f *Front) Cursor(ctx context.Context, world string) (uint64, error) {
 // Publish implements Effects.
 func (f *Front) Publish(ctx context.Context, world string, epoch uint64, intents []vocab.Intent) (int, error) {
 	const op = "publish"
-	if err := first(done(ctx, op), checkFenced(op, world, epoch), CheckBatch(op, "intents", len(intents))); err != nil {
+	if err := first(done(ctx, op), checkFenced(op, world, epoch), checkBatch(op, "intents", len(intents))); err != nil {
 		return 0, err
 	}
 	for _, in := range intents {
-		if err := CheckIntent(op, in); err != nil {
+		if err := checkIntent(op, in); err != nil {
 			return 0, err
 		}
 	}
@@ -450,8 +450,8 @@ func (f *Front) Publish(ctx context.Context, world string, epoch uint64, intents
 // Claim implements Effects.
 func (f *Front) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]vocab.EffectItem, error) {
 	const op = "claim"
-	if err := first(done(ctx, op), CheckID(op, "worker", worker), CheckKinds(op, kinds), CheckBatch(op, "n", n),
-		CheckTTL(op, "claimTTL", claimTTL)); err != nil {
+	if err := first(done(ctx, op), CheckID(op, "worker", worker), checkKinds(op, kinds), checkBatch(op, "n", n),
+		checkTTL(op, "claimTTL", claimTTL)); err != nil {
 		return nil, err
 	}
 	return f.b.Claim(ctx, worker, kinds, n, claimTTL)
@@ -466,14 +466,14 @@ func (f *Front) Claim(ctx context.Context, worker string, kinds []string, n int,
 // same whatever the items.
 func (f *Front) CompleteMany(ctx context.Context, cs []vocab.Completion) ([]CompleteResult, error) {
 	const op = "complete_many"
-	if err := first(done(ctx, op), CheckBatch(op, "completions", len(cs))); err != nil {
+	if err := first(done(ctx, op), checkBatch(op, "completions", len(cs))); err != nil {
 		return nil, err
 	}
 	out := make([]CompleteResult, len(cs))
 	valid := make([]vocab.Completion, 0, len(cs))
 	at := make([]int, 0, len(cs)) // at[j]: the index in cs of valid[j]
 	for i, c := range cs {
-		if out[i].Err = CheckCompletion("complete", c); out[i].Err == nil {
+		if out[i].Err = checkCompletion("complete", c); out[i].Err == nil {
 			valid = append(valid, c)
 			at = append(at, i)
 		}
@@ -494,7 +494,7 @@ func (f *Front) CompleteMany(ctx context.Context, cs []vocab.Completion) ([]Comp
 // Resolve implements Effects.
 func (f *Front) Resolve(ctx context.Context, intentHash string, r vocab.Receipt, reason string) (uint64, bool, error) {
 	const op = "resolve"
-	if err := first(done(ctx, op), CheckResolve(op, intentHash, r, reason)); err != nil {
+	if err := first(done(ctx, op), checkResolve(op, intentHash, r, reason)); err != nil {
 		return 0, false, err
 	}
 	return f.b.Resolve(ctx, intentHash, r, reason)
@@ -511,7 +511,7 @@ func (f *Front) ReapEffects(ctx context.Context) (int, error) {
 // ReleaseEffect implements Effects.
 func (f *Front) ReleaseEffect(ctx context.Context, intentHash string, c vocab.Claim) error {
 	const op = "release_effect"
-	if err := first(done(ctx, op), CheckID(op, "intentHash", intentHash), CheckClaim(op, c)); err != nil {
+	if err := first(done(ctx, op), CheckID(op, "intentHash", intentHash), checkClaim(op, c)); err != nil {
 		return err
 	}
 	return f.b.ReleaseEffect(ctx, intentHash, c)
@@ -542,7 +542,7 @@ func (f *Front) EffectStatus(ctx context.Context, intentHash string) (EffectStat
 func (f *Front) Schedule(ctx context.Context, world string, epoch uint64, intentHash string, deliverAt time.Time, payload []byte) error {
 	const op = "schedule"
 	ts := vocab.TimerSet{IntentHash: intentHash, DeliverAt: deliverAt, Payload: payload}
-	if err := first(done(ctx, op), checkFenced(op, world, epoch), CheckTimerSet(op, ts)); err != nil {
+	if err := first(done(ctx, op), checkFenced(op, world, epoch), checkTimerSet(op, ts)); err != nil {
 		return err
 	}
 	return f.b.Schedule(ctx, world, epoch, intentHash, deliverAt, payload)
@@ -560,7 +560,7 @@ func (f *Front) CancelTimer(ctx context.Context, world string, epoch uint64, int
 // ClaimDue implements Timers.
 func (f *Front) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]TimerItem, error) {
 	const op = "claim_due"
-	if err := first(done(ctx, op), CheckID(op, "worker", worker), CheckBatch(op, "n", n), CheckTTL(op, "ttl", ttl)); err != nil {
+	if err := first(done(ctx, op), CheckID(op, "worker", worker), checkBatch(op, "n", n), checkTTL(op, "ttl", ttl)); err != nil {
 		return nil, err
 	}
 	return f.b.ClaimDue(ctx, worker, n, ttl)
@@ -569,7 +569,7 @@ func (f *Front) ClaimDue(ctx context.Context, worker string, n int, ttl time.Dur
 // Fire implements Timers.
 func (f *Front) Fire(ctx context.Context, intentHash string, c vocab.Claim) (uint64, bool, error) {
 	const op = "fire"
-	if err := first(done(ctx, op), CheckID(op, "intentHash", intentHash), CheckClaim(op, c)); err != nil {
+	if err := first(done(ctx, op), CheckID(op, "intentHash", intentHash), checkClaim(op, c)); err != nil {
 		return 0, false, err
 	}
 	return f.b.Fire(ctx, intentHash, c)
@@ -578,7 +578,7 @@ func (f *Front) Fire(ctx context.Context, intentHash string, c vocab.Claim) (uin
 // FireHeld implements Timers.
 func (f *Front) FireHeld(ctx context.Context, world string, epoch uint64, intentHash string) (HeldFiring, error) {
 	const op = "fire_held"
-	if err := first(done(ctx, op), CheckFireHeld(op, world, epoch, intentHash)); err != nil {
+	if err := first(done(ctx, op), checkFireHeld(op, world, epoch, intentHash)); err != nil {
 		return HeldFiring{}, err
 	}
 	return f.b.FireHeld(ctx, world, epoch, intentHash)
@@ -607,7 +607,7 @@ func (f *Front) NextDue(ctx context.Context) (time.Time, bool, error) {
 func (f *Front) Send(ctx context.Context, dest, messageID string, item InboxItem) (FabricResult, error) {
 	const op = "send"
 	if err := first(done(ctx, op), CheckID(op, "world", dest), CheckID(op, "messageId", messageID),
-		CheckPayload(op, "payload", item.Payload)); err != nil {
+		checkPayload(op, "payload", item.Payload)); err != nil {
 		return FabricResult{}, err
 	}
 	return f.b.Send(ctx, dest, messageID, item)
@@ -618,7 +618,7 @@ func (f *Front) Send(ctx context.Context, dest, messageID string, item InboxItem
 // PutSnapshot implements Snapshots.
 func (f *Front) PutSnapshot(ctx context.Context, world string, epoch uint64, s Snapshot) error {
 	const op = "put_snapshot"
-	if err := first(done(ctx, op), checkFenced(op, world, epoch), CheckSnapshot(op, s)); err != nil {
+	if err := first(done(ctx, op), checkFenced(op, world, epoch), checkSnapshot(op, s)); err != nil {
 		return err
 	}
 	return f.b.PutSnapshot(ctx, world, epoch, s)
@@ -659,7 +659,7 @@ func (f *Front) CreateWorld(ctx context.Context, universe, world string, seed *S
 		return World{}, err
 	}
 	if seed != nil {
-		if err := CheckSnapshot(op, *seed); err != nil {
+		if err := checkSnapshot(op, *seed); err != nil {
 			return World{}, err
 		}
 	}
@@ -749,7 +749,7 @@ func (f *Front) DedupeRetention() time.Duration { return f.b.DedupeRetention() }
 // ListEffects implements Views.
 func (f *Front) ListEffects(ctx context.Context, world string, afterSeq uint64, limit int) ([]vocab.EffectItem, error) {
 	const op = "list_effects"
-	if err := first(done(ctx, op), CheckID(op, "world", world), CheckBatch(op, "limit", limit)); err != nil {
+	if err := first(done(ctx, op), CheckID(op, "world", world), checkBatch(op, "limit", limit)); err != nil {
 		return nil, err
 	}
 	return f.b.ListEffects(ctx, world, afterSeq, limit)
@@ -758,7 +758,7 @@ func (f *Front) ListEffects(ctx context.Context, world string, afterSeq uint64, 
 // ListTimers implements Views.
 func (f *Front) ListTimers(ctx context.Context, world string, limit int) ([]TimerItem, error) {
 	const op = "list_timers"
-	if err := first(done(ctx, op), CheckID(op, "world", world), CheckBatch(op, "limit", limit)); err != nil {
+	if err := first(done(ctx, op), CheckID(op, "world", world), checkBatch(op, "limit", limit)); err != nil {
 		return nil, err
 	}
 	return f.b.ListTimers(ctx, world, limit)

@@ -200,7 +200,7 @@ type Appended struct {
 
 // Journal is the append authority: one append-only stream per run/world.
 type Journal interface {
-	// Append validates (CheckRecords) and appends events to stream in one
+	// Append validates (checkRecords) and appends events to stream in one
 	// transaction and returns, for each event in order, its metadata.
 	// runSeq is assigned by the store, monotonic per stream (gapless under
 	// ExpectedHead); persistedAt comes from the store's clock; StreamID,
@@ -392,7 +392,7 @@ func ResolveAcquireOptions(op string, opts []AcquireOption) (AcquireOptions, err
 			f(&o)
 		}
 	}
-	return o, CheckOptionalID(op, "incarnation", o.Incarnation)
+	return o, checkOptionalID(op, "incarnation", o.Incarnation)
 }
 
 // Assignment is the orchestrator's desired placement of a world.

@@ -90,8 +90,8 @@ func checkText(op, what, s string, max int, required bool) error {
 // CheckID checks a required identifier.
 func CheckID(op, what, s string) error { return checkText(op, what, s, MaxIDBytes, true) }
 
-// CheckOptionalID checks an identifier that may be empty.
-func CheckOptionalID(op, what, s string) error { return checkText(op, what, s, MaxIDBytes, false) }
+// checkOptionalID checks an identifier that may be empty.
+func checkOptionalID(op, what, s string) error { return checkText(op, what, s, MaxIDBytes, false) }
 
 // CheckKey checks a required key.
 func CheckKey(op, what, s string) error { return checkText(op, what, s, MaxKeyBytes, true) }
@@ -102,8 +102,8 @@ func checkOptionalKey(op, what, s string) error { return checkText(op, what, s, 
 // CheckReason checks an operator's free-text reason (may be empty).
 func CheckReason(op, s string) error { return checkText(op, "reason", s, MaxReasonBytes, false) }
 
-// CheckPayload checks a payload's size.
-func CheckPayload(op, what string, b []byte) error {
+// checkPayload checks a payload's size.
+func checkPayload(op, what string, b []byte) error {
 	if len(b) > MaxPayloadBytes {
 		return invalid(op, what, "%d bytes, at most %d", len(b), MaxPayloadBytes)
 	}
@@ -135,17 +135,17 @@ func checkRequiredTime(op, what string, t time.Time) error {
 	return nil
 }
 
-// CheckTTL checks a lease or claim duration.
-func CheckTTL(op, what string, d time.Duration) error {
+// checkTTL checks a lease or claim duration.
+func checkTTL(op, what string, d time.Duration) error {
 	if d <= 0 || d > MaxTTL {
 		return invalid(op, what, "%v outside (0, %v]", d, MaxTTL)
 	}
 	return nil
 }
 
-// CheckBatch checks the size of a batch or a claim's n. Zero is allowed
+// checkBatch checks the size of a batch or a claim's n. Zero is allowed
 // (an empty call); negative or above MaxBatch is not.
-func CheckBatch(op, what string, n int) error {
+func checkBatch(op, what string, n int) error {
 	if n < 0 || n > MaxBatch {
 		return invalid(op, what, "%d outside [0, %d]", n, MaxBatch)
 	}
@@ -165,13 +165,13 @@ func checkRecord(op string, r *Record) error {
 	for _, c := range []error{
 		CheckKey(op, "idempotencyKey", r.IdempotencyKey),
 		CheckID(op, "eventType", r.EventType),
-		CheckOptionalID(op, "stepId", r.StepID),
-		CheckOptionalID(op, "planId", r.PlanID),
+		checkOptionalID(op, "stepId", r.StepID),
+		checkOptionalID(op, "planId", r.PlanID),
 		CheckInt(op, "planVersion", r.PlanVersion),
 		CheckInt(op, "logicalAttemptId", r.LogicalAttemptID),
 		CheckInt(op, "engineAttemptId", r.EngineAttemptID),
 		checkTime(op, "emittedAt", r.EmittedAt),
-		CheckPayload(op, "payload", r.Payload),
+		checkPayload(op, "payload", r.Payload),
 	} {
 		if c != nil {
 			return withEvent(c, r.EventID)
@@ -193,9 +193,9 @@ func withEvent(err error, id string) error {
 	return err
 }
 
-// CheckRecords checks a batch of records.
-func CheckRecords(op string, rs []Record) error {
-	if err := CheckBatch(op, "events", len(rs)); err != nil {
+// checkRecords checks a batch of records.
+func checkRecords(op string, rs []Record) error {
+	if err := checkBatch(op, "events", len(rs)); err != nil {
 		return err
 	}
 	for i := range rs {
@@ -229,17 +229,17 @@ func CheckIngress(op string, item InboxItem) error {
 		}
 		return invalid(op, "dedupeKey", "%q: a call's key is %q followed by its call id", item.DedupeKey, CallKeyPrefix)
 	}
-	return CheckPayload(op, "payload", item.Payload)
+	return checkPayload(op, "payload", item.Payload)
 }
 
-// CheckIntent checks an intent to publish.
-func CheckIntent(op string, in vocab.Intent) error {
+// checkIntent checks an intent to publish.
+func checkIntent(op string, in vocab.Intent) error {
 	for _, c := range []error{
 		CheckID(op, "intentHash", in.IntentHash),
 		CheckID(op, "kind", in.Kind),
 		checkText(op, "origin", in.Origin, MaxOriginBytes, false),
-		CheckOptionalID(op, "policyContextHash", in.PolicyContextHash),
-		CheckPayload(op, "params", in.Params),
+		checkOptionalID(op, "policyContextHash", in.PolicyContextHash),
+		checkPayload(op, "params", in.Params),
 	} {
 		if c != nil {
 			return c
@@ -248,21 +248,21 @@ func CheckIntent(op string, in vocab.Intent) error {
 	return nil
 }
 
-// CheckTimerSet checks a timer to schedule.
-func CheckTimerSet(op string, t vocab.TimerSet) error {
+// checkTimerSet checks a timer to schedule.
+func checkTimerSet(op string, t vocab.TimerSet) error {
 	if err := CheckID(op, "intentHash", t.IntentHash); err != nil {
 		return err
 	}
 	if err := checkRequiredTime(op, "deliverAt", t.DeliverAt); err != nil {
 		return err
 	}
-	return CheckPayload(op, "payload", t.Payload)
+	return checkPayload(op, "payload", t.Payload)
 }
 
-// CheckSnapshot checks a snapshot to store: a state hash, and a state
+// checkSnapshot checks a snapshot to store: a state hash, and a state
 // within its size. (That its height does not pass the head is the
 // backend's check, inside its transaction.)
-func CheckSnapshot(op string, s Snapshot) error {
+func checkSnapshot(op string, s Snapshot) error {
 	if err := CheckID(op, "stateHash", s.StateHash); err != nil {
 		return err
 	}
@@ -288,9 +288,9 @@ func checkReceipt(op string, r vocab.Receipt) error {
 	return nil
 }
 
-// CheckFireHeld checks FireHeld's arguments: the world, its lease epoch
+// checkFireHeld checks FireHeld's arguments: the world, its lease epoch
 // and the timer's intent hash.
-func CheckFireHeld(op, world string, epoch uint64, intentHash string) error {
+func checkFireHeld(op, world string, epoch uint64, intentHash string) error {
 	if err := CheckID(op, "world", world); err != nil {
 		return err
 	}
@@ -300,8 +300,8 @@ func CheckFireHeld(op, world string, epoch uint64, intentHash string) error {
 	return CheckID(op, "intentHash", intentHash)
 }
 
-// CheckClaim checks a claim presented to Complete or Fire.
-func CheckClaim(op string, c vocab.Claim) error {
+// checkClaim checks a claim presented to Complete or Fire.
+func checkClaim(op string, c vocab.Claim) error {
 	if err := CheckID(op, "claim worker", c.Worker); err != nil {
 		return err
 	}
@@ -311,21 +311,21 @@ func CheckClaim(op string, c vocab.Claim) error {
 	return nil
 }
 
-// CheckCompletion checks one completion of a CompleteMany (Complete's
+// checkCompletion checks one completion of a CompleteMany (Complete's
 // arguments): the intent hash, the claim and the receipt.
-func CheckCompletion(op string, c vocab.Completion) error {
+func checkCompletion(op string, c vocab.Completion) error {
 	if err := CheckID(op, "intentHash", c.IntentHash); err != nil {
 		return err
 	}
-	if err := CheckClaim(op, c.Claim); err != nil {
+	if err := checkClaim(op, c.Claim); err != nil {
 		return err
 	}
 	return checkReceipt(op, c.Receipt)
 }
 
-// CheckResolve checks an operator's Resolve: the intent hash, the receipt
+// checkResolve checks an operator's Resolve: the intent hash, the receipt
 // and the reason.
-func CheckResolve(op, intentHash string, r vocab.Receipt, reason string) error {
+func checkResolve(op, intentHash string, r vocab.Receipt, reason string) error {
 	if err := CheckID(op, "intentHash", intentHash); err != nil {
 		return err
 	}
@@ -335,12 +335,12 @@ func CheckResolve(op, intentHash string, r vocab.Receipt, reason string) error {
 	return CheckReason(op, reason)
 }
 
-// CheckKinds checks the effect kinds of a Claim.
-func CheckKinds(op string, kinds []string) error {
+// checkKinds checks the effect kinds of a Claim.
+func checkKinds(op string, kinds []string) error {
 	if len(kinds) == 0 {
 		return invalid(op, "kinds", "empty: an adapter claims the kinds it serves")
 	}
-	if err := CheckBatch(op, "kinds", len(kinds)); err != nil {
+	if err := checkBatch(op, "kinds", len(kinds)); err != nil {
 		return err
 	}
 	for _, k := range kinds {
@@ -351,16 +351,16 @@ func CheckKinds(op string, kinds []string) error {
 	return nil
 }
 
-// CheckAcquireLeases checks an AcquireLeases call: the worker, the TTL,
+// checkAcquireLeases checks an AcquireLeases call: the worker, the TTL,
 // at most MaxBatch worlds, and each world's id.
-func CheckAcquireLeases(op, worker string, worlds []string, ttl time.Duration) error {
+func checkAcquireLeases(op, worker string, worlds []string, ttl time.Duration) error {
 	if err := CheckID(op, "worker", worker); err != nil {
 		return err
 	}
-	if err := CheckTTL(op, "ttl", ttl); err != nil {
+	if err := checkTTL(op, "ttl", ttl); err != nil {
 		return err
 	}
-	if err := CheckBatch(op, "worlds", len(worlds)); err != nil {
+	if err := checkBatch(op, "worlds", len(worlds)); err != nil {
 		return err
 	}
 	for _, w := range worlds {
@@ -380,10 +380,10 @@ func CheckStatus(op string, s WorldStatus) error {
 	return invalid(op, "status", "%q is not active, paused or archived", s)
 }
 
-// CheckCommit checks a commit batch's contents (everything that does not
+// checkCommit checks a commit batch's contents (everything that does not
 // need the transaction).
-func CheckCommit(op string, b *CommitBatch) error {
-	if err := CheckRecords(op, b.Entries); err != nil {
+func checkCommit(op string, b *CommitBatch) error {
+	if err := checkRecords(op, b.Entries); err != nil {
 		return err
 	}
 	for _, v := range []uint64{b.ExpectedCursor, b.NewCursor, b.ExpectedHead} {
@@ -394,19 +394,19 @@ func CheckCommit(op string, b *CommitBatch) error {
 	if b.NewCursor < b.ExpectedCursor {
 		return invalid(op, "newCursor", "cannot move back from %d to %d", b.ExpectedCursor, b.NewCursor)
 	}
-	if err := CheckBatch(op, "intents", len(b.Intents)); err != nil {
+	if err := checkBatch(op, "intents", len(b.Intents)); err != nil {
 		return err
 	}
 	for _, in := range b.Intents {
-		if err := CheckIntent(op, in); err != nil {
+		if err := checkIntent(op, in); err != nil {
 			return err
 		}
 	}
-	if err := CheckBatch(op, "timers", len(b.Timers)+len(b.CancelTimers)); err != nil {
+	if err := checkBatch(op, "timers", len(b.Timers)+len(b.CancelTimers)); err != nil {
 		return err
 	}
 	for _, t := range b.Timers {
-		if err := CheckTimerSet(op, t); err != nil {
+		if err := checkTimerSet(op, t); err != nil {
 			return err
 		}
 	}
@@ -415,7 +415,7 @@ func CheckCommit(op string, b *CommitBatch) error {
 			return err
 		}
 	}
-	if err := CheckBatch(op, "withdrawn intents", len(b.Withdraw)); err != nil {
+	if err := checkBatch(op, "withdrawn intents", len(b.Withdraw)); err != nil {
 		return err
 	}
 	for _, h := range b.Withdraw {
@@ -432,7 +432,7 @@ func CheckCommit(op string, b *CommitBatch) error {
 		}
 	}
 	if b.Snapshot != nil {
-		return CheckSnapshot(op, *b.Snapshot)
+		return checkSnapshot(op, *b.Snapshot)
 	}
 	return nil
 }
@@ -447,7 +447,7 @@ func CheckSpawn(op string, s SpawnSpec) error {
 	if err := CheckID(op, "world", s.World); err != nil {
 		return err
 	}
-	if err := CheckBatch(op, "items", len(s.Items)); err != nil {
+	if err := checkBatch(op, "items", len(s.Items)); err != nil {
 		return err
 	}
 	keys := make(map[string]bool, len(s.Items))
@@ -462,7 +462,7 @@ func CheckSpawn(op string, s SpawnSpec) error {
 			keys[it.DedupeKey] = true
 		}
 	}
-	if err := CheckRecords(op, s.Events); err != nil {
+	if err := checkRecords(op, s.Events); err != nil {
 		return err
 	}
 	ids := make(map[string]bool, len(s.Events))
@@ -476,10 +476,10 @@ func CheckSpawn(op string, s SpawnSpec) error {
 		if err := CheckID(op, "holder", s.Holder); err != nil {
 			return err
 		}
-		if err := CheckOptionalID(op, "incarnation", s.Incarnation); err != nil {
+		if err := checkOptionalID(op, "incarnation", s.Incarnation); err != nil {
 			return err
 		}
-		return CheckTTL(op, "ttl", s.TTL)
+		return checkTTL(op, "ttl", s.TTL)
 	}
 	if s.Incarnation != "" {
 		return invalid(op, "incarnation", "an incarnation without a holder")
@@ -493,9 +493,9 @@ func CheckSpawn(op string, s SpawnSpec) error {
 	return nil
 }
 
-// CheckHeartbeat checks a worker's heartbeat: its id, and a capacity in
+// checkHeartbeat checks a worker's heartbeat: its id, and a capacity in
 // [0, MaxCapacity].
-func CheckHeartbeat(op, worker string, capacity int) error {
+func checkHeartbeat(op, worker string, capacity int) error {
 	if err := CheckID(op, "worker", worker); err != nil {
 		return err
 	}

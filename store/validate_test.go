@@ -119,7 +119,7 @@ func ptr[T any](v T) *T { return &v }
 // reason; an empty reason is allowed.
 func TestCheckResolve(t *testing.T) {
 	ok := vocab.Receipt{Status: vocab.ReceiptOK}
-	if err := CheckResolve("resolve", "h", ok, ""); err != nil {
+	if err := checkResolve("resolve", "h", ok, ""); err != nil {
 		t.Fatalf("a good resolve: %v", err)
 	}
 	for name, c := range map[string]struct {
@@ -134,7 +134,7 @@ func TestCheckResolve(t *testing.T) {
 		"long reason":    {"h", ok, strings.Repeat("r", MaxReasonBytes+1)},
 		"reason NUL":     {"h", ok, "a\x00b"},
 	} {
-		if err := CheckResolve("resolve", c.hash, c.r, c.reason); !errors.Is(err, ErrInvalid) {
+		if err := checkResolve("resolve", c.hash, c.r, c.reason); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
 		}
 	}
@@ -142,10 +142,10 @@ func TestCheckResolve(t *testing.T) {
 
 func TestCheckAcquireLeasesNamesTheBadArgument(t *testing.T) {
 	ok := []string{"a", "b", "a"} // a world named twice is allowed
-	if err := CheckAcquireLeases("acquire_leases", "A", ok, time.Second); err != nil {
+	if err := checkAcquireLeases("acquire_leases", "A", ok, time.Second); err != nil {
 		t.Fatalf("good call: %v", err)
 	}
-	if err := CheckAcquireLeases("acquire_leases", "A", nil, time.Second); err != nil {
+	if err := checkAcquireLeases("acquire_leases", "A", nil, time.Second); err != nil {
 		t.Fatalf("no worlds is an empty call, not an invalid one: %v", err)
 	}
 	for _, c := range []struct {
@@ -164,7 +164,7 @@ func TestCheckAcquireLeasesNamesTheBadArgument(t *testing.T) {
 		{"world not UTF-8", "A", []string{"a", "\xff"}, time.Second, "world"},
 		{"over-long world", "A", []string{strings.Repeat("w", MaxIDBytes+1)}, time.Second, "world"},
 	} {
-		err := CheckAcquireLeases("acquire_leases", c.worker, c.worlds, c.ttl)
+		err := checkAcquireLeases("acquire_leases", c.worker, c.worlds, c.ttl)
 		var se *Error
 		if !errors.Is(err, ErrInvalid) || !errors.As(err, &se) || !strings.HasPrefix(se.Detail, c.names+":") {
 			t.Errorf("%s: %v, want ErrInvalid naming %s", c.what, err, c.names)

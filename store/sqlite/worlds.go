@@ -135,7 +135,7 @@ func (s *backend) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawne
 			return err
 		}
 		for i, it := range spec.Items {
-			// The front refused a key given twice (store.CheckSpawn) and
+			// The front refused a key given twice (checkSpawn in store/validate.go) and
 			// the inbox is new, so no item is a duplicate.
 			seq, _, err := t.enqueueInto(inbox, it.Kind, it.Payload, it.DedupeKey)
 			if err != nil {
