@@ -7,8 +7,9 @@
 // It is a leaf: it imports only the standard library. So a world step's
 // results go to the store as they are, an adapter's answer reaches the
 // store without translation, and an application's adapter imports vocab
-// (and world/, for the params and bodies of the built-in kinds), never
-// store/.
+// and effect/ (the adapter contract, apart because it takes a context,
+// which the kernel's closure must never hold) and world/ (for the params
+// and bodies of the built-in kinds), never store/.
 //
 // What is not here: the world's own semantics (how an intent hash is
 // computed, the wire form of a receipt input, the params of the built-in
