@@ -11,7 +11,9 @@ import (
 // may take, compaction's reach, the watermark's compare, and the fabric's
 // and the operator's decisions that depend on what the store holds. Each is
 // a pure function of rows a backend read in its transaction, as in
-// contract.go.
+// contract.go. The last three (IsDue, Serves, Rebase) are predicates the
+// SQL backends spell in a WHERE clause; a backend that selects in Go asks
+// them by name, so that it spells no rule of its own.
 
 // AppendHead is a plain Append's head compare-and-swap (expected nil: the
 // caller asked none). An append that brings no new event (every record a
