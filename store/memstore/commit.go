@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
 // Commit implements store.Store: the world cycle's one transaction. Every
@@ -41,19 +42,14 @@ func (s *backend) commit(op, worldID string, epoch uint64, b *store.CommitBatch)
 		return store.CommitResult{}, err
 	}
 	w := st.worlds[worldID]
-	switch {
-	case w.cursor != b.ExpectedCursor:
-		return store.CommitResult{}, store.Errorf(op, store.ErrCursorMismatch, worldID, "cursor is %d, expected %d", w.cursor, b.ExpectedCursor)
-	case b.NewCursor > w.lastSeq:
-		return store.CommitResult{}, store.Errorf(op, store.ErrInvalid, worldID, "cursor %d passes the last seq %d", b.NewCursor, w.lastSeq)
-	}
-	// The head is compared even when every entry is a duplicate: the cursor
-	// compare-and-swap already makes a retried commit fail, so the head
-	// check never needs relaxing here.
-	p, err := st.planAppend(op, worldID, b.Entries, &b.ExpectedHead, true, now)
-	if err != nil {
+	if err := contract.CycleCursor(op, worldID, w.cursor, b.ExpectedCursor, b.NewCursor, w.lastSeq); err != nil {
 		return store.CommitResult{}, err
 	}
+	p := st.planAppend(worldID, b.Entries, now)
+	if err := contract.CycleHead(op, worldID, b.ExpectedHead, p.from); err != nil {
+		return store.CommitResult{}, err
+	}
+	var err error
 	writeSnap := false
 	if b.Snapshot != nil {
 		if writeSnap, err = st.planSnapshot(op, worldID, *b.Snapshot, p.head); err != nil {
@@ -81,11 +77,10 @@ func (s *backend) commit(op, worldID string, epoch uint64, b *store.CommitBatch)
 			res.Scheduled++
 		}
 	}
-	// Skipped, not refused: the kernel may cancel a timer whose firing is
-	// still in its inbox, or one it never got to schedule.
 	for _, h := range b.CancelTimers {
-		if t, ok := st.timers[h]; ok && t.item.World == worldID && t.item.State != store.TimerDelivered {
-			delete(st.timers, h)
+		// contract.CancelMissing skips a timer that is not there in a
+		// cycle, so this cannot fail.
+		if gone, _ := st.cancelTimer(op, worldID, h, true); gone {
 			res.Cancelled++
 		}
 	}

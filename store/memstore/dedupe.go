@@ -16,7 +16,10 @@ func (s *backend) SweepDedupe(ctx context.Context) (int, error) {
 	}
 	defer s.end()
 	now := s.now()
-	gone := func(completedAt time.Time) bool { return !completedAt.Add(s.retention).After(now) }
+	// A record with no consumption to wait for goes once it completed by
+	// the cutoff; an effect's or timer's asks contract.Sweepable.
+	cutoff := contract.SweepCutoff(now, s.retention)
+	gone := func(completedAt time.Time) bool { return !completedAt.After(cutoff) }
 	n := 0
 	for _, w := range s.st.worlds {
 		for key, k := range w.inboxKeys {

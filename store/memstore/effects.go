@@ -115,7 +115,7 @@ func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n in
 		if e.item.State != vocab.EffectPending || !slices.Contains(kinds, e.item.Kind) {
 			continue
 		}
-		if w := s.st.worlds[e.item.World]; w != nil && w.rec.Status == store.WorldArchived {
+		if !contract.Serves(s.st.worldStatus(e.item.World)) {
 			// Archiving withdrew it; this guard only keeps the promise
 			// whatever path a pending item of an ended world took.
 			continue
@@ -194,13 +194,11 @@ func (s *backend) ReapEffects(ctx context.Context) (int, error) {
 	n := 0
 	for _, e := range s.st.queued() {
 		if e.item.State == vocab.EffectInflight && contract.Expired(e.item.ClaimExpires, now) {
+			// As a release of the expired claim: an ended world's
+			// effect is withdrawn, not handed to anyone else.
 			e.item.ClaimExpires = time.Time{}
-			if w := s.st.worlds[e.item.World]; w != nil && w.rec.Status == store.WorldArchived {
-				// An ended world asks for nothing more: its expired
-				// claim is not handed to anyone else.
-				e.item.State, e.completedAt = vocab.EffectWithdrawn, now
-			} else {
-				e.item.State = vocab.EffectPending
+			if e.item.State = contract.ReleaseTo(s.st.worldStatus(e.item.World)); e.item.State == vocab.EffectWithdrawn {
+				e.completedAt = now
 			}
 			n++
 		}
@@ -228,11 +226,7 @@ func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c vocab.
 	if err != nil || noop {
 		return err
 	}
-	var status store.WorldStatus
-	if w, ok := s.st.worlds[e.item.World]; ok {
-		status = w.rec.Status
-	}
-	e.item.State = contract.ReleaseTo(status)
+	e.item.State = contract.ReleaseTo(s.st.worldStatus(e.item.World))
 	e.item.ClaimExpires = time.Time{}
 	if e.item.State == vocab.EffectWithdrawn {
 		e.completedAt = s.now()
@@ -259,11 +253,8 @@ func (s *backend) RetryEffect(ctx context.Context, intentHash, reason string) (s
 	if e.receipt != nil {
 		rs = e.receipt.Status
 	}
-	if err := contract.Retryable(op, intentHash, e.item.State, rs); err != nil {
+	if err := contract.RetryEffect(op, intentHash, e.item.World, e.item.State, rs, s.st.worldStatus(e.item.World)); err != nil {
 		return store.EffectStatus{}, err
-	}
-	if w := s.st.worlds[e.item.World]; w != nil && w.rec.Status == store.WorldArchived {
-		return store.EffectStatus{}, store.Errorf(op, store.ErrWorldArchived, e.item.World, "intent %s", intentHash)
 	}
 	e.item.State = vocab.EffectPending
 	e.item.Retries++

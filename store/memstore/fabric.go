@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 	"github.com/orrery-run/orrery/vocab"
 )
 
@@ -17,18 +18,18 @@ func (s *backend) Send(ctx context.Context, dest, messageID string, item store.I
 		return store.FabricResult{}, err
 	}
 	defer s.end()
-	// The dedupe record first: a message delivered already answers as such
-	// whatever its destination became since (archived by the very
-	// message), so a retried send whose answer was lost learns it was
-	// delivered instead of being refused.
-	if w, ok := s.st.worlds[dest]; ok {
-		if r, ok := w.fabric[messageID]; ok {
-			return store.FabricResult{Status: store.FabricAlreadyEnqueued, Seq: r.seq}, nil
-		}
+	w, found := s.st.worlds[dest]
+	var r *dedupeRecord
+	var status store.WorldStatus
+	if found {
+		r, status = w.fabric[messageID], w.rec.Status
 	}
-	w, err := s.st.ingress(op, dest)
-	if err != nil {
+	already, err := contract.Send(op, dest, r != nil, found, status)
+	switch {
+	case err != nil:
 		return store.FabricResult{}, err
+	case already:
+		return store.FabricResult{Status: store.FabricAlreadyEnqueued, Seq: r.seq}, nil
 	}
 	now := s.now()
 	seq, _ := s.st.enqueue(w, vocab.KindFabric, item.Payload, "", now)

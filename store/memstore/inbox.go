@@ -29,6 +29,15 @@ func (st *state) enqueue(w *world, kind string, payload []byte, dedupeKey string
 	return w.lastSeq, false
 }
 
+// worldStatus is world's status as the contract's decisions read it (""
+// when there is no such world) (mu held).
+func (st *state) worldStatus(id string) store.WorldStatus {
+	if w, ok := st.worlds[id]; ok {
+		return w.rec.Status
+	}
+	return ""
+}
+
 // ingress returns the world a producer's input is for (contract.Ingress).
 func (st *state) ingress(op, id string) (*world, error) {
 	w, ok := st.worlds[id]

@@ -33,8 +33,11 @@ type keyRecord struct {
 	payloadHash [sha256.Size]byte
 }
 
+// differs asks contract.Conflict whether r, offered again under k's key,
+// is another record than the one k kept.
 func (k keyRecord) differs(r *store.Record) bool {
-	return k.eventType != r.EventType || k.payloadHash != sha256.Sum256(r.Payload)
+	sum := sha256.Sum256(r.Payload)
+	return contract.Conflict(k.eventType, k.payloadHash[:], r.EventType, sum[:])
 }
 
 func (st *state) stream(id string) *stream {
@@ -65,32 +68,37 @@ func (s *backend) Append(ctx context.Context, streamID string, events []store.Re
 	if err := contract.AppendFence(op, streamID, opts, worldFound, s.st.leaseRow(streamID), now); err != nil {
 		return nil, err
 	}
-	p, err := s.st.planAppend(op, streamID, events, opts.ExpectedHead, false, now)
-	if err != nil {
+	p := s.st.planAppend(streamID, events, now)
+	if err := contract.AppendHead(op, streamID, opts.ExpectedHead, p.from, p.fresh()); err != nil {
 		return nil, err
 	}
 	s.st.applyAppend(p, events, now)
 	return p.out, nil
 }
 
-// appendPlan is an append decided but not yet applied, so that a Commit
+// appendPlan is an append worked out but not yet applied, so that a Commit
 // can check every part before it writes any.
 type appendPlan struct {
 	stream  string
 	out     []store.Appended
-	inserts []int // indexes of the events to insert, in order
-	head    uint64
+	inserts []int  // indexes of the events to insert, in order
+	from    uint64 // the head the plan was built on
+	head    uint64 // the head once applied
 }
 
-// planAppend is the append authority's decision (mu held): resolve
-// duplicates against the stream and within the batch (marking Conflict when
-// the stored record differs), compare-and-swap the head (skipped when
-// nothing is new, unless alwaysCheckHead), and number the new events
-// head+1 … head+n. The events are already validated.
-func (st *state) planAppend(op, streamID string, events []store.Record, expectedHead *uint64, alwaysCheckHead bool, now time.Time) (appendPlan, error) {
+// fresh says whether the plan brings any new event.
+func (p appendPlan) fresh() bool { return len(p.inserts) > 0 }
+
+// planAppend works out an append (mu held): it resolves duplicates against
+// the stream and within the batch (Conflict as contract.Conflict decides)
+// and numbers the new events head+1 … head+n. It decides nothing else: the
+// caller asks the contract for the head's compare-and-swap (AppendHead for
+// a plain Append, CycleHead for a world cycle) against p.from. The events
+// are already validated.
+func (st *state) planAppend(streamID string, events []store.Record, now time.Time) appendPlan {
 	str := st.streams[streamID]
 	head := st.head(streamID)
-	p := appendPlan{stream: streamID, out: make([]store.Appended, len(events))}
+	p := appendPlan{stream: streamID, out: make([]store.Appended, len(events)), from: head}
 	fresh := map[string]int{} // key -> index in events of its first new occurrence
 	next := head
 	for i := range events {
@@ -106,8 +114,9 @@ func (st *state) planAppend(op, streamID string, events []store.Record, expected
 		if j, ok := fresh[ev.IdempotencyKey]; ok {
 			a := p.out[j]
 			first := &events[j]
+			firstSum, sum := sha256.Sum256(first.Payload), sha256.Sum256(ev.Payload)
 			a.Idempotent = true
-			a.Conflict = first.EventType != ev.EventType || sha256.Sum256(first.Payload) != sha256.Sum256(ev.Payload)
+			a.Conflict = contract.Conflict(first.EventType, firstSum[:], ev.EventType, sum[:])
 			p.out[i] = a
 			continue
 		}
@@ -116,11 +125,8 @@ func (st *state) planAppend(op, streamID string, events []store.Record, expected
 		p.inserts = append(p.inserts, i)
 		p.out[i] = store.Appended{EventID: ev.EventID, RunSeq: next, PersistedAt: now}
 	}
-	if expectedHead != nil && (len(p.inserts) > 0 || alwaysCheckHead) && *expectedHead != head {
-		return appendPlan{}, store.Errorf(op, store.ErrHeadMismatch, "", "stream %s: head is %d, expected %d", streamID, head, *expectedHead)
-	}
 	p.head = next
-	return p, nil
+	return p
 }
 
 // applyAppend writes a planned append (mu held).

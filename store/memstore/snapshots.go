@@ -37,7 +37,8 @@ func (st *state) planSnapshot(op, world string, snap store.Snapshot, head uint64
 	return contract.Snapshot(op, world, snap, head, existing)
 }
 
-// applySnapshot stores snap when write, and moves the baseline up to it.
+// applySnapshot stores snap when write, and makes it the active baseline
+// when contract.Rebase says so.
 func (st *state) applySnapshot(world string, snap store.Snapshot, write bool, now time.Time) {
 	w := st.worlds[world]
 	if write {
@@ -46,7 +47,7 @@ func (st *state) applySnapshot(world string, snap store.Snapshot, write bool, no
 		snap.CreatedAt = now
 		w.snapshots[snap.Height] = snap
 	}
-	if !w.hasBaseline || snap.Height > w.baseline {
+	if contract.Rebase(w.baseline, w.hasBaseline, snap.Height) {
 		w.hasBaseline, w.baseline = true, snap.Height
 	}
 }
@@ -103,11 +104,11 @@ func (s *backend) Compact(ctx context.Context, world string, epoch uint64, retai
 		return 0, err
 	}
 	w := s.st.worlds[world]
-	if !w.hasBaseline || w.baseline <= retain {
+	cut, ok := contract.CompactTo(w.baseline, w.hasBaseline, retain)
+	if !ok {
 		return 0, nil
 	}
 	str := s.st.stream(world)
-	cut := w.baseline - retain
 	n := sort.Search(len(str.records), func(i int) bool { return str.records[i].RunSeq > cut })
 	for _, r := range str.records[:n] {
 		if r.PersistedAt.After(str.floorAt) {

@@ -65,13 +65,23 @@ func (s *backend) CancelTimer(ctx context.Context, worldID string, epoch uint64,
 	if err := s.st.fence(op, worldID, epoch, s.now()); err != nil {
 		return err
 	}
-	t, ok := s.st.timers[intentHash]
-	if !ok || t.item.World != worldID || t.item.State == store.TimerDelivered {
-		return store.Errorf(op, store.ErrNotFound, worldID, "timer %s", intentHash)
+	gone, err := s.st.cancelTimer(op, worldID, intentHash, false)
+	if gone {
+		s.st.notify(store.TopicTimers)
 	}
-	delete(s.st.timers, intentHash)
-	s.st.notify(store.TopicTimers)
-	return nil
+	return err
+}
+
+// cancelTimer removes world's timer hash with its dedupe record when it
+// has not fired (mu held); contract.CancelMissing answers for one that is
+// not there to cancel (inCycle: a world cycle's CancelTimers).
+func (st *state) cancelTimer(op, worldID, hash string, inCycle bool) (gone bool, err error) {
+	t, ok := st.timers[hash]
+	if !ok || t.item.World != worldID || t.item.State == store.TimerDelivered {
+		return false, contract.CancelMissing(op, worldID, hash, inCycle)
+	}
+	delete(st.timers, hash)
+	return true, nil
 }
 
 // sortTimers orders timers by (deliverAt, intentHash).
@@ -95,7 +105,7 @@ func (s *backend) ClaimDue(ctx context.Context, worker string, n int, ttl time.D
 	now := s.now()
 	var due []*timer
 	for _, t := range s.st.timers {
-		if t.item.State == store.TimerScheduled && !t.item.DeliverAt.After(now) {
+		if t.item.State == store.TimerScheduled && contract.IsDue(t.item.DeliverAt, now) {
 			due = append(due, t)
 		}
 	}

@@ -3,7 +3,7 @@ package memstore
 import (
 	"context"
 
-	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/internal/contract"
 )
 
 type watermarkKey struct{ projector, stream string }
@@ -25,8 +25,8 @@ func (s *backend) CASWatermark(ctx context.Context, projector, streamID string, 
 	}
 	defer s.end()
 	k := watermarkKey{projector, streamID}
-	if cur := s.st.watermarks[k]; cur != old {
-		return store.Errorf(op, store.ErrWatermarkConflict, "", "%s on %s is at %d, expected %d", projector, streamID, cur, old)
+	if err := contract.Watermark(op, projector, streamID, s.st.watermarks[k], old); err != nil {
+		return err
 	}
 	s.st.watermarks[k] = next
 	return nil

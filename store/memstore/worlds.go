@@ -98,8 +98,8 @@ func (s *backend) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawne
 	// The events are a fenced Append under that lease with ExpectedHead 0:
 	// claimWorldID left the stream without events, so none is a duplicate
 	// and they get 1…n.
-	journal, err := s.st.planAppend(op, spec.World, spec.Events, store.Head(0), false, now)
-	if err != nil {
+	journal := s.st.planAppend(spec.World, spec.Events, now)
+	if err := contract.AppendHead(op, spec.World, store.Head(0), journal.from, journal.fresh()); err != nil {
 		return store.Spawned{}, err
 	}
 
@@ -123,17 +123,10 @@ func (s *backend) Spawn(ctx context.Context, spec store.SpawnSpec) (store.Spawne
 	return out, nil
 }
 
-// claimWorldID checks that id is free: no world has it, and no free stream
-// of that id has events (a world's journal is its stream, written only
-// under its fence from its first event on).
+// claimWorldID asks contract.WorldID whether id may name a new world.
 func (st *state) claimWorldID(op, id string) error {
-	if _, ok := st.worlds[id]; ok {
-		return store.Errorf(op, store.ErrWorldExists, id, "")
-	}
-	if str := st.streams[id]; str != nil && str.head > 0 {
-		return store.Errorf(op, store.ErrWorldExists, id, "a free stream of that id already has events")
-	}
-	return nil
+	_, found := st.worlds[id]
+	return contract.WorldID(op, id, found, st.head(id))
 }
 
 func (st *state) seedStream(id string, height uint64) {
@@ -244,7 +237,8 @@ func (st *state) planStatus(op string, w *world, status store.WorldStatus, reaso
 // lease in this same transaction: its holder is fenced at once, and the
 // epoch counter is kept, so the next Acquire after a resume is a higher
 // epoch. The same status again keeps the recorded reason and time.
-// Archiving withdraws the world's pending effects; it returns how many.
+// A move that withdraws the world's pending effects
+// (contract.WithdrawsPending) returns how many.
 func (st *state) applyStatus(m statusMove, now time.Time) (withdrawn int) {
 	if m.noop {
 		return 0
@@ -254,7 +248,7 @@ func (st *state) applyStatus(m statusMove, now time.Time) (withdrawn int) {
 	}
 	m.w.rec.Status, m.w.rec.StatusReason, m.w.rec.StatusChangedAt = m.to, m.reason, now
 	st.notify(store.TopicAssignments)
-	if m.to == store.WorldArchived {
+	if contract.WithdrawsPending(m.to) {
 		withdrawn = st.withdraw(m.w.rec.ID, nil, true, now)
 	}
 	return withdrawn

@@ -12,7 +12,9 @@ import (
 // may take, compaction's reach, the watermark's compare, and the fabric's
 // and the operator's decisions that depend on what the store holds. Each is
 // a pure function of rows a backend read in its transaction, as in
-// contract.go.
+// contract.go. The last three (IsDue, Serves, Rebase) are predicates the
+// SQL backends spell in a WHERE clause; a backend that selects in Go asks
+// them by name, so that it spells no rule of its own.
 
 // AppendHead is a plain Append's head compare-and-swap (expected nil: the
 // caller asked none). An append that brings no new event (every record a
@@ -146,3 +148,19 @@ func Send(op, dest string, delivered, destFound bool, destStatus store.WorldStat
 // item was drained, a fabric message id, a withdrawn effect) may go once
 // it completed by then.
 func SweepCutoff(now time.Time, retention time.Duration) time.Time { return now.Add(-retention) }
+
+// IsDue is Due as a predicate a backend can select by (ClaimDue): a timer
+// is due once the store's clock reaches its deliverAt.
+func IsDue(deliverAt, now time.Time) bool { return !deliverAt.After(now) }
+
+// Serves reports whether claims serve the effects of a world in status:
+// every world's but an archived one's, whose pending effects its archiving
+// withdrew (ReleaseTo and the reapers withdraw the inflight ones too).
+func Serves(status store.WorldStatus) bool { return status != store.WorldArchived }
+
+// Rebase reports whether a snapshot stored at height becomes the world's
+// active baseline, given the current one (hasBaseline=false: none): the
+// active baseline is the highest snapshot, so a lower one never replaces it.
+func Rebase(baseline uint64, hasBaseline bool, height uint64) bool {
+	return !hasBaseline || height > baseline
+}

@@ -155,3 +155,53 @@ func TestSweepCutoffAgreesWithSweepable(t *testing.T) {
 		}
 	}
 }
+
+func TestIsDueAgreesWithDue(t *testing.T) {
+	for _, at := range []time.Time{t0.Add(-time.Nanosecond), t0, t0.Add(time.Nanosecond)} {
+		if want := Due("fire", "h", at, t0) == nil; IsDue(at, t0) != want {
+			t.Errorf("deliverAt %s: IsDue %v, Due admits %v", at, !want, want)
+		}
+	}
+	if !IsDue(t0, t0) {
+		t.Errorf("a timer due exactly now is not due")
+	}
+	if IsDue(t0.Add(time.Nanosecond), t0) {
+		t.Errorf("a timer due later is due")
+	}
+}
+
+func TestServesEveryWorldButAnArchivedOne(t *testing.T) {
+	for _, c := range []struct {
+		status store.WorldStatus
+		want   bool
+	}{
+		{store.WorldActive, true},
+		{store.WorldPaused, true},
+		{store.WorldArchived, false},
+	} {
+		if got := Serves(c.status); got != c.want {
+			t.Errorf("%s: Serves %v, want %v", c.status, got, c.want)
+		}
+		if released := ReleaseTo(c.status) == vocab.EffectPending; released != c.want {
+			t.Errorf("%s: Serves %v disagrees with ReleaseTo", c.status, c.want)
+		}
+	}
+}
+
+func TestRebaseKeepsTheHighestSnapshot(t *testing.T) {
+	for _, c := range []struct {
+		name             string
+		baseline, height uint64
+		has, want        bool
+	}{
+		{"no baseline yet", 0, 0, false, true},
+		{"no baseline yet, any height", 0, 7, false, true},
+		{"higher", 5, 6, true, true},
+		{"same height again", 5, 5, true, false},
+		{"lower", 5, 4, true, false},
+	} {
+		if got := Rebase(c.baseline, c.has, c.height); got != c.want {
+			t.Errorf("%s: Rebase %v, want %v", c.name, got, c.want)
+		}
+	}
+}
