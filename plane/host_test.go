@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orrery-run/orrery/internal/testrig"
+	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
-	"github.com/orrery-run/orrery/plane/internal/backendtest"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
 	"github.com/orrery-run/orrery/world"
@@ -42,23 +43,23 @@ func TestHostRunsWorldsAndAnswersCalls(t *testing.T) {
 		}
 		for i := range 10 {
 			for _, w := range []string{"w1", "w2"} {
-				if _, err := c.Send(env.Ctx, w, Add{By: int64(i), Key: fmt.Sprint(i)}, fmt.Sprint("k", i)); err != nil {
+				if _, err := c.Send(env.Ctx, w, testworlds.Add{By: int64(i), Key: fmt.Sprint(i)}, fmt.Sprint("k", i)); err != nil {
 					return err
 				}
 			}
 		}
-		ack, err := c.Send(env.Ctx, "w1", Add{By: 100, Key: "dup"}, "k3")
+		ack, err := c.Send(env.Ctx, "w1", testworlds.Add{By: 100, Key: "dup"}, "k3")
 		if err != nil || !ack.Duplicate {
 			return fmt.Errorf("a repeated key was not deduplicated: %+v %v", ack, err)
 		}
-		n, err := plane.CallAs[int64](env.Ctx, c, "w1", Get{})
+		n, err := plane.CallAs[int64](env.Ctx, c, "w1", testworlds.Get{})
 		if err != nil {
 			return err
 		}
 		if n != 45 {
 			return fmt.Errorf("Get = %d, want 45", n)
 		}
-		if _, err := c.Call(env.Ctx, "w2", Add{By: 1}); !errors.Is(err, plane.ErrCallFailed) || !errors.Is(err, world.ErrNoReply) {
+		if _, err := c.Call(env.Ctx, "w2", testworlds.Add{By: 1}); !errors.Is(err, plane.ErrCallFailed) || !errors.Is(err, world.ErrNoReply) {
 			return fmt.Errorf("a call without a reply: %v", err)
 		}
 		for _, w := range []string{"w1", "w2"} {
@@ -92,7 +93,7 @@ func TestCycleBudgetsBoundEachCommit(t *testing.T) {
 			return err
 		}
 		for i := range 7 {
-			if _, err := c.Send(env.Ctx, "b", Add{By: 1, Key: fmt.Sprint(i)}, fmt.Sprint(i)); err != nil {
+			if _, err := c.Send(env.Ctx, "b", testworlds.Add{By: 1, Key: fmt.Sprint(i)}, fmt.Sprint(i)); err != nil {
 				return err
 			}
 		}
@@ -162,7 +163,7 @@ func TestHintStormCoalescesScans(t *testing.T) {
 				return err
 			}
 		}
-		if err := waitFor(env, "every world held", 2*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "every world held", 2*time.Second, func() (bool, error) {
 			held, _ := h.Worlds()
 			return len(held) == n, nil
 		}); err != nil {
@@ -193,7 +194,7 @@ func TestSlowScanDoesNotStarveRenewals(t *testing.T) {
 				return err
 			}
 		}
-		st := backendtest.NewHandle(base, func(op string) error {
+		st := testrig.NewHandle(base, func(op string) error {
 			if op == "list_worker_worlds" {
 				return sleep(env, 300*time.Millisecond)
 			}
@@ -261,7 +262,7 @@ func TestHostTakesOverAPageInOneStoreCall(t *testing.T) {
 				return err
 			}
 			if i%5 == 2 {
-				if _, err := c.Send(env.Ctx, id, Add{By: 3, Key: id}, id); err != nil {
+				if _, err := c.Send(env.Ctx, id, testworlds.Add{By: 3, Key: id}, id); err != nil {
 					return err
 				}
 				backlog[id] = true
@@ -283,7 +284,7 @@ func TestHostTakesOverAPageInOneStoreCall(t *testing.T) {
 			return err
 		}
 		defer h.Stop(env.Ctx)
-		if err := waitFor(env, "every world held and every backlog applied", 10*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "every world held and every backlog applied", 10*time.Second, func() (bool, error) {
 			held, _ := h.Worlds()
 			if len(held) != n {
 				return false, nil
@@ -414,7 +415,7 @@ func TestDrainDuringATakeoverGivesBackWhatCameBack(t *testing.T) {
 			return err
 		}
 		defer h.Stop(env.Ctx)
-		if err := waitFor(env, "the takeover's AcquireLeases in flight", time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "the takeover's AcquireLeases in flight", time.Second, func() (bool, error) {
 			return inFlight.Load(), nil
 		}); err != nil {
 			return err
@@ -471,7 +472,7 @@ func TestHostStartsAWorldHintedDuringItsTakeover(t *testing.T) {
 		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: env.Lab})
 		var sendErr error
 		st := &afterAcquire{Store: base, then: func() {
-			_, sendErr = c.Send(env.Ctx, "h1", Add{By: 4, Key: "late"}, "late")
+			_, sendErr = c.Send(env.Ctx, "h1", testworlds.Add{By: 4, Key: "late"}, "late")
 		}}
 		cfg := hostConfig("A", st, nil)
 		cfg.IdleAfter = time.Minute
@@ -480,7 +481,7 @@ func TestHostStartsAWorldHintedDuringItsTakeover(t *testing.T) {
 			return err
 		}
 		defer h.Stop(env.Ctx)
-		if err := waitFor(env, "h1 applied the item enqueued during its takeover", 5*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "h1 applied the item enqueued during its takeover", 5*time.Second, func() (bool, error) {
 			s, ok := h.State("h1")
 			if !ok {
 				return false, sendErr
@@ -529,7 +530,7 @@ func TestRenewalOfALeaseTakenLaterIsOnTime(t *testing.T) {
 		if err := createAssigned(env.Ctx, st, "late", "A"); err != nil {
 			return err
 		}
-		if err := waitFor(env, "the lease renewed", 2*cfg.LeaseTTL, func() (bool, error) { return !renewedAt.IsZero(), nil }); err != nil {
+		if err := testrig.WaitLab(env, "the lease renewed", 2*cfg.LeaseTTL, func() (bool, error) { return !renewedAt.IsZero(), nil }); err != nil {
 			return err
 		}
 		margin := cfg.LeaseTTL / 3 // RenewMargin's default
@@ -574,7 +575,7 @@ func TestAPassDropsTheLeasesItDidNotList(t *testing.T) {
 			return err
 		}
 		defer h.Stop(env.Ctx)
-		if err := waitFor(env, "every world held", 5*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "every world held", 5*time.Second, func() (bool, error) {
 			held, _ := h.Worlds()
 			return len(held) == len(ids), nil
 		}); err != nil {
@@ -586,7 +587,7 @@ func TestAPassDropsTheLeasesItDidNotList(t *testing.T) {
 		if err := st.Unassign(env.Ctx, "p2", nil); err != nil {
 			return err
 		}
-		if err := waitFor(env, "p2 dropped", 5*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "p2 dropped", 5*time.Second, func() (bool, error) {
 			_, ok := h.Lease("p2")
 			return !ok, nil
 		}); err != nil {

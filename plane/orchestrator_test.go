@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orrery-run/orrery/internal/testrig"
+	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
-	"github.com/orrery-run/orrery/plane/internal/backendtest"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
 )
@@ -77,7 +78,7 @@ func TestOrchestratorPlacesPinsAndMovesWorlds(t *testing.T) {
 			}
 			return assignedTo(env, base, pinned) == "C", nil
 		}
-		if err := waitFor(env, "placement", 10*time.Second, placed); err != nil {
+		if err := testrig.WaitLab(env, "placement", 10*time.Second, placed); err != nil {
 			return err
 		}
 		if o1.Leader() == o2.Leader() {
@@ -94,7 +95,7 @@ func TestOrchestratorPlacesPinsAndMovesWorlds(t *testing.T) {
 			}
 			return true, nil
 		}
-		if err := waitFor(env, "every world held by its assignee", 10*time.Second, held); err != nil {
+		if err := testrig.WaitLab(env, "every world held by its assignee", 10*time.Second, held); err != nil {
 			return err
 		}
 		// The acting orchestrator dies: the other takes over after its TTL.
@@ -116,13 +117,13 @@ func TestOrchestratorPlacesPinsAndMovesWorlds(t *testing.T) {
 		hosts["B"].Kill(env.Ctx)
 		delete(hosts, "B")
 		live = []string{"A", "C"}
-		if err := waitFor(env, "B's worlds moved", 20*time.Second, placed); err != nil {
+		if err := testrig.WaitLab(env, "B's worlds moved", 20*time.Second, placed); err != nil {
 			return err
 		}
 		if !other.Leader() {
 			return fmt.Errorf("the surviving orchestrator did not take over")
 		}
-		if err := waitFor(env, "moved worlds held", 20*time.Second, held); err != nil {
+		if err := testrig.WaitLab(env, "moved worlds held", 20*time.Second, held); err != nil {
 			return err
 		}
 		for _, id := range bWorlds {
@@ -137,7 +138,7 @@ func TestOrchestratorPlacesPinsAndMovesWorlds(t *testing.T) {
 			return err
 		}
 		live = []string{"A"}
-		if err := waitFor(env, "C drained", 20*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "C drained", 20*time.Second, func() (bool, error) {
 			for _, id := range ids[1:] {
 				if _, ok := hosts["A"].Lease(id); !ok {
 					return false, nil
@@ -221,7 +222,7 @@ func TestControllersSurviveAFailedWatch(t *testing.T) {
 		}
 		defer o.Stop(env.Ctx)
 		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: env.Lab})
-		if _, err := c.Send(env.Ctx, "w", Add{By: 2, Key: "a"}, "a"); err != nil {
+		if _, err := c.Send(env.Ctx, "w", testworlds.Add{By: 2, Key: "a"}, "a"); err != nil {
 			return err
 		}
 		if err := drained(env, base, "w"); err != nil {
@@ -262,7 +263,7 @@ func TestReconcileReadsAssignmentsInPages(t *testing.T) {
 		}
 		ops := map[string]int{}
 		counting := false
-		st := backendtest.NewHandle(base, func(op string) error {
+		st := testrig.NewHandle(base, func(op string) error {
 			if counting {
 				ops[op]++
 			}
@@ -274,7 +275,7 @@ func TestReconcileReadsAssignmentsInPages(t *testing.T) {
 			return err
 		}
 		defer o.Stop(env.Ctx)
-		if err := waitFor(env, "every world placed", 5*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "every world placed", 5*time.Second, func() (bool, error) {
 			for i := range n {
 				if assignedTo(env, base, fmt.Sprint("o", i)) == "" {
 					return false, nil
@@ -390,7 +391,7 @@ func TestDeposedOrchestratorWritesNothing(t *testing.T) {
 			}
 			return true, nil
 		}
-		if err := waitFor(env, "placement by o1", 10*time.Second, placed); err != nil {
+		if err := testrig.WaitLab(env, "placement by o1", 10*time.Second, placed); err != nil {
 			return err
 		}
 		if !o1.Leader() {
@@ -409,7 +410,7 @@ func TestDeposedOrchestratorWritesNothing(t *testing.T) {
 			return err
 		}
 		live = []string{"A"}
-		if err := waitFor(env, "placement by o2", 15*time.Second, placed); err != nil {
+		if err := testrig.WaitLab(env, "placement by o2", 15*time.Second, placed); err != nil {
 			return err
 		}
 		if !o2.Leader() {
@@ -421,7 +422,7 @@ func TestDeposedOrchestratorWritesNothing(t *testing.T) {
 			return err
 		}
 		live = []string{"A", "B"}
-		if err := waitFor(env, "o1 resumed", 30*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "o1 resumed", 30*time.Second, func() (bool, error) {
 			w1.mu.Lock()
 			defer w1.mu.Unlock()
 			return len(w1.after) > 0, nil
@@ -439,7 +440,7 @@ func TestDeposedOrchestratorWritesNothing(t *testing.T) {
 		if o1.Leader() {
 			return fmt.Errorf("o1 still believes it leads after a fenced write")
 		}
-		if err := waitFor(env, "o2's placement", 10*time.Second, placed); err != nil {
+		if err := testrig.WaitLab(env, "o2's placement", 10*time.Second, placed); err != nil {
 			return err
 		}
 		if err := o1.Stop(env.Ctx); err != nil {
@@ -493,7 +494,7 @@ func TestReconcileWritesAssignmentsConcurrently(t *testing.T) {
 				return err
 			}
 			defer o.Stop(env.Ctx)
-			if err := waitFor(env, "every world placed", 10*time.Second, func() (bool, error) {
+			if err := testrig.WaitLab(env, "every world placed", 10*time.Second, func() (bool, error) {
 				for i := range n {
 					if a, ok, err := st.GetAssignment(env.Ctx, fmt.Sprint("r", i)); err != nil || !ok || a.DesiredWorker != "A" {
 						return false, err

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/internal/testrig"
+	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
@@ -34,16 +36,16 @@ func TestPassivatedWorldWakesOnInput(t *testing.T) {
 		}
 		defer h.Stop(env.Ctx)
 		c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
-		if err := waitFor(env, "three leases", 5*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "three leases", 5*time.Second, func() (bool, error) {
 			held, _ := h.Worlds()
 			return len(held) == 3, nil
 		}); err != nil {
 			return err
 		}
-		if _, err := c.Send(env.Ctx, "p0", Add{By: 5, Key: "a"}, "a"); err != nil {
+		if _, err := c.Send(env.Ctx, "p0", testworlds.Add{By: 5, Key: "a"}, "a"); err != nil {
 			return err
 		}
-		if err := waitFor(env, "p0 active", time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "p0 active", time.Second, func() (bool, error) {
 			_, active := h.Worlds()
 			return active == 1, nil
 		}); err != nil {
@@ -57,10 +59,10 @@ func TestPassivatedWorldWakesOnInput(t *testing.T) {
 		if len(held) != 3 || active != 0 {
 			return fmt.Errorf("after idling: %d held, %d active; want 3 and 0", len(held), active)
 		}
-		if _, err := c.Send(env.Ctx, "p0", Add{By: 7, Key: "b"}, "b"); err != nil {
+		if _, err := c.Send(env.Ctx, "p0", testworlds.Add{By: 7, Key: "b"}, "b"); err != nil {
 			return err
 		}
-		if err := waitFor(env, "p0 applied the wake input", time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "p0 applied the wake input", time.Second, func() (bool, error) {
 			s, ok := h.State("p0")
 			if !ok {
 				return false, nil
@@ -109,11 +111,11 @@ func TestCallAcrossProcessesOnForkedAndSeededWorlds(t *testing.T) {
 		}
 		defer h.Stop(env.Ctx)
 		for i := range 3 {
-			if _, err := remote.Send(env.Ctx, "src", Add{By: 2, Key: fmt.Sprint(i)}, fmt.Sprint(i)); err != nil {
+			if _, err := remote.Send(env.Ctx, "src", testworlds.Add{By: 2, Key: fmt.Sprint(i)}, fmt.Sprint(i)); err != nil {
 				return err
 			}
 		}
-		if n, err := plane.CallAs[int64](env.Ctx, remote, "src", Get{}); err != nil || n != 6 {
+		if n, err := plane.CallAs[int64](env.Ctx, remote, "src", testworlds.Get{}); err != nil || n != 6 {
 			return fmt.Errorf("src Get = %d, %v; want 6", n, err)
 		}
 		ops, err := plane.NewOps(st, kernels())
@@ -134,11 +136,11 @@ func TestCallAcrossProcessesOnForkedAndSeededWorlds(t *testing.T) {
 			if err := createAssigned(env.Ctx, st, id, "A"); err != nil {
 				return err
 			}
-			if _, err := remote.Send(env.Ctx, id, Add{By: 10, Key: "k"}, "k"); err != nil {
+			if _, err := remote.Send(env.Ctx, id, testworlds.Add{By: 10, Key: "k"}, "k"); err != nil {
 				return err
 			}
 			for _, want := range []int64{16, 16} { // twice: the second call's baseline is a later snapshot
-				n, err := plane.CallAs[int64](env.Ctx, remote, id, Get{})
+				n, err := plane.CallAs[int64](env.Ctx, remote, id, testworlds.Get{})
 				if err != nil {
 					return fmt.Errorf("%s: %w", id, err)
 				}
@@ -169,7 +171,7 @@ func TestRemoteReplyPastACompactedJournalIsUnavailable(t *testing.T) {
 		defer h.Stop(env.Ctx)
 		send := func(n int, key string) error {
 			for i := range n {
-				if _, err := remote.Send(env.Ctx, "c", Add{By: 2, Key: fmt.Sprint(key, i)}, fmt.Sprint(key, i)); err != nil {
+				if _, err := remote.Send(env.Ctx, "c", testworlds.Add{By: 2, Key: fmt.Sprint(key, i)}, fmt.Sprint(key, i)); err != nil {
 					return err
 				}
 			}
@@ -180,7 +182,7 @@ func TestRemoteReplyPastACompactedJournalIsUnavailable(t *testing.T) {
 		}
 		// A snapshot below the call (a cycle crosses a multiple of
 		// SnapshotEvery), with records between it and the call.
-		if err := waitFor(env, "the first inputs journaled", 5*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "the first inputs journaled", 5*time.Second, func() (bool, error) {
 			s, ok := h.State("c")
 			return ok && s.Height == 6, nil
 		}); err != nil {
@@ -189,14 +191,14 @@ func TestRemoteReplyPastACompactedJournalIsUnavailable(t *testing.T) {
 		if err := send(2, "m"); err != nil {
 			return err
 		}
-		first, err := remote.CallWithID(env.Ctx, "c", "fixed-id", Get{})
+		first, err := remote.CallWithID(env.Ctx, "c", "fixed-id", testworlds.Get{})
 		if err != nil {
 			return err
 		}
 		if err := send(12, "b"); err != nil {
 			return err
 		}
-		if err := waitFor(env, "every input journaled", 5*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "every input journaled", 5*time.Second, func() (bool, error) {
 			s, ok := h.State("c")
 			return ok && s.Height == 21, nil
 		}); err != nil {
@@ -222,7 +224,7 @@ func TestRemoteReplyPastACompactedJournalIsUnavailable(t *testing.T) {
 			return fmt.Errorf("active snapshot at %d, below the call at %d (%v)", active.Height, call, err)
 		}
 		// Before compaction the same call id gets the first reply again.
-		again, err := remote.CallWithID(env.Ctx, "c", "fixed-id", Get{})
+		again, err := remote.CallWithID(env.Ctx, "c", "fixed-id", testworlds.Get{})
 		if err != nil || string(again) != string(first) {
 			return fmt.Errorf("the repeated call: %x, %v; want %x", again, err, first)
 		}
@@ -232,13 +234,13 @@ func TestRemoteReplyPastACompactedJournalIsUnavailable(t *testing.T) {
 		if _, err := st.Compact(env.Ctx, "c", epoch, active.Height-below.Height); err != nil {
 			return err
 		}
-		if again, err := remote.CallWithID(env.Ctx, "c", "fixed-id", Get{}); err != nil || string(again) != string(first) {
+		if again, err := remote.CallWithID(env.Ctx, "c", "fixed-id", testworlds.Get{}); err != nil || string(again) != string(first) {
 			return fmt.Errorf("the repeated call, compacted up to its baseline: %x, %v; want %x", again, err, first)
 		}
 		if _, err := st.Compact(env.Ctx, "c", epoch, active.Height-(call-1)); err != nil {
 			return err
 		}
-		_, err = remote.CallWithID(env.Ctx, "c", "fixed-id", Get{})
+		_, err = remote.CallWithID(env.Ctx, "c", "fixed-id", testworlds.Get{})
 		var ce *store.CompactedError
 		if !errors.Is(err, plane.ErrReplyUnavailable) || !errors.As(err, &ce) || ce.Stream != "c" || ce.Floor != call-1 {
 			return fmt.Errorf("the call after compaction: %v; want ErrReplyUnavailable wrapping the store's CompactedError at floor %d", err, call-1)
@@ -261,11 +263,11 @@ func TestCallAcrossProcesses(t *testing.T) {
 		}
 		defer h.Stop(env.Ctx)
 		for i := range 9 { // past SnapshotEvery: the reply is re-derived across a snapshot
-			if _, err := remote.Send(env.Ctx, "r", Add{By: 2, Key: fmt.Sprint(i)}, fmt.Sprint(i)); err != nil {
+			if _, err := remote.Send(env.Ctx, "r", testworlds.Add{By: 2, Key: fmt.Sprint(i)}, fmt.Sprint(i)); err != nil {
 				return err
 			}
 		}
-		n, err := plane.CallAs[int64](env.Ctx, remote, "r", Get{})
+		n, err := plane.CallAs[int64](env.Ctx, remote, "r", testworlds.Get{})
 		if err != nil {
 			return err
 		}
@@ -274,17 +276,17 @@ func TestCallAcrossProcesses(t *testing.T) {
 		}
 		// The same call id again: the inbox holds it once, the reply is
 		// the first one's, even after more input changed the state.
-		if _, err := remote.Send(env.Ctx, "r", Add{By: 1, Key: "x"}, "x"); err != nil {
+		if _, err := remote.Send(env.Ctx, "r", testworlds.Add{By: 1, Key: "x"}, "x"); err != nil {
 			return err
 		}
-		first, err := remote.CallWithID(env.Ctx, "r", "fixed-id", Get{})
+		first, err := remote.CallWithID(env.Ctx, "r", "fixed-id", testworlds.Get{})
 		if err != nil {
 			return err
 		}
-		if _, err := remote.Send(env.Ctx, "r", Add{By: 1, Key: "y"}, "y"); err != nil {
+		if _, err := remote.Send(env.Ctx, "r", testworlds.Add{By: 1, Key: "y"}, "y"); err != nil {
 			return err
 		}
-		again, err := remote.CallWithID(env.Ctx, "r", "fixed-id", Get{})
+		again, err := remote.CallWithID(env.Ctx, "r", "fixed-id", testworlds.Get{})
 		if err != nil {
 			return err
 		}
@@ -359,26 +361,26 @@ func TestEventKeysCannotTakeACallsDedupeKey(t *testing.T) {
 			return err
 		}
 		defer h.Stop(env.Ctx)
-		if _, err := remote.CallWithID(env.Ctx, "r", "X", Get{}); err != nil {
+		if _, err := remote.CallWithID(env.Ctx, "r", "X", testworlds.Get{}); err != nil {
 			return err
 		}
-		if _, err := remote.Send(env.Ctx, "r", Add{By: 5, Key: "a"}, plane.CallKey("X")); !errors.Is(err, plane.ErrInvalidIngress) {
+		if _, err := remote.Send(env.Ctx, "r", testworlds.Add{By: 5, Key: "a"}, plane.CallKey("X")); !errors.Is(err, plane.ErrInvalidIngress) {
 			return fmt.Errorf("event keyed like call X after it: %v, want ErrInvalidIngress", err)
 		}
-		if _, err := remote.Send(env.Ctx, "r", Add{By: 3, Key: "b"}, plane.CallKey("Y")); !errors.Is(err, plane.ErrInvalidIngress) {
+		if _, err := remote.Send(env.Ctx, "r", testworlds.Add{By: 3, Key: "b"}, plane.CallKey("Y")); !errors.Is(err, plane.ErrInvalidIngress) {
 			return fmt.Errorf("event keyed like call Y before it: %v, want ErrInvalidIngress", err)
 		}
-		if _, err := remote.Send(env.Ctx, "r", Add{By: 2, Key: "c"}, "Y"); err != nil {
+		if _, err := remote.Send(env.Ctx, "r", testworlds.Add{By: 2, Key: "c"}, "Y"); err != nil {
 			return err
 		}
-		n, err := plane.CallAs[int64](env.Ctx, remote, "r", Get{})
+		n, err := plane.CallAs[int64](env.Ctx, remote, "r", testworlds.Get{})
 		if err != nil {
 			return err
 		}
 		if n != 2 {
 			return fmt.Errorf("Get = %d, want 2 (only the event with its own key applied)", n)
 		}
-		b, err := remote.CallWithID(env.Ctx, "r", "Y", Get{})
+		b, err := remote.CallWithID(env.Ctx, "r", "Y", testworlds.Get{})
 		if err != nil {
 			return fmt.Errorf("call Y after events: %w", err)
 		}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orrery-run/orrery/internal/testrig"
+	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
@@ -33,11 +35,11 @@ func TestUnreadableReceiptEndsItsEffectAndTheWorldGoesOn(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if _, err := c.Send(env.Ctx, "w1", Pay{}, "pay"); err != nil {
+		if _, err := c.Send(env.Ctx, "w1", testworlds.Pay{}, "pay"); err != nil {
 			return err
 		}
 		var hash string
-		if err := waitFor(env, "the payment's intent", 10*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "the payment's intent", 10*time.Second, func() (bool, error) {
 			items, err := st.ListEffects(env.Ctx, "w1", 0, 10)
 			if len(items) == 1 {
 				hash = items[0].IntentHash
@@ -49,10 +51,10 @@ func TestUnreadableReceiptEndsItsEffectAndTheWorldGoesOn(t *testing.T) {
 		if _, _, err := st.Resolve(env.Ctx, hash, store.Receipt{Status: store.ReceiptOK, Payload: []byte{0xff, 0x00}}, "test"); err != nil {
 			return err
 		}
-		if _, err := c.Send(env.Ctx, "w1", Add{By: 7, Key: "after"}, "after"); err != nil {
+		if _, err := c.Send(env.Ctx, "w1", testworlds.Add{By: 7, Key: "after"}, "after"); err != nil {
 			return err
 		}
-		if err := waitFor(env, "the step after the receipt", 10*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "the step after the receipt", 10*time.Second, func() (bool, error) {
 			got, err := c.State(env.Ctx, "w1")
 			if err != nil {
 				return false, err
