@@ -35,19 +35,19 @@ func TestThreeStepRunCompletes(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("w1", r.handle(), wfs, nil, nil)
+		w, err := r.worker("w1", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
+		defer w.Stop(r.Ctx)
 		cl, err := r.client(wfs)
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.ctx, cl, "run-1", 5); err != nil {
+		if err := def.Start(r.Ctx, cl, "run-1", 5); err != nil {
 			return err
 		}
-		got, err := def.Result(r.ctx, cl, "run-1")
+		got, err := def.Result(r.Ctx, cl, "run-1")
 		if err != nil {
 			return err
 		}
@@ -86,13 +86,13 @@ func TestThreeStepRunCompletes(t *testing.T) {
 			return err
 		}
 		// An ended run is archived with its end as the reason.
-		if err := r.waitFor("archive", 10*time.Second, func() (bool, error) {
-			rec, err := r.st.GetWorld(r.ctx, "run-1")
+		if err := r.WaitFor("archive", 10*time.Second, func() (bool, error) {
+			rec, err := r.Store.GetWorld(r.Ctx, "run-1")
 			return rec.Status == store.WorldArchived && rec.StatusReason == "completed", err
 		}); err != nil {
 			return err
 		}
-		sum, err := cl.Get(r.ctx, "run-1")
+		sum, err := cl.Get(r.Ctx, "run-1")
 		if err != nil {
 			return err
 		}
@@ -116,40 +116,40 @@ func TestStartIsIdempotentByRunID(t *testing.T) {
 			return err
 		}
 		for range 2 {
-			if err := def.Start(r.ctx, cl, "same", 1); err != nil {
+			if err := def.Start(r.Ctx, cl, "same", 1); err != nil {
 				return err
 			}
 		}
-		if err := def.Start(r.ctx, cl, "same", 2); !errors.Is(err, workflow.ErrConflict) {
+		if err := def.Start(r.Ctx, cl, "same", 2); !errors.Is(err, workflow.ErrConflict) {
 			return fmt.Errorf("a start with another input: %v, want ErrConflict", err)
 		}
 		other := workflow.New("other", 1, func(*workflow.Ctx, int) (int, error) { return 0, nil })
-		if err := cl.Start(r.ctx, other, "same", 1); !errors.Is(err, workflow.ErrConflict) {
+		if err := cl.Start(r.Ctx, other, "same", 1); !errors.Is(err, workflow.ErrConflict) {
 			return fmt.Errorf("a start of another workflow: %v, want ErrConflict", err)
 		}
-		if err := cl.Start(r.ctx, def, "wrong-type", "text"); !errors.Is(err, workflow.ErrInvalid) {
+		if err := cl.Start(r.Ctx, def, "wrong-type", "text"); !errors.Is(err, workflow.ErrInvalid) {
 			return fmt.Errorf("a start with an input of the wrong type: %v, want ErrInvalid", err)
 		}
-		items, err := r.st.ReadInbox(r.ctx, "same", 0, 0)
+		items, err := r.Store.ReadInbox(r.Ctx, "same", 0, 0)
 		if err != nil {
 			return err
 		}
 		if len(items) != 1 || items[0].Kind != workflow.ItemStart {
 			return fmt.Errorf("inbox %v, want one start item", items)
 		}
-		worlds, err := r.st.ListWorlds(r.ctx, workflow.Universe("three"), "")
+		worlds, err := r.Store.ListWorlds(r.Ctx, workflow.Universe("three"), "")
 		if err != nil {
 			return err
 		}
 		if len(worlds) != 1 {
 			return fmt.Errorf("%d runs, want 1", len(worlds))
 		}
-		w, err := r.worker("w1", r.handle(), wfs, nil, nil)
+		w, err := r.worker("w1", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
-		if got, err := def.Result(r.ctx, cl, "same"); err != nil || got != 5 {
+		defer w.Stop(r.Ctx)
+		if got, err := def.Result(r.Ctx, cl, "same"); err != nil || got != 5 {
 			return fmt.Errorf("result %d, %v; want 5", got, err)
 		}
 		if n := tl.get("add"); n != 1 {
@@ -157,7 +157,7 @@ func TestStartIsIdempotentByRunID(t *testing.T) {
 		}
 		// Starting a finished run again with the same input is still the
 		// same run.
-		if err := def.Start(r.ctx, cl, "same", 1); err != nil {
+		if err := def.Start(r.Ctx, cl, "same", 1); err != nil {
 			return fmt.Errorf("a repeated start of the finished run: %v", err)
 		}
 		return nil

@@ -55,23 +55,23 @@ func TestAnOperatorFencedByAnotherClientLeavesItsRequestToTheNewHolder(t *testin
 			return err
 		}
 		var otherErr error
-		st := &interrupting{Store: r.st, run: "run", before: func() {
-			otherErr = other.Cancel(r.ctx, "run", "the other client")
+		st := &interrupting{Store: r.Store, run: "run", before: func() {
+			otherErr = other.Cancel(r.Ctx, "run", "the other client")
 		}}
-		first, err := workflow.NewClient(st, wfs, r.ex, workflow.WithPoll(time.Millisecond, 50*time.Millisecond))
+		first, err := workflow.NewClient(st, wfs, r.Ex, workflow.WithPoll(time.Millisecond, 50*time.Millisecond))
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.ctx, first, "run", 0); err != nil {
+		if err := def.Start(r.Ctx, first, "run", 0); err != nil {
 			return err
 		}
-		if err := first.Cancel(r.ctx, "run", "changed my mind"); err != nil {
+		if err := first.Cancel(r.Ctx, "run", "changed my mind"); err != nil {
 			return fmt.Errorf("the fenced client's Cancel: %w", err)
 		}
 		if otherErr != nil {
 			return fmt.Errorf("the other client's Cancel: %w", otherErr)
 		}
-		if _, err := first.Result(r.ctx, "run"); !errors.Is(err, workflow.ErrCancelled) {
+		if _, err := first.Result(r.Ctx, "run"); !errors.Is(err, workflow.ErrCancelled) {
 			return fmt.Errorf("result %v, want cancelled", err)
 		}
 		evs, err := r.stream("run")

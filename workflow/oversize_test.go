@@ -40,15 +40,15 @@ func TestOversizedStepResultFailsTheStepNotTheWorker(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("A", r.handle(), wfs, nil, nil)
+		w, err := r.worker("A", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
-		if err := def.Start(r.ctx, cl, "run", 0); err != nil {
+		defer w.Stop(r.Ctx)
+		if err := def.Start(r.Ctx, cl, "run", 0); err != nil {
 			return err
 		}
-		got, err := def.Result(r.ctx, cl, "run")
+		got, err := def.Result(r.Ctx, cl, "run")
 		if err != nil {
 			return err
 		}
@@ -77,15 +77,15 @@ func TestOversizedRunOutputFailsTheRun(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("A", r.handle(), wfs, nil, nil)
+		w, err := r.worker("A", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
-		if err := def.Start(r.ctx, cl, "run", 0); err != nil {
+		defer w.Stop(r.Ctx)
+		if err := def.Start(r.Ctx, cl, "run", 0); err != nil {
 			return err
 		}
-		_, err = def.Result(r.ctx, cl, "run")
+		_, err = def.Result(r.Ctx, cl, "run")
 		if !errors.Is(err, workflow.ErrFailed) || !strings.Contains(err.Error(), "more than a journal record holds") {
 			return fmt.Errorf("result error %v, want the run failed for its output's size", err)
 		}

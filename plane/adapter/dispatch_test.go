@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
-	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/internal/testrig"
+	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/plane/reaper"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/world"

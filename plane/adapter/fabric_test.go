@@ -9,8 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/internal/testrig"
+	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/world"
 )
