@@ -21,10 +21,10 @@ func TestJournalBelowTheCompactionFloorIsGone(t *testing.T) {
 	st := memstore.New()
 	r := newRig(t, rigOptions{store: st, workers: []string{}})
 	// A universe no orchestrator places, written straight to the store.
-	if _, err := st.CreateWorld(r.ctx, "elsewhere", "cw", nil); err != nil {
+	if _, err := st.CreateWorld(r.Ctx, "elsewhere", "cw", nil); err != nil {
 		t.Fatal(err)
 	}
-	l, err := st.Acquire(r.ctx, "cw", "me", time.Minute)
+	l, err := st.Acquire(r.Ctx, "cw", "me", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,29 +33,29 @@ func TestJournalBelowTheCompactionFloorIsGone(t *testing.T) {
 			EmittedAt: time.Unix(1, 0), Payload: event.EmptyPayload()}
 		e.Normalize()
 		e.EventID = e.IdempotencyKey
-		if _, err := st.Append(r.ctx, "cw", []event.Envelope{e}, store.AppendOptions{Fence: &store.Fence{World: "cw", Epoch: l.Epoch}}); err != nil {
+		if _, err := st.Append(r.Ctx, "cw", []event.Envelope{e}, store.AppendOptions{Fence: &store.Fence{World: "cw", Epoch: l.Epoch}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := st.PutSnapshot(r.ctx, "cw", l.Epoch, store.Snapshot{Height: 8, State: []byte{0xa0}, StateHash: "h8"}); err != nil {
+	if err := st.PutSnapshot(r.Ctx, "cw", l.Epoch, store.Snapshot{Height: 8, State: []byte{0xa0}, StateHash: "h8"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Compact(r.ctx, "cw", l.Epoch, 0); err != nil {
+	if _, err := st.Compact(r.Ctx, "cw", l.Epoch, 0); err != nil {
 		t.Fatal(err)
 	}
 
 	for _, after := range []uint64{0, 3, 7} {
-		_, err := r.c.Journal(r.ctx, "cw", after, 0, 0)
+		_, err := r.Client.Journal(r.Ctx, "cw", after, 0, 0)
 		e := apiError(t, err, http.StatusGone, api.CodeCompacted)
 		if !errors.Is(err, store.ErrCompacted) || e.Details["floor"] != float64(8) {
 			t.Fatalf("journal after %d: %v details %v; want ErrCompacted with floor 8", after, err, e.Details)
 		}
 	}
-	page, err := r.c.Journal(r.ctx, "cw", 8, 0, 0)
+	page, err := r.Client.Journal(r.Ctx, "cw", 8, 0, 0)
 	if err != nil || len(page.Records) != 2 || page.Records[0].Height != 9 || page.Next != 10 {
 		t.Fatalf("journal from the floor: %+v, %v", page, err)
 	}
-	if v, err := r.c.GetWorld(r.ctx, "cw"); err != nil || v.JournalFloor != 8 || v.Head != 10 {
+	if v, err := r.Client.GetWorld(r.Ctx, "cw"); err != nil || v.JournalFloor != 8 || v.Head != 10 {
 		t.Fatalf("view: floor %d head %d, %v; want 8 and 10", v.JournalFloor, v.Head, err)
 	}
 }
