@@ -9,15 +9,12 @@ import (
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/event"
-	"github.com/orrery-run/orrery/internal/leaktest"
 	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/workflow"
 	"github.com/orrery-run/orrery/world"
 )
-
-func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 // rig is the shared test rig (internal/testrig) with the workflow tests'
 // own helpers.

@@ -12,15 +12,12 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/orrery-run/orrery/internal/leaktest"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/node"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
 	"github.com/orrery-run/orrery/world"
 )
-
-func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 type tally struct {
 	N     int64
