@@ -62,11 +62,7 @@ func TestConcurrentUseOfACtxFailsTheRun(t *testing.T) {
 					checked = tc.fn(c, tl)
 					return 0, nil
 				})
-				wfs, err := workflow.NewWorkflows(def)
-				if err != nil {
-					return err
-				}
-				cl, err := r.client(wfs)
+				wfs, cl, err := r.clientFor(def)
 				if err != nil {
 					return err
 				}

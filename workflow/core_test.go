@@ -54,20 +54,14 @@ func TestThreeStepRunCompletes(t *testing.T) {
 		if got != 13 {
 			return fmt.Errorf("result %d, want 13", got)
 		}
-		evs, err := r.stream("run-1")
-		if err != nil {
-			return err
-		}
-		if err := sameShapes(evs, []shape{
+		evs, err := r.streamIs("run-1", "three", 1, []shape{
 			{event.RunStarted, "", 1},
 			{event.StepStarted, "add", 1}, {event.StepCompleted, "add", 1},
 			{event.StepStarted, "double", 1}, {event.StepCompleted, "double", 1},
 			{event.StepStarted, "add#2", 1}, {event.StepCompleted, "add#2", 1},
 			{event.RunCompleted, "", 1},
-		}); err != nil {
-			return err
-		}
-		if err := checkEnvelopes(evs, "run-1", "three", 1); err != nil {
+		})
+		if err != nil {
 			return err
 		}
 		for _, s := range []string{"add", "double", "add#2"} {
@@ -107,11 +101,7 @@ func TestStartIsIdempotentByRunID(t *testing.T) {
 	forEachBackend(t, 2, func(r *rig) error {
 		tl := newTally()
 		def := threeSteps(tl)
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}

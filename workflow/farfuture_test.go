@@ -44,11 +44,7 @@ func TestFarFutureWaitsAreInvalidAndNeverFire(t *testing.T) {
 			note("fine", err)
 			return strings.Join(got, " "), nil
 		})
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}

@@ -86,6 +86,16 @@ func (r *rig) client(wfs *workflow.Workflows) (*workflow.Client, error) {
 	return workflow.NewClient(r.Store, wfs, r.Ex, workflow.WithPoll(time.Millisecond, 50*time.Millisecond))
 }
 
+// clientFor registers defs and opens a client on them.
+func (r *rig) clientFor(defs ...workflow.Workflow) (*workflow.Workflows, *workflow.Client, error) {
+	wfs, err := workflow.NewWorkflows(defs...)
+	if err != nil {
+		return nil, nil, err
+	}
+	cl, err := r.client(wfs)
+	return wfs, cl, err
+}
+
 // stream reads a run's whole stream.
 func (r *rig) stream(id string) ([]event.Envelope, error) {
 	var out []event.Envelope
@@ -101,6 +111,19 @@ func (r *rig) stream(id string) ([]event.Envelope, error) {
 		}
 		after = evs[len(evs)-1].RunSeq
 	}
+}
+
+// streamIs reads run's whole stream and checks it has the shapes of want
+// and the envelopes checkEnvelopes asks of a run of plan at version.
+func (r *rig) streamIs(run, plan string, version uint64, want []shape) ([]event.Envelope, error) {
+	evs, err := r.stream(run)
+	if err != nil {
+		return nil, err
+	}
+	if err := sameShapes(evs, want); err != nil {
+		return nil, err
+	}
+	return evs, checkEnvelopes(evs, run, plan, version)
 }
 
 // shape is an event's (type, step, attempt), for comparing streams.

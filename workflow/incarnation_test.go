@@ -23,11 +23,7 @@ func TestRestartUnderSameWorkerIdFencesTheOldProcess(t *testing.T) {
 	onMemstore(t, 5, func(r *rig) error {
 		tl, g := newTally(), newGate(r.Ex)
 		def := gated(tl, g)
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}

@@ -126,11 +126,7 @@ func TestEffectInFlightIsNotAskedForAgainAfterACrash(t *testing.T) {
 			out, err := workflow.Effect[echoOut](c, "echo", "test.echo", echoIn{Key: key})
 			return out.Echo, err
 		})
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
@@ -258,11 +254,7 @@ func TestAdmissionQueuesRunsBeyondMaxActive(t *testing.T) {
 				return in, g.wait(ctx)
 			})
 		})
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}

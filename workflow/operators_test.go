@@ -46,11 +46,7 @@ func (s *interrupting) Commit(ctx context.Context, world string, epoch uint64, b
 func TestAnOperatorFencedByAnotherClientLeavesItsRequestToTheNewHolder(t *testing.T) {
 	forEachBackend(t, 13, func(r *rig) error {
 		def := workflow.New("idle2", 1, func(c *workflow.Ctx, _ int) (int, error) { return 0, nil })
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		other, err := r.client(wfs)
+		wfs, other, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}

@@ -32,11 +32,7 @@ func TestOversizedStepResultFailsTheStepNotTheWorker(t *testing.T) {
 			}
 			return fmt.Sprintf("huge failed (%v), small %d", errors.Is(err, workflow.ErrStepFailed), small), nil
 		})
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
@@ -69,11 +65,7 @@ func TestOversizedRunOutputFailsTheRun(t *testing.T) {
 		def := workflow.New("bigout", 1, func(c *workflow.Ctx, _ int) (string, error) {
 			return strings.Repeat("y", 2<<20), nil
 		})
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}

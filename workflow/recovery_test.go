@@ -40,11 +40,7 @@ func TestCrashRecoveryRerunsOnlyTheStepInFlight(t *testing.T) {
 	forEachBackend(t, 3, func(r *rig) error {
 		tl, g := newTally(), newGate(r.Ex)
 		def := gated(tl, g)
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
@@ -93,21 +89,15 @@ func TestCrashRecoveryRerunsOnlyTheStepInFlight(t *testing.T) {
 		if a, b, c := tl.get("a"), tl.get("b"), tl.get("c"); a != 1 || b != 2 || c != 1 {
 			return fmt.Errorf("executions a=%d b=%d c=%d, want 1, 2 (the step in flight again), 1", a, b, c)
 		}
-		evs, err := r.stream("run")
-		if err != nil {
-			return err
-		}
-		if err := sameShapes(evs, []shape{
+		evs, err := r.streamIs("run", "gated", 1, []shape{
 			{event.RunStarted, "", 1},
 			{event.StepStarted, "a", 1}, {event.StepCompleted, "a", 1},
 			{event.StepStarted, "b", 1},
 			{event.StepStarted, "b", 2}, {event.StepCompleted, "b", 2},
 			{event.StepStarted, "c", 1}, {event.StepCompleted, "c", 1},
 			{event.RunCompleted, "", 1},
-		}); err != nil {
-			return err
-		}
-		if err := checkEnvelopes(evs, "run", "gated", 1); err != nil {
+		})
+		if err != nil {
 			return err
 		}
 		// The stream replays to the same result, running nothing.
@@ -130,11 +120,7 @@ func TestDeposedWorkerIsFencedAndStops(t *testing.T) {
 	onMemstore(t, 4, func(r *rig) error {
 		tl, g := newTally(), newGate(r.Ex)
 		def := gated(tl, g)
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
@@ -305,11 +291,7 @@ func TestStopReleasesSoAnotherWorkerTakesOverAtOnce(t *testing.T) {
 	onMemstore(t, 19, func(r *rig) error {
 		tl, g := newTally(), newGate(r.Ex)
 		def := gated(tl, g)
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}

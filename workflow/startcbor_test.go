@@ -78,11 +78,7 @@ func TestStartCBORDecodesIntoTheInputType(t *testing.T) {
 
 func TestStartCBORRefusesABadShape(t *testing.T) {
 	onMemstore(t, 1, func(r *rig) error {
-		wfs, err := workflow.NewWorkflows(payDef())
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		_, cl, err := r.clientFor(payDef())
 		if err != nil {
 			return err
 		}

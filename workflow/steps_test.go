@@ -74,11 +74,7 @@ func TestRetriesWaitTheirBackoffInVirtualTime(t *testing.T) {
 		if got, err := def.Result(r.Ctx, cl, "run"); err != nil || got != 7 {
 			return fmt.Errorf("result %d, %v", got, err)
 		}
-		evs, err := r.stream("run")
-		if err != nil {
-			return err
-		}
-		if err := sameShapes(evs, []shape{
+		evs, err := r.streamIs("run", "flaky", 1, []shape{
 			{event.RunStarted, "", 1},
 			{event.StepStarted, "flaky", 1}, {event.StepFailed, "flaky", 1},
 			{event.StepStarted, "flaky", 2}, {event.StepFailed, "flaky", 2},
@@ -87,10 +83,8 @@ func TestRetriesWaitTheirBackoffInVirtualTime(t *testing.T) {
 			{event.StepStarted, "doomed", 2}, {event.StepFailed, "doomed", 2},
 			{event.StepStarted, "permanent", 1}, {event.StepFailed, "permanent", 1},
 			{event.RunCompleted, "", 1},
-		}); err != nil {
-			return err
-		}
-		if err := checkEnvelopes(evs, "run", "flaky", 1); err != nil {
+		})
+		if err != nil {
 			return err
 		}
 		// Each retry is due at the failure's time plus the policy's delay
@@ -212,11 +206,7 @@ func TestDurableSleepSurvivesACrash(t *testing.T) {
 	onMemstore(t, 8, func(r *rig) error {
 		tl := newTally()
 		def := sleeper(tl)
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
@@ -305,11 +295,7 @@ func TestAwaitConsumesSignalsInOrderOnce(t *testing.T) {
 			}
 			return fmt.Sprintf("%s,%s,%d", a, b, n), nil
 		})
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
@@ -340,20 +326,13 @@ func TestAwaitConsumesSignalsInOrderOnce(t *testing.T) {
 		if got, err := def.Result(r.Ctx, cl, "run"); err != nil || got != "yes,no,3" {
 			return fmt.Errorf("result %q, %v", got, err)
 		}
-		evs, err := r.stream("run")
-		if err != nil {
-			return err
-		}
-		if err := sameShapes(evs, []shape{
+		if _, err := r.streamIs("run", "approval", 1, []shape{
 			{event.RunStarted, "", 1},
 			{event.StepStarted, "sys:await:vote", 1}, {event.StepCompleted, "sys:await:vote", 1},
 			{event.StepStarted, "sys:await:vote#2", 1}, {event.StepCompleted, "sys:await:vote#2", 1},
 			{event.StepStarted, "sys:await:count", 1}, {event.StepCompleted, "sys:await:count", 1},
 			{event.RunCompleted, "", 1},
 		}); err != nil {
-			return err
-		}
-		if err := checkEnvelopes(evs, "run", "approval", 1); err != nil {
 			return err
 		}
 		if err := cl.Signal(r.Ctx, "run", "vote", "late", ""); !errors.Is(err, workflow.ErrFinished) {
@@ -378,11 +357,7 @@ func TestCancelStopsTheStepAndRecordsSkipAndCancel(t *testing.T) {
 				return 1, err
 			})
 		})
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
@@ -438,11 +413,7 @@ func TestCancelStopsTheStepAndRecordsSkipAndCancel(t *testing.T) {
 func TestCancelWithNoWorkerIsRecordedByTheClient(t *testing.T) {
 	forEachBackend(t, 11, func(r *rig) error {
 		def := workflow.New("idle", 1, func(c *workflow.Ctx, _ int) (int, error) { return 0, nil })
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		_, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
@@ -477,11 +448,7 @@ func TestPauseFencesTheHolderAndResumeContinues(t *testing.T) {
 	onMemstore(t, 12, func(r *rig) error {
 		tl, g := newTally(), newGate(r.Ex)
 		def := gated(tl, g)
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
@@ -583,11 +550,7 @@ func TestPauseWithNoHolderIsRecordedByTheClient(t *testing.T) {
 	forEachBackend(t, 18, func(r *rig) error {
 		tl := newTally()
 		def := threeSteps(tl)
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
