@@ -493,13 +493,26 @@ func (h *Host) logEvent(ev HostEvent) {
 // and nothing more is committed. Leases are not released (their TTL frees
 // them); Drain is the planned way out.
 func (h *Host) Stop(ctx context.Context) error {
+	return h.end(func() error { _, err := h.scope.Close(ctx); return err })
+}
+
+// Kill ends the host at once, as a crash: processes are aborted, nothing
+// is released. The store handle should be considered dead too.
+func (h *Host) Kill(ctx context.Context) {
+	_ = h.end(func() error { _, _ = h.scope.CloseKilled(ctx); return nil })
+}
+
+// end is Stop's and Kill's shared path: the leases are fenced before the
+// processes are closed, so nothing a closing process does is committed,
+// and the watches end once no process is left to be woken by them.
+func (h *Host) end(closeScope func() error) error {
 	h.mu.Lock()
 	h.stopped = true
 	for _, l := range h.leases {
 		l.hold.Fence()
 	}
 	h.mu.Unlock()
-	_, err := h.scope.Close(ctx)
+	err := closeScope()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, w := range sortedKeys(h.leases) {
@@ -509,26 +522,6 @@ func (h *Host) Stop(ctx context.Context) error {
 	}
 	clear(h.leases)
 	return err
-}
-
-// Kill ends the host at once, as a crash: processes are aborted, nothing
-// is released. The store handle should be considered dead too.
-func (h *Host) Kill(ctx context.Context) {
-	h.mu.Lock()
-	h.stopped = true
-	for _, l := range h.leases {
-		l.hold.Fence()
-	}
-	h.mu.Unlock()
-	_, _ = h.scope.CloseKilled(ctx)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, w := range sortedKeys(h.leases) {
-		if l := h.leases[w]; l.stopWatch != nil {
-			l.stopWatch()
-		}
-	}
-	clear(h.leases)
 }
 
 // Drain is a planned departure: the worker is marked draining (the
