@@ -24,7 +24,7 @@ import (
 // committed cycles, answers calls in-process, and the journal replays to
 // the same state byte for byte.
 func TestHostRunsWorldsAndAnswersCalls(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 1, Name: "host-basic"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 1, Name: "host-basic"}, func(env *lab.Env) error {
 		st := newStore(env)
 		replies := plane.NewReplies()
 		for _, w := range []string{"w1", "w2"} {
@@ -77,16 +77,13 @@ func TestHostRunsWorldsAndAnswersCalls(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestCycleBudgetsBoundEachCommit: with MaxTickStepsPerCycle 2, a backlog
 // of seven items is committed in cycles of at most two steps each, one
 // commit per cycle, and nothing is lost between them.
 func TestCycleBudgetsBoundEachCommit(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 4, Name: "budgets"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 4, Name: "budgets"}, func(env *lab.Env) error {
 		st := newStore(env)
 		c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
 		if err := createAssigned(env.Ctx, st, "b", "A"); err != nil {
@@ -119,9 +116,6 @@ func TestCycleBudgetsBoundEachCommit(t *testing.T) {
 		_, err = parity(env.Ctx, st, "b")
 		return err
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestHintStormCoalescesScans: forty worlds are assigned to a worker one
@@ -130,7 +124,7 @@ func TestCycleBudgetsBoundEachCommit(t *testing.T) {
 // hints that came during a pass), not once per hint, and still acquires
 // every world.
 func TestHintStormCoalescesScans(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 12, Name: "hint-storm"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 12, Name: "hint-storm"}, func(env *lab.Env) error {
 		st := newStore(env)
 		const n = 40
 		for i := range n {
@@ -176,9 +170,6 @@ func TestHintStormCoalescesScans(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestSlowScanDoesNotStarveRenewals: a worker holds thirty worlds and its
@@ -186,7 +177,7 @@ func TestHintStormCoalescesScans(t *testing.T) {
 // worlds lasts twice the lease TTL. The controller renews between pages,
 // so no lease is lost.
 func TestSlowScanDoesNotStarveRenewals(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 13, Name: "slow-scan"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 13, Name: "slow-scan"}, func(env *lab.Env) error {
 		base := newStore(env)
 		const n = 30
 		for i := range n {
@@ -230,9 +221,6 @@ func TestSlowScanDoesNotStarveRenewals(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestHostTakesOverAPageInOneStoreCall: a host taking over many worlds
@@ -242,7 +230,7 @@ func TestSlowScanDoesNotStarveRenewals(t *testing.T) {
 // worlds whose inbox has a backlog start a process, and each applies its
 // input; the others stay passive.
 func TestHostTakesOverAPageInOneStoreCall(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 3, Name: "host-takeover-pages"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 3, Name: "host-takeover-pages"}, func(env *lab.Env) error {
 		var mu sync.Mutex
 		ops := map[string]int{}
 		st := newStore(env, memstore.WithHook(func(op string) error {
@@ -332,9 +320,6 @@ func TestHostTakesOverAPageInOneStoreCall(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestHostGivesBackAWorldWithoutADefinition: a world assigned here whose
@@ -343,7 +328,7 @@ func TestHostTakesOverAPageInOneStoreCall(t *testing.T) {
 // takes it again (each pass would otherwise bump its epoch and hint every
 // host), while the other worlds of the page run.
 func TestHostGivesBackAWorldWithoutADefinition(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 4, Name: "host-no-kernel"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 4, Name: "host-no-kernel"}, func(env *lab.Env) error {
 		st := newStore(env)
 		if _, err := st.CreateWorld(env.Ctx, "elsewhere", "x", nil); err != nil {
 			return err
@@ -372,9 +357,6 @@ func TestHostGivesBackAWorldWithoutADefinition(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestDrainDuringATakeoverGivesBackWhatCameBack: a drain that begins while
@@ -382,7 +364,7 @@ func TestHostGivesBackAWorldWithoutADefinition(t *testing.T) {
 // before the drain set it) releases the leases that call returns, at once:
 // none stays held until its TTL, and none is reported acquired.
 func TestDrainDuringATakeoverGivesBackWhatCameBack(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 5, Name: "drain-during-takeover"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 5, Name: "drain-during-takeover"}, func(env *lab.Env) error {
 		var inFlight atomic.Bool
 		var once sync.Once
 		st := newStore(env, memstore.WithHook(func(op string) error {
@@ -437,9 +419,6 @@ func TestDrainDuringATakeoverGivesBackWhatCameBack(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // afterAcquire runs then once, right after the first AcquireLeases
@@ -462,7 +441,7 @@ func (s *afterAcquire) AcquireLeases(ctx context.Context, worker string, worlds 
 // registered the lease still starts the world: the host watched the inbox
 // before the read, and remembers the hint.
 func TestHostStartsAWorldHintedDuringItsTakeover(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 6, Name: "hint-during-takeover"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 6, Name: "hint-during-takeover"}, func(env *lab.Env) error {
 		base := newStore(env)
 		for _, id := range []string{"h0", "h1"} {
 			if err := createAssigned(env.Ctx, base, id, "A"); err != nil {
@@ -496,9 +475,6 @@ func TestHostStartsAWorldHintedDuringItsTakeover(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestRenewalOfALeaseTakenLaterIsOnTime: the controller looks at its
@@ -507,7 +483,7 @@ func TestHostStartsAWorldHintedDuringItsTakeover(t *testing.T) {
 // (next look a whole TTL away) when it took a world, whose renewal must
 // come at its own expiry minus the margin, not at the planned look.
 func TestRenewalOfALeaseTakenLaterIsOnTime(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 7, Name: "renew-after-takeover"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 7, Name: "renew-after-takeover"}, func(env *lab.Env) error {
 		st := newStore(env)
 		var acquiredAt, renewedAt time.Time
 		cfg := hostConfig("A", st, nil)
@@ -542,9 +518,6 @@ func TestRenewalOfALeaseTakenLaterIsOnTime(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestAPassDropsTheLeasesItDidNotList: a world the worker's listing no
@@ -552,7 +525,7 @@ func TestRenewalOfALeaseTakenLaterIsOnTime(t *testing.T) {
 // at the end of the next pass, while the worlds it listed stay held at
 // their epochs.
 func TestAPassDropsTheLeasesItDidNotList(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 8, Name: "pass-drops-unlisted"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 8, Name: "pass-drops-unlisted"}, func(env *lab.Env) error {
 		st := newStore(env)
 		ids := []string{"p0", "p1", "p2", "p3"}
 		for _, id := range ids {
@@ -603,7 +576,4 @@ func TestAPassDropsTheLeasesItDidNotList(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }

@@ -187,7 +187,7 @@ func TestRestartUnderSameWorkerFencesPausedPredecessor(t *testing.T) {
 // a higher epoch; a placement written under the old one's fence is
 // rejected, the old one stops leading and does not take the lead back.
 func TestOrchestratorRestartedUnderItsIDTakesTheLeadAtANewEpoch(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 9, Name: "orchestrator-restart"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 9, Name: "orchestrator-restart"}, func(env *lab.Env) error {
 		ctx := env.Ctx
 		base := newStore(env)
 		if _, err := base.CreateWorld(ctx, universe, "d0", nil); err != nil {
@@ -244,7 +244,4 @@ func TestOrchestratorRestartedUnderItsIDTakesTheLeadAtANewEpoch(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }

@@ -24,7 +24,7 @@ import (
 // Dur the RenewLeases call's duration on the executor's clock (here a
 // store that answers it in 40ms of virtual time).
 func TestHostReportsEachRenewalRoundTrip(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 21, Name: "obs-renewed"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 21, Name: "obs-renewed"}, func(env *lab.Env) error {
 		st := newStore(env, memstore.WithHook(func(op string) error {
 			if op == "renew_leases" {
 				return sleep(env, 40*time.Millisecond)
@@ -62,9 +62,6 @@ func TestHostReportsEachRenewalRoundTrip(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestCommitReportsInboxToJournalLag: two items wait in a world's inbox
@@ -73,7 +70,7 @@ func TestHostReportsEachRenewalRoundTrip(t *testing.T) {
 // EvCommit's Dur is the virtual time from the OLDER item's enqueue to the
 // commit's completion, and N the cycle's steps.
 func TestCommitReportsInboxToJournalLag(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 22, Name: "obs-lag"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 22, Name: "obs-lag"}, func(env *lab.Env) error {
 		st := newStore(env, memstore.WithHook(func(op string) error {
 			if op == "commit" {
 				return sleep(env, 50*time.Millisecond)
@@ -130,9 +127,6 @@ func TestCommitReportsInboxToJournalLag(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // alteredKernels is the test world with one handler changed under the same
@@ -154,7 +148,7 @@ func alteredKernels() plane.Kernels {
 // reports EvDiverged with it, then the crash it always reported (the
 // supervisor keeps retrying), and nothing is committed.
 func TestDivergentJournalIsObserved(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 23, Name: "obs-diverged"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 23, Name: "obs-diverged"}, func(env *lab.Env) error {
 		st := newStore(env)
 		if err := createAssigned(env.Ctx, st, "d", "A"); err != nil {
 			return err
@@ -217,9 +211,6 @@ func TestDivergentJournalIsObserved(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 func kinds(evs []plane.HostEvent) []string {
@@ -276,7 +267,7 @@ func (h *recordingHandler) WithGroup(string) slog.Handler      { return h }
 // and worker; and at Info and above it logs nothing per step or commit,
 // however many there were.
 func TestHostLogsLifecycleNotSteps(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 24, Name: "obs-logs"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 24, Name: "obs-logs"}, func(env *lab.Env) error {
 		st := newStore(env)
 		if err := createAssigned(env.Ctx, st, "l", "A"); err != nil {
 			return err
@@ -357,7 +348,4 @@ func TestHostLogsLifecycleNotSteps(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }

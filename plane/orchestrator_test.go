@@ -32,7 +32,7 @@ func assignedTo(env *lab.Env, st store.Store, id string) string {
 // holders acquire once the old leases expire), and a drained worker's
 // worlds move without waiting for the TTL.
 func TestOrchestratorPlacesPinsAndMovesWorlds(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 21, Name: "orchestrator"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 21, Name: "orchestrator"}, func(env *lab.Env) error {
 		base := newStore(env)
 		const n = 12
 		var ids []string
@@ -161,9 +161,6 @@ func TestOrchestratorPlacesPinsAndMovesWorlds(t *testing.T) {
 		}
 		return other.Stop(env.Ctx)
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestPlaceIsStableRendezvous: removing a worker moves only its worlds,
@@ -195,7 +192,7 @@ func TestPlaceIsStableRendezvous(t *testing.T) {
 // instead of dying silently, so the world is still placed, acquired and
 // run.
 func TestControllersSurviveAFailedWatch(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 22, Name: "watch-retry"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 22, Name: "watch-retry"}, func(env *lab.Env) error {
 		base := newStore(env)
 		if _, err := base.CreateWorld(env.Ctx, universe, "w", nil); err != nil {
 			return err
@@ -234,9 +231,6 @@ func TestControllersSurviveAFailedWatch(t *testing.T) {
 		_, err = parity(env.Ctx, base, "w")
 		return err
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestReconcileReadsAssignmentsInPages: a reconcile pass learns the
@@ -245,7 +239,7 @@ func TestControllersSurviveAFailedWatch(t *testing.T) {
 // only when no worker of the inventory is desired for it (here a pin to a
 // worker that never heartbeat), and that pin survives.
 func TestReconcileReadsAssignmentsInPages(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 23, Name: "reconcile-pages"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 23, Name: "reconcile-pages"}, func(env *lab.Env) error {
 		base := newStore(env)
 		const n, page = 60, 7
 		for i := range n {
@@ -307,9 +301,6 @@ func TestReconcileReadsAssignmentsInPages(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // deposedWrites records what an orchestrator's assignment writes returned
@@ -344,7 +335,7 @@ func (d *deposedWrites) Unassign(ctx context.Context, w string, by *store.Fence)
 // refuses its write (ErrFenced: the write carries its lease's fence) and
 // it stops acting; the successor's placement stands.
 func TestDeposedOrchestratorWritesNothing(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 8, Name: "deposed-orchestrator"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 8, Name: "deposed-orchestrator"}, func(env *lab.Env) error {
 		base := newStore(env)
 		ids := []string{"d0", "d1", "d2", "d3"}
 		for _, id := range ids {
@@ -448,9 +439,6 @@ func TestDeposedOrchestratorWritesNothing(t *testing.T) {
 		}
 		return o2.Stop(env.Ctx)
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestReconcileWritesAssignmentsConcurrently: the assignment writes of one
@@ -523,7 +511,7 @@ func TestReconcileWritesAssignmentsConcurrently(t *testing.T) {
 // placements alone instead of unassigning every world; once a worker is
 // live again, placement resumes.
 func TestReconcileKeepsPlacementsWhenNoWorkerIsLive(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 9, Name: "reconcile-no-live"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 9, Name: "reconcile-no-live"}, func(env *lab.Env) error {
 		st := newStore(env)
 		for i := range 5 {
 			if err := createAssigned(env.Ctx, st, fmt.Sprint("k", i), "A"); err != nil {
@@ -563,7 +551,4 @@ func TestReconcileKeepsPlacementsWhenNoWorkerIsLive(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }

@@ -20,7 +20,7 @@ import (
 // IdleAfter while the host keeps its lease; the next input starts a fresh
 // process that restores it from the store and applies the input.
 func TestPassivatedWorldWakesOnInput(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 2, Name: "passivation"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 2, Name: "passivation"}, func(env *lab.Env) error {
 		st := newStore(env)
 		var events []plane.HostEvent
 		cfg := hostConfig("A", st, nil)
@@ -91,9 +91,6 @@ func TestPassivatedWorldWakesOnInput(t *testing.T) {
 		_, err = parity(env.Ctx, st, "p0")
 		return err
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestCallAcrossProcessesOnForkedAndSeededWorlds: a forked or seeded
@@ -104,7 +101,7 @@ func TestPassivatedWorldWakesOnInput(t *testing.T) {
 // empty initial state (which gave a wrong reply hash: "reply no longer
 // derivable").
 func TestCallAcrossProcessesOnForkedAndSeededWorlds(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 4, Name: "remote-call-fork"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 4, Name: "remote-call-fork"}, func(env *lab.Env) error {
 		st, h, remote, err := remoteRig(env, "src", 1)
 		if err != nil {
 			return err
@@ -151,9 +148,6 @@ func TestCallAcrossProcessesOnForkedAndSeededWorlds(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestRemoteReplyPastACompactedJournalIsUnavailable: when compaction has
@@ -163,7 +157,7 @@ func TestCallAcrossProcessesOnForkedAndSeededWorlds(t *testing.T) {
 // stepping the call on the wrong state. Compacted only up to that
 // snapshot, the reply is still derived.
 func TestRemoteReplyPastACompactedJournalIsUnavailable(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 5, Name: "remote-call-compacted"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 5, Name: "remote-call-compacted"}, func(env *lab.Env) error {
 		st, h, remote, err := remoteRig(env, "c", 0)
 		if err != nil {
 			return err
@@ -247,16 +241,13 @@ func TestRemoteReplyPastACompactedJournalIsUnavailable(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestCallAcrossProcesses: a client that shares no Replies hub with the
 // host (as a client in another process) gets the reply by re-deriving it
 // from the journal record, equal to what the handler returned.
 func TestCallAcrossProcesses(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 3, Name: "remote-call"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 3, Name: "remote-call"}, func(env *lab.Env) error {
 		_, h, remote, err := remoteRig(env, "r", 0)
 		if err != nil {
 			return err
@@ -295,9 +286,6 @@ func TestCallAcrossProcesses(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // remoteRig starts host A over a fresh store with world id assigned to it
@@ -355,7 +343,7 @@ func TestCallIDsOfTwoProcessesWithOneSeedDiffer(t *testing.T) {
 // store keeps that namespace for calls, and refuses the event as invalid
 // ingress; the call runs and answers whatever came before it.
 func TestEventKeysCannotTakeACallsDedupeKey(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 5, Name: "call-namespace"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 5, Name: "call-namespace"}, func(env *lab.Env) error {
 		_, h, remote, err := remoteRig(env, "r", 0)
 		if err != nil {
 			return err
@@ -390,7 +378,4 @@ func TestEventKeysCannotTakeACallsDedupeKey(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }

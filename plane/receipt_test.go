@@ -20,7 +20,7 @@ import (
 // receipt handler runs for that intent, the world no longer awaits it and
 // keeps stepping, and its journal replays to the same state.
 func TestUnreadableReceiptEndsItsEffectAndTheWorldGoesOn(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 3, Name: "unreadable-receipt"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 3, Name: "unreadable-receipt"}, func(env *lab.Env) error {
 		st := newStore(env)
 		replies := plane.NewReplies()
 		if err := createAssigned(env.Ctx, st, "w1", "A"); err != nil {
@@ -84,7 +84,4 @@ func TestUnreadableReceiptEndsItsEffectAndTheWorldGoesOn(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }

@@ -117,7 +117,7 @@ func TestHostKeepsItsLeaseWithTheStoreClockSkewed(t *testing.T) {
 // could hold the world. Once renewals work again the host takes the world
 // back at a higher epoch and every input is applied exactly once.
 func TestStaleHostStopsBeforeItsLeaseLapsesInTheStore(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 43, Name: t.Name()}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 43, Name: t.Name()}, func(env *lab.Env) error {
 		st, storeNow := skewedStore(env, 3*time.Second)
 		var failRenew atomic.Bool
 		stA := st.Restart(memstore.WithHook(func(op string) error {
@@ -201,9 +201,6 @@ func TestStaleHostStopsBeforeItsLeaseLapsesInTheStore(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestHeldTimerNeverFiresBeforeItsDueTimeByTheStoresClock: a world's timer

@@ -104,7 +104,7 @@ func onLabClock(s sdktrace.ReadOnlySpan, from, to time.Time) bool {
 func TestOneFlowIsLinkedAcrossTheStore(t *testing.T) {
 	tr := newTracing()
 	defer tr.tp.Shutdown(context.Background())
-	res := lab.Run(lab.Config{Seed: 31, Name: "trace-flow"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 31, Name: "trace-flow"}, func(env *lab.Env) error {
 		labStart := env.Lab.Now()
 		st := newStore(env)
 		if err := createAssigned(env.Ctx, st, "e", "A"); err != nil {
@@ -208,9 +208,6 @@ func TestOneFlowIsLinkedAcrossTheStore(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestTimerFiringIsLinked: a timer a cycle sets is fired under an
@@ -219,7 +216,7 @@ func TestOneFlowIsLinkedAcrossTheStore(t *testing.T) {
 func TestTimerFiringIsLinked(t *testing.T) {
 	tr := newTracing()
 	defer tr.tp.Shutdown(context.Background())
-	res := lab.Run(lab.Config{Seed: 32, Name: "trace-timer"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 32, Name: "trace-timer"}, func(env *lab.Env) error {
 		st := newStore(env)
 		if err := createAssigned(env.Ctx, st, "t", "A"); err != nil {
 			return err
@@ -274,9 +271,6 @@ func TestTimerFiringIsLinked(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestIngressSpans: Ops.EnqueueIngress and Client.Call write orrery.ingress
@@ -287,7 +281,7 @@ func TestTimerFiringIsLinked(t *testing.T) {
 func TestIngressSpans(t *testing.T) {
 	tr := newTracing()
 	defer tr.tp.Shutdown(context.Background())
-	res := lab.Run(lab.Config{Seed: 33, Name: "trace-ingress"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 33, Name: "trace-ingress"}, func(env *lab.Env) error {
 		st := newStore(env)
 		if err := createAssigned(env.Ctx, st, "i", "A"); err != nil {
 			return err
@@ -375,7 +369,4 @@ func TestIngressSpans(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }

@@ -71,7 +71,7 @@ func slowSteps(ex actor.Executor, o *overlap, steps int) *workflow.Def[string, i
 // a run overlaps another of it, and each step executes exactly once.
 func runSkewed(t *testing.T, seed uint64, skew time.Duration, workers, runs, steps int) {
 	t.Helper()
-	res := lab.Run(lab.Config{Seed: seed, Name: t.Name()}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: seed, Name: t.Name()}, func(env *lab.Env) error {
 		st := memstore.New(memstore.WithClock(func() time.Time { return env.Lab.Now().Add(skew) }))
 		o := &overlap{now: map[string]int{}, runs: map[string]int{}}
 		def := slowSteps(env.Lab, o, steps)
@@ -142,9 +142,6 @@ func runSkewed(t *testing.T, seed uint64, skew time.Duration, workers, runs, ste
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestWorkersNeverRunAStepTwiceAtOnceWithTheStoreClockAhead: with the

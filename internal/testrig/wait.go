@@ -51,3 +51,12 @@ func WaitLab(env *lab.Env, what string, limit time.Duration, cond func() (bool, 
 		}
 	}
 }
+
+// Lab runs body under the lab with cfg and fails t with the run's
+// failure (its crash pack named in it).
+func Lab(t testing.TB, cfg lab.Config, body func(env *lab.Env) error) {
+	t.Helper()
+	if res := lab.Run(cfg, body); res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+}
