@@ -13,7 +13,6 @@ import (
 
 	"github.com/orrery-run/orrery/api"
 	"github.com/orrery-run/orrery/event"
-	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
@@ -72,7 +71,7 @@ func TestWorldsCreateListGet(t *testing.T) {
 		v, err := r.Client.GetWorld(r.Ctx, "b-acct")
 		return err == nil && v.Lease != nil && v.Lease.Holder == "w1", err
 	})
-	if _, err := r.Client.Send(r.Ctx, "b-acct", typeName(t, testworlds.Add{}), testworlds.Add{By: 1}, ""); err != nil {
+	if _, err := r.Client.Send(r.Ctx, "b-acct", typeName(t, Add{}), Add{By: 1}, ""); err != nil {
 		t.Fatal(err)
 	}
 	r.WaitFor("b-acct drained", func() (bool, error) {
@@ -89,7 +88,7 @@ func TestWorldsCreateListGet(t *testing.T) {
 	if w, created, err := r.Client.CreateWorld(r.Ctx, odd, universe); err != nil || !created || w.ID != odd {
 		t.Fatalf("create %q: %+v %v", odd, w, err)
 	}
-	if a, err := r.Client.Send(r.Ctx, odd, typeName(t, testworlds.Add{}), testworlds.Add{By: 1}, ""); err != nil || a.Seq != 1 {
+	if a, err := r.Client.Send(r.Ctx, odd, typeName(t, Add{}), Add{By: 1}, ""); err != nil || a.Seq != 1 {
 		t.Fatalf("send to %q: %+v %v", odd, a, err)
 	}
 	if v, err := r.Client.GetWorld(r.Ctx, odd); err != nil || v.ID != odd {
@@ -112,12 +111,12 @@ func TestSendCallStateJournal(t *testing.T) {
 	r := newRig(t, rigOptions{})
 	createSendCallState(t, r)
 
-	add := typeName(t, testworlds.Add{})
+	add := typeName(t, Add{})
 	page := must(r.Client.Journal(r.Ctx, "acct", 0, 0, 0))(t)
 	if len(page.Records) != 4 || page.Next != 4 {
 		t.Fatalf("journal: %d records, next %d", len(page.Records), page.Next)
 	}
-	wantTypes := []string{add, add, typeName(t, testworlds.Get{}), typeName(t, testworlds.Fail{})}
+	wantTypes := []string{add, add, typeName(t, Get{}), typeName(t, Fail{})}
 	wantOutcomes := []string{"ok", "ok", "ok", "error"}
 	for i, rec := range page.Records {
 		if rec.Height != uint64(i+1) || rec.EventType != world.EventWorldStepped || rec.StepID != world.StepID(rec.Input.Seq) ||
@@ -145,7 +144,7 @@ func TestSendCallStateJournal(t *testing.T) {
 		p, err := r.Client.Journal(r.Ctx, "acct", 4, 0, 25*time.Second)
 		done <- result{p, err}
 	}()
-	ack := must(r.Client.Send(r.Ctx, "acct", add, testworlds.Add{By: 100, Key: "late"}, "k-late"))(t)
+	ack := must(r.Client.Send(r.Ctx, "acct", add, Add{By: 100, Key: "late"}, "k-late"))(t)
 	res := <-done
 	if res.err != nil {
 		t.Fatal(res.err)
@@ -163,14 +162,14 @@ func createSendCallState(t *testing.T, r *rig) {
 	if _, created, err := r.Client.CreateWorld(r.Ctx, "acct", universe); err != nil || !created {
 		t.Fatalf("create: %v %v", created, err)
 	}
-	add := typeName(t, testworlds.Add{})
-	a1 := must(r.Client.Send(r.Ctx, "acct", add, testworlds.Add{By: 5, Key: "a"}, "k1"))(t)
-	dup := must(r.Client.Send(r.Ctx, "acct", add, testworlds.Add{By: 5, Key: "a"}, "k1"))(t)
-	a2 := must(r.Client.Send(r.Ctx, "acct", add, testworlds.Add{By: 7, Key: "b"}, "k2"))(t)
+	add := typeName(t, Add{})
+	a1 := must(r.Client.Send(r.Ctx, "acct", add, Add{By: 5, Key: "a"}, "k1"))(t)
+	dup := must(r.Client.Send(r.Ctx, "acct", add, Add{By: 5, Key: "a"}, "k1"))(t)
+	a2 := must(r.Client.Send(r.Ctx, "acct", add, Add{By: 7, Key: "b"}, "k2"))(t)
 	if a1.Duplicate || !dup.Duplicate || dup.Seq != a1.Seq || a2.Seq != a1.Seq+1 || a2.Duplicate {
 		t.Fatalf("acks: %+v %+v %+v", a1, dup, a2)
 	}
-	res, err := r.Client.Call(r.Ctx, "acct", typeName(t, testworlds.Get{}), testworlds.Get{}, api.CallOptions{})
+	res, err := r.Client.Call(r.Ctx, "acct", typeName(t, Get{}), Get{}, api.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +181,7 @@ func createSendCallState(t *testing.T, r *rig) {
 	if err := world.Decode(res.ReplyCBOR, &fromCBOR); err != nil || fromCBOR != 12 {
 		t.Fatalf("reply_cbor %x: %d %v", res.ReplyCBOR, fromCBOR, err)
 	}
-	_, err = r.Client.Call(r.Ctx, "acct", typeName(t, testworlds.Fail{}), testworlds.Fail{Why: "no funds"}, api.CallOptions{CallID: "fail-1"})
+	_, err = r.Client.Call(r.Ctx, "acct", typeName(t, Fail{}), Fail{Why: "no funds"}, api.CallOptions{CallID: "fail-1"})
 	e := apiError(t, err, http.StatusUnprocessableEntity, api.CodeCallFailed)
 	if !errors.Is(err, plane.ErrCallFailed) || !strings.Contains(e.Message, "refused: no funds") || e.Details["call_id"] != "fail-1" {
 		t.Fatalf("failed call: %+v", e)
@@ -210,14 +209,14 @@ func createSendCallState(t *testing.T, r *rig) {
 func TestPayloadFormsAndCallIDs(t *testing.T) {
 	r := newRig(t, rigOptions{})
 	r.Create("p", universe)
-	ev, err := world.EncodeEvent(testworlds.Add{By: 3, Key: "payload"})
+	ev, err := world.EncodeEvent(Add{By: 3, Key: "payload"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a := must(r.Client.SendPayload(r.Ctx, "p", ev, "kp"))(t); a.Seq != 1 {
 		t.Fatalf("payload event: %+v", a)
 	}
-	call, err := world.EncodeCall("call-7", testworlds.Get{})
+	call, err := world.EncodeCall("call-7", Get{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +224,7 @@ func TestPayloadFormsAndCallIDs(t *testing.T) {
 	if res.CallID != "call-7" || string(res.Reply) != "3" {
 		t.Fatalf("payload call: %+v", res)
 	}
-	again := must(r.Client.Call(r.Ctx, "p", typeName(t, testworlds.Get{}), nil, api.CallOptions{CallID: "call-7"}))(t)
+	again := must(r.Client.Call(r.Ctx, "p", typeName(t, Get{}), nil, api.CallOptions{CallID: "call-7"}))(t)
 	if again.CallID != "call-7" || string(again.Reply) != "3" {
 		t.Fatalf("the same call id again: %+v", again)
 	}
@@ -259,9 +258,9 @@ func TestPayloadFormsAndCallIDs(t *testing.T) {
 func TestForkAndStatus(t *testing.T) {
 	r := newRig(t, rigOptions{})
 	r.Create("src", universe)
-	add := typeName(t, testworlds.Add{})
+	add := typeName(t, Add{})
 	for i, k := range []string{"a", "b", "c", "d"} {
-		must(r.Client.Send(r.Ctx, "src", add, testworlds.Add{By: int64(i + 1), Key: k}, k))(t)
+		must(r.Client.Send(r.Ctx, "src", add, Add{By: int64(i + 1), Key: k}, k))(t)
 	}
 	r.WaitFor("src snapshotted at 4", func() (bool, error) {
 		s, ok, err := r.Store.ActiveSnapshot(r.Ctx, "src")
@@ -298,10 +297,10 @@ func TestForkAndStatus(t *testing.T) {
 	if v := must(r.Client.GetWorld(r.Ctx, "src"))(t); v.Lease == nil || v.Lease.Holder != "" {
 		t.Fatalf("a paused world's lease: %+v", v.Lease)
 	}
-	if a, err := r.Client.Send(r.Ctx, "src", add, testworlds.Add{By: 100, Key: "while-paused"}, "wp"); err != nil || a.Seq != 5 {
+	if a, err := r.Client.Send(r.Ctx, "src", add, Add{By: 100, Key: "while-paused"}, "wp"); err != nil || a.Seq != 5 {
 		t.Fatalf("input to a paused world: %+v %v", a, err)
 	}
-	_, err = r.Client.Call(r.Ctx, "src", typeName(t, testworlds.Get{}), nil, api.CallOptions{})
+	_, err = r.Client.Call(r.Ctx, "src", typeName(t, Get{}), nil, api.CallOptions{})
 	apiError(t, err, http.StatusConflict, api.CodePaused)
 	if !errors.Is(err, store.ErrWorldPaused) {
 		t.Fatalf("409 paused does not match store.ErrWorldPaused: %v", err)
@@ -309,14 +308,14 @@ func TestForkAndStatus(t *testing.T) {
 	if rs, err := r.Client.Resume(r.Ctx, "src", "done"); err != nil || rs.Status != "active" {
 		t.Fatalf("resume: %+v %v", rs, err)
 	}
-	res := must(r.Client.Call(r.Ctx, "src", typeName(t, testworlds.Get{}), nil, api.CallOptions{}))(t)
+	res := must(r.Client.Call(r.Ctx, "src", typeName(t, Get{}), nil, api.CallOptions{}))(t)
 	if string(res.Reply) != "110" {
 		t.Fatalf("after resume: %s", res.Reply)
 	}
 	if ar, err := r.Client.Archive(r.Ctx, "src", "retired"); err != nil || ar.Status != "archived" {
 		t.Fatalf("archive: %+v %v", ar, err)
 	}
-	_, err = r.Client.Send(r.Ctx, "src", add, testworlds.Add{By: 1}, "")
+	_, err = r.Client.Send(r.Ctx, "src", add, Add{By: 1}, "")
 	apiError(t, err, http.StatusConflict, api.CodeArchived)
 	if !errors.Is(err, store.ErrWorldArchived) {
 		t.Fatalf("409 archived does not match store.ErrWorldArchived: %v", err)
@@ -351,8 +350,8 @@ func completeAs(t *testing.T, r *rig, hash string, status world.ReceiptStatus) {
 func TestEffectsTimersRetry(t *testing.T) {
 	r := newRig(t, rigOptions{})
 	r.Create("e", universe)
-	must(r.Client.Send(r.Ctx, "e", typeName(t, testworlds.Pay{}), nil, "pay"))(t)
-	must(r.Client.Send(r.Ctx, "e", typeName(t, testworlds.Arm{}), testworlds.Arm{AfterMs: 3_600_000}, "arm"))(t)
+	must(r.Client.Send(r.Ctx, "e", typeName(t, Pay{}), nil, "pay"))(t)
+	must(r.Client.Send(r.Ctx, "e", typeName(t, Arm{}), Arm{AfterMs: 3_600_000}, "arm"))(t)
 	var effects []api.Effect
 	r.WaitFor("the effect queued", func() (bool, error) {
 		var err error
@@ -403,7 +402,7 @@ func TestInjectReceipt(t *testing.T) {
 	st := memstore.New()
 	r := newRig(t, rigOptions{store: st})
 	r.Create("e", universe)
-	must(r.Client.Send(r.Ctx, "e", typeName(t, testworlds.Pay{}), nil, "pay"))(t)
+	must(r.Client.Send(r.Ctx, "e", typeName(t, Pay{}), nil, "pay"))(t)
 	var effects []api.Effect
 	r.WaitFor("the effect queued", func() (bool, error) {
 		var err error

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/store/postgres"
 	"github.com/orrery-run/orrery/store/postgres/pgtest"
 	"github.com/orrery-run/orrery/store/sqlite"
@@ -79,7 +78,7 @@ func viewsAndEvents(t *testing.T, r *rig) {
 	r.Create("dq", universe)
 	must(r.Client.Pause(r.Ctx, "dq", "backlog"))(t)
 	for _, k := range []string{"a", "b"} {
-		must(r.Client.Send(r.Ctx, "dq", typeName(t, testworlds.Add{}), testworlds.Add{By: 1}, k))(t)
+		must(r.Client.Send(r.Ctx, "dq", typeName(t, Add{}), Add{By: 1}, k))(t)
 	}
 	if v := must(r.Client.GetWorld(r.Ctx, "dq"))(t); v.InboxDepth != 2 || v.InboxDepthMore || v.InboxCursor == nil || *v.InboxCursor != 0 {
 		t.Fatalf("view: %+v", v)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/api"
-	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
 )
@@ -133,7 +132,7 @@ func TestEventsStream(t *testing.T) {
 		t.Fatalf("the initial state: %v", names)
 	}
 
-	must(r.Client.Send(r.Ctx, "e1", typeName(t, testworlds.Add{}), testworlds.Add{By: 2}, "x"))(t)
+	must(r.Client.Send(r.Ctx, "e1", typeName(t, Add{}), Add{By: 2}, "x"))(t)
 	f.next("e1's head one higher", func(e api.StreamEvent) bool {
 		v, ok := worldEvent(t, e)
 		return ok && v.ID == "e1" && v.Head == head+1

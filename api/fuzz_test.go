@@ -13,7 +13,6 @@ import (
 
 	"github.com/orrery-run/orrery/api"
 	"github.com/orrery-run/orrery/internal/testrig"
-	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
 	"github.com/orrery-run/orrery/workflow"
@@ -114,7 +113,7 @@ func FuzzHandlers(f *testing.F) {
 		}
 		return base64.StdEncoding.EncodeToString(b)
 	}
-	add, get := typeName(f, testworlds.Add{}), typeName(f, testworlds.Get{})
+	add, get := typeName(f, Add{}), typeName(f, Get{})
 	const js, tok = "application/json", fuzzToken
 	type seed struct{ method, path, ct, body, token string }
 	seeds := []seed{
@@ -151,18 +150,18 @@ func FuzzHandlers(f *testing.F) {
 		{"POST", "/v1/worlds/fz-1/events", js, `{"type":"sys/Receipt@1","value":{}}`, tok},
 		{"POST", "/v1/worlds/fz-1/events", js, `{"type":"","value":1}`, tok},
 		{"POST", "/v1/worlds/fz-1/events", js, `{"type":"` + add + `","value":1e400}`, tok},
-		{"POST", "/v1/worlds/fz-1/events", js, `{"payload":"` + ev(testworlds.Add{By: 1, Key: "p"}) + `"}`, tok},
+		{"POST", "/v1/worlds/fz-1/events", js, `{"payload":"` + ev(Add{By: 1, Key: "p"}) + `"}`, tok},
 		{"POST", "/v1/worlds/fz-1/events", js, `{"payload":"/w=="}`, tok},
 		{"POST", "/v1/worlds/fz-1/events", js, `{"payload":"` + base64.StdEncoding.EncodeToString([]byte{0xa1, 0x61, 0x74}) + `"}`, tok},
-		{"POST", "/v1/worlds/fz-1/events", js, `{"payload":"` + call("c-in-event", testworlds.Get{}) + `"}`, tok},
+		{"POST", "/v1/worlds/fz-1/events", js, `{"payload":"` + call("c-in-event", Get{}) + `"}`, tok},
 		{"POST", "/v1/worlds/fz-1/events", js, `{"payload":"not base64!"}`, tok},
 		{"POST", "/v1/worlds/missing/events", js, `{"type":"` + add + `","value":{"By":1}}`, tok},
 		{"POST", "/v1/worlds/fz-1/calls", js, `{"type":"` + get + `"}`, tok},
 		{"POST", "/v1/worlds/fz-1/calls", js, `{"type":"` + get + `","call_id":"fz-call-1","timeout_ms":20000}`, tok},
 		{"POST", "/v1/worlds/fz-1/calls", js, `{"type":"` + add + `","value":{"By":1}}`, tok},
 		{"POST", "/v1/worlds/fz-1/calls", js, `{"type":"nobody.Handles"}`, tok},
-		{"POST", "/v1/worlds/fz-1/calls", js, `{"payload":"` + call("fz-call-2", testworlds.Get{}) + `"}`, tok},
-		{"POST", "/v1/worlds/fz-1/calls", js, `{"payload":"` + ev(testworlds.Get{}) + `"}`, tok},
+		{"POST", "/v1/worlds/fz-1/calls", js, `{"payload":"` + call("fz-call-2", Get{}) + `"}`, tok},
+		{"POST", "/v1/worlds/fz-1/calls", js, `{"payload":"` + ev(Get{}) + `"}`, tok},
 		{"POST", "/v1/worlds/fz-1/calls", js, `{"type":"` + get + `","call_id":"` + strings.Repeat("c", 600) + `"}`, tok},
 		{"POST", "/v1/worlds/fz-1/calls", js, `{"type":"` + get + `","timeout_ms":"soon"}`, tok},
 		{"POST", "/v1/worlds/missing/calls", js, `{"type":"` + get + `"}`, tok},
@@ -257,7 +256,7 @@ func FuzzHandlers(f *testing.F) {
 	for _, id := range []string{"fz-1", "fz-paused", "fz-archived"} {
 		r.Create(id, universe)
 	}
-	add1 := must(world.EncodeEvent(testworlds.Add{By: 1, Key: "seed"}))(f)
+	add1 := must(world.EncodeEvent(Add{By: 1, Key: "seed"}))(f)
 	for _, id := range []string{"fz-1", "fz-1", "fz-paused"} {
 		if _, _, err := r.Store.Enqueue(r.Ctx, id, store.InboxItem{Kind: world.InputEvent, Payload: add1}); err != nil {
 			f.Fatal(err)

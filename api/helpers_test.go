@@ -12,7 +12,18 @@ import (
 	"github.com/orrery-run/orrery/world"
 )
 
-// The test world is the shared counter (internal/testworlds).
+// The test world is the shared counter (internal/testworlds), by its
+// short names.
+type (
+	Add     = testworlds.Add
+	Arm     = testworlds.Arm
+	counter = testworlds.Counter
+	Fail    = testworlds.Fail
+	Get     = testworlds.Get
+	Pay     = testworlds.Pay
+)
+
+func counterDef() *world.Def[counter] { return testworlds.CounterDef() }
 
 // Two universes of the same definition, so that a world id can be asked
 // for in another universe than its own.
@@ -22,7 +33,7 @@ const (
 )
 
 func kernels() plane.Kernels {
-	return plane.Kernels{universe: testworlds.CounterDef().Kernel(), other: testworlds.CounterDef().Kernel()}
+	return plane.Kernels{universe: counterDef().Kernel(), other: counterDef().Kernel()}
 }
 
 func typeName(t testing.TB, v any) string {
@@ -57,13 +68,13 @@ func newRig(t testing.TB, o rigOptions) *rig {
 }
 
 // stateOf decodes a world's state as the API shows it.
-func (r *rig) stateOf(id string) (api.State, testworlds.Counter) {
+func (r *rig) stateOf(id string) (api.State, counter) {
 	r.T.Helper()
 	s, err := r.Client.State(r.Ctx, id)
 	if err != nil {
 		r.T.Fatalf("State(%s): %v", id, err)
 	}
-	w, err := world.Load(testworlds.CounterDef(), id, world.Snapshot{Height: s.Height, State: s.StateCBOR})
+	w, err := world.Load(counterDef(), id, world.Snapshot{Height: s.Height, State: s.StateCBOR})
 	if err != nil {
 		r.T.Fatalf("state of %s does not load: %v", id, err)
 	}

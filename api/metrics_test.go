@@ -18,7 +18,6 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/orrery-run/orrery/api"
-	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/world"
 )
@@ -55,9 +54,9 @@ func scrape(t *testing.T, r *rig, token string) string {
 func TestMetrics(t *testing.T) {
 	r := newRig(t, rigOptions{metrics: true, token: "m"})
 	r.Create("m1", universe)
-	must(r.Client.Send(r.Ctx, "m1", typeName(t, testworlds.Add{}), testworlds.Add{By: 1}, "k1"))(t)
-	must(r.Client.Send(r.Ctx, "m1", typeName(t, testworlds.Pay{}), nil, "k2"))(t)
-	must(r.Client.Call(r.Ctx, "m1", typeName(t, testworlds.Get{}), nil, api.CallOptions{}))(t)
+	must(r.Client.Send(r.Ctx, "m1", typeName(t, Add{}), Add{By: 1}, "k1"))(t)
+	must(r.Client.Send(r.Ctx, "m1", typeName(t, Pay{}), nil, "k2"))(t)
+	must(r.Client.Call(r.Ctx, "m1", typeName(t, Get{}), nil, api.CallOptions{}))(t)
 	r.Metrics.ObserveLeaseRenew(3 * time.Millisecond)
 	r.Metrics.ObserveInboxToJournal(7 * time.Millisecond)
 	r.Metrics.ObserveDispatchToReceipt(time.Second)
@@ -225,7 +224,7 @@ func TestOneServerSpanPerRequest(t *testing.T) {
 	rec := &recorder{}
 	r := newRig(t, rigOptions{workers: []string{}, cfg: func(c *api.Config) { c.Tracer = rec }})
 	r.Create("traced", universe)
-	must(r.Client.Send(r.Ctx, "traced", typeName(t, testworlds.Add{}), testworlds.Add{By: 1}, ""))(t)
+	must(r.Client.Send(r.Ctx, "traced", typeName(t, Add{}), Add{By: 1}, ""))(t)
 	_, err := r.Client.GetWorld(r.Ctx, "nobody")
 	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
 

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/api"
-	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
 )
@@ -137,15 +136,15 @@ func TestStrictRequests(t *testing.T) {
 func TestCallTimeoutAndRetryByCallID(t *testing.T) {
 	r := newRig(t, rigOptions{workers: []string{}})
 	r.Create("slow", universe)
-	must(r.Client.Send(r.Ctx, "slow", typeName(t, testworlds.Add{}), testworlds.Add{By: 2}, "k"))(t)
-	_, err := r.Client.Call(r.Ctx, "slow", typeName(t, testworlds.Get{}), nil, api.CallOptions{Timeout: 50 * time.Millisecond})
+	must(r.Client.Send(r.Ctx, "slow", typeName(t, Add{}), Add{By: 2}, "k"))(t)
+	_, err := r.Client.Call(r.Ctx, "slow", typeName(t, Get{}), nil, api.CallOptions{Timeout: 50 * time.Millisecond})
 	e := apiError(t, err, http.StatusGatewayTimeout, api.CodeTimeout)
 	id, _ := e.Details["call_id"].(string)
 	if id == "" {
 		t.Fatalf("a timeout without its call id: %+v", e)
 	}
 	r.StartHost("late")
-	res, err := r.Client.Call(r.Ctx, "slow", typeName(t, testworlds.Get{}), nil, api.CallOptions{CallID: id})
+	res, err := r.Client.Call(r.Ctx, "slow", typeName(t, Get{}), nil, api.CallOptions{CallID: id})
 	if err != nil || string(res.Reply) != "2" || res.CallID != id {
 		t.Fatalf("the retried call: %+v %v", res, err)
 	}

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/orrery-run/orrery/api"
-	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
 )
@@ -29,9 +28,9 @@ func TestInboxDepth(t *testing.T) {
 		return vs[0].Lease != nil && vs[0].Lease.Holder == "w1" && vs[1].Lease != nil && vs[1].Lease.Holder == "w1", nil
 	})
 	must(r.Client.Pause(r.Ctx, "deep", "backlog"))(t)
-	add := typeName(t, testworlds.Add{})
+	add := typeName(t, Add{})
 	for i := range 3 {
-		must(r.Client.Send(r.Ctx, "deep", add, testworlds.Add{By: 1}, "k"+strconv.Itoa(i)))(t)
+		must(r.Client.Send(r.Ctx, "deep", add, Add{By: 1}, "k"+strconv.Itoa(i)))(t)
 	}
 	v := must(r.Client.GetWorld(r.Ctx, "deep"))(t)
 	if v.InboxDepth != 3 || v.InboxDepthMore || v.InboxCursor == nil || *v.InboxCursor != 0 || v.Status != "paused" {
@@ -73,15 +72,15 @@ func TestQueues(t *testing.T) {
 		t.Fatalf("an empty store: %+v", q)
 	}
 	r.Create("q", universe)
-	must(r.Client.Send(r.Ctx, "q", typeName(t, testworlds.Pay{}), nil, "pay"))(t)
-	must(r.Client.Send(r.Ctx, "q", typeName(t, testworlds.Arm{}), testworlds.Arm{AfterMs: 3_600_000}, "arm"))(t)
+	must(r.Client.Send(r.Ctx, "q", typeName(t, Pay{}), nil, "pay"))(t)
+	must(r.Client.Send(r.Ctx, "q", typeName(t, Arm{}), Arm{AfterMs: 3_600_000}, "arm"))(t)
 	r.WaitFor("the effect and the timer", func() (bool, error) {
 		q, err := r.Client.Queues(r.Ctx)
 		return q.EffectsPending == 1 && q.TimersScheduled == 1, err
 	})
 	must(r.Client.Pause(r.Ctx, "q", ""))(t)
-	must(r.Client.Send(r.Ctx, "q", typeName(t, testworlds.Add{}), testworlds.Add{By: 1}, "a"))(t)
-	must(r.Client.Send(r.Ctx, "q", typeName(t, testworlds.Add{}), testworlds.Add{By: 1}, "b"))(t)
+	must(r.Client.Send(r.Ctx, "q", typeName(t, Add{}), Add{By: 1}, "a"))(t)
+	must(r.Client.Send(r.Ctx, "q", typeName(t, Add{}), Add{By: 1}, "b"))(t)
 	want := api.Queues{EffectsPending: 1, TimersScheduled: 1, InboxBacklog: 2}
 	if q := must(r.Client.Queues(r.Ctx))(t); q != want {
 		t.Fatalf("queues: %+v, want %+v", q, want)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/internal/testrig"
-	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
@@ -112,7 +111,7 @@ func crashScenario(cp crashPoint, successor string) func(r *rig) error {
 		acked := map[string]uint64{}
 		send := func(i int) error {
 			key := fmt.Sprint("k", i)
-			ack, err := c.Send(r.Ctx, "c", testworlds.Add{By: int64(i), Key: key}, key)
+			ack, err := c.Send(r.Ctx, "c", Add{By: int64(i), Key: key}, key)
 			if err != nil {
 				return err
 			}
@@ -267,7 +266,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 		}
 		defer a.Stop(ctx)
 		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: r.Ex})
-		if _, err := c.Send(ctx, "z", testworlds.Add{By: 1, Key: "1"}, "1"); err != nil {
+		if _, err := c.Send(ctx, "z", Add{By: 1, Key: "1"}, "1"); err != nil {
 			return err
 		}
 		if err := r.drained("z"); err != nil {
@@ -278,7 +277,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 		mu.Lock()
 		armed = true
 		mu.Unlock()
-		if _, err := c.Send(ctx, "z", testworlds.Add{By: 2, Key: "2"}, "2"); err != nil {
+		if _, err := c.Send(ctx, "z", Add{By: 2, Key: "2"}, "2"); err != nil {
 			return err
 		}
 		if err := frozen.Park(ctx); err != nil {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/internal/testrig"
-	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
@@ -19,7 +18,7 @@ import (
 // workload sends adds [from, to) to world id, acknowledged.
 func workload(ctx context.Context, c *plane.Client, id string, from, to int) error {
 	for i := from; i < to; i++ {
-		if _, err := c.Send(ctx, id, testworlds.Add{By: int64(i*i + 1), Key: fmt.Sprint("k", i)}, fmt.Sprint("k", i)); err != nil {
+		if _, err := c.Send(ctx, id, Add{By: int64(i*i + 1), Key: fmt.Sprint("k", i)}, fmt.Sprint("k", i)); err != nil {
 			return err
 		}
 	}
@@ -134,7 +133,7 @@ func TestTimerSurvivesCrashAndMigration(t *testing.T) {
 			return err
 		}
 		c, _ := plane.NewClient(plane.ClientConfig{Store: r.Store, Kernels: kernels(), Executor: r.Ex})
-		if _, err := c.Send(ctx, "t", testworlds.Arm{AfterMs: 5000}, "arm"); err != nil {
+		if _, err := c.Send(ctx, "t", Arm{AfterMs: 5000}, "arm"); err != nil {
 			return err
 		}
 		if err := r.drained("t"); err != nil {
@@ -235,7 +234,7 @@ func TestForkBootsAtSnapshotWithoutPendingEffects(t *testing.T) {
 		}
 		defer h.Stop(ctx)
 		c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: r.Ex})
-		for i, v := range []any{testworlds.Add{By: 3, Key: "a"}, testworlds.Pay{}, testworlds.Arm{AfterMs: 60000}, testworlds.Add{By: 4, Key: "b"}} {
+		for i, v := range []any{Add{By: 3, Key: "a"}, Pay{}, Arm{AfterMs: 60000}, Add{By: 4, Key: "b"}} {
 			if _, err := c.Send(ctx, "src", v, fmt.Sprint(i)); err != nil {
 				return err
 			}
@@ -247,7 +246,7 @@ func TestForkBootsAtSnapshotWithoutPendingEffects(t *testing.T) {
 		if err != nil || !ok || snap.Height != 4 {
 			return fmt.Errorf("source snapshot %d %v %v, want height 4", snap.Height, ok, err)
 		}
-		src, err := world.Load(testworlds.CounterDef(), "src", world.Snapshot{Height: snap.Height, State: snap.State})
+		src, err := world.Load(counterDef(), "src", world.Snapshot{Height: snap.Height, State: snap.State})
 		if err != nil || len(src.Awaiting()) != 1 || len(src.Timers()) != 1 {
 			return fmt.Errorf("the source should await one effect and one timer: %v", err)
 		}
@@ -289,7 +288,7 @@ func TestForkBootsAtSnapshotWithoutPendingEffects(t *testing.T) {
 		if err := st.Assign(ctx, "fork", store.Assignment{DesiredWorker: "A"}, nil); err != nil {
 			return err
 		}
-		if _, err := c.Send(ctx, "fork", testworlds.Add{By: 10, Key: "f"}, "f"); err != nil {
+		if _, err := c.Send(ctx, "fork", Add{By: 10, Key: "f"}, "f"); err != nil {
 			return err
 		}
 		if err := r.drained("fork"); err != nil {

@@ -17,12 +17,30 @@ import (
 	"github.com/orrery-run/orrery/world"
 )
 
-// The test world is the shared counter (internal/testworlds); kindEcho's
-// effects are served by the simulation's in-process adapter.
+// The test world is the shared counter (internal/testworlds), by short
+// names; kindEcho's effects are served by the simulation's in-process
+// adapter.
+type (
+	Add        = testworlds.Add
+	Alarm      = testworlds.Alarm
+	Arm        = testworlds.Arm
+	Beep       = testworlds.Beep
+	counter    = testworlds.Counter
+	Echo       = testworlds.Echo
+	EchoParams = testworlds.EchoParams
+	Get        = testworlds.Get
+	Msg        = testworlds.Msg
+	Pay        = testworlds.Pay
+	Relay      = testworlds.Relay
+)
+
+func counterDef() *world.Def[counter] { return testworlds.CounterDef() }
+
+const kindEcho = testworlds.KindEcho
 
 const universe = "u"
 
-func kernels() plane.Kernels { return plane.Kernels{universe: testworlds.CounterDef().Kernel()} }
+func kernels() plane.Kernels { return plane.Kernels{universe: counterDef().Kernel()} }
 
 func sleep(env *lab.Env, d time.Duration) error { return actor.Sleep(env.Ctx, env.Lab, d) }
 
@@ -51,11 +69,11 @@ func journalOf(ctx context.Context, st store.Store, id string) ([]event.Envelope
 // baseline and journal equals want, byte for byte, and every inbox item up
 // to the cursor has exactly one journal record.
 func parity(ctx context.Context, st store.Store, id string) (world.Snapshot, error) {
-	return parityOf(ctx, st, id, testworlds.CounterDef())
+	return parityOf(ctx, st, id, counterDef())
 }
 
 // parityOf is parity for a world of def (the counter with more handlers).
-func parityOf(ctx context.Context, st store.Store, id string, def *world.Def[testworlds.Counter]) (world.Snapshot, error) {
+func parityOf(ctx context.Context, st store.Store, id string, def *world.Def[counter]) (world.Snapshot, error) {
 	inst, cursor, err := plane.Restore(ctx, st, plane.Kernels{universe: def.Kernel()}, id)
 	if err != nil {
 		return world.Snapshot{}, err
@@ -112,10 +130,10 @@ func parityOf(ctx context.Context, st store.Store, id string, def *world.Def[tes
 	return inst.Snapshot(), nil
 }
 
-func value(s world.Snapshot, id string) (testworlds.Counter, error) {
-	w, err := world.Load(testworlds.CounterDef(), id, s)
+func value(s world.Snapshot, id string) (counter, error) {
+	w, err := world.Load(counterDef(), id, s)
 	if err != nil {
-		return testworlds.Counter{}, err
+		return counter{}, err
 	}
 	return w.Value()
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/internal/testrig"
-	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
@@ -43,23 +42,23 @@ func TestHostRunsWorldsAndAnswersCalls(t *testing.T) {
 		}
 		for i := range 10 {
 			for _, w := range []string{"w1", "w2"} {
-				if _, err := c.Send(env.Ctx, w, testworlds.Add{By: int64(i), Key: fmt.Sprint(i)}, fmt.Sprint("k", i)); err != nil {
+				if _, err := c.Send(env.Ctx, w, Add{By: int64(i), Key: fmt.Sprint(i)}, fmt.Sprint("k", i)); err != nil {
 					return err
 				}
 			}
 		}
-		ack, err := c.Send(env.Ctx, "w1", testworlds.Add{By: 100, Key: "dup"}, "k3")
+		ack, err := c.Send(env.Ctx, "w1", Add{By: 100, Key: "dup"}, "k3")
 		if err != nil || !ack.Duplicate {
 			return fmt.Errorf("a repeated key was not deduplicated: %+v %v", ack, err)
 		}
-		n, err := plane.CallAs[int64](env.Ctx, c, "w1", testworlds.Get{})
+		n, err := plane.CallAs[int64](env.Ctx, c, "w1", Get{})
 		if err != nil {
 			return err
 		}
 		if n != 45 {
 			return fmt.Errorf("Get = %d, want 45", n)
 		}
-		if _, err := c.Call(env.Ctx, "w2", testworlds.Add{By: 1}); !errors.Is(err, plane.ErrCallFailed) || !errors.Is(err, world.ErrNoReply) {
+		if _, err := c.Call(env.Ctx, "w2", Add{By: 1}); !errors.Is(err, plane.ErrCallFailed) || !errors.Is(err, world.ErrNoReply) {
 			return fmt.Errorf("a call without a reply: %v", err)
 		}
 		for _, w := range []string{"w1", "w2"} {
@@ -90,7 +89,7 @@ func TestCycleBudgetsBoundEachCommit(t *testing.T) {
 			return err
 		}
 		for i := range 7 {
-			if _, err := c.Send(env.Ctx, "b", testworlds.Add{By: 1, Key: fmt.Sprint(i)}, fmt.Sprint(i)); err != nil {
+			if _, err := c.Send(env.Ctx, "b", Add{By: 1, Key: fmt.Sprint(i)}, fmt.Sprint(i)); err != nil {
 				return err
 			}
 		}
@@ -250,7 +249,7 @@ func TestHostTakesOverAPageInOneStoreCall(t *testing.T) {
 				return err
 			}
 			if i%5 == 2 {
-				if _, err := c.Send(env.Ctx, id, testworlds.Add{By: 3, Key: id}, id); err != nil {
+				if _, err := c.Send(env.Ctx, id, Add{By: 3, Key: id}, id); err != nil {
 					return err
 				}
 				backlog[id] = true
@@ -451,7 +450,7 @@ func TestHostStartsAWorldHintedDuringItsTakeover(t *testing.T) {
 		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: env.Lab})
 		var sendErr error
 		st := &afterAcquire{Store: base, then: func() {
-			_, sendErr = c.Send(env.Ctx, "h1", testworlds.Add{By: 4, Key: "late"}, "late")
+			_, sendErr = c.Send(env.Ctx, "h1", Add{By: 4, Key: "late"}, "late")
 		}}
 		cfg := hostConfig("A", st, nil)
 		cfg.IdleAfter = time.Minute

@@ -9,7 +9,6 @@ import (
 
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/internal/testrig"
-	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
@@ -69,7 +68,7 @@ func TestHostFailsWhenItsSupervisorDies(t *testing.T) {
 		}
 		armed := &atomic.Bool{}
 		cfg := hostConfig("A", st, nil)
-		cfg.Kernels = plane.Kernels{universe: panicKernel{testworlds.CounterDef().Kernel(), armed}}
+		cfg.Kernels = plane.Kernels{universe: panicKernel{counterDef().Kernel(), armed}}
 		var failedAt time.Time
 		var failEv []plane.HostEvent
 		var after []plane.HostEvent
@@ -91,7 +90,7 @@ func TestHostFailsWhenItsSupervisorDies(t *testing.T) {
 		for i := range 3 {
 			for _, w := range []string{"h1", "h2"} {
 				key := fmt.Sprint(w, i)
-				if _, err := c.Send(env.Ctx, w, testworlds.Add{By: 1, Key: key}, key); err != nil {
+				if _, err := c.Send(env.Ctx, w, Add{By: 1, Key: key}, key); err != nil {
 					return err
 				}
 			}
@@ -105,7 +104,7 @@ func TestHostFailsWhenItsSupervisorDies(t *testing.T) {
 			return fmt.Errorf("a healthy host reports %v", h.Err())
 		}
 		armed.Store(true)
-		if _, err := c.Send(env.Ctx, "h1", testworlds.Add{By: 1, Key: "boom"}, "boom"); err != nil {
+		if _, err := c.Send(env.Ctx, "h1", Add{By: 1, Key: "boom"}, "boom"); err != nil {
 			return err
 		}
 		err = h.Wait(env.Ctx)
@@ -125,7 +124,7 @@ func TestHostFailsWhenItsSupervisorDies(t *testing.T) {
 		}
 		beat := heartbeatOf(env, st, "A")
 		// More input and time: a failed host does nothing at all.
-		if _, err := c.Send(env.Ctx, "h2", testworlds.Add{By: 1, Key: "late"}, "late"); err != nil {
+		if _, err := c.Send(env.Ctx, "h2", Add{By: 1, Key: "late"}, "late"); err != nil {
 			return err
 		}
 		if err := sleep(env, 3*cfg.LeaseTTL); err != nil {
@@ -192,7 +191,7 @@ func TestHostFailsWhenItsControllerDies(t *testing.T) {
 			return err
 		}
 		c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
-		if _, err := c.Send(env.Ctx, "x", testworlds.Add{By: 1, Key: "a"}, "a"); err != nil {
+		if _, err := c.Send(env.Ctx, "x", Add{By: 1, Key: "a"}, "a"); err != nil {
 			return err
 		}
 		boom := true
@@ -221,7 +220,7 @@ func TestHostFailsWhenItsControllerDies(t *testing.T) {
 		if !failed {
 			return fmt.Errorf("no host-failed event")
 		}
-		if _, err := c.Send(env.Ctx, "x", testworlds.Add{By: 1, Key: "b"}, "b"); err != nil {
+		if _, err := c.Send(env.Ctx, "x", Add{By: 1, Key: "b"}, "b"); err != nil {
 			return err
 		}
 		if err := sleep(env, 3*cfg.LeaseTTL); err != nil {

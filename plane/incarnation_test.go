@@ -9,7 +9,6 @@ import (
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/internal/testrig"
-	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
@@ -81,7 +80,7 @@ func TestRestartUnderSameWorkerFencesPausedPredecessor(t *testing.T) {
 		}
 		defer old.Stop(ctx)
 		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: r.Ex})
-		if _, err := c.Send(ctx, "z", testworlds.Add{By: 1, Key: "1"}, "1"); err != nil {
+		if _, err := c.Send(ctx, "z", Add{By: 1, Key: "1"}, "1"); err != nil {
 			return err
 		}
 		if err := r.drained("z"); err != nil {
@@ -96,7 +95,7 @@ func TestRestartUnderSameWorkerFencesPausedPredecessor(t *testing.T) {
 		mu.Lock()
 		armed = true
 		mu.Unlock()
-		if _, err := c.Send(ctx, "z", testworlds.Add{By: 2, Key: "2"}, "2"); err != nil {
+		if _, err := c.Send(ctx, "z", Add{By: 2, Key: "2"}, "2"); err != nil {
 			return err
 		}
 		if err := frozen.Park(ctx); err != nil {
@@ -147,7 +146,7 @@ func TestRestartUnderSameWorkerFencesPausedPredecessor(t *testing.T) {
 			defer mu.Unlock()
 			return fmt.Errorf("%w: fenced with %v, %d scans", err, fencedErrs, syncedAfterThaw)
 		}
-		if _, err := c.Send(ctx, "z", testworlds.Add{By: 3, Key: "3"}, "3"); err != nil {
+		if _, err := c.Send(ctx, "z", Add{By: 3, Key: "3"}, "3"); err != nil {
 			return err
 		}
 		if err := r.drained("z"); err != nil {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/internal/testrig"
-	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
@@ -82,13 +81,13 @@ func TestCommitReportsInboxToJournalLag(t *testing.T) {
 		}
 		c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
 		first := env.Lab.Now()
-		if _, err := c.Send(env.Ctx, "g", testworlds.Add{By: 1, Key: "a"}, "a"); err != nil {
+		if _, err := c.Send(env.Ctx, "g", Add{By: 1, Key: "a"}, "a"); err != nil {
 			return err
 		}
 		if err := sleep(env, 300*time.Millisecond); err != nil {
 			return err
 		}
-		if _, err := c.Send(env.Ctx, "g", testworlds.Add{By: 1, Key: "b"}, "b"); err != nil {
+		if _, err := c.Send(env.Ctx, "g", Add{By: 1, Key: "b"}, "b"); err != nil {
 			return err
 		}
 		if err := sleep(env, 700*time.Millisecond); err != nil {
@@ -133,8 +132,8 @@ func TestCommitReportsInboxToJournalLag(t *testing.T) {
 // name and version: Add adds twice its amount. Replaying a journal the
 // original wrote diverges on the first Add's state.
 func alteredKernels() plane.Kernels {
-	d := world.New[testworlds.Counter]("test.counter", 1)
-	world.On(d, func(c *world.Ctx, s *testworlds.Counter, a testworlds.Add) error {
+	d := world.New[counter]("test.counter", 1)
+	world.On(d, func(c *world.Ctx, s *counter, a Add) error {
 		s.N += 2 * a.By
 		s.Seen = append(s.Seen, a.Key)
 		return nil
@@ -158,7 +157,7 @@ func TestDivergentJournalIsObserved(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if _, err := c.Send(env.Ctx, "d", testworlds.Add{By: 1, Key: "a"}, "a"); err != nil {
+		if _, err := c.Send(env.Ctx, "d", Add{By: 1, Key: "a"}, "a"); err != nil {
 			return err
 		}
 		if err := drained(env, st, "d"); err != nil {
@@ -170,7 +169,7 @@ func TestDivergentJournalIsObserved(t *testing.T) {
 		if err := a.Stop(env.Ctx); err != nil {
 			return err
 		}
-		if _, err := c.Send(env.Ctx, "d", testworlds.Add{By: 1, Key: "b"}, "b"); err != nil {
+		if _, err := c.Send(env.Ctx, "d", Add{By: 1, Key: "b"}, "b"); err != nil {
 			return err
 		}
 		if err := st.Assign(env.Ctx, "d", store.Assignment{DesiredWorker: "B"}, nil); err != nil {
@@ -282,7 +281,7 @@ func TestHostLogsLifecycleNotSteps(t *testing.T) {
 		defer h.Stop(env.Ctx)
 		c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
 		for i := range 20 {
-			if _, err := c.Send(env.Ctx, "l", testworlds.Add{By: 1, Key: fmt.Sprint(i)}, fmt.Sprint(i)); err != nil {
+			if _, err := c.Send(env.Ctx, "l", Add{By: 1, Key: fmt.Sprint(i)}, fmt.Sprint(i)); err != nil {
 				return err
 			}
 		}
@@ -292,7 +291,7 @@ func TestHostLogsLifecycleNotSteps(t *testing.T) {
 		if err := sleep(env, 2*cfg.IdleAfter); err != nil { // passivates
 			return err
 		}
-		if _, err := c.Send(env.Ctx, "l", testworlds.Add{By: 1, Key: "wake"}, "wake"); err != nil {
+		if _, err := c.Send(env.Ctx, "l", Add{By: 1, Key: "wake"}, "wake"); err != nil {
 			return err
 		}
 		if err := drained(env, st, "l"); err != nil {

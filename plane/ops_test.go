@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/event"
-	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
@@ -67,7 +66,7 @@ func TestOpsAreIdempotentWithTypedErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	payload, _ := world.EncodeEvent(testworlds.Add{By: 1})
+	payload, _ := world.EncodeEvent(Add{By: 1})
 	a1, err := ops.EnqueueIngress(ctx, "w", plane.Ingress{Kind: world.InputEvent, Payload: payload, DedupeKey: "k"})
 	if err != nil {
 		t.Fatal(err)
@@ -109,8 +108,8 @@ func TestOpsAreIdempotentWithTypedErrors(t *testing.T) {
 func TestIngressIsValidatedBeforeEnqueue(t *testing.T) {
 	ctx := context.Background()
 	ops, st := opsFixture(t)
-	good, _ := world.EncodeEvent(testworlds.Add{By: 1})
-	call, _ := world.EncodeCall("c", testworlds.Get{})
+	good, _ := world.EncodeEvent(Add{By: 1})
+	call, _ := world.EncodeCall("c", Get{})
 	sys, _ := event.Marshal(map[string]any{"type": "sys/Receipt@1", "value": nil})
 	extra, _ := event.Marshal(map[string]any{"type": "x.T", "value": nil, "from_world": "evil"})
 	bad := []plane.Ingress{
@@ -140,14 +139,14 @@ func TestIngressIsValidatedBeforeEnqueue(t *testing.T) {
 // input it accepts never reaches the kernel as malformed: the kernel steps
 // it to a handler outcome or drops it as an unknown type.
 func FuzzIngressDecoding(f *testing.F) {
-	good, _ := world.EncodeEvent(testworlds.Add{By: 1})
-	call, _ := world.EncodeCall("c", testworlds.Get{})
+	good, _ := world.EncodeEvent(Add{By: 1})
+	call, _ := world.EncodeCall("c", Get{})
 	f.Add(world.InputEvent, good)
 	f.Add(world.InputCall, call)
 	f.Add(world.InputEvent, []byte{0xa1, 0x64, 't', 'y', 'p', 'e', 0x61, 'x'})
 	f.Add("receipt", []byte{0xf6})
 	ops, _ := opsFixture(f)
-	def := testworlds.CounterDef()
+	def := counterDef()
 	f.Fuzz(func(t *testing.T, kind string, payload []byte) {
 		if err := ops.ValidateIngress(kind, payload); err != nil {
 			return

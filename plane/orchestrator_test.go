@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/internal/testrig"
-	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
@@ -219,7 +218,7 @@ func TestControllersSurviveAFailedWatch(t *testing.T) {
 		}
 		defer o.Stop(env.Ctx)
 		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: env.Lab})
-		if _, err := c.Send(env.Ctx, "w", testworlds.Add{By: 2, Key: "a"}, "a"); err != nil {
+		if _, err := c.Send(env.Ctx, "w", Add{By: 2, Key: "a"}, "a"); err != nil {
 			return err
 		}
 		if err := drained(env, base, "w"); err != nil {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/internal/testrig"
-	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
@@ -42,7 +41,7 @@ func TestPassivatedWorldWakesOnInput(t *testing.T) {
 		}); err != nil {
 			return err
 		}
-		if _, err := c.Send(env.Ctx, "p0", testworlds.Add{By: 5, Key: "a"}, "a"); err != nil {
+		if _, err := c.Send(env.Ctx, "p0", Add{By: 5, Key: "a"}, "a"); err != nil {
 			return err
 		}
 		if err := testrig.WaitLab(env, "p0 active", time.Second, func() (bool, error) {
@@ -59,7 +58,7 @@ func TestPassivatedWorldWakesOnInput(t *testing.T) {
 		if len(held) != 3 || active != 0 {
 			return fmt.Errorf("after idling: %d held, %d active; want 3 and 0", len(held), active)
 		}
-		if _, err := c.Send(env.Ctx, "p0", testworlds.Add{By: 7, Key: "b"}, "b"); err != nil {
+		if _, err := c.Send(env.Ctx, "p0", Add{By: 7, Key: "b"}, "b"); err != nil {
 			return err
 		}
 		if err := testrig.WaitLab(env, "p0 applied the wake input", time.Second, func() (bool, error) {
@@ -108,11 +107,11 @@ func TestCallAcrossProcessesOnForkedAndSeededWorlds(t *testing.T) {
 		}
 		defer h.Stop(env.Ctx)
 		for i := range 3 {
-			if _, err := remote.Send(env.Ctx, "src", testworlds.Add{By: 2, Key: fmt.Sprint(i)}, fmt.Sprint(i)); err != nil {
+			if _, err := remote.Send(env.Ctx, "src", Add{By: 2, Key: fmt.Sprint(i)}, fmt.Sprint(i)); err != nil {
 				return err
 			}
 		}
-		if n, err := plane.CallAs[int64](env.Ctx, remote, "src", testworlds.Get{}); err != nil || n != 6 {
+		if n, err := plane.CallAs[int64](env.Ctx, remote, "src", Get{}); err != nil || n != 6 {
 			return fmt.Errorf("src Get = %d, %v; want 6", n, err)
 		}
 		ops, err := plane.NewOps(st, kernels())
@@ -133,11 +132,11 @@ func TestCallAcrossProcessesOnForkedAndSeededWorlds(t *testing.T) {
 			if err := createAssigned(env.Ctx, st, id, "A"); err != nil {
 				return err
 			}
-			if _, err := remote.Send(env.Ctx, id, testworlds.Add{By: 10, Key: "k"}, "k"); err != nil {
+			if _, err := remote.Send(env.Ctx, id, Add{By: 10, Key: "k"}, "k"); err != nil {
 				return err
 			}
 			for _, want := range []int64{16, 16} { // twice: the second call's baseline is a later snapshot
-				n, err := plane.CallAs[int64](env.Ctx, remote, id, testworlds.Get{})
+				n, err := plane.CallAs[int64](env.Ctx, remote, id, Get{})
 				if err != nil {
 					return fmt.Errorf("%s: %w", id, err)
 				}
@@ -165,7 +164,7 @@ func TestRemoteReplyPastACompactedJournalIsUnavailable(t *testing.T) {
 		defer h.Stop(env.Ctx)
 		send := func(n int, key string) error {
 			for i := range n {
-				if _, err := remote.Send(env.Ctx, "c", testworlds.Add{By: 2, Key: fmt.Sprint(key, i)}, fmt.Sprint(key, i)); err != nil {
+				if _, err := remote.Send(env.Ctx, "c", Add{By: 2, Key: fmt.Sprint(key, i)}, fmt.Sprint(key, i)); err != nil {
 					return err
 				}
 			}
@@ -185,7 +184,7 @@ func TestRemoteReplyPastACompactedJournalIsUnavailable(t *testing.T) {
 		if err := send(2, "m"); err != nil {
 			return err
 		}
-		first, err := remote.CallWithID(env.Ctx, "c", "fixed-id", testworlds.Get{})
+		first, err := remote.CallWithID(env.Ctx, "c", "fixed-id", Get{})
 		if err != nil {
 			return err
 		}
@@ -218,7 +217,7 @@ func TestRemoteReplyPastACompactedJournalIsUnavailable(t *testing.T) {
 			return fmt.Errorf("active snapshot at %d, below the call at %d (%v)", active.Height, call, err)
 		}
 		// Before compaction the same call id gets the first reply again.
-		again, err := remote.CallWithID(env.Ctx, "c", "fixed-id", testworlds.Get{})
+		again, err := remote.CallWithID(env.Ctx, "c", "fixed-id", Get{})
 		if err != nil || string(again) != string(first) {
 			return fmt.Errorf("the repeated call: %x, %v; want %x", again, err, first)
 		}
@@ -228,13 +227,13 @@ func TestRemoteReplyPastACompactedJournalIsUnavailable(t *testing.T) {
 		if _, err := st.Compact(env.Ctx, "c", epoch, active.Height-below.Height); err != nil {
 			return err
 		}
-		if again, err := remote.CallWithID(env.Ctx, "c", "fixed-id", testworlds.Get{}); err != nil || string(again) != string(first) {
+		if again, err := remote.CallWithID(env.Ctx, "c", "fixed-id", Get{}); err != nil || string(again) != string(first) {
 			return fmt.Errorf("the repeated call, compacted up to its baseline: %x, %v; want %x", again, err, first)
 		}
 		if _, err := st.Compact(env.Ctx, "c", epoch, active.Height-(call-1)); err != nil {
 			return err
 		}
-		_, err = remote.CallWithID(env.Ctx, "c", "fixed-id", testworlds.Get{})
+		_, err = remote.CallWithID(env.Ctx, "c", "fixed-id", Get{})
 		var ce *store.CompactedError
 		if !errors.Is(err, plane.ErrReplyUnavailable) || !errors.As(err, &ce) || ce.Stream != "c" || ce.Floor != call-1 {
 			return fmt.Errorf("the call after compaction: %v; want ErrReplyUnavailable wrapping the store's CompactedError at floor %d", err, call-1)
@@ -254,11 +253,11 @@ func TestCallAcrossProcesses(t *testing.T) {
 		}
 		defer h.Stop(env.Ctx)
 		for i := range 9 { // past SnapshotEvery: the reply is re-derived across a snapshot
-			if _, err := remote.Send(env.Ctx, "r", testworlds.Add{By: 2, Key: fmt.Sprint(i)}, fmt.Sprint(i)); err != nil {
+			if _, err := remote.Send(env.Ctx, "r", Add{By: 2, Key: fmt.Sprint(i)}, fmt.Sprint(i)); err != nil {
 				return err
 			}
 		}
-		n, err := plane.CallAs[int64](env.Ctx, remote, "r", testworlds.Get{})
+		n, err := plane.CallAs[int64](env.Ctx, remote, "r", Get{})
 		if err != nil {
 			return err
 		}
@@ -267,17 +266,17 @@ func TestCallAcrossProcesses(t *testing.T) {
 		}
 		// The same call id again: the inbox holds it once, the reply is
 		// the first one's, even after more input changed the state.
-		if _, err := remote.Send(env.Ctx, "r", testworlds.Add{By: 1, Key: "x"}, "x"); err != nil {
+		if _, err := remote.Send(env.Ctx, "r", Add{By: 1, Key: "x"}, "x"); err != nil {
 			return err
 		}
-		first, err := remote.CallWithID(env.Ctx, "r", "fixed-id", testworlds.Get{})
+		first, err := remote.CallWithID(env.Ctx, "r", "fixed-id", Get{})
 		if err != nil {
 			return err
 		}
-		if _, err := remote.Send(env.Ctx, "r", testworlds.Add{By: 1, Key: "y"}, "y"); err != nil {
+		if _, err := remote.Send(env.Ctx, "r", Add{By: 1, Key: "y"}, "y"); err != nil {
 			return err
 		}
-		again, err := remote.CallWithID(env.Ctx, "r", "fixed-id", testworlds.Get{})
+		again, err := remote.CallWithID(env.Ctx, "r", "fixed-id", Get{})
 		if err != nil {
 			return err
 		}
@@ -349,26 +348,26 @@ func TestEventKeysCannotTakeACallsDedupeKey(t *testing.T) {
 			return err
 		}
 		defer h.Stop(env.Ctx)
-		if _, err := remote.CallWithID(env.Ctx, "r", "X", testworlds.Get{}); err != nil {
+		if _, err := remote.CallWithID(env.Ctx, "r", "X", Get{}); err != nil {
 			return err
 		}
-		if _, err := remote.Send(env.Ctx, "r", testworlds.Add{By: 5, Key: "a"}, plane.CallKey("X")); !errors.Is(err, plane.ErrInvalidIngress) {
+		if _, err := remote.Send(env.Ctx, "r", Add{By: 5, Key: "a"}, plane.CallKey("X")); !errors.Is(err, plane.ErrInvalidIngress) {
 			return fmt.Errorf("event keyed like call X after it: %v, want ErrInvalidIngress", err)
 		}
-		if _, err := remote.Send(env.Ctx, "r", testworlds.Add{By: 3, Key: "b"}, plane.CallKey("Y")); !errors.Is(err, plane.ErrInvalidIngress) {
+		if _, err := remote.Send(env.Ctx, "r", Add{By: 3, Key: "b"}, plane.CallKey("Y")); !errors.Is(err, plane.ErrInvalidIngress) {
 			return fmt.Errorf("event keyed like call Y before it: %v, want ErrInvalidIngress", err)
 		}
-		if _, err := remote.Send(env.Ctx, "r", testworlds.Add{By: 2, Key: "c"}, "Y"); err != nil {
+		if _, err := remote.Send(env.Ctx, "r", Add{By: 2, Key: "c"}, "Y"); err != nil {
 			return err
 		}
-		n, err := plane.CallAs[int64](env.Ctx, remote, "r", testworlds.Get{})
+		n, err := plane.CallAs[int64](env.Ctx, remote, "r", Get{})
 		if err != nil {
 			return err
 		}
 		if n != 2 {
 			return fmt.Errorf("Get = %d, want 2 (only the event with its own key applied)", n)
 		}
-		b, err := remote.CallWithID(env.Ctx, "r", "Y", testworlds.Get{})
+		b, err := remote.CallWithID(env.Ctx, "r", "Y", Get{})
 		if err != nil {
 			return fmt.Errorf("call Y after events: %w", err)
 		}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/internal/testrig"
-	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
@@ -35,7 +34,7 @@ func TestUnreadableReceiptEndsItsEffectAndTheWorldGoesOn(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if _, err := c.Send(env.Ctx, "w1", testworlds.Pay{}, "pay"); err != nil {
+		if _, err := c.Send(env.Ctx, "w1", Pay{}, "pay"); err != nil {
 			return err
 		}
 		var hash string
@@ -51,7 +50,7 @@ func TestUnreadableReceiptEndsItsEffectAndTheWorldGoesOn(t *testing.T) {
 		if _, _, err := st.Resolve(env.Ctx, hash, store.Receipt{Status: store.ReceiptOK, Payload: []byte{0xff, 0x00}}, "test"); err != nil {
 			return err
 		}
-		if _, err := c.Send(env.Ctx, "w1", testworlds.Add{By: 7, Key: "after"}, "after"); err != nil {
+		if _, err := c.Send(env.Ctx, "w1", Add{By: 7, Key: "after"}, "after"); err != nil {
 			return err
 		}
 		if err := testrig.WaitLab(env, "the step after the receipt", 10*time.Second, func() (bool, error) {

@@ -16,7 +16,6 @@ import (
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/event"
-	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/adapter"
@@ -90,7 +89,7 @@ type echoAdapter struct {
 	ran   func(hash string)
 }
 
-func (*echoAdapter) Kinds() []string { return []string{testworlds.KindEcho} }
+func (*echoAdapter) Kinds() []string { return []string{kindEcho} }
 
 func (a *echoAdapter) Execute(ctx context.Context, it store.EffectItem) (adapter.Result, error) {
 	a.mu.Lock()
@@ -103,7 +102,7 @@ func (a *echoAdapter) Execute(ctx context.Context, it store.EffectItem) (adapter
 	if !a.heal.Load() && a.ex.Buggify("adapter.echo") {
 		return adapter.Result{}, errors.New("injected transient adapter failure")
 	}
-	var p testworlds.EchoParams
+	var p EchoParams
 	if err := world.Decode(it.Params, &p); err != nil {
 		return adapter.Result{}, adapter.Permanent(err)
 	}
@@ -121,7 +120,7 @@ type fabricSpy struct {
 
 func (f fabricSpy) Execute(ctx context.Context, it store.EffectItem) (adapter.Result, error) {
 	var p world.FabricSendParams
-	var m testworlds.Msg
+	var m Msg
 	if world.Decode(it.Params, &p) == nil && world.Decode(p.ValueCBOR, &m) == nil {
 		f.mu.Lock()
 		f.keys[it.IntentHash] = m.Key
@@ -141,26 +140,26 @@ type (
 	SimFar   struct{ Key string } // sets a timer past the last storable instant
 )
 
-func simDef() *world.Def[testworlds.Counter] {
-	d := testworlds.CounterDef()
-	world.On(d, func(c *world.Ctx, s *testworlds.Counter, m SimShout) error {
+func simDef() *world.Def[counter] {
+	d := counterDef()
+	world.On(d, func(c *world.Ctx, s *counter, m SimShout) error {
 		s.Seen = append(s.Seen, m.Key)
 		return errors.New(strings.Repeat("!", 2*world.MaxErrorBytes))
 	})
-	world.On(d, func(c *world.Ctx, s *testworlds.Counter, m SimSpew) error {
+	world.On(d, func(c *world.Ctx, s *counter, m SimSpew) error {
 		s.Seen = append(s.Seen, m.Key)
 		for i := range world.MaxStepIntents + 1 {
-			c.Effect(testworlds.KindEcho, testworlds.EchoParams{Key: fmt.Sprint(m.Key, "/", i)})
+			c.Effect(kindEcho, EchoParams{Key: fmt.Sprint(m.Key, "/", i)})
 		}
 		return nil
 	})
-	world.On(d, func(c *world.Ctx, s *testworlds.Counter, m SimSwell) error {
+	world.On(d, func(c *world.Ctx, s *counter, m SimSwell) error {
 		s.Seen = append(s.Seen, m.Key, strings.Repeat("x", world.MaxStateBytes))
 		return nil
 	})
-	world.On(d, func(c *world.Ctx, s *testworlds.Counter, m SimFar) error {
+	world.On(d, func(c *world.Ctx, s *counter, m SimFar) error {
 		s.Seen = append(s.Seen, m.Key)
-		c.SetTimer(event.MaxTime.Add(time.Hour), testworlds.Beep{Key: m.Key})
+		c.SetTimer(event.MaxTime.Add(time.Hour), Beep{Key: m.Key})
 		return nil
 	})
 	return d
@@ -588,23 +587,23 @@ func (r *planeSimRun) run() (err error) {
 		var v any
 		switch x := lb.Uint64() % 8; {
 		case i == archiveAt || (x == 7 && !r.archived):
-			w, v = simDoomed, testworlds.Echo{Key: key}
+			w, v = simDoomed, Echo{Key: key}
 		case x == 0 || x == 7:
-			v = testworlds.Add{By: int64(i), Key: key}
+			v = Add{By: int64(i), Key: key}
 		case x == 1:
-			v = testworlds.Echo{Key: key}
+			v = Echo{Key: key}
 		case x == 2:
 			to := simAll[lb.Uint64()%uint64(len(simAll))]
-			v, relays[key] = testworlds.Relay{To: to, Key: key}, to
+			v, relays[key] = Relay{To: to, Key: key}, to
 		case x == 3:
-			v, alarms[key] = testworlds.Alarm{AfterMs: int64(lb.Uint64() % 1500), Key: key}, w
+			v, alarms[key] = Alarm{AfterMs: int64(lb.Uint64() % 1500), Key: key}, w
 		case x == 4:
 			cl := r.clients[lb.Uint64()%uint64(len(r.clients))]
 			callers[cl] = true
 			if err := r.call(cl, w, key); err != nil {
 				return err
 			}
-			v = testworlds.Add{By: 1, Key: key}
+			v = Add{By: 1, Key: key}
 		default: // a step over a kernel limit
 			switch y := lb.Uint64() % 3; {
 			case swell:
@@ -715,7 +714,7 @@ func (r *planeSimRun) call(c *plane.Client, w, key string) error {
 	ex := r.clientEx(c)
 	for try := 0; ; {
 		ctx, cancel := actor.WithDeadline(r.env.Ctx, ex, ex.Now().Add(3*time.Second))
-		rep, err := c.CallWithID(ctx, w, id, testworlds.Get{})
+		rep, err := c.CallWithID(ctx, w, id, Get{})
 		cancel()
 		if err == nil {
 			r.stats.calls++

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/internal/testrig"
-	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
@@ -66,7 +65,7 @@ func TestHostKeepsItsLeaseWithTheStoreClockSkewed(t *testing.T) {
 				c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
 				const sends = 200 // every 50ms: 10s, five TTLs
 				for i := range sends {
-					if _, err := c.Send(env.Ctx, "w", testworlds.Add{By: 1, Key: fmt.Sprint(i)}, fmt.Sprint("k", i)); err != nil {
+					if _, err := c.Send(env.Ctx, "w", Add{By: 1, Key: fmt.Sprint(i)}, fmt.Sprint("k", i)); err != nil {
 						return err
 					}
 					l, ok, err := st.GetLease(env.Ctx, "w")
@@ -171,7 +170,7 @@ func TestStaleHostStopsBeforeItsLeaseLapsesInTheStore(t *testing.T) {
 			case 100:
 				failRenew.Store(false)
 			}
-			if _, err := c.Send(env.Ctx, "w", testworlds.Add{By: 1, Key: fmt.Sprint(i)}, fmt.Sprint("k", i)); err != nil {
+			if _, err := c.Send(env.Ctx, "w", Add{By: 1, Key: fmt.Sprint(i)}, fmt.Sprint("k", i)); err != nil {
 				return err
 			}
 			if err := sleep(env, 50*time.Millisecond); err != nil {
@@ -244,7 +243,7 @@ func TestHeldTimerNeverFiresBeforeItsDueTimeByTheStoresClock(t *testing.T) {
 					// The alarm's time is its inbox item's, which the store
 					// stamps after this reading: its due time is later.
 					dueAtLeast := storeNow().Add(after)
-					if _, err := c.Send(env.Ctx, "w", testworlds.Alarm{AfterMs: after.Milliseconds(), Key: "x"}, "alarm"); err != nil {
+					if _, err := c.Send(env.Ctx, "w", Alarm{AfterMs: after.Milliseconds(), Key: "x"}, "alarm"); err != nil {
 						return err
 					}
 					if err := testrig.WaitLab(env, "the alarm fired", 10*time.Second, func() (bool, error) {

@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orrery-run/orrery/internal/testrig"
-	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/adapter"
@@ -27,10 +26,10 @@ import (
 // okEcho answers test.echo at once with its key.
 type okEcho struct{}
 
-func (okEcho) Kinds() []string { return []string{testworlds.KindEcho} }
+func (okEcho) Kinds() []string { return []string{kindEcho} }
 
 func (okEcho) Execute(_ context.Context, it store.EffectItem) (adapter.Result, error) {
-	var p testworlds.EchoParams
+	var p EchoParams
 	if err := world.Decode(it.Params, &p); err != nil {
 		return adapter.Result{}, adapter.Permanent(err)
 	}
@@ -136,7 +135,7 @@ func TestOneFlowIsLinkedAcrossTheStore(t *testing.T) {
 			return err
 		}
 		ctx, request := tr.tp.Tracer("test").Start(env.Ctx, "request", trace.WithTimestamp(env.Lab.Now()))
-		if _, err := c.Send(ctx, "e", testworlds.Echo{Key: "k"}, "k"); err != nil {
+		if _, err := c.Send(ctx, "e", Echo{Key: "k"}, "k"); err != nil {
 			return err
 		}
 		request.End(trace.WithTimestamp(env.Lab.Now()))
@@ -178,7 +177,7 @@ func TestOneFlowIsLinkedAcrossTheStore(t *testing.T) {
 		if !linksTo(ef, c1) {
 			return fmt.Errorf("the effect links %v, not the cycle that published it", ef.Links())
 		}
-		if a := attrs(ef); a["orrery.world"].AsString() != "e" || a["orrery.kind"].AsString() != testworlds.KindEcho ||
+		if a := attrs(ef); a["orrery.world"].AsString() != "e" || a["orrery.kind"].AsString() != kindEcho ||
 			a["orrery.attempt"].AsInt64() != 1 || a["orrery.status"].AsString() != "ok" || len(a["orrery.intent_hash"].AsString()) == 0 {
 			return fmt.Errorf("effect attributes %v", a)
 		}
@@ -242,7 +241,7 @@ func TestTimerFiringIsLinked(t *testing.T) {
 			return err
 		}
 		c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab, Tracer: tr.tp, Links: tr.links})
-		if _, err := c.Send(env.Ctx, "t", testworlds.Alarm{AfterMs: 200, Key: "x"}, "x"); err != nil {
+		if _, err := c.Send(env.Ctx, "t", Alarm{AfterMs: 200, Key: "x"}, "x"); err != nil {
 			return err
 		}
 		if err := testrig.WaitLab(env, "the firing consumed", 5*time.Second, func() (bool, error) {
@@ -292,7 +291,7 @@ func TestIngressSpans(t *testing.T) {
 		}
 		ctx, parent := tr.tp.Tracer("test").Start(env.Ctx, "http")
 		defer parent.End()
-		ev, err := world.EncodeEvent(testworlds.Add{By: 1, Key: "a"})
+		ev, err := world.EncodeEvent(Add{By: 1, Key: "a"})
 		if err != nil {
 			return err
 		}
@@ -343,7 +342,7 @@ func TestIngressSpans(t *testing.T) {
 		}
 		defer h.Stop(env.Ctx)
 		c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab, Tracer: tr.tp, Links: tr.links})
-		if n, err := plane.CallAs[int64](ctx, c, "i", testworlds.Get{}); err != nil || n != 1 {
+		if n, err := plane.CallAs[int64](ctx, c, "i", Get{}); err != nil || n != 1 {
 			return fmt.Errorf("Get = %d, %v", n, err)
 		}
 		spans = tr.named("orrery.ingress")
@@ -357,7 +356,7 @@ func TestIngressSpans(t *testing.T) {
 		// No provider: the global no-op; the client works and records
 		// nothing here.
 		quiet, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab, Links: tr.links})
-		ack, err := quiet.Send(ctx, "i", testworlds.Add{By: 1, Key: "q"}, "q")
+		ack, err := quiet.Send(ctx, "i", Add{By: 1, Key: "q"}, "q")
 		if err != nil {
 			return err
 		}
