@@ -2,13 +2,11 @@ package api_test
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/orrery-run/orrery/api"
-	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
 )
@@ -21,28 +19,7 @@ func TestJournalBelowTheCompactionFloorIsGone(t *testing.T) {
 	st := memstore.New()
 	r := newRig(t, rigOptions{store: st, workers: []string{}})
 	// A universe no orchestrator places, written straight to the store.
-	if _, err := st.CreateWorld(r.Ctx, "elsewhere", "cw", nil); err != nil {
-		t.Fatal(err)
-	}
-	l, err := st.Acquire(r.Ctx, "cw", "me", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 10 {
-		e := event.Envelope{EventType: "Noted", StepID: fmt.Sprint("s", i), LogicalAttemptID: 1, PlanID: "p", PlanVersion: 1,
-			EmittedAt: time.Unix(1, 0), Payload: event.EmptyPayload()}
-		e.Normalize()
-		e.EventID = e.IdempotencyKey
-		if _, err := st.Append(r.Ctx, "cw", []event.Envelope{e}, store.AppendOptions{Fence: &store.Fence{World: "cw", Epoch: l.Epoch}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := st.PutSnapshot(r.Ctx, "cw", l.Epoch, store.Snapshot{Height: 8, State: []byte{0xa0}, StateHash: "h8"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Compact(r.Ctx, "cw", l.Epoch, 0); err != nil {
-		t.Fatal(err)
-	}
+	testrig.CompactedWorld(t, r.Ctx, st, "elsewhere", "cw")
 
 	for _, after := range []uint64{0, 3, 7} {
 		_, err := r.Client.Journal(r.Ctx, "cw", after, 0, 0)
