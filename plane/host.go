@@ -689,13 +689,8 @@ func (h *Host) control(ctx context.Context) error {
 		if retry || h.scan.active {
 			at = now.Add(time.Millisecond)
 		}
-		if d := at.Sub(h.ex.Now()); d > 0 {
-			t := h.ex.AfterFunc(d, h.park.Unpark)
-			err := h.park.Park(ctx)
-			t.Stop()
-			if err != nil {
-				return nil
-			}
+		if err := actor.ParkFor(ctx, h.ex, h.park, at.Sub(h.ex.Now())); err != nil {
+			return nil
 		}
 	}
 	return nil
