@@ -396,10 +396,7 @@ func (h *Host) Wait(ctx context.Context) error {
 // the store, by epoch.
 func (h *Host) failOut(ctx context.Context, failed error) error {
 	h.mu.Lock()
-	var held []*lease
-	for _, w := range sortedKeys(h.leases) {
-		held = append(held, h.leases[w])
-	}
+	held := h.heldLocked()
 	h.mu.Unlock()
 	for _, l := range held {
 		h.dropLease(l, EvFenced, failed)
@@ -496,6 +493,16 @@ func (h *Host) Stop(ctx context.Context) error {
 	return h.end(func() error { _, err := h.scope.Close(ctx); return err })
 }
 
+// heldLocked is the leases the host holds, by world id (h.mu held):
+// the order in which they are dropped never depends on map iteration.
+func (h *Host) heldLocked() []*lease {
+	held := make([]*lease, 0, len(h.leases))
+	for _, w := range sortedKeys(h.leases) {
+		held = append(held, h.leases[w])
+	}
+	return held
+}
+
 // Kill ends the host at once, as a crash: processes are aborted, nothing
 // is released. The store handle should be considered dead too.
 func (h *Host) Kill(ctx context.Context) {
@@ -535,10 +542,7 @@ func (h *Host) Drain(ctx context.Context) error {
 	}
 	h.mu.Lock()
 	h.draining = true
-	var held []*lease
-	for _, w := range sortedKeys(h.leases) {
-		held = append(held, h.leases[w])
-	}
+	held := h.heldLocked()
 	h.mu.Unlock()
 	for _, l := range held {
 		h.dropLease(l, EvReleased, nil)
