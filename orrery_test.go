@@ -8,11 +8,8 @@ import (
 
 	"github.com/orrery-run/orrery"
 	"github.com/orrery-run/orrery/examples/ledger"
-	"github.com/orrery-run/orrery/internal/leaktest"
 	"github.com/orrery-run/orrery/world"
 )
-
-func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 func TestKernelsAreTheDefinitionsByName(t *testing.T) {
 	ks, err := orrery.Kernels(ledger.AccountDef().Kernel(), ledger.TransferDef().Kernel())

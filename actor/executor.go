@@ -128,6 +128,20 @@ func Sleep(ctx context.Context, ex Executor, d time.Duration) error {
 	return nil
 }
 
+// ParkFor parks p until it is unparked, d has passed on the executor's
+// clock, or ctx is done (ctx's error); with d <= 0 it returns nil at once
+// and leaves a pending permit for the next Park. It is the wait of a loop
+// that sleeps until its next deadline but wakes early on a hint.
+func ParkFor(ctx context.Context, ex Executor, p Parker, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := ex.AfterFunc(d, p.Unpark)
+	err := p.Park(ctx)
+	t.Stop()
+	return err
+}
+
 // WithTimeout is context.WithTimeout on the executor's clock: the returned
 // context has a Deadline, and once d has elapsed its Err is
 // context.DeadlineExceeded. Use it instead of context.WithTimeout wherever

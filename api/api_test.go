@@ -27,75 +27,75 @@ import (
 // gave it, its head and inbox cursor.
 func TestWorldsCreateListGet(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	if err := r.c.Health(r.ctx); err != nil {
+	if err := r.Client.Health(r.Ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.c.Ready(r.ctx); err != nil {
+	if err := r.Client.Ready(r.Ctx); err != nil {
 		t.Fatal(err)
 	}
-	w, created, err := r.c.CreateWorld(r.ctx, "b-acct", universe)
+	w, created, err := r.Client.CreateWorld(r.Ctx, "b-acct", universe)
 	if err != nil || !created || w.ID != "b-acct" || w.Universe != universe || w.Status != "active" || w.CreatedAt.IsZero() || w.Lineage != nil {
 		t.Fatalf("create: %+v created=%v %v", w, created, err)
 	}
-	again, created, err := r.c.CreateWorld(r.ctx, "b-acct", universe)
+	again, created, err := r.Client.CreateWorld(r.Ctx, "b-acct", universe)
 	if err != nil || created || again != w {
 		t.Fatalf("create again: %+v created=%v %v, want %+v", again, created, err, w)
 	}
-	_, _, err = r.c.CreateWorld(r.ctx, "b-acct", other)
+	_, _, err = r.Client.CreateWorld(r.Ctx, "b-acct", other)
 	apiError(t, err, http.StatusConflict, api.CodeAlreadyExists)
 	if !errors.Is(err, store.ErrWorldExists) {
 		t.Fatalf("409 already_exists does not match store.ErrWorldExists: %v", err)
 	}
-	_, _, err = r.c.CreateWorld(r.ctx, "c-acct", "no-such-universe")
+	_, _, err = r.Client.CreateWorld(r.Ctx, "c-acct", "no-such-universe")
 	apiError(t, err, http.StatusBadRequest, api.CodeInvalidArgument)
-	r.create("a-acct", other)
-	r.create("c-acct", universe)
-	if _, err := r.c.Pause(r.ctx, "c-acct", "maintenance"); err != nil {
+	r.Create("a-acct", other)
+	r.Create("c-acct", universe)
+	if _, err := r.Client.Pause(r.Ctx, "c-acct", "maintenance"); err != nil {
 		t.Fatal(err)
 	}
 
-	all := must(r.c.ListWorlds(r.ctx, "", ""))(t)
+	all := must(r.Client.ListWorlds(r.Ctx, "", ""))(t)
 	if got := worldIDs(all); !slices.Equal(got, []string{"a-acct", "b-acct", "c-acct"}) {
 		t.Fatalf("every universe: %v", got)
 	}
-	if got := worldIDs(must(r.c.ListWorlds(r.ctx, universe, ""))(t)); !slices.Equal(got, []string{"b-acct", "c-acct"}) {
+	if got := worldIDs(must(r.Client.ListWorlds(r.Ctx, universe, ""))(t)); !slices.Equal(got, []string{"b-acct", "c-acct"}) {
 		t.Fatalf("universe %s: %v", universe, got)
 	}
-	if got := worldIDs(must(r.c.ListWorlds(r.ctx, "", store.WorldPaused))(t)); !slices.Equal(got, []string{"c-acct"}) {
+	if got := worldIDs(must(r.Client.ListWorlds(r.Ctx, "", store.WorldPaused))(t)); !slices.Equal(got, []string{"c-acct"}) {
 		t.Fatalf("paused: %v", got)
 	}
-	_, err = r.c.ListWorlds(r.ctx, "", "sleeping")
+	_, err = r.Client.ListWorlds(r.Ctx, "", "sleeping")
 	apiError(t, err, http.StatusBadRequest, api.CodeInvalidArgument)
 
 	// The orchestrator places the world and the host takes its lease.
-	r.waitFor("b-acct leased", func() (bool, error) {
-		v, err := r.c.GetWorld(r.ctx, "b-acct")
+	r.WaitFor("b-acct leased", func() (bool, error) {
+		v, err := r.Client.GetWorld(r.Ctx, "b-acct")
 		return err == nil && v.Lease != nil && v.Lease.Holder == "w1", err
 	})
-	if _, err := r.c.Send(r.ctx, "b-acct", typeName(t, Add{}), Add{By: 1}, ""); err != nil {
+	if _, err := r.Client.Send(r.Ctx, "b-acct", typeName(t, Add{}), Add{By: 1}, ""); err != nil {
 		t.Fatal(err)
 	}
-	r.waitFor("b-acct drained", func() (bool, error) {
-		v, err := r.c.GetWorld(r.ctx, "b-acct")
+	r.WaitFor("b-acct drained", func() (bool, error) {
+		v, err := r.Client.GetWorld(r.Ctx, "b-acct")
 		return err == nil && v.Head == 1 && v.InboxCursor != nil && *v.InboxCursor == 1, err
 	})
-	v := must(r.c.GetWorld(r.ctx, "b-acct"))(t)
+	v := must(r.Client.GetWorld(r.Ctx, "b-acct"))(t)
 	if v.Assignment == nil || v.Assignment.Worker != "w1" || v.Lease.Epoch == 0 || v.Lease.ExpiresAt.IsZero() || v.World != w {
 		t.Fatalf("view: %+v lease %+v assignment %+v", v, v.Lease, v.Assignment)
 	}
 	// An id with characters a path would split on is escaped by the
 	// client and read back whole by the server.
 	odd := "team/alpha beta?#%"
-	if w, created, err := r.c.CreateWorld(r.ctx, odd, universe); err != nil || !created || w.ID != odd {
+	if w, created, err := r.Client.CreateWorld(r.Ctx, odd, universe); err != nil || !created || w.ID != odd {
 		t.Fatalf("create %q: %+v %v", odd, w, err)
 	}
-	if a, err := r.c.Send(r.ctx, odd, typeName(t, Add{}), Add{By: 1}, ""); err != nil || a.Seq != 1 {
+	if a, err := r.Client.Send(r.Ctx, odd, typeName(t, Add{}), Add{By: 1}, ""); err != nil || a.Seq != 1 {
 		t.Fatalf("send to %q: %+v %v", odd, a, err)
 	}
-	if v, err := r.c.GetWorld(r.ctx, odd); err != nil || v.ID != odd {
+	if v, err := r.Client.GetWorld(r.Ctx, odd); err != nil || v.ID != odd {
 		t.Fatalf("get %q: %+v %v", odd, v, err)
 	}
-	_, err = r.c.GetWorld(r.ctx, "nobody")
+	_, err = r.Client.GetWorld(r.Ctx, "nobody")
 	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
 	if !errors.Is(err, store.ErrWorldNotFound) {
 		t.Fatalf("404 on a world does not match store.ErrWorldNotFound: %v", err)
@@ -113,7 +113,7 @@ func TestSendCallStateJournal(t *testing.T) {
 	createSendCallState(t, r)
 
 	add := typeName(t, Add{})
-	page := must(r.c.Journal(r.ctx, "acct", 0, 0, 0))(t)
+	page := must(r.Client.Journal(r.Ctx, "acct", 0, 0, 0))(t)
 	if len(page.Records) != 4 || page.Next != 4 {
 		t.Fatalf("journal: %d records, next %d", len(page.Records), page.Next)
 	}
@@ -128,10 +128,10 @@ func TestSendCallStateJournal(t *testing.T) {
 	if page.Records[3].Error == "" || page.Records[2].CallID == "" || page.Records[0].Input.Kind != vocab.KindEvent || page.Records[2].Input.Kind != vocab.KindCall {
 		t.Fatalf("records: %+v %+v", page.Records[2], page.Records[3])
 	}
-	if p := must(r.c.Journal(r.ctx, "acct", 2, 1, 0))(t); len(p.Records) != 1 || p.Records[0].Height != 3 || p.Next != 3 {
+	if p := must(r.Client.Journal(r.Ctx, "acct", 2, 1, 0))(t); len(p.Records) != 1 || p.Records[0].Height != 3 || p.Next != 3 {
 		t.Fatalf("after 2, limit 1: %+v", p)
 	}
-	if p := must(r.c.Journal(r.ctx, "acct", 4, 0, 0))(t); len(p.Records) != 0 || p.Next != 4 {
+	if p := must(r.Client.Journal(r.Ctx, "acct", 4, 0, 0))(t); len(p.Records) != 0 || p.Next != 4 {
 		t.Fatalf("nothing after the head: %+v", p)
 	}
 
@@ -142,10 +142,10 @@ func TestSendCallStateJournal(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		p, err := r.c.Journal(r.ctx, "acct", 4, 0, 25*time.Second)
+		p, err := r.Client.Journal(r.Ctx, "acct", 4, 0, 25*time.Second)
 		done <- result{p, err}
 	}()
-	ack := must(r.c.Send(r.ctx, "acct", add, Add{By: 100, Key: "late"}, "k-late"))(t)
+	ack := must(r.Client.Send(r.Ctx, "acct", add, Add{By: 100, Key: "late"}, "k-late"))(t)
 	res := <-done
 	if res.err != nil {
 		t.Fatal(res.err)
@@ -160,17 +160,17 @@ func TestSendCallStateJournal(t *testing.T) {
 // state.
 func createSendCallState(t *testing.T, r *rig) {
 	t.Helper()
-	if _, created, err := r.c.CreateWorld(r.ctx, "acct", universe); err != nil || !created {
+	if _, created, err := r.Client.CreateWorld(r.Ctx, "acct", universe); err != nil || !created {
 		t.Fatalf("create: %v %v", created, err)
 	}
 	add := typeName(t, Add{})
-	a1 := must(r.c.Send(r.ctx, "acct", add, Add{By: 5, Key: "a"}, "k1"))(t)
-	dup := must(r.c.Send(r.ctx, "acct", add, Add{By: 5, Key: "a"}, "k1"))(t)
-	a2 := must(r.c.Send(r.ctx, "acct", add, Add{By: 7, Key: "b"}, "k2"))(t)
+	a1 := must(r.Client.Send(r.Ctx, "acct", add, Add{By: 5, Key: "a"}, "k1"))(t)
+	dup := must(r.Client.Send(r.Ctx, "acct", add, Add{By: 5, Key: "a"}, "k1"))(t)
+	a2 := must(r.Client.Send(r.Ctx, "acct", add, Add{By: 7, Key: "b"}, "k2"))(t)
 	if a1.Duplicate || !dup.Duplicate || dup.Seq != a1.Seq || a2.Seq != a1.Seq+1 || a2.Duplicate {
 		t.Fatalf("acks: %+v %+v %+v", a1, dup, a2)
 	}
-	res, err := r.c.Call(r.ctx, "acct", typeName(t, Get{}), Get{}, api.CallOptions{})
+	res, err := r.Client.Call(r.Ctx, "acct", typeName(t, Get{}), Get{}, api.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func createSendCallState(t *testing.T, r *rig) {
 	if err := world.Decode(res.ReplyCBOR, &fromCBOR); err != nil || fromCBOR != 12 {
 		t.Fatalf("reply_cbor %x: %d %v", res.ReplyCBOR, fromCBOR, err)
 	}
-	_, err = r.c.Call(r.ctx, "acct", typeName(t, Fail{}), Fail{Why: "no funds"}, api.CallOptions{CallID: "fail-1"})
+	_, err = r.Client.Call(r.Ctx, "acct", typeName(t, Fail{}), Fail{Why: "no funds"}, api.CallOptions{CallID: "fail-1"})
 	e := apiError(t, err, http.StatusUnprocessableEntity, api.CodeCallFailed)
 	if !errors.Is(err, plane.ErrCallFailed) || !strings.Contains(e.Message, "refused: no funds") || e.Details["call_id"] != "fail-1" {
 		t.Fatalf("failed call: %+v", e)
@@ -199,7 +199,7 @@ func createSendCallState(t *testing.T, r *rig) {
 	if err := json.Unmarshal(s.State, &js); err != nil || js.N != 12 || !slices.Equal(js.Seen, v.Seen) {
 		t.Fatalf("state as JSON %s: %v", s.State, err)
 	}
-	_, err = r.c.State(r.ctx, "nobody")
+	_, err = r.Client.State(r.Ctx, "nobody")
 	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
 }
 
@@ -209,31 +209,31 @@ func createSendCallState(t *testing.T, r *rig) {
 // refuses (a reserved type, not CBOR) is 400 and enqueues nothing.
 func TestPayloadFormsAndCallIDs(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	r.create("p", universe)
+	r.Create("p", universe)
 	ev, err := world.EncodeEvent(Add{By: 3, Key: "payload"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a := must(r.c.SendPayload(r.ctx, "p", ev, "kp"))(t); a.Seq != 1 {
+	if a := must(r.Client.SendPayload(r.Ctx, "p", ev, "kp"))(t); a.Seq != 1 {
 		t.Fatalf("payload event: %+v", a)
 	}
 	call, err := world.EncodeCall("call-7", Get{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := must(r.c.CallPayload(r.ctx, "p", call, api.CallOptions{}))(t)
+	res := must(r.Client.CallPayload(r.Ctx, "p", call, api.CallOptions{}))(t)
 	if res.CallID != "call-7" || string(res.Reply) != "3" {
 		t.Fatalf("payload call: %+v", res)
 	}
-	again := must(r.c.Call(r.ctx, "p", typeName(t, Get{}), nil, api.CallOptions{CallID: "call-7"}))(t)
+	again := must(r.Client.Call(r.Ctx, "p", typeName(t, Get{}), nil, api.CallOptions{CallID: "call-7"}))(t)
 	if again.CallID != "call-7" || string(again.Reply) != "3" {
 		t.Fatalf("the same call id again: %+v", again)
 	}
-	items, err := r.st.ReadInbox(r.ctx, "p", 0, 0)
+	items, err := r.Store.ReadInbox(r.Ctx, "p", 0, 0)
 	if err != nil || len(items) != 2 {
 		t.Fatalf("the call id's second call enqueued again: %d items, %v", len(items), err)
 	}
-	_, err = r.c.CallPayload(r.ctx, "p", call, api.CallOptions{CallID: "another"})
+	_, err = r.Client.CallPayload(r.Ctx, "p", call, api.CallOptions{CallID: "another"})
 	apiError(t, err, http.StatusBadRequest, api.CodeInvalidArgument)
 
 	reserved, err := world.EncodeEvent(world.FabricSendParams{DestWorld: "x", Mode: world.FabricInbox, Inbox: "i"})
@@ -241,12 +241,12 @@ func TestPayloadFormsAndCallIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, bad := range [][]byte{reserved, {0xff, 0x00}, call} {
-		_, err := r.c.SendPayload(r.ctx, "p", bad, "")
+		_, err := r.Client.SendPayload(r.Ctx, "p", bad, "")
 		apiError(t, err, http.StatusBadRequest, api.CodeInvalidArgument)
 	}
-	_, err = r.c.Send(r.ctx, "p", "sys/Mine", 1, "")
+	_, err = r.Client.Send(r.Ctx, "p", "sys/Mine", 1, "")
 	apiError(t, err, http.StatusBadRequest, api.CodeInvalidArgument)
-	if items, err := r.st.ReadInbox(r.ctx, "p", 0, 0); err != nil || len(items) != 2 {
+	if items, err := r.Store.ReadInbox(r.Ctx, "p", 0, 0); err != nil || len(items) != 2 {
 		t.Fatalf("refused payloads enqueued: %d items, %v", len(items), err)
 	}
 }
@@ -258,72 +258,72 @@ func TestPayloadFormsAndCallIDs(t *testing.T) {
 // runs the waiting input, archive refuses new input for good.
 func TestForkAndStatus(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	r.create("src", universe)
+	r.Create("src", universe)
 	add := typeName(t, Add{})
 	for i, k := range []string{"a", "b", "c", "d"} {
-		must(r.c.Send(r.ctx, "src", add, Add{By: int64(i + 1), Key: k}, k))(t)
+		must(r.Client.Send(r.Ctx, "src", add, Add{By: int64(i + 1), Key: k}, k))(t)
 	}
-	r.waitFor("src snapshotted at 4", func() (bool, error) {
-		s, ok, err := r.st.ActiveSnapshot(r.ctx, "src")
+	r.WaitFor("src snapshotted at 4", func() (bool, error) {
+		s, ok, err := r.Store.ActiveSnapshot(r.Ctx, "src")
 		return ok && s.Height == 4, err
 	})
-	f, created, err := r.c.Fork(r.ctx, "src", "fork", 0)
+	f, created, err := r.Client.Fork(r.Ctx, "src", "fork", 0)
 	if err != nil || !created || f.Lineage == nil || f.Lineage.Parent != "src" || f.Lineage.ForkedAtHeight != 4 || f.Lineage.ParentSnapshotHash == "" || f.Universe != universe {
 		t.Fatalf("fork: %+v %v %v", f, created, err)
 	}
-	again, created, err := r.c.Fork(r.ctx, "src", "fork", 4)
+	again, created, err := r.Client.Fork(r.Ctx, "src", "fork", 4)
 	if err != nil || created || again.ID != "fork" {
 		t.Fatalf("fork again: %+v %v %v", again, created, err)
 	}
-	_, _, err = r.c.Fork(r.ctx, "fork", "src", 0)
+	_, _, err = r.Client.Fork(r.Ctx, "fork", "src", 0)
 	apiError(t, err, http.StatusConflict, api.CodeConflict)
 	if !errors.Is(err, plane.ErrConflict) {
 		t.Fatalf("409 conflict does not match plane.ErrConflict: %v", err)
 	}
-	_, _, err = r.c.Fork(r.ctx, "src", "fork-3", 3)
+	_, _, err = r.Client.Fork(r.Ctx, "src", "fork-3", 3)
 	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
 	if !errors.Is(err, store.ErrSnapshotNotFound) {
 		t.Fatalf("no snapshot at 3: %v", err)
 	}
-	_, _, err = r.c.Fork(r.ctx, "nobody", "fork-4", 0)
+	_, _, err = r.Client.Fork(r.Ctx, "nobody", "fork-4", 0)
 	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
 	if fs, fv := r.stateOf("fork"); fs.Height != 4 || fv.N != 10 {
 		t.Fatalf("fork state: %d %+v", fs.Height, fv)
 	}
 
-	p, err := r.c.Pause(r.ctx, "src", "maintenance")
+	p, err := r.Client.Pause(r.Ctx, "src", "maintenance")
 	if err != nil || p.Status != "paused" || p.StatusReason != "maintenance" || p.StatusChangedAt.IsZero() {
 		t.Fatalf("pause: %+v %v", p, err)
 	}
-	if v := must(r.c.GetWorld(r.ctx, "src"))(t); v.Lease == nil || v.Lease.Holder != "" {
+	if v := must(r.Client.GetWorld(r.Ctx, "src"))(t); v.Lease == nil || v.Lease.Holder != "" {
 		t.Fatalf("a paused world's lease: %+v", v.Lease)
 	}
-	if a, err := r.c.Send(r.ctx, "src", add, Add{By: 100, Key: "while-paused"}, "wp"); err != nil || a.Seq != 5 {
+	if a, err := r.Client.Send(r.Ctx, "src", add, Add{By: 100, Key: "while-paused"}, "wp"); err != nil || a.Seq != 5 {
 		t.Fatalf("input to a paused world: %+v %v", a, err)
 	}
-	_, err = r.c.Call(r.ctx, "src", typeName(t, Get{}), nil, api.CallOptions{})
+	_, err = r.Client.Call(r.Ctx, "src", typeName(t, Get{}), nil, api.CallOptions{})
 	apiError(t, err, http.StatusConflict, api.CodePaused)
 	if !errors.Is(err, store.ErrWorldPaused) {
 		t.Fatalf("409 paused does not match store.ErrWorldPaused: %v", err)
 	}
-	if rs, err := r.c.Resume(r.ctx, "src", "done"); err != nil || rs.Status != "active" {
+	if rs, err := r.Client.Resume(r.Ctx, "src", "done"); err != nil || rs.Status != "active" {
 		t.Fatalf("resume: %+v %v", rs, err)
 	}
-	res := must(r.c.Call(r.ctx, "src", typeName(t, Get{}), nil, api.CallOptions{}))(t)
+	res := must(r.Client.Call(r.Ctx, "src", typeName(t, Get{}), nil, api.CallOptions{}))(t)
 	if string(res.Reply) != "110" {
 		t.Fatalf("after resume: %s", res.Reply)
 	}
-	if ar, err := r.c.Archive(r.ctx, "src", "retired"); err != nil || ar.Status != "archived" {
+	if ar, err := r.Client.Archive(r.Ctx, "src", "retired"); err != nil || ar.Status != "archived" {
 		t.Fatalf("archive: %+v %v", ar, err)
 	}
-	_, err = r.c.Send(r.ctx, "src", add, Add{By: 1}, "")
+	_, err = r.Client.Send(r.Ctx, "src", add, Add{By: 1}, "")
 	apiError(t, err, http.StatusConflict, api.CodeArchived)
 	if !errors.Is(err, store.ErrWorldArchived) {
 		t.Fatalf("409 archived does not match store.ErrWorldArchived: %v", err)
 	}
-	_, err = r.c.Resume(r.ctx, "src", "")
+	_, err = r.Client.Resume(r.Ctx, "src", "")
 	apiError(t, err, http.StatusConflict, api.CodeArchived)
-	_, err = r.c.Pause(r.ctx, "nobody", "")
+	_, err = r.Client.Pause(r.Ctx, "nobody", "")
 	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
 }
 
@@ -331,7 +331,7 @@ func TestForkAndStatus(t *testing.T) {
 // receipt of status.
 func completeAs(t *testing.T, r *rig, hash string, status vocab.ReceiptStatus) {
 	t.Helper()
-	items, err := r.st.Claim(r.ctx, "adapter-1", []string{world.KindHTTPRequest}, 10, time.Minute)
+	items, err := r.Store.Claim(r.Ctx, "adapter-1", []string{world.KindHTTPRequest}, 10, time.Minute)
 	if err != nil || len(items) != 1 || items[0].IntentHash != hash {
 		t.Fatalf("claim: %+v %v", items, err)
 	}
@@ -339,7 +339,7 @@ func completeAs(t *testing.T, r *rig, hash string, status vocab.ReceiptStatus) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := r.st.Complete(r.ctx, hash, items[0].ClaimOf(), vocab.Receipt{Status: status, Payload: payload}); err != nil {
+	if _, _, err := r.Store.Complete(r.Ctx, hash, items[0].ClaimOf(), vocab.Receipt{Status: vocab.ReceiptStatus(status), Payload: payload}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -350,13 +350,13 @@ func completeAs(t *testing.T, r *rig, hash string, status vocab.ReceiptStatus) {
 // unknown intent is 404; an armed timer is listed.
 func TestEffectsTimersRetry(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	r.create("e", universe)
-	must(r.c.Send(r.ctx, "e", typeName(t, Pay{}), nil, "pay"))(t)
-	must(r.c.Send(r.ctx, "e", typeName(t, Arm{}), Arm{AfterMs: 3_600_000}, "arm"))(t)
+	r.Create("e", universe)
+	must(r.Client.Send(r.Ctx, "e", typeName(t, Pay{}), nil, "pay"))(t)
+	must(r.Client.Send(r.Ctx, "e", typeName(t, Arm{}), Arm{AfterMs: 3_600_000}, "arm"))(t)
 	var effects []api.Effect
-	r.waitFor("the effect queued", func() (bool, error) {
+	r.WaitFor("the effect queued", func() (bool, error) {
 		var err error
-		effects, err = r.c.Effects(r.ctx, "e")
+		effects, err = r.Client.Effects(r.Ctx, "e")
 		return len(effects) == 1, err
 	})
 	eff := effects[0]
@@ -365,33 +365,33 @@ func TestEffectsTimersRetry(t *testing.T) {
 		params.Method != "POST" || params.URL != "https://pay.example" || len(eff.ParamsCBOR) == 0 || eff.Origin == "" {
 		t.Fatalf("effect: %+v", eff)
 	}
-	_, err := r.c.RetryEffect(r.ctx, eff.IntentHash, "too early")
+	_, err := r.Client.RetryEffect(r.Ctx, eff.IntentHash, "too early")
 	apiError(t, err, http.StatusConflict, api.CodeNotRetryable)
 	if !errors.Is(err, store.ErrNotRetryable) {
 		t.Fatalf("409 not_retryable does not match store.ErrNotRetryable: %v", err)
 	}
 	completeAs(t, r, eff.IntentHash, vocab.ReceiptError)
-	r.waitFor("the effect done", func() (bool, error) {
-		effects, err := r.c.Effects(r.ctx, "e")
+	r.WaitFor("the effect done", func() (bool, error) {
+		effects, err := r.Client.Effects(r.Ctx, "e")
 		return len(effects) == 0, err
 	})
-	st, err := r.c.RetryEffect(r.ctx, eff.IntentHash, "the payee is back")
+	st, err := r.Client.RetryEffect(r.Ctx, eff.IntentHash, "the payee is back")
 	if err != nil || st.State != "pending" || st.Retries != 1 || st.RetryReason != "the payee is back" || st.World != "e" {
 		t.Fatalf("retry: %+v %v", st, err)
 	}
-	if effects := must(r.c.Effects(r.ctx, "e"))(t); len(effects) != 1 || effects[0].Retries != 1 || effects[0].State != "pending" {
+	if effects := must(r.Client.Effects(r.Ctx, "e"))(t); len(effects) != 1 || effects[0].Retries != 1 || effects[0].State != "pending" {
 		t.Fatalf("after the retry: %+v", effects)
 	}
-	_, err = r.c.RetryEffect(r.ctx, strings.Repeat("0", 64), "")
+	_, err = r.Client.RetryEffect(r.Ctx, strings.Repeat("0", 64), "")
 	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
-	_, err = r.c.Effects(r.ctx, "nobody")
+	_, err = r.Client.Effects(r.Ctx, "nobody")
 	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
 
-	timers := must(r.c.Timers(r.ctx, "e"))(t)
+	timers := must(r.Client.Timers(r.Ctx, "e"))(t)
 	if len(timers) != 1 || timers[0].State != "scheduled" || timers[0].World != "e" || timers[0].DeliverAt.IsZero() {
 		t.Fatalf("timers: %+v", timers)
 	}
-	_, err = r.c.Timers(r.ctx, "")
+	_, err = r.Client.Timers(r.Ctx, "")
 	apiError(t, err, http.StatusBadRequest, api.CodeInvalidArgument)
 }
 
@@ -402,20 +402,20 @@ func TestEffectsTimersRetry(t *testing.T) {
 func TestInjectReceipt(t *testing.T) {
 	st := memstore.New()
 	r := newRig(t, rigOptions{store: st})
-	r.create("e", universe)
-	must(r.c.Send(r.ctx, "e", typeName(t, Pay{}), nil, "pay"))(t)
+	r.Create("e", universe)
+	must(r.Client.Send(r.Ctx, "e", typeName(t, Pay{}), nil, "pay"))(t)
 	var effects []api.Effect
-	r.waitFor("the effect queued", func() (bool, error) {
+	r.WaitFor("the effect queued", func() (bool, error) {
 		var err error
-		effects, err = r.c.Effects(r.ctx, "e")
+		effects, err = r.Client.Effects(r.Ctx, "e")
 		return len(effects) == 1, err
 	})
 	hash := effects[0].IntentHash
-	ack, err := r.c.InjectReceipt(r.ctx, hash, "ok", map[string]any{"status": 200, "note": "paid by hand"}, "the bank answered by phone")
+	ack, err := r.Client.InjectReceipt(r.Ctx, hash, "ok", map[string]any{"status": 200, "note": "paid by hand"}, "the bank answered by phone")
 	if err != nil || ack.Duplicate || ack.Seq == 0 {
 		t.Fatalf("inject: %+v %v", ack, err)
 	}
-	es, err := st.EffectStatus(r.ctx, hash)
+	es, err := st.EffectStatus(r.Ctx, hash)
 	if err != nil || es.State != vocab.EffectDone || !es.Resolved || es.ResolveReason != "the bank answered by phone" ||
 		es.Receipt == nil || es.Receipt.Status != vocab.ReceiptOK {
 		t.Fatalf("the effect after the operator's receipt: %+v %v", es, err)
@@ -429,17 +429,17 @@ func TestInjectReceipt(t *testing.T) {
 		world.Decode(rec.Body, &body) != nil || body["note"] != "paid by hand" {
 		t.Fatalf("the receipt payload: %+v body %v", rec, body)
 	}
-	r.waitFor("the world consumed the receipt", func() (bool, error) {
+	r.WaitFor("the world consumed the receipt", func() (bool, error) {
 		_, v := r.stateOf("e")
 		return slices.Equal(v.Receipts, []string{hash}) && slices.Equal(v.Statuses, []string{"ok"}), nil
 	})
-	dup, err := r.c.InjectReceipt(r.ctx, hash, "error", nil, "")
+	dup, err := r.Client.InjectReceipt(r.Ctx, hash, "error", nil, "")
 	if err != nil || !dup.Duplicate || dup.Seq != ack.Seq {
 		t.Fatalf("a second receipt: %+v %v", dup, err)
 	}
-	_, err = r.c.InjectReceipt(r.ctx, strings.Repeat("a", 64), "ok", nil, "")
+	_, err = r.Client.InjectReceipt(r.Ctx, strings.Repeat("a", 64), "ok", nil, "")
 	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
-	_, err = r.c.InjectReceipt(r.ctx, hash, "maybe", nil, "")
+	_, err = r.Client.InjectReceipt(r.Ctx, hash, "maybe", nil, "")
 	apiError(t, err, http.StatusBadRequest, api.CodeInvalidArgument)
 }
 
@@ -451,11 +451,11 @@ func TestWorkersLeasesDrain(t *testing.T) {
 	r := newRig(t, rigOptions{workers: []string{"w1", "w2"}})
 	ids := []string{"d1", "d2", "d3", "d4"}
 	for _, id := range ids {
-		r.create(id, universe)
+		r.Create(id, universe)
 	}
 	holders := map[string]string{}
-	r.waitFor("every world leased", func() (bool, error) {
-		rows, err := r.c.Leases(r.ctx, "")
+	r.WaitFor("every world leased", func() (bool, error) {
+		rows, err := r.Client.Leases(r.Ctx, "")
 		if err != nil {
 			return false, err
 		}
@@ -467,7 +467,7 @@ func TestWorkersLeasesDrain(t *testing.T) {
 		}
 		return len(holders) == len(ids), nil
 	})
-	workers := must(r.c.Workers(r.ctx))(t)
+	workers := must(r.Client.Workers(r.Ctx))(t)
 	if len(workers) != 2 || workers[0].ID != "w1" || workers[1].ID != "w2" {
 		t.Fatalf("workers: %+v", workers)
 	}
@@ -482,7 +482,7 @@ func TestWorkersLeasesDrain(t *testing.T) {
 		t.Fatalf("worlds held in all: %d", held)
 	}
 	victim := holders["d1"]
-	rows := must(r.c.Leases(r.ctx, victim))(t)
+	rows := must(r.Client.Leases(r.Ctx, victim))(t)
 	found := false
 	for _, row := range rows {
 		if row.Worker != victim {
@@ -494,18 +494,18 @@ func TestWorkersLeasesDrain(t *testing.T) {
 		t.Fatalf("leases of %s lack d1: %+v", victim, rows)
 	}
 
-	w, err := r.c.Drain(r.ctx, victim, true)
+	w, err := r.Client.Drain(r.Ctx, victim, true)
 	if err != nil || !w.Draining || w.ID != victim {
 		t.Fatalf("drain: %+v %v", w, err)
 	}
-	r.waitFor("d1 moved off the drained worker", func() (bool, error) {
-		v, err := r.c.GetWorld(r.ctx, "d1")
+	r.WaitFor("d1 moved off the drained worker", func() (bool, error) {
+		v, err := r.Client.GetWorld(r.Ctx, "d1")
 		return err == nil && v.Lease != nil && v.Lease.Holder != "" && v.Lease.Holder != victim, err
 	})
-	if w, err := r.c.Drain(r.ctx, victim, false); err != nil || w.Draining {
+	if w, err := r.Client.Drain(r.Ctx, victim, false); err != nil || w.Draining {
 		t.Fatalf("undrain: %+v %v", w, err)
 	}
-	_, err = r.c.Drain(r.ctx, "nobody", true)
+	_, err = r.Client.Drain(r.Ctx, "nobody", true)
 	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
 	if !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("404 on a worker does not match store.ErrNotFound: %v", err)

@@ -39,14 +39,14 @@ func TestAuth(t *testing.T) {
 		{"no scheme", token},
 	} {
 		for _, path := range []string{"/v1/worlds", "/v1/workers", "/metrics", "/v1/no-such-route"} {
-			req, err := http.NewRequestWithContext(r.ctx, http.MethodGet, r.http.URL+path, nil)
+			req, err := http.NewRequestWithContext(r.Ctx, http.MethodGet, r.HTTP.URL+path, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if tc.header != "" {
 				req.Header.Set("Authorization", tc.header)
 			}
-			resp, err := r.http.Client().Do(req)
+			resp, err := r.HTTP.Client().Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,19 +59,19 @@ func TestAuth(t *testing.T) {
 			}
 		}
 	}
-	anon := must(api.NewClient(r.http.URL, "", api.WithHTTPClient(r.http.Client())))(t)
-	if err := anon.Health(r.ctx); err != nil {
+	anon := must(api.NewClient(r.HTTP.URL, "", api.WithHTTPClient(r.HTTP.Client())))(t)
+	if err := anon.Health(r.Ctx); err != nil {
 		t.Fatalf("healthz needs no token: %v", err)
 	}
-	if err := anon.Ready(r.ctx); err != nil {
+	if err := anon.Ready(r.Ctx); err != nil {
 		t.Fatalf("readyz needs no token: %v", err)
 	}
-	_, err := anon.ListWorlds(r.ctx, "", "")
+	_, err := anon.ListWorlds(r.Ctx, "", "")
 	apiError(t, err, http.StatusUnauthorized, api.CodeUnauthenticated)
-	if _, _, err := r.c.CreateWorld(r.ctx, "x", universe); err != nil {
+	if _, _, err := r.Client.CreateWorld(r.Ctx, "x", universe); err != nil {
 		t.Fatalf("the right token: %v", err)
 	}
-	if status, _ := r.do(http.MethodGet, "/metrics", "", "", token); status != http.StatusOK {
+	if status, _ := r.Do(http.MethodGet, "/metrics", "", "", token); status != http.StatusOK {
 		t.Fatalf("metrics with the token: %d", status)
 	}
 }
@@ -111,13 +111,13 @@ func TestListenRefusesInsecureAddresses(t *testing.T) {
 func TestTLS(t *testing.T) {
 	certFile, keyFile, pool := selfSigned(t)
 	r := newRig(t, rigOptions{token: "tls-token", workers: []string{}})
-	ln, err := api.Listen(r.ctx, "127.0.0.1:0", "tls-token", certFile, keyFile)
+	ln, err := api.Listen(r.Ctx, "127.0.0.1:0", "tls-token", certFile, keyFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sctx, stop := context.WithCancel(r.ctx)
+	sctx, stop := context.WithCancel(r.Ctx)
 	served := make(chan error, 1)
-	go func() { served <- r.srv.Serve(sctx, ln) }()
+	go func() { served <- r.Server.Serve(sctx, ln) }()
 	defer func() {
 		stop()
 		if err := <-served; err != nil {
@@ -127,16 +127,16 @@ func TestTLS(t *testing.T) {
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
 	defer tr.CloseIdleConnections()
 	c := must(api.NewClient("https://"+ln.Addr().String(), "tls-token", api.WithHTTPClient(&http.Client{Transport: tr})))(t)
-	if err := c.Health(r.ctx); err != nil {
+	if err := c.Health(r.Ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, created, err := c.CreateWorld(r.ctx, "over-tls", universe); err != nil || !created {
+	if _, created, err := c.CreateWorld(r.Ctx, "over-tls", universe); err != nil || !created {
 		t.Fatalf("create over TLS: %v %v", created, err)
 	}
 	plain := &http.Transport{}
 	defer plain.CloseIdleConnections()
 	pc := must(api.NewClient("http://"+ln.Addr().String(), "tls-token", api.WithHTTPClient(&http.Client{Transport: plain})))(t)
-	if err := pc.Health(r.ctx); err == nil {
+	if err := pc.Health(r.Ctx); err == nil {
 		t.Fatal("plain http was answered on the TLS listener")
 	}
 }

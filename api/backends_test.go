@@ -75,18 +75,18 @@ func TestViewsAndEventsOnPostgres(t *testing.T) {
 // new event stream.
 func viewsAndEvents(t *testing.T, r *rig) {
 	t.Helper()
-	r.create("dq", universe)
-	must(r.c.Pause(r.ctx, "dq", "backlog"))(t)
+	r.Create("dq", universe)
+	must(r.Client.Pause(r.Ctx, "dq", "backlog"))(t)
 	for _, k := range []string{"a", "b"} {
-		must(r.c.Send(r.ctx, "dq", typeName(t, Add{}), Add{By: 1}, k))(t)
+		must(r.Client.Send(r.Ctx, "dq", typeName(t, Add{}), Add{By: 1}, k))(t)
 	}
-	if v := must(r.c.GetWorld(r.ctx, "dq"))(t); v.InboxDepth != 2 || v.InboxDepthMore || v.InboxCursor == nil || *v.InboxCursor != 0 {
+	if v := must(r.Client.GetWorld(r.Ctx, "dq"))(t); v.InboxDepth != 2 || v.InboxDepthMore || v.InboxCursor == nil || *v.InboxCursor != 0 {
 		t.Fatalf("view: %+v", v)
 	}
-	if q := must(r.c.Queues(r.ctx))(t); q.InboxBacklog != 2 {
+	if q := must(r.Client.Queues(r.Ctx))(t); q.InboxBacklog != 2 {
 		t.Fatalf("queues: %+v", q)
 	}
-	f := follow(t, r.ctx, r.c)
+	f := follow(t, r.Ctx, r.Client)
 	found := false
 	for _, e := range f.untilSynced() {
 		if v, ok := worldEvent(t, e); ok && v.ID == "dq" {

@@ -96,12 +96,12 @@ func fastEvents(c *api.Config) { c.EventPoll = 10 * time.Millisecond }
 // world and a pause appear as rows too; the summary follows the count.
 func TestEventsStream(t *testing.T) {
 	r := newRig(t, rigOptions{cfg: fastEvents})
-	r.create("e1", universe)
-	r.waitFor("e1 leased", func() (bool, error) {
-		v, err := r.c.GetWorld(r.ctx, "e1")
+	r.Create("e1", universe)
+	r.WaitFor("e1 leased", func() (bool, error) {
+		v, err := r.Client.GetWorld(r.Ctx, "e1")
 		return err == nil && v.Lease != nil && v.Lease.Holder == "w1", err
 	})
-	f := follow(t, r.ctx, r.c)
+	f := follow(t, r.Ctx, r.Client)
 	initial := f.untilSynced()
 	var names []string
 	var head uint64
@@ -132,12 +132,12 @@ func TestEventsStream(t *testing.T) {
 		t.Fatalf("the initial state: %v", names)
 	}
 
-	must(r.c.Send(r.ctx, "e1", typeName(t, Add{}), Add{By: 2}, "x"))(t)
+	must(r.Client.Send(r.Ctx, "e1", typeName(t, Add{}), Add{By: 2}, "x"))(t)
 	f.next("e1's head one higher", func(e api.StreamEvent) bool {
 		v, ok := worldEvent(t, e)
 		return ok && v.ID == "e1" && v.Head == head+1
 	})
-	r.create("e2", universe)
+	r.Create("e2", universe)
 	f.next("the new world e2", func(e api.StreamEvent) bool {
 		v, ok := worldEvent(t, e)
 		return ok && v.ID == "e2"
@@ -146,7 +146,7 @@ func TestEventsStream(t *testing.T) {
 		var s api.Summary
 		return e.Name == api.EventSummary && json.Unmarshal(e.Data, &s) == nil && s.Worlds == 2
 	})
-	must(r.c.Pause(r.ctx, "e1", "look"))(t)
+	must(r.Client.Pause(r.Ctx, "e1", "look"))(t)
 	f.next("e1 paused", func(e api.StreamEvent) bool {
 		v, ok := worldEvent(t, e)
 		return ok && v.ID == "e1" && v.Status == "paused"
@@ -159,17 +159,17 @@ func TestEventsStream(t *testing.T) {
 func TestEventsAuthAndLimit(t *testing.T) {
 	const tok = "s3cret"
 	r := newRig(t, rigOptions{token: tok, cfg: func(c *api.Config) { fastEvents(c); c.MaxEventStreams = 1 }})
-	anon := must(api.NewClient(r.http.URL, "", api.WithHTTPClient(r.http.Client())))(t)
-	err := anon.Events(r.ctx, func(api.StreamEvent) error { return nil })
+	anon := must(api.NewClient(r.HTTP.URL, "", api.WithHTTPClient(r.HTTP.Client())))(t)
+	err := anon.Events(r.Ctx, func(api.StreamEvent) error { return nil })
 	apiError(t, err, http.StatusUnauthorized, api.CodeUnauthenticated)
 
-	first := follow(t, r.ctx, r.c)
+	first := follow(t, r.Ctx, r.Client)
 	first.untilSynced()
-	err = r.c.Events(r.ctx, func(api.StreamEvent) error { return nil })
+	err = r.Client.Events(r.Ctx, func(api.StreamEvent) error { return nil })
 	apiError(t, err, http.StatusServiceUnavailable, api.CodeUnavailable)
-	req := must(http.NewRequestWithContext(r.ctx, "GET", r.http.URL+"/v1/events", nil))(t)
+	req := must(http.NewRequestWithContext(r.Ctx, "GET", r.HTTP.URL+"/v1/events", nil))(t)
 	req.Header.Set("Authorization", "Bearer "+tok)
-	resp := must(r.http.Client().Do(req))(t)
+	resp := must(r.HTTP.Client().Do(req))(t)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("one stream too many: %d Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
@@ -178,8 +178,8 @@ func TestEventsAuthAndLimit(t *testing.T) {
 	first.cancel()
 	// The slot frees when the server notices the client went.
 	errDone := errors.New("done")
-	r.waitFor("a stream opens again", func() (bool, error) {
-		err := r.c.Events(r.ctx, func(e api.StreamEvent) error {
+	r.WaitFor("a stream opens again", func() (bool, error) {
+		err := r.Client.Events(r.Ctx, func(e api.StreamEvent) error {
 			if e.Name == api.EventSynced {
 				return errDone
 			}
@@ -194,7 +194,7 @@ func TestEventsAuthAndLimit(t *testing.T) {
 		}
 		return false, err
 	})
-	if st, _ := r.do("GET", "/v1/events?since=1", "", "", tok); st != http.StatusBadRequest {
+	if st, _ := r.Do("GET", "/v1/events?since=1", "", "", tok); st != http.StatusBadRequest {
 		t.Fatalf("a query parameter: %d", st)
 	}
 }
@@ -204,16 +204,16 @@ func TestEventsAuthAndLimit(t *testing.T) {
 // graceful shutdown does not wait for them and Serve returns nil.
 func TestEventsEndWhenServeEnds(t *testing.T) {
 	r := newRig(t, rigOptions{cfg: fastEvents})
-	ln := must(api.Listen(r.ctx, "127.0.0.1:0", "", "", ""))(t)
-	ctx, stop := context.WithCancel(r.ctx)
+	ln := must(api.Listen(r.Ctx, "127.0.0.1:0", "", "", ""))(t)
+	ctx, stop := context.WithCancel(r.Ctx)
 	defer stop()
 	served := make(chan error, 1)
-	go func() { served <- r.srv.Serve(ctx, ln) }()
+	go func() { served <- r.Server.Serve(ctx, ln) }()
 	c := must(api.NewClient("http://"+ln.Addr().String(), ""))(t)
 	synced := make(chan struct{})
 	ended := make(chan error, 1)
 	go func() {
-		ended <- c.Events(r.ctx, func(e api.StreamEvent) error {
+		ended <- c.Events(r.Ctx, func(e api.StreamEvent) error {
 			if e.Name == api.EventSynced {
 				close(synced)
 			}
@@ -255,8 +255,8 @@ func (s *flakyStore) QueueDepths(ctx context.Context) (store.QueueDepths, error)
 func TestEventsPollFailure(t *testing.T) {
 	st := &flakyStore{Store: memstore.New()}
 	r := newRig(t, rigOptions{store: st, cfg: fastEvents})
-	r.create("p1", universe)
-	f := follow(t, r.ctx, r.c)
+	r.Create("p1", universe)
+	f := follow(t, r.Ctx, r.Client)
 	f.untilSynced()
 	st.failing.Store(true)
 	e := f.next("an error event", func(e api.StreamEvent) bool { return e.Name == api.EventError })
@@ -265,7 +265,7 @@ func TestEventsPollFailure(t *testing.T) {
 		t.Fatalf("the error event: %s %v", e.Data, err)
 	}
 	st.failing.Store(false)
-	r.create("p2", universe)
+	r.Create("p2", universe)
 	f.next("p2 after the store recovered", func(e api.StreamEvent) bool {
 		v, ok := worldEvent(t, e)
 		return ok && v.ID == "p2"

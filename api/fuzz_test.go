@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/api"
+	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
 	"github.com/orrery-run/orrery/vocab"
@@ -43,28 +44,28 @@ func (d durable) String() string {
 func (r *rig) quiesce(t testing.TB) durable {
 	t.Helper()
 	var d durable
-	waitFor(t, "the plane to drain every active world", func() (bool, error) {
+	testrig.WaitFor(t, "the plane to drain every active world", 2*time.Minute, 5*time.Millisecond, func() (bool, error) {
 		d = durable{worlds: map[string]string{}, inbox: map[string]uint64{}, heads: map[string]uint64{}}
 		busy := false
 		for _, u := range []string{universe, other} {
-			ws, err := r.st.ListWorlds(r.ctx, u, "")
+			ws, err := r.Store.ListWorlds(r.Ctx, u, "")
 			if err != nil {
 				return false, err
 			}
 			for _, w := range ws {
 				d.worlds[w.ID] = w.Universe + "/" + string(w.Status)
-				items, err := r.st.ReadInbox(r.ctx, w.ID, 0, 0)
+				items, err := r.Store.ReadInbox(r.Ctx, w.ID, 0, 0)
 				if err != nil {
 					return false, err
 				}
 				if len(items) > 0 {
 					d.inbox[w.ID] = items[len(items)-1].Seq
 				}
-				cur, err := r.st.Cursor(r.ctx, w.ID)
+				cur, err := r.Store.Cursor(r.Ctx, w.ID)
 				if err != nil {
 					return false, err
 				}
-				if d.heads[w.ID], err = r.st.Head(r.ctx, w.ID); err != nil {
+				if d.heads[w.ID], err = r.Store.Head(r.Ctx, w.ID); err != nil {
 					return false, err
 				}
 				busy = busy || (w.Status == store.WorldActive && cur < d.inbox[w.ID])
@@ -73,13 +74,13 @@ func (r *rig) quiesce(t testing.TB) durable {
 		// Runs: a request writes a run's record (a start) or an item of
 		// its inbox (a start, a signal, a control request). Its status and
 		// journal are the workflow worker's, which moves on by itself.
-		runs, err := r.st.ListWorlds(r.ctx, workflow.Universe("payout"), "")
+		runs, err := r.Store.ListWorlds(r.Ctx, workflow.Universe("payout"), "")
 		if err != nil {
 			return false, err
 		}
 		for _, w := range runs {
 			d.worlds[w.ID] = w.Universe
-			items, err := r.st.ReadInbox(r.ctx, w.ID, 0, 0)
+			items, err := r.Store.ReadInbox(r.Ctx, w.ID, 0, 0)
 			if err != nil {
 				return false, err
 			}
@@ -254,39 +255,39 @@ func FuzzHandlers(f *testing.F) {
 		},
 	})
 	for _, id := range []string{"fz-1", "fz-paused", "fz-archived"} {
-		r.create(id, universe)
+		r.Create(id, universe)
 	}
 	add1 := must(world.EncodeEvent(Add{By: 1, Key: "seed"}))(f)
 	for _, id := range []string{"fz-1", "fz-1", "fz-paused"} {
-		if _, _, err := r.st.Enqueue(r.ctx, id, store.InboxItem{Kind: vocab.KindEvent, Payload: add1}); err != nil {
+		if _, _, err := r.Store.Enqueue(r.Ctx, id, store.InboxItem{Kind: vocab.KindEvent, Payload: add1}); err != nil {
 			f.Fatal(err)
 		}
 	}
-	r.waitFor("fz-1 snapshotted", func() (bool, error) {
-		_, ok, err := r.st.ActiveSnapshot(r.ctx, "fz-1")
+	r.WaitFor("fz-1 snapshotted", func() (bool, error) {
+		_, ok, err := r.Store.ActiveSnapshot(r.Ctx, "fz-1")
 		return ok, err
 	})
-	must(r.c.Pause(r.ctx, "fz-paused", "fuzz"))(f)
+	must(r.Client.Pause(r.Ctx, "fz-paused", "fuzz"))(f)
 	for _, id := range []string{"fz-run", "fz-run-done"} {
-		if _, _, err := r.c.StartRun(r.ctx, "payout", id, payout{Account: "a", Amount: 1}); err != nil {
+		if _, _, err := r.Client.StartRun(r.Ctx, "payout", id, payout{Account: "a", Amount: 1}); err != nil {
 			f.Fatal(err)
 		}
 	}
-	if _, err := r.c.CancelRun(r.ctx, "fz-run-done", "fuzz"); err != nil {
+	if _, err := r.Client.CancelRun(r.Ctx, "fz-run-done", "fuzz"); err != nil {
 		f.Fatal(err)
 	}
-	must(r.c.Archive(r.ctx, "fz-archived", "fuzz"))(f)
+	must(r.Client.Archive(r.Ctx, "fz-archived", "fuzz"))(f)
 
 	f.Fuzz(func(t *testing.T, method, path, ct, body, token string) {
 		if !strings.HasPrefix(path, "/") && path != "*" {
 			path = "/" + path
 		}
-		ctx := r.ctx
+		ctx := r.Ctx
 		if strings.HasPrefix(path, "/v1/events") {
 			// An event stream answers until its client goes: this one
 			// goes once the stream has begun.
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(r.ctx, 100*time.Millisecond)
+			ctx, cancel = context.WithTimeout(r.Ctx, 100*time.Millisecond)
 			defer cancel()
 		}
 		req, err := http.NewRequestWithContext(ctx, method, "http://api.test"+path, strings.NewReader(body))
@@ -304,14 +305,14 @@ func FuzzHandlers(f *testing.F) {
 		}
 		before := r.quiesce(t)
 		rec := httptest.NewRecorder()
-		r.srv.ServeHTTP(rec, req)
+		r.Server.ServeHTTP(rec, req)
 		status := rec.Code
 		after := r.quiesce(t)
 		// Keep the rig's one host placeable for the next input.
-		if ws, err := r.st.ListWorkers(r.ctx); err == nil {
+		if ws, err := r.Store.ListWorkers(r.Ctx); err == nil {
 			for _, w := range ws {
 				if w.Draining {
-					if _, err := r.st.SetDraining(r.ctx, w.ID, false); err != nil {
+					if _, err := r.Store.SetDraining(r.Ctx, w.ID, false); err != nil {
 						t.Fatal(err)
 					}
 				}

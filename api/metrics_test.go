@@ -40,7 +40,7 @@ func metricValue(t *testing.T, text, series string) (float64, bool) {
 
 func scrape(t *testing.T, r *rig, token string) string {
 	t.Helper()
-	status, body := r.do(http.MethodGet, "/metrics", "", "", token)
+	status, body := r.Do(http.MethodGet, "/metrics", "", "", token)
 	if status != http.StatusOK {
 		t.Fatalf("/metrics: %d %s", status, body)
 	}
@@ -53,13 +53,13 @@ func scrape(t *testing.T, r *rig, token string) string {
 // which revokes its lease) counts in orrery_fenced_total.
 func TestMetrics(t *testing.T) {
 	r := newRig(t, rigOptions{metrics: true, token: "m"})
-	r.create("m1", universe)
-	must(r.c.Send(r.ctx, "m1", typeName(t, Add{}), Add{By: 1}, "k1"))(t)
-	must(r.c.Send(r.ctx, "m1", typeName(t, Pay{}), nil, "k2"))(t)
-	must(r.c.Call(r.ctx, "m1", typeName(t, Get{}), nil, api.CallOptions{}))(t)
-	r.metrics.ObserveLeaseRenew(3 * time.Millisecond)
-	r.metrics.ObserveInboxToJournal(7 * time.Millisecond)
-	r.metrics.ObserveDispatchToReceipt(time.Second)
+	r.Create("m1", universe)
+	must(r.Client.Send(r.Ctx, "m1", typeName(t, Add{}), Add{By: 1}, "k1"))(t)
+	must(r.Client.Send(r.Ctx, "m1", typeName(t, Pay{}), nil, "k2"))(t)
+	must(r.Client.Call(r.Ctx, "m1", typeName(t, Get{}), nil, api.CallOptions{}))(t)
+	r.Metrics.ObserveLeaseRenew(3 * time.Millisecond)
+	r.Metrics.ObserveInboxToJournal(7 * time.Millisecond)
+	r.Metrics.ObserveDispatchToReceipt(time.Second)
 
 	text := scrape(t, r, "m")
 	for _, name := range []string{
@@ -92,10 +92,10 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	fenced, _ := metricValue(t, text, "orrery_fenced_total")
-	if _, err := r.c.Pause(r.ctx, "m1", "fence it"); err != nil {
+	if _, err := r.Client.Pause(r.Ctx, "m1", "fence it"); err != nil {
 		t.Fatal(err)
 	}
-	r.waitFor("the host to see its lease revoked", func() (bool, error) {
+	r.WaitFor("the host to see its lease revoked", func() (bool, error) {
 		n, _ := metricValue(t, scrape(t, r, "m"), "orrery_fenced_total")
 		return n >= fenced+1, nil
 	})
@@ -223,9 +223,9 @@ func (s *recSpan) End(...trace.SpanEndOption) {
 func TestOneServerSpanPerRequest(t *testing.T) {
 	rec := &recorder{}
 	r := newRig(t, rigOptions{workers: []string{}, cfg: func(c *api.Config) { c.Tracer = rec }})
-	r.create("traced", universe)
-	must(r.c.Send(r.ctx, "traced", typeName(t, Add{}), Add{By: 1}, ""))(t)
-	_, err := r.c.GetWorld(r.ctx, "nobody")
+	r.Create("traced", universe)
+	must(r.Client.Send(r.Ctx, "traced", typeName(t, Add{}), Add{By: 1}, ""))(t)
+	_, err := r.Client.GetWorld(r.Ctx, "nobody")
 	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
 
 	rec.mu.Lock()

@@ -83,7 +83,7 @@ func newRunsRigWith(t testing.TB, o rigOptions) *rig {
 		}
 	}
 	r := newRig(t, o)
-	w, err := workflow.StartWorker(r.ctx, r.root, workflow.WorkerConfig{
+	w, err := workflow.StartWorker(r.Ctx, r.Root, workflow.WorkerConfig{
 		Worker: "wf", Store: st, Workflows: wfs, LeaseTTL: 10 * time.Second,
 		ScanEvery: 20 * time.Millisecond, PollEvery: 20 * time.Millisecond,
 	})
@@ -96,11 +96,11 @@ func newRunsRigWith(t testing.TB, o rigOptions) *rig {
 
 // runUntil re-reads a run through the API until cond holds.
 func (r *rig) runUntil(id, what string, cond func(api.RunView) bool) api.RunView {
-	r.t.Helper()
+	r.T.Helper()
 	var v api.RunView
-	r.waitFor(id+" "+what, func() (bool, error) {
+	r.WaitFor(id+" "+what, func() (bool, error) {
 		var err error
-		v, err = r.c.GetRun(r.ctx, id)
+		v, err = r.Client.GetRun(r.Ctx, id)
 		return err == nil && cond(v), err
 	})
 	return v
@@ -117,14 +117,14 @@ func stepIDs(v api.RunView) []string {
 func TestRunStartIsIdempotentAndConflictsOnOtherInput(t *testing.T) {
 	r := newRunsRig(t)
 	in := payout{Account: "alice", Amount: 50}
-	v, created, err := r.c.StartRun(r.ctx, "payout", "p-1", in)
+	v, created, err := r.Client.StartRun(r.Ctx, "payout", "p-1", in)
 	if err != nil || !created || v.ID != "p-1" || v.Workflow != "payout" {
 		t.Fatalf("first start: %+v created=%v, %v", v, created, err)
 	}
-	if _, created, err = r.c.StartRun(r.ctx, "payout", "p-1", in); err != nil || created {
+	if _, created, err = r.Client.StartRun(r.Ctx, "payout", "p-1", in); err != nil || created {
 		t.Fatalf("repeated start: created=%v, %v; want the same run", created, err)
 	}
-	_, _, err = r.c.StartRun(r.ctx, "payout", "p-1", payout{Account: "bob", Amount: 50})
+	_, _, err = r.Client.StartRun(r.Ctx, "payout", "p-1", payout{Account: "bob", Amount: 50})
 	apiError(t, err, http.StatusConflict, api.CodeConflict)
 	if !errors.Is(err, workflow.ErrConflict) {
 		t.Fatalf("%v does not match workflow.ErrConflict", err)
@@ -136,7 +136,7 @@ func TestRunStartIsIdempotentAndConflictsOnOtherInput(t *testing.T) {
 // filters of the list select it.
 func TestRunLifecycleThroughTheAPI(t *testing.T) {
 	r := newRunsRig(t)
-	if _, _, err := r.c.StartRun(r.ctx, "payout", "p-1", payout{Account: "alice", Amount: 50}); err != nil {
+	if _, _, err := r.Client.StartRun(r.Ctx, "payout", "p-1", payout{Account: "alice", Amount: 50}); err != nil {
 		t.Fatal(err)
 	}
 	v := r.runUntil("p-1", "waits for approval", func(v api.RunView) bool {
@@ -148,11 +148,11 @@ func TestRunLifecycleThroughTheAPI(t *testing.T) {
 	if v.Timeline[0].ID != "validate" || v.Timeline[0].Status != "completed" || v.Timeline[1].Status != "running" {
 		t.Fatalf("timeline %+v; want validate completed, then the await running", v.Timeline)
 	}
-	runs, err := r.c.ListRuns(r.ctx, "", "running")
+	runs, err := r.Client.ListRuns(r.Ctx, "", "running")
 	if err != nil || len(runs) != 1 || runs[0].ID != "p-1" || runs[0].Workflow != "payout" {
 		t.Fatalf("running runs %+v, %v", runs, err)
 	}
-	if err := r.c.SignalRun(r.ctx, "p-1", "approved", true, "k1"); err != nil {
+	if err := r.Client.SignalRun(r.Ctx, "p-1", "approved", true, "k1"); err != nil {
 		t.Fatal(err)
 	}
 	v = r.runUntil("p-1", "completes", func(v api.RunView) bool { return v.Status == "completed" })
@@ -174,7 +174,7 @@ func TestRunLifecycleThroughTheAPI(t *testing.T) {
 		{"payout", "running", nil},
 		{"", "pending", nil},
 	} {
-		runs, err := r.c.ListRuns(r.ctx, c.workflow, c.status)
+		runs, err := r.Client.ListRuns(r.Ctx, c.workflow, c.status)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,7 +186,7 @@ func TestRunLifecycleThroughTheAPI(t *testing.T) {
 			t.Fatalf("list workflow=%q status=%q: %v, want %v", c.workflow, c.status, ids, c.want)
 		}
 	}
-	err = r.c.SignalRun(r.ctx, "p-1", "approved", true, "k2")
+	err = r.Client.SignalRun(r.Ctx, "p-1", "approved", true, "k2")
 	apiError(t, err, http.StatusConflict, api.CodeFinished)
 	if !errors.Is(err, workflow.ErrFinished) {
 		t.Fatalf("%v does not match workflow.ErrFinished", err)
@@ -195,42 +195,42 @@ func TestRunLifecycleThroughTheAPI(t *testing.T) {
 
 func TestRunCancelThroughTheAPI(t *testing.T) {
 	r := newRunsRig(t)
-	if _, _, err := r.c.StartRun(r.ctx, "payout", "p-c", payout{Account: "a", Amount: 1}); err != nil {
+	if _, _, err := r.Client.StartRun(r.Ctx, "payout", "p-c", payout{Account: "a", Amount: 1}); err != nil {
 		t.Fatal(err)
 	}
 	r.runUntil("p-c", "waits", func(v api.RunView) bool { return len(v.Timeline) == 2 })
-	if _, err := r.c.CancelRun(r.ctx, "p-c", "changed my mind"); err != nil {
+	if _, err := r.Client.CancelRun(r.Ctx, "p-c", "changed my mind"); err != nil {
 		t.Fatal(err)
 	}
 	v := r.runUntil("p-c", "is cancelled", func(v api.RunView) bool { return v.Status == "cancelled" })
 	if v.Error == "" {
 		t.Fatalf("a cancelled run with no error: %+v", v)
 	}
-	if _, err := r.c.CancelRun(r.ctx, "p-c", "again"); err != nil {
+	if _, err := r.Client.CancelRun(r.Ctx, "p-c", "again"); err != nil {
 		t.Fatalf("cancelling a cancelled run: %v, want a no-op", err)
 	}
-	_, err := r.c.PauseRun(r.ctx, "p-c", "late")
+	_, err := r.Client.PauseRun(r.Ctx, "p-c", "late")
 	apiError(t, err, http.StatusConflict, api.CodeFinished)
 }
 
 func TestRunPauseAndResumeThroughTheAPI(t *testing.T) {
 	r := newRunsRig(t)
-	if _, _, err := r.c.StartRun(r.ctx, "payout", "p-p", payout{Account: "a", Amount: 2}); err != nil {
+	if _, _, err := r.Client.StartRun(r.Ctx, "payout", "p-p", payout{Account: "a", Amount: 2}); err != nil {
 		t.Fatal(err)
 	}
 	r.runUntil("p-p", "waits", func(v api.RunView) bool { return len(v.Timeline) == 2 })
-	v, err := r.c.PauseRun(r.ctx, "p-p", "audit")
+	v, err := r.Client.PauseRun(r.Ctx, "p-p", "audit")
 	if err != nil || v.Status != "paused" {
 		t.Fatalf("pause: %+v, %v; want paused", v.Status, err)
 	}
 	// A signal to a paused run waits in its inbox for the resume.
-	if err := r.c.SignalRun(r.ctx, "p-p", "approved", true, "k"); err != nil {
+	if err := r.Client.SignalRun(r.Ctx, "p-p", "approved", true, "k"); err != nil {
 		t.Fatal(err)
 	}
-	if v, err = r.c.GetRun(r.ctx, "p-p"); err != nil || v.Status != "paused" {
+	if v, err = r.Client.GetRun(r.Ctx, "p-p"); err != nil || v.Status != "paused" {
 		t.Fatalf("after the signal: %+v, %v; want still paused", v.Status, err)
 	}
-	if _, err := r.c.ResumeRun(r.ctx, "p-p", "done"); err != nil {
+	if _, err := r.Client.ResumeRun(r.Ctx, "p-p", "done"); err != nil {
 		t.Fatal(err)
 	}
 	v = r.runUntil("p-p", "completes", func(v api.RunView) bool { return v.Status == "completed" })
@@ -242,14 +242,14 @@ func TestRunPauseAndResumeThroughTheAPI(t *testing.T) {
 // The audit window selects by persistedAt, half-open, in runSeq order.
 func TestRunAuditWindow(t *testing.T) {
 	r := newRunsRig(t)
-	if _, _, err := r.c.StartRun(r.ctx, "payout", "p-a", payout{Account: "a", Amount: 3}); err != nil {
+	if _, _, err := r.Client.StartRun(r.Ctx, "payout", "p-a", payout{Account: "a", Amount: 3}); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.c.SignalRun(r.ctx, "p-a", "approved", false, "k"); err != nil {
+	if err := r.Client.SignalRun(r.Ctx, "p-a", "approved", false, "k"); err != nil {
 		t.Fatal(err)
 	}
 	r.runUntil("p-a", "completes", func(v api.RunView) bool { return v.Status == "completed" })
-	all, err := r.c.Audit(r.ctx, "p-a", time.Unix(0, 0), time.Now().Add(time.Hour))
+	all, err := r.Client.Audit(r.Ctx, "p-a", time.Unix(0, 0), time.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func TestRunAuditWindow(t *testing.T) {
 	}
 	mid := all[len(all)/2].PersistedAt
 	from, to := mid, mid.Add(time.Nanosecond)
-	got, err := r.c.Audit(r.ctx, "p-a", from, to)
+	got, err := r.Client.Audit(r.Ctx, "p-a", from, to)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +280,7 @@ func TestRunAuditWindow(t *testing.T) {
 	if len(want) == 0 || !slices.Equal(gotSeqs, want) {
 		t.Fatalf("window [%v, %v): %v, want %v", from, to, gotSeqs, want)
 	}
-	if got, err := r.c.Audit(r.ctx, "p-a", to, from); err != nil || len(got) != 0 {
+	if got, err := r.Client.Audit(r.Ctx, "p-a", to, from); err != nil || len(got) != 0 {
 		t.Fatalf("an empty window: %d events, %v", len(got), err)
 	}
 }
@@ -296,33 +296,33 @@ func TestRunRefusals(t *testing.T) {
 		{"no id", `{"workflow":"payout","input":{}}`},
 		{"malformed", `{"workflow":`},
 	} {
-		st, b := r.do("POST", "/v1/runs", "application/json", c.body, "")
+		st, b := r.Do("POST", "/v1/runs", "application/json", c.body, "")
 		if st != http.StatusBadRequest {
 			t.Fatalf("%s: %d %s, want 400", c.name, st, b)
 		}
 	}
-	if _, err := r.c.GetRun(r.ctx, "b"); !errors.Is(err, workflow.ErrNotFound) {
+	if _, err := r.Client.GetRun(r.Ctx, "b"); !errors.Is(err, workflow.ErrNotFound) {
 		t.Fatalf("a refused start left a run: %v", err)
 	}
 	for _, path := range []string{"/v1/runs?status=done", "/v1/runs?flavour=x", "/v1/streams/b/audit?from=yesterday&to=2030-01-01T00:00:00Z",
 		"/v1/streams/b/audit?to=2030-01-01T00:00:00Z"} {
-		if st, b := r.do("GET", path, "", "", ""); st != http.StatusBadRequest {
+		if st, b := r.Do("GET", path, "", "", ""); st != http.StatusBadRequest {
 			t.Fatalf("GET %s: %d %s, want 400", path, st, b)
 		}
 	}
-	_, err := r.c.GetRun(r.ctx, "ghost")
+	_, err := r.Client.GetRun(r.Ctx, "ghost")
 	e := apiError(t, err, http.StatusNotFound, api.CodeNotFound)
 	if e.Details["resource"] != "run" || !errors.Is(err, workflow.ErrNotFound) {
 		t.Fatalf("unknown run: %+v", e)
 	}
 	for _, f := range []func() error{
-		func() error { _, err := r.c.CancelRun(r.ctx, "ghost", ""); return err },
-		func() error { return r.c.SignalRun(r.ctx, "ghost", "approved", true, "") },
-		func() error { _, err := r.c.Audit(r.ctx, "ghost", time.Unix(0, 0), time.Now()); return err },
+		func() error { _, err := r.Client.CancelRun(r.Ctx, "ghost", ""); return err },
+		func() error { return r.Client.SignalRun(r.Ctx, "ghost", "approved", true, "") },
+		func() error { _, err := r.Client.Audit(r.Ctx, "ghost", time.Unix(0, 0), time.Now()); return err },
 	} {
 		apiError(t, f(), http.StatusNotFound, api.CodeNotFound)
 	}
-	if st, b := r.do("POST", "/v1/runs/x/signals", "application/json", `{"value":1}`, ""); st != http.StatusBadRequest {
+	if st, b := r.Do("POST", "/v1/runs/x/signals", "application/json", `{"value":1}`, ""); st != http.StatusBadRequest {
 		t.Fatalf("a signal with no name: %d %s", st, b)
 	}
 }
@@ -330,11 +330,11 @@ func TestRunRefusals(t *testing.T) {
 // A server without workflows has no runs list and knows no run.
 func TestRunsWithoutBackend(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	_, err := r.c.ListRuns(r.ctx, "", "")
+	_, err := r.Client.ListRuns(r.Ctx, "", "")
 	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
-	_, err = r.c.GetRun(r.ctx, "x")
+	_, err = r.Client.GetRun(r.Ctx, "x")
 	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
-	_, _, err = r.c.StartRun(r.ctx, "payout", "x", nil)
+	_, _, err = r.Client.StartRun(r.Ctx, "payout", "x", nil)
 	apiError(t, err, http.StatusBadRequest, api.CodeInvalidArgument)
 }
 
@@ -356,11 +356,11 @@ func runEvent(t testing.TB, e api.StreamEvent) (api.Run, bool) {
 // new status, steps and end.
 func TestRunStatusChangeIsAnEvent(t *testing.T) {
 	r := newRunsRigWith(t, rigOptions{cfg: fastEvents})
-	if _, _, err := r.c.StartRun(r.ctx, "payout", "p-e", payout{Account: "a", Amount: 1}); err != nil {
+	if _, _, err := r.Client.StartRun(r.Ctx, "payout", "p-e", payout{Account: "a", Amount: 1}); err != nil {
 		t.Fatal(err)
 	}
 	r.runUntil("p-e", "waits", func(v api.RunView) bool { return len(v.Timeline) == 2 })
-	f := follow(t, r.ctx, r.c)
+	f := follow(t, r.Ctx, r.Client)
 	var first api.Run
 	for _, e := range f.untilSynced() {
 		if v, ok := runEvent(t, e); ok {
@@ -376,7 +376,7 @@ func TestRunStatusChangeIsAnEvent(t *testing.T) {
 	if first.ID != "p-e" || first.Workflow != "payout" || first.Status != "running" || first.Steps != 2 || !first.EndedAt.IsZero() {
 		t.Fatalf("the initial run row: %+v", first)
 	}
-	if _, err := r.c.CancelRun(r.ctx, "p-e", "no"); err != nil {
+	if _, err := r.Client.CancelRun(r.Ctx, "p-e", "no"); err != nil {
 		t.Fatal(err)
 	}
 	e := f.next("p-e cancelled", func(e api.StreamEvent) bool {
@@ -392,7 +392,7 @@ func TestRunStatusChangeIsAnEvent(t *testing.T) {
 // run rows and counts no runs.
 func TestEventsWithoutRunsBackend(t *testing.T) {
 	r := newRig(t, rigOptions{cfg: fastEvents})
-	f := follow(t, r.ctx, r.c)
+	f := follow(t, r.Ctx, r.Client)
 	for _, e := range f.untilSynced() {
 		if e.Name == api.EventRun {
 			t.Fatalf("a run event from a server without runs: %s", e.Data)

@@ -46,7 +46,7 @@ func errorBody(t testing.TB, body []byte) api.Error {
 // nothing is written.
 func TestStrictRequests(t *testing.T) {
 	r := newRig(t, rigOptions{workers: []string{}, cfg: func(c *api.Config) { c.MaxBody = 4096 }})
-	r.create("w", universe)
+	r.Create("w", universe)
 	const js = "application/json"
 	addPayload := base64.StdEncoding.EncodeToString(must(world.EncodeEventNamed("a.B", nil))(t))
 	huge := `{"id":"x","universe":"u","pad":"` + strings.Repeat("a", 5000) + `"}`
@@ -86,7 +86,7 @@ func TestStrictRequests(t *testing.T) {
 		{"unclean path", "GET", "/v1/../v1/worlds", "", "", 404, api.CodeNotFound, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			status, body := r.do(tc.method, tc.path, tc.ct, tc.body, "")
+			status, body := r.Do(tc.method, tc.path, tc.ct, tc.body, "")
 			if status != tc.status {
 				t.Fatalf("status %d, want %d: %s", status, tc.status, body)
 			}
@@ -96,11 +96,11 @@ func TestStrictRequests(t *testing.T) {
 			}
 		})
 	}
-	del, err := http.NewRequestWithContext(r.ctx, "DELETE", r.http.URL+"/v1/worlds", nil)
+	del, err := http.NewRequestWithContext(r.Ctx, "DELETE", r.HTTP.URL+"/v1/worlds", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := r.http.Client().Do(del)
+	resp, err := r.HTTP.Client().Do(del)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,13 +110,13 @@ func TestStrictRequests(t *testing.T) {
 		t.Fatalf("405 without its Allow header: %d %q", resp.StatusCode, allow)
 	}
 	// A body of unknown length past the limit is cut while it is read.
-	req, err := http.NewRequestWithContext(r.ctx, "POST", r.http.URL+"/v1/worlds", io.MultiReader(strings.NewReader(huge)))
+	req, err := http.NewRequestWithContext(r.Ctx, "POST", r.HTTP.URL+"/v1/worlds", io.MultiReader(strings.NewReader(huge)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.ContentLength = -1
-	resp, err = r.http.Client().Do(req)
+	resp, err = r.HTTP.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,11 +126,11 @@ func TestStrictRequests(t *testing.T) {
 		t.Fatalf("chunked huge body: %d %s", resp.StatusCode, body)
 	}
 
-	ws := must(r.c.ListWorlds(r.ctx, "", ""))(t)
+	ws := must(r.Client.ListWorlds(r.Ctx, "", ""))(t)
 	if got := worldIDs(ws); !slices.Equal(got, []string{"w"}) {
 		t.Fatalf("refused requests created worlds: %v", got)
 	}
-	if items, err := r.st.ReadInbox(r.ctx, "w", 0, 0); err != nil || len(items) != 0 {
+	if items, err := r.Store.ReadInbox(r.Ctx, "w", 0, 0); err != nil || len(items) != 0 {
 		t.Fatalf("refused requests enqueued %d items (%v)", len(items), err)
 	}
 }
@@ -141,20 +141,20 @@ func TestStrictRequests(t *testing.T) {
 // once) and gets its reply.
 func TestCallTimeoutAndRetryByCallID(t *testing.T) {
 	r := newRig(t, rigOptions{workers: []string{}})
-	r.create("slow", universe)
-	must(r.c.Send(r.ctx, "slow", typeName(t, Add{}), Add{By: 2}, "k"))(t)
-	_, err := r.c.Call(r.ctx, "slow", typeName(t, Get{}), nil, api.CallOptions{Timeout: 50 * time.Millisecond})
+	r.Create("slow", universe)
+	must(r.Client.Send(r.Ctx, "slow", typeName(t, Add{}), Add{By: 2}, "k"))(t)
+	_, err := r.Client.Call(r.Ctx, "slow", typeName(t, Get{}), nil, api.CallOptions{Timeout: 50 * time.Millisecond})
 	e := apiError(t, err, http.StatusGatewayTimeout, api.CodeTimeout)
 	id, _ := e.Details["call_id"].(string)
 	if id == "" {
 		t.Fatalf("a timeout without its call id: %+v", e)
 	}
-	r.startHost("late")
-	res, err := r.c.Call(r.ctx, "slow", typeName(t, Get{}), nil, api.CallOptions{CallID: id})
+	r.StartHost("late")
+	res, err := r.Client.Call(r.Ctx, "slow", typeName(t, Get{}), nil, api.CallOptions{CallID: id})
 	if err != nil || string(res.Reply) != "2" || res.CallID != id {
 		t.Fatalf("the retried call: %+v %v", res, err)
 	}
-	items, err := r.st.ReadInbox(r.ctx, "slow", 0, 0)
+	items, err := r.Store.ReadInbox(r.Ctx, "slow", 0, 0)
 	if err != nil || len(items) != 2 {
 		t.Fatalf("the call is in the inbox %d times (%v)", len(items)-1, err)
 	}
@@ -201,32 +201,32 @@ func TestInternalFailures(t *testing.T) {
 			return nil
 		}
 	}})
-	r.create("fine", universe)
+	r.Create("fine", universe)
 
-	status, body := r.do("GET", "/v1/worlds/boom", "", "", "")
+	status, body := r.Do("GET", "/v1/worlds/boom", "", "", "")
 	if e := errorBody(t, body); status != 500 || e.Code != api.CodeInternal || e.Message != "internal error" {
 		t.Fatalf("a panicking handler: %d %+v", status, e)
 	}
-	if _, err := r.c.GetWorld(r.ctx, "fine"); err != nil {
+	if _, err := r.Client.GetWorld(r.Ctx, "fine"); err != nil {
 		t.Fatalf("the server after a panic: %v", err)
 	}
 
 	st.down.Store(true)
-	status, body = r.do("GET", "/v1/worlds/fine", "", "", "")
+	status, body = r.Do("GET", "/v1/worlds/fine", "", "", "")
 	if e := errorBody(t, body); status != 500 || e.Code != api.CodeInternal || strings.Contains(string(body), "10.0.0.7") || strings.Contains(string(body), "password") {
 		t.Fatalf("a store failure: %d %s", status, body)
 	}
-	err := r.c.Ready(r.ctx)
+	err := r.Client.Ready(r.Ctx)
 	apiError(t, err, http.StatusServiceUnavailable, api.CodeNotReady)
-	if err := r.c.Health(r.ctx); err != nil {
+	if err := r.Client.Health(r.Ctx); err != nil {
 		t.Fatalf("health while the store is down: %v", err)
 	}
 	st.down.Store(false)
-	if err := r.c.Ready(r.ctx); err != nil {
+	if err := r.Client.Ready(r.Ctx); err != nil {
 		t.Fatal(err)
 	}
 	notReady.Store(true)
-	err = r.c.Ready(r.ctx)
+	err = r.Client.Ready(r.Ctx)
 	if e := apiError(t, err, http.StatusServiceUnavailable, api.CodeNotReady); !strings.Contains(e.Message, "draining for an upgrade") {
 		t.Fatalf("not ready: %+v", e)
 	}
@@ -236,7 +236,7 @@ func TestInternalFailures(t *testing.T) {
 // client or kernels, or with a negative limit, is a *ConfigError.
 func TestNewServerRefusesIncompleteConfig(t *testing.T) {
 	r := newRig(t, rigOptions{workers: []string{}})
-	full := api.Config{Store: r.st, Ops: r.ops, Client: r.pc, Kernels: kernels()}
+	full := api.Config{Store: r.Store, Ops: r.Ops, Client: r.PlaneClient, Kernels: kernels()}
 	if _, err := api.NewServer(full); err != nil {
 		t.Fatal(err)
 	}

@@ -65,16 +65,16 @@ func TestStoreUnavailableIs503WithRetryAfter(t *testing.T) {
 	st := &downStore{Store: memstore.New()}
 	lv := &levels{}
 	r := newRig(t, rigOptions{store: st, cfg: func(c *api.Config) { c.Logger = slog.New(lv) }})
-	r.create("u1", universe)
+	r.Create("u1", universe)
 	st.down.Store(true)
 	add := typeName(t, Add{})
 	body := `{"type":"` + add + `","value":{"By":1},"idempotency_key":"k1"}`
-	req, err := http.NewRequestWithContext(r.ctx, "POST", r.http.URL+"/v1/worlds/u1/events", strings.NewReader(body))
+	req, err := http.NewRequestWithContext(r.Ctx, "POST", r.HTTP.URL+"/v1/worlds/u1/events", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := r.http.Client().Do(req)
+	resp, err := r.HTTP.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,12 +95,12 @@ func TestStoreUnavailableIs503WithRetryAfter(t *testing.T) {
 		t.Fatalf("%d ERROR records for a 503", n)
 	}
 	var ae *api.Error
-	if _, err := r.c.Send(r.ctx, "u1", add, Add{By: 1}, "k1"); !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable ||
+	if _, err := r.Client.Send(r.Ctx, "u1", add, Add{By: 1}, "k1"); !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable ||
 		!errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("client Send while down: %v, want a 503 *api.Error matching store.ErrUnavailable", err)
 	}
 	st.down.Store(false)
-	ack, err := r.c.Send(r.ctx, "u1", add, Add{By: 1}, "k1")
+	ack, err := r.Client.Send(r.Ctx, "u1", add, Add{By: 1}, "k1")
 	if err != nil || ack.Duplicate {
 		t.Fatalf("retry after the outage: %+v %v, want applied once", ack, err)
 	}

@@ -18,47 +18,47 @@ import (
 // false.
 func TestInboxDepth(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	r.create("deep", universe)
-	r.create("idle", universe)
-	r.waitFor("both leased", func() (bool, error) {
-		vs, err := r.c.ListWorldViews(r.ctx, "", "")
+	r.Create("deep", universe)
+	r.Create("idle", universe)
+	r.WaitFor("both leased", func() (bool, error) {
+		vs, err := r.Client.ListWorldViews(r.Ctx, "", "")
 		if err != nil || len(vs) != 2 {
 			return false, err
 		}
 		return vs[0].Lease != nil && vs[0].Lease.Holder == "w1" && vs[1].Lease != nil && vs[1].Lease.Holder == "w1", nil
 	})
-	must(r.c.Pause(r.ctx, "deep", "backlog"))(t)
+	must(r.Client.Pause(r.Ctx, "deep", "backlog"))(t)
 	add := typeName(t, Add{})
 	for i := range 3 {
-		must(r.c.Send(r.ctx, "deep", add, Add{By: 1}, "k"+strconv.Itoa(i)))(t)
+		must(r.Client.Send(r.Ctx, "deep", add, Add{By: 1}, "k"+strconv.Itoa(i)))(t)
 	}
-	v := must(r.c.GetWorld(r.ctx, "deep"))(t)
+	v := must(r.Client.GetWorld(r.Ctx, "deep"))(t)
 	if v.InboxDepth != 3 || v.InboxDepthMore || v.InboxCursor == nil || *v.InboxCursor != 0 || v.Status != "paused" {
 		t.Fatalf("a paused world with 3 items waiting: %+v", v)
 	}
-	vs := must(r.c.ListWorldViews(r.ctx, "", ""))(t)
+	vs := must(r.Client.ListWorldViews(r.Ctx, "", ""))(t)
 	if len(vs) != 2 || vs[0].ID != "deep" || vs[0].InboxDepth != 3 || vs[0].Status != "paused" || vs[1].ID != "idle" ||
 		vs[1].InboxDepth != 0 || vs[1].Lease == nil || vs[1].Lease.Holder != "w1" || vs[1].Lease.Epoch == 0 {
 		t.Fatalf("list with detail: %+v", vs)
 	}
-	if paused := must(r.c.ListWorldViews(r.ctx, universe, store.WorldPaused))(t); len(paused) != 1 || paused[0].ID != "deep" {
+	if paused := must(r.Client.ListWorldViews(r.Ctx, universe, store.WorldPaused))(t); len(paused) != 1 || paused[0].ID != "deep" {
 		t.Fatalf("paused views: %+v", paused)
 	}
 	// The plain list stays the records.
-	if st, body := r.do("GET", "/v1/worlds?detail=false", "", "", ""); st != http.StatusOK || string(body) == "" ||
+	if st, body := r.Do("GET", "/v1/worlds?detail=false", "", "", ""); st != http.StatusOK || string(body) == "" ||
 		strings.Contains(string(body), "inbox_depth") {
 		t.Fatalf("detail=false: %d %s", st, body)
 	}
-	if st, _ := r.do("GET", "/v1/worlds?detail=yes", "", "", ""); st != http.StatusBadRequest {
+	if st, _ := r.Do("GET", "/v1/worlds?detail=yes", "", "", ""); st != http.StatusBadRequest {
 		t.Fatalf("detail=yes: %d", st)
 	}
 
 	for i := range api.MaxInboxDepth {
-		if _, _, err := r.st.Enqueue(r.ctx, "deep", store.InboxItem{Kind: "event", Payload: []byte{0xf6}, DedupeKey: "bulk" + strconv.Itoa(i)}); err != nil {
+		if _, _, err := r.Store.Enqueue(r.Ctx, "deep", store.InboxItem{Kind: "event", Payload: []byte{0xf6}, DedupeKey: "bulk" + strconv.Itoa(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if v := must(r.c.GetWorld(r.ctx, "deep"))(t); v.InboxDepth != api.MaxInboxDepth || !v.InboxDepthMore {
+	if v := must(r.Client.GetWorld(r.Ctx, "deep"))(t); v.InboxDepth != api.MaxInboxDepth || !v.InboxDepthMore {
 		t.Fatalf("a backlog of %d: depth %d more %v", api.MaxInboxDepth+3, v.InboxDepth, v.InboxDepthMore)
 	}
 }
@@ -68,24 +68,24 @@ func TestInboxDepth(t *testing.T) {
 // input the inbox backlog.
 func TestQueues(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	if q := must(r.c.Queues(r.ctx))(t); q != (api.Queues{}) {
+	if q := must(r.Client.Queues(r.Ctx))(t); q != (api.Queues{}) {
 		t.Fatalf("an empty store: %+v", q)
 	}
-	r.create("q", universe)
-	must(r.c.Send(r.ctx, "q", typeName(t, Pay{}), nil, "pay"))(t)
-	must(r.c.Send(r.ctx, "q", typeName(t, Arm{}), Arm{AfterMs: 3_600_000}, "arm"))(t)
-	r.waitFor("the effect and the timer", func() (bool, error) {
-		q, err := r.c.Queues(r.ctx)
+	r.Create("q", universe)
+	must(r.Client.Send(r.Ctx, "q", typeName(t, Pay{}), nil, "pay"))(t)
+	must(r.Client.Send(r.Ctx, "q", typeName(t, Arm{}), Arm{AfterMs: 3_600_000}, "arm"))(t)
+	r.WaitFor("the effect and the timer", func() (bool, error) {
+		q, err := r.Client.Queues(r.Ctx)
 		return q.EffectsPending == 1 && q.TimersScheduled == 1, err
 	})
-	must(r.c.Pause(r.ctx, "q", ""))(t)
-	must(r.c.Send(r.ctx, "q", typeName(t, Add{}), Add{By: 1}, "a"))(t)
-	must(r.c.Send(r.ctx, "q", typeName(t, Add{}), Add{By: 1}, "b"))(t)
+	must(r.Client.Pause(r.Ctx, "q", ""))(t)
+	must(r.Client.Send(r.Ctx, "q", typeName(t, Add{}), Add{By: 1}, "a"))(t)
+	must(r.Client.Send(r.Ctx, "q", typeName(t, Add{}), Add{By: 1}, "b"))(t)
 	want := api.Queues{EffectsPending: 1, TimersScheduled: 1, InboxBacklog: 2}
-	if q := must(r.c.Queues(r.ctx))(t); q != want {
+	if q := must(r.Client.Queues(r.Ctx))(t); q != want {
 		t.Fatalf("queues: %+v, want %+v", q, want)
 	}
-	if st, _ := r.do("GET", "/v1/queues?world=q", "", "", ""); st != http.StatusBadRequest {
+	if st, _ := r.Do("GET", "/v1/queues?world=q", "", "", ""); st != http.StatusBadRequest {
 		t.Fatalf("an unknown parameter: %d", st)
 	}
 }
@@ -100,28 +100,28 @@ func TestUIMount(t *testing.T) {
 		_, _ = w.Write([]byte("ui:" + r.URL.Path))
 	})
 	r := newRig(t, rigOptions{token: tok, cfg: func(c *api.Config) { c.UI = ui }})
-	if st, body := r.do("GET", "/ui/app.js", "", "", ""); st != http.StatusOK || string(body) != "ui:/app.js" {
+	if st, body := r.Do("GET", "/ui/app.js", "", "", ""); st != http.StatusOK || string(body) != "ui:/app.js" {
 		t.Fatalf("/ui/app.js: %d %s", st, body)
 	}
-	if st, body := r.do("GET", "/ui/", "", "", ""); st != http.StatusOK || string(body) != "ui:/" {
+	if st, body := r.Do("GET", "/ui/", "", "", ""); st != http.StatusOK || string(body) != "ui:/" {
 		t.Fatalf("/ui/: %d %s", st, body)
 	}
-	if st, _ := r.do("GET", "/v1/worlds", "", "", ""); st != http.StatusUnauthorized {
+	if st, _ := r.Do("GET", "/v1/worlds", "", "", ""); st != http.StatusUnauthorized {
 		t.Fatalf("the API without the token: %d", st)
 	}
-	noRedirect := *r.http.Client()
+	noRedirect := *r.HTTP.Client()
 	noRedirect.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	resp := must(noRedirect.Get(r.http.URL + "/"))(t)
+	resp := must(noRedirect.Get(r.HTTP.URL + "/"))(t)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/ui/" {
 		t.Fatalf("/: %d Location %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
 
 	plain := newRig(t, rigOptions{})
-	if st, body := plain.do("GET", "/", "", "", ""); st != http.StatusNotFound || !strings.Contains(string(body), api.CodeNotFound) {
+	if st, body := plain.Do("GET", "/", "", "", ""); st != http.StatusNotFound || !strings.Contains(string(body), api.CodeNotFound) {
 		t.Fatalf("/ without a UI: %d %s", st, body)
 	}
-	if st, _ := plain.do("GET", "/ui/", "", "", ""); st != http.StatusNotFound {
+	if st, _ := plain.Do("GET", "/ui/", "", "", ""); st != http.StatusNotFound {
 		t.Fatalf("/ui/ without a UI: %d", st)
 	}
 }
@@ -131,9 +131,9 @@ func TestUIMount(t *testing.T) {
 // they leave that lease out (the leases list still shows it).
 func TestWorkerCountsSkipTheOrchestratorLease(t *testing.T) {
 	r := newRig(t, rigOptions{orchID: "w1"})
-	r.create("h1", universe)
-	r.waitFor("the orchestrator's lease and h1 held by w1", func() (bool, error) {
-		rows, err := r.c.Leases(r.ctx, "w1")
+	r.Create("h1", universe)
+	r.WaitFor("the orchestrator's lease and h1 held by w1", func() (bool, error) {
+		rows, err := r.Client.Leases(r.Ctx, "w1")
 		held := map[string]bool{}
 		for _, row := range rows {
 			if row.Lease != nil && row.Lease.Holder == "w1" {
@@ -142,7 +142,7 @@ func TestWorkerCountsSkipTheOrchestratorLease(t *testing.T) {
 		}
 		return held[plane.OrchestratorWorld] && held["h1"], err
 	})
-	ws := must(r.c.Workers(r.ctx))(t)
+	ws := must(r.Client.Workers(r.Ctx))(t)
 	if len(ws) != 1 || ws[0].ID != "w1" || ws[0].WorldsHeld != 1 || ws[0].WorldsAssigned != 1 {
 		t.Fatalf("workers: %+v", ws)
 	}

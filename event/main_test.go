@@ -6,6 +6,4 @@ import (
 	"github.com/orrery-run/orrery/internal/leaktest"
 )
 
-func TestMain(m *testing.M) {
-	leaktest.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }

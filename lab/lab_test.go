@@ -7,10 +7,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
-	"github.com/orrery-run/orrery/internal/leaktest"
 )
-
-func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 type pinger struct {
 	actor.Base

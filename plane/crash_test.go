@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
@@ -39,7 +40,7 @@ var crashPoints = []crashPoint{
 // commits after B), the state is the replay of the journal, and every inbox
 // item has exactly one record.
 func TestCrashMatrix(t *testing.T) {
-	for _, b := range backends {
+	for _, b := range testrig.Backends() {
 		t.Run(b, func(t *testing.T) {
 			for _, cp := range crashPoints {
 				for _, successor := range []string{"A", "B"} {
@@ -60,13 +61,13 @@ func TestCrashMatrix(t *testing.T) {
 
 func crashScenario(cp crashPoint, successor string) func(r *rig) error {
 	return func(r *rig) error {
-		base := r.base
-		if err := createAssigned(r.ctx, base, "c", "A"); err != nil {
+		base := r.Store
+		if err := createAssigned(r.Ctx, base, "c", "A"); err != nil {
 			return err
 		}
 		var mu sync.Mutex // real backends call the hook from many goroutines
 		crashed := false
-		wake := r.ex.NewParker()
+		wake := r.Ex.NewParker()
 		var stA *handle
 		prev := ""
 		crashLocked := func() {
@@ -102,15 +103,15 @@ func crashScenario(cp crashPoint, successor string) func(r *rig) error {
 				commits = append(commits, plane.HostEvent{Kind: "A", Epoch: ev.Epoch, Height: ev.Height})
 			}
 		}
-		a, err := plane.StartHost(r.ctx, r.root, cfgA)
+		a, err := plane.StartHost(r.Ctx, r.Root, cfgA)
 		if err != nil {
 			return err
 		}
-		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: r.ex})
+		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: r.Ex})
 		acked := map[string]uint64{}
 		send := func(i int) error {
 			key := fmt.Sprint("k", i)
-			ack, err := c.Send(r.ctx, "c", Add{By: int64(i), Key: key}, key)
+			ack, err := c.Send(r.Ctx, "c", Add{By: int64(i), Key: key}, key)
 			if err != nil {
 				return err
 			}
@@ -122,20 +123,20 @@ func crashScenario(cp crashPoint, successor string) func(r *rig) error {
 				return err
 			}
 		}
-		if err := wake.Park(r.ctx); err != nil { // A has crashed
+		if err := wake.Park(r.Ctx); err != nil { // A has crashed
 			return err
 		}
-		a.Kill(r.ctx)
+		a.Kill(r.Ctx)
 		oldEpoch := uint64(0)
-		if l, ok, _ := base.GetLease(r.ctx, "c"); ok {
+		if l, ok, _ := base.GetLease(r.Ctx, "c"); ok {
 			oldEpoch = l.Epoch
 		}
 		// The successor may acquire once A's lease has expired.
-		if err := r.advance(cfgA.LeaseTTL); err != nil {
+		if err := r.Advance(cfgA.LeaseTTL); err != nil {
 			return err
 		}
 		if successor != "A" {
-			if err := base.Assign(r.ctx, "c", store.Assignment{DesiredWorker: successor}, nil); err != nil {
+			if err := base.Assign(r.Ctx, "c", store.Assignment{DesiredWorker: successor}, nil); err != nil {
 				return err
 			}
 		}
@@ -147,11 +148,11 @@ func crashScenario(cp crashPoint, successor string) func(r *rig) error {
 				mu.Unlock()
 			}
 		}
-		s, err := plane.StartHost(r.ctx, r.root, cfgS)
+		s, err := plane.StartHost(r.Ctx, r.Root, cfgS)
 		if err != nil {
 			return err
 		}
-		defer s.Stop(r.ctx)
+		defer s.Stop(r.Ctx)
 		for i := 6; i < 12; i++ {
 			if err := send(i); err != nil {
 				return err
@@ -160,18 +161,18 @@ func crashScenario(cp crashPoint, successor string) func(r *rig) error {
 		if err := r.drained("c"); err != nil {
 			return err
 		}
-		if err := s.Stop(r.ctx); err != nil {
+		if err := s.Stop(r.Ctx); err != nil {
 			return err
 		}
 		// The crashed handle can write nothing, and a write at the old
 		// epoch after a takeover by another worker is fenced.
-		if _, _, err := stA.Enqueue(r.ctx, "c", store.InboxItem{Kind: "event", Payload: []byte{0xa0}}); err == nil {
+		if _, _, err := stA.Enqueue(r.Ctx, "c", store.InboxItem{Kind: "event", Payload: []byte{0xa0}}); err == nil {
 			return fmt.Errorf("the crashed handle still writes")
 		}
 		if successor != "A" && oldEpoch > 0 {
-			cur, _ := base.Cursor(r.ctx, "c")
-			head, _ := base.Head(r.ctx, "c")
-			_, err := base.Commit(r.ctx, "c", oldEpoch, store.CommitBatch{ExpectedCursor: cur, NewCursor: cur, ExpectedHead: head})
+			cur, _ := base.Cursor(r.Ctx, "c")
+			head, _ := base.Head(r.Ctx, "c")
+			_, err := base.Commit(r.Ctx, "c", oldEpoch, store.CommitBatch{ExpectedCursor: cur, NewCursor: cur, ExpectedHead: head})
 			if !errors.Is(err, store.ErrFenced) {
 				return fmt.Errorf("a commit at the old epoch %d: %v", oldEpoch, err)
 			}
@@ -185,7 +186,7 @@ func crashScenario(cp crashPoint, successor string) func(r *rig) error {
 				return fmt.Errorf("commits out of order: %+v", cs)
 			}
 		}
-		snap, err := parity(r.ctx, base, "c")
+		snap, err := parity(r.Ctx, base, "c")
 		if err != nil {
 			return err
 		}
@@ -215,7 +216,7 @@ func crashScenario(cp crashPoint, successor string) func(r *rig) error {
 // its lease's expiry.
 func TestPausedHolderIsFenced(t *testing.T) {
 	forEachBackend(t, 11, "paused-holder", func(r *rig) error {
-		base, ctx := r.base, r.ctx
+		base, ctx := r.Store, r.Ctx
 		if err := createAssigned(ctx, base, "z", "A"); err != nil {
 			return err
 		}
@@ -223,7 +224,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 		armed := false
 		// paused freezes every store call of A (its world process and its
 		// controller alike) until thawed: the whole worker stops.
-		paused, frozen := false, r.ex.NewParker()
+		paused, frozen := false, r.Ex.NewParker()
 		var blocked []actor.Parker
 		var fencedErrs []error
 		hook := func(op string) error {
@@ -236,7 +237,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 				mu.Unlock()
 				return nil
 			}
-			p := r.ex.NewParker()
+			p := r.Ex.NewParker()
 			blocked = append(blocked, p)
 			mu.Unlock()
 			_ = p.Park(ctx)
@@ -259,12 +260,12 @@ func TestPausedHolderIsFenced(t *testing.T) {
 				fencedErrs = append(fencedErrs, ev.Err)
 			}
 		}
-		a, err := plane.StartHost(ctx, r.root, cfgA)
+		a, err := plane.StartHost(ctx, r.Root, cfgA)
 		if err != nil {
 			return err
 		}
 		defer a.Stop(ctx)
-		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: r.ex})
+		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: r.Ex})
 		if _, err := c.Send(ctx, "z", Add{By: 1, Key: "1"}, "1"); err != nil {
 			return err
 		}
@@ -283,18 +284,18 @@ func TestPausedHolderIsFenced(t *testing.T) {
 			return err
 		}
 		// Frozen past its TTL; B is assigned and takes over.
-		if err := r.advance(cfgA.LeaseTTL); err != nil {
+		if err := r.Advance(cfgA.LeaseTTL); err != nil {
 			return err
 		}
 		if err := base.Assign(ctx, "z", store.Assignment{DesiredWorker: "B"}, nil); err != nil {
 			return err
 		}
-		b, err := plane.StartHost(ctx, r.root, r.hostConfig("B", r.handle(nil), nil))
+		b, err := plane.StartHost(ctx, r.Root, r.hostConfig("B", r.handle(nil), nil))
 		if err != nil {
 			return err
 		}
 		defer b.Stop(ctx)
-		if err := r.waitFor("B takes over", 10*time.Second, func() (bool, error) {
+		if err := r.WaitFor("B takes over", 10*time.Second, func() (bool, error) {
 			_, ok := b.Lease("z")
 			return ok, nil
 		}); err != nil {
@@ -321,7 +322,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 			}
 			return false
 		}
-		if err := r.waitFor("A's thawed commit fenced by the store", 10*time.Second, func() (bool, error) {
+		if err := r.WaitFor("A's thawed commit fenced by the store", 10*time.Second, func() (bool, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			return storeFenced(), nil

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
@@ -26,7 +27,7 @@ func workload(ctx context.Context, c *plane.Client, id string, from, to int) err
 }
 
 func drained(env *lab.Env, st store.Store, id string) error {
-	return waitFor(env, id+" drained", 30*time.Second, func() (bool, error) {
+	return testrig.WaitLab(env, id+" drained", 30*time.Second, func() (bool, error) {
 		items, err := st.ReadInbox(env.Ctx, id, 0, 0)
 		if err != nil {
 			return false, err
@@ -39,16 +40,16 @@ func drained(env *lab.Env, st store.Store, id string) error {
 // failoverRun runs the workload on world f, failing worker A over to
 // worker B halfway when failover is set, and returns the final state.
 func failoverRun(r *rig, f, A, B string, failover bool) (state []byte, err error) {
-	ctx := r.ctx
-	if err := createAssigned(ctx, r.base, f, A); err != nil {
+	ctx := r.Ctx
+	if err := createAssigned(ctx, r.Store, f, A); err != nil {
 		return nil, err
 	}
 	stA := r.handle(nil)
-	a, err := plane.StartHost(ctx, r.root, r.hostConfig(A, stA, nil))
+	a, err := plane.StartHost(ctx, r.Root, r.hostConfig(A, stA, nil))
 	if err != nil {
 		return nil, err
 	}
-	c, _ := plane.NewClient(plane.ClientConfig{Store: r.base, Kernels: kernels(), Executor: r.ex})
+	c, _ := plane.NewClient(plane.ClientConfig{Store: r.Store, Kernels: kernels(), Executor: r.Ex})
 	if err := workload(ctx, c, f, 0, 20); err != nil {
 		return nil, err
 	}
@@ -60,24 +61,24 @@ func failoverRun(r *rig, f, A, B string, failover bool) (state []byte, err error
 		// the lease expires, from the baseline plus the tail.
 		stA.Crash()
 		a.Kill(ctx)
-		if err := r.advance(r.hostConfig(A, nil, nil).LeaseTTL); err != nil {
+		if err := r.Advance(r.hostConfig(A, nil, nil).LeaseTTL); err != nil {
 			return nil, err
 		}
-		if err := r.base.Assign(ctx, f, store.Assignment{DesiredWorker: B}, nil); err != nil {
+		if err := r.Store.Assign(ctx, f, store.Assignment{DesiredWorker: B}, nil); err != nil {
 			return nil, err
 		}
-		b, err := plane.StartHost(ctx, r.root, r.hostConfig(B, r.handle(nil), nil))
+		b, err := plane.StartHost(ctx, r.Root, r.hostConfig(B, r.handle(nil), nil))
 		if err != nil {
 			return nil, err
 		}
 		defer b.Stop(ctx)
-		if err := r.waitFor(B+" holds "+f, 10*time.Second, func() (bool, error) {
+		if err := r.WaitFor(B+" holds "+f, 10*time.Second, func() (bool, error) {
 			_, ok := b.Lease(f)
 			return ok, nil
 		}); err != nil {
 			return nil, err
 		}
-		if l, _, _ := r.base.GetLease(ctx, f); l.Epoch != 2 || l.Holder != B {
+		if l, _, _ := r.Store.GetLease(ctx, f); l.Epoch != 2 || l.Holder != B {
 			return nil, fmt.Errorf("lease after failover %+v, want %s at epoch 2", l, B)
 		}
 	} else {
@@ -89,7 +90,7 @@ func failoverRun(r *rig, f, A, B string, failover bool) (state []byte, err error
 	if err := r.drained(f); err != nil {
 		return nil, err
 	}
-	s, err := parity(ctx, r.base, f)
+	s, err := parity(ctx, r.Store, f)
 	return s.State, err
 }
 
@@ -123,44 +124,44 @@ func TestLeaseFailoverByteIdentical(t *testing.T) {
 // ClaimDue and Fire as the timer worker does them.
 func TestTimerSurvivesCrashAndMigration(t *testing.T) {
 	forEachBackend(t, 8, "timer-migration", func(r *rig) error {
-		ctx := r.ctx
-		if err := createAssigned(ctx, r.base, "t", "A"); err != nil {
+		ctx := r.Ctx
+		if err := createAssigned(ctx, r.Store, "t", "A"); err != nil {
 			return err
 		}
 		stA := r.handle(nil)
-		a, err := plane.StartHost(ctx, r.root, r.hostConfig("A", stA, nil))
+		a, err := plane.StartHost(ctx, r.Root, r.hostConfig("A", stA, nil))
 		if err != nil {
 			return err
 		}
-		c, _ := plane.NewClient(plane.ClientConfig{Store: r.base, Kernels: kernels(), Executor: r.ex})
+		c, _ := plane.NewClient(plane.ClientConfig{Store: r.Store, Kernels: kernels(), Executor: r.Ex})
 		if _, err := c.Send(ctx, "t", Arm{AfterMs: 5000}, "arm"); err != nil {
 			return err
 		}
 		if err := r.drained("t"); err != nil {
 			return err
 		}
-		timers, err := r.base.ListTimers(ctx, "t", 10)
+		timers, err := r.Store.ListTimers(ctx, "t", 10)
 		if err != nil || len(timers) != 1 {
 			return fmt.Errorf("timers after arming: %v %v", timers, err)
 		}
 		stA.Crash()
 		a.Kill(ctx)
-		if err := r.base.Assign(ctx, "t", store.Assignment{DesiredWorker: "B"}, nil); err != nil {
+		if err := r.Store.Assign(ctx, "t", store.Assignment{DesiredWorker: "B"}, nil); err != nil {
 			return err
 		}
-		b, err := plane.StartHost(ctx, r.root, r.hostConfig("B", r.handle(nil), nil))
+		b, err := plane.StartHost(ctx, r.Root, r.hostConfig("B", r.handle(nil), nil))
 		if err != nil {
 			return err
 		}
 		defer b.Stop(ctx)
-		if due, err := r.base.ClaimDue(ctx, "timer-worker", 10, time.Second); err != nil || len(due) != 0 {
+		if due, err := r.Store.ClaimDue(ctx, "timer-worker", 10, time.Second); err != nil || len(due) != 0 {
 			return fmt.Errorf("timers due before their time: %v %v", due, err)
 		}
 		// Past A's lease and the timer's due time.
-		if err := r.advance(max(6*time.Second, r.hostConfig("A", nil, nil).LeaseTTL)); err != nil {
+		if err := r.Advance(max(6*time.Second, r.hostConfig("A", nil, nil).LeaseTTL)); err != nil {
 			return err
 		}
-		if err := r.waitFor("B holds t", 10*time.Second, func() (bool, error) {
+		if err := r.WaitFor("B holds t", 10*time.Second, func() (bool, error) {
 			_, ok := b.Lease("t")
 			return ok, nil
 		}); err != nil {
@@ -170,22 +171,22 @@ func TestTimerSurvivesCrashAndMigration(t *testing.T) {
 		// fires it itself; a timer worker's claim and Fire race it: a Fire
 		// second to a delivery is a duplicate, one after B's direct
 		// firing committed finds no timer.
-		due, err := r.base.ClaimDue(ctx, "timer-worker", 10, time.Second)
+		due, err := r.Store.ClaimDue(ctx, "timer-worker", 10, time.Second)
 		if err != nil || len(due) > 1 {
 			return fmt.Errorf("due timers %v %v", due, err)
 		}
 		for _, d := range due {
-			if _, _, err := r.base.Fire(ctx, d.IntentHash, d.ClaimOf()); errors.Is(err, store.ErrNotFound) {
+			if _, _, err := r.Store.Fire(ctx, d.IntentHash, d.ClaimOf()); errors.Is(err, store.ErrNotFound) {
 				continue
 			} else if err != nil {
 				return fmt.Errorf("fire: %v", err)
 			}
-			if _, dup, err := r.base.Fire(ctx, d.IntentHash, d.ClaimOf()); err != nil || !dup {
+			if _, dup, err := r.Store.Fire(ctx, d.IntentHash, d.ClaimOf()); err != nil || !dup {
 				return fmt.Errorf("second fire: dup %v %v", dup, err)
 			}
 		}
-		if err := r.waitFor("t's timer fired", 10*time.Second, func() (bool, error) {
-			ts, err := r.base.ListTimers(ctx, "t", 10)
+		if err := r.WaitFor("t's timer fired", 10*time.Second, func() (bool, error) {
+			ts, err := r.Store.ListTimers(ctx, "t", 10)
 			return len(ts) == 0, err
 		}); err != nil {
 			return err
@@ -193,17 +194,17 @@ func TestTimerSurvivesCrashAndMigration(t *testing.T) {
 		if err := r.drained("t"); err != nil {
 			return err
 		}
-		items, err := r.base.ReadInbox(ctx, "t", 0, 0)
+		items, err := r.Store.ReadInbox(ctx, "t", 0, 0)
 		if err != nil {
 			return err
 		}
 		if n := len(slices.DeleteFunc(items, func(it store.InboxItem) bool { return it.Kind != vocab.KindTimer })); n > 1 {
 			return fmt.Errorf("%d firings of t's timer in its inbox, want at most 1", n)
 		}
-		if ran, err := timerRuns(ctx, r.base, "t"); err != nil || len(ran) != 1 {
+		if ran, err := timerRuns(ctx, r.Store, "t"); err != nil || len(ran) != 1 {
 			return fmt.Errorf("firings of t's timers that ran %v (%v), want one", ran, err)
 		}
-		s, err := parity(ctx, r.base, "t")
+		s, err := parity(ctx, r.Store, "t")
 		if err != nil {
 			return err
 		}
@@ -224,16 +225,16 @@ func TestTimerSurvivesCrashAndMigration(t *testing.T) {
 // effects.
 func TestForkBootsAtSnapshotWithoutPendingEffects(t *testing.T) {
 	forEachBackend(t, 9, "fork", func(r *rig) error {
-		st, ctx := r.base, r.ctx
+		st, ctx := r.Store, r.Ctx
 		if err := createAssigned(ctx, st, "src", "A"); err != nil {
 			return err
 		}
-		h, err := plane.StartHost(ctx, r.root, r.hostConfig("A", st, nil))
+		h, err := plane.StartHost(ctx, r.Root, r.hostConfig("A", st, nil))
 		if err != nil {
 			return err
 		}
 		defer h.Stop(ctx)
-		c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: r.ex})
+		c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: r.Ex})
 		for i, v := range []any{Add{By: 3, Key: "a"}, Pay{}, Arm{AfterMs: 60000}, Add{By: 4, Key: "b"}} {
 			if _, err := c.Send(ctx, "src", v, fmt.Sprint(i)); err != nil {
 				return err

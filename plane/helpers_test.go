@@ -9,6 +9,7 @@ import (
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
@@ -16,124 +17,32 @@ import (
 	"github.com/orrery-run/orrery/world"
 )
 
-// counter is the test world: it adds, answers Get, arms timers that tick.
-type counter struct {
-	N        int64
-	Ticks    int64
-	Seen     []string // the keys of the adds, in order
-	Fired    []string // the keys of the timers that fired (Beep)
-	Got      []string // the keys of the fabric messages received (Msg)
-	Receipts []string // the intent hashes of the receipts consumed
-}
-
-type Add struct {
-	By  int64
-	Key string
-}
-
-type Get struct{}
-
-type Arm struct{ AfterMs int64 }
-
-type Tick struct{}
-
-type Pay struct{}
-
-// Echo emits a test.echo effect (served by the simulation's in-process
-// adapter); Relay sends Msg to another world through fabric.send; Alarm
-// arms a timer that delivers Beep.
+// The test world is the shared counter (internal/testworlds), by short
+// names; kindEcho's effects are served by the simulation's in-process
+// adapter.
 type (
-	Echo  struct{ Key string }
-	Relay struct{ To, Key string }
-	Msg   struct{ Key string }
-	Alarm struct {
-		AfterMs int64
-		Key     string
-	}
-	Beep       struct{ Key string }
-	EchoParams struct{ Key string }
+	Add        = testworlds.Add
+	Alarm      = testworlds.Alarm
+	Arm        = testworlds.Arm
+	Beep       = testworlds.Beep
+	counter    = testworlds.Counter
+	Echo       = testworlds.Echo
+	EchoParams = testworlds.EchoParams
+	Get        = testworlds.Get
+	Msg        = testworlds.Msg
+	Pay        = testworlds.Pay
+	Relay      = testworlds.Relay
 )
 
-const kindEcho = "test.echo"
+func counterDef() *world.Def[counter] { return testworlds.CounterDef() }
 
-func counterDef() *world.Def[counter] {
-	d := world.New[counter]("test.counter", 1)
-	world.On(d, func(c *world.Ctx, s *counter, a Add) error {
-		s.N += a.By
-		s.Seen = append(s.Seen, a.Key)
-		return nil
-	})
-	world.On(d, func(c *world.Ctx, s *counter, _ Get) error {
-		c.Reply(s.N)
-		return nil
-	})
-	world.On(d, func(c *world.Ctx, s *counter, a Arm) error {
-		c.SetTimer(c.Now().Add(time.Duration(a.AfterMs)*time.Millisecond), Tick{})
-		return nil
-	})
-	world.On(d, func(c *world.Ctx, s *counter, _ Tick) error {
-		s.Ticks++
-		return nil
-	})
-	world.On(d, func(c *world.Ctx, s *counter, _ Pay) error {
-		c.Effect(world.KindHTTPRequest, world.HTTPRequest{Method: "POST", URL: "https://pay.example"})
-		return nil
-	})
-	world.EffectKind[EchoParams](d, kindEcho)
-	world.On(d, func(c *world.Ctx, s *counter, e Echo) error {
-		s.Seen = append(s.Seen, e.Key)
-		c.Effect(kindEcho, EchoParams(e))
-		return nil
-	})
-	world.On(d, func(c *world.Ctx, s *counter, r Relay) error {
-		s.Seen = append(s.Seen, r.Key)
-		c.Send(r.To, Msg{Key: r.Key})
-		return nil
-	})
-	world.On(d, func(c *world.Ctx, s *counter, m Msg) error {
-		s.Got = append(s.Got, m.Key)
-		return nil
-	})
-	world.On(d, func(c *world.Ctx, s *counter, a Alarm) error {
-		s.Seen = append(s.Seen, a.Key)
-		c.SetTimer(c.Now().Add(time.Duration(a.AfterMs)*time.Millisecond), Beep{Key: a.Key})
-		return nil
-	})
-	world.On(d, func(c *world.Ctx, s *counter, b Beep) error {
-		s.Fired = append(s.Fired, b.Key)
-		return nil
-	})
-	world.On(d, func(c *world.Ctx, s *counter, r world.Receipt) error {
-		s.Receipts = append(s.Receipts, r.IntentHash)
-		return nil
-	})
-	return d
-}
+const kindEcho = testworlds.KindEcho
 
 const universe = "u"
 
 func kernels() plane.Kernels { return plane.Kernels{universe: counterDef().Kernel()} }
 
 func sleep(env *lab.Env, d time.Duration) error { return actor.Sleep(env.Ctx, env.Lab, d) }
-
-// waitFor sleeps in steps of virtual time until cond holds.
-func waitFor(env *lab.Env, what string, limit time.Duration, cond func() (bool, error)) error {
-	for deadline := env.Lab.Now().Add(limit); ; {
-		ok, err := cond()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if !env.Lab.Now().Before(deadline) {
-			return fmt.Errorf("timed out waiting for %s", what)
-		}
-		if err := sleep(env, 10*time.Millisecond); err != nil {
-			return err
-		}
-	}
-}
 
 func newStore(env *lab.Env, opts ...memstore.Option) *memstore.Store {
 	return memstore.New(append([]memstore.Option{memstore.WithClock(env.Lab.Now)}, opts...)...)

@@ -396,10 +396,7 @@ func (h *Host) Wait(ctx context.Context) error {
 // the store, by epoch.
 func (h *Host) failOut(ctx context.Context, failed error) error {
 	h.mu.Lock()
-	var held []*lease
-	for _, w := range sortedKeys(h.leases) {
-		held = append(held, h.leases[w])
-	}
+	held := h.heldLocked()
 	h.mu.Unlock()
 	for _, l := range held {
 		h.dropLease(l, EvFenced, failed)
@@ -493,13 +490,36 @@ func (h *Host) logEvent(ev HostEvent) {
 // and nothing more is committed. Leases are not released (their TTL frees
 // them); Drain is the planned way out.
 func (h *Host) Stop(ctx context.Context) error {
+	return h.end(func() error { _, err := h.scope.Close(ctx); return err })
+}
+
+// heldLocked is the leases the host holds, by world id (h.mu held):
+// the order in which they are dropped never depends on map iteration.
+func (h *Host) heldLocked() []*lease {
+	held := make([]*lease, 0, len(h.leases))
+	for _, w := range sortedKeys(h.leases) {
+		held = append(held, h.leases[w])
+	}
+	return held
+}
+
+// Kill ends the host at once, as a crash: processes are aborted, nothing
+// is released. The store handle should be considered dead too.
+func (h *Host) Kill(ctx context.Context) {
+	_ = h.end(func() error { _, _ = h.scope.CloseKilled(ctx); return nil })
+}
+
+// end is Stop's and Kill's shared path: the leases are fenced before the
+// processes are closed, so nothing a closing process does is committed,
+// and the watches end once no process is left to be woken by them.
+func (h *Host) end(closeScope func() error) error {
 	h.mu.Lock()
 	h.stopped = true
 	for _, l := range h.leases {
 		l.hold.Fence()
 	}
 	h.mu.Unlock()
-	_, err := h.scope.Close(ctx)
+	err := closeScope()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, w := range sortedKeys(h.leases) {
@@ -509,26 +529,6 @@ func (h *Host) Stop(ctx context.Context) error {
 	}
 	clear(h.leases)
 	return err
-}
-
-// Kill ends the host at once, as a crash: processes are aborted, nothing
-// is released. The store handle should be considered dead too.
-func (h *Host) Kill(ctx context.Context) {
-	h.mu.Lock()
-	h.stopped = true
-	for _, l := range h.leases {
-		l.hold.Fence()
-	}
-	h.mu.Unlock()
-	_, _ = h.scope.CloseKilled(ctx)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, w := range sortedKeys(h.leases) {
-		if l := h.leases[w]; l.stopWatch != nil {
-			l.stopWatch()
-		}
-	}
-	clear(h.leases)
 }
 
 // Drain is a planned departure: the worker is marked draining (the
@@ -542,10 +542,7 @@ func (h *Host) Drain(ctx context.Context) error {
 	}
 	h.mu.Lock()
 	h.draining = true
-	var held []*lease
-	for _, w := range sortedKeys(h.leases) {
-		held = append(held, h.leases[w])
-	}
+	held := h.heldLocked()
 	h.mu.Unlock()
 	for _, l := range held {
 		h.dropLease(l, EvReleased, nil)
@@ -696,13 +693,8 @@ func (h *Host) control(ctx context.Context) error {
 		if retry || h.scan.active {
 			at = now.Add(time.Millisecond)
 		}
-		if d := at.Sub(h.ex.Now()); d > 0 {
-			t := h.ex.AfterFunc(d, h.park.Unpark)
-			err := h.park.Park(ctx)
-			t.Stop()
-			if err != nil {
-				return nil
-			}
+		if err := actor.ParkFor(ctx, h.ex, h.park, at.Sub(h.ex.Now())); err != nil {
+			return nil
 		}
 	}
 	return nil

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
-	"github.com/orrery-run/orrery/plane/internal/backendtest"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
 	"github.com/orrery-run/orrery/world"
@@ -23,7 +23,7 @@ import (
 // committed cycles, answers calls in-process, and the journal replays to
 // the same state byte for byte.
 func TestHostRunsWorldsAndAnswersCalls(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 1, Name: "host-basic"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 1, Name: "host-basic"}, func(env *lab.Env) error {
 		st := newStore(env)
 		replies := plane.NewReplies()
 		for _, w := range []string{"w1", "w2"} {
@@ -76,16 +76,13 @@ func TestHostRunsWorldsAndAnswersCalls(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestCycleBudgetsBoundEachCommit: with MaxTickStepsPerCycle 2, a backlog
 // of seven items is committed in cycles of at most two steps each, one
 // commit per cycle, and nothing is lost between them.
 func TestCycleBudgetsBoundEachCommit(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 4, Name: "budgets"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 4, Name: "budgets"}, func(env *lab.Env) error {
 		st := newStore(env)
 		c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
 		if err := createAssigned(env.Ctx, st, "b", "A"); err != nil {
@@ -118,9 +115,6 @@ func TestCycleBudgetsBoundEachCommit(t *testing.T) {
 		_, err = parity(env.Ctx, st, "b")
 		return err
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestHintStormCoalescesScans: forty worlds are assigned to a worker one
@@ -129,7 +123,7 @@ func TestCycleBudgetsBoundEachCommit(t *testing.T) {
 // hints that came during a pass), not once per hint, and still acquires
 // every world.
 func TestHintStormCoalescesScans(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 12, Name: "hint-storm"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 12, Name: "hint-storm"}, func(env *lab.Env) error {
 		st := newStore(env)
 		const n = 40
 		for i := range n {
@@ -162,7 +156,7 @@ func TestHintStormCoalescesScans(t *testing.T) {
 				return err
 			}
 		}
-		if err := waitFor(env, "every world held", 2*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "every world held", 2*time.Second, func() (bool, error) {
 			held, _ := h.Worlds()
 			return len(held) == n, nil
 		}); err != nil {
@@ -175,9 +169,6 @@ func TestHintStormCoalescesScans(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestSlowScanDoesNotStarveRenewals: a worker holds thirty worlds and its
@@ -185,7 +176,7 @@ func TestHintStormCoalescesScans(t *testing.T) {
 // worlds lasts twice the lease TTL. The controller renews between pages,
 // so no lease is lost.
 func TestSlowScanDoesNotStarveRenewals(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 13, Name: "slow-scan"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 13, Name: "slow-scan"}, func(env *lab.Env) error {
 		base := newStore(env)
 		const n = 30
 		for i := range n {
@@ -193,7 +184,7 @@ func TestSlowScanDoesNotStarveRenewals(t *testing.T) {
 				return err
 			}
 		}
-		st := backendtest.NewHandle(base, func(op string) error {
+		st := testrig.NewHandle(base, func(op string) error {
 			if op == "list_worker_worlds" {
 				return sleep(env, 300*time.Millisecond)
 			}
@@ -229,9 +220,6 @@ func TestSlowScanDoesNotStarveRenewals(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestHostTakesOverAPageInOneStoreCall: a host taking over many worlds
@@ -241,7 +229,7 @@ func TestSlowScanDoesNotStarveRenewals(t *testing.T) {
 // worlds whose inbox has a backlog start a process, and each applies its
 // input; the others stay passive.
 func TestHostTakesOverAPageInOneStoreCall(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 3, Name: "host-takeover-pages"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 3, Name: "host-takeover-pages"}, func(env *lab.Env) error {
 		var mu sync.Mutex
 		ops := map[string]int{}
 		st := newStore(env, memstore.WithHook(func(op string) error {
@@ -283,7 +271,7 @@ func TestHostTakesOverAPageInOneStoreCall(t *testing.T) {
 			return err
 		}
 		defer h.Stop(env.Ctx)
-		if err := waitFor(env, "every world held and every backlog applied", 10*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "every world held and every backlog applied", 10*time.Second, func() (bool, error) {
 			held, _ := h.Worlds()
 			if len(held) != n {
 				return false, nil
@@ -331,9 +319,6 @@ func TestHostTakesOverAPageInOneStoreCall(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestHostGivesBackAWorldWithoutADefinition: a world assigned here whose
@@ -342,7 +327,7 @@ func TestHostTakesOverAPageInOneStoreCall(t *testing.T) {
 // takes it again (each pass would otherwise bump its epoch and hint every
 // host), while the other worlds of the page run.
 func TestHostGivesBackAWorldWithoutADefinition(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 4, Name: "host-no-kernel"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 4, Name: "host-no-kernel"}, func(env *lab.Env) error {
 		st := newStore(env)
 		if _, err := st.CreateWorld(env.Ctx, "elsewhere", "x", nil); err != nil {
 			return err
@@ -371,9 +356,6 @@ func TestHostGivesBackAWorldWithoutADefinition(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestDrainDuringATakeoverGivesBackWhatCameBack: a drain that begins while
@@ -381,7 +363,7 @@ func TestHostGivesBackAWorldWithoutADefinition(t *testing.T) {
 // before the drain set it) releases the leases that call returns, at once:
 // none stays held until its TTL, and none is reported acquired.
 func TestDrainDuringATakeoverGivesBackWhatCameBack(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 5, Name: "drain-during-takeover"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 5, Name: "drain-during-takeover"}, func(env *lab.Env) error {
 		var inFlight atomic.Bool
 		var once sync.Once
 		st := newStore(env, memstore.WithHook(func(op string) error {
@@ -414,7 +396,7 @@ func TestDrainDuringATakeoverGivesBackWhatCameBack(t *testing.T) {
 			return err
 		}
 		defer h.Stop(env.Ctx)
-		if err := waitFor(env, "the takeover's AcquireLeases in flight", time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "the takeover's AcquireLeases in flight", time.Second, func() (bool, error) {
 			return inFlight.Load(), nil
 		}); err != nil {
 			return err
@@ -436,9 +418,6 @@ func TestDrainDuringATakeoverGivesBackWhatCameBack(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // afterAcquire runs then once, right after the first AcquireLeases
@@ -461,7 +440,7 @@ func (s *afterAcquire) AcquireLeases(ctx context.Context, worker string, worlds 
 // registered the lease still starts the world: the host watched the inbox
 // before the read, and remembers the hint.
 func TestHostStartsAWorldHintedDuringItsTakeover(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 6, Name: "hint-during-takeover"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 6, Name: "hint-during-takeover"}, func(env *lab.Env) error {
 		base := newStore(env)
 		for _, id := range []string{"h0", "h1"} {
 			if err := createAssigned(env.Ctx, base, id, "A"); err != nil {
@@ -480,7 +459,7 @@ func TestHostStartsAWorldHintedDuringItsTakeover(t *testing.T) {
 			return err
 		}
 		defer h.Stop(env.Ctx)
-		if err := waitFor(env, "h1 applied the item enqueued during its takeover", 5*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "h1 applied the item enqueued during its takeover", 5*time.Second, func() (bool, error) {
 			s, ok := h.State("h1")
 			if !ok {
 				return false, sendErr
@@ -495,9 +474,6 @@ func TestHostStartsAWorldHintedDuringItsTakeover(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestRenewalOfALeaseTakenLaterIsOnTime: the controller looks at its
@@ -506,7 +482,7 @@ func TestHostStartsAWorldHintedDuringItsTakeover(t *testing.T) {
 // (next look a whole TTL away) when it took a world, whose renewal must
 // come at its own expiry minus the margin, not at the planned look.
 func TestRenewalOfALeaseTakenLaterIsOnTime(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 7, Name: "renew-after-takeover"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 7, Name: "renew-after-takeover"}, func(env *lab.Env) error {
 		st := newStore(env)
 		var acquiredAt, renewedAt time.Time
 		cfg := hostConfig("A", st, nil)
@@ -529,7 +505,7 @@ func TestRenewalOfALeaseTakenLaterIsOnTime(t *testing.T) {
 		if err := createAssigned(env.Ctx, st, "late", "A"); err != nil {
 			return err
 		}
-		if err := waitFor(env, "the lease renewed", 2*cfg.LeaseTTL, func() (bool, error) { return !renewedAt.IsZero(), nil }); err != nil {
+		if err := testrig.WaitLab(env, "the lease renewed", 2*cfg.LeaseTTL, func() (bool, error) { return !renewedAt.IsZero(), nil }); err != nil {
 			return err
 		}
 		margin := cfg.LeaseTTL / 3 // RenewMargin's default
@@ -541,9 +517,6 @@ func TestRenewalOfALeaseTakenLaterIsOnTime(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestAPassDropsTheLeasesItDidNotList: a world the worker's listing no
@@ -551,7 +524,7 @@ func TestRenewalOfALeaseTakenLaterIsOnTime(t *testing.T) {
 // at the end of the next pass, while the worlds it listed stay held at
 // their epochs.
 func TestAPassDropsTheLeasesItDidNotList(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 8, Name: "pass-drops-unlisted"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 8, Name: "pass-drops-unlisted"}, func(env *lab.Env) error {
 		st := newStore(env)
 		ids := []string{"p0", "p1", "p2", "p3"}
 		for _, id := range ids {
@@ -574,7 +547,7 @@ func TestAPassDropsTheLeasesItDidNotList(t *testing.T) {
 			return err
 		}
 		defer h.Stop(env.Ctx)
-		if err := waitFor(env, "every world held", 5*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "every world held", 5*time.Second, func() (bool, error) {
 			held, _ := h.Worlds()
 			return len(held) == len(ids), nil
 		}); err != nil {
@@ -586,7 +559,7 @@ func TestAPassDropsTheLeasesItDidNotList(t *testing.T) {
 		if err := st.Unassign(env.Ctx, "p2", nil); err != nil {
 			return err
 		}
-		if err := waitFor(env, "p2 dropped", 5*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "p2 dropped", 5*time.Second, func() (bool, error) {
 			_, ok := h.Lease("p2")
 			return !ok, nil
 		}); err != nil {
@@ -602,7 +575,4 @@ func TestAPassDropsTheLeasesItDidNotList(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
@@ -58,7 +59,7 @@ func (i panicInstance) Step(in world.Input, at time.Time) (world.StepResult, err
 // host started again on the same worker takes the worlds over and applies
 // every acknowledged input exactly once.
 func TestHostFailsWhenItsSupervisorDies(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 5, Name: "host-fails"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 5, Name: "host-fails"}, func(env *lab.Env) error {
 		st := newStore(env)
 		for _, w := range []string{"h1", "h2"} {
 			if err := createAssigned(env.Ctx, st, w, "A"); err != nil {
@@ -167,9 +168,6 @@ func TestHostFailsWhenItsSupervisorDies(t *testing.T) {
 		}
 		return h2.Err()
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 func heartbeatOf(env *lab.Env, st store.Store, id string) time.Time {
@@ -187,7 +185,7 @@ func heartbeatOf(env *lab.Env, st store.Store, id string) time.Time {
 // ErrHostFailed, its world supervisor is shut down so no world commits
 // without renewals, and nothing more happens on it.
 func TestHostFailsWhenItsControllerDies(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 6, Name: "controller-dies"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 6, Name: "controller-dies"}, func(env *lab.Env) error {
 		st := newStore(env)
 		if err := createAssigned(env.Ctx, st, "x", "A"); err != nil {
 			return err
@@ -236,7 +234,4 @@ func TestHostFailsWhenItsControllerDies(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }

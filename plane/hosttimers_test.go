@@ -124,7 +124,7 @@ func (a *alarmRig) seen(kind, world string) []plane.HostEvent {
 // (a direct firing reports itself right after its commit returns, which a
 // reader of the store may see first), or what there is after a while.
 func (a *alarmRig) timerFired(world string) []plane.HostEvent {
-	_ = a.waitFor("EvTimerFired of "+world, 10*time.Second, func() (bool, error) {
+	_ = a.WaitFor("EvTimerFired of "+world, 10*time.Second, func() (bool, error) {
 		return len(a.seen(plane.EvTimerFired, world)) > 0, nil
 	})
 	return a.seen(plane.EvTimerFired, world)
@@ -137,24 +137,24 @@ func (a *alarmRig) host(worker string, st store.Store, adjust func(*plane.HostCo
 	if adjust != nil {
 		adjust(&cfg)
 	}
-	return plane.StartHost(a.ctx, a.root, cfg)
+	return plane.StartHost(a.Ctx, a.Root, cfg)
 }
 
 func (a *alarmRig) create(id, worker string) error {
-	if _, err := a.base.CreateWorld(a.ctx, alarmUniverse, id, nil); err != nil {
+	if _, err := a.Store.CreateWorld(a.Ctx, alarmUniverse, id, nil); err != nil {
 		return err
 	}
-	return a.base.Assign(a.ctx, id, store.Assignment{DesiredWorker: worker, Reason: "test"}, nil)
+	return a.Store.Assign(a.Ctx, id, store.Assignment{DesiredWorker: worker, Reason: "test"}, nil)
 }
 
 func (a *alarmRig) client() *plane.Client {
-	c, _ := plane.NewClient(plane.ClientConfig{Store: a.base, Kernels: alarmKernels(), Executor: a.ex})
+	c, _ := plane.NewClient(plane.ClientConfig{Store: a.Store, Kernels: alarmKernels(), Executor: a.Ex})
 	return c
 }
 
 // state restores world id from the store: its committed state.
 func (a *alarmRig) state(id string) (alarmState, error) {
-	inst, _, err := plane.Restore(a.ctx, a.base, alarmKernels(), id)
+	inst, _, err := plane.Restore(a.Ctx, a.Store, alarmKernels(), id)
 	if err != nil {
 		return alarmState{}, err
 	}
@@ -172,11 +172,11 @@ func (a *alarmRig) state(id string) (alarmState, error) {
 // machine commits the arming late, and the firing right after it). While
 // the timer is still queued its due time must be that one.
 func (a *alarmRig) arm(c *plane.Client, id, key string, after time.Duration) (time.Time, error) {
-	if _, err := c.Send(a.ctx, id, SetAlarm{Key: key, AfterMs: after.Milliseconds()}, "set-"+key); err != nil {
+	if _, err := c.Send(a.Ctx, id, SetAlarm{Key: key, AfterMs: after.Milliseconds()}, "set-"+key); err != nil {
 		return time.Time{}, err
 	}
 	var due time.Time
-	err := a.waitFor(key+" armed", 10*time.Second, func() (bool, error) {
+	err := a.WaitFor(key+" armed", 10*time.Second, func() (bool, error) {
 		s, err := a.state(id)
 		if err != nil {
 			return false, err
@@ -185,7 +185,7 @@ func (a *alarmRig) arm(c *plane.Client, id, key string, after time.Duration) (ti
 			if x.Key != key {
 				continue
 			}
-			items, err := a.base.ReadInbox(a.ctx, id, 0, 0)
+			items, err := a.Store.ReadInbox(a.Ctx, id, 0, 0)
 			if err != nil {
 				return false, err
 			}
@@ -197,7 +197,7 @@ func (a *alarmRig) arm(c *plane.Client, id, key string, after time.Duration) (ti
 			if due.IsZero() {
 				return false, fmt.Errorf("%s is armed but its SetAlarm is not in the inbox", key)
 			}
-			ts, err := a.base.ListTimers(a.ctx, id, 100)
+			ts, err := a.Store.ListTimers(a.Ctx, id, 100)
 			for _, t := range ts {
 				if t.IntentHash == x.Hash && !t.DeliverAt.Equal(due) {
 					return false, fmt.Errorf("timer %s is due %v, want its input's time plus %v: %v", key, t.DeliverAt, after, due)
@@ -212,7 +212,7 @@ func (a *alarmRig) arm(c *plane.Client, id, key string, after time.Duration) (ti
 
 // rang waits until world id's alarms rang exactly want, in order.
 func (a *alarmRig) rang(id string, want ...string) error {
-	return a.waitFor(fmt.Sprint(id, " rang ", want), 20*time.Second, func() (bool, error) {
+	return a.WaitFor(fmt.Sprint(id, " rang ", want), 20*time.Second, func() (bool, error) {
 		s, err := a.state(id)
 		if err != nil {
 			return false, err
@@ -226,7 +226,7 @@ func (a *alarmRig) rang(id string, want ...string) error {
 
 // firings returns world id's timer firings in its inbox.
 func (a *alarmRig) firings(id string) ([]store.InboxItem, error) {
-	items, err := a.base.ReadInbox(a.ctx, id, 0, 0)
+	items, err := a.Store.ReadInbox(a.Ctx, id, 0, 0)
 	var out []store.InboxItem
 	for _, it := range items {
 		if it.Kind == vocab.KindTimer {
@@ -257,7 +257,7 @@ type journaledFiring struct {
 
 // journaledFirings returns world id's journaled timer firings, in order.
 func (a *alarmRig) journaledFirings(id string) ([]journaledFiring, error) {
-	journal, err := plane.ReadTail(a.ctx, a.base, id, 0)
+	journal, err := plane.ReadTail(a.Ctx, a.Store, id, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +296,7 @@ func (a *alarmRig) firedAt(id string, due, want time.Time) error {
 	if fs[0].EnqueuedAt.Before(due) {
 		return fmt.Errorf("%s fired at %v, before its due time %v", id, fs[0].EnqueuedAt, due)
 	}
-	if !a.real() && !fs[0].EnqueuedAt.Equal(want) {
+	if !a.Real() && !fs[0].EnqueuedAt.Equal(want) {
 		return fmt.Errorf("%s fired at %v, want %v", id, fs[0].EnqueuedAt, want)
 	}
 	return nil
@@ -327,9 +327,9 @@ func TestHeldWorldsTimerFiresAtItsDueTimeWithNoTimerWorker(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		defer h.Stop(r.ctx)
+		defer h.Stop(r.Ctx)
 		after := 3 * time.Second
-		if r.real() {
+		if r.Real() {
 			after = 300 * time.Millisecond
 		}
 		due, err := a.arm(a.client(), "h", "x", after)
@@ -343,14 +343,14 @@ func TestHeldWorldsTimerFiresAtItsDueTimeWithNoTimerWorker(t *testing.T) {
 			return err
 		}
 		evs := a.timerFired("h")
-		if len(evs) != 1 || evs[0].Epoch != 1 || evs[0].N != 1 || evs[0].Dur < 0 || !r.real() && evs[0].Dur != 0 {
+		if len(evs) != 1 || evs[0].Epoch != 1 || evs[0].N != 1 || evs[0].Dur < 0 || !r.Real() && evs[0].Dur != 0 {
 			return fmt.Errorf("EvTimerFired events %+v, want one of h at epoch 1 (lateness 0 under the lab)", evs)
 		}
 		steps, err := a.timerSteps("h")
 		if err != nil || !slices.Equal(steps, []string{string(world.OutcomeOK)}) {
 			return fmt.Errorf("journaled firings %v (%v), want one ok", steps, err)
 		}
-		if ts, err := r.base.ListTimers(r.ctx, "h", 10); err != nil || len(ts) != 0 {
+		if ts, err := r.Store.ListTimers(r.Ctx, "h", 10); err != nil || len(ts) != 0 {
 			return fmt.Errorf("timers left %+v, %v", ts, err)
 		}
 		s, err := a.state("h")
@@ -405,11 +405,11 @@ func TestATimerIsNotHeldUpByAnotherWorldsSlowFiring(t *testing.T) {
 		// guard has passed), so that the order asserted below follows from
 		// the lanes alone, not from how quickly a loaded machine fires.
 		held := &holdFiring{Store: r.handle(nil), world: slow, hold: func() {
-			if !r.real() {
-				_ = actor.Sleep(r.ctx, r.ex, time.Second)
+			if !r.Real() {
+				_ = actor.Sleep(r.Ctx, r.Ex, time.Second)
 				return
 			}
-			_ = r.waitFor(fast+"'s firing", 10*time.Second, func() (bool, error) {
+			_ = r.WaitFor(fast+"'s firing", 10*time.Second, func() (bool, error) {
 				fs, err := a.firings(fast)
 				return len(fs) > 0, err
 			})
@@ -418,9 +418,9 @@ func TestATimerIsNotHeldUpByAnotherWorldsSlowFiring(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		defer h.Stop(r.ctx)
+		defer h.Stop(r.Ctx)
 		after := 3 * time.Second
-		if r.real() {
+		if r.Real() {
 			after = 300 * time.Millisecond
 		}
 		c := a.client()
@@ -435,7 +435,7 @@ func TestATimerIsNotHeldUpByAnotherWorldsSlowFiring(t *testing.T) {
 		// Under the lab fast must come due within slow's stuck second; a
 		// real store holds slow's firing until fast's has landed, however
 		// far apart a loaded machine armed them.
-		if gap := dueFast.Sub(dueSlow); gap <= 0 || !r.real() && gap > 500*time.Millisecond {
+		if gap := dueFast.Sub(dueSlow); gap <= 0 || !r.Real() && gap > 500*time.Millisecond {
 			return fmt.Errorf("setup: %s is due %v after %s, want within the stuck second", fast, gap, slow)
 		}
 		if err := a.rang(fast, "f"); err != nil {
@@ -452,7 +452,7 @@ func TestATimerIsNotHeldUpByAnotherWorldsSlowFiring(t *testing.T) {
 		if err != nil || len(ss) != 1 {
 			return fmt.Errorf("%s: firings %v (%v), want one", slow, ss, err)
 		}
-		if !r.real() && (!fs[0].EnqueuedAt.Equal(dueFast) || !ss[0].EnqueuedAt.Equal(dueSlow.Add(time.Second))) {
+		if !r.Real() && (!fs[0].EnqueuedAt.Equal(dueFast) || !ss[0].EnqueuedAt.Equal(dueSlow.Add(time.Second))) {
 			return fmt.Errorf("fired at +%v (%s) and +%v (%s) after their due times, want 0 and the stuck second",
 				fs[0].EnqueuedAt.Sub(dueFast), fast, ss[0].EnqueuedAt.Sub(dueSlow), slow)
 		}
@@ -487,9 +487,9 @@ func TestCancelledHeldTimerNeverFires(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		defer h.Stop(r.ctx)
+		defer h.Stop(r.Ctx)
 		unit, tries := time.Second, 1
-		if r.real() {
+		if r.Real() {
 			// On a real clock the disarm must be stepped before the
 			// cancelled alarm's due time, which a loaded machine may miss:
 			// an alarm that rang first was not cancelled in time, so the
@@ -503,7 +503,7 @@ func TestCancelledHeldTimerNeverFires(t *testing.T) {
 			if _, err := a.arm(c, "k", key, 2*unit); err != nil {
 				return err
 			}
-			if _, err := c.Send(r.ctx, "k", Disarm{Key: key}, "disarm-"+key); err != nil {
+			if _, err := c.Send(r.Ctx, "k", Disarm{Key: key}, "disarm-"+key); err != nil {
 				return err
 			}
 			if err := r.drained("k"); err != nil {
@@ -583,21 +583,21 @@ func TestPassivatedWorldIsWokenByItsTimer(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		defer h.Stop(r.ctx)
+		defer h.Stop(r.Ctx)
 		c := a.client()
 		after := 5 * time.Second
-		if r.real() {
+		if r.Real() {
 			after = 3 * time.Second
 		}
 		// Height 1: the nudge; height 2: the alarm; height 3: its firing.
-		if _, err := c.Send(r.ctx, "p", Nudge{}, "nudge"); err != nil {
+		if _, err := c.Send(r.Ctx, "p", Nudge{}, "nudge"); err != nil {
 			return err
 		}
 		due, err := a.arm(c, "p", "x", after)
 		if err != nil {
 			return err
 		}
-		if err := r.waitFor("p passivated", 10*time.Second, func() (bool, error) {
+		if err := r.WaitFor("p passivated", 10*time.Second, func() (bool, error) {
 			_, active := h.Worlds()
 			return active == 0 && len(a.seen(plane.EvPassivate, "p")) > 0, nil
 		}); err != nil {
@@ -641,7 +641,7 @@ func TestPassivatedWorldIsWokenByItsTimer(t *testing.T) {
 		// firing over before the process that its hint starts gets to
 		// read. (A real scheduler may let the store's own hint win that
 		// race; the process then reads, which is only slower.)
-		if !r.real() && readsAtStep != readsAtFire {
+		if !r.Real() && readsAtStep != readsAtFire {
 			return fmt.Errorf("%d inbox reads between the firing and its step, want none", readsAtStep-readsAtFire)
 		}
 		if n := calls["list_timers"]; n != listsBefore {
@@ -666,7 +666,7 @@ func (a *alarmRig) armThenMoveToB(id string) (time.Time, *plane.Host, error) {
 		return time.Time{}, nil, err
 	}
 	after := 6 * time.Second
-	if r.real() {
+	if r.Real() {
 		after = 1500 * time.Millisecond
 	}
 	due, err := a.arm(a.client(), id, "x", after)
@@ -674,22 +674,22 @@ func (a *alarmRig) armThenMoveToB(id string) (time.Time, *plane.Host, error) {
 		return time.Time{}, nil, err
 	}
 	stA.Crash()
-	hA.Kill(r.ctx)
-	if err := r.advance(r.hostConfig("A", nil, nil).LeaseTTL); err != nil {
+	hA.Kill(r.Ctx)
+	if err := r.Advance(r.hostConfig("A", nil, nil).LeaseTTL); err != nil {
 		return time.Time{}, nil, err
 	}
-	if err := r.base.Assign(r.ctx, id, store.Assignment{DesiredWorker: "B"}, nil); err != nil {
+	if err := r.Store.Assign(r.Ctx, id, store.Assignment{DesiredWorker: "B"}, nil); err != nil {
 		return time.Time{}, nil, err
 	}
 	hB, err := a.host("B", r.handle(nil), nil)
 	if err != nil {
 		return time.Time{}, nil, err
 	}
-	if err := r.waitFor("B holds "+id, 10*time.Second, func() (bool, error) {
+	if err := r.WaitFor("B holds "+id, 10*time.Second, func() (bool, error) {
 		_, ok := hB.Lease(id)
 		return ok, nil
 	}); err != nil {
-		hB.Stop(r.ctx)
+		hB.Stop(r.Ctx)
 		return time.Time{}, nil, err
 	}
 	return due, hB, nil
@@ -706,8 +706,8 @@ func TestRestoredWorldFiresTimersSetBeforeARestart(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		defer hB.Stop(r.ctx)
-		if _, err := a.client().Send(r.ctx, "r", Nudge{}, "nudge"); err != nil {
+		defer hB.Stop(r.Ctx)
+		if _, err := a.client().Send(r.Ctx, "r", Nudge{}, "nudge"); err != nil {
 			return err
 		}
 		if err := a.rang("r", "x"); err != nil {
@@ -737,8 +737,8 @@ func TestTakenOverPassiveWorldWakesAtItsTimer(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		defer hB.Stop(r.ctx)
-		if !r.real() {
+		defer hB.Stop(r.Ctx)
+		if !r.Real() {
 			// Taken over before the timer is due, and left passive.
 			if _, active := hB.Worlds(); active != 0 {
 				return fmt.Errorf("B runs %d worlds before p's timer is due, want p passive", active)
@@ -760,19 +760,19 @@ func TestTakenOverPassiveWorldWakesAtItsTimer(t *testing.T) {
 // runTimerWorker runs a timer worker over st in a scope of its own until
 // the returned stop is called.
 func runTimerWorker(r *rig, st timer.Store, cfg timer.Config) (*timer.Worker, func(), error) {
-	cfg.Executor = r.ex
+	cfg.Executor = r.Ex
 	w, err := timer.New(st, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	sc, err := r.root.Sub("timers:" + cfg.Worker)
+	sc, err := r.Root.Sub("timers:" + cfg.Worker)
 	if err != nil {
 		return nil, nil, err
 	}
 	if _, err := sc.Go("timer-worker", w.Run); err != nil {
 		return nil, nil, err
 	}
-	return w, func() { _, _ = sc.CloseKilled(r.ctx) }, nil
+	return w, func() { _, _ = sc.CloseKilled(r.Ctx) }, nil
 }
 
 // TestHostAndTimerWorkerRaceToFireOnce: a timer worker with no Lag and
@@ -790,7 +790,7 @@ func TestHostAndTimerWorkerRaceToFireOnce(t *testing.T) {
 				}
 				var worker *timer.Worker
 				wait := func(what string, cond func() (bool, error)) error {
-					return r.waitFor(what, 10*time.Second, cond)
+					return r.WaitFor(what, 10*time.Second, cond)
 				}
 				// Each side's hook holds its firing until the other side
 				// has done its part, so each order happens as named.
@@ -800,7 +800,7 @@ func TestHostAndTimerWorkerRaceToFireOnce(t *testing.T) {
 					}
 					if hostFirst {
 						return wait("the worker's claim", func() (bool, error) {
-							ts, err := r.base.ListTimers(r.ctx, "x", 10)
+							ts, err := r.Store.ListTimers(r.Ctx, "x", 10)
 							return len(ts) == 1 && ts[0].State == store.TimerClaimed, err
 						})
 					}
@@ -823,9 +823,9 @@ func TestHostAndTimerWorkerRaceToFireOnce(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				defer h.Stop(r.ctx)
+				defer h.Stop(r.Ctx)
 				after := 2 * time.Second
-				if r.real() {
+				if r.Real() {
 					after = 300 * time.Millisecond
 				}
 				if _, err := a.arm(a.client(), "x", "x", after); err != nil {
@@ -888,14 +888,14 @@ func TestTimerWorkerFiresADeadHostsTimerAfterLag(t *testing.T) {
 			return err
 		}
 		stA.Crash()
-		hA.Kill(r.ctx)
-		if err := actor.Sleep(r.ctx, r.ex, due.Add(lag-time.Nanosecond).Sub(r.ex.Now())); err != nil {
+		hA.Kill(r.Ctx)
+		if err := actor.Sleep(r.Ctx, r.Ex, due.Add(lag-time.Nanosecond).Sub(r.Ex.Now())); err != nil {
 			return err
 		}
 		if fs, err := a.firings("d"); err != nil || len(fs) != 0 {
 			return fmt.Errorf("firings a nanosecond before due+Lag: %+v, %v", fs, err)
 		}
-		if err := r.waitFor("the worker's firing", time.Second, func() (bool, error) {
+		if err := r.WaitFor("the worker's firing", time.Second, func() (bool, error) {
 			fs, err := a.firings("d")
 			return len(fs) == 1, err
 		}); err != nil {
@@ -904,14 +904,14 @@ func TestTimerWorkerFiresADeadHostsTimerAfterLag(t *testing.T) {
 		if fs, err := a.firings("d"); err != nil || len(fs) != 1 || !fs[0].EnqueuedAt.Equal(due.Add(lag)) {
 			return fmt.Errorf("firings in the inbox %+v (%v), want one at due+Lag %v", fs, err, due.Add(lag))
 		}
-		if err := r.base.Assign(r.ctx, "d", store.Assignment{DesiredWorker: "B"}, nil); err != nil {
+		if err := r.Store.Assign(r.Ctx, "d", store.Assignment{DesiredWorker: "B"}, nil); err != nil {
 			return err
 		}
 		hB, err := a.host("B", r.handle(nil), nil)
 		if err != nil {
 			return err
 		}
-		defer hB.Stop(r.ctx)
+		defer hB.Stop(r.Ctx)
 		if err := a.rang("d", "x"); err != nil {
 			return err
 		}
@@ -941,15 +941,15 @@ func TestTimersDueTogetherFireOnceAcrossCycles(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		defer h.Stop(r.ctx)
+		defer h.Stop(r.Ctx)
 		after := 2 * time.Second
-		if r.real() {
+		if r.Real() {
 			after = 400 * time.Millisecond
 		}
 		c := a.client()
 		keys := []string{"a", "b", "c", "d", "e"}
 		for _, k := range keys {
-			if _, err := c.Send(r.ctx, "m", SetAlarm{Key: k, AfterMs: after.Milliseconds()}, "set-"+k); err != nil {
+			if _, err := c.Send(r.Ctx, "m", SetAlarm{Key: k, AfterMs: after.Milliseconds()}, "set-"+k); err != nil {
 				return err
 			}
 		}
@@ -963,7 +963,7 @@ func TestTimersDueTogetherFireOnceAcrossCycles(t *testing.T) {
 		// The due times from the inputs (each SetAlarm's enqueue time, its
 		// handler's Now, plus after): on a loaded machine the first timers
 		// may have fired, and left the queue, by now.
-		items, err := r.base.ReadInbox(r.ctx, "m", 0, 0)
+		items, err := r.Store.ReadInbox(r.Ctx, "m", 0, 0)
 		if err != nil {
 			return err
 		}
@@ -973,7 +973,7 @@ func TestTimersDueTogetherFireOnceAcrossCycles(t *testing.T) {
 				latest = it.EnqueuedAt.Add(after)
 			}
 		}
-		if err := r.waitFor("every alarm rang", 20*time.Second, func() (bool, error) {
+		if err := r.WaitFor("every alarm rang", 20*time.Second, func() (bool, error) {
 			s, err := a.state("m")
 			return len(s.Rang) == len(keys), err
 		}); err != nil {
@@ -994,14 +994,14 @@ func TestTimersDueTogetherFireOnceAcrossCycles(t *testing.T) {
 			if f.Seq != 0 || f.Outcome != string(world.OutcomeOK) {
 				return fmt.Errorf("firing %+v, want each stepped directly and ok", f)
 			}
-			if !r.real() && !f.EnqueuedAt.Equal(latest) {
+			if !r.Real() && !f.EnqueuedAt.Equal(latest) {
 				return fmt.Errorf("fired at %v, want the due time %v", f.EnqueuedAt, latest)
 			}
 		}
 		// The host reports a commit after it returns, so the store can
 		// show the last firings before their commit's event is observed.
 		steps := 0
-		if err := r.waitFor("every commit observed", 5*time.Second, func() (bool, error) {
+		if err := r.WaitFor("every commit observed", 5*time.Second, func() (bool, error) {
 			steps = 0
 			for _, ev := range a.seen(plane.EvCommit, "m") {
 				if ev.N > 2 {
@@ -1038,7 +1038,7 @@ func TestInputHintedBeforeAFiringIsSteppedFirst(t *testing.T) {
 		hook := func(op string) error {
 			if op == "commit" && slow.CompareAndSwap(true, false) {
 				// The cycle of the first nudge commits across the due time.
-				_ = actor.Sleep(r.ctx, r.ex, 200*time.Millisecond)
+				_ = actor.Sleep(r.Ctx, r.Ex, 200*time.Millisecond)
 			}
 			return nil
 		}
@@ -1046,23 +1046,23 @@ func TestInputHintedBeforeAFiringIsSteppedFirst(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		defer h.Stop(r.ctx)
+		defer h.Stop(r.Ctx)
 		c := a.client()
 		due, err := a.arm(c, "o", "x", 2*time.Second)
 		if err != nil {
 			return err
 		}
-		if err := actor.Sleep(r.ctx, r.ex, due.Add(-100*time.Millisecond).Sub(r.ex.Now())); err != nil {
+		if err := actor.Sleep(r.Ctx, r.Ex, due.Add(-100*time.Millisecond).Sub(r.Ex.Now())); err != nil {
 			return err
 		}
 		slow.Store(true)
-		if _, err := c.Send(r.ctx, "o", Nudge{}, "nudge-1"); err != nil {
+		if _, err := c.Send(r.Ctx, "o", Nudge{}, "nudge-1"); err != nil {
 			return err
 		}
-		if err := actor.Sleep(r.ctx, r.ex, 50*time.Millisecond); err != nil {
+		if err := actor.Sleep(r.Ctx, r.Ex, 50*time.Millisecond); err != nil {
 			return err
 		}
-		if _, err := c.Send(r.ctx, "o", Nudge{}, "nudge-2"); err != nil {
+		if _, err := c.Send(r.Ctx, "o", Nudge{}, "nudge-2"); err != nil {
 			return err
 		}
 		if err := a.rang("o", "x"); err != nil {
@@ -1071,7 +1071,7 @@ func TestInputHintedBeforeAFiringIsSteppedFirst(t *testing.T) {
 		if err := r.drained("o"); err != nil {
 			return err
 		}
-		journal, err := plane.ReadTail(r.ctx, r.base, "o", 0)
+		journal, err := plane.ReadTail(r.Ctx, r.Store, "o", 0)
 		if err != nil {
 			return err
 		}

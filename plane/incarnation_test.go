@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
@@ -22,13 +23,13 @@ import (
 // world back, and the new host keeps running it.
 func TestRestartUnderSameWorkerFencesPausedPredecessor(t *testing.T) {
 	forEachBackend(t, 12, "restart-same-worker", func(r *rig) error {
-		base, ctx := r.base, r.ctx
+		base, ctx := r.Store, r.Ctx
 		if err := createAssigned(ctx, base, "z", "A"); err != nil {
 			return err
 		}
 		var mu sync.Mutex // real backends call the hook from many goroutines
 		armed, paused, thawed := false, false, false
-		frozen := r.ex.NewParker()
+		frozen := r.Ex.NewParker()
 		var blocked []actor.Parker
 		hook := func(op string) error {
 			mu.Lock()
@@ -40,7 +41,7 @@ func TestRestartUnderSameWorkerFencesPausedPredecessor(t *testing.T) {
 				mu.Unlock()
 				return nil
 			}
-			p := r.ex.NewParker()
+			p := r.Ex.NewParker()
 			blocked = append(blocked, p)
 			mu.Unlock()
 			_ = p.Park(ctx)
@@ -73,12 +74,12 @@ func TestRestartUnderSameWorkerFencesPausedPredecessor(t *testing.T) {
 				}
 			}
 		}
-		old, err := plane.StartHost(ctx, r.root, cfgOld)
+		old, err := plane.StartHost(ctx, r.Root, cfgOld)
 		if err != nil {
 			return err
 		}
 		defer old.Stop(ctx)
-		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: r.ex})
+		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: r.Ex})
 		if _, err := c.Send(ctx, "z", Add{By: 1, Key: "1"}, "1"); err != nil {
 			return err
 		}
@@ -103,13 +104,13 @@ func TestRestartUnderSameWorkerFencesPausedPredecessor(t *testing.T) {
 		// The replacement: same worker id, a new process.
 		cfgNew := r.hostConfig("A", r.handle(nil), nil)
 		cfgNew.Incarnation = "A-2"
-		fresh, err := plane.StartHost(ctx, r.root, cfgNew)
+		fresh, err := plane.StartHost(ctx, r.Root, cfgNew)
 		if err != nil {
 			return err
 		}
 		defer fresh.Stop(ctx)
 		var newEpoch uint64
-		if err := r.waitFor("the new host takes z over", 10*time.Second, func() (bool, error) {
+		if err := r.WaitFor("the new host takes z over", 10*time.Second, func() (bool, error) {
 			newEpoch, ok = fresh.Lease("z")
 			return ok, nil
 		}); err != nil {
@@ -129,7 +130,7 @@ func TestRestartUnderSameWorkerFencesPausedPredecessor(t *testing.T) {
 		for _, p := range thaw { // the old host resumes, its frozen commit first
 			p.Unpark()
 		}
-		if err := r.waitFor("the old host's thawed commit fenced by the store, then two scans", 10*time.Second, func() (bool, error) {
+		if err := r.WaitFor("the old host's thawed commit fenced by the store, then two scans", 10*time.Second, func() (bool, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			storeFenced := false
@@ -185,7 +186,7 @@ func TestRestartUnderSameWorkerFencesPausedPredecessor(t *testing.T) {
 // a higher epoch; a placement written under the old one's fence is
 // rejected, the old one stops leading and does not take the lead back.
 func TestOrchestratorRestartedUnderItsIDTakesTheLeadAtANewEpoch(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 9, Name: "orchestrator-restart"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 9, Name: "orchestrator-restart"}, func(env *lab.Env) error {
 		ctx := env.Ctx
 		base := newStore(env)
 		if _, err := base.CreateWorld(ctx, universe, "d0", nil); err != nil {
@@ -201,7 +202,7 @@ func TestOrchestratorRestartedUnderItsIDTakesTheLeadAtANewEpoch(t *testing.T) {
 			return err
 		}
 		defer old.Stop(ctx)
-		if err := waitFor(env, "the old orchestrator leads", 10*time.Second, func() (bool, error) { return old.Leader(), nil }); err != nil {
+		if err := testrig.WaitLab(env, "the old orchestrator leads", 10*time.Second, func() (bool, error) { return old.Leader(), nil }); err != nil {
 			return err
 		}
 		first, _, err := base.GetLease(ctx, plane.OrchestratorWorld)
@@ -215,7 +216,7 @@ func TestOrchestratorRestartedUnderItsIDTakesTheLeadAtANewEpoch(t *testing.T) {
 		}
 		defer fresh.Stop(ctx)
 		// Well within the old lease's TTL: only the incarnation differs.
-		if err := waitFor(env, "the new orchestrator leads", time.Second, func() (bool, error) { return fresh.Leader(), nil }); err != nil {
+		if err := testrig.WaitLab(env, "the new orchestrator leads", time.Second, func() (bool, error) { return fresh.Leader(), nil }); err != nil {
 			return err
 		}
 		cur, _, err := base.GetLease(ctx, plane.OrchestratorWorld)
@@ -242,7 +243,4 @@ func TestOrchestratorRestartedUnderItsIDTakesTheLeadAtANewEpoch(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
@@ -22,7 +23,7 @@ import (
 // Dur the RenewLeases call's duration on the executor's clock (here a
 // store that answers it in 40ms of virtual time).
 func TestHostReportsEachRenewalRoundTrip(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 21, Name: "obs-renewed"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 21, Name: "obs-renewed"}, func(env *lab.Env) error {
 		st := newStore(env, memstore.WithHook(func(op string) error {
 			if op == "renew_leases" {
 				return sleep(env, 40*time.Millisecond)
@@ -60,9 +61,6 @@ func TestHostReportsEachRenewalRoundTrip(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestCommitReportsInboxToJournalLag: two items wait in a world's inbox
@@ -71,7 +69,7 @@ func TestHostReportsEachRenewalRoundTrip(t *testing.T) {
 // EvCommit's Dur is the virtual time from the OLDER item's enqueue to the
 // commit's completion, and N the cycle's steps.
 func TestCommitReportsInboxToJournalLag(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 22, Name: "obs-lag"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 22, Name: "obs-lag"}, func(env *lab.Env) error {
 		st := newStore(env, memstore.WithHook(func(op string) error {
 			if op == "commit" {
 				return sleep(env, 50*time.Millisecond)
@@ -128,9 +126,6 @@ func TestCommitReportsInboxToJournalLag(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // alteredKernels is the test world with one handler changed under the same
@@ -152,7 +147,7 @@ func alteredKernels() plane.Kernels {
 // reports EvDiverged with it, then the crash it always reported (the
 // supervisor keeps retrying), and nothing is committed.
 func TestDivergentJournalIsObserved(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 23, Name: "obs-diverged"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 23, Name: "obs-diverged"}, func(env *lab.Env) error {
 		st := newStore(env)
 		if err := createAssigned(env.Ctx, st, "d", "A"); err != nil {
 			return err
@@ -193,7 +188,7 @@ func TestDivergentJournalIsObserved(t *testing.T) {
 			return err
 		}
 		defer b.Stop(env.Ctx)
-		if err := waitFor(env, "a divergence", 5*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "a divergence", 5*time.Second, func() (bool, error) {
 			return slices.ContainsFunc(events, func(ev plane.HostEvent) bool { return ev.Kind == plane.EvDiverged }), nil
 		}); err != nil {
 			return err
@@ -215,9 +210,6 @@ func TestDivergentJournalIsObserved(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 func kinds(evs []plane.HostEvent) []string {
@@ -274,7 +266,7 @@ func (h *recordingHandler) WithGroup(string) slog.Handler      { return h }
 // and worker; and at Info and above it logs nothing per step or commit,
 // however many there were.
 func TestHostLogsLifecycleNotSteps(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 24, Name: "obs-logs"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 24, Name: "obs-logs"}, func(env *lab.Env) error {
 		st := newStore(env)
 		if err := createAssigned(env.Ctx, st, "l", "A"); err != nil {
 			return err
@@ -308,7 +300,7 @@ func TestHostLogsLifecycleNotSteps(t *testing.T) {
 		if _, err := st.SetWorldStatus(env.Ctx, "l", store.WorldPaused, "maintenance"); err != nil {
 			return err
 		}
-		if err := waitFor(env, "the lease dropped", 5*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "the lease dropped", 5*time.Second, func() (bool, error) {
 			_, ok := h.Lease("l")
 			return !ok, nil
 		}); err != nil {
@@ -355,7 +347,4 @@ func TestHostLogsLifecycleNotSteps(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }

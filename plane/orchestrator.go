@@ -218,13 +218,8 @@ func (o *Orchestrator) loop(ctx context.Context) error {
 		if o.Leader() && nextReconcile.Before(next) {
 			next = nextReconcile
 		}
-		if d := next.Sub(o.ex.Now()); d > 0 {
-			t := o.ex.AfterFunc(d, o.park.Unpark)
-			err := o.park.Park(ctx)
-			t.Stop()
-			if err != nil {
-				return nil
-			}
+		if err := actor.ParkFor(ctx, o.ex, o.park, next.Sub(o.ex.Now())); err != nil {
+			return nil
 		}
 	}
 	return nil

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
-	"github.com/orrery-run/orrery/plane/internal/backendtest"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
 )
@@ -31,7 +31,7 @@ func assignedTo(env *lab.Env, st store.Store, id string) string {
 // holders acquire once the old leases expire), and a drained worker's
 // worlds move without waiting for the TTL.
 func TestOrchestratorPlacesPinsAndMovesWorlds(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 21, Name: "orchestrator"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 21, Name: "orchestrator"}, func(env *lab.Env) error {
 		base := newStore(env)
 		const n = 12
 		var ids []string
@@ -77,7 +77,7 @@ func TestOrchestratorPlacesPinsAndMovesWorlds(t *testing.T) {
 			}
 			return assignedTo(env, base, pinned) == "C", nil
 		}
-		if err := waitFor(env, "placement", 10*time.Second, placed); err != nil {
+		if err := testrig.WaitLab(env, "placement", 10*time.Second, placed); err != nil {
 			return err
 		}
 		if o1.Leader() == o2.Leader() {
@@ -94,7 +94,7 @@ func TestOrchestratorPlacesPinsAndMovesWorlds(t *testing.T) {
 			}
 			return true, nil
 		}
-		if err := waitFor(env, "every world held by its assignee", 10*time.Second, held); err != nil {
+		if err := testrig.WaitLab(env, "every world held by its assignee", 10*time.Second, held); err != nil {
 			return err
 		}
 		// The acting orchestrator dies: the other takes over after its TTL.
@@ -116,13 +116,13 @@ func TestOrchestratorPlacesPinsAndMovesWorlds(t *testing.T) {
 		hosts["B"].Kill(env.Ctx)
 		delete(hosts, "B")
 		live = []string{"A", "C"}
-		if err := waitFor(env, "B's worlds moved", 20*time.Second, placed); err != nil {
+		if err := testrig.WaitLab(env, "B's worlds moved", 20*time.Second, placed); err != nil {
 			return err
 		}
 		if !other.Leader() {
 			return fmt.Errorf("the surviving orchestrator did not take over")
 		}
-		if err := waitFor(env, "moved worlds held", 20*time.Second, held); err != nil {
+		if err := testrig.WaitLab(env, "moved worlds held", 20*time.Second, held); err != nil {
 			return err
 		}
 		for _, id := range bWorlds {
@@ -137,7 +137,7 @@ func TestOrchestratorPlacesPinsAndMovesWorlds(t *testing.T) {
 			return err
 		}
 		live = []string{"A"}
-		if err := waitFor(env, "C drained", 20*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "C drained", 20*time.Second, func() (bool, error) {
 			for _, id := range ids[1:] {
 				if _, ok := hosts["A"].Lease(id); !ok {
 					return false, nil
@@ -160,9 +160,6 @@ func TestOrchestratorPlacesPinsAndMovesWorlds(t *testing.T) {
 		}
 		return other.Stop(env.Ctx)
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestPlaceIsStableRendezvous: removing a worker moves only its worlds,
@@ -194,7 +191,7 @@ func TestPlaceIsStableRendezvous(t *testing.T) {
 // instead of dying silently, so the world is still placed, acquired and
 // run.
 func TestControllersSurviveAFailedWatch(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 22, Name: "watch-retry"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 22, Name: "watch-retry"}, func(env *lab.Env) error {
 		base := newStore(env)
 		if _, err := base.CreateWorld(env.Ctx, universe, "w", nil); err != nil {
 			return err
@@ -233,9 +230,6 @@ func TestControllersSurviveAFailedWatch(t *testing.T) {
 		_, err = parity(env.Ctx, base, "w")
 		return err
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestReconcileReadsAssignmentsInPages: a reconcile pass learns the
@@ -244,7 +238,7 @@ func TestControllersSurviveAFailedWatch(t *testing.T) {
 // only when no worker of the inventory is desired for it (here a pin to a
 // worker that never heartbeat), and that pin survives.
 func TestReconcileReadsAssignmentsInPages(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 23, Name: "reconcile-pages"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 23, Name: "reconcile-pages"}, func(env *lab.Env) error {
 		base := newStore(env)
 		const n, page = 60, 7
 		for i := range n {
@@ -262,7 +256,7 @@ func TestReconcileReadsAssignmentsInPages(t *testing.T) {
 		}
 		ops := map[string]int{}
 		counting := false
-		st := backendtest.NewHandle(base, func(op string) error {
+		st := testrig.NewHandle(base, func(op string) error {
 			if counting {
 				ops[op]++
 			}
@@ -274,7 +268,7 @@ func TestReconcileReadsAssignmentsInPages(t *testing.T) {
 			return err
 		}
 		defer o.Stop(env.Ctx)
-		if err := waitFor(env, "every world placed", 5*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "every world placed", 5*time.Second, func() (bool, error) {
 			for i := range n {
 				if assignedTo(env, base, fmt.Sprint("o", i)) == "" {
 					return false, nil
@@ -306,9 +300,6 @@ func TestReconcileReadsAssignmentsInPages(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // deposedWrites records what an orchestrator's assignment writes returned
@@ -343,7 +334,7 @@ func (d *deposedWrites) Unassign(ctx context.Context, w string, by *store.Fence)
 // refuses its write (ErrFenced: the write carries its lease's fence) and
 // it stops acting; the successor's placement stands.
 func TestDeposedOrchestratorWritesNothing(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 8, Name: "deposed-orchestrator"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 8, Name: "deposed-orchestrator"}, func(env *lab.Env) error {
 		base := newStore(env)
 		ids := []string{"d0", "d1", "d2", "d3"}
 		for _, id := range ids {
@@ -390,7 +381,7 @@ func TestDeposedOrchestratorWritesNothing(t *testing.T) {
 			}
 			return true, nil
 		}
-		if err := waitFor(env, "placement by o1", 10*time.Second, placed); err != nil {
+		if err := testrig.WaitLab(env, "placement by o1", 10*time.Second, placed); err != nil {
 			return err
 		}
 		if !o1.Leader() {
@@ -409,7 +400,7 @@ func TestDeposedOrchestratorWritesNothing(t *testing.T) {
 			return err
 		}
 		live = []string{"A"}
-		if err := waitFor(env, "placement by o2", 15*time.Second, placed); err != nil {
+		if err := testrig.WaitLab(env, "placement by o2", 15*time.Second, placed); err != nil {
 			return err
 		}
 		if !o2.Leader() {
@@ -421,7 +412,7 @@ func TestDeposedOrchestratorWritesNothing(t *testing.T) {
 			return err
 		}
 		live = []string{"A", "B"}
-		if err := waitFor(env, "o1 resumed", 30*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "o1 resumed", 30*time.Second, func() (bool, error) {
 			w1.mu.Lock()
 			defer w1.mu.Unlock()
 			return len(w1.after) > 0, nil
@@ -439,7 +430,7 @@ func TestDeposedOrchestratorWritesNothing(t *testing.T) {
 		if o1.Leader() {
 			return fmt.Errorf("o1 still believes it leads after a fenced write")
 		}
-		if err := waitFor(env, "o2's placement", 10*time.Second, placed); err != nil {
+		if err := testrig.WaitLab(env, "o2's placement", 10*time.Second, placed); err != nil {
 			return err
 		}
 		if err := o1.Stop(env.Ctx); err != nil {
@@ -447,9 +438,6 @@ func TestDeposedOrchestratorWritesNothing(t *testing.T) {
 		}
 		return o2.Stop(env.Ctx)
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestReconcileWritesAssignmentsConcurrently: the assignment writes of one
@@ -493,7 +481,7 @@ func TestReconcileWritesAssignmentsConcurrently(t *testing.T) {
 				return err
 			}
 			defer o.Stop(env.Ctx)
-			if err := waitFor(env, "every world placed", 10*time.Second, func() (bool, error) {
+			if err := testrig.WaitLab(env, "every world placed", 10*time.Second, func() (bool, error) {
 				for i := range n {
 					if a, ok, err := st.GetAssignment(env.Ctx, fmt.Sprint("r", i)); err != nil || !ok || a.DesiredWorker != "A" {
 						return false, err
@@ -522,7 +510,7 @@ func TestReconcileWritesAssignmentsConcurrently(t *testing.T) {
 // placements alone instead of unassigning every world; once a worker is
 // live again, placement resumes.
 func TestReconcileKeepsPlacementsWhenNoWorkerIsLive(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 9, Name: "reconcile-no-live"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 9, Name: "reconcile-no-live"}, func(env *lab.Env) error {
 		st := newStore(env)
 		for i := range 5 {
 			if err := createAssigned(env.Ctx, st, fmt.Sprint("k", i), "A"); err != nil {
@@ -562,7 +550,4 @@ func TestReconcileKeepsPlacementsWhenNoWorkerIsLive(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }

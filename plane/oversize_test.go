@@ -113,27 +113,27 @@ func (e *events) of(kind string) []plane.HostEvent {
 // which it checks equals the host's restore byte for byte.
 func runSpill(r *rig, kern world.Kernel, then func(c *plane.Client) error, msgs ...any) ([]event.Envelope, *events, spill, error) {
 	const id = "spill"
-	if err := createAssigned(r.ctx, r.base, id, "A"); err != nil {
+	if err := createAssigned(r.Ctx, r.Store, id, "A"); err != nil {
 		return nil, nil, spill{}, err
 	}
 	kernels := plane.Kernels{universe: kern}
-	c, err := plane.NewClient(plane.ClientConfig{Store: r.base, Kernels: kernels, Executor: r.ex})
+	c, err := plane.NewClient(plane.ClientConfig{Store: r.Store, Kernels: kernels, Executor: r.Ex})
 	if err != nil {
 		return nil, nil, spill{}, err
 	}
 	for i, m := range msgs {
-		if _, err := c.Send(r.ctx, id, m, fmt.Sprint("k", i)); err != nil {
+		if _, err := c.Send(r.Ctx, id, m, fmt.Sprint("k", i)); err != nil {
 			return nil, nil, spill{}, err
 		}
 	}
 	evs := &events{}
-	cfg := r.hostConfig("A", r.base, nil)
+	cfg := r.hostConfig("A", r.Store, nil)
 	cfg.Kernels, cfg.Observe = kernels, evs.observe
-	h, err := plane.StartHost(r.ctx, r.root, cfg)
+	h, err := plane.StartHost(r.Ctx, r.Root, cfg)
 	if err != nil {
 		return nil, nil, spill{}, err
 	}
-	defer h.Stop(r.ctx)
+	defer h.Stop(r.Ctx)
 	if err := r.drained(id); err != nil {
 		return nil, evs, spill{}, fmt.Errorf("%w (crashes: %d)", err, len(evs.of(plane.EvCrash)))
 	}
@@ -142,7 +142,7 @@ func runSpill(r *rig, kern world.Kernel, then func(c *plane.Client) error, msgs 
 			return nil, evs, spill{}, err
 		}
 	}
-	journal, err := journalOf(r.ctx, r.base, id)
+	journal, err := journalOf(r.Ctx, r.Store, id)
 	if err != nil {
 		return nil, nil, spill{}, err
 	}
@@ -150,7 +150,7 @@ func runSpill(r *rig, kern world.Kernel, then func(c *plane.Client) error, msgs 
 	if err != nil {
 		return nil, nil, spill{}, fmt.Errorf("replay: %w", err)
 	}
-	inst, _, err := plane.Restore(r.ctx, r.base, kernels, id)
+	inst, _, err := plane.Restore(r.Ctx, r.Store, kernels, id)
 	if err != nil {
 		return nil, nil, spill{}, err
 	}
@@ -177,7 +177,7 @@ func spillRecordOf(e event.Envelope) (spillRecord, error) {
 }
 
 func noEffects(r *rig, id string) error {
-	effs, err := r.base.ListEffects(r.ctx, id, 0, 0)
+	effs, err := r.Store.ListEffects(r.Ctx, id, 0, 0)
 	if err != nil {
 		return err
 	}
@@ -242,7 +242,7 @@ func TestStoreRefusedStepIsConsumedAsAnErrorOutcome(t *testing.T) {
 		// A call the store refuses: its caller, which re-derives the
 		// reply from the journal, is told so.
 		call := func(c *plane.Client) error {
-			_, err := c.Call(r.ctx, "spill", Jot{Key: "poison call"})
+			_, err := c.Call(r.Ctx, "spill", Jot{Key: "poison call"})
 			if !errors.Is(err, plane.ErrCallFailed) || !errors.Is(err, world.ErrRefused) {
 				return fmt.Errorf("a refused call answered %v, want ErrCallFailed and ErrRefused", err)
 			}
@@ -283,7 +283,7 @@ func TestStoreRefusedStepIsConsumedAsAnErrorOutcome(t *testing.T) {
 		if n := len(evs.of(plane.EvCrash)); n != 0 {
 			return fmt.Errorf("%d crashes: a refused commit restarted the world", n)
 		}
-		if !r.real() {
+		if !r.Real() {
 			// Under the lab the first cycle steps a and the poison, and
 			// stops there: no room is left for another step's intents.
 			var ns []int

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
@@ -18,7 +19,7 @@ import (
 // IdleAfter while the host keeps its lease; the next input starts a fresh
 // process that restores it from the store and applies the input.
 func TestPassivatedWorldWakesOnInput(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 2, Name: "passivation"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 2, Name: "passivation"}, func(env *lab.Env) error {
 		st := newStore(env)
 		var events []plane.HostEvent
 		cfg := hostConfig("A", st, nil)
@@ -34,7 +35,7 @@ func TestPassivatedWorldWakesOnInput(t *testing.T) {
 		}
 		defer h.Stop(env.Ctx)
 		c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
-		if err := waitFor(env, "three leases", 5*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "three leases", 5*time.Second, func() (bool, error) {
 			held, _ := h.Worlds()
 			return len(held) == 3, nil
 		}); err != nil {
@@ -43,7 +44,7 @@ func TestPassivatedWorldWakesOnInput(t *testing.T) {
 		if _, err := c.Send(env.Ctx, "p0", Add{By: 5, Key: "a"}, "a"); err != nil {
 			return err
 		}
-		if err := waitFor(env, "p0 active", time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "p0 active", time.Second, func() (bool, error) {
 			_, active := h.Worlds()
 			return active == 1, nil
 		}); err != nil {
@@ -60,7 +61,7 @@ func TestPassivatedWorldWakesOnInput(t *testing.T) {
 		if _, err := c.Send(env.Ctx, "p0", Add{By: 7, Key: "b"}, "b"); err != nil {
 			return err
 		}
-		if err := waitFor(env, "p0 applied the wake input", time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "p0 applied the wake input", time.Second, func() (bool, error) {
 			s, ok := h.State("p0")
 			if !ok {
 				return false, nil
@@ -89,9 +90,6 @@ func TestPassivatedWorldWakesOnInput(t *testing.T) {
 		_, err = parity(env.Ctx, st, "p0")
 		return err
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestCallAcrossProcessesOnForkedAndSeededWorlds: a forked or seeded
@@ -102,7 +100,7 @@ func TestPassivatedWorldWakesOnInput(t *testing.T) {
 // empty initial state (which gave a wrong reply hash: "reply no longer
 // derivable").
 func TestCallAcrossProcessesOnForkedAndSeededWorlds(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 4, Name: "remote-call-fork"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 4, Name: "remote-call-fork"}, func(env *lab.Env) error {
 		st, h, remote, err := remoteRig(env, "src", 1)
 		if err != nil {
 			return err
@@ -149,9 +147,6 @@ func TestCallAcrossProcessesOnForkedAndSeededWorlds(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestRemoteReplyPastACompactedJournalIsUnavailable: when compaction has
@@ -161,7 +156,7 @@ func TestCallAcrossProcessesOnForkedAndSeededWorlds(t *testing.T) {
 // stepping the call on the wrong state. Compacted only up to that
 // snapshot, the reply is still derived.
 func TestRemoteReplyPastACompactedJournalIsUnavailable(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 5, Name: "remote-call-compacted"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 5, Name: "remote-call-compacted"}, func(env *lab.Env) error {
 		st, h, remote, err := remoteRig(env, "c", 0)
 		if err != nil {
 			return err
@@ -180,7 +175,7 @@ func TestRemoteReplyPastACompactedJournalIsUnavailable(t *testing.T) {
 		}
 		// A snapshot below the call (a cycle crosses a multiple of
 		// SnapshotEvery), with records between it and the call.
-		if err := waitFor(env, "the first inputs journaled", 5*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "the first inputs journaled", 5*time.Second, func() (bool, error) {
 			s, ok := h.State("c")
 			return ok && s.Height == 6, nil
 		}); err != nil {
@@ -196,7 +191,7 @@ func TestRemoteReplyPastACompactedJournalIsUnavailable(t *testing.T) {
 		if err := send(12, "b"); err != nil {
 			return err
 		}
-		if err := waitFor(env, "every input journaled", 5*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "every input journaled", 5*time.Second, func() (bool, error) {
 			s, ok := h.State("c")
 			return ok && s.Height == 21, nil
 		}); err != nil {
@@ -245,16 +240,13 @@ func TestRemoteReplyPastACompactedJournalIsUnavailable(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestCallAcrossProcesses: a client that shares no Replies hub with the
 // host (as a client in another process) gets the reply by re-deriving it
 // from the journal record, equal to what the handler returned.
 func TestCallAcrossProcesses(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 3, Name: "remote-call"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 3, Name: "remote-call"}, func(env *lab.Env) error {
 		_, h, remote, err := remoteRig(env, "r", 0)
 		if err != nil {
 			return err
@@ -293,9 +285,6 @@ func TestCallAcrossProcesses(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // remoteRig starts host A over a fresh store with world id assigned to it
@@ -353,7 +342,7 @@ func TestCallIDsOfTwoProcessesWithOneSeedDiffer(t *testing.T) {
 // store keeps that namespace for calls, and refuses the event as invalid
 // ingress; the call runs and answers whatever came before it.
 func TestEventKeysCannotTakeACallsDedupeKey(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 5, Name: "call-namespace"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 5, Name: "call-namespace"}, func(env *lab.Env) error {
 		_, h, remote, err := remoteRig(env, "r", 0)
 		if err != nil {
 			return err
@@ -388,7 +377,4 @@ func TestEventKeysCannotTakeACallsDedupeKey(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/vocab"
@@ -18,7 +19,7 @@ import (
 // receipt handler runs for that intent, the world no longer awaits it and
 // keeps stepping, and its journal replays to the same state.
 func TestUnreadableReceiptEndsItsEffectAndTheWorldGoesOn(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 3, Name: "unreadable-receipt"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 3, Name: "unreadable-receipt"}, func(env *lab.Env) error {
 		st := newStore(env)
 		replies := plane.NewReplies()
 		if err := createAssigned(env.Ctx, st, "w1", "A"); err != nil {
@@ -37,7 +38,7 @@ func TestUnreadableReceiptEndsItsEffectAndTheWorldGoesOn(t *testing.T) {
 			return err
 		}
 		var hash string
-		if err := waitFor(env, "the payment's intent", 10*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "the payment's intent", 10*time.Second, func() (bool, error) {
 			items, err := st.ListEffects(env.Ctx, "w1", 0, 10)
 			if len(items) == 1 {
 				hash = items[0].IntentHash
@@ -52,7 +53,7 @@ func TestUnreadableReceiptEndsItsEffectAndTheWorldGoesOn(t *testing.T) {
 		if _, err := c.Send(env.Ctx, "w1", Add{By: 7, Key: "after"}, "after"); err != nil {
 			return err
 		}
-		if err := waitFor(env, "the step after the receipt", 10*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "the step after the receipt", 10*time.Second, func() (bool, error) {
 			got, err := c.State(env.Ctx, "w1")
 			if err != nil {
 				return false, err
@@ -82,7 +83,4 @@ func TestUnreadableReceiptEndsItsEffectAndTheWorldGoesOn(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
@@ -55,7 +56,7 @@ func TestHostKeepsItsLeaseWithTheStoreClockSkewed(t *testing.T) {
 					return err
 				}
 				defer h.Stop(env.Ctx)
-				if err := waitFor(env, "w held", 5*time.Second, func() (bool, error) {
+				if err := testrig.WaitLab(env, "w held", 5*time.Second, func() (bool, error) {
 					_, ok := h.Lease("w")
 					return ok, nil
 				}); err != nil {
@@ -79,7 +80,7 @@ func TestHostKeepsItsLeaseWithTheStoreClockSkewed(t *testing.T) {
 						return err
 					}
 				}
-				if err := waitFor(env, "every input applied", 5*time.Second, func() (bool, error) {
+				if err := testrig.WaitLab(env, "every input applied", 5*time.Second, func() (bool, error) {
 					s, ok := h.State("w")
 					if !ok {
 						return false, nil
@@ -115,7 +116,7 @@ func TestHostKeepsItsLeaseWithTheStoreClockSkewed(t *testing.T) {
 // could hold the world. Once renewals work again the host takes the world
 // back at a higher epoch and every input is applied exactly once.
 func TestStaleHostStopsBeforeItsLeaseLapsesInTheStore(t *testing.T) {
-	res := lab.Run(lab.Config{Seed: 43, Name: t.Name()}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 43, Name: t.Name()}, func(env *lab.Env) error {
 		st, storeNow := skewedStore(env, 3*time.Second)
 		var failRenew atomic.Bool
 		stA := st.Restart(memstore.WithHook(func(op string) error {
@@ -147,7 +148,7 @@ func TestStaleHostStopsBeforeItsLeaseLapsesInTheStore(t *testing.T) {
 			return err
 		}
 		defer h.Stop(env.Ctx)
-		if err := waitFor(env, "w held", 5*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "w held", 5*time.Second, func() (bool, error) {
 			_, ok := h.Lease("w")
 			return ok, nil
 		}); err != nil {
@@ -176,7 +177,7 @@ func TestStaleHostStopsBeforeItsLeaseLapsesInTheStore(t *testing.T) {
 				return err
 			}
 		}
-		if err := waitFor(env, "every input applied", 10*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "every input applied", 10*time.Second, func() (bool, error) {
 			s, ok := h.State("w")
 			if !ok {
 				return false, nil
@@ -199,9 +200,6 @@ func TestStaleHostStopsBeforeItsLeaseLapsesInTheStore(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestHeldTimerNeverFiresBeforeItsDueTimeByTheStoresClock: a world's timer
@@ -248,7 +246,7 @@ func TestHeldTimerNeverFiresBeforeItsDueTimeByTheStoresClock(t *testing.T) {
 					if _, err := c.Send(env.Ctx, "w", Alarm{AfterMs: after.Milliseconds(), Key: "x"}, "alarm"); err != nil {
 						return err
 					}
-					if err := waitFor(env, "the alarm fired", 10*time.Second, func() (bool, error) {
+					if err := testrig.WaitLab(env, "the alarm fired", 10*time.Second, func() (bool, error) {
 						s, ok := h.State("w")
 						if !ok {
 							return false, nil

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orrery-run/orrery/effect"
+	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/adapter"
@@ -104,7 +105,7 @@ func onLabClock(s sdktrace.ReadOnlySpan, from, to time.Time) bool {
 func TestOneFlowIsLinkedAcrossTheStore(t *testing.T) {
 	tr := newTracing()
 	defer tr.tp.Shutdown(context.Background())
-	res := lab.Run(lab.Config{Seed: 31, Name: "trace-flow"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 31, Name: "trace-flow"}, func(env *lab.Env) error {
 		labStart := env.Lab.Now()
 		st := newStore(env)
 		if err := createAssigned(env.Ctx, st, "e", "A"); err != nil {
@@ -140,7 +141,7 @@ func TestOneFlowIsLinkedAcrossTheStore(t *testing.T) {
 			return err
 		}
 		request.End(trace.WithTimestamp(env.Lab.Now()))
-		if err := waitFor(env, "the receipt consumed", 5*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "the receipt consumed", 5*time.Second, func() (bool, error) {
 			s, ok := h.State("e")
 			if !ok {
 				return false, nil
@@ -208,9 +209,6 @@ func TestOneFlowIsLinkedAcrossTheStore(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestTimerFiringIsLinked: a timer a cycle sets is fired under an
@@ -219,7 +217,7 @@ func TestOneFlowIsLinkedAcrossTheStore(t *testing.T) {
 func TestTimerFiringIsLinked(t *testing.T) {
 	tr := newTracing()
 	defer tr.tp.Shutdown(context.Background())
-	res := lab.Run(lab.Config{Seed: 32, Name: "trace-timer"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 32, Name: "trace-timer"}, func(env *lab.Env) error {
 		st := newStore(env)
 		if err := createAssigned(env.Ctx, st, "t", "A"); err != nil {
 			return err
@@ -248,7 +246,7 @@ func TestTimerFiringIsLinked(t *testing.T) {
 		if _, err := c.Send(env.Ctx, "t", Alarm{AfterMs: 200, Key: "x"}, "x"); err != nil {
 			return err
 		}
-		if err := waitFor(env, "the firing consumed", 5*time.Second, func() (bool, error) {
+		if err := testrig.WaitLab(env, "the firing consumed", 5*time.Second, func() (bool, error) {
 			s, ok := h.State("t")
 			if !ok {
 				return false, nil
@@ -274,9 +272,6 @@ func TestTimerFiringIsLinked(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestIngressSpans: Ops.EnqueueIngress and Client.Call write orrery.ingress
@@ -287,7 +282,7 @@ func TestTimerFiringIsLinked(t *testing.T) {
 func TestIngressSpans(t *testing.T) {
 	tr := newTracing()
 	defer tr.tp.Shutdown(context.Background())
-	res := lab.Run(lab.Config{Seed: 33, Name: "trace-ingress"}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: 33, Name: "trace-ingress"}, func(env *lab.Env) error {
 		st := newStore(env)
 		if err := createAssigned(env.Ctx, st, "i", "A"); err != nil {
 			return err
@@ -375,7 +370,4 @@ func TestIngressSpans(t *testing.T) {
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }

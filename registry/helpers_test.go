@@ -6,10 +6,7 @@ import (
 	"testing/synctest"
 
 	"github.com/orrery-run/orrery/actor"
-	"github.com/orrery-run/orrery/internal/leaktest"
 )
-
-func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 // inBubble runs f inside a testing/synctest bubble with the production
 // executor, so timers run on the bubble's fake clock and a test that would

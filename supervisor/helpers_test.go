@@ -11,11 +11,8 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
-	"github.com/orrery-run/orrery/internal/leaktest"
 	"github.com/orrery-run/orrery/supervisor"
 )
-
-func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 var (
 	errBoom  = errors.New("boom")

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/orrery-run/orrery/api"
 	"github.com/orrery-run/orrery/examples/ledger"
+	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/plane/node"
@@ -171,12 +171,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if o.front != nil {
 		h = o.front(srv)
 	}
-	hs := httptest.NewServer(h)
-	t.Cleanup(hs.Close)
-	e.url = hs.URL
-	if e.c, err = api.NewClient(hs.URL, o.token, api.WithHTTPClient(hs.Client())); err != nil {
-		t.Fatal(err)
-	}
+	hs, c := testrig.Serve(t, h, o.token)
+	e.url, e.c = hs.URL, c
 
 	e.tab = startBrowser(t, ctx, chromium)
 	return e

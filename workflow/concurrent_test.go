@@ -62,23 +62,19 @@ func TestConcurrentUseOfACtxFailsTheRun(t *testing.T) {
 					checked = tc.fn(c, tl)
 					return 0, nil
 				})
-				wfs, err := workflow.NewWorkflows(def)
+				wfs, cl, err := r.clientFor(def)
 				if err != nil {
 					return err
 				}
-				cl, err := r.client(wfs)
+				w, err := r.worker("A", r.WorkerStore(), wfs, nil, nil)
 				if err != nil {
 					return err
 				}
-				w, err := r.worker("A", r.handle(), wfs, nil, nil)
-				if err != nil {
+				defer w.Stop(r.Ctx)
+				if err := def.Start(r.Ctx, cl, "run", 0); err != nil {
 					return err
 				}
-				defer w.Stop(r.ctx)
-				if err := def.Start(r.ctx, cl, "run", 0); err != nil {
-					return err
-				}
-				_, err = def.Result(r.ctx, cl, "run")
+				_, err = def.Result(r.Ctx, cl, "run")
 				if checked != nil {
 					return checked
 				}

@@ -35,39 +35,33 @@ func TestThreeStepRunCompletes(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("w1", r.handle(), wfs, nil, nil)
+		w, err := r.worker("w1", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
+		defer w.Stop(r.Ctx)
 		cl, err := r.client(wfs)
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.ctx, cl, "run-1", 5); err != nil {
+		if err := def.Start(r.Ctx, cl, "run-1", 5); err != nil {
 			return err
 		}
-		got, err := def.Result(r.ctx, cl, "run-1")
+		got, err := def.Result(r.Ctx, cl, "run-1")
 		if err != nil {
 			return err
 		}
 		if got != 13 {
 			return fmt.Errorf("result %d, want 13", got)
 		}
-		evs, err := r.stream("run-1")
-		if err != nil {
-			return err
-		}
-		if err := sameShapes(evs, []shape{
+		evs, err := r.streamIs("run-1", "three", 1, []shape{
 			{event.RunStarted, "", 1},
 			{event.StepStarted, "add", 1}, {event.StepCompleted, "add", 1},
 			{event.StepStarted, "double", 1}, {event.StepCompleted, "double", 1},
 			{event.StepStarted, "add#2", 1}, {event.StepCompleted, "add#2", 1},
 			{event.RunCompleted, "", 1},
-		}); err != nil {
-			return err
-		}
-		if err := checkEnvelopes(evs, "run-1", "three", 1); err != nil {
+		})
+		if err != nil {
 			return err
 		}
 		for _, s := range []string{"add", "double", "add#2"} {
@@ -86,13 +80,13 @@ func TestThreeStepRunCompletes(t *testing.T) {
 			return err
 		}
 		// An ended run is archived with its end as the reason.
-		if err := r.waitFor("archive", 10*time.Second, func() (bool, error) {
-			rec, err := r.st.GetWorld(r.ctx, "run-1")
+		if err := r.WaitFor("archive", 10*time.Second, func() (bool, error) {
+			rec, err := r.Store.GetWorld(r.Ctx, "run-1")
 			return rec.Status == store.WorldArchived && rec.StatusReason == "completed", err
 		}); err != nil {
 			return err
 		}
-		sum, err := cl.Get(r.ctx, "run-1")
+		sum, err := cl.Get(r.Ctx, "run-1")
 		if err != nil {
 			return err
 		}
@@ -107,49 +101,45 @@ func TestStartIsIdempotentByRunID(t *testing.T) {
 	forEachBackend(t, 2, func(r *rig) error {
 		tl := newTally()
 		def := threeSteps(tl)
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
 		for range 2 {
-			if err := def.Start(r.ctx, cl, "same", 1); err != nil {
+			if err := def.Start(r.Ctx, cl, "same", 1); err != nil {
 				return err
 			}
 		}
-		if err := def.Start(r.ctx, cl, "same", 2); !errors.Is(err, workflow.ErrConflict) {
+		if err := def.Start(r.Ctx, cl, "same", 2); !errors.Is(err, workflow.ErrConflict) {
 			return fmt.Errorf("a start with another input: %v, want ErrConflict", err)
 		}
 		other := workflow.New("other", 1, func(*workflow.Ctx, int) (int, error) { return 0, nil })
-		if err := cl.Start(r.ctx, other, "same", 1); !errors.Is(err, workflow.ErrConflict) {
+		if err := cl.Start(r.Ctx, other, "same", 1); !errors.Is(err, workflow.ErrConflict) {
 			return fmt.Errorf("a start of another workflow: %v, want ErrConflict", err)
 		}
-		if err := cl.Start(r.ctx, def, "wrong-type", "text"); !errors.Is(err, workflow.ErrInvalid) {
+		if err := cl.Start(r.Ctx, def, "wrong-type", "text"); !errors.Is(err, workflow.ErrInvalid) {
 			return fmt.Errorf("a start with an input of the wrong type: %v, want ErrInvalid", err)
 		}
-		items, err := r.st.ReadInbox(r.ctx, "same", 0, 0)
+		items, err := r.Store.ReadInbox(r.Ctx, "same", 0, 0)
 		if err != nil {
 			return err
 		}
 		if len(items) != 1 || items[0].Kind != workflow.ItemStart {
 			return fmt.Errorf("inbox %v, want one start item", items)
 		}
-		worlds, err := r.st.ListWorlds(r.ctx, workflow.Universe("three"), "")
+		worlds, err := r.Store.ListWorlds(r.Ctx, workflow.Universe("three"), "")
 		if err != nil {
 			return err
 		}
 		if len(worlds) != 1 {
 			return fmt.Errorf("%d runs, want 1", len(worlds))
 		}
-		w, err := r.worker("w1", r.handle(), wfs, nil, nil)
+		w, err := r.worker("w1", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
-		if got, err := def.Result(r.ctx, cl, "same"); err != nil || got != 5 {
+		defer w.Stop(r.Ctx)
+		if got, err := def.Result(r.Ctx, cl, "same"); err != nil || got != 5 {
 			return fmt.Errorf("result %d, %v; want 5", got, err)
 		}
 		if n := tl.get("add"); n != 1 {
@@ -157,7 +147,7 @@ func TestStartIsIdempotentByRunID(t *testing.T) {
 		}
 		// Starting a finished run again with the same input is still the
 		// same run.
-		if err := def.Start(r.ctx, cl, "same", 1); err != nil {
+		if err := def.Start(r.Ctx, cl, "same", 1); err != nil {
 			return fmt.Errorf("a repeated start of the finished run: %v", err)
 		}
 		return nil

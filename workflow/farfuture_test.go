@@ -44,23 +44,19 @@ func TestFarFutureWaitsAreInvalidAndNeverFire(t *testing.T) {
 			note("fine", err)
 			return strings.Join(got, " "), nil
 		})
-		wfs, err := workflow.NewWorkflows(def)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
-		cl, err := r.client(wfs)
+		w, err := r.worker("A", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("A", r.handle(), wfs, nil, nil)
-		if err != nil {
+		defer w.Stop(r.Ctx)
+		if err := def.Start(r.Ctx, cl, "run", 0); err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
-		if err := def.Start(r.ctx, cl, "run", 0); err != nil {
-			return err
-		}
-		got, err := def.Result(r.ctx, cl, "run")
+		got, err := def.Result(r.Ctx, cl, "run")
 		if err != nil {
 			return err
 		}
@@ -70,7 +66,7 @@ func TestFarFutureWaitsAreInvalidAndNeverFire(t *testing.T) {
 		if tl.get("slow") != 0 || tl.get("patient") != 0 || tl.get("fine") != 1 {
 			return fmt.Errorf("executions slow=%d patient=%d fine=%d, want 0 0 1", tl.get("slow"), tl.get("patient"), tl.get("fine"))
 		}
-		ts, err := r.st.ListTimers(r.ctx, "run", 10)
+		ts, err := r.Store.ListTimers(r.Ctx, "run", 10)
 		if err != nil {
 			return err
 		}

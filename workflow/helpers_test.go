@@ -2,168 +2,35 @@ package workflow_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/event"
-	"github.com/orrery-run/orrery/internal/leaktest"
+	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/store"
-	"github.com/orrery-run/orrery/store/memstore"
-	"github.com/orrery-run/orrery/store/postgres"
-	"github.com/orrery-run/orrery/store/postgres/pgtest"
-	"github.com/orrery-run/orrery/store/sqlite"
 	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/workflow"
 	"github.com/orrery-run/orrery/world"
 )
 
-func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
-
-const dsnEnv = "ORRERY_TEST_POSTGRES_DSN"
-
-// rig is one test's store and executor. On memstore the test runs under
-// the lab, in virtual time; on SQLite and PostgreSQL under the production
-// executor, where nothing waits for a clock: a test that needs a lease or
-// a timer to come due moves the store's clock (advance), and waits are
-// bounded loops on a condition (waitFor), never timing assertions.
-type rig struct {
-	t       *testing.T
-	backend string
-	ctx     context.Context
-	root    *actor.Scope
-	ex      actor.Executor
-	st      store.Store
-	mem     *memstore.Store // memstore only: Restart gives a worker its own handle
-	advance func(d time.Duration) error
-	poll    time.Duration
-	polls   int
-}
-
-func (r *rig) real() bool { return r.backend != "memstore" }
-
-var backends = []string{"memstore", "sqlite", "postgres"}
+// rig is the shared test rig (internal/testrig) with the workflow tests'
+// own helpers.
+type rig struct{ *testrig.Rig }
 
 // forEachBackend runs body on memstore (under the lab), SQLite and
 // PostgreSQL (when the DSN is set; never skipped then).
 func forEachBackend(t *testing.T, seed uint64, body func(r *rig) error) {
-	for _, b := range backends {
-		t.Run(b, func(t *testing.T) { runOn(t, b, seed, body) })
-	}
+	testrig.ForEachBackend(t, lab.Config{Seed: seed}, func(tr *testrig.Rig) error { return body(&rig{tr}) })
 }
 
 // onMemstore runs body under the lab on memstore.
 func onMemstore(t *testing.T, seed uint64, body func(r *rig) error) {
 	t.Helper()
-	runOn(t, "memstore", seed, body)
-}
-
-type offsetClock struct{ off atomic.Int64 }
-
-func (c *offsetClock) now() time.Time                   { return time.Now().Add(c.offset()) }
-func (c *offsetClock) offset() time.Duration            { return time.Duration(c.off.Load()) }
-func (c *offsetClock) advance(d time.Duration)          { c.off.Add(int64(d)) }
-func (c *offsetClock) advanceErr(d time.Duration) error { c.advance(d); return nil }
-
-func runOn(t *testing.T, backend string, seed uint64, body func(r *rig) error) {
-	t.Helper()
-	if backend == "memstore" {
-		// ORRERY_SEEDS=N explores N lab seeds from the test's own.
-		n, _ := strconv.Atoi(os.Getenv("ORRERY_SEEDS"))
-		for s := seed; s < seed+uint64(max(n, 1)); s++ {
-			res := lab.Run(lab.Config{Seed: s, Name: t.Name()}, func(env *lab.Env) error {
-				st := memstore.New(memstore.WithClock(env.Lab.Now))
-				return body(&rig{t: t, backend: backend, ctx: env.Ctx, root: env.Root, ex: env.Lab, st: st, mem: st,
-					advance: func(d time.Duration) error { return actor.Sleep(env.Ctx, env.Lab, d) },
-					poll:    10 * time.Millisecond, polls: 100})
-			})
-			if res.Failure != nil {
-				t.Fatalf("seed %d: %v", s, res.Failure)
-			}
-		}
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	clock := &offsetClock{}
-	st := openReal(t, ctx, backend, clock)
-	ex := actor.NewExecutor(seed)
-	sys := actor.NewSystem(actor.WithExecutor(ex))
-	r := &rig{t: t, backend: backend, ctx: ctx, root: sys.Root(), ex: ex, st: st,
-		advance: clock.advanceErr, poll: 2 * time.Millisecond, polls: 2500}
-	err := body(r)
-	if _, cerr := sys.Close(ctx); cerr != nil && err == nil {
-		err = cerr
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-func openReal(t *testing.T, ctx context.Context, backend string, clock *offsetClock) store.Store {
-	t.Helper()
-	switch backend {
-	case "postgres":
-		dsn := os.Getenv(dsnEnv)
-		if dsn == "" {
-			t.Skipf("%s is not set: skipping PostgreSQL", dsnEnv)
-		}
-		schema := pgtest.FreshSchema(t, dsn, "orrery_workflow")
-		st, err := postgres.Open(ctx, dsn, postgres.WithSchema(schema), postgres.WithClockOffset(clock.offset), postgres.WithMaxConns(8), postgres.WithWarmConns(1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = st.Close() })
-		return st
-	case "sqlite":
-		st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "workflow.db"), sqlite.WithClock(clock.now))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = st.Close() })
-		return st
-	}
-	t.Fatalf("unknown backend %q", backend)
-	return nil
-}
-
-// waitFor waits until cond holds: at most limit of virtual time under the
-// lab, or as many short parks on the production executor.
-func (r *rig) waitFor(what string, limit time.Duration, cond func() (bool, error)) error {
-	turns := int(limit/time.Second+1) * r.polls
-	for i := 0; ; i++ {
-		ok, err := cond()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if i >= turns {
-			return fmt.Errorf("timed out waiting for %s", what)
-		}
-		if err := actor.Sleep(r.ctx, r.ex, r.poll); err != nil {
-			return err
-		}
-	}
-}
-
-// handle is a worker's own store handle: on memstore a fresh handle over
-// the same state (so Crash kills that worker's calls only), else the
-// shared store.
-func (r *rig) handle() store.Store {
-	if r.mem != nil {
-		return r.mem.Restart()
-	}
-	return r.st
+	testrig.RunOn(t, testrig.Memstore, lab.Config{Seed: seed}, func(tr *testrig.Rig) error { return body(&rig{tr}) })
 }
 
 // events records a worker's events.
@@ -204,7 +71,7 @@ func (e *events) count(kind, run string) int {
 // worker starts a worker on its own handle.
 func (r *rig) worker(id string, st store.Store, wfs *workflow.Workflows, ev *events, tweak func(*workflow.WorkerConfig)) (*workflow.Worker, error) {
 	cfg := workflow.WorkerConfig{Worker: id, Store: st, Workflows: wfs, LeaseTTL: 2 * time.Second, PollEvery: time.Second}
-	if r.real() {
+	if r.Real() {
 		cfg.LeaseTTL, cfg.ScanEvery, cfg.PollEvery = 10*time.Second, 20*time.Millisecond, 20*time.Millisecond
 	}
 	if ev != nil {
@@ -213,11 +80,21 @@ func (r *rig) worker(id string, st store.Store, wfs *workflow.Workflows, ev *eve
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	return workflow.StartWorker(r.ctx, r.root, cfg)
+	return workflow.StartWorker(r.Ctx, r.Root, cfg)
 }
 
 func (r *rig) client(wfs *workflow.Workflows) (*workflow.Client, error) {
-	return workflow.NewClient(r.st, wfs, r.ex, workflow.WithPoll(time.Millisecond, 50*time.Millisecond))
+	return workflow.NewClient(r.Store, wfs, r.Ex, workflow.WithPoll(time.Millisecond, 50*time.Millisecond))
+}
+
+// clientFor registers defs and opens a client on them.
+func (r *rig) clientFor(defs ...workflow.Workflow) (*workflow.Workflows, *workflow.Client, error) {
+	wfs, err := workflow.NewWorkflows(defs...)
+	if err != nil {
+		return nil, nil, err
+	}
+	cl, err := r.client(wfs)
+	return wfs, cl, err
 }
 
 // stream reads a run's whole stream.
@@ -225,7 +102,7 @@ func (r *rig) stream(id string) ([]event.Envelope, error) {
 	var out []event.Envelope
 	var after uint64
 	for {
-		evs, err := r.st.Read(r.ctx, id, after, 256)
+		evs, err := r.Store.Read(r.Ctx, id, after, 256)
 		if err != nil {
 			return nil, err
 		}
@@ -235,6 +112,19 @@ func (r *rig) stream(id string) ([]event.Envelope, error) {
 		}
 		after = evs[len(evs)-1].RunSeq
 	}
+}
+
+// streamIs reads run's whole stream and checks it has the shapes of want
+// and the envelopes checkEnvelopes asks of a run of plan at version.
+func (r *rig) streamIs(run, plan string, version uint64, want []shape) ([]event.Envelope, error) {
+	evs, err := r.stream(run)
+	if err != nil {
+		return nil, err
+	}
+	if err := sameShapes(evs, want); err != nil {
+		return nil, err
+	}
+	return evs, checkEnvelopes(evs, run, plan, version)
 }
 
 // shape is an event's (type, step, attempt), for comparing streams.
@@ -434,29 +324,4 @@ func runAdapter(ctx context.Context, ex actor.Executor, st store.Store, kind str
 		}
 	}
 	return nil
-}
-
-// background runs f as a process of the rig until the returned stop.
-func (r *rig) background(name string, f func(ctx context.Context) error) (func() error, error) {
-	sc, err := r.root.Sub(name)
-	if err != nil {
-		return nil, err
-	}
-	var ferr error
-	var mu sync.Mutex
-	if _, err := sc.Go(name, func(ctx context.Context) error {
-		err := f(ctx)
-		mu.Lock()
-		ferr = err
-		mu.Unlock()
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	return func() error {
-		_, err := sc.Close(r.ctx)
-		mu.Lock()
-		defer mu.Unlock()
-		return errors.Join(err, ferr)
-	}, nil
 }

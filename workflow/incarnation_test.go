@@ -21,18 +21,14 @@ import (
 // process does not take the run back.
 func TestRestartUnderSameWorkerIdFencesTheOldProcess(t *testing.T) {
 	onMemstore(t, 5, func(r *rig) error {
-		tl, g := newTally(), newGate(r.ex)
+		tl, g := newTally(), newGate(r.Ex)
 		def := gated(tl, g)
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
 		var partitioned atomic.Bool
-		hOld := r.mem.Restart(memstore.WithHook(func(op string) error {
+		hOld := r.Mem.Restart(memstore.WithHook(func(op string) error {
 			if op == "renew_leases" && partitioned.Load() {
 				return errors.New("partitioned")
 			}
@@ -43,27 +39,27 @@ func TestRestartUnderSameWorkerIdFencesTheOldProcess(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		defer wOld.Stop(r.ctx)
-		if err := def.Start(r.ctx, cl, "run", 1); err != nil {
+		defer wOld.Stop(r.Ctx)
+		if err := def.Start(r.Ctx, cl, "run", 1); err != nil {
 			return err
 		}
-		if err := r.waitFor("step b running on the old process", 10*time.Second, func() (bool, error) { return g.entries() == 1, nil }); err != nil {
+		if err := r.WaitFor("step b running on the old process", 10*time.Second, func() (bool, error) { return g.entries() == 1, nil }); err != nil {
 			return err
 		}
 		partitioned.Store(true)
-		old, ok, err := r.st.GetLease(r.ctx, "run")
+		old, ok, err := r.Store.GetLease(r.Ctx, "run")
 		if err != nil || !ok || old.Incarnation != "A-1" {
 			return fmt.Errorf("the old process's lease %+v, %v, %v", old, ok, err)
 		}
-		wNew, err := r.worker("A", r.handle(), wfs, evNew, func(c *workflow.WorkerConfig) { c.Incarnation = "A-2" })
+		wNew, err := r.worker("A", r.WorkerStore(), wfs, evNew, func(c *workflow.WorkerConfig) { c.Incarnation = "A-2" })
 		if err != nil {
 			return err
 		}
-		defer wNew.Stop(r.ctx)
-		if err := r.waitFor("step b running on the new process too", 10*time.Second, func() (bool, error) { return g.entries() == 2, nil }); err != nil {
+		defer wNew.Stop(r.Ctx)
+		if err := r.WaitFor("step b running on the new process too", 10*time.Second, func() (bool, error) { return g.entries() == 2, nil }); err != nil {
 			return err
 		}
-		cur, _, err := r.st.GetLease(r.ctx, "run")
+		cur, _, err := r.Store.GetLease(r.Ctx, "run")
 		if err != nil {
 			return err
 		}
@@ -74,10 +70,10 @@ func TestRestartUnderSameWorkerIdFencesTheOldProcess(t *testing.T) {
 			return errors.New("the old process stopped before its write was attempted: the test would not show the store's fence")
 		}
 		g.release()
-		if got, err := def.Result(r.ctx, cl, "run"); err != nil || got != 23 {
+		if got, err := def.Result(r.Ctx, cl, "run"); err != nil || got != 23 {
 			return fmt.Errorf("result %d, %v; want 23", got, err)
 		}
-		if err := r.waitFor("the old process fenced", 10*time.Second, func() (bool, error) {
+		if err := r.WaitFor("the old process fenced", 10*time.Second, func() (bool, error) {
 			_, ok := evOld.find(workflow.EvFenced, "run")
 			return ok, nil
 		}); err != nil {

@@ -45,8 +45,8 @@ func TestEffectCompletedByAnAdapterAndRetriedOnAnErrorReceipt(t *testing.T) {
 		// the second with an ok one.
 		var mu sync.Mutex
 		var seen []vocab.EffectItem
-		stopAdapter, err := r.background("adapter", func(ctx context.Context) error {
-			return runAdapter(ctx, r.ex, r.st, "test.echo", func(it vocab.EffectItem) (vocab.ReceiptStatus, any) {
+		stopAdapter, err := r.Background("adapter", func(ctx context.Context) error {
+			return runAdapter(ctx, r.Ex, r.Store, "test.echo", func(it vocab.EffectItem) (vocab.ReceiptStatus, any) {
 				mu.Lock()
 				defer mu.Unlock()
 				seen = append(seen, it)
@@ -63,19 +63,19 @@ func TestEffectCompletedByAnAdapterAndRetriedOnAnErrorReceipt(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("w", r.handle(), wfs, nil, nil)
+		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
+		defer w.Stop(r.Ctx)
 		cl, err := r.client(wfs)
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.ctx, cl, "run", "hi"); err != nil {
+		if err := def.Start(r.Ctx, cl, "run", "hi"); err != nil {
 			return err
 		}
-		got, err := def.Result(r.ctx, cl, "run")
+		got, err := def.Result(r.Ctx, cl, "run")
 		if err != nil || got != "hi!" {
 			return fmt.Errorf("result %q, %v", got, err)
 		}
@@ -111,7 +111,7 @@ func TestEffectCompletedByAnAdapterAndRetriedOnAnErrorReceipt(t *testing.T) {
 			return fmt.Errorf("the error receipt's failure %+v, %v", f, err)
 		}
 		for _, h := range []string{p1.Intent, p2.Intent} {
-			st, err := r.st.EffectStatus(r.ctx, h)
+			st, err := r.Store.EffectStatus(r.Ctx, h)
 			if err != nil || st.State != vocab.EffectDone {
 				return fmt.Errorf("intent %s: %+v, %v", h, st, err)
 			}
@@ -126,38 +126,34 @@ func TestEffectInFlightIsNotAskedForAgainAfterACrash(t *testing.T) {
 			out, err := workflow.Effect[echoOut](c, "echo", "test.echo", echoIn{Key: key})
 			return out.Echo, err
 		})
-		wfs, err := workflow.NewWorkflows(def)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
-		cl, err := r.client(wfs)
-		if err != nil {
-			return err
-		}
-		hA := r.mem.Restart()
+		hA := r.Mem.Restart()
 		wA, err := r.worker("A", hA, wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.ctx, cl, "run", "k"); err != nil {
+		if err := def.Start(r.Ctx, cl, "run", "k"); err != nil {
 			return err
 		}
-		if err := r.waitFor("the intent", 10*time.Second, func() (bool, error) {
-			its, err := r.st.ListEffects(r.ctx, "run", 0, 10)
+		if err := r.WaitFor("the intent", 10*time.Second, func() (bool, error) {
+			its, err := r.Store.ListEffects(r.Ctx, "run", 0, 10)
 			return len(its) == 1, err
 		}); err != nil {
 			return err
 		}
 		hA.Crash()
-		wA.Kill(r.ctx)
-		wB, err := r.worker("B", r.handle(), wfs, nil, nil)
+		wA.Kill(r.Ctx)
+		wB, err := r.worker("B", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer wB.Stop(r.ctx)
+		defer wB.Stop(r.Ctx)
 		n := 0
-		stopAdapter, err := r.background("adapter", func(ctx context.Context) error {
-			return runAdapter(ctx, r.ex, r.st, "test.echo", func(it vocab.EffectItem) (vocab.ReceiptStatus, any) {
+		stopAdapter, err := r.Background("adapter", func(ctx context.Context) error {
+			return runAdapter(ctx, r.Ex, r.Store, "test.echo", func(it vocab.EffectItem) (vocab.ReceiptStatus, any) {
 				n++
 				return vocab.ReceiptOK, echoOut{Echo: "done"}
 			})
@@ -165,7 +161,7 @@ func TestEffectInFlightIsNotAskedForAgainAfterACrash(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if got, err := def.Result(r.ctx, cl, "run"); err != nil || got != "done" {
+		if got, err := def.Result(r.Ctx, cl, "run"); err != nil || got != "done" {
 			return fmt.Errorf("result %q, %v", got, err)
 		}
 		if err := stopAdapter(); err != nil {
@@ -207,23 +203,23 @@ func TestChildRun(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("w", r.handle(), wfs, nil, nil)
+		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
+		defer w.Stop(r.Ctx)
 		cl, err := r.client(wfs)
 		if err != nil {
 			return err
 		}
-		if err := parent.Start(r.ctx, cl, "p", 21); err != nil {
+		if err := parent.Start(r.Ctx, cl, "p", 21); err != nil {
 			return err
 		}
-		got, err := parent.Result(r.ctx, cl, "p")
+		got, err := parent.Result(r.Ctx, cl, "p")
 		if err != nil || got != "42/child run p-bad failed: child says no" {
 			return fmt.Errorf("result %q, %v", got, err)
 		}
-		if v, err := child.Result(r.ctx, cl, "p-kid"); err != nil || v != 42 {
+		if v, err := child.Result(r.Ctx, cl, "p-kid"); err != nil || v != 42 {
 			return fmt.Errorf("the child's own result %d, %v", v, err)
 		}
 		evs, err := r.stream("p")
@@ -245,7 +241,7 @@ func TestChildRun(t *testing.T) {
 
 func TestAdmissionQueuesRunsBeyondMaxActive(t *testing.T) {
 	onMemstore(t, 16, func(r *rig) error {
-		g := newGate(r.ex)
+		g := newGate(r.Ex)
 		var mu sync.Mutex
 		active, most := 0, 0
 		def := workflow.New("admitted", 1, func(c *workflow.Ctx, in int) (int, error) {
@@ -258,29 +254,25 @@ func TestAdmissionQueuesRunsBeyondMaxActive(t *testing.T) {
 				return in, g.wait(ctx)
 			})
 		})
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
 		for i, id := range []string{"r1", "r2", "r3"} {
-			if err := def.Start(r.ctx, cl, id, i); err != nil {
+			if err := def.Start(r.Ctx, cl, id, i); err != nil {
 				return err
 			}
-			if err := r.advance(time.Millisecond); err != nil { // distinct creation times: r1 first
+			if err := r.Advance(time.Millisecond); err != nil { // distinct creation times: r1 first
 				return err
 			}
 		}
 		ev := &events{}
-		w, err := r.worker("w", r.handle(), wfs, ev, func(c *workflow.WorkerConfig) { c.MaxActiveRuns = 1 })
+		w, err := r.worker("w", r.WorkerStore(), wfs, ev, func(c *workflow.WorkerConfig) { c.MaxActiveRuns = 1 })
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
-		if err := r.waitFor("r2 and r3 queued", 10*time.Second, func() (bool, error) {
+		defer w.Stop(r.Ctx)
+		if err := r.WaitFor("r2 and r3 queued", 10*time.Second, func() (bool, error) {
 			return ev.count(workflow.EvQueued, "") == 2, nil
 		}); err != nil {
 			return err
@@ -289,13 +281,13 @@ func TestAdmissionQueuesRunsBeyondMaxActive(t *testing.T) {
 			return fmt.Errorf("running %v, want [r1]", got)
 		}
 		for _, id := range []string{"r2", "r3"} {
-			if s, err := cl.Get(r.ctx, id); err != nil || s.Status != workflow.StatusQueued {
+			if s, err := cl.Get(r.Ctx, id); err != nil || s.Status != workflow.StatusQueued {
 				return fmt.Errorf("%s: %+v, %v", id, s, err)
 			}
 		}
 		g.release()
 		for i, id := range []string{"r1", "r2", "r3"} {
-			if v, err := def.Result(r.ctx, cl, id); err != nil || v != i {
+			if v, err := def.Result(r.Ctx, cl, id); err != nil || v != i {
 				return fmt.Errorf("%s: %d, %v", id, v, err)
 			}
 		}
@@ -315,7 +307,7 @@ func TestAdmissionQueuesRunsBeyondMaxActive(t *testing.T) {
 				return err
 			}
 		}
-		all, err := cl.List(r.ctx, "admitted")
+		all, err := cl.List(r.Ctx, "admitted")
 		if err != nil || len(all) != 3 {
 			return fmt.Errorf("list %v, %v", all, err)
 		}
@@ -359,19 +351,19 @@ func TestInvalidDefinitionsAndNames(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("w", r.handle(), wfs, nil, nil)
+		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
+		defer w.Stop(r.Ctx)
 		cl, err := r.client(wfs)
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.ctx, cl, "run", 0); err != nil {
+		if err := def.Start(r.Ctx, cl, "run", 0); err != nil {
 			return err
 		}
-		if v, err := def.Result(r.ctx, cl, "run"); err != nil || v != 1 {
+		if v, err := def.Result(r.Ctx, cl, "run"); err != nil || v != 1 {
 			return fmt.Errorf("result %d, %v", v, err)
 		}
 		evs, err := r.stream("run")
@@ -405,45 +397,45 @@ func TestCancellingAParentCancelsItsLiveChildren(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("w", r.handle(), wfs, nil, nil)
+		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
+		defer w.Stop(r.Ctx)
 		cl, err := r.client(wfs)
 		if err != nil {
 			return err
 		}
-		if err := root.Start(r.ctx, cl, "root", 7); err != nil {
+		if err := root.Start(r.Ctx, cl, "root", 7); err != nil {
 			return err
 		}
-		if err := r.waitFor("the leaf to await", 10*time.Second, func() (bool, error) {
+		if err := r.WaitFor("the leaf to await", 10*time.Second, func() (bool, error) {
 			evs, err := r.stream("mid-leaf")
 			return len(evs) == 2, err
 		}); err != nil {
 			return err
 		}
-		if err := cl.Pause(r.ctx, "mid-leaf", ""); err != nil {
+		if err := cl.Pause(r.Ctx, "mid-leaf", ""); err != nil {
 			return err
 		}
-		if err := r.waitFor("the leaf to pause", 10*time.Second, func() (bool, error) {
-			sum, err := cl.Get(r.ctx, "mid-leaf")
+		if err := r.WaitFor("the leaf to pause", 10*time.Second, func() (bool, error) {
+			sum, err := cl.Get(r.Ctx, "mid-leaf")
 			return sum.Status == workflow.StatusPaused, err
 		}); err != nil {
 			return err
 		}
-		if err := cl.Cancel(r.ctx, "root", "enough"); err != nil {
+		if err := cl.Cancel(r.Ctx, "root", "enough"); err != nil {
 			return err
 		}
 		for _, id := range []string{"root", "mid", "mid-leaf"} {
-			if _, err := cl.Result(r.ctx, id); !errors.Is(err, workflow.ErrCancelled) {
+			if _, err := cl.Result(r.Ctx, id); !errors.Is(err, workflow.ErrCancelled) {
 				return fmt.Errorf("%s: %v, want cancelled", id, err)
 			}
 		}
-		if v, err := done.Result(r.ctx, cl, "done-kid"); err != nil || v != 7 {
+		if v, err := done.Result(r.Ctx, cl, "done-kid"); err != nil || v != 7 {
 			return fmt.Errorf("the completed child: %d, %v", v, err)
 		}
-		sum, err := cl.Get(r.ctx, "mid")
+		sum, err := cl.Get(r.Ctx, "mid")
 		if err != nil || sum.Error != "parent run root cancelled" {
 			return fmt.Errorf("the middle child's summary %+v, %v", sum, err)
 		}
@@ -523,23 +515,23 @@ func TestALatePauseDoesNotBuryACancel(t *testing.T) {
 			return err
 		}
 		acquired := make(chan struct{})
-		var holderSt store.Store = r.handle()
-		if r.real() {
+		var holderSt store.Store = r.WorkerStore()
+		if r.Real() {
 			holderSt = &holdPause{Store: holderSt, world: "kid-1", after: acquired}
 		}
 		w, err := r.worker("w", holderSt, wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
+		defer w.Stop(r.Ctx)
 		cl, err := r.client(wfs)
 		if err != nil {
 			return err
 		}
-		if err := parent.Start(r.ctx, cl, "parent-1", 1); err != nil {
+		if err := parent.Start(r.Ctx, cl, "parent-1", 1); err != nil {
 			return err
 		}
-		if err := r.waitFor("the kid to await", 10*time.Second, func() (bool, error) {
+		if err := r.WaitFor("the kid to await", 10*time.Second, func() (bool, error) {
 			evs, err := r.stream("kid-1")
 			return len(evs) == 2, err
 		}); err != nil {
@@ -547,37 +539,37 @@ func TestALatePauseDoesNotBuryACancel(t *testing.T) {
 		}
 		status := func(want store.WorldStatus, reason string) func() (bool, error) {
 			return func() (bool, error) {
-				rec, err := r.st.GetWorld(r.ctx, "kid-1")
+				rec, err := r.Store.GetWorld(r.Ctx, "kid-1")
 				return rec.Status == want && (reason == "" || rec.StatusReason == reason), err
 			}
 		}
-		late := &latePause{Store: r.st, world: "kid-1", acquired: acquired, hook: func() error {
+		late := &latePause{Store: r.Store, world: "kid-1", acquired: acquired, hook: func() error {
 			// The holder pauses the kid; then the parent is cancelled, and
 			// its cascade makes the kid active for the cancel; only then
 			// does this pause land.
-			if err := r.waitFor("the holder to pause the kid", 10*time.Second, status(store.WorldPaused, "")); err != nil {
+			if err := r.WaitFor("the holder to pause the kid", 10*time.Second, status(store.WorldPaused, "")); err != nil {
 				return err
 			}
-			if err := cl.Cancel(r.ctx, "parent-1", "enough"); err != nil {
+			if err := cl.Cancel(r.Ctx, "parent-1", "enough"); err != nil {
 				return err
 			}
-			return r.waitFor("the cascade to make the kid active", 10*time.Second, status(store.WorldActive, "workflow: cancelling"))
+			return r.WaitFor("the cascade to make the kid active", 10*time.Second, status(store.WorldActive, "workflow: cancelling"))
 		}}
-		lateCl, err := workflow.NewClient(late, wfs, r.ex, workflow.WithPoll(time.Millisecond, 50*time.Millisecond))
+		lateCl, err := workflow.NewClient(late, wfs, r.Ex, workflow.WithPoll(time.Millisecond, 50*time.Millisecond))
 		if err != nil {
 			return err
 		}
-		if err := lateCl.Pause(r.ctx, "kid-1", ""); err != nil {
+		if err := lateCl.Pause(r.Ctx, "kid-1", ""); err != nil {
 			return err
 		}
 		if !late.done {
 			return fmt.Errorf("the late pause never happened: the test did not test the race")
 		}
-		if err := r.waitFor("the kid to be cancelled", 10*time.Second, status(store.WorldArchived, string(workflow.StatusCancelled))); err != nil {
-			rec, _ := r.st.GetWorld(r.ctx, "kid-1")
+		if err := r.WaitFor("the kid to be cancelled", 10*time.Second, status(store.WorldArchived, string(workflow.StatusCancelled))); err != nil {
+			rec, _ := r.Store.GetWorld(r.Ctx, "kid-1")
 			return fmt.Errorf("%w: the kid is %s (%s)", err, rec.Status, rec.StatusReason)
 		}
-		if _, err := cl.Result(r.ctx, "kid-1"); !errors.Is(err, workflow.ErrCancelled) {
+		if _, err := cl.Result(r.Ctx, "kid-1"); !errors.Is(err, workflow.ErrCancelled) {
 			return fmt.Errorf("kid: %v, want cancelled", err)
 		}
 		return nil

@@ -46,32 +46,28 @@ func (s *interrupting) Commit(ctx context.Context, world string, epoch uint64, b
 func TestAnOperatorFencedByAnotherClientLeavesItsRequestToTheNewHolder(t *testing.T) {
 	forEachBackend(t, 13, func(r *rig) error {
 		def := workflow.New("idle2", 1, func(c *workflow.Ctx, _ int) (int, error) { return 0, nil })
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		other, err := r.client(wfs)
+		wfs, other, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
 		var otherErr error
-		st := &interrupting{Store: r.st, run: "run", before: func() {
-			otherErr = other.Cancel(r.ctx, "run", "the other client")
+		st := &interrupting{Store: r.Store, run: "run", before: func() {
+			otherErr = other.Cancel(r.Ctx, "run", "the other client")
 		}}
-		first, err := workflow.NewClient(st, wfs, r.ex, workflow.WithPoll(time.Millisecond, 50*time.Millisecond))
+		first, err := workflow.NewClient(st, wfs, r.Ex, workflow.WithPoll(time.Millisecond, 50*time.Millisecond))
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.ctx, first, "run", 0); err != nil {
+		if err := def.Start(r.Ctx, first, "run", 0); err != nil {
 			return err
 		}
-		if err := first.Cancel(r.ctx, "run", "changed my mind"); err != nil {
+		if err := first.Cancel(r.Ctx, "run", "changed my mind"); err != nil {
 			return fmt.Errorf("the fenced client's Cancel: %w", err)
 		}
 		if otherErr != nil {
 			return fmt.Errorf("the other client's Cancel: %w", otherErr)
 		}
-		if _, err := first.Result(r.ctx, "run"); !errors.Is(err, workflow.ErrCancelled) {
+		if _, err := first.Result(r.Ctx, "run"); !errors.Is(err, workflow.ErrCancelled) {
 			return fmt.Errorf("result %v, want cancelled", err)
 		}
 		evs, err := r.stream("run")

@@ -32,23 +32,19 @@ func TestOversizedStepResultFailsTheStepNotTheWorker(t *testing.T) {
 			}
 			return fmt.Sprintf("huge failed (%v), small %d", errors.Is(err, workflow.ErrStepFailed), small), nil
 		})
-		wfs, err := workflow.NewWorkflows(def)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
-		cl, err := r.client(wfs)
+		w, err := r.worker("A", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("A", r.handle(), wfs, nil, nil)
-		if err != nil {
+		defer w.Stop(r.Ctx)
+		if err := def.Start(r.Ctx, cl, "run", 0); err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
-		if err := def.Start(r.ctx, cl, "run", 0); err != nil {
-			return err
-		}
-		got, err := def.Result(r.ctx, cl, "run")
+		got, err := def.Result(r.Ctx, cl, "run")
 		if err != nil {
 			return err
 		}
@@ -69,23 +65,19 @@ func TestOversizedRunOutputFailsTheRun(t *testing.T) {
 		def := workflow.New("bigout", 1, func(c *workflow.Ctx, _ int) (string, error) {
 			return strings.Repeat("y", 2<<20), nil
 		})
-		wfs, err := workflow.NewWorkflows(def)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
-		cl, err := r.client(wfs)
+		w, err := r.worker("A", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("A", r.handle(), wfs, nil, nil)
-		if err != nil {
+		defer w.Stop(r.Ctx)
+		if err := def.Start(r.Ctx, cl, "run", 0); err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
-		if err := def.Start(r.ctx, cl, "run", 0); err != nil {
-			return err
-		}
-		_, err = def.Result(r.ctx, cl, "run")
+		_, err = def.Result(r.Ctx, cl, "run")
 		if !errors.Is(err, workflow.ErrFailed) || !strings.Contains(err.Error(), "more than a journal record holds") {
 			return fmt.Errorf("result error %v, want the run failed for its output's size", err)
 		}

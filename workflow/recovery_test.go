@@ -38,26 +38,22 @@ func gated(tl *tally, g *gate) *workflow.Def[int, int] {
 
 func TestCrashRecoveryRerunsOnlyTheStepInFlight(t *testing.T) {
 	forEachBackend(t, 3, func(r *rig) error {
-		tl, g := newTally(), newGate(r.ex)
+		tl, g := newTally(), newGate(r.Ex)
 		def := gated(tl, g)
-		wfs, err := workflow.NewWorkflows(def)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
-		cl, err := r.client(wfs)
-		if err != nil {
-			return err
-		}
-		hA := r.handle()
+		hA := r.WorkerStore()
 		evA, evB := &events{}, &events{}
 		wA, err := r.worker("A", hA, wfs, evA, nil)
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.ctx, cl, "run", 1); err != nil {
+		if err := def.Start(r.Ctx, cl, "run", 1); err != nil {
 			return err
 		}
-		if err := r.waitFor("step b running on A", 10*time.Second, func() (bool, error) { return g.entries() == 1, nil }); err != nil {
+		if err := r.WaitFor("step b running on A", 10*time.Second, func() (bool, error) { return g.entries() == 1, nil }); err != nil {
 			return err
 		}
 		// A dies mid-step: nothing is released (and on memstore its store
@@ -65,21 +61,21 @@ func TestCrashRecoveryRerunsOnlyTheStepInFlight(t *testing.T) {
 		if m, ok := hA.(*memstore.Store); ok {
 			m.Crash()
 		}
-		wA.Kill(r.ctx)
-		crashedAt := r.ex.Now()
-		if r.real() {
+		wA.Kill(r.Ctx)
+		crashedAt := r.Ex.Now()
+		if r.Real() {
 			// Only the store's clock decides when A's lease expires.
-			if err := r.advance(11 * time.Second); err != nil {
+			if err := r.Advance(11 * time.Second); err != nil {
 				return err
 			}
 		}
-		wB, err := r.worker("B", r.handle(), wfs, evB, nil)
+		wB, err := r.worker("B", r.WorkerStore(), wfs, evB, nil)
 		if err != nil {
 			return err
 		}
-		defer wB.Stop(r.ctx)
+		defer wB.Stop(r.Ctx)
 		g.release()
-		got, err := def.Result(r.ctx, cl, "run")
+		got, err := def.Result(r.Ctx, cl, "run")
 		if err != nil {
 			return err
 		}
@@ -93,21 +89,15 @@ func TestCrashRecoveryRerunsOnlyTheStepInFlight(t *testing.T) {
 		if a, b, c := tl.get("a"), tl.get("b"), tl.get("c"); a != 1 || b != 2 || c != 1 {
 			return fmt.Errorf("executions a=%d b=%d c=%d, want 1, 2 (the step in flight again), 1", a, b, c)
 		}
-		evs, err := r.stream("run")
-		if err != nil {
-			return err
-		}
-		if err := sameShapes(evs, []shape{
+		evs, err := r.streamIs("run", "gated", 1, []shape{
 			{event.RunStarted, "", 1},
 			{event.StepStarted, "a", 1}, {event.StepCompleted, "a", 1},
 			{event.StepStarted, "b", 1},
 			{event.StepStarted, "b", 2}, {event.StepCompleted, "b", 2},
 			{event.StepStarted, "c", 1}, {event.StepCompleted, "c", 1},
 			{event.RunCompleted, "", 1},
-		}); err != nil {
-			return err
-		}
-		if err := checkEnvelopes(evs, "run", "gated", 1); err != nil {
+		})
+		if err != nil {
 			return err
 		}
 		// The stream replays to the same result, running nothing.
@@ -128,20 +118,16 @@ func TestCrashRecoveryRerunsOnlyTheStepInFlight(t *testing.T) {
 
 func TestDeposedWorkerIsFencedAndStops(t *testing.T) {
 	onMemstore(t, 4, func(r *rig) error {
-		tl, g := newTally(), newGate(r.ex)
+		tl, g := newTally(), newGate(r.Ex)
 		def := gated(tl, g)
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
 		// A's renewals fail as calls (a partition), so A never learns from
 		// them that its lease is gone.
 		var partitioned atomic.Bool
-		hA := r.mem.Restart(memstore.WithHook(func(op string) error {
+		hA := r.Mem.Restart(memstore.WithHook(func(op string) error {
 			if op == "renew_leases" && partitioned.Load() {
 				return errors.New("partitioned")
 			}
@@ -152,38 +138,38 @@ func TestDeposedWorkerIsFencedAndStops(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		defer wA.Stop(r.ctx)
-		if err := def.Start(r.ctx, cl, "run", 1); err != nil {
+		defer wA.Stop(r.Ctx)
+		if err := def.Start(r.Ctx, cl, "run", 1); err != nil {
 			return err
 		}
-		if err := r.waitFor("step b running on A", 10*time.Second, func() (bool, error) { return g.entries() == 1, nil }); err != nil {
+		if err := r.WaitFor("step b running on A", 10*time.Second, func() (bool, error) { return g.entries() == 1, nil }); err != nil {
 			return err
 		}
 		partitioned.Store(true)
 		// An operator revokes the lease (pause, then resume) and B takes
 		// the run at the next epoch while A, unaware, still runs step b.
-		if _, err := r.st.SetWorldStatus(r.ctx, "run", store.WorldPaused, "test"); err != nil {
+		if _, err := r.Store.SetWorldStatus(r.Ctx, "run", store.WorldPaused, "test"); err != nil {
 			return err
 		}
-		if _, err := r.st.SetWorldStatus(r.ctx, "run", store.WorldActive, "test"); err != nil {
+		if _, err := r.Store.SetWorldStatus(r.Ctx, "run", store.WorldActive, "test"); err != nil {
 			return err
 		}
-		wB, err := r.worker("B", r.handle(), wfs, evB, nil)
+		wB, err := r.worker("B", r.WorkerStore(), wfs, evB, nil)
 		if err != nil {
 			return err
 		}
-		defer wB.Stop(r.ctx)
-		if err := r.waitFor("step b running on B too", 10*time.Second, func() (bool, error) { return g.entries() == 2, nil }); err != nil {
+		defer wB.Stop(r.Ctx)
+		if err := r.WaitFor("step b running on B too", 10*time.Second, func() (bool, error) { return g.entries() == 2, nil }); err != nil {
 			return err
 		}
 		if _, fenced := evA.find(workflow.EvFenced, "run"); fenced {
 			return errors.New("A stopped before its write was attempted: the test would not show the store's fence")
 		}
 		g.release()
-		if got, err := def.Result(r.ctx, cl, "run"); err != nil || got != 23 {
+		if got, err := def.Result(r.Ctx, cl, "run"); err != nil || got != 23 {
 			return fmt.Errorf("result %d, %v; want 23", got, err)
 		}
-		if err := r.waitFor("A fenced", 10*time.Second, func() (bool, error) {
+		if err := r.WaitFor("A fenced", 10*time.Second, func() (bool, error) {
 			_, ok := evA.find(workflow.EvFenced, "run")
 			return ok, nil
 		}); err != nil {
@@ -222,7 +208,7 @@ func TestDeposedWorkerIsFencedAndStops(t *testing.T) {
 
 func TestChangedStepOrderIsADivergence(t *testing.T) {
 	onMemstore(t, 5, func(r *rig) error {
-		tl, g := newTally(), newGate(r.ex)
+		tl, g := newTally(), newGate(r.Ex)
 		v1 := gated(tl, g)
 		// The same workflow and version with a step inserted before "b".
 		changed := workflow.New("gated", 1, func(c *workflow.Ctx, in int) (int, error) {
@@ -248,26 +234,26 @@ func TestChangedStepOrderIsADivergence(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		hA := r.mem.Restart()
+		hA := r.Mem.Restart()
 		wA, err := r.worker("A", hA, wfs1, nil, nil)
 		if err != nil {
 			return err
 		}
-		if err := v1.Start(r.ctx, cl, "run", 1); err != nil {
+		if err := v1.Start(r.Ctx, cl, "run", 1); err != nil {
 			return err
 		}
-		if err := r.waitFor("step b running", 10*time.Second, func() (bool, error) { return g.entries() == 1, nil }); err != nil {
+		if err := r.WaitFor("step b running", 10*time.Second, func() (bool, error) { return g.entries() == 1, nil }); err != nil {
 			return err
 		}
 		hA.Crash()
-		wA.Kill(r.ctx)
+		wA.Kill(r.Ctx)
 		evB := &events{}
-		wB, err := r.worker("B", r.handle(), wfs2, evB, nil)
+		wB, err := r.worker("B", r.WorkerStore(), wfs2, evB, nil)
 		if err != nil {
 			return err
 		}
-		defer wB.Stop(r.ctx)
-		_, err = cl.Result(r.ctx, "run")
+		defer wB.Stop(r.Ctx)
+		_, err = cl.Result(r.Ctx, "run")
 		var div *workflow.DivergenceError
 		if !errors.Is(err, workflow.ErrFailed) || !errors.As(err, &div) {
 			return fmt.Errorf("result error %v, want a failed run with a *DivergenceError", err)
@@ -303,38 +289,34 @@ func TestChangedStepOrderIsADivergence(t *testing.T) {
 
 func TestStopReleasesSoAnotherWorkerTakesOverAtOnce(t *testing.T) {
 	onMemstore(t, 19, func(r *rig) error {
-		tl, g := newTally(), newGate(r.ex)
+		tl, g := newTally(), newGate(r.Ex)
 		def := gated(tl, g)
-		wfs, err := workflow.NewWorkflows(def)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
-		cl, err := r.client(wfs)
+		wA, err := r.worker("A", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		wA, err := r.worker("A", r.handle(), wfs, nil, nil)
-		if err != nil {
+		if err := def.Start(r.Ctx, cl, "run", 1); err != nil {
 			return err
 		}
-		if err := def.Start(r.ctx, cl, "run", 1); err != nil {
-			return err
-		}
-		if err := r.waitFor("step b running on A", 10*time.Second, func() (bool, error) { return g.entries() == 1, nil }); err != nil {
+		if err := r.WaitFor("step b running on A", 10*time.Second, func() (bool, error) { return g.entries() == 1, nil }); err != nil {
 			return err
 		}
 		evB := &events{}
-		wB, err := r.worker("B", r.handle(), wfs, evB, nil)
+		wB, err := r.worker("B", r.WorkerStore(), wfs, evB, nil)
 		if err != nil {
 			return err
 		}
-		defer wB.Stop(r.ctx)
-		if err := wA.Stop(r.ctx); err != nil {
+		defer wB.Stop(r.Ctx)
+		if err := wA.Stop(r.Ctx); err != nil {
 			return err
 		}
-		stoppedAt := r.ex.Now()
+		stoppedAt := r.Ex.Now()
 		g.release()
-		if v, err := def.Result(r.ctx, cl, "run"); err != nil || v != 23 {
+		if v, err := def.Result(r.Ctx, cl, "run"); err != nil || v != 23 {
 			return fmt.Errorf("result %d, %v", v, err)
 		}
 		acq, ok := evB.find(workflow.EvAcquired, "run")

@@ -60,7 +60,7 @@ func gatedAndQuick() (gated, quick *workflow.Def[int, int]) {
 // awaitResult calls def.Result for run in a process of the rig.
 func awaitResult(r *rig, def *workflow.Def[int, int], cl *workflow.Client, run string) (*outcome, func() error, error) {
 	o := &outcome{}
-	stop, err := r.background("result-"+run, func(ctx context.Context) error {
+	stop, err := r.Background("result-"+run, func(ctx context.Context) error {
 		got, err := def.Result(ctx, cl, run)
 		o.mu.Lock()
 		o.done, o.got, o.err = true, got, err
@@ -81,14 +81,14 @@ func TestResultWithWorkersIgnoresOtherRunsHints(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("w", r.handle(), wfs, nil, nil)
+		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
-		counted := &readCounter{Store: r.st, n: map[string]int{}}
+		defer w.Stop(r.Ctx)
+		counted := &readCounter{Store: r.Store, n: map[string]int{}}
 		// A poll of an hour: any re-read within the test is a wake-up.
-		waiter, err := workflow.NewClient(counted, wfs, r.ex, workflow.WithPoll(time.Hour, time.Hour), workflow.WithWorkers(w))
+		waiter, err := workflow.NewClient(counted, wfs, r.Ex, workflow.WithPoll(time.Hour, time.Hour), workflow.WithWorkers(w))
 		if err != nil {
 			return err
 		}
@@ -96,10 +96,10 @@ func TestResultWithWorkersIgnoresOtherRunsHints(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := gated.Start(r.ctx, others, "gated-1", 40); err != nil {
+		if err := gated.Start(r.Ctx, others, "gated-1", 40); err != nil {
 			return err
 		}
-		if err := r.waitFor("the await to start", 10*time.Second, func() (bool, error) {
+		if err := r.WaitFor("the await to start", 10*time.Second, func() (bool, error) {
 			evs, err := r.stream("gated-1")
 			return len(evs) == 2, err
 		}); err != nil {
@@ -110,7 +110,7 @@ func TestResultWithWorkersIgnoresOtherRunsHints(t *testing.T) {
 			return err
 		}
 		defer stop()
-		if err := r.waitFor("the Result to wait", 10*time.Second, func() (bool, error) {
+		if err := r.WaitFor("the Result to wait", 10*time.Second, func() (bool, error) {
 			return w.Waiters("gated-1") == 1, nil
 		}); err != nil {
 			return err
@@ -119,10 +119,10 @@ func TestResultWithWorkersIgnoresOtherRunsHints(t *testing.T) {
 		// (the assignment) and at its end (the archive).
 		for i := range 10 {
 			id := fmt.Sprintf("quick-%d", i)
-			if err := quick.Start(r.ctx, others, id, i); err != nil {
+			if err := quick.Start(r.Ctx, others, id, i); err != nil {
 				return err
 			}
-			if got, err := quick.Result(r.ctx, others, id); err != nil || got != i {
+			if got, err := quick.Result(r.Ctx, others, id); err != nil || got != i {
 				return fmt.Errorf("%s: %d, %v", id, got, err)
 			}
 		}
@@ -132,10 +132,10 @@ func TestResultWithWorkersIgnoresOtherRunsHints(t *testing.T) {
 		if o.finished() {
 			return fmt.Errorf("the Result returned before its run ended")
 		}
-		if err := others.Signal(r.ctx, "gated-1", "go", 2, ""); err != nil {
+		if err := others.Signal(r.Ctx, "gated-1", "go", 2, ""); err != nil {
 			return err
 		}
-		if err := r.waitFor("the Result", 10*time.Second, func() (bool, error) { return o.finished(), nil }); err != nil {
+		if err := r.WaitFor("the Result", 10*time.Second, func() (bool, error) { return o.finished(), nil }); err != nil {
 			return err
 		}
 		o.mu.Lock()
@@ -166,24 +166,24 @@ func TestResultWithWorkersSeesOtherWorkersRunsByPolling(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		bystander, err := r.worker("bystander", r.handle(), idleWfs, nil, nil)
+		bystander, err := r.worker("bystander", r.WorkerStore(), idleWfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer bystander.Stop(r.ctx)
-		w, err := r.worker("w", r.handle(), wfs, nil, nil)
+		defer bystander.Stop(r.Ctx)
+		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
-		cl, err := workflow.NewClient(r.st, wfs, r.ex, workflow.WithPoll(time.Millisecond, 20*time.Millisecond), workflow.WithWorkers(bystander))
+		defer w.Stop(r.Ctx)
+		cl, err := workflow.NewClient(r.Store, wfs, r.Ex, workflow.WithPoll(time.Millisecond, 20*time.Millisecond), workflow.WithWorkers(bystander))
 		if err != nil {
 			return err
 		}
-		if err := quick.Start(r.ctx, cl, "q", 7); err != nil {
+		if err := quick.Start(r.Ctx, cl, "q", 7); err != nil {
 			return err
 		}
-		if got, err := quick.Result(r.ctx, cl, "q"); err != nil || got != 7 {
+		if got, err := quick.Result(r.Ctx, cl, "q"); err != nil || got != 7 {
 			return fmt.Errorf("result %d, %v; want 7", got, err)
 		}
 		return nil

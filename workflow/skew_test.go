@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
+	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/store/memstore"
 	"github.com/orrery-run/orrery/workflow"
@@ -70,7 +71,7 @@ func slowSteps(ex actor.Executor, o *overlap, steps int) *workflow.Def[string, i
 // a run overlaps another of it, and each step executes exactly once.
 func runSkewed(t *testing.T, seed uint64, skew time.Duration, workers, runs, steps int) {
 	t.Helper()
-	res := lab.Run(lab.Config{Seed: seed, Name: t.Name()}, func(env *lab.Env) error {
+	testrig.Lab(t, lab.Config{Seed: seed, Name: t.Name()}, func(env *lab.Env) error {
 		st := memstore.New(memstore.WithClock(func() time.Time { return env.Lab.Now().Add(skew) }))
 		o := &overlap{now: map[string]int{}, runs: map[string]int{}}
 		def := slowSteps(env.Lab, o, steps)
@@ -141,9 +142,6 @@ func runSkewed(t *testing.T, seed uint64, skew time.Duration, workers, runs, ste
 		}
 		return nil
 	})
-	if res.Failure != nil {
-		t.Fatal(res.Failure)
-	}
 }
 
 // TestWorkersNeverRunAStepTwiceAtOnceWithTheStoreClockAhead: with the
@@ -174,8 +172,8 @@ func TestSleepIsMeasuredOnTheStoresClock(t *testing.T) {
 		t.Run(fmt.Sprint("store", skew), func(t *testing.T) {
 			res := lab.Run(lab.Config{Seed: 63, Name: t.Name()}, func(env *lab.Env) error {
 				st := memstore.New(memstore.WithClock(func() time.Time { return env.Lab.Now().Add(skew) }))
-				r := &rig{t: t, backend: "memstore", ctx: env.Ctx, root: env.Root, ex: env.Lab, st: st, mem: st,
-					poll: 10 * time.Millisecond, polls: 100}
+				r := &rig{&testrig.Rig{T: t, Backend: testrig.Memstore, Ctx: env.Ctx, Root: env.Root, Ex: env.Lab, Store: st, Mem: st,
+					Poll: 10 * time.Millisecond, Polls: 100}}
 				var before, after time.Time // the worker's clock around the sleep
 				def := workflow.New("sleepy", 1, func(c *workflow.Ctx, in int) (int, error) {
 					if _, err := workflow.Step(c, "before", func(context.Context) (int, error) { before = env.Lab.Now(); return 0, nil }); err != nil {
@@ -190,7 +188,7 @@ func TestSleepIsMeasuredOnTheStoresClock(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				stopTimers, err := r.background("timers", func(ctx context.Context) error { return fireTimers(ctx, r.ex, r.st) })
+				stopTimers, err := r.Background("timers", func(ctx context.Context) error { return fireTimers(ctx, r.Ex, r.Store) })
 				if err != nil {
 					return err
 				}

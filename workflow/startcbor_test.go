@@ -34,11 +34,11 @@ func TestStartCBORDecodesIntoTheInputType(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("w1", r.handle(), wfs, nil, nil)
+		w, err := r.worker("w1", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
+		defer w.Stop(r.Ctx)
 		cl, err := r.client(wfs)
 		if err != nil {
 			return err
@@ -47,25 +47,25 @@ func TestStartCBORDecodesIntoTheInputType(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		created, err := cl.StartCBOR(r.ctx, "pay", "p-1", raw)
+		created, err := cl.StartCBOR(r.Ctx, "pay", "p-1", raw)
 		if err != nil || !created {
 			return fmt.Errorf("first start: created %v, %v", created, err)
 		}
-		created, err = cl.StartCBOR(r.ctx, "pay", "p-1", raw)
+		created, err = cl.StartCBOR(r.Ctx, "pay", "p-1", raw)
 		if err != nil || created {
 			return fmt.Errorf("repeated start: created %v, %v", created, err)
 		}
-		if err := def.Start(r.ctx, cl, "p-1", payIn{Account: "alice", Amount: 50}); err != nil {
+		if err := def.Start(r.Ctx, cl, "p-1", payIn{Account: "alice", Amount: 50}); err != nil {
 			return fmt.Errorf("typed start of the same input: %w", err)
 		}
 		other, err := event.Marshal(map[string]any{"Account": "bob", "Amount": int64(50)})
 		if err != nil {
 			return err
 		}
-		if _, err := cl.StartCBOR(r.ctx, "pay", "p-1", other); !errors.Is(err, workflow.ErrConflict) {
+		if _, err := cl.StartCBOR(r.Ctx, "pay", "p-1", other); !errors.Is(err, workflow.ErrConflict) {
 			return fmt.Errorf("start with other input: %v, want ErrConflict", err)
 		}
-		got, err := def.Result(r.ctx, cl, "p-1")
+		got, err := def.Result(r.Ctx, cl, "p-1")
 		if err != nil {
 			return err
 		}
@@ -78,11 +78,7 @@ func TestStartCBORDecodesIntoTheInputType(t *testing.T) {
 
 func TestStartCBORRefusesABadShape(t *testing.T) {
 	onMemstore(t, 1, func(r *rig) error {
-		wfs, err := workflow.NewWorkflows(payDef())
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		_, cl, err := r.clientFor(payDef())
 		if err != nil {
 			return err
 		}
@@ -99,17 +95,17 @@ func TestStartCBORRefusesABadShape(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if _, err := cl.StartCBOR(r.ctx, "pay", "bad", raw); !errors.Is(err, workflow.ErrInvalid) {
+			if _, err := cl.StartCBOR(r.Ctx, "pay", "bad", raw); !errors.Is(err, workflow.ErrInvalid) {
 				return fmt.Errorf("%s: %v, want ErrInvalid", name, err)
 			}
 		}
-		if _, err := cl.StartCBOR(r.ctx, "pay", "bad", []byte{0xff}); !errors.Is(err, workflow.ErrInvalid) {
+		if _, err := cl.StartCBOR(r.Ctx, "pay", "bad", []byte{0xff}); !errors.Is(err, workflow.ErrInvalid) {
 			return fmt.Errorf("malformed CBOR: %v, want ErrInvalid", err)
 		}
-		if _, err := cl.StartCBOR(r.ctx, "nope", "bad", []byte{0xf6}); !errors.Is(err, workflow.ErrInvalid) {
+		if _, err := cl.StartCBOR(r.Ctx, "nope", "bad", []byte{0xf6}); !errors.Is(err, workflow.ErrInvalid) {
 			return fmt.Errorf("unknown workflow: %v, want ErrInvalid", err)
 		}
-		if _, err := cl.Get(r.ctx, "bad"); !errors.Is(err, workflow.ErrNotFound) {
+		if _, err := cl.Get(r.Ctx, "bad"); !errors.Is(err, workflow.ErrNotFound) {
 			return fmt.Errorf("a refused start left a run behind: %v", err)
 		}
 		return nil

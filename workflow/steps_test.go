@@ -60,26 +60,22 @@ func TestRetriesWaitTheirBackoffInVirtualTime(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("w", r.handle(), wfs, nil, nil)
+		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
+		defer w.Stop(r.Ctx)
 		cl, err := r.client(wfs)
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.ctx, cl, "run", 0); err != nil {
+		if err := def.Start(r.Ctx, cl, "run", 0); err != nil {
 			return err
 		}
-		if got, err := def.Result(r.ctx, cl, "run"); err != nil || got != 7 {
+		if got, err := def.Result(r.Ctx, cl, "run"); err != nil || got != 7 {
 			return fmt.Errorf("result %d, %v", got, err)
 		}
-		evs, err := r.stream("run")
-		if err != nil {
-			return err
-		}
-		if err := sameShapes(evs, []shape{
+		evs, err := r.streamIs("run", "flaky", 1, []shape{
 			{event.RunStarted, "", 1},
 			{event.StepStarted, "flaky", 1}, {event.StepFailed, "flaky", 1},
 			{event.StepStarted, "flaky", 2}, {event.StepFailed, "flaky", 2},
@@ -88,10 +84,8 @@ func TestRetriesWaitTheirBackoffInVirtualTime(t *testing.T) {
 			{event.StepStarted, "doomed", 2}, {event.StepFailed, "doomed", 2},
 			{event.StepStarted, "permanent", 1}, {event.StepFailed, "permanent", 1},
 			{event.RunCompleted, "", 1},
-		}); err != nil {
-			return err
-		}
-		if err := checkEnvelopes(evs, "run", "flaky", 1); err != nil {
+		})
+		if err != nil {
 			return err
 		}
 		// Each retry is due at the failure's time plus the policy's delay
@@ -149,7 +143,7 @@ func TestStepTimeout(t *testing.T) {
 	onMemstore(t, 7, func(r *rig) error {
 		def := workflow.New("slow", 1, func(c *workflow.Ctx, _ int) (string, error) {
 			_, err := workflow.Step(c, "slow", func(ctx context.Context) (int, error) {
-				return 0, actor.Sleep(ctx, r.ex, time.Hour)
+				return 0, actor.Sleep(ctx, r.Ex, time.Hour)
 			}, workflow.WithTimeout(time.Second))
 			var se *workflow.StepError
 			if !errors.As(err, &se) || !se.Timeout {
@@ -161,19 +155,19 @@ func TestStepTimeout(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("w", r.handle(), wfs, nil, nil)
+		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
+		defer w.Stop(r.Ctx)
 		cl, err := r.client(wfs)
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.ctx, cl, "run", 0); err != nil {
+		if err := def.Start(r.Ctx, cl, "run", 0); err != nil {
 			return err
 		}
-		if got, err := def.Result(r.ctx, cl, "run"); err != nil || got != "timed out" {
+		if got, err := def.Result(r.Ctx, cl, "run"); err != nil || got != "timed out" {
 			return fmt.Errorf("result %q, %v", got, err)
 		}
 		evs, err := r.stream("run")
@@ -213,40 +207,36 @@ func TestDurableSleepSurvivesACrash(t *testing.T) {
 	onMemstore(t, 8, func(r *rig) error {
 		tl := newTally()
 		def := sleeper(tl)
-		wfs, err := workflow.NewWorkflows(def)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
-		cl, err := r.client(wfs)
+		stopTimers, err := r.Background("timers", func(ctx context.Context) error { return fireTimers(ctx, r.Ex, r.Store) })
 		if err != nil {
 			return err
 		}
-		stopTimers, err := r.background("timers", func(ctx context.Context) error { return fireTimers(ctx, r.ex, r.st) })
-		if err != nil {
-			return err
-		}
-		hA := r.mem.Restart()
+		hA := r.Mem.Restart()
 		wA, err := r.worker("A", hA, wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.ctx, cl, "run", 1); err != nil {
+		if err := def.Start(r.Ctx, cl, "run", 1); err != nil {
 			return err
 		}
-		if err := r.waitFor("the sleep's timer", 10*time.Second, func() (bool, error) {
-			ts, err := r.st.ListTimers(r.ctx, "run", 10)
+		if err := r.WaitFor("the sleep's timer", 10*time.Second, func() (bool, error) {
+			ts, err := r.Store.ListTimers(r.Ctx, "run", 10)
 			return len(ts) == 1, err
 		}); err != nil {
 			return err
 		}
 		hA.Crash()
-		wA.Kill(r.ctx)
-		wB, err := r.worker("B", r.handle(), wfs, nil, nil)
+		wA.Kill(r.Ctx)
+		wB, err := r.worker("B", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer wB.Stop(r.ctx)
-		got, err := def.Result(r.ctx, cl, "run")
+		defer wB.Stop(r.Ctx)
+		got, err := def.Result(r.Ctx, cl, "run")
 		if err != nil || got != 4 {
 			return fmt.Errorf("result %d, %v; want 4", got, err)
 		}
@@ -272,7 +262,7 @@ func TestDurableSleepSurvivesACrash(t *testing.T) {
 		if d := evs[4].EmittedAt.Sub(evs[3].EmittedAt); d < time.Hour {
 			return fmt.Errorf("the sleep ended after %v, before its hour", d)
 		}
-		items, err := r.st.ReadInbox(r.ctx, "run", 0, 0)
+		items, err := r.Store.ReadInbox(r.Ctx, "run", 0, 0)
 		if err != nil {
 			return err
 		}
@@ -306,46 +296,38 @@ func TestAwaitConsumesSignalsInOrderOnce(t *testing.T) {
 			}
 			return fmt.Sprintf("%s,%s,%d", a, b, n), nil
 		})
-		wfs, err := workflow.NewWorkflows(def)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
-		cl, err := r.client(wfs)
-		if err != nil {
-			return err
-		}
-		if err := def.Start(r.ctx, cl, "run", 0); err != nil {
+		if err := def.Start(r.Ctx, cl, "run", 0); err != nil {
 			return err
 		}
 		// Signals sent before any worker runs wait in the inbox; a retry
 		// with the same key is one signal.
 		for _, s := range []struct{ name, value, key string }{{"vote", "yes", "k1"}, {"vote", "yes", "k1"}, {"vote", "no", "k2"}} {
-			if err := cl.Signal(r.ctx, "run", s.name, s.value, s.key); err != nil {
+			if err := cl.Signal(r.Ctx, "run", s.name, s.value, s.key); err != nil {
 				return err
 			}
 		}
-		w, err := r.worker("w", r.handle(), wfs, nil, nil)
+		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
-		if err := r.waitFor("the count await", 10*time.Second, func() (bool, error) {
+		defer w.Stop(r.Ctx)
+		if err := r.WaitFor("the count await", 10*time.Second, func() (bool, error) {
 			evs, err := r.stream("run")
 			return len(evs) == 6, err
 		}); err != nil {
 			return err
 		}
-		if err := cl.Signal(r.ctx, "run", "count", 3, ""); err != nil {
+		if err := cl.Signal(r.Ctx, "run", "count", 3, ""); err != nil {
 			return err
 		}
-		if got, err := def.Result(r.ctx, cl, "run"); err != nil || got != "yes,no,3" {
+		if got, err := def.Result(r.Ctx, cl, "run"); err != nil || got != "yes,no,3" {
 			return fmt.Errorf("result %q, %v", got, err)
 		}
-		evs, err := r.stream("run")
-		if err != nil {
-			return err
-		}
-		if err := sameShapes(evs, []shape{
+		if _, err := r.streamIs("run", "approval", 1, []shape{
 			{event.RunStarted, "", 1},
 			{event.StepStarted, "sys:await:vote", 1}, {event.StepCompleted, "sys:await:vote", 1},
 			{event.StepStarted, "sys:await:vote#2", 1}, {event.StepCompleted, "sys:await:vote#2", 1},
@@ -354,13 +336,10 @@ func TestAwaitConsumesSignalsInOrderOnce(t *testing.T) {
 		}); err != nil {
 			return err
 		}
-		if err := checkEnvelopes(evs, "run", "approval", 1); err != nil {
-			return err
-		}
-		if err := cl.Signal(r.ctx, "run", "vote", "late", ""); !errors.Is(err, workflow.ErrFinished) {
+		if err := cl.Signal(r.Ctx, "run", "vote", "late", ""); !errors.Is(err, workflow.ErrFinished) {
 			return fmt.Errorf("a signal to a finished run: %v, want ErrFinished", err)
 		}
-		if err := cl.Signal(r.ctx, "nope", "vote", "x", ""); !errors.Is(err, workflow.ErrNotFound) {
+		if err := cl.Signal(r.Ctx, "nope", "vote", "x", ""); !errors.Is(err, workflow.ErrNotFound) {
 			return fmt.Errorf("a signal to no run: %v, want ErrNotFound", err)
 		}
 		return nil
@@ -369,7 +348,7 @@ func TestAwaitConsumesSignalsInOrderOnce(t *testing.T) {
 
 func TestCancelStopsTheStepAndRecordsSkipAndCancel(t *testing.T) {
 	onMemstore(t, 10, func(r *rig) error {
-		tl, g := newTally(), newGate(r.ex)
+		tl, g := newTally(), newGate(r.Ex)
 		stepErr := make(chan error, 1)
 		def := workflow.New("long", 1, func(c *workflow.Ctx, _ int) (int, error) {
 			return workflow.Step(c, "wait", func(ctx context.Context) (int, error) {
@@ -379,29 +358,25 @@ func TestCancelStopsTheStepAndRecordsSkipAndCancel(t *testing.T) {
 				return 1, err
 			})
 		})
-		wfs, err := workflow.NewWorkflows(def)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
-		cl, err := r.client(wfs)
+		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("w", r.handle(), wfs, nil, nil)
-		if err != nil {
+		defer w.Stop(r.Ctx)
+		if err := def.Start(r.Ctx, cl, "run", 0); err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
-		if err := def.Start(r.ctx, cl, "run", 0); err != nil {
+		if err := r.WaitFor("the step running", 10*time.Second, func() (bool, error) { return g.entries() == 1, nil }); err != nil {
 			return err
 		}
-		if err := r.waitFor("the step running", 10*time.Second, func() (bool, error) { return g.entries() == 1, nil }); err != nil {
+		if err := cl.Cancel(r.Ctx, "run", "no longer needed"); err != nil {
 			return err
 		}
-		if err := cl.Cancel(r.ctx, "run", "no longer needed"); err != nil {
-			return err
-		}
-		_, err = cl.Result(r.ctx, "run")
+		_, err = cl.Result(r.Ctx, "run")
 		var re *workflow.RunError
 		if !errors.Is(err, workflow.ErrCancelled) || !errors.As(err, &re) || re.Message != "no longer needed" {
 			return fmt.Errorf("result error %v, want the cancellation", err)
@@ -425,11 +400,11 @@ func TestCancelStopsTheStepAndRecordsSkipAndCancel(t *testing.T) {
 		if err := checkEnvelopes(evs, "run", "long", 1); err != nil {
 			return err
 		}
-		rec, err := r.st.GetWorld(r.ctx, "run")
+		rec, err := r.Store.GetWorld(r.Ctx, "run")
 		if err != nil || rec.Status != store.WorldArchived || rec.StatusReason != "cancelled" {
 			return fmt.Errorf("world %+v, %v", rec, err)
 		}
-		if err := cl.Cancel(r.ctx, "run", "again"); err != nil {
+		if err := cl.Cancel(r.Ctx, "run", "again"); err != nil {
 			return fmt.Errorf("cancelling a cancelled run: %v", err)
 		}
 		return nil
@@ -439,21 +414,17 @@ func TestCancelStopsTheStepAndRecordsSkipAndCancel(t *testing.T) {
 func TestCancelWithNoWorkerIsRecordedByTheClient(t *testing.T) {
 	forEachBackend(t, 11, func(r *rig) error {
 		def := workflow.New("idle", 1, func(c *workflow.Ctx, _ int) (int, error) { return 0, nil })
-		wfs, err := workflow.NewWorkflows(def)
+		_, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
-		cl, err := r.client(wfs)
-		if err != nil {
+		if err := def.Start(r.Ctx, cl, "run", 0); err != nil {
 			return err
 		}
-		if err := def.Start(r.ctx, cl, "run", 0); err != nil {
+		if err := cl.Cancel(r.Ctx, "run", "changed my mind"); err != nil {
 			return err
 		}
-		if err := cl.Cancel(r.ctx, "run", "changed my mind"); err != nil {
-			return err
-		}
-		if _, err := cl.Result(r.ctx, "run"); !errors.Is(err, workflow.ErrCancelled) {
+		if _, err := cl.Result(r.Ctx, "run"); !errors.Is(err, workflow.ErrCancelled) {
 			return fmt.Errorf("result %v, want cancelled", err)
 		}
 		evs, err := r.stream("run")
@@ -463,11 +434,11 @@ func TestCancelWithNoWorkerIsRecordedByTheClient(t *testing.T) {
 		if err := sameShapes(evs, []shape{{event.RunCancelled, "", 1}}); err != nil {
 			return err
 		}
-		sum, err := cl.Get(r.ctx, "run")
+		sum, err := cl.Get(r.Ctx, "run")
 		if err != nil || sum.Status != workflow.StatusCancelled || sum.Error != "changed my mind" {
 			return fmt.Errorf("summary %+v, %v", sum, err)
 		}
-		if err := cl.Pause(r.ctx, "run", ""); !errors.Is(err, workflow.ErrFinished) {
+		if err := cl.Pause(r.Ctx, "run", ""); !errors.Is(err, workflow.ErrFinished) {
 			return fmt.Errorf("pausing a cancelled run: %v, want ErrFinished", err)
 		}
 		return nil
@@ -476,45 +447,41 @@ func TestCancelWithNoWorkerIsRecordedByTheClient(t *testing.T) {
 
 func TestPauseFencesTheHolderAndResumeContinues(t *testing.T) {
 	onMemstore(t, 12, func(r *rig) error {
-		tl, g := newTally(), newGate(r.ex)
+		tl, g := newTally(), newGate(r.Ex)
 		def := gated(tl, g)
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
 		ev := &events{}
-		w, err := r.worker("w", r.handle(), wfs, ev, nil)
+		w, err := r.worker("w", r.WorkerStore(), wfs, ev, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
-		if err := def.Start(r.ctx, cl, "run", 1); err != nil {
+		defer w.Stop(r.Ctx)
+		if err := def.Start(r.Ctx, cl, "run", 1); err != nil {
 			return err
 		}
-		if err := r.waitFor("step b running", 10*time.Second, func() (bool, error) { return g.entries() == 1, nil }); err != nil {
+		if err := r.WaitFor("step b running", 10*time.Second, func() (bool, error) { return g.entries() == 1, nil }); err != nil {
 			return err
 		}
 		acq, _ := ev.find(workflow.EvAcquired, "run")
-		if err := cl.Pause(r.ctx, "run", "maintenance"); err != nil {
+		if err := cl.Pause(r.Ctx, "run", "maintenance"); err != nil {
 			return err
 		}
 		// The holder is fenced at once: the lease is gone, and a write at
 		// its epoch is refused.
-		l, _, err := r.st.GetLease(r.ctx, "run")
+		l, _, err := r.Store.GetLease(r.Ctx, "run")
 		if err != nil || l.Holder != "" {
 			return fmt.Errorf("lease %+v after the pause, %v", l, err)
 		}
-		probe := event.Envelope{EventID: "probe", StreamID: "run", EventType: "Probe", EmittedAt: r.ex.Now(),
+		probe := event.Envelope{EventID: "probe", StreamID: "run", EventType: "Probe", EmittedAt: r.Ex.Now(),
 			LogicalAttemptID: 1, EngineAttemptID: 1, Payload: event.EmptyPayload()}
 		probe.Normalize()
-		if _, err := r.st.Append(r.ctx, "run", []event.Envelope{probe}, store.AppendOptions{Fence: &store.Fence{World: "run", Epoch: acq.Epoch}}); !errors.Is(err, store.ErrFenced) {
+		if _, err := r.Store.Append(r.Ctx, "run", []event.Envelope{probe}, store.AppendOptions{Fence: &store.Fence{World: "run", Epoch: acq.Epoch}}); !errors.Is(err, store.ErrFenced) {
 			return fmt.Errorf("an append at the holder's epoch after the pause: %v, want ErrFenced", err)
 		}
-		if err := r.waitFor("the run stopped on the worker", 10*time.Second, func() (bool, error) {
+		if err := r.WaitFor("the run stopped on the worker", 10*time.Second, func() (bool, error) {
 			return len(w.Runs()) == 0, nil
 		}); err != nil {
 			return err
@@ -523,21 +490,21 @@ func TestPauseFencesTheHolderAndResumeContinues(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if sum, err := cl.Get(r.ctx, "run"); err != nil || sum.Status != workflow.StatusPaused {
+		if sum, err := cl.Get(r.Ctx, "run"); err != nil || sum.Status != workflow.StatusPaused {
 			return fmt.Errorf("summary %+v, %v", sum, err)
 		}
 		// Nothing happens while paused, whatever time passes.
-		if err := r.advance(time.Minute); err != nil {
+		if err := r.Advance(time.Minute); err != nil {
 			return err
 		}
 		if len(w.Runs()) != 0 || tl.get("b") != 1 {
 			return fmt.Errorf("the paused run ran: held %v, b ran %d times", w.Runs(), tl.get("b"))
 		}
 		g.release()
-		if err := cl.Resume(r.ctx, "run", "done"); err != nil {
+		if err := cl.Resume(r.Ctx, "run", "done"); err != nil {
 			return err
 		}
-		if got, err := def.Result(r.ctx, cl, "run"); err != nil || got != 23 {
+		if got, err := def.Result(r.Ctx, cl, "run"); err != nil || got != 23 {
 			return fmt.Errorf("result %d, %v", got, err)
 		}
 		evs, err := r.stream("run")
@@ -562,7 +529,7 @@ func TestPauseFencesTheHolderAndResumeContinues(t *testing.T) {
 			return err
 		}
 		// RunPaused carries when the pause was asked for.
-		items, err := r.st.ReadInbox(r.ctx, "run", 0, 0)
+		items, err := r.Store.ReadInbox(r.Ctx, "run", 0, 0)
 		if err != nil {
 			return err
 		}
@@ -584,22 +551,18 @@ func TestPauseWithNoHolderIsRecordedByTheClient(t *testing.T) {
 	forEachBackend(t, 18, func(r *rig) error {
 		tl := newTally()
 		def := threeSteps(tl)
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		cl, err := r.client(wfs)
+		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
 		}
 		for _, id := range []string{"by-resume", "by-operator"} {
-			if err := def.Start(r.ctx, cl, id, 1); err != nil {
+			if err := def.Start(r.Ctx, cl, id, 1); err != nil {
 				return err
 			}
-			if err := cl.Pause(r.ctx, id, "hold on"); err != nil {
+			if err := cl.Pause(r.Ctx, id, "hold on"); err != nil {
 				return err
 			}
-			if err := cl.Pause(r.ctx, id, "again"); err != nil {
+			if err := cl.Pause(r.Ctx, id, "again"); err != nil {
 				return fmt.Errorf("pausing a paused run: %v", err)
 			}
 			evs, err := r.stream(id)
@@ -609,25 +572,25 @@ func TestPauseWithNoHolderIsRecordedByTheClient(t *testing.T) {
 			if err := sameShapes(evs, []shape{{event.RunPaused, "", 1}}); err != nil {
 				return fmt.Errorf("%s: the client did not record the pause: %w", id, err)
 			}
-			if s, err := cl.Get(r.ctx, id); err != nil || s.Status != workflow.StatusPaused {
+			if s, err := cl.Get(r.Ctx, id); err != nil || s.Status != workflow.StatusPaused {
 				return fmt.Errorf("%s: %+v, %v", id, s, err)
 			}
 		}
-		if err := cl.Resume(r.ctx, "by-resume", "go on"); err != nil {
+		if err := cl.Resume(r.Ctx, "by-resume", "go on"); err != nil {
 			return err
 		}
 		// An operator's status change without a resume request: the next
 		// holder records the resume itself, once.
-		if _, err := r.st.SetWorldStatus(r.ctx, "by-operator", store.WorldActive, "ops"); err != nil {
+		if _, err := r.Store.SetWorldStatus(r.Ctx, "by-operator", store.WorldActive, "ops"); err != nil {
 			return err
 		}
-		w, err := r.worker("w", r.handle(), wfs, nil, nil)
+		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
+		defer w.Stop(r.Ctx)
 		for _, id := range []string{"by-resume", "by-operator"} {
-			if v, err := def.Result(r.ctx, cl, id); err != nil || v != 5 {
+			if v, err := def.Result(r.Ctx, cl, id); err != nil || v != 5 {
 				return fmt.Errorf("%s: result %d, %v", id, v, err)
 			}
 			evs, err := r.stream(id)

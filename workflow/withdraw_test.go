@@ -75,10 +75,10 @@ func TestEffectTimeoutRetryKeepsTheFirstIntent(t *testing.T) {
 		// The adapter takes 8s per execution: past the first attempt's
 		// 5s wait, within the second's.
 		var ex executions
-		stopAdapter, err := r.background("adapter", func(ctx context.Context) error {
-			return runAdapter(ctx, r.ex, r.st, "test.charge", func(it vocab.EffectItem) (vocab.ReceiptStatus, any) {
+		stopAdapter, err := r.Background("adapter", func(ctx context.Context) error {
+			return runAdapter(ctx, r.Ex, r.Store, "test.charge", func(it vocab.EffectItem) (vocab.ReceiptStatus, any) {
 				ex.add(it.IntentHash)
-				if err := actor.Sleep(ctx, r.ex, 8*time.Second); err != nil {
+				if err := actor.Sleep(ctx, r.Ex, 8*time.Second); err != nil {
 					return vocab.ReceiptError, map[string]string{"error": err.Error()}
 				}
 				return vocab.ReceiptOK, echoOut{Echo: "charged"}
@@ -87,24 +87,24 @@ func TestEffectTimeoutRetryKeepsTheFirstIntent(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("w", r.handle(), wfs, nil, nil)
+		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
+		defer w.Stop(r.Ctx)
 		cl, err := r.client(wfs)
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.ctx, cl, "run", "k"); err != nil {
+		if err := def.Start(r.Ctx, cl, "run", "k"); err != nil {
 			return err
 		}
-		if got, err := def.Result(r.ctx, cl, "run"); err != nil || got != "charged" {
+		if got, err := def.Result(r.Ctx, cl, "run"); err != nil || got != "charged" {
 			return fmt.Errorf("result %q, %v", got, err)
 		}
 		// Long enough for the adapter to have claimed a second intent, had
 		// there been one.
-		if err := r.advance(30 * time.Second); err != nil {
+		if err := r.Advance(30 * time.Second); err != nil {
 			return err
 		}
 		if err := stopAdapter(); err != nil {
@@ -154,19 +154,19 @@ func TestEffectGivenUpOnTimeoutIsWithdrawn(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("w", r.handle(), wfs, nil, nil)
+		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
+		defer w.Stop(r.Ctx)
 		cl, err := r.client(wfs)
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.ctx, cl, "run", "k"); err != nil {
+		if err := def.Start(r.Ctx, cl, "run", "k"); err != nil {
 			return err
 		}
-		if got, err := def.Result(r.ctx, cl, "run"); err != nil || got != "gave up" {
+		if got, err := def.Result(r.Ctx, cl, "run"); err != nil || got != "gave up" {
 			return fmt.Errorf("result %q, %v", got, err)
 		}
 		evs, err := r.stream("run")
@@ -180,10 +180,10 @@ func TestEffectGivenUpOnTimeoutIsWithdrawn(t *testing.T) {
 		if len(hashes) != 2 || hashes[0] != hashes[1] {
 			return fmt.Errorf("the attempts recorded intents %v, want the first one twice", hashes)
 		}
-		if st, err := r.st.EffectStatus(r.ctx, hashes[0]); err != nil || st.State != vocab.EffectWithdrawn {
+		if st, err := r.Store.EffectStatus(r.Ctx, hashes[0]); err != nil || st.State != vocab.EffectWithdrawn {
 			return fmt.Errorf("the given-up intent: %+v, %v; want withdrawn", st, err)
 		}
-		items, err := r.st.Claim(r.ctx, "late-adapter", []string{"test.charge"}, 10, time.Minute)
+		items, err := r.Store.Claim(r.Ctx, "late-adapter", []string{"test.charge"}, 10, time.Minute)
 		if err != nil || len(items) != 0 {
 			return fmt.Errorf("an adapter starting after the step gave up claimed %+v, %v", items, err)
 		}
@@ -204,35 +204,35 @@ func TestCancelledRunsUnclaimedEffectIsNeverExecuted(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("w", r.handle(), wfs, nil, nil)
+		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
+		defer w.Stop(r.Ctx)
 		cl, err := r.client(wfs)
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.ctx, cl, "run", "k"); err != nil {
+		if err := def.Start(r.Ctx, cl, "run", "k"); err != nil {
 			return err
 		}
 		var pending []vocab.EffectItem
-		if err := r.waitFor("the published intent", 10*time.Second, func() (bool, error) {
+		if err := r.WaitFor("the published intent", 10*time.Second, func() (bool, error) {
 			var err error
-			pending, err = r.st.ListEffects(r.ctx, "run", 0, 10)
+			pending, err = r.Store.ListEffects(r.Ctx, "run", 0, 10)
 			return len(pending) == 1, err
 		}); err != nil {
 			return err
 		}
-		if err := cl.Cancel(r.ctx, "run", "customer changed their mind"); err != nil {
+		if err := cl.Cancel(r.Ctx, "run", "customer changed their mind"); err != nil {
 			return err
 		}
-		if _, err := def.Result(r.ctx, cl, "run"); !errors.Is(err, workflow.ErrCancelled) {
+		if _, err := def.Result(r.Ctx, cl, "run"); !errors.Is(err, workflow.ErrCancelled) {
 			return fmt.Errorf("result after the cancel: %v, want ErrCancelled", err)
 		}
 		var ex executions
-		stopAdapter, err := r.background("adapter", func(ctx context.Context) error {
-			return runAdapter(ctx, r.ex, r.st, "test.charge", func(it vocab.EffectItem) (vocab.ReceiptStatus, any) {
+		stopAdapter, err := r.Background("adapter", func(ctx context.Context) error {
+			return runAdapter(ctx, r.Ex, r.Store, "test.charge", func(it vocab.EffectItem) (vocab.ReceiptStatus, any) {
 				ex.add(it.IntentHash)
 				return vocab.ReceiptOK, echoOut{Echo: "charged"}
 			})
@@ -242,10 +242,10 @@ func TestCancelledRunsUnclaimedEffectIsNeverExecuted(t *testing.T) {
 		}
 		// The adapter's first claim runs at once; give it a few more
 		// turns to show nothing comes later either.
-		if err := r.advance(3 * time.Second); err != nil {
+		if err := r.Advance(3 * time.Second); err != nil {
 			return err
 		}
-		items, err := r.st.Claim(r.ctx, "late-adapter", []string{"test.charge"}, 10, time.Minute)
+		items, err := r.Store.Claim(r.Ctx, "late-adapter", []string{"test.charge"}, 10, time.Minute)
 		if err != nil || len(items) != 0 {
 			return fmt.Errorf("a claim after the cancel got %+v, %v", items, err)
 		}
@@ -255,7 +255,7 @@ func TestCancelledRunsUnclaimedEffectIsNeverExecuted(t *testing.T) {
 		if got := ex.snapshot(); len(got) != 0 {
 			return fmt.Errorf("the adapter executed %v after the run was cancelled", got)
 		}
-		if st, err := r.st.EffectStatus(r.ctx, pending[0].IntentHash); err != nil || st.State != vocab.EffectWithdrawn {
+		if st, err := r.Store.EffectStatus(r.Ctx, pending[0].IntentHash); err != nil || st.State != vocab.EffectWithdrawn {
 			return fmt.Errorf("the cancelled run's intent: %+v, %v; want withdrawn", st, err)
 		}
 		return nil

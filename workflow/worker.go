@@ -289,13 +289,8 @@ func (w *Worker) control(ctx context.Context) error {
 		if owed && lastForced.Add(forceGap).Before(at) {
 			at = lastForced.Add(forceGap)
 		}
-		if d := at.Sub(w.ex.Now()); d > 0 {
-			t := w.ex.AfterFunc(d, w.park.Unpark)
-			err := w.park.Park(ctx)
-			t.Stop()
-			if err != nil {
-				return nil
-			}
+		if err := actor.ParkFor(ctx, w.ex, w.park, at.Sub(w.ex.Now())); err != nil {
+			return nil
 		}
 	}
 	return nil

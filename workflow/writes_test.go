@@ -146,20 +146,20 @@ func TestAStepsCompletionRidesWithTheNextWrite(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		log := &writeLog{Store: r.handle(), stream: "run-w"}
+		log := &writeLog{Store: r.WorkerStore(), stream: "run-w"}
 		w, err := r.worker("w1", log, wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
+		defer w.Stop(r.Ctx)
 		cl, err := r.client(wfs)
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.ctx, cl, "run-w", 1); err != nil {
+		if err := def.Start(r.Ctx, cl, "run-w", 1); err != nil {
 			return err
 		}
-		if _, err := def.Result(r.ctx, cl, "run-w"); err != nil {
+		if _, err := def.Result(r.Ctx, cl, "run-w"); err != nil {
 			return err
 		}
 		appends, commits := log.snapshot()
@@ -193,7 +193,7 @@ func TestAStepsCompletionRidesWithTheNextWrite(t *testing.T) {
 // function was called.
 func TestTheStepBeforeARunningStepIsDurablyCompleted(t *testing.T) {
 	forEachBackend(t, 4, func(r *rig) error {
-		g := newGate(r.ex)
+		g := newGate(r.Ex)
 		def := workflow.New("gated", 1, func(c *workflow.Ctx, in int) (int, error) {
 			if _, err := workflow.Step(c, "one", func(context.Context) (int, error) { return 1, nil }); err != nil {
 				return 0, err
@@ -204,19 +204,19 @@ func TestTheStepBeforeARunningStepIsDurablyCompleted(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("w1", r.handle(), wfs, nil, nil)
+		w, err := r.worker("w1", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
+		defer w.Stop(r.Ctx)
 		cl, err := r.client(wfs)
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.ctx, cl, "run-g", 0); err != nil {
+		if err := def.Start(r.Ctx, cl, "run-g", 0); err != nil {
 			return err
 		}
-		if err := r.waitFor("step two to run", 10*time.Second, func() (bool, error) { return g.entries() > 0, nil }); err != nil {
+		if err := r.WaitFor("step two to run", 10*time.Second, func() (bool, error) { return g.entries() > 0, nil }); err != nil {
 			return err
 		}
 		evs, err := r.stream("run-g")
@@ -231,7 +231,7 @@ func TestTheStepBeforeARunningStepIsDurablyCompleted(t *testing.T) {
 			return err
 		}
 		g.release()
-		_, err = def.Result(r.ctx, cl, "run-g")
+		_, err = def.Result(r.Ctx, cl, "run-g")
 		return err
 	})
 }
@@ -243,8 +243,8 @@ func TestTheStepBeforeARunningStepIsDurablyCompleted(t *testing.T) {
 func TestALostPendingCompletionRerunsTheStepAsItsNextAttempt(t *testing.T) {
 	onMemstore(t, 5, func(r *rig) error {
 		tl := newTally()
-		log := &writeLog{Store: r.handle(), stream: "run-l"}
-		g := newGate(r.ex)
+		log := &writeLog{Store: r.WorkerStore(), stream: "run-l"}
+		g := newGate(r.Ex)
 		// The second append carries add's completion and double's start:
 		// refuse it once.
 		twice := workflow.New("three", 1, func(c *workflow.Ctx, in int) (int, error) {
@@ -273,16 +273,16 @@ func TestALostPendingCompletionRerunsTheStepAsItsNextAttempt(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
+		defer w.Stop(r.Ctx)
 		cl, err := r.client(wfs)
 		if err != nil {
 			return err
 		}
-		if err := twice.Start(r.ctx, cl, "run-l", 5); err != nil {
+		if err := twice.Start(r.Ctx, cl, "run-l", 5); err != nil {
 			return err
 		}
 		g.release()
-		got, err := twice.Result(r.ctx, cl, "run-l")
+		got, err := twice.Result(r.Ctx, cl, "run-l")
 		if err != nil {
 			return err
 		}
@@ -318,33 +318,33 @@ func TestStartHandsTheRunToALocalWorker(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("w1", r.handle(), wfs, nil, func(c *workflow.WorkerConfig) {
+		w, err := r.worker("w1", r.WorkerStore(), wfs, nil, func(c *workflow.WorkerConfig) {
 			c.LeaseTTL, c.ScanEvery, c.HintGap = 3*time.Hour, time.Hour, time.Hour
 		})
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
-		cl, err := workflow.NewClient(r.st, wfs, r.ex, workflow.WithWorkers(w))
+		defer w.Stop(r.Ctx)
+		cl, err := workflow.NewClient(r.Store, wfs, r.Ex, workflow.WithWorkers(w))
 		if err != nil {
 			return err
 		}
 		// Past the worker's first scan, which runs at its start.
-		if err := r.advance(time.Second); err != nil {
+		if err := r.Advance(time.Second); err != nil {
 			return err
 		}
-		started := r.ex.Now()
-		if err := def.Start(r.ctx, cl, "run-a", 5); err != nil {
+		started := r.Ex.Now()
+		if err := def.Start(r.Ctx, cl, "run-a", 5); err != nil {
 			return err
 		}
-		got, err := def.Result(r.ctx, cl, "run-a")
+		got, err := def.Result(r.Ctx, cl, "run-a")
 		if err != nil {
 			return err
 		}
-		if took := r.ex.Now().Sub(started); got != 13 || took > time.Minute {
+		if took := r.Ex.Now().Sub(started); got != 13 || took > time.Minute {
 			return fmt.Errorf("result %d after %v, want 13 within a minute", got, took)
 		}
-		if _, ok, err := r.st.GetAssignment(r.ctx, "run-a"); err != nil || ok {
+		if _, ok, err := r.Store.GetAssignment(r.Ctx, "run-a"); err != nil || ok {
 			return fmt.Errorf("an assignment was written for the handed-over run (ok=%v, err=%v)", ok, err)
 		}
 		return nil
@@ -363,7 +363,7 @@ func TestARunStartedInProcessIsFourWritesAndNoRead(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		log := &writeLog{Store: r.handle(), stream: "run-5"}
+		log := &writeLog{Store: r.WorkerStore(), stream: "run-5"}
 		// No backstop re-read of the inbox, and no look for control
 		// requests, within the test: a read would be one the run did not
 		// need (the poll's and the control watch's own tests cover them).
@@ -371,15 +371,15 @@ func TestARunStartedInProcessIsFourWritesAndNoRead(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
-		cl, err := workflow.NewClient(log, wfs, r.ex, workflow.WithWorkers(w))
+		defer w.Stop(r.Ctx)
+		cl, err := workflow.NewClient(log, wfs, r.Ex, workflow.WithWorkers(w))
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.ctx, cl, "run-5", 5); err != nil {
+		if err := def.Start(r.Ctx, cl, "run-5", 5); err != nil {
 			return err
 		}
-		if got, err := def.Result(r.ctx, cl, "run-5"); err != nil || got != 13 {
+		if got, err := def.Result(r.Ctx, cl, "run-5"); err != nil || got != 13 {
 			return fmt.Errorf("result %d, %v", got, err)
 		}
 		log.mu.Lock()
@@ -388,7 +388,7 @@ func TestARunStartedInProcessIsFourWritesAndNoRead(t *testing.T) {
 		if want := "[Spawn+2 Append Append Commit+archived]"; got != want {
 			return fmt.Errorf("calls on the run %s, want %s", got, want)
 		}
-		rec, err := r.st.GetWorld(r.ctx, "run-5")
+		rec, err := r.Store.GetWorld(r.Ctx, "run-5")
 		if err != nil || rec.Status != store.WorldArchived || rec.StatusReason != string(workflow.StatusCompleted) {
 			return fmt.Errorf("the run's world %+v, %v: want archived as completed", rec, err)
 		}
@@ -409,33 +409,33 @@ func TestHandedOverStartsAreIdempotentAndStepless(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("w1", r.handle(), wfs, nil, nil)
+		w, err := r.worker("w1", r.WorkerStore(), wfs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer w.Stop(r.ctx)
-		cl, err := workflow.NewClient(r.st, wfs, r.ex, workflow.WithWorkers(w))
+		defer w.Stop(r.Ctx)
+		cl, err := workflow.NewClient(r.Store, wfs, r.Ex, workflow.WithWorkers(w))
 		if err != nil {
 			return err
 		}
 		for range 2 {
-			if err := def.Start(r.ctx, cl, "twice", 5); err != nil {
+			if err := def.Start(r.Ctx, cl, "twice", 5); err != nil {
 				return err
 			}
-			if got, err := def.Result(r.ctx, cl, "twice"); err != nil || got != 13 {
+			if got, err := def.Result(r.Ctx, cl, "twice"); err != nil || got != 13 {
 				return fmt.Errorf("result %d, %v", got, err)
 			}
 		}
-		if err := def.Start(r.ctx, cl, "twice", 6); !errors.Is(err, workflow.ErrConflict) {
+		if err := def.Start(r.Ctx, cl, "twice", 6); !errors.Is(err, workflow.ErrConflict) {
 			return fmt.Errorf("a start with another input: %v, want ErrConflict", err)
 		}
 		if n := tl.get("add"); n != 1 {
 			return fmt.Errorf("the first step ran %d times, want 1", n)
 		}
-		if err := bare.Start(r.ctx, cl, "bare", 4); err != nil {
+		if err := bare.Start(r.Ctx, cl, "bare", 4); err != nil {
 			return err
 		}
-		if got, err := bare.Result(r.ctx, cl, "bare"); err != nil || got != 12 {
+		if got, err := bare.Result(r.Ctx, cl, "bare"); err != nil || got != 12 {
 			return fmt.Errorf("the stepless run: %d, %v", got, err)
 		}
 		evs, err := r.stream("bare")
@@ -461,25 +461,25 @@ func TestStartWithAWorkerThatLacksTheWorkflowLeavesItToTheScans(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		local, err := r.worker("local", r.handle(), theirs, nil, nil)
+		local, err := r.worker("local", r.WorkerStore(), theirs, nil, nil)
 		if err != nil {
 			return err
 		}
-		defer local.Stop(r.ctx)
+		defer local.Stop(r.Ctx)
 		ev := &events{}
-		remote, err := r.worker("remote", r.handle(), ours, ev, nil)
+		remote, err := r.worker("remote", r.WorkerStore(), ours, ev, nil)
 		if err != nil {
 			return err
 		}
-		defer remote.Stop(r.ctx)
-		cl, err := workflow.NewClient(r.st, ours, r.ex, workflow.WithWorkers(local))
+		defer remote.Stop(r.Ctx)
+		cl, err := workflow.NewClient(r.Store, ours, r.Ex, workflow.WithWorkers(local))
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.ctx, cl, "elsewhere", 5); err != nil {
+		if err := def.Start(r.Ctx, cl, "elsewhere", 5); err != nil {
 			return err
 		}
-		if got, err := def.Result(r.ctx, cl, "elsewhere"); err != nil || got != 13 {
+		if got, err := def.Result(r.Ctx, cl, "elsewhere"); err != nil || got != 13 {
 			return fmt.Errorf("result %d, %v", got, err)
 		}
 		if _, ok := ev.find(workflow.EvFinished, "elsewhere"); !ok {

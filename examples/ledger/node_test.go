@@ -9,6 +9,7 @@ import (
 
 	"github.com/orrery-run/orrery/examples/ledger"
 	"github.com/orrery-run/orrery/examples/ledger/audit"
+	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/plane/node"
@@ -113,11 +114,7 @@ func (e *env) transferState(id string) ledger.Transfer {
 // it.
 func (e *env) waitFor(what string, cond func() bool) {
 	e.t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	testrig.WaitFor(e.t, what, time.Minute, 10*time.Millisecond, func() (bool, error) { return cond(), nil })
 }
 
 // settled waits until transfer id has ended and nothing of it is left in

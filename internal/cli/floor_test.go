@@ -1,14 +1,11 @@
 package cli_test
 
 import (
-	"fmt"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/internal/cli"
-	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/internal/testrig"
 )
 
 // TestJournalBelowTheCompactionFloor: reading a journal from below its
@@ -18,28 +15,7 @@ func TestJournalBelowTheCompactionFloor(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
 	st := f.st
 	// A universe no node runs, written straight to the store.
-	if _, err := st.CreateWorld(f.ctx, "elsewhere", "cw", nil); err != nil {
-		t.Fatal(err)
-	}
-	l, err := st.Acquire(f.ctx, "cw", "me", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 10 {
-		e := event.Envelope{EventType: "Noted", StepID: fmt.Sprint("s", i), LogicalAttemptID: 1, PlanID: "p", PlanVersion: 1,
-			EmittedAt: time.Unix(1, 0), Payload: event.EmptyPayload()}
-		e.Normalize()
-		e.EventID = e.IdempotencyKey
-		if _, err := st.Append(f.ctx, "cw", []event.Envelope{e}, store.AppendOptions{Fence: &store.Fence{World: "cw", Epoch: l.Epoch}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := st.PutSnapshot(f.ctx, "cw", l.Epoch, store.Snapshot{Height: 8, State: []byte{0xa0}, StateHash: "h8"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Compact(f.ctx, "cw", l.Epoch, 0); err != nil {
-		t.Fatal(err)
-	}
+	testrig.CompactedWorld(t, f.ctx, st, "elsewhere", "cw")
 
 	r := f.fail(cli.ExitConflict, "journal", "read", "cw")
 	if !strings.Contains(r.err, "compacted") || !strings.Contains(r.err, "8") {

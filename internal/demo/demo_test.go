@@ -11,12 +11,9 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/internal/demo"
-	"github.com/orrery-run/orrery/internal/leaktest"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
 )
-
-func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 // steps are the seven step headings the demo must print, in order.
 var steps = []string{

@@ -11,6 +11,15 @@
 // the check is repeated until it passes or a minute has passed, a hang
 // guard far above the milliseconds such goroutines take; a goroutine still
 // running after a minute is a leak.
+//
+// It is the one goleak entry point of the module: every package with
+// tests has a main_test.go holding exactly
+//
+//	func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
+//
+// and a package whose tests must tolerate a goroutine they do not own
+// passes goleak options to VerifyTestMain rather than calling goleak
+// itself.
 package leaktest
 
 import (

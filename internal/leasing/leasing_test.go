@@ -7,16 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orrery-run/orrery/internal/leaktest"
-
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/internal/leasing"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
 )
-
-func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 // setup runs body under the lab with a memstore whose clock is skew ahead
 // of the lab's, holding world "w", and the hook's faults.

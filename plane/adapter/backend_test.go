@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
-	"github.com/orrery-run/orrery/plane/internal/backendtest"
+	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/plane/reaper"
 	"github.com/orrery-run/orrery/store"
 )
@@ -19,12 +19,12 @@ import (
 type kit struct {
 	*env
 	backend string
-	clock   *backendtest.Clock // real stores only
+	clock   *testrig.Clock // real stores only
 }
 
 // onBackends runs body as a subtest per backend.
 func onBackends(t *testing.T, body func(t *testing.T, k *kit)) {
-	for _, b := range backendtest.Backends {
+	for _, b := range testrig.Backends() {
 		t.Run(b, func(t *testing.T) {
 			if b == "memstore" {
 				synctest.Test(t, func(t *testing.T) { body(t, &kit{env: newEnv(t), backend: b}) })
@@ -32,8 +32,8 @@ func onBackends(t *testing.T, body func(t *testing.T, k *kit)) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			clock := &backendtest.Clock{}
-			st := backendtest.Open(t, ctx, b, clock)
+			clock := &testrig.Clock{}
+			st := testrig.Open(t, ctx, b, clock)
 			body(t, &kit{env: envOn(t, ctx, st, actor.NewExecutor(7)), backend: b, clock: clock})
 		})
 	}
@@ -53,8 +53,8 @@ func envOn(t *testing.T, ctx context.Context, st store.Store, ex actor.Executor)
 }
 
 // handle is a process's handle over the kit's store, with a fault hook.
-func (k *kit) handle(hook func(op string) error) *backendtest.Handle {
-	return backendtest.NewHandle(k.st, hook)
+func (k *kit) handle(hook func(op string) error) *testrig.Handle {
+	return testrig.NewHandle(k.st, hook)
 }
 
 // advance lets d pass on the store's clock: virtual time in the bubble

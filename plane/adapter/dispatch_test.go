@@ -10,8 +10,8 @@ import (
 
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/effect"
+	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/plane/adapter"
-	"github.com/orrery-run/orrery/plane/internal/backendtest"
 	"github.com/orrery-run/orrery/plane/reaper"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/vocab"
@@ -173,7 +173,7 @@ func TestLateCompletionAfterWinnerIsDuplicate(t *testing.T) {
 // reaper runs on the new handle. ext counts external calls, per claim.
 func crashRun(t *testing.T, boundary string) {
 	onBackends(t, func(t *testing.T, k *kit) {
-		var st *backendtest.Handle
+		var st *testrig.Handle
 		var mu sync.Mutex
 		crashed := false
 		crash := func() {

@@ -9,8 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/plane/adapter"
-	"github.com/orrery-run/orrery/plane/internal/backendtest"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
@@ -92,7 +92,7 @@ func TestFabricSendDeliversOnceAndReceiptReturnsToSender(t *testing.T) {
 // the sender's one receipt says already_enqueued with the first seq.
 func TestFabricDedupeRetryEnqueuesOnceSenderGetsAlreadyEnqueued(t *testing.T) {
 	onBackends(t, func(t *testing.T, k *kit) {
-		var st *backendtest.Handle
+		var st *testrig.Handle
 		var mu sync.Mutex
 		crashed := false
 		hook := func(op string) error {

@@ -12,7 +12,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/orrery-run/orrery/internal/leaktest"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/node"
 	"github.com/orrery-run/orrery/store"
@@ -20,8 +19,6 @@ import (
 	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
-
-func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 type tally struct {
 	N     int64

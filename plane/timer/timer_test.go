@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
-	"github.com/orrery-run/orrery/plane/internal/backendtest"
+	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/plane/reaper"
 	"github.com/orrery-run/orrery/plane/timer"
 	"github.com/orrery-run/orrery/store"
@@ -226,7 +226,7 @@ func TestWorkerFiresSameInstantTimersInStableOrder(t *testing.T) {
 // the fire. After a restart the timer reaper requeues the expired claim,
 // a new worker fires the timer, and the world gets exactly one firing.
 func TestCrashAfterTimerClaimBeforeFireFiresOnce(t *testing.T) {
-	for _, b := range backendtest.Backends {
+	for _, b := range testrig.Backends() {
 		t.Run(b, func(t *testing.T) {
 			if b == "memstore" {
 				synctest.Test(t, func(t *testing.T) {
@@ -240,8 +240,8 @@ func TestCrashAfterTimerClaimBeforeFireFiresOnce(t *testing.T) {
 			// loop on the executor.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			clock := &backendtest.Clock{}
-			st := backendtest.Open(t, ctx, b, clock)
+			clock := &testrig.Clock{}
+			st := testrig.Open(t, ctx, b, clock)
 			if _, err := st.CreateWorld(ctx, "u1", "w1", nil); err != nil {
 				t.Fatal(err)
 			}
@@ -258,8 +258,8 @@ func TestCrashAfterTimerClaimBeforeFireFiresOnce(t *testing.T) {
 // crashAfterTimerClaim is TestCrashAfterTimerClaimBeforeFireFiresOnce on
 // e's store. pass lets virtual time pass in a bubble (nothing on a real
 // store, whose clock moves instead).
-func crashAfterTimerClaim(t *testing.T, e *env, clock *backendtest.Clock, pass func(time.Duration)) {
-	var st *backendtest.Handle
+func crashAfterTimerClaim(t *testing.T, e *env, clock *testrig.Clock, pass func(time.Duration)) {
+	var st *testrig.Handle
 	var mu sync.Mutex
 	crashed := false
 	hook := func(op string) error {
@@ -272,7 +272,7 @@ func crashAfterTimerClaim(t *testing.T, e *env, clock *backendtest.Clock, pass f
 		}
 		return nil
 	}
-	st = backendtest.NewHandle(e.st, hook)
+	st = testrig.NewHandle(e.st, hook)
 	advance := func(d time.Duration) {
 		if clock != nil {
 			clock.Advance(d)
@@ -308,7 +308,7 @@ func crashAfterTimerClaim(t *testing.T, e *env, clock *backendtest.Clock, pass f
 	if s := w1.Stats(); s.Claimed != 1 || s.Fired != 0 {
 		t.Fatalf("crashed worker stats %+v", s)
 	}
-	st2 := backendtest.NewHandle(e.st, nil)
+	st2 := testrig.NewHandle(e.st, nil)
 	if n := len(fired(t, st2)); n != 0 {
 		t.Fatal("the crash fired the timer")
 	}

@@ -11,11 +11,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/orrery-run/orrery/internal/leaktest"
 	"github.com/orrery-run/orrery/plane/internal/otrace"
 )
-
-func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 // TestEndStampsTheCallersClockAndError: a span ended by End carries the
 // given end time (not the machine's) and, with an error, an error status

@@ -1,84 +1,14 @@
-// Package backendtest runs the plane's integration tests on every store
-// backend: it opens memstore, SQLite (a temporary file) and PostgreSQL
-// (ORRERY_TEST_POSTGRES_DSN, one fresh schema per test) with a clock the
-// test moves, and wraps a backend in per-process handles with a fault hook
-// and a crash, as memstore's WithHook and Crash do for memstore alone.
-//
-// It is test support: only _test files import it. It never sleeps on the
-// wall clock; a test moves the store's clock instead (Clock.Advance).
-package backendtest
+package testrig
 
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"sync"
-	"sync/atomic"
-	"testing"
 	"time"
 
 	"github.com/orrery-run/orrery/store"
-	"github.com/orrery-run/orrery/store/postgres"
-	"github.com/orrery-run/orrery/store/postgres/pgtest"
-	"github.com/orrery-run/orrery/store/sqlite"
 	"github.com/orrery-run/orrery/vocab"
 )
-
-// Backends are the stores every integration test runs on. PostgreSQL runs
-// when ORRERY_TEST_POSTGRES_DSN is set (CI always sets it; .ci/run) and is
-// skipped otherwise.
-var Backends = []string{"memstore", "sqlite", "postgres"}
-
-// DSNEnv names the PostgreSQL test database's DSN.
-const DSNEnv = "ORRERY_TEST_POSTGRES_DSN"
-
-// Clock is a store clock: the machine's clock plus an offset a test moves
-// forward, so leases, claims and timers expire without waiting.
-type Clock struct{ off atomic.Int64 }
-
-// Now is the clock's time.
-func (c *Clock) Now() time.Time { return time.Now().Add(time.Duration(c.off.Load())) }
-
-// Offset is how far the clock has been moved.
-func (c *Clock) Offset() time.Duration { return time.Duration(c.off.Load()) }
-
-// Advance moves the clock forward by d.
-func (c *Clock) Advance(d time.Duration) {
-	if d > 0 {
-		c.off.Add(int64(d))
-	}
-}
-
-// Open opens a fresh real store (sqlite, or postgres in a schema of its
-// own, dropped at the end) whose clock is clock's; it is closed when t
-// ends.
-func Open(t testing.TB, ctx context.Context, backend string, clock *Clock) store.Store {
-	t.Helper()
-	switch backend {
-	case "postgres":
-		dsn := os.Getenv(DSNEnv)
-		if dsn == "" {
-			t.Skipf("%s is not set: skipping PostgreSQL (.ci/run sets it)", DSNEnv)
-		}
-		schema := pgtest.FreshSchema(t, dsn, "orrery_plane")
-		st, err := postgres.Open(ctx, dsn, postgres.WithSchema(schema), postgres.WithClockOffset(clock.Offset), postgres.WithMaxConns(8), postgres.WithWarmConns(1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = st.Close() })
-		return st
-	case "sqlite":
-		st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "plane.db"), sqlite.WithClock(clock.Now))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = st.Close() })
-		return st
-	}
-	t.Fatalf("backendtest: unknown backend %q", backend)
-	return nil
-}
 
 // ErrCrashed is what a crashed Handle answers.
 var ErrCrashed = errors.New("the process of this store handle crashed")
