@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -120,6 +121,29 @@ func newFixture(t testing.TB, o fixtureOptions) *fixture {
 				t.Errorf("stopping node %s: %v", w, err)
 			}
 		})
+	}
+	// A node's first heartbeat comes from its own loop, after Start: wait
+	// for every worker to be listed, so that a test reading the workers
+	// does not race a loaded machine's scheduler.
+	for {
+		ws, err := f.st.ListWorkers(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed := 0
+		for _, w := range ws {
+			if slices.Contains(workers, w.ID) {
+				listed++
+			}
+		}
+		if listed == len(workers) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the workers %v were never listed: %v", workers, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 	n := f.nodes[0]
 	srv, err := api.NewServer(api.Config{
