@@ -10,6 +10,10 @@ import (
 	"github.com/orrery-run/orrery/registry"
 )
 
+// valueKey keys the values these tests put in a context: a type of its own
+// collides with no other package's key.
+type valueKey struct{}
+
 // A context from the executor's WithTimeout behaves like the standard
 // library's: it has a Deadline, and once that passes its Err is
 // DeadlineExceeded, and so is the Err of contexts derived from it through
@@ -28,7 +32,7 @@ func TestWithTimeoutReportsDeadlineExceeded(t *testing.T) {
 		if dl, ok := inner.Deadline(); !ok || !dl.Equal(start.Add(2*time.Second)) {
 			t.Errorf("nested Deadline() = %v, %v; want the parent's earlier %v", dl, ok, start.Add(2*time.Second))
 		}
-		valued := context.WithValue(ctx, struct{}{}, 1)
+		valued := context.WithValue(ctx, valueKey{}, 1)
 		if ctx.Err() != nil || inner.Err() != nil {
 			t.Errorf("before the deadline: Err() = %v, %v; want nil", ctx.Err(), inner.Err())
 		}
@@ -61,7 +65,7 @@ func TestWithTimeoutDerivedStdlibContextsBehaveLikeTheStandardLibrary(t *testing
 		defer cancel()
 		child, cancelChild := context.WithCancel(ctx)
 		defer cancelChild()
-		grandchild, cancelGrandchild := context.WithCancelCause(context.WithValue(child, struct{}{}, 1))
+		grandchild, cancelGrandchild := context.WithCancelCause(context.WithValue(child, valueKey{}, 1))
 		defer cancelGrandchild(nil)
 		sleep(t, sys, 2*time.Second)
 		for name, c := range map[string]context.Context{"child": child, "grandchild": grandchild} {

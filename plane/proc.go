@@ -31,7 +31,6 @@ type worldProc struct {
 	inst    world.Instance
 	cursor  uint64
 	passive bool // passivated: wakes still in the mailbox go to the host
-	woke    bool // started by a hint after passivation
 	// isolate counts the commits still to make of one step each: the
 	// store refused a commit of that many steps, and only alone is the
 	// step it refused told apart from the others (see refuse).

@@ -161,7 +161,7 @@ func simDef() *world.Def[counter] {
 	})
 	world.On(d, func(c *world.Ctx, s *counter, m SimFar) error {
 		s.Seen = append(s.Seen, m.Key)
-		c.SetTimer(event.MaxTime.Add(time.Hour), Beep{Key: m.Key})
+		c.SetTimer(event.MaxTime.Add(time.Hour), Beep(m))
 		return nil
 	})
 	return d

@@ -312,8 +312,7 @@ func TestEffectsListResolveRetry(t *testing.T) {
 	// The retry runs the effect again: the world gets a second receipt
 	// (an error again), after which it can be retried once more.
 	f.eventually("the retried effect's second receipt", func() bool {
-		var rs []api.Record
-		rs = records(t, f.ok("journal", "read", "dave", "-o", "json"))
+		rs := records(t, f.ok("journal", "read", "dave", "-o", "json"))
 		n := 0
 		for _, r := range rs {
 			if r.Input != nil && r.Input.Kind == "receipt" {

@@ -51,20 +51,22 @@ func (p RetryPolicy) orDefault() RetryPolicy {
 	return p
 }
 
-func (p RetryPolicy) validate() error {
+// invalid says what is wrong with p, or "" when nothing is: the reason of
+// the ConfigError that NewPool returns, which names the policy's fields.
+func (p RetryPolicy) invalid() string {
 	switch {
 	case p.Attempts < 1:
-		return errors.New("Attempts must be at least 1")
+		return "Attempts must be at least 1"
 	case p.Base < 0 || p.Max < 0:
-		return errors.New("Base and Max must not be negative")
+		return "Base and Max must not be negative"
 	case (p.Attempts > 1 || p.UntilKnown) && p.Base == 0:
-		return errors.New("a policy that retries needs a Base delay")
+		return "a policy that retries needs a Base delay"
 	case p.UntilKnown && p.Max == 0:
-		return errors.New("a policy that retries until known needs a Max delay")
+		return "a policy that retries until known needs a Max delay"
 	case p.Jitter < 0 || p.Jitter > 1:
-		return errors.New("Jitter must be in [0, 1]")
+		return "Jitter must be in [0, 1]"
 	}
-	return nil
+	return ""
 }
 
 // Delay returns the backoff before attempt n+1 (n >= 1), drawing its

@@ -183,8 +183,8 @@ func NewPool(st Store, cfg Config, regs ...Registration) (*Pool, error) {
 			return nil, &ConfigError{Field: "Registration", Reason: "nil adapter"}
 		}
 		r.Policy = r.Policy.orDefault()
-		if err := r.Policy.validate(); err != nil {
-			return nil, &ConfigError{Field: "RetryPolicy", Reason: err.Error()}
+		if why := r.Policy.invalid(); why != "" {
+			return nil, &ConfigError{Field: "RetryPolicy", Reason: why}
 		}
 		ks := r.Adapter.Kinds()
 		if len(ks) == 0 {

@@ -210,9 +210,10 @@ func TestWorkerFiresSameInstantTimersInStableOrder(t *testing.T) {
 		if len(got) != 5 {
 			t.Fatalf("%d firings, want 5", len(got))
 		}
-		for i := 1; i < len(got); i++ {
-			if got[i-1].DedupeKey >= got[i].DedupeKey {
-				t.Fatalf("firings out of intent hash order at %d", i)
+		slices.Sort(hs)
+		for i, it := range got {
+			if it.DedupeKey != store.TimerKey(hs[i]) {
+				t.Fatalf("firing %d is %s, want the scheduled timers in intent hash order: %v", i, it.DedupeKey, hs)
 			}
 		}
 		if s := w.Stats(); s.Claimed != 5 || s.Fired != 5 {
