@@ -107,15 +107,15 @@ type boundedError struct {
 func (e *boundedError) Error() string { return e.text }
 func (e *boundedError) Unwrap() error { return e.err }
 
-// bound returns err with a text of at most MaxErrorBytes of valid UTF-8
-// (a journal record's text must be), and that text.
-func bound(err error) (error, string) {
+// bound returns the text of err cut to at most MaxErrorBytes of valid
+// UTF-8 (a journal record's text must be), and err with that text.
+func bound(err error) (string, error) {
 	s := err.Error()
 	t := boundText(s, MaxErrorBytes)
 	if t == s {
-		return err, s
+		return s, err
 	}
-	return &boundedError{text: t, err: err}, t
+	return t, &boundedError{text: t, err: err}
 }
 
 // boundText is s as valid UTF-8 (invalid bytes replaced by U+FFFD) of at

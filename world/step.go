@@ -360,7 +360,7 @@ func (p *prepared[S]) finish(emittedAt time.Time, replaying bool) (res StepResul
 	res.Height = h
 	newUser = user
 	if p.call != nil {
-		dec.outcome, dec.err, newUser = d.run(ctx, dec, user, p.call, p.s)
+		dec.outcome, newUser, dec.err = d.run(ctx, dec, user, p.call, p.s)
 		if dec.outcome == OutcomeOK {
 			if err := ctx.checkLimits(); err != nil {
 				dec.outcome, dec.err = OutcomeError, err
@@ -396,7 +396,7 @@ func (p *prepared[S]) finish(emittedAt time.Time, replaying bool) (res StepResul
 	}
 	var errText string
 	if dec.err != nil {
-		dec.err, errText = bound(dec.err)
+		errText, dec.err = bound(dec.err)
 	}
 
 	res.Outcome, res.Err, res.Logs = dec.outcome, dec.err, ctx.logs
@@ -457,19 +457,19 @@ func (p *prepared[S]) finish(emittedAt time.Time, replaying bool) (res StepResul
 }
 
 // run calls the handler with the state load decoded.
-func (d *Def[S]) run(ctx *Ctx, dec decoded, user []byte, call func(*Ctx, *S) error, s *S) (Outcome, error, []byte) {
+func (d *Def[S]) run(ctx *Ctx, dec decoded, user []byte, call func(*Ctx, *S) error, s *S) (Outcome, []byte, error) {
 	if perr, err := invoke(ctx, s, call); perr != nil {
-		return OutcomePanic, &PanicError{Type: dec.typ, Value: perr.value}, user
+		return OutcomePanic, user, &PanicError{Type: dec.typ, Value: perr.value}
 	} else if ctx.misuse != nil {
-		return OutcomeError, ctx.misuse, user
+		return OutcomeError, user, ctx.misuse
 	} else if err != nil {
-		return OutcomeError, &HandlerError{Type: dec.typ, Err: err}, user
+		return OutcomeError, user, &HandlerError{Type: dec.typ, Err: err}
 	}
 	b, err := event.Marshal(s)
 	if err != nil {
-		return OutcomeError, &StateError{Reason: "state cannot be encoded", Err: err}, user
+		return OutcomeError, user, &StateError{Reason: "state cannot be encoded", Err: err}
 	}
-	return OutcomeOK, nil, b
+	return OutcomeOK, b, nil
 }
 
 type recovered struct{ value any }

@@ -84,7 +84,8 @@ func ledgerDef(name string, version uint64, mult int64) *world.Def[Ledger] {
 		s.Balance = -2
 		c.Effect(world.KindHTTPRequest, world.HTTPRequest{Method: "GET", URL: "https://x.example/boom"})
 		var m map[string]int
-		m["x"] = 1 // nil map write
+		//lint:ignore SA5000 the handler must panic, and a nil map write is how it does
+		m["x"] = 1
 		return nil
 	})
 	world.On(def, func(c *world.Ctx, s *Ledger, r Remind) error {
@@ -129,7 +130,7 @@ func ledgerDef(name string, version uint64, mult int64) *world.Def[Ledger] {
 		return nil
 	})
 	world.On(def, func(c *world.Ctx, s *Ledger, m SendEmail) error {
-		c.Effect("email.send", Email{To: m.To})
+		c.Effect("email.send", Email(m))
 		return nil
 	})
 	world.On(def, func(c *world.Ctx, s *Ledger, _ Bogus) error {

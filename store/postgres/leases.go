@@ -31,11 +31,6 @@ type acquired struct {
 	tookOver                         *bool
 }
 
-func (a *acquired) scan(row pgx.Row) error {
-	return row.Scan(&a.found, &a.status, &a.assigned, &a.desired, &a.leased, &a.holder, &a.epoch, &a.exp, &a.now, &a.written,
-		&a.inc, &a.tookOver, &a.displaced)
-}
-
 // row is the lease row the function read.
 func (a *acquired) row() contract.LeaseRow {
 	if !a.leased {

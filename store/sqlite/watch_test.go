@@ -9,15 +9,6 @@ import (
 	"github.com/orrery-run/orrery/vocab"
 )
 
-func hinted(sig *store.Signal) bool {
-	select {
-	case <-sig.C:
-		return true
-	case <-time.After(5 * time.Second):
-		return false
-	}
-}
-
 func quiet(sig *store.Signal) bool {
 	select {
 	case <-sig.C:
