@@ -155,6 +155,10 @@ type layer struct {
 // above every layer (nothing can import it).
 func layerTable() []layer {
 	return []layer{
+		// The shared test rig and test worlds: above every layer they put
+		// together, and imported by tests alone (internal/testrig's
+		// TestOnlyTestsImportTheRig).
+		{"test rigs", []string{"internal/testrig", "internal/testworlds"}},
 		{"orrery", []string{""}},
 		{"command line", []string{"internal/cli", "internal/demo"}},
 		{"examples", []string{"examples"}},
