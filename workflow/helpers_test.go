@@ -2,8 +2,10 @@ package workflow_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/memstore"
 	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/workflow"
 	"github.com/orrery-run/orrery/world"
@@ -95,6 +98,65 @@ func (r *rig) clientFor(defs ...workflow.Workflow) (*workflow.Workflows, *workfl
 	}
 	cl, err := r.client(wfs)
 	return wfs, cl, err
+}
+
+// serve registers defs, starts worker "w" on its own handle and opens a
+// client on them; the caller stops the worker.
+func (r *rig) serve(defs ...workflow.Workflow) (*workflow.Workflows, *workflow.Worker, *workflow.Client, error) {
+	wfs, err := workflow.NewWorkflows(defs...)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cl, err := r.client(wfs)
+	if err != nil {
+		w.Stop(r.Ctx)
+		return nil, nil, nil, err
+	}
+	return wfs, w, cl, nil
+}
+
+// startResult starts run of def on in and waits for its result.
+func startResult[In, Out any](r *rig, def *workflow.Def[In, Out], cl *workflow.Client, run string, in In) (Out, error) {
+	if err := def.Start(r.Ctx, cl, run, in); err != nil {
+		var zero Out
+		return zero, err
+	}
+	return def.Result(r.Ctx, cl, run)
+}
+
+// waitEntries waits until n steps have entered g.
+func (r *rig) waitEntries(what string, g *gate, n int) error {
+	return r.WaitFor(what, 10*time.Second, func() (bool, error) { return g.entries() == n, nil })
+}
+
+// waitEvent waits until ev has seen an event of kind for run, and
+// returns it.
+func (r *rig) waitEvent(what string, ev *events, kind, run string) (workflow.Event, error) {
+	var got workflow.Event
+	err := r.WaitFor(what, 10*time.Second, func() (bool, error) {
+		var ok bool
+		got, ok = ev.find(kind, run)
+		return ok, nil
+	})
+	return got, err
+}
+
+// partitionable is a handle on the memstore whose lease renewals fail as
+// calls (a partition) once the returned flag is set, so its worker never
+// learns from them that its lease is gone.
+func (r *rig) partitionable() (store.Store, *atomic.Bool) {
+	var partitioned atomic.Bool
+	h := r.Mem.Restart(memstore.WithHook(func(op string) error {
+		if op == "renew_leases" && partitioned.Load() {
+			return errors.New("partitioned")
+		}
+		return nil
+	}))
+	return h, &partitioned
 }
 
 // stream reads a run's whole stream.
@@ -324,4 +386,27 @@ func runAdapter(ctx context.Context, ex actor.Executor, st store.Store, kind str
 		}
 	}
 	return nil
+}
+
+// bRanAgainUnrecorded checks the stream of a gated run whose step b ran
+// twice, once on a worker that lost the run (who): that worker's
+// completion of b is not recorded, the second attempt's is.
+func (r *rig) bRanAgainUnrecorded(who string) error {
+	evs, err := r.stream("run")
+	if err != nil {
+		return err
+	}
+	for _, e := range evs {
+		if e.EventType == event.StepCompleted && e.StepID == "b" && e.LogicalAttemptID == 1 {
+			return fmt.Errorf("%s's StepCompleted(b, 1) was recorded", who)
+		}
+	}
+	return sameShapes(evs, []shape{
+		{event.RunStarted, "", 1},
+		{event.StepStarted, "a", 1}, {event.StepCompleted, "a", 1},
+		{event.StepStarted, "b", 1},
+		{event.StepStarted, "b", 2}, {event.StepCompleted, "b", 2},
+		{event.StepStarted, "c", 1}, {event.StepCompleted, "c", 1},
+		{event.RunCompleted, "", 1},
+	})
 }

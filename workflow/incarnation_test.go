@@ -3,13 +3,9 @@ package workflow_test
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/store"
-	"github.com/orrery-run/orrery/store/memstore"
 	"github.com/orrery-run/orrery/workflow"
 )
 
@@ -27,13 +23,7 @@ func TestRestartUnderSameWorkerIdFencesTheOldProcess(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		var partitioned atomic.Bool
-		hOld := r.Mem.Restart(memstore.WithHook(func(op string) error {
-			if op == "renew_leases" && partitioned.Load() {
-				return errors.New("partitioned")
-			}
-			return nil
-		}))
+		hOld, partitioned := r.partitionable()
 		evOld, evNew := &events{}, &events{}
 		wOld, err := r.worker("A", hOld, wfs, evOld, func(c *workflow.WorkerConfig) { c.Incarnation = "A-1" })
 		if err != nil {
@@ -43,7 +33,7 @@ func TestRestartUnderSameWorkerIdFencesTheOldProcess(t *testing.T) {
 		if err := def.Start(r.Ctx, cl, "run", 1); err != nil {
 			return err
 		}
-		if err := r.WaitFor("step b running on the old process", 10*time.Second, func() (bool, error) { return g.entries() == 1, nil }); err != nil {
+		if err := r.waitEntries("step b running on the old process", g, 1); err != nil {
 			return err
 		}
 		partitioned.Store(true)
@@ -56,7 +46,7 @@ func TestRestartUnderSameWorkerIdFencesTheOldProcess(t *testing.T) {
 			return err
 		}
 		defer wNew.Stop(r.Ctx)
-		if err := r.WaitFor("step b running on the new process too", 10*time.Second, func() (bool, error) { return g.entries() == 2, nil }); err != nil {
+		if err := r.waitEntries("step b running on the new process too", g, 2); err != nil {
 			return err
 		}
 		cur, _, err := r.Store.GetLease(r.Ctx, "run")
@@ -73,35 +63,16 @@ func TestRestartUnderSameWorkerIdFencesTheOldProcess(t *testing.T) {
 		if got, err := def.Result(r.Ctx, cl, "run"); err != nil || got != 23 {
 			return fmt.Errorf("result %d, %v; want 23", got, err)
 		}
-		if err := r.WaitFor("the old process fenced", 10*time.Second, func() (bool, error) {
-			_, ok := evOld.find(workflow.EvFenced, "run")
-			return ok, nil
-		}); err != nil {
+		ev, err := r.waitEvent("the old process fenced", evOld, workflow.EvFenced, "run")
+		if err != nil {
 			return err
 		}
-		ev, _ := evOld.find(workflow.EvFenced, "run")
 		if !errors.Is(ev.Err, store.ErrFenced) || ev.Epoch != old.Epoch {
 			return fmt.Errorf("the old process's fence %+v (err %v), want store.ErrFenced at epoch %d", ev, ev.Err, old.Epoch)
 		}
 		if got := wOld.Runs(); len(got) != 0 {
 			return fmt.Errorf("the old process still holds %v", got)
 		}
-		evs, err := r.stream("run")
-		if err != nil {
-			return err
-		}
-		for _, e := range evs {
-			if e.EventType == event.StepCompleted && e.StepID == "b" && e.LogicalAttemptID == 1 {
-				return errors.New("the old process's StepCompleted(b, 1) was recorded")
-			}
-		}
-		return sameShapes(evs, []shape{
-			{event.RunStarted, "", 1},
-			{event.StepStarted, "a", 1}, {event.StepCompleted, "a", 1},
-			{event.StepStarted, "b", 1},
-			{event.StepStarted, "b", 2}, {event.StepCompleted, "b", 2},
-			{event.StepStarted, "c", 1}, {event.StepCompleted, "c", 1},
-			{event.RunCompleted, "", 1},
-		})
+		return r.bRanAgainUnrecorded("the old process")
 	})
 }

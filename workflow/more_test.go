@@ -199,19 +199,11 @@ func TestChildRun(t *testing.T) {
 			}
 			return workflow.Step(c, "show", func(context.Context) (string, error) { return fmt.Sprintf("%d/%s", v, se.Message), nil })
 		})
-		wfs, err := workflow.NewWorkflows(parent, child, failing)
-		if err != nil {
-			return err
-		}
-		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
+		_, w, cl, err := r.serve(parent, child, failing)
 		if err != nil {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		cl, err := r.client(wfs)
-		if err != nil {
-			return err
-		}
 		if err := parent.Start(r.Ctx, cl, "p", 21); err != nil {
 			return err
 		}
@@ -347,19 +339,11 @@ func TestInvalidDefinitionsAndNames(t *testing.T) {
 			}
 			return 1, nil
 		})
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
+		_, w, cl, err := r.serve(def)
 		if err != nil {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		cl, err := r.client(wfs)
-		if err != nil {
-			return err
-		}
 		if err := def.Start(r.Ctx, cl, "run", 0); err != nil {
 			return err
 		}
@@ -393,19 +377,11 @@ func TestCancellingAParentCancelsItsLiveChildren(t *testing.T) {
 			}
 			return workflow.Child(c, middle, "mid", in)
 		})
-		wfs, err := workflow.NewWorkflows(root, middle, leaf, done)
-		if err != nil {
-			return err
-		}
-		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
+		_, w, cl, err := r.serve(root, middle, leaf, done)
 		if err != nil {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		cl, err := r.client(wfs)
-		if err != nil {
-			return err
-		}
 		if err := root.Start(r.Ctx, cl, "root", 7); err != nil {
 			return err
 		}

@@ -56,19 +56,11 @@ func TestRetriesWaitTheirBackoffInVirtualTime(t *testing.T) {
 			}
 			return v, nil
 		})
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
+		_, w, cl, err := r.serve(def)
 		if err != nil {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		cl, err := r.client(wfs)
-		if err != nil {
-			return err
-		}
 		if err := def.Start(r.Ctx, cl, "run", 0); err != nil {
 			return err
 		}
@@ -151,19 +143,11 @@ func TestStepTimeout(t *testing.T) {
 			}
 			return "timed out", nil
 		})
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
+		_, w, cl, err := r.serve(def)
 		if err != nil {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		cl, err := r.client(wfs)
-		if err != nil {
-			return err
-		}
 		if err := def.Start(r.Ctx, cl, "run", 0); err != nil {
 			return err
 		}
@@ -370,7 +354,7 @@ func TestCancelStopsTheStepAndRecordsSkipAndCancel(t *testing.T) {
 		if err := def.Start(r.Ctx, cl, "run", 0); err != nil {
 			return err
 		}
-		if err := r.WaitFor("the step running", 10*time.Second, func() (bool, error) { return g.entries() == 1, nil }); err != nil {
+		if err := r.waitEntries("the step running", g, 1); err != nil {
 			return err
 		}
 		if err := cl.Cancel(r.Ctx, "run", "no longer needed"); err != nil {
@@ -462,7 +446,7 @@ func TestPauseFencesTheHolderAndResumeContinues(t *testing.T) {
 		if err := def.Start(r.Ctx, cl, "run", 1); err != nil {
 			return err
 		}
-		if err := r.WaitFor("step b running", 10*time.Second, func() (bool, error) { return g.entries() == 1, nil }); err != nil {
+		if err := r.waitEntries("step b running", g, 1); err != nil {
 			return err
 		}
 		acq, _ := ev.find(workflow.EvAcquired, "run")

@@ -150,19 +150,11 @@ func TestEffectGivenUpOnTimeoutIsWithdrawn(t *testing.T) {
 			}
 			return "gave up", nil
 		})
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
+		_, w, cl, err := r.serve(def)
 		if err != nil {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		cl, err := r.client(wfs)
-		if err != nil {
-			return err
-		}
 		if err := def.Start(r.Ctx, cl, "run", "k"); err != nil {
 			return err
 		}
@@ -200,19 +192,11 @@ func TestCancelledRunsUnclaimedEffectIsNeverExecuted(t *testing.T) {
 			out, err := workflow.Effect[echoOut](c, "charge", "test.charge", echoIn{Key: key})
 			return out.Echo, err
 		})
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
+		_, w, cl, err := r.serve(def)
 		if err != nil {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		cl, err := r.client(wfs)
-		if err != nil {
-			return err
-		}
 		if err := def.Start(r.Ctx, cl, "run", "k"); err != nil {
 			return err
 		}
