@@ -31,23 +31,12 @@ func TestThreeStepRunCompletes(t *testing.T) {
 	forEachBackend(t, 1, func(r *rig) error {
 		tl := newTally()
 		def := threeSteps(tl)
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		w, err := r.worker("w1", r.WorkerStore(), wfs, nil, nil)
+		_, w, cl, err := r.serve("w1", def)
 		if err != nil {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		cl, err := r.client(wfs)
-		if err != nil {
-			return err
-		}
-		if err := def.Start(r.Ctx, cl, "run-1", 5); err != nil {
-			return err
-		}
-		got, err := def.Result(r.Ctx, cl, "run-1")
+		got, err := startResult(r, def, cl, "run-1", 5)
 		if err != nil {
 			return err
 		}

@@ -53,10 +53,7 @@ func TestFarFutureWaitsAreInvalidAndNeverFire(t *testing.T) {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		if err := def.Start(r.Ctx, cl, "run", 0); err != nil {
-			return err
-		}
-		got, err := def.Result(r.Ctx, cl, "run")
+		got, err := startResult(r, def, cl, "run", 0)
 		if err != nil {
 			return err
 		}

@@ -100,14 +100,14 @@ func (r *rig) clientFor(defs ...workflow.Workflow) (*workflow.Workflows, *workfl
 	return wfs, cl, err
 }
 
-// serve registers defs, starts worker "w" on its own handle and opens a
+// serve registers defs, starts worker id on its own handle and opens a
 // client on them; the caller stops the worker.
-func (r *rig) serve(defs ...workflow.Workflow) (*workflow.Workflows, *workflow.Worker, *workflow.Client, error) {
+func (r *rig) serve(id string, defs ...workflow.Workflow) (*workflow.Workflows, *workflow.Worker, *workflow.Client, error) {
 	wfs, err := workflow.NewWorkflows(defs...)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
+	w, err := r.worker(id, r.WorkerStore(), wfs, nil, nil)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -174,6 +174,15 @@ func (r *rig) stream(id string) ([]event.Envelope, error) {
 		}
 		after = evs[len(evs)-1].RunSeq
 	}
+}
+
+// shapesAre reads run's whole stream and checks it has the shapes of want.
+func (r *rig) shapesAre(run string, want []shape) error {
+	evs, err := r.stream(run)
+	if err != nil {
+		return err
+	}
+	return sameShapes(evs, want)
 }
 
 // streamIs reads run's whole stream and checks it has the shapes of want

@@ -72,10 +72,7 @@ func TestEffectCompletedByAnAdapterAndRetriedOnAnErrorReceipt(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.Ctx, cl, "run", "hi"); err != nil {
-			return err
-		}
-		got, err := def.Result(r.Ctx, cl, "run")
+		got, err := startResult(r, def, cl, "run", "hi")
 		if err != nil || got != "hi!" {
 			return fmt.Errorf("result %q, %v", got, err)
 		}
@@ -170,11 +167,7 @@ func TestEffectInFlightIsNotAskedForAgainAfterACrash(t *testing.T) {
 		if n != 1 {
 			return fmt.Errorf("the effect executed %d times", n)
 		}
-		evs, err := r.stream("run")
-		if err != nil {
-			return err
-		}
-		return sameShapes(evs, []shape{{event.RunStarted, "", 1}, {event.StepStarted, "echo", 1},
+		return r.shapesAre("run", []shape{{event.RunStarted, "", 1}, {event.StepStarted, "echo", 1},
 			{event.StepCompleted, "echo", 1}, {event.RunCompleted, "", 1}})
 	})
 }
@@ -199,15 +192,12 @@ func TestChildRun(t *testing.T) {
 			}
 			return workflow.Step(c, "show", func(context.Context) (string, error) { return fmt.Sprintf("%d/%s", v, se.Message), nil })
 		})
-		_, w, cl, err := r.serve(parent, child, failing)
+		_, w, cl, err := r.serve("w", parent, child, failing)
 		if err != nil {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		if err := parent.Start(r.Ctx, cl, "p", 21); err != nil {
-			return err
-		}
-		got, err := parent.Result(r.Ctx, cl, "p")
+		got, err := startResult(r, parent, cl, "p", 21)
 		if err != nil || got != "42/child run p-bad failed: child says no" {
 			return fmt.Errorf("result %q, %v", got, err)
 		}
@@ -339,22 +329,15 @@ func TestInvalidDefinitionsAndNames(t *testing.T) {
 			}
 			return 1, nil
 		})
-		_, w, cl, err := r.serve(def)
+		_, w, cl, err := r.serve("w", def)
 		if err != nil {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		if err := def.Start(r.Ctx, cl, "run", 0); err != nil {
-			return err
-		}
-		if v, err := def.Result(r.Ctx, cl, "run"); err != nil || v != 1 {
+		if v, err := startResult(r, def, cl, "run", 0); err != nil || v != 1 {
 			return fmt.Errorf("result %d, %v", v, err)
 		}
-		evs, err := r.stream("run")
-		if err != nil {
-			return err
-		}
-		return sameShapes(evs, []shape{{event.RunStarted, "", 1}, {event.RunCompleted, "", 1}})
+		return r.shapesAre("run", []shape{{event.RunStarted, "", 1}, {event.RunCompleted, "", 1}})
 	})
 }
 
@@ -377,7 +360,7 @@ func TestCancellingAParentCancelsItsLiveChildren(t *testing.T) {
 			}
 			return workflow.Child(c, middle, "mid", in)
 		})
-		_, w, cl, err := r.serve(root, middle, leaf, done)
+		_, w, cl, err := r.serve("w", root, middle, leaf, done)
 		if err != nil {
 			return err
 		}

@@ -180,10 +180,7 @@ func TestResultWithWorkersSeesOtherWorkersRunsByPolling(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := quick.Start(r.Ctx, cl, "q", 7); err != nil {
-			return err
-		}
-		if got, err := quick.Result(r.Ctx, cl, "q"); err != nil || got != 7 {
+		if got, err := startResult(r, quick, cl, "q", 7); err != nil || got != 7 {
 			return fmt.Errorf("result %d, %v; want 7", got, err)
 		}
 		return nil

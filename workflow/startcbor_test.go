@@ -30,19 +30,11 @@ func payDef() *workflow.Def[payIn, string] {
 func TestStartCBORDecodesIntoTheInputType(t *testing.T) {
 	onMemstore(t, 1, func(r *rig) error {
 		def := payDef()
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		w, err := r.worker("w1", r.WorkerStore(), wfs, nil, nil)
+		_, w, cl, err := r.serve("w1", def)
 		if err != nil {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		cl, err := r.client(wfs)
-		if err != nil {
-			return err
-		}
 		raw, err := event.Marshal(map[string]any{"Account": "alice", "Amount": int64(50)})
 		if err != nil {
 			return err

@@ -56,15 +56,12 @@ func TestRetriesWaitTheirBackoffInVirtualTime(t *testing.T) {
 			}
 			return v, nil
 		})
-		_, w, cl, err := r.serve(def)
+		_, w, cl, err := r.serve("w", def)
 		if err != nil {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		if err := def.Start(r.Ctx, cl, "run", 0); err != nil {
-			return err
-		}
-		if got, err := def.Result(r.Ctx, cl, "run"); err != nil || got != 7 {
+		if got, err := startResult(r, def, cl, "run", 0); err != nil || got != 7 {
 			return fmt.Errorf("result %d, %v", got, err)
 		}
 		evs, err := r.streamIs("run", "flaky", 1, []shape{
@@ -143,15 +140,12 @@ func TestStepTimeout(t *testing.T) {
 			}
 			return "timed out", nil
 		})
-		_, w, cl, err := r.serve(def)
+		_, w, cl, err := r.serve("w", def)
 		if err != nil {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		if err := def.Start(r.Ctx, cl, "run", 0); err != nil {
-			return err
-		}
-		if got, err := def.Result(r.Ctx, cl, "run"); err != nil || got != "timed out" {
+		if got, err := startResult(r, def, cl, "run", 0); err != nil || got != "timed out" {
 			return fmt.Errorf("result %q, %v", got, err)
 		}
 		evs, err := r.stream("run")

@@ -96,10 +96,7 @@ func TestEffectTimeoutRetryKeepsTheFirstIntent(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.Ctx, cl, "run", "k"); err != nil {
-			return err
-		}
-		if got, err := def.Result(r.Ctx, cl, "run"); err != nil || got != "charged" {
+		if got, err := startResult(r, def, cl, "run", "k"); err != nil || got != "charged" {
 			return fmt.Errorf("result %q, %v", got, err)
 		}
 		// Long enough for the adapter to have claimed a second intent, had
@@ -150,15 +147,12 @@ func TestEffectGivenUpOnTimeoutIsWithdrawn(t *testing.T) {
 			}
 			return "gave up", nil
 		})
-		_, w, cl, err := r.serve(def)
+		_, w, cl, err := r.serve("w", def)
 		if err != nil {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		if err := def.Start(r.Ctx, cl, "run", "k"); err != nil {
-			return err
-		}
-		if got, err := def.Result(r.Ctx, cl, "run"); err != nil || got != "gave up" {
+		if got, err := startResult(r, def, cl, "run", "k"); err != nil || got != "gave up" {
 			return fmt.Errorf("result %q, %v", got, err)
 		}
 		evs, err := r.stream("run")
@@ -192,7 +186,7 @@ func TestCancelledRunsUnclaimedEffectIsNeverExecuted(t *testing.T) {
 			out, err := workflow.Effect[echoOut](c, "charge", "test.charge", echoIn{Key: key})
 			return out.Echo, err
 		})
-		_, w, cl, err := r.serve(def)
+		_, w, cl, err := r.serve("w", def)
 		if err != nil {
 			return err
 		}

@@ -156,10 +156,7 @@ func TestAStepsCompletionRidesWithTheNextWrite(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.Ctx, cl, "run-w", 1); err != nil {
-			return err
-		}
-		if _, err := def.Result(r.Ctx, cl, "run-w"); err != nil {
+		if _, err := startResult(r, def, cl, "run-w", 1); err != nil {
 			return err
 		}
 		appends, commits := log.snapshot()
@@ -174,11 +171,7 @@ func TestAStepsCompletionRidesWithTheNextWrite(t *testing.T) {
 		if got, want := fmt.Sprint(commits), fmt.Sprint([][]string{{"StepCompleted:add#2", "RunCompleted:"}}); got != want {
 			return fmt.Errorf("commits %s, want %s", got, want)
 		}
-		evs, err := r.stream("run-w")
-		if err != nil {
-			return err
-		}
-		return sameShapes(evs, []shape{
+		return r.shapesAre("run-w", []shape{
 			{event.RunStarted, "", 1},
 			{event.StepStarted, "add", 1}, {event.StepCompleted, "add", 1},
 			{event.StepStarted, "double", 1}, {event.StepCompleted, "double", 1},
@@ -200,19 +193,11 @@ func TestTheStepBeforeARunningStepIsDurablyCompleted(t *testing.T) {
 			}
 			return workflow.Step(c, "two", func(ctx context.Context) (int, error) { return 2, g.wait(ctx) })
 		})
-		wfs, err := workflow.NewWorkflows(def)
-		if err != nil {
-			return err
-		}
-		w, err := r.worker("w1", r.WorkerStore(), wfs, nil, nil)
+		_, w, cl, err := r.serve("w1", def)
 		if err != nil {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		cl, err := r.client(wfs)
-		if err != nil {
-			return err
-		}
 		if err := def.Start(r.Ctx, cl, "run-g", 0); err != nil {
 			return err
 		}
@@ -292,11 +277,7 @@ func TestALostPendingCompletionRerunsTheStepAsItsNextAttempt(t *testing.T) {
 		if log.failed != 1 || tl.get("add") != 2 || tl.get("double") != 1 {
 			return fmt.Errorf("refused %d appends, add ran %d times, double %d; want 1, 2, 1", log.failed, tl.get("add"), tl.get("double"))
 		}
-		evs, err := r.stream("run-l")
-		if err != nil {
-			return err
-		}
-		return sameShapes(evs, []shape{
+		return r.shapesAre("run-l", []shape{
 			{event.RunStarted, "", 1},
 			{event.StepStarted, "add", 1},
 			{event.StepStarted, "add", 2}, {event.StepCompleted, "add", 2},
@@ -334,10 +315,7 @@ func TestStartHandsTheRunToALocalWorker(t *testing.T) {
 			return err
 		}
 		started := r.Ex.Now()
-		if err := def.Start(r.Ctx, cl, "run-a", 5); err != nil {
-			return err
-		}
-		got, err := def.Result(r.Ctx, cl, "run-a")
+		got, err := startResult(r, def, cl, "run-a", 5)
 		if err != nil {
 			return err
 		}
@@ -376,10 +354,7 @@ func TestARunStartedInProcessIsFourWritesAndNoRead(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.Ctx, cl, "run-5", 5); err != nil {
-			return err
-		}
-		if got, err := def.Result(r.Ctx, cl, "run-5"); err != nil || got != 13 {
+		if got, err := startResult(r, def, cl, "run-5", 5); err != nil || got != 13 {
 			return fmt.Errorf("result %d, %v", got, err)
 		}
 		log.mu.Lock()
@@ -419,10 +394,7 @@ func TestHandedOverStartsAreIdempotentAndStepless(t *testing.T) {
 			return err
 		}
 		for range 2 {
-			if err := def.Start(r.Ctx, cl, "twice", 5); err != nil {
-				return err
-			}
-			if got, err := def.Result(r.Ctx, cl, "twice"); err != nil || got != 13 {
+			if got, err := startResult(r, def, cl, "twice", 5); err != nil || got != 13 {
 				return fmt.Errorf("result %d, %v", got, err)
 			}
 		}
@@ -432,17 +404,10 @@ func TestHandedOverStartsAreIdempotentAndStepless(t *testing.T) {
 		if n := tl.get("add"); n != 1 {
 			return fmt.Errorf("the first step ran %d times, want 1", n)
 		}
-		if err := bare.Start(r.Ctx, cl, "bare", 4); err != nil {
-			return err
-		}
-		if got, err := bare.Result(r.Ctx, cl, "bare"); err != nil || got != 12 {
+		if got, err := startResult(r, bare, cl, "bare", 4); err != nil || got != 12 {
 			return fmt.Errorf("the stepless run: %d, %v", got, err)
 		}
-		evs, err := r.stream("bare")
-		if err != nil {
-			return err
-		}
-		return sameShapes(evs, []shape{{event.RunStarted, "", 1}, {event.RunCompleted, "", 1}})
+		return r.shapesAre("bare", []shape{{event.RunStarted, "", 1}, {event.RunCompleted, "", 1}})
 	})
 }
 
@@ -476,10 +441,7 @@ func TestStartWithAWorkerThatLacksTheWorkflowLeavesItToTheScans(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.Ctx, cl, "elsewhere", 5); err != nil {
-			return err
-		}
-		if got, err := def.Result(r.Ctx, cl, "elsewhere"); err != nil || got != 13 {
+		if got, err := startResult(r, def, cl, "elsewhere", 5); err != nil || got != 13 {
 			return fmt.Errorf("result %d, %v", got, err)
 		}
 		if _, ok := ev.find(workflow.EvFinished, "elsewhere"); !ok {
