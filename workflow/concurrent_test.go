@@ -62,19 +62,12 @@ func TestConcurrentUseOfACtxFailsTheRun(t *testing.T) {
 					checked = tc.fn(c, tl)
 					return 0, nil
 				})
-				wfs, cl, err := r.clientFor(def)
-				if err != nil {
-					return err
-				}
-				w, err := r.worker("A", r.WorkerStore(), wfs, nil, nil)
+				_, w, cl, err := r.serve("A", def)
 				if err != nil {
 					return err
 				}
 				defer w.Stop(r.Ctx)
-				if err := def.Start(r.Ctx, cl, "run", 0); err != nil {
-					return err
-				}
-				_, err = def.Result(r.Ctx, cl, "run")
+				_, err = startResult(r, def, cl, "run", 0)
 				if checked != nil {
 					return checked
 				}

@@ -44,11 +44,7 @@ func TestFarFutureWaitsAreInvalidAndNeverFire(t *testing.T) {
 			note("fine", err)
 			return strings.Join(got, " "), nil
 		})
-		wfs, cl, err := r.clientFor(def)
-		if err != nil {
-			return err
-		}
-		w, err := r.worker("A", r.WorkerStore(), wfs, nil, nil)
+		_, w, cl, err := r.serve("A", def)
 		if err != nil {
 			return err
 		}

@@ -320,6 +320,9 @@ func fireTimers(ctx context.Context, ex actor.Executor, st store.Store) error {
 	wake := ex.NewParker()
 	stop, err := st.Watch(ctx, wake, store.TopicTimers)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it began: it claimed nothing
+		}
 		return err
 	}
 	defer stop()
@@ -360,6 +363,9 @@ func runAdapter(ctx context.Context, ex actor.Executor, st store.Store, kind str
 	wake := ex.NewParker()
 	stop, err := st.Watch(ctx, wake, store.TopicEffects)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it began: it claimed nothing
+		}
 		return err
 	}
 	defer stop()

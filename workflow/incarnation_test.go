@@ -17,8 +17,7 @@ import (
 // process does not take the run back.
 func TestRestartUnderSameWorkerIdFencesTheOldProcess(t *testing.T) {
 	onMemstore(t, 5, func(r *rig) error {
-		tl, g := newTally(), newGate(r.Ex)
-		def := gated(tl, g)
+		_, g, def := r.gated()
 		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err

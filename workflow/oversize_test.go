@@ -32,11 +32,7 @@ func TestOversizedStepResultFailsTheStepNotTheWorker(t *testing.T) {
 			}
 			return fmt.Sprintf("huge failed (%v), small %d", errors.Is(err, workflow.ErrStepFailed), small), nil
 		})
-		wfs, cl, err := r.clientFor(def)
-		if err != nil {
-			return err
-		}
-		w, err := r.worker("A", r.WorkerStore(), wfs, nil, nil)
+		_, w, cl, err := r.serve("A", def)
 		if err != nil {
 			return err
 		}
@@ -62,19 +58,12 @@ func TestOversizedRunOutputFailsTheRun(t *testing.T) {
 		def := workflow.New("bigout", 1, func(c *workflow.Ctx, _ int) (string, error) {
 			return strings.Repeat("y", 2<<20), nil
 		})
-		wfs, cl, err := r.clientFor(def)
-		if err != nil {
-			return err
-		}
-		w, err := r.worker("A", r.WorkerStore(), wfs, nil, nil)
+		_, w, cl, err := r.serve("A", def)
 		if err != nil {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		if err := def.Start(r.Ctx, cl, "run", 0); err != nil {
-			return err
-		}
-		_, err = def.Result(r.Ctx, cl, "run")
+		_, err = startResult(r, def, cl, "run", 0)
 		if !errors.Is(err, workflow.ErrFailed) || !strings.Contains(err.Error(), "more than a journal record holds") {
 			return fmt.Errorf("result error %v, want the run failed for its output's size", err)
 		}

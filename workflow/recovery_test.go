@@ -35,10 +35,15 @@ func gated(tl *tally, g *gate) *workflow.Def[int, int] {
 	})
 }
 
+// gated is a fresh tally and gate and the gated workflow on them.
+func (r *rig) gated() (*tally, *gate, *workflow.Def[int, int]) {
+	tl, g := newTally(), newGate(r.Ex)
+	return tl, g, gated(tl, g)
+}
+
 func TestCrashRecoveryRerunsOnlyTheStepInFlight(t *testing.T) {
 	forEachBackend(t, 3, func(r *rig) error {
-		tl, g := newTally(), newGate(r.Ex)
-		def := gated(tl, g)
+		tl, g, def := r.gated()
 		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
@@ -117,8 +122,7 @@ func TestCrashRecoveryRerunsOnlyTheStepInFlight(t *testing.T) {
 
 func TestDeposedWorkerIsFencedAndStops(t *testing.T) {
 	onMemstore(t, 4, func(r *rig) error {
-		tl, g := newTally(), newGate(r.Ex)
-		def := gated(tl, g)
+		_, g, def := r.gated()
 		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
@@ -263,8 +267,7 @@ func TestChangedStepOrderIsADivergence(t *testing.T) {
 
 func TestStopReleasesSoAnotherWorkerTakesOverAtOnce(t *testing.T) {
 	onMemstore(t, 19, func(r *rig) error {
-		tl, g := newTally(), newGate(r.Ex)
-		def := gated(tl, g)
+		tl, g, def := r.gated()
 		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err

@@ -336,11 +336,7 @@ func TestCancelStopsTheStepAndRecordsSkipAndCancel(t *testing.T) {
 				return 1, err
 			})
 		})
-		wfs, cl, err := r.clientFor(def)
-		if err != nil {
-			return err
-		}
-		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
+		_, w, cl, err := r.serve("w", def)
 		if err != nil {
 			return err
 		}
@@ -425,8 +421,7 @@ func TestCancelWithNoWorkerIsRecordedByTheClient(t *testing.T) {
 
 func TestPauseFencesTheHolderAndResumeContinues(t *testing.T) {
 	onMemstore(t, 12, func(r *rig) error {
-		tl, g := newTally(), newGate(r.Ex)
-		def := gated(tl, g)
+		tl, g, def := r.gated()
 		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err
