@@ -35,6 +35,18 @@ func gated(tl *tally, g *gate) *workflow.Def[int, int] {
 	})
 }
 
+// bRanTwice is the stream of a gated run whose step b ran again.
+func bRanTwice() []shape {
+	return []shape{
+		{event.RunStarted, "", 1},
+		{event.StepStarted, "a", 1}, {event.StepCompleted, "a", 1},
+		{event.StepStarted, "b", 1},
+		{event.StepStarted, "b", 2}, {event.StepCompleted, "b", 2},
+		{event.StepStarted, "c", 1}, {event.StepCompleted, "c", 1},
+		{event.RunCompleted, "", 1},
+	}
+}
+
 // gated is a fresh tally and gate and the gated workflow on them.
 func (r *rig) gated() (*tally, *gate, *workflow.Def[int, int]) {
 	tl, g := newTally(), newGate(r.Ex)
@@ -93,14 +105,7 @@ func TestCrashRecoveryRerunsOnlyTheStepInFlight(t *testing.T) {
 		if a, b, c := tl.get("a"), tl.get("b"), tl.get("c"); a != 1 || b != 2 || c != 1 {
 			return fmt.Errorf("executions a=%d b=%d c=%d, want 1, 2 (the step in flight again), 1", a, b, c)
 		}
-		evs, err := r.streamIs("run", "gated", 1, []shape{
-			{event.RunStarted, "", 1},
-			{event.StepStarted, "a", 1}, {event.StepCompleted, "a", 1},
-			{event.StepStarted, "b", 1},
-			{event.StepStarted, "b", 2}, {event.StepCompleted, "b", 2},
-			{event.StepStarted, "c", 1}, {event.StepCompleted, "c", 1},
-			{event.RunCompleted, "", 1},
-		})
+		evs, err := r.streamIs("run", "gated", 1, bRanTwice())
 		if err != nil {
 			return err
 		}
