@@ -178,11 +178,18 @@ func (r *rig) stream(id string) ([]event.Envelope, error) {
 
 // shapesAre reads run's whole stream and checks it has the shapes of want.
 func (r *rig) shapesAre(run string, want []shape) error {
+	_, err := r.streamShapes(run, want)
+	return err
+}
+
+// streamShapes reads run's whole stream, checks it has the shapes of want
+// and returns it.
+func (r *rig) streamShapes(run string, want []shape) ([]event.Envelope, error) {
 	evs, err := r.stream(run)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return sameShapes(evs, want)
+	return evs, sameShapes(evs, want)
 }
 
 // streamIs reads run's whole stream and checks it has the shapes of want

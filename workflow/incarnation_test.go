@@ -29,10 +29,7 @@ func TestRestartUnderSameWorkerIdFencesTheOldProcess(t *testing.T) {
 			return err
 		}
 		defer wOld.Stop(r.Ctx)
-		if err := def.Start(r.Ctx, cl, "run", 1); err != nil {
-			return err
-		}
-		if err := r.waitEntries("step b running on the old process", g, 1); err != nil {
+		if err := r.startGated(def, cl, "step b running on the old process", g); err != nil {
 			return err
 		}
 		partitioned.Store(true)

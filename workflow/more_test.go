@@ -79,16 +79,13 @@ func TestEffectCompletedByAnAdapterAndRetriedOnAnErrorReceipt(t *testing.T) {
 		if err := stopAdapter(); err != nil {
 			return err
 		}
-		evs, err := r.stream("run")
-		if err != nil {
-			return err
-		}
-		if err := sameShapes(evs, []shape{
+		evs, err := r.streamShapes("run", []shape{
 			{event.RunStarted, "", 1},
 			{event.StepStarted, "echo", 1}, {event.StepFailed, "echo", 1},
 			{event.StepStarted, "echo", 2}, {event.StepCompleted, "echo", 2},
 			{event.RunCompleted, "", 1},
-		}); err != nil {
+		})
+		if err != nil {
 			return err
 		}
 		var p1, p2 startedPayload
@@ -204,17 +201,14 @@ func TestChildRun(t *testing.T) {
 		if v, err := child.Result(r.Ctx, cl, "p-kid"); err != nil || v != 42 {
 			return fmt.Errorf("the child's own result %d, %v", v, err)
 		}
-		evs, err := r.stream("p")
-		if err != nil {
-			return err
-		}
-		if err := sameShapes(evs, []shape{
+		evs, err := r.streamShapes("p", []shape{
 			{event.RunStarted, "", 1},
 			{event.StepStarted, "sys:child:p-kid", 1}, {event.StepCompleted, "sys:child:p-kid", 1},
 			{event.StepStarted, "sys:child:p-bad", 1}, {event.StepFailed, "sys:child:p-bad", 1},
 			{event.StepStarted, "show", 1}, {event.StepCompleted, "show", 1},
 			{event.RunCompleted, "", 1},
-		}); err != nil {
+		})
+		if err != nil {
 			return err
 		}
 		return checkEnvelopes(evs, "p", "parent", 1)

@@ -35,6 +35,15 @@ func gated(tl *tally, g *gate) *workflow.Def[int, int] {
 	})
 }
 
+// startGated starts the gated run "run" of def and waits until its step
+// b is running (what).
+func (r *rig) startGated(def *workflow.Def[int, int], cl *workflow.Client, what string, g *gate) error {
+	if err := def.Start(r.Ctx, cl, "run", 1); err != nil {
+		return err
+	}
+	return r.waitEntries(what, g, 1)
+}
+
 // bRanTwice is the stream of a gated run whose step b ran again.
 func bRanTwice() []shape {
 	return []shape{
@@ -66,10 +75,7 @@ func TestCrashRecoveryRerunsOnlyTheStepInFlight(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.Ctx, cl, "run", 1); err != nil {
-			return err
-		}
-		if err := r.waitEntries("step b running on A", g, 1); err != nil {
+		if err := r.startGated(def, cl, "step b running on A", g); err != nil {
 			return err
 		}
 		// A dies mid-step: nothing is released (and on memstore its store
@@ -141,10 +147,7 @@ func TestDeposedWorkerIsFencedAndStops(t *testing.T) {
 			return err
 		}
 		defer wA.Stop(r.Ctx)
-		if err := def.Start(r.Ctx, cl, "run", 1); err != nil {
-			return err
-		}
-		if err := r.waitEntries("step b running on A", g, 1); err != nil {
+		if err := r.startGated(def, cl, "step b running on A", g); err != nil {
 			return err
 		}
 		partitioned.Store(true)
@@ -222,10 +225,7 @@ func TestChangedStepOrderIsADivergence(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := v1.Start(r.Ctx, cl, "run", 1); err != nil {
-			return err
-		}
-		if err := r.waitEntries("step b running", g, 1); err != nil {
+		if err := r.startGated(v1, cl, "step b running", g); err != nil {
 			return err
 		}
 		hA.Crash()
@@ -250,16 +250,13 @@ func TestChangedStepOrderIsADivergence(t *testing.T) {
 		if _, ok := evB.find(workflow.EvDiverged, "run"); !ok {
 			return errors.New("B reported no divergence")
 		}
-		evs, err := r.stream("run")
-		if err != nil {
-			return err
-		}
-		if err := sameShapes(evs, []shape{
+		evs, err := r.streamShapes("run", []shape{
 			{event.RunStarted, "", 1},
 			{event.StepStarted, "a", 1}, {event.StepCompleted, "a", 1},
 			{event.StepStarted, "b", 1},
 			{event.RunFailed, "", 1},
-		}); err != nil {
+		})
+		if err != nil {
 			return err
 		}
 		// Replaying the changed function reports the same divergence.
@@ -281,10 +278,7 @@ func TestStopReleasesSoAnotherWorkerTakesOverAtOnce(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := def.Start(r.Ctx, cl, "run", 1); err != nil {
-			return err
-		}
-		if err := r.waitEntries("step b running on A", g, 1); err != nil {
+		if err := r.startGated(def, cl, "step b running on A", g); err != nil {
 			return err
 		}
 		evB := &events{}

@@ -224,17 +224,14 @@ func TestDurableSleepSurvivesACrash(t *testing.T) {
 		if a, b := tl.get("a"), tl.get("b"); a != 1 || b != 1 {
 			return fmt.Errorf("executions a=%d b=%d", a, b)
 		}
-		evs, err := r.stream("run")
-		if err != nil {
-			return err
-		}
-		if err := sameShapes(evs, []shape{
+		evs, err := r.streamShapes("run", []shape{
 			{event.RunStarted, "", 1},
 			{event.StepStarted, "a", 1}, {event.StepCompleted, "a", 1},
 			{event.StepStarted, "sys:sleep", 1}, {event.StepCompleted, "sys:sleep", 1},
 			{event.StepStarted, "b", 1}, {event.StepCompleted, "b", 1},
 			{event.RunCompleted, "", 1},
-		}); err != nil {
+		})
+		if err != nil {
 			return err
 		}
 		if d := evs[4].EmittedAt.Sub(evs[3].EmittedAt); d < time.Hour {
@@ -401,11 +398,7 @@ func TestCancelWithNoWorkerIsRecordedByTheClient(t *testing.T) {
 		if _, err := cl.Result(r.Ctx, "run"); !errors.Is(err, workflow.ErrCancelled) {
 			return fmt.Errorf("result %v, want cancelled", err)
 		}
-		evs, err := r.stream("run")
-		if err != nil {
-			return err
-		}
-		if err := sameShapes(evs, []shape{{event.RunCancelled, "", 1}}); err != nil {
+		if err := r.shapesAre("run", []shape{{event.RunCancelled, "", 1}}); err != nil {
 			return err
 		}
 		sum, err := cl.Get(r.Ctx, "run")
@@ -432,10 +425,7 @@ func TestPauseFencesTheHolderAndResumeContinues(t *testing.T) {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		if err := def.Start(r.Ctx, cl, "run", 1); err != nil {
-			return err
-		}
-		if err := r.waitEntries("step b running", g, 1); err != nil {
+		if err := r.startGated(def, cl, "step b running", g); err != nil {
 			return err
 		}
 		acq, _ := ev.find(workflow.EvAcquired, "run")

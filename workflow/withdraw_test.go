@@ -107,16 +107,13 @@ func TestEffectTimeoutRetryKeepsTheFirstIntent(t *testing.T) {
 		if err := stopAdapter(); err != nil {
 			return err
 		}
-		evs, err := r.stream("run")
-		if err != nil {
-			return err
-		}
-		if err := sameShapes(evs, []shape{
+		evs, err := r.streamShapes("run", []shape{
 			{event.RunStarted, "", 1},
 			{event.StepStarted, "charge", 1}, {event.StepFailed, "charge", 1},
 			{event.StepStarted, "charge", 2}, {event.StepCompleted, "charge", 2},
 			{event.RunCompleted, "", 1},
-		}); err != nil {
+		})
+		if err != nil {
 			return err
 		}
 		hashes, err := effectIntents(evs, "charge")

@@ -204,11 +204,7 @@ func TestTheStepBeforeARunningStepIsDurablyCompleted(t *testing.T) {
 		if err := r.WaitFor("step two to run", 10*time.Second, func() (bool, error) { return g.entries() > 0, nil }); err != nil {
 			return err
 		}
-		evs, err := r.stream("run-g")
-		if err != nil {
-			return err
-		}
-		if err := sameShapes(evs, []shape{
+		if err := r.shapesAre("run-g", []shape{
 			{event.RunStarted, "", 1},
 			{event.StepStarted, "one", 1}, {event.StepCompleted, "one", 1},
 			{event.StepStarted, "two", 1},
