@@ -107,16 +107,31 @@ func (r *rig) serve(id string, defs ...workflow.Workflow) (*workflow.Workflows, 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	w, err := r.worker(id, r.WorkerStore(), wfs, nil, nil)
+	w, cl, err := r.serveWith(id, r.WorkerStore(), wfs, nil)
+	return wfs, w, cl, err
+}
+
+// serveWith starts worker id on st for wfs, with tweak, and opens a
+// client; the caller stops the worker.
+func (r *rig) serveWith(id string, st store.Store, wfs *workflow.Workflows, tweak func(*workflow.WorkerConfig)) (*workflow.Worker, *workflow.Client, error) {
+	w, err := r.worker(id, st, wfs, nil, tweak)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	cl, err := r.client(wfs)
 	if err != nil {
 		w.Stop(r.Ctx)
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	return wfs, w, cl, nil
+	return w, cl, nil
+}
+
+// waitStreamLen waits until run's stream holds n events.
+func (r *rig) waitStreamLen(what, run string, n int) error {
+	return r.WaitFor(what, 10*time.Second, func() (bool, error) {
+		evs, err := r.stream(run)
+		return len(evs) == n, err
+	})
 }
 
 // startResult starts run of def on in and waits for its result.

@@ -63,15 +63,11 @@ func TestEffectCompletedByAnAdapterAndRetriedOnAnErrorReceipt(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
+		w, cl, err := r.serveWith("w", r.WorkerStore(), wfs, nil)
 		if err != nil {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		cl, err := r.client(wfs)
-		if err != nil {
-			return err
-		}
 		got, err := startResult(r, def, cl, "run", "hi")
 		if err != nil || got != "hi!" {
 			return fmt.Errorf("result %q, %v", got, err)
@@ -362,10 +358,7 @@ func TestCancellingAParentCancelsItsLiveChildren(t *testing.T) {
 		if err := root.Start(r.Ctx, cl, "root", 7); err != nil {
 			return err
 		}
-		if err := r.WaitFor("the leaf to await", 10*time.Second, func() (bool, error) {
-			evs, err := r.stream("mid-leaf")
-			return len(evs) == 2, err
-		}); err != nil {
+		if err := r.waitStreamLen("the leaf to await", "mid-leaf", 2); err != nil {
 			return err
 		}
 		if err := cl.Pause(r.Ctx, "mid-leaf", ""); err != nil {
@@ -472,22 +465,15 @@ func TestALatePauseDoesNotBuryACancel(t *testing.T) {
 		if r.Real() {
 			holderSt = &holdPause{Store: holderSt, world: "kid-1", after: acquired}
 		}
-		w, err := r.worker("w", holderSt, wfs, nil, nil)
+		w, cl, err := r.serveWith("w", holderSt, wfs, nil)
 		if err != nil {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		cl, err := r.client(wfs)
-		if err != nil {
-			return err
-		}
 		if err := parent.Start(r.Ctx, cl, "parent-1", 1); err != nil {
 			return err
 		}
-		if err := r.WaitFor("the kid to await", 10*time.Second, func() (bool, error) {
-			evs, err := r.stream("kid-1")
-			return len(evs) == 2, err
-		}); err != nil {
+		if err := r.waitStreamLen("the kid to await", "kid-1", 2); err != nil {
 			return err
 		}
 		status := func(want store.WorldStatus, reason string) func() (bool, error) {

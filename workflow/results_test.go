@@ -99,10 +99,7 @@ func TestResultWithWorkersIgnoresOtherRunsHints(t *testing.T) {
 		if err := gated.Start(r.Ctx, others, "gated-1", 40); err != nil {
 			return err
 		}
-		if err := r.WaitFor("the await to start", 10*time.Second, func() (bool, error) {
-			evs, err := r.stream("gated-1")
-			return len(evs) == 2, err
-		}); err != nil {
+		if err := r.waitStreamLen("the await to start", "gated-1", 2); err != nil {
 			return err
 		}
 		o, stop, err := awaitResult(r, gated, waiter, "gated-1")

@@ -290,10 +290,7 @@ func TestAwaitConsumesSignalsInOrderOnce(t *testing.T) {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		if err := r.WaitFor("the count await", 10*time.Second, func() (bool, error) {
-			evs, err := r.stream("run")
-			return len(evs) == 6, err
-		}); err != nil {
+		if err := r.waitStreamLen("the count await", "run", 6); err != nil {
 			return err
 		}
 		if err := cl.Signal(r.Ctx, "run", "count", 3, ""); err != nil {

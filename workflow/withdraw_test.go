@@ -87,15 +87,11 @@ func TestEffectTimeoutRetryKeepsTheFirstIntent(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
+		w, cl, err := r.serveWith("w", r.WorkerStore(), wfs, nil)
 		if err != nil {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		cl, err := r.client(wfs)
-		if err != nil {
-			return err
-		}
 		if got, err := startResult(r, def, cl, "run", "k"); err != nil || got != "charged" {
 			return fmt.Errorf("result %q, %v", got, err)
 		}

@@ -147,15 +147,11 @@ func TestAStepsCompletionRidesWithTheNextWrite(t *testing.T) {
 			return err
 		}
 		log := &writeLog{Store: r.WorkerStore(), stream: "run-w"}
-		w, err := r.worker("w1", log, wfs, nil, nil)
+		w, cl, err := r.serveWith("w1", log, wfs, nil)
 		if err != nil {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		cl, err := r.client(wfs)
-		if err != nil {
-			return err
-		}
 		if _, err := startResult(r, def, cl, "run-w", 1); err != nil {
 			return err
 		}
@@ -250,15 +246,11 @@ func TestALostPendingCompletionRerunsTheStepAsItsNextAttempt(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		w, err := r.worker("w1", log, wfs, nil, func(c *workflow.WorkerConfig) { c.RetryAfter = 50 * time.Millisecond })
+		w, cl, err := r.serveWith("w1", log, wfs, func(c *workflow.WorkerConfig) { c.RetryAfter = 50 * time.Millisecond })
 		if err != nil {
 			return err
 		}
 		defer w.Stop(r.Ctx)
-		cl, err := r.client(wfs)
-		if err != nil {
-			return err
-		}
 		if err := twice.Start(r.Ctx, cl, "run-l", 5); err != nil {
 			return err
 		}
