@@ -126,6 +126,14 @@ func (r *rig) serveWith(id string, st store.Store, wfs *workflow.Workflows, twea
 	return w, cl, nil
 }
 
+// crashOver crashes h, the handle of worker old, kills old, and starts
+// worker id in its place on its own handle.
+func (r *rig) crashOver(h interface{ Crash() }, old *workflow.Worker, id string, wfs *workflow.Workflows) (*workflow.Worker, error) {
+	h.Crash()
+	old.Kill(r.Ctx)
+	return r.worker(id, r.WorkerStore(), wfs, nil, nil)
+}
+
 // waitStreamLen waits until run's stream holds n events.
 func (r *rig) waitStreamLen(what, run string, n int) error {
 	return r.WaitFor(what, 10*time.Second, func() (bool, error) {

@@ -134,9 +134,7 @@ func TestEffectInFlightIsNotAskedForAgainAfterACrash(t *testing.T) {
 		}); err != nil {
 			return err
 		}
-		hA.Crash()
-		wA.Kill(r.Ctx)
-		wB, err := r.worker("B", r.WorkerStore(), wfs, nil, nil)
+		wB, err := r.crashOver(hA, wA, "B", wfs)
 		if err != nil {
 			return err
 		}

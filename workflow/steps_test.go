@@ -207,9 +207,7 @@ func TestDurableSleepSurvivesACrash(t *testing.T) {
 		}); err != nil {
 			return err
 		}
-		hA.Crash()
-		wA.Kill(r.Ctx)
-		wB, err := r.worker("B", r.WorkerStore(), wfs, nil, nil)
+		wB, err := r.crashOver(hA, wA, "B", wfs)
 		if err != nil {
 			return err
 		}

@@ -56,6 +56,19 @@ func effectIntents(evs []event.Envelope, step string) ([]string, error) {
 	return out, nil
 }
 
+// oneIntentTwice is the intent that both attempts of step recorded, or an
+// error when they did not record one intent twice.
+func oneIntentTwice(evs []event.Envelope, step string) (string, error) {
+	hashes, err := effectIntents(evs, step)
+	if err != nil {
+		return "", err
+	}
+	if len(hashes) != 2 || hashes[0] != hashes[1] {
+		return "", fmt.Errorf("the attempts recorded intents %v, want the first one twice", hashes)
+	}
+	return hashes[0], nil
+}
+
 // One logical effect is one intent: an Effect whose first execution is
 // slower than its timeout retries by waiting for that same intent, so the
 // adapters never see a second one. (Before, the retry published a new
@@ -112,15 +125,12 @@ func TestEffectTimeoutRetryKeepsTheFirstIntent(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		hashes, err := effectIntents(evs, "charge")
+		hash, err := oneIntentTwice(evs, "charge")
 		if err != nil {
 			return err
 		}
-		if len(hashes) != 2 || hashes[0] != hashes[1] {
-			return fmt.Errorf("the attempts recorded intents %v, want the first one twice", hashes)
-		}
-		if got := ex.snapshot(); len(got) != 1 || got[hashes[0]] != 1 {
-			return fmt.Errorf("the adapter executed %v, want %s once", got, hashes[0])
+		if got := ex.snapshot(); len(got) != 1 || got[hash] != 1 {
+			return fmt.Errorf("the adapter executed %v, want %s once", got, hash)
 		}
 		return nil
 	})
@@ -152,14 +162,11 @@ func TestEffectGivenUpOnTimeoutIsWithdrawn(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		hashes, err := effectIntents(evs, "charge")
+		hash, err := oneIntentTwice(evs, "charge")
 		if err != nil {
 			return err
 		}
-		if len(hashes) != 2 || hashes[0] != hashes[1] {
-			return fmt.Errorf("the attempts recorded intents %v, want the first one twice", hashes)
-		}
-		if st, err := r.Store.EffectStatus(r.Ctx, hashes[0]); err != nil || st.State != vocab.EffectWithdrawn {
+		if st, err := r.Store.EffectStatus(r.Ctx, hash); err != nil || st.State != vocab.EffectWithdrawn {
 			return fmt.Errorf("the given-up intent: %+v, %v; want withdrawn", st, err)
 		}
 		items, err := r.Store.Claim(r.Ctx, "late-adapter", []string{"test.charge"}, 10, time.Minute)
