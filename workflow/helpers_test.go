@@ -111,6 +111,17 @@ func (r *rig) serve(id string, defs ...workflow.Workflow) (*workflow.Workflows, 
 	return wfs, w, cl, err
 }
 
+// work registers defs and starts worker id on its own handle; the caller
+// stops the worker.
+func (r *rig) work(id string, defs ...workflow.Workflow) (*workflow.Workflows, *workflow.Worker, error) {
+	wfs, err := workflow.NewWorkflows(defs...)
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := r.worker(id, r.WorkerStore(), wfs, nil, nil)
+	return wfs, w, err
+}
+
 // serveWith starts worker id on st for wfs, with tweak, and opens a
 // client; the caller stops the worker.
 func (r *rig) serveWith(id string, st store.Store, wfs *workflow.Workflows, tweak func(*workflow.WorkerConfig)) (*workflow.Worker, *workflow.Client, error) {

@@ -77,11 +77,7 @@ func awaitResult(r *rig, def *workflow.Def[int, int], cl *workflow.Client, run s
 func TestResultWithWorkersIgnoresOtherRunsHints(t *testing.T) {
 	forEachBackend(t, 21, func(r *rig) error {
 		gated, quick := gatedAndQuick()
-		wfs, err := workflow.NewWorkflows(gated, quick)
-		if err != nil {
-			return err
-		}
-		w, err := r.worker("w", r.WorkerStore(), wfs, nil, nil)
+		wfs, w, err := r.work("w", gated, quick)
 		if err != nil {
 			return err
 		}
@@ -159,11 +155,7 @@ func TestResultWithWorkersSeesOtherWorkersRunsByPolling(t *testing.T) {
 		}
 		// bystander runs nothing (it has another workflow); worker runs quick.
 		idle := workflow.New("idle", 1, func(c *workflow.Ctx, in int) (int, error) { return in, nil })
-		idleWfs, err := workflow.NewWorkflows(idle)
-		if err != nil {
-			return err
-		}
-		bystander, err := r.worker("bystander", r.WorkerStore(), idleWfs, nil, nil)
+		_, bystander, err := r.work("bystander", idle)
 		if err != nil {
 			return err
 		}

@@ -368,11 +368,7 @@ func TestHandedOverStartsAreIdempotentAndStepless(t *testing.T) {
 		tl := newTally()
 		def := threeSteps(tl)
 		bare := workflow.New("bare", 1, func(c *workflow.Ctx, in int) (int, error) { return in * 3, nil })
-		wfs, err := workflow.NewWorkflows(def, bare)
-		if err != nil {
-			return err
-		}
-		w, err := r.worker("w1", r.WorkerStore(), wfs, nil, nil)
+		wfs, w, err := r.work("w1", def, bare)
 		if err != nil {
 			return err
 		}
