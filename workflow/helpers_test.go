@@ -246,6 +246,17 @@ type shape struct {
 	Attempt uint64
 }
 
+// retriedOnce is the stream of a run whose one step failed once and
+// completed on its second attempt.
+func retriedOnce(step string) []shape {
+	return []shape{
+		{event.RunStarted, "", 1},
+		{event.StepStarted, step, 1}, {event.StepFailed, step, 1},
+		{event.StepStarted, step, 2}, {event.StepCompleted, step, 2},
+		{event.RunCompleted, "", 1},
+	}
+}
+
 func shapes(evs []event.Envelope) []shape {
 	out := make([]shape, len(evs))
 	for i, e := range evs {

@@ -75,12 +75,7 @@ func TestEffectCompletedByAnAdapterAndRetriedOnAnErrorReceipt(t *testing.T) {
 		if err := stopAdapter(); err != nil {
 			return err
 		}
-		evs, err := r.streamShapes("run", []shape{
-			{event.RunStarted, "", 1},
-			{event.StepStarted, "echo", 1}, {event.StepFailed, "echo", 1},
-			{event.StepStarted, "echo", 2}, {event.StepCompleted, "echo", 2},
-			{event.RunCompleted, "", 1},
-		})
+		evs, err := r.streamShapes("run", retriedOnce("echo"))
 		if err != nil {
 			return err
 		}

@@ -116,12 +116,7 @@ func TestEffectTimeoutRetryKeepsTheFirstIntent(t *testing.T) {
 		if err := stopAdapter(); err != nil {
 			return err
 		}
-		evs, err := r.streamShapes("run", []shape{
-			{event.RunStarted, "", 1},
-			{event.StepStarted, "charge", 1}, {event.StepFailed, "charge", 1},
-			{event.StepStarted, "charge", 2}, {event.StepCompleted, "charge", 2},
-			{event.RunCompleted, "", 1},
-		})
+		evs, err := r.streamShapes("run", retriedOnce("charge"))
 		if err != nil {
 			return err
 		}
