@@ -22,6 +22,15 @@ type echoOut struct {
 	Echo string `cbor:"echo"`
 }
 
+// echoEffect is workflow name: one Effect step of kind on the run's
+// input, whose answer's Echo is the run's output.
+func echoEffect(name, step, kind string, opts ...workflow.StepOption) *workflow.Def[string, string] {
+	return workflow.New(name, 1, func(c *workflow.Ctx, key string) (string, error) {
+		out, err := workflow.Effect[echoOut](c, step, kind, echoIn{Key: key}, opts...)
+		return out.Echo, err
+	})
+}
+
 type startedPayload struct {
 	Intent     string `cbor:"intent"`
 	EffectKind string `cbor:"effect_kind"`
@@ -107,10 +116,7 @@ func TestEffectCompletedByAnAdapterAndRetriedOnAnErrorReceipt(t *testing.T) {
 
 func TestEffectInFlightIsNotAskedForAgainAfterACrash(t *testing.T) {
 	onMemstore(t, 14, func(r *rig) error {
-		def := workflow.New("once", 1, func(c *workflow.Ctx, key string) (string, error) {
-			out, err := workflow.Effect[echoOut](c, "echo", "test.echo", echoIn{Key: key})
-			return out.Echo, err
-		})
+		def := echoEffect("once", "echo", "test.echo")
 		wfs, cl, err := r.clientFor(def)
 		if err != nil {
 			return err

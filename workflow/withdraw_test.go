@@ -76,11 +76,8 @@ func oneIntentTwice(evs []event.Envelope, step string) (string, error) {
 // two charges.)
 func TestEffectTimeoutRetryKeepsTheFirstIntent(t *testing.T) {
 	onMemstore(t, 41, func(r *rig) error {
-		def := workflow.New("charge", 1, func(c *workflow.Ctx, key string) (string, error) {
-			out, err := workflow.Effect[echoOut](c, "charge", "test.charge", echoIn{Key: key},
-				workflow.WithTimeout(5*time.Second), workflow.WithRetry(workflow.RetryPolicy{MaxAttempts: 2, Base: time.Second}))
-			return out.Echo, err
-		})
+		def := echoEffect("charge", "charge", "test.charge",
+			workflow.WithTimeout(5*time.Second), workflow.WithRetry(workflow.RetryPolicy{MaxAttempts: 2, Base: time.Second}))
 		wfs, err := workflow.NewWorkflows(def)
 		if err != nil {
 			return err
@@ -177,10 +174,7 @@ func TestEffectGivenUpOnTimeoutIsWithdrawn(t *testing.T) {
 // claims nothing, and the effect's record says it was withdrawn.
 func TestCancelledRunsUnclaimedEffectIsNeverExecuted(t *testing.T) {
 	forEachBackend(t, 43, func(r *rig) error {
-		def := workflow.New("charge", 1, func(c *workflow.Ctx, key string) (string, error) {
-			out, err := workflow.Effect[echoOut](c, "charge", "test.charge", echoIn{Key: key})
-			return out.Echo, err
-		})
+		def := echoEffect("charge", "charge", "test.charge")
 		_, w, cl, err := r.serve("w", def)
 		if err != nil {
 			return err
