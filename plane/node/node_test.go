@@ -74,6 +74,20 @@ func worldIDs(n int) []string {
 	return ids
 }
 
+// tallyOf reads world id's state through n's client.
+func tallyOf(t *testing.T, ctx context.Context, n *node.Node, id string) tally {
+	t.Helper()
+	snap, err := n.Client().State(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s struct{ State tally }
+	if err := world.Decode(snap.State, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s.State
+}
+
 // holders waits (in the bubble's virtual time) until every world is leased,
 // unexpired, by one of want, and returns each world's lease.
 func holders(t *testing.T, ctx context.Context, st store.Store, ids []string, want ...string) map[string]store.Lease {
@@ -249,16 +263,8 @@ func TestKillMovesWorldsAfterTheTTLAndTimersSurvive(t *testing.T) {
 		}
 		time.Sleep(5 * time.Second)
 		for _, id := range ids {
-			snap, err := b.Client().State(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var s struct{ State tally }
-			if err := world.Decode(snap.State, &s); err != nil {
-				t.Fatal(err)
-			}
-			if s.State.Beeps != 1 {
-				t.Fatalf("%s: timer fired %d times, want 1", id, s.State.Beeps)
+			if beeps := tallyOf(t, ctx, b, id).Beeps; beeps != 1 {
+				t.Fatalf("%s: timer fired %d times, want 1", id, beeps)
 			}
 		}
 		_ = b.Stop(ctx)
@@ -285,17 +291,9 @@ func TestBuiltinHTTPAdapterDeliversAReceipt(t *testing.T) {
 		t.Fatal(err)
 	}
 	for {
-		snap, err := n.Client().State(ctx, "p")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var s struct{ State tally }
-		if err := world.Decode(snap.State, &s); err != nil {
-			t.Fatal(err)
-		}
-		if len(s.State.Paid) == 1 {
-			if s.State.Paid[0] != string(vocab.ReceiptOK) || posts.Load() != 1 {
-				t.Fatalf("receipt %v after %d posts", s.State.Paid, posts.Load())
+		if paid := tallyOf(t, ctx, n, "p").Paid; len(paid) == 1 {
+			if paid[0] != string(vocab.ReceiptOK) || posts.Load() != 1 {
+				t.Fatalf("receipt %v after %d posts", paid, posts.Load())
 			}
 			return
 		}
@@ -347,16 +345,8 @@ func TestNodeHostFiresTimersAndItsTimerWorkerOnlyStandsBy(t *testing.T) {
 		time.Sleep(3*time.Second + node.DefaultTimerLag + time.Second)
 		synctest.Wait()
 		for _, id := range ids {
-			snap, err := n.Client().State(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var s struct{ State tally }
-			if err := world.Decode(snap.State, &s); err != nil {
-				t.Fatal(err)
-			}
-			if s.State.Beeps != 1 {
-				t.Fatalf("%s: timer fired %d times, want 1", id, s.State.Beeps)
+			if beeps := tallyOf(t, ctx, n, id).Beeps; beeps != 1 {
+				t.Fatalf("%s: timer fired %d times, want 1", id, beeps)
 			}
 		}
 		if got := firedByHost.Load(); got != int64(len(ids)) || late.Load() != 0 {
