@@ -510,17 +510,8 @@ func TestLabPendingCallsAbortedAtStop(t *testing.T) {
 		if err := srv.Cast(env.Ctx, func(*actor.Proc) error { castRan = true; return nil }); err != nil {
 			return err
 		}
-		o, err := srv.Stop(env.Ctx)
-		if err != nil {
+		if err := otpStopAndWait(env, srv, pids, &errs); err != nil {
 			return err
-		}
-		if !otpIsCancelled(o, actor.CancelRequested) {
-			errs.add("Stop outcome %v, want cancelled(requested)", o)
-		}
-		for _, pid := range pids {
-			if _, err := otpWait(env, pid); err != nil {
-				return err
-			}
 		}
 		if executed != 0 {
 			errs.add("%d queued calls were executed during the drain", executed)
@@ -688,6 +679,35 @@ func TestLabTryCastOnFullMailbox(t *testing.T) {
 	})
 }
 
+// otpStopAndWait stops srv, expecting a cancelled(requested) outcome (a
+// different one is added to errs), and waits for every process of pids.
+func otpStopAndWait(env *Env, srv *otpRef, pids []actor.PID, errs *otpErrs) error {
+	o, err := srv.Stop(env.Ctx)
+	if err != nil {
+		return err
+	}
+	if !otpIsCancelled(o, actor.CancelRequested) {
+		errs.add("Stop outcome %v, want cancelled(requested)", o)
+	}
+	for _, pid := range pids {
+		if _, err := otpWait(env, pid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// otpCollect starts a server that hands each info message of type T
+// (a Down, an Exit) to seen, and ignores the others.
+func otpCollect[T any](env *Env, seen func(T), opts ...actor.Option) (*otpRef, error) {
+	return otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
+		if x, ok := info.(T); ok {
+			seen(x)
+		}
+		return nil
+	}}, opts...)
+}
+
 // ==== links and monitors ====
 
 // An abnormal exit (an error or a panic) cancels linked processes (reason
@@ -729,72 +749,53 @@ func TestLabLinkPropagatesAbnormalExit(t *testing.T) {
 			}
 			trappers[i] = ref
 		}
-		t0, t1 := trappers[0].PID(), trappers[1].PID()
-		start := func(name string, links ...actor.PID) (*otpRef, error) {
-			opts := []actor.Option{actor.WithName(name)}
-			for _, l := range links {
-				opts = append(opts, actor.WithLink(l))
-			}
-			return otpStart(env.Ctx, env.Root, &otpServer{}, opts...)
-		}
-		// f fails: y is cancelled, the trapper gets an Exit.
-		y, err := start("y")
-		if err != nil {
-			return err
-		}
-		f, err := start("f", y.PID(), t0, t1)
-		if err != nil {
-			return err
-		}
-		// g exits normally: y2 is untouched (not even told), the trappers
-		// get an Exit.
+		// The processes under test, started in this order, each linked at
+		// spawn to the ones it names.
 		var y2Infos atomic.Int32
-		y2, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(*actor.Proc, any) error { y2Infos.Add(1); return nil }}, actor.WithName("y2"))
-		if err != nil {
-			return err
+		refs := map[string]*otpRef{"trapper0": trappers[0], "trapper1": trappers[1]}
+		for _, sp := range []struct {
+			name  string
+			links []string
+			srv   *otpServer // nil: a plain server
+		}{
+			// f fails: y is cancelled, the trappers get an Exit.
+			{name: "y"},
+			{name: "f", links: []string{"y", "trapper0", "trapper1"}},
+			// g exits normally: y2 is untouched (not even told), the
+			// trappers get an Exit.
+			{name: "y2", srv: &otpServer{info: func(*actor.Proc, any) error { y2Infos.Add(1); return nil }}},
+			{name: "g", links: []string{"y2", "trapper0", "trapper1"}},
+			// h panics: the trappers get an Exit.
+			{name: "h", links: []string{"trapper0", "trapper1"}},
+			// a chain a - b - c: c panics, b and then a are cancelled.
+			{name: "a"},
+			{name: "b", links: []string{"a"}},
+			{name: "c", links: []string{"b"}},
+			// The other direction: the linked process fails, the linker is
+			// cancelled; linked at spawn (k links to m) and by Proc.Link (u
+			// links to v in its Init).
+			{name: "m"},
+			{name: "k", links: []string{"m"}},
+			{name: "v"},
+			{name: "u", srv: &otpServer{init: func(p *actor.Proc) error { return p.Link(refs["v"].PID()) }}},
+		} {
+			opts := []actor.Option{actor.WithName(sp.name)}
+			for _, l := range sp.links {
+				opts = append(opts, actor.WithLink(refs[l].PID()))
+			}
+			srv := sp.srv
+			if srv == nil {
+				srv = &otpServer{}
+			}
+			ref, err := otpStart(env.Ctx, env.Root, srv, opts...)
+			if err != nil {
+				return err
+			}
+			refs[sp.name] = ref
 		}
+		y, f, y2, g, h := refs["y"], refs["f"], refs["y2"], refs["g"], refs["h"]
+		a, b, c, m, k, v, u := refs["a"], refs["b"], refs["c"], refs["m"], refs["k"], refs["v"], refs["u"]
 		y2PID = y2.PID()
-		g, err := start("g", y2.PID(), t0, t1)
-		if err != nil {
-			return err
-		}
-		// h panics: the trappers get an Exit.
-		h, err := start("h", t0, t1)
-		if err != nil {
-			return err
-		}
-		// a chain a - b - c: c panics, b and then a are cancelled.
-		a, err := start("a")
-		if err != nil {
-			return err
-		}
-		b, err := start("b", a.PID())
-		if err != nil {
-			return err
-		}
-		c, err := start("c", b.PID())
-		if err != nil {
-			return err
-		}
-		// The other direction: the linked process fails, the linker is
-		// cancelled; linked at spawn (k links to m) and by Proc.Link (u
-		// links to v in its Init).
-		m, err := start("m")
-		if err != nil {
-			return err
-		}
-		k, err := start("k", m.PID())
-		if err != nil {
-			return err
-		}
-		v, err := start("v")
-		if err != nil {
-			return err
-		}
-		u, err := otpStart(env.Ctx, env.Root, &otpServer{init: func(p *actor.Proc) error { return p.Link(v.PID()) }}, actor.WithName("u"))
-		if err != nil {
-			return err
-		}
 		// The three exits happen concurrently, in an order the seed picks.
 		for _, x := range []struct {
 			ref *otpRef
@@ -1218,12 +1219,7 @@ func TestLabDownOrderStableUnderManyMonitors(t *testing.T) {
 			exiting = append(exiting, ref)
 		}
 		var seen []actor.PID
-		w2, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
-			if d, ok := info.(actor.Down); ok {
-				seen = append(seen, d.PID)
-			}
-			return nil
-		}})
+		w2, err := otpCollect(env, func(d actor.Down) { seen = append(seen, d.PID) })
 		if err != nil {
 			return err
 		}
@@ -1280,12 +1276,7 @@ func TestLabDemonitorFlush(t *testing.T) {
 	otpBoth(t, func(env *Env) error {
 		var errs otpErrs
 		downs := map[uint64]int{}
-		watcher, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
-			if d, ok := info.(actor.Down); ok {
-				downs[d.Ref.ID()]++
-			}
-			return nil
-		}})
+		watcher, err := otpCollect(env, func(d actor.Down) { downs[d.Ref.ID()]++ })
 		if err != nil {
 			return err
 		}
@@ -1428,17 +1419,8 @@ func TestLabStopDrainsCommittedBeforeOnStop(t *testing.T) {
 		if err := otpSleep(env, time.Duration(otpPick(env, 6000))*time.Microsecond); err != nil {
 			return err
 		}
-		o, err := srv.Stop(env.Ctx)
-		if err != nil {
+		if err := otpStopAndWait(env, srv, pids, &errs); err != nil {
 			return err
-		}
-		if !otpIsCancelled(o, actor.CancelRequested) {
-			errs.add("Stop outcome %v, want cancelled(requested)", o)
-		}
-		for _, pid := range pids {
-			if _, err := otpWait(env, pid); err != nil {
-				return err
-			}
 		}
 		if stops != 1 {
 			errs.add("the stop hook ran %d times, want once", stops)
@@ -1484,22 +1466,12 @@ func TestLabInitFailureLeavesNothingBehind(t *testing.T) {
 		failed = nil
 		reg := registry.New(env.Executor())
 		var exits []actor.Exit
-		partner, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
-			if x, ok := info.(actor.Exit); ok {
-				exits = append(exits, x)
-			}
-			return nil
-		}}, actor.WithTrapExits())
+		partner, err := otpCollect(env, func(x actor.Exit) { exits = append(exits, x) }, actor.WithTrapExits())
 		if err != nil {
 			return err
 		}
 		var downs []actor.Down
-		watcher, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
-			if d, ok := info.(actor.Down); ok {
-				downs = append(downs, d)
-			}
-			return nil
-		}})
+		watcher, err := otpCollect(env, func(d actor.Down) { downs = append(downs, d) })
 		if err != nil {
 			return err
 		}
@@ -1621,12 +1593,7 @@ func TestLabAbortIsImmediate(t *testing.T) {
 			return err
 		}
 		var downs []actor.Down
-		watcher, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
-			if d, ok := info.(actor.Down); ok {
-				downs = append(downs, d)
-			}
-			return nil
-		}})
+		watcher, err := otpCollect(env, func(d actor.Down) { downs = append(downs, d) })
 		if err != nil {
 			return err
 		}
