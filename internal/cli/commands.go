@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -133,6 +134,29 @@ func (e *env) printWorld(w api.World) error {
 	})
 }
 
+// listTable is the RunE of a list command: it fetches the rows and prints
+// them as JSON with -o json, else as a table under header, one line a row.
+func listTable[T any](e *env, fetch func(context.Context, *api.Client) ([]T, error), header string, line func(io.Writer, T)) func(*cobra.Command, []string) error {
+	return e.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
+		rows, err := fetch(ctx, c)
+		if err != nil {
+			return err
+		}
+		return printTable(e, rows, header, line)
+	})
+}
+
+// printTable prints rows as JSON with -o json, else as a table under
+// header, one line a row.
+func printTable[T any](e *env, rows []T, header string, line func(io.Writer, T)) error {
+	return e.print(rows, func(tw *tabwriter.Writer) {
+		fmt.Fprintln(tw, header)
+		for _, x := range rows {
+			line(tw, x)
+		}
+	})
+}
+
 func (e *env) worldCommand() *cobra.Command {
 	cmd := group(&cobra.Command{
 		Use:   "world",
@@ -167,22 +191,16 @@ at a time, every step journaled. These commands talk to a running server
 		Short:   "List worlds",
 		Example: "  orrery world list\n  orrery world list --universe ledger.account --status paused",
 		Args:    args(cobra.NoArgs),
-		RunE: e.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
-			ws, err := c.ListWorlds(ctx, listUniverse, store.WorldStatus(listStatus))
-			if err != nil {
-				return err
-			}
-			return e.print(ws, func(tw *tabwriter.Writer) {
-				fmt.Fprintln(tw, "ID\tUNIVERSE\tSTATUS\tCREATED\tPARENT")
-				for _, w := range ws {
-					parent := "-"
-					if w.Lineage != nil {
-						parent = fmt.Sprintf("%s@%d", w.Lineage.Parent, w.Lineage.ForkedAtHeight)
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", w.ID, w.Universe, w.Status, ts(w.CreatedAt), parent)
+		RunE: listTable(e, func(ctx context.Context, c *api.Client) ([]api.World, error) {
+			return c.ListWorlds(ctx, listUniverse, store.WorldStatus(listStatus))
+		},
+			"ID\tUNIVERSE\tSTATUS\tCREATED\tPARENT", func(tw io.Writer, w api.World) {
+				parent := "-"
+				if w.Lineage != nil {
+					parent = fmt.Sprintf("%s@%d", w.Lineage.Parent, w.Lineage.ForkedAtHeight)
 				}
-			})
-		}),
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", w.ID, w.Universe, w.Status, ts(w.CreatedAt), parent)
+			}),
 	}
 	list.Flags().StringVar(&listUniverse, "universe", "", "only this universe")
 	list.Flags().StringVar(&listStatus, "status", "", "only this status: active, paused or archived")
@@ -484,26 +502,18 @@ func (e *env) leaseCommand() *cobra.Command {
 		Short:   "List the leases and placements of a worker's worlds (default: every worker's)",
 		Example: "  orrery lease list\n  orrery lease list --worker node-a",
 		Args:    args(cobra.NoArgs),
-		RunE: e.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
-			rows, err := c.Leases(ctx, worker)
-			if err != nil {
-				return err
-			}
-			return e.print(rows, func(tw *tabwriter.Writer) {
-				fmt.Fprintln(tw, "WORLD\tHOLDER\tEPOCH\tEXPIRES\tPLACED ON")
-				for _, r := range rows {
-					holder, epoch, exp := "-", "-", "-"
-					if r.Lease != nil {
-						holder, epoch, exp = orDash(r.Lease.Holder), strconv.FormatUint(r.Lease.Epoch, 10), ts(r.Lease.ExpiresAt)
-					}
-					placed := "-"
-					if r.Assignment != nil {
-						placed = r.Assignment.Worker
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.World, holder, epoch, exp, placed)
+		RunE: listTable(e, func(ctx context.Context, c *api.Client) ([]api.LeaseRow, error) { return c.Leases(ctx, worker) },
+			"WORLD\tHOLDER\tEPOCH\tEXPIRES\tPLACED ON", func(tw io.Writer, r api.LeaseRow) {
+				holder, epoch, exp := "-", "-", "-"
+				if r.Lease != nil {
+					holder, epoch, exp = orDash(r.Lease.Holder), strconv.FormatUint(r.Lease.Epoch, 10), ts(r.Lease.ExpiresAt)
 				}
-			})
-		}),
+				placed := "-"
+				if r.Assignment != nil {
+					placed = r.Assignment.Worker
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.World, holder, epoch, exp, placed)
+			}),
 	}
 	list.Flags().StringVar(&worker, "worker", "", "only this worker's worlds")
 	cmd.AddCommand(list)
@@ -524,21 +534,15 @@ receipt, which returns to its world's inbox.`,
 		Short:   "List a world's pending and in-flight effects",
 		Example: "  orrery effects list --world carol",
 		Args:    args(cobra.NoArgs),
-		RunE: e.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
+		RunE: listTable(e, func(ctx context.Context, c *api.Client) ([]api.Effect, error) {
 			if world == "" {
-				return usagef("--world is required")
+				return nil, usagef("--world is required")
 			}
-			es, err := c.Effects(ctx, world)
-			if err != nil {
-				return err
-			}
-			return e.print(es, func(tw *tabwriter.Writer) {
-				fmt.Fprintln(tw, "INTENT\tKIND\tSTATE\tATTEMPT\tCLAIMED BY\tENQUEUED")
-				for _, x := range es {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", x.IntentHash, x.Kind, x.State, x.Attempt, orDash(x.ClaimedBy), ts(x.EnqueuedAt))
-				}
-			})
-		}),
+			return c.Effects(ctx, world)
+		},
+			"INTENT\tKIND\tSTATE\tATTEMPT\tCLAIMED BY\tENQUEUED", func(tw io.Writer, x api.Effect) {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", x.IntentHash, x.Kind, x.State, x.Attempt, orDash(x.ClaimedBy), ts(x.EnqueuedAt))
+			}),
 	}
 	list.Flags().StringVar(&world, "world", "", "the world")
 	var reason string
@@ -599,21 +603,15 @@ func (e *env) timersCommand() *cobra.Command {
 		Short:   "List a world's timers that have not fired",
 		Example: "  orrery timers list --world t-1",
 		Args:    args(cobra.NoArgs),
-		RunE: e.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
+		RunE: listTable(e, func(ctx context.Context, c *api.Client) ([]api.Timer, error) {
 			if world == "" {
-				return usagef("--world is required")
+				return nil, usagef("--world is required")
 			}
-			tms, err := c.Timers(ctx, world)
-			if err != nil {
-				return err
-			}
-			return e.print(tms, func(tw *tabwriter.Writer) {
-				fmt.Fprintln(tw, "INTENT\tDUE\tSTATE\tCLAIMED BY")
-				for _, x := range tms {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", x.IntentHash, ts(x.DeliverAt), x.State, orDash(x.ClaimedBy))
-				}
-			})
-		}),
+			return c.Timers(ctx, world)
+		},
+			"INTENT\tDUE\tSTATE\tCLAIMED BY", func(tw io.Writer, x api.Timer) {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", x.IntentHash, ts(x.DeliverAt), x.State, orDash(x.ClaimedBy))
+			}),
 	}
 	list.Flags().StringVar(&world, "world", "", "the world")
 	cmd.AddCommand(list)
@@ -627,18 +625,10 @@ func (e *env) workersCommand() *cobra.Command {
 		Short:   "List workers: liveness, draining, worlds held",
 		Example: "  orrery workers list",
 		Args:    args(cobra.NoArgs),
-		RunE: e.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
-			ws, err := c.Workers(ctx)
-			if err != nil {
-				return err
-			}
-			return e.print(ws, func(tw *tabwriter.Writer) {
-				fmt.Fprintln(tw, "WORKER\tLIVE\tDRAINING\tHELD\tASSIGNED\tHEARTBEAT")
-				for _, w := range ws {
-					fmt.Fprintf(tw, "%s\t%t\t%t\t%d\t%d\t%s\n", w.ID, w.Live, w.Draining, w.WorldsHeld, w.WorldsAssigned, ts(w.HeartbeatAt))
-				}
-			})
-		}),
+		RunE: listTable(e, func(ctx context.Context, c *api.Client) ([]api.Worker, error) { return c.Workers(ctx) },
+			"WORKER\tLIVE\tDRAINING\tHELD\tASSIGNED\tHEARTBEAT", func(tw io.Writer, w api.Worker) {
+				fmt.Fprintf(tw, "%s\t%t\t%t\t%d\t%d\t%s\n", w.ID, w.Live, w.Draining, w.WorldsHeld, w.WorldsAssigned, ts(w.HeartbeatAt))
+			}),
 	}
 	var undo, wait bool
 	drain := &cobra.Command{
