@@ -52,7 +52,7 @@ func TestLabCallReply(t *testing.T) {
 		seen := map[int]bool{}
 		var pids []actor.PID
 		for c := 1; c <= clients; c++ {
-			pid, err := env.Root.Go("client", func(ctx context.Context) error {
+			if err := otpSpawn(env, &pids, "client", func(ctx context.Context) error {
 				for j := range calls {
 					want := c*100 + j
 					if got, err := srv.Call(ctx, otpReply(want)); err != nil || got != want {
@@ -75,11 +75,9 @@ func TestLabCallReply(t *testing.T) {
 					}
 				}
 				return nil
-			})
-			if err != nil {
+			}); err != nil {
 				return err
 			}
-			pids = append(pids, pid)
 		}
 		for _, pid := range pids {
 			if o, err := otpWait(env, pid); err != nil || !o.IsOk() {
@@ -144,7 +142,7 @@ func TestLabCallDeferredReply(t *testing.T) {
 		}
 		var pids []actor.PID
 		for c := range n {
-			pid, err := env.Root.Go("caller", func(ctx context.Context) error {
+			if err := otpSpawn(env, &pids, "caller", func(ctx context.Context) error {
 				if err := actor.Sleep(ctx, env.Executor(), time.Duration(otpPick(env, 5))*time.Millisecond); err != nil {
 					return err
 				}
@@ -156,11 +154,9 @@ func TestLabCallDeferredReply(t *testing.T) {
 					errs.add("caller %d got its reply when only %d of %d had arrived", c, arrived, n)
 				}
 				return nil
-			})
-			if err != nil {
+			}); err != nil {
 				return err
 			}
-			pids = append(pids, pid)
 		}
 		for _, pid := range pids {
 			if _, err := otpWait(env, pid); err != nil {
@@ -288,7 +284,7 @@ func TestLabCallTimeoutHygiene(t *testing.T) {
 		got := map[int]bool{}
 		var pids []actor.PID
 		for c := 1; c <= 3; c++ {
-			pid, err := env.Root.Go("client", func(ctx context.Context) error {
+			if err := otpSpawn(env, &pids, "client", func(ctx context.Context) error {
 				for j := range 6 {
 					tag := c*1000 + j*10
 					t0 := env.Executor().Now()
@@ -341,11 +337,9 @@ func TestLabCallTimeoutHygiene(t *testing.T) {
 					}
 				}
 				return nil
-			})
-			if err != nil {
+			}); err != nil {
 				return err
 			}
-			pids = append(pids, pid)
 		}
 		for _, pid := range append(pids, releaser) {
 			if o, err := otpWait(env, pid); err != nil || !o.IsOk() {
@@ -406,7 +400,7 @@ func TestLabCrashDuringCallFailsCallerPromptly(t *testing.T) {
 		crasher := otpPick(env, callers)
 		var pids []actor.PID
 		for c := range callers {
-			pid, err := env.Root.Go("caller", func(ctx context.Context) error {
+			if err := otpSpawn(env, &pids, "caller", func(ctx context.Context) error {
 				req := otpReply(c)
 				if c == crasher {
 					req = crash
@@ -434,11 +428,9 @@ func TestLabCrashDuringCallFailsCallerPromptly(t *testing.T) {
 					errs.add("caller %d (crasher %v): %d, %v", c, c == crasher, v, err)
 				}
 				return nil
-			})
-			if err != nil {
+			}); err != nil {
 				return err
 			}
-			pids = append(pids, pid)
 		}
 		for _, pid := range pids {
 			if _, err := otpWait(env, pid); err != nil {
@@ -482,7 +474,7 @@ func TestLabPendingCallsAbortedAtStop(t *testing.T) {
 		stopAt := time.Duration(1+otpPick(env, 5)) * time.Millisecond
 		var pids []actor.PID
 		for c := range 5 {
-			pid, err := env.Root.Go("caller", func(ctx context.Context) error {
+			if err := otpSpawn(env, &pids, "caller", func(ctx context.Context) error {
 				// Some calls are queued before the stop request, some after:
 				// all before the server finishes its busy handler.
 				if err := actor.Sleep(ctx, env.Executor(), time.Duration(c)*time.Millisecond*2); err != nil {
@@ -497,11 +489,9 @@ func TestLabPendingCallsAbortedAtStop(t *testing.T) {
 					errs.add("queued caller %d failed at %v, want when the drain reached it (%v)", c, now, busy)
 				}
 				return nil
-			})
-			if err != nil {
+			}); err != nil {
 				return err
 			}
-			pids = append(pids, pid)
 		}
 		if err := otpSleep(env, stopAt); err != nil {
 			return err
@@ -560,7 +550,7 @@ func TestLabCallingSelfIsError(t *testing.T) {
 		}
 		var pids []actor.PID
 		for c := range 3 {
-			pid, err := env.Root.Go("client", func(ctx context.Context) error {
+			if err := otpSpawn(env, &pids, "client", func(ctx context.Context) error {
 				if _, err := srv.Call(ctx, func(p *actor.Proc, _ actor.ReplyTo[int]) (int, error) {
 					check("HandleCall", p)
 					return 0, nil
@@ -571,11 +561,9 @@ func TestLabCallingSelfIsError(t *testing.T) {
 					errs.add("client %d: %v", c, err)
 				}
 				return srv.Info(ctx, c)
-			})
-			if err != nil {
+			}); err != nil {
 				return err
 			}
-			pids = append(pids, pid)
 		}
 		for _, pid := range pids {
 			if _, err := otpWait(env, pid); err != nil {
@@ -706,6 +694,17 @@ func otpCollect[T any](env *Env, seen func(T), opts ...actor.Option) (*otpRef, e
 		}
 		return nil
 	}}, opts...)
+}
+
+// otpSpawn starts fn as a process under env's root and adds it to pids,
+// for the test to wait on.
+func otpSpawn(env *Env, pids *[]actor.PID, name string, fn func(ctx context.Context) error) error {
+	pid, err := env.Root.Go(name, fn)
+	if err != nil {
+		return err
+	}
+	*pids = append(*pids, pid)
+	return nil
 }
 
 // ==== links and monitors ====
@@ -1379,7 +1378,7 @@ func TestLabStopDrainsCommittedBeforeOnStop(t *testing.T) {
 		next := map[int]int{} // sender -> next sequence number expected
 		var pids []actor.PID
 		for s := range 4 {
-			pid, err := env.Root.Go("sender", func(ctx context.Context) error {
+			if err := otpSpawn(env, &pids, "sender", func(ctx context.Context) error {
 				for i := range 10 {
 					err := srv.Cast(ctx, func(*actor.Proc) error {
 						if next[s] != i {
@@ -1410,11 +1409,9 @@ func TestLabStopDrainsCommittedBeforeOnStop(t *testing.T) {
 					}
 				}
 				return nil
-			})
-			if err != nil {
+			}); err != nil {
 				return err
 			}
-			pids = append(pids, pid)
 		}
 		if err := otpSleep(env, time.Duration(otpPick(env, 6000))*time.Microsecond); err != nil {
 			return err
@@ -1851,7 +1848,7 @@ func TestLabSupervisorRestartTypesByExitReason(t *testing.T) {
 			for _, x := range exits {
 				id := rt.String() + "-" + x.name
 				delay := time.Duration(otpPick(env, 3)) * time.Millisecond
-				pid, err := env.Root.Go("exit", func(ctx context.Context) error {
+				if err := otpSpawn(env, &pids, "exit", func(ctx context.Context) error {
 					if err := actor.Sleep(ctx, env.Executor(), delay); err != nil {
 						return err
 					}
@@ -1863,11 +1860,9 @@ func TestLabSupervisorRestartTypesByExitReason(t *testing.T) {
 					}
 					_, _, err := kids.end(id, x.do)
 					return err
-				})
-				if err != nil {
+				}); err != nil {
 					return err
 				}
-				pids = append(pids, pid)
 			}
 		}
 		for _, pid := range pids {

@@ -157,6 +157,19 @@ func printTable[T any](e *env, rows []T, header string, line func(io.Writer, T))
 	})
 }
 
+// printAck prints v, the acknowledgement of an inbox item at seq: as JSON
+// with -o json, else as a line saying what was done and, for a duplicate,
+// dupNote.
+func (e *env) printAck(v any, what string, seq uint64, duplicate bool, dupNote string) error {
+	return e.print(v, func(tw *tabwriter.Writer) {
+		dup := ""
+		if duplicate {
+			dup = " (" + dupNote + ")"
+		}
+		fmt.Fprintf(tw, "%s at inbox seq %d%s\n", what, seq, dup)
+	})
+}
+
 func (e *env) worldCommand() *cobra.Command {
 	cmd := group(&cobra.Command{
 		Use:   "world",
@@ -258,13 +271,7 @@ acknowledged with the first event's seq and enqueues nothing.`,
 			if err != nil {
 				return err
 			}
-			return e.print(ack, func(tw *tabwriter.Writer) {
-				dup := ""
-				if ack.Duplicate {
-					dup = " (duplicate key: the first event's seq)"
-				}
-				fmt.Fprintf(tw, "enqueued at inbox seq %d%s\n", ack.Seq, dup)
-			})
+			return e.printAck(ack, "enqueued", ack.Seq, ack.Duplicate, "duplicate key: the first event's seq")
 		}),
 	}
 	send.Flags().StringVar(&key, "key", "", "idempotency key")
@@ -580,13 +587,7 @@ still running it finds its result already decided.`,
 			if err != nil {
 				return err
 			}
-			return e.print(ack, func(tw *tabwriter.Writer) {
-				dup := ""
-				if ack.Duplicate {
-					dup = " (already done: the first receipt stands)"
-				}
-				fmt.Fprintf(tw, "receipt at inbox seq %d%s\n", ack.Seq, dup)
-			})
+			return e.printAck(ack, "receipt", ack.Seq, ack.Duplicate, "already done: the first receipt stands")
 		}),
 	}
 	resolve.Flags().StringVar(&status, "status", "ok", "ok, error or timeout")
