@@ -129,6 +129,15 @@ func create(t *testing.T, ctx context.Context, st store.Store, ids []string) {
 	}
 }
 
+// newWorlds makes a store holding n fresh worlds, and returns their ids.
+func newWorlds(t *testing.T, ctx context.Context, n int) (*memstore.Store, []string) {
+	t.Helper()
+	st := memstore.New()
+	ids := worldIDs(n)
+	create(t, ctx, st, ids)
+	return st, ids
+}
+
 func TestStartRefusesAnIncompleteConfig(t *testing.T) {
 	_, err := node.Start(context.Background(), node.Config{Worker: "w"})
 	if !errors.Is(err, node.ErrInvalid) {
@@ -142,9 +151,7 @@ func TestStartRefusesAnIncompleteConfig(t *testing.T) {
 func TestStopHandsWorldsOverWithoutWaitingForTheTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		st := memstore.New()
-		ids := worldIDs(8)
-		create(t, ctx, st, ids)
+		st, ids := newWorlds(t, ctx, 8)
 		// a acts as the orchestrator, so its Stop must also hand placement
 		// over (reconcile, then release the orchestrator lease) for the
 		// worlds to move inside one TTL.
@@ -211,9 +218,7 @@ func TestStopHandsWorldsOverWithoutWaitingForTheTTL(t *testing.T) {
 func TestKillMovesWorldsAfterTheTTLAndTimersSurvive(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		st := memstore.New()
-		ids := worldIDs(6)
-		create(t, ctx, st, ids)
+		st, ids := newWorlds(t, ctx, 6)
 		a := start(t, ctx, st, "a")
 		holders(t, ctx, st, ids, "a")
 		b := start(t, ctx, st, "b")
@@ -367,9 +372,7 @@ func TestNodeHostFiresTimersAndItsTimerWorkerOnlyStandsBy(t *testing.T) {
 func TestRestartUnderTheSameWorkerGetsNewEpochsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		st := memstore.New()
-		ids := worldIDs(6)
-		create(t, ctx, st, ids)
+		st, ids := newWorlds(t, ctx, 6)
 		a := start(t, ctx, st, "a")
 		before := holders(t, ctx, st, ids, "a")
 		a.Kill(ctx)
