@@ -53,6 +53,12 @@ func awaitCounter(env *lab.Env, h *plane.Host, what string, limit time.Duration,
 	})
 }
 
+// sendAdd sends w the i-th Add of one, under its own key.
+func sendAdd(env *lab.Env, c *plane.Client, i int) error {
+	_, err := c.Send(env.Ctx, "w", Add{By: 1, Key: fmt.Sprint(i)}, fmt.Sprint("k", i))
+	return err
+}
+
 // TestHostKeepsItsLeaseWithTheStoreClockSkewed: with the store's clock 3s
 // ahead of the host's, or 3s behind, and a 2s lease, the host holds its
 // world in steady state without a break: the lease never lapses in the
@@ -87,7 +93,7 @@ func TestHostKeepsItsLeaseWithTheStoreClockSkewed(t *testing.T) {
 				c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
 				const sends = 200 // every 50ms: 10s, five TTLs
 				for i := range sends {
-					if _, err := c.Send(env.Ctx, "w", Add{By: 1, Key: fmt.Sprint(i)}, fmt.Sprint("k", i)); err != nil {
+					if err := sendAdd(env, c, i); err != nil {
 						return err
 					}
 					l, ok, err := st.GetLease(env.Ctx, "w")
@@ -176,7 +182,7 @@ func TestStaleHostStopsBeforeItsLeaseLapsesInTheStore(t *testing.T) {
 			case 100:
 				failRenew.Store(false)
 			}
-			if _, err := c.Send(env.Ctx, "w", Add{By: 1, Key: fmt.Sprint(i)}, fmt.Sprint("k", i)); err != nil {
+			if err := sendAdd(env, c, i); err != nil {
 				return err
 			}
 			if err := sleep(env, 50*time.Millisecond); err != nil {
