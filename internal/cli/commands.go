@@ -146,6 +146,18 @@ func listTable[T any](e *env, fetch func(context.Context, *api.Client) ([]T, err
 	})
 }
 
+// byID is the RunE of a command on one ID: it fetches the thing with get
+// and prints it with show.
+func byID[T any](e *env, get func(*api.Client, context.Context, string) (T, error), show func(T) error) func(*cobra.Command, []string) error {
+	return e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
+		v, err := get(c, ctx, a[0])
+		if err != nil {
+			return err
+		}
+		return show(v)
+	})
+}
+
 // printTable prints rows as JSON with -o json, else as a table under
 // header, one line a row.
 func printTable[T any](e *env, rows []T, header string, line func(io.Writer, T)) error {
@@ -223,11 +235,7 @@ at a time, every step journaled. These commands talk to a running server
 		Short:   "Show a world: status, lease holder and epoch, placement, journal head, lineage",
 		Example: "  orrery world show alice",
 		Args:    args(cobra.ExactArgs(1)),
-		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
-			v, err := c.GetWorld(ctx, a[0])
-			if err != nil {
-				return err
-			}
+		RunE: byID(e, (*api.Client).GetWorld, func(v api.WorldView) error {
 			return e.print(v, func(tw *tabwriter.Writer) {
 				fmt.Fprintf(tw, "id\t%s\nuniverse\t%s\nstatus\t%s\n", v.ID, v.Universe, v.Status)
 				if v.StatusReason != "" {

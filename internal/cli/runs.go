@@ -115,13 +115,7 @@ another input under that id is a conflict (exit 4).`,
 		Short:   "Show a run: status, output or error, and each step's attempts",
 		Example: "  orrery run show p-1\n  orrery run show p-1 -o json",
 		Args:    args(cobra.ExactArgs(1)),
-		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
-			v, err := c.GetRun(ctx, a[0])
-			if err != nil {
-				return err
-			}
-			return e.printRun(v)
-		}),
+		RunE:    byID(e, (*api.Client).GetRun, e.printRun),
 	}
 	cmd.AddCommand(start, list, show,
 		e.runControl("cancel", "Cancel a run: the step in flight stops and the run ends cancelled",
