@@ -158,10 +158,8 @@ func TestLabCallDeferredReply(t *testing.T) {
 				return err
 			}
 		}
-		for _, pid := range pids {
-			if _, err := otpWait(env, pid); err != nil {
-				return err
-			}
+		if err := otpWaitAll(env, pids); err != nil {
+			return err
 		}
 
 		// Resolved by another process, 7ms later: the caller waits exactly that.
@@ -432,10 +430,8 @@ func TestLabCrashDuringCallFailsCallerPromptly(t *testing.T) {
 				return err
 			}
 		}
-		for _, pid := range pids {
-			if _, err := otpWait(env, pid); err != nil {
-				return err
-			}
+		if err := otpWaitAll(env, pids); err != nil {
+			return err
 		}
 		o, err := otpWait(env, srv.PID())
 		if err != nil {
@@ -565,10 +561,8 @@ func TestLabCallingSelfIsError(t *testing.T) {
 				return err
 			}
 		}
-		for _, pid := range pids {
-			if _, err := otpWait(env, pid); err != nil {
-				return err
-			}
+		if err := otpWaitAll(env, pids); err != nil {
+			return err
 		}
 		if v, err := srv.Call(env.Ctx, otpReply(5)); v != 5 || err != nil {
 			errs.add("server after calling itself: %d, %v", v, err)
@@ -667,6 +661,16 @@ func TestLabTryCastOnFullMailbox(t *testing.T) {
 	})
 }
 
+// otpWaitAll waits for every process of pids to end, whatever its outcome.
+func otpWaitAll(env *Env, pids []actor.PID) error {
+	for _, pid := range pids {
+		if _, err := otpWait(env, pid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // otpStopAndWait stops srv, expecting a cancelled(requested) outcome (a
 // different one is added to errs), and waits for every process of pids.
 func otpStopAndWait(env *Env, srv *otpRef, pids []actor.PID, errs *otpErrs) error {
@@ -677,10 +681,8 @@ func otpStopAndWait(env *Env, srv *otpRef, pids []actor.PID, errs *otpErrs) erro
 	if !otpIsCancelled(o, actor.CancelRequested) {
 		errs.add("Stop outcome %v, want cancelled(requested)", o)
 	}
-	for _, pid := range pids {
-		if _, err := otpWait(env, pid); err != nil {
-			return err
-		}
+	if err := otpWaitAll(env, pids); err != nil {
+		return err
 	}
 	return nil
 }
@@ -1660,10 +1662,8 @@ func TestLabAbortIsImmediate(t *testing.T) {
 		if o, err := otpWait(env, srv.PID()); err != nil || !otpIsCancelled(o, actor.CancelKill) || !env.Executor().Now().Equal(abortAt) {
 			errs.add("Wait after Abort: %v, %v at %v", o, err, env.Executor().Now().Sub(abortAt))
 		}
-		for _, pid := range pids {
-			if _, err := otpWait(env, pid); err != nil {
-				return err
-			}
+		if err := otpWaitAll(env, pids); err != nil {
+			return err
 		}
 		if o, err := otpWait(env, linked.PID()); err != nil || !otpIsCancelled(o, actor.CancelLinked) {
 			errs.add("linked process ended %v, %v; want cancelled(linked)", o, err)
@@ -2980,10 +2980,8 @@ func TestLabRegistryCollisionDeterminism(t *testing.T) {
 		if lease.State() != registry.LeaseActive {
 			errs.add("the winner's lease is %v after the losing contenders, want active", lease.State())
 		}
-		for _, pid := range pids {
-			if _, err := otpWait(env, pid); err != nil {
-				return err
-			}
+		if err := otpWaitAll(env, pids); err != nil {
+			return err
 		}
 		if _, ok := reg.Whereis("leader"); ok {
 			errs.add("the name outlived its holder")
