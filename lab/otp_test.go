@@ -52,7 +52,7 @@ func TestLabCallReply(t *testing.T) {
 		seen := map[int]bool{}
 		var pids []actor.PID
 		for c := 1; c <= clients; c++ {
-			pid, err := env.Root.Go("client", func(ctx context.Context) error {
+			if err := otpSpawn(env, &pids, "client", func(ctx context.Context) error {
 				for j := range calls {
 					want := c*100 + j
 					if got, err := srv.Call(ctx, otpReply(want)); err != nil || got != want {
@@ -75,11 +75,9 @@ func TestLabCallReply(t *testing.T) {
 					}
 				}
 				return nil
-			})
-			if err != nil {
+			}); err != nil {
 				return err
 			}
-			pids = append(pids, pid)
 		}
 		for _, pid := range pids {
 			if o, err := otpWait(env, pid); err != nil || !o.IsOk() {
@@ -144,7 +142,7 @@ func TestLabCallDeferredReply(t *testing.T) {
 		}
 		var pids []actor.PID
 		for c := range n {
-			pid, err := env.Root.Go("caller", func(ctx context.Context) error {
+			if err := otpSpawn(env, &pids, "caller", func(ctx context.Context) error {
 				if err := actor.Sleep(ctx, env.Executor(), time.Duration(otpPick(env, 5))*time.Millisecond); err != nil {
 					return err
 				}
@@ -156,16 +154,12 @@ func TestLabCallDeferredReply(t *testing.T) {
 					errs.add("caller %d got its reply when only %d of %d had arrived", c, arrived, n)
 				}
 				return nil
-			})
-			if err != nil {
+			}); err != nil {
 				return err
 			}
-			pids = append(pids, pid)
 		}
-		for _, pid := range pids {
-			if _, err := otpWait(env, pid); err != nil {
-				return err
-			}
+		if err := otpWaitAll(env, pids); err != nil {
+			return err
 		}
 
 		// Resolved by another process, 7ms later: the caller waits exactly that.
@@ -288,7 +282,7 @@ func TestLabCallTimeoutHygiene(t *testing.T) {
 		got := map[int]bool{}
 		var pids []actor.PID
 		for c := 1; c <= 3; c++ {
-			pid, err := env.Root.Go("client", func(ctx context.Context) error {
+			if err := otpSpawn(env, &pids, "client", func(ctx context.Context) error {
 				for j := range 6 {
 					tag := c*1000 + j*10
 					t0 := env.Executor().Now()
@@ -341,11 +335,9 @@ func TestLabCallTimeoutHygiene(t *testing.T) {
 					}
 				}
 				return nil
-			})
-			if err != nil {
+			}); err != nil {
 				return err
 			}
-			pids = append(pids, pid)
 		}
 		for _, pid := range append(pids, releaser) {
 			if o, err := otpWait(env, pid); err != nil || !o.IsOk() {
@@ -406,7 +398,7 @@ func TestLabCrashDuringCallFailsCallerPromptly(t *testing.T) {
 		crasher := otpPick(env, callers)
 		var pids []actor.PID
 		for c := range callers {
-			pid, err := env.Root.Go("caller", func(ctx context.Context) error {
+			if err := otpSpawn(env, &pids, "caller", func(ctx context.Context) error {
 				req := otpReply(c)
 				if c == crasher {
 					req = crash
@@ -434,16 +426,12 @@ func TestLabCrashDuringCallFailsCallerPromptly(t *testing.T) {
 					errs.add("caller %d (crasher %v): %d, %v", c, c == crasher, v, err)
 				}
 				return nil
-			})
-			if err != nil {
+			}); err != nil {
 				return err
 			}
-			pids = append(pids, pid)
 		}
-		for _, pid := range pids {
-			if _, err := otpWait(env, pid); err != nil {
-				return err
-			}
+		if err := otpWaitAll(env, pids); err != nil {
+			return err
 		}
 		o, err := otpWait(env, srv.PID())
 		if err != nil {
@@ -482,7 +470,7 @@ func TestLabPendingCallsAbortedAtStop(t *testing.T) {
 		stopAt := time.Duration(1+otpPick(env, 5)) * time.Millisecond
 		var pids []actor.PID
 		for c := range 5 {
-			pid, err := env.Root.Go("caller", func(ctx context.Context) error {
+			if err := otpSpawn(env, &pids, "caller", func(ctx context.Context) error {
 				// Some calls are queued before the stop request, some after:
 				// all before the server finishes its busy handler.
 				if err := actor.Sleep(ctx, env.Executor(), time.Duration(c)*time.Millisecond*2); err != nil {
@@ -497,11 +485,9 @@ func TestLabPendingCallsAbortedAtStop(t *testing.T) {
 					errs.add("queued caller %d failed at %v, want when the drain reached it (%v)", c, now, busy)
 				}
 				return nil
-			})
-			if err != nil {
+			}); err != nil {
 				return err
 			}
-			pids = append(pids, pid)
 		}
 		if err := otpSleep(env, stopAt); err != nil {
 			return err
@@ -510,17 +496,8 @@ func TestLabPendingCallsAbortedAtStop(t *testing.T) {
 		if err := srv.Cast(env.Ctx, func(*actor.Proc) error { castRan = true; return nil }); err != nil {
 			return err
 		}
-		o, err := srv.Stop(env.Ctx)
-		if err != nil {
+		if err := otpStopAndWait(env, srv, pids, &errs); err != nil {
 			return err
-		}
-		if !otpIsCancelled(o, actor.CancelRequested) {
-			errs.add("Stop outcome %v, want cancelled(requested)", o)
-		}
-		for _, pid := range pids {
-			if _, err := otpWait(env, pid); err != nil {
-				return err
-			}
 		}
 		if executed != 0 {
 			errs.add("%d queued calls were executed during the drain", executed)
@@ -569,7 +546,7 @@ func TestLabCallingSelfIsError(t *testing.T) {
 		}
 		var pids []actor.PID
 		for c := range 3 {
-			pid, err := env.Root.Go("client", func(ctx context.Context) error {
+			if err := otpSpawn(env, &pids, "client", func(ctx context.Context) error {
 				if _, err := srv.Call(ctx, func(p *actor.Proc, _ actor.ReplyTo[int]) (int, error) {
 					check("HandleCall", p)
 					return 0, nil
@@ -580,16 +557,12 @@ func TestLabCallingSelfIsError(t *testing.T) {
 					errs.add("client %d: %v", c, err)
 				}
 				return srv.Info(ctx, c)
-			})
-			if err != nil {
+			}); err != nil {
 				return err
 			}
-			pids = append(pids, pid)
 		}
-		for _, pid := range pids {
-			if _, err := otpWait(env, pid); err != nil {
-				return err
-			}
+		if err := otpWaitAll(env, pids); err != nil {
+			return err
 		}
 		if v, err := srv.Call(env.Ctx, otpReply(5)); v != 5 || err != nil {
 			errs.add("server after calling itself: %d, %v", v, err)
@@ -688,6 +661,54 @@ func TestLabTryCastOnFullMailbox(t *testing.T) {
 	})
 }
 
+// otpWaitAll waits for every process of pids to end, whatever its outcome.
+func otpWaitAll(env *Env, pids []actor.PID) error {
+	for _, pid := range pids {
+		if _, err := otpWait(env, pid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// otpStopAndWait stops srv, expecting a cancelled(requested) outcome (a
+// different one is added to errs), and waits for every process of pids.
+func otpStopAndWait(env *Env, srv *otpRef, pids []actor.PID, errs *otpErrs) error {
+	o, err := srv.Stop(env.Ctx)
+	if err != nil {
+		return err
+	}
+	if !otpIsCancelled(o, actor.CancelRequested) {
+		errs.add("Stop outcome %v, want cancelled(requested)", o)
+	}
+	if err := otpWaitAll(env, pids); err != nil {
+		return err
+	}
+	return nil
+}
+
+// otpCollect starts a server that hands each info message of type T
+// (a Down, an Exit) to seen, and ignores the others.
+func otpCollect[T any](env *Env, seen func(T), opts ...actor.Option) (*otpRef, error) {
+	return otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
+		if x, ok := info.(T); ok {
+			seen(x)
+		}
+		return nil
+	}}, opts...)
+}
+
+// otpSpawn starts fn as a process under env's root and adds it to pids,
+// for the test to wait on.
+func otpSpawn(env *Env, pids *[]actor.PID, name string, fn func(ctx context.Context) error) error {
+	pid, err := env.Root.Go(name, fn)
+	if err != nil {
+		return err
+	}
+	*pids = append(*pids, pid)
+	return nil
+}
+
 // ==== links and monitors ====
 
 // An abnormal exit (an error or a panic) cancels linked processes (reason
@@ -729,72 +750,53 @@ func TestLabLinkPropagatesAbnormalExit(t *testing.T) {
 			}
 			trappers[i] = ref
 		}
-		t0, t1 := trappers[0].PID(), trappers[1].PID()
-		start := func(name string, links ...actor.PID) (*otpRef, error) {
-			opts := []actor.Option{actor.WithName(name)}
-			for _, l := range links {
-				opts = append(opts, actor.WithLink(l))
-			}
-			return otpStart(env.Ctx, env.Root, &otpServer{}, opts...)
-		}
-		// f fails: y is cancelled, the trapper gets an Exit.
-		y, err := start("y")
-		if err != nil {
-			return err
-		}
-		f, err := start("f", y.PID(), t0, t1)
-		if err != nil {
-			return err
-		}
-		// g exits normally: y2 is untouched (not even told), the trappers
-		// get an Exit.
+		// The processes under test, started in this order, each linked at
+		// spawn to the ones it names.
 		var y2Infos atomic.Int32
-		y2, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(*actor.Proc, any) error { y2Infos.Add(1); return nil }}, actor.WithName("y2"))
-		if err != nil {
-			return err
+		refs := map[string]*otpRef{"trapper0": trappers[0], "trapper1": trappers[1]}
+		for _, sp := range []struct {
+			name  string
+			links []string
+			srv   *otpServer // nil: a plain server
+		}{
+			// f fails: y is cancelled, the trappers get an Exit.
+			{name: "y"},
+			{name: "f", links: []string{"y", "trapper0", "trapper1"}},
+			// g exits normally: y2 is untouched (not even told), the
+			// trappers get an Exit.
+			{name: "y2", srv: &otpServer{info: func(*actor.Proc, any) error { y2Infos.Add(1); return nil }}},
+			{name: "g", links: []string{"y2", "trapper0", "trapper1"}},
+			// h panics: the trappers get an Exit.
+			{name: "h", links: []string{"trapper0", "trapper1"}},
+			// a chain a - b - c: c panics, b and then a are cancelled.
+			{name: "a"},
+			{name: "b", links: []string{"a"}},
+			{name: "c", links: []string{"b"}},
+			// The other direction: the linked process fails, the linker is
+			// cancelled; linked at spawn (k links to m) and by Proc.Link (u
+			// links to v in its Init).
+			{name: "m"},
+			{name: "k", links: []string{"m"}},
+			{name: "v"},
+			{name: "u", srv: &otpServer{init: func(p *actor.Proc) error { return p.Link(refs["v"].PID()) }}},
+		} {
+			opts := []actor.Option{actor.WithName(sp.name)}
+			for _, l := range sp.links {
+				opts = append(opts, actor.WithLink(refs[l].PID()))
+			}
+			srv := sp.srv
+			if srv == nil {
+				srv = &otpServer{}
+			}
+			ref, err := otpStart(env.Ctx, env.Root, srv, opts...)
+			if err != nil {
+				return err
+			}
+			refs[sp.name] = ref
 		}
+		y, f, y2, g, h := refs["y"], refs["f"], refs["y2"], refs["g"], refs["h"]
+		a, b, c, m, k, v, u := refs["a"], refs["b"], refs["c"], refs["m"], refs["k"], refs["v"], refs["u"]
 		y2PID = y2.PID()
-		g, err := start("g", y2.PID(), t0, t1)
-		if err != nil {
-			return err
-		}
-		// h panics: the trappers get an Exit.
-		h, err := start("h", t0, t1)
-		if err != nil {
-			return err
-		}
-		// a chain a - b - c: c panics, b and then a are cancelled.
-		a, err := start("a")
-		if err != nil {
-			return err
-		}
-		b, err := start("b", a.PID())
-		if err != nil {
-			return err
-		}
-		c, err := start("c", b.PID())
-		if err != nil {
-			return err
-		}
-		// The other direction: the linked process fails, the linker is
-		// cancelled; linked at spawn (k links to m) and by Proc.Link (u
-		// links to v in its Init).
-		m, err := start("m")
-		if err != nil {
-			return err
-		}
-		k, err := start("k", m.PID())
-		if err != nil {
-			return err
-		}
-		v, err := start("v")
-		if err != nil {
-			return err
-		}
-		u, err := otpStart(env.Ctx, env.Root, &otpServer{init: func(p *actor.Proc) error { return p.Link(v.PID()) }}, actor.WithName("u"))
-		if err != nil {
-			return err
-		}
 		// The three exits happen concurrently, in an order the seed picks.
 		for _, x := range []struct {
 			ref *otpRef
@@ -1218,12 +1220,7 @@ func TestLabDownOrderStableUnderManyMonitors(t *testing.T) {
 			exiting = append(exiting, ref)
 		}
 		var seen []actor.PID
-		w2, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
-			if d, ok := info.(actor.Down); ok {
-				seen = append(seen, d.PID)
-			}
-			return nil
-		}})
+		w2, err := otpCollect(env, func(d actor.Down) { seen = append(seen, d.PID) })
 		if err != nil {
 			return err
 		}
@@ -1280,12 +1277,7 @@ func TestLabDemonitorFlush(t *testing.T) {
 	otpBoth(t, func(env *Env) error {
 		var errs otpErrs
 		downs := map[uint64]int{}
-		watcher, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
-			if d, ok := info.(actor.Down); ok {
-				downs[d.Ref.ID()]++
-			}
-			return nil
-		}})
+		watcher, err := otpCollect(env, func(d actor.Down) { downs[d.Ref.ID()]++ })
 		if err != nil {
 			return err
 		}
@@ -1388,7 +1380,7 @@ func TestLabStopDrainsCommittedBeforeOnStop(t *testing.T) {
 		next := map[int]int{} // sender -> next sequence number expected
 		var pids []actor.PID
 		for s := range 4 {
-			pid, err := env.Root.Go("sender", func(ctx context.Context) error {
+			if err := otpSpawn(env, &pids, "sender", func(ctx context.Context) error {
 				for i := range 10 {
 					err := srv.Cast(ctx, func(*actor.Proc) error {
 						if next[s] != i {
@@ -1419,26 +1411,15 @@ func TestLabStopDrainsCommittedBeforeOnStop(t *testing.T) {
 					}
 				}
 				return nil
-			})
-			if err != nil {
+			}); err != nil {
 				return err
 			}
-			pids = append(pids, pid)
 		}
 		if err := otpSleep(env, time.Duration(otpPick(env, 6000))*time.Microsecond); err != nil {
 			return err
 		}
-		o, err := srv.Stop(env.Ctx)
-		if err != nil {
+		if err := otpStopAndWait(env, srv, pids, &errs); err != nil {
 			return err
-		}
-		if !otpIsCancelled(o, actor.CancelRequested) {
-			errs.add("Stop outcome %v, want cancelled(requested)", o)
-		}
-		for _, pid := range pids {
-			if _, err := otpWait(env, pid); err != nil {
-				return err
-			}
 		}
 		if stops != 1 {
 			errs.add("the stop hook ran %d times, want once", stops)
@@ -1484,22 +1465,12 @@ func TestLabInitFailureLeavesNothingBehind(t *testing.T) {
 		failed = nil
 		reg := registry.New(env.Executor())
 		var exits []actor.Exit
-		partner, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
-			if x, ok := info.(actor.Exit); ok {
-				exits = append(exits, x)
-			}
-			return nil
-		}}, actor.WithTrapExits())
+		partner, err := otpCollect(env, func(x actor.Exit) { exits = append(exits, x) }, actor.WithTrapExits())
 		if err != nil {
 			return err
 		}
 		var downs []actor.Down
-		watcher, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
-			if d, ok := info.(actor.Down); ok {
-				downs = append(downs, d)
-			}
-			return nil
-		}})
+		watcher, err := otpCollect(env, func(d actor.Down) { downs = append(downs, d) })
 		if err != nil {
 			return err
 		}
@@ -1621,12 +1592,7 @@ func TestLabAbortIsImmediate(t *testing.T) {
 			return err
 		}
 		var downs []actor.Down
-		watcher, err := otpStart(env.Ctx, env.Root, &otpServer{info: func(_ *actor.Proc, info any) error {
-			if d, ok := info.(actor.Down); ok {
-				downs = append(downs, d)
-			}
-			return nil
-		}})
+		watcher, err := otpCollect(env, func(d actor.Down) { downs = append(downs, d) })
 		if err != nil {
 			return err
 		}
@@ -1696,10 +1662,8 @@ func TestLabAbortIsImmediate(t *testing.T) {
 		if o, err := otpWait(env, srv.PID()); err != nil || !otpIsCancelled(o, actor.CancelKill) || !env.Executor().Now().Equal(abortAt) {
 			errs.add("Wait after Abort: %v, %v at %v", o, err, env.Executor().Now().Sub(abortAt))
 		}
-		for _, pid := range pids {
-			if _, err := otpWait(env, pid); err != nil {
-				return err
-			}
+		if err := otpWaitAll(env, pids); err != nil {
+			return err
 		}
 		if o, err := otpWait(env, linked.PID()); err != nil || !otpIsCancelled(o, actor.CancelLinked) {
 			errs.add("linked process ended %v, %v; want cancelled(linked)", o, err)
@@ -1884,7 +1848,7 @@ func TestLabSupervisorRestartTypesByExitReason(t *testing.T) {
 			for _, x := range exits {
 				id := rt.String() + "-" + x.name
 				delay := time.Duration(otpPick(env, 3)) * time.Millisecond
-				pid, err := env.Root.Go("exit", func(ctx context.Context) error {
+				if err := otpSpawn(env, &pids, "exit", func(ctx context.Context) error {
 					if err := actor.Sleep(ctx, env.Executor(), delay); err != nil {
 						return err
 					}
@@ -1896,11 +1860,9 @@ func TestLabSupervisorRestartTypesByExitReason(t *testing.T) {
 					}
 					_, _, err := kids.end(id, x.do)
 					return err
-				})
-				if err != nil {
+				}); err != nil {
 					return err
 				}
-				pids = append(pids, pid)
 			}
 		}
 		for _, pid := range pids {
@@ -3018,10 +2980,8 @@ func TestLabRegistryCollisionDeterminism(t *testing.T) {
 		if lease.State() != registry.LeaseActive {
 			errs.add("the winner's lease is %v after the losing contenders, want active", lease.State())
 		}
-		for _, pid := range pids {
-			if _, err := otpWait(env, pid); err != nil {
-				return err
-			}
+		if err := otpWaitAll(env, pids); err != nil {
+			return err
 		}
 		if _, ok := reg.Whereis("leader"); ok {
 			errs.add("the name outlived its holder")

@@ -25,6 +25,40 @@ func skewedStore(env *lab.Env, skew time.Duration, opts ...memstore.Option) (*me
 	return memstore.New(append([]memstore.Option{memstore.WithClock(clock)}, opts...)...), clock
 }
 
+// startHeld starts a host on cfg and waits until it holds w's lease.
+func startHeld(env *lab.Env, cfg plane.HostConfig) (*plane.Host, error) {
+	h, err := plane.StartHost(env.Ctx, env.Root, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := testrig.WaitLab(env, "w held", 5*time.Second, func() (bool, error) {
+		_, ok := h.Lease("w")
+		return ok, nil
+	}); err != nil {
+		_ = h.Stop(env.Ctx)
+		return nil, err
+	}
+	return h, nil
+}
+
+// awaitCounter waits until h's copy of w is a counter done says is done.
+func awaitCounter(env *lab.Env, h *plane.Host, what string, limit time.Duration, done func(counter) bool) error {
+	return testrig.WaitLab(env, what, limit, func() (bool, error) {
+		s, ok := h.State("w")
+		if !ok {
+			return false, nil
+		}
+		v, err := value(s, "w")
+		return err == nil && done(v), err
+	})
+}
+
+// sendAdd sends w the i-th Add of one, under its own key.
+func sendAdd(env *lab.Env, c *plane.Client, i int) error {
+	_, err := c.Send(env.Ctx, "w", Add{By: 1, Key: fmt.Sprint(i)}, fmt.Sprint("k", i))
+	return err
+}
+
 // TestHostKeepsItsLeaseWithTheStoreClockSkewed: with the store's clock 3s
 // ahead of the host's, or 3s behind, and a 2s lease, the host holds its
 // world in steady state without a break: the lease never lapses in the
@@ -35,7 +69,7 @@ func skewedStore(env *lab.Env, skew time.Duration, opts ...memstore.Option) (*me
 func TestHostKeepsItsLeaseWithTheStoreClockSkewed(t *testing.T) {
 	for _, skew := range []time.Duration{3 * time.Second, -3 * time.Second} {
 		t.Run(fmt.Sprint("store", skew), func(t *testing.T) {
-			res := lab.Run(lab.Config{Seed: 41, Name: t.Name()}, func(env *lab.Env) error {
+			testrig.Lab(t, lab.Config{Seed: 41, Name: t.Name()}, func(env *lab.Env) error {
 				st, storeNow := skewedStore(env, skew)
 				if err := createAssigned(env.Ctx, st, "w", "A"); err != nil {
 					return err
@@ -51,21 +85,15 @@ func TestHostKeepsItsLeaseWithTheStoreClockSkewed(t *testing.T) {
 						mu.Unlock()
 					}
 				}
-				h, err := plane.StartHost(env.Ctx, env.Root, cfg)
+				h, err := startHeld(env, cfg)
 				if err != nil {
 					return err
 				}
 				defer h.Stop(env.Ctx)
-				if err := testrig.WaitLab(env, "w held", 5*time.Second, func() (bool, error) {
-					_, ok := h.Lease("w")
-					return ok, nil
-				}); err != nil {
-					return err
-				}
 				c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
 				const sends = 200 // every 50ms: 10s, five TTLs
 				for i := range sends {
-					if _, err := c.Send(env.Ctx, "w", Add{By: 1, Key: fmt.Sprint(i)}, fmt.Sprint("k", i)); err != nil {
+					if err := sendAdd(env, c, i); err != nil {
 						return err
 					}
 					l, ok, err := st.GetLease(env.Ctx, "w")
@@ -80,14 +108,7 @@ func TestHostKeepsItsLeaseWithTheStoreClockSkewed(t *testing.T) {
 						return err
 					}
 				}
-				if err := testrig.WaitLab(env, "every input applied", 5*time.Second, func() (bool, error) {
-					s, ok := h.State("w")
-					if !ok {
-						return false, nil
-					}
-					v, err := value(s, "w")
-					return err == nil && v.N == sends, err
-				}); err != nil {
+				if err := awaitCounter(env, h, "every input applied", 5*time.Second, func(v counter) bool { return v.N == sends }); err != nil {
 					return err
 				}
 				mu.Lock()
@@ -100,9 +121,6 @@ func TestHostKeepsItsLeaseWithTheStoreClockSkewed(t *testing.T) {
 				}
 				return nil
 			})
-			if res.Failure != nil {
-				t.Fatal(res.Failure)
-			}
 		})
 	}
 }
@@ -143,17 +161,11 @@ func TestStaleHostStopsBeforeItsLeaseLapsesInTheStore(t *testing.T) {
 				mu.Unlock()
 			}
 		}
-		h, err := plane.StartHost(env.Ctx, env.Root, cfg)
+		h, err := startHeld(env, cfg)
 		if err != nil {
 			return err
 		}
 		defer h.Stop(env.Ctx)
-		if err := testrig.WaitLab(env, "w held", 5*time.Second, func() (bool, error) {
-			_, ok := h.Lease("w")
-			return ok, nil
-		}); err != nil {
-			return err
-		}
 		c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
 		const sends = 140 // every 50ms: 7s
 		var last store.Lease
@@ -170,21 +182,14 @@ func TestStaleHostStopsBeforeItsLeaseLapsesInTheStore(t *testing.T) {
 			case 100:
 				failRenew.Store(false)
 			}
-			if _, err := c.Send(env.Ctx, "w", Add{By: 1, Key: fmt.Sprint(i)}, fmt.Sprint("k", i)); err != nil {
+			if err := sendAdd(env, c, i); err != nil {
 				return err
 			}
 			if err := sleep(env, 50*time.Millisecond); err != nil {
 				return err
 			}
 		}
-		if err := testrig.WaitLab(env, "every input applied", 10*time.Second, func() (bool, error) {
-			s, ok := h.State("w")
-			if !ok {
-				return false, nil
-			}
-			v, err := value(s, "w")
-			return err == nil && v.N == sends, err
-		}); err != nil {
+		if err := awaitCounter(env, h, "every input applied", 10*time.Second, func(v counter) bool { return v.N == sends }); err != nil {
 			return err
 		}
 		if epoch, ok := h.Lease("w"); !ok || epoch <= last.Epoch {
@@ -213,7 +218,7 @@ func TestHeldTimerNeverFiresBeforeItsDueTimeByTheStoresClock(t *testing.T) {
 	for _, skew := range []time.Duration{-3 * time.Second, 3 * time.Second} {
 		for _, inbox := range []bool{false, true} {
 			t.Run(fmt.Sprintf("store%v/inbox=%v", skew, inbox), func(t *testing.T) {
-				res := lab.Run(lab.Config{Seed: 47, Name: t.Name()}, func(env *lab.Env) error {
+				testrig.Lab(t, lab.Config{Seed: 47, Name: t.Name()}, func(env *lab.Env) error {
 					st, storeNow := skewedStore(env, skew)
 					if err := createAssigned(env.Ctx, st, "w", "A"); err != nil {
 						return err
@@ -246,14 +251,7 @@ func TestHeldTimerNeverFiresBeforeItsDueTimeByTheStoresClock(t *testing.T) {
 					if _, err := c.Send(env.Ctx, "w", Alarm{AfterMs: after.Milliseconds(), Key: "x"}, "alarm"); err != nil {
 						return err
 					}
-					if err := testrig.WaitLab(env, "the alarm fired", 10*time.Second, func() (bool, error) {
-						s, ok := h.State("w")
-						if !ok {
-							return false, nil
-						}
-						v, err := value(s, "w")
-						return err == nil && len(v.Fired) == 1, err
-					}); err != nil {
+					if err := awaitCounter(env, h, "the alarm fired", 10*time.Second, func(v counter) bool { return len(v.Fired) == 1 }); err != nil {
 						return err
 					}
 					mu.Lock()
@@ -270,9 +268,6 @@ func TestHeldTimerNeverFiresBeforeItsDueTimeByTheStoresClock(t *testing.T) {
 					}
 					return nil
 				})
-				if res.Failure != nil {
-					t.Fatal(res.Failure)
-				}
 			})
 		}
 	}

@@ -75,12 +75,7 @@ const clusterBound = 60 * time.Second
 
 func TestFailoverKill9(t *testing.T) {
 	db := newClusterDB(t)
-	c := newCluster(t, db, db.dsn, 3)
-	ids := worldIDs(nWorlds)
-	c.createWorlds(ids)
-	c.awaitPlaced(ids, c.procs, clusterBound)
-
-	ld := c.startLoad(ids, nLoad)
+	c, ids, ld := loadedCluster(t, db, db.dsn)
 	time.Sleep(3 * time.Second)
 	victim, held := c.busiest(ids)
 	t.Logf("killing %s, which holds %d worlds; the acting orchestrator is %s's", victim.worker, len(held), c.orchestrator())
@@ -92,9 +87,7 @@ func TestFailoverKill9(t *testing.T) {
 	c.figure("kill -9 of %s (%d worlds): failover %v (kill → last world acquired by a survivor; lease TTL %v; goal ≤ %v: %s)",
 		victim.worker, len(held), failover.Round(time.Millisecond), leaseTTL, failoverGoal, met(failover <= failoverGoal))
 	// The load keeps running against the survivors for a while.
-	time.Sleep(2 * time.Second)
-	ld.stop()
-	c.verify(ld.led, ids, clusterBound)
+	c.stopLoadAndVerify(ld, ids, 2*time.Second)
 }
 
 // drainGoal is the goal for the p99 of a planned handoff. A drain hands a
@@ -114,12 +107,7 @@ const drainGoal = 500 * time.Millisecond
 
 func TestPlannedHandoffDrain(t *testing.T) {
 	db := newClusterDB(t)
-	c := newCluster(t, db, db.dsn, 3)
-	ids := worldIDs(nWorlds)
-	c.createWorlds(ids)
-	c.awaitPlaced(ids, c.procs, clusterBound)
-
-	ld := c.startLoad(ids, nLoad)
+	c, ids, ld := loadedCluster(t, db, db.dsn)
 	time.Sleep(2 * time.Second)
 	x, held := c.busiest(ids)
 	survivors := c.others(x)
@@ -156,9 +144,7 @@ func TestPlannedHandoffDrain(t *testing.T) {
 	}
 	c.figure("drain of %s: %d of %d worlds acquired by their successor before the drained worker's lease on them would have expired",
 		x.worker, early, len(moves))
-	time.Sleep(2 * time.Second)
-	ld.stop()
-	c.verify(ld.led, ids, clusterBound)
+	c.stopLoadAndVerify(ld, ids, 2*time.Second)
 	// The drained worker keeps running and hosts nothing of ours.
 	hs, err := c.holders(ids)
 	if err != nil {
@@ -215,16 +201,32 @@ func TestDatabaseRealRestartDuringLoad(t *testing.T) {
 	})
 }
 
+// loadedCluster starts three servers on storeDSN, creates the test's
+// worlds, waits until every one is placed, and starts the load on them:
+// the common start of every cluster test.
+func loadedCluster(t *testing.T, db *clusterDB, storeDSN string) (*cluster, []string, *load) {
+	t.Helper()
+	c := newCluster(t, db, storeDSN, 3)
+	ids := worldIDs(nWorlds)
+	c.createWorlds(ids)
+	c.awaitPlaced(ids, c.procs, clusterBound)
+	return c, ids, c.startLoad(ids, nLoad)
+}
+
+// stopLoadAndVerify lets the load run on for keepFor, stops it, and checks
+// that nothing acknowledged was lost or done twice.
+func (c *cluster) stopLoadAndVerify(ld *load, ids []string, keepFor time.Duration) map[string]*worldReport {
+	c.t.Helper()
+	time.Sleep(keepFor)
+	ld.stop()
+	return c.verify(ld.led, ids, clusterBound)
+}
+
 // restartDuringLoad runs the cluster on childDSN under load, takes the
 // database away with outage, and checks that processing resumes by itself
 // and nothing acknowledged was lost or done twice.
 func restartDuringLoad(t *testing.T, db *clusterDB, childDSN, what string, outage func() error) {
-	c := newCluster(t, db, childDSN, 3)
-	ids := worldIDs(nWorlds)
-	c.createWorlds(ids)
-	c.awaitPlaced(ids, c.procs, clusterBound)
-
-	ld := c.startLoad(ids, nLoad)
+	c, ids, ld := loadedCluster(t, db, childDSN)
 	time.Sleep(2 * time.Second)
 	before, err := c.holders(ids)
 	if err != nil {
@@ -246,9 +248,7 @@ func restartDuringLoad(t *testing.T, db *clusterDB, childDSN, what string, outag
 	}
 	c.figure("database restart (%s): a new event journaled %v and a call answered %v after the database was back",
 		what, journaled.Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
-	time.Sleep(3 * time.Second)
-	ld.stop()
-	reports := c.verify(ld.led, ids, clusterBound)
+	reports := c.stopLoadAndVerify(ld, ids, 3*time.Second)
 	if n := reports[probe].state.Adds["probe-after-restart"]; n != 1 {
 		t.Errorf("the probe after the restart is counted %d times, want 1", n)
 	}
@@ -324,12 +324,7 @@ func (c *cluster) callUntilAnswered(worldID string, limit time.Duration) (api.Ca
 
 func TestPausedWorkerPastTTL(t *testing.T) {
 	db := newClusterDB(t)
-	c := newCluster(t, db, db.dsn, 3)
-	ids := worldIDs(nWorlds)
-	c.createWorlds(ids)
-	c.awaitPlaced(ids, c.procs, clusterBound)
-
-	ld := c.startLoad(ids, nLoad)
+	c, ids, ld := loadedCluster(t, db, db.dsn)
 	time.Sleep(2 * time.Second)
 	victim, held := c.busiest(ids)
 	// The process stays stopped for three lease TTLs, and in any case
@@ -350,9 +345,7 @@ func TestPausedWorkerPastTTL(t *testing.T) {
 
 	// The resumed process keeps running and rejoins as a live worker.
 	c.awaitLive(c.procs, clusterBound)
-	time.Sleep(2 * time.Second)
-	ld.stop()
-	c.verify(ld.led, ids, clusterBound)
+	c.stopLoadAndVerify(ld, ids, 2*time.Second)
 	if !victim.running() {
 		t.Errorf("%s is no longer running after SIGCONT: %v", victim.worker, victim.state)
 	}

@@ -84,30 +84,29 @@ func (e *env) start(id string, m ledger.Start) {
 	}
 }
 
-func (e *env) accountState(id string) ledger.Account {
+// stateOf reads world id's state through the node's client and decodes it
+// with of.
+func stateOf[T any](e *env, id string, of func(string, world.Snapshot) (T, error)) T {
 	e.t.Helper()
 	snap, err := e.n.Client().State(e.ctx, id)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	a, err := ledger.AccountOf(id, snap)
+	v, err := of(id, snap)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return a
+	return v
+}
+
+func (e *env) accountState(id string) ledger.Account {
+	e.t.Helper()
+	return stateOf(e, id, ledger.AccountOf)
 }
 
 func (e *env) transferState(id string) ledger.Transfer {
 	e.t.Helper()
-	snap, err := e.n.Client().State(e.ctx, id)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	tr, err := ledger.TransferOf(id, snap)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return tr
+	return stateOf(e, id, ledger.TransferOf)
 }
 
 // waitFor advances virtual time until cond holds, for at most a minute of
@@ -206,10 +205,19 @@ func (e *env) parity() {
 	}
 }
 
-func TestTransferCompletesAndConservesMoney(t *testing.T) {
+// ledgerTest runs body in a bubble against a fresh node and store, then
+// checks that every world replays to what its host holds.
+func ledgerTest(t *testing.T, body func(t *testing.T, e *env)) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
 		defer e.stop()
+		body(t, e)
+		e.parity()
+	})
+}
+
+func TestTransferCompletesAndConservesMoney(t *testing.T) {
+	ledgerTest(t, func(t *testing.T, e *env) {
 		e.account("alice", 500)
 		e.account("bob", 100)
 		before := e.total("alice", "bob")
@@ -232,14 +240,11 @@ func TestTransferCompletesAndConservesMoney(t *testing.T) {
 		if err != nil || len(timers) != 0 {
 			t.Fatalf("timers left after completion: %v, %v", timers, err)
 		}
-		e.parity()
 	})
 }
 
 func TestInsufficientFundsTransferFailsAndReleases(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		e := newEnv(t)
-		defer e.stop()
+	ledgerTest(t, func(t *testing.T, e *env) {
 		e.account("alice", 50)
 		e.account("bob", 0)
 		e.start("t-1", ledger.Start{From: "alice", To: "bob", Amount: 80, TimeoutMs: 10_000})
@@ -251,7 +256,6 @@ func TestInsufficientFundsTransferFailsAndReleases(t *testing.T) {
 		if alice.Balance != 50 || alice.Available() != 50 || len(alice.Holds) != 0 || bob.Balance != 0 {
 			t.Fatalf("alice %d (available %d, holds %v), bob %d", alice.Balance, alice.Available(), alice.Holds, bob.Balance)
 		}
-		e.parity()
 	})
 }
 
@@ -259,9 +263,7 @@ func TestInsufficientFundsTransferFailsAndReleases(t *testing.T) {
 // timer fires first: the saga sends Release and fails. Once the source
 // resumes it takes the hold and then releases it, and nothing stays held.
 func TestTimedOutTransferFailsWithTheHoldReleased(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		e := newEnv(t)
-		defer e.stop()
+	ledgerTest(t, func(t *testing.T, e *env) {
 		e.account("alice", 500)
 		e.account("bob", 0)
 		if _, err := e.st.SetWorldStatus(e.ctx, "alice", store.WorldPaused, "test: unreachable source"); err != nil {
@@ -283,14 +285,11 @@ func TestTimedOutTransferFailsWithTheHoldReleased(t *testing.T) {
 		if bob := e.accountState("bob"); bob.Balance != 0 {
 			t.Fatalf("bob got %d from a failed transfer", bob.Balance)
 		}
-		e.parity()
 	})
 }
 
 func TestLargeWithdrawalGetsExactlyOneAuditReceipt(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		e := newEnv(t)
-		defer e.stop()
+	ledgerTest(t, func(t *testing.T, e *env) {
 		e.account("carol", 5000)
 		if _, err := e.n.Client().Call(e.ctx, "carol", ledger.Withdraw{Amount: 999, Ref: "small"}); err != nil {
 			t.Fatal(err)
@@ -323,7 +322,6 @@ func TestLargeWithdrawalGetsExactlyOneAuditReceipt(t *testing.T) {
 		if receipts != 1 {
 			t.Fatalf("%d receipts in carol's inbox, want 1", receipts)
 		}
-		e.parity()
 	})
 }
 
@@ -332,9 +330,7 @@ func TestLargeWithdrawalGetsExactlyOneAuditReceipt(t *testing.T) {
 // above all the money there is fails, the total is conserved, nothing stays
 // held, and every world replays to what its host holds.
 func TestConcurrentTransfersConserveMoneyAndReplay(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		e := newEnv(t)
-		defer e.stop()
+	ledgerTest(t, func(t *testing.T, e *env) {
 		e.account("a", 1000)
 		e.account("b", 100)
 		e.account("c", 0)
@@ -368,6 +364,5 @@ func TestConcurrentTransfersConserveMoneyAndReplay(t *testing.T) {
 				t.Fatalf("%s: balance %d, holds %v", id, a.Balance, a.Holds)
 			}
 		}
-		e.parity()
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -133,6 +134,54 @@ func (e *env) printWorld(w api.World) error {
 	})
 }
 
+// listTable is the RunE of a list command: it fetches the rows and prints
+// them as JSON with -o json, else as a table under header, one line a row.
+func listTable[T any](e *env, fetch func(context.Context, *api.Client) ([]T, error), header string, line func(io.Writer, T)) func(*cobra.Command, []string) error {
+	return e.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
+		rows, err := fetch(ctx, c)
+		if err != nil {
+			return err
+		}
+		return printTable(e, rows, header, line)
+	})
+}
+
+// byID is the RunE of a command on one ID: it fetches the thing with get
+// and prints it with show.
+func byID[T any](e *env, get func(*api.Client, context.Context, string) (T, error), show func(T) error) func(*cobra.Command, []string) error {
+	return e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
+		v, err := get(c, ctx, a[0])
+		if err != nil {
+			return err
+		}
+		return show(v)
+	})
+}
+
+// printTable prints rows as JSON with -o json, else as a table under
+// header, one line a row.
+func printTable[T any](e *env, rows []T, header string, line func(io.Writer, T)) error {
+	return e.print(rows, func(tw *tabwriter.Writer) {
+		fmt.Fprintln(tw, header)
+		for _, x := range rows {
+			line(tw, x)
+		}
+	})
+}
+
+// printAck prints v, the acknowledgement of an inbox item at seq: as JSON
+// with -o json, else as a line saying what was done and, for a duplicate,
+// dupNote.
+func (e *env) printAck(v any, what string, seq uint64, duplicate bool, dupNote string) error {
+	return e.print(v, func(tw *tabwriter.Writer) {
+		dup := ""
+		if duplicate {
+			dup = " (" + dupNote + ")"
+		}
+		fmt.Fprintf(tw, "%s at inbox seq %d%s\n", what, seq, dup)
+	})
+}
+
 func (e *env) worldCommand() *cobra.Command {
 	cmd := group(&cobra.Command{
 		Use:   "world",
@@ -167,22 +216,16 @@ at a time, every step journaled. These commands talk to a running server
 		Short:   "List worlds",
 		Example: "  orrery world list\n  orrery world list --universe ledger.account --status paused",
 		Args:    args(cobra.NoArgs),
-		RunE: e.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
-			ws, err := c.ListWorlds(ctx, listUniverse, store.WorldStatus(listStatus))
-			if err != nil {
-				return err
-			}
-			return e.print(ws, func(tw *tabwriter.Writer) {
-				fmt.Fprintln(tw, "ID\tUNIVERSE\tSTATUS\tCREATED\tPARENT")
-				for _, w := range ws {
-					parent := "-"
-					if w.Lineage != nil {
-						parent = fmt.Sprintf("%s@%d", w.Lineage.Parent, w.Lineage.ForkedAtHeight)
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", w.ID, w.Universe, w.Status, ts(w.CreatedAt), parent)
+		RunE: listTable(e, func(ctx context.Context, c *api.Client) ([]api.World, error) {
+			return c.ListWorlds(ctx, listUniverse, store.WorldStatus(listStatus))
+		},
+			"ID\tUNIVERSE\tSTATUS\tCREATED\tPARENT", func(tw io.Writer, w api.World) {
+				parent := "-"
+				if w.Lineage != nil {
+					parent = fmt.Sprintf("%s@%d", w.Lineage.Parent, w.Lineage.ForkedAtHeight)
 				}
-			})
-		}),
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", w.ID, w.Universe, w.Status, ts(w.CreatedAt), parent)
+			}),
 	}
 	list.Flags().StringVar(&listUniverse, "universe", "", "only this universe")
 	list.Flags().StringVar(&listStatus, "status", "", "only this status: active, paused or archived")
@@ -192,11 +235,7 @@ at a time, every step journaled. These commands talk to a running server
 		Short:   "Show a world: status, lease holder and epoch, placement, journal head, lineage",
 		Example: "  orrery world show alice",
 		Args:    args(cobra.ExactArgs(1)),
-		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
-			v, err := c.GetWorld(ctx, a[0])
-			if err != nil {
-				return err
-			}
+		RunE: byID(e, (*api.Client).GetWorld, func(v api.WorldView) error {
 			return e.print(v, func(tw *tabwriter.Writer) {
 				fmt.Fprintf(tw, "id\t%s\nuniverse\t%s\nstatus\t%s\n", v.ID, v.Universe, v.Status)
 				if v.StatusReason != "" {
@@ -240,13 +279,7 @@ acknowledged with the first event's seq and enqueues nothing.`,
 			if err != nil {
 				return err
 			}
-			return e.print(ack, func(tw *tabwriter.Writer) {
-				dup := ""
-				if ack.Duplicate {
-					dup = " (duplicate key: the first event's seq)"
-				}
-				fmt.Fprintf(tw, "enqueued at inbox seq %d%s\n", ack.Seq, dup)
-			})
+			return e.printAck(ack, "enqueued", ack.Seq, ack.Duplicate, "duplicate key: the first event's seq")
 		}),
 	}
 	send.Flags().StringVar(&key, "key", "", "idempotency key")
@@ -484,26 +517,18 @@ func (e *env) leaseCommand() *cobra.Command {
 		Short:   "List the leases and placements of a worker's worlds (default: every worker's)",
 		Example: "  orrery lease list\n  orrery lease list --worker node-a",
 		Args:    args(cobra.NoArgs),
-		RunE: e.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
-			rows, err := c.Leases(ctx, worker)
-			if err != nil {
-				return err
-			}
-			return e.print(rows, func(tw *tabwriter.Writer) {
-				fmt.Fprintln(tw, "WORLD\tHOLDER\tEPOCH\tEXPIRES\tPLACED ON")
-				for _, r := range rows {
-					holder, epoch, exp := "-", "-", "-"
-					if r.Lease != nil {
-						holder, epoch, exp = orDash(r.Lease.Holder), strconv.FormatUint(r.Lease.Epoch, 10), ts(r.Lease.ExpiresAt)
-					}
-					placed := "-"
-					if r.Assignment != nil {
-						placed = r.Assignment.Worker
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.World, holder, epoch, exp, placed)
+		RunE: listTable(e, func(ctx context.Context, c *api.Client) ([]api.LeaseRow, error) { return c.Leases(ctx, worker) },
+			"WORLD\tHOLDER\tEPOCH\tEXPIRES\tPLACED ON", func(tw io.Writer, r api.LeaseRow) {
+				holder, epoch, exp := "-", "-", "-"
+				if r.Lease != nil {
+					holder, epoch, exp = orDash(r.Lease.Holder), strconv.FormatUint(r.Lease.Epoch, 10), ts(r.Lease.ExpiresAt)
 				}
-			})
-		}),
+				placed := "-"
+				if r.Assignment != nil {
+					placed = r.Assignment.Worker
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.World, holder, epoch, exp, placed)
+			}),
 	}
 	list.Flags().StringVar(&worker, "worker", "", "only this worker's worlds")
 	cmd.AddCommand(list)
@@ -524,21 +549,15 @@ receipt, which returns to its world's inbox.`,
 		Short:   "List a world's pending and in-flight effects",
 		Example: "  orrery effects list --world carol",
 		Args:    args(cobra.NoArgs),
-		RunE: e.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
+		RunE: listTable(e, func(ctx context.Context, c *api.Client) ([]api.Effect, error) {
 			if world == "" {
-				return usagef("--world is required")
+				return nil, usagef("--world is required")
 			}
-			es, err := c.Effects(ctx, world)
-			if err != nil {
-				return err
-			}
-			return e.print(es, func(tw *tabwriter.Writer) {
-				fmt.Fprintln(tw, "INTENT\tKIND\tSTATE\tATTEMPT\tCLAIMED BY\tENQUEUED")
-				for _, x := range es {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", x.IntentHash, x.Kind, x.State, x.Attempt, orDash(x.ClaimedBy), ts(x.EnqueuedAt))
-				}
-			})
-		}),
+			return c.Effects(ctx, world)
+		},
+			"INTENT\tKIND\tSTATE\tATTEMPT\tCLAIMED BY\tENQUEUED", func(tw io.Writer, x api.Effect) {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", x.IntentHash, x.Kind, x.State, x.Attempt, orDash(x.ClaimedBy), ts(x.EnqueuedAt))
+			}),
 	}
 	list.Flags().StringVar(&world, "world", "", "the world")
 	var reason string
@@ -576,13 +595,7 @@ still running it finds its result already decided.`,
 			if err != nil {
 				return err
 			}
-			return e.print(ack, func(tw *tabwriter.Writer) {
-				dup := ""
-				if ack.Duplicate {
-					dup = " (already done: the first receipt stands)"
-				}
-				fmt.Fprintf(tw, "receipt at inbox seq %d%s\n", ack.Seq, dup)
-			})
+			return e.printAck(ack, "receipt", ack.Seq, ack.Duplicate, "already done: the first receipt stands")
 		}),
 	}
 	resolve.Flags().StringVar(&status, "status", "ok", "ok, error or timeout")
@@ -599,21 +612,15 @@ func (e *env) timersCommand() *cobra.Command {
 		Short:   "List a world's timers that have not fired",
 		Example: "  orrery timers list --world t-1",
 		Args:    args(cobra.NoArgs),
-		RunE: e.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
+		RunE: listTable(e, func(ctx context.Context, c *api.Client) ([]api.Timer, error) {
 			if world == "" {
-				return usagef("--world is required")
+				return nil, usagef("--world is required")
 			}
-			tms, err := c.Timers(ctx, world)
-			if err != nil {
-				return err
-			}
-			return e.print(tms, func(tw *tabwriter.Writer) {
-				fmt.Fprintln(tw, "INTENT\tDUE\tSTATE\tCLAIMED BY")
-				for _, x := range tms {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", x.IntentHash, ts(x.DeliverAt), x.State, orDash(x.ClaimedBy))
-				}
-			})
-		}),
+			return c.Timers(ctx, world)
+		},
+			"INTENT\tDUE\tSTATE\tCLAIMED BY", func(tw io.Writer, x api.Timer) {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", x.IntentHash, ts(x.DeliverAt), x.State, orDash(x.ClaimedBy))
+			}),
 	}
 	list.Flags().StringVar(&world, "world", "", "the world")
 	cmd.AddCommand(list)
@@ -627,18 +634,10 @@ func (e *env) workersCommand() *cobra.Command {
 		Short:   "List workers: liveness, draining, worlds held",
 		Example: "  orrery workers list",
 		Args:    args(cobra.NoArgs),
-		RunE: e.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
-			ws, err := c.Workers(ctx)
-			if err != nil {
-				return err
-			}
-			return e.print(ws, func(tw *tabwriter.Writer) {
-				fmt.Fprintln(tw, "WORKER\tLIVE\tDRAINING\tHELD\tASSIGNED\tHEARTBEAT")
-				for _, w := range ws {
-					fmt.Fprintf(tw, "%s\t%t\t%t\t%d\t%d\t%s\n", w.ID, w.Live, w.Draining, w.WorldsHeld, w.WorldsAssigned, ts(w.HeartbeatAt))
-				}
-			})
-		}),
+		RunE: listTable(e, func(ctx context.Context, c *api.Client) ([]api.Worker, error) { return c.Workers(ctx) },
+			"WORKER\tLIVE\tDRAINING\tHELD\tASSIGNED\tHEARTBEAT", func(tw io.Writer, w api.Worker) {
+				fmt.Fprintf(tw, "%s\t%t\t%t\t%d\t%d\t%s\n", w.ID, w.Live, w.Draining, w.WorldsHeld, w.WorldsAssigned, ts(w.HeartbeatAt))
+			}),
 	}
 	var undo, wait bool
 	drain := &cobra.Command{

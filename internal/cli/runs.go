@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -24,12 +25,9 @@ func (e *env) printRuns(runs []api.Run) error {
 	if runs == nil {
 		runs = []api.Run{}
 	}
-	return e.print(runs, func(tw *tabwriter.Writer) {
-		fmt.Fprintln(tw, "ID\tWORKFLOW\tVERSION\tSTATUS\tSTEPS\tSTARTED\tDURATION\tLAST ERROR")
-		for _, r := range runs {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Workflow, r.Version, r.Status, r.Steps,
-				ts(r.StartedAt), durationText(r.DurationMs, !r.EndedAt.IsZero()), orDash(oneLine(r.LastError)))
-		}
+	return printTable(e, runs, "ID\tWORKFLOW\tVERSION\tSTATUS\tSTEPS\tSTARTED\tDURATION\tLAST ERROR", func(tw io.Writer, r api.Run) {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Workflow, r.Version, r.Status, r.Steps,
+			ts(r.StartedAt), durationText(r.DurationMs, !r.EndedAt.IsZero()), orDash(oneLine(r.LastError)))
 	})
 }
 
@@ -117,13 +115,7 @@ another input under that id is a conflict (exit 4).`,
 		Short:   "Show a run: status, output or error, and each step's attempts",
 		Example: "  orrery run show p-1\n  orrery run show p-1 -o json",
 		Args:    args(cobra.ExactArgs(1)),
-		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
-			v, err := c.GetRun(ctx, a[0])
-			if err != nil {
-				return err
-			}
-			return e.printRun(v)
-		}),
+		RunE:    byID(e, (*api.Client).GetRun, e.printRun),
 	}
 	cmd.AddCommand(start, list, show,
 		e.runControl("cancel", "Cancel a run: the step in flight stops and the run ends cancelled",
@@ -229,12 +221,9 @@ order. A time is RFC 3339, "now", or a duration relative to now such as -1h.`,
 			if evs == nil {
 				evs = []api.AuditEvent{}
 			}
-			return e.print(evs, func(tw *tabwriter.Writer) {
-				fmt.Fprintln(tw, "SEQ\tPERSISTED\tTYPE\tSTEP\tATTEMPT\tPAYLOAD")
-				for _, ev := range evs {
-					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", ev.RunSeq, ts(ev.PersistedAt), ev.EventType,
-						orDash(ev.StepID), ev.LogicalAttemptID, truncateText(string(ev.Payload), 80))
-				}
+			return printTable(e, evs, "SEQ\tPERSISTED\tTYPE\tSTEP\tATTEMPT\tPAYLOAD", func(tw io.Writer, ev api.AuditEvent) {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", ev.RunSeq, ts(ev.PersistedAt), ev.EventType,
+					orDash(ev.StepID), ev.LogicalAttemptID, truncateText(string(ev.Payload), 80))
 			})
 		}),
 	}

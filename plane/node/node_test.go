@@ -74,6 +74,20 @@ func worldIDs(n int) []string {
 	return ids
 }
 
+// tallyOf reads world id's state through n's client.
+func tallyOf(t *testing.T, ctx context.Context, n *node.Node, id string) tally {
+	t.Helper()
+	snap, err := n.Client().State(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s struct{ State tally }
+	if err := world.Decode(snap.State, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s.State
+}
+
 // holders waits (in the bubble's virtual time) until every world is leased,
 // unexpired, by one of want, and returns each world's lease.
 func holders(t *testing.T, ctx context.Context, st store.Store, ids []string, want ...string) map[string]store.Lease {
@@ -115,6 +129,15 @@ func create(t *testing.T, ctx context.Context, st store.Store, ids []string) {
 	}
 }
 
+// newWorlds makes a store holding n fresh worlds, and returns their ids.
+func newWorlds(t *testing.T, ctx context.Context, n int) (*memstore.Store, []string) {
+	t.Helper()
+	st := memstore.New()
+	ids := worldIDs(n)
+	create(t, ctx, st, ids)
+	return st, ids
+}
+
 func TestStartRefusesAnIncompleteConfig(t *testing.T) {
 	_, err := node.Start(context.Background(), node.Config{Worker: "w"})
 	if !errors.Is(err, node.ErrInvalid) {
@@ -128,9 +151,7 @@ func TestStartRefusesAnIncompleteConfig(t *testing.T) {
 func TestStopHandsWorldsOverWithoutWaitingForTheTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		st := memstore.New()
-		ids := worldIDs(8)
-		create(t, ctx, st, ids)
+		st, ids := newWorlds(t, ctx, 8)
 		// a acts as the orchestrator, so its Stop must also hand placement
 		// over (reconcile, then release the orchestrator lease) for the
 		// worlds to move inside one TTL.
@@ -197,9 +218,7 @@ func TestStopHandsWorldsOverWithoutWaitingForTheTTL(t *testing.T) {
 func TestKillMovesWorldsAfterTheTTLAndTimersSurvive(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		st := memstore.New()
-		ids := worldIDs(6)
-		create(t, ctx, st, ids)
+		st, ids := newWorlds(t, ctx, 6)
 		a := start(t, ctx, st, "a")
 		holders(t, ctx, st, ids, "a")
 		b := start(t, ctx, st, "b")
@@ -249,16 +268,8 @@ func TestKillMovesWorldsAfterTheTTLAndTimersSurvive(t *testing.T) {
 		}
 		time.Sleep(5 * time.Second)
 		for _, id := range ids {
-			snap, err := b.Client().State(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var s struct{ State tally }
-			if err := world.Decode(snap.State, &s); err != nil {
-				t.Fatal(err)
-			}
-			if s.State.Beeps != 1 {
-				t.Fatalf("%s: timer fired %d times, want 1", id, s.State.Beeps)
+			if beeps := tallyOf(t, ctx, b, id).Beeps; beeps != 1 {
+				t.Fatalf("%s: timer fired %d times, want 1", id, beeps)
 			}
 		}
 		_ = b.Stop(ctx)
@@ -285,17 +296,9 @@ func TestBuiltinHTTPAdapterDeliversAReceipt(t *testing.T) {
 		t.Fatal(err)
 	}
 	for {
-		snap, err := n.Client().State(ctx, "p")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var s struct{ State tally }
-		if err := world.Decode(snap.State, &s); err != nil {
-			t.Fatal(err)
-		}
-		if len(s.State.Paid) == 1 {
-			if s.State.Paid[0] != string(vocab.ReceiptOK) || posts.Load() != 1 {
-				t.Fatalf("receipt %v after %d posts", s.State.Paid, posts.Load())
+		if paid := tallyOf(t, ctx, n, "p").Paid; len(paid) == 1 {
+			if paid[0] != string(vocab.ReceiptOK) || posts.Load() != 1 {
+				t.Fatalf("receipt %v after %d posts", paid, posts.Load())
 			}
 			return
 		}
@@ -347,16 +350,8 @@ func TestNodeHostFiresTimersAndItsTimerWorkerOnlyStandsBy(t *testing.T) {
 		time.Sleep(3*time.Second + node.DefaultTimerLag + time.Second)
 		synctest.Wait()
 		for _, id := range ids {
-			snap, err := n.Client().State(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var s struct{ State tally }
-			if err := world.Decode(snap.State, &s); err != nil {
-				t.Fatal(err)
-			}
-			if s.State.Beeps != 1 {
-				t.Fatalf("%s: timer fired %d times, want 1", id, s.State.Beeps)
+			if beeps := tallyOf(t, ctx, n, id).Beeps; beeps != 1 {
+				t.Fatalf("%s: timer fired %d times, want 1", id, beeps)
 			}
 		}
 		if got := firedByHost.Load(); got != int64(len(ids)) || late.Load() != 0 {
@@ -377,9 +372,7 @@ func TestNodeHostFiresTimersAndItsTimerWorkerOnlyStandsBy(t *testing.T) {
 func TestRestartUnderTheSameWorkerGetsNewEpochsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		st := memstore.New()
-		ids := worldIDs(6)
-		create(t, ctx, st, ids)
+		st, ids := newWorlds(t, ctx, 6)
 		a := start(t, ctx, st, "a")
 		before := holders(t, ctx, st, ids, "a")
 		a.Kill(ctx)
