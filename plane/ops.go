@@ -211,7 +211,10 @@ type ingressMessage struct {
 // event or a call, CBOR within event's limits, the message form with a
 // type outside the reserved "sys/" names, and a call id on exactly the
 // calls. It does not canonicalise: the kernel does that once, when it
-// writes the input into the journal record.
+// writes the input into the journal record. The payload is decoded once,
+// strictly, as EnqueueIngress always decoded it: an indefinite-length
+// item is refused here (it was refused further along before), so such a
+// payload sent to an unknown world is now bad input (400), not not-found.
 func (o *Ops) ValidateIngress(kind string, payload []byte) error {
 	_, err := o.parseIngress(kind, payload)
 	return err

@@ -6,7 +6,9 @@
 -- here: the new definition replaces the old one in this file, a dropped
 -- function leaves it. TestFunctionsSQLIsCurrent fails when the two
 -- disagree (a function of the schema missing here, or defined here with
--- another body than the migrations left).
+-- another body than the migrations left). A function this binary no longer
+-- calls is dropped only a release after the last binary that calls it: the
+-- release before may still run beside this one during a rolling upgrade.
 --
 -- Open applies this file after the migrations, in the same transaction and
 -- under the same advisory lock, with search_path set to the store's
@@ -613,6 +615,61 @@ BEGIN
         WHERE y.intent_hash = h;
     RETURN QUERY SELECT true, leased, l.holder, l.epoch, l.expires_at_ns, true, x.world, x.state, x.deliver_at_ns,
         x.attempts, x.claimed_by, s, x.payload, t, true, dup;
+END $$;
+
+-- Protocol A for one world, as contract.Acquire decides it. This binary
+-- never calls it (the store's front answers Acquire as a batch of one,
+-- acquire_leases); it stays for the binaries of the release before, which
+-- call it and may still run beside this one during a rolling upgrade. A
+-- function leaves the schema only a release after the last binary that
+-- calls it.
+CREATE OR REPLACE FUNCTION acquire(w text, worker text, inc text, ttl bigint, off bigint)
+RETURNS TABLE (r_found boolean, r_status text, r_assigned boolean, r_desired text,
+               r_leased boolean, r_holder text, r_epoch bigint, r_expires_at_ns bigint,
+               r_now bigint, r_written boolean, r_incarnation text, r_took_over boolean, r_displaced text)
+LANGUAGE plpgsql AS $$
+DECLARE st text; want text; assigned boolean; l record; leased boolean; t bigint; live boolean;
+BEGIN
+    SELECT x.status INTO st FROM worlds x WHERE x.world = w FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT false, ''::text, false, ''::text, false, ''::text, 0::bigint, 0::bigint, 0::bigint, false,
+            ''::text, false, ''::text;
+        RETURN;
+    END IF;
+    SELECT a.desired_worker INTO want FROM assignments a WHERE a.world = w;
+    assigned := FOUND;
+    LOOP
+        SELECT x.holder, x.epoch, x.expires_at_ns, x.incarnation, x.took_over, x.displaced INTO l
+            FROM leases x WHERE x.world = w FOR UPDATE;
+        leased := FOUND;
+        t := now_ns(off); -- read after the lock wait
+        live := leased AND l.holder <> '' AND l.expires_at_ns > t;
+        IF st <> 'active' OR (assigned AND want <> '' AND want <> worker)
+           OR (live AND (l.holder <> worker OR l.incarnation = inc OR (l.took_over AND l.displaced = inc))) THEN
+            RETURN QUERY SELECT true, st, assigned, coalesce(want, ''), leased,
+                coalesce(l.holder, ''), coalesce(l.epoch, 0), coalesce(l.expires_at_ns, 0), t, false,
+                coalesce(l.incarnation, ''), coalesce(l.took_over, false), coalesce(l.displaced, '');
+            RETURN;
+        END IF;
+        IF leased THEN
+            UPDATE leases x SET holder = worker, incarnation = inc,
+                took_over = (x.holder = worker AND x.incarnation <> inc),
+                displaced = CASE WHEN x.holder = worker AND x.incarnation <> inc THEN x.incarnation ELSE '' END,
+                epoch = x.epoch + 1, expires_at_ns = t + ttl
+                WHERE x.world = w;
+            EXIT;
+        END IF;
+        INSERT INTO leases (world, holder, incarnation, epoch, expires_at_ns) VALUES (w, worker, inc, 1, t + ttl)
+            ON CONFLICT (world) DO NOTHING;
+        IF FOUND THEN
+            EXIT;
+        END IF;
+        -- Another acquirer created the row meanwhile: lock it and look again.
+    END LOOP;
+    PERFORM notify_topic('leases');
+    RETURN QUERY SELECT true, st, assigned, coalesce(want, ''), leased,
+        coalesce(l.holder, ''), coalesce(l.epoch, 0), coalesce(l.expires_at_ns, 0), t, true,
+        coalesce(l.incarnation, ''), coalesce(l.took_over, false), coalesce(l.displaced, '');
 END $$;
 
 -- Protocol A for a batch: each distinct world's rows locked in world
