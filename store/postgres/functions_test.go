@@ -117,3 +117,64 @@ func TestOpenReappliesChangedFunctionsSQL(t *testing.T) {
 		t.Fatalf("after Open, expect_count is\n%s\nwant\n%s", got, want)
 	}
 }
+
+// previousRelease is the schema version of the release before this one.
+// Its binaries may still run beside this one during a rolling upgrade, so
+// every function its schema had must stay, with the same arguments, until
+// a later release; raise it when a release ships.
+const previousRelease = 17
+
+// TestTheReleaseBeforesFunctionsRemain: a schema brought up to date keeps
+// every function the release before had. A migration that drops or
+// re-signs one (the release before still calls it) fails here: the single
+// world acquire, which this binary no longer calls, once did.
+func TestTheReleaseBeforesFunctionsRemain(t *testing.T) {
+	t.Parallel()
+	dsn := testDSN(t)
+	ms, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) < previousRelease {
+		t.Fatalf("%d migrations, fewer than the release before's %d", len(ms), previousRelease)
+	}
+	old := freshSchema(t, dsn)
+	oconn := rawConn(t, old)
+	otx, err := oconn.Begin(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = otx.Rollback(bg) }()
+	ident := pgx.Identifier{old}.Sanitize()
+	for _, q := range []string{`CREATE SCHEMA IF NOT EXISTS ` + ident, `SET LOCAL search_path TO ` + ident} {
+		if _, err := otx.Exec(bg, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range ms[:previousRelease] {
+		if _, err := otx.Exec(bg, m.sql); err != nil {
+			t.Fatalf("migration %d (%s): %v", m.version, m.name, err)
+		}
+	}
+	before := listFunctions(t, otx)
+
+	cur := freshSchema(t, dsn)
+	conn := rawConn(t, cur)
+	tx, err := conn.Begin(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(bg) }()
+	if _, err := applyMigrations(bg, tx, cur); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(bg, functionsSQL); err != nil {
+		t.Fatal(err)
+	}
+	now := listFunctions(t, tx)
+	for key := range before {
+		if _, ok := now[key]; !ok {
+			t.Errorf("%s, a function of the release before (version %d), is gone: its binaries call it during a rolling upgrade", key, previousRelease)
+		}
+	}
+}
