@@ -1219,7 +1219,7 @@ func TestPlaneSimulation(t *testing.T) {
 		// taking effect (fabric's send included). ReleaseEffect is not
 		// among them: a pool releases its claims when stopped, which
 		// happens here only after healing.
-		for _, op := range []string{"claim", "complete", "send", "watch"} {
+		for _, op := range []string{"claim", "complete_many", "send", "watch"} {
 			counts = append(counts, struct {
 				what string
 				n    int

@@ -101,19 +101,6 @@ func checkFenced(op, world string, epoch uint64) error {
 
 // ---- batch of one ----
 
-// calledAsKey carries, through a batch call the Front makes for a
-// single-item form, that form's op name (CalledAs).
-type calledAsKey struct{}
-
-// CalledAs returns the single-item form ("acquire", "renew", "release",
-// "complete") a batch call answers when the Front made it for one, and ""
-// otherwise. A backend that names its operations to something outside the
-// store (memstore's fault hook) names them as the caller called them.
-func CalledAs(ctx context.Context) string {
-	op, _ := ctx.Value(calledAsKey{}).(string)
-	return op
-}
-
 // asOne names err, an answer of a batch call made for a single-item form,
 // after that form: a copy of a *Error with op as its Op. Anything else (a
 // fault a test injected, say) passes unchanged.
@@ -129,7 +116,7 @@ func asOne(op string, err error) error {
 // Acquire is AcquireLeases of one world.
 func (f *Front) Acquire(ctx context.Context, world, worker string, ttl time.Duration, opts ...AcquireOption) (Lease, error) {
 	const op = "acquire"
-	rs, err := f.AcquireLeases(context.WithValue(ctx, calledAsKey{}, op), worker, []string{world}, ttl, opts...)
+	rs, err := f.AcquireLeases(ctx, worker, []string{world}, ttl, opts...)
 	if err != nil {
 		return Lease{}, asOne(op, err)
 	}
@@ -139,7 +126,7 @@ func (f *Front) Acquire(ctx context.Context, world, worker string, ttl time.Dura
 // Renew is RenewLeases of one lease.
 func (f *Front) Renew(ctx context.Context, world, worker string, epoch uint64, ttl time.Duration) (Lease, error) {
 	const op = "renew"
-	rs, err := f.RenewLeases(context.WithValue(ctx, calledAsKey{}, op), worker, []LeaseRef{{World: world, Epoch: epoch}}, ttl)
+	rs, err := f.RenewLeases(ctx, worker, []LeaseRef{{World: world, Epoch: epoch}}, ttl)
 	if err != nil {
 		return Lease{}, asOne(op, err)
 	}
@@ -149,7 +136,7 @@ func (f *Front) Renew(ctx context.Context, world, worker string, epoch uint64, t
 // Release is ReleaseLeases of one lease.
 func (f *Front) Release(ctx context.Context, world, worker string, epoch uint64) error {
 	const op = "release"
-	rs, err := f.ReleaseLeases(context.WithValue(ctx, calledAsKey{}, op), worker, []LeaseRef{{World: world, Epoch: epoch}})
+	rs, err := f.ReleaseLeases(ctx, worker, []LeaseRef{{World: world, Epoch: epoch}})
 	if err != nil {
 		return asOne(op, err)
 	}
@@ -165,7 +152,7 @@ func (f *Front) Complete(ctx context.Context, intentHash string, c vocab.Claim, 
 	if err := first(done(ctx, op), checkCompletion(op, one)); err != nil {
 		return 0, false, err
 	}
-	rs, err := f.CompleteMany(context.WithValue(ctx, calledAsKey{}, op), []vocab.Completion{one})
+	rs, err := f.CompleteMany(ctx, []vocab.Completion{one})
 	if err != nil {
 		return 0, false, asOne(op, err)
 	}

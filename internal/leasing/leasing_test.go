@@ -45,7 +45,7 @@ func TestDeadlineCountsFromBeforeTheRequest(t *testing.T) {
 	for _, skew := range []time.Duration{time.Hour, -time.Hour} {
 		t.Run(fmt.Sprint(skew), func(t *testing.T) {
 			slow := func(env *lab.Env, op string) error {
-				if op == "acquire" {
+				if op == "acquire_leases" {
 					return actor.Sleep(env.Ctx, env.Lab, 400*time.Millisecond)
 				}
 				return nil
@@ -57,6 +57,9 @@ func TestDeadlineCountsFromBeforeTheRequest(t *testing.T) {
 				g, err := h.Acquire(env.Ctx, "w")
 				if err != nil {
 					return err
+				}
+				if took := env.Lab.Now().Sub(sent); took < 400*time.Millisecond {
+					return fmt.Errorf("the acquire took %v: the slow answer this test is about never happened", took)
 				}
 				var l leasing.Lease
 				h.Hold(&l, g)

@@ -15,7 +15,8 @@ var ErrCrashed = errors.New("the process of this store handle crashed")
 
 // Handle is one process's store handle over the rig's durable state: a
 // fault hook runs before each of its operations (with memstore's op
-// names), and Crash kills it as memstore's Crash does: every later call
+// names; a single-item form is named as the batch form the store's front
+// answers it with), and Crash kills it as memstore's Crash does: every later call
 // fails and its watches end. Operations the plane's processes do not use
 // pass straight through.
 type Handle struct {
@@ -112,7 +113,7 @@ func (h *Handle) Head(ctx context.Context, stream string) (uint64, error) {
 }
 
 func (h *Handle) Acquire(ctx context.Context, world, worker string, ttl time.Duration, opts ...store.AcquireOption) (store.Lease, error) {
-	if err := h.begin("acquire"); err != nil {
+	if err := h.begin("acquire_leases"); err != nil {
 		return store.Lease{}, err
 	}
 	return h.Store.Acquire(ctx, world, worker, ttl, opts...)
@@ -133,7 +134,7 @@ func (h *Handle) RenewLeases(ctx context.Context, worker string, refs []store.Le
 }
 
 func (h *Handle) Release(ctx context.Context, world, worker string, epoch uint64) error {
-	if err := h.begin("release"); err != nil {
+	if err := h.begin("release_leases"); err != nil {
 		return err
 	}
 	return h.Store.Release(ctx, world, worker, epoch)
@@ -217,7 +218,7 @@ func (h *Handle) Claim(ctx context.Context, worker string, kinds []string, n int
 }
 
 func (h *Handle) Complete(ctx context.Context, hash string, c vocab.Claim, rc vocab.Receipt) (uint64, bool, error) {
-	if err := h.begin("complete"); err != nil {
+	if err := h.begin("complete_many"); err != nil {
 		return 0, false, err
 	}
 	return h.Store.Complete(ctx, hash, c, rc)

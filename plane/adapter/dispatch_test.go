@@ -186,7 +186,7 @@ func crashRun(t *testing.T, boundary string) {
 		}
 		var ext []call // external calls made
 		hook := func(op string) error {
-			if boundary == "after external call before receipt" && op == "complete" {
+			if boundary == "after external call before receipt" && op == "complete_many" {
 				crash()
 				return errors.New("process died")
 			}

@@ -98,7 +98,7 @@ func TestFabricDedupeRetryEnqueuesOnceSenderGetsAlreadyEnqueued(t *testing.T) {
 		hook := func(op string) error {
 			mu.Lock()
 			defer mu.Unlock()
-			if op == "complete" && !crashed {
+			if op == "complete_many" && !crashed {
 				crashed = true
 				st.Crash()
 				return errors.New("process died")

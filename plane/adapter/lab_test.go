@@ -54,7 +54,7 @@ func dispatchUnderLab(lost *adapter.Stats) lab.Scenario {
 
 func dispatchRun(env *lab.Env, total *adapter.Stats) error {
 	hook := func(op string) error {
-		if (op == "claim" || op == "complete" || op == "reap_effects") && env.Lab.Buggify("store."+op) {
+		if (op == "claim" || op == "complete_many" || op == "reap_effects") && env.Lab.Buggify("store."+op) {
 			return errInjected
 		}
 		return nil

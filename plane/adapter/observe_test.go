@@ -92,7 +92,7 @@ func TestPoolObservesEveryCompletionAttempt(t *testing.T) {
 		e := newEnv(t, memstore.WithHook(func(op string) error {
 			mu.Lock()
 			defer mu.Unlock()
-			if op == "complete" && failNext {
+			if op == "complete_many" && failNext {
 				failNext = false
 				return errDown
 			}
@@ -307,7 +307,7 @@ func TestPoolLogsFailuresAtWarn(t *testing.T) {
 		e := newEnv(t, memstore.WithHook(func(op string) error {
 			mu.Lock()
 			defer mu.Unlock()
-			if op == "complete" && failNext {
+			if op == "complete_many" && failNext {
 				failNext = false
 				return errors.New("store down")
 			}

@@ -21,10 +21,10 @@
 //   - WithHook installs a function called at the start of every operation
 //     the front let through (a call it refuses never gets here), before
 //     anything changes, with the operation's name (the Op of its errors:
-//     "append", "commit", "drain", "publish", "claim", "complete",
-//     "complete_many", "fire", "acquire", "renew", "renew_leases", ...;
-//     Ops lists them all; an Acquire is the front's AcquireLeases of one
-//     world, and the hook sees it as "acquire", store.CalledAs). A non-nil error fails that call, is returned
+//     "append", "commit", "drain", "publish", "claim", "complete_many", "fire", "acquire_leases", "renew_leases", ...;
+//     Ops lists them all). The front answers a single-item form through
+//     its batch form (an Acquire is an AcquireLeases of one world), so the
+//     hook sees the batch's name. A non-nil error fails that call, is returned
 //     unchanged, and the call changes nothing. The hook runs outside the
 //     store's lock, so it may call Crash, or block to hold a caller at
 //     that point.
@@ -60,12 +60,12 @@ var ErrCrashed = errors.New("memstore: crashed")
 // (and as the Op of its errors): the lab's list of fault points.
 func Ops() []string {
 	return []string{
-		"acquire", "acquire_leases", "active_snapshot", "append", "assign", "cancel_timer", "cas_watermark", "claim",
-		"claim_due", "commit", "compact", "complete", "complete_many", "create_world", "cursor", "drain",
+		"acquire_leases", "active_snapshot", "append", "assign", "cancel_timer", "cas_watermark", "claim",
+		"claim_due", "commit", "compact", "complete_many", "create_world", "cursor", "drain",
 		"effect_status", "enqueue", "fire", "fire_held", "floor", "fork_world", "get_assignment", "get_lease", "get_watermark", "get_world",
 		"head", "heartbeat", "list_effects", "list_timers", "list_worker_worlds", "list_workers",
 		"list_worlds", "next_due", "now", "publish", "put_snapshot", "queue_depths", "read", "read_inbox",
-		"read_window", "reap_effects", "reap_timers", "release", "release_effect", "release_leases", "renew",
+		"read_window", "reap_effects", "reap_timers", "release_effect", "release_leases",
 		"renew_leases", "resolve", "retry_effect", "schedule", "send", "set_draining", "set_world_status",
 		"snapshot_below", "spawn", "sweep_dedupe", "unassign", "watch",
 	}
@@ -177,13 +177,8 @@ func (s *backend) DedupeRetention() time.Duration { return s.retention }
 // begin opens an operation: the hook, then the context, then (under the
 // mutex, which it leaves locked on success; end releases it) the handle's
 // crash and close flags. The hook runs outside the mutex so that it may
-// call Crash. A batch call the front makes for a single-item form (an
-// Acquire is an AcquireLeases of one world) is named as the caller called
-// it, to the hook and in its errors.
+// call Crash.
 func (s *backend) begin(ctx context.Context, op string) error {
-	if as := store.CalledAs(ctx); as != "" {
-		op = as
-	}
 	if s.hook != nil {
 		if err := s.hook(op); err != nil {
 			return err

@@ -101,7 +101,7 @@ func TestHookFailsTheCallAndChangesNothing(t *testing.T) {
 	if _, err := s.DrainToJournal(bg, "w", e, 0, 0, 1, []store.Record{rec("a")}); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"create_world", "acquire", "append", "head", "enqueue", "drain", "cursor", "drain"}
+	want := []string{"create_world", "acquire_leases", "append", "head", "enqueue", "drain", "cursor", "drain"}
 	if len(ops) != len(want) {
 		t.Fatalf("hook saw %v, want %v", ops, want)
 	}
