@@ -18,6 +18,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/orrery-run/orrery/api"
 	"github.com/orrery-run/orrery/internal/testrig"
@@ -99,6 +100,16 @@ func TestOpenAPIIsValid31(t *testing.T) {
 		}
 	}
 
+	// Every component schema is a JSON Schema 2020-12 schema by a
+	// validator of its own, which checks it against the 2020-12
+	// metaschema.
+	c := newConformance(t)
+	for name := range doc.Components.Schemas {
+		if _, err := c.strict.Compile(specURL + "#/components/schemas/" + name); err != nil {
+			t.Errorf("schema %s is not valid JSON Schema 2020-12: %v", name, err)
+		}
+	}
+
 	// The same checks refuse a broken document: a dangling $ref, and a
 	// 3.0-only form in a 3.1 document.
 	for what, broken := range map[string]func(string) string{
@@ -175,6 +186,52 @@ type conformance struct {
 	t    *testing.T
 	spec *openapi3.T // the unbound document, for its components
 	seen map[string]map[int]bool
+	// strict compiles the description's component schemas with a JSON
+	// Schema 2020-12 validator of its own: kin-openapi validates a 3.1
+	// schema that has $refs and no 2020-only keyword with its OpenAPI 3.0
+	// validator instead, so every JSON body is checked by both.
+	strict *jsonschema.Compiler
+	byName map[string]*jsonschema.Schema
+}
+
+func newConformance(t *testing.T) *conformance {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(api.OpenAPI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	strict := jsonschema.NewCompiler()
+	strict.DefaultDraft(jsonschema.Draft2020)
+	strict.AssertFormat()
+	if err := strict.AddResource(specURL, doc); err != nil {
+		t.Fatal(err)
+	}
+	return &conformance{t: t, spec: loadSpec(t, api.OpenAPI(), ""), seen: map[string]map[int]bool{},
+		strict: strict, byName: map[string]*jsonschema.Schema{}}
+}
+
+// specURL names the description for the JSON Schema validator.
+const specURL = "urn:orrery:openapi.json"
+
+// validateStrict checks a JSON body against the named component schema
+// with the JSON Schema 2020-12 validator.
+func (c *conformance) validateStrict(what, name string, body []byte) {
+	c.t.Helper()
+	sch := c.byName[name]
+	if sch == nil {
+		var err error
+		if sch, err = c.strict.Compile(specURL + "#/components/schemas/" + name); err != nil {
+			c.t.Fatalf("schema %s does not compile as JSON Schema 2020-12: %v", name, err)
+		}
+		c.byName[name] = sch
+	}
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(body))
+	if err != nil {
+		c.t.Fatalf("%s: not JSON: %v: %s", what, err, body)
+	}
+	if err := sch.Validate(v); err != nil {
+		c.t.Errorf("%s does not match %s (JSON Schema 2020-12): %#v\n%s", what, name, err, body)
+	}
 }
 
 // target is one running server the exchanges go to.
@@ -288,6 +345,14 @@ func (tg *target) validateResponse(x exchange, in *openapi3filter.RequestValidat
 	if err := openapi3filter.ValidateResponse(tg.r.Ctx, out); err != nil {
 		t.Errorf("%s %s %s: the %d response does not match the description: %v\n%s", x.method, x.path, x.body, resp.StatusCode, err, body)
 	}
+	if !excludeBody {
+		if r := in.Route.Operation.Responses.Status(resp.StatusCode); r != nil {
+			if mt := r.Value.Content.Get("application/json"); mt != nil && mt.Schema != nil && mt.Schema.Ref != "" {
+				name := strings.TrimPrefix(mt.Schema.Ref, "#/components/schemas/")
+				tg.c.validateStrict(fmt.Sprintf("%s %s %s: the %d response", x.method, x.path, x.body, resp.StatusCode), name, body)
+			}
+		}
+	}
 	op := in.Route.Operation.OperationID
 	if tg.c.seen[op] == nil {
 		tg.c.seen[op] = map[int]bool{}
@@ -315,6 +380,7 @@ func (c *conformance) validateValue(what, schema string, data []byte) {
 	if err := c.spec.ValidateSchemaJSON(c.schema(schema), v, openapi3.EnableJSONSchema2020()); err != nil {
 		c.t.Errorf("%s does not match %s: %v\n%s", what, schema, err, data)
 	}
+	c.validateStrict(what, schema, data)
 }
 
 // stream opens the event stream and validates each event's data, by its
@@ -379,7 +445,7 @@ func (tg *target) stream(x exchange) (names []string, close func()) {
 // describes a 4xx, refusing.
 func TestOpenAPIConformsToRealResponses(t *testing.T) {
 	const tok = "openapi-token"
-	c := &conformance{t: t, spec: loadSpec(t, api.OpenAPI(), ""), seen: map[string]map[int]bool{}}
+	c := newConformance(t)
 	ra := newRunsRigWith(t, rigOptions{token: tok, metrics: true, cfg: func(cfg *api.Config) { cfg.MaxBody = 8 << 10 }})
 	a := c.on(ra, tok)
 	rb := newRig(t, rigOptions{token: tok, workers: []string{}, cfg: func(cfg *api.Config) {
