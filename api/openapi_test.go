@@ -569,8 +569,10 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 	hash := effects.Effects[0].IntentHash
 	a.do(exchange{method: "GET", path: "/v1/effects?world=oa&after=0&limit=5", want: 200})
 	a.do(exchange{method: "GET", path: "/v1/effects", want: 400, specRefuses: true})
+	a.do(exchange{method: "GET", path: "/v1/effects?world=nobody", want: 404})
 	a.do(exchange{method: "GET", path: "/v1/timers?world=oa", want: 200})
 	a.do(exchange{method: "GET", path: "/v1/timers?limit=5", want: 400, specRefuses: true})
+	a.do(exchange{method: "GET", path: "/v1/timers?world=nobody", want: 404})
 	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/retry", want: 409})
 	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/receipt", body: `{"status":"maybe"}`, want: 400, specRefuses: true})
 	a.do(exchange{method: "POST", path: "/v1/effects/" + strings.Repeat("0", 64) + "/receipt", body: `{"status":"ok"}`, want: 404})
@@ -625,6 +627,9 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 	a.do(exchange{method: "POST", path: "/v1/runs/r2/cancel", body: `{"reason":true}`, want: 400, specRefuses: true})
 	a.do(exchange{method: "POST", path: "/v1/runs/nobody/cancel", want: 404})
 	a.do(exchange{method: "POST", path: "/v1/runs/r1/cancel", want: 409}) // completed
+	a.do(exchange{method: "POST", path: "/v1/runs/r1/signals", body: `{"name":"approved","value":true}`, want: 409})
+	a.do(exchange{method: "POST", path: "/v1/runs/r2/pause", want: 409})  // cancelled
+	a.do(exchange{method: "POST", path: "/v1/runs/r2/resume", want: 409}) // cancelled
 
 	const window = "from=2000-01-01T00:00:00Z&to=2200-01-01T00:00:00Z"
 	a.do(exchange{method: "GET", path: "/v1/streams/oa/audit?" + window, want: 200})
