@@ -1,7 +1,9 @@
 package api
 
 import (
+	"context"
 	_ "embed"
+	"encoding/json"
 	"net/http"
 	"slices"
 )
@@ -42,4 +44,14 @@ func (s *Server) openAPISpec(*http.Request, *reqCtx) (int, any, error) {
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write(openAPI)
 	})}, nil
+}
+
+// OpenAPI fetches the server's OpenAPI description (GET /v1/openapi.json):
+// the JSON document, without the whitespace around it.
+func (c *Client) OpenAPI(ctx context.Context) ([]byte, error) {
+	var raw json.RawMessage
+	if _, err := c.do(ctx, http.MethodGet, "/v1/openapi.json", nil, nil, &raw); err != nil {
+		return nil, err
+	}
+	return raw, nil
 }

@@ -470,6 +470,9 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 		t.Fatal("GET /v1/openapi.json does not serve api/openapi.json as it is")
 	}
 	a.do(exchange{method: "GET", path: "/v1/openapi.json", noToken: true, want: 401, specRefuses: true})
+	if got, err := ra.Client.OpenAPI(ra.Ctx); err != nil || !bytes.Equal(got, bytes.TrimSpace(api.OpenAPI())) {
+		t.Fatalf("Client.OpenAPI: %d bytes, %v; want api/openapi.json", len(got), err)
+	}
 
 	// Worlds.
 	a.do(exchange{method: "POST", path: "/v1/worlds", body: `{"id":"oa","universe":"u"}`, want: 201})
