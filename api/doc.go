@@ -24,6 +24,7 @@
 //	GET  /v1/workers                      the inventory, with liveness and world counts
 //	GET  /v1/queues                       the global queue depths
 //	GET  /v1/events                       server-sent events: the rows above as they change
+//	GET  /v1/openapi.json                 the OpenAPI 3.1 description of all of the above (OpenAPI)
 //	GET  /ui/…, GET /                     the dashboard's files, when Config.UI is set (no token needed)
 //	POST /v1/workers/{id}/drain           {"draining"}
 //	POST /v1/runs                         {"workflow","id","input"}: 201 started, 200 the same again, 409 other input
@@ -78,6 +79,14 @@
 // than the state. Config.MaxEventStreams bounds the streams (one more is
 // 503 with Retry-After), and every open stream ends when Serve's context
 // does.
+//
+// Every route is described in api/openapi.json, an OpenAPI 3.1 document
+// embedded in the binary (OpenAPI) and served at GET /v1/openapi.json, from
+// which other languages generate clients. The package's tests fail when a
+// route the server registers (Server.Routes) has no operation there, when an
+// operation there is not served, and when a real request or answer of any
+// operation does not match it; docs/api.md says how to describe a new
+// endpoint.
 //
 // The Client mirrors every endpoint and answers errors as *Error, which
 // errors.Is matches against the store and plane sentinels of its code.

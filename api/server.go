@@ -223,6 +223,7 @@ func (s *Server) routes() {
 	s.route("GET /v1/workers", false, s.workers)
 	s.route("GET /v1/queues", false, s.queues)
 	s.route("GET /v1/events", false, s.events)
+	s.route("GET /v1/openapi.json", false, s.openAPISpec) // api/openapi.json: describe every route there
 
 	if s.cfg.UI != nil {
 		ui := http.StripPrefix("/ui", s.cfg.UI)
