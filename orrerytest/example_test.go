@@ -1,0 +1,147 @@
+package orrerytest_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/orrery-run/orrery/orrerytest"
+	"github.com/orrery-run/orrery/plane/adapter"
+)
+
+// A world on its own node: send it inputs, call it for a typed reply, and
+// read its state as the definition's Go type. In a test file this is
+//
+//	func TestTab(t *testing.T) {
+//		orrerytest.Test(t, func(t *testing.T) { ... })
+//	}
+func ExampleNewWorld() {
+	inTest(func(t *testing.T) {
+		pay := orrerytest.NewFake("pay.charge").Default(orrerytest.OK(Charged{Ref: "ch_1"}))
+		w := orrerytest.NewWorld(t, shop(), orrerytest.Fakes(pay))
+		w.Send(Order{Item: "tea", Cents: 350})
+		w.Settle() // the order, its charge and the charge's receipt
+		n := orrerytest.Call[int64](w, Total{})
+		fmt.Println("paid:", n)
+		fmt.Println("state:", orrerytest.State[Tab](w).Paid)
+	})
+	// Output:
+	// paid: 1
+	// state: [ch_1]
+}
+
+// Advance moves virtual time: a timer two minutes away fires at its
+// instant, and the test takes milliseconds.
+func ExampleNode_Advance() {
+	inTest(func(t *testing.T) {
+		w := orrerytest.NewWorld(t, shop())
+		w.Send(Remind{After: 2 * time.Minute, Note: "close the till"})
+		w.Settle()
+		w.Advance(time.Minute)
+		fmt.Println("after 1m:", orrerytest.State[Tab](w).Reminders)
+		w.Advance(time.Minute)
+		fmt.Println("after 2m:", orrerytest.State[Tab](w).Reminders)
+	})
+	// Output:
+	// after 1m: []
+	// after 2m: [close the till at 00:02:00]
+}
+
+// Crash kills the node as kill -9 would; Restart starts it again on the
+// same store, and the world's state comes back from its journal. An
+// effect in flight at the crash runs again once its claim expires.
+func ExampleNode_Crash() {
+	inTest(func(t *testing.T) {
+		pay := orrerytest.NewFake("pay.charge").
+			Script("", orrerytest.OK(Charged{Ref: "slow"}).After(10*time.Second)).
+			Default(orrerytest.OK(Charged{Ref: "again"}))
+		w := orrerytest.NewWorld(t, shop(), orrerytest.Fakes(pay))
+		w.Send(Order{Item: "tea", Cents: 350})
+		w.Settle() // the charge is in flight, for 10s
+		w.Crash()
+		w.Restart()
+		w.Advance(30 * time.Second) // the crashed claim's TTL
+		for _, a := range pay.Asked() {
+			fmt.Printf("execution %d, claim %d\n", a.Execution, a.Claim)
+		}
+		fmt.Println("paid:", orrerytest.State[Tab](w).Paid)
+	})
+	// Output:
+	// execution 1, claim 1
+	// execution 2, claim 2
+	// paid: [again]
+}
+
+// A Fake answers effects as scripted and records what it was asked. Its
+// retry policy is a real adapter's (production's default unless Retry
+// says otherwise); without retries, each outcome is the receipt.
+func ExampleFake() {
+	inTest(func(t *testing.T) {
+		pay := orrerytest.NewFake("pay.charge").Retry(adapter.NoRetry()).Script("pay.charge",
+			orrerytest.OK(Charged{Ref: "ch_1"}).After(time.Second), // ok, a second later
+			orrerytest.Fail("card reader busy"),                     // error: nothing happened
+			orrerytest.Permanent("card declined"),                   // error, never retried
+			orrerytest.Unknown("connection reset"),                  // timeout: it may have happened
+		)
+		w := orrerytest.NewWorld(t, shop(), orrerytest.Fakes(pay))
+		for _, item := range []string{"tea", "cake", "jam", "bun"} {
+			w.Send(Order{Item: item, Cents: 350})
+			w.Advance(time.Minute)
+		}
+		for _, a := range pay.Asked() {
+			var c Charge
+			_ = a.Decode(&c)
+			fmt.Printf("asked to charge %s, execution %d\n", c.Item, a.Execution)
+		}
+		s := orrerytest.State[Tab](w)
+		fmt.Println(s.Paid, len(s.Failed), "failed,", len(s.Unknown), "unknown")
+	})
+	// Output:
+	// asked to charge tea, execution 1
+	// asked to charge cake, execution 1
+	// asked to charge jam, execution 1
+	// asked to charge bun, execution 1
+	// [ch_1] 2 failed, 1 unknown
+}
+
+// The journal, record by record: each input's type and value, how the
+// step ended, its reply, and the effects and timers it asked for.
+func ExampleWorld_Journal() {
+	inTest(func(t *testing.T) {
+		pay := orrerytest.NewFake("pay.charge").Default(orrerytest.OK(Charged{Ref: "ch_1"}))
+		w := orrerytest.NewWorld(t, shop(), orrerytest.Fakes(pay))
+		w.Send(Order{Item: "tea", Cents: 350})
+		w.Settle()
+		w.Send(Remind{After: time.Hour, Note: "restock"})
+		orrerytest.Call[int64](w, Total{})
+		for _, r := range w.Journal() {
+			fmt.Printf("%d %s %s %s effects=%d timers=%d\n", r.Height, r.Kind, r.Type, r.Outcome, len(r.Effects), len(r.Timers))
+		}
+		var c Charge
+		_ = w.Effects("pay.charge")[0].Decode(&c)
+		fmt.Printf("asked to charge %d for %s\n", c.Cents, c.Item)
+		w.AssertTypes("Order", "receipt pay.charge ok", "Remind", "Total")
+	})
+	// Output:
+	// 1 event Order ok effects=1 timers=0
+	// 2 receipt receipt pay.charge ok ok effects=0 timers=0
+	// 3 event Remind ok effects=0 timers=1
+	// 4 call Total ok effects=0 timers=0
+	// asked to charge 350 for tea
+}
+
+// Diff is what Equal, AssertState and AssertTypes print when they fail.
+func ExampleDiff() {
+	fmt.Print(orrerytest.Diff(Tab{Paid: []string{"a"}}, Tab{Paid: []string{"a", "b"}}))
+	// Output:
+	//   {
+	//     "Paid": [
+	// -     "a"
+	// +     "a",
+	// +     "b"
+	//     ],
+	//     "Failed": null,
+	//     "Unknown": null,
+	//     "Reminders": null
+	//   }
+}
