@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -32,11 +33,15 @@ func (w *World) AssertTypes(want ...string) {
 	Equal(w.n.t, "the journal of "+w.id, w.Types(), want)
 }
 
-// Diff renders a and b (as indented JSON, or %#v for what JSON cannot
-// show) and returns their line diff: lines only in a prefixed "-", only
+// Diff renders a and b (as indented JSON, or in Go syntax when JSON
+// cannot tell them apart) and returns their line diff: lines only in a prefixed "-", only
 // in b "+", common ones " ".
 func Diff(a, b any) string {
 	la, lb := lines(a), lines(b)
+	if slices.Equal(la, lb) {
+		// JSON shows neither unexported fields nor types: Go syntax does.
+		la, lb = []string{fmt.Sprintf("%#v", a)}, []string{fmt.Sprintf("%#v", b)}
+	}
 	// The longest common subsequence of the lines, by dynamic
 	// programming: values under test are small.
 	n, m := len(la), len(lb)

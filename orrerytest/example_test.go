@@ -79,9 +79,9 @@ func ExampleFake() {
 	inTest(func(t *testing.T) {
 		pay := orrerytest.NewFake("pay.charge").Retry(adapter.NoRetry()).Script("pay.charge",
 			orrerytest.OK(Charged{Ref: "ch_1"}).After(time.Second), // ok, a second later
-			orrerytest.Fail("card reader busy"),                     // error: nothing happened
-			orrerytest.Permanent("card declined"),                   // error, never retried
-			orrerytest.Unknown("connection reset"),                  // timeout: it may have happened
+			orrerytest.Fail("card reader busy"),                    // error: nothing happened
+			orrerytest.Permanent("card declined"),                  // error, never retried
+			orrerytest.Unknown("connection reset"),                 // timeout: it may have happened
 		)
 		w := orrerytest.NewWorld(t, shop(), orrerytest.Fakes(pay))
 		for _, item := range []string{"tea", "cake", "jam", "bun"} {

@@ -1,8 +1,10 @@
 package orrerytest_test
 
 import (
+	"context"
 	"time"
 
+	"github.com/orrery-run/orrery/workflow"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -76,4 +78,11 @@ func shop() *world.Def[Tab] {
 		return nil
 	})
 	return d
+}
+
+// greeter is the workflow the kit's tests run: one step.
+func greeter() *workflow.Def[string, string] {
+	return workflow.New("greeter", 1, func(c *workflow.Ctx, name string) (string, error) {
+		return workflow.Step(c, "greet", func(ctx context.Context) (string, error) { return "hello, " + name, nil })
+	})
 }
