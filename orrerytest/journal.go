@@ -163,3 +163,36 @@ func (w *World) Effects(kinds ...string) []Effect {
 	}
 	return out
 }
+
+// AssertReplays fails the test unless w's state three ways is one state:
+// the live one (its host's, when it runs), a restore from the store (the
+// latest snapshot and the journal after it, as a restarted node does) and
+// a replay of the whole journal from the first step, which also checks
+// that the definition still does, step by step, what the journal says.
+// It is the check that a handler is deterministic, and that a change to a
+// definition did not break the worlds already running it.
+func (w *World) AssertReplays() {
+	w.n.t.Helper()
+	live := w.snapshot()
+	k, ok := w.n.kernels[w.universe]
+	if !ok {
+		w.n.t.Fatalf("orrerytest: %s: %v", w.id, errUniverse(w.universe))
+	}
+	inst, _, err := plane.Restore(w.n.ctx, w.n.st, w.n.kernels, w.id)
+	if err != nil {
+		w.n.t.Fatalf("orrerytest: %s: restore: %v", w.id, err)
+	}
+	tail, err := plane.ReadTail(w.n.ctx, w.n.st, w.id, 0)
+	if err != nil {
+		w.n.t.Fatalf("orrerytest: %s: reading the journal: %v", w.id, err)
+	}
+	full, err := k.Replay(w.id, world.Snapshot{}, tail)
+	if err != nil {
+		w.n.t.Fatalf("orrerytest: %s: replay from the first step: %v", w.id, err)
+	}
+	liveHash := world.Hash(live.State)
+	if inst.StateHash() != liveHash || inst.Height() != live.Height || full.StateHash() != liveHash || full.Height() != live.Height {
+		w.n.t.Fatalf("orrerytest: %s: the live state is %s at %d, a restore %s at %d, a replay from the first step %s at %d",
+			w.id, liveHash, live.Height, inst.StateHash(), inst.Height(), full.StateHash(), full.Height())
+	}
+}

@@ -250,6 +250,7 @@ func (n *Node) Advance(d time.Duration) {
 // it pass, up to one minute of it, and fails the test beyond that.
 func (n *Node) Settle() {
 	n.t.Helper()
+	n.live() // a crashed node settles nothing
 	step := time.Millisecond
 	for waited := time.Duration(0); ; waited += step {
 		synctest.Wait()
@@ -437,4 +438,36 @@ func (w *World) snapshot() world.Snapshot {
 
 func errUniverse(u string) error {
 	return fmt.Errorf("no world definition named %q on the node", u)
+}
+
+// Eventually lets virtual time pass until cond holds, and fails the test
+// when within has passed first: the wait for an outcome that takes
+// several steps across worlds (a saga's end). It checks cond after 10ms,
+// then at doubling intervals up to every second, so it may overshoot the
+// instant cond came to hold by up to a second.
+func (n *Node) Eventually(what string, within time.Duration, cond func() bool) {
+	n.t.Helper()
+	step := 10 * time.Millisecond
+	for deadline := time.Now().Add(within); ; step = min(2*step, time.Second) {
+		synctest.Wait()
+		if cond() {
+			return
+		}
+		if !time.Now().Before(deadline) {
+			n.t.Fatalf("orrerytest: %s did not happen within %s of virtual time", what, within)
+		}
+		time.Sleep(step)
+	}
+}
+
+// Idle reports whether nothing is left to do anywhere on the node: every
+// inbox drained, no effect pending or in flight, no timer being fired.
+// Timers not yet due do not count.
+func (n *Node) Idle() bool {
+	n.t.Helper()
+	q, err := n.st.QueueDepths(n.ctx)
+	if err != nil {
+		n.t.Fatalf("orrerytest: %v", err)
+	}
+	return q.InboxBacklog == 0 && q.EffectsPending == 0 && q.EffectsInflight == 0 && q.TimersClaimed == 0
 }

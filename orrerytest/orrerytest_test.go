@@ -316,3 +316,59 @@ func TestTheKitRefusesToRunOutsideVirtualTime(t *testing.T) {
 		t.Fatalf("outside a bubble: %v, want a failure that names orrerytest.Test", r.msgs)
 	}
 }
+
+func TestAssertReplaysCatchesANondeterministicHandler(t *testing.T) {
+	orrerytest.Test(t, func(t *testing.T) {
+		calls := 0 // state outside the world: replay sees another value
+		d := world.New[int]("flaky", 1)
+		world.On(d, func(c *world.Ctx, s *int, _ Total) error {
+			calls++
+			*s = calls
+			return nil
+		})
+		r := &recorder{TB: t}
+		w := orrerytest.NewWorld(r, d)
+		w.Send(Total{})
+		w.Settle()
+		catch(r, w.AssertReplays)
+		if !r.fatal || len(r.msgs) == 0 || !strings.Contains(r.msgs[0], "flaky") {
+			t.Fatalf("AssertReplays on a nondeterministic world: %v, want a failure naming it", r.msgs)
+		}
+	})
+}
+
+func TestAssertReplaysPassesOnADeterministicWorld(t *testing.T) {
+	orrerytest.Test(t, func(t *testing.T) {
+		r := &recorder{TB: t}
+		w := orrerytest.NewWorld(r, shop(), orrerytest.Fakes(paying("ch")))
+		w.Send(Order{Item: "tea"})
+		w.Send(Remind{After: time.Minute, Note: "n"})
+		w.Advance(time.Minute)
+		catch(r, w.AssertReplays)
+		if r.fatal || len(r.msgs) != 0 {
+			t.Fatalf("AssertReplays failed on a deterministic world: %v", r.msgs)
+		}
+	})
+}
+
+func TestEventuallyLetsVirtualTimePassUntilItsCondition(t *testing.T) {
+	orrerytest.Test(t, func(t *testing.T) {
+		w := orrerytest.NewWorld(t, shop())
+		w.Send(Remind{After: 3 * time.Hour, Note: "n"})
+		n := w.Node()
+		start := n.Now()
+		n.Eventually("the reminder", 4*time.Hour, func() bool { return len(orrerytest.State[Tab](w).Reminders) == 1 })
+		if d := n.Now().Sub(start); d < 3*time.Hour || d > 3*time.Hour+2*time.Second {
+			t.Fatalf("Eventually let %s pass, want the 3h to the timer", d)
+		}
+		if !n.Idle() {
+			t.Fatal("the node is not idle after the timer's step")
+		}
+		r := &recorder{TB: t}
+		n2 := orrerytest.NewNode(r, orrerytest.Worlds(shop()))
+		catch(r, func() { n2.Eventually("never", time.Minute, func() bool { return false }) })
+		if !r.fatal || !strings.Contains(r.msgs[0], "never did not happen within 1m0s") {
+			t.Fatalf("Eventually on a condition that never holds: %v", r.msgs)
+		}
+	})
+}
