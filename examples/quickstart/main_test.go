@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,4 +30,26 @@ func TestGuestbook(t *testing.T) {
 		orrerytest.AssertState(w, Book{Names: []string{"Ada"}, Reminders: []string{"close the book"}})
 		w.AssertTypes("Sign", "Remind", "Count", "Ring")
 	})
+}
+
+// The README's tutorial shows TestGuestbook as it is written above: the
+// test a reader copies is the one that passes here.
+func TestTheReadmeShowsThisTest(t *testing.T) {
+	src, err := os.ReadFile("main_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(src)
+	start := strings.Index(s, "func TestGuestbook(")
+	if start < 0 {
+		t.Fatal("main_test.go has no TestGuestbook")
+	}
+	end := start + strings.Index(s[start:], "\n}\n") + 3
+	if !strings.Contains(string(readme), s[start:end]) {
+		t.Fatalf("README.md does not show TestGuestbook as main_test.go has it:\n%s", s[start:end])
+	}
 }
