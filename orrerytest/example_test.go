@@ -145,3 +145,50 @@ func ExampleDiff() {
 	//     "Reminders": null
 	//   }
 }
+
+// A durable workflow runs on the kit's node too: start it and wait for
+// its result through the node's workflow client.
+func ExampleWorkflows() {
+	inTest(func(t *testing.T) {
+		n := orrerytest.NewNode(t, orrerytest.Workflows(greeter()))
+		def := greeter()
+		if err := def.Start(n.Context(), n.Runs(), "run-1", "Ada"); err != nil {
+			t.Fatal(err)
+		}
+		out, err := def.Result(n.Context(), n.Runs(), "run-1")
+		fmt.Println(out, err)
+	})
+	// Output:
+	// hello, Ada <nil>
+}
+
+// AssertReplays checks that the journal replays to the live state, from
+// the latest snapshot and from the first step: that the handlers are
+// deterministic. AssertState compares the state with a diff on failure.
+func ExampleWorld_AssertReplays() {
+	inTest(func(t *testing.T) {
+		w := orrerytest.NewWorld(t, shop(), orrerytest.Fakes(orrerytest.NewFake("pay.charge").Default(orrerytest.OK(Charged{Ref: "ch_1"}))))
+		w.Send(Order{Item: "tea", Cents: 350})
+		w.Send(Remind{After: time.Hour, Note: "restock"})
+		w.Advance(time.Hour)
+		w.AssertReplays()
+		orrerytest.AssertState(w, Tab{Paid: []string{"ch_1"}, Reminders: []string{"restock at 01:00:00"}})
+		fmt.Println("height", w.Height(), "replays")
+	})
+	// Output:
+	// height 4 replays
+}
+
+// Eventually lets virtual time pass until a condition across worlds
+// holds; Idle says the node has nothing left in flight.
+func ExampleNode_Eventually() {
+	inTest(func(t *testing.T) {
+		n := orrerytest.NewNode(t, orrerytest.Worlds(shop()))
+		w := n.Create("shop", "corner")
+		w.Send(Remind{After: 90 * time.Minute, Note: "close"})
+		n.Eventually("the reminder", 2*time.Hour, func() bool { return len(orrerytest.State[Tab](w).Reminders) == 1 })
+		fmt.Println(orrerytest.State[Tab](w).Reminders, n.Idle())
+	})
+	// Output:
+	// [close at 01:30:00] true
+}

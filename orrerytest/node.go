@@ -11,7 +11,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/orrery-run/orrery"
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/adapter"
@@ -120,7 +119,7 @@ func NewNode(t testing.TB, opts ...Option) *Node {
 	n := &Node{t: t, ctx: context.Background(), cfg: cfg, st: memstore.New()}
 	var err error
 	if len(cfg.worlds) > 0 {
-		if n.kernels, err = orrery.Kernels(cfg.worlds...); err != nil {
+		if n.kernels, err = kernelsOf(cfg.worlds); err != nil {
 			t.Fatalf("orrerytest: %v", err)
 		}
 	} else {
@@ -470,4 +469,21 @@ func (n *Node) Idle() bool {
 		n.t.Fatalf("orrerytest: %v", err)
 	}
 	return q.InboxBacklog == 0 && q.EffectsPending == 0 && q.EffectsInflight == 0 && q.TimersClaimed == 0
+}
+
+// kernelsOf maps each definition to its universe, as a binary's
+// orrery.Main does (the kit does not import it: it would bring the whole
+// command line into every test binary).
+func kernelsOf(defs []world.Kernel) (plane.Kernels, error) {
+	ks := plane.Kernels{}
+	for _, k := range defs {
+		if err := k.Err(); err != nil {
+			return nil, err
+		}
+		if _, dup := ks[k.Name()]; dup {
+			return nil, fmt.Errorf("two world definitions named %q", k.Name())
+		}
+		ks[k.Name()] = k
+	}
+	return ks, nil
 }

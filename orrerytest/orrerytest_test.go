@@ -1,6 +1,7 @@
 package orrerytest_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"github.com/orrery-run/orrery/orrerytest"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/adapter"
+	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -369,6 +371,24 @@ func TestEventuallyLetsVirtualTimePassUntilItsCondition(t *testing.T) {
 		catch(r, func() { n2.Eventually("never", time.Minute, func() bool { return false }) })
 		if !r.fatal || !strings.Contains(r.msgs[0], "never did not happen within 1m0s") {
 			t.Fatalf("Eventually on a condition that never holds: %v", r.msgs)
+		}
+	})
+}
+
+func TestACallWithoutAReplyFailsAtTheCallLimitOfVirtualTime(t *testing.T) {
+	orrerytest.Test(t, func(t *testing.T) {
+		w := orrerytest.NewWorld(t, shop(), orrerytest.CallLimit(time.Minute))
+		w.Settle()
+		if _, err := w.Node().Store().SetWorldStatus(w.Node().Context(), w.ID(), store.WorldPaused, "test"); err != nil {
+			t.Fatal(err)
+		}
+		start := w.Node().Now()
+		_, err := orrerytest.TryCall[int64](w, Total{})
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "1m0s of virtual time") {
+			t.Fatalf("TryCall on a paused world = %v, want the call limit's error", err)
+		}
+		if d := w.Node().Now().Sub(start); d != time.Minute {
+			t.Fatalf("the call waited %s of virtual time, want the 1m limit", d)
 		}
 	})
 }
