@@ -35,10 +35,13 @@
 //     of it; NewNode starts a node for several worlds (Worlds) or
 //     workflows (Workflows, then Node.Runs), and Node.Create adds worlds.
 //   - World.Send enqueues an event; Call returns the handler's reply
-//     decoded into your type (TryCall returns a handler's error instead);
+//     decoded into your type (TryCall returns a handler's error instead,
+//     and a call with no reply fails at its CallLimit of virtual time);
 //     Settle waits until everything enqueued has been applied.
 //   - Node.Advance lets virtual time pass: timers fire, delayed effects
 //     complete, leases and claims expire, each at its instant.
+//     Node.Eventually lets it pass until a condition holds (a saga's
+//     end); Node.Idle says nothing is in flight.
 //   - Node.Crash kills the node as kill -9 would; Node.Restart starts it
 //     again on the same store, and the worlds come back from their
 //     journals. Effects in flight at the crash are handled as in
@@ -52,10 +55,18 @@
 //     lists its records (input type and value, outcome, reply, effects
 //     and timers asked for), World.Types their input types, and
 //     World.Effects the effects it asked for.
-//   - Equal, AssertState and World.AssertTypes fail with a line diff.
+//   - Equal, AssertState and World.AssertTypes fail with a line diff;
+//     World.AssertReplays checks that the live state, a restore and a
+//     replay of the whole journal agree (the handlers are deterministic,
+//     and a changed definition still replays the journals it wrote).
 //
 // Every failure names what failed, and the kit's helpers call t.Helper,
 // so the failure points at your test's line.
+//
+// Each capability has a runnable example in example_test.go. An example
+// there runs its body through a small helper, inTest, only because an
+// Example function has no *testing.T; in your tests the body goes in
+// orrerytest.Test as above.
 //
 // # What it is not
 //

@@ -392,3 +392,31 @@ func TestACallWithoutAReplyFailsAtTheCallLimitOfVirtualTime(t *testing.T) {
 		}
 	})
 }
+
+func TestAFakeReplacesTheBuiltInHTTPAdapter(t *testing.T) {
+	orrerytest.Test(t, func(t *testing.T) {
+		d := world.New[int]("caller", 1)
+		world.On(d, func(c *world.Ctx, s *int, _ Total) error {
+			c.Effect(world.KindHTTPRequest, world.HTTPRequest{Method: "POST", URL: "https://pay.example/charge", Body: []byte("{}")})
+			return nil
+		})
+		world.On(d, func(c *world.Ctx, s *int, r world.Receipt) error {
+			if r.Status == "ok" {
+				*s = 1
+			}
+			return nil
+		})
+		web := orrerytest.NewFake(world.KindHTTPRequest)
+		w := orrerytest.NewWorld(t, d, orrerytest.Fakes(web))
+		w.Send(Total{})
+		w.Settle()
+		asked := web.Asked()
+		var req world.HTTPRequest
+		if len(asked) != 1 || asked[0].Decode(&req) != nil || req.URL != "https://pay.example/charge" || req.Method != "POST" {
+			t.Fatalf("the fake was asked %+v, want the POST", asked)
+		}
+		if s := orrerytest.State[int](w); s != 1 {
+			t.Fatalf("state %d, want the fake's ok receipt applied", s)
+		}
+	})
+}
