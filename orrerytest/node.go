@@ -98,6 +98,7 @@ type Node struct {
 	wfs     *workflow.Workflows
 	n       *node.Node // nil while crashed
 	starts  int
+	sends   int // Send's keys: one count per node, so two handles on a world never share a key
 }
 
 // NewNode starts a node in the current virtual-time test (see Test).
@@ -245,7 +246,7 @@ func (n *Node) Advance(d time.Duration) {
 
 // Settle waits until the node has done what it can do now: every input
 // enqueued is journaled and every effect ready to run was handed to its
-// adapter. Placement and retries may take some virtual time; Settle lets
+// adapter (a paused world's inbox counts too: resume it first). Placement and retries may take some virtual time; Settle lets
 // it pass, up to one minute of it, and fails the test beyond that.
 func (n *Node) Settle() {
 	n.t.Helper()
@@ -307,7 +308,6 @@ type World struct {
 	n        *Node
 	id       string
 	universe string
-	sends    int
 }
 
 // NewWorld starts a Node running def (and what opts add) and creates one
@@ -346,8 +346,8 @@ func (w *World) Restart() { w.n.t.Helper(); w.n.Restart() }
 // waits for it to be applied.
 func (w *World) Send(v any) {
 	w.n.t.Helper()
-	w.sends++
-	w.SendKey(v, "orrerytest-"+strconv.Itoa(w.sends))
+	w.n.sends++
+	w.SendKey(v, "orrerytest-"+strconv.Itoa(w.n.sends))
 }
 
 // SendKey enqueues v with idempotency key key: a second send with the

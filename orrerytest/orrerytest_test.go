@@ -420,3 +420,14 @@ func TestAFakeReplacesTheBuiltInHTTPAdapter(t *testing.T) {
 		}
 	})
 }
+
+func TestSendsThroughTwoHandlesOfOneWorldAreTwoInputs(t *testing.T) {
+	orrerytest.Test(t, func(t *testing.T) {
+		n := orrerytest.NewNode(t, orrerytest.Worlds(shop()))
+		n.Create("shop", "a")
+		n.World("a").Send(Remind{After: time.Hour, Note: "x"})
+		n.World("a").Send(Remind{After: time.Hour, Note: "x"})
+		n.Settle()
+		n.World("a").AssertTypes("Remind", "Remind")
+	})
+}
