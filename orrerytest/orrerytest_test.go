@@ -431,3 +431,19 @@ func TestSendsThroughTwoHandlesOfOneWorldAreTwoInputs(t *testing.T) {
 		n.World("a").AssertTypes("Remind", "Remind")
 	})
 }
+
+func TestStopLetsAnEffectInFlightFinishUnlikeCrash(t *testing.T) {
+	orrerytest.Test(t, func(t *testing.T) {
+		pay := orrerytest.NewFake("pay.charge").Default(orrerytest.OK(Charged{Ref: "once"}).After(5 * time.Second))
+		w := orrerytest.NewWorld(t, shop(), orrerytest.Fakes(pay))
+		w.Send(Order{Item: "tea"})
+		w.Settle()
+		w.Node().Stop()
+		w.Restart()
+		w.Advance(time.Minute)
+		if n := len(pay.Asked()); n != 1 {
+			t.Fatalf("%d executions, want the one in flight at the Stop, finished", n)
+		}
+		orrerytest.AssertState(w, Tab{Paid: []string{"once"}})
+	})
+}
