@@ -39,13 +39,15 @@ func NewFake(kinds ...string) *Fake {
 
 // Script queues outcomes for the executions of kind's effects, one per
 // execution (an attempt the pool retries is an execution too), in order.
-// With one kind served, kind may be "".
+// Kind "" scripts every kind the fake serves: its queue answers an
+// execution whose own kind's queue is empty. A kind the fake does not
+// serve is a mistake in the test, and panics.
 func (f *Fake) Script(kind string, outcomes ...Outcome) *Fake {
+	if kind != "" && !slices.Contains(f.kinds, kind) {
+		panic(fmt.Sprintf("orrerytest: Fake.Script: the fake serves %q, not %q", f.kinds, kind))
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if kind == "" && len(f.kinds) == 1 {
-		kind = f.kinds[0]
-	}
 	f.script[kind] = append(f.script[kind], outcomes...)
 	return f
 }
@@ -88,8 +90,11 @@ func (f *Fake) Execute(ctx context.Context, it vocab.EffectItem) (effect.Result,
 	f.asked = append(f.asked, Asked{Kind: it.Kind, World: it.World, IntentHash: it.IntentHash, Params: slices.Clone(it.Params),
 		Claim: it.Attempt, Execution: n, At: time.Now()})
 	o := f.dflt
-	if q := f.script[it.Kind]; len(q) > 0 {
-		o, f.script[it.Kind] = q[0], q[1:]
+	for _, k := range []string{it.Kind, ""} {
+		if q := f.script[k]; len(q) > 0 {
+			o, f.script[k] = q[0], q[1:]
+			break
+		}
 	}
 	f.mu.Unlock()
 	if o.delay > 0 {

@@ -447,3 +447,40 @@ func TestStopLetsAnEffectInFlightFinishUnlikeCrash(t *testing.T) {
 		orrerytest.AssertState(w, Tab{Paid: []string{"once"}})
 	})
 }
+
+func TestAFakeScriptsEachKindItServes(t *testing.T) {
+	orrerytest.Test(t, func(t *testing.T) {
+		type Ship struct{ Item string }
+		d := world.New[[]string]("two", 1)
+		world.EffectKind[Charge](d, "pay.charge")
+		world.EffectKind[Ship](d, "ship")
+		world.On(d, func(c *world.Ctx, s *[]string, o Order) error {
+			c.Effect("pay.charge", Charge(o))
+			c.Effect("ship", Ship{Item: o.Item})
+			return nil
+		})
+		world.On(d, func(c *world.Ctx, s *[]string, r world.Receipt) error {
+			*s = append(*s, string(r.Status))
+			return nil
+		})
+		f := orrerytest.NewFake("pay.charge", "ship").Retry(adapter.NoRetry()).
+			Script("ship", orrerytest.Permanent("no stock")).
+			Script("", orrerytest.Refuse(nil), orrerytest.Refuse(nil))
+		w := orrerytest.NewWorld(t, d, orrerytest.Fakes(f))
+		// Four executions: ship's own queue answers one, the "" queue two
+		// (whichever kinds run first: the pool runs a step's effects at
+		// once), the default the last.
+		w.Send(Order{Item: "tea"})
+		w.Send(Order{Item: "jam"})
+		w.Settle()
+		got := orrerytest.State[[]string](w)
+		slices.Sort(got)
+		orrerytest.Equal(t, "receipts", got, []string{"error", "error", "error", "ok"})
+		defer func() {
+			if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), `not "pay.chrage"`) {
+				t.Fatalf("Script of a kind not served: %v, want a panic naming it", p)
+			}
+		}()
+		f.Script("pay.chrage", orrerytest.OK(nil))
+	})
+}
