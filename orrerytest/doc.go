@@ -24,7 +24,8 @@
 //
 // Test runs its body in a testing/synctest bubble: the clock starts at
 // midnight UTC on 2000-01-01 and moves only when every goroutine of the
-// test waits, straight to the next instant something is due. The node's
+// test waits, straight to the next instant something is due (Epoch is
+// where it starts, in Test as in a Kernel). The node's
 // leases, timers, retries and the fakes' delays all wait on that clock,
 // so nothing depends on the machine's speed or load. The kit refuses to
 // run outside Test (it would wait in real time).
@@ -55,6 +56,10 @@
 //     lists its records (input type and value, outcome, reply, effects
 //     and timers asked for), World.Types their input types, and
 //     World.Effects the effects it asked for.
+//   - NewKernel steps a definition directly, one input at a time, with
+//     no node, store or bubble: the unit test of a handler, which answers
+//     the intents a step asked for with Receipt and fires its timers with
+//     Fire.
 //   - Equal, AssertState and World.AssertTypes fail with a line diff;
 //     World.AssertReplays checks that the live state, a restore and a
 //     replay of the whole journal agree (the handlers are deterministic,

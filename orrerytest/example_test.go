@@ -7,6 +7,8 @@ import (
 
 	"github.com/orrery-run/orrery/orrerytest"
 	"github.com/orrery-run/orrery/plane/adapter"
+	"github.com/orrery-run/orrery/vocab"
+	"github.com/orrery-run/orrery/world"
 )
 
 // A world on its own node: send it inputs, call it for a typed reply, and
@@ -191,4 +193,28 @@ func ExampleNode_Eventually() {
 	})
 	// Output:
 	// [close at 01:30:00] true
+}
+
+// A Kernel steps a handler directly, with no node and no bubble: each
+// step's result says what it asked for, and the test answers it.
+func ExampleNewKernel() {
+	inTest(func(t *testing.T) {
+		k := orrerytest.NewKernel(t, shop(), "tab")
+		res := k.Event(Order{Item: "tea", Cents: 350})
+		var c Charge
+		_ = world.Decode(res.Intents[0].Params, &c)
+		fmt.Println("asked:", res.Intents[0].Kind, c.Item, c.Cents)
+		k.Receipt(res.Intents[0], vocab.ReceiptOK, Charged{Ref: "ch_1"})
+		res = k.Call(Total{})
+		var n int64
+		_ = world.Decode(res.Reply.Value, &n)
+		fmt.Println("total:", n)
+		res = k.Event(Remind{After: time.Hour, Note: "restock"})
+		k.Fire(res.TimerSets[0])
+		fmt.Println(k.State().Reminders)
+	})
+	// Output:
+	// asked: pay.charge tea 350
+	// total: 1
+	// [restock at 01:00:00]
 }

@@ -484,3 +484,28 @@ func TestAFakeScriptsEachKindItServes(t *testing.T) {
 		f.Script("pay.chrage", orrerytest.OK(nil))
 	})
 }
+
+func TestKernelStepsAHandlerWithoutANode(t *testing.T) {
+	k := orrerytest.NewKernel(t, shop(), "tab")
+	if !k.Now().Equal(orrerytest.Epoch()) {
+		t.Fatalf("a kernel starts at %v, want the epoch", k.Now())
+	}
+	res := k.Event(Order{Item: "tea", Cents: 1})
+	if len(res.Intents) != 1 || res.Intents[0].Kind != "pay.charge" {
+		t.Fatalf("intents %+v, want the charge", res.Intents)
+	}
+	k.Receipt(res.Intents[0], "error", nil)
+	if s := k.State(); len(s.Failed) != 1 || k.Height() != 2 {
+		t.Fatalf("state %+v at %d, want the charge failed at height 2", s, k.Height())
+	}
+	res = k.At(orrerytest.Epoch().Add(time.Hour)).Event(Remind{After: time.Minute, Note: "n"})
+	k.Fire(res.TimerSets[0])
+	if r := k.State().Reminders; !slices.Equal(r, []string{"n at 01:01:00"}) || !k.Now().Equal(orrerytest.Epoch().Add(61*time.Minute)) {
+		t.Fatalf("reminders %v at %v, want the timer fired at its due time", r, k.Now())
+	}
+	res = k.Call(Total{})
+	var n int64
+	if res.Reply == nil || world.Decode(res.Reply.Value, &n) != nil || n != 0 {
+		t.Fatalf("the call's reply %+v, want 0", res.Reply)
+	}
+}
