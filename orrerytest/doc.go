@@ -54,8 +54,9 @@
 //     execution with its params. Adapters registers real adapters.
 //   - State decodes the world's state into its Go type; World.Journal
 //     lists its records (input type and value, outcome, reply, effects
-//     and timers asked for), World.Types their input types, and
-//     World.Effects the effects it asked for.
+//     and timers asked for), World.Types their input types,
+//     World.Effects the effects it asked for, and World.PendingTimers the
+//     timers still to fire.
 //   - NewKernel steps a definition directly, one input at a time, with
 //     no node, store or bubble: the unit test of a handler, which answers
 //     the intents a step asked for with Receipt and fires its timers with

@@ -196,3 +196,30 @@ func (w *World) AssertReplays() {
 			w.id, liveHash, live.Height, inst.StateHash(), inst.Height(), full.StateHash(), full.Height())
 	}
 }
+
+// PendingTimers lists w's timers that are set and have not fired (nor
+// been cancelled), in due order: what Advance would fire next.
+func (w *World) PendingTimers() []Timer {
+	w.n.t.Helper()
+	items, err := w.n.st.ListTimers(w.n.ctx, w.id, 1000)
+	if err != nil {
+		w.n.t.Fatalf("orrerytest: the timers of %s: %v", w.id, err)
+	}
+	// The step that set each: the journal knows.
+	setAt := map[string]uint64{}
+	for _, r := range w.Journal() {
+		for _, set := range r.Timers {
+			setAt[set.IntentHash] = set.Height
+		}
+	}
+	out := make([]Timer, 0, len(items))
+	for _, it := range items {
+		tm := Timer{Height: setAt[it.IntentHash], IntentHash: it.IntentHash, DeliverAt: it.DeliverAt}
+		var m message
+		if decodeLarge(it.Payload, &m) == nil {
+			tm.Type, tm.Value = m.Type, []byte(m.Value)
+		}
+		out = append(out, tm)
+	}
+	return out
+}

@@ -509,3 +509,29 @@ func TestKernelStepsAHandlerWithoutANode(t *testing.T) {
 		t.Fatalf("the call's reply %+v, want 0", res.Reply)
 	}
 }
+
+func TestPendingTimersListsWhatHasNotFiredYet(t *testing.T) {
+	orrerytest.Test(t, func(t *testing.T) {
+		w := orrerytest.NewWorld(t, shop())
+		w.Send(Remind{After: time.Hour, Note: "late"})
+		w.Send(Remind{After: time.Minute, Note: "soon"})
+		w.Settle()
+		var notes []string
+		for _, tm := range w.PendingTimers() {
+			var r Ring
+			if err := tm.Decode(&r); err != nil || tm.Type != "Ring" || tm.Height == 0 {
+				t.Fatalf("timer %+v (%v)", tm, err)
+			}
+			notes = append(notes, r.Note)
+		}
+		orrerytest.Equal(t, "pending timers", notes, []string{"soon", "late"})
+		w.Advance(time.Minute)
+		if p := w.PendingTimers(); len(p) != 1 {
+			t.Fatalf("%d timers pending after the first fired, want 1", len(p))
+		}
+		w.Advance(time.Hour)
+		if p := w.PendingTimers(); len(p) != 0 {
+			t.Fatalf("%d timers pending after both fired: %+v", len(p), p)
+		}
+	})
+}
