@@ -97,7 +97,6 @@ type Node struct {
 	kernels plane.Kernels
 	wfs     *workflow.Workflows
 	n       *node.Node // nil while crashed
-	starts  int
 	sends   int // Send's keys: one count per node, so two handles on a world never share a key
 }
 
@@ -156,7 +155,6 @@ func inBubble() (ok bool) {
 
 func (n *Node) start() {
 	n.t.Helper()
-	n.starts++
 	regs := slices.Clone(n.cfg.adapters)
 	for _, f := range n.cfg.fakes {
 		regs = append(regs, adapter.Register(f, f.policy))
@@ -165,8 +163,8 @@ func (n *Node) start() {
 	if len(kernels) == 0 {
 		// A node runs at least one universe; a workflow-only node gets
 		// the kit's empty one, which no world is created in.
-		kernels = plane.Kernels{}
-		kernels[idle.Name()] = idle.Kernel()
+		idle := world.New[struct{}]("orrerytest.idle", 1)
+		kernels = plane.Kernels{idle.Name(): idle.Kernel()}
 	}
 	c := node.Config{Worker: "orrerytest", Store: n.st, Kernels: kernels, Adapters: regs, Workflows: n.wfs}
 	if n.cfg.node != nil {
@@ -178,9 +176,6 @@ func (n *Node) start() {
 	}
 	n.n = nn
 }
-
-// idle is the universe of a node that runs only workflows.
-var idle = world.New[struct{}]("orrerytest.idle", 1)
 
 // live returns the running node, failing the test while it is crashed.
 func (n *Node) live() *node.Node {
