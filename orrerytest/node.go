@@ -97,7 +97,7 @@ type Node struct {
 	kernels plane.Kernels
 	wfs     *workflow.Workflows
 	n       *node.Node // nil while crashed
-	sends   int // Send's keys: one count per node, so two handles on a world never share a key
+	sends   int        // Send's keys: one count per node, so two handles on a world never share a key
 }
 
 // NewNode starts a node in the current virtual-time test (see Test).
