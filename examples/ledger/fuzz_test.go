@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/orrery-run/orrery/examples/ledger"
+	"github.com/orrery-run/orrery/orrerytest"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -22,12 +23,12 @@ func FuzzAccountInputs(f *testing.F) {
 	f.Add([]byte{4, 2, 0, 3, 2, 10, 0, 0, 1, 2, 0, 128})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, ops []byte) {
-		a := newFeeder(t, ledger.AccountDef(), "fz")
+		a := orrerytest.NewKernel(t, ledger.AccountDef(), "fz")
 		var balance int64
 		for len(ops) >= 3 {
 			op, tr, amt := ops[0]%7, fmt.Sprintf("t%d", ops[1]%4), int64(int8(ops[2]))*7
 			ops = ops[3:]
-			before := a.value()
+			before := a.State()
 			var in any
 			switch op {
 			case 0:
@@ -45,8 +46,8 @@ func FuzzAccountInputs(f *testing.F) {
 			case 6:
 				in = ledger.Balance{}
 			}
-			res := a.event(in)
-			after := a.value()
+			res := a.Event(in)
+			after := a.State()
 			if res.Outcome != world.OutcomeOK {
 				if fmt.Sprint(after) != fmt.Sprint(before) {
 					t.Fatalf("%T failed (%v) and changed the state", in, res.Err)

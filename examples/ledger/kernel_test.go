@@ -5,74 +5,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/examples/ledger"
+	"github.com/orrery-run/orrery/orrerytest"
 	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
 )
 
 // These tests step the pure kernels directly, one input at a time, as a
-// host would: no store, no clock.
-
-var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-
-// feeder steps one world and fails the test on a kernel error.
-type feeder[S any] struct {
-	t *testing.T
-	w *world.World[S]
-}
-
-func newFeeder[S any](t *testing.T, d *world.Def[S], id string) *feeder[S] {
-	t.Helper()
-	w, err := world.Load(d, id, world.Snapshot{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &feeder[S]{t: t, w: w}
-}
-
-func (f *feeder[S]) input(kind string, payload []byte, at time.Time) world.StepResult {
-	f.t.Helper()
-	res, err := f.w.Step(world.Input{Seq: f.w.Height() + 1, Kind: kind, Payload: payload, EnqueuedAt: at}, at)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return res
-}
-
-func (f *feeder[S]) event(v any) world.StepResult {
-	f.t.Helper()
-	p, err := world.EncodeEvent(v)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return f.input(vocab.KindEvent, p, t0)
-}
-
-func (f *feeder[S]) receipt(in vocab.Intent, status vocab.ReceiptStatus, body any) world.StepResult {
-	f.t.Helper()
-	var b []byte
-	if body != nil {
-		var err error
-		if b, err = event.Marshal(body); err != nil {
-			f.t.Fatal(err)
-		}
-	}
-	p, err := world.EncodeReceipt(world.Receipt{IntentHash: in.IntentHash, Kind: in.Kind, Status: status, Body: b})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return f.input(vocab.KindReceipt, p, t0)
-}
-
-func (f *feeder[S]) value() S {
-	f.t.Helper()
-	v, err := f.w.Value()
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return v
-}
+// host would, with the test kit's Kernel: no store, no clock.
 
 // sent decodes the one fabric message of a step: its destination, type
 // and value.
@@ -94,13 +34,13 @@ func sent(t *testing.T, res world.StepResult) (world.FabricSendParams, vocab.Int
 	return p, sends[0]
 }
 
-func opened(t *testing.T, id string, deposit int64) *feeder[ledger.Account] {
+func opened(t *testing.T, id string, deposit int64) *orrerytest.Kernel[ledger.Account] {
 	t.Helper()
-	f := newFeeder(t, ledger.AccountDef(), id)
-	if res := f.event(ledger.Open{Owner: id, AuditURL: "https://audit.example/", AuditAbove: 100}); res.Outcome != world.OutcomeOK {
+	f := orrerytest.NewKernel(t, ledger.AccountDef(), id)
+	if res := f.Event(ledger.Open{Owner: id, AuditURL: "https://audit.example/", AuditAbove: 100}); res.Outcome != world.OutcomeOK {
 		t.Fatalf("open: %v", res.Err)
 	}
-	if res := f.event(ledger.Deposit{Amount: deposit, Ref: "init"}); res.Outcome != world.OutcomeOK {
+	if res := f.Event(ledger.Deposit{Amount: deposit, Ref: "init"}); res.Outcome != world.OutcomeOK {
 		t.Fatalf("deposit: %v", res.Err)
 	}
 	return f
@@ -108,7 +48,7 @@ func opened(t *testing.T, id string, deposit int64) *feeder[ledger.Account] {
 
 func TestHoldAnswersHeldToTheTransferWorld(t *testing.T) {
 	a := opened(t, "alice", 500)
-	p, _ := sent(t, a.event(ledger.Hold{Transfer: "t-1", Amount: 200}))
+	p, _ := sent(t, a.Event(ledger.Hold{Transfer: "t-1", Amount: 200}))
 	if p.DestUniverse != ledger.UniverseTransfer || p.DestWorld != "t-1" || p.Schema != "ledger/Held" {
 		t.Fatalf("answer sent to %s/%s as %s", p.DestUniverse, p.DestWorld, p.Schema)
 	}
@@ -116,28 +56,28 @@ func TestHoldAnswersHeldToTheTransferWorld(t *testing.T) {
 	if err := world.Decode(p.ValueCBOR, &held); err != nil || held != (ledger.Held{Account: "alice", Amount: 200}) {
 		t.Fatalf("held = %+v, %v", held, err)
 	}
-	s := a.value()
+	s := a.State()
 	if s.Balance != 500 || s.Available() != 300 || len(s.Holds) != 1 {
 		t.Fatalf("after the hold: balance %d, available %d, holds %v", s.Balance, s.Available(), s.Holds)
 	}
 	// The same hold again promises nothing more.
-	sent(t, a.event(ledger.Hold{Transfer: "t-1", Amount: 200}))
-	if s := a.value(); s.Available() != 300 {
+	sent(t, a.Event(ledger.Hold{Transfer: "t-1", Amount: 200}))
+	if s := a.State(); s.Available() != 300 {
 		t.Fatalf("a repeated hold moved the available balance to %d", s.Available())
 	}
-	a.event(ledger.Capture{Transfer: "t-1"})
-	if s := a.value(); s.Balance != 300 || len(s.Holds) != 0 {
+	a.Event(ledger.Capture{Transfer: "t-1"})
+	if s := a.State(); s.Balance != 300 || len(s.Holds) != 0 {
 		t.Fatalf("after the capture: balance %d, holds %v", s.Balance, s.Holds)
 	}
 }
 
 func TestHoldBeyondTheAvailableBalanceIsRefused(t *testing.T) {
 	a := opened(t, "alice", 100)
-	p, _ := sent(t, a.event(ledger.Hold{Transfer: "t-1", Amount: 101}))
+	p, _ := sent(t, a.Event(ledger.Hold{Transfer: "t-1", Amount: 101}))
 	if p.Schema != "ledger/Refused" {
 		t.Fatalf("answer %s, want ledger/Refused", p.Schema)
 	}
-	if s := a.value(); len(s.Holds) != 0 || s.Balance != 100 {
+	if s := a.State(); len(s.Holds) != 0 || s.Balance != 100 {
 		t.Fatalf("a refused hold left holds %v, balance %d", s.Holds, s.Balance)
 	}
 }
@@ -146,55 +86,55 @@ func TestHoldBeyondTheAvailableBalanceIsRefused(t *testing.T) {
 // makes the late Hold be refused, so nothing stays promised.
 func TestReleaseBeforeItsHoldRefusesTheLateHold(t *testing.T) {
 	a := opened(t, "alice", 500)
-	if res := a.event(ledger.Release{Transfer: "t-9"}); res.Outcome != world.OutcomeOK {
+	if res := a.Event(ledger.Release{Transfer: "t-9"}); res.Outcome != world.OutcomeOK {
 		t.Fatal(res.Err)
 	}
-	p, _ := sent(t, a.event(ledger.Hold{Transfer: "t-9", Amount: 100}))
+	p, _ := sent(t, a.Event(ledger.Hold{Transfer: "t-9", Amount: 100}))
 	if p.Schema != "ledger/Refused" {
 		t.Fatalf("late hold answered %s, want ledger/Refused", p.Schema)
 	}
-	if s := a.value(); len(s.Holds) != 0 || len(s.Voided) != 0 {
+	if s := a.State(); len(s.Holds) != 0 || len(s.Voided) != 0 {
 		t.Fatalf("holds %v, voided %v after the late hold", s.Holds, s.Voided)
 	}
 }
 
 func TestCaptureWithoutAHoldFails(t *testing.T) {
 	a := opened(t, "alice", 500)
-	res := a.event(ledger.Capture{Transfer: "t-1"})
+	res := a.Event(ledger.Capture{Transfer: "t-1"})
 	if res.Outcome != world.OutcomeError || !errors.Is(res.Err, ledger.ErrUnknownHold) {
 		t.Fatalf("outcome %s, err %v; want ErrUnknownHold", res.Outcome, res.Err)
 	}
-	if s := a.value(); s.Balance != 500 {
+	if s := a.State(); s.Balance != 500 {
 		t.Fatalf("balance %d", s.Balance)
 	}
 }
 
 func TestOpenIsOnceAndUnopenedAccountsOnlyReceive(t *testing.T) {
-	f := newFeeder(t, ledger.AccountDef(), "zed")
-	if res := f.event(ledger.Deposit{Amount: 5}); res.Outcome != world.OutcomeOK {
+	f := orrerytest.NewKernel(t, ledger.AccountDef(), "zed")
+	if res := f.Event(ledger.Deposit{Amount: 5}); res.Outcome != world.OutcomeOK {
 		t.Fatalf("deposit to an unopened account: %v", res.Err)
 	}
-	if res := f.event(ledger.Withdraw{Amount: 1}); !errors.Is(res.Err, ledger.ErrNotOpen) {
+	if res := f.Event(ledger.Withdraw{Amount: 1}); !errors.Is(res.Err, ledger.ErrNotOpen) {
 		t.Fatalf("withdraw from an unopened account: %v", res.Err)
 	}
-	if p, _ := sent(t, f.event(ledger.Hold{Transfer: "t", Amount: 1})); p.Schema != "ledger/Refused" {
+	if p, _ := sent(t, f.Event(ledger.Hold{Transfer: "t", Amount: 1})); p.Schema != "ledger/Refused" {
 		t.Fatalf("hold on an unopened account answered %s", p.Schema)
 	}
-	f.event(ledger.Open{Owner: "Zed"})
-	if res := f.event(ledger.Open{Owner: "Other"}); !errors.Is(res.Err, ledger.ErrAlreadyOpen) {
+	f.Event(ledger.Open{Owner: "Zed"})
+	if res := f.Event(ledger.Open{Owner: "Other"}); !errors.Is(res.Err, ledger.ErrAlreadyOpen) {
 		t.Fatalf("second open: %v", res.Err)
 	}
-	if s := f.value(); s.Owner != "Zed" || s.AuditAbove != ledger.DefaultAuditAbove {
+	if s := f.State(); s.Owner != "Zed" || s.AuditAbove != ledger.DefaultAuditAbove {
 		t.Fatalf("owner %q, threshold %d", s.Owner, s.AuditAbove)
 	}
 }
 
 func TestWithdrawalsAboveTheThresholdAreAudited(t *testing.T) {
 	a := opened(t, "alice", 1000)
-	if res := a.event(ledger.Withdraw{Amount: 100, Ref: "small"}); len(res.Intents) != 0 {
+	if res := a.Event(ledger.Withdraw{Amount: 100, Ref: "small"}); len(res.Intents) != 0 {
 		t.Fatalf("a withdrawal at the threshold emitted %d effects", len(res.Intents))
 	}
-	res := a.event(ledger.Withdraw{Amount: 101, Ref: "big"})
+	res := a.Event(ledger.Withdraw{Amount: 101, Ref: "big"})
 	if len(res.Intents) != 1 || res.Intents[0].Kind != world.KindHTTPRequest {
 		t.Fatalf("a withdrawal above the threshold emitted %v", res.Intents)
 	}
@@ -202,21 +142,21 @@ func TestWithdrawalsAboveTheThresholdAreAudited(t *testing.T) {
 	if err := world.Decode(res.Intents[0].Params, &req); err != nil || req.Method != "POST" || req.URL != "https://audit.example/" {
 		t.Fatalf("request %+v, %v", req, err)
 	}
-	if s := a.value(); len(s.Audits) != 1 || s.Audits[0].Outcome != ledger.AuditPending {
+	if s := a.State(); len(s.Audits) != 1 || s.Audits[0].Outcome != ledger.AuditPending {
 		t.Fatalf("audits %+v", s.Audits)
 	}
-	a.receipt(res.Intents[0], vocab.ReceiptOK, world.HTTPResponse{Status: 500})
-	s := a.value()
+	a.Receipt(res.Intents[0], vocab.ReceiptOK, world.HTTPResponse{Status: 500})
+	s := a.State()
 	if au := s.Audits[0]; au.Outcome != ledger.AuditError || au.HTTPStatus != 500 {
 		t.Fatalf("a 500 answer recorded as %+v", au)
 	}
-	res = a.event(ledger.Withdraw{Amount: 200, Ref: "big-2"})
-	a.receipt(res.Intents[0], vocab.ReceiptOK, world.HTTPResponse{Status: 204})
-	if au := a.value().Audits[1]; au.Outcome != ledger.AuditOK || au.HTTPStatus != 204 {
+	res = a.Event(ledger.Withdraw{Amount: 200, Ref: "big-2"})
+	a.Receipt(res.Intents[0], vocab.ReceiptOK, world.HTTPResponse{Status: 204})
+	if au := a.State().Audits[1]; au.Outcome != ledger.AuditOK || au.HTTPStatus != 204 {
 		t.Fatalf("a 204 answer recorded as %+v", au)
 	}
 	// A second receipt for the same intent never reaches the handler.
-	if res := a.receipt(res.Intents[0], vocab.ReceiptError, nil); res.Outcome != world.OutcomeStale {
+	if res := a.Receipt(res.Intents[0], vocab.ReceiptError, nil); res.Outcome != world.OutcomeStale {
 		t.Fatalf("duplicate receipt: outcome %s", res.Outcome)
 	}
 }
@@ -224,9 +164,9 @@ func TestWithdrawalsAboveTheThresholdAreAudited(t *testing.T) {
 func TestAccountKeepsABoundedHistory(t *testing.T) {
 	a := opened(t, "alice", 1)
 	for i := range 2 * ledger.HistoryLen {
-		a.event(ledger.Deposit{Amount: int64(i + 1)})
+		a.Event(ledger.Deposit{Amount: int64(i + 1)})
 	}
-	s := a.value()
+	s := a.State()
 	if len(s.History) != ledger.HistoryLen {
 		t.Fatalf("history of %d entries, want %d", len(s.History), ledger.HistoryLen)
 	}
@@ -239,17 +179,17 @@ func TestAccountKeepsABoundedHistory(t *testing.T) {
 // cancels the timer and sends Deposit; the deposit's receipt sends
 // Capture and completes.
 func TestTransferSagaStepsToCompletion(t *testing.T) {
-	tr := newFeeder(t, ledger.TransferDef(), "t-1")
-	res := tr.event(ledger.Start{From: "alice", To: "bob", Amount: 50, TimeoutMs: 5000})
-	if len(res.TimerSets) != 1 || !res.TimerSets[0].DeliverAt.Equal(t0.Add(5*time.Second)) {
+	tr := orrerytest.NewKernel(t, ledger.TransferDef(), "t-1")
+	res := tr.Event(ledger.Start{From: "alice", To: "bob", Amount: 50, TimeoutMs: 5000})
+	if len(res.TimerSets) != 1 || !res.TimerSets[0].DeliverAt.Equal(tr.Now().Add(5*time.Second)) {
 		t.Fatalf("start armed %v", res.TimerSets)
 	}
 	hold, holdIntent := sent(t, res)
 	if hold.DestWorld != "alice" || hold.DestUniverse != ledger.UniverseAccount || hold.Schema != "ledger/Hold" {
 		t.Fatalf("hold sent as %+v", hold)
 	}
-	tr.receipt(holdIntent, vocab.ReceiptOK, nil)
-	res = tr.event(ledger.Held{Account: "alice", Amount: 50})
+	tr.Receipt(holdIntent, vocab.ReceiptOK, nil)
+	res = tr.Event(ledger.Held{Account: "alice", Amount: 50})
 	if len(res.TimerCancels) != 1 {
 		t.Fatalf("held cancelled %v", res.TimerCancels)
 	}
@@ -257,47 +197,47 @@ func TestTransferSagaStepsToCompletion(t *testing.T) {
 	if dep.DestWorld != "bob" || dep.Schema != "ledger/Deposit" {
 		t.Fatalf("deposit sent as %+v", dep)
 	}
-	if s := tr.value(); s.Phase != ledger.PhaseHeld || s.TimerState != ledger.TimerCancelled {
+	if s := tr.State(); s.Phase != ledger.PhaseHeld || s.TimerState != ledger.TimerCancelled {
 		t.Fatalf("after held: %s, timer %s", s.Phase, s.TimerState)
 	}
-	capture, _ := sent(t, tr.receipt(depIntent, vocab.ReceiptOK, nil))
+	capture, _ := sent(t, tr.Receipt(depIntent, vocab.ReceiptOK, nil))
 	if capture.DestWorld != "alice" || capture.Schema != "ledger/Capture" {
 		t.Fatalf("capture sent as %+v", capture)
 	}
-	if s := tr.value(); s.Phase != ledger.PhaseCompleted {
+	if s := tr.State(); s.Phase != ledger.PhaseCompleted {
 		t.Fatalf("phase %s after the deposit landed", s.Phase)
 	}
 }
 
 func TestTransferTimeoutReleasesAndIgnoresALateHeld(t *testing.T) {
-	tr := newFeeder(t, ledger.TransferDef(), "t-2")
-	res := tr.event(ledger.Start{From: "alice", To: "bob", Amount: 50, TimeoutMs: 1000})
+	tr := orrerytest.NewKernel(t, ledger.TransferDef(), "t-2")
+	res := tr.Event(ledger.Start{From: "alice", To: "bob", Amount: 50, TimeoutMs: 1000})
 	fire := res.TimerSets[0]
-	rel, _ := sent(t, tr.input(vocab.KindTimer, fire.Payload, fire.DeliverAt))
+	rel, _ := sent(t, tr.Fire(fire))
 	if rel.DestWorld != "alice" || rel.Schema != "ledger/Release" {
 		t.Fatalf("timeout sent %+v", rel)
 	}
-	s := tr.value()
+	s := tr.State()
 	if s.Phase != ledger.PhaseFailed || s.TimerState != ledger.TimerFired || s.Reason == "" {
 		t.Fatalf("after the timeout: %+v", s)
 	}
-	if res := tr.event(ledger.Held{Account: "alice", Amount: 50}); len(res.Intents) != 0 || res.Outcome != world.OutcomeOK {
+	if res := tr.Event(ledger.Held{Account: "alice", Amount: 50}); len(res.Intents) != 0 || res.Outcome != world.OutcomeOK {
 		t.Fatalf("a late held did %v (%s)", res.Intents, res.Outcome)
 	}
-	if tr.value().Phase != ledger.PhaseFailed {
+	if tr.State().Phase != ledger.PhaseFailed {
 		t.Fatal("a late held revived the saga")
 	}
 }
 
 func TestTransferUndeliverableDepositReleases(t *testing.T) {
-	tr := newFeeder(t, ledger.TransferDef(), "t-3")
-	tr.event(ledger.Start{From: "alice", To: "nobody", Amount: 5})
-	_, dep := sent(t, tr.event(ledger.Held{Account: "alice", Amount: 5}))
-	rel, _ := sent(t, tr.receipt(dep, vocab.ReceiptError, nil))
+	tr := orrerytest.NewKernel(t, ledger.TransferDef(), "t-3")
+	tr.Event(ledger.Start{From: "alice", To: "nobody", Amount: 5})
+	_, dep := sent(t, tr.Event(ledger.Held{Account: "alice", Amount: 5}))
+	rel, _ := sent(t, tr.Receipt(dep, vocab.ReceiptError, nil))
 	if rel.Schema != "ledger/Release" || rel.DestWorld != "alice" {
 		t.Fatalf("an undeliverable deposit sent %+v", rel)
 	}
-	if s := tr.value(); s.Phase != ledger.PhaseFailed {
+	if s := tr.State(); s.Phase != ledger.PhaseFailed {
 		t.Fatalf("phase %s", s.Phase)
 	}
 }
@@ -309,14 +249,14 @@ func TestStartValidates(t *testing.T) {
 		{From: "a", To: "b", Amount: 0},
 		{From: "a", To: "b", Amount: 1, TimeoutMs: -1},
 	} {
-		tr := newFeeder(t, ledger.TransferDef(), "t")
-		if res := tr.event(m); !errors.Is(res.Err, ledger.ErrInvalid) {
+		tr := orrerytest.NewKernel(t, ledger.TransferDef(), "t")
+		if res := tr.Event(m); !errors.Is(res.Err, ledger.ErrInvalid) {
 			t.Errorf("%+v: %v, want ErrInvalid", m, res.Err)
 		}
 	}
-	tr := newFeeder(t, ledger.TransferDef(), "t")
-	tr.event(ledger.Start{From: "a", To: "b", Amount: 1})
-	if res := tr.event(ledger.Start{From: "a", To: "b", Amount: 1}); !errors.Is(res.Err, ledger.ErrStarted) {
+	tr := orrerytest.NewKernel(t, ledger.TransferDef(), "t")
+	tr.Event(ledger.Start{From: "a", To: "b", Amount: 1})
+	if res := tr.Event(ledger.Start{From: "a", To: "b", Amount: 1}); !errors.Is(res.Err, ledger.ErrStarted) {
 		t.Fatalf("second start: %v", res.Err)
 	}
 }

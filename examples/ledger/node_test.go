@@ -1,119 +1,60 @@
 package ledger_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/orrery-run/orrery/examples/ledger"
 	"github.com/orrery-run/orrery/examples/ledger/audit"
-	"github.com/orrery-run/orrery/internal/testrig"
-	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/orrerytest"
 	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/plane/node"
 	"github.com/orrery-run/orrery/store"
-	"github.com/orrery-run/orrery/store/memstore"
 	"github.com/orrery-run/orrery/vocab"
-	"github.com/orrery-run/orrery/world"
 )
 
-// These tests run the worlds on a node.Node over memstore, in the virtual
-// time of a synctest bubble: the node's leases, timers and retries all
-// wait on the bubble's clock, and the waits below advance it.
+// These tests run the worlds on the test kit's node, in virtual time: the
+// node's leases, timers and retries all wait on the kit's clock, and the
+// waits below let it pass.
 
 type env struct {
 	t     *testing.T
-	ctx   context.Context
-	st    *memstore.Store
-	n     *node.Node
+	n     *orrerytest.Node
 	audit *audit.Recorder // the audit service, in process
-	ids   []string        // every world created, for the parity check
+	ws    []*orrerytest.World
 }
 
-// newEnv starts a node in the current bubble; it is stopped at cleanup.
-func newEnv(t *testing.T) *env {
-	t.Helper()
-	e := &env{t: t, ctx: context.Background(), st: memstore.New(), audit: &audit.Recorder{}}
-	n, err := node.Start(e.ctx, node.Config{
-		Worker: "w1", Store: e.st, Kernels: ledger.Kernels(), LeaseTTL: 2 * time.Second, ClaimTTL: 5 * time.Second,
-		Adapters: []adapter.Registration{adapter.Register(e.audit, adapter.NoRetry())},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.n = n
-	return e
-}
-
-func (e *env) stop() {
-	if err := e.n.Stop(e.ctx); err != nil {
-		e.t.Errorf("stop: %v", err)
-	}
-}
-
-func (e *env) create(universe, id string) {
-	e.t.Helper()
-	if _, err := e.st.CreateWorld(e.ctx, universe, id, nil); err != nil {
-		e.t.Fatal(err)
-	}
-	e.ids = append(e.ids, id)
+func (e *env) create(universe, id string) *orrerytest.World {
+	w := e.n.Create(universe, id)
+	e.ws = append(e.ws, w)
+	return w
 }
 
 // account creates, opens and funds an account, through calls, so it is
 // placed and running when this returns.
 func (e *env) account(id string, deposit int64) {
 	e.t.Helper()
-	e.create(ledger.UniverseAccount, id)
-	if _, err := e.n.Client().Call(e.ctx, id, ledger.Open{Owner: id, AuditURL: "https://audit.example/" + id, AuditAbove: 1000}); err != nil {
-		e.t.Fatalf("open %s: %v", id, err)
-	}
+	w := e.create(ledger.UniverseAccount, id)
+	orrerytest.Call[int64](w, ledger.Open{Owner: id, AuditURL: "https://audit.example/" + id, AuditAbove: 1000})
 	if deposit > 0 {
-		if _, err := e.n.Client().Call(e.ctx, id, ledger.Deposit{Amount: deposit, Ref: "initial"}); err != nil {
-			e.t.Fatalf("deposit %s: %v", id, err)
-		}
+		orrerytest.Call[int64](w, ledger.Deposit{Amount: deposit, Ref: "initial"})
 	}
 }
 
 func (e *env) start(id string, m ledger.Start) {
 	e.t.Helper()
-	e.create(ledger.UniverseTransfer, id)
-	if _, err := e.n.Client().Send(e.ctx, id, m, "start"); err != nil {
-		e.t.Fatal(err)
-	}
-}
-
-// stateOf reads world id's state through the node's client and decodes it
-// with of.
-func stateOf[T any](e *env, id string, of func(string, world.Snapshot) (T, error)) T {
-	e.t.Helper()
-	snap, err := e.n.Client().State(e.ctx, id)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	v, err := of(id, snap)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return v
+	e.create(ledger.UniverseTransfer, id).SendKey(m, "start")
 }
 
 func (e *env) accountState(id string) ledger.Account {
 	e.t.Helper()
-	return stateOf(e, id, ledger.AccountOf)
+	return orrerytest.State[ledger.Account](e.n.World(id))
 }
 
 func (e *env) transferState(id string) ledger.Transfer {
 	e.t.Helper()
-	return stateOf(e, id, ledger.TransferOf)
-}
-
-// waitFor advances virtual time until cond holds, for at most a minute of
-// it.
-func (e *env) waitFor(what string, cond func() bool) {
-	e.t.Helper()
-	testrig.WaitFor(e.t, what, time.Minute, 10*time.Millisecond, func() (bool, error) { return cond(), nil })
+	return orrerytest.State[ledger.Transfer](e.n.World(id))
 }
 
 // settled waits until transfer id has ended and nothing of it is left in
@@ -123,7 +64,7 @@ func (e *env) waitFor(what string, cond func() bool) {
 func (e *env) settled(id string) ledger.Transfer {
 	e.t.Helper()
 	var tr ledger.Transfer
-	e.waitFor(id+" to settle", func() bool {
+	e.n.Eventually(id+" to settle", time.Minute, func() bool {
 		tr = e.transferState(id)
 		if tr.Phase != ledger.PhaseCompleted && tr.Phase != ledger.PhaseFailed {
 			return false
@@ -135,19 +76,9 @@ func (e *env) settled(id string) ledger.Transfer {
 		if tr.Phase == ledger.PhaseCompleted && (!hasEntry(from, "capture", id) || !hasEntry(e.accountState(tr.To), "deposit", "transfer:"+id)) {
 			return false
 		}
-		return e.quiet()
+		return e.n.Idle()
 	})
 	return tr
-}
-
-// quiet reports whether no effect or timer is pending anywhere and every
-// inbox is drained.
-func (e *env) quiet() bool {
-	d, err := e.st.QueueDepths(e.ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return d.EffectsPending == 0 && d.EffectsInflight == 0 && d.TimersClaimed == 0 && d.InboxBacklog == 0
 }
 
 func hasEntry(a ledger.Account, kind, ref string) bool {
@@ -167,52 +98,19 @@ func (e *env) total(ids ...string) int64 {
 	return n
 }
 
-// parity checks every world: the host's committed state, a restore from
-// the store (baseline and journal tail) and a replay of the whole journal
-// from genesis are the same state, byte for byte.
-func (e *env) parity() {
-	e.t.Helper()
-	kernels := ledger.Kernels()
-	for _, id := range e.ids {
-		var hosted world.Snapshot
-		e.waitFor(id+" to be hosted", func() bool {
-			var ok bool
-			hosted, ok = e.n.Host().State(id)
-			return ok
-		})
-		inst, _, err := plane.Restore(e.ctx, e.st, kernels, id)
-		if err != nil {
-			e.t.Fatalf("%s: restore: %v", id, err)
-		}
-		if inst.StateHash() != world.Hash(hosted.State) || inst.Height() != hosted.Height {
-			e.t.Fatalf("%s: restored %s@%d, host has %s@%d", id, inst.StateHash(), inst.Height(), world.Hash(hosted.State), hosted.Height)
-		}
-		rec, err := e.st.GetWorld(e.ctx, id)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		journal, err := plane.ReadTail(e.ctx, e.st, id, 0)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		full, err := kernels[rec.Universe].Replay(id, world.Snapshot{}, journal)
-		if err != nil {
-			e.t.Fatalf("%s: replay from genesis: %v", id, err)
-		}
-		if full.StateHash() != inst.StateHash() {
-			e.t.Fatalf("%s: genesis replay %s, restore %s", id, full.StateHash(), inst.StateHash())
-		}
-	}
-}
-
-// ledgerTest runs body in a bubble against a fresh node and store, then
-// checks that every world replays to what its host holds.
+// ledgerTest runs body against a fresh node in virtual time, then checks
+// that every world replays to what its host holds.
 func ledgerTest(t *testing.T, body func(t *testing.T, e *env)) {
-	synctest.Test(t, func(t *testing.T) {
-		e := newEnv(t)
-		defer e.stop()
+	orrerytest.Test(t, func(t *testing.T) {
+		e := &env{t: t, audit: &audit.Recorder{}}
+		e.n = orrerytest.NewNode(t,
+			orrerytest.Worlds(ledger.AccountDef(), ledger.TransferDef()),
+			orrerytest.Adapters(adapter.Register(e.audit, adapter.NoRetry())),
+			orrerytest.NodeConfig(func(c *node.Config) { c.LeaseTTL, c.ClaimTTL = 2*time.Second, 5*time.Second }))
 		body(t, e)
-		e.parity()
+		for _, w := range e.ws {
+			w.AssertReplays()
+		}
 	})
 }
 
@@ -233,10 +131,10 @@ func TestTransferCompletesAndConservesMoney(t *testing.T) {
 		if after := e.total("alice", "bob"); after != before {
 			t.Fatalf("money not conserved: %d before, %d after", before, after)
 		}
-		if got, err := plane.CallAs[ledger.Transfer](e.ctx, e.n.Client(), "t-1", ledger.Status{}); err != nil || got.Phase != ledger.PhaseCompleted {
-			t.Fatalf("Status call: %+v, %v", got, err)
+		if got := orrerytest.Call[ledger.Transfer](e.n.World("t-1"), ledger.Status{}); got.Phase != ledger.PhaseCompleted {
+			t.Fatalf("Status call: %+v", got)
 		}
-		timers, err := e.st.ListTimers(e.ctx, "t-1", 10)
+		timers, err := e.n.Store().ListTimers(e.n.Context(), "t-1", 10)
 		if err != nil || len(timers) != 0 {
 			t.Fatalf("timers left after completion: %v, %v", timers, err)
 		}
@@ -266,15 +164,15 @@ func TestTimedOutTransferFailsWithTheHoldReleased(t *testing.T) {
 	ledgerTest(t, func(t *testing.T, e *env) {
 		e.account("alice", 500)
 		e.account("bob", 0)
-		if _, err := e.st.SetWorldStatus(e.ctx, "alice", store.WorldPaused, "test: unreachable source"); err != nil {
+		if _, err := e.n.Store().SetWorldStatus(e.n.Context(), "alice", store.WorldPaused, "test: unreachable source"); err != nil {
 			t.Fatal(err)
 		}
 		e.start("t-1", ledger.Start{From: "alice", To: "bob", Amount: 100, TimeoutMs: 3000})
-		e.waitFor("the timeout", func() bool { return e.transferState("t-1").Phase == ledger.PhaseFailed })
+		e.n.Eventually("the timeout", time.Minute, func() bool { return e.transferState("t-1").Phase == ledger.PhaseFailed })
 		if tr := e.transferState("t-1"); tr.TimerState != ledger.TimerFired || tr.ReleaseMsg == "" {
 			t.Fatalf("transfer %+v; want the timer fired and a release sent", tr)
 		}
-		if _, err := e.st.SetWorldStatus(e.ctx, "alice", store.WorldActive, "test: back"); err != nil {
+		if _, err := e.n.Store().SetWorldStatus(e.n.Context(), "alice", store.WorldActive, "test: back"); err != nil {
 			t.Fatal(err)
 		}
 		e.settled("t-1")
@@ -291,15 +189,12 @@ func TestTimedOutTransferFailsWithTheHoldReleased(t *testing.T) {
 func TestLargeWithdrawalGetsExactlyOneAuditReceipt(t *testing.T) {
 	ledgerTest(t, func(t *testing.T, e *env) {
 		e.account("carol", 5000)
-		if _, err := e.n.Client().Call(e.ctx, "carol", ledger.Withdraw{Amount: 999, Ref: "small"}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := e.n.Client().Call(e.ctx, "carol", ledger.Withdraw{Amount: 2500, Ref: "car"}); err != nil {
-			t.Fatal(err)
-		}
-		e.waitFor("the audit receipt", func() bool {
+		carol := e.n.World("carol")
+		orrerytest.Call[int64](carol, ledger.Withdraw{Amount: 999, Ref: "small"})
+		orrerytest.Call[int64](carol, ledger.Withdraw{Amount: 2500, Ref: "car"})
+		e.n.Eventually("the audit receipt", time.Minute, func() bool {
 			a := e.accountState("carol")
-			return len(a.Audits) == 1 && a.Audits[0].Outcome != ledger.AuditPending && e.quiet()
+			return len(a.Audits) == 1 && a.Audits[0].Outcome != ledger.AuditPending && e.n.Idle()
 		})
 		a := e.accountState("carol")
 		if au := a.Audits[0]; au.Outcome != ledger.AuditOK || au.HTTPStatus != 204 || au.Ref != "car" || au.Amount != 2500 {
@@ -309,7 +204,7 @@ func TestLargeWithdrawalGetsExactlyOneAuditReceipt(t *testing.T) {
 		if len(reqs) != 1 || reqs[0].Method != "POST" || reqs[0].URL != "https://audit.example/carol" {
 			t.Fatalf("audit service got %+v", reqs)
 		}
-		items, err := e.st.ReadInbox(e.ctx, "carol", 0, 0)
+		items, err := e.n.Store().ReadInbox(e.n.Context(), "carol", 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

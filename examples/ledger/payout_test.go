@@ -1,41 +1,21 @@
 package ledger_test
 
 import (
-	"context"
 	"errors"
 	"testing"
-	"testing/synctest"
-	"time"
 
 	"github.com/orrery-run/orrery/examples/ledger"
-	"github.com/orrery-run/orrery/plane/node"
-	"github.com/orrery-run/orrery/store/memstore"
+	"github.com/orrery-run/orrery/orrerytest"
 	"github.com/orrery-run/orrery/workflow"
 )
-
-func payoutNode(t *testing.T, ctx context.Context) *node.Node {
-	t.Helper()
-	wfs, err := ledger.Workflows()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := node.Start(ctx, node.Config{Worker: "n1", Store: memstore.New(), Kernels: ledger.Kernels(),
-		LeaseTTL: 2 * time.Second, Workflows: wfs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Stop(context.Background()) })
-	return n
-}
 
 // An approved payout completes with its notice; a refused one completes
 // unapproved; an invalid one fails at validate without waiting for a
 // signal.
 func TestPayoutWorkflow(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
-		n := payoutNode(t, ctx)
-		def, c := ledger.PayoutDef(), n.Runs()
+	orrerytest.Test(t, func(t *testing.T) {
+		n := orrerytest.NewNode(t, orrerytest.Workflows(ledger.PayoutDef()))
+		ctx, def, c := n.Context(), ledger.PayoutDef(), n.Runs()
 		for _, tc := range []struct {
 			id       string
 			in       ledger.Payout

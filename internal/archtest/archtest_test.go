@@ -159,6 +159,9 @@ func layerTable() []layer {
 		// together, and imported by tests alone (internal/testrig's
 		// TestOnlyTestsImportTheRig).
 		{"test rigs", []string{"internal/testrig", "internal/testworlds"}},
+		// The public test kit: a node in virtual time for users' tests,
+		// like a small orrery.App; only binaries and the rigs are above.
+		{"test kit", []string{"orrerytest"}},
 		{"orrery", []string{""}},
 		{"command line", []string{"internal/cli", "internal/demo"}},
 		{"examples", []string{"examples"}},
