@@ -34,6 +34,10 @@ type ClientConfig struct {
 	// Links records each ingress span under its inbox item, for the
 	// cycle that journals it (optional; share one per process).
 	Links *TraceLinks
+	// Activator, when set, activates the world of every Send and Call once
+	// its input is durable (Activator.Activate): an unplaced world is
+	// placed and taken at once instead of at the next reconcile.
+	Activator *Activator
 }
 
 // Client is the Go client of the plane: Send, Call and State.
@@ -70,7 +74,11 @@ func (c *Client) Send(ctx context.Context, worldID string, v any, idempotencyKey
 	if err != nil {
 		return Ack{}, errorf("send", ErrInvalidIngress, worldID, err)
 	}
-	return c.in.enqueue(ctx, c.cfg.Store, "send", worldID, store.InboxItem{Kind: vocab.KindEvent, Payload: payload, DedupeKey: idempotencyKey})
+	ack, err := c.in.enqueue(ctx, c.cfg.Store, "send", worldID, store.InboxItem{Kind: vocab.KindEvent, Payload: payload, DedupeKey: idempotencyKey})
+	if err == nil {
+		c.cfg.Activator.activate(ctx, worldID)
+	}
+	return ack, err
 }
 
 // ingressTrace writes the orrery.ingress span of an enqueue and records it
@@ -178,6 +186,7 @@ func (c *Client) CallWithID(ctx context.Context, worldID, callID string, v any) 
 	if err != nil {
 		return nil, err
 	}
+	c.cfg.Activator.activate(ctx, worldID)
 	delay := c.cfg.PollMin
 	for {
 		if w != nil {

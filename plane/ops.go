@@ -27,6 +27,7 @@ type Ops struct {
 	kernels Kernels
 	dec     ingressDecoder
 	in      ingressTrace
+	act     *Activator // nil: inputs wait for the reconcile to place their world
 }
 
 // ingressDecoder is what ingress validation reads payloads with: an
@@ -44,6 +45,14 @@ type opsOptions struct {
 	tracer trace.TracerProvider
 	links  *TraceLinks
 	clock  actor.Executor
+	act    *Activator
+}
+
+// OpsActivation makes every input EnqueueIngress and EnqueueEvent write
+// activate its world (Activator.Activate) once it is durable, so that an
+// unplaced world answers its first input without waiting for a reconcile.
+func OpsActivation(a *Activator) OpsOption {
+	return func(o *opsOptions) { o.act = a }
 }
 
 // OpsTracing makes EnqueueIngress write its orrery.ingress spans with tp
@@ -64,7 +73,7 @@ func NewOps(st store.Store, kernels Kernels, opts ...OpsOption) (*Ops, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return &Ops{st: st, kernels: kernels, dec: dec,
+	return &Ops{st: st, kernels: kernels, dec: dec, act: o.act,
 		in: ingressTrace{tr: otrace.Tracer(o.tracer), links: o.links, ex: o.clock}}, nil
 }
 
@@ -177,7 +186,11 @@ func (o *Ops) enqueueChecked(ctx context.Context, worldID string, m ingressMessa
 	if err := k.CheckInput(m.Type, m.Value); err != nil {
 		return Ack{}, errorf("enqueue_ingress", ErrInvalidIngress, worldID, err)
 	}
-	return enqueue(ctx, o.st, "enqueue_ingress", worldID, item)
+	ack, err := enqueue(ctx, o.st, "enqueue_ingress", worldID, item)
+	if err == nil {
+		o.act.activate(ctx, worldID)
+	}
+	return ack, err
 }
 
 // worldReadErr answers a failed read of the world an input is for. The
