@@ -227,10 +227,10 @@ type Host struct {
 	// task fires (hosttimers.go).
 	timers *hostTimers
 
-	mu       sync.Mutex
-	leases   map[string]*lease // held leases, active or passive
-	wakes    []string          // passive worlds with a hint, in arrival order
-	waking   map[string]bool
+	mu     sync.Mutex
+	leases map[string]*lease // held leases, active or passive
+	wakes  []string          // passive worlds with a hint, in arrival order
+	waking map[string]bool
 	// takes are the worlds an Activator found placed here and not held,
 	// in arrival order, for the controller to acquire before its next
 	// scan page (taking is their set).
