@@ -90,6 +90,9 @@ func NewActivator(cfg ActivatorConfig) (*Activator, error) {
 // asked for, not when the world runs; its error is a store error the
 // caller may ignore (the reconcile is the backstop).
 func (a *Activator) Activate(ctx context.Context, id string) error {
+	if a == nil {
+		return nil
+	}
 	h := a.cfg.Host
 	if h != nil && h.holds(id) {
 		return nil
@@ -114,9 +117,15 @@ func (a *Activator) Activate(ctx context.Context, id string) error {
 	return nil
 }
 
-// activate is the ingress paths' call: a nil activator does nothing, and
-// a failure is left to the reconcile (the input is durable already).
-func (a *Activator) activate(ctx context.Context, id string) {
+// Activation is what the ingress paths (Client, Ops) tell of each input
+// they made durable. *Activator is the one a node uses.
+type Activation interface {
+	Activate(ctx context.Context, world string) error
+}
+
+// activate is the ingress paths' call: no activation does nothing, and a
+// failure is left to the reconcile (the input is durable already).
+func activate(ctx context.Context, a Activation, id string) {
 	if a != nil {
 		_ = a.Activate(ctx, id)
 	}

@@ -37,7 +37,7 @@ type ClientConfig struct {
 	// Activator, when set, activates the world of every Send and Call once
 	// its input is durable (Activator.Activate): an unplaced world is
 	// placed and taken at once instead of at the next reconcile.
-	Activator *Activator
+	Activator Activation
 }
 
 // Client is the Go client of the plane: Send, Call and State.
@@ -76,7 +76,7 @@ func (c *Client) Send(ctx context.Context, worldID string, v any, idempotencyKey
 	}
 	ack, err := c.in.enqueue(ctx, c.cfg.Store, "send", worldID, store.InboxItem{Kind: vocab.KindEvent, Payload: payload, DedupeKey: idempotencyKey})
 	if err == nil {
-		c.cfg.Activator.activate(ctx, worldID)
+		activate(ctx, c.cfg.Activator, worldID)
 	}
 	return ack, err
 }
@@ -186,7 +186,7 @@ func (c *Client) CallWithID(ctx context.Context, worldID, callID string, v any) 
 	if err != nil {
 		return nil, err
 	}
-	c.cfg.Activator.activate(ctx, worldID)
+	activate(ctx, c.cfg.Activator, worldID)
 	delay := c.cfg.PollMin
 	for {
 		if w != nil {

@@ -27,7 +27,7 @@ type Ops struct {
 	kernels Kernels
 	dec     ingressDecoder
 	in      ingressTrace
-	act     *Activator // nil: inputs wait for the reconcile to place their world
+	act     Activation // nil: inputs wait for the reconcile to place their world
 }
 
 // ingressDecoder is what ingress validation reads payloads with: an
@@ -45,13 +45,13 @@ type opsOptions struct {
 	tracer trace.TracerProvider
 	links  *TraceLinks
 	clock  actor.Executor
-	act    *Activator
+	act    Activation
 }
 
 // OpsActivation makes every input EnqueueIngress and EnqueueEvent write
 // activate its world (Activator.Activate) once it is durable, so that an
 // unplaced world answers its first input without waiting for a reconcile.
-func OpsActivation(a *Activator) OpsOption {
+func OpsActivation(a Activation) OpsOption {
 	return func(o *opsOptions) { o.act = a }
 }
 
@@ -188,7 +188,7 @@ func (o *Ops) enqueueChecked(ctx context.Context, worldID string, m ingressMessa
 	}
 	ack, err := enqueue(ctx, o.st, "enqueue_ingress", worldID, item)
 	if err == nil {
-		o.act.activate(ctx, worldID)
+		activate(ctx, o.act, worldID)
 	}
 	return ack, err
 }
