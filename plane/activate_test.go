@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
 	"github.com/orrery-run/orrery/world"
 )
@@ -32,7 +34,10 @@ type activationRig struct {
 }
 
 func newActivationRig(env *lab.Env) (*activationRig, error) {
-	r := &activationRig{env: env, base: newStore(env), reconciles: &atomic.Int64{}}
+	// The store's clock is 5s ahead of every node's: liveness and the
+	// orchestrator's fence are judged on the store's clock alone.
+	skewed := memstore.WithClock(func() time.Time { return env.Lab.Now().Add(5 * time.Second) })
+	r := &activationRig{env: env, base: memstore.New(skewed), reconciles: &atomic.Int64{}}
 	ost := r.base.Restart(memstore.WithHook(func(op string) error {
 		if op == "list_worlds" {
 			r.reconciles.Add(1)
@@ -57,9 +62,9 @@ type activationNode struct {
 	client *plane.Client
 }
 
-func (r *activationRig) node(worker string, orch *plane.Orchestrator, observe func(plane.HostEvent)) (*activationNode, error) {
+func (r *activationRig) node(worker string, orch *plane.Orchestrator, observe func(plane.HostEvent), opts ...memstore.Option) (*activationNode, error) {
 	env := r.env
-	st := r.base.Restart()
+	st := r.base.Restart(opts...)
 	replies := plane.NewReplies()
 	hc := hostConfig(worker, st, replies)
 	hc.Observe = observe
@@ -269,6 +274,174 @@ func TestActivationRaceOneHolderOneAnswerPerCall(t *testing.T) {
 			if len(j) != 2 {
 				return fmt.Errorf("%s journal holds %d records, want one per call (2)", id, len(j))
 			}
+		}
+		return nil
+	})
+}
+
+// acquiredBy records the worlds each host acquired (EvAcquired).
+type acquiredBy struct {
+	mu  sync.Mutex
+	got map[string][]string // worker → worlds
+}
+
+func (a *acquiredBy) observe(worker string) func(plane.HostEvent) {
+	return func(ev plane.HostEvent) {
+		if ev.Kind == plane.EvAcquired {
+			a.mu.Lock()
+			if a.got == nil {
+				a.got = map[string][]string{}
+			}
+			a.got[worker] = append(a.got[worker], ev.World)
+			a.mu.Unlock()
+		}
+	}
+}
+
+func (a *acquiredBy) of(worker string) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.got[worker])
+}
+
+// TestActivationNeverStealsNorActsWithoutAuthority: activation places only
+// what the reconcile would and only under the acting orchestrator's fence.
+//   - pinned elsewhere: a world pinned to another worker is not placed
+//     again nor taken by the node that takes its input;
+//   - draining: a draining node takes nothing; the world goes to a live
+//     worker, which answers;
+//   - leader change: when the orchestrator whose epoch the placement was
+//     read under resigns before the write, the store refuses it, nothing is
+//     placed, and once a new leader acts the next input is answered;
+//   - archived meanwhile: a world archived between its placement and its
+//     acquisition is never acquired.
+func TestActivationNeverStealsNorActsWithoutAuthority(t *testing.T) {
+	run := func(t *testing.T, name string, body func(env *lab.Env, r *activationRig, acq *acquiredBy) error) {
+		t.Run(name, func(t *testing.T) {
+			testrig.Lab(t, lab.Config{Seed: 11, Name: "activation-" + name}, func(env *lab.Env) error {
+				r, err := newActivationRig(env)
+				if err != nil {
+					return err
+				}
+				defer r.orch.Stop(env.Ctx)
+				if _, err := r.base.CreateWorld(env.Ctx, universe, "fresh", nil); err != nil {
+					return err
+				}
+				return body(env, r, &acquiredBy{})
+			})
+		})
+	}
+	unanswered := func(env *lab.Env, c *plane.Client) error {
+		if _, err := callWithin(env, c, "fresh", 500*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("call answered (err %v); want no answer", err)
+		}
+		return nil
+	}
+	run(t, "pinned elsewhere", func(env *lab.Env, r *activationRig, acq *acquiredBy) error {
+		if err := r.orch.Pin(env.Ctx, "fresh", "Z"); err != nil {
+			return err
+		}
+		a, err := r.node("A", r.orch, acq.observe("A"))
+		if err != nil {
+			return err
+		}
+		defer a.host.Stop(env.Ctx)
+		if err := unanswered(env, a.client); err != nil {
+			return err
+		}
+		if asg, ok, err := r.base.GetAssignment(env.Ctx, "fresh"); err != nil || !ok || asg.DesiredWorker != "Z" || asg.Reason != plane.ReasonPin {
+			return fmt.Errorf("assignment %+v ok=%v err=%v, want the pin to Z", asg, ok, err)
+		}
+		if got := acq.of("A"); len(got) != 0 {
+			return fmt.Errorf("A acquired %v", got)
+		}
+		return nil
+	})
+	run(t, "draining", func(env *lab.Env, r *activationRig, acq *acquiredBy) error {
+		a, err := r.node("A", r.orch, acq.observe("A"))
+		if err != nil {
+			return err
+		}
+		defer a.host.Stop(env.Ctx)
+		b, err := r.node("B", nil, acq.observe("B"))
+		if err != nil {
+			return err
+		}
+		defer b.host.Stop(env.Ctx)
+		if err := a.host.SetDraining(env.Ctx, true); err != nil {
+			return err
+		}
+		if _, err := callWithin(env, a.client, "fresh", time.Second); err != nil {
+			return fmt.Errorf("call through the draining node: %w", err)
+		}
+		if asg, _, _ := r.base.GetAssignment(env.Ctx, "fresh"); asg.DesiredWorker != "B" {
+			return fmt.Errorf("placed on %q, want the live B", asg.DesiredWorker)
+		}
+		if got := acq.of("A"); len(got) != 0 {
+			return fmt.Errorf("the draining A acquired %v", got)
+		}
+		return nil
+	})
+	run(t, "leader change", func(env *lab.Env, r *activationRig, acq *acquiredBy) error {
+		var resigned atomic.Bool
+		a, err := r.node("A", nil, acq.observe("A"), memstore.WithHook(func(op string) error {
+			if op == "assign" && !resigned.Swap(true) {
+				// The placement was decided under the leader's epoch; it
+				// hands over before the write lands.
+				return r.orch.Resign(env.Ctx)
+			}
+			return nil
+		}))
+		if err != nil {
+			return err
+		}
+		defer a.host.Stop(env.Ctx)
+		if err := unanswered(env, a.client); err != nil {
+			return err
+		}
+		if !resigned.Load() {
+			return errors.New("the activation never tried to place the world")
+		}
+		if asg, ok, err := r.base.GetAssignment(env.Ctx, "fresh"); err != nil || ok {
+			return fmt.Errorf("assignment %+v ok=%v err=%v written under a deposed leader's epoch", asg, ok, err)
+		}
+		o2, err := plane.StartOrchestrator(env.Ctx, env.Root, plane.OrchestratorConfig{
+			ID: "orch2", Store: r.base.Restart(), Universes: []string{universe}, LeaseTTL: 2 * time.Second, Every: 24 * time.Hour})
+		if err != nil {
+			return err
+		}
+		defer o2.Stop(env.Ctx)
+		if err := testrig.WaitLab(env, "orch2 leads", 10*time.Second, func() (bool, error) { return o2.Leader(), nil }); err != nil {
+			return err
+		}
+		if _, err := callWithin(env, a.client, "fresh", time.Second); err != nil {
+			return fmt.Errorf("call under the new leader: %w", err)
+		}
+		return nil
+	})
+	run(t, "archived meanwhile", func(env *lab.Env, r *activationRig, acq *acquiredBy) error {
+		var archived atomic.Bool
+		a, err := r.node("A", r.orch, acq.observe("A"), memstore.WithHook(func(op string) error {
+			if op == "get_lease" || op == "acquire_leases" {
+				if !archived.Swap(true) {
+					_, err := r.base.SetWorldStatus(env.Ctx, "fresh", store.WorldArchived, "test")
+					return err
+				}
+			}
+			return nil
+		}))
+		if err != nil {
+			return err
+		}
+		defer a.host.Stop(env.Ctx)
+		if err := unanswered(env, a.client); err != nil {
+			return err
+		}
+		if !archived.Load() {
+			return errors.New("the world was never archived")
+		}
+		if got := acq.of("A"); len(got) != 0 {
+			return fmt.Errorf("A acquired %v, archived", got)
 		}
 		return nil
 	})
