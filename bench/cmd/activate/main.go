@@ -34,11 +34,12 @@ import (
 )
 
 var (
-	backend = flag.String("store", "sqlite", "mem, sqlite or pg")
-	n       = flag.Int("n", 200, "worlds created and called (each measured once per scenario)")
-	idle    = flag.Duration("idle", 100*time.Millisecond, "IdleAfter: how long a world sits idle before it is passivated")
-	pgDB    = flag.String("db", "bench_activate", "Postgres database to drop and recreate")
-	timeout = flag.Duration("timeout", 30*time.Second, "per-call timeout")
+	backend   = flag.String("store", "sqlite", "mem, sqlite or pg")
+	n         = flag.Int("n", 200, "worlds created and called (each measured once per scenario)")
+	idle      = flag.Duration("idle", 100*time.Millisecond, "IdleAfter: how long a world sits idle before it is passivated")
+	pgDB      = flag.String("db", "bench_activate", "Postgres database to drop and recreate")
+	phaseFlag = flag.Bool("phases", false, "also print when each host event first came, from the create")
+	timeout   = flag.Duration("timeout", 30*time.Second, "per-call timeout")
 )
 
 const universe = "bench"
@@ -64,7 +65,17 @@ func main() {
 
 	var mu sync.Mutex
 	passive := map[string]chan struct{}{}
+	phases := map[string]time.Time{}
+	var t0 time.Time
+	var lastPhases, wakePhases []map[string]time.Duration
 	observe := func(ev plane.HostEvent) {
+		if *phaseFlag {
+			mu.Lock()
+			if _, ok := phases[ev.Kind]; !ok {
+				phases[ev.Kind] = time.Now()
+			}
+			mu.Unlock()
+		}
 		if ev.Kind != plane.EvPassivate {
 			return
 		}
@@ -95,25 +106,71 @@ func main() {
 		mu.Lock()
 		passive[id] = ch
 		mu.Unlock()
-		t0 := time.Now()
+		mu.Lock()
+		clear(phases)
+		t0 = time.Now()
+		mu.Unlock()
 		_, err := st.CreateWorld(ctx, universe, id, nil)
 		must(err)
+		tc := time.Now()
 		call(ctx, c, id)
 		first = append(first, time.Since(t0))
+		if *phaseFlag {
+			mu.Lock()
+			m := map[string]time.Duration{"created": tc.Sub(t0)}
+			for k, at := range phases {
+				m[k] = at.Sub(t0)
+			}
+			lastPhases = append(lastPhases, m)
+			mu.Unlock()
+		}
 		// Passivated once idle: its lease stays, its process goes.
 		select {
 		case <-ch:
 		case <-time.After(*timeout):
 			must(fmt.Errorf("world %s was not passivated within %v", id, *timeout))
 		}
+		mu.Lock()
+		clear(phases)
 		t0 = time.Now()
+		mu.Unlock()
 		call(ctx, c, id)
 		wake = append(wake, time.Since(t0))
+		if *phaseFlag {
+			mu.Lock()
+			m := map[string]time.Duration{}
+			for k, at := range phases {
+				m[k] = at.Sub(t0)
+			}
+			wakePhases = append(wakePhases, m)
+			mu.Unlock()
+		}
 	}
 	fmt.Printf("# orrery activation, store=%s, n=%d, idle=%v\n", *backend, *n, *idle)
 	fmt.Printf("%-12s %10s %10s %10s\n", "scenario", "p50", "p99", "max")
 	report("create+call", first)
 	report("wake", wake)
+	if *phaseFlag {
+		phaseReport("create+call", lastPhases)
+		phaseReport("wake", wakePhases)
+	}
+}
+
+func phaseReport(name string, ms []map[string]time.Duration) {
+	fmt.Printf("# %s: when each host event came first\n", name)
+	{
+		for _, k := range []string{"created", plane.EvAcquired, plane.EvWake, plane.EvRestored, plane.EvCommit} {
+			var ds []time.Duration
+			for _, m := range ms {
+				if d, ok := m[k]; ok {
+					ds = append(ds, d)
+				}
+			}
+			if len(ds) > 0 {
+				report("  "+k, ds)
+			}
+		}
+	}
 }
 
 func call(ctx context.Context, c *plane.Client, id string) {
