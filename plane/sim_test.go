@@ -79,7 +79,7 @@ type simNode struct {
 	down    bool
 	exited  bool // its Run returned on its own (it could not watch the store)
 
-	host  *plane.Host  // hosts
+	host  *plane.Host // hosts
 	act   *plane.Activator
 	scope *actor.Scope // pools, the timer worker, the reapers
 }
