@@ -263,6 +263,13 @@ type lease struct {
 	// host, or by its deadline passing) the world does nothing more here.
 	hold leasing.Lease
 	head atomic.Pointer[world.Snapshot] // last committed state, for State
+	// parked is what a process that passivated left: its state and
+	// cursor, which are the store's as long as this holding lasts (no one
+	// else commits at its epoch, and it committed all it stepped), so its
+	// wake starts from them instead of restoring from the store. Taken
+	// (and so cleared) by the process that starts next; a crashed process
+	// leaves none, and its successor restores from the store.
+	parked atomic.Pointer[parkedWorld]
 	// hinted: the world's inbox was hinted since its process last read
 	// it, so a due timer handed over is stepped after what is there.
 	hinted atomic.Bool
@@ -281,6 +288,12 @@ type lease struct {
 	stopWatch  func()
 	fired      []store.InboxItem // timer firings the host wrote, for the process to take
 	due        []*hostTimer      // due timers handed to the process, to step without an inbox item
+}
+
+// parkedWorld is a passivated world's state in memory (lease.parked).
+type parkedWorld struct {
+	snap   world.Snapshot
+	cursor uint64
 }
 
 // alive is the check before every step and every commit: not fenced and
