@@ -33,6 +33,12 @@ type ActivatorConfig struct {
 	// looked up again on its next input (default 1s). It bounds the store
 	// reads an ingress node makes for worlds others run.
 	Remember time.Duration
+	// LiveFresh: how long the placement candidates read for one activation
+	// serve the next ones (default 1s), so a burst of new worlds reads the
+	// inventory once. A candidate that died or began draining meanwhile
+	// is corrected by the reconcile the assignment's hint starts, and a
+	// draining host never takes a world.
+	LiveFresh time.Duration
 }
 
 // Activator makes a world's first input as fast as any other: the node
@@ -61,8 +67,10 @@ type ActivatorConfig struct {
 type Activator struct {
 	cfg ActivatorConfig
 
-	mu      sync.Mutex
-	settled map[string]time.Time // world → until when it is not looked up again (executor clock)
+	mu        sync.Mutex
+	settled   map[string]time.Time // world → until when it is not looked up again (executor clock)
+	live      []string             // the placement candidates last read
+	liveUntil time.Time            // until when they serve (executor clock)
 }
 
 // maxSettled bounds what an Activator remembers: past it, it forgets all
@@ -79,6 +87,9 @@ func NewActivator(cfg ActivatorConfig) (*Activator, error) {
 	}
 	if cfg.Remember <= 0 {
 		cfg.Remember = time.Second
+	}
+	if cfg.LiveFresh <= 0 {
+		cfg.LiveFresh = time.Second
 	}
 	return &Activator{cfg: cfg, settled: map[string]time.Time{}}, nil
 }
@@ -147,7 +158,7 @@ func (a *Activator) place(ctx context.Context, id string) (store.Assignment, boo
 		a.remember(id)
 		return store.Assignment{}, false, nil
 	}
-	_, live, err := liveWorkers(ctx, st, a.cfg.LiveFor)
+	live, err := a.candidates(ctx)
 	if err != nil || len(live) == 0 {
 		return store.Assignment{}, false, err
 	}
@@ -177,6 +188,26 @@ func (a *Activator) place(ctx context.Context, id string) (store.Assignment, boo
 		return store.Assignment{}, false, nil
 	}
 	return store.Assignment{}, false, err
+}
+
+// candidates returns the live, non-draining workers, read again once they
+// are older than LiveFresh (none found is never kept).
+func (a *Activator) candidates(ctx context.Context) ([]string, error) {
+	a.mu.Lock()
+	live, until := a.live, a.liveUntil
+	a.mu.Unlock()
+	if len(live) > 0 && a.cfg.Executor.Now().Before(until) {
+		return live, nil
+	}
+	start := a.cfg.Executor.Now()
+	_, live, err := liveWorkers(ctx, a.cfg.Store, a.cfg.LiveFor)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	a.live, a.liveUntil = live, start.Add(a.cfg.LiveFresh)
+	a.mu.Unlock()
+	return live, nil
 }
 
 func (a *Activator) recall(id string) bool {
