@@ -13,7 +13,10 @@
 //     their durable runs, a client of them, and the Runs and Timeline read
 //     models of their streams, kept current by a projector runner;
 //   - a client (Send, Call, State) and the ops API, sharing the host's
-//     in-process reply hand-off.
+//     in-process reply hand-off, whose inputs activate their worlds
+//     (plane.Activator): a world not placed yet is placed and, when placed
+//     here, taken by the host at once, so its first input is answered
+//     without waiting for a reconcile round.
 //
 // `orrery serve` is a Node plus the HTTP API; the demo and the multi-process
 // tests start Nodes too. Several Nodes on one PostgreSQL form a cluster: the
