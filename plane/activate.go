@@ -94,7 +94,7 @@ func NewActivator(cfg ActivatorConfig) (*Activator, error) {
 	return &Activator{cfg: cfg, settled: map[string]time.Time{}}, nil
 }
 
-// Activate is told that world has an input: a world this process's host
+// Activate is told that world has an input coming: a world this process's host
 // holds costs nothing; an unplaced one is placed; one placed on this host
 // is acquired by the host's controller, which starts its process for the
 // backlog. It returns once the placement is written and the acquisition
@@ -129,13 +129,16 @@ func (a *Activator) Activate(ctx context.Context, id string) error {
 }
 
 // Activation is what the ingress paths (Client, Ops) tell of each input
-// they made durable. *Activator is the one a node uses.
+// they take, just before they enqueue it, so that the host's acquisition
+// runs beside the enqueue rather than after it (a lease taken before the
+// item lands is woken by the item's inbox hint, which the host watches
+// from before it acquires). *Activator is the one a node uses.
 type Activation interface {
 	Activate(ctx context.Context, world string) error
 }
 
 // activate is the ingress paths' call: no activation does nothing, and a
-// failure is left to the reconcile (the input is durable already).
+// failure is left to the reconcile (the input goes in regardless).
 func activate(ctx context.Context, a Activation, id string) {
 	if a != nil {
 		_ = a.Activate(ctx, id)

@@ -34,9 +34,9 @@ type ClientConfig struct {
 	// Links records each ingress span under its inbox item, for the
 	// cycle that journals it (optional; share one per process).
 	Links *TraceLinks
-	// Activator, when set, activates the world of every Send and Call once
-	// its input is durable (Activator.Activate): an unplaced world is
-	// placed and taken at once instead of at the next reconcile.
+	// Activator, when set, activates the world of every Send and Call as
+	// its input goes in (Activation): an unplaced world is placed and
+	// taken at once instead of at the next reconcile.
 	Activator Activation
 }
 
@@ -74,11 +74,8 @@ func (c *Client) Send(ctx context.Context, worldID string, v any, idempotencyKey
 	if err != nil {
 		return Ack{}, errorf("send", ErrInvalidIngress, worldID, err)
 	}
-	ack, err := c.in.enqueue(ctx, c.cfg.Store, "send", worldID, store.InboxItem{Kind: vocab.KindEvent, Payload: payload, DedupeKey: idempotencyKey})
-	if err == nil {
-		activate(ctx, c.cfg.Activator, worldID)
-	}
-	return ack, err
+	activate(ctx, c.cfg.Activator, worldID)
+	return c.in.enqueue(ctx, c.cfg.Store, "send", worldID, store.InboxItem{Kind: vocab.KindEvent, Payload: payload, DedupeKey: idempotencyKey})
 }
 
 // ingressTrace writes the orrery.ingress span of an enqueue and records it
@@ -182,11 +179,11 @@ func (c *Client) CallWithID(ctx context.Context, worldID, callID string, v any) 
 		w = c.cfg.Replies.register(callID, p)
 		defer c.cfg.Replies.forget(callID)
 	}
+	activate(ctx, c.cfg.Activator, worldID)
 	ack, err := c.in.enqueue(ctx, c.cfg.Store, "call", worldID, store.InboxItem{Kind: vocab.KindCall, Payload: payload, DedupeKey: CallKey(callID)})
 	if err != nil {
 		return nil, err
 	}
-	activate(ctx, c.cfg.Activator, worldID)
 	delay := c.cfg.PollMin
 	for {
 		if w != nil {

@@ -48,9 +48,9 @@ type opsOptions struct {
 	act    Activation
 }
 
-// OpsActivation makes every input EnqueueIngress and EnqueueEvent write
-// activate its world (Activator.Activate) once it is durable, so that an
-// unplaced world answers its first input without waiting for a reconcile.
+// OpsActivation makes every input EnqueueIngress and EnqueueEvent accept
+// activate its world as it goes in (Activation), so that an unplaced world
+// answers its first input without waiting for a reconcile.
 func OpsActivation(a Activation) OpsOption {
 	return func(o *opsOptions) { o.act = a }
 }
@@ -186,11 +186,8 @@ func (o *Ops) enqueueChecked(ctx context.Context, worldID string, m ingressMessa
 	if err := k.CheckInput(m.Type, m.Value); err != nil {
 		return Ack{}, errorf("enqueue_ingress", ErrInvalidIngress, worldID, err)
 	}
-	ack, err := enqueue(ctx, o.st, "enqueue_ingress", worldID, item)
-	if err == nil {
-		activate(ctx, o.act, worldID)
-	}
-	return ack, err
+	activate(ctx, o.act, worldID)
+	return enqueue(ctx, o.st, "enqueue_ingress", worldID, item)
 }
 
 // worldReadErr answers a failed read of the world an input is for. The

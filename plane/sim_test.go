@@ -737,6 +737,10 @@ func (r *planeSimRun) raceFresh() (*freshRace, error) {
 		c := r.clients[ci]
 		ex := r.clientEx(c)
 		id := c.NewCallID()
+		if r.callIDs[id] {
+			return nil, fmt.Errorf("first call to %s: call id %s was drawn before, by this or another client", simFresh, id)
+		}
+		r.callIDs[id] = true
 		pid, err := env.Root.Go("fresh-call:"+id, func(context.Context) error {
 			for try := 0; try < 60; try++ {
 				ctx, cancel := actor.WithDeadline(env.Ctx, ex, ex.Now().Add(3*time.Second))
