@@ -6,7 +6,10 @@
 //     timed together until the reply is back (the world is placed,
 //     acquired, restored and stepped on the way);
 //   - wake: a Call to a world whose process was passivated for idleness
-//     (its lease still held), timed until the reply is back.
+//     (its lease still held), timed until the reply is back;
+//   - send (ack): a Send to a world held here, timed until it is durable:
+//     one store write, the floor under the other two on this store and
+//     machine.
 //
 // It prints p50, p99 and max of each (see bench/README.md, "Activation").
 package main
@@ -99,7 +102,7 @@ func main() {
 	}
 	c := nd.Client()
 
-	var first, wake []time.Duration
+	var first, wake, send []time.Duration
 	for i := range *n {
 		id := fmt.Sprintf("w-%05d", i)
 		ch := make(chan struct{})
@@ -136,6 +139,12 @@ func main() {
 		mu.Unlock()
 		call(ctx, c, id)
 		wake = append(wake, time.Since(t0))
+		// The floor of any input on this store and machine: one durable
+		// enqueue to a world held here.
+		t0 = time.Now()
+		_, err = c.Send(ctx, id, Ping{}, "")
+		must(err)
+		send = append(send, time.Since(t0))
 		if *phaseFlag {
 			mu.Lock()
 			m := map[string]time.Duration{}
@@ -150,6 +159,7 @@ func main() {
 	fmt.Printf("%-12s %10s %10s %10s\n", "scenario", "p50", "p99", "max")
 	report("create+call", first)
 	report("wake", wake)
+	report("send (ack)", send)
 	if *phaseFlag {
 		phaseReport("create+call", lastPhases)
 		phaseReport("wake", wakePhases)
