@@ -3,6 +3,7 @@ package plane
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -162,6 +163,10 @@ func (a *Activator) place(ctx context.Context, id string) (store.Assignment, boo
 		return store.Assignment{}, false, nil
 	}
 	live, err := a.candidates(ctx)
+	if h := a.cfg.Host; h != nil && h.isDraining() {
+		// Its drain may be younger than the candidates read.
+		live = slices.DeleteFunc(slices.Clone(live), func(w string) bool { return w == h.Worker() })
+	}
 	if err != nil || len(live) == 0 {
 		return store.Assignment{}, false, err
 	}

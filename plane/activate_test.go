@@ -308,8 +308,9 @@ func (a *acquiredBy) of(worker string) []string {
 // what the reconcile would and only under the acting orchestrator's fence.
 //   - pinned elsewhere: a world pinned to another worker is not placed
 //     again nor taken by the node that takes its input;
-//   - draining: a draining node takes nothing; the world goes to a live
-//     worker, which answers;
+//   - draining: a draining node takes nothing, nor places on itself
+//     (even with candidates read before its drain); the world goes to a
+//     live worker, which answers;
 //   - leader change: when the orchestrator whose epoch the placement was
 //     read under resigns before the write, the store refuses it, nothing is
 //     placed, and once a new leader acts the next input is answered;
@@ -368,16 +369,34 @@ func TestActivationNeverStealsNorActsWithoutAuthority(t *testing.T) {
 			return err
 		}
 		defer b.host.Stop(env.Ctx)
+		// A first activation reads the candidates (A and B) while A is
+		// live; the next comes after A began draining, for a world whose
+		// rendezvous winner among the two is A.
+		if _, err := r.base.CreateWorld(env.Ctx, universe, "warm", nil); err != nil {
+			return err
+		}
+		if _, err := callWithin(env, a.client, "warm", time.Second); err != nil {
+			return err
+		}
+		id := ""
+		for i := 0; id == ""; i++ {
+			if c := fmt.Sprint("fresh", i); plane.Place(c, []string{"A", "B"}) == "A" {
+				id = c
+			}
+		}
+		if _, err := r.base.CreateWorld(env.Ctx, universe, id, nil); err != nil {
+			return err
+		}
 		if err := a.host.SetDraining(env.Ctx, true); err != nil {
 			return err
 		}
-		if _, err := callWithin(env, a.client, "fresh", time.Second); err != nil {
+		if _, err := callWithin(env, a.client, id, time.Second); err != nil {
 			return fmt.Errorf("call through the draining node: %w", err)
 		}
-		if asg, _, _ := r.base.GetAssignment(env.Ctx, "fresh"); asg.DesiredWorker != "B" {
+		if asg, _, _ := r.base.GetAssignment(env.Ctx, id); asg.DesiredWorker != "B" {
 			return fmt.Errorf("placed on %q, want the live B", asg.DesiredWorker)
 		}
-		if got := acq.of("A"); len(got) != 0 {
+		if got := acq.of("A"); slices.Contains(got, id) {
 			return fmt.Errorf("the draining A acquired %v", got)
 		}
 		return nil

@@ -727,6 +727,13 @@ func (h *Host) holds(world string) bool {
 	return ok
 }
 
+// isDraining reports whether the host was told to drain.
+func (h *Host) isDraining() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.draining
+}
+
 // take asks the controller to acquire world, which an Activator found
 // placed here, now rather than at its next sync. A draining, stopped or
 // failed host takes nothing.
