@@ -48,9 +48,9 @@ type opsOptions struct {
 	act    Activation
 }
 
-// OpsActivation makes every input EnqueueIngress and EnqueueEvent accept
-// activate its world as it goes in (Activation), so that an unplaced world
-// answers its first input without waiting for a reconcile.
+// OpsActivation makes EnqueueIngress and EnqueueEvent activate the world
+// of every input they accept as it goes in (Activation), so that an
+// unplaced world answers its first input without waiting for a reconcile.
 func OpsActivation(a Activation) OpsOption {
 	return func(o *opsOptions) { o.act = a }
 }
