@@ -95,12 +95,12 @@ func NewActivator(cfg ActivatorConfig) (*Activator, error) {
 	return &Activator{cfg: cfg, settled: map[string]time.Time{}}, nil
 }
 
-// Activate is told that world has an input coming: a world this process's host
-// holds costs nothing; an unplaced one is placed; one placed on this host
-// is acquired by the host's controller, which starts its process for the
-// backlog. It returns once the placement is written and the acquisition
-// asked for, not when the world runs; its error is a store error the
-// caller may ignore (the reconcile is the backstop).
+// Activate is told that world has an input coming: a world this
+// process's host holds costs nothing; an unplaced one is placed; one
+// placed on this host is acquired by the host's controller, which starts
+// its process for the backlog. It returns once the placement is written
+// and the acquisition asked for, not when the world runs; its error is a
+// store error the caller may ignore (the reconcile is the backstop).
 func (a *Activator) Activate(ctx context.Context, id string) error {
 	if a == nil {
 		return nil
