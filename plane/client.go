@@ -34,6 +34,10 @@ type ClientConfig struct {
 	// Links records each ingress span under its inbox item, for the
 	// cycle that journals it (optional; share one per process).
 	Links *TraceLinks
+	// Activator, when set, activates the world of every Send and Call as
+	// its input goes in (Activation): an unplaced world is placed and
+	// taken at once instead of at the next reconcile.
+	Activator Activation
 }
 
 // Client is the Go client of the plane: Send, Call and State.
@@ -70,6 +74,7 @@ func (c *Client) Send(ctx context.Context, worldID string, v any, idempotencyKey
 	if err != nil {
 		return Ack{}, errorf("send", ErrInvalidIngress, worldID, err)
 	}
+	activate(ctx, c.cfg.Activator, worldID)
 	return c.in.enqueue(ctx, c.cfg.Store, "send", worldID, store.InboxItem{Kind: vocab.KindEvent, Payload: payload, DedupeKey: idempotencyKey})
 }
 
@@ -174,6 +179,7 @@ func (c *Client) CallWithID(ctx context.Context, worldID, callID string, v any) 
 		w = c.cfg.Replies.register(callID, p)
 		defer c.cfg.Replies.forget(callID)
 	}
+	activate(ctx, c.cfg.Activator, worldID)
 	ack, err := c.in.enqueue(ctx, c.cfg.Store, "call", worldID, store.InboxItem{Kind: vocab.KindCall, Payload: payload, DedupeKey: CallKey(callID)})
 	if err != nil {
 		return nil, err

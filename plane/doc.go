@@ -84,8 +84,19 @@
 //     late, and the store delivers a firing once whoever comes first.
 //   - Passivation: an idle world's process exits after HostConfig.IdleAfter.
 //     Its state is durable; the host keeps only its lease record (id, epoch,
-//     local deadline) and a store Watch registration, and the next inbox hint starts
-//     a fresh process that restores it, like an Orleans grain.
+//     local deadline), a store Watch registration and the state and cursor
+//     the process parked, and the next inbox hint starts a fresh process
+//     from them, like an Orleans grain: under the same holding no one else
+//     commits, so they are the store's, and a wake reads nothing back. A
+//     process that crashed parks nothing; its successor restores from the
+//     store.
+//   - Activation (Activator): the node that takes a world's input places
+//     the world if it is unplaced, as the reconcile would and under the
+//     acting orchestrator's fence, and its host's controller acquires it
+//     at once, so a world's first input is answered as fast as any other
+//     instead of after a reconcile round and a sync. Pins and assignments
+//     are never overwritten; a draining host takes nothing; racing
+//     activations end with one holder, which the store's lease decides.
 //   - Client: Send (acknowledged once durable in the inbox, deduplicated by
 //     key), Call (waits for the handler's reply: applied, journaled,
 //     returned) and State.

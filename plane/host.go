@@ -227,10 +227,15 @@ type Host struct {
 	// task fires (hosttimers.go).
 	timers *hostTimers
 
-	mu       sync.Mutex
-	leases   map[string]*lease // held leases, active or passive
-	wakes    []string          // passive worlds with a hint, in arrival order
-	waking   map[string]bool
+	mu     sync.Mutex
+	leases map[string]*lease // held leases, active or passive
+	wakes  []string          // passive worlds with a hint, in arrival order
+	waking map[string]bool
+	// takes are the worlds an Activator found placed here and not held,
+	// in arrival order, for the controller to acquire before its next
+	// scan page (taking is their set).
+	takes    []string
+	taking   map[string]bool
 	draining bool
 	stopped  bool
 	failed   error // set once, when the supervisor or the controller died
@@ -258,6 +263,13 @@ type lease struct {
 	// host, or by its deadline passing) the world does nothing more here.
 	hold leasing.Lease
 	head atomic.Pointer[world.Snapshot] // last committed state, for State
+	// parked is what a process that passivated left: its state and
+	// cursor, which are the store's as long as this holding lasts (no one
+	// else commits at its epoch, and it committed all it stepped), so its
+	// wake starts from them instead of restoring from the store. Taken
+	// (and so cleared) by the process that starts next; a crashed process
+	// leaves none, and its successor restores from the store.
+	parked atomic.Pointer[parkedWorld]
 	// hinted: the world's inbox was hinted since its process last read
 	// it, so a due timer handed over is stepped after what is there.
 	hinted atomic.Bool
@@ -278,6 +290,12 @@ type lease struct {
 	due        []*hostTimer      // due timers handed to the process, to step without an inbox item
 }
 
+// parkedWorld is a passivated world's state in memory (lease.parked).
+type parkedWorld struct {
+	snap   world.Snapshot
+	cursor uint64
+}
+
 // alive is the check before every step and every commit: not fenced and
 // not past the lease's local deadline (leasing.Lease.Live).
 func (h *Host) alive(l *lease) bool { return l.hold.Live() }
@@ -295,7 +313,7 @@ func StartHost(ctx context.Context, scope *actor.Scope, cfg HostConfig) (*Host, 
 		return nil, err
 	}
 	h := &Host{cfg: cfg, st: cfg.Store, ex: scope.Executor(), scope: sub,
-		leases: map[string]*lease{}, waking: map[string]bool{}, noKernel: map[string]uint64{},
+		leases: map[string]*lease{}, waking: map[string]bool{}, taking: map[string]bool{}, noKernel: map[string]uint64{},
 		tr: otrace.Tracer(cfg.Tracer), log: cfg.Logger}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -656,6 +674,7 @@ func (h *Host) control(ctx context.Context) error {
 				h.timers.setSkew(wi.HeartbeatAt.Sub(h.ex.Now()))
 			}
 		}
+		h.takeAsked(ctx)
 		hinted := h.syncHint.Swap(false)
 		sc := &h.scan
 		switch {
@@ -698,6 +717,65 @@ func (h *Host) control(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// holds reports whether the host holds world's lease (active or passive).
+func (h *Host) holds(world string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.leases[world]
+	return ok
+}
+
+// isDraining reports whether the host was told to drain.
+func (h *Host) isDraining() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.draining
+}
+
+// take asks the controller to acquire world, which an Activator found
+// placed here, now rather than at its next sync. A draining, stopped or
+// failed host takes nothing.
+func (h *Host) take(world string) {
+	h.mu.Lock()
+	if h.draining || h.stopped || h.failed != nil || h.taking[world] || h.leases[world] != nil {
+		h.mu.Unlock()
+		return
+	}
+	h.taking[world] = true
+	h.takes = append(h.takes, world)
+	h.mu.Unlock()
+	h.park.Unpark()
+}
+
+// takeAsked acquires the worlds take asked for that are still not held,
+// on the controller (which owns acquisition), with the sync pass's own
+// acquisition: the store refuses a world assigned to another worker or
+// held by another holder, and a drain that began meanwhile gives the
+// leases back. A lease taken while a pass is in progress counts as listed
+// by it: the pass's pages before the world's were read before the world
+// was placed here. A failed call is not retried: the next input, or the
+// next sync, asks again.
+func (h *Host) takeAsked(ctx context.Context) {
+	h.mu.Lock()
+	asked := h.takes
+	h.takes = nil
+	clear(h.taking)
+	var ids []string
+	for _, w := range asked {
+		if _, held := h.leases[w]; !held && !h.draining {
+			ids = append(ids, w)
+		}
+	}
+	h.mu.Unlock()
+	var take []string
+	for _, w := range ids {
+		if _, unrunnable := h.noKernel[w]; !unrunnable {
+			take = append(take, w)
+		}
+	}
+	_ = h.acquireAll(ctx, take)
 }
 
 // watchRetry registers a controller's Watch, retrying a refused

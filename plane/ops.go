@@ -27,6 +27,7 @@ type Ops struct {
 	kernels Kernels
 	dec     ingressDecoder
 	in      ingressTrace
+	act     Activation // nil: inputs wait for the reconcile to place their world
 }
 
 // ingressDecoder is what ingress validation reads payloads with: an
@@ -44,6 +45,14 @@ type opsOptions struct {
 	tracer trace.TracerProvider
 	links  *TraceLinks
 	clock  actor.Executor
+	act    Activation
+}
+
+// OpsActivation makes EnqueueIngress and EnqueueEvent activate the world
+// of every input they accept as it goes in (Activation), so that an
+// unplaced world answers its first input without waiting for a reconcile.
+func OpsActivation(a Activation) OpsOption {
+	return func(o *opsOptions) { o.act = a }
 }
 
 // OpsTracing makes EnqueueIngress write its orrery.ingress spans with tp
@@ -64,7 +73,7 @@ func NewOps(st store.Store, kernels Kernels, opts ...OpsOption) (*Ops, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return &Ops{st: st, kernels: kernels, dec: dec,
+	return &Ops{st: st, kernels: kernels, dec: dec, act: o.act,
 		in: ingressTrace{tr: otrace.Tracer(o.tracer), links: o.links, ex: o.clock}}, nil
 }
 
@@ -177,6 +186,7 @@ func (o *Ops) enqueueChecked(ctx context.Context, worldID string, m ingressMessa
 	if err := k.CheckInput(m.Type, m.Value); err != nil {
 		return Ack{}, errorf("enqueue_ingress", ErrInvalidIngress, worldID, err)
 	}
+	activate(ctx, o.act, worldID)
 	return enqueue(ctx, o.st, "enqueue_ingress", worldID, item)
 }
 

@@ -284,19 +284,9 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error {
 	if !o.Leader() {
 		return errorf("reconcile", ErrNotLeader, "", nil)
 	}
-	workers, err := o.st.ListWorkers(ctx)
+	workers, live, err := liveWorkers(ctx, o.st, o.cfg.LiveFor)
 	if err != nil {
 		return err
-	}
-	now, err := o.st.Now(ctx)
-	if err != nil {
-		return err
-	}
-	var live []string
-	for _, w := range workers {
-		if !w.Draining && now.Sub(w.HeartbeatAt) < o.cfg.LiveFor {
-			live = append(live, w.ID)
-		}
 	}
 	assigned, err := o.assignments(ctx, workers)
 	if err != nil {
@@ -348,6 +338,27 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// liveWorkers reads the inventory and the workers a world may be placed
+// on: those not draining whose last heartbeat is younger than liveFor, both
+// instants on the store's clock (the local one is never compared with it).
+func liveWorkers(ctx context.Context, st store.Store, liveFor time.Duration) ([]store.WorkerInfo, []string, error) {
+	workers, err := st.ListWorkers(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	now, err := st.Now(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var live []string
+	for _, w := range workers {
+		if !w.Draining && now.Sub(w.HeartbeatAt) < liveFor {
+			live = append(live, w.ID)
+		}
+	}
+	return workers, live, nil
 }
 
 // place writes world's assignment (want == "": none), fenced by the

@@ -3,6 +3,8 @@ package plane_test
 import (
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,7 +19,8 @@ import (
 
 // TestPassivatedWorldWakesOnInput: an idle world's process stops after
 // IdleAfter while the host keeps its lease; the next input starts a fresh
-// process that restores it from the store and applies the input.
+// process that restores it (from the state its predecessor parked, which
+// is the store's under the same holding) and applies the input.
 func TestPassivatedWorldWakesOnInput(t *testing.T) {
 	testrig.Lab(t, lab.Config{Seed: 2, Name: "passivation"}, func(env *lab.Env) error {
 		st := newStore(env)
@@ -376,5 +379,82 @@ func TestEventKeysCannotTakeACallsDedupeKey(t *testing.T) {
 			return fmt.Errorf("call Y = %d (%v), want 2", y, err)
 		}
 		return nil
+	})
+}
+
+// TestPassivatedWorldWakesWithoutReadingTheStore: a world passivated under
+// a lease its host still holds wakes from the state and cursor its process
+// parked: the wake reads neither snapshot nor journal nor world record
+// (the store's truth is the same, since no one else commits at the
+// holding's epoch), and the world goes on from where it stood, in parity
+// with its journal.
+func TestPassivatedWorldWakesWithoutReadingTheStore(t *testing.T) {
+	testrig.Lab(t, lab.Config{Seed: 5, Name: "parked-wake"}, func(env *lab.Env) error {
+		base := newStore(env)
+		var counting atomic.Bool
+		var mu sync.Mutex
+		reads := map[string]int{}
+		st := base.Restart(memstore.WithHook(func(op string) error {
+			if counting.Load() {
+				mu.Lock()
+				reads[op]++
+				mu.Unlock()
+			}
+			return nil
+		}))
+		passivated := 0
+		cfg := hostConfig("A", st, nil)
+		cfg.Observe = func(ev plane.HostEvent) {
+			if ev.Kind == plane.EvPassivate {
+				passivated++
+			}
+		}
+		if err := createAssigned(env.Ctx, base, "p", "A"); err != nil {
+			return err
+		}
+		h, err := plane.StartHost(env.Ctx, env.Root, cfg)
+		if err != nil {
+			return err
+		}
+		defer h.Stop(env.Ctx)
+		c, _ := plane.NewClient(plane.ClientConfig{Store: base, Kernels: kernels(), Executor: env.Lab})
+		// More steps than a snapshot covers (SnapshotEvery 4): a restore
+		// from the store would read the journal past the snapshot.
+		for i := range 6 {
+			if _, err := c.Send(env.Ctx, "p", Add{By: 1, Key: fmt.Sprint("a", i)}, fmt.Sprint("a", i)); err != nil {
+				return err
+			}
+		}
+		if err := testrig.WaitLab(env, "p passivated", 10*time.Second, func() (bool, error) { return passivated == 1, nil }); err != nil {
+			return err
+		}
+		counting.Store(true)
+		if _, err := c.Send(env.Ctx, "p", Add{By: 10, Key: "b"}, "b"); err != nil {
+			return err
+		}
+		if err := testrig.WaitLab(env, "p applied the wake input", time.Second, func() (bool, error) {
+			s, ok := h.State("p")
+			if !ok {
+				return false, nil
+			}
+			v, err := value(s, "p")
+			return v.N == 16, err
+		}); err != nil {
+			return err
+		}
+		counting.Store(false)
+		mu.Lock()
+		for _, op := range []string{"read", "active_snapshot", "snapshot_below", "get_world", "cursor"} {
+			if reads[op] != 0 {
+				mu.Unlock()
+				return fmt.Errorf("the wake called %s %d times: %v", op, reads[op], reads)
+			}
+		}
+		mu.Unlock()
+		if epoch, ok := h.Lease("p"); !ok || epoch != 1 {
+			return fmt.Errorf("p lease epoch %d held %v, want epoch 1 throughout", epoch, ok)
+		}
+		_, err = parity(env.Ctx, base, "p")
+		return err
 	})
 }

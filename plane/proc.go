@@ -62,6 +62,11 @@ func (w *worldProc) HandleInfo(p *actor.Proc, info any) error {
 			w.l.ref = nil
 		}
 		w.h.mu.Unlock()
+		if w.inst != nil {
+			// Everything it stepped is committed (a failed commit
+			// crashes the process, which never idles after it).
+			w.l.parked.Store(&parkedWorld{snap: w.inst.Snapshot(), cursor: w.cursor})
+		}
 		w.passive, w.inst = true, nil
 		w.h.emit(HostEvent{Kind: EvPassivate, World: w.l.world, Epoch: w.l.epoch})
 		p.Exit(nil)
@@ -95,7 +100,7 @@ func (w *worldProc) run(p *actor.Proc) error {
 	}
 	ctx := p.Ctx()
 	if w.inst == nil {
-		inst, cursor, err := Restore(ctx, h.st, h.cfg.Kernels, l.world)
+		inst, cursor, err := w.restore(ctx)
 		if err != nil {
 			if _, ok := errors.AsType[*world.DivergenceError](err); ok {
 				// Told apart from other restore failures (the store's,
@@ -126,6 +131,20 @@ func (w *worldProc) run(p *actor.Proc) error {
 		p.IdleTimeout(h.cfg.IdleAfter)
 	}
 	return nil
+}
+
+// restore brings the world back: from what its passivated predecessor
+// under this holding parked, which is the store's state (a wake costs no
+// store read and no replay of the journal since the last snapshot), or
+// else from the store.
+func (w *worldProc) restore(ctx context.Context) (world.Instance, uint64, error) {
+	if pk := w.l.parked.Swap(nil); pk != nil {
+		inst, err := w.l.kern.Replay(w.l.world, pk.snap, nil)
+		if err == nil {
+			return inst, pk.cursor, nil
+		}
+	}
+	return Restore(ctx, w.h.st, w.h.cfg.Kernels, w.l.world)
 }
 
 // fail ends the process: a fence (the store's, or the local flag) is a

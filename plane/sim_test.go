@@ -58,6 +58,9 @@ type simStats struct {
 	// seeds whose calls came from more than one client; replies checked
 	// against the journal
 	callClients, replies int
+	// freshRaces: worlds created mid-run whose first calls two nodes took
+	// at once, each activating the world
+	freshRaces int
 }
 
 // simNode is one process of the simulation with a store handle of its own:
@@ -76,8 +79,21 @@ type simNode struct {
 	down    bool
 	exited  bool // its Run returned on its own (it could not watch the store)
 
-	host  *plane.Host  // hosts
+	host  *plane.Host // hosts
+	act   *plane.Activator
 	scope *actor.Scope // pools, the timer worker, the reapers
+}
+
+// simActivation activates through the current generation of a host node:
+// its activator, on the node's faulty handle, places under the acting
+// orchestrator's fence and has the node's host take the world.
+type simActivation struct{ n *simNode }
+
+func (a simActivation) Activate(ctx context.Context, world string) error {
+	if a.n.down || a.n.act == nil {
+		return nil
+	}
+	return a.n.act.Activate(ctx, world)
 }
 
 // echoAdapter is the simulation's deterministic in-process adapter: it
@@ -246,7 +262,9 @@ func planeSim(stats *simStats) lab.Scenario {
 // each node's clock and the store's off it by seeded offsets of their own.
 // A seeded workload sends events, calls (from the client of each host's
 // process), effects, timers, fabric sends and steps over every kernel
-// limit, and archives a world while its effects are published, while
+// limit, archives a world while its effects are published, and creates a
+// world whose first calls two nodes take at once (each client activates
+// the worlds of its inputs through its node's host), while
 // seeded faults strike: store errors on every handle (some look like a lost
 // connection; on the pools' handles and the hosts' commits some come after
 // the call took effect),
@@ -368,6 +386,11 @@ func (r *planeSimRun) startHost(n *simNode) error {
 	}
 	h, err := plane.StartHost(r.env.Ctx, n.sys.Root(), cfg)
 	n.host, n.down = h, err != nil
+	if err != nil {
+		return err
+	}
+	n.act, err = plane.NewActivator(plane.ActivatorConfig{Store: n.st, Kernels: r.simKernels(), Executor: n.ex,
+		Host: h, LiveFor: simTTL})
 	return err
 }
 
@@ -544,7 +567,8 @@ func (r *planeSimRun) run() (err error) {
 		if r.sharedSeed {
 			cex = &seededExecutor{skewExecutor: n.ex}
 		}
-		c, err := plane.NewClient(plane.ClientConfig{Store: r.base, Kernels: simKernel(), Executor: cex, Replies: n.replies})
+		c, err := plane.NewClient(plane.ClientConfig{Store: r.base, Kernels: simKernel(), Executor: cex, Replies: n.replies,
+			Activator: simActivation{n}})
 		if err != nil {
 			return err
 		}
@@ -583,7 +607,16 @@ func (r *planeSimRun) run() (err error) {
 	archiveAt := 2 + int(lb.Uint64()%uint64(simOps-4))
 	swell := lb.Uint64()%40 == 0 // a state over the bound is costly (seconds): a few seeds
 	callers := map[*plane.Client]bool{}
+	// A world created mid-run, never placed, whose first calls two nodes
+	// take at once: both activate it while the faults strike.
+	freshAt := int(lb.Uint64() % uint64(simOps))
+	var fresh *freshRace
 	for i := range simOps {
+		if i == freshAt {
+			if fresh, err = r.raceFresh(); err != nil {
+				return err
+			}
+		}
 		w := simWorlds[lb.Uint64()%uint64(len(simWorlds))]
 		key := fmt.Sprint("k", i)
 		var v any
@@ -663,6 +696,9 @@ func (r *planeSimRun) run() (err error) {
 	if err := r.check(acked, relays, alarms); err != nil {
 		return err
 	}
+	if err := fresh.check(r); err != nil {
+		return err
+	}
 	for _, n := range r.hosts {
 		if err := n.host.Stop(env.Ctx); err != nil {
 			return err
@@ -672,6 +708,113 @@ func (r *planeSimRun) run() (err error) {
 		if _, err := n.scope.Close(env.Ctx); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// simFresh is the world created mid-run and activated by its first calls.
+const simFresh = "s5"
+
+// freshRace is the two first calls to simFresh, each from another node's
+// client, running beside the driver (which goes on injecting faults and
+// restarting what fails).
+type freshRace struct {
+	pids    []actor.PID
+	mu      sync.Mutex
+	answers map[string][]byte // call id → reply
+	errs    []error
+}
+
+func (r *planeSimRun) raceFresh() (*freshRace, error) {
+	env := r.env
+	if _, err := r.base.CreateWorld(env.Ctx, universe, simFresh, nil); err != nil {
+		return nil, err
+	}
+	r.stats.freshRaces++
+	f := &freshRace{answers: map[string][]byte{}}
+	first := int(env.Lab.Uint64() % uint64(len(r.clients)))
+	for _, ci := range []int{first, (first + 1) % len(r.clients)} {
+		c := r.clients[ci]
+		ex := r.clientEx(c)
+		id := c.NewCallID()
+		if r.callIDs[id] {
+			return nil, fmt.Errorf("first call to %s: call id %s was drawn before, by this or another client", simFresh, id)
+		}
+		r.callIDs[id] = true
+		pid, err := env.Root.Go("fresh-call:"+id, func(context.Context) error {
+			for try := 0; try < 60; try++ {
+				ctx, cancel := actor.WithDeadline(env.Ctx, ex, ex.Now().Add(3*time.Second))
+				rep, err := c.CallWithID(ctx, simFresh, id, Get{})
+				cancel()
+				if err == nil {
+					f.mu.Lock()
+					f.answers[id] = rep
+					f.mu.Unlock()
+					return nil
+				}
+				if env.Ctx.Err() != nil {
+					return nil
+				}
+			}
+			f.mu.Lock()
+			f.errs = append(f.errs, fmt.Errorf("call %s to %s unanswered for three minutes: %s", id, simFresh, r.diag(simFresh)))
+			f.mu.Unlock()
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		f.pids = append(f.pids, pid)
+	}
+	return f, nil
+}
+
+// check waits for both calls and checks that each was answered once, from
+// a journal that holds each once, replayed to the same state.
+func (f *freshRace) check(r *planeSimRun) error {
+	if f == nil {
+		return nil
+	}
+	ctx := r.env.Ctx
+	for _, p := range f.pids {
+		if _, err := p.Wait(ctx); err != nil {
+			return err
+		}
+	}
+	if len(f.errs) > 0 {
+		return f.errs[0]
+	}
+	if len(f.answers) != 2 {
+		return fmt.Errorf("%s: %d calls answered, want 2", simFresh, len(f.answers))
+	}
+	for id, rep := range f.answers {
+		var n int64
+		if err := world.Decode(rep, &n); err != nil || n != 0 {
+			return fmt.Errorf("%s: call %s answered %v (%v), want 0", simFresh, id, n, err)
+		}
+	}
+	journal, err := journalOf(ctx, r.base, simFresh)
+	if err != nil {
+		return err
+	}
+	seen := map[string]int{}
+	for _, e := range journal {
+		var rec stepRecord
+		if err := event.Unmarshal(e.Payload, &rec); err != nil {
+			return err
+		}
+		seen[rec.Input.CallID]++
+	}
+	for id := range f.answers {
+		if seen[id] != 1 {
+			return fmt.Errorf("%s: call %s journaled %d times, want once (journal %v)", simFresh, id, seen[id], seen)
+		}
+	}
+	if len(journal) != 2 {
+		return fmt.Errorf("%s: %d journal records, want the 2 calls", simFresh, len(journal))
+	}
+	if _, err := parityOf(ctx, r.base, simFresh, simDef()); err != nil {
+		return fmt.Errorf("%s: %w", simFresh, err)
 	}
 	return nil
 }
@@ -1214,7 +1357,8 @@ func TestPlaneSimulation(t *testing.T) {
 			{"states over the bound", stats.swells}, {"far-future timers", stats.farTimers},
 			{"archives", stats.archives}, {"effects withdrawn by an archive", stats.withdrawn},
 			{"effects in flight at an archive", stats.inflightAtArchive},
-			{"replies checked against their step", stats.replies}, {"seeds with calls from several clients", stats.callClients}}
+			{"replies checked against their step", stats.replies}, {"seeds with calls from several clients", stats.callClients},
+			{"worlds activated by two nodes at once", stats.freshRaces}}
 		// Every adapter path met a store fault, both before and after
 		// taking effect (fabric's send included). ReleaseEffect is not
 		// among them: a pool releases its claims when stopped, which

@@ -13,7 +13,10 @@
 //     their durable runs, a client of them, and the Runs and Timeline read
 //     models of their streams, kept current by a projector runner;
 //   - a client (Send, Call, State) and the ops API, sharing the host's
-//     in-process reply hand-off.
+//     in-process reply hand-off, whose inputs activate their worlds
+//     (plane.Activator): a world not placed yet is placed and, when placed
+//     here, taken by the host at once, so its first input is answered
+//     without waiting for a reconcile round.
 //
 // `orrery serve` is a Node plus the HTTP API; the demo and the multi-process
 // tests start Nodes too. Several Nodes on one PostgreSQL form a cluster: the
@@ -189,12 +192,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	ex := n.sys.Executor()
 
-	ops, err := plane.NewOps(cfg.Store, cfg.Kernels, plane.OpsTracing(cfg.Tracer, n.links, ex))
-	if err != nil {
-		return nil, n.abort(ctx, err)
-	}
-	n.ops = ops
-
+	var err error
 	hc := plane.HostConfig{
 		Worker: cfg.Worker, Incarnation: cfg.Incarnation, Store: cfg.Store, Kernels: cfg.Kernels, Replies: n.replies,
 		LeaseTTL: cfg.LeaseTTL, IdleAfter: cfg.IdleAfter, Observe: cfg.Observe,
@@ -219,9 +217,21 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, n.abort(ctx, err)
 		}
 	}
+	// Every input this node takes activates its world: an unplaced world
+	// is placed (under the acting orchestrator's fence) and, when placed
+	// here, taken by this host at once.
+	act, err := plane.NewActivator(plane.ActivatorConfig{
+		Store: cfg.Store, Kernels: cfg.Kernels, Executor: ex, Host: n.host, Orchestrator: n.orch, LiveFor: cfg.LeaseTTL,
+	})
+	if err != nil {
+		return nil, n.abort(ctx, err)
+	}
+	if n.ops, err = plane.NewOps(cfg.Store, cfg.Kernels, plane.OpsTracing(cfg.Tracer, n.links, ex), plane.OpsActivation(act)); err != nil {
+		return nil, n.abort(ctx, err)
+	}
 	n.client, err = plane.NewClient(plane.ClientConfig{
 		Store: cfg.Store, Kernels: cfg.Kernels, Executor: ex, Replies: n.replies, Hosts: []*plane.Host{n.host},
-		Tracer: cfg.Tracer, Links: n.links,
+		Tracer: cfg.Tracer, Links: n.links, Activator: act,
 	})
 	if err != nil {
 		return nil, n.abort(ctx, err)

@@ -407,3 +407,61 @@ func TestRestartUnderTheSameWorkerGetsNewEpochsAtOnce(t *testing.T) {
 		_ = again.Stop(ctx)
 	})
 }
+
+// TestANewWorldsFirstInputIsAnsweredWithoutWaitingForAReconcile: a node
+// takes the first input of a world created after its orchestrator's last
+// reconcile, through its client (a call) and through its ops API (an
+// event, as the HTTP API enqueues it), and each world answers within
+// milliseconds of virtual time, where waiting for the next reconcile
+// round (every LeaseTTL/2) and the host's sync would take most of a
+// second.
+func TestANewWorldsFirstInputIsAnsweredWithoutWaitingForAReconcile(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		st := memstore.New()
+		t.Cleanup(func() { _ = st.Close() })
+		n := start(t, ctx, st, "a")
+		for !n.Leader() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		synctest.Wait() // its first reconcile is done; the next is LeaseTTL/2 away
+		const limit = 100 * time.Millisecond
+
+		create(t, ctx, st, []string{"by-call"})
+		t0 := time.Now()
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if _, err := n.Client().Call(cctx, "by-call", Get{}); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(t0); took > limit {
+			t.Errorf("first call answered after %v of virtual time, want within %v", took, limit)
+		}
+
+		create(t, ctx, st, []string{"by-ops"})
+		payload, err := world.EncodeEvent(Add{By: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t0 = time.Now()
+		if _, err := n.Ops().EnqueueIngress(ctx, "by-ops", plane.Ingress{Kind: vocab.KindEvent, Payload: payload}); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			head, err := st.Head(ctx, "by-ops")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if head == 1 {
+				break
+			}
+			if time.Since(t0) > time.Minute {
+				t.Fatal("the event was never journaled")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if took := time.Since(t0); took > limit {
+			t.Errorf("first event journaled after %v of virtual time, want within %v", took, limit)
+		}
+	})
+}
