@@ -146,6 +146,12 @@ func (r *recorder) ReapEffects(ctx context.Context) (int, error) { return 0, r.r
 func (r *recorder) ReleaseEffect(ctx context.Context, intentHash string, c vocab.Claim) error {
 	return r.rec(ctx, "ReleaseEffect")
 }
+func (r *recorder) RetryLater(ctx context.Context, intentHash string, c vocab.Claim, delay time.Duration, lastError string) error {
+	return r.rec(ctx, "RetryLater")
+}
+func (r *recorder) NextRetry(ctx context.Context, kinds []string) (time.Duration, bool, error) {
+	return 0, false, r.rec(ctx, "NextRetry")
+}
 func (r *recorder) RetryEffect(ctx context.Context, intentHash, reason string) (EffectStatus, error) {
 	return EffectStatus{}, r.rec(ctx, "RetryEffect")
 }
