@@ -118,3 +118,35 @@ func IsUnknown(err error) bool {
 	var u *unknownError
 	return errors.As(err, &u)
 }
+
+// classError names the class of an attempt's error.
+type classError struct {
+	class string
+	err   error
+}
+
+func (e *classError) Error() string { return e.err.Error() }
+func (e *classError) Unwrap() error { return e.err }
+
+// Classified names err's class (for example "card_declined", or
+// http.request's "http.status.404"), which a retry policy may list as
+// non-retryable: the pool then delivers an error receipt at once, as for
+// a Permanent error (a timeout one when err is also Unknown). A class
+// listed nowhere changes nothing: the error is retried as any other.
+// Classified(c, nil) is nil.
+func Classified(class string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &classError{class: class, err: err}
+}
+
+// ClassOf returns the class Classified gave err (the outermost, when
+// wrapped more than once), or "".
+func ClassOf(err error) string {
+	var c *classError
+	if errors.As(err, &c) {
+		return c.class
+	}
+	return ""
+}

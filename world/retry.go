@@ -17,8 +17,8 @@ import (
 //
 // The delay before attempt n+1 is InitialInterval × BackoffCoefficient^(n-1),
 // at most MaximumInterval. An error of a class named in NonRetryable (the
-// adapter's effect.Classified error, or http.request's classes such as
-// "http.status.404") ends the effect at once with an error receipt, and so
+// adapter's effect.Classified error, or http.request's "http.transport"
+// and "http.unknown") ends the effect at once with an error receipt, and so
 // does an effect.Permanent one; once MaximumAttempts executions have
 // failed, the receipt says so (error, or timeout when the last failure
 // left the outcome unknown).
