@@ -389,16 +389,16 @@ func TestNewPoolRejectsBadConfig(t *testing.T) {
 		cfg  adapter.Config
 		regs []adapter.Registration
 	}{
-		"no worker":      {adapter.Config{Executor: ok.Executor}, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{})}},
-		"no executor":    {adapter.Config{Worker: "w"}, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{})}},
-		"no adapter":     {ok, nil},
-		"kind twice":     {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{}), adapter.Register(&fake{}, adapter.RetryPolicy{})}},
+		"no worker":         {adapter.Config{Executor: ok.Executor}, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{})}},
+		"no executor":       {adapter.Config{Worker: "w"}, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{})}},
+		"no adapter":        {ok, nil},
+		"kind twice":        {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{}), adapter.Register(&fake{}, adapter.RetryPolicy{})}},
 		"negative attempts": {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{Attempts: -1})}},
 		"base above max":    {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{Base: time.Minute, Max: time.Second})}},
 		"coefficient < 1":   {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{Coefficient: 0.5})}},
 		"empty class":       {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{NonRetryable: []string{""}})}},
-		"bad jitter":     {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{Attempts: 1, Jitter: 2})}},
-		"no kinds":       {ok, []adapter.Registration{adapter.Register(&fake{kinds: []string{}}, adapter.RetryPolicy{})}},
+		"bad jitter":        {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{Attempts: 1, Jitter: 2})}},
+		"no kinds":          {ok, []adapter.Registration{adapter.Register(&fake{kinds: []string{}}, adapter.RetryPolicy{})}},
 	}
 	for name, c := range cases {
 		_, err := adapter.NewPool(st, c.cfg, c.regs...)
