@@ -117,6 +117,16 @@ func (p RetryPolicy) invalid() string {
 	return ""
 }
 
+// Validate reports what is wrong with p, as a *ConfigError naming the
+// policy's fields, or nil: what NewPool refuses, checked before a pool is
+// built (orrery.App checks its policies at start).
+func (p RetryPolicy) Validate() error {
+	if why := p.invalid(); why != "" {
+		return &ConfigError{Field: "RetryPolicy", Reason: why}
+	}
+	return nil
+}
+
 // nonRetryable reports whether err's class is one p does not retry.
 func (p RetryPolicy) nonRetryable(err error) bool {
 	c := effect.ClassOf(err)

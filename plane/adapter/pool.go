@@ -51,6 +51,10 @@ type Config struct {
 	// exceed the slowest adapter call. A retry is a claim of its own, after
 	// its backoff (RetryPolicy), so the backoff is not counted in it.
 	ClaimTTL time.Duration
+	// Policies replaces, by kind, the retry policy the kind's registration
+	// gave (a binary's own policy for a built-in kind, say http.request's).
+	// A kind no registration serves is a ConfigError.
+	Policies map[string]RetryPolicy
 	// Logger receives store failures and effects the pool gave up on at
 	// Warn, dropped results at Info, retried attempts at Debug, each with
 	// the worker, world, intent and kind (nil: discarded).
@@ -205,6 +209,17 @@ func NewPool(st Store, cfg Config, regs ...Registration) (*Pool, error) {
 			p.byKind[k] = r
 			p.kinds = append(p.kinds, k)
 		}
+	}
+	for k, pol := range cfg.Policies {
+		r, ok := p.byKind[k]
+		if !ok {
+			return nil, &ConfigError{Field: "Policies", Reason: "no adapter serves kind " + k}
+		}
+		if why := pol.invalid(); why != "" {
+			return nil, &ConfigError{Field: "Policies", Reason: k + ": " + why}
+		}
+		r.Policy = pol.normal()
+		p.byKind[k] = r
 	}
 	slices.Sort(p.kinds)
 	return p, nil
