@@ -1,6 +1,7 @@
 // Package effect is the contract between an effect pool and an
 // application's own adapter: the Adapter interface, the Result it answers,
-// and the errors that tell the pool whether to retry (Permanent, Unknown).
+// and the errors that tell the pool whether to retry (Permanent, Unknown,
+// Classified).
 // An adapter imports this package, vocab (the queue item it is handed) and
 // world (to decode params and build bodies), never the store or the plane.
 //
@@ -28,8 +29,9 @@ import (
 //   - a Result and a nil error: the terminal outcome, delivered as the
 //     receipt whatever its status (ok, error or timeout);
 //   - an error: a failure of this attempt. The pool retries it by the
-//     adapter's retry policy (its registration with the pool) unless it
-//     is Permanent, and delivers a receipt
+//     effect's retry policy (its kind's registration with the pool, or the
+//     intent's own) unless it is Permanent or of a class (Classified) the
+//     policy does not retry, and delivers a receipt
 //     (its body a Failure) once it gives up: error for a plain or
 //     Permanent error, timeout for an Unknown one.
 //
