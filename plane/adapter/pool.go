@@ -408,15 +408,17 @@ func (p *Pool) Run(ctx context.Context) error {
 }
 
 // nextRetry asks the store how long until the nearest retry of the pool's
-// kinds (ok=false: none waits). A failure is logged and reported as none:
-// the next hint, claim or expiry asks again.
+// kinds (ok=false: none waits). On a failure, which it logs, it answers a
+// store backoff: the loop then claims again, and a round that finds
+// nothing asks again, so a retry is never left waiting for a hint that
+// never comes.
 func (p *Pool) nextRetry(ctx context.Context) (time.Duration, bool) {
 	wait, ok, err := p.st.NextRetry(ctx, p.kinds)
 	if err != nil {
 		if ctx.Err() == nil {
 			p.log.Warn("adapter: next retry time unknown", "worker", p.cfg.Worker, "err", err)
 		}
-		return 0, false
+		return storeBackoff(1, p.ex.Uint64()), true
 	}
 	return wait, ok
 }

@@ -297,3 +297,28 @@ func (e *env) publishWith(kind string, params any, retry []byte) string {
 	}
 	return h
 }
+
+// TestRetryRunsWhenTheStoreCannotSayWhen: NextRetry fails every time (a
+// store in trouble). The pool does not park without a wake-up: it claims
+// again after a store backoff, so the retry runs at most one backoff
+// (50ms) after its time.
+func TestRetryRunsWhenTheStoreCannotSayWhen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, memstore.WithHook(func(op string) error {
+			if op == "next_retry" {
+				return errors.New("store down for this query")
+			}
+			return nil
+		}))
+		f := failing(errTransient)
+		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex}, adapter.Register(f, adapter.RetryPolicy{Attempts: 2, Base: 10 * time.Second}))
+		r := run(p)
+		defer r.stop()
+		e.publish(kindTest, "x")
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if g := gaps(f.snapshot()); len(g) != 1 || g[0] < 10*time.Second || g[0] > 10*time.Second+50*time.Millisecond {
+			t.Fatalf("delays %v, want one of 10s, at most a store backoff late", g)
+		}
+	})
+}
