@@ -38,6 +38,7 @@
 //		adapter.Register(emailAdapter{smtp: mailer}, adapter.RetryPolicy{Attempts: 5, Base: time.Second,
 //			NonRetryable: []string{"mailbox_unknown"}}),
 //	)
+//	ex.Go(func() { _ = pool.Run(ctx) })
 //
 // (a binary built on orrery.MainWith gives its adapters in orrery.App
 // instead, and serve builds the pool). A handler may give one intent its
@@ -47,7 +48,6 @@
 // the Idempotency-Key header on every attempt, so the server can
 // deduplicate; an application's adapter should pass IntentHash on the same
 // way (as emailAdapter does above).
-//	ex.Go(func() { _ = pool.Run(ctx) })
 //
 // A receipt's status is a promise to the world: ok, the effect happened;
 // error, it did not and will not happen; timeout, nobody knows. An
