@@ -163,7 +163,7 @@ func (p RetryPolicy) forIntent(b []byte) (RetryPolicy, error) {
 func (p RetryPolicy) Delay(n int, r uint64) time.Duration {
 	p = p.normal()
 	d := float64(p.Base)
-	for i := 1; i < n && d < float64(p.Max); i++ {
+	for i := 1; i < n && d < float64(p.Max) && p.Coefficient > 1; i++ {
 		d *= p.Coefficient
 	}
 	out := time.Duration(min(d, float64(p.Max)))

@@ -846,7 +846,9 @@ func (p *Pool) retryLater(ctx context.Context, it vocab.EffectItem, r retryAfter
 			return err
 		}
 		p.log.Warn("adapter: scheduling a retry failed", p.attrs(it, "err", err, "failures", failures)...)
-		if actor.Sleep(rctx, p.ex, storeBackoff(failures, p.ex.Uint64())) != nil {
+		// The pool stopping ends the tries: the claim then expires.
+		if actor.Sleep(ctx, p.ex, storeBackoff(failures, p.ex.Uint64())) != nil {
+			p.drop(it, "pool stopped before its retry was scheduled")
 			return errDropped
 		}
 	}

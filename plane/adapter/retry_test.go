@@ -3,6 +3,7 @@ package adapter_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -319,6 +320,37 @@ func TestRetryRunsWhenTheStoreCannotSayWhen(t *testing.T) {
 		synctest.Wait()
 		if g := gaps(f.snapshot()); len(g) != 1 || g[0] < 10*time.Second || g[0] > 10*time.Second+50*time.Millisecond {
 			t.Fatalf("delays %v, want one of 10s, at most a store backoff late", g)
+		}
+	})
+}
+
+// TestRetryLaterThatFailsIsTriedAgain: the store fails the first
+// RetryLater; the pool tries again after a store backoff, and the retry
+// runs at its time (the delay counted from the second try).
+func TestRetryLaterThatFailsIsTriedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var failed atomic.Bool
+		e := newEnv(t, memstore.WithHook(func(op string) error {
+			if op == "retry_later" && failed.CompareAndSwap(false, true) {
+				return errors.New("store down")
+			}
+			return nil
+		}))
+		f := failing(errTransient)
+		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex}, adapter.Register(f, adapter.RetryPolicy{Attempts: 2, Base: 10 * time.Second}))
+		r := run(p)
+		defer r.stop()
+		h := e.publish(kindTest, "x")
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if g := gaps(f.snapshot()); len(g) != 1 || g[0] < 10*time.Second || g[0] > 10*time.Second+50*time.Millisecond {
+			t.Fatalf("delays %v, want one of 10s after a store backoff", g)
+		}
+		if rc := oneReceiptEach(t, e.st, e.world, h)[h]; rc.Status != vocab.ReceiptError {
+			t.Fatalf("receipt %s, want error after the 2 attempts", rc.Status)
+		}
+		if s := p.Stats(); s.Retried != 1 || s.Dropped != 0 {
+			t.Fatalf("stats %+v", s)
 		}
 	})
 }
