@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"regexp"
 	"sync"
 	"sync/atomic"
@@ -110,33 +111,9 @@ func TestAppServesItsAdaptersRetryPoliciesAndHTTPClient(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	sctx, stop := context.WithCancel(ctx)
-	pr, pw := io.Pipe()
-	done := make(chan int, 1)
-	go func() {
-		done <- cli.RunApp(sctx, []string{"serve", "--store", "memory", "--listen", "127.0.0.1:0", "--worker-id", "app-1", "--lease-ttl", "2s"},
-			cli.IO{Out: pw, Err: io.Discard}, ca)
-		pw.Close()
-	}()
-	defer func() {
-		stop()
-		if code := <-done; code != cli.ExitOK {
-			t.Errorf("serve exited %d", code)
-		}
-	}()
-	line, err := bufio.NewReader(pr).ReadString('\n')
-	go func() { _, _ = io.Copy(io.Discard, pr) }()
-	m := regexp.MustCompile(`API (http://\S+)`).FindStringSubmatch(line)
-	if err != nil || m == nil {
-		t.Fatalf("serve's first line %q (%v)", line, err)
-	}
-	run := func(args ...string) string {
-		var out, errOut bytes.Buffer
-		if code := cli.RunApp(ctx, append([]string{"--addr", m[1]}, args...), cli.IO{Out: &out, Err: &errOut}, ca); code != cli.ExitOK {
-			t.Fatalf("orrery %v: exit %d: %s", args, code, errOut.String())
-		}
-		return out.String()
-	}
+	srvd := serveApp(t, ctx, ca, "app-1", "--store", "memory")
+	defer srvd.stop()
+	run := srvd.run
 	orderType, _ := world.TypeName(Order{})
 	statusType, _ := world.TypeName(ShopStatus{})
 	run("world", "create", "order-1", "--universe", "shop")
@@ -171,5 +148,116 @@ func TestAppRefusesAnUnusableRetryPolicy(t *testing.T) {
 	_, err = App{Retry: map[string]adapter.RetryPolicy{adapter.KindHTTP: {Coefficient: 0.5}}}.cli()
 	if !errors.As(err, &ce) {
 		t.Fatalf("a kind's coefficient below 1: %v, want a *adapter.ConfigError", err)
+	}
+}
+
+// servedApp is one `orrery serve` of an App, in this process.
+type servedApp struct {
+	t    *testing.T
+	ctx  context.Context
+	ca   cli.App
+	url  string
+	stop func()
+	// want is the exit code stop expects: ExitOK, or ExitUnavailable for a
+	// stop whose timeout cut an execution short.
+	want int
+}
+
+// serveApp runs `orrery serve` of ca as worker until stop, which ends it
+// as SIGTERM would and checks that it exited 0.
+func serveApp(t *testing.T, ctx context.Context, ca cli.App, worker string, args ...string) *servedApp {
+	t.Helper()
+	sctx, cancel := context.WithCancel(ctx)
+	pr, pw := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.RunApp(sctx, append([]string{"serve", "--listen", "127.0.0.1:0", "--worker-id", worker, "--lease-ttl", "2s"}, args...),
+			cli.IO{Out: pw, Err: io.Discard}, ca)
+		pw.Close()
+	}()
+	var once sync.Once
+	s := &servedApp{t: t, ctx: ctx, ca: ca, want: cli.ExitOK}
+	s.stop = func() {
+		once.Do(func() {
+			cancel()
+			if code := <-done; code != s.want {
+				t.Errorf("serve %s exited %d, want %d", worker, code, s.want)
+			}
+		})
+	}
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	m := regexp.MustCompile(`API (http://\S+)`).FindStringSubmatch(line)
+	if err != nil || m == nil {
+		s.stop()
+		t.Fatalf("serve's first line %q (%v)", line, err)
+	}
+	s.url = m[1]
+	return s
+}
+
+// run runs an API command of the command line against s.
+func (s *servedApp) run(args ...string) string {
+	s.t.Helper()
+	var out, errOut bytes.Buffer
+	if code := cli.RunApp(s.ctx, append([]string{"--addr", s.url}, args...), cli.IO{Out: &out, Err: &errOut}, s.ca); code != cli.ExitOK {
+		s.t.Fatalf("orrery %v: exit %d: %s", args, code, errOut.String())
+	}
+	return out.String()
+}
+
+// TestAppHTTPIdempotencyKeyOutlivesANodeRestart: a node's http.request
+// reaches the server, which holds it; the node stops (its stop timeout
+// runs out, so the request is cut and its claim handed back). A node
+// started anew on the same store sends the request again, with the same
+// Idempotency-Key, and the world gets the answer.
+func TestAppHTTPIdempotencyKeyOutlivesANodeRestart(t *testing.T) {
+	var mu sync.Mutex
+	var keys []string
+	arrived := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		keys = append(keys, r.Header.Get(adapter.IdempotencyKeyHeader))
+		first := len(keys) == 1
+		mu.Unlock()
+		if first {
+			arrived <- struct{}{}
+			<-r.Context().Done() // held until the node cuts it short
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	ch := &charger{}
+	ca, err := App{
+		Worlds:   []world.Kernel{shopDef().Kernel()},
+		Adapters: []adapter.Registration{adapter.Register(ch, adapter.NoRetry())},
+	}.cli()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db := filepath.Join(t.TempDir(), "o.db")
+	first := serveApp(t, ctx, ca, "node-1", "--store", db, "--stop-timeout", "50ms")
+	first.run("world", "create", "order-1", "--universe", "shop")
+	orderType, _ := world.TypeName(Order{})
+	statusType, _ := world.TypeName(ShopStatus{})
+	body, _ := json.Marshal(Order{URL: srv.URL + "/pay"})
+	first.run("world", "send", "order-1", orderType, string(body))
+	<-arrived
+	first.want = cli.ExitUnavailable // its stop timed out on the held request
+	first.stop()
+	second := serveApp(t, ctx, ca, "node-2", "--store", db)
+	defer second.stop()
+	var st shopState
+	testrig.WaitFor(t, "the http.request's receipt", time.Minute, 10*time.Millisecond, func() (bool, error) {
+		err := json.Unmarshal([]byte(second.run("world", "call", "order-1", statusType)), &st)
+		return st.HTTP != "", err
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if st.HTTP != string(vocab.ReceiptOK) || len(keys) != 2 || keys[0] != keys[1] || len(keys[0]) != 64 {
+		t.Fatalf("receipt %q, keys %q: want ok after two requests with one Idempotency-Key", st.HTTP, keys)
 	}
 }
