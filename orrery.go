@@ -29,14 +29,35 @@ import (
 
 	"github.com/orrery-run/orrery/internal/cli"
 	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/workflow"
 	"github.com/orrery-run/orrery/world"
 )
 
-// App is what a binary serves: its worlds and its durable workflows.
+// App is what a binary serves: its worlds and its durable workflows, and
+// the effects they ask for: the binary's own adapters with their retry
+// policies, the settings of the built-in http.request adapter, and retry
+// policies by kind that replace a built-in's or a registration's (see
+// docs/effects.md for the defaults).
+//
+//	orrery.MainWith(orrery.App{
+//		Worlds:   []world.Kernel{shop.OrderDef().Kernel()},
+//		Adapters: []adapter.Registration{adapter.Register(mailer, adapter.RetryPolicy{Attempts: 5})},
+//		HTTP:     adapter.HTTPConfig{Client: &http.Client{Transport: mtlsTransport}, Timeout: 10 * time.Second},
+//		Retry:    map[string]adapter.RetryPolicy{adapter.KindHTTP: {Max: time.Minute, NonRetryable: []string{adapter.ClassHTTPTransport}}},
+//	})
 type App struct {
 	Worlds    []world.Kernel
 	Workflows []workflow.Workflow
+	// Adapters serve the binary's own effect kinds (a registration of
+	// http.request or fabric.send replaces the built-in).
+	Adapters []adapter.Registration
+	// HTTP configures the built-in http.request adapter: its *http.Client
+	// (transport, TLS, proxy, redirects), the default request timeout and
+	// the largest response body.
+	HTTP adapter.HTTPConfig
+	// Retry replaces the retry policy of a kind, built-in or registered.
+	Retry map[string]adapter.RetryPolicy
 }
 
 // MainWith runs the orrery command line with app's worlds and workflows
@@ -58,7 +79,20 @@ func (a App) cli() (cli.App, error) {
 	if err != nil {
 		return cli.App{}, err
 	}
-	out := cli.App{Kernels: ks}
+	for i, r := range a.Adapters {
+		if r.Adapter == nil {
+			return cli.App{}, fmt.Errorf("adapter registration %d has no adapter", i)
+		}
+		if err := r.Policy.Validate(); err != nil {
+			return cli.App{}, fmt.Errorf("adapter %T: %w", r.Adapter, err)
+		}
+	}
+	for kind, p := range a.Retry {
+		if err := p.Validate(); err != nil {
+			return cli.App{}, fmt.Errorf("retry policy of %s: %w", kind, err)
+		}
+	}
+	out := cli.App{Kernels: ks, Adapters: a.Adapters, HTTP: a.HTTP, Retry: a.Retry}
 	if len(a.Workflows) > 0 {
 		if out.Workflows, err = workflow.NewWorkflows(a.Workflows...); err != nil {
 			return cli.App{}, err

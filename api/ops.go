@@ -93,6 +93,10 @@ func (s *Server) effects(r *http.Request, rc *reqCtx) (int, any, error) {
 			IntentHash: it.IntentHash, World: it.World, Kind: it.Kind, Origin: it.Origin, Seq: it.Seq,
 			State: string(it.State), EnqueuedAt: utc(it.EnqueuedAt), Attempt: it.Attempt, ClaimedBy: it.ClaimedBy,
 			ClaimExpires: utc(it.ClaimExpires), Retries: it.Retries, ParamsCBOR: it.Params,
+			Failures: it.Failures,
+		}
+		if it.State == vocab.EffectPending {
+			e.RetryAt = utc(it.RetryAt)
 		}
 		if js, err := cborToJSON(it.Params); err == nil {
 			e.Params = js
@@ -132,6 +136,7 @@ func effectStatusOf(es store.EffectStatus) EffectStatus {
 	return EffectStatus{
 		IntentHash: es.IntentHash, World: es.World, Kind: es.Kind, State: string(es.State), Attempts: es.Attempts,
 		Retries: es.Retries, RetryReason: es.RetryReason, CompletedAt: utc(es.CompletedAt),
+		Failures: es.Failures, RetryAt: utc(es.RetryAt), LastError: es.LastError,
 	}
 }
 

@@ -155,6 +155,11 @@ type Effect struct {
 	Retries      int             `json:"retries"`
 	Params       json.RawMessage `json:"params,omitempty"` // absent when not CBOR
 	ParamsCBOR   []byte          `json:"params_cbor"`
+
+	// Failures and RetryAt are the retry schedule: the failed executions
+	// so far and when the effect may run again (absent: at once).
+	Failures int       `json:"failures"`
+	RetryAt  time.Time `json:"retry_at,omitzero"`
 }
 
 // EffectStatus is an effect's record after an operator's retry.
@@ -167,6 +172,10 @@ type EffectStatus struct {
 	Retries     int       `json:"retries"`
 	RetryReason string    `json:"retry_reason,omitempty"`
 	CompletedAt time.Time `json:"completed_at,omitzero"`
+	// The retry schedule (see Effect) and the latest failure's message.
+	Failures  int       `json:"failures"`
+	RetryAt   time.Time `json:"retry_at,omitzero"`
+	LastError string    `json:"last_error,omitempty"`
 }
 
 // ReceiptAck answers an injected receipt: its inbox seq, and whether the

@@ -1,6 +1,7 @@
 // Package effect is the contract between an effect pool and an
 // application's own adapter: the Adapter interface, the Result it answers,
-// and the errors that tell the pool whether to retry (Permanent, Unknown).
+// and the errors that tell the pool whether to retry (Permanent, Unknown,
+// Classified).
 // An adapter imports this package, vocab (the queue item it is handed) and
 // world (to decode params and build bodies), never the store or the plane.
 //
@@ -28,8 +29,9 @@ import (
 //   - a Result and a nil error: the terminal outcome, delivered as the
 //     receipt whatever its status (ok, error or timeout);
 //   - an error: a failure of this attempt. The pool retries it by the
-//     adapter's retry policy (its registration with the pool) unless it
-//     is Permanent, and delivers a receipt
+//     effect's retry policy (its kind's registration with the pool, or the
+//     intent's own) unless it is Permanent or of a class (Classified) the
+//     policy does not retry, and delivers a receipt
 //     (its body a Failure) once it gives up: error for a plain or
 //     Permanent error, timeout for an Unknown one.
 //
@@ -117,4 +119,36 @@ func Unknown(err error) error {
 func IsUnknown(err error) bool {
 	var u *unknownError
 	return errors.As(err, &u)
+}
+
+// classError names the class of an attempt's error.
+type classError struct {
+	class string
+	err   error
+}
+
+func (e *classError) Error() string { return e.err.Error() }
+func (e *classError) Unwrap() error { return e.err }
+
+// Classified names err's class (for example "card_declined", or
+// http.request's "http.status.404"), which a retry policy may list as
+// non-retryable: the pool then delivers an error receipt at once, as for
+// a Permanent error (a timeout one when err is also Unknown). A class
+// listed nowhere changes nothing: the error is retried as any other.
+// Classified(c, nil) is nil.
+func Classified(class string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &classError{class: class, err: err}
+}
+
+// ClassOf returns the class Classified gave err (the outermost, when
+// wrapped more than once), or "".
+func ClassOf(err error) string {
+	var c *classError
+	if errors.As(err, &c) {
+		return c.class
+	}
+	return ""
 }

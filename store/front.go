@@ -46,6 +46,8 @@ type Backend interface {
 	Resolve(ctx context.Context, intentHash string, r vocab.Receipt, reason string) (inboxSeq uint64, dup bool, err error)
 	ReapEffects(ctx context.Context) (int, error)
 	ReleaseEffect(ctx context.Context, intentHash string, c vocab.Claim) error
+	RetryLater(ctx context.Context, intentHash string, c vocab.Claim, delay time.Duration, lastError string) error
+	NextRetry(ctx context.Context, kinds []string) (wait time.Duration, ok bool, err error)
 	RetryEffect(ctx context.Context, intentHash, reason string) (EffectStatus, error)
 	EffectStatus(ctx context.Context, intentHash string) (EffectStatus, error)
 
@@ -502,6 +504,30 @@ func (f *Front) ReleaseEffect(ctx context.Context, intentHash string, c vocab.Cl
 		return err
 	}
 	return f.b.ReleaseEffect(ctx, intentHash, c)
+}
+
+// RetryLater implements Effects. The delay is at most MaxTTL (a policy's
+// longest interval is far below it) and the error at most MaxReasonBytes.
+func (f *Front) RetryLater(ctx context.Context, intentHash string, c vocab.Claim, delay time.Duration, lastError string) error {
+	const op = "retry_later"
+	var bad error
+	if delay < 0 || delay > MaxTTL {
+		bad = invalid(op, "delay", "%v outside [0, %v]", delay, MaxTTL)
+	}
+	if err := first(done(ctx, op), CheckID(op, "intentHash", intentHash), checkClaim(op, c), bad,
+		checkText(op, "lastError", lastError, MaxReasonBytes, false)); err != nil {
+		return err
+	}
+	return f.b.RetryLater(ctx, intentHash, c, delay, lastError)
+}
+
+// NextRetry implements Effects.
+func (f *Front) NextRetry(ctx context.Context, kinds []string) (time.Duration, bool, error) {
+	const op = "next_retry"
+	if err := first(done(ctx, op), checkKinds(op, kinds)); err != nil {
+		return 0, false, err
+	}
+	return f.b.NextRetry(ctx, kinds)
 }
 
 // RetryEffect implements Effects.

@@ -144,6 +144,12 @@ func (r *recorder) ReapEffects(ctx context.Context) (int, error) { return 0, r.r
 func (r *recorder) ReleaseEffect(ctx context.Context, intentHash string, c vocab.Claim) error {
 	return r.rec(ctx, "ReleaseEffect")
 }
+func (r *recorder) RetryLater(ctx context.Context, intentHash string, c vocab.Claim, delay time.Duration, lastError string) error {
+	return r.rec(ctx, "RetryLater")
+}
+func (r *recorder) NextRetry(ctx context.Context, kinds []string) (time.Duration, bool, error) {
+	return 0, false, r.rec(ctx, "NextRetry")
+}
 func (r *recorder) RetryEffect(ctx context.Context, intentHash, reason string) (EffectStatus, error) {
 	return EffectStatus{}, r.rec(ctx, "RetryEffect")
 }
@@ -378,6 +384,10 @@ func invalidCalls() []frontCall {
 			return err
 		}},
 		{"ReleaseEffect claim", "release_effect", func(f *Front) error { return f.ReleaseEffect(fbg, "i", vocab.Claim{Attempt: 1}) }},
+		{"RetryLater claim", "retry_later", func(f *Front) error { return f.RetryLater(fbg, "i", vocab.Claim{Attempt: 1}, time.Second, "") }},
+		{"RetryLater delay", "retry_later", func(f *Front) error { return f.RetryLater(fbg, "i", fclaim, -time.Second, "") }},
+		{"RetryLater error", "retry_later", func(f *Front) error { return f.RetryLater(fbg, "i", fclaim, time.Second, longText) }},
+		{"NextRetry kinds", "next_retry", func(f *Front) error { _, _, err := f.NextRetry(fbg, nil); return err }},
 		{"RetryEffect hash", "retry_effect", func(f *Front) error { _, err := f.RetryEffect(fbg, "", ""); return err }},
 		{"EffectStatus hash", "effect_status", func(f *Front) error { _, err := f.EffectStatus(fbg, badID); return err }},
 		{"Schedule deliverAt", "schedule", func(f *Front) error { return f.Schedule(fbg, "w", 1, "t", time.Time{}, nil) }},
@@ -502,6 +512,8 @@ func validCalls() []struct {
 		{"Resolve", func(f *Front) error { _, _, err := f.Resolve(fbg, "i", freceipt, "r"); return err }},
 		{"ReapEffects", func(f *Front) error { _, err := f.ReapEffects(fbg); return err }},
 		{"ReleaseEffect", func(f *Front) error { return f.ReleaseEffect(fbg, "i", fclaim) }},
+		{"RetryLater", func(f *Front) error { return f.RetryLater(fbg, "i", fclaim, time.Second, "503") }},
+		{"NextRetry", func(f *Front) error { _, _, err := f.NextRetry(fbg, []string{"k"}); return err }},
 		{"RetryEffect", func(f *Front) error { _, err := f.RetryEffect(fbg, "i", "r"); return err }},
 		{"EffectStatus", func(f *Front) error { _, err := f.EffectStatus(fbg, "i"); return err }},
 		{"Schedule", func(f *Front) error { return f.Schedule(fbg, "w", 1, "t", fdue, []byte("p")) }},

@@ -607,6 +607,13 @@ type EffectStatus struct {
 	// gave. A RetryEffect clears both with the receipt.
 	Resolved      bool
 	ResolveReason string
+	// Failures, RetryAt and LastError are the effect's retry schedule (see
+	// RetryLater): the failed executions since it was published or last
+	// retried by an operator, when a pending effect may be claimed again
+	// (zero: at once), and the latest failure's message.
+	Failures  int
+	RetryAt   time.Time
+	LastError string
 }
 
 // ReceiptKey is the inbox dedupe key of an intent's receipt: one terminal
@@ -708,9 +715,26 @@ type Effects interface {
 	// ErrNotFound. An effect of a world archived since its claim is
 	// withdrawn instead of requeued: no claim serves an archived world.
 	ReleaseEffect(ctx context.Context, intentHash string, c vocab.Claim) error
+	// RetryLater hands a claim back after a failed execution that the
+	// effect's retry policy runs again: as ReleaseEffect, but the item is
+	// claimable only once delay has passed by the store's clock (its
+	// RetryAt), its Failures count rises by one and lastError is kept
+	// (EffectStatus.LastError). So a retry schedule outlives the worker
+	// that made it, and the next attempt's time is judged by one clock,
+	// the store's. A pending item whose latest claim is c is a no-op, so a
+	// retried call neither counts twice nor moves the time. Another claim,
+	// or a done or withdrawn intent: ErrClaimLost; unknown: ErrNotFound;
+	// an effect of a world archived since its claim is withdrawn.
+	RetryLater(ctx context.Context, intentHash string, c vocab.Claim, delay time.Duration, lastError string) error
+	// NextRetry returns how long, by the store's clock, until the earliest
+	// pending effect of one of kinds that waits for its RetryAt becomes
+	// claimable (ok=false: none waits), so a pool parks until then rather
+	// than comparing the store's instant with its own clock.
+	NextRetry(ctx context.Context, kinds []string) (wait time.Duration, ok bool, err error)
 	// RetryEffect is an operator's retry of an effect whose terminal
 	// receipt was error or timeout: it goes back to pending with Retries+1
-	// and reason recorded, keeping its intent hash; its next completion
+	// and reason recorded, its retry schedule cleared (Failures 0,
+	// claimable at once), keeping its intent hash; its next completion
 	// delivers a new receipt (ReceiptKey with the new retry count). Any
 	// other state: ErrNotRetryable. Unknown: ErrNotFound. An effect of an
 	// archived world: ErrWorldArchived (an ended world asks for nothing

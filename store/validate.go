@@ -232,6 +232,18 @@ func CheckIngress(op string, item InboxItem) error {
 	return checkPayload(op, "payload", item.Payload)
 }
 
+// MaxRetryPolicyBytes bounds an intent's own retry policy (Intent.Retry):
+// a handful of durations and the names of its non-retryable error
+// classes.
+const MaxRetryPolicyBytes = 4 << 10
+
+func checkRetry(op string, b []byte) error {
+	if len(b) > MaxRetryPolicyBytes {
+		return invalid(op, "retry", "%d bytes, at most %d", len(b), MaxRetryPolicyBytes)
+	}
+	return nil
+}
+
 // checkIntent checks an intent to publish.
 func checkIntent(op string, in vocab.Intent) error {
 	for _, c := range []error{
@@ -240,6 +252,7 @@ func checkIntent(op string, in vocab.Intent) error {
 		checkText(op, "origin", in.Origin, MaxOriginBytes, false),
 		checkOptionalID(op, "policyContextHash", in.PolicyContextHash),
 		checkPayload(op, "params", in.Params),
+		checkRetry(op, in.Retry),
 	} {
 		if c != nil {
 			return c

@@ -34,6 +34,14 @@ type EffectItem struct {
 	ClaimedBy    string
 	ClaimExpires time.Time // zero unless inflight
 	Retries      int       // operator retries so far
+	// Failures counts the executions that failed and were scheduled to
+	// run again (store RetryLater) since the effect was published or an
+	// operator last retried it: the attempt an execution is, by its retry
+	// policy, is Failures+1. A claim lost in a crash is not counted.
+	Failures int
+	// RetryAt is when a failed effect may be claimed again, by the store's
+	// clock (zero: at once). A pending item is not claimable before it.
+	RetryAt time.Time
 }
 
 // ClaimOf returns the claim of a claimed item.

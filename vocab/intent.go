@@ -20,6 +20,11 @@ type Intent struct {
 	// PolicyContextHash names the policy the intent was published under;
 	// empty when none applies. The kernel leaves it empty.
 	PolicyContextHash string
+	// Retry is the retry policy the handler gave this one intent, as
+	// canonical CBOR (world.RetryPolicy's wire form), or nil: the policy
+	// its kind's adapter was registered with applies. The store keeps it
+	// beside the params and hands it back with every claim.
+	Retry []byte
 }
 
 // TimerSet is a durable timer a step sets (a timer.set intent): at

@@ -136,7 +136,10 @@ func newEnv(t *testing.T, o envOptions) *env {
 		// Held audit requests stay inflight for the whole test, however
 		// slow the machine: neither the request's timeout nor the claim's
 		// budget may end them first.
-		HTTP:     adapter.HTTPConfig{Client: &http.Client{Transport: e.audit}, Timeout: 30 * time.Minute},
+		HTTP: adapter.HTTPConfig{Client: &http.Client{Transport: e.audit}, Timeout: 30 * time.Minute},
+		// A refused audit request ends in an error receipt after three
+		// quick attempts (the default would retry it without end).
+		Retry:    map[string]adapter.RetryPolicy{adapter.KindHTTP: {Attempts: 3, Base: time.Millisecond}},
 		ClaimTTL: time.Hour,
 		// A snapshot at every height, so a world forks at its head.
 		Host: func(hc *plane.HostConfig) { hc.SnapshotEvery = 1 },

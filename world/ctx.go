@@ -95,8 +95,9 @@ func randSeed(world string, height uint64) [32]byte {
 // Effect asks for an effect of kind with params, and returns its intent
 // hash; its Receipt arrives later with the same hash. kind must be
 // http.request, fabric.send or a kind the definition registered with
-// EffectKind, and params of that kind's type.
-func (c *Ctx) Effect(kind string, params any) string {
+// EffectKind, and params of that kind's type. WithRetry gives this one
+// effect its own retry policy; it does not change the hash.
+func (c *Ctx) Effect(kind string, params any, opts ...EffectOption) string {
 	if c.usable() != nil {
 		return ""
 	}
@@ -132,9 +133,26 @@ func (c *Ctx) Effect(kind string, params any) string {
 		c.fail(&LimitError{What: "params", Got: len(b), Max: MaxParamsBytes})
 		return ""
 	}
+	var o effectOptions
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	var retry []byte
+	if o.retry != nil {
+		if retry, err = EncodeRetryPolicy(*o.retry); err != nil {
+			c.fail(&UsageError{Op: "Effect", Reason: "invalid retry policy", Err: err})
+			return ""
+		}
+		if len(retry) > MaxRetryPolicyBytes {
+			c.fail(&LimitError{What: "retry policy", Got: len(retry), Max: MaxRetryPolicyBytes})
+			return ""
+		}
+	}
 	h := c.next(kind, b)
 	c.intents = append(c.intents, vocab.Intent{IntentHash: h, Kind: kind, Params: b,
-		Origin: vocab.Origin{World: c.world, Height: c.height}.String()})
+		Origin: vocab.Origin{World: c.world, Height: c.height}.String(), Retry: retry})
 	return h
 }
 

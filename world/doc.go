@@ -40,8 +40,10 @@
 //     the input, leaves the state unchanged and discards its intents; an input with no handler is recorded and
 //     dropped; bytes that do not decode are an error outcome, never a panic.
 //   - The handler's Ctx: the input's time (Now), randomness seeded by world
-//     and height (Rand), effects, timers, fabric sends, the reply to a call,
-//     logs, and the input's causal metadata.
+//     and height (Rand), effects (each with an optional retry policy of its
+//     own, WithRetry and RetryPolicy, recorded with the intent and never
+//     hashed), timers, fabric sends, the reply to a call, logs, and the
+//     input's causal metadata.
 //   - Intent hashes (IntentHash, pinned by test vectors), the built-in
 //     params and receipts (HTTPRequest, sys/FabricSendParams@1,
 //     sys/FabricSendReceipt@1), and the wire form of every input kind

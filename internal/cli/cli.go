@@ -33,6 +33,7 @@ import (
 
 	"github.com/orrery-run/orrery/api"
 	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/workflow"
 )
 
@@ -89,6 +90,12 @@ type env struct {
 	// transport is this run's own, so that a Run embedded in a longer
 	// process leaves no idle connection (and its goroutines) behind.
 	transport *http.Transport
+
+	// The binary's effect adapters, http.request settings and retry
+	// policies by kind, which serve runs (App).
+	adapters   []adapter.Registration
+	httpConfig adapter.HTTPConfig
+	retry      map[string]adapter.RetryPolicy
 }
 
 // App is what a binary serves: its worlds by universe and, optionally, its
@@ -96,6 +103,12 @@ type env struct {
 type App struct {
 	Kernels   plane.Kernels
 	Workflows *workflow.Workflows
+	// Adapters, HTTP and Retry are the binary's effect adapters, the
+	// built-in http.request adapter's settings and retry policies by kind:
+	// serve's node runs them (node.Config's fields of the same names).
+	Adapters []adapter.Registration
+	HTTP     adapter.HTTPConfig
+	Retry    map[string]adapter.RetryPolicy
 }
 
 // Run runs the orrery command line with args (without the program name)
@@ -116,7 +129,8 @@ func RunApp(ctx context.Context, args []string, stdio IO, app App) int {
 	if stdio.Err == nil {
 		stdio.Err = io.Discard
 	}
-	e := &env{io: stdio, kernels: app.Kernels, workflows: app.Workflows}
+	e := &env{io: stdio, kernels: app.Kernels, workflows: app.Workflows,
+		adapters: app.Adapters, httpConfig: app.HTTP, retry: app.Retry}
 	defer e.closeIdle()
 	root := e.rootCommand()
 	root.SetArgs(args)

@@ -236,6 +236,7 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 
 	n, err := node.Start(ctx, node.Config{
 		Worker: worker, Store: st, Kernels: e.kernels, Workflows: e.workflows,
+		Adapters: e.adapters, HTTP: e.httpConfig, Retry: e.retry,
 		LeaseTTL: f.leaseTTL, ClaimTTL: f.claimTTL, IdleAfter: f.idleAfter,
 		NoOrchestrator: f.noOrch, EffectConcurrency: f.effects, Logger: log,
 		Observe: metrics.ObserveHost,

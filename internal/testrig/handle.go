@@ -231,6 +231,20 @@ func (h *Handle) ReleaseEffect(ctx context.Context, hash string, c vocab.Claim) 
 	return h.Store.ReleaseEffect(ctx, hash, c)
 }
 
+func (h *Handle) RetryLater(ctx context.Context, hash string, c vocab.Claim, delay time.Duration, lastError string) error {
+	if err := h.begin("retry_later"); err != nil {
+		return err
+	}
+	return h.Store.RetryLater(ctx, hash, c, delay, lastError)
+}
+
+func (h *Handle) NextRetry(ctx context.Context, kinds []string) (time.Duration, bool, error) {
+	if err := h.begin("next_retry"); err != nil {
+		return 0, false, err
+	}
+	return h.Store.NextRetry(ctx, kinds)
+}
+
 func (h *Handle) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]store.TimerItem, error) {
 	if err := h.begin("claim_due"); err != nil {
 		return nil, err

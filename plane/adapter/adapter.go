@@ -3,35 +3,64 @@ package adapter
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/orrery-run/orrery/effect"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/world"
 )
 
-// RetryPolicy says how often, and how far apart, a failed attempt is
-// retried before the receipt. The delay before attempt n+1 is
-// min(Max, Base·2^(n-1)), shortened by up to Jitter of itself with the
-// executor's (seeded) randomness, so a fleet of pools does not retry in
-// step. The zero RetryPolicy is DefaultRetry.
+// RetryPolicy says how often, and how far apart, a failed execution of
+// an effect is run again before its receipt: the policy of a kind, given
+// when its adapter is registered (Register), which a handler may replace
+// for one intent (world.WithRetry).
+//
+// The delay before attempt n+1 is Base·Coefficient^(n-1), at most Max,
+// shortened by up to Jitter of itself with the executor's (seeded)
+// randomness, so a fleet of pools does not retry in step. Each retry is
+// durable: the pool hands the claim back to the store (RetryLater) with
+// the delay, and the store holds the effect until then by its own clock,
+// so the schedule survives a crash of the pool and any pool may run the
+// next attempt.
+//
+// A zero field takes its default: Base 1s, Coefficient 2, Max 100·Base,
+// Attempts 0 (no limit). The zero RetryPolicy is DefaultRetry. An error
+// the adapter marks Permanent, or whose class (effect.Classified) is in
+// NonRetryable, ends the effect at once.
 type RetryPolicy struct {
-	Attempts int           // attempts in all, the first included (1: never retry)
-	Base     time.Duration // the first delay
-	Max      time.Duration // the largest delay
-	Jitter   float64       // in [0, 1]: the fraction of a delay left to chance
+	// Attempts bounds the executions, the first included (1: never
+	// retry); 0 retries without end, until the adapter answers or an
+	// error is not retryable.
+	Attempts int
+	// Base is the initial interval, the delay before the second attempt.
+	Base time.Duration
+	// Coefficient multiplies the delay at each further attempt (in
+	// [1, 100]; 1 retries at a constant interval).
+	Coefficient float64
+	// Max is the largest delay.
+	Max time.Duration
+	// Jitter, in [0, 1], is the fraction of a delay left to chance.
+	Jitter float64
+	// NonRetryable lists the error classes (effect.ClassOf) that end the
+	// effect at once: an error receipt, or a timeout one for an Unknown
+	// error (the effect may have happened).
+	NonRetryable []string
 	// UntilKnown retries every error that is not Permanent until the
 	// adapter answers, however long that takes (Attempts bounds nothing):
-	// when the claim's budget runs out first, the pool releases the claim
-	// without a receipt, and the effect is claimed and executed again at
-	// once (by this pool or another). It is for effects that are safe to
-	// repeat, such as fabric.send (deduplicated by message id): the world
-	// then never gets a guess, only the outcome.
+	// an execution that runs out of its claim's budget is handed back
+	// without a receipt and run again at once (by this pool or another).
+	// It is for effects that are safe to repeat, such as fabric.send
+	// (deduplicated by message id): the world then never gets a guess,
+	// only the outcome.
 	UntilKnown bool
 }
 
-// DefaultRetry is the policy of a zero RetryPolicy: three attempts, 200ms
-// then 400ms apart, each delay up to half jittered.
+// DefaultRetry is the policy of a zero RetryPolicy, after Temporal's
+// default: 1s, doubling to at most 100s apart, without end, each delay up
+// to a fifth jittered.
 func DefaultRetry() RetryPolicy {
-	return RetryPolicy{Attempts: 3, Base: 200 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.5}
+	return RetryPolicy{Base: time.Second, Coefficient: 2, Max: 100 * time.Second, Jitter: 0.2}
 }
 
 // NoRetry makes every failed attempt terminal.
@@ -41,12 +70,27 @@ func NoRetry() RetryPolicy { return RetryPolicy{Attempts: 1} }
 // RetryPolicy.UntilKnown): 50ms doubling to 5s apart, half jittered,
 // without end.
 func RetryUntilKnown() RetryPolicy {
-	return RetryPolicy{Attempts: 1, Base: 50 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.5, UntilKnown: true}
+	return RetryPolicy{Base: 50 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.5, UntilKnown: true}
 }
 
-func (p RetryPolicy) orDefault() RetryPolicy {
-	if p == (RetryPolicy{}) {
+func (p RetryPolicy) isZero() bool {
+	return p.Attempts == 0 && p.Base == 0 && p.Coefficient == 0 && p.Max == 0 && p.Jitter == 0 &&
+		p.NonRetryable == nil && !p.UntilKnown
+}
+
+// normal returns p with its defaults filled in (see RetryPolicy).
+func (p RetryPolicy) normal() RetryPolicy {
+	if p.isZero() {
 		return DefaultRetry()
+	}
+	if p.Base == 0 {
+		p.Base = time.Second
+	}
+	if p.Coefficient == 0 {
+		p.Coefficient = 2
+	}
+	if p.Max == 0 {
+		p.Max = 100 * p.Base
 	}
 	return p
 }
@@ -55,36 +99,80 @@ func (p RetryPolicy) orDefault() RetryPolicy {
 // the ConfigError that NewPool returns, which names the policy's fields.
 func (p RetryPolicy) invalid() string {
 	switch {
-	case p.Attempts < 1:
-		return "Attempts must be at least 1"
+	case p.Attempts < 0:
+		return "Attempts must not be negative (0 retries without end)"
 	case p.Base < 0 || p.Max < 0:
 		return "Base and Max must not be negative"
-	case (p.Attempts > 1 || p.UntilKnown) && p.Base == 0:
-		return "a policy that retries needs a Base delay"
-	case p.UntilKnown && p.Max == 0:
-		return "a policy that retries until known needs a Max delay"
+	case p.Max != 0 && p.Base > p.Max:
+		return "Base must not exceed Max"
+	case p.Max > store.MaxTTL:
+		return fmt.Sprintf("Max must be at most %v", store.MaxTTL)
+	case p.Coefficient != 0 && !(p.Coefficient >= 1 && p.Coefficient <= 100):
+		return "Coefficient must be in [1, 100]"
 	case p.Jitter < 0 || p.Jitter > 1:
 		return "Jitter must be in [0, 1]"
+	case slices.Contains(p.NonRetryable, ""):
+		return "NonRetryable names an empty class"
 	}
 	return ""
 }
 
-// Delay returns the backoff before attempt n+1 (n >= 1), drawing its
-// jitter from r (a uniform 64-bit value, the executor's Uint64).
+// Validate reports what is wrong with p, as a *ConfigError naming the
+// policy's fields, or nil: what NewPool refuses, checked before a pool is
+// built (orrery.App checks its policies at start).
+func (p RetryPolicy) Validate() error {
+	if why := p.invalid(); why != "" {
+		return &ConfigError{Field: "RetryPolicy", Reason: why}
+	}
+	return nil
+}
+
+// nonRetryable reports whether err's class is one p does not retry.
+func (p RetryPolicy) nonRetryable(err error) bool {
+	c := effect.ClassOf(err)
+	return c != "" && slices.Contains(p.NonRetryable, c)
+}
+
+// forIntent is the policy of one intent: p (the kind's), unless the
+// handler gave the intent its own (vocab.Intent.Retry, world.RetryPolicy),
+// which replaces p's intervals, attempts and classes (its zero fields take
+// the defaults) and keeps p's jitter and UntilKnown. A policy that does
+// not decode leaves p, with the reason.
+func (p RetryPolicy) forIntent(b []byte) (RetryPolicy, error) {
+	if len(b) == 0 {
+		return p, nil
+	}
+	w, err := world.DecodeRetryPolicy(b)
+	if err != nil {
+		return p, err
+	}
+	q := RetryPolicy{Attempts: w.MaximumAttempts, Base: w.InitialInterval, Coefficient: w.BackoffCoefficient,
+		Max: min(w.MaximumInterval, store.MaxTTL), NonRetryable: w.NonRetryable, Jitter: p.Jitter, UntilKnown: p.UntilKnown}
+	if q.Base > store.MaxTTL {
+		q.Base = store.MaxTTL
+	}
+	if why := q.invalid(); why != "" {
+		return p, errors.New(why)
+	}
+	return q.normal(), nil
+}
+
+// Delay returns the backoff before attempt n+1 (n >= 1) of the policy
+// with its defaults filled in, drawing its jitter from r (a uniform 64-bit
+// value, the executor's Uint64).
 func (p RetryPolicy) Delay(n int, r uint64) time.Duration {
-	d := p.Base
-	for i := 1; i < n && (p.Max == 0 || d < p.Max); i++ {
-		d *= 2
+	p = p.normal()
+	d := float64(p.Base)
+	for i := 1; i < n && d < float64(p.Max) && p.Coefficient > 1; i++ {
+		d *= p.Coefficient
 	}
-	if p.Max > 0 && d > p.Max {
-		d = p.Max
-	}
+	out := time.Duration(min(d, float64(p.Max)))
 	if p.Jitter > 0 {
 		// r>>11 is a uniform 53-bit integer: an exact float64 fraction.
 		frac := float64(r>>11) / float64(uint64(1)<<53)
-		d -= time.Duration(float64(d) * p.Jitter * frac)
+		out -= time.Duration(float64(out) * p.Jitter * frac)
 	}
-	return d
+	return out
 }
 
 // Registration pairs an adapter with its retry policy; see Register.

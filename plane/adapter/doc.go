@@ -1,7 +1,9 @@
 // Package adapter runs effects: a Pool claims intents from the store's
 // effect queue by kind, hands each to the Adapter that serves its kind,
-// retries transient failures with backoff before any receipt exists, and
-// completes one typed receipt (ok, error or timeout, encoded with
+// retries failures with backoff before any receipt exists (RetryPolicy:
+// by default 1s doubling to 100s apart, without end; each retry scheduled
+// in the store by its clock, store RetryLater, so the schedule outlives the
+// pool), and completes one typed receipt (ok, error or timeout, encoded with
 // world.EncodeReceipt so the world reads the status in-band) into the
 // world's inbox. It also holds the two built-in adapters: HTTP
 // (http.request) and Fabric (fabric.send).
@@ -33,9 +35,19 @@
 //	pool, err := adapter.NewPool(st, adapter.Config{Worker: "adapters-1", Executor: ex},
 //		adapter.Register(adapter.NewHTTP(ex, adapter.HTTPConfig{}), adapter.RetryPolicy{}),
 //		adapter.Register(adapter.NewFabric(st), adapter.RetryUntilKnown()),
-//		adapter.Register(emailAdapter{smtp: mailer}, adapter.RetryPolicy{Attempts: 5, Base: time.Second}),
+//		adapter.Register(emailAdapter{smtp: mailer}, adapter.RetryPolicy{Attempts: 5, Base: time.Second,
+//			NonRetryable: []string{"mailbox_unknown"}}),
 //	)
 //	ex.Go(func() { _ = pool.Run(ctx) })
+//
+// (a binary built on orrery.MainWith gives its adapters in orrery.App
+// instead, and serve builds the pool). A handler may give one intent its
+// own policy (world.WithRetry), which replaces its kind's. An adapter
+// names a failure's class with effect.Classified, which a policy's
+// NonRetryable lists. The http.request adapter sends the intent hash as
+// the Idempotency-Key header on every attempt, so the server can
+// deduplicate; an application's adapter should pass IntentHash on the same
+// way (as emailAdapter does above).
 //
 // A receipt's status is a promise to the world: ok, the effect happened;
 // error, it did not and will not happen; timeout, nobody knows. An
@@ -51,14 +63,20 @@
 // largest input a world's kernel reads, or not encodable) is delivered as
 // a short receipt saying so, a timeout when the adapter had answered ok.
 //
+// Each execution is a claim of its own: a failed one that the policy
+// retries is handed back to the store with its delay (RetryLater), and the
+// store holds the effect, counting the failure (EffectItem.Failures), until
+// that time by its clock; the pool learns how long to wait from the store
+// (NextRetry), never by comparing the store's clock with its own.
+//
 // Delivery is at least once and completion exactly once: a claim that
 // expires (a crash, a pause, an adapter that overruns) is requeued by the
 // effect reaper and executed again under a new claim, and the store
 // accepts one terminal receipt per intent; a pool whose claim was taken
 // over learns it (ErrClaimLost, or a duplicate completion) and drops its
 // result, as it drops a result it holds once its claim has expired.
-// Within one claim an effect is executed once, with its bounded retry
-// attempts; never by two goroutines of one pool.
+// Within one claim an effect is executed once; never by two goroutines of
+// one pool.
 //
 // Stop is the planned stop: no new claim, the executions in flight finish
 // and their receipts are delivered (so a completed call is not made again

@@ -39,6 +39,24 @@ type HTTPConfig struct {
 	MaxResponseBytes uint64
 }
 
+// IdempotencyKeyHeader is the header in which http.request sends the
+// intent's hash, the same on every attempt, after a crash and after an
+// operator's retry, so that the receiving service can recognise a request
+// it has already acted on (as Stripe's and the IETF draft's
+// Idempotency-Key). A request whose params set the header keeps its own.
+const IdempotencyKeyHeader = "Idempotency-Key"
+
+// The error classes of http.request's failed attempts (effect.ClassOf), for
+// a retry policy's NonRetryable.
+const (
+	// ClassHTTPTransport: nothing was sent (a refused connection, DNS, a
+	// TLS certificate refused).
+	ClassHTTPTransport = "http.transport"
+	// ClassHTTPUnknown: the exchange failed once the request may have
+	// reached the server.
+	ClassHTTPUnknown = "http.unknown"
+)
+
 // MaxBodyBytes is the largest response body an http.request receipt can
 // carry: the receipt limit (MaxReceiptBytes, what a world's kernel reads)
 // less room for the receipt and the response's headers around it.
@@ -55,6 +73,9 @@ const MaxBodyBytes = MaxReceiptBytes - 64<<10
 //     HTTPConfig.MaxResponseBytes, never over MaxBodyBytes) is cut to it,
 //     with Truncated set, in an ok receipt all the same: the server acted
 //     and answered;
+//   - every request carries the Idempotency-Key header (unless the params
+//     set one): the intent hash, the same on every attempt, so the server
+//     can deduplicate the executions that at-least-once delivery makes;
 //   - a failure before any of the request was written (a refused
 //     connection, DNS, a TLS certificate the client refused) is an attempt
 //     error, retried by the pool's policy, and an error receipt (body
@@ -195,6 +216,9 @@ func (a *HTTP) Execute(ctx context.Context, item vocab.EffectItem) (effect.Resul
 		return effect.Result{}, effect.Permanent(fmt.Errorf("http.request: %w", err))
 	}
 	hr.Header = req.headers
+	if hr.Header.Get(IdempotencyKeyHeader) == "" {
+		hr.Header.Set(IdempotencyKeyHeader, item.IntentHash)
+	}
 	// Whether any of the request may have reached the server: from the
 	// first header written on, its failure leaves the outcome unknown.
 	var wrote atomic.Bool
@@ -249,7 +273,8 @@ func (a *HTTP) failed(ctx, rctx context.Context, req httpRequest, err error, sen
 		return effect.Result{Status: vocab.ReceiptTimeout, Body: effect.Failure{Error: fmt.Sprintf("http.request timed out after %v", req.timeout)}}, nil
 	}
 	if sent {
-		return effect.Result{}, effect.Unknown(fmt.Errorf("http.request: the exchange failed after the request was sent: %w", err))
+		return effect.Result{}, effect.Classified(ClassHTTPUnknown,
+			effect.Unknown(fmt.Errorf("http.request: the exchange failed after the request was sent: %w", err)))
 	}
-	return effect.Result{}, fmt.Errorf("http.request transport (nothing sent): %w", err)
+	return effect.Result{}, effect.Classified(ClassHTTPTransport, fmt.Errorf("http.request transport (nothing sent): %w", err))
 }

@@ -41,10 +41,10 @@ func (o *observed) events() []adapter.EffectEvent {
 
 // TestPoolObservesCompletionWithLatencies: an intent waits 2s before any
 // pool runs; its first Execute fails after 1s, the retry comes 5s later
-// and succeeds after 3s. The one completion is observed with the world,
-// intent, kind, claim attempt, ok status and inbox seq, Exec the 4s spent
-// in Execute (backoff excluded), and Dispatch the 11s from the intent's
-// enqueue to its completion.
+// (a claim of its own, the second) and succeeds after 3s. The one
+// completion is observed with the world, intent, kind, claim attempt, ok
+// status and inbox seq, Exec the 3s its claim spent in Execute, and
+// Dispatch the 11s from the intent's enqueue to its completion.
 func TestPoolObservesCompletionWithLatencies(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
@@ -73,8 +73,8 @@ func TestPoolObservesCompletionWithLatencies(t *testing.T) {
 		if err != nil || len(items) != 1 {
 			t.Fatalf("inbox %v (%v)", items, err)
 		}
-		want := adapter.EffectEvent{World: e.world, IntentHash: h, Kind: kindTest, Attempt: 1, Status: vocab.ReceiptOK,
-			InboxSeq: items[0].Seq, Dispatch: 11 * time.Second, Exec: 4 * time.Second}
+		want := adapter.EffectEvent{World: e.world, IntentHash: h, Kind: kindTest, Attempt: 2, Status: vocab.ReceiptOK,
+			InboxSeq: items[0].Seq, Dispatch: 11 * time.Second, Exec: 3 * time.Second}
 		if ev != want {
 			t.Fatalf("event %+v\nwant  %+v", ev, want)
 		}
@@ -172,13 +172,14 @@ func (s *spyStore) Complete(ctx context.Context, h string, c vocab.Claim, r voca
 	return s.Store.Complete(ctx, h, c, r)
 }
 
-// TestPoolTracesEffectAndReceipt: a claim runs under one orrery.effect
+// TestPoolTracesEffectAndReceipt: each claim runs under one orrery.effect
 // span linked to the publishing cycle's span (from Links), with the
-// adapter's Execute calls inside it (their context carries it) and its
-// attributes (attempt, executions, status); its completion is an
-// orrery.receipt span, child of the effect span, under which the store's
-// Complete runs, and which the pool records as the writer of the
-// receipt's inbox item.
+// adapter's Execute call inside it (its context carries it) and its
+// attributes (attempt, executions, status): a failed execution's span ends
+// as retrying, and the retry, a claim of its own after the backoff, has a
+// span of its own. The completion is an orrery.receipt span, child of the
+// last effect span, under which the store's Complete runs, and which the
+// pool records as the writer of the receipt's inbox item.
 func TestPoolTracesEffectAndReceipt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := tracetest.NewSpanRecorder()
@@ -206,30 +207,40 @@ func TestPoolTracesEffectAndReceipt(t *testing.T) {
 		r := run(p)
 		defer r.stop()
 		time.Sleep(time.Minute)
+		var effects []sdktrace.ReadOnlySpan
 		var effect, receipt sdktrace.ReadOnlySpan
 		for _, s := range rec.Ended() {
 			switch s.Name() {
 			case "orrery.effect":
+				effects = append(effects, s)
 				effect = s
 			case "orrery.receipt":
 				receipt = s
 			}
 		}
-		if effect == nil || receipt == nil {
-			t.Fatal("no effect or receipt span")
+		if len(effects) != 2 || receipt == nil {
+			t.Fatalf("%d effect spans and receipt %v, want 2 and one", len(effects), receipt)
+		}
+		first := spanAttrs(effects[0])
+		if l := effects[0].Links(); len(l) != 1 || !l[0].SpanContext.Equal(cycle.SpanContext()) ||
+			first["orrery.attempt"].AsInt64() != 1 || first["orrery.executions"].AsInt64() != 1 || effects[0].Status().Code != codes.Error {
+			t.Fatalf("the failed claim's span: attributes %v, status %v", first, effects[0].Status())
 		}
 		if l := effect.Links(); len(l) != 1 || !l[0].SpanContext.Equal(cycle.SpanContext()) {
 			t.Fatalf("effect links %v, want the cycle's span", l)
 		}
 		a := spanAttrs(effect)
 		if a["orrery.world"].AsString() != e.world || a["orrery.intent_hash"].AsString() != h || a["orrery.kind"].AsString() != kindTest ||
-			a["orrery.attempt"].AsInt64() != 1 || a["orrery.executions"].AsInt64() != 2 || a["orrery.status"].AsString() != "ok" {
+			a["orrery.attempt"].AsInt64() != 2 || a["orrery.executions"].AsInt64() != 2 || a["orrery.status"].AsString() != "ok" {
 			t.Fatalf("effect attributes %v", a)
 		}
 		mu.Lock()
+		if len(seen) != 2 {
+			t.Fatalf("%d Execute calls, want 2", len(seen))
+		}
 		for i, sc := range seen {
-			if sc.SpanID() != effect.SpanContext().SpanID() {
-				t.Fatalf("Execute call %d did not run under the effect span", i+1)
+			if sc.SpanID() != effects[i].SpanContext().SpanID() {
+				t.Fatalf("Execute call %d did not run under its claim's effect span", i+1)
 			}
 		}
 		mu.Unlock()
@@ -248,10 +259,10 @@ func TestPoolTracesEffectAndReceipt(t *testing.T) {
 		if seq == 0 || !ok || !got.Equal(receipt.SpanContext()) {
 			t.Fatalf("the receipt (seq %d) was not recorded as its inbox item's writer", seq)
 		}
-		// Spans follow the executor's clock, here synctest's: the effect
-		// lasts the 1s backoff between the two calls.
-		if d := effect.EndTime().Sub(effect.StartTime()); d != time.Second {
-			t.Fatalf("effect span lasted %v, want 1s", d)
+		// Spans follow the executor's clock, here synctest's: the retry's
+		// span starts after the 1s backoff the store held it for.
+		if d := effects[1].StartTime().Sub(effects[0].StartTime()); d != time.Second {
+			t.Fatalf("the retry's span started %v after the first, want 1s", d)
 		}
 	})
 }

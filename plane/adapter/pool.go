@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -27,6 +28,8 @@ type Store interface {
 	Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]vocab.EffectItem, error)
 	Complete(ctx context.Context, intentHash string, c vocab.Claim, r vocab.Receipt) (inboxSeq uint64, dup bool, err error)
 	ReleaseEffect(ctx context.Context, intentHash string, c vocab.Claim) error
+	RetryLater(ctx context.Context, intentHash string, c vocab.Claim, delay time.Duration, lastError string) error
+	NextRetry(ctx context.Context, kinds []string) (wait time.Duration, ok bool, err error)
 	Watch(ctx context.Context, w store.Waker, topics ...string) (stop func(), err error)
 }
 
@@ -42,11 +45,16 @@ type Config struct {
 	// Batch bounds the effects one Claim takes (default Concurrency).
 	Batch int
 	// ClaimTTL is how long a claim lasts before the reaper may requeue it
-	// (default 30s). An effect's execution, retries and backoff included,
-	// gets the claim's TTL less a tenth of it, to finish before anyone else
-	// may claim it; an execution that overruns that budget ends with a
-	// timeout receipt. So ClaimTTL must exceed the slowest adapter call.
+	// (default 30s). An execution gets the claim's TTL less a tenth of it,
+	// to finish before anyone else may claim it; an execution that
+	// overruns that budget ends with a timeout receipt. So ClaimTTL must
+	// exceed the slowest adapter call. A retry is a claim of its own, after
+	// its backoff (RetryPolicy), so the backoff is not counted in it.
 	ClaimTTL time.Duration
+	// Policies replaces, by kind, the retry policy the kind's registration
+	// gave (a binary's own policy for a built-in kind, say http.request's).
+	// A kind no registration serves is a ConfigError.
+	Policies map[string]RetryPolicy
 	// Logger receives store failures and effects the pool gave up on at
 	// Warn, dropped results at Info, retried attempts at Debug, each with
 	// the worker, world, intent and kind (nil: discarded).
@@ -104,6 +112,7 @@ type Stats struct {
 	ClaimLost  uint64 // completions refused (store.ErrClaimLost): another claim owns the effect
 	Dropped    uint64 // results left undelivered because the pool stopped (the reaper requeues them)
 	Released   uint64 // claims handed back without a receipt, claimable again at once (see Stop, RetryPolicy.UntilKnown)
+	Retried    uint64 // failed executions handed back with a retry time (store RetryLater)
 }
 
 // Pool claims, executes and completes effects. Create it with NewPool;
@@ -182,10 +191,10 @@ func NewPool(st Store, cfg Config, regs ...Registration) (*Pool, error) {
 		if r.Adapter == nil {
 			return nil, &ConfigError{Field: "Registration", Reason: "nil adapter"}
 		}
-		r.Policy = r.Policy.orDefault()
 		if why := r.Policy.invalid(); why != "" {
 			return nil, &ConfigError{Field: "RetryPolicy", Reason: why}
 		}
+		r.Policy = r.Policy.normal()
 		ks := r.Adapter.Kinds()
 		if len(ks) == 0 {
 			return nil, &ConfigError{Field: "Registration", Reason: fmt.Sprintf("%T serves no kind", r.Adapter)}
@@ -200,6 +209,17 @@ func NewPool(st Store, cfg Config, regs ...Registration) (*Pool, error) {
 			p.byKind[k] = r
 			p.kinds = append(p.kinds, k)
 		}
+	}
+	for k, pol := range cfg.Policies {
+		r, ok := p.byKind[k]
+		if !ok {
+			return nil, &ConfigError{Field: "Policies", Reason: "no adapter serves kind " + k}
+		}
+		if why := pol.invalid(); why != "" {
+			return nil, &ConfigError{Field: "Policies", Reason: k + ": " + why}
+		}
+		r.Policy = pol.normal()
+		p.byKind[k] = r
 	}
 	slices.Sort(p.kinds)
 	return p, nil
@@ -315,6 +335,13 @@ func (p *Pool) Run(ctx context.Context) error {
 	}
 
 	failures := 0
+	// The nearest retry time the store reported (NextRetry), as a wait
+	// from retryFrom on the executor's clock.
+	var (
+		retryWait time.Duration
+		retryOK   bool
+		retryFrom time.Time
+	)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -348,18 +375,52 @@ func (p *Pool) Run(ctx context.Context) error {
 			if len(items) == n {
 				continue // the queue may hold more
 			}
+			if len(items) == 0 {
+				// Nothing claimable now: an effect may still wait for its
+				// retry time, which no hint announces when it comes. A
+				// round that claimed something asks on a later round (its
+				// executions' ends wake the loop), so an idle pool asks
+				// once, a busy one seldom.
+				retryWait, retryOK = p.nextRetry(ctx)
+				retryFrom = p.ex.Now()
+			}
 		}
 		if timer != nil {
 			timer.Stop()
 			timer = nil
 		}
-		if at, ok := p.nearestExpiry(p.ex.Now()); ok {
-			arm(at.Sub(p.ex.Now()))
+		now := p.ex.Now()
+		at, ok := p.nearestExpiry(now)
+		if due := retryFrom.Add(retryWait); retryOK && !due.After(now) {
+			// Passed: the rounds since claimed it, or will (a freed slot
+			// wakes the loop), and a round that finds nothing asks anew.
+			retryOK = false
+		} else if retryOK && !draining && (!ok || due.Before(at)) {
+			at, ok = due, true
+		}
+		if ok {
+			arm(at.Sub(now))
 		}
 		if err := wake.Park(ctx); err != nil {
 			return err
 		}
 	}
+}
+
+// nextRetry asks the store how long until the nearest retry of the pool's
+// kinds (ok=false: none waits). On a failure, which it logs, it answers a
+// store backoff: the loop then claims again, and a round that finds
+// nothing asks again, so a retry is never left waiting for a hint that
+// never comes.
+func (p *Pool) nextRetry(ctx context.Context) (time.Duration, bool) {
+	wait, ok, err := p.st.NextRetry(ctx, p.kinds)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.log.Warn("adapter: next retry time unknown", "worker", p.cfg.Worker, "err", err)
+		}
+		return storeBackoff(1, p.ex.Uint64()), true
+	}
+	return wait, ok
 }
 
 // storeBackoff is the wait after failures consecutive store failures:
@@ -433,15 +494,21 @@ func (p *Pool) execute(ctx context.Context, it vocab.EffectItem, deadline, expir
 	var res effect.Result
 	var attempts int
 	var exec time.Duration
+	var retry retryAfter
 	if !ok {
 		// Unreachable through Claim, which is by our kinds; a terminal
 		// answer still beats an effect that circulates forever.
 		res = effect.Result{Status: vocab.ReceiptError, Body: effect.Failure{Error: "no adapter serves kind " + it.Kind}}
 	} else {
 		var end ending
-		res, attempts, exec, end = p.attempt(ctx, reg, it, deadline)
+		res, attempts, exec, retry, end = p.attempt(ctx, reg, it, deadline)
+		// The effect's executions so far, this one included (a retry is
+		// a claim, and a span, of its own).
 		sp.SetAttributes(otrace.Executions.Int(attempts))
 		switch end {
+		case later:
+			otrace.End(sp, p.ex.Now(), p.retryLater(ctx, it, retry, expiry))
+			return
 		case stopped:
 			otrace.End(sp, p.ex.Now(), p.abandon(ctx, it, "pool stopped during execution"))
 			return
@@ -469,6 +536,10 @@ func (p *Pool) execute(ctx context.Context, it vocab.EffectItem, deadline, expir
 // errDropped is the status of an effect span whose result was dropped.
 var errDropped = errors.New("adapter: result dropped; the claim will expire and be reaped")
 
+// errRetrying is the status of an effect span whose execution failed and
+// whose next attempt is scheduled.
+var errRetrying = errors.New("adapter: attempt failed; retrying after a backoff")
+
 // errReleased is the status of an effect span whose claim was handed back.
 var errReleased = errors.New("adapter: claim released without a receipt; the effect runs again")
 
@@ -479,65 +550,63 @@ const (
 	resulted   ending = iota // a result to deliver
 	stopped                  // the pool stopped first: no result
 	unknownYet               // an until-known effect ran out of budget: no result, the claim goes back
+	later                    // a failure the policy retries: the claim goes back with a retry time
 )
+
+// retryAfter is a failed execution the policy runs again after delay.
+type retryAfter struct {
+	delay time.Duration
+	err   error
+	n     int // the attempt that failed
+}
 
 // attrs are the log attributes of one claim, then kv.
 func (p *Pool) attrs(it vocab.EffectItem, kv ...any) []any {
 	return append([]any{"worker", p.cfg.Worker, "world", it.World, "intent", it.IntentHash, "kind", it.Kind, "attempt", it.Attempt}, kv...)
 }
 
-// attempt calls the adapter until it answers, gives up or runs out of
-// budget, and measures the time spent in its Execute calls. Giving up on
-// an Unknown error is a timeout receipt, never an error one: the effect
-// may have happened. Under an UntilKnown policy it does not give up: a
-// budget that runs out ends in unknownYet.
-func (p *Pool) attempt(ctx context.Context, reg Registration, it vocab.EffectItem, deadline time.Time) (res effect.Result, attempts int, exec time.Duration, end ending) {
+// attempt runs one execution of the claim, attempt number Failures+1 by
+// the effect's policy (its kind's, or the intent's own), and measures the
+// time spent in Execute. A failure the policy retries ends in later, with
+// the backoff before the next attempt: the retry is another claim, made
+// after the store has held the effect that long. Giving up on an Unknown
+// error is a timeout receipt, never an error one: the effect may have
+// happened. Under an UntilKnown policy it does not give up: a budget that
+// runs out ends in unknownYet.
+func (p *Pool) attempt(ctx context.Context, reg Registration, it vocab.EffectItem, deadline time.Time) (res effect.Result, attempts int, exec time.Duration, retry retryAfter, end ending) {
 	bctx, cancel := actor.WithDeadline(ctx, p.ex, deadline)
 	defer cancel()
-	pol := reg.Policy
-	for n := 1; ; n++ {
-		p.mu.Lock()
-		p.stats.Attempts++
-		p.mu.Unlock()
-		t0 := p.ex.Now()
-		res, err := call(bctx, reg.Adapter, it)
-		exec += p.ex.Now().Sub(t0)
-		if ctx.Err() != nil {
-			return effect.Result{}, n, exec, stopped
-		}
-		if err == nil {
-			return res, n, exec, resulted
-		}
-		if effect.IsPermanent(err) {
-			return failure(vocab.ReceiptError, err.Error(), n), n, exec, resulted
-		}
-		if bctx.Err() != nil {
-			if pol.UntilKnown {
-				return effect.Result{}, n, exec, unknownYet
-			}
-			return failure(vocab.ReceiptTimeout, "the claim's execution budget ran out: "+err.Error(), n), n, exec, resulted
-		}
-		if !pol.UntilKnown && n >= pol.Attempts {
-			return failure(givenUp(err), err.Error(), n), n, exec, resulted
-		}
-		d := pol.Delay(n, p.ex.Uint64())
-		if p.ex.Now().Add(d).After(deadline) {
-			if pol.UntilKnown {
-				return effect.Result{}, n, exec, unknownYet
-			}
-			return failure(givenUp(err), err.Error()+" (no budget left in the claim to retry)", n), n, exec, resulted
-		}
-		p.log.Debug("adapter: attempt failed; retrying", p.attrs(it, "err", err, "execution", n, "backoff", d)...)
-		if err := actor.Sleep(bctx, p.ex, d); err != nil {
-			if ctx.Err() != nil {
-				return effect.Result{}, n, exec, stopped
-			}
-			if pol.UntilKnown {
-				return effect.Result{}, n, exec, unknownYet
-			}
-			return failure(vocab.ReceiptTimeout, "the claim's execution budget ran out", n), n, exec, resulted
-		}
+	pol, perr := reg.Policy.forIntent(it.Retry)
+	if perr != nil {
+		p.log.Warn("adapter: the intent's own retry policy is unusable; its kind's applies", p.attrs(it, "err", perr)...)
 	}
+	n := it.Failures + 1
+	p.mu.Lock()
+	p.stats.Attempts++
+	p.mu.Unlock()
+	t0 := p.ex.Now()
+	res, err := call(bctx, reg.Adapter, it)
+	exec = p.ex.Now().Sub(t0)
+	switch {
+	case ctx.Err() != nil:
+		return effect.Result{}, n, exec, retry, stopped
+	case err == nil:
+		return res, n, exec, retry, resulted
+	case effect.IsPermanent(err):
+		return failure(vocab.ReceiptError, err.Error(), n), n, exec, retry, resulted
+	case pol.nonRetryable(err):
+		return failure(givenUp(err), err.Error(), n), n, exec, retry, resulted
+	case bctx.Err() != nil:
+		if pol.UntilKnown {
+			return effect.Result{}, n, exec, retry, unknownYet
+		}
+		return failure(vocab.ReceiptTimeout, "the claim's execution budget ran out: "+err.Error(), n), n, exec, retry, resulted
+	case !pol.UntilKnown && pol.Attempts > 0 && n >= pol.Attempts:
+		return failure(givenUp(err), err.Error(), n), n, exec, retry, resulted
+	}
+	d := pol.Delay(n, p.ex.Uint64())
+	p.log.Debug("adapter: attempt failed; retrying", p.attrs(it, "err", err, "execution", n, "backoff", d)...)
+	return effect.Result{}, n, exec, retryAfter{delay: d, err: err, n: n}, later
 }
 
 // givenUp is the status of the receipt for an attempt error retries did
@@ -738,6 +807,51 @@ func (p *Pool) abandon(ctx context.Context, it vocab.EffectItem, why string) err
 	}
 	p.drop(it, why)
 	return errDropped
+}
+
+// retryLater hands the claim back to the store with its retry time
+// (store RetryLater): the store holds the effect for r.delay by its own
+// clock, counts the failure and keeps its message, so the schedule
+// survives this pool. A store failure is retried until the claim's expiry;
+// past it, or once another claim owns the effect, the result is dropped
+// (the reaper requeues an expired claim, and the effect then runs again
+// sooner than its schedule said, which at-least-once allows). It returns
+// the effect span's status.
+func (p *Pool) retryLater(ctx context.Context, it vocab.EffectItem, r retryAfter, expiry time.Time) error {
+	msg := r.err.Error()
+	if len(msg) > store.MaxReasonBytes {
+		msg = msg[:store.MaxReasonBytes]
+		for !utf8.ValidString(msg) {
+			msg = msg[:len(msg)-1]
+		}
+	}
+	delay := min(r.delay, store.MaxTTL)
+	rctx := context.WithoutCancel(ctx)
+	for failures := 1; ; failures++ {
+		if !p.ex.Now().Before(expiry) {
+			p.drop(it, "the claim expired before its retry was scheduled")
+			return errDropped
+		}
+		cctx, cancel := actor.WithTimeout(rctx, p.ex, releaseTimeout)
+		err := p.st.RetryLater(cctx, it.IntentHash, it.ClaimOf(), delay, msg)
+		cancel()
+		switch {
+		case err == nil:
+			p.mu.Lock()
+			p.stats.Retried++
+			p.mu.Unlock()
+			return errRetrying
+		case errors.Is(err, store.ErrClaimLost), errors.Is(err, store.ErrNotFound):
+			p.drop(it, "the effect is no longer this claim's: "+err.Error())
+			return err
+		}
+		p.log.Warn("adapter: scheduling a retry failed", p.attrs(it, "err", err, "failures", failures)...)
+		// The pool stopping ends the tries: the claim then expires.
+		if actor.Sleep(ctx, p.ex, storeBackoff(failures, p.ex.Uint64())) != nil {
+			p.drop(it, "pool stopped before its retry was scheduled")
+			return errDropped
+		}
+	}
 }
 
 // releaseTimeout bounds the one store call that hands a claim back; the

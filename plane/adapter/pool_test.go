@@ -74,8 +74,8 @@ func TestPoolRetriesWithBackoffBeforeReceipt(t *testing.T) {
 		if d1, d2 := calls[1].at.Sub(calls[0].at), calls[2].at.Sub(calls[1].at); d1 != time.Second || d2 != 2*time.Second {
 			t.Fatalf("backoff delays %v, %v; want 1s, 2s", d1, d2)
 		}
-		if calls[0].attempt != 1 || calls[2].attempt != 1 {
-			t.Fatal("retries must stay within the first claim")
+		if calls[0].attempt != 1 || calls[1].attempt != 2 || calls[2].attempt != 3 {
+			t.Fatalf("claims %d, %d, %d: want each retry a claim of its own, after its backoff in the store", calls[0].attempt, calls[1].attempt, calls[2].attempt)
 		}
 		got := oneReceiptEach(t, e.st, e.world, h)[h]
 		if got.Status != vocab.ReceiptOK {
@@ -389,13 +389,16 @@ func TestNewPoolRejectsBadConfig(t *testing.T) {
 		cfg  adapter.Config
 		regs []adapter.Registration
 	}{
-		"no worker":      {adapter.Config{Executor: ok.Executor}, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{})}},
-		"no executor":    {adapter.Config{Worker: "w"}, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{})}},
-		"no adapter":     {ok, nil},
-		"kind twice":     {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{}), adapter.Register(&fake{}, adapter.RetryPolicy{})}},
-		"retry, no base": {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{Attempts: 2})}},
-		"bad jitter":     {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{Attempts: 1, Jitter: 2})}},
-		"no kinds":       {ok, []adapter.Registration{adapter.Register(&fake{kinds: []string{}}, adapter.RetryPolicy{})}},
+		"no worker":         {adapter.Config{Executor: ok.Executor}, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{})}},
+		"no executor":       {adapter.Config{Worker: "w"}, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{})}},
+		"no adapter":        {ok, nil},
+		"kind twice":        {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{}), adapter.Register(&fake{}, adapter.RetryPolicy{})}},
+		"negative attempts": {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{Attempts: -1})}},
+		"base above max":    {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{Base: time.Minute, Max: time.Second})}},
+		"coefficient < 1":   {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{Coefficient: 0.5})}},
+		"empty class":       {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{NonRetryable: []string{""}})}},
+		"bad jitter":        {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{Attempts: 1, Jitter: 2})}},
+		"no kinds":          {ok, []adapter.Registration{adapter.Register(&fake{kinds: []string{}}, adapter.RetryPolicy{})}},
 	}
 	for name, c := range cases {
 		_, err := adapter.NewPool(st, c.cfg, c.regs...)

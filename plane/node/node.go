@@ -86,6 +86,9 @@ type Config struct {
 	// those kinds replaces the built-in).
 	Adapters []adapter.Registration
 	HTTP     adapter.HTTPConfig // the built-in http.request adapter
+	// Retry replaces, by kind, the retry policy of a built-in or
+	// registered adapter (adapter.Config.Policies).
+	Retry map[string]adapter.RetryPolicy
 
 	LeaseTTL time.Duration // world and orchestrator leases (default 10s)
 	ClaimTTL time.Duration // effect and timer claims (default 30s)
@@ -245,7 +248,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}, cfg.Adapters)
 	n.pool, err = adapter.NewPool(cfg.Store, adapter.Config{
 		Worker: cfg.Worker + "/effects", Executor: ex, Concurrency: cfg.EffectConcurrency,
-		ClaimTTL: cfg.ClaimTTL, Logger: cfg.Logger.With("part", "effects"),
+		ClaimTTL: cfg.ClaimTTL, Policies: cfg.Retry, Logger: cfg.Logger.With("part", "effects"),
 		Observe: cfg.ObserveEffect, Tracer: cfg.Tracer, Links: n.links,
 	}, regs...)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 type effect struct {
 	item          vocab.EffectItem // item.State is the record's state
 	retryReason   string
+	lastError     string
 	resolveReason *string // the operator's, when Resolve gave the receipt
 	receipt       *vocab.Receipt
 	inboxSeq      uint64
@@ -69,7 +70,7 @@ func (st *state) publish(worldID string, intents []vocab.Intent, now time.Time) 
 			continue
 		}
 		st.effectSeq++
-		in.Params = cloneBytes(in.Params)
+		in.Params, in.Retry = cloneBytes(in.Params), cloneBytes(in.Retry)
 		st.effects[in.IntentHash] = &effect{item: vocab.EffectItem{
 			Intent: in, World: worldID, Seq: st.effectSeq, EnqueuedAt: now, State: vocab.EffectPending,
 		}}
@@ -95,7 +96,7 @@ func (st *state) queued() []*effect {
 
 func (e *effect) view() vocab.EffectItem {
 	it := e.item
-	it.Params = cloneBytes(it.Params)
+	it.Params, it.Retry = cloneBytes(it.Params), cloneBytes(it.Retry)
 	return it
 }
 
@@ -112,7 +113,7 @@ func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n in
 		if len(out) >= n {
 			break
 		}
-		if e.item.State != vocab.EffectPending || !slices.Contains(kinds, e.item.Kind) {
+		if e.item.State != vocab.EffectPending || !slices.Contains(kinds, e.item.Kind) || e.item.RetryAt.After(now) {
 			continue
 		}
 		if !contract.Serves(s.st.worldStatus(e.item.World)) {
@@ -236,6 +237,61 @@ func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c vocab.
 	return nil
 }
 
+// RetryLater implements store.Effects: a release whose item waits for its
+// RetryAt, by this store's clock.
+func (s *backend) RetryLater(ctx context.Context, intentHash string, c vocab.Claim, delay time.Duration, lastError string) error {
+	const op = "retry_later"
+	if err := s.begin(ctx, op); err != nil {
+		return err
+	}
+	defer s.end()
+	e, found := s.st.effects[intentHash]
+	var state vocab.EffectState
+	var row contract.ClaimRow
+	if found {
+		state, row = e.item.State, contract.ClaimRow{Attempt: e.item.Attempt, ClaimedBy: e.item.ClaimedBy}
+	}
+	noop, err := contract.ReleaseEffect(op, intentHash, found, state, row, c)
+	if err != nil || noop {
+		return err
+	}
+	now := s.now()
+	e.item.State = contract.ReleaseTo(s.st.worldStatus(e.item.World))
+	e.item.ClaimExpires = time.Time{}
+	if e.item.State == vocab.EffectWithdrawn {
+		e.completedAt = now
+		return nil
+	}
+	e.item.Failures++
+	e.item.RetryAt = now.Add(delay)
+	e.lastError = lastError
+	// Hinted all the same: a pool that waits on its own timer learns of a
+	// later retry time through NextRetry.
+	s.st.notify(store.TopicEffects)
+	return nil
+}
+
+// NextRetry implements store.Effects.
+func (s *backend) NextRetry(ctx context.Context, kinds []string) (time.Duration, bool, error) {
+	if err := s.begin(ctx, "next_retry"); err != nil {
+		return 0, false, err
+	}
+	defer s.end()
+	now := s.now()
+	var at time.Time
+	ok := false
+	for _, e := range s.st.effects {
+		if e.item.State == vocab.EffectPending && e.item.RetryAt.After(now) && slices.Contains(kinds, e.item.Kind) &&
+			(!ok || e.item.RetryAt.Before(at)) {
+			at, ok = e.item.RetryAt, true
+		}
+	}
+	if !ok {
+		return 0, false, nil
+	}
+	return at.Sub(now), true, nil
+}
+
 // RetryEffect implements store.Effects. The effect keeps its queue seq and
 // its attempt count; its latest claim is cleared, so no completion of the
 // attempt that already ended can pass as the retry's.
@@ -259,6 +315,7 @@ func (s *backend) RetryEffect(ctx context.Context, intentHash, reason string) (s
 	e.item.State = vocab.EffectPending
 	e.item.Retries++
 	e.item.ClaimedBy, e.item.ClaimExpires = "", time.Time{}
+	e.item.Failures, e.item.RetryAt, e.lastError = 0, time.Time{}, ""
 	e.retryReason = reason
 	e.receipt, e.resolveReason, e.inboxSeq, e.completedAt = nil, nil, 0, time.Time{}
 	s.st.notify(store.TopicEffects)
@@ -270,6 +327,7 @@ func (e *effect) status() store.EffectStatus {
 		IntentHash: e.item.IntentHash, World: e.item.World, Kind: e.item.Kind, State: e.item.State,
 		Attempts: e.item.Attempt, Retries: e.item.Retries, RetryReason: e.retryReason,
 		InboxSeq: e.inboxSeq, CompletedAt: e.completedAt,
+		Failures: e.item.Failures, RetryAt: e.item.RetryAt, LastError: e.lastError,
 	}
 	if e.receipt != nil {
 		st.Receipt = &vocab.Receipt{Status: e.receipt.Status, Payload: cloneBytes(e.receipt.Payload)}

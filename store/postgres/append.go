@@ -576,21 +576,25 @@ func (s *backend) queueCycles(b *batch, p *plan, v *view, written *owned[statusM
 	var topics []string
 	if n := len(p.intents); n > 0 {
 		hs, ws, ks, os, cs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		ps := make([][]byte, n)
+		ps, rs := make([][]byte, n), make([][]byte, n)
 		owner := make(map[string]int, n)
 		for j, o := range p.intents {
 			hs[j], ws[j], ks[j], ps[j], os[j], cs[j] = o.v.IntentHash, o.world, o.v.Kind, o.v.Params, o.v.Origin, o.v.PolicyContextHash
+			if len(o.v.Retry) > 0 {
+				rs[j] = o.v.Retry
+			}
 			owner[o.v.IntentHash] = o.req
 		}
 		b.queue(func(br pgx.BatchResults) error {
 			var h string
 			return scanEach(br, []any{&h}, func() { p.res[owner[h]].published++ })
-		}, `INSERT INTO effects (intent_hash, world, kind, params, origin, policy_context_hash, enqueued_at_ns, state)
-			SELECT u.h, u.w, u.k, u.p, u.o, u.c, (SELECT now_ns($7)), 'pending'
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[]) WITH ORDINALITY AS u(h, w, k, p, o, c, ord)
+		}, `INSERT INTO effects (intent_hash, world, kind, params, origin, policy_context_hash, enqueued_at_ns, state, retry_policy)
+			SELECT u.h, u.w, u.k, u.p, u.o, u.c, (SELECT now_ns($7)), 'pending', u.r
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[], $8::bytea[])
+				WITH ORDINALITY AS u(h, w, k, p, o, c, r, ord)
 			ORDER BY u.ord
 			ON CONFLICT (intent_hash) DO NOTHING
-			RETURNING intent_hash`, hs, ws, ks, ps, os, cs, s.off())
+			RETURNING intent_hash`, hs, ws, ks, ps, os, cs, s.off(), rs)
 		topics = append(topics, store.TopicEffects)
 	}
 	if n := len(p.timers); n > 0 {

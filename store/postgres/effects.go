@@ -20,14 +20,17 @@ func (s *backend) Publish(ctx context.Context, world string, epoch uint64, inten
 	}
 	n := len(intents)
 	hashes, kinds, origins, policies := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	params := make([][]byte, n)
+	params, retries := make([][]byte, n), make([][]byte, n)
 	for i, in := range intents {
 		hashes[i], kinds[i], origins[i], policies[i], params[i] = in.IntentHash, in.Kind, in.Origin, in.PolicyContextHash, in.Params
+		if len(in.Retry) > 0 {
+			retries[i] = in.Retry
+		}
 	}
 	var queued int32
 	err := s.retry(ctx, op, world, func() error {
-		return s.pool.QueryRow(ctx, `SELECT publish_effects($1, $2, $3, $4, $5, $6, $7, $8)`,
-			world, int64(epoch), hashes, kinds, params, origins, policies, s.off()).Scan(&queued)
+		return s.pool.QueryRow(ctx, `SELECT publish_effects($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+			world, int64(epoch), hashes, kinds, params, origins, policies, retries, s.off()).Scan(&queued)
 	})
 	if err != nil {
 		return 0, err
@@ -44,11 +47,20 @@ func scanEffect(row pgx.CollectableRow) (vocab.EffectItem, error) {
 	var exp *int64
 	var attempts, retries int32
 	var state string
+	var failures int32
+	var retryAt *int64
 	err := row.Scan(&it.IntentHash, &it.World, &seq, &it.Kind, &it.Params, &it.Origin, &it.PolicyContextHash,
-		&enq, &attempts, &it.ClaimedBy, &exp, &retries, &state)
+		&enq, &attempts, &it.ClaimedBy, &exp, &retries, &state, &it.Retry, &failures, &retryAt)
 	it.Seq, it.EnqueuedAt, it.Attempt, it.Retries, it.State = uint64(seq), fromNS(enq), int(attempts), int(retries), vocab.EffectState(state)
 	if exp != nil {
 		it.ClaimExpires = fromNS(*exp)
+	}
+	it.Failures = int(failures)
+	if retryAt != nil {
+		it.RetryAt = fromNS(*retryAt)
+	}
+	if len(it.Retry) == 0 {
+		it.Retry = nil
 	}
 	return it, err
 }
@@ -111,7 +123,7 @@ func (s *backend) ReapEffects(ctx context.Context) (int, error) {
 }
 
 const effectStatusCols = `world, kind, state, attempts, retries, retry_reason, receipt_status, receipt_payload, inbox_seq, completed_at_ns,
-	resolve_reason`
+	resolve_reason, failures, retry_at_ns, last_error`
 
 func scanEffectStatus(hash string, row pgx.Row) (store.EffectStatus, error) {
 	st := store.EffectStatus{IntentHash: hash}
@@ -119,10 +131,15 @@ func scanEffectStatus(hash string, row pgx.Row) (store.EffectStatus, error) {
 	var attempts, retries int32
 	var rstatus, resolveReason *string
 	var rpayload []byte
-	var seq, done *int64
+	var seq, done, retryAt *int64
+	var failures int32
 	if err := row.Scan(&st.World, &st.Kind, &state, &attempts, &retries, &st.RetryReason, &rstatus, &rpayload, &seq, &done,
-		&resolveReason); err != nil {
+		&resolveReason, &failures, &retryAt, &st.LastError); err != nil {
 		return st, err
+	}
+	st.Failures = int(failures)
+	if retryAt != nil {
+		st.RetryAt = fromNS(*retryAt)
 	}
 	if resolveReason != nil {
 		st.Resolved, st.ResolveReason = true, *resolveReason
@@ -200,7 +217,7 @@ func (s *backend) RetryEffect(ctx context.Context, intentHash, reason string) (s
 			return err
 		}, `UPDATE effects SET state = 'pending', retries = retries + 1, retry_reason = $2,
 				receipt_status = NULL, receipt_payload = NULL, resolve_reason = NULL, inbox_seq = NULL, completed_at_ns = NULL,
-				claimed_by = '', claim_expires_ns = NULL
+				claimed_by = '', claim_expires_ns = NULL, failures = 0, retry_at_ns = NULL, last_error = ''
 			WHERE intent_hash = $1
 			RETURNING `+effectStatusCols, intentHash, reason)
 		b.queue(nil, `SELECT notify_topic('effects')`)
@@ -218,7 +235,49 @@ func (s *backend) RetryEffect(ctx context.Context, intentHash, reason string) (s
 // item would. Like a claim or a reap, a release lost in a crash is simply
 // not a release (the claim expires), so it does not wait for the WAL.
 func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c vocab.Claim) error {
-	const op = "release_effect"
+	return s.release(ctx, "release_effect", intentHash, c, func(b *batch) {
+		b.queue(nil, `UPDATE effects SET state = 'pending', claim_expires_ns = NULL WHERE intent_hash = $1`, intentHash)
+	})
+}
+
+// RetryLater implements store.Effects: a release whose row waits for
+// retry_at_ns, the store's clock plus delay. Lost in a crash it is a
+// release that never happened: the claim expires and the effect runs
+// again sooner, which at-least-once allows.
+func (s *backend) RetryLater(ctx context.Context, intentHash string, c vocab.Claim, delay time.Duration, lastError string) error {
+	off := s.off()
+	return s.release(ctx, "retry_later", intentHash, c, func(b *batch) {
+		b.queue(nil, `UPDATE effects SET state = 'pending', claim_expires_ns = NULL, failures = failures + 1,
+				retry_at_ns = now_ns($2) + $3, last_error = $4
+			WHERE intent_hash = $1`, intentHash, off, int64(delay), lastError)
+	})
+}
+
+// NextRetry implements store.Effects (effects_retry_at); the wait is
+// computed in the server, on the store's clock.
+func (s *backend) NextRetry(ctx context.Context, kinds []string) (time.Duration, bool, error) {
+	const op = "next_retry"
+	if err := s.begin(op); err != nil {
+		return 0, false, err
+	}
+	var wait *int64
+	err := s.retry(ctx, op, "", func() error {
+		return s.pool.QueryRow(ctx, `WITH clock AS MATERIALIZED (SELECT now_ns($1) AS t)
+			SELECT min(retry_at_ns) - (SELECT t FROM clock) FROM effects
+			WHERE state = 'pending' AND retry_at_ns IS NOT NULL AND retry_at_ns > (SELECT t FROM clock) AND kind = ANY($2::text[])`,
+			s.off(), kinds).Scan(&wait)
+	})
+	if err != nil || wait == nil {
+		return 0, false, err
+	}
+	return time.Duration(*wait), true, nil
+}
+
+// release hands an effect's claim c back as contract.ReleaseEffect decides,
+// in one locked read and one write: an archived world's effect is
+// withdrawn, otherwise requeue queues the pending row's update and
+// TopicEffects is hinted.
+func (s *backend) release(ctx context.Context, op, intentHash string, c vocab.Claim, requeue func(*batch)) error {
 	if err := s.begin(op); err != nil {
 		return err
 	}
@@ -252,7 +311,7 @@ func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c vocab.
 				WHERE intent_hash = $1`, intentHash, off)
 			return nil
 		}
-		b.queue(nil, `UPDATE effects SET state = 'pending', claim_expires_ns = NULL WHERE intent_hash = $1`, intentHash)
+		requeue(b)
 		b.queue(nil, `SELECT notify_topic('effects')`)
 		return nil
 	})

@@ -125,6 +125,28 @@ BEGIN
     RETURN n;
 END $$;
 
+-- Protocol C with each intent's own retry policy (NULL: its kind's). The
+-- overload above is the release before's.
+CREATE OR REPLACE FUNCTION publish_effects(w text, e bigint, hashes text[], kinds text[], params bytea[],
+                                origins text[], policies text[], retries bytea[], off bigint)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE t bigint; n integer;
+BEGIN
+    t := now_ns(off);
+    PERFORM check_fence(w, e, t);
+    INSERT INTO effects (intent_hash, world, kind, params, origin, policy_context_hash, enqueued_at_ns, state, retry_policy)
+        SELECT u.h, w, u.k, u.p, u.o, u.c, t, 'pending', u.r
+        FROM unnest(hashes, kinds, params, origins, policies, retries) WITH ORDINALITY AS u(h, k, p, o, c, r, ord)
+        ORDER BY u.ord
+        ON CONFLICT (intent_hash) DO NOTHING;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n > 0 THEN
+        PERFORM notify_topic('effects');
+    END IF;
+    RETURN n;
+END $$;
+
 -- Protocol E's first step: fenced; a hash scheduled already is left as it
 -- is. Notifies the timers topic when it inserted.
 CREATE OR REPLACE FUNCTION schedule_timer(w text, e bigint, h text, deliver_at bigint, p bytea, off bigint)

@@ -116,11 +116,13 @@ var effectsQueue = newQueue(queue{
 	// the kinds' candidates merge by seq. An archived world's effects were
 	// withdrawn with its archiving; the guard keeps the promise that no
 	// claim hands one out whatever path left one pending.
-	`x.kind = ks.k AND NOT EXISTS (SELECT 1 FROM worlds w WHERE w.world = x.world AND w.status = 'archived')`, `x.seq`, `, x.seq`,
+	// A failed effect waits for its retry time, by the store's clock.
+	`x.kind = ks.k AND NOT EXISTS (SELECT 1 FROM worlds w WHERE w.world = x.world AND w.status = 'archived')
+		AND (x.retry_at_ns IS NULL OR x.retry_at_ns <= (SELECT t FROM clock))`, `x.seq`, `, x.seq`,
 	`SELECT p.intent_hash FROM (SELECT DISTINCT k FROM unnest($5::text[]) AS k) AS ks, LATERAL (%s) AS p
 		ORDER BY p.seq LIMIT $4`,
 	`x.intent_hash, x.world, x.seq, x.kind, x.params, x.origin, x.policy_context_hash,
-		x.enqueued_at_ns, x.attempts, x.claimed_by, x.claim_expires_ns, x.retries, x.state`)
+		x.enqueued_at_ns, x.attempts, x.claimed_by, x.claim_expires_ns, x.retries, x.state, x.retry_policy, x.failures, x.retry_at_ns`)
 
 var timersQueue = newQueue(queue{
 	table: "timers", noun: "timer",

@@ -17,7 +17,7 @@ func (s *backend) ListEffects(ctx context.Context, world string, afterSeq uint64
 	out := []vocab.EffectItem{}
 	err := s.retry(ctx, op, world, func() error {
 		rows, _ := s.pool.Query(ctx, `SELECT intent_hash, world, seq, kind, params, origin, policy_context_hash,
-				enqueued_at_ns, attempts, claimed_by, claim_expires_ns, retries, state
+				enqueued_at_ns, attempts, claimed_by, claim_expires_ns, retries, state, retry_policy, failures, retry_at_ns
 			FROM effects WHERE world = $1 AND state IN ('pending', 'inflight') AND seq > $2 ORDER BY seq LIMIT $3`, world, seqArg(afterSeq), int64(limit))
 		var err error
 		out, err = pgx.CollectRows(rows, scanEffect)

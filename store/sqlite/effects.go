@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/orrery-run/orrery/store"
@@ -23,9 +24,9 @@ import (
 func (t *wtx) publish(world string, intents []vocab.Intent) (int, error) {
 	queued := 0
 	for _, in := range intents {
-		res, err := t.exec(`INSERT INTO effects (intent_hash, world, kind, params, origin, policy_context_hash, state, enqueued_at)
-			VALUES (?, ?, ?, ?, ?, ?, 'pending', ?) ON CONFLICT (intent_hash) DO NOTHING`,
-			in.IntentHash, world, in.Kind, in.Params, in.Origin, in.PolicyContextHash, t.nowNS)
+		res, err := t.exec(`INSERT INTO effects (intent_hash, world, kind, params, origin, policy_context_hash, state, enqueued_at, retry_policy)
+			VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?) ON CONFLICT (intent_hash) DO NOTHING`,
+			in.IntentHash, world, in.Kind, in.Params, in.Origin, in.PolicyContextHash, t.nowNS, nilIfEmpty(in.Retry))
 		if err != nil {
 			return 0, err
 		}
@@ -73,7 +74,7 @@ func (s *backend) Publish(ctx context.Context, world string, epoch uint64, inten
 }
 
 const effectItemCols = `seq, intent_hash, world, kind, params, params IS NOT NULL, origin, policy_context_hash, enqueued_at,
-	state, attempts, claimed_by, claim_expires, retries`
+	state, attempts, claimed_by, claim_expires, retries, retry_policy, failures, retry_at`
 
 func scanEffectItem(sc interface{ Scan(...any) error }) (vocab.EffectItem, error) {
 	var (
@@ -81,15 +82,20 @@ func scanEffectItem(sc interface{ Scan(...any) error }) (vocab.EffectItem, error
 		seq, at, att, retr int64
 		hasParams          bool
 		state              string
-		exp                sql.NullInt64
+		exp, retryAt       sql.NullInt64
+		fails              int64
 	)
 	if err := sc.Scan(&seq, &it.IntentHash, &it.World, &it.Kind, &it.Params, &hasParams, &it.Origin, &it.PolicyContextHash,
-		&at, &state, &att, &it.ClaimedBy, &exp, &retr); err != nil {
+		&at, &state, &att, &it.ClaimedBy, &exp, &retr, &it.Retry, &fails, &retryAt); err != nil {
 		return vocab.EffectItem{}, err
 	}
 	it.Params = blob(it.Params, hasParams)
 	it.Seq, it.EnqueuedAt, it.State, it.Attempt, it.Retries = uint64(seq), fromNS(at), vocab.EffectState(state), int(att), int(retr)
 	it.ClaimExpires = fromNullNS(exp)
+	it.Failures, it.RetryAt = int(fails), fromNullNS(retryAt)
+	if len(it.Retry) == 0 {
+		it.Retry = nil
+	}
 	return it, nil
 }
 
@@ -104,13 +110,13 @@ func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n in
 		return nil, nil
 	}
 	kinds = slices.Compact(slices.Sorted(slices.Values(kinds)))
-	parts := make([][]any, len(kinds))
-	for i, k := range kinds {
-		parts[i] = []any{k}
-	}
 	var out []vocab.EffectItem
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		out = out[:0]
+		parts := make([][]any, len(kinds))
+		for i, k := range kinds {
+			parts[i] = []any{k, t.nowNS}
+		}
 		return claim[int64](t, effectsQueue, worker, n, claimTTL, parts, func(sc interface{ Scan(...any) error }) error {
 			it, err := scanEffectItem(sc)
 			out = append(out, it)
@@ -199,7 +205,16 @@ func (s *backend) ReapEffects(ctx context.Context) (int, error) {
 // ReleaseEffect puts an inflight effect back to pending under its latest
 // claim (contract.ReleaseEffect), as a reap of that one item would.
 func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c vocab.Claim) error {
-	const op = "release_effect"
+	return s.release(ctx, "release_effect", intentHash, c, func(t *wtx) error {
+		_, err := t.exec(`UPDATE effects SET state = 'pending', claim_expires = NULL WHERE intent_hash = ?`, intentHash)
+		return err
+	})
+}
+
+// release hands an effect's claim c back as contract.ReleaseEffect decides:
+// an archived world's effect is withdrawn, otherwise requeue writes the
+// pending row and TopicEffects is hinted.
+func (s *backend) release(ctx context.Context, op, intentHash string, c vocab.Claim, requeue func(*wtx) error) error {
 	return s.write(ctx, op, "", func(t *wtx) error {
 		var (
 			state, status string
@@ -221,12 +236,48 @@ func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c vocab.
 			_, err := t.exec(`UPDATE effects SET state = 'withdrawn', claim_expires = NULL, completed_at = ? WHERE intent_hash = ?`, t.nowNS, intentHash)
 			return err
 		}
-		if _, err := t.exec(`UPDATE effects SET state = 'pending', claim_expires = NULL WHERE intent_hash = ?`, intentHash); err != nil {
+		if err := requeue(t); err != nil {
 			return err
 		}
 		t.notify(store.TopicEffects)
 		return nil
 	})
+}
+
+// RetryLater puts an inflight effect back to pending under its latest
+// claim, as ReleaseEffect does, not claimable before now+delay by this
+// store's clock.
+func (s *backend) RetryLater(ctx context.Context, intentHash string, c vocab.Claim, delay time.Duration, lastError string) error {
+	return s.release(ctx, "retry_later", intentHash, c, func(t *wtx) error {
+		_, err := t.exec(`UPDATE effects SET state = 'pending', claim_expires = NULL, failures = failures + 1, retry_at = ?,
+			last_error = ? WHERE intent_hash = ?`, t.now.Add(delay).UnixNano(), lastError, intentHash)
+		return err
+	})
+}
+
+// NextRetry reads the earliest retry time after the store's clock among
+// the pending effects of kinds (effects_retry_at).
+func (s *backend) NextRetry(ctx context.Context, kinds []string) (time.Duration, bool, error) {
+	const op = "next_retry"
+	if err := s.read(ctx, op); err != nil {
+		return 0, false, err
+	}
+	now := s.cfg.clock().Round(0).UnixNano()
+	kinds = slices.Compact(slices.Sorted(slices.Values(kinds)))
+	q := `SELECT min(retry_at) FROM effects WHERE state = 'pending' AND retry_at IS NOT NULL AND retry_at > ? AND kind IN (?` +
+		strings.Repeat(", ?", len(kinds)-1) + `)`
+	args := []any{now}
+	for _, k := range kinds {
+		args = append(args, k)
+	}
+	var at sql.NullInt64
+	if _, err := s.queryRow(ctx, q, args, &at); err != nil {
+		return 0, false, dbErr(op, "", err)
+	}
+	if !at.Valid {
+		return 0, false, nil
+	}
+	return time.Duration(at.Int64 - now), true, nil
 }
 
 // RetryEffect sends an effect whose terminal receipt was error or timeout
@@ -254,7 +305,8 @@ func (s *backend) RetryEffect(ctx context.Context, intentHash, reason string) (s
 			return err
 		}
 		row, err := t.row(`UPDATE effects SET state = 'pending', retries = retries + 1, retry_reason = ?, claimed_by = '', claim_expires = NULL,
-			receipt_status = NULL, receipt_payload = NULL, resolve_reason = NULL, inbox_seq = NULL, completed_at = NULL
+			receipt_status = NULL, receipt_payload = NULL, resolve_reason = NULL, inbox_seq = NULL, completed_at = NULL,
+			failures = 0, retry_at = NULL, last_error = ''
 			WHERE intent_hash = ? RETURNING `+effectStatusCols, reason, intentHash)
 		if err != nil {
 			return err
@@ -272,7 +324,8 @@ func (s *backend) RetryEffect(ctx context.Context, intentHash, reason string) (s
 }
 
 const effectStatusCols = `intent_hash, world, kind, state, attempts, retries, retry_reason,
-	receipt_status, receipt_payload, receipt_payload IS NOT NULL, resolve_reason, inbox_seq, completed_at`
+	receipt_status, receipt_payload, receipt_payload IS NOT NULL, resolve_reason, inbox_seq, completed_at,
+	failures, retry_at, last_error`
 
 func scanEffectStatus(sc interface{ Scan(...any) error }) (store.EffectStatus, error) {
 	var (
@@ -284,12 +337,16 @@ func scanEffectStatus(sc interface{ Scan(...any) error }) (store.EffectStatus, e
 		hasPayload        bool
 		resolveReason     sql.NullString
 		inboxSeq, done    sql.NullInt64
+		fails             int64
+		retryAt           sql.NullInt64
 	)
 	if err := sc.Scan(&st.IntentHash, &st.World, &st.Kind, &state, &attempts, &retries, &st.RetryReason,
-		&rstatus, &rpayload, &hasPayload, &resolveReason, &inboxSeq, &done); err != nil {
+		&rstatus, &rpayload, &hasPayload, &resolveReason, &inboxSeq, &done,
+		&fails, &retryAt, &st.LastError); err != nil {
 		return store.EffectStatus{}, err
 	}
 	st.State, st.Attempts, st.Retries = vocab.EffectState(state), int(attempts), int(retries)
+	st.Failures, st.RetryAt = int(fails), fromNullNS(retryAt)
 	if st.State == vocab.EffectWithdrawn {
 		st.CompletedAt = fromNullNS(done)
 	}

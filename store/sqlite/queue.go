@@ -95,7 +95,10 @@ var effectsQueue = newQueue(queue{
 	// An archived world's effects were withdrawn with its archiving; the
 	// guard keeps the promise that no claim hands one out whatever path
 	// left one pending.
-	"kind = ? AND NOT EXISTS (SELECT 1 FROM worlds w WHERE w.id = effects.world AND w.status = 'archived')",
+	"kind = ? AND NOT EXISTS (SELECT 1 FROM worlds w WHERE w.id = effects.world AND w.status = 'archived')"+
+		// A failed effect waits for its retry time (the store's clock; the
+		// pick's last argument before the limit).
+		" AND (retry_at IS NULL OR retry_at <= ?)",
 	"seq", effectItemCols)
 
 var timersQueue = newQueue(queue{

@@ -139,3 +139,11 @@ func blob(b []byte, present bool) []byte {
 	}
 	return b
 }
+
+// nilIfEmpty stores an empty blob as NULL, so that "none" reads back nil.
+func nilIfEmpty(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}

@@ -132,6 +132,7 @@ func suite() []testCase {
 		fencingTests,
 		inboxTests,
 		effectTests,
+		retryTests,
 		timerTests,
 		fireHeldTests,
 		fabricTests,
