@@ -26,6 +26,7 @@ type Ops struct {
 	st      store.Store
 	kernels Kernels
 	dec     ingressDecoder
+	recDec  *event.Decoder // journal records: a whole input and more, so a record's limit
 	in      ingressTrace
 }
 
@@ -60,11 +61,15 @@ func NewOps(st store.Store, kernels Kernels, opts ...OpsOption) (*Ops, error) {
 	if err != nil {
 		return nil, err
 	}
+	recDec, err := event.NewDecoder(event.DecoderOptions{MaxSize: event.MaxPayloadBytes})
+	if err != nil {
+		return nil, err
+	}
 	var o opsOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return &Ops{st: st, kernels: kernels, dec: dec,
+	return &Ops{st: st, kernels: kernels, dec: dec, recDec: recDec,
 		in: ingressTrace{tr: otrace.Tracer(o.tracer), links: o.links, ex: o.clock}}, nil
 }
 
