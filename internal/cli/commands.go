@@ -341,13 +341,25 @@ timers left with SRC, and records its lineage.`,
 	}
 	fork.Flags().Uint64Var(&height, "height", 0, "the snapshot height to fork at (0: the latest snapshot)")
 
+	var at int64
 	state := &cobra.Command{
-		Use:     "state ID",
-		Short:   "Print a world's state at its journal head, as JSON",
-		Example: "  orrery world state alice",
+		Use:   "state ID [--at HEIGHT]",
+		Short: "Print a world's state at its journal head or at a past height, as JSON",
+		Long: `state prints a world's state as JSON: at its journal head, or with --at the
+state right after the step at that height (0: the initial state), replayed
+from the nearest snapshot at or below it. A height above the head is an
+invalid argument; one whose journal is compacted cannot be derived again
+(the error says up to which height records are gone).`,
+		Example: "  orrery world state alice\n  orrery world state alice --at 42",
 		Args:    args(cobra.ExactArgs(1)),
 		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
-			s, err := c.State(ctx, a[0])
+			var s api.State
+			var err error
+			if at >= 0 {
+				s, err = c.StateAt(ctx, a[0], uint64(at))
+			} else {
+				s, err = c.State(ctx, a[0])
+			}
 			if err != nil {
 				return err
 			}
@@ -366,7 +378,9 @@ timers left with SRC, and records its lineage.`,
 		}),
 	}
 
-	cmd.AddCommand(create, list, show, send, call, fork, state)
+	state.Flags().Int64Var(&at, "at", -1, "the height to show the state at (default: the journal head)")
+
+	cmd.AddCommand(create, list, show, send, call, fork, state, e.worldJournal())
 	for _, action := range []struct {
 		name, short string
 		do          func(*api.Client) func(context.Context, string, string) (api.World, error)
