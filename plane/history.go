@@ -79,6 +79,26 @@ func (o *Ops) instanceAt(ctx context.Context, op, worldID string, height uint64)
 	return inst, nil
 }
 
+// forkDerived forks src at a height with no stored snapshot: src is
+// replayed up to the height and the fork's baseline is that state, whose
+// hash the lineage records (so a restore of the fork recognises its
+// genesis and drops what src awaited, as for a fork from a snapshot).
+func (o *Ops) forkDerived(ctx context.Context, src string, height uint64, newWorld string) (store.World, error) {
+	// An existing fork answers a repeat without a replay.
+	if prev, err := o.st.GetWorld(ctx, newWorld); err == nil {
+		if prev.ParentWorld == src && prev.ForkedAtHeight == height {
+			return prev, nil
+		}
+		return store.World{}, errorf("world_fork", ErrConflict, newWorld, detail("world %q exists", newWorld))
+	}
+	inst, err := o.instanceAt(ctx, "world_fork", src, height)
+	if err != nil {
+		return store.World{}, err
+	}
+	state := inst.State()
+	return o.st.ForkWorldFrom(ctx, src, store.Snapshot{Height: height, State: state, StateHash: world.Hash(state)}, newWorld)
+}
+
 // readRange reads world's journal records (after, upTo].
 func readRange(ctx context.Context, st store.Store, id string, after, upTo uint64) ([]event.Envelope, error) {
 	var out []event.Envelope

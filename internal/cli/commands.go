@@ -325,11 +325,13 @@ which the world runs once.`,
 	var height uint64
 	fork := &cobra.Command{
 		Use:   "fork SRC NEW",
-		Short: "Fork a world at a snapshot into a new world",
-		Long: `fork creates NEW from SRC's snapshot at --height (default: SRC's latest
-snapshot). NEW starts at exactly that state, with SRC's pending effects and
-timers left with SRC, and records its lineage.`,
-		Example: "  orrery world fork bob bob-what-if",
+		Short: "Fork a world at any height of its journal into a new world",
+		Long: `fork creates NEW from SRC's state at --height (default: SRC's latest
+snapshot): its snapshot at that height when it has one, else its state
+replayed up to it (see world state --at). NEW starts at exactly that state,
+with SRC's pending effects and timers left with SRC, and records its
+lineage.`,
+		Example: "  orrery world fork bob bob-what-if\n  orrery world fork bob bob-before-42 --height 41",
 		Args:    args(cobra.ExactArgs(2)),
 		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
 			w, _, err := c.Fork(ctx, a[0], a[1], height)
@@ -339,7 +341,7 @@ timers left with SRC, and records its lineage.`,
 			return e.printWorld(w)
 		}),
 	}
-	fork.Flags().Uint64Var(&height, "height", 0, "the snapshot height to fork at (0: the latest snapshot)")
+	fork.Flags().Uint64Var(&height, "height", 0, "the height to fork at (0: the latest snapshot)")
 
 	var at int64
 	state := &cobra.Command{
