@@ -15,8 +15,8 @@ import (
 )
 
 // historyWorld drives world "h" through every kind of step the journal
-// detail shows: an event (1), a call (2), an effect (3), a timer (4), a
-// fabric send (5) and the effect's receipt (6). It returns the effect's
+// detail shows: an event (1), a call (2), an effect (3), a timer (4), the
+// effect's receipt (5) and a fabric send (6). It returns the effect's
 // intent hash.
 func historyWorld(t *testing.T, r *rig) string {
 	t.Helper()
@@ -25,7 +25,6 @@ func historyWorld(t *testing.T, r *rig) string {
 	must(r.Client.Call(r.Ctx, "h", typeName(t, Get{}), Get{}, api.CallOptions{CallID: "get-1"}))(t)
 	must(r.Client.Send(r.Ctx, "h", typeName(t, Pay{}), nil, "pay"))(t)
 	must(r.Client.Send(r.Ctx, "h", typeName(t, Arm{}), Arm{AfterMs: 3_600_000}, "arm"))(t)
-	must(r.Client.Send(r.Ctx, "h", typeName(t, testworlds.Relay{}), testworlds.Relay{To: "elsewhere", Key: "hello"}, "relay"))(t)
 	var effects []api.Effect
 	r.WaitFor("the effect queued", func() (bool, error) {
 		var err error
@@ -34,6 +33,13 @@ func historyWorld(t *testing.T, r *rig) string {
 	})
 	completeAs(t, r, effects[0].IntentHash, "ok")
 	r.WaitFor("the receipt journaled", func() (bool, error) {
+		v, err := r.Client.GetWorld(r.Ctx, "h")
+		return v.Head >= 5, err
+	})
+	// The send last: its own receipt (from the fabric adapter) comes after
+	// it, whenever it comes.
+	must(r.Client.Send(r.Ctx, "h", typeName(t, testworlds.Relay{}), testworlds.Relay{To: "elsewhere", Key: "hello"}, "relay"))(t)
+	r.WaitFor("the send journaled", func() (bool, error) {
 		v, err := r.Client.GetWorld(r.Ctx, "h")
 		return v.Head >= 6, err
 	})
@@ -88,18 +94,18 @@ func TestJournalDetail(t *testing.T) {
 		t.Fatalf("the timer set: %+v, the store's: %+v", tm, timers)
 	}
 	var msg struct{ Key string }
-	if sd := recs[4].Sends; len(sd) != 1 || sd[0].DestWorld != "elsewhere" || sd[0].Type != typeName(t, testworlds.Msg{}) ||
-		json.Unmarshal(sd[0].Value, &msg) != nil || msg.Key != "hello" || sd[0].IntentHash == "" || len(recs[4].Intents) != 0 {
-		t.Fatalf("the send: %+v (intents %+v)", sd, recs[4].Intents)
+	if sd := recs[5].Sends; len(sd) != 1 || sd[0].DestWorld != "elsewhere" || sd[0].Type != typeName(t, testworlds.Msg{}) ||
+		json.Unmarshal(sd[0].Value, &msg) != nil || msg.Key != "hello" || sd[0].IntentHash == "" || len(recs[5].Intents) != 0 {
+		t.Fatalf("the send: %+v (intents %+v)", sd, recs[5].Intents)
 	}
-	if rc := recs[5].Receipt; rc == nil || rc.IntentHash != pay || rc.Kind != world.KindHTTPRequest || rc.Status != "ok" ||
+	if rc := recs[4].Receipt; rc == nil || rc.IntentHash != pay || rc.Kind != world.KindHTTPRequest || rc.Status != "ok" ||
 		rc.Attempt != 1 || rc.EffectState != "done" || rc.Retry != 0 {
 		t.Fatalf("the receipt: %+v", rc)
 	}
 
 	// A page that starts mid-journal is derived from the snapshot below it.
-	if p := must(r.Client.JournalDetail(r.Ctx, "h", 4, 1))(t); len(p.Records) != 1 || len(p.Records[0].Sends) != 1 {
-		t.Fatalf("page after 4: %+v", p.Records)
+	if p := must(r.Client.JournalDetail(r.Ctx, "h", 5, 1))(t); len(p.Records) != 1 || len(p.Records[0].Sends) != 1 {
+		t.Fatalf("page after 5: %+v", p.Records)
 	}
 	if code, body := r.Do(http.MethodGet, "/v1/worlds/h/journal?detail=maybe", "", "", ""); code != http.StatusBadRequest {
 		t.Fatalf("detail=maybe: %d %s", code, body)
