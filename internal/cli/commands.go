@@ -343,7 +343,8 @@ lineage.`,
 	}
 	fork.Flags().Uint64Var(&height, "height", 0, "the height to fork at (0: the latest snapshot)")
 
-	var at int64
+	var at uint64
+	var atGiven func() bool
 	state := &cobra.Command{
 		Use:   "state ID [--at HEIGHT]",
 		Short: "Print a world's state at its journal head or at a past height, as JSON",
@@ -357,8 +358,8 @@ invalid argument; one whose journal is compacted cannot be derived again
 		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
 			var s api.State
 			var err error
-			if at >= 0 {
-				s, err = c.StateAt(ctx, a[0], uint64(at))
+			if atGiven() {
+				s, err = c.StateAt(ctx, a[0], at)
 			} else {
 				s, err = c.State(ctx, a[0])
 			}
@@ -380,7 +381,8 @@ invalid argument; one whose journal is compacted cannot be derived again
 		}),
 	}
 
-	state.Flags().Int64Var(&at, "at", -1, "the height to show the state at (default: the journal head)")
+	state.Flags().Uint64Var(&at, "at", 0, "the height to show the state at, 0 the initial state (default: the journal head)")
+	atGiven = func() bool { return state.Flags().Changed("at") }
 
 	cmd.AddCommand(create, list, show, send, call, fork, state, e.worldJournal())
 	for _, action := range []struct {

@@ -51,6 +51,12 @@ func TestWorldJournalAndStateAt(t *testing.T) {
 	if out := f.ok("world", "state", "alice", "--at", "2"); !strings.HasPrefix(out, "# height 2, state hash "+s.Hash) {
 		t.Fatalf("state --at 2 printed %q", out)
 	}
+	f.okJSON(&s, "world", "state", "alice", "--at", "0")
+	var initial ledger.Account
+	if err := json.Unmarshal(s.State, &initial); err != nil || s.Height != 0 || initial.Owner != "" || initial.Balance != 0 {
+		t.Fatalf("state --at 0: %+v %+v %v", s, initial, err)
+	}
+	f.fail(cli.ExitUsage, "world", "state", "alice", "--at", "-1")
 	r := f.fail(cli.ExitUsage, "world", "state", "alice", "--at", "99")
 	if !strings.Contains(r.err, "above the journal head") {
 		t.Fatalf("state --at 99: %q", r.err)
