@@ -218,7 +218,9 @@ func TestWorldPageForkFromHeight(t *testing.T) {
 
 	e.do("open the fork", chromedp.Click(chromedp.CSS(`#wp-forks a.wp-fork`)))
 	e.waitFor("the fork's page", `location.hash === '#world/alice-at-2' && `+wpText("#wp-title")+` === 'World alice-at-2' && `+
-		textIs("#wp-parent", "alice at height 2")+" && "+textHas("#wp-state", `"Balance": 100`))
+		textIs("#wp-parent", "alice at height 2")+" && "+textHas("#wp-state", `"Balance": 100`)+" && "+
+		textIs("#wp-journal-empty", "No records of its own yet: its history up to height 2 is alice's.")+
+		` && document.querySelector('#wp-older').disabled && document.querySelector('#wp-newer').disabled`)
 	e.screenshot("fork-page")
 	e.do("back to the parent", chromedp.Click(chromedp.CSS(`#wp-parent a`)))
 	e.waitFor("alice's page again", `location.hash === '#world/alice' && `+textIs("#wp-forks", "alice-at-2 @2"))

@@ -361,7 +361,9 @@ window.worldPage = (function () {
   async function loadJournal(gen) {
     const v = page.view;
     if (!v) return;
-    const floor = v.journal_floor || 0;
+    // A fork's journal starts after its fork point; below it the history
+    // is its parent's.
+    const floor = Math.max(v.journal_floor || 0, v.lineage ? v.lineage.forked_at_height : 0);
     const after = page.after === null ? Math.max(floor, v.head - PAGE) : Math.max(floor, page.after);
     const limit = page.after === null ? PAGE : Math.max(1, Math.min(PAGE, page.limit));
     const data = await api('GET', `/v1/worlds/${enc(page.id)}/journal?detail=true&after=${after}&limit=${limit}`);
@@ -377,14 +379,18 @@ window.worldPage = (function () {
       rows.push(tr, detail);
     }
     q('#wp-journal tbody').replaceChildren(...rows);
-    q('#wp-journal-empty').hidden = recs.length > 0;
+    const empty = q('#wp-journal-empty');
+    empty.hidden = recs.length > 0;
+    empty.textContent = v.lineage && v.head === v.lineage.forked_at_height
+      ? `No records of its own yet: its history up to height ${v.lineage.forked_at_height} is ${v.lineage.parent}'s.`
+      : 'No records.';
     const lo = recs.length ? recs[0].height : after;
     const hi = recs.length ? recs[recs.length - 1].height : after;
     q('#wp-page-label').textContent = recs.length ? `heights ${lo}–${hi} of ${v.head}` + (floor ? `; up to ${floor} compacted` : '') : '';
     q('#wp-journal').dataset.lo = String(lo);
     q('#wp-journal').dataset.hi = String(hi);
-    q('#wp-older').disabled = lo <= floor + 1;
-    q('#wp-newer').disabled = hi >= v.head;
+    q('#wp-older').disabled = !recs.length || lo <= floor + 1;
+    q('#wp-newer').disabled = !recs.length || hi >= v.head;
     q('#wp-newest').disabled = page.after === null;
   }
 
@@ -398,7 +404,8 @@ window.worldPage = (function () {
 
   function older() {
     const lo = Number(q('#wp-journal').dataset.lo || 0);
-    const floor = (page.view && page.view.journal_floor) || 0;
+    const v = page.view || {};
+    const floor = Math.max(v.journal_floor || 0, v.lineage ? v.lineage.forked_at_height : 0);
     const after = Math.max(floor, lo - 1 - PAGE);
     showPage(after, lo - 1 - after);
   }
