@@ -280,10 +280,28 @@ func TestForkAndStatus(t *testing.T) {
 	if !errors.Is(err, plane.ErrConflict) {
 		t.Fatalf("409 conflict does not match plane.ErrConflict: %v", err)
 	}
-	_, _, err = r.Client.Fork(r.Ctx, "src", "fork-3", 3)
-	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
-	if !errors.Is(err, store.ErrSnapshotNotFound) {
-		t.Fatalf("no snapshot at 3: %v", err)
+	// A height without a snapshot forks from the state replayed up to it,
+	// whose hash the lineage records.
+	if s, ok, err := r.Store.SnapshotBelow(r.Ctx, "src", 4); err != nil || (ok && s.Height == 3) {
+		t.Fatalf("a snapshot at 3 (%v): the fork would not be derived", err)
+	}
+	at3 := must(r.Client.StateAt(r.Ctx, "src", 3))(t)
+	f3, created, err := r.Client.Fork(r.Ctx, "src", "fork-3", 3)
+	if err != nil || !created || f3.Lineage == nil || f3.Lineage.Parent != "src" || f3.Lineage.ForkedAtHeight != 3 || f3.Lineage.ParentSnapshotHash != at3.Hash {
+		t.Fatalf("fork at 3: %+v %v %v", f3, created, err)
+	}
+	if again, created, err := r.Client.Fork(r.Ctx, "src", "fork-3", 3); err != nil || created || again.ID != "fork-3" {
+		t.Fatalf("fork at 3 again: %+v %v %v", again, created, err)
+	}
+	_, _, err = r.Client.Fork(r.Ctx, "src", "fork-3", 2)
+	apiError(t, err, http.StatusConflict, api.CodeConflict)
+	if fs, fv := r.stateOf("fork-3"); fs.Height != 3 || fv.N != 6 || !slices.Equal(fv.Seen, []string{"a", "b", "c"}) {
+		t.Fatalf("fork-3 state: %d %+v", fs.Height, fv)
+	}
+	_, _, err = r.Client.Fork(r.Ctx, "src", "fork-9", 9)
+	apiError(t, err, http.StatusBadRequest, api.CodeInvalidArgument)
+	if !errors.Is(err, plane.ErrInvalid) {
+		t.Fatalf("fork above the head: %v", err)
 	}
 	_, _, err = r.Client.Fork(r.Ctx, "nobody", "fork-4", 0)
 	apiError(t, err, http.StatusNotFound, api.CodeNotFound)

@@ -287,6 +287,39 @@ func (c *Client) Journal(ctx context.Context, worldID string, after uint64, limi
 	return out, err
 }
 
+// JournalDetail reads up to limit records after height after, each with
+// its detail (journal?detail=true): the input's value and payload, the
+// effect a receipt answers, and the step derived again: its reply,
+// intents, sends, timers and cancels (Record.Derived; DeriveError says
+// why not).
+func (c *Client) JournalDetail(ctx context.Context, worldID string, after uint64, limit int) (JournalPage, error) {
+	q := url.Values{"after": {strconv.FormatUint(after, 10)}, "detail": {"true"}}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out JournalPage
+	_, err := c.do(ctx, http.MethodGet, worldPath(worldID, "journal"), q, nil, &out)
+	return out, err
+}
+
+// StateAt returns a world's state after the step at height (0: its
+// initial state), replayed from the highest snapshot at or below it. A
+// height above the head is an *Error invalid_argument (400); one whose
+// journal is compacted is compacted (410, errors.Is store.ErrCompacted).
+func (c *Client) StateAt(ctx context.Context, worldID string, height uint64) (State, error) {
+	var out State
+	q := url.Values{"height": {strconv.FormatUint(height, 10)}}
+	_, err := c.do(ctx, http.MethodGet, worldPath(worldID, "state"), q, nil, &out)
+	return out, err
+}
+
+// Forks lists the worlds forked from worldID, sorted by id.
+func (c *Client) Forks(ctx context.Context, worldID string) ([]World, error) {
+	var out worldsResp
+	_, err := c.do(ctx, http.MethodGet, worldPath(worldID, "forks"), nil, nil, &out)
+	return out.Worlds, err
+}
+
 // Leases lists the worlds worker holds or is assigned ("": every
 // worker's).
 func (c *Client) Leases(ctx context.Context, worker string) ([]LeaseRow, error) {

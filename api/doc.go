@@ -11,11 +11,17 @@
 //	GET  /v1/worlds/{id}                  record, lineage, lease, assignment, head, journal floor, inbox cursor and depth
 //	POST /v1/worlds/{id}/events           {"type","value"} or {"payload"}, "idempotency_key": 202 {"seq","duplicate"}
 //	POST /v1/worlds/{id}/calls            {"type","value"} or {"payload"}, "call_id", "timeout_ms": the reply
-//	GET  /v1/worlds/{id}/state            {"height","hash","state","state_cbor"}
-//	POST /v1/worlds/{id}/fork             {"id","height"}: 201 created, 200 the same again
+//	GET  /v1/worlds/{id}/state?height=    {"height","hash","state","state_cbor"}: at the head, or after the
+//	                                      step at height (replayed; 400 above the head, 410 compacted)
+//	POST /v1/worlds/{id}/fork             {"id","height"}: 201 created, 200 the same again (any height: a
+//	                                      snapshot there, else the state replayed up to it)
+//	GET  /v1/worlds/{id}/forks            {"worlds":[…]}: the worlds forked from it, sorted by id
 //	POST /v1/worlds/{id}/pause|resume|archive  {"reason"}
-//	GET  /v1/worlds/{id}/journal?after=&limit=&wait_ms=  records after a height, long-polled with wait_ms
-//	                                      (410 compacted, details.floor, when after is below the compaction floor)
+//	GET  /v1/worlds/{id}/journal?after=&limit=&wait_ms=&detail=  records after a height, long-polled with wait_ms
+//	                                      (410 compacted, details.floor, when after is below the compaction floor);
+//	                                      detail=true adds each record's input value and payload, the effect a
+//	                                      receipt answers, and the step derived again: reply, intents, sends,
+//	                                      timers, cancels (see history.go and docs/history.md)
 //	GET  /v1/leases?worker=               the worlds each worker holds or is assigned
 //	GET  /v1/effects?world=               pending and inflight effects
 //	POST /v1/effects/{hash}/retry         {"reason"}: an operator's retry
@@ -48,8 +54,11 @@
 // decodes. Numbers written without fraction or exponent become int64
 // (uint64 above its range), other numbers float64, objects maps with
 // string keys. A handler's reply and a world's state go the other way:
-// CBOR maps become objects, byte strings base64, and the exact CBOR is
-// given beside the JSON (reply_cbor, state_cbor). A payload given instead
+// CBOR maps become objects (a key that is not a string is written as its
+// JSON text), byte strings base64, infinities "+Inf" and "-Inf", integers
+// exact JSON numbers (beyond 2^53 too), and the exact CBOR is given
+// beside the JSON (reply_cbor, state_cbor); tags and NaN never occur, as
+// the canonical form refuses them. A payload given instead
 // of type and value is the complete wire form world.EncodeEvent or
 // world.EncodeCall builds, checked by the plane as any ingress.
 //

@@ -214,6 +214,7 @@ func (s *Server) routes() {
 	s.route("POST /v1/worlds/{id}/resume", false, s.setStatus(store.WorldActive))
 	s.route("POST /v1/worlds/{id}/archive", false, s.setStatus(store.WorldArchived))
 	s.route("GET /v1/worlds/{id}/journal", false, s.journal)
+	s.route("GET /v1/worlds/{id}/forks", false, s.forks)
 
 	s.route("GET /v1/leases", false, s.leases)
 	s.route("GET /v1/effects", false, s.effects)

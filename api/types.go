@@ -111,6 +111,13 @@ type JournalPage struct {
 
 // Record is one journal record: the envelope's fields and the step
 // record's summary. Input is null for a record that is not a world step.
+//
+// The fields after CallID are the record's detail, present only when the
+// journal is read with detail=true (see history.go): Receipt (for a
+// receipt input) from the record itself, and, when the step could be
+// derived again (Derived), its Reply (for a call), the Intents, Sends and
+// Timers it made and the timers it cancelled. DeriveError says why a
+// step could not be derived (its lists are then absent, not empty).
 type Record struct {
 	Height      uint64       `json:"height"`
 	EventID     string       `json:"event_id"`
@@ -122,14 +129,32 @@ type Record struct {
 	Error       string       `json:"error,omitempty"`
 	StateHash   string       `json:"state_hash"`
 	CallID      string       `json:"call_id,omitempty"`
+
+	Receipt     *RecordReceipt `json:"receipt,omitempty"`
+	Derived     bool           `json:"derived,omitempty"`
+	DeriveError string         `json:"derive_error,omitempty"`
+	Reply       *RecordReply   `json:"reply,omitempty"`
+	Intents     []RecordIntent `json:"intents,omitempty"`
+	Sends       []RecordSend   `json:"sends,omitempty"`
+	Timers      []RecordTimer  `json:"timers,omitempty"`
+	Cancels     []string       `json:"cancels,omitempty"` // the intent hashes of the timers cancelled
 }
 
-// RecordInput is the inbox item a step drained.
+// RecordInput is the inbox item a step drained. The fields after
+// EnqueuedAt are detail (journal?detail=true): the value as JSON (for an
+// event, call, timer or fabric message; a receipt is Record.Receipt),
+// the whole wire payload as the journal keeps it (canonical CBOR, base64),
+// the timer a timer input fired and the input's cause.
 type RecordInput struct {
 	Seq        uint64    `json:"seq"`
 	Kind       string    `json:"kind"`
 	Type       string    `json:"type,omitempty"`
 	EnqueuedAt time.Time `json:"enqueued_at,omitzero"`
+
+	Value       json.RawMessage `json:"value,omitempty"`
+	PayloadCBOR []byte          `json:"payload_cbor,omitempty"`
+	Timer       string          `json:"timer,omitempty"`
+	Cause       *RecordCause    `json:"cause,omitempty"`
 }
 
 // LeaseRow is one world a worker holds or is assigned.

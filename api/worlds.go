@@ -406,10 +406,25 @@ type image struct {
 }
 
 func (s *Server) state(r *http.Request, rc *reqCtx) (int, any, error) {
+	q, err := query(r, "height")
+	if err != nil {
+		return 0, nil, err
+	}
+	height, at, err := heightParam(q)
+	if err != nil {
+		return 0, nil, err
+	}
 	if err := checkID("world", rc.world); err != nil {
 		return 0, nil, err
 	}
 	ctx := r.Context()
+	if at {
+		st, err := s.stateAt(ctx, rc.world, height)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, st, nil
+	}
 	snap, err := s.cfg.Client.State(ctx, rc.world)
 	if err != nil {
 		return 0, nil, err
@@ -425,15 +440,11 @@ func (s *Server) state(r *http.Request, rc *reqCtx) (int, any, error) {
 		}
 		snap = inst.Snapshot()
 	}
-	var img image
-	if err := stateDecoder.Unmarshal(snap.State, &img); err != nil {
-		return 0, nil, fmt.Errorf("api: state of %s: %w", rc.world, err)
-	}
-	js, err := cborToJSON(img.State)
+	st, err := stateOf(rc.world, snap)
 	if err != nil {
-		return 0, nil, fmt.Errorf("api: state of %s: %w", rc.world, err)
+		return 0, nil, err
 	}
-	return http.StatusOK, State{Height: snap.Height, Hash: world.Hash(snap.State), State: js, StateCBOR: snap.State}, nil
+	return http.StatusOK, st, nil
 }
 
 func (s *Server) fork(r *http.Request, rc *reqCtx) (int, any, error) {
@@ -524,7 +535,11 @@ const (
 )
 
 func (s *Server) journal(r *http.Request, rc *reqCtx) (int, any, error) {
-	q, err := query(r, "after", "limit", "wait_ms")
+	q, err := query(r, "after", "limit", "wait_ms", "detail")
+	if err != nil {
+		return 0, nil, err
+	}
+	detail, err := boolParam(q, "detail")
 	if err != nil {
 		return 0, nil, err
 	}
@@ -567,6 +582,9 @@ func (s *Server) journal(r *http.Request, rc *reqCtx) (int, any, error) {
 	for _, e := range recs {
 		page.Records = append(page.Records, recordOf(e))
 		page.Next = e.RunSeq
+	}
+	if detail {
+		s.detailRecords(ctx, rc.world, recs, page.Records)
 	}
 	return http.StatusOK, page, nil
 }

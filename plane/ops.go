@@ -26,6 +26,7 @@ type Ops struct {
 	st      store.Store
 	kernels Kernels
 	dec     ingressDecoder
+	recDec  *event.Decoder // journal records: a whole input and more, so a record's limit
 	in      ingressTrace
 	act     Activation // nil: inputs wait for the reconcile to place their world
 }
@@ -69,11 +70,15 @@ func NewOps(st store.Store, kernels Kernels, opts ...OpsOption) (*Ops, error) {
 	if err != nil {
 		return nil, err
 	}
+	recDec, err := event.NewDecoder(event.DecoderOptions{MaxSize: event.MaxPayloadBytes})
+	if err != nil {
+		return nil, err
+	}
 	var o opsOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return &Ops{st: st, kernels: kernels, dec: dec, act: o.act,
+	return &Ops{st: st, kernels: kernels, dec: dec, recDec: recDec, act: o.act,
 		in: ingressTrace{tr: otrace.Tracer(o.tracer), links: o.links, ex: o.clock}}, nil
 }
 
@@ -260,9 +265,13 @@ func (o *Ops) parseIngress(kind string, payload []byte) (ingressMessage, error) 
 	return m, nil
 }
 
-// WorldFork is world_fork: newWorld is created from src's snapshot at
-// height (0: src's active snapshot), with its lineage. It boots at exactly
-// that snapshot's state, with no effects, timers or dedupe records of its
+// WorldFork is world_fork: newWorld is created from src's state at
+// height (0: src's active snapshot), with its lineage. The state is src's
+// stored snapshot at that height when there is one, else src's state
+// replayed up to it as StateAt replays it (so any height of the journal
+// above the compaction floor forks; a height above the head is
+// ErrInvalid, a compacted one the store's ErrCompacted). The fork boots at
+// exactly that state, with no effects, timers or dedupe records of its
 // own, and nothing awaited (see Baseline). A repeat with the same source
 // and height returns the existing fork; another fork under that id is
 // ErrConflict.
@@ -278,6 +287,9 @@ func (o *Ops) WorldFork(ctx context.Context, src string, height uint64, newWorld
 		height = snap.Height
 	}
 	rec, err := o.st.ForkWorld(ctx, src, height, newWorld)
+	if errors.Is(err, store.ErrSnapshotNotFound) {
+		rec, err = o.forkDerived(ctx, src, height, newWorld)
+	}
 	if errors.Is(err, store.ErrWorldExists) {
 		prev, gerr := o.st.GetWorld(ctx, newWorld)
 		if gerr != nil {

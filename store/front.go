@@ -697,6 +697,15 @@ func (f *Front) ForkWorld(ctx context.Context, src string, height uint64, newWor
 	return f.b.ForkWorld(ctx, src, height, newWorld)
 }
 
+// ForkWorldFrom implements Worlds.
+func (f *Front) ForkWorldFrom(ctx context.Context, src string, base Snapshot, newWorld string) (World, error) {
+	const op = "fork_world_from"
+	if err := first(done(ctx, op), CheckID(op, "world", src), CheckID(op, "new world", newWorld), checkSnapshot(op, base)); err != nil {
+		return World{}, err
+	}
+	return f.b.ForkWorldFrom(ctx, src, base, newWorld)
+}
+
 // GetWorld implements Worlds.
 func (f *Front) GetWorld(ctx context.Context, world string) (World, error) {
 	if err := done(ctx, "get_world"); err != nil {

@@ -199,6 +199,10 @@ func (r *recorder) Spawn(ctx context.Context, s SpawnSpec) (Spawned, error) {
 func (r *recorder) ForkWorld(ctx context.Context, src string, height uint64, newWorld string) (World, error) {
 	return World{}, r.rec(ctx, "ForkWorld")
 }
+
+func (r *recorder) ForkWorldFrom(ctx context.Context, src string, base Snapshot, newWorld string) (World, error) {
+	return World{}, r.rec(ctx, "ForkWorldFrom")
+}
 func (r *recorder) GetWorld(ctx context.Context, world string) (World, error) {
 	return World{}, r.rec(ctx, "GetWorld")
 }
@@ -415,6 +419,8 @@ func invalidCalls() []frontCall {
 			return err
 		}},
 		{"ForkWorld new world", "fork_world", func(f *Front) error { _, err := f.ForkWorld(fbg, "w", 1, ""); return err }},
+		{"ForkWorldFrom new world", "fork_world_from", func(f *Front) error { _, err := f.ForkWorldFrom(fbg, "w", fsnap, ""); return err }},
+		{"ForkWorldFrom base", "fork_world_from", func(f *Front) error { _, err := f.ForkWorldFrom(fbg, "w", Snapshot{}, "f"); return err }},
 		{"ListWorlds status", "list_worlds", func(f *Front) error { _, err := f.ListWorlds(fbg, "u", "gone"); return err }},
 		{"SetWorldStatus status", "set_world_status", func(f *Front) error { _, err := f.SetWorldStatus(fbg, "w", "", ""); return err }},
 		{"SetWorldStatus reason", "set_world_status", func(f *Front) error {
@@ -534,6 +540,7 @@ func validCalls() []struct {
 			return err
 		}},
 		{"ForkWorld", func(f *Front) error { _, err := f.ForkWorld(fbg, "w", 1, "f"); return err }},
+		{"ForkWorldFrom", func(f *Front) error { _, err := f.ForkWorldFrom(fbg, "w", fsnap, "f"); return err }},
 		{"GetWorld", func(f *Front) error { _, err := f.GetWorld(fbg, "w"); return err }},
 		{"ListWorlds", func(f *Front) error { _, err := f.ListWorlds(fbg, "u", ""); return err }},
 		{"SetWorldStatus", func(f *Front) error { _, err := f.SetWorldStatus(fbg, "w", WorldArchived, "r"); return err }},

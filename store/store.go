@@ -977,6 +977,16 @@ type Worlds interface {
 	// its inbox is empty, lineage is recorded, and it has no effects,
 	// timers or dedupe records. ErrSnapshotNotFound, ErrWorldExists.
 	ForkWorld(ctx context.Context, src string, height uint64, newWorld string) (World, error)
+	// ForkWorldFrom is ForkWorld from a state the caller derived rather
+	// than a stored snapshot: newWorld's baseline is base (its World field
+	// ignored) at base.Height, which must not pass src's journal head
+	// (ErrInvalid), and its lineage names src, base.Height and
+	// base.StateHash. It is how a world forks at any height of its
+	// journal: the plane replays src up to the height and hands the
+	// state here. The store cannot check that base is src's state at that
+	// height; the caller vouches for it. ErrWorldNotFound (src),
+	// ErrWorldExists (newWorld), in one transaction as ForkWorld.
+	ForkWorldFrom(ctx context.Context, src string, base Snapshot, newWorld string) (World, error)
 	GetWorld(ctx context.Context, world string) (World, error)
 	// ListWorlds lists a universe's worlds sorted by id ("" = every status).
 	ListWorlds(ctx context.Context, universe string, status WorldStatus) ([]World, error)

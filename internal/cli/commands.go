@@ -325,11 +325,13 @@ which the world runs once.`,
 	var height uint64
 	fork := &cobra.Command{
 		Use:   "fork SRC NEW",
-		Short: "Fork a world at a snapshot into a new world",
-		Long: `fork creates NEW from SRC's snapshot at --height (default: SRC's latest
-snapshot). NEW starts at exactly that state, with SRC's pending effects and
-timers left with SRC, and records its lineage.`,
-		Example: "  orrery world fork bob bob-what-if",
+		Short: "Fork a world at any height of its journal into a new world",
+		Long: `fork creates NEW from SRC's state at --height (default: SRC's latest
+snapshot): its snapshot at that height when it has one, else its state
+replayed up to it (see world state --at). NEW starts at exactly that state,
+with SRC's pending effects and timers left with SRC, and records its
+lineage.`,
+		Example: "  orrery world fork bob bob-what-if\n  orrery world fork bob bob-before-42 --height 41",
 		Args:    args(cobra.ExactArgs(2)),
 		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
 			w, _, err := c.Fork(ctx, a[0], a[1], height)
@@ -339,15 +341,28 @@ timers left with SRC, and records its lineage.`,
 			return e.printWorld(w)
 		}),
 	}
-	fork.Flags().Uint64Var(&height, "height", 0, "the snapshot height to fork at (0: the latest snapshot)")
+	fork.Flags().Uint64Var(&height, "height", 0, "the height to fork at (0: the latest snapshot)")
 
+	var at uint64
+	var atGiven func() bool
 	state := &cobra.Command{
-		Use:     "state ID",
-		Short:   "Print a world's state at its journal head, as JSON",
-		Example: "  orrery world state alice",
+		Use:   "state ID [--at HEIGHT]",
+		Short: "Print a world's state at its journal head or at a past height, as JSON",
+		Long: `state prints a world's state as JSON: at its journal head, or with --at the
+state right after the step at that height (0: the initial state), replayed
+from the nearest snapshot at or below it. A height above the head is an
+invalid argument; one whose journal is compacted cannot be derived again
+(the error says up to which height records are gone).`,
+		Example: "  orrery world state alice\n  orrery world state alice --at 42",
 		Args:    args(cobra.ExactArgs(1)),
 		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
-			s, err := c.State(ctx, a[0])
+			var s api.State
+			var err error
+			if atGiven() {
+				s, err = c.StateAt(ctx, a[0], at)
+			} else {
+				s, err = c.State(ctx, a[0])
+			}
 			if err != nil {
 				return err
 			}
@@ -366,7 +381,10 @@ timers left with SRC, and records its lineage.`,
 		}),
 	}
 
-	cmd.AddCommand(create, list, show, send, call, fork, state)
+	state.Flags().Uint64Var(&at, "at", 0, "the height to show the state at, 0 the initial state (default: the journal head)")
+	atGiven = func() bool { return state.Flags().Changed("at") }
+
+	cmd.AddCommand(create, list, show, send, call, fork, state, e.worldJournal())
 	for _, action := range []struct {
 		name, short string
 		do          func(*api.Client) func(context.Context, string, string) (api.World, error)

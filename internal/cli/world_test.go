@@ -242,5 +242,14 @@ func TestWorldFork(t *testing.T) {
 		t.Fatalf("the fork's balance %q, want 500", got)
 	}
 	f.fail(cli.ExitNotFound, "world", "fork", "nope", "nope-2")
-	f.fail(cli.ExitNotFound, "world", "fork", "bob", "bob-old", "--height", "999")
+	// Any height of the journal forks (the state replayed up to it); one
+	// above the head is invalid input.
+	f.okJSON(&w, "world", "fork", "bob", "bob-opened", "--height", "1")
+	if w.Lineage == nil || w.Lineage.Parent != "bob" || w.Lineage.ForkedAtHeight != 1 {
+		t.Fatalf("fork --height 1: %+v", w)
+	}
+	if _, opened := f.accountOf("bob-opened"); opened.Owner != "bob" || opened.Balance != 0 {
+		t.Fatalf("the fork at height 1: %+v, want bob's account just opened", opened)
+	}
+	f.fail(cli.ExitUsage, "world", "fork", "bob", "bob-old", "--height", "999")
 }

@@ -167,6 +167,37 @@ func (s *backend) ForkWorld(ctx context.Context, src string, height uint64, newI
 	return w.rec, nil
 }
 
+// ForkWorldFrom implements store.Worlds: ForkWorld with the caller's
+// state as the fork's baseline.
+func (s *backend) ForkWorldFrom(ctx context.Context, src string, base store.Snapshot, newID string) (store.World, error) {
+	const op = "fork_world_from"
+	if err := s.begin(ctx, op); err != nil {
+		return store.World{}, err
+	}
+	defer s.end()
+	sw, ok := s.st.worlds[src]
+	if !ok {
+		return store.World{}, store.Errorf(op, store.ErrWorldNotFound, src, "")
+	}
+	if head := s.st.head(src); base.Height > head {
+		return store.World{}, store.Errorf(op, store.ErrInvalid, src, "fork height %d passes the journal head %d", base.Height, head)
+	}
+	if err := s.st.claimWorldID(op, newID); err != nil {
+		return store.World{}, err
+	}
+	now := s.now()
+	w := newWorld(store.World{
+		ID: newID, Universe: sw.rec.Universe, Status: store.WorldActive,
+		ParentWorld: src, ParentSnapshotHash: base.StateHash, ForkedAtHeight: base.Height,
+		CreatedAt: now,
+	})
+	w.snapshots[base.Height] = store.Snapshot{World: newID, Height: base.Height, State: cloneBytes(base.State), StateHash: base.StateHash, CreatedAt: now}
+	w.hasBaseline, w.baseline = true, base.Height
+	s.st.seedStream(newID, base.Height)
+	s.st.worlds[newID] = w
+	return w.rec, nil
+}
+
 // GetWorld implements store.Worlds.
 func (s *backend) GetWorld(ctx context.Context, id string) (store.World, error) {
 	const op = "get_world"

@@ -159,6 +159,49 @@ func (s *backend) ForkWorld(ctx context.Context, src string, height uint64, newW
 	return w, nil
 }
 
+// ForkWorldFrom implements store.Worlds: ForkWorld with the caller's
+// state as the fork's baseline. The source's row is read under a share
+// lock with its head in a first round trip (so it can neither go nor its
+// universe change before the commit), decided in Go, and the fork is
+// written in a second: create_world seeds it as CreateWorld seeds a world
+// and the same transaction records its lineage.
+func (s *backend) ForkWorldFrom(ctx context.Context, src string, base store.Snapshot, newWorld string) (store.World, error) {
+	const op = "fork_world_from"
+	if err := s.begin(op); err != nil {
+		return store.World{}, err
+	}
+	w := store.World{ID: newWorld, Status: store.WorldActive, ParentWorld: src, ParentSnapshotHash: base.StateHash, ForkedAtHeight: base.Height}
+	var found bool
+	var head, created int64
+	err := s.twoTrips(ctx, op, newWorld, func(b *batch) {
+		found, head = false, 0
+		b.queue(func(br pgx.BatchResults) error {
+			return scanEach(br, []any{&w.Universe, &head}, func() { found = true })
+		}, `SELECT w.universe, COALESCE(x.head, 0) FROM worlds w LEFT JOIN streams x ON x.stream = w.world
+			WHERE w.world = $1 FOR SHARE OF w`, src)
+	}, func(b *batch) error {
+		switch {
+		case !found:
+			return store.Errorf(op, store.ErrWorldNotFound, src, "fork source")
+		case int64(base.Height) > head:
+			return store.Errorf(op, store.ErrInvalid, src, "fork height %d passes the journal head %d", base.Height, head)
+		}
+		b.queue(func(br pgx.BatchResults) error { return br.QueryRow().Scan(&created) },
+			createWorldSQL, w.Universe, newWorld, true, int64(base.Height), base.State, base.StateHash, s.off())
+		b.queue(nil, `UPDATE worlds SET parent_world = $2, parent_snapshot_hash = $3, forked_at_height = $4 WHERE world = $1`,
+			newWorld, src, base.StateHash, int64(base.Height))
+		return nil
+	})
+	if err != nil {
+		if se, ok := err.(*store.Error); ok && se.Kind == store.ErrWorldExists {
+			se.World = newWorld
+		}
+		return store.World{}, err
+	}
+	w.CreatedAt = fromNS(created)
+	return w, nil
+}
+
 const worldCols = `world, universe, status, status_reason, status_changed_at_ns, parent_world, parent_snapshot_hash, forked_at_height, created_at_ns`
 
 func scanWorld(row pgx.CollectableRow) (store.World, error) {

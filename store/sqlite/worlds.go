@@ -215,6 +215,56 @@ func (s *backend) ForkWorld(ctx context.Context, src string, height uint64, newW
 	return out, nil
 }
 
+// ForkWorldFrom implements store.Worlds: ForkWorld with the caller's
+// state as the fork's baseline.
+func (s *backend) ForkWorldFrom(ctx context.Context, src string, base store.Snapshot, newWorld string) (store.World, error) {
+	const op = "fork_world_from"
+	var out store.World
+	err := s.write(ctx, op, newWorld, func(t *wtx) error {
+		var universe string
+		found, err := t.queryRow(`SELECT universe FROM worlds WHERE id = ?`, []any{src}, &universe)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return store.Errorf(op, store.ErrWorldNotFound, src, "fork source")
+		}
+		head, err := t.head(src)
+		if err != nil {
+			return err
+		}
+		if int64(base.Height) > head {
+			return store.Errorf(op, store.ErrInvalid, src, "fork height %d passes the journal head %d", base.Height, head)
+		}
+		if err := t.claimWorldID(op, newWorld); err != nil {
+			return err
+		}
+		h := int64(base.Height)
+		if _, err := t.exec(`INSERT INTO worlds (id, universe, status, parent_world, parent_snapshot_hash, forked_at_height, created_at, baseline_height)
+			VALUES (?, ?, 'active', ?, ?, ?, ?, ?)`,
+			newWorld, universe, src, base.StateHash, h, t.nowNS, h); err != nil {
+			return err
+		}
+		if _, err := t.exec(`INSERT INTO snapshots (world, height, state, state_hash, created_at) VALUES (?, ?, ?, ?, ?)`,
+			newWorld, h, base.State, base.StateHash, t.nowNS); err != nil {
+			return err
+		}
+		if err := t.seedHead(newWorld, base.Height); err != nil {
+			return err
+		}
+		out = store.World{
+			ID: newWorld, Universe: universe, Status: store.WorldActive,
+			ParentWorld: src, ParentSnapshotHash: base.StateHash, ForkedAtHeight: base.Height,
+			CreatedAt: fromNS(t.nowNS),
+		}
+		return nil
+	})
+	if err != nil {
+		return store.World{}, err
+	}
+	return out, nil
+}
+
 const worldCols = `id, universe, status, status_reason, status_changed_at, parent_world, parent_snapshot_hash, forked_at_height, created_at`
 
 func scanWorld(sc interface{ Scan(...any) error }) (store.World, error) {

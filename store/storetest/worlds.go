@@ -15,6 +15,7 @@ func worldTests() []testCase {
 		{"CreateSeededWorldStartsAtTheSnapshotHeight", testSeededWorld},
 		{"ForkWorldInOneStep", testForkWorld},
 		{"ForkWorldErrors", testForkErrors},
+		{"ForkWorldFromADerivedState", testForkWorldFrom},
 		{"SetWorldStatusIsTheOperatorsPath", testSetWorldStatus},
 		{"ListWorldsSortedAndFiltered", testListWorlds},
 		{"WatermarkCASConflict", testWatermarks},
@@ -148,6 +149,64 @@ func testForkWorld(t *testing.T, open Factory) {
 		if it.World == "fork" {
 			t.Fatalf("the fork inherited timer %+v", it)
 		}
+	}
+}
+
+// ForkWorldFrom forks at a height without a stored snapshot, from a state
+// the caller derived: the fork is ForkWorld's in every other way, the
+// source is untouched, and the height may not pass the source's head.
+func testForkWorldFrom(t *testing.T, open Factory) {
+	f := setup(t, open)
+	e := f.leased("src", "A")
+	a := f.append("src", fenced("src", e), "a", "b", "c")
+	f.world("taken")
+	srcBefore := f.worldState("src")
+	height := a[1].RunSeq
+	base := store.Snapshot{World: "ignored", Height: height, State: []byte("derived-at-b"), StateHash: "hash-derived-at-b"}
+	w, err := f.s.ForkWorldFrom(bg, "src", base, "fork")
+	must(t, err, "ForkWorldFrom")
+	base.State[0] = 'X' // the store keeps its own copy
+	if w.ID != "fork" || w.Universe != universe || w.Status != store.WorldActive || w.ParentWorld != "src" ||
+		w.ParentSnapshotHash != "hash-derived-at-b" || w.ForkedAtHeight != height || w.CreatedAt.IsZero() {
+		t.Fatalf("ForkWorldFrom = %+v", w)
+	}
+	if got, err := f.s.GetWorld(bg, "fork"); err != nil || got.ParentWorld != "src" || got.ForkedAtHeight != height ||
+		got.ParentSnapshotHash != "hash-derived-at-b" || got.Universe != universe || !got.CreatedAt.Equal(w.CreatedAt) {
+		t.Fatalf("GetWorld(fork) = %+v, %v", got, err)
+	}
+	if h := f.head("fork"); h != height {
+		t.Fatalf("fork head = %d, want %d", h, height)
+	}
+	if evs := f.read("fork"); len(evs) != 0 {
+		t.Fatalf("fork journal = %v, want empty", eventIDs(evs))
+	}
+	s, ok, err := f.s.ActiveSnapshot(bg, "fork")
+	if err != nil || !ok || s.World != "fork" || s.Height != height || !bytes.Equal(s.State, []byte("derived-at-b")) || s.StateHash != "hash-derived-at-b" {
+		t.Fatalf("fork baseline = %+v, %v, %v", s, ok, err)
+	}
+	if after := f.worldState("src"); after != srcBefore {
+		t.Fatalf("ForkWorldFrom changed the source:\nbefore %s\nafter  %s", srcBefore, after)
+	}
+	if _, ok, err := f.s.SnapshotBelow(bg, "src", a[2].RunSeq+1); err != nil || ok {
+		t.Fatalf("the source has a snapshot after ForkWorldFrom: %v %v", ok, err)
+	}
+	ef := f.acquire("fork", "B").Epoch
+	if got := f.append("fork", fenced("fork", ef), "b"); got[0].Idempotent || got[0].RunSeq <= height {
+		t.Fatalf("fork's first append = %+v", got[0])
+	}
+
+	_, err = f.s.ForkWorldFrom(bg, "nowhere", snap(1, "x"), "new")
+	wantErr(t, err, store.ErrWorldNotFound, "ForkWorldFrom of an unknown world")
+	_, err = f.s.ForkWorldFrom(bg, "src", snap(a[2].RunSeq+1, "x"), "new")
+	wantErr(t, err, store.ErrInvalid, "ForkWorldFrom past the source's head")
+	_, err = f.s.ForkWorldFrom(bg, "src", snap(height, "x"), "taken")
+	wantErr(t, err, store.ErrWorldExists, "ForkWorldFrom onto a taken id")
+	_, err = f.s.ForkWorldFrom(bg, "src", snap(height, "x"), "fork")
+	wantErr(t, err, store.ErrWorldExists, "ForkWorldFrom onto the fork again")
+	_, err = f.s.GetWorld(bg, "new")
+	wantErr(t, err, store.ErrWorldNotFound, "GetWorld after failed forks")
+	if got, err := f.s.GetWorld(bg, "taken"); err != nil || got.ParentWorld != "" {
+		t.Fatalf("a failed fork changed the existing world: %+v, %v", got, err)
 	}
 }
 

@@ -219,7 +219,7 @@ function renderWorlds() {
 function makeWorldRow(w) {
   const tr = el('tr', {}, ...cells('id', 'universe', 'status', 'holder', 'epoch', 'head', 'inbox', 'lineage', 'actions'));
   const id = w.id;
-  tr.querySelector('td.id').append(el('a', { href: '#journal/' + enc(id), title: 'journal' }, id));
+  tr.querySelector('td.id').append(el('a', { href: '#world/' + enc(id), title: 'the world page' }, id));
   const actions = tr.querySelector('td.actions');
   actions.append(
     el('button', { type: 'button', class: 'pause', onclick: () => setStatus(id, 'pause') }, 'Pause'),
@@ -641,6 +641,7 @@ function applyEvent(name, data) {
   switch (name) {
     case 'world':
       state.worlds.set(data.id, data);
+      if (state.tab === 'world') window.worldPage.changed(data); // world.js
       if (state.tab === 'queues' && state.arg === data.id) refreshWorldQueues();
       break;
     case 'worker':
@@ -752,6 +753,7 @@ function route() {
   for (const sel of document.querySelectorAll('select.world-select')) sel.dataset.selected = arg;
   renderWorldPickers();
   if (tab !== 'journal') stopJournal();
+  if (tab !== 'world') window.worldPage.close(); // world.js
   if (!changed && state.started) return;
   state.started = true;
   switch (tab) {
@@ -765,6 +767,9 @@ function route() {
         stopJournal();
         $('#journal tbody').replaceChildren();
       }
+      break;
+    case 'world':
+      window.worldPage.open(arg); // world.js: the world page
       break;
     case 'runs':
       $('#run-detail').hidden = true;
