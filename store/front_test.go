@@ -428,7 +428,10 @@ func invalidCalls() []frontCall {
 			_, err := f.QueryEffects(fbg, EffectFilter{Limit: MaxListLimit + 1})
 			return err
 		}},
-		{"QueryEffects state", "query_effects", func(f *Front) error { _, err := f.QueryEffects(fbg, EffectFilter{State: "gone", Limit: 1}); return err }},
+		{"QueryEffects state", "query_effects", func(f *Front) error {
+			_, err := f.QueryEffects(fbg, EffectFilter{States: []vocab.EffectState{"gone"}, Limit: 1})
+			return err
+		}},
 		{"QueryEffects world", "query_effects", func(f *Front) error { _, err := f.QueryEffects(fbg, EffectFilter{World: badID, Limit: 1}); return err }},
 		{"QueryEffects afterSeq", "query_effects", func(f *Front) error {
 			_, err := f.QueryEffects(fbg, EffectFilter{AfterSeq: huge, Limit: 1})
@@ -439,7 +442,10 @@ func invalidCalls() []frontCall {
 			return err
 		}},
 		{"QueryTimers negative limit", "query_timers", func(f *Front) error { _, err := f.QueryTimers(fbg, TimerFilter{Limit: -1}); return err }},
-		{"QueryTimers state", "query_timers", func(f *Front) error { _, err := f.QueryTimers(fbg, TimerFilter{State: "due", Limit: 1}); return err }},
+		{"QueryTimers state", "query_timers", func(f *Front) error {
+			_, err := f.QueryTimers(fbg, TimerFilter{States: []TimerState{"due"}, Limit: 1})
+			return err
+		}},
 		{"QueryTimers cursor time", "query_timers", func(f *Front) error {
 			_, err := f.QueryTimers(fbg, TimerFilter{After: TimerCursor{IntentHash: "h"}, Limit: 1})
 			return err
@@ -560,11 +566,11 @@ func validCalls() []struct {
 		{"ListEffects", func(f *Front) error { _, err := f.ListEffects(fbg, "w", 0, 10); return err }},
 		{"ListTimers", func(f *Front) error { _, err := f.ListTimers(fbg, "w", 10); return err }},
 		{"QueryEffects", func(f *Front) error {
-			_, err := f.QueryEffects(fbg, EffectFilter{World: "w", Kind: "k", State: vocab.EffectDone, AfterSeq: 3, Limit: MaxListLimit})
+			_, err := f.QueryEffects(fbg, EffectFilter{World: "w", Kind: "k", States: []vocab.EffectState{vocab.EffectDone, vocab.EffectPending}, AfterSeq: 3, Limit: MaxListLimit})
 			return err
 		}},
 		{"QueryTimers", func(f *Front) error {
-			_, err := f.QueryTimers(fbg, TimerFilter{World: "w", State: TimerDelivered, After: TimerCursor{DeliverAt: fdue, IntentHash: "h"}, Limit: 0})
+			_, err := f.QueryTimers(fbg, TimerFilter{World: "w", States: []TimerState{TimerDelivered}, After: TimerCursor{DeliverAt: fdue, IntentHash: "h"}, Limit: 0})
 			return err
 		}},
 		{"QueueDepths", func(f *Front) error { _, err := f.QueueDepths(fbg); return err }},

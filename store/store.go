@@ -1050,22 +1050,22 @@ type Views interface {
 const MaxListLimit = 1000
 
 // EffectFilter selects a page of QueryEffects. Empty fields match
-// everything.
+// everything; States matches a row in any of its states.
 type EffectFilter struct {
 	World    string
 	Kind     string
-	State    vocab.EffectState // pending, inflight, done or withdrawn
-	AfterSeq uint64            // the last seq of the page before (0: from the start)
-	Limit    int               // [0, MaxListLimit]
+	States   []vocab.EffectState // any of pending, inflight, done, withdrawn
+	AfterSeq uint64              // the last seq of the page before (0: from the start)
+	Limit    int                 // [0, MaxListLimit]
 }
 
 // TimerFilter selects a page of QueryTimers. Empty fields match
-// everything.
+// everything; States matches a row in any of its states.
 type TimerFilter struct {
-	World string
-	State TimerState
-	After TimerCursor // zero: from the start
-	Limit int         // [0, MaxListLimit]
+	World  string
+	States []TimerState // any of scheduled, claimed, delivered
+	After  TimerCursor  // zero: from the start
+	Limit  int          // [0, MaxListLimit]
 }
 
 // TimerCursor is a place in (deliverAt, intentHash) order: the last timer

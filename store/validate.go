@@ -519,10 +519,15 @@ func checkListLimit(op string, n int) error {
 
 // checkEffectFilter checks QueryEffects' filter.
 func checkEffectFilter(op string, q EffectFilter) error {
-	switch q.State {
-	case "", vocab.EffectPending, vocab.EffectInflight, vocab.EffectDone, vocab.EffectWithdrawn:
-	default:
-		return invalid(op, "state", "%q is not an effect state", q.State)
+	if len(q.States) > 4 {
+		return invalid(op, "states", "%d states, there are 4", len(q.States))
+	}
+	for _, st := range q.States {
+		switch st {
+		case vocab.EffectPending, vocab.EffectInflight, vocab.EffectDone, vocab.EffectWithdrawn:
+		default:
+			return invalid(op, "states", "%q is not an effect state", st)
+		}
 	}
 	return first(checkOptionalID(op, "world", q.World), checkOptionalID(op, "kind", q.Kind),
 		CheckInt(op, "afterSeq", q.AfterSeq), checkListLimit(op, q.Limit))
@@ -531,10 +536,15 @@ func checkEffectFilter(op string, q EffectFilter) error {
 // checkTimerFilter checks QueryTimers' filter. A cursor's time is checked
 // only with its hash: the zero cursor is the start of the list.
 func checkTimerFilter(op string, q TimerFilter) error {
-	switch q.State {
-	case "", TimerScheduled, TimerClaimed, TimerDelivered:
-	default:
-		return invalid(op, "state", "%q is not a timer state", q.State)
+	if len(q.States) > 3 {
+		return invalid(op, "states", "%d states, there are 3", len(q.States))
+	}
+	for _, st := range q.States {
+		switch st {
+		case TimerScheduled, TimerClaimed, TimerDelivered:
+		default:
+			return invalid(op, "states", "%q is not a timer state", st)
+		}
 	}
 	var cursor error
 	if !q.After.IsZero() {

@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"slices"
 	"sort"
 
 	"github.com/orrery-run/orrery/store"
@@ -103,7 +104,7 @@ func (s *backend) QueryEffects(ctx context.Context, f store.EffectFilter) ([]voc
 	for _, e := range s.st.effects {
 		it := e.item
 		if it.Seq > f.AfterSeq && (f.World == "" || it.World == f.World) &&
-			(f.Kind == "" || it.Kind == f.Kind) && (f.State == "" || it.State == f.State) {
+			(f.Kind == "" || it.Kind == f.Kind) && (len(f.States) == 0 || slices.Contains(f.States, it.State)) {
 			es = append(es, e)
 		}
 	}
@@ -133,7 +134,7 @@ func (s *backend) QueryTimers(ctx context.Context, f store.TimerFilter) ([]store
 	}
 	var ts []*timer
 	for _, t := range s.st.timers {
-		if (f.World == "" || t.item.World == f.World) && (f.State == "" || t.item.State == f.State) && after(t) {
+		if (f.World == "" || t.item.World == f.World) && (len(f.States) == 0 || slices.Contains(f.States, t.item.State)) && after(t) {
 			ts = append(ts, t)
 		}
 	}

@@ -96,8 +96,12 @@ func (s *backend) QueryEffects(ctx context.Context, f store.EffectFilter) ([]voc
 	if f.Kind != "" {
 		add("kind = $%d", f.Kind)
 	}
-	if f.State != "" {
-		add("state = $%d", string(f.State))
+	if len(f.States) > 0 {
+		states := make([]string, len(f.States))
+		for i, st := range f.States {
+			states[i] = string(st)
+		}
+		add("state = ANY($%d)", states)
 	}
 	args = append(args, int64(f.Limit))
 	q := `SELECT intent_hash, world, seq, kind, params, origin, policy_context_hash,
@@ -143,8 +147,12 @@ func (s *backend) QueryTimers(ctx context.Context, f store.TimerFilter) ([]store
 	if f.World != "" {
 		add("world = $%d", f.World)
 	}
-	if f.State != "" {
-		add("state = $%d", timerTableStates[f.State])
+	if len(f.States) > 0 {
+		states := make([]string, len(f.States))
+		for i, st := range f.States {
+			states[i] = timerTableStates[st]
+		}
+		add("state = ANY($%d)", states)
 	}
 	args = append(args, int64(f.Limit))
 	q := `SELECT world, intent_hash, deliver_at_ns, payload, attempts, claimed_by, claim_expires_ns, state

@@ -114,8 +114,11 @@ func (s *backend) QueryEffects(ctx context.Context, f store.EffectFilter) ([]voc
 	if f.Kind != "" {
 		where, args = append(where, "kind = ?"), append(args, f.Kind)
 	}
-	if f.State != "" {
-		where, args = append(where, "state = ?"), append(args, string(f.State))
+	if len(f.States) > 0 {
+		where = append(where, "state IN (?"+strings.Repeat(", ?", len(f.States)-1)+")")
+		for _, st := range f.States {
+			args = append(args, string(st))
+		}
 	}
 	rows, err := s.query(ctx, `SELECT `+effectItemCols+` FROM effects WHERE `+strings.Join(where, " AND ")+
 		` ORDER BY seq LIMIT ?`, append(args, f.Limit)...)
@@ -152,8 +155,11 @@ func (s *backend) QueryTimers(ctx context.Context, f store.TimerFilter) ([]store
 	if f.World != "" {
 		where, args = append(where, "world = ?"), append(args, f.World)
 	}
-	if f.State != "" {
-		where, args = append(where, "state = ?"), append(args, string(f.State))
+	if len(f.States) > 0 {
+		where = append(where, "state IN (?"+strings.Repeat(", ?", len(f.States)-1)+")")
+		for _, st := range f.States {
+			args = append(args, string(st))
+		}
 	}
 	rows, err := s.query(ctx, `SELECT `+timerCols+` FROM timers WHERE `+strings.Join(where, " AND ")+
 		` ORDER BY deliver_at, intent_hash LIMIT ?`, append(args, f.Limit)...)

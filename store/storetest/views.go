@@ -161,9 +161,10 @@ func testQueryEffects(t *testing.T, open Factory) {
 	}{
 		{store.EffectFilter{World: "w"}, "w1,w2,w3"},
 		{store.EffectFilter{Kind: "mail.send"}, "u-mail"},
-		{store.EffectFilter{State: vocab.EffectPending}, "v1,u-mail,w3"},
-		{store.EffectFilter{State: vocab.EffectDone}, "w1"},
-		{store.EffectFilter{World: "w", State: vocab.EffectInflight, Kind: effectKind}, "w2"},
+		{store.EffectFilter{States: []vocab.EffectState{vocab.EffectPending}}, "v1,u-mail,w3"},
+		{store.EffectFilter{States: []vocab.EffectState{vocab.EffectDone}}, "w1"},
+		{store.EffectFilter{States: []vocab.EffectState{vocab.EffectPending, vocab.EffectInflight}}, "w2,v1,u-mail,w3"},
+		{store.EffectFilter{World: "w", States: []vocab.EffectState{vocab.EffectInflight}, Kind: effectKind}, "w2"},
 		{store.EffectFilter{World: "w", Kind: "mail.send"}, ""},
 		{store.EffectFilter{World: "nobody"}, ""},
 	} {
@@ -258,10 +259,11 @@ func testQueryTimers(t *testing.T, open Factory) {
 		want string
 	}{
 		{store.TimerFilter{World: "v"}, "t-a,t-c"},
-		{store.TimerFilter{State: store.TimerScheduled}, "t-b,t-c,t-late"},
-		{store.TimerFilter{State: store.TimerClaimed}, "t-a"},
-		{store.TimerFilter{State: store.TimerDelivered, World: "w"}, "t-fired"},
-		{store.TimerFilter{State: store.TimerDelivered, World: "v"}, ""},
+		{store.TimerFilter{States: []store.TimerState{store.TimerScheduled}}, "t-b,t-c,t-late"},
+		{store.TimerFilter{States: []store.TimerState{store.TimerScheduled, store.TimerClaimed}}, "t-a,t-b,t-c,t-late"},
+		{store.TimerFilter{States: []store.TimerState{store.TimerClaimed}}, "t-a"},
+		{store.TimerFilter{States: []store.TimerState{store.TimerDelivered}, World: "w"}, "t-fired"},
+		{store.TimerFilter{States: []store.TimerState{store.TimerDelivered}, World: "v"}, ""},
 		{store.TimerFilter{World: "nobody"}, ""},
 	} {
 		got, _ := pageTimers(t, f.s, c.q, 1)
