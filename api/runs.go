@@ -13,6 +13,7 @@ import (
 	"github.com/fxamacker/cbor/v2"
 
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/workflow"
 	"github.com/orrery-run/orrery/workflow/projector"
 )
@@ -138,6 +139,9 @@ type auditResp struct {
 	Events []AuditEvent `json:"events"`
 }
 
+// finishedRuns are the statuses of a run that has ended.
+var finishedRuns = []string{string(workflow.StatusCompleted), string(workflow.StatusFailed), string(workflow.StatusCancelled)}
+
 // runStatuses are the statuses a list may be filtered by.
 var runStatuses = [...]workflow.RunStatus{
 	workflow.StatusPending, workflow.StatusQueued, workflow.StatusRunning, workflow.StatusPaused,
@@ -216,6 +220,12 @@ func (s *Server) runRows(ctx context.Context, names []string, status string) ([]
 			row := Run{ID: w.ID, Workflow: name, Status: string(workflow.StatusPending)}
 			if p, ok := rb.Runs.Get(w.ID); ok {
 				row = runOf(p)
+			}
+			// A pause is the run record's at once; the projection learns
+			// it only when the run's holder records it, so the list says
+			// what the run's view says.
+			if w.Status == store.WorldPaused && !slices.Contains(finishedRuns, row.Status) {
+				row.Status = string(workflow.StatusPaused)
 			}
 			if status == "" || row.Status == status {
 				out = append(out, row)

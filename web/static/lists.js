@@ -6,7 +6,12 @@
 // draining. It is loaded before app.js and only defines: app.js calls in.
 'use strict';
 
-const LIST_PAGE = 50; // rows a page, on every list
+// LIST_PAGE is the rows a page, on every list: 50, or ?rows=N in the
+// page's address (1 to 1000).
+const LIST_PAGE = (() => {
+  const n = Number(new URLSearchParams(location.search).get('rows'));
+  return n >= 1 && n <= 1000 ? Math.floor(n) : 50;
+})();
 
 // ---- times: absolute in the cell, relative beside it ----
 
