@@ -453,3 +453,123 @@ func (c *Client) Events(ctx context.Context, fn func(StreamEvent) error) error {
 	}
 	return sc.Err()
 }
+
+// ListOptions page a list: Search is a case-insensitive substring of the
+// id (of a run: or its workflow's name), Prefix an id prefix, After the
+// Next of the page before, Limit the page size (0: the server's default;
+// at most MaxListLimit).
+type ListOptions struct {
+	Search, Prefix, After string
+	Limit                 int
+}
+
+func (o ListOptions) values(q url.Values) url.Values {
+	set(q, "q", o.Search)
+	set(q, "prefix", o.Prefix)
+	set(q, "after", o.After)
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	return q
+}
+
+func set(q url.Values, k, v string) {
+	if v != "" {
+		q.Set(k, v)
+	}
+}
+
+// WorldQuery filters SearchWorlds.
+type WorldQuery struct {
+	Universe string
+	Status   store.WorldStatus
+	ListOptions
+}
+
+// SearchWorlds reads one page of worlds and the next page's cursor (""
+// on the last page).
+func (c *Client) SearchWorlds(ctx context.Context, f WorldQuery) ([]World, string, error) {
+	q := url.Values{}
+	set(q, "universe", f.Universe)
+	set(q, "status", string(f.Status))
+	var out worldsResp
+	_, err := c.do(ctx, http.MethodGet, "/v1/worlds", f.values(q), nil, &out)
+	return out.Worlds, out.Next, err
+}
+
+// RunQuery filters SearchRuns.
+type RunQuery struct {
+	Workflow, Status string
+	ListOptions
+}
+
+// SearchRuns reads one page of runs and the next page's cursor.
+func (c *Client) SearchRuns(ctx context.Context, f RunQuery) ([]Run, string, error) {
+	q := url.Values{}
+	set(q, "workflow", f.Workflow)
+	set(q, "status", f.Status)
+	var out runsResp
+	_, err := c.do(ctx, http.MethodGet, "/v1/runs", f.values(q), nil, &out)
+	return out.Runs, out.Next, err
+}
+
+// WorkerQuery filters SearchWorkers: Status is live, draining or dead.
+type WorkerQuery struct {
+	Status string
+	ListOptions
+}
+
+// SearchWorkers reads one page of workers and the next page's cursor.
+func (c *Client) SearchWorkers(ctx context.Context, f WorkerQuery) ([]Worker, string, error) {
+	q := url.Values{}
+	set(q, "status", f.Status)
+	var out workersResp
+	_, err := c.do(ctx, http.MethodGet, "/v1/workers", f.values(q), nil, &out)
+	return out.Workers, out.Next, err
+}
+
+// EffectQuery filters QueryEffects; empty fields match every effect.
+// Status is pending, inflight, done or withdrawn; After the Next of the
+// page before.
+type EffectQuery struct {
+	World, Kind, Status, After string
+	Limit                      int
+}
+
+// QueryEffects reads one page of effects across worlds, in queue order,
+// and the next page's cursor.
+func (c *Client) QueryEffects(ctx context.Context, f EffectQuery) ([]Effect, string, error) {
+	q := url.Values{}
+	set(q, "world", f.World)
+	set(q, "kind", f.Kind)
+	set(q, "status", f.Status)
+	set(q, "after", f.After)
+	if f.Limit > 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	var out effectsResp
+	_, err := c.do(ctx, http.MethodGet, "/v1/effects", q, nil, &out)
+	return out.Effects, out.Next, err
+}
+
+// TimerQuery filters QueryTimers; Status is scheduled, claimed or
+// delivered.
+type TimerQuery struct {
+	World, Status, After string
+	Limit                int
+}
+
+// QueryTimers reads one page of timers across worlds, by due time, and the
+// next page's cursor.
+func (c *Client) QueryTimers(ctx context.Context, f TimerQuery) ([]Timer, string, error) {
+	q := url.Values{}
+	set(q, "world", f.World)
+	set(q, "status", f.Status)
+	set(q, "after", f.After)
+	if f.Limit > 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	var out timersResp
+	_, err := c.do(ctx, http.MethodGet, "/v1/timers", q, nil, &out)
+	return out.Timers, out.Next, err
+}

@@ -7,7 +7,7 @@
 //	GET  /readyz                          the store answers and Config.Ready agrees (no token needed)
 //	GET  /metrics                         Prometheus text (Metrics)
 //	POST /v1/worlds                       {"id","universe"}: 201 created, 200 the same again
-//	GET  /v1/worlds?universe=&status=&detail=  {"worlds":[…]} sorted by id (detail=true: each world's view)
+//	GET  /v1/worlds?universe=&status=&detail=&q=&prefix=&after=&limit=  {"worlds":[…],"next"} sorted by id (detail=true: each world's view)
 //	GET  /v1/worlds/{id}                  record, lineage, lease, assignment, head, journal floor, inbox cursor and depth
 //	POST /v1/worlds/{id}/events           {"type","value"} or {"payload"}, "idempotency_key": 202 {"seq","duplicate"}
 //	POST /v1/worlds/{id}/calls            {"type","value"} or {"payload"}, "call_id", "timeout_ms": the reply
@@ -23,23 +23,36 @@
 //	                                      receipt answers, and the step derived again: reply, intents, sends,
 //	                                      timers, cancels (see history.go and docs/history.md)
 //	GET  /v1/leases?worker=               the worlds each worker holds or is assigned
-//	GET  /v1/effects?world=               pending and inflight effects
+//	GET  /v1/effects?world=&kind=&status=&after=&limit=  {"effects":[…],"next"} every world's (or one's), in queue order
 //	POST /v1/effects/{hash}/retry         {"reason"}: an operator's retry
 //	POST /v1/effects/{hash}/receipt       {"status","body","reason"}: an operator's receipt
-//	GET  /v1/timers?world=                scheduled and claimed timers
-//	GET  /v1/workers                      the inventory, with liveness and world counts
+//	GET  /v1/timers?world=&status=&after=&limit=  {"timers":[…],"next"} every world's (or one's), by due time
+//	GET  /v1/workers?status=&q=&prefix=&after=&limit=  {"workers":[…],"next"}: status live, draining or dead, world counts
 //	GET  /v1/queues                       the global queue depths
 //	GET  /v1/events                       server-sent events: the rows above as they change
 //	GET  /v1/openapi.json                 the OpenAPI 3.1 description of all of the above (OpenAPI)
 //	GET  /ui/…, GET /                     the dashboard's files, when Config.UI is set (no token needed)
 //	POST /v1/workers/{id}/drain           {"draining"}
 //	POST /v1/runs                         {"workflow","id","input"}: 201 started, 200 the same again, 409 other input
-//	GET  /v1/runs?workflow=&status=       {"runs":[…]} sorted by id (404 when the server serves no workflows)
-//	GET  /v1/runs/{id}                    status, output or error, and the step timeline with its attempts
+//	GET  /v1/runs?workflow=&status=&q=&prefix=&after=&limit=  {"runs":[…],"next"} sorted by id (404 when the server serves no workflows)
+//	GET  /v1/runs/{id}                    status, input, output or error, the actions that apply, and the step timeline
+//	                                      with each attempt's start, input, output and failure
 //	POST /v1/runs/{id}/cancel|pause|resume  {"reason"}: the run's view
 //	POST /v1/runs/{id}/signals            {"name","value","idempotency_key"}: 202
 //	GET  /v1/streams/{id}/audit?from=&to= events with from <= persistedAt < to (RFC 3339), in runSeq order
 //	                                      (410 compacted when the window may hold compacted events)
+//
+// Lists share one shape: filters, a keyset cursor and a limit. limit is
+// DefaultListLimit (100) for effects and timers, MaxListLimit (1000, the
+// most, for worlds, runs and workers); a larger one is refused (400), never
+// clamped. A page's "next", set only when more rows follow, is the "after"
+// of the page after; rows written between pages never shift a page, so
+// paging lists each row once. q is a case-insensitive id substring (of a
+// run: or its workflow's name), prefix an id prefix. Effects and timers
+// list the open ones (pending or inflight; scheduled or claimed) unless
+// status says a state or "all"; a world filter that names no world is 404.
+// A worker is dead when its last heartbeat is older than WorkerLiveFor,
+// whatever its draining mark: draining is only a live worker's status.
 //
 // Requests are strict: a body must be application/json (415), at most
 // Config.MaxBody (413), exactly one JSON value with no unknown field and

@@ -66,46 +66,6 @@ func (s *Server) leases(r *http.Request, _ *reqCtx) (int, any, error) {
 	return http.StatusOK, leasesResp{Leases: out}, nil
 }
 
-func (s *Server) effects(r *http.Request, rc *reqCtx) (int, any, error) {
-	q, err := query(r, "world", "after", "limit")
-	if err != nil {
-		return 0, nil, err
-	}
-	rc.world = q.Get("world")
-	if err := checkID("world", rc.world); err != nil {
-		return 0, nil, err
-	}
-	after, err := uintParam(q, "after", 0)
-	if err != nil {
-		return 0, nil, err
-	}
-	limit, err := limitParam(q, 100, 1000)
-	if err != nil {
-		return 0, nil, err
-	}
-	items, err := s.cfg.Store.ListEffects(r.Context(), rc.world, after, limit)
-	if err != nil {
-		return 0, nil, err
-	}
-	out := make([]Effect, 0, len(items))
-	for _, it := range items {
-		e := Effect{
-			IntentHash: it.IntentHash, World: it.World, Kind: it.Kind, Origin: it.Origin, Seq: it.Seq,
-			State: string(it.State), EnqueuedAt: utc(it.EnqueuedAt), Attempt: it.Attempt, ClaimedBy: it.ClaimedBy,
-			ClaimExpires: utc(it.ClaimExpires), Retries: it.Retries, ParamsCBOR: it.Params,
-			Failures: it.Failures,
-		}
-		if it.State == vocab.EffectPending {
-			e.RetryAt = utc(it.RetryAt)
-		}
-		if js, err := cborToJSON(it.Params); err == nil {
-			e.Params = js
-		}
-		out = append(out, e)
-	}
-	return http.StatusOK, effectsResp{Effects: out}, nil
-}
-
 // effectNotFound names what a 404 on an effect path is about.
 func effectNotFound(err error, hash string) error {
 	if errors.Is(err, store.ErrNotFound) {
@@ -185,64 +145,14 @@ func (s *Server) injectReceipt(r *http.Request, rc *reqCtx) (int, any, error) {
 	return http.StatusOK, ReceiptAck{Seq: seq, Duplicate: dup}, nil
 }
 
-func (s *Server) timers(r *http.Request, rc *reqCtx) (int, any, error) {
-	q, err := query(r, "world", "limit")
-	if err != nil {
-		return 0, nil, err
-	}
-	rc.world = q.Get("world")
-	if err := checkID("world", rc.world); err != nil {
-		return 0, nil, err
-	}
-	limit, err := limitParam(q, 100, 1000)
-	if err != nil {
-		return 0, nil, err
-	}
-	items, err := s.cfg.Store.ListTimers(r.Context(), rc.world, limit)
-	if err != nil {
-		return 0, nil, err
-	}
-	out := make([]Timer, 0, len(items))
-	for _, t := range items {
-		out = append(out, Timer{
-			IntentHash: t.IntentHash, World: t.World, DeliverAt: utc(t.DeliverAt), State: string(t.State),
-			Attempt: t.Attempt, ClaimedBy: t.ClaimedBy, ClaimExpires: utc(t.ClaimExpires),
-		})
-	}
-	return http.StatusOK, timersResp{Timers: out}, nil
-}
-
-func (s *Server) workers(r *http.Request, _ *reqCtx) (int, any, error) {
-	if _, err := query(r); err != nil {
-		return 0, nil, err
-	}
-	ctx := r.Context()
-	ws, err := s.cfg.Store.ListWorkers(ctx)
-	if err != nil {
-		return 0, nil, err
-	}
-	now, err := s.cfg.Store.Now(ctx)
-	if err != nil {
-		return 0, nil, err
-	}
-	out := make([]Worker, 0, len(ws))
-	for _, w := range ws {
-		wv, err := s.workerView(ctx, w, now)
-		if err != nil {
-			return 0, nil, err
-		}
-		out = append(out, wv)
-	}
-	return http.StatusOK, workersResp{Workers: out}, nil
-}
-
 // workerView is a worker's record with its liveness and world counts, by
 // the store's clock now.
 func (s *Server) workerView(ctx context.Context, w store.WorkerInfo, now time.Time) (Worker, error) {
 	out := Worker{
-		ID: w.ID, Capacity: w.Capacity, Draining: w.Draining, Live: now.Sub(w.HeartbeatAt) < s.cfg.WorkerLiveFor,
+		ID: w.ID, Capacity: w.Capacity, Draining: w.Draining, Live: s.live(w, now),
 		HeartbeatAt: utc(w.HeartbeatAt), StartedAt: utc(w.StartedAt),
 	}
+	out.Status = workerStatus(out.Live, out.Draining)
 	wws, err := s.workerWorlds(ctx, w.ID)
 	if err != nil {
 		return Worker{}, err

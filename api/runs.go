@@ -13,6 +13,7 @@ import (
 	"github.com/fxamacker/cbor/v2"
 
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/workflow"
 	"github.com/orrery-run/orrery/workflow/projector"
 )
@@ -62,10 +63,15 @@ type RunView struct {
 	Run
 	Head       uint64          `json:"head"`
 	CreatedAt  time.Time       `json:"created_at,omitzero"`
-	Output     json.RawMessage `json:"output"` // null unless completed
+	Input      json.RawMessage `json:"input,omitempty"` // the run's input, once a worker took it up
+	Output     json.RawMessage `json:"output"`          // null unless completed
 	OutputCBOR []byte          `json:"output_cbor,omitempty"`
 	Error      string          `json:"error,omitempty"`
 	Timeline   []RunStep       `json:"timeline"`
+	// Actions are the controls that apply in Status: none once finished;
+	// resume, cancel and signal while paused; pause, cancel and signal
+	// otherwise.
+	Actions []string `json:"actions"`
 }
 
 // RunStep is one step of a run's timeline.
@@ -83,6 +89,19 @@ type RunAttempt struct {
 	EndedAt    time.Time `json:"ended_at,omitzero"`
 	DurationMs int64     `json:"duration_ms,omitempty"`
 	Error      string    `json:"error,omitempty"`
+	// Started is the attempt's StepStarted payload: the step's kind and
+	// what it waits on (an effect's intent and kind, a timer, a signal, a
+	// child run).
+	Started json.RawMessage `json:"started,omitempty"`
+	// Input is the parameters of the effect the attempt asked for, while
+	// the store keeps the effect's record; EffectKind its kind.
+	Input      json.RawMessage `json:"input,omitempty"`
+	EffectKind string          `json:"effect_kind,omitempty"`
+	// Output is the step's result (a completed attempt).
+	Output json.RawMessage `json:"output,omitempty"`
+	// Failure is the StepFailed payload: the error, whether it was final
+	// or a timeout, and when the next attempt is due.
+	Failure json.RawMessage `json:"failure,omitempty"`
 }
 
 // AuditEvent is one event of GET /v1/streams/{id}/audit.
@@ -112,12 +131,16 @@ type signalReq struct {
 }
 
 type runsResp struct {
-	Runs []Run `json:"runs"`
+	Runs []Run  `json:"runs"`
+	Next string `json:"next,omitempty"` // the "after" of the page after; absent on the last page
 }
 
 type auditResp struct {
 	Events []AuditEvent `json:"events"`
 }
+
+// finishedRuns are the statuses of a run that has ended.
+var finishedRuns = []string{string(workflow.StatusCompleted), string(workflow.StatusFailed), string(workflow.StatusCancelled)}
 
 // runStatuses are the statuses a list may be filtered by.
 var runStatuses = [...]workflow.RunStatus{
@@ -176,35 +199,6 @@ func (s *Server) startRun(r *http.Request, rc *reqCtx) (int, any, error) {
 	return http.StatusOK, v, nil
 }
 
-func (s *Server) listRuns(r *http.Request, _ *reqCtx) (int, any, error) {
-	q, err := query(r, "workflow", "status")
-	if err != nil {
-		return 0, nil, err
-	}
-	status := q.Get("status")
-	if status != "" && !slices.Contains(runStatuses[:], workflow.RunStatus(status)) {
-		return 0, nil, invalid(`query parameter "status" must be pending, queued, running, paused, completed, failed or cancelled`)
-	}
-	rb := s.cfg.Runs
-	if rb == nil {
-		// Not an empty list: a client (the dashboard) tells "this server
-		// runs no workflows" from "no run yet".
-		return 0, nil, apiErr(http.StatusNotFound, CodeNotFound, "this server serves no workflows")
-	}
-	names := rb.Workflows.Names()
-	if wf := q.Get("workflow"); wf != "" {
-		if _, ok := rb.Workflows.Lookup(wf); !ok {
-			return 0, nil, invalid(fmt.Sprintf("unknown workflow %q", truncate(wf, 128)))
-		}
-		names = []string{wf}
-	}
-	out, err := s.runRows(r.Context(), names, status)
-	if err != nil {
-		return 0, nil, err
-	}
-	return http.StatusOK, runsResp{Runs: out}, nil
-}
-
 // runRows are the rows of the runs of the named workflows with the status
 // (every status when empty), sorted by id, the projections caught up
 // first.
@@ -226,6 +220,12 @@ func (s *Server) runRows(ctx context.Context, names []string, status string) ([]
 			row := Run{ID: w.ID, Workflow: name, Status: string(workflow.StatusPending)}
 			if p, ok := rb.Runs.Get(w.ID); ok {
 				row = runOf(p)
+			}
+			// A pause is the run record's at once; the projection learns
+			// it only when the run's holder records it, so the list says
+			// what the run's view says.
+			if w.Status == store.WorldPaused && !slices.Contains(finishedRuns, row.Status) {
+				row.Status = string(workflow.StatusPaused)
 			}
 			if status == "" || row.Status == status {
 				out = append(out, row)
@@ -302,6 +302,10 @@ func (s *Server) runView(ctx context.Context, id string, catchUp bool) (RunView,
 			v.Timeline = append(v.Timeline, step)
 		}
 	}
+	if err := s.stepDetails(ctx, &v); err != nil {
+		return RunView{}, err
+	}
+	v.Actions = runActions(v.Status)
 	return v, nil
 }
 

@@ -227,10 +227,13 @@ type Timer struct {
 // it; the orchestrator's own lease, which a node holds under its worker
 // id while it places worlds, counts as neither.
 type Worker struct {
-	ID             string    `json:"id"`
-	Capacity       int       `json:"capacity"`
-	Draining       bool      `json:"draining"`
-	Live           bool      `json:"live"`
+	ID       string `json:"id"`
+	Capacity int    `json:"capacity"`
+	Draining bool   `json:"draining"`
+	Live     bool   `json:"live"`
+	// Status is live, draining (live and marked draining) or dead (no
+	// heartbeat within WorkerLiveFor, whatever its draining mark says).
+	Status         string    `json:"status"`
 	HeartbeatAt    time.Time `json:"heartbeat_at,omitzero"`
 	StartedAt      time.Time `json:"started_at,omitzero"`
 	WorldsHeld     int       `json:"worlds_held"`
@@ -282,10 +285,12 @@ type drainReq struct {
 
 type worldsResp struct {
 	Worlds []World `json:"worlds"`
+	Next   string  `json:"next,omitempty"` // the "after" of the page after; absent on the last page
 }
 
 type worldViewsResp struct {
 	Worlds []WorldView `json:"worlds"`
+	Next   string      `json:"next,omitempty"` // the "after" of the page after; absent on the last page
 }
 
 type leasesResp struct {
@@ -294,14 +299,17 @@ type leasesResp struct {
 
 type effectsResp struct {
 	Effects []Effect `json:"effects"`
+	Next    string   `json:"next,omitempty"` // the "after" of the page after; absent on the last page
 }
 
 type timersResp struct {
 	Timers []Timer `json:"timers"`
+	Next   string  `json:"next,omitempty"` // the "after" of the page after; absent on the last page
 }
 
 type workersResp struct {
 	Workers []Worker `json:"workers"`
+	Next    string   `json:"next,omitempty"` // the "after" of the page after; absent on the last page
 }
 
 type statusResp struct {

@@ -114,54 +114,6 @@ func (s *Server) createWorld(r *http.Request, rc *reqCtx) (int, any, error) {
 	return http.StatusCreated, worldOf(rec), nil
 }
 
-func (s *Server) listWorlds(r *http.Request, _ *reqCtx) (int, any, error) {
-	q, err := query(r, "universe", "status", "detail")
-	if err != nil {
-		return 0, nil, err
-	}
-	status := store.WorldStatus(q.Get("status"))
-	switch status {
-	case "", store.WorldActive, store.WorldPaused, store.WorldArchived:
-	default:
-		return 0, nil, invalid(`query parameter "status" must be active, paused or archived`)
-	}
-	var detail bool
-	switch q.Get("detail") {
-	case "", "false":
-	case "true":
-		detail = true
-	default:
-		return 0, nil, invalid(`query parameter "detail" must be true or false`)
-	}
-	universe := q.Get("universe")
-	if universe != "" {
-		if err := checkID("universe", universe); err != nil {
-			return 0, nil, err
-		}
-	}
-	ctx := r.Context()
-	recs, err := s.worldRecords(ctx, universe, status)
-	if err != nil {
-		return 0, nil, err
-	}
-	if !detail {
-		out := make([]World, 0, len(recs))
-		for _, w := range recs {
-			out = append(out, worldOf(w))
-		}
-		return http.StatusOK, worldsResp{Worlds: out}, nil
-	}
-	out := make([]WorldView, 0, len(recs))
-	for _, w := range recs {
-		v, err := s.worldView(ctx, w)
-		if err != nil {
-			return 0, nil, err
-		}
-		out = append(out, v)
-	}
-	return http.StatusOK, worldViewsResp{Worlds: out}, nil
-}
-
 // worldRecords lists the worlds of universe ("": every universe the
 // server hosts) with status ("": any), sorted by id.
 func (s *Server) worldRecords(ctx context.Context, universe string, status store.WorldStatus) ([]store.World, error) {

@@ -793,3 +793,21 @@ func (f *Front) QueueDepths(ctx context.Context) (QueueDepths, error) {
 	}
 	return f.b.QueueDepths(ctx)
 }
+
+// QueryEffects implements Views.
+func (f *Front) QueryEffects(ctx context.Context, q EffectFilter) ([]vocab.EffectItem, error) {
+	const op = "query_effects"
+	if err := first(done(ctx, op), checkEffectFilter(op, q)); err != nil {
+		return nil, err
+	}
+	return f.b.QueryEffects(ctx, q)
+}
+
+// QueryTimers implements Views.
+func (f *Front) QueryTimers(ctx context.Context, q TimerFilter) ([]TimerItem, error) {
+	const op = "query_timers"
+	if err := first(done(ctx, op), checkTimerFilter(op, q)); err != nil {
+		return nil, err
+	}
+	return f.b.QueryTimers(ctx, q)
+}

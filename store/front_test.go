@@ -229,6 +229,12 @@ func (r *recorder) ListEffects(ctx context.Context, world string, afterSeq uint6
 func (r *recorder) ListTimers(ctx context.Context, world string, limit int) ([]TimerItem, error) {
 	return nil, r.rec(ctx, "ListTimers")
 }
+func (r *recorder) QueryEffects(ctx context.Context, f EffectFilter) ([]vocab.EffectItem, error) {
+	return nil, r.rec(ctx, "QueryEffects")
+}
+func (r *recorder) QueryTimers(ctx context.Context, f TimerFilter) ([]TimerItem, error) {
+	return nil, r.rec(ctx, "QueryTimers")
+}
 func (r *recorder) QueueDepths(ctx context.Context) (QueueDepths, error) {
 	return QueueDepths{}, r.rec(ctx, "QueueDepths")
 }
@@ -432,6 +438,32 @@ func invalidCalls() []frontCall {
 		{"CASWatermark next", "cas_watermark", func(f *Front) error { return f.CASWatermark(fbg, "p", "s", 0, huge) }},
 		{"ListEffects limit", "list_effects", func(f *Front) error { _, err := f.ListEffects(fbg, "w", 0, tooMany); return err }},
 		{"ListTimers world", "list_timers", func(f *Front) error { _, err := f.ListTimers(fbg, "", 1); return err }},
+		{"QueryEffects limit over the max", "query_effects", func(f *Front) error {
+			_, err := f.QueryEffects(fbg, EffectFilter{Limit: MaxListLimit + 1})
+			return err
+		}},
+		{"QueryEffects state", "query_effects", func(f *Front) error {
+			_, err := f.QueryEffects(fbg, EffectFilter{States: []vocab.EffectState{"gone"}, Limit: 1})
+			return err
+		}},
+		{"QueryEffects world", "query_effects", func(f *Front) error { _, err := f.QueryEffects(fbg, EffectFilter{World: badID, Limit: 1}); return err }},
+		{"QueryEffects afterSeq", "query_effects", func(f *Front) error {
+			_, err := f.QueryEffects(fbg, EffectFilter{AfterSeq: huge, Limit: 1})
+			return err
+		}},
+		{"QueryTimers limit over the max", "query_timers", func(f *Front) error {
+			_, err := f.QueryTimers(fbg, TimerFilter{Limit: MaxListLimit + 1})
+			return err
+		}},
+		{"QueryTimers negative limit", "query_timers", func(f *Front) error { _, err := f.QueryTimers(fbg, TimerFilter{Limit: -1}); return err }},
+		{"QueryTimers state", "query_timers", func(f *Front) error {
+			_, err := f.QueryTimers(fbg, TimerFilter{States: []TimerState{"due"}, Limit: 1})
+			return err
+		}},
+		{"QueryTimers cursor time", "query_timers", func(f *Front) error {
+			_, err := f.QueryTimers(fbg, TimerFilter{After: TimerCursor{IntentHash: "h"}, Limit: 1})
+			return err
+		}},
 	}
 }
 
@@ -550,6 +582,14 @@ func validCalls() []struct {
 		{"DedupeRetention", func(f *Front) error { f.DedupeRetention(); return nil }},
 		{"ListEffects", func(f *Front) error { _, err := f.ListEffects(fbg, "w", 0, 10); return err }},
 		{"ListTimers", func(f *Front) error { _, err := f.ListTimers(fbg, "w", 10); return err }},
+		{"QueryEffects", func(f *Front) error {
+			_, err := f.QueryEffects(fbg, EffectFilter{World: "w", Kind: "k", States: []vocab.EffectState{vocab.EffectDone, vocab.EffectPending}, AfterSeq: 3, Limit: MaxListLimit})
+			return err
+		}},
+		{"QueryTimers", func(f *Front) error {
+			_, err := f.QueryTimers(fbg, TimerFilter{World: "w", States: []TimerState{TimerDelivered}, After: TimerCursor{DeliverAt: fdue, IntentHash: "h"}, Limit: 0})
+			return err
+		}},
 		{"QueueDepths", func(f *Front) error { _, err := f.QueueDepths(fbg); return err }},
 	}
 }

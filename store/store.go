@@ -1064,6 +1064,57 @@ type Views interface {
 	ListTimers(ctx context.Context, world string, limit int) ([]TimerItem, error)
 	// QueueDepths reads the gauges.
 	QueueDepths(ctx context.Context) (QueueDepths, error)
+	// QueryEffects lists, across worlds, up to f.Limit effect records that
+	// pass f's filters with queue seq > f.AfterSeq, in seq order: pending
+	// and inflight effects and the done and withdrawn records kept until
+	// swept. A page is keyset-paged: the next page starts after the last
+	// seq of this one, so rows written meanwhile never shift a page and
+	// every row is listed once. An unknown world is an empty page.
+	QueryEffects(ctx context.Context, f EffectFilter) ([]vocab.EffectItem, error)
+	// QueryTimers lists, across worlds, up to f.Limit timers that pass f's
+	// filters and come after f.After in (deliverAt, intentHash) order:
+	// scheduled and claimed timers and the delivered ones kept until
+	// swept. Keyset-paged as QueryEffects.
+	QueryTimers(ctx context.Context, f TimerFilter) ([]TimerItem, error)
+}
+
+// MaxListLimit bounds one page of QueryEffects and QueryTimers. A larger
+// limit is refused (ErrInvalid), not clamped, so a caller never mistakes a
+// short page for the end of the list.
+const MaxListLimit = 1000
+
+// EffectFilter selects a page of QueryEffects. Empty fields match
+// everything; States matches a row in any of its states.
+type EffectFilter struct {
+	World    string
+	Kind     string
+	States   []vocab.EffectState // any of pending, inflight, done, withdrawn
+	AfterSeq uint64              // the last seq of the page before (0: from the start)
+	Limit    int                 // [0, MaxListLimit]
+}
+
+// TimerFilter selects a page of QueryTimers. Empty fields match
+// everything; States matches a row in any of its states.
+type TimerFilter struct {
+	World  string
+	States []TimerState // any of scheduled, claimed, delivered
+	After  TimerCursor  // zero: from the start
+	Limit  int          // [0, MaxListLimit]
+}
+
+// TimerCursor is a place in (deliverAt, intentHash) order: the last timer
+// of the page before.
+type TimerCursor struct {
+	DeliverAt  time.Time
+	IntentHash string
+}
+
+// IsZero reports whether c is the start of the list.
+func (c TimerCursor) IsZero() bool { return c.IntentHash == "" }
+
+// CursorOf is the cursor that pages on after t.
+func (t TimerItem) CursorOf() TimerCursor {
+	return TimerCursor{DeliverAt: t.DeliverAt, IntentHash: t.IntentHash}
 }
 
 // ---- errors ----

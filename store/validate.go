@@ -520,3 +520,48 @@ func checkHeartbeat(op, worker string, capacity int) error {
 
 // MaxCapacity bounds a worker's declared capacity (worlds it may host).
 const MaxCapacity = 1 << 30
+
+// checkListLimit checks a page's limit: zero is an empty page, above
+// MaxListLimit is refused rather than clamped (see MaxListLimit).
+func checkListLimit(op string, n int) error {
+	if n < 0 || n > MaxListLimit {
+		return invalid(op, "limit", "%d outside [0, %d]", n, MaxListLimit)
+	}
+	return nil
+}
+
+// checkEffectFilter checks QueryEffects' filter.
+func checkEffectFilter(op string, q EffectFilter) error {
+	if len(q.States) > 4 {
+		return invalid(op, "states", "%d states, there are 4", len(q.States))
+	}
+	for _, st := range q.States {
+		switch st {
+		case vocab.EffectPending, vocab.EffectInflight, vocab.EffectDone, vocab.EffectWithdrawn:
+		default:
+			return invalid(op, "states", "%q is not an effect state", st)
+		}
+	}
+	return first(checkOptionalID(op, "world", q.World), checkOptionalID(op, "kind", q.Kind),
+		CheckInt(op, "afterSeq", q.AfterSeq), checkListLimit(op, q.Limit))
+}
+
+// checkTimerFilter checks QueryTimers' filter. A cursor's time is checked
+// only with its hash: the zero cursor is the start of the list.
+func checkTimerFilter(op string, q TimerFilter) error {
+	if len(q.States) > 3 {
+		return invalid(op, "states", "%d states, there are 3", len(q.States))
+	}
+	for _, st := range q.States {
+		switch st {
+		case TimerScheduled, TimerClaimed, TimerDelivered:
+		default:
+			return invalid(op, "states", "%q is not a timer state", st)
+		}
+	}
+	var cursor error
+	if !q.After.IsZero() {
+		cursor = first(CheckID(op, "after.intentHash", q.After.IntentHash), checkRequiredTime(op, "after.deliverAt", q.After.DeliverAt))
+	}
+	return first(checkOptionalID(op, "world", q.World), cursor, checkListLimit(op, q.Limit))
+}

@@ -103,6 +103,9 @@ type envOptions struct {
 	// workflows makes the node run the ledger's payout workflow and the
 	// API serve the runs endpoints from it, as `orrery serve` does.
 	workflows bool
+	// clock, when set, is the store's clock (the machine's plus what the
+	// test advances).
+	clock *testrig.Clock
 }
 
 // env is a node, the API server with the dashboard, an API client, and a
@@ -123,6 +126,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	e := &env{t: t, ctx: ctx, st: memstore.New(), audit: &auditTransport{release: make(chan struct{})}}
+	if o.clock != nil {
+		e.st = memstore.New(memstore.WithClock(o.clock.Now))
+	}
 	var wfs *workflow.Workflows
 	if o.workflows {
 		var err error

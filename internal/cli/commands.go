@@ -146,6 +146,64 @@ func listTable[T any](e *env, fetch func(context.Context, *api.Client) ([]T, err
 	})
 }
 
+// pagedTable is listTable for a paged list: under a full page it tells,
+// on stderr so that -o json stays the rows alone, which --after reads the
+// next.
+func pagedTable[T any](e *env, fetch func(context.Context, *api.Client) ([]T, string, error), header string, line func(io.Writer, T)) func(*cobra.Command, []string) error {
+	return e.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
+		rows, next, err := fetch(ctx, c)
+		if err != nil {
+			return err
+		}
+		if err := printTable(e, rows, header, line); err != nil {
+			return err
+		}
+		if next != "" {
+			fmt.Fprintf(e.io.Err, "more: the next page is --after %s\n", next)
+		}
+		return nil
+	})
+}
+
+// listPaging adds the search and paging flags of a list by id.
+func listPaging(cmd *cobra.Command, o *api.ListOptions, what string) {
+	cmd.Flags().StringVar(&o.Search, "search", "", "only "+what+" whose id contains this (any case)")
+	cmd.Flags().StringVar(&o.Prefix, "prefix", "", "only "+what+" whose id starts with this")
+	cmd.Flags().StringVar(&o.After, "after", "", "the page after this cursor (printed under a full page)")
+	cmd.Flags().IntVar(&o.Limit, "limit", 0, what+" a page (default and most 1000)")
+}
+
+// when is a time as ts shows it and how long ago (or ahead) it is.
+func when(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return ts(t) + " (" + relative(time.Since(t)) + ")"
+}
+
+// relative says d ago, or in -d when d is negative, in its largest unit.
+func relative(d time.Duration) string {
+	future := d < 0
+	if future {
+		d = -d
+	}
+	var s string
+	switch {
+	case d < time.Minute:
+		s = fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		s = fmt.Sprintf("%d min", int(d/time.Minute))
+	case d < 48*time.Hour:
+		s = fmt.Sprintf("%d h", int(d/time.Hour))
+	default:
+		s = fmt.Sprintf("%d days", int(d/(24*time.Hour)))
+	}
+	if future {
+		return "in " + s
+	}
+	return s + " ago"
+}
+
 // byID is the RunE of a command on one ID: it fetches the thing with get
 // and prints it with show.
 func byID[T any](e *env, get func(*api.Client, context.Context, string) (T, error), show func(T) error) func(*cobra.Command, []string) error {
@@ -211,13 +269,14 @@ at a time, every step journaled. These commands talk to a running server
 	create.Flags().StringVar(&universe, "universe", "", "the world's definition (see 'orrery world list')")
 
 	var listUniverse, listStatus string
+	var worldPage api.ListOptions
 	list := &cobra.Command{
 		Use:     "list",
-		Short:   "List worlds",
-		Example: "  orrery world list\n  orrery world list --universe ledger.account --status paused",
+		Short:   "List worlds, searched by id and filtered by universe and status, a page at a time",
+		Example: "  orrery world list\n  orrery world list --universe ledger.account --status paused\n  orrery world list --search alice --limit 20",
 		Args:    args(cobra.NoArgs),
-		RunE: listTable(e, func(ctx context.Context, c *api.Client) ([]api.World, error) {
-			return c.ListWorlds(ctx, listUniverse, store.WorldStatus(listStatus))
+		RunE: pagedTable(e, func(ctx context.Context, c *api.Client) ([]api.World, string, error) {
+			return c.SearchWorlds(ctx, api.WorldQuery{Universe: listUniverse, Status: store.WorldStatus(listStatus), ListOptions: worldPage})
 		},
 			"ID\tUNIVERSE\tSTATUS\tCREATED\tPARENT", func(tw io.Writer, w api.World) {
 				parent := "-"
@@ -229,6 +288,7 @@ at a time, every step journaled. These commands talk to a running server
 	}
 	list.Flags().StringVar(&listUniverse, "universe", "", "only this universe")
 	list.Flags().StringVar(&listStatus, "status", "", "only this status: active, paused or archived")
+	listPaging(list, &worldPage, "worlds")
 
 	show := &cobra.Command{
 		Use:     "show ID",
@@ -555,29 +615,33 @@ func (e *env) leaseCommand() *cobra.Command {
 
 func (e *env) effectsCommand() *cobra.Command {
 	cmd := group(&cobra.Command{
-		Use:   "effects",
-		Short: "Inspect and operate the effect queue",
+		Use:     "effects",
+		Aliases: []string{"effect"},
+		Short:   "Inspect and operate the effect queue",
 		Long: `Effects are the side effects worlds ask for (http.request, fabric.send, your
 own kinds). Adapters run them at least once; each gets exactly one terminal
 receipt, which returns to its world's inbox.`,
 	})
-	var world string
+	var ef api.EffectQuery
 	list := &cobra.Command{
-		Use:     "list --world W",
-		Short:   "List a world's pending and in-flight effects",
-		Example: "  orrery effects list --world carol",
+		Use:   "list",
+		Short: "List effects across worlds, filtered by world, kind and status, a page at a time",
+		Long: `list shows effects in queue order: by default the open ones (pending and
+in flight) of every world. --status done, withdrawn or all shows the records
+the store keeps until swept. A page holds --limit effects (default 100, at
+most 1000); when more follow, the command says which --after reads the next.`,
+		Example: "  orrery effects list\n  orrery effects list --world carol\n  orrery effects list --kind http.request --status inflight --limit 50",
 		Args:    args(cobra.NoArgs),
-		RunE: listTable(e, func(ctx context.Context, c *api.Client) ([]api.Effect, error) {
-			if world == "" {
-				return nil, usagef("--world is required")
-			}
-			return c.Effects(ctx, world)
-		},
-			"INTENT\tKIND\tSTATE\tATTEMPT\tCLAIMED BY\tENQUEUED", func(tw io.Writer, x api.Effect) {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", x.IntentHash, x.Kind, x.State, x.Attempt, orDash(x.ClaimedBy), ts(x.EnqueuedAt))
+		RunE: pagedTable(e, func(ctx context.Context, c *api.Client) ([]api.Effect, string, error) { return c.QueryEffects(ctx, ef) },
+			"INTENT\tKIND\tSTATE\tATTEMPT\tCLAIMED BY\tENQUEUED\tWORLD\tAGE", func(tw io.Writer, x api.Effect) {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", x.IntentHash, x.Kind, x.State, x.Attempt, orDash(x.ClaimedBy), ts(x.EnqueuedAt), x.World, relative(time.Since(x.EnqueuedAt)))
 			}),
 	}
-	list.Flags().StringVar(&world, "world", "", "the world")
+	list.Flags().StringVar(&ef.World, "world", "", "only this world's effects")
+	list.Flags().StringVar(&ef.Kind, "kind", "", "only effects of this kind")
+	list.Flags().StringVar(&ef.Status, "status", "", "open (default: pending or inflight), pending, inflight, done, withdrawn or all")
+	list.Flags().StringVar(&ef.After, "after", "", "the page after this cursor (printed under a full page)")
+	list.Flags().IntVar(&ef.Limit, "limit", 0, "effects a page (default 100, at most 1000)")
 	var reason string
 	retry := &cobra.Command{
 		Use:     "retry INTENT",
@@ -623,40 +687,56 @@ still running it finds its result already decided.`,
 }
 
 func (e *env) timersCommand() *cobra.Command {
-	cmd := group(&cobra.Command{Use: "timers", Short: "Inspect durable timers"})
-	var world string
+	cmd := group(&cobra.Command{Use: "timers", Aliases: []string{"timer"}, Short: "Inspect durable timers"})
+	var tf api.TimerQuery
 	list := &cobra.Command{
-		Use:     "list --world W",
-		Short:   "List a world's timers that have not fired",
-		Example: "  orrery timers list --world t-1",
+		Use:   "list",
+		Short: "List timers across worlds by due time, filtered by world and status, a page at a time",
+		Long: `list shows timers by due time: by default those that have not fired
+(scheduled or claimed) of every world; --status delivered or all shows the
+fired ones the store keeps until swept. A page holds --limit timers
+(default 100, at most 1000); when more follow, the command says which
+--after reads the next.`,
+		Example: "  orrery timers list\n  orrery timers list --world t-1 --status all",
 		Args:    args(cobra.NoArgs),
-		RunE: listTable(e, func(ctx context.Context, c *api.Client) ([]api.Timer, error) {
-			if world == "" {
-				return nil, usagef("--world is required")
-			}
-			return c.Timers(ctx, world)
-		},
-			"INTENT\tDUE\tSTATE\tCLAIMED BY", func(tw io.Writer, x api.Timer) {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", x.IntentHash, ts(x.DeliverAt), x.State, orDash(x.ClaimedBy))
+		RunE: pagedTable(e, func(ctx context.Context, c *api.Client) ([]api.Timer, string, error) { return c.QueryTimers(ctx, tf) },
+			"INTENT\tDUE\tSTATE\tCLAIMED BY\tWORLD\tDUE IN", func(tw io.Writer, x api.Timer) {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", x.IntentHash, ts(x.DeliverAt), x.State, orDash(x.ClaimedBy), x.World, relative(time.Since(x.DeliverAt)))
 			}),
 	}
-	list.Flags().StringVar(&world, "world", "", "the world")
+	list.Flags().StringVar(&tf.World, "world", "", "only this world's timers")
+	list.Flags().StringVar(&tf.Status, "status", "", "open (default: scheduled or claimed), scheduled, claimed, delivered or all")
+	list.Flags().StringVar(&tf.After, "after", "", "the page after this cursor (printed under a full page)")
+	list.Flags().IntVar(&tf.Limit, "limit", 0, "timers a page (default 100, at most 1000)")
 	cmd.AddCommand(list)
 	return cmd
 }
 
 func (e *env) workersCommand() *cobra.Command {
-	cmd := group(&cobra.Command{Use: "workers", Short: "Inspect workers and drain them"})
+	cmd := group(&cobra.Command{Use: "workers", Aliases: []string{"worker"}, Short: "Inspect workers and drain them"})
+	var wq api.WorkerQuery
 	list := &cobra.Command{
-		Use:     "list",
-		Short:   "List workers: liveness, draining, worlds held",
-		Example: "  orrery workers list",
+		Use:   "list",
+		Short: "List workers: status (live, draining or dead), worlds held, last heartbeat",
+		Long: `list shows each worker's status: live (a heartbeat within the server's
+live-for window), draining (live and marked draining) or dead (no heartbeat
+within the window; a dead worker's draining mark is shown as "-", since it
+drains nothing).`,
+		Example: "  orrery workers list\n  orrery workers list --status dead",
 		Args:    args(cobra.NoArgs),
-		RunE: listTable(e, func(ctx context.Context, c *api.Client) ([]api.Worker, error) { return c.Workers(ctx) },
-			"WORKER\tLIVE\tDRAINING\tHELD\tASSIGNED\tHEARTBEAT", func(tw io.Writer, w api.Worker) {
-				fmt.Fprintf(tw, "%s\t%t\t%t\t%d\t%d\t%s\n", w.ID, w.Live, w.Draining, w.WorldsHeld, w.WorldsAssigned, ts(w.HeartbeatAt))
+		RunE: pagedTable(e, func(ctx context.Context, c *api.Client) ([]api.Worker, string, error) {
+			return c.SearchWorkers(ctx, wq)
+		},
+			"WORKER\tLIVE\tDRAINING\tHELD\tASSIGNED\tHEARTBEAT\tSTATUS", func(tw io.Writer, w api.Worker) {
+				draining := strconv.FormatBool(w.Draining)
+				if !w.Live {
+					draining = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%t\t%s\t%d\t%d\t%s\t%s\n", w.ID, w.Live, draining, w.WorldsHeld, w.WorldsAssigned, when(w.HeartbeatAt), w.Status)
 			}),
 	}
+	list.Flags().StringVar(&wq.Status, "status", "", "only workers in this status: live, draining or dead")
+	listPaging(list, &wq.ListOptions, "workers")
 	var undo, wait bool
 	drain := &cobra.Command{
 		Use:   "drain WORKER",

@@ -327,7 +327,13 @@ func TestEffectsListResolveRetry(t *testing.T) {
 		t.Fatalf("effects retry -o json: %+v", st)
 	}
 
-	f.fail(cli.ExitUsage, "effects", "list")
+	// Without --world the list is every world's (it was a usage error
+	// while effects could be listed only one world at a time).
+	out = f.ok("effects", "list", "--status", "all")
+	if r := row(t, out, intent); !hasPrefix(r, intent, "http.request", "done") || len(r) < 9 || r[7] != "carol" || !strings.HasSuffix(strings.Join(r[8:], " "), "ago") {
+		t.Fatalf("effects list across worlds: %q", r)
+	}
+	f.fail(cli.ExitUsage, "effects", "list", "--status", "sleeping")
 	f.fail(cli.ExitNotFound, "effects", "retry", strings.Repeat("ab", 32))
 	f.fail(cli.ExitUsage, "effects", "resolve", intent, "{not json")
 }
@@ -356,14 +362,19 @@ func TestTimersList(t *testing.T) {
 	if h := rows(out)[0]; !hasPrefix(h, "INTENT", "DUE", "STATE", "CLAIMED", "BY") {
 		t.Fatalf("timers list's header %q", h)
 	}
-	if r := row(t, out, tr.Timer); len(r) != 5 || r[3] != "scheduled" || r[4] != "-" {
+	if r := row(t, out, tr.Timer); len(r) < 6 || r[3] != "scheduled" || r[4] != "-" || r[5] != "t-1" || !strings.Contains(strings.Join(r[6:], " "), "in 59 min") {
 		t.Fatalf("timers list's row %q", r)
 	}
 	f.okJSON(&tms, "timers", "list", "--world", "erin")
 	if len(tms) != 0 {
 		t.Fatalf("timers list of a world without timers: %+v", tms)
 	}
-	f.fail(cli.ExitUsage, "timers", "list")
+	// Without --world the list is every world's; "timer" is "timers".
+	f.okJSON(&tms, "timer", "list")
+	if len(tms) != 1 || tms[0].World != "t-1" {
+		t.Fatalf("timer list across worlds: %+v", tms)
+	}
+	f.fail(cli.ExitUsage, "timers", "list", "--status", "due")
 }
 
 // A drain with --wait on two nodes returns once every world the drained

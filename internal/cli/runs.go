@@ -94,6 +94,7 @@ another input under that id is a conflict (exit 4).`,
 		}),
 	}
 	var wf, status string
+	var page api.ListOptions
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List runs, optionally of one workflow or in one status",
@@ -101,15 +102,22 @@ another input under that id is a conflict (exit 4).`,
   orrery run list --workflow ledger.payout --status running -o json`,
 		Args: args(cobra.NoArgs),
 		RunE: e.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
-			runs, err := c.ListRuns(ctx, wf, status)
+			runs, next, err := c.SearchRuns(ctx, api.RunQuery{Workflow: wf, Status: status, ListOptions: page})
 			if err != nil {
 				return err
 			}
-			return e.printRuns(runs)
+			if err := e.printRuns(runs); err != nil {
+				return err
+			}
+			if next != "" {
+				fmt.Fprintf(e.io.Err, "more: the next page is --after %s\n", next)
+			}
+			return nil
 		}),
 	}
 	list.Flags().StringVar(&wf, "workflow", "", "only the runs of this workflow")
 	list.Flags().StringVar(&status, "status", "", "only runs in this status: pending, queued, running, paused, completed, failed or cancelled")
+	listPaging(list, &page, "runs")
 	show := &cobra.Command{
 		Use:     "show ID",
 		Short:   "Show a run: status, output or error, and each step's attempts",

@@ -2,6 +2,8 @@ package memstore
 
 import (
 	"context"
+	"slices"
+	"sort"
 
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/vocab"
@@ -90,4 +92,59 @@ func (s *backend) QueueDepths(ctx context.Context) (store.QueueDepths, error) {
 		d.InboxBacklog += int64(w.lastSeq - w.cursor) // seqs are gapless here
 	}
 	return d, nil
+}
+
+// QueryEffects implements store.Views.
+func (s *backend) QueryEffects(ctx context.Context, f store.EffectFilter) ([]vocab.EffectItem, error) {
+	if err := s.begin(ctx, "query_effects"); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	var es []*effect
+	for _, e := range s.st.effects {
+		it := e.item
+		if it.Seq > f.AfterSeq && (f.World == "" || it.World == f.World) &&
+			(f.Kind == "" || it.Kind == f.Kind) && (len(f.States) == 0 || slices.Contains(f.States, it.State)) {
+			es = append(es, e)
+		}
+	}
+	sort.Slice(es, func(i, j int) bool { return es[i].item.Seq < es[j].item.Seq })
+	out := []vocab.EffectItem{}
+	for _, e := range es {
+		if len(out) >= f.Limit {
+			break
+		}
+		out = append(out, e.view())
+	}
+	return out, nil
+}
+
+// QueryTimers implements store.Views.
+func (s *backend) QueryTimers(ctx context.Context, f store.TimerFilter) ([]store.TimerItem, error) {
+	if err := s.begin(ctx, "query_timers"); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	after := func(t *timer) bool {
+		if f.After.IsZero() {
+			return true
+		}
+		at, cur := t.item.DeliverAt, f.After.DeliverAt
+		return at.After(cur) || (at.Equal(cur) && t.item.IntentHash > f.After.IntentHash)
+	}
+	var ts []*timer
+	for _, t := range s.st.timers {
+		if (f.World == "" || t.item.World == f.World) && (len(f.States) == 0 || slices.Contains(f.States, t.item.State)) && after(t) {
+			ts = append(ts, t)
+		}
+	}
+	sortTimers(ts)
+	out := []store.TimerItem{}
+	for _, t := range ts {
+		if len(out) >= f.Limit {
+			break
+		}
+		out = append(out, t.view())
+	}
+	return out, nil
 }

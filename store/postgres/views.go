@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/orrery-run/orrery/store"
@@ -74,4 +76,99 @@ func (s *backend) QueueDepths(ctx context.Context) (store.QueueDepths, error) {
 			Scan(&d.EffectsPending, &d.EffectsInflight, &d.TimersScheduled, &d.TimersClaimed, &d.InboxBacklog)
 	})
 	return d, err
+}
+
+// QueryEffects implements store.Views: one keyset page in seq order over
+// effects_by_seq, effects_by_world or effects_by_kind (migration 18).
+func (s *backend) QueryEffects(ctx context.Context, f store.EffectFilter) ([]vocab.EffectItem, error) {
+	const op = "query_effects"
+	if err := s.begin(op); err != nil {
+		return nil, err
+	}
+	where, args := []string{"seq > $1"}, []any{seqArg(f.AfterSeq)}
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, fmt.Sprintf(cond, len(args)))
+	}
+	if f.World != "" {
+		add("world = $%d", f.World)
+	}
+	if f.Kind != "" {
+		add("kind = $%d", f.Kind)
+	}
+	if len(f.States) > 0 {
+		states := make([]string, len(f.States))
+		for i, st := range f.States {
+			states[i] = string(st)
+		}
+		add("state = ANY($%d)", states)
+	}
+	args = append(args, int64(f.Limit))
+	q := `SELECT intent_hash, world, seq, kind, params, origin, policy_context_hash,
+			enqueued_at_ns, attempts, claimed_by, claim_expires_ns, retries, state
+		FROM effects WHERE ` + strings.Join(where, " AND ") + fmt.Sprintf(` ORDER BY seq LIMIT $%d`, len(args))
+	out := []vocab.EffectItem{}
+	err := s.retry(ctx, op, f.World, func() error {
+		rows, _ := s.pool.Query(ctx, q, args...)
+		var err error
+		out, err = pgx.CollectRows(rows, scanEffect)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		out = []vocab.EffectItem{}
+	}
+	return out, nil
+}
+
+// timerTableStates maps the contract's timer states to the table's.
+var timerTableStates = map[store.TimerState]string{
+	store.TimerScheduled: "due", store.TimerClaimed: "inflight", store.TimerDelivered: "delivered",
+}
+
+// QueryTimers implements store.Views: one keyset page in (deliver_at_ns,
+// intent_hash) order over timers_by_due or timers_by_world (migration 18).
+func (s *backend) QueryTimers(ctx context.Context, f store.TimerFilter) ([]store.TimerItem, error) {
+	const op = "query_timers"
+	if err := s.begin(op); err != nil {
+		return nil, err
+	}
+	where, args := []string{"true"}, []any{}
+	if !f.After.IsZero() {
+		args = append(args, clampNS(f.After.DeliverAt), f.After.IntentHash)
+		where = append(where, fmt.Sprintf("(deliver_at_ns, intent_hash) > ($%d, $%d)", len(args)-1, len(args)))
+	}
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, fmt.Sprintf(cond, len(args)))
+	}
+	if f.World != "" {
+		add("world = $%d", f.World)
+	}
+	if len(f.States) > 0 {
+		states := make([]string, len(f.States))
+		for i, st := range f.States {
+			states[i] = timerTableStates[st]
+		}
+		add("state = ANY($%d)", states)
+	}
+	args = append(args, int64(f.Limit))
+	q := `SELECT world, intent_hash, deliver_at_ns, payload, attempts, claimed_by, claim_expires_ns, state
+		FROM timers WHERE ` + strings.Join(where, " AND ") + fmt.Sprintf(` ORDER BY deliver_at_ns, intent_hash LIMIT $%d`, len(args))
+	out := []store.TimerItem{}
+	err := s.retry(ctx, op, f.World, func() error {
+		rows, _ := s.pool.Query(ctx, q, args...)
+		var err error
+		out, err = pgx.CollectRows(rows, scanTimer)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		out = []store.TimerItem{}
+	}
+	return out, nil
 }

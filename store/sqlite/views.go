@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"strings"
 
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/vocab"
@@ -94,6 +95,88 @@ func (s *backend) ListTimers(ctx context.Context, world string, limit int) ([]st
 	}
 	if err := rows.Err(); err != nil {
 		return nil, dbErr(op, world, err)
+	}
+	return out, nil
+}
+
+// QueryEffects lists a page of effects across worlds in seq order; the
+// filters that are set pick the index (effects_by_world, effects_by_kind,
+// else the primary key).
+func (s *backend) QueryEffects(ctx context.Context, f store.EffectFilter) ([]vocab.EffectItem, error) {
+	const op = "query_effects"
+	if err := s.read(ctx, op); err != nil {
+		return nil, err
+	}
+	where, args := []string{"seq > ?"}, []any{seqBound(f.AfterSeq)}
+	if f.World != "" {
+		where, args = append(where, "world = ?"), append(args, f.World)
+	}
+	if f.Kind != "" {
+		where, args = append(where, "kind = ?"), append(args, f.Kind)
+	}
+	if len(f.States) > 0 {
+		where = append(where, "state IN (?"+strings.Repeat(", ?", len(f.States)-1)+")")
+		for _, st := range f.States {
+			args = append(args, string(st))
+		}
+	}
+	rows, err := s.query(ctx, `SELECT `+effectItemCols+` FROM effects WHERE `+strings.Join(where, " AND ")+
+		` ORDER BY seq LIMIT ?`, append(args, f.Limit)...)
+	if err != nil {
+		return nil, dbErr(op, f.World, err)
+	}
+	defer rows.Close()
+	out := []vocab.EffectItem{}
+	for rows.Next() {
+		it, err := scanEffectItem(rows)
+		if err != nil {
+			return nil, dbErr(op, f.World, err)
+		}
+		out = append(out, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbErr(op, f.World, err)
+	}
+	return out, nil
+}
+
+// QueryTimers lists a page of timers across worlds in (deliver_at,
+// intent_hash) order (timers_by_due, or timers_by_world for one world).
+func (s *backend) QueryTimers(ctx context.Context, f store.TimerFilter) ([]store.TimerItem, error) {
+	const op = "query_timers"
+	if err := s.read(ctx, op); err != nil {
+		return nil, err
+	}
+	where, args := []string{"1"}, []any{}
+	if !f.After.IsZero() {
+		at := boundNS(f.After.DeliverAt)
+		where, args = append(where, "(deliver_at > ? OR (deliver_at = ? AND intent_hash > ?))"), append(args, at, at, f.After.IntentHash)
+	}
+	if f.World != "" {
+		where, args = append(where, "world = ?"), append(args, f.World)
+	}
+	if len(f.States) > 0 {
+		where = append(where, "state IN (?"+strings.Repeat(", ?", len(f.States)-1)+")")
+		for _, st := range f.States {
+			args = append(args, string(st))
+		}
+	}
+	rows, err := s.query(ctx, `SELECT `+timerCols+` FROM timers WHERE `+strings.Join(where, " AND ")+
+		` ORDER BY deliver_at, intent_hash LIMIT ?`, append(args, f.Limit)...)
+	if err != nil {
+		return nil, dbErr(op, f.World, err)
+	}
+	defer rows.Close()
+	out := []store.TimerItem{}
+	for rows.Next() {
+		it, err := scanTimer(rows)
+		if err != nil {
+			return nil, dbErr(op, f.World, err)
+		}
+		out = append(out, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbErr(op, f.World, err)
 	}
 	return out, nil
 }

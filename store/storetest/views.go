@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,9 @@ import (
 func viewTests() []testCase {
 	return []testCase{
 		{"ListEffectsListTimersAndQueueDepthsReflectStateAndChangeNothing", testViews},
+		{"QueryEffectsPagesEveryRowOnceAcrossWorldsAndFilters", testQueryEffects},
+		{"QueryTimersPagesEveryRowOnceAcrossWorldsAndFilters", testQueryTimers},
+		{"QueryRefusesALimitOverTheMax", testQueryLimit},
 	}
 }
 
@@ -83,5 +88,206 @@ func testViews(t *testing.T, open Factory) {
 	must(t, err, "DrainToJournal")
 	if d, _ := f.s.QueueDepths(bg); d.InboxBacklog != 3 {
 		t.Fatalf("InboxBacklog after draining v = %d, want 3", d.InboxBacklog)
+	}
+}
+
+// pageEffects reads every page of q at limit n and the pages' sizes.
+func pageEffects(t *testing.T, s store.Store, q store.EffectFilter, n int) ([]vocab.EffectItem, []int) {
+	t.Helper()
+	var all []vocab.EffectItem
+	var sizes []int
+	q.Limit = n
+	for range 100 {
+		page, err := s.QueryEffects(bg, q)
+		must(t, err, "QueryEffects")
+		if page == nil {
+			t.Fatalf("QueryEffects(%+v) = nil, want an empty page", q)
+		}
+		sizes = append(sizes, len(page))
+		if len(page) == 0 {
+			return all, sizes
+		}
+		all = append(all, page...)
+		q.AfterSeq = page[len(page)-1].Seq
+	}
+	t.Fatalf("QueryEffects(%+v) never reached an empty page", q)
+	return nil, nil
+}
+
+func effectHashes(es []vocab.EffectItem) []string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = e.IntentHash
+	}
+	return out
+}
+
+// Effects across worlds, in every state, page in seq order: every row
+// once, filters by world, kind and state, an empty last page, an unknown
+// world an empty page, a row published between pages on the next one.
+func testQueryEffects(t *testing.T, open Factory) {
+	f := setup(t, open)
+	ew, ev, eu := f.leased("w", "A"), f.leased("v", "A"), f.leased("u", "A")
+	f.publish("w", ew, "w1", "w2")
+	f.publish("v", ev, "v1")
+	mail := []vocab.Intent{{IntentHash: "u-mail", Kind: "mail.send", Params: []byte("p"), Origin: "test", PolicyContextHash: "pch"}}
+	_, err := f.s.Publish(bg, "u", eu, mail)
+	must(t, err, "Publish mail")
+	f.publish("w", ew, "w3")
+	c := f.claimOne("adapter", "w1").ClaimOf()
+	f.complete("w1", c, vocab.Receipt{Status: vocab.ReceiptOK})
+	f.claimOne("adapter", "w2")
+	before := f.fingerprint()
+
+	all, sizes := pageEffects(t, f.s, store.EffectFilter{}, 2)
+	if got := strings.Join(effectHashes(all), ","); got != "w1,w2,v1,u-mail,w3" {
+		t.Fatalf("every effect paged by 2 = %s (pages %v), want w1,w2,v1,u-mail,w3 once each in seq order", got, sizes)
+	}
+	if !slices.Equal(sizes, []int{2, 2, 1, 0}) {
+		t.Fatalf("page sizes = %v, want [2 2 1 0]", sizes)
+	}
+	for i := 1; i < len(all); i++ {
+		if all[i-1].Seq >= all[i].Seq {
+			t.Fatalf("seqs not increasing: %+v", all)
+		}
+	}
+	if all[0].State != vocab.EffectDone || all[1].State != vocab.EffectInflight || all[1].ClaimedBy != "adapter" ||
+		all[2].World != "v" || all[3].Kind != "mail.send" || all[4].State != vocab.EffectPending {
+		t.Fatalf("rows = %+v", all)
+	}
+	for _, c := range []struct {
+		q    store.EffectFilter
+		want string
+	}{
+		{store.EffectFilter{World: "w"}, "w1,w2,w3"},
+		{store.EffectFilter{Kind: "mail.send"}, "u-mail"},
+		{store.EffectFilter{States: []vocab.EffectState{vocab.EffectPending}}, "v1,u-mail,w3"},
+		{store.EffectFilter{States: []vocab.EffectState{vocab.EffectDone}}, "w1"},
+		{store.EffectFilter{States: []vocab.EffectState{vocab.EffectPending, vocab.EffectInflight}}, "w2,v1,u-mail,w3"},
+		{store.EffectFilter{World: "w", States: []vocab.EffectState{vocab.EffectInflight}, Kind: effectKind}, "w2"},
+		{store.EffectFilter{World: "w", Kind: "mail.send"}, ""},
+		{store.EffectFilter{World: "nobody"}, ""},
+	} {
+		got, _ := pageEffects(t, f.s, c.q, 1)
+		if s := strings.Join(effectHashes(got), ","); s != c.want {
+			t.Errorf("QueryEffects(%+v) = %s, want %s", c.q, s, c.want)
+		}
+	}
+	if page, err := f.s.QueryEffects(bg, store.EffectFilter{Limit: 0}); err != nil || len(page) != 0 {
+		t.Fatalf("QueryEffects(limit 0) = %+v, %v; want an empty page", page, err)
+	}
+	if after := f.fingerprint(); after != before {
+		t.Fatalf("QueryEffects changed state:\nbefore %s\nafter  %s", before, after)
+	}
+	// Keyset paging: a row published after the first page comes once, on
+	// a later page, and nothing read already comes again.
+	first, err := f.s.QueryEffects(bg, store.EffectFilter{Limit: 3})
+	must(t, err, "QueryEffects")
+	f.publish("v", ev, "v2")
+	rest, _ := pageEffects(t, f.s, store.EffectFilter{AfterSeq: first[len(first)-1].Seq}, 10)
+	if got := strings.Join(effectHashes(append(first, rest...)), ","); got != "w1,w2,v1,u-mail,w3,v2" {
+		t.Fatalf("pages around a publish = %s, want w1,w2,v1,u-mail,w3,v2", got)
+	}
+}
+
+// pageTimers reads every page of q at limit n.
+func pageTimers(t *testing.T, s store.Store, q store.TimerFilter, n int) ([]store.TimerItem, []int) {
+	t.Helper()
+	var all []store.TimerItem
+	var sizes []int
+	q.Limit = n
+	for range 100 {
+		page, err := s.QueryTimers(bg, q)
+		must(t, err, "QueryTimers")
+		if page == nil {
+			t.Fatalf("QueryTimers(%+v) = nil, want an empty page", q)
+		}
+		sizes = append(sizes, len(page))
+		if len(page) == 0 {
+			return all, sizes
+		}
+		all = append(all, page...)
+		q.After = page[len(page)-1].CursorOf()
+	}
+	t.Fatalf("QueryTimers(%+v) never reached an empty page", q)
+	return nil, nil
+}
+
+func timerHashes(ts []store.TimerItem) string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.IntentHash
+	}
+	return strings.Join(out, ",")
+}
+
+// Timers across worlds, in every state, page in (deliverAt, intentHash)
+// order, ties on the due time included: every row once, filters by world
+// and state, an empty last page.
+func testQueryTimers(t *testing.T, open Factory) {
+	f := setup(t, open)
+	ew, ev := f.leased("w", "A"), f.leased("v", "A")
+	now := f.now()
+	sec := now.Add(time.Second)
+	must(t, f.s.Schedule(bg, "w", ew, "t-fired", now, nil), "Schedule")
+	must(t, f.s.Schedule(bg, "w", ew, "t-b", sec, nil), "Schedule")
+	must(t, f.s.Schedule(bg, "v", ev, "t-a", sec, nil), "Schedule")
+	must(t, f.s.Schedule(bg, "v", ev, "t-c", sec, nil), "Schedule")
+	must(t, f.s.Schedule(bg, "w", ew, "t-late", now.Add(time.Hour), []byte("p")), "Schedule")
+	f.advance(2 * time.Second)
+	for _, it := range f.claimDue("tw", 1) {
+		f.fire(it.IntentHash, it.ClaimOf())
+	}
+	if got := f.claimDue("tw", 1); len(got) != 1 || got[0].IntentHash != "t-a" {
+		t.Fatalf("ClaimDue = %+v, want t-a", got)
+	}
+	before := f.fingerprint()
+
+	all, sizes := pageTimers(t, f.s, store.TimerFilter{}, 2)
+	if got := timerHashes(all); got != "t-fired,t-a,t-b,t-c,t-late" {
+		t.Fatalf("every timer paged by 2 = %s (pages %v), want t-fired,t-a,t-b,t-c,t-late", got, sizes)
+	}
+	if !slices.Equal(sizes, []int{2, 2, 1, 0}) {
+		t.Fatalf("page sizes = %v, want [2 2 1 0]", sizes)
+	}
+	if all[0].State != store.TimerDelivered || all[1].State != store.TimerClaimed || all[1].ClaimedBy != "tw" ||
+		all[2].State != store.TimerScheduled || !all[2].DeliverAt.Equal(sec) || all[4].World != "w" || string(all[4].Payload) != "p" {
+		t.Fatalf("rows = %s", timersSummary(all))
+	}
+	for _, c := range []struct {
+		q    store.TimerFilter
+		want string
+	}{
+		{store.TimerFilter{World: "v"}, "t-a,t-c"},
+		{store.TimerFilter{States: []store.TimerState{store.TimerScheduled}}, "t-b,t-c,t-late"},
+		{store.TimerFilter{States: []store.TimerState{store.TimerScheduled, store.TimerClaimed}}, "t-a,t-b,t-c,t-late"},
+		{store.TimerFilter{States: []store.TimerState{store.TimerClaimed}}, "t-a"},
+		{store.TimerFilter{States: []store.TimerState{store.TimerDelivered}, World: "w"}, "t-fired"},
+		{store.TimerFilter{States: []store.TimerState{store.TimerDelivered}, World: "v"}, ""},
+		{store.TimerFilter{World: "nobody"}, ""},
+	} {
+		got, _ := pageTimers(t, f.s, c.q, 1)
+		if s := timerHashes(got); s != c.want {
+			t.Errorf("QueryTimers(%+v) = %s, want %s", c.q, s, c.want)
+		}
+	}
+	if after := f.fingerprint(); after != before {
+		t.Fatalf("QueryTimers changed state:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+// A limit over MaxListLimit is refused, not clamped: a caller never takes
+// a short page for the end. The maximum itself is a page.
+func testQueryLimit(t *testing.T, open Factory) {
+	f := setup(t, open)
+	_, err := f.s.QueryEffects(bg, store.EffectFilter{Limit: store.MaxListLimit + 1})
+	wantErr(t, err, store.ErrInvalid, "QueryEffects over the max")
+	_, err = f.s.QueryTimers(bg, store.TimerFilter{Limit: store.MaxListLimit + 1})
+	wantErr(t, err, store.ErrInvalid, "QueryTimers over the max")
+	if page, err := f.s.QueryEffects(bg, store.EffectFilter{Limit: store.MaxListLimit}); err != nil || len(page) != 0 {
+		t.Fatalf("QueryEffects(max) on an empty store = %+v, %v", page, err)
+	}
+	if page, err := f.s.QueryTimers(bg, store.TimerFilter{Limit: store.MaxListLimit}); err != nil || len(page) != 0 {
+		t.Fatalf("QueryTimers(max) on an empty store = %+v, %v", page, err)
 	}
 }

@@ -211,7 +211,7 @@ function sortedWorlds() {
 }
 
 function renderWorlds() {
-  const worlds = sortedWorlds();
+  const worlds = shownWorlds(sortedWorlds());
   $('#worlds-empty').hidden = worlds.length > 0;
   syncRows($('#worlds tbody'), worlds, (w) => w.id, makeWorldRow, updateWorldRow);
 }
@@ -304,13 +304,13 @@ function renderWorldPickers() {
 // ---- workers ----
 
 function renderWorkers() {
-  const workers = Array.from(state.workers.values()).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  const workers = shownWorkers(Array.from(state.workers.values()).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)));
   $('#workers-empty').hidden = workers.length > 0;
   syncRows($('#workers tbody'), workers, (w) => w.id, makeWorkerRow, updateWorkerRow);
 }
 
 function makeWorkerRow(w) {
-  const tr = el('tr', {}, ...cells('id', 'live', 'draining', 'held', 'assigned', 'capacity', 'heartbeat', 'started', 'actions'));
+  const tr = el('tr', {}, ...cells('id', 'status', 'live', 'draining', 'held', 'assigned', 'capacity', 'heartbeat', 'started', 'actions'));
   tr.querySelector('td.id').textContent = w.id;
   tr.querySelector('td.actions').append(
     el('button', { type: 'button', class: 'drain', onclick: () => drain(w.id, true) }, 'Drain'),
@@ -325,10 +325,9 @@ function updateWorkerRow(tr, w) {
   setCell(tr, 'held', String(w.worlds_held));
   setCell(tr, 'assigned', String(w.worlds_assigned));
   setCell(tr, 'capacity', String(w.capacity));
-  setCell(tr, 'heartbeat', fmtTime(w.heartbeat_at));
-  setCell(tr, 'started', fmtTime(w.started_at));
-  tr.querySelector('button.drain').hidden = !!w.draining;
-  tr.querySelector('button.undrain').hidden = !w.draining;
+  setTime(tr, 'heartbeat', w.heartbeat_at);
+  setTime(tr, 'started', w.started_at);
+  showWorkerStatus(tr, w);
 }
 
 function drain(id, draining) {
@@ -355,7 +354,7 @@ let effectsTimer = null;
 // refreshWorldQueues reloads the chosen world's effects and timers, once
 // however many events of one read of the stream ask.
 function refreshWorldQueues() {
-  if (state.tab !== 'queues' || !state.arg || effectsTimer) return;
+  if (state.tab !== 'queues' || effectsTimer) return;
   effectsTimer = setTimeout(() => {
     effectsTimer = null;
     loadWorldQueues(state.arg);
@@ -364,19 +363,18 @@ function refreshWorldQueues() {
 
 async function loadWorldQueues(id) {
   try {
-    const [eff, tim] = await Promise.all([
-      api('GET', `/v1/effects?world=${enc(id)}`),
-      api('GET', `/v1/timers?world=${enc(id)}`),
-    ]);
+    const [eff, tim] = await Promise.all([api('GET', effectsQuery(id)), api('GET', timersQuery(id))]);
     if (state.tab !== 'queues' || state.arg !== id) return;
     const effects = eff.effects || [];
+    showQueuePage('effects', effects, eff.next);
+    showQueuePage('timers', tim.timers || [], tim.next);
     $('#effects-empty').hidden = effects.length > 0;
     syncRows($('#effects tbody'), effects, (e) => e.intent_hash, makeEffectRow, updateEffectRow);
     const timers = tim.timers || [];
     $('#timers-empty').hidden = timers.length > 0;
     syncRows($('#timers tbody'), timers, (t) => t.intent_hash, makeTimerRow, updateTimerRow);
   } catch (e) {
-    notify(`effects and timers of ${id}: ${e instanceof ApiError ? e.toString() : e.message}`, true);
+    notify(`effects and timers of ${id || 'every world'}: ${e instanceof ApiError ? e.toString() : e.message}`, true);
   }
 }
 
@@ -388,7 +386,7 @@ function clearWorldQueues() {
 }
 
 function makeEffectRow(e) {
-  const tr = el('tr', {}, ...cells('intent', 'kind', 'state', 'attempt', 'retries', 'enqueued', 'claimed', 'actions'));
+  const tr = el('tr', {}, ...cells('intent', 'world', 'kind', 'state', 'attempt', 'retries', 'enqueued', 'claimed', 'actions'));
   const td = tr.querySelector('td.intent');
   td.textContent = short(e.intent_hash);
   td.title = e.intent_hash + ' (click: into the retry form)';
@@ -407,12 +405,13 @@ function updateEffectRow(tr, e) {
   setCell(tr, 'state', e.state, 'state-' + e.state);
   setCell(tr, 'attempt', String(e.attempt));
   setCell(tr, 'retries', String(e.retries));
-  setCell(tr, 'enqueued', fmtTime(e.enqueued_at));
+  setWorldCell(tr, e.world);
+  setTime(tr, 'enqueued', e.enqueued_at);
   setCell(tr, 'claimed', e.claimed_by || '');
 }
 
 function makeTimerRow(t) {
-  const tr = el('tr', {}, ...cells('intent', 'deliver', 'state', 'attempt', 'claimed'));
+  const tr = el('tr', {}, ...cells('intent', 'world', 'deliver', 'state', 'attempt', 'claimed'));
   const td = tr.querySelector('td.intent');
   td.textContent = short(t.intent_hash);
   td.title = t.intent_hash;
@@ -420,7 +419,8 @@ function makeTimerRow(t) {
 }
 
 function updateTimerRow(tr, t) {
-  setCell(tr, 'deliver', fmtTime(t.deliver_at));
+  setWorldCell(tr, t.world);
+  setTime(tr, 'deliver', t.deliver_at);
   setCell(tr, 'state', t.state, 'state-' + t.state);
   setCell(tr, 'attempt', String(t.attempt));
   setCell(tr, 'claimed', t.claimed_by || '');
@@ -559,10 +559,11 @@ async function loadRuns() {
 // list endpoint sorts them.
 function renderRuns() {
   if (!state.runsKnown) return;
-  const runs = Array.from(state.runs.values()).sort((a, b) => (runID(a) < runID(b) ? -1 : runID(a) > runID(b) ? 1 : 0));
+  const all = Array.from(state.runs.values()).sort((a, b) => (runID(a) < runID(b) ? -1 : runID(a) > runID(b) ? 1 : 0));
+  const runs = shownRuns(all);
   const msg = $('#runs-message');
   msg.hidden = runs.length > 0;
-  msg.textContent = runs.length ? '' : 'No runs.';
+  msg.textContent = runs.length ? '' : all.length ? 'No runs match.' : 'No runs.';
   syncRows($('#runs tbody'), runs, runID, makeRunRow, updateRunRow);
 }
 
@@ -570,9 +571,6 @@ function makeRunRow(r) {
   const id = runID(r);
   const tr = el('tr', {}, ...cells('id', 'workflow', 'status', 'started', 'duration', 'steps', 'actions'));
   tr.querySelector('td.id').append(el('a', { href: '#runs/' + enc(id) }, id));
-  tr.querySelector('td.actions').append(
-    el('button', { type: 'button', class: 'cancel', onclick: () => cancelRun(id) }, 'Cancel'),
-  );
   return tr;
 }
 
@@ -581,9 +579,10 @@ function updateRunRow(tr, r) {
   setCell(tr, 'workflow', r.version ? `${wf} v${r.version}` : wf);
   setCell(tr, 'status', r.status || '', 'status-' + (r.status || 'unknown'));
   tr.querySelector('td.status').title = r.last_error || r.error || '';
-  setCell(tr, 'started', fmtTime(r.started_at || r.started));
+  setTime(tr, 'started', r.started_at || r.started);
   setCell(tr, 'duration', fmtDuration(durationOf(r)));
   setCell(tr, 'steps', String(stepCount(r)));
+  showRunActions(tr.querySelector('td.actions'), r);
 }
 
 async function loadRun(id) {
@@ -593,6 +592,7 @@ async function loadRun(id) {
     const steps = ((run && (Array.isArray(run.steps) ? run.steps : run.timeline)) || []).map(stepOf);
     $('#run-detail-id').textContent = id;
     syncRows($('#timeline tbody'), steps, (s) => String(s.step_id || s.id), makeStepRow, updateStepRow);
+    showRunDetail(Object.assign({ id }, run));
     box.hidden = false;
   } catch (e) {
     box.hidden = true;
@@ -609,7 +609,7 @@ function makeStepRow(s) {
 function updateStepRow(tr, s) {
   setCell(tr, 'attempts', String(s.attempts === undefined ? '' : s.attempts));
   setCell(tr, 'status', s.status || '', 'status-' + (s.status || 'unknown'));
-  setCell(tr, 'started', fmtTime(s.started_at || s.started));
+  setTime(tr, 'started', s.started_at || s.started);
   setCell(tr, 'duration', fmtDuration(durationOf(s)));
   setCell(tr, 'error', s.error || s.last_error || '');
 }
@@ -759,7 +759,8 @@ function route() {
   switch (tab) {
     case 'queues':
       clearWorldQueues();
-      if (arg) loadWorldQueues(arg);
+      resetQueuePages();
+      loadWorldQueues(arg);
       break;
     case 'journal':
       if (arg) followJournal(arg);
@@ -778,14 +779,22 @@ function route() {
   }
 }
 
+// allWorlds reads every page of the worlds list: the tab filters and
+// pages what the stream then keeps current.
+async function allWorlds() {
+  const out = [];
+  for (let after = ''; ; ) {
+    const page = await api('GET', '/v1/worlds?detail=true' + (after ? '&after=' + enc(after) : ''));
+    out.push(...(page.worlds || []));
+    if (!page.next) return out;
+    after = page.next;
+  }
+}
+
 async function loadAll() {
   try {
-    const [worlds, workers, queues] = await Promise.all([
-      api('GET', '/v1/worlds?detail=true'),
-      api('GET', '/v1/workers'),
-      api('GET', '/v1/queues'),
-    ]);
-    for (const w of worlds.worlds) state.worlds.set(w.id, w);
+    const [worlds, workers, queues] = await Promise.all([allWorlds(), api('GET', '/v1/workers'), api('GET', '/v1/queues')]);
+    for (const w of worlds) state.worlds.set(w.id, w);
     for (const w of workers.workers) state.workers.set(w.id, w);
     state.queues = queues;
     render();
@@ -811,6 +820,7 @@ function init() {
       location.hash = '#' + tab + (sel.value ? '/' + enc(sel.value) : '');
     });
   }
+  listsInit();
   window.addEventListener('hashchange', route);
   route();
   loadAll();
