@@ -1,10 +1,7 @@
 package web_test
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,35 +13,6 @@ import (
 	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/vocab"
 )
-
-// screenshot keeps a picture of the whole page as the test's artefact:
-// under $ORRERY_TEST_ARTIFACTS (or $ORRERY_TEST_ARTIFACTS_DIR, the lab's)
-// in screenshots/, else in the test's temporary directory.
-func (e *env) screenshot(name string) {
-	e.t.Helper()
-	dir := os.Getenv("ORRERY_TEST_ARTIFACTS")
-	if dir == "" {
-		dir = os.Getenv("ORRERY_TEST_ARTIFACTS_DIR")
-	}
-	if dir == "" {
-		dir = e.t.TempDir()
-	}
-	dir = filepath.Join(dir, "screenshots")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		e.t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(e.tab, actionBound)
-	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
-	if err != nil {
-		e.t.Fatalf("screenshot %s: %v", name, err)
-	}
-	path := filepath.Join(dir, strings.ReplaceAll(e.t.Name(), "/", "_")+"-"+name+".png")
-	if err := os.WriteFile(path, png, 0o644); err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Logf("screenshot: %s", path)
-}
 
 // rowIDs is an expression: the data-id of table's rows, joined by commas.
 func rowIDs(table string) string {
