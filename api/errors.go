@@ -52,6 +52,9 @@ type Error struct {
 	Code    string         `json:"code"`
 	Message string         `json:"message"`
 	Details map[string]any `json:"details"`
+	// RequestID is the request's X-Request-Id, to find the server's log
+	// lines of it.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 func (e *Error) Error() string {

@@ -246,12 +246,34 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 			}
 		},
 		Tracer: tp,
+		WorkflowWorker: func(wc *workflow.WorkerConfig) {
+			prev := wc.Observe
+			wc.Observe = func(ev workflow.Event) {
+				if prev != nil {
+					prev(ev)
+				}
+				metrics.ObserveWorkflow(ev)
+			}
+		},
 	})
 	if err != nil {
 		return err
 	}
 	metrics.CollectQueueDepths(st.QueueDepths)
 	metrics.CollectWorldsHosted(api.HostedBy(n.Host()))
+	if v := n.RunsView(); v != nil {
+		metrics.CollectRuns(func() map[string]int {
+			out := map[string]int{}
+			for _, r := range v.Runs.List() {
+				s := string(r.Status)
+				if s == "" {
+					s = "unknown"
+				}
+				out[s]++
+			}
+			return out
+		})
+	}
 	srv, err := api.NewServer(api.Config{
 		Store: st, Ops: n.Ops(), Client: n.Client(), Kernels: e.kernels,
 		Token: token, MaxBody: f.maxBody, CallTimeout: f.callTimeout,
