@@ -23,8 +23,9 @@ const KindSnapshot = "snapshot"
 // it enqueues a KindSnapshot item, waits (as Call waits for a reply) until
 // the world's inbox cursor has passed it, and returns the world's active
 // snapshot, whose height is at least the world's head when Snapshot was
-// called. A paused or archived world takes no input and gives
-// store.ErrWorldPaused or ErrWorldArchived.
+// called. A paused or archived world gives store.ErrWorldPaused or
+// ErrWorldArchived; one paused while the request waits keeps it waiting
+// until it is resumed or ctx ends.
 func (c *Client) Snapshot(ctx context.Context, worldID string) (store.Snapshot, error) {
 	st := c.cfg.Store
 	rec, err := st.GetWorld(ctx, worldID)
@@ -33,6 +34,15 @@ func (c *Client) Snapshot(ctx context.Context, worldID string) (store.Snapshot, 
 	}
 	if _, err := c.cfg.Kernels.of("snapshot", rec); err != nil {
 		return store.Snapshot{}, err
+	}
+	// A paused world keeps its input for later: the request would wait
+	// for a resume, so it is refused instead (its active snapshot, if
+	// any, is what a fork of it starts from).
+	switch rec.Status {
+	case store.WorldPaused:
+		return store.Snapshot{}, store.Errorf("snapshot", store.ErrWorldPaused, worldID, "a paused world takes no snapshot until it is resumed")
+	case store.WorldArchived:
+		return store.Snapshot{}, store.Errorf("snapshot", store.ErrWorldArchived, worldID, "")
 	}
 	ack, err := enqueue(ctx, st, "snapshot", worldID, store.InboxItem{Kind: KindSnapshot})
 	if err != nil {
