@@ -132,6 +132,10 @@ func RunApp(ctx context.Context, args []string, stdio IO, app App) int {
 		return ExitOK
 	}
 	code := exitCode(err)
+	if e.jsonErrors(cmd) {
+		e.printJSONError(cmd, err, code)
+		return code
+	}
 	msg := err.Error()
 	// cobra lists its suggestions on lines of their own; they belong on
 	// the error's one line.

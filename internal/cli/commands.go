@@ -327,8 +327,9 @@ which the world runs once.`,
 		Use:   "fork SRC NEW",
 		Short: "Fork a world at a snapshot into a new world",
 		Long: `fork creates NEW from SRC's snapshot at --height (default: SRC's latest
-snapshot). NEW starts at exactly that state, with SRC's pending effects and
-timers left with SRC, and records its lineage.`,
+snapshot; 'orrery world snapshot SRC' takes one at SRC's head now). NEW
+starts at exactly that state, with SRC's pending effects and timers left
+with SRC, and records its lineage.`,
 		Example: "  orrery world fork bob bob-what-if",
 		Args:    args(cobra.ExactArgs(2)),
 		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
@@ -366,7 +367,7 @@ timers left with SRC, and records its lineage.`,
 		}),
 	}
 
-	cmd.AddCommand(create, list, show, send, call, fork, state)
+	cmd.AddCommand(create, list, show, send, call, fork, state, e.worldSnapshotCommand())
 	for _, action := range []struct {
 		name, short string
 		do          func(*api.Client) func(context.Context, string, string) (api.World, error)

@@ -293,7 +293,12 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	if f.tlsCert != "" {
 		scheme = "https"
 	}
-	fmt.Fprintf(e.io.Out, "orrery serve: worker %s, store %s, API %s://%s\n", worker, desc, scheme, addrOf(ln))
+	if f.logFormat == "json" {
+		// Every line this process writes is JSON, its first included.
+		slog.New(slog.NewJSONHandler(e.io.Out, nil)).Info("orrery serve", "worker", worker, "store", desc, "api", scheme+"://"+addrOf(ln))
+	} else {
+		fmt.Fprintf(e.io.Out, "orrery serve: worker %s, store %s, API %s://%s\n", worker, desc, scheme, addrOf(ln))
+	}
 	log.Info("serving", "worker", worker, "store", desc, "listen", addrOf(ln), "dashboard", scheme+"://"+addrOf(ln)+"/ui/")
 
 	sig, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
