@@ -3,9 +3,13 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/orrery-run/orrery/api"
 	"github.com/orrery-run/orrery/examples/ledger"
@@ -209,5 +213,103 @@ func writeFile(t *testing.T, path, body string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestServeMetricsMove: the /metrics of a real serve count its HTTP
+// requests by route and code, its workflow runs by status and steps by
+// outcome, and its worlds' handler errors by world type, each moving with
+// what was done.
+func TestServeMetricsMove(t *testing.T) {
+	wfs, err := ledger.Workflows()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	sctx, stop := context.WithCancel(ctx)
+	out := newSyncBuffer()
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.RunApp(sctx, []string{"serve", "--listen", "127.0.0.1:0", "--store", "memory", "--worker-id", "m1"},
+			cli.IO{Out: out, Getenv: func(string) string { return "" }}, cli.App{Kernels: ledger.Kernels(), Workflows: wfs})
+	}()
+	defer func() {
+		stop()
+		<-done
+	}()
+	m := servingLine.FindStringSubmatch(out.waitFor(ctx, t, "serve's first line", func(o string) bool { return strings.Contains(o, "\n") }))
+	if m == nil {
+		t.Fatalf("serve's first line %q", out.String())
+	}
+	url := m[3]
+	ok := func(args ...string) string {
+		t.Helper()
+		r := runCLI(ctx, nil, append([]string{"--addr", url}, args...)...)
+		if r.code != cli.ExitOK {
+			t.Fatalf("orrery %s: %s", strings.Join(args, " "), r)
+		}
+		return r.out
+	}
+	scrape := func() string {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	value := func(text, series string) float64 {
+		for _, line := range strings.Split(text, "\n") {
+			if rest, ok := strings.CutPrefix(line, series+" "); ok {
+				v, _ := strconv.ParseFloat(rest, 64)
+				return v
+			}
+		}
+		return 0
+	}
+	before := scrape()
+
+	ok("world", "create", "bob", "--universe", ledger.UniverseAccount)
+	ok("world", "call", "bob", "ledger/Open", `{"Owner":"bob"}`)
+	if r := runCLI(ctx, nil, "--addr", url, "world", "call", "bob", "ledger/Withdraw", `{"Amount":5}`); r.code != cli.ExitError {
+		t.Fatalf("an overdraft: %s", r) // the handler refuses it: a handler error
+	}
+	ok("run", "start", ledger.WorkflowPayout, "p-ok", `{"Account":"bob","Amount":5}`)
+	ok("run", "start", ledger.WorkflowPayout, "p-bad", `{"Account":"bob","Amount":0}`)
+	waitFor := func(what string, cond func(string) bool) string {
+		t.Helper()
+		for {
+			text := scrape()
+			if cond(text) {
+				return text
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s: never\n%s", what, text)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	waitFor("p-ok waits for its approval", func(text string) bool {
+		return value(text, `orrery_workflow_runs{status="running"}`) == 1 && value(text, `orrery_workflow_runs{status="failed"}`) == 1
+	})
+	ok("run", "signal", "p-ok", "approved", "true", "--key", "a-1")
+	after := waitFor("p-ok completes", func(text string) bool { return value(text, `orrery_workflow_runs{status="completed"}`) == 1 })
+
+	for series, delta := range map[string]float64{
+		`orrery_http_requests_total{code="201",route="POST /v1/worlds"}`:                            1,
+		`orrery_http_requests_total{code="422",route="POST /v1/worlds/{id}/calls"}`:                 1,
+		`orrery_http_request_duration_seconds_count{code="200",route="POST /v1/worlds/{id}/calls"}`: 1,
+		`orrery_handler_errors_total{world_type="ledger.account"}`:                                  1,
+		`orrery_workflow_steps_total{outcome="completed"}`:                                          2, // p-ok's validate and notify
+		`orrery_workflow_steps_total{outcome="failed"}`:                                             1, // p-bad's validate
+	} {
+		if got := value(after, series) - value(before, series); got != delta {
+			t.Errorf("%s moved by %v, want %v", series, got, delta)
+		}
 	}
 }
