@@ -305,7 +305,7 @@ func TestServeMetricsMove(t *testing.T) {
 		`orrery_http_requests_total{code="422",route="POST /v1/worlds/{id}/calls"}`:                 1,
 		`orrery_http_request_duration_seconds_count{code="200",route="POST /v1/worlds/{id}/calls"}`: 1,
 		`orrery_handler_errors_total{world_type="ledger.account"}`:                                  1,
-		`orrery_workflow_steps_total{outcome="completed"}`:                                          2, // p-ok's validate and notify
+		`orrery_workflow_steps_total{outcome="completed"}`:                                          3, // p-ok's validate, its approval's await and notify
 		`orrery_workflow_steps_total{outcome="failed"}`:                                             1, // p-bad's validate
 	} {
 		if got := value(after, series) - value(before, series); got != delta {
