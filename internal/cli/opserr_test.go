@@ -298,7 +298,12 @@ func TestServeMetricsMove(t *testing.T) {
 		return value(text, `orrery_workflow_runs{status="running"}`) == 1 && value(text, `orrery_workflow_runs{status="failed"}`) == 1
 	})
 	ok("run", "signal", "p-ok", "approved", "true", "--key", "a-1")
-	after := waitFor("p-ok completes", func(text string) bool { return value(text, `orrery_workflow_runs{status="completed"}`) == 1 })
+	// The host counts a handler error just after its commit, which the
+	// call's reply may overtake: waited for, not assumed.
+	after := waitFor("p-ok completes and the overdraft is counted", func(text string) bool {
+		return value(text, `orrery_workflow_runs{status="completed"}`) == 1 &&
+			value(text, `orrery_handler_errors_total{world_type="ledger.account"}`) > value(before, `orrery_handler_errors_total{world_type="ledger.account"}`)
+	})
 
 	for series, delta := range map[string]float64{
 		`orrery_http_requests_total{code="201",route="POST /v1/worlds"}`:                            1,
