@@ -228,16 +228,21 @@ func TestRequestIDs(t *testing.T) {
 		t.Fatalf("client error %#v has no request id", err)
 	}
 
+	// A request's line is written after its answer: waited for.
 	seen := map[string]string{}
-	for _, l := range logs.lines(t) {
-		if strings.HasPrefix(l["msg"].(string), "api: request") {
-			id, _ := l["request_id"].(string)
-			if id == "" {
-				t.Fatalf("a request's log line has no request_id: %v", l)
+	r.WaitFor("every request's log line", func() (bool, error) {
+		clear(seen)
+		for _, l := range logs.lines(t) {
+			if strings.HasPrefix(l["msg"].(string), "api: request") {
+				id, _ := l["request_id"].(string)
+				if id == "" {
+					t.Fatalf("a request's log line has no request_id: %v", l)
+				}
+				seen[id], _ = l["level"].(string)
 			}
-			seen[id], _ = l["level"].(string)
 		}
-	}
+		return seen["trace-42.a"] != "" && seen[gen] != "" && seen[ok] != "" && seen[ae.RequestID] != "", nil
+	})
 	// A client's mistakes (404, 400) are INFO, not WARN.
 	for _, id := range []string{"trace-42.a", gen, ae.RequestID} {
 		if seen[id] != "INFO" {

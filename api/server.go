@@ -353,17 +353,27 @@ func (s *Server) wrap(pattern string, open bool, h handlerFunc) http.Handler {
 		} else {
 			status, body, err = s.run(r, rc, h)
 		}
+		// A JSON answer is counted before it is written, so that a client
+		// that has it and then scrapes /metrics finds it there.
+		observe := func() {
+			if s.cfg.Metrics != nil {
+				s.cfg.Metrics.observeRequest(pattern, status, time.Since(start))
+			}
+		}
 		var e *Error
 		if err != nil {
 			e = toError(err)
 			status = e.Status
 			e.RequestID = rid
+			observe()
 			writeError(w, e)
 		} else if p, ok := body.(passthrough); ok {
 			sw := &statusWriter{ResponseWriter: w}
 			p.h.ServeHTTP(sw, r)
 			status = sw.status
+			observe()
 		} else {
+			observe()
 			writeJSON(w, status, body)
 		}
 
@@ -375,9 +385,6 @@ func (s *Server) wrap(pattern string, open bool, h handlerFunc) http.Handler {
 		logAttrs := []any{"method", r.Method, "route", pattern, "status", status, "duration", time.Since(start)}
 		if rc.world != "" {
 			logAttrs = append(logAttrs, "world", rc.world)
-		}
-		if s.cfg.Metrics != nil {
-			s.cfg.Metrics.observeRequest(pattern, status, time.Since(start))
 		}
 		log := rc.log
 		switch {
