@@ -14,7 +14,12 @@
 //	5  unavailable: the server cannot be reached, is not ready, or timed out
 //	6  unauthenticated or forbidden
 //
-// An error is one line on stderr; -v adds its detail.
+// An error is one line on stderr; -v adds its detail. Under -o json it is
+// one JSON line on stderr instead ({"error":{...}}, see JSONError).
+//
+// Settings: every global flag, and every flag of serve, has an ORRERY_*
+// environment variable and a key in the --config TOML file; a flag wins
+// over the variable, the variable over the file (see config.go).
 package cli
 
 import (
