@@ -367,6 +367,11 @@ func inputMismatch(err error, typ string, value json.RawMessage) (*Error, bool) 
 			where = fmt.Sprintf("field %q", field)
 		}
 		msg := fmt.Sprintf("the value does not fit %q: %s must be %s, not %s", typ, where, article(expected), article(got))
+		if got == expected || strings.HasSuffix(expected, got) {
+			// The right kind of number, too large for the field.
+			msg = fmt.Sprintf("the value does not fit %q: %s is out of range for %s", typ, where, rangeOf(te.GoType))
+			got = "integer out of range"
+		}
 		if sample != "" {
 			msg += " (" + sample + ")"
 		}
@@ -376,11 +381,16 @@ func inputMismatch(err error, typ string, value json.RawMessage) (*Error, bool) 
 		}
 		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidArgument, Message: cleanMessage(msg), Details: d}, true
 	case errors.As(err, &ue):
-		// The library names the field by its position only; the message
-		// keeps the library's text of it.
-		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidArgument,
-			Message: cleanMessage(fmt.Sprintf("the value does not fit %q: it has a field %q does not have (%s)", typ, typ, strings.TrimPrefix(ue.Error(), "cbor: "))),
-			Details: map[string]any{"type": typ}}, true
+		// The decoder names the member by its index in the canonical CBOR
+		// map, whose keys are ordered shortest first, then bytewise: the
+		// same order over the request's top-level keys finds its name.
+		d := map[string]any{"type": typ}
+		msg := fmt.Sprintf("the value does not fit %q: it has a field the type does not have", typ)
+		if name, ok := unknownKey(value, ue.Index); ok {
+			d["field"] = name
+			msg = fmt.Sprintf("the value does not fit %q: it has no field %q", typ, name)
+		}
+		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidArgument, Message: cleanMessage(msg), Details: d}, true
 	}
 	return nil, false
 }
@@ -550,4 +560,38 @@ func unknownUniverse(u string, kernels plane.Kernels) *Error {
 	e := invalid(fmt.Sprintf("unknown universe %q (this server has %s)", u, strings.Join(known, ", ")))
 	e.Details = map[string]any{"universes": known}
 	return e
+}
+
+// unknownKey is the top-level key of the JSON object value at index i in
+// canonical CBOR order (ok=false: no such key, or not an object).
+func unknownKey(value json.RawMessage, i int) (string, bool) {
+	var obj map[string]json.RawMessage
+	if len(value) == 0 || json.Unmarshal(value, &obj) != nil || i < 0 || i >= len(obj) {
+		return "", false
+	}
+	keys := make([]string, 0, len(obj))
+	for k := range obj {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		if len(a) != len(b) {
+			return len(a) - len(b)
+		}
+		return strings.Compare(a, b)
+	})
+	return keys[i], true
+}
+
+// rangeOf names the range of a Go number type in JSON's words.
+func rangeOf(goType string) string {
+	t := strings.TrimLeft(goType, "*")
+	for _, p := range []struct{ prefix, kind string }{{"uint", "non-negative integer"}, {"int", "integer"}, {"float", "number"}} {
+		if bits, ok := strings.CutPrefix(t, p.prefix); ok {
+			if bits == "" {
+				bits = "64"
+			}
+			return "a " + bits + "-bit " + p.kind
+		}
+	}
+	return "its type"
 }

@@ -253,3 +253,46 @@ func TestRequestIDs(t *testing.T) {
 		t.Errorf("a success was logged at %q, want DEBUG", seen[ok])
 	}
 }
+
+// TestInputMismatchInJSONTerms: a value that does not fit its handler's
+// type is refused, for a send and a call alike, by the field, the JSON
+// type expected and the one given, never in CBOR's or Go's words; an
+// unknown field is named.
+func TestInputMismatchInJSONTerms(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	r.Create("p", universe)
+	add := typeName(t, testworlds.Add{})
+	for _, tc := range []struct {
+		value   string
+		message string
+		details map[string]any
+	}{
+		{`{"By":"two"}`, `field "By" must be an integer, not a string ("two")`, map[string]any{"field": "By", "expected": "integer", "got": "string"}},
+		{`{"By":true}`, `field "By" must be an integer, not a boolean (true)`, map[string]any{"field": "By", "expected": "integer", "got": "boolean"}},
+		{`{"By":2.5}`, `field "By" must be an integer, not a number with a fraction or exponent (2.5)`, map[string]any{"expected": "integer"}},
+		{`{"By":18446744073709551615}`, `field "By" is out of range for a 64-bit integer (18446744073709551615)`, map[string]any{"field": "By", "got": "integer out of range"}},
+		{`{"By":1,"Kye":"x"}`, `it has no field "Kye"`, map[string]any{"field": "Kye"}},
+		{`[1,2]`, `the value must be an object, not an array`, map[string]any{"expected": "object", "got": "array"}},
+		{`{"By":1,"Key":7}`, `field "Key" must be a string, not an integer (7)`, map[string]any{"field": "Key", "expected": "string", "got": "integer"}},
+	} {
+		for _, path := range []string{"/v1/worlds/p/events", "/v1/worlds/p/calls"} {
+			st, body := r.Do(http.MethodPost, path, "application/json", `{"type":"`+add+`","value":`+tc.value+`}`, "")
+			var e api.Error
+			if err := json.Unmarshal(body, &e); err != nil || st != http.StatusBadRequest || e.Code != api.CodeInvalidArgument {
+				t.Fatalf("%s %s: %d %s", path, tc.value, st, body)
+			}
+			if !strings.Contains(e.Message, tc.message) || strings.Contains(strings.ToLower(e.Message), "cbor") || strings.Contains(e.Message, "int64") {
+				t.Errorf("%s %s: message %q, want %q in JSON's words", path, tc.value, e.Message, tc.message)
+			}
+			for k, v := range tc.details {
+				if e.Details[k] != v {
+					t.Errorf("%s %s: details[%s] = %v, want %v", path, tc.value, k, e.Details[k], v)
+				}
+			}
+		}
+	}
+	// Nothing refused reached the journal.
+	if v := must(r.Client.GetWorld(r.Ctx, "p"))(t); v.Head != 0 || v.InboxDepth != 0 {
+		t.Fatalf("refused inputs were enqueued: head %d, inbox %d", v.Head, v.InboxDepth)
+	}
+}
