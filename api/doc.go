@@ -16,6 +16,7 @@
 //	POST /v1/worlds/{id}/fork             {"id","height"}: 201 created, 200 the same again (any height: a
 //	                                      snapshot there, else the state replayed up to it)
 //	GET  /v1/worlds/{id}/forks            {"worlds":[…]}: the worlds forked from it, sorted by id
+//	POST /v1/worlds/{id}/snapshot         a snapshot now, by the lease holder: {"world","height","state_hash","created_at"}
 //	POST /v1/worlds/{id}/pause|resume|archive  {"reason"}
 //	GET  /v1/worlds/{id}/journal?after=&limit=&wait_ms=&detail=  records after a height, long-polled with wait_ms
 //	                                      (410 compacted, details.floor, when after is below the compaction floor);
@@ -57,14 +58,16 @@
 // Requests are strict: a body must be application/json (415), at most
 // Config.MaxBody (413), exactly one JSON value with no unknown field and
 // every field of its type (400); unknown or repeated query parameters are
-// refused too. Every error is {"code","message","details"} with a stable
-// lowercase code (the Code* constants) and its status; store and plane
+// refused too. Every error is {"code","message","details","request_id"}
+// with a stable lowercase code (the Code* constants) and its status; store and plane
 // sentinels map to them through one table, and a message never carries a
 // stack or a Go type name. Only genuine internal failures are 5xx, besides
 // a call's 504 timeout.
 //
 // Values: an event's or call's JSON value becomes the CBOR its handler
-// decodes. Numbers written without fraction or exponent become int64
+// decodes, checked against the handler's type before it is enqueued: a
+// mismatch is a 400 that names the field, the JSON type expected and the
+// one given (details field, expected, got), in JSON's terms, not CBOR's. Numbers written without fraction or exponent become int64
 // (uint64 above its range), other numbers float64, objects maps with
 // string keys. A handler's reply and a world's state go the other way:
 // CBOR maps become objects (a key that is not a string is written as its
@@ -82,9 +85,12 @@
 // gracefully.
 //
 // Each request gets one server span from Config.Tracer (the OpenTelemetry
-// API only: the binary chooses the SDK), named "orrery.api <route>", and
-// one slog line (Debug; a refusal at Warn with its code, an internal
-// failure at Error). A store that cannot be reached, or that lost its
+// API only: the binary chooses the SDK), named "orrery.api <route>", an
+// id (the caller's X-Request-Id when sane, else a new one, returned in
+// X-Request-Id and in an error's request_id), and one slog line with that
+// request_id (Debug; a client's mistake, any 4xx, at Info; a 501, 503 or
+// 504 at Warn; any other failure at Error). Metrics counts each answer by
+// route pattern and status code. A store that cannot be reached, or that lost its
 // connection before answering (store.ErrUnavailable), is 503 unavailable
 // with Retry-After, logged at Warn: whether the request took effect is
 // unknown, and a retry with the same idempotency key (or call id) is safe.

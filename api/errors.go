@@ -1,12 +1,18 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
+
+	"github.com/fxamacker/cbor/v2"
 
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/plane"
@@ -52,6 +58,9 @@ type Error struct {
 	Code    string         `json:"code"`
 	Message string         `json:"message"`
 	Details map[string]any `json:"details"`
+	// RequestID is the request's X-Request-Id, to find the server's log
+	// lines of it.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 func (e *Error) Error() string {
@@ -244,6 +253,20 @@ func describe(err error) string {
 	if errors.As(err, &ce) {
 		return strings.TrimPrefix(ce.Error(), ce.Op+": store: ")
 	}
+	var we *workflow.Error
+	if errors.As(err, &we) && errors.Is(we.Kind, workflow.ErrNotFound) {
+		// A run is a world underneath: the store's "world not found" would
+		// name the wrong thing.
+		msg := strings.TrimPrefix(we.Kind.Error(), "workflow: ")
+		if we.Run != "" {
+			msg += " (run " + we.Run + ")"
+		}
+		var se *store.Error
+		if we.Err != nil && we.Err != we.Kind && !errors.As(we.Err, &se) {
+			msg += ": " + we.Err.Error()
+		}
+		return msg
+	}
 	var se *store.Error
 	if errors.As(err, &se) && se.Kind != nil {
 		msg := strings.TrimPrefix(se.Kind.Error(), "store: ")
@@ -315,4 +338,260 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// inputMismatch explains, in the terms of the JSON the client sent, an
+// input the handler's type refused: which field, the JSON type it
+// expects, and what the request had there (ok=false: err is not a type
+// mismatch). The decoder's own words are CBOR's, the wire form the
+// client never wrote. value is the request's JSON value (nil for a CBOR
+// payload: what it had is then named by its CBOR kind).
+func inputMismatch(err error, typ string, value json.RawMessage) (*Error, bool) {
+	var te *cbor.UnmarshalTypeError
+	var ue *cbor.UnknownFieldError
+	switch {
+	case errors.As(err, &te):
+		// The decoder names the field as "pkg.Type.Field", Type being the
+		// innermost struct: the request's JSON says where that field is.
+		field := te.StructFieldName
+		if i := strings.LastIndexByte(field, '.'); i >= 0 {
+			field = field[i+1:]
+		}
+		got, sample, path := gotOf(value, field, te.CBORType)
+		if path != "" {
+			field = path
+		}
+		expected := expectedOf(te.GoType)
+		where := "the value"
+		if field != "" {
+			where = fmt.Sprintf("field %q", field)
+		}
+		msg := fmt.Sprintf("the value does not fit %q: %s must be %s, not %s", typ, where, article(expected), article(got))
+		if got == expected || strings.HasSuffix(expected, got) {
+			// The right kind of number, too large for the field.
+			msg = fmt.Sprintf("the value does not fit %q: %s is out of range for %s", typ, where, rangeOf(te.GoType))
+			got = "integer out of range"
+		}
+		if sample != "" {
+			msg += " (" + sample + ")"
+		}
+		d := map[string]any{"type": typ, "expected": expected, "got": got}
+		if field != "" {
+			d["field"] = field
+		}
+		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidArgument, Message: cleanMessage(msg), Details: d}, true
+	case errors.As(err, &ue):
+		// The decoder names the member by its index in the canonical CBOR
+		// map, whose keys are ordered shortest first, then bytewise: the
+		// same order over the request's top-level keys finds its name.
+		d := map[string]any{"type": typ}
+		msg := fmt.Sprintf("the value does not fit %q: it has a field the type does not have", typ)
+		if name, ok := unknownKey(value, ue.Index); ok {
+			d["field"] = name
+			msg = fmt.Sprintf("the value does not fit %q: it has no field %q", typ, name)
+		}
+		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidArgument, Message: cleanMessage(msg), Details: d}, true
+	}
+	return nil, false
+}
+
+// expectedOf is the JSON type a Go type takes.
+func expectedOf(goType string) string {
+	t := strings.TrimLeft(goType, "*")
+	switch {
+	case t == "bool":
+		return "boolean"
+	case t == "string":
+		return "string"
+	case strings.HasPrefix(t, "int"):
+		return "integer"
+	case strings.HasPrefix(t, "uint"):
+		return "non-negative integer"
+	case strings.HasPrefix(t, "float"):
+		return "number"
+	case t == "[]uint8" || t == "[]byte":
+		return "base64 string"
+	case strings.HasPrefix(t, "[]") || strings.HasPrefix(t, "["):
+		return "array"
+	case t == "time.Time":
+		return "string"
+	}
+	// A struct, a map: an object; an interface takes anything.
+	return "object"
+}
+
+// gotOf names the JSON type of the value of the first field named field
+// (depth first; "" the whole value), with a short sample of it and its
+// dotted path; without JSON, or without that field, the CBOR kind the
+// decoder saw.
+func gotOf(value json.RawMessage, field, cborType string) (got, sample, path string) {
+	if len(value) > 0 {
+		var v any
+		dec := json.NewDecoder(bytes.NewReader(value))
+		dec.UseNumber()
+		if dec.Decode(&v) == nil {
+			if field == "" {
+				got, sample = jsonTypeOf(v)
+				return got, sample, ""
+			}
+			if at, p, ok := findField(v, field, ""); ok {
+				got, sample = jsonTypeOf(at)
+				return got, sample, p
+			}
+		}
+	}
+	switch cborType {
+	case "UTF-8 text string":
+		return "string", "", ""
+	case "positive integer":
+		return "integer", "", ""
+	case "negative integer":
+		return "negative integer", "", ""
+	case "array":
+		return "array", "", ""
+	case "map":
+		return "object", "", ""
+	case "byte string":
+		return "bytes", "", ""
+	}
+	return "number, boolean or null", "", ""
+}
+
+// findField finds the first member named name in v, depth first, with its
+// dotted path (an array element's index is a part of it).
+func findField(v any, name, prefix string) (any, string, bool) {
+	join := func(k string) string {
+		if prefix == "" {
+			return k
+		}
+		return prefix + "." + k
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		if at, ok := x[name]; ok {
+			return at, join(name), true
+		}
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			if at, p, ok := findField(x[k], name, join(k)); ok {
+				return at, p, true
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if at, p, ok := findField(e, name, join(strconv.Itoa(i))); ok {
+				return at, p, true
+			}
+		}
+	}
+	return nil, "", false
+}
+
+// jsonTypeOf names a decoded JSON value's type, with a sample of it.
+func jsonTypeOf(v any) (string, string) {
+	switch x := v.(type) {
+	case nil:
+		return "null", ""
+	case bool:
+		return "boolean", strconv.FormatBool(x)
+	case string:
+		s := x
+		if len(s) > 32 {
+			s = s[:32] + "…"
+		}
+		return "string", strconv.Quote(s)
+	case json.Number:
+		s := x.String()
+		switch {
+		case strings.ContainsAny(s, ".eE"):
+			return "number with a fraction or exponent", s
+		case strings.HasPrefix(s, "-"):
+			return "negative integer", s
+		}
+		return "integer", s
+	case []any:
+		return "array", ""
+	case map[string]any:
+		return "object", ""
+	}
+	return "value", ""
+}
+
+// article puts "a" or "an" before a JSON type's name.
+func article(name string) string {
+	if name != "" && strings.ContainsRune("aeiou", rune(name[0])) {
+		return "an " + name
+	}
+	return "a " + name
+}
+
+// checkCallInput refuses a call whose value does not fit its handler's
+// type before it is enqueued, as a send is refused (400), rather than
+// journaling it as a failed step (422): json is the request's JSON value
+// (nil for a payload).
+func (s *Server) checkCallInput(rec store.World, v namedValue, js json.RawMessage) error {
+	k, ok := s.cfg.Kernels[rec.Universe]
+	if !ok {
+		return nil // the plane answers a world it has no definition for
+	}
+	err := k.CheckInput(v.typ, v.value)
+	if err == nil {
+		return nil
+	}
+	if e, ok := inputMismatch(err, v.typ, js); ok {
+		return e
+	}
+	return invalid("invalid call: " + cleanMessage(describe(err)))
+}
+
+// unknownUniverse refuses a universe this server has no definition for,
+// naming those it has (details.universes), so that a typo is fixed from
+// the error alone.
+func unknownUniverse(u string, kernels plane.Kernels) *Error {
+	known := make([]string, 0, len(kernels))
+	for k := range kernels {
+		known = append(known, k)
+	}
+	slices.Sort(known)
+	e := invalid(fmt.Sprintf("unknown universe %q (this server has %s)", u, strings.Join(known, ", ")))
+	e.Details = map[string]any{"universes": known}
+	return e
+}
+
+// unknownKey is the top-level key of the JSON object value at index i in
+// canonical CBOR order (ok=false: no such key, or not an object).
+func unknownKey(value json.RawMessage, i int) (string, bool) {
+	var obj map[string]json.RawMessage
+	if len(value) == 0 || json.Unmarshal(value, &obj) != nil || i < 0 || i >= len(obj) {
+		return "", false
+	}
+	keys := make([]string, 0, len(obj))
+	for k := range obj {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		if len(a) != len(b) {
+			return len(a) - len(b)
+		}
+		return strings.Compare(a, b)
+	})
+	return keys[i], true
+}
+
+// rangeOf names the range of a Go number type in JSON's words.
+func rangeOf(goType string) string {
+	t := strings.TrimLeft(goType, "*")
+	for _, p := range []struct{ prefix, kind string }{{"uint", "non-negative integer"}, {"int", "integer"}, {"float", "number"}} {
+		if bits, ok := strings.CutPrefix(t, p.prefix); ok {
+			if bits == "" {
+				bits = "64"
+			}
+			return "a " + bits + "-bit " + p.kind
+		}
+	}
+	return "its type"
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/workflow"
 )
 
 // Metrics are the plane's Prometheus series. The wiring feeds them: host
@@ -29,6 +31,11 @@ type Metrics struct {
 	fenced           prometheus.Counter
 	parityFailures   prometheus.Counter
 	commits          prometheus.Counter
+	httpRequests     *prometheus.CounterVec
+	httpDuration     *prometheus.HistogramVec
+	workflowSteps    *prometheus.CounterVec
+	handlerErrors    *prometheus.CounterVec
+	handlerPanics    *prometheus.CounterVec
 	gauges           *gaugeCollector
 	gatherer         prometheus.Gatherer
 	registrationErrs error
@@ -78,6 +85,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.fenced = prometheus.NewCounter(prometheus.CounterOpts{Name: "orrery_fenced_total", Help: "Worlds stopped on a host because their lease was fenced."})
 	m.parityFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "orrery_replay_parity_failures_total", Help: "Restores whose replay diverged from the journal."})
 	m.commits = prometheus.NewCounter(prometheus.CounterOpts{Name: "orrery_commits_total", Help: "World cycles committed."})
+
+	// The route is the pattern that matched ("GET /v1/worlds/{id}", or
+	// "unmatched"), never the raw path: the series stay bounded whatever
+	// the clients ask for.
+	m.httpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orrery_http_requests_total", Help: "HTTP API requests answered, by route pattern and status code."}, []string{"route", "code"})
+	m.httpDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "orrery_http_request_duration_seconds", Help: "HTTP API request latency, by route pattern and status code.", Buckets: durationBuckets()}, []string{"route", "code"})
+	m.workflowSteps = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orrery_workflow_steps_total", Help: "Workflow step attempts recorded by this node's workers, by outcome: completed, retried (failed, to be tried again) or failed (for good)."}, []string{"outcome"})
+	m.handlerErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orrery_handler_errors_total", Help: "Committed world steps whose handler returned an error, by world type (definition name)."}, []string{"world_type"})
+	m.handlerPanics = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orrery_handler_panics_total", Help: "Committed world steps whose handler panicked, by world type (definition name)."}, []string{"world_type"})
+	m.httpRequests = register(m, own, reg, m.httpRequests)
+	m.httpDuration = register(m, own, reg, m.httpDuration)
+	m.workflowSteps = register(m, own, reg, m.workflowSteps)
+	m.handlerErrors = register(m, own, reg, m.handlerErrors)
+	m.handlerPanics = register(m, own, reg, m.handlerPanics)
 
 	m.leaseRenew = register(m, own, reg, m.leaseRenew)
 	m.inboxToJournal = register(m, own, reg, m.inboxToJournal)
@@ -142,7 +163,36 @@ func (m *Metrics) ObserveHost(ev plane.HostEvent) {
 		m.timerLateness.Observe(ev.Dur.Seconds())
 	case plane.EvDiverged:
 		m.parityFailures.Inc()
+	case plane.EvHandlerError:
+		m.handlerErrors.WithLabelValues(ev.WorldType).Inc()
+	case plane.EvHandlerPanic:
+		m.handlerPanics.WithLabelValues(ev.WorldType).Inc()
 	}
+}
+
+// observeRequest records one answered request of route (the pattern).
+func (m *Metrics) observeRequest(route string, status int, d time.Duration) {
+	code := strconv.Itoa(status)
+	m.httpRequests.WithLabelValues(route, code).Inc()
+	m.httpDuration.WithLabelValues(route, code).Observe(d.Seconds())
+}
+
+// ObserveWorkflow feeds a workflow worker's event
+// (workflow.WorkerConfig.Observe): a step's recorded attempt counts in
+// orrery_workflow_steps_total by its outcome. It never blocks.
+func (m *Metrics) ObserveWorkflow(ev workflow.Event) {
+	if ev.Kind == workflow.EvStep {
+		m.workflowSteps.WithLabelValues(ev.Outcome).Inc()
+	}
+}
+
+// CollectRuns makes orrery_workflow_runs{status} read f at each scrape:
+// the number of runs in each status (a node gives its runs projection's
+// count).
+func (m *Metrics) CollectRuns(f func() map[string]int) {
+	m.gauges.mu.Lock()
+	defer m.gauges.mu.Unlock()
+	m.gauges.runs = f
 }
 
 // ObserveLeaseRenew records one batched renewal's round trip.
@@ -180,6 +230,7 @@ const ScrapeTimeout = 5 * time.Second
 var (
 	queueDepthDesc = prometheus.NewDesc("orrery_queue_depth", "Items in each of the plane's queues.", []string{"queue"}, nil)
 	hostedDesc     = prometheus.NewDesc("orrery_worlds_hosted", "Worlds a worker holds (held) and runs a process for (active).", []string{"worker", "state"}, nil)
+	runsDesc       = prometheus.NewDesc("orrery_workflow_runs", "Workflow runs in each status (queued, running, paused, completed, failed, cancelled), as this node's runs projection has them.", []string{"status"}, nil)
 )
 
 // gaugeCollector reads the gauges at scrape time.
@@ -187,17 +238,30 @@ type gaugeCollector struct {
 	mu     sync.Mutex
 	depths func(context.Context) (store.QueueDepths, error)
 	hosted func() []Hosted
+	runs   func() map[string]int
 }
 
 func (g *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- queueDepthDesc
 	ch <- hostedDesc
+	ch <- runsDesc
 }
 
 func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	g.mu.Lock()
-	depths, hosted := g.depths, g.hosted
+	depths, hosted, runs := g.depths, g.hosted, g.runs
 	g.mu.Unlock()
+	if runs != nil {
+		counts := runs()
+		statuses := make([]string, 0, len(counts))
+		for s := range counts {
+			statuses = append(statuses, s)
+		}
+		slices.Sort(statuses)
+		for _, s := range statuses {
+			ch <- prometheus.MustNewConstMetric(runsDesc, prometheus.GaugeValue, float64(counts[s]), s)
+		}
+	}
 	if depths != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), ScrapeTimeout)
 		d, err := depths(ctx)

@@ -2,8 +2,10 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,8 +56,10 @@ type Config struct {
 	Ready func(context.Context) error
 	// Metrics, when set, is what /metrics serves.
 	Metrics *Metrics
-	// Logger receives one Debug line per request and a Warn line per
-	// error answer (nil: discarded).
+	// Logger receives one Debug line per request, an Info line per answer
+	// refusing a client's mistake (4xx), a Warn line per 501, 503 or 504
+	// and an Error line per other 5xx, each with the request's request_id
+	// (nil: discarded).
 	Logger *slog.Logger
 	// Runs serves the workflow run endpoints (/v1/runs); nil: the server
 	// serves no workflows (the list and every run are not found, a start
@@ -189,7 +193,31 @@ type handlerFunc func(r *http.Request, rc *reqCtx) (int, any, error)
 // log line.
 type reqCtx struct {
 	w     http.ResponseWriter
-	world string // the world the request is about, once known
+	world string       // the world the request is about, once known
+	log   *slog.Logger // the server's, with the request id
+}
+
+// RequestIDHeader carries a request's id: the caller's, when it sent a
+// sane one, else one the server makes. The answer always carries it, as
+// does every log line of the request and every error body (request_id),
+// so that a client's report finds the server's lines.
+const RequestIDHeader = "X-Request-Id"
+
+// maxRequestID bounds a caller's request id.
+const maxRequestID = 128
+
+// requestID is the caller's id when it is 1 to 128 characters of
+// letters, digits and -_.:/+=, which keep a log line and a header
+// unambiguous; else a new random one.
+func requestID(given string) string {
+	if given != "" && len(given) <= maxRequestID && strings.IndexFunc(given, func(c rune) bool {
+		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_.:/+=", c))
+	}) < 0 {
+		return given
+	}
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
 }
 
 // route registers pattern ("METHOD /path") with auth unless open.
@@ -210,6 +238,7 @@ func (s *Server) routes() {
 	s.route("POST /v1/worlds/{id}/calls", false, s.call)
 	s.route("GET /v1/worlds/{id}/state", false, s.state)
 	s.route("POST /v1/worlds/{id}/fork", false, s.fork)
+	s.route("POST /v1/worlds/{id}/snapshot", false, s.snapshot)
 	s.route("POST /v1/worlds/{id}/pause", false, s.setStatus(store.WorldPaused))
 	s.route("POST /v1/worlds/{id}/resume", false, s.setStatus(store.WorldActive))
 	s.route("POST /v1/worlds/{id}/archive", false, s.setStatus(store.WorldArchived))
@@ -309,7 +338,10 @@ func (s *Server) wrap(pattern string, open bool, h handlerFunc) http.Handler {
 			trace.WithAttributes(attribute.String("http.request.method", r.Method), attribute.String("http.route", pattern)))
 		defer span.End()
 		r = r.WithContext(ctx)
-		rc := &reqCtx{w: w}
+		rid := requestID(r.Header.Get(RequestIDHeader))
+		w.Header().Set(RequestIDHeader, rid)
+		span.SetAttributes(attribute.String("orrery.request_id", rid))
+		rc := &reqCtx{w: w, log: s.log.With("request_id", rid)}
 		if strings.HasPrefix(pattern, "GET /v1/worlds/") || strings.HasPrefix(pattern, "POST /v1/worlds/") {
 			rc.world = r.PathValue("id")
 		}
@@ -323,16 +355,27 @@ func (s *Server) wrap(pattern string, open bool, h handlerFunc) http.Handler {
 		} else {
 			status, body, err = s.run(r, rc, h)
 		}
+		// A JSON answer is counted before it is written, so that a client
+		// that has it and then scrapes /metrics finds it there.
+		observe := func() {
+			if s.cfg.Metrics != nil {
+				s.cfg.Metrics.observeRequest(pattern, status, time.Since(start))
+			}
+		}
 		var e *Error
 		if err != nil {
 			e = toError(err)
 			status = e.Status
+			e.RequestID = rid
+			observe()
 			writeError(w, e)
 		} else if p, ok := body.(passthrough); ok {
 			sw := &statusWriter{ResponseWriter: w}
 			p.h.ServeHTTP(sw, r)
 			status = sw.status
+			observe()
 		} else {
+			observe()
 			writeJSON(w, status, body)
 		}
 
@@ -345,11 +388,17 @@ func (s *Server) wrap(pattern string, open bool, h handlerFunc) http.Handler {
 		if rc.world != "" {
 			logAttrs = append(logAttrs, "world", rc.world)
 		}
+		log := rc.log
 		switch {
 		case e == nil:
-			s.log.Debug("api: request", logAttrs...)
+			log.Debug("api: request", logAttrs...)
 		case r.Context().Err() != nil:
-			s.log.Debug("api: request abandoned by its client", append(logAttrs, "code", e.Code)...)
+			log.Debug("api: request abandoned by its client", append(logAttrs, "code", e.Code)...)
+		case status < 500:
+			// The client's mistake (bad input, an unknown id, a conflict, a
+			// wrong token): the answer tells the client; the server's log
+			// keeps it at INFO, so that a typo never reads as trouble.
+			log.Info("api: request refused", append(logAttrs, "code", e.Code, "message", e.Message)...)
 		case status >= 500 && status != http.StatusGatewayTimeout && status != http.StatusNotImplemented &&
 			status != http.StatusServiceUnavailable:
 			// A 503 is the database or the node being unavailable for a
@@ -361,9 +410,9 @@ func (s *Server) wrap(pattern string, open bool, h handlerFunc) http.Handler {
 			if errors.As(err, &p) {
 				logAttrs = append(logAttrs, "stack", string(p.stack))
 			}
-			s.log.Error("api: request failed", logAttrs...)
+			log.Error("api: request failed", logAttrs...)
 		default:
-			s.log.Warn("api: request refused", append(logAttrs, "code", e.Code, "message", e.Message)...)
+			log.Warn("api: request refused", append(logAttrs, "code", e.Code, "message", e.Message)...)
 		}
 	})
 }
@@ -441,16 +490,16 @@ func (s *Server) healthz(*http.Request, *reqCtx) (int, any, error) {
 // within it is not ready.
 const readyTimeout = 5 * time.Second
 
-func (s *Server) readyz(r *http.Request, _ *reqCtx) (int, any, error) {
+func (s *Server) readyz(r *http.Request, rc *reqCtx) (int, any, error) {
 	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 	defer cancel()
 	if _, err := s.cfg.Store.Now(ctx); err != nil {
-		s.log.Warn("api: store not ready", "err", err)
+		rc.log.Warn("api: store not ready", "err", err)
 		return 0, nil, apiErr(http.StatusServiceUnavailable, CodeNotReady, "the store does not answer")
 	}
 	if s.cfg.Ready != nil {
 		if err := s.cfg.Ready(ctx); err != nil {
-			s.log.Warn("api: not ready", "err", err)
+			rc.log.Warn("api: not ready", "err", err)
 			return 0, nil, apiErr(http.StatusServiceUnavailable, CodeNotReady, "not ready: "+cleanMessage(err.Error()))
 		}
 	}

@@ -94,7 +94,7 @@ func (s *Server) createWorld(r *http.Request, rc *reqCtx) (int, any, error) {
 		return 0, nil, err
 	}
 	if _, ok := s.cfg.Kernels[req.Universe]; !ok {
-		return 0, nil, invalid(fmt.Sprintf("unknown universe %q", req.Universe))
+		return 0, nil, unknownUniverse(req.Universe, s.cfg.Kernels)
 	}
 	rec, err := s.cfg.Store.CreateWorld(r.Context(), req.Universe, req.ID, nil)
 	if errors.Is(err, store.ErrWorldExists) {
@@ -225,6 +225,9 @@ func (s *Server) sendEvent(r *http.Request, rc *reqCtx) (int, any, error) {
 			return 0, nil, verr
 		}
 		ack, err = s.cfg.Ops.EnqueueEvent(r.Context(), rc.world, req.Type, value, req.IdempotencyKey)
+		if e, ok := inputMismatch(err, req.Type, req.Value); ok {
+			return 0, nil, e
+		}
 	} else {
 		ack, err = s.cfg.Ops.EnqueueIngress(r.Context(), rc.world, plane.Ingress{Kind: vocab.KindEvent, Payload: req.Payload, DedupeKey: req.IdempotencyKey})
 	}
@@ -290,6 +293,9 @@ func (s *Server) call(r *http.Request, rc *reqCtx) (int, any, error) {
 		return 0, nil, apiErr(http.StatusConflict, CodePaused, fmt.Sprintf("world %q is paused: a call would wait until it resumes", rc.world))
 	case store.WorldArchived:
 		return 0, nil, apiErr(http.StatusConflict, CodeArchived, fmt.Sprintf("world %q is archived", rc.world))
+	}
+	if err := s.checkCallInput(rec, v, req.Value); err != nil {
+		return 0, nil, err
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()

@@ -114,6 +114,9 @@ type HostEvent struct {
 	// N counts: the steps of an EvCommit, the leases of an EvRenewed, the
 	// timers of an EvTimerFired (one).
 	N int
+	// WorldType is the world's definition (Kernel.Name) on
+	// EvHandlerError and EvHandlerPanic.
+	WorldType string
 }
 
 // Host event kinds.
@@ -153,6 +156,14 @@ const (
 	// error outcome (world.ErrRefused); a commit of several is made again
 	// one step at a time, to find the step refused.
 	EvRefused = "refused"
+	// EvHandlerError and EvHandlerPanic: a step whose handler returned an
+	// error, or panicked, was committed (once per journaled step, after
+	// its commit; Err is the step's error, WorldType the definition).
+	EvHandlerError = "handler-error"
+	EvHandlerPanic = "handler-panic"
+	// EvSnapshot: a snapshot asked for on demand (KindSnapshot) was
+	// committed at Height.
+	EvSnapshot = "snapshot"
 )
 
 func (c *HostConfig) defaults() error {

@@ -238,6 +238,8 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 	more = len(items) == cfg.MaxInboxBatch || took || len(fired) > 0
 	var stepped []store.InboxItem // the inbox items journaled, in order
 	var ran []cycleInput          // the inputs stepped, in order
+	var failed []world.StepResult // the steps whose handler failed, for EvHandler*
+	snapshot := false             // a KindSnapshot item was consumed
 	fired = fired[:0]             // the timers fired, in order
 	for k, c := range inputs {
 		if steps >= cfg.MaxTickStepsPerCycle || effects >= cfg.MaxEffectsPerCycle ||
@@ -259,6 +261,15 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 			return false, errorf("step", ErrFenced, l.world, nil)
 		}
 		in := c.in
+		if in.Kind == KindSnapshot {
+			// Not an input of the world's: it asks for a snapshot at the
+			// step boundary this commit ends on, and is consumed without
+			// a journal record.
+			snapshot = true
+			b.NewCursor = in.Seq
+			stepped = append(stepped, items[len(stepped)])
+			continue
+		}
 		h.emit(HostEvent{Kind: EvStep, World: l.world, Epoch: l.epoch, Height: w.inst.Height() + 1})
 		var res world.StepResult
 		if e := c.timer; e != nil {
@@ -285,6 +296,9 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 		if res.Reply != nil {
 			replies = append(replies, *res.Reply)
 		}
+		if res.Outcome == world.OutcomeError || res.Outcome == world.OutcomePanic {
+			failed = append(failed, res)
+		}
 		if e := c.timer; e != nil {
 			// A direct firing: the commit that journals it takes the
 			// timer out of the queue.
@@ -302,7 +316,7 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 		ran = append(ran, c)
 	}
 	items = stepped
-	if height := w.inst.Height(); height/cfg.SnapshotEvery > b.ExpectedHead/cfg.SnapshotEvery {
+	if height := w.inst.Height(); snapshot || height/cfg.SnapshotEvery > b.ExpectedHead/cfg.SnapshotEvery {
 		b.Snapshot = &store.Snapshot{World: l.world, Height: height, State: w.inst.State(), StateHash: w.inst.StateHash()}
 	}
 	if !h.alive(l) {
@@ -337,6 +351,7 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 			return true, nil
 		}
 		if err == nil {
+			failed = nil // the step is refused now, its handler's outcome gone
 			res, err = h.st.Commit(cctx, l.world, l.epoch, b)
 		}
 	}
@@ -362,6 +377,16 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 		lag = max(done.Add(skew).Sub(oldest), 0)
 	}
 	h.emit(HostEvent{Kind: EvCommit, World: l.world, Epoch: l.epoch, Height: res.Head, Dur: lag, N: steps})
+	if b.Snapshot != nil && snapshot {
+		h.emit(HostEvent{Kind: EvSnapshot, World: l.world, Epoch: l.epoch, Height: b.Snapshot.Height})
+	}
+	for _, f := range failed {
+		kind := EvHandlerError
+		if f.Outcome == world.OutcomePanic {
+			kind = EvHandlerPanic
+		}
+		h.emit(HostEvent{Kind: kind, World: l.world, Epoch: l.epoch, Height: f.Height, Err: f.Err, WorldType: l.kern.Name()})
+	}
 	for _, e := range fired {
 		h.emit(HostEvent{Kind: EvTimerFired, World: l.world, Epoch: l.epoch, Dur: e.firedAt.Add(e.skew).Sub(e.due), N: 1})
 	}

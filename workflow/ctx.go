@@ -195,7 +195,20 @@ func (c *Ctx) settle(typ, id string, attempt uint64, payload any) error {
 		return c.halt(err)
 	}
 	c.inflight = nil
+	switch p := payload.(type) {
+	case stepCompleted:
+		c.r.emitStep(id, StepCompleted, nil)
+	case stepFailed:
+		c.r.emitStep(id, stepFailedOutcome(p), errors.New(p.Error))
+	}
 	return nil
+}
+
+func stepFailedOutcome(f stepFailed) string {
+	if f.Final {
+		return StepFailedForGood
+	}
+	return StepRetried
 }
 
 // settleWithdrawing records a final failure of the attempt in flight and,
@@ -213,6 +226,7 @@ func (c *Ctx) settleWithdrawing(id string, attempt uint64, f stepFailed) error {
 		return c.halt(err)
 	}
 	c.inflight = nil
+	c.r.emitStep(id, stepFailedOutcome(f), errors.New(f.Error))
 	return nil
 }
 
@@ -223,6 +237,7 @@ func (c *Ctx) settleLater(id string, attempt uint64, p stepCompleted) error {
 		return c.halt(err)
 	}
 	c.inflight = nil
+	c.r.emitStep(id, StepCompleted, nil)
 	return nil
 }
 

@@ -24,6 +24,10 @@ type Event struct {
 	Epoch uint64
 	Err   error
 	At    time.Time // the executor's clock
+	// Step and Outcome are an EvStep's: the step id, and how its attempt
+	// ended (StepCompleted, StepRetried or StepFailedForGood).
+	Step    string
+	Outcome string
 }
 
 // Worker event kinds.
@@ -38,7 +42,22 @@ const (
 	EvStopped   = "stopped"   // the worker stopped the run (Stop, Kill)
 	EvDiverged  = "diverged"  // the run failed by divergence (Err is the *DivergenceError)
 	EvRenewFail = "renewfail" // a RenewLeases call failed (Err); the leases fence themselves at expiry
+	EvStep      = "step"      // a step's attempt ended and its end was recorded here (Step, Outcome; Err the failure)
 )
+
+// Outcomes of an EvStep.
+const (
+	StepCompleted     = "completed" // the attempt succeeded
+	StepRetried       = "retried"   // the attempt failed and the step will be tried again
+	StepFailedForGood = "failed"    // the attempt failed and the step failed for good
+)
+
+// emitStep reports a recorded step end (EvStep).
+func (r *runner) emitStep(step, outcome string, err error) {
+	if r.observe != nil {
+		r.observe(Event{Kind: EvStep, Run: r.id, Epoch: r.epoch, Err: err, At: r.ex.Now(), Step: step, Outcome: outcome})
+	}
+}
 
 // stopKind says why a run stopped on this worker.
 type stopKind uint8

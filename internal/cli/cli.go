@@ -14,7 +14,12 @@
 //	5  unavailable: the server cannot be reached, is not ready, or timed out
 //	6  unauthenticated or forbidden
 //
-// An error is one line on stderr; -v adds its detail.
+// An error is one line on stderr; -v adds its detail. Under -o json it is
+// one JSON line on stderr instead ({"error":{...}}, see JSONError).
+//
+// Settings: every global flag, and every flag of serve, has an ORRERY_*
+// environment variable and a key in the --config TOML file; a flag wins
+// over the variable, the variable over the file (see config.go).
 package cli
 
 import (
@@ -87,6 +92,10 @@ type env struct {
 	output    string
 	verbose   bool
 	insecure  bool // skip TLS verification (self-signed test servers)
+	config    string
+	// serveCmd is `serve`: its flags are settings a --config file may
+	// hold even when another command runs.
+	serveCmd *cobra.Command
 	// transport is this run's own, so that a Run embedded in a longer
 	// process leaves no idle connection (and its goroutines) behind.
 	transport *http.Transport
@@ -142,6 +151,10 @@ func RunApp(ctx context.Context, args []string, stdio IO, app App) int {
 		return ExitOK
 	}
 	code := exitCode(err)
+	if e.jsonErrors(cmd) {
+		e.printJSONError(cmd, err, code)
+		return code
+	}
 	msg := err.Error()
 	// cobra lists its suggestions on lines of their own; they belong on
 	// the error's one line.
@@ -194,22 +207,21 @@ Start with 'orrery demo', then 'orrery serve' and the world commands.`,
 	pf.StringVarP(&e.output, "output", "o", "table", "output format: table or json")
 	pf.BoolVarP(&e.verbose, "verbose", "v", false, "print the detail of errors")
 	pf.BoolVar(&e.insecure, "insecure", false, "skip TLS certificate verification (for self-signed servers)")
+	pf.StringVar(&e.config, "config", "", "a TOML file of settings, keyed by flag name (env ORRERY_CONFIG; see docs/orrery.example.toml)")
+	e.serveCmd = e.serveCommand()
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if err := e.layer(root, cmd); err != nil {
+			return err
+		}
 		if e.output != "table" && e.output != "json" {
 			return usagef("--output must be table or json, not %q", e.output)
 		}
 		if e.addr == "" {
-			e.addr = e.io.Getenv("ORRERY_ADDR")
-		}
-		if e.addr == "" {
 			e.addr = "http://127.0.0.1:7070"
-		}
-		if e.token == "" {
-			e.token = e.io.Getenv("ORRERY_TOKEN")
 		}
 		return nil
 	}
-	root.AddCommand(e.serveCommand(), e.demoCommand(), e.labCommand())
+	root.AddCommand(e.serveCmd, e.demoCommand(), e.labCommand())
 	root.AddCommand(e.apiCommands()...)
 	// cobra adds these two when the command runs; adding them now lets
 	// them carry examples like every other command.
@@ -312,7 +324,7 @@ func exitCode(err error) int {
 		return ee.code
 	}
 	var ue usageError
-	if errors.As(err, &ue) {
+	if errors.As(err, &ue) || errors.Is(err, ErrConfig) {
 		return ExitUsage
 	}
 	if code, ok := apiExitCode(err); ok {

@@ -444,7 +444,7 @@ invalid argument; one whose journal is compacted cannot be derived again
 	state.Flags().Uint64Var(&at, "at", 0, "the height to show the state at, 0 the initial state (default: the journal head)")
 	atGiven = func() bool { return state.Flags().Changed("at") }
 
-	cmd.AddCommand(create, list, show, send, call, fork, state, e.worldJournal())
+	cmd.AddCommand(create, list, show, send, call, fork, state, e.worldJournal(), e.worldSnapshotCommand())
 	for _, action := range []struct {
 		name, short string
 		do          func(*api.Client) func(context.Context, string, string) (api.World, error)

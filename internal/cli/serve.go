@@ -82,10 +82,24 @@ crash), and serve exits 1 with "graceful stop: ...".
 
 A listener on anything but loopback requires a token (--token or
 ORRERY_TOKEN); TLS is served when --tls-cert and --tls-key are given.
-Traces are exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set.`,
+Traces are exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set.
+
+Every flag has an environment variable, ORRERY_ and its name in upper case
+with _ for - (--lease-ttl: ORRERY_LEASE_TTL), and a key of the same name in
+the TOML file --config names (or ORRERY_CONFIG). A flag wins over the
+variable, the variable over the file, the file over the default; an unknown
+key or a bad value is a usage error naming it. docs/operations.md has the
+table and docs/orrery.example.toml an example.
+
+--log-format json makes every line JSON, the first one (where the API
+listens, on stdout) included. Each API request's log lines carry its
+request_id, which its answer returns in X-Request-Id; a client's mistake
+(4xx) is logged at INFO.`,
 		Example: `  orrery serve
   orrery serve --store ./data/orrery.db --listen 127.0.0.1:8080
-  ORRERY_TOKEN=s3cret orrery serve --store postgres://orrery@db:5432/orrery --worker-id node-a --listen 0.0.0.0:7070`,
+  ORRERY_TOKEN=s3cret orrery serve --store postgres://orrery@db:5432/orrery --worker-id node-a --listen 0.0.0.0:7070
+  ORRERY_STORE=memory ORRERY_LOG_FORMAT=json orrery serve
+  orrery serve --config /etc/orrery/orrery.toml`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error { return e.serve(cmd.Context(), f) },
 	}
@@ -247,12 +261,34 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 			}
 		},
 		Tracer: tp,
+		WorkflowWorker: func(wc *workflow.WorkerConfig) {
+			prev := wc.Observe
+			wc.Observe = func(ev workflow.Event) {
+				if prev != nil {
+					prev(ev)
+				}
+				metrics.ObserveWorkflow(ev)
+			}
+		},
 	})
 	if err != nil {
 		return err
 	}
 	metrics.CollectQueueDepths(st.QueueDepths)
 	metrics.CollectWorldsHosted(api.HostedBy(n.Host()))
+	if v := n.RunsView(); v != nil {
+		metrics.CollectRuns(func() map[string]int {
+			out := map[string]int{}
+			for _, r := range v.Runs.List() {
+				s := string(r.Status)
+				if s == "" {
+					s = "unknown"
+				}
+				out[s]++
+			}
+			return out
+		})
+	}
 	srv, err := api.NewServer(api.Config{
 		Store: st, Ops: n.Ops(), Client: n.Client(), Kernels: e.kernels,
 		Token: token, MaxBody: f.maxBody, CallTimeout: f.callTimeout,
@@ -272,7 +308,12 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	if f.tlsCert != "" {
 		scheme = "https"
 	}
-	fmt.Fprintf(e.io.Out, "orrery serve: worker %s, store %s, API %s://%s\n", worker, desc, scheme, addrOf(ln))
+	if f.logFormat == "json" {
+		// Every line this process writes is JSON, its first included.
+		slog.New(slog.NewJSONHandler(e.io.Out, nil)).Info("orrery serve", "worker", worker, "store", desc, "api", scheme+"://"+addrOf(ln))
+	} else {
+		fmt.Fprintf(e.io.Out, "orrery serve: worker %s, store %s, API %s://%s\n", worker, desc, scheme, addrOf(ln))
+	}
 	log.Info("serving", "worker", worker, "store", desc, "listen", addrOf(ln), "dashboard", scheme+"://"+addrOf(ln)+"/ui/")
 
 	sig, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)

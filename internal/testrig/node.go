@@ -28,6 +28,9 @@ type NodeOptions struct {
 	Config    func(*api.Config)
 	Metrics   bool
 	OrchID    string // the orchestrator's id (default "orch")
+	// Host adjusts each host's configuration (after the rig's defaults,
+	// among them SnapshotEvery 2).
+	Host func(*plane.HostConfig)
 }
 
 // Node is a plane on the production executor over one store: hosts, an
@@ -49,6 +52,7 @@ type Node struct {
 	Registry    *prometheus.Registry
 	Root        *actor.Scope
 	Replies     *plane.Replies
+	host        func(*plane.HostConfig)
 }
 
 // NewNode starts a Node as o says.
@@ -60,7 +64,7 @@ func NewNode(t testing.TB, o NodeOptions) *Node {
 	if st == nil {
 		st = memstore.New()
 	}
-	n := &Node{T: t, Ctx: ctx, Store: st, Kernels: o.Kernels}
+	n := &Node{T: t, Ctx: ctx, Store: st, Kernels: o.Kernels, host: o.Host}
 	if o.Metrics {
 		n.Registry = prometheus.NewRegistry()
 		n.Metrics = api.NewMetrics(n.Registry)
@@ -139,6 +143,9 @@ func (n *Node) StartHost(worker string) *plane.Host {
 	}
 	if n.Metrics != nil {
 		cfg.Observe = n.Metrics.ObserveHost
+	}
+	if n.host != nil {
+		n.host(&cfg)
 	}
 	h, err := plane.StartHost(n.Ctx, n.Root, cfg)
 	if err != nil {

@@ -1,0 +1,78 @@
+package plane
+
+import (
+	"context"
+
+	"github.com/orrery-run/orrery/store"
+)
+
+// KindSnapshot is the inbox item that asks a world for a snapshot now,
+// rather than at its next SnapshotEvery boundary (a fork starts from a
+// snapshot, and nobody should wait a thousand heights for one).
+//
+// It goes through the inbox, like any input, for the reasons a snapshot
+// must be taken where it is: only the lease holder may write one (the
+// commit is fenced by its epoch), and only at a step boundary, where the
+// state is one the journal accounts for. The holder, wherever it runs,
+// consumes the item in a cycle without stepping it (it is no input of the
+// world's and leaves no journal record) and writes a snapshot of the
+// state that cycle ends on, in that cycle's commit.
+const KindSnapshot = "snapshot"
+
+// Snapshot asks world for a snapshot of its state now and waits for it:
+// it enqueues a KindSnapshot item, waits (as Call waits for a reply) until
+// the world's inbox cursor has passed it, and returns the world's active
+// snapshot, whose height is at least the world's head when Snapshot was
+// called. A paused or archived world gives store.ErrWorldPaused or
+// ErrWorldArchived; one paused while the request waits keeps it waiting
+// until it is resumed or ctx ends.
+func (c *Client) Snapshot(ctx context.Context, worldID string) (store.Snapshot, error) {
+	st := c.cfg.Store
+	rec, err := st.GetWorld(ctx, worldID)
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	if _, err := c.cfg.Kernels.of("snapshot", rec); err != nil {
+		return store.Snapshot{}, err
+	}
+	// A paused world keeps its input for later: the request would wait
+	// for a resume, so it is refused instead (its active snapshot, if
+	// any, is what a fork of it starts from).
+	switch rec.Status {
+	case store.WorldPaused:
+		return store.Snapshot{}, store.Errorf("snapshot", store.ErrWorldPaused, worldID, "a paused world takes no snapshot until it is resumed")
+	case store.WorldArchived:
+		return store.Snapshot{}, store.Errorf("snapshot", store.ErrWorldArchived, worldID, "")
+	}
+	ack, err := enqueue(ctx, st, "snapshot", worldID, store.InboxItem{Kind: KindSnapshot})
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	p := c.cfg.Executor.NewParker()
+	delay := c.cfg.PollMin
+	for {
+		cur, err := st.Cursor(ctx, worldID)
+		if err != nil {
+			return store.Snapshot{}, err
+		}
+		if cur >= ack.Seq {
+			snap, ok, err := st.ActiveSnapshot(ctx, worldID)
+			if err != nil {
+				return store.Snapshot{}, err
+			}
+			if !ok {
+				// The cycle that consumed the item wrote one: only a
+				// store that lost it gets here.
+				return store.Snapshot{}, store.Errorf("snapshot", store.ErrSnapshotNotFound, worldID, "no snapshot after the request was consumed")
+			}
+			return snap, nil
+		}
+		t := c.cfg.Executor.AfterFunc(delay, p.Unpark)
+		err = p.Park(ctx)
+		t.Stop()
+		if err != nil {
+			return store.Snapshot{}, err
+		}
+		delay = min(2*delay, c.cfg.PollMax)
+	}
+}
