@@ -12,7 +12,8 @@ import (
 )
 
 // TestSnapshotOnDemand: with periodic snapshots a thousand heights apart,
-// a world can be forked at its head only after POST …/snapshot, which the
+// a world's latest snapshot is at its head only after POST …/snapshot
+// (a fork at any height needs none: it replays), which the
 // lease holder answers at a step boundary: the snapshot is at the head,
 // adds no journal record, and a fork right after it starts from it (at
 // that height, with that state). On every backend.
@@ -34,9 +35,14 @@ func TestSnapshotOnDemand(t *testing.T) {
 			must(r.Client.Call(r.Ctx, "s1", typeName(t, testworlds.Get{}), nil, api.CallOptions{}))(t)
 			const head = 4 // three adds and the get
 
-			// No snapshot at the head yet: the fork has nothing to start from.
-			if _, _, err := r.Client.Fork(r.Ctx, "s1", "early", head); !errors.Is(err, store.ErrSnapshotNotFound) {
-				t.Fatalf("fork at %d before the snapshot: %v, want snapshot not found", head, err)
+			// No snapshot at the head yet: a fork at the latest snapshot
+			// (height 0) starts below the head.
+			early, _, err := r.Client.Fork(r.Ctx, "s1", "early", 0)
+			if err != nil && !errors.Is(err, store.ErrSnapshotNotFound) {
+				t.Fatalf("fork at the latest snapshot before the snapshot: %v", err)
+			}
+			if err == nil && (early.Lineage == nil || early.Lineage.ForkedAtHeight >= head) {
+				t.Fatalf("fork at the latest snapshot before the snapshot: lineage %+v, want below %d", early.Lineage, head)
 			}
 
 			snap, err := r.Client.Snapshot(r.Ctx, "s1")
