@@ -105,7 +105,7 @@ func (s *backend) QueryEffects(ctx context.Context, f store.EffectFilter) ([]voc
 	}
 	args = append(args, int64(f.Limit))
 	q := `SELECT intent_hash, world, seq, kind, params, origin, policy_context_hash,
-			enqueued_at_ns, attempts, claimed_by, claim_expires_ns, retries, state
+			enqueued_at_ns, attempts, claimed_by, claim_expires_ns, retries, state, retry_policy, failures, retry_at_ns
 		FROM effects WHERE ` + strings.Join(where, " AND ") + fmt.Sprintf(` ORDER BY seq LIMIT $%d`, len(args))
 	out := []vocab.EffectItem{}
 	err := s.retry(ctx, op, f.World, func() error {

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -136,7 +137,7 @@ func testQueryEffects(t *testing.T, open Factory) {
 	f.publish("w", ew, "w3")
 	c := f.claimOne("adapter", "w1").ClaimOf()
 	f.complete("w1", c, vocab.Receipt{Status: vocab.ReceiptOK})
-	f.claimOne("adapter", "w2")
+	c2 := f.claimOne("adapter", "w2").ClaimOf()
 	before := f.fingerprint()
 
 	all, sizes := pageEffects(t, f.s, store.EffectFilter{}, 2)
@@ -178,6 +179,18 @@ func testQueryEffects(t *testing.T, open Factory) {
 	}
 	if after := f.fingerprint(); after != before {
 		t.Fatalf("QueryEffects changed state:\nbefore %s\nafter  %s", before, after)
+	}
+	// A row reads as ListEffects reads it, field for field, a retry's
+	// schedule (failures, retry time, last error) included.
+	must(t, f.s.RetryLater(bg, "w2", c2, 10*time.Second, "refused"), "RetryLater")
+	listed, err := f.s.ListEffects(bg, "w", 0, 100)
+	must(t, err, "ListEffects")
+	openW, _ := pageEffects(t, f.s, store.EffectFilter{World: "w", States: []vocab.EffectState{vocab.EffectPending, vocab.EffectInflight}}, 10)
+	if !reflect.DeepEqual(listed, openW) {
+		t.Fatalf("QueryEffects reads the open effects of w as\n%+v\nListEffects as\n%+v", openW, listed)
+	}
+	if len(openW) == 0 || openW[0].IntentHash != "w2" || openW[0].Failures != 1 || openW[0].RetryAt.IsZero() {
+		t.Fatalf("w2 after RetryLater reads %+v, want one failure and its retry time", openW)
 	}
 	// Keyset paging: a row published after the first page comes once, on
 	// a later page, and nothing read already comes again.
