@@ -646,7 +646,10 @@ func (h *Host) control(ctx context.Context) error {
 		}
 		now := h.ex.Now()
 		if !now.Before(nextBeat) {
-			if wi, err := h.st.Heartbeat(ctx, h.cfg.Worker, h.cfg.Capacity); err != nil {
+			// The beat promises liveness for a lease TTL: once it runs
+			// out, the store requeues the claims made for this
+			// incarnation (store.ReapOrphans).
+			if wi, err := h.st.Heartbeat(ctx, h.cfg.Worker, h.cfg.Capacity, store.AliveAs(h.cfg.Incarnation, h.cfg.LeaseTTL)); err != nil {
 				nextBeat = now.Add(h.cfg.RetryAfter)
 			} else {
 				nextBeat = now.Add(h.cfg.HeartbeatEvery)

@@ -181,8 +181,8 @@ func lost(op string) error {
 	return &store.Error{Op: op, Kind: store.Unavailable(io.ErrUnexpectedEOF)}
 }
 
-func (s lossyStore) Claim(ctx context.Context, worker string, kinds []string, n int, ttl time.Duration) ([]vocab.EffectItem, error) {
-	items, err := s.Store.Claim(ctx, worker, kinds, n, ttl)
+func (s lossyStore) Claim(ctx context.Context, worker string, kinds []string, n int, ttl time.Duration, opts ...store.ClaimOption) ([]vocab.EffectItem, error) {
+	items, err := s.Store.Claim(ctx, worker, kinds, n, ttl, opts...)
 	if err == nil && len(items) > 0 && s.lose("claim") {
 		return nil, lost("claim")
 	}

@@ -66,7 +66,7 @@ func Ops() []string {
 		"head", "heartbeat", "list_effects", "list_timers", "list_worker_worlds", "list_workers",
 		"list_worlds", "next_due", "now", "publish", "put_snapshot", "queue_depths", "read", "read_inbox",
 		"read_window", "reap_effects", "reap_timers", "release", "release_effect", "release_leases", "renew",
-		"renew_leases", "resolve", "retry_effect", "schedule", "send", "set_draining", "set_world_status",
+		"renew_leases", "reap_orphans", "resolve", "retire_worker", "retry_effect", "schedule", "send", "set_draining", "set_world_status",
 		"snapshot_below", "spawn", "sweep_dedupe", "unassign", "watch",
 	}
 }
@@ -231,6 +231,7 @@ type state struct {
 	leases      map[string]*contract.LeaseRow
 	assignments map[string]store.Assignment
 	workers     map[string]*store.WorkerInfo
+	retired     map[owner]bool     // incarnations retired or superseded (RetireWorker)
 	effects     map[string]*effect // by intent hash
 	effectSeq   uint64             // last queue seq handed out
 	timers      map[string]*timer  // by intent hash
@@ -247,6 +248,7 @@ func newState() *state {
 		leases:      map[string]*contract.LeaseRow{},
 		assignments: map[string]store.Assignment{},
 		workers:     map[string]*store.WorkerInfo{},
+		retired:     map[owner]bool{},
 		effects:     map[string]*effect{},
 		timers:      map[string]*timer{},
 		watermarks:  map[watermarkKey]uint64{},
