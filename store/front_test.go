@@ -350,7 +350,10 @@ func invalidCalls() []frontCall {
 			_, err := f.Claim(fbg, "ad", []string{"k"}, 1, time.Second, ClaimFor("", "i"))
 			return err
 		}},
-		{"ClaimDue node", "claim_due", func(f *Front) error { _, err := f.ClaimDue(fbg, "tw", 1, time.Second, ClaimFor("a b", "")); return err }},
+		{"ClaimDue node", "claim_due", func(f *Front) error {
+			_, err := f.ClaimDue(fbg, "tw", 1, time.Second, ClaimFor(strings.Repeat("n", MaxIDBytes+1), ""))
+			return err
+		}},
 		{"SetDraining worker", "set_draining", func(f *Front) error { _, err := f.SetDraining(fbg, "", true); return err }},
 		{"Enqueue world", "enqueue", func(f *Front) error { _, _, err := f.Enqueue(fbg, "", InboxItem{Kind: "event"}); return err }},
 		{"Enqueue store kind", "enqueue", func(f *Front) error {

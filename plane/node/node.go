@@ -481,11 +481,15 @@ func (n *Node) Stop(ctx context.Context) error {
 			err = rerr
 		}
 	}
-	if serr := n.host.Stop(ctx); err == nil && serr != nil && !errors.Is(serr, plane.ErrStopped) {
-		err = serr
-	}
+	// The pool finishes before the host stops: the host's heartbeats are
+	// the liveness the pool's claims ride on, so while an effect still
+	// executes here the store must not think this node dead and hand the
+	// effect to another.
 	if perr := n.pool.Stop(ctx); err == nil && perr != nil {
 		err = perr
+	}
+	if serr := n.host.Stop(ctx); err == nil && serr != nil && !errors.Is(serr, plane.ErrStopped) {
+		err = serr
 	}
 	n.finish(ctx)
 	// Whatever claim is still held for this incarnation (one a stop that

@@ -65,8 +65,8 @@ func Ops() []string {
 		"effect_status", "enqueue", "fire", "fire_held", "floor", "fork_world", "get_assignment", "get_lease", "get_watermark", "get_world",
 		"head", "heartbeat", "list_effects", "list_timers", "list_worker_worlds", "list_workers",
 		"list_worlds", "next_due", "now", "publish", "put_snapshot", "queue_depths", "read", "read_inbox",
-		"read_window", "reap_effects", "reap_timers", "release", "release_effect", "release_leases", "renew",
-		"renew_leases", "reap_orphans", "resolve", "retire_worker", "retry_effect", "schedule", "send", "set_draining", "set_world_status",
+		"read_window", "reap_effects", "reap_orphans", "reap_timers", "release", "release_effect", "release_leases",
+		"renew", "renew_leases", "resolve", "retire_worker", "retry_effect", "schedule", "send", "set_draining", "set_world_status",
 		"snapshot_below", "spawn", "sweep_dedupe", "unassign", "watch",
 	}
 }
