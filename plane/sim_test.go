@@ -35,6 +35,9 @@ var errStoreFault = errors.New("injected store fault")
 // prove nothing).
 type simStats struct {
 	hostCrashes, hostFailures, poolCrashes, timerCrashes, pauses, storeFaults int
+	// orphans: claims of a crashed or frozen pool the orphan reaper
+	// requeued before their TTL
+	orphans int
 	commits, receipts, fired, messages, calls                                 int
 	// firings that ran, stepped directly by their holder or from the inbox
 	directFirings, inboxFirings int
@@ -406,13 +409,50 @@ func (r *planeSimRun) runPool(n *simNode, id string) (func(context.Context) erro
 		r.stats.poolFaults["lost "+op]++
 		return true
 	}}
-	p, err := adapter.NewPool(st, adapter.Config{Worker: id, Executor: n.ex, ClaimTTL: simTTL, Concurrency: 2},
+	// The pool's claims ride on the liveness its own heartbeats promise
+	// (the node's name, this start's incarnation): a crash or a freeze
+	// past the promise gets them requeued by the orphan reaper, and the
+	// next start under the name supersedes this incarnation.
+	p, err := adapter.NewPool(st, adapter.Config{Worker: id, Node: n.name, Incarnation: id, Executor: n.ex, ClaimTTL: 2 * simTTL, Concurrency: 2},
 		adapter.Register(r.echo, adapter.RetryPolicy{Attempts: simEchoTry, Base: 50 * time.Millisecond, Max: 200 * time.Millisecond}),
 		adapter.Register(fabricSpy{adapter.NewFabric(st), &r.fabMu, r.fabKey, r.ran}, adapter.RetryPolicy{Attempts: 2, Base: 50 * time.Millisecond, Max: 100 * time.Millisecond}))
 	if err != nil {
 		return nil, err
 	}
-	return p.Run, nil
+	// A pool hosts no world: its record is draining before it beats, so
+	// the orchestrator never places one on it (on the fault-free handle:
+	// the setup is the test's, not a fault point).
+	if _, err := r.base.Heartbeat(r.env.Ctx, n.name, 1); err != nil {
+		return nil, err
+	}
+	if _, err := r.base.SetDraining(r.env.Ctx, n.name, true); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		beat := func() { _, _ = n.st.Heartbeat(ctx, n.name, 1, store.AliveAs(id, simTTL)) }
+		beat() // known before its first claim
+		var runErr error
+		var finished atomic.Bool
+		park := n.ex.NewParker()
+		n.ex.Go(func() {
+			runErr = p.Run(ctx)
+			finished.Store(true)
+			park.Unpark()
+		})
+		for {
+			err := actor.ParkFor(ctx, n.ex, park, simTTL/3)
+			if finished.Load() {
+				return runErr
+			}
+			if err != nil {
+				for !finished.Load() {
+					_ = park.Park(context.WithoutCancel(ctx))
+				}
+				return runErr
+			}
+			beat()
+		}
+	}, nil
 }
 
 func (r *planeSimRun) runTimer(n *simNode, id string) (func(context.Context) error, error) {
@@ -425,7 +465,12 @@ func (r *planeSimRun) runTimer(n *simNode, id string) (func(context.Context) err
 
 func (r *planeSimRun) runReapers(n *simNode, _ string) (func(context.Context) error, error) {
 	return func(ctx context.Context) error {
-		return reaper.Run(ctx, reaper.Config{Executor: n.ex}, reaper.Effects(n.st, simTTL), reaper.Timers(n.st, simTTL))
+		observe := func(job string, k int, err error) {
+			if job == "reap_orphans" && err == nil {
+				r.stats.orphans += k
+			}
+		}
+		return reaper.Run(ctx, reaper.Config{Executor: n.ex, Observe: observe}, reaper.Orphans(n.st, simTTL), reaper.Effects(n.st, 2*simTTL), reaper.Timers(n.st, simTTL))
 	}, nil
 }
 
@@ -1214,6 +1259,7 @@ func TestPlaneSimulation(t *testing.T) {
 			{"states over the bound", stats.swells}, {"far-future timers", stats.farTimers},
 			{"archives", stats.archives}, {"effects withdrawn by an archive", stats.withdrawn},
 			{"effects in flight at an archive", stats.inflightAtArchive},
+			{"claims of dead pools requeued before their TTL", stats.orphans},
 			{"replies checked against their step", stats.replies}, {"seeds with calls from several clients", stats.callClients}}
 		// Every adapter path met a store fault, both before and after
 		// taking effect (fabric's send included). ReleaseEffect is not
