@@ -37,8 +37,8 @@ type simStats struct {
 	hostCrashes, hostFailures, poolCrashes, timerCrashes, pauses, storeFaults int
 	// orphans: claims of a crashed or frozen pool the orphan reaper
 	// requeued before their TTL
-	orphans int
-	commits, receipts, fired, messages, calls                                 int
+	orphans                                   int
+	commits, receipts, fired, messages, calls int
 	// firings that ran, stepped directly by their holder or from the inbox
 	directFirings, inboxFirings int
 
