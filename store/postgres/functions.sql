@@ -22,7 +22,10 @@
 -- follows so that none deadlocks: worlds, then leases, then streams, then
 -- the rest (effects, then timers, then inbox, events and snapshot rows);
 -- several rows of one table are locked in key order. Queue claims and
--- reaps use SKIP LOCKED and wait for nobody.
+-- reaps use SKIP LOCKED and wait for nobody. A worker's row comes before
+-- the effect and timer rows of its claims: a claim made for it locks the
+-- row FOR SHARE, heartbeat_as and retire_worker lock it FOR UPDATE, so a
+-- claim never slips past the retirement of the incarnation it is for.
 --
 -- The functions that decide in SQL (the fence, the lease functions,
 -- enqueue_one, fire_held) mirror a function of store/internal/contract,
