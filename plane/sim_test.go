@@ -431,27 +431,18 @@ func (r *planeSimRun) runPool(n *simNode, id string) (func(context.Context) erro
 	return func(ctx context.Context) error {
 		beat := func() { _, _ = n.st.Heartbeat(ctx, n.name, 1, store.AliveAs(id, simTTL)) }
 		beat() // known before its first claim
-		var runErr error
-		var finished atomic.Bool
-		park := n.ex.NewParker()
+		// The beats run beside the pool and end with its context: no
+		// goroutine waits on another here, so nothing can spin once the
+		// scope is killed.
+		bctx, stop := context.WithCancel(ctx)
+		defer stop()
 		n.ex.Go(func() {
-			runErr = p.Run(ctx)
-			finished.Store(true)
-			park.Unpark()
+			park := n.ex.NewParker()
+			for actor.ParkFor(bctx, n.ex, park, simTTL/3) == nil {
+				beat()
+			}
 		})
-		for {
-			err := actor.ParkFor(ctx, n.ex, park, simTTL/3)
-			if finished.Load() {
-				return runErr
-			}
-			if err != nil {
-				for !finished.Load() {
-					_ = park.Park(context.WithoutCancel(ctx))
-				}
-				return runErr
-			}
-			beat()
-		}
+		return p.Run(ctx)
 	}, nil
 }
 
