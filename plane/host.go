@@ -675,7 +675,12 @@ func (h *Host) control(ctx context.Context) error {
 		}
 		now := h.ex.Now()
 		if !now.Before(nextBeat) {
-			if wi, err := h.st.Heartbeat(ctx, h.cfg.Worker, h.cfg.Capacity); err != nil {
+			// The beat promises liveness for a lease TTL (three beats,
+			// should beats be rarer): once it runs out, the store
+			// requeues the claims made for this incarnation
+			// (store.ReapOrphans).
+			alive := store.AliveAs(h.cfg.Incarnation, max(h.cfg.LeaseTTL, 3*h.cfg.HeartbeatEvery))
+			if wi, err := h.st.Heartbeat(ctx, h.cfg.Worker, h.cfg.Capacity, alive); err != nil {
 				nextBeat = now.Add(h.cfg.RetryAfter)
 			} else {
 				nextBeat = now.Add(h.cfg.HeartbeatEvery)

@@ -35,7 +35,10 @@ var errStoreFault = errors.New("injected store fault")
 // prove nothing).
 type simStats struct {
 	hostCrashes, hostFailures, poolCrashes, timerCrashes, pauses, storeFaults int
-	commits, receipts, fired, messages, calls                                 int
+	// orphans: claims of a crashed or frozen pool the orphan reaper
+	// requeued before their TTL
+	orphans                                   int
+	commits, receipts, fired, messages, calls int
 	// firings that ran, stepped directly by their holder or from the inbox
 	directFirings, inboxFirings int
 
@@ -197,8 +200,8 @@ func lost(op string) error {
 	return &store.Error{Op: op, Kind: store.Unavailable(io.ErrUnexpectedEOF)}
 }
 
-func (s lossyStore) Claim(ctx context.Context, worker string, kinds []string, n int, ttl time.Duration) ([]vocab.EffectItem, error) {
-	items, err := s.Store.Claim(ctx, worker, kinds, n, ttl)
+func (s lossyStore) Claim(ctx context.Context, worker string, kinds []string, n int, ttl time.Duration, opts ...store.ClaimOption) ([]vocab.EffectItem, error) {
+	items, err := s.Store.Claim(ctx, worker, kinds, n, ttl, opts...)
 	if err == nil && len(items) > 0 && s.lose("claim") {
 		return nil, lost("claim")
 	}
@@ -429,13 +432,41 @@ func (r *planeSimRun) runPool(n *simNode, id string) (func(context.Context) erro
 		r.stats.poolFaults["lost "+op]++
 		return true
 	}}
-	p, err := adapter.NewPool(st, adapter.Config{Worker: id, Executor: n.ex, ClaimTTL: simTTL, Concurrency: 2},
+	// The pool's claims ride on the liveness its own heartbeats promise
+	// (the node's name, this start's incarnation): a crash or a freeze
+	// past the promise gets them requeued by the orphan reaper, and the
+	// next start under the name supersedes this incarnation.
+	p, err := adapter.NewPool(st, adapter.Config{Worker: id, Node: n.name, Incarnation: id, Executor: n.ex, ClaimTTL: 2 * simTTL, Concurrency: 2},
 		adapter.Register(r.echo, adapter.RetryPolicy{Attempts: simEchoTry, Base: 50 * time.Millisecond, Max: 200 * time.Millisecond}),
 		adapter.Register(fabricSpy{adapter.NewFabric(st), &r.fabMu, r.fabKey, r.ran}, adapter.RetryPolicy{Attempts: 2, Base: 50 * time.Millisecond, Max: 100 * time.Millisecond}))
 	if err != nil {
 		return nil, err
 	}
-	return p.Run, nil
+	// A pool hosts no world: its record is draining before it beats, so
+	// the orchestrator never places one on it (on the fault-free handle:
+	// the setup is the test's, not a fault point).
+	if _, err := r.base.Heartbeat(r.env.Ctx, n.name, 1); err != nil {
+		return nil, err
+	}
+	if _, err := r.base.SetDraining(r.env.Ctx, n.name, true); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		beat := func() { _, _ = n.st.Heartbeat(ctx, n.name, 1, store.AliveAs(id, simTTL)) }
+		beat() // known before its first claim
+		// The beats run beside the pool and end with its context: no
+		// goroutine waits on another here, so nothing can spin once the
+		// scope is killed.
+		bctx, stop := context.WithCancel(ctx)
+		defer stop()
+		n.ex.Go(func() {
+			park := n.ex.NewParker()
+			for actor.ParkFor(bctx, n.ex, park, simTTL/3) == nil {
+				beat()
+			}
+		})
+		return p.Run(ctx)
+	}, nil
 }
 
 func (r *planeSimRun) runTimer(n *simNode, id string) (func(context.Context) error, error) {
@@ -448,7 +479,12 @@ func (r *planeSimRun) runTimer(n *simNode, id string) (func(context.Context) err
 
 func (r *planeSimRun) runReapers(n *simNode, _ string) (func(context.Context) error, error) {
 	return func(ctx context.Context) error {
-		return reaper.Run(ctx, reaper.Config{Executor: n.ex}, reaper.Effects(n.st, simTTL), reaper.Timers(n.st, simTTL))
+		observe := func(job string, k int, err error) {
+			if job == "reap_orphans" && err == nil {
+				r.stats.orphans += k
+			}
+		}
+		return reaper.Run(ctx, reaper.Config{Executor: n.ex, Observe: observe}, reaper.Orphans(n.st, simTTL), reaper.Effects(n.st, 2*simTTL), reaper.Timers(n.st, simTTL))
 	}, nil
 }
 
@@ -1357,6 +1393,7 @@ func TestPlaneSimulation(t *testing.T) {
 			{"states over the bound", stats.swells}, {"far-future timers", stats.farTimers},
 			{"archives", stats.archives}, {"effects withdrawn by an archive", stats.withdrawn},
 			{"effects in flight at an archive", stats.inflightAtArchive},
+			{"claims of dead pools requeued before their TTL", stats.orphans},
 			{"replies checked against their step", stats.replies}, {"seeds with calls from several clients", stats.callClients},
 			{"worlds activated by two nodes at once", stats.freshRaces}}
 		// Every adapter path met a store fault, both before and after

@@ -41,7 +41,7 @@ type Backend interface {
 	Inbox
 
 	Publish(ctx context.Context, world string, epoch uint64, intents []vocab.Intent) (int, error)
-	Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]vocab.EffectItem, error)
+	Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration, opts ...ClaimOption) ([]vocab.EffectItem, error)
 	CompleteMany(ctx context.Context, cs []vocab.Completion) ([]CompleteResult, error)
 	Resolve(ctx context.Context, intentHash string, r vocab.Receipt, reason string) (inboxSeq uint64, dup bool, err error)
 	ReapEffects(ctx context.Context) (int, error)
@@ -368,12 +368,32 @@ func (f *Front) ListWorkerWorlds(ctx context.Context, worker, after string, limi
 // ---- the worker inventory ----
 
 // Heartbeat implements Workers.
-func (f *Front) Heartbeat(ctx context.Context, worker string, capacity int) (WorkerInfo, error) {
+func (f *Front) Heartbeat(ctx context.Context, worker string, capacity int, opts ...HeartbeatOption) (WorkerInfo, error) {
 	const op = "heartbeat"
 	if err := first(done(ctx, op), checkHeartbeat(op, worker, capacity)); err != nil {
 		return WorkerInfo{}, err
 	}
-	return f.b.Heartbeat(ctx, worker, capacity)
+	if _, err := ResolveHeartbeatOptions(op, opts); err != nil {
+		return WorkerInfo{}, err
+	}
+	return f.b.Heartbeat(ctx, worker, capacity, opts...)
+}
+
+// RetireWorker implements Workers.
+func (f *Front) RetireWorker(ctx context.Context, worker, incarnation string) (int, error) {
+	const op = "retire_worker"
+	if err := first(done(ctx, op), CheckID(op, "worker", worker), checkOptionalID(op, "incarnation", incarnation)); err != nil {
+		return 0, err
+	}
+	return f.b.RetireWorker(ctx, worker, incarnation)
+}
+
+// ReapOrphans implements Workers.
+func (f *Front) ReapOrphans(ctx context.Context) (int, error) {
+	if err := done(ctx, "reap_orphans"); err != nil {
+		return 0, err
+	}
+	return f.b.ReapOrphans(ctx)
 }
 
 // SetDraining implements Workers.
@@ -437,13 +457,16 @@ func (f *Front) Publish(ctx context.Context, world string, epoch uint64, intents
 }
 
 // Claim implements Effects.
-func (f *Front) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]vocab.EffectItem, error) {
+func (f *Front) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration, opts ...ClaimOption) ([]vocab.EffectItem, error) {
 	const op = "claim"
 	if err := first(done(ctx, op), CheckID(op, "worker", worker), checkKinds(op, kinds), checkBatch(op, "n", n),
 		checkTTL(op, "claimTTL", claimTTL)); err != nil {
 		return nil, err
 	}
-	return f.b.Claim(ctx, worker, kinds, n, claimTTL)
+	if _, err := ResolveClaimOptions(op, opts); err != nil {
+		return nil, err
+	}
+	return f.b.Claim(ctx, worker, kinds, n, claimTTL, opts...)
 }
 
 // CompleteMany implements Effects. The batch's size is the call's; each
@@ -571,12 +594,15 @@ func (f *Front) CancelTimer(ctx context.Context, world string, epoch uint64, int
 }
 
 // ClaimDue implements Timers.
-func (f *Front) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]TimerItem, error) {
+func (f *Front) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration, opts ...ClaimOption) ([]TimerItem, error) {
 	const op = "claim_due"
 	if err := first(done(ctx, op), CheckID(op, "worker", worker), checkBatch(op, "n", n), checkTTL(op, "ttl", ttl)); err != nil {
 		return nil, err
 	}
-	return f.b.ClaimDue(ctx, worker, n, ttl)
+	if _, err := ResolveClaimOptions(op, opts); err != nil {
+		return nil, err
+	}
+	return f.b.ClaimDue(ctx, worker, n, ttl, opts...)
 }
 
 // Fire implements Timers.

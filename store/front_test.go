@@ -96,9 +96,13 @@ func (r *recorder) GetAssignment(ctx context.Context, world string) (Assignment,
 func (r *recorder) ListWorkerWorlds(ctx context.Context, worker, after string, limit int) ([]WorkerWorld, error) {
 	return nil, r.rec(ctx, "ListWorkerWorlds")
 }
-func (r *recorder) Heartbeat(ctx context.Context, worker string, capacity int) (WorkerInfo, error) {
+func (r *recorder) Heartbeat(ctx context.Context, worker string, capacity int, opts ...HeartbeatOption) (WorkerInfo, error) {
 	return WorkerInfo{}, r.rec(ctx, "Heartbeat")
 }
+func (r *recorder) RetireWorker(ctx context.Context, worker, incarnation string) (int, error) {
+	return 0, r.rec(ctx, "RetireWorker")
+}
+func (r *recorder) ReapOrphans(ctx context.Context) (int, error) { return 0, r.rec(ctx, "ReapOrphans") }
 func (r *recorder) SetDraining(ctx context.Context, worker string, draining bool) (WorkerInfo, error) {
 	return WorkerInfo{}, r.rec(ctx, "SetDraining")
 }
@@ -120,7 +124,7 @@ func (r *recorder) DrainToJournal(ctx context.Context, world string, epoch uint6
 func (r *recorder) Publish(ctx context.Context, world string, epoch uint64, intents []vocab.Intent) (int, error) {
 	return 0, r.rec(ctx, "Publish")
 }
-func (r *recorder) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]vocab.EffectItem, error) {
+func (r *recorder) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration, opts ...ClaimOption) ([]vocab.EffectItem, error) {
 	return nil, r.rec(ctx, "Claim")
 }
 
@@ -162,7 +166,7 @@ func (r *recorder) Schedule(ctx context.Context, world string, epoch uint64, int
 func (r *recorder) CancelTimer(ctx context.Context, world string, epoch uint64, intentHash string) error {
 	return r.rec(ctx, "CancelTimer")
 }
-func (r *recorder) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]TimerItem, error) {
+func (r *recorder) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration, opts ...ClaimOption) ([]TimerItem, error) {
 	return nil, r.rec(ctx, "ClaimDue")
 }
 func (r *recorder) Fire(ctx context.Context, intentHash string, c vocab.Claim) (uint64, bool, error) {
@@ -354,6 +358,16 @@ func invalidCalls() []frontCall {
 			return err
 		}},
 		{"Heartbeat capacity", "heartbeat", func(f *Front) error { _, err := f.Heartbeat(fbg, "A", -1); return err }},
+		{"Heartbeat liveness TTL", "heartbeat", func(f *Front) error { _, err := f.Heartbeat(fbg, "A", 1, AliveAs("i", 0)); return err }},
+		{"RetireWorker worker", "retire_worker", func(f *Front) error { _, err := f.RetireWorker(fbg, "", "i"); return err }},
+		{"Claim incarnation without node", "claim", func(f *Front) error {
+			_, err := f.Claim(fbg, "ad", []string{"k"}, 1, time.Second, ClaimFor("", "i"))
+			return err
+		}},
+		{"ClaimDue node", "claim_due", func(f *Front) error {
+			_, err := f.ClaimDue(fbg, "tw", 1, time.Second, ClaimFor(strings.Repeat("n", MaxIDBytes+1), ""))
+			return err
+		}},
 		{"SetDraining worker", "set_draining", func(f *Front) error { _, err := f.SetDraining(fbg, "", true); return err }},
 		{"Enqueue world", "enqueue", func(f *Front) error { _, _, err := f.Enqueue(fbg, "", InboxItem{Kind: "event"}); return err }},
 		{"Enqueue store kind", "enqueue", func(f *Front) error {
@@ -528,7 +542,9 @@ func validCalls() []struct {
 		{"Unassign", func(f *Front) error { return f.Unassign(fbg, "w", nil) }},
 		{"GetAssignment", func(f *Front) error { _, _, err := f.GetAssignment(fbg, "w"); return err }},
 		{"ListWorkerWorlds", func(f *Front) error { _, err := f.ListWorkerWorlds(fbg, "A", "", 10); return err }},
-		{"Heartbeat", func(f *Front) error { _, err := f.Heartbeat(fbg, "A", 4); return err }},
+		{"Heartbeat", func(f *Front) error { _, err := f.Heartbeat(fbg, "A", 4, AliveAs("i", time.Second)); return err }},
+		{"RetireWorker", func(f *Front) error { _, err := f.RetireWorker(fbg, "A", "i"); return err }},
+		{"ReapOrphans", func(f *Front) error { _, err := f.ReapOrphans(fbg); return err }},
 		{"SetDraining", func(f *Front) error { _, err := f.SetDraining(fbg, "A", true); return err }},
 		{"ListWorkers", func(f *Front) error { _, err := f.ListWorkers(fbg); return err }},
 		{"Enqueue", func(f *Front) error {
@@ -542,7 +558,10 @@ func validCalls() []struct {
 			_, err := f.Publish(fbg, "w", 1, []vocab.Intent{{IntentHash: "i", Kind: "k", Origin: "w@1"}})
 			return err
 		}},
-		{"Claim", func(f *Front) error { _, err := f.Claim(fbg, "ad", []string{"k"}, 1, time.Second); return err }},
+		{"Claim", func(f *Front) error {
+			_, err := f.Claim(fbg, "ad", []string{"k"}, 1, time.Second, ClaimFor("A", "i"))
+			return err
+		}},
 		{"CompleteMany", func(f *Front) error {
 			_, err := f.CompleteMany(fbg, []vocab.Completion{{IntentHash: "i", Claim: fclaim, Receipt: freceipt}})
 			return err

@@ -527,19 +527,148 @@ type WorkerInfo struct {
 	Draining    bool      // set by an operator: place nothing new here
 	HeartbeatAt time.Time // the store's clock at the last Heartbeat
 	StartedAt   time.Time // the store's clock at the first Heartbeat
+	// Incarnation is the incarnation the last heartbeat named (AliveAs;
+	// empty for a worker that never named one).
+	Incarnation string
+	// AliveUntil is when, by the store's clock, that incarnation is known
+	// dead unless it heartbeats again (the last AliveAs heartbeat's time
+	// plus its TTL; at the store's time of a RetireWorker of it). Zero: the
+	// worker made no such promise, and only claim TTLs recover its work.
+	AliveUntil time.Time
+}
+
+// Dead reports whether the record says its incarnation is known dead at
+// now, an instant of the store's clock (Now): it promised liveness
+// (AliveUntil) and the promise ran out. Never judge it on a local clock.
+func (w WorkerInfo) Dead(now time.Time) bool {
+	return !w.AliveUntil.IsZero() && !now.Before(w.AliveUntil)
+}
+
+// HeartbeatOption qualifies a Heartbeat.
+type HeartbeatOption func(*HeartbeatOptions)
+
+// HeartbeatOptions is what a heartbeat's options resolve to
+// (ResolveHeartbeatOptions).
+type HeartbeatOptions struct {
+	// Incarnation names the process lifetime that beats (the one its
+	// leases and claims name; see AcquireOptions.Incarnation). At most
+	// MaxIDBytes.
+	Incarnation string
+	// TTL is how long, from this heartbeat by the store's clock, the
+	// incarnation is alive without another one. Positive, at most MaxTTL.
+	TTL time.Duration
+	set bool
+}
+
+// AliveAs makes a heartbeat a promise of liveness: incarnation of the
+// worker is alive for ttl from now, by the store's clock. Once the promise
+// runs out, or the incarnation retires (RetireWorker), or another
+// incarnation of the worker heartbeats (a restart), its effect and timer
+// claims made with ClaimFor are requeued by ReapOrphans without waiting for
+// their own TTLs. A heartbeat without it records no promise (AliveUntil
+// zero) and keeps the recorded incarnation.
+func AliveAs(incarnation string, ttl time.Duration) HeartbeatOption {
+	return func(o *HeartbeatOptions) { o.Incarnation, o.TTL, o.set = incarnation, ttl, true }
+}
+
+// Promised reports whether the options carry AliveAs.
+func (o HeartbeatOptions) Promised() bool { return o.set }
+
+// ResolveHeartbeatOptions applies opts in order and checks the result for
+// op (ErrInvalid).
+func ResolveHeartbeatOptions(op string, opts []HeartbeatOption) (HeartbeatOptions, error) {
+	var o HeartbeatOptions
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	if !o.set {
+		return o, nil
+	}
+	return o, first(checkOptionalID(op, "incarnation", o.Incarnation), checkTTL(op, "ttl", o.TTL))
+}
+
+// ClaimOption qualifies an effect Claim or a timer ClaimDue.
+type ClaimOption func(*ClaimOptions)
+
+// ClaimOptions is what a claim's options resolve to (ResolveClaimOptions).
+type ClaimOptions struct {
+	// Node and Incarnation name the worker record (its id, and the
+	// incarnation its AliveAs heartbeats name) whose liveness the claim
+	// rides on; empty Node: none, the claim lasts its TTL.
+	Node, Incarnation string
+}
+
+// ClaimFor makes a claim ride on the liveness of node's incarnation (see
+// AliveAs): it is requeued by ReapOrphans as soon as the store knows that
+// incarnation dead, and a claim for an incarnation already known dead is
+// refused (ErrFenced, nothing claimed), so a stopping or superseded process
+// takes no new work.
+func ClaimFor(node, incarnation string) ClaimOption {
+	return func(o *ClaimOptions) { o.Node, o.Incarnation = node, incarnation }
+}
+
+// ResolveClaimOptions applies opts in order and checks the result for op
+// (ErrInvalid).
+func ResolveClaimOptions(op string, opts []ClaimOption) (ClaimOptions, error) {
+	var o ClaimOptions
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	if o.Node == "" {
+		if o.Incarnation != "" {
+			return o, Errorf(op, ErrInvalid, "", "an incarnation needs its node")
+		}
+		return o, nil
+	}
+	return o, first(CheckID(op, "node", o.Node), checkOptionalID(op, "incarnation", o.Incarnation))
 }
 
 // Workers is the worker inventory.
 type Workers interface {
 	// Heartbeat records that worker is alive with capacity (creating its
-	// record on the first call). It keeps Draining as it was.
-	Heartbeat(ctx context.Context, worker string, capacity int) (WorkerInfo, error)
+	// record on the first call). It keeps Draining as it was. With AliveAs
+	// it records the incarnation and its promise (AliveUntil = now + TTL);
+	// an incarnation that differs from the recorded one supersedes it: the
+	// recorded one is retired in the same transaction (as RetireWorker
+	// would, its claims requeued), since a new process under the worker's
+	// id means the old one is gone or must be treated so. A retired
+	// incarnation's heartbeat is ErrFenced and changes nothing, so a
+	// process that thaws after its successor started cannot take the
+	// record back.
+	Heartbeat(ctx context.Context, worker string, capacity int, opts ...HeartbeatOption) (WorkerInfo, error)
 	// SetDraining marks a worker draining (or not). ErrNotFound if the
 	// worker never sent a heartbeat.
 	SetDraining(ctx context.Context, worker string, draining bool) (WorkerInfo, error)
 	// ListWorkers lists every worker, sorted by id. Liveness is the
-	// reader's judgement from HeartbeatAt against Now.
+	// reader's judgement from HeartbeatAt against Now, or WorkerInfo.Dead.
 	ListWorkers(ctx context.Context) ([]WorkerInfo, error)
+	// RetireWorker ends worker's incarnation for good (a planned stop):
+	// in one transaction it is recorded retired (its later heartbeats are
+	// ErrFenced, its ClaimFor claims refused), the worker record, if it
+	// names that incarnation, is marked dead now (AliveUntil), and every
+	// effect and timer claim made for it is requeued as ReapOrphans would.
+	// It returns how many claims it requeued; retiring again is a no-op
+	// that returns 0. A worker that never beat: recorded all the same.
+	RetireWorker(ctx context.Context, worker, incarnation string) (int, error)
+	// ReapOrphans requeues every inflight effect and claimed timer whose
+	// claim rides (ClaimFor) on an incarnation the store knows dead, by the
+	// store's clock alone: retired (RetireWorker, or superseded by another
+	// incarnation's heartbeat), or whose worker record names it and whose
+	// AliveUntil has passed. A claim of a live incarnation (one that keeps
+	// heartbeating, however slowly it works) is never touched, and
+	// neither is one whose incarnation the store has no record of yet (a
+	// process that claims before its first heartbeat): its TTL recovers
+	// it. A requeued claim is revoked, not kept: its old holder's Complete,
+	// Fire or ReleaseEffect is ErrClaimLost (a returning process never
+	// records the result of work handed to someone else), and the next
+	// claim is attempt+1. An effect of an archived world is withdrawn
+	// instead, as by ReapEffects. It returns how many it requeued or
+	// withdrew, and hints TopicEffects, TopicTimers as they changed.
+	ReapOrphans(ctx context.Context) (int, error)
 }
 
 // ---- the durable inbox ----
@@ -659,7 +788,10 @@ type Effects interface {
 	// order) to inflight for worker, with a claim that expires after
 	// claimTTL. kinds must not be empty: an adapter claims what it serves.
 	// An effect of an archived world is never handed out.
-	Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]vocab.EffectItem, error)
+	// With ClaimFor, the claim rides on the liveness of a worker's
+	// incarnation (see ReapOrphans); for one already known dead it is
+	// ErrFenced and claims nothing.
+	Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration, opts ...ClaimOption) ([]vocab.EffectItem, error)
 	// Complete, atomically: enqueues the receipt into the world's inbox
 	// (kind KindReceipt, dedupe key ReceiptKey(intentHash, retries),
 	// payload = r.Payload), marks the intent done and removes it from the
@@ -797,8 +929,8 @@ type Timers interface {
 	CancelTimer(ctx context.Context, world string, epoch uint64, intentHash string) error
 	// ClaimDue claims up to n timers due at the store's clock, in (deliverAt,
 	// intentHash) order, so timers due at the same instant fire in a stable
-	// order.
-	ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]TimerItem, error)
+	// order. ClaimFor as for Effects.Claim.
+	ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration, opts ...ClaimOption) ([]TimerItem, error)
 	// Fire, atomically: enqueues the timer-fired item into the world's inbox
 	// (kind KindTimer, dedupe key TimerKey(intentHash)), marks the timer
 	// delivered and removes it. The timer must be due by the store's clock

@@ -154,11 +154,25 @@ func (h *Handle) ListWorkerWorlds(ctx context.Context, worker, after string, lim
 	return h.Store.ListWorkerWorlds(ctx, worker, after, limit)
 }
 
-func (h *Handle) Heartbeat(ctx context.Context, worker string, capacity int) (store.WorkerInfo, error) {
+func (h *Handle) Heartbeat(ctx context.Context, worker string, capacity int, opts ...store.HeartbeatOption) (store.WorkerInfo, error) {
 	if err := h.begin("heartbeat"); err != nil {
 		return store.WorkerInfo{}, err
 	}
-	return h.Store.Heartbeat(ctx, worker, capacity)
+	return h.Store.Heartbeat(ctx, worker, capacity, opts...)
+}
+
+func (h *Handle) RetireWorker(ctx context.Context, worker, incarnation string) (int, error) {
+	if err := h.begin("retire_worker"); err != nil {
+		return 0, err
+	}
+	return h.Store.RetireWorker(ctx, worker, incarnation)
+}
+
+func (h *Handle) ReapOrphans(ctx context.Context) (int, error) {
+	if err := h.begin("reap_orphans"); err != nil {
+		return 0, err
+	}
+	return h.Store.ReapOrphans(ctx)
 }
 
 func (h *Handle) SetDraining(ctx context.Context, worker string, draining bool) (store.WorkerInfo, error) {
@@ -210,11 +224,11 @@ func (h *Handle) GetWorld(ctx context.Context, world string) (store.World, error
 	return h.Store.GetWorld(ctx, world)
 }
 
-func (h *Handle) Claim(ctx context.Context, worker string, kinds []string, n int, ttl time.Duration) ([]vocab.EffectItem, error) {
+func (h *Handle) Claim(ctx context.Context, worker string, kinds []string, n int, ttl time.Duration, opts ...store.ClaimOption) ([]vocab.EffectItem, error) {
 	if err := h.begin("claim"); err != nil {
 		return nil, err
 	}
-	return h.Store.Claim(ctx, worker, kinds, n, ttl)
+	return h.Store.Claim(ctx, worker, kinds, n, ttl, opts...)
 }
 
 func (h *Handle) Complete(ctx context.Context, hash string, c vocab.Claim, rc vocab.Receipt) (uint64, bool, error) {
@@ -245,11 +259,11 @@ func (h *Handle) NextRetry(ctx context.Context, kinds []string) (time.Duration, 
 	return h.Store.NextRetry(ctx, kinds)
 }
 
-func (h *Handle) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]store.TimerItem, error) {
+func (h *Handle) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration, opts ...store.ClaimOption) ([]store.TimerItem, error) {
 	if err := h.begin("claim_due"); err != nil {
 		return nil, err
 	}
-	return h.Store.ClaimDue(ctx, worker, n, ttl)
+	return h.Store.ClaimDue(ctx, worker, n, ttl, opts...)
 }
 
 func (h *Handle) Fire(ctx context.Context, hash string, c vocab.Claim) (uint64, bool, error) {

@@ -25,7 +25,7 @@ import (
 
 // Store is what a Pool needs of the persistence plane (store.Store has it).
 type Store interface {
-	Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]vocab.EffectItem, error)
+	Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration, opts ...store.ClaimOption) ([]vocab.EffectItem, error)
 	Complete(ctx context.Context, intentHash string, c vocab.Claim, r vocab.Receipt) (inboxSeq uint64, dup bool, err error)
 	ReleaseEffect(ctx context.Context, intentHash string, c vocab.Claim) error
 	RetryLater(ctx context.Context, intentHash string, c vocab.Claim, delay time.Duration, lastError string) error
@@ -44,6 +44,12 @@ type Config struct {
 	Concurrency int
 	// Batch bounds the effects one Claim takes (default Concurrency).
 	Batch int
+	// Node and Incarnation, when Node is set, name the worker incarnation
+	// whose liveness the pool's claims ride on (store.ClaimFor): the
+	// store requeues them as soon as it knows that incarnation dead (its
+	// heartbeats stopped, it retired, a restart superseded it), without
+	// waiting for ClaimTTL; while it lives they last their TTL as any.
+	Node, Incarnation string
 	// ClaimTTL is how long a claim lasts before the reaper may requeue it
 	// (default 30s). An execution gets the claim's TTL less a tenth of it,
 	// to finish before anyone else may claim it; an execution that
@@ -355,7 +361,7 @@ func (p *Pool) Run(ctx context.Context) error {
 		if !draining && free > 0 {
 			n := min(free, p.cfg.Batch)
 			now := p.ex.Now()
-			items, err := p.st.Claim(ctx, p.cfg.Worker, p.kinds, n, p.cfg.ClaimTTL)
+			items, err := p.st.Claim(ctx, p.cfg.Worker, p.kinds, n, p.cfg.ClaimTTL, p.owner()...)
 			if err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
@@ -421,6 +427,14 @@ func (p *Pool) nextRetry(ctx context.Context) (time.Duration, bool) {
 		return storeBackoff(1, p.ex.Uint64()), true
 	}
 	return wait, ok
+}
+
+// owner is the claim option of Config.Node (none without it).
+func (p *Pool) owner() []store.ClaimOption {
+	if p.cfg.Node == "" {
+		return nil
+	}
+	return []store.ClaimOption{store.ClaimFor(p.cfg.Node, p.cfg.Incarnation)}
 }
 
 // storeBackoff is the wait after failures consecutive store failures:

@@ -26,8 +26,12 @@
 // finish, effects in flight finish and their receipts are delivered, so a
 // call that completed is never made again elsewhere, and every lease and
 // every effect claim it cannot finish in time is released at once, so
-// successors do not wait for a TTL); Kill is a crash, for tests and demos
-// of recovery.
+// successors do not wait for a TTL; last, the node's incarnation is retired
+// in the store, which requeues any claim still held for it); Kill is a
+// crash, for tests and demos of recovery: the host's heartbeats promise
+// liveness for LeaseTTL, so a killed node's effect and timer claims are
+// requeued by any node's orphan reaper once that promise runs out, not at
+// ClaimTTL.
 //
 // What it never does: keep package-level state, read the machine's clock or
 // start goroutines outside the actor.Executor of its actor.System.
@@ -247,21 +251,24 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		adapter.Register(adapter.NewFabric(cfg.Store), adapter.RetryUntilKnown()),
 	}, cfg.Adapters)
 	n.pool, err = adapter.NewPool(cfg.Store, adapter.Config{
-		Worker: cfg.Worker + "/effects", Executor: ex, Concurrency: cfg.EffectConcurrency,
-		ClaimTTL: cfg.ClaimTTL, Policies: cfg.Retry, Logger: cfg.Logger.With("part", "effects"),
+		Worker: cfg.Worker + "/effects", Node: cfg.Worker, Incarnation: cfg.Incarnation, Executor: ex,
+		Concurrency: cfg.EffectConcurrency, ClaimTTL: cfg.ClaimTTL, Policies: cfg.Retry, Logger: cfg.Logger.With("part", "effects"),
 		Observe: cfg.ObserveEffect, Tracer: cfg.Tracer, Links: n.links,
 	}, regs...)
 	if err != nil {
 		return nil, n.abort(ctx, err)
 	}
 	tw, err := timer.New(cfg.Store, timer.Config{
-		Worker: cfg.Worker + "/timers", Executor: ex, ClaimTTL: cfg.ClaimTTL, Lag: timerLag(cfg),
+		Worker: cfg.Worker + "/timers", Node: cfg.Worker, Incarnation: cfg.Incarnation, Executor: ex,
+		ClaimTTL: cfg.ClaimTTL, Lag: timerLag(cfg),
 		Logger: cfg.Logger.With("part", "timers"), Tracer: cfg.Tracer, Links: n.links,
 	})
 	if err != nil {
 		return nil, n.abort(ctx, err)
 	}
-	jobs := []reaper.Job{reaper.Effects(cfg.Store, cfg.ClaimTTL), reaper.Timers(cfg.Store, cfg.ClaimTTL)}
+	jobs := []reaper.Job{
+		reaper.Orphans(cfg.Store, cfg.LeaseTTL), reaper.Effects(cfg.Store, cfg.ClaimTTL), reaper.Timers(cfg.Store, cfg.ClaimTTL),
+	}
 	if ds, ok := cfg.Store.(interface {
 		SweepDedupe(ctx context.Context) (int, error)
 		DedupeRetention() time.Duration
@@ -487,13 +494,23 @@ func (n *Node) Stop(ctx context.Context) error {
 			err = rerr
 		}
 	}
-	if serr := n.host.Stop(ctx); err == nil && serr != nil && !errors.Is(serr, plane.ErrStopped) {
-		err = serr
-	}
+	// The pool finishes before the host stops: the host's heartbeats are
+	// the liveness the pool's claims ride on, so while an effect still
+	// executes here the store must not think this node dead and hand the
+	// effect to another.
 	if perr := n.pool.Stop(ctx); err == nil && perr != nil {
 		err = perr
 	}
+	if serr := n.host.Stop(ctx); err == nil && serr != nil && !errors.Is(serr, plane.ErrStopped) {
+		err = serr
+	}
 	n.finish(ctx)
+	// Whatever claim is still held for this incarnation (one a stop that
+	// ran out of time could not release, one a claim racing the stop
+	// took) is requeued now, and the incarnation takes no more.
+	if _, rerr := n.cfg.Store.RetireWorker(ctx, n.cfg.Worker, n.cfg.Incarnation); rerr != nil {
+		n.cfg.Logger.Warn("node: retire failed; the claims left wait for the heartbeat to expire", "worker", n.cfg.Worker, "err", rerr)
+	}
 	n.cfg.Logger.Info("node stopped", "worker", n.cfg.Worker)
 	return err
 }

@@ -1,7 +1,10 @@
 // Package reaper runs the plane's housekeeping jobs on schedules derived
-// from the durations they serve: the effect and timer reapers, which
-// requeue expired claims (store.ReapEffects, store.ReapTimers) so that the
-// work of a crashed or paused claimant is claimed again, and the dedupe
+// from the durations they serve: the orphan reaper (store.ReapOrphans),
+// which requeues at once the claims of a process the store knows dead (its
+// heartbeats stopped, it retired, a restart superseded it); the effect and
+// timer reapers, which requeue expired claims (store.ReapEffects,
+// store.ReapTimers) so that the work of a claimant that rode on no
+// heartbeat, or of a paused one, is claimed again; and the dedupe
 // sweeper (store.SweepDedupe), which forgets completed dedupe records once
 // their retention has passed.
 //
@@ -44,6 +47,26 @@ func Timers(st interface {
 	ReapTimers(ctx context.Context) (int, error)
 }, claimTTL time.Duration) Job {
 	return Job{Name: "reap_timers", Every: halfTTL(claimTTL), Do: st.ReapTimers}
+}
+
+// Orphans is the orphan reaper (store.ReapOrphans) for workers whose
+// heartbeats promise liveness for aliveTTL (store.AliveAs): it requeues
+// the claims of the incarnations the store knows dead. It runs every
+// twentieth of the promise, clamped to [10ms, 1s], so a dead process's
+// work is claimable again at most that long after its promise ran out,
+// which is itself at most aliveTTL after its death: the store decides who
+// is dead on its own clock, and a query that finds no one dead writes
+// nothing.
+func Orphans(st interface {
+	ReapOrphans(ctx context.Context) (int, error)
+}, aliveTTL time.Duration) Job {
+	return Job{Name: "reap_orphans", Every: OrphanPeriod(aliveTTL), Do: st.ReapOrphans}
+}
+
+// OrphanPeriod is the orphan reaper's period for a liveness promise of
+// aliveTTL.
+func OrphanPeriod(aliveTTL time.Duration) time.Duration {
+	return min(max(aliveTTL/20, 10*time.Millisecond), time.Second)
 }
 
 // Dedupe is the dedupe sweeper, every eighth of the store's retention,

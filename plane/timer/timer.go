@@ -50,7 +50,7 @@ import (
 
 // Store is what the timer worker needs of the persistence plane.
 type Store interface {
-	ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]store.TimerItem, error)
+	ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration, opts ...store.ClaimOption) ([]store.TimerItem, error)
 	Fire(ctx context.Context, intentHash string, c vocab.Claim) (inboxSeq uint64, dup bool, err error)
 	NextDue(ctx context.Context) (at time.Time, ok bool, err error)
 	Now(ctx context.Context) (time.Time, error)
@@ -66,6 +66,11 @@ type Config struct {
 	// (default 30s): a worker that dies between claim and fire delays its
 	// timers by at most this plus the reaper's period.
 	ClaimTTL time.Duration
+	// Node and Incarnation, when Node is set, name the worker incarnation
+	// whose liveness the worker's claims ride on (store.ClaimFor): the
+	// store requeues them as soon as it knows that incarnation dead, so a
+	// dead worker's timers wait for the orphan reaper, not for ClaimTTL.
+	Node, Incarnation string
 	// Lag delays the worker's view of every timer (default 0): a timer
 	// counts as due here only Lag after its due time, and the worker
 	// claims nothing before the earliest unclaimed timer is due by Lag.
@@ -245,7 +250,11 @@ func (w *Worker) Run(ctx context.Context) error {
 				continue
 			}
 		}
-		items, err := w.st.ClaimDue(ctx, w.cfg.Worker, w.cfg.Batch, w.cfg.ClaimTTL)
+		var owner []store.ClaimOption
+		if w.cfg.Node != "" {
+			owner = append(owner, store.ClaimFor(w.cfg.Node, w.cfg.Incarnation))
+		}
+		items, err := w.st.ClaimDue(ctx, w.cfg.Worker, w.cfg.Batch, w.cfg.ClaimTTL, owner...)
 		if err != nil {
 			if err := fail("claim", err); err != nil {
 				return err

@@ -65,8 +65,8 @@ func Ops() []string {
 		"effect_status", "enqueue", "fire", "fire_held", "floor", "fork_world", "get_assignment", "get_lease", "get_watermark", "get_world",
 		"head", "heartbeat", "list_effects", "list_timers", "list_worker_worlds", "list_workers",
 		"list_worlds", "next_due", "now", "publish", "put_snapshot", "queue_depths", "read", "read_inbox",
-		"read_window", "reap_effects", "reap_timers", "release_effect", "release_leases",
-		"renew_leases", "resolve", "retry_effect", "schedule", "send", "set_draining", "set_world_status",
+		"read_window", "reap_effects", "reap_orphans", "reap_timers", "release_effect", "release_leases",
+		"renew_leases", "resolve", "retire_worker", "retry_effect", "schedule", "send", "set_draining", "set_world_status",
 		"snapshot_below", "spawn", "sweep_dedupe", "unassign", "watch",
 	}
 }
@@ -226,6 +226,7 @@ type state struct {
 	leases      map[string]*contract.LeaseRow
 	assignments map[string]store.Assignment
 	workers     map[string]*store.WorkerInfo
+	retired     map[owner]bool     // incarnations retired or superseded (RetireWorker)
 	effects     map[string]*effect // by intent hash
 	effectSeq   uint64             // last queue seq handed out
 	timers      map[string]*timer  // by intent hash
@@ -242,6 +243,7 @@ func newState() *state {
 		leases:      map[string]*contract.LeaseRow{},
 		assignments: map[string]store.Assignment{},
 		workers:     map[string]*store.WorkerInfo{},
+		retired:     map[owner]bool{},
 		effects:     map[string]*effect{},
 		timers:      map[string]*timer{},
 		watermarks:  map[watermarkKey]uint64{},

@@ -23,6 +23,7 @@ type effect struct {
 	receipt       *vocab.Receipt
 	inboxSeq      uint64
 	completedAt   time.Time
+	owner         owner // the incarnation the latest claim rides on (ClaimFor)
 }
 
 // Publish implements protocol C. Intent hashes are global: an intent once
@@ -101,13 +102,18 @@ func (e *effect) view() vocab.EffectItem {
 }
 
 // Claim implements protocol D's first step, by kind.
-func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]vocab.EffectItem, error) {
+func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration, opts ...store.ClaimOption) ([]vocab.EffectItem, error) {
 	const op = "claim"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
 	defer s.end()
 	now := s.now()
+	o, _ := store.ResolveClaimOptions(op, opts)
+	by := owner{o.Node, o.Incarnation}
+	if err := s.st.claimable(op, by, now); err != nil {
+		return nil, err
+	}
 	var out []vocab.EffectItem
 	for _, e := range s.st.queued() {
 		if len(out) >= n {
@@ -125,6 +131,7 @@ func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n in
 		e.item.Attempt++
 		e.item.ClaimedBy = worker
 		e.item.ClaimExpires = now.Add(claimTTL)
+		e.owner = by
 		out = append(out, e.view())
 	}
 	return out, nil

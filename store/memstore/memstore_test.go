@@ -385,6 +385,8 @@ func TestOpsListsEveryHookedOperation(t *testing.T) {
 		func() { s.Heartbeat(bg, "A", 1) },
 		func() { s.SetDraining(bg, "A", true) },
 		func() { s.ListWorkers(bg) },
+		func() { s.RetireWorker(bg, "A", "i") },
+		func() { s.ReapOrphans(bg) },
 		func() { s.Enqueue(bg, "w", store.InboxItem{Kind: "event"}) },
 		func() { s.ReadInbox(bg, "w", 0, 1) },
 		func() { s.Cursor(bg, "w") },

@@ -16,6 +16,7 @@ type timer struct {
 	item        store.TimerItem // item.State is the record's state
 	inboxSeq    uint64
 	completedAt time.Time
+	owner       owner // the incarnation the latest claim rides on (ClaimFor)
 }
 
 func (t *timer) view() store.TimerItem {
@@ -96,13 +97,18 @@ func sortTimers(ts []*timer) {
 }
 
 // ClaimDue implements protocol E's claim.
-func (s *backend) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]store.TimerItem, error) {
+func (s *backend) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration, opts ...store.ClaimOption) ([]store.TimerItem, error) {
 	const op = "claim_due"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
 	defer s.end()
 	now := s.now()
+	o, _ := store.ResolveClaimOptions(op, opts)
+	by := owner{o.Node, o.Incarnation}
+	if err := s.st.claimable(op, by, now); err != nil {
+		return nil, err
+	}
 	var due []*timer
 	for _, t := range s.st.timers {
 		if t.item.State == store.TimerScheduled && contract.IsDue(t.item.DeliverAt, now) {
@@ -119,6 +125,7 @@ func (s *backend) ClaimDue(ctx context.Context, worker string, n int, ttl time.D
 		t.item.Attempt++
 		t.item.ClaimedBy = worker
 		t.item.ClaimExpires = now.Add(ttl)
+		t.owner = by
 		out = append(out, t.view())
 	}
 	return out, nil

@@ -66,15 +66,16 @@ func scanEffect(row pgx.CollectableRow) (vocab.EffectItem, error) {
 }
 
 // Claim implements protocol D's claim by kind (queue.go).
-func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]vocab.EffectItem, error) {
+func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration, opts ...store.ClaimOption) ([]vocab.EffectItem, error) {
 	const op = "claim"
+	by, _ := store.ResolveClaimOptions(op, opts)
 	if err := s.begin(op); err != nil {
 		return nil, err
 	}
 	if n == 0 {
 		return []vocab.EffectItem{}, nil
 	}
-	out, err := claim(s, ctx, op, effectsQueue, worker, n, claimTTL, scanEffect, kinds)
+	out, err := claim(s, ctx, op, effectsQueue, worker, n, claimTTL, by, scanEffect, kinds)
 	if err != nil {
 		return nil, err
 	}

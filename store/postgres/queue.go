@@ -67,14 +67,18 @@ type queue struct {
 // n, then the partitioned pick's; it returns cols.
 func newQueue(q queue, filter, order, pickCols, partitioned, cols string) *queue {
 	pick := `SELECT x.intent_hash` + pickCols + ` FROM ` + q.table + ` x
-		WHERE x.state = '` + q.ready + `' AND ` + filter + `
+		WHERE x.state = '` + q.ready + `' AND (SELECT open FROM gate) AND ` + filter + `
 		ORDER BY ` + order + ` LIMIT $4 FOR UPDATE SKIP LOCKED`
 	if partitioned != "" {
 		pick = strings.Replace(partitioned, "%s", pick, 1)
 	}
-	q.claimSQL = `WITH clock AS MATERIALIZED (SELECT now_ns($3) AS t), c AS (` + pick + `)
+	// gate closes the claim for an incarnation known dead ($5, $6; see
+	// ClaimFor), on the clock of the claim.
+	q.claimSQL = `WITH clock AS MATERIALIZED (SELECT now_ns($3) AS t),
+		gate AS MATERIALIZED (SELECT $5::text = '' OR NOT incarnation_dead($5, $6, (SELECT t FROM clock)) AS open),
+		c AS (` + pick + `)
 		UPDATE ` + q.table + ` x SET state = '` + q.claimed + `', attempts = x.attempts + 1, claimed_by = $1,
-			claim_expires_ns = (SELECT t FROM clock) + $2
+			claim_expires_ns = (SELECT t FROM clock) + $2, claim_node = $5, claim_incarnation = $6
 		FROM c WHERE x.intent_hash = c.intent_hash
 		RETURNING ` + cols
 	q.reapSQL = `WITH c AS (
@@ -119,7 +123,7 @@ var effectsQueue = newQueue(queue{
 	// A failed effect waits for its retry time, by the store's clock.
 	`x.kind = ks.k AND NOT EXISTS (SELECT 1 FROM worlds w WHERE w.world = x.world AND w.status = 'archived')
 		AND (x.retry_at_ns IS NULL OR x.retry_at_ns <= (SELECT t FROM clock))`, `x.seq`, `, x.seq`,
-	`SELECT p.intent_hash FROM (SELECT DISTINCT k FROM unnest($5::text[]) AS k) AS ks, LATERAL (%s) AS p
+	`SELECT p.intent_hash FROM (SELECT DISTINCT k FROM unnest($7::text[]) AS k) AS ks, LATERAL (%s) AS p
 		ORDER BY p.seq LIMIT $4`,
 	`x.intent_hash, x.world, x.seq, x.kind, x.params, x.origin, x.policy_context_hash,
 		x.enqueued_at_ns, x.attempts, x.claimed_by, x.claim_expires_ns, x.retries, x.state, x.retry_policy, x.failures, x.retry_at_ns`)
@@ -152,19 +156,34 @@ const (
 // plus ttl, in one transaction of one round trip; args are the partitioned
 // pick's. It returns the claimed rows in no particular order.
 func claim[T any](s *backend, ctx context.Context, op string, q *queue, worker string, n int, ttl time.Duration,
-	scan pgx.RowToFunc[T], args ...any) ([]T, error) {
+	by store.ClaimOptions, scan pgx.RowToFunc[T], args ...any) ([]T, error) {
 	var out []T
+	var dead bool
 	err := s.oneTrip(ctx, op, "", func(b *batch) {
 		b.queue(nil, "SET LOCAL synchronous_commit = off")
+		dead = false
+		if by.Node != "" {
+			// The worker's row first, as a retirement locks it: a claim
+			// either commits before a retirement (which then requeues
+			// it) or sees it (and the gate closes). The answer's refusal
+			// comes from this statement; the claim's own gate decides.
+			b.queue(nil, `SELECT 1 FROM workers WHERE worker = $1 FOR SHARE`, by.Node)
+			b.queue(func(br pgx.BatchResults) error {
+				return br.QueryRow().Scan(&dead)
+			}, `SELECT incarnation_dead($1, $2, now_ns($3))`, by.Node, by.Incarnation, s.off())
+		}
 		b.queue(func(br pgx.BatchResults) error {
 			rows, _ := br.Query()
 			var err error
 			out, err = pgx.CollectRows(rows, scan)
 			return err
-		}, q.claimSQL, append([]any{worker, int64(ttl), s.off(), int32(n)}, args...)...)
+		}, q.claimSQL, append([]any{worker, int64(ttl), s.off(), int32(n), by.Node, by.Incarnation}, args...)...)
 	})
 	if err != nil {
 		return nil, err
+	}
+	if dead && len(out) == 0 {
+		return nil, store.Errorf(op, store.ErrFenced, "", "worker %s incarnation %s is known dead", by.Node, by.Incarnation)
 	}
 	return out, nil
 }

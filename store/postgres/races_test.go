@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -307,4 +308,75 @@ func itemSeqs(items []store.InboxItem) []uint64 {
 		out[i] = it.Seq
 	}
 	return out
+}
+
+// A planned stop racing its own node's claims, on two machines: the
+// retirement and the claims for the retired incarnation serialise on the
+// worker's row, so once both are done no effect is left inflight under a
+// claim for the retired incarnation (it was requeued by the retirement, or
+// the claim saw the retirement and took nothing), and every claim that
+// came back empty after the retirement says ErrFenced.
+func TestTwoStoresClaimRacingRetirementLeavesNoOrphan(t *testing.T) {
+	t.Parallel()
+	a, b, _ := twoMachines(t)
+	if _, err := a.CreateWorld(bg, "u", "w", nil); err != nil {
+		t.Fatal(err)
+	}
+	l, err := a.Acquire(bg, "w", "H", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 8 {
+		inc := fmt.Sprint("inc-", round)
+		var hs []string
+		for i := range 24 {
+			hs = append(hs, fmt.Sprintf("e-%d-%d", round, i))
+		}
+		intents := make([]vocab.Intent, len(hs))
+		for i, h := range hs {
+			intents[i] = vocab.Intent{IntentHash: h, Kind: "k", Origin: "w@1"}
+		}
+		if _, err := a.Publish(bg, "w", l.Epoch, intents); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Heartbeat(bg, "N", 1, store.AliveAs(inc, time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		race(8, a, b, func(i int, s *Store) {
+			if i == 0 {
+				if _, err := s.RetireWorker(bg, "N", inc); err != nil {
+					t.Error(err)
+				}
+				return
+			}
+			for range 3 {
+				_, err := s.Claim(bg, "N/effects", []string{"k"}, 2, time.Minute, store.ClaimFor("N", inc))
+				if err != nil && !errors.Is(err, store.ErrFenced) {
+					t.Error(err)
+				}
+			}
+		})
+		items, err := a.ListEffects(bg, "w", 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range items {
+			if it.State == vocab.EffectInflight {
+				t.Fatalf("round %d: %s is inflight under %s after its incarnation retired", round, it.IntentHash, it.ClaimedBy)
+			}
+		}
+		if _, err := a.Claim(bg, "N/effects", []string{"k"}, 1, time.Minute, store.ClaimFor("N", inc)); !errors.Is(err, store.ErrFenced) {
+			t.Fatalf("round %d: a claim after the retirement: %v, want ErrFenced", round, err)
+		}
+		// Drain the round's effects for the next.
+		got, err := a.Claim(bg, "other", []string{"k"}, 100, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range got {
+			if _, _, err := a.Complete(bg, it.IntentHash, vocab.Claim{Worker: "other", Attempt: it.Attempt}, vocab.Receipt{Status: vocab.ReceiptOK}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }

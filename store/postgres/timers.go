@@ -65,15 +65,16 @@ func scanTimer(row pgx.CollectableRow) (store.TimerItem, error) {
 }
 
 // ClaimDue implements protocol E's claim (queue.go).
-func (s *backend) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]store.TimerItem, error) {
+func (s *backend) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration, opts ...store.ClaimOption) ([]store.TimerItem, error) {
 	const op = "claim_due"
+	by, _ := store.ResolveClaimOptions(op, opts)
 	if err := s.begin(op); err != nil {
 		return nil, err
 	}
 	if n == 0 {
 		return []store.TimerItem{}, nil
 	}
-	out, err := claim(s, ctx, op, timersQueue, worker, n, ttl, scanTimer)
+	out, err := claim(s, ctx, op, timersQueue, worker, n, ttl, by, scanTimer)
 	if err != nil {
 		return nil, err
 	}

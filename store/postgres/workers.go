@@ -15,23 +15,76 @@ func scanWorker(id string, row pgx.Row) (store.WorkerInfo, error) {
 	return w, err
 }
 
-// Heartbeat implements store.Workers (see the heartbeat function).
-func (s *backend) Heartbeat(ctx context.Context, worker string, capacity int) (store.WorkerInfo, error) {
+// Heartbeat implements store.Workers (see the heartbeat_as function).
+func (s *backend) Heartbeat(ctx context.Context, worker string, capacity int, opts ...store.HeartbeatOption) (store.WorkerInfo, error) {
 	const op = "heartbeat"
 	if err := s.begin(op); err != nil {
 		return store.WorkerInfo{}, err
 	}
+	o, _ := store.ResolveHeartbeatOptions(op, opts)
 	var w store.WorkerInfo
 	err := s.retry(ctx, op, "", func() error {
-		var err error
-		w, err = scanWorker(worker, s.pool.QueryRow(ctx, `SELECT * FROM heartbeat($1, $2, $3)`, worker, int64(capacity), s.off()))
-		return err
+		var cap, hb, started int64
+		var alive *int64
+		var fenced bool
+		w = store.WorkerInfo{ID: worker}
+		err := s.pool.QueryRow(ctx, `SELECT * FROM heartbeat_as($1, $2, $3, $4, $5, $6)`,
+			worker, int64(capacity), o.Promised(), o.Incarnation, int64(o.TTL), s.off()).
+			Scan(&fenced, &cap, &w.Draining, &hb, &started, &w.Incarnation, &alive)
+		if err != nil {
+			return err
+		}
+		if fenced {
+			return store.Errorf(op, store.ErrFenced, "", "worker %s incarnation %s retired", worker, o.Incarnation)
+		}
+		w.Capacity, w.HeartbeatAt, w.StartedAt = int(cap), fromNS(hb), fromNS(started)
+		if alive != nil {
+			w.AliveUntil = fromNS(*alive)
+		}
+		return nil
 	})
 	if err != nil {
 		return store.WorkerInfo{}, err
 	}
 	s.hint(store.TopicWorkers)
 	return w, nil
+}
+
+// RetireWorker implements store.Workers (see the retire_worker function).
+func (s *backend) RetireWorker(ctx context.Context, worker, incarnation string) (int, error) {
+	const op = "retire_worker"
+	if err := s.begin(op); err != nil {
+		return 0, err
+	}
+	return s.requeued(ctx, op, `SELECT * FROM retire_worker($1, $2, $3)`, worker, incarnation, s.off())
+}
+
+// ReapOrphans implements store.Workers (see the requeue_orphans function).
+func (s *backend) ReapOrphans(ctx context.Context) (int, error) {
+	const op = "reap_orphans"
+	if err := s.begin(op); err != nil {
+		return 0, err
+	}
+	return s.requeued(ctx, op, `SELECT * FROM requeue_orphans(now_ns($1))`, s.off())
+}
+
+// requeued runs a statement that answers requeue_orphans' counts, hints
+// what changed and returns the total.
+func (s *backend) requeued(ctx context.Context, op, sql string, args ...any) (int, error) {
+	var e, wd, tm int64
+	err := s.retry(ctx, op, "", func() error {
+		return s.pool.QueryRow(ctx, sql, args...).Scan(&e, &wd, &tm)
+	})
+	if err != nil {
+		return 0, err
+	}
+	if e > 0 {
+		s.hint(store.TopicEffects)
+	}
+	if tm > 0 {
+		s.hint(store.TopicTimers)
+	}
+	return int(e + wd + tm), nil
 }
 
 // SetDraining implements store.Workers (see the set_draining function).
@@ -64,14 +117,19 @@ func (s *backend) ListWorkers(ctx context.Context) ([]store.WorkerInfo, error) {
 	}
 	out := []store.WorkerInfo{}
 	err := s.retry(ctx, op, "", func() error {
-		rows, _ := s.pool.Query(ctx, `SELECT worker, capacity, draining, heartbeat_at_ns, started_at_ns FROM workers ORDER BY worker`)
+		rows, _ := s.pool.Query(ctx, `SELECT worker, capacity, draining, heartbeat_at_ns, started_at_ns, incarnation, alive_until_ns
+			FROM workers ORDER BY worker`)
 		var err error
 		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.WorkerInfo, error) {
 			var id string
 			var cap, hb, started int64
+			var alive *int64
 			w := store.WorkerInfo{}
-			err := row.Scan(&id, &cap, &w.Draining, &hb, &started)
+			err := row.Scan(&id, &cap, &w.Draining, &hb, &started, &w.Incarnation, &alive)
 			w.ID, w.Capacity, w.HeartbeatAt, w.StartedAt = id, int(cap), fromNS(hb), fromNS(started)
+			if alive != nil {
+				w.AliveUntil = fromNS(*alive)
+			}
 			return w, err
 		})
 		return err

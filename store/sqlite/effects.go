@@ -104,8 +104,9 @@ func scanEffectItem(sc interface{ Scan(...any) error }) (vocab.EffectItem, error
 // come from its own range of effects_pending_by_kind, the merge keeps the n
 // oldest overall: a claim reads O(kinds × n) index entries however long
 // the queue.
-func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration) ([]vocab.EffectItem, error) {
+func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n int, claimTTL time.Duration, opts ...store.ClaimOption) ([]vocab.EffectItem, error) {
 	const op = "claim"
+	by, _ := store.ResolveClaimOptions(op, opts)
 	if n == 0 {
 		return nil, nil
 	}
@@ -113,11 +114,14 @@ func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n in
 	var out []vocab.EffectItem
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		out = out[:0]
+		if err := t.claimable(op, by); err != nil {
+			return err
+		}
 		parts := make([][]any, len(kinds))
 		for i, k := range kinds {
 			parts[i] = []any{k, t.nowNS}
 		}
-		return claim[int64](t, effectsQueue, worker, n, claimTTL, parts, func(sc interface{ Scan(...any) error }) error {
+		return claim[int64](t, effectsQueue, worker, n, claimTTL, by, parts, func(sc interface{ Scan(...any) error }) error {
 			it, err := scanEffectItem(sc)
 			out = append(out, it)
 			return err

@@ -58,7 +58,7 @@ func newQueue(q queue, key, filter, order, cols string) *queue {
 	q.pickSQL = `SELECT ` + key + ` FROM ` + q.table + ` WHERE state = '` + q.ready + `' AND ` + filter +
 		` ORDER BY ` + order + ` LIMIT ?`
 	q.claimSQL = `UPDATE ` + q.table + ` SET state = '` + q.claimed + `', ` + q.attempt + ` = ` + q.attempt + ` + 1,
-		claimed_by = ?, claim_expires = ? WHERE ` + key + ` = ? RETURNING ` + cols
+		claimed_by = ?, claim_expires = ?, claim_node = ?, claim_incarnation = ? WHERE ` + key + ` = ? RETURNING ` + cols
 	q.reapSQL = `UPDATE ` + q.table + ` SET state = '` + q.ready + `', claim_expires = NULL
 		WHERE state = '` + q.claimed + `' AND claim_expires <= ?`
 	q.readSQL = `SELECT world, state, ` + q.attempt + `, claimed_by, inbox_seq, ` + q.retries + `, ` + q.payload + `, ` +
@@ -114,12 +114,12 @@ var timersQueue = newQueue(queue{
 	settleArgs: func(vocab.Receipt, contract.By) []any { return nil },
 }, "intent_hash", "deliver_at <= ?", "deliver_at, intent_hash", timerCols)
 
-// claim claims up to n of q's ready items for worker until now+ttl, inside
-// a request, and calls each with every claimed row (cols). parts are the
+// claim claims up to n of q's ready items for worker until now+ttl, on
+// behalf of by (checked by the caller: claimable), inside a request, and calls each with every claimed row (cols). parts are the
 // pick's arguments, one list per partition (the kinds of a claim by kind):
 // each partition's first n are read from its own index range, and several
 // partitions merge by key, which is then the queue's order.
-func claim[K cmp.Ordered](t *wtx, q *queue, worker string, n int, ttl time.Duration, parts [][]any, each func(sc interface{ Scan(...any) error }) error) error {
+func claim[K cmp.Ordered](t *wtx, q *queue, worker string, n int, ttl time.Duration, by store.ClaimOptions, parts [][]any, each func(sc interface{ Scan(...any) error }) error) error {
 	var keys []K
 	for _, p := range parts {
 		rows, err := t.query(q.pickSQL, append(p, n)...)
@@ -144,7 +144,7 @@ func claim[K cmp.Ordered](t *wtx, q *queue, worker string, n int, ttl time.Durat
 	}
 	expires := t.now.Add(ttl).UnixNano()
 	for _, k := range keys {
-		row, err := t.row(q.claimSQL, worker, expires, k)
+		row, err := t.row(q.claimSQL, worker, expires, by.Node, by.Incarnation, k)
 		if err != nil {
 			return err
 		}

@@ -81,15 +81,19 @@ func scanTimer(sc interface{ Scan(...any) error }) (store.TimerItem, error) {
 
 // ClaimDue claims up to n timers due at the store clock, in (deliverAt,
 // intentHash) order (queue.go).
-func (s *backend) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration) ([]store.TimerItem, error) {
+func (s *backend) ClaimDue(ctx context.Context, worker string, n int, ttl time.Duration, opts ...store.ClaimOption) ([]store.TimerItem, error) {
 	const op = "claim_due"
+	by, _ := store.ResolveClaimOptions(op, opts)
 	if n == 0 {
 		return nil, nil
 	}
 	var out []store.TimerItem
 	err := s.write(ctx, op, "", func(t *wtx) error {
 		out = out[:0]
-		return claim[string](t, timersQueue, worker, n, ttl, [][]any{{t.nowNS}}, func(sc interface{ Scan(...any) error }) error {
+		if err := t.claimable(op, by); err != nil {
+			return err
+		}
+		return claim[string](t, timersQueue, worker, n, ttl, by, [][]any{{t.nowNS}}, func(sc interface{ Scan(...any) error }) error {
 			it, err := scanTimer(sc)
 			out = append(out, it)
 			return err

@@ -129,6 +129,7 @@ func suite() []testCase {
 		journalTests,
 		leaseTests,
 		incarnationTests,
+		orphanTests,
 		fencingTests,
 		inboxTests,
 		effectTests,
