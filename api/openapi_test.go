@@ -10,9 +10,11 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -20,8 +22,11 @@ import (
 	"github.com/getkin/kin-openapi/routers/legacy"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/api"
 	"github.com/orrery-run/orrery/internal/testrig"
+	"github.com/orrery-run/orrery/internal/testworlds"
+	"github.com/orrery-run/orrery/plane/adapter"
 )
 
 // loadSpec loads api/openapi.json as kin-openapi reads it, with servers
@@ -90,6 +95,9 @@ func TestOpenAPIIsValid31(t *testing.T) {
 			}
 		}
 		for code, resp := range op.Responses.Map() {
+			if h := resp.Value.Headers[api.RequestIDHeader]; h == nil || h.Ref != "#/components/headers/RequestID" || !h.Value.Required {
+				t.Errorf("%s: its %s does not describe the %s header every answer carries", name, code, api.RequestIDHeader)
+			}
 			if code < "400" {
 				continue
 			}
@@ -264,6 +272,7 @@ type exchange struct {
 	noToken      bool
 	want         int
 	specRefuses  bool
+	requestID    string // sent as X-Request-Id; the answer must carry it back
 }
 
 func (tg *target) newRequest(ctx context.Context, x exchange) *http.Request {
@@ -281,6 +290,9 @@ func (tg *target) newRequest(ctx context.Context, x exchange) *http.Request {
 	}
 	if !x.noToken {
 		req.Header.Set("Authorization", "Bearer "+tg.token)
+	}
+	if x.requestID != "" {
+		req.Header.Set(api.RequestIDHeader, x.requestID)
 	}
 	return req
 }
@@ -330,6 +342,9 @@ func (tg *target) do(x exchange) []byte {
 	}
 	if resp.StatusCode != x.want {
 		t.Fatalf("%s %s %s: %d %s, want %d", x.method, x.path, x.body, resp.StatusCode, body, x.want)
+	}
+	if got := resp.Header.Get(api.RequestIDHeader); x.requestID != "" && got != x.requestID {
+		t.Errorf("%s %s: X-Request-Id %q, want the caller's %q", x.method, x.path, got, x.requestID)
 	}
 	in := tg.validateRequest(x)
 	tg.validateResponse(x, in, resp, body, false)
@@ -450,6 +465,9 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 	a := c.on(ra, tok)
 	rb := newRig(t, rigOptions{token: tok, workers: []string{}, cfg: func(cfg *api.Config) {
 		cfg.MaxEventStreams = 1
+		// No host runs b's worlds: a snapshot request there waits out the
+		// call timeout (504), which need not be long.
+		cfg.CallTimeout = 100 * time.Millisecond
 		cfg.Ready = func(context.Context) error { return errors.New("draining for the test") }
 	}})
 	b := c.on(rb, tok)
@@ -487,6 +505,17 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 	a.do(exchange{method: "POST", path: "/v1/worlds", body: `{"id":"oa2","universe":"u"}`, noToken: true, want: 401, specRefuses: true})
 	ra.Create("oa-p", universe)
 	ra.Create("oa-arch", universe)
+	// The history worlds: oa-h asks for an effect, sends a message to
+	// oa-r, and sets a timer that fires at once and one that waits; oa-c
+	// is compacted below its snapshot.
+	ra.Create("oa-h", universe)
+	ra.Create("oa-r", universe)
+	deliverMessages(t, ra)
+	must(ra.Client.Send(ra.Ctx, "oa-h", typeName(t, Pay{}), nil, "h-pay"))(t)
+	must(ra.Client.Send(ra.Ctx, "oa-h", typeName(t, testworlds.Relay{}), testworlds.Relay{To: "oa-r", Key: "hello"}, "h-relay"))(t)
+	must(ra.Client.Send(ra.Ctx, "oa-h", typeName(t, testworlds.Alarm{}), testworlds.Alarm{AfterMs: 1, Key: "now"}, "h-now"))(t)
+	must(ra.Client.Send(ra.Ctx, "oa-h", typeName(t, testworlds.Alarm{}), testworlds.Alarm{AfterMs: 3_600_000, Key: "later"}, "h-later"))(t)
+	gone := compactedHeight(t, ra, "oa-c")
 
 	a.do(exchange{method: "POST", path: "/v1/worlds/oa/events", body: add(1, "k1"), want: 202})
 	a.do(exchange{method: "POST", path: "/v1/worlds/oa/events", body: add(1, "k1"), want: 202})
@@ -500,6 +529,18 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 
 	a.do(exchange{method: "POST", path: "/v1/worlds/oa/calls", body: get, want: 200})
 	a.do(exchange{method: "POST", path: "/v1/worlds/oa/calls", body: fmt.Sprintf(`{"type":%q,"value":{"Why":"no"},"call_id":"f-1"}`, typeName(t, Fail{})), want: 422})
+	// A value that does not fit its handler's type is refused before it
+	// is enqueued, naming the field; the error carries the caller's
+	// request id.
+	var mismatch api.Error
+	if err := json.Unmarshal(a.do(exchange{method: "POST", path: "/v1/worlds/oa/calls", requestID: "conformance-1",
+		body: fmt.Sprintf(`{"type":%q,"value":{"By":"five","Key":"k"}}`, typeName(t, Add{})), want: 400}), &mismatch); err != nil {
+		t.Fatal(err)
+	}
+	if mismatch.Code != api.CodeInvalidArgument || mismatch.RequestID != "conformance-1" || mismatch.Details["type"] != typeName(t, Add{}) ||
+		mismatch.Details["field"] != "By" || mismatch.Details["expected"] != "integer" || mismatch.Details["got"] != "string" {
+		t.Errorf("a call whose value does not fit its type: %+v", mismatch)
+	}
 	a.do(exchange{method: "POST", path: "/v1/worlds/oa/calls", body: fmt.Sprintf(`{"type":%q,"timeout_ms":-1}`, typeName(t, Get{})), want: 400, specRefuses: true})
 	a.do(exchange{method: "POST", path: "/v1/worlds/nobody/calls", body: get, want: 404})
 	a.do(exchange{method: "POST", path: "/v1/worlds/oa-p/pause", want: 200})
@@ -515,19 +556,51 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 	a.do(exchange{method: "GET", path: "/v1/worlds?detail=true&universe=u", want: 200})
 	a.do(exchange{method: "GET", path: "/v1/worlds?status=sleeping", want: 400, specRefuses: true})
 	a.do(exchange{method: "GET", path: "/v1/worlds?colour=red", want: 400})
+	a.do(exchange{method: "GET", path: "/v1/worlds", noToken: true, want: 401, specRefuses: true})
+	var worlds struct {
+		Worlds []api.World
+		Next   string
+	}
+	if err := json.Unmarshal(a.do(exchange{method: "GET", path: "/v1/worlds?q=OA&prefix=oa&limit=1", want: 200}), &worlds); err != nil {
+		t.Fatal(err)
+	}
+	if len(worlds.Worlds) != 1 || worlds.Worlds[0].ID != "oa" || worlds.Next != "oa" {
+		t.Fatalf("the first page of one world: %+v", worlds)
+	}
+	a.do(exchange{method: "GET", path: "/v1/worlds?detail=true&limit=2&after=" + url.QueryEscape(worlds.Next), want: 200})
+	a.do(exchange{method: "GET", path: "/v1/worlds?limit=1001", want: 400, specRefuses: true})
 	a.do(exchange{method: "GET", path: "/v1/worlds/oa", want: 200})
 	a.do(exchange{method: "GET", path: "/v1/worlds/nobody", want: 404})
 	a.do(exchange{method: "GET", path: "/v1/worlds/" + long, want: 400, specRefuses: true})
 	a.do(exchange{method: "GET", path: "/v1/worlds/oa/state", want: 200})
 	a.do(exchange{method: "GET", path: "/v1/worlds/nobody/state", want: 404})
 	a.do(exchange{method: "GET", path: "/v1/worlds/" + long + "/state", want: 400, specRefuses: true})
+	a.do(exchange{method: "GET", path: "/v1/worlds/oa/state?height=0", want: 200})
+	a.do(exchange{method: "GET", path: "/v1/worlds/oa/state?height=3", want: 200})
+	a.do(exchange{method: "GET", path: "/v1/worlds/oa/state?height=100000", want: 400}) // above the head
+	a.do(exchange{method: "GET", path: "/v1/worlds/oa/state?height=-1", want: 400, specRefuses: true})
+	a.do(exchange{method: "GET", path: "/v1/worlds/oa/state?at=3", want: 400})
+	a.do(exchange{method: "GET", path: "/v1/worlds/oa/state", noToken: true, want: 401, specRefuses: true})
+	a.do(exchange{method: "GET", path: fmt.Sprintf("/v1/worlds/oa-c/state?height=%d", gone), want: 410})
 	a.do(exchange{method: "GET", path: "/v1/worlds/oa/journal?after=0&limit=10", want: 200})
 	a.do(exchange{method: "GET", path: "/v1/worlds/oa/journal?after=100&wait_ms=1", want: 200})
 	a.do(exchange{method: "GET", path: "/v1/worlds/oa/journal?limit=0", want: 400, specRefuses: true})
 	a.do(exchange{method: "GET", path: "/v1/worlds/nobody/journal", want: 404})
+	a.do(exchange{method: "GET", path: "/v1/worlds/oa/journal?detail=maybe", want: 400, specRefuses: true})
+	a.do(exchange{method: "GET", path: "/v1/worlds/oa/journal?detail=0", want: 200})
+	a.do(exchange{method: "GET", path: "/v1/worlds/oa/journal", noToken: true, want: 401, specRefuses: true})
 	// A world of a universe no orchestrator places, compacted in the store.
 	testrig.CompactedWorld(t, rb.Ctx, rb.Store, "elsewhere", "cw")
 	b.do(exchange{method: "GET", path: "/v1/worlds/cw/journal?after=0", want: 410})
+	// Above the floor the records are there, but b has no definition of
+	// their universe: their detail says why they could not be derived.
+	var underived api.JournalPage
+	if err := json.Unmarshal(b.do(exchange{method: "GET", path: "/v1/worlds/cw/journal?after=8&detail=true", want: 200}), &underived); err != nil {
+		t.Fatal(err)
+	}
+	if len(underived.Records) == 0 || underived.Records[0].DeriveError == "" || underived.Records[0].Derived {
+		t.Fatalf("records of a universe the server has no definition for: %+v", underived.Records)
+	}
 
 	a.do(exchange{method: "POST", path: "/v1/worlds/oa/fork", body: `{"id":"oa-fork"}`, want: 201})
 	a.do(exchange{method: "POST", path: "/v1/worlds/oa/fork", body: `{"id":"oa-fork"}`, want: 200})
@@ -535,9 +608,47 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 	a.do(exchange{method: "POST", path: "/v1/worlds/nobody/fork", body: `{"id":"oa-f2"}`, want: 404})
 	a.do(exchange{method: "POST", path: "/v1/worlds/oa/fork", body: `{"height":1}`, want: 400, specRefuses: true})
 	a.do(exchange{method: "GET", path: "/v1/worlds/oa-fork", want: 200}) // a lineage
+	// At any height: from the state derived there when no snapshot is.
+	a.do(exchange{method: "POST", path: "/v1/worlds/oa/fork", body: `{"id":"oa-f3","height":3}`, want: 201})
+	a.do(exchange{method: "POST", path: "/v1/worlds/oa/fork", body: `{"id":"oa-f4","height":100000}`, want: 400}) // above the head
+	a.do(exchange{method: "POST", path: "/v1/worlds/oa-c/fork", body: fmt.Sprintf(`{"id":"oa-c-f","height":%d}`, gone), want: 410})
+	a.do(exchange{method: "POST", path: "/v1/worlds/oa/fork", body: `id=oa-f5`, ctype: "text/plain", want: 415, specRefuses: true})
+	a.do(exchange{method: "POST", path: "/v1/worlds/oa/fork", body: `{"id":"oa-f5"}` + strings.Repeat(" ", 9<<10), want: 413})
+	a.do(exchange{method: "POST", path: "/v1/worlds/oa/fork", body: `{"id":"oa-f5"}`, noToken: true, want: 401, specRefuses: true})
+
+	var forks struct{ Worlds []api.World }
+	if err := json.Unmarshal(a.do(exchange{method: "GET", path: "/v1/worlds/oa/forks", want: 200}), &forks); err != nil {
+		t.Fatal(err)
+	}
+	if ids := worldIDs(forks.Worlds); !slices.Equal(ids, []string{"oa-f3", "oa-fork"}) {
+		t.Fatalf("oa's forks: %v", ids)
+	}
+	a.do(exchange{method: "GET", path: "/v1/worlds/oa-fork/forks", want: 200}) // none
+	a.do(exchange{method: "GET", path: "/v1/worlds/nobody/forks", want: 404})
+	a.do(exchange{method: "GET", path: "/v1/worlds/" + long + "/forks", want: 400, specRefuses: true})
+	a.do(exchange{method: "GET", path: "/v1/worlds/oa/forks?limit=1", want: 400})
+	a.do(exchange{method: "GET", path: "/v1/worlds/oa/forks", noToken: true, want: 401, specRefuses: true})
+
+	var snap api.Snapshot
+	if err := json.Unmarshal(a.do(exchange{method: "POST", path: "/v1/worlds/oa/snapshot", want: 200}), &snap); err != nil {
+		t.Fatal(err)
+	}
+	if snap.World != "oa" || snap.Height < 5 || snap.StateHash == "" || snap.CreatedAt.IsZero() {
+		t.Fatalf("oa's snapshot: %+v", snap)
+	}
+	a.do(exchange{method: "POST", path: "/v1/worlds/oa/snapshot", body: `{}`, want: 200})
+	a.do(exchange{method: "POST", path: "/v1/worlds/oa/snapshot", body: `{"height":1}`, want: 400, specRefuses: true})
+	a.do(exchange{method: "POST", path: "/v1/worlds/oa/snapshot", body: `{}` + strings.Repeat(" ", 9<<10), want: 413})
+	a.do(exchange{method: "POST", path: "/v1/worlds/oa/snapshot", body: `now`, ctype: "text/plain", want: 415, specRefuses: true})
+	a.do(exchange{method: "POST", path: "/v1/worlds/oa/snapshot", noToken: true, want: 401, specRefuses: true})
+	a.do(exchange{method: "POST", path: "/v1/worlds/nobody/snapshot", want: 404})
+	a.do(exchange{method: "POST", path: "/v1/worlds/" + long + "/snapshot", want: 400, specRefuses: true})
+	b.do(exchange{method: "POST", path: "/v1/worlds/cw/snapshot", want: 400}) // a universe b has no definition for
+	b.do(exchange{method: "POST", path: "/v1/worlds/slow/snapshot", want: 504})
 
 	a.do(exchange{method: "POST", path: "/v1/worlds/oa-p/pause", body: `{"reason":"maintenance"}`, want: 200})
 	a.do(exchange{method: "POST", path: "/v1/worlds/oa-p/pause", body: `{"reason":5}`, want: 400, specRefuses: true})
+	a.do(exchange{method: "POST", path: "/v1/worlds/oa-p/snapshot", want: 409}) // paused
 	a.do(exchange{method: "POST", path: "/v1/worlds/nobody/pause", want: 404})
 	a.do(exchange{method: "POST", path: "/v1/worlds/oa-p/resume", want: 200})
 	a.do(exchange{method: "POST", path: "/v1/worlds/oa-p/resume", body: `{"why":"x"}`, want: 400, specRefuses: true})
@@ -548,6 +659,7 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 	a.do(exchange{method: "POST", path: "/v1/worlds/oa-arch/resume", want: 409})
 	a.do(exchange{method: "POST", path: "/v1/worlds/oa-arch/events", body: add(1, "late"), want: 409})
 	a.do(exchange{method: "POST", path: "/v1/worlds/oa-arch/calls", body: get, want: 409})
+	a.do(exchange{method: "POST", path: "/v1/worlds/oa-arch/snapshot", want: 409})
 
 	// Operations.
 	a.do(exchange{method: "GET", path: "/v1/leases", want: 200})
@@ -555,11 +667,22 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 	a.do(exchange{method: "GET", path: "/v1/leases?holder=w1", want: 400})
 	a.do(exchange{method: "GET", path: "/v1/workers", want: 200})
 	a.do(exchange{method: "GET", path: "/v1/workers?live=true", want: 400})
+	a.do(exchange{method: "GET", path: "/v1/workers?status=zombie", want: 400, specRefuses: true})
+	a.do(exchange{method: "GET", path: "/v1/workers?limit=1001", want: 400, specRefuses: true})
+	a.do(exchange{method: "GET", path: "/v1/workers", noToken: true, want: 401, specRefuses: true})
 	a.do(exchange{method: "GET", path: "/v1/queues", want: 200})
 	a.do(exchange{method: "GET", path: "/v1/queues?x=1", want: 400})
 	a.do(exchange{method: "POST", path: "/v1/workers/w1/drain", body: `{"draining":false}`, want: 200})
 	a.do(exchange{method: "POST", path: "/v1/workers/nobody/drain", want: 404})
 	a.do(exchange{method: "POST", path: "/v1/workers/w1/drain", body: `{"draining":"no"}`, want: 400, specRefuses: true})
+	var workers struct{ Workers []api.Worker }
+	if err := json.Unmarshal(a.do(exchange{method: "GET", path: "/v1/workers?status=live&q=W1&prefix=w&limit=1", want: 200}), &workers); err != nil {
+		t.Fatal(err)
+	}
+	if len(workers.Workers) != 1 || workers.Workers[0].ID != "w1" || workers.Workers[0].Status != api.WorkerLive {
+		t.Fatalf("the live worker w1: %+v", workers.Workers)
+	}
+	a.do(exchange{method: "GET", path: "/v1/workers?status=dead&after=w0", want: 200})
 
 	var effects struct{ Effects []api.Effect }
 	ra.WaitFor("oa's effect and timer", func() (bool, error) {
@@ -571,11 +694,64 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 	})
 	hash := effects.Effects[0].IntentHash
 	a.do(exchange{method: "GET", path: "/v1/effects?world=oa&after=0&limit=5", want: 200})
-	a.do(exchange{method: "GET", path: "/v1/effects", want: 400, specRefuses: true})
 	a.do(exchange{method: "GET", path: "/v1/effects?world=nobody", want: 404})
 	a.do(exchange{method: "GET", path: "/v1/timers?world=oa", want: 200})
-	a.do(exchange{method: "GET", path: "/v1/timers?limit=5", want: 400, specRefuses: true})
 	a.do(exchange{method: "GET", path: "/v1/timers?world=nobody", want: 404})
+	// Across worlds, paged: oa's and oa-h's http.request effects, and
+	// oa's and oa-h's waiting timers.
+	var effectPage struct {
+		Effects []api.Effect
+		Next    string
+	}
+	ra.WaitFor("two open http.request effects", func() (bool, error) {
+		err := json.Unmarshal(a.do(exchange{method: "GET", path: "/v1/effects?kind=http.request&limit=1", want: 200}), &effectPage)
+		return effectPage.Next != "", err
+	})
+	a.do(exchange{method: "GET", path: "/v1/effects?kind=http.request&status=pending&limit=1&after=" + url.QueryEscape(effectPage.Next), want: 200})
+	// Their executions failed and wait for their retry: the lists show
+	// the schedule.
+	items, err := ra.Store.Claim(ra.Ctx, "adapter-1", []string{"http.request"}, 2, time.Minute)
+	if err != nil || len(items) != 2 {
+		t.Fatalf("claim: %+v %v", items, err)
+	}
+	for _, it := range items {
+		if err := ra.Store.RetryLater(ra.Ctx, it.IntentHash, it.ClaimOf(), time.Hour, "connection refused"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := json.Unmarshal(a.do(exchange{method: "GET", path: "/v1/effects?world=oa-h&kind=http.request", want: 200}), &effectPage); err != nil {
+		t.Fatal(err)
+	}
+	if len(effectPage.Effects) != 1 || effectPage.Effects[0].Failures != 1 || effectPage.Effects[0].RetryAt.IsZero() {
+		t.Fatalf("an effect waiting for its retry: %+v", effectPage.Effects)
+	}
+	a.do(exchange{method: "GET", path: "/v1/effects", want: 200})
+	a.do(exchange{method: "GET", path: "/v1/effects?status=all&world=oa-h", want: 200})
+	a.do(exchange{method: "GET", path: "/v1/effects?world=", want: 400, specRefuses: true})
+	a.do(exchange{method: "GET", path: "/v1/effects?kind=", want: 400, specRefuses: true})
+	a.do(exchange{method: "GET", path: "/v1/effects?status=sleeping", want: 400, specRefuses: true})
+	a.do(exchange{method: "GET", path: "/v1/effects?limit=1001", want: 400, specRefuses: true})
+	a.do(exchange{method: "GET", path: "/v1/effects?after=-1", want: 400, specRefuses: true})
+	a.do(exchange{method: "GET", path: "/v1/effects", noToken: true, want: 401, specRefuses: true})
+	var timerPage struct {
+		Timers []api.Timer
+		Next   string
+	}
+	ra.WaitFor("two waiting timers", func() (bool, error) {
+		err := json.Unmarshal(a.do(exchange{method: "GET", path: "/v1/timers?limit=1", want: 200}), &timerPage)
+		return timerPage.Next != "", err
+	})
+	if len(timerPage.Timers) != 1 || timerPage.Next != api.TimerCursor(timerPage.Timers[0]) {
+		t.Fatalf("the first page of one timer: %+v", timerPage)
+	}
+	a.do(exchange{method: "GET", path: "/v1/timers?status=all&limit=1&after=" + url.QueryEscape(timerPage.Next), want: 200})
+	a.do(exchange{method: "GET", path: "/v1/timers", want: 200})
+	a.do(exchange{method: "GET", path: "/v1/timers?world=oa-h&status=delivered", want: 200})
+	a.do(exchange{method: "GET", path: "/v1/timers?after=yesterday", want: 400, specRefuses: true})
+	a.do(exchange{method: "GET", path: "/v1/timers?status=fired", want: 400, specRefuses: true})
+	a.do(exchange{method: "GET", path: "/v1/timers?world=", want: 400, specRefuses: true})
+	a.do(exchange{method: "GET", path: "/v1/timers?limit=0", want: 400, specRefuses: true})
+	a.do(exchange{method: "GET", path: "/v1/timers", noToken: true, want: 401, specRefuses: true})
 	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/retry", want: 409})
 	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/receipt", body: `{"status":"maybe"}`, want: 400, specRefuses: true})
 	a.do(exchange{method: "POST", path: "/v1/effects/" + strings.Repeat("0", 64) + "/receipt", body: `{"status":"ok"}`, want: 404})
@@ -584,6 +760,47 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/retry", body: `{"reason":"the payee is back"}`, want: 200})
 	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/retry", body: `{"reason":false}`, want: 400, specRefuses: true})
 	a.do(exchange{method: "POST", path: "/v1/effects/" + strings.Repeat("0", 64) + "/retry", want: 404})
+
+	// The journal's detail of every kind of step: oa's event, calls (a
+	// reply and a failure), effect, timer and receipt, oa-h's send and
+	// fired timer, and oa-r's message with its cause.
+	ra.WaitFor("oa-h's timer fired and oa-r got its message", func() (bool, error) {
+		_, h := ra.stateOf("oa-h")
+		_, r := ra.stateOf("oa-r")
+		return slices.Contains(h.Fired, "now") && slices.Contains(r.Got, "hello"), nil
+	})
+	var detail []api.Record
+	for _, path := range []string{"/v1/worlds/oa/journal?detail=true", "/v1/worlds/oa-h/journal?after=0&limit=100&detail=1", "/v1/worlds/oa-r/journal?detail=true"} {
+		var p api.JournalPage
+		if err := json.Unmarshal(a.do(exchange{method: "GET", path: path, want: 200}), &p); err != nil {
+			t.Fatal(err)
+		}
+		detail = append(detail, p.Records...)
+	}
+	shown := map[string]bool{}
+	for _, r := range detail {
+		in := r.Input
+		for what, ok := range map[string]bool{
+			"derived":       r.Derived,
+			"input.value":   in != nil && in.Value != nil,
+			"input.payload": in != nil && len(in.PayloadCBOR) > 0,
+			"input.timer":   in != nil && in.Timer != "",
+			"input.cause":   in != nil && in.Cause != nil && in.Cause.FromWorld == "oa-h",
+			"receipt":       r.Receipt != nil && r.Receipt.Body != nil && len(r.Receipt.BodyCBOR) > 0,
+			"reply":         r.Reply != nil && r.Reply.Value != nil && len(r.Reply.ValueCBOR) > 0,
+			"reply.error":   r.Reply != nil && r.Reply.Error != "",
+			"intents":       len(r.Intents) > 0,
+			"sends":         len(r.Sends) > 0 && r.Sends[0].DestWorld == "oa-r",
+			"timers":        len(r.Timers) > 0 && r.Timers[0].Type != "",
+		} {
+			shown[what] = shown[what] || ok
+		}
+	}
+	for _, what := range slices.Sorted(maps.Keys(shown)) {
+		if !shown[what] {
+			t.Errorf("no record's detail shows %s: the description is not checked against it", what)
+		}
+	}
 
 	// Workflow runs and the audit.
 	start := func(id string, amount int) string {
@@ -595,6 +812,21 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 	a.do(exchange{method: "POST", path: "/v1/runs", body: `{"workflow":"refund","id":"r9"}`, want: 400})
 	a.do(exchange{method: "POST", path: "/v1/runs", body: `{"id":"r9"}`, want: 400, specRefuses: true})
 	a.do(exchange{method: "POST", path: "/v1/runs", body: start("r2", 5), want: 201})
+	a.do(exchange{method: "POST", path: "/v1/runs", body: start("r3", -1), want: 201}) // fails its validation
+	var runs struct {
+		Runs []api.Run
+		Next string
+	}
+	if err := json.Unmarshal(a.do(exchange{method: "GET", path: "/v1/runs?q=R&prefix=r&limit=1", want: 200}), &runs); err != nil {
+		t.Fatal(err)
+	}
+	if len(runs.Runs) != 1 || runs.Runs[0].ID != "r1" || runs.Next != "r1" {
+		t.Fatalf("the first page of one run: %+v", runs)
+	}
+	a.do(exchange{method: "GET", path: "/v1/runs?q=payout&limit=1000&after=" + url.QueryEscape(runs.Next), want: 200})
+	a.do(exchange{method: "GET", path: "/v1/runs?limit=0", want: 400, specRefuses: true})
+	a.do(exchange{method: "GET", path: "/v1/runs?workflow=refund", want: 400})
+	a.do(exchange{method: "GET", path: "/v1/runs", noToken: true, want: 401, specRefuses: true})
 	ra.runUntil("r1", "validated", func(v api.RunView) bool { return len(v.Timeline) > 0 && len(v.Timeline[0].Attempts) > 0 })
 	a.do(exchange{method: "GET", path: "/v1/runs/r1", want: 200})
 	a.do(exchange{method: "GET", path: "/v1/runs/nobody", want: 404})
@@ -606,7 +838,22 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 	a.do(exchange{method: "POST", path: "/v1/runs/r1/signals", body: `{"value":true}`, want: 400, specRefuses: true})
 	a.do(exchange{method: "POST", path: "/v1/runs/nobody/signals", body: `{"name":"approved"}`, want: 404})
 	ra.runUntil("r1", "completed", func(v api.RunView) bool { return v.Status == "completed" })
-	a.do(exchange{method: "GET", path: "/v1/runs/r1", want: 200}) // with its output
+	var done api.RunView
+	if err := json.Unmarshal(a.do(exchange{method: "GET", path: "/v1/runs/r1", want: 200}), &done); err != nil { // with its output
+		t.Fatal(err)
+	}
+	if done.Input == nil || done.Actions == nil || len(done.Actions) != 0 || len(done.Timeline) == 0 ||
+		done.Timeline[0].Attempts[0].Started == nil || done.Timeline[0].Attempts[0].Output == nil {
+		t.Fatalf("the completed run's view: %+v", done)
+	}
+	ra.runUntil("r3", "failed", func(v api.RunView) bool { return v.Status == "failed" })
+	var failed api.RunView
+	if err := json.Unmarshal(a.do(exchange{method: "GET", path: "/v1/runs/r3", want: 200}), &failed); err != nil {
+		t.Fatal(err)
+	}
+	if len(failed.Timeline) == 0 || len(failed.Timeline[0].Attempts) == 0 || failed.Timeline[0].Attempts[0].Failure == nil {
+		t.Fatalf("the failed run's view: %+v", failed)
+	}
 	a.do(exchange{method: "POST", path: "/v1/runs/r2/pause", body: `{"reason":"hold"}`, want: 200})
 	a.do(exchange{method: "POST", path: "/v1/runs/r2/pause", body: `{"reason":1}`, want: 400, specRefuses: true})
 	a.do(exchange{method: "POST", path: "/v1/runs/nobody/pause", want: 404})
@@ -655,6 +902,25 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 		c.validateValue(fmt.Sprintf("%s %s's %d", x.method, x.path, st), "Error", body)
 	}
 
+	// The operations described since the history, operations and list
+	// work were seen with every status they describe but 500 and 503 (a
+	// healthy server gives neither on demand).
+	for name, op := range operations(c.spec) {
+		if !slices.Contains([]string{"listWorlds", "getState", "forkWorld", "snapshotWorld", "readJournal", "listForks",
+			"listEffects", "listTimers", "listWorkers", "listRuns"}, op.OperationID) {
+			continue
+		}
+		for code := range op.Responses.Map() {
+			var st int
+			if _, err := fmt.Sscan(code, &st); err != nil {
+				t.Fatalf("%s: status %q", name, code)
+			}
+			if st != 500 && st != 503 && !c.seen[op.OperationID][st] {
+				t.Errorf("%s (%s) describes %d but was not seen with it: exercise it in this test", name, op.OperationID, st)
+			}
+		}
+	}
+
 	// Every operation was seen succeeding and, when it describes a 4xx,
 	// refusing.
 	for name, op := range operations(c.spec) {
@@ -671,4 +937,59 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 			t.Errorf("%s (%s) was seen only with %v: exercise its success and a refusal in this test", name, op.OperationID, slices.Sorted(maps.Keys(seen)))
 		}
 	}
+}
+
+// compactedHeight drives world id of r through five steps, compacts its
+// journal below its active snapshot, and returns a height whose state can
+// no longer be derived: no stored snapshot at it or between it and the
+// compaction floor.
+func compactedHeight(t *testing.T, r *rig, id string) uint64 {
+	t.Helper()
+	r.Create(id, universe)
+	for i := range 5 {
+		key := fmt.Sprint("c", i)
+		must(r.Client.Send(r.Ctx, id, typeName(t, Add{}), Add{By: 1, Key: key}, key))(t)
+	}
+	var height uint64
+	r.WaitFor(id+" at 5, snapshotted at 2 or above", func() (bool, error) {
+		v, err := r.Client.GetWorld(r.Ctx, id)
+		if err != nil || v.Head < 5 {
+			return false, err
+		}
+		s, ok, err := r.Store.ActiveSnapshot(r.Ctx, id)
+		height = s.Height
+		return ok && s.Height >= 2, err
+	})
+	l, ok, err := r.Store.GetLease(r.Ctx, id)
+	if err != nil || !ok {
+		t.Fatalf("%s's lease: %v %v", id, ok, err)
+	}
+	if _, err := r.Store.Compact(r.Ctx, id, l.Epoch, 0); err != nil {
+		t.Fatal(err)
+	}
+	for h := height - 1; h > 0; h-- {
+		if b, ok, err := r.Store.SnapshotBelow(r.Ctx, id, h+1); err == nil && (!ok || b.Height < h) {
+			return h
+		}
+	}
+	t.Fatalf("every height of %s below its snapshot at %d has a snapshot", id, height)
+	return 0
+}
+
+// deliverMessages runs the fabric.send adapter on r's store until the test
+// ends, so that a message one world sends reaches another.
+func deliverMessages(t *testing.T, r *rig) {
+	t.Helper()
+	p, err := adapter.NewPool(r.Store, adapter.Config{Worker: "fabric", Executor: actor.NewExecutor(1)},
+		adapter.Register(adapter.NewFabric(r.Store), adapter.RetryPolicy{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(r.Ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
 }
