@@ -228,17 +228,16 @@ func replyResult(worldID string, rep world.Reply) ([]byte, error) {
 	return rep.Value, nil
 }
 
-// caughtUp reports whether every in-process host that runs world answers
-// State at height or above. The journal holds a commit before its host has
+// caughtUp reports whether no in-process host's running process of world
+// is still below height. The journal holds a commit before its host has
 // recorded it (the commit returns to the host after it lands), so a reply
 // re-derived from the journal may come first: the caller waits for the
 // host, whose delivery of the reply follows its record, so that State read
-// next from this node sees what the reply saw. A host that does not run
-// the world, or has not restored it, does not answer State and holds
-// nothing back; one that loses the world stops answering.
+// next from this node sees what the reply saw. A host without a process
+// of the world holds nothing back (Host.behind).
 func (c *Client) caughtUp(worldID string, height uint64) bool {
 	for _, h := range c.cfg.Hosts {
-		if s, ok := h.State(worldID); ok && s.Height < height {
+		if h.behind(worldID, height) {
 			return false
 		}
 	}

@@ -688,6 +688,24 @@ func (h *Host) State(world string) (world.Snapshot, bool) {
 
 type worldSnapshot = world.Snapshot
 
+// behind reports whether a process of world runs here and has not yet
+// recorded height as its head: a commit at height landed in the store and
+// is on its way back to it. A world without a process here (passive,
+// crashed, not held, fenced) holds nothing back, so a caller never waits
+// on a world that cannot move: its State, when it answers, is the
+// restore's, which reads the store.
+func (h *Host) behind(world string, height uint64) bool {
+	h.mu.Lock()
+	l, ok := h.leases[world]
+	running := ok && l.ref != nil
+	h.mu.Unlock()
+	if !running || !h.alive(l) {
+		return false
+	}
+	s := l.head.Load()
+	return s != nil && s.Height < height
+}
+
 // ---- the controller ----
 
 // control is the host's one control loop: heartbeats, lease acquisition
