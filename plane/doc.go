@@ -148,8 +148,8 @@
 //     reply by replaying the world from the highest stored snapshot below
 //     the record (a fork's or a seeded world's genesis is one) up to it and
 //     re-stepping its input, checking the reply hash. A reply re-derived
-//     so is returned only once every in-process host that runs the world
-//     (ClientConfig.Hosts) has recorded that height: the journal holds a
+//     so is returned only once no in-process host (ClientConfig.Hosts)
+//     whose process of the world runs is below that height: the journal holds a
 //     commit before the commit returns to its host, and State, which asks
 //     those hosts first, must show a caller at least what its reply saw
 //     (read-your-writes through one node). Journal compacted
