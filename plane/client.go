@@ -191,11 +191,11 @@ func (c *Client) CallWithID(ctx context.Context, worldID, callID string, v any) 
 				return replyResult(worldID, rep)
 			}
 		}
-		rep, ok, err := c.replyFromJournal(ctx, worldID, ack.Seq, callID)
+		rep, height, ok, err := c.replyFromJournal(ctx, worldID, ack.Seq, callID)
 		if err != nil {
 			return nil, err
 		}
-		if ok {
+		if ok && c.caughtUp(worldID, height) {
 			return replyResult(worldID, rep)
 		}
 		t := c.cfg.Executor.AfterFunc(delay, p.Unpark)
@@ -228,36 +228,52 @@ func replyResult(worldID string, rep world.Reply) ([]byte, error) {
 	return rep.Value, nil
 }
 
+// caughtUp reports whether no in-process host's running process of world
+// is still below height. The journal holds a commit before its host has
+// recorded it (the commit returns to the host after it lands), so a reply
+// re-derived from the journal may come first: the caller waits for the
+// host, whose delivery of the reply follows its record, so that State read
+// next from this node sees what the reply saw. A host without a process
+// of the world holds nothing back (Host.behind).
+func (c *Client) caughtUp(worldID string, height uint64) bool {
+	for _, h := range c.cfg.Hosts {
+		if h.behind(worldID, height) {
+			return false
+		}
+	}
+	return true
+}
+
 // replyFromJournal re-derives the reply of the call drained at inbox seq
-// from the journal (see the package doc): ok=false while the cursor has
-// not passed it.
-func (c *Client) replyFromJournal(ctx context.Context, id string, seq uint64, callID string) (world.Reply, bool, error) {
+// from the journal (see the package doc), and the height of its record:
+// ok=false while the cursor has not passed it.
+func (c *Client) replyFromJournal(ctx context.Context, id string, seq uint64, callID string) (world.Reply, uint64, bool, error) {
 	st := c.cfg.Store
 	cur, err := st.Cursor(ctx, id)
 	if err != nil || cur < seq {
-		return world.Reply{}, false, err
+		return world.Reply{}, 0, false, err
 	}
 	rec, err := st.GetWorld(ctx, id)
 	if err != nil {
-		return world.Reply{}, false, err
+		return world.Reply{}, 0, false, err
 	}
 	kern, err := c.cfg.Kernels.of("call", rec)
 	if err != nil {
-		return world.Reply{}, false, err
+		return world.Reply{}, 0, false, err
 	}
 	// Only the journal above the compaction floor can be read; the call's
 	// record, or the records between it and the snapshot below it, may be
 	// under it.
 	floor, err := st.Floor(ctx, id)
 	if err != nil {
-		return world.Reply{}, false, err
+		return world.Reply{}, 0, false, err
 	}
 	journal, err := ReadTail(ctx, st, id, floor)
 	if errors.Is(err, store.ErrCompacted) { // compacted again since Floor
-		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, err)
+		return world.Reply{}, 0, false, errorf("call", ErrReplyUnavailable, id, err)
 	}
 	if err != nil {
-		return world.Reply{}, false, err
+		return world.Reply{}, 0, false, err
 	}
 	at := -1
 	for i := range journal {
@@ -268,10 +284,10 @@ func (c *Client) replyFromJournal(ctx context.Context, id string, seq uint64, ca
 	}
 	if at < 0 {
 		if floor > 0 {
-			return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id,
+			return world.Reply{}, 0, false, errorf("call", ErrReplyUnavailable, id,
 				fmt.Errorf("no journal record of inbox seq %d above the floor: %w", seq, &store.CompactedError{Op: "read", Stream: id, Floor: floor}))
 		}
-		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, detail("no journal record of inbox seq %d", seq))
+		return world.Reply{}, 0, false, errorf("call", ErrReplyUnavailable, id, detail("no journal record of inbox seq %d", seq))
 	}
 	// The step is derived again from the highest snapshot below it (the
 	// active baseline may have passed it: a forked or seeded world's
@@ -279,12 +295,12 @@ func (c *Client) replyFromJournal(ctx context.Context, id string, seq uint64, ca
 	h := journal[at].RunSeq
 	base, err := baselineBelow(ctx, st, kern, rec, h)
 	if err != nil {
-		return world.Reply{}, false, err
+		return world.Reply{}, 0, false, err
 	}
 	if base.Height < floor {
 		// The records between the baseline and the call are compacted: the
 		// store's own answer to that read.
-		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id,
+		return world.Reply{}, 0, false, errorf("call", ErrReplyUnavailable, id,
 			&store.CompactedError{Op: "read", Stream: id, After: base.Height, Floor: floor})
 	}
 	var tail = journal[:at]
@@ -293,22 +309,22 @@ func (c *Client) replyFromJournal(ctx context.Context, id string, seq uint64, ca
 	}
 	inst, err := kern.Replay(id, base, tail)
 	if err != nil {
-		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, err)
+		return world.Reply{}, 0, false, errorf("call", ErrReplyUnavailable, id, err)
 	}
 	if inst.Height()+1 != h {
 		// Replay checks the tail's gaps, not that it reaches the call; the
 		// floor above said the tail is whole, so this is a journal that
 		// lost a record some other way.
-		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, detail("the journal between the snapshot at %d and height %d has a gap", base.Height, h))
+		return world.Reply{}, 0, false, errorf("call", ErrReplyUnavailable, id, detail("the journal between the snapshot at %d and height %d has a gap", base.Height, h))
 	}
 	in, err := world.RecordInput(journal[at])
 	if err != nil {
-		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, err)
+		return world.Reply{}, 0, false, errorf("call", ErrReplyUnavailable, id, err)
 	}
 	// A step the store refused ran no handler, and is re-derived so.
 	refused, err := world.RecordRefused(journal[at])
 	if err != nil {
-		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, err)
+		return world.Reply{}, 0, false, errorf("call", ErrReplyUnavailable, id, err)
 	}
 	var res world.StepResult
 	if refused {
@@ -317,13 +333,13 @@ func (c *Client) replyFromJournal(ctx context.Context, id string, seq uint64, ca
 		res, err = inst.Step(in, journal[at].EmittedAt)
 	}
 	if err != nil || res.Reply == nil || res.Reply.CallID != callID || res.StateHash == "" {
-		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, err)
+		return world.Reply{}, 0, false, errorf("call", ErrReplyUnavailable, id, err)
 	}
 	_, replyHash, _ := world.RecordCallID(journal[at])
 	if got := hashOrEmpty(res.Reply.Value); got != replyHash {
-		return world.Reply{}, false, errorf("call", ErrReplyUnavailable, id, detail("re-derived reply hash %s, journal has %s", got, replyHash))
+		return world.Reply{}, 0, false, errorf("call", ErrReplyUnavailable, id, detail("re-derived reply hash %s, journal has %s", got, replyHash))
 	}
-	return *res.Reply, true, nil
+	return *res.Reply, h, true, nil
 }
 
 func hashOrEmpty(b []byte) string {

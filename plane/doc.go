@@ -88,8 +88,13 @@
 //     the process parked, and the next inbox hint starts a fresh process
 //     from them, like an Orleans grain: under the same holding no one else
 //     commits, so they are the store's, and a wake reads nothing back. A
-//     process that crashed parks nothing; its successor restores from the
-//     store.
+//     process parks before it lets go of the world, and only while it is
+//     the world's registered process; a parked state below what the holding
+//     committed since is refused for a restore from the store. A process
+//     that crashed parks nothing; its successor restores from the store.
+//     The controller claims a start under the host's lock (one process per
+//     world per holding), and the host's recorded head, which State reads,
+//     never moves back.
 //   - Activation (Activator): the node that takes a world's input places
 //     the world if it is unplaced, as the reconcile would and under the
 //     acting orchestrator's fence, and its host's controller acquires it
@@ -142,7 +147,12 @@
 //     call's seq, finds the journal record of that seq, and re-derives the
 //     reply by replaying the world from the highest stored snapshot below
 //     the record (a fork's or a seeded world's genesis is one) up to it and
-//     re-stepping its input, checking the reply hash. Journal compacted
+//     re-stepping its input, checking the reply hash. A reply re-derived
+//     so is returned only once no in-process host (ClientConfig.Hosts)
+//     whose process of the world runs is below that height: the journal holds a
+//     commit before the commit returns to its host, and State, which asks
+//     those hosts first, must show a caller at least what its reply saw
+//     (read-your-writes through one node). Journal compacted
 //     between that snapshot and the call makes it ErrReplyUnavailable,
 //     wrapping the store's *store.CompactedError (errors.Is
 //     store.ErrCompacted) that names the floor. The client re-checks the store on a

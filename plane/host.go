@@ -273,13 +273,19 @@ type lease struct {
 	// hold is the lease's local deadline and fence: once fenced (by the
 	// host, or by its deadline passing) the world does nothing more here.
 	hold leasing.Lease
-	head atomic.Pointer[world.Snapshot] // last committed state, for State
+	// head is the last committed state, for State. It only moves forward
+	// (advanceHead): a caller that got a reply from this host then reads
+	// at least that height here, whatever a slower restore stores after.
+	head atomic.Pointer[world.Snapshot]
 	// parked is what a process that passivated left: its state and
 	// cursor, which are the store's as long as this holding lasts (no one
 	// else commits at its epoch, and it committed all it stepped), so its
-	// wake starts from them instead of restoring from the store. Taken
-	// (and so cleared) by the process that starts next; a crashed process
-	// leaves none, and its successor restores from the store.
+	// wake starts from them instead of restoring from the store. It is
+	// written before the process lets go of the world (lease.ref), under
+	// Host.mu, so a successor never starts before it lands; taken (and so
+	// cleared) by the process that starts next, and refused if it is below
+	// head; a crashed process leaves none, and its successor restores from
+	// the store.
 	parked atomic.Pointer[parkedWorld]
 	// hinted: the world's inbox was hinted since its process last read
 	// it, so a due timer handed over is stepped after what is there.
@@ -294,8 +300,12 @@ type lease struct {
 	listed uint64
 
 	// Under Host.mu.
-	ref        *actor.Ref[wmsg] // the running process, nil while passive
-	restarting bool             // crashed; the supervisor is starting a fresh instance
+	ref *actor.Ref[wmsg] // the running process, nil while passive
+	// restarting: a process is on its way and has not registered yet (the
+	// controller started it, or the supervisor restarts a crashed one), so
+	// neither a hint nor the controller starts a second one: one process
+	// per world per holding.
+	restarting bool
 	stopWatch  func()
 	fired      []store.InboxItem // timer firings the host wrote, for the process to take
 	due        []*hostTimer      // due timers handed to the process, to step without an inbox item
@@ -305,6 +315,29 @@ type lease struct {
 type parkedWorld struct {
 	snap   world.Snapshot
 	cursor uint64
+}
+
+// advanceHead records s as the world's committed state unless the head
+// already is higher: a restore that read the store before another commit
+// of this holding landed must not take State back below a height whose
+// reply was delivered.
+func (l *lease) advanceHead(s world.Snapshot) {
+	for {
+		cur := l.head.Load()
+		if cur != nil && cur.Height > s.Height {
+			return
+		}
+		if l.head.CompareAndSwap(cur, &s) {
+			return
+		}
+	}
+}
+
+// behindHead reports whether height is below the head this holding
+// committed.
+func (l *lease) behindHead(height uint64) bool {
+	cur := l.head.Load()
+	return cur != nil && height < cur.Height
 }
 
 // alive is the check before every step and every commit: not fenced and
@@ -655,6 +688,24 @@ func (h *Host) State(world string) (world.Snapshot, bool) {
 
 type worldSnapshot = world.Snapshot
 
+// behind reports whether a process of world runs here and has not yet
+// recorded height as its head: a commit at height landed in the store and
+// is on its way back to it. A world without a process here (passive,
+// crashed, not held, fenced) holds nothing back, so a caller never waits
+// on a world that cannot move: its State, when it answers, is the
+// restore's, which reads the store.
+func (h *Host) behind(world string, height uint64) bool {
+	h.mu.Lock()
+	l, ok := h.leases[world]
+	running := ok && l.ref != nil
+	h.mu.Unlock()
+	if !running || !h.alive(l) {
+		return false
+	}
+	s := l.head.Load()
+	return s != nil && s.Height < height
+}
+
 // ---- the controller ----
 
 // control is the host's one control loop: heartbeats, lease acquisition
@@ -879,8 +930,28 @@ func (h *Host) startWakes(ctx context.Context) (retry bool) {
 				continue
 			}
 		}
+		// The process is gone (or never ran): claim the start under the
+		// lock, so that no other start, and no hint, races this one; a
+		// process that registered meanwhile is only nudged.
+		h.mu.Lock()
+		if l.ref != nil || l.restarting {
+			ref = l.ref
+			h.mu.Unlock()
+			if ref != nil {
+				if err := ref.TrySend(wmsg{}); err != nil && !errors.Is(err, actor.ErrMailboxFull) {
+					h.mu.Lock()
+					h.queueWakeLocked(w)
+					h.mu.Unlock()
+					retry = true
+				}
+			}
+			continue
+		}
+		l.restarting = true
+		h.mu.Unlock()
 		if err := h.startProc(ctx, l); err != nil {
 			h.mu.Lock()
+			l.restarting = false
 			h.queueWakeLocked(w)
 			h.mu.Unlock()
 			retry = true

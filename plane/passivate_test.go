@@ -458,3 +458,81 @@ func TestPassivatedWorldWakesWithoutReadingTheStore(t *testing.T) {
 		return err
 	})
 }
+
+// TestStaleParkedStateIsNotRestored: a parked state is the store's only
+// while nothing committed after it; one that is older than what the
+// holding committed since (a passivating predecessor's, landing after its
+// successor committed) is refused, and the wake restores from the store:
+// no restore, and no State, goes below a height the host committed.
+func TestStaleParkedStateIsNotRestored(t *testing.T) {
+	testrig.Lab(t, lab.Config{Seed: 5, Name: "stale-parked"}, func(env *lab.Env) error {
+		st := newStore(env)
+		cfg := hostConfig("A", st, nil)
+		var h *plane.Host
+		var floor uint64 // the height below which nothing may be restored
+		var bad []string
+		cfg.Observe = func(ev plane.HostEvent) {
+			if ev.World != "p0" || ev.Kind != plane.EvRestored {
+				return
+			}
+			if ev.Height < floor {
+				bad = append(bad, fmt.Sprintf("restored at %d, committed %d", ev.Height, floor))
+			}
+			if s, ok := h.State("p0"); ok && s.Height < floor {
+				bad = append(bad, fmt.Sprintf("State at %d, committed %d", s.Height, floor))
+			}
+		}
+		if err := createAssigned(env.Ctx, st, "p0", "A"); err != nil {
+			return err
+		}
+		var err error
+		if h, err = plane.StartHost(env.Ctx, env.Root, cfg); err != nil {
+			return err
+		}
+		defer h.Stop(env.Ctx)
+		c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
+		parkedAt := func(height uint64) (world.Snapshot, uint64, error) {
+			var snap world.Snapshot
+			var cursor uint64
+			err := testrig.WaitLab(env, fmt.Sprint("p0 parked at ", height), 5*time.Second, func() (bool, error) {
+				var ok bool
+				snap, cursor, ok = plane.Parked(h, "p0")
+				return ok && snap.Height == height, nil
+			})
+			return snap, cursor, err
+		}
+		if _, err := c.Send(env.Ctx, "p0", Add{By: 5, Key: "a"}, "a"); err != nil {
+			return err
+		}
+		stale, staleCursor, err := parkedAt(1)
+		if err != nil {
+			return err
+		}
+		if _, err := c.Send(env.Ctx, "p0", Add{By: 7, Key: "b"}, "b"); err != nil {
+			return err
+		}
+		if _, _, err := parkedAt(2); err != nil {
+			return err
+		}
+		floor = 2
+		plane.Park(h, "p0", stale, staleCursor)
+		if _, err := c.Send(env.Ctx, "p0", Add{By: 1, Key: "c"}, "c"); err != nil {
+			return err
+		}
+		if err := testrig.WaitLab(env, "p0 applied the wake input", 5*time.Second, func() (bool, error) {
+			s, ok := h.State("p0")
+			return ok && s.Height >= 3, nil
+		}); err != nil {
+			return err
+		}
+		if len(bad) > 0 {
+			return fmt.Errorf("a stale parked state was restored: %v", bad)
+		}
+		s, _ := h.State("p0")
+		if v, err := value(s, "p0"); err != nil || v.N != 13 || s.Height != 3 {
+			return fmt.Errorf("p0 at %d with N=%d (%v), want 3 and 13", s.Height, v.N, err)
+		}
+		_, err = parity(env.Ctx, st, "p0")
+		return err
+	})
+}

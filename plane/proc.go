@@ -51,6 +51,12 @@ func (w *worldProc) Handle(p *actor.Proc, _ wmsg) error { return w.run(p) }
 
 func (w *worldProc) HandleInfo(p *actor.Proc, info any) error {
 	if _, ok := info.(actor.IdleTimeout); ok && !w.passive {
+		var pk *parkedWorld
+		if w.inst != nil {
+			// Everything it stepped is committed (a failed commit
+			// crashes the process, which never idles after it).
+			pk = &parkedWorld{snap: w.inst.Snapshot(), cursor: w.cursor}
+		}
 		w.h.mu.Lock()
 		if len(w.l.due) > 0 {
 			// A timer was handed over as the idle time ran out: step it
@@ -59,14 +65,16 @@ func (w *worldProc) HandleInfo(p *actor.Proc, info any) error {
 			return nil
 		}
 		if w.l.ref == w.self {
+			// Parked before the world is let go: a successor starts only
+			// once ref is nil, and so finds it. A process that is not the
+			// registered one parks nothing, since another may have
+			// committed after what it holds.
+			if pk != nil {
+				w.l.parked.Store(pk)
+			}
 			w.l.ref = nil
 		}
 		w.h.mu.Unlock()
-		if w.inst != nil {
-			// Everything it stepped is committed (a failed commit
-			// crashes the process, which never idles after it).
-			w.l.parked.Store(&parkedWorld{snap: w.inst.Snapshot(), cursor: w.cursor})
-		}
 		w.passive, w.inst = true, nil
 		w.h.emit(HostEvent{Kind: EvPassivate, World: w.l.world, Epoch: w.l.epoch})
 		p.Exit(nil)
@@ -114,8 +122,7 @@ func (w *worldProc) run(p *actor.Proc) error {
 		// What came while no process ran is read before any timer the
 		// host hands over is stepped.
 		l.hinted.Store(true)
-		s := inst.Snapshot()
-		l.head.Store(&s)
+		l.advanceHead(inst.Snapshot())
 		h.emit(HostEvent{Kind: EvRestored, World: l.world, Epoch: l.epoch, Height: inst.Height()})
 		h.learnTimers(ctx, l, inst.Timers())
 	}
@@ -136,9 +143,10 @@ func (w *worldProc) run(p *actor.Proc) error {
 // restore brings the world back: from what its passivated predecessor
 // under this holding parked, which is the store's state (a wake costs no
 // store read and no replay of the journal since the last snapshot), or
-// else from the store.
+// else from the store. A parked state below the head is not the store's:
+// something committed after it was parked, so the store is read instead.
 func (w *worldProc) restore(ctx context.Context) (world.Instance, uint64, error) {
-	if pk := w.l.parked.Swap(nil); pk != nil {
+	if pk := w.l.parked.Swap(nil); pk != nil && !w.l.behindHead(pk.snap.Height) {
 		inst, err := w.l.kern.Replay(w.l.world, pk.snap, nil)
 		if err == nil {
 			return inst, pk.cursor, nil
@@ -367,8 +375,7 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 	otrace.End(sp, done, nil)
 	w.cursor = b.NewCursor
 	h.timersCommitted(l, &b)
-	s := w.inst.Snapshot()
-	l.head.Store(&s)
+	l.advanceHead(w.inst.Snapshot())
 	var lag time.Duration
 	if steps > 0 {
 		// The enqueue is the store's clock: brought to the host's by the
