@@ -273,7 +273,10 @@ type lease struct {
 	// hold is the lease's local deadline and fence: once fenced (by the
 	// host, or by its deadline passing) the world does nothing more here.
 	hold leasing.Lease
-	head atomic.Pointer[world.Snapshot] // last committed state, for State
+	// head is the last committed state, for State; nil from a crash (a
+	// commit whose answer was lost may have landed above it) until the
+	// successor restores.
+	head atomic.Pointer[world.Snapshot]
 	// parked is what a process that passivated left: its state and
 	// cursor, which are the store's as long as this holding lasts (no one
 	// else commits at its epoch, and it committed all it stepped), so its
@@ -638,7 +641,9 @@ func (h *Host) Lease(world string) (epoch uint64, ok bool) {
 }
 
 // State returns the state a world hosted here last committed (ok=false if
-// the host does not hold it or has not restored it yet).
+// the host does not hold it, has not restored it yet, or its process
+// crashed and its successor has not restored it: a commit that failed may
+// have landed, so the head is not known until then).
 func (h *Host) State(world string) (world.Snapshot, bool) {
 	h.mu.Lock()
 	l, ok := h.leases[world]
