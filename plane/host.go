@@ -273,10 +273,7 @@ type lease struct {
 	// hold is the lease's local deadline and fence: once fenced (by the
 	// host, or by its deadline passing) the world does nothing more here.
 	hold leasing.Lease
-	// head is the last committed state, for State; nil from a crash (a
-	// commit whose answer was lost may have landed above it) until the
-	// successor restores.
-	head atomic.Pointer[world.Snapshot]
+	head atomic.Pointer[world.Snapshot] // last committed state, for State
 	// parked is what a process that passivated left: its state and
 	// cursor, which are the store's as long as this holding lasts (no one
 	// else commits at its epoch, and it committed all it stepped), so its
