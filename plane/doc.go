@@ -35,6 +35,12 @@
 //     per turn, renewing between pages, and starts hint-driven passes at
 //     most once per HintSyncGap (the assignment and lease topics are
 //     global).
+//   - A world process that fails (a store error, a commit that failed)
+//     is restarted by the host's supervisor, after a backoff, from the
+//     store. A commit whose answer was lost may have landed, so from the
+//     crash until the restart restores, State answers nothing for the
+//     world (the client reads the store instead) rather than a head the
+//     commit may have passed.
 //   - Host failure: a panic is never contained by a supervisor, so a world
 //     process that panics outside the kernel ends the host's dynamic
 //     supervisor. The host then fails as a whole instead of retrying: every

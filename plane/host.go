@@ -671,7 +671,9 @@ func (h *Host) Lease(world string) (epoch uint64, ok bool) {
 }
 
 // State returns the state a world hosted here last committed (ok=false if
-// the host does not hold it or has not restored it yet).
+// the host does not hold it, has not restored it yet, or its process
+// crashed and its successor has not restored it: a commit that failed may
+// have landed, so the head is not known until then).
 func (h *Host) State(world string) (world.Snapshot, bool) {
 	h.mu.Lock()
 	l, ok := h.leases[world]

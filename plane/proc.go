@@ -165,10 +165,15 @@ func (w *worldProc) fail(p *actor.Proc, err error) error {
 		p.Exit(nil)
 		return nil
 	}
-	w.h.emit(HostEvent{Kind: EvCrash, World: w.l.world, Epoch: w.l.epoch, Err: err})
-	// A commit that failed may have landed: the restore reads the
-	// world's timers again rather than trust what the host recorded.
+	// A commit that failed may have landed (its answer lost on the way
+	// back), so the head this holding recorded may be behind the store
+	// until the successor restores: State stops answering it, and callers
+	// read the store, which has every commit. The restore reads the
+	// world's timers again for the same reason rather than trust what the
+	// host recorded.
+	w.l.head.Store(nil)
 	w.l.timersKnown.Store(false)
+	w.h.emit(HostEvent{Kind: EvCrash, World: w.l.world, Epoch: w.l.epoch, Err: err})
 	return err
 }
 
