@@ -237,7 +237,8 @@ func (s *backend) RetryEffect(ctx context.Context, intentHash, reason string) (s
 // not a release (the claim expires), so it does not wait for the WAL.
 func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c vocab.Claim) error {
 	return s.release(ctx, "release_effect", intentHash, c, func(b *batch) {
-		b.queue(nil, `UPDATE effects SET state = 'pending', claim_expires_ns = NULL WHERE intent_hash = $1`, intentHash)
+		b.queue(nil, `UPDATE effects SET state = 'pending', claim_expires_ns = NULL, claim_node = '', claim_incarnation = ''
+			WHERE intent_hash = $1`, intentHash)
 	})
 }
 
@@ -248,7 +249,7 @@ func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c vocab.
 func (s *backend) RetryLater(ctx context.Context, intentHash string, c vocab.Claim, delay time.Duration, lastError string) error {
 	off := s.off()
 	return s.release(ctx, "retry_later", intentHash, c, func(b *batch) {
-		b.queue(nil, `UPDATE effects SET state = 'pending', claim_expires_ns = NULL, failures = failures + 1,
+		b.queue(nil, `UPDATE effects SET state = 'pending', claim_expires_ns = NULL, claim_node = '', claim_incarnation = '', failures = failures + 1,
 				retry_at_ns = now_ns($2) + $3, last_error = $4
 			WHERE intent_hash = $1`, intentHash, off, int64(delay), lastError)
 	})

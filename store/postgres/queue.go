@@ -81,11 +81,15 @@ func newQueue(q queue, filter, order, pickCols, partitioned, cols string) *queue
 			claim_expires_ns = (SELECT t FROM clock) + $2, claim_node = $5, claim_incarnation = $6
 		FROM c WHERE x.intent_hash = c.intent_hash
 		RETURNING ` + cols
+	// Every move back to ready forgets the claim's owner (so do
+	// ReleaseEffect and RetryLater): a later claim by a binary of the
+	// release before, which names no owner, must not be taken for the
+	// dead owner's and revoked by the orphan reaper.
 	q.reapSQL = `WITH c AS (
 			SELECT x.intent_hash FROM ` + q.table + ` x
 			WHERE x.state = '` + q.claimed + `' AND x.claim_expires_ns <= now_ns($1)
 			FOR UPDATE SKIP LOCKED)
-		UPDATE ` + q.table + ` x SET state = '` + q.ready + `', claim_expires_ns = NULL
+		UPDATE ` + q.table + ` x SET state = '` + q.ready + `', claim_expires_ns = NULL, claim_node = '', claim_incarnation = ''
 		FROM c WHERE x.intent_hash = c.intent_hash`
 	if q.reapGone != "" {
 		q.reapGoneSQL = `WITH c AS (

@@ -380,3 +380,61 @@ func TestTwoStoresClaimRacingRetirementLeavesNoOrphan(t *testing.T) {
 		}
 	}
 }
+
+// TestAClaimOfTheReleaseBeforeIsNotTakenForADeadOwners: during a rolling
+// upgrade a binary of the release before claims with SQL that names no
+// owner. An effect an owned claim gave back (a release, a retry, a reap)
+// and such a binary then claimed must not be revoked when the first
+// owner's incarnation retires: every move back to pending forgets the
+// owner (it kept it, and the orphan reaper requeued the live claim).
+func TestAClaimOfTheReleaseBeforeIsNotTakenForADeadOwners(t *testing.T) {
+	t.Parallel()
+	a, _, _ := twoMachines(t)
+	if _, err := a.CreateWorld(bg, "u", "w", nil); err != nil {
+		t.Fatal(err)
+	}
+	l, err := a.Acquire(bg, "w", "H", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, give := range []func(it vocab.EffectItem) error{
+		func(it vocab.EffectItem) error { return a.ReleaseEffect(bg, it.IntentHash, it.ClaimOf()) },
+		func(it vocab.EffectItem) error {
+			return a.RetryLater(bg, it.IntentHash, it.ClaimOf(), 0, "refused")
+		},
+	} {
+		hash, inc := fmt.Sprint("old-", i), fmt.Sprint("inc-", i)
+		if _, err := a.Publish(bg, "w", l.Epoch, []vocab.Intent{{IntentHash: hash, Kind: "k", Origin: "w@1"}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Heartbeat(bg, "N", 1, store.AliveAs(inc, time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		items, err := a.Claim(bg, "N/effects", []string{"k"}, 1, time.Minute, store.ClaimFor("N", inc))
+		if err != nil || len(items) != 1 {
+			t.Fatalf("owned claim: %v, %v", items, err)
+		}
+		if err := give(items[0]); err != nil {
+			t.Fatal(err)
+		}
+		// The release before's claim: state, attempts, claimed_by and the
+		// expiry, nothing of an owner.
+		if _, err := a.b.pool.Exec(bg, `UPDATE effects SET state = 'inflight', attempts = attempts + 1, claimed_by = 'O',
+				claim_expires_ns = now_ns(0) + 60000000000 WHERE intent_hash = $1`, hash); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.RetireWorker(bg, "N", inc); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.ReapOrphans(bg); err != nil {
+			t.Fatal(err)
+		}
+		st, err := a.EffectStatus(bg, hash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.State != vocab.EffectInflight {
+			t.Fatalf("case %d: the old binary's live claim was taken for the retired owner's: state %s", i, st.State)
+		}
+	}
+}
