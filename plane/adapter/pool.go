@@ -381,15 +381,12 @@ func (p *Pool) Run(ctx context.Context) error {
 			if len(items) == n {
 				continue // the queue may hold more
 			}
-			if len(items) == 0 {
-				// Nothing claimable now: an effect may still wait for its
-				// retry time, which no hint announces when it comes. A
-				// round that claimed something asks on a later round (its
-				// executions' ends wake the loop), so an idle pool asks
-				// once, a busy one seldom.
-				retryWait, retryOK = p.nextRetry(ctx)
-				retryFrom = p.ex.Now()
-			}
+			// Fewer than asked for: an effect may still wait for its
+			// retry time, which no hint announces when it comes. Asked
+			// after every such round, not only an empty one, so a retry
+			// never waits for an unrelated execution's end.
+			retryWait, retryOK = p.nextRetry(ctx)
+			retryFrom = p.ex.Now()
 		}
 		if timer != nil {
 			timer.Stop()

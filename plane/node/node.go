@@ -504,16 +504,25 @@ func (n *Node) Stop(ctx context.Context) error {
 	if serr := n.host.Stop(ctx); err == nil && serr != nil && !errors.Is(serr, plane.ErrStopped) {
 		err = serr
 	}
-	n.finish(ctx)
 	// Whatever claim is still held for this incarnation (one a stop that
 	// ran out of time could not release, one a claim racing the stop
-	// took) is requeued now, and the incarnation takes no more.
-	if _, rerr := n.cfg.Store.RetireWorker(ctx, n.cfg.Worker, n.cfg.Incarnation); rerr != nil {
+	// took) is requeued after finish, and the incarnation takes no more.
+	// Its own bounded context, made while the executor runs: a stop whose
+	// context ran out is the very case it is for.
+	rctx, cancel := actor.WithTimeout(context.WithoutCancel(ctx), n.sys.Executor(), retireTimeout)
+	n.finish(ctx)
+	_, rerr := n.cfg.Store.RetireWorker(rctx, n.cfg.Worker, n.cfg.Incarnation)
+	cancel()
+	if rerr != nil {
 		n.cfg.Logger.Warn("node: retire failed; the claims left wait for the heartbeat to expire", "worker", n.cfg.Worker, "err", rerr)
 	}
 	n.cfg.Logger.Info("node stopped", "worker", n.cfg.Worker)
 	return err
 }
+
+// retireTimeout bounds the store call that retires a stopping node's
+// incarnation.
+const retireTimeout = 5 * time.Second
 
 // Kill ends the node as a crash would: processes are aborted and nothing is
 // released, so its worlds move only when their leases expire. The store
