@@ -1,0 +1,478 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Port: a logical, backend-neutral copy of everything a store holds, so
+// that any backend can be copied into any other (SQLite to PostgreSQL and
+// back, PostgreSQL to PostgreSQL, memstore to either in tests). The copy is
+// a stream of PortRecords: an Exporter emits them, an Importer writes them.
+// A record is a row of the logical model, not of any backend's tables: a
+// backend maps its own layout onto it (PostgreSQL keeps a world's inbox
+// cursor in its stream row, SQLite in its world row; SQLite keeps every
+// idempotency key in one table, PostgreSQL only the compacted ones apart).
+//
+// What an import changes on purpose, so that the target starts as a
+// store whose processes all crashed at once, never as one that believes
+// the source's processes still run:
+//
+//   - Leases are released: no holder, no incarnation, no expiry (the zero
+//     time), but their epochs are kept, so an acquisition on the target
+//     takes the next epoch and no lease ever goes backwards (a holder of
+//     the source fenced at epoch e stays fenced on the target).
+//   - An inflight effect becomes pending again: its claim is dropped
+//     (worker, expiry and the incarnation it rode on cleared), its attempt
+//     count kept. It will run again, at least once, as after a crash. An
+//     inflight effect of an archived world is withdrawn instead (at the
+//     target's clock), as a reap of it would: none of an archived world's
+//     effects is ever claimed again.
+//   - A claimed timer becomes scheduled, its claim dropped likewise and
+//     its attempt count kept.
+//   - Worker rows, their liveness promises and the retired incarnations
+//     are not copied: they describe the source's processes.
+//
+// Everything else is written as it is: every id, runSeq, head, floor,
+// hash, epoch, attempt count, retry schedule, dedupe record, watermark
+// and snapshot, and the high-water mark of the effect queue's seq (a seq
+// the source handed out is never handed out again).
+//
+// A store's transient rows have no record: the compaction gate lives only
+// inside the transaction that compacts.
+
+// PortFormat is the version of the record layout below. A record of
+// another format is refused (ErrInvalid): a later layout may mean
+// something this code would misread.
+const PortFormat = 1
+
+// PortKind names what a PortRecord holds.
+type PortKind string
+
+// The record kinds, in the order an export emits them: everything a row
+// refers to comes before it (worlds first), so an importer can write each
+// batch as it arrives.
+const (
+	PortKindWorld      PortKind = "world"       // PortWorld
+	PortKindStream     PortKind = "stream"      // PortStream
+	PortKindEvent      PortKind = "event"       // PortEvent
+	PortKindEventKey   PortKind = "event_key"   // PortEventKey: a compacted event's key
+	PortKindSnapshot   PortKind = "snapshot"    // PortSnapshot
+	PortKindInbox      PortKind = "inbox"       // PortInboxItem
+	PortKindDrain      PortKind = "inbox_drain" // PortDrain
+	PortKindLease      PortKind = "lease"       // PortLease
+	PortKindAssignment PortKind = "assignment"  // PortAssignment
+	PortKindEffect     PortKind = "effect"      // PortEffect
+	PortKindTimer      PortKind = "timer"       // PortTimer
+	PortKindFabric     PortKind = "fabric"      // PortFabric
+	PortKindWatermark  PortKind = "watermark"   // PortWatermark
+	PortKindCounter    PortKind = "counter"     // PortCounter
+)
+
+// PortKinds lists every kind in export order.
+func PortKinds() []PortKind {
+	return []PortKind{PortKindWorld, PortKindStream, PortKindEvent, PortKindEventKey, PortKindSnapshot,
+		PortKindInbox, PortKindDrain, PortKindLease, PortKindAssignment, PortKindEffect, PortKindTimer,
+		PortKindFabric, PortKindWatermark, PortKindCounter}
+}
+
+// PortRecord is one record of a store's copy: Kind says which one field is
+// set. It marshals to JSON as it is (times in RFC 3339 with nanoseconds,
+// UTC; bytes in base64, a nil slice as null and an empty one as "", so
+// both round-trip).
+type PortRecord struct {
+	Format     int             `json:"format"`
+	Kind       PortKind        `json:"kind"`
+	World      *PortWorld      `json:"world,omitempty"`
+	Stream     *PortStream     `json:"stream,omitempty"`
+	Event      *PortEvent      `json:"event,omitempty"`
+	EventKey   *PortEventKey   `json:"event_key,omitempty"`
+	Snapshot   *PortSnapshot   `json:"snapshot,omitempty"`
+	Inbox      *PortInboxItem  `json:"inbox,omitempty"`
+	Drain      *PortDrain      `json:"inbox_drain,omitempty"`
+	Lease      *PortLease      `json:"lease,omitempty"`
+	Assignment *PortAssignment `json:"assignment,omitempty"`
+	Effect     *PortEffect     `json:"effect,omitempty"`
+	Timer      *PortTimer      `json:"timer,omitempty"`
+	Fabric     *PortFabric     `json:"fabric,omitempty"`
+	Watermark  *PortWatermark  `json:"watermark,omitempty"`
+	Counter    *PortCounter    `json:"counter,omitempty"`
+}
+
+// PortWorld is a world's record with its inbox position and active
+// baseline.
+type PortWorld struct {
+	ID                 string      `json:"id"`
+	Universe           string      `json:"universe"`
+	Status             WorldStatus `json:"status"`
+	StatusReason       string      `json:"status_reason"`
+	StatusChangedAt    time.Time   `json:"status_changed_at"` // zero until the first change
+	ParentWorld        string      `json:"parent_world"`
+	ParentSnapshotHash string      `json:"parent_snapshot_hash"`
+	ForkedAtHeight     uint64      `json:"forked_at_height"`
+	CreatedAt          time.Time   `json:"created_at"`
+	// InboxCursor is the seq of the last drained inbox item.
+	InboxCursor uint64 `json:"inbox_cursor"`
+	// LastSeq is the last inbox seq handed out (0: none).
+	LastSeq uint64 `json:"last_seq"`
+	// BaselineHeight is the active snapshot's height; nil: no baseline.
+	BaselineHeight *uint64 `json:"baseline_height"`
+}
+
+// PortStream is a journal stream's position: its head (Journal.Head) and
+// its compaction floor (Journal.Floor). An export emits one for every
+// stream whose head or floor is above 0; a stream without one is empty.
+type PortStream struct {
+	Stream      string     `json:"stream"`
+	Head        uint64     `json:"head"`
+	CompactedTo uint64     `json:"compacted_to"`
+	CompactedAt *time.Time `json:"compacted_at"` // the latest persistedAt compacted; nil: none
+}
+
+// PortEvent is one journal record as the append authority stored it (its
+// idempotency key with it: the key's dedupe record is the event's).
+type PortEvent struct {
+	Record
+}
+
+// PortEventKey is the idempotency key of an event compaction removed: it
+// stays a duplicate for the stream's life. EventType and PayloadSHA256
+// are nil for keys compacted before the store kept them.
+type PortEventKey struct {
+	Stream         string    `json:"stream"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	EventID        string    `json:"event_id"`
+	RunSeq         uint64    `json:"run_seq"`
+	PersistedAt    time.Time `json:"persisted_at"`
+	EventType      *string   `json:"event_type"`
+	PayloadSHA256  []byte    `json:"payload_sha256"`
+}
+
+// PortSnapshot is a stored snapshot.
+type PortSnapshot struct {
+	Snapshot
+}
+
+// PortInboxItem is an inbox item, drained or not. KeyLive says its dedupe
+// key's record still exists (not swept): a delivery with that key is
+// refused as a duplicate.
+type PortInboxItem struct {
+	World      string    `json:"world"`
+	Seq        uint64    `json:"seq"`
+	Kind       string    `json:"kind"`
+	Payload    []byte    `json:"payload"`
+	DedupeKey  string    `json:"dedupe_key"` // "": none
+	EnqueuedAt time.Time `json:"enqueued_at"`
+	KeyLive    bool      `json:"key_live"`
+}
+
+// PortDrain is one move of a world's inbox cursor, kept for dedupe
+// retention: at DrainedAt the cursor reached Upto, completing the live
+// keys of the items at or below it not completed before.
+type PortDrain struct {
+	World     string    `json:"world"`
+	Upto      uint64    `json:"upto"`
+	DrainedAt time.Time `json:"drained_at"`
+}
+
+// PortLease is a world's lease row. An import releases it (see the Port
+// comment above) and keeps Epoch.
+type PortLease struct {
+	World       string    `json:"world"`
+	Holder      string    `json:"holder"`
+	Incarnation string    `json:"incarnation"`
+	Epoch       uint64    `json:"epoch"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	TookOver    bool      `json:"took_over"`
+	Displaced   string    `json:"displaced"`
+}
+
+// PortAssignment is a world's assignment (a pin when set by an operator).
+type PortAssignment struct {
+	World string `json:"world"`
+	Assignment
+}
+
+// PortEffect is an effect's queue entry and dedupe record. State is
+// carried as the source stored it (a state a later schema adds passes
+// through; a target that does not know it refuses it).
+type PortEffect struct {
+	Seq               uint64     `json:"seq"`
+	IntentHash        string     `json:"intent_hash"`
+	World             string     `json:"world"`
+	Kind              string     `json:"kind"`
+	Params            []byte     `json:"params"`
+	Origin            string     `json:"origin"`
+	PolicyContextHash string     `json:"policy_context_hash"`
+	RetryPolicy       []byte     `json:"retry_policy"` // nil: the kind's
+	State             string     `json:"state"`
+	EnqueuedAt        time.Time  `json:"enqueued_at"`
+	Attempts          int        `json:"attempts"`
+	ClaimedBy         string     `json:"claimed_by"`
+	ClaimExpires      *time.Time `json:"claim_expires"`
+	ClaimNode         string     `json:"claim_node"`
+	ClaimIncarnation  string     `json:"claim_incarnation"`
+	ReceiptStatus     *string    `json:"receipt_status"` // nil: no receipt
+	ReceiptPayload    []byte     `json:"receipt_payload"`
+	InboxSeq          *uint64    `json:"inbox_seq"` // the receipt's inbox seq
+	CompletedAt       *time.Time `json:"completed_at"`
+	Retries           int        `json:"retries"`
+	RetryReason       string     `json:"retry_reason"`
+	ResolveReason     *string    `json:"resolve_reason"` // nil: not an operator's receipt
+	RetryAt           *time.Time `json:"retry_at"`
+	Failures          int        `json:"failures"`
+	LastError         string     `json:"last_error"`
+}
+
+// PortTimer is a timer's queue entry and dedupe record.
+type PortTimer struct {
+	IntentHash       string     `json:"intent_hash"`
+	World            string     `json:"world"`
+	DeliverAt        time.Time  `json:"deliver_at"`
+	Payload          []byte     `json:"payload"`
+	State            string     `json:"state"`
+	Attempt          int        `json:"attempt"`
+	ClaimedBy        string     `json:"claimed_by"`
+	ClaimExpires     *time.Time `json:"claim_expires"`
+	ClaimNode        string     `json:"claim_node"`
+	ClaimIncarnation string     `json:"claim_incarnation"`
+	InboxSeq         *uint64    `json:"inbox_seq"` // the firing's inbox seq
+	CompletedAt      *time.Time `json:"completed_at"`
+}
+
+// PortFabric is a fabric dedupe record: the destination inbox seq of the
+// first delivery of a message.
+type PortFabric struct {
+	Dest        string    `json:"dest"`
+	MessageID   string    `json:"message_id"`
+	Seq         uint64    `json:"seq"`
+	CompletedAt time.Time `json:"completed_at"`
+}
+
+// PortWatermark is a projector's progress on a stream.
+type PortWatermark struct {
+	Projector string `json:"projector"`
+	Stream    string `json:"stream"`
+	Value     uint64 `json:"value"`
+}
+
+// PortCounter is a store-wide counter's high-water mark, which an import
+// only raises.
+type PortCounter struct {
+	Name  string `json:"name"` // PortCounterEffectSeq
+	Value uint64 `json:"value"`
+}
+
+// PortCounterEffectSeq is the last effect queue seq handed out.
+const PortCounterEffectSeq = "effect_seq"
+
+// Exporter is implemented by every backend's Store.
+type Exporter interface {
+	// Export emits every record of the store, read in one consistent
+	// snapshot (a state the store really was in, also while other
+	// processes write), in PortKinds order, each kind in its key order.
+	// It streams: the store is never held in memory whole. An error from
+	// emit ends the export and is returned as it is.
+	Export(ctx context.Context, emit func(PortRecord) error) error
+}
+
+// Importer is implemented by every backend's Store.
+type Importer interface {
+	// Empty reports whether the store holds no world, journal, queue or
+	// dedupe record (worker rows do not count). Whether to import into a
+	// store that is not empty is the caller's decision.
+	Empty(ctx context.Context) (bool, error)
+	// Import writes batch in one transaction, all of it or none: each
+	// record as it is, but for the changes the Port comment lists. A
+	// record whose key exists already (a world, an event, an effect's
+	// intent hash …) is ErrConflict; a record of another format or an
+	// unknown kind, or one whose kind's field is missing, is ErrInvalid.
+	// Records must come in an export's order: a row of a world not yet
+	// imported may be refused.
+	Import(ctx context.Context, batch []PortRecord) error
+	// FinishImport does what must follow a bulk load before the store
+	// serves (counters moved past the highest imported value, planner
+	// statistics refreshed). It is idempotent.
+	FinishImport(ctx context.Context) error
+}
+
+// ErrConflict: an imported record's key exists in the target already.
+var ErrConflict = errors.New("store: record exists")
+
+// CheckPortRecord validates r's format and kind and that the kind's field,
+// and only it, is set.
+func CheckPortRecord(r PortRecord) error {
+	const op = "import"
+	if r.Format != PortFormat {
+		return Errorf(op, ErrInvalid, "", "record format %d, this store reads format %d", r.Format, PortFormat)
+	}
+	set := 0
+	for _, p := range []bool{r.World != nil, r.Stream != nil, r.Event != nil, r.EventKey != nil,
+		r.Snapshot != nil, r.Inbox != nil, r.Drain != nil, r.Lease != nil, r.Assignment != nil,
+		r.Effect != nil, r.Timer != nil, r.Fabric != nil, r.Watermark != nil, r.Counter != nil} {
+		if p {
+			set++
+		}
+	}
+	var ok bool
+	switch r.Kind {
+	case PortKindWorld:
+		ok = r.World != nil
+	case PortKindStream:
+		ok = r.Stream != nil
+	case PortKindEvent:
+		ok = r.Event != nil
+	case PortKindEventKey:
+		ok = r.EventKey != nil
+	case PortKindSnapshot:
+		ok = r.Snapshot != nil
+	case PortKindInbox:
+		ok = r.Inbox != nil
+	case PortKindDrain:
+		ok = r.Drain != nil
+	case PortKindLease:
+		ok = r.Lease != nil
+	case PortKindAssignment:
+		ok = r.Assignment != nil
+	case PortKindEffect:
+		ok = r.Effect != nil
+	case PortKindTimer:
+		ok = r.Timer != nil
+	case PortKindFabric:
+		ok = r.Fabric != nil
+	case PortKindWatermark:
+		ok = r.Watermark != nil
+	case PortKindCounter:
+		ok = r.Counter != nil && r.Counter.Name == PortCounterEffectSeq
+	default:
+		return Errorf(op, ErrInvalid, "", "unknown record kind %q", r.Kind)
+	}
+	if !ok || set != 1 {
+		return Errorf(op, ErrInvalid, "", "a %q record must set its own field and no other", r.Kind)
+	}
+	return nil
+}
+
+// CheckPortBatch checks every record of batch (CheckPortRecord) before an
+// importer writes any of it.
+func CheckPortBatch(batch []PortRecord) error {
+	for i, r := range batch {
+		if err := CheckPortRecord(r); err != nil {
+			return fmt.Errorf("record %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// PortImported returns r as an import writes it: the changes the Port
+// comment lists, but for the withdrawal of an archived world's inflight
+// effect, which needs the world (archived says whether r's world is
+// archived; now is the target's clock). A test compares a source's export,
+// passed through it, with the target's.
+func PortImported(r PortRecord, archived bool, now time.Time) PortRecord {
+	switch r.Kind {
+	case PortKindLease:
+		l := *r.Lease
+		l.Holder, l.Incarnation, l.ExpiresAt, l.TookOver, l.Displaced = "", "", time.Time{}, false, ""
+		r.Lease = &l
+	case PortKindEffect:
+		e := *r.Effect
+		if e.State == "inflight" {
+			e.State = "pending"
+			e.ClaimedBy, e.ClaimExpires, e.ClaimNode, e.ClaimIncarnation = "", nil, "", ""
+			if archived {
+				e.State = "withdrawn"
+				t := now.UTC()
+				e.CompletedAt = &t
+			}
+		}
+		r.Effect = &e
+	case PortKindTimer:
+		t := *r.Timer
+		if t.State == string(TimerClaimed) {
+			t.State = string(TimerScheduled)
+			t.ClaimedBy, t.ClaimExpires, t.ClaimNode, t.ClaimIncarnation = "", nil, "", ""
+		}
+		r.Timer = &t
+	}
+	return r
+}
+
+// PortBackend is what a backend implements for Export and Import; the
+// Front checks every imported record (CheckPortBatch) before the backend
+// sees it.
+type PortBackend interface {
+	Exporter
+	Importer
+}
+
+var (
+	_ Exporter = (*Front)(nil)
+	_ Importer = (*Front)(nil)
+)
+
+// ErrUnsupported: the backend cannot do what was asked.
+var ErrUnsupported = errors.New("store: not supported by this backend")
+
+func (f *Front) port(op string) (PortBackend, error) {
+	if p, ok := f.b.(PortBackend); ok {
+		return p, nil
+	}
+	return nil, Errorf(op, ErrUnsupported, "", "%T has no export or import", f.b)
+}
+
+// Export implements Exporter.
+func (f *Front) Export(ctx context.Context, emit func(PortRecord) error) error {
+	if err := ctx.Err(); err != nil {
+		return &Error{Op: "export", Kind: err}
+	}
+	p, err := f.port("export")
+	if err != nil {
+		return err
+	}
+	return p.Export(ctx, emit)
+}
+
+// Empty implements Importer.
+func (f *Front) Empty(ctx context.Context) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, &Error{Op: "empty", Kind: err}
+	}
+	p, err := f.port("empty")
+	if err != nil {
+		return false, err
+	}
+	return p.Empty(ctx)
+}
+
+// Import implements Importer.
+func (f *Front) Import(ctx context.Context, batch []PortRecord) error {
+	if err := ctx.Err(); err != nil {
+		return &Error{Op: "import", Kind: err}
+	}
+	if err := CheckPortBatch(batch); err != nil {
+		return err
+	}
+	if len(batch) == 0 {
+		return nil
+	}
+	p, err := f.port("import")
+	if err != nil {
+		return err
+	}
+	return p.Import(ctx, batch)
+}
+
+// FinishImport implements Importer.
+func (f *Front) FinishImport(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return &Error{Op: "finish_import", Kind: err}
+	}
+	p, err := f.port("finish_import")
+	if err != nil {
+		return err
+	}
+	return p.FinishImport(ctx)
+}
