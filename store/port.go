@@ -20,8 +20,9 @@ import (
 // store whose processes all crashed at once, never as one that believes
 // the source's processes still run:
 //
-//   - Leases are released: no holder, no incarnation, no expiry (the zero
-//     time), but their epochs are kept, so an acquisition on the target
+//   - Leases are released, as a status change releases them: no holder
+//     and no incarnation, the expiry brought back to the target's clock if
+//     it was later, and the epoch kept, so an acquisition on the target
 //     takes the next epoch and no lease ever goes backwards (a holder of
 //     the source fenced at epoch e stays fenced on the target).
 //   - An inflight effect becomes pending again: its claim is dropped
@@ -375,7 +376,10 @@ func PortImported(r PortRecord, archived bool, now time.Time) PortRecord {
 	switch r.Kind {
 	case PortKindLease:
 		l := *r.Lease
-		l.Holder, l.Incarnation, l.ExpiresAt, l.TookOver, l.Displaced = "", "", time.Time{}, false, ""
+		l.Holder, l.Incarnation, l.TookOver, l.Displaced = "", "", false, ""
+		if l.ExpiresAt.After(now) {
+			l.ExpiresAt = now.UTC()
+		}
 		r.Lease = &l
 	case PortKindEffect:
 		e := *r.Effect

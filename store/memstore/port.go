@@ -12,12 +12,6 @@ import (
 	"github.com/orrery-run/orrery/vocab"
 )
 
-// This backend keeps an inbox key's completion on the key itself, not as
-// the cursor's moves: its export gives each group of keys completed at one
-// time one drain (up to the highest seq among them), and its import marks
-// the live keys a drain covers. A copy into memstore therefore keeps the
-// drains that complete a live key, which are all that retention reads.
-
 var _ store.PortBackend = (*backend)(nil)
 
 func utc(t time.Time) time.Time { return t.UTC() }
@@ -145,8 +139,9 @@ func (s *backend) Export(ctx context.Context, emit func(store.PortRecord) error)
 		}
 	}
 	for _, id := range worlds {
-		for _, d := range st.worlds[id].drains() {
+		for _, d := range st.worlds[id].drains {
 			r := rec(store.PortKindDrain)
+			d.DrainedAt = utc(d.DrainedAt)
 			r.Drain = &d
 			if err := emit(r); err != nil {
 				return err
@@ -232,31 +227,6 @@ func (s *backend) Export(ctx context.Context, emit func(store.PortRecord) error)
 func (str *stream) live(runSeq uint64) bool {
 	i := sort.Search(len(str.records), func(i int) bool { return str.records[i].RunSeq >= runSeq })
 	return i < len(str.records) && str.records[i].RunSeq == runSeq
-}
-
-// drains gives the world's drained live keys as drains: one per time of
-// completion, up to the highest seq completed then, in seq order.
-func (w *world) drains() []store.PortDrain {
-	var out []store.PortDrain
-	byTime := map[int64]int{}
-	keys := make([]*inboxKey, 0, len(w.inboxKeys))
-	for _, k := range w.inboxKeys {
-		if k.drained {
-			keys = append(keys, k)
-		}
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].seq < keys[j].seq })
-	for _, k := range keys {
-		t := k.drainedAt.UnixNano()
-		if i, ok := byTime[t]; ok {
-			out[i].Upto = max(out[i].Upto, k.seq)
-			continue
-		}
-		byTime[t] = len(out)
-		out = append(out, store.PortDrain{World: w.rec.ID, Upto: k.seq, DrainedAt: utc(k.drainedAt)})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Upto < out[j].Upto })
-	return out
 }
 
 func (e *effect) port() *store.PortEffect {
@@ -560,7 +530,9 @@ func (st *state) importRecord(r store.PortRecord, now time.Time) {
 		st.notify(store.TopicInbox(it.World))
 	case store.PortKindDrain:
 		d := r.Drain
-		for _, k := range st.worlds[d.World].inboxKeys {
+		w := st.worlds[d.World]
+		w.drains = append(w.drains, store.PortDrain{World: d.World, Upto: d.Upto, DrainedAt: d.DrainedAt.Round(0)})
+		for _, k := range w.inboxKeys {
 			if !k.drained && k.seq <= d.Upto {
 				k.drained, k.drainedAt = true, d.DrainedAt.Round(0)
 			}
