@@ -480,3 +480,49 @@ func (f *Front) FinishImport(ctx context.Context) error {
 	}
 	return p.FinishImport(ctx)
 }
+
+// PortCopy streams everything src holds into dst, batch records per Import
+// (DefaultPortBatch when batch <= 0), then finishes the import; it returns
+// how many records it copied. progress, when set, is called after each
+// batch with the count so far. It does not ask whether dst is empty: the
+// caller decides (Importer.Empty). src and dst must be different stores
+// (memstore exports under its lock).
+func PortCopy(ctx context.Context, src Exporter, dst Importer, batch int, progress func(copied int)) (int, error) {
+	if batch <= 0 {
+		batch = DefaultPortBatch
+	}
+	buf := make([]PortRecord, 0, batch)
+	n := 0
+	flush := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		if err := dst.Import(ctx, buf); err != nil {
+			return err
+		}
+		n += len(buf)
+		buf = buf[:0]
+		if progress != nil {
+			progress(n)
+		}
+		return nil
+	}
+	err := src.Export(ctx, func(r PortRecord) error {
+		buf = append(buf, r)
+		if len(buf) < batch {
+			return nil
+		}
+		return flush()
+	})
+	if err == nil {
+		err = flush()
+	}
+	if err == nil {
+		err = dst.FinishImport(ctx)
+	}
+	return n, err
+}
+
+// DefaultPortBatch is PortCopy's records per Import: large enough that a
+// transaction's fixed cost is spread thin, small enough to bound memory.
+const DefaultPortBatch = 1000
