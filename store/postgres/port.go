@@ -340,7 +340,70 @@ func (s *backend) Empty(ctx context.Context) (bool, error) {
 // conflict, a row that was not written is there already (ErrConflict).
 type importCheck struct {
 	world, what string
-	conflict    bool // 0 rows written is ErrConflict
+	conflict    bool // fewer rows written than asked is ErrConflict
+	rows        int  // rows asked (0: one)
+}
+
+// eventRows and inboxRows gather a run of events or inbox items of a
+// batch into one multi-row INSERT (the bulk of a store's records: a
+// statement per row costs the server its fixed cost per row).
+type eventRows struct {
+	streams, ids, keys, types, steps, plans             []string
+	seqs, emitted, persisted, logical, engine, versions []int64
+	payloads, sums                                      [][]byte
+}
+
+func (e *eventRows) add(r *store.PortEvent, sum []byte) {
+	e.streams, e.seqs, e.ids, e.keys = append(e.streams, r.StreamID), append(e.seqs, int64(r.RunSeq)), append(e.ids, r.EventID), append(e.keys, r.IdempotencyKey)
+	e.types, e.emitted, e.persisted = append(e.types, r.EventType), append(e.emitted, toNS(r.EmittedAt)), append(e.persisted, toNS(r.PersistedAt))
+	e.steps, e.logical, e.engine = append(e.steps, r.StepID), append(e.logical, int64(r.LogicalAttemptID)), append(e.engine, int64(r.EngineAttemptID))
+	e.plans, e.versions, e.payloads, e.sums = append(e.plans, r.PlanID), append(e.versions, int64(r.PlanVersion)), append(e.payloads, r.Payload), append(e.sums, sum)
+}
+
+func (e *eventRows) flush(q func(importCheck, string, ...any)) {
+	if len(e.streams) == 0 {
+		return
+	}
+	q(importCheck{what: "an event of the batch", conflict: true, rows: len(e.streams)}, `INSERT INTO events (stream, run_seq,
+		event_id, idempotency_key, event_type, emitted_at_ns, persisted_at_ns, step_id, logical_attempt_id,
+		engine_attempt_id, plan_id, plan_version, payload, payload_sha256)
+		SELECT u.* FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[],
+			$8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::bigint[], $13::bytea[], $14::bytea[])
+			AS u(stream, run_seq, event_id, idempotency_key, event_type, emitted_at_ns, persisted_at_ns, step_id,
+			logical_attempt_id, engine_attempt_id, plan_id, plan_version, payload, payload_sha256)
+		WHERE NOT EXISTS (SELECT 1 FROM compacted_keys k WHERE k.stream = u.stream AND k.idempotency_key = u.idempotency_key)
+		ON CONFLICT DO NOTHING`,
+		e.streams, e.seqs, e.ids, e.keys, e.types, e.emitted, e.persisted, e.steps, e.logical, e.engine, e.plans,
+		e.versions, e.payloads, e.sums)
+	*e = eventRows{}
+}
+
+type inboxRows struct {
+	worlds, kinds []string
+	keys          []*string
+	seqs, at      []int64
+	payloads      [][]byte
+	live          []bool
+}
+
+func (in *inboxRows) add(p *store.PortInboxItem) {
+	var key *string
+	if p.DedupeKey != "" {
+		key = &p.DedupeKey
+	}
+	in.worlds, in.seqs, in.kinds, in.payloads = append(in.worlds, p.World), append(in.seqs, int64(p.Seq)), append(in.kinds, p.Kind), append(in.payloads, p.Payload)
+	in.keys, in.at, in.live = append(in.keys, key), append(in.at, toNS(p.EnqueuedAt)), append(in.live, p.KeyLive && key != nil)
+}
+
+func (in *inboxRows) flush(q func(importCheck, string, ...any)) {
+	if len(in.worlds) == 0 {
+		return
+	}
+	q(importCheck{what: "an inbox item or live key of the batch", conflict: true, rows: len(in.worlds)}, `INSERT INTO inbox
+		(world, seq, kind, payload, dedupe_key, enqueued_at_ns, key_live)
+		SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[], $5::text[], $6::bigint[], $7::boolean[])
+		ON CONFLICT DO NOTHING`, in.worlds, in.seqs, in.kinds, in.payloads, in.keys, in.at, in.live)
+	*in = inboxRows{}
 }
 
 // Import implements store.Importer: the batch is one transaction whose
@@ -401,6 +464,8 @@ func (s *backend) importTx(ctx context.Context, op string, batch []store.PortRec
 		checks = append(checks, c)
 	}
 	drainLo := map[string]int64{}
+	var ev eventRows
+	var in inboxRows
 	for _, r := range batch {
 		isArchived := false
 		if r.Kind == store.PortKindEffect {
@@ -408,37 +473,37 @@ func (s *backend) importTx(ctx context.Context, op string, batch []store.PortRec
 			isArchived = archived[w] || batchArchived[w]
 		}
 		r = store.PortImported(r, isArchived, now)
+		if r.Kind != store.PortKindEvent {
+			ev.flush(q)
+		}
+		if r.Kind != store.PortKindInbox {
+			in.flush(q)
+		}
 		switch r.Kind {
 		case store.PortKindWorld:
 			w := r.World
-			q(importCheck{w.ID, "world", true}, `INSERT INTO worlds (world, universe, status, status_reason,
+			q(importCheck{world: w.ID, what: "world", conflict: true}, `INSERT INTO worlds (world, universe, status, status_reason,
 				status_changed_at_ns, parent_world, parent_snapshot_hash, forked_at_height, created_at_ns, inbox_seq)
 				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING`,
 				w.ID, w.Universe, string(w.Status), w.StatusReason, toNS(w.StatusChangedAt), w.ParentWorld,
 				w.ParentSnapshotHash, int64(w.ForkedAtHeight), toNS(w.CreatedAt), int64(w.LastSeq))
-			q(importCheck{w.ID, "stream", false}, `INSERT INTO streams (stream, inbox_cursor, baseline_height)
+			q(importCheck{world: w.ID, what: "stream", conflict: false}, `INSERT INTO streams (stream, inbox_cursor, baseline_height)
 				VALUES ($1, $2, $3) ON CONFLICT (stream) DO UPDATE SET inbox_cursor = EXCLUDED.inbox_cursor,
 				baseline_height = EXCLUDED.baseline_height`, w.ID, int64(w.InboxCursor), optSeqArg(w.BaselineHeight))
 		case store.PortKindStream:
 			p := r.Stream
-			q(importCheck{"", "stream " + p.Stream, true}, `INSERT INTO streams AS x (stream, head, compacted_to, compacted_at_ns)
+			q(importCheck{world: "", what: "stream " + p.Stream, conflict: true}, `INSERT INTO streams AS x (stream, head, compacted_to, compacted_at_ns)
 				VALUES ($1, $2, $3, $4) ON CONFLICT (stream) DO UPDATE SET head = EXCLUDED.head,
 				compacted_to = EXCLUDED.compacted_to, compacted_at_ns = EXCLUDED.compacted_at_ns
 				WHERE x.head = 0 AND x.compacted_to = 0`, p.Stream, int64(p.Head), int64(p.CompactedTo), nsOpt(p.CompactedAt))
 		case store.PortKindEvent:
 			e := r.Event
 			sum := sha256.Sum256(e.Payload)
-			q(importCheck{"", "event of stream " + e.StreamID, true}, `INSERT INTO events (stream, run_seq, event_id,
-				idempotency_key, event_type, emitted_at_ns, persisted_at_ns, step_id, logical_attempt_id, engine_attempt_id,
-				plan_id, plan_version, payload, payload_sha256)
-				SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14
-				WHERE NOT EXISTS (SELECT 1 FROM compacted_keys k WHERE k.stream = $1 AND k.idempotency_key = $4)
-				ON CONFLICT DO NOTHING`,
-				e.StreamID, int64(e.RunSeq), e.EventID, e.IdempotencyKey, e.EventType, toNS(e.EmittedAt), toNS(e.PersistedAt),
-				e.StepID, int64(e.LogicalAttemptID), int64(e.EngineAttemptID), e.PlanID, int64(e.PlanVersion), e.Payload, sum[:])
+			ev.add(e, sum[:])
+			continue
 		case store.PortKindEventKey:
 			k := r.EventKey
-			q(importCheck{"", "key " + k.IdempotencyKey + " of stream " + k.Stream, true}, `INSERT INTO compacted_keys
+			q(importCheck{world: "", what: "key " + k.IdempotencyKey + " of stream " + k.Stream, conflict: true}, `INSERT INTO compacted_keys
 				(stream, idempotency_key, event_id, run_seq, persisted_at_ns, event_type, payload_sha256)
 				SELECT $1, $2, $3, $4, $5, $6, $7
 				WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.stream = $1 AND e.idempotency_key = $2)
@@ -447,18 +512,12 @@ func (s *backend) importTx(ctx context.Context, op string, batch []store.PortRec
 		case store.PortKindSnapshot:
 			p := r.Snapshot
 			named = append(named, p.World)
-			q(importCheck{p.World, "snapshot", true}, `INSERT INTO snapshots (world, height, state, state_hash, created_at_ns)
+			q(importCheck{world: p.World, what: "snapshot", conflict: true}, `INSERT INTO snapshots (world, height, state, state_hash, created_at_ns)
 				VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`, p.World, int64(p.Height), p.State, p.StateHash, toNS(p.CreatedAt))
 		case store.PortKindInbox:
-			p := r.Inbox
-			named = append(named, p.World)
-			var key *string
-			if p.DedupeKey != "" {
-				key = &p.DedupeKey
-			}
-			q(importCheck{p.World, "inbox item", true}, `INSERT INTO inbox (world, seq, kind, payload, dedupe_key,
-				enqueued_at_ns, key_live) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`,
-				p.World, int64(p.Seq), p.Kind, p.Payload, key, toNS(p.EnqueuedAt), p.KeyLive && key != nil)
+			named = append(named, r.Inbox.World)
+			in.add(r.Inbox)
+			continue
 		case store.PortKindDrain:
 			p := r.Drain
 			named = append(named, p.World)
@@ -476,18 +535,18 @@ func (s *backend) importTx(ctx context.Context, op string, batch []store.PortRec
 		case store.PortKindLease:
 			p := r.Lease
 			named = append(named, p.World)
-			q(importCheck{p.World, "lease", true}, `INSERT INTO leases (world, holder, incarnation, took_over, displaced,
+			q(importCheck{world: p.World, what: "lease", conflict: true}, `INSERT INTO leases (world, holder, incarnation, took_over, displaced,
 				epoch, expires_at_ns) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`,
 				p.World, p.Holder, p.Incarnation, p.TookOver, p.Displaced, int64(p.Epoch), toNS(p.ExpiresAt))
 		case store.PortKindAssignment:
 			p := r.Assignment
 			named = append(named, p.World)
-			q(importCheck{p.World, "assignment", true}, `INSERT INTO assignments (world, desired_worker, priority, reason)
+			q(importCheck{world: p.World, what: "assignment", conflict: true}, `INSERT INTO assignments (world, desired_worker, priority, reason)
 				VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, p.World, p.DesiredWorker, int64(p.Priority), p.Reason)
 		case store.PortKindEffect:
 			p := r.Effect
 			named = append(named, p.World)
-			q(importCheck{p.World, "effect " + p.IntentHash, true}, `INSERT INTO effects (seq, intent_hash, world, kind,
+			q(importCheck{world: p.World, what: "effect " + p.IntentHash, conflict: true}, `INSERT INTO effects (seq, intent_hash, world, kind,
 				params, origin, policy_context_hash, retry_policy, state, enqueued_at_ns, attempts, claimed_by,
 				claim_expires_ns, claim_node, claim_incarnation, receipt_status, receipt_payload, inbox_seq,
 				completed_at_ns, retries, retry_reason, resolve_reason, retry_at_ns, failures, last_error)
@@ -501,7 +560,7 @@ func (s *backend) importTx(ctx context.Context, op string, batch []store.PortRec
 		case store.PortKindTimer:
 			p := r.Timer
 			named = append(named, p.World)
-			q(importCheck{p.World, "timer " + p.IntentHash, true}, `INSERT INTO timers (intent_hash, world, deliver_at_ns,
+			q(importCheck{world: p.World, what: "timer " + p.IntentHash, conflict: true}, `INSERT INTO timers (intent_hash, world, deliver_at_ns,
 				payload, state, attempts, claimed_by, claim_expires_ns, claim_node, claim_incarnation, inbox_seq,
 				completed_at_ns) VALUES ($1, $2, $3, $4,
 				CASE $5::text WHEN 'scheduled' THEN 'due' WHEN 'claimed' THEN 'inflight' ELSE $5::text END,
@@ -511,12 +570,12 @@ func (s *backend) importTx(ctx context.Context, op string, batch []store.PortRec
 		case store.PortKindFabric:
 			p := r.Fabric
 			named = append(named, p.Dest)
-			q(importCheck{p.Dest, "fabric message " + p.MessageID, true}, `INSERT INTO fabric_dedupe (dest, message_id,
+			q(importCheck{world: p.Dest, what: "fabric message " + p.MessageID, conflict: true}, `INSERT INTO fabric_dedupe (dest, message_id,
 				seq, delivered_at_ns) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
 				p.Dest, p.MessageID, int64(p.Seq), toNS(p.CompletedAt))
 		case store.PortKindWatermark:
 			p := r.Watermark
-			q(importCheck{"", "watermark " + p.Projector + "/" + p.Stream, true}, `INSERT INTO watermarks (projector,
+			q(importCheck{world: "", what: "watermark " + p.Projector + "/" + p.Stream, conflict: true}, `INSERT INTO watermarks (projector,
 				stream, mark) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`, p.Projector, p.Stream, int64(p.Value))
 		case store.PortKindCounter:
 			if r.Counter.Value > 0 {
@@ -524,6 +583,8 @@ func (s *backend) importTx(ctx context.Context, op string, batch []store.PortRec
 			}
 		}
 	}
+	ev.flush(q)
+	in.flush(q)
 	br := tx.SendBatch(ctx, b)
 	for _, c := range checks {
 		ct, err := br.Exec()
@@ -531,7 +592,7 @@ func (s *backend) importTx(ctx context.Context, op string, batch []store.PortRec
 			br.Close()
 			return importErr(err)
 		}
-		if c.conflict && ct.RowsAffected() == 0 {
+		if c.conflict && ct.RowsAffected() < int64(max(c.rows, 1)) {
 			br.Close()
 			return store.Errorf("import", store.ErrConflict, c.world, "%s exists", c.what)
 		}
