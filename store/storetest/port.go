@@ -27,6 +27,7 @@ func RunPort(t *testing.T, from, to Factory) {
 		{"DuplicateWorldIsAConflictAndWritesNothing", testPortDuplicate},
 		{"BadRecordIsInvalidAndWritesNothing", testPortBadRecord},
 		{"ExportDuringWritesIsOneState", testPortConsistent},
+		{"EmitErrorEndsTheExport", testPortEmitError},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -364,6 +365,16 @@ func testPortBadRecord(t *testing.T, from, to Factory) {
 	missing := store.PortRecord{Format: store.PortFormat, Kind: store.PortKindEffect}
 	two := recs[0]
 	two.Watermark = &store.PortWatermark{Projector: "p", Stream: "s"}
+	var world store.PortRecord
+	for _, r := range recs {
+		if r.Kind == store.PortKindWorld {
+			world = r
+		}
+	}
+	state := store.PortRecord{Format: store.PortFormat, Kind: store.PortKindEffect, Effect: &store.PortEffect{
+		Seq: 1, IntentHash: "i-bogus", World: world.World.ID, Kind: effectKind, State: "bogus", EnqueuedAt: time.Unix(1, 0)}}
+	err := im.Import(bg, []store.PortRecord{world, state})
+	wantErr(t, err, store.ErrInvalid, "Import of an effect in a state the target does not know")
 	for name, bad := range map[string]store.PortRecord{"a later format": future, "an unknown kind": unknown,
 		"a kind without its field": missing, "two fields": two} {
 		err := im.Import(bg, append(append([]store.PortRecord{}, recs...), bad))
@@ -525,4 +536,19 @@ func letRun(cycles <-chan int) {
 			runtime.Gosched()
 		}
 	}
+}
+
+func testPortEmitError(t *testing.T, from, _ Factory) {
+	src := setup(t, from)
+	src.world("w-a")
+	src.world("w-b")
+	ex, _ := porter(t, src.s)
+	stop := errors.New("the target is full")
+	calls := 0
+	err := ex.Export(bg, func(store.PortRecord) error { calls++; return stop })
+	if !errors.Is(err, stop) || calls != 1 {
+		t.Fatalf("Export whose emit fails = %v after %d calls, want the emit's error after 1", err, calls)
+	}
+	// The store still serves.
+	src.world("w-c")
 }
