@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"reflect"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -466,6 +467,9 @@ func (s *backend) importTx(ctx context.Context, op string, batch []store.PortRec
 	drainLo := map[string]int64{}
 	var ev eventRows
 	var in inboxRows
+	bw, bs, bd, bl, be, bt := newBulk(store.PortKindWorld), newBulk(store.PortKindStream), newBulk(store.PortKindDrain),
+		newBulk(store.PortKindLease), newBulk(store.PortKindEffect), newBulk(store.PortKindTimer)
+	bulks := []*bulk{bw, bs, bd, bl, be, bt}
 	for _, r := range batch {
 		isArchived := false
 		if r.Kind == store.PortKindEffect {
@@ -479,23 +483,20 @@ func (s *backend) importTx(ctx context.Context, op string, batch []store.PortRec
 		if r.Kind != store.PortKindInbox {
 			in.flush(q)
 		}
+		for _, x := range bulks {
+			if x.kind != r.Kind {
+				x.flush(q)
+			}
+		}
 		switch r.Kind {
 		case store.PortKindWorld:
 			w := r.World
-			q(importCheck{world: w.ID, what: "world", conflict: true}, `INSERT INTO worlds (world, universe, status, status_reason,
-				status_changed_at_ns, parent_world, parent_snapshot_hash, forked_at_height, created_at_ns, inbox_seq)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING`,
-				w.ID, w.Universe, string(w.Status), w.StatusReason, toNS(w.StatusChangedAt), w.ParentWorld,
-				w.ParentSnapshotHash, int64(w.ForkedAtHeight), toNS(w.CreatedAt), int64(w.LastSeq))
-			q(importCheck{world: w.ID, what: "stream", conflict: false}, `INSERT INTO streams (stream, inbox_cursor, baseline_height)
-				VALUES ($1, $2, $3) ON CONFLICT (stream) DO UPDATE SET inbox_cursor = EXCLUDED.inbox_cursor,
-				baseline_height = EXCLUDED.baseline_height`, w.ID, int64(w.InboxCursor), optSeqArg(w.BaselineHeight))
+			bw.row(w.ID, w.Universe, string(w.Status), w.StatusReason, toNS(w.StatusChangedAt), w.ParentWorld,
+				w.ParentSnapshotHash, int64(w.ForkedAtHeight), toNS(w.CreatedAt), int64(w.LastSeq), int64(w.InboxCursor),
+				optSeqArg(w.BaselineHeight))
 		case store.PortKindStream:
 			p := r.Stream
-			q(importCheck{world: "", what: "stream " + p.Stream, conflict: true}, `INSERT INTO streams AS x (stream, head, compacted_to, compacted_at_ns)
-				VALUES ($1, $2, $3, $4) ON CONFLICT (stream) DO UPDATE SET head = EXCLUDED.head,
-				compacted_to = EXCLUDED.compacted_to, compacted_at_ns = EXCLUDED.compacted_at_ns
-				WHERE x.head = 0 AND x.compacted_to = 0`, p.Stream, int64(p.Head), int64(p.CompactedTo), nsOpt(p.CompactedAt))
+			bs.row(p.Stream, int64(p.Head), int64(p.CompactedTo), nsOpt(p.CompactedAt))
 		case store.PortKindEvent:
 			e := r.Event
 			sum := sha256.Sum256(e.Payload)
@@ -522,22 +523,17 @@ func (s *backend) importTx(ctx context.Context, op string, batch []store.PortRec
 			p := r.Drain
 			named = append(named, p.World)
 			// lo is the cursor the world's drain before left: within the
-			// batch, the last one queued; else the highest stored.
-			if lo, ok := drainLo[p.World]; ok {
-				q(importCheck{}, `INSERT INTO inbox_drains (world, lo, hi, drained_at_ns) VALUES ($1, $2, $3, $4)`,
-					p.World, lo, int64(p.Upto), toNS(p.DrainedAt))
-			} else {
-				q(importCheck{}, `INSERT INTO inbox_drains (world, lo, hi, drained_at_ns)
-					SELECT $1, COALESCE((SELECT max(d.hi) FROM inbox_drains d WHERE d.world = $1), 0), $2, $3`,
-					p.World, int64(p.Upto), toNS(p.DrainedAt))
+			// batch, the last one; else (NULL here) the highest stored.
+			var lo *int64
+			if v, ok := drainLo[p.World]; ok {
+				lo = &v
 			}
+			bd.row(p.World, lo, int64(p.Upto), toNS(p.DrainedAt))
 			drainLo[p.World] = int64(p.Upto)
 		case store.PortKindLease:
 			p := r.Lease
 			named = append(named, p.World)
-			q(importCheck{world: p.World, what: "lease", conflict: true}, `INSERT INTO leases (world, holder, incarnation, took_over, displaced,
-				epoch, expires_at_ns) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`,
-				p.World, p.Holder, p.Incarnation, p.TookOver, p.Displaced, int64(p.Epoch), toNS(p.ExpiresAt))
+			bl.row(p.World, p.Holder, p.Incarnation, p.TookOver, p.Displaced, int64(p.Epoch), toNS(p.ExpiresAt))
 		case store.PortKindAssignment:
 			p := r.Assignment
 			named = append(named, p.World)
@@ -546,26 +542,14 @@ func (s *backend) importTx(ctx context.Context, op string, batch []store.PortRec
 		case store.PortKindEffect:
 			p := r.Effect
 			named = append(named, p.World)
-			q(importCheck{world: p.World, what: "effect " + p.IntentHash, conflict: true}, `INSERT INTO effects (seq, intent_hash, world, kind,
-				params, origin, policy_context_hash, retry_policy, state, enqueued_at_ns, attempts, claimed_by,
-				claim_expires_ns, claim_node, claim_incarnation, receipt_status, receipt_payload, inbox_seq,
-				completed_at_ns, retries, retry_reason, resolve_reason, retry_at_ns, failures, last_error)
-				OVERRIDING SYSTEM VALUE
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21,
-				$22, $23, $24, $25) ON CONFLICT DO NOTHING`,
-				int64(p.Seq), p.IntentHash, p.World, p.Kind, p.Params, p.Origin, p.PolicyContextHash, p.RetryPolicy,
+			be.row(int64(p.Seq), p.IntentHash, p.World, p.Kind, p.Params, p.Origin, p.PolicyContextHash, p.RetryPolicy,
 				p.State, toNS(p.EnqueuedAt), int32(p.Attempts), p.ClaimedBy, nsOpt(p.ClaimExpires), p.ClaimNode,
 				p.ClaimIncarnation, p.ReceiptStatus, p.ReceiptPayload, optSeqArg(p.InboxSeq), nsOpt(p.CompletedAt),
 				int32(p.Retries), p.RetryReason, p.ResolveReason, nsOpt(p.RetryAt), int32(p.Failures), p.LastError)
 		case store.PortKindTimer:
 			p := r.Timer
 			named = append(named, p.World)
-			q(importCheck{world: p.World, what: "timer " + p.IntentHash, conflict: true}, `INSERT INTO timers (intent_hash, world, deliver_at_ns,
-				payload, state, attempts, claimed_by, claim_expires_ns, claim_node, claim_incarnation, inbox_seq,
-				completed_at_ns) VALUES ($1, $2, $3, $4,
-				CASE $5::text WHEN 'scheduled' THEN 'due' WHEN 'claimed' THEN 'inflight' ELSE $5::text END,
-				$6, $7, $8, $9, $10, $11, $12) ON CONFLICT DO NOTHING`,
-				p.IntentHash, p.World, toNS(p.DeliverAt), p.Payload, p.State, int32(p.Attempt), p.ClaimedBy,
+			bt.row(p.IntentHash, p.World, toNS(p.DeliverAt), p.Payload, p.State, int32(p.Attempt), p.ClaimedBy,
 				nsOpt(p.ClaimExpires), p.ClaimNode, p.ClaimIncarnation, optSeqArg(p.InboxSeq), nsOpt(p.CompletedAt))
 		case store.PortKindFabric:
 			p := r.Fabric
@@ -585,6 +569,9 @@ func (s *backend) importTx(ctx context.Context, op string, batch []store.PortRec
 	}
 	ev.flush(q)
 	in.flush(q)
+	for _, x := range bulks {
+		x.flush(q)
+	}
 	br := tx.SendBatch(ctx, b)
 	for _, c := range checks {
 		ct, err := br.Exec()
@@ -628,6 +615,9 @@ const raiseEffectSeqSQL = `SELECT setval(s.n::regclass, greatest($1::bigint, COA
 // CHECK does not know, a value out of range.
 func importErr(err error) error {
 	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "21000" { // cardinality_violation: a key twice in one multi-row upsert
+		return store.Errorf("import", store.ErrConflict, "", "%s", pe.Message)
+	}
 	if errors.As(err, &pe) && (pe.Code == "23514" || pe.Code == "23502") { // check_violation, not_null_violation
 		return store.Errorf("import", store.ErrInvalid, "", "%s", pe.Message)
 	}
@@ -655,4 +645,106 @@ func (s *backend) FinishImport(ctx context.Context) error {
 			leases, assignments, effects, timers, fabric_dedupe, watermarks`)
 		return err
 	})
+}
+
+// bulk gathers a run of one kind's records of a batch into the columns of
+// one multi-row statement (bulkSQL), as eventRows and inboxRows do.
+type bulk struct {
+	kind store.PortKind
+	cols []reflect.Value // each a slice, one element per row
+	n    int
+}
+
+func newBulk(k store.PortKind) *bulk { return &bulk{kind: k} }
+
+func (b *bulk) row(vals ...any) {
+	if b.cols == nil {
+		b.cols = make([]reflect.Value, len(vals))
+		for i, v := range vals {
+			b.cols[i] = reflect.MakeSlice(reflect.SliceOf(reflect.TypeOf(v)), 0, 64)
+		}
+	}
+	for i, v := range vals {
+		b.cols[i] = reflect.Append(b.cols[i], reflect.ValueOf(v))
+	}
+	b.n++
+}
+
+func (b *bulk) flush(q func(importCheck, string, ...any)) {
+	if b.n == 0 {
+		return
+	}
+	args := make([]any, len(b.cols))
+	for i, c := range b.cols {
+		args[i] = c.Interface()
+	}
+	for _, st := range bulkSQL[b.kind] {
+		q(importCheck{what: st.what, conflict: st.what != "", rows: b.n}, st.sql, args[:st.args]...)
+	}
+	b.cols, b.n = nil, 0
+}
+
+// bulkSQL is each bulk kind's statements over its columns ($1…, in the
+// order its row call gives them); a statement with a what must write every
+// row (fewer is ErrConflict); args is how many columns it takes.
+var bulkSQL = map[store.PortKind][]struct {
+	what, sql string
+	args      int
+}{
+	store.PortKindWorld: {
+		{"a world of the batch", `INSERT INTO worlds (world, universe, status, status_reason, status_changed_at_ns,
+			parent_world, parent_snapshot_hash, forked_at_height, created_at_ns, inbox_seq)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[],
+				$8::bigint[], $9::bigint[], $10::bigint[])
+			ON CONFLICT DO NOTHING`, 10},
+		// Every world has its stream row, which holds its cursor and
+		// baseline.
+		{"", `INSERT INTO streams (stream, inbox_cursor, baseline_height)
+			SELECT u.w, u.c, u.b FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[],
+				$7::text[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[])
+				AS u(w, a2, a3, a4, a5, a6, a7, a8, a9, a10, c, b)
+			ON CONFLICT (stream) DO UPDATE SET inbox_cursor = EXCLUDED.inbox_cursor, baseline_height = EXCLUDED.baseline_height`, 12},
+	},
+	// A world's stream row exists already (its world made it) with head 0:
+	// the record fills it in; a stream row with a head or a floor is there
+	// already, a conflict.
+	store.PortKindStream: {
+		{"a stream of the batch", `INSERT INTO streams AS x (stream, head, compacted_to, compacted_at_ns)
+			SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[])
+			ON CONFLICT (stream) DO UPDATE SET head = EXCLUDED.head, compacted_to = EXCLUDED.compacted_to,
+				compacted_at_ns = EXCLUDED.compacted_at_ns
+			WHERE x.head = 0 AND x.compacted_to = 0`, 4},
+	},
+	store.PortKindDrain: {
+		{"", `INSERT INTO inbox_drains (world, lo, hi, drained_at_ns)
+			SELECT u.w, COALESCE(u.lo, (SELECT max(d.hi) FROM inbox_drains d WHERE d.world = u.w), 0), u.hi, u.at
+			FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS u(w, lo, hi, at)`, 4},
+	},
+	store.PortKindLease: {
+		{"a lease of the batch", `INSERT INTO leases (world, holder, incarnation, took_over, displaced, epoch, expires_at_ns)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::boolean[], $5::text[], $6::bigint[], $7::bigint[])
+			ON CONFLICT DO NOTHING`, 7},
+	},
+	store.PortKindEffect: {
+		{"an effect of the batch", `INSERT INTO effects (seq, intent_hash, world, kind, params, origin,
+			policy_context_hash, retry_policy, state, enqueued_at_ns, attempts, claimed_by, claim_expires_ns, claim_node,
+			claim_incarnation, receipt_status, receipt_payload, inbox_seq, completed_at_ns, retries, retry_reason,
+			resolve_reason, retry_at_ns, failures, last_error)
+			OVERRIDING SYSTEM VALUE
+			SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::text[],
+				$8::bytea[], $9::text[], $10::bigint[], $11::integer[], $12::text[], $13::bigint[], $14::text[], $15::text[],
+				$16::text[], $17::bytea[], $18::bigint[], $19::bigint[], $20::integer[], $21::text[], $22::text[],
+				$23::bigint[], $24::integer[], $25::text[])
+			ON CONFLICT DO NOTHING`, 25},
+	},
+	store.PortKindTimer: {
+		{"a timer of the batch", `INSERT INTO timers (intent_hash, world, deliver_at_ns, payload, state, attempts,
+			claimed_by, claim_expires_ns, claim_node, claim_incarnation, inbox_seq, completed_at_ns)
+			SELECT u.h, u.w, u.d, u.p, CASE u.st WHEN 'scheduled' THEN 'due' WHEN 'claimed' THEN 'inflight' ELSE u.st END,
+				u.a, u.cb, u.ce, u.cn, u.ci, u.s, u.c
+			FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::text[], $6::integer[], $7::text[],
+				$8::bigint[], $9::text[], $10::text[], $11::bigint[], $12::bigint[])
+				AS u(h, w, d, p, st, a, cb, ce, cn, ci, s, c)
+			ON CONFLICT DO NOTHING`, 12},
+	},
 }
