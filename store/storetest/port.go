@@ -217,7 +217,15 @@ func testPortCopy(t *testing.T, from, to Factory) {
 	if empty, err := im.Empty(bg); err != nil || !empty {
 		t.Fatalf("Empty of a fresh target = %v, %v; want true", empty, err)
 	}
-	importAll(t, dst.s, recs, 5)
+	// The records travel as JSON, as a backup file holds them.
+	viaJSON := make([]store.PortRecord, len(recs))
+	for i, r := range recs {
+		must(t, json.Unmarshal([]byte(portJSON(t, r)), &viaJSON[i]), "json.Unmarshal")
+		if a, b := portJSON(t, r), portJSON(t, viaJSON[i]); a != b {
+			t.Fatalf("record %d changed through JSON:\n %s\n %s", i, a, b)
+		}
+	}
+	importAll(t, dst.s, viaJSON, 5)
 	if empty, err := im.Empty(bg); err != nil || empty {
 		t.Fatalf("Empty after the import = %v, %v; want false", empty, err)
 	}
