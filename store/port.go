@@ -290,8 +290,8 @@ type Importer interface {
 	// record whose key exists already (a world, an event, an effect's
 	// intent hash …) is ErrConflict; a record of another format or an
 	// unknown kind, or one whose kind's field is missing, is ErrInvalid.
-	// Records must come in an export's order: a row of a world not yet
-	// imported may be refused.
+	// Records must come in an export's order: a row that names a world
+	// neither the target nor the batch holds is ErrWorldNotFound.
 	Import(ctx context.Context, batch []PortRecord) error
 	// FinishImport does what must follow a bulk load before the store
 	// serves (counters moved past the highest imported value, planner

@@ -383,6 +383,10 @@ func testPortBadRecord(t *testing.T, from, to Factory) {
 		Seq: 1, IntentHash: "i-bogus", World: world.World.ID, Kind: effectKind, State: "bogus", EnqueuedAt: time.Unix(1, 0)}}
 	err := im.Import(bg, []store.PortRecord{world, state})
 	wantErr(t, err, store.ErrInvalid, "Import of an effect in a state the target does not know")
+	orphan := store.PortRecord{Format: store.PortFormat, Kind: store.PortKindInbox, Inbox: &store.PortInboxItem{
+		World: "w-nowhere", Seq: 1, Kind: "event", EnqueuedAt: time.Unix(1, 0)}}
+	err = im.Import(bg, []store.PortRecord{world, orphan})
+	wantErr(t, err, store.ErrWorldNotFound, "Import of an inbox item of a world neither the target nor the batch holds")
 	for name, bad := range map[string]store.PortRecord{"a later format": future, "an unknown kind": unknown,
 		"a kind without its field": missing, "two fields": two} {
 		err := im.Import(bg, append(append([]store.PortRecord{}, recs...), bad))
