@@ -176,7 +176,7 @@ func (st *state) settleEffect(op, hash string, by contract.By, r vocab.Receipt, 
 	if ok {
 		row = contract.SettleRow{Found: true, World: e.item.World, Done: e.item.State == vocab.EffectDone,
 			Withdrawn: e.item.State == vocab.EffectWithdrawn, Held: e.item.State == vocab.EffectHeld,
-			Claim:     contract.ClaimRow{Attempt: e.item.Attempt, ClaimedBy: e.item.ClaimedBy}}
+			Claim: contract.ClaimRow{Attempt: e.item.Attempt, ClaimedBy: e.item.ClaimedBy}}
 	}
 	if dup, err := contract.Settle(op, "intent", hash, row, by, now); err != nil {
 		return 0, false, err

@@ -196,7 +196,7 @@ func (t *wtx) settleItem(q *queue, op, hash string, by contract.By, r vocab.Rece
 	}
 	sr := contract.SettleRow{Found: found, World: row.world, Done: row.state == q.done,
 		Withdrawn: row.state == string(vocab.EffectWithdrawn), Held: row.state == string(vocab.EffectHeld),
-		Claim:     contract.ClaimRow{Attempt: int(row.attempt), ClaimedBy: row.claimedBy}}
+		Claim: contract.ClaimRow{Attempt: int(row.attempt), ClaimedBy: row.claimedBy}}
 	if row.dueAt.Valid {
 		at := fromNS(row.dueAt.Int64)
 		sr.DueAt = &at

@@ -260,9 +260,9 @@ type SettleRow struct {
 	Withdrawn bool
 	// Held: an effect an operator holds (vocab.EffectHeld); its claim
 	// was revoked, so only an operator settles it.
-	Held bool
-	DueAt     *time.Time // a timer's deliverAt; nil for an effect
-	Claim     ClaimRow
+	Held  bool
+	DueAt *time.Time // a timer's deliverAt; nil for an effect
+	Claim ClaimRow
 }
 
 // By is who settles an item: a claimant (Complete, Fire) presenting the
