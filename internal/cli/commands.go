@@ -32,7 +32,7 @@ func apiExitCode(err error) (int, bool) {
 		case api.CodeNotFound:
 			return ExitNotFound, true
 		case api.CodeAlreadyExists, api.CodeConflict, api.CodePaused, api.CodeArchived, api.CodeFenced,
-			api.CodeNotRetryable, api.CodeReplyUnavailable, api.CodeFinished, api.CodeCompacted:
+			api.CodeNotRetryable, api.CodeEffectEnded, api.CodeReplyUnavailable, api.CodeFinished, api.CodeCompacted:
 			return ExitConflict, true
 		case api.CodeUnavailable, api.CodeNotReady, api.CodeTimeout:
 			return ExitUnavailable, true
