@@ -757,8 +757,8 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 	a.do(exchange{method: "POST", path: "/v1/effects/" + strings.Repeat("0", 64) + "/receipt", body: `{"status":"ok"}`, want: 404})
 	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/receipt", body: `{"status":"error","body":{"why":"down"},"reason":"by phone"}`, want: 200})
 	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/receipt", body: `{"status":"ok"}`, want: 200}) // a duplicate
-	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/hold", want: 409})    // done: effect_ended
-	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/release", want: 409}) // done: effect_ended
+	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/hold", want: 409})                             // done: effect_ended
+	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/release", want: 409})                          // done: effect_ended
 	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/retry", body: `{"reason":"the payee is back"}`, want: 200})
 	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/retry", body: `{"reason":false}`, want: 400, specRefuses: true})
 	a.do(exchange{method: "POST", path: "/v1/effects/" + strings.Repeat("0", 64) + "/retry", want: 404})
