@@ -393,11 +393,16 @@ func (e *effect) hold(reason string, now time.Time) {
 	e.item.HoldReason, e.item.HeldAt, e.releaseReason = reason, now, ""
 }
 
-// release puts a held e back to pending, claimable at once (mu held).
-func (e *effect) release(reason string) {
-	e.item.State = vocab.EffectPending
+// releaseHeld puts a held e back to pending, claimable at once (mu held), or
+// withdraws it when its world was archived since: no claim serves an
+// archived world, as for ReleaseEffect.
+func (st *state) releaseHeld(e *effect, reason string, now time.Time) {
+	e.item.State = contract.ReleaseTo(st.worldStatus(e.item.World))
 	e.item.RetryAt = time.Time{}
 	e.releaseReason = reason
+	if e.item.State == vocab.EffectWithdrawn {
+		e.completedAt = now
+	}
 }
 
 // ReleaseHeld implements store.Effects.
@@ -417,7 +422,7 @@ func (s *backend) ReleaseHeld(ctx context.Context, intentHash, reason string) (s
 		return store.EffectStatus{}, err
 	}
 	if !noop {
-		e.release(reason)
+		s.st.releaseHeld(e, reason, s.now())
 		s.st.notify(store.TopicEffects)
 	}
 	return e.status(), nil
@@ -445,10 +450,10 @@ func (s *backend) ReleaseAllHeld(ctx context.Context, reason string) (int, error
 		return 0, err
 	}
 	defer s.end()
-	n := 0
+	now, n := s.now(), 0
 	for _, e := range s.st.effects {
 		if e.item.State == vocab.EffectHeld {
-			e.release(reason)
+			s.st.releaseHeld(e, reason, now)
 			n++
 		}
 	}

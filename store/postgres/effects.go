@@ -393,7 +393,13 @@ func (s *backend) Resolve(ctx context.Context, intentHash string, r vocab.Receip
 // reads the row under the same lock.
 const (
 	holdSet    = `state = 'held', claimed_by = '', claim_expires_ns = NULL, claim_node = '', claim_incarnation = '', hold_reason = $2, held_at_ns = now_ns($3), release_reason = ''`
-	releaseSet = `state = 'pending', retry_at_ns = NULL, release_reason = $2`
+	// An effect of a world archived since it was held is withdrawn
+	// instead (contract.ReleaseTo): no claim serves an archived world.
+	releaseSet = `state = CASE WHEN EXISTS (SELECT 1 FROM worlds w WHERE w.world = effects.world AND w.status = 'archived')
+			THEN 'withdrawn' ELSE 'pending' END,
+		completed_at_ns = CASE WHEN EXISTS (SELECT 1 FROM worlds w WHERE w.world = effects.world AND w.status = 'archived')
+			THEN now_ns($3) ELSE completed_at_ns END,
+		retry_at_ns = NULL, release_reason = $2`
 )
 
 // HoldEffect implements store.Effects (contract.HoldEffect).
@@ -407,7 +413,7 @@ func (s *backend) HoldEffect(ctx context.Context, intentHash, reason string) (st
 // ReleaseHeld implements store.Effects (contract.ReleaseHeld).
 func (s *backend) ReleaseHeld(ctx context.Context, intentHash, reason string) (store.EffectStatus, error) {
 	st, wrote, err := s.holdOrRelease(ctx, "release_held", intentHash, contract.ReleaseHeld, true,
-		`UPDATE effects SET `+releaseSet+` WHERE intent_hash = $1 RETURNING `+effectStatusCols, reason)
+		`UPDATE effects SET `+releaseSet+` WHERE intent_hash = $1 RETURNING `+effectStatusCols, reason, s.off())
 	if err == nil && wrote {
 		s.hint(store.TopicEffects)
 	}
@@ -488,10 +494,10 @@ func (s *backend) ReleaseAllHeld(ctx context.Context, reason string) (int, error
 	err := s.retry(ctx, op, "", func() error {
 		return s.pool.QueryRow(ctx, `WITH c AS (
 				SELECT e.intent_hash FROM effects e WHERE e.state = 'held' ORDER BY e.intent_hash FOR UPDATE OF e),
-			u AS (UPDATE effects x SET `+strings.ReplaceAll(releaseSet, "$2", "$1")+`
-				FROM c WHERE x.intent_hash = c.intent_hash AND x.state = 'held' RETURNING 1),
+			u AS (UPDATE effects SET `+strings.ReplaceAll(strings.ReplaceAll(releaseSet, "$2", "$1"), "$3", "$2")+`
+				FROM c WHERE effects.intent_hash = c.intent_hash AND effects.state = 'held' RETURNING 1),
 			n AS (SELECT count(*) AS n FROM u)
-			SELECT n.n, (SELECT count(*) FROM (SELECT notify_topic('effects') WHERE n.n > 0) z) FROM n`, reason).Scan(&n, new(int64))
+			SELECT n.n, (SELECT count(*) FROM (SELECT notify_topic('effects') WHERE n.n > 0) z) FROM n`, reason, s.off()).Scan(&n, new(int64))
 	})
 	if err == nil && n > 0 {
 		s.hint(store.TopicEffects)

@@ -392,7 +392,11 @@ func (s *backend) EffectStatus(ctx context.Context, intentHash string) (store.Ef
 // retry of an execution already under way passes the claim check.
 const (
 	holdSet    = `state = 'held', claimed_by = '', claim_expires = NULL, claim_node = '', claim_incarnation = '', hold_reason = ?, held_at = ?, release_reason = ''`
-	releaseSet = `state = 'pending', retry_at = NULL, release_reason = ?`
+	// An effect of a world archived since it was held is withdrawn
+	// instead (contract.ReleaseTo): no claim serves an archived world.
+	releaseSet = `state = CASE WHEN world IN (SELECT id FROM worlds WHERE status = 'archived') THEN 'withdrawn' ELSE 'pending' END,
+		completed_at = CASE WHEN world IN (SELECT id FROM worlds WHERE status = 'archived') THEN ?2 ELSE completed_at END,
+		retry_at = NULL, release_reason = ?1`
 )
 
 // HoldEffect holds a pending or inflight effect (contract.HoldEffect).
@@ -406,7 +410,7 @@ func (s *backend) HoldEffect(ctx context.Context, intentHash, reason string) (st
 // ReleaseHeld puts a held effect back to pending (contract.ReleaseHeld).
 func (s *backend) ReleaseHeld(ctx context.Context, intentHash, reason string) (store.EffectStatus, error) {
 	return s.holdOrRelease(ctx, "release_held", intentHash, contract.ReleaseHeld, func(t *wtx) error {
-		if _, err := t.exec(`UPDATE effects SET `+releaseSet+` WHERE intent_hash = ?`, reason, intentHash); err != nil {
+		if _, err := t.exec(`UPDATE effects SET `+releaseSet+` WHERE intent_hash = ?3`, reason, t.nowNS, intentHash); err != nil {
 			return err
 		}
 		t.notify(store.TopicEffects)
@@ -463,7 +467,7 @@ func (s *backend) ReleaseAllHeld(ctx context.Context, reason string) (int, error
 	var n int
 	err := s.write(ctx, "release_all_held", "", func(t *wtx) error {
 		var err error
-		if n, err = t.rowsAffected(`UPDATE effects SET `+releaseSet+` WHERE state = 'held'`, reason); err != nil {
+		if n, err = t.rowsAffected(`UPDATE effects SET `+releaseSet+` WHERE state = 'held'`, reason, t.nowNS); err != nil {
 			return err
 		}
 		if n > 0 {

@@ -26,6 +26,7 @@ func heldTests() []testCase {
 		{"ResolveSettlesAHeldEffectButRetryDoesNot", testResolveHeld},
 		{"ArchiveAndWithdrawTakeHeldEffects", testHeldWithdrawn},
 		{"HoldOpenEffectsHoldsEveryOpenEffectAndReleaseAllHeldReleasesThem", testHoldAll},
+		{"ReleaseOfAHeldEffectOfAnArchivedWorldWithdrawsIt", testReleaseHeldArchived},
 	}
 }
 
@@ -336,5 +337,32 @@ func testHoldAll(t *testing.T, open Factory) {
 	}
 	if n, err := f.s.ReleaseAllHeld(bg, "again"); err != nil || n != 0 {
 		t.Fatalf("ReleaseAllHeld again = %d, %v; want 0", n, err)
+	}
+}
+
+// An effect inflight when its world was archived, then held, is withdrawn
+// by its release, singly or in bulk: no claim serves an archived world,
+// so a pending one would wait for ever.
+func testReleaseHeldArchived(t *testing.T, open Factory) {
+	f := setup(t, open)
+	e := f.leased("w", "A")
+	f.publish("w", e, "one", "all")
+	f.claim("adapter", 2)
+	f.setStatus("w", store.WorldArchived, "ended")
+	f.hold("one", "restore")
+	f.hold("all", "restore")
+	before := f.now()
+	if st := f.releaseHeld("one", "checked"); st.State != vocab.EffectWithdrawn {
+		t.Fatalf("ReleaseHeld of an archived world's effect = %+v, want withdrawn", st)
+	}
+	f.wantWithdrawn("one", before)
+	n, err := f.s.ReleaseAllHeld(bg, "checked")
+	must(t, err, "ReleaseAllHeld")
+	if n != 1 {
+		t.Fatalf("ReleaseAllHeld = %d, want 1", n)
+	}
+	f.wantWithdrawn("all", before)
+	if d := f.depths(); d.EffectsHeld != 0 || d.EffectsPending != 0 {
+		t.Fatalf("QueueDepths = %+v, want nothing held or pending", d)
 	}
 }
