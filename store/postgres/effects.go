@@ -392,7 +392,7 @@ func (s *backend) Resolve(ctx context.Context, intentHash string, r vocab.Receip
 // retry of an execution already under way passes the claim check, which
 // reads the row under the same lock.
 const (
-	holdSet    = `state = 'held', claimed_by = '', claim_expires_ns = NULL, claim_node = '', claim_incarnation = '', hold_reason = $2, held_at_ns = now_ns($3), release_reason = ''`
+	holdSet = `state = 'held', claimed_by = '', claim_expires_ns = NULL, claim_node = '', claim_incarnation = '', hold_reason = $2, held_at_ns = now_ns($3), release_reason = ''`
 	// An effect of a world archived since it was held is withdrawn
 	// instead (contract.ReleaseTo): no claim serves an archived world.
 	releaseSet = `state = CASE WHEN EXISTS (SELECT 1 FROM worlds w WHERE w.world = effects.world AND w.status = 'archived')

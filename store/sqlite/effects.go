@@ -391,7 +391,7 @@ func (s *backend) EffectStatus(ctx context.Context, intentHash string) (store.Ef
 // claim_node and claim_incarnation cleared): no completion, release or
 // retry of an execution already under way passes the claim check.
 const (
-	holdSet    = `state = 'held', claimed_by = '', claim_expires = NULL, claim_node = '', claim_incarnation = '', hold_reason = ?, held_at = ?, release_reason = ''`
+	holdSet = `state = 'held', claimed_by = '', claim_expires = NULL, claim_node = '', claim_incarnation = '', hold_reason = ?, held_at = ?, release_reason = ''`
 	// An effect of a world archived since it was held is withdrawn
 	// instead (contract.ReleaseTo): no claim serves an archived world.
 	releaseSet = `state = CASE WHEN world IN (SELECT id FROM worlds WHERE status = 'archived') THEN 'withdrawn' ELSE 'pending' END,
