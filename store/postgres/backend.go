@@ -216,6 +216,8 @@ type Store struct {
 type backend struct {
 	cfg   config
 	pool  *pgxpool.Pool
+	db    db // the pool's one-statement calls (failover.go)
+	poolP atomic.Pointer[pgxpool.Pool]
 	watch *watchHub
 
 	appends    *groupcommit.Committer[*appendReq]
@@ -289,6 +291,15 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		pc.MinConns = min(pc.MaxConns, int32(cfg.warmConns))
 	}
 	s := &backend{cfg: cfg}
+	s.db = db{pool: &s.poolP}
+	// A server that refuses writes is the wrong one (a demoted primary):
+	// every connection of the pool leads to it, so all go (failover.go).
+	failoverConfig(&pc.ConnConfig.Config, func() {
+		if p := s.poolP.Load(); p != nil {
+			p.Reset()
+		}
+	})
+	failoverConfig(&listen.Config, nil)
 	var current atomic.Bool
 	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		if current.Load() && !warmConnOK(ctx, c, s.off()) {
@@ -309,6 +320,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, dbErr(op, "", err)
 	}
+	s.poolP.Store(pool)
 	if err := migrate(ctx, pool, cfg.schema); err != nil {
 		pool.Close()
 		return nil, err
@@ -360,7 +372,7 @@ func (s *backend) Now(ctx context.Context) (time.Time, error) {
 	}
 	var ns int64
 	err := s.retry(ctx, op, "", func() error {
-		return s.pool.QueryRow(ctx, `SELECT now_ns($1)`, s.off()).Scan(&ns)
+		return s.db.QueryRow(ctx, `SELECT now_ns($1)`, s.off()).Scan(&ns)
 	})
 	if err != nil {
 		return time.Time{}, err
