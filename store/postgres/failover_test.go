@@ -1,10 +1,13 @@
 package postgres
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -216,5 +219,78 @@ func TestMultiHostDSNWithADeadHostFirst(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		_ = st.Close()
+	}
+}
+
+// haEnv names the script that sets up a primary and a streaming standby
+// on this machine (.ci/pg-ha; it runs as root). .ci/run sets it for its
+// failover step; the tests that need the pair skip without it.
+const haEnv = "ORRERY_TEST_PG_HA"
+
+// haPair sets up the pair (sync or async), tears it down when tb ends, and
+// returns its script and its multi-host DSN.
+func haPair(tb testing.TB, mode string) (func(args ...string), string) {
+	tb.Helper()
+	script := os.Getenv(haEnv)
+	if script == "" {
+		tb.Skipf("%s is not set: the failover tests need a primary and a standby of their own (.ci/run's failover step sets it)", haEnv)
+	}
+	run := func(args ...string) {
+		tb.Helper()
+		out, err := exec.Command(script, args...).CombinedOutput()
+		if err != nil {
+			tb.Fatalf("%s %s: %v\n%s", script, strings.Join(args, " "), err, out)
+		}
+	}
+	run("up", mode)
+	tb.Cleanup(func() { run("down") })
+	out, err := exec.Command(script, "dsn", "postgres").Output()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return run, strings.TrimSpace(string(out))
+}
+
+// The real trap: with a synchronous standby that stopped answering, a
+// commit waits; its context ends, pgx sends a cancel request, and
+// PostgreSQL answers the COMMIT with success and a warning: it committed
+// on the primary only. The store reports such a write as unavailable
+// (outcome unknown), never as acknowledged, though the row is there.
+func TestSyncCommitCancelledWaitingForTheStandbyIsNotAnAck(t *testing.T) {
+	run, dsn := haPair(t, "sync")
+	s, err := Open(bg, dsn, WithMaxConns(4), WithWarmConns(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.CreateWorld(bg, "u", "before", nil); err != nil {
+		t.Fatal(err)
+	}
+	run("stall-standby")
+	resumed := false
+	defer func() {
+		if !resumed {
+			run("resume-standby")
+		}
+	}()
+	for _, w := range []string{"cut-a", "cut-b"} {
+		ctx, cancel := context.WithTimeout(bg, time.Second)
+		_, err := s.CreateWorld(ctx, "u", w, nil)
+		cancel()
+		if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, errSyncRepCut) {
+			t.Fatalf("CreateWorld %s, cancelled while its commit waited for the stalled standby: %v, want ErrUnavailable (a cut commit)", w, err)
+		}
+	}
+	run("resume-standby")
+	resumed = true
+	// The cut commits are on the primary (they are what a failover would
+	// lose), and the store writes again once the standby answers.
+	for _, w := range []string{"cut-a", "cut-b"} {
+		if _, err := s.GetWorld(bg, w); err != nil {
+			t.Fatalf("the cut commit of %s is not on the primary: %v (the test no longer shows the trap)", w, err)
+		}
+	}
+	if _, err := s.CreateWorld(bg, "u", "after", nil); err != nil {
+		t.Fatal(err)
 	}
 }
