@@ -2,8 +2,8 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"crypto/sha256"
+	"errors"
 	"math"
 	"slices"
 	"sort"

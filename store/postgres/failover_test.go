@@ -110,18 +110,26 @@ func TestACommitCutShortOfSyncReplicationIsNotAnAck(t *testing.T) {
 		{"inbox", func(i int) error {
 			_, _, err := s.Enqueue(bg, "w", store.InboxItem{Kind: "event", DedupeKey: fmt.Sprint("d", i)})
 			return err
-		}, func(i int) bool { return count(`SELECT count(*) FROM inbox WHERE world = 'w' AND dedupe_key = $1`, fmt.Sprint("d", i)) == 1 }},
+		}, func(i int) bool {
+			return count(`SELECT count(*) FROM inbox WHERE world = 'w' AND dedupe_key = $1`, fmt.Sprint("d", i)) == 1
+		}},
 		{"worlds", func(i int) error {
 			_, err := s.CreateWorld(bg, "u", fmt.Sprint("new", i), nil)
 			return err
-		}, func(i int) bool { return count(`SELECT count(*) FROM worlds WHERE world = $1`, fmt.Sprint("new", i)) == 1 }},
+		}, func(i int) bool {
+			return count(`SELECT count(*) FROM worlds WHERE world = $1`, fmt.Sprint("new", i)) == 1
+		}},
 		{"leases", func(i int) error {
 			_, err := s.Acquire(bg, fmt.Sprint("l", i), "worker", time.Minute)
 			return err
-		}, func(i int) bool { return count(`SELECT count(*) FROM leases WHERE world = $1 AND holder = 'worker'`, fmt.Sprint("l", i)) == 1 }},
+		}, func(i int) bool {
+			return count(`SELECT count(*) FROM leases WHERE world = $1 AND holder = 'worker'`, fmt.Sprint("l", i)) == 1
+		}},
 		{"watermarks", func(i int) error {
 			return s.CASWatermark(bg, "p", fmt.Sprint("s", i), 0, 1)
-		}, func(i int) bool { return count(`SELECT count(*) FROM watermarks WHERE projector = 'p' AND stream = $1`, fmt.Sprint("s", i)) == 1 }},
+		}, func(i int) bool {
+			return count(`SELECT count(*) FROM watermarks WHERE projector = 'p' AND stream = $1`, fmt.Sprint("s", i)) == 1
+		}},
 	} {
 		stop := raiseOn(t, s, tc.table, syncRepWarning)
 		// Twice: the first append takes the checked path, the second the
