@@ -1,0 +1,173 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// haEnv names the script that sets up a PostgreSQL primary and a streaming
+// standby on this machine, kills the primary and promotes the standby
+// (.ci/pg-ha; it runs as root). It starts servers of its own on other
+// ports than the main cluster's, so the failover tests could run beside
+// the others; .ci/run runs them in a step of their own anyway, as they
+// are heavy.
+const haEnv = "ORRERY_TEST_PG_HA"
+
+// TestPostgresFailover runs three nodes on a primary with a synchronous
+// standby, through the multi-host DSN, under load; kills the primary
+// (kill -9 of its postmaster), promotes the standby, and checks from the
+// new primary that nothing acknowledged was lost or done twice, that every
+// world replays, and that no lease went backwards.
+func TestPostgresFailover(t *testing.T) { postgresFailover(t, "sync") }
+
+// TestPostgresFailoverAsync is the same run without a synchronous standby:
+// a failover may lose acknowledged writes, which it measures; it must not
+// corrupt what the new primary holds.
+func TestPostgresFailoverAsync(t *testing.T) { postgresFailover(t, "async") }
+
+func postgresFailover(t *testing.T, mode string) {
+	script := os.Getenv(haEnv)
+	if script == "" {
+		t.Skipf("%s is not set: the failover test needs a primary and a standby of its own (.ci/run's failover step sets it)", haEnv)
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(script, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", script, strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	run("up", mode)
+	t.Cleanup(func() { run("down") })
+	// Every connection, the nodes' and the checker's, goes through the DSN
+	// that names both servers and asks for the writable one.
+	t.Setenv(dsnEnv, run("dsn", "postgres"))
+	db := newClusterDB(t)
+	c, ids, ld := loadedCluster(t, db, db.dsn)
+	time.Sleep(3 * time.Second)
+	before, err := c.holders(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("failover (%s): the acting orchestrator is %s's", mode, c.orchestrator())
+	// The script prints the time of the kill (Unix nanoseconds) on its last
+	// line, so that the window counts neither its start nor its output.
+	out := run("kill-primary")
+	t.Logf("failover (%s): %s", mode, out)
+	kill := time.Now()
+	if ns, err := strconv.ParseInt(out[strings.LastIndexByte(out, '\n')+1:], 10, 64); err == nil {
+		kill = time.Unix(0, ns)
+	}
+	t.Logf("failover (%s): %s after %v", mode, run("promote"), time.Since(kill).Round(time.Millisecond))
+	promoted := time.Since(kill)
+	// The cluster serves again: a new event is acknowledged and journaled,
+	// and a call answers.
+	probe := ids[0]
+	seq := c.sendUntilAcked(probe, "probe-after-failover", clusterBound)
+	c.awaitJournaled(probe, seq, clusterBound)
+	if _, err := c.callUntilAnswered(probe, clusterBound); err != nil {
+		t.Fatalf("no call answered within %v of the promotion: %v", clusterBound, err)
+	}
+	serving := time.Since(kill)
+	mid := c.awaitPlaced(ids, c.procs, clusterBound)
+	time.Sleep(3 * time.Second)
+	ld.stop()
+
+	window, gap, gapClient := unavailability(ld.led, kill)
+	c.figure("PostgreSQL failover (%s standby, kill -9 of the primary's postmaster): promoted %v after the kill; first acknowledged write %v after the kill; a probe journaled and a call answered %v after it; longest gap between two acknowledgements of one client %v (client %d)",
+		mode, ms(promoted), ms(window), ms(serving), ms(gap), gapClient)
+
+	led := ld.led
+	if mode == "async" {
+		var lost []acked
+		led, lost = c.splitLost(ld.led, ids)
+		if len(lost) > 0 {
+			c.figure("PostgreSQL failover (async): %d of %d acknowledged events lost (acknowledged %v to %v before the kill)",
+				len(lost), len(ld.led.events), ms(kill.Sub(lost[0].At)), ms(kill.Sub(lost[len(lost)-1].At)))
+		} else {
+			c.figure("PostgreSQL failover (async): none of %d acknowledged events lost", len(ld.led.events))
+		}
+	}
+	// Journaled once, fired once, one receipt, every world replays (on
+	// the new primary, through the checker's store), every call answers.
+	c.verify(led, ids, clusterBound)
+
+	after := c.awaitPlaced(ids, c.procs, clusterBound)
+	back := 0
+	for _, id := range ids {
+		if after[id].Epoch < mid[id].Epoch {
+			t.Errorf("%s: lease epoch went backwards after the failover: %d, then %d", id, mid[id].Epoch, after[id].Epoch)
+		}
+		if after[id].Epoch < before[id].Epoch {
+			back++
+		}
+	}
+	switch {
+	case mode == "sync" && back > 0:
+		t.Errorf("%d worlds hold a lease epoch on the new primary below one the nodes saw before the failover: a synchronous standby lost an epoch", back)
+	case mode == "async":
+		c.figure("PostgreSQL failover (async): %d of %d worlds hold a lease epoch on the new primary below one the nodes saw before the kill", back, len(ids))
+	}
+}
+
+// unavailability measures, from the acknowledgements, the failover's
+// window (the kill to the first acknowledgement after it) and the longest
+// gap between two acknowledgements of one load client across it.
+func unavailability(led *ackLog, kill time.Time) (window, gap time.Duration, client int) {
+	led.mu.Lock()
+	evs := slices.Clone(led.events)
+	led.mu.Unlock()
+	window = -1
+	last := map[int]time.Time{}
+	slices.SortFunc(evs, func(a, b acked) int { return a.At.Compare(b.At) })
+	for _, e := range evs {
+		if e.At.After(kill) && window < 0 {
+			window = e.At.Sub(kill)
+		}
+		if prev, ok := last[e.G]; ok && e.At.Sub(prev) > gap {
+			gap, client = e.At.Sub(prev), e.G
+		}
+		last[e.G] = e.At
+	}
+	return window, gap, client
+}
+
+// splitLost sorts the acknowledged events into those the new primary
+// holds (its inbox has the item at the acknowledged seq, under its key)
+// and those it lost, the lost in the order of their acknowledgement.
+func (c *cluster) splitLost(led *ackLog, ids []string) (*ackLog, []acked) {
+	c.t.Helper()
+	kept := &ackLog{calls: led.calls, retries: led.retries, abandoned: led.abandoned, permanent: led.permanent}
+	var lost []acked
+	acks := led.byWorld()
+	for _, id := range ids {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		items, err := c.db.st.ReadInbox(ctx, id, 0, 0)
+		cancel()
+		if err != nil {
+			c.t.Fatalf("%s: read the inbox on the new primary: %v", id, err)
+		}
+		have := map[uint64]string{}
+		for _, it := range items {
+			have[it.Seq] = it.DedupeKey
+		}
+		for _, a := range acks[id] {
+			if have[a.Seq] == a.Key {
+				kept.events = append(kept.events, a)
+			} else {
+				lost = append(lost, a)
+			}
+		}
+	}
+	slices.SortFunc(lost, func(a, b acked) int { return a.At.Compare(b.At) })
+	return kept, lost
+}
