@@ -14,7 +14,8 @@
 // errors.go; and what only PostgreSQL has: migrate.go and migrations/,
 // append.go and deliver.go (the two group committers), tx.go (pipelined
 // transactions), queue.go (the claimable queues' SQL), warm.go (warm
-// connections) and util.go (time encoding, shared helpers).
+// connections), failover.go (following a failover to the standby) and
+// util.go (time encoding, shared helpers).
 //
 // What it owns:
 //
@@ -67,7 +68,12 @@
 // Durability: journal appends, Commits, lease acquisitions, renewals,
 // releases, status changes and every epoch bump commit with
 // synchronous_commit on. Only queue claims and reaps (a lost claim just
-// expires again) commit with it off.
+// expires again) commit with it off. With a synchronous standby, an acknowledged
+// write is thus on the standby too: a commit whose wait for the standby
+// was cut short (PostgreSQL answers it with success and a warning) fails
+// as unavailable instead. The DSN may name several hosts
+// (target_session_attrs=read-write); a server that refuses writes is
+// unavailable, and the pool's connections to it are dropped (failover.go).
 //
 // Watch is a local hub (store/internal/hub) fed by this process's commits
 // and by LISTEN/NOTIFY on one dedicated connection, opened on the first
