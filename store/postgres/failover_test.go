@@ -266,7 +266,7 @@ func haPair(tb testing.TB, mode string) (func(args ...string), string) {
 // (outcome unknown), never as acknowledged, though the row is there.
 func TestSyncCommitCancelledWaitingForTheStandbyIsNotAnAck(t *testing.T) {
 	run, dsn := haPair(t, "sync")
-	s, err := Open(bg, dsn, WithMaxConns(4), WithWarmConns(1))
+	s, err := Open(bg, dsn, WithMaxConns(4), WithWarmConns(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +282,10 @@ func TestSyncCommitCancelledWaitingForTheStandbyIsNotAnAck(t *testing.T) {
 		}
 	}()
 	for _, w := range []string{"cut-a", "cut-b"} {
-		ctx, cancel := context.WithTimeout(bg, time.Second)
+		// The commit waits for the standby for ever: only the deadline
+		// ends it. It is generous so that connecting anew (the first cut
+		// closed its connection) fits in it on a busy machine.
+		ctx, cancel := context.WithTimeout(bg, 5*time.Second)
 		_, err := s.CreateWorld(ctx, "u", w, nil)
 		cancel()
 		if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, errSyncRepCut) {
