@@ -67,6 +67,8 @@ const (
 type acked struct {
 	World, Kind, Key string
 	Seq              uint64
+	G                int       // the load goroutine (client) that sent it
+	At               time.Time // when the API acknowledged it
 }
 
 // ackLog is what the load got acknowledged, and what went wrong.
@@ -193,7 +195,7 @@ func (l *load) one(ctx context.Context, rng *rand.Rand, g int) {
 		l.led.calls++
 		l.led.mu.Unlock()
 	default:
-		l.led.ack(acked{World: w, Kind: kind, Key: key, Seq: seq})
+		l.led.ack(acked{World: w, Kind: kind, Key: key, Seq: seq, G: g, At: time.Now()})
 	}
 }
 

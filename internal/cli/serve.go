@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -69,7 +70,10 @@ the HTTP API.
 The default store is an embedded SQLite file, ./orrery.db. Point several
 serve processes at one PostgreSQL (--store postgres://...) with distinct
 --worker-id values and they form a cluster: a world runs on exactly one of
-them, and moves when that one dies (after its lease TTL) or drains.
+them, and moves when that one dies (after its lease TTL) or drains. For a
+PostgreSQL that fails over to a standby, list both servers and ask for the
+writable one: --store 'postgres://u:p@db1:5432,db2:5432/orrery?target_session_attrs=read-write'
+(or the key/value form 'host=db1,db2 dbname=orrery target_session_attrs=read-write').
 
 On SIGTERM or SIGINT it stops gracefully, within --stop-timeout: it claims
 no new effect and takes no new world; its worlds finish the step in flight
@@ -104,7 +108,7 @@ request_id, which its answer returns in X-Request-Id; a client's mistake
 		RunE: func(cmd *cobra.Command, _ []string) error { return e.serve(cmd.Context(), f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.store, "store", "orrery.db", "a SQLite file path, a postgres:// URL, or memory (nothing survives)")
+	fl.StringVar(&f.store, "store", "orrery.db", "a SQLite file path, a postgres:// URL or key/value DSN (several hosts for a cluster that fails over), or memory (nothing survives)")
 	fl.StringVar(&f.worker, "worker-id", "", "this worker's id, unique in the cluster (default <hostname>-<pid>)")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7070", "the HTTP API's address")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate file (PEM)")
@@ -129,7 +133,7 @@ func openStore(ctx context.Context, spec string, leaseTTL time.Duration) (store.
 	switch {
 	case spec == "memory":
 		return memstore.New(), "memory", nil
-	case strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://"):
+	case isPostgresDSN(spec):
 		dsn, err := withIdleTxTimeout(spec, leaseTTL)
 		if err != nil {
 			return nil, "", err
@@ -144,9 +148,25 @@ func openStore(ctx context.Context, spec string, leaseTTL time.Duration) (store.
 	}
 }
 
+// keywordDSN matches the start of a PostgreSQL key/value DSN
+// ("host=a,b port=5432,5433 dbname=orrery target_session_attrs=read-write").
+var keywordDSN = regexp.MustCompile(`^\s*[a-z_]+\s*=`)
+
+// isPostgresDSN tells a --store value that names PostgreSQL: a URL
+// (postgres:// or postgresql://) or a key/value DSN. Either may list
+// several hosts, the standby after the primary, for a cluster that fails
+// over; target_session_attrs=read-write then makes every connection find
+// the primary among them.
+func isPostgresDSN(spec string) bool {
+	return strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://") || keywordDSN.MatchString(spec)
+}
+
 // idleTxParam is PostgreSQL's limit on how long a session may wait for
 // its client in the middle of a transaction before the server aborts it.
 const idleTxParam = "idle_in_transaction_session_timeout"
+
+// idleTxKeyword finds the limit in a key/value DSN.
+var idleTxKeyword = regexp.MustCompile(`(^|\s)` + idleTxParam + `\s*=`)
 
 // withIdleTxTimeout sets that limit to half the lease TTL, unless the DSN
 // sets it. A process that stalls inside a transaction (stopped, starved,
@@ -160,6 +180,15 @@ const idleTxParam = "idle_in_transaction_session_timeout"
 // that hits the limit sees its store call fail as on a dropped connection,
 // which the plane recovers from.
 func withIdleTxTimeout(dsn string, leaseTTL time.Duration) (string, error) {
+	limit := strconv.FormatInt(max(leaseTTL/2, time.Millisecond).Milliseconds(), 10)
+	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
+		// A key/value DSN: a later keyword would override, so the DSN's
+		// own setting, if any, is kept by not adding one.
+		if idleTxKeyword.MatchString(dsn) {
+			return dsn, nil
+		}
+		return strings.TrimSpace(dsn) + " " + idleTxParam + "=" + limit, nil
+	}
 	u, err := url.Parse(dsn)
 	if err != nil {
 		return "", usagef("--store is not a valid URL: %v", err)
@@ -168,7 +197,7 @@ func withIdleTxTimeout(dsn string, leaseTTL time.Duration) (string, error) {
 	if q.Has(idleTxParam) {
 		return dsn, nil
 	}
-	q.Set(idleTxParam, strconv.FormatInt(max(leaseTTL/2, time.Millisecond).Milliseconds(), 10))
+	q.Set(idleTxParam, limit)
 	u.RawQuery = q.Encode()
 	return u.String(), nil
 }

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"math"
 	"slices"
 	"sort"
@@ -112,7 +113,17 @@ func cutBatch(reqs []*appendReq) int {
 func (s *backend) runAppendBatch(live []*appendReq) {
 	s.stats.appendReqs.Add(uint64(len(live)))
 	if spec := s.speculate(live); spec != nil {
-		if res, ok := s.commitSpeculation(spec); ok {
+		res, ok, err := s.commitSpeculation(spec)
+		if err != nil {
+			// It committed here, unacknowledged by the standby: its
+			// outcome is unknown, and running it again would write it
+			// twice or fail it for what it wrote itself.
+			for _, r := range live {
+				r.finish(dbErr("append", r.stream, err))
+			}
+			return
+		}
+		if ok {
 			for i, r := range live {
 				r.res = res[i]
 				r.finish(nil)
@@ -121,7 +132,7 @@ func (s *backend) runAppendBatch(live []*appendReq) {
 		}
 	}
 	res, err := s.appendWithRetry(live)
-	if err != nil && len(live) > 1 {
+	if err != nil && len(live) > 1 && !errors.Is(err, errSyncRepCut) {
 		for _, r := range live {
 			one, err := s.appendWithRetry([]*appendReq{r})
 			if err != nil {
@@ -826,8 +837,8 @@ func (s *backend) appendChecked(reqs []*appendReq) ([]appendResult, map[string]*
 	if err := b.send(ctx, p); err != nil {
 		return nil, nil, err
 	}
-	if !p.committed() {
-		return nil, nil, errUnreachable
+	if err := p.commitErr(); err != nil {
+		return nil, nil, err
 	}
 	return pl.answers(), v.heads, nil
 }
@@ -1008,14 +1019,16 @@ func (sp *speculation) decide(heads map[string]*streamRow) {
 }
 
 // commitSpeculation sends a speculation in one round trip; false means
-// nothing was written and the batch must take the checked path.
-func (s *backend) commitSpeculation(sp *speculation) ([]appendResult, bool) {
+// nothing was written and the batch must take the checked path. An error
+// is a commit cut short of its synchronous replication (errSyncRepCut):
+// it was written, its outcome is unknown.
+func (s *backend) commitSpeculation(sp *speculation) ([]appendResult, bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
 	p, err := s.beginTx(ctx)
 	if err != nil {
 		s.heads.miss(sp.streams)
-		return nil, false
+		return nil, false, nil
 	}
 	defer p.end()
 	s.stats.appendTxs.Add(1)
@@ -1023,7 +1036,15 @@ func (s *backend) commitSpeculation(sp *speculation) ([]appendResult, bool) {
 	b.begin()
 	s.queueSpeculation(b, sp)
 	b.commit()
-	if err := b.send(ctx, p); err != nil || !p.committed() {
+	err = b.send(ctx, p)
+	if err == nil {
+		err = p.commitErr()
+		if errors.Is(err, errSyncRepCut) {
+			s.heads.miss(sp.streams)
+			return nil, false, err
+		}
+	}
+	if err != nil {
 		// Some guess was wrong (or the database failed): nothing was
 		// written; the checked path decides again.
 		if isDeadlock(err) {
@@ -1031,10 +1052,10 @@ func (s *backend) commitSpeculation(sp *speculation) ([]appendResult, bool) {
 		}
 		s.heads.miss(sp.streams)
 		s.stats.speculationMisses.Add(1)
-		return nil, false
+		return nil, false, nil
 	}
 	s.heads.remember(sp.v.heads)
-	return sp.pl.answers(), true
+	return sp.pl.answers(), true, nil
 }
 
 // queueSpeculation queues a decided speculation's assertions and writes on

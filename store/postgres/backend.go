@@ -14,7 +14,8 @@
 // errors.go; and what only PostgreSQL has: migrate.go and migrations/,
 // append.go and deliver.go (the two group committers), tx.go (pipelined
 // transactions), queue.go (the claimable queues' SQL), warm.go (warm
-// connections) and util.go (time encoding, shared helpers).
+// connections), failover.go (following a failover to the standby) and
+// util.go (time encoding, shared helpers).
 //
 // What it owns:
 //
@@ -67,7 +68,12 @@
 // Durability: journal appends, Commits, lease acquisitions, renewals,
 // releases, status changes and every epoch bump commit with
 // synchronous_commit on. Only queue claims and reaps (a lost claim just
-// expires again) commit with it off.
+// expires again) commit with it off. With a synchronous standby, an acknowledged
+// write is thus on the standby too: a commit whose wait for the standby
+// was cut short (PostgreSQL answers it with success and a warning) fails
+// as unavailable instead. The DSN may name several hosts
+// (target_session_attrs=read-write); a server that refuses writes is
+// unavailable, and the pool's connections to it are dropped (failover.go).
 //
 // Watch is a local hub (store/internal/hub) fed by this process's commits
 // and by LISTEN/NOTIFY on one dedicated connection, opened on the first
@@ -216,6 +222,8 @@ type Store struct {
 type backend struct {
 	cfg   config
 	pool  *pgxpool.Pool
+	db    db // the pool's one-statement calls (failover.go)
+	poolP atomic.Pointer[pgxpool.Pool]
 	watch *watchHub
 
 	appends    *groupcommit.Committer[*appendReq]
@@ -289,6 +297,15 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		pc.MinConns = min(pc.MaxConns, int32(cfg.warmConns))
 	}
 	s := &backend{cfg: cfg}
+	s.db = db{pool: &s.poolP}
+	// A server that refuses writes is the wrong one (a demoted primary):
+	// every connection of the pool leads to it, so all go (failover.go).
+	failoverConfig(&pc.ConnConfig.Config, func() {
+		if p := s.poolP.Load(); p != nil {
+			p.Reset()
+		}
+	})
+	failoverConfig(&listen.Config, nil)
 	var current atomic.Bool
 	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		if current.Load() && !warmConnOK(ctx, c, s.off()) {
@@ -309,6 +326,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, dbErr(op, "", err)
 	}
+	s.poolP.Store(pool)
 	if err := migrate(ctx, pool, cfg.schema); err != nil {
 		pool.Close()
 		return nil, err
@@ -360,7 +378,7 @@ func (s *backend) Now(ctx context.Context) (time.Time, error) {
 	}
 	var ns int64
 	err := s.retry(ctx, op, "", func() error {
-		return s.pool.QueryRow(ctx, `SELECT now_ns($1)`, s.off()).Scan(&ns)
+		return s.db.QueryRow(ctx, `SELECT now_ns($1)`, s.off()).Scan(&ns)
 	})
 	if err != nil {
 		return time.Time{}, err

@@ -90,7 +90,9 @@ func (s *backend) runDeliveries(batch []*deliveryReq) {
 	}
 	s.stats.deliveryReqs.Add(uint64(len(live)))
 	err := s.deliverAll(live)
-	if err != nil && len(live) > 1 {
+	// A batch that committed unacknowledged by the standby is not run
+	// again request by request: it was written (failover.go).
+	if err != nil && len(live) > 1 && !errors.Is(err, errSyncRepCut) {
 		for _, r := range live {
 			r.finish(s.deliverAll([]*deliveryReq{r}))
 		}
@@ -145,8 +147,8 @@ func (s *backend) enqueueOne(ctx context.Context, r *deliveryReq) ([]deliveryRes
 	if err := b.send(ctx, p); err != nil {
 		return nil, err
 	}
-	if !p.committed() {
-		return nil, errUnreachable
+	if err := p.commitErr(); err != nil {
+		return nil, err
 	}
 	res := deliveryResult{world: r.world}
 	res.err = contract.Ingress(r.op, r.world, found, store.WorldStatus(status))
@@ -487,8 +489,8 @@ func (s *backend) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 	if err := b.send(ctx, p); err != nil {
 		return nil, err
 	}
-	if !p.committed() {
-		return nil, errUnreachable
+	if err := p.commitErr(); err != nil {
+		return nil, err
 	}
 	return res, nil
 }

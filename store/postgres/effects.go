@@ -30,7 +30,7 @@ func (s *backend) Publish(ctx context.Context, world string, epoch uint64, inten
 	}
 	var queued int32
 	err := s.retry(ctx, op, world, func() error {
-		return s.pool.QueryRow(ctx, `SELECT publish_effects($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		return s.db.QueryRow(ctx, `SELECT publish_effects($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 			world, int64(epoch), hashes, kinds, params, origins, policies, retries, s.off()).Scan(&queued)
 	})
 	if err != nil {
@@ -175,7 +175,7 @@ func (s *backend) EffectStatus(ctx context.Context, intentHash string) (store.Ef
 	var st store.EffectStatus
 	err := s.retry(ctx, op, "", func() error {
 		var err error
-		st, err = scanEffectStatus(intentHash, s.pool.QueryRow(ctx, `SELECT `+effectStatusCols+` FROM effects WHERE intent_hash = $1`, intentHash))
+		st, err = scanEffectStatus(intentHash, s.db.QueryRow(ctx, `SELECT `+effectStatusCols+` FROM effects WHERE intent_hash = $1`, intentHash))
 		if err == pgx.ErrNoRows {
 			return store.Errorf(op, store.ErrNotFound, "", "intent %s", intentHash)
 		}
@@ -272,7 +272,7 @@ func (s *backend) NextRetry(ctx context.Context, kinds []string) (time.Duration,
 	}
 	var wait *int64
 	err := s.retry(ctx, op, "", func() error {
-		return s.pool.QueryRow(ctx, `WITH clock AS MATERIALIZED (SELECT now_ns($1) AS t)
+		return s.db.QueryRow(ctx, `WITH clock AS MATERIALIZED (SELECT now_ns($1) AS t)
 			SELECT min(retry_at_ns) - (SELECT t FROM clock) FROM effects
 			WHERE state = 'pending' AND retry_at_ns IS NOT NULL AND retry_at_ns > (SELECT t FROM clock) AND kind = ANY($2::text[])`,
 			s.off(), kinds).Scan(&wait)
@@ -475,7 +475,7 @@ func (s *backend) HoldOpenEffects(ctx context.Context, reason string) (int, erro
 	off := s.off()
 	var n int64
 	err := s.retry(ctx, op, "", func() error {
-		return s.pool.QueryRow(ctx, `WITH c AS (
+		return s.db.QueryRow(ctx, `WITH c AS (
 				SELECT e.intent_hash FROM effects e WHERE e.state IN ('pending', 'inflight') ORDER BY e.intent_hash FOR UPDATE OF e),
 			u AS (UPDATE effects x SET `+strings.ReplaceAll(strings.ReplaceAll(holdSet, "$2", "$1"), "$3", "$2")+`
 				FROM c WHERE x.intent_hash = c.intent_hash AND x.state IN ('pending', 'inflight') RETURNING 1)
@@ -492,7 +492,7 @@ func (s *backend) ReleaseAllHeld(ctx context.Context, reason string) (int, error
 	}
 	var n int64
 	err := s.retry(ctx, op, "", func() error {
-		return s.pool.QueryRow(ctx, `WITH c AS (
+		return s.db.QueryRow(ctx, `WITH c AS (
 				SELECT e.intent_hash FROM effects e WHERE e.state = 'held' ORDER BY e.intent_hash FOR UPDATE OF e),
 			u AS (UPDATE effects SET `+strings.ReplaceAll(strings.ReplaceAll(releaseSet, "$2", "$1"), "$3", "$2")+`
 				FROM c WHERE effects.intent_hash = c.intent_hash AND effects.state = 'held' RETURNING 1),

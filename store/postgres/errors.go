@@ -79,17 +79,22 @@ func dbErr(op, world string, err error) error {
 		return &store.Error{Op: op, Kind: err, World: world, Detail: "postgres"}
 	}
 	// Not an answer of the server at all: the connection could not be made
-	// or broke (a restart, a terminated backend, a network cut), so whether
-	// the statement took effect is unknown.
+	// or broke (a restart, a terminated backend, a network cut), or the
+	// commit was cut short of its synchronous replication (failover.go),
+	// so whether the statement took effect is unknown.
 	return &store.Error{Op: op, Kind: store.Unavailable(err), World: world, Detail: "postgres"}
 }
 
 // unavailableCode tells the SQLSTATEs of a server that cannot serve now:
 // connection exceptions (class 08), an administrator's or a crash's
 // shutdown and a server still starting (57P01–57P03), and insufficient
-// resources (class 53: too many connections, out of memory or disk).
+// resources (class 53: too many connections, out of memory or disk), and
+// a server that takes no writes (25006: a standby, or a primary demoted by
+// a failover; the connection is closed, see failover.go).
 func unavailableCode(code string) bool {
 	switch {
+	case code == readOnlyCode:
+		return true
 	case len(code) == 5 && (code[:2] == "08" || code[:2] == "53"):
 		return true
 	case code == "57P01", code == "57P02", code == "57P03":

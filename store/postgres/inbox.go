@@ -28,7 +28,7 @@ func (s *backend) ReadInbox(ctx context.Context, world string, afterSeq uint64, 
 	after := seqArg(afterSeq)
 	var out []store.InboxItem
 	err := s.retry(ctx, op, world, func() error {
-		rows, _ := s.pool.Query(ctx, `SELECT seq, kind, payload, coalesce(dedupe_key, ''), enqueued_at_ns
+		rows, _ := s.db.Query(ctx, `SELECT seq, kind, payload, coalesce(dedupe_key, ''), enqueued_at_ns
 			FROM inbox WHERE world = $1 AND seq > $2 ORDER BY seq LIMIT $3`, world, after, limitArg(limit))
 		var err error
 		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.InboxItem, error) {
@@ -54,7 +54,7 @@ func (s *backend) Cursor(ctx context.Context, world string) (uint64, error) {
 	}
 	var c int64
 	err := s.retry(ctx, op, world, func() error {
-		err := s.pool.QueryRow(ctx, `SELECT coalesce((SELECT inbox_cursor FROM streams WHERE stream = x.world), 0)
+		err := s.db.QueryRow(ctx, `SELECT coalesce((SELECT inbox_cursor FROM streams WHERE stream = x.world), 0)
 			FROM worlds x WHERE x.world = $1`, world).Scan(&c)
 		if err == pgx.ErrNoRows {
 			return store.Errorf(op, store.ErrWorldNotFound, world, "")

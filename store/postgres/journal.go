@@ -56,7 +56,7 @@ func (s *backend) Read(ctx context.Context, stream string, afterSeq uint64, limi
 		b.Queue(`SELECT `+recordCols+` FROM events
 			WHERE stream = $1 AND run_seq > $2 ORDER BY run_seq LIMIT $3`, stream, after, limitArg(limit))
 		b.Queue(floorQuery, stream)
-		br := s.pool.SendBatch(ctx, b)
+		br := s.db.SendBatch(ctx, b)
 		rows, _ := br.Query()
 		var err error
 		if out, err = pgx.CollectRows(rows, scanRecord); err != nil {
@@ -90,7 +90,7 @@ func (s *backend) Floor(ctx context.Context, stream string) (uint64, error) {
 	}
 	var floor int64
 	err := s.retry(ctx, op, stream, func() error {
-		return s.pool.QueryRow(ctx, floorQuery, stream).Scan(&floor, new(*int64))
+		return s.db.QueryRow(ctx, floorQuery, stream).Scan(&floor, new(*int64))
 	})
 	return uint64(floor), err
 }
@@ -103,7 +103,7 @@ func (s *backend) Head(ctx context.Context, stream string) (uint64, error) {
 	}
 	var head int64
 	err := s.retry(ctx, op, stream, func() error {
-		return s.pool.QueryRow(ctx, `SELECT coalesce((SELECT head FROM streams WHERE stream = $1), 0)`, stream).Scan(&head)
+		return s.db.QueryRow(ctx, `SELECT coalesce((SELECT head FROM streams WHERE stream = $1), 0)`, stream).Scan(&head)
 	})
 	return uint64(head), err
 }
@@ -125,7 +125,7 @@ func (s *backend) ReadWindow(ctx context.Context, stream string, from, to time.T
 			WHERE stream = $1 AND persisted_at_ns >= $2 AND persisted_at_ns < $3
 			ORDER BY run_seq LIMIT $4`, stream, lo, hi, limitArg(limit))
 		b.Queue(floorQuery, stream)
-		br := s.pool.SendBatch(ctx, b)
+		br := s.db.SendBatch(ctx, b)
 		rows, _ := br.Query()
 		var err error
 		if out, err = pgx.CollectRows(rows, scanRecord); err != nil {

@@ -93,7 +93,7 @@ func (s *backend) AcquireLeases(ctx context.Context, worker string, worlds []str
 	}
 	wrote := false
 	err = s.retry(ctx, op, "", func() error {
-		rows, _ := s.pool.Query(ctx, `SELECT * FROM acquire_leases($1, $2, $3, $4, $5)`, worker, inc, worlds, int64(ttl), s.off())
+		rows, _ := s.db.Query(ctx, `SELECT * FROM acquire_leases($1, $2, $3, $4, $5)`, worker, inc, worlds, int64(ttl), s.off())
 		read := make(map[string]*bulkAcquired, len(asked))
 		var world, universe string
 		var backlog bool
@@ -198,9 +198,9 @@ func (s *backend) bulkLeases(ctx context.Context, op, worker string, refs []stor
 	err := s.retry(ctx, op, "", func() error {
 		var rows pgx.Rows
 		if renew {
-			rows, _ = s.pool.Query(ctx, renewLeasesSQL, worker, ws, es, int64(ttl), s.off())
+			rows, _ = s.db.Query(ctx, renewLeasesSQL, worker, ws, es, int64(ttl), s.off())
 		} else {
-			rows, _ = s.pool.Query(ctx, `SELECT * FROM release_leases($1, $2, $3, $4)`, worker, ws, es, s.off())
+			rows, _ = s.db.Query(ctx, `SELECT * FROM release_leases($1, $2, $3, $4)`, worker, ws, es, s.off())
 		}
 		var ord, epoch, exp, now int64
 		var found, leased, done bool
@@ -269,7 +269,7 @@ func (s *backend) GetLease(ctx context.Context, world string) (store.Lease, bool
 	err := s.retry(ctx, op, world, func() error {
 		var holder, inc *string
 		var epoch, exp *int64
-		err := s.pool.QueryRow(ctx, `SELECT l.holder, l.epoch, l.expires_at_ns, l.incarnation
+		err := s.db.QueryRow(ctx, `SELECT l.holder, l.epoch, l.expires_at_ns, l.incarnation
 			FROM worlds x LEFT JOIN leases l ON l.world = x.world WHERE x.world = $1`, world).Scan(&holder, &epoch, &exp, &inc)
 		if err == pgx.ErrNoRows {
 			return store.Errorf(op, store.ErrWorldNotFound, world, "")
@@ -340,7 +340,7 @@ func (s *backend) GetAssignment(ctx context.Context, world string) (store.Assign
 	var found bool
 	err := s.retry(ctx, op, world, func() error {
 		var prio int64
-		err := s.pool.QueryRow(ctx, `SELECT desired_worker, priority, reason FROM assignments WHERE world = $1`, world).
+		err := s.db.QueryRow(ctx, `SELECT desired_worker, priority, reason FROM assignments WHERE world = $1`, world).
 			Scan(&a.DesiredWorker, &prio, &a.Reason)
 		if err == pgx.ErrNoRows {
 			found = false
@@ -390,7 +390,7 @@ func (s *backend) ListWorkerWorlds(ctx context.Context, worker, after string, li
 		return out, nil
 	}
 	err := s.retry(ctx, op, "", func() error {
-		rows, _ := s.pool.Query(ctx, listWorkerWorldsSQL, worker, after, int64(limit), s.off())
+		rows, _ := s.db.Query(ctx, listWorkerWorldsSQL, worker, after, int64(limit), s.off())
 		var err error
 		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.WorkerWorld, error) {
 			var ww store.WorkerWorld

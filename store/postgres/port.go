@@ -603,7 +603,13 @@ func (s *backend) importTx(ctx context.Context, op string, batch []store.PortRec
 	if _, err := tx.Exec(ctx, `SELECT notify_topic(t) FROM unnest(ARRAY['effects', 'timers', 'leases', 'assignments']) AS t`); err != nil {
 		return err
 	}
-	return tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	if wasCut(tx.Conn()) {
+		return errSyncRepCut // committed here; a standby may lack it (failover.go)
+	}
+	return nil
 }
 
 // raiseEffectSeqSQL moves the effects' identity to at least $1, never

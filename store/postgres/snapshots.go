@@ -93,7 +93,7 @@ func (s *backend) snapshotOf(ctx context.Context, op, world, query string, args 
 		var height, created *int64
 		var hash *string
 		var state []byte
-		err := s.pool.QueryRow(ctx, query, args...).Scan(&height, &state, &hash, &created)
+		err := s.db.QueryRow(ctx, query, args...).Scan(&height, &state, &hash, &created)
 		if err == pgx.ErrNoRows {
 			return store.Errorf(op, store.ErrWorldNotFound, world, "")
 		}
@@ -118,7 +118,7 @@ func (s *backend) Compact(ctx context.Context, world string, epoch uint64, retai
 	}
 	var n int32
 	err := s.retry(ctx, op, world, func() error {
-		return s.pool.QueryRow(ctx, `SELECT compact($1, $2, $3, $4)`, world, int64(epoch), int64(retain), s.off()).Scan(&n)
+		return s.db.QueryRow(ctx, `SELECT compact($1, $2, $3, $4)`, world, int64(epoch), int64(retain), s.off()).Scan(&n)
 	})
 	return int(n), err
 }

@@ -19,7 +19,7 @@ func (s *backend) Schedule(ctx context.Context, world string, epoch uint64, inte
 		return err
 	}
 	err := s.retry(ctx, op, world, func() error {
-		_, err := s.pool.Exec(ctx, `SELECT schedule_timer($1, $2, $3, $4, $5, $6)`,
+		_, err := s.db.Exec(ctx, `SELECT schedule_timer($1, $2, $3, $4, $5, $6)`,
 			world, int64(epoch), intentHash, toNS(deliverAt), payload, s.off())
 		return err
 	})
@@ -36,7 +36,7 @@ func (s *backend) CancelTimer(ctx context.Context, world string, epoch uint64, i
 		return err
 	}
 	err := s.retry(ctx, op, world, func() error {
-		_, err := s.pool.Exec(ctx, `SELECT cancel_timer($1, $2, $3, $4)`, world, int64(epoch), intentHash, s.off())
+		_, err := s.db.Exec(ctx, `SELECT cancel_timer($1, $2, $3, $4)`, world, int64(epoch), intentHash, s.off())
 		return err
 	})
 	if err == nil {
@@ -105,7 +105,7 @@ func (s *backend) NextDue(ctx context.Context) (time.Time, bool, error) {
 	}
 	var at *int64
 	err := s.retry(ctx, op, "", func() error {
-		return s.pool.QueryRow(ctx, `SELECT min(deliver_at_ns) FROM timers WHERE state = 'due'`).Scan(&at)
+		return s.db.QueryRow(ctx, `SELECT min(deliver_at_ns) FROM timers WHERE state = 'due'`).Scan(&at)
 	})
 	if err != nil || at == nil {
 		return time.Time{}, false, err

@@ -59,9 +59,20 @@ func (p *pipeline) end() {
 	p.conn.Release()
 }
 
-// committed reports whether the connection is back outside a transaction
-// after a COMMIT that returned no error.
-func (p *pipeline) committed() bool { return p.conn.Conn().PgConn().TxStatus() == 'I' }
+// commitErr tells, after a COMMIT that returned no error, whether the
+// transaction is acknowledged: the connection must be back outside a
+// transaction (else errUnreachable), and the commit must not have been cut
+// short of its synchronous replication (else errSyncRepCut: it committed
+// here, a standby may lack it; see failover.go).
+func (p *pipeline) commitErr() error {
+	if p.conn.Conn().PgConn().TxStatus() != 'I' {
+		return errUnreachable
+	}
+	if wasCut(p.conn.Conn()) {
+		return errSyncRepCut
+	}
+	return nil
+}
 
 // send sends b and returns its results; the caller reads them in order and
 // closes them.
@@ -170,10 +181,7 @@ func (s *backend) oneTrip(ctx context.Context, op, world string, build func(b *b
 		if err := b.send(ctx, p); err != nil {
 			return err
 		}
-		if !p.committed() {
-			return errUnreachable
-		}
-		return nil
+		return p.commitErr()
 	})
 }
 
@@ -202,9 +210,6 @@ func (s *backend) twoTrips(ctx context.Context, op, world string, read func(b *b
 		if err := b.send(ctx, p); err != nil {
 			return err
 		}
-		if !p.committed() {
-			return errUnreachable
-		}
-		return nil
+		return p.commitErr()
 	})
 }

@@ -60,7 +60,7 @@ func limitArg(limit int) *int64 {
 // worldExists fails with ErrWorldNotFound unless world exists.
 func (s *backend) worldExists(ctx context.Context, op, world string) error {
 	var ok bool
-	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM worlds WHERE world = $1)`, world).Scan(&ok); err != nil {
+	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM worlds WHERE world = $1)`, world).Scan(&ok); err != nil {
 		return err
 	}
 	if !ok {

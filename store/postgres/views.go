@@ -18,7 +18,7 @@ func (s *backend) ListEffects(ctx context.Context, world string, afterSeq uint64
 	}
 	out := []vocab.EffectItem{}
 	err := s.retry(ctx, op, world, func() error {
-		rows, _ := s.pool.Query(ctx, `SELECT intent_hash, world, seq, kind, params, origin, policy_context_hash,
+		rows, _ := s.db.Query(ctx, `SELECT intent_hash, world, seq, kind, params, origin, policy_context_hash,
 				enqueued_at_ns, attempts, claimed_by, claim_expires_ns, retries, state, retry_policy, failures, retry_at_ns, hold_reason, held_at_ns
 			FROM effects WHERE world = $1 AND state IN ('pending', 'inflight', 'held') AND seq > $2 ORDER BY seq LIMIT $3`, world, seqArg(afterSeq), int64(limit))
 		var err error
@@ -42,7 +42,7 @@ func (s *backend) ListTimers(ctx context.Context, world string, limit int) ([]st
 	}
 	out := []store.TimerItem{}
 	err := s.retry(ctx, op, world, func() error {
-		rows, _ := s.pool.Query(ctx, `SELECT world, intent_hash, deliver_at_ns, payload, attempts, claimed_by, claim_expires_ns, state
+		rows, _ := s.db.Query(ctx, `SELECT world, intent_hash, deliver_at_ns, payload, attempts, claimed_by, claim_expires_ns, state
 			FROM timers WHERE world = $1 AND state <> 'delivered' ORDER BY deliver_at_ns, intent_hash LIMIT $2`, world, int64(limit))
 		var err error
 		out, err = pgx.CollectRows(rows, scanTimer)
@@ -66,7 +66,7 @@ func (s *backend) QueueDepths(ctx context.Context) (store.QueueDepths, error) {
 	}
 	var d store.QueueDepths
 	err := s.retry(ctx, op, "", func() error {
-		return s.pool.QueryRow(ctx, `SELECT
+		return s.db.QueryRow(ctx, `SELECT
 				(SELECT count(*) FROM effects WHERE state = 'pending'),
 				(SELECT count(*) FROM effects WHERE state = 'inflight'),
 				(SELECT count(*) FROM effects WHERE state = 'held'),
@@ -110,7 +110,7 @@ func (s *backend) QueryEffects(ctx context.Context, f store.EffectFilter) ([]voc
 		FROM effects WHERE ` + strings.Join(where, " AND ") + fmt.Sprintf(` ORDER BY seq LIMIT $%d`, len(args))
 	out := []vocab.EffectItem{}
 	err := s.retry(ctx, op, f.World, func() error {
-		rows, _ := s.pool.Query(ctx, q, args...)
+		rows, _ := s.db.Query(ctx, q, args...)
 		var err error
 		out, err = pgx.CollectRows(rows, scanEffect)
 		return err
@@ -160,7 +160,7 @@ func (s *backend) QueryTimers(ctx context.Context, f store.TimerFilter) ([]store
 		FROM timers WHERE ` + strings.Join(where, " AND ") + fmt.Sprintf(` ORDER BY deliver_at_ns, intent_hash LIMIT $%d`, len(args))
 	out := []store.TimerItem{}
 	err := s.retry(ctx, op, f.World, func() error {
-		rows, _ := s.pool.Query(ctx, q, args...)
+		rows, _ := s.db.Query(ctx, q, args...)
 		var err error
 		out, err = pgx.CollectRows(rows, scanTimer)
 		return err

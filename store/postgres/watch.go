@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -201,13 +202,7 @@ func (h *watchHub) listen(ctx context.Context) {
 			} else {
 				h.resync(ctx, conn)
 			}
-			for {
-				n, err := conn.WaitForNotification(ctx)
-				if err != nil {
-					break
-				}
-				h.local.Notify(n.Payload)
-			}
+			h.deliver(ctx, conn)
 		}
 		if conn != nil {
 			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -225,6 +220,37 @@ func (h *watchHub) listen(ctx context.Context) {
 		case <-t.C:
 		}
 		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// listenerCheck is how long the listener waits quietly before it checks
+// that its server is still there and still the primary.
+const listenerCheck = 10 * time.Second
+
+// deliver delivers conn's notifications until it fails. A server that
+// stopped answering (cut off), or that a failover demoted, sends nothing
+// and says nothing: the listener asks it every listenerCheck of silence,
+// and leaves it for the DSN's primary when it no longer answers as one.
+func (h *watchHub) deliver(ctx context.Context, conn *pgx.Conn) {
+	for ctx.Err() == nil {
+		wctx, cancel := context.WithTimeout(ctx, listenerCheck)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		if err == nil {
+			h.local.Notify(n.Payload)
+			continue
+		}
+		if ctx.Err() != nil || conn.IsClosed() || !errors.Is(err, context.DeadlineExceeded) {
+			return
+		}
+		// LISTEN again: harmless on the primary, refused by a standby
+		// (25006), and it fails on a connection that leads nowhere.
+		cctx, cancel := context.WithTimeout(ctx, listenerCheck)
+		_, err = conn.Exec(cctx, "LISTEN "+pgx.Identifier{h.channel}.Sanitize())
+		cancel()
+		if err != nil {
+			return
+		}
 	}
 }
 

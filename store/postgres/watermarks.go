@@ -14,7 +14,7 @@ func (s *backend) GetWatermark(ctx context.Context, projector, stream string) (u
 	}
 	var m int64
 	err := s.retry(ctx, op, "", func() error {
-		return s.pool.QueryRow(ctx, `SELECT coalesce((SELECT mark FROM watermarks WHERE projector = $1 AND stream = $2), 0)`,
+		return s.db.QueryRow(ctx, `SELECT coalesce((SELECT mark FROM watermarks WHERE projector = $1 AND stream = $2), 0)`,
 			projector, stream).Scan(&m)
 	})
 	return uint64(m), err
@@ -37,7 +37,7 @@ func (s *backend) CASWatermark(ctx context.Context, projector, stream string, ol
 		} else {
 			sql = `UPDATE watermarks SET mark = $4 WHERE projector = $1 AND stream = $2 AND mark = $3`
 		}
-		tag, err := s.pool.Exec(ctx, sql, projector, stream, o, nx)
+		tag, err := s.db.Exec(ctx, sql, projector, stream, o, nx)
 		if err != nil {
 			return err
 		}

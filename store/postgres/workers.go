@@ -28,7 +28,7 @@ func (s *backend) Heartbeat(ctx context.Context, worker string, capacity int, op
 		var alive *int64
 		var fenced bool
 		w = store.WorkerInfo{ID: worker}
-		err := s.pool.QueryRow(ctx, `SELECT * FROM heartbeat_as($1, $2, $3, $4, $5, $6)`,
+		err := s.db.QueryRow(ctx, `SELECT * FROM heartbeat_as($1, $2, $3, $4, $5, $6)`,
 			worker, int64(capacity), o.Promised(), o.Incarnation, int64(o.TTL), s.off()).
 			Scan(&fenced, &cap, &w.Draining, &hb, &started, &w.Incarnation, &alive)
 		if err != nil {
@@ -73,7 +73,7 @@ func (s *backend) ReapOrphans(ctx context.Context) (int, error) {
 func (s *backend) requeued(ctx context.Context, op, sql string, args ...any) (int, error) {
 	var e, wd, tm int64
 	err := s.retry(ctx, op, "", func() error {
-		return s.pool.QueryRow(ctx, sql, args...).Scan(&e, &wd, &tm)
+		return s.db.QueryRow(ctx, sql, args...).Scan(&e, &wd, &tm)
 	})
 	if err != nil {
 		return 0, err
@@ -96,7 +96,7 @@ func (s *backend) SetDraining(ctx context.Context, worker string, draining bool)
 	var w store.WorkerInfo
 	err := s.retry(ctx, op, "", func() error {
 		var err error
-		w, err = scanWorker(worker, s.pool.QueryRow(ctx, `SELECT * FROM set_draining($1, $2)`, worker, draining))
+		w, err = scanWorker(worker, s.db.QueryRow(ctx, `SELECT * FROM set_draining($1, $2)`, worker, draining))
 		if err == pgx.ErrNoRows {
 			return store.Errorf(op, store.ErrNotFound, "", "worker %s never sent a heartbeat", worker)
 		}
@@ -117,7 +117,7 @@ func (s *backend) ListWorkers(ctx context.Context) ([]store.WorkerInfo, error) {
 	}
 	out := []store.WorkerInfo{}
 	err := s.retry(ctx, op, "", func() error {
-		rows, _ := s.pool.Query(ctx, `SELECT worker, capacity, draining, heartbeat_at_ns, started_at_ns, incarnation, alive_until_ns
+		rows, _ := s.db.Query(ctx, `SELECT worker, capacity, draining, heartbeat_at_ns, started_at_ns, incarnation, alive_until_ns
 			FROM workers ORDER BY worker`)
 		var err error
 		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.WorkerInfo, error) {

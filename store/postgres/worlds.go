@@ -22,7 +22,7 @@ func (s *backend) CreateWorld(ctx context.Context, universe, world string, seed 
 	}
 	var created int64
 	err := s.retry(ctx, op, world, func() error {
-		return s.pool.QueryRow(ctx, createWorldSQL, universe, world, seed != nil, h, state, hash, s.off()).Scan(&created)
+		return s.db.QueryRow(ctx, createWorldSQL, universe, world, seed != nil, h, state, hash, s.off()).Scan(&created)
 	})
 	if err != nil {
 		return store.World{}, err
@@ -145,7 +145,7 @@ func (s *backend) ForkWorld(ctx context.Context, src string, height uint64, newW
 	w := store.World{ID: newWorld, Status: store.WorldActive, ParentWorld: src, ForkedAtHeight: height}
 	err := s.retry(ctx, op, src, func() error {
 		var created int64
-		err := s.pool.QueryRow(ctx, `SELECT * FROM fork_world($1, $2, $3, $4)`, src, int64(height), newWorld, s.off()).
+		err := s.db.QueryRow(ctx, `SELECT * FROM fork_world($1, $2, $3, $4)`, src, int64(height), newWorld, s.off()).
 			Scan(&w.Universe, &w.ParentSnapshotHash, &created)
 		w.CreatedAt = fromNS(created)
 		return err
@@ -225,7 +225,7 @@ func (s *backend) GetWorld(ctx context.Context, world string) (store.World, erro
 	}
 	var w store.World
 	err := s.retry(ctx, op, world, func() error {
-		rows, _ := s.pool.Query(ctx, `SELECT `+worldCols+` FROM worlds WHERE world = $1`, world)
+		rows, _ := s.db.Query(ctx, `SELECT `+worldCols+` FROM worlds WHERE world = $1`, world)
 		var err error
 		w, err = pgx.CollectExactlyOneRow(rows, scanWorld)
 		if err == pgx.ErrNoRows {
@@ -244,7 +244,7 @@ func (s *backend) ListWorlds(ctx context.Context, universe string, status store.
 	}
 	var out []store.World
 	err := s.retry(ctx, op, "", func() error {
-		rows, _ := s.pool.Query(ctx, `SELECT `+worldCols+` FROM worlds
+		rows, _ := s.db.Query(ctx, `SELECT `+worldCols+` FROM worlds
 			WHERE universe = $1 AND ($2 = '' OR status = $2) ORDER BY world`, universe, string(status))
 		var err error
 		out, err = pgx.CollectRows(rows, scanWorld)
