@@ -557,7 +557,7 @@ func (st *state) importRecord(r store.PortRecord, now time.Time) {
 			},
 			retryReason: p.RetryReason, lastError: p.LastError, completedAt: fromOpt(p.CompletedAt),
 			releaseReason: p.ReleaseReason,
-			owner: owner{node: p.ClaimNode, incarnation: p.ClaimIncarnation},
+			owner:         owner{node: p.ClaimNode, incarnation: p.ClaimIncarnation},
 		}
 		if p.InboxSeq != nil {
 			e.inboxSeq = *p.InboxSeq
