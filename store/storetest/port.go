@@ -24,6 +24,7 @@ func RunPort(t *testing.T, from, to Factory) {
 		run  func(t *testing.T, from, to Factory)
 	}{
 		{"CopyHoldsEveryRecordAndServes", testPortCopy},
+		{"HeldEffectOfAnArchivedWorldIsWithdrawn", testPortHeldArchived},
 		{"DuplicateWorldIsAConflictAndWritesNothing", testPortDuplicate},
 		{"BadRecordIsInvalidAndWritesNothing", testPortBadRecord},
 		{"ExportDuringWritesIsOneState", testPortConsistent},
@@ -378,6 +379,61 @@ func testPortCopy(t *testing.T, from, to Factory) {
 	}
 	if !sawConsumed {
 		t.Errorf("the consumed receipt's inbox item %d is missing on the target", filled.consumedReceipt)
+	}
+}
+
+// testPortHeldArchived: an archive leaves an inflight effect to its claim,
+// so an operator may hold it afterwards (a restore holds every open
+// effect). Nothing would ever release it to run: ReleaseHeld withdraws an
+// archived world's effect, and so does the import. The world reaches the
+// target in the effect's batch or in one before it, which a backend may
+// look up differently, so both are imported.
+func testPortHeldArchived(t *testing.T, from, to Factory) {
+	src := setup(t, from)
+	e := src.leased("w-arch", "node-a")
+	src.publish("w-arch", e, "i-arch-held")
+	src.claimOne("fx-a", "i-arch-held")
+	src.setStatus("w-arch", store.WorldArchived, "done with it")
+	held := src.hold("i-arch-held", "after the archive")
+	if held.State != vocab.EffectHeld {
+		t.Fatalf("HoldEffect of an archived world's inflight effect = %+v, want held", held)
+	}
+	recs := exportAll(t, src.s)
+	for _, batch := range []int{1, len(recs)} {
+		t.Run(fmt.Sprintf("batch%d", batch), func(t *testing.T) {
+			dst := setup(t, to)
+			before := dst.now()
+			importAll(t, dst.s, recs, batch)
+			st := dst.effectStatus("i-arch-held")
+			if st.State != vocab.EffectWithdrawn || st.HoldReason != "after the archive" || !st.HeldAt.Equal(held.HeldAt) ||
+				st.CompletedAt.Before(before.Add(-timeTol)) || st.Attempts != 1 {
+				t.Fatalf("the archived world's held effect on the target = %+v, want withdrawn at the target's clock (>= %v), "+
+					"its hold (%v) and attempt kept", st, before, held.HeldAt)
+			}
+			_, err := dst.s.ReleaseHeld(bg, "i-arch-held", "run it")
+			wantErr(t, err, store.ErrEffectEnded, "ReleaseHeld of the withdrawn effect on the target")
+			if items := dst.claim("fx-b", 10); len(items) != 0 {
+				t.Errorf("claims on the target = %+v, want none", items)
+			}
+			got := exportAll(t, dst.s)
+			if len(got) != len(recs) {
+				t.Fatalf("the target exports %d records, the source %d", len(got), len(recs))
+			}
+			for i := range recs {
+				want := recs[i]
+				if want.Kind == store.PortKindEffect {
+					want = store.PortImported(want, true, st.CompletedAt)
+				} else {
+					want = store.PortImported(want, false, dst.now())
+					if want.Kind == store.PortKindLease && got[i].Kind == store.PortKindLease {
+						want.Lease.ExpiresAt = got[i].Lease.ExpiresAt // brought back to the target's clock, or not
+					}
+				}
+				if w, g := portJSON(t, want), portJSON(t, got[i]); w != g {
+					t.Errorf("record %d:\n source %s\n target %s", i, w, g)
+				}
+			}
+		})
 	}
 }
 
