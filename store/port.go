@@ -31,6 +31,13 @@ import (
 //     inflight effect of an archived world is withdrawn instead (at the
 //     target's clock), as a reap of it would: none of an archived world's
 //     effects is ever claimed again.
+//   - A held effect stays held, with its hold's reason and time: an
+//     operator kept it from every adapter, and a copy does not decide for
+//     them. A held effect of an archived world (held while inflight after
+//     its world was archived) is withdrawn instead, at the target's clock,
+//     as ReleaseHeld would withdraw it: nothing would ever release it to
+//     run, and an archived world's effects are never claimed again. Its
+//     hold's reason and time are kept, as its history.
 //   - A claimed timer becomes scheduled, its claim dropped likewise and
 //     its attempt count kept.
 //   - Worker rows, their liveness promises and the retired incarnations
@@ -199,6 +206,11 @@ type PortAssignment struct {
 // PortEffect is an effect's queue entry and dedupe record. State is
 // carried as the source stored it (a state a later schema adds passes
 // through; a target that does not know it refuses it).
+//
+// HoldReason, HeldAt and ReleaseReason came with held effects without a
+// format change: they are optional, so an export written before them
+// reads as an effect never held (no reason, HeldAt nil), which is what
+// every effect of such a store was.
 type PortEffect struct {
 	Seq               uint64     `json:"seq"`
 	IntentHash        string     `json:"intent_hash"`
@@ -225,6 +237,12 @@ type PortEffect struct {
 	RetryAt           *time.Time `json:"retry_at"`
 	Failures          int        `json:"failures"`
 	LastError         string     `json:"last_error"`
+	// HoldReason and HeldAt are the latest hold's (HoldEffect), kept once
+	// released; HeldAt is nil for an effect never held. ReleaseReason is
+	// the reason of the release that ended the hold.
+	HoldReason    string     `json:"hold_reason,omitempty"`
+	HeldAt        *time.Time `json:"held_at,omitempty"`
+	ReleaseReason string     `json:"release_reason,omitempty"`
 }
 
 // PortTimer is a timer's queue entry and dedupe record.
@@ -368,8 +386,8 @@ func CheckPortBatch(batch []PortRecord) error {
 }
 
 // PortImported returns r as an import writes it: the changes the Port
-// comment lists, but for the withdrawal of an archived world's inflight
-// effect, which needs the world (archived says whether r's world is
+// comment lists, but for the withdrawal of an archived world's inflight or
+// held effect, which needs the world (archived says whether r's world is
 // archived; now is the target's clock). A test compares a source's export,
 // passed through it, with the target's.
 func PortImported(r PortRecord, archived bool, now time.Time) PortRecord {
@@ -383,9 +401,16 @@ func PortImported(r PortRecord, archived bool, now time.Time) PortRecord {
 		r.Lease = &l
 	case PortKindEffect:
 		e := *r.Effect
-		if e.State == "inflight" {
+		switch e.State {
+		case "inflight":
 			e.State = "pending"
 			e.ClaimedBy, e.ClaimExpires, e.ClaimNode, e.ClaimIncarnation = "", nil, "", ""
+			if archived {
+				e.State = "withdrawn"
+				t := now.UTC()
+				e.CompletedAt = &t
+			}
+		case "held":
 			if archived {
 				e.State = "withdrawn"
 				t := now.UTC()

@@ -238,6 +238,7 @@ func (e *effect) port() *store.PortEffect {
 		ClaimNode: e.owner.node, ClaimIncarnation: e.owner.incarnation, InboxSeq: optSeq(e.inboxSeq),
 		CompletedAt: optTime(e.completedAt), Retries: e.item.Retries, RetryReason: e.retryReason,
 		RetryAt: optTime(e.item.RetryAt), Failures: e.item.Failures, LastError: e.lastError,
+		HoldReason: e.item.HoldReason, HeldAt: optTime(e.item.HeldAt), ReleaseReason: e.releaseReason,
 	}
 	if e.receipt != nil {
 		rs := string(e.receipt.Status)
@@ -442,7 +443,7 @@ func (st *state) checkImport(op string, batch []store.PortRecord) error {
 
 func knownEffectState(s string) bool {
 	switch vocab.EffectState(s) {
-	case vocab.EffectPending, vocab.EffectInflight, vocab.EffectDone, vocab.EffectWithdrawn:
+	case vocab.EffectPending, vocab.EffectInflight, vocab.EffectDone, vocab.EffectWithdrawn, vocab.EffectHeld:
 		return true
 	}
 	return false
@@ -552,9 +553,11 @@ func (st *state) importRecord(r store.PortRecord, now time.Time) {
 				World: p.World, Seq: p.Seq, EnqueuedAt: p.EnqueuedAt.Round(0), State: vocab.EffectState(p.State),
 				Attempt: p.Attempts, ClaimedBy: p.ClaimedBy, ClaimExpires: fromOpt(p.ClaimExpires),
 				Retries: p.Retries, Failures: p.Failures, RetryAt: fromOpt(p.RetryAt),
+				HoldReason: p.HoldReason, HeldAt: fromOpt(p.HeldAt),
 			},
 			retryReason: p.RetryReason, lastError: p.LastError, completedAt: fromOpt(p.CompletedAt),
-			owner: owner{node: p.ClaimNode, incarnation: p.ClaimIncarnation},
+			releaseReason: p.ReleaseReason,
+			owner:         owner{node: p.ClaimNode, incarnation: p.ClaimIncarnation},
 		}
 		if p.InboxSeq != nil {
 			e.inboxSeq = *p.InboxSeq

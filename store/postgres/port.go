@@ -232,19 +232,20 @@ func (s *backend) exportTx(ctx context.Context, out func(store.PortRecord) error
 			return each(`SELECT seq, intent_hash, world, kind, params, origin, policy_context_hash, retry_policy, state,
 				enqueued_at_ns, attempts, claimed_by, claim_expires_ns, claim_node, claim_incarnation, receipt_status,
 				receipt_payload, inbox_seq, completed_at_ns, retries, retry_reason, resolve_reason, retry_at_ns, failures,
-				last_error FROM effects ORDER BY seq`, func(rows pgx.Rows) error {
+				last_error, hold_reason, held_at_ns, release_reason FROM effects ORDER BY seq`, func(rows pgx.Rows) error {
 				var p store.PortEffect
 				var seq, enq int64
 				var attempts, retries, failures int32
-				var exp, inboxSeq, done, retryAt *int64
+				var exp, inboxSeq, done, retryAt, heldAt *int64
 				if err := rows.Scan(&seq, &p.IntentHash, &p.World, &p.Kind, &p.Params, &p.Origin, &p.PolicyContextHash,
 					&p.RetryPolicy, &p.State, &enq, &attempts, &p.ClaimedBy, &exp, &p.ClaimNode, &p.ClaimIncarnation,
 					&p.ReceiptStatus, &p.ReceiptPayload, &inboxSeq, &done, &retries, &p.RetryReason, &p.ResolveReason,
-					&retryAt, &failures, &p.LastError); err != nil {
+					&retryAt, &failures, &p.LastError, &p.HoldReason, &heldAt, &p.ReleaseReason); err != nil {
 					return err
 				}
 				p.Seq, p.EnqueuedAt, p.Attempts, p.Retries, p.Failures = uint64(seq), fromNS(enq), int(attempts), int(retries), int(failures)
 				p.ClaimExpires, p.InboxSeq, p.CompletedAt, p.RetryAt = optNSTime(exp), seqOpt(inboxSeq), optNSTime(done), optNSTime(retryAt)
+				p.HeldAt = optNSTime(heldAt)
 				return out(store.PortRecord{Kind: store.PortKindEffect, Effect: &p})
 			})
 		},
@@ -429,23 +430,23 @@ func (s *backend) importTx(ctx context.Context, op string, batch []store.PortRec
 	}
 	now := fromNS(nowNS)
 
-	// The worlds an inflight effect's withdrawal depends on, and every
-	// world a row names (checked to exist before the commit).
-	var inflightWorlds, named []string
+	// The worlds an inflight or held effect's withdrawal depends on, and
+	// every world a row names (checked to exist before the commit).
+	var openWorlds, named []string
 	batchArchived := map[string]bool{}
 	for _, r := range batch {
 		switch r.Kind {
 		case store.PortKindWorld:
 			batchArchived[r.World.ID] = r.World.Status == store.WorldArchived
 		case store.PortKindEffect:
-			if r.Effect.State == "inflight" {
-				inflightWorlds = append(inflightWorlds, r.Effect.World)
+			if r.Effect.State == "inflight" || r.Effect.State == "held" {
+				openWorlds = append(openWorlds, r.Effect.World)
 			}
 		}
 	}
 	archived := map[string]bool{}
-	if len(inflightWorlds) > 0 {
-		rows, err := tx.Query(ctx, `SELECT world FROM worlds WHERE world = ANY($1) AND status = 'archived'`, inflightWorlds)
+	if len(openWorlds) > 0 {
+		rows, err := tx.Query(ctx, `SELECT world FROM worlds WHERE world = ANY($1) AND status = 'archived'`, openWorlds)
 		if err != nil {
 			return err
 		}
@@ -545,7 +546,8 @@ func (s *backend) importTx(ctx context.Context, op string, batch []store.PortRec
 			be.row(int64(p.Seq), p.IntentHash, p.World, p.Kind, p.Params, p.Origin, p.PolicyContextHash, p.RetryPolicy,
 				p.State, toNS(p.EnqueuedAt), int32(p.Attempts), p.ClaimedBy, nsOpt(p.ClaimExpires), p.ClaimNode,
 				p.ClaimIncarnation, p.ReceiptStatus, p.ReceiptPayload, optSeqArg(p.InboxSeq), nsOpt(p.CompletedAt),
-				int32(p.Retries), p.RetryReason, p.ResolveReason, nsOpt(p.RetryAt), int32(p.Failures), p.LastError)
+				int32(p.Retries), p.RetryReason, p.ResolveReason, nsOpt(p.RetryAt), int32(p.Failures), p.LastError,
+				p.HoldReason, nsOpt(p.HeldAt), p.ReleaseReason)
 		case store.PortKindTimer:
 			p := r.Timer
 			named = append(named, p.World)
@@ -735,13 +737,13 @@ var bulkSQL = map[store.PortKind][]struct {
 		{"an effect of the batch", `INSERT INTO effects (seq, intent_hash, world, kind, params, origin,
 			policy_context_hash, retry_policy, state, enqueued_at_ns, attempts, claimed_by, claim_expires_ns, claim_node,
 			claim_incarnation, receipt_status, receipt_payload, inbox_seq, completed_at_ns, retries, retry_reason,
-			resolve_reason, retry_at_ns, failures, last_error)
+			resolve_reason, retry_at_ns, failures, last_error, hold_reason, held_at_ns, release_reason)
 			OVERRIDING SYSTEM VALUE
 			SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::text[],
 				$8::bytea[], $9::text[], $10::bigint[], $11::integer[], $12::text[], $13::bigint[], $14::text[], $15::text[],
 				$16::text[], $17::bytea[], $18::bigint[], $19::bigint[], $20::integer[], $21::text[], $22::text[],
-				$23::bigint[], $24::integer[], $25::text[])
-			ON CONFLICT DO NOTHING`, 25},
+				$23::bigint[], $24::integer[], $25::text[], $26::text[], $27::bigint[], $28::text[])
+			ON CONFLICT DO NOTHING`, 28},
 	},
 	store.PortKindTimer: {
 		{"a timer of the batch", `INSERT INTO timers (intent_hash, world, deliver_at_ns, payload, state, attempts,

@@ -281,25 +281,26 @@ func (ex *sqliteExport) assignments() error {
 const sqliteEffectCols = `seq, intent_hash, world, kind, params, params IS NOT NULL, origin, policy_context_hash,
 	retry_policy, retry_policy IS NOT NULL, state, enqueued_at, attempts, claimed_by, claim_expires, claim_node,
 	claim_incarnation, receipt_status, receipt_payload, receipt_payload IS NOT NULL, inbox_seq, completed_at,
-	retries, retry_reason, resolve_reason, retry_at, failures, last_error`
+	retries, retry_reason, resolve_reason, retry_at, failures, last_error, hold_reason, held_at, release_reason`
 
 func (ex *sqliteExport) effects() error {
 	return ex.each(`SELECT `+sqliteEffectCols+` FROM effects ORDER BY seq`, func(rows *sql.Rows) error {
 		var p store.PortEffect
 		var seq, enq int64
 		var pp, rp, rcp bool
-		var exp, inboxSeq, done, retryAt sql.NullInt64
+		var exp, inboxSeq, done, retryAt, heldAt sql.NullInt64
 		var rs, rr sql.NullString
 		if err := rows.Scan(&seq, &p.IntentHash, &p.World, &p.Kind, &p.Params, &pp, &p.Origin, &p.PolicyContextHash,
 			&p.RetryPolicy, &rp, &p.State, &enq, &p.Attempts, &p.ClaimedBy, &exp, &p.ClaimNode,
 			&p.ClaimIncarnation, &rs, &p.ReceiptPayload, &rcp, &inboxSeq, &done,
-			&p.Retries, &p.RetryReason, &rr, &retryAt, &p.Failures, &p.LastError); err != nil {
+			&p.Retries, &p.RetryReason, &rr, &retryAt, &p.Failures, &p.LastError, &p.HoldReason, &heldAt,
+			&p.ReleaseReason); err != nil {
 			return err
 		}
 		p.Seq, p.EnqueuedAt = uint64(seq), fromNS(enq)
 		p.Params, p.RetryPolicy, p.ReceiptPayload = blob(p.Params, pp), blob(p.RetryPolicy, rp), blob(p.ReceiptPayload, rcp)
 		p.ClaimExpires, p.InboxSeq, p.CompletedAt, p.RetryAt = utcOpt(exp), optSeq(inboxSeq), utcOpt(done), utcOpt(retryAt)
-		p.ReceiptStatus, p.ResolveReason = optStr(rs), optStr(rr)
+		p.ReceiptStatus, p.ResolveReason, p.HeldAt = optStr(rs), optStr(rr), utcOpt(heldAt)
 		return ex.out(store.PortRecord{Kind: store.PortKindEffect, Effect: &p})
 	})
 }
@@ -432,7 +433,7 @@ func (t *wtx) insert(op, world, what, query string, args ...any) error {
 
 func (t *wtx) importRecord(op string, r store.PortRecord, streams map[string]bool) error {
 	archived := false
-	if r.Kind == store.PortKindEffect && r.Effect.State == "inflight" {
+	if r.Kind == store.PortKindEffect && (r.Effect.State == "inflight" || r.Effect.State == "held") {
 		var status string
 		if _, err := t.queryRow(`SELECT status FROM worlds WHERE id = ?`, []any{r.Effect.World}, &status); err != nil {
 			return err
@@ -521,13 +522,13 @@ func (t *wtx) importRecord(op string, r store.PortRecord, streams map[string]boo
 		return t.insert(op, p.World, "effect "+p.IntentHash, `INSERT INTO effects (seq, intent_hash, world, kind,
 			params, origin, policy_context_hash, retry_policy, state, enqueued_at, attempts, claimed_by, claim_expires,
 			claim_node, claim_incarnation, receipt_status, receipt_payload, inbox_seq, completed_at, retries,
-			retry_reason, resolve_reason, retry_at, failures, last_error)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+			retry_reason, resolve_reason, retry_at, failures, last_error, hold_reason, held_at, release_reason)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
 			int64(p.Seq), p.IntentHash, p.World, p.Kind, blobArg(p.Params), p.Origin, p.PolicyContextHash,
 			blobArg(p.RetryPolicy), p.State, p.EnqueuedAt.UnixNano(), p.Attempts, p.ClaimedBy, optNS(p.ClaimExpires),
 			p.ClaimNode, p.ClaimIncarnation, strOrNil(p.ReceiptStatus), blobArg(p.ReceiptPayload), optU64(p.InboxSeq),
 			optNS(p.CompletedAt), p.Retries, p.RetryReason, strOrNil(p.ResolveReason), optNS(p.RetryAt), p.Failures,
-			p.LastError)
+			p.LastError, p.HoldReason, optNS(p.HeldAt), p.ReleaseReason)
 	case store.PortKindTimer:
 		p := r.Timer
 		return t.insert(op, p.World, "timer "+p.IntentHash, `INSERT INTO timers (intent_hash, world, deliver_at, payload,

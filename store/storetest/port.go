@@ -24,6 +24,7 @@ func RunPort(t *testing.T, from, to Factory) {
 		run  func(t *testing.T, from, to Factory)
 	}{
 		{"CopyHoldsEveryRecordAndServes", testPortCopy},
+		{"HeldEffectOfAnArchivedWorldIsWithdrawn", testPortHeldArchived},
 		{"DuplicateWorldIsAConflictAndWritesNothing", testPortDuplicate},
 		{"BadRecordIsInvalidAndWritesNothing", testPortBadRecord},
 		{"ExportDuringWritesIsOneState", testPortConsistent},
@@ -97,12 +98,16 @@ func portFill(t *testing.T, f *fx) portFilled {
 	}
 	f.fire("t-deliv", ts[0].ClaimOf())
 
-	// Effects in every state.
-	f.publish("w-main", e, "i-inflight", "i-done", "i-consumed", "i-retry", "i-resolved")
-	claimed := f.claim("fx-a", 5)
-	if len(claimed) != 5 {
-		t.Fatalf("Claim = %d items, want 5", len(claimed))
+	// Effects in every state; i-held is held while inflight (its attempt
+	// may have run), i-released was held, then released to run again.
+	f.publish("w-main", e, "i-inflight", "i-done", "i-consumed", "i-retry", "i-resolved", "i-held", "i-released")
+	claimed := f.claim("fx-a", 7)
+	if len(claimed) != 7 {
+		t.Fatalf("Claim = %d items, want 7", len(claimed))
 	}
+	f.hold("i-held", "may have charged twice")
+	f.hold("i-released", "checking")
+	f.releaseHeld("i-released", "checked: never ran")
 	byHash := map[string]vocab.EffectItem{}
 	for _, it := range claimed {
 		byHash[it.IntentHash] = it
@@ -158,15 +163,19 @@ func portFill(t *testing.T, f *fx) portFilled {
 		t.Fatalf("Claim for node-c = %v, %v", items, err)
 	}
 
-	// An archived world whose effect was inflight, a paused world.
+	// An archived world whose effects were inflight, one of them held
+	// since (an archive leaves inflight effects to their claims), a paused
+	// world.
 	ea := f.leased("w-arch", "node-a")
-	if _, err := f.s.Publish(bg, "w-arch", ea, []vocab.Intent{{IntentHash: "i-arch", Kind: "arch.kind", Origin: "test", PolicyContextHash: "pch"}}); err != nil {
+	if _, err := f.s.Publish(bg, "w-arch", ea, []vocab.Intent{{IntentHash: "i-arch", Kind: "arch.kind", Origin: "test", PolicyContextHash: "pch"},
+		{IntentHash: "i-arch-held", Kind: "arch.kind", Origin: "test", PolicyContextHash: "pch"}}); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
-	if items, err := f.s.Claim(bg, "fx-a", []string{"arch.kind"}, 1, claimTTL); err != nil || len(items) != 1 {
+	if items, err := f.s.Claim(bg, "fx-a", []string{"arch.kind"}, 2, claimTTL); err != nil || len(items) != 2 {
 		t.Fatalf("Claim arch = %v, %v", items, err)
 	}
 	f.setStatus("w-arch", store.WorldArchived, "done with it")
+	f.hold("i-arch-held", "after the archive")
 	f.world("w-paused")
 	f.setStatus("w-paused", store.WorldPaused, "hold on")
 
@@ -205,11 +214,30 @@ func testPortCopy(t *testing.T, from, to Factory) {
 			t.Errorf("the export holds no %q record", k)
 		}
 	}
-	for _, s := range []string{"effect:pending", "effect:inflight", "effect:done", "effect:withdrawn",
+	for _, s := range []string{"effect:pending", "effect:inflight", "effect:done", "effect:withdrawn", "effect:held",
 		"timer:scheduled", "timer:claimed", "timer:delivered"} {
 		if !states[s] {
 			t.Errorf("the export holds no %s", s)
 		}
+	}
+	// The hold's fields are in the export (else the comparison below
+	// would pass on two exports that both drop them).
+	srcEffects := map[string]*store.PortEffect{}
+	for _, r := range recs {
+		if r.Kind == store.PortKindEffect {
+			srcEffects[r.Effect.IntentHash] = r.Effect
+		}
+	}
+	if h := srcEffects["i-held"]; h == nil || h.State != "held" || h.HoldReason != "may have charged twice" || h.HeldAt == nil ||
+		h.ReleaseReason != "" || h.Attempts != 1 {
+		t.Errorf("the source exports i-held as %+v, want held with its reason and time, attempt 1", h)
+	}
+	if r := srcEffects["i-released"]; r == nil || r.State != "pending" || r.HoldReason != "checking" || r.HeldAt == nil ||
+		r.ReleaseReason != "checked: never ran" {
+		t.Errorf("the source exports i-released as %+v, want pending with its hold's and release's reasons", r)
+	}
+	if p := srcEffects["i-pending"]; p == nil || p.HoldReason != "" || p.HeldAt != nil || p.ReleaseReason != "" {
+		t.Errorf("the source exports i-pending as %+v, want no hold", p)
 	}
 
 	dst := setup(t, to)
@@ -246,7 +274,8 @@ func testPortCopy(t *testing.T, from, to Factory) {
 		want := recs[i]
 		if want.Kind == store.PortKindEffect {
 			want = store.PortImported(want, archived[want.Effect.World], dstNow)
-			if recs[i].Effect.State == "inflight" && archived[want.Effect.World] && got[i].Kind == store.PortKindEffect &&
+			if (recs[i].Effect.State == "inflight" || recs[i].Effect.State == "held") && archived[want.Effect.World] &&
+				got[i].Kind == store.PortKindEffect &&
 				got[i].Effect.CompletedAt != nil && near(*got[i].Effect.CompletedAt, dstNow, timeTol) {
 				want.Effect.CompletedAt = got[i].Effect.CompletedAt // withdrawn at the target's clock
 			}
@@ -299,17 +328,38 @@ func testPortCopy(t *testing.T, from, to Factory) {
 	}
 	// i-retry waits for its retry time, which the target's clock may have
 	// passed already (the suite's stores keep clocks of their own).
-	want := 2
+	want := 3
 	for _, r := range recs {
 		if r.Kind == store.PortKindEffect && r.Effect.IntentHash == "i-retry" && !r.Effect.RetryAt.After(d.now()) {
-			want = 3
+			want = 4
 		}
 	}
-	if len(items) != want || got2["i-pending"].Attempt != 1 || got2["i-inflight"].Attempt != 2 {
-		t.Errorf("claims on the target = %+v, want i-inflight (again, attempt 2) and i-pending (attempt 1)", items)
+	if len(items) != want || got2["i-pending"].Attempt != 1 || got2["i-inflight"].Attempt != 2 || got2["i-released"].Attempt != 2 {
+		t.Errorf("claims on the target = %+v, want i-inflight and i-released (again, attempt 2) and i-pending (attempt 1)", items)
+	}
+	// A held effect stays held on the target, with its reason and time,
+	// until an operator there releases it.
+	if _, ok := got2["i-held"]; ok {
+		t.Errorf("the held effect i-held was claimed on the target")
+	}
+	if st := d.effectStatus("i-held"); st.State != vocab.EffectHeld || st.HoldReason != "may have charged twice" ||
+		!st.HeldAt.Equal(*srcEffects["i-held"].HeldAt) {
+		t.Errorf("i-held on the target = %+v, want held with the source's reason and time %v", st, srcEffects["i-held"].HeldAt)
+	}
+	if st := d.releaseHeld("i-held", "released on the target"); st.State != vocab.EffectPending {
+		t.Errorf("ReleaseHeld of i-held on the target = %+v, want pending", st)
+	}
+	if it := d.claimOne("fx-b", "i-held"); it.Attempt != 2 {
+		t.Errorf("i-held's claim on the target after its release = %+v, want attempt 2", it)
 	}
 	if st := d.effectStatus("i-arch"); st.State != vocab.EffectWithdrawn {
 		t.Errorf("the archived world's inflight effect on the target is %s, want withdrawn", st.State)
+	}
+	// An archived world's held effect is withdrawn, as ReleaseHeld would
+	// withdraw it; its hold stays its history.
+	if st := d.effectStatus("i-arch-held"); st.State != vocab.EffectWithdrawn || st.HoldReason != "after the archive" ||
+		!st.HeldAt.Equal(*srcEffects["i-arch-held"].HeldAt) {
+		t.Errorf("the archived world's held effect on the target = %+v, want withdrawn with its hold kept", st)
 	}
 	d.advance(2 * time.Hour)
 	due := d.claimDue("timers-b", 10)
@@ -329,6 +379,61 @@ func testPortCopy(t *testing.T, from, to Factory) {
 	}
 	if !sawConsumed {
 		t.Errorf("the consumed receipt's inbox item %d is missing on the target", filled.consumedReceipt)
+	}
+}
+
+// testPortHeldArchived: an archive leaves an inflight effect to its claim,
+// so an operator may hold it afterwards (a restore holds every open
+// effect). Nothing would ever release it to run: ReleaseHeld withdraws an
+// archived world's effect, and so does the import. The world reaches the
+// target in the effect's batch or in one before it, which a backend may
+// look up differently, so both are imported.
+func testPortHeldArchived(t *testing.T, from, to Factory) {
+	src := setup(t, from)
+	e := src.leased("w-arch", "node-a")
+	src.publish("w-arch", e, "i-arch-held")
+	src.claimOne("fx-a", "i-arch-held")
+	src.setStatus("w-arch", store.WorldArchived, "done with it")
+	held := src.hold("i-arch-held", "after the archive")
+	if held.State != vocab.EffectHeld {
+		t.Fatalf("HoldEffect of an archived world's inflight effect = %+v, want held", held)
+	}
+	recs := exportAll(t, src.s)
+	for _, batch := range []int{1, len(recs)} {
+		t.Run(fmt.Sprintf("batch%d", batch), func(t *testing.T) {
+			dst := setup(t, to)
+			before := dst.now()
+			importAll(t, dst.s, recs, batch)
+			st := dst.effectStatus("i-arch-held")
+			if st.State != vocab.EffectWithdrawn || st.HoldReason != "after the archive" || !st.HeldAt.Equal(held.HeldAt) ||
+				st.CompletedAt.Before(before.Add(-timeTol)) || st.Attempts != 1 {
+				t.Fatalf("the archived world's held effect on the target = %+v, want withdrawn at the target's clock (>= %v), "+
+					"its hold (%v) and attempt kept", st, before, held.HeldAt)
+			}
+			_, err := dst.s.ReleaseHeld(bg, "i-arch-held", "run it")
+			wantErr(t, err, store.ErrEffectEnded, "ReleaseHeld of the withdrawn effect on the target")
+			if items := dst.claim("fx-b", 10); len(items) != 0 {
+				t.Errorf("claims on the target = %+v, want none", items)
+			}
+			got := exportAll(t, dst.s)
+			if len(got) != len(recs) {
+				t.Fatalf("the target exports %d records, the source %d", len(got), len(recs))
+			}
+			for i := range recs {
+				want := recs[i]
+				if want.Kind == store.PortKindEffect {
+					want = store.PortImported(want, true, st.CompletedAt)
+				} else {
+					want = store.PortImported(want, false, dst.now())
+					if want.Kind == store.PortKindLease && got[i].Kind == store.PortKindLease {
+						want.Lease.ExpiresAt = got[i].Lease.ExpiresAt // brought back to the target's clock, or not
+					}
+				}
+				if w, g := portJSON(t, want), portJSON(t, got[i]); w != g {
+					t.Errorf("record %d:\n source %s\n target %s", i, w, g)
+				}
+			}
+		})
 	}
 }
 
