@@ -47,7 +47,7 @@ type CopyOptions struct {
 type Progress struct {
 	Records      int64   `json:"records"`
 	Worlds       int64   `json:"worlds"`
-	Bytes        int64   `json:"bytes"` // payload, state and parameter bytes
+	Bytes        int64   `json:"bytes"`         // payload, state and parameter bytes
 	TotalRecords int64   `json:"total_records"` // 0: unknown (no Survey)
 	TotalWorlds  int64   `json:"total_worlds"`
 	Elapsed      float64 `json:"elapsed_seconds"`

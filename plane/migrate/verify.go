@@ -161,13 +161,13 @@ type streamSum struct {
 type worldSum struct {
 	universe, status, lineage string
 	cursor, lastSeq, baseline string
-	epoch                      uint64
-	snaps                      int64
-	snapshots                  digest
-	inbox                      int64
-	inboxD                     digest
-	queues                     int64
-	queuesD                    digest
+	epoch                     uint64
+	snaps                     int64
+	snapshots                 digest
+	inbox                     int64
+	inboxD                    digest
+	queues                    int64
+	queuesD                   digest
 }
 
 type summary struct {
@@ -230,8 +230,8 @@ func summarise(ctx context.Context, ex store.Exporter, transform func(*store.Por
 				base = fmt.Sprint(*w.BaselineHeight)
 			}
 			s.worlds[w.ID] = &worldSum{universe: w.Universe, status: string(w.Status),
-				lineage:  fmt.Sprintf("%s@%d#%s created %d", w.ParentWorld, w.ForkedAtHeight, w.ParentSnapshotHash, us(w.CreatedAt)),
-				cursor:   fmt.Sprint(w.InboxCursor), lastSeq: fmt.Sprint(w.LastSeq), baseline: base}
+				lineage: fmt.Sprintf("%s@%d#%s created %d", w.ParentWorld, w.ForkedAtHeight, w.ParentSnapshotHash, us(w.CreatedAt)),
+				cursor:  fmt.Sprint(w.InboxCursor), lastSeq: fmt.Sprint(w.LastSeq), baseline: base}
 			s.order = append(s.order, w.ID)
 		case store.PortKindStream:
 			x := s.stream(r.Stream.Stream)
