@@ -20,8 +20,9 @@ import (
 // store whose processes all crashed at once, never as one that believes
 // the source's processes still run:
 //
-//   - Leases are released: no holder, no incarnation, no expiry (the zero
-//     time), but their epochs are kept, so an acquisition on the target
+//   - Leases are released, as a status change releases them: no holder
+//     and no incarnation, the expiry brought back to the target's clock if
+//     it was later, and the epoch kept, so an acquisition on the target
 //     takes the next epoch and no lease ever goes backwards (a holder of
 //     the source fenced at epoch e stays fenced on the target).
 //   - An inflight effect becomes pending again: its claim is dropped
@@ -289,8 +290,8 @@ type Importer interface {
 	// record whose key exists already (a world, an event, an effect's
 	// intent hash …) is ErrConflict; a record of another format or an
 	// unknown kind, or one whose kind's field is missing, is ErrInvalid.
-	// Records must come in an export's order: a row of a world not yet
-	// imported may be refused.
+	// Records must come in an export's order: a row that names a world
+	// neither the target nor the batch holds is ErrWorldNotFound.
 	Import(ctx context.Context, batch []PortRecord) error
 	// FinishImport does what must follow a bulk load before the store
 	// serves (counters moved past the highest imported value, planner
@@ -375,7 +376,10 @@ func PortImported(r PortRecord, archived bool, now time.Time) PortRecord {
 	switch r.Kind {
 	case PortKindLease:
 		l := *r.Lease
-		l.Holder, l.Incarnation, l.ExpiresAt, l.TookOver, l.Displaced = "", "", time.Time{}, false, ""
+		l.Holder, l.Incarnation, l.TookOver, l.Displaced = "", "", false, ""
+		if l.ExpiresAt.After(now) {
+			l.ExpiresAt = now.UTC()
+		}
 		r.Lease = &l
 	case PortKindEffect:
 		e := *r.Effect
@@ -476,3 +480,49 @@ func (f *Front) FinishImport(ctx context.Context) error {
 	}
 	return p.FinishImport(ctx)
 }
+
+// PortCopy streams everything src holds into dst, batch records per Import
+// (DefaultPortBatch when batch <= 0), then finishes the import; it returns
+// how many records it copied. progress, when set, is called after each
+// batch with the count so far. It does not ask whether dst is empty: the
+// caller decides (Importer.Empty). src and dst must be different stores
+// (memstore exports under its lock).
+func PortCopy(ctx context.Context, src Exporter, dst Importer, batch int, progress func(copied int)) (int, error) {
+	if batch <= 0 {
+		batch = DefaultPortBatch
+	}
+	buf := make([]PortRecord, 0, batch)
+	n := 0
+	flush := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		if err := dst.Import(ctx, buf); err != nil {
+			return err
+		}
+		n += len(buf)
+		buf = buf[:0]
+		if progress != nil {
+			progress(n)
+		}
+		return nil
+	}
+	err := src.Export(ctx, func(r PortRecord) error {
+		buf = append(buf, r)
+		if len(buf) < batch {
+			return nil
+		}
+		return flush()
+	})
+	if err == nil {
+		err = flush()
+	}
+	if err == nil {
+		err = dst.FinishImport(ctx)
+	}
+	return n, err
+}
+
+// DefaultPortBatch is PortCopy's records per Import: large enough that a
+// transaction's fixed cost is spread thin, small enough to bound memory.
+const DefaultPortBatch = 1000

@@ -8,6 +8,10 @@
 // backend keeps storage only. store/storetest is the one conformance suite
 // all of them pass unchanged.
 //
+// Every backend also copies into every other (port.go): Exporter emits a
+// logical, backend-neutral stream of PortRecords read in one snapshot,
+// Importer writes it, releasing leases and requeuing claims on purpose.
+//
 // The effect vocabulary the store shares with the kernel and the adapters
 // (intents, timers set, receipts and their status, inbox item kinds,
 // effect items, claims, completions) is package vocab's: the names here

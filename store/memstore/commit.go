@@ -108,5 +108,8 @@ func (st *state) drainTo(w *world, newCursor uint64, now time.Time) {
 			k.drained, k.drainedAt = true, now
 		}
 	}
+	if newCursor != w.cursor {
+		w.drains = append(w.drains, store.PortDrain{World: w.rec.ID, Upto: newCursor, DrainedAt: now})
+	}
 	w.cursor = newCursor
 }

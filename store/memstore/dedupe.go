@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/orrery-run/orrery/store"
@@ -28,6 +29,7 @@ func (s *backend) SweepDedupe(ctx context.Context) (int, error) {
 				n++
 			}
 		}
+		w.drains = slices.DeleteFunc(w.drains, func(d store.PortDrain) bool { return gone(d.DrainedAt) })
 		for id, r := range w.fabric {
 			if gone(r.completedAt) {
 				delete(w.fabric, id)

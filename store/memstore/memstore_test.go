@@ -491,3 +491,12 @@ func FuzzAcquireLeases(f *testing.F) {
 		return storetest.Harness{Store: s, Advance: clock.Advance}
 	})
 }
+
+// TestPort copies a memstore into another.
+func TestPort(t *testing.T) {
+	h := func(t *testing.T) storetest.Harness {
+		s, clock := open(t)
+		return storetest.Harness{Store: s, Advance: clock.Advance}
+	}
+	storetest.RunPort(t, h, h)
+}

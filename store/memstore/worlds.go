@@ -21,7 +21,11 @@ type world struct {
 	lastSeq   uint64
 	cursor    uint64
 	inboxKeys map[string]*inboxKey // per-world dedupe keys
-	fabric    map[string]*dedupeRecord
+	// drains are the cursor's moves, kept until the retention passes, as
+	// the SQL backends keep them, so that a copy carries them as they are
+	// (the keys' completion is on the keys themselves).
+	drains []store.PortDrain
+	fabric map[string]*dedupeRecord
 }
 
 // inboxKey is an inbox dedupe record. It is pending until the cursor passes

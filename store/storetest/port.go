@@ -1,0 +1,566 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
+)
+
+// RunPort runs the port suite (store.Exporter, store.Importer) copying from
+// the backend from opens into the one to opens. A backend's test file runs
+// it for every pair it can build; each store must implement both
+// interfaces.
+func RunPort(t *testing.T, from, to Factory) {
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, from, to Factory)
+	}{
+		{"CopyHoldsEveryRecordAndServes", testPortCopy},
+		{"DuplicateWorldIsAConflictAndWritesNothing", testPortDuplicate},
+		{"BadRecordIsInvalidAndWritesNothing", testPortBadRecord},
+		{"ExportDuringWritesIsOneState", testPortConsistent},
+		{"EmitErrorEndsTheExport", testPortEmitError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.run(t, from, to)
+		})
+	}
+}
+
+func porter(t testing.TB, s store.Store) (store.Exporter, store.Importer) {
+	t.Helper()
+	ex, ok1 := s.(store.Exporter)
+	im, ok2 := s.(store.Importer)
+	if !ok1 || !ok2 {
+		t.Fatalf("%T implements no store.Exporter and store.Importer", s)
+	}
+	return ex, im
+}
+
+// exportAll collects a whole export (the suite's stores are small).
+func exportAll(t testing.TB, s store.Store) []store.PortRecord {
+	t.Helper()
+	ex, _ := porter(t, s)
+	var out []store.PortRecord
+	must(t, ex.Export(bg, func(r store.PortRecord) error { out = append(out, r); return nil }), "Export")
+	return out
+}
+
+// importAll imports recs in batches of n and finishes the import.
+func importAll(t testing.TB, s store.Store, recs []store.PortRecord, n int) {
+	t.Helper()
+	_, im := porter(t, s)
+	for i := 0; i < len(recs); i += n {
+		must(t, im.Import(bg, recs[i:min(i+n, len(recs))]), fmt.Sprintf("Import of records %d…", i))
+	}
+	must(t, im.FinishImport(bg), "FinishImport")
+}
+
+func portJSON(t testing.TB, r store.PortRecord) string {
+	t.Helper()
+	b, err := json.Marshal(r)
+	must(t, err, "json.Marshal")
+	return string(b)
+}
+
+// portFill gives a store every kind of row, and returns the epochs its
+// leases were at.
+type portFilled struct {
+	mainEpoch, sevenEpoch uint64
+	consumedReceipt       uint64 // i-consumed's receipt's inbox seq
+	liveKey               string // an inbox key still live
+	liveKeySeq            uint64
+}
+
+func portFill(t *testing.T, f *fx) portFilled {
+	var out portFilled
+	// Timers first: they need the clock moved past the lease TTL.
+	e := f.leased("w-main", "node-a")
+	now := f.now()
+	must(t, f.s.Schedule(bg, "w-main", e, "t-deliv", now.Add(50*time.Second), []byte("td")), "Schedule")
+	must(t, f.s.Schedule(bg, "w-main", e, "t-claimed", now.Add(55*time.Second), nil), "Schedule")
+	must(t, f.s.Schedule(bg, "w-main", e, "t-future", now.Add(time.Hour), []byte{}), "Schedule")
+	f.advance(70 * time.Second)
+	e = f.acquire("w-main", "node-a").Epoch
+	ts := f.claimDue("timers-a", 2)
+	if len(ts) != 2 || ts[0].IntentHash != "t-deliv" {
+		t.Fatalf("ClaimDue = %+v, want t-deliv and t-claimed", ts)
+	}
+	f.fire("t-deliv", ts[0].ClaimOf())
+
+	// Effects in every state.
+	f.publish("w-main", e, "i-inflight", "i-done", "i-consumed", "i-retry", "i-resolved")
+	claimed := f.claim("fx-a", 5)
+	if len(claimed) != 5 {
+		t.Fatalf("Claim = %d items, want 5", len(claimed))
+	}
+	byHash := map[string]vocab.EffectItem{}
+	for _, it := range claimed {
+		byHash[it.IntentHash] = it
+	}
+	out.consumedReceipt, _ = f.complete("i-consumed", byHash["i-consumed"].ClaimOf(), vocab.Receipt{Status: vocab.ReceiptOK, Payload: []byte("r1")})
+	must(t, f.s.RetryLater(bg, "i-retry", byHash["i-retry"].ClaimOf(), time.Hour, "boom"), "RetryLater")
+	if _, _, err := f.s.Resolve(bg, "i-resolved", vocab.Receipt{Status: vocab.ReceiptOK}, "by hand"); err != nil {
+		t.Fatalf("Resolve: %v", err)
+	}
+	f.publish("w-main", e, "i-pending", "i-withdrawn")
+
+	// An inbox with keys, one drain (a Commit that also withdraws and
+	// journals), then more items above the cursor.
+	seqA, _ := f.enqueue("w-main", vocab.KindEvent, "k-a", []byte("a"))
+	f.enqueue("w-main", vocab.KindEvent, "", nil)
+	head := f.head("w-main")
+	res, err := f.s.Commit(bg, "w-main", e, store.CommitBatch{
+		ExpectedCursor: f.cursor("w-main"), NewCursor: seqA + 1, ExpectedHead: head,
+		Entries: []store.Record{rec("c1"), rec("c2")}, Withdraw: []string{"i-withdrawn"},
+	})
+	must(t, err, "Commit")
+	f.complete("i-done", byHash["i-done"].ClaimOf(), vocab.Receipt{Status: vocab.ReceiptError, Payload: []byte("no")})
+	out.liveKey = "k-c"
+	out.liveKeySeq, _ = f.enqueue("w-main", vocab.KindEvent, "k-c", []byte("c"))
+
+	// The journal: a snapshot, compaction below it (keys kept), a free
+	// stream.
+	f.append("w-main", fenced("w-main", e), "e1", "e2", "e3")
+	must(t, f.s.PutSnapshot(bg, "w-main", e, snap(res.Head+2, "s")), "PutSnapshot")
+	if _, err := f.s.Compact(bg, "w-main", e, 1); err != nil {
+		t.Fatalf("Compact: %v", err)
+	}
+	f.append("run-free", freeOpts, "f1", "f2")
+
+	// A fork, pinned; fabric; a watermark.
+	if _, err := f.s.ForkWorld(bg, "w-main", res.Head+2, "w-fork"); err != nil {
+		t.Fatalf("ForkWorld: %v", err)
+	}
+	must(t, f.s.Assign(bg, "w-fork", store.Assignment{DesiredWorker: "node-a", Priority: 5, Reason: "pinned"}, nil), "Assign")
+	if _, err := f.s.Send(bg, "w-main", "m1", store.InboxItem{Payload: []byte("hello")}); err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	must(t, f.s.CASWatermark(bg, "proj", "w-main", 0, 3), "CASWatermark")
+
+	// A claim that rides on an incarnation's promise.
+	if _, err := f.s.Heartbeat(bg, "node-c", 8, store.AliveAs("inc-1", time.Hour)); err != nil {
+		t.Fatalf("Heartbeat: %v", err)
+	}
+	if _, err := f.s.Publish(bg, "w-main", e, []vocab.Intent{{IntentHash: "i-owned", Kind: "own.kind", Origin: "test", PolicyContextHash: "pch"}}); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	if items, err := f.s.Claim(bg, "node-c/fx", []string{"own.kind"}, 1, claimTTL, store.ClaimFor("node-c", "inc-1")); err != nil || len(items) != 1 {
+		t.Fatalf("Claim for node-c = %v, %v", items, err)
+	}
+
+	// An archived world whose effect was inflight, a paused world.
+	ea := f.leased("w-arch", "node-a")
+	if _, err := f.s.Publish(bg, "w-arch", ea, []vocab.Intent{{IntentHash: "i-arch", Kind: "arch.kind", Origin: "test", PolicyContextHash: "pch"}}); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	if items, err := f.s.Claim(bg, "fx-a", []string{"arch.kind"}, 1, claimTTL); err != nil || len(items) != 1 {
+		t.Fatalf("Claim arch = %v, %v", items, err)
+	}
+	f.setStatus("w-arch", store.WorldArchived, "done with it")
+	f.world("w-paused")
+	f.setStatus("w-paused", store.WorldPaused, "hold on")
+
+	// A lease at epoch 7, held.
+	f.world("w-seven")
+	for i := 1; i < 7; i++ {
+		l := f.acquire("w-seven", "node-a")
+		must(t, f.s.Release(bg, "w-seven", "node-a", l.Epoch), "Release")
+	}
+	out.sevenEpoch = f.acquire("w-seven", "node-a").Epoch
+	if out.sevenEpoch != 7 {
+		t.Fatalf("w-seven's epoch = %d, want 7", out.sevenEpoch)
+	}
+	out.mainEpoch = e
+	return out
+}
+
+func testPortCopy(t *testing.T, from, to Factory) {
+	src := setup(t, from)
+	filled := portFill(t, src)
+	recs := exportAll(t, src.s)
+
+	kinds := map[store.PortKind]int{}
+	states := map[string]bool{}
+	for _, r := range recs {
+		kinds[r.Kind]++
+		switch r.Kind {
+		case store.PortKindEffect:
+			states["effect:"+r.Effect.State] = true
+		case store.PortKindTimer:
+			states["timer:"+r.Timer.State] = true
+		}
+	}
+	for _, k := range store.PortKinds() {
+		if kinds[k] == 0 {
+			t.Errorf("the export holds no %q record", k)
+		}
+	}
+	for _, s := range []string{"effect:pending", "effect:inflight", "effect:done", "effect:withdrawn",
+		"timer:scheduled", "timer:claimed", "timer:delivered"} {
+		if !states[s] {
+			t.Errorf("the export holds no %s", s)
+		}
+	}
+
+	dst := setup(t, to)
+	_, im := porter(t, dst.s)
+	if empty, err := im.Empty(bg); err != nil || !empty {
+		t.Fatalf("Empty of a fresh target = %v, %v; want true", empty, err)
+	}
+	// The records travel as JSON, as a backup file holds them.
+	viaJSON := make([]store.PortRecord, len(recs))
+	for i, r := range recs {
+		must(t, json.Unmarshal([]byte(portJSON(t, r)), &viaJSON[i]), "json.Unmarshal")
+		if a, b := portJSON(t, r), portJSON(t, viaJSON[i]); a != b {
+			t.Fatalf("record %d changed through JSON:\n %s\n %s", i, a, b)
+		}
+	}
+	importAll(t, dst.s, viaJSON, 5)
+	if empty, err := im.Empty(bg); err != nil || empty {
+		t.Fatalf("Empty after the import = %v, %v; want false", empty, err)
+	}
+	got := exportAll(t, dst.s)
+
+	// The target's export is the source's, as an import changes it.
+	archived := map[string]bool{}
+	for _, r := range recs {
+		if r.Kind == store.PortKindWorld && r.World.Status == store.WorldArchived {
+			archived[r.World.ID] = true
+		}
+	}
+	dstNow := dst.now()
+	if len(got) != len(recs) {
+		t.Errorf("the target exports %d records, the source %d", len(got), len(recs))
+	}
+	for i := range min(len(got), len(recs)) {
+		want := recs[i]
+		if want.Kind == store.PortKindEffect {
+			want = store.PortImported(want, archived[want.Effect.World], dstNow)
+			if recs[i].Effect.State == "inflight" && archived[want.Effect.World] && got[i].Kind == store.PortKindEffect &&
+				got[i].Effect.CompletedAt != nil && near(*got[i].Effect.CompletedAt, dstNow, timeTol) {
+				want.Effect.CompletedAt = got[i].Effect.CompletedAt // withdrawn at the target's clock
+			}
+		} else {
+			want = store.PortImported(want, false, dstNow)
+			if want.Kind == store.PortKindLease && got[i].Kind == store.PortKindLease && !want.Lease.ExpiresAt.Equal(recs[i].Lease.ExpiresAt) &&
+				near(got[i].Lease.ExpiresAt, dstNow, timeTol) {
+				want.Lease.ExpiresAt = got[i].Lease.ExpiresAt // brought back to the target's clock
+			}
+		}
+		if w, g := portJSON(t, want), portJSON(t, got[i]); w != g {
+			t.Errorf("record %d:\n source %s\n target %s", i, w, g)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+
+	// The target works.
+	d := dst
+	if ws, err := d.s.ListWorkers(bg); err != nil || len(ws) != 0 {
+		t.Errorf("the target's workers = %+v, %v; want none (workers are not copied)", ws, err)
+	}
+	l := d.acquire("w-seven", "node-b")
+	if l.Epoch <= filled.sevenEpoch {
+		t.Errorf("a lease acquired on the target has epoch %d, want above the source's %d", l.Epoch, filled.sevenEpoch)
+	}
+	e := d.acquire("w-main", "node-b").Epoch
+	if e <= filled.mainEpoch {
+		t.Errorf("w-main's epoch on the target = %d, want above %d", e, filled.mainEpoch)
+	}
+	head := d.head("w-main")
+	ap := d.append("w-main", store.AppendOptions{Fence: &store.Fence{World: "w-main", Epoch: e}, ExpectedHead: store.Head(head)}, "after")
+	if ap[0].RunSeq != head+1 || ap[0].Idempotent {
+		t.Errorf("an append on the target = %+v, want runSeq %d", ap[0], head+1)
+	}
+	if again := d.append("w-main", fenced("w-main", e), "e1"); !again[0].Idempotent {
+		t.Errorf("re-appending a compacted event's key on the target = %+v, want idempotent", again[0])
+	}
+	if seq, dup := d.enqueue("w-main", vocab.KindEvent, filled.liveKey, []byte("c")); !dup || seq != filled.liveKeySeq {
+		t.Errorf("enqueue of a live key on the target = %d, %v; want %d, dup", seq, dup, filled.liveKeySeq)
+	}
+	if n := d.publish("w-main", e, "i-done", "i-consumed", "i-withdrawn", "i-pending"); n != 0 {
+		t.Errorf("re-publishing known intents on the target published %d, want 0", n)
+	}
+	items := d.claim("fx-b", 10)
+	got2 := map[string]vocab.EffectItem{}
+	for _, it := range items {
+		got2[it.IntentHash] = it
+	}
+	// i-retry waits for its retry time, which the target's clock may have
+	// passed already (the suite's stores keep clocks of their own).
+	want := 2
+	for _, r := range recs {
+		if r.Kind == store.PortKindEffect && r.Effect.IntentHash == "i-retry" && !r.Effect.RetryAt.After(d.now()) {
+			want = 3
+		}
+	}
+	if len(items) != want || got2["i-pending"].Attempt != 1 || got2["i-inflight"].Attempt != 2 {
+		t.Errorf("claims on the target = %+v, want i-inflight (again, attempt 2) and i-pending (attempt 1)", items)
+	}
+	if st := d.effectStatus("i-arch"); st.State != vocab.EffectWithdrawn {
+		t.Errorf("the archived world's inflight effect on the target is %s, want withdrawn", st.State)
+	}
+	d.advance(2 * time.Hour)
+	due := d.claimDue("timers-b", 10)
+	if len(due) != 2 || due[0].IntentHash != "t-claimed" || due[0].Attempt != 2 || due[1].IntentHash != "t-future" {
+		t.Fatalf("due timers on the target = %+v, want t-claimed (attempt 2) and t-future", due)
+	}
+	seq, dup := d.fire("t-claimed", due[0].ClaimOf())
+	if dup || seq == 0 {
+		t.Errorf("Fire on the target = %d, %v", seq, dup)
+	}
+	if _, dup := d.fire("t-deliv", vocab.Claim{Worker: "timers-a", Attempt: 1}); !dup {
+		t.Errorf("a timer delivered on the source fired again on the target")
+	}
+	var sawConsumed bool
+	for _, it := range d.inbox("w-main") {
+		sawConsumed = sawConsumed || it.Seq == filled.consumedReceipt
+	}
+	if !sawConsumed {
+		t.Errorf("the consumed receipt's inbox item %d is missing on the target", filled.consumedReceipt)
+	}
+}
+
+func testPortDuplicate(t *testing.T, from, to Factory) {
+	src := setup(t, from)
+	src.world("w-a")
+	src.world("w-b")
+	recs := exportAll(t, src.s)
+	var worlds []store.PortRecord
+	for _, r := range recs {
+		if r.Kind == store.PortKindWorld {
+			worlds = append(worlds, r)
+		}
+	}
+	if len(worlds) != 2 {
+		t.Fatalf("export = %d worlds, want 2", len(worlds))
+	}
+	dst := setup(t, to)
+	_, im := porter(t, dst.s)
+	must(t, im.Import(bg, worlds[:1]), "Import w-a")
+	err := im.Import(bg, []store.PortRecord{worlds[1], worlds[0]})
+	wantErr(t, err, store.ErrConflict, "Import of a batch with a world the target holds")
+	if _, err := dst.s.GetWorld(bg, "w-b"); !errors.Is(err, store.ErrWorldNotFound) {
+		t.Errorf("GetWorld w-b after the refused batch: %v, want ErrWorldNotFound (nothing written)", err)
+	}
+	err = im.Import(bg, []store.PortRecord{worlds[1], worlds[1]})
+	wantErr(t, err, store.ErrConflict, "Import of a batch naming a world twice")
+	if _, err := dst.s.GetWorld(bg, "w-b"); !errors.Is(err, store.ErrWorldNotFound) {
+		t.Errorf("GetWorld w-b after the refused batch: %v, want ErrWorldNotFound (nothing written)", err)
+	}
+}
+
+func testPortBadRecord(t *testing.T, from, to Factory) {
+	src := setup(t, from)
+	src.world("w-a")
+	recs := exportAll(t, src.s)
+	dst := setup(t, to)
+	_, im := porter(t, dst.s)
+	future := recs[0]
+	future.Format = store.PortFormat + 1
+	unknown := store.PortRecord{Format: store.PortFormat, Kind: "schedule"}
+	missing := store.PortRecord{Format: store.PortFormat, Kind: store.PortKindEffect}
+	two := recs[0]
+	two.Watermark = &store.PortWatermark{Projector: "p", Stream: "s"}
+	var world store.PortRecord
+	for _, r := range recs {
+		if r.Kind == store.PortKindWorld {
+			world = r
+		}
+	}
+	state := store.PortRecord{Format: store.PortFormat, Kind: store.PortKindEffect, Effect: &store.PortEffect{
+		Seq: 1, IntentHash: "i-bogus", World: world.World.ID, Kind: effectKind, State: "bogus", EnqueuedAt: time.Unix(1, 0)}}
+	err := im.Import(bg, []store.PortRecord{world, state})
+	wantErr(t, err, store.ErrInvalid, "Import of an effect in a state the target does not know")
+	orphan := store.PortRecord{Format: store.PortFormat, Kind: store.PortKindInbox, Inbox: &store.PortInboxItem{
+		World: "w-nowhere", Seq: 1, Kind: "event", EnqueuedAt: time.Unix(1, 0)}}
+	err = im.Import(bg, []store.PortRecord{world, orphan})
+	wantErr(t, err, store.ErrWorldNotFound, "Import of an inbox item of a world neither the target nor the batch holds")
+	for name, bad := range map[string]store.PortRecord{"a later format": future, "an unknown kind": unknown,
+		"a kind without its field": missing, "two fields": two} {
+		err := im.Import(bg, append(append([]store.PortRecord{}, recs...), bad))
+		wantErr(t, err, store.ErrInvalid, "Import of "+name)
+	}
+	if empty, err := im.Empty(bg); err != nil || !empty {
+		t.Errorf("Empty after refused batches = %v, %v; want true (nothing written)", empty, err)
+	}
+}
+
+// testPortConsistent exports while another goroutine runs world cycles
+// (enqueue, a Commit that drains, journals and publishes, a completion
+// whose receipt enters the inbox), imports the export, and checks what a
+// torn read would break.
+func testPortConsistent(t *testing.T, from, to Factory) {
+	src := setup(t, from)
+	const worlds = 3
+	epochs := make([]uint64, worlds)
+	for i := range epochs {
+		epochs[i] = src.leased(fmt.Sprintf("w%d", i), "node-a")
+	}
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	cycles := make(chan int, 1024)
+	var wg sync.WaitGroup
+	var runErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s := src.s
+		for n := 0; ctx.Err() == nil; n++ {
+			w := fmt.Sprintf("w%d", n%worlds)
+			e := epochs[n%worlds]
+			seq, _, err := s.Enqueue(ctx, w, store.InboxItem{Kind: vocab.KindEvent, DedupeKey: fmt.Sprint("k", n), Payload: []byte{1}})
+			if err == nil {
+				var cur, head uint64
+				if cur, err = s.Cursor(ctx, w); err == nil {
+					if head, err = s.Head(ctx, w); err == nil {
+						h := fmt.Sprintf("i%d", n)
+						_, err = s.Commit(ctx, w, e, store.CommitBatch{ExpectedCursor: cur, NewCursor: seq, ExpectedHead: head,
+							Entries: []store.Record{rec(fmt.Sprint(n))}, Intents: intents(h)})
+						if err == nil {
+							var items []vocab.EffectItem
+							if items, err = s.Claim(ctx, "fx", []string{effectKind}, 1, time.Hour); err == nil && len(items) == 1 {
+								_, _, err = s.Complete(ctx, items[0].IntentHash, items[0].ClaimOf(), vocab.Receipt{Status: vocab.ReceiptOK})
+							}
+						}
+					}
+				}
+			}
+			if err != nil {
+				if ctx.Err() == nil {
+					runErr = err
+				}
+				return
+			}
+			select {
+			case cycles <- n:
+			default:
+			}
+		}
+	}()
+	// Export once the writer has run, while it runs.
+	for range 10 {
+		<-cycles
+	}
+	// At each kind's first record the export lets the writer run a cycle
+	// (a backend whose export shuts writers out until it ends, as
+	// memstore's lock does, gets none: the wait gives up after a bounded
+	// number of yields), so a read that was not one snapshot shows it.
+	ex, _ := porter(t, src.s)
+	var recs []store.PortRecord
+	must(t, ex.Export(bg, func(r store.PortRecord) error {
+		if len(recs) == 0 || recs[len(recs)-1].Kind != r.Kind {
+			letRun(cycles)
+		}
+		recs = append(recs, r)
+		return nil
+	}), "Export")
+	cancel()
+	wg.Wait()
+	if runErr != nil {
+		t.Fatalf("writer: %v", runErr)
+	}
+	dst := setup(t, to)
+	importAll(t, dst.s, recs, 50)
+	got := exportAll(t, dst.s)
+
+	lastEvent := map[string]uint64{}
+	heads := map[string]uint64{}
+	inbox := map[string]map[uint64]bool{}
+	ws := map[string]store.PortWorld{}
+	keys, effects := map[string]bool{}, map[string]bool{}
+	for _, r := range got {
+		switch r.Kind {
+		case store.PortKindWorld:
+			ws[r.World.ID] = *r.World
+			inbox[r.World.ID] = map[uint64]bool{}
+		case store.PortKindStream:
+			heads[r.Stream.Stream] = r.Stream.Head
+		case store.PortKindEvent:
+			lastEvent[r.Event.StreamID] = max(lastEvent[r.Event.StreamID], r.Event.RunSeq)
+			keys[r.Event.IdempotencyKey] = true
+		case store.PortKindInbox:
+			inbox[r.Inbox.World][r.Inbox.Seq] = true
+		case store.PortKindEffect:
+			e := r.Effect
+			effects[e.IntentHash] = true
+			if e.State == string(vocab.EffectDone) && (e.InboxSeq == nil || !inbox[e.World][*e.InboxSeq]) {
+				var seq uint64
+				if e.InboxSeq != nil {
+					seq = *e.InboxSeq
+				}
+				t.Errorf("done effect %s: its receipt's inbox item %d is not in the copy", e.IntentHash, seq)
+			}
+		}
+	}
+	// Cycle n journals key-n and publishes in in one Commit: the copy
+	// holds both or neither.
+	for k := range keys {
+		if h := "i" + k[len("key-"):]; !effects[h] {
+			t.Errorf("event %s is in the copy, its Commit's intent %s is not", k, h)
+		}
+	}
+	for h := range effects {
+		if k := "key-" + h[1:]; !keys[k] {
+			t.Errorf("intent %s is in the copy, its Commit's event %s is not", h, k)
+		}
+	}
+	for id, w := range ws {
+		if heads[id] != lastEvent[id] {
+			t.Errorf("world %s: head %d, last event %d", id, heads[id], lastEvent[id])
+		}
+		if w.InboxCursor > w.LastSeq || !inbox[id][w.LastSeq] && w.LastSeq > 0 {
+			t.Errorf("world %s: cursor %d, last seq %d, inbox has it: %v", id, w.InboxCursor, w.LastSeq, inbox[id][w.LastSeq])
+		}
+		if n := uint64(len(inbox[id])); n != w.LastSeq {
+			t.Errorf("world %s: %d inbox items, last seq %d", id, n, w.LastSeq)
+		}
+	}
+}
+
+// letRun waits for the writer's next cycle, yielding at most a bounded
+// number of times (never a timed wait): a writer the export holds back
+// never signals.
+func letRun(cycles <-chan int) {
+	for drained := false; !drained; {
+		select {
+		case <-cycles:
+		default:
+			drained = true
+		}
+	}
+	for range 20000 {
+		select {
+		case <-cycles:
+			return
+		default:
+			runtime.Gosched()
+		}
+	}
+}
+
+func testPortEmitError(t *testing.T, from, _ Factory) {
+	src := setup(t, from)
+	src.world("w-a")
+	src.world("w-b")
+	ex, _ := porter(t, src.s)
+	stop := errors.New("the target is full")
+	calls := 0
+	err := ex.Export(bg, func(store.PortRecord) error { calls++; return stop })
+	if !errors.Is(err, stop) || calls != 1 {
+		t.Fatalf("Export whose emit fails = %v after %d calls, want the emit's error after 1", err, calls)
+	}
+	// The store still serves.
+	src.world("w-c")
+}
