@@ -14,8 +14,8 @@ import (
 	"github.com/orrery-run/orrery/store/storetest"
 )
 
-// genWorlds is the generated store's size: 10,000 as the issue asks, or
-// ORRERY_MIGRATE_WORLDS.
+// genWorlds is the generated store's size: 10,000 as the issue asks (2,000
+// under -race, raceWorlds), or ORRERY_MIGRATE_WORLDS.
 func genWorlds(t *testing.T) int {
 	if s := os.Getenv("ORRERY_MIGRATE_WORLDS"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -23,6 +23,9 @@ func genWorlds(t *testing.T) int {
 			t.Fatal(err)
 		}
 		return n
+	}
+	if raceWorlds > 0 {
+		return raceWorlds
 	}
 	return 10000
 }
