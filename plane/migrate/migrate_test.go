@@ -283,3 +283,12 @@ func TestATamperedTargetFailsVerificationNamingTheWorld(t *testing.T) {
 	// With the same transform the source reads as its copy should.
 	mustVerify(t, ctx, src, dst, migrate.VerifyOptions{Transform: tamper})
 }
+
+// benchWorlds is the benchmark's store size: ORRERY_MIGRATE_WORLDS, or
+// 10,000.
+func benchWorlds() int {
+	if n, err := strconv.Atoi(os.Getenv("ORRERY_MIGRATE_WORLDS")); err == nil && n > 0 {
+		return n
+	}
+	return 10000
+}
