@@ -167,20 +167,22 @@ func TestAGeneratedStoreOf10000WorldsMigratesToPostgresVerified(t *testing.T) {
 	t.Logf("verified in %.1fs", rep.Elapsed)
 }
 
-// PostgreSQL to SQLite and SQLite to SQLite: the copy of a copy equals the
-// original.
+// SQLite to PostgreSQL, PostgreSQL to PostgreSQL, PostgreSQL to SQLite and
+// SQLite to SQLite: each hop verifies, and the copy of the copies equals
+// the original.
 func TestRoundTripsEqualTheOriginal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	orig := open(t, ctx, testrig.SQLite)
 	generate(t, ctx, orig, 300)
 	pg := open(t, ctx, testrig.Postgres)
+	pg2 := open(t, ctx, testrig.Postgres)
 	back := open(t, ctx, testrig.SQLite)
 	again := open(t, ctx, testrig.SQLite)
 	for _, hop := range []struct {
 		name     string
 		src, dst store.Store
-	}{{"sqlite to postgres", orig, pg}, {"postgres to sqlite", pg, back}, {"sqlite to sqlite", back, again}} {
+	}{{"sqlite to postgres", orig, pg}, {"postgres to postgres", pg, pg2}, {"postgres to sqlite", pg2, back}, {"sqlite to sqlite", back, again}} {
 		if _, err := migrate.Copy(ctx, hop.src, hop.dst, migrate.CopyOptions{}); err != nil {
 			t.Fatalf("%s: %v", hop.name, err)
 		}
