@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -118,6 +119,19 @@ func TestTheDemosDatabaseMigratesToPostgresAndServes(t *testing.T) {
 		t.Fatalf("a second migrate into the copy: %s", r)
 	}
 
+	// A copy whose alice differs in her active snapshot's state: the
+	// verification fails (exit 1), naming alice and no other world, and
+	// the replay is what finds it (her journal is intact).
+	tampered := filepath.Join(t.TempDir(), "tampered.db")
+	verifyTampered(t, ctx, from, tampered)
+	r = runCLI(ctx, nil, "migrate", "--from", from, "--to", tampered, "--verify-only", "--quiet")
+	if r.code != cli.ExitError || !strings.Contains(r.err, "worlds differ: alice") || strings.Contains(r.err, "bob") {
+		t.Fatalf("verifying a tampered copy: %s", r)
+	}
+	if !strings.Contains(r.out, "alice") || !(strings.Contains(r.out, migrate.CheckState) || strings.Contains(r.out, migrate.CheckReplay)) {
+		t.Fatalf("the report does not show alice's replay differing:\n%s", r.out)
+	}
+
 	pg, err := postgres.Open(ctx, dsn, postgres.WithSchema(schema))
 	if err != nil {
 		t.Fatal(err)
@@ -157,6 +171,52 @@ func TestTheDemosDatabaseMigratesToPostgresAndServes(t *testing.T) {
 	}
 	if !out.Approved || out.Notice != "paid 50 to alice" {
 		t.Fatalf("the payout run finished with %+v", out)
+	}
+}
+
+// verifyTampered copies the store at from into a new SQLite file at to,
+// with alice's active snapshot's state replaced by an earlier one of
+// hers (its height and hash kept).
+func verifyTampered(t *testing.T, ctx context.Context, from, to string) {
+	t.Helper()
+	src, err := sqlite.Open(ctx, from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := sqlite.Open(ctx, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	snap, ok, err := src.ActiveSnapshot(ctx, "alice")
+	if err != nil || !ok {
+		t.Fatalf("alice has no active snapshot (%v): the demo snapshots every commit", err)
+	}
+	// Her state at an earlier snapshot, under the active one's height and
+	// hash: a state she really had, so it decodes, but not hers there.
+	var earlier []byte
+	changed := false
+	_, err = migrate.Copy(ctx, src, dst, migrate.CopyOptions{Transform: func(r *store.PortRecord) (bool, error) {
+		if r.Kind != store.PortKindSnapshot || r.Snapshot.World != "alice" {
+			return true, nil
+		}
+		if r.Snapshot.Height < snap.Height && !bytes.Equal(r.Snapshot.State, snap.State) {
+			earlier = r.Snapshot.State
+		}
+		if r.Snapshot.Height == snap.Height && earlier != nil {
+			s := r.Snapshot.Snapshot
+			s.State = earlier
+			r.Snapshot = &store.PortSnapshot{Snapshot: s}
+			changed = true
+		}
+		return true, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !changed {
+		t.Fatal("alice's active snapshot was not among the records copied")
 	}
 }
 
