@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -146,9 +148,10 @@ func TestTheDemosDatabaseMigratesToPostgresAndServes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stopped := false
 	defer func() {
-		if err := n.Stop(context.WithoutCancel(ctx)); err != nil {
-			t.Errorf("stopping the node: %v", err)
+		if !stopped {
+			_ = n.Stop(context.WithoutCancel(ctx))
 		}
 	}()
 	reply, err := n.Client().Call(ctx, "alice", ledger.Balance{})
@@ -172,6 +175,50 @@ func TestTheDemosDatabaseMigratesToPostgresAndServes(t *testing.T) {
 	if !out.Approved || out.Notice != "paid 50 to alice" {
 		t.Fatalf("the payout run finished with %+v", out)
 	}
+	stopped = true
+	if err := n.Stop(ctx); err != nil {
+		t.Fatalf("stopping the node: %v", err)
+	}
+	if err := pg.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// And the real command: `orrery serve` on the copy, then a call.
+	url := serveInBackground(t, ctx, to)
+	r = runCLI(ctx, nil, "--addr", url, "world", "call", "alice", "ledger/Balance", "-o", "json")
+	if r.code != cli.ExitOK || !strings.Contains(r.out, strconv.FormatInt(want.Balance, 10)) {
+		t.Fatalf("orrery world call alice ledger/Balance on `orrery serve --store <the copy>` (balance %d): %s", want.Balance, r)
+	}
+}
+
+// serveInBackground runs `orrery serve --store spec` on a free port until
+// t ends, and returns its API's URL, read from the line serve prints.
+func serveInBackground(t *testing.T, ctx context.Context, spec string) string {
+	t.Helper()
+	sctx, cancel := context.WithCancel(ctx)
+	pr, pw := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		code := cli.Run(sctx, []string{"serve", "--store", spec, "--listen", "127.0.0.1:0", "--worker-id", "served", "--lease-ttl", "2s"},
+			cli.IO{Out: pw, Err: io.Discard, Getenv: func(string) string { return "" }}, ledger.Kernels())
+		_ = pw.Close()
+		done <- code
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != cli.ExitOK {
+			t.Errorf("orrery serve exited %d", code)
+		}
+	})
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatalf("orrery serve printed no first line: %v", err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	_, url, ok := strings.Cut(strings.TrimSpace(line), "API ")
+	if !ok {
+		t.Fatalf("orrery serve's first line names no API: %q", line)
+	}
+	return url
 }
 
 // verifyTampered copies the store at from into a new SQLite file at to,
