@@ -28,6 +28,7 @@ import (
 	"github.com/orrery-run/orrery/api"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/adapter"
+	"github.com/orrery-run/orrery/plane/migrate"
 	"github.com/orrery-run/orrery/plane/node"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
@@ -134,12 +135,23 @@ func openStore(ctx context.Context, spec string, leaseTTL time.Duration) (store.
 	case spec == "memory":
 		return memstore.New(), "memory", nil
 	case isPostgresDSN(spec):
-		dsn, err := withIdleTxTimeout(spec, leaseTTL)
+		// ?schema= names the store's schema (migrate.SchemaParam): two
+		// stores can share one database.
+		dsn, schema, err := migrate.SplitSchema(spec)
 		if err != nil {
+			return nil, "", usageError{err}
+		}
+		if dsn, err = withIdleTxTimeout(dsn, leaseTTL); err != nil {
 			return nil, "", err
 		}
-		st, err := postgres.Open(ctx, dsn)
-		return st, "postgres", err
+		var opts []postgres.Option
+		desc := "postgres"
+		if schema != "" {
+			opts = append(opts, postgres.WithSchema(schema))
+			desc += " schema " + schema
+		}
+		st, err := postgres.Open(ctx, dsn, opts...)
+		return st, desc, err
 	case spec == "":
 		return nil, "", usagef("--store is empty")
 	default:
@@ -148,18 +160,12 @@ func openStore(ctx context.Context, spec string, leaseTTL time.Duration) (store.
 	}
 }
 
-// keywordDSN matches the start of a PostgreSQL key/value DSN
-// ("host=a,b port=5432,5433 dbname=orrery target_session_attrs=read-write").
-var keywordDSN = regexp.MustCompile(`^\s*[a-z_]+\s*=`)
-
 // isPostgresDSN tells a --store value that names PostgreSQL: a URL
 // (postgres:// or postgresql://) or a key/value DSN. Either may list
 // several hosts, the standby after the primary, for a cluster that fails
 // over; target_session_attrs=read-write then makes every connection find
-// the primary among them.
-func isPostgresDSN(spec string) bool {
-	return strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://") || keywordDSN.MatchString(spec)
-}
+// the primary.
+func isPostgresDSN(spec string) bool { return migrate.IsPostgres(spec) }
 
 // idleTxParam is PostgreSQL's limit on how long a session may wait for
 // its client in the middle of a transaction before the server aborts it.
