@@ -348,6 +348,29 @@ func (c *Client) RetryEffect(ctx context.Context, intentHash, reason string) (Ef
 	return out, err
 }
 
+// HoldEffect keeps a pending or inflight effect from every adapter until
+// ReleaseHeld or InjectReceipt (a done or withdrawn one: an effect_ended
+// error, errors.Is store.ErrEffectEnded).
+func (c *Client) HoldEffect(ctx context.Context, intentHash, reason string) (EffectStatus, error) {
+	var out EffectStatus
+	_, err := c.do(ctx, http.MethodPost, "/v1/effects/"+url.PathEscape(intentHash)+"/hold", nil, reasonReq{Reason: reason}, &out)
+	return out, err
+}
+
+// ReleaseHeld lets a held effect run again at once.
+func (c *Client) ReleaseHeld(ctx context.Context, intentHash, reason string) (EffectStatus, error) {
+	var out EffectStatus
+	_, err := c.do(ctx, http.MethodPost, "/v1/effects/"+url.PathEscape(intentHash)+"/release", nil, reasonReq{Reason: reason}, &out)
+	return out, err
+}
+
+// ReleaseAllHeld releases every held effect and returns how many.
+func (c *Client) ReleaseAllHeld(ctx context.Context, reason string) (int, error) {
+	var out HeldCount
+	_, err := c.do(ctx, http.MethodPost, "/v1/effects/held/release", nil, reasonReq{Reason: reason}, &out)
+	return out.Released, err
+}
+
 // InjectReceipt hands a pending or inflight effect's world an operator's
 // receipt: status ok, error or timeout, and body (encoded as JSON, then as
 // CBOR; nil for none).

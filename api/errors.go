@@ -35,6 +35,7 @@ const (
 	CodeArchived         = "archived"               // 409: the world is archived
 	CodeFenced           = "fenced"                 // 409: a lease or fence refused the write
 	CodeNotRetryable     = "not_retryable"          // 409: the effect is not in a retryable state
+	CodeEffectEnded      = "effect_ended"           // 409: the effect is done or withdrawn (no hold or release)
 	CodeFinished         = "finished"               // 409: the workflow run has ended
 	CodeReplyUnavailable = "reply_unavailable"      // 409: a call's reply can no longer be derived
 	CodeCompacted        = "compacted"              // 410: the journal records asked for are compacted (details.floor)
@@ -82,7 +83,8 @@ func (e *Error) Error() string {
 // store.ErrWorldExists; conflict plane.ErrConflict and workflow.ErrConflict;
 // finished workflow.ErrFinished; paused store.ErrWorldPaused; archived
 // store.ErrWorldArchived; fenced store.ErrFenced and plane.ErrFenced;
-// not_retryable store.ErrNotRetryable; reply_unavailable
+// not_retryable store.ErrNotRetryable; effect_ended store.ErrEffectEnded;
+// reply_unavailable
 // plane.ErrReplyUnavailable; call_failed plane.ErrCallFailed; timeout
 // context.DeadlineExceeded; unavailable store.ErrClosed; compacted
 // store.ErrCompacted.
@@ -121,6 +123,8 @@ func (e *Error) Is(target error) bool {
 		return target == store.ErrFenced || target == plane.ErrFenced
 	case CodeNotRetryable:
 		return target == store.ErrNotRetryable
+	case CodeEffectEnded:
+		return target == store.ErrEffectEnded
 	case CodeReplyUnavailable:
 		return target == plane.ErrReplyUnavailable
 	case CodeCallFailed:
@@ -175,6 +179,7 @@ var errorTable = [...]errorRule{
 	{store.ErrStaleEpoch, http.StatusConflict, CodeFenced, ""},
 	{store.ErrNotAssigned, http.StatusConflict, CodeFenced, ""},
 	{store.ErrNotRetryable, http.StatusConflict, CodeNotRetryable, ""},
+	{store.ErrEffectEnded, http.StatusConflict, CodeEffectEnded, ""},
 	{store.ErrHeadMismatch, http.StatusConflict, CodeConflict, ""},
 	{store.ErrCursorMismatch, http.StatusConflict, CodeConflict, ""},
 	{store.ErrSnapshotConflict, http.StatusConflict, CodeConflict, ""},

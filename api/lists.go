@@ -234,8 +234,8 @@ func (s *Server) listRuns(r *http.Request, _ *reqCtx) (int, any, error) {
 
 // effects is GET /v1/effects: effects across worlds (or one), of a kind,
 // in a state, in queue (seq) order; after is the seq of the page before.
-// Without a status it lists the open ones (pending and inflight), as a
-// queue view does; "all" adds the done and withdrawn records the store
+// Without a status it lists the open ones (pending, inflight and held), as
+// a queue view does; "all" adds the done and withdrawn records the store
 // keeps until swept.
 func (s *Server) effects(r *http.Request, rc *reqCtx) (int, any, error) {
 	q, err := query(r, "world", "kind", "status", "after", "limit")
@@ -249,12 +249,13 @@ func (s *Server) effects(r *http.Request, rc *reqCtx) (int, any, error) {
 	}
 	switch st := q.Get("status"); st {
 	case "", "open":
-		f.States = []vocab.EffectState{vocab.EffectPending, vocab.EffectInflight}
+		f.States = []vocab.EffectState{vocab.EffectPending, vocab.EffectInflight, vocab.EffectHeld}
 	case "all":
-	case string(vocab.EffectPending), string(vocab.EffectInflight), string(vocab.EffectDone), string(vocab.EffectWithdrawn):
+	case string(vocab.EffectPending), string(vocab.EffectInflight), string(vocab.EffectHeld), string(vocab.EffectDone),
+		string(vocab.EffectWithdrawn):
 		f.States = []vocab.EffectState{vocab.EffectState(st)}
 	default:
-		return 0, nil, invalid(`query parameter "status" must be open (the default: pending or inflight), pending, inflight, done, withdrawn or all`)
+		return 0, nil, invalid(`query parameter "status" must be open (the default: pending, inflight or held), pending, inflight, held, done, withdrawn or all`)
 	}
 	if err := s.worldKnown(r.Context(), f.World); err != nil {
 		return 0, nil, err
@@ -291,7 +292,7 @@ func (s *Server) effects(r *http.Request, rc *reqCtx) (int, any, error) {
 			IntentHash: it.IntentHash, World: it.World, Kind: it.Kind, Origin: it.Origin, Seq: it.Seq,
 			State: string(it.State), EnqueuedAt: utc(it.EnqueuedAt), Attempt: it.Attempt, ClaimedBy: it.ClaimedBy,
 			ClaimExpires: utc(it.ClaimExpires), Retries: it.Retries, ParamsCBOR: it.Params,
-			Failures: it.Failures,
+			Failures: it.Failures, HoldReason: it.HoldReason, HeldAt: utc(it.HeldAt),
 		}
 		if it.State == vocab.EffectPending {
 			e.RetryAt = utc(it.RetryAt)

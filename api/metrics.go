@@ -271,7 +271,7 @@ func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 				name string
 				v    int64
 			}{
-				{"effects_pending", d.EffectsPending}, {"effects_inflight", d.EffectsInflight},
+				{"effects_pending", d.EffectsPending}, {"effects_inflight", d.EffectsInflight}, {"effects_held", d.EffectsHeld},
 				{"timers_scheduled", d.TimersScheduled}, {"timers_claimed", d.TimersClaimed},
 				{"inbox_backlog", d.InboxBacklog},
 			} {

@@ -757,9 +757,23 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 	a.do(exchange{method: "POST", path: "/v1/effects/" + strings.Repeat("0", 64) + "/receipt", body: `{"status":"ok"}`, want: 404})
 	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/receipt", body: `{"status":"error","body":{"why":"down"},"reason":"by phone"}`, want: 200})
 	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/receipt", body: `{"status":"ok"}`, want: 200}) // a duplicate
+	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/hold", want: 409})                             // done: effect_ended
+	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/release", want: 409})                          // done: effect_ended
 	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/retry", body: `{"reason":"the payee is back"}`, want: 200})
 	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/retry", body: `{"reason":false}`, want: 400, specRefuses: true})
 	a.do(exchange{method: "POST", path: "/v1/effects/" + strings.Repeat("0", 64) + "/retry", want: 404})
+	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/hold", body: `{"reason":"restored"}`, want: 200})
+	a.do(exchange{method: "GET", path: "/v1/effects?status=held", want: 200})
+	a.do(exchange{method: "GET", path: "/v1/queues", want: 200})
+	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/hold", body: `{"reason":1}`, want: 400, specRefuses: true})
+	a.do(exchange{method: "POST", path: "/v1/effects/" + strings.Repeat("0", 64) + "/hold", want: 404})
+	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/release", body: `{"reason":"never charged"}`, want: 200})
+	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/release", body: `{"reason":1}`, want: 400, specRefuses: true})
+	a.do(exchange{method: "POST", path: "/v1/effects/" + strings.Repeat("0", 64) + "/release", want: 404})
+	a.do(exchange{method: "POST", path: "/v1/effects/" + hash + "/hold", want: 200})
+	a.do(exchange{method: "POST", path: "/v1/effects/held/release", body: `{"reason":"all checked"}`, want: 200})
+	a.do(exchange{method: "POST", path: "/v1/effects/held/release", body: `{"reason":1}`, want: 400, specRefuses: true})
+	a.do(exchange{method: "POST", path: "/v1/effects/held/release", noToken: true, want: 401, specRefuses: true})
 
 	// The journal's detail of every kind of step: oa's event, calls (a
 	// reply and a failure), effect, timer and receipt, oa-h's send and

@@ -92,11 +92,58 @@ func (s *Server) retryEffect(r *http.Request, rc *reqCtx) (int, any, error) {
 	return http.StatusOK, effectStatusOf(es), nil
 }
 
+// holdEffect is POST /v1/effects/{hash}/hold: no adapter claims the
+// effect until an operator releases or resolves it; an inflight one's
+// claim is revoked.
+func (s *Server) holdEffect(r *http.Request, rc *reqCtx) (int, any, error) {
+	return s.effectOp(r, rc, s.cfg.Store.HoldEffect)
+}
+
+// releaseHeld is POST /v1/effects/{hash}/release: a held effect is
+// pending again, to run at once.
+func (s *Server) releaseHeld(r *http.Request, rc *reqCtx) (int, any, error) {
+	return s.effectOp(r, rc, s.cfg.Store.ReleaseHeld)
+}
+
+// effectOp runs an operator's op on the effect the path names, with the
+// body's reason, and answers its record.
+func (s *Server) effectOp(r *http.Request, rc *reqCtx, op func(ctx context.Context, hash, reason string) (store.EffectStatus, error)) (int, any, error) {
+	var req reasonReq
+	if err := s.body(r, rc, &req, true); err != nil {
+		return 0, nil, err
+	}
+	hash := r.PathValue("hash")
+	if err := checkID("intent hash", hash); err != nil {
+		return 0, nil, err
+	}
+	es, err := op(r.Context(), hash, req.Reason)
+	if err != nil {
+		return 0, nil, effectNotFound(err, hash)
+	}
+	rc.world = es.World
+	return http.StatusOK, effectStatusOf(es), nil
+}
+
+// releaseAllHeld is POST /v1/effects/held/release: every held effect is
+// released at once, as after a restore an operator has checked them all.
+func (s *Server) releaseAllHeld(r *http.Request, rc *reqCtx) (int, any, error) {
+	var req reasonReq
+	if err := s.body(r, rc, &req, true); err != nil {
+		return 0, nil, err
+	}
+	n, err := s.cfg.Store.ReleaseAllHeld(r.Context(), req.Reason)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, HeldCount{Released: n}, nil
+}
+
 func effectStatusOf(es store.EffectStatus) EffectStatus {
 	return EffectStatus{
 		IntentHash: es.IntentHash, World: es.World, Kind: es.Kind, State: string(es.State), Attempts: es.Attempts,
 		Retries: es.Retries, RetryReason: es.RetryReason, CompletedAt: utc(es.CompletedAt),
 		Failures: es.Failures, RetryAt: utc(es.RetryAt), LastError: es.LastError,
+		HoldReason: es.HoldReason, HeldAt: utc(es.HeldAt), ReleaseReason: es.ReleaseReason,
 	}
 }
 
@@ -214,7 +261,7 @@ func (s *Server) queues(r *http.Request, _ *reqCtx) (int, any, error) {
 
 func queuesOf(d store.QueueDepths) Queues {
 	return Queues{
-		EffectsPending: d.EffectsPending, EffectsInflight: d.EffectsInflight,
+		EffectsPending: d.EffectsPending, EffectsInflight: d.EffectsInflight, EffectsHeld: d.EffectsHeld,
 		TimersScheduled: d.TimersScheduled, TimersClaimed: d.TimersClaimed, InboxBacklog: d.InboxBacklog,
 	}
 }

@@ -56,6 +56,7 @@ const MaxInboxDepth = 1000
 type Queues struct {
 	EffectsPending  int64 `json:"effects_pending"`
 	EffectsInflight int64 `json:"effects_inflight"`
+	EffectsHeld     int64 `json:"effects_held"`     // waiting for an operator's release or receipt
 	TimersScheduled int64 `json:"timers_scheduled"` // not yet claimed, due or not
 	TimersClaimed   int64 `json:"timers_claimed"`
 	InboxBacklog    int64 `json:"inbox_backlog"` // enqueued, not yet drained, over all worlds
@@ -185,9 +186,14 @@ type Effect struct {
 	// so far and when the effect may run again (absent: at once).
 	Failures int       `json:"failures"`
 	RetryAt  time.Time `json:"retry_at,omitzero"`
+	// HoldReason and HeldAt are the latest hold's: a held effect waits
+	// for an operator's release or receipt (absent: never held).
+	HoldReason string    `json:"hold_reason,omitempty"`
+	HeldAt     time.Time `json:"held_at,omitzero"`
 }
 
-// EffectStatus is an effect's record after an operator's retry.
+// EffectStatus is an effect's record after an operator's retry, hold or
+// release.
 type EffectStatus struct {
 	IntentHash  string    `json:"intent_hash"`
 	World       string    `json:"world"`
@@ -201,6 +207,15 @@ type EffectStatus struct {
 	Failures  int       `json:"failures"`
 	RetryAt   time.Time `json:"retry_at,omitzero"`
 	LastError string    `json:"last_error,omitempty"`
+	// The latest hold (absent: never held) and the release that ended it.
+	HoldReason    string    `json:"hold_reason,omitempty"`
+	HeldAt        time.Time `json:"held_at,omitzero"`
+	ReleaseReason string    `json:"release_reason,omitempty"`
+}
+
+// HeldCount answers a release of every held effect: how many it released.
+type HeldCount struct {
+	Released int `json:"released"`
 }
 
 // ReceiptAck answers an injected receipt: its inbox seq, and whether the

@@ -50,6 +50,10 @@ type Backend interface {
 	NextRetry(ctx context.Context, kinds []string) (wait time.Duration, ok bool, err error)
 	RetryEffect(ctx context.Context, intentHash, reason string) (EffectStatus, error)
 	EffectStatus(ctx context.Context, intentHash string) (EffectStatus, error)
+	HoldEffect(ctx context.Context, intentHash, reason string) (EffectStatus, error)
+	ReleaseHeld(ctx context.Context, intentHash, reason string) (EffectStatus, error)
+	HoldOpenEffects(ctx context.Context, reason string) (int, error)
+	ReleaseAllHeld(ctx context.Context, reason string) (int, error)
 
 	Timers
 	Fabric
@@ -560,6 +564,42 @@ func (f *Front) RetryEffect(ctx context.Context, intentHash, reason string) (Eff
 		return EffectStatus{}, err
 	}
 	return f.b.RetryEffect(ctx, intentHash, reason)
+}
+
+// HoldEffect implements Effects.
+func (f *Front) HoldEffect(ctx context.Context, intentHash, reason string) (EffectStatus, error) {
+	const op = "hold_effect"
+	if err := first(done(ctx, op), CheckID(op, "intentHash", intentHash), CheckReason(op, reason)); err != nil {
+		return EffectStatus{}, err
+	}
+	return f.b.HoldEffect(ctx, intentHash, reason)
+}
+
+// ReleaseHeld implements Effects.
+func (f *Front) ReleaseHeld(ctx context.Context, intentHash, reason string) (EffectStatus, error) {
+	const op = "release_held"
+	if err := first(done(ctx, op), CheckID(op, "intentHash", intentHash), CheckReason(op, reason)); err != nil {
+		return EffectStatus{}, err
+	}
+	return f.b.ReleaseHeld(ctx, intentHash, reason)
+}
+
+// HoldOpenEffects implements Effects.
+func (f *Front) HoldOpenEffects(ctx context.Context, reason string) (int, error) {
+	const op = "hold_open_effects"
+	if err := first(done(ctx, op), CheckReason(op, reason)); err != nil {
+		return 0, err
+	}
+	return f.b.HoldOpenEffects(ctx, reason)
+}
+
+// ReleaseAllHeld implements Effects.
+func (f *Front) ReleaseAllHeld(ctx context.Context, reason string) (int, error) {
+	const op = "release_all_held"
+	if err := first(done(ctx, op), CheckReason(op, reason)); err != nil {
+		return 0, err
+	}
+	return f.b.ReleaseAllHeld(ctx, reason)
 }
 
 // EffectStatus implements Effects. An intent hash no write could have

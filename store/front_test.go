@@ -160,6 +160,18 @@ func (r *recorder) RetryEffect(ctx context.Context, intentHash, reason string) (
 func (r *recorder) EffectStatus(ctx context.Context, intentHash string) (EffectStatus, error) {
 	return EffectStatus{}, r.rec(ctx, "EffectStatus")
 }
+func (r *recorder) HoldEffect(ctx context.Context, intentHash, reason string) (EffectStatus, error) {
+	return EffectStatus{}, r.rec(ctx, "HoldEffect")
+}
+func (r *recorder) ReleaseHeld(ctx context.Context, intentHash, reason string) (EffectStatus, error) {
+	return EffectStatus{}, r.rec(ctx, "ReleaseHeld")
+}
+func (r *recorder) HoldOpenEffects(ctx context.Context, reason string) (int, error) {
+	return 0, r.rec(ctx, "HoldOpenEffects")
+}
+func (r *recorder) ReleaseAllHeld(ctx context.Context, reason string) (int, error) {
+	return 0, r.rec(ctx, "ReleaseAllHeld")
+}
 func (r *recorder) Schedule(ctx context.Context, world string, epoch uint64, intentHash string, deliverAt time.Time, payload []byte) error {
 	return r.rec(ctx, "Schedule")
 }
@@ -414,6 +426,12 @@ func invalidCalls() []frontCall {
 		{"NextRetry kinds", "next_retry", func(f *Front) error { _, _, err := f.NextRetry(fbg, nil); return err }},
 		{"RetryEffect hash", "retry_effect", func(f *Front) error { _, err := f.RetryEffect(fbg, "", ""); return err }},
 		{"EffectStatus hash", "effect_status", func(f *Front) error { _, err := f.EffectStatus(fbg, badID); return err }},
+		{"HoldEffect hash", "hold_effect", func(f *Front) error { _, err := f.HoldEffect(fbg, "", "r"); return err }},
+		{"HoldEffect reason", "hold_effect", func(f *Front) error { _, err := f.HoldEffect(fbg, "i", longText); return err }},
+		{"ReleaseHeld hash", "release_held", func(f *Front) error { _, err := f.ReleaseHeld(fbg, badID, "r"); return err }},
+		{"ReleaseHeld reason", "release_held", func(f *Front) error { _, err := f.ReleaseHeld(fbg, "i", longText); return err }},
+		{"HoldOpenEffects reason", "hold_open_effects", func(f *Front) error { _, err := f.HoldOpenEffects(fbg, longText); return err }},
+		{"ReleaseAllHeld reason", "release_all_held", func(f *Front) error { _, err := f.ReleaseAllHeld(fbg, longText); return err }},
 		{"Schedule deliverAt", "schedule", func(f *Front) error { return f.Schedule(fbg, "w", 1, "t", time.Time{}, nil) }},
 		{"Schedule payload", "schedule", func(f *Front) error { return f.Schedule(fbg, "w", 1, "t", fdue, bigBytes) }},
 		{"CancelTimer hash", "cancel_timer", func(f *Front) error { return f.CancelTimer(fbg, "w", 1, "") }},
@@ -573,6 +591,10 @@ func validCalls() []struct {
 		{"NextRetry", func(f *Front) error { _, _, err := f.NextRetry(fbg, []string{"k"}); return err }},
 		{"RetryEffect", func(f *Front) error { _, err := f.RetryEffect(fbg, "i", "r"); return err }},
 		{"EffectStatus", func(f *Front) error { _, err := f.EffectStatus(fbg, "i"); return err }},
+		{"HoldEffect", func(f *Front) error { _, err := f.HoldEffect(fbg, "i", "r"); return err }},
+		{"ReleaseHeld", func(f *Front) error { _, err := f.ReleaseHeld(fbg, "i", "r"); return err }},
+		{"HoldOpenEffects", func(f *Front) error { _, err := f.HoldOpenEffects(fbg, "r"); return err }},
+		{"ReleaseAllHeld", func(f *Front) error { _, err := f.ReleaseAllHeld(fbg, "r"); return err }},
 		{"Schedule", func(f *Front) error { return f.Schedule(fbg, "w", 1, "t", fdue, []byte("p")) }},
 		{"CancelTimer", func(f *Front) error { return f.CancelTimer(fbg, "w", 1, "t") }},
 		{"ClaimDue", func(f *Front) error { _, err := f.ClaimDue(fbg, "tw", 1, time.Second); return err }},

@@ -97,7 +97,7 @@ func (s *Signal) Unpark() {
 // Notification topics.
 const (
 	// TopicEffects: effects became claimable (Publish, Commit, ReapEffects,
-	// RetryEffect).
+	// RetryEffect, ReleaseHeld).
 	TopicEffects = "effects"
 	// TopicTimers: the timer set changed (Schedule, CancelTimer, Commit,
 	// ReapTimers), so the next due time may have moved.
@@ -299,7 +299,7 @@ func (e *CompactedError) Unwrap() error { return ErrCompacted }
 //     new head);
 //  6. Withdraw withdraws those of the listed intents that are the world's
 //     and pending (published, not claimed: never claimed, or requeued by a
-//     reap), as a producer that gives an effect up must (a workflow step
+//     reap) or held (no claim: nothing runs it until an operator would), as a producer that gives an effect up must (a workflow step
 //     whose wait for a receipt ran out for good): they become
 //     EffectWithdrawn and no adapter will claim them. An inflight, done,
 //     withdrawn, unknown or other world's intent is skipped: an effect
@@ -310,7 +310,8 @@ func (e *CompactedError) Unwrap() error { return ErrCompacted }
 //     It is how a workflow run records its end and leaves every worker's
 //     scan in one write. Only WorldPaused and WorldArchived may be asked
 //     (ErrInvalid otherwise): the fence proves the world active. Archiving
-//     withdraws every pending effect of the world, as SetWorldStatus does.
+//     withdraws every pending and held effect of the world, as
+//     SetWorldStatus does.
 //
 // The inbox items up to NewCursor count as drained (their dedupe keys
 // complete, see Dedupe). This one transaction is why the runtime plane contract's crash
@@ -342,7 +343,7 @@ type CommitResult struct {
 	Scheduled int        // timers newly scheduled
 	Cancelled int        // timers cancelled
 	// Withdrawn counts the intents this commit withdrew: by Withdraw, and
-	// every pending one of the world when Status archived it.
+	// every pending and held one of the world when Status archived it.
 	Withdrawn int
 }
 
@@ -747,6 +748,13 @@ type EffectStatus struct {
 	Failures  int
 	RetryAt   time.Time
 	LastError string
+	// HoldReason and HeldAt are the latest hold's (HoldEffect), and
+	// ReleaseReason the reason of the release that ended it (ReleaseHeld):
+	// kept once the effect runs on, as its history. HeldAt is zero for an
+	// effect never held.
+	HoldReason    string
+	HeldAt        time.Time
+	ReleaseReason string
 }
 
 // ReceiptKey is the inbox dedupe key of an intent's receipt: one terminal
@@ -878,6 +886,33 @@ type Effects interface {
 	RetryEffect(ctx context.Context, intentHash, reason string) (EffectStatus, error)
 	// EffectStatus reads an intent's dedupe record.
 	EffectStatus(ctx context.Context, intentHash string) (EffectStatus, error)
+	// HoldEffect is an operator's hold (vocab.EffectHeld): a pending or
+	// inflight effect is kept from every adapter until ReleaseHeld or
+	// Resolve, with reason and the store's time recorded. An inflight
+	// effect's claim is revoked in the same transaction: its holder's
+	// Complete, ReleaseEffect and RetryLater are ErrClaimLost, so nothing
+	// an execution already under way reports moves the effect on (the
+	// operator, who holds it because it may have run, decides instead);
+	// the orphan and expiry reapers leave a held effect alone. Holding a
+	// held effect is a no-op (its first hold's reason and time are kept).
+	// A done or withdrawn effect: ErrEffectEnded. Unknown: ErrNotFound.
+	HoldEffect(ctx context.Context, intentHash, reason string) (EffectStatus, error)
+	// ReleaseHeld is an operator's release of a held effect: pending
+	// again and claimable at once (its retry wait cleared), reason
+	// recorded (EffectStatus.ReleaseReason), TopicEffects hinted. Its next
+	// claim is attempt+1 and runs the effect under its unchanged intent
+	// hash, which adapters send as the idempotency key. Releasing a
+	// pending or inflight effect is a no-op. Done or withdrawn:
+	// ErrEffectEnded. Unknown: ErrNotFound.
+	ReleaseHeld(ctx context.Context, intentHash, reason string) (EffectStatus, error)
+	// HoldOpenEffects holds every pending and inflight effect of the store
+	// in one transaction, as HoldEffect holds one (a restore's first
+	// step: none of them runs again before an operator decides). It
+	// returns how many it held.
+	HoldOpenEffects(ctx context.Context, reason string) (int, error)
+	// ReleaseAllHeld releases every held effect in one transaction, as
+	// ReleaseHeld releases one, and returns how many.
+	ReleaseAllHeld(ctx context.Context, reason string) (int, error)
 }
 
 // ---- timers (protocol E) ----
@@ -1043,7 +1078,7 @@ const (
 	WorldPaused WorldStatus = "paused"
 	// WorldArchived: final. No lease, no new input (ErrWorldArchived);
 	// receipts and timer firings of its own requests still land. Its
-	// pending effects were withdrawn when it was archived, and none of its
+	// pending and held effects were withdrawn when it was archived, and none of its
 	// effects is ever claimed again (a reaped claim is withdrawn, not
 	// requeued).
 	WorldArchived WorldStatus = "archived"
@@ -1133,8 +1168,8 @@ type Worlds interface {
 	// current lease in the same transaction (holder cleared, epoch kept),
 	// so its holder is fenced at once and the next Acquire after a resume
 	// gets a higher epoch. From archived: ErrWorldArchived. An unknown
-	// status: ErrInvalid. Archiving withdraws the world's pending effects
-	// in the same transaction (EffectWithdrawn): an ended world asks for
+	// status: ErrInvalid. Archiving withdraws the world's pending and held
+	// effects in the same transaction (EffectWithdrawn): an ended world asks for
 	// nothing more. An effect inflight at that moment may be executing;
 	// its receipt still enters the archived world's inbox, where nobody
 	// reads it.
@@ -1185,6 +1220,7 @@ const DefaultDedupeRetention = 7 * 24 * time.Hour
 type QueueDepths struct {
 	EffectsPending  int64
 	EffectsInflight int64
+	EffectsHeld     int64 // waiting for an operator (HoldEffect)
 	TimersScheduled int64 // not yet claimed (due or not)
 	TimersClaimed   int64
 	InboxBacklog    int64 // enqueued, not yet drained, over all worlds
@@ -1192,7 +1228,7 @@ type QueueDepths struct {
 
 // Views read queue state for operators and metrics without changing it.
 type Views interface {
-	// ListEffects lists up to limit of world's pending and inflight effects
+	// ListEffects lists up to limit of world's pending, inflight and held effects
 	// with queue seq > afterSeq, in queue order.
 	ListEffects(ctx context.Context, world string, afterSeq uint64, limit int) ([]vocab.EffectItem, error)
 	// ListTimers lists up to limit of world's scheduled and claimed timers
@@ -1201,8 +1237,8 @@ type Views interface {
 	// QueueDepths reads the gauges.
 	QueueDepths(ctx context.Context) (QueueDepths, error)
 	// QueryEffects lists, across worlds, up to f.Limit effect records that
-	// pass f's filters with queue seq > f.AfterSeq, in seq order: pending
-	// and inflight effects and the done and withdrawn records kept until
+	// pass f's filters with queue seq > f.AfterSeq, in seq order: pending,
+	// inflight and held effects and the done and withdrawn records kept until
 	// swept. A page is keyset-paged: the next page starts after the last
 	// seq of this one, so rows written meanwhile never shift a page and
 	// every row is listed once. An unknown world is an empty page.
@@ -1224,7 +1260,7 @@ const MaxListLimit = 1000
 type EffectFilter struct {
 	World    string
 	Kind     string
-	States   []vocab.EffectState // any of pending, inflight, done, withdrawn
+	States   []vocab.EffectState // any of pending, inflight, held, done, withdrawn
 	AfterSeq uint64              // the last seq of the page before (0: from the start)
 	Limit    int                 // [0, MaxListLimit]
 }
@@ -1272,6 +1308,7 @@ var (
 	ErrClaimLost         = errors.New("store: claim lost")
 	ErrNotDue            = errors.New("store: timer not due")
 	ErrNotRetryable      = errors.New("store: effect not retryable")
+	ErrEffectEnded       = errors.New("store: effect done or withdrawn")
 	ErrNotFound          = errors.New("store: not found")
 	ErrWatermarkConflict = errors.New("store: watermark conflict")
 	ErrInvalid           = errors.New("store: invalid argument")

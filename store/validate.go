@@ -532,12 +532,12 @@ func checkListLimit(op string, n int) error {
 
 // checkEffectFilter checks QueryEffects' filter.
 func checkEffectFilter(op string, q EffectFilter) error {
-	if len(q.States) > 4 {
-		return invalid(op, "states", "%d states, there are 4", len(q.States))
+	if len(q.States) > 5 {
+		return invalid(op, "states", "%d states, there are 5", len(q.States))
 	}
 	for _, st := range q.States {
 		switch st {
-		case vocab.EffectPending, vocab.EffectInflight, vocab.EffectDone, vocab.EffectWithdrawn:
+		case vocab.EffectPending, vocab.EffectInflight, vocab.EffectHeld, vocab.EffectDone, vocab.EffectWithdrawn:
 		default:
 			return invalid(op, "states", "%q is not an effect state", st)
 		}

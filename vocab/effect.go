@@ -14,6 +14,14 @@ const (
 	// effect of an archived world whose claim expired, too). It is final:
 	// never claimed, never completed, no receipt.
 	EffectWithdrawn EffectState = "withdrawn"
+	// EffectHeld: kept from every adapter until an operator decides. An
+	// effect that may already have run (one that was pending or inflight
+	// when a restored backup was taken, or one an operator stopped) is
+	// held rather than run again; the operator releases it (pending again:
+	// it runs at least once more, under its idempotency key) or resolves
+	// it with the receipt the external system gave. A held effect has no
+	// claim: holding an inflight one revokes its claim.
+	EffectHeld EffectState = "held"
 )
 
 // EffectItem is a queued (pending or inflight) effect: what an adapter is
@@ -42,6 +50,10 @@ type EffectItem struct {
 	// RetryAt is when a failed effect may be claimed again, by the store's
 	// clock (zero: at once). A pending item is not claimable before it.
 	RetryAt time.Time
+	// HoldReason and HeldAt are the latest hold's (store HoldEffect), kept
+	// once released; HeldAt is zero for an effect never held.
+	HoldReason string
+	HeldAt     time.Time
 }
 
 // ClaimOf returns the claim of a claimed item.

@@ -501,6 +501,19 @@ func TestQueuesPage(t *testing.T) {
 	}
 	e.do("retry the inflight effect", chromedp.Click(chromedp.CSS(`#effects tbody tr button.retry`)))
 	e.waitFor("the typed refusal", textHas("#notice", "not_retryable (409)")+` && document.querySelector('#notice').className === 'error'`)
+	// Held, the effect stands out (its own class, its reason on hover) and
+	// counts as held; released, it is open again.
+	e.do("hold the inflight effect", chromedp.Click(chromedp.CSS(`#effects tbody tr button.hold`)))
+	e.waitFor("the held effect", `document.querySelector('#effects tbody tr td.state').textContent === 'held' && `+
+		`document.querySelector('#effects tbody tr td.state').classList.contains('state-held') && `+
+		`document.querySelector('#effects tbody tr td.state').title.includes('from the dashboard') && `+
+		`document.querySelector('#effects tbody tr td.claimed').textContent === '' && `+
+		visible(`#effects tbody tr button.release`))
+	e.do("reload for the depths", chromedp.Reload())
+	e.waitFor("one held effect", textIs(`#queues dd[data-q="effects_held"]`, "1"))
+	e.do("release it", chromedp.Click(chromedp.CSS(`#effects tbody tr button.release`)))
+	e.waitFor("the released effect", `document.querySelector('#effects tbody tr td.state').textContent !== 'held' && `+
+		`!document.querySelector('#effects tbody tr td.state').classList.contains('state-held')`)
 
 	e.do("go to t1's queues", chromedp.Click(chromedp.CSS(`#tabs a[data-tab="worlds"]`)),
 		chromedp.Click(chromedp.CSS(row("worlds", "t1")+" a.queues")))

@@ -32,7 +32,7 @@ func apiExitCode(err error) (int, bool) {
 		case api.CodeNotFound:
 			return ExitNotFound, true
 		case api.CodeAlreadyExists, api.CodeConflict, api.CodePaused, api.CodeArchived, api.CodeFenced,
-			api.CodeNotRetryable, api.CodeReplyUnavailable, api.CodeFinished, api.CodeCompacted:
+			api.CodeNotRetryable, api.CodeEffectEnded, api.CodeReplyUnavailable, api.CodeFinished, api.CodeCompacted:
 			return ExitConflict, true
 		case api.CodeUnavailable, api.CodeNotReady, api.CodeTimeout:
 			return ExitUnavailable, true
@@ -626,8 +626,8 @@ receipt, which returns to its world's inbox.`,
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List effects across worlds, filtered by world, kind and status, a page at a time",
-		Long: `list shows effects in queue order: by default the open ones (pending and
-in flight) of every world. --status done, withdrawn or all shows the records
+		Long: `list shows effects in queue order: by default the open ones (pending, in
+flight and held) of every world. --status done, withdrawn or all shows the records
 the store keeps until swept. A page holds --limit effects (default 100, at
 most 1000); when more follow, the command says which --after reads the next.`,
 		Example: "  orrery effects list\n  orrery effects list --world carol\n  orrery effects list --kind http.request --status inflight --limit 50",
@@ -639,7 +639,7 @@ most 1000); when more follow, the command says which --after reads the next.`,
 	}
 	list.Flags().StringVar(&ef.World, "world", "", "only this world's effects")
 	list.Flags().StringVar(&ef.Kind, "kind", "", "only effects of this kind")
-	list.Flags().StringVar(&ef.Status, "status", "", "open (default: pending or inflight), pending, inflight, done, withdrawn or all")
+	list.Flags().StringVar(&ef.Status, "status", "", "open (default: pending, inflight or held), pending, inflight, held, done, withdrawn or all")
 	list.Flags().StringVar(&ef.After, "after", "", "the page after this cursor (printed under a full page)")
 	list.Flags().IntVar(&ef.Limit, "limit", 0, "effects a page (default 100, at most 1000)")
 	var reason string
@@ -682,7 +682,68 @@ still running it finds its result already decided.`,
 	}
 	resolve.Flags().StringVar(&status, "status", "ok", "ok, error or timeout")
 	resolve.Flags().StringVar(&resolveReason, "reason", "", "recorded with the receipt")
-	cmd.AddCommand(list, retry, resolve)
+	var holdReason string
+	hold := &cobra.Command{
+		Use:   "hold INTENT",
+		Short: "Keep an effect from every adapter until you release or resolve it",
+		Long: `hold stops a pending or in-flight effect from running (again): no adapter
+claims it, and an execution already under way has its claim revoked, so
+whatever it reports is refused. Hold an effect you suspect already ran (a
+restore brings back effects in flight when the backup was taken), then ask
+the external system: if it ran, resolve it with its receipt; if not,
+release it.`,
+		Example: `  orrery effects hold 3f2a9c... --reason "checking with the payment provider"`,
+		Args:    args(cobra.ExactArgs(1)),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
+			st, err := c.HoldEffect(ctx, a[0], holdReason)
+			if err != nil {
+				return err
+			}
+			return e.print(st, func(tw *tabwriter.Writer) {
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", st.IntentHash, st.State, st.HoldReason)
+			})
+		}),
+	}
+	hold.Flags().StringVar(&holdReason, "reason", "", "recorded with the hold")
+	var releaseReason string
+	var allHeld bool
+	release := &cobra.Command{
+		Use:   "release [INTENT | --all-held]",
+		Short: "Let a held effect (or every one) run again, at least once",
+		Long: `release puts a held effect back in the queue: an adapter runs it at once,
+sending its unchanged idempotency key, so an external system that honours
+the key does not act twice. Release only what you know did not run, or what
+is safe to run again; for one that ran, resolve it with its receipt
+instead. --all-held releases every held effect in one step.`,
+		Example: "  orrery effects release 3f2a9c... --reason \"the provider has no such charge\"\n  orrery effects release --all-held --reason \"all checked after the restore\"",
+		Args: args(func(cmd *cobra.Command, a []string) error {
+			if allHeld {
+				return cobra.NoArgs(cmd, a)
+			}
+			return cobra.ExactArgs(1)(cmd, a)
+		}),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
+			if allHeld {
+				n, err := c.ReleaseAllHeld(ctx, releaseReason)
+				if err != nil {
+					return err
+				}
+				return e.print(api.HeldCount{Released: n}, func(tw *tabwriter.Writer) {
+					fmt.Fprintf(tw, "released %d held effects\n", n)
+				})
+			}
+			st, err := c.ReleaseHeld(ctx, a[0], releaseReason)
+			if err != nil {
+				return err
+			}
+			return e.print(st, func(tw *tabwriter.Writer) {
+				fmt.Fprintf(tw, "%s\t%s\n", st.IntentHash, st.State)
+			})
+		}),
+	}
+	release.Flags().StringVar(&releaseReason, "reason", "", "recorded with the release")
+	release.Flags().BoolVar(&allHeld, "all-held", false, "release every held effect")
+	cmd.AddCommand(list, retry, resolve, hold, release)
 	return cmd
 }
 

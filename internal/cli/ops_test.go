@@ -434,3 +434,71 @@ func TestWorkersDrainWait(t *testing.T) {
 		t.Fatalf("a second drain --wait printed %q", out)
 	}
 }
+
+// TestEffectsHoldRelease: hold keeps an in-flight effect from its adapter
+// (the list shows it held, with the reason), release runs it again at the
+// next attempt, release --all-held releases every held one, resolve
+// settles a held one with the operator's receipt; a done effect cannot be
+// held (a conflict), release wants an intent or --all-held.
+func TestEffectsHoldRelease(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	f.ok("world", "create", "hal", "--universe", ledger.UniverseAccount)
+	f.ok("world", "call", "hal", "ledger/Open", `{"Owner":"hal","AuditURL":"`+auditHang+`","AuditAbove":10}`)
+	f.ok("world", "call", "hal", "ledger/Deposit", `{"Amount":100}`)
+	f.ok("world", "call", "hal", "ledger/Withdraw", `{"Amount":50,"Ref":"big"}`)
+	intent := f.audit("hal", false).Intent
+	var es []api.Effect
+	f.eventually("hal's effect in flight", func() bool {
+		f.okJSON(&es, "effects", "list", "--world", "hal")
+		return len(es) == 1 && es[0].State == "inflight"
+	})
+
+	out := f.ok("effects", "hold", intent, "--reason", "checking with the auditor")
+	if r := rows(out)[0]; !hasPrefix(r, intent, "held", "checking") {
+		t.Fatalf("effects hold printed %q", out)
+	}
+	var held []api.Effect // fresh: decoding into es would keep its absent fields
+	f.okJSON(&held, "effects", "list", "--world", "hal", "--status", "held")
+	if len(held) != 1 || held[0].State != "held" || held[0].HoldReason != "checking with the auditor" || held[0].ClaimedBy != "" || held[0].HeldAt.IsZero() {
+		t.Fatalf("effects list --status held: %+v", held)
+	}
+	if r := row(t, f.ok("effects", "list", "--world", "hal"), intent); !hasPrefix(r, intent, "http.request", "held") {
+		t.Fatalf("effects list's row of a held effect %q", r)
+	}
+	// Holding again changes nothing.
+	var st api.EffectStatus
+	f.okJSON(&st, "effects", "hold", intent, "--reason", "again")
+	if st.State != "held" || st.HoldReason != "checking with the auditor" {
+		t.Fatalf("a second hold: %+v", st)
+	}
+
+	f.okJSON(&st, "effects", "release", intent, "--reason", "the auditor never got it")
+	if st.State != "pending" && st.State != "inflight" || st.ReleaseReason != "the auditor never got it" {
+		t.Fatalf("effects release -o json: %+v", st)
+	}
+	f.eventually("the released effect claimed again", func() bool {
+		f.okJSON(&es, "effects", "list", "--world", "hal")
+		return len(es) == 1 && es[0].State == "inflight" && es[0].Attempt == 2
+	})
+
+	f.ok("effects", "hold", intent)
+	var n api.HeldCount
+	f.okJSON(&n, "effects", "release", "--all-held", "--reason", "all checked")
+	if n.Released != 1 {
+		t.Fatalf("effects release --all-held: %+v, want 1", n)
+	}
+	if out := f.ok("effects", "release", "--all-held"); strings.TrimSpace(out) != "released 0 held effects" {
+		t.Fatalf("a second release --all-held printed %q", out)
+	}
+
+	f.ok("effects", "hold", intent, "--reason", "it ran: the auditor has it")
+	f.ok("effects", "resolve", intent, `{"status":200}`, "--status", "ok", "--reason", "per the auditor")
+	if a := f.audit("hal", true); a.Outcome != ledger.AuditOK || a.HTTPStatus != 200 {
+		t.Fatalf("hal's audit after the operator's receipt: %+v", a)
+	}
+	f.fail(cli.ExitConflict, "effects", "hold", intent)
+	f.fail(cli.ExitConflict, "effects", "release", intent)
+	f.fail(cli.ExitUsage, "effects", "release")
+	f.fail(cli.ExitUsage, "effects", "release", intent, "--all-held")
+	f.fail(cli.ExitNotFound, "effects", "hold", strings.Repeat("ab", 32))
+}

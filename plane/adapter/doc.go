@@ -73,7 +73,8 @@
 // expires (a crash, a pause, an adapter that overruns) is requeued by the
 // effect reaper and executed again under a new claim, and the store
 // accepts one terminal receipt per intent; a pool whose claim was taken
-// over learns it (ErrClaimLost, or a duplicate completion) and drops its
+// over, or whose effect an operator held (the hold revokes the claim),
+// learns it (ErrClaimLost, or a duplicate completion) and drops its
 // result, as it drops a result it holds once its claim has expired.
 // Within one claim an effect is executed once; never by two goroutines of
 // one pool.

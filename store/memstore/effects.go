@@ -24,6 +24,7 @@ type effect struct {
 	inboxSeq      uint64
 	completedAt   time.Time
 	owner         owner // the incarnation the latest claim rides on (ClaimFor)
+	releaseReason string
 }
 
 // Publish implements protocol C. Intent hashes are global: an intent once
@@ -41,12 +42,12 @@ func (s *backend) Publish(ctx context.Context, worldID string, epoch uint64, int
 	return s.st.publish(worldID, intents, now), nil
 }
 
-// withdraw withdraws world's pending effects (mu held): those named by
+// withdraw withdraws world's pending and held effects (mu held): those named by
 // hashes, or every one when all. It returns how many.
 func (st *state) withdraw(worldID string, hashes []string, all bool, now time.Time) int {
 	n := 0
 	take := func(e *effect) {
-		if e != nil && e.item.World == worldID && e.item.State == vocab.EffectPending {
+		if e != nil && e.item.World == worldID && contract.Withdrawable(e.item.State) {
 			e.item.State, e.item.ClaimExpires, e.completedAt = vocab.EffectWithdrawn, time.Time{}, now
 			n++
 		}
@@ -83,11 +84,12 @@ func (st *state) publish(worldID string, intents []vocab.Intent, now time.Time) 
 	return n
 }
 
-// queued returns the pending and inflight effects in queue order (mu held).
+// queued returns the open (pending, inflight and held) effects in queue
+// order (mu held).
 func (st *state) queued() []*effect {
 	var q []*effect
 	for _, e := range st.effects {
-		if e.item.State == vocab.EffectPending || e.item.State == vocab.EffectInflight {
+		if s := e.item.State; s == vocab.EffectPending || s == vocab.EffectInflight || s == vocab.EffectHeld {
 			q = append(q, e)
 		}
 	}
@@ -173,8 +175,8 @@ func (st *state) settleEffect(op, hash string, by contract.By, r vocab.Receipt, 
 	var row contract.SettleRow
 	if ok {
 		row = contract.SettleRow{Found: true, World: e.item.World, Done: e.item.State == vocab.EffectDone,
-			Withdrawn: e.item.State == vocab.EffectWithdrawn,
-			Claim:     contract.ClaimRow{Attempt: e.item.Attempt, ClaimedBy: e.item.ClaimedBy}}
+			Withdrawn: e.item.State == vocab.EffectWithdrawn, Held: e.item.State == vocab.EffectHeld,
+			Claim: contract.ClaimRow{Attempt: e.item.Attempt, ClaimedBy: e.item.ClaimedBy}}
 	}
 	if dup, err := contract.Settle(op, "intent", hash, row, by, now); err != nil {
 		return 0, false, err
@@ -335,6 +337,7 @@ func (e *effect) status() store.EffectStatus {
 		Attempts: e.item.Attempt, Retries: e.item.Retries, RetryReason: e.retryReason,
 		InboxSeq: e.inboxSeq, CompletedAt: e.completedAt,
 		Failures: e.item.Failures, RetryAt: e.item.RetryAt, LastError: e.lastError,
+		HoldReason: e.item.HoldReason, HeldAt: e.item.HeldAt, ReleaseReason: e.releaseReason,
 	}
 	if e.receipt != nil {
 		st.Receipt = &vocab.Receipt{Status: e.receipt.Status, Payload: cloneBytes(e.receipt.Payload)}
@@ -357,4 +360,105 @@ func (s *backend) EffectStatus(ctx context.Context, intentHash string) (store.Ef
 		return store.EffectStatus{}, store.Errorf(op, store.ErrNotFound, "", "intent %s", intentHash)
 	}
 	return e.status(), nil
+}
+
+// HoldEffect implements store.Effects. The hold revokes the claim as the
+// orphan reaper does (no worker, no owner), so no completion, release or
+// retry of an execution already under way passes ClaimCheck.
+func (s *backend) HoldEffect(ctx context.Context, intentHash, reason string) (store.EffectStatus, error) {
+	const op = "hold_effect"
+	if err := s.begin(ctx, op); err != nil {
+		return store.EffectStatus{}, err
+	}
+	defer s.end()
+	e, found := s.st.effects[intentHash]
+	var state vocab.EffectState
+	if found {
+		state = e.item.State
+	}
+	noop, err := contract.HoldEffect(op, intentHash, found, state)
+	if err != nil {
+		return store.EffectStatus{}, err
+	}
+	if !noop {
+		e.hold(reason, s.now())
+	}
+	return e.status(), nil
+}
+
+// hold holds e (mu held; its state pending or inflight).
+func (e *effect) hold(reason string, now time.Time) {
+	e.item.State = vocab.EffectHeld
+	e.item.ClaimedBy, e.item.ClaimExpires, e.owner = "", time.Time{}, owner{}
+	e.item.HoldReason, e.item.HeldAt, e.releaseReason = reason, now, ""
+}
+
+// releaseHeld puts a held e back to pending, claimable at once (mu held), or
+// withdraws it when its world was archived since: no claim serves an
+// archived world, as for ReleaseEffect.
+func (st *state) releaseHeld(e *effect, reason string, now time.Time) {
+	e.item.State = contract.ReleaseTo(st.worldStatus(e.item.World))
+	e.item.RetryAt = time.Time{}
+	e.releaseReason = reason
+	if e.item.State == vocab.EffectWithdrawn {
+		e.completedAt = now
+	}
+}
+
+// ReleaseHeld implements store.Effects.
+func (s *backend) ReleaseHeld(ctx context.Context, intentHash, reason string) (store.EffectStatus, error) {
+	const op = "release_held"
+	if err := s.begin(ctx, op); err != nil {
+		return store.EffectStatus{}, err
+	}
+	defer s.end()
+	e, found := s.st.effects[intentHash]
+	var state vocab.EffectState
+	if found {
+		state = e.item.State
+	}
+	noop, err := contract.ReleaseHeld(op, intentHash, found, state)
+	if err != nil {
+		return store.EffectStatus{}, err
+	}
+	if !noop {
+		s.st.releaseHeld(e, reason, s.now())
+		s.st.notify(store.TopicEffects)
+	}
+	return e.status(), nil
+}
+
+// HoldOpenEffects implements store.Effects.
+func (s *backend) HoldOpenEffects(ctx context.Context, reason string) (int, error) {
+	if err := s.begin(ctx, "hold_open_effects"); err != nil {
+		return 0, err
+	}
+	defer s.end()
+	now, n := s.now(), 0
+	for _, e := range s.st.effects {
+		if e.item.State == vocab.EffectPending || e.item.State == vocab.EffectInflight {
+			e.hold(reason, now)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// ReleaseAllHeld implements store.Effects.
+func (s *backend) ReleaseAllHeld(ctx context.Context, reason string) (int, error) {
+	if err := s.begin(ctx, "release_all_held"); err != nil {
+		return 0, err
+	}
+	defer s.end()
+	now, n := s.now(), 0
+	for _, e := range s.st.effects {
+		if e.item.State == vocab.EffectHeld {
+			s.st.releaseHeld(e, reason, now)
+			n++
+		}
+	}
+	if n > 0 {
+		s.st.notify(store.TopicEffects)
+	}
+	return n, nil
 }

@@ -78,6 +78,8 @@ func (s *backend) QueueDepths(ctx context.Context) (store.QueueDepths, error) {
 			d.EffectsPending++
 		case vocab.EffectInflight:
 			d.EffectsInflight++
+		case vocab.EffectHeld:
+			d.EffectsHeld++
 		}
 	}
 	for _, t := range s.st.timers {

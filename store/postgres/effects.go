@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,9 +49,9 @@ func scanEffect(row pgx.CollectableRow) (vocab.EffectItem, error) {
 	var attempts, retries int32
 	var state string
 	var failures int32
-	var retryAt *int64
+	var retryAt, heldAt *int64
 	err := row.Scan(&it.IntentHash, &it.World, &seq, &it.Kind, &it.Params, &it.Origin, &it.PolicyContextHash,
-		&enq, &attempts, &it.ClaimedBy, &exp, &retries, &state, &it.Retry, &failures, &retryAt)
+		&enq, &attempts, &it.ClaimedBy, &exp, &retries, &state, &it.Retry, &failures, &retryAt, &it.HoldReason, &heldAt)
 	it.Seq, it.EnqueuedAt, it.Attempt, it.Retries, it.State = uint64(seq), fromNS(enq), int(attempts), int(retries), vocab.EffectState(state)
 	if exp != nil {
 		it.ClaimExpires = fromNS(*exp)
@@ -58,6 +59,9 @@ func scanEffect(row pgx.CollectableRow) (vocab.EffectItem, error) {
 	it.Failures = int(failures)
 	if retryAt != nil {
 		it.RetryAt = fromNS(*retryAt)
+	}
+	if heldAt != nil {
+		it.HeldAt = fromNS(*heldAt)
 	}
 	if len(it.Retry) == 0 {
 		it.Retry = nil
@@ -84,19 +88,20 @@ func (s *backend) Claim(ctx context.Context, worker string, kinds []string, n in
 	return out, nil
 }
 
-// withdrawSQL withdraws pending effects: the (world, hash) pairs $1, $2,
-// and every pending one of the worlds $3, at the clock with offset $4. The
+// withdrawSQL withdraws pending and held effects: the (world, hash) pairs
+// $1, $2, and every pending or held one of the worlds $3, at the clock with offset $4. The
 // rows are locked in intent-hash order, as a delivery locks them, after
 // the world, lease and stream rows of the transaction's other writes (the
 // schema's lock order); a row a claim or a delivery took meanwhile is
-// re-checked once its lock is released and skipped unless still pending.
+// re-checked once its lock is released and skipped unless still pending
+// or held.
 const withdrawSQL = `WITH c AS (
 		SELECT e.intent_hash FROM effects e
-		WHERE e.state = 'pending' AND (e.world = ANY($3::text[])
+		WHERE e.state IN ('pending', 'held') AND (e.world = ANY($3::text[])
 			OR (e.world, e.intent_hash) IN (SELECT u.w, u.h FROM unnest($1::text[], $2::text[]) AS u(w, h)))
 		ORDER BY e.intent_hash FOR UPDATE OF e)
 	UPDATE effects x SET state = 'withdrawn', claim_expires_ns = NULL, completed_at_ns = now_ns($4)
-	FROM c WHERE x.intent_hash = c.intent_hash AND x.state = 'pending'
+	FROM c WHERE x.intent_hash = c.intent_hash AND x.state IN ('pending', 'held')
 	RETURNING x.world`
 
 // queueWithdrawals queues withdrawSQL on b; withdrawn, if set, is called
@@ -124,7 +129,7 @@ func (s *backend) ReapEffects(ctx context.Context) (int, error) {
 }
 
 const effectStatusCols = `world, kind, state, attempts, retries, retry_reason, receipt_status, receipt_payload, inbox_seq, completed_at_ns,
-	resolve_reason, failures, retry_at_ns, last_error`
+	resolve_reason, failures, retry_at_ns, last_error, hold_reason, held_at_ns, release_reason`
 
 func scanEffectStatus(hash string, row pgx.Row) (store.EffectStatus, error) {
 	st := store.EffectStatus{IntentHash: hash}
@@ -132,11 +137,14 @@ func scanEffectStatus(hash string, row pgx.Row) (store.EffectStatus, error) {
 	var attempts, retries int32
 	var rstatus, resolveReason *string
 	var rpayload []byte
-	var seq, done, retryAt *int64
+	var seq, done, retryAt, heldAt *int64
 	var failures int32
 	if err := row.Scan(&st.World, &st.Kind, &state, &attempts, &retries, &st.RetryReason, &rstatus, &rpayload, &seq, &done,
-		&resolveReason, &failures, &retryAt, &st.LastError); err != nil {
+		&resolveReason, &failures, &retryAt, &st.LastError, &st.HoldReason, &heldAt, &st.ReleaseReason); err != nil {
 		return st, err
+	}
+	if heldAt != nil {
+		st.HeldAt = fromNS(*heldAt)
 	}
 	st.Failures = int(failures)
 	if retryAt != nil {
@@ -377,4 +385,122 @@ func (s *backend) Resolve(ctx context.Context, intentHash string, r vocab.Receip
 	}
 	return s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dComplete, hash: intentHash, by: contract.Operator(reason),
 		status: string(r.Status), payload: r.Payload})
+}
+
+// The hold revokes the claim as the orphan reaper does (claimed_by,
+// claim_node and claim_incarnation cleared): no completion, release or
+// retry of an execution already under way passes the claim check, which
+// reads the row under the same lock.
+const (
+	holdSet = `state = 'held', claimed_by = '', claim_expires_ns = NULL, claim_node = '', claim_incarnation = '', hold_reason = $2, held_at_ns = now_ns($3), release_reason = ''`
+	// An effect of a world archived since it was held is withdrawn
+	// instead (contract.ReleaseTo): no claim serves an archived world.
+	releaseSet = `state = CASE WHEN EXISTS (SELECT 1 FROM worlds w WHERE w.world = effects.world AND w.status = 'archived')
+			THEN 'withdrawn' ELSE 'pending' END,
+		completed_at_ns = CASE WHEN EXISTS (SELECT 1 FROM worlds w WHERE w.world = effects.world AND w.status = 'archived')
+			THEN now_ns($3) ELSE completed_at_ns END,
+		retry_at_ns = NULL, release_reason = $2`
+)
+
+// HoldEffect implements store.Effects (contract.HoldEffect).
+func (s *backend) HoldEffect(ctx context.Context, intentHash, reason string) (store.EffectStatus, error) {
+	off := s.off()
+	st, _, err := s.holdOrRelease(ctx, "hold_effect", intentHash, contract.HoldEffect, false,
+		`UPDATE effects SET `+holdSet+` WHERE intent_hash = $1 RETURNING `+effectStatusCols, reason, off)
+	return st, err
+}
+
+// ReleaseHeld implements store.Effects (contract.ReleaseHeld).
+func (s *backend) ReleaseHeld(ctx context.Context, intentHash, reason string) (store.EffectStatus, error) {
+	st, wrote, err := s.holdOrRelease(ctx, "release_held", intentHash, contract.ReleaseHeld, true,
+		`UPDATE effects SET `+releaseSet+` WHERE intent_hash = $1 RETURNING `+effectStatusCols, reason, s.off())
+	if err == nil && wrote {
+		s.hint(store.TopicEffects)
+	}
+	return st, err
+}
+
+// holdOrRelease locks the effect's row, lets decide judge its state, and
+// unless that is a no-op runs update ($1 the hash, then args) in the same
+// transaction (with the effects topic's notification when claimable, as
+// for a release), answering the record as it is now and whether it wrote.
+func (s *backend) holdOrRelease(ctx context.Context, op, intentHash string,
+	decide func(op, id string, found bool, state vocab.EffectState) (bool, error), claimable bool, update string, args ...any) (store.EffectStatus, bool, error) {
+	if err := s.begin(op); err != nil {
+		return store.EffectStatus{}, false, err
+	}
+	var (
+		st          store.EffectStatus
+		found, noop bool
+	)
+	err := s.twoTrips(ctx, op, "", func(b *batch) {
+		b.queue(func(br pgx.BatchResults) error {
+			var err error
+			st, err = scanEffectStatus(intentHash, br.QueryRow())
+			found = err == nil
+			if err == pgx.ErrNoRows {
+				return nil
+			}
+			return err
+		}, `SELECT `+effectStatusCols+` FROM effects WHERE intent_hash = $1 FOR UPDATE`, intentHash)
+	}, func(b *batch) error {
+		var err error
+		if noop, err = decide(op, intentHash, found, st.State); err != nil || noop {
+			return err
+		}
+		b.queue(func(br pgx.BatchResults) error {
+			var err error
+			st, err = scanEffectStatus(intentHash, br.QueryRow())
+			return err
+		}, update, append([]any{intentHash}, args...)...)
+		if claimable {
+			b.queue(nil, `SELECT notify_topic('effects')`)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.EffectStatus{}, false, err
+	}
+	return st, !noop, nil
+}
+
+// HoldOpenEffects implements store.Effects: one statement, its rows locked
+// in intent-hash order as every other multi-row write of effects locks
+// them.
+func (s *backend) HoldOpenEffects(ctx context.Context, reason string) (int, error) {
+	const op = "hold_open_effects"
+	if err := s.begin(op); err != nil {
+		return 0, err
+	}
+	off := s.off()
+	var n int64
+	err := s.retry(ctx, op, "", func() error {
+		return s.pool.QueryRow(ctx, `WITH c AS (
+				SELECT e.intent_hash FROM effects e WHERE e.state IN ('pending', 'inflight') ORDER BY e.intent_hash FOR UPDATE OF e),
+			u AS (UPDATE effects x SET `+strings.ReplaceAll(strings.ReplaceAll(holdSet, "$2", "$1"), "$3", "$2")+`
+				FROM c WHERE x.intent_hash = c.intent_hash AND x.state IN ('pending', 'inflight') RETURNING 1)
+			SELECT count(*) FROM u`, reason, off).Scan(&n)
+	})
+	return int(n), err
+}
+
+// ReleaseAllHeld implements store.Effects (effects_held).
+func (s *backend) ReleaseAllHeld(ctx context.Context, reason string) (int, error) {
+	const op = "release_all_held"
+	if err := s.begin(op); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := s.retry(ctx, op, "", func() error {
+		return s.pool.QueryRow(ctx, `WITH c AS (
+				SELECT e.intent_hash FROM effects e WHERE e.state = 'held' ORDER BY e.intent_hash FOR UPDATE OF e),
+			u AS (UPDATE effects SET `+strings.ReplaceAll(strings.ReplaceAll(releaseSet, "$2", "$1"), "$3", "$2")+`
+				FROM c WHERE effects.intent_hash = c.intent_hash AND effects.state = 'held' RETURNING 1),
+			n AS (SELECT count(*) AS n FROM u)
+			SELECT n.n, (SELECT count(*) FROM (SELECT notify_topic('effects') WHERE n.n > 0) z) FROM n`, reason, s.off()).Scan(&n, new(int64))
+	})
+	if err == nil && n > 0 {
+		s.hint(store.TopicEffects)
+	}
+	return int(n), err
 }

@@ -130,7 +130,7 @@ var effectsQueue = newQueue(queue{
 	`SELECT p.intent_hash FROM (SELECT DISTINCT k FROM unnest($7::text[]) AS k) AS ks, LATERAL (%s) AS p
 		ORDER BY p.seq LIMIT $4`,
 	`x.intent_hash, x.world, x.seq, x.kind, x.params, x.origin, x.policy_context_hash,
-		x.enqueued_at_ns, x.attempts, x.claimed_by, x.claim_expires_ns, x.retries, x.state, x.retry_policy, x.failures, x.retry_at_ns`)
+		x.enqueued_at_ns, x.attempts, x.claimed_by, x.claim_expires_ns, x.retries, x.state, x.retry_policy, x.failures, x.retry_at_ns, x.hold_reason, x.held_at_ns`)
 
 var timersQueue = newQueue(queue{
 	table: "timers", noun: "timer",
@@ -264,6 +264,7 @@ func (q *queue) settle(r *deliveryReq, row *queueRow, now time.Time) (done bool,
 	if row != nil {
 		sr.Done, sr.Claim = row.state == q.done, row.claim
 		sr.Withdrawn = row.state == string(vocab.EffectWithdrawn)
+		sr.Held = row.state == string(vocab.EffectHeld)
 		if row.deliverAt != nil {
 			at := fromNS(*row.deliverAt)
 			sr.DueAt = &at

@@ -19,8 +19,8 @@ func (s *backend) ListEffects(ctx context.Context, world string, afterSeq uint64
 	out := []vocab.EffectItem{}
 	err := s.retry(ctx, op, world, func() error {
 		rows, _ := s.pool.Query(ctx, `SELECT intent_hash, world, seq, kind, params, origin, policy_context_hash,
-				enqueued_at_ns, attempts, claimed_by, claim_expires_ns, retries, state, retry_policy, failures, retry_at_ns
-			FROM effects WHERE world = $1 AND state IN ('pending', 'inflight') AND seq > $2 ORDER BY seq LIMIT $3`, world, seqArg(afterSeq), int64(limit))
+				enqueued_at_ns, attempts, claimed_by, claim_expires_ns, retries, state, retry_policy, failures, retry_at_ns, hold_reason, held_at_ns
+			FROM effects WHERE world = $1 AND state IN ('pending', 'inflight', 'held') AND seq > $2 ORDER BY seq LIMIT $3`, world, seqArg(afterSeq), int64(limit))
 		var err error
 		out, err = pgx.CollectRows(rows, scanEffect)
 		if err != nil || len(out) > 0 {
@@ -69,11 +69,12 @@ func (s *backend) QueueDepths(ctx context.Context) (store.QueueDepths, error) {
 		return s.pool.QueryRow(ctx, `SELECT
 				(SELECT count(*) FROM effects WHERE state = 'pending'),
 				(SELECT count(*) FROM effects WHERE state = 'inflight'),
+				(SELECT count(*) FROM effects WHERE state = 'held'),
 				(SELECT count(*) FROM timers WHERE state = 'due'),
 				(SELECT count(*) FROM timers WHERE state = 'inflight'),
 				(SELECT coalesce(sum(x.inbox_seq - coalesce(s.inbox_cursor, 0)), 0)::bigint
 				 FROM worlds x LEFT JOIN streams s ON s.stream = x.world)`).
-			Scan(&d.EffectsPending, &d.EffectsInflight, &d.TimersScheduled, &d.TimersClaimed, &d.InboxBacklog)
+			Scan(&d.EffectsPending, &d.EffectsInflight, &d.EffectsHeld, &d.TimersScheduled, &d.TimersClaimed, &d.InboxBacklog)
 	})
 	return d, err
 }
@@ -105,7 +106,7 @@ func (s *backend) QueryEffects(ctx context.Context, f store.EffectFilter) ([]voc
 	}
 	args = append(args, int64(f.Limit))
 	q := `SELECT intent_hash, world, seq, kind, params, origin, policy_context_hash,
-			enqueued_at_ns, attempts, claimed_by, claim_expires_ns, retries, state, retry_policy, failures, retry_at_ns
+			enqueued_at_ns, attempts, claimed_by, claim_expires_ns, retries, state, retry_policy, failures, retry_at_ns, hold_reason, held_at_ns
 		FROM effects WHERE ` + strings.Join(where, " AND ") + fmt.Sprintf(` ORDER BY seq LIMIT $%d`, len(args))
 	out := []vocab.EffectItem{}
 	err := s.retry(ctx, op, f.World, func() error {

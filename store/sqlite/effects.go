@@ -42,17 +42,18 @@ func (t *wtx) publish(world string, intents []vocab.Intent) (int, error) {
 	return queued, nil
 }
 
-// withdraw withdraws world's intent hash if it is pending, inside a fenced
+// withdraw withdraws world's intent hash if it is pending or held, inside a fenced
 // request (a Commit's Withdraw), and returns 1 if it did.
 func (t *wtx) withdraw(world, hash string) (int, error) {
 	return t.rowsAffected(`UPDATE effects SET state = 'withdrawn', claim_expires = NULL, completed_at = ?
-		WHERE intent_hash = ? AND world = ? AND state = 'pending'`, t.nowNS, hash, world)
+		WHERE intent_hash = ? AND world = ? AND state IN ('pending', 'held')`, t.nowNS, hash, world)
 }
 
-// withdrawAll withdraws every pending effect of world (its archiving).
+// withdrawAll withdraws every pending and held effect of world (its
+// archiving).
 func (t *wtx) withdrawAll(world string) (int, error) {
 	return t.rowsAffected(`UPDATE effects SET state = 'withdrawn', claim_expires = NULL, completed_at = ?
-		WHERE world = ? AND state = 'pending'`, t.nowNS, world)
+		WHERE world = ? AND state IN ('pending', 'held')`, t.nowNS, world)
 }
 
 func (t *wtx) rowsAffected(query string, args ...any) (int, error) {
@@ -74,7 +75,7 @@ func (s *backend) Publish(ctx context.Context, world string, epoch uint64, inten
 }
 
 const effectItemCols = `seq, intent_hash, world, kind, params, params IS NOT NULL, origin, policy_context_hash, enqueued_at,
-	state, attempts, claimed_by, claim_expires, retries, retry_policy, failures, retry_at`
+	state, attempts, claimed_by, claim_expires, retries, retry_policy, failures, retry_at, hold_reason, held_at`
 
 func scanEffectItem(sc interface{ Scan(...any) error }) (vocab.EffectItem, error) {
 	var (
@@ -83,16 +84,18 @@ func scanEffectItem(sc interface{ Scan(...any) error }) (vocab.EffectItem, error
 		hasParams          bool
 		state              string
 		exp, retryAt       sql.NullInt64
+		heldAt             sql.NullInt64
 		fails              int64
 	)
 	if err := sc.Scan(&seq, &it.IntentHash, &it.World, &it.Kind, &it.Params, &hasParams, &it.Origin, &it.PolicyContextHash,
-		&at, &state, &att, &it.ClaimedBy, &exp, &retr, &it.Retry, &fails, &retryAt); err != nil {
+		&at, &state, &att, &it.ClaimedBy, &exp, &retr, &it.Retry, &fails, &retryAt, &it.HoldReason, &heldAt); err != nil {
 		return vocab.EffectItem{}, err
 	}
 	it.Params = blob(it.Params, hasParams)
 	it.Seq, it.EnqueuedAt, it.State, it.Attempt, it.Retries = uint64(seq), fromNS(at), vocab.EffectState(state), int(att), int(retr)
 	it.ClaimExpires = fromNullNS(exp)
 	it.Failures, it.RetryAt = int(fails), fromNullNS(retryAt)
+	it.HeldAt = fromNullNS(heldAt)
 	if len(it.Retry) == 0 {
 		it.Retry = nil
 	}
@@ -329,7 +332,7 @@ func (s *backend) RetryEffect(ctx context.Context, intentHash, reason string) (s
 
 const effectStatusCols = `intent_hash, world, kind, state, attempts, retries, retry_reason,
 	receipt_status, receipt_payload, receipt_payload IS NOT NULL, resolve_reason, inbox_seq, completed_at,
-	failures, retry_at, last_error`
+	failures, retry_at, last_error, hold_reason, held_at, release_reason`
 
 func scanEffectStatus(sc interface{ Scan(...any) error }) (store.EffectStatus, error) {
 	var (
@@ -342,15 +345,16 @@ func scanEffectStatus(sc interface{ Scan(...any) error }) (store.EffectStatus, e
 		resolveReason     sql.NullString
 		inboxSeq, done    sql.NullInt64
 		fails             int64
-		retryAt           sql.NullInt64
+		retryAt, heldAt   sql.NullInt64
 	)
 	if err := sc.Scan(&st.IntentHash, &st.World, &st.Kind, &state, &attempts, &retries, &st.RetryReason,
 		&rstatus, &rpayload, &hasPayload, &resolveReason, &inboxSeq, &done,
-		&fails, &retryAt, &st.LastError); err != nil {
+		&fails, &retryAt, &st.LastError, &st.HoldReason, &heldAt, &st.ReleaseReason); err != nil {
 		return store.EffectStatus{}, err
 	}
 	st.State, st.Attempts, st.Retries = vocab.EffectState(state), int(attempts), int(retries)
 	st.Failures, st.RetryAt = int(fails), fromNullNS(retryAt)
+	st.HeldAt = fromNullNS(heldAt)
 	if st.State == vocab.EffectWithdrawn {
 		st.CompletedAt = fromNullNS(done)
 	}
@@ -381,4 +385,95 @@ func (s *backend) EffectStatus(ctx context.Context, intentHash string) (store.Ef
 		return store.EffectStatus{}, dbErr(op, "", err)
 	}
 	return out, nil
+}
+
+// The hold revokes the claim as the orphan reaper does (claimed_by,
+// claim_node and claim_incarnation cleared): no completion, release or
+// retry of an execution already under way passes the claim check.
+const (
+	holdSet = `state = 'held', claimed_by = '', claim_expires = NULL, claim_node = '', claim_incarnation = '', hold_reason = ?, held_at = ?, release_reason = ''`
+	// An effect of a world archived since it was held is withdrawn
+	// instead (contract.ReleaseTo): no claim serves an archived world.
+	releaseSet = `state = CASE WHEN world IN (SELECT id FROM worlds WHERE status = 'archived') THEN 'withdrawn' ELSE 'pending' END,
+		completed_at = CASE WHEN world IN (SELECT id FROM worlds WHERE status = 'archived') THEN ?2 ELSE completed_at END,
+		retry_at = NULL, release_reason = ?1`
+)
+
+// HoldEffect holds a pending or inflight effect (contract.HoldEffect).
+func (s *backend) HoldEffect(ctx context.Context, intentHash, reason string) (store.EffectStatus, error) {
+	return s.holdOrRelease(ctx, "hold_effect", intentHash, contract.HoldEffect, func(t *wtx) error {
+		_, err := t.exec(`UPDATE effects SET `+holdSet+` WHERE intent_hash = ?`, reason, t.nowNS, intentHash)
+		return err
+	})
+}
+
+// ReleaseHeld puts a held effect back to pending (contract.ReleaseHeld).
+func (s *backend) ReleaseHeld(ctx context.Context, intentHash, reason string) (store.EffectStatus, error) {
+	return s.holdOrRelease(ctx, "release_held", intentHash, contract.ReleaseHeld, func(t *wtx) error {
+		if _, err := t.exec(`UPDATE effects SET `+releaseSet+` WHERE intent_hash = ?3`, reason, t.nowNS, intentHash); err != nil {
+			return err
+		}
+		t.notify(store.TopicEffects)
+		return nil
+	})
+}
+
+// holdOrRelease reads the effect's state, lets decide judge it, writes
+// with write unless it is a no-op, and answers the record as it is now.
+func (s *backend) holdOrRelease(ctx context.Context, op, intentHash string,
+	decide func(op, id string, found bool, state vocab.EffectState) (bool, error), write func(*wtx) error) (store.EffectStatus, error) {
+	var out store.EffectStatus
+	err := s.write(ctx, op, "", func(t *wtx) error {
+		var state string
+		found, err := t.queryRow(`SELECT state FROM effects WHERE intent_hash = ?`, []any{intentHash}, &state)
+		if err != nil {
+			return err
+		}
+		noop, err := decide(op, intentHash, found, vocab.EffectState(state))
+		if err != nil {
+			return err
+		}
+		if !noop {
+			if err := write(t); err != nil {
+				return err
+			}
+		}
+		row, err := t.row(`SELECT `+effectStatusCols+` FROM effects WHERE intent_hash = ?`, intentHash)
+		if err != nil {
+			return err
+		}
+		out, err = scanEffectStatus(row)
+		return err
+	})
+	if err != nil {
+		return store.EffectStatus{}, err
+	}
+	return out, nil
+}
+
+// HoldOpenEffects holds every pending and inflight effect in one request.
+func (s *backend) HoldOpenEffects(ctx context.Context, reason string) (int, error) {
+	var n int
+	err := s.write(ctx, "hold_open_effects", "", func(t *wtx) error {
+		var err error
+		n, err = t.rowsAffected(`UPDATE effects SET `+holdSet+` WHERE state IN ('pending', 'inflight')`, reason, t.nowNS)
+		return err
+	})
+	return n, err
+}
+
+// ReleaseAllHeld releases every held effect in one request (effects_held).
+func (s *backend) ReleaseAllHeld(ctx context.Context, reason string) (int, error) {
+	var n int
+	err := s.write(ctx, "release_all_held", "", func(t *wtx) error {
+		var err error
+		if n, err = t.rowsAffected(`UPDATE effects SET `+releaseSet+` WHERE state = 'held'`, reason, t.nowNS); err != nil {
+			return err
+		}
+		if n > 0 {
+			t.notify(store.TopicEffects)
+		}
+		return nil
+	})
+	return n, err
 }

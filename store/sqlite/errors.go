@@ -53,7 +53,7 @@ var sentinels = []error{
 	store.ErrLeaseHeld, store.ErrNotHolder, store.ErrStaleEpoch, store.ErrNotAssigned,
 	store.ErrFenced, store.ErrHeadMismatch, store.ErrCursorMismatch, store.ErrWorldNotFound,
 	store.ErrWorldExists, store.ErrWorldPaused, store.ErrWorldArchived, store.ErrSnapshotNotFound,
-	store.ErrSnapshotConflict, store.ErrClaimLost, store.ErrNotDue, store.ErrNotRetryable,
+	store.ErrSnapshotConflict, store.ErrClaimLost, store.ErrNotDue, store.ErrNotRetryable, store.ErrEffectEnded,
 	store.ErrNotFound, store.ErrWatermarkConflict, store.ErrInvalid, store.ErrConflict,
 }
 

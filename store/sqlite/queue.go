@@ -195,8 +195,8 @@ func (t *wtx) settleItem(q *queue, op, hash string, by contract.By, r vocab.Rece
 		return s, err
 	}
 	sr := contract.SettleRow{Found: found, World: row.world, Done: row.state == q.done,
-		Withdrawn: row.state == string(vocab.EffectWithdrawn),
-		Claim:     contract.ClaimRow{Attempt: int(row.attempt), ClaimedBy: row.claimedBy}}
+		Withdrawn: row.state == string(vocab.EffectWithdrawn), Held: row.state == string(vocab.EffectHeld),
+		Claim: contract.ClaimRow{Attempt: int(row.attempt), ClaimedBy: row.claimedBy}}
 	if row.dueAt.Valid {
 		at := fromNS(row.dueAt.Int64)
 		sr.DueAt = &at

@@ -20,10 +20,11 @@ func (s *backend) QueueDepths(ctx context.Context) (store.QueueDepths, error) {
 	if _, err := s.queryRow(ctx, `SELECT
 		(SELECT COUNT(*) FROM effects WHERE state = 'pending'),
 		(SELECT COUNT(*) FROM effects WHERE state = 'inflight'),
+		(SELECT COUNT(*) FROM effects WHERE state = 'held'),
 		(SELECT COUNT(*) FROM timers WHERE state = 'scheduled'),
 		(SELECT COUNT(*) FROM timers WHERE state = 'claimed'),
 		(SELECT COALESCE(SUM((SELECT COALESCE(MAX(seq), 0) FROM inbox i WHERE i.world = w.id) - w.inbox_cursor), 0) FROM worlds w)`,
-		nil, &d.EffectsPending, &d.EffectsInflight, &d.TimersScheduled, &d.TimersClaimed, &d.InboxBacklog); err != nil {
+		nil, &d.EffectsPending, &d.EffectsInflight, &d.EffectsHeld, &d.TimersScheduled, &d.TimersClaimed, &d.InboxBacklog); err != nil {
 		return store.QueueDepths{}, dbErr(op, "", err)
 	}
 	return d, nil
@@ -45,7 +46,7 @@ func (s *backend) checkView(ctx context.Context, op, world string) error {
 	return nil
 }
 
-// ListEffects lists up to limit of world's pending and inflight effects
+// ListEffects lists up to limit of world's pending, inflight and held effects
 // after afterSeq, in queue order (effects_queued_by_world).
 func (s *backend) ListEffects(ctx context.Context, world string, afterSeq uint64, limit int) ([]vocab.EffectItem, error) {
 	const op = "list_effects"
@@ -53,7 +54,7 @@ func (s *backend) ListEffects(ctx context.Context, world string, afterSeq uint64
 		return nil, err
 	}
 	rows, err := s.query(ctx, `SELECT `+effectItemCols+` FROM effects
-		WHERE world = ? AND state IN ('pending', 'inflight') AND seq > ? ORDER BY seq LIMIT ?`, world, seqBound(afterSeq), limit)
+		WHERE world = ? AND state IN ('pending', 'inflight', 'held') AND seq > ? ORDER BY seq LIMIT ?`, world, seqBound(afterSeq), limit)
 	if err != nil {
 		return nil, dbErr(op, world, err)
 	}

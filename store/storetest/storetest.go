@@ -64,6 +64,12 @@
 //     withdrawn effect (ErrClaimLost, also for an operator's Resolve), and
 //     its record is swept like a done one, counted from the withdrawal
 //     (withdraw.go).
+//   - Held effects: a hold clears the latest claim (as the orphan reaper
+//     does), so the old claim's Complete, ReleaseEffect and RetryLater are
+//     ErrClaimLost, also after the release; holding a held effect keeps the
+//     first hold's reason and time; a release clears the retry wait and
+//     keeps the failure count; archiving and a Commit's Withdraw withdraw
+//     a held effect as a pending one (held.go).
 //   - Compaction floor: Compact raises Floor to baseline - retain even
 //     where no record was left to remove, and never lowers it; a fork's or
 //     seed's start is not a floor (its stream reads from 0 without error);
@@ -134,6 +140,7 @@ func suite() []testCase {
 		inboxTests,
 		effectTests,
 		retryTests,
+		heldTests,
 		timerTests,
 		fireHeldTests,
 		fabricTests,

@@ -396,6 +396,8 @@ function makeEffectRow(e) {
   });
   tr.querySelector('td.actions').append(
     el('button', { type: 'button', class: 'retry', onclick: () => retry(e.intent_hash, 'from the dashboard') }, 'Retry'),
+    el('button', { type: 'button', class: 'hold', onclick: () => holdOrRelease('hold', e.intent_hash) }, 'Hold'),
+    el('button', { type: 'button', class: 'release', onclick: () => holdOrRelease('release', e.intent_hash) }, 'Release'),
   );
   return tr;
 }
@@ -403,6 +405,10 @@ function makeEffectRow(e) {
 function updateEffectRow(tr, e) {
   setCell(tr, 'kind', e.kind);
   setCell(tr, 'state', e.state, 'state-' + e.state);
+  // A held effect waits for an operator: its reason is a hover away.
+  tr.querySelector('td.state').title = e.state === 'held' ? `held since ${e.held_at}: ${e.hold_reason || 'no reason given'}` : '';
+  tr.querySelector('.hold').hidden = e.state !== 'pending' && e.state !== 'inflight';
+  tr.querySelector('.release').hidden = e.state !== 'held';
   setCell(tr, 'attempt', String(e.attempt));
   setCell(tr, 'retries', String(e.retries));
   setWorldCell(tr, e.world);
@@ -431,6 +437,18 @@ function retry(hash, reason) {
     const st = await api('POST', `/v1/effects/${enc(hash)}/retry`, { reason });
     refreshWorldQueues();
     return `state ${st.state}, retries ${st.retries} (world ${st.world})`;
+  });
+}
+
+// holdOrRelease holds an effect (no adapter runs it until released or
+// resolved) or releases a held one (it runs again), as retry does, with
+// the dashboard named as the reason.
+function holdOrRelease(op, hash) {
+  const reason = 'from the dashboard';
+  return act(`${op} ${short(hash)}`, async () => {
+    const st = await api('POST', `/v1/effects/${enc(hash)}/${op}`, { reason });
+    refreshWorldQueues();
+    return `state ${st.state} (world ${st.world})`;
   });
 }
 

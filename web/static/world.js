@@ -119,7 +119,7 @@ window.worldPage = (function () {
         el('table', { id: 'wp-effects' },
           el('thead', {}, el('tr', {}, ...['Intent', 'Kind', 'State', 'Attempt', 'Retries', 'Enqueued', 'Claimed by', 'Claim expires'].map((h) => el('th', {}, h)))),
           el('tbody')),
-        el('p', { id: 'wp-effects-empty', class: 'empty', hidden: '' }, 'No pending or inflight effects.'),
+        el('p', { id: 'wp-effects-empty', class: 'empty', hidden: '' }, 'No pending, inflight or held effects.'),
         el('h3', {}, 'Timers'),
         el('table', { id: 'wp-timers' },
           el('thead', {}, el('tr', {}, ...['Intent', 'Due', 'State', 'Attempt', 'Claimed by'].map((h) => el('th', {}, h)))),
@@ -277,6 +277,10 @@ window.worldPage = (function () {
       const tr = el('tr', { 'data-id': e.intent_hash }, ...cellsOf(short(e.intent_hash), e.kind, e.state, e.attempt, e.retries,
         when(e.enqueued_at), e.claimed_by || '', e.claimed_by ? when(e.claim_expires) : ''));
       tr.firstChild.title = e.intent_hash;
+      // A held effect waits for an operator: it stands out, its reason a hover away.
+      const stateTd = tr.children[2];
+      stateTd.className = 'state-' + e.state;
+      if (e.state === 'held') stateTd.title = `held: ${e.hold_reason || 'no reason given'}`;
       return tr;
     }));
     const timers = tim.timers || [];

@@ -230,6 +230,9 @@ func ReleaseEffect(op, id string, found bool, state vocab.EffectState, row Claim
 		// Withdrawn (its world ended): a late release must not bring it
 		// back, where no claim would ever take it again.
 		return false, store.Errorf(op, store.ErrClaimLost, "", "%s: withdrawn", id)
+	case state == vocab.EffectHeld:
+		// The hold revoked every claim: only an operator lets it run.
+		return false, store.Errorf(op, store.ErrClaimLost, "", "%s: held", id)
 	}
 	if err := ClaimCheck(op, id, row, c); err != nil {
 		return false, err
@@ -255,8 +258,11 @@ type SettleRow struct {
 	Done  bool   // completed (an effect) or delivered (a timer)
 	// Withdrawn: an effect given up before any claim (vocab.EffectWithdrawn).
 	Withdrawn bool
-	DueAt     *time.Time // a timer's deliverAt; nil for an effect
-	Claim     ClaimRow
+	// Held: an effect an operator holds (vocab.EffectHeld); its claim
+	// was revoked, so only an operator settles it.
+	Held  bool
+	DueAt *time.Time // a timer's deliverAt; nil for an effect
+	Claim ClaimRow
 }
 
 // By is who settles an item: a claimant (Complete, Fire) presenting the
@@ -301,7 +307,7 @@ func (b By) OperatorReason() *string {
 // (dup=true), whoever settles; otherwise it must be due (a timer: Due)
 // and, unless an operator or a lease holder settles, by's claim must be
 // its latest (ClaimCheck). A withdrawn effect is ErrClaimLost, whoever
-// settles.
+// settles; a held one is ErrClaimLost unless an operator settles.
 func Settle(op, noun, id string, row SettleRow, by By, now time.Time) (dup bool, err error) {
 	switch {
 	case !row.Found:
@@ -324,6 +330,9 @@ func Settle(op, noun, id string, row SettleRow, by By, now time.Time) (dup bool,
 	}
 	if by.Operator || by.World != "" {
 		return false, nil
+	}
+	if row.Held {
+		return false, store.Errorf(op, store.ErrClaimLost, row.World, "%s %s is held", noun, id)
 	}
 	return false, ClaimCheck(op, id, row.Claim, by.Claim)
 }

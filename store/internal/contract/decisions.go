@@ -124,6 +124,45 @@ func RetryEffect(op, id, world string, state vocab.EffectState, rs vocab.Receipt
 	return nil
 }
 
+// HoldEffect decides an operator's hold of an effect in state
+// (found=false: unknown): pending and inflight ones are held, a held one
+// is a no-op, an ended one (done, withdrawn) cannot be held: its outcome
+// is already decided.
+func HoldEffect(op, id string, found bool, state vocab.EffectState) (noop bool, err error) {
+	switch {
+	case !found:
+		return false, store.Errorf(op, store.ErrNotFound, "", "intent %s", id)
+	case state == vocab.EffectHeld:
+		return true, nil
+	case state == vocab.EffectPending || state == vocab.EffectInflight:
+		return false, nil
+	}
+	return false, store.Errorf(op, store.ErrEffectEnded, "", "intent %s is %s", id, state)
+}
+
+// ReleaseHeld decides an operator's release of an effect in state: a held
+// one goes back to pending, a pending or inflight one is a no-op (released
+// already, so a retried release succeeds), an ended one cannot run again.
+func ReleaseHeld(op, id string, found bool, state vocab.EffectState) (noop bool, err error) {
+	switch {
+	case !found:
+		return false, store.Errorf(op, store.ErrNotFound, "", "intent %s", id)
+	case state == vocab.EffectHeld:
+		return false, nil
+	case state == vocab.EffectPending || state == vocab.EffectInflight:
+		return true, nil
+	}
+	return false, store.Errorf(op, store.ErrEffectEnded, "", "intent %s is %s", id, state)
+}
+
+// Withdrawable reports whether a producer's Withdraw or its world's
+// archiving withdraws an effect in state: a pending or a held one, which
+// no claim holds; an inflight one may be executing and its receipt still
+// lands.
+func Withdrawable(state vocab.EffectState) bool {
+	return state == vocab.EffectPending || state == vocab.EffectHeld
+}
+
 // WithdrawsPending reports whether a world's move to status withdraws its
 // pending effects in the same transaction: archiving does (no claim serves
 // an archived world), pausing does not (a resumed world's effects still
