@@ -27,6 +27,7 @@ import (
 	"github.com/orrery-run/orrery/api"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/adapter"
+	"github.com/orrery-run/orrery/plane/migrate"
 	"github.com/orrery-run/orrery/plane/node"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
@@ -130,12 +131,23 @@ func openStore(ctx context.Context, spec string, leaseTTL time.Duration) (store.
 	case spec == "memory":
 		return memstore.New(), "memory", nil
 	case strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://"):
-		dsn, err := withIdleTxTimeout(spec, leaseTTL)
+		// ?schema= names the store's schema (migrate.SchemaParam): two
+		// stores can share one database.
+		dsn, schema, err := migrate.SplitSchema(spec)
 		if err != nil {
+			return nil, "", usageError{err}
+		}
+		if dsn, err = withIdleTxTimeout(dsn, leaseTTL); err != nil {
 			return nil, "", err
 		}
-		st, err := postgres.Open(ctx, dsn)
-		return st, "postgres", err
+		var opts []postgres.Option
+		desc := "postgres"
+		if schema != "" {
+			opts = append(opts, postgres.WithSchema(schema))
+			desc += " schema " + schema
+		}
+		st, err := postgres.Open(ctx, dsn, opts...)
+		return st, desc, err
 	case spec == "":
 		return nil, "", usagef("--store is empty")
 	default:

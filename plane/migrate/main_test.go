@@ -1,0 +1,9 @@
+package migrate_test
+
+import (
+	"testing"
+
+	"github.com/orrery-run/orrery/internal/leaktest"
+)
+
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
