@@ -221,7 +221,7 @@ Start with 'orrery demo', then 'orrery serve' and the world commands.`,
 		}
 		return nil
 	}
-	root.AddCommand(e.serveCmd, e.demoCommand(), e.labCommand(), e.migrateCommand())
+	root.AddCommand(e.serveCmd, e.demoCommand(), e.labCommand(), e.migrateCommand(), e.backupCommand(), e.restoreCommand())
 	root.AddCommand(e.apiCommands()...)
 	// cobra adds these two when the command runs; adding them now lets
 	// them carry examples like every other command.
