@@ -71,6 +71,16 @@ func TestBackupAndRestoreCommands(t *testing.T) {
 		held(t, r.out)
 		// A second restore into the now non-empty target is refused.
 		checkFailure(t, runCLI(ctx, nil, "restore", "--from", bak, "--to", to, "-q"), cli.ExitConflict, []string{"restore into a non-empty target"})
+		if strings.HasPrefix(to, "postgres") {
+			// The logical backup of a PostgreSQL store restores as well.
+			pgBak := filepath.Join(dir, "pg-logical.db")
+			if r := runCLI(ctx, nil, "backup", "--from", to, "--to", pgBak); r.code != cli.ExitOK || !strings.Contains(r.out, "checked: integrity ok") {
+				t.Fatalf("orrery backup --from postgres: %s", r)
+			}
+			if r := runCLI(ctx, nil, "restore", "--from", pgBak, "--to", filepath.Join(dir, "from-pg.db"), "-q"); r.code != cli.ExitOK || !strings.Contains(r.out, "verification passed") {
+				t.Fatalf("orrery restore of the logical backup: %s", r)
+			}
+		}
 	}
 	bad := filepath.Join(dir, "notes.txt")
 	if err := os.WriteFile(bad, []byte("not a store\n"), 0o600); err != nil {

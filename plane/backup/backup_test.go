@@ -32,7 +32,7 @@ func intents(world string, i int) []vocab.Intent {
 
 // seed fills st through its importer with n generated worlds (journals,
 // inbox, leases, effects done and pending, timers).
-func seed(t *testing.T, ctx context.Context, st store.Store, n int) {
+func seed(t testing.TB, ctx context.Context, st store.Store, n int) {
 	t.Helper()
 	im := st.(store.Importer)
 	batch := make([]store.PortRecord, 0, 2000)
@@ -56,7 +56,7 @@ func seed(t *testing.T, ctx context.Context, st store.Store, n int) {
 	}
 }
 
-func openSQLite(t *testing.T, ctx context.Context, path string) *sqlite.Store {
+func openSQLite(t testing.TB, ctx context.Context, path string) *sqlite.Store {
 	t.Helper()
 	st, err := sqlite.Open(ctx, path)
 	if err != nil {
