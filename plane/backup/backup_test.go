@@ -402,3 +402,7 @@ func TestALogicalBackupOfPostgresRestoresVerified(t *testing.T) {
 		t.Fatalf("restore: held %d of %d open, report %v", rr.Held, res.Open(), rr.Report.Err())
 	}
 }
+
+func openTarget(t *testing.T, ctx context.Context, backend string) store.Store {
+	return testrig.Open(t, ctx, backend, &testrig.Clock{})
+}
