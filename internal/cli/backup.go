@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -206,6 +207,13 @@ func (e *env) restore(ctx context.Context, f restoreFlags) error {
 	}
 	if f.from == "" {
 		return usagef("restore needs --from")
+	}
+	if !migrate.IsPostgres(f.to) {
+		a, aerr := filepath.Abs(f.from)
+		b, berr := filepath.Abs(f.to)
+		if aerr == nil && berr == nil && a == b {
+			return usagef("restore --from and --to name the same file")
+		}
 	}
 	dst, _, err := openStore(ctx, f.to, 10*time.Second)
 	if err != nil {

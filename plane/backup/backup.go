@@ -39,7 +39,7 @@ func Backup(ctx context.Context, src, dst string, o Options) (Result, error) {
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return Result{}, err
 	}
-	if _, err := Check(ctx, src); err != nil {
+	if _, err := inspect(ctx, src, false); err != nil {
 		return Result{}, fmt.Errorf("the source: %w", err)
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".partial-*")
