@@ -14,8 +14,8 @@ import (
 	"github.com/orrery-run/orrery/store/storetest"
 )
 
-// genWorlds is the generated store's size: 10,000 as the issue asks, or
-// ORRERY_MIGRATE_WORLDS.
+// genWorlds is the generated store's size: 10,000 as the issue asks (2,000
+// under -race, raceWorlds), or ORRERY_MIGRATE_WORLDS.
 func genWorlds(t *testing.T) int {
 	if s := os.Getenv("ORRERY_MIGRATE_WORLDS"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -23,6 +23,9 @@ func genWorlds(t *testing.T) int {
 			t.Fatal(err)
 		}
 		return n
+	}
+	if raceWorlds > 0 {
+		return raceWorlds
 	}
 	return 10000
 }
@@ -164,20 +167,22 @@ func TestAGeneratedStoreOf10000WorldsMigratesToPostgresVerified(t *testing.T) {
 	t.Logf("verified in %.1fs", rep.Elapsed)
 }
 
-// PostgreSQL to SQLite and SQLite to SQLite: the copy of a copy equals the
-// original.
+// SQLite to PostgreSQL, PostgreSQL to PostgreSQL, PostgreSQL to SQLite and
+// SQLite to SQLite: each hop verifies, and the copy of the copies equals
+// the original.
 func TestRoundTripsEqualTheOriginal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	orig := open(t, ctx, testrig.SQLite)
 	generate(t, ctx, orig, 300)
 	pg := open(t, ctx, testrig.Postgres)
+	pg2 := open(t, ctx, testrig.Postgres)
 	back := open(t, ctx, testrig.SQLite)
 	again := open(t, ctx, testrig.SQLite)
 	for _, hop := range []struct {
 		name     string
 		src, dst store.Store
-	}{{"sqlite to postgres", orig, pg}, {"postgres to sqlite", pg, back}, {"sqlite to sqlite", back, again}} {
+	}{{"sqlite to postgres", orig, pg}, {"postgres to postgres", pg, pg2}, {"postgres to sqlite", pg2, back}, {"sqlite to sqlite", back, again}} {
 		if _, err := migrate.Copy(ctx, hop.src, hop.dst, migrate.CopyOptions{}); err != nil {
 			t.Fatalf("%s: %v", hop.name, err)
 		}
@@ -279,4 +284,13 @@ func TestATamperedTargetFailsVerificationNamingTheWorld(t *testing.T) {
 	}
 	// With the same transform the source reads as its copy should.
 	mustVerify(t, ctx, src, dst, migrate.VerifyOptions{Transform: tamper})
+}
+
+// benchWorlds is the benchmark's store size: ORRERY_MIGRATE_WORLDS, or
+// 10,000.
+func benchWorlds() int {
+	if n, err := strconv.Atoi(os.Getenv("ORRERY_MIGRATE_WORLDS")); err == nil && n > 0 {
+		return n
+	}
+	return 10000
 }

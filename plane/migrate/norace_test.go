@@ -1,0 +1,5 @@
+//go:build !race
+
+package migrate_test
+
+const raceWorlds = 0
