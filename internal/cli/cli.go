@@ -1,5 +1,7 @@
 // Package cli is the orrery command: `serve`, `demo`, `migrate` (a store
-// copied into another and verified, plane/migrate), the commands that talk
+// copied into another and verified, plane/migrate), `backup` and `restore`
+// (plane/backup: an online backup, a restore that holds the effects the
+// backup left open), the commands that talk
 // to a server's HTTP API, and the lab's triage commands. cmd/orrery runs it
 // with the example worlds; a user's binary runs it with its own worlds
 // through orrery.Main, the way a Temporal worker binary embeds its
@@ -222,7 +224,7 @@ Start with 'orrery demo', then 'orrery serve' and the world commands.`,
 		}
 		return nil
 	}
-	root.AddCommand(e.serveCmd, e.demoCommand(), e.labCommand(), e.migrateCommand())
+	root.AddCommand(e.serveCmd, e.demoCommand(), e.labCommand(), e.migrateCommand(), e.backupCommand(), e.restoreCommand())
 	root.AddCommand(e.apiCommands()...)
 	// cobra adds these two when the command runs; adding them now lets
 	// them carry examples like every other command.
