@@ -179,6 +179,7 @@ var errorTable = [...]errorRule{
 	{store.ErrCursorMismatch, http.StatusConflict, CodeConflict, ""},
 	{store.ErrSnapshotConflict, http.StatusConflict, CodeConflict, ""},
 	{store.ErrWatermarkConflict, http.StatusConflict, CodeConflict, ""},
+	{store.ErrAssignmentChanged, http.StatusConflict, CodeConflict, ""},
 	{store.ErrClaimLost, http.StatusConflict, CodeConflict, ""},
 	{store.ErrNotDue, http.StatusConflict, CodeConflict, ""},
 	{store.ErrCompacted, http.StatusGone, CodeCompacted, ""},

@@ -308,6 +308,9 @@ func (a *acquiredBy) of(worker string) []string {
 // what the reconcile would and only under the acting orchestrator's fence.
 //   - pinned elsewhere: a world pinned to another worker is not placed
 //     again nor taken by the node that takes its input;
+//   - pinned meanwhile: a pin written between the activation's read of
+//     the assignment and its write is kept (the write compares), and the
+//     node does not take the world, whichever orchestrator leads;
 //   - draining: a draining node takes nothing, nor places on itself
 //     (even with candidates read before its drain); the world goes to a
 //     live worker, which answers;
@@ -358,6 +361,43 @@ func TestActivationNeverStealsNorActsWithoutAuthority(t *testing.T) {
 		}
 		return nil
 	})
+	for _, own := range []bool{true, false} {
+		run(t, fmt.Sprint("pinned meanwhile, own orchestrator leads=", own), func(env *lab.Env, r *activationRig, acq *acquiredBy) error {
+			var orch *plane.Orchestrator
+			if own {
+				orch = r.orch
+			}
+			// The activation reads no assignment, then reads the world
+			// to place it: the operator's pin lands in between.
+			var read, pinned atomic.Bool
+			a, err := r.node("A", orch, acq.observe("A"), memstore.WithHook(func(op string) error {
+				switch {
+				case op == "get_assignment":
+					read.Store(true)
+				case op == "get_world" && read.Load() && !pinned.Swap(true):
+					return r.base.Assign(env.Ctx, "fresh", store.Assignment{DesiredWorker: "Z", Priority: 1, Reason: plane.ReasonPin}, nil)
+				}
+				return nil
+			}))
+			if err != nil {
+				return err
+			}
+			defer a.host.Stop(env.Ctx)
+			if err := unanswered(env, a.client); err != nil {
+				return err
+			}
+			if !pinned.Load() {
+				return errors.New("the pin never landed between the activation's read and its write")
+			}
+			if asg, ok, err := r.base.GetAssignment(env.Ctx, "fresh"); err != nil || !ok || asg.DesiredWorker != "Z" || asg.Reason != plane.ReasonPin {
+				return fmt.Errorf("assignment %+v ok=%v err=%v, want the pin to Z kept", asg, ok, err)
+			}
+			if got := acq.of("A"); len(got) != 0 {
+				return fmt.Errorf("A acquired %v, pinned to Z", got)
+			}
+			return nil
+		})
+	}
 	run(t, "draining", func(env *lab.Env, r *activationRig, acq *acquiredBy) error {
 		a, err := r.node("A", r.orch, acq.observe("A"))
 		if err != nil {
@@ -404,7 +444,7 @@ func TestActivationNeverStealsNorActsWithoutAuthority(t *testing.T) {
 	run(t, "leader change", func(env *lab.Env, r *activationRig, acq *acquiredBy) error {
 		var resigned atomic.Bool
 		a, err := r.node("A", nil, acq.observe("A"), memstore.WithHook(func(op string) error {
-			if op == "assign" && !resigned.Swap(true) {
+			if op == "compare_and_assign" && !resigned.Swap(true) {
 				// The placement was decided under the leader's epoch; it
 				// hands over before the write lands.
 				return r.orch.Resign(env.Ctx)

@@ -193,6 +193,36 @@ func (s *backend) Unassign(ctx context.Context, worldID string, by *store.Fence)
 	return nil
 }
 
+// CompareAndAssign implements store.Leases.
+func (s *backend) CompareAndAssign(ctx context.Context, worldID string, prev, next *store.Assignment, by *store.Fence) error {
+	const op = "compare_and_assign"
+	if err := s.begin(ctx, op); err != nil {
+		return err
+	}
+	defer s.end()
+	if err := s.authority(op, by); err != nil {
+		return err
+	}
+	if _, ok := s.st.worlds[worldID]; !ok {
+		return store.Errorf(op, store.ErrWorldNotFound, worldID, "")
+	}
+	var cur *store.Assignment
+	if a, ok := s.st.assignments[worldID]; ok {
+		cur = &a
+	}
+	write, err := contract.Reassign(op, worldID, cur, prev, next)
+	if err != nil || !write {
+		return err
+	}
+	if next == nil {
+		delete(s.st.assignments, worldID)
+	} else {
+		s.st.assignments[worldID] = *next
+	}
+	s.st.notify(store.TopicAssignments)
+	return nil
+}
+
 // GetAssignment implements store.Leases.
 func (s *backend) GetAssignment(ctx context.Context, worldID string) (store.Assignment, bool, error) {
 	if err := s.begin(ctx, "get_assignment"); err != nil {
