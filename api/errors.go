@@ -161,6 +161,7 @@ var errorTable = [...]errorRule{
 	{plane.ErrNoKernel, http.StatusBadRequest, CodeInvalidArgument, ""},
 	{plane.ErrConflict, http.StatusConflict, CodeConflict, ""},
 	{plane.ErrFenced, http.StatusConflict, CodeFenced, ""},
+	{plane.ErrSnapshotPending, http.StatusGatewayTimeout, CodeTimeout, ""},
 	{plane.ErrStopped, http.StatusServiceUnavailable, CodeUnavailable, ""},
 	{plane.ErrHostFailed, http.StatusServiceUnavailable, CodeUnavailable, ""},
 	{store.ErrWorldNotFound, http.StatusNotFound, CodeNotFound, "world"},
