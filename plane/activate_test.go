@@ -112,7 +112,8 @@ func callWithin(env *lab.Env, c *plane.Client, id string, limit time.Duration) (
 // placed is answered although no reconcile round ever completes (each
 // fails, and the next is a day away): the node that takes the call places
 // the world under the acting orchestrator's fence and its host acquires
-// it. Both ways of placing are shown: this process's orchestrator leads,
+// it. A snapshot request (Client.Snapshot) activates its world the same
+// way (before, it waited for a reconcile round: here, forever). Both ways of placing are shown: this process's orchestrator leads,
 // and another process's leads (the write is fenced by its epoch).
 func TestActivationAnswersFirstCallWithoutReconcile(t *testing.T) {
 	for _, ownLeader := range []bool{true, false} {
@@ -154,6 +155,14 @@ func TestActivationAnswersFirstCallWithoutReconcile(t *testing.T) {
 				}
 				if _, ok := n.host.Lease("fresh"); !ok {
 					return errors.New("host A does not hold the world it answered for")
+				}
+				// A snapshot asked of a never-placed world activates it as
+				// a call does.
+				if _, err := r.base.CreateWorld(env.Ctx, universe, "fresh-snapshot", nil); err != nil {
+					return err
+				}
+				if snap, err := snapshotWithin(env, n.client, "fresh-snapshot", 200*time.Millisecond); err != nil || snap.Height != 0 {
+					return fmt.Errorf("snapshot of a never-placed world: height %d, err %v", snap.Height, err)
 				}
 				// Reconciles were tried (a hint starts one) but none read a
 				// world list, so none placed anything.
@@ -335,6 +344,15 @@ func TestActivationNeverStealsNorActsWithoutAuthority(t *testing.T) {
 			})
 		})
 	}
+	pinnedToZ := func(env *lab.Env, r *activationRig, acq *acquiredBy) error {
+		if asg, ok, err := r.base.GetAssignment(env.Ctx, "fresh"); err != nil || !ok || asg.DesiredWorker != "Z" || asg.Reason != plane.ReasonPin {
+			return fmt.Errorf("assignment %+v ok=%v err=%v, want the pin to Z", asg, ok, err)
+		}
+		if got := acq.of("A"); len(got) != 0 {
+			return fmt.Errorf("A acquired %v, pinned to Z", got)
+		}
+		return nil
+	}
 	unanswered := func(env *lab.Env, c *plane.Client) error {
 		if _, err := callWithin(env, c, "fresh", 500*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("call answered (err %v); want no answer", err)
@@ -353,13 +371,7 @@ func TestActivationNeverStealsNorActsWithoutAuthority(t *testing.T) {
 		if err := unanswered(env, a.client); err != nil {
 			return err
 		}
-		if asg, ok, err := r.base.GetAssignment(env.Ctx, "fresh"); err != nil || !ok || asg.DesiredWorker != "Z" || asg.Reason != plane.ReasonPin {
-			return fmt.Errorf("assignment %+v ok=%v err=%v, want the pin to Z", asg, ok, err)
-		}
-		if got := acq.of("A"); len(got) != 0 {
-			return fmt.Errorf("A acquired %v", got)
-		}
-		return nil
+		return pinnedToZ(env, r, acq)
 	})
 	for _, own := range []bool{true, false} {
 		run(t, fmt.Sprint("pinned meanwhile, own orchestrator leads=", own), func(env *lab.Env, r *activationRig, acq *acquiredBy) error {
@@ -389,13 +401,7 @@ func TestActivationNeverStealsNorActsWithoutAuthority(t *testing.T) {
 			if !pinned.Load() {
 				return errors.New("the pin never landed between the activation's read and its write")
 			}
-			if asg, ok, err := r.base.GetAssignment(env.Ctx, "fresh"); err != nil || !ok || asg.DesiredWorker != "Z" || asg.Reason != plane.ReasonPin {
-				return fmt.Errorf("assignment %+v ok=%v err=%v, want the pin to Z kept", asg, ok, err)
-			}
-			if got := acq.of("A"); len(got) != 0 {
-				return fmt.Errorf("A acquired %v, pinned to Z", got)
-			}
-			return nil
+			return pinnedToZ(env, r, acq)
 		})
 	}
 	run(t, "draining", func(env *lab.Env, r *activationRig, acq *acquiredBy) error {

@@ -130,33 +130,3 @@ func TestSnapshotIsNeverOlderThanTheHeadAskedAt(t *testing.T) {
 		return nil
 	})
 }
-
-// TestSnapshotActivatesAnUnplacedWorld: a snapshot asked of a world never
-// placed, with no reconcile ever completing, is answered at once: the
-// request activates the world as a call does. (Before, it waited for a
-// reconcile round: here, forever.)
-func TestSnapshotActivatesAnUnplacedWorld(t *testing.T) {
-	testrig.Lab(t, lab.Config{Seed: 37, Name: "snapshot-activation"}, func(env *lab.Env) error {
-		r, err := newActivationRig(env)
-		if err != nil {
-			return err
-		}
-		defer r.orch.Stop(env.Ctx)
-		n, err := r.node("A", r.orch, nil)
-		if err != nil {
-			return err
-		}
-		defer n.host.Stop(env.Ctx)
-		if _, err := r.base.CreateWorld(env.Ctx, universe, "fresh", nil); err != nil {
-			return err
-		}
-		snap, err := snapshotWithin(env, n.client, "fresh", 200*time.Millisecond)
-		if err != nil {
-			return fmt.Errorf("snapshot of a never-placed world: %w", err)
-		}
-		if snap.Height != 0 {
-			return fmt.Errorf("snapshot at %d, want 0", snap.Height)
-		}
-		return nil
-	})
-}
