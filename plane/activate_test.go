@@ -359,6 +359,24 @@ func TestActivationNeverStealsNorActsWithoutAuthority(t *testing.T) {
 		}
 		return nil
 	}
+	// unansweredWith starts node A (orch: its own orchestrator) with hook
+	// on its store handle, and checks that a call to "fresh" goes
+	// unanswered and that the hook's fault happened (fired; else notFired).
+	// The caller stops the node it returns.
+	unansweredWith := func(env *lab.Env, r *activationRig, orch *plane.Orchestrator, acq *acquiredBy, fired *atomic.Bool,
+		notFired string, hook func(op string) error) (*activationNode, error) {
+		a, err := r.node("A", orch, acq.observe("A"), memstore.WithHook(hook))
+		if err != nil {
+			return nil, err
+		}
+		if err := unanswered(env, a.client); err != nil {
+			return a, err
+		}
+		if !fired.Load() {
+			return a, errors.New(notFired)
+		}
+		return a, nil
+	}
 	run(t, "pinned elsewhere", func(env *lab.Env, r *activationRig, acq *acquiredBy) error {
 		if err := r.orch.Pin(env.Ctx, "fresh", "Z"); err != nil {
 			return err
@@ -382,7 +400,7 @@ func TestActivationNeverStealsNorActsWithoutAuthority(t *testing.T) {
 			// The activation reads no assignment, then reads the world
 			// to place it: the operator's pin lands in between.
 			var read, pinned atomic.Bool
-			a, err := r.node("A", orch, acq.observe("A"), memstore.WithHook(func(op string) error {
+			a, err := unansweredWith(env, r, orch, acq, &pinned, "the pin never landed between the activation's read and its write", func(op string) error {
 				switch {
 				case op == "get_assignment":
 					read.Store(true)
@@ -390,16 +408,12 @@ func TestActivationNeverStealsNorActsWithoutAuthority(t *testing.T) {
 					return r.base.Assign(env.Ctx, "fresh", store.Assignment{DesiredWorker: "Z", Priority: 1, Reason: plane.ReasonPin}, nil)
 				}
 				return nil
-			}))
+			})
+			if a != nil {
+				defer a.host.Stop(env.Ctx)
+			}
 			if err != nil {
 				return err
-			}
-			defer a.host.Stop(env.Ctx)
-			if err := unanswered(env, a.client); err != nil {
-				return err
-			}
-			if !pinned.Load() {
-				return errors.New("the pin never landed between the activation's read and its write")
 			}
 			return pinnedToZ(env, r, acq)
 		})
@@ -449,23 +463,19 @@ func TestActivationNeverStealsNorActsWithoutAuthority(t *testing.T) {
 	})
 	run(t, "leader change", func(env *lab.Env, r *activationRig, acq *acquiredBy) error {
 		var resigned atomic.Bool
-		a, err := r.node("A", nil, acq.observe("A"), memstore.WithHook(func(op string) error {
+		a, err := unansweredWith(env, r, nil, acq, &resigned, "the activation never tried to place the world", func(op string) error {
 			if op == "compare_and_assign" && !resigned.Swap(true) {
 				// The placement was decided under the leader's epoch; it
 				// hands over before the write lands.
 				return r.orch.Resign(env.Ctx)
 			}
 			return nil
-		}))
+		})
+		if a != nil {
+			defer a.host.Stop(env.Ctx)
+		}
 		if err != nil {
 			return err
-		}
-		defer a.host.Stop(env.Ctx)
-		if err := unanswered(env, a.client); err != nil {
-			return err
-		}
-		if !resigned.Load() {
-			return errors.New("the activation never tried to place the world")
 		}
 		if asg, ok, err := r.base.GetAssignment(env.Ctx, "fresh"); err != nil || ok {
 			return fmt.Errorf("assignment %+v ok=%v err=%v written under a deposed leader's epoch", asg, ok, err)
