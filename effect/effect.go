@@ -12,6 +12,7 @@ package effect
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/orrery-run/orrery/vocab"
 )
@@ -151,4 +152,38 @@ func ClassOf(err error) string {
 		return c.class
 	}
 	return ""
+}
+
+// answerError is an attempt that got an answer the policy should retry.
+type answerError struct {
+	last  Result
+	after time.Duration
+	err   error
+}
+
+func (e *answerError) Error() string { return e.err.Error() }
+func (e *answerError) Unwrap() error { return e.err }
+
+// RetryAnswer wraps err, the failure of an attempt that was answered with
+// something worth retrying (an HTTP 503, a 429): the pool retries it by
+// the adapter's retry policy, no sooner than after (zero: the policy's
+// delay alone; a server's Retry-After), and, once the policy gives up or
+// the class is non-retryable, delivers last as the receipt (the answer as
+// it came, its status kept) instead of a failure. RetryAnswer(_, _, nil)
+// is nil.
+func RetryAnswer(last Result, after time.Duration, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &answerError{last: last, after: after, err: err}
+}
+
+// AnswerOf returns the answer RetryAnswer gave err and the least delay
+// before its retry; ok is false when err carries none.
+func AnswerOf(err error) (last Result, after time.Duration, ok bool) {
+	var a *answerError
+	if errors.As(err, &a) {
+		return a.last, a.after, true
+	}
+	return Result{}, 0, false
 }

@@ -172,11 +172,13 @@ func (a *Activator) place(ctx context.Context, id string) (store.Assignment, boo
 	}
 	asg := store.Assignment{DesiredWorker: Place(id, live), Reason: ReasonRendezvous}
 	if o := a.cfg.Orchestrator; o != nil {
-		err := o.place(ctx, id, asg.DesiredWorker)
-		if err == nil {
+		err := o.place(ctx, id, nil, asg.DesiredWorker)
+		switch {
+		case err == nil:
 			return asg, true, nil
-		}
-		if !errors.Is(err, ErrNotLeader) {
+		case errors.Is(err, store.ErrAssignmentChanged):
+			return a.placedMeanwhile(ctx, id)
+		case !errors.Is(err, ErrNotLeader):
 			return store.Assignment{}, false, err
 		}
 	}
@@ -186,16 +188,25 @@ func (a *Activator) place(ctx context.Context, id string) (store.Assignment, boo
 	if err != nil || !ok {
 		return store.Assignment{}, false, err
 	}
-	err = st.Assign(ctx, id, asg, &store.Fence{World: OrchestratorWorld, Epoch: l.Epoch})
+	err = st.CompareAndAssign(ctx, id, nil, &asg, &store.Fence{World: OrchestratorWorld, Epoch: l.Epoch})
 	switch {
 	case err == nil:
 		return asg, true, nil
+	case errors.Is(err, store.ErrAssignmentChanged):
+		return a.placedMeanwhile(ctx, id)
 	case errors.Is(err, store.ErrFenced), errors.Is(err, store.ErrWorldNotFound):
 		// No orchestrator acts now (its lease expired or changed hands
 		// since it was read): the next leader's reconcile places it.
 		return store.Assignment{}, false, nil
 	}
 	return store.Assignment{}, false, err
+}
+
+// placedMeanwhile is the assignment written since the activation read
+// none (a pin, or another node's placement), which the activation follows
+// instead of overwriting.
+func (a *Activator) placedMeanwhile(ctx context.Context, id string) (store.Assignment, bool, error) {
+	return a.cfg.Store.GetAssignment(ctx, id)
 }
 
 // candidates returns the live, non-draining workers, read again once they

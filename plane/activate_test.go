@@ -112,7 +112,8 @@ func callWithin(env *lab.Env, c *plane.Client, id string, limit time.Duration) (
 // placed is answered although no reconcile round ever completes (each
 // fails, and the next is a day away): the node that takes the call places
 // the world under the acting orchestrator's fence and its host acquires
-// it. Both ways of placing are shown: this process's orchestrator leads,
+// it. A snapshot request (Client.Snapshot) activates its world the same
+// way (before, it waited for a reconcile round: here, forever). Both ways of placing are shown: this process's orchestrator leads,
 // and another process's leads (the write is fenced by its epoch).
 func TestActivationAnswersFirstCallWithoutReconcile(t *testing.T) {
 	for _, ownLeader := range []bool{true, false} {
@@ -154,6 +155,14 @@ func TestActivationAnswersFirstCallWithoutReconcile(t *testing.T) {
 				}
 				if _, ok := n.host.Lease("fresh"); !ok {
 					return errors.New("host A does not hold the world it answered for")
+				}
+				// A snapshot asked of a never-placed world activates it as
+				// a call does.
+				if _, err := r.base.CreateWorld(env.Ctx, universe, "fresh-snapshot", nil); err != nil {
+					return err
+				}
+				if snap, err := snapshotWithin(env, n.client, "fresh-snapshot", 200*time.Millisecond); err != nil || snap.Height != 0 {
+					return fmt.Errorf("snapshot of a never-placed world: height %d, err %v", snap.Height, err)
 				}
 				// Reconciles were tried (a hint starts one) but none read a
 				// world list, so none placed anything.
@@ -308,6 +317,9 @@ func (a *acquiredBy) of(worker string) []string {
 // what the reconcile would and only under the acting orchestrator's fence.
 //   - pinned elsewhere: a world pinned to another worker is not placed
 //     again nor taken by the node that takes its input;
+//   - pinned meanwhile: a pin written between the activation's read of
+//     the assignment and its write is kept (the write compares), and the
+//     node does not take the world, whichever orchestrator leads;
 //   - draining: a draining node takes nothing, nor places on itself
 //     (even with candidates read before its drain); the world goes to a
 //     live worker, which answers;
@@ -332,11 +344,38 @@ func TestActivationNeverStealsNorActsWithoutAuthority(t *testing.T) {
 			})
 		})
 	}
+	pinnedToZ := func(env *lab.Env, r *activationRig, acq *acquiredBy) error {
+		if asg, ok, err := r.base.GetAssignment(env.Ctx, "fresh"); err != nil || !ok || asg.DesiredWorker != "Z" || asg.Reason != plane.ReasonPin {
+			return fmt.Errorf("assignment %+v ok=%v err=%v, want the pin to Z", asg, ok, err)
+		}
+		if got := acq.of("A"); len(got) != 0 {
+			return fmt.Errorf("A acquired %v, pinned to Z", got)
+		}
+		return nil
+	}
 	unanswered := func(env *lab.Env, c *plane.Client) error {
 		if _, err := callWithin(env, c, "fresh", 500*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("call answered (err %v); want no answer", err)
 		}
 		return nil
+	}
+	// unansweredWith starts node A (orch: its own orchestrator) with hook
+	// on its store handle, and checks that a call to "fresh" goes
+	// unanswered and that the hook's fault happened (fired; else notFired).
+	// The caller stops the node it returns.
+	unansweredWith := func(env *lab.Env, r *activationRig, orch *plane.Orchestrator, acq *acquiredBy, fired *atomic.Bool,
+		notFired string, hook func(op string) error) (*activationNode, error) {
+		a, err := r.node("A", orch, acq.observe("A"), memstore.WithHook(hook))
+		if err != nil {
+			return nil, err
+		}
+		if err := unanswered(env, a.client); err != nil {
+			return a, err
+		}
+		if !fired.Load() {
+			return a, errors.New(notFired)
+		}
+		return a, nil
 	}
 	run(t, "pinned elsewhere", func(env *lab.Env, r *activationRig, acq *acquiredBy) error {
 		if err := r.orch.Pin(env.Ctx, "fresh", "Z"); err != nil {
@@ -350,14 +389,35 @@ func TestActivationNeverStealsNorActsWithoutAuthority(t *testing.T) {
 		if err := unanswered(env, a.client); err != nil {
 			return err
 		}
-		if asg, ok, err := r.base.GetAssignment(env.Ctx, "fresh"); err != nil || !ok || asg.DesiredWorker != "Z" || asg.Reason != plane.ReasonPin {
-			return fmt.Errorf("assignment %+v ok=%v err=%v, want the pin to Z", asg, ok, err)
-		}
-		if got := acq.of("A"); len(got) != 0 {
-			return fmt.Errorf("A acquired %v", got)
-		}
-		return nil
+		return pinnedToZ(env, r, acq)
 	})
+	for _, own := range []bool{true, false} {
+		run(t, fmt.Sprint("pinned meanwhile, own orchestrator leads=", own), func(env *lab.Env, r *activationRig, acq *acquiredBy) error {
+			var orch *plane.Orchestrator
+			if own {
+				orch = r.orch
+			}
+			// The activation reads no assignment, then reads the world
+			// to place it: the operator's pin lands in between.
+			var read, pinned atomic.Bool
+			a, err := unansweredWith(env, r, orch, acq, &pinned, "the pin never landed between the activation's read and its write", func(op string) error {
+				switch {
+				case op == "get_assignment":
+					read.Store(true)
+				case op == "get_world" && read.Load() && !pinned.Swap(true):
+					return r.base.Assign(env.Ctx, "fresh", store.Assignment{DesiredWorker: "Z", Priority: 1, Reason: plane.ReasonPin}, nil)
+				}
+				return nil
+			})
+			if a != nil {
+				defer a.host.Stop(env.Ctx)
+			}
+			if err != nil {
+				return err
+			}
+			return pinnedToZ(env, r, acq)
+		})
+	}
 	run(t, "draining", func(env *lab.Env, r *activationRig, acq *acquiredBy) error {
 		a, err := r.node("A", r.orch, acq.observe("A"))
 		if err != nil {
@@ -403,23 +463,19 @@ func TestActivationNeverStealsNorActsWithoutAuthority(t *testing.T) {
 	})
 	run(t, "leader change", func(env *lab.Env, r *activationRig, acq *acquiredBy) error {
 		var resigned atomic.Bool
-		a, err := r.node("A", nil, acq.observe("A"), memstore.WithHook(func(op string) error {
-			if op == "assign" && !resigned.Swap(true) {
+		a, err := unansweredWith(env, r, nil, acq, &resigned, "the activation never tried to place the world", func(op string) error {
+			if op == "compare_and_assign" && !resigned.Swap(true) {
 				// The placement was decided under the leader's epoch; it
 				// hands over before the write lands.
 				return r.orch.Resign(env.Ctx)
 			}
 			return nil
-		}))
+		})
+		if a != nil {
+			defer a.host.Stop(env.Ctx)
+		}
 		if err != nil {
 			return err
-		}
-		defer a.host.Stop(env.Ctx)
-		if err := unanswered(env, a.client); err != nil {
-			return err
-		}
-		if !resigned.Load() {
-			return errors.New("the activation never tried to place the world")
 		}
 		if asg, ok, err := r.base.GetAssignment(env.Ctx, "fresh"); err != nil || ok {
 			return fmt.Errorf("assignment %+v ok=%v err=%v written under a deposed leader's epoch", asg, ok, err)

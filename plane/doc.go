@@ -101,8 +101,9 @@
 //     The controller claims a start under the host's lock (one process per
 //     world per holding), and the host's recorded head, which State reads,
 //     never moves back.
-//   - Activation (Activator): the node that takes a world's input places
-//     the world if it is unplaced, as the reconcile would and under the
+//   - Activation (Activator): the node that takes a world's input (a
+//     client's, the ops API's, or a fabric.send message its effect pool
+//     delivers) places the world if it is unplaced, as the reconcile would and under the
 //     acting orchestrator's fence, and its host's controller acquires it
 //     at once, so a world's first input is answered as fast as any other
 //     instead of after a reconcile round and a sync. Pins and assignments

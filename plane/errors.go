@@ -38,6 +38,12 @@ const (
 	ErrStopped = sentinel("plane: stopped")
 	// ErrNotLeader: this orchestrator does not hold the orchestrator lease.
 	ErrNotLeader = sentinel("plane: not the acting orchestrator")
+	// ErrSnapshotPending: an on-demand snapshot at or above the world's
+	// head when it was asked for was not written before the caller's
+	// context ended (the world's holder may run a release that takes no
+	// snapshot on demand, and none reached that height since); the
+	// context's error is wrapped.
+	ErrSnapshotPending = sentinel("plane: snapshot not taken yet")
 	// ErrInvalid: an argument is out of range.
 	ErrInvalid = sentinel("plane: invalid argument")
 )

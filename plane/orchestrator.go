@@ -292,7 +292,14 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	type move struct{ world, want string }
+	// A move carries the assignment it was decided on (nil: none), and is
+	// written only over it: a pin or another write that lands between
+	// this pass's read and its write stays, and the next pass, which the
+	// change's hint starts, decides on it.
+	type move struct {
+		world, want string
+		was         *store.Assignment
+	}
 	var moves []move
 	for _, u := range o.cfg.Universes {
 		worlds, err := o.st.ListWorlds(ctx, u, "")
@@ -324,7 +331,11 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error {
 			if ok && a.DesiredWorker == want || !ok && want == "" {
 				continue
 			}
-			moves = append(moves, move{w.ID, want})
+			var was *store.Assignment
+			if ok {
+				was = &a
+			}
+			moves = append(moves, move{w.ID, want, was})
 		}
 	}
 	// The writes of different worlds are independent, so they go out in
@@ -332,7 +343,8 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error {
 	lanes := min(o.cfg.WriteConcurrency, len(moves))
 	return seam.Lanes(o.ex, lanes, func(lane int) error {
 		for i := lane; i < len(moves); i += lanes {
-			if err := o.place(ctx, moves[i].world, moves[i].want); err != nil {
+			m := moves[i]
+			if err := o.place(ctx, m.world, m.was, m.want); err != nil && !errors.Is(err, store.ErrAssignmentChanged) {
 				return err
 			}
 		}
@@ -361,20 +373,21 @@ func liveWorkers(ctx context.Context, st store.Store, liveFor time.Duration) ([]
 	return workers, live, nil
 }
 
-// place writes world's assignment (want == "": none), fenced by the
-// orchestrator's own lease: a deposed orchestrator (paused past its TTL)
-// writes nothing, and learns it is no longer the leader.
-func (o *Orchestrator) place(ctx context.Context, world, want string) error {
+// place writes world's assignment (want == "": none) over was, the
+// assignment it was decided on (nil: none), fenced by the orchestrator's
+// own lease: a deposed orchestrator (paused past its TTL) writes nothing,
+// and learns it is no longer the leader. An assignment that is no longer
+// was (a pin written since the read) is kept: store.ErrAssignmentChanged.
+func (o *Orchestrator) place(ctx context.Context, world string, was *store.Assignment, want string) error {
 	fence, leader := o.fence()
 	if !leader {
 		return errorf("reconcile", ErrNotLeader, "", nil)
 	}
-	var err error
-	if want == "" {
-		err = o.st.Unassign(ctx, world, &fence)
-	} else {
-		err = o.st.Assign(ctx, world, store.Assignment{DesiredWorker: want, Reason: ReasonRendezvous}, &fence)
+	var next *store.Assignment
+	if want != "" {
+		next = &store.Assignment{DesiredWorker: want, Reason: ReasonRendezvous}
 	}
+	err := o.st.CompareAndAssign(ctx, world, was, next, &fence)
 	if errors.Is(err, store.ErrFenced) {
 		o.mu.Lock()
 		if o.epoch == fence.Epoch && o.lease != nil {

@@ -328,6 +328,10 @@ func (d *deposedWrites) Unassign(ctx context.Context, w string, by *store.Fence)
 	return d.record(d.Store.Unassign(ctx, w, by))
 }
 
+func (d *deposedWrites) CompareAndAssign(ctx context.Context, w string, prev, next *store.Assignment, by *store.Fence) error {
+	return d.record(d.Store.CompareAndAssign(ctx, w, prev, next, by))
+}
+
 // TestDeposedOrchestratorWritesNothing: the acting orchestrator is paused
 // inside an assignment write for longer than its lease; the other one takes
 // over and places the worlds. When the paused one resumes, the store
@@ -356,7 +360,7 @@ func TestDeposedOrchestratorWritesNothing(t *testing.T) {
 		var pause atomic.Bool
 		var w1 *deposedWrites
 		w1 = &deposedWrites{Store: base.Restart(memstore.WithHook(func(op string) error {
-			if (op == "assign" || op == "unassign") && pause.CompareAndSwap(true, false) {
+			if (op == "assign" || op == "unassign" || op == "compare_and_assign") && pause.CompareAndSwap(true, false) {
 				// The process stops here for ten lease TTLs.
 				err := sleep(env, 20*time.Second)
 				w1.mu.Lock()
@@ -453,7 +457,7 @@ func TestReconcileWritesAssignmentsConcurrently(t *testing.T) {
 			var mu sync.Mutex
 			inFlight, most := 0, 0
 			st := newStore(env, memstore.WithHook(func(op string) error {
-				if op != "assign" {
+				if op != "compare_and_assign" {
 					return nil
 				}
 				mu.Lock()
@@ -547,6 +551,97 @@ func TestReconcileKeepsPlacementsWhenNoWorkerIsLive(t *testing.T) {
 			if a, _, err := st.GetAssignment(env.Ctx, fmt.Sprint("k", i)); err != nil || a.DesiredWorker != "B" {
 				return fmt.Errorf("k%d: assignment %+v %v once B is live", i, a, err)
 			}
+		}
+		return nil
+	})
+}
+
+// pinFirstWrite is an orchestrator's store handle under which an operator
+// pins the world of the orchestrator's first assignment write, to worker
+// Z, just before that write reaches the store: after the reconcile read
+// the world's assignment, before it writes its own.
+type pinFirstWrite struct {
+	store.Store
+	operator store.Store
+	mu       sync.Mutex
+	pinned   string
+}
+
+func (p *pinFirstWrite) pinFirst(ctx context.Context, w string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pinned != "" {
+		return nil
+	}
+	p.pinned = w
+	return p.operator.Assign(ctx, w, store.Assignment{DesiredWorker: "Z", Priority: 1, Reason: plane.ReasonPin}, nil)
+}
+
+func (p *pinFirstWrite) Assign(ctx context.Context, w string, a store.Assignment, by *store.Fence) error {
+	if err := p.pinFirst(ctx, w); err != nil {
+		return err
+	}
+	return p.Store.Assign(ctx, w, a, by)
+}
+
+func (p *pinFirstWrite) CompareAndAssign(ctx context.Context, w string, prev, next *store.Assignment, by *store.Fence) error {
+	if err := p.pinFirst(ctx, w); err != nil {
+		return err
+	}
+	return p.Store.CompareAndAssign(ctx, w, prev, next, by)
+}
+
+// TestReconcileKeepsAPinWrittenMeanwhile: an operator pins a world after
+// the reconcile read it unassigned and before the reconcile's write: the
+// pin stays (the write compares with what was read, and is refused), the
+// other worlds of the same pass are placed, and later passes leave the pin
+// alone. (Before, the reconcile's write overwrote the pin.)
+func TestReconcileKeepsAPinWrittenMeanwhile(t *testing.T) {
+	testrig.Lab(t, lab.Config{Seed: 17, Name: "reconcile-pin-meanwhile"}, func(env *lab.Env) error {
+		base := newStore(env)
+		ids := []string{"m0", "m1", "m2"}
+		for _, id := range ids {
+			if _, err := base.CreateWorld(env.Ctx, universe, id, nil); err != nil {
+				return err
+			}
+		}
+		if _, err := base.Heartbeat(env.Ctx, "A", 100); err != nil {
+			return err
+		}
+		st := &pinFirstWrite{Store: base.Restart(), operator: base}
+		o, err := plane.StartOrchestrator(env.Ctx, env.Root, plane.OrchestratorConfig{ID: "o", Store: st,
+			Universes: []string{universe}, LeaseTTL: 2 * time.Second, LiveFor: time.Hour, WriteConcurrency: 1})
+		if err != nil {
+			return err
+		}
+		defer o.Stop(env.Ctx)
+		others := func() (bool, error) {
+			st.mu.Lock()
+			pinned := st.pinned
+			st.mu.Unlock()
+			for _, id := range ids {
+				if id != pinned && assignedTo(env, base, id) != "A" {
+					return false, nil
+				}
+			}
+			return pinned != "", nil
+		}
+		if err := testrig.WaitLab(env, "the other worlds placed", 10*time.Second, others); err != nil {
+			return err
+		}
+		// Passes after the refused write (each hint starts one) leave
+		// the pin alone.
+		if err := sleep(env, 10*time.Second); err != nil {
+			return err
+		}
+		if err := o.Reconcile(env.Ctx); err != nil {
+			return err
+		}
+		st.mu.Lock()
+		pinned := st.pinned
+		st.mu.Unlock()
+		if a, ok, err := base.GetAssignment(env.Ctx, pinned); err != nil || !ok || a.DesiredWorker != "Z" || a.Reason != plane.ReasonPin {
+			return fmt.Errorf("%s: assignment %+v ok=%v err=%v, want the pin to Z written during the reconcile", pinned, a, ok, err)
 		}
 		return nil
 	})

@@ -35,6 +35,7 @@ type Backend interface {
 	Assign(ctx context.Context, world string, a Assignment, by *Fence) error
 	Unassign(ctx context.Context, world string, by *Fence) error
 	GetAssignment(ctx context.Context, world string) (a Assignment, ok bool, err error)
+	CompareAndAssign(ctx context.Context, world string, prev, next *Assignment, by *Fence) error
 	ListWorkerWorlds(ctx context.Context, worker, after string, limit int) ([]WorkerWorld, error)
 
 	Workers
@@ -342,6 +343,20 @@ func (f *Front) Unassign(ctx context.Context, world string, by *Fence) error {
 		return err
 	}
 	return f.b.Unassign(ctx, world, by)
+}
+
+// CompareAndAssign implements Leases.
+func (f *Front) CompareAndAssign(ctx context.Context, world string, prev, next *Assignment, by *Fence) error {
+	const op = "compare_and_assign"
+	if err := first(done(ctx, op), CheckID(op, "world", world), checkAuthority(op, by)); err != nil {
+		return err
+	}
+	if next != nil {
+		if err := first(checkOptionalID(op, "desiredWorker", next.DesiredWorker), CheckReason(op, next.Reason)); err != nil {
+			return err
+		}
+	}
+	return f.b.CompareAndAssign(ctx, world, prev, next, by)
 }
 
 // checkAuthority checks an assignment writer's fence (nil: an operator).

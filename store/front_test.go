@@ -93,6 +93,9 @@ func (r *recorder) Unassign(ctx context.Context, world string, by *Fence) error 
 func (r *recorder) GetAssignment(ctx context.Context, world string) (Assignment, bool, error) {
 	return Assignment{}, false, r.rec(ctx, "GetAssignment")
 }
+func (r *recorder) CompareAndAssign(ctx context.Context, world string, prev, next *Assignment, by *Fence) error {
+	return r.rec(ctx, "CompareAndAssign")
+}
 func (r *recorder) ListWorkerWorlds(ctx context.Context, worker, after string, limit int) ([]WorkerWorld, error) {
 	return nil, r.rec(ctx, "ListWorkerWorlds")
 }
@@ -361,6 +364,16 @@ func invalidCalls() []frontCall {
 		{"Assign reason", "assign", func(f *Front) error { return f.Assign(fbg, "w", Assignment{Reason: longText}, nil) }},
 		{"Assign fence", "assign", func(f *Front) error { return f.Assign(fbg, "w", Assignment{}, &Fence{World: ""}) }},
 		{"Unassign fence", "unassign", func(f *Front) error { return f.Unassign(fbg, "w", &Fence{World: badID}) }},
+		{"CompareAndAssign world", "compare_and_assign", func(f *Front) error { return f.CompareAndAssign(fbg, "", nil, nil, nil) }},
+		{"CompareAndAssign desired worker", "compare_and_assign", func(f *Front) error {
+			return f.CompareAndAssign(fbg, "w", nil, &Assignment{DesiredWorker: badID}, nil)
+		}},
+		{"CompareAndAssign reason", "compare_and_assign", func(f *Front) error {
+			return f.CompareAndAssign(fbg, "w", nil, &Assignment{Reason: longText}, nil)
+		}},
+		{"CompareAndAssign fence", "compare_and_assign", func(f *Front) error {
+			return f.CompareAndAssign(fbg, "w", nil, &Assignment{}, &Fence{World: ""})
+		}},
 		{"ListWorkerWorlds after", "list_worker_worlds", func(f *Front) error {
 			_, err := f.ListWorkerWorlds(fbg, "A", badID, 1)
 			return err
@@ -559,6 +572,9 @@ func validCalls() []struct {
 		}},
 		{"Unassign", func(f *Front) error { return f.Unassign(fbg, "w", nil) }},
 		{"GetAssignment", func(f *Front) error { _, _, err := f.GetAssignment(fbg, "w"); return err }},
+		{"CompareAndAssign", func(f *Front) error {
+			return f.CompareAndAssign(fbg, "w", &Assignment{DesiredWorker: "A"}, nil, &Fence{World: "o", Epoch: 1})
+		}},
 		{"ListWorkerWorlds", func(f *Front) error { _, err := f.ListWorkerWorlds(fbg, "A", "", 10); return err }},
 		{"Heartbeat", func(f *Front) error { _, err := f.Heartbeat(fbg, "A", 4, AliveAs("i", time.Second)); return err }},
 		{"RetireWorker", func(f *Front) error { _, err := f.RetireWorker(fbg, "A", "i"); return err }},

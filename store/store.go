@@ -515,6 +515,16 @@ type Leases interface {
 	Assign(ctx context.Context, world string, a Assignment, by *Fence) error
 	Unassign(ctx context.Context, world string, by *Fence) error
 	GetAssignment(ctx context.Context, world string) (a Assignment, ok bool, err error)
+	// CompareAndAssign writes the world's assignment (next; nil removes
+	// it) only if it is still prev (nil: none), compared field by field,
+	// in one transaction with the check of by (as for Assign): otherwise
+	// ErrAssignmentChanged and nothing is written. It is how a placement
+	// decided on an earlier read is written without overwriting what
+	// landed since (an operator's pin). An assignment that already is next
+	// succeeds and writes nothing, so a retry of a write whose answer was
+	// lost is not taken for a change. The world must exist
+	// (ErrWorldNotFound); a refused fence is ErrFenced.
+	CompareAndAssign(ctx context.Context, world string, prev, next *Assignment, by *Fence) error
 	// ListWorkerWorlds lists, sorted by world id, up to limit worlds after
 	// the id `after` ("" = from the start) whose unexpired lease worker
 	// holds or whose assignment names worker, each with its lease and
@@ -1313,6 +1323,9 @@ var (
 	ErrWatermarkConflict = errors.New("store: watermark conflict")
 	ErrInvalid           = errors.New("store: invalid argument")
 	ErrClosed            = errors.New("store: closed")
+	// ErrAssignmentChanged: a CompareAndAssign found the assignment no
+	// longer what its caller read.
+	ErrAssignmentChanged = errors.New("store: assignment changed")
 	// ErrUnavailable: the database could not be reached, or the
 	// connection was lost (a restart, a terminated backend, a network
 	// cut) before it answered. The operation may or may not have taken

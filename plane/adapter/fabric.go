@@ -43,12 +43,38 @@ type FabricStore interface {
 // the store answers: register Fabric with RetryUntilKnown (as a node
 // does), and the sender gets ok or already_enqueued once the store is
 // back. Under a bounded policy the pool's last word is a timeout receipt.
+//
+// With an Activation (FabricActivation, as a node wires its activator), a
+// message to a world that is not placed yet places it, as a client's call
+// does, so the destination runs at once instead of at the orchestrator's
+// next reconcile.
 type Fabric struct {
-	st FabricStore
+	st  FabricStore
+	act Activation
 }
 
+// Activation is told of each destination a message is about to reach,
+// just before the send, so that a world that is not placed yet is placed
+// and acquired beside the delivery. plane's Activator is the one a node
+// uses; the adapter does not depend on it, only on this method.
+type Activation interface {
+	Activate(ctx context.Context, world string) error
+}
+
+// FabricOption configures a Fabric.
+type FabricOption func(*Fabric)
+
+// FabricActivation makes the adapter activate each destination (nil: none).
+func FabricActivation(a Activation) FabricOption { return func(f *Fabric) { f.act = a } }
+
 // NewFabric returns the fabric.send adapter over st.
-func NewFabric(st FabricStore) *Fabric { return &Fabric{st: st} }
+func NewFabric(st FabricStore, opts ...FabricOption) *Fabric {
+	f := &Fabric{st: st}
+	for _, o := range opts {
+		o(f)
+	}
+	return f
+}
 
 // Kinds implements Adapter.
 func (*Fabric) Kinds() []string { return []string{KindFabric} }
@@ -69,6 +95,11 @@ func (f *Fabric) Execute(ctx context.Context, item vocab.EffectItem) (effect.Res
 		case w.Universe != d.DestUniverse:
 			return fabricError(item, d.DestWorld, "destination world is not in universe "+d.DestUniverse), nil
 		}
+	}
+	if f.act != nil {
+		// Best effort: a failed activation leaves the world to the
+		// reconcile, and the message goes in regardless.
+		_ = f.act.Activate(ctx, d.DestWorld)
 	}
 	r, err := f.st.Send(ctx, d.DestWorld, d.MessageID, store.InboxItem{Payload: d.Payload})
 	switch {

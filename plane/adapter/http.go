@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -65,10 +66,13 @@ const MaxBodyBytes = MaxReceiptBytes - 64<<10
 // HTTP is the http.request adapter. Its receipts follow what a user of
 // Restate or Temporal expects of an HTTP call made durable:
 //
-//   - any HTTP response, 4xx and 5xx included, is an ok receipt whose
-//     body (world.HTTPResponse) carries the status, headers and body: the
-//     request was delivered and answered, and what a status means is the
-//     world's decision (it may send the request again as a new intent);
+//   - an HTTP response is an ok receipt whose body (world.HTTPResponse)
+//     carries the status, headers and body: the request was delivered and
+//     answered, and what a status means is the world's decision (it may
+//     send the request again as a new intent). A 4xx is that receipt at
+//     once; a 5xx, and a 429 with Retry-After, are first retried by the
+//     pool's policy (class ClassHTTPStatus), no sooner than the server's
+//     Retry-After, and the last answer is the receipt once it gives up;
 //   - a response body over the limit (max_response_bytes, else
 //     HTTPConfig.MaxResponseBytes, never over MaxBodyBytes) is cut to it,
 //     with Truncated set, in an ok receipt all the same: the server acted
@@ -243,8 +247,53 @@ func (a *HTTP) Execute(ctx context.Context, item vocab.EffectItem) (effect.Resul
 	if uint64(len(body)) > req.limit {
 		out.Body, out.Truncated = body[:req.limit], true
 	}
-	return effect.OK(out), nil
+	return answered(out, a.ex.Now())
 }
+
+// ClassHTTPStatus is the error class of an answer http.request retries (a
+// 5xx, or a 429 with Retry-After): listed in a policy's NonRetryable, the
+// first such answer is the receipt.
+const ClassHTTPStatus = "http.status"
+
+// answered is the outcome of an exchange that got a response: a 5xx, and
+// a 429 that says when to come back (Retry-After), are attempt errors the
+// policy retries, no sooner than the server asked, and whose receipt, once
+// the policy gives up, is the last response, its status kept; any other
+// response, 4xx included, is an ok receipt at once.
+func answered(out world.HTTPResponse, now time.Time) (effect.Result, error) {
+	var after time.Duration
+	switch {
+	case out.Status >= 500:
+		after, _ = parseRetryAfter(http.Header(out.Headers).Get("Retry-After"), now)
+	case out.Status == http.StatusTooManyRequests:
+		var ok bool
+		if after, ok = parseRetryAfter(http.Header(out.Headers).Get("Retry-After"), now); !ok {
+			return effect.OK(out), nil
+		}
+	default:
+		return effect.OK(out), nil
+	}
+	return effect.Result{}, effect.Classified(ClassHTTPStatus, effect.RetryAnswer(effect.OK(out), after,
+		effect.Unknown(fmt.Errorf("http.request: the server answered %d", out.Status))))
+}
+
+// parseRetryAfter reads a Retry-After header: seconds, or an HTTP date (judged
+// on the local clock, the only one there is to judge a server's by).
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	if v == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+		return time.Duration(min(n, int64(maxRetryAfter/time.Second))) * time.Second, true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return min(max(t.Sub(now), 0), maxRetryAfter), true
+	}
+	return 0, false
+}
+
+// maxRetryAfter bounds the wait a server's Retry-After imposes.
+const maxRetryAfter = time.Hour
 
 // beforeSending reports whether err certainly came before any byte of the
 // request left: no connection (dial, proxy connect, DNS) or a TLS

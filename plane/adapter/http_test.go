@@ -84,25 +84,47 @@ func TestHTTPRequestOkReceiptCarriesStatusHeadersBody(t *testing.T) {
 	}
 }
 
-// TestHTTPNon2xxIsOkReceiptWithStatus: an HTTP answer is a delivered
-// request: a 503 is an ok receipt carrying 503, not retried.
-func TestHTTPNon2xxIsOkReceiptWithStatus(t *testing.T) {
-	var hits atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		http.Error(w, "down", http.StatusServiceUnavailable)
-	}))
-	defer srv.Close()
-	e, stop := httpEnv(t, adapter.RetryPolicy{Attempts: 3, Base: time.Millisecond}, adapter.HTTPConfig{})
-	defer stop()
-	h := e.publish(adapter.KindHTTP, world.HTTPRequest{Method: "GET", URL: srv.URL})
-	r := awaitReceipt(t, e, h)
-	var resp world.HTTPResponse
-	if err := r.Decode(&resp); err != nil || r.Status != vocab.ReceiptOK || resp.Status != 503 {
-		t.Fatalf("receipt %s %+v (%v)", r.Status, resp, err)
-	}
-	if n := hits.Load(); n != 1 {
-		t.Fatalf("%d requests, want 1", n)
+// TestHTTPServerErrorsAreRetriedAndClientErrorsAreNot: a 5xx, and a 429
+// that says when to come back, are retried by the policy, and once it
+// gives up the receipt is the last answer, an ok receipt carrying its
+// status; a 4xx (a 429 without Retry-After included) is the receipt at
+// once. (Before, a 503 was an ok receipt at once, never retried.)
+func TestHTTPServerErrorsAreRetriedAndClientErrorsAreNot(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		status     int
+		retryAfter string
+		hits       int64
+	}{
+		{"503", http.StatusServiceUnavailable, "", 3},
+		{"500 with Retry-After", http.StatusInternalServerError, "0", 3},
+		{"429 with Retry-After", http.StatusTooManyRequests, "0", 3},
+		{"429 without Retry-After", http.StatusTooManyRequests, "", 1},
+		{"404", http.StatusNotFound, "", 1},
+		{"409", http.StatusConflict, "", 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var hits atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				hits.Add(1)
+				if c.retryAfter != "" {
+					w.Header().Set("Retry-After", c.retryAfter)
+				}
+				http.Error(w, "no", c.status)
+			}))
+			defer srv.Close()
+			e, stop := httpEnv(t, adapter.RetryPolicy{Attempts: 3, Base: time.Millisecond}, adapter.HTTPConfig{})
+			defer stop()
+			h := e.publish(adapter.KindHTTP, world.HTTPRequest{Method: "GET", URL: srv.URL})
+			r := awaitReceipt(t, e, h)
+			var resp world.HTTPResponse
+			if err := r.Decode(&resp); err != nil || r.Status != vocab.ReceiptOK || resp.Status != c.status {
+				t.Fatalf("receipt %s %+v (%v), want ok carrying %d", r.Status, resp, err, c.status)
+			}
+			if n := hits.Load(); n != c.hits {
+				t.Fatalf("%d requests, want %d", n, c.hits)
+			}
+		})
 	}
 }
 

@@ -580,10 +580,13 @@ func (p *Pool) attrs(it vocab.EffectItem, kv ...any) []any {
 // the effect's policy (its kind's, or the intent's own), and measures the
 // time spent in Execute. A failure the policy retries ends in later, with
 // the backoff before the next attempt: the retry is another claim, made
-// after the store has held the effect that long. Giving up on an Unknown
-// error is a timeout receipt, never an error one: the effect may have
-// happened. Under an UntilKnown policy it does not give up: a budget that
-// runs out ends in unknownYet.
+// after the store has held the effect that long, no sooner than an answer
+// carried by the error asks (effect.RetryAnswer). An execution that runs
+// out of its claim's budget is retried the same way. Giving up on an
+// Unknown error (or an overrun) is a timeout receipt, never an error one:
+// the effect may have happened; giving up on an error that carries an
+// answer delivers that answer. Under an UntilKnown policy it does not give
+// up: a budget that runs out ends in unknownYet.
 func (p *Pool) attempt(ctx context.Context, reg Registration, it vocab.EffectItem, deadline time.Time) (res effect.Result, attempts int, exec time.Duration, retry retryAfter, end ending) {
 	bctx, cancel := actor.WithDeadline(ctx, p.ex, deadline)
 	defer cancel()
@@ -606,16 +609,22 @@ func (p *Pool) attempt(ctx context.Context, reg Registration, it vocab.EffectIte
 	case effect.IsPermanent(err):
 		return failure(vocab.ReceiptError, err.Error(), n), n, exec, retry, resulted
 	case pol.nonRetryable(err):
-		return failure(givenUp(err), err.Error(), n), n, exec, retry, resulted
-	case bctx.Err() != nil:
-		if pol.UntilKnown {
-			return effect.Result{}, n, exec, retry, unknownYet
-		}
-		return failure(vocab.ReceiptTimeout, "the claim's execution budget ran out: "+err.Error(), n), n, exec, retry, resulted
+		return lastWord(err, givenUp(err), "", n), n, exec, retry, resulted
+	case bctx.Err() != nil && pol.UntilKnown:
+		return effect.Result{}, n, exec, retry, unknownYet
 	case !pol.UntilKnown && pol.Attempts > 0 && n >= pol.Attempts:
-		return failure(givenUp(err), err.Error(), n), n, exec, retry, resulted
+		if bctx.Err() != nil {
+			return lastWord(err, vocab.ReceiptTimeout, "the claim's execution budget ran out: ", n), n, exec, retry, resulted
+		}
+		return lastWord(err, givenUp(err), "", n), n, exec, retry, resulted
 	}
+	// A failed attempt the policy allows again is retried, one that ran
+	// out of its claim's budget included (it may have happened: a later
+	// attempt, or the timeout receipt once retries are spent, says so).
 	d := pol.Delay(n, p.ex.Uint64())
+	if _, after, ok := effect.AnswerOf(err); ok {
+		d = max(d, after)
+	}
 	p.log.Debug("adapter: attempt failed; retrying", p.attrs(it, "err", err, "execution", n, "backoff", d)...)
 	return effect.Result{}, n, exec, retryAfter{delay: d, err: err, n: n}, later
 }
@@ -627,6 +636,15 @@ func givenUp(err error) vocab.ReceiptStatus {
 		return vocab.ReceiptTimeout
 	}
 	return vocab.ReceiptError
+}
+
+// lastWord is the result of an attempt error the policy does not retry:
+// the answer it carries (effect.RetryAnswer), or a failure of status s.
+func lastWord(err error, s vocab.ReceiptStatus, prefix string, attempts int) effect.Result {
+	if last, _, ok := effect.AnswerOf(err); ok {
+		return last
+	}
+	return failure(s, prefix+err.Error(), attempts)
 }
 
 func failure(s vocab.ReceiptStatus, msg string, attempts int) effect.Result {

@@ -148,20 +148,25 @@ func TestPoolPermanentErrorIsNotRetried(t *testing.T) {
 	})
 }
 
-// TestPoolBudgetExhaustedIsTimeoutReceipt: an adapter that never answers
-// is cut off at the claim's budget (ClaimTTL less a tenth), before the
-// claim expires, with a timeout receipt.
-func TestPoolBudgetExhaustedIsTimeoutReceipt(t *testing.T) {
+// TestPoolBudgetExhaustedIsRetriedThenTimeoutReceipt: an adapter that
+// never answers is cut off at the claim's budget (ClaimTTL less a tenth),
+// before the claim expires; the execution is retried while the policy
+// allows, and only the last one that runs out of its budget ends in a
+// timeout receipt. (Before, the first execution that ran out of its
+// budget was a timeout receipt, whatever the policy.)
+func TestPoolBudgetExhaustedIsRetriedThenTimeoutReceipt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
+		var calls atomic.Int64
 		f := &fake{do: func(ctx context.Context, _ vocab.EffectItem, _ int) (effect.Result, error) {
+			calls.Add(1)
 			<-ctx.Done()
 			return effect.Result{}, ctx.Err()
 		}}
-		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex, ClaimTTL: 10 * time.Second}, adapter.Register(f, adapter.RetryPolicy{}))
+		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex, ClaimTTL: 10 * time.Second},
+			adapter.Register(f, adapter.RetryPolicy{Attempts: 2, Base: time.Second}))
 		r := run(p)
 		defer r.stop()
-		start := time.Now()
 		h := e.publish(kindTest, "x")
 		time.Sleep(9*time.Second - time.Nanosecond)
 		if n := len(receipts(t, e.st, e.world)); n != 0 {
@@ -169,13 +174,51 @@ func TestPoolBudgetExhaustedIsTimeoutReceipt(t *testing.T) {
 		}
 		time.Sleep(time.Nanosecond)
 		synctest.Wait()
+		if n := len(receipts(t, e.st, e.world)); n != 0 {
+			t.Fatal("the first execution that ran out of its budget ended the effect; the policy allows another")
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if n := calls.Load(); n != 2 {
+			t.Fatalf("%d executions, want the policy's 2", n)
+		}
 		got := oneReceiptEach(t, e.st, e.world, h)[h]
 		if got.Status != vocab.ReceiptTimeout {
-			t.Fatalf("status %s", got.Status)
+			t.Fatalf("status %s, want timeout once the retries are spent", got.Status)
 		}
-		st, _ := e.st.EffectStatus(e.ctx, h)
-		if !st.CompletedAt.Equal(start.Add(9 * time.Second)) {
-			t.Fatalf("completed at %v, want the budget's end", st.CompletedAt.Sub(start))
+	})
+}
+
+// TestPoolRetryAnswerWaitsAsAskedAndEndsWithTheAnswer: an attempt error
+// that carries an answer (effect.RetryAnswer) is retried no sooner than
+// the answer asked, and the receipt once retries are spent is that answer.
+func TestPoolRetryAnswerWaitsAsAskedAndEndsWithTheAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		var mu sync.Mutex
+		var at []time.Time
+		f := &fake{do: func(context.Context, vocab.EffectItem, int) (effect.Result, error) {
+			mu.Lock()
+			at = append(at, time.Now())
+			mu.Unlock()
+			return effect.Result{}, effect.RetryAnswer(effect.OK("busy"), 30*time.Second, errors.New("busy"))
+		}}
+		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex},
+			adapter.Register(f, adapter.RetryPolicy{Attempts: 2, Base: time.Millisecond}))
+		r := run(p)
+		defer r.stop()
+		h := e.publish(kindTest, "x")
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		got := oneReceiptEach(t, e.st, e.world, h)[h]
+		var body string
+		if err := got.Decode(&body); err != nil || got.Status != vocab.ReceiptOK || body != "busy" {
+			t.Fatalf("receipt %s %q (%v), want the answer: ok \"busy\"", got.Status, body, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(at) != 2 || at[1].Sub(at[0]) < 30*time.Second {
+			t.Fatalf("executions at %v, want 2, the second 30s or more after the first", at)
 		}
 	})
 }

@@ -124,3 +124,70 @@ func TestNodeFabricSendWhoseAnswerIsLostIsNotAFailure(t *testing.T) {
 		}
 	})
 }
+
+// errNoReconcile fails the orchestrator's world lists: a reconcile reads
+// them first, so no reconcile round ever completes and only an input's
+// activation places a world (a node without workflows lists worlds for
+// nothing else).
+var errNoReconcile = errors.New("test: reconcile disabled")
+
+// TestNodeFabricSendActivatesAnUnplacedDestination: a world sends to a
+// world created after every reconcile the node will ever complete; the
+// destination is placed and runs the message within moments of virtual
+// time, as a client's first call to it would be. (Before, the fabric
+// adapter only wrote the message to the store, and the destination waited
+// for a reconcile round: here, forever.)
+func TestNodeFabricSendActivatesAnUnplacedDestination(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		st := memstore.New(memstore.WithHook(func(op string) error {
+			if op == "list_worlds" {
+				return errNoReconcile
+			}
+			return nil
+		}))
+		t.Cleanup(func() { _ = st.Close() })
+		n, err := node.Start(ctx, node.Config{Worker: "a", Store: st, Kernels: transferKernels(), LeaseTTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Stop(ctx)
+		for !n.Leader() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		for _, w := range [][2]string{{"senders", "s"}, {"accounts", "acct"}} {
+			if _, err := st.CreateWorld(ctx, w[0], w[1], nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		synctest.Wait()
+		if _, ok, err := st.GetAssignment(ctx, "acct"); err != nil || ok {
+			t.Fatalf("the destination is placed before any input (ok=%v err=%v): the test shows nothing", ok, err)
+		}
+		const limit = time.Second // a warm world answers within milliseconds of virtual time
+		t0 := time.Now()
+		if _, err := n.Client().Send(ctx, "s", Start{To: "acct"}, "start"); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			head, err := st.Head(ctx, "acct")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if head >= 1 {
+				break
+			}
+			if time.Since(t0) > time.Hour {
+				t.Fatal("the destination never ran the message: it was never placed")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if took := time.Since(t0); took > limit {
+			t.Errorf("the destination ran the message after %v of virtual time, want within %v", took, limit)
+		}
+		a, ok, err := st.GetAssignment(ctx, "acct")
+		if err != nil || !ok || a.DesiredWorker != "a" {
+			t.Fatalf("assignment %+v ok=%v err=%v, want worker a", a, ok, err)
+		}
+	})
+}

@@ -13,7 +13,8 @@
 //     their durable runs, a client of them, and the Runs and Timeline read
 //     models of their streams, kept current by a projector runner;
 //   - a client (Send, Call, State) and the ops API, sharing the host's
-//     in-process reply hand-off, whose inputs activate their worlds
+//     in-process reply hand-off, whose inputs (and the fabric.send
+//     adapter's messages) activate their worlds
 //     (plane.Activator): a world not placed yet is placed and, when placed
 //     here, taken by the host at once, so its first input is answered
 //     without waiting for a reconcile round.
@@ -247,8 +248,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	regs := withBuiltins([]adapter.Registration{
 		adapter.Register(adapter.NewHTTP(ex, cfg.HTTP), adapter.DefaultRetry()),
 		// A send whose outcome is unknown is sent again until the
-		// store answers: Send is deduplicated by message id.
-		adapter.Register(adapter.NewFabric(cfg.Store), adapter.RetryUntilKnown()),
+		// store answers: Send is deduplicated by message id. A message
+		// to a world not placed yet activates it, as a client's input
+		// does.
+		adapter.Register(adapter.NewFabric(cfg.Store, adapter.FabricActivation(act)), adapter.RetryUntilKnown()),
 	}, cfg.Adapters)
 	n.pool, err = adapter.NewPool(cfg.Store, adapter.Config{
 		Worker: cfg.Worker + "/effects", Node: cfg.Worker, Incarnation: cfg.Incarnation, Executor: ex,

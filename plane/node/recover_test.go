@@ -29,6 +29,32 @@ func startRecovering(t *testing.T, ctx context.Context, st store.Store, worker s
 	return n
 }
 
+// payment is a payment executing on node a, whose payer pa holds it until
+// released, with node b standing by, whose payer pb answers at once.
+type payment struct {
+	ctx    context.Context
+	st     *memstore.Store
+	a      *node.Node
+	pa, pb *payer
+	h      string // the payment's intent hash
+}
+
+// payingWithAStandby sets a payment up; call it inside a synctest bubble.
+func payingWithAStandby(t *testing.T) payment {
+	t.Helper()
+	ctx := context.Background()
+	st := memstore.New()
+	create(t, ctx, st, []string{"p"})
+	pa := &payer{release: make(chan struct{})}
+	a := startRecovering(t, ctx, st, "a", pa)
+	holders(t, ctx, st, []string{"p"}, "a")
+	h := payAndWait(t, ctx, st, a, pa)
+	pb := &payer{release: make(chan struct{})}
+	close(pb.release)
+	startRecovering(t, ctx, st, "b", pb)
+	return payment{ctx: ctx, st: st, a: a, pa: pa, pb: pb, h: h}
+}
+
 // waitCalls advances virtual time in small steps until p has seen want
 // calls or limit has passed, and returns the time it took.
 func waitCalls(t *testing.T, p *payer, want int, limit time.Duration) time.Duration {
@@ -52,16 +78,8 @@ func waitCalls(t *testing.T, p *payer, want int, limit time.Duration) time.Durat
 // payment is then recorded once, by b's claim.
 func TestKilledNodesEffectRunsAgainWithinTheLeaseTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
-		st := memstore.New()
-		create(t, ctx, st, []string{"p"})
-		pa := &payer{release: make(chan struct{})}
-		a := startRecovering(t, ctx, st, "a", pa)
-		holders(t, ctx, st, []string{"p"}, "a")
-		h := payAndWait(t, ctx, st, a, pa)
-		pb := &payer{release: make(chan struct{})}
-		close(pb.release)
-		startRecovering(t, ctx, st, "b", pb)
+		f := payingWithAStandby(t)
+		ctx, st, a, pa, pb, h := f.ctx, f.st, f.a, f.pa, f.pb, f.h
 
 		a.Kill(ctx)
 		took := waitCalls(t, pb, 1, recoverClaimTTL)
@@ -99,16 +117,8 @@ func TestKilledNodesEffectRunsAgainWithinTheLeaseTTL(t *testing.T) {
 // reaper requeues only the claims of a process the store knows dead.
 func TestSlowNodesEffectIsNotRequeued(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
-		st := memstore.New()
-		create(t, ctx, st, []string{"p"})
-		pa := &payer{release: make(chan struct{})}
-		a := startRecovering(t, ctx, st, "a", pa)
-		holders(t, ctx, st, []string{"p"}, "a")
-		h := payAndWait(t, ctx, st, a, pa)
-		pb := &payer{release: make(chan struct{})}
-		close(pb.release)
-		startRecovering(t, ctx, st, "b", pb)
+		f := payingWithAStandby(t)
+		ctx, st, pa, pb, h := f.ctx, f.st, f.pa, f.pb, f.h
 
 		if took := waitCalls(t, pb, 1, 3*ttl); len(pb.seen()) != 0 {
 			t.Fatalf("b ran the slow node's payment %v in, while a was alive", took)

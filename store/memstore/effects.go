@@ -221,35 +221,25 @@ func (s *backend) ReapEffects(ctx context.Context) (int, error) {
 
 // ReleaseEffect implements store.Effects.
 func (s *backend) ReleaseEffect(ctx context.Context, intentHash string, c vocab.Claim) error {
-	const op = "release_effect"
-	if err := s.begin(ctx, op); err != nil {
-		return err
-	}
-	defer s.end()
-	e, found := s.st.effects[intentHash]
-	var state vocab.EffectState
-	var row contract.ClaimRow
-	if found {
-		state, row = e.item.State, contract.ClaimRow{Attempt: e.item.Attempt, ClaimedBy: e.item.ClaimedBy}
-	}
-	noop, err := contract.ReleaseEffect(op, intentHash, found, state, row, c)
-	if err != nil || noop {
-		return err
-	}
-	e.item.State = contract.ReleaseTo(s.st.worldStatus(e.item.World))
-	e.item.ClaimExpires = time.Time{}
-	if e.item.State == vocab.EffectWithdrawn {
-		e.completedAt = s.now()
-		return nil
-	}
-	s.st.notify(store.TopicEffects)
-	return nil
+	return s.release(ctx, "release_effect", intentHash, c, nil)
 }
 
 // RetryLater implements store.Effects: a release whose item waits for its
 // RetryAt, by this store's clock.
 func (s *backend) RetryLater(ctx context.Context, intentHash string, c vocab.Claim, delay time.Duration, lastError string) error {
-	const op = "retry_later"
+	return s.release(ctx, "retry_later", intentHash, c, func(e *effect, now time.Time) {
+		e.item.Failures++
+		e.item.RetryAt = now.Add(delay)
+		e.lastError = lastError
+	})
+}
+
+// release hands claim c of the effect back (contract.ReleaseEffect): to the
+// queue, where retry (nil: none) marks when and why it runs again, or
+// withdrawn when its world is gone. A release to the queue is hinted,
+// a retry too: a pool that waits on its own timer learns of a later retry
+// time through NextRetry.
+func (s *backend) release(ctx context.Context, op, intentHash string, c vocab.Claim, retry func(e *effect, now time.Time)) error {
 	if err := s.begin(ctx, op); err != nil {
 		return err
 	}
@@ -271,11 +261,9 @@ func (s *backend) RetryLater(ctx context.Context, intentHash string, c vocab.Cla
 		e.completedAt = now
 		return nil
 	}
-	e.item.Failures++
-	e.item.RetryAt = now.Add(delay)
-	e.lastError = lastError
-	// Hinted all the same: a pool that waits on its own timer learns of a
-	// later retry time through NextRetry.
+	if retry != nil {
+		retry(e, now)
+	}
 	s.st.notify(store.TopicEffects)
 	return nil
 }

@@ -157,7 +157,16 @@ func (s *backend) GetLease(ctx context.Context, worldID string) (store.Lease, bo
 
 // Assign implements store.Leases.
 func (s *backend) Assign(ctx context.Context, worldID string, a store.Assignment, by *store.Fence) error {
-	const op = "assign"
+	return s.assignmentWrite(ctx, "assign", worldID, by, func() error {
+		s.st.assignments[worldID] = a
+		s.st.notify(store.TopicAssignments)
+		return nil
+	})
+}
+
+// assignmentWrite runs write under the store's lock once by's authority
+// and the world's existence are checked, as every assignment write does.
+func (s *backend) assignmentWrite(ctx context.Context, op, worldID string, by *store.Fence, write func() error) error {
 	if err := s.begin(ctx, op); err != nil {
 		return err
 	}
@@ -168,29 +177,40 @@ func (s *backend) Assign(ctx context.Context, worldID string, a store.Assignment
 	if _, ok := s.st.worlds[worldID]; !ok {
 		return store.Errorf(op, store.ErrWorldNotFound, worldID, "")
 	}
-	s.st.assignments[worldID] = a
-	s.st.notify(store.TopicAssignments)
-	return nil
+	return write()
 }
 
 // Unassign implements store.Leases; it is idempotent.
 func (s *backend) Unassign(ctx context.Context, worldID string, by *store.Fence) error {
-	const op = "unassign"
-	if err := s.begin(ctx, op); err != nil {
-		return err
-	}
-	defer s.end()
-	if err := s.authority(op, by); err != nil {
-		return err
-	}
-	if _, ok := s.st.worlds[worldID]; !ok {
-		return store.Errorf(op, store.ErrWorldNotFound, worldID, "")
-	}
-	if _, ok := s.st.assignments[worldID]; ok {
-		delete(s.st.assignments, worldID)
+	return s.assignmentWrite(ctx, "unassign", worldID, by, func() error {
+		if _, ok := s.st.assignments[worldID]; ok {
+			delete(s.st.assignments, worldID)
+			s.st.notify(store.TopicAssignments)
+		}
+		return nil
+	})
+}
+
+// CompareAndAssign implements store.Leases.
+func (s *backend) CompareAndAssign(ctx context.Context, worldID string, prev, next *store.Assignment, by *store.Fence) error {
+	const op = "compare_and_assign"
+	return s.assignmentWrite(ctx, op, worldID, by, func() error {
+		var cur *store.Assignment
+		if a, ok := s.st.assignments[worldID]; ok {
+			cur = &a
+		}
+		write, err := contract.Reassign(op, worldID, cur, prev, next)
+		if err != nil || !write {
+			return err
+		}
+		if next == nil {
+			delete(s.st.assignments, worldID)
+		} else {
+			s.st.assignments[worldID] = *next
+		}
 		s.st.notify(store.TopicAssignments)
-	}
-	return nil
+		return nil
+	})
 }
 
 // GetAssignment implements store.Leases.

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -328,6 +329,69 @@ func (s *backend) Unassign(ctx context.Context, world string, by *store.Fence) e
 			SELECT EXISTS (SELECT 1 FROM worlds WHERE world = $1)`, world)
 		b.queue(nil, `SELECT notify_topic('assignments')`)
 	})
+}
+
+// CompareAndAssign implements store.Leases. Each case is one statement
+// whose write is conditioned on the row it finds (reassignSQL), so the
+// compare and the write cannot interleave with another writer's: a row
+// changed meanwhile is read again by the UPDATE or DELETE after its lock,
+// and a row inserted meanwhile is met by the INSERT's conflict clause.
+func (s *backend) CompareAndAssign(ctx context.Context, world string, prev, next *store.Assignment, by *store.Fence) error {
+	const op = "compare_and_assign"
+	if err := s.begin(op); err != nil {
+		return err
+	}
+	sql, args := reassignSQL(world, prev, next)
+	return s.oneTrip(ctx, op, world, func(b *batch) {
+		s.queueAuthority(b, by)
+		b.queue(func(br pgx.BatchResults) error {
+			var done, exists bool
+			if err := br.QueryRow().Scan(&done, &exists); err != nil {
+				return err
+			}
+			switch {
+			case !exists:
+				return store.Errorf(op, store.ErrWorldNotFound, world, "")
+			case !done:
+				return store.Errorf(op, store.ErrAssignmentChanged, world, "")
+			}
+			return nil
+		}, sql, args...)
+		b.queue(nil, `SELECT notify_topic('assignments')`)
+	})
+}
+
+// reassignSQL is CompareAndAssign's statement and its arguments: it
+// answers whether the assignment now is next (written, or found so: a
+// retry of a write whose answer was lost), and whether the world exists.
+// $1 is the world, $2-$4 next's fields, and prev's follow.
+func reassignSQL(world string, prev, next *store.Assignment) (string, []any) {
+	const exists = `EXISTS (SELECT 1 FROM worlds WHERE world = $1)`
+	is := func(n int) string {
+		return fmt.Sprintf(`a.desired_worker = $%d AND a.priority = $%d AND a.reason = $%d`, n, n+1, n+2)
+	}
+	args := []any{world}
+	if next != nil {
+		args = append(args, next.DesiredWorker, int64(next.Priority), next.Reason)
+	}
+	if prev != nil {
+		args = append(args, prev.DesiredWorker, int64(prev.Priority), prev.Reason)
+	}
+	switch {
+	case prev == nil && next == nil:
+		return `SELECT NOT EXISTS (SELECT 1 FROM assignments WHERE world = $1), ` + exists, args
+	case prev == nil:
+		return `WITH d AS (INSERT INTO assignments AS a (world, desired_worker, priority, reason)
+				SELECT x.world, $2, $3, $4 FROM worlds x WHERE x.world = $1
+				ON CONFLICT (world) DO UPDATE SET world = a.world WHERE ` + is(2) + ` RETURNING 1)
+			SELECT EXISTS (SELECT 1 FROM d), ` + exists, args
+	case next == nil:
+		return `WITH d AS (DELETE FROM assignments a WHERE a.world = $1 AND ` + is(2) + ` RETURNING 1)
+			SELECT EXISTS (SELECT 1 FROM d) OR NOT EXISTS (SELECT 1 FROM assignments WHERE world = $1), ` + exists, args
+	}
+	return `WITH d AS (UPDATE assignments a SET desired_worker = $2, priority = $3, reason = $4
+			WHERE a.world = $1 AND (` + is(5) + ` OR ` + is(2) + `) RETURNING 1)
+		SELECT EXISTS (SELECT 1 FROM d), ` + exists, args
 }
 
 // GetAssignment implements store.Leases.

@@ -54,7 +54,7 @@ var sentinels = []error{
 	store.ErrFenced, store.ErrHeadMismatch, store.ErrCursorMismatch, store.ErrWorldNotFound,
 	store.ErrWorldExists, store.ErrWorldPaused, store.ErrWorldArchived, store.ErrSnapshotNotFound,
 	store.ErrSnapshotConflict, store.ErrClaimLost, store.ErrNotDue, store.ErrNotRetryable, store.ErrEffectEnded,
-	store.ErrNotFound, store.ErrWatermarkConflict, store.ErrInvalid, store.ErrConflict,
+	store.ErrNotFound, store.ErrWatermarkConflict, store.ErrInvalid, store.ErrConflict, store.ErrAssignmentChanged,
 }
 
 // isOutcome tells a request's typed failure (a *store.Error with a store

@@ -438,6 +438,11 @@ func (s *backend) GetLease(ctx context.Context, world string) (store.Lease, bool
 	return lc.row().Lease(world), true, nil
 }
 
+// upsertAssignment writes a world's assignment (world, desired worker,
+// priority, reason).
+const upsertAssignment = `INSERT INTO assignments (world, desired_worker, priority, reason) VALUES (?, ?, ?, ?)
+	ON CONFLICT (world) DO UPDATE SET desired_worker = excluded.desired_worker, priority = excluded.priority, reason = excluded.reason`
+
 // Assign writes the world's desired placement.
 func (s *backend) Assign(ctx context.Context, world string, a store.Assignment, by *store.Fence) error {
 	const op = "assign"
@@ -448,8 +453,7 @@ func (s *backend) Assign(ctx context.Context, world string, a store.Assignment, 
 		if _, err := t.worldStatus(op, world); err != nil {
 			return err
 		}
-		if _, err := t.exec(`INSERT INTO assignments (world, desired_worker, priority, reason) VALUES (?, ?, ?, ?)
-			ON CONFLICT (world) DO UPDATE SET desired_worker = excluded.desired_worker, priority = excluded.priority, reason = excluded.reason`,
+		if _, err := t.exec(upsertAssignment,
 			world, a.DesiredWorker, int64(a.Priority), a.Reason); err != nil {
 			return err
 		}
@@ -477,6 +481,49 @@ func (s *backend) Unassign(ctx context.Context, world string, by *store.Fence) e
 		} else if n > 0 {
 			t.notify(store.TopicAssignments)
 		}
+		return nil
+	})
+}
+
+// CompareAndAssign writes (or removes) the desired placement if it is
+// still what the caller read; the write transaction is the only writer, so
+// the read and the write cannot interleave with another's.
+func (s *backend) CompareAndAssign(ctx context.Context, world string, prev, next *store.Assignment, by *store.Fence) error {
+	const op = "compare_and_assign"
+	return s.write(ctx, op, world, func(t *wtx) error {
+		if err := t.authority(op, by); err != nil {
+			return err
+		}
+		if _, err := t.worldStatus(op, world); err != nil {
+			return err
+		}
+		var (
+			a        store.Assignment
+			priority int64
+			cur      *store.Assignment
+		)
+		found, err := t.queryRow(`SELECT desired_worker, priority, reason FROM assignments WHERE world = ?`, []any{world},
+			&a.DesiredWorker, &priority, &a.Reason)
+		if err != nil {
+			return err
+		}
+		if found {
+			a.Priority, cur = int(priority), &a
+		}
+		write, err := contract.Reassign(op, world, cur, prev, next)
+		if err != nil || !write {
+			return err
+		}
+		if next == nil {
+			_, err = t.exec(`DELETE FROM assignments WHERE world = ?`, world)
+		} else {
+			_, err = t.exec(upsertAssignment,
+				world, next.DesiredWorker, int64(next.Priority), next.Reason)
+		}
+		if err != nil {
+			return err
+		}
+		t.notify(store.TopicAssignments)
 		return nil
 	})
 }

@@ -22,6 +22,8 @@ func leaseTests() []testCase {
 		{"ListWorkerWorldsIsSortedUnionOfLeasesAndAssignments", testWorkerWorlds},
 		{"AcquireNeedsAnExistingActiveWorld", testAcquireWorldStatus},
 		{"FencedAssignmentNeedsTheWritersLease", testFencedAssignment},
+		{"CompareAndAssignWritesOnlyOverWhatItRead", testCompareAndAssign},
+		{"CompareAndAssignRacersOneWins", testCompareAndAssignRace},
 	}
 }
 
@@ -325,5 +327,99 @@ func testFencedAssignment(t *testing.T, open Factory) {
 	wantErr(t, err, store.ErrWorldNotFound, "Assign under a fence naming no world")
 	if _, ok, _ := f.s.GetAssignment(bg, "w"); ok {
 		t.Fatal("a refused Assign wrote an assignment")
+	}
+}
+
+// CompareAndAssign writes only over the assignment its caller read: a
+// placement decided on "none" does not overwrite a pin written since, nor
+// a removal one moved meanwhile; an assignment that already is the one
+// asked for is a success (a retry), and a refused compare writes nothing
+// and raises no error but ErrAssignmentChanged. The fence is checked as
+// Assign's is.
+func testCompareAndAssign(t *testing.T, open Factory) {
+	f := setup(t, open)
+	f.world("orch")
+	f.world("w")
+	get := func() *store.Assignment {
+		t.Helper()
+		a, ok, err := f.s.GetAssignment(bg, "w")
+		must(t, err, "GetAssignment")
+		if !ok {
+			return nil
+		}
+		return &a
+	}
+	same := func(what string, got, want *store.Assignment) {
+		t.Helper()
+		if (got == nil) != (want == nil) || got != nil && *got != *want {
+			t.Fatalf("%s: assignment %+v, want %+v", what, got, want)
+		}
+	}
+	placed := &store.Assignment{DesiredWorker: "A", Reason: "rendezvous"}
+	pin := &store.Assignment{DesiredWorker: "B", Priority: 1, Reason: "pin"}
+	must(t, f.s.CompareAndAssign(bg, "w", nil, nil, nil), "CompareAndAssign none over none")
+	same("after none over none", get(), nil)
+	must(t, f.s.CompareAndAssign(bg, "w", nil, placed, nil), "CompareAndAssign over none")
+	same("after the placement", get(), placed)
+	must(t, f.s.CompareAndAssign(bg, "w", nil, placed, nil), "the same placement again (a retry)")
+
+	must(t, f.s.Assign(bg, "w", *pin, nil), "the pin")
+	wantErr(t, f.s.CompareAndAssign(bg, "w", nil, placed, nil), store.ErrAssignmentChanged, "a placement decided on none over a pin")
+	wantErr(t, f.s.CompareAndAssign(bg, "w", placed, &store.Assignment{DesiredWorker: "C", Reason: "rendezvous"}, nil),
+		store.ErrAssignmentChanged, "a move decided on the old placement over a pin")
+	wantErr(t, f.s.CompareAndAssign(bg, "w", placed, nil, nil), store.ErrAssignmentChanged, "a removal decided on the old placement")
+	// A field other than the worker differs: still a change.
+	wantErr(t, f.s.CompareAndAssign(bg, "w", &store.Assignment{DesiredWorker: "B", Reason: "pin"}, nil, nil),
+		store.ErrAssignmentChanged, "a removal decided on another priority")
+	same("after the refused writes", get(), pin)
+
+	moved := &store.Assignment{DesiredWorker: "C", Reason: "pin"}
+	must(t, f.s.CompareAndAssign(bg, "w", pin, moved, nil), "a move over what was read")
+	same("after the move", get(), moved)
+	must(t, f.s.CompareAndAssign(bg, "w", moved, nil, nil), "a removal over what was read")
+	same("after the removal", get(), nil)
+	must(t, f.s.CompareAndAssign(bg, "w", moved, nil, nil), "the same removal again (a retry)")
+
+	old := &store.Fence{World: "orch", Epoch: f.acquire("orch", "O1").Epoch}
+	must(t, f.s.CompareAndAssign(bg, "w", nil, placed, old), "CompareAndAssign under the holder's fence")
+	f.advance(leaseTTL + time.Second)
+	f.acquire("orch", "O2")
+	wantErr(t, f.s.CompareAndAssign(bg, "w", placed, pin, old), store.ErrFenced, "CompareAndAssign under a deposed fence")
+	same("after the fenced write", get(), placed)
+	wantErr(t, f.s.CompareAndAssign(bg, "nowhere", nil, placed, nil), store.ErrWorldNotFound, "CompareAndAssign of an unknown world")
+	wantErr(t, f.s.CompareAndAssign(bg, "nowhere", nil, nil, nil), store.ErrWorldNotFound, "CompareAndAssign of none on an unknown world")
+}
+
+// Writers that all read "none" and place a world at once on different
+// workers: exactly one writes, the others are told the assignment changed,
+// and the one written is the winner's.
+func testCompareAndAssignRace(t *testing.T, open Factory) {
+	f := setup(t, open)
+	f.world("w")
+	const n = 8
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			errs[i] = f.s.CompareAndAssign(bg, "w", nil, &store.Assignment{DesiredWorker: fmt.Sprintf("W%d", i), Reason: "rendezvous"}, nil)
+		})
+	}
+	wg.Wait()
+	winner := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && winner >= 0:
+			t.Fatalf("W%d and W%d both placed the world", winner, i)
+		case err == nil:
+			winner = i
+		default:
+			wantErr(t, err, store.ErrAssignmentChanged, fmt.Sprintf("W%d's placement after another's", i))
+		}
+	}
+	if winner < 0 {
+		t.Fatal("no placement won")
+	}
+	if a, ok, err := f.s.GetAssignment(bg, "w"); err != nil || !ok || a.DesiredWorker != fmt.Sprintf("W%d", winner) {
+		t.Fatalf("assignment %+v, %v, %v; want the winner W%d's", a, ok, err, winner)
 	}
 }

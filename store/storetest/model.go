@@ -67,7 +67,7 @@ var errKinds = []error{
 	store.ErrHeadMismatch, store.ErrCursorMismatch, store.ErrWorldNotFound, store.ErrWorldExists,
 	store.ErrWorldPaused, store.ErrWorldArchived, store.ErrSnapshotNotFound, store.ErrSnapshotConflict,
 	store.ErrClaimLost, store.ErrNotDue, store.ErrNotRetryable, store.ErrNotFound,
-	store.ErrWatermarkConflict, store.ErrInvalid, store.ErrClosed,
+	store.ErrWatermarkConflict, store.ErrInvalid, store.ErrClosed, store.ErrAssignmentChanged,
 }
 
 func errKind(err error) string {
@@ -442,6 +442,18 @@ func testModelJournalAndLeases(t *testing.T, open Factory) {
 			"unassign": func(rt *rapid.T) {
 				w := rapid.SampledFrom(worlds).Draw(rt, "world")
 				l.both("Unassign", l.sut.Unassign(bg, w, nil), l.ref.Unassign(bg, w, nil))
+			},
+			"compareAndAssign": func(rt *rapid.T) {
+				w := rapid.SampledFrom(worlds).Draw(rt, "world")
+				maybe := func(label string) *store.Assignment {
+					d := rapid.SampledFrom(append([]string{"none", ""}, workers...)).Draw(rt, label)
+					if d == "none" {
+						return nil
+					}
+					return &store.Assignment{DesiredWorker: d}
+				}
+				prev, next := maybe("prev"), maybe("next")
+				l.both("CompareAndAssign", l.sut.CompareAndAssign(bg, w, prev, next, nil), l.ref.CompareAndAssign(bg, w, prev, next, nil))
 			},
 			"workerWorlds": func(rt *rapid.T) {
 				worker := rapid.SampledFrom(workers).Draw(rt, "worker")

@@ -110,6 +110,35 @@ func Watermark(op, projector, stream string, cur, old uint64) error {
 	return nil
 }
 
+// Reassign is CompareAndAssign's compare, on the world's assignment as the
+// transaction read it (cur, nil: none): write says whether next must be
+// written. An assignment that already is next needs no write and is no
+// conflict (a retry of a write whose answer was lost); any other than prev
+// is ErrAssignmentChanged.
+func Reassign(op, world string, cur, prev, next *store.Assignment) (write bool, err error) {
+	switch {
+	case sameAssignment(cur, next):
+		return false, nil
+	case sameAssignment(cur, prev):
+		return true, nil
+	}
+	return false, store.Errorf(op, store.ErrAssignmentChanged, world, "assignment is %s, expected %s", describe(cur), describe(prev))
+}
+
+func sameAssignment(a, b *store.Assignment) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return *a == *b
+}
+
+func describe(a *store.Assignment) string {
+	if a == nil {
+		return "none"
+	}
+	return a.DesiredWorker + " (" + a.Reason + ")"
+}
+
 // RetryEffect decides an operator's RetryEffect of an effect in state with
 // receipt status rs (empty when not done), of world in worldStatus: the
 // effect must be Retryable, and its world not archived, since no claim

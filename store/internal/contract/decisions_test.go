@@ -2,6 +2,7 @@ package contract
 
 import (
 	"crypto/sha256"
+	"errors"
 	"testing"
 	"time"
 
@@ -202,6 +203,31 @@ func TestRebaseKeepsTheHighestSnapshot(t *testing.T) {
 	} {
 		if got := Rebase(c.baseline, c.has, c.height); got != c.want {
 			t.Errorf("%s: Rebase %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestReassignWritesOnlyOverWhatWasRead: CompareAndAssign's decision.
+func TestReassignWritesOnlyOverWhatWasRead(t *testing.T) {
+	a := &store.Assignment{DesiredWorker: "A", Reason: "rendezvous"}
+	pin := &store.Assignment{DesiredWorker: "B", Priority: 1, Reason: "pin"}
+	for _, c := range []struct {
+		name            string
+		cur, prev, next *store.Assignment
+		write           bool
+		err             error
+	}{
+		{"none as read", nil, nil, a, true, nil},
+		{"already next (a retry)", a, nil, a, false, nil},
+		{"a pin landed", pin, nil, a, false, store.ErrAssignmentChanged},
+		{"a move as read", a, a, pin, true, nil},
+		{"removed meanwhile", nil, a, pin, false, store.ErrAssignmentChanged},
+		{"a removal as read", pin, pin, nil, true, nil},
+		{"none over none", nil, nil, nil, false, nil},
+	} {
+		write, err := Reassign("op", "w", c.cur, c.prev, c.next)
+		if write != c.write || !errors.Is(err, c.err) || (c.err == nil) != (err == nil) {
+			t.Errorf("%s: write=%v err=%v, want write=%v err=%v", c.name, write, err, c.write, c.err)
 		}
 	}
 }
