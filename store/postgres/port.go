@@ -330,7 +330,7 @@ func (s *backend) Empty(ctx context.Context) (bool, error) {
 	}
 	var held bool
 	err := s.retry(ctx, op, "", func() error {
-		return s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM worlds) OR EXISTS (SELECT 1 FROM streams)
+		return s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM worlds) OR EXISTS (SELECT 1 FROM streams)
 			OR EXISTS (SELECT 1 FROM events) OR EXISTS (SELECT 1 FROM compacted_keys) OR EXISTS (SELECT 1 FROM effects)
 			OR EXISTS (SELECT 1 FROM timers) OR EXISTS (SELECT 1 FROM fabric_dedupe) OR EXISTS (SELECT 1 FROM watermarks)
 			OR EXISTS (SELECT 1 FROM leases)`).Scan(&held)
@@ -641,15 +641,15 @@ func (s *backend) FinishImport(ctx context.Context) error {
 	}
 	return s.retry(ctx, op, "", func() error {
 		var m *int64
-		if err := s.pool.QueryRow(ctx, `SELECT max(seq) FROM effects`).Scan(&m); err != nil {
+		if err := s.db.QueryRow(ctx, `SELECT max(seq) FROM effects`).Scan(&m); err != nil {
 			return err
 		}
 		if m != nil && *m > 0 {
-			if _, err := s.pool.Exec(ctx, raiseEffectSeqSQL, *m); err != nil {
+			if _, err := s.db.Exec(ctx, raiseEffectSeqSQL, *m); err != nil {
 				return err
 			}
 		}
-		_, err := s.pool.Exec(ctx, `ANALYZE worlds, streams, events, compacted_keys, snapshots, inbox, inbox_drains,
+		_, err := s.db.Exec(ctx, `ANALYZE worlds, streams, events, compacted_keys, snapshots, inbox, inbox_drains,
 			leases, assignments, effects, timers, fabric_dedupe, watermarks`)
 		return err
 	})
