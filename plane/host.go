@@ -78,6 +78,12 @@ type HostConfig struct {
 	// passive world's, instead of handing an active world's firing to its
 	// process to step at the due time (see hosttimers.go). Off by default.
 	TimersThroughInbox bool
+	// OnLivenessLost, if set, is called once when the store refuses the
+	// host's heartbeat (ErrFenced): its incarnation was superseded by a
+	// newer process under the same worker id, or retired. The host fails
+	// at once; the node cancels the executions that rode on the promise
+	// (adapter.Pool.Lapse), whose claims the store has requeued already.
+	OnLivenessLost func()
 
 	// Observe, when set, receives the host's events synchronously; it
 	// must not block. Tests and metrics read it.
@@ -224,6 +230,9 @@ type Host struct {
 
 	syncHint atomic.Bool
 	scan     scan // the controller's own
+	// aliveUntil is the liveness deadline (AliveUntil) in Unix
+	// nanoseconds on the executor's clock; 0 until a heartbeat succeeds.
+	aliveUntil atomic.Int64
 	// noKernel are the worlds assigned here whose universe has no
 	// definition in Kernels, learned when a takeover found their universe
 	// (the controller's own). The host gave their leases back at once and
@@ -732,10 +741,17 @@ func (h *Host) control(ctx context.Context) error {
 			// should beats be rarer): once it runs out, the store
 			// requeues the claims made for this incarnation
 			// (store.ReapOrphans).
-			alive := store.AliveAs(h.cfg.Incarnation, max(h.cfg.LeaseTTL, 3*h.cfg.HeartbeatEvery))
+			ttl := max(h.cfg.LeaseTTL, 3*h.cfg.HeartbeatEvery)
+			alive := store.AliveAs(h.cfg.Incarnation, ttl)
+			sent := h.ex.Now()
 			if wi, err := h.st.Heartbeat(ctx, h.cfg.Worker, h.cfg.Capacity, alive); err != nil {
+				if errors.Is(err, store.ErrFenced) {
+					h.livenessLost(err)
+					continue // fails out at the loop's top
+				}
 				nextBeat = now.Add(h.cfg.RetryAfter)
 			} else {
+				h.promised(sent, ttl)
 				nextBeat = now.Add(h.cfg.HeartbeatEvery)
 				// The store's time of the heartbeat less the local time
 				// after its answer: never above the true skew, so the
@@ -786,6 +802,58 @@ func (h *Host) control(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// AliveUntil is the host's liveness deadline on its executor's clock:
+// the time before the last heartbeat the store took, plus the promise's
+// TTL less a twentieth (for clocks that run at slightly different rates).
+// The store's own deadline for the promise counts from its clock's reading
+// during that call, which came after, so the store judges this incarnation
+// dead no sooner than AliveUntil. Zero: no heartbeat taken yet. After the
+// store refused a heartbeat (livenessLost) it is in the past for good.
+func (h *Host) AliveUntil() time.Time {
+	ns := h.aliveUntil.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+// promised moves the liveness deadline forward after a heartbeat sent at
+// sent (executor clock) that promised ttl; it never moves back.
+func (h *Host) promised(sent time.Time, ttl time.Duration) {
+	at := sent.Add(ttl - ttl/20).UnixNano()
+	for {
+		cur := h.aliveUntil.Load()
+		if cur < 0 || cur >= at || h.aliveUntil.CompareAndSwap(cur, at) {
+			return
+		}
+	}
+}
+
+// livenessLost handles a heartbeat the store refused (ErrFenced): another
+// process under this worker id superseded this incarnation, or it was
+// retired. Its promise is void and its claims were requeued, so it must not
+// act any more: the deadline goes to the past for good, OnLivenessLost is
+// told, and the host fails (every lease fenced), unless it is stopping,
+// when a retirement is expected.
+func (h *Host) livenessLost(err error) {
+	h.aliveUntil.Store(-1)
+	h.mu.Lock()
+	if h.stopped || h.failed != nil {
+		h.mu.Unlock()
+		return
+	}
+	h.failed = errorf("host", ErrHostFailed, "", detail("incarnation %s of %s superseded or retired: %w", h.cfg.Incarnation, h.cfg.Worker, err))
+	for _, l := range h.leases {
+		l.hold.Fence()
+	}
+	h.mu.Unlock()
+	h.log.Error("host: the store refused this incarnation's heartbeat (another process took this worker id, or it was retired); stopping all work",
+		"worker", h.cfg.Worker, "incarnation", h.cfg.Incarnation, "err", err)
+	if h.cfg.OnLivenessLost != nil {
+		h.cfg.OnLivenessLost()
+	}
 }
 
 // holds reports whether the host holds world's lease (active or passive).

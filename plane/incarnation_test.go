@@ -130,17 +130,18 @@ func TestRestartUnderSameWorkerFencesPausedPredecessor(t *testing.T) {
 		for _, p := range thaw { // the old host resumes, its frozen commit first
 			p.Unpark()
 		}
-		if err := r.WaitFor("the old host's thawed commit fenced by the store, then two scans", 10*time.Second, func() (bool, error) {
+		if err := r.WaitFor("the old host's thawed commit fenced by the store, then the old host failed", 10*time.Second, func() (bool, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			storeFenced := false
 			for _, err := range fencedErrs {
 				storeFenced = storeFenced || errors.Is(err, store.ErrFenced)
 			}
-			// The second scan after the thaw began after it: it saw z
-			// assigned here and held by another incarnation, and tried
-			// to take it.
-			return storeFenced && syncedAfterThaw >= 2, nil
+			// Its next heartbeat is refused (the new incarnation's
+			// retired it), and a superseded host stops acting at once
+			// (TestASupersededHostStopsActing): it fails, rather than
+			// scanning on and trying to take z back.
+			return storeFenced && errors.Is(old.Err(), plane.ErrHostFailed), nil
 		}); err != nil {
 			mu.Lock()
 			defer mu.Unlock()

@@ -57,6 +57,18 @@ type Config struct {
 	// exceed the slowest adapter call. A retry is a claim of its own, after
 	// its backoff (RetryPolicy), so the backoff is not counted in it.
 	ClaimTTL time.Duration
+	// Liveness, when set, answers the node's liveness deadline on the
+	// executor's clock: the moment, counted from before the last heartbeat
+	// the store took, when the store may judge this incarnation dead and
+	// requeue its claims (store.ReapOrphans) for another node to run. Zero:
+	// no promise made yet. No execution outlives it: one still running at
+	// the deadline is cancelled and its result dropped (no receipt, no
+	// retry: the claim is presumed revoked), so an effect never runs here
+	// and elsewhere at once, and no claim round starts with less than
+	// LivenessMin of it left. Lapse cancels every execution at once (the
+	// promise was refused: the incarnation was superseded or retired).
+	Liveness    func() time.Time
+	LivenessMin time.Duration
 	// Policies replaces, by kind, the retry policy the kind's registration
 	// gave (a binary's own policy for a built-in kind, say http.request's).
 	// A kind no registration serves is a ConfigError.
@@ -139,6 +151,8 @@ type Pool struct {
 	wake     actor.Parker // the running loop's; nil when not running
 	inflight int
 	held     map[claimKey]time.Time // executing claims → their expiry (executor clock)
+	// watch are the executing claims' liveness cancels (Config.Liveness).
+	watch    map[claimKey]*liveWatch
 	draining bool
 	// releasing: Stop ran out of time, so what is abandoned now is handed
 	// back at once rather than left to expire (a crash's Run cancel).
@@ -187,7 +201,7 @@ func NewPool(st Store, cfg Config, regs ...Registration) (*Pool, error) {
 	}
 	p := &Pool{
 		st: st, ex: cfg.Executor, cfg: cfg, budget: cfg.ClaimTTL - cfg.ClaimTTL/10,
-		byKind: map[string]Registration{}, held: map[claimKey]time.Time{}, log: cfg.Logger,
+		byKind: map[string]Registration{}, held: map[claimKey]time.Time{}, watch: map[claimKey]*liveWatch{}, log: cfg.Logger,
 		tr: otrace.Tracer(cfg.Tracer),
 	}
 	if p.log == nil {
@@ -358,6 +372,15 @@ func (p *Pool) Run(ctx context.Context) error {
 		if draining && inflight == 0 {
 			return nil
 		}
+		if wait, short := p.livenessShort(); !draining && free > 0 && short {
+			// Too little of the liveness promise is left to claim on it:
+			// wait for a heartbeat to renew it.
+			arm(wait)
+			if err := wake.Park(ctx); err != nil {
+				return err
+			}
+			continue
+		}
 		if !draining && free > 0 {
 			n := min(free, p.cfg.Batch)
 			now := p.ex.Now()
@@ -475,12 +498,15 @@ func (p *Pool) start(ctx context.Context, wake actor.Parker, it vocab.EffectItem
 	p.inflight++
 	p.stats.Claimed++
 	p.held[key] = claimedAt.Add(p.cfg.ClaimTTL)
+	ctx, w := p.watchLiveness(ctx, key)
 	p.mu.Unlock()
 	p.ex.Go(func() {
 		defer func() {
+			w.stop()
 			p.mu.Lock()
 			p.inflight--
 			delete(p.held, key)
+			delete(p.watch, key)
 			p.mu.Unlock()
 			wake.Unpark()
 		}()
@@ -521,6 +547,13 @@ func (p *Pool) execute(ctx context.Context, it vocab.EffectItem, deadline, expir
 			otrace.End(sp, p.ex.Now(), p.retryLater(ctx, it, retry, expiry))
 			return
 		case stopped:
+			if errors.Is(context.Cause(ctx), errLivenessLapsed) {
+				// The store may already have handed the effect to another
+				// node: nothing more is said for this claim.
+				p.drop(it, "the node's liveness promise ran out during execution")
+				otrace.End(sp, p.ex.Now(), errLivenessLapsed)
+				return
+			}
 			otrace.End(sp, p.ex.Now(), p.abandon(ctx, it, "pool stopped during execution"))
 			return
 		case unknownYet:
@@ -908,4 +941,112 @@ func (p *Pool) drop(it vocab.EffectItem, why string) {
 	p.stats.Dropped++
 	p.mu.Unlock()
 	p.log.Info("adapter: result dropped; the claim will expire and be reaped", p.attrs(it, "why", why)...)
+}
+
+// ---- the liveness bound (Config.Liveness) ----
+
+// errLivenessLapsed is the cause of an execution cancelled because the
+// node's liveness promise ran out (or was refused) before it ended.
+var errLivenessLapsed = errors.New("adapter: the node's liveness promise ran out; the store may hand the effect to another node")
+
+// liveWatch cancels one execution when the liveness deadline passes: a
+// timer on the executor's clock, armed for the deadline known and armed
+// again for a later one while heartbeats move it forward.
+type liveWatch struct {
+	p      *Pool
+	cancel context.CancelCauseFunc
+	mu     sync.Mutex
+	timer  actor.Timer
+	done   bool
+}
+
+// watchLiveness returns the execution's context, cancelled (cause
+// errLivenessLapsed) at the liveness deadline. Called under p.mu.
+func (p *Pool) watchLiveness(ctx context.Context, key claimKey) (context.Context, *liveWatch) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	w := &liveWatch{p: p, cancel: cancel}
+	if p.cfg.Liveness == nil {
+		return ctx, w
+	}
+	p.watch[key] = w
+	w.check()
+	return ctx, w
+}
+
+// check cancels the execution if the deadline has passed, and otherwise
+// arms the timer for it.
+func (w *liveWatch) check() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return
+	}
+	dl := w.p.cfg.Liveness()
+	if dl.IsZero() {
+		return // no promise made: the claim lasts its TTL, as without one
+	}
+	left := dl.Sub(w.p.ex.Now())
+	if left <= 0 {
+		w.done = true
+		w.cancel(errLivenessLapsed)
+		return
+	}
+	w.timer = w.p.ex.AfterFunc(left, w.check)
+}
+
+// lapse cancels the execution at once.
+func (w *liveWatch) lapse() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return
+	}
+	w.done = true
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	w.cancel(errLivenessLapsed)
+}
+
+func (w *liveWatch) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.done = true
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	w.cancel(nil)
+}
+
+// Lapse cancels every execution in progress as if the liveness deadline
+// had passed: no receipt and no retry for any of them. A node calls it
+// when the store refuses its heartbeat (ErrFenced: its incarnation was
+// superseded or retired), whose claims the store has requeued already.
+func (p *Pool) Lapse() {
+	p.mu.Lock()
+	ws := make([]*liveWatch, 0, len(p.watch))
+	for _, w := range p.watch {
+		ws = append(ws, w)
+	}
+	p.mu.Unlock()
+	for _, w := range ws {
+		w.lapse()
+	}
+}
+
+// livenessShort reports whether less than LivenessMin of the liveness
+// promise is left (a claim round would start on a promise about to run
+// out), and how long to wait before looking again.
+func (p *Pool) livenessShort() (time.Duration, bool) {
+	if p.cfg.Liveness == nil {
+		return 0, false
+	}
+	dl := p.cfg.Liveness()
+	if dl.IsZero() {
+		return 0, false
+	}
+	if dl.Sub(p.ex.Now()) >= max(p.cfg.LivenessMin, time.Nanosecond) {
+		return 0, false
+	}
+	return max(p.cfg.LivenessMin/4, 10*time.Millisecond), true
 }

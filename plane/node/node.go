@@ -45,6 +45,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
@@ -155,12 +156,15 @@ func (v *RunsView) CatchUp(ctx context.Context) error { return v.runner.CatchUp(
 
 // Node is one running Orrery process. See the package doc.
 type Node struct {
-	cfg     Config
-	sys     *actor.System
-	ownSys  bool
-	host    *plane.Host
-	orch    *plane.Orchestrator
-	pool    *adapter.Pool
+	cfg    Config
+	sys    *actor.System
+	ownSys bool
+	host   *plane.Host
+	orch   *plane.Orchestrator
+	pool   *adapter.Pool
+	// lapse is the pool once it exists: the host's OnLivenessLost, which
+	// may come before, reads it.
+	lapse   atomic.Pointer[adapter.Pool]
 	client  *plane.Client
 	ops     *plane.Ops
 	replies *plane.Replies
@@ -205,6 +209,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		Worker: cfg.Worker, Incarnation: cfg.Incarnation, Store: cfg.Store, Kernels: cfg.Kernels, Replies: n.replies,
 		LeaseTTL: cfg.LeaseTTL, IdleAfter: cfg.IdleAfter, Observe: cfg.Observe,
 		Tracer: cfg.Tracer, Links: n.links, Logger: cfg.Logger.With("part", "host"),
+		// A refused heartbeat voids the promise the effect claims ride
+		// on: their executions stop at once (the store requeued them).
+		OnLivenessLost: func() {
+			if p := n.lapse.Load(); p != nil {
+				p.Lapse()
+			}
+		},
 	}
 	if cfg.Host != nil {
 		cfg.Host(&hc)
@@ -257,10 +268,14 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		Worker: cfg.Worker + "/effects", Node: cfg.Worker, Incarnation: cfg.Incarnation, Executor: ex,
 		Concurrency: cfg.EffectConcurrency, ClaimTTL: cfg.ClaimTTL, Policies: cfg.Retry, Logger: cfg.Logger.With("part", "effects"),
 		Observe: cfg.ObserveEffect, Tracer: cfg.Tracer, Links: n.links,
+		// No execution outlives this node's liveness promise: past it the
+		// store's orphan reaper may hand the effect to another node.
+		Liveness: n.host.AliveUntil, LivenessMin: cfg.LeaseTTL / 4,
 	}, regs...)
 	if err != nil {
 		return nil, n.abort(ctx, err)
 	}
+	n.lapse.Store(n.pool)
 	tw, err := timer.New(cfg.Store, timer.Config{
 		Worker: cfg.Worker + "/timers", Node: cfg.Worker, Incarnation: cfg.Incarnation, Executor: ex,
 		ClaimTTL: cfg.ClaimTTL, Lag: timerLag(cfg),

@@ -493,6 +493,9 @@ DECLARE t bigint; prev text; known boolean;
 BEGIN
     t := now_ns(off);
     IF promised THEN
+        -- One worker id's heartbeats and retirements, serialized even before
+        -- its row exists (FOR UPDATE locks no row that is not there yet).
+        PERFORM pg_advisory_xact_lock(hashtextextended(current_schema() || '/worker/' || wk, 0));
         SELECT w.incarnation INTO prev FROM workers w WHERE w.worker = wk FOR UPDATE;
         known := FOUND;
         IF EXISTS (SELECT 1 FROM retired_incarnations r WHERE r.worker = wk AND r.incarnation = inc) THEN
@@ -521,6 +524,9 @@ LANGUAGE plpgsql AS $$
 DECLARE t bigint;
 BEGIN
     t := now_ns(off);
+    -- One worker id's heartbeats and retirements, serialized even before
+    -- its row exists (FOR UPDATE locks no row that is not there yet).
+    PERFORM pg_advisory_xact_lock(hashtextextended(current_schema() || '/worker/' || wk, 0));
     PERFORM 1 FROM workers w WHERE w.worker = wk FOR UPDATE;
     IF EXISTS (SELECT 1 FROM retired_incarnations r WHERE r.worker = wk AND r.incarnation = inc) THEN
         RETURN QUERY SELECT 0::bigint, 0::bigint, 0::bigint;

@@ -438,3 +438,64 @@ func TestAClaimOfTheReleaseBeforeIsNotTakenForADeadOwners(t *testing.T) {
 		}
 	}
 }
+
+// TestTwoFirstHeartbeatsOfTwoIncarnationsRetireOne: two processes start
+// under one worker id at once (a restart while the old one still runs).
+// Whichever heartbeat the store takes second supersedes the other, which
+// must be retired (its claims refused). The worker's row did not exist
+// yet, so the FOR UPDATE of the second heartbeat locked nothing: it saw
+// no predecessor, its upsert then replaced the first's incarnation once
+// the first committed, and neither was retired. The first heartbeat is
+// held uncommitted in a transaction of its own until the second is seen
+// waiting, which makes the interleaving certain.
+func TestTwoFirstHeartbeatsOfTwoIncarnationsRetireOne(t *testing.T) {
+	t.Parallel()
+	a := openStore(t, "", &clock{})
+	first := rawConn(t, a.Schema())
+	watch := rawConn(t, a.Schema())
+	tx, err := first.Begin(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(bg) //nolint:errcheck // committed below
+	var fenced bool
+	if err := tx.QueryRow(bg, `SELECT r_fenced FROM heartbeat_as('N', 1, true, 'inc-0', 60000000000, 0)`).Scan(&fenced); err != nil || fenced {
+		t.Fatalf("first heartbeat: fenced=%v %v", fenced, err)
+	}
+	second := make(chan error, 1)
+	go func() {
+		_, err := a.Heartbeat(bg, "N", 1, store.AliveAs("inc-1", time.Minute))
+		second <- err
+	}()
+	// Wait (on a condition, not a clock) until the second heartbeat waits
+	// for the first's transaction.
+	for {
+		var n int
+		if err := watch.QueryRow(bg, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%heartbeat_as%' AND pid <> $1`, first.PgConn().PID()).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		select {
+		case err := <-second:
+			t.Fatalf("the second heartbeat ended (%v) while the first was uncommitted", err)
+		default:
+		}
+	}
+	if err := tx.Commit(bg); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	// The superseded process thaws and beats again: it must be refused,
+	// not take the record back (and retire its successor).
+	if _, err := a.Heartbeat(bg, "N", 1, store.AliveAs("inc-0", time.Minute)); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("the superseded incarnation's next heartbeat: %v, want ErrFenced", err)
+	}
+	if _, err := a.Heartbeat(bg, "N", 1, store.AliveAs("inc-1", time.Minute)); err != nil {
+		t.Fatalf("the successor's next heartbeat: %v", err)
+	}
+}
