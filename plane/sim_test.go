@@ -436,7 +436,17 @@ func (r *planeSimRun) runPool(n *simNode, id string) (func(context.Context) erro
 	// (the node's name, this start's incarnation): a crash or a freeze
 	// past the promise gets them requeued by the orphan reaper, and the
 	// next start under the name supersedes this incarnation.
-	p, err := adapter.NewPool(st, adapter.Config{Worker: id, Node: n.name, Incarnation: id, Executor: n.ex, ClaimTTL: 2 * simTTL, Concurrency: 2},
+	// And no execution outlives that promise, as a node wires it: the
+	// deadline from before the last heartbeat the store took.
+	var alive atomic.Int64
+	liveness := func() time.Time {
+		if ns := alive.Load(); ns != 0 {
+			return time.Unix(0, ns)
+		}
+		return time.Time{}
+	}
+	p, err := adapter.NewPool(st, adapter.Config{Worker: id, Node: n.name, Incarnation: id, Executor: n.ex, ClaimTTL: 2 * simTTL, Concurrency: 2,
+		Liveness: liveness, LivenessMin: simTTL / 4},
 		adapter.Register(r.echo, adapter.RetryPolicy{Attempts: simEchoTry, Base: 50 * time.Millisecond, Max: 200 * time.Millisecond}),
 		adapter.Register(fabricSpy{adapter.NewFabric(st), &r.fabMu, r.fabKey, r.ran}, adapter.RetryPolicy{Attempts: 2, Base: 50 * time.Millisecond, Max: 100 * time.Millisecond}))
 	if err != nil {
@@ -452,7 +462,15 @@ func (r *planeSimRun) runPool(n *simNode, id string) (func(context.Context) erro
 		return nil, err
 	}
 	return func(ctx context.Context) error {
-		beat := func() { _, _ = n.st.Heartbeat(ctx, n.name, 1, store.AliveAs(id, simTTL)) }
+		beat := func() {
+			sent := n.ex.Now()
+			if _, err := n.st.Heartbeat(ctx, n.name, 1, store.AliveAs(id, simTTL)); err == nil {
+				alive.Store(sent.Add(simTTL - simTTL/20).UnixNano())
+			} else if errors.Is(err, store.ErrFenced) {
+				alive.Store(-1)
+				p.Lapse()
+			}
+		}
 		beat() // known before its first claim
 		// The beats run beside the pool and end with its context: no
 		// goroutine waits on another here, so nothing can spin once the
