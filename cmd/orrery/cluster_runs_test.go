@@ -255,6 +255,21 @@ func (rc *runChecker) check(ctx context.Context, f *findings, final bool) {
 			f.brokenf("run %s exists, but the load never started it", w.ID)
 		}
 	}
+	// A run's lease epoch counts the workers that took it up: above 1, a
+	// worker took it over from another (after a kill, a drain or a lost
+	// lease). The figure shows that the fault reached runs in flight.
+	again := 0
+	for _, r := range rc.runs {
+		l, ok, err := rc.c.db.st.GetLease(ctx, r.ID)
+		if err != nil {
+			f.brokenf("run %s: read its lease: %v", r.ID, err)
+			return
+		}
+		if ok && l.Epoch > 1 {
+			again++
+		}
+	}
+	rc.c.figure("workflow runs: %d acknowledged, every one completed once; %d of them taken up by more than one worker (lease epoch above 1)", len(rc.runs), again)
 }
 
 // checkRunsAPI lists the errand runs through every running process's API
