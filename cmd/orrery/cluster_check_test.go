@@ -443,9 +443,10 @@ func (c *cluster) checkAcked(ctx context.Context, rep *worldReport, acks []acked
 }
 
 // verify waits (bounded) until the cluster is quiescent and every
-// acknowledged event has done all it should, then checks everything the
-// tests promise about the journals and the state, world by world, and that
-// a call to each world answers what its state says.
+// acknowledged event and workflow run has done all it should, then checks
+// everything the tests promise about the journals and the state, world by
+// world and run by run, that a call to each world answers what its state
+// says, and that every process's API lists the runs as completed.
 func (c *cluster) verify(led *ackLog, ids []string, limit time.Duration) map[string]*worldReport {
 	t := c.t
 	t.Helper()
@@ -454,6 +455,7 @@ func (c *cluster) verify(led *ackLog, ids []string, limit time.Duration) map[str
 	}
 	t.Logf("load: %s", led)
 	acks := led.byWorld()
+	runs := c.newRunChecker(led)
 	start := time.Now()
 	deadline := start.Add(limit)
 	var f findings
@@ -480,12 +482,14 @@ func (c *cluster) verify(led *ackLog, ids []string, limit time.Duration) map[str
 				checkJournal(rep, &f)
 				c.checkAcked(ctx, rep, acks[id], &f, false)
 			}
+			runs.check(ctx, &f, false)
 			if len(f.pending) == 0 && len(f.broken) == 0 {
 				// Everything is done: now the checks that read the
 				// effect records and the target, once.
 				for _, id := range ids {
 					c.checkAcked(ctx, reports[id], acks[id], &f, true)
 				}
+				runs.check(ctx, &f, true)
 			}
 		}
 		cancel()
@@ -502,6 +506,7 @@ func (c *cluster) verify(led *ackLog, ids []string, limit time.Duration) map[str
 	}
 	c.figure("quiescent %v after the load stopped; %s", time.Since(start).Round(time.Millisecond), led)
 	c.checkCalls(reports)
+	c.checkRunsAPI(led)
 	return reports
 }
 

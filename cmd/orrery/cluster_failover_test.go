@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/api"
+	"github.com/orrery-run/orrery/store"
 )
 
 // haEnv names the script that sets up a PostgreSQL primary and a streaming
@@ -178,10 +180,29 @@ func longestGap(led *ackLog) (gap time.Duration, client int) {
 
 // splitLost sorts the acknowledged events into those the new primary
 // holds (its inbox has the item at the acknowledged seq, under its key)
-// and those it lost, the lost in the order of their acknowledgement.
+// and those it lost, the lost in the order of their acknowledgement; and
+// the acknowledged workflow runs likewise: a run the new primary lacks,
+// or one a second start after the kill created again (its first start
+// lost), is lost, and counted in the figure.
 func (c *cluster) splitLost(led *ackLog, ids []string) (*ackLog, []acked) {
 	c.t.Helper()
-	kept := &ackLog{calls: led.calls, retries: led.retries, abandoned: led.abandoned, permanent: led.permanent}
+	runs, tried := led.ackedRuns()
+	kept := &ackLog{calls: led.calls, retries: led.retries, abandoned: led.abandoned, permanent: led.permanent, tried: tried}
+	lostRuns := 0
+	for _, r := range runs {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err := c.db.st.GetWorld(ctx, r.ID)
+		cancel()
+		switch {
+		case errors.Is(err, store.ErrWorldNotFound) || err == nil && r.AgainCreated:
+			lostRuns++
+		case err != nil:
+			c.t.Fatalf("run %s: read it on the new primary: %v", r.ID, err)
+		default:
+			kept.runs = append(kept.runs, r)
+		}
+	}
+	c.figure("PostgreSQL failover (async): %d of %d acknowledged workflow run starts lost", lostRuns, len(runs))
 	var lost []acked
 	acks := led.byWorld()
 	for _, id := range ids {

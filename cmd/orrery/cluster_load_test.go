@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,7 @@ const (
 	opAlarm = "alarm"
 	opPay   = "pay"
 	opGet   = "get"
+	opRun   = "run"
 )
 
 // acked is an event the API acknowledged: durable in the world's inbox
@@ -71,13 +73,28 @@ type acked struct {
 	At               time.Time // when the API acknowledged it
 }
 
+// ackedRun is a workflow run whose start the API acknowledged: the run
+// exists under ID. Again says the load started it a second time after the
+// acknowledgement (as a client unsure of the first answer would), and
+// AgainCreated whether that second start answered that it created the run,
+// which would make it a second run of one id.
+type ackedRun struct {
+	ID           string
+	G            int
+	At           time.Time
+	Again        bool
+	AgainCreated bool
+}
+
 // ackLog is what the load got acknowledged, and what went wrong.
 type ackLog struct {
 	mu        sync.Mutex
 	events    []acked
-	calls     int // calls answered
-	retries   int // attempts refused or lost, then retried
-	abandoned int // operations still unacknowledged when the load stopped
+	runs      []ackedRun
+	tried     map[string]bool // every run id the load asked to start, acknowledged or not
+	calls     int             // calls answered
+	retries   int             // attempts refused or lost, then retried
+	abandoned int             // operations still unacknowledged when the load stopped
 	permanent []string
 }
 
@@ -85,6 +102,33 @@ func (l *ackLog) ack(a acked) {
 	l.mu.Lock()
 	l.events = append(l.events, a)
 	l.mu.Unlock()
+}
+
+func (l *ackLog) tryRun(id string) {
+	l.mu.Lock()
+	if l.tried == nil {
+		l.tried = map[string]bool{}
+	}
+	l.tried[id] = true
+	l.mu.Unlock()
+}
+
+func (l *ackLog) ackRun(r ackedRun) {
+	l.mu.Lock()
+	l.runs = append(l.runs, r)
+	l.mu.Unlock()
+}
+
+// ackedRuns returns the acknowledged runs, in ack order, and the ids of
+// every run the load tried to start.
+func (l *ackLog) ackedRuns() ([]ackedRun, map[string]bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	tried := make(map[string]bool, len(l.tried))
+	for id := range l.tried {
+		tried[id] = true
+	}
+	return slices.Clone(l.runs), tried
 }
 
 // byWorld returns the acknowledged events grouped by world, in ack order.
@@ -105,12 +149,19 @@ func (l *ackLog) String() string {
 	for _, a := range l.events {
 		n[a.Kind]++
 	}
-	return fmt.Sprintf("%d adds, %d alarms, %d pays acknowledged, %d calls answered, %d retries, %d abandoned at stop",
-		n[opAdd], n[opAlarm], n[opPay], l.calls, l.retries, l.abandoned)
+	again := 0
+	for _, r := range l.runs {
+		if r.Again {
+			again++
+		}
+	}
+	return fmt.Sprintf("%d adds, %d alarms, %d pays, %d workflow runs (%d of them started twice) acknowledged, %d calls answered, %d retries, %d abandoned at stop",
+		n[opAdd], n[opAlarm], n[opPay], len(l.runs), again, l.calls, l.retries, l.abandoned)
 }
 
-// load drives events with idempotency keys, calls, alarms and pays from
-// several goroutines at the worlds, through any running child's API.
+// load drives events with idempotency keys, calls, alarms, pays and
+// workflow runs from several goroutines at the worlds, through any running
+// child's API.
 type load struct {
 	c      *cluster
 	worlds []string
@@ -149,6 +200,9 @@ func (l *load) one(ctx context.Context, rng *rand.Rand, g int) {
 	w := l.worlds[rng.IntN(len(l.worlds))]
 	n := l.seq.Add(1)
 	var kind string
+	// A run is a few writes more than an event (its start, its steps, a
+	// timer and an effect), so runs take a small share from the calls and
+	// the load's total rate stays about what it was without them.
 	switch r := rng.IntN(100); {
 	case r < 50:
 		kind = opAdd
@@ -156,10 +210,16 @@ func (l *load) one(ctx context.Context, rng *rand.Rand, g int) {
 		kind = opAlarm
 	case r < 80:
 		kind = opPay
-	default:
+	case r < 92:
 		kind = opGet
+	default:
+		kind = opRun
 	}
 	key := fmt.Sprintf("%s-%d-%d", kind, g, n)
+	if kind == opRun {
+		l.run(ctx, rng, g, key)
+		return
+	}
 	var send func(cl *api.Client, ctx context.Context) (uint64, error)
 	switch kind {
 	case opAdd:
@@ -197,6 +257,36 @@ func (l *load) one(ctx context.Context, rng *rand.Rand, g int) {
 	default:
 		l.led.ack(acked{World: w, Kind: kind, Key: key, Seq: seq, G: g, At: time.Now()})
 	}
+}
+
+// run starts an errand run of id through the API until it is acknowledged,
+// and a third of the acknowledged ones a second time, through any node:
+// the second start must answer the run the first made, not create one.
+func (l *load) run(ctx context.Context, rng *rand.Rand, g int, id string) {
+	in := errand{Key: id, URL: l.c.target.srv.URL + "/run", SleepMs: 200 + rng.Int64N(601)}
+	var created bool
+	start := func(cl *api.Client, ctx context.Context) (uint64, error) {
+		v, c, err := cl.StartRun(ctx, clusterErrand, id, in)
+		if err == nil && v.ID != id {
+			// Recorded as the API's refusals are: verify fails on it.
+			l.led.mu.Lock()
+			l.led.permanent = append(l.led.permanent, fmt.Sprintf("starting run %s answered run %q", id, v.ID))
+			l.led.mu.Unlock()
+		}
+		created = c
+		return 0, err
+	}
+	l.led.tryRun(id)
+	if _, ok := l.retry(ctx, rng, start); !ok {
+		return
+	}
+	r := ackedRun{ID: id, G: g, At: time.Now()}
+	if rng.IntN(3) == 0 {
+		if _, ok := l.retry(ctx, rng, start); ok {
+			r.Again, r.AgainCreated = true, created
+		}
+	}
+	l.led.ackRun(r)
 }
 
 // retry sends through the running children's APIs, starting at a random

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orrery-run/orrery"
 	"github.com/orrery-run/orrery/api"
 	"github.com/orrery-run/orrery/internal/cli"
 	"github.com/orrery-run/orrery/internal/leaktest"
@@ -34,7 +35,10 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", serveEnv, err)
 			os.Exit(cli.ExitUsage)
 		}
-		os.Exit(cli.Run(context.Background(), args, cli.StdIO(), testKernels()))
+		// Through MainWith, as main does: the child is the shipped
+		// binary with the tests' worlds and workflow added.
+		os.Args = append(os.Args[:1:1], args...)
+		orrery.MainWith(testApp())
 	}
 	leaktest.VerifyTestMain(m)
 }

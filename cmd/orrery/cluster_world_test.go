@@ -3,15 +3,18 @@
 package main
 
 import (
+	"context"
 	"time"
 
-	"github.com/orrery-run/orrery/examples/ledger"
+	"github.com/orrery-run/orrery"
 	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/workflow"
 	"github.com/orrery-run/orrery/world"
 )
 
-// clusterUniverse is the universe of the cluster tests' worlds.
-const clusterUniverse = "cluster"
+// clusterUniverse is the universe of the cluster tests' worlds: their
+// definition's name, as orrery.MainWith serves each definition.
+const clusterUniverse = "cluster.tally"
 
 // tally is the state of a cluster test world. Every count is kept per key
 // (or per intent hash), so a duplicate anywhere on the way from an
@@ -66,7 +69,7 @@ func count(m *map[string]int64, key string) {
 }
 
 func clusterDef() *world.Def[tally] {
-	d := world.New[tally]("cluster.tally", 1)
+	d := world.New[tally](clusterUniverse, 1)
 	world.On(d, func(c *world.Ctx, s *tally, a Add) error {
 		count(&s.Adds, a.Key)
 		return nil
@@ -106,13 +109,68 @@ func clusterDef() *world.Def[tally] {
 	return d
 }
 
-// testKernels is what the child processes serve and what the test process
-// replays with: the cluster tests' tally worlds and the ledger example's
-// accounts and transfers (the chaos checker's money).
+// clusterErrand is the cluster tests' workflow: the load starts runs of it
+// through the API, and the checker requires every acknowledged one to end
+// once, having done each of its steps once.
+const clusterErrand = "cluster.errand"
+
+// errand is an errand run's input: Key names the run's POST to URL (the
+// pay target), after a durable sleep of SleepMs.
+type errand struct {
+	Key     string
+	URL     string
+	SleepMs int64
+}
+
+// errandDone is an errand's output.
+type errandDone struct {
+	Note   string
+	Status int // the target's answer to the POST
+}
+
+// errandPost is the name of an errand's effect step.
+const errandPost = "post"
+
+// errandDef is one of each durable step a run has that a failover can
+// interrupt: a plain step, a durable sleep (a timer) and an effect (an
+// http.request to the pay target, whose receipt the run waits for).
+func errandDef() *workflow.Def[errand, errandDone] {
+	return workflow.New(clusterErrand, 1, func(c *workflow.Ctx, in errand) (errandDone, error) {
+		note, err := workflow.Step(c, "prepare", func(context.Context) (string, error) { return "errand " + in.Key, nil })
+		if err != nil {
+			return errandDone{}, err
+		}
+		if err := workflow.Sleep(c, time.Duration(in.SleepMs)*time.Millisecond); err != nil {
+			return errandDone{}, err
+		}
+		resp, err := workflow.Effect[world.HTTPResponse](c, errandPost, world.KindHTTPRequest, world.HTTPRequest{
+			Method: "POST", URL: in.URL, Body: []byte(in.Key),
+			Headers: map[string][]string{"Content-Type": {"text/plain"}}, TimeoutMs: 5000,
+		})
+		if err != nil {
+			return errandDone{}, err
+		}
+		return errandDone{Note: note, Status: resp.Status}, nil
+	})
+}
+
+// testApp is what the child processes serve: the shipped binary's app
+// (the ledger's accounts, transfers and payout workflow, which the chaos
+// checker's money uses) plus the cluster tests' tally worlds and errand
+// workflow.
+func testApp() orrery.App {
+	a := app()
+	a.Worlds = append(a.Worlds, clusterDef().Kernel())
+	a.Workflows = append(a.Workflows, errandDef())
+	return a
+}
+
+// testKernels is testApp's worlds by universe, what the test process
+// restores and replays with.
 func testKernels() plane.Kernels {
-	return plane.Kernels{
-		clusterUniverse:         clusterDef().Kernel(),
-		ledger.UniverseAccount:  ledger.AccountDef().Kernel(),
-		ledger.UniverseTransfer: ledger.TransferDef().Kernel(),
+	ks := plane.Kernels{}
+	for _, k := range testApp().Worlds {
+		ks[k.Name()] = k
 	}
+	return ks
 }

@@ -13,9 +13,14 @@ import (
 	"github.com/orrery-run/orrery/world"
 )
 
-func main() {
-	orrery.MainWith(orrery.App{
+func main() { orrery.MainWith(app()) }
+
+// app is what this binary serves. The cluster tests' servers serve it too,
+// with their own worlds and workflow added, through the same MainWith, so
+// they run the shipped binary's shape.
+func app() orrery.App {
+	return orrery.App{
 		Worlds:    []world.Kernel{ledger.AccountDef().Kernel(), ledger.TransferDef().Kernel()},
 		Workflows: []workflow.Workflow{ledger.PayoutDef()},
-	})
+	}
 }
