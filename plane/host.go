@@ -230,9 +230,11 @@ type Host struct {
 
 	syncHint atomic.Bool
 	scan     scan // the controller's own
-	// aliveUntil is the liveness deadline (AliveUntil) in Unix
-	// nanoseconds on the executor's clock; 0 until a heartbeat succeeds.
-	aliveUntil atomic.Int64
+	// aliveUntil is the liveness deadline (AliveUntil) on the executor's
+	// clock, its monotonic reading kept (a step of the wall clock moves
+	// neither it nor the pool's comparisons); nil until a heartbeat
+	// succeeds.
+	aliveUntil atomic.Pointer[time.Time]
 	// noKernel are the worlds assigned here whose universe has no
 	// definition in Kernels, learned when a takeover found their universe
 	// (the controller's own). The host gave their leases back at once and
@@ -812,20 +814,22 @@ func (h *Host) control(ctx context.Context) error {
 // dead no sooner than AliveUntil. Zero: no heartbeat taken yet. After the
 // store refused a heartbeat (livenessLost) it is in the past for good.
 func (h *Host) AliveUntil() time.Time {
-	ns := h.aliveUntil.Load()
-	if ns == 0 {
-		return time.Time{}
+	if at := h.aliveUntil.Load(); at != nil {
+		return *at
 	}
-	return time.Unix(0, ns)
+	return time.Time{}
 }
+
+// lapsed is the deadline of a promise the store refused: long past.
+var lapsed = time.Unix(0, 1)
 
 // promised moves the liveness deadline forward after a heartbeat sent at
 // sent (executor clock) that promised ttl; it never moves back.
 func (h *Host) promised(sent time.Time, ttl time.Duration) {
-	at := sent.Add(ttl - ttl/20).UnixNano()
+	at := sent.Add(ttl - ttl/20)
 	for {
 		cur := h.aliveUntil.Load()
-		if cur < 0 || cur >= at || h.aliveUntil.CompareAndSwap(cur, at) {
+		if cur != nil && (cur.Equal(lapsed) || !cur.Before(at)) || h.aliveUntil.CompareAndSwap(cur, &at) {
 			return
 		}
 	}
@@ -838,7 +842,7 @@ func (h *Host) promised(sent time.Time, ttl time.Duration) {
 // told, and the host fails (every lease fenced), unless it is stopping,
 // when a retirement is expected.
 func (h *Host) livenessLost(err error) {
-	h.aliveUntil.Store(-1)
+	h.aliveUntil.Store(&lapsed)
 	h.mu.Lock()
 	if h.stopped || h.failed != nil {
 		h.mu.Unlock()

@@ -61,7 +61,8 @@ type Config struct {
 	// executor's clock: the moment, counted from before the last heartbeat
 	// the store took, when the store may judge this incarnation dead and
 	// requeue its claims (store.ReapOrphans) for another node to run. Zero:
-	// no promise made yet. No execution outlives it: one still running at
+	// no promise made yet, and the pool claims nothing until one is. No
+	// execution outlives it: one still running at
 	// the deadline is cancelled and its result dropped (no receipt, no
 	// retry: the claim is presumed revoked), so an effect never runs here
 	// and elsewhere at once, and no claim round starts with less than
@@ -1034,18 +1035,17 @@ func (p *Pool) Lapse() {
 	}
 }
 
-// livenessShort reports whether less than LivenessMin of the liveness
-// promise is left (a claim round would start on a promise about to run
+// livenessShort reports whether no liveness promise is known yet, or less
+// than LivenessMin of it is left (a claim round would start on a promise about to run
 // out), and how long to wait before looking again.
 func (p *Pool) livenessShort() (time.Duration, bool) {
 	if p.cfg.Liveness == nil {
 		return 0, false
 	}
 	dl := p.cfg.Liveness()
-	if dl.IsZero() {
-		return 0, false
-	}
-	if dl.Sub(p.ex.Now()) >= max(p.cfg.LivenessMin, time.Nanosecond) {
+	// No promise yet (the first heartbeat has not landed): no claim
+	// either, or its execution would run unbounded by one.
+	if !dl.IsZero() && dl.Sub(p.ex.Now()) >= max(p.cfg.LivenessMin, time.Nanosecond) {
 		return 0, false
 	}
 	return max(p.cfg.LivenessMin/4, 10*time.Millisecond), true
