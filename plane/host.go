@@ -135,8 +135,11 @@ const (
 	EvReleased  = "released"
 	EvPassivate = "passivate"
 	EvWake      = "wake" // a passive world's process started again
-	EvCrash     = "crash"
-	EvSynced    = "synced" // a pass over the worker's worlds completed
+	// EvBacklogWake: a rescan found input waiting for a held world with no
+	// process, whose hint was lost; it is woken.
+	EvBacklogWake = "backlog-wake"
+	EvCrash       = "crash"
+	EvSynced      = "synced" // a pass over the worker's worlds completed
 	// EvRenewed: one RenewLeases round trip (World is empty; N leases,
 	// Dur the call's duration, Err the call's failure if it failed).
 	EvRenewed = "renewed"
@@ -524,6 +527,8 @@ func (h *Host) logEvent(ev HostEvent) {
 			return
 		}
 		lvl, msg = slog.LevelWarn, "host: lease renewal failed"
+	case EvBacklogWake:
+		lvl, msg = slog.LevelWarn, "host: woke a world whose input waited without a hint"
 	case EvPassivate:
 		lvl, msg = slog.LevelDebug, "host: world passivated"
 	case EvWake:
@@ -1067,6 +1072,7 @@ func (h *Host) syncPage(ctx context.Context) (done bool, err error) {
 		return false, err
 	}
 	var take []string
+	var idle []*lease // held, input waiting
 	for _, row := range rows {
 		_, unrunnable := h.noKernel[row.World]
 		if unrunnable {
@@ -1094,10 +1100,26 @@ func (h *Host) syncPage(ctx context.Context) (done bool, err error) {
 				continue
 			default:
 				l.listed = sc.pass
+				if row.Backlog {
+					idle = append(idle, l)
+				}
 			}
 		}
 		if l == nil && mine && !draining && !unrunnable {
 			take = append(take, row.World)
+		}
+	}
+	// A held world with input waiting and no process on it missed its
+	// hint (a notification lost with the listener's connection, a wake
+	// that raced a passivation): it wakes now, so that a lost hint costs
+	// one rescan, never a world that waits for ever.
+	for _, l := range idle {
+		h.mu.Lock()
+		woken := l.ref != nil || l.restarting || h.waking[l.world]
+		h.mu.Unlock()
+		if !woken {
+			h.emit(HostEvent{Kind: EvBacklogWake, World: l.world, Epoch: l.epoch})
+			h.hint(l)
 		}
 	}
 	if err := h.acquireAll(ctx, take); err != nil {

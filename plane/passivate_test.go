@@ -1,6 +1,7 @@
 package plane_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -534,5 +535,77 @@ func TestStaleParkedStateIsNotRestored(t *testing.T) {
 		}
 		_, err = parity(env.Ctx, st, "p0")
 		return err
+	})
+}
+
+// deafStore drops every inbox watch: a hint for a world's input never
+// reaches its host, as when a notification is lost with the listener's
+// connection.
+type deafStore struct{ store.Store }
+
+func (d deafStore) Watch(ctx context.Context, w store.Waker, topics ...string) (func(), error) {
+	var rest []string
+	for _, t := range topics {
+		if _, inbox := store.InboxTopicWorld(t); !inbox {
+			rest = append(rest, t)
+		}
+	}
+	if len(rest) == 0 {
+		return func() {}, nil
+	}
+	return d.Store.Watch(ctx, w, rest...)
+}
+
+// TestAPassiveWorldWhoseHintIsLostWakesAtTheNextRescan: input for a held,
+// passivated world whose hint never arrives is applied by the host's next
+// rescan of its worlds (which sees the backlog), not left waiting for ever.
+func TestAPassiveWorldWhoseHintIsLostWakesAtTheNextRescan(t *testing.T) {
+	testrig.Lab(t, lab.Config{Seed: 3, Name: "lost-hint"}, func(env *lab.Env) error {
+		st := newStore(env)
+		var mu sync.Mutex
+		var woke int
+		cfg := hostConfig("A", deafStore{st}, nil)
+		cfg.Observe = func(ev plane.HostEvent) {
+			if ev.Kind == plane.EvBacklogWake && ev.World == "p0" {
+				mu.Lock()
+				woke++
+				mu.Unlock()
+			}
+		}
+		if err := createAssigned(env.Ctx, st, "p0", "A"); err != nil {
+			return err
+		}
+		h, err := plane.StartHost(env.Ctx, env.Root, cfg)
+		if err != nil {
+			return err
+		}
+		defer h.Stop(env.Ctx)
+		if err := testrig.WaitLab(env, "the lease", 5*time.Second, func() (bool, error) {
+			held, active := h.Worlds()
+			return len(held) == 1 && active == 0, nil
+		}); err != nil {
+			return err
+		}
+		c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
+		if _, err := c.Send(env.Ctx, "p0", Add{By: 5, Key: "a"}, "a"); err != nil {
+			return err
+		}
+		// Within two rescans (SyncEvery is half the lease TTL).
+		if err := testrig.WaitLab(env, "p0 applied the input", 2*cfg.LeaseTTL, func() (bool, error) {
+			s, ok := h.State("p0")
+			if !ok {
+				return false, nil
+			}
+			v, err := value(s, "p0")
+			return v.N == 5, err
+		}); err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if woke == 0 {
+			return errors.New("applied, but no backlog wake reported: was the hint lost at all?")
+		}
+		return nil
 	})
 }

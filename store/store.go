@@ -447,6 +447,11 @@ type WorkerWorld struct {
 	World      string
 	Lease      *Lease      // the world's lease record, if any
 	Assignment *Assignment // the world's assignment, if any
+	// Backlog: the world's inbox holds items beyond its cursor. A host
+	// wakes a world it holds with no process running on it, so that an
+	// input whose hint was lost (a notification dropped with its
+	// connection, say) waits one rescan, never for ever.
+	Backlog bool
 }
 
 // Leases implements protocols A and B.

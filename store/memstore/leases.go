@@ -259,6 +259,9 @@ func (s *backend) ListWorkerWorlds(ctx context.Context, worker, after string, li
 		if a, ok := s.st.assignments[id]; ok {
 			out[i].Assignment = &a
 		}
+		if w := s.st.worlds[id]; w != nil {
+			out[i].Backlog = w.lastSeq > w.cursor
+		}
 	}
 	return out, nil
 }

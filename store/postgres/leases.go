@@ -428,10 +428,13 @@ const listWorkerWorldsSQL = `WITH page AS (
 			 WHERE a.desired_worker = $1 AND a.world > $2
 			 ORDER BY a.world LIMIT $3)
 		) AS m ORDER BY world LIMIT $3)
-	SELECT page.world, l.holder, l.epoch, l.expires_at_ns, a.desired_worker, a.priority, a.reason, l.incarnation
+	SELECT page.world, l.holder, l.epoch, l.expires_at_ns, a.desired_worker, a.priority, a.reason, l.incarnation,
+		coalesce(b.backlog, false)
 	FROM page
 	LEFT JOIN LATERAL (SELECT * FROM leases x WHERE x.world = page.world LIMIT 1) AS l ON true
 	LEFT JOIN LATERAL (SELECT * FROM assignments y WHERE y.world = page.world LIMIT 1) AS a ON true
+	LEFT JOIN LATERAL (SELECT w.inbox_seq > coalesce(s.inbox_cursor, 0) AS backlog
+		FROM worlds w LEFT JOIN streams s ON s.stream = w.world WHERE w.world = page.world LIMIT 1) AS b ON true
 	ORDER BY page.world`
 
 // ListWorkerWorlds implements store.Leases: one query per page. Each side
@@ -460,7 +463,7 @@ func (s *backend) ListWorkerWorlds(ctx context.Context, worker, after string, li
 			var ww store.WorkerWorld
 			var holder, desired, reason, inc *string
 			var epoch, exp, prio *int64
-			if err := row.Scan(&ww.World, &holder, &epoch, &exp, &desired, &prio, &reason, &inc); err != nil {
+			if err := row.Scan(&ww.World, &holder, &epoch, &exp, &desired, &prio, &reason, &inc, &ww.Backlog); err != nil {
 				return ww, err
 			}
 			if holder != nil {

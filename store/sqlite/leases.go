@@ -562,7 +562,8 @@ const workerWorldsQuery = `
 		SELECT world FROM (SELECT world FROM assignments WHERE desired_worker = ?1 AND world > ?3 ORDER BY world LIMIT ?4)
 		ORDER BY world LIMIT ?4
 	)
-	SELECT ids.world, ` + leaseCols + `, a.desired_worker, a.priority, a.reason
+	SELECT ids.world, ` + leaseCols + `, a.desired_worker, a.priority, a.reason,
+		EXISTS (SELECT 1 FROM worlds w JOIN inbox i ON i.world = w.id AND i.seq > w.inbox_cursor WHERE w.id = ids.world)
 	FROM ids LEFT JOIN leases l ON l.world = ids.world LEFT JOIN assignments a ON a.world = ids.world
 	ORDER BY ids.world`
 
@@ -588,7 +589,7 @@ func (s *backend) ListWorkerWorlds(ctx context.Context, worker, after string, li
 			desired, reason sql.NullString
 			prio            sql.NullInt64
 		)
-		if err := rows.Scan(append(append([]any{&ww.World}, lc.dest()...), &desired, &prio, &reason)...); err != nil {
+		if err := rows.Scan(append(append([]any{&ww.World}, lc.dest()...), &desired, &prio, &reason, &ww.Backlog)...); err != nil {
 			return nil, dbErr(op, "", err)
 		}
 		if lc.epoch.Valid {

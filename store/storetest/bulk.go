@@ -27,6 +27,7 @@ func bulkTests() []testCase {
 		{"AcquireLeasesCallErrorsAreTheCalls", testAcquireLeasesCallErrors},
 		{"ConcurrentAcquireLeasesOneWinnerPerWorld", testConcurrentAcquireLeases},
 		{"ListWorkerWorldsPagesWithLeaseAndAssignment", testListWorkerWorldsPages},
+		{"ListWorkerWorldsReportsEachWorldsBacklog", testListWorkerWorldsBacklog},
 		{"WorkerInventoryHeartbeatAndDraining", testWorkerInventory},
 	}
 }
@@ -126,6 +127,49 @@ func testReleaseLeases(t *testing.T, open Factory) {
 		if (want[i] == nil) != (r.Err == nil) {
 			t.Fatalf("retried release of %s = %v", r.World, r.Err)
 		}
+	}
+}
+
+// testListWorkerWorldsBacklog: a row reports whether its world's inbox
+// holds items beyond the cursor, for a leased world and for an assigned
+// one, and stops reporting it once a commit moves the cursor past them.
+func testListWorkerWorldsBacklog(t *testing.T, open Factory) {
+	f := setup(t, open)
+	epoch := f.leased("held", "A")
+	f.world("assigned")
+	must(t, f.s.Assign(bg, "assigned", store.Assignment{DesiredWorker: "A"}, nil), "Assign")
+	backlog := func() map[string]bool {
+		t.Helper()
+		ws, err := f.s.ListWorkerWorlds(bg, "A", "", 10)
+		must(t, err, "ListWorkerWorlds")
+		out := map[string]bool{}
+		for _, w := range ws {
+			out[w.World] = w.Backlog
+		}
+		if len(out) != 2 {
+			t.Fatalf("ListWorkerWorlds(A) listed %v, want held and assigned", out)
+		}
+		return out
+	}
+	if b := backlog(); b["held"] || b["assigned"] {
+		t.Fatalf("empty inboxes reported a backlog: %v", b)
+	}
+	s1, _ := f.enqueue("held", "event", "k1", nil)
+	s2, _ := f.enqueue("held", "event", "k2", nil)
+	f.enqueue("assigned", "event", "k1", nil)
+	if b := backlog(); !b["held"] || !b["assigned"] {
+		t.Fatalf("inboxes with items reported none: %v", b)
+	}
+	head := f.head("held")
+	_, err := f.s.Commit(bg, "held", epoch, store.CommitBatch{ExpectedCursor: 0, NewCursor: s1, ExpectedHead: head, Entries: []store.Record{rec("e1")}})
+	must(t, err, "Commit")
+	if b := backlog(); !b["held"] {
+		t.Fatalf("one item of two consumed: no backlog reported: %v", b)
+	}
+	_, err = f.s.Commit(bg, "held", epoch, store.CommitBatch{ExpectedCursor: s1, NewCursor: s2, ExpectedHead: head + 1, Entries: []store.Record{rec("e2")}})
+	must(t, err, "Commit")
+	if b := backlog(); b["held"] || !b["assigned"] {
+		t.Fatalf("after the cursor passed every item: %v, want held false, assigned true", b)
 	}
 }
 
