@@ -184,7 +184,7 @@ func layerTable() []layer {
 		{"actor", []string{"actor"}},
 		{"handlers", []string{"handlers"}},
 		// Imported by tests only.
-		{"test support", []string{"internal/leaktest", "internal/archtest"}},
+		{"test support", []string{"internal/leaktest", "internal/archtest", "internal/tcpproxy"}},
 	}
 }
 

@@ -122,6 +122,7 @@ type config struct {
 	maxBatch   int
 	committers int
 	warmConns  int // -1: the default
+	listenChk  time.Duration
 }
 
 // Option configures Open.
@@ -179,6 +180,21 @@ func WithWarmConns(n int) Option {
 	return func(c *config) {
 		if n >= 0 {
 			c.warmConns = n
+		}
+	}
+}
+
+// WithListenerCheck sets how long the Watch listener's connection may be
+// silent before the listener checks it (default 10 s): it LISTENs again,
+// and a connection that does not answer within the same time (a path
+// that leads nowhere), or a server that refuses (a primary demoted to
+// standby), is left for a new one, after which the notifications it may
+// have missed are made up. Shorter finds a dead path sooner, for a
+// round-trip per idle interval.
+func WithListenerCheck(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.listenChk = d
 		}
 	}
 }
@@ -251,6 +267,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		maxBatch:   DefaultMaxBatch,
 		committers: DefaultCommitters,
 		warmConns:  -1,
+		listenChk:  defaultListenerCheck,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -335,7 +352,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	s.pool = pool
 	// The listener connects while the pool warms: the first Watch (a
 	// worker's or a host's, at its start) would otherwise wait for it.
-	s.watch = newWatchHub(listen, channelName(cfg.schema))
+	s.watch = newWatchHub(listen, channelName(cfg.schema), cfg.listenChk)
 	s.watch.start()
 	warmPool(ctx, pool, int(pc.MinConns), s.off())
 	s.appends = newCommitter(cfg.committers, cfg.maxBatch, s.runAppends)

@@ -47,6 +47,7 @@ func (s *backend) hint(topics ...string) {
 type watchHub struct {
 	connCfg *pgx.ConnConfig
 	channel string
+	check   time.Duration // see WithListenerCheck
 	local   hub.Hub
 
 	mu      sync.Mutex
@@ -58,8 +59,8 @@ type watchHub struct {
 	wg      sync.WaitGroup
 }
 
-func newWatchHub(cfg *pgx.ConnConfig, channel string) *watchHub {
-	return &watchHub{connCfg: cfg.Copy(), channel: channel, topics: map[string]int{}, ready: make(chan struct{})}
+func newWatchHub(cfg *pgx.ConnConfig, channel string, check time.Duration) *watchHub {
+	return &watchHub{connCfg: cfg.Copy(), channel: channel, check: check, topics: map[string]int{}, ready: make(chan struct{})}
 }
 
 // listenWait bounds how long the first Watch waits for the listener to be
@@ -223,17 +224,18 @@ func (h *watchHub) listen(ctx context.Context) {
 	}
 }
 
-// listenerCheck is how long the listener waits quietly before it checks
-// that its server is still there and still the primary.
-const listenerCheck = 10 * time.Second
+// defaultListenerCheck is how long the listener waits quietly, unless
+// WithListenerCheck says otherwise, before it checks that its server is
+// still there and still the primary.
+const defaultListenerCheck = 10 * time.Second
 
 // deliver delivers conn's notifications until it fails. A server that
 // stopped answering (cut off), or that a failover demoted, sends nothing
-// and says nothing: the listener asks it every listenerCheck of silence,
+// and says nothing: the listener asks it after every h.check of silence,
 // and leaves it for the DSN's primary when it no longer answers as one.
 func (h *watchHub) deliver(ctx context.Context, conn *pgx.Conn) {
 	for ctx.Err() == nil {
-		wctx, cancel := context.WithTimeout(ctx, listenerCheck)
+		wctx, cancel := context.WithTimeout(ctx, h.check)
 		n, err := conn.WaitForNotification(wctx)
 		cancel()
 		if err == nil {
@@ -245,7 +247,7 @@ func (h *watchHub) deliver(ctx context.Context, conn *pgx.Conn) {
 		}
 		// LISTEN again: harmless on the primary, refused by a standby
 		// (25006), and it fails on a connection that leads nowhere.
-		cctx, cancel := context.WithTimeout(ctx, listenerCheck)
+		cctx, cancel := context.WithTimeout(ctx, h.check)
 		_, err = conn.Exec(cctx, "LISTEN "+pgx.Identifier{h.channel}.Sanitize())
 		cancel()
 		if err != nil {
