@@ -137,4 +137,3 @@ func openEffects(ctx context.Context, t *testing.T, dsn string) int {
 	}
 	return n
 }
-
