@@ -216,11 +216,11 @@ func TestAnAdapterClaimingDuringARestoreIsHandedNothing(t *testing.T) {
 					}
 				}}
 				rr, err := backup.Restore(ctx, bak, target, backup.RestoreOptions{Effects: rule, Batch: 1, TempDir: t.TempDir()})
-				if err != nil || !rr.Report.OK {
-					t.Fatalf("Restore = %v, %v", err, rr.Report.Err())
-				}
 				if len(claimed) != 0 {
 					t.Fatalf("an adapter was handed %v during the restore", claimed)
+				}
+				if err != nil || !rr.Report.OK {
+					t.Fatalf("Restore = %v, %v", err, rr.Report.Err())
 				}
 				items, err := st.Claim(ctx, "adapter", []string{kind}, 100, time.Minute)
 				if err != nil {
