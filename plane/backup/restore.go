@@ -59,7 +59,8 @@ type RestoreResult struct {
 	Backup Info           `json:"backup"`
 	Copy   migrate.Result `json:"copy"`
 	// Held is how many of the backup's open effects the target holds when
-	// Restore returns; Released how many the rerun rule let run again.
+	// Restore returns (after an error: at most this many, each held);
+	// Released how many the rerun rule let run again.
 	Held     int             `json:"held"`
 	Released int             `json:"released"`
 	Rule     Effects         `json:"effects"`
@@ -94,10 +95,6 @@ func Restore(ctx context.Context, path string, target store.Store, o RestoreOpti
 	if res.Backup, err = Check(ctx, path); err != nil {
 		return res, err
 	}
-	now, err := target.Now(ctx)
-	if err != nil {
-		return res, fmt.Errorf("reading the target's clock: %w", err)
-	}
 	// The backup itself is never opened for writing: opening a store
 	// upgrades an older schema in place.
 	work, err := copyFile(path, o.TempDir)
@@ -110,12 +107,22 @@ func Restore(ctx context.Context, path string, target store.Store, o RestoreOpti
 		return res, fmt.Errorf("opening the backup: %w", err)
 	}
 	defer src.Close()
+	now, err := target.Now(ctx)
+	if err != nil {
+		return res, fmt.Errorf("reading the target's clock: %w", err)
+	}
 	reason := o.Reason
 	if reason == "" {
 		reason = fmt.Sprintf("restored from backup %s: may have run after the backup was taken", path)
 	}
+	// Only the rerun rule needs the held effects' names, to release them.
 	var held []string
-	transform := holdOpen(reason, now, func(e *store.PortEffect) { held = append(held, e.IntentHash) })
+	transform := holdOpen(reason, now, func(e *store.PortEffect) {
+		res.Held++
+		if rule == EffectsRerun {
+			held = append(held, e.IntentHash)
+		}
+	})
 	// A backup of a serving store records its nodes as alive: the copy
 	// is of the backup, which nothing writes.
 	res.Copy, err = migrate.Copy(ctx, src, target, migrate.CopyOptions{Force: true, Batch: o.Batch,
@@ -123,7 +130,6 @@ func Restore(ctx context.Context, path string, target store.Store, o RestoreOpti
 	if err != nil {
 		return res, err
 	}
-	res.Held = len(held)
 	res.Report, err = migrate.Verify(ctx, src, target, migrate.VerifyOptions{Kernels: o.Kernels, Transform: HeldView(), Clock: o.Clock})
 	if err != nil || rule != EffectsRerun || !res.Report.OK {
 		return res, err
