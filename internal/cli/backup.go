@@ -59,7 +59,7 @@ func backupExit(err error) error {
 	case errors.Is(err, backup.ErrBadEffects), errors.Is(err, migrate.ErrBadSpec), errors.Is(err, migrate.ErrSameStore):
 		return usageError{err}
 	case errors.Is(err, backup.ErrTargetLive):
-		return exitError{ExitError, err}
+		return exitError{ExitConflict, err}
 	}
 	return err
 }
@@ -134,7 +134,7 @@ backup (counts, heads, snapshots, each world's state hash replayed on both,
 run statuses). A file that is not an Orrery store, is damaged or truncated,
 or was written by a newer binary is refused before anything is written.
 Run it before any node serves the target: a target where a node's
-heartbeat is still alive (by the store's clock) is refused (exit 1, naming
+heartbeat is still alive (by the store's clock) is refused (exit 4, naming
 the nodes) unless --force.
 
 Effects. Every effect pending or in flight in the backup may have run after

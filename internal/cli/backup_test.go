@@ -177,7 +177,7 @@ func TestPgDumpRestoreThenHoldInPlace(t *testing.T) {
 }
 
 // orrery restore into a store a node serves (its heartbeat's promise
-// unexpired) is refused with exit 1, one line naming the node and --force,
+// unexpired) is refused with exit 4 (as migrate refuses a live source), one line naming the node and --force,
 // and writes nothing; --force restores, holding the open effect.
 func TestRestoreRefusesAServedTargetUnlessForced(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
@@ -216,7 +216,7 @@ func TestRestoreRefusesAServedTargetUnlessForced(t *testing.T) {
 	}
 	args := []string{"restore", "--from", bak, "--to", to, "-q"}
 	r := runCLI(ctx, nil, args...)
-	checkFailure(t, r, cli.ExitError, args)
+	checkFailure(t, r, cli.ExitConflict, args)
 	if !strings.Contains(r.err, "node-a") || !strings.Contains(r.err, "--force") {
 		t.Fatalf("the refusal does not name the live node and --force: %q", r.err)
 	}
