@@ -74,11 +74,11 @@ const AttemptsUnlimited = -1
 // such a call by the activity's schedule-to-close timeout and Restate by
 // its retry policy's max attempts; a durable HTTP call that never answers
 // is what neither user expects. Ten executions under DefaultRetry span
-// about five minutes (1+2+4+…+64+100+100 s, less jitter): long enough to
-// ride out a deploy or a failover, short enough that the handler, which
-// sees the status, decides what happens next (try again later with a
-// timer, compensate, ask a person). A policy that sets Attempts, or
-// AttemptsUnlimited, decides instead.
+// about five and a half minutes (1+2+4+…+64+100+100 s, less jitter):
+// long enough to ride out a deploy or a failover, short enough that the
+// handler, which sees the status, soon decides what happens next (try
+// again later from a timer, compensate, ask a person). A policy that sets
+// Attempts, or AttemptsUnlimited, decides instead.
 const DefaultHTTPAttempts = 10
 
 // defaultAttempts is the bound of kind's executions when its policy sets
