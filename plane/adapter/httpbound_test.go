@@ -254,3 +254,35 @@ func TestAttemptsUnlimitedIsValidAndBelowItIsNot(t *testing.T) {
 		t.Fatal("the kind's and the intent's unlimited differ: an intent's would not decode to the pool's")
 	}
 }
+
+// TestTheDefaultBoundGoesWithTheKindNotTheAdapter: an application's own
+// adapter serving http.request (as a test's fake of it) gives up at the
+// same bound under the zero policy, with an error receipt carrying the
+// last error; the same adapter serving another kind keeps retrying (other
+// kinds' defaults are unchanged).
+func TestTheDefaultBoundGoesWithTheKindNotTheAdapter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		f := failing(errTransient)
+		f.kinds = []string{adapter.KindHTTP, kindTest}
+		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex}, adapter.Register(f, adapter.RetryPolicy{}))
+		r := run(p)
+		defer r.stop()
+		hh := e.publish(adapter.KindHTTP, world.HTTPRequest{Method: "GET", URL: "https://api.example/"})
+		ho := e.publish(kindTest, "x")
+		time.Sleep(24 * time.Hour)
+		synctest.Wait()
+		per := map[string]int{}
+		for _, c := range f.snapshot() {
+			per[c.hash]++
+		}
+		if per[hh] != adapter.DefaultHTTPAttempts || per[ho] < 800 {
+			t.Fatalf("http.request executed %d times, want %d; %s %d times, want retries without end",
+				per[hh], adapter.DefaultHTTPAttempts, kindTest, per[ho])
+		}
+		rc := oneReceiptEach(t, e.st, e.world, hh)[hh]
+		if fl := decodeFailure(t, rc); rc.Status != vocab.ReceiptError || fl.Attempts != adapter.DefaultHTTPAttempts || fl.Error != errTransient.Error() {
+			t.Fatalf("receipt %s %+v, want error after %d attempts carrying the last error", rc.Status, fl, adapter.DefaultHTTPAttempts)
+		}
+	})
+}
