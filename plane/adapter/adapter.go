@@ -71,9 +71,9 @@ const AttemptsUnlimited = -1
 // Why a bound, when other kinds retry without end: http.request calls a
 // service the operator may not run, whose 503 can last for days, and a
 // world waiting on the receipt is stuck until it arrives. Temporal bounds
-// such a call by the activity's schedule-to-close timeout and Restate by
-// its retry policy's max attempts; a durable HTTP call that never answers
-// is what neither user expects. Ten executions under DefaultRetry span
+// such a call by the activity's schedule-to-close timeout, Restate by a
+// retry policy's maximum attempts or duration; a durable HTTP call that
+// never answers is what neither user expects. Ten executions under DefaultRetry span
 // about five and a half minutes (1+2+4+…+64+100+100 s, less jitter):
 // long enough to ride out a deploy or a failover, short enough that the
 // handler, which sees the status, soon decides what happens next (try
