@@ -173,6 +173,11 @@ const (
 	// EvSnapshot: a snapshot asked for on demand (KindSnapshot) was
 	// committed at Height.
 	EvSnapshot = "snapshot"
+	// EvIncarnationFenced: the store refused the host's heartbeat
+	// (store.ErrFenced, in Err): its incarnation was superseded by a newer
+	// process under the same worker id, or retired. Emitted once, before
+	// EvHostFailed; the host acts no more.
+	EvIncarnationFenced = "incarnation-fenced"
 )
 
 func (c *HostConfig) defaults() error {
@@ -615,8 +620,12 @@ func (h *Host) end(closeScope func() error) error {
 // successors do not wait for the TTL. The host keeps running, holding
 // nothing, until Stop.
 func (h *Host) Drain(ctx context.Context) error {
-	if _, err := h.st.SetDraining(ctx, h.cfg.Worker, true); err != nil && !errors.Is(err, store.ErrNotFound) {
-		return err
+	// A superseded incarnation's worker id is its successor's: marking it
+	// draining would drain the successor.
+	if !h.AliveUntil().Equal(lapsed) {
+		if _, err := h.st.SetDraining(ctx, h.cfg.Worker, true); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
 	}
 	h.mu.Lock()
 	h.draining = true
@@ -860,6 +869,7 @@ func (h *Host) livenessLost(err error) {
 	h.mu.Unlock()
 	h.log.Error("host: the store refused this incarnation's heartbeat (another process took this worker id, or it was retired); stopping all work",
 		"worker", h.cfg.Worker, "incarnation", h.cfg.Incarnation, "err", err)
+	h.emit(HostEvent{Kind: EvIncarnationFenced, Err: err})
 	if h.cfg.OnLivenessLost != nil {
 		h.cfg.OnLivenessLost()
 	}
