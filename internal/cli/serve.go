@@ -85,6 +85,13 @@ again elsewhere. It then exits 0. An effect still executing when
 another node (a warning names it; that node runs it again, as after a
 crash), and serve exits 1 with "graceful stop: ...".
 
+If another process starts under the same --worker-id (or this process's
+incarnation is retired), the store refuses this one's heartbeats: it stops
+acting at once (effects cut short without receipts, worlds, timers and
+placement stopped; the store has requeued its claims), logs why at ERROR,
+and exits 1 without draining, since the worker id is the other process's
+now. Give every process its own --worker-id.
+
 A listener on anything but loopback requires a token (--token or
 ORRERY_TOKEN); TLS is served when --tls-cert and --tls-key are given.
 Traces are exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set.
@@ -353,21 +360,35 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 
 	sig, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	var serveErr error
+	var serveErr, fenced error
 	select {
 	case <-sig.Done():
 	case serveErr = <-served:
+	case <-n.Done():
+		// Another process took this worker id (or the incarnation was
+		// retired): this one stopped acting, and exits rather than come
+		// back, which would take the id from its successor. A supervisor
+		// that restarts it on the non-zero exit starts a new incarnation,
+		// which is the operator's call to make with a unique --worker-id.
+		fenced = n.Err()
+		log.Error("exiting: another process took over this worker id, or this process was retired; give each process its own --worker-id",
+			"worker", worker, "err", fenced)
 	}
 	// A planned handoff: stop taking work, finish the steps and effects
 	// in flight, release every lease (and every effect claim that did not
 	// finish in time), then let the API's requests in flight end.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.stopTimeout)
 	defer cancel()
-	log.Info("stopping: draining worlds and effects in flight, releasing leases", "worker", worker, "stop_timeout", f.stopTimeout)
+	if fenced == nil {
+		log.Info("stopping: draining worlds and effects in flight, releasing leases", "worker", worker, "stop_timeout", f.stopTimeout)
+	}
 	stopErr := n.Stop(sctx)
 	stopHTTP()
 	if serveErr == nil {
 		serveErr = <-served
+	}
+	if fenced != nil {
+		return fenced
 	}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
