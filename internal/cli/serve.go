@@ -47,6 +47,7 @@ type serveFlags struct {
 	tlsKey      string
 	leaseTTL    time.Duration
 	claimTTL    time.Duration
+	maxSkew     time.Duration
 	idleAfter   time.Duration
 	snapEvery   uint64
 	noOrch      bool
@@ -123,6 +124,7 @@ request_id, which its answer returns in X-Request-Id; a client's mistake
 	fl.StringVar(&f.tlsKey, "tls-key", "", "TLS key file (PEM)")
 	fl.DurationVar(&f.leaseTTL, "lease-ttl", 10*time.Second, "world lease TTL: a crashed worker's worlds move after at most this")
 	fl.DurationVar(&f.claimTTL, "claim-ttl", 30*time.Second, "effect and timer claim TTL: must exceed the slowest adapter call")
+	fl.DurationVar(&f.maxSkew, "max-clock-skew", 0, "the most the store servers' clocks may differ (a failover's new primary against the old): subtracted from the liveness promise each effect executes under (default 1s or a tenth of --lease-ttl, whichever is smaller; negative: none; must be below half --lease-ttl)")
 	fl.DurationVar(&f.idleAfter, "idle-after", 30*time.Second, "passivate a world idle this long (negative: never)")
 	fl.Uint64Var(&f.snapEvery, "snapshot-every", 1000, "snapshot a world every N journal heights (restore reads at most N records; forks start from a snapshot)")
 	fl.BoolVar(&f.noOrch, "no-orchestrator", false, "host worlds but never place them")
@@ -253,6 +255,11 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	if err != nil {
 		return err
 	}
+	// The node would refuse it too, but only after the listener and the
+	// store are open; a setting that cannot work is a usage error.
+	if f.maxSkew >= f.leaseTTL/2 {
+		return usagef("--max-clock-skew %v must be below half --lease-ttl (%v)", f.maxSkew, f.leaseTTL)
+	}
 	token := e.token
 	if token == "" {
 		token = e.io.Getenv("ORRERY_TOKEN")
@@ -293,7 +300,7 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	n, err := node.Start(ctx, node.Config{
 		Worker: worker, Store: st, Kernels: e.kernels, Workflows: e.workflows,
 		Adapters: e.adapters, HTTP: e.httpConfig, Retry: e.retry,
-		LeaseTTL: f.leaseTTL, ClaimTTL: f.claimTTL, IdleAfter: f.idleAfter,
+		LeaseTTL: f.leaseTTL, ClaimTTL: f.claimTTL, MaxSkew: f.maxSkew, IdleAfter: f.idleAfter,
 		NoOrchestrator: f.noOrch, EffectConcurrency: f.effects, Logger: log,
 		Observe: metrics.ObserveHost,
 		Host:    func(hc *plane.HostConfig) { hc.SnapshotEvery = f.snapEvery },

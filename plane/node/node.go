@@ -112,6 +112,14 @@ type Config struct {
 
 	LeaseTTL time.Duration // world and orchestrator leases (default 10s)
 	ClaimTTL time.Duration // effect and timer claims (default 30s)
+	// MaxSkew is the largest difference between the clocks of the store's
+	// servers that the liveness promise allows for (plane.HostConfig's
+	// MaxSkew: default 1s or a tenth of LeaseTTL, whichever is smaller;
+	// negative: none; at least half LeaseTTL is invalid). No effect
+	// executes here past the promise less MaxSkew, so after a failover to
+	// a server whose clock is ahead by less than that, no other node runs
+	// it while this one still does.
+	MaxSkew time.Duration
 	// TimerLag is the timer worker's Lag (timer.Config.Lag): how late a
 	// timer must be before the worker fires it itself. The node's host
 	// fires the timers of the worlds it holds at their due times, so the
@@ -231,7 +239,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	var err error
 	hc := plane.HostConfig{
 		Worker: cfg.Worker, Incarnation: cfg.Incarnation, Store: cfg.Store, Kernels: cfg.Kernels, Replies: n.replies,
-		LeaseTTL: cfg.LeaseTTL, IdleAfter: cfg.IdleAfter, Observe: cfg.Observe,
+		LeaseTTL: cfg.LeaseTTL, IdleAfter: cfg.IdleAfter, MaxSkew: cfg.MaxSkew, Observe: cfg.Observe,
 		Tracer: cfg.Tracer, Links: n.links, Logger: cfg.Logger.With("part", "host"),
 		// A refused heartbeat voids the promise the effect claims ride
 		// on: their executions stop at once (the store requeued them).
