@@ -92,8 +92,9 @@ type HostConfig struct {
 	// promise's useful span (an effect pool claims nothing with less than
 	// a quarter of a TTL left). Negative: none, for a store judged by one
 	// clock. It must be below half the promise's TTL (ErrInvalid): a
-	// larger one would leave a promise too short to outlast the beat that
-	// renews it.
+	// larger one leaves each promise under 0.45 of a TTL of use, not
+	// much more than the beat that renews it (a third), so one late
+	// heartbeat would cut every execution and pause every claim.
 	MaxSkew time.Duration
 	// OnLivenessLost, if set, is called once when the store refuses the
 	// host's heartbeat (ErrFenced): its incarnation was superseded by a
