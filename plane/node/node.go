@@ -561,7 +561,11 @@ func (n *Node) Executor() actor.Executor { return n.sys.Executor() }
 func (n *Node) Leader() bool { return n.orch != nil && n.orch.Leader() }
 
 // Ready reports whether the node can take work: not stopped, its host
-// running, and the store answering.
+// running, and the store answering. A superseded node answers its
+// ErrSuperseded: the API it backs stays up only to answer /readyz with
+// 503 (and requests with whatever its failed host says) until its process
+// stops it, which `orrery serve` does at once; it needs no API of its own
+// to be told apart, since Done and the log say why it stopped.
 func (n *Node) Ready(ctx context.Context) error {
 	n.mu.Lock()
 	stopped, superseded := n.stopped, n.superseded
