@@ -141,7 +141,7 @@ func TestAppServesItsAdaptersRetryPoliciesAndHTTPClient(t *testing.T) {
 // the binary at start, naming the policy, before serve opens anything.
 func TestAppRefusesAnUnusableRetryPolicy(t *testing.T) {
 	var ce *adapter.ConfigError
-	_, err := App{Adapters: []adapter.Registration{adapter.Register(&charger{}, adapter.RetryPolicy{Attempts: -1})}}.cli()
+	_, err := App{Adapters: []adapter.Registration{adapter.Register(&charger{}, adapter.RetryPolicy{Attempts: -2})}}.cli() // -1 is AttemptsUnlimited
 	if !errors.As(err, &ce) {
 		t.Fatalf("a registration's negative Attempts: %v, want a *adapter.ConfigError", err)
 	}

@@ -29,6 +29,7 @@ type Metrics struct {
 	dispatchReceipt  prometheus.Histogram
 	timerLateness    prometheus.Histogram
 	fenced           prometheus.Counter
+	incFenced        prometheus.Counter
 	parityFailures   prometheus.Counter
 	commits          prometheus.Counter
 	httpRequests     *prometheus.CounterVec
@@ -83,6 +84,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.dispatchReceipt = hist("orrery_effect_dispatch_to_receipt_seconds", "Time from an effect's enqueue to its receipt's completion.")
 	m.timerLateness = hist("orrery_timer_lateness_seconds", "Time from a durable timer's due time to its firing by the host that holds its world.")
 	m.fenced = prometheus.NewCounter(prometheus.CounterOpts{Name: "orrery_fenced_total", Help: "Worlds stopped on a host because their lease was fenced."})
+	m.incFenced = prometheus.NewCounter(prometheus.CounterOpts{Name: "orrery_incarnation_fenced_total", Help: "Heartbeats the store refused because this process's incarnation was superseded (another process under the same worker id) or retired; the node then stops acting."})
 	m.parityFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "orrery_replay_parity_failures_total", Help: "Restores whose replay diverged from the journal."})
 	m.commits = prometheus.NewCounter(prometheus.CounterOpts{Name: "orrery_commits_total", Help: "World cycles committed."})
 
@@ -105,6 +107,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.dispatchReceipt = register(m, own, reg, m.dispatchReceipt)
 	m.timerLateness = register(m, own, reg, m.timerLateness)
 	m.fenced = register(m, own, reg, m.fenced)
+	m.incFenced = register(m, own, reg, m.incFenced)
 	m.parityFailures = register(m, own, reg, m.parityFailures)
 	m.commits = register(m, own, reg, m.commits)
 	_ = register[prometheus.Collector](m, own, reg, m.gauges)
@@ -144,7 +147,9 @@ func (m *Metrics) Err() error { return m.registrationErrs }
 func (m *Metrics) Gatherer() prometheus.Gatherer { return m.gatherer }
 
 // ObserveHost feeds a host event (plane.HostConfig.Observe): a fence
-// counts in orrery_fenced_total, a commit in orrery_commits_total, a timer
+// counts in orrery_fenced_total, a heartbeat the store refused (the
+// incarnation superseded or retired) in orrery_incarnation_fenced_total, a
+// commit in orrery_commits_total, a timer
 // the host fired in orrery_timer_lateness_seconds, and a world that
 // crashed because its replay diverged from its journal in
 // orrery_replay_parity_failures_total. It never blocks.
@@ -152,6 +157,8 @@ func (m *Metrics) ObserveHost(ev plane.HostEvent) {
 	switch ev.Kind {
 	case plane.EvFenced:
 		m.fenced.Inc()
+	case plane.EvIncarnationFenced:
+		m.incFenced.Inc()
 	case plane.EvCommit:
 		m.commits.Inc()
 		if ev.N > 0 { // a cycle that journaled inputs: Dur is the oldest's wait

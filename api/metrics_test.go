@@ -64,7 +64,7 @@ func TestMetrics(t *testing.T) {
 	text := scrape(t, r, "m")
 	for _, name := range []string{
 		"orrery_lease_renew_seconds_bucket", "orrery_inbox_to_journal_seconds_count", "orrery_effect_dispatch_to_receipt_seconds_sum",
-		"orrery_fenced_total", "orrery_replay_parity_failures_total", "orrery_commits_total",
+		"orrery_fenced_total", "orrery_incarnation_fenced_total", "orrery_replay_parity_failures_total", "orrery_commits_total",
 		`orrery_queue_depth{queue="effects_pending"}`, `orrery_queue_depth{queue="inbox_backlog"}`,
 		`orrery_worlds_hosted{state="held",worker="w1"}`, `orrery_worlds_hosted{state="active",worker="w1"}`,
 	} {
@@ -101,13 +101,15 @@ func TestMetrics(t *testing.T) {
 	})
 }
 
-// TestObserveHost: a fence, a commit and a crash whose cause is a replay
-// divergence each move their counter, other events none.
+// TestObserveHost: a fence, a refused heartbeat (the incarnation
+// superseded), a commit and a crash whose cause is a replay divergence
+// each move their counter, other events none.
 func TestObserveHost(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := api.NewMetrics(reg)
 	for _, ev := range []plane.HostEvent{
 		{Kind: plane.EvFenced, World: "a"},
+		{Kind: plane.EvIncarnationFenced},
 		{Kind: plane.EvCommit, World: "a", Height: 3, N: 2, Dur: 30 * time.Millisecond},
 		{Kind: plane.EvCommit, World: "a", Height: 4, N: 1, Dur: 10 * time.Millisecond},
 		{Kind: plane.EvRenewed, N: 5, Dur: 4 * time.Millisecond},
@@ -136,7 +138,7 @@ func TestObserveHost(t *testing.T) {
 			}
 		}
 	}
-	want := map[string]float64{"orrery_fenced_total": 1, "orrery_commits_total": 2, "orrery_replay_parity_failures_total": 1,
+	want := map[string]float64{"orrery_fenced_total": 1, "orrery_incarnation_fenced_total": 1, "orrery_commits_total": 2, "orrery_replay_parity_failures_total": 1,
 		"orrery_inbox_to_journal_seconds_count": 2, "orrery_inbox_to_journal_seconds_sum": 0.04,
 		"orrery_lease_renew_seconds_count": 1, "orrery_lease_renew_seconds_sum": 0.004,
 		"orrery_timer_lateness_seconds_count": 1, "orrery_timer_lateness_seconds_sum": 0.002}

@@ -49,8 +49,10 @@
 //     production: they run again once their claim expires.
 //   - NewFake is an adapter for your effect kinds (or http.request)
 //     whose outcomes you script per kind: OK with a body, Refuse, Fail
-//     (retried by its policy), Permanent, Unknown (a timeout receipt once
-//     given up), each optionally After a delay. Fake.Asked records every
+//     (retried by its policy; for http.request, as in production, at most
+//     adapter.DefaultHTTPAttempts times unless the policy says otherwise),
+//     Permanent, Unknown (a timeout receipt once given up), each
+//     optionally After a delay. Fake.Asked records every
 //     execution with its params. Adapters registers real adapters.
 //   - State decodes the world's state into its Go type; World.Journal
 //     lists its records (input type and value, outcome, reply, effects

@@ -283,6 +283,14 @@ func (c *Client) replyFromJournal(ctx context.Context, id string, seq uint64, ca
 		}
 	}
 	if at < 0 {
+		// The cursor passed seq but the journal lacks its record: the
+		// cursor was read before the store lost what it had committed
+		// (a failover to an asynchronous standby, between the reads).
+		// Read again: a cursor now below seq means the call is pending
+		// again, and its answer is still to come.
+		if cur, err := st.Cursor(ctx, id); err != nil || cur < seq {
+			return world.Reply{}, 0, false, err
+		}
 		if floor > 0 {
 			return world.Reply{}, 0, false, errorf("call", ErrReplyUnavailable, id,
 				fmt.Errorf("no journal record of inbox seq %d above the floor: %w", seq, &store.CompactedError{Op: "read", Stream: id, Floor: floor}))

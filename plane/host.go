@@ -78,6 +78,24 @@ type HostConfig struct {
 	// passive world's, instead of handing an active world's firing to its
 	// process to step at the due time (see hosttimers.go). Off by default.
 	TimersThroughInbox bool
+	// MaxSkew is how far ahead of the clock of the store server that took
+	// a heartbeat the clock of the one that later judges it may be: after
+	// a PostgreSQL failover the new primary judges the promises the old
+	// one took, and a clock ahead by d makes each of them run out d
+	// early there, and the orphan reaper hand their claims to another
+	// node. AliveUntil is brought forward by it, so the bound holds while
+	// server clocks agree within MaxSkew. Default: 1s or a tenth of the
+	// promise's TTL (max(LeaseTTL, 3*HeartbeatEvery)), whichever is
+	// smaller. 1s is far above what NTP keeps servers within (a few
+	// milliseconds) and still only a tenth of the default TTL; a tenth
+	// keeps a short TTL usable, since the skew is taken from every
+	// promise's useful span (an effect pool claims nothing with less than
+	// a quarter of a TTL left). Negative: none, for a store judged by one
+	// clock. It must be below half the promise's TTL (ErrInvalid): a
+	// larger one leaves each promise under 0.45 of a TTL of use, not
+	// much more than the beat that renews it (a third), so one late
+	// heartbeat would cut every execution and pause every claim.
+	MaxSkew time.Duration
 	// OnLivenessLost, if set, is called once when the store refuses the
 	// host's heartbeat (ErrFenced): its incarnation was superseded by a
 	// newer process under the same worker id, or retired. The host fails
@@ -173,6 +191,11 @@ const (
 	// EvSnapshot: a snapshot asked for on demand (KindSnapshot) was
 	// committed at Height.
 	EvSnapshot = "snapshot"
+	// EvIncarnationFenced: the store refused the host's heartbeat
+	// (store.ErrFenced, in Err): its incarnation was superseded by a newer
+	// process under the same worker id, or retired. Emitted once, before
+	// EvHostFailed; the host acts no more.
+	EvIncarnationFenced = "incarnation-fenced"
 )
 
 func (c *HostConfig) defaults() error {
@@ -212,11 +235,24 @@ func (c *HostConfig) defaults() error {
 	if c.SnapshotEvery == 0 {
 		c.SnapshotEvery = 1000
 	}
+	promise := c.promiseTTL()
+	switch {
+	case c.MaxSkew == 0:
+		c.MaxSkew = min(time.Second, promise/10)
+	case c.MaxSkew < 0:
+		c.MaxSkew = 0
+	case c.MaxSkew >= promise/2:
+		return errorf("host", ErrInvalid, "", detail("MaxSkew %v must be below half the liveness promise's TTL %v", c.MaxSkew, promise))
+	}
 	if c.RenewMargin >= c.LeaseTTL {
 		return errorf("host", ErrInvalid, "", detail("RenewMargin %v must be below LeaseTTL %v", c.RenewMargin, c.LeaseTTL))
 	}
 	return nil
 }
+
+// promiseTTL is how long each heartbeat promises the host alive: a lease
+// TTL, or three beats should beats be rarer.
+func (c *HostConfig) promiseTTL() time.Duration { return max(c.LeaseTTL, 3*c.HeartbeatEvery) }
 
 // Host runs the worlds assigned to one worker in this process. See the
 // package doc for what it does; StartHost starts it, Stop or Drain ends it.
@@ -615,8 +651,12 @@ func (h *Host) end(closeScope func() error) error {
 // successors do not wait for the TTL. The host keeps running, holding
 // nothing, until Stop.
 func (h *Host) Drain(ctx context.Context) error {
-	if _, err := h.st.SetDraining(ctx, h.cfg.Worker, true); err != nil && !errors.Is(err, store.ErrNotFound) {
-		return err
+	// A superseded incarnation's worker id is its successor's: marking it
+	// draining would drain the successor.
+	if !h.AliveUntil().Equal(lapsed) {
+		if _, err := h.st.SetDraining(ctx, h.cfg.Worker, true); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
 	}
 	h.mu.Lock()
 	h.draining = true
@@ -744,11 +784,10 @@ func (h *Host) control(ctx context.Context) error {
 		}
 		now := h.ex.Now()
 		if !now.Before(nextBeat) {
-			// The beat promises liveness for a lease TTL (three beats,
-			// should beats be rarer): once it runs out, the store
-			// requeues the claims made for this incarnation
-			// (store.ReapOrphans).
-			ttl := max(h.cfg.LeaseTTL, 3*h.cfg.HeartbeatEvery)
+			// The beat promises liveness for promiseTTL: once it runs
+			// out, the store requeues the claims made for this
+			// incarnation (store.ReapOrphans).
+			ttl := h.cfg.promiseTTL()
 			alive := store.AliveAs(h.cfg.Incarnation, ttl)
 			sent := h.ex.Now()
 			if wi, err := h.st.Heartbeat(ctx, h.cfg.Worker, h.cfg.Capacity, alive); err != nil {
@@ -813,10 +852,13 @@ func (h *Host) control(ctx context.Context) error {
 
 // AliveUntil is the host's liveness deadline on its executor's clock:
 // the time before the last heartbeat the store took, plus the promise's
-// TTL less a twentieth (for clocks that run at slightly different rates).
-// The store's own deadline for the promise counts from its clock's reading
-// during that call, which came after, so the store judges this incarnation
-// dead no sooner than AliveUntil. Zero: no heartbeat taken yet. After the
+// TTL less a twentieth (for clocks that run at slightly different rates)
+// and less MaxSkew (for a store server that judges the promise with a
+// clock ahead of the one that took it: a failover's new primary). The
+// store's own deadline for the promise counts from its clock's reading
+// during that call, which came after, so while server clocks agree within
+// MaxSkew the store judges this incarnation dead no sooner than
+// AliveUntil. Zero: no heartbeat taken yet. After the
 // store refused a heartbeat (livenessLost) it is in the past for good.
 func (h *Host) AliveUntil() time.Time {
 	if at := h.aliveUntil.Load(); at != nil {
@@ -831,7 +873,7 @@ var lapsed = time.Unix(0, 1)
 // promised moves the liveness deadline forward after a heartbeat sent at
 // sent (executor clock) that promised ttl; it never moves back.
 func (h *Host) promised(sent time.Time, ttl time.Duration) {
-	at := sent.Add(ttl - ttl/20)
+	at := sent.Add(ttl - ttl/20 - h.cfg.MaxSkew)
 	for {
 		cur := h.aliveUntil.Load()
 		if cur != nil && (cur.Equal(lapsed) || !cur.Before(at)) || h.aliveUntil.CompareAndSwap(cur, &at) {
@@ -860,6 +902,7 @@ func (h *Host) livenessLost(err error) {
 	h.mu.Unlock()
 	h.log.Error("host: the store refused this incarnation's heartbeat (another process took this worker id, or it was retired); stopping all work",
 		"worker", h.cfg.Worker, "incarnation", h.cfg.Incarnation, "err", err)
+	h.emit(HostEvent{Kind: EvIncarnationFenced, Err: err})
 	if h.cfg.OnLivenessLost != nil {
 		h.cfg.OnLivenessLost()
 	}

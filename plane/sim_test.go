@@ -48,6 +48,8 @@ type simStats struct {
 	// took effect and then failed as a lost connection would; lostCommits:
 	// host commits that did.
 	skewedNodes, unavailable, lostReplies, lostCommits int
+	// lostHints: hints of a world's inbox a host never received
+	lostHints int
 	// poolFaults counts the injected faults of the adapter pools' handles
 	// by store operation, fabric's send among them.
 	poolFaults map[string]int
@@ -194,6 +196,29 @@ func simKernel() plane.Kernels { return plane.Kernels{universe: simDef().Kernel(
 type lossyStore struct {
 	*memstore.Store
 	lose func(op string) bool
+}
+
+// Watch drops some of the hints of a world's inbox (lose("hint")), as a
+// notification lost with the listener's connection is: the host must
+// still drain that world.
+func (s lossyStore) Watch(ctx context.Context, w store.Waker, topics ...string) (func(), error) {
+	for _, t := range topics {
+		if _, inbox := store.InboxTopicWorld(t); inbox {
+			return s.Store.Watch(ctx, deafWaker{w, s.lose}, topics...)
+		}
+	}
+	return s.Store.Watch(ctx, w, topics...)
+}
+
+type deafWaker struct {
+	store.Waker
+	lose func(op string) bool
+}
+
+func (d deafWaker) Unpark() {
+	if !d.lose("hint") {
+		d.Waker.Unpark()
+	}
 }
 
 func lost(op string) error {
@@ -369,7 +394,11 @@ func (r *planeSimRun) startHost(n *simNode) error {
 		if r.healed.Load() || r.env.Lab.Uint64()%16 != 0 {
 			return false
 		}
-		r.stats.lostCommits++
+		if op == "hint" {
+			r.stats.lostHints++
+		} else {
+			r.stats.lostCommits++
+		}
 		return true
 	}}, n.replies)
 	cfg.Kernels = r.simKernels()
@@ -1407,6 +1436,7 @@ func TestPlaneSimulation(t *testing.T) {
 			{"nodes with a skewed clock", stats.skewedNodes}, {"unavailable store errors", stats.unavailable},
 			{"adapter calls that took effect and failed", stats.lostReplies},
 			{"host commits that took effect and failed", stats.lostCommits},
+			{"inbox hints lost on their way to a host", stats.lostHints},
 			{"oversized errors", stats.shouts}, {"steps with too many intents", stats.spews},
 			{"states over the bound", stats.swells}, {"far-future timers", stats.farTimers},
 			{"archives", stats.archives}, {"effects withdrawn by an archive", stats.withdrawn},

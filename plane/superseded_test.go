@@ -25,10 +25,15 @@ import (
 func TestASupersededHostStopsActing(t *testing.T) {
 	testrig.Lab(t, lab.Config{Seed: 5, Name: "superseded"}, func(env *lab.Env) error {
 		st := memstore.New(memstore.WithClock(env.Lab.Now))
-		var lost atomic.Int64
+		var lost, evs atomic.Int64
 		hc := hostConfig("w1", st, plane.NewReplies())
 		hc.Incarnation = "old"
 		hc.OnLivenessLost = func() { lost.Add(1) }
+		hc.Observe = func(ev plane.HostEvent) {
+			if ev.Kind == plane.EvIncarnationFenced {
+				evs.Add(1)
+			}
+		}
 		old, err := plane.StartHost(env.Ctx, env.Root, hc)
 		if err != nil {
 			return err
@@ -69,6 +74,9 @@ func TestASupersededHostStopsActing(t *testing.T) {
 		}
 		if n := lost.Load(); n != 1 {
 			return fmt.Errorf("OnLivenessLost told %d times, want 1", n)
+		}
+		if n := evs.Load(); n != 1 {
+			return fmt.Errorf("%d EvIncarnationFenced events, want 1 (orrery_incarnation_fenced_total counts them)", n)
 		}
 		if successor.Err() != nil {
 			return fmt.Errorf("the successor failed: %v", successor.Err())

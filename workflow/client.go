@@ -180,20 +180,41 @@ func startRun(ctx context.Context, st store.Store, def Workflow, runID string, i
 		// its first write: as without a worker.
 		break
 	}
+	// A store that lost what it had committed (a failover to an
+	// asynchronous standby) between two of the calls below can say the
+	// world exists and then that it does not: such a start is made
+	// again, from the top, a few times.
+	for range 3 {
+		created, again, err := startStored(ctx, st, def, runID, input, spec, item, universe)
+		if !again {
+			return created, err
+		}
+	}
+	return false, errorf(op, ErrStopped, runID, detail("the store's answers disagreed three times over; retry the start"))
+}
+
+// startStored writes the run's world and start item, or finds the ones a
+// start before wrote. again reports answers that contradict one another,
+// which only a store that lost commits gives.
+func startStored(ctx context.Context, st store.Store, def Workflow, runID string, input []byte, spec store.SpawnSpec, item store.InboxItem, universe string) (created, again bool, err error) {
+	const op = "start"
 	// The run's world and its start item, in one write; a hint wakes the
 	// workers' scans.
 	if _, err = st.Spawn(ctx, spec); err == nil {
 		hintStarted(ctx, st, runID)
-		return true, nil
+		return true, false, nil
 	} else if !errors.Is(err, store.ErrWorldExists) {
-		return false, wrap(op, runID, err)
+		return false, false, wrap(op, runID, err)
 	}
 	rec, err := st.GetWorld(ctx, runID)
+	if errors.Is(err, store.ErrWorldNotFound) {
+		return false, true, nil // it existed a moment ago
+	}
 	if err != nil {
-		return false, wrap(op, runID, err)
+		return false, false, wrap(op, runID, err)
 	}
 	if rec.Universe != universe {
-		return false, errorf(op, ErrConflict, runID, detail("the id is taken by a world of universe "+rec.Universe))
+		return false, false, errorf(op, ErrConflict, runID, detail("the id is taken by a world of universe "+rec.Universe))
 	}
 	// The world exists: this is a repeated start, or one whose world was
 	// created without its start item (a store written before Spawn).
@@ -201,18 +222,23 @@ func startRun(ctx context.Context, st store.Store, def Workflow, runID string, i
 	switch {
 	case err == nil && !dup:
 		hintStarted(ctx, st, runID)
-		return true, nil
+		return true, false, nil
+	case errors.Is(err, store.ErrWorldNotFound):
+		return false, true, nil
 	case err != nil && !errors.Is(err, store.ErrWorldArchived):
-		return false, wrap(op, runID, err)
+		return false, false, wrap(op, runID, err)
 	}
 	first, err := readStart(ctx, st, runID)
-	if err != nil {
-		return false, err
+	switch {
+	case errors.Is(err, store.ErrWorldNotFound):
+		return false, true, nil
+	case err != nil:
+		return false, false, err
 	}
 	if first == nil || first.Workflow != def.Name() || first.Version != def.Version() || !bytes.Equal(first.Input, input) {
-		return false, errorf(op, ErrConflict, runID, detail("the run was started with another workflow, version or input"))
+		return false, false, errorf(op, ErrConflict, runID, detail("the run was started with another workflow, version or input"))
 	}
-	return false, nil
+	return false, false, nil
 }
 
 // hintStarted wakes every worker's scan: an assignment naming no worker

@@ -12,7 +12,8 @@ import (
 // WithRetry). It replaces the policy the kind's adapter was registered
 // with, field by field as a registration's would be: a zero field takes
 // the default (InitialInterval 1s, BackoffCoefficient 2, MaximumInterval
-// 100 × InitialInterval, MaximumAttempts unlimited). The adapter's jitter,
+// 100 × InitialInterval, MaximumAttempts the kind's default: unlimited,
+// but ten executions for http.request). The adapter's jitter,
 // and whether it retries until the outcome is known, stay its own.
 //
 // The delay before attempt n+1 is InitialInterval × BackoffCoefficient^(n-1),
@@ -32,10 +33,16 @@ type RetryPolicy struct {
 	BackoffCoefficient float64
 	MaximumInterval    time.Duration
 	// MaximumAttempts counts executions, the first included: 1 never
-	// retries, 0 retries without end.
+	// retries; 0 takes the kind's default (without end, but bounded for
+	// http.request, whose default gives up so the world hears the last
+	// answer); UnlimitedAttempts retries without end whatever the kind.
 	MaximumAttempts int
 	NonRetryable    []string
 }
+
+// UnlimitedAttempts is the MaximumAttempts of a policy that retries
+// without end even where the kind's default is bounded (http.request's).
+const UnlimitedAttempts = -1
 
 // MaxRetryPolicyBytes bounds a policy's wire form, the store's bound on
 // vocab.Intent.Retry.
@@ -58,8 +65,8 @@ func (p RetryPolicy) Validate() error {
 		return fmt.Errorf("retry policy: intervals must not be negative")
 	case p.BackoffCoefficient != 0 && !(p.BackoffCoefficient >= 1 && p.BackoffCoefficient <= 100):
 		return fmt.Errorf("retry policy: BackoffCoefficient %v outside [1, 100]", p.BackoffCoefficient)
-	case p.MaximumAttempts < 0:
-		return fmt.Errorf("retry policy: MaximumAttempts must not be negative (0 is unlimited)")
+	case p.MaximumAttempts < UnlimitedAttempts:
+		return fmt.Errorf("retry policy: MaximumAttempts must not be negative but UnlimitedAttempts (0 is the kind's default)")
 	case p.MaximumInterval != 0 && p.InitialInterval > p.MaximumInterval:
 		return fmt.Errorf("retry policy: InitialInterval %v above MaximumInterval %v", p.InitialInterval, p.MaximumInterval)
 	}

@@ -97,7 +97,7 @@ func TestInvalidIntentRetryPolicyIsAUsageError(t *testing.T) {
 	for name, pol := range map[string]world.RetryPolicy{
 		"negative interval":    {InitialInterval: -time.Second},
 		"coefficient below 1":  {BackoffCoefficient: 0.5},
-		"negative attempts":    {MaximumAttempts: -1},
+		"negative attempts":    {MaximumAttempts: -2}, // -1 is UnlimitedAttempts
 		"initial above max":    {InitialInterval: time.Minute, MaximumInterval: time.Second},
 		"empty class":          {NonRetryable: []string{""}},
 		"policy over its size": {NonRetryable: []string{string(bytes.Repeat([]byte("c"), world.MaxRetryPolicyBytes))}},

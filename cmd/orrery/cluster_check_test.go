@@ -450,9 +450,12 @@ func (c *cluster) checkAcked(ctx context.Context, rep *worldReport, acks []acked
 func (c *cluster) verify(led *ackLog, ids []string, limit time.Duration) map[string]*worldReport {
 	t := c.t
 	t.Helper()
-	if len(led.permanent) > 0 {
-		t.Errorf("the API refused %d requests for good; first: %s", len(led.permanent), led.permanent[0])
-	}
+	// Reported last, where a log's tail shows it.
+	defer func() {
+		if len(led.permanent) > 0 {
+			t.Errorf("the API refused %d requests for good:\n%s", len(led.permanent), first(led.permanent, 10))
+		}
+	}()
 	t.Logf("load: %s", led)
 	acks := led.byWorld()
 	runs := c.newRunChecker(led)

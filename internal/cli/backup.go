@@ -58,6 +58,8 @@ func backupExit(err error) error {
 		return exitError{ExitConflict, err}
 	case errors.Is(err, backup.ErrBadEffects), errors.Is(err, migrate.ErrBadSpec), errors.Is(err, migrate.ErrSameStore):
 		return usageError{err}
+	case errors.Is(err, backup.ErrTargetLive):
+		return exitError{ExitConflict, err}
 	}
 	return err
 }
@@ -117,7 +119,7 @@ func writeJSON(w io.Writer, v any) error {
 
 type restoreFlags struct {
 	from, to, effects, reason string
-	inPlace, quiet            bool
+	inPlace, quiet, force     bool
 }
 
 func (e *env) restoreCommand() *cobra.Command {
@@ -131,7 +133,9 @@ applies the restore's rule for effects, and verifies the store against the
 backup (counts, heads, snapshots, each world's state hash replayed on both,
 run statuses). A file that is not an Orrery store, is damaged or truncated,
 or was written by a newer binary is refused before anything is written.
-Run it before any node serves the target.
+Run it before any node serves the target: a target where a node's
+heartbeat is still alive (by the store's clock) is refused (exit 4, naming
+the nodes) unless --force.
 
 Effects. Every effect pending or in flight in the backup may have run after
 the backup was taken: its receipt was consumed in the history a restore
@@ -141,8 +145,10 @@ adapter runs it until you decide. Ask the external system, then either
   orrery effects release ID                   it did not: run it again
   orrery effects release --all-held           run every held one again
 A released effect runs at least once more under its unchanged idempotency
-key. --effects=rerun releases them all at once instead, for effects known to
-be idempotent. Done effects keep their receipts and never run again. The
+key. Each is written held as it is copied, never pending, so a restore cut
+short (killed, a lost connection) leaves none that an adapter could claim.
+--effects=rerun releases them all instead, for effects known to be
+idempotent, once the whole copy is written and verified. Done effects keep their receipts and never run again. The
 number held is printed.
 
 An old backup also lacks every input acknowledged after it. A client that
@@ -166,6 +172,7 @@ every pending and in-flight effect of --to, which must not be served yet.`,
 	fl.StringVar(&f.reason, "reason", "", "recorded with every hold (default: names the backup)")
 	fl.BoolVar(&f.inPlace, "in-place", false, "only hold the open effects of --to, restored by other tools")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress on stderr")
+	fl.BoolVar(&f.force, "force", false, "restore into a store whose nodes may still be alive")
 	return cmd
 }
 
@@ -226,7 +233,7 @@ func (e *env) restore(ctx context.Context, f restoreFlags) error {
 		}
 	}
 	progress(fmt.Sprintf("restore: %s -> %s", f.from, f.to))
-	o := backup.RestoreOptions{Effects: rule, Reason: f.reason, Kernels: e.kernels}
+	o := backup.RestoreOptions{Effects: rule, Reason: f.reason, Kernels: e.kernels, Force: f.force}
 	if !f.quiet {
 		o.Progress = func(p migrate.Progress) { progress(progressLine(p)) }
 	}
@@ -245,7 +252,11 @@ func (e *env) restore(ctx context.Context, f restoreFlags) error {
 		case backup.EffectsHold:
 			fmt.Fprintf(e.io.Out, "held %d effects open in the backup: release or resolve each (orrery effects release / resolve)\n", res.Held)
 		case backup.EffectsRerun:
-			fmt.Fprintf(e.io.Out, "effects open in the backup run again: %d\n", res.Backup.Open())
+			if res.Held > 0 {
+				fmt.Fprintf(e.io.Out, "held %d effects open in the backup: the verification failed, so none was released\n", res.Held)
+			} else {
+				fmt.Fprintf(e.io.Out, "effects open in the backup run again: %d\n", res.Released)
+			}
 		}
 	}
 	if err := res.Report.Err(); err != nil {

@@ -18,8 +18,10 @@ import (
 	"github.com/orrery-run/orrery/internal/cli"
 	"github.com/orrery-run/orrery/internal/demo"
 	"github.com/orrery-run/orrery/internal/testrig"
+	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/postgres"
 	"github.com/orrery-run/orrery/store/postgres/pgtest"
+	"github.com/orrery-run/orrery/store/sqlite"
 	"github.com/orrery-run/orrery/vocab"
 )
 
@@ -172,4 +174,61 @@ func TestPgDumpRestoreThenHoldInPlace(t *testing.T) {
 	if still != 0 {
 		t.Fatalf("%d effects are still open after the hold", still)
 	}
+}
+
+// orrery restore into a store a node serves (its heartbeat's promise
+// unexpired) is refused with exit 4 (as migrate refuses a live source), one line naming the node and --force,
+// and writes nothing; --force restores, holding the open effect.
+func TestRestoreRefusesAServedTargetUnlessForced(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	dir := t.TempDir()
+	src := filepath.Join(dir, "orrery.db")
+	st, err := sqlite.Open(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateWorld(ctx, "u", "w", nil); err != nil {
+		t.Fatal(err)
+	}
+	l, err := st.Acquire(ctx, "w", "node", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Publish(ctx, "w", l.Epoch, []vocab.Intent{
+		{IntentHash: "charge", Kind: "http.request", Params: []byte("{}"), Origin: "test", PolicyContextHash: "p"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Close()
+	bak := filepath.Join(dir, "backup.db")
+	if r := runCLI(ctx, nil, "backup", "--from", src, "--to", bak); r.code != cli.ExitOK {
+		t.Fatalf("orrery backup: %s", r)
+	}
+
+	to := filepath.Join(dir, "served.db")
+	dst, err := sqlite.Open(ctx, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dst.Heartbeat(ctx, "node-a", 4, store.AliveAs("inc-1", time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"restore", "--from", bak, "--to", to, "-q"}
+	r := runCLI(ctx, nil, args...)
+	checkFailure(t, r, cli.ExitConflict, args)
+	if !strings.Contains(r.err, "node-a") || !strings.Contains(r.err, "--force") {
+		t.Fatalf("the refusal does not name the live node and --force: %q", r.err)
+	}
+	if ws, err := dst.ListWorlds(ctx, "", ""); err != nil || len(ws) != 0 {
+		t.Fatalf("a refused restore wrote worlds: %v, %v", ws, err)
+	}
+	r = runCLI(ctx, nil, append(args, "--force")...)
+	if r.code != cli.ExitOK || !strings.Contains(r.out, "verification passed") || held(t, r.out) != 1 {
+		t.Fatalf("orrery restore --force: %s", r)
+	}
+	if es, err := dst.EffectStatus(ctx, "charge"); err != nil || es.State != vocab.EffectHeld {
+		t.Fatalf("EffectStatus(charge) after the forced restore = %+v, %v; want held", es, err)
+	}
+	_ = dst.Close()
 }

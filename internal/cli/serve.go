@@ -47,6 +47,7 @@ type serveFlags struct {
 	tlsKey      string
 	leaseTTL    time.Duration
 	claimTTL    time.Duration
+	maxSkew     time.Duration
 	idleAfter   time.Duration
 	snapEvery   uint64
 	noOrch      bool
@@ -85,6 +86,13 @@ again elsewhere. It then exits 0. An effect still executing when
 another node (a warning names it; that node runs it again, as after a
 crash), and serve exits 1 with "graceful stop: ...".
 
+If another process starts under the same --worker-id (or this process's
+incarnation is retired), the store refuses this one's heartbeats: it stops
+acting at once (effects cut short without receipts, worlds, timers and
+placement stopped; the store has requeued its claims), logs why at ERROR,
+and exits 1 without draining, since the worker id is the other process's
+now. Give every process its own --worker-id.
+
 A listener on anything but loopback requires a token (--token or
 ORRERY_TOKEN); TLS is served when --tls-cert and --tls-key are given.
 Traces are exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set.
@@ -116,6 +124,7 @@ request_id, which its answer returns in X-Request-Id; a client's mistake
 	fl.StringVar(&f.tlsKey, "tls-key", "", "TLS key file (PEM)")
 	fl.DurationVar(&f.leaseTTL, "lease-ttl", 10*time.Second, "world lease TTL: a crashed worker's worlds move after at most this")
 	fl.DurationVar(&f.claimTTL, "claim-ttl", 30*time.Second, "effect and timer claim TTL: must exceed the slowest adapter call")
+	fl.DurationVar(&f.maxSkew, "max-clock-skew", 0, "the most the store servers' clocks may differ (a failover's new primary against the old): subtracted from the liveness promise each effect executes under (default 1s or a tenth of --lease-ttl, whichever is smaller; negative: none; must be below half --lease-ttl)")
 	fl.DurationVar(&f.idleAfter, "idle-after", 30*time.Second, "passivate a world idle this long (negative: never)")
 	fl.Uint64Var(&f.snapEvery, "snapshot-every", 1000, "snapshot a world every N journal heights (restore reads at most N records; forks start from a snapshot)")
 	fl.BoolVar(&f.noOrch, "no-orchestrator", false, "host worlds but never place them")
@@ -246,6 +255,11 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	if err != nil {
 		return err
 	}
+	// The node would refuse it too, but only after the listener and the
+	// store are open; a setting that cannot work is a usage error.
+	if f.maxSkew >= f.leaseTTL/2 {
+		return usagef("--max-clock-skew %v must be below half --lease-ttl (%v)", f.maxSkew, f.leaseTTL)
+	}
 	token := e.token
 	if token == "" {
 		token = e.io.Getenv("ORRERY_TOKEN")
@@ -286,7 +300,7 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	n, err := node.Start(ctx, node.Config{
 		Worker: worker, Store: st, Kernels: e.kernels, Workflows: e.workflows,
 		Adapters: e.adapters, HTTP: e.httpConfig, Retry: e.retry,
-		LeaseTTL: f.leaseTTL, ClaimTTL: f.claimTTL, IdleAfter: f.idleAfter,
+		LeaseTTL: f.leaseTTL, ClaimTTL: f.claimTTL, MaxSkew: f.maxSkew, IdleAfter: f.idleAfter,
 		NoOrchestrator: f.noOrch, EffectConcurrency: f.effects, Logger: log,
 		Observe: metrics.ObserveHost,
 		Host:    func(hc *plane.HostConfig) { hc.SnapshotEvery = f.snapEvery },
@@ -353,21 +367,35 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 
 	sig, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	var serveErr error
+	var serveErr, fenced error
 	select {
 	case <-sig.Done():
 	case serveErr = <-served:
+	case <-n.Done():
+		// Another process took this worker id (or the incarnation was
+		// retired): this one stopped acting, and exits rather than come
+		// back, which would take the id from its successor. A supervisor
+		// that restarts it on the non-zero exit starts a new incarnation,
+		// which is the operator's call to make with a unique --worker-id.
+		fenced = n.Err()
+		log.Error("exiting: another process took over this worker id, or this process was retired; give each process its own --worker-id",
+			"worker", worker, "err", fenced)
 	}
 	// A planned handoff: stop taking work, finish the steps and effects
 	// in flight, release every lease (and every effect claim that did not
 	// finish in time), then let the API's requests in flight end.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.stopTimeout)
 	defer cancel()
-	log.Info("stopping: draining worlds and effects in flight, releasing leases", "worker", worker, "stop_timeout", f.stopTimeout)
+	if fenced == nil {
+		log.Info("stopping: draining worlds and effects in flight, releasing leases", "worker", worker, "stop_timeout", f.stopTimeout)
+	}
 	stopErr := n.Stop(sctx)
 	stopHTTP()
 	if serveErr == nil {
 		serveErr = <-served
+	}
+	if fenced != nil {
+		return fenced
 	}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr

@@ -208,6 +208,7 @@ func TestServeRefusals(t *testing.T) {
 		{"a TLS certificate without its key", []string{"--tls-cert", "cert.pem"}, nil, "TLS"},
 		{"a bad log level", []string{"--log-level", "loud"}, nil, "--log-level"},
 		{"a bad log format", []string{"--log-format", "xml"}, nil, "--log-format"},
+		{"a clock skew of half the lease TTL", []string{"--lease-ttl", "2s", "--max-clock-skew", "1s"}, nil, "--max-clock-skew"},
 		{"an argument", []string{"extra"}, nil, "unknown command"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -25,13 +25,16 @@ import (
 // next attempt.
 //
 // A zero field takes its default: Base 1s, Coefficient 2, Max 100·Base,
-// Attempts 0 (no limit). The zero RetryPolicy is DefaultRetry. An error
+// Attempts 0 (no limit, except for http.request: DefaultHTTPAttempts).
+// The zero RetryPolicy is DefaultRetry. An error
 // the adapter marks Permanent, or whose class (effect.Classified) is in
 // NonRetryable, ends the effect at once.
 type RetryPolicy struct {
 	// Attempts bounds the executions, the first included (1: never
-	// retry); 0 retries without end, until the adapter answers or an
-	// error is not retryable.
+	// retry). 0 is the kind's default: without end for every kind but
+	// http.request, which gives up after DefaultHTTPAttempts;
+	// AttemptsUnlimited retries without end whatever the kind, until the
+	// adapter answers or an error is not retryable.
 	Attempts int
 	// Base is the initial interval, the delay before the second attempt.
 	Base time.Duration
@@ -56,9 +59,54 @@ type RetryPolicy struct {
 	UntilKnown bool
 }
 
+// AttemptsUnlimited is the Attempts of a policy that retries without end
+// even where the kind's default is bounded (http.request's).
+const AttemptsUnlimited = -1
+
+// DefaultHTTPAttempts bounds the executions of an http.request whose
+// policy (its kind's, or the intent's own) sets no Attempts: the effect
+// gives up and the world gets the last answer (the 5xx or 429 response,
+// or the failure) as its receipt.
+//
+// Why a bound, when other kinds retry without end: http.request calls a
+// service the operator may not run, whose 503 can last for days, and a
+// world waiting on the receipt is stuck until it arrives. Temporal bounds
+// such a call by the activity's schedule-to-close timeout, Restate by a
+// retry policy's maximum attempts or duration; a durable HTTP call that
+// never answers is what neither user expects. Ten executions under DefaultRetry span
+// about five and a half minutes (1+2+4+…+64+100+100 s, less jitter):
+// long enough to ride out a deploy or a failover, short enough that the
+// handler, which sees the status, soon decides what happens next (try
+// again later from a timer, compensate, ask a person). A policy that sets
+// Attempts, or AttemptsUnlimited, decides instead.
+const DefaultHTTPAttempts = 10
+
+// defaultAttempts is the bound of kind's executions when its policy sets
+// no Attempts (0: none). It goes by the kind, not the adapter serving it,
+// so an application's own http.request adapter, or a test's fake of it,
+// gives up as the built-in one does.
+func defaultAttempts(kind string) int {
+	if kind == KindHTTP {
+		return DefaultHTTPAttempts
+	}
+	return 0
+}
+
+// limit is the number of executions p allows an effect of kind: 0 for
+// no limit.
+func (p RetryPolicy) limit(kind string) int {
+	switch {
+	case p.UntilKnown || p.Attempts == AttemptsUnlimited:
+		return 0
+	case p.Attempts == 0:
+		return defaultAttempts(kind)
+	}
+	return p.Attempts
+}
+
 // DefaultRetry is the policy of a zero RetryPolicy, after Temporal's
-// default: 1s, doubling to at most 100s apart, without end, each delay up
-// to a fifth jittered.
+// default: 1s, doubling to at most 100s apart, each delay up to a fifth
+// jittered, without end (http.request: DefaultHTTPAttempts executions).
 func DefaultRetry() RetryPolicy {
 	return RetryPolicy{Base: time.Second, Coefficient: 2, Max: 100 * time.Second, Jitter: 0.2}
 }
@@ -99,8 +147,8 @@ func (p RetryPolicy) normal() RetryPolicy {
 // the ConfigError that NewPool returns, which names the policy's fields.
 func (p RetryPolicy) invalid() string {
 	switch {
-	case p.Attempts < 0:
-		return "Attempts must not be negative (0 retries without end)"
+	case p.Attempts < AttemptsUnlimited:
+		return "Attempts must not be negative but AttemptsUnlimited (0 is the kind's default)"
 	case p.Base < 0 || p.Max < 0:
 		return "Base and Max must not be negative"
 	case p.Max != 0 && p.Base > p.Max:

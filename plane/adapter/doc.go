@@ -1,12 +1,14 @@
 // Package adapter runs effects: a Pool claims intents from the store's
 // effect queue by kind, hands each to the Adapter that serves its kind,
 // retries failures with backoff before any receipt exists (RetryPolicy:
-// by default 1s doubling to 100s apart, without end; each retry scheduled
-// in the store by its clock, store RetryLater, so the schedule outlives the
-// pool), and completes one typed receipt (ok, error or timeout, encoded with
-// world.EncodeReceipt so the world reads the status in-band) into the
-// world's inbox. It also holds the two built-in adapters: HTTP
-// (http.request) and Fabric (fabric.send).
+// by default 1s doubling to 100s apart, without end, except that an
+// http.request whose policy sets no attempt limit gives up after
+// DefaultHTTPAttempts executions, some five minutes, and the world gets
+// the last answer; each retry scheduled in the store by its clock, store
+// RetryLater, so the schedule outlives the pool), and completes one typed
+// receipt (ok, error or timeout, encoded with world.EncodeReceipt so the
+// world reads the status in-band) into the world's inbox. It also holds
+// the two built-in adapters: HTTP (http.request) and Fabric (fabric.send).
 //
 // Applications serve their own effect kinds by implementing effect.Adapter
 // and registering it with the pool. An adapter speaks the effect

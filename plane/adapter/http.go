@@ -72,7 +72,9 @@ const MaxBodyBytes = MaxReceiptBytes - 64<<10
 //     send the request again as a new intent). A 4xx is that receipt at
 //     once; a 5xx, and a 429 with Retry-After, are first retried by the
 //     pool's policy (class ClassHTTPStatus), no sooner than the server's
-//     Retry-After, and the last answer is the receipt once it gives up;
+//     Retry-After, and the last answer is the receipt once it gives up:
+//     after DefaultHTTPAttempts executions when the policy sets no
+//     attempt limit (AttemptsUnlimited retries without end);
 //   - a response body over the limit (max_response_bytes, else
 //     HTTPConfig.MaxResponseBytes, never over MaxBodyBytes) is cut to it,
 //     with Truncated set, in an ok receipt all the same: the server acted

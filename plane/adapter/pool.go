@@ -646,7 +646,7 @@ func (p *Pool) attempt(ctx context.Context, reg Registration, it vocab.EffectIte
 		return lastWord(err, givenUp(err), "", n), n, exec, retry, resulted
 	case bctx.Err() != nil && pol.UntilKnown:
 		return effect.Result{}, n, exec, retry, unknownYet
-	case !pol.UntilKnown && pol.Attempts > 0 && n >= pol.Attempts:
+	case pol.limit(it.Kind) > 0 && n >= pol.limit(it.Kind):
 		if bctx.Err() != nil {
 			return lastWord(err, vocab.ReceiptTimeout, "the claim's execution budget ran out: ", n), n, exec, retry, resulted
 		}

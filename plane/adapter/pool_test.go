@@ -436,7 +436,7 @@ func TestNewPoolRejectsBadConfig(t *testing.T) {
 		"no executor":       {adapter.Config{Worker: "w"}, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{})}},
 		"no adapter":        {ok, nil},
 		"kind twice":        {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{}), adapter.Register(&fake{}, adapter.RetryPolicy{})}},
-		"negative attempts": {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{Attempts: -1})}},
+		"negative attempts": {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{Attempts: -2})}}, // -1 is AttemptsUnlimited
 		"base above max":    {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{Base: time.Minute, Max: time.Second})}},
 		"coefficient < 1":   {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{Coefficient: 0.5})}},
 		"empty class":       {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{NonRetryable: []string{""}})}},

@@ -31,7 +31,8 @@ func gaps(calls []call) []time.Duration {
 	return out
 }
 
-// TestDefaultRetryPolicyBacksOffToMaximumAndRetriesWithoutEnd: under the
+// TestDefaultRetryPolicyBacksOffToMaximumAndRetriesWithoutEnd: for a kind
+// other than http.request (whose default is bounded), under the
 // zero policy (DefaultRetry: 1s, x2, at most 100s, no limit on attempts,
 // a fifth jittered) a failing effect is retried on that schedule for as
 // long as it fails, with no receipt: after four virtual hours it is still

@@ -29,14 +29,8 @@ type Result struct {
 // Backup writes a consistent copy of the SQLite store at src to dst while
 // nodes may be serving src (see the package doc), then checks it.
 func Backup(ctx context.Context, src, dst string, o Options) (Result, error) {
-	now := o.Clock
-	if now == nil {
-		now = time.Now
-	}
-	start := now()
-	if _, err := os.Stat(dst); err == nil && !o.Force {
-		return Result{}, fmt.Errorf("%w: %s (pass --force to replace it)", ErrExists, dst)
-	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	now, start, err := begin(dst, o)
+	if err != nil {
 		return Result{}, err
 	}
 	if _, err := inspect(ctx, src, false); err != nil {
@@ -57,11 +51,31 @@ func Backup(ctx context.Context, src, dst string, o Options) (Result, error) {
 	if err := vacuumInto(ctx, src, tmpName); err != nil {
 		return Result{}, err
 	}
-	info, err := Check(ctx, tmpName)
+	return finish(ctx, tmpName, dst, now, start)
+}
+
+// begin starts a backup to dst: its clock and start, and a refusal of a
+// dst that exists unless o.Force.
+func begin(dst string, o Options) (now func() time.Time, start time.Time, err error) {
+	now = o.Clock
+	if now == nil {
+		now = time.Now
+	}
+	if _, err := os.Stat(dst); err == nil && !o.Force {
+		return nil, time.Time{}, fmt.Errorf("%w: %s (pass --force to replace it)", ErrExists, dst)
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, time.Time{}, err
+	}
+	return now, now(), nil
+}
+
+// finish checks the backup written at tmp and only then puts it at dst.
+func finish(ctx context.Context, tmp, dst string, now func() time.Time, start time.Time) (Result, error) {
+	info, err := Check(ctx, tmp)
 	if err != nil {
 		return Result{}, fmt.Errorf("checking the backup just written: %w", err)
 	}
-	if err := os.Rename(tmpName, dst); err != nil {
+	if err := os.Rename(tmp, dst); err != nil {
 		return Result{}, err
 	}
 	info.Path = dst

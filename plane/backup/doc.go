@@ -18,10 +18,12 @@
 // other file) no newer than this binary's (ErrNewerFormat), and it counts
 // its worlds, journal events and effects by state.
 //
-// Restore checks the backup, copies it (never the backup itself: a backup
-// of an older schema is upgraded in a temporary copy) into the target
-// through package migrate, then applies the restore's rule for effects and
-// verifies the target against the backup as migrate does.
+// Restore refuses a target a live node serves (ErrTargetLive: a worker's
+// liveness promise still runs by the target's clock) unless Force, checks
+// the backup, copies it (never the backup itself: a backup of an older
+// schema is upgraded in a temporary copy) into the target through package
+// migrate, applying the restore's rule for effects to each record as it is
+// imported, and verifies the target against the backup as migrate does.
 //
 // The rule for effects: an effect pending or inflight in the backup may
 // have run after the backup was taken, its receipt consumed in the history
@@ -30,6 +32,10 @@
 // the default): no adapter claims it until an operator releases it (it
 // runs again, at least once, under its unchanged intent hash as the
 // idempotency key) or resolves it with the receipt the external system
-// shows. EffectsRerun releases them instead, for effects known to be
-// idempotent. A done effect keeps its receipt and never runs again.
+// shows. The hold is written with the effect, in the import's transaction,
+// never after the copy: a restore cut short, or a node claiming from the
+// target while it runs, finds no effect of the backup pending.
+// EffectsRerun releases them instead, for effects known to be idempotent,
+// once the whole copy is written and verified. A done effect keeps its
+// receipt and never runs again.
 package backup

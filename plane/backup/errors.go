@@ -1,6 +1,11 @@
 package backup
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
 
 var (
 	// ErrExists: the backup file exists and Force was not given.
@@ -19,3 +24,26 @@ var (
 	// ErrBadEffects: an unknown rule for effects.
 	ErrBadEffects = errors.New("backup: unknown effects rule")
 )
+
+// ErrTargetLive: a node serves the restore's target (a worker's liveness
+// promise still runs by the target's clock), and Force was not given.
+// The error is a *TargetLiveError.
+var ErrTargetLive = errors.New("backup: the target is being served")
+
+// TargetLiveError names the workers whose liveness promise still runs on
+// the restore target's clock. errors.Is(err, ErrTargetLive).
+type TargetLiveError struct {
+	Workers []string
+	// Until is when, by the target's clock, the last promise runs out
+	// unless its node heartbeats again.
+	Until time.Time
+	Now   time.Time
+}
+
+func (e *TargetLiveError) Error() string {
+	return fmt.Sprintf("%s (%s, alive until %s by the store's clock, %s from now): a node serving the target would act on the restored records as they are written; stop every node of the target and wait for its promise to run out, or pass --force",
+		ErrTargetLive, strings.Join(e.Workers, ", "), e.Until.UTC().Format(time.RFC3339), e.Until.Sub(e.Now).Round(time.Millisecond))
+}
+
+// Unwrap makes errors.Is(err, ErrTargetLive) hold.
+func (e *TargetLiveError) Unwrap() error { return ErrTargetLive }

@@ -3,12 +3,8 @@ package backup
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/orrery-run/orrery/plane/migrate"
 	"github.com/orrery-run/orrery/store"
@@ -22,14 +18,8 @@ import (
 // convenience beside PostgreSQL's own tools, not a replacement: it has no
 // point-in-time recovery between backups.
 func BackupStore(ctx context.Context, src store.Store, dst string, o Options) (Result, error) {
-	now := o.Clock
-	if now == nil {
-		now = time.Now
-	}
-	start := now()
-	if _, err := os.Stat(dst); err == nil && !o.Force {
-		return Result{}, fmt.Errorf("%w: %s (pass --force to replace it)", ErrExists, dst)
-	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	now, start, err := begin(dst, o)
+	if err != nil {
 		return Result{}, err
 	}
 	tmp, err := os.MkdirTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".partial-*")
@@ -41,15 +31,7 @@ func BackupStore(ctx context.Context, src store.Store, dst string, o Options) (R
 	if err := logicalCopy(ctx, src, file); err != nil {
 		return Result{}, err
 	}
-	info, err := Check(ctx, file)
-	if err != nil {
-		return Result{}, fmt.Errorf("checking the backup just written: %w", err)
-	}
-	if err := os.Rename(file, dst); err != nil {
-		return Result{}, err
-	}
-	info.Path = dst
-	return Result{Info: info, Elapsed: now().Sub(start)}, nil
+	return finish(ctx, file, dst, now, start)
 }
 
 func logicalCopy(ctx context.Context, src store.Store, file string) error {

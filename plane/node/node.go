@@ -34,6 +34,15 @@
 // requeued by any node's orphan reaper once that promise runs out, not at
 // ClaimTTL.
 //
+// A node whose heartbeat the store refuses because its incarnation was
+// superseded (another process started under the same Worker) or retired
+// stops acting of its own accord: its effects are cut short without
+// receipts, its host, orchestrator, timer worker, reapers and workflow
+// runs stop, and Done is closed with Err an ErrSuperseded. It never comes
+// back as a new incarnation on its own: its successor would be superseded
+// in turn, and the two would take the worker id from each other for ever.
+// Its process should exit (`orrery serve` does, non-zero).
+//
 // What it never does: keep package-level state, read the machine's clock or
 // start goroutines outside the actor.Executor of its actor.System.
 package node
@@ -72,6 +81,11 @@ var ErrInvalid = errors.New("node: invalid configuration")
 // ErrStopped: the node was stopped or killed.
 var ErrStopped = errors.New("node: stopped")
 
+// ErrSuperseded: the store refused the node's heartbeat because its
+// incarnation was superseded by another process under the same worker id,
+// or retired; the node stopped acting (Done, Err).
+var ErrSuperseded = errors.New("node: incarnation superseded or retired")
+
 // Config configures a Node. Worker, Store and Kernels are required; zero
 // durations take the plane's defaults.
 type Config struct {
@@ -98,6 +112,14 @@ type Config struct {
 
 	LeaseTTL time.Duration // world and orchestrator leases (default 10s)
 	ClaimTTL time.Duration // effect and timer claims (default 30s)
+	// MaxSkew is the largest difference between the clocks of the store's
+	// servers that the liveness promise allows for (plane.HostConfig's
+	// MaxSkew: default 1s or a tenth of LeaseTTL, whichever is smaller;
+	// negative: none; at least half LeaseTTL is invalid). No effect
+	// executes here past the promise less MaxSkew, so after a failover to
+	// a server whose clock is ahead by less than that, no other node runs
+	// it while this one still does.
+	MaxSkew time.Duration
 	// TimerLag is the timer worker's Lag (timer.Config.Lag): how late a
 	// timer must be before the worker fires it itself. The node's host
 	// fires the timers of the worlds it holds at their due times, so the
@@ -177,8 +199,18 @@ type Node struct {
 	cancel context.CancelFunc // the workers' context
 	wg     sync.WaitGroup     // the pool, the timer worker and the reapers
 
+	// lost: the host's heartbeat was refused (OnLivenessLost), which may
+	// come while Start still runs; started: Start has finished, so
+	// fencedOut may stop the parts it made. Whichever of the two comes
+	// last starts fencedOut.
+	lost, started atomic.Bool
+
 	mu      sync.Mutex
 	stopped bool
+	// superseded is why the node stopped acting of its own accord (an
+	// ErrSuperseded); done is closed once it is set and the parts stopped.
+	superseded error
+	done       chan struct{}
 }
 
 // Start starts every part of the node and returns once they run.
@@ -198,7 +230,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{cfg: cfg, sys: cfg.System, replies: plane.NewReplies(), links: plane.NewTraceLinks(0)}
+	n := &Node{cfg: cfg, sys: cfg.System, replies: plane.NewReplies(), links: plane.NewTraceLinks(0), done: make(chan struct{})}
 	if n.sys == nil {
 		n.sys, n.ownSys = actor.NewSystem(), true
 	}
@@ -207,13 +239,19 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	var err error
 	hc := plane.HostConfig{
 		Worker: cfg.Worker, Incarnation: cfg.Incarnation, Store: cfg.Store, Kernels: cfg.Kernels, Replies: n.replies,
-		LeaseTTL: cfg.LeaseTTL, IdleAfter: cfg.IdleAfter, Observe: cfg.Observe,
+		LeaseTTL: cfg.LeaseTTL, IdleAfter: cfg.IdleAfter, MaxSkew: cfg.MaxSkew, Observe: cfg.Observe,
 		Tracer: cfg.Tracer, Links: n.links, Logger: cfg.Logger.With("part", "host"),
 		// A refused heartbeat voids the promise the effect claims ride
 		// on: their executions stop at once (the store requeued them).
+		// The rest of the node stops on a goroutine of its own: this is
+		// the host's controller, which fencedOut waits for.
 		OnLivenessLost: func() {
 			if p := n.lapse.Load(); p != nil {
 				p.Lapse()
+			}
+			n.lost.Store(true)
+			if n.started.Load() {
+				ex.Go(n.fencedOutUnlessStopped)
 			}
 		},
 	}
@@ -322,7 +360,76 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		})
 	}
 	cfg.Logger.Info("node started", "worker", cfg.Worker, "orchestrator", !cfg.NoOrchestrator)
+	n.started.Store(true)
+	if n.lost.Load() {
+		ex.Go(n.fencedOutUnlessStopped)
+	}
 	return n, nil
+}
+
+// fencedOut stops every part of the node that acts under its incarnation,
+// once the store refused that incarnation's heartbeat (ErrFenced): it was
+// superseded by another process under the same worker id, or retired. The
+// host has failed already and the pool cut its executions short (Lapse);
+// here the workflow runs are killed, the orchestrator resigns (its release
+// names its epoch, so it frees only a lease it still holds), and the
+// workers' context ends, which stops the pool, the timer worker, the
+// reapers and the runs view. Nothing is drained or released by worker id:
+// the worker id is the successor's now. Done is closed last; Stop still
+// ends the rest.
+func (n *Node) fencedOut() {
+	n.mu.Lock()
+	if n.superseded != nil {
+		n.mu.Unlock()
+		return // done, or being done by another caller
+	}
+	cause := n.host.Err()
+	n.superseded = fmt.Errorf("%w: incarnation %s of worker %s: %w", ErrSuperseded, n.cfg.Incarnation, n.cfg.Worker, cause)
+	n.mu.Unlock()
+	n.cfg.Logger.Error("node: this incarnation was superseded by another process under the same worker id, or retired; it stopped acting and must exit",
+		"worker", n.cfg.Worker, "incarnation", n.cfg.Incarnation, "err", cause)
+	ctx := context.Background()
+	if n.wfWorker != nil {
+		n.wfWorker.Kill(ctx)
+	}
+	n.cancel()
+	if n.orch != nil {
+		// Bounded: the store answered the refused heartbeat but may not
+		// answer this; an orchestrator lease not released expires.
+		rctx, cancel := actor.WithTimeout(ctx, n.sys.Executor(), retireTimeout)
+		_ = n.orch.Resign(rctx)
+		cancel()
+		_ = n.orch.Stop(ctx)
+	}
+	n.wg.Wait()
+	close(n.done)
+}
+
+// fencedOutUnlessStopped is fencedOut for the host's report: a node that
+// Kill or Stop ended first is theirs to finish (Stop runs fencedOut itself
+// when the refusal came first).
+func (n *Node) fencedOutUnlessStopped() {
+	n.mu.Lock()
+	stopped := n.stopped
+	n.mu.Unlock()
+	if !stopped {
+		n.fencedOut()
+	}
+}
+
+// Done is closed once the node stopped acting of its own accord because
+// the store refused its incarnation (Err says why). Its process should
+// then Stop it and exit, and must not start again under the same worker
+// id while the process that superseded it runs. A node stopped by Stop or
+// Kill never closes it.
+func (n *Node) Done() <-chan struct{} { return n.done }
+
+// Err is why Done was closed (errors.Is ErrSuperseded, and store.ErrFenced
+// through it), or nil while the node acts.
+func (n *Node) Err() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.superseded
 }
 
 // timerLag is the timer worker's Lag for cfg (see Config.TimerLag).
@@ -454,13 +561,20 @@ func (n *Node) Executor() actor.Executor { return n.sys.Executor() }
 func (n *Node) Leader() bool { return n.orch != nil && n.orch.Leader() }
 
 // Ready reports whether the node can take work: not stopped, its host
-// running, and the store answering.
+// running, and the store answering. A superseded node answers its
+// ErrSuperseded: the API it backs stays up only to answer /readyz with
+// 503 (and requests with whatever its failed host says) until its process
+// stops it, which `orrery serve` does at once; it needs no API of its own
+// to be told apart, since Done and the log say why it stopped.
 func (n *Node) Ready(ctx context.Context) error {
 	n.mu.Lock()
-	stopped := n.stopped
+	stopped, superseded := n.stopped, n.superseded
 	n.mu.Unlock()
 	if stopped {
 		return ErrStopped
+	}
+	if superseded != nil {
+		return superseded
 	}
 	if err := n.host.Err(); err != nil {
 		return err
@@ -488,6 +602,10 @@ func (n *Node) Drain(ctx context.Context) error { return n.host.Drain(ctx) }
 func (n *Node) Stop(ctx context.Context) error {
 	if !n.markStopped() {
 		return nil
+	}
+	if n.lost.Load() {
+		n.fencedOut()
+		return n.stopSuperseded(ctx)
 	}
 	// No new effect from here on; those executing go on meanwhile.
 	n.pool.Drain()
@@ -536,6 +654,26 @@ func (n *Node) Stop(ctx context.Context) error {
 	}
 	n.cfg.Logger.Info("node stopped", "worker", n.cfg.Worker)
 	return err
+}
+
+// stopSuperseded is Stop for a node whose incarnation the store refused.
+// Nothing is handed over: the worker id is the successor's, so marking it
+// draining (as Drain does) would drain the successor, the store requeued
+// every claim of this incarnation already, and its leases are fenced.
+// What is left is to wait for the parts fencedOut stopped and end the
+// processes.
+func (n *Node) stopSuperseded(ctx context.Context) error {
+	select {
+	case <-n.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := n.host.Stop(ctx); err != nil && !errors.Is(err, plane.ErrStopped) && !errors.Is(err, plane.ErrHostFailed) {
+		n.cfg.Logger.Warn("node: host stop after supersession", "worker", n.cfg.Worker, "err", err)
+	}
+	n.finish(ctx)
+	n.cfg.Logger.Info("node stopped", "worker", n.cfg.Worker, "superseded", true)
+	return nil
 }
 
 // retireTimeout bounds the store call that retires a stopping node's
