@@ -377,8 +377,21 @@ func (st *state) checkImport(op string, batch []store.PortRecord) error {
 				}
 			}
 		case store.PortKindDrain:
-			if err := worldOK(r.Drain.World); err != nil {
+			d := r.Drain
+			if err := worldOK(d.World); err != nil {
 				return err
+			}
+			// The cursor only moves forward: a world's drains are keyed by
+			// the seq they reached.
+			if w := st.worlds[d.World]; w != nil {
+				for _, x := range w.drains {
+					if x.Upto == d.Upto {
+						return conflict(op, d.World, "drain to %d exists", d.Upto)
+					}
+				}
+			}
+			if dup("d\x00" + d.World + "\x00" + u64(d.Upto)) {
+				return conflict(op, d.World, "drain to %d twice", d.Upto)
 			}
 		case store.PortKindLease:
 			if err := worldOK(r.Lease.World); err != nil {
@@ -603,4 +616,193 @@ func (s *backend) FinishImport(ctx context.Context) error {
 	}
 	s.end()
 	return nil
+}
+
+// PortLookup implements store.PortBackend.
+func (s *backend) PortLookup(ctx context.Context, batch []store.PortRecord) ([]*store.PortRecord, error) {
+	if err := s.begin(ctx, "import"); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	st := s.st
+	out := make([]*store.PortRecord, len(batch))
+	for i, r := range batch {
+		var found []store.PortRecord
+		// The stored record is the one Export emits under r's key: an
+		// export of the one row, filtered.
+		emit := func(x store.PortRecord) {
+			found = append(found, x)
+		}
+		st.lookupRecord(r, emit)
+		if len(found) > 0 {
+			f := found[0]
+			f.Format = store.PortFormat
+			out[i] = &f
+		}
+	}
+	return out, nil
+}
+
+// lookupRecord emits the stored record under r's key, if any (mu held).
+func (st *state) lookupRecord(r store.PortRecord, emit func(store.PortRecord)) {
+	rec := func(k store.PortKind) store.PortRecord { return store.PortRecord{Format: store.PortFormat, Kind: k} }
+	switch r.Kind {
+	case store.PortKindWorld:
+		w := st.worlds[r.World.ID]
+		if w == nil {
+			return
+		}
+		x := rec(store.PortKindWorld)
+		pw := store.PortWorld{
+			ID: r.World.ID, Universe: w.rec.Universe, Status: w.rec.Status, StatusReason: w.rec.StatusReason,
+			StatusChangedAt: utc(w.rec.StatusChangedAt), ParentWorld: w.rec.ParentWorld,
+			ParentSnapshotHash: w.rec.ParentSnapshotHash, ForkedAtHeight: w.rec.ForkedAtHeight,
+			CreatedAt: utc(w.rec.CreatedAt), InboxCursor: w.cursor, LastSeq: w.lastSeq,
+		}
+		if w.hasBaseline {
+			h := w.baseline
+			pw.BaselineHeight = &h
+		}
+		x.World = &pw
+		emit(x)
+	case store.PortKindStream:
+		str := st.streams[r.Stream.Stream]
+		if str == nil || (str.head == 0 && str.floor == 0) {
+			return
+		}
+		x := rec(store.PortKindStream)
+		x.Stream = &store.PortStream{Stream: r.Stream.Stream, Head: str.head, CompactedTo: str.floor, CompactedAt: optTime(str.floorAt)}
+		emit(x)
+	case store.PortKindEvent:
+		str := st.streams[r.Event.StreamID]
+		if str == nil {
+			return
+		}
+		i := sort.Search(len(str.records), func(i int) bool { return str.records[i].RunSeq >= r.Event.RunSeq })
+		if i == len(str.records) || str.records[i].RunSeq != r.Event.RunSeq {
+			return
+		}
+		e := cloneRecord(str.records[i])
+		e.EmittedAt, e.PersistedAt = utc(e.EmittedAt), utc(e.PersistedAt)
+		x := rec(store.PortKindEvent)
+		x.Event = &store.PortEvent{Record: e}
+		emit(x)
+	case store.PortKindEventKey:
+		str := st.streams[r.EventKey.Stream]
+		if str == nil {
+			return
+		}
+		k, ok := str.byKey[r.EventKey.IdempotencyKey]
+		if !ok || str.live(k.appended.RunSeq) {
+			return
+		}
+		et := k.eventType
+		x := rec(store.PortKindEventKey)
+		x.EventKey = &store.PortEventKey{
+			Stream: r.EventKey.Stream, IdempotencyKey: r.EventKey.IdempotencyKey, EventID: k.appended.EventID,
+			RunSeq: k.appended.RunSeq, PersistedAt: utc(k.appended.PersistedAt), EventType: &et,
+			PayloadSHA256: slices.Clone(k.payloadHash[:]),
+		}
+		emit(x)
+	case store.PortKindSnapshot:
+		w := st.worlds[r.Snapshot.World]
+		if w == nil {
+			return
+		}
+		sn, ok := w.snapshots[r.Snapshot.Height]
+		if !ok {
+			return
+		}
+		sn.State, sn.CreatedAt = cloneBytes(sn.State), utc(sn.CreatedAt)
+		x := rec(store.PortKindSnapshot)
+		x.Snapshot = &store.PortSnapshot{Snapshot: sn}
+		emit(x)
+	case store.PortKindInbox:
+		w := st.worlds[r.Inbox.World]
+		if w == nil {
+			return
+		}
+		for _, it := range w.inbox {
+			if it.Seq != r.Inbox.Seq {
+				continue
+			}
+			k := w.inboxKeys[it.DedupeKey]
+			x := rec(store.PortKindInbox)
+			x.Inbox = &store.PortInboxItem{
+				World: r.Inbox.World, Seq: it.Seq, Kind: it.Kind, Payload: cloneBytes(it.Payload), DedupeKey: it.DedupeKey,
+				EnqueuedAt: utc(it.EnqueuedAt), KeyLive: it.DedupeKey != "" && k != nil && k.seq == it.Seq,
+			}
+			emit(x)
+			return
+		}
+	case store.PortKindDrain:
+		w := st.worlds[r.Drain.World]
+		if w == nil {
+			return
+		}
+		for _, d := range w.drains {
+			if d.Upto == r.Drain.Upto {
+				d.DrainedAt = utc(d.DrainedAt)
+				x := rec(store.PortKindDrain)
+				x.Drain = &d
+				emit(x)
+				return
+			}
+		}
+	case store.PortKindLease:
+		l := st.leases[r.Lease.World]
+		if l == nil {
+			return
+		}
+		x := rec(store.PortKindLease)
+		x.Lease = &store.PortLease{World: r.Lease.World, Holder: l.Holder, Incarnation: l.Incarnation, Epoch: l.Epoch,
+			ExpiresAt: utc(l.ExpiresAt), TookOver: l.TookOver, Displaced: l.Displaced}
+		emit(x)
+	case store.PortKindAssignment:
+		a, ok := st.assignments[r.Assignment.World]
+		if !ok {
+			return
+		}
+		x := rec(store.PortKindAssignment)
+		x.Assignment = &store.PortAssignment{World: r.Assignment.World, Assignment: a}
+		emit(x)
+	case store.PortKindEffect:
+		e := st.effects[r.Effect.IntentHash]
+		if e == nil {
+			return
+		}
+		x := rec(store.PortKindEffect)
+		x.Effect = e.port()
+		emit(x)
+	case store.PortKindTimer:
+		t := st.timers[r.Timer.IntentHash]
+		if t == nil {
+			return
+		}
+		x := rec(store.PortKindTimer)
+		x.Timer = &store.PortTimer{
+			IntentHash: r.Timer.IntentHash, World: t.item.World, DeliverAt: utc(t.item.DeliverAt), Payload: cloneBytes(t.item.Payload),
+			State: string(t.item.State), Attempt: t.item.Attempt, ClaimedBy: t.item.ClaimedBy,
+			ClaimExpires: optTime(t.item.ClaimExpires), ClaimNode: t.owner.node, ClaimIncarnation: t.owner.incarnation,
+			InboxSeq: optSeq(t.inboxSeq), CompletedAt: optTime(t.completedAt),
+		}
+		emit(x)
+	case store.PortKindFabric:
+		w := st.worlds[r.Fabric.Dest]
+		if w == nil || w.fabric[r.Fabric.MessageID] == nil {
+			return
+		}
+		d := w.fabric[r.Fabric.MessageID]
+		x := rec(store.PortKindFabric)
+		x.Fabric = &store.PortFabric{Dest: r.Fabric.Dest, MessageID: r.Fabric.MessageID, Seq: d.seq, CompletedAt: utc(d.completedAt)}
+		emit(x)
+	case store.PortKindWatermark:
+		v, ok := st.watermarks[watermarkKey{r.Watermark.Projector, r.Watermark.Stream}]
+		if !ok {
+			return
+		}
+		x := rec(store.PortKindWatermark)
+		x.Watermark = &store.PortWatermark{Projector: r.Watermark.Projector, Stream: r.Watermark.Stream, Value: v}
+		emit(x)
+	}
 }
