@@ -50,20 +50,7 @@ func (s *backend) Export(ctx context.Context, emit func(store.PortRecord) error)
 	rec := func(k store.PortKind) store.PortRecord { return store.PortRecord{Format: store.PortFormat, Kind: k} }
 	worlds := sortedKeys(st.worlds)
 	for _, id := range worlds {
-		w := st.worlds[id]
-		r := rec(store.PortKindWorld)
-		pw := store.PortWorld{
-			ID: id, Universe: w.rec.Universe, Status: w.rec.Status, StatusReason: w.rec.StatusReason,
-			StatusChangedAt: utc(w.rec.StatusChangedAt), ParentWorld: w.rec.ParentWorld,
-			ParentSnapshotHash: w.rec.ParentSnapshotHash, ForkedAtHeight: w.rec.ForkedAtHeight,
-			CreatedAt: utc(w.rec.CreatedAt), InboxCursor: w.cursor, LastSeq: w.lastSeq,
-		}
-		if w.hasBaseline {
-			h := w.baseline
-			pw.BaselineHeight = &h
-		}
-		r.World = &pw
-		if err := emit(r); err != nil {
+		if err := emit(portWorld(id, st.worlds[id])); err != nil {
 			return err
 		}
 	}
@@ -73,19 +60,13 @@ func (s *backend) Export(ctx context.Context, emit func(store.PortRecord) error)
 		if str.head == 0 && str.floor == 0 {
 			continue
 		}
-		r := rec(store.PortKindStream)
-		r.Stream = &store.PortStream{Stream: id, Head: str.head, CompactedTo: str.floor, CompactedAt: optTime(str.floorAt)}
-		if err := emit(r); err != nil {
+		if err := emit(portStream(id, str)); err != nil {
 			return err
 		}
 	}
 	for _, id := range streams {
 		for _, e := range st.streams[id].records {
-			r := rec(store.PortKindEvent)
-			e = cloneRecord(e)
-			e.EmittedAt, e.PersistedAt = utc(e.EmittedAt), utc(e.PersistedAt)
-			r.Event = &store.PortEvent{Record: e}
-			if err := emit(r); err != nil {
+			if err := emit(portEvent(e)); err != nil {
 				return err
 			}
 		}
@@ -97,11 +78,7 @@ func (s *backend) Export(ctx context.Context, emit func(store.PortRecord) error)
 			if str.live(k.appended.RunSeq) {
 				continue
 			}
-			et := k.eventType
-			keys = append(keys, store.PortEventKey{
-				Stream: id, IdempotencyKey: key, EventID: k.appended.EventID, RunSeq: k.appended.RunSeq,
-				PersistedAt: utc(k.appended.PersistedAt), EventType: &et, PayloadSHA256: slices.Clone(k.payloadHash[:]),
-			})
+			keys = append(keys, portEventKey(id, key, k))
 		}
 		sort.Slice(keys, func(i, j int) bool { return keys[i].IdempotencyKey < keys[j].IdempotencyKey })
 		for i := range keys {
@@ -127,13 +104,7 @@ func (s *backend) Export(ctx context.Context, emit func(store.PortRecord) error)
 	for _, id := range worlds {
 		w := st.worlds[id]
 		for _, it := range w.inbox {
-			k := w.inboxKeys[it.DedupeKey]
-			r := rec(store.PortKindInbox)
-			r.Inbox = &store.PortInboxItem{
-				World: id, Seq: it.Seq, Kind: it.Kind, Payload: cloneBytes(it.Payload), DedupeKey: it.DedupeKey,
-				EnqueuedAt: utc(it.EnqueuedAt), KeyLive: it.DedupeKey != "" && k != nil && k.seq == it.Seq,
-			}
-			if err := emit(r); err != nil {
+			if err := emit(portInbox(id, w, it)); err != nil {
 				return err
 			}
 		}
@@ -149,11 +120,7 @@ func (s *backend) Export(ctx context.Context, emit func(store.PortRecord) error)
 		}
 	}
 	for _, id := range sortedKeys(st.leases) {
-		l := st.leases[id]
-		r := rec(store.PortKindLease)
-		r.Lease = &store.PortLease{World: id, Holder: l.Holder, Incarnation: l.Incarnation, Epoch: l.Epoch,
-			ExpiresAt: utc(l.ExpiresAt), TookOver: l.TookOver, Displaced: l.Displaced}
-		if err := emit(r); err != nil {
+		if err := emit(portLease(id, st.leases[id])); err != nil {
 			return err
 		}
 	}
@@ -177,15 +144,7 @@ func (s *backend) Export(ctx context.Context, emit func(store.PortRecord) error)
 		}
 	}
 	for _, h := range sortedKeys(st.timers) {
-		t := st.timers[h]
-		r := rec(store.PortKindTimer)
-		r.Timer = &store.PortTimer{
-			IntentHash: h, World: t.item.World, DeliverAt: utc(t.item.DeliverAt), Payload: cloneBytes(t.item.Payload),
-			State: string(t.item.State), Attempt: t.item.Attempt, ClaimedBy: t.item.ClaimedBy,
-			ClaimExpires: optTime(t.item.ClaimExpires), ClaimNode: t.owner.node, ClaimIncarnation: t.owner.incarnation,
-			InboxSeq: optSeq(t.inboxSeq), CompletedAt: optTime(t.completedAt),
-		}
-		if err := emit(r); err != nil {
+		if err := emit(portTimer(h, st.timers[h])); err != nil {
 			return err
 		}
 	}
@@ -652,27 +611,13 @@ func (st *state) lookupRecord(r store.PortRecord, emit func(store.PortRecord)) {
 		if w == nil {
 			return
 		}
-		x := rec(store.PortKindWorld)
-		pw := store.PortWorld{
-			ID: r.World.ID, Universe: w.rec.Universe, Status: w.rec.Status, StatusReason: w.rec.StatusReason,
-			StatusChangedAt: utc(w.rec.StatusChangedAt), ParentWorld: w.rec.ParentWorld,
-			ParentSnapshotHash: w.rec.ParentSnapshotHash, ForkedAtHeight: w.rec.ForkedAtHeight,
-			CreatedAt: utc(w.rec.CreatedAt), InboxCursor: w.cursor, LastSeq: w.lastSeq,
-		}
-		if w.hasBaseline {
-			h := w.baseline
-			pw.BaselineHeight = &h
-		}
-		x.World = &pw
-		emit(x)
+		emit(portWorld(r.World.ID, w))
 	case store.PortKindStream:
 		str := st.streams[r.Stream.Stream]
 		if str == nil || (str.head == 0 && str.floor == 0) {
 			return
 		}
-		x := rec(store.PortKindStream)
-		x.Stream = &store.PortStream{Stream: r.Stream.Stream, Head: str.head, CompactedTo: str.floor, CompactedAt: optTime(str.floorAt)}
-		emit(x)
+		emit(portStream(r.Stream.Stream, str))
 	case store.PortKindEvent:
 		str := st.streams[r.Event.StreamID]
 		if str == nil {
@@ -682,11 +627,7 @@ func (st *state) lookupRecord(r store.PortRecord, emit func(store.PortRecord)) {
 		if i == len(str.records) || str.records[i].RunSeq != r.Event.RunSeq {
 			return
 		}
-		e := cloneRecord(str.records[i])
-		e.EmittedAt, e.PersistedAt = utc(e.EmittedAt), utc(e.PersistedAt)
-		x := rec(store.PortKindEvent)
-		x.Event = &store.PortEvent{Record: e}
-		emit(x)
+		emit(portEvent(str.records[i]))
 	case store.PortKindEventKey:
 		str := st.streams[r.EventKey.Stream]
 		if str == nil {
@@ -696,13 +637,9 @@ func (st *state) lookupRecord(r store.PortRecord, emit func(store.PortRecord)) {
 		if !ok || str.live(k.appended.RunSeq) {
 			return
 		}
-		et := k.eventType
+		pk := portEventKey(r.EventKey.Stream, r.EventKey.IdempotencyKey, k)
 		x := rec(store.PortKindEventKey)
-		x.EventKey = &store.PortEventKey{
-			Stream: r.EventKey.Stream, IdempotencyKey: r.EventKey.IdempotencyKey, EventID: k.appended.EventID,
-			RunSeq: k.appended.RunSeq, PersistedAt: utc(k.appended.PersistedAt), EventType: &et,
-			PayloadSHA256: slices.Clone(k.payloadHash[:]),
-		}
+		x.EventKey = &pk
 		emit(x)
 	case store.PortKindSnapshot:
 		w := st.worlds[r.Snapshot.World]
@@ -726,13 +663,7 @@ func (st *state) lookupRecord(r store.PortRecord, emit func(store.PortRecord)) {
 			if it.Seq != r.Inbox.Seq {
 				continue
 			}
-			k := w.inboxKeys[it.DedupeKey]
-			x := rec(store.PortKindInbox)
-			x.Inbox = &store.PortInboxItem{
-				World: r.Inbox.World, Seq: it.Seq, Kind: it.Kind, Payload: cloneBytes(it.Payload), DedupeKey: it.DedupeKey,
-				EnqueuedAt: utc(it.EnqueuedAt), KeyLive: it.DedupeKey != "" && k != nil && k.seq == it.Seq,
-			}
-			emit(x)
+			emit(portInbox(r.Inbox.World, w, it))
 			return
 		}
 	case store.PortKindDrain:
@@ -754,10 +685,7 @@ func (st *state) lookupRecord(r store.PortRecord, emit func(store.PortRecord)) {
 		if l == nil {
 			return
 		}
-		x := rec(store.PortKindLease)
-		x.Lease = &store.PortLease{World: r.Lease.World, Holder: l.Holder, Incarnation: l.Incarnation, Epoch: l.Epoch,
-			ExpiresAt: utc(l.ExpiresAt), TookOver: l.TookOver, Displaced: l.Displaced}
-		emit(x)
+		emit(portLease(r.Lease.World, l))
 	case store.PortKindAssignment:
 		a, ok := st.assignments[r.Assignment.World]
 		if !ok {
@@ -779,14 +707,7 @@ func (st *state) lookupRecord(r store.PortRecord, emit func(store.PortRecord)) {
 		if t == nil {
 			return
 		}
-		x := rec(store.PortKindTimer)
-		x.Timer = &store.PortTimer{
-			IntentHash: r.Timer.IntentHash, World: t.item.World, DeliverAt: utc(t.item.DeliverAt), Payload: cloneBytes(t.item.Payload),
-			State: string(t.item.State), Attempt: t.item.Attempt, ClaimedBy: t.item.ClaimedBy,
-			ClaimExpires: optTime(t.item.ClaimExpires), ClaimNode: t.owner.node, ClaimIncarnation: t.owner.incarnation,
-			InboxSeq: optSeq(t.inboxSeq), CompletedAt: optTime(t.completedAt),
-		}
-		emit(x)
+		emit(portTimer(r.Timer.IntentHash, t))
 	case store.PortKindFabric:
 		w := st.worlds[r.Fabric.Dest]
 		if w == nil || w.fabric[r.Fabric.MessageID] == nil {
@@ -805,4 +726,77 @@ func (st *state) lookupRecord(r store.PortRecord, emit func(store.PortRecord)) {
 		x.Watermark = &store.PortWatermark{Projector: r.Watermark.Projector, Stream: r.Watermark.Stream, Value: v}
 		emit(x)
 	}
+}
+
+// The records of one row each, as Export emits them and PortLookup
+// answers them.
+
+func portRec(k store.PortKind) store.PortRecord {
+	return store.PortRecord{Format: store.PortFormat, Kind: k}
+}
+
+func portWorld(id string, w *world) store.PortRecord {
+	pw := store.PortWorld{
+		ID: id, Universe: w.rec.Universe, Status: w.rec.Status, StatusReason: w.rec.StatusReason,
+		StatusChangedAt: utc(w.rec.StatusChangedAt), ParentWorld: w.rec.ParentWorld,
+		ParentSnapshotHash: w.rec.ParentSnapshotHash, ForkedAtHeight: w.rec.ForkedAtHeight,
+		CreatedAt: utc(w.rec.CreatedAt), InboxCursor: w.cursor, LastSeq: w.lastSeq,
+	}
+	if w.hasBaseline {
+		h := w.baseline
+		pw.BaselineHeight = &h
+	}
+	r := portRec(store.PortKindWorld)
+	r.World = &pw
+	return r
+}
+
+func portStream(id string, str *stream) store.PortRecord {
+	r := portRec(store.PortKindStream)
+	r.Stream = &store.PortStream{Stream: id, Head: str.head, CompactedTo: str.floor, CompactedAt: optTime(str.floorAt)}
+	return r
+}
+
+func portEvent(e store.Record) store.PortRecord {
+	e = cloneRecord(e)
+	e.EmittedAt, e.PersistedAt = utc(e.EmittedAt), utc(e.PersistedAt)
+	r := portRec(store.PortKindEvent)
+	r.Event = &store.PortEvent{Record: e}
+	return r
+}
+
+func portEventKey(stream, key string, k keyRecord) store.PortEventKey {
+	et := k.eventType
+	return store.PortEventKey{
+		Stream: stream, IdempotencyKey: key, EventID: k.appended.EventID, RunSeq: k.appended.RunSeq,
+		PersistedAt: utc(k.appended.PersistedAt), EventType: &et, PayloadSHA256: slices.Clone(k.payloadHash[:]),
+	}
+}
+
+func portInbox(id string, w *world, it store.InboxItem) store.PortRecord {
+	k := w.inboxKeys[it.DedupeKey]
+	r := portRec(store.PortKindInbox)
+	r.Inbox = &store.PortInboxItem{
+		World: id, Seq: it.Seq, Kind: it.Kind, Payload: cloneBytes(it.Payload), DedupeKey: it.DedupeKey,
+		EnqueuedAt: utc(it.EnqueuedAt), KeyLive: it.DedupeKey != "" && k != nil && k.seq == it.Seq,
+	}
+	return r
+}
+
+func portLease(id string, l *contract.LeaseRow) store.PortRecord {
+	r := portRec(store.PortKindLease)
+	r.Lease = &store.PortLease{World: id, Holder: l.Holder, Incarnation: l.Incarnation, Epoch: l.Epoch,
+		ExpiresAt: utc(l.ExpiresAt), TookOver: l.TookOver, Displaced: l.Displaced}
+	return r
+}
+
+func portTimer(h string, t *timer) store.PortRecord {
+	r := portRec(store.PortKindTimer)
+	r.Timer = &store.PortTimer{
+		IntentHash: h, World: t.item.World, DeliverAt: utc(t.item.DeliverAt), Payload: cloneBytes(t.item.Payload),
+		State: string(t.item.State), Attempt: t.item.Attempt, ClaimedBy: t.item.ClaimedBy,
+		ClaimExpires: optTime(t.item.ClaimExpires), ClaimNode: t.owner.node, ClaimIncarnation: t.owner.incarnation,
+		InboxSeq: optSeq(t.inboxSeq), CompletedAt: optTime(t.completedAt),
+	}
+	return r
 }
