@@ -96,7 +96,7 @@ func (s *backend) exportTx(ctx context.Context, out func(store.PortRecord) error
 		return err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a read-only transaction: nothing to keep
-	steps := exportSteps(ctx, tx, out)
+	steps := exportSteps(queryEach(ctx, tx), out)
 	for _, k := range store.PortKinds() {
 		if k == store.PortKindCounter {
 			continue
@@ -127,10 +127,13 @@ func (f filter) where() string {
 	return f.cond
 }
 
-// exportSteps returns each kind's export query (but the counter's), run in
-// tx and narrowed by a filter, each row given to out.
-func exportSteps(ctx context.Context, tx pgx.Tx, out func(store.PortRecord) error) map[store.PortKind]func(filter) error {
-	each := func(f filter, query string, row func(pgx.Rows) error) error {
+// eachFunc runs an export query narrowed by f and calls row for each of
+// its rows (now, or once a pipelined batch is sent).
+type eachFunc func(f filter, query string, row func(pgx.Rows) error) error
+
+// queryEach runs each query in tx at once, streaming its rows.
+func queryEach(ctx context.Context, tx pgx.Tx) eachFunc {
+	return func(f filter, query string, row func(pgx.Rows) error) error {
 		rows, err := tx.Query(ctx, query, f.args...)
 		if err != nil {
 			return err
@@ -143,6 +146,11 @@ func exportSteps(ctx context.Context, tx pgx.Tx, out func(store.PortRecord) erro
 		}
 		return rows.Err()
 	}
+}
+
+// exportSteps returns each kind's export query (but the counter's), run
+// by each and narrowed by a filter, each row given to out.
+func exportSteps(each eachFunc, out func(store.PortRecord) error) map[store.PortKind]func(filter) error {
 	return map[store.PortKind]func(filter) error{
 		store.PortKindWorld: func(f filter) error {
 			return each(f, `SELECT w.world, w.universe, w.status, w.status_reason, w.status_changed_at_ns, w.parent_world,
@@ -781,7 +789,8 @@ var bulkSQL = map[store.PortKind][]struct {
 }
 
 // PortLookup implements store.PortBackend: each record's key looked up
-// by the export's own query for its kind, in one read-only transaction.
+// by the export's own query for its kind, narrowed to the key, all of
+// them pipelined in one round trip of one read-only transaction.
 func (s *backend) PortLookup(ctx context.Context, batch []store.PortRecord) ([]*store.PortRecord, error) {
 	const op = "import"
 	if err := s.begin(op); err != nil {
@@ -795,11 +804,27 @@ func (s *backend) PortLookup(ctx context.Context, batch []store.PortRecord) ([]*
 			return err
 		}
 		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a read-only transaction: nothing to keep
-		var found *store.PortRecord
-		steps := exportSteps(ctx, tx, func(x store.PortRecord) error {
-			if found == nil {
+		b := &pgx.Batch{}
+		// queued is the record whose query is being queued, cur the one
+		// whose rows are being read (the batch's callbacks run in order).
+		queued, cur := 0, 0
+		queue := func(f filter, query string, row func(pgx.Rows) error) error {
+			i := queued
+			b.Queue(query, f.args...).Query(func(rows pgx.Rows) error {
+				cur = i
+				for rows.Next() {
+					if err := row(rows); err != nil {
+						return err
+					}
+				}
+				return rows.Err()
+			})
+			return nil
+		}
+		steps := exportSteps(queue, func(x store.PortRecord) error {
+			if out[cur] == nil {
 				x.Format = store.PortFormat
-				found = &x
+				out[cur] = &x
 			}
 			return nil
 		})
@@ -835,13 +860,15 @@ func (s *backend) PortLookup(ctx context.Context, batch []store.PortRecord) ([]*
 			default:
 				continue
 			}
-			found = nil
+			queued = i
 			if err := steps[r.Kind](f); err != nil {
 				return err
 			}
-			out[i] = found
 		}
-		return nil
+		if b.Len() == 0 {
+			return nil
+		}
+		return tx.SendBatch(ctx, b).Close()
 	})
 	return out, err
 }
