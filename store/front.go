@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/orrery-run/orrery/vocab"
@@ -587,7 +588,28 @@ func (f *Front) HoldEffect(ctx context.Context, intentHash, reason string) (Effe
 	if err := first(done(ctx, op), CheckID(op, "intentHash", intentHash), CheckReason(op, reason)); err != nil {
 		return EffectStatus{}, err
 	}
-	return f.b.HoldEffect(ctx, intentHash, reason)
+	st, err := f.b.HoldEffect(ctx, intentHash, reason)
+	if errors.Is(err, ErrEffectEnded) && reason != "" {
+		return f.endedSince(ctx, intentHash, err, func(st EffectStatus) bool { return st.HoldReason == reason })
+	}
+	return st, err
+}
+
+// endedSince answers a hold or release refused as ErrEffectEnded whose
+// own earlier attempt (a retry after its answer was lost) is what the
+// effect's record shows, by same: the effect's status, no error. A hold
+// or release is known by its reason, so one without a reason is never
+// taken for an earlier one.
+func (f *Front) endedSince(ctx context.Context, intentHash string, refused error, same func(EffectStatus) bool) (EffectStatus, error) {
+	st, err := f.b.EffectStatus(ctx, intentHash)
+	if err != nil {
+		return EffectStatus{}, refused
+	}
+	ended := st.State == vocab.EffectDone || st.State == vocab.EffectWithdrawn
+	if ended && !st.HeldAt.IsZero() && same(st) {
+		return st, nil
+	}
+	return EffectStatus{}, refused
 }
 
 // ReleaseHeld implements Effects.
@@ -596,7 +618,11 @@ func (f *Front) ReleaseHeld(ctx context.Context, intentHash, reason string) (Eff
 	if err := first(done(ctx, op), CheckID(op, "intentHash", intentHash), CheckReason(op, reason)); err != nil {
 		return EffectStatus{}, err
 	}
-	return f.b.ReleaseHeld(ctx, intentHash, reason)
+	st, err := f.b.ReleaseHeld(ctx, intentHash, reason)
+	if errors.Is(err, ErrEffectEnded) && reason != "" {
+		return f.endedSince(ctx, intentHash, err, func(st EffectStatus) bool { return st.ReleaseReason == reason })
+	}
+	return st, err
 }
 
 // HoldOpenEffects implements Effects.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -303,13 +304,18 @@ type Importer interface {
 	// dedupe record (worker rows do not count). Whether to import into a
 	// store that is not empty is the caller's decision.
 	Empty(ctx context.Context) (bool, error)
-	// Import writes batch in one transaction, all of it or none: each
-	// record as it is, but for the changes the Port comment lists. A
-	// record whose key exists already (a world, an event, an effect's
-	// intent hash …) is ErrConflict; a record of another format or an
-	// unknown kind, or one whose kind's field is missing, is ErrInvalid.
-	// Records must come in an export's order: a row that names a world
-	// neither the target nor the batch holds is ErrWorldNotFound.
+	// Import writes batch, all of it or none: each record as it is, but
+	// for the changes the Port comment lists. A record whose key exists
+	// already (a world, an event, an effect's intent hash …) holding the
+	// very record being imported (PortSame) is left as it is: so a batch
+	// that committed but whose answer was lost (a connection dropped
+	// after the write) can be sent again and succeeds, and a copy
+	// interrupted anywhere can be run again from its start. A record
+	// whose key exists holding anything else is ErrConflict: an import
+	// never overwrites. A record of another format or an unknown kind, or
+	// one whose kind's field is missing, is ErrInvalid. Records must come
+	// in an export's order: a row that names a world neither the target
+	// nor the batch holds is ErrWorldNotFound.
 	Import(ctx context.Context, batch []PortRecord) error
 	// FinishImport does what must follow a bulk load before the store
 	// serves (counters moved past the highest imported value, planner
@@ -431,10 +437,23 @@ func PortImported(r PortRecord, archived bool, now time.Time) PortRecord {
 
 // PortBackend is what a backend implements for Export and Import; the
 // Front checks every imported record (CheckPortBatch) before the backend
-// sees it.
+// sees it. A backend's Import refuses any record whose key exists
+// (ErrConflict); the Front then asks PortLookup which of them are there
+// already as they would be imported, and imports the rest.
 type PortBackend interface {
 	Exporter
 	Importer
+	// PortLookup returns, for each record of batch, the record the store
+	// holds under the same key, as Export would emit it, or nil when it
+	// holds none. The keys: a world's id; a stream's id (a stream with
+	// neither head nor floor is none); an event's stream and runSeq; a
+	// compacted key's stream and key (a key whose event is live is none);
+	// a snapshot's world and height; an inbox item's world and seq; a
+	// drain's world and upto; a lease's and an assignment's world; an
+	// effect's and a timer's intent hash; a fabric record's destination
+	// and message id; a watermark's projector and stream. A counter has
+	// no key: always nil.
+	PortLookup(ctx context.Context, batch []PortRecord) ([]*PortRecord, error)
 }
 
 var (
@@ -491,7 +510,79 @@ func (f *Front) Import(ctx context.Context, batch []PortRecord) error {
 	if err != nil {
 		return err
 	}
-	return p.Import(ctx, batch)
+	err = p.Import(ctx, batch)
+	if !errors.Is(err, ErrConflict) {
+		return err
+	}
+	// Some key exists: a batch sent again after its answer was lost, a
+	// copy run again, or a true conflict. What is there already as it
+	// would be imported is left; the rest is imported, and refused again
+	// if anything of it still collides.
+	rest, err := f.portUnseen(ctx, p, batch)
+	if err != nil || len(rest) == 0 {
+		return err
+	}
+	return p.Import(ctx, rest)
+}
+
+// portUnseen returns the records of batch the store does not hold as it
+// would import them, or ErrConflict naming the first whose key it holds
+// with anything else.
+func (f *Front) portUnseen(ctx context.Context, p PortBackend, batch []PortRecord) ([]PortRecord, error) {
+	const op = "import"
+	stored, err := p.PortLookup(ctx, batch)
+	if err != nil {
+		return nil, err
+	}
+	if len(stored) != len(batch) {
+		return nil, fmt.Errorf("store: import: lookup of %d records answered %d", len(batch), len(stored))
+	}
+	now, err := f.b.Now(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Whether an effect's world is archived decides the import of an
+	// inflight or held effect (withdrawn); the world is in the batch or
+	// in the store.
+	archived := map[string]bool{}
+	for _, r := range batch {
+		if r.Kind == PortKindWorld {
+			archived[r.World.ID] = r.World.Status == WorldArchived
+		}
+	}
+	isArchived := func(world string) (bool, error) {
+		if a, ok := archived[world]; ok {
+			return a, nil
+		}
+		w, err := f.b.GetWorld(ctx, world)
+		switch {
+		case err == nil:
+			archived[world] = w.Status == WorldArchived
+		case errors.Is(err, ErrWorldNotFound) || errors.Is(err, ErrNotFound):
+			archived[world] = false
+		default:
+			return false, err
+		}
+		return archived[world], nil
+	}
+	rest := make([]PortRecord, 0, len(batch))
+	for i, r := range batch {
+		s := stored[i]
+		if s == nil {
+			rest = append(rest, r)
+			continue
+		}
+		arch := false
+		if r.Kind == PortKindEffect {
+			if arch, err = isArchived(r.Effect.World); err != nil {
+				return nil, err
+			}
+		}
+		if !PortSame(*s, r, arch, now) {
+			return nil, Errorf(op, ErrConflict, portWorld(r), "a %s record %s exists and differs", r.Kind, portKey(r))
+		}
+	}
+	return rest, nil
 }
 
 // FinishImport implements Importer.
@@ -551,3 +642,173 @@ func PortCopy(ctx context.Context, src Exporter, dst Importer, batch int, progre
 // DefaultPortBatch is PortCopy's records per Import: large enough that a
 // transaction's fixed cost is spread thin, small enough to bound memory.
 const DefaultPortBatch = 1000
+
+// PortSame reports whether stored, a record as a store exports it, is
+// incoming as an import writes it (PortImported; archived says whether
+// incoming's world is archived, now is the target's clock): what a record
+// imported before, by a batch whose answer was lost or by an earlier run
+// of the same copy, holds. Two things an import takes from the clock are
+// allowed to differ, as an earlier import took them at an earlier time: a
+// released lease's expiry (brought back to the clock of that import, so
+// at or before incoming's), and the withdrawal time of an archived
+// world's inflight or held effect. A world's last inbox seq may stand
+// below incoming's: a store that derives it from its inbox items has not
+// imported them all yet.
+func PortSame(stored, incoming PortRecord, archived bool, now time.Time) bool {
+	if stored.Kind != incoming.Kind {
+		return false
+	}
+	want := PortImported(incoming, archived, now)
+	switch want.Kind {
+	case PortKindWorld:
+		if stored.World.LastSeq > want.World.LastSeq {
+			return false
+		}
+		w := *want.World
+		w.LastSeq = stored.World.LastSeq
+		want.World = &w
+	case PortKindLease:
+		src := incoming.Lease.ExpiresAt
+		got := stored.Lease.ExpiresAt
+		if got.After(src) {
+			return false
+		}
+		l := *want.Lease
+		l.ExpiresAt = got
+		want.Lease = &l
+	case PortKindEffect:
+		if archived && (incoming.Effect.State == "inflight" || incoming.Effect.State == "held") &&
+			stored.Effect.CompletedAt != nil {
+			e := *want.Effect
+			e.CompletedAt = stored.Effect.CompletedAt
+			want.Effect = &e
+		}
+	}
+	return portCanon(stored) == portCanon(want)
+}
+
+// portCanon is r's JSON with every time in UTC, so that two records
+// compare equal whatever location their times were read in.
+func portCanon(r PortRecord) string {
+	r.Format = PortFormat
+	u := func(t time.Time) time.Time { return t.UTC() }
+	uo := func(t *time.Time) *time.Time {
+		if t == nil {
+			return nil
+		}
+		v := t.UTC()
+		return &v
+	}
+	switch r.Kind {
+	case PortKindWorld:
+		w := *r.World
+		w.StatusChangedAt, w.CreatedAt = u(w.StatusChangedAt), u(w.CreatedAt)
+		r.World = &w
+	case PortKindStream:
+		x := *r.Stream
+		x.CompactedAt = uo(x.CompactedAt)
+		r.Stream = &x
+	case PortKindEvent:
+		e := *r.Event
+		e.EmittedAt, e.PersistedAt = u(e.EmittedAt), u(e.PersistedAt)
+		r.Event = &e
+	case PortKindEventKey:
+		k := *r.EventKey
+		k.PersistedAt = u(k.PersistedAt)
+		r.EventKey = &k
+	case PortKindSnapshot:
+		n := *r.Snapshot
+		n.CreatedAt = u(n.CreatedAt)
+		r.Snapshot = &n
+	case PortKindInbox:
+		i := *r.Inbox
+		i.EnqueuedAt = u(i.EnqueuedAt)
+		r.Inbox = &i
+	case PortKindDrain:
+		d := *r.Drain
+		d.DrainedAt = u(d.DrainedAt)
+		r.Drain = &d
+	case PortKindLease:
+		l := *r.Lease
+		l.ExpiresAt = u(l.ExpiresAt)
+		r.Lease = &l
+	case PortKindEffect:
+		e := *r.Effect
+		e.EnqueuedAt = u(e.EnqueuedAt)
+		e.ClaimExpires, e.CompletedAt, e.RetryAt, e.HeldAt = uo(e.ClaimExpires), uo(e.CompletedAt), uo(e.RetryAt), uo(e.HeldAt)
+		r.Effect = &e
+	case PortKindTimer:
+		t := *r.Timer
+		t.DeliverAt = u(t.DeliverAt)
+		t.ClaimExpires, t.CompletedAt = uo(t.ClaimExpires), uo(t.CompletedAt)
+		r.Timer = &t
+	case PortKindFabric:
+		f := *r.Fabric
+		f.CompletedAt = u(f.CompletedAt)
+		r.Fabric = &f
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return "unmarshalable: " + err.Error()
+	}
+	return string(b)
+}
+
+// portWorld is the world r belongs to ("" for a stream's, a watermark's
+// or a counter's record).
+func portWorld(r PortRecord) string {
+	switch r.Kind {
+	case PortKindWorld:
+		return r.World.ID
+	case PortKindSnapshot:
+		return r.Snapshot.World
+	case PortKindInbox:
+		return r.Inbox.World
+	case PortKindDrain:
+		return r.Drain.World
+	case PortKindLease:
+		return r.Lease.World
+	case PortKindAssignment:
+		return r.Assignment.World
+	case PortKindEffect:
+		return r.Effect.World
+	case PortKindTimer:
+		return r.Timer.World
+	case PortKindFabric:
+		return r.Fabric.Dest
+	}
+	return ""
+}
+
+// portKey names r's key (PortBackend.PortLookup) for an error.
+func portKey(r PortRecord) string {
+	switch r.Kind {
+	case PortKindWorld:
+		return r.World.ID
+	case PortKindStream:
+		return r.Stream.Stream
+	case PortKindEvent:
+		return fmt.Sprintf("%s/%d", r.Event.StreamID, r.Event.RunSeq)
+	case PortKindEventKey:
+		return r.EventKey.Stream + "/" + r.EventKey.IdempotencyKey
+	case PortKindSnapshot:
+		return fmt.Sprintf("%s@%d", r.Snapshot.World, r.Snapshot.Height)
+	case PortKindInbox:
+		return fmt.Sprintf("%s#%d", r.Inbox.World, r.Inbox.Seq)
+	case PortKindDrain:
+		return fmt.Sprintf("%s upto %d", r.Drain.World, r.Drain.Upto)
+	case PortKindLease:
+		return r.Lease.World
+	case PortKindAssignment:
+		return r.Assignment.World
+	case PortKindEffect:
+		return r.Effect.IntentHash
+	case PortKindTimer:
+		return r.Timer.IntentHash
+	case PortKindFabric:
+		return r.Fabric.Dest + "/" + r.Fabric.MessageID
+	case PortKindWatermark:
+		return r.Watermark.Projector + "/" + r.Watermark.Stream
+	}
+	return string(r.Kind)
+}

@@ -910,7 +910,11 @@ type Effects interface {
 	// operator, who holds it because it may have run, decides instead);
 	// the orphan and expiry reapers leave a held effect alone. Holding a
 	// held effect is a no-op (its first hold's reason and time are kept).
-	// A done or withdrawn effect: ErrEffectEnded. Unknown: ErrNotFound.
+	// A done or withdrawn effect: ErrEffectEnded, but for one whose latest
+	// hold had this very reason (not empty), which answers its status and
+	// no error: a hold retried after its answer was lost, the effect
+	// released and ended since (or withdrawn by its world's archiving), is
+	// told the hold happened. Unknown: ErrNotFound.
 	HoldEffect(ctx context.Context, intentHash, reason string) (EffectStatus, error)
 	// ReleaseHeld is an operator's release of a held effect: pending
 	// again and claimable at once (its retry wait cleared), reason
@@ -918,12 +922,20 @@ type Effects interface {
 	// claim is attempt+1 and runs the effect under its unchanged intent
 	// hash, which adapters send as the idempotency key. Releasing a
 	// pending or inflight effect is a no-op. Done or withdrawn:
-	// ErrEffectEnded. Unknown: ErrNotFound.
+	// ErrEffectEnded, but for one whose hold was ended by a release with
+	// this very reason (not empty), which answers its status and no
+	// error: a release retried after its answer was lost (the release
+	// withdrew an archived world's effect, or the effect ran and ended
+	// since) is told the release happened. Unknown: ErrNotFound.
 	ReleaseHeld(ctx context.Context, intentHash, reason string) (EffectStatus, error)
 	// HoldOpenEffects holds every pending and inflight effect of the store
 	// in one transaction, as HoldEffect holds one (a restore's first
 	// step: none of them runs again before an operator decides). It
-	// returns how many it held.
+	// returns how many effects are held under reason once it is done:
+	// those it held and those held under the same reason before, so a
+	// call retried after its answer was lost returns what the first
+	// attempt would have (unless other holds under that reason came or
+	// went in between).
 	HoldOpenEffects(ctx context.Context, reason string) (int, error)
 	// ReleaseAllHeld releases every held effect in one transaction, as
 	// ReleaseHeld releases one, and returns how many.

@@ -18,6 +18,7 @@ import (
 type migrateFlags struct {
 	from, to     string
 	intoNonEmpty bool
+	resume       bool
 	force        bool
 	quiet        bool
 	verifyOnly   bool
@@ -39,7 +40,12 @@ than "orrery"): SQLite to PostgreSQL, back, or between two of either.
 
 It refuses, before writing anything:
   - a target that is not empty (exit 4), unless --into-nonempty, which merges
-    only when no world or stream of the source exists in the target;
+    only when no world or stream of the source exists in the target, or
+    --resume, which completes a copy an earlier run left part-way (stopped,
+    or a batch whose answer was lost): every record the target holds as the
+    copy writes it is left as it is, the rest is copied, and a record the
+    target holds as anything else is a conflict (exit 4; nothing is
+    overwritten);
   - a source whose nodes promised liveness that has not run out by the
     store's clock (exit 4): a copy of a store being written misses every
     write after its snapshot. Stop the nodes first, or pass --force.
@@ -56,6 +62,7 @@ Progress goes to stderr every second (records, worlds, rate, ETA); --quiet
 silences it. -o json prints the verification as one JSON document.`,
 		Example: `  orrery migrate --from orrery.db --to postgres://orrery@db:5432/orrery
   orrery migrate --from postgres://orrery@db:5432/orrery --to ./copy.db -o json
+  orrery migrate --from orrery.db --to postgres://orrery@db:5432/orrery --resume
   orrery migrate --from orrery.db --to postgres://orrery@db:5432/orrery --verify-only`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error { return e.migrate(cmd.Context(), f) },
@@ -64,6 +71,7 @@ silences it. -o json prints the verification as one JSON document.`,
 	fl.StringVar(&f.from, "from", "", "the source store: a SQLite path or a postgres:// DSN")
 	fl.StringVar(&f.to, "to", "", "the target store: a SQLite path or a postgres:// DSN")
 	fl.BoolVar(&f.intoNonEmpty, "into-nonempty", false, "merge into a target that holds records, when no world or stream collides")
+	fl.BoolVar(&f.resume, "resume", false, "complete a copy an earlier run left part-way in the target (never overwrites a record)")
 	fl.BoolVar(&f.force, "force", false, "copy even though the source's nodes may still be alive (their later writes are not copied)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress on stderr")
 	fl.BoolVar(&f.verifyOnly, "verify-only", false, "only verify that the target equals the source")
@@ -113,7 +121,7 @@ func (e *env) migrate(ctx context.Context, f migrateFlags) error {
 	if !f.verifyOnly {
 		progress(fmt.Sprintf("migrate: %s -> %s", from, to))
 		res, err := migrate.Copy(ctx, src, dst, migrate.CopyOptions{
-			Batch: f.batch, IntoNonEmpty: f.intoNonEmpty, Force: f.force, Survey: !f.quiet,
+			Batch: f.batch, IntoNonEmpty: f.intoNonEmpty, Resume: f.resume, Force: f.force, Survey: !f.quiet,
 			Progress: func(p migrate.Progress) { progress(progressLine(p)) },
 		})
 		if err != nil {

@@ -376,3 +376,57 @@ func FuzzParseSpec(f *testing.F) {
 		}
 	})
 }
+
+// A copy left part-way in the target (its first records imported, as a
+// run stopped after some batches leaves it) is refused without --resume
+// (exit 4) and completed with it, verified; a target holding one of the
+// source's worlds as another world is a conflict under --resume (exit 4),
+// never overwritten.
+func TestMigrateResumeCompletesAnInterruptedCopy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	from, to, other := filepath.Join(dir, "a.db"), filepath.Join(dir, "b.db"), filepath.Join(dir, "c.db")
+	src, err := sqlite.Open(ctx, from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"alice", "bob", "carol"} {
+		if _, err := src.CreateWorld(ctx, ledger.UniverseAccount, id, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var recs []store.PortRecord
+	if err := src.Export(ctx, func(r store.PortRecord) error { recs = append(recs, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	dst, err := sqlite.Open(ctx, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Import(ctx, recs[:2]); err != nil {
+		t.Fatal(err)
+	}
+	o, err := sqlite.Open(ctx, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.CreateWorld(ctx, "another-universe", "alice", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []interface{ Close() error }{src, dst, o} {
+		_ = s.Close()
+	}
+	r := runCLI(ctx, nil, "migrate", "--from", from, "--to", to, "--quiet")
+	if r.code != cli.ExitConflict || !strings.Contains(r.err, "not empty") || !strings.Contains(r.err, "--resume") {
+		t.Fatalf("migrate into a part-way copy without --resume: %s", r)
+	}
+	r = runCLI(ctx, nil, "migrate", "--from", from, "--to", to, "--quiet", "--resume")
+	if r.code != cli.ExitOK || !strings.Contains(r.out, "verification passed") {
+		t.Fatalf("migrate --resume: %s", r)
+	}
+	r = runCLI(ctx, nil, "migrate", "--from", from, "--to", other, "--quiet", "--resume")
+	if r.code != cli.ExitConflict || !strings.Contains(r.err, "exists") {
+		t.Fatalf("migrate --resume into a store holding another alice: %s", r)
+	}
+}

@@ -24,6 +24,15 @@ type CopyOptions struct {
 	// nothing is written). The target's worker rows, leases and counters
 	// stay; the effect queue's counter only rises.
 	IntoNonEmpty bool
+	// Resume runs a copy again into the target an earlier run of it
+	// left part-way (interrupted, or a batch whose answer was lost): a
+	// target that is not empty is accepted, every record the target holds
+	// as the import writes it is left as it is, and the rest is imported.
+	// A record the target holds as anything else is store.ErrConflict,
+	// and nothing of its batch is written: the target is not that copy's
+	// (or the source changed since; a resumed copy is of the source as it
+	// is now). Run it with the same Transform.
+	Resume bool
 	// Force copies a source whose nodes may still be alive. The copy is
 	// of one consistent snapshot; what they write after it is not copied.
 	Force bool
@@ -213,8 +222,8 @@ func checkCollisions(ctx context.Context, dst store.Store, s survey) error {
 // Copy copies every record of src into dst (see the package doc for what
 // it refuses) and finishes the import. It does not verify: call Verify.
 // On an error part of the copy may be in dst already (each batch is one
-// transaction, the whole copy is not): the target must be emptied, or
-// dropped and created again, before another try.
+// transaction, the whole copy is not): run it again with Resume to
+// complete it.
 func Copy(ctx context.Context, src, dst store.Store, o CopyOptions) (Result, error) {
 	ex, im, err := porters(src, dst)
 	if err != nil {
@@ -242,15 +251,18 @@ func Copy(ctx context.Context, src, dst store.Store, o CopyOptions) (Result, err
 	if err != nil {
 		return Result{}, fmt.Errorf("reading the target: %w", err)
 	}
-	if !empty && !o.IntoNonEmpty {
-		return Result{}, fmt.Errorf("%w: it holds worlds or records already; copy into an empty store, or pass --into-nonempty to merge when no world collides", ErrTargetNotEmpty)
+	if !empty && !o.IntoNonEmpty && !o.Resume {
+		return Result{}, fmt.Errorf("%w: it holds worlds or records already; copy into an empty store, pass --resume to complete an interrupted copy, or --into-nonempty to merge when no world collides", ErrTargetNotEmpty)
 	}
+	// A resumed copy finds the source's worlds in the target: the import
+	// decides, record by record, whether they are the copy's.
+	collide := !empty && !o.Resume
 	var sv survey
-	if o.Survey || !empty {
-		if sv, err = surveySource(ctx, ex, !empty); err != nil {
+	if o.Survey || collide {
+		if sv, err = surveySource(ctx, ex, collide); err != nil {
 			return Result{}, fmt.Errorf("reading the source: %w", err)
 		}
-		if !empty {
+		if collide {
 			if err := checkCollisions(ctx, dst, sv); err != nil {
 				return Result{}, err
 			}

@@ -12,7 +12,10 @@
 //     written misses every write after its snapshot) and a target that is
 //     not empty (ErrTargetNotEmpty) unless asked to merge, which it allows
 //     only when no world or stream of the source exists in the target
-//     (ErrCollision). A Transform hook sees every record on the way (a
+//     (ErrCollision), or a Resume, which completes a copy an earlier run
+//     left part-way: the import leaves every record the target holds as
+//     it would write it (store.Importer) and refuses one held as anything
+//     else (store.ErrConflict). A Transform hook sees every record on the way (a
 //     restore holds the open effects of an old backup instead of running
 //     them again). Progress reports records, worlds, bytes, rate and ETA.
 //   - Verify compares two stores and reports every difference by world:

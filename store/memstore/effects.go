@@ -426,6 +426,8 @@ func (s *backend) HoldOpenEffects(ctx context.Context, reason string) (int, erro
 	for _, e := range s.st.effects {
 		if e.item.State == vocab.EffectPending || e.item.State == vocab.EffectInflight {
 			e.hold(reason, now)
+		}
+		if e.item.State == vocab.EffectHeld && e.item.HoldReason == reason {
 			n++
 		}
 	}

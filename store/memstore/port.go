@@ -50,20 +50,7 @@ func (s *backend) Export(ctx context.Context, emit func(store.PortRecord) error)
 	rec := func(k store.PortKind) store.PortRecord { return store.PortRecord{Format: store.PortFormat, Kind: k} }
 	worlds := sortedKeys(st.worlds)
 	for _, id := range worlds {
-		w := st.worlds[id]
-		r := rec(store.PortKindWorld)
-		pw := store.PortWorld{
-			ID: id, Universe: w.rec.Universe, Status: w.rec.Status, StatusReason: w.rec.StatusReason,
-			StatusChangedAt: utc(w.rec.StatusChangedAt), ParentWorld: w.rec.ParentWorld,
-			ParentSnapshotHash: w.rec.ParentSnapshotHash, ForkedAtHeight: w.rec.ForkedAtHeight,
-			CreatedAt: utc(w.rec.CreatedAt), InboxCursor: w.cursor, LastSeq: w.lastSeq,
-		}
-		if w.hasBaseline {
-			h := w.baseline
-			pw.BaselineHeight = &h
-		}
-		r.World = &pw
-		if err := emit(r); err != nil {
+		if err := emit(portWorld(id, st.worlds[id])); err != nil {
 			return err
 		}
 	}
@@ -73,19 +60,13 @@ func (s *backend) Export(ctx context.Context, emit func(store.PortRecord) error)
 		if str.head == 0 && str.floor == 0 {
 			continue
 		}
-		r := rec(store.PortKindStream)
-		r.Stream = &store.PortStream{Stream: id, Head: str.head, CompactedTo: str.floor, CompactedAt: optTime(str.floorAt)}
-		if err := emit(r); err != nil {
+		if err := emit(portStream(id, str)); err != nil {
 			return err
 		}
 	}
 	for _, id := range streams {
 		for _, e := range st.streams[id].records {
-			r := rec(store.PortKindEvent)
-			e = cloneRecord(e)
-			e.EmittedAt, e.PersistedAt = utc(e.EmittedAt), utc(e.PersistedAt)
-			r.Event = &store.PortEvent{Record: e}
-			if err := emit(r); err != nil {
+			if err := emit(portEvent(e)); err != nil {
 				return err
 			}
 		}
@@ -97,11 +78,7 @@ func (s *backend) Export(ctx context.Context, emit func(store.PortRecord) error)
 			if str.live(k.appended.RunSeq) {
 				continue
 			}
-			et := k.eventType
-			keys = append(keys, store.PortEventKey{
-				Stream: id, IdempotencyKey: key, EventID: k.appended.EventID, RunSeq: k.appended.RunSeq,
-				PersistedAt: utc(k.appended.PersistedAt), EventType: &et, PayloadSHA256: slices.Clone(k.payloadHash[:]),
-			})
+			keys = append(keys, portEventKey(id, key, k))
 		}
 		sort.Slice(keys, func(i, j int) bool { return keys[i].IdempotencyKey < keys[j].IdempotencyKey })
 		for i := range keys {
@@ -127,13 +104,7 @@ func (s *backend) Export(ctx context.Context, emit func(store.PortRecord) error)
 	for _, id := range worlds {
 		w := st.worlds[id]
 		for _, it := range w.inbox {
-			k := w.inboxKeys[it.DedupeKey]
-			r := rec(store.PortKindInbox)
-			r.Inbox = &store.PortInboxItem{
-				World: id, Seq: it.Seq, Kind: it.Kind, Payload: cloneBytes(it.Payload), DedupeKey: it.DedupeKey,
-				EnqueuedAt: utc(it.EnqueuedAt), KeyLive: it.DedupeKey != "" && k != nil && k.seq == it.Seq,
-			}
-			if err := emit(r); err != nil {
+			if err := emit(portInbox(id, w, it)); err != nil {
 				return err
 			}
 		}
@@ -149,11 +120,7 @@ func (s *backend) Export(ctx context.Context, emit func(store.PortRecord) error)
 		}
 	}
 	for _, id := range sortedKeys(st.leases) {
-		l := st.leases[id]
-		r := rec(store.PortKindLease)
-		r.Lease = &store.PortLease{World: id, Holder: l.Holder, Incarnation: l.Incarnation, Epoch: l.Epoch,
-			ExpiresAt: utc(l.ExpiresAt), TookOver: l.TookOver, Displaced: l.Displaced}
-		if err := emit(r); err != nil {
+		if err := emit(portLease(id, st.leases[id])); err != nil {
 			return err
 		}
 	}
@@ -177,15 +144,7 @@ func (s *backend) Export(ctx context.Context, emit func(store.PortRecord) error)
 		}
 	}
 	for _, h := range sortedKeys(st.timers) {
-		t := st.timers[h]
-		r := rec(store.PortKindTimer)
-		r.Timer = &store.PortTimer{
-			IntentHash: h, World: t.item.World, DeliverAt: utc(t.item.DeliverAt), Payload: cloneBytes(t.item.Payload),
-			State: string(t.item.State), Attempt: t.item.Attempt, ClaimedBy: t.item.ClaimedBy,
-			ClaimExpires: optTime(t.item.ClaimExpires), ClaimNode: t.owner.node, ClaimIncarnation: t.owner.incarnation,
-			InboxSeq: optSeq(t.inboxSeq), CompletedAt: optTime(t.completedAt),
-		}
-		if err := emit(r); err != nil {
+		if err := emit(portTimer(h, st.timers[h])); err != nil {
 			return err
 		}
 	}
@@ -377,8 +336,21 @@ func (st *state) checkImport(op string, batch []store.PortRecord) error {
 				}
 			}
 		case store.PortKindDrain:
-			if err := worldOK(r.Drain.World); err != nil {
+			d := r.Drain
+			if err := worldOK(d.World); err != nil {
 				return err
+			}
+			// The cursor only moves forward: a world's drains are keyed by
+			// the seq they reached.
+			if w := st.worlds[d.World]; w != nil {
+				for _, x := range w.drains {
+					if x.Upto == d.Upto {
+						return conflict(op, d.World, "drain to %d exists", d.Upto)
+					}
+				}
+			}
+			if dup("d\x00" + d.World + "\x00" + u64(d.Upto)) {
+				return conflict(op, d.World, "drain to %d twice", d.Upto)
 			}
 		case store.PortKindLease:
 			if err := worldOK(r.Lease.World); err != nil {
@@ -603,4 +575,228 @@ func (s *backend) FinishImport(ctx context.Context) error {
 	}
 	s.end()
 	return nil
+}
+
+// PortLookup implements store.PortBackend.
+func (s *backend) PortLookup(ctx context.Context, batch []store.PortRecord) ([]*store.PortRecord, error) {
+	if err := s.begin(ctx, "import"); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	st := s.st
+	out := make([]*store.PortRecord, len(batch))
+	for i, r := range batch {
+		var found []store.PortRecord
+		// The stored record is the one Export emits under r's key: an
+		// export of the one row, filtered.
+		emit := func(x store.PortRecord) {
+			found = append(found, x)
+		}
+		st.lookupRecord(r, emit)
+		if len(found) > 0 {
+			f := found[0]
+			f.Format = store.PortFormat
+			out[i] = &f
+		}
+	}
+	return out, nil
+}
+
+// lookupRecord emits the stored record under r's key, if any (mu held).
+func (st *state) lookupRecord(r store.PortRecord, emit func(store.PortRecord)) {
+	rec := func(k store.PortKind) store.PortRecord { return store.PortRecord{Format: store.PortFormat, Kind: k} }
+	switch r.Kind {
+	case store.PortKindWorld:
+		w := st.worlds[r.World.ID]
+		if w == nil {
+			return
+		}
+		emit(portWorld(r.World.ID, w))
+	case store.PortKindStream:
+		str := st.streams[r.Stream.Stream]
+		if str == nil || (str.head == 0 && str.floor == 0) {
+			return
+		}
+		emit(portStream(r.Stream.Stream, str))
+	case store.PortKindEvent:
+		str := st.streams[r.Event.StreamID]
+		if str == nil {
+			return
+		}
+		i := sort.Search(len(str.records), func(i int) bool { return str.records[i].RunSeq >= r.Event.RunSeq })
+		if i == len(str.records) || str.records[i].RunSeq != r.Event.RunSeq {
+			return
+		}
+		emit(portEvent(str.records[i]))
+	case store.PortKindEventKey:
+		str := st.streams[r.EventKey.Stream]
+		if str == nil {
+			return
+		}
+		k, ok := str.byKey[r.EventKey.IdempotencyKey]
+		if !ok || str.live(k.appended.RunSeq) {
+			return
+		}
+		pk := portEventKey(r.EventKey.Stream, r.EventKey.IdempotencyKey, k)
+		x := rec(store.PortKindEventKey)
+		x.EventKey = &pk
+		emit(x)
+	case store.PortKindSnapshot:
+		w := st.worlds[r.Snapshot.World]
+		if w == nil {
+			return
+		}
+		sn, ok := w.snapshots[r.Snapshot.Height]
+		if !ok {
+			return
+		}
+		sn.State, sn.CreatedAt = cloneBytes(sn.State), utc(sn.CreatedAt)
+		x := rec(store.PortKindSnapshot)
+		x.Snapshot = &store.PortSnapshot{Snapshot: sn}
+		emit(x)
+	case store.PortKindInbox:
+		w := st.worlds[r.Inbox.World]
+		if w == nil {
+			return
+		}
+		for _, it := range w.inbox {
+			if it.Seq != r.Inbox.Seq {
+				continue
+			}
+			emit(portInbox(r.Inbox.World, w, it))
+			return
+		}
+	case store.PortKindDrain:
+		w := st.worlds[r.Drain.World]
+		if w == nil {
+			return
+		}
+		for _, d := range w.drains {
+			if d.Upto == r.Drain.Upto {
+				d.DrainedAt = utc(d.DrainedAt)
+				x := rec(store.PortKindDrain)
+				x.Drain = &d
+				emit(x)
+				return
+			}
+		}
+	case store.PortKindLease:
+		l := st.leases[r.Lease.World]
+		if l == nil {
+			return
+		}
+		emit(portLease(r.Lease.World, l))
+	case store.PortKindAssignment:
+		a, ok := st.assignments[r.Assignment.World]
+		if !ok {
+			return
+		}
+		x := rec(store.PortKindAssignment)
+		x.Assignment = &store.PortAssignment{World: r.Assignment.World, Assignment: a}
+		emit(x)
+	case store.PortKindEffect:
+		e := st.effects[r.Effect.IntentHash]
+		if e == nil {
+			return
+		}
+		x := rec(store.PortKindEffect)
+		x.Effect = e.port()
+		emit(x)
+	case store.PortKindTimer:
+		t := st.timers[r.Timer.IntentHash]
+		if t == nil {
+			return
+		}
+		emit(portTimer(r.Timer.IntentHash, t))
+	case store.PortKindFabric:
+		w := st.worlds[r.Fabric.Dest]
+		if w == nil || w.fabric[r.Fabric.MessageID] == nil {
+			return
+		}
+		d := w.fabric[r.Fabric.MessageID]
+		x := rec(store.PortKindFabric)
+		x.Fabric = &store.PortFabric{Dest: r.Fabric.Dest, MessageID: r.Fabric.MessageID, Seq: d.seq, CompletedAt: utc(d.completedAt)}
+		emit(x)
+	case store.PortKindWatermark:
+		v, ok := st.watermarks[watermarkKey{r.Watermark.Projector, r.Watermark.Stream}]
+		if !ok {
+			return
+		}
+		x := rec(store.PortKindWatermark)
+		x.Watermark = &store.PortWatermark{Projector: r.Watermark.Projector, Stream: r.Watermark.Stream, Value: v}
+		emit(x)
+	}
+}
+
+// The records of one row each, as Export emits them and PortLookup
+// answers them.
+
+func portRec(k store.PortKind) store.PortRecord {
+	return store.PortRecord{Format: store.PortFormat, Kind: k}
+}
+
+func portWorld(id string, w *world) store.PortRecord {
+	pw := store.PortWorld{
+		ID: id, Universe: w.rec.Universe, Status: w.rec.Status, StatusReason: w.rec.StatusReason,
+		StatusChangedAt: utc(w.rec.StatusChangedAt), ParentWorld: w.rec.ParentWorld,
+		ParentSnapshotHash: w.rec.ParentSnapshotHash, ForkedAtHeight: w.rec.ForkedAtHeight,
+		CreatedAt: utc(w.rec.CreatedAt), InboxCursor: w.cursor, LastSeq: w.lastSeq,
+	}
+	if w.hasBaseline {
+		h := w.baseline
+		pw.BaselineHeight = &h
+	}
+	r := portRec(store.PortKindWorld)
+	r.World = &pw
+	return r
+}
+
+func portStream(id string, str *stream) store.PortRecord {
+	r := portRec(store.PortKindStream)
+	r.Stream = &store.PortStream{Stream: id, Head: str.head, CompactedTo: str.floor, CompactedAt: optTime(str.floorAt)}
+	return r
+}
+
+func portEvent(e store.Record) store.PortRecord {
+	e = cloneRecord(e)
+	e.EmittedAt, e.PersistedAt = utc(e.EmittedAt), utc(e.PersistedAt)
+	r := portRec(store.PortKindEvent)
+	r.Event = &store.PortEvent{Record: e}
+	return r
+}
+
+func portEventKey(stream, key string, k keyRecord) store.PortEventKey {
+	et := k.eventType
+	return store.PortEventKey{
+		Stream: stream, IdempotencyKey: key, EventID: k.appended.EventID, RunSeq: k.appended.RunSeq,
+		PersistedAt: utc(k.appended.PersistedAt), EventType: &et, PayloadSHA256: slices.Clone(k.payloadHash[:]),
+	}
+}
+
+func portInbox(id string, w *world, it store.InboxItem) store.PortRecord {
+	k := w.inboxKeys[it.DedupeKey]
+	r := portRec(store.PortKindInbox)
+	r.Inbox = &store.PortInboxItem{
+		World: id, Seq: it.Seq, Kind: it.Kind, Payload: cloneBytes(it.Payload), DedupeKey: it.DedupeKey,
+		EnqueuedAt: utc(it.EnqueuedAt), KeyLive: it.DedupeKey != "" && k != nil && k.seq == it.Seq,
+	}
+	return r
+}
+
+func portLease(id string, l *contract.LeaseRow) store.PortRecord {
+	r := portRec(store.PortKindLease)
+	r.Lease = &store.PortLease{World: id, Holder: l.Holder, Incarnation: l.Incarnation, Epoch: l.Epoch,
+		ExpiresAt: utc(l.ExpiresAt), TookOver: l.TookOver, Displaced: l.Displaced}
+	return r
+}
+
+func portTimer(h string, t *timer) store.PortRecord {
+	r := portRec(store.PortKindTimer)
+	r.Timer = &store.PortTimer{
+		IntentHash: h, World: t.item.World, DeliverAt: utc(t.item.DeliverAt), Payload: cloneBytes(t.item.Payload),
+		State: string(t.item.State), Attempt: t.item.Attempt, ClaimedBy: t.item.ClaimedBy,
+		ClaimExpires: optTime(t.item.ClaimExpires), ClaimNode: t.owner.node, ClaimIncarnation: t.owner.incarnation,
+		InboxSeq: optSeq(t.inboxSeq), CompletedAt: optTime(t.completedAt),
+	}
+	return r
 }

@@ -479,7 +479,8 @@ func (s *backend) HoldOpenEffects(ctx context.Context, reason string) (int, erro
 				SELECT e.intent_hash FROM effects e WHERE e.state IN ('pending', 'inflight') ORDER BY e.intent_hash FOR UPDATE OF e),
 			u AS (UPDATE effects x SET `+strings.ReplaceAll(strings.ReplaceAll(holdSet, "$2", "$1"), "$3", "$2")+`
 				FROM c WHERE x.intent_hash = c.intent_hash AND x.state IN ('pending', 'inflight') RETURNING 1)
-			SELECT count(*) FROM u`, reason, off).Scan(&n)
+			SELECT (SELECT count(*) FROM u)
+				+ (SELECT count(*) FROM effects h WHERE h.state = 'held' AND h.hold_reason = $1)`, reason, off).Scan(&n)
 	})
 	return int(n), err
 }

@@ -96,8 +96,45 @@ func (s *backend) exportTx(ctx context.Context, out func(store.PortRecord) error
 		return err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a read-only transaction: nothing to keep
-	each := func(query string, row func(pgx.Rows) error) error {
-		rows, err := tx.Query(ctx, query)
+	steps := exportSteps(queryEach(ctx, tx), out)
+	for _, k := range store.PortKinds() {
+		if k == store.PortKindCounter {
+			continue
+		}
+		if err := steps[k](filter{}); err != nil {
+			return err
+		}
+	}
+	v, err := effectSeqValue(ctx, tx)
+	if err != nil {
+		return err
+	}
+	return out(store.PortRecord{Kind: store.PortKindCounter,
+		Counter: &store.PortCounter{Name: store.PortCounterEffectSeq, Value: uint64(v)}})
+}
+
+// filter narrows an export query to one key (PortLookup): cond is ANDed
+// to its WHERE, args are its parameters. The zero filter keeps every row.
+type filter struct {
+	cond string
+	args []any
+}
+
+func (f filter) where() string {
+	if f.cond == "" {
+		return "true"
+	}
+	return f.cond
+}
+
+// eachFunc runs an export query narrowed by f and calls row for each of
+// its rows (now, or once a pipelined batch is sent).
+type eachFunc func(f filter, query string, row func(pgx.Rows) error) error
+
+// queryEach runs each query in tx at once, streaming its rows.
+func queryEach(ctx context.Context, tx pgx.Tx) eachFunc {
+	return func(f filter, query string, row func(pgx.Rows) error) error {
+		rows, err := tx.Query(ctx, query, f.args...)
 		if err != nil {
 			return err
 		}
@@ -109,12 +146,17 @@ func (s *backend) exportTx(ctx context.Context, out func(store.PortRecord) error
 		}
 		return rows.Err()
 	}
-	steps := []func() error{
-		func() error {
-			return each(`SELECT w.world, w.universe, w.status, w.status_reason, w.status_changed_at_ns, w.parent_world,
+}
+
+// exportSteps returns each kind's export query (but the counter's), run
+// by each and narrowed by a filter, each row given to out.
+func exportSteps(each eachFunc, out func(store.PortRecord) error) map[store.PortKind]func(filter) error {
+	return map[store.PortKind]func(filter) error{
+		store.PortKindWorld: func(f filter) error {
+			return each(f, `SELECT w.world, w.universe, w.status, w.status_reason, w.status_changed_at_ns, w.parent_world,
 				w.parent_snapshot_hash, w.forked_at_height, w.created_at_ns, COALESCE(s.inbox_cursor, 0), w.inbox_seq,
 				s.baseline_height
-				FROM worlds w LEFT JOIN streams s ON s.stream = w.world ORDER BY w.world COLLATE "C"`, func(rows pgx.Rows) error {
+				FROM worlds w LEFT JOIN streams s ON s.stream = w.world WHERE `+f.where()+` ORDER BY w.world COLLATE "C"`, func(rows pgx.Rows) error {
 				var w store.PortWorld
 				var changed, created, forked, cursor, last int64
 				var base *int64
@@ -127,9 +169,9 @@ func (s *backend) exportTx(ctx context.Context, out func(store.PortRecord) error
 				return out(store.PortRecord{Kind: store.PortKindWorld, World: &w})
 			})
 		},
-		func() error {
-			return each(`SELECT stream, head, compacted_to, compacted_at_ns FROM streams
-				WHERE head > 0 OR compacted_to > 0 ORDER BY stream COLLATE "C"`, func(rows pgx.Rows) error {
+		store.PortKindStream: func(f filter) error {
+			return each(f, `SELECT stream, head, compacted_to, compacted_at_ns FROM streams
+				WHERE (head > 0 OR compacted_to > 0) AND `+f.where()+` ORDER BY stream COLLATE "C"`, func(rows pgx.Rows) error {
 				var p store.PortStream
 				var head, to int64
 				var at *int64
@@ -140,10 +182,10 @@ func (s *backend) exportTx(ctx context.Context, out func(store.PortRecord) error
 				return out(store.PortRecord{Kind: store.PortKindStream, Stream: &p})
 			})
 		},
-		func() error {
-			return each(`SELECT stream, run_seq, event_id, idempotency_key, event_type, emitted_at_ns, persisted_at_ns,
+		store.PortKindEvent: func(f filter) error {
+			return each(f, `SELECT stream, run_seq, event_id, idempotency_key, event_type, emitted_at_ns, persisted_at_ns,
 				step_id, logical_attempt_id, engine_attempt_id, plan_id, plan_version, payload
-				FROM events ORDER BY stream COLLATE "C", run_seq`, func(rows pgx.Rows) error {
+				FROM events WHERE `+f.where()+` ORDER BY stream COLLATE "C", run_seq`, func(rows pgx.Rows) error {
 				var e store.PortEvent
 				var seq, emitted, persisted, la, ea, pv int64
 				if err := rows.Scan(&e.StreamID, &seq, &e.EventID, &e.IdempotencyKey, &e.EventType, &emitted, &persisted,
@@ -155,9 +197,9 @@ func (s *backend) exportTx(ctx context.Context, out func(store.PortRecord) error
 				return out(store.PortRecord{Kind: store.PortKindEvent, Event: &e})
 			})
 		},
-		func() error {
-			return each(`SELECT stream, idempotency_key, event_id, run_seq, persisted_at_ns, event_type, payload_sha256
-				FROM compacted_keys ORDER BY stream COLLATE "C", idempotency_key COLLATE "C"`, func(rows pgx.Rows) error {
+		store.PortKindEventKey: func(f filter) error {
+			return each(f, `SELECT stream, idempotency_key, event_id, run_seq, persisted_at_ns, event_type, payload_sha256
+				FROM compacted_keys WHERE `+f.where()+` ORDER BY stream COLLATE "C", idempotency_key COLLATE "C"`, func(rows pgx.Rows) error {
 				var k store.PortEventKey
 				var seq, persisted int64
 				if err := rows.Scan(&k.Stream, &k.IdempotencyKey, &k.EventID, &seq, &persisted, &k.EventType, &k.PayloadSHA256); err != nil {
@@ -167,9 +209,9 @@ func (s *backend) exportTx(ctx context.Context, out func(store.PortRecord) error
 				return out(store.PortRecord{Kind: store.PortKindEventKey, EventKey: &k})
 			})
 		},
-		func() error {
-			return each(`SELECT world, height, state, state_hash, created_at_ns FROM snapshots
-				ORDER BY world COLLATE "C", height`, func(rows pgx.Rows) error {
+		store.PortKindSnapshot: func(f filter) error {
+			return each(f, `SELECT world, height, state, state_hash, created_at_ns FROM snapshots
+				WHERE `+f.where()+` ORDER BY world COLLATE "C", height`, func(rows pgx.Rows) error {
 				var p store.PortSnapshot
 				var h, created int64
 				if err := rows.Scan(&p.World, &h, &p.State, &p.StateHash, &created); err != nil {
@@ -179,10 +221,10 @@ func (s *backend) exportTx(ctx context.Context, out func(store.PortRecord) error
 				return out(store.PortRecord{Kind: store.PortKindSnapshot, Snapshot: &p})
 			})
 		},
-		func() error {
-			return each(`SELECT world, seq, kind, payload, COALESCE(dedupe_key, ''), enqueued_at_ns,
+		store.PortKindInbox: func(f filter) error {
+			return each(f, `SELECT world, seq, kind, payload, COALESCE(dedupe_key, ''), enqueued_at_ns,
 				key_live AND dedupe_key IS NOT NULL
-				FROM inbox ORDER BY world COLLATE "C", seq`, func(rows pgx.Rows) error {
+				FROM inbox WHERE `+f.where()+` ORDER BY world COLLATE "C", seq`, func(rows pgx.Rows) error {
 				var p store.PortInboxItem
 				var seq, at int64
 				if err := rows.Scan(&p.World, &seq, &p.Kind, &p.Payload, &p.DedupeKey, &at, &p.KeyLive); err != nil {
@@ -192,8 +234,8 @@ func (s *backend) exportTx(ctx context.Context, out func(store.PortRecord) error
 				return out(store.PortRecord{Kind: store.PortKindInbox, Inbox: &p})
 			})
 		},
-		func() error {
-			return each(`SELECT world, hi, drained_at_ns FROM inbox_drains ORDER BY world COLLATE "C", hi, lo`,
+		store.PortKindDrain: func(f filter) error {
+			return each(f, `SELECT world, hi, drained_at_ns FROM inbox_drains WHERE `+f.where()+` ORDER BY world COLLATE "C", hi, lo`,
 				func(rows pgx.Rows) error {
 					var p store.PortDrain
 					var hi, at int64
@@ -204,9 +246,9 @@ func (s *backend) exportTx(ctx context.Context, out func(store.PortRecord) error
 					return out(store.PortRecord{Kind: store.PortKindDrain, Drain: &p})
 				})
 		},
-		func() error {
-			return each(`SELECT world, holder, incarnation, epoch, expires_at_ns, took_over, displaced FROM leases
-				ORDER BY world COLLATE "C"`, func(rows pgx.Rows) error {
+		store.PortKindLease: func(f filter) error {
+			return each(f, `SELECT world, holder, incarnation, epoch, expires_at_ns, took_over, displaced FROM leases
+				WHERE `+f.where()+` ORDER BY world COLLATE "C"`, func(rows pgx.Rows) error {
 				var p store.PortLease
 				var epoch, exp int64
 				if err := rows.Scan(&p.World, &p.Holder, &p.Incarnation, &epoch, &exp, &p.TookOver, &p.Displaced); err != nil {
@@ -216,8 +258,8 @@ func (s *backend) exportTx(ctx context.Context, out func(store.PortRecord) error
 				return out(store.PortRecord{Kind: store.PortKindLease, Lease: &p})
 			})
 		},
-		func() error {
-			return each(`SELECT world, desired_worker, priority, reason FROM assignments ORDER BY world COLLATE "C"`,
+		store.PortKindAssignment: func(f filter) error {
+			return each(f, `SELECT world, desired_worker, priority, reason FROM assignments WHERE `+f.where()+` ORDER BY world COLLATE "C"`,
 				func(rows pgx.Rows) error {
 					var p store.PortAssignment
 					var prio int64
@@ -228,11 +270,11 @@ func (s *backend) exportTx(ctx context.Context, out func(store.PortRecord) error
 					return out(store.PortRecord{Kind: store.PortKindAssignment, Assignment: &p})
 				})
 		},
-		func() error {
-			return each(`SELECT seq, intent_hash, world, kind, params, origin, policy_context_hash, retry_policy, state,
+		store.PortKindEffect: func(f filter) error {
+			return each(f, `SELECT seq, intent_hash, world, kind, params, origin, policy_context_hash, retry_policy, state,
 				enqueued_at_ns, attempts, claimed_by, claim_expires_ns, claim_node, claim_incarnation, receipt_status,
 				receipt_payload, inbox_seq, completed_at_ns, retries, retry_reason, resolve_reason, retry_at_ns, failures,
-				last_error, hold_reason, held_at_ns, release_reason FROM effects ORDER BY seq`, func(rows pgx.Rows) error {
+				last_error, hold_reason, held_at_ns, release_reason FROM effects WHERE `+f.where()+` ORDER BY seq`, func(rows pgx.Rows) error {
 				var p store.PortEffect
 				var seq, enq int64
 				var attempts, retries, failures int32
@@ -249,10 +291,10 @@ func (s *backend) exportTx(ctx context.Context, out func(store.PortRecord) error
 				return out(store.PortRecord{Kind: store.PortKindEffect, Effect: &p})
 			})
 		},
-		func() error {
-			return each(`SELECT intent_hash, world, deliver_at_ns, payload,
+		store.PortKindTimer: func(f filter) error {
+			return each(f, `SELECT intent_hash, world, deliver_at_ns, payload,
 				CASE state WHEN 'due' THEN 'scheduled' WHEN 'inflight' THEN 'claimed' ELSE state END, attempts, claimed_by, claim_expires_ns,
-				claim_node, claim_incarnation, inbox_seq, completed_at_ns FROM timers ORDER BY intent_hash COLLATE "C"`,
+				claim_node, claim_incarnation, inbox_seq, completed_at_ns FROM timers WHERE `+f.where()+` ORDER BY intent_hash COLLATE "C"`,
 				func(rows pgx.Rows) error {
 					var p store.PortTimer
 					var at int64
@@ -267,9 +309,9 @@ func (s *backend) exportTx(ctx context.Context, out func(store.PortRecord) error
 					return out(store.PortRecord{Kind: store.PortKindTimer, Timer: &p})
 				})
 		},
-		func() error {
-			return each(`SELECT dest, message_id, seq, delivered_at_ns FROM fabric_dedupe
-				ORDER BY dest COLLATE "C", message_id COLLATE "C"`, func(rows pgx.Rows) error {
+		store.PortKindFabric: func(f filter) error {
+			return each(f, `SELECT dest, message_id, seq, delivered_at_ns FROM fabric_dedupe
+				WHERE `+f.where()+` ORDER BY dest COLLATE "C", message_id COLLATE "C"`, func(rows pgx.Rows) error {
 				var p store.PortFabric
 				var seq, at int64
 				if err := rows.Scan(&p.Dest, &p.MessageID, &seq, &at); err != nil {
@@ -279,8 +321,8 @@ func (s *backend) exportTx(ctx context.Context, out func(store.PortRecord) error
 				return out(store.PortRecord{Kind: store.PortKindFabric, Fabric: &p})
 			})
 		},
-		func() error {
-			return each(`SELECT projector, stream, mark FROM watermarks ORDER BY projector COLLATE "C", stream COLLATE "C"`,
+		store.PortKindWatermark: func(f filter) error {
+			return each(f, `SELECT projector, stream, mark FROM watermarks WHERE `+f.where()+` ORDER BY projector COLLATE "C", stream COLLATE "C"`,
 				func(rows pgx.Rows) error {
 					var p store.PortWatermark
 					var v int64
@@ -291,21 +333,7 @@ func (s *backend) exportTx(ctx context.Context, out func(store.PortRecord) error
 					return out(store.PortRecord{Kind: store.PortKindWatermark, Watermark: &p})
 				})
 		},
-		func() error {
-			v, err := effectSeqValue(ctx, tx)
-			if err != nil {
-				return err
-			}
-			return out(store.PortRecord{Kind: store.PortKindCounter,
-				Counter: &store.PortCounter{Name: store.PortCounterEffectSeq, Value: uint64(v)}})
-		},
 	}
-	for _, step := range steps {
-		if err := step(); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // effectSeqSQL names the identity's sequence of effects.seq.
@@ -723,10 +751,13 @@ var bulkSQL = map[store.PortKind][]struct {
 				compacted_at_ns = EXCLUDED.compacted_at_ns
 			WHERE x.head = 0 AND x.compacted_to = 0`, 4},
 	},
+	// The cursor only moves forward: a world's drains are keyed by the
+	// seq they reached (hi).
 	store.PortKindDrain: {
-		{"", `INSERT INTO inbox_drains (world, lo, hi, drained_at_ns)
+		{"a drain of the batch", `INSERT INTO inbox_drains (world, lo, hi, drained_at_ns)
 			SELECT u.w, COALESCE(u.lo, (SELECT max(d.hi) FROM inbox_drains d WHERE d.world = u.w), 0), u.hi, u.at
-			FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS u(w, lo, hi, at)`, 4},
+			FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS u(w, lo, hi, at)
+			WHERE NOT EXISTS (SELECT 1 FROM inbox_drains d WHERE d.world = u.w AND d.hi = u.hi)`, 4},
 	},
 	store.PortKindLease: {
 		{"a lease of the batch", `INSERT INTO leases (world, holder, incarnation, took_over, displaced, epoch, expires_at_ns)
@@ -755,4 +786,89 @@ var bulkSQL = map[store.PortKind][]struct {
 				AS u(h, w, d, p, st, a, cb, ce, cn, ci, s, c)
 			ON CONFLICT DO NOTHING`, 12},
 	},
+}
+
+// PortLookup implements store.PortBackend: each record's key looked up
+// by the export's own query for its kind, narrowed to the key, all of
+// them pipelined in one round trip of one read-only transaction.
+func (s *backend) PortLookup(ctx context.Context, batch []store.PortRecord) ([]*store.PortRecord, error) {
+	const op = "import"
+	if err := s.begin(op); err != nil {
+		return nil, err
+	}
+	var out []*store.PortRecord
+	err := s.retry(ctx, op, "", func() error {
+		out = make([]*store.PortRecord, len(batch))
+		tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a read-only transaction: nothing to keep
+		b := &pgx.Batch{}
+		// queued is the record whose query is being queued, cur the one
+		// whose rows are being read (the batch's callbacks run in order).
+		queued, cur := 0, 0
+		queue := func(f filter, query string, row func(pgx.Rows) error) error {
+			i := queued
+			b.Queue(query, f.args...).Query(func(rows pgx.Rows) error {
+				cur = i
+				for rows.Next() {
+					if err := row(rows); err != nil {
+						return err
+					}
+				}
+				return rows.Err()
+			})
+			return nil
+		}
+		steps := exportSteps(queue, func(x store.PortRecord) error {
+			if out[cur] == nil {
+				x.Format = store.PortFormat
+				out[cur] = &x
+			}
+			return nil
+		})
+		for i, r := range batch {
+			var f filter
+			switch r.Kind {
+			case store.PortKindWorld:
+				f = filter{"w.world = $1", []any{r.World.ID}}
+			case store.PortKindStream:
+				f = filter{"stream = $1", []any{r.Stream.Stream}}
+			case store.PortKindEvent:
+				f = filter{"stream = $1 AND run_seq = $2", []any{r.Event.StreamID, int64(r.Event.RunSeq)}}
+			case store.PortKindEventKey:
+				f = filter{"stream = $1 AND idempotency_key = $2", []any{r.EventKey.Stream, r.EventKey.IdempotencyKey}}
+			case store.PortKindSnapshot:
+				f = filter{"world = $1 AND height = $2", []any{r.Snapshot.World, int64(r.Snapshot.Height)}}
+			case store.PortKindInbox:
+				f = filter{"world = $1 AND seq = $2", []any{r.Inbox.World, int64(r.Inbox.Seq)}}
+			case store.PortKindDrain:
+				f = filter{"world = $1 AND hi = $2", []any{r.Drain.World, int64(r.Drain.Upto)}}
+			case store.PortKindLease:
+				f = filter{"world = $1", []any{r.Lease.World}}
+			case store.PortKindAssignment:
+				f = filter{"world = $1", []any{r.Assignment.World}}
+			case store.PortKindEffect:
+				f = filter{"intent_hash = $1", []any{r.Effect.IntentHash}}
+			case store.PortKindTimer:
+				f = filter{"intent_hash = $1", []any{r.Timer.IntentHash}}
+			case store.PortKindFabric:
+				f = filter{"dest = $1 AND message_id = $2", []any{r.Fabric.Dest, r.Fabric.MessageID}}
+			case store.PortKindWatermark:
+				f = filter{"projector = $1 AND stream = $2", []any{r.Watermark.Projector, r.Watermark.Stream}}
+			default:
+				continue
+			}
+			queued = i
+			if err := steps[r.Kind](f); err != nil {
+				return err
+			}
+		}
+		if b.Len() == 0 {
+			return nil
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
+	return out, err
 }

@@ -455,8 +455,10 @@ func (s *backend) holdOrRelease(ctx context.Context, op, intentHash string,
 func (s *backend) HoldOpenEffects(ctx context.Context, reason string) (int, error) {
 	var n int
 	err := s.write(ctx, "hold_open_effects", "", func(t *wtx) error {
-		var err error
-		n, err = t.rowsAffected(`UPDATE effects SET `+holdSet+` WHERE state IN ('pending', 'inflight')`, reason, t.nowNS)
+		if _, err := t.exec(`UPDATE effects SET `+holdSet+` WHERE state IN ('pending', 'inflight')`, reason, t.nowNS); err != nil {
+			return err
+		}
+		_, err := t.queryRow(`SELECT count(*) FROM effects WHERE state = 'held' AND hold_reason = ?`, []any{reason}, &n)
 		return err
 	})
 	return n, err

@@ -97,16 +97,36 @@ func (s *backend) Export(ctx context.Context, emit func(store.PortRecord) error)
 		return dbErr(op, "", err)
 	}
 	ex := &sqliteExport{ctx: ctx, tx: tx, emit: emit}
-	for _, step := range []func() error{ex.worlds, ex.streams, ex.events, ex.eventKeys, ex.snapshots, ex.inbox,
-		ex.drains, ex.leases, ex.assignments, ex.effects, ex.timers, ex.fabric, ex.watermarks, ex.counters} {
-		if err := step(); err != nil {
+	for _, step := range []func(filter) error{ex.worlds, ex.streams, ex.events, ex.eventKeys, ex.snapshots, ex.inbox,
+		ex.drains, ex.leases, ex.assignments, ex.effects, ex.timers, ex.fabric, ex.watermarks} {
+		if err := step(filter{}); err != nil {
 			if ex.emitErr != nil && errors.Is(err, ex.emitErr) {
 				return ex.emitErr
 			}
 			return dbErr(op, "", err)
 		}
 	}
+	if err := ex.counters(); err != nil {
+		if ex.emitErr != nil && errors.Is(err, ex.emitErr) {
+			return ex.emitErr
+		}
+		return dbErr(op, "", err)
+	}
 	return nil
+}
+
+// filter narrows an export query to one key (PortLookup): cond is ANDed
+// to its WHERE, args are its parameters. The zero filter keeps every row.
+type filter struct {
+	cond string
+	args []any
+}
+
+func (f filter) where() string {
+	if f.cond == "" {
+		return "1"
+	}
+	return f.cond
 }
 
 type sqliteExport struct {
@@ -125,9 +145,10 @@ func (ex *sqliteExport) out(r store.PortRecord) error {
 	return nil
 }
 
-// each runs query and calls row for each row, streaming.
-func (ex *sqliteExport) each(query string, row func(*sql.Rows) error) error {
-	rows, err := ex.tx.QueryContext(ex.ctx, query)
+// each runs query with f's arguments and calls row for each row,
+// streaming.
+func (ex *sqliteExport) each(f filter, query string, row func(*sql.Rows) error) error {
+	rows, err := ex.tx.QueryContext(ex.ctx, query, f.args...)
 	if err != nil {
 		return err
 	}
@@ -140,11 +161,11 @@ func (ex *sqliteExport) each(query string, row func(*sql.Rows) error) error {
 	return rows.Err()
 }
 
-func (ex *sqliteExport) worlds() error {
-	return ex.each(`SELECT w.id, w.universe, w.status, w.status_reason, w.status_changed_at, w.parent_world,
+func (ex *sqliteExport) worlds(f filter) error {
+	return ex.each(f, `SELECT w.id, w.universe, w.status, w.status_reason, w.status_changed_at, w.parent_world,
 		w.parent_snapshot_hash, w.forked_at_height, w.created_at, w.inbox_cursor, w.baseline_height,
 		COALESCE((SELECT MAX(i.seq) FROM inbox i WHERE i.world = w.id), 0)
-		FROM worlds w ORDER BY w.id`, func(rows *sql.Rows) error {
+		FROM worlds w WHERE `+f.where()+` ORDER BY w.id`, func(rows *sql.Rows) error {
 		var w store.PortWorld
 		var changed, base sql.NullInt64
 		var forked, created, cursor, last int64
@@ -158,12 +179,12 @@ func (ex *sqliteExport) worlds() error {
 	})
 }
 
-func (ex *sqliteExport) streams() error {
-	return ex.each(`SELECT x.stream,
+func (ex *sqliteExport) streams(f filter) error {
+	return ex.each(f, `SELECT x.stream,
 		MAX(COALESCE(s.head, 0), COALESCE((SELECT MAX(e.run_seq) FROM events e WHERE e.stream = x.stream), 0)),
 		COALESCE(s.compacted_to, 0), s.compacted_at
 		FROM (SELECT stream FROM streams UNION SELECT stream FROM event_keys) x
-		LEFT JOIN streams s ON s.stream = x.stream ORDER BY x.stream`, func(rows *sql.Rows) error {
+		LEFT JOIN streams s ON s.stream = x.stream WHERE `+f.where()+` ORDER BY x.stream`, func(rows *sql.Rows) error {
 		var p store.PortStream
 		var head, to int64
 		var at sql.NullInt64
@@ -178,10 +199,10 @@ func (ex *sqliteExport) streams() error {
 	})
 }
 
-func (ex *sqliteExport) events() error {
-	return ex.each(`SELECT stream, run_seq, event_id, idempotency_key, event_type, emitted_at, persisted_at,
+func (ex *sqliteExport) events(f filter) error {
+	return ex.each(f, `SELECT stream, run_seq, event_id, idempotency_key, event_type, emitted_at, persisted_at,
 		step_id, logical_attempt, engine_attempt, plan_id, plan_version, payload, payload IS NOT NULL
-		FROM events ORDER BY stream, run_seq`, func(rows *sql.Rows) error {
+		FROM events WHERE `+f.where()+` ORDER BY stream, run_seq`, func(rows *sql.Rows) error {
 		var e store.PortEvent
 		var seq, persisted, la, ea, pv int64
 		var emitted sql.NullInt64
@@ -197,11 +218,11 @@ func (ex *sqliteExport) events() error {
 	})
 }
 
-func (ex *sqliteExport) eventKeys() error {
-	return ex.each(`SELECT k.stream, k.idempotency_key, k.event_id, k.run_seq, k.persisted_at, k.event_type,
+func (ex *sqliteExport) eventKeys(f filter) error {
+	return ex.each(f, `SELECT k.stream, k.idempotency_key, k.event_id, k.run_seq, k.persisted_at, k.event_type,
 		k.payload_sha256 FROM event_keys k
 		WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.stream = k.stream AND e.run_seq = k.run_seq)
-		ORDER BY k.stream, k.idempotency_key`, func(rows *sql.Rows) error {
+		AND `+f.where()+` ORDER BY k.stream, k.idempotency_key`, func(rows *sql.Rows) error {
 		var k store.PortEventKey
 		var seq, persisted int64
 		var et sql.NullString
@@ -213,9 +234,9 @@ func (ex *sqliteExport) eventKeys() error {
 	})
 }
 
-func (ex *sqliteExport) snapshots() error {
-	return ex.each(`SELECT world, height, state, state IS NOT NULL, state_hash, created_at FROM snapshots
-		ORDER BY world, height`, func(rows *sql.Rows) error {
+func (ex *sqliteExport) snapshots(f filter) error {
+	return ex.each(f, `SELECT world, height, state, state IS NOT NULL, state_hash, created_at FROM snapshots
+		WHERE `+f.where()+` ORDER BY world, height`, func(rows *sql.Rows) error {
 		var p store.PortSnapshot
 		var h, created int64
 		var present bool
@@ -227,11 +248,11 @@ func (ex *sqliteExport) snapshots() error {
 	})
 }
 
-func (ex *sqliteExport) inbox() error {
-	return ex.each(`SELECT i.world, i.seq, i.kind, i.payload, i.payload IS NOT NULL, i.dedupe_key, i.enqueued_at,
+func (ex *sqliteExport) inbox(f filter) error {
+	return ex.each(f, `SELECT i.world, i.seq, i.kind, i.payload, i.payload IS NOT NULL, i.dedupe_key, i.enqueued_at,
 		i.dedupe_key <> '' AND EXISTS (SELECT 1 FROM inbox_dedupe d
 			WHERE d.world = i.world AND d.dedupe_key = i.dedupe_key AND d.seq = i.seq)
-		FROM inbox i ORDER BY i.world, i.seq`, func(rows *sql.Rows) error {
+		FROM inbox i WHERE `+f.where()+` ORDER BY i.world, i.seq`, func(rows *sql.Rows) error {
 		var p store.PortInboxItem
 		var seq, at int64
 		var present bool
@@ -243,8 +264,8 @@ func (ex *sqliteExport) inbox() error {
 	})
 }
 
-func (ex *sqliteExport) drains() error {
-	return ex.each(`SELECT world, upto, drained_at FROM inbox_drains ORDER BY world, upto, rowid`, func(rows *sql.Rows) error {
+func (ex *sqliteExport) drains(f filter) error {
+	return ex.each(f, `SELECT world, upto, drained_at FROM inbox_drains WHERE `+f.where()+` ORDER BY world, upto, rowid`, func(rows *sql.Rows) error {
 		var p store.PortDrain
 		var upto, at int64
 		if err := rows.Scan(&p.World, &upto, &at); err != nil {
@@ -255,8 +276,9 @@ func (ex *sqliteExport) drains() error {
 	})
 }
 
-func (ex *sqliteExport) leases() error {
-	return ex.each(`SELECT world, holder, incarnation, epoch, expires_at, took_over, displaced FROM leases ORDER BY world`,
+func (ex *sqliteExport) leases(f filter) error {
+	return ex.each(f, `SELECT world, holder, incarnation, epoch, expires_at, took_over, displaced FROM leases
+		WHERE `+f.where()+` ORDER BY world`,
 		func(rows *sql.Rows) error {
 			var p store.PortLease
 			var epoch, exp int64
@@ -268,8 +290,8 @@ func (ex *sqliteExport) leases() error {
 		})
 }
 
-func (ex *sqliteExport) assignments() error {
-	return ex.each(`SELECT world, desired_worker, priority, reason FROM assignments ORDER BY world`, func(rows *sql.Rows) error {
+func (ex *sqliteExport) assignments(f filter) error {
+	return ex.each(f, `SELECT world, desired_worker, priority, reason FROM assignments WHERE `+f.where()+` ORDER BY world`, func(rows *sql.Rows) error {
 		var p store.PortAssignment
 		if err := rows.Scan(&p.World, &p.DesiredWorker, &p.Priority, &p.Reason); err != nil {
 			return err
@@ -283,8 +305,8 @@ const sqliteEffectCols = `seq, intent_hash, world, kind, params, params IS NOT N
 	claim_incarnation, receipt_status, receipt_payload, receipt_payload IS NOT NULL, inbox_seq, completed_at,
 	retries, retry_reason, resolve_reason, retry_at, failures, last_error, hold_reason, held_at, release_reason`
 
-func (ex *sqliteExport) effects() error {
-	return ex.each(`SELECT `+sqliteEffectCols+` FROM effects ORDER BY seq`, func(rows *sql.Rows) error {
+func (ex *sqliteExport) effects(f filter) error {
+	return ex.each(f, `SELECT `+sqliteEffectCols+` FROM effects WHERE `+f.where()+` ORDER BY seq`, func(rows *sql.Rows) error {
 		var p store.PortEffect
 		var seq, enq int64
 		var pp, rp, rcp bool
@@ -305,9 +327,10 @@ func (ex *sqliteExport) effects() error {
 	})
 }
 
-func (ex *sqliteExport) timers() error {
-	return ex.each(`SELECT intent_hash, world, deliver_at, payload, payload IS NOT NULL, state, attempt, claimed_by,
-		claim_expires, claim_node, claim_incarnation, inbox_seq, completed_at FROM timers ORDER BY intent_hash`,
+func (ex *sqliteExport) timers(f filter) error {
+	return ex.each(f, `SELECT intent_hash, world, deliver_at, payload, payload IS NOT NULL, state, attempt, claimed_by,
+		claim_expires, claim_node, claim_incarnation, inbox_seq, completed_at FROM timers WHERE `+f.where()+`
+		ORDER BY intent_hash`,
 		func(rows *sql.Rows) error {
 			var p store.PortTimer
 			var at int64
@@ -323,8 +346,9 @@ func (ex *sqliteExport) timers() error {
 		})
 }
 
-func (ex *sqliteExport) fabric() error {
-	return ex.each(`SELECT dest, message_id, seq, completed_at FROM fabric_dedupe ORDER BY dest, message_id`,
+func (ex *sqliteExport) fabric(f filter) error {
+	return ex.each(f, `SELECT dest, message_id, seq, completed_at FROM fabric_dedupe WHERE `+f.where()+`
+		ORDER BY dest, message_id`,
 		func(rows *sql.Rows) error {
 			var p store.PortFabric
 			var seq, at int64
@@ -336,8 +360,8 @@ func (ex *sqliteExport) fabric() error {
 		})
 }
 
-func (ex *sqliteExport) watermarks() error {
-	return ex.each(`SELECT projector, stream, value FROM watermarks ORDER BY projector, stream`, func(rows *sql.Rows) error {
+func (ex *sqliteExport) watermarks(f filter) error {
+	return ex.each(f, `SELECT projector, stream, value FROM watermarks WHERE `+f.where()+` ORDER BY projector, stream`, func(rows *sql.Rows) error {
 		var p store.PortWatermark
 		var v int64
 		if err := rows.Scan(&p.Projector, &p.Stream, &v); err != nil {
@@ -501,6 +525,16 @@ func (t *wtx) importRecord(op string, r store.PortRecord, streams map[string]boo
 			VALUES (?, ?, ?) ON CONFLICT DO NOTHING`, p.World, p.DedupeKey, int64(p.Seq))
 	case store.PortKindDrain:
 		p := r.Drain
+		// The cursor only moves forward: a world's drains are keyed by the
+		// seq they reached.
+		var exists bool
+		if _, err := t.queryRow(`SELECT EXISTS (SELECT 1 FROM inbox_drains WHERE world = ? AND upto = ?)`,
+			[]any{p.World, int64(p.Upto)}, &exists); err != nil {
+			return err
+		}
+		if exists {
+			return store.Errorf(op, store.ErrConflict, p.World, "drain to %d exists", p.Upto)
+		}
 		n, err := t.rowsAffected(`INSERT INTO inbox_drains (world, upto, drained_at)
 			SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM worlds WHERE id = ?)`,
 			p.World, int64(p.Upto), p.DrainedAt.UnixNano(), p.World)
@@ -573,4 +607,65 @@ func (s *backend) FinishImport(ctx context.Context) error {
 		_, err := t.exec(`PRAGMA optimize`)
 		return err
 	})
+}
+
+// PortLookup implements store.PortBackend: each record's key looked up
+// by the export's own query for its kind, in one read transaction.
+func (s *backend) PortLookup(ctx context.Context, batch []store.PortRecord) ([]*store.PortRecord, error) {
+	const op = "import"
+	if err := s.read(ctx, op); err != nil {
+		return nil, err
+	}
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, dbErr(op, "", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a read transaction: nothing to keep
+	out := make([]*store.PortRecord, len(batch))
+	for i, r := range batch {
+		var found *store.PortRecord
+		ex := &sqliteExport{ctx: ctx, tx: tx, emit: func(x store.PortRecord) error {
+			if found == nil {
+				found = &x
+			}
+			return nil
+		}}
+		var err error
+		switch r.Kind {
+		case store.PortKindWorld:
+			err = ex.worlds(filter{"w.id = ?", []any{r.World.ID}})
+		case store.PortKindStream:
+			err = ex.streams(filter{"x.stream = ?", []any{r.Stream.Stream}})
+		case store.PortKindEvent:
+			err = ex.events(filter{"stream = ? AND run_seq = ?", []any{r.Event.StreamID, int64(r.Event.RunSeq)}})
+		case store.PortKindEventKey:
+			err = ex.eventKeys(filter{"k.stream = ? AND k.idempotency_key = ?", []any{r.EventKey.Stream, r.EventKey.IdempotencyKey}})
+		case store.PortKindSnapshot:
+			err = ex.snapshots(filter{"world = ? AND height = ?", []any{r.Snapshot.World, int64(r.Snapshot.Height)}})
+		case store.PortKindInbox:
+			err = ex.inbox(filter{"i.world = ? AND i.seq = ?", []any{r.Inbox.World, int64(r.Inbox.Seq)}})
+		case store.PortKindDrain:
+			err = ex.drains(filter{"world = ? AND upto = ?", []any{r.Drain.World, int64(r.Drain.Upto)}})
+		case store.PortKindLease:
+			err = ex.leases(filter{"world = ?", []any{r.Lease.World}})
+		case store.PortKindAssignment:
+			err = ex.assignments(filter{"world = ?", []any{r.Assignment.World}})
+		case store.PortKindEffect:
+			err = ex.effects(filter{"intent_hash = ?", []any{r.Effect.IntentHash}})
+		case store.PortKindTimer:
+			err = ex.timers(filter{"intent_hash = ?", []any{r.Timer.IntentHash}})
+		case store.PortKindFabric:
+			err = ex.fabric(filter{"dest = ? AND message_id = ?", []any{r.Fabric.Dest, r.Fabric.MessageID}})
+		case store.PortKindWatermark:
+			err = ex.watermarks(filter{"projector = ? AND stream = ?", []any{r.Watermark.Projector, r.Watermark.Stream}})
+		}
+		if err != nil {
+			return nil, dbErr(op, "", err)
+		}
+		if found != nil {
+			found.Format = store.PortFormat
+		}
+		out[i] = found
+	}
+	return out, nil
 }

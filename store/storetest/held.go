@@ -27,6 +27,7 @@ func heldTests() []testCase {
 		{"ArchiveAndWithdrawTakeHeldEffects", testHeldWithdrawn},
 		{"HoldOpenEffectsHoldsEveryOpenEffectAndReleaseAllHeldReleasesThem", testHoldAll},
 		{"ReleaseOfAHeldEffectOfAnArchivedWorldWithdrawsIt", testReleaseHeldArchived},
+		{"HoldAndReleaseRetriedAfterALostAnswerAnswerTruly", testHeldRetried},
 	}
 }
 
@@ -364,5 +365,100 @@ func testReleaseHeldArchived(t *testing.T, open Factory) {
 	f.wantWithdrawn("all", before)
 	if d := f.depths(); d.EffectsHeld != 0 || d.EffectsPending != 0 {
 		t.Fatalf("QueueDepths = %+v, want nothing held or pending", d)
+	}
+}
+
+// testHeldRetried: an operator's hold or release whose answer was lost
+// is sent again; the retry is told what happened, not refused because the
+// effect moved on since (the release withdrew it, it ran and ended, its
+// world's archive withdrew it). A hold or release of another reason is
+// still refused.
+func testHeldRetried(t *testing.T, open Factory) {
+	f := setup(t, open)
+	e := f.leased("w", "A")
+	ea := f.leased("arch", "A")
+	f.publish("arch", ea, "gone", "archived-held")
+	f.publish("w", e, "ran")
+	f.claimOne("adapter", "gone")
+
+	// A release that withdrew an archived world's effect, retried.
+	f.setStatus("arch", store.WorldArchived, "done with it")
+	f.hold("gone", "check it")
+	first := f.releaseHeld("gone", "it never ran")
+	if first.State != vocab.EffectWithdrawn {
+		t.Fatalf("ReleaseHeld of an archived world's held effect = %+v, want withdrawn", first)
+	}
+	again, err := f.s.ReleaseHeld(bg, "gone", "it never ran")
+	must(t, err, "ReleaseHeld retried after it withdrew the effect")
+	if again.State != vocab.EffectWithdrawn || again.ReleaseReason != "it never ran" || !again.CompletedAt.Equal(first.CompletedAt) {
+		t.Fatalf("ReleaseHeld retried = %+v, want the first release's withdrawn status %+v", again, first)
+	}
+	_, err = f.s.ReleaseHeld(bg, "gone", "another release")
+	wantErr(t, err, store.ErrEffectEnded, "ReleaseHeld of another reason of a withdrawn effect")
+
+	// The archive withdrew a pending effect never held: a hold has no
+	// earlier attempt to answer for.
+	_, err = f.s.HoldEffect(bg, "archived-held", "hold it")
+	wantErr(t, err, store.ErrEffectEnded, "HoldEffect of an effect the archive withdrew, never held")
+
+	// A release, then the effect ran and ended; the release retried.
+	f.hold("ran", "may have charged")
+	f.releaseHeld("ran", "it did not")
+	it := f.claimOne("adapter", "ran")
+	f.complete("ran", it.ClaimOf(), vocab.Receipt{Status: vocab.ReceiptOK})
+	st, err := f.s.ReleaseHeld(bg, "ran", "it did not")
+	must(t, err, "ReleaseHeld retried after the effect ran")
+	if st.State != vocab.EffectDone || st.ReleaseReason != "it did not" || st.HoldReason != "may have charged" {
+		t.Fatalf("ReleaseHeld retried after the effect ran = %+v, want done with the hold's and release's reasons", st)
+	}
+	// The hold retried likewise: it happened, and the effect ran since.
+	st, err = f.s.HoldEffect(bg, "ran", "may have charged")
+	must(t, err, "HoldEffect retried after the effect was released and ran")
+	if st.State != vocab.EffectDone || st.HoldReason != "may have charged" {
+		t.Fatalf("HoldEffect retried after the effect ran = %+v, want done with its hold's reason", st)
+	}
+	_, err = f.s.HoldEffect(bg, "ran", "another hold")
+	wantErr(t, err, store.ErrEffectEnded, "HoldEffect of another reason of a done effect")
+	_, err = f.s.ReleaseHeld(bg, "ran", "")
+	wantErr(t, err, store.ErrEffectEnded, "ReleaseHeld without a reason of a done effect")
+
+	// A hold of a pending effect its world's archive then withdrew.
+	e2 := f.leased("w2", "A")
+	f.publish("w2", e2, "w2-held")
+	f.hold("w2-held", "hold before the archive")
+	f.setStatus("w2", store.WorldArchived, "done")
+	if st := f.effectStatus("w2-held"); st.State != vocab.EffectWithdrawn {
+		t.Fatalf("a held effect of an archived world = %+v, want withdrawn", st)
+	}
+	st, err = f.s.HoldEffect(bg, "w2-held", "hold before the archive")
+	must(t, err, "HoldEffect retried after the archive withdrew the effect")
+	if st.State != vocab.EffectWithdrawn || st.HoldReason != "hold before the archive" {
+		t.Fatalf("HoldEffect retried after the archive = %+v, want withdrawn with its hold's reason", st)
+	}
+
+	// HoldOpenEffects retried answers how many are held under its reason.
+	e3 := f.leased("w3", "A")
+	f.publish("w3", e3, "o1", "o2")
+	f.claimOne("adapter", "o1")
+	n, err := f.s.HoldOpenEffects(bg, "restore")
+	must(t, err, "HoldOpenEffects")
+	if n != 2 {
+		t.Fatalf("HoldOpenEffects = %d, want 2 (o1, o2)", n)
+	}
+	n, err = f.s.HoldOpenEffects(bg, "restore")
+	must(t, err, "HoldOpenEffects retried")
+	if n != 2 {
+		t.Fatalf("HoldOpenEffects retried = %d, want 2: the effects held under its reason", n)
+	}
+	f.publish("w3", e3, "o3")
+	if n, err = f.s.HoldOpenEffects(bg, "restore"); err != nil || n != 3 {
+		t.Fatalf("HoldOpenEffects with one more open effect = %d, %v; want 3", n, err)
+	}
+	f.releaseHeld("o1", "checked")
+	if n, err = f.s.HoldOpenEffects(bg, "restore"); err != nil || n != 3 {
+		t.Fatalf("HoldOpenEffects after a release = %d, %v; want 3 (o1 held again)", n, err)
+	}
+	if n, err = f.s.HoldOpenEffects(bg, "another"); err != nil || n != 0 {
+		t.Fatalf("HoldOpenEffects of another reason = %d, %v; want 0", n, err)
 	}
 }

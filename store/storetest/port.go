@@ -26,6 +26,8 @@ func RunPort(t *testing.T, from, to Factory) {
 		{"CopyHoldsEveryRecordAndServes", testPortCopy},
 		{"HeldEffectOfAnArchivedWorldIsWithdrawn", testPortHeldArchived},
 		{"DuplicateWorldIsAConflictAndWritesNothing", testPortDuplicate},
+		{"ImportAgainIsANoOpAndADifferentRecordConflicts", testPortAgain},
+		{"InterruptedImportRunAgainCompletes", testPortResume},
 		{"BadRecordIsInvalidAndWritesNothing", testPortBadRecord},
 		{"ExportDuringWritesIsOneState", testPortConsistent},
 		{"EmitErrorEndsTheExport", testPortEmitError},
@@ -454,8 +456,14 @@ func testPortDuplicate(t *testing.T, from, to Factory) {
 	dst := setup(t, to)
 	_, im := porter(t, dst.s)
 	must(t, im.Import(bg, worlds[:1]), "Import w-a")
-	err := im.Import(bg, []store.PortRecord{worlds[1], worlds[0]})
-	wantErr(t, err, store.ErrConflict, "Import of a batch with a world the target holds")
+	// w-a as the target holds it is imported again as a no-op
+	// (testPortAgain); another w-a is a conflict.
+	other := *worlds[0].World
+	other.Universe += "-other"
+	otherA := worlds[0]
+	otherA.World = &other
+	err := im.Import(bg, []store.PortRecord{worlds[1], otherA})
+	wantErr(t, err, store.ErrConflict, "Import of a batch with a world the target holds as another")
 	if _, err := dst.s.GetWorld(bg, "w-b"); !errors.Is(err, store.ErrWorldNotFound) {
 		t.Errorf("GetWorld w-b after the refused batch: %v, want ErrWorldNotFound (nothing written)", err)
 	}
@@ -668,4 +676,157 @@ func testPortEmitError(t *testing.T, from, _ Factory) {
 	}
 	// The store still serves.
 	src.world("w-c")
+}
+
+// exportJSON is a store's export, one JSON record a line.
+func exportJSON(t testing.TB, s store.Store) []string {
+	t.Helper()
+	var out []string
+	for _, r := range exportAll(t, s) {
+		out = append(out, portJSON(t, r))
+	}
+	return out
+}
+
+func sameExport(t testing.TB, what string, want, got []string) {
+	t.Helper()
+	if len(want) != len(got) {
+		t.Errorf("%s: the target exports %d records, %d before", what, len(got), len(want))
+	}
+	for i := range min(len(want), len(got)) {
+		if want[i] != got[i] {
+			t.Errorf("%s: record %d:\n before %s\n after  %s", what, i, want[i], got[i])
+		}
+	}
+}
+
+// testPortAgain: a batch whose commit landed but whose answer was lost is
+// sent again; it succeeds and changes nothing. A record whose key the
+// target holds with anything else stays a conflict, and its batch writes
+// nothing.
+func testPortAgain(t *testing.T, from, to Factory) {
+	src := setup(t, from)
+	portFill(t, src)
+	recs := exportAll(t, src.s)
+	dst := setup(t, to)
+	_, im := porter(t, dst.s)
+	importAll(t, dst.s, recs, 5)
+	before := exportJSON(t, dst.s)
+
+	// The target's clock moves on: a lease the import brought back to its
+	// clock, and an archived world's effect it withdrew at it, were
+	// written at an earlier time than the one a second import reads.
+	dst.advance(time.Minute)
+	for i := 0; i < len(recs); i += 5 {
+		must(t, im.Import(bg, recs[i:min(i+5, len(recs))]), fmt.Sprintf("Import again of records %d…", i))
+	}
+	must(t, im.Import(bg, recs), "Import again of the whole export in one batch")
+	must(t, im.FinishImport(bg), "FinishImport again")
+	sameExport(t, "after importing every record again", before, exportJSON(t, dst.s))
+
+	// One record changed, each kind in turn, in a batch with a new world:
+	// ErrConflict, nothing of the batch written.
+	fresh := store.PortRecord{Format: store.PortFormat, Kind: store.PortKindWorld,
+		World: &store.PortWorld{ID: "w-new", Universe: "u", Status: store.WorldActive, CreatedAt: time.Unix(100, 0).UTC()}}
+	changed := map[store.PortKind]func(r *store.PortRecord){
+		store.PortKindWorld:    func(r *store.PortRecord) { w := *r.World; w.StatusReason += " (another)"; r.World = &w },
+		store.PortKindStream:   func(r *store.PortRecord) { x := *r.Stream; x.Head++; r.Stream = &x },
+		store.PortKindEvent:    func(r *store.PortRecord) { e := *r.Event; e.Payload = append([]byte("x"), e.Payload...); r.Event = &e },
+		store.PortKindEventKey: func(r *store.PortRecord) { k := *r.EventKey; k.EventID += "x"; r.EventKey = &k },
+		store.PortKindSnapshot: func(r *store.PortRecord) { n := *r.Snapshot; n.StateHash += "x"; r.Snapshot = &n },
+		store.PortKindInbox:    func(r *store.PortRecord) { i := *r.Inbox; i.Kind += "x"; r.Inbox = &i },
+		store.PortKindDrain:    func(r *store.PortRecord) { d := *r.Drain; d.DrainedAt = d.DrainedAt.Add(time.Second); r.Drain = &d },
+		store.PortKindLease:    func(r *store.PortRecord) { l := *r.Lease; l.Epoch++; r.Lease = &l },
+		store.PortKindAssignment: func(r *store.PortRecord) {
+			a := *r.Assignment
+			a.Priority++
+			r.Assignment = &a
+		},
+		store.PortKindEffect:    func(r *store.PortRecord) { e := *r.Effect; e.Attempts++; r.Effect = &e },
+		store.PortKindTimer:     func(r *store.PortRecord) { x := *r.Timer; x.Payload = []byte("other"); r.Timer = &x },
+		store.PortKindFabric:    func(r *store.PortRecord) { f := *r.Fabric; f.Seq++; r.Fabric = &f },
+		store.PortKindWatermark: func(r *store.PortRecord) { m := *r.Watermark; m.Value++; r.Watermark = &m },
+	}
+	tried := map[store.PortKind]bool{}
+	for _, r := range recs {
+		change, ok := changed[r.Kind]
+		if !ok || tried[r.Kind] {
+			continue
+		}
+		tried[r.Kind] = true
+		change(&r)
+		err := im.Import(bg, []store.PortRecord{fresh, r})
+		wantErr(t, err, store.ErrConflict, "Import of a changed "+string(r.Kind)+" record")
+		if _, err := dst.s.GetWorld(bg, "w-new"); !errors.Is(err, store.ErrWorldNotFound) {
+			t.Errorf("GetWorld w-new after the refused batch with a changed %s: %v, want ErrWorldNotFound", r.Kind, err)
+		}
+	}
+	for k := range changed {
+		if !tried[k] {
+			t.Errorf("the export holds no %s record to change", k)
+		}
+	}
+	sameExport(t, "after the refused batches", before, exportJSON(t, dst.s))
+}
+
+// testPortResume: an import that stopped after some batches (each one
+// transaction), run again from its first record, ends with the target one
+// import would have made.
+func testPortResume(t *testing.T, from, to Factory) {
+	src := setup(t, from)
+	portFill(t, src)
+	recs := exportAll(t, src.s)
+	whole := setup(t, to)
+	importAll(t, whole.s, recs, 7)
+	want := exportJSON(t, whole.s)
+	archived := map[string]bool{}
+	for _, r := range recs {
+		if r.Kind == store.PortKindWorld && r.World.Status == store.WorldArchived {
+			archived[r.World.ID] = true
+		}
+	}
+	for _, stop := range []int{1, len(recs) / 3, len(recs) - 1} {
+		t.Run(fmt.Sprintf("after%d", stop), func(t *testing.T) {
+			dst := setup(t, to)
+			_, im := porter(t, dst.s)
+			for i := 0; i < stop; i += 7 {
+				must(t, im.Import(bg, recs[i:min(i+7, stop)]), fmt.Sprintf("Import of records %d…", i))
+			}
+			// Run again with other batch bounds: a batch holds records
+			// imported already and records not.
+			importAll(t, dst.s, recs, 5)
+			got := exportJSON(t, dst.s)
+			if len(got) != len(want) {
+				t.Fatalf("the resumed target exports %d records, one import %d", len(got), len(want))
+			}
+			for i := range want {
+				if g, w := clockFree(t, got[i], archived), clockFree(t, want[i], archived); g != w {
+					t.Errorf("record %d:\n one import %s\n resumed    %s", i, want[i], got[i])
+				}
+			}
+		})
+	}
+}
+
+// clockFree is an exported record's JSON without what an import takes
+// from the target's clock, which two imports read at different times: a
+// released lease's expiry, an archived world's withdrawn effect's
+// completion time (each must be set).
+func clockFree(t testing.TB, j string, archived map[string]bool) string {
+	t.Helper()
+	var r store.PortRecord
+	must(t, json.Unmarshal([]byte(j), &r), "json.Unmarshal")
+	switch {
+	case r.Kind == store.PortKindLease:
+		if r.Lease.ExpiresAt.IsZero() {
+			t.Errorf("lease of %s: no expiry", r.Lease.World)
+		}
+		r.Lease.ExpiresAt = time.Time{}
+	case r.Kind == store.PortKindEffect && archived[r.Effect.World] && r.Effect.State == string(vocab.EffectWithdrawn):
+		if r.Effect.CompletedAt == nil {
+			t.Errorf("withdrawn effect %s: no completion time", r.Effect.IntentHash)
+		}
+		r.Effect.CompletedAt = nil
+	}
+	return portJSON(t, r)
 }
