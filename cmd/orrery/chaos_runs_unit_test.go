@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/store"
@@ -104,5 +105,24 @@ func TestChaosCheckerJudgesEveryRun(t *testing.T) {
 	// The four sound ones are in flight: each is reported as not done.
 	if n := len(v.violations[chkRuns]); n != 5 {
 		t.Fatalf("%d violations, want 5 (one broken, four never ended): %q", n, v.violations[chkRuns])
+	}
+}
+
+// TestChaosFailoverCountsEndedRuns: a run the lost node held ends (its
+// lease keeps its row, the holder cleared, and nobody takes it again), so
+// the failover waits for it no longer; a world whose lease is merely
+// released (a handoff) is still waited for. The limit is zero: one look.
+func TestChaosFailoverCountsEndedRuns(t *testing.T) {
+	held := map[string]int64{"c00": 1, "r-0-1": 1}
+	m := &leaseMonitor{latest: map[string]leaseObs{
+		"c00":   {World: "c00", Holder: "w2", Epoch: 2, ExpiresNs: 200},
+		"r-0-1": {World: "r-0-1", Holder: "", Epoch: 2, ExpiresNs: 90, Ended: true},
+	}}
+	if got := m.awaitRenewed(held, 100, time.Now(), 0); got < 0 {
+		t.Fatalf("failover %v with the run ended and the world held again, want a time", got)
+	}
+	m.latest["r-0-1"] = leaseObs{World: "r-0-1", Holder: "", Epoch: 2, ExpiresNs: 90}
+	if got := m.awaitRenewed(held, 100, time.Now(), 0); got >= 0 {
+		t.Fatalf("failover %v with a world released and nobody holding it, want -1", got)
 	}
 }
