@@ -520,6 +520,16 @@ func (ch *chaos) inject(kind, restartCmd string) faultRun {
 			ch.restarts = append(ch.restarts, restartSight{Worker: p.worker, KillNs: killNs, TTLNs: int64(chaosTTL), Before: held, AtSecs: f.At, Restart: restarted})
 		}
 		f.Failover = ch.mon.awaitRenewed(held, killNs+int64(chaosTTL), begin, 60*time.Second)
+		runs := 0
+		for w := range held {
+			if strings.HasPrefix(w, "r-") {
+				runs++
+			}
+		}
+		if f.Detail != "" {
+			f.Detail += "; "
+		}
+		f.Detail += fmt.Sprintf("it held %d worlds, %d of them workflow runs", len(held), runs)
 		switch kind {
 		case fKillAfterTTL:
 			time.Sleep(time.Until(begin.Add(chaosTTL + time.Second)))
