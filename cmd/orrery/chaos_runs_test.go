@@ -23,7 +23,11 @@ import (
 // would: the second start must answer the run the first made, not create
 // one.
 func (ch *chaos) startRun(ctx context.Context, rng *rand.Rand, id string) {
-	in := errand{Key: id, URL: ch.c.target.srv.URL + "/run", SleepMs: 200 + rng.Int64N(601)}
+	// Sleeps of up to 6s, longer than the cluster tests' (a run there
+	// lives about a second): with runs that short a kill seldom finds one
+	// in flight (a 30s run's three node faults found none), and a durable
+	// sleep whose timer fires while its holder is dead is a case to test.
+	in := errand{Key: id, URL: ch.c.target.srv.URL + "/run", SleepMs: 500 + rng.Int64N(5501)}
 	var created bool
 	start := func(cl *api.Client, ctx context.Context, e *histEntry) error {
 		v, c, err := cl.StartRun(ctx, clusterErrand, id, in)
