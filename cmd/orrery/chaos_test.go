@@ -92,7 +92,7 @@ type faultRun struct {
 type histEntry struct {
 	T       float64         `json:"t"`
 	Node    string          `json:"node"`
-	Op      string          `json:"op"` // create, send, call
+	Op      string          `json:"op"` // create, send, call, start (a workflow run)
 	Kind    string          `json:"kind"`
 	World   string          `json:"world"`
 	Key     string          `json:"key,omitempty"`
@@ -122,6 +122,11 @@ type chaos struct {
 	hf   *os.File
 	acks []ackOp
 	clls []callOp
+	runs *ackLog // the workflow runs' starts (its runs and tried only)
+
+	// runsElsewhere counts the second starts of a run answered by another
+	// node than the one that acknowledged the first.
+	runsElsewhere atomic.Int64
 
 	ops, acked, retries, switched, unacked, status5xx atomic.Int64
 	five00                                            []string // under hmu: 500 answers
@@ -179,7 +184,7 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch := &chaos{t: t, db: db, rng: rand.New(rand.NewPCG(seed, 0x6368616f73)), out: out, hf: hf, hw: bufio.NewWriter(hf)}
+	ch := &chaos{t: t, db: db, rng: rand.New(rand.NewPCG(seed, 0x6368616f73)), out: out, hf: hf, hw: bufio.NewWriter(hf), runs: &ackLog{}}
 	var keep bool
 	t.Cleanup(func() { ch.finish(keep || t.Failed()) })
 
@@ -293,17 +298,22 @@ func (ch *chaos) startLoad(tallies, accounts []string, seed uint64) *chaosLoad {
 }
 
 // one issues one operation and retries it, with the same key or call id,
-// until it is acknowledged or the load stops.
+// until it is acknowledged or the load stops. A tenth of the operations
+// start a workflow run (its start, a step, a durable sleep and an effect:
+// a few writes more than an event), taken from the adds and the calls so
+// that the transfers keep their share.
 func (ch *chaos) one(ctx context.Context, rng *rand.Rand, g, n int, tallies, accounts []string) {
 	ch.ops.Add(1)
 	switch r := rng.IntN(100); {
-	case r < 40:
+	case r < 35:
 		w, key := tallies[rng.IntN(len(tallies))], fmt.Sprintf("add-%d-%d", g, n)
 		ch.send(ctx, rng, w, "add", Add{}.WorldType(), Add{Key: key}, key)
-	case r < 55:
+	case r < 48:
 		ch.call(ctx, rng, tallies[rng.IntN(len(tallies))], "get", Get{}.WorldType(), Get{}, rng.IntN(2) == 0, fmt.Sprintf("get-%d-%d", g, n))
-	case r < 70:
+	case r < 60:
 		ch.call(ctx, rng, accounts[rng.IntN(len(accounts))], "balance", ledger.Balance{}.WorldType(), ledger.Balance{}, rng.IntN(2) == 0, fmt.Sprintf("bal-%d-%d", g, n))
+	case r < 70:
+		ch.startRun(ctx, rng, fmt.Sprintf("r-%d-%d", g, n))
 	default:
 		id := fmt.Sprintf("t-%d-%d", g, n)
 		i := rng.IntN(len(accounts))
@@ -357,8 +367,14 @@ func (ch *chaos) call(ctx context.Context, rng *rand.Rand, w, kind, typ string, 
 // moves to another at random. A 4xx answer (other than a timeout) is a
 // request the server will never accept: recorded, not retried.
 func (ch *chaos) attempts(ctx context.Context, rng *rand.Rand, op, kind, w, key string, f func(*api.Client, context.Context, *histEntry) error) bool {
+	_, ok := ch.attemptsFrom(ctx, rng, rng.IntN(len(ch.c.current())), op, kind, w, key, f)
+	return ok
+}
+
+// attemptsFrom is attempts starting at node i; it returns the node that
+// acknowledged.
+func (ch *chaos) attemptsFrom(ctx context.Context, rng *rand.Rand, i int, op, kind, w, key string, f func(*api.Client, context.Context, *histEntry) error) (int, bool) {
 	procs := ch.c.current()
-	i := rng.IntN(len(procs))
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		p := ch.c.current()[i]
 		if !p.running() {
@@ -380,7 +396,7 @@ func (ch *chaos) attempts(ctx context.Context, rng *rand.Rand, op, kind, w, key 
 			if op != "create" {
 				ch.acked.Add(1)
 			}
-			return true
+			return i, true
 		}
 		if ctx.Err() != nil {
 			break
@@ -403,7 +419,7 @@ func (ch *chaos) attempts(ctx context.Context, rng *rand.Rand, op, kind, w, key 
 			ch.hmu.Lock()
 			ch.five00 = append(ch.five00, fmt.Sprintf("%.1fs %s %s %s %s refused for good: %v", e.T, p.worker, op, w, key, err))
 			ch.hmu.Unlock()
-			return false
+			return i, false
 		}
 		ch.retries.Add(1)
 		if rng.IntN(2) == 0 {
@@ -418,7 +434,7 @@ func (ch *chaos) attempts(ctx context.Context, rng *rand.Rand, op, kind, w, key 
 	if op != "create" {
 		ch.unacked.Add(1)
 	}
-	return false
+	return i, false
 }
 
 // ---- the faults ----
@@ -504,6 +520,16 @@ func (ch *chaos) inject(kind, restartCmd string) faultRun {
 			ch.restarts = append(ch.restarts, restartSight{Worker: p.worker, KillNs: killNs, TTLNs: int64(chaosTTL), Before: held, AtSecs: f.At, Restart: restarted})
 		}
 		f.Failover = ch.mon.awaitRenewed(held, killNs+int64(chaosTTL), begin, 60*time.Second)
+		runs := 0
+		for w := range held {
+			if strings.HasPrefix(w, "r-") {
+				runs++
+			}
+		}
+		if f.Detail != "" {
+			f.Detail += "; "
+		}
+		f.Detail += fmt.Sprintf("it held %d worlds, %d of them workflow runs", len(held), runs)
 		switch kind {
 		case fKillAfterTTL:
 			time.Sleep(time.Until(begin.Add(chaosTTL + time.Second)))
@@ -615,7 +641,10 @@ func (m *leaseMonitor) stop() {
 func (m *leaseMonitor) poll(ctx context.Context) {
 	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	rows, err := m.pool.Query(qctx, `SELECT world, holder, epoch, expires_at_ns FROM orrery.leases ORDER BY world`)
+	// A world archived (a workflow run that ended) keeps its lease row
+	// with the holder cleared, and nobody holds it again.
+	rows, err := m.pool.Query(qctx, `SELECT l.world, l.holder, l.epoch, l.expires_at_ns, coalesce(w.status = 'archived', false)
+		FROM orrery.leases l LEFT JOIN orrery.worlds w ON w.world = l.world ORDER BY l.world`)
 	if err != nil {
 		m.mu.Lock()
 		m.errs++
@@ -627,7 +656,7 @@ func (m *leaseMonitor) poll(ctx context.Context) {
 	var got []leaseObs
 	for rows.Next() {
 		o := leaseObs{At: at}
-		if err := rows.Scan(&o.World, &o.Holder, &o.Epoch, &o.ExpiresNs); err != nil {
+		if err := rows.Scan(&o.World, &o.Holder, &o.Epoch, &o.ExpiresNs, &o.Ended); err != nil {
 			return
 		}
 		got = append(got, o)
@@ -638,7 +667,7 @@ func (m *leaseMonitor) poll(ctx context.Context) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, o := range got {
-		if m.latest[o.World] != (leaseObs{At: m.latest[o.World].At, World: o.World, Holder: o.Holder, Epoch: o.Epoch, ExpiresNs: o.ExpiresNs}) {
+		if m.latest[o.World] != (leaseObs{At: m.latest[o.World].At, World: o.World, Holder: o.Holder, Epoch: o.Epoch, ExpiresNs: o.ExpiresNs, Ended: o.Ended}) {
 			m.obs = append(m.obs, o)
 			m.latest[o.World] = o
 		}
@@ -660,14 +689,15 @@ func (m *leaseMonitor) heldBy(worker string) map[string]int64 {
 
 // awaitRenewed waits until every world of held has a holder whose lease
 // runs past afterNs (so someone alive acquired or renewed it after the
-// fault), and returns how long that took from begin, in seconds (-1: not
-// within limit).
+// fault) or has ended (a run that a successor took up and finished, or
+// that finished before it could be taken), and returns how long that took
+// from begin, in seconds (-1: not within limit).
 func (m *leaseMonitor) awaitRenewed(held map[string]int64, afterNs int64, begin time.Time, limit time.Duration) float64 {
 	ok := poll(limit, 20*time.Millisecond, func() bool {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		for w := range held {
-			if o := m.latest[w]; o.Holder == "" || o.ExpiresNs <= afterNs {
+			if o := m.latest[w]; !o.Ended && (o.Holder == "" || o.ExpiresNs <= afterNs) {
 				return false
 			}
 		}
@@ -741,11 +771,34 @@ func (ch *chaos) judge(ctx context.Context, ids []string, v *verdict) {
 	obs := ch.mon.sightings()
 	checkEpochs(obs, v)
 	checkRestartEpochs(ch.restarts, obs, v)
-	for _, s := range ch.five00 {
+	rc := ch.c.newRunChecker(ch.runs)
+	judgeRuns(ctx, rc, 60*time.Second, v)
+	apiProblems := ch.c.runsAPIProblems(ch.runs, 30*time.Second)
+	for _, worker := range keys(apiProblems) {
+		for _, p := range apiProblems[worker] {
+			v.failf(chkRuns, "%s's API: %s", worker, p)
+		}
+	}
+	ch.hmu.Lock()
+	five00 := slices.Clone(ch.five00)
+	ch.hmu.Unlock()
+	for _, s := range five00 {
 		v.failf(chkNo500, "%s", s)
 	}
 	v.check(chkNo500)
 
+	again := 0
+	for _, r := range rc.runs {
+		if r.Again {
+			again++
+		}
+	}
+	// The final round of the run checks counts the runs taken over; a
+	// failed row may not have come to it.
+	takenOver := strconv.Itoa(rc.takenOver)
+	if len(v.violations[chkRuns]) > 0 {
+		takenOver = "not counted (the run check failed)"
+	}
 	transfers := 0
 	for _, w := range ws {
 		if w.Universe == ledger.UniverseTransfer {
@@ -753,10 +806,11 @@ func (ch *chaos) judge(ctx context.Context, ids []string, v *verdict) {
 		}
 	}
 	ch.figures = []string{
-		fmt.Sprintf("operations %d, acknowledged %d (events %d, calls %d), unacknowledged at the stop %d", ch.ops.Load(), ch.acked.Load(), len(acks), len(calls), ch.unacked.Load()),
+		fmt.Sprintf("operations %d, acknowledged %d (events %d, calls %d, run starts %d), unacknowledged at the stop %d", ch.ops.Load(), ch.acked.Load(), len(acks), len(calls), len(rc.runs)+again, ch.unacked.Load()),
 		fmt.Sprintf("lost %d, duplicated %d", lost, dup),
 		fmt.Sprintf("retries %d (node switches %d), 5xx answers %d", ch.retries.Load(), ch.switched.Load(), ch.status5xx.Load()),
 		fmt.Sprintf("worlds %d (transfers %d), lease changes seen %d; ledger total %d of %d", len(ws), transfers, len(obs), total, chaosAccounts*chaosSeedBal),
+		fmt.Sprintf("workflow runs acknowledged %d (started twice %d, the second answered by another node %d), taken up by more than one worker %s", len(rc.runs), again, ch.runsElsewhere.Load(), takenOver),
 		fmt.Sprintf("quiescent %v after the load stopped", quiet.Round(time.Millisecond)),
 	}
 }

@@ -508,6 +508,7 @@ func (c *cluster) verify(led *ackLog, ids []string, limit time.Duration) map[str
 		time.Sleep(250 * time.Millisecond)
 	}
 	c.figure("quiescent %v after the load stopped; %s", time.Since(start).Round(time.Millisecond), led)
+	c.figure("workflow runs: %d acknowledged, every one completed once; %d of them taken up by more than one worker (lease epoch above 1)", len(runs.runs), runs.takenOver)
 	c.checkCalls(reports)
 	c.checkRunsAPI(led)
 	return reports

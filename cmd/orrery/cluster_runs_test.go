@@ -209,11 +209,18 @@ type runChecker struct {
 	runs  []ackedRun
 	tried map[string]bool
 	ended map[string]*runReport
+	// read reads a run back: readRun on the cluster's store, or, in the
+	// checkers' own unit tests, reports built to break a promise.
+	read func(ctx context.Context, id string) (*runReport, error)
+	// takenOver is what the final round counted: the runs taken up by
+	// more than one worker.
+	takenOver int
 }
 
 func (c *cluster) newRunChecker(led *ackLog) *runChecker {
 	runs, tried := led.ackedRuns()
-	return &runChecker{c: c, runs: runs, tried: tried, ended: map[string]*runReport{}}
+	return &runChecker{c: c, runs: runs, tried: tried, ended: map[string]*runReport{},
+		read: func(ctx context.Context, id string) (*runReport, error) { return readRun(ctx, c.db.st, id) }}
 }
 
 // check is one round: every acknowledged run exists and is checked;
@@ -227,7 +234,7 @@ func (rc *runChecker) check(ctx context.Context, f *findings, final bool) {
 		rep := rc.ended[r.ID]
 		if rep == nil || final {
 			var err error
-			rep, err = readRun(ctx, rc.c.db.st, r.ID)
+			rep, err = rc.read(ctx, r.ID)
 			switch {
 			case errors.Is(err, store.ErrWorldNotFound):
 				f.brokenf("run %s: acknowledged at %v, but the store has no such run", r.ID, r.At.Format(time.RFC3339Nano))
@@ -258,7 +265,7 @@ func (rc *runChecker) check(ctx context.Context, f *findings, final bool) {
 	// A run's lease epoch counts the workers that took it up: above 1, a
 	// worker took it over from another (after a kill, a drain or a lost
 	// lease). The figure shows that the fault reached runs in flight.
-	again := 0
+	rc.takenOver = 0
 	for _, r := range rc.runs {
 		l, ok, err := rc.c.db.st.GetLease(ctx, r.ID)
 		if err != nil {
@@ -266,52 +273,67 @@ func (rc *runChecker) check(ctx context.Context, f *findings, final bool) {
 			return
 		}
 		if ok && l.Epoch > 1 {
-			again++
+			rc.takenOver++
 		}
 	}
-	rc.c.figure("workflow runs: %d acknowledged, every one completed once; %d of them taken up by more than one worker (lease epoch above 1)", len(rc.runs), again)
 }
 
 // checkRunsAPI lists the errand runs through every running process's API
 // and requires each acknowledged run listed once, completed, and no run
-// the load never started. A process's list comes from its projection of
-// the runs' streams, which catches up on each request: a list that lags
-// is asked again until clusterBound, the hang guard.
+// the load never started (runsListed). A process's list comes from its
+// projection of the runs' streams, which catches up on each request: a
+// list that lags is asked again until clusterBound, the hang guard.
 func (c *cluster) checkRunsAPI(led *ackLog) {
 	c.t.Helper()
+	for worker, problems := range c.runsAPIProblems(led, clusterBound) {
+		c.t.Errorf("%s's API does not list the runs as the store holds them within %v:\n%s", worker, clusterBound, first(problems, 20))
+	}
+}
+
+// runsAPIProblems asks every running process's API for the errand runs
+// until its list is as runsListed wants or limit passes, and returns what
+// was still wrong, by worker.
+func (c *cluster) runsAPIProblems(led *ackLog, limit time.Duration) map[string][]string {
 	runs, tried := led.ackedRuns()
+	out := map[string][]string{}
 	for _, p := range c.current() {
 		if !p.running() {
 			continue
 		}
 		var problems []string
-		ok := poll(clusterBound, 100*time.Millisecond, func() bool {
-			problems = nil
-			seen := map[string]int{}
-			var status map[string]string
-			status, problems = listRuns(p.api, seen)
-			if problems != nil {
-				return false
-			}
-			for id, n := range seen {
-				if n > 1 {
-					problems = append(problems, fmt.Sprintf("run %s listed %d times", id, n))
-				}
-				if !tried[id] {
-					problems = append(problems, fmt.Sprintf("run %s listed, but the load never started it", id))
-				}
-			}
-			for _, r := range runs {
-				if s := status[r.ID]; s != string(workflow.StatusCompleted) {
-					problems = append(problems, fmt.Sprintf("run %s listed as %q, want completed", r.ID, s))
-				}
-			}
+		if !poll(limit, 100*time.Millisecond, func() bool {
+			problems = runsListed(p.api, runs, tried)
 			return len(problems) == 0
-		})
-		if !ok {
-			c.t.Errorf("%s's API does not list the runs as the store holds them within %v:\n%s", p.worker, clusterBound, first(problems, 20))
+		}) {
+			out[p.worker] = problems
 		}
 	}
+	return out
+}
+
+// runsListed reads the errand runs through cl once and says what is wrong
+// with the list: an acknowledged run missing or not completed, a run
+// listed twice or one the load never started.
+func runsListed(cl *api.Client, runs []ackedRun, tried map[string]bool) []string {
+	seen := map[string]int{}
+	status, problems := listRuns(cl, seen)
+	if problems != nil {
+		return problems
+	}
+	for _, id := range keys(seen) {
+		if n := seen[id]; n > 1 {
+			problems = append(problems, fmt.Sprintf("run %s listed %d times", id, n))
+		}
+		if !tried[id] {
+			problems = append(problems, fmt.Sprintf("run %s listed, but the load never started it", id))
+		}
+	}
+	for _, r := range runs {
+		if s := status[r.ID]; s != string(workflow.StatusCompleted) {
+			problems = append(problems, fmt.Sprintf("run %s listed as %q, want completed", r.ID, s))
+		}
+	}
+	return problems
 }
 
 // listRuns reads every page of the errand runs through cl, counting each
