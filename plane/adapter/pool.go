@@ -650,6 +650,13 @@ func (p *Pool) attempt(ctx context.Context, reg Registration, it vocab.EffectIte
 		if bctx.Err() != nil {
 			return lastWord(err, vocab.ReceiptTimeout, "the claim's execution budget ran out: ", n), n, exec, retry, resulted
 		}
+		if pol.Attempts == 0 && n > 1 && givenUp(err) == vocab.ReceiptError {
+			// The default bound, not one the effect chose: this attempt
+			// surely did nothing, but an earlier one may have (sent, its
+			// answer lost), and nothing records which. So the receipt
+			// says unknown, never "it did not happen".
+			return lastWord(err, vocab.ReceiptTimeout, fmt.Sprintf("gave up after %d attempts (an earlier one may have taken effect); the last: ", n), n), n, exec, retry, resulted
+		}
 		return lastWord(err, givenUp(err), "", n), n, exec, retry, resulted
 	}
 	// A failed attempt the policy allows again is retried, one that ran
