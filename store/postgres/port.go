@@ -433,6 +433,13 @@ func (in *inboxRows) flush(q func(importCheck, string, ...any)) {
 		(world, seq, kind, payload, dedupe_key, enqueued_at_ns, key_live)
 		SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[], $5::text[], $6::bigint[], $7::boolean[])
 		ON CONFLICT DO NOTHING`, in.worlds, in.seqs, in.kinds, in.payloads, in.keys, in.at, in.live)
+	// A world's last seq is at least its highest item's: a resumed copy
+	// may import items a world record already imported had not counted
+	// (the source took input between the two runs), and the next delivery
+	// must not take a seq an item holds.
+	q(importCheck{}, `UPDATE worlds y SET inbox_seq = m.s
+		FROM (SELECT u.w, max(u.s) AS s FROM unnest($1::text[], $2::bigint[]) AS u(w, s) GROUP BY u.w) AS m
+		WHERE y.world = m.w AND y.inbox_seq < m.s`, in.worlds, in.seqs)
 	*in = inboxRows{}
 }
 

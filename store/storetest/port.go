@@ -28,6 +28,7 @@ func RunPort(t *testing.T, from, to Factory) {
 		{"DuplicateWorldIsAConflictAndWritesNothing", testPortDuplicate},
 		{"ImportAgainIsANoOpAndADifferentRecordConflicts", testPortAgain},
 		{"InterruptedImportRunAgainCompletes", testPortResume},
+		{"ResumeAfterTheSourceTookInputCountsEveryItem", testPortResumeGrown},
 		{"BadRecordIsInvalidAndWritesNothing", testPortBadRecord},
 		{"ExportDuringWritesIsOneState", testPortConsistent},
 		{"EmitErrorEndsTheExport", testPortEmitError},
@@ -805,6 +806,34 @@ func testPortResume(t *testing.T, from, to Factory) {
 				}
 			}
 		})
+	}
+}
+
+// testPortResumeGrown: a copy run again after the source's world took
+// input (its cursor still) imports the new items, and the target's next
+// enqueue takes the seq after the highest of them, as the source's does:
+// none collides with an imported item, and every one is read.
+func testPortResumeGrown(t *testing.T, from, to Factory) {
+	src := setup(t, from)
+	src.world("w")
+	for i := range 2 {
+		src.enqueue("w", "event", fmt.Sprint("a", i), nil)
+	}
+	dst := setup(t, to)
+	importAll(t, dst.s, exportAll(t, src.s), 7)
+	for i := range 3 {
+		src.enqueue("w", "event", fmt.Sprint("b", i), nil)
+	}
+	importAll(t, dst.s, exportAll(t, src.s), 7)
+	want, _ := src.enqueue("w", "event", "next", nil)
+	got, dup := dst.enqueue("w", "event", "next", nil)
+	if dup || got != want {
+		t.Fatalf("the resumed target's next enqueue took seq %d (duplicate %v), the source's %d", got, dup, want)
+	}
+	items, err := dst.s.ReadInbox(bg, "w", 0, 100)
+	must(t, err, "ReadInbox")
+	if len(items) != 6 {
+		t.Fatalf("the resumed target's inbox holds %d items, want 6: %+v", len(items), items)
 	}
 }
 
