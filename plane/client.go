@@ -191,7 +191,12 @@ func (c *Client) CallWithID(ctx context.Context, worldID, callID string, v any) 
 				return replyResult(worldID, rep)
 			}
 		}
-		rep, height, ok, err := c.replyFromJournal(ctx, worldID, ack.Seq, callID)
+		// Once the polls are at their slowest, each also checks that the
+		// store still holds the call (a lost item is enqueued again).
+		rep, height, ok, err := c.replyFromJournal(ctx, worldID, ack.Seq, callID, delay >= c.cfg.PollMax)
+		if errors.Is(err, errCallLost) {
+			ack, err = c.in.enqueue(ctx, c.cfg.Store, "call", worldID, store.InboxItem{Kind: vocab.KindCall, Payload: payload, DedupeKey: CallKey(callID)})
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -244,13 +249,40 @@ func (c *Client) caughtUp(worldID string, height uint64) bool {
 	return true
 }
 
+// errCallLost: the store no longer holds a call's inbox item at the seq
+// its enqueue was acknowledged at (it lost commits: a failover to an
+// asynchronous standby).
+var errCallLost = errors.New("plane: the call's inbox item is lost")
+
+// holdsCall reports whether world's inbox item at seq is callID's call, or
+// was consumed (a failed read says yes: only a lost item is enqueued
+// again).
+func (c *Client) holdsCall(ctx context.Context, world string, seq uint64, callID string) bool {
+	st := c.cfg.Store
+	items, err := st.ReadInbox(ctx, world, seq-1, 1)
+	if err != nil || len(items) == 1 && items[0].Seq == seq && items[0].DedupeKey == CallKey(callID) {
+		return true
+	}
+	// Not there: lost, unless the world consumed it since the cursor was
+	// read.
+	cur, err := st.Cursor(ctx, world)
+	return err != nil || cur >= seq
+}
+
 // replyFromJournal re-derives the reply of the call drained at inbox seq
 // from the journal (see the package doc), and the height of its record:
 // ok=false while the cursor has not passed it.
-func (c *Client) replyFromJournal(ctx context.Context, id string, seq uint64, callID string) (world.Reply, uint64, bool, error) {
+//
+// probe (a caller that has waited a while) also checks, while the cursor
+// is below seq, that the item at seq is still the call's (errCallLost if
+// not).
+func (c *Client) replyFromJournal(ctx context.Context, id string, seq uint64, callID string, probe bool) (world.Reply, uint64, bool, error) {
 	st := c.cfg.Store
 	cur, err := st.Cursor(ctx, id)
 	if err != nil || cur < seq {
+		if err == nil && probe && !c.holdsCall(ctx, id, seq, callID) {
+			return world.Reply{}, 0, false, errCallLost
+		}
 		return world.Reply{}, 0, false, err
 	}
 	rec, err := st.GetWorld(ctx, id)
@@ -289,6 +321,11 @@ func (c *Client) replyFromJournal(ctx context.Context, id string, seq uint64, ca
 		// Read again: a cursor now below seq means the call is pending
 		// again, and its answer is still to come.
 		if cur, err := st.Cursor(ctx, id); err != nil || cur < seq {
+			if err == nil && !c.holdsCall(ctx, id, seq, callID) {
+				// The call's item went with the commits: enqueued
+				// again (its key makes that safe), it is answered.
+				return world.Reply{}, 0, false, errCallLost
+			}
 			return world.Reply{}, 0, false, err
 		}
 		if floor > 0 {
@@ -296,6 +333,12 @@ func (c *Client) replyFromJournal(ctx context.Context, id string, seq uint64, ca
 				fmt.Errorf("no journal record of inbox seq %d above the floor: %w", seq, &store.CompactedError{Op: "read", Stream: id, Floor: floor}))
 		}
 		return world.Reply{}, 0, false, errorf("call", ErrReplyUnavailable, id, detail("no journal record of inbox seq %d", seq))
+	}
+	if cid, _, err := world.RecordCallID(journal[at]); err == nil && cid != callID {
+		// Another input holds the call's seq: the store lost the call's
+		// item and gave its seq to the next one (a failover to an
+		// asynchronous standby). Enqueued again, the call is answered.
+		return world.Reply{}, 0, false, errCallLost
 	}
 	// The step is derived again from the highest snapshot below it (the
 	// active baseline may have passed it: a forked or seeded world's

@@ -2,13 +2,18 @@ package plane_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/lab"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
+	"github.com/orrery-run/orrery/world"
 )
 
 // forgetfulStore answers its first Cursor reads from before a failover to
@@ -17,6 +22,24 @@ import (
 type forgetfulStore struct {
 	store.Store
 	lies atomic.Int32
+	// loseCall: the first call's enqueue is acknowledged at the next
+	// seq and then lost with the commits.
+	loseCall atomic.Bool
+	// reuse: the lost call is acknowledged at the cursor's seq (an input
+	// enqueued before took it) rather than the next free one.
+	reuse atomic.Bool
+}
+
+func (f *forgetfulStore) Enqueue(ctx context.Context, world string, it store.InboxItem) (uint64, bool, error) {
+	if it.Kind == vocab.KindCall && f.loseCall.CompareAndSwap(true, false) {
+		cur, err := f.Store.Cursor(ctx, world)
+		if f.reuse.Load() {
+			return cur + 1, false, err // the seq the earlier input holds
+		}
+		items, err := f.Store.ReadInbox(ctx, world, cur, 100)
+		return cur + uint64(len(items)) + 1, false, err
+	}
+	return f.Store.Enqueue(ctx, world, it)
 }
 
 func (f *forgetfulStore) Cursor(ctx context.Context, world string) (uint64, error) {
@@ -63,4 +86,56 @@ func TestACallWhoseRecordTheStoreLostWaitsForItsAnswer(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestACallWhoseItemTheStoreLostIsEnqueuedAgain: a call acknowledged at a
+// seq whose item the store then lost (with its drain) is enqueued again
+// under its key and answered, rather than waited for until the caller's
+// deadline: whether the seq stayed empty, or another input took it.
+func TestACallWhoseItemTheStoreLostIsEnqueuedAgain(t *testing.T) {
+	for _, reused := range []bool{false, true} {
+		t.Run(fmt.Sprintf("seq-taken-by-another-%v", reused), func(t *testing.T) {
+			testrig.Lab(t, lab.Config{Seed: 6, Name: "lost-call"}, func(env *lab.Env) error {
+				st := newStore(env)
+				if err := createAssigned(env.Ctx, st, "w", "A"); err != nil {
+					return err
+				}
+				h, err := plane.StartHost(env.Ctx, env.Root, hostConfig("A", st, nil))
+				if err != nil {
+					return err
+				}
+				defer h.Stop(env.Ctx)
+				fs := &forgetfulStore{Store: st}
+				fs.loseCall.Store(true)
+				c, err := plane.NewClient(plane.ClientConfig{Store: fs, Kernels: kernels(), Executor: env.Lab})
+				if err != nil {
+					return err
+				}
+				want := int64(0)
+				if reused {
+					// Sent first, with no cursor moved yet: the lost call
+					// is acknowledged at the seq this input holds.
+					fs.reuse.Store(true)
+					payload, err := world.EncodeEvent(Add{By: 2, Key: "a"})
+					if err != nil {
+						return err
+					}
+					if _, _, err := st.Enqueue(env.Ctx, "w", store.InboxItem{Kind: vocab.KindEvent, Payload: payload, DedupeKey: "a"}); err != nil {
+						return err
+					}
+					want = 2
+				}
+				ctx, cancel := actor.WithTimeout(env.Ctx, env.Lab, time.Minute)
+				defer cancel()
+				n, err := plane.CallAs[int64](ctx, c, "w", Get{})
+				if err != nil {
+					return fmt.Errorf("the call whose item was lost: %w", err)
+				}
+				if n != want {
+					t.Errorf("Get = %d, want %d", n, want)
+				}
+				return nil
+			})
+		})
+	}
 }
