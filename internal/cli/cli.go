@@ -16,6 +16,8 @@
 //	4  conflict or refused state (exists, archived, paused, not retryable, journal compacted)
 //	5  unavailable: the server cannot be reached, is not ready, or timed out
 //	6  unauthenticated or forbidden
+//	7  serve: superseded (another process took over its worker id) or retired;
+//	   a supervisor should not restart it (systemd: RestartPreventExitStatus=7)
 //
 // An error is one line on stderr; -v adds its detail. Under -o json it is
 // one JSON line on stderr instead ({"error":{...}}, see JSONError).
@@ -54,6 +56,7 @@ const (
 	ExitConflict    = 4
 	ExitUnavailable = 5
 	ExitAuth        = 6
+	ExitSuperseded  = 7
 )
 
 // IO is where a command reads and writes; a nil Out or Err discards, a

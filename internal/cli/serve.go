@@ -374,9 +374,9 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	case <-n.Done():
 		// Another process took this worker id (or the incarnation was
 		// retired): this one stopped acting, and exits rather than come
-		// back, which would take the id from its successor. A supervisor
-		// that restarts it on the non-zero exit starts a new incarnation,
-		// which is the operator's call to make with a unique --worker-id.
+		// back, which would take the id from its successor: exit 7, which
+		// a supervisor is told not to restart on (a restart would take
+		// the id back, and two processes sharing one would flap).
 		fenced = n.Err()
 		log.Error("exiting: another process took over this worker id, or this process was retired; give each process its own --worker-id",
 			"worker", worker, "err", fenced)
@@ -395,7 +395,7 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 		serveErr = <-served
 	}
 	if fenced != nil {
-		return fenced
+		return exitError{ExitSuperseded, fenced}
 	}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr

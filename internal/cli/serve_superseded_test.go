@@ -40,8 +40,8 @@ func TestServeExitsWhenSuperseded(t *testing.T) {
 	case <-s.ctx.Done():
 		t.Fatalf("serve did not exit after it was superseded\nstderr: %s", s.err.String())
 	}
-	if code != cli.ExitError {
-		t.Fatalf("serve exited %d after it was superseded, want %d\nstderr: %s", code, cli.ExitError, s.err.String())
+	if code != cli.ExitSuperseded {
+		t.Fatalf("serve exited %d after it was superseded, want %d\nstderr: %s", code, cli.ExitSuperseded, s.err.String())
 	}
 	if logs := s.err.String(); !strings.Contains(logs, "another process took over this worker id") || !strings.Contains(logs, "superseded") {
 		t.Fatalf("serve's log does not say why it exited:\n%s", logs)
