@@ -50,6 +50,9 @@ type simStats struct {
 	skewedNodes, unavailable, lostReplies, lostCommits int
 	// lostHints: hints of a world's inbox a host never received
 	lostHints int
+	// pausesMidEffect: pools whose store stopped answering, past their
+	// promise, while they executed
+	pausesMidEffect int
 	// poolFaults counts the injected faults of the adapter pools' handles
 	// by store operation, fabric's send among them.
 	poolFaults map[string]int
@@ -109,17 +112,49 @@ type echoAdapter struct {
 	heal  *atomic.Bool
 	mu    sync.Mutex
 	calls map[string]int // "hash/attempt" → calls
-	ran   func(hash string)
+	// spans are the executions of each intent on the lab's clock: two of
+	// one intent must never overlap. active counts the executions running
+	// by claimant (a pool's incarnation).
+	spans  map[string][]*echoSpan
+	active map[string]int
+	ran    func(hash string)
+}
+
+type echoSpan struct {
+	claim      string // "hash/attempt"
+	start, end time.Time
+}
+
+// executing reports whether the pool incarnation worker runs an execution.
+func (a *echoAdapter) executing(worker string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.active[worker] > 0
 }
 
 func (*echoAdapter) Kinds() []string { return []string{kindEcho} }
 
 func (a *echoAdapter) Execute(ctx context.Context, it vocab.EffectItem) (effect.Result, error) {
+	sp := &echoSpan{claim: fmt.Sprint(it.IntentHash, "/", it.Attempt), start: a.ex.Now()}
 	a.mu.Lock()
-	a.calls[fmt.Sprint(it.IntentHash, "/", it.Attempt)]++
+	a.calls[sp.claim]++
+	a.spans[it.IntentHash] = append(a.spans[it.IntentHash], sp)
+	a.active[it.ClaimedBy]++
 	a.mu.Unlock()
 	a.ran(it.IntentHash)
-	if err := actor.Sleep(ctx, a.ex, time.Duration(a.ex.Uint64()%300)*time.Millisecond); err != nil {
+	// Now and then longer than the liveness promise the claim rides on
+	// (within the claim's budget), so that a pool frozen meanwhile must
+	// cut it short before another pool runs the effect.
+	d := time.Duration(a.ex.Uint64()%300) * time.Millisecond
+	if a.ex.Uint64()%4 == 0 {
+		d = simTTL + time.Duration(a.ex.Uint64()%600)*time.Millisecond
+	}
+	err := actor.Sleep(ctx, a.ex, d)
+	a.mu.Lock()
+	sp.end = a.ex.Now()
+	a.active[it.ClaimedBy]--
+	a.mu.Unlock()
+	if err != nil {
 		return effect.Result{}, err
 	}
 	if !a.heal.Load() && a.ex.Buggify("adapter.echo") {
@@ -630,7 +665,7 @@ func (r *planeSimRun) run() (err error) {
 	r.commits, r.acquired = map[string][]plane.HostEvent{}, map[string][]uint64{}
 	r.fabKey = map[string]string{}
 	r.callIDs, r.replies, r.limited = map[string]bool{}, map[string]simReply{}, map[string]string{}
-	r.echo = &echoAdapter{ex: lb, heal: &r.healed, calls: map[string]int{}, ran: r.ran}
+	r.echo = &echoAdapter{ex: lb, heal: &r.healed, calls: map[string]int{}, spans: map[string][]*echoSpan{}, active: map[string]int{}, ran: r.ran}
 	for _, w := range simAll {
 		if _, err := r.base.CreateWorld(env.Ctx, universe, w, nil); err != nil {
 			return err
@@ -1016,6 +1051,16 @@ func (r *planeSimRun) fault() error {
 		lb.AfterFunc(time.Duration(500+lb.Uint64()%1500)*time.Millisecond, func() { r.resume(n) })
 	case x == 4: // the next world step panics: its host fails
 		r.panics.Store(true)
+	case x == 5: // a pool's store stops answering while it executes, past its promise
+		for _, n := range r.pools {
+			if n.down || n.paused || !r.echo.executing(fmt.Sprint(n.name, "-", n.gen)) {
+				continue
+			}
+			r.stats.pausesMidEffect++
+			n.paused = true
+			lb.AfterFunc(2*simTTL+time.Duration(lb.Uint64()%1000)*time.Millisecond, func() { r.resume(n) })
+			break
+		}
 	}
 	return nil
 }
@@ -1359,6 +1404,18 @@ func (r *planeSimRun) check(acked map[string]ack, relays, alarms map[string]stri
 			return fmt.Errorf("claim %s executed %d times (%d attempts allowed)", claim, n, simEchoTry)
 		}
 	}
+	// No execution outlives the liveness promise its claim rides on, so
+	// two executions of one effect, under two claims, never run at once.
+	for _, h := range sortedKeys(r.echo.spans) {
+		es := slices.Clone(r.echo.spans[h])
+		slices.SortStableFunc(es, func(x, y *echoSpan) int { return x.start.Compare(y.start) })
+		for i := 1; i < len(es); i++ {
+			if prev := es[i-1]; prev.end.IsZero() || prev.end.After(es[i].start) {
+				return fmt.Errorf("effect %.8s: execution of claim %s (from %v to %v) overlaps that of claim %s (from %v)",
+					h, prev.claim, prev.start, prev.end, es[i].claim, es[i].start)
+			}
+		}
+	}
 	return nil
 }
 
@@ -1437,6 +1494,7 @@ func TestPlaneSimulation(t *testing.T) {
 			{"adapter calls that took effect and failed", stats.lostReplies},
 			{"host commits that took effect and failed", stats.lostCommits},
 			{"inbox hints lost on their way to a host", stats.lostHints},
+			{"pools frozen past their promise mid-execution", stats.pausesMidEffect},
 			{"oversized errors", stats.shouts}, {"steps with too many intents", stats.spews},
 			{"states over the bound", stats.swells}, {"far-future timers", stats.farTimers},
 			{"archives", stats.archives}, {"effects withdrawn by an archive", stats.withdrawn},
