@@ -83,8 +83,8 @@ func TestTheDemosDatabaseMigratesToPostgresAndServes(t *testing.T) {
 	// The demo kills a node: its liveness promise runs out a lease TTL
 	// later, by the store's clock, and until then the source is live.
 	testrig.WaitFor(t, "the demo's killed node to be known dead", time.Minute, 20*time.Millisecond, func() (bool, error) {
-		live, _, err := migrate.LiveWorkers(ctx, src)
-		return len(live) == 0, err
+		live, err := migrate.LiveWorkers(ctx, src)
+		return len(live.Workers) == 0, err
 	})
 	if err := src.Close(); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/orrery-run/orrery/plane/migrate"
 )
 
 var (
@@ -32,13 +34,7 @@ var ErrTargetLive = errors.New("backup: the target is being served")
 
 // TargetLiveError names the workers whose liveness promise still runs on
 // the restore target's clock. errors.Is(err, ErrTargetLive).
-type TargetLiveError struct {
-	Workers []string
-	// Until is when, by the target's clock, the last promise runs out
-	// unless its node heartbeats again.
-	Until time.Time
-	Now   time.Time
-}
+type TargetLiveError struct{ migrate.Live }
 
 func (e *TargetLiveError) Error() string {
 	return fmt.Sprintf("%s (%s, alive until %s by the store's clock, %s from now): a node serving the target would act on the restored records as they are written; stop every node of the target and wait for its promise to run out, or pass --force",

@@ -148,21 +148,14 @@ func Restore(ctx context.Context, path string, target store.Store, o RestoreOpti
 // checkTarget refuses a target that live nodes may be serving
 // (*TargetLiveError).
 func checkTarget(ctx context.Context, target store.Store) error {
-	live, now, err := migrate.LiveWorkers(ctx, target)
+	live, err := migrate.LiveWorkers(ctx, target)
 	if err != nil {
 		return fmt.Errorf("reading the target's workers: %w", err)
 	}
-	if len(live) == 0 {
+	if len(live.Workers) == 0 {
 		return nil
 	}
-	e := &TargetLiveError{Now: now}
-	for _, w := range live {
-		e.Workers = append(e.Workers, w.ID)
-		if w.AliveUntil.After(e.Until) {
-			e.Until = w.AliveUntil
-		}
-	}
-	return e
+	return &TargetLiveError{live}
 }
 
 // holdOpen is the restore's rule on the records it imports: every pending

@@ -111,46 +111,51 @@ func porters(src, dst any) (store.Exporter, store.Importer, error) {
 	return ex, im, nil
 }
 
+// Live is what a store says of its live workers: their ids, sorted, when
+// the last of their promises runs out unless renewed, and the store's now.
+type Live struct {
+	Workers []string
+	// Until is when, by the store's clock, the last promise runs out
+	// unless its node heartbeats again.
+	Until time.Time
+	Now   time.Time
+}
+
 // LiveWorkers returns the workers of st whose liveness promise (a
-// heartbeat's AliveAs) still runs by st's clock, sorted, and the store's
-// now. A worker that never promised is not counted: nothing says when it
-// is gone.
-func LiveWorkers(ctx context.Context, st store.Store) ([]store.WorkerInfo, time.Time, error) {
+// heartbeat's AliveAs) still runs by st's clock. A worker that never
+// promised is not counted: nothing says when it is gone.
+func LiveWorkers(ctx context.Context, st store.Store) (Live, error) {
 	now, err := st.Now(ctx)
 	if err != nil {
-		return nil, time.Time{}, err
+		return Live{}, err
 	}
 	ws, err := st.ListWorkers(ctx)
 	if err != nil {
-		return nil, time.Time{}, err
+		return Live{}, err
 	}
-	var live []store.WorkerInfo
+	live := Live{Now: now}
 	for _, w := range ws {
 		if !w.AliveUntil.IsZero() && !w.Dead(now) {
-			live = append(live, w)
+			live.Workers = append(live.Workers, w.ID)
+			if w.AliveUntil.After(live.Until) {
+				live.Until = w.AliveUntil
+			}
 		}
 	}
-	return live, now, nil
+	return live, nil
 }
 
 // CheckSource refuses a source that live nodes may be writing
 // (*LiveError).
 func CheckSource(ctx context.Context, src store.Store) error {
-	live, now, err := LiveWorkers(ctx, src)
+	live, err := LiveWorkers(ctx, src)
 	if err != nil {
 		return fmt.Errorf("reading the source's workers: %w", err)
 	}
-	if len(live) == 0 {
+	if len(live.Workers) == 0 {
 		return nil
 	}
-	e := &LiveError{Now: now}
-	for _, w := range live {
-		e.Workers = append(e.Workers, w.ID)
-		if w.AliveUntil.After(e.Until) {
-			e.Until = w.AliveUntil
-		}
-	}
-	return e
+	return &LiveError{live}
 }
 
 // survey is a read of the whole source before the copy.

@@ -30,13 +30,7 @@ var (
 
 // LiveError names the workers whose liveness promise still runs on the
 // source's clock. errors.Is(err, ErrSourceLive).
-type LiveError struct {
-	Workers []string
-	// Until is when, by the source's clock, the last promise runs out
-	// unless its node heartbeats again.
-	Until time.Time
-	Now   time.Time
-}
+type LiveError struct{ Live }
 
 func (e *LiveError) Error() string {
 	return fmt.Sprintf("%s (%s, alive until %s by the store's clock, %s from now): a copy of a store being written misses every write after its snapshot; stop the nodes and wait for their promise to run out, or pass --force",
