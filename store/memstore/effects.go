@@ -354,7 +354,16 @@ func (s *backend) EffectStatus(ctx context.Context, intentHash string) (store.Ef
 // orphan reaper does (no worker, no owner), so no completion, release or
 // retry of an execution already under way passes ClaimCheck.
 func (s *backend) HoldEffect(ctx context.Context, intentHash, reason string) (store.EffectStatus, error) {
-	const op = "hold_effect"
+	return s.decideHeld(ctx, "hold_effect", intentHash, contract.HoldEffect, func(e *effect) {
+		e.hold(reason, s.now())
+	})
+}
+
+// decideHeld is a hold or a release of one effect: decide is the
+// contract's rule on its state, apply the change unless decide says it is
+// a no-op (mu held).
+func (s *backend) decideHeld(ctx context.Context, op, intentHash string,
+	decide func(op, intentHash string, found bool, state vocab.EffectState) (noop bool, err error), apply func(e *effect)) (store.EffectStatus, error) {
 	if err := s.begin(ctx, op); err != nil {
 		return store.EffectStatus{}, err
 	}
@@ -364,12 +373,12 @@ func (s *backend) HoldEffect(ctx context.Context, intentHash, reason string) (st
 	if found {
 		state = e.item.State
 	}
-	noop, err := contract.HoldEffect(op, intentHash, found, state)
+	noop, err := decide(op, intentHash, found, state)
 	if err != nil {
 		return store.EffectStatus{}, err
 	}
 	if !noop {
-		e.hold(reason, s.now())
+		apply(e)
 	}
 	return e.status(), nil
 }
@@ -395,25 +404,10 @@ func (st *state) releaseHeld(e *effect, reason string, now time.Time) {
 
 // ReleaseHeld implements store.Effects.
 func (s *backend) ReleaseHeld(ctx context.Context, intentHash, reason string) (store.EffectStatus, error) {
-	const op = "release_held"
-	if err := s.begin(ctx, op); err != nil {
-		return store.EffectStatus{}, err
-	}
-	defer s.end()
-	e, found := s.st.effects[intentHash]
-	var state vocab.EffectState
-	if found {
-		state = e.item.State
-	}
-	noop, err := contract.ReleaseHeld(op, intentHash, found, state)
-	if err != nil {
-		return store.EffectStatus{}, err
-	}
-	if !noop {
+	return s.decideHeld(ctx, "release_held", intentHash, contract.ReleaseHeld, func(e *effect) {
 		s.st.releaseHeld(e, reason, s.now())
 		s.st.notify(store.TopicEffects)
-	}
-	return e.status(), nil
+	})
 }
 
 // HoldOpenEffects implements store.Effects.
