@@ -126,3 +126,21 @@ func TestChaosFailoverCountsEndedRuns(t *testing.T) {
 		t.Fatalf("failover %v with a world released and nobody holding it, want -1", got)
 	}
 }
+
+// TestChaosHeldByCountsTheNodesRuns: the worlds a node held at a fault
+// include the workflow runs its workflow worker held (holder
+// <worker>/runs), so the fault's summary counts them and the failover
+// waits for them too; another node's runs are not counted.
+func TestChaosHeldByCountsTheNodesRuns(t *testing.T) {
+	m := &leaseMonitor{latest: map[string]leaseObs{
+		"c00":   {World: "c00", Holder: "w1", Epoch: 3},
+		"r-0-1": {World: "r-0-1", Holder: "w1/runs", Epoch: 1},
+		"r-0-2": {World: "r-0-2", Holder: "w2/runs", Epoch: 1},
+		"c01":   {World: "c01", Holder: "w10", Epoch: 1},
+	}}
+	got := m.heldBy("w1")
+	want := map[string]int64{"c00": 3, "r-0-1": 1}
+	if len(got) != len(want) || got["c00"] != 3 || got["r-0-1"] != 1 {
+		t.Fatalf("heldBy(w1) = %v, want %v", got, want)
+	}
+}

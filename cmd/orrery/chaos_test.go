@@ -675,12 +675,18 @@ func (m *leaseMonitor) poll(ctx context.Context) {
 }
 
 // heldBy returns the worlds worker holds and their epochs, as last seen.
+// runsHolderSuffix ends the lease holder id of a node's workflow worker
+// (plane/node names it <worker>/runs).
+const runsHolderSuffix = "/runs"
+
 func (m *leaseMonitor) heldBy(worker string) map[string]int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := map[string]int64{}
 	for w, o := range m.latest {
-		if o.Holder == worker {
+		// A node holds its worlds under its worker id and its workflow
+		// runs under its workflow worker's, <worker>/runs.
+		if o.Holder == worker || o.Holder == worker+runsHolderSuffix {
 			out[w] = o.Epoch
 		}
 	}
