@@ -619,15 +619,11 @@ func effectKinds(cfg Config, roles map[string]bool) ([]string, error) {
 // types and workflow versions, and the kinds its pool executes.
 func (n *Node) capabilities(kinds []string) []string {
 	set := plane.CapabilitySet{Roles: n.Roles(), Kernels: n.cfg.Kernels, EffectKinds: kinds}
-	if wfs := n.cfg.Workflows; wfs != nil {
-		set.Workflows = map[string]uint64{}
-		for _, name := range wfs.Names() {
-			if def, ok := wfs.Lookup(name); ok {
-				set.Workflows[name] = def.Version()
-			}
-		}
-	}
-	return plane.Capabilities(set)
+	// Every version the binary carries, not only the newest: a node runs
+	// the runs of each, and starts judge by them (ErrVersionNotCarried).
+	out := append(plane.Capabilities(set), n.cfg.Workflows.Capabilities()...)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // Roles are the roles the node runs, in plane.Roles' order.
