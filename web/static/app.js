@@ -593,8 +593,7 @@ function makeRunRow(r) {
 }
 
 function updateRunRow(tr, r) {
-  const wf = r.workflow || r.workflow_name || '';
-  setCell(tr, 'workflow', r.version ? `${wf} v${r.version}` : wf);
+  setCell(tr, 'workflow', runWorkflow(r)); // lists.js
   setCell(tr, 'status', r.status || '', 'status-' + (r.status || 'unknown'));
   tr.querySelector('td.status').title = r.last_error || r.error || '';
   setTime(tr, 'started', r.started_at || r.started);
