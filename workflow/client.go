@@ -375,7 +375,8 @@ func (c *Client) StartCBOR(ctx context.Context, name, runID string, input []byte
 
 // carried refuses, with ErrVersionNotCarried, a start of a version that no
 // live worker carries, judged from the workers' advertised capabilities
-// (workflow:<name>@<version>); a worker that advertises nothing (a binary
+// (workflow:<name>@<version>, and RunsCapability when the worker
+// advertises roles); a worker that advertises nothing (a binary
 // older than capabilities) counts as carrying every version. It is never
 // a refusal when a worker of this client (WithWorkers) carries the
 // version, nor while no worker is live at all: with nobody to judge by,
@@ -410,7 +411,7 @@ func (c *Client) carried(ctx context.Context, def Workflow, runID string) error 
 		case wi.AliveUntil.IsZero() && now.Sub(wi.HeartbeatAt) >= c.liveFor:
 			continue
 		}
-		if store.HasCapability(wi, capability) {
+		if runsVersion(wi, capability) {
 			return nil
 		}
 		live = append(live, wi.ID)

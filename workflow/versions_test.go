@@ -100,8 +100,13 @@ func TestStartRefusesAVersionNoLiveWorkerCarries(t *testing.T) {
 		if err := beat("old", nil); err != nil { // still live, still v1 only
 			return err
 		}
+		// A live process whose binary has v2 but that runs no runs (it
+		// advertises roles, the runs' one not among them) carries nothing.
+		if err := beat("api-only", []string{"role:api", workflow.Capability("pay", 2)}); err != nil {
+			return err
+		}
 		if err := start("v2-dead"); !errors.Is(err, workflow.ErrVersionNotCarried) {
-			return fmt.Errorf("v2 carried by a dead and a stale worker only: %v, want ErrVersionNotCarried", err)
+			return fmt.Errorf("v2 carried by a dead, a stale and an API-only worker only: %v, want ErrVersionNotCarried", err)
 		}
 		// A worker of this client carrying v2 lets the start through.
 		wfs2, err := workflow.NewWorkflows(v1, v2)
