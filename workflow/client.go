@@ -384,6 +384,8 @@ func (c *Client) StartCBOR(ctx context.Context, name, runID string, input []byte
 // store's clock: a worker's liveness promise (AliveUntil) while it runs,
 // else a heartbeat younger than the client's liveness window.
 //
+// A start whose run exists already is never refused: a retry after a lost
+// answer gets the same run (or ErrConflict), as any repeated start does.
 // The judgement is a snapshot: a node that stops right after may leave
 // the run waiting, as a node that starts right after would have run it.
 // A run's children are never refused here (a refusal would be replayed
@@ -417,6 +419,11 @@ func (c *Client) carried(ctx context.Context, def Workflow, runID string) error 
 		live = append(live, wi.ID)
 	}
 	if len(live) == 0 {
+		return nil
+	}
+	if _, err := c.st.GetWorld(ctx, runID); err == nil {
+		// A repeated start (a retry after a lost answer) is answered as
+		// one: the same run, or ErrConflict, never a refusal.
 		return nil
 	}
 	return errorf("start", ErrVersionNotCarried, runID, detail(fmt.Sprintf(

@@ -125,6 +125,11 @@ func TestStartRefusesAVersionNoLiveWorkerCarries(t *testing.T) {
 		if _, err := local.StartCBOR(r.Ctx, "pay", "v2-local", in); err != nil {
 			return fmt.Errorf("v2 from a process whose worker carries it: %v", err)
 		}
+		// The same start repeated where nobody live carries v2 is the
+		// same run, not a refusal.
+		if created, err := cl.StartCBOR(r.Ctx, "pay", "v2-local", in); err != nil || created {
+			return fmt.Errorf("a repeated v2 start: created %v, %v; want the same run", created, err)
+		}
 		// An older binary, advertising nothing, carries every version.
 		if err := beat("older", nil); err != nil {
 			return err
