@@ -791,7 +791,7 @@ for a worker that advertised none, a binary older than worker classes).
 		RunE: pagedTable(e, func(ctx context.Context, c *api.Client) ([]api.Worker, string, error) {
 			return c.SearchWorkers(ctx, wq)
 		},
-			"WORKER\tLIVE\tDRAINING\tHELD\tASSIGNED\tHEARTBEAT\tSTATUS\tCAPACITY\tROLES", func(tw io.Writer, w api.Worker) {
+			"WORKER\tLIVE\tDRAINING\tHELD\tASSIGNED\tHEARTBEAT\tCAPACITY\tROLES\tSTATUS", func(tw io.Writer, w api.Worker) {
 				draining := strconv.FormatBool(w.Draining)
 				if !w.Live {
 					draining = "-"
@@ -800,8 +800,8 @@ for a worker that advertised none, a binary older than worker classes).
 				if len(w.Capabilities) == 0 {
 					roles = "all"
 				}
-				fmt.Fprintf(tw, "%s\t%t\t%s\t%d\t%d\t%s\t%s\t%d\t%s\n", w.ID, w.Live, draining, w.WorldsHeld, w.WorldsAssigned, when(w.HeartbeatAt), w.Status,
-					w.Capacity, roles)
+				fmt.Fprintf(tw, "%s\t%t\t%s\t%d\t%d\t%s\t%d\t%s\t%s\n", w.ID, w.Live, draining, w.WorldsHeld, w.WorldsAssigned, when(w.HeartbeatAt),
+					w.Capacity, roles, w.Status)
 			}),
 	}
 	list.Flags().StringVar(&wq.Status, "status", "", "only workers in this status: live, draining or dead")
