@@ -705,7 +705,8 @@ type Workers interface {
 	// id means the old one is gone or must be treated so. A retired
 	// incarnation's heartbeat is ErrFenced and changes nothing, so a
 	// process that thaws after its successor started cannot take the
-	// record back.
+	// record back. With Advertise it replaces the recorded capabilities;
+	// without, it keeps them.
 	Heartbeat(ctx context.Context, worker string, capacity int, opts ...HeartbeatOption) (WorkerInfo, error)
 	// SetDraining marks a worker draining (or not). ErrNotFound if the
 	// worker never sent a heartbeat.

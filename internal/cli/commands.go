@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -779,22 +780,29 @@ func (e *env) workersCommand() *cobra.Command {
 	var wq api.WorkerQuery
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List workers: status (live, draining or dead), worlds held, last heartbeat",
+		Short: "List workers: status (live, draining or dead), worlds held, last heartbeat, roles",
 		Long: `list shows each worker's status: live (a heartbeat within the server's
 live-for window), draining (live and marked draining) or dead (no heartbeat
 within the window; a dead worker's draining mark is shown as "-", since it
-drains nothing).`,
+drains nothing), its capacity and its roles (--roles of its serve; "all"
+for a worker that advertised none, a binary older than worker classes).
+-o json adds every capability it advertised.`,
 		Example: "  orrery workers list\n  orrery workers list --status dead",
 		Args:    args(cobra.NoArgs),
 		RunE: pagedTable(e, func(ctx context.Context, c *api.Client) ([]api.Worker, string, error) {
 			return c.SearchWorkers(ctx, wq)
 		},
-			"WORKER\tLIVE\tDRAINING\tHELD\tASSIGNED\tHEARTBEAT\tSTATUS", func(tw io.Writer, w api.Worker) {
+			"WORKER\tLIVE\tDRAINING\tHELD\tASSIGNED\tHEARTBEAT\tCAPACITY\tROLES\tSTATUS", func(tw io.Writer, w api.Worker) {
 				draining := strconv.FormatBool(w.Draining)
 				if !w.Live {
 					draining = "-"
 				}
-				fmt.Fprintf(tw, "%s\t%t\t%s\t%d\t%d\t%s\t%s\n", w.ID, w.Live, draining, w.WorldsHeld, w.WorldsAssigned, when(w.HeartbeatAt), w.Status)
+				roles := strings.Join(w.Roles, ",")
+				if len(w.Capabilities) == 0 {
+					roles = "all"
+				}
+				fmt.Fprintf(tw, "%s\t%t\t%s\t%d\t%d\t%s\t%d\t%s\t%s\n", w.ID, w.Live, draining, w.WorldsHeld, w.WorldsAssigned, when(w.HeartbeatAt),
+					w.Capacity, roles, w.Status)
 			}),
 	}
 	list.Flags().StringVar(&wq.Status, "status", "", "only workers in this status: live, draining or dead")

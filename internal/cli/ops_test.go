@@ -3,6 +3,7 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -196,10 +197,10 @@ func TestLeaseAndWorkersList(t *testing.T) {
 	}
 
 	out = f.ok("workers", "list")
-	if h := rows(out)[0]; !hasPrefix(h, "WORKER", "LIVE", "DRAINING", "HELD", "ASSIGNED", "HEARTBEAT") {
+	if h := rows(out)[0]; !hasPrefix(h, "WORKER", "LIVE", "DRAINING", "HELD", "ASSIGNED", "HEARTBEAT") || !slices.Equal(h[len(h)-3:], []string{"CAPACITY", "ROLES", "STATUS"}) {
 		t.Fatalf("workers list's header %q", h)
 	}
-	if r := row(t, out, "w1"); !hasPrefix(r, "w1", "true", "false", "2", "2") {
+	if r := row(t, out, "w1"); !hasPrefix(r, "w1", "true", "false", "2", "2") || r[len(r)-2] != "host,effects,timers,api,orchestrator" {
 		t.Fatalf("workers list's row %q", r)
 	}
 	var ws []api.Worker
