@@ -96,6 +96,36 @@ type ackLog struct {
 	retries   int             // attempts refused or lost, then retried
 	abandoned int             // operations still unacknowledged when the load stopped
 	permanent []string
+	samples   []opSample // every answered operation's timing
+}
+
+// opSample is one operation the API answered: the load goroutine that
+// sent it, when it was answered and how long the answer took from the
+// first attempt (retries included: what the client waited).
+type opSample struct {
+	G    int
+	At   time.Time
+	Took time.Duration
+}
+
+func (l *ackLog) sample(g int, began time.Time) {
+	now := time.Now()
+	l.mu.Lock()
+	l.samples = append(l.samples, opSample{G: g, At: now, Took: now.Sub(began)})
+	l.mu.Unlock()
+}
+
+// timings returns the samples answered in [from, to).
+func (l *ackLog) timings(from, to time.Time) []opSample {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []opSample
+	for _, s := range l.samples {
+		if !s.At.Before(from) && s.At.Before(to) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func (l *ackLog) ack(a acked) {
@@ -216,8 +246,9 @@ func (l *load) one(ctx context.Context, rng *rand.Rand, g int) {
 		kind = opRun
 	}
 	key := fmt.Sprintf("%s-%d-%d", kind, g, n)
+	began := time.Now()
 	if kind == opRun {
-		l.run(ctx, rng, g, key)
+		l.run(ctx, rng, g, key, began)
 		return
 	}
 	var send func(cl *api.Client, ctx context.Context) (uint64, error)
@@ -248,6 +279,9 @@ func (l *load) one(ctx context.Context, rng *rand.Rand, g int) {
 		}
 	}
 	seq, ok := l.retry(ctx, rng, send)
+	if ok {
+		l.led.sample(g, began)
+	}
 	switch {
 	case !ok:
 	case kind == opGet:
@@ -262,7 +296,7 @@ func (l *load) one(ctx context.Context, rng *rand.Rand, g int) {
 // run starts an errand run of id through the API until it is acknowledged,
 // and a third of the acknowledged ones a second time, through any node:
 // the second start must answer the run the first made, not create one.
-func (l *load) run(ctx context.Context, rng *rand.Rand, g int, id string) {
+func (l *load) run(ctx context.Context, rng *rand.Rand, g int, id string, began time.Time) {
 	in := errand{Key: id, URL: l.c.target.srv.URL + "/run", SleepMs: 200 + rng.Int64N(601)}
 	var created bool
 	start := func(cl *api.Client, ctx context.Context) (uint64, error) {
@@ -280,6 +314,7 @@ func (l *load) run(ctx context.Context, rng *rand.Rand, g int, id string) {
 	if _, ok := l.retry(ctx, rng, start); !ok {
 		return
 	}
+	l.led.sample(g, began)
 	r := ackedRun{ID: id, G: g, At: time.Now()}
 	if rng.IntN(3) == 0 {
 		if _, ok := l.retry(ctx, rng, start); ok {

@@ -38,6 +38,11 @@ const (
 	// serveEnv, in a child, holds the JSON array of `orrery` arguments
 	// the re-executed test binary runs instead of the tests.
 	serveEnv = "ORRERY_CLUSTER_SERVE"
+	// versionsEnv, in a child, names the versions of the test world and
+	// workflow definitions its binary carries: "1", "1,2" or "2" (see
+	// testAppFor). Unset, a child carries v1, as every binary did before
+	// a second version existed.
+	versionsEnv = "ORRERY_CLUSTER_VERSIONS"
 
 	// The children's lease and claim TTLs. Everything the hosts and the
 	// orchestrator time by derives from the lease TTL: renewals start a
@@ -135,13 +140,14 @@ func adminExec(ctx context.Context, dsn, sql string) error {
 
 // child is one `orrery serve` process: the test binary re-executed.
 type child struct {
-	worker string
-	dsn    string // the store it serves
-	addr   string // the API's base URL
-	api    *api.Client
-	cmd    *exec.Cmd
-	stderr string // the file its stderr goes to
-	lines  chan string
+	worker   string
+	dsn      string // the store it serves
+	versions string // the definition versions it carries (versionsEnv); "" is v1
+	addr     string // the API's base URL
+	api      *api.Client
+	cmd      *exec.Cmd
+	stderr   string // the file its stderr goes to
+	lines    chan string
 
 	done  chan struct{} // closed when the process has exited
 	state *os.ProcessState
@@ -149,6 +155,7 @@ type child struct {
 	mu      sync.Mutex
 	killed  bool // SIGKILLed on purpose
 	stopped bool // SIGSTOPped and not continued
+	termed  bool // stopped gracefully already (term)
 }
 
 // serveLine is the first line `orrery serve` prints.
@@ -188,6 +195,10 @@ func newClusterOn(t *testing.T, db *clusterDB, dsns []string, ttl time.Duration)
 	c := &cluster{t: t, db: db, tr: http.DefaultTransport.(*http.Transport).Clone(), target: newPayTarget(t), ttl: ttl}
 	c.tr.MaxIdleConnsPerHost = 32
 	t.Cleanup(c.tr.CloseIdleConnections)
+	// The children's logs live in t's temporary directories, which go
+	// with the cleanup the first TempDir registers: made before stopAll
+	// is registered, it runs after it, and stopAll can still read them.
+	_ = t.TempDir()
 	t.Cleanup(c.stopAll) // before the first start: a failed start stops the others
 	for i, dsn := range dsns {
 		p := c.start(fmt.Sprintf("w%d", i+1), dsn)
@@ -227,7 +238,7 @@ func (c *cluster) current() []*child {
 func (c *cluster) restart(p *child) *child {
 	c.t.Helper()
 	<-p.done
-	q := c.start(p.worker, p.dsn)
+	q := c.startWith(p.worker, p.dsn, p.versions)
 	c.mu.Lock()
 	c.all = append(c.all, q)
 	c.mu.Unlock()
@@ -242,10 +253,33 @@ func (c *cluster) restart(p *child) *child {
 	return q
 }
 
+// replace is one step of a rolling upgrade: it stops p gracefully and
+// starts, in its slot, a new process on the same store under a new worker
+// id (as a new release's process would be) with a binary carrying
+// versions, and returns it once it is a live worker.
+func (c *cluster) replace(p *child, worker, versions string) *child {
+	c.t.Helper()
+	c.term(p)
+	q := c.startWith(worker, p.dsn, versions)
+	c.mu.Lock()
+	c.all = append(c.all, q)
+	c.mu.Unlock()
+	c.connect(q)
+	c.mu.Lock()
+	for i := range c.procs {
+		if c.procs[i] == p {
+			c.procs[i] = q
+		}
+	}
+	c.mu.Unlock()
+	c.awaitLive([]*child{q}, clusterBound)
+	return q
+}
+
 // childEnv is the test's environment for a child: without the variables
 // that would change what `orrery serve` does (a token, an OTLP endpoint),
 // plus the arguments to run.
-func childEnv(args []string) ([]string, error) {
+func childEnv(args []string, versions string) ([]string, error) {
 	raw, err := json.Marshal(args)
 	if err != nil {
 		return nil, err
@@ -253,15 +287,25 @@ func childEnv(args []string) ([]string, error) {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if k == serveEnv || k == "ORRERY_TOKEN" || k == "ORRERY_ADDR" || strings.HasPrefix(k, "OTEL_") {
+		if k == serveEnv || k == versionsEnv || k == "ORRERY_TOKEN" || k == "ORRERY_ADDR" || strings.HasPrefix(k, "OTEL_") {
 			continue
 		}
 		env = append(env, kv)
+	}
+	if versions != "" {
+		env = append(env, versionsEnv+"="+versions)
 	}
 	return append(env, serveEnv+"="+string(raw)), nil
 }
 
 func (c *cluster) start(worker, storeDSN string) *child {
+	c.t.Helper()
+	return c.startWith(worker, storeDSN, "")
+}
+
+// startWith starts worker on storeDSN with a binary carrying versions
+// (versionsEnv).
+func (c *cluster) startWith(worker, storeDSN, versions string) *child {
 	t := c.t
 	t.Helper()
 	exe, err := os.Executable()
@@ -271,11 +315,11 @@ func (c *cluster) start(worker, storeDSN string) *child {
 	env, err := childEnv([]string{
 		"serve", "--store", storeDSN, "--worker-id", worker, "--listen", "127.0.0.1:0",
 		"--lease-ttl", c.ttl.String(), "--claim-ttl", claimTTL.String(), "--log-level", "warn",
-	})
+	}, versions)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &child{worker: worker, dsn: storeDSN, stderr: filepath.Join(t.TempDir(), worker+".stderr"), done: make(chan struct{})}
+	p := &child{worker: worker, dsn: storeDSN, versions: versions, stderr: filepath.Join(t.TempDir(), worker+".stderr"), done: make(chan struct{})}
 	errf, err := os.Create(p.stderr)
 	if err != nil {
 		t.Fatal(err)
@@ -441,6 +485,7 @@ func (c *cluster) term(p *child) {
 	t.Helper()
 	p.mu.Lock()
 	stopped := p.stopped
+	p.termed = true
 	p.mu.Unlock()
 	select {
 	case <-p.done:
@@ -475,9 +520,9 @@ func (c *cluster) stopAll() {
 	c.mu.Unlock()
 	for _, p := range all {
 		p.mu.Lock()
-		killed := p.killed
+		skip := p.killed || p.termed
 		p.mu.Unlock()
-		if !killed {
+		if !skip {
 			c.term(p)
 		}
 		<-p.done

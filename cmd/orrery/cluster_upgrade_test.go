@@ -1,0 +1,219 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orrery-run/orrery/api"
+)
+
+// TestRollingUpgrade is a release rolled out under load, as an operator
+// does it: three processes carrying v1 of the tally world and the errand
+// workflow serve steady load; each is stopped gracefully in turn and
+// replaced by a process of the next release (a new worker id, a binary
+// carrying v1 and v2). While the cluster is mixed, runs keep finishing.
+// At the end, from the store: every acknowledged input applied exactly
+// once, every journal replays, every acknowledged run finished exactly
+// once on the version that started it, no lease epoch went backwards, and
+// every world answers a call.
+func TestRollingUpgrade(t *testing.T) {
+	db := newClusterDB(t)
+	c, ids, ld := loadedCluster(t, db, db.dsn)
+	epochs := c.watchEpochs(ids)
+	loadFrom := time.Now()
+
+	// Steady state: the figures' baseline.
+	time.Sleep(4 * time.Second)
+	rollFrom := time.Now()
+
+	// The release: each v1 process, one at a time, is replaced by a v1+v2
+	// one. Between two replacements the cluster settles (every world held
+	// by a running process) and a run started now finishes: a mixed
+	// cluster serves, it does not just survive.
+	next := len(c.current()) + 1
+	for i, p := range c.current() {
+		q := c.replace(p, fmt.Sprintf("w%d", next), "1,2")
+		next++
+		c.awaitPlaced(ids, c.current(), clusterBound)
+		c.awaitProbeRun(ld.led, fmt.Sprintf("probe-mixed-%d", i+1), 1)
+		t.Logf("replaced %s with %s (v1+v2)", p.worker, q.worker)
+	}
+	rollTo := time.Now()
+
+	c.stopLoadAndVerify(ld, ids, 2*time.Second)
+	epochs.check()
+	c.rollFigures(ld.led, loadFrom, rollFrom, rollTo)
+}
+
+// awaitProbeRun starts an errand run of id through any running process
+// and waits until it has completed on version want, checked as the load's
+// runs are. It is logged in led as the load's runs are, so the final
+// checks count it too.
+func (c *cluster) awaitProbeRun(led *ackLog, id string, want uint64) {
+	c.t.Helper()
+	led.tryRun(id)
+	in := errand{Key: id, URL: c.target.srv.URL + "/run", SleepMs: 100}
+	if _, err := c.anyAPI(func(cl *api.Client, ctx context.Context) (any, error) {
+		v, _, err := cl.StartRun(ctx, clusterErrand, id, in)
+		return v, err
+	}); err != nil {
+		c.t.Fatalf("start run %s: %v", id, err)
+	}
+	led.ackRun(ackedRun{ID: id, G: -1, At: time.Now()})
+	var last findings
+	if !poll(clusterBound, 100*time.Millisecond, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		rep, err := readRun(ctx, c.db.st, id)
+		if err != nil {
+			last = findings{pending: []string{err.Error()}}
+			return false
+		}
+		last = findings{}
+		c.checkRun(ctx, rep, &last, false)
+		if len(last.broken) > 0 {
+			c.t.Fatalf("probe run %s: %s", id, first(last.broken, 10))
+		}
+		if rep.ended() && rep.version() != want {
+			c.t.Fatalf("probe run %s completed on v%d, want v%d", id, rep.version(), want)
+		}
+		return rep.ended()
+	}) {
+		c.t.Fatalf("probe run %s did not finish within %v: %s", id, clusterBound, first(last.pending, 5))
+	}
+}
+
+// epochWatch samples the worlds' leases all through a test and records
+// any that went backwards: a world's lease epoch only ever grows, across
+// every handoff of a rolling upgrade.
+type epochWatch struct {
+	c    *cluster
+	stop context.CancelFunc
+	done chan struct{}
+
+	mu      sync.Mutex
+	seen    map[string]uint64 // world → the highest epoch seen
+	back    []string
+	samples int
+}
+
+// watchEpochs starts sampling the leases of ids through the API.
+func (c *cluster) watchEpochs(ids []string) *epochWatch {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &epochWatch{c: c, stop: cancel, done: make(chan struct{}), seen: map[string]uint64{}}
+	go func() {
+		defer close(w.done)
+		for ctx.Err() == nil {
+			if hs, err := c.holders(ids); err == nil {
+				w.observe(hs)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	c.t.Cleanup(func() { cancel(); <-w.done })
+	return w
+}
+
+func (w *epochWatch) observe(hs map[string]api.Lease) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.samples++
+	for id, l := range hs {
+		if prev := w.seen[id]; l.Epoch < prev {
+			w.back = append(w.back, fmt.Sprintf("%s: epoch %d (held by %s) after %d", id, l.Epoch, l.Holder, prev))
+		}
+		w.seen[id] = max(w.seen[id], l.Epoch)
+	}
+}
+
+// check stops the sampling, takes a last sample from the store and fails
+// the test on any epoch that went backwards.
+func (w *epochWatch) check() {
+	t := w.c.t
+	t.Helper()
+	w.stop()
+	<-w.done
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	raised := 0
+	for _, id := range keys(w.seen) {
+		l, ok, err := w.c.db.st.GetLease(ctx, id)
+		if err != nil {
+			t.Fatalf("%s: read its lease: %v", id, err)
+		}
+		if ok && l.Epoch < w.seen[id] {
+			w.back = append(w.back, fmt.Sprintf("%s: epoch %d in the store at the end, after %d", id, l.Epoch, w.seen[id]))
+		}
+		if ok && l.Epoch > 1 {
+			raised++
+		}
+	}
+	if len(w.back) > 0 {
+		t.Errorf("lease epochs went backwards:\n%s", first(w.back, 20))
+	}
+	if w.samples < 2 {
+		t.Errorf("the lease sampler read the leases %d times: nothing was watched", w.samples)
+	}
+	w.c.figure("lease epochs: %d samples of %d worlds, none went backwards; %d worlds ended above epoch 1 (handed over at least once)",
+		w.samples, len(w.seen), raised)
+}
+
+// rollFigures prints, for bench/README.md, what the load's clients saw
+// in the steady state and during the rolling replacement: the p50 and
+// p99 of the time from an operation's first attempt to its answer, and
+// the longest gap any one client went without an answer.
+func (c *cluster) rollFigures(led *ackLog, loadFrom, rollFrom, rollTo time.Time) {
+	c.t.Helper()
+	// The load's first second is its warm-up, not its steady state.
+	steady := led.timings(loadFrom.Add(time.Second), rollFrom)
+	roll := led.timings(rollFrom, rollTo)
+	if len(steady) == 0 || len(roll) == 0 {
+		c.t.Fatalf("no answered operations to measure: %d in the steady state, %d during the roll", len(steady), len(roll))
+	}
+	s50, _, s99, _ := quantiles(tooks(steady))
+	r50, _, r99, _ := quantiles(tooks(roll))
+	c.figure("steady state (%v): %d answers, latency p50 %v p99 %v, longest gap a client saw %v",
+		ms(rollFrom.Sub(loadFrom.Add(time.Second))), len(steady), ms(s50), ms(s99), ms(clientGap(steady, nLoad, loadFrom.Add(time.Second), rollFrom)))
+	c.figure("rolling replacement of %d processes (%v): %d answers, latency p50 %v p99 %v, longest gap a client saw %v",
+		len(c.current()), ms(rollTo.Sub(rollFrom)), len(roll), ms(r50), ms(r99), ms(clientGap(roll, nLoad, rollFrom, rollTo)))
+}
+
+func tooks(ss []opSample) []time.Duration {
+	out := make([]time.Duration, len(ss))
+	for i, s := range ss {
+		out[i] = s.Took
+	}
+	return out
+}
+
+// clientGap is the longest time one client (load goroutine) went
+// without an answer in [from, to): between two of its answers, or from
+// the window's edge to its first or last one. A client with no answer in
+// the window went all of it without one.
+func clientGap(ss []opSample, clients int, from, to time.Time) time.Duration {
+	by := make([][]time.Time, clients)
+	for _, s := range ss {
+		by[s.G] = append(by[s.G], s.At)
+	}
+	var gap time.Duration
+	for _, ats := range by {
+		slices.SortFunc(ats, func(a, b time.Time) int { return a.Compare(b) })
+		prev := from
+		for _, at := range append(ats, to) {
+			gap = max(gap, at.Sub(prev))
+			prev = at
+		}
+	}
+	return gap
+}
