@@ -3,7 +3,6 @@ package plane
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"time"
 
@@ -70,7 +69,7 @@ type Activator struct {
 
 	mu        sync.Mutex
 	settled   map[string]time.Time // world → until when it is not looked up again (executor clock)
-	live      []string             // the placement candidates last read
+	live      []store.WorkerInfo   // the placement candidates last read
 	liveUntil time.Time            // until when they serve (executor clock)
 }
 
@@ -150,27 +149,35 @@ func activate(ctx context.Context, a Activation, id string) {
 // and reports whether it did.
 func (a *Activator) place(ctx context.Context, id string) (store.Assignment, bool, error) {
 	st := a.cfg.Store
-	w, err := st.GetWorld(ctx, id)
+	w0, err := st.GetWorld(ctx, id)
 	if errors.Is(err, store.ErrWorldNotFound) {
 		return store.Assignment{}, false, nil
 	}
 	if err != nil {
 		return store.Assignment{}, false, err
 	}
-	if _, known := a.cfg.Kernels[w.Universe]; !known || w.Status != store.WorldActive {
+	if _, known := a.cfg.Kernels[w0.Universe]; !known || w0.Status != store.WorldActive {
 		// The reconcile places only active worlds of its universes.
 		a.remember(id)
 		return store.Assignment{}, false, nil
 	}
 	live, err := a.candidates(ctx)
-	if h := a.cfg.Host; h != nil && h.isDraining() {
-		// Its drain may be younger than the candidates read.
-		live = slices.DeleteFunc(slices.Clone(live), func(w string) bool { return w == h.Worker() })
-	}
-	if err != nil || len(live) == 0 {
+	if err != nil {
 		return store.Assignment{}, false, err
 	}
-	asg := store.Assignment{DesiredWorker: Place(id, live), Reason: ReasonRendezvous}
+	h := a.cfg.Host
+	var room []string
+	for _, w := range live {
+		// A drain of this host may be younger than the candidates read.
+		if Eligible(w, w0.Universe, 0) && (h == nil || w.ID != h.Worker() || !h.isDraining()) {
+			room = append(room, w.ID)
+		}
+	}
+	if len(room) == 0 {
+		// Nowhere to run it: the reconcile reports it.
+		return store.Assignment{}, false, nil
+	}
+	asg := store.Assignment{DesiredWorker: Place(id, room), Reason: ReasonRendezvous}
 	if o := a.cfg.Orchestrator; o != nil {
 		err := o.place(ctx, id, nil, asg.DesiredWorker)
 		switch {
@@ -211,7 +218,7 @@ func (a *Activator) placedMeanwhile(ctx context.Context, id string) (store.Assig
 
 // candidates returns the live, non-draining workers, read again once they
 // are older than LiveFresh (none found is never kept).
-func (a *Activator) candidates(ctx context.Context) ([]string, error) {
+func (a *Activator) candidates(ctx context.Context) ([]store.WorkerInfo, error) {
 	a.mu.Lock()
 	live, until := a.live, a.liveUntil
 	a.mu.Unlock()

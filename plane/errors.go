@@ -44,6 +44,10 @@ const (
 	// snapshot on demand, and none reached that height since); the
 	// context's error is wrapped.
 	ErrSnapshotPending = sentinel("plane: snapshot not taken yet")
+	// ErrIneligible: the worker cannot run the world: it does not host
+	// worlds (its roles lack RoleHost), or does not carry the world's
+	// type (see Eligible).
+	ErrIneligible = sentinel("plane: worker cannot run the world")
 	// ErrInvalid: an argument is out of range.
 	ErrInvalid = sentinel("plane: invalid argument")
 )

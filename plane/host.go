@@ -38,7 +38,22 @@ type HostConfig struct {
 	Kernels     Kernels     // the definition of each universe's worlds
 	Replies     *Replies    // in-process reply hand-off (optional)
 
-	Capacity int           // announced in heartbeats (default 1<<20)
+	// Capacity is the most worlds the host holds (default 1<<20): it is
+	// announced in heartbeats, the orchestrator places no more here, and
+	// the host acquires no more even when more are assigned to it (by an
+	// orchestrator that read the inventory before, or an activation).
+	Capacity int
+	// Capabilities, when set, is advertised in every heartbeat
+	// (store.Advertise): the worker's roles and what it carries, which
+	// placement reads (Eligible). Nil: nothing advertised, the record
+	// keeps what it had (an older binary's: nothing, taken as everything).
+	Capabilities []string
+	// NoWorlds makes a host that runs no world: it only heartbeats, which
+	// keeps the worker's inventory record and the liveness promise its
+	// process's effect and timer claims ride on, for a process whose
+	// roles leave hosting to others. It never scans for assigned worlds
+	// and acquires none.
+	NoWorlds bool
 	LeaseTTL time.Duration // default 10s
 	// RenewMargin: a lease is renewed that long before its local deadline
 	// (default LeaseTTL/3). The deadline is on the executor's clock, from
@@ -196,6 +211,10 @@ const (
 	// process under the same worker id, or retired. Emitted once, before
 	// EvHostFailed; the host acts no more.
 	EvIncarnationFenced = "incarnation-fenced"
+	// EvAtCapacity: the host refused to acquire N worlds assigned to it
+	// because it holds its Capacity already (World is the first refused);
+	// it acquires them once it has room and they are still assigned here.
+	EvAtCapacity = "at-capacity"
 )
 
 func (c *HostConfig) defaults() error {
@@ -574,6 +593,8 @@ func (h *Host) logEvent(ev HostEvent) {
 		}
 	case EvRestored:
 		lvl, msg = slog.LevelDebug, "host: world restored"
+	case EvAtCapacity:
+		lvl, msg = slog.LevelDebug, "host: at capacity; assigned worlds left for the orchestrator to place elsewhere"
 	default:
 		return
 	}
@@ -788,9 +809,14 @@ func (h *Host) control(ctx context.Context) error {
 			// out, the store requeues the claims made for this
 			// incarnation (store.ReapOrphans).
 			ttl := h.cfg.promiseTTL()
-			alive := store.AliveAs(h.cfg.Incarnation, ttl)
+			opts := []store.HeartbeatOption{store.AliveAs(h.cfg.Incarnation, ttl)}
+			if h.cfg.Capabilities != nil {
+				// Every beat, not only the first: a record another
+				// process under this id overwrote is put right.
+				opts = append(opts, store.Advertise(h.cfg.Capabilities))
+			}
 			sent := h.ex.Now()
-			if wi, err := h.st.Heartbeat(ctx, h.cfg.Worker, h.cfg.Capacity, alive); err != nil {
+			if wi, err := h.st.Heartbeat(ctx, h.cfg.Worker, h.cfg.Capacity, opts...); err != nil {
 				if errors.Is(err, store.ErrFenced) {
 					h.livenessLost(err)
 					continue // fails out at the loop's top
@@ -807,6 +833,10 @@ func (h *Host) control(ctx context.Context) error {
 		}
 		h.takeAsked(ctx)
 		hinted := h.syncHint.Swap(false)
+		if h.cfg.NoWorlds {
+			// Nothing to scan for: only the beat and renewals (none).
+			hinted, nextSync = false, now.Add(h.cfg.SyncEvery)
+		}
 		sc := &h.scan
 		switch {
 		case sc.active:
@@ -1209,6 +1239,7 @@ func (h *Host) syncPage(ctx context.Context) (done bool, err error) {
 // only "not now". It returns the call's error, after which the pass is
 // abandoned.
 func (h *Host) acquireAll(ctx context.Context, worlds []string) error {
+	worlds = h.admit(worlds)
 	for len(worlds) > 0 {
 		n := min(len(worlds), store.MaxBatch)
 		if err := h.acquirePage(ctx, worlds[:n]); err != nil {
@@ -1217,6 +1248,29 @@ func (h *Host) acquireAll(ctx context.Context, worlds []string) error {
 		worlds = worlds[n:]
 	}
 	return nil
+}
+
+// admit is the part of worlds the host has room for (Capacity less the
+// worlds it holds; none with NoWorlds), in their order. The rest are
+// refused (EvAtCapacity): the orchestrator, which counts what it gives each
+// worker, places them elsewhere; an assignment beyond the capacity comes
+// from one that read the inventory before this host's record, or from an
+// activation, which does not count.
+func (h *Host) admit(worlds []string) []string {
+	if len(worlds) == 0 {
+		return worlds
+	}
+	room := 0
+	if !h.cfg.NoWorlds {
+		h.mu.Lock()
+		room = max(h.cfg.Capacity-len(h.leases), 0)
+		h.mu.Unlock()
+	}
+	if len(worlds) <= room {
+		return worlds
+	}
+	h.emit(HostEvent{Kind: EvAtCapacity, World: worlds[room], N: len(worlds) - room})
+	return worlds[:room]
 }
 
 func (h *Host) acquirePage(ctx context.Context, ids []string) error {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,11 +55,15 @@ type OrchestratorConfig struct {
 	// ones share the store's group commits, so moving a drained worker's
 	// worlds is not one round trip after another.
 	WriteConcurrency int
+	// Logger receives the worlds a pass could place nowhere (nil:
+	// discarded).
+	Logger *slog.Logger
 }
 
 // Orchestrator keeps the worker inventory, places worlds by rendezvous
-// hashing over live, non-draining workers (pins override), and writes
-// assignments and revocations. It never runs world logic.
+// hashing over the live, non-draining workers that carry the world's type
+// and have room for it (pins override), and writes assignments and
+// revocations. It never runs world logic.
 type Orchestrator struct {
 	cfg   OrchestratorConfig
 	st    store.Store
@@ -66,6 +71,9 @@ type Orchestrator struct {
 	scope *actor.Scope
 	park  actor.Parker
 	hint  atomic.Bool
+	log   *slog.Logger
+	// unplaced: the active worlds the last pass placed nowhere.
+	unplaced atomic.Int64
 
 	// hold takes and renews the orchestrator lease, on a local deadline
 	// (internal/leasing): the store's expiresAt is never compared with
@@ -108,7 +116,10 @@ func StartOrchestrator(ctx context.Context, scope *actor.Scope, cfg Orchestrator
 	if err != nil {
 		return nil, err
 	}
-	o := &Orchestrator{cfg: cfg, st: cfg.Store, ex: scope.Executor(), scope: sub}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	o := &Orchestrator{cfg: cfg, st: cfg.Store, ex: scope.Executor(), scope: sub, log: cfg.Logger}
 	o.park = o.ex.NewParker()
 	o.hold = leasing.New(leasing.Config{Worker: cfg.ID, Incarnation: cfg.Incarnation, Store: cfg.Store, Executor: o.ex,
 		TTL: cfg.LeaseTTL, RenewMargin: cfg.LeaseTTL / 3, RetryAfter: cfg.RetryAfter})
@@ -171,8 +182,26 @@ func (o *Orchestrator) leaderLocked() bool {
 }
 
 // Pin places world on worker explicitly; the orchestrator never moves a
-// pinned world. Unpin gives it back to rendezvous placement.
+// pinned world, and a pin is not held to the worker's Capacity (the
+// operator's decision). It does not override what the worker carries: a
+// worker the inventory knows that cannot run the world (Eligible) is
+// ErrIneligible, nothing written. A worker not in the inventory yet may be
+// pinned to (a pin ahead of its worker). Unpin gives it back to
+// rendezvous placement.
 func (o *Orchestrator) Pin(ctx context.Context, world, worker string) error {
+	w, err := o.st.GetWorld(ctx, world)
+	if err != nil {
+		return err
+	}
+	workers, err := o.st.ListWorkers(ctx)
+	if err != nil {
+		return err
+	}
+	for _, info := range workers {
+		if info.ID == worker && !Eligible(info, w.Universe, 0) {
+			return errorf("pin", ErrIneligible, world, detail("worker %s does not host worlds of %s (it advertises %v)", worker, w.Universe, info.Capabilities))
+		}
+	}
 	return o.st.Assign(ctx, world, store.Assignment{DesiredWorker: worker, Priority: 1, Reason: ReasonPin}, nil)
 }
 
@@ -277,9 +306,12 @@ func (o *Orchestrator) lead(ctx context.Context) time.Time {
 
 // Reconcile places every world of the configured universes once: pins
 // stay, everything else goes to the rendezvous winner among the live,
-// non-draining workers; a world that is no longer active loses its
-// assignment. It is ErrNotLeader unless this orchestrator holds the lease,
-// which is checked again before every write.
+// non-draining workers that can run it (Eligible) and have room for it
+// (below their declared Capacity, counting the worlds assigned to them); a
+// world that is no longer active loses its assignment, and one that fits
+// nowhere is left unassigned and counted (Unplaced). It is ErrNotLeader
+// unless this orchestrator holds the lease, which is checked again before
+// every write.
 func (o *Orchestrator) Reconcile(ctx context.Context) error {
 	if !o.Leader() {
 		return errorf("reconcile", ErrNotLeader, "", nil)
@@ -288,7 +320,7 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	assigned, err := o.assignments(ctx, workers)
+	assigned, held, err := o.assignments(ctx, workers)
 	if err != nil {
 		return err
 	}
@@ -300,7 +332,13 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error {
 		world, want string
 		was         *store.Assignment
 	}
-	var moves []move
+	type item struct {
+		w  store.World
+		a  store.Assignment
+		ok bool
+	}
+	var items []item
+	ours := map[string]bool{}
 	for _, u := range o.cfg.Universes {
 		worlds, err := o.st.ListWorlds(ctx, u, "")
 		if err != nil {
@@ -315,29 +353,72 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error {
 					return err
 				}
 			}
-			var want string
-			switch {
-			case ok && a.Reason == ReasonPin:
-				continue
-			case w.Status == store.WorldActive && len(live) == 0:
-				// No live worker at all is more likely the orchestrator's
-				// view lagging (heartbeats stuck behind a slow store) than
-				// every worker gone: keep the placements rather than churn
-				// every world.
-				continue
-			case w.Status == store.WorldActive:
-				want = Place(w.ID, live)
-			}
-			if ok && a.DesiredWorker == want || !ok && want == "" {
-				continue
-			}
-			var was *store.Assignment
-			if ok {
-				was = &a
-			}
-			moves = append(moves, move{w.ID, want, was})
+			items = append(items, item{w, a, ok})
+			ours[w.ID] = true
 		}
 	}
+	// What each worker is given to run starts with what this pass does
+	// not decide: the assignments of other universes' worlds, and pins.
+	pl := newPlacer(live)
+	for id, a := range assigned {
+		if !ours[id] {
+			pl.counts[a.DesiredWorker]++
+		}
+	}
+	var placing []int // the active, unpinned worlds, by index
+	for i, it := range items {
+		switch {
+		case it.ok && it.a.Reason == ReasonPin:
+			pl.counts[it.a.DesiredWorker]++
+		case it.w.Status == store.WorldActive:
+			placing = append(placing, i)
+		}
+	}
+	// First every world already where rendezvous puts it keeps its place
+	// while its worker has room, those its worker holds before those it
+	// does not (yet): under a capacity that is full, a world that runs is
+	// not displaced by one just placed there (an activation does not
+	// count). Then the rest go to the winner among the workers with room.
+	kept := map[string]bool{}
+	for _, heldFirst := range []bool{true, false} {
+		for _, i := range placing {
+			it := items[i]
+			if it.ok && held[it.w.ID] == heldFirst && pl.keep(it.w.ID, it.w.Universe, 0, it.a.DesiredWorker) {
+				kept[it.w.ID] = true
+			}
+		}
+	}
+	var moves []move
+	var unplaced []string
+	for _, it := range items {
+		w, a, ok := it.w, it.a, it.ok
+		var want string
+		switch {
+		case ok && a.Reason == ReasonPin:
+			continue
+		case w.Status == store.WorldActive && len(live) == 0:
+			// No live worker at all is more likely the orchestrator's
+			// view lagging (heartbeats stuck behind a slow store) than
+			// every worker gone: keep the placements rather than churn
+			// every world.
+			continue
+		case w.Status == store.WorldActive && kept[w.ID]:
+			continue
+		case w.Status == store.WorldActive:
+			if want = pl.place(w.ID, w.Universe, 0); want == "" {
+				unplaced = append(unplaced, w.ID)
+			}
+		}
+		if ok && a.DesiredWorker == want || !ok && want == "" {
+			continue
+		}
+		var was *store.Assignment
+		if ok {
+			was = &a
+		}
+		moves = append(moves, move{w.ID, want, was})
+	}
+	o.reportUnplaced(unplaced)
 	// The writes of different worlds are independent, so they go out in
 	// lanes; each lane writes its share in world order.
 	lanes := min(o.cfg.WriteConcurrency, len(moves))
@@ -352,10 +433,91 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error {
 	})
 }
 
+// reportUnplaced records the active worlds the pass could place nowhere
+// (Unplaced), and logs them when their number changes: a cluster whose
+// hosts lack a world's type or are full is an operator's to fix, and a
+// line every pass would bury everything else.
+func (o *Orchestrator) reportUnplaced(worlds []string) {
+	n := int64(len(worlds))
+	if prev := o.unplaced.Swap(n); prev == n {
+		return
+	}
+	if n == 0 {
+		o.log.Info("orchestrator: every world is placed")
+		return
+	}
+	o.log.Warn("orchestrator: worlds placed nowhere: no live host that carries their type has room",
+		"unplaced", n, "first", worlds[:min(len(worlds), 5)])
+}
+
+// Unplaced is how many active worlds the acting orchestrator's last pass
+// could place on no worker (none live carries their type, or every one
+// that does is at its Capacity); 0 while it does not act. Those worlds
+// wait unassigned until a host with room that carries them heartbeats.
+func (o *Orchestrator) Unplaced() int {
+	if !o.Leader() {
+		return 0
+	}
+	return int(o.unplaced.Load())
+}
+
+// placer decides a pass's placements: the rendezvous winner among the
+// live workers that carry the world's type and have room, counting as it
+// goes what it gives each one.
+type placer struct {
+	live   []store.WorkerInfo
+	counts map[string]int // worlds given to each worker so far
+}
+
+func newPlacer(live []store.WorkerInfo) *placer {
+	return &placer{live: live, counts: map[string]int{}}
+}
+
+// room reports whether w may be given one more world.
+func (p *placer) room(w store.WorkerInfo) bool { return !limited(w) || p.counts[w.ID] < w.Capacity }
+
+// keep gives world its place on cur, and reports so, when cur is the
+// rendezvous winner among every live worker that carries the world's type
+// (room aside) and still has room.
+func (p *placer) keep(world, universe string, version uint64, cur string) bool {
+	var all []string
+	var on *store.WorkerInfo
+	for i, w := range p.live {
+		if Eligible(w, universe, version) {
+			all = append(all, w.ID)
+			if w.ID == cur {
+				on = &p.live[i]
+			}
+		}
+	}
+	if on == nil || Place(world, all) != cur || !p.room(*on) {
+		return false
+	}
+	p.counts[cur]++
+	return true
+}
+
+// place gives world (of universe, at kernel version; 0: any) to the
+// rendezvous winner among the live workers that carry its type and have
+// room, "" for none.
+func (p *placer) place(world, universe string, version uint64) string {
+	var room []string
+	for _, w := range p.live {
+		if Eligible(w, universe, version) && p.room(w) {
+			room = append(room, w.ID)
+		}
+	}
+	want := Place(world, room)
+	if want != "" {
+		p.counts[want]++
+	}
+	return want
+}
+
 // liveWorkers reads the inventory and the workers a world may be placed
 // on: those not draining whose last heartbeat is younger than liveFor, both
 // instants on the store's clock (the local one is never compared with it).
-func liveWorkers(ctx context.Context, st store.Store, liveFor time.Duration) ([]store.WorkerInfo, []string, error) {
+func liveWorkers(ctx context.Context, st store.Store, liveFor time.Duration) ([]store.WorkerInfo, []store.WorkerInfo, error) {
 	workers, err := st.ListWorkers(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -364,10 +526,10 @@ func liveWorkers(ctx context.Context, st store.Store, liveFor time.Duration) ([]
 	if err != nil {
 		return nil, nil, err
 	}
-	var live []string
+	var live []store.WorkerInfo
 	for _, w := range workers {
 		if !w.Draining && now.Sub(w.HeartbeatAt) < liveFor {
-			live = append(live, w.ID)
+			live = append(live, w)
 		}
 	}
 	return workers, live, nil
@@ -401,18 +563,22 @@ func (o *Orchestrator) place(ctx context.Context, world string, was *store.Assig
 
 // assignments reads the assignment of every world desired by (or leased
 // to) a worker of the inventory, a page of ListWorkerWorlds at a time: a
-// pass costs a call per page, not one per world.
-func (o *Orchestrator) assignments(ctx context.Context, workers []store.WorkerInfo) (map[string]store.Assignment, error) {
-	out := map[string]store.Assignment{}
+// pass costs a call per page, not one per world. held names the worlds
+// whose assignee holds their lease.
+func (o *Orchestrator) assignments(ctx context.Context, workers []store.WorkerInfo) (out map[string]store.Assignment, held map[string]bool, err error) {
+	out, held = map[string]store.Assignment{}, map[string]bool{}
 	for _, w := range workers {
 		for after := ""; ; {
 			rows, err := o.st.ListWorkerWorlds(ctx, w.ID, after, o.cfg.ListPage)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			for _, r := range rows {
 				if r.Assignment != nil {
 					out[r.World] = *r.Assignment
+					if r.Lease != nil && r.Lease.Holder == w.ID && r.Assignment.DesiredWorker == w.ID {
+						held[r.World] = true
+					}
 				}
 			}
 			if len(rows) < o.cfg.ListPage {
@@ -421,7 +587,7 @@ func (o *Orchestrator) assignments(ctx context.Context, workers []store.WorkerIn
 			after = rows[len(rows)-1].World
 		}
 	}
-	return out, nil
+	return out, held, nil
 }
 
 // Place returns the rendezvous (highest random weight) winner for world

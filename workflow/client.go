@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -59,6 +60,9 @@ type Client struct {
 	// id is every process's, and two processes operating on one run must
 	// not share its epoch.
 	inc string
+	// liveFor judges a worker that made no liveness promise live while
+	// its last heartbeat is younger (ErrVersionNotCarried).
+	liveFor time.Duration
 }
 
 // ClientOption configures a Client.
@@ -87,6 +91,15 @@ func WithWorkers(workers ...*Worker) ClientOption {
 	}
 }
 
+// WithLiveFor sets how recent the last heartbeat of a worker that made no
+// liveness promise (store.AliveAs) must be, by the store's clock, for a
+// start to count that worker live when it judges whether some worker
+// carries the version asked for (default 30s). A worker that promised is
+// live until its promise runs out.
+func WithLiveFor(d time.Duration) ClientOption {
+	return func(c *Client) { c.liveFor = d }
+}
+
 // WithOperator names the lease holder of the client's operator path and
 // its lease TTL (default "workflow.operator", 10s).
 func WithOperator(id string, ttl time.Duration) ClientOption {
@@ -101,14 +114,14 @@ func NewClient(st store.Store, workflows *Workflows, ex actor.Executor, opts ...
 		return nil, errorf("client", ErrInvalid, "", detail("a client needs a store and an executor"))
 	}
 	c := &Client{st: st, wf: workflows, ex: ex, operator: "workflow.operator", inc: store.NewIncarnation(), ttl: 10 * time.Second,
-		pollMin: time.Millisecond, pollMax: time.Second}
+		pollMin: time.Millisecond, pollMax: time.Second, liveFor: 30 * time.Second}
 	for _, o := range opts {
 		if o != nil {
 			o(c)
 		}
 	}
-	if c.pollMin <= 0 || c.pollMax < c.pollMin || c.ttl <= 0 {
-		return nil, errorf("client", ErrInvalid, "", detail("poll bounds and the operator TTL must be positive"))
+	if c.pollMin <= 0 || c.pollMax < c.pollMin || c.ttl <= 0 || c.liveFor <= 0 {
+		return nil, errorf("client", ErrInvalid, "", detail("poll bounds, the operator TTL and the liveness window must be positive"))
 	}
 	if err := store.CheckID("client", "operator", c.operator); err != nil {
 		return nil, errorf("client", ErrInvalid, "", err)
@@ -281,10 +294,23 @@ func findItem(ctx context.Context, st store.Store, runID string, match func(stor
 	}
 }
 
+// StartOption qualifies a start by name (StartCBOR).
+type StartOption func(*startOptions)
+
+type startOptions struct{ version uint64 }
+
+// WithVersion starts the run at version v of the workflow rather than the
+// newest one the client's Workflows registers: the run is pinned to it and
+// finishes on it. A version the client does not register is ErrInvalid.
+func WithVersion(v uint64) StartOption { return func(o *startOptions) { o.version = v } }
+
 // Start starts def as run runID with input in (of def's input type):
 // idempotent by run id, so the same id with the same workflow, version and
 // input is the same run, started once; anything else under that id is
-// ErrConflict. It returns once the run is durable; a worker runs it.
+// ErrConflict. It returns once the run is durable; a worker runs it. The
+// run is pinned to def's version: only workers carrying it run it, and a
+// version no live worker carries is refused with ErrVersionNotCarried
+// (see carried).
 // Given a worker in this process with room (WithWorkers), the run goes to
 // it before it exists: the function runs up to its first durable point,
 // whose write creates the run, and Start returns once that is written.
@@ -299,6 +325,9 @@ func (c *Client) Start(ctx context.Context, def Workflow, runID string, in any) 
 	if err != nil {
 		return err
 	}
+	if err := c.carried(ctx, def, runID); err != nil {
+		return err
+	}
 	_, err = startRun(ctx, c.st, def, runID, b, "", c.workers, c.ex)
 	return err
 }
@@ -307,13 +336,28 @@ func (c *Client) Start(ctx context.Context, def Workflow, runID string, in any) 
 // given as CBOR (as an API or a command line has it, without the Go type):
 // the input is decoded strictly into the workflow's input type, and a shape
 // that does not fit is ErrInvalid, wrapping the event decoder's error, and so
-// is a name the client's Workflows does not register. Otherwise it is Start, and created
+// is a name (or a WithVersion version) the client's Workflows does not
+// register. The run takes the newest registered version unless WithVersion
+// names one. Otherwise it is Start, and created
 // reports whether this call started the run (false: the same start was
 // already recorded).
-func (c *Client) StartCBOR(ctx context.Context, name, runID string, input []byte) (created bool, err error) {
+func (c *Client) StartCBOR(ctx context.Context, name, runID string, input []byte, opts ...StartOption) (created bool, err error) {
+	var o startOptions
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
 	def, ok := c.wf.Lookup(name)
+	if o.version != 0 {
+		def, ok = c.wf.LookupVersion(name, o.version)
+	}
 	if !ok {
-		return false, errorf("start", ErrInvalid, runID, detail("no workflow "+name+" is registered"))
+		what := "no workflow " + name + " is registered"
+		if o.version != 0 && len(c.wf.Versions(name)) > 0 {
+			what = fmt.Sprintf("workflow %s has no version %d registered (it has %v)", name, o.version, c.wf.Versions(name))
+		}
+		return false, errorf("start", ErrInvalid, runID, detail(what))
 	}
 	b, err := def.canonInput(input)
 	if err != nil {
@@ -323,7 +367,60 @@ func (c *Client) StartCBOR(ctx context.Context, name, runID string, input []byte
 		}
 		return false, err
 	}
+	if err := c.carried(ctx, def, runID); err != nil {
+		return false, err
+	}
 	return startRun(ctx, c.st, def, runID, b, "", c.workers, c.ex)
+}
+
+// carried refuses, with ErrVersionNotCarried, a start of a version that no
+// live worker carries, judged from the workers' advertised capabilities
+// (workflow:<name>@<version>); a worker that advertises nothing (a binary
+// older than capabilities) counts as carrying every version. It is never
+// a refusal when a worker of this client (WithWorkers) carries the
+// version, nor while no worker is live at all: with nobody to judge by,
+// the run waits for a worker as it always did. Liveness is judged on the
+// store's clock: a worker's liveness promise (AliveUntil) while it runs,
+// else a heartbeat younger than the client's liveness window.
+//
+// The judgement is a snapshot: a node that stops right after may leave
+// the run waiting, as a node that starts right after would have run it.
+// A run's children are never refused here (a refusal would be replayed
+// differently): their parent's code names their version.
+func (c *Client) carried(ctx context.Context, def Workflow, runID string) error {
+	for _, w := range c.workers {
+		if w.carries(def.Name(), def.Version()) {
+			return nil
+		}
+	}
+	now, err := c.st.Now(ctx)
+	if err != nil {
+		return wrap("start", runID, err)
+	}
+	workers, err := c.st.ListWorkers(ctx)
+	if err != nil {
+		return wrap("start", runID, err)
+	}
+	capability := Capability(def.Name(), def.Version())
+	var live []string
+	for _, wi := range workers {
+		switch {
+		case !wi.AliveUntil.IsZero() && wi.Dead(now):
+			continue
+		case wi.AliveUntil.IsZero() && now.Sub(wi.HeartbeatAt) >= c.liveFor:
+			continue
+		}
+		if store.HasCapability(wi, capability) {
+			return nil
+		}
+		live = append(live, wi.ID)
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	return errorf("start", ErrVersionNotCarried, runID, detail(fmt.Sprintf(
+		"no live worker carries %s (live: %s); deploy a node that registers version %d, or start the run at a carried version",
+		capability, strings.Join(live, ", "), def.Version())))
 }
 
 // Start is Client.Start with a typed input.

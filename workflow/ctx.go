@@ -34,6 +34,9 @@ type Ctx struct {
 	ctx    context.Context
 	next   int            // the position of the next step call
 	seen   map[string]int // occurrences of each base id so far
+	// patches holds each patch id's answer in this execution, so a patch
+	// asked for again answers the same without taking a position.
+	patches map[string]bool
 	// halted is the run's stop once it stopped here (a *stop); div the
 	// divergence once the function asked for another step than recorded.
 	halted   error
@@ -109,7 +112,7 @@ func (c *Ctx) begin(kind, base string) (string, *stepHist, error) {
 
 // newCtx is the Ctx of r's function, which runs on the calling goroutine.
 func newCtx(r *runner, ctx context.Context) *Ctx {
-	return &Ctx{r: r, ctx: ctx, seen: map[string]int{}, owner: goid()}
+	return &Ctx{r: r, ctx: ctx, seen: map[string]int{}, patches: map[string]bool{}, owner: goid()}
 }
 
 // exclusive refuses a step asked for from a goroutine other than the

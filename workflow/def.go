@@ -1,10 +1,12 @@
 package workflow
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -126,17 +128,21 @@ func (d *Def[In, Out]) invoke(c *Ctx, raw []byte) (out []byte, err error) {
 
 const maxInt = 1<<63 - 1
 
-// Workflows is the set of definitions a worker runs and a client starts,
-// one version per name.
+// Workflows is the set of definitions a worker runs and a client starts:
+// one or more versions per name. A binary carries every version that still
+// has runs to finish (v1 for the runs started under it, v2 for the new
+// ones): each run is pinned to the version that started it, and a worker
+// runs the runs of every version it carries.
 type Workflows struct {
-	byName map[string]Workflow
-	names  []string // sorted: scans visit workflows in a stable order
+	byName map[string][]Workflow // each name's versions, ascending
+	names  []string              // sorted: scans visit workflows in a stable order
 }
 
 // NewWorkflows registers defs: ErrInvalid for an invalid definition or a
-// name given twice.
+// name and version given twice. Several versions of one name may be
+// registered; Lookup gives the newest.
 func NewWorkflows(defs ...Workflow) (*Workflows, error) {
-	w := &Workflows{byName: map[string]Workflow{}}
+	w := &Workflows{byName: map[string][]Workflow{}}
 	for _, d := range defs {
 		if d == nil {
 			return nil, errorf("register", ErrInvalid, "", detail("a nil workflow"))
@@ -144,23 +150,57 @@ func NewWorkflows(defs ...Workflow) (*Workflows, error) {
 		if err := d.check(); err != nil {
 			return nil, err
 		}
-		if _, dup := w.byName[d.Name()]; dup {
-			return nil, errorf("register", ErrInvalid, "", detail("workflow "+d.Name()+" registered twice"))
+		vs, known := w.byName[d.Name()]
+		i, dup := slices.BinarySearchFunc(vs, d.Version(), func(x Workflow, v uint64) int { return cmp.Compare(x.Version(), v) })
+		if dup {
+			return nil, errorf("register", ErrInvalid, "", detail(fmt.Sprintf("workflow %s version %d registered twice", d.Name(), d.Version())))
 		}
-		w.byName[d.Name()] = d
-		w.names = append(w.names, d.Name())
+		w.byName[d.Name()] = slices.Insert(vs, i, d)
+		if !known {
+			w.names = append(w.names, d.Name())
+		}
 	}
 	slices.Sort(w.names)
 	return w, nil
 }
 
-// Lookup returns the definition registered under name.
+// Lookup returns the newest version registered under name: what a start
+// by name runs unless it asks for a version (WithVersion).
 func (w *Workflows) Lookup(name string) (Workflow, bool) {
 	if w == nil {
 		return nil, false
 	}
-	d, ok := w.byName[name]
-	return d, ok
+	vs := w.byName[name]
+	if len(vs) == 0 {
+		return nil, false
+	}
+	return vs[len(vs)-1], true
+}
+
+// LookupVersion returns version version of workflow name, if registered.
+func (w *Workflows) LookupVersion(name string, version uint64) (Workflow, bool) {
+	if w == nil {
+		return nil, false
+	}
+	vs := w.byName[name]
+	i, ok := slices.BinarySearchFunc(vs, version, func(x Workflow, v uint64) int { return cmp.Compare(x.Version(), v) })
+	if !ok {
+		return nil, false
+	}
+	return vs[i], true
+}
+
+// Versions returns the versions registered under name, ascending.
+func (w *Workflows) Versions(name string) []uint64 {
+	if w == nil {
+		return nil
+	}
+	vs := w.byName[name]
+	out := make([]uint64, len(vs))
+	for i, d := range vs {
+		out[i] = d.Version()
+	}
+	return out
 }
 
 // Names returns the registered names, sorted.
@@ -169,6 +209,27 @@ func (w *Workflows) Names() []string {
 		return nil
 	}
 	return slices.Clone(w.names)
+}
+
+// Capability is the capability string a worker carrying version version
+// of workflow name advertises ("workflow:<name>@<version>"): starts judge
+// from the live workers' advertised capabilities whether some node can run
+// a run of that version (ErrVersionNotCarried).
+func Capability(name string, version uint64) string {
+	return "workflow:" + name + "@" + strconv.FormatUint(version, 10)
+}
+
+// Capabilities returns the capability of every registered version,
+// sorted.
+func (w *Workflows) Capabilities() []string {
+	var out []string
+	for _, name := range w.Names() {
+		for _, v := range w.Versions(name) {
+			out = append(out, Capability(name, v))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // ---- step options ----

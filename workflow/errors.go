@@ -43,6 +43,12 @@ const (
 	// the workflow function's, or from inside a running step's function.
 	// The step is refused and the run fails with it (see Ctx).
 	ErrConcurrentUse = sentinel("workflow: Ctx used concurrently")
+	// ErrVersionNotCarried: a start asked for a workflow version that no
+	// live worker carries (none advertises workflow:<name>@<version>), so
+	// the run would wait for a node that may never come. Nothing is
+	// written. A start from a process whose own worker carries the version
+	// is never refused, and neither is one while no worker is live at all.
+	ErrVersionNotCarried = sentinel("workflow: no live worker carries the workflow version")
 )
 
 // DivergenceError names the first step at which a re-run of a workflow

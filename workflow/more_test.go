@@ -304,8 +304,8 @@ func TestInvalidDefinitionsAndNames(t *testing.T) {
 		}
 	}
 	a := workflow.New("a", 1, ok)
-	if _, err := workflow.NewWorkflows(a, workflow.New("a", 2, ok)); !errors.Is(err, workflow.ErrInvalid) {
-		t.Errorf("a name registered twice: %v", err)
+	if _, err := workflow.NewWorkflows(a, workflow.New("a", 1, ok)); !errors.Is(err, workflow.ErrInvalid) {
+		t.Errorf("a name and version registered twice: %v", err)
 	}
 	// A step name breaking the rules is refused before anything is
 	// recorded (the run fails with the function's error).

@@ -23,6 +23,11 @@ const (
 	kindSignal = "signal"
 	kindEffect = "effect"
 	kindChild  = "child"
+	// kindPatch is a patch marker (Patched): StepStarted and StepCompleted
+	// of step "sys:patch:<id>", with the value true. A binary older than
+	// patches refuses the kind as unknown and leaves the run to a node
+	// that knows it, rather than replaying it down the wrong path.
+	kindPatch = "patch"
 )
 
 // Inbox item kinds this package writes into a run's inbox. The store's own
@@ -49,6 +54,7 @@ const (
 	sleepBase = "sys:sleep"
 	awaitBase = "sys:await:"
 	childBase = "sys:child:"
+	patchBase = "sys:patch:"
 )
 
 // maxNameBytes leaves room for "#<occurrence>" within the store's
@@ -196,7 +202,7 @@ func decodePayload(eventType string, payload []byte) (any, error) {
 		var p stepStarted
 		if err = event.Unmarshal(payload, &p); err == nil {
 			switch p.Kind {
-			case kindStep, kindSleep, kindSignal, kindEffect, kindChild:
+			case kindStep, kindSleep, kindSignal, kindEffect, kindChild, kindPatch:
 			default:
 				return nil, errorf("decode", ErrInvalid, "", detail("unknown step kind "+strconv.Quote(p.Kind)))
 			}

@@ -328,7 +328,8 @@ func (w *Worker) reap() {
 }
 
 // scan looks for runnable runs of every registered workflow: active, not
-// held by a live lease elsewhere, started with this worker's version. It
+// held by a live lease elsewhere, started with a version this worker
+// carries (each run with its own version's definition). It
 // takes them in (creation time, id) order up to MaxActiveRuns, and
 // records RunQueued for those beyond it that never started.
 func (w *Worker) scan(ctx context.Context) error {
@@ -337,7 +338,6 @@ func (w *Worker) scan(ctx context.Context) error {
 		return err
 	}
 	for _, name := range w.cfg.Workflows.Names() {
-		def, _ := w.cfg.Workflows.Lookup(name)
 		recs, err := w.st.ListWorlds(ctx, Universe(name), store.WorldActive)
 		if err != nil {
 			return err
@@ -375,8 +375,12 @@ func (w *Worker) scan(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if start == nil || start.Version != def.Version() {
-				continue // not started yet, or another version's run
+			if start == nil {
+				continue // not started yet
+			}
+			def, carried := w.cfg.Workflows.LookupVersion(name, start.Version)
+			if !carried {
+				continue // a version this binary does not carry: another node's
 			}
 			if full {
 				w.admitLater(ctx, rec.ID, start)
@@ -520,15 +524,21 @@ func (s *spawning) wait(ctx context.Context) (tried bool, err, waitErr error) {
 }
 
 // room reports whether the worker would adopt a new run of def now: it
-// runs def's workflow at def's version, has room and is not stopping.
+// carries def's workflow at def's version, has room and is not stopping.
 func (w *Worker) room(def Workflow) bool {
-	mine, ok := w.cfg.Workflows.Lookup(def.Name())
-	if !ok || mine.Version() != def.Version() {
+	if !w.carries(def.Name(), def.Version()) {
 		return false
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return !w.stopped && len(w.runs) < w.cfg.MaxActiveRuns
+}
+
+// carries reports whether the worker runs the runs of version version of
+// workflow name.
+func (w *Worker) carries(name string, version uint64) bool {
+	_, ok := w.cfg.Workflows.LookupVersion(name, version)
+	return ok
 }
 
 // adopt takes up run id, started in this process and not yet written: the
@@ -540,7 +550,7 @@ func (w *Worker) adopt(id string, def Workflow, spec store.SpawnSpec, start star
 	if !w.room(def) {
 		return nil
 	}
-	mine, _ := w.cfg.Workflows.Lookup(def.Name())
+	mine, _ := w.cfg.Workflows.LookupVersion(def.Name(), def.Version())
 	sp := &spawning{spec: spec, park: park}
 	sp.spec.Holder, sp.spec.Incarnation, sp.spec.TTL = w.cfg.Worker, w.cfg.Incarnation, w.cfg.LeaseTTL
 	if !w.start(id, mine, leasing.Grant{Lease: store.Lease{World: id}}, &fresh{start: start, seq: 1}, sp) {

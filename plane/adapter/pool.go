@@ -44,6 +44,11 @@ type Config struct {
 	Concurrency int
 	// Batch bounds the effects one Claim takes (default Concurrency).
 	Batch int
+	// Kinds, when set, are the only kinds the pool claims, of those its
+	// registrations serve (a process of a worker class that executes some
+	// kinds and leaves the rest to other pools); a kind no registration
+	// serves is a ConfigError. Nil: every kind served.
+	Kinds []string
 	// Node and Incarnation, when Node is set, name the worker incarnation
 	// whose liveness the pool's claims ride on (store.ClaimFor): the
 	// store requeues them as soon as it knows that incarnation dead (its
@@ -242,7 +247,21 @@ func NewPool(st Store, cfg Config, regs ...Registration) (*Pool, error) {
 		r.Policy = pol.normal()
 		p.byKind[k] = r
 	}
+	if cfg.Kinds != nil {
+		var only []string
+		for _, k := range cfg.Kinds {
+			if _, ok := p.byKind[k]; !ok {
+				return nil, &ConfigError{Field: "Kinds", Reason: "no adapter serves kind " + k}
+			}
+			only = append(only, k)
+		}
+		if len(only) == 0 {
+			return nil, &ConfigError{Field: "Kinds", Reason: "a pool needs at least one kind to claim"}
+		}
+		p.kinds = only
+	}
 	slices.Sort(p.kinds)
+	p.kinds = slices.Compact(p.kinds)
 	return p, nil
 }
 

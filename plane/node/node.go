@@ -19,6 +19,12 @@
 //     here, taken by the host at once, so its first input is answered
 //     without waiting for a reconcile round.
 //
+// Config.Roles makes a node of one worker class: it starts only the parts of
+// its roles (host, effects, timers, api, orchestrator; by default all of
+// them), advertises them with what the binary carries, and the
+// orchestrator places worlds only on nodes that host and carry their type,
+// within their Capacity. A node that does not host still heartbeats.
+//
 // `orrery serve` is a Node plus the HTTP API; the demo and the multi-process
 // tests start Nodes too. Several Nodes on one PostgreSQL form a cluster: the
 // store's leases decide who runs what, so nodes never talk to each other.
@@ -52,7 +58,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,6 +85,11 @@ const DefaultTimerLag = 2 * time.Second
 
 // ErrInvalid: a Config that cannot run.
 var ErrInvalid = errors.New("node: invalid configuration")
+
+// ErrRoles: Config.Roles, EffectKinds or Capacity cannot run (an unknown
+// role, none, a kind the binary lacks, kinds without the effects role). It
+// wraps ErrInvalid.
+var ErrRoles = fmt.Errorf("%w: roles", ErrInvalid)
 
 // ErrStopped: the node was stopped or killed.
 var ErrStopped = errors.New("node: stopped")
@@ -131,8 +144,37 @@ type Config struct {
 	TimerLag  time.Duration
 	IdleAfter time.Duration // passivation (plane default 30s; negative: never)
 	// NoOrchestrator leaves placement to other nodes (a node that only
-	// hosts). By default every node runs an orchestrator; one acts.
+	// hosts). By default every node runs an orchestrator; one acts. It is
+	// Roles without plane.RoleOrchestrator.
 	NoOrchestrator bool
+	// Roles are the parts this process runs, its worker class (plane.Roles'
+	// names; nil: every one):
+	//
+	//   - host: the host, which runs the worlds placed here, and the
+	//     workflow worker, which runs the workflow runs;
+	//   - effects: the effect adapter pool, and the reapers;
+	//   - timers: the durable timer worker, and the reapers;
+	//   - api: nothing here (the process serves its HTTP API, which
+	//     `orrery serve` starts); the client, the ops API and the runs
+	//     view run on every node, for its own callers;
+	//   - orchestrator: an orchestrator (one of those of the cluster acts).
+	//
+	// A node without host still heartbeats (its inventory record, and the
+	// liveness promise its effect and timer claims ride on) and is given
+	// no world to run. Every node advertises its roles, the world types
+	// and workflow versions of the binary, and the effect kinds its pool
+	// executes (plane.Capabilities); placement reads them. An unknown
+	// role, or none, is ErrRoles.
+	Roles []string
+	// EffectKinds, when set, are the only effect kinds the pool executes
+	// (with RoleEffects; of those the built-in and registered adapters
+	// serve): other kinds are left to the pools of other processes. A kind
+	// no adapter serves, or EffectKinds without the effects role, is
+	// ErrRoles. Nil: every kind the binary serves.
+	EffectKinds []string
+	// Capacity is the most worlds the host holds (plane.HostConfig's
+	// Capacity; 0: its default, no bound to speak of; negative: ErrRoles).
+	Capacity int
 	// EffectConcurrency bounds effects executing at once (default 16).
 	EffectConcurrency int
 
@@ -179,6 +221,7 @@ func (v *RunsView) CatchUp(ctx context.Context) error { return v.runner.CatchUp(
 // Node is one running Orrery process. See the package doc.
 type Node struct {
 	cfg    Config
+	roles  map[string]bool
 	sys    *actor.System
 	ownSys bool
 	host   *plane.Host
@@ -230,15 +273,29 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{cfg: cfg, sys: cfg.System, replies: plane.NewReplies(), links: plane.NewTraceLinks(0), done: make(chan struct{})}
+	roles, err := ResolveRoles(cfg.Roles)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.NoOrchestrator {
+		delete(roles, plane.RoleOrchestrator)
+	}
+	if cfg.Capacity < 0 {
+		return nil, fmt.Errorf("%w: capacity %d is negative", ErrRoles, cfg.Capacity)
+	}
+	kinds, err := effectKinds(cfg, roles)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, roles: roles, sys: cfg.System, replies: plane.NewReplies(), links: plane.NewTraceLinks(0), done: make(chan struct{})}
 	if n.sys == nil {
 		n.sys, n.ownSys = actor.NewSystem(), true
 	}
 	ex := n.sys.Executor()
 
-	var err error
 	hc := plane.HostConfig{
 		Worker: cfg.Worker, Incarnation: cfg.Incarnation, Store: cfg.Store, Kernels: cfg.Kernels, Replies: n.replies,
+		Capacity: cfg.Capacity, NoWorlds: !roles[plane.RoleHost], Capabilities: n.capabilities(kinds),
 		LeaseTTL: cfg.LeaseTTL, IdleAfter: cfg.IdleAfter, MaxSkew: cfg.MaxSkew, Observe: cfg.Observe,
 		Tracer: cfg.Tracer, Links: n.links, Logger: cfg.Logger.With("part", "host"),
 		// A refused heartbeat voids the promise the effect claims ride
@@ -261,7 +318,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if n.host, err = plane.StartHost(ctx, n.sys.Root(), hc); err != nil {
 		return nil, n.abort(ctx, err)
 	}
-	if !cfg.NoOrchestrator {
+	if roles[plane.RoleOrchestrator] {
 		universes := make([]string, 0, len(cfg.Kernels))
 		for u := range cfg.Kernels {
 			universes = append(universes, u)
@@ -269,6 +326,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		sort.Strings(universes)
 		n.orch, err = plane.StartOrchestrator(ctx, n.sys.Root(), plane.OrchestratorConfig{
 			ID: cfg.Worker, Incarnation: cfg.Incarnation, Store: cfg.Store, Universes: universes, LeaseTTL: cfg.LeaseTTL,
+			Logger: cfg.Logger.With("part", "orchestrator"),
 		})
 		if err != nil {
 			return nil, n.abort(ctx, err)
@@ -277,8 +335,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	// Every input this node takes activates its world: an unplaced world
 	// is placed (under the acting orchestrator's fence) and, when placed
 	// here, taken by this host at once.
+	var actHost *plane.Host
+	if roles[plane.RoleHost] {
+		actHost = n.host
+	}
 	act, err := plane.NewActivator(plane.ActivatorConfig{
-		Store: cfg.Store, Kernels: cfg.Kernels, Executor: ex, Host: n.host, Orchestrator: n.orch, LiveFor: cfg.LeaseTTL,
+		Store: cfg.Store, Kernels: cfg.Kernels, Executor: ex, Host: actHost, Orchestrator: n.orch, LiveFor: cfg.LeaseTTL,
 	})
 	if err != nil {
 		return nil, n.abort(ctx, err)
@@ -294,54 +356,60 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, n.abort(ctx, err)
 	}
 
-	regs := withBuiltins([]adapter.Registration{
-		adapter.Register(adapter.NewHTTP(ex, cfg.HTTP), adapter.DefaultRetry()),
-		// A send whose outcome is unknown is sent again until the
-		// store answers: Send is deduplicated by message id. A message
-		// to a world not placed yet activates it, as a client's input
-		// does.
-		adapter.Register(adapter.NewFabric(cfg.Store, adapter.FabricActivation(act)), adapter.RetryUntilKnown()),
-	}, cfg.Adapters)
-	n.pool, err = adapter.NewPool(cfg.Store, adapter.Config{
-		Worker: cfg.Worker + "/effects", Node: cfg.Worker, Incarnation: cfg.Incarnation, Executor: ex,
-		Concurrency: cfg.EffectConcurrency, ClaimTTL: cfg.ClaimTTL, Policies: cfg.Retry, Logger: cfg.Logger.With("part", "effects"),
-		Observe: cfg.ObserveEffect, Tracer: cfg.Tracer, Links: n.links,
-		// No execution outlives this node's liveness promise: past it the
-		// store's orphan reaper may hand the effect to another node.
-		Liveness: n.host.AliveUntil, LivenessMin: cfg.LeaseTTL / 4,
-	}, regs...)
-	if err != nil {
-		return nil, n.abort(ctx, err)
-	}
-	n.lapse.Store(n.pool)
-	tw, err := timer.New(cfg.Store, timer.Config{
-		Worker: cfg.Worker + "/timers", Node: cfg.Worker, Incarnation: cfg.Incarnation, Executor: ex,
-		ClaimTTL: cfg.ClaimTTL, Lag: timerLag(cfg),
-		Logger: cfg.Logger.With("part", "timers"), Tracer: cfg.Tracer, Links: n.links,
-	})
-	if err != nil {
-		return nil, n.abort(ctx, err)
-	}
-	jobs := []reaper.Job{
-		reaper.Orphans(cfg.Store, cfg.LeaseTTL), reaper.Effects(cfg.Store, cfg.ClaimTTL), reaper.Timers(cfg.Store, cfg.ClaimTTL),
-	}
-	if ds, ok := cfg.Store.(interface {
-		SweepDedupe(ctx context.Context) (int, error)
-		DedupeRetention() time.Duration
-	}); ok {
-		jobs = append(jobs, reaper.Dedupe(ds))
-	}
-
 	type part struct {
 		name string
 		run  func(context.Context) error
 	}
-	parts := []part{
-		{"effects", n.pool.Run},
-		{"timers", tw.Run},
-		{"reapers", func(ctx context.Context) error { return reaper.Run(ctx, reaper.Config{Executor: ex}, jobs...) }},
+	var parts []part
+	if roles[plane.RoleEffects] {
+		n.pool, err = adapter.NewPool(cfg.Store, adapter.Config{
+			Worker: cfg.Worker + "/effects", Node: cfg.Worker, Incarnation: cfg.Incarnation, Executor: ex, Kinds: cfg.EffectKinds,
+			Concurrency: cfg.EffectConcurrency, ClaimTTL: cfg.ClaimTTL, Policies: cfg.Retry, Logger: cfg.Logger.With("part", "effects"),
+			Observe: cfg.ObserveEffect, Tracer: cfg.Tracer, Links: n.links,
+			// No execution outlives this node's liveness promise: past it the
+			// store's orphan reaper may hand the effect to another node.
+			Liveness: n.host.AliveUntil, LivenessMin: cfg.LeaseTTL / 4,
+		}, withBuiltins([]adapter.Registration{
+			adapter.Register(adapter.NewHTTP(ex, cfg.HTTP), adapter.DefaultRetry()),
+			// A send whose outcome is unknown is sent again until the
+			// store answers: Send is deduplicated by message id. A message
+			// to a world not placed yet activates it, as a client's input
+			// does.
+			adapter.Register(adapter.NewFabric(cfg.Store, adapter.FabricActivation(act)), adapter.RetryUntilKnown()),
+		}, cfg.Adapters)...)
+		if err != nil {
+			return nil, n.abort(ctx, err)
+		}
+		n.lapse.Store(n.pool)
+		parts = append(parts, part{"effects", n.pool.Run})
 	}
-	if cfg.Workflows != nil {
+	if roles[plane.RoleTimers] {
+		tw, err := timer.New(cfg.Store, timer.Config{
+			Worker: cfg.Worker + "/timers", Node: cfg.Worker, Incarnation: cfg.Incarnation, Executor: ex,
+			ClaimTTL: cfg.ClaimTTL, Lag: timerLag(cfg),
+			Logger: cfg.Logger.With("part", "timers"), Tracer: cfg.Tracer, Links: n.links,
+		})
+		if err != nil {
+			return nil, n.abort(ctx, err)
+		}
+		parts = append(parts, part{"timers", tw.Run})
+	}
+	if roles[plane.RoleEffects] || roles[plane.RoleTimers] {
+		// The reapers put back what dead claimants held: a process that
+		// claims effects or timers runs them, one that only hosts or
+		// serves the API need not.
+		jobs := []reaper.Job{
+			reaper.Orphans(cfg.Store, cfg.LeaseTTL), reaper.Effects(cfg.Store, cfg.ClaimTTL), reaper.Timers(cfg.Store, cfg.ClaimTTL),
+		}
+		if ds, ok := cfg.Store.(interface {
+			SweepDedupe(ctx context.Context) (int, error)
+			DedupeRetention() time.Duration
+		}); ok {
+			jobs = append(jobs, reaper.Dedupe(ds))
+		}
+		parts = append(parts, part{"reapers", func(ctx context.Context) error { return reaper.Run(ctx, reaper.Config{Executor: ex}, jobs...) }})
+	}
+	if cfg.Workflows != nil && (roles[plane.RoleHost] || roles[plane.RoleAPI]) {
 		if err := n.startWorkflows(ctx); err != nil {
 			return nil, n.abort(ctx, err)
 		}
@@ -359,7 +427,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			}
 		})
 	}
-	cfg.Logger.Info("node started", "worker", cfg.Worker, "orchestrator", !cfg.NoOrchestrator)
+	cfg.Logger.Info("node started", "worker", cfg.Worker, "roles", n.Roles(), "orchestrator", n.orch != nil)
 	n.started.Store(true)
 	if n.lost.Load() {
 		ex.Go(n.fencedOutUnlessStopped)
@@ -478,15 +546,99 @@ func (n *Node) startWorkflows(ctx context.Context) error {
 		return err
 	}
 	n.runsView = v
-	if n.wfWorker, err = workflow.StartWorker(ctx, n.sys.Root(), wc); err != nil {
-		return err
+	opts := []workflow.ClientOption{workflow.WithOperator(cfg.Worker+"/operator", cfg.LeaseTTL)}
+	if n.roles[plane.RoleHost] {
+		// Runs run with the worlds: a process that hosts runs them.
+		if n.wfWorker, err = workflow.StartWorker(ctx, n.sys.Root(), wc); err != nil {
+			return err
+		}
+		// The node's own worker tells its client of the runs that end
+		// here; a run that ends on another node is noticed by the
+		// client's backoff.
+		opts = append(opts, workflow.WithWorkers(n.wfWorker))
 	}
-	// The node's own worker tells its client of the runs that end here;
-	// a run that ends on another node is noticed by the client's backoff.
-	n.wfClient, err = workflow.NewClient(cfg.Store, cfg.Workflows, ex,
-		workflow.WithOperator(cfg.Worker+"/operator", cfg.LeaseTTL), workflow.WithWorkers(n.wfWorker))
+	n.wfClient, err = workflow.NewClient(cfg.Store, cfg.Workflows, ex, opts...)
 	return err
 }
+
+// ResolveRoles checks a list of roles (Config.Roles) and returns the set;
+// nil is every role. An unknown role, or an empty list, is ErrRoles.
+func ResolveRoles(roles []string) (map[string]bool, error) {
+	known := plane.Roles()
+	if roles == nil {
+		roles = known
+	}
+	out := map[string]bool{}
+	for _, r := range roles {
+		if !slices.Contains(known, r) {
+			return nil, fmt.Errorf("%w: unknown role %q (the roles are %s)", ErrRoles, r, strings.Join(known, ", "))
+		}
+		out[r] = true
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: no role (the roles are %s)", ErrRoles, strings.Join(known, ", "))
+	}
+	return out, nil
+}
+
+// effectKinds are the kinds the node's pool executes (nil without the
+// effects role), checked against the kinds the binary serves: the
+// built-in adapters' and the registered ones'.
+func effectKinds(cfg Config, roles map[string]bool) ([]string, error) {
+	if !roles[plane.RoleEffects] {
+		if cfg.EffectKinds != nil {
+			return nil, fmt.Errorf("%w: effect kinds %v without the %s role", ErrRoles, cfg.EffectKinds, plane.RoleEffects)
+		}
+		return nil, nil
+	}
+	served := []string{adapter.KindHTTP, adapter.KindFabric}
+	for _, r := range cfg.Adapters {
+		if r.Adapter != nil {
+			served = append(served, r.Adapter.Kinds()...)
+		}
+	}
+	slices.Sort(served)
+	served = slices.Compact(served)
+	if cfg.EffectKinds == nil {
+		return served, nil
+	}
+	if len(cfg.EffectKinds) == 0 {
+		return nil, fmt.Errorf("%w: an empty list of effect kinds (the binary serves %s)", ErrRoles, strings.Join(served, ", "))
+	}
+	for _, k := range cfg.EffectKinds {
+		if !slices.Contains(served, k) {
+			return nil, fmt.Errorf("%w: effect kind %q is not one this binary serves (%s)", ErrRoles, k, strings.Join(served, ", "))
+		}
+	}
+	out := slices.Clone(cfg.EffectKinds)
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// capabilities is what the node advertises: its roles, the binary's world
+// types and workflow versions, and the kinds its pool executes.
+func (n *Node) capabilities(kinds []string) []string {
+	set := plane.CapabilitySet{Roles: n.Roles(), Kernels: n.cfg.Kernels, EffectKinds: kinds}
+	// Every version the binary carries, not only the newest: a node runs
+	// the runs of each, and starts judge by them (ErrVersionNotCarried).
+	out := append(plane.Capabilities(set), n.cfg.Workflows.Capabilities()...)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// Roles are the roles the node runs, in plane.Roles' order.
+func (n *Node) Roles() []string {
+	var out []string
+	for _, r := range plane.Roles() {
+		if n.roles[r] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// RunsRole reports whether the node runs role.
+func (n *Node) RunsRole(role string) bool { return n.roles[role] }
 
 // withBuiltins puts the built-in adapters before the application's, minus
 // each built-in whose kind the application serves itself.
@@ -543,7 +695,7 @@ func (n *Node) Ops() *plane.Ops { return n.ops }
 // Host is the node's host.
 func (n *Node) Host() *plane.Host { return n.host }
 
-// Pool is the node's effect adapter pool.
+// Pool is the node's effect adapter pool (nil without the effects role).
 func (n *Node) Pool() *adapter.Pool { return n.pool }
 
 // Runs is the client of the node's workflow runs (nil without
@@ -608,7 +760,9 @@ func (n *Node) Stop(ctx context.Context) error {
 		return n.stopSuperseded(ctx)
 	}
 	// No new effect from here on; those executing go on meanwhile.
-	n.pool.Drain()
+	if n.pool != nil {
+		n.pool.Drain()
+	}
 	var err error
 	if n.wfWorker != nil {
 		// Released at once, so another node's worker takes the runs up
@@ -634,8 +788,10 @@ func (n *Node) Stop(ctx context.Context) error {
 	// the liveness the pool's claims ride on, so while an effect still
 	// executes here the store must not think this node dead and hand the
 	// effect to another.
-	if perr := n.pool.Stop(ctx); err == nil && perr != nil {
-		err = perr
+	if n.pool != nil {
+		if perr := n.pool.Stop(ctx); err == nil && perr != nil {
+			err = perr
+		}
 	}
 	if serr := n.host.Stop(ctx); err == nil && serr != nil && !errors.Is(serr, plane.ErrStopped) {
 		err = serr
