@@ -523,6 +523,8 @@ func (c *Client) SearchWorlds(ctx context.Context, f WorldQuery) ([]World, strin
 // RunQuery filters SearchRuns.
 type RunQuery struct {
 	Workflow, Status string
+	// Version keeps the runs pinned to that workflow version (0: any).
+	Version uint64
 	ListOptions
 }
 
@@ -531,6 +533,9 @@ func (c *Client) SearchRuns(ctx context.Context, f RunQuery) ([]Run, string, err
 	q := url.Values{}
 	set(q, "workflow", f.Workflow)
 	set(q, "status", f.Status)
+	if f.Version != 0 {
+		q.Set("version", strconv.FormatUint(f.Version, 10))
+	}
 	var out runsResp
 	_, err := c.do(ctx, http.MethodGet, "/v1/runs", f.values(q), nil, &out)
 	return out.Runs, out.Next, err

@@ -25,27 +25,28 @@ import (
 // branches on the code (or on errors.Is, see Error.Is), never on the
 // message, whose wording may change.
 const (
-	CodeInvalidArgument  = "invalid_argument"       // 400: malformed JSON, unknown fields, wrong types, bad values
-	CodeUnauthenticated  = "unauthenticated"        // 401: no token, or the wrong one
-	CodeNotFound         = "not_found"              // 404: unknown world, effect, worker, snapshot or route
-	CodeMethodNotAllowed = "method_not_allowed"     // 405
-	CodeAlreadyExists    = "already_exists"         // 409: the id is taken (by another universe)
-	CodeConflict         = "conflict"               // 409: a repeat with other arguments, a lost race
-	CodePaused           = "paused"                 // 409: the world is paused
-	CodeArchived         = "archived"               // 409: the world is archived
-	CodeFenced           = "fenced"                 // 409: a lease or fence refused the write
-	CodeNotRetryable     = "not_retryable"          // 409: the effect is not in a retryable state
-	CodeEffectEnded      = "effect_ended"           // 409: the effect is done or withdrawn (no hold or release)
-	CodeFinished         = "finished"               // 409: the workflow run has ended
-	CodeReplyUnavailable = "reply_unavailable"      // 409: a call's reply can no longer be derived
-	CodeCompacted        = "compacted"              // 410: the journal records asked for are compacted (details.floor)
-	CodeTooLarge         = "too_large"              // 413
-	CodeUnsupportedMedia = "unsupported_media_type" // 415
-	CodeCallFailed       = "call_failed"            // 422: the world's handler failed or did not reply
-	CodeInternal         = "internal"               // 500: a genuine internal failure
-	CodeUnavailable      = "unavailable"            // 503: the store is closed, the request was cancelled
-	CodeNotReady         = "not_ready"              // 503: readiness failed
-	CodeTimeout          = "timeout"                // 504: a call's wait ran out
+	CodeInvalidArgument   = "invalid_argument"       // 400: malformed JSON, unknown fields, wrong types, bad values
+	CodeUnauthenticated   = "unauthenticated"        // 401: no token, or the wrong one
+	CodeNotFound          = "not_found"              // 404: unknown world, effect, worker, snapshot or route
+	CodeMethodNotAllowed  = "method_not_allowed"     // 405
+	CodeAlreadyExists     = "already_exists"         // 409: the id is taken (by another universe)
+	CodeConflict          = "conflict"               // 409: a repeat with other arguments, a lost race
+	CodePaused            = "paused"                 // 409: the world is paused
+	CodeArchived          = "archived"               // 409: the world is archived
+	CodeFenced            = "fenced"                 // 409: a lease or fence refused the write
+	CodeNotRetryable      = "not_retryable"          // 409: the effect is not in a retryable state
+	CodeEffectEnded       = "effect_ended"           // 409: the effect is done or withdrawn (no hold or release)
+	CodeFinished          = "finished"               // 409: the workflow run has ended
+	CodeVersionNotCarried = "version_not_carried"    // 409: no live worker carries the workflow version asked for
+	CodeReplyUnavailable  = "reply_unavailable"      // 409: a call's reply can no longer be derived
+	CodeCompacted         = "compacted"              // 410: the journal records asked for are compacted (details.floor)
+	CodeTooLarge          = "too_large"              // 413
+	CodeUnsupportedMedia  = "unsupported_media_type" // 415
+	CodeCallFailed        = "call_failed"            // 422: the world's handler failed or did not reply
+	CodeInternal          = "internal"               // 500: a genuine internal failure
+	CodeUnavailable       = "unavailable"            // 503: the store is closed, the request was cancelled
+	CodeNotReady          = "not_ready"              // 503: readiness failed
+	CodeTimeout           = "timeout"                // 504: a call's wait ran out
 )
 
 // Error is every error the API answers, on the wire
@@ -81,7 +82,8 @@ func (e *Error) Error() string {
 // store.ErrWorldNotFound, store.ErrSnapshotNotFound or workflow.ErrNotFound
 // when details.resource is "world", "snapshot" or "run"; already_exists
 // store.ErrWorldExists; conflict plane.ErrConflict and workflow.ErrConflict;
-// finished workflow.ErrFinished; paused store.ErrWorldPaused; archived
+// finished workflow.ErrFinished; version_not_carried
+// workflow.ErrVersionNotCarried; paused store.ErrWorldPaused; archived
 // store.ErrWorldArchived; fenced store.ErrFenced and plane.ErrFenced;
 // not_retryable store.ErrNotRetryable; effect_ended store.ErrEffectEnded;
 // reply_unavailable
@@ -115,6 +117,8 @@ func (e *Error) Is(target error) bool {
 		return target == plane.ErrConflict || target == workflow.ErrConflict
 	case CodeFinished:
 		return target == workflow.ErrFinished
+	case CodeVersionNotCarried:
+		return target == workflow.ErrVersionNotCarried
 	case CodePaused:
 		return target == store.ErrWorldPaused
 	case CodeArchived:
@@ -156,6 +160,7 @@ var errorTable = [...]errorRule{
 	{workflow.ErrNotFound, http.StatusNotFound, CodeNotFound, "run"},
 	{workflow.ErrConflict, http.StatusConflict, CodeConflict, ""},
 	{workflow.ErrFinished, http.StatusConflict, CodeFinished, ""},
+	{workflow.ErrVersionNotCarried, http.StatusConflict, CodeVersionNotCarried, ""},
 	{workflow.ErrInvalid, http.StatusBadRequest, CodeInvalidArgument, ""},
 	{workflow.ErrStopped, http.StatusServiceUnavailable, CodeUnavailable, ""},
 	{plane.ErrCallFailed, http.StatusUnprocessableEntity, CodeCallFailed, ""},

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"errors"
+	"github.com/orrery-run/orrery/workflow"
 	"testing"
 
 	"github.com/orrery-run/orrery/api"
@@ -53,6 +54,8 @@ type rigOptions struct {
 	cfg     func(*api.Config)
 	metrics bool
 	orchID  string // the orchestrator's id (default "orch"; a node uses its worker's)
+	// workflows a runs rig serves (nil: payoutDef alone).
+	workflows []workflow.Workflow
 }
 
 // rig is the shared test node (internal/testrig) with the counter's

@@ -193,9 +193,15 @@ func (s *Server) live(w store.WorkerInfo, now time.Time) bool {
 // listRuns is GET /v1/runs: runs of every workflow or one, with a status,
 // searched by id or workflow name (q) and id prefix, paged by id.
 func (s *Server) listRuns(r *http.Request, _ *reqCtx) (int, any, error) {
-	q, err := query(r, "workflow", "status", "q", "prefix", "after", "limit")
+	q, err := query(r, "workflow", "status", "version", "q", "prefix", "after", "limit")
 	if err != nil {
 		return 0, nil, err
+	}
+	var version uint64
+	if v := q.Get("version"); v != "" {
+		if version, err = strconv.ParseUint(v, 10, 64); err != nil || version == 0 {
+			return 0, nil, invalid(`query parameter "version" must be a workflow version (a positive integer)`)
+		}
 	}
 	status := q.Get("status")
 	if status != "" && !slices.Contains(runStatuses[:], workflow.RunStatus(status)) {
@@ -218,7 +224,7 @@ func (s *Server) listRuns(r *http.Request, _ *reqCtx) (int, any, error) {
 		}
 		names = []string{wf}
 	}
-	rows, err := s.runRows(r.Context(), names, status)
+	rows, err := s.runRowsAt(r.Context(), names, status, version)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -122,6 +122,9 @@ type startRunReq struct {
 	Workflow string          `json:"workflow,omitempty"`
 	ID       string          `json:"id,omitempty"`
 	Input    json.RawMessage `json:"input,omitempty"`
+	// Version pins the run to that version of the workflow; 0: the
+	// newest the server carries.
+	Version uint64 `json:"version,omitempty"`
 }
 
 type signalReq struct {
@@ -181,11 +184,19 @@ func (s *Server) startRun(r *http.Request, rc *reqCtx) (int, any, error) {
 	if _, ok := rb.Workflows.Lookup(req.Workflow); !ok {
 		return 0, nil, invalid(fmt.Sprintf("unknown workflow %q", truncate(req.Workflow, 128)))
 	}
+	if _, ok := rb.Workflows.LookupVersion(req.Workflow, req.Version); req.Version != 0 && !ok {
+		return 0, nil, invalid(fmt.Sprintf("workflow %q has no version %d here (this server carries %v)",
+			truncate(req.Workflow, 128), req.Version, rb.Workflows.Versions(req.Workflow)))
+	}
 	in, err := jsonToCBOR(req.Input)
 	if err != nil {
 		return 0, nil, err
 	}
-	created, err := rb.Client.StartCBOR(r.Context(), req.Workflow, req.ID, in)
+	var opts []workflow.StartOption
+	if req.Version != 0 {
+		opts = append(opts, workflow.WithVersion(req.Version))
+	}
+	created, err := rb.Client.StartCBOR(r.Context(), req.Workflow, req.ID, in, opts...)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -203,6 +214,11 @@ func (s *Server) startRun(r *http.Request, rc *reqCtx) (int, any, error) {
 // (every status when empty), sorted by id, the projections caught up
 // first.
 func (s *Server) runRows(ctx context.Context, names []string, status string) ([]Run, error) {
+	return s.runRowsAt(ctx, names, status, 0)
+}
+
+// runRowsAt is runRows of the runs pinned to version only (any when 0).
+func (s *Server) runRowsAt(ctx context.Context, names []string, status string, version uint64) ([]Run, error) {
 	rb := s.cfg.Runs
 	if err := rb.CatchUp(ctx); err != nil {
 		return nil, err
@@ -221,13 +237,21 @@ func (s *Server) runRows(ctx context.Context, names []string, status string) ([]
 			if p, ok := rb.Runs.Get(w.ID); ok {
 				row = runOf(p)
 			}
+			if row.Version == 0 && w.Status != store.WorldArchived {
+				// No worker has taken it up: its version is its start
+				// item's, so a pending run lists (and filters) by the
+				// version it is pinned to.
+				if sum, err := rb.Client.Get(ctx, w.ID); err == nil {
+					row.Version = sum.Version
+				}
+			}
 			// A pause is the run record's at once; the projection learns
 			// it only when the run's holder records it, so the list says
 			// what the run's view says.
 			if w.Status == store.WorldPaused && !slices.Contains(finishedRuns, row.Status) {
 				row.Status = string(workflow.StatusPaused)
 			}
-			if status == "" || row.Status == status {
+			if (status == "" || row.Status == status) && (version == 0 || row.Version == version) {
 				out = append(out, row)
 			}
 		}
@@ -442,16 +466,23 @@ func runPath(id string, rest ...string) string {
 }
 
 // StartRun starts run id of workflow with input (any value encoding/json
-// can marshal; it must fit the workflow's input type). Starting it again
-// with the same workflow and input answers the run with created=false;
-// other arguments under the id are a conflict (errors.Is
-// workflow.ErrConflict).
+// can marshal; it must fit the workflow's input type), at the newest
+// version the server carries. Starting it again with the same workflow
+// and input answers the run with created=false; other arguments under the
+// id are a conflict (errors.Is workflow.ErrConflict). A version no live
+// worker carries is refused (errors.Is workflow.ErrVersionNotCarried).
 func (c *Client) StartRun(ctx context.Context, workflowName, id string, input any) (v RunView, created bool, err error) {
+	return c.StartRunAt(ctx, workflowName, id, 0, input)
+}
+
+// StartRunAt is StartRun pinned to version of the workflow (0: the
+// newest the server carries); the run finishes on that version.
+func (c *Client) StartRunAt(ctx context.Context, workflowName, id string, version uint64, input any) (v RunView, created bool, err error) {
 	raw, err := json.Marshal(input)
 	if err != nil {
 		return RunView{}, false, err
 	}
-	st, err := c.do(ctx, http.MethodPost, "/v1/runs", nil, startRunReq{Workflow: workflowName, ID: id, Input: raw}, &v)
+	st, err := c.do(ctx, http.MethodPost, "/v1/runs", nil, startRunReq{Workflow: workflowName, ID: id, Input: raw, Version: version}, &v)
 	return v, st == http.StatusCreated, err
 }
 

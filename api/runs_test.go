@@ -58,7 +58,11 @@ func newRunsRigWith(t testing.TB, o rigOptions) *rig {
 		st = memstore.New()
 	}
 	ex := actor.NewExecutor(7)
-	wfs, err := workflow.NewWorkflows(payoutDef())
+	defs := o.workflows
+	if defs == nil {
+		defs = []workflow.Workflow{payoutDef()}
+	}
+	wfs, err := workflow.NewWorkflows(defs...)
 	if err != nil {
 		t.Fatal(err)
 	}

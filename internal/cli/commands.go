@@ -32,7 +32,8 @@ func apiExitCode(err error) (int, bool) {
 		case api.CodeNotFound:
 			return ExitNotFound, true
 		case api.CodeAlreadyExists, api.CodeConflict, api.CodePaused, api.CodeArchived, api.CodeFenced,
-			api.CodeNotRetryable, api.CodeEffectEnded, api.CodeReplyUnavailable, api.CodeFinished, api.CodeCompacted:
+			api.CodeNotRetryable, api.CodeEffectEnded, api.CodeReplyUnavailable, api.CodeFinished, api.CodeCompacted,
+			api.CodeVersionNotCarried:
 			return ExitConflict, true
 		case api.CodeUnavailable, api.CodeNotReady, api.CodeTimeout:
 			return ExitUnavailable, true

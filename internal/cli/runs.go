@@ -71,14 +71,21 @@ binary (orrery.MainWith): each of its steps is journaled, so a run survives
 crashes and resumes where it stopped. These commands talk to a running server
 (orrery serve) at --addr.`,
 	})
+	var startVersion uint64
 	start := &cobra.Command{
 		Use:   "start WORKFLOW ID [JSON]",
 		Short: "Start a run (idempotent: the same workflow, id and input again is the same run)",
 		Long: `start starts run ID of WORKFLOW with JSON as its input (default {}), decoded
 strictly into the workflow's input type: an unknown field or a wrong type is a
 usage error. Starting the same id again with the same input changes nothing;
-another input under that id is a conflict (exit 4).`,
+another input under that id is a conflict (exit 4).
+
+The run is pinned to the newest version of WORKFLOW the server carries, or to
+--version N, and finishes on it. A version that no live node carries (none
+advertises workflow:WORKFLOW@N) is refused with code version_not_carried
+(exit 4), and nothing is started: deploy a node carrying it first.`,
 		Example: `  orrery run start ledger.payout p-1 '{"Account":"alice","Amount":50}'
+  orrery run start ledger.payout p-1 '{"Account":"alice","Amount":50}' --version 1
   orrery run start ledger.payout p-1 '{"Account":"alice","Amount":50}' -o json`,
 		Args: args(cobra.RangeArgs(2, 3)),
 		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
@@ -86,23 +93,29 @@ another input under that id is a conflict (exit 4).`,
 			if err != nil {
 				return err
 			}
-			v, _, err := c.StartRun(ctx, a[0], a[1], in)
+			v, _, err := c.StartRunAt(ctx, a[0], a[1], startVersion, in)
 			if err != nil {
 				return err
 			}
 			return e.printRun(v)
 		}),
 	}
+	start.Flags().Uint64Var(&startVersion, "version", 0, "the workflow version to run (default: the newest the server carries)")
 	var wf, status string
+	var version uint64
 	var page api.ListOptions
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List runs, optionally of one workflow or in one status",
+		Short: "List runs, optionally of one workflow, in one status or of one version",
+		Long: `list lists runs with the version each is pinned to. --version N keeps the
+runs of version N: when none of a retired version remain unfinished, nodes
+may stop carrying it (see "Changing workflow code" in the docs).`,
 		Example: `  orrery run list
-  orrery run list --workflow ledger.payout --status running -o json`,
+  orrery run list --workflow ledger.payout --status running -o json
+  orrery run list --workflow ledger.payout --version 1 --status running`,
 		Args: args(cobra.NoArgs),
 		RunE: e.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
-			runs, next, err := c.SearchRuns(ctx, api.RunQuery{Workflow: wf, Status: status, ListOptions: page})
+			runs, next, err := c.SearchRuns(ctx, api.RunQuery{Workflow: wf, Status: status, Version: version, ListOptions: page})
 			if err != nil {
 				return err
 			}
@@ -117,6 +130,7 @@ another input under that id is a conflict (exit 4).`,
 	}
 	list.Flags().StringVar(&wf, "workflow", "", "only the runs of this workflow")
 	list.Flags().StringVar(&status, "status", "", "only runs in this status: pending, queued, running, paused, completed, failed or cancelled")
+	list.Flags().Uint64Var(&version, "version", 0, "only the runs pinned to this workflow version")
 	listPaging(list, &page, "runs")
 	show := &cobra.Command{
 		Use:     "show ID",

@@ -137,3 +137,24 @@ func TestRunCommandRefusals(t *testing.T) {
 	f.fail(cli.ExitNotFound, "journal", "audit", "ghost")
 	f.fail(cli.ExitUsage, "journal", "audit", "x", "--from", "yesterday")
 }
+
+// run start --version pins a run; run list --version filters by it.
+func TestRunVersionFlags(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	in := `{"Account":"alice","Amount":50}`
+	var v api.RunView
+	f.okJSON(&v, "run", "start", ledger.WorkflowPayout, "p-1", in, "--version", "1")
+	if v.Version != 1 {
+		t.Fatalf("start --version 1: version %d", v.Version)
+	}
+	f.fail(cli.ExitUsage, "run", "start", ledger.WorkflowPayout, "p-2", in, "--version", "2")
+	var runs []api.Run
+	f.okJSON(&runs, "run", "list", "--version", "1")
+	if len(runs) != 1 || runs[0].ID != "p-1" || runs[0].Version != 1 {
+		t.Fatalf("list --version 1: %+v", runs)
+	}
+	f.okJSON(&runs, "run", "list", "--version", "2")
+	if len(runs) != 0 {
+		t.Fatalf("list --version 2: %+v", runs)
+	}
+}
