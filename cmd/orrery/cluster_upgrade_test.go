@@ -11,17 +11,20 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/api"
+	"github.com/orrery-run/orrery/workflow"
 )
 
 // TestRollingUpgrade is a release rolled out under load, as an operator
 // does it: three processes carrying v1 of the tally world and the errand
 // workflow serve steady load; each is stopped gracefully in turn and
 // replaced by a process of the next release (a new worker id, a binary
-// carrying v1 and v2). While the cluster is mixed, runs keep finishing.
-// At the end, from the store: every acknowledged input applied exactly
-// once, every journal replays, every acknowledged run finished exactly
-// once on the version that started it, no lease epoch went backwards, and
-// every world answers a call.
+// carrying v1 and v2). While the cluster is mixed, runs keep finishing,
+// each on the version that started it; once every process carries v2, new
+// runs start on v2. When no v1 run is left running, each process is
+// replaced again by one carrying v2 alone. At the end, from the store:
+// every acknowledged input applied exactly once, every journal replays,
+// every acknowledged run finished exactly once on the version that started
+// it, no lease epoch went backwards, and every world answers a call.
 func TestRollingUpgrade(t *testing.T) {
 	db := newClusterDB(t)
 	c, ids, ld := loadedCluster(t, db, db.dsn)
@@ -36,24 +39,103 @@ func TestRollingUpgrade(t *testing.T) {
 	// one. Between two replacements the cluster settles (every world held
 	// by a running process) and a run started now finishes: a mixed
 	// cluster serves, it does not just survive.
-	next := len(c.current()) + 1
-	for i, p := range c.current() {
-		q := c.replace(p, fmt.Sprintf("w%d", next), "1,2")
-		next++
-		c.awaitPlaced(ids, c.current(), clusterBound)
-		c.awaitProbeRun(ld.led, fmt.Sprintf("probe-mixed-%d", i+1), 1)
-		t.Logf("replaced %s with %s (v1+v2)", p.worker, q.worker)
-	}
+	c.roll(ld.led, ids, "1,2", "mixed")
 	rollTo := time.Now()
+	// Every process carries v2 now: a new run starts on it.
+	c.awaitProbeRun(ld.led, "probe-v2", 2)
+
+	// v1 leaves the binary only once no v1 run is left to finish on it.
+	c.awaitNoRunsOf(1)
+	c.roll(ld.led, ids, "2", "v2")
 
 	c.stopLoadAndVerify(ld, ids, 2*time.Second)
 	epochs.check()
 	c.rollFigures(ld.led, loadFrom, rollFrom, rollTo)
+	c.figureVersions(ld.led)
+}
+
+// roll replaces each running process, one at a time, with one carrying
+// versions under the next worker id, and after each replacement waits for
+// the worlds to settle and a probe run to finish.
+func (c *cluster) roll(led *ackLog, ids []string, versions, probe string) {
+	c.t.Helper()
+	c.mu.Lock()
+	next := len(c.all) + 1
+	c.mu.Unlock()
+	for i, p := range c.current() {
+		q := c.replace(p, fmt.Sprintf("w%d", next), versions)
+		next++
+		c.awaitPlaced(ids, c.current(), clusterBound)
+		c.awaitProbeRun(led, fmt.Sprintf("probe-%s-%d", probe, i+1), 0)
+		c.t.Logf("replaced %s with %s (versions %s)", p.worker, q.worker, versions)
+	}
+}
+
+// awaitNoRunsOf waits until no run of the errand's version v is left
+// unfinished, as the API lists them: what an operator checks before
+// removing a version from the binary.
+func (c *cluster) awaitNoRunsOf(version uint64) {
+	c.t.Helper()
+	var left []string
+	if !poll(clusterBound, 200*time.Millisecond, func() bool {
+		var seen map[string]string
+		v, err := c.anyAPI(func(cl *api.Client, ctx context.Context) (any, error) {
+			out := map[string]string{}
+			after := ""
+			for {
+				page, next, err := cl.SearchRuns(ctx, api.RunQuery{Workflow: clusterErrand, Version: version, ListOptions: api.ListOptions{After: after, Limit: 500}})
+				if err != nil {
+					return nil, err
+				}
+				for _, r := range page {
+					out[r.ID] = r.Status
+				}
+				if next == "" {
+					return out, nil
+				}
+				after = next
+			}
+		})
+		if err != nil {
+			left = []string{err.Error()}
+			return false
+		}
+		seen, left = v.(map[string]string), nil
+		for _, id := range keys(seen) {
+			switch workflow.RunStatus(seen[id]) {
+			case workflow.StatusCompleted, workflow.StatusFailed, workflow.StatusCancelled:
+			default:
+				left = append(left, id+" ("+seen[id]+")")
+			}
+		}
+		return len(left) == 0
+	}) {
+		c.t.Fatalf("runs of v%d still unfinished after %v: %s", version, clusterBound, first(left, 10))
+	}
+}
+
+// figureVersions counts the acknowledged runs by the version each ran on.
+func (c *cluster) figureVersions(led *ackLog) {
+	c.t.Helper()
+	runs, _ := led.ackedRuns()
+	by := map[uint64]int{}
+	ctx := context.Background()
+	for _, r := range runs {
+		rep, err := readRun(ctx, c.db.st, r.ID)
+		if err != nil {
+			c.t.Fatalf("run %s: %v", r.ID, err)
+		}
+		by[rep.version()]++
+	}
+	if by[1] == 0 || by[2] == 0 {
+		c.t.Errorf("acknowledged runs by version: %v; want runs of both v1 and v2, or the upgrade tested nothing", by)
+	}
+	c.figure("workflow runs by version: %d on v1, %d on v2, each finished on the version that started it", by[1], by[2])
 }
 
 // awaitProbeRun starts an errand run of id through any running process
-// and waits until it has completed on version want, checked as the load's
-// runs are. It is logged in led as the load's runs are, so the final
+// and waits until it has completed on version want (any when 0), checked
+// as the load's runs are. It is logged in led as the load's runs are, so the final
 // checks count it too.
 func (c *cluster) awaitProbeRun(led *ackLog, id string, want uint64) {
 	c.t.Helper()
@@ -80,7 +162,7 @@ func (c *cluster) awaitProbeRun(led *ackLog, id string, want uint64) {
 		if len(last.broken) > 0 {
 			c.t.Fatalf("probe run %s: %s", id, first(last.broken, 10))
 		}
-		if rep.ended() && rep.version() != want {
+		if rep.ended() && want != 0 && rep.version() != want {
 			c.t.Fatalf("probe run %s completed on v%d, want v%d", id, rep.version(), want)
 		}
 		return rep.ended()
