@@ -153,9 +153,9 @@ func (o *Ops) UpgradeWorld(ctx context.Context, id string, to uint64) (WorldUpgr
 // UniverseUpgrade answers an upgrade request of one page of a universe's
 // worlds.
 type UniverseUpgrade struct {
-	Asked    int            // worlds an upgrade input was enqueued for, or already waited
-	Already  int            // worlds on the version already
-	Failed   int            // worlds the request failed for (Failures says why)
+	Asked    int // worlds an upgrade input was enqueued for, or already waited
+	Already  int // worlds on the version already
+	Failed   int // worlds the request failed for (Failures says why)
 	Failures map[string]error
 	Next     string // the world id to continue after ("": the universe is done)
 }
@@ -205,4 +205,68 @@ func (o *Ops) UpgradeUniverse(ctx context.Context, universe string, to uint64, a
 		}
 	}
 	return out, nil
+}
+
+// versionsNeeded are the versions of its definition a host must carry to
+// run world id now, read without replaying: the version it is on and the
+// one an upgrade waiting in its inbox asks for (nil: any version, a world
+// that never stepped and awaits no upgrade).
+func versionsNeeded(ctx context.Context, st store.Store, id string) ([]uint64, error) {
+	cur, err := WorldVersion(ctx, st, id)
+	if err != nil {
+		return nil, err
+	}
+	to, _, err := PendingUpgrade(ctx, st, id)
+	if err != nil {
+		return nil, err
+	}
+	var out []uint64
+	for _, v := range []uint64{cur, to} {
+		if v != 0 && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+// eligibleFor is Eligible for every version in vers (none: any version).
+func eligibleFor(info store.WorkerInfo, universe string, vers []uint64) bool {
+	if len(vers) == 0 {
+		return Eligible(info, universe, 0)
+	}
+	for _, v := range vers {
+		if !Eligible(info, universe, v) {
+			return false
+		}
+	}
+	return true
+}
+
+// uniform reports whether every live host in live that carries universe
+// carries the same versions of it, so that a world's version cannot
+// change where it may run, and placement need not read it.
+func uniform(live []store.WorkerInfo, universe string) bool {
+	prefix := capWorld + universe + "@"
+	var first []string
+	seen := false
+	for _, w := range live {
+		if len(w.Capabilities) == 0 || !Runs(w, RoleHost) {
+			continue // an older binary carries whatever it carries: it is not told apart
+		}
+		var vs []string
+		for _, c := range w.Capabilities {
+			if len(c) > len(prefix) && c[:len(prefix)] == prefix {
+				vs = append(vs, c)
+			}
+		}
+		if len(vs) == 0 {
+			continue
+		}
+		if !seen {
+			first, seen = vs, true
+		} else if !slices.Equal(first, vs) {
+			return false
+		}
+	}
+	return true
 }
