@@ -62,6 +62,9 @@ const (
 	opPay   = "pay"
 	opGet   = "get"
 	opRun   = "run"
+	// opMark is v2's input: the load sends it once every world is on v2
+	// (load.marks).
+	opMark = "mark"
 )
 
 // acked is an event the API acknowledged: durable in the world's inbox
@@ -185,8 +188,12 @@ func (l *ackLog) String() string {
 			again++
 		}
 	}
-	return fmt.Sprintf("%d adds, %d alarms, %d pays, %d workflow runs (%d of them started twice) acknowledged, %d calls answered, %d retries, %d abandoned at stop",
-		n[opAdd], n[opAlarm], n[opPay], len(l.runs), again, l.calls, l.retries, l.abandoned)
+	marks := ""
+	if n[opMark] > 0 {
+		marks = fmt.Sprintf("%d marks, ", n[opMark])
+	}
+	return fmt.Sprintf("%d adds, %s%d alarms, %d pays, %d workflow runs (%d of them started twice) acknowledged, %d calls answered, %d retries, %d abandoned at stop",
+		n[opAdd], marks, n[opAlarm], n[opPay], len(l.runs), again, l.calls, l.retries, l.abandoned)
 }
 
 // load drives events with idempotency keys, calls, alarms, pays and
@@ -199,6 +206,9 @@ type load struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	seq    atomic.Int64
+	// marks turns some of the adds into v2's marks: set once every world
+	// is on v2, which alone handles them.
+	marks atomic.Bool
 }
 
 // startLoad starts n goroutines of load; stop ends them.
@@ -234,6 +244,8 @@ func (l *load) one(ctx context.Context, rng *rand.Rand, g int) {
 	// timer and an effect), so runs take a small share from the calls and
 	// the load's total rate stays about what it was without them.
 	switch r := rng.IntN(100); {
+	case r < 20 && l.marks.Load():
+		kind = opMark
 	case r < 50:
 		kind = opAdd
 	case r < 65:
@@ -256,6 +268,11 @@ func (l *load) one(ctx context.Context, rng *rand.Rand, g int) {
 	case opAdd:
 		send = func(cl *api.Client, ctx context.Context) (uint64, error) {
 			a, err := cl.Send(ctx, w, Add{}.WorldType(), Add{Key: key}, key)
+			return a.Seq, err
+		}
+	case opMark:
+		send = func(cl *api.Client, ctx context.Context) (uint64, error) {
+			a, err := cl.Send(ctx, w, Mark{}.WorldType(), Mark{Key: key}, key)
 			return a.Seq, err
 		}
 	case opAlarm:

@@ -3,28 +3,44 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/orrery-run/orrery/api"
+	"github.com/orrery-run/orrery/internal/cli"
 	"github.com/orrery-run/orrery/workflow"
 )
 
 // TestRollingUpgrade is a release rolled out under load, as an operator
-// does it: three processes carrying v1 of the tally world and the errand
-// workflow serve steady load; each is stopped gracefully in turn and
-// replaced by a process of the next release (a new worker id, a binary
-// carrying v1 and v2). While the cluster is mixed, runs keep finishing,
-// each on the version that started it; once every process carries v2, new
-// runs start on v2. When no v1 run is left running, each process is
-// replaced again by one carrying v2 alone. At the end, from the store:
-// every acknowledged input applied exactly once, every journal replays,
-// every acknowledged run finished exactly once on the version that started
-// it, no lease epoch went backwards, and every world answers a call.
+// does it, on three `orrery serve` processes on PostgreSQL:
+//
+//  1. three processes carrying v1 of the tally world and the errand
+//     workflow serve steady load (keyed sends, calls, alarms, effects,
+//     workflow runs started continuously);
+//  2. each is stopped gracefully in turn and replaced by a process of the
+//     next release (a new worker id, a binary carrying v1 and v2); while
+//     the cluster is mixed, runs keep finishing, each on the version that
+//     started it, and once every process carries v2 new runs start on v2;
+//  3. one world is upgraded to v2 with the real CLI (`orrery world upgrade
+//     ID --to 2` against a process's API), the rest with the API's
+//     universe-wide upgrade; then v2's new input type works on every world
+//     and the load sends it too;
+//  4. once no v1 run is left unfinished, each process is replaced again by
+//     one carrying v2 alone.
+//
+// At the end, from the store: every acknowledged input applied exactly
+// once, every journal replays record by record with the definition that
+// wrote it, every acknowledged run finished exactly once on the version
+// that started it, no lease epoch went backwards, and every world answers
+// a call with what its state says.
 func TestRollingUpgrade(t *testing.T) {
 	db := newClusterDB(t)
 	c, ids, ld := loadedCluster(t, db, db.dsn)
@@ -33,25 +49,138 @@ func TestRollingUpgrade(t *testing.T) {
 
 	// Steady state: the figures' baseline.
 	time.Sleep(4 * time.Second)
-	rollFrom := time.Now()
+	roll1 := time.Now()
 
 	// The release: each v1 process, one at a time, is replaced by a v1+v2
 	// one. Between two replacements the cluster settles (every world held
 	// by a running process) and a run started now finishes: a mixed
 	// cluster serves, it does not just survive.
 	c.roll(ld.led, ids, "1,2", "mixed")
-	rollTo := time.Now()
+	roll1End := time.Now()
 	// Every process carries v2 now: a new run starts on it.
 	c.awaitProbeRun(ld.led, "probe-v2", 2)
 
+	// The worlds move: one through the CLI, then the whole universe
+	// through the API (the CLI's world is among them, already there).
+	c.upgradeByCLI(ids[0], 2)
+	c.awaitVersion(ids[:1], 2)
+	c.sendMark(ld.led, ids[0], "probe-mark-cli")
+	asked, already := c.upgradeUniverse(2)
+	if asked+already != len(ids) {
+		t.Errorf("the universe upgrade asked %d worlds and found %d on v2 already, want %d in all", asked, already, len(ids))
+	}
+	c.awaitVersion(ids, 2)
+	for _, id := range ids {
+		c.sendMark(ld.led, id, "probe-mark-"+id)
+	}
+	ld.marks.Store(true)
+	time.Sleep(2 * time.Second)
+
 	// v1 leaves the binary only once no v1 run is left to finish on it.
 	c.awaitNoRunsOf(1)
+	roll2 := time.Now()
 	c.roll(ld.led, ids, "2", "v2")
+	roll2End := time.Now()
 
-	c.stopLoadAndVerify(ld, ids, 2*time.Second)
+	reports := c.stopLoadAndVerify(ld, ids, 2*time.Second)
+	for _, id := range ids {
+		rep := reports[id]
+		if rep.version != 2 {
+			t.Errorf("%s is on version %d at the end, want 2", id, rep.version)
+		}
+		// Asked twice (the CLI's world) or once, moved once.
+		if len(rep.upgrades) != 1 || rep.upgrades[0].From != 1 || rep.upgrades[0].To != 2 {
+			t.Errorf("%s: upgrade records %+v, want one from 1 to 2", id, rep.upgrades)
+		}
+	}
 	epochs.check()
-	c.rollFigures(ld.led, loadFrom, rollFrom, rollTo)
+	c.rollFigures(ld.led, loadFrom, roll1, roll1End, roll2, roll2End)
 	c.figureVersions(ld.led)
+}
+
+// upgradeByCLI runs `orrery world upgrade ID --to N` against a running
+// process's API.
+func (c *cluster) upgradeByCLI(id string, to uint64) {
+	c.t.Helper()
+	var out bytes.Buffer
+	p := c.current()[0]
+	code := cli.Run(context.Background(), []string{"world", "upgrade", id, "--to", strconv.FormatUint(to, 10), "--addr", p.addr},
+		cli.IO{Out: &out, Err: &out}, testKernels())
+	// The CLI's client used the default transport.
+	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	if code != cli.ExitOK {
+		c.t.Fatalf("orrery world upgrade %s --to %d: exit %d: %s", id, to, code, out.String())
+	}
+	c.t.Logf("orrery world upgrade %s --to %d: %s", id, to, strings.TrimSpace(out.String()))
+}
+
+// upgradeUniverse asks every world of the tally's universe to move to
+// version to through the API, a page at a time, and returns how many were
+// asked and how many were there already.
+func (c *cluster) upgradeUniverse(to uint64) (asked, already int) {
+	c.t.Helper()
+	after := ""
+	for {
+		v, err := c.anyAPI(func(cl *api.Client, ctx context.Context) (any, error) {
+			return cl.UpgradeUniverse(ctx, clusterUniverse, to, after, 20)
+		})
+		if err != nil {
+			c.t.Fatalf("upgrade universe %s to %d: %v", clusterUniverse, to, err)
+		}
+		page := v.(api.UniverseUpgrade)
+		if page.Failed > 0 {
+			c.t.Fatalf("upgrade universe %s to %d: %d failed: %+v", clusterUniverse, to, page.Failed, page.Failures)
+		}
+		asked, already = asked+page.Asked, already+page.Already
+		if page.Next == "" {
+			return asked, already
+		}
+		after = page.Next
+	}
+}
+
+// awaitVersion waits until every world of ids is on version v with no
+// upgrade pending, as the API shows them.
+func (c *cluster) awaitVersion(ids []string, v uint64) {
+	c.t.Helper()
+	var behind []string
+	if !poll(clusterBound, 100*time.Millisecond, func() bool {
+		behind = nil
+		for _, id := range ids {
+			w, err := c.anyAPI(func(cl *api.Client, ctx context.Context) (any, error) { return cl.GetWorld(ctx, id) })
+			if err != nil {
+				behind = append(behind, id+": "+err.Error())
+				continue
+			}
+			if wv := w.(api.WorldView); wv.Version != v || wv.PendingUpgrade != 0 {
+				behind = append(behind, fmt.Sprintf("%s on v%d (pending %d)", id, wv.Version, wv.PendingUpgrade))
+			}
+		}
+		return len(behind) == 0
+	}) {
+		c.t.Fatalf("%d worlds not on v%d within %v: %s", len(behind), v, clusterBound, first(behind, 10))
+	}
+}
+
+// sendMark sends v2's Mark to worldID until it is acknowledged, and logs
+// it in led for the final checks (counted once in the world's marks).
+func (c *cluster) sendMark(led *ackLog, worldID, key string) {
+	c.t.Helper()
+	var seq uint64
+	var last error
+	if !poll(clusterBound, 50*time.Millisecond, func() bool {
+		v, err := c.anyAPI(func(cl *api.Client, ctx context.Context) (any, error) {
+			return cl.Send(ctx, worldID, Mark{}.WorldType(), Mark{Key: key}, key)
+		})
+		if last = err; err != nil {
+			return false
+		}
+		seq = v.(api.Ack).Seq
+		return true
+	}) {
+		c.t.Fatalf("%s: mark %q not acknowledged within %v: %v", worldID, key, clusterBound, last)
+	}
+	led.ack(acked{World: worldID, Kind: opMark, Key: key, Seq: seq, G: -1, At: time.Now()})
 }
 
 // roll replaces each running process, one at a time, with one carrying
@@ -252,23 +381,26 @@ func (w *epochWatch) check() {
 }
 
 // rollFigures prints, for bench/README.md, what the load's clients saw
-// in the steady state and during the rolling replacement: the p50 and
+// in the steady state and during each rolling replacement: the p50 and
 // p99 of the time from an operation's first attempt to its answer, and
 // the longest gap any one client went without an answer.
-func (c *cluster) rollFigures(led *ackLog, loadFrom, rollFrom, rollTo time.Time) {
+func (c *cluster) rollFigures(led *ackLog, loadFrom, roll1, roll1End, roll2, roll2End time.Time) {
 	c.t.Helper()
 	// The load's first second is its warm-up, not its steady state.
-	steady := led.timings(loadFrom.Add(time.Second), rollFrom)
-	roll := led.timings(rollFrom, rollTo)
-	if len(steady) == 0 || len(roll) == 0 {
-		c.t.Fatalf("no answered operations to measure: %d in the steady state, %d during the roll", len(steady), len(roll))
+	c.figureWindow(led, "steady state, v1", loadFrom.Add(time.Second), roll1)
+	c.figureWindow(led, "rolling replacement v1 → v1+v2 (3 processes)", roll1, roll1End)
+	c.figureWindow(led, "rolling replacement v1+v2 → v2 (3 processes)", roll2, roll2End)
+}
+
+func (c *cluster) figureWindow(led *ackLog, what string, from, to time.Time) {
+	c.t.Helper()
+	ss := led.timings(from, to)
+	if len(ss) == 0 {
+		c.t.Fatalf("%s: no answered operations to measure", what)
 	}
-	s50, _, s99, _ := quantiles(tooks(steady))
-	r50, _, r99, _ := quantiles(tooks(roll))
-	c.figure("steady state (%v): %d answers, latency p50 %v p99 %v, longest gap a client saw %v",
-		ms(rollFrom.Sub(loadFrom.Add(time.Second))), len(steady), ms(s50), ms(s99), ms(clientGap(steady, nLoad, loadFrom.Add(time.Second), rollFrom)))
-	c.figure("rolling replacement of %d processes (%v): %d answers, latency p50 %v p99 %v, longest gap a client saw %v",
-		len(c.current()), ms(rollTo.Sub(rollFrom)), len(roll), ms(r50), ms(r99), ms(clientGap(roll, nLoad, rollFrom, rollTo)))
+	p50, _, p99, _ := quantiles(tooks(ss))
+	c.figure("%s (%v): %d answers, latency p50 %v p99 %v, longest gap a client saw %v",
+		what, ms(to.Sub(from)), len(ss), ms(p50), ms(p99), ms(clientGap(ss, nLoad, from, to)))
 }
 
 func tooks(ss []opSample) []time.Duration {

@@ -149,15 +149,19 @@ func childApp() (orrery.App, error) {
 }
 
 // testAppFor is the shipped binary's app plus the versions vs of the
-// cluster tests' workflow, and of their world as far as a binary can
-// carry them: until a binary can carry two versions of one world
-// definition and a world can be moved from one to the next, every binary
-// carries v1 of the tally (and a binary of v1 and v2 is, for the worlds,
-// the same code under a new worker id, which the swap phases of the
-// rolling upgrade exercise).
+// cluster tests' world and workflow. A binary of v1 and v2 carries the
+// tally's lineage (v1, v2 and the migration between them): it runs each
+// world on the version its journal says and moves it on by an upgrade.
 func testAppFor(vs carried) orrery.App {
 	a := app()
-	a.Worlds = append(a.Worlds, clusterDef().Kernel())
+	switch {
+	case vs.v1 && vs.v2:
+		a.Worlds = append(a.Worlds, tallyLineage())
+	case vs.v2:
+		a.Worlds = append(a.Worlds, clusterDefV2().Kernel())
+	default:
+		a.Worlds = append(a.Worlds, clusterDef().Kernel())
+	}
 	if vs.v1 {
 		a.Workflows = append(a.Workflows, errandDef())
 	}
@@ -165,4 +169,30 @@ func testAppFor(vs carried) orrery.App {
 		a.Workflows = append(a.Workflows, errandDefV2())
 	}
 	return a
+}
+
+// tallyLineage carries both versions of the tally and the migration: the
+// binary of the release in between, and what the checks replay with
+// (every record by the definition that wrote it).
+func tallyLineage() world.Kernel {
+	return world.Versions(world.Upgrade(clusterDef(), clusterDefV2(), migrateTally))
+}
+
+// tallyState decodes a tally world's state (a snapshot's) by the version
+// it is on: a v1 state has no marks.
+func tallyState(id string, snap world.Snapshot) (tally, map[string]int64, error) {
+	if world.StateVersion(snap.State) >= 2 {
+		w, err := world.Load(clusterDefV2(), id, snap)
+		if err != nil {
+			return tally{}, nil, err
+		}
+		s, err := w.Value()
+		return s.tally, s.Marks, err
+	}
+	w, err := world.Load(clusterDef(), id, snap)
+	if err != nil {
+		return tally{}, nil, err
+	}
+	s, err := w.Value()
+	return s, nil, err
 }

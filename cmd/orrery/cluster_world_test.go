@@ -170,19 +170,20 @@ func errandV1(c *workflow.Ctx, in errand) (errandDone, error) {
 	return errandDone{Note: note, Status: resp.Status}, nil
 }
 
-// testApp is what the child processes serve: the shipped binary's app
-// (the ledger's accounts, transfers and payout workflow, which the chaos
-// checker's money uses) plus the cluster tests' tally worlds and errand
-// workflow.
+// testApp is what the child processes serve unless told otherwise: the
+// shipped binary's app (the ledger's accounts, transfers and payout
+// workflow, which the chaos checker's money uses) plus v1 of the cluster
+// tests' tally worlds and errand workflow.
 func testApp() orrery.App {
 	return testAppFor(carried{v1: true})
 }
 
-// testKernels is testApp's worlds by universe, what the test process
-// restores and replays with.
+// testKernels is the worlds of the binary carrying every version, by
+// universe: what the test process restores and replays with, so that a
+// journal replays record by record with the definition that wrote it.
 func testKernels() plane.Kernels {
 	ks := plane.Kernels{}
-	for _, k := range testApp().Worlds {
+	for _, k := range testAppFor(carried{v1: true, v2: true}).Worlds {
 		ks[k.Name()] = k
 	}
 	return ks
