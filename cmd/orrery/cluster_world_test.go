@@ -6,7 +6,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/orrery-run/orrery"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/workflow"
 	"github.com/orrery-run/orrery/world"
@@ -168,14 +167,6 @@ func errandV1(c *workflow.Ctx, in errand) (errandDone, error) {
 		return errandDone{}, err
 	}
 	return errandDone{Note: note, Status: resp.Status}, nil
-}
-
-// testApp is what the child processes serve unless told otherwise: the
-// shipped binary's app (the ledger's accounts, transfers and payout
-// workflow, which the chaos checker's money uses) plus v1 of the cluster
-// tests' tally worlds and errand workflow.
-func testApp() orrery.App {
-	return testAppFor(carried{v1: true})
 }
 
 // testKernels is the worlds of the binary carrying every version, by
