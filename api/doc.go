@@ -34,8 +34,8 @@
 //	GET  /v1/openapi.json                 the OpenAPI 3.1 description of all of the above (OpenAPI)
 //	GET  /ui/…, GET /                     the dashboard's files, when Config.UI is set (no token needed)
 //	POST /v1/workers/{id}/drain           {"draining"}
-//	POST /v1/runs                         {"workflow","id","input"}: 201 started, 200 the same again, 409 other input
-//	GET  /v1/runs?workflow=&status=&q=&prefix=&after=&limit=  {"runs":[…],"next"} sorted by id (404 when the server serves no workflows)
+//	POST /v1/runs                         {"workflow","id","input","version"}: 201 started, 200 the same again, 409 other input; version: default the newest carried, 409 version_not_carried when no live worker carries it
+//	GET  /v1/runs?workflow=&status=&version=&q=&prefix=&after=&limit=  {"runs":[…],"next"} sorted by id (404 when the server serves no workflows)
 //	GET  /v1/runs/{id}                    status, input, output or error, the actions that apply, and the step timeline
 //	                                      with each attempt's start, input, output and failure
 //	POST /v1/runs/{id}/cancel|pause|resume  {"reason"}: the run's view

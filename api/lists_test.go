@@ -11,6 +11,7 @@ import (
 
 	"github.com/orrery-run/orrery/api"
 	"github.com/orrery-run/orrery/internal/testrig"
+	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
 	"github.com/orrery-run/orrery/vocab"
 	"github.com/orrery-run/orrery/world"
@@ -336,5 +337,31 @@ func startRun(t *testing.T, r *rig, id string, in payout) {
 	t.Helper()
 	if _, _, err := r.Client.StartRun(r.Ctx, "payout", id, in); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWorkersListCapabilitiesAndRoles: the workers listing returns what
+// each worker advertised and the roles among it; a worker that advertised
+// nothing (an older binary) runs every role.
+func TestWorkersListCapabilitiesAndRoles(t *testing.T) {
+	st := memstore.New()
+	r := newRig(t, rigOptions{store: st})
+	must(st.Heartbeat(r.Ctx, "fx", 7, store.Advertise([]string{"role:effects", "effect:pay", "role:timers", "world:u@2"})))(t)
+	must(st.Heartbeat(r.Ctx, "old", 4))(t)
+	ws, _, err := r.Client.SearchWorkers(r.Ctx, api.WorkerQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]api.Worker{}
+	for _, w := range ws {
+		got[w.ID] = w
+	}
+	if w := got["fx"]; !slices.Equal(w.Capabilities, []string{"effect:pay", "role:effects", "role:timers", "world:u@2"}) ||
+		!slices.Equal(w.Roles, []string{"effects", "timers"}) || w.Capacity != 7 {
+		t.Fatalf("fx: %+v", w)
+	}
+	if w := got["old"]; w.Capabilities == nil || len(w.Capabilities) != 0 ||
+		!slices.Equal(w.Roles, []string{"host", "effects", "timers", "api", "orchestrator"}) {
+		t.Fatalf("old: %+v, want no capabilities and every role", w)
 	}
 }

@@ -239,33 +239,49 @@ func (m *Metrics) CollectWorldsHosted(f func() []Hosted) {
 	m.gauges.hosted = f
 }
 
+// CollectWorldsUnplaced makes orrery_worlds_unplaced read f at each
+// scrape: the active worlds the acting orchestrator could place nowhere
+// (plane.Orchestrator.Unplaced; 0 on a process whose orchestrator does
+// not act, so the cluster's figure is the sum, or the max, over nodes).
+func (m *Metrics) CollectWorldsUnplaced(f func() int) {
+	m.gauges.mu.Lock()
+	defer m.gauges.mu.Unlock()
+	m.gauges.unplaced = f
+}
+
 // ScrapeTimeout bounds the store read of a scrape's queue depths.
 const ScrapeTimeout = 5 * time.Second
 
 var (
 	queueDepthDesc = prometheus.NewDesc("orrery_queue_depth", "Items in each of the plane's queues.", []string{"queue"}, nil)
 	hostedDesc     = prometheus.NewDesc("orrery_worlds_hosted", "Worlds a worker holds (held) and runs a process for (active).", []string{"worker", "state"}, nil)
+	unplacedDesc   = prometheus.NewDesc("orrery_worlds_unplaced", "Active worlds the acting orchestrator could place on no live host that carries their type and has room (0 where the orchestrator does not act).", nil, nil)
 	runsDesc       = prometheus.NewDesc("orrery_workflow_runs", "Workflow runs in each status (queued, running, paused, completed, failed, cancelled), as this node's runs projection has them.", []string{"status"}, nil)
 )
 
 // gaugeCollector reads the gauges at scrape time.
 type gaugeCollector struct {
-	mu     sync.Mutex
-	depths func(context.Context) (store.QueueDepths, error)
-	hosted func() []Hosted
-	runs   func() map[string]int
+	mu       sync.Mutex
+	depths   func(context.Context) (store.QueueDepths, error)
+	hosted   func() []Hosted
+	runs     func() map[string]int
+	unplaced func() int
 }
 
 func (g *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- queueDepthDesc
 	ch <- hostedDesc
 	ch <- runsDesc
+	ch <- unplacedDesc
 }
 
 func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	g.mu.Lock()
-	depths, hosted, runs := g.depths, g.hosted, g.runs
+	depths, hosted, runs, unplaced := g.depths, g.hosted, g.runs, g.unplaced
 	g.mu.Unlock()
+	if unplaced != nil {
+		ch <- prometheus.MustNewConstMetric(unplacedDesc, prometheus.GaugeValue, float64(unplaced()))
+	}
 	if runs != nil {
 		counts := runs()
 		statuses := make([]string, 0, len(counts))

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -251,5 +252,21 @@ func TestOneServerSpanPerRequest(t *testing.T) {
 			t.Errorf("span %d: %s %v ended=%v %v", i, s.name, s.kind, s.ended, s.attrs)
 		}
 		s.mu.Unlock()
+	}
+}
+
+// TestMetricsWorldsUnplaced: orrery_worlds_unplaced reads the function it
+// was given at each scrape.
+func TestMetricsWorldsUnplaced(t *testing.T) {
+	r := newRig(t, rigOptions{metrics: true, token: "m"})
+	var n atomic.Int64
+	n.Store(3)
+	r.Metrics.CollectWorldsUnplaced(func() int { return int(n.Load()) })
+	if v, ok := metricValue(t, scrape(t, r, "m"), "orrery_worlds_unplaced"); !ok || v != 3 {
+		t.Fatalf("orrery_worlds_unplaced = %v (%v), want 3", v, ok)
+	}
+	n.Store(0)
+	if v, ok := metricValue(t, scrape(t, r, "m"), "orrery_worlds_unplaced"); !ok || v != 0 {
+		t.Fatalf("orrery_worlds_unplaced = %v (%v), want 0", v, ok)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/orrery-run/orrery/plane"
@@ -198,6 +199,15 @@ func (s *Server) workerView(ctx context.Context, w store.WorkerInfo, now time.Ti
 	out := Worker{
 		ID: w.ID, Capacity: w.Capacity, Draining: w.Draining, Live: s.live(w, now),
 		HeartbeatAt: utc(w.HeartbeatAt), StartedAt: utc(w.StartedAt),
+		Capabilities: slices.Clone(w.Capabilities), Roles: []string{},
+	}
+	if out.Capabilities == nil {
+		out.Capabilities = []string{}
+	}
+	for _, r := range plane.Roles() {
+		if plane.Runs(w, r) {
+			out.Roles = append(out.Roles, r)
+		}
 	}
 	out.Status = workerStatus(out.Live, out.Draining)
 	wws, err := s.workerWorlds(ctx, w.ID)

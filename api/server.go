@@ -83,6 +83,11 @@ type Config struct {
 	// hold no data (the pages read the API with the token). See package
 	// web.
 	UI http.Handler
+	// ProbesOnly makes a server of /healthz, /readyz and /metrics alone,
+	// for a process whose roles leave the API to others (a worker class
+	// without the api role): it keeps its probes and its metrics, and
+	// every other path is not found.
+	ProbesOnly bool
 }
 
 // Defaults of Config.
@@ -230,6 +235,9 @@ func (s *Server) routes() {
 	s.route("GET /healthz", true, s.healthz)
 	s.route("GET /readyz", true, s.readyz)
 	s.route("GET /metrics", false, s.metrics)
+	if s.cfg.ProbesOnly {
+		return
+	}
 
 	s.route("POST /v1/worlds", false, s.createWorld)
 	s.route("GET /v1/worlds", false, s.listWorlds)

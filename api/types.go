@@ -259,6 +259,14 @@ type Worker struct {
 	StartedAt      time.Time `json:"started_at,omitzero"`
 	WorldsHeld     int       `json:"worlds_held"`
 	WorldsAssigned int       `json:"worlds_assigned"`
+	// Capabilities is what the worker last advertised (role:<role>,
+	// world:<universe>@<version>, workflow:<name>@<version>,
+	// effect:<kind>), sorted; empty for a binary older than worker
+	// classes, which is taken as carrying everything.
+	Capabilities []string `json:"capabilities"`
+	// Roles are the roles among them (plane.Roles' names, in their
+	// order): every role for a worker that advertised nothing.
+	Roles []string `json:"roles"`
 }
 
 // request bodies

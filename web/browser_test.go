@@ -410,7 +410,7 @@ func TestWorldsLiveOverSSE(t *testing.T) {
 	}
 }
 
-// TestWorkersPage: the worker is live, holds and is assigned its world,
+// TestWorkersPage: the worker is live, shows its roles, holds and is assigned its world,
 // shows a heartbeat; Drain and Undrain change its row and say so.
 func TestWorkersPage(t *testing.T) {
 	e := newEnv(t, envOptions{})
@@ -426,6 +426,7 @@ func TestWorkersPage(t *testing.T) {
 		cellIs("workers", worker, "held", "1"),
 		cellIs("workers", worker, "assigned", "1"),
 		cellIs("workers", worker, "capacity", fmt.Sprint(ws[0].Capacity)),
+		cellIs("workers", worker, "roles", "host, effects, timers, api, orchestrator"),
 		fmt.Sprintf(`/^\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ$/.test(document.querySelector(%s).textContent)`, js(row("workers", worker)+" td.heartbeat")),
 	}, " && "))
 	e.do("drain", chromedp.Click(chromedp.CSS(row("workers", worker)+" button.drain")))

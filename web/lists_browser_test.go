@@ -134,6 +134,8 @@ func TestRunPageDetailsAndActions(t *testing.T) {
 		textIs("#run-detail-status", "running"),
 		actions("#run-actions") + ` === 'Pause,Cancel'`,
 		textHas("#run-facts", `"Account": "alice"`),
+		textHas("#run-facts", ledger.WorkflowPayout+" v1"), // the version the run is pinned to
+		cellIs("runs", "p-1", "workflow", ledger.WorkflowPayout+" v1"),
 		cellIs("attempts", "validate#1", "status", "completed"),
 		cellIs("attempts", "validate#1", "output", "true"),
 		textHas(row("attempts", "validate#1")+" td.input", `"kind": "step"`),

@@ -387,7 +387,8 @@ func (c *Client) StartCBOR(ctx context.Context, name, runID string, input []byte
 
 // carried refuses, with ErrVersionNotCarried, a start of a version that no
 // live worker carries, judged from the workers' advertised capabilities
-// (workflow:<name>@<version>); a worker that advertises nothing (a binary
+// (workflow:<name>@<version>, and RunsCapability when the worker
+// advertises roles); a worker that advertises nothing (a binary
 // older than capabilities) counts as carrying every version. It is never
 // a refusal when a worker of this client (WithWorkers) carries the
 // version, nor while no worker is live at all: with nobody to judge by,
@@ -395,6 +396,8 @@ func (c *Client) StartCBOR(ctx context.Context, name, runID string, input []byte
 // store's clock: a worker's liveness promise (AliveUntil) while it runs,
 // else a heartbeat younger than the client's liveness window.
 //
+// A start whose run exists already is never refused: a retry after a lost
+// answer gets the same run (or ErrConflict), as any repeated start does.
 // The judgement is a snapshot: a node that stops right after may leave
 // the run waiting, as a node that starts right after would have run it.
 // A run's children are never refused here (a refusal would be replayed
@@ -422,12 +425,17 @@ func (c *Client) carried(ctx context.Context, def Workflow, runID string) error 
 		case wi.AliveUntil.IsZero() && now.Sub(wi.HeartbeatAt) >= c.liveFor:
 			continue
 		}
-		if store.HasCapability(wi, capability) {
+		if runsVersion(wi, capability) {
 			return nil
 		}
 		live = append(live, wi.ID)
 	}
 	if len(live) == 0 {
+		return nil
+	}
+	if _, err := c.st.GetWorld(ctx, runID); err == nil {
+		// A repeated start (a retry after a lost answer) is answered as
+		// one: the same run, or ErrConflict, never a refusal.
 		return nil
 	}
 	return errorf("start", ErrVersionNotCarried, runID, detail(fmt.Sprintf(

@@ -219,6 +219,26 @@ func Capability(name string, version uint64) string {
 	return "workflow:" + name + "@" + strconv.FormatUint(version, 10)
 }
 
+// RunsCapability is the role capability of a worker that runs workflow
+// runs (the plane's host role, "role:host"). A worker that advertises roles
+// without it (an API-only process) carries no version for a start's
+// judgement, whatever workflows its binary registers; one that advertises
+// no role at all is judged by its workflow capabilities alone.
+const RunsCapability = "role:host"
+
+// rolePrefix starts every role capability.
+const rolePrefix = "role:"
+
+// runsVersion reports whether the worker info describes runs the runs of
+// the workflow version whose capability is capability.
+func runsVersion(info store.WorkerInfo, capability string) bool {
+	if !store.HasCapability(info, capability) {
+		return false
+	}
+	hasRoles := slices.ContainsFunc(info.Capabilities, func(c string) bool { return strings.HasPrefix(c, rolePrefix) })
+	return !hasRoles || store.HasCapability(info, RunsCapability)
+}
+
 // Capabilities returns the capability of every registered version,
 // sorted.
 func (w *Workflows) Capabilities() []string {

@@ -44,10 +44,11 @@
 //   - Steps: Step (a function, with retries and timeouts), Sleep (a
 //     durable timer), Await (a signal), Effect (an intent executed by the
 //     plane's adapters, its receipt back in the inbox), Child (another run,
-//     started idempotently). Step ids are the step's name plus an
+//     started idempotently), Patched (a patch marker, step
+//     "sys:patch:<id>"). Step ids are the step's name plus an
 //     occurrence number when a name repeats ("pay", "pay#2").
 //   - Worker: finds runnable runs (active, not held by a live lease
-//     elsewhere, started with its version), takes their leases, renews them
+//     elsewhere, started with a version it carries), takes their leases, renews them
 //     in batches, runs each run in a process of its own, and stops a run at
 //     once when its lease is lost, revoked or fenced, or when the lease's
 //     local deadline passes. The leases are held through internal/leasing,
@@ -127,7 +128,16 @@
 //     function, is refused with ErrConcurrentUse and the run fails with it:
 //     with goroutines sharing a Ctx the order of the steps, and so which
 //     recorded result each gets on a re-run, would be the scheduler's.
-//   - A run keeps the version it started with; a worker runs only the runs
-//     of the version it registers. Changing the steps of a running version
-//     fails its runs with a *DivergenceError at the first changed step.
+//   - A run keeps the version it started with and finishes on it. A binary
+//     may carry several versions of a workflow (NewWorkflows takes v1 and
+//     v2 of one name); a worker runs the runs of every version it carries,
+//     each on its own version's code, and a start by name takes the newest
+//     unless it names one (WithVersion). A start of a version that no live
+//     worker carries (judged from the workers' advertised capabilities,
+//     workflow:<name>@<version>) is ErrVersionNotCarried.
+//   - Changing the steps of a running version fails its runs with a
+//     *DivergenceError at the first changed step, unless the change is
+//     behind Patched: a run that recorded another step where the patch
+//     stands takes the old path, a new run records a patch marker and
+//     takes the new one (docs/workflows.md, "Changing workflow code").
 package workflow

@@ -21,15 +21,17 @@ import (
 )
 
 // payTarget is the effect target: an HTTP server in the test process that
-// counts the POSTs it receives per key (the body).
+// counts the POSTs it receives per key (the body), and the idempotency
+// keys they carried, as a target that deduplicates by them would.
 type payTarget struct {
-	srv *httptest.Server
-	mu  sync.Mutex
-	got map[string]int
+	srv  *httptest.Server
+	mu   sync.Mutex
+	got  map[string]int
+	idem map[string]map[string]bool // body → the Idempotency-Key headers it came with
 }
 
 func newPayTarget(t *testing.T) *payTarget {
-	p := &payTarget{got: map[string]int{}}
+	p := &payTarget{got: map[string]int{}, idem: map[string]map[string]bool{}}
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			http.Error(w, "POST only", http.StatusMethodNotAllowed)
@@ -42,6 +44,10 @@ func newPayTarget(t *testing.T) *payTarget {
 		}
 		p.mu.Lock()
 		p.got[string(b)]++
+		if p.idem[string(b)] == nil {
+			p.idem[string(b)] = map[string]bool{}
+		}
+		p.idem[string(b)][r.Header.Get("Idempotency-Key")] = true
 		p.mu.Unlock()
 		w.WriteHeader(http.StatusOK)
 	}))
@@ -53,6 +59,24 @@ func (p *payTarget) seen(key string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.got[key]
+}
+
+// total is how many POSTs the target received.
+func (p *payTarget) total() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, v := range p.got {
+		n += v
+	}
+	return n
+}
+
+// idemKeys returns the idempotency keys the POSTs of key carried.
+func (p *payTarget) idemKeys(key string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return keys(p.idem[key])
 }
 
 // Operation kinds of the load.
@@ -347,12 +371,12 @@ func (l *load) run(ctx context.Context, rng *rand.Rand, g int, id string, began 
 // process only delays it. A 4xx other than a timeout is a bug in the test
 // or the server: it is recorded and not retried.
 func (l *load) retry(ctx context.Context, rng *rand.Rand, send func(*api.Client, context.Context) (uint64, error)) (uint64, bool) {
-	i := rng.IntN(len(l.c.procs))
+	i := rng.IntN(len(l.c.current()))
 	for skipped := 0; ctx.Err() == nil; {
 		procs := l.c.current()
 		p := procs[i%len(procs)]
 		i++
-		if !p.running() {
+		if !p.serves() {
 			if skipped++; skipped%len(procs) == 0 {
 				time.Sleep(20 * time.Millisecond)
 			}

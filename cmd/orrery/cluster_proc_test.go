@@ -148,6 +148,10 @@ type child struct {
 	cmd      *exec.Cmd
 	stderr   string // the file its stderr goes to
 	lines    chan string
+	extra    []string // serve's arguments beyond the common ones (its roles)
+	// probes: it serves its probes and metrics only (no api role), so the
+	// load and the checks never ask its API.
+	probes bool
 
 	done  chan struct{} // closed when the process has exited
 	state *os.ProcessState
@@ -159,7 +163,7 @@ type child struct {
 }
 
 // serveLine is the first line `orrery serve` prints.
-var serveLine = regexp.MustCompile(`^orrery serve: worker (\S+), store (.+), API (https?://\S+)$`)
+var serveLine = regexp.MustCompile(`^orrery serve: worker (\S+), store (.+), (API|probes) (https?://\S+)$`)
 
 // cluster is a test's children and what they share.
 type cluster struct {
@@ -192,6 +196,13 @@ func newCluster(t *testing.T, db *clusterDB, storeDSN string, n int) *cluster {
 // its own proxy, say) and the children's lease TTL.
 func newClusterOn(t *testing.T, db *clusterDB, dsns []string, ttl time.Duration) *cluster {
 	t.Helper()
+	return newClusterWith(t, db, dsns, ttl, nil)
+}
+
+// newClusterWith is newClusterOn with, for child i, the serve arguments
+// extra[i] (nil: none), say its --roles.
+func newClusterWith(t *testing.T, db *clusterDB, dsns []string, ttl time.Duration, extra [][]string) *cluster {
+	t.Helper()
 	c := &cluster{t: t, db: db, tr: http.DefaultTransport.(*http.Transport).Clone(), target: newPayTarget(t), ttl: ttl}
 	c.tr.MaxIdleConnsPerHost = 32
 	t.Cleanup(c.tr.CloseIdleConnections)
@@ -201,7 +212,11 @@ func newClusterOn(t *testing.T, db *clusterDB, dsns []string, ttl time.Duration)
 	_ = t.TempDir()
 	t.Cleanup(c.stopAll) // before the first start: a failed start stops the others
 	for i, dsn := range dsns {
-		p := c.start(fmt.Sprintf("w%d", i+1), dsn)
+		var args []string
+		if i < len(extra) {
+			args = extra[i]
+		}
+		p := c.start(fmt.Sprintf("w%d", i+1), dsn, args...)
 		c.procs = append(c.procs, p)
 		c.all = append(c.all, p)
 	}
@@ -238,7 +253,7 @@ func (c *cluster) current() []*child {
 func (c *cluster) restart(p *child) *child {
 	c.t.Helper()
 	<-p.done
-	q := c.startWith(p.worker, p.dsn, p.versions)
+	q := c.startWith(p.worker, p.dsn, p.versions, p.extra...)
 	c.mu.Lock()
 	c.all = append(c.all, q)
 	c.mu.Unlock()
@@ -260,7 +275,7 @@ func (c *cluster) restart(p *child) *child {
 func (c *cluster) replace(p *child, worker, versions string) *child {
 	c.t.Helper()
 	c.term(p)
-	q := c.startWith(worker, p.dsn, versions)
+	q := c.startWith(worker, p.dsn, versions, p.extra...)
 	c.mu.Lock()
 	c.all = append(c.all, q)
 	c.mu.Unlock()
@@ -298,28 +313,28 @@ func childEnv(args []string, versions string) ([]string, error) {
 	return append(env, serveEnv+"="+string(raw)), nil
 }
 
-func (c *cluster) start(worker, storeDSN string) *child {
+func (c *cluster) start(worker, storeDSN string, extra ...string) *child {
 	c.t.Helper()
-	return c.startWith(worker, storeDSN, "")
+	return c.startWith(worker, storeDSN, "", extra...)
 }
 
 // startWith starts worker on storeDSN with a binary carrying versions
-// (versionsEnv).
-func (c *cluster) startWith(worker, storeDSN, versions string) *child {
+// (versionsEnv) and serve's extra arguments.
+func (c *cluster) startWith(worker, storeDSN, versions string, extra ...string) *child {
 	t := c.t
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := childEnv([]string{
+	env, err := childEnv(append([]string{
 		"serve", "--store", storeDSN, "--worker-id", worker, "--listen", "127.0.0.1:0",
 		"--lease-ttl", c.ttl.String(), "--claim-ttl", claimTTL.String(), "--log-level", "warn",
-	}, versions)
+	}, extra...), versions)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &child{worker: worker, dsn: storeDSN, versions: versions, stderr: filepath.Join(t.TempDir(), worker+".stderr"), done: make(chan struct{})}
+	p := &child{worker: worker, dsn: storeDSN, versions: versions, extra: extra, stderr: filepath.Join(t.TempDir(), worker+".stderr"), done: make(chan struct{})}
 	errf, err := os.Create(p.stderr)
 	if err != nil {
 		t.Fatal(err)
@@ -369,7 +384,7 @@ func (p *child) awaitAddr(limit time.Duration) error {
 		if m == nil || m[1] != p.worker {
 			return fmt.Errorf("%s: unexpected first line %q", p.worker, line)
 		}
-		p.addr = m[3]
+		p.addr, p.probes = m[4], m[3] == "probes"
 		return nil
 	case <-time.After(limit):
 		return fmt.Errorf("%s printed no address within %v; stderr:\n%s", p.worker, limit, p.tail())
@@ -408,7 +423,7 @@ func (c *cluster) awaitLive(procs []*child, limit time.Duration) {
 func (c *cluster) anyAPI(f func(cl *api.Client, ctx context.Context) (any, error)) (any, error) {
 	var err error
 	for _, p := range c.current() {
-		if !p.running() {
+		if !p.serves() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -435,6 +450,25 @@ func (p *child) running() bool {
 	default:
 		return !p.stopped
 	}
+}
+
+// serves reports whether the process is running and serves the API.
+func (p *child) serves() bool { return !p.probes && p.running() }
+
+// add starts one more child, worker on storeDSN with extra arguments,
+// and returns it once it serves (its probes, at least).
+func (c *cluster) add(worker, storeDSN string, extra ...string) *child {
+	c.t.Helper()
+	p := c.start(worker, storeDSN, extra...)
+	c.mu.Lock()
+	c.all = append(c.all, p)
+	c.mu.Unlock()
+	// Connected before the load can see it.
+	c.connect(p)
+	c.mu.Lock()
+	c.procs = append(c.procs, p)
+	c.mu.Unlock()
+	return p
 }
 
 func (p *child) signal(sig syscall.Signal) error {

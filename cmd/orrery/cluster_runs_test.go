@@ -319,7 +319,7 @@ func (c *cluster) runsAPIProblems(led *ackLog, limit time.Duration) map[string][
 	runs, tried := led.ackedRuns()
 	out := map[string][]string{}
 	for _, p := range c.current() {
-		if !p.running() {
+		if !p.serves() {
 			continue
 		}
 		var problems []string

@@ -51,6 +51,9 @@ type serveFlags struct {
 	idleAfter   time.Duration
 	snapEvery   uint64
 	noOrch      bool
+	roles       string
+	effectKinds string
+	capacity    int
 	effects     int
 	maxBody     int64
 	callTimeout time.Duration
@@ -76,6 +79,15 @@ them, and moves when that one dies (after its lease TTL) or drains. For a
 PostgreSQL that fails over to a standby, list both servers and ask for the
 writable one: --store 'postgres://u:p@db1:5432,db2:5432/orrery?target_session_attrs=read-write'
 (or the key/value form 'host=db1,db2 dbname=orrery target_session_attrs=read-write').
+
+--roles splits a cluster into worker classes: a process runs only the parts
+it names (host: worlds and workflow runs; effects: the adapter pool, of the
+kinds --effect-kinds names, default all; timers: the timer worker; api: the
+HTTP API; orchestrator: placement), and advertises them with the world
+types and workflow versions it carries. Worlds are placed only on live
+host processes that carry their type, at most --capacity on each. A process
+without the api role still listens, for /healthz, /readyz and /metrics
+only. docs/operations.md ("Worker classes") shows a split cluster.
 
 On SIGTERM or SIGINT it stops gracefully, within --stop-timeout: it claims
 no new effect and takes no new world; its worlds finish the step in flight
@@ -112,7 +124,8 @@ request_id, which its answer returns in X-Request-Id; a client's mistake
   orrery serve --store ./data/orrery.db --listen 127.0.0.1:8080
   ORRERY_TOKEN=s3cret orrery serve --store postgres://orrery@db:5432/orrery --worker-id node-a --listen 0.0.0.0:7070
   ORRERY_STORE=memory ORRERY_LOG_FORMAT=json orrery serve
-  orrery serve --config /etc/orrery/orrery.toml`,
+  orrery serve --config /etc/orrery/orrery.toml
+  orrery serve --store postgres://orrery@db:5432/orrery --worker-id fx-1 --roles effects --effect-kinds http.request`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error { return e.serve(cmd.Context(), f) },
 	}
@@ -128,6 +141,9 @@ request_id, which its answer returns in X-Request-Id; a client's mistake
 	fl.DurationVar(&f.idleAfter, "idle-after", 30*time.Second, "passivate a world idle this long (negative: never)")
 	fl.Uint64Var(&f.snapEvery, "snapshot-every", 1000, "snapshot a world every N journal heights (restore reads at most N records; forks start from a snapshot)")
 	fl.BoolVar(&f.noOrch, "no-orchestrator", false, "host worlds but never place them")
+	fl.StringVar(&f.roles, "roles", strings.Join(plane.Roles(), ","), "the parts this process runs, comma-separated: host (worlds and workflow runs), effects (the adapter pool), timers (the timer worker), api (the HTTP API), orchestrator (placement)")
+	fl.StringVar(&f.effectKinds, "effect-kinds", "", "the effect kinds this process's pool executes, comma-separated, of those the binary serves (default all; needs the effects role)")
+	fl.IntVar(&f.capacity, "capacity", 0, "the most worlds this process hosts (default no bound)")
 	fl.IntVar(&f.effects, "effect-concurrency", 16, "effects executing at once")
 	fl.Int64Var(&f.maxBody, "max-body", 1<<20, "largest request body the API accepts, in bytes")
 	fl.DurationVar(&f.callTimeout, "call-timeout", 30*time.Second, "the longest a call waits for its reply")
@@ -260,6 +276,21 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	if f.maxSkew >= f.leaseTTL/2 {
 		return usagef("--max-clock-skew %v must be below half --lease-ttl (%v)", f.maxSkew, f.leaseTTL)
 	}
+	roleList := splitList(f.roles)
+	roles, err := node.ResolveRoles(roleList)
+	if err != nil {
+		return usagef("--roles: %v", err)
+	}
+	var kinds []string
+	if f.effectKinds != "" {
+		kinds = splitList(f.effectKinds)
+	}
+	if f.capacity < 0 {
+		return usagef("--capacity %d is negative", f.capacity)
+	}
+	if err := node.CheckRoles(node.Config{Roles: roleList, EffectKinds: kinds, Capacity: f.capacity, Adapters: e.adapters}); err != nil {
+		return usagef("--effect-kinds: %v", err)
+	}
 	token := e.token
 	if token == "" {
 		token = e.io.Getenv("ORRERY_TOKEN")
@@ -302,6 +333,7 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 		Adapters: e.adapters, HTTP: e.httpConfig, Retry: e.retry,
 		LeaseTTL: f.leaseTTL, ClaimTTL: f.claimTTL, MaxSkew: f.maxSkew, IdleAfter: f.idleAfter,
 		NoOrchestrator: f.noOrch, EffectConcurrency: f.effects, Logger: log,
+		Roles: roleList, EffectKinds: kinds, Capacity: f.capacity,
 		Observe: metrics.ObserveHost,
 		Host:    func(hc *plane.HostConfig) { hc.SnapshotEvery = f.snapEvery },
 		ObserveEffect: func(ev adapter.EffectEvent) {
@@ -324,7 +356,10 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 		return err
 	}
 	metrics.CollectQueueDepths(st.QueueDepths)
-	metrics.CollectWorldsHosted(api.HostedBy(n.Host()))
+	metrics.CollectWorldsUnplaced(n.Unplaced)
+	if roles[plane.RoleHost] {
+		metrics.CollectWorldsHosted(api.HostedBy(n.Host()))
+	}
 	if v := n.RunsView(); v != nil {
 		metrics.CollectRuns(func() map[string]int {
 			out := map[string]int{}
@@ -343,6 +378,7 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 		Token: token, MaxBody: f.maxBody, CallTimeout: f.callTimeout,
 		Ready: n.Ready, Metrics: metrics, Logger: log, Tracer: tp,
 		Executor: n.Executor(), UI: web.Handler(), Runs: runsBackend(n, e.workflows),
+		ProbesOnly: !roles[plane.RoleAPI],
 	})
 	if err != nil {
 		_ = n.Stop(ctx)
@@ -357,13 +393,19 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	if f.tlsCert != "" {
 		scheme = "https"
 	}
+	// A process without the api role serves its probes and metrics only.
+	what, key := "API", "api"
+	if !roles[plane.RoleAPI] {
+		what, key = "probes", "probes"
+	}
 	if f.logFormat == "json" {
 		// Every line this process writes is JSON, its first included.
-		slog.New(slog.NewJSONHandler(e.io.Out, nil)).Info("orrery serve", "worker", worker, "store", desc, "api", scheme+"://"+addrOf(ln))
+		slog.New(slog.NewJSONHandler(e.io.Out, nil)).Info("orrery serve", "worker", worker, "store", desc, key, scheme+"://"+addrOf(ln),
+			"roles", n.Roles())
 	} else {
-		fmt.Fprintf(e.io.Out, "orrery serve: worker %s, store %s, API %s://%s\n", worker, desc, scheme, addrOf(ln))
+		fmt.Fprintf(e.io.Out, "orrery serve: worker %s, store %s, %s %s://%s\n", worker, desc, what, scheme, addrOf(ln))
 	}
-	log.Info("serving", "worker", worker, "store", desc, "listen", addrOf(ln), "dashboard", scheme+"://"+addrOf(ln)+"/ui/")
+	log.Info("serving", "worker", worker, "store", desc, "listen", addrOf(ln), "roles", n.Roles(), "dashboard", scheme+"://"+addrOf(ln)+"/ui/")
 
 	sig, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -405,6 +447,17 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	}
 	log.Info("stopped", "worker", worker)
 	return nil
+}
+
+// splitList splits a comma-separated flag value, dropping blanks.
+func splitList(v string) []string {
+	out := []string{}
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // runsBackend is what the API's run endpoints need of a node that runs

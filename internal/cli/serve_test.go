@@ -27,7 +27,7 @@ type served struct {
 	token    string
 }
 
-var servingLine = regexp.MustCompile(`^orrery serve: worker (\S+), store (.+), API (http://\S+)\n$`)
+var servingLine = regexp.MustCompile(`^orrery serve: worker (\S+), store (.+), (?:API|probes) (http://\S+)\n$`)
 
 // startServe runs `orrery serve args...` until stop, with env as its
 // environment, and waits for the line that says where it listens.
@@ -210,6 +210,11 @@ func TestServeRefusals(t *testing.T) {
 		{"a bad log format", []string{"--log-format", "xml"}, nil, "--log-format"},
 		{"a clock skew of half the lease TTL", []string{"--lease-ttl", "2s", "--max-clock-skew", "1s"}, nil, "--max-clock-skew"},
 		{"an argument", []string{"extra"}, nil, "unknown command"},
+		{"an unknown role", []string{"--roles", "host,gpu"}, nil, `unknown role "gpu"`},
+		{"no role", []string{"--roles", ","}, nil, "--roles"},
+		{"an effect kind the binary lacks", []string{"--effect-kinds", "teleport"}, nil, `"teleport"`},
+		{"effect kinds without the effects role", []string{"--roles", "host", "--effect-kinds", "http.request"}, nil, "without the effects role"},
+		{"a negative capacity", []string{"--capacity", "-1"}, nil, "--capacity"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -229,5 +234,25 @@ func TestServeRefusals(t *testing.T) {
 	code := cli.Run(ctx, []string{"serve", "--store", "memory"}, cli.IO{Out: &out, Err: &errOut}, nil)
 	if code != cli.ExitUsage || out.String() != "" || !strings.Contains(errOut.String(), "no worlds") {
 		t.Fatalf("serve without worlds: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
+	}
+}
+
+// A process without the api role serves its probes and metrics alone, and
+// says so on its first line.
+func TestServeWithoutTheAPIRoleServesProbesOnly(t *testing.T) {
+	s := startServe(t, nil, "sv-fx", "--store", "memory", "--lease-ttl", "2s", "--roles", "effects,timers", "--effect-kinds", "http.request")
+	if !strings.Contains(s.out.String(), ", probes http://") {
+		t.Fatalf("first line %q does not say it serves probes", s.out.String())
+	}
+	for path, want := range map[string]int{"/healthz": http.StatusOK, "/readyz": http.StatusOK, "/metrics": http.StatusOK, "/v1/worlds": http.StatusNotFound} {
+		if code, body := s.get(path, ""); code != want {
+			t.Errorf("%s: %d, want %d: %s", path, code, want, body)
+		}
+	}
+	if _, body := s.get("/metrics", ""); !strings.Contains(body, "orrery_worlds_unplaced 0") {
+		t.Errorf("/metrics lacks orrery_worlds_unplaced:\n%s", body)
+	}
+	if code := s.stop(); code != cli.ExitOK {
+		t.Fatalf("serve exited %d\nstderr: %s", code, s.err.String())
 	}
 }

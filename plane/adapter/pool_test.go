@@ -3,6 +3,7 @@ package adapter_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -442,6 +443,10 @@ func TestNewPoolRejectsBadConfig(t *testing.T) {
 		"empty class":       {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{NonRetryable: []string{""}})}},
 		"bad jitter":        {ok, []adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{Attempts: 1, Jitter: 2})}},
 		"no kinds":          {ok, []adapter.Registration{adapter.Register(&fake{kinds: []string{}}, adapter.RetryPolicy{})}},
+		"claims a kind no adapter serves": {adapter.Config{Worker: "w", Executor: ok.Executor, Kinds: []string{"other"}},
+			[]adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{})}},
+		"claims no kind": {adapter.Config{Worker: "w", Executor: ok.Executor, Kinds: []string{}},
+			[]adapter.Registration{adapter.Register(&fake{}, adapter.RetryPolicy{})}},
 	}
 	for name, c := range cases {
 		_, err := adapter.NewPool(st, c.cfg, c.regs...)
@@ -591,5 +596,31 @@ func TestPoolDropsAResultMadeAfterItsClaimExpired(t *testing.T) {
 			t.Fatalf("stats %+v", s)
 		}
 		atMostOncePerClaim(t, f.snapshot())
+	})
+}
+
+// TestPoolClaimsOnlyItsKinds: a pool told its Kinds claims those alone,
+// though its adapter serves more; the other kinds wait for another pool.
+func TestPoolClaimsOnlyItsKinds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		f := &fake{kinds: []string{"k.a", "k.b"}}
+		p := newPool(t, e.st, adapter.Config{Worker: "pool-1", Executor: e.ex, Kinds: []string{"k.a"}}, adapter.Register(f, adapter.RetryPolicy{}))
+		if got := p.Kinds(); !slices.Equal(got, []string{"k.a"}) {
+			t.Fatalf("Kinds = %v", got)
+		}
+		r := run(p)
+		a := e.publish("k.a", map[string]int{"n": 1})
+		b := e.publish("k.b", map[string]int{"n": 2})
+		synctest.Wait()
+		if st, err := e.st.EffectStatus(e.ctx, a); err != nil || st.State != vocab.EffectDone {
+			t.Fatalf("k.a: %+v (%v), want done", st, err)
+		}
+		if st, err := e.st.EffectStatus(e.ctx, b); err != nil || st.State != vocab.EffectPending {
+			t.Fatalf("k.b: %+v (%v), want pending for another pool", st, err)
+		}
+		if err := r.stop(); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run returned %v", err)
+		}
 	})
 }

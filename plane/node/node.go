@@ -273,17 +273,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	roles, err := ResolveRoles(cfg.Roles)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.NoOrchestrator {
-		delete(roles, plane.RoleOrchestrator)
-	}
-	if cfg.Capacity < 0 {
-		return nil, fmt.Errorf("%w: capacity %d is negative", ErrRoles, cfg.Capacity)
-	}
-	kinds, err := effectKinds(cfg, roles)
+	roles, kinds, err := checkRoles(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -581,6 +571,34 @@ func ResolveRoles(roles []string) (map[string]bool, error) {
 	return out, nil
 }
 
+// CheckRoles reports, as Start would and without starting anything,
+// whether cfg's Roles, EffectKinds and Capacity can run (nil) or not
+// (ErrRoles). It reads only those and Adapters.
+func CheckRoles(cfg Config) error {
+	_, _, err := checkRoles(cfg)
+	return err
+}
+
+// checkRoles resolves cfg's roles (less the orchestrator with
+// NoOrchestrator) and the kinds its pool executes.
+func checkRoles(cfg Config) (map[string]bool, []string, error) {
+	roles, err := ResolveRoles(cfg.Roles)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.NoOrchestrator {
+		delete(roles, plane.RoleOrchestrator)
+	}
+	if cfg.Capacity < 0 {
+		return nil, nil, fmt.Errorf("%w: capacity %d is negative", ErrRoles, cfg.Capacity)
+	}
+	kinds, err := effectKinds(cfg, roles)
+	if err != nil {
+		return nil, nil, err
+	}
+	return roles, kinds, nil
+}
+
 // effectKinds are the kinds the node's pool executes (nil without the
 // effects role), checked against the kinds the binary serves: the
 // built-in adapters' and the registered ones'.
@@ -708,6 +726,15 @@ func (n *Node) RunsView() *RunsView { return n.runsView }
 
 // Executor is the clock and goroutine source every part of the node uses.
 func (n *Node) Executor() actor.Executor { return n.sys.Executor() }
+
+// Unplaced is how many active worlds this node's orchestrator, when it
+// acts, could place nowhere (plane.Orchestrator.Unplaced); 0 otherwise.
+func (n *Node) Unplaced() int {
+	if n.orch == nil {
+		return 0
+	}
+	return n.orch.Unplaced()
+}
 
 // Leader reports whether this node's orchestrator is the acting one.
 func (n *Node) Leader() bool { return n.orch != nil && n.orch.Leader() }

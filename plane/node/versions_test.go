@@ -12,6 +12,7 @@ import (
 	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/internal/testrig"
+	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/memstore"
 	"github.com/orrery-run/orrery/workflow"
@@ -144,6 +145,14 @@ func nodesCarryVersions(t *testing.T, st store.Store) {
 	}
 	if got, err := payAt(1, "").Result(ctx, cl, "v1-late"); err != nil || got != "v1@new" {
 		t.Fatalf("v1-late after the v1 node stopped: %q, %v; want v1@new", got, err)
+	}
+}
+
+// The role a worker running workflow runs advertises is the plane's host
+// role, as the workflow package's start judgement expects.
+func TestWorkflowRunsCapabilityIsTheHostRole(t *testing.T) {
+	if got := plane.RoleCapability(plane.RoleHost); got != workflow.RunsCapability {
+		t.Fatalf("the host role advertises %q; workflow.RunsCapability is %q", got, workflow.RunsCapability)
 	}
 }
 

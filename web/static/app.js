@@ -310,7 +310,7 @@ function renderWorkers() {
 }
 
 function makeWorkerRow(w) {
-  const tr = el('tr', {}, ...cells('id', 'status', 'live', 'draining', 'held', 'assigned', 'capacity', 'heartbeat', 'started', 'actions'));
+  const tr = el('tr', {}, ...cells('id', 'status', 'roles', 'live', 'draining', 'held', 'assigned', 'capacity', 'heartbeat', 'started', 'actions'));
   tr.querySelector('td.id').textContent = w.id;
   tr.querySelector('td.actions').append(
     el('button', { type: 'button', class: 'drain', onclick: () => drain(w.id, true) }, 'Drain'),
@@ -325,9 +325,18 @@ function updateWorkerRow(tr, w) {
   setCell(tr, 'held', String(w.worlds_held));
   setCell(tr, 'assigned', String(w.worlds_assigned));
   setCell(tr, 'capacity', String(w.capacity));
+  setCell(tr, 'roles', rolesText(w));
+  tr.querySelector('td.roles').title = (w.capabilities || []).join('\n');
   setTime(tr, 'heartbeat', w.heartbeat_at);
   setTime(tr, 'started', w.started_at);
   showWorkerStatus(tr, w);
+}
+
+// rolesText names a worker's roles; one that advertised nothing is a binary
+// older than worker classes, which runs them all.
+function rolesText(w) {
+  if (!w.capabilities || w.capabilities.length === 0) return 'all (not advertised)';
+  return (w.roles || []).join(', ') || 'none';
 }
 
 function drain(id, draining) {
@@ -593,8 +602,7 @@ function makeRunRow(r) {
 }
 
 function updateRunRow(tr, r) {
-  const wf = r.workflow || r.workflow_name || '';
-  setCell(tr, 'workflow', r.version ? `${wf} v${r.version}` : wf);
+  setCell(tr, 'workflow', runWorkflow(r)); // lists.js
   setCell(tr, 'status', r.status || '', 'status-' + (r.status || 'unknown'));
   tr.querySelector('td.status').title = r.last_error || r.error || '';
   setTime(tr, 'started', r.started_at || r.started);

@@ -118,11 +118,18 @@ function showWorkerStatus(tr, w) {
   tr.querySelector('button.undrain').hidden = status !== 'draining';
 }
 
+// runWorkflow is a run's workflow and the version it is pinned to, as the
+// list shows it ("payout v2"), so a search for "v1" finds a version's runs.
+function runWorkflow(r) {
+  const wf = r.workflow || r.workflow_name || '';
+  return r.version ? `${wf} v${r.version}` : wf;
+}
+
 function shownRuns(runs) {
   const q = filterValue('runs-q');
   const status = filterValue('runs-status');
   return pageOf('runs', runs.filter((r) =>
-    (hasText(runID(r), q) || hasText(r.workflow || r.workflow_name, q)) && (!status || r.status === status)));
+    (hasText(runID(r), q) || hasText(runWorkflow(r), q)) && (!status || r.status === status)));
 }
 
 // ---- runs: actions where they apply, attempts in detail ----
@@ -180,6 +187,8 @@ function showRunDetail(run) {
   st.className = 'status-' + (run.status || 'unknown');
   showRunActions($('#run-actions'), Object.assign({ id: runID(run) || state.arg }, run));
   const facts = [];
+  // The version the run is pinned to: it finishes on that version's code.
+  if (run.workflow) facts.push(['Workflow', run.version ? `${run.workflow} v${run.version}` : run.workflow]);
   if (run.input !== undefined) facts.push(['Input', pretty(run.input)]);
   if (run.output !== undefined && run.output !== null) facts.push(['Output', pretty(run.output)]);
   if (run.error) facts.push(['Error', run.error]);
