@@ -474,4 +474,3 @@ func mustEvent(v any) []byte {
 	}
 	return b
 }
-
