@@ -533,10 +533,10 @@ type stepRecord struct {
 
 func recordOf(e event.Envelope) Record {
 	out := Record{Height: e.RunSeq, EventID: e.EventID, EventType: e.EventType, PersistedAt: utc(e.PersistedAt), StepID: e.StepID}
-	if e.EventType != world.EventWorldStepped {
+	if e.EventType != world.EventWorldStepped && e.EventType != world.EventWorldUpgraded {
 		return out
 	}
-	var sr stepRecord
+	var sr stepRecord // an upgrade's record has these fields too
 	if err := stateDecoder.Unmarshal(e.Payload, &sr); err != nil {
 		return out
 	}

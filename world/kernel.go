@@ -91,7 +91,7 @@ func (k kernel[S]) ForkState(state []byte) ([]byte, error) {
 // (a client in another process) re-derives the step, its reply included.
 func RecordInput(e event.Envelope) (Input, error) {
 	var r record
-	if err := unmarshalRecord(e.Payload, &r); err != nil || r.V != recordVersion || e.EventType != EventWorldStepped {
+	if err := unmarshalRecord(e.Payload, &r); err != nil || r.V != recordVersion || (e.EventType != EventWorldStepped && e.EventType != EventWorldUpgraded) {
 		return Input{}, &TailError{Height: e.RunSeq, Reason: "payload is not a world step record", Err: err}
 	}
 	return Input{Seq: r.Input.Seq, Kind: r.Input.Kind, Payload: r.Input.Payload, EnqueuedAt: r.Input.EnqueuedAt.Time, ReceiptFor: r.Input.ReceiptFor}, nil

@@ -104,9 +104,9 @@ func version(t *testing.T, inst world.Instance) uint64 {
 
 func TestUpgradeMigratesUserStateAndKeepsBookkeeping(t *testing.T) {
 	_, _, k := acctDefs(t, nil, false)
-	inst, err := k.Replay("a1", world.Snapshot{}, nil)
-	if err != nil {
-		t.Fatal(err)
+	fresh, err := k.Replay("a1", world.Snapshot{}, nil)
+	if err != nil || version(t, fresh) != 2 {
+		t.Fatalf("a world with no records: %v", err)
 	}
 	// A world with no records starts on the newest version: to test an
 	// upgrade, start one on v1 by replaying a v1 record.
@@ -120,7 +120,8 @@ func TestUpgradeMigratesUserStateAndKeepsBookkeeping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if inst, err = k.Replay("a1", world.Snapshot{}, []event.Envelope{first.Record}); err != nil {
+	inst, err := k.Replay("a1", world.Snapshot{}, []event.Envelope{first.Record})
+	if err != nil {
 		t.Fatalf("replay of a v1 record: %v", err)
 	}
 	if got := version(t, inst); got != 1 {
