@@ -601,3 +601,23 @@ func (c *Client) QueryTimers(ctx context.Context, f TimerQuery) ([]Timer, string
 	_, err := c.do(ctx, http.MethodGet, "/v1/timers", q, nil, &out)
 	return out.Timers, out.Next, err
 }
+
+// UpgradeWorld asks a world to move to version to of its definition
+// (POST /v1/worlds/{id}/upgrade). The upgrade's outcome is its journal
+// record's; a version older than the world's is refused (errors.Is
+// plane.ErrDowngrade).
+func (c *Client) UpgradeWorld(ctx context.Context, worldID string, to uint64) (WorldUpgrade, error) {
+	var out WorldUpgrade
+	_, err := c.do(ctx, http.MethodPost, worldPath(worldID, "upgrade"), nil, upgradeReq{To: to}, &out)
+	return out, err
+}
+
+// UpgradeUniverse asks a page of a universe's worlds, those with ids
+// after after (at most limit; 0: 100), to move to version to (POST
+// /v1/universes/{universe}/upgrade). Call again with Next until it is
+// empty to cover the universe.
+func (c *Client) UpgradeUniverse(ctx context.Context, universe string, to uint64, after string, limit int) (UniverseUpgrade, error) {
+	var out UniverseUpgrade
+	_, err := c.do(ctx, http.MethodPost, "/v1/universes/"+url.PathEscape(universe)+"/upgrade", nil, upgradeReq{To: to, After: after, Limit: limit}, &out)
+	return out, err
+}

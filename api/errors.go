@@ -43,6 +43,7 @@ const (
 	CodeTooLarge          = "too_large"              // 413
 	CodeUnsupportedMedia  = "unsupported_media_type" // 415
 	CodeCallFailed        = "call_failed"            // 422: the world's handler failed or did not reply
+	CodeDowngrade         = "downgrade"              // 409: an upgrade to an older version than the world's
 	CodeInternal          = "internal"               // 500: a genuine internal failure
 	CodeUnavailable       = "unavailable"            // 503: the store is closed, the request was cancelled
 	CodeNotReady          = "not_ready"              // 503: readiness failed
@@ -89,7 +90,7 @@ func (e *Error) Error() string {
 // reply_unavailable
 // plane.ErrReplyUnavailable; call_failed plane.ErrCallFailed; timeout
 // context.DeadlineExceeded; unavailable store.ErrClosed; compacted
-// store.ErrCompacted.
+// store.ErrCompacted; downgrade plane.ErrDowngrade and world.ErrDowngrade.
 func (e *Error) Is(target error) bool {
 	switch e.Code {
 	case CodeInvalidArgument:
@@ -133,6 +134,8 @@ func (e *Error) Is(target error) bool {
 		return target == plane.ErrReplyUnavailable
 	case CodeCallFailed:
 		return target == plane.ErrCallFailed
+	case CodeDowngrade:
+		return target == plane.ErrDowngrade || target == world.ErrDowngrade
 	case CodeTimeout:
 		return target == context.DeadlineExceeded
 	case CodeUnavailable:
@@ -169,6 +172,7 @@ var errorTable = [...]errorRule{
 	{plane.ErrInvalid, http.StatusBadRequest, CodeInvalidArgument, ""},
 	{plane.ErrNoKernel, http.StatusBadRequest, CodeInvalidArgument, ""},
 	{plane.ErrConflict, http.StatusConflict, CodeConflict, ""},
+	{plane.ErrDowngrade, http.StatusConflict, CodeDowngrade, ""},
 	{plane.ErrFenced, http.StatusConflict, CodeFenced, ""},
 	{plane.ErrSnapshotPending, http.StatusGatewayTimeout, CodeTimeout, ""},
 	{plane.ErrStopped, http.StatusServiceUnavailable, CodeUnavailable, ""},

@@ -37,6 +37,7 @@ type Metrics struct {
 	workflowSteps    *prometheus.CounterVec
 	handlerErrors    *prometheus.CounterVec
 	handlerPanics    *prometheus.CounterVec
+	upgrades         *prometheus.CounterVec
 	gauges           *gaugeCollector
 	gatherer         prometheus.Gatherer
 	registrationErrs error
@@ -99,6 +100,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.httpRequests = register(m, own, reg, m.httpRequests)
 	m.httpDuration = register(m, own, reg, m.httpDuration)
 	m.workflowSteps = register(m, own, reg, m.workflowSteps)
+	m.upgrades = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orrery_world_upgrades_total", Help: "Committed world upgrade records by world type and result: done (the world moved to another version) or failed (it stays on its version)."}, []string{"world_type", "result"})
+	m.upgrades = register(m, own, reg, m.upgrades)
 	m.handlerErrors = register(m, own, reg, m.handlerErrors)
 	m.handlerPanics = register(m, own, reg, m.handlerPanics)
 
@@ -152,7 +155,8 @@ func (m *Metrics) Gatherer() prometheus.Gatherer { return m.gatherer }
 // commit in orrery_commits_total, a timer
 // the host fired in orrery_timer_lateness_seconds, and a world that
 // crashed because its replay diverged from its journal in
-// orrery_replay_parity_failures_total. It never blocks.
+// orrery_replay_parity_failures_total, and an upgrade record in
+// orrery_world_upgrades_total{world_type,result}. It never blocks.
 func (m *Metrics) ObserveHost(ev plane.HostEvent) {
 	switch ev.Kind {
 	case plane.EvFenced:
@@ -174,6 +178,10 @@ func (m *Metrics) ObserveHost(ev plane.HostEvent) {
 		m.handlerErrors.WithLabelValues(ev.WorldType).Inc()
 	case plane.EvHandlerPanic:
 		m.handlerPanics.WithLabelValues(ev.WorldType).Inc()
+	case plane.EvUpgraded:
+		m.upgrades.WithLabelValues(ev.WorldType, "done").Inc()
+	case plane.EvUpgradeFailed:
+		m.upgrades.WithLabelValues(ev.WorldType, "failed").Inc()
 	}
 }
 

@@ -627,6 +627,13 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 	a.do(exchange{method: "GET", path: "/v1/worlds/nobody/forks", want: 404})
 	a.do(exchange{method: "GET", path: "/v1/worlds/" + long + "/forks", want: 400, specRefuses: true})
 	a.do(exchange{method: "GET", path: "/v1/worlds/oa/forks?limit=1", want: 400})
+	// Upgrades: oa is on its universe's only version already.
+	a.do(exchange{method: "POST", path: "/v1/worlds/oa/upgrade", body: `{"to":1}`, want: 200})
+	a.do(exchange{method: "POST", path: "/v1/worlds/oa/upgrade", body: `{"to":0}`, want: 400, specRefuses: true})
+	a.do(exchange{method: "POST", path: "/v1/worlds/nobody/upgrade", body: `{"to":1}`, want: 404})
+	a.do(exchange{method: "POST", path: "/v1/universes/u/upgrade", body: `{"to":1,"limit":2}`, want: 200})
+	a.do(exchange{method: "POST", path: "/v1/universes/nowhere/upgrade", body: `{"to":1}`, want: 400})
+	a.do(exchange{method: "POST", path: "/v1/universes/u/upgrade", body: `{}`, want: 400, specRefuses: true})
 	a.do(exchange{method: "GET", path: "/v1/worlds/oa/forks", noToken: true, want: 401, specRefuses: true})
 
 	var snap api.Snapshot

@@ -252,6 +252,8 @@ func (s *Server) routes() {
 	s.route("POST /v1/worlds/{id}/archive", false, s.setStatus(store.WorldArchived))
 	s.route("GET /v1/worlds/{id}/journal", false, s.journal)
 	s.route("GET /v1/worlds/{id}/forks", false, s.forks)
+	s.route("POST /v1/worlds/{id}/upgrade", false, s.upgradeWorld)
+	s.route("POST /v1/universes/{universe}/upgrade", false, s.upgradeUniverse)
 
 	s.route("GET /v1/leases", false, s.leases)
 	s.route("GET /v1/effects", false, s.effects)

@@ -45,6 +45,12 @@ type WorldView struct {
 	// JournalFloor is the journal's compaction floor: records at or below
 	// it are gone, so a journal read starts at or above it.
 	JournalFloor uint64 `json:"journal_floor"`
+	// Version is the version of its universe's definition the world is
+	// on (its last record's; 0: it never stepped, any version starts it).
+	Version uint64 `json:"version"`
+	// PendingUpgrade is the version an upgrade waiting in its inbox asks
+	// for (absent: none).
+	PendingUpgrade uint64 `json:"pending_upgrade,omitempty"`
 }
 
 // MaxInboxDepth is the most inbox items a world view counts: a count
@@ -283,6 +289,41 @@ type callReq struct {
 	Payload   []byte          `json:"payload,omitempty"`
 	CallID    string          `json:"call_id,omitempty"`
 	TimeoutMs int64           `json:"timeout_ms,omitempty"`
+}
+
+type upgradeReq struct {
+	To    uint64 `json:"to"`
+	After string `json:"after,omitempty"` // a universe's: the world id to continue after
+	Limit int    `json:"limit,omitempty"` // a universe's: worlds in this page (0: 100)
+}
+
+// WorldUpgrade answers POST /v1/worlds/{id}/upgrade.
+type WorldUpgrade struct {
+	World string `json:"world"`
+	From  uint64 `json:"from"` // the version the world is on (0: it never stepped)
+	To    uint64 `json:"to"`
+	// Status is "requested" (an upgrade input was enqueued), "pending"
+	// (one to that version waits already) or "already" (the world is on
+	// it). The upgrade's outcome is its journal record's.
+	Status string `json:"status"`
+	Seq    uint64 `json:"seq,omitempty"` // the upgrade input's inbox seq
+}
+
+// UniverseUpgrade answers POST /v1/universes/{universe}/upgrade: one
+// page of the universe's worlds, by id.
+type UniverseUpgrade struct {
+	Asked    int              `json:"asked"`   // upgrade inputs enqueued, or waiting already
+	Already  int              `json:"already"` // worlds on the version already
+	Failed   int              `json:"failed"`  // requests that failed: Failures says why
+	Failures []UpgradeFailure `json:"failures"`
+	Next     string           `json:"next,omitempty"` // pass as "after" for the next page; absent: done
+}
+
+// UpgradeFailure is a world whose upgrade could not be requested.
+type UpgradeFailure struct {
+	World string `json:"world"`
+	Code  string `json:"code"`
+	Error string `json:"error"`
 }
 
 type forkReq struct {

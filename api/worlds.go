@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -170,6 +171,9 @@ func (s *Server) worldView(ctx context.Context, rec store.World) (WorldView, err
 	if v.JournalFloor, err = st.Floor(ctx, rec.ID); err != nil {
 		return WorldView{}, err
 	}
+	if v.Version, err = plane.WorldVersion(ctx, st, rec.ID); err != nil {
+		return WorldView{}, err
+	}
 	c, err := st.Cursor(ctx, rec.ID)
 	if err != nil {
 		return v, nil // a world without an inbox record yet: no cursor, nothing queued
@@ -182,6 +186,13 @@ func (s *Server) worldView(ctx context.Context, rec store.World) (WorldView, err
 		return WorldView{}, err
 	}
 	v.InboxDepth = min(len(items), MaxInboxDepth)
+	for _, it := range items {
+		if it.Kind == vocab.KindUpgrade && v.PendingUpgrade == 0 {
+			if to, _, err := plane.PendingUpgrade(ctx, st, rec.ID); err == nil {
+				v.PendingUpgrade = to
+			}
+		}
+	}
 	v.InboxDepthMore = len(items) > MaxInboxDepth
 	return v, nil
 }
@@ -435,6 +446,57 @@ func (s *Server) fork(r *http.Request, rc *reqCtx) (int, any, error) {
 	return http.StatusCreated, worldOf(rec), nil
 }
 
+// upgradeWorld answers POST /v1/worlds/{id}/upgrade (plane.Ops.UpgradeWorld).
+func (s *Server) upgradeWorld(r *http.Request, rc *reqCtx) (int, any, error) {
+	var req upgradeReq
+	if err := s.body(r, rc, &req, false); err != nil {
+		return 0, nil, err
+	}
+	if err := checkID("world", rc.world); err != nil {
+		return 0, nil, err
+	}
+	if req.To == 0 || req.After != "" || req.Limit != 0 {
+		return 0, nil, invalid(`"to" is a version (from 1); "after" and "limit" page a universe's worlds`)
+	}
+	u, err := s.cfg.Ops.UpgradeWorld(r.Context(), rc.world, req.To)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, WorldUpgrade{World: u.World, From: u.From, To: u.To, Status: u.Status, Seq: u.Seq}, nil
+}
+
+// upgradeUniverse answers POST /v1/universes/{universe}/upgrade: a page of
+// the universe's worlds (plane.Ops.UpgradeUniverse).
+func (s *Server) upgradeUniverse(r *http.Request, rc *reqCtx) (int, any, error) {
+	var req upgradeReq
+	if err := s.body(r, rc, &req, false); err != nil {
+		return 0, nil, err
+	}
+	universe := r.PathValue("universe")
+	if err := checkID("universe", universe); err != nil {
+		return 0, nil, err
+	}
+	if req.To == 0 || req.Limit < 0 || req.Limit > maxUpgradePage {
+		return 0, nil, invalid(fmt.Sprintf(`"to" is a version (from 1); "limit" is 0 to %d`, maxUpgradePage))
+	}
+	if _, ok := s.cfg.Kernels[universe]; !ok {
+		return 0, nil, unknownUniverse(universe, s.cfg.Kernels)
+	}
+	u, err := s.cfg.Ops.UpgradeUniverse(r.Context(), universe, req.To, req.After, req.Limit)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := UniverseUpgrade{Asked: u.Asked, Already: u.Already, Failed: u.Failed, Failures: []UpgradeFailure{}, Next: u.Next}
+	for _, id := range slices.Sorted(maps.Keys(u.Failures)) {
+		e := toError(u.Failures[id])
+		out.Failures = append(out.Failures, UpgradeFailure{World: id, Code: e.Code, Error: e.Message})
+	}
+	return http.StatusOK, out, nil
+}
+
+// maxUpgradePage bounds a page of a universe upgrade.
+const maxUpgradePage = 1000
+
 func (s *Server) setStatus(status store.WorldStatus) handlerFunc {
 	return func(r *http.Request, rc *reqCtx) (int, any, error) {
 		var req reasonReq
@@ -471,10 +533,10 @@ type stepRecord struct {
 
 func recordOf(e event.Envelope) Record {
 	out := Record{Height: e.RunSeq, EventID: e.EventID, EventType: e.EventType, PersistedAt: utc(e.PersistedAt), StepID: e.StepID}
-	if e.EventType != world.EventWorldStepped {
+	if e.EventType != world.EventWorldStepped && e.EventType != world.EventWorldUpgraded {
 		return out
 	}
-	var sr stepRecord
+	var sr stepRecord // an upgrade's record has these fields too
 	if err := stateDecoder.Unmarshal(e.Payload, &sr); err != nil {
 		return out
 	}

@@ -165,11 +165,17 @@ func (a *Activator) place(ctx context.Context, id string) (store.Assignment, boo
 	if err != nil {
 		return store.Assignment{}, false, err
 	}
+	var vers []uint64
+	if !uniform(live, w0.Universe) {
+		if vers, err = versionsNeeded(ctx, st, id); err != nil {
+			return store.Assignment{}, false, err
+		}
+	}
 	h := a.cfg.Host
 	var room []string
 	for _, w := range live {
 		// A drain of this host may be younger than the candidates read.
-		if Eligible(w, w0.Universe, 0) && (h == nil || w.ID != h.Worker() || !h.isDraining()) {
+		if eligibleFor(w, w0.Universe, vers) && (h == nil || w.ID != h.Worker() || !h.isDraining()) {
 			room = append(room, w.ID)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/world"
 )
 
 // Roles a process of the plane takes on (a worker class). A process
@@ -73,7 +74,11 @@ func Capabilities(s CapabilitySet) []string {
 		out = append(out, RoleCapability(r))
 	}
 	for u, k := range s.Kernels {
-		out = append(out, WorldCapability(u, k.Version()))
+		// Every version the binary carries (world.Versions): a world is
+		// placed only where the version it is on runs.
+		for _, v := range world.KernelVersions(k) {
+			out = append(out, WorldCapability(u, v))
+		}
 	}
 	for name, v := range s.Workflows {
 		out = append(out, WorkflowCapability(name, v))

@@ -48,6 +48,10 @@ const (
 	// worlds (its roles lack RoleHost), or does not carry the world's
 	// type (see Eligible).
 	ErrIneligible = sentinel("plane: worker cannot run the world")
+	// ErrDowngrade: an upgrade asked a world to go back to an older
+	// version of its definition; nothing was enqueued (world.ErrDowngrade
+	// is wrapped).
+	ErrDowngrade = sentinel("plane: downgrade refused")
 	// ErrInvalid: an argument is out of range.
 	ErrInvalid = sentinel("plane: invalid argument")
 )

@@ -215,6 +215,15 @@ const (
 	// because it holds its Capacity already (World is the first refused);
 	// it acquires them once it has room and they are still assigned here.
 	EvAtCapacity = "at-capacity"
+	// EvNoVersion: a world placed here is on a version of its definition
+	// this host does not carry; its lease was given back (Err says which
+	// version), and this process never takes it again.
+	EvNoVersion = "no-version"
+	// EvUpgraded: a world moved to another version of its definition
+	// (Height is the upgrade's record); EvUpgradeFailed: an upgrade
+	// input failed and the world stays on its version (Err says why).
+	EvUpgraded      = "upgraded"
+	EvUpgradeFailed = "upgrade-failed"
 )
 
 func (c *HostConfig) defaults() error {
@@ -1313,6 +1322,18 @@ func (h *Host) acquirePage(ctx context.Context, ids []string) error {
 			l.stopWatch()
 			h.noKernel[r.World] = h.scan.pass
 			giveBack = append(giveBack, store.LeaseRef{World: r.World, Epoch: r.Lease.Epoch})
+			continue
+		}
+		if v, verr := WorldVersion(ctx, h.st, r.World); verr == nil && v != 0 && !world.Carries(kern, v) {
+			// The world is on a version of its definition this binary
+			// does not carry (placed here before an upgrade, or by an
+			// orchestrator that could not tell): running it would diverge
+			// at once. Given back and never taken again by this process.
+			l.stopWatch()
+			h.noKernel[r.World] = h.scan.pass
+			giveBack = append(giveBack, store.LeaseRef{World: r.World, Epoch: r.Lease.Epoch})
+			h.emit(HostEvent{Kind: EvNoVersion, World: r.World, Epoch: r.Lease.Epoch, Err: &Error{Op: "acquire", Kind: ErrIneligible, World: r.World,
+				Err: detail("the world is on version %d of %q; this host carries %v", v, r.Universe, world.KernelVersions(kern))}})
 			continue
 		}
 		l.kern, l.epoch, l.listed = kern, r.Lease.Epoch, h.scan.pass

@@ -197,9 +197,13 @@ func (o *Orchestrator) Pin(ctx context.Context, world, worker string) error {
 	if err != nil {
 		return err
 	}
+	vers, err := versionsNeeded(ctx, o.st, world)
+	if err != nil {
+		return err
+	}
 	for _, info := range workers {
-		if info.ID == worker && !Eligible(info, w.Universe, 0) {
-			return errorf("pin", ErrIneligible, world, detail("worker %s does not host worlds of %s (it advertises %v)", worker, w.Universe, info.Capabilities))
+		if info.ID == worker && !eligibleFor(info, w.Universe, vers) {
+			return errorf("pin", ErrIneligible, world, detail("worker %s does not host worlds of %s at versions %v (it advertises %v)", worker, w.Universe, vers, info.Capabilities))
 		}
 	}
 	return o.st.Assign(ctx, world, store.Assignment{DesiredWorker: worker, Priority: 1, Reason: ReasonPin}, nil)
@@ -333,9 +337,10 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error {
 		was         *store.Assignment
 	}
 	type item struct {
-		w  store.World
-		a  store.Assignment
-		ok bool
+		w    store.World
+		a    store.Assignment
+		ok   bool
+		vers []uint64 // the versions its host must carry (none: any)
 	}
 	var items []item
 	ours := map[string]bool{}
@@ -353,7 +358,16 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error {
 					return err
 				}
 			}
-			items = append(items, item{w, a, ok})
+			var vers []uint64
+			if w.Status == store.WorldActive && !uniform(live, u) {
+				// Hosts carry different versions of the universe (a
+				// rolling upgrade): the world goes only where the
+				// version it is on, and the one it is upgrading to, run.
+				if vers, err = versionsNeeded(ctx, o.st, w.ID); err != nil {
+					return err
+				}
+			}
+			items = append(items, item{w, a, ok, vers})
 			ours[w.ID] = true
 		}
 	}
@@ -383,7 +397,7 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error {
 	for _, heldFirst := range []bool{true, false} {
 		for _, i := range placing {
 			it := items[i]
-			if it.ok && held[it.w.ID] == heldFirst && pl.keep(it.w.ID, it.w.Universe, 0, it.a.DesiredWorker) {
+			if it.ok && held[it.w.ID] == heldFirst && pl.keep(it.w.ID, it.w.Universe, it.vers, it.a.DesiredWorker) {
 				kept[it.w.ID] = true
 			}
 		}
@@ -405,7 +419,7 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error {
 		case w.Status == store.WorldActive && kept[w.ID]:
 			continue
 		case w.Status == store.WorldActive:
-			if want = pl.place(w.ID, w.Universe, 0); want == "" {
+			if want = pl.place(w.ID, w.Universe, it.vers); want == "" {
 				unplaced = append(unplaced, w.ID)
 			}
 		}
@@ -479,11 +493,11 @@ func (p *placer) room(w store.WorkerInfo) bool { return !limited(w) || p.counts[
 // keep gives world its place on cur, and reports so, when cur is the
 // rendezvous winner among every live worker that carries the world's type
 // (room aside) and still has room.
-func (p *placer) keep(world, universe string, version uint64, cur string) bool {
+func (p *placer) keep(world, universe string, vers []uint64, cur string) bool {
 	var all []string
 	var on *store.WorkerInfo
 	for i, w := range p.live {
-		if Eligible(w, universe, version) {
+		if eligibleFor(w, universe, vers) {
 			all = append(all, w.ID)
 			if w.ID == cur {
 				on = &p.live[i]
@@ -497,13 +511,14 @@ func (p *placer) keep(world, universe string, version uint64, cur string) bool {
 	return true
 }
 
-// place gives world (of universe, at kernel version; 0: any) to the
+// place gives world (of universe, needing the kernel versions vers; none:
+// any) to the
 // rendezvous winner among the live workers that carry its type and have
 // room, "" for none.
-func (p *placer) place(world, universe string, version uint64) string {
+func (p *placer) place(world, universe string, vers []uint64) string {
 	var room []string
 	for _, w := range p.live {
-		if Eligible(w, universe, version) && p.room(w) {
+		if eligibleFor(w, universe, vers) && p.room(w) {
 			room = append(room, w.ID)
 		}
 	}

@@ -249,11 +249,12 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 	var replies []world.Reply
 	steps, effects := 0, 0
 	more = len(items) == cfg.MaxInboxBatch || took || len(fired) > 0
-	var stepped []store.InboxItem // the inbox items journaled, in order
-	var ran []cycleInput          // the inputs stepped, in order
-	var failed []world.StepResult // the steps whose handler failed, for EvHandler*
-	snapshot := false             // a KindSnapshot item was consumed
-	fired = fired[:0]             // the timers fired, in order
+	var stepped []store.InboxItem   // the inbox items journaled, in order
+	var ran []cycleInput            // the inputs stepped, in order
+	var failed []world.StepResult   // the steps whose handler failed, for EvHandler*
+	snapshot := false               // a KindSnapshot item was consumed
+	var upgraded []world.StepResult // the upgrade step that ended the cycle
+	fired = fired[:0]               // the timers fired, in order
 	for k, c := range inputs {
 		if steps >= cfg.MaxTickStepsPerCycle || effects >= cfg.MaxEffectsPerCycle ||
 			(steps > 0 && (w.isolate > 0 || !roomForAStep(&b) || h.ex.Now().Sub(start) >= cfg.MaxCycleWall)) {
@@ -309,7 +310,7 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 		if res.Reply != nil {
 			replies = append(replies, *res.Reply)
 		}
-		if res.Outcome == world.OutcomeError || res.Outcome == world.OutcomePanic {
+		if (res.Outcome == world.OutcomeError || res.Outcome == world.OutcomePanic) && res.Record.EventType != world.EventWorldUpgraded {
 			failed = append(failed, res)
 		}
 		if e := c.timer; e != nil {
@@ -327,9 +328,26 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 		steps++
 		effects += len(res.Intents) + len(res.TimerSets)
 		ran = append(ran, c)
+		if res.Record.EventType == world.EventWorldUpgraded {
+			// The upgrade's height is a snapshot boundary: the commit
+			// that journals it snapshots the world there, so a restore
+			// loads the new version from it and never re-runs a record
+			// of the old one with the new. The cycle ends with it.
+			upgraded = append(upgraded, res)
+			var rest []*hostTimer
+			for _, c := range inputs[k+1:] {
+				if c.timer != nil {
+					c.timer.deferred = true
+					rest = append(rest, c.timer)
+				}
+			}
+			h.putDue(l, rest)
+			more = more || k+1 < len(inputs)
+			break
+		}
 	}
 	items = stepped
-	if height := w.inst.Height(); snapshot || height/cfg.SnapshotEvery > b.ExpectedHead/cfg.SnapshotEvery {
+	if height := w.inst.Height(); snapshot || len(upgraded) > 0 || height/cfg.SnapshotEvery > b.ExpectedHead/cfg.SnapshotEvery {
 		b.Snapshot = &store.Snapshot{World: l.world, Height: height, State: w.inst.State(), StateHash: w.inst.StateHash()}
 	}
 	if !h.alive(l) {
@@ -365,6 +383,7 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 		}
 		if err == nil {
 			failed = nil // the step is refused now, its handler's outcome gone
+			upgraded = nil
 			res, err = h.st.Commit(cctx, l.world, l.epoch, b)
 		}
 	}
@@ -391,6 +410,13 @@ func (w *worldProc) cycle(ctx context.Context) (more bool, err error) {
 	h.emit(HostEvent{Kind: EvCommit, World: l.world, Epoch: l.epoch, Height: res.Head, Dur: lag, N: steps})
 	if b.Snapshot != nil && snapshot {
 		h.emit(HostEvent{Kind: EvSnapshot, World: l.world, Epoch: l.epoch, Height: b.Snapshot.Height})
+	}
+	for _, u := range upgraded {
+		if r, rerr := world.RecordUpgraded(u.Record); rerr == nil && u.Outcome == world.OutcomeOK && r.From != r.To {
+			h.emit(HostEvent{Kind: EvUpgraded, World: l.world, Epoch: l.epoch, Height: u.Height, WorldType: l.kern.Name()})
+		} else if u.Outcome != world.OutcomeOK {
+			h.emit(HostEvent{Kind: EvUpgradeFailed, World: l.world, Epoch: l.epoch, Height: u.Height, Err: u.Err, WorldType: l.kern.Name()})
+		}
 	}
 	for _, f := range failed {
 		kind := EvHandlerError

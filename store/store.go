@@ -758,6 +758,11 @@ const (
 // X look answered.
 const CallKeyPrefix = "call:"
 
+// UpgradeKeyPrefix is the dedupe-key namespace of upgrade inputs
+// (vocab.KindUpgrade): such an input's key is in it, and no other input's
+// is, so that no event can take the key of an operator's upgrade.
+const UpgradeKeyPrefix = "upgrade:"
+
 // InboxItem is one durable input of a world.
 type InboxItem struct {
 	Seq        uint64 // assigned by the store, increasing per world

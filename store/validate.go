@@ -229,6 +229,12 @@ func CheckIngress(op string, item InboxItem) error {
 		}
 		return invalid(op, "dedupeKey", "%q: a call's key is %q followed by its call id", item.DedupeKey, CallKeyPrefix)
 	}
+	if upgrade := strings.HasPrefix(item.DedupeKey, UpgradeKeyPrefix); upgrade != (item.Kind == vocab.KindUpgrade) {
+		if upgrade {
+			return invalid(op, "dedupeKey", "%q is in the namespace reserved for upgrades (%q)", item.DedupeKey, UpgradeKeyPrefix)
+		}
+		return invalid(op, "dedupeKey", "an upgrade's key is %q followed by its version", UpgradeKeyPrefix)
+	}
 	return checkPayload(op, "payload", item.Payload)
 }
 

@@ -11,4 +11,8 @@ const (
 	KindReceipt = "receipt"
 	KindTimer   = "timer"
 	KindFabric  = "fabric"
+	// KindUpgrade is an operator's request to move a world to another
+	// version of its definition: ordered with its other inputs, and run by
+	// the host that holds its lease (world.EncodeUpgrade is its payload).
+	KindUpgrade = "upgrade"
 )

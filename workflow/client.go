@@ -370,7 +370,19 @@ func (c *Client) StartCBOR(ctx context.Context, name, runID string, input []byte
 	if err := c.carried(ctx, def, runID); err != nil {
 		return false, err
 	}
-	return startRun(ctx, c.st, def, runID, b, "", c.workers, c.ex)
+	created, err = startRun(ctx, c.st, def, runID, b, "", c.workers, c.ex)
+	if o.version == 0 && errors.Is(err, ErrConflict) {
+		// A start that names no version is repeated by a client that is
+		// unsure of the first answer, and during a rolling upgrade the
+		// repeat may reach a process of another release, whose newest
+		// version differs: the run of this workflow and input that the
+		// first start made, on whatever version, is the one it meant.
+		if first, rerr := readStart(ctx, c.st, runID); rerr == nil && first != nil &&
+			first.Workflow == name && first.Version != def.Version() && bytes.Equal(first.Input, b) {
+			return false, nil
+		}
+	}
+	return created, err
 }
 
 // carried refuses, with ErrVersionNotCarried, a start of a version that no

@@ -54,6 +54,16 @@ const (
 	// Prepare, or a second time. Nothing happened; prepare the input
 	// again.
 	ErrStalePrepared = sentinel("world: prepared step is stale")
+	// ErrUpgrade: an upgrade input did not move the world
+	// (*UpgradeError); the world stays on its version and serves.
+	ErrUpgrade = sentinel("world: upgrade failed")
+	// ErrVersionNotCarried: a version of the world's definition this
+	// binary does not carry (an upgrade's target, or the version a
+	// restored world is on).
+	ErrVersionNotCarried = sentinel("world: version not carried")
+	// ErrDowngrade: an upgrade to an older version than the world's; a
+	// world never goes back.
+	ErrDowngrade = sentinel("world: downgrade refused")
 )
 
 // DefError is a mistake in a world definition: which call, about what, and

@@ -79,11 +79,11 @@ func (k kernel[S]) ForkState(state []byte) ([]byte, error) {
 	if err := k.d.ready(); err != nil {
 		return nil, err
 	}
-	user, _, err := k.d.decodeImage(state)
+	user, m, err := k.d.decodeImage(state)
 	if err != nil {
 		return nil, err
 	}
-	return encodeImage(user, meta{})
+	return encodeImage(user, meta{plan: m.plan})
 }
 
 // RecordInput returns the input a journal record of this kernel was
@@ -91,7 +91,7 @@ func (k kernel[S]) ForkState(state []byte) ([]byte, error) {
 // (a client in another process) re-derives the step, its reply included.
 func RecordInput(e event.Envelope) (Input, error) {
 	var r record
-	if err := unmarshalRecord(e.Payload, &r); err != nil || r.V != recordVersion || e.EventType != EventWorldStepped {
+	if err := unmarshalRecord(e.Payload, &r); err != nil || r.V != recordVersion || (e.EventType != EventWorldStepped && e.EventType != EventWorldUpgraded) {
 		return Input{}, &TailError{Height: e.RunSeq, Reason: "payload is not a world step record", Err: err}
 	}
 	return Input{Seq: r.Input.Seq, Kind: r.Input.Kind, Payload: r.Input.Payload, EnqueuedAt: r.Input.EnqueuedAt.Time, ReceiptFor: r.Input.ReceiptFor}, nil
@@ -119,7 +119,7 @@ func RecordCallID(e event.Envelope) (callID, replyHash string, err error) {
 
 // unmarshalRecord reads a journal record within maxRecordBytes: a record
 // holds a whole input and more, so an input's limit would refuse some.
-func unmarshalRecord(b []byte, r *record) error {
+func unmarshalRecord(b []byte, r any) error {
 	dec, err := event.NewDecoder(event.DecoderOptions{MaxSize: maxRecordBytes})
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/vocab"
 )
 
 // World is one world's state in memory: its id, height and state bytes,
@@ -71,6 +72,10 @@ type Prepared interface {
 // Prepare decodes in against the world's current state, up to the call of
 // its handler, and changes nothing: see Prepared.
 func (w *World[S]) Prepare(in Input) Prepared {
+	if in.Kind == vocab.KindUpgrade {
+		var v versioned = w
+		return &upgradePrep{l: single(w.def), cur: &v, height: w.height, in: in}
+	}
 	return &prep[S]{w: w, height: w.height, p: w.def.prepare(w.id, w.height, w.user, w.meta, in, nil)}
 }
 
@@ -104,6 +109,10 @@ func (p *prep[S]) Step(emittedAt time.Time) (StepResult, error) {
 // decodes to no handler call (malformed, unknown, stale) is stepped as
 // Step would.
 func (w *World[S]) Refuse(in Input, emittedAt time.Time, reason error) (StepResult, error) {
+	if in.Kind == vocab.KindUpgrade {
+		res, _, err := single(w.def).upgrade(w, in, emittedAt, false, &RefusedError{Err: reason})
+		return res, err
+	}
 	res, user, m, err := w.def.step(w.id, w.height, w.user, w.meta, in, emittedAt, false, &RefusedError{Err: reason})
 	if err != nil {
 		return StepResult{}, err
@@ -199,6 +208,17 @@ func Replay[S any](d *Def[S], id string, base Snapshot, tail []event.Envelope) (
 }
 
 func (w *World[S]) replayOne(e *event.Envelope) error {
+	if e.EventType == EventWorldUpgraded {
+		// A world of one version replays upgrades that left it on it
+		// (already there, or failed): the one that moved a world to
+		// another version is replayed by a Versions kernel.
+		next, err := single(w.def).replayUpgrade(w, e)
+		if err != nil {
+			return err
+		}
+		*w = *next.(*World[S])
+		return nil
+	}
 	h := w.height + 1
 	switch {
 	case e.StreamID != w.id:

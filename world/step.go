@@ -75,6 +75,11 @@ type image struct {
 	State   rawCBOR    `cbor:"state"`
 	Effects []awaiting `cbor:"effects,omitempty"` // intents awaiting receipts
 	Timers  []string   `cbor:"timers,omitempty"`  // timers set, not fired or cancelled
+	// Plan is the definition version that migrated S into this image
+	// (an upgrade), kept by every later step; 0 when the world was never
+	// upgraded, so images written before versions could be carried side
+	// by side keep their bytes and hashes.
+	Plan uint64 `cbor:"plan,omitempty"`
 }
 
 type awaiting struct {
@@ -90,6 +95,7 @@ const imageVersion = 1
 type meta struct {
 	effects map[string]string // hash → kind
 	timers  map[string]struct{}
+	plan    uint64 // image.Plan
 }
 
 // record is the payload of a journal record: what replay needs to re-run
@@ -494,7 +500,7 @@ func (m meta) without(hash string) meta {
 	if !e && !t {
 		return m
 	}
-	n := meta{effects: m.effects, timers: m.timers}
+	n := meta{effects: m.effects, timers: m.timers, plan: m.plan}
 	if e {
 		n.effects = maps.Clone(m.effects)
 		delete(n.effects, hash)
@@ -507,7 +513,7 @@ func (m meta) without(hash string) meta {
 }
 
 func (m meta) with(intents []vocab.Intent, timers []vocab.TimerSet, cancels []string) meta {
-	n := meta{effects: m.effects, timers: m.timers}
+	n := meta{effects: m.effects, timers: m.timers, plan: m.plan}
 	if len(intents) > 0 {
 		n.effects = maps.Clone(m.effects)
 		if n.effects == nil {
@@ -533,7 +539,7 @@ func (m meta) with(intents []vocab.Intent, timers []vocab.TimerSet, cancels []st
 }
 
 func encodeImage(user []byte, m meta) ([]byte, error) {
-	img := image{V: imageVersion, State: user}
+	img := image{V: imageVersion, State: user, Plan: m.plan}
 	for _, h := range slices.Sorted(maps.Keys(m.effects)) {
 		img.Effects = append(img.Effects, awaiting{Hash: h, Kind: m.effects[h]})
 	}
@@ -563,6 +569,11 @@ func (d *Def[S]) decodeImage(state []byte) (user []byte, m meta, err error) {
 	if img.V != imageVersion {
 		return nil, meta{}, &StateError{Reason: "state version " + strconv.FormatUint(img.V, 10)}
 	}
+	if img.Plan != 0 && img.Plan != d.version {
+		return nil, meta{}, &StateError{Reason: "state of version " + strconv.FormatUint(img.Plan, 10) +
+			", not " + strconv.FormatUint(d.version, 10), Err: ErrVersionNotCarried}
+	}
+	m.plan = img.Plan
 	for _, a := range img.Effects {
 		if m.effects == nil {
 			m.effects = map[string]string{}

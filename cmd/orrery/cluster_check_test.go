@@ -252,12 +252,30 @@ func durations(ms map[string]moved) []time.Duration {
 type worldReport struct {
 	id      string
 	state   tally
+	marks   map[string]int64 // v2's marks (nil on v1)
+	version uint64           // the version its state is on (world.StateVersion; 0: never upgraded)
 	journal []event.Envelope
 	inbox   map[uint64]store.InboxItem
 	lastSeq uint64 // the inbox's last seq
 	cursor  uint64
 	steps   map[uint64]int // inbox seq → journal records that drained it
 	direct  int            // records of timer firings stepped by their holder, without an inbox item (seq 0)
+	// upgrades are the journal's WorldUpgraded records, in order.
+	upgrades []upgradeRec
+}
+
+// upgradeRec is the part of a WorldUpgraded record the checker reads. It
+// decodes it itself, as it does the runs' events.
+type upgradeRec struct {
+	Height uint64 `cbor:"-"`
+	Input  struct {
+		Seq  uint64 `cbor:"seq"`
+		Kind string `cbor:"kind"`
+	} `cbor:"input"`
+	From    uint64 `cbor:"from"`
+	To      uint64 `cbor:"to"`
+	Outcome string `cbor:"outcome"`
+	Error   string `cbor:"error"`
 }
 
 // readWorld reads a world back and checks replay parity: the plane's
@@ -276,7 +294,7 @@ func readWorld(ctx context.Context, st store.Store, id string) (*worldReport, er
 	if inst.Height() != uint64(len(journal)) {
 		return nil, errMoving
 	}
-	full, err := clusterDef().Kernel().Replay(id, world.Snapshot{}, journal)
+	full, err := testKernels()[clusterUniverse].Replay(id, world.Snapshot{}, journal)
 	if err != nil {
 		return nil, fmt.Errorf("replay from genesis: %w", err)
 	}
@@ -284,11 +302,8 @@ func readWorld(ctx context.Context, st store.Store, id string) (*worldReport, er
 		return nil, fmt.Errorf("replay parity: the genesis replay (%s) and the restore (%s) differ at height %d",
 			full.StateHash(), inst.StateHash(), inst.Height())
 	}
-	w, err := world.Load(clusterDef(), id, inst.Snapshot())
-	if err != nil {
-		return nil, err
-	}
-	s, err := w.Value()
+	snap := inst.Snapshot()
+	s, marks, err := tallyState(id, snap)
 	if err != nil {
 		return nil, err
 	}
@@ -296,12 +311,22 @@ func readWorld(ctx context.Context, st store.Store, id string) (*worldReport, er
 	if err != nil {
 		return nil, err
 	}
-	rep := &worldReport{id: id, state: s, journal: journal, inbox: map[uint64]store.InboxItem{}, cursor: cursor, steps: map[uint64]int{}}
+	rep := &worldReport{id: id, state: s, marks: marks, version: world.StateVersion(snap.State), journal: journal, inbox: map[uint64]store.InboxItem{}, cursor: cursor, steps: map[uint64]int{}}
 	for _, it := range items {
 		rep.inbox[it.Seq] = it
 		rep.lastSeq = max(rep.lastSeq, it.Seq)
 	}
 	for _, e := range journal {
+		if e.EventType == world.EventWorldUpgraded {
+			var u upgradeRec
+			if err := event.Unmarshal(e.Payload, &u); err != nil {
+				return nil, fmt.Errorf("record %d (%s): %w", e.RunSeq, e.EventType, err)
+			}
+			u.Height = e.RunSeq
+			rep.upgrades = append(rep.upgrades, u)
+			rep.steps[u.Input.Seq]++
+			continue
+		}
 		in, err := world.RecordInput(e)
 		if err != nil {
 			return nil, fmt.Errorf("record %d: %w", e.RunSeq, err)
@@ -338,10 +363,22 @@ func (f *findings) pendingf(format string, a ...any) {
 // keys keep one per timer), every inbox item up to the cursor drained by
 // exactly one record and no record of any other item.
 func checkJournal(rep *worldReport, f *findings) {
+	var version uint64
 	for i, e := range rep.journal {
 		if e.RunSeq != uint64(i+1) {
 			f.brokenf("%s: journal record %d has height %d (a gap or a reorder)", rep.id, i+1, e.RunSeq)
 			return
+		}
+		// A record names the version that wrote it: once a world has moved
+		// on, no older version writes to it again.
+		if e.PlanVersion < version {
+			f.brokenf("%s: journal record %d was written by version %d after one of version %d", rep.id, e.RunSeq, e.PlanVersion, version)
+		}
+		version = max(version, e.PlanVersion)
+	}
+	for _, u := range rep.upgrades {
+		if u.Outcome != string(world.OutcomeOK) {
+			f.brokenf("%s: the upgrade at height %d from %d to %d ended %s: %s", rep.id, u.Height, u.From, u.To, u.Outcome, u.Error)
 		}
 	}
 	if uint64(len(rep.journal)-rep.direct) != rep.cursor {
@@ -386,6 +423,10 @@ func (c *cluster) checkAcked(ctx context.Context, rep *worldReport, acks []acked
 			if n := s.Adds[a.Key]; n != 1 {
 				f.brokenf("%s: add %q counted %d times in the state, want 1", rep.id, a.Key, n)
 			}
+		case opMark:
+			if n := rep.marks[a.Key]; n != 1 {
+				f.brokenf("%s: mark %q counted %d times in the state (on version %d), want 1", rep.id, a.Key, n, rep.version)
+			}
 		case opAlarm:
 			if n := s.Alarms[a.Key]; n != 1 {
 				f.brokenf("%s: alarm %q counted %d times in the state, want 1", rep.id, a.Key, n)
@@ -428,7 +469,7 @@ func (c *cluster) checkAcked(ctx context.Context, rep *worldReport, acks []acked
 		}
 	}
 	// Nothing in the state may be counted twice, acknowledged or not.
-	for _, m := range []map[string]int64{s.Adds, s.Alarms, s.Beeps, s.Receipts} {
+	for _, m := range []map[string]int64{s.Adds, s.Alarms, s.Beeps, s.Receipts, rep.marks} {
 		for _, k := range keys(m) {
 			if m[k] > 1 {
 				f.brokenf("%s: %q counted %d times in the state", rep.id, k, m[k])
@@ -521,13 +562,14 @@ func (c *cluster) verify(led *ackLog, ids []string, limit time.Duration) map[str
 func (c *cluster) checkCalls(reports map[string]*worldReport) {
 	c.t.Helper()
 	for _, id := range keys(reports) {
-		want := reports[id].state.summary()
+		rep := reports[id]
+		want := summaryV2{summary: rep.state.summary(), Marks: len(rep.marks)}
 		res, err := c.callUntilAnswered(id, clusterBound)
 		if err != nil {
 			c.t.Errorf("%s: call Get: %v", id, err)
 			continue
 		}
-		var got summary
+		var got summaryV2
 		if err := json.Unmarshal(res.Reply, &got); err != nil {
 			c.t.Errorf("%s: Get reply %s: %v", id, res.Reply, err)
 			continue

@@ -86,6 +86,9 @@ const (
 	opPay   = "pay"
 	opGet   = "get"
 	opRun   = "run"
+	// opMark is v2's input: the load sends it once every world is on v2
+	// (load.marks).
+	opMark = "mark"
 )
 
 // acked is an event the API acknowledged: durable in the world's inbox
@@ -120,6 +123,36 @@ type ackLog struct {
 	retries   int             // attempts refused or lost, then retried
 	abandoned int             // operations still unacknowledged when the load stopped
 	permanent []string
+	samples   []opSample // every answered operation's timing
+}
+
+// opSample is one operation the API answered: the load goroutine that
+// sent it, when it was answered and how long the answer took from the
+// first attempt (retries included: what the client waited).
+type opSample struct {
+	G    int
+	At   time.Time
+	Took time.Duration
+}
+
+func (l *ackLog) sample(g int, began time.Time) {
+	now := time.Now()
+	l.mu.Lock()
+	l.samples = append(l.samples, opSample{G: g, At: now, Took: now.Sub(began)})
+	l.mu.Unlock()
+}
+
+// timings returns the samples answered in [from, to).
+func (l *ackLog) timings(from, to time.Time) []opSample {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []opSample
+	for _, s := range l.samples {
+		if !s.At.Before(from) && s.At.Before(to) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func (l *ackLog) ack(a acked) {
@@ -179,8 +212,12 @@ func (l *ackLog) String() string {
 			again++
 		}
 	}
-	return fmt.Sprintf("%d adds, %d alarms, %d pays, %d workflow runs (%d of them started twice) acknowledged, %d calls answered, %d retries, %d abandoned at stop",
-		n[opAdd], n[opAlarm], n[opPay], len(l.runs), again, l.calls, l.retries, l.abandoned)
+	marks := ""
+	if n[opMark] > 0 {
+		marks = fmt.Sprintf("%d marks, ", n[opMark])
+	}
+	return fmt.Sprintf("%d adds, %s%d alarms, %d pays, %d workflow runs (%d of them started twice) acknowledged, %d calls answered, %d retries, %d abandoned at stop",
+		n[opAdd], marks, n[opAlarm], n[opPay], len(l.runs), again, l.calls, l.retries, l.abandoned)
 }
 
 // load drives events with idempotency keys, calls, alarms, pays and
@@ -193,6 +230,9 @@ type load struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	seq    atomic.Int64
+	// marks turns some of the adds into v2's marks: set once every world
+	// is on v2, which alone handles them.
+	marks atomic.Bool
 }
 
 // startLoad starts n goroutines of load; stop ends them.
@@ -228,6 +268,8 @@ func (l *load) one(ctx context.Context, rng *rand.Rand, g int) {
 	// timer and an effect), so runs take a small share from the calls and
 	// the load's total rate stays about what it was without them.
 	switch r := rng.IntN(100); {
+	case r < 20 && l.marks.Load():
+		kind = opMark
 	case r < 50:
 		kind = opAdd
 	case r < 65:
@@ -240,8 +282,9 @@ func (l *load) one(ctx context.Context, rng *rand.Rand, g int) {
 		kind = opRun
 	}
 	key := fmt.Sprintf("%s-%d-%d", kind, g, n)
+	began := time.Now()
 	if kind == opRun {
-		l.run(ctx, rng, g, key)
+		l.run(ctx, rng, g, key, began)
 		return
 	}
 	var send func(cl *api.Client, ctx context.Context) (uint64, error)
@@ -249,6 +292,11 @@ func (l *load) one(ctx context.Context, rng *rand.Rand, g int) {
 	case opAdd:
 		send = func(cl *api.Client, ctx context.Context) (uint64, error) {
 			a, err := cl.Send(ctx, w, Add{}.WorldType(), Add{Key: key}, key)
+			return a.Seq, err
+		}
+	case opMark:
+		send = func(cl *api.Client, ctx context.Context) (uint64, error) {
+			a, err := cl.Send(ctx, w, Mark{}.WorldType(), Mark{Key: key}, key)
 			return a.Seq, err
 		}
 	case opAlarm:
@@ -272,6 +320,9 @@ func (l *load) one(ctx context.Context, rng *rand.Rand, g int) {
 		}
 	}
 	seq, ok := l.retry(ctx, rng, send)
+	if ok {
+		l.led.sample(g, began)
+	}
 	switch {
 	case !ok:
 	case kind == opGet:
@@ -286,7 +337,7 @@ func (l *load) one(ctx context.Context, rng *rand.Rand, g int) {
 // run starts an errand run of id through the API until it is acknowledged,
 // and a third of the acknowledged ones a second time, through any node:
 // the second start must answer the run the first made, not create one.
-func (l *load) run(ctx context.Context, rng *rand.Rand, g int, id string) {
+func (l *load) run(ctx context.Context, rng *rand.Rand, g int, id string, began time.Time) {
 	in := errand{Key: id, URL: l.c.target.srv.URL + "/run", SleepMs: 200 + rng.Int64N(601)}
 	var created bool
 	start := func(cl *api.Client, ctx context.Context) (uint64, error) {
@@ -304,6 +355,7 @@ func (l *load) run(ctx context.Context, rng *rand.Rand, g int, id string) {
 	if _, ok := l.retry(ctx, rng, start); !ok {
 		return
 	}
+	l.led.sample(g, began)
 	r := ackedRun{ID: id, G: g, At: time.Now()}
 	if rng.IntN(3) == 0 {
 		if _, ok := l.retry(ctx, rng, start); ok {

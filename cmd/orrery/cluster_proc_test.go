@@ -38,6 +38,11 @@ const (
 	// serveEnv, in a child, holds the JSON array of `orrery` arguments
 	// the re-executed test binary runs instead of the tests.
 	serveEnv = "ORRERY_CLUSTER_SERVE"
+	// versionsEnv, in a child, names the versions of the test world and
+	// workflow definitions its binary carries: "1", "1,2" or "2" (see
+	// testAppFor). Unset, a child carries v1, as every binary did before
+	// a second version existed.
+	versionsEnv = "ORRERY_CLUSTER_VERSIONS"
 
 	// The children's lease and claim TTLs. Everything the hosts and the
 	// orchestrator time by derives from the lease TTL: renewals start a
@@ -135,14 +140,15 @@ func adminExec(ctx context.Context, dsn, sql string) error {
 
 // child is one `orrery serve` process: the test binary re-executed.
 type child struct {
-	worker string
-	dsn    string // the store it serves
-	addr   string // the API's base URL
-	api    *api.Client
-	cmd    *exec.Cmd
-	stderr string // the file its stderr goes to
-	lines  chan string
-	extra  []string // serve's arguments beyond the common ones (its roles)
+	worker   string
+	dsn      string // the store it serves
+	versions string // the definition versions it carries (versionsEnv); "" is v1
+	addr     string // the API's base URL
+	api      *api.Client
+	cmd      *exec.Cmd
+	stderr   string // the file its stderr goes to
+	lines    chan string
+	extra    []string // serve's arguments beyond the common ones (its roles)
 	// probes: it serves its probes and metrics only (no api role), so the
 	// load and the checks never ask its API.
 	probes bool
@@ -153,6 +159,7 @@ type child struct {
 	mu      sync.Mutex
 	killed  bool // SIGKILLed on purpose
 	stopped bool // SIGSTOPped and not continued
+	termed  bool // stopped gracefully already (term)
 }
 
 // serveLine is the first line `orrery serve` prints.
@@ -199,6 +206,10 @@ func newClusterWith(t *testing.T, db *clusterDB, dsns []string, ttl time.Duratio
 	c := &cluster{t: t, db: db, tr: http.DefaultTransport.(*http.Transport).Clone(), target: newPayTarget(t), ttl: ttl}
 	c.tr.MaxIdleConnsPerHost = 32
 	t.Cleanup(c.tr.CloseIdleConnections)
+	// The children's logs live in t's temporary directories, which go
+	// with the cleanup the first TempDir registers: made before stopAll
+	// is registered, it runs after it, and stopAll can still read them.
+	_ = t.TempDir()
 	t.Cleanup(c.stopAll) // before the first start: a failed start stops the others
 	for i, dsn := range dsns {
 		var args []string
@@ -242,7 +253,7 @@ func (c *cluster) current() []*child {
 func (c *cluster) restart(p *child) *child {
 	c.t.Helper()
 	<-p.done
-	q := c.start(p.worker, p.dsn, p.extra...)
+	q := c.startWith(p.worker, p.dsn, p.versions, p.extra...)
 	c.mu.Lock()
 	c.all = append(c.all, q)
 	c.mu.Unlock()
@@ -257,10 +268,33 @@ func (c *cluster) restart(p *child) *child {
 	return q
 }
 
+// replace is one step of a rolling upgrade: it stops p gracefully and
+// starts, in its slot, a new process on the same store under a new worker
+// id (as a new release's process would be) with a binary carrying
+// versions, and returns it once it is a live worker.
+func (c *cluster) replace(p *child, worker, versions string) *child {
+	c.t.Helper()
+	c.term(p)
+	q := c.startWith(worker, p.dsn, versions, p.extra...)
+	c.mu.Lock()
+	c.all = append(c.all, q)
+	c.mu.Unlock()
+	c.connect(q)
+	c.mu.Lock()
+	for i := range c.procs {
+		if c.procs[i] == p {
+			c.procs[i] = q
+		}
+	}
+	c.mu.Unlock()
+	c.awaitLive([]*child{q}, clusterBound)
+	return q
+}
+
 // childEnv is the test's environment for a child: without the variables
 // that would change what `orrery serve` does (a token, an OTLP endpoint),
 // plus the arguments to run.
-func childEnv(args []string) ([]string, error) {
+func childEnv(args []string, versions string) ([]string, error) {
 	raw, err := json.Marshal(args)
 	if err != nil {
 		return nil, err
@@ -268,15 +302,25 @@ func childEnv(args []string) ([]string, error) {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if k == serveEnv || k == "ORRERY_TOKEN" || k == "ORRERY_ADDR" || strings.HasPrefix(k, "OTEL_") {
+		if k == serveEnv || k == versionsEnv || k == "ORRERY_TOKEN" || k == "ORRERY_ADDR" || strings.HasPrefix(k, "OTEL_") {
 			continue
 		}
 		env = append(env, kv)
+	}
+	if versions != "" {
+		env = append(env, versionsEnv+"="+versions)
 	}
 	return append(env, serveEnv+"="+string(raw)), nil
 }
 
 func (c *cluster) start(worker, storeDSN string, extra ...string) *child {
+	c.t.Helper()
+	return c.startWith(worker, storeDSN, "", extra...)
+}
+
+// startWith starts worker on storeDSN with a binary carrying versions
+// (versionsEnv) and serve's extra arguments.
+func (c *cluster) startWith(worker, storeDSN, versions string, extra ...string) *child {
 	t := c.t
 	t.Helper()
 	exe, err := os.Executable()
@@ -286,11 +330,11 @@ func (c *cluster) start(worker, storeDSN string, extra ...string) *child {
 	env, err := childEnv(append([]string{
 		"serve", "--store", storeDSN, "--worker-id", worker, "--listen", "127.0.0.1:0",
 		"--lease-ttl", c.ttl.String(), "--claim-ttl", claimTTL.String(), "--log-level", "warn",
-	}, extra...))
+	}, extra...), versions)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &child{worker: worker, dsn: storeDSN, extra: extra, stderr: filepath.Join(t.TempDir(), worker+".stderr"), done: make(chan struct{})}
+	p := &child{worker: worker, dsn: storeDSN, versions: versions, extra: extra, stderr: filepath.Join(t.TempDir(), worker+".stderr"), done: make(chan struct{})}
 	errf, err := os.Create(p.stderr)
 	if err != nil {
 		t.Fatal(err)
@@ -475,6 +519,7 @@ func (c *cluster) term(p *child) {
 	t.Helper()
 	p.mu.Lock()
 	stopped := p.stopped
+	p.termed = true
 	p.mu.Unlock()
 	select {
 	case <-p.done:
@@ -509,9 +554,9 @@ func (c *cluster) stopAll() {
 	c.mu.Unlock()
 	for _, p := range all {
 		p.mu.Lock()
-		killed := p.killed
+		skip := p.killed || p.termed
 		p.mu.Unlock()
-		if !killed {
+		if !skip {
 			c.term(p)
 		}
 		<-p.done

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -54,6 +55,14 @@ type runReport struct {
 }
 
 func (r *runReport) ended() bool { return len(r.ends) > 0 }
+
+// version is the errand version the run started on: its first record's.
+func (r *runReport) version() uint64 {
+	if len(r.stream) == 0 {
+		return 0
+	}
+	return r.stream[0].PlanVersion
+}
 
 // readRun reads run id back from st.
 func readRun(ctx context.Context, st store.Store, id string) (*runReport, error) {
@@ -158,19 +167,32 @@ func (c *cluster) checkRun(ctx context.Context, rep *runReport, f *findings, fin
 	if rep.w.Status != store.WorldArchived {
 		f.brokenf("run %s completed but its world is %s, not archived", id, rep.w.Status)
 	}
-	for _, step := range errandSteps {
+	// The run finished on the version that started it: its first record
+	// names it, and its steps and output are that version's.
+	v := rep.version()
+	def, ok := errandDefs()[v]
+	if !ok {
+		f.brokenf("run %s started on version %d, which no test binary carries", id, v)
+		return
+	}
+	for _, step := range errandStepsOf(v) {
 		if rep.completed[step] != 1 {
 			f.brokenf("run %s completed with step %q completed %d times, want 1", id, step, rep.completed[step])
 		}
 	}
-	out, err := workflow.Replay(errandDef(), rep.stream)
+	for step, n := range rep.completed {
+		if n > 0 && !slices.Contains(errandStepsOf(v), step) {
+			f.brokenf("run %s (v%d) completed step %q, which its version does not have", id, v, step)
+		}
+	}
+	out, err := workflow.Replay(def, rep.stream)
 	if err != nil {
 		f.brokenf("run %s does not replay: %v", id, err)
 		return
 	}
 	var done errandDone
-	if err := event.Unmarshal(out, &done); err != nil || done.Status != 200 || done.Note != "errand "+id {
-		f.brokenf("run %s replays to the output %+v (%v), want the note %q and the target's 200", id, done, err, "errand "+id)
+	if err := event.Unmarshal(out, &done); err != nil || done.Status != 200 || done.Note != errandNote(v, id) {
+		f.brokenf("run %s replays to the output %+v (%v), want the note %q and the target's 200", id, done, err, errandNote(v, id))
 	}
 	// The sleep consumed its own timer's firing.
 	sleep := rep.inbox[rep.consumed["sys:sleep"]]

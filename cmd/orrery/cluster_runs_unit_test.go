@@ -25,6 +25,7 @@ func runningReport() *runReport {
 	return &runReport{
 		id:        "run-1",
 		w:         store.World{ID: "run-1", Universe: workflow.Universe(clusterErrand), Status: store.WorldActive},
+		stream:    []event.Envelope{{StreamID: "run-1", RunSeq: 1, EventType: event.RunStarted, PlanID: clusterErrand, PlanVersion: 1}},
 		completed: map[string]int{"prepare": 1, "sys:sleep": 1},
 		consumed:  map[string]uint64{"sys:sleep": 2},
 		intents:   map[string]string{"i1": errandPost},
@@ -64,6 +65,18 @@ func TestRunCheckerFindsBrokenRuns(t *testing.T) {
 		{"failed", "ended with RunFailed", func(r *runReport) { r.ends = []string{event.RunFailed} }},
 		{"completed, not archived", "not archived", func(r *runReport) { r.ends = []string{event.RunCompleted} }},
 		{"completed without its effect", `step "post" completed 0 times`, func(r *runReport) {
+			r.ends, r.w.Status = []string{event.RunCompleted}, store.WorldArchived
+		}},
+		{"v2 completed without its added step", `step "confirm" completed 0 times`, func(r *runReport) {
+			r.stream[0].PlanVersion = 2
+			r.ends, r.w.Status = []string{event.RunCompleted}, store.WorldArchived
+		}},
+		{"v1 completed a step only v2 has", `step "confirm", which its version does not have`, func(r *runReport) {
+			r.completed[errandPost], r.completed[errandConfirm] = 1, 1
+			r.ends, r.w.Status = []string{event.RunCompleted}, store.WorldArchived
+		}},
+		{"a version no binary carries", "started on version 3", func(r *runReport) {
+			r.stream[0].PlanVersion = 3
 			r.ends, r.w.Status = []string{event.RunCompleted}, store.WorldArchived
 		}},
 	} {

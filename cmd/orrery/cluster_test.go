@@ -38,7 +38,12 @@ func TestMain(m *testing.M) {
 		// Through MainWith, as main does: the child is the shipped
 		// binary with the tests' worlds and workflow added.
 		os.Args = append(os.Args[:1:1], args...)
-		orrery.MainWith(testApp())
+		a, err := childApp()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(cli.ExitUsage)
+		}
+		orrery.MainWith(a)
 	}
 	leaktest.VerifyTestMain(m)
 }

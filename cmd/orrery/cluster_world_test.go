@@ -6,7 +6,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/orrery-run/orrery"
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/workflow"
 	"github.com/orrery-run/orrery/world"
@@ -70,43 +69,56 @@ func count(m *map[string]int64, key string) {
 
 func clusterDef() *world.Def[tally] {
 	d := world.New[tally](clusterUniverse, 1)
-	world.On(d, func(c *world.Ctx, s *tally, a Add) error {
-		count(&s.Adds, a.Key)
-		return nil
-	})
+	world.On(d, func(c *world.Ctx, s *tally, a Add) error { return s.add(a) })
 	world.On(d, func(c *world.Ctx, s *tally, _ Get) error {
 		c.Reply(s.summary())
 		return nil
 	})
-	world.On(d, func(c *world.Ctx, s *tally, a Alarm) error {
-		count(&s.Alarms, a.Key)
-		c.SetTimer(c.Now().Add(time.Duration(a.AfterMs)*time.Millisecond), Beep{Key: a.Key})
-		return nil
-	})
-	world.On(d, func(c *world.Ctx, s *tally, b Beep) error {
-		count(&s.Beeps, b.Key)
-		return nil
-	})
-	world.On(d, func(c *world.Ctx, s *tally, p Pay) error {
-		hash := c.Effect(world.KindHTTPRequest, world.HTTPRequest{
-			Method: "POST", URL: p.URL, Body: []byte(p.Key),
-			Headers: map[string][]string{"Content-Type": {"text/plain"}}, TimeoutMs: 5000,
-		})
-		if s.Pays == nil {
-			s.Pays = map[string]string{}
-		}
-		s.Pays[p.Key] = hash
-		return nil
-	})
-	world.On(d, func(c *world.Ctx, s *tally, r world.Receipt) error {
-		count(&s.Receipts, r.IntentHash)
-		if s.Statuses == nil {
-			s.Statuses = map[string]string{}
-		}
-		s.Statuses[r.IntentHash] = string(r.Status)
-		return nil
-	})
+	world.On(d, func(c *world.Ctx, s *tally, a Alarm) error { return s.alarm(c, a) })
+	world.On(d, func(c *world.Ctx, s *tally, b Beep) error { return s.beep(b) })
+	world.On(d, func(c *world.Ctx, s *tally, p Pay) error { return s.pay(c, p) })
+	world.On(d, func(c *world.Ctx, s *tally, r world.Receipt) error { return s.receipt(r) })
 	return d
+}
+
+// The tally's handlers, shared by every version of the definition that
+// keeps their behaviour (v2 keeps them all and adds its own).
+
+func (s *tally) add(a Add) error {
+	count(&s.Adds, a.Key)
+	return nil
+}
+
+func (s *tally) alarm(c *world.Ctx, a Alarm) error {
+	count(&s.Alarms, a.Key)
+	c.SetTimer(c.Now().Add(time.Duration(a.AfterMs)*time.Millisecond), Beep{Key: a.Key})
+	return nil
+}
+
+func (s *tally) beep(b Beep) error {
+	count(&s.Beeps, b.Key)
+	return nil
+}
+
+func (s *tally) pay(c *world.Ctx, p Pay) error {
+	hash := c.Effect(world.KindHTTPRequest, world.HTTPRequest{
+		Method: "POST", URL: p.URL, Body: []byte(p.Key),
+		Headers: map[string][]string{"Content-Type": {"text/plain"}}, TimeoutMs: 5000,
+	})
+	if s.Pays == nil {
+		s.Pays = map[string]string{}
+	}
+	s.Pays[p.Key] = hash
+	return nil
+}
+
+func (s *tally) receipt(r world.Receipt) error {
+	count(&s.Receipts, r.IntentHash)
+	if s.Statuses == nil {
+		s.Statuses = map[string]string{}
+	}
+	s.Statuses[r.IntentHash] = string(r.Status)
+	return nil
 }
 
 // clusterErrand is the cluster tests' workflow: the load starts runs of it
@@ -135,41 +147,34 @@ const errandPost = "post"
 // interrupt: a plain step, a durable sleep (a timer) and an effect (an
 // http.request to the pay target, whose receipt the run waits for).
 func errandDef() *workflow.Def[errand, errandDone] {
-	return workflow.New(clusterErrand, 1, func(c *workflow.Ctx, in errand) (errandDone, error) {
-		note, err := workflow.Step(c, "prepare", func(context.Context) (string, error) { return "errand " + in.Key, nil })
-		if err != nil {
-			return errandDone{}, err
-		}
-		if err := workflow.Sleep(c, time.Duration(in.SleepMs)*time.Millisecond); err != nil {
-			return errandDone{}, err
-		}
-		resp, err := workflow.Effect[world.HTTPResponse](c, errandPost, world.KindHTTPRequest, world.HTTPRequest{
-			Method: "POST", URL: in.URL, Body: []byte(in.Key),
-			Headers: map[string][]string{"Content-Type": {"text/plain"}}, TimeoutMs: 5000,
-		})
-		if err != nil {
-			return errandDone{}, err
-		}
-		return errandDone{Note: note, Status: resp.Status}, nil
+	return workflow.New(clusterErrand, 1, errandV1)
+}
+
+// errandV1 is v1's body, which v2 runs before its own step.
+func errandV1(c *workflow.Ctx, in errand) (errandDone, error) {
+	note, err := workflow.Step(c, "prepare", func(context.Context) (string, error) { return "errand " + in.Key, nil })
+	if err != nil {
+		return errandDone{}, err
+	}
+	if err := workflow.Sleep(c, time.Duration(in.SleepMs)*time.Millisecond); err != nil {
+		return errandDone{}, err
+	}
+	resp, err := workflow.Effect[world.HTTPResponse](c, errandPost, world.KindHTTPRequest, world.HTTPRequest{
+		Method: "POST", URL: in.URL, Body: []byte(in.Key),
+		Headers: map[string][]string{"Content-Type": {"text/plain"}}, TimeoutMs: 5000,
 	})
+	if err != nil {
+		return errandDone{}, err
+	}
+	return errandDone{Note: note, Status: resp.Status}, nil
 }
 
-// testApp is what the child processes serve: the shipped binary's app
-// (the ledger's accounts, transfers and payout workflow, which the chaos
-// checker's money uses) plus the cluster tests' tally worlds and errand
-// workflow.
-func testApp() orrery.App {
-	a := app()
-	a.Worlds = append(a.Worlds, clusterDef().Kernel())
-	a.Workflows = append(a.Workflows, errandDef())
-	return a
-}
-
-// testKernels is testApp's worlds by universe, what the test process
-// restores and replays with.
+// testKernels is the worlds of the binary carrying every version, by
+// universe: what the test process restores and replays with, so that a
+// journal replays record by record with the definition that wrote it.
 func testKernels() plane.Kernels {
 	ks := plane.Kernels{}
-	for _, k := range testApp().Worlds {
+	for _, k := range testAppFor(carried{v1: true, v2: true}).Worlds {
 		ks[k.Name()] = k
 	}
 	return ks

@@ -304,6 +304,10 @@ at a time, every step journaled. These commands talk to a running server
 					fmt.Fprintf(tw, "reason\t%s (%s)\n", v.StatusReason, ts(v.StatusChangedAt))
 				}
 				fmt.Fprintf(tw, "head\t%d\n", v.Head)
+				fmt.Fprintf(tw, "version\t%s\n", versionText(v.Version))
+				if v.PendingUpgrade != 0 {
+					fmt.Fprintf(tw, "upgrade pending\tto version %d\n", v.PendingUpgrade)
+				}
 				if v.InboxCursor != nil {
 					fmt.Fprintf(tw, "inbox cursor\t%d\n", *v.InboxCursor)
 				}
@@ -446,7 +450,7 @@ invalid argument; one whose journal is compacted cannot be derived again
 	state.Flags().Uint64Var(&at, "at", 0, "the height to show the state at, 0 the initial state (default: the journal head)")
 	atGiven = func() bool { return state.Flags().Changed("at") }
 
-	cmd.AddCommand(create, list, show, send, call, fork, state, e.worldJournal(), e.worldSnapshotCommand())
+	cmd.AddCommand(create, list, show, send, call, fork, state, e.worldUpgrade(), e.worldJournal(), e.worldSnapshotCommand())
 	for _, action := range []struct {
 		name, short string
 		do          func(*api.Client) func(context.Context, string, string) (api.World, error)

@@ -1,0 +1,272 @@
+package plane
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+
+	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/vocab"
+	"github.com/orrery-run/orrery/world"
+)
+
+// Upgrade statuses: what an upgrade request found.
+const (
+	UpgradeRequested = "requested" // an upgrade input was enqueued
+	UpgradePending   = "pending"   // one to that version waits in the inbox already
+	UpgradeAlready   = "already"   // the world is on that version
+)
+
+// WorldUpgrade answers an upgrade request of one world.
+type WorldUpgrade struct {
+	World  string
+	From   uint64 // the version the world is on (0: not known yet, a world that never stepped)
+	To     uint64
+	Status string // UpgradeRequested, UpgradePending or UpgradeAlready
+	Seq    uint64 // the upgrade input's inbox seq (requested, pending)
+}
+
+// WorldVersion is the version of its definition world id is on, read
+// without replaying: the planVersion of its last journal record (an
+// upgrade's record carries the version it moved to), else the version
+// its snapshot's state records, else 0 (a world that never stepped: any
+// version of its universe may start it).
+func WorldVersion(ctx context.Context, st store.Store, id string) (uint64, error) {
+	head, err := st.Head(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	if head > 0 {
+		rs, err := st.Read(ctx, id, head-1, 1)
+		if err != nil && !errors.Is(err, store.ErrCompacted) {
+			return 0, err
+		}
+		if len(rs) == 1 {
+			return rs[0].PlanVersion, nil
+		}
+	}
+	snap, ok, err := st.ActiveSnapshot(ctx, id)
+	if err != nil || !ok {
+		return 0, err
+	}
+	return world.StateVersion(snap.State), nil
+}
+
+// PendingUpgrade is the version the oldest upgrade input waiting in world
+// id's inbox asks for (0: none), and its seq.
+func PendingUpgrade(ctx context.Context, st store.Store, id string) (to, seq uint64, err error) {
+	cur, err := st.Cursor(ctx, id)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrWorldNotFound) {
+			return 0, 0, nil
+		}
+		return 0, 0, err
+	}
+	const page = 256
+	for after := cur; ; {
+		items, err := st.ReadInbox(ctx, id, after, page)
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, it := range items {
+			if it.Kind == vocab.KindUpgrade {
+				var m struct {
+					To uint64 `cbor:"to"`
+				}
+				if event.Unmarshal(it.Payload, &m) == nil {
+					return m.To, it.Seq, nil
+				}
+			}
+			after = it.Seq
+		}
+		if len(items) < page {
+			return 0, 0, nil
+		}
+	}
+}
+
+// UpgradeWorld asks world id to move to version to of its definition: an
+// upgrade input, ordered with the world's other inputs and run by the
+// host that holds its lease, which appends one record (EventWorldUpgraded)
+// and snapshots the world at it. A world on to already is answered
+// UpgradeAlready and nothing is enqueued; one on a newer version is
+// ErrDowngrade. Repeating the request while it waits is answered with the
+// waiting input (UpgradePending). The outcome is the record's: a failed
+// upgrade (the upgrade function's error, a host that does not carry to)
+// leaves the world serving on its version, and the journal says why.
+func (o *Ops) UpgradeWorld(ctx context.Context, id string, to uint64) (WorldUpgrade, error) {
+	const op = "world_upgrade"
+	out := WorldUpgrade{World: id, To: to}
+	if to == 0 {
+		return out, errorf(op, ErrInvalid, id, detail("versions start at 1"))
+	}
+	if err := store.CheckInt(op, "to", to); err != nil {
+		return out, errorf(op, ErrInvalid, id, err)
+	}
+	rec, err := o.st.GetWorld(ctx, id)
+	if err != nil {
+		return out, err
+	}
+	if _, ok := o.kernels[rec.Universe]; !ok {
+		return out, errorf(op, ErrNoKernel, id, detail("universe %q", rec.Universe))
+	}
+	if out.From, err = WorldVersion(ctx, o.st, id); err != nil {
+		return out, err
+	}
+	switch {
+	case out.From == to:
+		out.Status = UpgradeAlready
+		return out, nil
+	case out.From > to:
+		return out, errorf(op, ErrDowngrade, id, &world.UpgradeError{From: out.From, To: to,
+			Reason: "a world never goes back to an older version", Err: world.ErrDowngrade})
+	}
+	if pto, seq, err := PendingUpgrade(ctx, o.st, id); err != nil {
+		return out, err
+	} else if pto == to {
+		out.Status, out.Seq = UpgradePending, seq
+		return out, nil
+	}
+	payload, err := world.EncodeUpgrade(to)
+	if err != nil {
+		return out, err
+	}
+	head, err := o.st.Head(ctx, id)
+	if err != nil {
+		return out, err
+	}
+	// The key names the journal height the request was made at: a retry
+	// of the same request dedupes, and asking again after a failed
+	// upgrade (the journal moved on) is a new input.
+	key := store.UpgradeKeyPrefix + strconv.FormatUint(to, 10) + "@" + strconv.FormatUint(head, 10)
+	activate(ctx, o.act, id)
+	ack, err := enqueue(ctx, o.st, op, id, store.InboxItem{Kind: vocab.KindUpgrade, Payload: payload, DedupeKey: key})
+	if err != nil {
+		return out, err
+	}
+	out.Status, out.Seq = UpgradeRequested, ack.Seq
+	return out, nil
+}
+
+// UniverseUpgrade answers an upgrade request of one page of a universe's
+// worlds.
+type UniverseUpgrade struct {
+	Asked    int // worlds an upgrade input was enqueued for, or already waited
+	Already  int // worlds on the version already
+	Failed   int // worlds the request failed for (Failures says why)
+	Failures map[string]error
+	Next     string // the world id to continue after ("": the universe is done)
+}
+
+// UpgradeUniverse is UpgradeWorld for the active and paused worlds of
+// universe with ids after after, at most limit of them (0: 100), in id
+// order: a page, so that a universe of any size is upgraded by as many
+// calls as it takes, each bounded.
+func (o *Ops) UpgradeUniverse(ctx context.Context, universe string, to uint64, after string, limit int) (UniverseUpgrade, error) {
+	const op = "universe_upgrade"
+	out := UniverseUpgrade{Failures: map[string]error{}}
+	if _, ok := o.kernels[universe]; !ok {
+		return out, errorf(op, ErrNoKernel, "", detail("universe %q", universe))
+	}
+	if to == 0 {
+		return out, errorf(op, ErrInvalid, "", detail("versions start at 1"))
+	}
+	if limit <= 0 {
+		limit = 100
+	}
+	var ids []string
+	for _, status := range []store.WorldStatus{store.WorldActive, store.WorldPaused} {
+		ws, err := o.st.ListWorlds(ctx, universe, status)
+		if err != nil {
+			return out, err
+		}
+		for _, w := range ws {
+			if w.ID > after {
+				ids = append(ids, w.ID)
+			}
+		}
+	}
+	slices.Sort(ids)
+	if len(ids) > limit {
+		ids, out.Next = ids[:limit], ids[limit-1]
+	}
+	for _, id := range ids {
+		r, err := o.UpgradeWorld(ctx, id, to)
+		switch {
+		case err != nil:
+			out.Failed++
+			out.Failures[id] = err
+		case r.Status == UpgradeAlready:
+			out.Already++
+		default:
+			out.Asked++
+		}
+	}
+	return out, nil
+}
+
+// versionsNeeded are the versions of its definition a host must carry to
+// run world id now, read without replaying: the version it is on and the
+// one an upgrade waiting in its inbox asks for (nil: any version, a world
+// that never stepped and awaits no upgrade).
+func versionsNeeded(ctx context.Context, st store.Store, id string) ([]uint64, error) {
+	cur, err := WorldVersion(ctx, st, id)
+	if err != nil {
+		return nil, err
+	}
+	to, _, err := PendingUpgrade(ctx, st, id)
+	if err != nil {
+		return nil, err
+	}
+	var out []uint64
+	for _, v := range []uint64{cur, to} {
+		if v != 0 && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+// eligibleFor is Eligible for every version in vers (none: any version).
+func eligibleFor(info store.WorkerInfo, universe string, vers []uint64) bool {
+	if len(vers) == 0 {
+		return Eligible(info, universe, 0)
+	}
+	for _, v := range vers {
+		if !Eligible(info, universe, v) {
+			return false
+		}
+	}
+	return true
+}
+
+// uniform reports whether every live host in live that carries universe
+// carries the same versions of it, so that a world's version cannot
+// change where it may run, and placement need not read it.
+func uniform(live []store.WorkerInfo, universe string) bool {
+	prefix := capWorld + universe + "@"
+	var first []string
+	seen := false
+	for _, w := range live {
+		if len(w.Capabilities) == 0 || !Runs(w, RoleHost) {
+			continue // an older binary carries whatever it carries: it is not told apart
+		}
+		var vs []string
+		for _, c := range w.Capabilities {
+			if len(c) > len(prefix) && c[:len(prefix)] == prefix {
+				vs = append(vs, c)
+			}
+		}
+		if len(vs) == 0 {
+			continue
+		}
+		if !seen {
+			first, seen = vs, true
+		} else if !slices.Equal(first, vs) {
+			return false
+		}
+	}
+	return true
+}
