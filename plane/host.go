@@ -1191,15 +1191,23 @@ func (h *Host) syncPage(ctx context.Context) (done bool, err error) {
 			take = append(take, row.World)
 		}
 	}
-	// A held world with input waiting and no process on it missed its
-	// hint (a notification lost with the listener's connection, a wake
-	// that raced a passivation): it wakes now, so that a lost hint costs
-	// one rescan, never a world that waits for ever.
+	// A held world with input waiting may have missed its hint (a
+	// notification lost with the listener's connection, a wake that raced
+	// a passivation, ingress through another process on one SQLite file):
+	// it is hinted now, so that a lost hint costs one rescan, never a
+	// world that waits for ever or until it passivates. A world with no
+	// process wakes and is reported; a live process is only nudged to
+	// read its inbox (a busy world has a backlog at most rescans, so that
+	// is no news).
 	for _, l := range idle {
 		h.mu.Lock()
-		woken := l.ref != nil || l.restarting || h.waking[l.world]
+		live, pending := l.ref != nil, l.restarting || h.waking[l.world]
 		h.mu.Unlock()
-		if !woken {
+		switch {
+		case pending:
+		case live:
+			h.hint(l)
+		default:
 			h.emit(HostEvent{Kind: EvBacklogWake, World: l.world, Epoch: l.epoch})
 			h.hint(l)
 		}

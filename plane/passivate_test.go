@@ -609,3 +609,57 @@ func TestAPassiveWorldWhoseHintIsLostWakesAtTheNextRescan(t *testing.T) {
 		return nil
 	})
 }
+
+// TestAnActiveWorldWhoseHintIsLostAppliesItsInputAtTheNextRescan: input
+// for a held world whose process is alive (not passivated) and whose hint
+// never arrives (a lost notification; another process's ingress on one
+// SQLite file) is applied by the host's next rescan, not left waiting until
+// the process passivates. IdleAfter is an hour, so passivation cannot be
+// what rescues it.
+func TestAnActiveWorldWhoseHintIsLostAppliesItsInputAtTheNextRescan(t *testing.T) {
+	testrig.Lab(t, lab.Config{Seed: 5, Name: "lost-hint-active"}, func(env *lab.Env) error {
+		st := newStore(env)
+		cfg := hostConfig("A", deafStore{st}, nil)
+		cfg.IdleAfter = time.Hour
+		if err := createAssigned(env.Ctx, st, "p0", "A"); err != nil {
+			return err
+		}
+		h, err := plane.StartHost(env.Ctx, env.Root, cfg)
+		if err != nil {
+			return err
+		}
+		defer h.Stop(env.Ctx)
+		c, _ := plane.NewClient(plane.ClientConfig{Store: st, Kernels: kernels(), Executor: env.Lab})
+		applied := func(n int64) func() (bool, error) {
+			return func() (bool, error) {
+				s, ok := h.State("p0")
+				if !ok {
+					return false, nil
+				}
+				v, err := value(s, "p0")
+				return v.N == n, err
+			}
+		}
+		if _, err := c.Send(env.Ctx, "p0", Add{By: 5, Key: "a"}, "a"); err != nil {
+			return err
+		}
+		if err := testrig.WaitLab(env, "p0 applied the first input", 2*cfg.LeaseTTL, applied(5)); err != nil {
+			return err
+		}
+		if _, active := h.Worlds(); active != 1 {
+			return fmt.Errorf("%d active worlds after the first input, want p0's process alive", active)
+		}
+		if _, err := c.Send(env.Ctx, "p0", Add{By: 2, Key: "b"}, "b"); err != nil {
+			return err
+		}
+		// Within two rescans (SyncEvery is half the lease TTL).
+		if err := testrig.WaitLab(env, "p0 applied the second input", 2*cfg.LeaseTTL, applied(7)); err != nil {
+			return err
+		}
+		if _, active := h.Worlds(); active != 1 {
+			return fmt.Errorf("%d active worlds, want p0's process still alive (it was not passivation that woke it)", active)
+		}
+		_, err = parity(env.Ctx, st, "p0")
+		return err
+	})
+}
