@@ -131,8 +131,17 @@ func (s *backend) EnqueueRun(ctx context.Context, r store.QueuedRun) (store.Queu
 		} else if err != nil {
 			return err
 		}
+		// Two first enqueues of one run (its starter, a scan's repair) may
+		// both find no entry: the second inserts nothing and answers the
+		// first's.
 		out, err = scanQueued(tx.QueryRow(ctx, `INSERT INTO queued_runs (queue, run, partition, priority, enqueued_at_ns)
-			VALUES ($1, $2, $3, $4, now_ns($5)) RETURNING `+queuedCols, r.Queue, r.Run, r.Partition, int64(r.Priority), s.off()))
+			VALUES ($1, $2, $3, $4, now_ns($5)) ON CONFLICT (run) DO NOTHING RETURNING `+queuedCols,
+			r.Queue, r.Run, r.Partition, int64(r.Priority), s.off()))
+		if errors.Is(err, pgx.ErrNoRows) {
+			dup = true
+			out, err = scanQueued(tx.QueryRow(ctx, `SELECT `+queuedCols+` FROM queued_runs WHERE run = $1`, r.Run))
+			return err
+		}
 		if err != nil {
 			return err
 		}
