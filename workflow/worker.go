@@ -105,14 +105,14 @@ type Worker struct {
 	// the store goes through it.
 	hold *leasing.Holder
 
-	mu      sync.Mutex
-	runs    map[string]*heldRun
-	queued  map[string]bool   // runs whose RunQueued is recorded
-	starts  map[string]startItem // run id → its start, without the input
+	mu     sync.Mutex
+	runs   map[string]*heldRun
+	queued map[string]bool      // runs whose RunQueued is recorded
+	starts map[string]startItem // run id → its start, without the input
 	// declared: the Workflows' queues are declared in the store.
 	declared bool
-	backoff map[string]retry  // runs that stopped on an error: not before at
-	stopped bool
+	backoff  map[string]retry // runs that stopped on an error: not before at
+	stopped  bool
 
 	// endMu guards ends, the Results of in-process clients (WithWorkers)
 	// waiting for a run's end, and live, the runs whose process has not
