@@ -122,6 +122,11 @@ type startRunReq struct {
 	Workflow string          `json:"workflow,omitempty"`
 	ID       string          `json:"id,omitempty"`
 	Input    json.RawMessage `json:"input,omitempty"`
+	// Queue, Priority and Partition start the run on a named queue
+	// (workflow.OnQueue, WithPriority, WithPartition).
+	Queue     string `json:"queue,omitempty"`
+	Priority  int    `json:"priority,omitempty"`
+	Partition string `json:"partition,omitempty"`
 }
 
 type signalReq struct {
@@ -185,7 +190,13 @@ func (s *Server) startRun(r *http.Request, rc *reqCtx) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	created, err := rb.Client.StartCBOR(r.Context(), req.Workflow, req.ID, in)
+	var opts []workflow.StartOption
+	if req.Queue != "" {
+		opts = append(opts, workflow.OnQueue(req.Queue), workflow.WithPriority(req.Priority), workflow.WithPartition(req.Partition))
+	} else if req.Priority != 0 || req.Partition != "" {
+		return 0, nil, invalid("a priority or partition needs a queue")
+	}
+	created, err := rb.Client.StartCBOR(r.Context(), req.Workflow, req.ID, in, opts...)
 	if err != nil {
 		return 0, nil, err
 	}
