@@ -2,9 +2,11 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -146,4 +148,37 @@ func (s *Server) putWorkflowQueue(r *http.Request, rc *reqCtx) (int, any, error)
 		return 0, nil, err
 	}
 	return http.StatusOK, v, nil
+}
+
+// WorkflowQueues lists the named queues of workflow runs.
+func (c *Client) WorkflowQueues(ctx context.Context) ([]WorkflowQueue, error) {
+	var out QueuesView
+	_, err := c.do(ctx, http.MethodGet, "/v1/queues", nil, nil, &out)
+	return out.Workflow, err
+}
+
+// WorkflowQueue shows one named queue of workflow runs; an unknown one is
+// a not_found error.
+func (c *Client) WorkflowQueue(ctx context.Context, name string) (WorkflowQueue, error) {
+	var out WorkflowQueue
+	_, err := c.do(ctx, http.MethodGet, "/v1/queues/"+url.PathEscape(name), nil, nil, &out)
+	return out, err
+}
+
+// StartOptions place a run started through the API on a named queue.
+type StartOptions struct {
+	Queue     string
+	Priority  int
+	Partition string
+}
+
+// StartRunOn is StartRun with the run placed on a named queue.
+func (c *Client) StartRunOn(ctx context.Context, workflowName, id string, input any, o StartOptions) (v RunView, created bool, err error) {
+	raw, err := json.Marshal(input)
+	if err != nil {
+		return RunView{}, false, err
+	}
+	st, err := c.do(ctx, http.MethodPost, "/v1/runs", nil, startRunReq{Workflow: workflowName, ID: id, Input: raw,
+		Queue: o.Queue, Priority: o.Priority, Partition: o.Partition}, &v)
+	return v, st == http.StatusCreated, err
 }

@@ -71,6 +71,7 @@ binary (orrery.MainWith): each of its steps is journaled, so a run survives
 crashes and resumes where it stopped. These commands talk to a running server
 (orrery serve) at --addr.`,
 	})
+	var startOn api.StartOptions
 	start := &cobra.Command{
 		Use:   "start WORKFLOW ID [JSON]",
 		Short: "Start a run (idempotent: the same workflow, id and input again is the same run)",
@@ -79,20 +80,27 @@ strictly into the workflow's input type: an unknown field or a wrong type is a
 usage error. Starting the same id again with the same input changes nothing;
 another input under that id is a conflict (exit 4).`,
 		Example: `  orrery run start ledger.payout p-1 '{"Account":"alice","Amount":50}'
-  orrery run start ledger.payout p-1 '{"Account":"alice","Amount":50}' -o json`,
+  orrery run start ledger.payout p-1 '{"Account":"alice","Amount":50}' -o json
+  orrery run start ledger.payout p-2 '{"Account":"bob","Amount":5}' --queue payouts --priority 1 --partition bob`,
 		Args: args(cobra.RangeArgs(2, 3)),
 		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
 			in, err := jsonArg(a, 2)
 			if err != nil {
 				return err
 			}
-			v, _, err := c.StartRun(ctx, a[0], a[1], in)
+			if startOn.Queue == "" && (startOn.Priority != 0 || startOn.Partition != "") {
+				return usageError{fmt.Errorf("--priority and --partition need --queue")}
+			}
+			v, _, err := c.StartRunOn(ctx, a[0], a[1], in, startOn)
 			if err != nil {
 				return err
 			}
 			return e.printRun(v)
 		}),
 	}
+	start.Flags().StringVar(&startOn.Queue, "queue", "", "start the run on this named queue: it waits, queued, until admitted within the queue's limits")
+	start.Flags().IntVar(&startOn.Priority, "priority", 0, "the run's priority in its queue: lower first (needs --queue)")
+	start.Flags().StringVar(&startOn.Partition, "partition", "", "the run's partition key in a partitioned queue (needs --queue)")
 	var wf, status string
 	var page api.ListOptions
 	list := &cobra.Command{
