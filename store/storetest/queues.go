@@ -246,11 +246,14 @@ func testQueueConcurrentAdmitters(t *testing.T, open Factory) {
 	var mu sync.Mutex
 	admitted := map[string]string{}
 	var wg sync.WaitGroup
+	// All start at once, so their first admissions overlap.
+	startLine := make(chan struct{})
 	for a := range admitters {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			worker := fmt.Sprintf("W%d", a)
+			<-startLine
 			for range 5 {
 				rs, err := f.s.AdmitRuns(bg, "q", worker, 3)
 				if err != nil {
@@ -268,6 +271,7 @@ func testQueueConcurrentAdmitters(t *testing.T, open Factory) {
 			}
 		}()
 	}
+	close(startLine)
 	wg.Wait()
 	if len(admitted) != limit {
 		t.Fatalf("%d runs admitted by concurrent admitters, want exactly the limit %d", len(admitted), limit)
