@@ -231,6 +231,17 @@ func (m *Metrics) CollectQueueDepths(f func(context.Context) (store.QueueDepths,
 	m.gauges.depths = f
 }
 
+// CollectWorkflowQueues makes orrery_queue_depth{queue} (waiting runs)
+// and orrery_queue_running{queue} (admitted runs, each holding a slot)
+// read the named queues of workflow runs from q at each scrape, bounded
+// like CollectQueueDepths. A queue's label is its name, beside the plane's
+// own queues (effects_pending, …).
+func (m *Metrics) CollectWorkflowQueues(q store.Queues) {
+	m.gauges.mu.Lock()
+	defer m.gauges.mu.Unlock()
+	m.gauges.queues = q
+}
+
 // CollectWorldsHosted makes orrery_worlds_hosted{worker,state} read f at
 // each scrape (HostedBy gives one for in-process hosts).
 func (m *Metrics) CollectWorldsHosted(f func() []Hosted) {
@@ -256,6 +267,7 @@ var (
 	queueDepthDesc = prometheus.NewDesc("orrery_queue_depth", "Items in each of the plane's queues.", []string{"queue"}, nil)
 	hostedDesc     = prometheus.NewDesc("orrery_worlds_hosted", "Worlds a worker holds (held) and runs a process for (active).", []string{"worker", "state"}, nil)
 	unplacedDesc   = prometheus.NewDesc("orrery_worlds_unplaced", "Active worlds the acting orchestrator could place on no live host that carries their type and has room (0 where the orchestrator does not act).", nil, nil)
+	queueRunDesc   = prometheus.NewDesc("orrery_queue_running", "Admitted runs of each named workflow queue: each holds a slot until it ends.", []string{"queue"}, nil)
 	runsDesc       = prometheus.NewDesc("orrery_workflow_runs", "Workflow runs in each status (queued, running, paused, completed, failed, cancelled), as this node's runs projection has them.", []string{"status"}, nil)
 )
 
@@ -266,6 +278,7 @@ type gaugeCollector struct {
 	hosted   func() []Hosted
 	runs     func() map[string]int
 	unplaced func() int
+	queues   store.Queues
 }
 
 func (g *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -273,14 +286,18 @@ func (g *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- hostedDesc
 	ch <- runsDesc
 	ch <- unplacedDesc
+	ch <- queueRunDesc
 }
 
 func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	g.mu.Lock()
-	depths, hosted, runs, unplaced := g.depths, g.hosted, g.runs, g.unplaced
+	depths, hosted, runs, unplaced, queues := g.depths, g.hosted, g.runs, g.unplaced, g.queues
 	g.mu.Unlock()
 	if unplaced != nil {
 		ch <- prometheus.MustNewConstMetric(unplacedDesc, prometheus.GaugeValue, float64(unplaced()))
+	}
+	if queues != nil {
+		collectWorkflowQueues(ch, queues)
 	}
 	if runs != nil {
 		counts := runs()
@@ -317,6 +334,31 @@ func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(hostedDesc, prometheus.GaugeValue, float64(h.Held), h.Worker, "held")
 			ch <- prometheus.MustNewConstMetric(hostedDesc, prometheus.GaugeValue, float64(h.Active), h.Worker, "active")
 		}
+	}
+}
+
+// collectWorkflowQueues emits each named queue's waiting and running
+// runs; a failed read leaves the gauges out of the scrape.
+func collectWorkflowQueues(ch chan<- prometheus.Metric, q store.Queues) {
+	ctx, cancel := context.WithTimeout(context.Background(), ScrapeTimeout)
+	defer cancel()
+	qs, err := q.ListQueues(ctx)
+	if err != nil {
+		return
+	}
+	for _, spec := range qs {
+		rs, err := q.ListQueuedRuns(ctx, spec.Name)
+		if err != nil {
+			return
+		}
+		running := 0
+		for _, r := range rs {
+			if r.Admitted() {
+				running++
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, float64(len(rs)-running), spec.Name)
+		ch <- prometheus.MustNewConstMetric(queueRunDesc, prometheus.GaugeValue, float64(running), spec.Name)
 	}
 }
 

@@ -266,7 +266,11 @@ func (s *Server) queues(r *http.Request, _ *reqCtx) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, queuesOf(d), nil
+	q := QueuesView{Queues: queuesOf(d)}
+	if q.Workflow, err = s.workflowQueues(r.Context()); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, q, nil
 }
 
 func queuesOf(d store.QueueDepths) Queues {

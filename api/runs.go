@@ -125,6 +125,11 @@ type startRunReq struct {
 	// Version pins the run to that version of the workflow; 0: the
 	// newest the server carries.
 	Version uint64 `json:"version,omitempty"`
+	// Queue, Priority and Partition start the run on a named queue
+	// (workflow.OnQueue, WithPriority, WithPartition).
+	Queue     string `json:"queue,omitempty"`
+	Priority  int    `json:"priority,omitempty"`
+	Partition string `json:"partition,omitempty"`
 }
 
 type signalReq struct {
@@ -195,6 +200,11 @@ func (s *Server) startRun(r *http.Request, rc *reqCtx) (int, any, error) {
 	var opts []workflow.StartOption
 	if req.Version != 0 {
 		opts = append(opts, workflow.WithVersion(req.Version))
+	}
+	if req.Queue != "" {
+		opts = append(opts, workflow.OnQueue(req.Queue), workflow.WithPriority(req.Priority), workflow.WithPartition(req.Partition))
+	} else if req.Priority != 0 || req.Partition != "" {
+		return 0, nil, invalid("a priority or partition needs a queue")
 	}
 	created, err := rb.Client.StartCBOR(r.Context(), req.Workflow, req.ID, in, opts...)
 	if err != nil {
@@ -478,12 +488,7 @@ func (c *Client) StartRun(ctx context.Context, workflowName, id string, input an
 // StartRunAt is StartRun pinned to version of the workflow (0: the
 // newest the server carries); the run finishes on that version.
 func (c *Client) StartRunAt(ctx context.Context, workflowName, id string, version uint64, input any) (v RunView, created bool, err error) {
-	raw, err := json.Marshal(input)
-	if err != nil {
-		return RunView{}, false, err
-	}
-	st, err := c.do(ctx, http.MethodPost, "/v1/runs", nil, startRunReq{Workflow: workflowName, ID: id, Input: raw, Version: version}, &v)
-	return v, st == http.StatusCreated, err
+	return c.StartRunOn(ctx, workflowName, id, input, StartOptions{Version: version})
 }
 
 // ListRuns lists the runs, optionally of one workflow and in one status.

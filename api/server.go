@@ -265,6 +265,7 @@ func (s *Server) routes() {
 	s.route("GET /v1/timers", false, s.timers)
 	s.route("GET /v1/workers", false, s.workers)
 	s.route("GET /v1/queues", false, s.queues)
+	s.workflowQueueRoutes()
 	s.route("GET /v1/events", false, s.events)
 	s.route("GET /v1/openapi.json", false, s.openAPISpec) // api/openapi.json: describe every route there
 

@@ -64,6 +64,7 @@ type Backend interface {
 	Watermarks
 	Dedupe
 	Views
+	Queues
 }
 
 // Front is the one front over every backend, as database/sql stands over
@@ -917,4 +918,79 @@ func (f *Front) QueryTimers(ctx context.Context, q TimerFilter) ([]TimerItem, er
 		return nil, err
 	}
 	return f.b.QueryTimers(ctx, q)
+}
+
+// PutQueue implements Queues.
+func (f *Front) PutQueue(ctx context.Context, q QueueSpec) error {
+	const op = "put_queue"
+	if err := first(done(ctx, op), checkQueueSpec(op, q)); err != nil {
+		return err
+	}
+	return f.b.PutQueue(ctx, q)
+}
+
+// GetQueue implements Queues.
+func (f *Front) GetQueue(ctx context.Context, name string) (QueueSpec, error) {
+	const op = "get_queue"
+	if err := first(done(ctx, op), CheckID(op, "queue", name)); err != nil {
+		return QueueSpec{}, err
+	}
+	return f.b.GetQueue(ctx, name)
+}
+
+// ListQueues implements Queues.
+func (f *Front) ListQueues(ctx context.Context) ([]QueueSpec, error) {
+	if err := done(ctx, "list_queues"); err != nil {
+		return nil, err
+	}
+	return f.b.ListQueues(ctx)
+}
+
+// EnqueueRun implements Queues.
+func (f *Front) EnqueueRun(ctx context.Context, r QueuedRun) (QueuedRun, bool, error) {
+	const op = "enqueue_run"
+	if err := first(done(ctx, op), checkQueuedRun(op, r)); err != nil {
+		return QueuedRun{}, false, err
+	}
+	r.Seq, r.EnqueuedAt, r.Worker, r.AdmittedAt = 0, time.Time{}, "", time.Time{}
+	return f.b.EnqueueRun(ctx, r)
+}
+
+// AdmitRuns implements Queues.
+func (f *Front) AdmitRuns(ctx context.Context, queue, worker string, max int) ([]QueuedRun, error) {
+	const op = "admit_runs"
+	if err := first(done(ctx, op), CheckID(op, "queue", queue), CheckID(op, "worker", worker), checkBatch(op, "max", max)); err != nil {
+		return nil, err
+	}
+	if max == 0 {
+		return nil, nil
+	}
+	return f.b.AdmitRuns(ctx, queue, worker, max)
+}
+
+// ListQueuedRuns implements Queues.
+func (f *Front) ListQueuedRuns(ctx context.Context, queue string) ([]QueuedRun, error) {
+	const op = "list_queued_runs"
+	if err := first(done(ctx, op), CheckID(op, "queue", queue)); err != nil {
+		return nil, err
+	}
+	return f.b.ListQueuedRuns(ctx, queue)
+}
+
+// QueueRunOf implements Queues.
+func (f *Front) QueueRunOf(ctx context.Context, run string) (QueuedRun, bool, error) {
+	const op = "queue_run_of"
+	if err := first(done(ctx, op), CheckID(op, "run", run)); err != nil {
+		return QueuedRun{}, false, err
+	}
+	return f.b.QueueRunOf(ctx, run)
+}
+
+// RecentAdmissions implements Queues.
+func (f *Front) RecentAdmissions(ctx context.Context, queue string) (int, error) {
+	const op = "recent_admissions"
+	if err := first(done(ctx, op), CheckID(op, "queue", queue)); err != nil {
+		return 0, err
+	}
+	return f.b.RecentAdmissions(ctx, queue)
 }

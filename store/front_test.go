@@ -257,6 +257,28 @@ func (r *recorder) QueryTimers(ctx context.Context, f TimerFilter) ([]TimerItem,
 func (r *recorder) QueueDepths(ctx context.Context) (QueueDepths, error) {
 	return QueueDepths{}, r.rec(ctx, "QueueDepths")
 }
+func (r *recorder) PutQueue(ctx context.Context, q QueueSpec) error { return r.rec(ctx, "PutQueue") }
+func (r *recorder) GetQueue(ctx context.Context, name string) (QueueSpec, error) {
+	return QueueSpec{}, r.rec(ctx, "GetQueue")
+}
+func (r *recorder) ListQueues(ctx context.Context) ([]QueueSpec, error) {
+	return nil, r.rec(ctx, "ListQueues")
+}
+func (r *recorder) EnqueueRun(ctx context.Context, q QueuedRun) (QueuedRun, bool, error) {
+	return q, false, r.rec(ctx, "EnqueueRun")
+}
+func (r *recorder) AdmitRuns(ctx context.Context, queue, worker string, max int) ([]QueuedRun, error) {
+	return nil, r.rec(ctx, "AdmitRuns")
+}
+func (r *recorder) ListQueuedRuns(ctx context.Context, queue string) ([]QueuedRun, error) {
+	return nil, r.rec(ctx, "ListQueuedRuns")
+}
+func (r *recorder) QueueRunOf(ctx context.Context, run string) (QueuedRun, bool, error) {
+	return QueuedRun{}, false, r.rec(ctx, "QueueRunOf")
+}
+func (r *recorder) RecentAdmissions(ctx context.Context, queue string) (int, error) {
+	return 0, r.rec(ctx, "RecentAdmissions")
+}
 
 var _ Backend = (*recorder)(nil)
 

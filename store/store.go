@@ -59,6 +59,7 @@ type Store interface {
 	Watermarks
 	Dedupe
 	Views
+	Queues
 	// Commit is the world cycle's one transaction (see CommitBatch).
 	Commit(ctx context.Context, world string, epoch uint64, b CommitBatch) (CommitResult, error)
 	// Watch registers w to be woken (w.Unpark, which must not block) after

@@ -589,3 +589,24 @@ func checkTimerFilter(op string, q TimerFilter) error {
 	}
 	return first(checkOptionalID(op, "world", q.World), cursor, checkListLimit(op, q.Limit))
 }
+
+// checkQueueSpec checks a queue's declaration.
+func checkQueueSpec(op string, q QueueSpec) error {
+	switch {
+	case q.Concurrency < 0 || q.WorkerConcurrency < 0 || q.RateLimit < 0:
+		return invalid(op, "queue", "negative limit")
+	case q.RateLimit > 0 && (q.RatePeriod <= 0 || q.RatePeriod > MaxTTL):
+		return invalid(op, "queue", "a rate limit needs a rate period in (0, %v]", MaxTTL)
+	case q.RateLimit == 0 && q.RatePeriod != 0:
+		return invalid(op, "queue", "a rate period without a rate limit")
+	}
+	return CheckID(op, "queue", q.Name)
+}
+
+// checkQueuedRun checks what EnqueueRun reads of an entry.
+func checkQueuedRun(op string, r QueuedRun) error {
+	if r.Priority < -MaxPriority || r.Priority > MaxPriority {
+		return invalid(op, "priority", "%d outside [%d, %d]", r.Priority, -MaxPriority, MaxPriority)
+	}
+	return first(CheckID(op, "queue", r.Queue), CheckID(op, "run", r.Run), checkOptionalKey(op, "partition", r.Partition))
+}

@@ -157,19 +157,34 @@ func wrap(op, run string, err error) error {
 // the first of local (workers in this process, waited for through ex)
 // with room for it, which creates it with its first write; otherwise it
 // is created here and a hint wakes every worker's scan.
-func startRun(ctx context.Context, st store.Store, def Workflow, runID string, input []byte, parent string, local []*Worker, ex actor.Executor) (created bool, err error) {
+func startRun(ctx context.Context, st store.Store, def Workflow, runID string, input []byte, parent string, local []*Worker, ex actor.Executor, q *queuedStart) (created bool, err error) {
 	const op = "start"
 	if err := store.CheckID(op, "run id", runID); err != nil {
 		return false, errorf(op, ErrInvalid, runID, err)
 	}
 	universe := Universe(def.Name())
 	start := startItem{Workflow: def.Name(), Version: def.Version(), Input: input, Parent: parent}
+	if q != nil && q.opts.queue != "" {
+		start.Queue, start.Priority, start.Partition = q.opts.queue, q.opts.priority, q.opts.partition
+	}
 	b, err := event.Marshal(start)
 	if err != nil {
 		return false, errorf(op, ErrInvalid, runID, err)
 	}
 	item := store.InboxItem{Kind: ItemStart, Payload: b, DedupeKey: startKey}
 	spec := store.SpawnSpec{Universe: universe, World: runID, Items: []store.InboxItem{item}}
+	if start.Queue != "" {
+		// A queued run waits for an admission: no local worker takes it
+		// before it exists.
+		created, err := startQueued(ctx, st, q.wf, q.holder, q.inc, spec, start, ex.Now())
+		if err != nil || created {
+			if created {
+				hintStarted(ctx, st, runID)
+			}
+			return created, err
+		}
+		local = nil // a repeated start: checked as one below
+	}
 	// A local worker with room takes the run before it exists: its first
 	// write creates it, with its first events, in one transaction.
 	for _, w := range local {
@@ -294,11 +309,6 @@ func findItem(ctx context.Context, st store.Store, runID string, match func(stor
 	}
 }
 
-// StartOption qualifies a start by name (StartCBOR).
-type StartOption func(*startOptions)
-
-type startOptions struct{ version uint64 }
-
 // WithVersion starts the run at version v of the workflow rather than the
 // newest one the client's Workflows registers: the run is pinned to it and
 // finishes on it. A version the client does not register is ErrInvalid.
@@ -314,11 +324,15 @@ func WithVersion(v uint64) StartOption { return func(o *startOptions) { o.versio
 // Given a worker in this process with room (WithWorkers), the run goes to
 // it before it exists: the function runs up to its first durable point,
 // whose write creates the run, and Start returns once that is written.
-func (c *Client) Start(ctx context.Context, def Workflow, runID string, in any) error {
+func (c *Client) Start(ctx context.Context, def Workflow, runID string, in any, opts ...StartOption) error {
 	if def == nil {
 		return errorf("start", ErrInvalid, runID, detail("a nil workflow"))
 	}
 	if err := def.check(); err != nil {
+		return err
+	}
+	o, err := resolveStart(opts)
+	if err != nil {
 		return err
 	}
 	b, err := def.encodeInput(in)
@@ -328,7 +342,7 @@ func (c *Client) Start(ctx context.Context, def Workflow, runID string, in any) 
 	if err := c.carried(ctx, def, runID); err != nil {
 		return err
 	}
-	_, err = startRun(ctx, c.st, def, runID, b, "", c.workers, c.ex)
+	_, err = startRun(ctx, c.st, def, runID, b, "", c.workers, c.ex, c.queued(o))
 	return err
 }
 
@@ -342,11 +356,9 @@ func (c *Client) Start(ctx context.Context, def Workflow, runID string, in any) 
 // reports whether this call started the run (false: the same start was
 // already recorded).
 func (c *Client) StartCBOR(ctx context.Context, name, runID string, input []byte, opts ...StartOption) (created bool, err error) {
-	var o startOptions
-	for _, f := range opts {
-		if f != nil {
-			f(&o)
-		}
+	o, err := resolveStart(opts)
+	if err != nil {
+		return false, err
 	}
 	def, ok := c.wf.Lookup(name)
 	if o.version != 0 {
@@ -370,7 +382,7 @@ func (c *Client) StartCBOR(ctx context.Context, name, runID string, input []byte
 	if err := c.carried(ctx, def, runID); err != nil {
 		return false, err
 	}
-	created, err = startRun(ctx, c.st, def, runID, b, "", c.workers, c.ex)
+	created, err = startRun(ctx, c.st, def, runID, b, "", c.workers, c.ex, c.queued(o))
 	if o.version == 0 && errors.Is(err, ErrConflict) {
 		// A start that names no version is repeated by a client that is
 		// unsure of the first answer, and during a rolling upgrade the
@@ -444,8 +456,8 @@ func (c *Client) carried(ctx context.Context, def Workflow, runID string) error 
 }
 
 // Start is Client.Start with a typed input.
-func (d *Def[In, Out]) Start(ctx context.Context, c *Client, runID string, in In) error {
-	return c.Start(ctx, d, runID, in)
+func (d *Def[In, Out]) Start(ctx context.Context, c *Client, runID string, in In, opts ...StartOption) error {
+	return c.Start(ctx, d, runID, in, opts...)
 }
 
 // Result is Client.Result with the output decoded.
@@ -876,4 +888,19 @@ func (c *Client) operate(ctx context.Context, op, runID string) (held bool, err 
 // longer the writer's.
 func isFencing(err error) bool {
 	return errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrStaleEpoch) || errors.Is(err, store.ErrNotHolder)
+}
+
+// queuedStart is what a start on a queue needs of its client: the
+// declared queues, and the lease holder that records RunQueued.
+type queuedStart struct {
+	opts        startOptions
+	wf          *Workflows
+	holder, inc string
+}
+
+func (c *Client) queued(o startOptions) *queuedStart {
+	if o.queue == "" {
+		return nil
+	}
+	return &queuedStart{opts: o, wf: c.wf, holder: c.operator, inc: c.inc}
 }

@@ -684,7 +684,7 @@ func Child[In, Out any](c *Ctx, def *Def[In, Out], childID string, in In) (Out, 
 	if err := r.writable(c.ctx); err != nil {
 		return zero, c.halt(err)
 	}
-	if _, err := startRun(c.ctx, r.st, def, childID, input, r.id, nil, nil); err != nil {
+	if _, err := startRun(c.ctx, r.st, def, childID, input, r.id, nil, nil, nil); err != nil {
 		if errors.Is(err, ErrConflict) {
 			return fail(err.Error())
 		}

@@ -136,6 +136,7 @@ const maxInt = 1<<63 - 1
 type Workflows struct {
 	byName map[string][]Workflow // each name's versions, ascending
 	names  []string              // sorted: scans visit workflows in a stable order
+	queues []Queue               // declared queues, by name (AddQueues)
 }
 
 // NewWorkflows registers defs: ErrInvalid for an invalid definition or a

@@ -66,6 +66,14 @@
 //     StepStarted, in one transaction); Start returns once it is written.
 //     A Result waiting on a run the worker runs gets the end from it
 //     without reading the store.
+//   - Queues: a named Queue (AddQueues, or one an operator made in the
+//     store) bounds its runs across the cluster: a global and a per-worker
+//     concurrency, a rate, and, partitioned, each partition key's own. A
+//     run started OnQueue is written with RunQueued and its queue entry;
+//     workers admit runs with one store transaction (store.AdmitRuns) that
+//     counts the limits, by priority then FIFO, and take only admitted
+//     runs. The commit that ends a run archives it, which frees its slot
+//     in that transaction; a run taken over after a crash keeps its slot.
 //   - Writes: a run writes its stream at its durable points only. A plain
 //     step's StepCompleted (and RunStarted) rides with the run's next
 //     write, the next step's StepStarted or the end, and the end's commit

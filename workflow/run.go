@@ -34,6 +34,7 @@ type Event struct {
 const (
 	EvAcquired  = "acquired"  // the worker took the run's lease
 	EvQueued    = "queued"    // RunQueued recorded: the worker was at MaxActiveRuns
+	EvAdmitted  = "admitted"  // the worker admitted a run from its queue (store.AdmitRuns)
 	EvStarted   = "started"   // the run's function started here (first run or replay)
 	EvFenced    = "fenced"    // the run stopped here: its lease was lost or revoked, or the store fenced a write (Err says which)
 	EvPaused    = "paused"    // the run stopped here because it was paused

@@ -168,6 +168,12 @@ type startItem struct {
 	// Parent is the run that started this one as a child; it is told
 	// when this run ends. It is not part of the run's identity.
 	Parent string `cbor:"parent,omitempty"`
+	// Queue, Priority and Partition place the run in a queue (OnQueue):
+	// a worker's scan puts a run whose start names a queue but which has
+	// no entry there (its starter stopped in between) in it.
+	Queue     string `cbor:"queue,omitempty"`
+	Priority  int    `cbor:"priority,omitempty"`
+	Partition string `cbor:"partition,omitempty"`
 }
 
 type signalItem struct {

@@ -105,12 +105,14 @@ type Worker struct {
 	// the store goes through it.
 	hold *leasing.Holder
 
-	mu      sync.Mutex
-	runs    map[string]*heldRun
-	queued  map[string]bool   // runs whose RunQueued is recorded
-	starts  map[string]uint64 // run id → the version it was started with
-	backoff map[string]retry  // runs that stopped on an error: not before at
-	stopped bool
+	mu     sync.Mutex
+	runs   map[string]*heldRun
+	queued map[string]bool      // runs whose RunQueued is recorded
+	starts map[string]startItem // run id → its start, without the input
+	// declared: the Workflows' queues are declared in the store.
+	declared bool
+	backoff  map[string]retry // runs that stopped on an error: not before at
+	stopped  bool
 
 	// endMu guards ends, the Results of in-process clients (WithWorkers)
 	// waiting for a run's end, and live, the runs whose process has not
@@ -157,7 +159,7 @@ func StartWorker(ctx context.Context, scope *actor.Scope, cfg WorkerConfig) (*Wo
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, st: cfg.Store, ex: scope.Executor(), scope: sub,
-		runs: map[string]*heldRun{}, queued: map[string]bool{}, starts: map[string]uint64{}, backoff: map[string]retry{},
+		runs: map[string]*heldRun{}, queued: map[string]bool{}, starts: map[string]startItem{}, backoff: map[string]retry{},
 		ends: map[string][]*endWaiter{}, live: map[string]bool{}}
 	w.park = w.ex.NewParker()
 	w.hold = leasing.New(leasing.Config{Worker: cfg.Worker, Incarnation: cfg.Incarnation, Store: cfg.Store, Executor: w.ex,
@@ -329,11 +331,18 @@ func (w *Worker) reap() {
 
 // scan looks for runnable runs of every registered workflow: active, not
 // held by a live lease elsewhere, started with a version this worker
-// carries (each run with its own version's definition). It
-// takes them in (creation time, id) order up to MaxActiveRuns, and
-// records RunQueued for those beyond it that never started.
+// carries (each run with its own version's definition). It first admits
+// what room it has from the store's queues (AdmitRuns), then takes the
+// runs in (creation time, id) order up to MaxActiveRuns: a run on a queue
+// only once admitted (by any worker: one whose admitter died keeps its
+// slot and is taken over here), a run on no queue as it comes; it records
+// RunQueued for those beyond MaxActiveRuns that never started.
 func (w *Worker) scan(ctx context.Context) error {
 	storeNow, err := w.st.Now(ctx)
+	if err != nil {
+		return err
+	}
+	entries, err := w.admit(ctx)
 	if err != nil {
 		return err
 	}
@@ -364,13 +373,6 @@ func (w *Worker) scan(ctx context.Context) error {
 			if mine || failing && w.ex.Now().Before(b.at) {
 				continue
 			}
-			l, ok, err := w.st.GetLease(ctx, rec.ID)
-			if err != nil {
-				return err
-			}
-			if ok && l.Holder != "" && l.Holder != w.cfg.Worker && l.ExpiresAt.After(storeNow) {
-				continue
-			}
 			start, err := w.startOf(ctx, rec.ID)
 			if err != nil {
 				return err
@@ -382,14 +384,86 @@ func (w *Worker) scan(ctx context.Context) error {
 			if !carried {
 				continue // a version this binary does not carry: another node's
 			}
+			if start.Queue != "" {
+				e, ok := entries[rec.ID]
+				if !ok {
+					// Its starter stopped between the run's write and its
+					// queue entry: the entry is written here.
+					_, _, _ = w.st.EnqueueRun(ctx, store.QueuedRun{Queue: start.Queue, Run: rec.ID,
+						Partition: start.Partition, Priority: start.Priority})
+					continue
+				}
+				if !e.Admitted() {
+					continue // waits in its queue
+				}
+			}
+			l, ok, err := w.st.GetLease(ctx, rec.ID)
+			if err != nil {
+				return err
+			}
+			if ok && l.Holder != "" && l.Holder != w.cfg.Worker && l.ExpiresAt.After(storeNow) {
+				continue
+			}
 			if full {
-				w.admitLater(ctx, rec.ID, start)
+				if start.Queue == "" {
+					w.admitLater(ctx, rec.ID, start)
+				}
 				continue
 			}
 			w.take(ctx, rec.ID, def)
 		}
 	}
 	return nil
+}
+
+// admit declares the Workflows' queues (once), admits what room the
+// worker has from every queue of the store, and returns every queue
+// entry by run, the admissions made here included.
+func (w *Worker) admit(ctx context.Context) (map[string]store.QueuedRun, error) {
+	w.mu.Lock()
+	declared := w.declared
+	w.mu.Unlock()
+	if !declared {
+		for _, q := range w.cfg.Workflows.Queues() {
+			if err := declareQueue(ctx, w.st, q); err != nil {
+				return nil, err
+			}
+		}
+		w.mu.Lock()
+		w.declared = true
+		w.mu.Unlock()
+	}
+	qs, err := w.st.ListQueues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	entries := map[string]store.QueuedRun{}
+	for _, q := range qs {
+		w.mu.Lock()
+		room := w.cfg.MaxActiveRuns - len(w.runs)
+		w.mu.Unlock()
+		rs, err := w.st.ListQueuedRuns(ctx, q.Name)
+		if err != nil {
+			return nil, err
+		}
+		waiting := false
+		for _, r := range rs {
+			entries[r.Run] = r
+			waiting = waiting || !r.Admitted()
+		}
+		if room <= 0 || !waiting {
+			continue
+		}
+		got, err := w.st.AdmitRuns(ctx, q.Name, w.cfg.Worker, min(room, store.MaxBatch))
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range got {
+			entries[r.Run] = r
+			w.emit(Event{Kind: EvAdmitted, Run: r.Run})
+		}
+	}
+	return entries, nil
 }
 
 func compareStrings(a, b string) int {
@@ -402,22 +476,24 @@ func compareStrings(a, b string) int {
 	return 0
 }
 
-// startOf reads (once) a run's start item.
+// startOf reads (once) a run's start item; the answer has no input.
 func (w *Worker) startOf(ctx context.Context, id string) (*startItem, error) {
 	w.mu.Lock()
 	v, ok := w.starts[id]
 	w.mu.Unlock()
 	if ok {
-		return &startItem{Version: v}, nil
+		return &v, nil
 	}
 	s, err := readStart(ctx, w.st, id)
 	if err != nil || s == nil {
 		return nil, err
 	}
+	v = *s
+	v.Input = nil
 	w.mu.Lock()
-	w.starts[id] = s.Version
+	w.starts[id] = v
 	w.mu.Unlock()
-	return s, nil
+	return &v, nil
 }
 
 // admitLater records RunQueued for a run that never started, under a lease

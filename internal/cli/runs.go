@@ -71,7 +71,7 @@ binary (orrery.MainWith): each of its steps is journaled, so a run survives
 crashes and resumes where it stopped. These commands talk to a running server
 (orrery serve) at --addr.`,
 	})
-	var startVersion uint64
+	var startOn api.StartOptions
 	start := &cobra.Command{
 		Use:   "start WORKFLOW ID [JSON]",
 		Short: "Start a run (idempotent: the same workflow, id and input again is the same run)",
@@ -86,21 +86,28 @@ advertises workflow:WORKFLOW@N) is refused with code version_not_carried
 (exit 4), and nothing is started: deploy a node carrying it first.`,
 		Example: `  orrery run start ledger.payout p-1 '{"Account":"alice","Amount":50}'
   orrery run start ledger.payout p-1 '{"Account":"alice","Amount":50}' --version 1
-  orrery run start ledger.payout p-1 '{"Account":"alice","Amount":50}' -o json`,
+  orrery run start ledger.payout p-1 '{"Account":"alice","Amount":50}' -o json
+  orrery run start ledger.payout p-2 '{"Account":"bob","Amount":5}' --queue payouts --priority 1 --partition bob`,
 		Args: args(cobra.RangeArgs(2, 3)),
 		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
 			in, err := jsonArg(a, 2)
 			if err != nil {
 				return err
 			}
-			v, _, err := c.StartRunAt(ctx, a[0], a[1], startVersion, in)
+			if startOn.Queue == "" && (startOn.Priority != 0 || startOn.Partition != "") {
+				return usageError{fmt.Errorf("--priority and --partition need --queue")}
+			}
+			v, _, err := c.StartRunOn(ctx, a[0], a[1], in, startOn)
 			if err != nil {
 				return err
 			}
 			return e.printRun(v)
 		}),
 	}
-	start.Flags().Uint64Var(&startVersion, "version", 0, "the workflow version to run (default: the newest the server carries)")
+	start.Flags().Uint64Var(&startOn.Version, "version", 0, "the workflow version to run (default: the newest the server carries)")
+	start.Flags().StringVar(&startOn.Queue, "queue", "", "start the run on this named queue: it waits, queued, until admitted within the queue's limits")
+	start.Flags().IntVar(&startOn.Priority, "priority", 0, "the run's priority in its queue: lower first (needs --queue)")
+	start.Flags().StringVar(&startOn.Partition, "partition", "", "the run's partition key in a partitioned queue (needs --queue)")
 	var wf, status string
 	var version uint64
 	var page api.ListOptions

@@ -356,6 +356,7 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 		return err
 	}
 	metrics.CollectQueueDepths(st.QueueDepths)
+	metrics.CollectWorkflowQueues(st)
 	metrics.CollectWorldsUnplaced(n.Unplaced)
 	if roles[plane.RoleHost] {
 		metrics.CollectWorldsHosted(api.HostedBy(n.Host()))

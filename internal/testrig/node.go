@@ -72,6 +72,7 @@ func NewNode(t testing.TB, o NodeOptions) *Node {
 			t.Fatal(err)
 		}
 		n.Metrics.CollectQueueDepths(st.QueueDepths)
+		n.Metrics.CollectWorkflowQueues(st)
 	}
 	ex := actor.NewExecutor(1)
 	sys := actor.NewSystem(actor.WithExecutor(ex))

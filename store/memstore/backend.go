@@ -60,12 +60,12 @@ var ErrCrashed = errors.New("memstore: crashed")
 // (and as the Op of its errors): the lab's list of fault points.
 func Ops() []string {
 	return []string{
-		"acquire_leases", "active_snapshot", "append", "assign", "cancel_timer", "cas_watermark", "claim",
+		"acquire_leases", "active_snapshot", "admit_runs", "append", "assign", "cancel_timer", "cas_watermark", "claim",
 		"claim_due", "commit", "compact", "complete_many", "create_world", "cursor", "drain",
-		"effect_status", "enqueue", "fire", "fire_held", "floor", "fork_world", "get_assignment", "get_lease", "get_watermark", "get_world",
-		"head", "heartbeat", "list_effects", "list_timers", "list_worker_worlds", "list_workers",
-		"list_worlds", "next_due", "now", "publish", "put_snapshot", "queue_depths", "read", "read_inbox",
-		"read_window", "reap_effects", "reap_orphans", "reap_timers", "release_effect", "release_leases",
+		"effect_status", "enqueue", "enqueue_run", "fire", "fire_held", "floor", "fork_world", "get_assignment", "get_lease", "get_queue", "get_watermark", "get_world",
+		"head", "heartbeat", "list_effects", "list_queued_runs", "list_queues", "list_timers", "list_worker_worlds", "list_workers",
+		"list_worlds", "next_due", "now", "publish", "put_queue", "put_snapshot", "queue_depths", "queue_run_of", "read", "read_inbox",
+		"read_window", "reap_effects", "reap_orphans", "reap_timers", "recent_admissions", "release_effect", "release_leases",
 		"renew_leases", "resolve", "retire_worker", "retry_effect", "schedule", "send", "set_draining", "set_world_status",
 		"snapshot_below", "spawn", "sweep_dedupe", "unassign", "watch",
 	}
@@ -231,6 +231,7 @@ type state struct {
 	effectSeq   uint64             // last queue seq handed out
 	timers      map[string]*timer  // by intent hash
 	watermarks  map[watermarkKey]uint64
+	q           *queueState // made on first use
 
 	hub   hub.Hub  // shared by every handle, so a hint reaches watchers of all of them
 	hints []string // topics the running operation changed, sent by end

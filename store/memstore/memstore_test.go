@@ -432,6 +432,14 @@ func TestOpsListsEveryHookedOperation(t *testing.T) {
 		func() { s.Release(bg, "w", "A", e) },
 		func() { s.ReleaseLeases(bg, "A", []store.LeaseRef{{World: "w", Epoch: e}}) },
 		func() { s.AcquireLeases(bg, "A", []string{"w"}, time.Second) },
+		func() { s.PutQueue(bg, store.QueueSpec{Name: "q"}) },
+		func() { s.GetQueue(bg, "q") },
+		func() { s.ListQueues(bg) },
+		func() { s.EnqueueRun(bg, store.QueuedRun{Queue: "q", Run: "w"}) },
+		func() { s.AdmitRuns(bg, "q", "A", 1) },
+		func() { s.ListQueuedRuns(bg, "q") },
+		func() { s.QueueRunOf(bg, "w") },
+		func() { s.RecentAdmissions(bg, "q") },
 	}
 	for _, c := range calls {
 		c()

@@ -283,6 +283,9 @@ func (st *state) applyStatus(m statusMove, now time.Time) (withdrawn int) {
 	}
 	m.w.rec.Status, m.w.rec.StatusReason, m.w.rec.StatusChangedAt = m.to, m.reason, now
 	st.notify(store.TopicAssignments)
+	if m.to == store.WorldArchived {
+		st.leaveQueue(m.w.rec.ID)
+	}
 	if contract.WithdrawsPending(m.to) {
 		withdrawn = st.withdraw(m.w.rec.ID, nil, true, now)
 	}

@@ -966,3 +966,14 @@ BEGIN
         NULL;
     END;
 END $$;
+
+-- Archiving a run frees its slot (or takes it out of its queue) in the
+-- archiving transaction, whichever path archives it: a run's end commit,
+-- a cancellation, the operator. The world's row is locked by then, so the
+-- entry's comes after it (the lock order).
+CREATE OR REPLACE FUNCTION queued_runs_leave() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM queued_runs WHERE run = NEW.world;
+    RETURN NULL;
+END $$;

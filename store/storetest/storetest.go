@@ -164,6 +164,7 @@ func suite() []testCase {
 		retentionTests,
 		spawnTests,
 		withdrawTests,
+		queueTests,
 		modelTests,
 	} {
 		all = append(all, group()...)

@@ -350,9 +350,41 @@ function drain(id, draining) {
 
 // ---- queues, effects and timers ----
 
+// renderWorkflowQueues fills the named workflow queues' table from the
+// last GET /v1/queues (the event stream's queues event carries only the
+// plane's gauges).
+function renderWorkflowQueues(qs) {
+  const limit = (n) => (n ? String(n) : '–');
+  const counts = (m) => Object.keys(m || {}).sort().map((k) => `${k === '' ? '(none)' : k}: ${m[k]}`).join(', ');
+  const body = document.querySelector('#wfqueues tbody');
+  body.replaceChildren(...qs.map((q) => el('tr', { 'data-id': q.name },
+    el('td', {}, q.name), el('td', {}, limit(q.concurrency)), el('td', {}, limit(q.worker_concurrency)),
+    el('td', {}, q.rate_limit ? `${q.rate_limit} / ${q.rate_period_ms} ms` : '–'), el('td', {}, q.partitioned ? 'yes' : 'no'),
+    el('td', { class: 'running' }, String(q.running)), el('td', { class: 'waiting' }, String(q.waiting)),
+    el('td', {}, counts(q.waiting_by_priority)), el('td', {}, counts(q.waiting_by_partition)), el('td', {}, String(q.admitted_recent)))));
+  document.querySelector('#wfqueues-empty').hidden = qs.length > 0;
+}
+
+let wfQueuesLoading = false;
+
+// refreshWorkflowQueues reloads the workflow queues while their tab shows.
+async function refreshWorkflowQueues() {
+  if (state.tab !== 'queues' || wfQueuesLoading) return;
+  wfQueuesLoading = true;
+  try {
+    const q = await api('GET', '/v1/queues');
+    renderWorkflowQueues(q.workflow_queues || []);
+  } catch (e) {
+    notify(`loading the workflow queues: ${e instanceof ApiError ? e.toString() : e.message}`, true);
+  } finally {
+    wfQueuesLoading = false;
+  }
+}
+
 function renderQueues() {
   const q = state.queues;
   if (!q) return;
+  refreshWorkflowQueues();
   for (const dd of document.querySelectorAll('#queues dd')) {
     const v = String(q[dd.dataset.q]);
     if (dd.textContent !== v) dd.textContent = v;
@@ -787,6 +819,7 @@ function route() {
       clearWorldQueues();
       resetQueuePages();
       loadWorldQueues(arg);
+      refreshWorkflowQueues();
       break;
     case 'journal':
       if (arg) followJournal(arg);
