@@ -99,6 +99,9 @@ func TestWorldUpgradeEndToEnd(t *testing.T) {
 		}
 		cfgB := r.hostConfig("B", r.handle(nil), nil)
 		cfgB.Kernels = bothKernels(false)
+		// No periodic snapshot falls at the upgrade by chance: the one
+		// there is the upgrade's own.
+		cfgB.SnapshotEvery = 1000
 		stB := cfgB.Store.(*handle)
 		b, err := plane.StartHost(ctx, r.Root, cfgB)
 		if err != nil {

@@ -149,4 +149,21 @@
 // recorded by Refuse). A record holds a whole input and more, so it is
 // read back within event.MaxPayloadBytes, not an input's limit. emittedAt is the caller's clock and
 // nothing replay compares depends on it.
+//
+// # Versions and upgrades
+//
+// A binary may carry several versions of one world (Versions, with a typed
+// Upgrade function from each version to the next). A world moves from one
+// to another only by an input of kind vocab.KindUpgrade (EncodeUpgrade),
+// ordered with its other inputs: its record has eventType
+// WorldUpgraded, stepId "inbox/<seq>", planVersion the version the world
+// is on after it, and the payload {"v": 1, "input", "from", "to",
+// "outcome", "error", "refused", "state_hash"}. Only the handler's state
+// is migrated; what the kernel awaits (effects, timers) carries over, and
+// the image records the version (StateVersion) so that a snapshot names
+// the definition that reads it. An upgrade that fails (the function's
+// error or panic, a version not carried, a downgrade) is an error outcome
+// and the world stays where it was; one to the version the world is on is
+// a no-op. Replay runs every record with the definition that wrote it, so
+// a record of one version is never re-run by another.
 package world

@@ -253,3 +253,46 @@ func TestWorldFork(t *testing.T) {
 	}
 	f.fail(cli.ExitUsage, "world", "fork", "bob", "bob-old", "--height", "999")
 }
+
+func TestWorldUpgrade(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	f.ok("world", "create", "bob", "--universe", ledger.UniverseAccount)
+	f.ok("world", "call", "bob", "ledger/Open", `{"Owner":"bob"}`)
+	var u api.WorldUpgrade
+	f.okJSON(&u, "world", "upgrade", "bob", "--to", "1")
+	if u.Status != "already" || u.From != 1 || u.To != 1 {
+		t.Fatalf("upgrade to the version it is on: %+v", u)
+	}
+	if r := row(t, f.ok("world", "show", "bob"), "version"); !hasPrefix(r, "version", "1") {
+		t.Fatalf("show's version row %q", r)
+	}
+	// The binary carries v1 alone: the request is taken, ordered with the
+	// world's input, and the upgrade fails there, leaving bob on v1.
+	f.okJSON(&u, "world", "upgrade", "bob", "--to", "2")
+	if u.Status != "requested" || u.Seq == 0 {
+		t.Fatalf("upgrade to 2: %+v", u)
+	}
+	f.ok("world", "call", "bob", "ledger/Deposit", `{"Amount":5}`) // after the upgrade input
+	if got := f.ok("world", "call", "bob", "ledger/Balance"); got != "5\n" {
+		t.Fatalf("balance after a failed upgrade %q", got)
+	}
+	if r := row(t, f.ok("world", "show", "bob"), "version"); !hasPrefix(r, "version", "1") {
+		t.Fatalf("show's version row after a failed upgrade %q", r)
+	}
+	if out := f.ok("world", "journal", "bob"); !strings.Contains(out, "WorldUpgraded") && !strings.Contains(out, "upgrade") {
+		t.Fatalf("the journal does not show the upgrade record:\n%s", out)
+	}
+	var sum struct {
+		Universe               string
+		To                     uint64
+		Asked, Already, Failed int
+		Failures               []api.UpgradeFailure
+	}
+	f.okJSON(&sum, "world", "upgrade", "--universe", ledger.UniverseAccount, "--to", "1")
+	if sum.Already != 1 || sum.Asked != 0 || sum.Failed != 0 {
+		t.Fatalf("universe upgrade: %+v", sum)
+	}
+	f.fail(cli.ExitUsage, "world", "upgrade", "bob")
+	f.fail(cli.ExitUsage, "world", "upgrade", "bob", "--universe", ledger.UniverseAccount, "--to", "2")
+	f.fail(cli.ExitNotFound, "world", "upgrade", "nope", "--to", "2")
+}

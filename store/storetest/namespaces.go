@@ -15,6 +15,7 @@ func namespaceTests() []testCase {
 	return []testCase{
 		{"EnqueueRejectsStoreKindsAndKeys", testEnqueueRejectsStoreKindsAndKeys},
 		{"CallsAndEventsNeverShareADedupeKey", testCallsAndEventsNeverShareADedupeKey},
+		{"UpgradesHaveTheirOwnDedupeKeys", testUpgradesHaveTheirOwnDedupeKeys},
 	}
 }
 
@@ -90,5 +91,33 @@ func testCallsAndEventsNeverShareADedupeKey(t *testing.T, open Factory) {
 	}
 	if items := f.inbox("w"); len(items) != 2 || items[0].Kind != vocab.KindCall || items[1].Kind != "event" {
 		t.Fatalf("inbox = %+v, want the call and the event", items)
+	}
+}
+
+// An operator's upgrade request (kind upgrade) is keyed in its own
+// namespace: an event cannot take an upgrade's key first (and so make the
+// request disappear as a duplicate), and an upgrade has no other key.
+func testUpgradesHaveTheirOwnDedupeKeys(t *testing.T, open Factory) {
+	f := setup(t, open)
+	f.leased("w", "A")
+	key := store.UpgradeKeyPrefix + "2@0"
+	for _, item := range []store.InboxItem{
+		{Kind: "event", DedupeKey: key},
+		{Kind: vocab.KindUpgrade, DedupeKey: "2@0"},
+		{Kind: vocab.KindUpgrade},
+	} {
+		_, _, err := f.s.Enqueue(bg, "w", item)
+		wantErr(t, err, store.ErrInvalid, "Enqueue of kind "+item.Kind+" key "+item.DedupeKey)
+	}
+	seq, dup := f.enqueue("w", vocab.KindUpgrade, key, nil)
+	if dup {
+		t.Fatal("the upgrade deduped against a refused event")
+	}
+	again, dup := f.enqueue("w", vocab.KindUpgrade, key, nil)
+	if !dup || again != seq {
+		t.Fatalf("the upgrade again = seq %d dup %v, want %d dup", again, dup, seq)
+	}
+	if items := f.inbox("w"); len(items) != 1 || items[0].Kind != vocab.KindUpgrade || items[0].DedupeKey != key {
+		t.Fatalf("inbox = %+v, want the upgrade alone", items)
 	}
 }

@@ -85,6 +85,7 @@ window.worldPage = (function () {
             el('dt', {}, 'Status'), el('dd', { id: 'wp-status' }),
             el('dt', {}, 'Head'), el('dd', { id: 'wp-head' }),
             el('dt', {}, 'Journal floor'), el('dd', { id: 'wp-floor' }),
+            el('dt', {}, 'Version'), el('dd', { id: 'wp-version' }),
             el('dt', {}, 'Inbox'), el('dd', { id: 'wp-inbox' }),
             el('dt', {}, 'Created'), el('dd', { id: 'wp-created' })),
           el('p', { class: 'wp-actions' },
@@ -162,6 +163,10 @@ window.worldPage = (function () {
     status.className = 'status-' + v.status;
     q('#wp-head').textContent = String(v.head);
     q('#wp-floor').textContent = String(v.journal_floor || 0);
+    // The definition version the world is on, and an upgrade waiting in
+    // its inbox (orrery world upgrade).
+    q('#wp-version').textContent = (v.version ? `v${v.version}` : 'not started') +
+      (v.pending_upgrade ? `, upgrade to v${v.pending_upgrade} pending` : '');
     q('#wp-inbox').textContent = v.inbox_depth === undefined ? '' :
       `${v.inbox_depth}${v.inbox_depth_more ? '+' : ''} waiting` + (v.inbox_cursor !== undefined ? `, cursor ${v.inbox_cursor}` : '');
     q('#wp-created').replaceChildren(when(v.created_at));
