@@ -718,6 +718,16 @@ type InboxItem struct {
 	Payload    []byte
 	DedupeKey  string // optional; per-world uniqueness
 	EnqueuedAt time.Time
+	// MaxBacklog bounds a producer's Enqueue (read by Enqueue only; 0:
+	// unbounded): when the world's inbox already holds MaxBacklog items
+	// past its cursor (enqueued and not yet drained), the item is refused
+	// with ErrOverloaded and nothing is written. The count is checked in
+	// the transaction that would insert, so concurrent producers never
+	// pass the bound together. A duplicate of an accepted key is answered
+	// as a duplicate whatever the backlog. Items the store writes itself
+	// (receipts, timer firings, fabric deliveries) never carry a bound: a
+	// world's own effects and timers are not ingress and are never shed.
+	MaxBacklog int
 }
 
 // Inbox is the world's durable input queue. Items are kept after
@@ -728,6 +738,8 @@ type Inbox interface {
 	// DedupeKey returns the existing seq with dup=true and enqueues
 	// nothing. Enqueue needs no lease: any producer may enqueue, also to a
 	// paused world (its input waits). An archived world: ErrWorldArchived.
+	// A full inbox (see InboxItem.MaxBacklog): ErrOverloaded, nothing
+	// written.
 	Enqueue(ctx context.Context, world string, item InboxItem) (seq uint64, dup bool, err error)
 	// ReadInbox returns up to limit items with seq > afterSeq, in seq order.
 	ReadInbox(ctx context.Context, world string, afterSeq uint64, limit int) ([]InboxItem, error)
@@ -1349,7 +1361,27 @@ var (
 	// effect: retry it (every write is idempotent by its key or fenced by
 	// its epoch), never report it as failed. See Unavailable.
 	ErrUnavailable = errors.New("store: unavailable")
+	// ErrOverloaded: ingress was refused because a bound was reached (a
+	// world's inbox backlog, see InboxItem.MaxBacklog). Nothing was
+	// written: the same request, dedupe key included, may be retried once
+	// the world has drained.
+	ErrOverloaded = errors.New("store: overloaded")
 )
+
+// Backlog is the undrained depth of an inbox whose last item has seq last
+// and whose cursor is cursor: the seq distance, which is the item count
+// while seqs are gapless and never less than it otherwise, so a bound on
+// it refuses early rather than late.
+func Backlog(last, cursor uint64) uint64 {
+	if last <= cursor {
+		return 0
+	}
+	return last - cursor
+}
+
+// Overloaded reports whether an inbox with backlog undrained items is full
+// under bound max (0: unbounded).
+func Overloaded(backlog uint64, max int) bool { return max > 0 && backlog >= uint64(max) }
 
 // Unavailable is the Kind of a *Error whose cause is a lost or refused
 // connection: it matches ErrUnavailable, and errors.Is and errors.As still
