@@ -257,6 +257,9 @@ func (r *recorder) QueryTimers(ctx context.Context, f TimerFilter) ([]TimerItem,
 func (r *recorder) QueueDepths(ctx context.Context) (QueueDepths, error) {
 	return QueueDepths{}, r.rec(ctx, "QueueDepths")
 }
+func (r *recorder) PendingEffects(ctx context.Context) (map[string]int64, error) {
+	return nil, r.rec(ctx, "PendingEffects")
+}
 
 var _ Backend = (*recorder)(nil)
 
@@ -648,6 +651,7 @@ func validCalls() []struct {
 			return err
 		}},
 		{"QueueDepths", func(f *Front) error { _, err := f.QueueDepths(fbg); return err }},
+		{"PendingEffects", func(f *Front) error { _, err := f.PendingEffects(fbg); return err }},
 	}
 }
 

@@ -1275,6 +1275,12 @@ type Views interface {
 	ListTimers(ctx context.Context, world string, limit int) ([]TimerItem, error)
 	// QueueDepths reads the gauges.
 	QueueDepths(ctx context.Context) (QueueDepths, error)
+	// PendingEffects counts the pending effects of each kind (waiting to
+	// be claimed, a retry wait included; not inflight, held or ended);
+	// kinds with none are absent. It is an indexed count, read by the
+	// plane's ingress admission (a bounded effect queue per kind) from a
+	// cache it refreshes, never per request.
+	PendingEffects(ctx context.Context) (map[string]int64, error)
 	// QueryEffects lists, across worlds, up to f.Limit effect records that
 	// pass f's filters with queue seq > f.AfterSeq, in seq order: pending,
 	// inflight and held effects and the done and withdrawn records kept until

@@ -22,6 +22,7 @@ func backlogTests() []testCase {
 		{"BoundedEnqueueNeverLetsConcurrentProducersPastTheBound", testBacklogConcurrent},
 		{"StoreDeliveriesPassAFullInbox", testBacklogDeliveriesPass},
 		{"NegativeBoundIsInvalid", testBacklogNegative},
+		{"PendingEffectsCountsEachKindsPendingOnly", testPendingEffects},
 	}
 }
 
@@ -165,5 +166,27 @@ func testBacklogNegative(t *testing.T, open Factory) {
 	wantErr(t, err, store.ErrInvalid, "Enqueue with a negative bound")
 	if n := len(f.inbox("w")); n != 0 {
 		t.Fatalf("inbox holds %d items after an invalid Enqueue", n)
+	}
+}
+
+func testPendingEffects(t *testing.T, open Factory) {
+	f := setup(t, open)
+	e := f.leased("w", "A")
+	got, err := f.s.PendingEffects(bg)
+	must(t, err, "PendingEffects")
+	if len(got) != 0 {
+		t.Fatalf("PendingEffects of an empty store = %v", got)
+	}
+	in := intents("h1", "h2", "m1", "m2", "m3")
+	for i := 2; i < len(in); i++ {
+		in[i].Kind = "mail.send"
+	}
+	_, err = f.s.Publish(bg, "w", e, in)
+	must(t, err, "Publish")
+	f.claimOne("fx", "h1") // inflight: no longer pending
+	got, err = f.s.PendingEffects(bg)
+	must(t, err, "PendingEffects")
+	if len(got) != 2 || got["mail.send"] != 3 || got[effectKind] != 1 {
+		t.Fatalf("PendingEffects = %v, want mail.send 3 and %s 1", got, effectKind)
 	}
 }
