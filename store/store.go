@@ -727,8 +727,15 @@ type InboxItem struct {
 	// as a duplicate whatever the backlog. Items the store writes itself
 	// (receipts, timer firings, fabric deliveries) never carry a bound: a
 	// world's own effects and timers are not ingress and are never shed.
+	// RefuseNew accepts no new item at all (a duplicate still answers as
+	// one): how a caller that sheds for another reason (an effect queue
+	// past its bound) keeps a retry of accepted work answered as a
+	// duplicate.
 	MaxBacklog int
 }
+
+// RefuseNew is the InboxItem.MaxBacklog that refuses every new item.
+const RefuseNew = -1
 
 // Inbox is the world's durable input queue. Items are kept after
 // consumption; a per-world cursor marks what has been drained.
@@ -1386,8 +1393,10 @@ func Backlog(last, cursor uint64) uint64 {
 }
 
 // Overloaded reports whether an inbox with backlog undrained items is full
-// under bound max (0: unbounded).
-func Overloaded(backlog uint64, max int) bool { return max > 0 && backlog >= uint64(max) }
+// under bound max (0: unbounded; RefuseNew: always).
+func Overloaded(backlog uint64, max int) bool {
+	return max == RefuseNew || (max > 0 && backlog >= uint64(max))
+}
 
 // Unavailable is the Kind of a *Error whose cause is a lost or refused
 // connection: it matches ErrUnavailable, and errors.Is and errors.As still

@@ -223,8 +223,8 @@ func CheckIngress(op string, item InboxItem) error {
 	if strings.HasPrefix(item.DedupeKey, ReceiptKeyPrefix) || strings.HasPrefix(item.DedupeKey, TimerKeyPrefix) {
 		return invalid(op, "dedupeKey", "%q is in a namespace reserved for the store's own deliveries", item.DedupeKey)
 	}
-	if item.MaxBacklog < 0 {
-		return invalid(op, "maxBacklog", "%d is negative (0 is unbounded)", item.MaxBacklog)
+	if item.MaxBacklog < RefuseNew {
+		return invalid(op, "maxBacklog", "%d is below RefuseNew (0 is unbounded)", item.MaxBacklog)
 	}
 	if call := strings.HasPrefix(item.DedupeKey, CallKeyPrefix); item.DedupeKey != "" && call != (item.Kind == vocab.KindCall) {
 		if call {

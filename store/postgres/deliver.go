@@ -435,7 +435,7 @@ func (s *backend) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 			if out.err = gate(r, w); out.err != nil {
 				continue
 			}
-			if r.maxBacklog > 0 {
+			if r.maxBacklog != 0 {
 				// A duplicate answers as one, whatever the backlog.
 				_, dup := keys[inboxKey{r.world, r.key}]
 				if n := store.Backlog(uint64(w.seq), uint64(w.cursor)); !(r.key != "" && dup) && store.Overloaded(n, r.maxBacklog) {

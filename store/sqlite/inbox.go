@@ -115,7 +115,7 @@ func (s *backend) Enqueue(ctx context.Context, world string, item store.InboxIte
 		if err != nil {
 			return err
 		}
-		if item.MaxBacklog > 0 {
+		if item.MaxBacklog != 0 {
 			if seq, dup, err = t.overloaded(op, w, item); err != nil || dup {
 				return err
 			}

@@ -21,7 +21,8 @@ func backlogTests() []testCase {
 		{"BoundedEnqueueAnswersADuplicateAsADuplicate", testBacklogDuplicate},
 		{"BoundedEnqueueNeverLetsConcurrentProducersPastTheBound", testBacklogConcurrent},
 		{"StoreDeliveriesPassAFullInbox", testBacklogDeliveriesPass},
-		{"NegativeBoundIsInvalid", testBacklogNegative},
+		{"BoundBelowRefuseNewIsInvalid", testBacklogNegative},
+		{"RefuseNewAnswersOnlyDuplicates", testRefuseNew},
 		{"PendingEffectsCountsEachKindsPendingOnly", testPendingEffects},
 	}
 }
@@ -162,8 +163,8 @@ func testBacklogDeliveriesPass(t *testing.T, open Factory) {
 func testBacklogNegative(t *testing.T, open Factory) {
 	f := setup(t, open)
 	f.world("w")
-	_, _, err := f.s.Enqueue(bg, "w", bounded("event", "", nil, -1))
-	wantErr(t, err, store.ErrInvalid, "Enqueue with a negative bound")
+	_, _, err := f.s.Enqueue(bg, "w", bounded("event", "", nil, store.RefuseNew-1))
+	wantErr(t, err, store.ErrInvalid, "Enqueue with a bound below RefuseNew")
 	if n := len(f.inbox("w")); n != 0 {
 		t.Fatalf("inbox holds %d items after an invalid Enqueue", n)
 	}
@@ -188,5 +189,21 @@ func testPendingEffects(t *testing.T, open Factory) {
 	must(t, err, "PendingEffects")
 	if len(got) != 2 || got["mail.send"] != 3 || got[effectKind] != 1 {
 		t.Fatalf("PendingEffects = %v, want mail.send 3 and %s 1", got, effectKind)
+	}
+}
+
+func testRefuseNew(t *testing.T, open Factory) {
+	f := setup(t, open)
+	f.world("w")
+	before := f.worldState("w")
+	_, _, err := f.s.Enqueue(bg, "w", bounded("event", "k", nil, store.RefuseNew))
+	wantErr(t, err, store.ErrOverloaded, "RefuseNew into an empty inbox")
+	if after := f.worldState("w"); after != before {
+		t.Fatalf("a refused Enqueue changed the world:\nbefore %s\nafter  %s", before, after)
+	}
+	seq, _ := f.enqueue("w", "event", "k", nil)
+	again, dup, err := f.s.Enqueue(bg, "w", bounded("event", "k", nil, store.RefuseNew))
+	if err != nil || !dup || again != seq {
+		t.Fatalf("RefuseNew of an accepted key = %d dup %v err %v, want the duplicate of %d", again, dup, err, seq)
 	}
 }
