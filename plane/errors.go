@@ -44,6 +44,11 @@ const (
 	// snapshot on demand, and none reached that height since); the
 	// context's error is wrapped.
 	ErrSnapshotPending = sentinel("plane: snapshot not taken yet")
+	// ErrOverloaded: ingress was refused because a bound was reached (a
+	// world's inbox, an effect queue; see Limits): nothing was written.
+	// It also matches store.ErrOverloaded; RetryAfter says when to try
+	// the same request (with the same idempotency key) again.
+	ErrOverloaded = sentinel("plane: overloaded")
 	// ErrInvalid: an argument is out of range.
 	ErrInvalid = sentinel("plane: invalid argument")
 )
