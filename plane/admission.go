@@ -62,7 +62,9 @@ func (o *Overload) Error() string {
 }
 
 // Is matches ErrOverloaded and store.ErrOverloaded.
-func (o *Overload) Is(target error) bool { return target == ErrOverloaded || target == store.ErrOverloaded }
+func (o *Overload) Is(target error) bool {
+	return target == ErrOverloaded || target == store.ErrOverloaded
+}
 
 // Unwrap returns the store's refusal.
 func (o *Overload) Unwrap() error { return o.Err }
