@@ -202,6 +202,14 @@ func (m *Metrics) CollectRuns(f func() map[string]int) {
 	m.gauges.runs = f
 }
 
+// CollectIngressRefused makes orrery_ingress_refused_total{reason} read f
+// at each scrape (plane.Admission.Refused gives the node's counts).
+func (m *Metrics) CollectIngressRefused(f func() map[string]uint64) {
+	m.gauges.mu.Lock()
+	defer m.gauges.mu.Unlock()
+	m.gauges.refused = f
+}
+
 // ObserveLeaseRenew records one batched renewal's round trip.
 func (m *Metrics) ObserveLeaseRenew(d time.Duration) { m.leaseRenew.Observe(d.Seconds()) }
 
@@ -237,27 +245,41 @@ const ScrapeTimeout = 5 * time.Second
 var (
 	queueDepthDesc = prometheus.NewDesc("orrery_queue_depth", "Items in each of the plane's queues.", []string{"queue"}, nil)
 	hostedDesc     = prometheus.NewDesc("orrery_worlds_hosted", "Worlds a worker holds (held) and runs a process for (active).", []string{"worker", "state"}, nil)
+	refusedDesc    = prometheus.NewDesc("orrery_ingress_refused_total", "Ingress requests refused with overloaded (429), by reason: inbox (a world's inbox at its bound) or effect_queue (an effect kind's pending queue at its bound).", []string{"reason"}, nil)
 	runsDesc       = prometheus.NewDesc("orrery_workflow_runs", "Workflow runs in each status (queued, running, paused, completed, failed, cancelled), as this node's runs projection has them.", []string{"status"}, nil)
 )
 
 // gaugeCollector reads the gauges at scrape time.
 type gaugeCollector struct {
-	mu     sync.Mutex
-	depths func(context.Context) (store.QueueDepths, error)
-	hosted func() []Hosted
-	runs   func() map[string]int
+	mu      sync.Mutex
+	depths  func(context.Context) (store.QueueDepths, error)
+	hosted  func() []Hosted
+	runs    func() map[string]int
+	refused func() map[string]uint64
 }
 
 func (g *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- queueDepthDesc
 	ch <- hostedDesc
 	ch <- runsDesc
+	ch <- refusedDesc
 }
 
 func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	g.mu.Lock()
-	depths, hosted, runs := g.depths, g.hosted, g.runs
+	depths, hosted, runs, refused := g.depths, g.hosted, g.runs, g.refused
 	g.mu.Unlock()
+	if refused != nil {
+		counts := refused()
+		reasons := make([]string, 0, len(counts))
+		for r := range counts {
+			reasons = append(reasons, r)
+		}
+		slices.Sort(reasons)
+		for _, r := range reasons {
+			ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(counts[r]), r)
+		}
+	}
 	if runs != nil {
 		counts := runs()
 		statuses := make([]string, 0, len(counts))
