@@ -53,6 +53,7 @@ type rigOptions struct {
 	cfg     func(*api.Config)
 	metrics bool
 	orchID  string // the orchestrator's id (default "orch"; a node uses its worker's)
+	limits  plane.Limits
 }
 
 // rig is the shared test node (internal/testrig) with the counter's
@@ -63,7 +64,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	t.Helper()
 	return &rig{testrig.NewNode(t, testrig.NodeOptions{
 		Store: o.store, Kernels: kernels(), Universes: []string{universe, other}, Token: o.token,
-		Workers: o.workers, Config: o.cfg, Metrics: o.metrics, OrchID: o.orchID,
+		Workers: o.workers, Config: o.cfg, Metrics: o.metrics, OrchID: o.orchID, Limits: o.limits,
 	})}
 }
 
