@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/orrery-run/orrery/api"
 )
 
 // TestParseKindBounds: kind=N pairs parse; a missing '=', an empty or
@@ -50,4 +53,14 @@ func FuzzParseKindBounds(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestOverloadedExitsEight: an overloaded answer (429) is exit 8, named
+// overloaded under -o json, apart from unavailable (5): the server is up
+// and asks for a later retry.
+func TestOverloadedExitsEight(t *testing.T) {
+	code, ok := apiExitCode(&api.Error{Status: http.StatusTooManyRequests, Code: api.CodeOverloaded})
+	if !ok || code != ExitOverloaded || ExitOverloaded != 8 || codeName(code) != api.CodeOverloaded {
+		t.Fatalf("overloaded: exit %d (%v), named %q", code, ok, codeName(code))
+	}
 }
