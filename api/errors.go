@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fxamacker/cbor/v2"
 
@@ -20,6 +22,27 @@ import (
 	"github.com/orrery-run/orrery/workflow"
 	"github.com/orrery-run/orrery/world"
 )
+
+// ErrOverloaded matches an overloaded answer (429) of the Go client, as
+// do plane.ErrOverloaded and store.ErrOverloaded: the request was refused
+// past a bound and wrote nothing; retry it, same key, after RetryAfter.
+var ErrOverloaded = errors.New("api: overloaded")
+
+// RetryAfter is how long an overloaded answer asks the client to wait
+// (its details.retry_after_seconds), 0 for any other error.
+func RetryAfter(err error) time.Duration {
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeOverloaded {
+		return 0
+	}
+	switch v := e.Details["retry_after_seconds"].(type) {
+	case float64:
+		return time.Duration(v * float64(time.Second))
+	case int:
+		return time.Duration(v) * time.Second
+	}
+	return time.Second
+}
 
 // Error codes: the stable, lowercase "code" of every error body. A client
 // branches on the code (or on errors.Is, see Error.Is), never on the
@@ -43,6 +66,7 @@ const (
 	CodeTooLarge          = "too_large"              // 413
 	CodeUnsupportedMedia  = "unsupported_media_type" // 415
 	CodeCallFailed        = "call_failed"            // 422: the world's handler failed or did not reply
+	CodeOverloaded        = "overloaded"             // 429: ingress refused past a bound, nothing written (Retry-After; details.retry_after_seconds, reason, kind)
 	CodeDowngrade         = "downgrade"              // 409: an upgrade to an older version than the world's
 	CodeInternal          = "internal"               // 500: a genuine internal failure
 	CodeUnavailable       = "unavailable"            // 503: the store is closed, the request was cancelled
@@ -90,7 +114,8 @@ func (e *Error) Error() string {
 // reply_unavailable
 // plane.ErrReplyUnavailable; call_failed plane.ErrCallFailed; timeout
 // context.DeadlineExceeded; unavailable store.ErrClosed; compacted
-// store.ErrCompacted; downgrade plane.ErrDowngrade and world.ErrDowngrade.
+// store.ErrCompacted; downgrade plane.ErrDowngrade and world.ErrDowngrade;
+// overloaded ErrOverloaded, plane.ErrOverloaded and store.ErrOverloaded.
 func (e *Error) Is(target error) bool {
 	switch e.Code {
 	case CodeInvalidArgument:
@@ -142,6 +167,8 @@ func (e *Error) Is(target error) bool {
 		return target == store.ErrClosed || target == store.ErrUnavailable
 	case CodeCompacted:
 		return target == store.ErrCompacted
+	case CodeOverloaded:
+		return target == ErrOverloaded || target == plane.ErrOverloaded || target == store.ErrOverloaded
 	}
 	return false
 }
@@ -166,6 +193,8 @@ var errorTable = [...]errorRule{
 	{workflow.ErrVersionNotCarried, http.StatusConflict, CodeVersionNotCarried, ""},
 	{workflow.ErrInvalid, http.StatusBadRequest, CodeInvalidArgument, ""},
 	{workflow.ErrStopped, http.StatusServiceUnavailable, CodeUnavailable, ""},
+	{plane.ErrOverloaded, http.StatusTooManyRequests, CodeOverloaded, ""},
+	{store.ErrOverloaded, http.StatusTooManyRequests, CodeOverloaded, ""},
 	{plane.ErrCallFailed, http.StatusUnprocessableEntity, CodeCallFailed, ""},
 	{plane.ErrReplyUnavailable, http.StatusConflict, CodeReplyUnavailable, ""},
 	{plane.ErrInvalidIngress, http.StatusBadRequest, CodeInvalidArgument, ""},
@@ -242,6 +271,9 @@ func toError(err error) *Error {
 			if r.resource != "" {
 				out.Details = map[string]any{"resource": r.resource}
 			}
+			if r.code == CodeOverloaded {
+				out.Details = overloadDetails(err)
+			}
 			var ce *store.CompactedError
 			if r.code == CodeCompacted && errors.As(err, &ce) {
 				// Where a reader that accepts the loss reads on from.
@@ -254,6 +286,21 @@ func toError(err error) *Error {
 		}
 	}
 	return apiErr(http.StatusInternalServerError, CodeInternal, "internal error")
+}
+
+// overloadDetails says why ingress was refused and when to retry: the
+// plane's estimate in whole seconds, at least one.
+func overloadDetails(err error) map[string]any {
+	secs := int(math.Ceil(plane.RetryAfter(err).Seconds()))
+	d := map[string]any{"retry_after_seconds": max(secs, 1)}
+	var o *plane.Overload
+	if errors.As(err, &o) {
+		d["reason"] = o.Reason
+		if o.Kind != "" {
+			d["kind"] = o.Kind
+		}
+	}
+	return d
 }
 
 // describe says what went wrong without the chain of operations an error
@@ -338,6 +385,10 @@ func writeError(w http.ResponseWriter, e *Error) {
 	}
 	if e.Status == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" {
 		w.Header().Set("Retry-After", retryAfter)
+	}
+	if e.Status == http.StatusTooManyRequests && w.Header().Get("Retry-After") == "" {
+		secs, _ := e.Details["retry_after_seconds"].(int)
+		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
 	}
 	writeJSON(w, e.Status, e)
 }

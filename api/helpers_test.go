@@ -56,6 +56,7 @@ type rigOptions struct {
 	orchID  string // the orchestrator's id (default "orch"; a node uses its worker's)
 	// workflows a runs rig serves (nil: payoutDef alone).
 	workflows []workflow.Workflow
+	limits    plane.Limits
 }
 
 // rig is the shared test node (internal/testrig) with the counter's
@@ -66,7 +67,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	t.Helper()
 	return &rig{testrig.NewNode(t, testrig.NodeOptions{
 		Store: o.store, Kernels: kernels(), Universes: []string{universe, other}, Token: o.token,
-		Workers: o.workers, Config: o.cfg, Metrics: o.metrics, OrchID: o.orchID,
+		Workers: o.workers, Config: o.cfg, Metrics: o.metrics, OrchID: o.orchID, Limits: o.limits,
 	})}
 }
 

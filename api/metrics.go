@@ -210,6 +210,14 @@ func (m *Metrics) CollectRuns(f func() map[string]int) {
 	m.gauges.runs = f
 }
 
+// CollectIngressRefused makes orrery_ingress_refused_total{reason} read f
+// at each scrape (plane.Admission.Refused gives the node's counts).
+func (m *Metrics) CollectIngressRefused(f func() map[string]uint64) {
+	m.gauges.mu.Lock()
+	defer m.gauges.mu.Unlock()
+	m.gauges.refused = f
+}
+
 // ObserveLeaseRenew records one batched renewal's round trip.
 func (m *Metrics) ObserveLeaseRenew(d time.Duration) { m.leaseRenew.Observe(d.Seconds()) }
 
@@ -268,6 +276,7 @@ var (
 	hostedDesc     = prometheus.NewDesc("orrery_worlds_hosted", "Worlds a worker holds (held) and runs a process for (active).", []string{"worker", "state"}, nil)
 	unplacedDesc   = prometheus.NewDesc("orrery_worlds_unplaced", "Active worlds the acting orchestrator could place on no live host that carries their type and has room (0 where the orchestrator does not act).", nil, nil)
 	queueRunDesc   = prometheus.NewDesc("orrery_queue_running", "Admitted runs of each named workflow queue: each holds a slot until it ends.", []string{"queue"}, nil)
+	refusedDesc    = prometheus.NewDesc("orrery_ingress_refused_total", "Ingress requests refused with overloaded (429), by reason: inbox (a world's inbox at its bound) or effect_queue (an effect kind's pending queue at its bound).", []string{"reason"}, nil)
 	runsDesc       = prometheus.NewDesc("orrery_workflow_runs", "Workflow runs in each status (queued, running, paused, completed, failed, cancelled), as this node's runs projection has them.", []string{"status"}, nil)
 )
 
@@ -279,6 +288,7 @@ type gaugeCollector struct {
 	runs     func() map[string]int
 	unplaced func() int
 	queues   store.Queues
+	refused  func() map[string]uint64
 }
 
 func (g *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -287,17 +297,29 @@ func (g *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- runsDesc
 	ch <- unplacedDesc
 	ch <- queueRunDesc
+	ch <- refusedDesc
 }
 
 func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	g.mu.Lock()
-	depths, hosted, runs, unplaced, queues := g.depths, g.hosted, g.runs, g.unplaced, g.queues
+	depths, hosted, runs, unplaced, queues, refused := g.depths, g.hosted, g.runs, g.unplaced, g.queues, g.refused
 	g.mu.Unlock()
 	if unplaced != nil {
 		ch <- prometheus.MustNewConstMetric(unplacedDesc, prometheus.GaugeValue, float64(unplaced()))
 	}
 	if queues != nil {
 		collectWorkflowQueues(ch, queues)
+	}
+	if refused != nil {
+		counts := refused()
+		reasons := make([]string, 0, len(counts))
+		for r := range counts {
+			reasons = append(reasons, r)
+		}
+		slices.Sort(reasons)
+		for _, r := range reasons {
+			ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(counts[r]), r)
+		}
 	}
 	if runs != nil {
 		counts := runs()

@@ -38,6 +38,9 @@ type ClientConfig struct {
 	// its input goes in (Activation): an unplaced world is placed and
 	// taken at once instead of at the next reconcile.
 	Activator Activation
+	// Admission bounds Send and Call (nil: unbounded): a refused call
+	// answers ErrOverloaded at once, with nothing enqueued.
+	Admission *Admission
 }
 
 // Client is the Go client of the plane: Send, Call and State.
@@ -75,7 +78,7 @@ func (c *Client) Send(ctx context.Context, worldID string, v any, idempotencyKey
 		return Ack{}, errorf("send", ErrInvalidIngress, worldID, err)
 	}
 	activate(ctx, c.cfg.Activator, worldID)
-	return c.in.enqueue(ctx, c.cfg.Store, "send", worldID, store.InboxItem{Kind: vocab.KindEvent, Payload: payload, DedupeKey: idempotencyKey})
+	return c.in.enqueue(ctx, c.cfg.Store, c.cfg.Admission, "send", worldID, store.InboxItem{Kind: vocab.KindEvent, Payload: payload, DedupeKey: idempotencyKey})
 }
 
 // ingressTrace writes the orrery.ingress span of an enqueue and records it
@@ -122,9 +125,9 @@ func (t ingressTrace) end(sp trace.Span, worldID string, ack Ack, err error) {
 	otrace.End(sp, t.now(), err)
 }
 
-func (t ingressTrace) enqueue(ctx context.Context, st store.Store, op, worldID string, item store.InboxItem) (Ack, error) {
+func (t ingressTrace) enqueue(ctx context.Context, st store.Store, adm *Admission, op, worldID string, item store.InboxItem) (Ack, error) {
 	ctx, sp := t.start(ctx, worldID, item.Kind)
-	ack, err := enqueue(ctx, st, op, worldID, item)
+	ack, err := enqueue(ctx, st, adm, op, worldID, item)
 	t.end(sp, worldID, ack, err)
 	return ack, err
 }
@@ -134,8 +137,12 @@ func (t ingressTrace) enqueue(ctx context.Context, st store.Store, op, worldID s
 // the key outside its namespaces, the size) once, before it writes: its
 // refusal is the input's, answered as ErrInvalidIngress, and nothing here
 // checks the item again.
-func enqueue(ctx context.Context, st store.Store, op, worldID string, item store.InboxItem) (Ack, error) {
+func enqueue(ctx context.Context, st store.Store, adm *Admission, op, worldID string, item store.InboxItem) (Ack, error) {
+	item, over := adm.bounded(ctx, item)
 	seq, dup, err := st.Enqueue(ctx, worldID, item)
+	if errors.Is(err, store.ErrOverloaded) && adm != nil {
+		return Ack{}, adm.refused(op, worldID, over, err)
+	}
 	if errors.Is(err, store.ErrInvalid) {
 		return Ack{}, errorf(op, ErrInvalidIngress, worldID, err)
 	}
@@ -180,7 +187,7 @@ func (c *Client) CallWithID(ctx context.Context, worldID, callID string, v any) 
 		defer c.cfg.Replies.forget(callID)
 	}
 	activate(ctx, c.cfg.Activator, worldID)
-	ack, err := c.in.enqueue(ctx, c.cfg.Store, "call", worldID, store.InboxItem{Kind: vocab.KindCall, Payload: payload, DedupeKey: CallKey(callID)})
+	ack, err := c.in.enqueue(ctx, c.cfg.Store, c.cfg.Admission, "call", worldID, store.InboxItem{Kind: vocab.KindCall, Payload: payload, DedupeKey: CallKey(callID)})
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +202,8 @@ func (c *Client) CallWithID(ctx context.Context, worldID, callID string, v any) 
 		// store still holds the call (a lost item is enqueued again).
 		rep, height, ok, err := c.replyFromJournal(ctx, worldID, ack.Seq, callID, delay >= c.cfg.PollMax)
 		if errors.Is(err, errCallLost) {
-			ack, err = c.in.enqueue(ctx, c.cfg.Store, "call", worldID, store.InboxItem{Kind: vocab.KindCall, Payload: payload, DedupeKey: CallKey(callID)})
+			// Accepted work put back: never shed.
+			ack, err = c.in.enqueue(ctx, c.cfg.Store, nil, "call", worldID, store.InboxItem{Kind: vocab.KindCall, Payload: payload, DedupeKey: CallKey(callID)})
 		}
 		if err != nil {
 			return nil, err

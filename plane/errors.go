@@ -52,6 +52,11 @@ const (
 	// version of its definition; nothing was enqueued (world.ErrDowngrade
 	// is wrapped).
 	ErrDowngrade = sentinel("plane: downgrade refused")
+	// ErrOverloaded: ingress was refused because a bound was reached (a
+	// world's inbox, an effect queue; see Limits): nothing was written.
+	// It also matches store.ErrOverloaded; RetryAfter says when to try
+	// the same request (with the same idempotency key) again.
+	ErrOverloaded = sentinel("plane: overloaded")
 	// ErrInvalid: an argument is out of range.
 	ErrInvalid = sentinel("plane: invalid argument")
 )

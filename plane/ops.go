@@ -29,6 +29,7 @@ type Ops struct {
 	recDec  *event.Decoder // journal records: a whole input and more, so a record's limit
 	in      ingressTrace
 	act     Activation // nil: inputs wait for the reconcile to place their world
+	adm     *Admission // nil: ingress unbounded
 }
 
 // ingressDecoder is what ingress validation reads payloads with: an
@@ -47,6 +48,12 @@ type opsOptions struct {
 	links  *TraceLinks
 	clock  actor.Executor
 	act    Activation
+	adm    *Admission
+}
+
+// OpsAdmission bounds EnqueueIngress and EnqueueEvent by a's limits.
+func OpsAdmission(a *Admission) OpsOption {
+	return func(o *opsOptions) { o.adm = a }
 }
 
 // OpsActivation makes EnqueueIngress and EnqueueEvent activate the world
@@ -78,7 +85,7 @@ func NewOps(st store.Store, kernels Kernels, opts ...OpsOption) (*Ops, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return &Ops{st: st, kernels: kernels, dec: dec, recDec: recDec, act: o.act,
+	return &Ops{st: st, kernels: kernels, dec: dec, recDec: recDec, act: o.act, adm: o.adm,
 		in: ingressTrace{tr: otrace.Tracer(o.tracer), links: o.links, ex: o.clock}}, nil
 }
 
@@ -192,7 +199,7 @@ func (o *Ops) enqueueChecked(ctx context.Context, worldID string, m ingressMessa
 		return Ack{}, errorf("enqueue_ingress", ErrInvalidIngress, worldID, err)
 	}
 	activate(ctx, o.act, worldID)
-	return enqueue(ctx, o.st, "enqueue_ingress", worldID, item)
+	return enqueue(ctx, o.st, o.adm, "enqueue_ingress", worldID, item)
 }
 
 // worldReadErr answers a failed read of the world an input is for. The

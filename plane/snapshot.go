@@ -57,7 +57,7 @@ func (c *Client) Snapshot(ctx context.Context, worldID string) (store.Snapshot, 
 		return store.Snapshot{}, err
 	}
 	activate(ctx, c.cfg.Activator, worldID)
-	ack, err := enqueue(ctx, st, op, worldID, store.InboxItem{Kind: KindSnapshot})
+	ack, err := enqueue(ctx, st, nil, op, worldID, store.InboxItem{Kind: KindSnapshot})
 	if err != nil {
 		return store.Snapshot{}, err
 	}
@@ -79,7 +79,7 @@ func (c *Client) Snapshot(ctx context.Context, worldID string) (store.Snapshot, 
 			// Consumed without the snapshot it asked for: ask again, for
 			// a holder that takes them (one of this release, once the
 			// world moves), and keep waiting.
-			if ack, err = enqueue(ctx, st, op, worldID, store.InboxItem{Kind: KindSnapshot}); err != nil {
+			if ack, err = enqueue(ctx, st, nil, op, worldID, store.InboxItem{Kind: KindSnapshot}); err != nil {
 				return store.Snapshot{}, pending(ctx, worldID, err)
 			}
 		}

@@ -142,7 +142,9 @@ func (o *Ops) UpgradeWorld(ctx context.Context, id string, to uint64) (WorldUpgr
 	// upgrade (the journal moved on) is a new input.
 	key := store.UpgradeKeyPrefix + strconv.FormatUint(to, 10) + "@" + strconv.FormatUint(head, 10)
 	activate(ctx, o.act, id)
-	ack, err := enqueue(ctx, o.st, op, id, store.InboxItem{Kind: vocab.KindUpgrade, Payload: payload, DedupeKey: key})
+	// An operator's request, never shed (nil admission), as other
+	// control requests are not.
+	ack, err := enqueue(ctx, o.st, nil, op, id, store.InboxItem{Kind: vocab.KindUpgrade, Payload: payload, DedupeKey: key})
 	if err != nil {
 		return out, err
 	}

@@ -902,6 +902,14 @@ func (f *Front) QueueDepths(ctx context.Context) (QueueDepths, error) {
 	return f.b.QueueDepths(ctx)
 }
 
+// PendingEffects implements Views.
+func (f *Front) PendingEffects(ctx context.Context) (map[string]int64, error) {
+	if err := done(ctx, "pending_effects"); err != nil {
+		return nil, err
+	}
+	return f.b.PendingEffects(ctx)
+}
+
 // QueryEffects implements Views.
 func (f *Front) QueryEffects(ctx context.Context, q EffectFilter) ([]vocab.EffectItem, error) {
 	const op = "query_effects"

@@ -279,6 +279,9 @@ func (r *recorder) QueueRunOf(ctx context.Context, run string) (QueuedRun, bool,
 func (r *recorder) RecentAdmissions(ctx context.Context, queue string) (int, error) {
 	return 0, r.rec(ctx, "RecentAdmissions")
 }
+func (r *recorder) PendingEffects(ctx context.Context) (map[string]int64, error) {
+	return nil, r.rec(ctx, "PendingEffects")
+}
 
 var _ Backend = (*recorder)(nil)
 
@@ -670,6 +673,7 @@ func validCalls() []struct {
 			return err
 		}},
 		{"QueueDepths", func(f *Front) error { _, err := f.QueueDepths(fbg); return err }},
+		{"PendingEffects", func(f *Front) error { _, err := f.PendingEffects(fbg); return err }},
 	}
 }
 

@@ -772,7 +772,24 @@ type InboxItem struct {
 	Payload    []byte
 	DedupeKey  string // optional; per-world uniqueness
 	EnqueuedAt time.Time
+	// MaxBacklog bounds a producer's Enqueue (read by Enqueue only; 0:
+	// unbounded): when the world's inbox already holds MaxBacklog items
+	// past its cursor (enqueued and not yet drained), the item is refused
+	// with ErrOverloaded and nothing is written. The count is checked in
+	// the transaction that would insert, so concurrent producers never
+	// pass the bound together. A duplicate of an accepted key is answered
+	// as a duplicate whatever the backlog. Items the store writes itself
+	// (receipts, timer firings, fabric deliveries) never carry a bound: a
+	// world's own effects and timers are not ingress and are never shed.
+	// RefuseNew accepts no new item at all (a duplicate still answers as
+	// one): how a caller that sheds for another reason (an effect queue
+	// past its bound) keeps a retry of accepted work answered as a
+	// duplicate.
+	MaxBacklog int
 }
+
+// RefuseNew is the InboxItem.MaxBacklog that refuses every new item.
+const RefuseNew = -1
 
 // Inbox is the world's durable input queue. Items are kept after
 // consumption; a per-world cursor marks what has been drained.
@@ -782,6 +799,8 @@ type Inbox interface {
 	// DedupeKey returns the existing seq with dup=true and enqueues
 	// nothing. Enqueue needs no lease: any producer may enqueue, also to a
 	// paused world (its input waits). An archived world: ErrWorldArchived.
+	// A full inbox (see InboxItem.MaxBacklog): ErrOverloaded, nothing
+	// written.
 	Enqueue(ctx context.Context, world string, item InboxItem) (seq uint64, dup bool, err error)
 	// ReadInbox returns up to limit items with seq > afterSeq, in seq order.
 	ReadInbox(ctx context.Context, world string, afterSeq uint64, limit int) ([]InboxItem, error)
@@ -1317,6 +1336,12 @@ type Views interface {
 	ListTimers(ctx context.Context, world string, limit int) ([]TimerItem, error)
 	// QueueDepths reads the gauges.
 	QueueDepths(ctx context.Context) (QueueDepths, error)
+	// PendingEffects counts the pending effects of each kind (waiting to
+	// be claimed, a retry wait included; not inflight, held or ended);
+	// kinds with none are absent. It is an indexed count, read by the
+	// plane's ingress admission (a bounded effect queue per kind) from a
+	// cache it refreshes, never per request.
+	PendingEffects(ctx context.Context) (map[string]int64, error)
 	// QueryEffects lists, across worlds, up to f.Limit effect records that
 	// pass f's filters with queue seq > f.AfterSeq, in seq order: pending,
 	// inflight and held effects and the done and withdrawn records kept until
@@ -1403,7 +1428,29 @@ var (
 	// effect: retry it (every write is idempotent by its key or fenced by
 	// its epoch), never report it as failed. See Unavailable.
 	ErrUnavailable = errors.New("store: unavailable")
+	// ErrOverloaded: ingress was refused because a bound was reached (a
+	// world's inbox backlog, see InboxItem.MaxBacklog). Nothing was
+	// written: the same request, dedupe key included, may be retried once
+	// the world has drained.
+	ErrOverloaded = errors.New("store: overloaded")
 )
+
+// Backlog is the undrained depth of an inbox whose last item has seq last
+// and whose cursor is cursor: the seq distance, which is the item count
+// while seqs are gapless and never less than it otherwise, so a bound on
+// it refuses early rather than late.
+func Backlog(last, cursor uint64) uint64 {
+	if last <= cursor {
+		return 0
+	}
+	return last - cursor
+}
+
+// Overloaded reports whether an inbox with backlog undrained items is full
+// under bound max (0: unbounded; RefuseNew: always).
+func Overloaded(backlog uint64, max int) bool {
+	return max == RefuseNew || (max > 0 && backlog >= uint64(max))
+}
 
 // Unavailable is the Kind of a *Error whose cause is a lost or refused
 // connection: it matches ErrUnavailable, and errors.Is and errors.As still

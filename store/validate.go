@@ -223,6 +223,9 @@ func CheckIngress(op string, item InboxItem) error {
 	if strings.HasPrefix(item.DedupeKey, ReceiptKeyPrefix) || strings.HasPrefix(item.DedupeKey, TimerKeyPrefix) {
 		return invalid(op, "dedupeKey", "%q is in a namespace reserved for the store's own deliveries", item.DedupeKey)
 	}
+	if item.MaxBacklog < RefuseNew {
+		return invalid(op, "maxBacklog", "%d is below RefuseNew (0 is unbounded)", item.MaxBacklog)
+	}
 	if call := strings.HasPrefix(item.DedupeKey, CallKeyPrefix); item.DedupeKey != "" && call != (item.Kind == vocab.KindCall) {
 		if call {
 			return invalid(op, "dedupeKey", "%q is in the namespace reserved for calls (%q)", item.DedupeKey, CallKeyPrefix)

@@ -63,10 +63,21 @@ type Client struct {
 	// liveFor judges a worker that made no liveness promise live while
 	// its last heartbeat is younger (ErrVersionNotCarried).
 	liveFor time.Duration
+	// maxInbox bounds a run's undrained inbox for Signal (0: unbounded).
+	maxInbox int
 }
 
 // ClientOption configures a Client.
 type ClientOption func(*Client)
+
+// WithMaxInbox bounds the undrained inbox a Signal may add to (0, the
+// default: unbounded): past it, Signal is refused with an error matching
+// store.ErrOverloaded and enqueues nothing; a repeat of an accepted
+// signal's key still answers as accepted. Control requests (cancel,
+// pause, resume) are the operator's and never bounded.
+func WithMaxInbox(n int) ClientOption {
+	return func(c *Client) { c.maxInbox = max(n, 0) }
+}
 
 // WithPoll bounds the backoff at which Result re-reads a run's stream
 // between hints (default 1ms to 1s).
@@ -666,7 +677,7 @@ func (c *Client) Signal(ctx context.Context, runID, name string, value any, key 
 	if _, err := c.run(ctx, op, runID); err != nil {
 		return err
 	}
-	_, _, err = c.st.Enqueue(ctx, runID, store.InboxItem{Kind: ItemSignal, Payload: b, DedupeKey: dedupe})
+	_, _, err = c.st.Enqueue(ctx, runID, store.InboxItem{Kind: ItemSignal, Payload: b, DedupeKey: dedupe, MaxBacklog: c.maxInbox})
 	return wrap(op, runID, err)
 }
 

@@ -18,6 +18,8 @@
 //	6  unauthenticated or forbidden
 //	7  serve: superseded (another process took over its worker id) or retired;
 //	   a supervisor should not restart it (systemd: RestartPreventExitStatus=7)
+//	8  overloaded: the server refused the input past a bound (429) and wrote
+//	   nothing; retry the same command (same key or call id) after a wait
 //
 // An error is one line on stderr; -v adds its detail. Under -o json it is
 // one JSON line on stderr instead ({"error":{...}}, see JSONError).
@@ -57,6 +59,7 @@ const (
 	ExitUnavailable = 5
 	ExitAuth        = 6
 	ExitSuperseded  = 7
+	ExitOverloaded  = 8
 )
 
 // IO is where a command reads and writes; a nil Out or Err discards, a

@@ -40,6 +40,8 @@ func apiExitCode(err error) (int, bool) {
 			return ExitUnavailable, true
 		case api.CodeUnauthenticated, "forbidden":
 			return ExitAuth, true
+		case api.CodeOverloaded:
+			return ExitOverloaded, true
 		}
 		return ExitError, true
 	}

@@ -91,6 +91,8 @@ func codeName(code int) string {
 		return api.CodeUnavailable
 	case ExitAuth:
 		return api.CodeUnauthenticated
+	case ExitOverloaded:
+		return api.CodeOverloaded
 	}
 	return "error"
 }

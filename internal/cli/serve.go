@@ -60,6 +60,10 @@ type serveFlags struct {
 	stopTimeout time.Duration
 	logLevel    string
 	logFormat   string
+	// Backpressure (plane.Limits).
+	maxInbox       int
+	maxEffectQueue int
+	maxEffectKind  []string // kind=N
 }
 
 func (e *env) serveCommand() *cobra.Command {
@@ -148,9 +152,56 @@ request_id, which its answer returns in X-Request-Id; a client's mistake
 	fl.Int64Var(&f.maxBody, "max-body", 1<<20, "largest request body the API accepts, in bytes")
 	fl.DurationVar(&f.callTimeout, "call-timeout", 30*time.Second, "the longest a call waits for its reply")
 	fl.DurationVar(&f.stopTimeout, "stop-timeout", 30*time.Second, "how long a graceful stop waits for the steps and effects in flight before it releases what is left")
+	fl.IntVar(&f.maxInbox, "max-inbox", 10000, "refuse new input (429 overloaded) to a world whose inbox already holds this many undrained items (0: unbounded)")
+	fl.IntVar(&f.maxEffectQueue, "max-effect-queue", 0, "refuse new input (429 overloaded) to every world while the pending effects of any one kind number this many (0: unbounded)")
+	fl.StringSliceVar(&f.maxEffectKind, "max-effect-queue-kind", nil, "kind=N: the pending-effect bound of one kind, overriding --max-effect-queue (N=0: that kind unbounded); repeat or comma-separate")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	return cmd
+}
+
+// serveLimits reads the backpressure flags; a bad value is a usage error.
+func serveLimits(f serveFlags) (plane.Limits, error) {
+	if f.maxInbox < 0 {
+		return plane.Limits{}, usagef("--max-inbox %d is negative (0: unbounded)", f.maxInbox)
+	}
+	if f.maxEffectQueue < 0 {
+		return plane.Limits{}, usagef("--max-effect-queue %d is negative (0: unbounded)", f.maxEffectQueue)
+	}
+	kinds, err := parseKindBounds(f.maxEffectKind)
+	if err != nil {
+		return plane.Limits{}, usageError{err}
+	}
+	return plane.Limits{MaxInbox: f.maxInbox, MaxEffectQueue: f.maxEffectQueue, MaxEffectQueueKind: kinds}, nil
+}
+
+// parseKindBounds reads --max-effect-queue-kind values, each kind=N with N
+// a non-negative integer; a kind named twice is an error, not a silent
+// override.
+func parseKindBounds(vals []string) (map[string]int, error) {
+	if len(vals) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]int, len(vals))
+	for _, v := range vals {
+		kind, num, ok := strings.Cut(v, "=")
+		kind = strings.TrimSpace(kind)
+		if !ok || kind == "" {
+			return nil, fmt.Errorf("--max-effect-queue-kind %q: want kind=N", v)
+		}
+		if err := store.CheckID("serve", "kind", kind); err != nil {
+			return nil, fmt.Errorf("--max-effect-queue-kind %q: %w", v, err)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(num))
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("--max-effect-queue-kind %q: N must be a non-negative integer", v)
+		}
+		if _, dup := out[kind]; dup {
+			return nil, fmt.Errorf("--max-effect-queue-kind: kind %q given twice", kind)
+		}
+		out[kind] = n
+	}
+	return out, nil
 }
 
 // openStore opens the store a --store value names; leaseTTL is the
@@ -291,6 +342,10 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	if err := node.CheckRoles(node.Config{Roles: roleList, EffectKinds: kinds, Capacity: f.capacity, Adapters: e.adapters}); err != nil {
 		return usagef("--effect-kinds: %v", err)
 	}
+	limits, err := serveLimits(f)
+	if err != nil {
+		return err
+	}
 	token := e.token
 	if token == "" {
 		token = e.io.Getenv("ORRERY_TOKEN")
@@ -332,7 +387,7 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 		Worker: worker, Store: st, Kernels: e.kernels, Workflows: e.workflows,
 		Adapters: e.adapters, HTTP: e.httpConfig, Retry: e.retry,
 		LeaseTTL: f.leaseTTL, ClaimTTL: f.claimTTL, MaxSkew: f.maxSkew, IdleAfter: f.idleAfter,
-		NoOrchestrator: f.noOrch, EffectConcurrency: f.effects, Logger: log,
+		NoOrchestrator: f.noOrch, EffectConcurrency: f.effects, Logger: log, Limits: limits,
 		Roles: roleList, EffectKinds: kinds, Capacity: f.capacity,
 		Observe: metrics.ObserveHost,
 		Host:    func(hc *plane.HostConfig) { hc.SnapshotEvery = f.snapEvery },
@@ -361,6 +416,7 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	if roles[plane.RoleHost] {
 		metrics.CollectWorldsHosted(api.HostedBy(n.Host()))
 	}
+	metrics.CollectIngressRefused(n.Admission().Refused)
 	if v := n.RunsView(); v != nil {
 		metrics.CollectRuns(func() map[string]int {
 			out := map[string]int{}

@@ -31,6 +31,8 @@ type NodeOptions struct {
 	// Host adjusts each host's configuration (after the rig's defaults,
 	// among them SnapshotEvery 2).
 	Host func(*plane.HostConfig)
+	// Limits bound the node's ingress (its Ops and plane client).
+	Limits plane.Limits
 }
 
 // Node is a plane on the production executor over one store: hosts, an
@@ -52,6 +54,7 @@ type Node struct {
 	Registry    *prometheus.Registry
 	Root        *actor.Scope
 	Replies     *plane.Replies
+	Admission   *plane.Admission
 	host        func(*plane.HostConfig)
 }
 
@@ -105,10 +108,16 @@ func NewNode(t testing.TB, o NodeOptions) *Node {
 		t.Fatal(err)
 	}
 	var err error
-	if n.Ops, err = plane.NewOps(st, o.Kernels); err != nil {
+	if n.Admission, err = plane.NewAdmission(st, ex, o.Limits); err != nil {
 		t.Fatal(err)
 	}
-	if n.PlaneClient, err = plane.NewClient(plane.ClientConfig{Store: st, Kernels: o.Kernels, Executor: ex, Replies: n.Replies, Hosts: n.Hosts}); err != nil {
+	if n.Metrics != nil {
+		n.Metrics.CollectIngressRefused(n.Admission.Refused)
+	}
+	if n.Ops, err = plane.NewOps(st, o.Kernels, plane.OpsAdmission(n.Admission)); err != nil {
+		t.Fatal(err)
+	}
+	if n.PlaneClient, err = plane.NewClient(plane.ClientConfig{Store: st, Kernels: o.Kernels, Executor: ex, Replies: n.Replies, Hosts: n.Hosts, Admission: n.Admission}); err != nil {
 		t.Fatal(err)
 	}
 	cfg := api.Config{Store: st, Ops: n.Ops, Client: n.PlaneClient, Kernels: o.Kernels, Token: o.Token, Metrics: n.Metrics, CallTimeout: 30 * time.Second}

@@ -177,6 +177,11 @@ type Config struct {
 	Capacity int
 	// EffectConcurrency bounds effects executing at once (default 16).
 	EffectConcurrency int
+	// Limits bound this node's ingress (plane.Limits: a world's inbox,
+	// each effect kind's pending queue); past one, its Client, Ops and
+	// Runs refuse new input with ErrOverloaded. The zero value is
+	// unbounded.
+	Limits plane.Limits
 
 	// System runs the node's processes (nil: a new actor.System on the
 	// production executor, closed by Stop and Kill). The lab passes its own.
@@ -237,6 +242,7 @@ type Node struct {
 
 	wfWorker *workflow.Worker // nil without workflows
 	wfClient *workflow.Client
+	adm      *plane.Admission
 	runsView *RunsView
 
 	cancel context.CancelFunc // the workers' context
@@ -335,12 +341,15 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, n.abort(ctx, err)
 	}
-	if n.ops, err = plane.NewOps(cfg.Store, cfg.Kernels, plane.OpsTracing(cfg.Tracer, n.links, ex), plane.OpsActivation(act)); err != nil {
+	if n.adm, err = plane.NewAdmission(cfg.Store, ex, cfg.Limits); err != nil {
+		return nil, n.abort(ctx, err)
+	}
+	if n.ops, err = plane.NewOps(cfg.Store, cfg.Kernels, plane.OpsTracing(cfg.Tracer, n.links, ex), plane.OpsActivation(act), plane.OpsAdmission(n.adm)); err != nil {
 		return nil, n.abort(ctx, err)
 	}
 	n.client, err = plane.NewClient(plane.ClientConfig{
 		Store: cfg.Store, Kernels: cfg.Kernels, Executor: ex, Replies: n.replies, Hosts: []*plane.Host{n.host},
-		Tracer: cfg.Tracer, Links: n.links, Activator: act,
+		Tracer: cfg.Tracer, Links: n.links, Activator: act, Admission: n.adm,
 	})
 	if err != nil {
 		return nil, n.abort(ctx, err)
@@ -547,6 +556,7 @@ func (n *Node) startWorkflows(ctx context.Context) error {
 		// client's backoff.
 		opts = append(opts, workflow.WithWorkers(n.wfWorker))
 	}
+	opts = append(opts, workflow.WithMaxInbox(cfg.Limits.MaxInbox))
 	n.wfClient, err = workflow.NewClient(cfg.Store, cfg.Workflows, ex, opts...)
 	return err
 }
@@ -706,6 +716,10 @@ func (n *Node) Incarnation() string { return n.cfg.Incarnation }
 // Client is the node's client: Send, Call and State, with replies handed
 // over in process by the node's host.
 func (n *Node) Client() *plane.Client { return n.client }
+
+// Admission returns the node's ingress admission (its Limits and refusal
+// counts).
+func (n *Node) Admission() *plane.Admission { return n.adm }
 
 // Ops is the internal ops API over the node's store.
 func (n *Node) Ops() *plane.Ops { return n.ops }

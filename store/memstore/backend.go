@@ -64,7 +64,7 @@ func Ops() []string {
 		"claim_due", "commit", "compact", "complete_many", "create_world", "cursor", "drain",
 		"effect_status", "enqueue", "enqueue_run", "fire", "fire_held", "floor", "fork_world", "get_assignment", "get_lease", "get_queue", "get_watermark", "get_world",
 		"head", "heartbeat", "list_effects", "list_queued_runs", "list_queues", "list_timers", "list_worker_worlds", "list_workers",
-		"list_worlds", "next_due", "now", "publish", "put_queue", "put_snapshot", "queue_depths", "queue_run_of", "read", "read_inbox",
+		"list_worlds", "next_due", "now", "pending_effects", "publish", "put_queue", "put_snapshot", "queue_depths", "queue_run_of", "read", "read_inbox",
 		"read_window", "reap_effects", "reap_orphans", "reap_timers", "recent_admissions", "release_effect", "release_leases",
 		"renew_leases", "resolve", "retire_worker", "retry_effect", "schedule", "send", "set_draining", "set_world_status",
 		"snapshot_below", "spawn", "sweep_dedupe", "unassign", "watch",

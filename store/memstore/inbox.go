@@ -59,6 +59,14 @@ func (s *backend) Enqueue(ctx context.Context, worldID string, item store.InboxI
 	if err != nil {
 		return 0, false, err
 	}
+	if item.DedupeKey != "" {
+		if k, ok := w.inboxKeys[item.DedupeKey]; ok {
+			return k.seq, true, nil
+		}
+	}
+	if store.Overloaded(store.Backlog(w.lastSeq, w.cursor), item.MaxBacklog) {
+		return 0, false, store.Errorf(op, store.ErrOverloaded, worldID, "%d items undrained, bound %d", store.Backlog(w.lastSeq, w.cursor), item.MaxBacklog)
+	}
 	seq, dup := s.st.enqueue(w, item.Kind, item.Payload, item.DedupeKey, s.now())
 	return seq, dup, nil
 }

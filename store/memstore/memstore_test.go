@@ -403,6 +403,7 @@ func TestOpsListsEveryHookedOperation(t *testing.T) {
 		func() { s.ListEffects(bg, "w", 0, 10) },
 		func() { s.ListTimers(bg, "w", 10) },
 		func() { s.QueueDepths(bg) },
+		func() { s.PendingEffects(bg) },
 		func() { s.NextDue(bg) },
 		func() { s.ReapEffects(bg) },
 		func() { s.ReleaseEffect(bg, "i", vocab.Claim{Worker: "ad", Attempt: 1}) },

@@ -65,6 +65,21 @@ func (st *state) checkView(op, worldID string, limit int) error {
 	return nil
 }
 
+// PendingEffects implements store.Views.
+func (s *backend) PendingEffects(ctx context.Context) (map[string]int64, error) {
+	if err := s.begin(ctx, "pending_effects"); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	out := map[string]int64{}
+	for _, e := range s.st.effects {
+		if e.item.State == vocab.EffectPending {
+			out[e.item.Kind]++
+		}
+	}
+	return out, nil
+}
+
 // QueueDepths implements store.Views.
 func (s *backend) QueueDepths(ctx context.Context) (store.QueueDepths, error) {
 	if err := s.begin(ctx, "queue_depths"); err != nil {

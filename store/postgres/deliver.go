@@ -42,7 +42,9 @@ type deliveryReq struct {
 	itemKind string
 	payload  []byte
 	key      string // Enqueue's dedupe key
-	status   string // Complete's and Resolve's receipt status
+	// maxBacklog is Enqueue's bound (store.InboxItem.MaxBacklog; 0: none).
+	maxBacklog int
+	status     string // Complete's and Resolve's receipt status
 
 	// parts are a CompleteMany's completions (its valid ones, in order):
 	// the request carries no delivery of its own, and its parts are decided
@@ -186,6 +188,7 @@ var errRetryBatch = errors.New("postgres: batch raced a new row; retrying")
 type worldRow struct {
 	status string
 	seq    int64 // the last inbox seq, advanced as the batch assigns
+	cursor int64 // the inbox cursor when locked
 	dirty  bool
 }
 
@@ -206,7 +209,12 @@ func (r *deliveryReq) queue() int {
 // the inbox items ($1 … $5), the counters ($6, $7), each queue's settled
 // items (settleArrays each), the fabric records and the clock (deliverSQL).
 var (
-	lockWorldsSQL = `SELECT x.world, x.status, x.inbox_seq FROM worlds x WHERE x.world IN (
+	// The cursor is read with the lock; a drain that commits meanwhile
+	// only makes the backlog read larger than it is, never smaller, and
+	// enqueues, the only writes that grow it, wait on the lock.
+	lockWorldsSQL = `SELECT x.world, x.status, x.inbox_seq,
+			coalesce((SELECT s.inbox_cursor FROM streams s WHERE s.stream = x.world), 0)
+		FROM worlds x WHERE x.world IN (
 			SELECT unnest($1::text[])
 			UNION ` + settledWorlds(2) + `)
 		ORDER BY x.world FOR NO KEY UPDATE`
@@ -304,7 +312,9 @@ func (d *deliverWrite) queueSQL(b *batch, sql string, clock ...any) {
 func (s *backend) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
-	if len(reqs) == 1 && reqs[0].kind == dEnqueue {
+	// A bounded Enqueue takes the batch path, which reads the cursor under
+	// the world's lock: enqueue_one knows no bound.
+	if len(reqs) == 1 && reqs[0].kind == dEnqueue && reqs[0].maxBacklog == 0 {
 		return s.enqueueOne(ctx, reqs[0])
 	}
 	var hashes [len(settled)][]string // each queue's items to settle
@@ -356,9 +366,9 @@ func (s *backend) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 	b.queue(nil, "SET LOCAL enable_seqscan = off")
 	b.queue(func(br pgx.BatchResults) error {
 		var w, status string
-		var seq int64
-		return scanEach(br, []any{&w, &status, &seq}, func() {
-			worlds[w] = &worldRow{status: status, seq: seq}
+		var seq, cursor int64
+		return scanEach(br, []any{&w, &status, &seq, &cursor}, func() {
+			worlds[w] = &worldRow{status: status, seq: seq, cursor: cursor}
 		})
 	}, lockWorldsSQL, append([]any{worldIDs}, hashArgs...)...)
 	for i, q := range settled {
@@ -424,6 +434,14 @@ func (s *backend) deliveryTx(reqs []*deliveryReq) ([]deliveryResult, error) {
 			w := worlds[r.world]
 			if out.err = gate(r, w); out.err != nil {
 				continue
+			}
+			if r.maxBacklog != 0 {
+				// A duplicate answers as one, whatever the backlog.
+				_, dup := keys[inboxKey{r.world, r.key}]
+				if n := store.Backlog(uint64(w.seq), uint64(w.cursor)); !(r.key != "" && dup) && store.Overloaded(n, r.maxBacklog) {
+					out.err = store.Errorf(r.op, store.ErrOverloaded, r.world, "%d items undrained, bound %d", n, r.maxBacklog)
+					continue
+				}
 			}
 			seq, dup := put(w, r.world, r.itemKind, r.payload, r.key)
 			out.seq, out.dup, out.world = uint64(seq), dup, r.world

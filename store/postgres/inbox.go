@@ -16,7 +16,7 @@ func (s *backend) Enqueue(ctx context.Context, world string, item store.InboxIte
 		return 0, false, err
 	}
 	return s.deliver(&deliveryReq{ctx: ctx, op: op, kind: dEnqueue, world: world,
-		itemKind: item.Kind, payload: item.Payload, key: item.DedupeKey})
+		itemKind: item.Kind, payload: item.Payload, key: item.DedupeKey, maxBacklog: item.MaxBacklog})
 }
 
 // ReadInbox implements store.Inbox. A limit <= 0 means no limit.

@@ -79,6 +79,24 @@ func (s *backend) QueueDepths(ctx context.Context) (store.QueueDepths, error) {
 	return d, err
 }
 
+// PendingEffects implements store.Views over effects_pending_by_kind.
+func (s *backend) PendingEffects(ctx context.Context) (map[string]int64, error) {
+	const op = "pending_effects"
+	if err := s.begin(op); err != nil {
+		return nil, err
+	}
+	var out map[string]int64
+	err := s.retry(ctx, op, "", func() error {
+		out = map[string]int64{}
+		rows, _ := s.db.Query(ctx, `SELECT kind, count(*) FROM effects WHERE state = 'pending' GROUP BY kind`)
+		var k string
+		var n int64
+		_, err := pgx.ForEachRow(rows, []any{&k, &n}, func() error { out[k] = n; return nil })
+		return err
+	})
+	return out, err
+}
+
 // QueryEffects implements store.Views: one keyset page in seq order over
 // effects_by_seq, effects_by_world or effects_by_kind (migration 18).
 func (s *backend) QueryEffects(ctx context.Context, f store.EffectFilter) ([]vocab.EffectItem, error) {

@@ -81,6 +81,28 @@ func (t *wtx) enqueueInto(w inboxWorld, kind string, payload []byte, dedupeKey s
 	return uint64(seq), false, nil
 }
 
+// overloaded answers a bounded Enqueue before it writes: a live duplicate
+// of item's key (dup), or ErrOverloaded when the world's backlog is at
+// item's bound. It reads inside the write transaction, so no concurrent
+// enqueue passes the bound with it.
+func (t *wtx) overloaded(op string, w inboxWorld, item store.InboxItem) (uint64, bool, error) {
+	if item.DedupeKey != "" {
+		var first int64
+		found, err := t.queryRow(`SELECT seq FROM inbox_dedupe WHERE world = ? AND dedupe_key = ?`, []any{w.id, item.DedupeKey}, &first)
+		if err != nil || found {
+			return uint64(first), found, err
+		}
+	}
+	var cursor int64
+	if _, err := t.queryRow(`SELECT inbox_cursor FROM worlds WHERE id = ?`, []any{w.id}, &cursor); err != nil {
+		return 0, false, err
+	}
+	if n := store.Backlog(uint64(w.last), uint64(cursor)); store.Overloaded(n, item.MaxBacklog) {
+		return 0, false, store.Errorf(op, store.ErrOverloaded, w.id, "%d items undrained, bound %d", n, item.MaxBacklog)
+	}
+	return 0, false, nil
+}
+
 // Enqueue appends a producer's item to world's inbox (no lease needed).
 func (s *backend) Enqueue(ctx context.Context, world string, item store.InboxItem) (uint64, bool, error) {
 	const op = "enqueue"
@@ -92,6 +114,11 @@ func (s *backend) Enqueue(ctx context.Context, world string, item store.InboxIte
 		w, err := t.ingressWorld(op, world)
 		if err != nil {
 			return err
+		}
+		if item.MaxBacklog != 0 {
+			if seq, dup, err = t.overloaded(op, w, item); err != nil || dup {
+				return err
+			}
 		}
 		seq, dup, err = t.enqueueInto(w, item.Kind, item.Payload, item.DedupeKey)
 		return err

@@ -30,6 +30,32 @@ func (s *backend) QueueDepths(ctx context.Context) (store.QueueDepths, error) {
 	return d, nil
 }
 
+// PendingEffects implements store.Views over effects_pending_by_kind.
+func (s *backend) PendingEffects(ctx context.Context) (map[string]int64, error) {
+	const op = "pending_effects"
+	if err := s.read(ctx, op); err != nil {
+		return nil, err
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT kind, COUNT(*) FROM effects INDEXED BY effects_pending_by_kind WHERE state = 'pending' GROUP BY kind`)
+	if err != nil {
+		return nil, dbErr(op, "", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var k string
+		var n int64
+		if err := rows.Scan(&k, &n); err != nil {
+			return nil, dbErr(op, "", err)
+		}
+		out[k] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbErr(op, "", err)
+	}
+	return out, nil
+}
+
 // checkView checks that a view's world exists.
 func (s *backend) checkView(ctx context.Context, op, world string) error {
 	if err := s.read(ctx, op); err != nil {

@@ -75,6 +75,10 @@
 //     seed's start is not a floor (its stream reads from 0 without error);
 //     ReadWindow refuses every window that starts at or before the latest
 //     removed persistedAt, also one that held none of them (floor.go).
+//   - A bounded Enqueue (InboxItem.MaxBacklog) counts the undrained seq
+//     distance, answers a live duplicate first, and refuses past the bound
+//     with ErrOverloaded writing nothing; receipts, firings and fabric
+//     deliveries ignore it (backlog.go).
 //   - QueueDepths.InboxBacklog counts items, not seq distances: a backend
 //     whose inbox seqs have gaps still reports the number of undrained
 //     items (views.go).
@@ -138,6 +142,7 @@ func suite() []testCase {
 		orphanTests,
 		fencingTests,
 		inboxTests,
+		backlogTests,
 		effectTests,
 		retryTests,
 		heldTests,
