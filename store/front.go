@@ -64,6 +64,7 @@ type Backend interface {
 	Watermarks
 	Dedupe
 	Views
+	Schedules
 }
 
 // Front is the one front over every backend, as database/sql stands over

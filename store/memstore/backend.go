@@ -231,6 +231,7 @@ type state struct {
 	effectSeq   uint64             // last queue seq handed out
 	timers      map[string]*timer  // by intent hash
 	watermarks  map[watermarkKey]uint64
+	schedules   map[string]store.ScheduleRecord
 
 	hub   hub.Hub  // shared by every handle, so a hint reaches watchers of all of them
 	hints []string // topics the running operation changed, sent by end
@@ -247,6 +248,7 @@ func newState() *state {
 		effects:     map[string]*effect{},
 		timers:      map[string]*timer{},
 		watermarks:  map[watermarkKey]uint64{},
+		schedules:   map[string]store.ScheduleRecord{},
 	}
 }
 

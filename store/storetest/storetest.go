@@ -164,6 +164,7 @@ func suite() []testCase {
 		retentionTests,
 		spawnTests,
 		withdrawTests,
+		scheduleTests,
 		modelTests,
 	} {
 		all = append(all, group()...)
