@@ -36,6 +36,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -556,6 +557,24 @@ type WorkerInfo struct {
 	// plus its TTL; at the store's time of a RetireWorker of it). Zero: the
 	// worker made no such promise, and only claim TTLs recover its work.
 	AliveUntil time.Time
+	// Capabilities is what the worker last advertised (Advertise), sorted
+	// and without duplicates: the roles it runs, the world types, workflow
+	// versions and effect kinds it carries (the plane's vocabulary, e.g.
+	// "role:host", "world:orders@3"). Empty: a worker that never advertised
+	// (an older binary), which HasCapability takes as carrying everything,
+	// so that a cluster mid-upgrade keeps placing work on it.
+	Capabilities []string
+}
+
+// HasCapability reports whether info's worker carries capability c: it
+// advertised c, or it advertised nothing at all (an older binary, taken as
+// carrying everything).
+func HasCapability(info WorkerInfo, c string) bool {
+	if len(info.Capabilities) == 0 {
+		return true
+	}
+	_, found := slices.BinarySearch(info.Capabilities, c)
+	return found
 }
 
 // Dead reports whether the record says its incarnation is known dead at
@@ -579,6 +598,11 @@ type HeartbeatOptions struct {
 	// incarnation is alive without another one. Positive, at most MaxTTL.
 	TTL time.Duration
 	set bool
+	// Capabilities replaces the recorded list when Advertised (sorted,
+	// without duplicates; at most MaxCapabilities of at most MaxKeyBytes
+	// each). A heartbeat that does not advertise keeps the recorded list.
+	Capabilities []string
+	advertised   bool
 }
 
 // AliveAs makes a heartbeat a promise of liveness: incarnation of the
@@ -595,6 +619,24 @@ func AliveAs(incarnation string, ttl time.Duration) HeartbeatOption {
 // Promised reports whether the options carry AliveAs.
 func (o HeartbeatOptions) Promised() bool { return o.set }
 
+// Advertise makes a heartbeat record caps as the worker's capabilities
+// (WorkerInfo.Capabilities), replacing what it recorded before; the list
+// is stored sorted and without duplicates. Advertising an empty list
+// clears the record, which readers then take as an older binary's: it
+// carries everything (HasCapability).
+func Advertise(caps []string) HeartbeatOption {
+	norm := slices.Clone(caps)
+	slices.Sort(norm)
+	norm = slices.Compact(norm)
+	if norm == nil {
+		norm = []string{}
+	}
+	return func(o *HeartbeatOptions) { o.Capabilities, o.advertised = norm, true }
+}
+
+// Advertised reports whether the options carry Advertise.
+func (o HeartbeatOptions) Advertised() bool { return o.advertised }
+
 // ResolveHeartbeatOptions applies opts in order and checks the result for
 // op (ErrInvalid).
 func ResolveHeartbeatOptions(op string, opts []HeartbeatOption) (HeartbeatOptions, error) {
@@ -602,6 +644,11 @@ func ResolveHeartbeatOptions(op string, opts []HeartbeatOption) (HeartbeatOption
 	for _, f := range opts {
 		if f != nil {
 			f(&o)
+		}
+	}
+	if o.advertised {
+		if err := checkCapabilities(op, o.Capabilities); err != nil {
+			return o, err
 		}
 	}
 	if !o.set {

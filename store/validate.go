@@ -521,6 +521,24 @@ func checkHeartbeat(op, worker string, capacity int) error {
 // MaxCapacity bounds a worker's declared capacity (worlds it may host).
 const MaxCapacity = 1 << 30
 
+// MaxCapabilities bounds how many capabilities one heartbeat advertises:
+// a worker record is read by every orchestrator pass, so a runaway list
+// (a bug, not a big binary) is refused rather than stored.
+const MaxCapabilities = 1024
+
+// checkCapabilities checks an advertised list (normalized by Advertise).
+func checkCapabilities(op string, caps []string) error {
+	if len(caps) > MaxCapabilities {
+		return invalid(op, "capabilities", "%d, at most %d", len(caps), MaxCapabilities)
+	}
+	for _, c := range caps {
+		if err := CheckKey(op, "capability", c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // checkListLimit checks a page's limit: zero is an empty page, above
 // MaxListLimit is refused rather than clamped (see MaxListLimit).
 func checkListLimit(op string, n int) error {

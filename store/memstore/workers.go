@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/orrery-run/orrery/store"
@@ -39,8 +40,11 @@ func (s *backend) Heartbeat(ctx context.Context, worker string, capacity int, op
 		}
 		wi.Incarnation, wi.AliveUntil = o.Incarnation, now.Add(o.TTL)
 	}
+	if o.Advertised() {
+		wi.Capabilities = slices.Clone(o.Capabilities)
+	}
 	s.st.notify(store.TopicWorkers)
-	return *wi, nil
+	return workerCopy(wi), nil
 }
 
 // RetireWorker implements store.Workers.
@@ -147,7 +151,17 @@ func (s *backend) SetDraining(ctx context.Context, worker string, draining bool)
 		wi.Draining = draining
 		s.st.notify(store.TopicWorkers)
 	}
-	return *wi, nil
+	return workerCopy(wi), nil
+}
+
+// workerCopy is a caller's copy of a record: it shares no slice with the
+// state, so a caller that edits its list edits nothing stored.
+func workerCopy(wi *store.WorkerInfo) store.WorkerInfo {
+	w := *wi
+	if w.Capabilities = slices.Clone(wi.Capabilities); w.Capabilities == nil {
+		w.Capabilities = []string{}
+	}
+	return w
 }
 
 // ListWorkers implements store.Workers.
@@ -158,7 +172,7 @@ func (s *backend) ListWorkers(ctx context.Context) ([]store.WorkerInfo, error) {
 	defer s.end()
 	out := make([]store.WorkerInfo, 0, len(s.st.workers))
 	for _, id := range sortedKeys(s.st.workers) {
-		out = append(out, *s.st.workers[id])
+		out = append(out, workerCopy(s.st.workers[id]))
 	}
 	return out, nil
 }

@@ -482,12 +482,14 @@ END $$;
 -- A worker's heartbeat with or without a promise of liveness (promised:
 -- incarnation inc is alive until t + ttl). A retired incarnation's is
 -- refused (r_fenced, nothing written); another incarnation's supersedes
--- the recorded one, which is retired and its claims requeued. The worker
+-- the recorded one, which is retired and its claims requeued. adv: caps
+-- replaces the recorded capabilities (otherwise they are kept). The worker
 -- row is locked first, as a claim for the worker locks it (FOR SHARE), so
 -- that a claim never slips past a retirement.
-CREATE OR REPLACE FUNCTION heartbeat_as(wk text, cap bigint, promised boolean, inc text, ttl bigint, off bigint)
+CREATE OR REPLACE FUNCTION heartbeat_as(wk text, cap bigint, promised boolean, inc text, ttl bigint, off bigint,
+                             adv boolean, caps text[])
 RETURNS TABLE (r_fenced boolean, r_capacity bigint, r_draining boolean, r_heartbeat_at_ns bigint, r_started_at_ns bigint,
-               r_incarnation text, r_alive_until_ns bigint)
+               r_incarnation text, r_alive_until_ns bigint, r_capabilities text[])
 LANGUAGE plpgsql AS $$
 DECLARE t bigint; prev text; known boolean;
 BEGIN
@@ -499,7 +501,7 @@ BEGIN
         SELECT w.incarnation INTO prev FROM workers w WHERE w.worker = wk FOR UPDATE;
         known := FOUND;
         IF EXISTS (SELECT 1 FROM retired_incarnations r WHERE r.worker = wk AND r.incarnation = inc) THEN
-            RETURN QUERY SELECT true, 0::bigint, false, 0::bigint, 0::bigint, ''::text, NULL::bigint;
+            RETURN QUERY SELECT true, 0::bigint, false, 0::bigint, 0::bigint, ''::text, NULL::bigint, '{}'::text[];
             RETURN;
         END IF;
         IF known AND prev <> inc THEN
@@ -508,13 +510,26 @@ BEGIN
         END IF;
     END IF;
     PERFORM notify_topic('workers');
-    RETURN QUERY INSERT INTO workers AS x (worker, capacity, heartbeat_at_ns, started_at_ns, incarnation, alive_until_ns)
-        VALUES (wk, cap, t, t, CASE WHEN promised THEN inc ELSE '' END, CASE WHEN promised THEN t + ttl END)
+    RETURN QUERY INSERT INTO workers AS x (worker, capacity, heartbeat_at_ns, started_at_ns, incarnation, alive_until_ns, capabilities)
+        VALUES (wk, cap, t, t, CASE WHEN promised THEN inc ELSE '' END, CASE WHEN promised THEN t + ttl END,
+                CASE WHEN adv THEN coalesce(caps, '{}') ELSE '{}' END)
         ON CONFLICT (worker) DO UPDATE SET capacity = EXCLUDED.capacity, heartbeat_at_ns = EXCLUDED.heartbeat_at_ns,
             incarnation = CASE WHEN promised THEN EXCLUDED.incarnation ELSE x.incarnation END,
-            alive_until_ns = EXCLUDED.alive_until_ns
-        RETURNING false, x.capacity, x.draining, x.heartbeat_at_ns, x.started_at_ns, x.incarnation, x.alive_until_ns;
+            alive_until_ns = EXCLUDED.alive_until_ns,
+            capabilities = CASE WHEN adv THEN EXCLUDED.capabilities ELSE x.capabilities END
+        RETURNING false, x.capacity, x.draining, x.heartbeat_at_ns, x.started_at_ns, x.incarnation, x.alive_until_ns,
+            x.capabilities;
 END $$;
+
+-- The heartbeat of the release before's binaries (no capabilities: it
+-- keeps the recorded list), answering the columns they read.
+CREATE OR REPLACE FUNCTION heartbeat_as(wk text, cap bigint, promised boolean, inc text, ttl bigint, off bigint)
+RETURNS TABLE (r_fenced boolean, r_capacity bigint, r_draining boolean, r_heartbeat_at_ns bigint, r_started_at_ns bigint,
+               r_incarnation text, r_alive_until_ns bigint)
+LANGUAGE sql AS $$
+    SELECT h.r_fenced, h.r_capacity, h.r_draining, h.r_heartbeat_at_ns, h.r_started_at_ns, h.r_incarnation, h.r_alive_until_ns
+    FROM heartbeat_as(wk, cap, promised, inc, ttl, off, false, '{}'::text[]) h;
+$$;
 
 -- A planned stop: worker wk's incarnation inc retired for good, its row
 -- (if it names inc) dead at t, its claims requeued; again: a no-op.
@@ -540,17 +555,28 @@ BEGIN
     RETURN QUERY SELECT * FROM requeue_orphans(t);
 END $$;
 
--- Marks a worker draining (or not); no row when it never sent a heartbeat.
-CREATE OR REPLACE FUNCTION set_draining(wk text, d boolean)
-RETURNS TABLE (r_capacity bigint, r_draining boolean, r_heartbeat_at_ns bigint, r_started_at_ns bigint)
+-- Marks a worker draining (or not), answering its record; no row when it
+-- never sent a heartbeat.
+CREATE OR REPLACE FUNCTION set_worker_draining(wk text, d boolean)
+RETURNS TABLE (r_capacity bigint, r_draining boolean, r_heartbeat_at_ns bigint, r_started_at_ns bigint,
+               r_incarnation text, r_alive_until_ns bigint, r_capabilities text[])
 LANGUAGE plpgsql AS $$
 BEGIN
     RETURN QUERY UPDATE workers x SET draining = d WHERE x.worker = wk
-        RETURNING x.capacity, x.draining, x.heartbeat_at_ns, x.started_at_ns;
+        RETURNING x.capacity, x.draining, x.heartbeat_at_ns, x.started_at_ns, x.incarnation, x.alive_until_ns,
+            x.capabilities;
     IF FOUND THEN
         PERFORM notify_topic('workers');
     END IF;
 END $$;
+
+-- set_worker_draining answering the columns the release before's binaries
+-- read.
+CREATE OR REPLACE FUNCTION set_draining(wk text, d boolean)
+RETURNS TABLE (r_capacity bigint, r_draining boolean, r_heartbeat_at_ns bigint, r_started_at_ns bigint)
+LANGUAGE sql AS $$
+    SELECT s.r_capacity, s.r_draining, s.r_heartbeat_at_ns, s.r_started_at_ns FROM set_worker_draining(wk, d) s;
+$$;
 
 -- guard_batch asserts, in the schema's lock order (worlds, leases,
 -- streams), what a speculative batch was decided on, and moves the heads

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -497,5 +498,32 @@ func TestTwoFirstHeartbeatsOfTwoIncarnationsRetireOne(t *testing.T) {
 	}
 	if _, err := a.Heartbeat(bg, "N", 1, store.AliveAs("inc-1", time.Minute)); err != nil {
 		t.Fatalf("the successor's next heartbeat: %v", err)
+	}
+}
+
+// During a rolling upgrade the release before's binaries call the
+// six-argument heartbeat_as and set_draining and read their old columns:
+// both still answer those, and neither forgets the capabilities a newer
+// binary advertised under the same worker id.
+func TestTheReleaseBeforesHeartbeatKeepsAdvertisedCapabilities(t *testing.T) {
+	t.Parallel()
+	a, _, _ := twoMachines(t)
+	if _, err := a.Heartbeat(bg, "N", 1, store.Advertise([]string{"role:host"})); err != nil {
+		t.Fatal(err)
+	}
+	var fenced, draining bool
+	var capacity, hb, started int64
+	var inc string
+	var alive *int64
+	if err := a.b.pool.QueryRow(bg, `SELECT * FROM heartbeat_as('N', 3, true, 'inc-0', 60000000000, 0)`).
+		Scan(&fenced, &capacity, &draining, &hb, &started, &inc, &alive); err != nil || fenced || capacity != 3 {
+		t.Fatalf("the release before's heartbeat: fenced %v capacity %d, %v", fenced, capacity, err)
+	}
+	if err := a.b.pool.QueryRow(bg, `SELECT * FROM set_draining('N', true)`).Scan(&capacity, &draining, &hb, &started); err != nil || !draining {
+		t.Fatalf("the release before's set_draining: draining %v, %v", draining, err)
+	}
+	ws, err := a.ListWorkers(bg)
+	if err != nil || len(ws) != 1 || !slices.Equal(ws[0].Capabilities, []string{"role:host"}) || ws[0].Incarnation != "inc-0" {
+		t.Fatalf("ListWorkers = %+v, %v; want the advertised capabilities kept", ws, err)
 	}
 }

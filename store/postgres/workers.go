@@ -7,11 +7,24 @@ import (
 	"github.com/orrery-run/orrery/store"
 )
 
+// scanWorker reads a worker record: set_worker_draining's answer for id, or,
+// with id "", a row that starts with the worker's id.
 func scanWorker(id string, row pgx.Row) (store.WorkerInfo, error) {
 	var cap, hb, started int64
+	var alive *int64
 	w := store.WorkerInfo{ID: id}
-	err := row.Scan(&cap, &w.Draining, &hb, &started)
+	dest := []any{&cap, &w.Draining, &hb, &started, &w.Incarnation, &alive, &w.Capabilities}
+	if id == "" {
+		dest = append([]any{&w.ID}, dest...)
+	}
+	err := row.Scan(dest...)
 	w.Capacity, w.HeartbeatAt, w.StartedAt = int(cap), fromNS(hb), fromNS(started)
+	if alive != nil {
+		w.AliveUntil = fromNS(*alive)
+	}
+	if w.Capabilities == nil {
+		w.Capabilities = []string{}
+	}
 	return w, err
 }
 
@@ -28,9 +41,9 @@ func (s *backend) Heartbeat(ctx context.Context, worker string, capacity int, op
 		var alive *int64
 		var fenced bool
 		w = store.WorkerInfo{ID: worker}
-		err := s.db.QueryRow(ctx, `SELECT * FROM heartbeat_as($1, $2, $3, $4, $5, $6)`,
-			worker, int64(capacity), o.Promised(), o.Incarnation, int64(o.TTL), s.off()).
-			Scan(&fenced, &cap, &w.Draining, &hb, &started, &w.Incarnation, &alive)
+		err := s.db.QueryRow(ctx, `SELECT * FROM heartbeat_as($1, $2, $3, $4, $5, $6, $7, $8)`,
+			worker, int64(capacity), o.Promised(), o.Incarnation, int64(o.TTL), s.off(), o.Advertised(), capsArg(o.Capabilities)).
+			Scan(&fenced, &cap, &w.Draining, &hb, &started, &w.Incarnation, &alive, &w.Capabilities)
 		if err != nil {
 			return err
 		}
@@ -40,6 +53,9 @@ func (s *backend) Heartbeat(ctx context.Context, worker string, capacity int, op
 		w.Capacity, w.HeartbeatAt, w.StartedAt = int(cap), fromNS(hb), fromNS(started)
 		if alive != nil {
 			w.AliveUntil = fromNS(*alive)
+		}
+		if w.Capabilities == nil {
+			w.Capabilities = []string{}
 		}
 		return nil
 	})
@@ -87,7 +103,15 @@ func (s *backend) requeued(ctx context.Context, op, sql string, args ...any) (in
 	return int(e + wd + tm), nil
 }
 
-// SetDraining implements store.Workers (see the set_draining function).
+// capsArg is an advertised list as a text[] argument: never NULL.
+func capsArg(caps []string) []string {
+	if caps == nil {
+		return []string{}
+	}
+	return caps
+}
+
+// SetDraining implements store.Workers (see the set_worker_draining function).
 func (s *backend) SetDraining(ctx context.Context, worker string, draining bool) (store.WorkerInfo, error) {
 	const op = "set_draining"
 	if err := s.begin(op); err != nil {
@@ -96,7 +120,7 @@ func (s *backend) SetDraining(ctx context.Context, worker string, draining bool)
 	var w store.WorkerInfo
 	err := s.retry(ctx, op, "", func() error {
 		var err error
-		w, err = scanWorker(worker, s.db.QueryRow(ctx, `SELECT * FROM set_draining($1, $2)`, worker, draining))
+		w, err = scanWorker(worker, s.db.QueryRow(ctx, `SELECT * FROM set_worker_draining($1, $2)`, worker, draining))
 		if err == pgx.ErrNoRows {
 			return store.Errorf(op, store.ErrNotFound, "", "worker %s never sent a heartbeat", worker)
 		}
@@ -117,20 +141,12 @@ func (s *backend) ListWorkers(ctx context.Context) ([]store.WorkerInfo, error) {
 	}
 	out := []store.WorkerInfo{}
 	err := s.retry(ctx, op, "", func() error {
-		rows, _ := s.db.Query(ctx, `SELECT worker, capacity, draining, heartbeat_at_ns, started_at_ns, incarnation, alive_until_ns
+		rows, _ := s.db.Query(ctx, `SELECT worker, capacity, draining, heartbeat_at_ns, started_at_ns, incarnation, alive_until_ns,
+				capabilities
 			FROM workers ORDER BY worker`)
 		var err error
 		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.WorkerInfo, error) {
-			var id string
-			var cap, hb, started int64
-			var alive *int64
-			w := store.WorkerInfo{}
-			err := row.Scan(&id, &cap, &w.Draining, &hb, &started, &w.Incarnation, &alive)
-			w.ID, w.Capacity, w.HeartbeatAt, w.StartedAt = id, int(cap), fromNS(hb), fromNS(started)
-			if alive != nil {
-				w.AliveUntil = fromNS(*alive)
-			}
-			return w, err
+			return scanWorker("", row)
 		})
 		return err
 	})

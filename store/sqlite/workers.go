@@ -3,16 +3,19 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"fmt"
 
 	"github.com/orrery-run/orrery/store"
 )
 
 // The worker inventory: one row per worker that ever sent a heartbeat,
 // with the incarnation its last promise of liveness named and until when
-// (alive_until, NULL: none); retired_incarnations lists the incarnations
+// (alive_until, NULL: none) and the capabilities it last advertised (a
+// JSON array, migration 12); retired_incarnations lists the incarnations
 // that must never beat or claim again (migration 8).
 
-const workerCols = `id, capacity, draining, heartbeat_at, started_at, incarnation, alive_until`
+const workerCols = `id, capacity, draining, heartbeat_at, started_at, incarnation, alive_until, capabilities`
 
 func scanWorker(sc interface{ Scan(...any) error }) (store.WorkerInfo, error) {
 	var (
@@ -20,12 +23,26 @@ func scanWorker(sc interface{ Scan(...any) error }) (store.WorkerInfo, error) {
 		capacity    int64
 		hb, started int64
 		alive       sql.NullInt64
+		caps        string
 	)
-	if err := sc.Scan(&w.ID, &capacity, &w.Draining, &hb, &started, &w.Incarnation, &alive); err != nil {
+	if err := sc.Scan(&w.ID, &capacity, &w.Draining, &hb, &started, &w.Incarnation, &alive, &caps); err != nil {
 		return store.WorkerInfo{}, err
 	}
 	w.Capacity, w.HeartbeatAt, w.StartedAt, w.AliveUntil = int(capacity), fromNS(hb), fromNS(started), fromNullNS(alive)
+	w.Capabilities = []string{}
+	if err := json.Unmarshal([]byte(caps), &w.Capabilities); err != nil {
+		return store.WorkerInfo{}, fmt.Errorf("worker %s capabilities: %w", w.ID, err)
+	}
 	return w, nil
+}
+
+// capsJSON is the capabilities column's value for an advertised list.
+func capsJSON(caps []string) string {
+	if len(caps) == 0 {
+		return "[]"
+	}
+	b, _ := json.Marshal(caps) // a []string always marshals
+	return string(b)
 }
 
 // Heartbeat records that worker is alive with capacity, keeping Draining;
@@ -58,12 +75,14 @@ func (s *backend) Heartbeat(ctx context.Context, worker string, capacity int, op
 			}
 			alive = t.now.Add(o.TTL).UnixNano()
 		}
-		row, err := t.row(`INSERT INTO workers (id, capacity, draining, heartbeat_at, started_at, incarnation, alive_until)
-			VALUES (?1, ?2, 0, ?3, ?3, ?4, ?5)
+		row, err := t.row(`INSERT INTO workers (id, capacity, draining, heartbeat_at, started_at, incarnation, alive_until, capabilities)
+			VALUES (?1, ?2, 0, ?3, ?3, ?4, ?5, ?7)
 			ON CONFLICT (id) DO UPDATE SET capacity = excluded.capacity, heartbeat_at = excluded.heartbeat_at,
 				incarnation = CASE WHEN ?6 THEN excluded.incarnation ELSE workers.incarnation END,
-				alive_until = excluded.alive_until
-			RETURNING `+workerCols, worker, int64(capacity), t.nowNS, o.Incarnation, alive, o.Promised())
+				alive_until = excluded.alive_until,
+				capabilities = CASE WHEN ?8 THEN excluded.capabilities ELSE workers.capabilities END
+			RETURNING `+workerCols, worker, int64(capacity), t.nowNS, o.Incarnation, alive, o.Promised(),
+			capsJSON(o.Capabilities), o.Advertised())
 		if err != nil {
 			return err
 		}

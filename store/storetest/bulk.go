@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +30,8 @@ func bulkTests() []testCase {
 		{"ListWorkerWorldsPagesWithLeaseAndAssignment", testListWorkerWorldsPages},
 		{"ListWorkerWorldsReportsEachWorldsBacklog", testListWorkerWorldsBacklog},
 		{"WorkerInventoryHeartbeatAndDraining", testWorkerInventory},
+		{"WorkerCapabilitiesAdvertisedKeptAndReplaced", testWorkerCapabilities},
+		{"WorkerCapabilitiesRefusesAbsurdLists", testWorkerCapabilitiesInvalid},
 	}
 }
 
@@ -728,4 +731,104 @@ func testConcurrentAcquireLeases(t *testing.T, open Factory) {
 			t.Fatalf("%s: winners %v, stored lease %+v", w, winners[w], l)
 		}
 	}
+}
+
+// testWorkerCapabilities: a heartbeat's Advertise is recorded sorted and
+// without duplicates, kept by heartbeats that do not advertise (with or
+// without a promise) and by SetDraining, and replaced by the next Advertise.
+func testWorkerCapabilities(t *testing.T, open Factory) {
+	f := setup(t, open)
+	check := func(what string, got store.WorkerInfo, want []string) {
+		t.Helper()
+		if !slices.Equal(got.Capabilities, want) {
+			t.Fatalf("%s: Capabilities = %q, want %q", what, got.Capabilities, want)
+		}
+		ws, err := f.s.ListWorkers(bg)
+		must(t, err, "ListWorkers")
+		for _, w := range ws {
+			if w.ID == got.ID && !slices.Equal(w.Capabilities, want) {
+				t.Fatalf("%s: ListWorkers has Capabilities %q, want %q", what, w.Capabilities, want)
+			}
+		}
+	}
+	old, err := f.s.Heartbeat(bg, "old", 4)
+	must(t, err, "Heartbeat without Advertise")
+	check("a worker that never advertised", old, nil)
+
+	caps := []string{"world:orders@2", "role:host", "effect:pay", "role:host", "world:orders@2"}
+	a, err := f.s.Heartbeat(bg, "A", 4, store.Advertise(caps))
+	must(t, err, "Heartbeat with Advertise")
+	want := []string{"effect:pay", "role:host", "world:orders@2"}
+	check("first Advertise", a, want)
+	caps[0] = "edited-by-the-caller"
+	a.Capabilities[0] = "edited-by-the-reader"
+	check("after the caller edited its slices", mustWorker(t, f, "A"), want)
+
+	f.advance(time.Second)
+	k, err := f.s.Heartbeat(bg, "A", 8)
+	must(t, err, "Heartbeat without Advertise")
+	check("a heartbeat without Advertise", k, want)
+	k, err = f.s.Heartbeat(bg, "A", 8, store.AliveAs("a1", time.Minute))
+	must(t, err, "Heartbeat with AliveAs only")
+	check("a heartbeat with AliveAs only", k, want)
+	d, err := f.s.SetDraining(bg, "A", true)
+	must(t, err, "SetDraining")
+	check("SetDraining", d, want)
+
+	r, err := f.s.Heartbeat(bg, "A", 8, store.AliveAs("a1", time.Minute), store.Advertise([]string{"role:effects", "effect:email"}))
+	must(t, err, "Heartbeat with a new Advertise")
+	check("a later Advertise", r, []string{"effect:email", "role:effects"})
+
+	c, err := f.s.Heartbeat(bg, "A", 8, store.Advertise(nil))
+	must(t, err, "Heartbeat advertising nothing")
+	check("an empty Advertise", c, nil)
+	if !store.HasCapability(c, "role:host") {
+		t.Fatal("a worker whose record lists nothing must be taken as carrying everything")
+	}
+}
+
+// testWorkerCapabilitiesInvalid: an advertised list too long, or with an
+// empty, oversized or NUL-bearing entry, is ErrInvalid and changes nothing.
+func testWorkerCapabilitiesInvalid(t *testing.T, open Factory) {
+	f := setup(t, open)
+	_, err := f.s.Heartbeat(bg, "A", 4, store.Advertise([]string{"role:host"}))
+	must(t, err, "Heartbeat")
+	tooMany := make([]string, store.MaxCapabilities+1)
+	for i := range tooMany {
+		tooMany[i] = fmt.Sprintf("effect:k%05d", i)
+	}
+	for what, caps := range map[string][]string{
+		"too many":       tooMany,
+		"an empty entry": {"role:host", ""},
+		"an oversized":   {"effect:" + strings.Repeat("x", store.MaxKeyBytes)},
+		"a NUL":          {"effect:a\x00b"},
+		"invalid UTF-8":  {"effect:\xff"},
+	} {
+		_, err := f.s.Heartbeat(bg, "A", 9, store.Advertise(caps))
+		wantErr(t, err, store.ErrInvalid, "Heartbeat advertising "+what)
+	}
+	if w := mustWorker(t, f, "A"); w.Capacity != 4 || !slices.Equal(w.Capabilities, []string{"role:host"}) {
+		t.Fatalf("refused heartbeats changed the record: %+v", w)
+	}
+	at := make([]string, store.MaxCapabilities)
+	copy(at, tooMany)
+	w, err := f.s.Heartbeat(bg, "A", 4, store.Advertise(at))
+	must(t, err, "Heartbeat advertising MaxCapabilities")
+	if len(w.Capabilities) != store.MaxCapabilities {
+		t.Fatalf("advertised %d, recorded %d", store.MaxCapabilities, len(w.Capabilities))
+	}
+}
+
+// mustWorker is worker id's record as ListWorkers has it.
+func mustWorker(t *testing.T, f *fx, id string) store.WorkerInfo {
+	t.Helper()
+	ws, err := f.s.ListWorkers(bg)
+	must(t, err, "ListWorkers")
+	for _, w := range ws {
+		if w.ID == id {
+			return w
+		}
+	}
+	t.Fatalf("ListWorkers has no %s: %+v", id, ws)
+	return store.WorkerInfo{}
 }
