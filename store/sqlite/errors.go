@@ -55,6 +55,7 @@ var sentinels = []error{
 	store.ErrWorldExists, store.ErrWorldPaused, store.ErrWorldArchived, store.ErrSnapshotNotFound,
 	store.ErrSnapshotConflict, store.ErrClaimLost, store.ErrNotDue, store.ErrNotRetryable, store.ErrEffectEnded,
 	store.ErrNotFound, store.ErrWatermarkConflict, store.ErrInvalid, store.ErrConflict, store.ErrAssignmentChanged,
+	store.ErrScheduleConflict, store.ErrScheduleExists,
 }
 
 // isOutcome tells a request's typed failure (a *store.Error with a store
