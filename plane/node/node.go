@@ -61,6 +61,7 @@ import (
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/plane/reaper"
+	"github.com/orrery-run/orrery/plane/schedule"
 	"github.com/orrery-run/orrery/plane/timer"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/workflow"
@@ -133,6 +134,9 @@ type Config struct {
 	// NoOrchestrator leaves placement to other nodes (a node that only
 	// hosts). By default every node runs an orchestrator; one acts.
 	NoOrchestrator bool
+	// ObserveSchedule, when set, is told of every schedule tick decided
+	// (schedule.Config.Observe).
+	ObserveSchedule func(id, what string, t schedule.Tick)
 	// EffectConcurrency bounds effects executing at once (default 16).
 	EffectConcurrency int
 
@@ -346,6 +350,16 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, n.abort(ctx, err)
 		}
 		parts = append(parts, part{"runs view", n.runsView.runner.Run})
+	}
+	if !cfg.NoOrchestrator {
+		// Every orchestrating node runs a scheduler: each tick is
+		// recorded by one compare-and-swap and started idempotently, so
+		// they need no leader among them.
+		sc := schedule.Config{
+			Store: cfg.Store, Starter: schedule.NodeStarter{Runs: n.wfClient, Ops: n.ops}, Executor: ex,
+			Logger: cfg.Logger.With("part", "schedules"), Observe: cfg.ObserveSchedule,
+		}
+		parts = append(parts, part{"schedules", func(ctx context.Context) error { return schedule.Run(ctx, sc) }})
 	}
 
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
