@@ -89,3 +89,17 @@ func (s Schedule) fireAt(nominal time.Time) time.Time {
 	}
 	return nominal.Add(JitterOf(s.ID, nominal, time.Duration(s.Spec.Jitter)))
 }
+
+// NextFireTimes are the fire times (jitter included) of the next n
+// cadence ticks not yet recorded.
+func (s Schedule) NextFireTimes(n int) []time.Time {
+	out := []time.Time{}
+	cad, err := s.Spec.Normalize()
+	if err != nil {
+		return out
+	}
+	for t := s.State.NextNominal; !t.IsZero() && len(out) < n; t = cad.Next(t) {
+		out = append(out, s.fireAt(t))
+	}
+	return out
+}
