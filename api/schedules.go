@@ -230,12 +230,14 @@ func (s *Server) listSchedules(r *http.Request, _ *reqCtx) (int, any, error) {
 			return 0, nil, err
 		}
 	}
-	scs, err := schedule.List(r.Context(), s.cfg.Store, after, limit+1)
+	// One more than the page tells whether another follows; at the
+	// store's largest page a full page says there may be one.
+	scs, err := schedule.List(r.Context(), s.cfg.Store, after, min(limit+1, MaxListLimit))
 	if err != nil {
 		return 0, nil, err
 	}
 	resp := schedulesResp{Schedules: []ScheduleView{}}
-	if len(scs) > limit {
+	if len(scs) >= limit && (len(scs) > limit || limit == MaxListLimit) {
 		scs = scs[:limit]
 		resp.Next = scs[limit-1].ID
 	}
