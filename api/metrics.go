@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/plane/schedule"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/workflow"
 )
@@ -231,12 +232,26 @@ func (m *Metrics) CollectWorldsHosted(f func() []Hosted) {
 	m.gauges.hosted = f
 }
 
+// CollectSchedules makes orrery_schedule_ticks_total{schedule,outcome}
+// read st's schedules at each scrape: the cluster-wide counters each
+// schedule keeps in the store (fired, missed by the catch-up policy,
+// skipped by the overlap policy, failed to start), so every node exports
+// the same values, whichever scheduler fired the ticks.
+func (m *Metrics) CollectSchedules(st store.Store) {
+	m.gauges.mu.Lock()
+	defer m.gauges.mu.Unlock()
+	m.gauges.schedules = func(ctx context.Context) ([]schedule.Schedule, error) {
+		return schedule.List(ctx, st, "", store.MaxListLimit)
+	}
+}
+
 // ScrapeTimeout bounds the store read of a scrape's queue depths.
 const ScrapeTimeout = 5 * time.Second
 
 var (
 	queueDepthDesc = prometheus.NewDesc("orrery_queue_depth", "Items in each of the plane's queues.", []string{"queue"}, nil)
 	hostedDesc     = prometheus.NewDesc("orrery_worlds_hosted", "Worlds a worker holds (held) and runs a process for (active).", []string{"worker", "state"}, nil)
+	scheduleDesc   = prometheus.NewDesc("orrery_schedule_ticks_total", "Ticks of each schedule by outcome: fired (started), missed (dropped by the catch-up policy), skipped (by the overlap policy), failed (could not start).", []string{"schedule", "outcome"}, nil)
 	runsDesc       = prometheus.NewDesc("orrery_workflow_runs", "Workflow runs in each status (queued, running, paused, completed, failed, cancelled), as this node's runs projection has them.", []string{"status"}, nil)
 )
 
@@ -246,18 +261,36 @@ type gaugeCollector struct {
 	depths func(context.Context) (store.QueueDepths, error)
 	hosted func() []Hosted
 	runs   func() map[string]int
+
+	schedules func(context.Context) ([]schedule.Schedule, error)
 }
 
 func (g *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- queueDepthDesc
 	ch <- hostedDesc
 	ch <- runsDesc
+	ch <- scheduleDesc
 }
 
 func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	g.mu.Lock()
-	depths, hosted, runs := g.depths, g.hosted, g.runs
+	depths, hosted, runs, schedules := g.depths, g.hosted, g.runs, g.schedules
 	g.mu.Unlock()
+	if schedules != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), ScrapeTimeout)
+		scs, err := schedules(ctx)
+		cancel()
+		if err == nil {
+			for _, sc := range scs {
+				for _, o := range []struct {
+					name string
+					v    uint64
+				}{{"fired", sc.State.Fired}, {"missed", sc.State.Missed}, {"skipped", sc.State.Skipped}, {"failed", sc.State.Failed}} {
+					ch <- prometheus.MustNewConstMetric(scheduleDesc, prometheus.CounterValue, float64(o.v), sc.ID, o.name)
+				}
+			}
+		}
+	}
 	if runs != nil {
 		counts := runs()
 		statuses := make([]string, 0, len(counts))

@@ -134,3 +134,35 @@ func FuzzCreateSchedule(f *testing.F) {
 		}
 	})
 }
+
+// TestScheduleMetrics: /metrics exports each schedule's durable tick
+// counters as orrery_schedule_ticks_total{schedule,outcome}.
+func TestScheduleMetrics(t *testing.T) {
+	r := newRig(t, rigOptions{metrics: true})
+	r.Metrics.CollectSchedules(r.Store)
+	if _, err := schedule.Create(r.Ctx, r.Store, "s", schedule.Spec{Every: schedule.Duration(time.Hour), Target: schedule.Target{Workflow: "w"}}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := r.Store.GetSchedule(r.Ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st map[string]any
+	if err := json.Unmarshal(rec.State, &st); err != nil {
+		t.Fatal(err)
+	}
+	st["fired"], st["missed"], st["skipped"], st["failed"] = 4, 3, 2, 1
+	if rec.State, err = json.Marshal(st); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Store.UpdateSchedule(r.Ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	text := scrape(t, r, "")
+	for outcome, want := range map[string]float64{"fired": 4, "missed": 3, "skipped": 2, "failed": 1} {
+		series := `orrery_schedule_ticks_total{outcome="` + outcome + `",schedule="s"}`
+		if v, ok := metricValue(t, text, series); !ok || v != want {
+			t.Fatalf("%s = %v (present %v), want %v", series, v, ok, want)
+		}
+	}
+}

@@ -324,6 +324,7 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 		return err
 	}
 	metrics.CollectQueueDepths(st.QueueDepths)
+	metrics.CollectSchedules(st)
 	metrics.CollectWorldsHosted(api.HostedBy(n.Host()))
 	if v := n.RunsView(); v != nil {
 		metrics.CollectRuns(func() map[string]int {
