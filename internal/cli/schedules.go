@@ -6,19 +6,11 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/orrery-run/orrery/api"
 )
-
-func optWhen(t *time.Time) string {
-	if t == nil {
-		return "-"
-	}
-	return ts(*t)
-}
 
 func scheduleCadence(s api.ScheduleSpec) string {
 	c := s.Cron

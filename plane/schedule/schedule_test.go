@@ -46,8 +46,8 @@ func TestCronTicksOnTime(t *testing.T) {
 		e := newEnv(t)
 		e.create("ten", schedule.Spec{Cron: "*/10 * * * *", Target: schedule.Target{Workflow: "w"}})
 		e.create("sec", schedule.Spec{Cron: "30 0 * * * *", Overlap: schedule.OverlapAllow, Target: schedule.Target{Workflow: "w"}})
-		e.scheduler(nil)
 		e.starts.autoEnd = true
+		e.scheduler(nil)
 		time.Sleep(2*time.Hour + time.Minute)
 		var ten, sec []time.Time
 		for _, id := range e.starts.started() {
@@ -331,17 +331,18 @@ func TestKilledBetweenRecordAndStart(t *testing.T) {
 		e := newEnv(t)
 		e.create("s", wf(time.Hour))
 		dying := newFake()
-		var stop func()
-		killed := make(chan struct{})
+		killed := make(chan struct{}, 1)
 		dying.before = func(string) error {
-			close(killed)
-			go stop()
+			select {
+			case killed <- struct{}{}:
+			default:
+			}
 			return fmt.Errorf("killed")
 		}
-		stop = e.scheduler(dying)
+		stop := e.scheduler(dying)
 		time.Sleep(time.Hour)
 		<-killed
-		synctest.Wait()
+		stop() // the process dies with the tick recorded and not started
 		sc := e.get("s")
 		if len(sc.State.Pending) != 1 || len(e.starts.started()) != 0 {
 			t.Fatalf("after the kill: pending %v, started %v", sc.State.Pending, e.starts.started())
