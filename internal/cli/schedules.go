@@ -125,7 +125,7 @@ while the previous run still runs; --catch-up (skip, once, all with
 	}
 	one := func(use, short string, do func(*api.Client, context.Context, string) (api.ScheduleView, error)) *cobra.Command {
 		return &cobra.Command{
-			Use: use + " ID", Short: short, Args: args(cobra.ExactArgs(1)),
+			Use: use + " ID", Short: short, Example: "  orrery schedule " + use + " nightly", Args: args(cobra.ExactArgs(1)),
 			RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
 				v, err := do(c, ctx, a[0])
 				if err != nil {
@@ -140,6 +140,7 @@ while the previous run still runs; --catch-up (skip, once, all with
 	resume := one("resume", "Resume a schedule at its next tick (the pause is not caught up)", (*api.Client).ResumeSchedule)
 	trigger := &cobra.Command{
 		Use: "trigger ID", Short: "Fire a schedule now, with a tick of its own; its cadence is unchanged", Args: args(cobra.ExactArgs(1)),
+		Example: "  orrery schedule trigger nightly",
 		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
 			tr, err := c.TriggerSchedule(ctx, a[0])
 			if err != nil {
@@ -153,6 +154,7 @@ while the previous run still runs; --catch-up (skip, once, all with
 	}
 	del := &cobra.Command{
 		Use: "delete ID", Short: "Delete a schedule: nothing fires after it", Args: args(cobra.ExactArgs(1)),
+		Example: "  orrery schedule delete nightly",
 		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
 			if err := c.DeleteSchedule(ctx, a[0]); err != nil {
 				return err
