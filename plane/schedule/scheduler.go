@@ -148,7 +148,7 @@ func (s *scheduler) process(ctx context.Context, r store.ScheduleRecord, now tim
 			return ignoreConflict(err)
 		}
 	}
-	return s.complete(ctx, sc, cad)
+	return s.complete(ctx, sc)
 }
 
 func ignoreConflict(err error) error {
@@ -287,7 +287,7 @@ func (s *scheduler) admit(sc *Schedule, tk Tick) {
 // complete starts sc's pending ticks, then records them started. A start
 // that fails (not permanently) stays pending and is tried again after
 // Retry.
-func (s *scheduler) complete(ctx context.Context, sc Schedule, cad cadence) error {
+func (s *scheduler) complete(ctx context.Context, sc Schedule) error {
 	if len(sc.State.Pending) == 0 {
 		return nil
 	}
