@@ -18,6 +18,7 @@ import (
 
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/plane/schedule"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/workflow"
 	"github.com/orrery-run/orrery/world"
@@ -106,7 +107,9 @@ func (e *Error) Error() string {
 // workflow.ErrInvalid; not_found matches store.ErrNotFound, and
 // store.ErrWorldNotFound, store.ErrSnapshotNotFound or workflow.ErrNotFound
 // when details.resource is "world", "snapshot" or "run"; already_exists
-// store.ErrWorldExists; conflict plane.ErrConflict and workflow.ErrConflict;
+// store.ErrWorldExists (store.ErrScheduleExists when details.resource is
+// "schedule"); conflict plane.ErrConflict, workflow.ErrConflict and
+// store.ErrScheduleConflict; invalid_argument schedule.ErrInvalid too;
 // finished workflow.ErrFinished; version_not_carried
 // workflow.ErrVersionNotCarried; paused store.ErrWorldPaused; archived
 // store.ErrWorldArchived; fenced store.ErrFenced and plane.ErrFenced;
@@ -120,7 +123,7 @@ func (e *Error) Is(target error) bool {
 	switch e.Code {
 	case CodeInvalidArgument:
 		return target == store.ErrInvalid || target == plane.ErrInvalid || target == plane.ErrInvalidIngress ||
-			target == workflow.ErrInvalid
+			target == workflow.ErrInvalid || target == schedule.ErrInvalid
 	case CodeNotFound:
 		switch e.Details["resource"] {
 		case "world":
@@ -138,9 +141,12 @@ func (e *Error) Is(target error) bool {
 		}
 		return target == store.ErrNotFound
 	case CodeAlreadyExists:
+		if e.Details["resource"] == "schedule" {
+			return target == store.ErrScheduleExists
+		}
 		return target == store.ErrWorldExists
 	case CodeConflict:
-		return target == plane.ErrConflict || target == workflow.ErrConflict
+		return target == plane.ErrConflict || target == workflow.ErrConflict || target == store.ErrScheduleConflict
 	case CodeFinished:
 		return target == workflow.ErrFinished
 	case CodeVersionNotCarried:
@@ -210,6 +216,9 @@ var errorTable = [...]errorRule{
 	{store.ErrSnapshotNotFound, http.StatusNotFound, CodeNotFound, "snapshot"},
 	{store.ErrNotFound, http.StatusNotFound, CodeNotFound, ""},
 	{store.ErrWorldExists, http.StatusConflict, CodeAlreadyExists, ""},
+	{store.ErrScheduleExists, http.StatusConflict, CodeAlreadyExists, "schedule"},
+	{store.ErrScheduleConflict, http.StatusConflict, CodeConflict, ""},
+	{schedule.ErrInvalid, http.StatusBadRequest, CodeInvalidArgument, ""},
 	{store.ErrWorldPaused, http.StatusConflict, CodePaused, ""},
 	{store.ErrWorldArchived, http.StatusConflict, CodeArchived, ""},
 	{store.ErrFenced, http.StatusConflict, CodeFenced, ""},

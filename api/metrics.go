@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/plane/schedule"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/workflow"
 )
@@ -268,6 +269,19 @@ func (m *Metrics) CollectWorldsUnplaced(f func() int) {
 	m.gauges.unplaced = f
 }
 
+// CollectSchedules makes orrery_schedule_ticks_total{schedule,outcome}
+// read st's schedules at each scrape: the cluster-wide counters each
+// schedule keeps in the store (fired, missed by the catch-up policy,
+// skipped by the overlap policy, failed to start), so every node exports
+// the same values, whichever scheduler fired the ticks.
+func (m *Metrics) CollectSchedules(st store.Store) {
+	m.gauges.mu.Lock()
+	defer m.gauges.mu.Unlock()
+	m.gauges.schedules = func(ctx context.Context) ([]schedule.Schedule, error) {
+		return schedule.List(ctx, st, "", store.MaxListLimit)
+	}
+}
+
 // ScrapeTimeout bounds the store read of a scrape's queue depths.
 const ScrapeTimeout = 5 * time.Second
 
@@ -277,6 +291,7 @@ var (
 	unplacedDesc   = prometheus.NewDesc("orrery_worlds_unplaced", "Active worlds the acting orchestrator could place on no live host that carries their type and has room (0 where the orchestrator does not act).", nil, nil)
 	queueRunDesc   = prometheus.NewDesc("orrery_queue_running", "Admitted runs of each named workflow queue: each holds a slot until it ends.", []string{"queue"}, nil)
 	refusedDesc    = prometheus.NewDesc("orrery_ingress_refused_total", "Ingress requests refused with overloaded (429), by reason: inbox (a world's inbox at its bound) or effect_queue (an effect kind's pending queue at its bound).", []string{"reason"}, nil)
+	scheduleDesc   = prometheus.NewDesc("orrery_schedule_ticks_total", "Ticks of each schedule by outcome: fired (started), missed (dropped by the catch-up policy), skipped (by the overlap policy), failed (could not start).", []string{"schedule", "outcome"}, nil)
 	runsDesc       = prometheus.NewDesc("orrery_workflow_runs", "Workflow runs in each status (queued, running, paused, completed, failed, cancelled), as this node's runs projection has them.", []string{"status"}, nil)
 )
 
@@ -289,6 +304,8 @@ type gaugeCollector struct {
 	unplaced func() int
 	queues   store.Queues
 	refused  func() map[string]uint64
+
+	schedules func(context.Context) ([]schedule.Schedule, error)
 }
 
 func (g *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -298,11 +315,12 @@ func (g *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- unplacedDesc
 	ch <- queueRunDesc
 	ch <- refusedDesc
+	ch <- scheduleDesc
 }
 
 func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	g.mu.Lock()
-	depths, hosted, runs, unplaced, queues, refused := g.depths, g.hosted, g.runs, g.unplaced, g.queues, g.refused
+	depths, hosted, runs, unplaced, queues, refused, schedules := g.depths, g.hosted, g.runs, g.unplaced, g.queues, g.refused, g.schedules
 	g.mu.Unlock()
 	if unplaced != nil {
 		ch <- prometheus.MustNewConstMetric(unplacedDesc, prometheus.GaugeValue, float64(unplaced()))
@@ -319,6 +337,21 @@ func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 		slices.Sort(reasons)
 		for _, r := range reasons {
 			ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(counts[r]), r)
+		}
+	}
+	if schedules != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), ScrapeTimeout)
+		scs, err := schedules(ctx)
+		cancel()
+		if err == nil {
+			for _, sc := range scs {
+				for _, o := range []struct {
+					name string
+					v    uint64
+				}{{"fired", sc.State.Fired}, {"missed", sc.State.Missed}, {"skipped", sc.State.Skipped}, {"failed", sc.State.Failed}} {
+					ch <- prometheus.MustNewConstMetric(scheduleDesc, prometheus.CounterValue, float64(o.v), sc.ID, o.name)
+				}
+			}
 		}
 	}
 	if runs != nil {

@@ -281,7 +281,8 @@ func (s *Server) routes() {
 	}
 	s.route("POST /v1/workers/{id}/drain", false, s.drain)
 
-	s.runRoutes() // workflow runs and stream audit: api/runs.go
+	s.runRoutes()      // workflow runs and stream audit: api/runs.go
+	s.scheduleRoutes() // api/schedules.go
 }
 
 // ServeHTTP routes r. What the mux would answer by itself (an unknown

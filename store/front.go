@@ -65,6 +65,7 @@ type Backend interface {
 	Dedupe
 	Views
 	Queues
+	Schedules
 }
 
 // Front is the one front over every backend, as database/sql stands over

@@ -283,6 +283,28 @@ func (r *recorder) PendingEffects(ctx context.Context) (map[string]int64, error)
 	return nil, r.rec(ctx, "PendingEffects")
 }
 
+func (r *recorder) CreateSchedule(ctx context.Context, s ScheduleRecord) (ScheduleRecord, error) {
+	return ScheduleRecord{}, r.rec(ctx, "CreateSchedule")
+}
+func (r *recorder) GetSchedule(ctx context.Context, id string) (ScheduleRecord, error) {
+	return ScheduleRecord{}, r.rec(ctx, "GetSchedule")
+}
+func (r *recorder) ListSchedules(ctx context.Context, after string, limit int) ([]ScheduleRecord, error) {
+	return nil, r.rec(ctx, "ListSchedules")
+}
+func (r *recorder) UpdateSchedule(ctx context.Context, s ScheduleRecord) (ScheduleRecord, error) {
+	return ScheduleRecord{}, r.rec(ctx, "UpdateSchedule")
+}
+func (r *recorder) DeleteSchedule(ctx context.Context, id string) error {
+	return r.rec(ctx, "DeleteSchedule")
+}
+func (r *recorder) DueSchedules(ctx context.Context, limit int) ([]ScheduleRecord, time.Time, error) {
+	return nil, time.Time{}, r.rec(ctx, "DueSchedules")
+}
+func (r *recorder) NextScheduleDue(ctx context.Context) (time.Time, time.Time, bool, error) {
+	return time.Time{}, time.Time{}, false, r.rec(ctx, "NextScheduleDue")
+}
+
 var _ Backend = (*recorder)(nil)
 
 var (
@@ -503,6 +525,19 @@ func invalidCalls() []frontCall {
 			_, err := f.SetWorldStatus(fbg, "w", WorldPaused, longText)
 			return err
 		}},
+		{"CreateSchedule id", "create_schedule", func(f *Front) error {
+			_, err := f.CreateSchedule(fbg, ScheduleRecord{ID: badID, Spec: []byte("x")})
+			return err
+		}},
+		{"CreateSchedule spec", "create_schedule", func(f *Front) error { _, err := f.CreateSchedule(fbg, ScheduleRecord{ID: "s"}); return err }},
+		{"GetSchedule id", "get_schedule", func(f *Front) error { _, err := f.GetSchedule(fbg, ""); return err }},
+		{"ListSchedules limit", "list_schedules", func(f *Front) error { _, err := f.ListSchedules(fbg, "", tooMany); return err }},
+		{"UpdateSchedule version", "update_schedule", func(f *Front) error {
+			_, err := f.UpdateSchedule(fbg, ScheduleRecord{ID: "s", Spec: []byte("x")})
+			return err
+		}},
+		{"DeleteSchedule id", "delete_schedule", func(f *Front) error { return f.DeleteSchedule(fbg, "") }},
+		{"DueSchedules limit", "due_schedules", func(f *Front) error { _, _, err := f.DueSchedules(fbg, 0); return err }},
 		{"CASWatermark projector", "cas_watermark", func(f *Front) error { return f.CASWatermark(fbg, "", "s", 0, 1) }},
 		{"CASWatermark old", "cas_watermark", func(f *Front) error { return f.CASWatermark(fbg, "p", "s", huge, 1) }},
 		{"CASWatermark next", "cas_watermark", func(f *Front) error { return f.CASWatermark(fbg, "p", "s", 0, huge) }},

@@ -45,7 +45,7 @@ import (
 //     are not copied: they describe the source's processes.
 //
 // Everything else is written as it is: every id, runSeq, head, floor,
-// hash, epoch, attempt count, retry schedule, dedupe record, watermark
+// hash, epoch, attempt count, retry schedule, dedupe record, watermark,
 // and snapshot, and the high-water mark of the effect queue's seq (a seq
 // the source handed out is never handed out again).
 //
@@ -77,6 +77,7 @@ const (
 	PortKindTimer      PortKind = "timer"       // PortTimer
 	PortKindFabric     PortKind = "fabric"      // PortFabric
 	PortKindWatermark  PortKind = "watermark"   // PortWatermark
+	PortKindSchedule   PortKind = "schedule"    // PortSchedule
 	PortKindCounter    PortKind = "counter"     // PortCounter
 )
 
@@ -84,7 +85,7 @@ const (
 func PortKinds() []PortKind {
 	return []PortKind{PortKindWorld, PortKindStream, PortKindEvent, PortKindEventKey, PortKindSnapshot,
 		PortKindInbox, PortKindDrain, PortKindLease, PortKindAssignment, PortKindEffect, PortKindTimer,
-		PortKindFabric, PortKindWatermark, PortKindCounter}
+		PortKindFabric, PortKindWatermark, PortKindSchedule, PortKindCounter}
 }
 
 // PortRecord is one record of a store's copy: Kind says which one field is
@@ -107,6 +108,7 @@ type PortRecord struct {
 	Timer      *PortTimer      `json:"timer,omitempty"`
 	Fabric     *PortFabric     `json:"fabric,omitempty"`
 	Watermark  *PortWatermark  `json:"watermark,omitempty"`
+	Schedule   *PortSchedule   `json:"schedule,omitempty"`
 	Counter    *PortCounter    `json:"counter,omitempty"`
 }
 
@@ -278,6 +280,20 @@ type PortWatermark struct {
 	Value     uint64 `json:"value"`
 }
 
+// PortSchedule is a schedule (Schedules) as it is stored: its version
+// and due time too, so a tick recorded on the source and not yet started
+// is started by the target's schedulers (its start is idempotent).
+type PortSchedule struct {
+	ID         string    `json:"id"`
+	Spec       []byte    `json:"spec"`
+	State      []byte    `json:"state"`
+	Paused     bool      `json:"paused"`
+	NextFireAt time.Time `json:"next_fire_at"` // zero: nothing due
+	Version    uint64    `json:"version"`
+	CreatedAt  time.Time `json:"created_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
+}
+
 // PortCounter is a store-wide counter's high-water mark, which an import
 // only raises.
 type PortCounter struct {
@@ -336,7 +352,7 @@ func CheckPortRecord(r PortRecord) error {
 	set := 0
 	for _, p := range []bool{r.World != nil, r.Stream != nil, r.Event != nil, r.EventKey != nil,
 		r.Snapshot != nil, r.Inbox != nil, r.Drain != nil, r.Lease != nil, r.Assignment != nil,
-		r.Effect != nil, r.Timer != nil, r.Fabric != nil, r.Watermark != nil, r.Counter != nil} {
+		r.Effect != nil, r.Timer != nil, r.Fabric != nil, r.Watermark != nil, r.Schedule != nil, r.Counter != nil} {
 		if p {
 			set++
 		}
@@ -369,6 +385,17 @@ func CheckPortRecord(r PortRecord) error {
 		ok = r.Fabric != nil
 	case PortKindWatermark:
 		ok = r.Watermark != nil
+	case PortKindSchedule:
+		ok = r.Schedule != nil
+		if ok {
+			if err := checkSchedule(op, ScheduleRecord{ID: r.Schedule.ID, Spec: r.Schedule.Spec, State: r.Schedule.State,
+				NextFireAt: r.Schedule.NextFireAt, Version: r.Schedule.Version}); err != nil {
+				return err
+			}
+			if r.Schedule.Version == 0 {
+				return Errorf(op, ErrInvalid, "", "schedule %s: version 0", r.Schedule.ID)
+			}
+		}
 	case PortKindCounter:
 		ok = r.Counter != nil && r.Counter.Name == PortCounterEffectSeq
 	default:
@@ -451,7 +478,8 @@ type PortBackend interface {
 	// a snapshot's world and height; an inbox item's world and seq; a
 	// drain's world and upto; a lease's and an assignment's world; an
 	// effect's and a timer's intent hash; a fabric record's destination
-	// and message id; a watermark's projector and stream. A counter has
+	// and message id; a watermark's projector and stream; a schedule's
+	// id. A counter has
 	// no key: always nil.
 	PortLookup(ctx context.Context, batch []PortRecord) ([]*PortRecord, error)
 }
@@ -809,6 +837,8 @@ func portKey(r PortRecord) string {
 		return r.Fabric.Dest + "/" + r.Fabric.MessageID
 	case PortKindWatermark:
 		return r.Watermark.Projector + "/" + r.Watermark.Stream
+	case PortKindSchedule:
+		return r.Schedule.ID
 	}
 	return string(r.Kind)
 }

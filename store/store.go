@@ -60,6 +60,7 @@ type Store interface {
 	Dedupe
 	Views
 	Queues
+	Schedules
 	// Commit is the world cycle's one transaction (see CommitBatch).
 	Commit(ctx context.Context, world string, epoch uint64, b CommitBatch) (CommitResult, error)
 	// Watch registers w to be woken (w.Unpark, which must not block) after
@@ -129,7 +130,7 @@ func InboxTopicWorld(topic string) (string, bool) {
 // ValidTopic reports whether topic is one a Watch accepts.
 func ValidTopic(topic string) bool {
 	switch topic {
-	case TopicEffects, TopicTimers, TopicAssignments, TopicLeases, TopicWorkers:
+	case TopicEffects, TopicTimers, TopicAssignments, TopicLeases, TopicWorkers, TopicSchedules:
 		return true
 	}
 	return len(topic) > len(topicInboxPrefix) && topic[:len(topicInboxPrefix)] == topicInboxPrefix &&

@@ -124,7 +124,7 @@ func short(h string) string {
 
 func (e *env) apiCommands() []*cobra.Command {
 	return []*cobra.Command{e.worldCommand(), e.journalCommand(), e.leaseCommand(), e.effectsCommand(),
-		e.timersCommand(), e.workersCommand(), e.runCommand(), e.queueCommand()}
+		e.timersCommand(), e.workersCommand(), e.runCommand(), e.queueCommand(), e.scheduleCommand()}
 }
 
 func (e *env) printWorld(w api.World) error {

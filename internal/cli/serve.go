@@ -417,6 +417,7 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 		metrics.CollectWorldsHosted(api.HostedBy(n.Host()))
 	}
 	metrics.CollectIngressRefused(n.Admission().Refused)
+	metrics.CollectSchedules(st)
 	if v := n.RunsView(); v != nil {
 		metrics.CollectRuns(func() map[string]int {
 			out := map[string]int{}

@@ -69,6 +69,7 @@ import (
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/plane/reaper"
+	"github.com/orrery-run/orrery/plane/schedule"
 	"github.com/orrery-run/orrery/plane/timer"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/workflow"
@@ -175,6 +176,9 @@ type Config struct {
 	// Capacity is the most worlds the host holds (plane.HostConfig's
 	// Capacity; 0: its default, no bound to speak of; negative: ErrRoles).
 	Capacity int
+	// ObserveSchedule, when set, is told of every schedule tick decided
+	// (schedule.Config.Observe).
+	ObserveSchedule func(id, what string, t schedule.Tick)
 	// EffectConcurrency bounds effects executing at once (default 16).
 	EffectConcurrency int
 	// Limits bound this node's ingress (plane.Limits: a world's inbox,
@@ -413,6 +417,18 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, n.abort(ctx, err)
 		}
 		parts = append(parts, part{"runs view", n.runsView.runner.Run})
+	}
+	if !cfg.NoOrchestrator && roles[plane.RoleOrchestrator] && (cfg.Workflows == nil || n.wfClient != nil) {
+		// Every orchestrating node runs a scheduler: each tick is
+		// recorded by one compare-and-swap and started idempotently, so
+		// they need no leader among them. A node of a binary with
+		// workflows runs one only where it can start them (host or api
+		// role): elsewhere a workflow tick would be judged unstartable.
+		sc := schedule.Config{
+			Store: cfg.Store, Starter: schedule.NodeStarter{Runs: n.wfClient, Ops: n.ops}, Executor: ex,
+			Logger: cfg.Logger.With("part", "schedules"), Observe: cfg.ObserveSchedule,
+		}
+		parts = append(parts, part{"schedules", func(ctx context.Context) error { return schedule.Run(ctx, sc) }})
 	}
 
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))

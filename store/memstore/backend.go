@@ -232,6 +232,7 @@ type state struct {
 	timers      map[string]*timer  // by intent hash
 	watermarks  map[watermarkKey]uint64
 	q           *queueState // made on first use
+	schedules   map[string]store.ScheduleRecord
 
 	hub   hub.Hub  // shared by every handle, so a hint reaches watchers of all of them
 	hints []string // topics the running operation changed, sent by end
@@ -248,6 +249,7 @@ func newState() *state {
 		effects:     map[string]*effect{},
 		timers:      map[string]*timer{},
 		watermarks:  map[watermarkKey]uint64{},
+		schedules:   map[string]store.ScheduleRecord{},
 	}
 }
 

@@ -176,9 +176,26 @@ func (s *backend) Export(ctx context.Context, emit func(store.PortRecord) error)
 			return err
 		}
 	}
+	ids := make([]string, 0, len(st.schedules))
+	for id := range st.schedules {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if err := emit(portSchedule(st.schedules[id])); err != nil {
+			return err
+		}
+	}
 	r := rec(store.PortKindCounter)
 	r.Counter = &store.PortCounter{Name: store.PortCounterEffectSeq, Value: st.effectSeq}
 	return emit(r)
+}
+
+func portSchedule(sc store.ScheduleRecord) store.PortRecord {
+	r := portRec(store.PortKindSchedule)
+	r.Schedule = &store.PortSchedule{ID: sc.ID, Spec: cloneBytes(sc.Spec), State: cloneBytes(sc.State), Paused: sc.Paused,
+		NextFireAt: utc(sc.NextFireAt), Version: sc.Version, CreatedAt: utc(sc.CreatedAt), UpdatedAt: utc(sc.UpdatedAt)}
+	return r
 }
 
 // live reports whether the record at runSeq is still in the stream (not
@@ -217,7 +234,7 @@ func (s *backend) Empty(ctx context.Context) (bool, error) {
 	}
 	defer s.end()
 	st := s.st
-	if len(st.worlds)+len(st.leases)+len(st.assignments)+len(st.effects)+len(st.timers)+len(st.watermarks) > 0 {
+	if len(st.worlds)+len(st.leases)+len(st.assignments)+len(st.effects)+len(st.timers)+len(st.watermarks)+len(st.schedules) > 0 {
 		return false, nil
 	}
 	for _, str := range st.streams {
@@ -408,6 +425,10 @@ func (st *state) checkImport(op string, batch []store.PortRecord) error {
 			if _, ok := st.watermarks[watermarkKey{m.Projector, m.Stream}]; ok || dup("m\x00"+m.Projector+"\x00"+m.Stream) {
 				return conflict(op, "", "watermark %s/%s exists", m.Projector, m.Stream)
 			}
+		case store.PortKindSchedule:
+			if _, ok := st.schedules[r.Schedule.ID]; ok || dup("s\x00"+r.Schedule.ID) {
+				return conflict(op, "", "schedule %s exists", r.Schedule.ID)
+			}
 		}
 	}
 	return nil
@@ -562,6 +583,10 @@ func (st *state) importRecord(r store.PortRecord, now time.Time) {
 	case store.PortKindWatermark:
 		m := r.Watermark
 		st.watermarks[watermarkKey{m.Projector, m.Stream}] = m.Value
+	case store.PortKindSchedule:
+		p := r.Schedule
+		st.schedules[p.ID] = store.ScheduleRecord{ID: p.ID, Spec: cloneBytes(p.Spec), State: cloneBytes(p.State), Paused: p.Paused,
+			NextFireAt: p.NextFireAt.Round(0), Version: p.Version, CreatedAt: p.CreatedAt.Round(0), UpdatedAt: p.UpdatedAt.Round(0)}
 	case store.PortKindCounter:
 		st.effectSeq = max(st.effectSeq, r.Counter.Value)
 	}
@@ -725,6 +750,12 @@ func (st *state) lookupRecord(r store.PortRecord, emit func(store.PortRecord)) {
 		x := rec(store.PortKindWatermark)
 		x.Watermark = &store.PortWatermark{Projector: r.Watermark.Projector, Stream: r.Watermark.Stream, Value: v}
 		emit(x)
+	case store.PortKindSchedule:
+		sc, ok := st.schedules[r.Schedule.ID]
+		if !ok {
+			return
+		}
+		emit(portSchedule(sc))
 	}
 }
 

@@ -333,6 +333,18 @@ func exportSteps(each eachFunc, out func(store.PortRecord) error) map[store.Port
 					return out(store.PortRecord{Kind: store.PortKindWatermark, Watermark: &p})
 				})
 		},
+		store.PortKindSchedule: func(f filter) error {
+			return each(f, `SELECT `+scheduleCols+` FROM schedules WHERE `+f.where()+` ORDER BY id COLLATE "C"`,
+				func(rows pgx.Rows) error {
+					r, err := scanSchedule(rows)
+					if err != nil {
+						return err
+					}
+					return out(store.PortRecord{Kind: store.PortKindSchedule, Schedule: &store.PortSchedule{ID: r.ID, Spec: r.Spec,
+						State: r.State, Paused: r.Paused, NextFireAt: r.NextFireAt, Version: r.Version, CreatedAt: r.CreatedAt,
+						UpdatedAt: r.UpdatedAt}})
+				})
+		},
 	}
 }
 
@@ -361,7 +373,7 @@ func (s *backend) Empty(ctx context.Context) (bool, error) {
 		return s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM worlds) OR EXISTS (SELECT 1 FROM streams)
 			OR EXISTS (SELECT 1 FROM events) OR EXISTS (SELECT 1 FROM compacted_keys) OR EXISTS (SELECT 1 FROM effects)
 			OR EXISTS (SELECT 1 FROM timers) OR EXISTS (SELECT 1 FROM fabric_dedupe) OR EXISTS (SELECT 1 FROM watermarks)
-			OR EXISTS (SELECT 1 FROM leases)`).Scan(&held)
+			OR EXISTS (SELECT 1 FROM leases) OR EXISTS (SELECT 1 FROM schedules)`).Scan(&held)
 	})
 	return !held, err
 }
@@ -598,6 +610,11 @@ func (s *backend) importTx(ctx context.Context, op string, batch []store.PortRec
 			p := r.Watermark
 			q(importCheck{world: "", what: "watermark " + p.Projector + "/" + p.Stream, conflict: true}, `INSERT INTO watermarks (projector,
 				stream, mark) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`, p.Projector, p.Stream, int64(p.Value))
+		case store.PortKindSchedule:
+			p := r.Schedule
+			q(importCheck{world: "", what: "schedule " + p.ID, conflict: true}, `INSERT INTO schedules (`+scheduleCols+`)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING`, p.ID, p.Spec, p.State, p.Paused,
+				nullNS(p.NextFireAt), int64(p.Version), toNS(p.CreatedAt), toNS(p.UpdatedAt))
 		case store.PortKindCounter:
 			if r.Counter.Value > 0 {
 				q(importCheck{}, raiseEffectSeqSQL, int64(r.Counter.Value))
@@ -864,6 +881,8 @@ func (s *backend) PortLookup(ctx context.Context, batch []store.PortRecord) ([]*
 				f = filter{"dest = $1 AND message_id = $2", []any{r.Fabric.Dest, r.Fabric.MessageID}}
 			case store.PortKindWatermark:
 				f = filter{"projector = $1 AND stream = $2", []any{r.Watermark.Projector, r.Watermark.Stream}}
+			case store.PortKindSchedule:
+				f = filter{"id = $1", []any{r.Schedule.ID}}
 			default:
 				continue
 			}

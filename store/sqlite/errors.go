@@ -56,6 +56,7 @@ var sentinels = []error{
 	store.ErrSnapshotConflict, store.ErrClaimLost, store.ErrNotDue, store.ErrNotRetryable, store.ErrEffectEnded,
 	store.ErrNotFound, store.ErrWatermarkConflict, store.ErrInvalid, store.ErrConflict, store.ErrAssignmentChanged,
 	store.ErrOverloaded,
+	store.ErrScheduleConflict, store.ErrScheduleExists,
 }
 
 // isOutcome tells a request's typed failure (a *store.Error with a store

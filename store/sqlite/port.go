@@ -98,7 +98,7 @@ func (s *backend) Export(ctx context.Context, emit func(store.PortRecord) error)
 	}
 	ex := &sqliteExport{ctx: ctx, tx: tx, emit: emit}
 	for _, step := range []func(filter) error{ex.worlds, ex.streams, ex.events, ex.eventKeys, ex.snapshots, ex.inbox,
-		ex.drains, ex.leases, ex.assignments, ex.effects, ex.timers, ex.fabric, ex.watermarks} {
+		ex.drains, ex.leases, ex.assignments, ex.effects, ex.timers, ex.fabric, ex.watermarks, ex.schedules} {
 		if err := step(filter{}); err != nil {
 			if ex.emitErr != nil && errors.Is(err, ex.emitErr) {
 				return ex.emitErr
@@ -372,6 +372,17 @@ func (ex *sqliteExport) watermarks(f filter) error {
 	})
 }
 
+func (ex *sqliteExport) schedules(f filter) error {
+	return ex.each(f, `SELECT `+scheduleCols+` FROM schedules WHERE `+f.where()+` ORDER BY id`, func(rows *sql.Rows) error {
+		r, err := scanSchedule(rows)
+		if err != nil {
+			return err
+		}
+		return ex.out(store.PortRecord{Kind: store.PortKindSchedule, Schedule: &store.PortSchedule{ID: r.ID, Spec: r.Spec,
+			State: r.State, Paused: r.Paused, NextFireAt: r.NextFireAt, Version: r.Version, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}})
+	})
+}
+
 func (ex *sqliteExport) counters() error {
 	var seq int64
 	err := ex.tx.QueryRowContext(ex.ctx, `SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'effects'), 0)`).Scan(&seq)
@@ -391,7 +402,8 @@ func (s *backend) Empty(ctx context.Context) (bool, error) {
 	var held bool
 	_, err := s.queryRow(ctx, `SELECT EXISTS (SELECT 1 FROM worlds) OR EXISTS (SELECT 1 FROM event_keys)
 		OR EXISTS (SELECT 1 FROM streams) OR EXISTS (SELECT 1 FROM effects) OR EXISTS (SELECT 1 FROM timers)
-		OR EXISTS (SELECT 1 FROM fabric_dedupe) OR EXISTS (SELECT 1 FROM watermarks) OR EXISTS (SELECT 1 FROM leases)`,
+		OR EXISTS (SELECT 1 FROM fabric_dedupe) OR EXISTS (SELECT 1 FROM watermarks) OR EXISTS (SELECT 1 FROM leases)
+		OR EXISTS (SELECT 1 FROM schedules)`,
 		nil, &held)
 	if err != nil {
 		return false, dbErr(op, "", err)
@@ -585,6 +597,11 @@ func (t *wtx) importRecord(op string, r store.PortRecord, streams map[string]boo
 		p := r.Watermark
 		return t.insert(op, "", "watermark "+p.Projector+"/"+p.Stream, `INSERT INTO watermarks (projector, stream, value)
 			VALUES (?, ?, ?) ON CONFLICT DO NOTHING`, p.Projector, p.Stream, int64(p.Value))
+	case store.PortKindSchedule:
+		p := r.Schedule
+		return t.insert(op, "", "schedule "+p.ID, `INSERT INTO schedules (`+scheduleCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT DO NOTHING`, p.ID, p.Spec, p.State, p.Paused, nullNS(p.NextFireAt), int64(p.Version),
+			p.CreatedAt.UnixNano(), p.UpdatedAt.UnixNano())
 	case store.PortKindCounter:
 		// AUTOINCREMENT's high-water mark: raised, never lowered, so a seq
 		// the source handed out (its row swept since) is not handed out
@@ -658,6 +675,8 @@ func (s *backend) PortLookup(ctx context.Context, batch []store.PortRecord) ([]*
 			err = ex.fabric(filter{"dest = ? AND message_id = ?", []any{r.Fabric.Dest, r.Fabric.MessageID}})
 		case store.PortKindWatermark:
 			err = ex.watermarks(filter{"projector = ? AND stream = ?", []any{r.Watermark.Projector, r.Watermark.Stream}})
+		case store.PortKindSchedule:
+			err = ex.schedules(filter{"id = ?", []any{r.Schedule.ID}})
 		}
 		if err != nil {
 			return nil, dbErr(op, "", err)

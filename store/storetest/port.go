@@ -154,6 +154,12 @@ func portFill(t *testing.T, f *fx) portFilled {
 		t.Fatalf("Send: %v", err)
 	}
 	must(t, f.s.CASWatermark(bg, "proj", "w-main", 0, 3), "CASWatermark")
+	sc, err := f.s.CreateSchedule(bg, store.ScheduleRecord{ID: "nightly", Spec: []byte(`{"every":"1h"}`), State: []byte(`{"fired":2}`),
+		NextFireAt: f.now().Add(time.Hour)})
+	must(t, err, "CreateSchedule")
+	sc.Paused = true
+	_, err = f.s.UpdateSchedule(bg, sc)
+	must(t, err, "UpdateSchedule")
 
 	// A claim that rides on an incarnation's promise.
 	if _, err := f.s.Heartbeat(bg, "node-c", 8, store.AliveAs("inc-1", time.Hour)); err != nil {
@@ -483,7 +489,7 @@ func testPortBadRecord(t *testing.T, from, to Factory) {
 	_, im := porter(t, dst.s)
 	future := recs[0]
 	future.Format = store.PortFormat + 1
-	unknown := store.PortRecord{Format: store.PortFormat, Kind: "schedule"}
+	unknown := store.PortRecord{Format: store.PortFormat, Kind: "no-such-kind"}
 	missing := store.PortRecord{Format: store.PortFormat, Kind: store.PortKindEffect}
 	two := recs[0]
 	two.Watermark = &store.PortWatermark{Projector: "p", Stream: "s"}
@@ -747,6 +753,7 @@ func testPortAgain(t *testing.T, from, to Factory) {
 		store.PortKindTimer:     func(r *store.PortRecord) { x := *r.Timer; x.Payload = []byte("other"); r.Timer = &x },
 		store.PortKindFabric:    func(r *store.PortRecord) { f := *r.Fabric; f.Seq++; r.Fabric = &f },
 		store.PortKindWatermark: func(r *store.PortRecord) { m := *r.Watermark; m.Value++; r.Watermark = &m },
+		store.PortKindSchedule:  func(r *store.PortRecord) { x := *r.Schedule; x.Version++; r.Schedule = &x },
 	}
 	tried := map[store.PortKind]bool{}
 	for _, r := range recs {

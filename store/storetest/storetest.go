@@ -170,6 +170,7 @@ func suite() []testCase {
 		spawnTests,
 		withdrawTests,
 		queueTests,
+		scheduleTests,
 		modelTests,
 	} {
 		all = append(all, group()...)

@@ -835,6 +835,78 @@ function route() {
       $('#run-detail').hidden = true;
       loadRuns();
       break;
+    case 'schedules':
+      loadSchedules();
+      break;
+  }
+}
+
+// ---- schedules: state, spec, next fire times, counters, last result ----
+
+function scheduleSpec(sp) {
+  let c = sp.cron ? sp.cron : `every ${sp.every}${sp.offset ? ' +' + sp.offset : ''}`;
+  if (sp.time_zone) c += ` (${sp.time_zone})`;
+  if (sp.jitter) c += ` ~${sp.jitter}`;
+  return `${c}; overlap ${sp.overlap}, catch-up ${sp.catch_up}${sp.catch_up_limit ? ' ' + sp.catch_up_limit : ''}`;
+}
+
+function scheduleTarget(t) {
+  return t.workflow ? `run ${t.workflow}` : `event ${t.type} → ${t.world}`;
+}
+
+function makeScheduleRow(s) {
+  const tr = el('tr');
+  for (let i = 0; i < 10; i++) tr.append(el('td'));
+  const pause = el('button', { type: 'button', class: 'sched-pause' });
+  pause.addEventListener('click', () => {
+    const paused = tr.dataset.state === 'paused';
+    act(`${paused ? 'resume' : 'pause'} ${s.id}`, async () => {
+      await api('POST', `/v1/schedules/${enc(s.id)}/${paused ? 'resume' : 'pause'}`);
+      loadSchedules();
+      return paused ? 'resumed' : 'paused';
+    });
+  });
+  const trigger = el('button', { type: 'button' }, 'Trigger');
+  trigger.addEventListener('click', () =>
+    act(`trigger ${s.id}`, async () => {
+      const r = await api('POST', `/v1/schedules/${enc(s.id)}/trigger`);
+      loadSchedules();
+      return `tick ${r.tick}${r.run ? ', run ' + r.run : ''}`;
+    }));
+  tr.append(el('td', {}, pause, ' ', trigger));
+  return tr;
+}
+
+function updateScheduleRow(tr, s) {
+  const c = tr.children;
+  tr.dataset.state = s.state;
+  c[0].textContent = s.id;
+  c[1].textContent = s.state;
+  c[2].textContent = scheduleSpec(s.spec);
+  c[3].textContent = scheduleTarget(s.spec.target);
+  c[4].textContent = (s.next_fire_times || []).slice(0, 3).map(fmtTime).join(', ') || '–';
+  c[5].textContent = s.fired;
+  c[6].textContent = s.missed;
+  c[7].textContent = s.skipped;
+  c[8].textContent = s.failed;
+  c[9].textContent = s.last_result || '–';
+  c[10].querySelector('.sched-pause').textContent = s.state === 'paused' ? 'Resume' : 'Pause';
+}
+
+async function loadSchedules() {
+  try {
+    const all = [];
+    let after = '';
+    for (;;) {
+      const data = await api('GET', '/v1/schedules?limit=1000' + (after ? '&after=' + enc(after) : ''));
+      all.push(...data.schedules);
+      if (!data.next) break;
+      after = data.next;
+    }
+    $('#schedules-empty').hidden = all.length > 0;
+    syncRows($('#schedules tbody'), all, (s) => s.id, makeScheduleRow, updateScheduleRow);
+  } catch (e) {
+    notify(`schedules: ${e instanceof ApiError ? e.toString() : e.message}`, true);
   }
 }
 
@@ -881,6 +953,7 @@ function init() {
   }
   listsInit();
   window.addEventListener('hashchange', route);
+  $('#schedules-refresh').addEventListener('click', loadSchedules);
   route();
   loadAll();
   stream();

@@ -1,0 +1,9 @@
+package schedule_test
+
+import (
+	"testing"
+
+	"github.com/orrery-run/orrery/internal/leaktest"
+)
+
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
