@@ -50,20 +50,17 @@ type runbookText struct {
 	prose    string
 }
 
-// parseRunbooks reads the runbooks of the guide at path. A command line
+// parseRunbooks reads the runbooks of the guide doc. A command line
 // anywhere but in a ```sh block, or a line in one that is not a command,
-// fails t: nothing a runbook tells an operator to run escapes the test.
-func parseRunbooks(t *testing.T, path string) runbookText {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+// is an error: nothing a runbook tells an operator to run escapes the
+// test.
+func parseRunbooks(doc string) (runbookText, []error) {
 	var rt runbookText
+	var errs []error
 	var in, inBlock, pending, shell bool
 	section := ""
 	var prose strings.Builder
-	sc := bufio.NewScanner(strings.NewReader(string(b)))
+	sc := bufio.NewScanner(strings.NewReader(doc))
 	for n := 1; sc.Scan(); n++ {
 		line := sc.Text()
 		trimmed := strings.TrimSpace(line)
@@ -88,7 +85,7 @@ func parseRunbooks(t *testing.T, path string) runbookText {
 			shell = len(info) > 0 && info[0] == "sh"
 			pending = shell && len(info) == 2 && info[1] == "pending"
 			if shell && len(info) > 2 || shell && len(info) == 2 && !pending {
-				t.Errorf("%s:%d: a runbook block is ```sh or ```sh pending, not %q", path, n, trimmed)
+				errs = append(errs, fmt.Errorf("line %d: a runbook block is ```sh or ```sh pending, not %q", n, trimmed))
 			}
 			continue
 		}
@@ -99,21 +96,82 @@ func parseRunbooks(t *testing.T, path string) runbookText {
 		switch {
 		case trimmed == "":
 		case !shell && strings.HasPrefix(trimmed, "orrery "):
-			t.Errorf("%s:%d: a runbook command outside a ```sh block escapes the test: %q", path, n, trimmed)
+			errs = append(errs, fmt.Errorf("line %d: a runbook command outside a ```sh block escapes the test: %q", n, trimmed))
 		case !shell:
 		case section == "":
-			t.Errorf("%s:%d: a runbook command before the first runbook's heading: %q", path, n, trimmed)
+			errs = append(errs, fmt.Errorf("line %d: a runbook command before the first runbook's heading: %q", n, trimmed))
 		case !strings.HasPrefix(trimmed, "orrery "):
-			t.Errorf("%s:%d: a runbook's ```sh block holds only orrery commands, not %q", path, n, trimmed)
+			errs = append(errs, fmt.Errorf("line %d: a runbook's ```sh block holds only orrery commands, not %q", n, trimmed))
 		default:
 			rt.commands = append(rt.commands, runbookCommand{section: section, line: trimmed, pending: pending})
 		}
 	}
 	if err := sc.Err(); err != nil {
-		t.Fatal(err)
+		errs = append(errs, err)
+	}
+	if inBlock {
+		errs = append(errs, errors.New("a runbook's block is not closed"))
 	}
 	rt.prose = prose.String()
+	return rt, errs
+}
+
+// readRunbooks parses the guide's runbooks, failing t on any error.
+func readRunbooks(t *testing.T) runbookText {
+	t.Helper()
+	b, err := os.ReadFile(runbookDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, errs := parseRunbooks(string(b))
+	for _, err := range errs {
+		t.Errorf("%s: %v", runbookDoc, err)
+	}
+	if len(rt.commands) == 0 {
+		t.Fatalf("%s: no runbook command found", runbookDoc)
+	}
 	return rt
+}
+
+// TestRunbookParserLetsNoCommandEscape shows the parser refuses what
+// would let a runbook command go unrun, and tells pending commands apart.
+func TestRunbookParserLetsNoCommandEscape(t *testing.T) {
+	doc := "# Guide\n\n## Other\n\n```sh\norrery not-a-runbook\n```\n\n## Runbooks\n\n### One\n\n" +
+		"Watch `orrery_commits_total`.\n\n```sh\norrery world show <world>\n```\n\n```sh pending\norrery queue list\n```\n\n" +
+		"```bash\norrery workers list\n```\n\n```sh\nkill -9 1234\n```\n\n```sh later\norrery lease list\n```\n\n## After\n\n```sh\norrery lab\n```\n"
+	rt, errs := parseRunbooks(doc)
+	want := []runbookCommand{
+		{section: "One", line: "orrery world show <world>"},
+		{section: "One", line: "orrery queue list", pending: true},
+		{section: "One", line: "orrery lease list"},
+	}
+	if !slices.Equal(rt.commands, want) {
+		t.Errorf("commands %+v, want %+v", rt.commands, want)
+	}
+	var msgs []string
+	for _, err := range errs {
+		msgs = append(msgs, err.Error())
+	}
+	for _, w := range []string{"outside a ```sh block escapes the test: \"orrery workers list\"", "only orrery commands, not \"kill -9 1234\"", "```sh or ```sh pending, not \"```sh later\""} {
+		if !slices.ContainsFunc(msgs, func(m string) bool { return strings.Contains(m, w) }) {
+			t.Errorf("no error saying %s in %q", w, msgs)
+		}
+	}
+	if len(errs) != 3 {
+		t.Errorf("%d errors, want 3: %q", len(errs), msgs)
+	}
+	if !strings.Contains(rt.prose, "orrery_commits_total") || strings.Contains(rt.prose, "not-a-runbook") {
+		t.Errorf("the runbooks' prose is not the section's: %q", rt.prose)
+	}
+	if _, errs := parseRunbooks("## Runbooks\n\n### One\n\n```sh\norrery lease list\n"); len(errs) != 1 {
+		t.Errorf("an unclosed block: %v, want one error", errs)
+	}
+	if _, err := runbookWords(`orrery effects hold x --reason "a; b" '{"s":1}'`); err != nil {
+		t.Errorf("quoted metacharacters refused: %v", err)
+	}
+	if _, err := runbookWords(`orrery effects list | grep held`); err == nil {
+		t.Error("a pipe was taken for a word")
+	}
 }
 
 // runbookWords splits a command line as sh does for the quoting the
@@ -183,7 +241,7 @@ type runbook struct {
 // for, and checks each prints what the runbook says; every metric a
 // runbook names must be on the nodes' /metrics.
 func TestRunbooks(t *testing.T) {
-	rt := parseRunbooks(t, runbookDoc)
+	rt := readRunbooks(t)
 	var pending []string
 	for _, c := range rt.commands {
 		if c.pending {
@@ -196,6 +254,8 @@ func TestRunbooks(t *testing.T) {
 	if len(pending) != pendingRunbookCommands {
 		t.Errorf("%d runbook commands are pending, pendingRunbookCommands says %d: a pending block turned ```sh (or a new one) must change it", len(pending), pendingRunbookCommands)
 	}
+
+	checkLogLines(t, rt.prose)
 
 	sc := newRunbookScenario(t)
 	// The metrics first: the upgrade restarts node-a, whose counters
@@ -257,7 +317,7 @@ func (sc *runbookScenario) runChecked(section, line string, args []string, chk r
 			err = chk.check(r.out)
 		}
 		if err == nil {
-			t.Logf("%s: %s: ok", section, line)
+			t.Logf("%s: %s: ok\n%s", section, line, r.out)
 			return
 		}
 		if !chk.eventually {
@@ -682,7 +742,7 @@ func (sc *runbookScenario) runbooks() map[string]runbook {
 						})
 					},
 					check: func(out string) error {
-						return contains(out, "diverge", strconv.FormatUint(sc.divergeHeight+1, 10))
+						return contains(out, fmt.Sprintf("replay diverged at height %d", sc.divergeHeight+1))
 					}},
 				"orrery world state <world> --at <height>": {check: func(out string) error {
 					if err := contains(out, fmt.Sprintf("# height %d,", sc.divergeHeight)); err != nil {
@@ -916,4 +976,26 @@ func typeName(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// logMention is a host's log message a runbook names.
+var logMention = regexp.MustCompile("`(host: [^`]+)`")
+
+// checkLogLines checks that every host log message the runbooks name is
+// one the host logs, word for word.
+func checkLogLines(t *testing.T, prose string) {
+	t.Helper()
+	src, err := os.ReadFile("../../plane/host.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := logMention.FindAllStringSubmatch(prose, -1)
+	if len(ms) == 0 {
+		t.Fatal("the runbooks name no host log line")
+	}
+	for _, m := range ms {
+		if !strings.Contains(string(src), strconv.Quote(m[1])) {
+			t.Errorf("a runbook names the log line %q, which plane/host.go does not log", m[1])
+		}
+	}
 }
