@@ -33,13 +33,19 @@ var servingLine = regexp.MustCompile(`^orrery serve: worker (\S+), store (.+), (
 // environment, and waits for the line that says where it listens.
 func startServe(t *testing.T, env map[string]string, worker string, args ...string) *served {
 	t.Helper()
+	return startServeApp(t, cli.App{Kernels: ledger.Kernels()}, env, worker, args...)
+}
+
+// startServeApp is startServe for a binary that serves app.
+func startServeApp(t *testing.T, app cli.App, env map[string]string, worker string, args ...string) *served {
+	t.Helper()
 	tctx, tcancel := context.WithTimeout(context.Background(), testTimeout)
 	t.Cleanup(tcancel)
 	ctx, cancel := context.WithCancel(tctx)
 	s := &served{t: t, ctx: tctx, cancel: cancel, done: make(chan int, 1), out: newSyncBuffer(), err: newSyncBuffer(), token: env["ORRERY_TOKEN"]}
 	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--worker-id", worker}, args...)
 	go func() {
-		s.done <- cli.Run(ctx, args, cli.IO{Out: s.out, Err: s.err, Getenv: func(k string) string { return env[k] }}, ledger.Kernels())
+		s.done <- cli.RunApp(ctx, args, cli.IO{Out: s.out, Err: s.err, Getenv: func(k string) string { return env[k] }}, app)
 	}()
 	t.Cleanup(func() { s.stop() })
 	var line string
