@@ -10,7 +10,6 @@ import (
 
 const scheduleCols = `id, spec, state, paused, next_fire_at, version, created_at, updated_at`
 
-
 func scanSchedule(sc scanner) (store.ScheduleRecord, error) {
 	var r store.ScheduleRecord
 	var next sql.NullInt64
