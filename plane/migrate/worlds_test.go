@@ -14,6 +14,7 @@ import (
 	"github.com/orrery-run/orrery/internal/testrig"
 	"github.com/orrery-run/orrery/internal/testworlds"
 	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/plane/schedule"
 	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/plane/node"
 	"github.com/orrery-run/orrery/store"
@@ -81,6 +82,15 @@ func generateCounters(t testing.TB, ctx context.Context, dst store.Store, n int)
 	g := &counters{worlds: make([]genWorld, n)}
 	if err := g.run(ctx, mem, clock); err != nil {
 		t.Fatalf("generating %d counters: %v", n, err)
+	}
+	// A schedule, paused so that it never adds to what serveCopy counts:
+	// the copy must carry every kind of record the store keeps.
+	if _, err := schedule.Create(ctx, mem, "gen-hourly", schedule.Spec{Every: schedule.Duration(time.Hour),
+		Target: schedule.Target{Workflow: "gen.none"}}); err != nil {
+		t.Fatalf("generating a schedule: %v", err)
+	}
+	if _, err := schedule.Pause(ctx, mem, "gen-hourly"); err != nil {
+		t.Fatalf("pausing the schedule: %v", err)
 	}
 	records, err := store.PortCopy(ctx, mem, dst.(store.Importer), 4000, nil)
 	if err != nil {
