@@ -1018,6 +1018,8 @@ func (sc *runbookScenario) runbooks() map[string]runbook {
 							return fmt.Errorf("%s %q (%v), want %s", k, v, err, want)
 						}
 					}
+					// What it asked is done: tally-2 moves to version 2.
+					sc.until("tally-2 on version 2", func() bool { return sc.view("tally-2").Version == 2 })
 					return nil
 				}},
 			},
