@@ -23,6 +23,7 @@ import (
 	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/store/sqlite"
+	"github.com/orrery-run/orrery/workflow"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -30,7 +31,7 @@ import (
 // blocks: commands of features other branches are building. Whoever turns
 // a pending block into a ```sh block (the feature merged) lowers it, and
 // adds the command's check to TestRunbooks.
-const pendingRunbookCommands = 4
+const pendingRunbookCommands = 0
 
 // runbookDoc is the operator's guide, whose "Runbooks" section the test
 // runs.
@@ -355,8 +356,57 @@ const (
 	oldNode        = "node-old" // the node of the binary that wrote dora's journal
 	runbookQuery   = "ledger/Balance"
 	runbookLease   = "2s"
-	runbookStopMax = "2s" // a stuck effect's execution never ends: a stop waits this long for it
+	runbookStopMax = "2s"       // a stuck effect's execution never ends: a stop waits this long for it
+	runbookQueue   = "payouts"  // a named queue of workflow runs, one slot
+	tallyUniverse  = "rb/tally" // a world type today's binary carries in two versions
 )
+
+// The tally's inputs, and its state at version 1 and 2 (the count
+// renamed, and a mark that the migration ran).
+type (
+	tallyAdd struct{ By int64 }
+	tallyGet struct{}
+	tallyV1  struct{ N int64 }
+	tallyV2  struct {
+		Total    int64
+		Migrated bool
+	}
+)
+
+func tallyV1Def() *world.Def[tallyV1] {
+	d := world.New[tallyV1](tallyUniverse, 1)
+	world.On(d, func(c *world.Ctx, s *tallyV1, a tallyAdd) error {
+		s.N += a.By
+		c.Reply(s.N)
+		return nil
+	})
+	world.On(d, func(c *world.Ctx, s *tallyV1, _ tallyGet) error {
+		c.Reply(s.N)
+		return nil
+	})
+	return d
+}
+
+func tallyV2Def() *world.Def[tallyV2] {
+	d := world.New[tallyV2](tallyUniverse, 2)
+	world.On(d, func(c *world.Ctx, s *tallyV2, a tallyAdd) error {
+		s.Total += a.By
+		c.Reply(s.Total)
+		return nil
+	})
+	world.On(d, func(c *world.Ctx, s *tallyV2, _ tallyGet) error {
+		c.Reply(s.Total)
+		return nil
+	})
+	return d
+}
+
+// tallyVersions is today's binary's tally: v1 and v2, and the migration.
+func tallyVersions() world.Kernel {
+	return world.Versions(world.Upgrade(tallyV1Def(), tallyV2Def(), func(s tallyV1) (tallyV2, error) {
+		return tallyV2{Total: s.N, Migrated: true}, nil
+	}))
+}
 
 // doubling is the account definition an older binary had: its deposit
 // counted twice. A journal it wrote does not replay under ledger's.
@@ -383,7 +433,15 @@ func newRunbookScenario(t *testing.T) *runbookScenario {
 
 	// An older binary writes dora's journal (and creates bob), and stops.
 	// It snapshots rarely, so that a restore replays the whole journal.
-	old := startServeApp(t, cli.App{Kernels: doubling()}, nil, oldNode, append(serveArgs, "--snapshot-every", "1000000")...)
+	oldKernels := doubling()
+	oldKernels[tallyUniverse] = tallyV1Def().Kernel()
+	old := startServeApp(t, cli.App{Kernels: oldKernels}, nil, oldNode, append(serveArgs, "--snapshot-every", "1000000")...)
+	// It also ran tallies at version 1 (a world created by today's binary
+	// starts on the newest version), which "Upgrading" moves to version 2.
+	for _, id := range []string{"tally-1", "tally-2"} {
+		old.ok("world", "create", id, "--universe", tallyUniverse)
+		old.ok("world", "call", id, typeName(t, tallyAdd{}), `{"By":3}`)
+	}
 	old.ok("world", "create", "dora", "--universe", ledger.UniverseAccount)
 	old.ok("world", "create", "bob", "--universe", ledger.UniverseAccount)
 	// Its first step, a read, replays under today's definition too.
@@ -431,6 +489,12 @@ func newRunbookScenario(t *testing.T) *runbookScenario {
 	}
 	kernels := ledger.Kernels()
 	kernels[testworlds.CounterName] = testworlds.CounterDef().Kernel()
+	kernels[tallyUniverse] = tallyVersions()
+	// One slot: the first payout started on it holds it (waiting for its
+	// approval), and the next waits.
+	if err := wfs.AddQueues(workflow.Queue{Name: runbookQueue, Concurrency: 1}); err != nil {
+		t.Fatal(err)
+	}
 	sc.app = cli.App{Kernels: kernels, Workflows: wfs, Adapters: []adapter.Registration{adapter.Register(auditAdapter{}, adapter.NoRetry())}}
 	sc.a = sc.serve(nodeA)
 	t.Cleanup(func() {
@@ -493,6 +557,20 @@ func (sc *runbookScenario) seed() {
 		var v api.RunView
 		r := a.cli("run", "show", "p-1", "-o", "json")
 		return r.code == cli.ExitOK && json.Unmarshal([]byte(r.out), &v) == nil && strings.Contains(r.out, `"validate"`)
+	})
+	// Two payouts on the one-slot queue: p-2 is admitted and holds the
+	// slot, p-3 waits behind it.
+	a.ok("run", "start", ledger.WorkflowPayout, "p-2", `{"Account":"alice","Amount":5}`, "--queue", runbookQueue)
+	sc.until("p-2 to be admitted", func() bool {
+		var q api.WorkflowQueue
+		r := a.cli("queue", "show", runbookQueue, "-o", "json")
+		return r.code == cli.ExitOK && json.Unmarshal([]byte(r.out), &q) == nil && q.Running == 1
+	})
+	a.ok("run", "start", ledger.WorkflowPayout, "p-3", `{"Account":"alice","Amount":5}`, "--queue", runbookQueue)
+	sc.until("p-3 to wait on the queue", func() bool {
+		var q api.WorkflowQueue
+		r := a.cli("queue", "show", runbookQueue, "-o", "json")
+		return r.code == cli.ExitOK && json.Unmarshal([]byte(r.out), &q) == nil && q.Running == 1 && q.Waiting == 1
 	})
 }
 
@@ -820,7 +898,7 @@ func (sc *runbookScenario) runbooks() map[string]runbook {
 			},
 		},
 		"A queue backs up": {
-			vars: map[string]string{},
+			vars: map[string]string{"<queue>": runbookQueue},
 			checks: map[string]runbookCheck{
 				"orrery effects list --status pending": {check: func(out string) error {
 					for _, r := range rows(out) {
@@ -845,17 +923,33 @@ func (sc *runbookScenario) runbooks() map[string]runbook {
 					return errors.New("no scheduled timer of q")
 				}},
 				"orrery run list --status queued": {check: func(out string) error {
-					// No queue holds a run back here: the running payout is
-					// not listed as queued.
+					// The running payouts are not listed as queued; the one
+					// the full queue holds back is.
 					if strings.Contains(out, "p-1") {
 						return errors.New("the running run p-1 is listed as queued")
 					}
-					return nil
+					if err := hasNoRowContaining(out, "p-2"); err != nil {
+						return fmt.Errorf("the admitted run p-2 is listed as queued: %w", err)
+					}
+					return contains(out, "p-3")
+				}},
+				"orrery queue list": {check: func(out string) error {
+					// NAME CONCURRENCY PER-WORKER RATE PARTITIONED RUNNING WAITING
+					return hasRow(out, runbookQueue, "1", "-", "-", "false", "1", "1")
+				}},
+				"orrery queue show <queue>": {check: func(out string) error {
+					if r, err := field(out, "running"); err != nil || !strings.HasPrefix(r, "1") || !strings.Contains(r, "worker "+nodeA+"/runs=1") {
+						return fmt.Errorf("running %q (%v): want 1, on %s's workflow worker", r, err, nodeA)
+					}
+					if w, err := field(out, "waiting"); err != nil || w != "1" {
+						return fmt.Errorf("waiting %q (%v): want 1 (p-3)", w, err)
+					}
+					return contains(out, "priority 0=1")
 				}},
 			},
 		},
 		"Upgrading": {
-			vars: map[string]string{"<node>": nodeA},
+			vars: map[string]string{"<node>": nodeA, "<world>": "tally-1", "<universe>": tallyUniverse, "<version>": "2"},
 			checks: map[string]runbookCheck{
 				"orrery workers drain <node> --wait": {
 					// A second node joins, to take node-a's worlds.
@@ -898,6 +992,35 @@ func (sc *runbookScenario) runbooks() map[string]runbook {
 						return err
 					}
 					return hasRow(out, nodeC, "true", "false")
+				}},
+				"orrery world upgrade <world> --to <version>": {check: func(out string) error {
+					return contains(out, "tally-1", "upgrade from 1 to 2 requested")
+				}},
+				// The upgrade is an input its host takes in turn.
+				"orrery world show <world>": {eventually: true, check: func(out string) error {
+					if v, err := field(out, "version"); err != nil || v != "2" {
+						return fmt.Errorf("version %q (%v), want 2", v, err)
+					}
+					var s tallyV2
+					_, body, _ := strings.Cut(sc.a.ok("world", "state", "tally-1"), "\n")
+					if err := json.Unmarshal([]byte(body), &s); err != nil {
+						return fmt.Errorf("tally-1's state: %w", err)
+					}
+					if !s.Migrated || s.Total != 3 {
+						return fmt.Errorf("tally-1's state %+v: want the v1 count carried over by the migration", s)
+					}
+					return nil
+				}},
+				"orrery world upgrade --universe <universe> --to <version>": {check: func(out string) error {
+					// tally-1 is on 2 already; tally-2 is asked.
+					for k, want := range map[string]string{"universe": tallyUniverse, "to": "2", "asked": "1", "already there": "1", "failed": "0"} {
+						if v, err := field(out, k); err != nil || v != want {
+							return fmt.Errorf("%s %q (%v), want %s", k, v, err, want)
+						}
+					}
+					// What it asked is done: tally-2 moves to version 2.
+					sc.until("tally-2 on version 2", func() bool { return sc.view("tally-2").Version == 2 })
+					return nil
 				}},
 			},
 		},
