@@ -197,7 +197,7 @@ func (o *Orchestrator) Pin(ctx context.Context, world, worker string) error {
 	if err != nil {
 		return err
 	}
-	vers, err := versionsNeeded(ctx, o.st, world)
+	vers, err := versionsNeeded(ctx, o.st, world, w.Universe, workers)
 	if err != nil {
 		return err
 	}
@@ -363,7 +363,7 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error {
 				// Hosts carry different versions of the universe (a
 				// rolling upgrade): the world goes only where the
 				// version it is on, and the one it is upgrading to, run.
-				if vers, err = versionsNeeded(ctx, o.st, w.ID); err != nil {
+				if vers, err = versionsNeeded(ctx, o.st, w.ID, u, live); err != nil {
 					return err
 				}
 			}

@@ -213,7 +213,13 @@ func (o *Ops) UpgradeUniverse(ctx context.Context, universe string, to uint64, a
 // run world id now, read without replaying: the version it is on and the
 // one an upgrade waiting in its inbox asks for (nil: any version, a world
 // that never stepped and awaits no upgrade).
-func versionsNeeded(ctx context.Context, st store.Store, id string) ([]uint64, error) {
+//
+// An upgrade to a version no worker of live carries (a typo, a version
+// not deployed yet) is left out: the world goes where the version it is on
+// runs, so it keeps serving, and the host that reaches the upgrade input
+// records it failed. Needing it would leave the world placed nowhere, its
+// every input waiting for a host that may never come.
+func versionsNeeded(ctx context.Context, st store.Store, id, universe string, live []store.WorkerInfo) ([]uint64, error) {
 	cur, err := WorldVersion(ctx, st, id)
 	if err != nil {
 		return nil, err
@@ -222,13 +228,23 @@ func versionsNeeded(ctx context.Context, st store.Store, id string) ([]uint64, e
 	if err != nil {
 		return nil, err
 	}
+	if to != 0 && to != cur && !slices.ContainsFunc(live, func(w store.WorkerInfo) bool {
+		return Runs(w, RoleHost) && eligibleFor(w, universe, nonzero(cur, to))
+	}) {
+		to = 0
+	}
+	return nonzero(cur, to), nil
+}
+
+// nonzero lists the distinct non-zero versions of vs, in order.
+func nonzero(vs ...uint64) []uint64 {
 	var out []uint64
-	for _, v := range []uint64{cur, to} {
+	for _, v := range vs {
 		if v != 0 && !slices.Contains(out, v) {
 			out = append(out, v)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // eligibleFor is Eligible for every version in vers (none: any version).

@@ -477,3 +477,57 @@ func mustEvent(v any) []byte {
 	}
 	return b
 }
+
+// TestAnUpgradeToAVersionNoHostCarriesLeavesTheWorldPlaced: during a rolling
+// upgrade (hosts carry different versions), an upgrade asked for a version
+// no live host carries (a typo, a version not deployed yet) must not take
+// the world out of service: it stays placed where its own version runs, so
+// its input keeps being served and the host that reaches the upgrade
+// records it failed.
+func TestAnUpgradeToAVersionNoHostCarriesLeavesTheWorldPlaced(t *testing.T) {
+	forEachBackend(t, 64, "world-upgrade-uncarried", func(r *rig) error {
+		st, ctx := r.Store, r.Ctx
+		old := plane.Capabilities(plane.CapabilitySet{Roles: plane.Roles(), Kernels: kernels()})
+		both := plane.Capabilities(plane.CapabilitySet{Roles: plane.Roles(), Kernels: bothKernels(false)})
+		if _, err := st.Heartbeat(ctx, "old", 100, store.Advertise(old)); err != nil {
+			return err
+		}
+		if _, err := st.Heartbeat(ctx, "new", 100, store.Advertise(both)); err != nil {
+			return err
+		}
+		if _, err := st.CreateWorld(ctx, universe, "r0", nil); err != nil {
+			return err
+		}
+		inst, _ := counterDef().Kernel().Load("r0", world.Snapshot{})
+		res, err := inst.Step(world.Input{Seq: 1, Kind: "event", Payload: mustEvent(Add{By: 1, Key: "a"}), EnqueuedAt: time.Unix(1, 0)}, time.Unix(1, 0))
+		if err != nil {
+			return err
+		}
+		if err := appendFenced(r, "r0", res.Record); err != nil {
+			return err
+		}
+		ops, _ := plane.NewOps(st, bothKernels(false))
+		if _, err := ops.UpgradeWorld(ctx, "r0", 3); err != nil && !errors.Is(err, plane.ErrInvalid) && !errors.Is(err, world.ErrVersionNotCarried) {
+			return fmt.Errorf("upgrade to 3: %v", err)
+		}
+		o, err := plane.StartOrchestrator(ctx, r.Root, plane.OrchestratorConfig{ID: "o", Store: st, Universes: []string{universe}, LeaseTTL: time.Hour})
+		if err != nil {
+			return err
+		}
+		defer o.Stop(ctx)
+		if err := r.WaitFor("the orchestrator leads", 10*time.Second, func() (bool, error) { return o.Leader(), nil }); err != nil {
+			return err
+		}
+		if err := o.Reconcile(ctx); err != nil {
+			return err
+		}
+		a, ok, err := st.GetAssignment(ctx, "r0")
+		if err != nil || !ok || a.DesiredWorker == "" {
+			return fmt.Errorf("r0 unplaced (%+v, %v, %v): an upgrade to a version nobody carries took it out of service", a, ok, err)
+		}
+		if n := o.Unplaced(); n != 0 {
+			return fmt.Errorf("%d worlds unplaced", n)
+		}
+		return nil
+	})
+}
