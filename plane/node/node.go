@@ -418,14 +418,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		parts = append(parts, part{"runs view", n.runsView.runner.Run})
 	}
-	if !cfg.NoOrchestrator && roles[plane.RoleOrchestrator] && (cfg.Workflows == nil || n.wfClient != nil) {
+	if !cfg.NoOrchestrator && roles[plane.RoleOrchestrator] {
 		// Every orchestrating node runs a scheduler: each tick is
 		// recorded by one compare-and-swap and started idempotently, so
-		// they need no leader among them. A node of a binary with
-		// workflows runs one only where it can start them (host or api
-		// role): elsewhere a workflow tick would be judged unstartable.
+		// they need no leader among them. A tick whose target this node
+		// cannot start stays pending for one that can (NodeStarter).
 		sc := schedule.Config{
-			Store: cfg.Store, Starter: schedule.NodeStarter{Runs: n.wfClient, Ops: n.ops}, Executor: ex,
+			Store: cfg.Store, Starter: schedule.NodeStarter{Runs: n.wfClient, Workflows: cfg.Workflows, Ops: n.ops}, Executor: ex,
 			Logger: cfg.Logger.With("part", "schedules"), Observe: cfg.ObserveSchedule,
 		}
 		parts = append(parts, part{"schedules", func(ctx context.Context) error { return schedule.Run(ctx, sc) }})

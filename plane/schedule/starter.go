@@ -10,19 +10,28 @@ import (
 )
 
 // NodeStarter starts ticks on a node's own clients: workflow runs through
-// Runs (nil: the node has no workflows, and a workflow tick fails) and
-// world events through Ops, which validates them as any ingress.
+// Runs and world events through Ops, which validates them as any ingress.
+// Every orchestrating node runs a scheduler and any of them may win a
+// tick, so a tick whose target this node cannot start (its binary lacks
+// the workflow or the world's definition, or it runs no workflows) is
+// left pending for a node that can, never judged unstartable here.
 type NodeStarter struct {
 	Runs *workflow.Client
-	Ops  *plane.Ops
+	// Workflows are the definitions Runs starts (nil: none).
+	Workflows *workflow.Workflows
+	Ops       *plane.Ops
 }
 
-var errNoWorkflows = errors.New("this node runs no workflows")
+// errNotHere: this node cannot start the tick's target; another may.
+var errNotHere = errors.New("this node does not carry the schedule's target; left for a node that does")
 
 // StartRun implements Starter: Start is idempotent by run id.
 func (n NodeStarter) StartRun(ctx context.Context, name, runID string, input []byte) error {
-	if n.Runs == nil {
-		return Permanent(errNoWorkflows)
+	if n.Runs == nil || n.Workflows == nil {
+		return errNotHere
+	}
+	if _, ok := n.Workflows.Lookup(name); !ok {
+		return errNotHere
 	}
 	_, err := n.Runs.StartCBOR(ctx, name, runID, input)
 	if errors.Is(err, workflow.ErrInvalid) || errors.Is(err, workflow.ErrConflict) {
@@ -53,7 +62,10 @@ func (n NodeStarter) RunEnded(ctx context.Context, runID string) (bool, error) {
 // SendEvent implements Starter: the inbox deduplicates by key.
 func (n NodeStarter) SendEvent(ctx context.Context, world, typeName string, value []byte, key string) error {
 	_, err := n.Ops.EnqueueEvent(ctx, world, typeName, value, key)
-	for _, p := range []error{plane.ErrInvalidIngress, plane.ErrNoKernel, store.ErrWorldNotFound, store.ErrWorldArchived} {
+	if errors.Is(err, plane.ErrNoKernel) {
+		return errors.Join(errNotHere, err)
+	}
+	for _, p := range []error{plane.ErrInvalidIngress, store.ErrWorldNotFound, store.ErrWorldArchived} {
 		if errors.Is(err, p) {
 			return Permanent(err)
 		}
