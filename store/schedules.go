@@ -18,6 +18,14 @@ const MaxScheduleBytes = 64 << 10
 // it since). Nothing was written; read it again and decide anew.
 var ErrScheduleConflict = errors.New("store: schedule changed")
 
+// FirstScheduleVersion is a created schedule's Version: the store's clock
+// at the create, in nanoseconds (at least 1). A schedule deleted and
+// created again under its id so starts far above any version the deleted
+// one reached, and a writer that read the deleted one can never
+// compare-and-swap over the new one (as it could if every schedule began
+// at version 1).
+func FirstScheduleVersion(now time.Time) uint64 { return uint64(max(now.UnixNano(), 1)) }
+
 // ErrScheduleExists: CreateSchedule found the id taken.
 var ErrScheduleExists = errors.New("store: schedule exists")
 
@@ -33,7 +41,7 @@ type ScheduleRecord struct {
 	State      []byte    // progress: recorded ticks, counters (opaque here)
 	Paused     bool      // kept for listing; the scheduler clears NextFireAt
 	NextFireAt time.Time // zero: nothing due until someone writes one
-	Version    uint64    // set by the store: 1 at create, +1 per update
+	Version    uint64    // set by the store: FirstScheduleVersion at create, +1 per update
 	CreatedAt  time.Time // the store's clock
 	UpdatedAt  time.Time // the store's clock
 }

@@ -27,7 +27,7 @@ func (s *backend) CreateSchedule(ctx context.Context, r store.ScheduleRecord) (s
 	}
 	now := s.now()
 	r = cloneSchedule(r)
-	r.Version, r.CreatedAt, r.UpdatedAt = 1, now, now
+	r.Version, r.CreatedAt, r.UpdatedAt = store.FirstScheduleVersion(now), now, now
 	s.st.schedules[r.ID] = r
 	s.st.notify(store.TopicSchedules)
 	return cloneSchedule(r), nil

@@ -51,7 +51,7 @@ func (s *backend) CreateSchedule(ctx context.Context, r store.ScheduleRecord) (s
 	err := s.retry(ctx, op, "", func() error {
 		var err error
 		out, err = scanSchedule(s.db.QueryRow(ctx, `INSERT INTO schedules (`+scheduleCols+`)
-			VALUES ($1, $2, $3, $4, $5, 1, now_ns($6), now_ns($6)) ON CONFLICT (id) DO NOTHING RETURNING `+scheduleCols,
+			VALUES ($1, $2, $3, $4, $5, greatest(now_ns($6), 1), now_ns($6), now_ns($6)) ON CONFLICT (id) DO NOTHING RETURNING `+scheduleCols,
 			r.ID, r.Spec, r.State, r.Paused, nullNS(r.NextFireAt), s.off()))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.Errorf(op, store.ErrScheduleExists, "", "schedule %s", r.ID)

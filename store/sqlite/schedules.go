@@ -43,13 +43,13 @@ func (s *backend) CreateSchedule(ctx context.Context, r store.ScheduleRecord) (s
 		} else if found {
 			return store.Errorf(op, store.ErrScheduleExists, "", "schedule %s", r.ID)
 		}
-		if _, err := t.exec(`INSERT INTO schedules (`+scheduleCols+`) VALUES (?, ?, ?, ?, ?, 1, ?, ?)`,
-			r.ID, r.Spec, r.State, r.Paused, nullNS(r.NextFireAt), t.nowNS, t.nowNS); err != nil {
+		if _, err := t.exec(`INSERT INTO schedules (`+scheduleCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+			r.ID, r.Spec, r.State, r.Paused, nullNS(r.NextFireAt), int64(store.FirstScheduleVersion(fromNS(t.nowNS))), t.nowNS, t.nowNS); err != nil {
 			return err
 		}
 		t.notify(store.TopicSchedules)
 		out = r
-		out.Version, out.CreatedAt, out.UpdatedAt = 1, fromNS(t.nowNS), fromNS(t.nowNS)
+		out.Version, out.CreatedAt, out.UpdatedAt = store.FirstScheduleVersion(fromNS(t.nowNS)), fromNS(t.nowNS), fromNS(t.nowNS)
 		out.NextFireAt = normNS(r.NextFireAt)
 		return nil
 	})

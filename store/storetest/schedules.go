@@ -16,6 +16,7 @@ func scheduleTests() []testCase {
 		{"ScheduleCreateGetListDelete", testScheduleCRUD},
 		{"ScheduleUpdateIsCompareAndSwap", testScheduleCAS},
 		{"ScheduleRacingUpdatesOneWins", testScheduleRace},
+		{"ScheduleRecreatedIsNotTheOld", testScheduleRecreatedIsNotTheOld},
 		{"ScheduleDueByTheStoreClock", testScheduleDue},
 		{"ScheduleValidation", testScheduleValidation},
 	}
@@ -26,8 +27,8 @@ func testScheduleCRUD(t *testing.T, open Factory) {
 	now := f.now()
 	a, err := f.s.CreateSchedule(bg, store.ScheduleRecord{ID: "b", Spec: []byte("spec-b"), NextFireAt: now.Add(time.Hour)})
 	must(t, err, "CreateSchedule b")
-	if a.Version != 1 || a.CreatedAt.IsZero() || !a.NextFireAt.Equal(now.Add(time.Hour)) {
-		t.Fatalf("created = %+v, want version 1, a creation time and the next fire time", a)
+	if a.Version == 0 || a.CreatedAt.IsZero() || !a.NextFireAt.Equal(now.Add(time.Hour)) {
+		t.Fatalf("created = %+v, want a version, a creation time and the next fire time", a)
 	}
 	_, err = f.s.CreateSchedule(bg, store.ScheduleRecord{ID: "b", Spec: []byte("again")})
 	wantErr(t, err, store.ErrScheduleExists, "CreateSchedule b again")
@@ -63,18 +64,40 @@ func testScheduleCAS(t *testing.T, open Factory) {
 	next := f.now().Add(time.Minute)
 	r.State, r.NextFireAt = []byte("tick-1"), next
 	r2, err := f.s.UpdateSchedule(bg, r)
-	must(t, err, "UpdateSchedule at version 1")
-	if r2.Version != 2 || string(r2.State) != "tick-1" || !r2.NextFireAt.Equal(next) {
-		t.Fatalf("updated = %+v, want version 2 with the new state", r2)
+	must(t, err, "UpdateSchedule at the created version")
+	if r2.Version != r.Version+1 || string(r2.State) != "tick-1" || !r2.NextFireAt.Equal(next) {
+		t.Fatalf("updated = %+v, want version %d with the new state", r2, r.Version+1)
 	}
-	// A writer that read version 1 lost: nothing it says is written.
+	// A writer that read the created version lost: nothing it says is
+	// written.
 	r.State = []byte("tick-1-again")
 	_, err = f.s.UpdateSchedule(bg, r)
 	wantErr(t, err, store.ErrScheduleConflict, "UpdateSchedule at a stale version")
 	got, err := f.s.GetSchedule(bg, "s")
 	must(t, err, "GetSchedule")
-	if got.Version != 2 || string(got.State) != "tick-1" {
-		t.Fatalf("after a stale update: %+v, want version 2 and tick-1", got)
+	if got.Version != r2.Version || string(got.State) != "tick-1" {
+		t.Fatalf("after a stale update: %+v, want version %d and tick-1", got, r2.Version)
+	}
+}
+
+// testScheduleRecreatedIsNotTheOld: a writer that read a schedule, which
+// an operator then deleted and created again under the same id, must not
+// compare-and-swap its stale record over the new schedule.
+func testScheduleRecreatedIsNotTheOld(t *testing.T, open Factory) {
+	f := setup(t, open)
+	old, err := f.s.CreateSchedule(bg, store.ScheduleRecord{ID: "s", Spec: []byte("spec-1")})
+	must(t, err, "CreateSchedule")
+	must(t, f.s.DeleteSchedule(bg, "s"), "DeleteSchedule")
+	f.advance(time.Millisecond)
+	_, err = f.s.CreateSchedule(bg, store.ScheduleRecord{ID: "s", Spec: []byte("spec-2")})
+	must(t, err, "CreateSchedule again")
+	old.State = []byte("stale")
+	_, err = f.s.UpdateSchedule(bg, old)
+	wantErr(t, err, store.ErrScheduleConflict, "UpdateSchedule with the deleted schedule's record")
+	got, err := f.s.GetSchedule(bg, "s")
+	must(t, err, "GetSchedule")
+	if string(got.Spec) != "spec-2" || string(got.State) == "stale" {
+		t.Fatalf("the new schedule is %+v: the stale writer overwrote it", got)
 	}
 }
 
