@@ -44,9 +44,13 @@ import (
 //   - Worker rows, their liveness promises and the retired incarnations
 //     are not copied: they describe the source's processes.
 //
+// A workflow queue's admitted run is not released as a claim is: it
+// holds its slot until its run ends, not until a process dies, so it is
+// written admitted, with its worker and time (PortQueuedRun).
+//
 // Everything else is written as it is: every id, runSeq, head, floor,
 // hash, epoch, attempt count, retry schedule, dedupe record, watermark,
-// and snapshot, and the high-water mark of the effect queue's seq (a seq
+// schedule, queue entry, rate-window admission and snapshot, and the high-water mark of the effect queue's seq (a seq
 // the source handed out is never handed out again).
 //
 // A store's transient rows have no record: the compaction gate lives only
