@@ -50,8 +50,10 @@ import (
 //
 // Everything else is written as it is: every id, runSeq, head, floor,
 // hash, epoch, attempt count, retry schedule, dedupe record, watermark,
-// schedule, queue entry, rate-window admission and snapshot, and the high-water mark of the effect queue's seq (a seq
-// the source handed out is never handed out again).
+// schedule, queue entry, rate-window admission and snapshot, and the
+// high-water marks of the effect queue's seq (a seq the source handed out
+// is never handed out again) and of the queue entries' seq (an entry
+// enqueued on the target queues behind every copied one).
 //
 // A store's transient rows have no record: the compaction gate lives only
 // inside the transaction that compacts.
