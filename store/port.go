@@ -318,15 +318,12 @@ type PortQueue struct {
 }
 
 // Spec is q as a QueueSpec.
-func (q PortQueue) Spec() QueueSpec {
-	return QueueSpec{Name: q.Name, Concurrency: q.Concurrency, WorkerConcurrency: q.WorkerConcurrency,
-		RateLimit: q.RateLimit, RatePeriod: q.RatePeriod, Partitioned: q.Partitioned}
-}
+func (q PortQueue) Spec() QueueSpec { return QueueSpec(q) }
 
 // PortQueueOf is spec as a record.
 func PortQueueOf(spec QueueSpec) *PortQueue {
-	return &PortQueue{Name: spec.Name, Concurrency: spec.Concurrency, WorkerConcurrency: spec.WorkerConcurrency,
-		RateLimit: spec.RateLimit, RatePeriod: spec.RatePeriod, Partitioned: spec.Partitioned}
+	q := PortQueue(spec)
+	return &q
 }
 
 // PortQueuedRun is a run's queue entry, waiting (Worker empty) or
@@ -347,15 +344,13 @@ type PortQueuedRun struct {
 }
 
 // Entry is r as a QueuedRun.
-func (r PortQueuedRun) Entry() QueuedRun {
-	return QueuedRun{Queue: r.Queue, Run: r.Run, Partition: r.Partition, Priority: r.Priority, Seq: r.Seq,
-		EnqueuedAt: r.EnqueuedAt, Worker: r.Worker, AdmittedAt: r.AdmittedAt}
-}
+func (r PortQueuedRun) Entry() QueuedRun { return QueuedRun(r) }
 
 // PortQueuedRunOf is e as a record.
 func PortQueuedRunOf(e QueuedRun) *PortQueuedRun {
-	return &PortQueuedRun{Queue: e.Queue, Run: e.Run, Partition: e.Partition, Priority: e.Priority, Seq: e.Seq,
-		EnqueuedAt: e.EnqueuedAt.UTC(), Worker: e.Worker, AdmittedAt: e.AdmittedAt.UTC()}
+	e.EnqueuedAt, e.AdmittedAt = e.EnqueuedAt.UTC(), e.AdmittedAt.UTC()
+	r := PortQueuedRun(e)
+	return &r
 }
 
 // PortAdmission is what a queue's rate window counts: Count admissions
