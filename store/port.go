@@ -44,10 +44,16 @@ import (
 //   - Worker rows, their liveness promises and the retired incarnations
 //     are not copied: they describe the source's processes.
 //
+// A workflow queue's admitted run is not released as a claim is: it
+// holds its slot until its run ends, not until a process dies, so it is
+// written admitted, with its worker and time (PortQueuedRun).
+//
 // Everything else is written as it is: every id, runSeq, head, floor,
 // hash, epoch, attempt count, retry schedule, dedupe record, watermark,
-// and snapshot, and the high-water mark of the effect queue's seq (a seq
-// the source handed out is never handed out again).
+// schedule, queue entry, rate-window admission and snapshot, and the
+// high-water marks of the effect queue's seq (a seq the source handed out
+// is never handed out again) and of the queue entries' seq (an entry
+// enqueued on the target queues behind every copied one).
 //
 // A store's transient rows have no record: the compaction gate lives only
 // inside the transaction that compacts.
@@ -64,28 +70,32 @@ type PortKind string
 // refers to comes before it (worlds first), so an importer can write each
 // batch as it arrives.
 const (
-	PortKindWorld      PortKind = "world"       // PortWorld
-	PortKindStream     PortKind = "stream"      // PortStream
-	PortKindEvent      PortKind = "event"       // PortEvent
-	PortKindEventKey   PortKind = "event_key"   // PortEventKey: a compacted event's key
-	PortKindSnapshot   PortKind = "snapshot"    // PortSnapshot
-	PortKindInbox      PortKind = "inbox"       // PortInboxItem
-	PortKindDrain      PortKind = "inbox_drain" // PortDrain
-	PortKindLease      PortKind = "lease"       // PortLease
-	PortKindAssignment PortKind = "assignment"  // PortAssignment
-	PortKindEffect     PortKind = "effect"      // PortEffect
-	PortKindTimer      PortKind = "timer"       // PortTimer
-	PortKindFabric     PortKind = "fabric"      // PortFabric
-	PortKindWatermark  PortKind = "watermark"   // PortWatermark
-	PortKindSchedule   PortKind = "schedule"    // PortSchedule
-	PortKindCounter    PortKind = "counter"     // PortCounter
+	PortKindWorld      PortKind = "world"           // PortWorld
+	PortKindStream     PortKind = "stream"          // PortStream
+	PortKindEvent      PortKind = "event"           // PortEvent
+	PortKindEventKey   PortKind = "event_key"       // PortEventKey: a compacted event's key
+	PortKindSnapshot   PortKind = "snapshot"        // PortSnapshot
+	PortKindInbox      PortKind = "inbox"           // PortInboxItem
+	PortKindDrain      PortKind = "inbox_drain"     // PortDrain
+	PortKindLease      PortKind = "lease"           // PortLease
+	PortKindAssignment PortKind = "assignment"      // PortAssignment
+	PortKindEffect     PortKind = "effect"          // PortEffect
+	PortKindTimer      PortKind = "timer"           // PortTimer
+	PortKindFabric     PortKind = "fabric"          // PortFabric
+	PortKindWatermark  PortKind = "watermark"       // PortWatermark
+	PortKindSchedule   PortKind = "schedule"        // PortSchedule
+	PortKindQueue      PortKind = "queue"           // PortQueue
+	PortKindQueuedRun  PortKind = "queued_run"      // PortQueuedRun
+	PortKindAdmission  PortKind = "queue_admission" // PortAdmission
+	PortKindCounter    PortKind = "counter"         // PortCounter
 )
 
 // PortKinds lists every kind in export order.
 func PortKinds() []PortKind {
 	return []PortKind{PortKindWorld, PortKindStream, PortKindEvent, PortKindEventKey, PortKindSnapshot,
 		PortKindInbox, PortKindDrain, PortKindLease, PortKindAssignment, PortKindEffect, PortKindTimer,
-		PortKindFabric, PortKindWatermark, PortKindSchedule, PortKindCounter}
+		PortKindFabric, PortKindWatermark, PortKindSchedule, PortKindQueue, PortKindQueuedRun, PortKindAdmission,
+		PortKindCounter}
 }
 
 // PortRecord is one record of a store's copy: Kind says which one field is
@@ -109,6 +119,9 @@ type PortRecord struct {
 	Fabric     *PortFabric     `json:"fabric,omitempty"`
 	Watermark  *PortWatermark  `json:"watermark,omitempty"`
 	Schedule   *PortSchedule   `json:"schedule,omitempty"`
+	Queue      *PortQueue      `json:"queue,omitempty"`
+	QueuedRun  *PortQueuedRun  `json:"queued_run,omitempty"`
+	Admission  *PortAdmission  `json:"queue_admission,omitempty"`
 	Counter    *PortCounter    `json:"counter,omitempty"`
 }
 
@@ -294,6 +307,63 @@ type PortSchedule struct {
 	UpdatedAt  time.Time `json:"updated_at"`
 }
 
+// PortQueue is a queue's declaration (Queues.PutQueue).
+type PortQueue struct {
+	Name              string        `json:"name"`
+	Concurrency       int           `json:"concurrency"`
+	WorkerConcurrency int           `json:"worker_concurrency"`
+	RateLimit         int           `json:"rate_limit"`
+	RatePeriod        time.Duration `json:"rate_period"` // nanoseconds
+	Partitioned       bool          `json:"partitioned"`
+}
+
+// Spec is q as a QueueSpec.
+func (q PortQueue) Spec() QueueSpec { return QueueSpec(q) }
+
+// PortQueueOf is spec as a record.
+func PortQueueOf(spec QueueSpec) *PortQueue {
+	q := PortQueue(spec)
+	return &q
+}
+
+// PortQueuedRun is a run's queue entry, waiting (Worker empty) or
+// admitted. Unlike an effect's claim, an admission is imported as it is,
+// its worker and time kept: the admitted run goes on holding its slot on
+// the target until its world is archived (a worker of the target takes
+// the run over as it would after a crash), so a copy never admits more
+// runs than the queue's limits while the copied ones still run.
+type PortQueuedRun struct {
+	Queue      string    `json:"queue"`
+	Run        string    `json:"run"`
+	Partition  string    `json:"partition"`
+	Priority   int       `json:"priority"`
+	Seq        uint64    `json:"seq"`
+	EnqueuedAt time.Time `json:"enqueued_at"`
+	Worker     string    `json:"worker"`      // "": waiting
+	AdmittedAt time.Time `json:"admitted_at"` // zero while waiting
+}
+
+// Entry is r as a QueuedRun.
+func (r PortQueuedRun) Entry() QueuedRun { return QueuedRun(r) }
+
+// PortQueuedRunOf is e as a record.
+func PortQueuedRunOf(e QueuedRun) *PortQueuedRun {
+	e.EnqueuedAt, e.AdmittedAt = e.EnqueuedAt.UTC(), e.AdmittedAt.UTC()
+	r := PortQueuedRun(e)
+	return &r
+}
+
+// PortAdmission is what a queue's rate window counts: Count admissions
+// of the queue's Partition at At (one AdmitRuns admits several runs at
+// one time, so the count keys the record by queue, partition and time).
+// Copied, a window already spent on the source stays spent on the target.
+type PortAdmission struct {
+	Queue     string    `json:"queue"`
+	Partition string    `json:"partition"`
+	At        time.Time `json:"at"`
+	Count     int       `json:"count"`
+}
+
 // PortCounter is a store-wide counter's high-water mark, which an import
 // only raises.
 type PortCounter struct {
@@ -352,7 +422,8 @@ func CheckPortRecord(r PortRecord) error {
 	set := 0
 	for _, p := range []bool{r.World != nil, r.Stream != nil, r.Event != nil, r.EventKey != nil,
 		r.Snapshot != nil, r.Inbox != nil, r.Drain != nil, r.Lease != nil, r.Assignment != nil,
-		r.Effect != nil, r.Timer != nil, r.Fabric != nil, r.Watermark != nil, r.Schedule != nil, r.Counter != nil} {
+		r.Effect != nil, r.Timer != nil, r.Fabric != nil, r.Watermark != nil, r.Schedule != nil, r.Queue != nil,
+		r.QueuedRun != nil, r.Admission != nil, r.Counter != nil} {
 		if p {
 			set++
 		}
@@ -396,6 +467,31 @@ func CheckPortRecord(r PortRecord) error {
 				return Errorf(op, ErrInvalid, "", "schedule %s: version 0", r.Schedule.ID)
 			}
 		}
+	case PortKindQueue:
+		ok = r.Queue != nil
+		if ok {
+			if err := checkQueueSpec(op, r.Queue.Spec()); err != nil {
+				return err
+			}
+		}
+	case PortKindQueuedRun:
+		ok = r.QueuedRun != nil
+		if ok {
+			if err := checkPortQueuedRun(op, *r.QueuedRun); err != nil {
+				return err
+			}
+		}
+	case PortKindAdmission:
+		ok = r.Admission != nil
+		if ok {
+			a := r.Admission
+			if err := CheckID(op, "queue", a.Queue); err != nil {
+				return err
+			}
+			if a.Count <= 0 || a.At.IsZero() {
+				return Errorf(op, ErrInvalid, "", "queue admission %s/%s: a time and a positive count", a.Queue, a.Partition)
+			}
+		}
 	case PortKindCounter:
 		ok = r.Counter != nil && r.Counter.Name == PortCounterEffectSeq
 	default:
@@ -403,6 +499,19 @@ func CheckPortRecord(r PortRecord) error {
 	}
 	if !ok || set != 1 {
 		return Errorf(op, ErrInvalid, "", "a %q record must set its own field and no other", r.Kind)
+	}
+	return nil
+}
+
+func checkPortQueuedRun(op string, r PortQueuedRun) error {
+	if err := checkQueuedRun(op, r.Entry()); err != nil {
+		return err
+	}
+	switch {
+	case r.Seq == 0 || r.EnqueuedAt.IsZero():
+		return Errorf(op, ErrInvalid, r.Run, "queued run: a seq and an enqueue time")
+	case (r.Worker == "") != r.AdmittedAt.IsZero():
+		return Errorf(op, ErrInvalid, r.Run, "queued run: a worker and an admission time, both or neither")
 	}
 	return nil
 }
@@ -479,8 +588,8 @@ type PortBackend interface {
 	// drain's world and upto; a lease's and an assignment's world; an
 	// effect's and a timer's intent hash; a fabric record's destination
 	// and message id; a watermark's projector and stream; a schedule's
-	// id. A counter has
-	// no key: always nil.
+	// id; a queue's name; a queued run's run; a queue admission's queue,
+	// partition and time. A counter has no key: always nil.
 	PortLookup(ctx context.Context, batch []PortRecord) ([]*PortRecord, error)
 }
 
@@ -774,6 +883,14 @@ func portCanon(r PortRecord) string {
 		f := *r.Fabric
 		f.CompletedAt = u(f.CompletedAt)
 		r.Fabric = &f
+	case PortKindQueuedRun:
+		q := *r.QueuedRun
+		q.EnqueuedAt, q.AdmittedAt = u(q.EnqueuedAt), u(q.AdmittedAt)
+		r.QueuedRun = &q
+	case PortKindAdmission:
+		a := *r.Admission
+		a.At = u(a.At)
+		r.Admission = &a
 	}
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -804,6 +921,8 @@ func portWorld(r PortRecord) string {
 		return r.Timer.World
 	case PortKindFabric:
 		return r.Fabric.Dest
+	case PortKindQueuedRun:
+		return r.QueuedRun.Run
 	}
 	return ""
 }
@@ -839,6 +958,12 @@ func portKey(r PortRecord) string {
 		return r.Watermark.Projector + "/" + r.Watermark.Stream
 	case PortKindSchedule:
 		return r.Schedule.ID
+	case PortKindQueue:
+		return r.Queue.Name
+	case PortKindQueuedRun:
+		return r.QueuedRun.Run
+	case PortKindAdmission:
+		return fmt.Sprintf("%s/%s@%s", r.Admission.Queue, r.Admission.Partition, r.Admission.At.UTC().Format(time.RFC3339Nano))
 	}
 	return string(r.Kind)
 }

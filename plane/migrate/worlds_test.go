@@ -2,6 +2,7 @@ package migrate_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -92,11 +93,35 @@ func generateCounters(t testing.TB, ctx context.Context, dst store.Store, n int)
 	if _, err := schedule.Pause(ctx, mem, "gen-hourly"); err != nil {
 		t.Fatalf("pausing the schedule: %v", err)
 	}
+	if err := genQueue(ctx, mem, n); err != nil {
+		t.Fatalf("generating a queue: %v", err)
+	}
 	records, err := store.PortCopy(ctx, mem, dst.(store.Importer), 4000, nil)
 	if err != nil {
 		t.Fatalf("importing %d counters: %v", n, err)
 	}
 	return g, records
+}
+
+// genQueue gives st a queue of one slot whose first world holds it (an
+// admitted entry and the admission its rate window counts) while the
+// second waits, so a copy carries every queue record kind. Archived
+// worlds are in no queue: the first two active ones are queued.
+func genQueue(ctx context.Context, st store.Store, n int) error {
+	if err := st.PutQueue(ctx, store.QueueSpec{Name: "gen-q", Concurrency: 1, RateLimit: 10, RatePeriod: time.Hour}); err != nil {
+		return err
+	}
+	for i, queued := 0, 0; i < n && queued < 2; i++ {
+		_, _, err := st.EnqueueRun(ctx, store.QueuedRun{Queue: "gen-q", Run: counterID(i)})
+		switch {
+		case err == nil:
+			queued++
+		case !errors.Is(err, store.ErrWorldArchived):
+			return err
+		}
+	}
+	_, err := st.AdmitRuns(ctx, "gen-q", "generator", 1)
+	return err
 }
 
 func counterID(i int) string { return fmt.Sprintf("w%06d", i) }

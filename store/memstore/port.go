@@ -186,9 +186,84 @@ func (s *backend) Export(ctx context.Context, emit func(store.PortRecord) error)
 			return err
 		}
 	}
+	for _, r := range st.portQueues() {
+		if err := emit(r); err != nil {
+			return err
+		}
+	}
 	r := rec(store.PortKindCounter)
 	r.Counter = &store.PortCounter{Name: store.PortCounterEffectSeq, Value: st.effectSeq}
 	return emit(r)
+}
+
+// portQueues returns the queues' records in export order: declarations
+// by name, entries by run, admissions by queue, partition and time (mu
+// held).
+func (st *state) portQueues() []store.PortRecord {
+	if st.q == nil {
+		return nil
+	}
+	var out []store.PortRecord
+	names := make([]string, 0, len(st.q.specs))
+	for n := range st.q.specs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		r := portRec(store.PortKindQueue)
+		r.Queue = store.PortQueueOf(st.q.specs[n])
+		out = append(out, r)
+	}
+	runs := make([]string, 0, len(st.q.entries))
+	for run := range st.q.entries {
+		runs = append(runs, run)
+	}
+	sort.Strings(runs)
+	for _, run := range runs {
+		r := portRec(store.PortKindQueuedRun)
+		r.QueuedRun = store.PortQueuedRunOf(*st.q.entries[run])
+		out = append(out, r)
+	}
+	queues := make([]string, 0, len(st.q.admissions))
+	for n := range st.q.admissions {
+		queues = append(queues, n)
+	}
+	sort.Strings(queues)
+	for _, n := range queues {
+		for _, a := range st.q.admissionCounts(n) {
+			r := portRec(store.PortKindAdmission)
+			r.Admission = &a
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// admissionCounts groups queue's admissions by partition and time, in
+// that order.
+func (q *queueState) admissionCounts(queue string) []store.PortAdmission {
+	type key struct {
+		partition string
+		at        int64
+	}
+	n := map[key]int{}
+	at := map[key]time.Time{}
+	for _, a := range q.admissions[queue] {
+		k := key{a.partition, a.at.UnixNano()}
+		n[k]++
+		at[k] = a.at
+	}
+	out := make([]store.PortAdmission, 0, len(n))
+	for k, c := range n {
+		out = append(out, store.PortAdmission{Queue: queue, Partition: k.partition, At: utc(at[k]), Count: c})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Partition != out[j].Partition {
+			return out[i].Partition < out[j].Partition
+		}
+		return out[i].At.Before(out[j].At)
+	})
+	return out
 }
 
 func portSchedule(sc store.ScheduleRecord) store.PortRecord {
@@ -235,6 +310,9 @@ func (s *backend) Empty(ctx context.Context) (bool, error) {
 	defer s.end()
 	st := s.st
 	if len(st.worlds)+len(st.leases)+len(st.assignments)+len(st.effects)+len(st.timers)+len(st.watermarks)+len(st.schedules) > 0 {
+		return false, nil
+	}
+	if st.q != nil && len(st.q.specs)+len(st.q.entries)+len(st.q.admissions) > 0 {
 		return false, nil
 	}
 	for _, str := range st.streams {
@@ -429,9 +507,48 @@ func (st *state) checkImport(op string, batch []store.PortRecord) error {
 			if _, ok := st.schedules[r.Schedule.ID]; ok || dup("s\x00"+r.Schedule.ID) {
 				return conflict(op, "", "schedule %s exists", r.Schedule.ID)
 			}
+		case store.PortKindQueue:
+			if _, ok := st.queues().specs[r.Queue.Name]; ok || dup("q\x00"+r.Queue.Name) {
+				return conflict(op, "", "queue %s exists", r.Queue.Name)
+			}
+		case store.PortKindQueuedRun:
+			e := r.QueuedRun
+			if err := worldOK(e.Run); err != nil {
+				return err
+			}
+			if _, ok := st.queues().specs[e.Queue]; !ok && !batchQueue(batch, e.Queue) {
+				return store.Errorf(op, store.ErrNotFound, e.Run, "no queue %q", e.Queue)
+			}
+			if _, ok := st.queues().entries[e.Run]; ok || dup("qr\x00"+e.Run) || dup("qs\x00"+u64(e.Seq)) {
+				return conflict(op, e.Run, "queued run exists")
+			}
+			for _, x := range st.queues().entries {
+				if x.Seq == e.Seq {
+					return conflict(op, e.Run, "queue seq %d exists", e.Seq)
+				}
+			}
+		case store.PortKindAdmission:
+			a := r.Admission
+			if dup("qa\x00" + a.Queue + "\x00" + a.Partition + "\x00" + a.At.UTC().Format(time.RFC3339Nano)) {
+				return conflict(op, "", "queue admission exists")
+			}
+			for _, x := range st.queues().admissionCounts(a.Queue) {
+				if x.Partition == a.Partition && x.At.Equal(a.At) {
+					return conflict(op, "", "queue admission exists")
+				}
+			}
 		}
 	}
 	return nil
+}
+
+func batchQueue(batch []store.PortRecord, name string) bool {
+	for _, r := range batch {
+		if r.Kind == store.PortKindQueue && r.Queue.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 func knownEffectState(s string) bool {
@@ -587,6 +704,24 @@ func (st *state) importRecord(r store.PortRecord, now time.Time) {
 		p := r.Schedule
 		st.schedules[p.ID] = store.ScheduleRecord{ID: p.ID, Spec: cloneBytes(p.Spec), State: cloneBytes(p.State), Paused: p.Paused,
 			NextFireAt: p.NextFireAt.Round(0), Version: p.Version, CreatedAt: p.CreatedAt.Round(0), UpdatedAt: p.UpdatedAt.Round(0)}
+	case store.PortKindQueue:
+		st.queues().specs[r.Queue.Name] = r.Queue.Spec()
+	case store.PortKindQueuedRun:
+		q := st.queues()
+		e := r.QueuedRun.Entry()
+		e.EnqueuedAt, e.AdmittedAt = e.EnqueuedAt.Round(0), e.AdmittedAt.Round(0)
+		q.entries[e.Run] = &e
+		q.seq = max(q.seq, e.Seq)
+	case store.PortKindAdmission:
+		q := st.queues()
+		a := r.Admission
+		as := q.admissions[a.Queue]
+		for range a.Count {
+			as = append(as, admission{partition: a.Partition, at: a.At.Round(0)})
+		}
+		// The rate window prunes from the front: kept in time order.
+		sort.SliceStable(as, func(i, j int) bool { return as[i].at.Before(as[j].at) })
+		q.admissions[a.Queue] = as
 	case store.PortKindCounter:
 		st.effectSeq = max(st.effectSeq, r.Counter.Value)
 	}
@@ -756,6 +891,30 @@ func (st *state) lookupRecord(r store.PortRecord, emit func(store.PortRecord)) {
 			return
 		}
 		emit(portSchedule(sc))
+	case store.PortKindQueue:
+		spec, ok := st.queues().specs[r.Queue.Name]
+		if !ok {
+			return
+		}
+		x := rec(store.PortKindQueue)
+		x.Queue = store.PortQueueOf(spec)
+		emit(x)
+	case store.PortKindQueuedRun:
+		e, ok := st.queues().entries[r.QueuedRun.Run]
+		if !ok {
+			return
+		}
+		x := rec(store.PortKindQueuedRun)
+		x.QueuedRun = store.PortQueuedRunOf(*e)
+		emit(x)
+	case store.PortKindAdmission:
+		for _, a := range st.queues().admissionCounts(r.Admission.Queue) {
+			if a.Partition == r.Admission.Partition && a.At.Equal(r.Admission.At) {
+				x := rec(store.PortKindAdmission)
+				x.Admission = &a
+				emit(x)
+			}
+		}
 	}
 }
 

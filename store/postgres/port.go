@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -345,8 +346,48 @@ func exportSteps(each eachFunc, out func(store.PortRecord) error) map[store.Port
 						UpdatedAt: r.UpdatedAt}})
 				})
 		},
+		store.PortKindQueue: func(f filter) error {
+			return each(f, `SELECT `+queueCols+` FROM queues WHERE `+f.where()+` ORDER BY name COLLATE "C"`,
+				func(rows pgx.Rows) error {
+					q, err := scanQueue(rows)
+					if err != nil {
+						return err
+					}
+					return out(store.PortRecord{Kind: store.PortKindQueue, Queue: store.PortQueueOf(q)})
+				})
+		},
+		store.PortKindQueuedRun: func(f filter) error {
+			return each(f, `SELECT `+queuedCols+` FROM queued_runs WHERE `+f.where()+` ORDER BY run COLLATE "C"`,
+				func(rows pgx.Rows) error {
+					r, err := scanQueued(rows)
+					if err != nil {
+						return err
+					}
+					return out(store.PortRecord{Kind: store.PortKindQueuedRun, QueuedRun: store.PortQueuedRunOf(r)})
+				})
+		},
+		// The rate windows' rows have no key of their own: grouped by
+		// queue, partition and time.
+		store.PortKindAdmission: func(f filter) error {
+			return each(f, `SELECT queue, partition, at_ns, count(*) FROM queue_admissions WHERE `+f.where()+`
+				GROUP BY queue, partition, at_ns ORDER BY queue COLLATE "C", partition COLLATE "C", at_ns`,
+				func(rows pgx.Rows) error {
+					var a store.PortAdmission
+					var at, n int64
+					if err := rows.Scan(&a.Queue, &a.Partition, &at, &n); err != nil {
+						return err
+					}
+					a.At, a.Count = fromNS(at), int(n)
+					return out(store.PortRecord{Kind: store.PortKindAdmission, Admission: &a})
+				})
+		},
 	}
 }
+
+// raiseQueueSeqSQL moves queued_runs.seq's sequence past an imported
+// entry's seq, so an entry enqueued on the target queues behind it.
+const raiseQueueSeqSQL = `SELECT setval(s.n::regclass, greatest($1::bigint, COALESCE(pg_sequence_last_value(s.n::regclass), 0)))
+	FROM (SELECT pg_get_serial_sequence(quote_ident(current_schema()) || '.queued_runs', 'seq') AS n) s`
 
 // effectSeqSQL names the identity's sequence of effects.seq.
 const effectSeqSQL = `pg_get_serial_sequence(quote_ident(current_schema()) || '.effects', 'seq')`
@@ -373,7 +414,8 @@ func (s *backend) Empty(ctx context.Context) (bool, error) {
 		return s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM worlds) OR EXISTS (SELECT 1 FROM streams)
 			OR EXISTS (SELECT 1 FROM events) OR EXISTS (SELECT 1 FROM compacted_keys) OR EXISTS (SELECT 1 FROM effects)
 			OR EXISTS (SELECT 1 FROM timers) OR EXISTS (SELECT 1 FROM fabric_dedupe) OR EXISTS (SELECT 1 FROM watermarks)
-			OR EXISTS (SELECT 1 FROM leases) OR EXISTS (SELECT 1 FROM schedules)`).Scan(&held)
+			OR EXISTS (SELECT 1 FROM leases) OR EXISTS (SELECT 1 FROM schedules) OR EXISTS (SELECT 1 FROM queues)
+			OR EXISTS (SELECT 1 FROM queued_runs) OR EXISTS (SELECT 1 FROM queue_admissions)`).Scan(&held)
 	})
 	return !held, err
 }
@@ -615,6 +657,31 @@ func (s *backend) importTx(ctx context.Context, op string, batch []store.PortRec
 			q(importCheck{world: "", what: "schedule " + p.ID, conflict: true}, `INSERT INTO schedules (`+scheduleCols+`)
 				VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING`, p.ID, p.Spec, p.State, p.Paused,
 				nullNS(p.NextFireAt), int64(p.Version), toNS(p.CreatedAt), toNS(p.UpdatedAt))
+		case store.PortKindQueue:
+			p := r.Queue
+			q(importCheck{world: "", what: "queue " + p.Name, conflict: true}, `INSERT INTO queues (`+queueCols+`)
+				VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`, p.Name, int64(p.Concurrency),
+				int64(p.WorkerConcurrency), int64(p.RateLimit), int64(p.RatePeriod), p.Partitioned)
+		case store.PortKindQueuedRun:
+			p := r.QueuedRun
+			named = append(named, p.Run)
+			var adm *int64
+			if !p.AdmittedAt.IsZero() {
+				v := toNS(p.AdmittedAt)
+				adm = &v
+			}
+			// A seq held by another entry is a conflict as the run's key
+			// is: the seq orders the queue.
+			q(importCheck{world: p.Run, what: "queued run", conflict: true}, `INSERT INTO queued_runs (`+queuedCols+`)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING`, p.Queue, p.Run, p.Partition,
+				int64(p.Priority), int64(p.Seq), toNS(p.EnqueuedAt), p.Worker, adm)
+			q(importCheck{}, raiseQueueSeqSQL, int64(p.Seq))
+		case store.PortKindAdmission:
+			p := r.Admission
+			q(importCheck{world: "", what: "queue admission " + p.Queue + "/" + p.Partition, conflict: true, rows: p.Count},
+				`INSERT INTO queue_admissions (queue, partition, at_ns) SELECT $1, $2, $3 FROM generate_series(1, $4::bigint)
+				WHERE NOT EXISTS (SELECT 1 FROM queue_admissions WHERE queue = $1 AND partition = $2 AND at_ns = $3)`,
+				p.Queue, p.Partition, toNS(p.At), int64(p.Count))
 		case store.PortKindCounter:
 			if r.Counter.Value > 0 {
 				q(importCheck{}, raiseEffectSeqSQL, int64(r.Counter.Value))
@@ -678,6 +745,12 @@ func importErr(err error) error {
 	if errors.As(err, &pe) && pe.Code == "21000" { // cardinality_violation: a key twice in one multi-row upsert
 		return store.Errorf("import", store.ErrConflict, "", "%s", pe.Message)
 	}
+	if errors.As(err, &pe) && pe.Code == "23503" { // foreign_key_violation: a queued run's queue or world
+		if strings.Contains(pe.ConstraintName, "queue_fkey") {
+			return store.Errorf("import", store.ErrNotFound, "", "%s", pe.Message)
+		}
+		return store.Errorf("import", store.ErrWorldNotFound, "", "%s", pe.Message)
+	}
 	if errors.As(err, &pe) && (pe.Code == "23514" || pe.Code == "23502") { // check_violation, not_null_violation
 		return store.Errorf("import", store.ErrInvalid, "", "%s", pe.Message)
 	}
@@ -702,7 +775,7 @@ func (s *backend) FinishImport(ctx context.Context) error {
 			}
 		}
 		_, err := s.db.Exec(ctx, `ANALYZE worlds, streams, events, compacted_keys, snapshots, inbox, inbox_drains,
-			leases, assignments, effects, timers, fabric_dedupe, watermarks`)
+			leases, assignments, effects, timers, fabric_dedupe, watermarks, queues, queued_runs, queue_admissions`)
 		return err
 	})
 }
@@ -883,6 +956,13 @@ func (s *backend) PortLookup(ctx context.Context, batch []store.PortRecord) ([]*
 				f = filter{"projector = $1 AND stream = $2", []any{r.Watermark.Projector, r.Watermark.Stream}}
 			case store.PortKindSchedule:
 				f = filter{"id = $1", []any{r.Schedule.ID}}
+			case store.PortKindQueue:
+				f = filter{"name = $1", []any{r.Queue.Name}}
+			case store.PortKindQueuedRun:
+				f = filter{"run = $1", []any{r.QueuedRun.Run}}
+			case store.PortKindAdmission:
+				f = filter{"queue = $1 AND partition = $2 AND at_ns = $3", []any{r.Admission.Queue, r.Admission.Partition,
+					toNS(r.Admission.At)}}
 			default:
 				continue
 			}

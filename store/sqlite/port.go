@@ -98,7 +98,8 @@ func (s *backend) Export(ctx context.Context, emit func(store.PortRecord) error)
 	}
 	ex := &sqliteExport{ctx: ctx, tx: tx, emit: emit}
 	for _, step := range []func(filter) error{ex.worlds, ex.streams, ex.events, ex.eventKeys, ex.snapshots, ex.inbox,
-		ex.drains, ex.leases, ex.assignments, ex.effects, ex.timers, ex.fabric, ex.watermarks, ex.schedules} {
+		ex.drains, ex.leases, ex.assignments, ex.effects, ex.timers, ex.fabric, ex.watermarks, ex.schedules,
+		ex.queues, ex.queuedRuns, ex.admissions} {
 		if err := step(filter{}); err != nil {
 			if ex.emitErr != nil && errors.Is(err, ex.emitErr) {
 				return ex.emitErr
@@ -383,6 +384,41 @@ func (ex *sqliteExport) schedules(f filter) error {
 	})
 }
 
+func (ex *sqliteExport) queues(f filter) error {
+	return ex.each(f, `SELECT `+queueCols+` FROM queues WHERE `+f.where()+` ORDER BY name`, func(rows *sql.Rows) error {
+		q, err := scanQueue(rows)
+		if err != nil {
+			return err
+		}
+		return ex.out(store.PortRecord{Kind: store.PortKindQueue, Queue: store.PortQueueOf(q)})
+	})
+}
+
+func (ex *sqliteExport) queuedRuns(f filter) error {
+	return ex.each(f, `SELECT `+queuedCols+` FROM queued_runs WHERE `+f.where()+` ORDER BY run`, func(rows *sql.Rows) error {
+		r, err := scanQueued(rows)
+		if err != nil {
+			return err
+		}
+		return ex.out(store.PortRecord{Kind: store.PortKindQueuedRun, QueuedRun: store.PortQueuedRunOf(r)})
+	})
+}
+
+// admissions groups the rate windows' rows by queue, partition and time:
+// the rows have no key of their own.
+func (ex *sqliteExport) admissions(f filter) error {
+	return ex.each(f, `SELECT queue, partition, at, COUNT(*) FROM queue_admissions WHERE `+f.where()+`
+		GROUP BY queue, partition, at ORDER BY queue, partition, at`, func(rows *sql.Rows) error {
+		var a store.PortAdmission
+		var at int64
+		if err := rows.Scan(&a.Queue, &a.Partition, &at, &a.Count); err != nil {
+			return err
+		}
+		a.At = time.Unix(0, at).UTC()
+		return ex.out(store.PortRecord{Kind: store.PortKindAdmission, Admission: &a})
+	})
+}
+
 func (ex *sqliteExport) counters() error {
 	var seq int64
 	err := ex.tx.QueryRowContext(ex.ctx, `SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'effects'), 0)`).Scan(&seq)
@@ -403,7 +439,8 @@ func (s *backend) Empty(ctx context.Context) (bool, error) {
 	_, err := s.queryRow(ctx, `SELECT EXISTS (SELECT 1 FROM worlds) OR EXISTS (SELECT 1 FROM event_keys)
 		OR EXISTS (SELECT 1 FROM streams) OR EXISTS (SELECT 1 FROM effects) OR EXISTS (SELECT 1 FROM timers)
 		OR EXISTS (SELECT 1 FROM fabric_dedupe) OR EXISTS (SELECT 1 FROM watermarks) OR EXISTS (SELECT 1 FROM leases)
-		OR EXISTS (SELECT 1 FROM schedules)`,
+		OR EXISTS (SELECT 1 FROM schedules) OR EXISTS (SELECT 1 FROM queues) OR EXISTS (SELECT 1 FROM queued_runs)
+		OR EXISTS (SELECT 1 FROM queue_admissions)`,
 		nil, &held)
 	if err != nil {
 		return false, dbErr(op, "", err)
@@ -602,6 +639,44 @@ func (t *wtx) importRecord(op string, r store.PortRecord, streams map[string]boo
 		return t.insert(op, "", "schedule "+p.ID, `INSERT INTO schedules (`+scheduleCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT DO NOTHING`, p.ID, p.Spec, p.State, p.Paused, nullNS(p.NextFireAt), int64(p.Version),
 			p.CreatedAt.UnixNano(), p.UpdatedAt.UnixNano())
+	case store.PortKindQueue:
+		p := r.Queue
+		return t.insert(op, "", "queue "+p.Name, `INSERT INTO queues (`+queueCols+`) VALUES (?, ?, ?, ?, ?, ?)
+			ON CONFLICT DO NOTHING`, p.Name, p.Concurrency, p.WorkerConcurrency, p.RateLimit, int64(p.RatePeriod), b2i(p.Partitioned))
+	case store.PortKindQueuedRun:
+		p := r.QueuedRun
+		var known bool
+		if _, err := t.queryRow(`SELECT EXISTS (SELECT 1 FROM queues WHERE name = ?)`, []any{p.Queue}, &known); err != nil {
+			return err
+		}
+		if !known {
+			return store.Errorf(op, store.ErrNotFound, p.Run, "no queue %q", p.Queue)
+		}
+		var adm any
+		if !p.AdmittedAt.IsZero() {
+			adm = p.AdmittedAt.UnixNano()
+		}
+		// A seq held by another run is a conflict as the run's key is:
+		// the seq orders the queue, so two entries never share one.
+		return t.insert(op, p.Run, "queued run", `INSERT INTO queued_runs (`+queuedCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT DO NOTHING`, p.Queue, p.Run, p.Partition, p.Priority, int64(p.Seq), p.EnqueuedAt.UnixNano(), p.Worker, adm)
+	case store.PortKindAdmission:
+		p := r.Admission
+		var held bool
+		if _, err := t.queryRow(`SELECT EXISTS (SELECT 1 FROM queue_admissions WHERE queue = ? AND partition = ? AND at = ?)`,
+			[]any{p.Queue, p.Partition, p.At.UnixNano()}, &held); err != nil {
+			return err
+		}
+		if held {
+			return store.Errorf(op, store.ErrConflict, "", "queue admission %s/%s exists", p.Queue, p.Partition)
+		}
+		for range p.Count {
+			if _, err := t.exec(`INSERT INTO queue_admissions (queue, partition, at) VALUES (?, ?, ?)`,
+				p.Queue, p.Partition, p.At.UnixNano()); err != nil {
+				return err
+			}
+		}
+		return nil
 	case store.PortKindCounter:
 		// AUTOINCREMENT's high-water mark: raised, never lowered, so a seq
 		// the source handed out (its row swept since) is not handed out
@@ -677,6 +752,13 @@ func (s *backend) PortLookup(ctx context.Context, batch []store.PortRecord) ([]*
 			err = ex.watermarks(filter{"projector = ? AND stream = ?", []any{r.Watermark.Projector, r.Watermark.Stream}})
 		case store.PortKindSchedule:
 			err = ex.schedules(filter{"id = ?", []any{r.Schedule.ID}})
+		case store.PortKindQueue:
+			err = ex.queues(filter{"name = ?", []any{r.Queue.Name}})
+		case store.PortKindQueuedRun:
+			err = ex.queuedRuns(filter{"run = ?", []any{r.QueuedRun.Run}})
+		case store.PortKindAdmission:
+			err = ex.admissions(filter{"queue = ? AND partition = ? AND at = ?", []any{r.Admission.Queue, r.Admission.Partition,
+				r.Admission.At.UnixNano()}})
 		}
 		if err != nil {
 			return nil, dbErr(op, "", err)

@@ -83,7 +83,41 @@ type portFilled struct {
 	consumedReceipt       uint64 // i-consumed's receipt's inbox seq
 	liveKey               string // an inbox key still live
 	liveKeySeq            uint64
+	admitted              store.QueuedRun // w-q1's entry in q-one, admitted on the source
+	rateSpent             time.Time       // when the source admitted w-r1 from q-rate
 }
+
+// portQueueFill gives f two queues: q-one (one run at a time) holding an
+// admitted run and a waiting one, and q-rate (one admission per very long
+// period) whose one admitted run has left, so that only its admission,
+// kept for the rate window, is left of it.
+func portQueueFill(t *testing.T, f *fx) (admitted store.QueuedRun, rateSpent time.Time) {
+	must(t, f.s.PutQueue(bg, store.QueueSpec{Name: "q-one", Concurrency: 1, WorkerConcurrency: 3, RateLimit: 10,
+		RatePeriod: portRatePeriod, Partitioned: true}), "PutQueue q-one")
+	must(t, f.s.PutQueue(bg, store.QueueSpec{Name: "q-rate", RateLimit: 1, RatePeriod: portRatePeriod}), "PutQueue q-rate")
+	for _, e := range []store.QueuedRun{{Queue: "q-one", Run: "w-q1", Partition: "p", Priority: 2},
+		{Queue: "q-one", Run: "w-q2", Partition: "p", Priority: 3}, {Queue: "q-rate", Run: "w-r1"}, {Queue: "q-rate", Run: "w-r2"}} {
+		f.world(e.Run)
+		if _, _, err := f.s.EnqueueRun(bg, e); err != nil {
+			t.Fatalf("EnqueueRun %s: %v", e.Run, err)
+		}
+	}
+	got, err := f.s.AdmitRuns(bg, "q-one", "node-a", 5)
+	if err != nil || len(got) != 1 || got[0].Run != "w-q1" {
+		t.Fatalf("AdmitRuns q-one = %+v, %v; want w-q1 alone", got, err)
+	}
+	r, err := f.s.AdmitRuns(bg, "q-rate", "node-a", 5)
+	if err != nil || len(r) != 1 || r[0].Run != "w-r1" {
+		t.Fatalf("AdmitRuns q-rate = %+v, %v; want w-r1 alone", r, err)
+	}
+	f.setStatus("w-r1", store.WorldArchived, "ran")
+	return got[0], r[0].AdmittedAt
+}
+
+// portRatePeriod is the longest rate period a queue may have, so that a
+// window spent on the source is still open on a target whose clock is
+// near the source's.
+const portRatePeriod = 720 * time.Hour
 
 func portFill(t *testing.T, f *fx) portFilled {
 	var out portFilled
@@ -160,6 +194,7 @@ func portFill(t *testing.T, f *fx) portFilled {
 	sc.Paused = true
 	_, err = f.s.UpdateSchedule(bg, sc)
 	must(t, err, "UpdateSchedule")
+	out.admitted, out.rateSpent = portQueueFill(t, f)
 
 	// A claim that rides on an incarnation's promise.
 	if _, err := f.s.Heartbeat(bg, "node-c", 8, store.AliveAs("inc-1", time.Hour)); err != nil {
@@ -389,6 +424,54 @@ func testPortCopy(t *testing.T, from, to Factory) {
 	if !sawConsumed {
 		t.Errorf("the consumed receipt's inbox item %d is missing on the target", filled.consumedReceipt)
 	}
+	portQueuesServe(t, d, filled.admitted, filled.rateSpent)
+}
+
+// portQueuesServe checks that d, a copy of a store portQueueFill filled,
+// holds its queues and counts what the source admitted: the admitted run
+// keeps its slot with its worker and time, and the spent rate window
+// stays spent.
+func portQueuesServe(t *testing.T, d *fx, admitted store.QueuedRun, rateSpent time.Time) {
+	t.Helper()
+	if q, err := d.s.GetQueue(bg, "q-one"); err != nil || q != (store.QueueSpec{Name: "q-one", Concurrency: 1,
+		WorkerConcurrency: 3, RateLimit: 10, RatePeriod: portRatePeriod, Partitioned: true}) {
+		t.Errorf("GetQueue q-one on the target = %+v, %v; want the source's declaration", q, err)
+	}
+	e, ok, err := d.s.QueueRunOf(bg, "w-q1")
+	if err != nil || !ok || e.Worker != "node-a" || !e.AdmittedAt.Equal(admitted.AdmittedAt) || e.Seq != admitted.Seq ||
+		e.Partition != "p" || e.Priority != 2 || !e.EnqueuedAt.Equal(admitted.EnqueuedAt) {
+		t.Errorf("w-q1's entry on the target = %+v, %v, %v; want the source's admitted entry %+v", e, ok, err, admitted)
+	}
+	if got, err := d.s.AdmitRuns(bg, "q-one", "node-b", 5); err != nil || len(got) != 0 {
+		t.Errorf("AdmitRuns q-one on the target = %+v, %v; want none (its one slot is w-q1's, copied admitted)", got, err)
+	}
+	// The suite's stores keep clocks of their own: the window the source
+	// spent may have closed by the target's clock (a memstore's starts in
+	// the past), and then w-r2 is admitted.
+	if rateSpent.Add(portRatePeriod).After(d.now()) {
+		if n, err := d.s.RecentAdmissions(bg, "q-rate"); err != nil || n != 1 {
+			t.Errorf("RecentAdmissions q-rate on the target = %d, %v; want the source's 1", n, err)
+		}
+		if got, err := d.s.AdmitRuns(bg, "q-rate", "node-b", 5); err != nil || len(got) != 0 {
+			t.Errorf("AdmitRuns q-rate on the target = %+v, %v; want none (the source spent its rate window)", got, err)
+		}
+	} else if got, err := d.s.AdmitRuns(bg, "q-rate", "node-b", 5); err != nil || len(got) != 1 || got[0].Run != "w-r2" {
+		t.Errorf("AdmitRuns q-rate on the target, its window closed = %+v, %v; want w-r2", got, err)
+	}
+	// The copied run leaves as any run does, and frees its slot.
+	d.setStatus("w-q1", store.WorldArchived, "ran")
+	if got, err := d.s.AdmitRuns(bg, "q-one", "node-b", 5); err != nil || len(got) != 1 || got[0].Run != "w-q2" {
+		t.Errorf("AdmitRuns q-one on the target after w-q1 left = %+v, %v; want w-q2", got, err)
+	}
+	// A run enqueued on the target queues behind every copied one.
+	d.world("w-q3")
+	e3, _, err := d.s.EnqueueRun(bg, store.QueuedRun{Queue: "q-one", Run: "w-q3", Partition: "p", Priority: 3})
+	if err != nil {
+		t.Fatalf("EnqueueRun w-q3 on the target: %v", err)
+	}
+	if w2, _, _ := d.s.QueueRunOf(bg, "w-q2"); e3.Seq <= w2.Seq {
+		t.Errorf("w-q3's seq on the target = %d, want above the copied w-q2's %d", e3.Seq, w2.Seq)
+	}
 }
 
 // testPortHeldArchived: an archive leaves an inflight effect to its claim,
@@ -507,8 +590,41 @@ func testPortBadRecord(t *testing.T, from, to Factory) {
 		World: "w-nowhere", Seq: 1, Kind: "event", EnqueuedAt: time.Unix(1, 0)}}
 	err = im.Import(bg, []store.PortRecord{world, orphan})
 	wantErr(t, err, store.ErrWorldNotFound, "Import of an inbox item of a world neither the target nor the batch holds")
+	queue := store.PortRecord{Format: store.PortFormat, Kind: store.PortKindQueue, Queue: &store.PortQueue{Name: "q"}}
+	entry := store.PortQueuedRun{Queue: "q", Run: world.World.ID, Seq: 1, EnqueuedAt: time.Unix(1, 0).UTC()}
+	queued := func(change func(e *store.PortQueuedRun)) store.PortRecord {
+		e := entry
+		change(&e)
+		return store.PortRecord{Format: store.PortFormat, Kind: store.PortKindQueuedRun, QueuedRun: &e}
+	}
+	admission := func(a store.PortAdmission) store.PortRecord {
+		return store.PortRecord{Format: store.PortFormat, Kind: store.PortKindAdmission, Admission: &a}
+	}
+	noQueue := queued(func(e *store.PortQueuedRun) { e.Queue = "q-nowhere" })
+	err = im.Import(bg, []store.PortRecord{world, queue, noQueue})
+	wantErr(t, err, store.ErrNotFound, "Import of a queued run of a queue neither the target nor the batch holds")
+	noRun := queued(func(e *store.PortQueuedRun) { e.Run = "w-nowhere" })
+	err = im.Import(bg, []store.PortRecord{world, queue, noRun})
+	wantErr(t, err, store.ErrWorldNotFound, "Import of a queued run of a world neither the target nor the batch holds")
 	for name, bad := range map[string]store.PortRecord{"a later format": future, "an unknown kind": unknown,
-		"a kind without its field": missing, "two fields": two} {
+		"a kind without its field": missing, "two fields": two,
+		"a queue with a negative limit": {Format: store.PortFormat, Kind: store.PortKindQueue,
+			Queue: &store.PortQueue{Name: "q", Concurrency: -1}},
+		"a queue with a rate limit and no period": {Format: store.PortFormat, Kind: store.PortKindQueue,
+			Queue: &store.PortQueue{Name: "q", RateLimit: 2}},
+		"a queued run without a seq":        queued(func(e *store.PortQueuedRun) { e.Seq = 0 }),
+		"a queued run without a queue":      queued(func(e *store.PortQueuedRun) { e.Queue = "" }),
+		"a queued run admitted at no time":  queued(func(e *store.PortQueuedRun) { e.Worker = "node-a" }),
+		"a queued run admitted by nobody":   queued(func(e *store.PortQueuedRun) { e.AdmittedAt = time.Unix(2, 0).UTC() }),
+		"a queued run of a priority beyond": queued(func(e *store.PortQueuedRun) { e.Priority = store.MaxPriority + 1 }),
+		"an admission counting none":        admission(store.PortAdmission{Queue: "q", At: time.Unix(1, 0).UTC()}),
+		"an admission at no time":           admission(store.PortAdmission{Queue: "q", Count: 1}),
+	} {
+		if bad.Kind == store.PortKindQueuedRun || bad.Kind == store.PortKindAdmission {
+			err := im.Import(bg, append(append([]store.PortRecord{}, recs...), queue, bad))
+			wantErr(t, err, store.ErrInvalid, "Import of "+name)
+			continue
+		}
 		err := im.Import(bg, append(append([]store.PortRecord{}, recs...), bad))
 		wantErr(t, err, store.ErrInvalid, "Import of "+name)
 	}
@@ -754,6 +870,9 @@ func testPortAgain(t *testing.T, from, to Factory) {
 		store.PortKindFabric:    func(r *store.PortRecord) { f := *r.Fabric; f.Seq++; r.Fabric = &f },
 		store.PortKindWatermark: func(r *store.PortRecord) { m := *r.Watermark; m.Value++; r.Watermark = &m },
 		store.PortKindSchedule:  func(r *store.PortRecord) { x := *r.Schedule; x.Version++; r.Schedule = &x },
+		store.PortKindQueue:     func(r *store.PortRecord) { x := *r.Queue; x.Concurrency++; r.Queue = &x },
+		store.PortKindQueuedRun: func(r *store.PortRecord) { x := *r.QueuedRun; x.Priority++; r.QueuedRun = &x },
+		store.PortKindAdmission: func(r *store.PortRecord) { x := *r.Admission; x.Count++; r.Admission = &x },
 	}
 	tried := map[store.PortKind]bool{}
 	for _, r := range recs {
