@@ -66,15 +66,19 @@ func (r *runReport) version() uint64 {
 
 // readRun reads run id back from st.
 func readRun(ctx context.Context, st store.Store, id string) (*runReport, error) {
-	w, err := st.GetWorld(ctx, id)
-	if err != nil {
-		return nil, err
-	}
+	// The stream and inbox are read before the world's row: a run's end
+	// and its archiving are one commit, so a row read after a stream that
+	// holds the end is archived. Read the other way round, a run that
+	// ends between the two reads looks ended yet active.
 	stream, err := plane.ReadTail(ctx, st, id, 0)
 	if err != nil {
 		return nil, err
 	}
 	items, err := st.ReadInbox(ctx, id, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	w, err := st.GetWorld(ctx, id)
 	if err != nil {
 		return nil, err
 	}
