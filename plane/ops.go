@@ -169,6 +169,17 @@ func (o *Ops) EnqueueIngress(ctx context.Context, worldID string, in Ingress) (a
 // and only scans the bytes for canonical form and the decoder's limits. A
 // value that is not canonical is ErrInvalidIngress.
 func (o *Ops) EnqueueEvent(ctx context.Context, worldID, typeName string, value []byte, dedupeKey string) (ack Ack, err error) {
+	return o.enqueueEvent(ctx, worldID, typeName, value, dedupeKey, false)
+}
+
+// EnqueueScheduleTick is EnqueueEvent for a schedule's tick, whose key is
+// in the schedules' namespace (store.ScheduleKeyPrefix), which every other
+// producer's input is refused: the scheduler's path alone.
+func (o *Ops) EnqueueScheduleTick(ctx context.Context, worldID, typeName string, value []byte, dedupeKey string) (ack Ack, err error) {
+	return o.enqueueEvent(ctx, worldID, typeName, value, dedupeKey, true)
+}
+
+func (o *Ops) enqueueEvent(ctx context.Context, worldID, typeName string, value []byte, dedupeKey string, tick bool) (ack Ack, err error) {
 	ctx, sp := o.in.start(ctx, worldID, vocab.KindEvent)
 	defer func() { o.in.end(sp, worldID, ack, err) }()
 	payload, err := world.EncodeEventNamed(typeName, cbor.RawMessage(value))
@@ -179,7 +190,7 @@ func (o *Ops) EnqueueEvent(ctx context.Context, worldID, typeName string, value 
 		return Ack{}, errorf("enqueue_ingress", ErrInvalidIngress, worldID, err)
 	}
 	m := ingressMessage{Type: typeName, Value: value}
-	return o.enqueueChecked(ctx, worldID, m, store.InboxItem{Kind: vocab.KindEvent, Payload: payload, DedupeKey: dedupeKey})
+	return o.enqueueChecked(ctx, worldID, m, store.InboxItem{Kind: vocab.KindEvent, Payload: payload, DedupeKey: dedupeKey, ScheduleTick: tick})
 }
 
 // enqueueChecked checks an input whose wire form passed against the

@@ -765,6 +765,20 @@ const CallKeyPrefix = "call:"
 // is, so that no event can take the key of an operator's upgrade.
 const UpgradeKeyPrefix = "upgrade:"
 
+// The namespaces of schedules' ticks. A world schedule's tick is an input
+// keyed ScheduleKeyPrefix + schedule + ":" + tick, and a workflow
+// schedule's tick starts the run ScheduleRunPrefix + schedule + "." + tick:
+// those keys and ids are each tick's exactly-once identity across the
+// cluster, so no producer may take them first (the tick would then dedupe
+// against an unrelated input or run and never happen). An input in the
+// key namespace is refused unless it is marked InboxItem.ScheduleTick,
+// which the scheduler's path alone sets, and the workflow client refuses
+// such run ids on the same terms.
+const (
+	ScheduleKeyPrefix = "schedule:"
+	ScheduleRunPrefix = "sched."
+)
+
 // InboxItem is one durable input of a world.
 type InboxItem struct {
 	Seq        uint64 // assigned by the store, increasing per world
@@ -787,6 +801,11 @@ type InboxItem struct {
 	// past its bound) keeps a retry of accepted work answered as a
 	// duplicate.
 	MaxBacklog int
+	// ScheduleTick marks a schedule's tick (read by Enqueue only, like
+	// MaxBacklog): its key, and only its, is in ScheduleKeyPrefix's
+	// namespace. Only the scheduler sets it; no API or client takes it
+	// from a caller.
+	ScheduleTick bool
 }
 
 // RefuseNew is the InboxItem.MaxBacklog that refuses every new item.

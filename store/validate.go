@@ -238,6 +238,12 @@ func CheckIngress(op string, item InboxItem) error {
 		}
 		return invalid(op, "dedupeKey", "an upgrade's key is %q followed by its version", UpgradeKeyPrefix)
 	}
+	if sched := strings.HasPrefix(item.DedupeKey, ScheduleKeyPrefix); sched != item.ScheduleTick {
+		if sched {
+			return invalid(op, "dedupeKey", "%q is in the namespace reserved for schedules' ticks (%q)", item.DedupeKey, ScheduleKeyPrefix)
+		}
+		return invalid(op, "dedupeKey", "a schedule tick's key is %q followed by the schedule and the tick", ScheduleKeyPrefix)
+	}
 	return checkPayload(op, "payload", item.Payload)
 }
 

@@ -325,6 +325,24 @@ func findItem(ctx context.Context, st store.Store, runID string, match func(stor
 // finishes on it. A version the client does not register is ErrInvalid.
 func WithVersion(v uint64) StartOption { return func(o *startOptions) { o.version = v } }
 
+// ScheduleTick marks a start as a schedule's tick: its run id is in the
+// schedules' namespace (store.ScheduleRunPrefix), which any other start is
+// refused. For the scheduler alone: a start that takes a tick's run id
+// first would make the tick dedupe against it and never happen.
+func ScheduleTick() StartOption { return func(o *startOptions) { o.tick = true } }
+
+// checkRunNamespace refuses a run id in the schedules' namespace unless
+// the start is a schedule's tick, and a tick's run id outside it.
+func checkRunNamespace(runID string, o startOptions) error {
+	if sched := strings.HasPrefix(runID, store.ScheduleRunPrefix); sched != o.tick {
+		if sched {
+			return errorf("start", ErrInvalid, runID, detail(fmt.Sprintf("run ids starting %q are reserved for schedules' ticks", store.ScheduleRunPrefix)))
+		}
+		return errorf("start", ErrInvalid, runID, detail(fmt.Sprintf("a schedule tick's run id starts %q", store.ScheduleRunPrefix)))
+	}
+	return nil
+}
+
 // Start starts def as run runID with input in (of def's input type):
 // idempotent by run id, so the same id with the same workflow, version and
 // input is the same run, started once; anything else under that id is
@@ -344,6 +362,9 @@ func (c *Client) Start(ctx context.Context, def Workflow, runID string, in any, 
 	}
 	o, err := resolveStart(opts)
 	if err != nil {
+		return err
+	}
+	if err := checkRunNamespace(runID, o); err != nil {
 		return err
 	}
 	b, err := def.encodeInput(in)
@@ -369,6 +390,9 @@ func (c *Client) Start(ctx context.Context, def Workflow, runID string, in any, 
 func (c *Client) StartCBOR(ctx context.Context, name, runID string, input []byte, opts ...StartOption) (created bool, err error) {
 	o, err := resolveStart(opts)
 	if err != nil {
+		return false, err
+	}
+	if err := checkRunNamespace(runID, o); err != nil {
 		return false, err
 	}
 	def, ok := c.wf.Lookup(name)

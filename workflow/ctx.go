@@ -648,6 +648,9 @@ func Child[In, Out any](c *Ctx, def *Def[In, Out], childID string, in In) (Out, 
 	if err := store.CheckID("child", "run id", childID); err != nil {
 		return zero, errorf("child", ErrInvalid, "", err)
 	}
+	if err := checkRunNamespace(childID, startOptions{}); err != nil {
+		return zero, err
+	}
 	if len(childBase)+len(childID) > maxNameBytes {
 		return zero, errorf("child", ErrInvalid, "", detail(fmt.Sprintf("a child's run id is at most %d bytes", maxNameBytes-len(childBase))))
 	}

@@ -102,6 +102,9 @@ type startOptions struct {
 	queue     string
 	priority  int
 	partition string
+	// tick: the start is a schedule's tick, whose run id is in the
+	// schedules' namespace (store.ScheduleRunPrefix).
+	tick bool
 }
 
 // OnQueue starts the run on queue name: it waits, recorded RunQueued,

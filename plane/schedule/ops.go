@@ -2,6 +2,9 @@ package schedule
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"time"
 
@@ -19,14 +22,19 @@ func Create(ctx context.Context, st store.Store, id string, spec Spec) (Schedule
 	if err != nil {
 		return Schedule{}, err
 	}
-	if err := store.CheckID("create_schedule", "id", id); err != nil {
-		return Schedule{}, invalidf("id: %v", err)
+	if err := CheckID(id); err != nil {
+		return Schedule{}, err
 	}
 	now, err := st.Now(ctx)
 	if err != nil {
 		return Schedule{}, err
 	}
+	var inc [12]byte
+	if _, err := rand.Read(inc[:]); err != nil {
+		return Schedule{}, err
+	}
 	sc := Schedule{ID: id, Spec: spec}
+	sc.State.Incarnation = hex.EncodeToString(inc[:])
 	sc.State.NextNominal = cad.Next(now)
 	sc.NextFireAt = sc.fireAt(sc.State.NextNominal)
 	rec, err := sc.record()
@@ -73,6 +81,15 @@ func Delete(ctx context.Context, st store.Store, id string) error { return st.De
 // update applies change to the schedule as read, with the store's now,
 // until its swap wins.
 func update(ctx context.Context, st store.Store, id string, change func(sc *Schedule, cad cadence, now time.Time)) (Schedule, error) {
+	return updateIf(ctx, st, id, func(sc *Schedule, cad cadence, now time.Time) bool {
+		change(sc, cad, now)
+		return true
+	})
+}
+
+// updateIf is update whose change may decline (false): nothing is written
+// and the schedule is answered as read.
+func updateIf(ctx context.Context, st store.Store, id string, change func(sc *Schedule, cad cadence, now time.Time) bool) (Schedule, error) {
 	for {
 		r, err := st.GetSchedule(ctx, id)
 		if err != nil {
@@ -90,7 +107,9 @@ func update(ctx context.Context, st store.Store, id string, change func(sc *Sche
 		if err != nil {
 			return Schedule{}, err
 		}
-		change(&sc, cad, now)
+		if !change(&sc, cad, now) {
+			return sc, nil
+		}
 		rec, err := sc.record()
 		if err != nil {
 			return Schedule{}, err
@@ -135,15 +154,64 @@ func Resume(ctx context.Context, st store.Store, id string) (Schedule, error) {
 
 // Trigger records a tick now, keyed by the store's now ("manual-…"), to
 // start at once whatever the overlap policy; the cadence is unchanged.
+// It is not idempotent: a caller that may repeat it uses TriggerKeyed.
 func Trigger(ctx context.Context, st store.Store, id string) (Tick, Schedule, error) {
-	var tk Tick
-	sc, err := update(ctx, st, id, func(sc *Schedule, _ cadence, now time.Time) {
-		tk = Tick{Key: "manual-" + tickName(now), Nominal: now.UTC(), Manual: true}
+	tk, sc, _, err := TriggerKeyed(ctx, st, id, "")
+	return tk, sc, err
+}
+
+// TriggerKeyed is Trigger made idempotent by the caller's key: the first
+// trigger with a key records a tick, and a repeat (a client retrying after
+// a lost answer) records nothing and answers the first's tick with dup
+// true. The tick's key derives from the trigger's key and the schedule's
+// incarnation, so even a repeat the schedule no longer remembers (past
+// MaxTriggerKeys later triggers) starts the same run id or input key, and
+// so nothing twice. An empty key is Trigger.
+func TriggerKeyed(ctx context.Context, st store.Store, id, key string) (tk Tick, sc Schedule, dup bool, err error) {
+	if key != "" {
+		if err := store.CheckKey("trigger_schedule", "key", key); err != nil {
+			return Tick{}, Schedule{}, false, invalidf("key: %v", err)
+		}
+	}
+	sc, err = updateIf(ctx, st, id, func(sc *Schedule, _ cadence, now time.Time) bool {
+		tk, dup = Tick{Key: "manual-" + tickName(now), Nominal: now.UTC(), Manual: true}, false
+		if key != "" {
+			digest := triggerDigest(*sc, key)
+			for _, t := range sc.State.Triggers {
+				if t.Key == digest {
+					tk, dup = t.Tick, true
+					return false
+				}
+			}
+			tk.Key = "manual-" + digest
+			sc.State.Triggers = append(sc.State.Triggers, Triggered{Key: digest, Tick: tk})
+			if n := len(sc.State.Triggers); n > MaxTriggerKeys {
+				sc.State.Triggers = append([]Triggered(nil), sc.State.Triggers[n-MaxTriggerKeys:]...)
+			}
+		}
 		sc.State.Pending = append(sc.State.Pending, tk)
 		if sc.Spec.Target.Workflow != "" {
 			sc.State.LastRun = RunID(sc.ID, tk)
 		}
 		sc.NextFireAt = now
+		return true
 	})
-	return tk, sc, err
+	return tk, sc, dup, err
+}
+
+// triggerDigest is a keyed trigger's identity within its schedule: a
+// fixed-size hex digest (so a tick key stays short and in the id alphabet
+// whatever the caller's key) of the schedule's incarnation and the key.
+// A schedule created before incarnations were recorded uses its creation
+// time instead.
+func triggerDigest(sc Schedule, key string) string {
+	inc := sc.State.Incarnation
+	if inc == "" {
+		inc = sc.CreatedAt.UTC().Format(time.RFC3339Nano)
+	}
+	h := sha256.New()
+	h.Write([]byte(inc))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+
+	"github.com/orrery-run/orrery/store"
 )
 
 // Overlap says what a workflow schedule does when a tick comes while the
@@ -264,12 +266,39 @@ func tickName(nominal time.Time) string {
 }
 
 // RunID is the run a workflow schedule's tick starts: the same on every
-// node, so a start repeated by another scheduler is the same run.
+// node, so a start repeated by another scheduler is the same run. It is in
+// the schedules' namespace (store.ScheduleRunPrefix), which only the
+// scheduler's start may use, so no other start can take a tick's id. A
+// schedule id has neither '.' nor ':' (CheckID), so the schedule and the
+// tick are read back unambiguously: schedule "a.b" cannot exist to
+// collide with schedule "a".
 func RunID(schedule string, t Tick) string {
-	return "sched." + schedule + "." + t.Key
+	return store.ScheduleRunPrefix + schedule + "." + t.Key
 }
 
-// DedupeKey is the inbox key of a world schedule's tick.
+// DedupeKey is the inbox key of a world schedule's tick, in the
+// schedules' namespace (store.ScheduleKeyPrefix) that no other producer's
+// input may use.
 func DedupeKey(schedule string, t Tick) string {
-	return "schedule:" + schedule + ":" + t.Key
+	return store.ScheduleKeyPrefix + schedule + ":" + t.Key
+}
+
+// MaxIDBytes bounds a schedule id, so that its longest run id (the prefix,
+// the id, a dot and a tick key) stays within a run id's bound.
+const MaxIDBytes = 128
+
+// CheckID checks a new schedule's id: 1 to MaxIDBytes of ASCII letters,
+// digits, '-' and '_'. The separators of run ids and keys ('.' and ':')
+// are excluded so that a schedule's ticks are never another's.
+func CheckID(id string) error {
+	if id == "" || len(id) > MaxIDBytes {
+		return invalidf("id: 1 to %d bytes, got %d", MaxIDBytes, len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return invalidf("id %q: letters, digits, '-' and '_' only", id)
+		}
+	}
+	return nil
 }

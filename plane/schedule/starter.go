@@ -33,7 +33,7 @@ func (n NodeStarter) StartRun(ctx context.Context, name, runID string, input []b
 	if _, ok := n.Workflows.Lookup(name); !ok {
 		return errNotHere
 	}
-	_, err := n.Runs.StartCBOR(ctx, name, runID, input)
+	_, err := n.Runs.StartCBOR(ctx, name, runID, input, workflow.ScheduleTick())
 	if errors.Is(err, workflow.ErrInvalid) || errors.Is(err, workflow.ErrConflict) {
 		return Permanent(err)
 	}
@@ -61,7 +61,7 @@ func (n NodeStarter) RunEnded(ctx context.Context, runID string) (bool, error) {
 
 // SendEvent implements Starter: the inbox deduplicates by key.
 func (n NodeStarter) SendEvent(ctx context.Context, world, typeName string, value []byte, key string) error {
-	_, err := n.Ops.EnqueueEvent(ctx, world, typeName, value, key)
+	_, err := n.Ops.EnqueueScheduleTick(ctx, world, typeName, value, key)
 	if errors.Is(err, plane.ErrNoKernel) {
 		return errors.Join(errNotHere, err)
 	}

@@ -43,7 +43,28 @@ type State struct {
 	// "skipped: …", "failed: …"), LastFiredAt when (the store's clock).
 	LastResult  string    `json:"last_result,omitempty"`
 	LastFiredAt time.Time `json:"last_fired_at,omitzero"`
+	// Incarnation tells this schedule from an earlier one deleted and
+	// created again under its id: keyed triggers' ticks derive from it,
+	// so a new schedule's trigger never dedupes against an old one's run.
+	Incarnation string `json:"incarnation,omitempty"`
+	// Triggers are the latest keyed triggers (at most MaxTriggerKeys,
+	// oldest first): a trigger repeated with one of their keys answers
+	// the tick it recorded and records nothing.
+	Triggers []Triggered `json:"triggers,omitempty"`
 }
+
+// Triggered is a keyed trigger remembered: the digest of its key (never
+// the key, whose size is the caller's) and the tick it recorded.
+type Triggered struct {
+	Key  string `json:"key"`
+	Tick Tick   `json:"tick"`
+}
+
+// MaxTriggerKeys is how many keyed triggers a schedule remembers. A retry
+// of an older one records its tick again, but under the same tick key, so
+// its start still dedupes against the first (the run id or the input's
+// key): nothing starts twice, only the counters see it twice.
+const MaxTriggerKeys = 64
 
 // Schedule is a schedule as read from the store.
 type Schedule struct {
