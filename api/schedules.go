@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -76,11 +77,22 @@ type schedulesResp struct {
 	Next      string         `json:"next,omitempty"`
 }
 
+// TriggerRequest is the optional body of POST /v1/schedules/{id}/trigger.
+// IdempotencyKey makes the trigger safe to retry: a trigger with a key the
+// schedule has seen records nothing and answers the first's tick with
+// Duplicate true. Without a key each trigger is a new tick.
+type TriggerRequest struct {
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+}
+
 // TriggerResult answers POST /v1/schedules/{id}/trigger.
 type TriggerResult struct {
-	Schedule ScheduleView `json:"schedule"`
-	Tick     string       `json:"tick"`
-	Run      string       `json:"run,omitempty"`
+	Schedule  ScheduleView `json:"schedule"`
+	Tick      string       `json:"tick"`
+	Run       string       `json:"run,omitempty"`
+	Duplicate bool         `json:"duplicate"`
+	// IdempotencyKey is the request's key, echoed (empty: none given).
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
 }
 
 func (s *Server) scheduleRoutes() {
@@ -284,16 +296,20 @@ func (s *Server) scheduleOp(op func(context.Context, store.Store, string) (sched
 	}
 }
 
-func (s *Server) triggerSchedule(r *http.Request, _ *reqCtx) (int, any, error) {
+func (s *Server) triggerSchedule(r *http.Request, rc *reqCtx) (int, any, error) {
 	id := r.PathValue("id")
 	if err := checkID("schedule", id); err != nil {
 		return 0, nil, err
 	}
-	tk, sc, err := schedule.Trigger(r.Context(), s.cfg.Store, id)
+	var req TriggerRequest
+	if err := s.body(r, rc, &req, true); err != nil {
+		return 0, nil, err
+	}
+	tk, sc, dup, err := schedule.TriggerKeyed(r.Context(), s.cfg.Store, id, req.IdempotencyKey)
 	if err != nil {
 		return 0, nil, err
 	}
-	res := TriggerResult{Schedule: scheduleView(sc), Tick: tk.Key}
+	res := TriggerResult{Schedule: scheduleView(sc), Tick: tk.Key, Duplicate: dup, IdempotencyKey: req.IdempotencyKey}
 	if sc.Spec.Target.Workflow != "" {
 		res.Run = schedule.RunID(id, tk)
 	}
@@ -355,10 +371,16 @@ func (c *Client) ResumeSchedule(ctx context.Context, id string) (ScheduleView, e
 }
 
 // TriggerSchedule fires a schedule now, with a tick of its own; its
-// cadence is unchanged.
-func (c *Client) TriggerSchedule(ctx context.Context, id string) (TriggerResult, error) {
+// cadence is unchanged. key is the trigger's idempotency key: the same key
+// again (a retry after a lost answer) starts nothing more and answers the
+// first trigger's tick with Duplicate true. An empty key gets a random
+// one, so this call's answer is still the only tick it records.
+func (c *Client) TriggerSchedule(ctx context.Context, id, key string) (TriggerResult, error) {
+	if key == "" {
+		key = rand.Text()
+	}
 	var out TriggerResult
-	_, err := c.do(ctx, http.MethodPost, schedulePath(id)+"/trigger", nil, nil, &out)
+	_, err := c.do(ctx, http.MethodPost, schedulePath(id)+"/trigger", nil, TriggerRequest{IdempotencyKey: key}, &out)
 	return out, err
 }
 

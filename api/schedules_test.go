@@ -53,7 +53,7 @@ func TestSchedulesThroughTheClient(t *testing.T) {
 	if v, err = c.ResumeSchedule(ctx, "hourly"); err != nil || v.State != "active" || len(v.NextFireTimes) != 5 {
 		t.Fatalf("resumed: %+v, %v", v, err)
 	}
-	tr, err := c.TriggerSchedule(ctx, "hourly")
+	tr, err := c.TriggerSchedule(ctx, "hourly", "")
 	if err != nil || tr.Run != schedule.RunID("hourly", schedule.Tick{Key: tr.Tick}) || tr.Schedule.Pending != 1 {
 		t.Fatalf("triggered: %+v, %v", tr, err)
 	}

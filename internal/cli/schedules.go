@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -138,20 +140,38 @@ while the previous run still runs; --catch-up (skip, once, all with
 	show := one("show", "Show a schedule: spec, state, next fire times, counters, last result", (*api.Client).GetSchedule)
 	pause := one("pause", "Pause a schedule (ticks already recorded still start)", (*api.Client).PauseSchedule)
 	resume := one("resume", "Resume a schedule at its next tick (the pause is not caught up)", (*api.Client).ResumeSchedule)
+	var triggerKey string
 	trigger := &cobra.Command{
 		Use: "trigger ID", Short: "Fire a schedule now, with a tick of its own; its cadence is unchanged", Args: args(cobra.ExactArgs(1)),
-		Example: "  orrery schedule trigger nightly",
+		Long: `trigger records a tick of the schedule's own, to start at once. It is
+idempotent by --key: a trigger repeated with the same key (a retry after
+the answer was lost) starts nothing more and prints the first trigger's
+tick as a duplicate. Without --key each invocation makes a key of its own;
+if the answer is lost, run it again with the printed --key.`,
+		Example: `  orrery schedule trigger nightly
+  orrery schedule trigger nightly --key backfill-2026-11-28`,
 		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
-			tr, err := c.TriggerSchedule(ctx, a[0])
+			key := triggerKey
+			if key == "" {
+				key = rand.Text()
+			}
+			tr, err := c.TriggerSchedule(ctx, a[0], key)
 			if err != nil {
+				var ae *api.Error
+				if !errors.As(err, &ae) || ae.Status >= 500 {
+					// The trigger may have been recorded: only its key
+					// makes a retry safe.
+					return fmt.Errorf("%w (retry safely with --key %s)", err, key)
+				}
 				return err
 			}
 			return e.print(tr, func(tw *tabwriter.Writer) {
-				fmt.Fprintln(tw, "SCHEDULE\tTICK\tRUN")
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", tr.Schedule.ID, tr.Tick, orDash(tr.Run))
+				fmt.Fprintln(tw, "SCHEDULE\tTICK\tRUN\tKEY\tDUPLICATE")
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\n", tr.Schedule.ID, tr.Tick, orDash(tr.Run), tr.IdempotencyKey, tr.Duplicate)
 			})
 		}),
 	}
+	trigger.Flags().StringVar(&triggerKey, "key", "", "the trigger's idempotency key (default: one of its own, printed)")
 	del := &cobra.Command{
 		Use: "delete ID", Short: "Delete a schedule: nothing fires after it", Args: args(cobra.ExactArgs(1)),
 		Example: "  orrery schedule delete nightly",

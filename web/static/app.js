@@ -869,7 +869,10 @@ function makeScheduleRow(s) {
   const trigger = el('button', { type: 'button' }, 'Trigger');
   trigger.addEventListener('click', () =>
     act(`trigger ${s.id}`, async () => {
-      const r = await api('POST', `/v1/schedules/${enc(s.id)}/trigger`);
+      // One key per click: the request may be sent again (after a sign-in),
+      // and a trigger with a key it has seen records nothing more.
+      const key = `web-${Date.now().toString(36)}-${Math.random().toString(36).slice(2)}`;
+      const r = await api('POST', `/v1/schedules/${enc(s.id)}/trigger`, { idempotency_key: key });
       loadSchedules();
       return `tick ${r.tick}${r.run ? ', run ' + r.run : ''}`;
     }));
