@@ -16,6 +16,7 @@ func namespaceTests() []testCase {
 		{"EnqueueRejectsStoreKindsAndKeys", testEnqueueRejectsStoreKindsAndKeys},
 		{"CallsAndEventsNeverShareADedupeKey", testCallsAndEventsNeverShareADedupeKey},
 		{"UpgradesHaveTheirOwnDedupeKeys", testUpgradesHaveTheirOwnDedupeKeys},
+		{"ScheduleTicksHaveTheirOwnDedupeKeys", testScheduleTicksHaveTheirOwnDedupeKeys},
 	}
 }
 
@@ -119,5 +120,44 @@ func testUpgradesHaveTheirOwnDedupeKeys(t *testing.T, open Factory) {
 	}
 	if items := f.inbox("w"); len(items) != 1 || items[0].Kind != vocab.KindUpgrade || items[0].DedupeKey != key {
 		t.Fatalf("inbox = %+v, want the upgrade alone", items)
+	}
+}
+
+// A schedule's tick input is keyed in the schedules' namespace, which only
+// an item marked ScheduleTick may use: a producer's event cannot take a
+// tick's key first (the tick would dedupe against it and never happen),
+// neither alone nor in a spawn's first items, and the mark opens no other
+// key.
+func testScheduleTicksHaveTheirOwnDedupeKeys(t *testing.T, open Factory) {
+	f := setup(t, open)
+	f.leased("w", "A")
+	key := store.ScheduleKeyPrefix + "daily:20261128T090000.000000000Z"
+	for _, item := range []store.InboxItem{
+		{Kind: "event", DedupeKey: key},
+		{Kind: "event", DedupeKey: store.ScheduleKeyPrefix},
+		{Kind: "event", DedupeKey: "x", ScheduleTick: true},
+		{Kind: "event", ScheduleTick: true},
+	} {
+		_, _, err := f.s.Enqueue(bg, "w", item)
+		wantErr(t, err, store.ErrInvalid, "Enqueue of key "+item.DedupeKey)
+	}
+	_, err := f.s.Spawn(bg, store.SpawnSpec{Universe: "u", World: "w2", Items: []store.InboxItem{{Kind: "event", DedupeKey: key}}})
+	wantErr(t, err, store.ErrInvalid, "Spawn with an item keyed like a tick")
+	seq, dup, err := f.s.Enqueue(bg, "w", store.InboxItem{Kind: "event", DedupeKey: key, ScheduleTick: true})
+	must(t, err, "the tick's Enqueue")
+	if dup {
+		t.Fatal("the tick deduped against a refused event")
+	}
+	again, dup, err := f.s.Enqueue(bg, "w", store.InboxItem{Kind: "event", DedupeKey: key, ScheduleTick: true})
+	must(t, err, "the tick's Enqueue again")
+	if !dup || again != seq {
+		t.Fatalf("the tick again = seq %d dup %v, want %d dup", again, dup, seq)
+	}
+	// A key that merely contains the word is the producer's own.
+	if _, dup := f.enqueue("w", "event", "my-schedule:daily", nil); dup {
+		t.Fatal("a producer key outside the prefix deduped")
+	}
+	if items := f.inbox("w"); len(items) != 2 || items[0].DedupeKey != key || items[1].DedupeKey != "my-schedule:daily" {
+		t.Fatalf("inbox = %+v, want the tick and the producer's event", items)
 	}
 }
