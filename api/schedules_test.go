@@ -166,3 +166,103 @@ func TestScheduleMetrics(t *testing.T) {
 		}
 	}
 }
+
+// losesFirstAnswer is a transport whose first round trip reaches the
+// server but whose answer never reaches the client: a dropped connection
+// after the server committed.
+type losesFirstAnswer struct {
+	next http.RoundTripper
+	lost bool
+}
+
+func (l *losesFirstAnswer) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := l.next.RoundTrip(req)
+	if err != nil || l.lost {
+		return resp, err
+	}
+	l.lost = true
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return nil, errors.New("connection reset after the request was sent")
+}
+
+// TestTriggerScheduleIsIdempotent: a client that triggered, lost the
+// answer and retried with the same idempotency key started one tick: the
+// retry answers the first trigger's tick and run, duplicate. A trigger
+// without a key through the Go client gets one of its own; raw requests
+// without one are new ticks each.
+func TestTriggerScheduleIsIdempotent(t *testing.T) {
+	r := newRunsRig(t)
+	ctx := r.Ctx
+	req := api.CreateScheduleRequest{ID: "daily", ScheduleSpec: api.ScheduleSpec{Every: "24h",
+		Target: api.ScheduleTarget{Workflow: "payout", Input: json.RawMessage(`{"Account":"a","Amount":1}`)}}}
+	if _, err := r.Client.CreateSchedule(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	lossy := &losesFirstAnswer{next: r.HTTP.Client().Transport}
+	c, err := api.NewClient(r.HTTP.URL, "", api.WithHTTPClient(&http.Client{Transport: lossy}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TriggerSchedule(ctx, "daily", "op-42"); err == nil || !lossy.lost {
+		t.Fatalf("the first trigger's answer was not lost: %v", err)
+	}
+	tr, err := c.TriggerSchedule(ctx, "daily", "op-42")
+	if err != nil || !tr.Duplicate || tr.IdempotencyKey != "op-42" || tr.Run != schedule.RunID("daily", schedule.Tick{Key: tr.Tick}) {
+		t.Fatalf("the retry: %+v, %v; want the first trigger's tick, duplicate", tr, err)
+	}
+	sc, err := schedule.Get(ctx, r.Store, "daily")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sc.State.Triggers) != 1 || sc.State.Triggers[0].Tick.Key != tr.Tick || sc.State.Fired+uint64(len(sc.State.Pending)) != 1 {
+		t.Fatalf("schedule state %+v: want one tick recorded, %s", sc.State, tr.Tick)
+	}
+	// The Go client's own key: two calls, two ticks.
+	a, err := r.Client.TriggerSchedule(ctx, "daily", "")
+	if err != nil || a.Duplicate || a.IdempotencyKey == "" {
+		t.Fatalf("a keyless client trigger: %+v, %v", a, err)
+	}
+	b, err := r.Client.TriggerSchedule(ctx, "daily", "")
+	if err != nil || b.Duplicate || b.Tick == a.Tick {
+		t.Fatalf("a second keyless client trigger: %+v, %v; want a tick of its own", b, err)
+	}
+	// The key is a body field, checked like any key.
+	if st, body := r.Do(http.MethodPost, "/v1/schedules/daily/trigger", "application/json", `{"idempotency_key":"op-42"}`, ""); st != http.StatusAccepted || !strings.Contains(string(body), `"duplicate":true`) {
+		t.Fatalf("raw repeat: %d %s", st, body)
+	}
+	if st, body := r.Do(http.MethodPost, "/v1/schedules/daily/trigger", "application/json", `{"idempotency_key":"`+strings.Repeat("k", store.MaxKeyBytes+1)+`"}`, ""); st != http.StatusBadRequest {
+		t.Fatalf("an oversized key: %d %s, want 400", st, body)
+	}
+	if st, body := r.Do(http.MethodPost, "/v1/schedules/daily/trigger", "application/json", `{"key":"x"}`, ""); st != http.StatusBadRequest {
+		t.Fatalf("an unknown field: %d %s, want 400", st, body)
+	}
+	if st, body := r.Do(http.MethodPost, "/v1/schedules/daily/trigger", "", "", ""); st != http.StatusAccepted || !strings.Contains(string(body), `"duplicate":false`) {
+		t.Fatalf("a keyless raw trigger: %d %s", st, body)
+	}
+}
+
+// TestTheSchedulesNamespacesAreClosedToClients: a run id in the schedules'
+// namespace is refused at the run start (400 invalid_argument) and so is
+// an event keyed in it, so no client can take a tick's identity first.
+func TestTheSchedulesNamespacesAreClosedToClients(t *testing.T) {
+	r := newRunsRig(t)
+	_, _, err := r.Client.StartRun(r.Ctx, "payout", "sched.daily.20261128T090000.000000000Z", payout{Account: "a", Amount: 1})
+	apiError(t, err, http.StatusBadRequest, api.CodeInvalidArgument)
+	if _, err := r.Client.GetRun(r.Ctx, "sched.daily.20261128T090000.000000000Z"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the refused run: %v, want not found", err)
+	}
+	if _, _, err := r.Client.CreateWorld(r.Ctx, "acct", universe); err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Client.Send(r.Ctx, "acct", typeName(t, Add{}), Add{By: 1}, "schedule:daily:20261128T090000.000000000Z")
+	apiError(t, err, http.StatusBadRequest, api.CodeInvalidArgument)
+	if _, err := r.Client.SendPayload(r.Ctx, "acct", nil, "schedule:daily:x"); err == nil {
+		t.Fatal("a payload keyed like a tick was accepted")
+	}
+	// A schedule id that would blur its ticks with another's.
+	req := api.CreateScheduleRequest{ID: "a.b", ScheduleSpec: api.ScheduleSpec{Every: "1h", Target: api.ScheduleTarget{Workflow: "payout"}}}
+	if _, err := r.Client.CreateSchedule(r.Ctx, req); !errors.Is(err, schedule.ErrInvalid) {
+		t.Fatalf("schedule id a.b: %v, want schedule.ErrInvalid", err)
+	}
+}
