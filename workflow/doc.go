@@ -84,6 +84,9 @@
 //     looks at the inbox at most every 20ms, so short steps cost no read.
 //   - Client: Start (idempotent by run id), Result, Get, List, Signal,
 //     Cancel (which cancels the run's live children too), Pause, Resume.
+//     Run ids starting store.ScheduleRunPrefix ("sched.") are schedules'
+//     ticks': a start (or a child) under one is ErrInvalid unless it is
+//     the scheduler's (ScheduleTick), so no run can take a tick's id first.
 //     Pause sets the run's status to paused, which
 //     ends its lease at once; control requests that nobody holding the run
 //     could record are recorded by the client under a lease of its own, or
