@@ -260,6 +260,12 @@ func TestTheSchedulesNamespacesAreClosedToClients(t *testing.T) {
 	if _, err := r.Client.SendPayload(r.Ctx, "acct", nil, "schedule:daily:x"); err == nil {
 		t.Fatal("a payload keyed like a tick was accepted")
 	}
+	// A run is a world: a world created or forked under a tick's run id
+	// would take it as well.
+	_, _, err = r.Client.CreateWorld(r.Ctx, "sched.daily.20261128T090000.000000000Z", universe)
+	apiError(t, err, http.StatusBadRequest, api.CodeInvalidArgument)
+	_, _, err = r.Client.Fork(r.Ctx, "acct", "sched.daily.x", 0)
+	apiError(t, err, http.StatusBadRequest, api.CodeInvalidArgument)
 	// A schedule id that would blur its ticks with another's.
 	req := api.CreateScheduleRequest{ID: "a.b", ScheduleSpec: api.ScheduleSpec{Every: "1h", Target: api.ScheduleTarget{Workflow: "payout"}}}
 	if _, err := r.Client.CreateSchedule(r.Ctx, req); !errors.Is(err, schedule.ErrInvalid) {

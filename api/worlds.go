@@ -82,13 +82,27 @@ func checkID(what, id string) error {
 	return nil
 }
 
+// checkNewWorldID checks the id of a world a client creates: a run is a
+// world, so an id in the schedules' run namespace would take a tick's run
+// id first (its start would then fail on the taken id and the tick never
+// happen).
+func checkNewWorldID(what, id string) error {
+	if err := checkID(what, id); err != nil {
+		return err
+	}
+	if strings.HasPrefix(id, store.ScheduleRunPrefix) {
+		return invalid(fmt.Sprintf("%s %q: ids starting %q are reserved for schedules' runs", what, truncate(id, 128), store.ScheduleRunPrefix))
+	}
+	return nil
+}
+
 func (s *Server) createWorld(r *http.Request, rc *reqCtx) (int, any, error) {
 	var req createWorldReq
 	if err := s.body(r, rc, &req, false); err != nil {
 		return 0, nil, err
 	}
 	rc.world = req.ID
-	if err := checkID("world", req.ID); err != nil {
+	if err := checkNewWorldID("world", req.ID); err != nil {
 		return 0, nil, err
 	}
 	if err := checkID("universe", req.Universe); err != nil {
@@ -424,7 +438,7 @@ func (s *Server) fork(r *http.Request, rc *reqCtx) (int, any, error) {
 	if err := checkID("world", rc.world); err != nil {
 		return 0, nil, err
 	}
-	if err := checkID("id", req.ID); err != nil {
+	if err := checkNewWorldID("id", req.ID); err != nil {
 		return 0, nil, err
 	}
 	if err := store.CheckInt("fork", "height", req.Height); err != nil {
