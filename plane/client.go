@@ -198,9 +198,25 @@ func (c *Client) CallWithID(ctx context.Context, worldID, callID string, v any) 
 				return replyResult(worldID, rep)
 			}
 		}
+		// While an in-process host runs the world, the reply is its to
+		// hand over, right after the commit that recorded it: re-deriving
+		// it from the journal (a read of the journal and a replay, per
+		// waiting call) would only race that hand-off, and under overload
+		// it is what starves the host, whose cycles are late exactly when
+		// many calls wait, so more of them re-derive. Once the polls are
+		// at their slowest the journal is read all the same, in case the
+		// host lost the world between its commit and the hand-off.
+		slowest := delay >= c.cfg.PollMax
+		if w != nil && !slowest && c.runsHere(worldID) {
+			if err := c.pause(ctx, p, delay); err != nil {
+				return nil, err
+			}
+			delay = min(2*delay, c.cfg.PollMax)
+			continue
+		}
 		// Once the polls are at their slowest, each also checks that the
 		// store still holds the call (a lost item is enqueued again).
-		rep, height, ok, err := c.replyFromJournal(ctx, worldID, ack.Seq, callID, delay >= c.cfg.PollMax)
+		rep, height, ok, err := c.replyFromJournal(ctx, worldID, ack.Seq, callID, slowest)
 		if errors.Is(err, errCallLost) {
 			// Accepted work put back: never shed.
 			ack, err = c.in.enqueue(ctx, c.cfg.Store, nil, "call", worldID, store.InboxItem{Kind: vocab.KindCall, Payload: payload, DedupeKey: CallKey(callID)})
@@ -211,14 +227,30 @@ func (c *Client) CallWithID(ctx context.Context, worldID, callID string, v any) 
 		if ok && c.caughtUp(worldID, height) {
 			return replyResult(worldID, rep)
 		}
-		t := c.cfg.Executor.AfterFunc(delay, p.Unpark)
-		err = p.Park(ctx)
-		t.Stop()
-		if err != nil {
+		if err := c.pause(ctx, p, delay); err != nil {
 			return nil, err
 		}
 		delay = min(2*delay, c.cfg.PollMax)
 	}
+}
+
+// pause parks p until it is unparked (a reply handed over) or delay
+// passes on the executor's clock.
+func (c *Client) pause(ctx context.Context, p actor.Parker, delay time.Duration) error {
+	t := c.cfg.Executor.AfterFunc(delay, p.Unpark)
+	defer t.Stop()
+	return p.Park(ctx)
+}
+
+// runsHere reports whether an in-process host runs a live process of
+// world, which hands each reply it records to this process's waiters.
+func (c *Client) runsHere(world string) bool {
+	for _, h := range c.cfg.Hosts {
+		if h.runs(world) {
+			return true
+		}
+	}
+	return false
 }
 
 // CallAs is Call with the reply decoded into R.

@@ -782,6 +782,15 @@ type worldSnapshot = world.Snapshot
 // crashed, not held, fenced) holds nothing back, so a caller never waits
 // on a world that cannot move: its State, when it answers, is the
 // restore's, which reads the store.
+// runs reports whether h holds a live process of world.
+func (h *Host) runs(world string) bool {
+	h.mu.Lock()
+	l, ok := h.leases[world]
+	running := ok && l.ref != nil
+	h.mu.Unlock()
+	return running && h.alive(l)
+}
+
 func (h *Host) behind(world string, height uint64) bool {
 	h.mu.Lock()
 	l, ok := h.leases[world]

@@ -57,7 +57,10 @@ func Tracer(tp trace.TracerProvider) trace.Tracer {
 // its executor's time, so spans follow virtual time in the lab; a zero at
 // leaves the stamp to the SDK (Ops without a clock).
 func End(sp trace.Span, at time.Time, err error) {
-	if err != nil {
+	// A span nobody records (no tracer configured) is not told the error:
+	// formatting it is a refused input's largest cost under overload,
+	// when refusals are most of the traffic.
+	if err != nil && sp.IsRecording() {
 		sp.RecordError(err, trace.WithTimestamp(at))
 		sp.SetStatus(codes.Error, err.Error())
 	}
