@@ -54,6 +54,47 @@ func WorldVersion(ctx context.Context, st store.Store, id string) (uint64, error
 	return world.StateVersion(snap.State), nil
 }
 
+// snapshotVersion is the version of the definition that wrote snap, as
+// the journal tells it (world.Snapshot.Version), for a state that records
+// none itself and a kernel that carries several versions (the only ones
+// that ask): the planVersion of the record at the snapshot's height, in
+// the journal of the world that wrote it (a fork's baseline is its
+// parent's state). 0: the record is compacted away or there is none
+// (a seed); a journal tail after the snapshot still tells, and with
+// neither the kernel refuses the state rather than guess.
+func snapshotVersion(ctx context.Context, st store.Store, kern world.Kernel, rec store.World, snap store.Snapshot) (uint64, error) {
+	if snap.Height == 0 || world.StateVersion(snap.State) != 0 || len(world.KernelVersions(kern)) < 2 {
+		return 0, nil
+	}
+	// Up the fork chain while the height is a fork point: the record is
+	// in the journal of the world the state came from. Bounded, as a
+	// chain of forks at one height is.
+	for range 64 {
+		if rec.ParentWorld == "" || rec.ForkedAtHeight != snap.Height {
+			break
+		}
+		parent, err := st.GetWorld(ctx, rec.ParentWorld)
+		if errors.Is(err, store.ErrWorldNotFound) || errors.Is(err, store.ErrNotFound) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		rec = parent
+	}
+	rs, err := st.Read(ctx, rec.ID, snap.Height-1, 1)
+	if errors.Is(err, store.ErrCompacted) || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrWorldNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if len(rs) == 1 && rs[0].RunSeq == snap.Height {
+		return rs[0].PlanVersion, nil
+	}
+	return 0, nil
+}
+
 // PendingUpgrade is the version the oldest upgrade input waiting in world
 // id's inbox asks for (0: none), and its seq.
 func PendingUpgrade(ctx context.Context, st store.Store, id string) (to, seq uint64, err error) {

@@ -353,3 +353,67 @@ func TestVersionsRefusesBrokenLineages(t *testing.T) {
 		t.Fatal("Carries")
 	}
 }
+
+// A state with no version stamp was written by a binary that carried one
+// definition, at whatever version that was: a lineage loads it on the
+// version the journal names (Snapshot.Version), and refuses to guess when
+// nothing names one, rather than run another version's handlers on it.
+func TestUnstampedStateLoadsOnTheJournalsVersion(t *testing.T) {
+	_, v2, k := acctDefs(t, nil, false)
+	// A binary of v2 alone: its states record no version.
+	w, err := world.Load(v2, "u", world.Snapshot{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &driver{t: t, inst: w}
+	d.event(Bump{By: 2})
+	snap := w.Snapshot()
+	if world.StateVersion(snap.State) != 0 {
+		t.Fatalf("a single definition's state is stamped %d; the test needs an unstamped one", world.StateVersion(snap.State))
+	}
+
+	for name, load := range map[string]func(world.Snapshot) (world.Instance, error){
+		"load":   func(s world.Snapshot) (world.Instance, error) { return k.Load("u", s) },
+		"replay": func(s world.Snapshot) (world.Instance, error) { return k.Replay("u", s, nil) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := load(snap); !errors.Is(err, world.ErrVersionUnknown) || !errors.Is(err, world.ErrState) {
+				t.Fatalf("an unstamped state with no version: %v, want ErrVersionUnknown", err)
+			}
+			told := snap
+			told.Version = 2
+			inst, err := load(told)
+			if err != nil {
+				t.Fatalf("told version 2: %v", err)
+			}
+			if got := version(t, inst); got != 2 {
+				t.Fatalf("version = %d, want 2", got)
+			}
+			// v2's handler runs, on the state as v2 left it: the same
+			// step the v2 binary would take.
+			at := t0.Add(time.Minute)
+			in := world.Input{Seq: 9, Kind: vocab.KindEvent, Payload: mustEvent(t, Bump{By: 1}), EnqueuedAt: at}
+			got, err := inst.Step(in, at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, err := world.Load(v2, "u", snap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := ref.Step(in, at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.StateHash != want.StateHash || got.Outcome != want.Outcome {
+				t.Fatalf("lineage step = %s %s, v2's = %s %s", got.Outcome, got.StateHash, want.Outcome, want.StateHash)
+			}
+			// Its snapshot says its version, so it loads again with no
+			// journal at hand.
+			again, err := k.Load("u", inst.Snapshot())
+			if err != nil || version(t, again) != 2 || again.StateHash() != inst.StateHash() {
+				t.Fatalf("reload of its own snapshot: %v", err)
+			}
+		})
+	}
+}
