@@ -424,6 +424,27 @@ func (l *lineage) Replay(id string, base Snapshot, tail []event.Envelope) (Insta
 		return nil, err
 	}
 	lw := &lineageWorld{l: l, w: w}
+	if base.State == nil && len(tail) > 0 && w.vd().ver() != l.vers[0] {
+		// A world born on a version a migration made: its first state is
+		// stamped if a binary carrying versions side by side started it,
+		// not if one carrying that definition alone did. The first
+		// record's state hash says which; neither is a guess.
+		if err := lw.replayOne(&tail[0]); err != nil {
+			var de *DivergenceError
+			if !errors.As(err, &de) || de.Reason != ReasonState {
+				return nil, err
+			}
+			bare, lerr := w.vd().Kernel().Load(id, base)
+			if lerr != nil {
+				return nil, err
+			}
+			lw.w = bare.(versioned)
+			if lw.replayOne(&tail[0]) != nil {
+				return nil, err
+			}
+		}
+		tail = tail[1:]
+	}
 	for i := range tail {
 		if err := lw.replayOne(&tail[i]); err != nil {
 			return nil, err

@@ -417,3 +417,37 @@ func TestUnstampedStateLoadsOnTheJournalsVersion(t *testing.T) {
 		})
 	}
 }
+
+// A world a binary carrying one version alone started has unstamped
+// states from its first step on; a lineage replaying its journal from
+// the start must begin where that binary did, not on the stamped state a
+// lineage itself starts a new world with.
+func TestReplayFromTheStartOfASingleVersionsJournal(t *testing.T) {
+	_, v2, k := acctDefs(t, nil, false)
+	w, err := world.Load(v2, "s", world.Snapshot{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &driver{t: t, inst: w}
+	d.event(Bump{By: 2})
+	d.event(Bump{By: 1})
+	inst, err := k.Replay("s", world.Snapshot{}, d.records)
+	if err != nil {
+		t.Fatalf("replay of a v2-only journal: %v", err)
+	}
+	if version(t, inst) != 2 || inst.StateHash() != w.StateHash() {
+		t.Fatalf("replayed to version %d state %s, want 2 %s", version(t, inst), inst.StateHash(), w.StateHash())
+	}
+	// And a lineage's own new world, stamped from the start, still
+	// replays.
+	fresh, err := k.Replay("n", world.Snapshot{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dn := &driver{t: t, inst: fresh}
+	dn.event(Bump{By: 3})
+	again, err := k.Replay("n", world.Snapshot{}, dn.records)
+	if err != nil || again.StateHash() != fresh.StateHash() || world.StateVersion(again.State()) != 2 {
+		t.Fatalf("replay of the lineage's own world: %v", err)
+	}
+}
