@@ -93,6 +93,16 @@ func (d *driver) upgrade(to uint64) world.StepResult {
 	return d.step(vocab.KindUpgrade, b)
 }
 
+// driverOn drives a new world id of def alone.
+func driverOn[S any](t *testing.T, def *world.Def[S], id string) (*driver, *world.World[S]) {
+	t.Helper()
+	w, err := world.Load(def, id, world.Snapshot{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &driver{t: t, inst: w}, w
+}
+
 func version(t *testing.T, inst world.Instance) uint64 {
 	t.Helper()
 	v, ok := inst.(interface{ Version() uint64 })
@@ -175,11 +185,7 @@ func TestUpgradeMigratesUserStateAndKeepsBookkeeping(t *testing.T) {
 func acctJournal(t *testing.T, k world.Kernel) *driver {
 	t.Helper()
 	v1, _, _ := acctDefs(t, nil, false)
-	w1, err := world.Load(v1, "j", world.Snapshot{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &driver{t: t, inst: w1}
+	d, _ := driverOn(t, v1, "j")
 	d.event(Bump{By: 1})
 	d.event(Bump{By: 2})
 	inst, err := k.Replay("j", world.Snapshot{}, d.records)
@@ -361,11 +367,7 @@ func TestVersionsRefusesBrokenLineages(t *testing.T) {
 func TestUnstampedStateLoadsOnTheJournalsVersion(t *testing.T) {
 	_, v2, k := acctDefs(t, nil, false)
 	// A binary of v2 alone: its states record no version.
-	w, err := world.Load(v2, "u", world.Snapshot{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &driver{t: t, inst: w}
+	d, w := driverOn(t, v2, "u")
 	d.event(Bump{By: 2})
 	snap := w.Snapshot()
 	if world.StateVersion(snap.State) != 0 {
@@ -424,11 +426,7 @@ func TestUnstampedStateLoadsOnTheJournalsVersion(t *testing.T) {
 // lineage itself starts a new world with.
 func TestReplayFromTheStartOfASingleVersionsJournal(t *testing.T) {
 	_, v2, k := acctDefs(t, nil, false)
-	w, err := world.Load(v2, "s", world.Snapshot{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &driver{t: t, inst: w}
+	d, w := driverOn(t, v2, "s")
 	d.event(Bump{By: 2})
 	d.event(Bump{By: 1})
 	inst, err := k.Replay("s", world.Snapshot{}, d.records)
