@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -329,15 +330,7 @@ func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 		collectWorkflowQueues(ch, queues)
 	}
 	if refused != nil {
-		counts := refused()
-		reasons := make([]string, 0, len(counts))
-		for r := range counts {
-			reasons = append(reasons, r)
-		}
-		slices.Sort(reasons)
-		for _, r := range reasons {
-			ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(counts[r]), r)
-		}
+		collectByLabel(ch, refusedDesc, prometheus.CounterValue, refused())
 	}
 	if schedules != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), ScrapeTimeout)
@@ -355,15 +348,7 @@ func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	if runs != nil {
-		counts := runs()
-		statuses := make([]string, 0, len(counts))
-		for s := range counts {
-			statuses = append(statuses, s)
-		}
-		slices.Sort(statuses)
-		for _, s := range statuses {
-			ch <- prometheus.MustNewConstMetric(runsDesc, prometheus.GaugeValue, float64(counts[s]), s)
-		}
+		collectByLabel(ch, runsDesc, prometheus.GaugeValue, runs())
 	}
 	if depths != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), ScrapeTimeout)
@@ -389,6 +374,14 @@ func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(hostedDesc, prometheus.GaugeValue, float64(h.Held), h.Worker, "held")
 			ch <- prometheus.MustNewConstMetric(hostedDesc, prometheus.GaugeValue, float64(h.Active), h.Worker, "active")
 		}
+	}
+}
+
+// collectByLabel emits one series of desc per key of counts, its one
+// label, in key order so that a scrape reads the same way every time.
+func collectByLabel[N ~int | ~int64 | ~uint64](ch chan<- prometheus.Metric, desc *prometheus.Desc, vt prometheus.ValueType, counts map[string]N) {
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		ch <- prometheus.MustNewConstMetric(desc, vt, float64(counts[k]), k)
 	}
 }
 

@@ -167,7 +167,7 @@ func (a *Activator) place(ctx context.Context, id string) (store.Assignment, boo
 	}
 	var vers []uint64
 	if !uniform(live, w0.Universe) {
-		if vers, err = versionsNeeded(ctx, st, id, w0.Universe, live); err != nil {
+		if vers, err = versionsNeeded(ctx, st, nil, id, w0.Universe, live); err != nil {
 			return store.Assignment{}, false, err
 		}
 	}

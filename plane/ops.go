@@ -326,6 +326,10 @@ func (o *Ops) WorldFork(ctx context.Context, src string, height uint64, newWorld
 // nothing awaited (the seed's effects and timers belong to no queue here).
 // A repeat with the same seed, before the world has snapshotted past it,
 // returns the existing world; another seed under that id is ErrConflict.
+// A seed state that records no version, for a universe whose kernel
+// carries several, names the version that wrote it in seed.Version
+// (StateAt's snapshot does): otherwise it is ErrInvalid
+// (world.ErrVersionUnknown), as no kernel guesses it.
 func (o *Ops) WorldCreateFromSeed(ctx context.Context, universe, worldID string, seed world.Snapshot) (store.World, error) {
 	kern, err := o.kernels.of("world_create_from_seed", store.World{ID: worldID, Universe: universe})
 	if err != nil {

@@ -74,6 +74,8 @@ type Orchestrator struct {
 	log   *slog.Logger
 	// unplaced: the active worlds the last pass placed nowhere.
 	unplaced atomic.Int64
+	// scans: how far each world's inbox was read for an upgrade input.
+	scans upgradeScans
 
 	// hold takes and renews the orchestrator lease, on a local deadline
 	// (internal/leasing): the store's expiresAt is never compared with
@@ -197,7 +199,7 @@ func (o *Orchestrator) Pin(ctx context.Context, world, worker string) error {
 	if err != nil {
 		return err
 	}
-	vers, err := versionsNeeded(ctx, o.st, world, w.Universe, workers)
+	vers, err := versionsNeeded(ctx, o.st, nil, world, w.Universe, workers)
 	if err != nil {
 		return err
 	}
@@ -328,6 +330,8 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	o.scans.begin()
+	defer o.scans.sweep()
 	// A move carries the assignment it was decided on (nil: none), and is
 	// written only over it: a pin or another write that lands between
 	// this pass's read and its write stays, and the next pass, which the
@@ -363,7 +367,7 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error {
 				// Hosts carry different versions of the universe (a
 				// rolling upgrade): the world goes only where the
 				// version it is on, and the one it is upgrading to, run.
-				if vers, err = versionsNeeded(ctx, o.st, w.ID, u, live); err != nil {
+				if vers, err = versionsNeeded(ctx, o.st, &o.scans, w.ID, u, live); err != nil {
 					return err
 				}
 			}

@@ -34,7 +34,7 @@ func Baseline(ctx context.Context, st store.Store, kern world.Kernel, rec store.
 	if err != nil || !ok {
 		return world.Snapshot{}, err
 	}
-	return baselineOf(kern, rec, snap)
+	return baselineOf(ctx, st, kern, rec, snap)
 }
 
 // baselineBelow is the baseline from which the step at height can be
@@ -45,11 +45,15 @@ func baselineBelow(ctx context.Context, st store.Store, kern world.Kernel, rec s
 	if err != nil || !ok {
 		return world.Snapshot{}, err
 	}
-	return baselineOf(kern, rec, snap)
+	return baselineOf(ctx, st, kern, rec, snap)
 }
 
-func baselineOf(kern world.Kernel, rec store.World, snap store.Snapshot) (world.Snapshot, error) {
-	base := world.Snapshot{Height: snap.Height, State: snap.State}
+func baselineOf(ctx context.Context, st store.Store, kern world.Kernel, rec store.World, snap store.Snapshot) (world.Snapshot, error) {
+	v, err := snapshotVersion(ctx, st, kern, rec, snap)
+	if err != nil {
+		return world.Snapshot{}, err
+	}
+	base := world.Snapshot{Height: snap.Height, State: snap.State, Version: v}
 	if rec.ParentWorld != "" && snap.Height == rec.ForkedAtHeight && snap.StateHash == rec.ParentSnapshotHash {
 		var err error
 		if base.State, err = kern.ForkState(snap.State); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/store"
@@ -54,37 +55,157 @@ func WorldVersion(ctx context.Context, st store.Store, id string) (uint64, error
 	return world.StateVersion(snap.State), nil
 }
 
+// snapshotVersion is the version of the definition that wrote snap, as
+// the journal tells it (world.Snapshot.Version), for a state that records
+// none itself and a kernel that carries several versions (the only ones
+// that ask): the planVersion of the record at the snapshot's height, in
+// the journal of the world that wrote it (a fork's baseline is its
+// parent's state). 0: the record is compacted away or there is none
+// (a seed); a journal tail after the snapshot still tells, and with
+// neither the kernel refuses the state rather than guess.
+func snapshotVersion(ctx context.Context, st store.Store, kern world.Kernel, rec store.World, snap store.Snapshot) (uint64, error) {
+	if snap.Height == 0 || world.StateVersion(snap.State) != 0 || len(world.KernelVersions(kern)) < 2 {
+		return 0, nil
+	}
+	// Up the fork chain while the height is a fork point: the record is
+	// in the journal of the world the state came from. Bounded, as a
+	// chain of forks at one height is.
+	for range 64 {
+		if rec.ParentWorld == "" || rec.ForkedAtHeight != snap.Height {
+			break
+		}
+		parent, err := st.GetWorld(ctx, rec.ParentWorld)
+		if errors.Is(err, store.ErrWorldNotFound) || errors.Is(err, store.ErrNotFound) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		rec = parent
+	}
+	rs, err := st.Read(ctx, rec.ID, snap.Height-1, 1)
+	if errors.Is(err, store.ErrCompacted) || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrWorldNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if len(rs) == 1 && rs[0].RunSeq == snap.Height {
+		return rs[0].PlanVersion, nil
+	}
+	return 0, nil
+}
+
 // PendingUpgrade is the version the oldest upgrade input waiting in world
 // id's inbox asks for (0: none), and its seq.
 func PendingUpgrade(ctx context.Context, st store.Store, id string) (to, seq uint64, err error) {
+	sc, err := scanUpgrade(ctx, st, id, upgradeScan{})
+	return sc.to, sc.seq, err
+}
+
+// upgradeScan is how far a world's inbox was read for an upgrade input:
+// items up to read were, and the oldest upgrade among those after the
+// cursor then is to (at seq; 0: none).
+type upgradeScan struct {
+	read, to, seq uint64
+	pass          uint64 // the orchestrator pass that last used it
+}
+
+// scanUpgrade finds the oldest upgrade input after world id's cursor,
+// reading on from what was (was; zero: nothing) rather than from the
+// cursor: inbox seqs only grow and items never change, so what was read
+// holds until the cursor passes it. A found upgrade not yet consumed is
+// the answer still, at the cost of the cursor's read alone.
+func scanUpgrade(ctx context.Context, st store.Store, id string, was upgradeScan) (upgradeScan, error) {
 	cur, err := st.Cursor(ctx, id)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrWorldNotFound) {
-			return 0, 0, nil
+			return upgradeScan{}, nil
 		}
-		return 0, 0, err
+		return upgradeScan{}, err
+	}
+	if was.to != 0 && was.seq > cur {
+		return was, nil
+	}
+	after := max(cur, was.read)
+	if was.to != 0 {
+		after = max(cur, was.seq) // consumed: the items after it were never read
 	}
 	const page = 256
-	for after := cur; ; {
+	for {
 		items, err := st.ReadInbox(ctx, id, after, page)
 		if err != nil {
-			return 0, 0, err
+			return upgradeScan{}, err
 		}
 		for _, it := range items {
 			if it.Kind == vocab.KindUpgrade {
 				var m struct {
 					To uint64 `cbor:"to"`
 				}
-				if event.Unmarshal(it.Payload, &m) == nil {
-					return m.To, it.Seq, nil
+				// One that asks for no version is recorded failed by
+				// its host, which then reaches the next.
+				if event.Unmarshal(it.Payload, &m) == nil && m.To != 0 {
+					return upgradeScan{read: it.Seq, to: m.To, seq: it.Seq}, nil
 				}
 			}
 			after = it.Seq
 		}
 		if len(items) < page {
-			return 0, 0, nil
+			return upgradeScan{read: after}, nil
 		}
 	}
+}
+
+// upgradeScans remembers each world's upgradeScan between orchestrator
+// passes, so that a pass during a rolling upgrade reads only what entered
+// an inbox since the last one, not every inbox whole. A world a pass did
+// not look at is forgotten at its end (sweep).
+type upgradeScans struct {
+	mu   sync.Mutex
+	pass uint64
+	m    map[string]upgradeScan
+}
+
+// begin starts a pass.
+func (s *upgradeScans) begin() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pass++
+}
+
+// sweep forgets the worlds the pass begun last did not look at.
+func (s *upgradeScans) sweep() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, sc := range s.m {
+		if sc.pass != s.pass {
+			delete(s.m, id)
+		}
+	}
+}
+
+// pending is PendingUpgrade, read on from what s remembers of id (s nil:
+// from the cursor).
+func (s *upgradeScans) pending(ctx context.Context, st store.Store, id string) (uint64, error) {
+	if s == nil {
+		to, _, err := PendingUpgrade(ctx, st, id)
+		return to, err
+	}
+	s.mu.Lock()
+	was := s.m[id]
+	s.mu.Unlock()
+	sc, err := scanUpgrade(ctx, st, id, was)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sc.pass = s.pass
+	if s.m == nil {
+		s.m = map[string]upgradeScan{}
+	}
+	s.m[id] = sc
+	return sc.to, nil
 }
 
 // UpgradeWorld asks world id to move to version to of its definition: an
@@ -219,12 +340,16 @@ func (o *Ops) UpgradeUniverse(ctx context.Context, universe string, to uint64, a
 // runs, so it keeps serving, and the host that reaches the upgrade input
 // records it failed. Needing it would leave the world placed nowhere, its
 // every input waiting for a host that may never come.
-func versionsNeeded(ctx context.Context, st store.Store, id, universe string, live []store.WorkerInfo) ([]uint64, error) {
+//
+// scans (nil: none) remembers how far each inbox was read, so that a
+// caller that asks again and again (the orchestrator, every pass of a
+// rollout) reads only what is new.
+func versionsNeeded(ctx context.Context, st store.Store, scans *upgradeScans, id, universe string, live []store.WorkerInfo) ([]uint64, error) {
 	cur, err := WorldVersion(ctx, st, id)
 	if err != nil {
 		return nil, err
 	}
-	to, _, err := PendingUpgrade(ctx, st, id)
+	to, err := scans.pending(ctx, st, id)
 	if err != nil {
 		return nil, err
 	}

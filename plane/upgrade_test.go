@@ -360,19 +360,8 @@ func TestOnlyHostsCarryingTheVersionGetTheWorld(t *testing.T) {
 		var v2worlds []string
 		for i := range 12 {
 			id := fmt.Sprint("p", i)
-			if _, err := st.CreateWorld(ctx, universe, id, nil); err != nil {
-				return err
-			}
 			v2worlds = append(v2worlds, id)
-			inst, err := counterV2Def().Kernel().Load(id, world.Snapshot{})
-			if err != nil {
-				return err
-			}
-			res, err := inst.Step(world.Input{Seq: 1, Kind: "event", Payload: mustEvent(Add{By: 1, Key: "a"}), EnqueuedAt: time.Unix(1, 0)}, time.Unix(1, 0))
-			if err != nil {
-				return err
-			}
-			if err := appendFenced(r, id, res.Record); err != nil {
+			if _, err := createOn(r, counterV2Def().Kernel(), id); err != nil {
 				return err
 			}
 		}
@@ -380,16 +369,8 @@ func TestOnlyHostsCarryingTheVersionGetTheWorld(t *testing.T) {
 		ops, _ := plane.NewOps(st, bothKernels(false))
 		for i := range 12 {
 			id := fmt.Sprint("q", i)
-			if _, err := st.CreateWorld(ctx, universe, id, nil); err != nil {
-				return err
-			}
 			v2worlds = append(v2worlds, id)
-			inst, _ := counterDef().Kernel().Load(id, world.Snapshot{})
-			res, err := inst.Step(world.Input{Seq: 1, Kind: "event", Payload: mustEvent(Add{By: 1, Key: "a"}), EnqueuedAt: time.Unix(1, 0)}, time.Unix(1, 0))
-			if err != nil {
-				return err
-			}
-			if err := appendFenced(r, id, res.Record); err != nil {
+			if _, err := createOn(r, counterDef().Kernel(), id); err != nil {
 				return err
 			}
 			if u, err := ops.UpgradeWorld(ctx, id, 2); err != nil || u.Status != plane.UpgradeRequested {
@@ -470,6 +451,23 @@ func appendFenced(r *rig, id string, rec store.Record) error {
 	return r.Store.Release(r.Ctx, id, "writer", l.Epoch)
 }
 
+// createOn creates world id and journals one step of k (an Add of 1) as
+// its first record: a world a binary carrying k wrote.
+func createOn(r *rig, k world.Kernel, id string) (world.StepResult, error) {
+	if _, err := r.Store.CreateWorld(r.Ctx, universe, id, nil); err != nil {
+		return world.StepResult{}, err
+	}
+	inst, err := k.Load(id, world.Snapshot{})
+	if err != nil {
+		return world.StepResult{}, err
+	}
+	res, err := inst.Step(world.Input{Seq: 1, Kind: "event", Payload: mustEvent(Add{By: 1, Key: "a"}), EnqueuedAt: time.Unix(1, 0)}, time.Unix(1, 0))
+	if err != nil {
+		return world.StepResult{}, err
+	}
+	return res, appendFenced(r, id, res.Record)
+}
+
 func mustEvent(v any) []byte {
 	b, err := world.EncodeEvent(v)
 	if err != nil {
@@ -495,15 +493,7 @@ func TestAnUpgradeToAVersionNoHostCarriesLeavesTheWorldPlaced(t *testing.T) {
 		if _, err := st.Heartbeat(ctx, "new", 100, store.Advertise(both)); err != nil {
 			return err
 		}
-		if _, err := st.CreateWorld(ctx, universe, "r0", nil); err != nil {
-			return err
-		}
-		inst, _ := counterDef().Kernel().Load("r0", world.Snapshot{})
-		res, err := inst.Step(world.Input{Seq: 1, Kind: "event", Payload: mustEvent(Add{By: 1, Key: "a"}), EnqueuedAt: time.Unix(1, 0)}, time.Unix(1, 0))
-		if err != nil {
-			return err
-		}
-		if err := appendFenced(r, "r0", res.Record); err != nil {
+		if _, err := createOn(r, counterDef().Kernel(), "r0"); err != nil {
 			return err
 		}
 		ops, _ := plane.NewOps(st, bothKernels(false))
@@ -529,5 +519,65 @@ func TestAnUpgradeToAVersionNoHostCarriesLeavesTheWorldPlaced(t *testing.T) {
 			return fmt.Errorf("%d worlds unplaced", n)
 		}
 		return nil
+	})
+}
+
+// TestUnstampedSnapshotRestoresOnTheJournalsVersion (every backend): a
+// world a binary carrying v2 alone wrote and snapshotted has a state that
+// records no version. A binary carrying v1 and v2 restores it, its fork
+// and its state at a height on v2, as the record at the snapshot's height
+// says, not on the oldest version it carries; with that record compacted
+// away and nothing else to tell, it refuses rather than guess.
+func TestUnstampedSnapshotRestoresOnTheJournalsVersion(t *testing.T) {
+	forEachBackend(t, 65, "world-upgrade-unstamped", func(r *rig) error {
+		st, ctx := r.Store, r.Ctx
+		const id = "u"
+		res, err := createOn(r, counterV2Def().Kernel(), id)
+		if err != nil {
+			return err
+		}
+		if world.StateVersion(res.State) != 0 {
+			return fmt.Errorf("a single definition's state is stamped %d: the test needs an unstamped one", world.StateVersion(res.State))
+		}
+		l, err := st.Acquire(ctx, id, "writer", time.Minute)
+		if err != nil {
+			return err
+		}
+		if err := st.PutSnapshot(ctx, id, l.Epoch, store.Snapshot{World: id, Height: 1, State: res.State, StateHash: res.StateHash}); err != nil {
+			return err
+		}
+		both := bothKernels(false)
+		versionOf := func(inst world.Instance) uint64 { return inst.(interface{ Version() uint64 }).Version() }
+		inst, _, err := plane.Restore(ctx, st, both, id)
+		if err != nil {
+			return fmt.Errorf("restore: %v", err)
+		}
+		if v := versionOf(inst); v != 2 {
+			return fmt.Errorf("restored on version %d, want 2 (the journal's)", v)
+		}
+		ops, err := plane.NewOps(st, both)
+		if err != nil {
+			return err
+		}
+		if at, err := ops.StateAt(ctx, id, 1); err != nil || at.Version != 2 {
+			return fmt.Errorf("StateAt = version %d, %v; want 2", at.Version, err)
+		}
+		if _, err := ops.WorldFork(ctx, id, 1, "uf"); err != nil {
+			return err
+		}
+		fork, _, err := plane.Restore(ctx, st, both, "uf")
+		if err != nil {
+			return fmt.Errorf("restore of the fork: %v", err)
+		}
+		if v := versionOf(fork); v != 2 {
+			return fmt.Errorf("fork restored on version %d, want 2 (its parent's journal's)", v)
+		}
+		if _, err := st.Compact(ctx, id, l.Epoch, 0); err != nil {
+			return err
+		}
+		if _, _, err := plane.Restore(ctx, st, both, id); !errors.Is(err, world.ErrVersionUnknown) {
+			return fmt.Errorf("restore with the record compacted: %v, want ErrVersionUnknown", err)
+		}
+		return st.Release(ctx, id, "writer", l.Epoch)
 	})
 }

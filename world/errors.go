@@ -64,6 +64,12 @@ const (
 	// ErrDowngrade: an upgrade to an older version than the world's; a
 	// world never goes back.
 	ErrDowngrade = sentinel("world: downgrade refused")
+	// ErrVersionUnknown: a state that records no version, loaded by a
+	// kernel that carries several (Versions) with nothing else to tell
+	// which one wrote it (Snapshot.Version, a journal tail). Running it on
+	// a guessed version could run one version's handlers on another's
+	// state.
+	ErrVersionUnknown = sentinel("world: version of state unknown")
 )
 
 // DefError is a mistake in a world definition: which call, about what, and

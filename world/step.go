@@ -65,6 +65,15 @@ type StepResult struct {
 type Snapshot struct {
 	Height uint64
 	State  []byte
+	// Version is the version of the definition that wrote State, for a
+	// state that records none itself (StateVersion is 0: a binary that
+	// carried one version of its world wrote it, and that may have been
+	// any version). The journal knows it (the record at Height names the
+	// version it left the world on), so a reader that read it says so
+	// here; 0: not known. A kernel of several versions (Versions) refuses
+	// an unstamped state whose version nothing tells (ErrVersionUnknown)
+	// rather than guess; one of a single version ignores it.
+	Version uint64
 }
 
 // image is the state the kernel hashes and snapshots: the handler's state

@@ -334,16 +334,24 @@ func (l *lineage) CheckInput(typeName string, value []byte) error {
 }
 
 // versionOf is the version a state was written by: its stamp; the newest
-// version for a world with no state yet (a new world starts on it); the
-// oldest for a state from before the binary carried versions side by side.
-func (l *lineage) versionOf(state []byte) uint64 {
-	if v := StateVersion(state); v != 0 {
-		return v
+// version for a world with no state yet (a new world starts on it); for a
+// state from before the binary carried versions side by side, the version
+// its reader found in the journal (Snapshot.Version), or the only one
+// this lineage carries. Anything else would be a guess: the binary that
+// wrote the state may have been at any version.
+func (l *lineage) versionOf(s Snapshot) (uint64, error) {
+	switch {
+	case StateVersion(s.State) != 0:
+		return StateVersion(s.State), nil
+	case s.State == nil:
+		return l.Version(), nil
+	case s.Version != 0:
+		return s.Version, nil
+	case len(l.vers) == 1:
+		return l.vers[0], nil
 	}
-	if state == nil {
-		return l.Version()
-	}
-	return l.vers[0]
+	return 0, &StateError{Reason: fmt.Sprintf("world %q at height %d: its state records no version, nothing says which of %v wrote it",
+		l.name, s.Height, l.vers), Err: ErrVersionUnknown}
 }
 
 func (l *lineage) def(v uint64, height uint64) (vdef, error) {
@@ -356,7 +364,11 @@ func (l *lineage) def(v uint64, height uint64) (vdef, error) {
 }
 
 func (l *lineage) Load(id string, s Snapshot) (Instance, error) {
-	w, err := l.load(id, s, l.versionOf(s.State))
+	v, err := l.versionOf(s)
+	if err != nil {
+		return nil, err
+	}
+	w, err := l.load(id, s, v)
 	if err != nil {
 		return nil, err
 	}
@@ -388,8 +400,9 @@ func (l *lineage) load(id string, s Snapshot, v uint64) (versioned, error) {
 
 func (l *lineage) Replay(id string, base Snapshot, tail []event.Envelope) (Instance, error) {
 	// The first record names the version it followed: a step's is its
-	// own, an upgrade's the one it started from.
-	v := l.versionOf(base.State)
+	// own, an upgrade's the one it started from. It outranks a version
+	// read elsewhere: it is the journal's word on this very state.
+	var v uint64
 	if len(tail) > 0 {
 		switch e := tail[0]; e.EventType {
 		case EventWorldStepped:
@@ -400,11 +413,38 @@ func (l *lineage) Replay(id string, base Snapshot, tail []event.Envelope) (Insta
 			}
 		}
 	}
+	if v == 0 {
+		var err error
+		if v, err = l.versionOf(base); err != nil {
+			return nil, err
+		}
+	}
 	w, err := l.load(id, base, v)
 	if err != nil {
 		return nil, err
 	}
 	lw := &lineageWorld{l: l, w: w}
+	if base.State == nil && len(tail) > 0 && w.vd().ver() != l.vers[0] {
+		// A world born on a version a migration made: its first state is
+		// stamped if a binary carrying versions side by side started it,
+		// not if one carrying that definition alone did. The first
+		// record's state hash says which; neither is a guess.
+		if err := lw.replayOne(&tail[0]); err != nil {
+			var de *DivergenceError
+			if !errors.As(err, &de) || de.Reason != ReasonState {
+				return nil, err
+			}
+			bare, lerr := w.vd().Kernel().Load(id, base)
+			if lerr != nil {
+				return nil, err
+			}
+			lw.w = bare.(versioned)
+			if lw.replayOne(&tail[0]) != nil {
+				return nil, err
+			}
+		}
+		tail = tail[1:]
+	}
 	for i := range tail {
 		if err := lw.replayOne(&tail[i]); err != nil {
 			return nil, err
@@ -414,7 +454,18 @@ func (l *lineage) Replay(id string, base Snapshot, tail []event.Envelope) (Insta
 }
 
 func (l *lineage) ForkState(state []byte) ([]byte, error) {
-	d, err := l.def(l.versionOf(state), 0)
+	// An unstamped state forks to the same bytes whichever version reads
+	// it (the user state is carried as it is, nothing runs), so the oldest
+	// is as good as the right one here; the fork's reader finds its
+	// version as any reader does.
+	if err := l.ready(); err != nil {
+		return nil, err
+	}
+	v := StateVersion(state)
+	if v == 0 {
+		v = l.vers[0]
+	}
+	d, err := l.def(v, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -432,10 +483,18 @@ func (lw *lineageWorld) ID() string             { return lw.w.ID() }
 func (lw *lineageWorld) Height() uint64         { return lw.w.Height() }
 func (lw *lineageWorld) State() []byte          { return lw.w.State() }
 func (lw *lineageWorld) StateHash() string      { return lw.w.StateHash() }
-func (lw *lineageWorld) Snapshot() Snapshot     { return lw.w.Snapshot() }
+func (lw *lineageWorld) Snapshot() Snapshot     { return lw.snapshot() }
 func (lw *lineageWorld) Awaiting() []Awaiting   { return lw.w.Awaiting() }
 func (lw *lineageWorld) Timers() []string       { return lw.w.Timers() }
 func (lw *lineageWorld) Armed(hash string) bool { return lw.w.Armed(hash) }
+
+// snapshot says which version the state is of, so that loading it again
+// (a parked world woken, a refused commit rolled back) needs no journal.
+func (lw *lineageWorld) snapshot() Snapshot {
+	s := lw.w.Snapshot()
+	s.Version = lw.Version()
+	return s
+}
 
 // Version is the version of the definition the world is on.
 func (lw *lineageWorld) Version() uint64 { return lw.w.vd().ver() }

@@ -93,6 +93,16 @@ func (d *driver) upgrade(to uint64) world.StepResult {
 	return d.step(vocab.KindUpgrade, b)
 }
 
+// driverOn drives a new world id of def alone.
+func driverOn[S any](t *testing.T, def *world.Def[S], id string) (*driver, *world.World[S]) {
+	t.Helper()
+	w, err := world.Load(def, id, world.Snapshot{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &driver{t: t, inst: w}, w
+}
+
 func version(t *testing.T, inst world.Instance) uint64 {
 	t.Helper()
 	v, ok := inst.(interface{ Version() uint64 })
@@ -175,11 +185,7 @@ func TestUpgradeMigratesUserStateAndKeepsBookkeeping(t *testing.T) {
 func acctJournal(t *testing.T, k world.Kernel) *driver {
 	t.Helper()
 	v1, _, _ := acctDefs(t, nil, false)
-	w1, err := world.Load(v1, "j", world.Snapshot{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &driver{t: t, inst: w1}
+	d, _ := driverOn(t, v1, "j")
 	d.event(Bump{By: 1})
 	d.event(Bump{By: 2})
 	inst, err := k.Replay("j", world.Snapshot{}, d.records)
@@ -351,5 +357,95 @@ func TestVersionsRefusesBrokenLineages(t *testing.T) {
 	}
 	if !world.Carries(k, 1) || world.Carries(k, 3) || !world.Carries(a1.Kernel(), 1) {
 		t.Fatal("Carries")
+	}
+}
+
+// A state with no version stamp was written by a binary that carried one
+// definition, at whatever version that was: a lineage loads it on the
+// version the journal names (Snapshot.Version), and refuses to guess when
+// nothing names one, rather than run another version's handlers on it.
+func TestUnstampedStateLoadsOnTheJournalsVersion(t *testing.T) {
+	_, v2, k := acctDefs(t, nil, false)
+	// A binary of v2 alone: its states record no version.
+	d, w := driverOn(t, v2, "u")
+	d.event(Bump{By: 2})
+	snap := w.Snapshot()
+	if world.StateVersion(snap.State) != 0 {
+		t.Fatalf("a single definition's state is stamped %d; the test needs an unstamped one", world.StateVersion(snap.State))
+	}
+
+	for name, load := range map[string]func(world.Snapshot) (world.Instance, error){
+		"load":   func(s world.Snapshot) (world.Instance, error) { return k.Load("u", s) },
+		"replay": func(s world.Snapshot) (world.Instance, error) { return k.Replay("u", s, nil) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := load(snap); !errors.Is(err, world.ErrVersionUnknown) || !errors.Is(err, world.ErrState) {
+				t.Fatalf("an unstamped state with no version: %v, want ErrVersionUnknown", err)
+			}
+			told := snap
+			told.Version = 2
+			inst, err := load(told)
+			if err != nil {
+				t.Fatalf("told version 2: %v", err)
+			}
+			if got := version(t, inst); got != 2 {
+				t.Fatalf("version = %d, want 2", got)
+			}
+			// v2's handler runs, on the state as v2 left it: the same
+			// step the v2 binary would take.
+			at := t0.Add(time.Minute)
+			in := world.Input{Seq: 9, Kind: vocab.KindEvent, Payload: mustEvent(t, Bump{By: 1}), EnqueuedAt: at}
+			got, err := inst.Step(in, at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, err := world.Load(v2, "u", snap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := ref.Step(in, at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.StateHash != want.StateHash || got.Outcome != want.Outcome {
+				t.Fatalf("lineage step = %s %s, v2's = %s %s", got.Outcome, got.StateHash, want.Outcome, want.StateHash)
+			}
+			// Its snapshot says its version, so it loads again with no
+			// journal at hand.
+			again, err := k.Load("u", inst.Snapshot())
+			if err != nil || version(t, again) != 2 || again.StateHash() != inst.StateHash() {
+				t.Fatalf("reload of its own snapshot: %v", err)
+			}
+		})
+	}
+}
+
+// A world a binary carrying one version alone started has unstamped
+// states from its first step on; a lineage replaying its journal from
+// the start must begin where that binary did, not on the stamped state a
+// lineage itself starts a new world with.
+func TestReplayFromTheStartOfASingleVersionsJournal(t *testing.T) {
+	_, v2, k := acctDefs(t, nil, false)
+	d, w := driverOn(t, v2, "s")
+	d.event(Bump{By: 2})
+	d.event(Bump{By: 1})
+	inst, err := k.Replay("s", world.Snapshot{}, d.records)
+	if err != nil {
+		t.Fatalf("replay of a v2-only journal: %v", err)
+	}
+	if version(t, inst) != 2 || inst.StateHash() != w.StateHash() {
+		t.Fatalf("replayed to version %d state %s, want 2 %s", version(t, inst), inst.StateHash(), w.StateHash())
+	}
+	// And a lineage's own new world, stamped from the start, still
+	// replays.
+	fresh, err := k.Replay("n", world.Snapshot{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dn := &driver{t: t, inst: fresh}
+	dn.event(Bump{By: 3})
+	again, err := k.Replay("n", world.Snapshot{}, dn.records)
+	if err != nil || again.StateHash() != fresh.StateHash() || world.StateVersion(again.State()) != 2 {
+		t.Fatalf("replay of the lineage's own world: %v", err)
 	}
 }
