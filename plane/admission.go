@@ -95,6 +95,72 @@ type Admission struct {
 	reading bool
 
 	refusedInbox, refusedEffects atomic.Uint64
+
+	// full is when the store last refused each world's input for its
+	// inbox bound (see refuseFresh).
+	fullMu sync.Mutex
+	full   map[string]time.Time
+}
+
+// fullHold is how long a world the store found at its inbox bound is
+// taken as still there by input that cannot be a duplicate. A world
+// drains its inbox a batch per commit, and a commit takes about that long
+// or longer, so little that would have fit is refused in the meantime.
+const fullHold = time.Millisecond
+
+// maxFull bounds the worlds full remembers; past it the expired marks go.
+const maxFull = 4096
+
+// refuseFresh answers the refusal of an input that cannot be a duplicate
+// (a call under an id drawn for it) without asking the store, when the
+// store refused the world's input for its bound less than fullHold ago,
+// or while an effect queue is past its bound; nil: ask the store. Under
+// overload most input is refused, and a refusal this cheap leaves the
+// cores to the work admitted. An input that may be a duplicate always
+// goes to the store, whose answer for a duplicate is the accepted item.
+func (a *Admission) refuseFresh(ctx context.Context, op, world string) error {
+	if a == nil {
+		return nil
+	}
+	if o := a.effectsOver(ctx); o != nil {
+		a.refusedEffects.Add(1)
+		return errorf(op, ErrOverloaded, world, o)
+	}
+	if a.lim.MaxInbox == 0 {
+		return nil
+	}
+	now := a.ex.Now()
+	a.fullMu.Lock()
+	at, ok := a.full[world]
+	if ok && now.Sub(at) >= fullHold {
+		delete(a.full, world)
+		ok = false
+	}
+	a.fullMu.Unlock()
+	if !ok {
+		return nil
+	}
+	a.refusedInbox.Add(1)
+	return errorf(op, ErrOverloaded, world, &Overload{Reason: RefusedInbox, RetryAfter: time.Second,
+		Err: store.Errorf(op, store.ErrOverloaded, world, "at its inbox bound %d within the last %v", a.lim.MaxInbox, fullHold)})
+}
+
+// markFull records that the store refused world's input for its bound.
+func (a *Admission) markFull(world string) {
+	now := a.ex.Now()
+	a.fullMu.Lock()
+	defer a.fullMu.Unlock()
+	if a.full == nil {
+		a.full = map[string]time.Time{}
+	}
+	if len(a.full) >= maxFull {
+		for w, at := range a.full {
+			if now.Sub(at) >= fullHold {
+				delete(a.full, w)
+			}
+		}
+	}
+	a.full[world] = now
 }
 
 // NewAdmission returns the admission of limits over st, on ex's clock.
@@ -157,6 +223,7 @@ func (a *Admission) refused(op, world string, over *Overload, err error) error {
 		return errorf(op, ErrOverloaded, world, &o)
 	}
 	a.refusedInbox.Add(1)
+	a.markFull(world)
 	// A world drains its inbox a batch per cycle, usually well within a
 	// second: the next second is the first worth trying.
 	return errorf(op, ErrOverloaded, world, &Overload{Reason: RefusedInbox, RetryAfter: time.Second, Err: err})

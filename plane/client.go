@@ -169,13 +169,25 @@ func CallKey(callID string) string { return store.CallKeyPrefix + callID }
 // (world.Decode reads it; CallAs does both). A handler that failed or did
 // not reply gives ErrCallFailed wrapping the world's error.
 func (c *Client) Call(ctx context.Context, worldID string, v any) ([]byte, error) {
-	return c.CallWithID(ctx, worldID, c.NewCallID(), v)
+	return c.call(ctx, worldID, c.NewCallID(), v, true)
 }
 
 // CallWithID is Call with the caller's call id: a caller that retries
 // after its own crash with the same id waits for the same call, which the
 // inbox holds once.
 func (c *Client) CallWithID(ctx context.Context, worldID, callID string, v any) ([]byte, error) {
+	return c.call(ctx, worldID, callID, v, false)
+}
+
+// call makes a call; fresh says its id was drawn for it, so it cannot be
+// a duplicate and may be refused without asking the store
+// (Admission.refuseFresh).
+func (c *Client) call(ctx context.Context, worldID, callID string, v any, fresh bool) ([]byte, error) {
+	if fresh {
+		if err := c.cfg.Admission.refuseFresh(ctx, "call", worldID); err != nil {
+			return nil, err
+		}
+	}
 	payload, err := world.EncodeCall(callID, v)
 	if err != nil {
 		return nil, errorf("call", ErrInvalidIngress, worldID, err)

@@ -13,9 +13,11 @@ import (
 // backlog takes minutes to clear on a busy box), so it is built only with
 // -tags overloadbench; see bench/README.md "Overload: shedding ingress".
 func TestOverloadBaseline(t *testing.T) {
-	nominal, over := overloadRun(t, plane.Limits{})
-	t.Logf("\n%s\n%s", nominal, over)
-	if over.refused != 0 {
-		t.Fatalf("%d calls refused without limits", over.refused)
+	phases := overloadRun(t, plane.Limits{}, 16)
+	t.Logf("\n%s\n%s\n%s", phases[0], phases[1], phases[2])
+	for _, p := range phases {
+		if p.refused != 0 {
+			t.Fatalf("%s: %d calls refused without limits", p.name, p.refused)
+		}
 	}
 }

@@ -59,31 +59,33 @@ func (p *olPhase) String() string {
 		float64(p.admitted)/p.elapsed.Seconds(), p.refused, p.otherErrs, p.pct(0.5).Round(100*time.Microsecond), p.pct(0.99).Round(100*time.Microsecond))
 }
 
-// TestOverloadRun measures shedding: one node's sustainable call rate
-// (closed loop), then 3x that rate offered open loop, with the inbox
-// bound. It checks correctness only (CI runs it at 2 s a phase): every
-// acknowledged call applied exactly once, every refused one left no trace
-// (each world's state counts exactly its acknowledged calls and its inbox
-// holds exactly them). ORRERY_OVERLOAD_SECONDS sets the phase length
-// (bench/README.md's table: 60). The unbounded baseline beside it is a
-// measurement, not a check CI runs (its backlog takes minutes to clear on
-// a busy box): it is built with -tags overloadbench
-// (overloadbaseline_test.go).
+// TestOverloadRun measures shedding on one node with an inbox bound:
+// its capacity (closed loop, as many callers per world as the bound lets
+// wait, so none is refused), then that rate offered open loop (nominal
+// load), then three times it (overload). It checks correctness only (CI
+// runs it at 2 s a phase): every acknowledged call applied exactly once,
+// every refused one left no trace (each world's state counts exactly its
+// acknowledged calls and its inbox holds exactly them). The figures are
+// bench/README.md's: ORRERY_OVERLOAD_SECONDS sets the phase length (60
+// there), ORRERY_OVERLOAD_BACKEND the store (memstore; sqlite; postgres),
+// ORRERY_OVERLOAD_MAX_INBOX the bound (default 16). The unbounded
+// baseline beside it is a measurement, not a check CI runs (its backlog
+// takes minutes to clear on a busy box): it is built with -tags
+// overloadbench (overloadbaseline_test.go).
 func TestOverloadRun(t *testing.T) {
-	bound := olClosedCallers
+	bound := 16
 	if v, err := strconv.Atoi(os.Getenv("ORRERY_OVERLOAD_MAX_INBOX")); err == nil && v > 0 {
 		bound = v
 	}
-	nominal, over := overloadRun(t, plane.Limits{MaxInbox: bound})
-	t.Logf("\n%s\n%s", nominal, over)
-	if over.refused == 0 {
+	phases := overloadRun(t, plane.Limits{MaxInbox: bound}, bound)
+	t.Logf("\n%s\n%s\n%s", phases[0], phases[1], phases[2])
+	if phases[2].refused == 0 {
 		t.Log("no call was refused at 3x: the bound was never reached")
 	}
 }
 
-// The overload run's shape: worlds, the closed loop's callers, and the
-// open loop's pool of callers.
-const olWorlds, olClosedCallers, olOpenCallers = 8, 16, 512
+// The overload run's shape: worlds, and the open loop's pool of callers.
+const olWorlds, olOpenCallers = 8, 512
 
 // olDue is an open-loop call: its number and when it was due.
 type olDue struct {
@@ -91,27 +93,26 @@ type olDue struct {
 	at time.Time
 }
 
-// overloadRun runs the two phases on a node of its own with limits and
-// checks the outcome exactly (see TestOverloadRun).
-func overloadRun(t *testing.T, limits plane.Limits) (nominal, over *olPhase) {
+// overloadRun runs the three phases on a node of its own with limits,
+// perWorld closed-loop callers to each world, and checks the outcome
+// exactly (see TestOverloadRun).
+func overloadRun(t *testing.T, limits plane.Limits, perWorld int) [3]*olPhase {
 	secs := 2
 	if v, err := strconv.Atoi(os.Getenv("ORRERY_OVERLOAD_SECONDS")); err == nil && v > 0 {
 		secs = v
 	}
 	phase := time.Duration(secs) * time.Second
-	const worlds, closedCallers = olWorlds, olClosedCallers
+	const worlds = olWorlds
 	ids := make([]string, worlds)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("ol-%d", i)
 	}
 	// The host snapshots as a production host does (the rig's default of
-	// every 2 heights would make each step a snapshot write). The store is
-	// memstore unless ORRERY_OVERLOAD_BACKEND names another (sqlite, the
-	// default of `orrery serve`; postgres).
+	// every 2 heights would make each step a snapshot write).
 	opts := testrig.NodeOptions{Kernels: plane.Kernels{olUniverse: olKernel()}, Universes: []string{olUniverse}, Limits: limits,
 		Host: func(c *plane.HostConfig) { c.SnapshotEvery = 0 }}
 	if b := os.Getenv("ORRERY_OVERLOAD_BACKEND"); b != "" && b != testrig.Memstore {
-		opts.Store = testrig.Open(t, t.Context(), b, nil)
+		opts.Store = testrig.Open(t, t.Context(), b, &testrig.Clock{})
 	}
 	n := testrig.NewNode(t, opts)
 	for _, id := range ids {
@@ -119,14 +120,16 @@ func overloadRun(t *testing.T, limits plane.Limits) (nominal, over *olPhase) {
 	}
 	ctx := n.Ctx
 	var admitted [worlds]atomic.Int64
+	var mu sync.Mutex
 	// call makes call i and counts it in p; its latency runs from start,
 	// when it was due (open loop: a call launched late waited all the
 	// same, so the lateness is the node's to answer for, not hidden).
-	call := func(p *olPhase, mu *sync.Mutex, i int, start time.Time) {
+	call := func(p *olPhase, i int, start time.Time) {
 		_, err := n.PlaneClient.Call(ctx, ids[i%worlds], olInc{})
 		d := time.Since(start)
 		mu.Lock()
 		defer mu.Unlock()
+		p.offered++
 		switch {
 		case err == nil:
 			p.admitted++
@@ -139,55 +142,22 @@ func overloadRun(t *testing.T, limits plane.Limits) (nominal, over *olPhase) {
 			t.Errorf("call: %v", err)
 		}
 	}
-	// Closed loop: the node's sustainable rate.
-	nominal = &olPhase{name: "nominal (closed loop)"}
-	var mu sync.Mutex
+	// Capacity: perWorld callers to each world, each waiting for its
+	// answer before the next call, so no inbox holds more than perWorld.
+	capacity := &olPhase{name: fmt.Sprintf("capacity (closed loop, %d callers)", perWorld*worlds)}
 	var wg sync.WaitGroup
 	begin := time.Now()
-	var next atomic.Int64
-	for range closedCallers {
+	for k := range perWorld * worlds {
 		wg.Go(func() {
 			for time.Since(begin) < phase {
-				call(nominal, &mu, int(next.Add(1)), time.Now())
-				mu.Lock()
-				nominal.offered++
-				mu.Unlock()
+				call(capacity, k, time.Now())
 			}
 		})
 	}
 	wg.Wait()
-	nominal.elapsed = time.Since(begin)
-	rate := float64(nominal.admitted) / nominal.elapsed.Seconds()
-	// Open loop at 3x: call i is due at begin + i/(3*rate). A pacer hands
-	// the due calls to a pool of callers (a goroutine per call would cost
-	// the two cores more than the node's refusals do); a call no caller
-	// was free for waits in the queue, and its latency counts from when it
-	// was due all the same.
-	over = &olPhase{name: "3x offered (open loop)"}
-	every := time.Duration(float64(time.Second) / (3 * max(rate, 1)))
-	due := make(chan olDue, olOpenCallers)
-	for range olOpenCallers {
-		wg.Go(func() {
-			for d := range due {
-				call(over, &mu, d.i, d.at)
-			}
-		})
-	}
-	begin = time.Now()
-	for i := 0; ; {
-		now := time.Now()
-		if now.Sub(begin) >= phase {
-			break
-		}
-		for ; begin.Add(time.Duration(i) * every).Before(now); i++ {
-			over.offered++
-			due <- olDue{i: i, at: begin.Add(time.Duration(i) * every)}
-		}
-		time.Sleep(time.Millisecond) // pacing the offered load, not waiting for a result
-	}
-	close(due)
-	wg.Wait()
-	over.elapsed = time.Since(begin)
+	capacity.elapsed = time.Since(begin)
+	rate := float64(capacity.admitted) / capacity.elapsed.Seconds()
+	phases := [3]*olPhase{capacity, openLoop(phase, "nominal (open loop, 1x)", rate, call), openLoop(phase, "3x offered (open loop)", 3*rate, call)}
 	// Exactly once, and no trace of the refused.
 	for i, id := range ids {
 		want := admitted[i].Load()
@@ -211,5 +181,39 @@ func overloadRun(t *testing.T, limits plane.Limits) (nominal, over *olPhase) {
 			t.Fatalf("%s: state counts %d, inbox holds %d, %d calls acknowledged", id, v.N, len(items), want)
 		}
 	}
-	return nominal, over
+	return phases
+}
+
+// openLoop offers calls at rate for d: call i is due at begin + i/rate.
+// A pacer hands the due calls to a pool of callers (a goroutine per call
+// would cost the two cores more than the node's refusals do); a call no
+// caller was free for waits in the queue, and its latency counts from
+// when it was due all the same.
+func openLoop(d time.Duration, name string, rate float64, call func(p *olPhase, i int, start time.Time)) *olPhase {
+	p := &olPhase{name: name}
+	every := time.Duration(float64(time.Second) / max(rate, 1))
+	due := make(chan olDue, olOpenCallers)
+	var wg sync.WaitGroup
+	for range olOpenCallers {
+		wg.Go(func() {
+			for c := range due {
+				call(p, c.i, c.at)
+			}
+		})
+	}
+	begin := time.Now()
+	for i := 0; ; {
+		now := time.Now()
+		if now.Sub(begin) >= d {
+			break
+		}
+		for ; begin.Add(time.Duration(i) * every).Before(now); i++ {
+			due <- olDue{i: i, at: begin.Add(time.Duration(i) * every)}
+		}
+		time.Sleep(time.Millisecond) // pacing the offered load, not waiting for a result
+	}
+	close(due)
+	wg.Wait()
+	p.elapsed = time.Since(begin)
+	return p
 }
