@@ -110,7 +110,10 @@ func overloadRun(t *testing.T, limits plane.Limits, perWorld int) [3]*olPhase {
 	// The host snapshots as a production host does (the rig's default of
 	// every 2 heights would make each step a snapshot write).
 	opts := testrig.NodeOptions{Kernels: plane.Kernels{olUniverse: olKernel()}, Universes: []string{olUniverse}, Limits: limits,
-		Host: func(c *plane.HostConfig) { c.SnapshotEvery = 0 }}
+		Host: func(c *plane.HostConfig) { c.SnapshotEvery = 0 },
+		// Three phases and the check after them: the rig's default
+		// lifetime (3 minutes) would end 60 s phases at their close.
+		Lifetime: 3*phase + 3*time.Minute}
 	if b := os.Getenv("ORRERY_OVERLOAD_BACKEND"); b != "" && b != testrig.Memstore {
 		opts.Store = testrig.Open(t, t.Context(), b, &testrig.Clock{})
 	}

@@ -33,6 +33,9 @@ type NodeOptions struct {
 	Host func(*plane.HostConfig)
 	// Limits bound the node's ingress (its Ops and plane client).
 	Limits plane.Limits
+	// Lifetime bounds the node's context, and so the test (default 3
+	// minutes): a measurement that runs longer says so.
+	Lifetime time.Duration
 }
 
 // Node is a plane on the production executor over one store: hosts, an
@@ -61,7 +64,11 @@ type Node struct {
 // NewNode starts a Node as o says.
 func NewNode(t testing.TB, o NodeOptions) *Node {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	life := o.Lifetime
+	if life <= 0 {
+		life = 3 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), life)
 	t.Cleanup(cancel)
 	st := o.Store
 	if st == nil {
