@@ -46,7 +46,9 @@ type QueuesView struct {
 	Workflow []WorkflowQueue `json:"workflow_queues,omitempty"`
 }
 
-type putQueueReq struct {
+// QueueLimits is the body of PUT /v1/queues/{name}: a queue's limits (a
+// zero limit is no limit).
+type QueueLimits struct {
 	Concurrency       int   `json:"concurrency"`
 	WorkerConcurrency int   `json:"worker_concurrency"`
 	RateLimit         int   `json:"rate_limit"`
@@ -130,7 +132,7 @@ func (s *Server) getWorkflowQueue(r *http.Request, _ *reqCtx) (int, any, error) 
 // putWorkflowQueue declares a queue or replaces its limits, as a
 // definition's declaration would (the next admission counts them).
 func (s *Server) putWorkflowQueue(r *http.Request, rc *reqCtx) (int, any, error) {
-	var req putQueueReq
+	var req QueueLimits
 	if err := s.body(r, rc, &req, true); err != nil {
 		return 0, nil, err
 	}
@@ -162,6 +164,14 @@ func (c *Client) WorkflowQueues(ctx context.Context) ([]WorkflowQueue, error) {
 func (c *Client) WorkflowQueue(ctx context.Context, name string) (WorkflowQueue, error) {
 	var out WorkflowQueue
 	_, err := c.do(ctx, http.MethodGet, "/v1/queues/"+url.PathEscape(name), nil, nil, &out)
+	return out, err
+}
+
+// PutWorkflowQueue declares queue name with limits l, or replaces its
+// limits (the next admission counts them).
+func (c *Client) PutWorkflowQueue(ctx context.Context, name string, l QueueLimits) (WorkflowQueue, error) {
+	var out WorkflowQueue
+	_, err := c.do(ctx, http.MethodPut, "/v1/queues/"+url.PathEscape(name), nil, l, &out)
 	return out, err
 }
 
