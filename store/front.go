@@ -966,7 +966,7 @@ func (f *Front) EnqueueRun(ctx context.Context, r QueuedRun) (QueuedRun, bool, e
 }
 
 // AdmitRuns implements Queues.
-func (f *Front) AdmitRuns(ctx context.Context, queue, worker string, max int) ([]QueuedRun, error) {
+func (f *Front) AdmitRuns(ctx context.Context, queue, worker string, max int, carries ...string) ([]QueuedRun, error) {
 	const op = "admit_runs"
 	if err := first(done(ctx, op), CheckID(op, "queue", queue), CheckID(op, "worker", worker), checkBatch(op, "max", max)); err != nil {
 		return nil, err
@@ -974,7 +974,7 @@ func (f *Front) AdmitRuns(ctx context.Context, queue, worker string, max int) ([
 	if max == 0 {
 		return nil, nil
 	}
-	return f.b.AdmitRuns(ctx, queue, worker, max)
+	return f.b.AdmitRuns(ctx, queue, worker, max, carries...)
 }
 
 // ListQueuedRuns implements Queues.

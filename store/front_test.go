@@ -267,7 +267,7 @@ func (r *recorder) ListQueues(ctx context.Context) ([]QueueSpec, error) {
 func (r *recorder) EnqueueRun(ctx context.Context, q QueuedRun) (QueuedRun, bool, error) {
 	return q, false, r.rec(ctx, "EnqueueRun")
 }
-func (r *recorder) AdmitRuns(ctx context.Context, queue, worker string, max int) ([]QueuedRun, error) {
+func (r *recorder) AdmitRuns(ctx context.Context, queue, worker string, max int, carries ...string) ([]QueuedRun, error) {
 	return nil, r.rec(ctx, "AdmitRuns")
 }
 func (r *recorder) ListQueuedRuns(ctx context.Context, queue string) ([]QueuedRun, error) {

@@ -341,6 +341,7 @@ type PortQueuedRun struct {
 	EnqueuedAt time.Time `json:"enqueued_at"`
 	Worker     string    `json:"worker"`      // "": waiting
 	AdmittedAt time.Time `json:"admitted_at"` // zero while waiting
+	Needs      string    `json:"needs,omitempty"`
 }
 
 // Entry is r as a QueuedRun.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -40,7 +41,14 @@ type Queues interface {
 	// RatePeriod by the store's clock, per partition when Partitioned). It
 	// answers the runs it admitted, with Worker and AdmittedAt set.
 	// Unknown queue: ErrNotFound.
-	AdmitRuns(ctx context.Context, queue, worker string, max int) ([]QueuedRun, error)
+	//
+	// carries is what the worker can run (capability strings, as a
+	// worker advertises them): a waiting run whose Needs it lacks is
+	// skipped, not stopped at, so it takes no slot and does not block the
+	// runs behind it until a worker carrying it admits. No carries (an
+	// older admitter's call) admits every run, as an entry with no Needs
+	// is admitted by any worker.
+	AdmitRuns(ctx context.Context, queue, worker string, max int, carries ...string) ([]QueuedRun, error)
 	// ListQueuedRuns lists queue's entries, admitted and waiting, in
 	// (Priority, Seq) order. An unknown queue lists nothing.
 	ListQueuedRuns(ctx context.Context, queue string) ([]QueuedRun, error)
@@ -81,6 +89,19 @@ type QueuedRun struct {
 	// Worker admitted the run; empty while it waits.
 	Worker     string
 	AdmittedAt time.Time
+	// Needs is what a worker must carry to admit the run: the capability
+	// string of its workflow and version, "workflow:<name>@<version>"
+	// recorded at EnqueueRun. Empty (an entry an
+	// older binary enqueued, or one from before the store recorded it)
+	// is admitted by any worker.
+	Needs string
+}
+
+// CanAdmit reports whether a worker carrying carries may admit r: r needs
+// nothing, the worker names nothing (it carries everything), or it
+// carries r.Needs.
+func CanAdmit(r QueuedRun, carries []string) bool {
+	return r.Needs == "" || len(carries) == 0 || slices.Contains(carries, r.Needs)
 }
 
 // Admitted reports whether the run was admitted (it holds a slot).

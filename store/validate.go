@@ -617,5 +617,6 @@ func checkQueuedRun(op string, r QueuedRun) error {
 	if r.Priority < -MaxPriority || r.Priority > MaxPriority {
 		return invalid(op, "priority", "%d outside [%d, %d]", r.Priority, -MaxPriority, MaxPriority)
 	}
-	return first(CheckID(op, "queue", r.Queue), CheckID(op, "run", r.Run), checkOptionalKey(op, "partition", r.Partition))
+	return first(CheckID(op, "queue", r.Queue), CheckID(op, "run", r.Run), checkOptionalKey(op, "partition", r.Partition),
+		checkOptionalKey(op, "needs", r.Needs))
 }

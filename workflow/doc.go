@@ -72,7 +72,9 @@
 //     run started OnQueue is written with RunQueued and its queue entry;
 //     workers admit runs with one store transaction (store.AdmitRuns) that
 //     counts the limits, by priority then FIFO, and take only admitted
-//     runs. The commit that ends a run archives it, which frees its slot
+//     runs. An entry needs its run's workflow version (Capability's
+//     string), and a worker admits only entries whose version it carries:
+//     the others take no slot and do not block the runs behind them. The commit that ends a run archives it, which frees its slot
 //     in that transaction; a run taken over after a crash keeps its slot.
 //   - Writes: a run writes its stream at its durable points only. A plain
 //     step's StepCompleted (and RunStarted) rides with the run's next

@@ -140,6 +140,15 @@ func resolveStart(opts []StartOption) (startOptions, error) {
 	return o, nil
 }
 
+// queueEntry is run's queue entry as its start names it. It Needs the
+// run's workflow at its version, so only a worker carrying that version
+// admits it (a worker carrying other workflows skips it rather than take a
+// slot it cannot use).
+func queueEntry(run string, start startItem) store.QueuedRun {
+	return store.QueuedRun{Queue: start.Queue, Run: run, Partition: start.Partition, Priority: start.Priority,
+		Needs: Capability(start.Workflow, start.Version)}
+}
+
 // startQueued writes a queued run: its world, its start item and its
 // RunQueued in one Spawn under a lease of the starter's, then its queue
 // entry, then gives the lease back. A crash between the Spawn and the
@@ -167,7 +176,7 @@ func startQueued(ctx context.Context, st store.Store, wf *Workflows, holder, inc
 	case err != nil:
 		return false, wrap(op, runID, err)
 	}
-	if _, _, err := st.EnqueueRun(ctx, store.QueuedRun{Queue: start.Queue, Run: runID, Partition: start.Partition, Priority: start.Priority}); err != nil {
+	if _, _, err := st.EnqueueRun(ctx, queueEntry(runID, start)); err != nil {
 		return true, wrap(op, runID, err)
 	}
 	_ = st.Release(ctx, runID, holder, sp.Lease.Epoch) // else it expires: admission does not wait for it

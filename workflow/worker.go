@@ -389,8 +389,7 @@ func (w *Worker) scan(ctx context.Context) error {
 				if !ok {
 					// Its starter stopped between the run's write and its
 					// queue entry: the entry is written here.
-					_, _, _ = w.st.EnqueueRun(ctx, store.QueuedRun{Queue: start.Queue, Run: rec.ID,
-						Partition: start.Partition, Priority: start.Priority})
+					_, _, _ = w.st.EnqueueRun(ctx, queueEntry(rec.ID, *start))
 					continue
 				}
 				if !e.Admitted() {
@@ -438,6 +437,7 @@ func (w *Worker) admit(ctx context.Context) (map[string]store.QueuedRun, error) 
 		return nil, err
 	}
 	entries := map[string]store.QueuedRun{}
+	carries := w.cfg.Workflows.Capabilities()
 	for _, q := range qs {
 		w.mu.Lock()
 		room := w.cfg.MaxActiveRuns - len(w.runs)
@@ -451,10 +451,13 @@ func (w *Worker) admit(ctx context.Context) (map[string]store.QueuedRun, error) 
 			entries[r.Run] = r
 			waiting = waiting || !r.Admitted()
 		}
-		if room <= 0 || !waiting {
+		if room <= 0 || !waiting || len(carries) == 0 { // no workflow registered: nothing here runs a run
 			continue
 		}
-		got, err := w.st.AdmitRuns(ctx, q.Name, w.cfg.Worker, min(room, store.MaxBatch))
+		// It admits only the runs whose workflow version it carries: the
+		// others wait for a worker that does, without taking this one's
+		// slots or blocking the runs behind them.
+		got, err := w.st.AdmitRuns(ctx, q.Name, w.cfg.Worker, min(room, store.MaxBatch), carries...)
 		if err != nil {
 			return nil, err
 		}

@@ -108,7 +108,7 @@ func (s *backend) EnqueueRun(ctx context.Context, r store.QueuedRun) (store.Queu
 }
 
 // AdmitRuns implements store.Queues.
-func (s *backend) AdmitRuns(ctx context.Context, queue, worker string, max int) ([]store.QueuedRun, error) {
+func (s *backend) AdmitRuns(ctx context.Context, queue, worker string, max int, carries ...string) ([]store.QueuedRun, error) {
 	const op = "admit_runs"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
@@ -134,7 +134,7 @@ func (s *backend) AdmitRuns(ctx context.Context, queue, worker string, max int) 
 		waiting = append(waiting, contract.QueueCandidate{QueuedRun: *e, Active: w != nil && w.rec.Status == store.WorldActive})
 	}
 	recent := q.recent(queue, spec, now)
-	got := contract.Admit(spec, running, waiting, recent, worker, max, now)
+	got := contract.Admit(spec, running, waiting, recent, worker, carries, max, now)
 	for _, r := range got {
 		*q.entries[r.Run] = r
 		if spec.RateLimit > 0 {

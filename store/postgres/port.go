@@ -673,8 +673,8 @@ func (s *backend) importTx(ctx context.Context, op string, batch []store.PortRec
 			// A seq held by another entry is a conflict as the run's key
 			// is: the seq orders the queue.
 			q(importCheck{world: p.Run, what: "queued run", conflict: true}, `INSERT INTO queued_runs (`+queuedCols+`)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING`, p.Queue, p.Run, p.Partition,
-				int64(p.Priority), int64(p.Seq), toNS(p.EnqueuedAt), p.Worker, adm)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING`, p.Queue, p.Run, p.Partition,
+				int64(p.Priority), int64(p.Seq), toNS(p.EnqueuedAt), p.Worker, adm, p.Needs)
 			q(importCheck{}, raiseQueueSeqSQL, int64(p.Seq))
 		case store.PortKindAdmission:
 			p := r.Admission

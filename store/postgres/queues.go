@@ -23,13 +23,13 @@ func scanQueue(row pgx.Row) (store.QueueSpec, error) {
 	return q, nil
 }
 
-const queuedCols = `queue, run, partition, priority, seq, enqueued_at_ns, worker, admitted_at_ns`
+const queuedCols = `queue, run, partition, priority, seq, enqueued_at_ns, worker, admitted_at_ns, needs`
 
 func scanQueued(row pgx.Row) (store.QueuedRun, error) {
 	var r store.QueuedRun
 	var prio, seq, enq int64
 	var adm *int64
-	if err := row.Scan(&r.Queue, &r.Run, &r.Partition, &prio, &seq, &enq, &r.Worker, &adm); err != nil {
+	if err := row.Scan(&r.Queue, &r.Run, &r.Partition, &prio, &seq, &enq, &r.Worker, &adm, &r.Needs); err != nil {
 		return r, err
 	}
 	r.Priority, r.Seq, r.EnqueuedAt = int(prio), uint64(seq), fromNS(enq)
@@ -134,9 +134,9 @@ func (s *backend) EnqueueRun(ctx context.Context, r store.QueuedRun) (store.Queu
 		// Two first enqueues of one run (its starter, a scan's repair) may
 		// both find no entry: the second inserts nothing and answers the
 		// first's.
-		out, err = scanQueued(tx.QueryRow(ctx, `INSERT INTO queued_runs (queue, run, partition, priority, enqueued_at_ns)
-			VALUES ($1, $2, $3, $4, now_ns($5)) ON CONFLICT (run) DO NOTHING RETURNING `+queuedCols,
-			r.Queue, r.Run, r.Partition, int64(r.Priority), s.off()))
+		out, err = scanQueued(tx.QueryRow(ctx, `INSERT INTO queued_runs (queue, run, partition, priority, enqueued_at_ns, needs)
+			VALUES ($1, $2, $3, $4, now_ns($5), $6) ON CONFLICT (run) DO NOTHING RETURNING `+queuedCols,
+			r.Queue, r.Run, r.Partition, int64(r.Priority), s.off(), r.Needs))
 		if errors.Is(err, pgx.ErrNoRows) {
 			dup = true
 			out, err = scanQueued(tx.QueryRow(ctx, `SELECT `+queuedCols+` FROM queued_runs WHERE run = $1`, r.Run))
@@ -157,7 +157,7 @@ func (s *backend) EnqueueRun(ctx context.Context, r store.QueuedRun) (store.Queu
 // AdmitRuns implements store.Queues: the queue's row, locked FOR UPDATE,
 // orders every admission of the queue, so two admitters never count the
 // same slots.
-func (s *backend) AdmitRuns(ctx context.Context, queue, worker string, max int) ([]store.QueuedRun, error) {
+func (s *backend) AdmitRuns(ctx context.Context, queue, worker string, max int, carries ...string) ([]store.QueuedRun, error) {
 	const op = "admit_runs"
 	var out []store.QueuedRun
 	err := s.inTx(ctx, op, "", func(tx pgx.Tx) error {
@@ -172,7 +172,7 @@ func (s *backend) AdmitRuns(ctx context.Context, queue, worker string, max int) 
 			return err
 		}
 		now := fromNS(nowNS)
-		rows, _ := tx.Query(ctx, `SELECT q.queue, q.run, q.partition, q.priority, q.seq, q.enqueued_at_ns, q.worker, q.admitted_at_ns,
+		rows, _ := tx.Query(ctx, `SELECT q.queue, q.run, q.partition, q.priority, q.seq, q.enqueued_at_ns, q.worker, q.admitted_at_ns, q.needs,
 			w.status = 'active' FROM queued_runs q JOIN worlds w ON w.world = q.run WHERE q.queue = $1 ORDER BY q.priority, q.seq`, queue)
 		var running []store.QueuedRun
 		var waiting []contract.QueueCandidate
@@ -180,7 +180,7 @@ func (s *backend) AdmitRuns(ctx context.Context, queue, worker string, max int) 
 		var prio, seq, enq int64
 		var adm *int64
 		var active bool
-		_, err = pgx.ForEachRow(rows, []any{&r.Queue, &r.Run, &r.Partition, &prio, &seq, &enq, &r.Worker, &adm, &active}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&r.Queue, &r.Run, &r.Partition, &prio, &seq, &enq, &r.Worker, &adm, &r.Needs, &active}, func() error {
 			e := r
 			e.Priority, e.Seq, e.EnqueuedAt = int(prio), uint64(seq), fromNS(enq)
 			if adm != nil {
@@ -216,7 +216,7 @@ func (s *backend) AdmitRuns(ctx context.Context, queue, worker string, max int) 
 		if err != nil {
 			return err
 		}
-		out = contract.Admit(spec, running, waiting, recent, worker, max, now)
+		out = contract.Admit(spec, running, waiting, recent, worker, carries, max, now)
 		if len(out) == 0 {
 			return nil
 		}

@@ -658,8 +658,8 @@ func (t *wtx) importRecord(op string, r store.PortRecord, streams map[string]boo
 		}
 		// A seq held by another run is a conflict as the run's key is:
 		// the seq orders the queue, so two entries never share one.
-		return t.insert(op, p.Run, "queued run", `INSERT INTO queued_runs (`+queuedCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT DO NOTHING`, p.Queue, p.Run, p.Partition, p.Priority, int64(p.Seq), p.EnqueuedAt.UnixNano(), p.Worker, adm)
+		return t.insert(op, p.Run, "queued run", `INSERT INTO queued_runs (`+queuedCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT DO NOTHING`, p.Queue, p.Run, p.Partition, p.Priority, int64(p.Seq), p.EnqueuedAt.UnixNano(), p.Worker, adm, p.Needs)
 	case store.PortKindAdmission:
 		p := r.Admission
 		var held bool

@@ -24,13 +24,13 @@ func scanQueue(sc scanner) (store.QueueSpec, error) {
 	return q, nil
 }
 
-const queuedCols = `queue, run, partition, priority, seq, enqueued_at, worker, admitted_at`
+const queuedCols = `queue, run, partition, priority, seq, enqueued_at, worker, admitted_at, needs`
 
 func scanQueued(sc scanner) (store.QueuedRun, error) {
 	var r store.QueuedRun
 	var enq int64
 	var adm sql.NullInt64
-	if err := sc.Scan(&r.Queue, &r.Run, &r.Partition, &r.Priority, &r.Seq, &enq, &r.Worker, &adm); err != nil {
+	if err := sc.Scan(&r.Queue, &r.Run, &r.Partition, &r.Priority, &r.Seq, &enq, &r.Worker, &adm, &r.Needs); err != nil {
 		return r, err
 	}
 	r.EnqueuedAt = time.Unix(0, enq).UTC()
@@ -145,8 +145,8 @@ func (s *backend) EnqueueRun(ctx context.Context, r store.QueuedRun) (store.Queu
 		// The seq only orders entries; a seq reused after the last entry
 		// left orders the same way.
 		r.Seq, r.EnqueuedAt = uint64(seq+1), t.now
-		if _, err := t.exec(`INSERT INTO queued_runs (`+queuedCols+`) VALUES (?, ?, ?, ?, ?, ?, '', NULL)`,
-			r.Queue, r.Run, r.Partition, r.Priority, int64(r.Seq), t.nowNS); err != nil {
+		if _, err := t.exec(`INSERT INTO queued_runs (`+queuedCols+`) VALUES (?, ?, ?, ?, ?, ?, '', NULL, ?)`,
+			r.Queue, r.Run, r.Partition, r.Priority, int64(r.Seq), t.nowNS, r.Needs); err != nil {
 			return err
 		}
 		out = r
@@ -161,7 +161,7 @@ func (s *backend) EnqueueRun(ctx context.Context, r store.QueuedRun) (store.Queu
 
 // AdmitRuns implements store.Queues: one request of the single writer, so
 // two admitters never count the same slots.
-func (s *backend) AdmitRuns(ctx context.Context, queue, worker string, max int) ([]store.QueuedRun, error) {
+func (s *backend) AdmitRuns(ctx context.Context, queue, worker string, max int, carries ...string) ([]store.QueuedRun, error) {
 	const op = "admit_runs"
 	var out []store.QueuedRun
 	err := s.write(ctx, op, "", func(t *wtx) error {
@@ -175,7 +175,7 @@ func (s *backend) AdmitRuns(ctx context.Context, queue, worker string, max int) 
 		} else if err != nil {
 			return err
 		}
-		rows, err := t.query(`SELECT q.queue, q.run, q.partition, q.priority, q.seq, q.enqueued_at, q.worker, q.admitted_at, w.status
+		rows, err := t.query(`SELECT q.queue, q.run, q.partition, q.priority, q.seq, q.enqueued_at, q.worker, q.admitted_at, q.needs, w.status
 			FROM queued_runs q JOIN worlds w ON w.id = q.run WHERE q.queue = ? ORDER BY q.priority, q.seq`, queue)
 		if err != nil {
 			return err
@@ -187,7 +187,7 @@ func (s *backend) AdmitRuns(ctx context.Context, queue, worker string, max int) 
 			var enq int64
 			var adm sql.NullInt64
 			var status string
-			if err := rows.Scan(&r.Queue, &r.Run, &r.Partition, &r.Priority, &r.Seq, &enq, &r.Worker, &adm, &status); err != nil {
+			if err := rows.Scan(&r.Queue, &r.Run, &r.Partition, &r.Priority, &r.Seq, &enq, &r.Worker, &adm, &r.Needs, &status); err != nil {
 				rows.Close()
 				return err
 			}
@@ -209,7 +209,7 @@ func (s *backend) AdmitRuns(ctx context.Context, queue, worker string, max int) 
 		if err != nil {
 			return err
 		}
-		out = contract.Admit(spec, running, waiting, recent, worker, max, t.now)
+		out = contract.Admit(spec, running, waiting, recent, worker, carries, max, t.now)
 		for _, r := range out {
 			if _, err := t.exec(`UPDATE queued_runs SET worker = ?, admitted_at = ? WHERE run = ?`, worker, t.nowNS, r.Run); err != nil {
 				return err

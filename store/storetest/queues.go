@@ -25,6 +25,9 @@ func queueTests() []testCase {
 		{"QueueEnqueueIsIdempotentAndChecksQueueAndWorld", testQueueEnqueue},
 		{"QueueConcurrentAdmittersNeverExceedTheLimit", testQueueConcurrentAdmitters},
 		{"QueueSpecReplaceAndList", testQueueSpecs},
+		{"QueueAdmissionSkipsRunsTheWorkerDoesNotCarry", testQueueNeedsSkipped},
+		{"QueueNeedsLimitsCountOnlyAdmittedRuns", testQueueNeedsLimits},
+		{"QueueNeedsEmptyFilterAndEmptyEntryAdmitAll", testQueueNeedsEmpty},
 	}
 }
 
@@ -45,9 +48,21 @@ func (f *fx) queued(queue, run, partition string, priority int) store.QueuedRun 
 	return r
 }
 
-func (f *fx) admit(queue, worker string, max int) []string {
+// queuedNeeding is queued with the entry's Needs set.
+func (f *fx) queuedNeeding(queue, run string, priority int, needs string) store.QueuedRun {
 	f.t.Helper()
-	rs, err := f.s.AdmitRuns(bg, queue, worker, max)
+	f.world(run)
+	r, dup, err := f.s.EnqueueRun(bg, store.QueuedRun{Queue: queue, Run: run, Priority: priority, Needs: needs})
+	must(f.t, err, "EnqueueRun "+run)
+	if dup || r.Needs != needs {
+		f.t.Fatalf("EnqueueRun %s = %+v dup=%v: want a first entry needing %q", run, r, dup, needs)
+	}
+	return r
+}
+
+func (f *fx) admit(queue, worker string, max int, carries ...string) []string {
+	f.t.Helper()
+	rs, err := f.s.AdmitRuns(bg, queue, worker, max, carries...)
 	must(f.t, err, "AdmitRuns "+queue)
 	var out []string
 	for _, r := range rs {
@@ -299,4 +314,86 @@ func testQueueSpecs(t *testing.T, open Factory) {
 	wantErr(t, err, store.ErrNotFound, "GetQueue of an undeclared queue")
 	err = f.s.PutQueue(bg, store.QueueSpec{Name: "r", RateLimit: 1})
 	wantErr(t, err, store.ErrInvalid, "PutQueue with a rate and no period")
+}
+
+const (
+	needX1 = "workflow:x@1"
+	needY1 = "workflow:y@1"
+	needX2 = "workflow:x@2"
+)
+
+// A run the admitter cannot run is skipped, not stopped at: it takes no
+// slot and the runs behind it are admitted in (Priority, Seq) order.
+func testQueueNeedsSkipped(t *testing.T, open Factory) {
+	f := setup(t, open)
+	f.putQueue(store.QueueSpec{Name: "q", Concurrency: 1})
+	f.queuedNeeding("q", "y", 0, needY1)
+	f.queuedNeeding("q", "x", 0, needX1)
+	wantRuns(t, "admission by a worker carrying x@1 alone", f.admit("q", "A", 10, needX1), "x")
+	e, ok, err := f.s.QueueRunOf(bg, "y")
+	if err != nil || !ok || e.Admitted() || e.Needs != needY1 {
+		t.Fatalf("y's entry = %+v ok=%v err=%v: want waiting, needing %s", e, ok, err, needY1)
+	}
+	f.setStatus("x", store.WorldArchived, "done")
+	wantRuns(t, "A again: only y waits, which it cannot run", f.admit("q", "A", 10, needX1))
+	wantRuns(t, "admission by a worker carrying y@1", f.admit("q", "B", 10, needY1, needX1), "y")
+
+	// A version is a capability of its own: a run pinned to x@2 ahead of
+	// one of x@1 waits for a worker carrying x@2.
+	f.putQueue(store.QueueSpec{Name: "v", Concurrency: 1})
+	f.queuedNeeding("v", "v2", 0, needX2)
+	f.queuedNeeding("v", "v1", 0, needX1)
+	wantRuns(t, "admission by a worker carrying x@1 alone", f.admit("v", "A", 10, needX1), "v1")
+	f.setStatus("v1", store.WorldArchived, "done")
+	wantRuns(t, "admission by a worker carrying x@1 and x@2", f.admit("v", "B", 10, needX1, needX2), "v2")
+
+	// Order among runnable entries holds: priority, then FIFO.
+	f.putQueue(store.QueueSpec{Name: "p"})
+	f.queuedNeeding("p", "p-low", 5, needX1)
+	f.queuedNeeding("p", "p-skip", -5, needY1)
+	f.queuedNeeding("p", "p-high1", -1, needX1)
+	f.queuedNeeding("p", "p-high2", -1, needX1)
+	wantRuns(t, "admission of two", f.admit("p", "A", 2, needX1), "p-high1", "p-high2")
+	wantRuns(t, "admission of the rest", f.admit("p", "A", 2, needX1), "p-low")
+}
+
+// The queue's limits count admitted runs only: a skipped run holds no
+// global, partition or worker slot, and an admitted run holds its slot
+// against every worker, whatever they carry.
+func testQueueNeedsLimits(t *testing.T, open Factory) {
+	f := setup(t, open)
+	f.putQueue(store.QueueSpec{Name: "q", Concurrency: 2, WorkerConcurrency: 1})
+	f.queuedNeeding("q", "y1", 0, needY1)
+	f.queuedNeeding("q", "y2", 0, needY1)
+	f.queuedNeeding("q", "x", 0, needX1)
+	wantRuns(t, "A (x@1) admits past the y runs", f.admit("q", "A", 10, needX1), "x")
+	wantRuns(t, "A at its worker limit", f.admit("q", "A", 10, needX1, needY1))
+	wantRuns(t, "B (y@1) within its own worker limit", f.admit("q", "B", 10, needY1), "y1")
+	wantRuns(t, "C (y@1) at the global limit", f.admit("q", "C", 10, needY1))
+	f.setStatus("x", store.WorldArchived, "done")
+	wantRuns(t, "C after x's slot is freed", f.admit("q", "C", 10, needY1), "y2")
+	rs, err := f.s.ListQueuedRuns(bg, "q")
+	must(t, err, "ListQueuedRuns")
+	for _, r := range rs {
+		if !r.Admitted() || r.Needs != needY1 {
+			t.Fatalf("entry %+v: want admitted, needing %s", r, needY1)
+		}
+	}
+}
+
+// No carries (a worker that carries everything, or an older admitter)
+// admits every entry; an entry with no Needs (an older binary's, or one
+// migrated from before Needs was recorded) is admitted by any worker.
+func testQueueNeedsEmpty(t *testing.T, open Factory) {
+	f := setup(t, open)
+	f.putQueue(store.QueueSpec{Name: "q"})
+	f.queuedNeeding("q", "y", 0, needY1)
+	f.queuedNeeding("q", "x", 1, needX2)
+	wantRuns(t, "admission with no carries", f.admit("q", "A", 10), "y", "x")
+	f.putQueue(store.QueueSpec{Name: "old"})
+	f.queued("old", "any", "", 0)
+	if e, _, _ := f.s.QueueRunOf(bg, "any"); e.Needs != "" {
+		t.Fatalf("entry enqueued without Needs = %+v, want none", e)
+	}
+	wantRuns(t, "an entry needing nothing, by a worker carrying y@1 alone", f.admit("old", "B", 10, needY1), "any")
 }

@@ -16,14 +16,14 @@ type QueueCandidate struct {
 }
 
 // Admit decides which of a queue's waiting runs an admission for worker
-// takes, at most max, from what the backend read in its transaction: the
+// carrying carries (store.CanAdmit) takes, at most max, from what the backend read in its transaction: the
 // queue's spec, every admitted entry (running), every waiting one
 // (waiting) and the admission times within the rate window, per partition
 // (recent; only read when the spec has a rate). It answers the chosen
 // entries in (Priority, Seq) order with Worker and AdmittedAt set. Every
 // backend calls it, so the limits are counted one way.
 func Admit(spec store.QueueSpec, running []store.QueuedRun, waiting []QueueCandidate, recent map[string]int,
-	worker string, max int, now time.Time) []store.QueuedRun {
+	worker string, carries []string, max int, now time.Time) []store.QueuedRun {
 	part := func(p string) string {
 		if spec.Partitioned {
 			return p
@@ -51,8 +51,8 @@ func Admit(spec store.QueueSpec, running []store.QueuedRun, waiting []QueueCandi
 		if len(out) >= max || spec.WorkerConcurrency > 0 && mine >= spec.WorkerConcurrency {
 			break
 		}
-		if !c.Active {
-			continue
+		if !c.Active || !store.CanAdmit(c.QueuedRun, carries) {
+			continue // another worker's to admit: it neither takes a slot nor blocks those behind it
 		}
 		p := part(c.Partition)
 		if spec.Concurrency > 0 && inUse[p] >= spec.Concurrency ||

@@ -1,0 +1,5 @@
+-- What a worker must carry to admit a waiting run: the capability string
+-- of its workflow and version ("workflow:<name>@<version>"). Entries from
+-- before this migration have '' and any worker admits them, as an older
+-- binary did.
+ALTER TABLE queued_runs ADD COLUMN needs TEXT NOT NULL DEFAULT '';
