@@ -6,15 +6,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/orrery-run/orrery/api"
-	"github.com/orrery-run/orrery/event"
-	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/internal/testrig"
 )
 
 // TestQueueLimitAcrossProcesses: three `orrery serve` processes on one
@@ -40,21 +38,21 @@ func TestQueueLimitAcrossProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	limited := c.queueRuns("q", n, "errands")
-	if limited.most > 10 {
-		t.Fatalf("the journal shows %d runs of the queue at once, over its limit of 10", limited.most)
+	if limited.Most > 10 {
+		t.Fatalf("the journal shows %d runs of the queue at once, over its limit of 10", limited.Most)
 	}
-	if limited.most < 2 {
-		t.Fatalf("the journal shows at most %d run at once: the check could not see an excess", limited.most)
+	if limited.Most < 2 {
+		t.Fatalf("the journal shows at most %d run at once: the check could not see an excess", limited.Most)
 	}
 	c.figure("queue across 3 processes: %d runs, limit 10: at most %d at once (from the journal), %.1f runs/s, mean admitted run %v",
-		n, limited.most, limited.rate, limited.meanRun.Round(time.Millisecond))
+		n, limited.Most, limited.Rate, limited.MeanRun.Round(time.Millisecond))
 	if os.Getenv("ORRERY_QUEUE_BENCH") == "" {
 		return
 	}
 	unlimited := c.queueRuns("u", n, "")
-	ratio := float64(limited.meanRun) / float64(unlimited.meanRun)
+	ratio := float64(limited.MeanRun) / float64(unlimited.MeanRun)
 	c.figure("queue across 3 processes: %d runs, no limit: at most %d at once, %.1f runs/s, mean run %v; admitted/unlimited run time %.2f",
-		n, unlimited.most, unlimited.rate, unlimited.meanRun.Round(time.Millisecond), ratio)
+		n, unlimited.Most, unlimited.Rate, unlimited.MeanRun.Round(time.Millisecond), ratio)
 	if ratio > 1.2 {
 		t.Errorf("an admitted run took %.2f times the unlimited run's time, want at most 1.2", ratio)
 	}
@@ -63,7 +61,7 @@ func TestQueueLimitAcrossProcesses(t *testing.T) {
 // queueRuns starts n errand runs named prefix-i through every process
 // (on queue, when not empty), waits until each has completed exactly
 // once, and sweeps their journals.
-func (c *cluster) queueRuns(prefix string, n int, queue string) queueFigures {
+func (c *cluster) queueRuns(prefix string, n int, queue string) testrig.RunSweep {
 	c.t.Helper()
 	ctx := context.Background()
 	ids := make([]string, n)
@@ -111,61 +109,9 @@ func (c *cluster) queueRuns(prefix string, n int, queue string) queueFigures {
 	}) {
 		c.t.Fatalf("%s runs not all completed: %s", prefix, first(last.pending, 5))
 	}
-	return sweepRuns(c.t, ctx, c.db.st, ids)
-}
-
-// queueFigures are what the journals of a set of runs show.
-type queueFigures struct {
-	most    int           // runs at once
-	rate    float64       // runs per second, first start to last end
-	meanRun time.Duration // mean RunStarted → end
-}
-
-// sweepRuns reads ids' journals and sweeps each run's RunStarted → end as
-// an interval on the store's clock.
-func sweepRuns(t *testing.T, ctx context.Context, st store.Store, ids []string) queueFigures {
-	t.Helper()
-	type mark struct {
-		at    time.Time
-		delta int
+	f, err := testrig.SweepRuns(ctx, c.db.st, ids)
+	if err != nil {
+		c.t.Fatal(err)
 	}
-	var marks []mark
-	var total time.Duration
-	for _, id := range ids {
-		evs, err := st.Read(ctx, id, 0, 256)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var start, end time.Time
-		for _, e := range evs {
-			switch e.EventType {
-			case event.RunStarted:
-				start = e.PersistedAt
-			case event.RunCompleted, event.RunFailed, event.RunCancelled:
-				end = e.PersistedAt
-			}
-		}
-		if start.IsZero() || end.IsZero() {
-			t.Fatalf("%s: no RunStarted or no end in its journal", id)
-		}
-		marks = append(marks, mark{start, 1}, mark{end, -1})
-		total += end.Sub(start)
-	}
-	// Ends before starts at one instant: an end's commit precedes the
-	// admission it made room for.
-	slices.SortFunc(marks, func(a, b mark) int {
-		if c := a.at.Compare(b.at); c != 0 {
-			return c
-		}
-		return a.delta - b.delta
-	})
-	var f queueFigures
-	cur := 0
-	for _, m := range marks {
-		cur += m.delta
-		f.most = max(f.most, cur)
-	}
-	f.rate = float64(len(ids)) / marks[len(marks)-1].at.Sub(marks[0].at).Seconds()
-	f.meanRun = total / time.Duration(len(ids))
 	return f
 }
