@@ -324,7 +324,11 @@ func (s *Server) call(r *http.Request, rc *reqCtx) (int, any, error) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
-	reply, err := s.cfg.Client.CallWithID(ctx, rc.world, callID, v)
+	call := s.cfg.Client.CallWithID
+	if req.CallID == "" && len(req.Payload) == 0 {
+		call = s.cfg.Client.CallNew // the id was drawn here: no retry of it exists
+	}
+	reply, err := call(ctx, rc.world, callID, v)
 	if err != nil {
 		details := map[string]any{"call_id": callID}
 		var pe *plane.Error

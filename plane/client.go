@@ -179,6 +179,14 @@ func (c *Client) CallWithID(ctx context.Context, worldID, callID string, v any) 
 	return c.call(ctx, worldID, callID, v, false)
 }
 
+// CallNew is CallWithID for an id the caller drew for this call alone
+// (NewCallID) and never sent before: as Call's, such a call cannot be a
+// duplicate, so it may be refused without asking the store when its world
+// was found full a moment ago (Admission.refuseFresh).
+func (c *Client) CallNew(ctx context.Context, worldID, callID string, v any) ([]byte, error) {
+	return c.call(ctx, worldID, callID, v, true)
+}
+
 // call makes a call; fresh says its id was drawn for it, so it cannot be
 // a duplicate and may be refused without asking the store
 // (Admission.refuseFresh).
@@ -196,7 +204,7 @@ func (c *Client) call(ctx context.Context, worldID, callID string, v any, fresh 
 	var w *replyWaiter
 	if c.cfg.Replies != nil {
 		w = c.cfg.Replies.register(callID, p)
-		defer c.cfg.Replies.forget(callID)
+		defer c.cfg.Replies.forget(callID, w)
 	}
 	activate(ctx, c.cfg.Activator, worldID)
 	ack, err := c.in.enqueue(ctx, c.cfg.Store, c.cfg.Admission, "call", worldID, store.InboxItem{Kind: vocab.KindCall, Payload: payload, DedupeKey: CallKey(callID)})
@@ -217,9 +225,11 @@ func (c *Client) call(ctx context.Context, worldID, callID string, v any, fresh 
 		// it is what starves the host, whose cycles are late exactly when
 		// many calls wait, so more of them re-derive. Once the polls are
 		// at their slowest the journal is read all the same, in case the
-		// host lost the world between its commit and the hand-off.
+		// host lost the world between its commit and the hand-off. A
+		// duplicate (a retried call) may have been answered before this
+		// wait began, to nobody: only the journal has its reply.
 		slowest := delay >= c.cfg.PollMax
-		if w != nil && !slowest && c.runsHere(worldID) {
+		if w != nil && !ack.Duplicate && !slowest && c.runsHere(worldID) {
 			if err := c.pause(ctx, p, delay); err != nil {
 				return nil, err
 			}

@@ -776,12 +776,6 @@ func (h *Host) State(world string) (world.Snapshot, bool) {
 
 type worldSnapshot = world.Snapshot
 
-// behind reports whether a process of world runs here and has not yet
-// recorded height as its head: a commit at height landed in the store and
-// is on its way back to it. A world without a process here (passive,
-// crashed, not held, fenced) holds nothing back, so a caller never waits
-// on a world that cannot move: its State, when it answers, is the
-// restore's, which reads the store.
 // runs reports whether h holds a live process of world.
 func (h *Host) runs(world string) bool {
 	h.mu.Lock()
@@ -791,6 +785,12 @@ func (h *Host) runs(world string) bool {
 	return running && h.alive(l)
 }
 
+// behind reports whether a process of world runs here and has not yet
+// recorded height as its head: a commit at height landed in the store and
+// is on its way back to it. A world without a process here (passive,
+// crashed, not held, fenced) holds nothing back, so a caller never waits
+// on a world that cannot move: its State, when it answers, is the
+// restore's, which reads the store.
 func (h *Host) behind(world string, height uint64) bool {
 	h.mu.Lock()
 	l, ok := h.leases[world]

@@ -339,7 +339,9 @@ func (o *Ops) WorldCreateFromSeed(ctx context.Context, universe, worldID string,
 	if err != nil {
 		return store.World{}, errorf("world_create_from_seed", ErrInvalid, worldID, err)
 	}
-	state, err := kern.ForkState(inst.State())
+	// The seeded world has no journal to name the version its state is
+	// of, so an unstamped seed's fork records the version it was told.
+	state, err := world.ForkStateAt(kern, inst.State(), seed.Version)
 	if err != nil {
 		return store.World{}, errorf("world_create_from_seed", ErrInvalid, worldID, err)
 	}

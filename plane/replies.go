@@ -1,6 +1,7 @@
 package plane
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/orrery-run/orrery/actor"
@@ -13,8 +14,12 @@ import (
 // holds only the calls being waited for; a reply nobody waits for here is
 // dropped, since the journal keeps what re-derives it (see the package doc).
 type Replies struct {
-	mu      sync.Mutex
-	waiters map[string]*replyWaiter
+	mu sync.Mutex
+	// waiters are the callers waiting for each call id: more than one
+	// when the same call is waited for twice in this process (a caller
+	// that retries its call while its first wait goes on), and each gets
+	// the reply.
+	waiters map[string][]*replyWaiter
 }
 
 type replyWaiter struct {
@@ -25,12 +30,12 @@ type replyWaiter struct {
 
 // NewReplies returns an empty hub; share it between a process's hosts and
 // clients (HostConfig.Replies, ClientConfig.Replies).
-func NewReplies() *Replies { return &Replies{waiters: map[string]*replyWaiter{}} }
+func NewReplies() *Replies { return &Replies{waiters: map[string][]*replyWaiter{}} }
 
 func (r *Replies) register(callID string, p actor.Parker) *replyWaiter {
 	w := &replyWaiter{p: p}
 	r.mu.Lock()
-	r.waiters[callID] = w
+	r.waiters[callID] = append(r.waiters[callID], w)
 	r.mu.Unlock()
 	return w
 }
@@ -41,10 +46,16 @@ func (r *Replies) take(callID string, w *replyWaiter) (world.Reply, bool) {
 	return w.reply, w.done
 }
 
-func (r *Replies) forget(callID string) {
+// forget removes w, and only w, from callID's waiters.
+func (r *Replies) forget(callID string, w *replyWaiter) {
 	r.mu.Lock()
-	delete(r.waiters, callID)
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	ws := slices.DeleteFunc(r.waiters[callID], func(x *replyWaiter) bool { return x == w })
+	if len(ws) == 0 {
+		delete(r.waiters, callID)
+		return
+	}
+	r.waiters[callID] = ws
 }
 
 func (r *Replies) deliver(rep world.Reply) {
@@ -52,12 +63,14 @@ func (r *Replies) deliver(rep world.Reply) {
 		return
 	}
 	r.mu.Lock()
-	w, ok := r.waiters[rep.CallID]
-	if ok && !w.done {
-		w.done, w.reply = true, rep
+	ws := slices.Clone(r.waiters[rep.CallID])
+	for _, w := range ws {
+		if !w.done {
+			w.done, w.reply = true, rep
+		}
 	}
 	r.mu.Unlock()
-	if ok {
+	for _, w := range ws {
 		w.p.Unpark()
 	}
 }

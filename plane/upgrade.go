@@ -109,7 +109,16 @@ func PendingUpgrade(ctx context.Context, st store.Store, id string) (to, seq uin
 type upgradeScan struct {
 	read, to, seq uint64
 	pass          uint64 // the orchestrator pass that last used it
+	since         uint64 // the pass that last read the inbox from the cursor
 }
+
+// rescanEvery is how many passes a remembered scan is trusted before the
+// inbox is read from the cursor again. Seqs only grow while the store
+// keeps what it committed; a failover to an asynchronous standby may lose
+// items and hand their seqs out again, to items (an upgrade among them)
+// that a scan remembering it read past them would never see. Reading
+// afresh now and then bounds that blindness to this many passes.
+const rescanEvery = 64
 
 // scanUpgrade finds the oldest upgrade input after world id's cursor,
 // reading on from what was (was; zero: nothing) rather than from the
@@ -192,7 +201,10 @@ func (s *upgradeScans) pending(ctx context.Context, st store.Store, id string) (
 		return to, err
 	}
 	s.mu.Lock()
-	was := s.m[id]
+	was, ok := s.m[id]
+	if !ok || s.pass-was.since >= rescanEvery {
+		was = upgradeScan{since: s.pass}
+	}
 	s.mu.Unlock()
 	sc, err := scanUpgrade(ctx, st, id, was)
 	if err != nil {
@@ -200,7 +212,7 @@ func (s *upgradeScans) pending(ctx context.Context, st store.Store, id string) (
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sc.pass = s.pass
+	sc.pass, sc.since = s.pass, was.since
 	if s.m == nil {
 		s.m = map[string]upgradeScan{}
 	}

@@ -139,3 +139,32 @@ func BenchmarkVersionsNeededDeepInbox(b *testing.B) {
 		}
 	}
 }
+
+// After a failover to an asynchronous standby that lost the primary's
+// last inbox items, the standby hands their seqs out again; an upgrade
+// at a reused seq is below what the remembered scan read on the primary.
+// The scan is read afresh from the cursor every rescanEvery passes, so it
+// finds the upgrade within that many passes, not never.
+func TestRememberedScanFindsAnUpgradeAtAReusedSeq(t *testing.T) {
+	primary, ctx := deepInbox(t, 600)
+	standby, _ := deepInbox(t, 500) // the same first 500 items; 501..600 lost
+	var scans upgradeScans
+	scans.begin()
+	if got, err := scans.pending(ctx, primary, "w"); err != nil || got != 0 {
+		t.Fatalf("primary: %d, %v", got, err)
+	}
+	enqueueTest(t, standby, upgradeItem(t, 2))
+	for pass := 1; ; pass++ {
+		scans.begin()
+		got, err := scans.pending(ctx, standby, "w")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got == 2 {
+			break
+		}
+		if pass >= rescanEvery {
+			t.Fatalf("the upgrade at a reused seq unseen after %d passes", pass)
+		}
+	}
+}

@@ -472,6 +472,33 @@ func (l *lineage) ForkState(state []byte) ([]byte, error) {
 	return d.Kernel().ForkState(state)
 }
 
+// ForkStateAt is k.ForkState for a state that records no version but
+// that its reader was told version v wrote (a seed taken with StateAt,
+// whose Snapshot.Version says it): the fork records v, so that a world
+// created from it, which has no journal to name its version, loads on v.
+// A state that records its version, a kernel carrying one version, or v
+// 0 forks as ForkState does. A version k does not carry is
+// ErrVersionNotCarried.
+func ForkStateAt(k Kernel, state []byte, v uint64) ([]byte, error) {
+	out, err := k.ForkState(state)
+	if err != nil || v == 0 || StateVersion(out) != 0 || len(KernelVersions(k)) < 2 {
+		return out, err
+	}
+	if !Carries(k, v) {
+		return nil, &StateError{Reason: fmt.Sprintf("a seed of version %d, which this binary does not carry (it carries %v)", v, KernelVersions(k)), Err: ErrVersionNotCarried}
+	}
+	var img image
+	if err := event.Unmarshal(out, &img); err != nil {
+		return nil, &StateError{Reason: "not a world state", Err: err}
+	}
+	img.Plan = v
+	b, err := event.Marshal(img)
+	if err != nil {
+		return nil, &StateError{Reason: "state cannot be encoded", Err: err}
+	}
+	return b, nil
+}
+
 // lineageWorld is a world of a lineage: the world of the version it is
 // on, replaced by an upgrade.
 type lineageWorld struct {

@@ -168,3 +168,73 @@ func (s *countedEnqueues) Enqueue(ctx context.Context, w string, it store.InboxI
 	s.n.Add(1)
 	return s.Store.Enqueue(ctx, w, it)
 }
+
+// TestARetriedCallIsAnsweredFromTheJournal: a call retried under its id
+// after it completed (a client whose first wait timed out, as the API
+// tells it to do) is a duplicate whose reply was handed to nobody; it is
+// answered from the journal at once, not after the polls' slowest pace
+// (a retry with a deadline under a second would otherwise never get it).
+// And two waits on one call id in one process each get the reply.
+func TestARetriedCallIsAnsweredFromTheJournal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		st := memstore.New()
+		defer st.Close()
+		create(t, ctx, st, []string{"w00"})
+		n := start(t, ctx, st, "a")
+		holders(t, ctx, st, []string{"w00"}, "a")
+		if _, err := n.Client().Send(ctx, "w00", Add{By: 7}, "k"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.Client().CallWithID(ctx, "w00", "id-1", Get{}); err != nil {
+			t.Fatal(err)
+		}
+		began := time.Now()
+		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		b, err := n.Client().CallWithID(cctx, "w00", "id-1", Get{})
+		cancel()
+		var got int64
+		if err == nil {
+			err = world.Decode(b, &got)
+		}
+		if err != nil || got != 7 {
+			t.Fatalf("retry of a completed call: %d, %v (after %v); want 7", got, err, time.Since(began))
+		}
+
+		// Two waits on one new call id: the world is paused, so both
+		// wait; resumed, both get the one reply the host hands over.
+		if _, err := st.SetWorldStatus(ctx, "w00", store.WorldPaused, "test"); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		type answer struct {
+			v   int64
+			err error
+			at  time.Duration
+		}
+		answers := make(chan answer, 2)
+		began = time.Now()
+		wctx, wcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer wcancel()
+		for range 2 {
+			go func() {
+				b, err := n.Client().CallWithID(wctx, "w00", "id-2", Get{})
+				var v int64
+				if err == nil {
+					err = world.Decode(b, &v)
+				}
+				answers <- answer{v, err, time.Since(began)}
+			}()
+		}
+		synctest.Wait()
+		if _, err := st.SetWorldStatus(ctx, "w00", store.WorldActive, "test"); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			a := <-answers
+			if a.err != nil || a.v != 7 {
+				t.Fatalf("one of two waits on one call id: %d, %v after %v", a.v, a.err, a.at)
+			}
+		}
+	})
+}
