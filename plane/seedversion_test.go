@@ -3,10 +3,8 @@ package plane_test
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/orrery-run/orrery/plane"
-	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -21,15 +19,7 @@ func TestAnUnstampedSeedOfANamedVersionMakesARestorableWorld(t *testing.T) {
 	forEachBackend(t, 66, "seed-version", func(r *rig) error {
 		st, ctx := r.Store, r.Ctx
 		const id = "u"
-		res, err := createOn(r, counterV2Def().Kernel(), id)
-		if err != nil {
-			return err
-		}
-		l, err := st.Acquire(ctx, id, "writer", time.Minute)
-		if err != nil {
-			return err
-		}
-		if err := st.PutSnapshot(ctx, id, l.Epoch, store.Snapshot{World: id, Height: 1, State: res.State, StateHash: res.StateHash}); err != nil {
+		if _, _, err := unstampedSnapshotOn(r, id); err != nil {
 			return err
 		}
 		both := bothKernels(false)

@@ -532,19 +532,12 @@ func TestUnstampedSnapshotRestoresOnTheJournalsVersion(t *testing.T) {
 	forEachBackend(t, 65, "world-upgrade-unstamped", func(r *rig) error {
 		st, ctx := r.Store, r.Ctx
 		const id = "u"
-		res, err := createOn(r, counterV2Def().Kernel(), id)
+		res, l, err := unstampedSnapshotOn(r, id)
 		if err != nil {
 			return err
 		}
 		if world.StateVersion(res.State) != 0 {
 			return fmt.Errorf("a single definition's state is stamped %d: the test needs an unstamped one", world.StateVersion(res.State))
-		}
-		l, err := st.Acquire(ctx, id, "writer", time.Minute)
-		if err != nil {
-			return err
-		}
-		if err := st.PutSnapshot(ctx, id, l.Epoch, store.Snapshot{World: id, Height: 1, State: res.State, StateHash: res.StateHash}); err != nil {
-			return err
 		}
 		both := bothKernels(false)
 		versionOf := func(inst world.Instance) uint64 { return inst.(interface{ Version() uint64 }).Version() }
@@ -580,4 +573,20 @@ func TestUnstampedSnapshotRestoresOnTheJournalsVersion(t *testing.T) {
 		}
 		return st.Release(ctx, id, "writer", l.Epoch)
 	})
+}
+
+// unstampedSnapshotOn creates world id with v2's single definition (whose
+// state records no version), steps it once and snapshots it at height 1,
+// as a binary carrying that one version would have, under a lease of
+// "writer" it returns.
+func unstampedSnapshotOn(r *rig, id string) (world.StepResult, store.Lease, error) {
+	res, err := createOn(r, counterV2Def().Kernel(), id)
+	if err != nil {
+		return res, store.Lease{}, err
+	}
+	l, err := r.Store.Acquire(r.Ctx, id, "writer", time.Minute)
+	if err != nil {
+		return res, l, err
+	}
+	return res, l, r.Store.PutSnapshot(r.Ctx, id, l.Epoch, store.Snapshot{World: id, Height: 1, State: res.State, StateHash: res.StateHash})
 }
