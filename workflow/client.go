@@ -898,13 +898,7 @@ func (c *Client) operate(ctx context.Context, op, runID string) (held bool, err 
 		}
 		return false, nil
 	}
-	var inflight *attemptRef
-	for _, s := range r.h.steps {
-		if s.inFlight() && !s.done() {
-			inflight = &attemptRef{step: s.id, attempt: s.attempt}
-		}
-	}
-	err = r.applyPlan(ctx, r.plan(), inflight)
+	err = r.applyPlan(ctx, r.plan(), nil)
 	var s *stop
 	switch {
 	case errors.As(err, &s) && (s.kind == stopCancel || s.kind == stopPause):

@@ -26,12 +26,22 @@ import (
 // re-run, would depend on the scheduler. Parallelism comes from the
 // primitives the workflow API offers, never from goroutines sharing a Ctx.
 type Ctx struct {
-	r     *runner
-	owner uint64      // the goroutine of the workflow function (goid)
-	inFn  atomic.Bool // a Step's function is running
+	*cstate
+	// co is the coroutine this Ctx belongs to: the function's, or a
+	// branch's (Go and the *Async calls each run on a Ctx of their own).
+	co    *coro
+	owner uint64 // the coroutine's goroutine (goid)
+	ctx   context.Context
+	// detached: steps asked for on this Ctx run despite a cancel (Detached).
+	detached bool
+}
+
+// cstate is what every coroutine of one execution of a run shares: the
+// step positions, the patch answers, and how the execution stopped.
+type cstate struct {
+	r *runner
 	// misuse is the first refused use, kept for the run's end.
 	misuse atomic.Pointer[Error]
-	ctx    context.Context
 	next   int            // the position of the next step call
 	seen   map[string]int // occurrences of each base id so far
 	// patches holds each patch id's answer in this execution, so a patch
@@ -39,9 +49,12 @@ type Ctx struct {
 	patches map[string]bool
 	// halted is the run's stop once it stopped here (a *stop); div the
 	// divergence once the function asked for another step than recorded.
-	halted   error
-	div      *DivergenceError
-	inflight *attemptRef
+	halted error
+	div    *DivergenceError
+	// told is set once the function has been told of the run's cancel (a
+	// step of it returned the cancellation): from then on every step asked
+	// for on a Ctx that is not Detached returns it too, taking no position.
+	told bool
 }
 
 // Context returns the run's context: it ends when the run stops on this
@@ -52,6 +65,10 @@ func (c *Ctx) Context() context.Context { return c.ctx }
 func (c *Ctx) RunID() string { return c.r.id }
 
 func (c *Ctx) halt(err error) error {
+	if isCancellation(err) {
+		// A cancel is told to the function, not a stop of the run.
+		return err
+	}
 	if c.halted == nil {
 		if err == nil {
 			err = &stop{kind: stopError, cause: detail("stopped without a cause")}
@@ -80,6 +97,9 @@ func (c *Ctx) begin(kind, base string) (string, *stepHist, error) {
 	if c.div != nil {
 		return "", nil, c.div
 	}
+	if c.told && !c.detached {
+		return "", nil, c.r.cancellation()
+	}
 	c.seen[base]++
 	id := stepID(base, c.seen[base])
 	k := c.next
@@ -96,6 +116,17 @@ func (c *Ctx) begin(kind, base string) (string, *stepHist, error) {
 		return id, nil, nil
 	}
 	h := steps[k]
+	if h.id == id && h.kind == kind && h.done() {
+		// A recorded end resumes this branch in the journal's order
+		// among the others (see sched).
+		if err := c.r.yieldRecorded(c, h.endSeq); err != nil {
+			return "", nil, err
+		}
+		if h.skipped {
+			c.told = true
+			return "", nil, c.r.cancellation()
+		}
+	}
 	switch {
 	case h.id != id:
 		c.div = &DivergenceError{RunID: c.r.id, StepIndex: k, Recorded: h.id, Got: id}
@@ -110,9 +141,18 @@ func (c *Ctx) begin(kind, base string) (string, *stepHist, error) {
 	return "", nil, c.div
 }
 
+// attempt names attempt n of step id as this Ctx's in flight.
+func (c *Ctx) attempt(id string, n uint64) *attemptRef {
+	return &attemptRef{step: id, attempt: n, detached: c.detached}
+}
+
 // newCtx is the Ctx of r's function, which runs on the calling goroutine.
 func newCtx(r *runner, ctx context.Context) *Ctx {
-	return &Ctx{r: r, ctx: ctx, seen: map[string]int{}, patches: map[string]bool{}, owner: goid()}
+	st := &cstate{r: r, seen: map[string]int{}, patches: map[string]bool{}}
+	c := &Ctx{cstate: st, ctx: ctx, owner: goid()}
+	r.cs = st
+	c.co = r.sch.main(r)
+	return c
 }
 
 // exclusive refuses a step asked for from a goroutine other than the
@@ -123,7 +163,7 @@ func (c *Ctx) exclusive(kind, base string) error {
 	switch {
 	case goid() != c.owner:
 		why = "from a goroutine other than the workflow function's"
-	case c.inFn.Load():
+	case c.co.inFn.Load():
 		why = "from inside a running step's function"
 	default:
 		if e := c.misuse.Load(); e != nil {
@@ -197,7 +237,7 @@ func (c *Ctx) settle(typ, id string, attempt uint64, payload any) error {
 	if err := c.r.event(c.ctx, typ, id, attempt, payload); err != nil {
 		return c.halt(err)
 	}
-	c.inflight = nil
+	c.co.inflight = nil
 	switch p := payload.(type) {
 	case stepCompleted:
 		c.r.emitStep(id, StepCompleted, nil)
@@ -228,7 +268,7 @@ func (c *Ctx) settleWithdrawing(id string, attempt uint64, f stepFailed) error {
 	if err := c.r.commitWithdraw(c.ctx, []string{f.Intent}, e); err != nil {
 		return c.halt(err)
 	}
-	c.inflight = nil
+	c.co.inflight = nil
 	c.r.emitStep(id, stepFailedOutcome(f), errors.New(f.Error))
 	return nil
 }
@@ -239,7 +279,7 @@ func (c *Ctx) settleLater(id string, attempt uint64, p stepCompleted) error {
 	if err := c.r.later(event.StepCompleted, id, attempt, p); err != nil {
 		return c.halt(err)
 	}
-	c.inflight = nil
+	c.co.inflight = nil
 	c.r.emitStep(id, StepCompleted, nil)
 	return nil
 }
@@ -267,8 +307,6 @@ func (c *Ctx) retrying(id string, h *stepHist, o stepOptions, durable bool, try 
 			return h.completed.Value, nil
 		case h.final != nil:
 			return nil, stepErr(id, h.settled, h.final)
-		case h.skipped:
-			return nil, c.halt(&stop{kind: stopCancel, cause: ErrCancelled})
 		}
 		attempt, failures = h.attempt, h.failures
 		switch {
@@ -280,7 +318,13 @@ func (c *Ctx) retrying(id string, h *stepHist, o stepOptions, durable bool, try 
 	}
 	for {
 		if !retryAt.IsZero() {
-			if _, err := r.wait(c, retryAt, func() (bool, error) { return false, nil }); err != nil {
+			// Between attempts nothing is in flight; a cancel that comes
+			// now is told by skipping the attempt that would follow.
+			c.co.inflight = c.attempt(id, attempt+1)
+			c.co.inflight.unstarted = true
+			_, err := r.wait(c, retryAt, func() (bool, error) { return false, nil })
+			c.co.inflight = nil
+			if err != nil {
 				return nil, err
 			}
 		}
@@ -360,11 +404,11 @@ func Step[T any](c *Ctx, name string, fn func(ctx context.Context) (T, error), o
 		if err := r.event(c.ctx, event.StepStarted, id, attempt, stepStarted{Kind: kindStep}); err != nil {
 			return attemptResult{halt: err}
 		}
-		c.inflight = &attemptRef{step: id, attempt: attempt}
+		c.co.inflight = c.attempt(id, attempt)
 		v, failure, timedOut, halt := r.runAttempt(c, o.timeout, func(ctx context.Context) ([]byte, error) {
-			c.inFn.Store(true)
+			c.co.inFn.Store(true)
 			v, err := fn(ctx)
-			c.inFn.Store(false)
+			c.co.inFn.Store(false)
 			if err != nil {
 				return nil, err
 			}
@@ -424,7 +468,7 @@ func Sleep(c *Ctx, d time.Duration) error {
 			return c.halt(err)
 		}
 	}
-	c.inflight = &attemptRef{step: id, attempt: attempt}
+	c.co.inflight = c.attempt(id, attempt)
 	payload, err := event.Marshal(timerPayload{Run: r.id, Step: id})
 	if err != nil {
 		return c.halt(r.failed(c.ctx, "sleep", err))
@@ -477,7 +521,7 @@ func Await[T any](c *Ctx, name string) (T, error) {
 			return zero, c.halt(err)
 		}
 	}
-	c.inflight = &attemptRef{step: id, attempt: 1}
+	c.co.inflight = c.attempt(id, 1)
 	var got *item
 	if _, err := r.wait(c, time.Time{}, func() (bool, error) {
 		for i := range r.items {
@@ -569,7 +613,7 @@ func Effect[T any](c *Ctx, name, kind string, params any, opts ...StepOption) (T
 				return attemptResult{halt: err}
 			}
 		}
-		c.inflight = &attemptRef{step: id, attempt: attempt}
+		c.co.inflight = c.attempt(id, attempt)
 		if err := r.writable(c.ctx); err != nil {
 			return attemptResult{halt: err}
 		}
@@ -637,8 +681,12 @@ func receiptFailure[S ~string](status S, body []byte) error {
 // child's stream for its result. A child that failed or was cancelled
 // fails the step with a *StepError; a childID taken by another run fails
 // it with ErrConflict's message.
-func Child[In, Out any](c *Ctx, def *Def[In, Out], childID string, in In) (Out, error) {
+func Child[In, Out any](c *Ctx, def *Def[In, Out], childID string, in In, opts ...ChildOption) (Out, error) {
 	var zero Out
+	co, err := applyChildOptions(opts)
+	if err != nil {
+		return zero, err
+	}
 	if def == nil {
 		return zero, errorf("child", ErrInvalid, "", detail("a nil workflow"))
 	}
@@ -672,11 +720,15 @@ func Child[In, Out any](c *Ctx, def *Def[In, Out], childID string, in In) (Out, 
 	}
 	r := c.r
 	if h == nil || h.attempt == 0 {
-		if err := r.event(c.ctx, event.StepStarted, id, 1, stepStarted{Kind: kindChild, Child: childID}); err != nil {
+		p := stepStarted{Kind: kindChild, Child: childID}
+		if co.parentClose != ParentCloseCancel {
+			p.ParentClose = string(co.parentClose)
+		}
+		if err := r.event(c.ctx, event.StepStarted, id, 1, p); err != nil {
 			return zero, c.halt(err)
 		}
 	}
-	c.inflight = &attemptRef{step: id, attempt: 1}
+	c.co.inflight = c.attempt(id, 1)
 	fail := func(msg string) (Out, error) {
 		f := stepFailed{Error: message(detail(msg)), Final: true}
 		if err := c.settle(event.StepFailed, id, 1, f); err != nil {

@@ -26,6 +26,9 @@ type history struct {
 	controls map[uint64]bool
 	pauses   uint64
 	resumes  uint64
+	// cancelSeq is the inbox seq of the cancel request delivered to the
+	// function (the first StepSkipped carrying one); 0: none yet.
+	cancelSeq uint64
 }
 
 // stepHist is one step's recorded attempts.
@@ -47,6 +50,9 @@ type stepHist struct {
 	completed *stepCompleted
 	final     *stepFailed
 	skipped   bool
+	// endSeq is the runSeq of the event that ended the step: re-runs
+	// resume the run's branches in that order (see sched).
+	endSeq uint64
 }
 
 func (s *stepHist) inFlight() bool { return s.attempt > s.settled }
@@ -127,6 +133,7 @@ func (h *history) apply(e *event.Envelope) error {
 			return corrupt(e, "attempt %d is not in flight", e.LogicalAttemptID)
 		}
 		s.settled = e.LogicalAttemptID
+		s.endSeq = e.RunSeq
 		switch v := p.(type) {
 		case stepCompleted:
 			s.completed = &v
@@ -145,6 +152,12 @@ func (h *history) apply(e *event.Envelope) error {
 			}
 		case stepSkipped:
 			s.skipped = true
+			if v.Control != 0 {
+				h.controls[v.Control] = true
+				if h.cancelSeq == 0 {
+					h.cancelSeq = v.Control
+				}
+			}
 		}
 	}
 	return nil

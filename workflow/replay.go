@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 
+	"github.com/orrery-run/orrery/actor"
+
 	"github.com/orrery-run/orrery/event"
 )
 
@@ -41,7 +43,8 @@ func Replay(def Workflow, stream []event.Envelope) ([]byte, error) {
 			return nil, errorf("replay", ErrInvalid, run, detail("event "+e.EventID+" is not of this run and workflow version"))
 		}
 	}
-	r := &runner{id: run, h: h, replay: true}
+	// Branches run as on a worker, one at a time; nothing waits live.
+	r := &runner{id: run, h: h, replay: true, ex: actor.NewExecutor(0)}
 	c := newCtx(r, context.Background())
 	out, ferr := def.invoke(c, h.input)
 	if ferr == nil && c.halted == nil {

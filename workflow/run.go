@@ -182,6 +182,12 @@ type runner struct {
 	items   []item
 	readTo  uint64
 	kids    map[string]*childState
+	// sch are the coroutines of the function's execution; cs their
+	// shared state; tells is set while the function runs, which is when a
+	// cancel is told to it rather than ending the run at once.
+	sch   sched
+	cs    *cstate
+	tells bool
 }
 
 // newRunner returns the runner of run id under the lease g granted; the
@@ -657,10 +663,15 @@ func (r *runner) plan() controlPlan {
 	return p
 }
 
-// applyPlan records what p asks and, for a pause or a cancel, stops the
-// run here. inflight is the attempt in flight when the request came (a
-// cancel marks it skipped).
-func (r *runner) applyPlan(ctx context.Context, p controlPlan, inflight *attemptRef) error {
+// applyPlan records what p asks and, for a pause, stops the run here. A
+// cancel is told to the function when it runs here (r.tells): the
+// attempts in flight (but those of Detached steps) are recorded skipped
+// with the request's seq, and applyPlan returns the cancellation, which
+// the waits deliver; the function ends the run. A run that never recorded
+// a step, or one no function runs for here (the operator's path), is left
+// to that: the first is ended cancelled at once, the second to its next
+// holder.
+func (r *runner) applyPlan(ctx context.Context, p controlPlan, inflight []*attemptRef) error {
 	if len(p.catchUp) > 0 {
 		pauses, resumes := r.h.pauses, r.h.resumes
 		evs := make([]event.Envelope, 0, len(p.catchUp))
@@ -688,22 +699,13 @@ func (r *runner) applyPlan(ctx context.Context, p controlPlan, inflight *attempt
 		}
 	}
 	switch {
+	case p.cancel != nil && r.tells:
+		return r.tellCancel(ctx, p.cancel, inflight)
+	case p.cancel != nil && len(r.h.steps) > 0:
+		// The function has steps to compensate: whoever runs it next
+		// tells it.
+		return nil
 	case p.cancel != nil:
-		// A cancelled run's children that have not ended are cancelled
-		// too, before its own end is recorded: a crash in between asks
-		// them again, and the request is idempotent.
-		for _, st := range r.h.steps {
-			if st.kind == kindChild && !st.done() && st.first.Child != "" {
-				if err := requestCancel(ctx, r.st, st.first.Child, "parent run "+r.id+" cancelled"); err != nil {
-					return r.failed(ctx, "cancel", err)
-				}
-			}
-		}
-		if inflight != nil {
-			if err := r.event(ctx, event.StepSkipped, inflight.step, inflight.attempt, stepSkipped{Reason: "cancelled"}); err != nil {
-				return r.failed(ctx, "cancel", err)
-			}
-		}
 		it := p.cancel
 		if err := r.end(ctx, event.RunCancelled, runEnd{Control: it.seq, Reason: it.control.Reason, SourceOccurredAt: unixNano(it.at)}); err != nil {
 			return r.failed(ctx, "cancel", err)
@@ -726,10 +728,133 @@ func (r *runner) applyPlan(ctx context.Context, p controlPlan, inflight *attempt
 	return nil
 }
 
+// runAttemptBeside is runAttempt while the run has other coroutines: fn
+// runs in a task of its own and the coroutine waits for it as for any
+// step, so the other coroutines run meanwhile (parallel steps). The wait
+// reads the run's control requests; a cancel or a stop ends fn's context.
+func (r *runner) runAttemptBeside(c *Ctx, timeout time.Duration, fn func(context.Context) ([]byte, error)) (value []byte, failure error, timedOut bool, halt error) {
+	sctx, cancel := context.WithCancel(c.ctx)
+	defer cancel()
+	if timeout > 0 {
+		var tcancel context.CancelFunc
+		sctx, tcancel = actor.WithTimeout(sctx, r.ex, timeout)
+		defer tcancel()
+	}
+	var done atomic.Bool
+	var out raceOutcome
+	if _, err := r.scope.Go("workflow-step:"+r.id, func(context.Context) error {
+		defer func() {
+			if p := recover(); p != nil {
+				out = raceOutcome{err: fmt.Errorf("the step panicked: %v", p)}
+			}
+			done.Store(true)
+			r.park.Unpark()
+		}()
+		v, err := fn(sctx)
+		out = raceOutcome{value: v, err: err,
+			timedOut: timeout > 0 && c.ctx.Err() == nil && errors.Is(sctx.Err(), context.DeadlineExceeded)}
+		return nil
+	}); err != nil {
+		return nil, nil, false, c.halt(r.failed(c.ctx, "step", err))
+	}
+	if _, err := r.wait(c, time.Time{}, func() (bool, error) { return done.Load(), nil }); err != nil {
+		return nil, nil, false, err
+	}
+	if out.timedOut {
+		return nil, fmt.Errorf("the step ran out of its timeout %v", timeout), true, nil
+	}
+	return out.value, out.err, false, nil
+}
+
+// tellCancel tells the running function of cancel request it: the
+// attempts in flight that are not Detached are recorded skipped with the
+// request's seq, in one write, and the run's children whose policy is
+// ParentCloseCancel are asked to cancel. Nothing in flight to skip (every
+// attempt Detached) tells nothing yet: the cancel waits for a step that
+// can carry it, so a re-run tells it at the same place.
+func (r *runner) tellCancel(ctx context.Context, it *item, inflight []*attemptRef) error {
+	evs := make([]event.Envelope, 0, 2*len(inflight))
+	for _, a := range inflight {
+		if a == nil || a.detached {
+			continue
+		}
+		if a.unstarted {
+			h := r.h.byID[a.step]
+			if h == nil {
+				continue
+			}
+			e, err := r.envelope(event.StepStarted, a.step, a.attempt, stepStarted{Kind: h.kind})
+			if err != nil {
+				return &stop{kind: stopError, cause: err}
+			}
+			evs = append(evs, e)
+		}
+		e, err := r.envelope(event.StepSkipped, a.step, a.attempt, stepSkipped{Reason: "cancelled", Control: it.seq})
+		if err != nil {
+			return &stop{kind: stopError, cause: err}
+		}
+		evs = append(evs, e)
+	}
+	if len(evs) == 0 {
+		return nil
+	}
+	if err := r.cancelChildren(ctx, "parent run "+r.id+" cancelled"); err != nil {
+		return err
+	}
+	if err := r.append(ctx, evs...); err != nil {
+		return r.failed(ctx, "cancel", err)
+	}
+	if r.cs != nil {
+		r.cs.told = true
+	}
+	return r.cancellation()
+}
+
+// cancelChildren asks the run's children that have not ended, and whose
+// parent-close policy is to cancel, to cancel (idempotent: a crash in
+// between asks again).
+func (r *runner) cancelChildren(ctx context.Context, reason string) error {
+	for _, st := range r.h.steps {
+		if st.kind == kindChild && !st.done() && st.first.Child != "" && parentClose(st.first.ParentClose) == ParentCloseCancel {
+			if err := requestCancel(ctx, r.st, st.first.Child, reason); err != nil {
+				return r.failed(ctx, "cancel", err)
+			}
+		}
+	}
+	return nil
+}
+
+// cancellation is the error a step returns once the run's cancel was
+// told to the function.
+func (r *runner) cancellation() error {
+	c := &Cancelled{Run: r.id}
+	if it := r.cancelItem(); it != nil {
+		c.Reason = it.control.Reason
+	}
+	return c
+}
+
+// cancelItem is the cancel request told to the function, if any.
+func (r *runner) cancelItem() *item {
+	if r.h.cancelSeq == 0 {
+		return nil
+	}
+	for i := range r.items {
+		if r.items[i].seq == r.h.cancelSeq && r.items[i].control != nil {
+			return &r.items[i]
+		}
+	}
+	return nil
+}
+
 // attemptRef names a step attempt.
 type attemptRef struct {
 	step    string
 	attempt uint64
+	// detached: asked for on a Detached Ctx, which a cancel leaves be;
+	// unstarted: a retry's next attempt, not started yet (its skip is
+	// recorded after its StepStarted).
+	detached, unstarted bool
 }
 
 // ---- waiting ----
@@ -744,47 +869,23 @@ func (r *runner) wait(c *Ctx, deadline time.Time, match func() (bool, error)) (t
 	if err := r.append(ctx); err != nil {
 		return false, c.halt(err)
 	}
-	for {
-		if err := r.writable(ctx); err != nil {
-			return false, c.halt(err)
-		}
-		if err := r.refreshDue(ctx); err != nil {
-			return false, c.halt(r.failed(ctx, "read inbox", err))
-		}
-		if p := r.plan(); p.stops() || len(p.catchUp) > 0 {
-			if s := r.applyPlan(ctx, p, c.inflight); s != nil {
-				return false, c.halt(s)
-			}
-		}
-		ok, err := match()
-		if err != nil {
-			return false, c.halt(r.failed(ctx, "wait", err))
-		}
-		if ok {
-			return false, nil
-		}
-		now := r.ex.Now()
-		if !deadline.IsZero() && !now.Before(deadline) {
-			return true, nil
-		}
-		d := r.poll
-		if !deadline.IsZero() && deadline.Sub(now) < d {
-			d = deadline.Sub(now)
-		}
-		t := r.ex.AfterFunc(d, r.park.Unpark)
-		perr := r.park.Park(ctx)
-		t.Stop()
-		if perr != nil {
-			return false, c.halt(&stop{kind: stopShutdown, cause: perr})
-		}
+	if c.halted != nil {
+		return false, c.halted
 	}
+	c.co.match, c.co.deadline, c.co.keyed = match, deadline, false
+	timedOut, err = r.block(c)
+	c.co.match, c.co.deadline = nil, time.Time{}
+	if err != nil {
+		return false, c.halt(err)
+	}
+	return timedOut, nil
 }
 
 // watchControl is the control branch of a step race: it returns once a
 // control request must stop the run (a pause or a cancel) or the run is
 // fenced, and records nothing itself: the run's goroutine does, once the
 // step's function has returned.
-func (r *runner) watchControl(ctx context.Context) (*controlPlan, error) {
+func (r *runner) watchControl(ctx context.Context, detached bool) (*controlPlan, error) {
 	for {
 		if r.fenced.Load() {
 			return nil, r.writable(ctx)
@@ -802,7 +903,7 @@ func (r *runner) watchControl(ctx context.Context) (*controlPlan, error) {
 				}
 				return nil, err
 			}
-			if p := r.plan(); p.stops() {
+			if p := r.plan(); p.pause != nil || p.cancel != nil && !detached {
 				return &p, nil
 			}
 		}
@@ -827,6 +928,9 @@ type raceOutcome struct {
 // runAttempt runs one attempt of a plain step: fn under the step's
 // timeout, raced against the run's control requests and its fencing.
 func (r *runner) runAttempt(c *Ctx, timeout time.Duration, fn func(context.Context) ([]byte, error)) (value []byte, failure error, timedOut bool, halt error) {
+	if r.sch.multi() {
+		return r.runAttemptBeside(c, timeout, fn)
+	}
 	winner, out, err := actor.Race(c.ctx, r.scope,
 		func(ctx context.Context) (raceOutcome, error) {
 			sctx, cancel := ctx, context.CancelFunc(func() {})
@@ -839,7 +943,7 @@ func (r *runner) runAttempt(c *Ctx, timeout time.Duration, fn func(context.Conte
 			return raceOutcome{value: v, err: err, timedOut: to}, nil
 		},
 		func(ctx context.Context) (raceOutcome, error) {
-			p, err := r.watchControl(ctx)
+			p, err := r.watchControl(ctx, c.detached)
 			return raceOutcome{plan: p, ctlErr: err}, nil
 		})
 	if werr := r.writable(c.ctx); werr != nil {
@@ -856,7 +960,13 @@ func (r *runner) runAttempt(c *Ctx, timeout time.Duration, fn func(context.Conte
 		}
 		return out.value, out.err, false, nil
 	case winner == 1 && err == nil && out.plan != nil:
-		return nil, nil, false, c.halt(r.applyPlan(c.ctx, *out.plan, c.inflight))
+		err := r.applyPlan(c.ctx, *out.plan, r.inflights())
+		if err == nil {
+			// The cancel skipped nothing of this attempt (a detached one):
+			// the attempt is lost all the same, and runs again.
+			err = &stop{kind: stopError, cause: detail("the step was interrupted")}
+		}
+		return nil, nil, false, c.halt(err)
 	case winner == 1 && err == nil:
 		return nil, nil, false, c.halt(r.failed(c.ctx, "step", out.ctlErr))
 	}

@@ -94,6 +94,10 @@ type stepStarted struct {
 	EffectKind string `cbor:"effect_kind,omitempty"`
 	Signal     string `cbor:"signal,omitempty"`
 	Child      string `cbor:"child,omitempty"`
+	// ParentClose is a child's parent-close policy (ParentClose*); empty
+	// is ParentCloseCancel, which is what runs recorded before policies
+	// had.
+	ParentClose string `cbor:"parent_close,omitempty"`
 }
 
 // stepCompleted is the payload of StepCompleted: the step's result as
@@ -102,6 +106,9 @@ type stepStarted struct {
 type stepCompleted struct {
 	Value cbor.RawMessage `cbor:"value"`
 	Seq   uint64          `cbor:"seq,omitempty"`
+	// TimedOut says an AwaitWithTimeout's timer came first (Seq is the
+	// firing's): the step ended without a signal.
+	TimedOut bool `cbor:"timed_out,omitempty"`
 }
 
 // stepFailed is the payload of StepFailed: one failed attempt. Final says
@@ -123,6 +130,11 @@ type stepFailed struct {
 // flight when its run was cancelled, and will never end.
 type stepSkipped struct {
 	Reason string `cbor:"reason"`
+	// Control is the inbox seq of the cancel request the skip delivered
+	// to the function (0 for skips recorded before cancellation was
+	// observable): the first such skip is where the function saw the
+	// cancel, on every re-run.
+	Control uint64 `cbor:"control,omitempty"`
 }
 
 // runStart is the payload of RunStarted: the run's input, so that the

@@ -812,7 +812,7 @@ func (r *runner) execute(ctx context.Context) *stop {
 	c := newCtx(r, ctx)
 	r.lastControl = r.ex.Now()
 	if p := r.plan(); p.stops() || len(p.catchUp) > 0 {
-		if err := r.applyPlan(ctx, p, r.inFlight()); err != nil {
+		if err := r.applyPlan(ctx, p, nil); err != nil {
 			return r.failed(ctx, "control", err)
 		}
 	}
@@ -823,7 +823,10 @@ func (r *runner) execute(ctx context.Context) *stop {
 		}
 	}
 	r.emit(EvStarted, nil)
+	r.tells = true
 	out, ferr := r.def.invoke(c, r.start.Input)
+	r.closeBranches(c)
+	r.tells = false
 	if c.halted != nil {
 		return r.failed(ctx, "run", c.halted)
 	}
@@ -848,8 +851,16 @@ func (r *runner) execute(ctx context.Context) *stop {
 		// Whatever the function made of the refusal, the run used its Ctx
 		// from two goroutines: its step order is not reproducible.
 		typ, end = event.RunFailed, runEnd{Error: message(c.misused())}
+	case ferr != nil && c.told && errors.Is(ferr, ErrCancelled):
+		typ, end = event.RunCancelled, runEnd{Control: r.h.cancelSeq}
+		if it := r.cancelItem(); it != nil {
+			end.Reason, end.SourceOccurredAt = it.control.Reason, unixNano(it.at)
+		}
 	case ferr != nil:
 		typ, end = event.RunFailed, runEnd{Error: message(ferr)}
+	}
+	if err := r.closeChildren(c); err != nil {
+		return r.failed(ctx, "end", err)
 	}
 	if err := r.end(ctx, typ, end); err != nil {
 		return r.failed(ctx, "end", err)
@@ -860,12 +871,35 @@ func (r *runner) execute(ctx context.Context) *stop {
 	return nil
 }
 
-// inFlight is the step attempt the history has in flight, if any.
-func (r *runner) inFlight() *attemptRef {
-	for _, s := range r.h.steps {
-		if s.inFlight() && !s.done() {
-			return &attemptRef{step: s.id, attempt: s.attempt}
+// closeChildren applies the parent-close policies of the run's children
+// that have not ended, before the run's end is recorded (a crash in
+// between applies them again; each is idempotent): ParentCloseCancel asks
+// the child to cancel, ParentCloseWait waits for its end, and
+// ParentCloseAbandon leaves it be.
+func (r *runner) closeChildren(c *Ctx) error {
+	var wait []string
+	for _, st := range r.h.steps {
+		if st.kind != kindChild || st.done() || st.first.Child == "" {
+			continue
+		}
+		if parentClose(st.first.ParentClose) == ParentCloseWait {
+			wait = append(wait, st.first.Child)
 		}
 	}
-	return nil
+	if err := r.cancelChildren(c.ctx, "parent run "+r.id+" ended"); err != nil {
+		return err
+	}
+	if len(wait) == 0 {
+		return nil
+	}
+	_, err := r.wait(c, time.Time{}, func() (bool, error) {
+		for _, id := range wait {
+			end, err := r.childEnd(c.ctx, id)
+			if err != nil || end == nil {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+	return err
 }
