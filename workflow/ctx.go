@@ -65,8 +65,9 @@ func (c *Ctx) Context() context.Context { return c.ctx }
 func (c *Ctx) RunID() string { return c.r.id }
 
 func (c *Ctx) halt(err error) error {
-	if isCancellation(err) {
-		// A cancel is told to the function, not a stop of the run.
+	if isCancellation(err) || err == error(errClosed) {
+		// A cancel is told to the function, and a branch stopped after
+		// the function returned is no stop of the run.
 		return err
 	}
 	if c.halted == nil {
@@ -96,6 +97,9 @@ func (c *Ctx) begin(kind, base string) (string, *stepHist, error) {
 	}
 	if c.div != nil {
 		return "", nil, c.div
+	}
+	if c.r.sch.closing != nil {
+		return "", nil, c.r.sch.closing
 	}
 	if c.told && !c.detached {
 		return "", nil, c.r.cancellation()
@@ -133,6 +137,15 @@ func (c *Ctx) begin(kind, base string) (string, *stepHist, error) {
 	case h.kind != kind:
 		c.div = &DivergenceError{RunID: c.r.id, StepIndex: k, Recorded: h.id, Got: id,
 			Reason: "recorded as a " + h.kind + " step, asked for as a " + kind + " step"}
+	case c.r.replay && h.completed == nil && h.final == nil && c.co.idx != 0:
+		// A branch whose step never ended (the function returned without
+		// waiting for it): it waits for ever, until the replay stops it.
+		c.co.match, c.co.keyed = nil, false
+		_, err := c.r.block(c)
+		if err == nil {
+			err = c.halt(&stop{kind: stopError, cause: detail("step " + id + " is not recorded as ended")})
+		}
+		return "", nil, err
 	case c.r.replay && h.completed == nil && h.final == nil:
 		return "", nil, c.halt(&stop{kind: stopError, cause: detail("step " + id + " is not recorded as ended")})
 	default:

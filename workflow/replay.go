@@ -47,6 +47,7 @@ func Replay(def Workflow, stream []event.Envelope) ([]byte, error) {
 	r := &runner{id: run, h: h, replay: true, ex: actor.NewExecutor(0)}
 	c := newCtx(r, context.Background())
 	out, ferr := def.invoke(c, h.input)
+	r.closeBranches(c)
 	if ferr == nil && c.halted == nil {
 		if err := checkValue("the run's output", out); err != nil {
 			out, ferr = nil, err // as the live run decided
