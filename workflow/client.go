@@ -718,12 +718,16 @@ func (c *Client) control(ctx context.Context, runID, op, reason, dedupe string) 
 	return wrap(op, runID, err)
 }
 
-// Cancel cancels the run: its holder stops the step in flight (its context
-// ends; the attempt is recorded as StepSkipped) and records RunCancelled;
-// when nobody holds the run, the client records it itself. The run's
-// children that have not ended are cancelled with it, before its end is
-// recorded (and theirs, in turn). Cancelling a cancelled run is a no-op;
-// one that ended otherwise is ErrFinished.
+// Cancel cancels the run. The cancel is told to its function: whoever
+// holds the run records the steps in flight as StepSkipped and they
+// return a *Cancelled (matching ErrCancelled), so the function can
+// compensate on Detached(c) before it returns; the run ends RunCancelled
+// when the function returns an error matching ErrCancelled. A run that
+// recorded no step yet is cancelled at once (by the client itself when
+// nobody holds it). The run's children whose parent-close policy is
+// ParentCloseCancel are asked to cancel when the function is told.
+// Cancelling a cancelled run is a no-op; one that ended otherwise is
+// ErrFinished.
 func (c *Client) Cancel(ctx context.Context, runID, reason string) error {
 	const op = "cancel"
 	rec, err := c.run(ctx, op, runID)

@@ -45,8 +45,32 @@
 //     durable timer), Await (a signal), Effect (an intent executed by the
 //     plane's adapters, its receipt back in the inbox), Child (another run,
 //     started idempotently), Patched (a patch marker, step
-//     "sys:patch:<id>"). Step ids are the step's name plus an
-//     occurrence number when a name repeats ("pay", "pay#2").
+//     "sys:patch:<id>"), AwaitWithTimeout (a signal or a durable timer,
+//     whichever comes first in the inbox). Step ids are the step's name
+//     plus an occurrence number when a name repeats ("pay", "pay#2").
+//   - Branches: Go starts a branch of the run and returns a Future; the
+//     *Async calls (StepAsync, EffectAsync, NewTimer, AwaitAsync,
+//     ChildAsync) are branches of one step. Future.Get waits for one,
+//     Select for the first of several. Branches are coroutines (sched.go):
+//     one runs at a time, so they share the run without locks, and their
+//     steps overlap (a plain step's function runs while the others go on;
+//     sleeps, signals, effects and children wait side by side). Go runs
+//     the branch until its first wait before it returns, so positions are
+//     taken in program order; a re-run resumes branches in the order
+//     their steps' ends were recorded, which makes them ask for their
+//     next steps in the same order, and Select picks what ended first in
+//     that order. A branch still running when the function returns is
+//     stopped; nothing it asks for afterwards is recorded.
+//   - Cancellation: Client.Cancel is told to the function. The steps in
+//     flight (but Detached ones) are recorded StepSkipped with the
+//     request's inbox seq, and return a *Cancelled (matching ErrCancelled);
+//     every later step on a Ctx that is not Detached returns it too, so
+//     compensation runs on Detached(c). A function that returns an error
+//     matching ErrCancelled ends the run RunCancelled. A run that recorded
+//     no step yet is cancelled at once, without running its function.
+//   - Children end with their parent according to their parent-close
+//     policy (WithParentClose): cancel (the default), abandon, or wait
+//     (the parent's end waits for the child's).
 //   - Worker: finds runnable runs (active, not held by a live lease
 //     elsewhere, started with a version it carries), takes their leases, renews them
 //     in batches, runs each run in a process of its own, and stops a run at
@@ -136,7 +160,8 @@
 //     fails its step for good (a *StepError the function can handle), a
 //     larger params is ErrInvalid, and a larger output fails the run: no
 //     value can make a run retry for ever a write the store refuses.
-//   - A Ctx is used by the function's own goroutine, one step at a time.
+//   - A Ctx is used by its coroutine's own goroutine (the function's, or
+//     the branch's Ctx that Go hands it), one step at a time.
 //     A step asked for from another goroutine, or from inside a step's
 //     function, is refused with ErrConcurrentUse and the run fails with it:
 //     with goroutines sharing a Ctx the order of the steps, and so which
