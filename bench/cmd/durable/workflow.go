@@ -38,7 +38,55 @@ var (
 	wfHintGap   = flag.Duration("wf-hint-gap", 0, "workflow: the worker's HintGap (the least time between two hint-started scans; 0: the library default, 100ms)")
 	wfCalls     = flag.Bool("wf-calls", false, "workflow: print the count and mean time of each kind of store call at exit")
 	wfPollMax   = flag.Duration("wf-poll-max", time.Second, "workflow: the longest backoff between Client.Result's re-reads (WithPoll; library default 1s)")
+	wfFanOut    = flag.Int("wf-fanout", 50, "workflow: children of the fan-out rows (0: skip them)")
+	wfChildWork = flag.Duration("wf-child-work", 200*time.Millisecond, "workflow: how long each fan-out child's one step works")
 )
+
+// fanOutWorkflows are the fan-out rows' definitions: bench.kid, a child
+// whose one step works for -wf-child-work, and two parents of -wf-fanout
+// children: bench.seq waits for each child before it starts the next
+// (Child), bench.fan starts them all and then collects them (ChildAsync).
+func fanOutWorkflows() (kid, seq, fan *workflow.Def[int64, int64]) {
+	kid = workflow.New("bench.kid", 1, func(c *workflow.Ctx, i int64) (int64, error) {
+		return workflow.Step(c, "work", func(ctx context.Context) (int64, error) {
+			t := time.NewTimer(*wfChildWork)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return i, nil
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		})
+	})
+	seq = workflow.New("bench.seq", 1, func(c *workflow.Ctx, i int64) (int64, error) {
+		var sum int64
+		for k := 0; k < *wfFanOut; k++ {
+			v, err := workflow.Child(c, kid, fmt.Sprintf("seq-%d-kid-%d", i, k), int64(k))
+			if err != nil {
+				return 0, err
+			}
+			sum += v
+		}
+		return sum, nil
+	})
+	fan = workflow.New("bench.fan", 1, func(c *workflow.Ctx, i int64) (int64, error) {
+		fs := make([]*workflow.Future[int64], *wfFanOut)
+		for k := range fs {
+			fs[k] = workflow.ChildAsync(c, kid, fmt.Sprintf("fan-%d-kid-%d", i, k), int64(k))
+		}
+		var sum int64
+		for _, f := range fs {
+			v, err := f.Get(c)
+			if err != nil {
+				return 0, err
+			}
+			sum += v
+		}
+		return sum, nil
+	})
+	return kid, seq, fan
+}
 
 func init() {
 	// -backend is another name of -store: both set the same value.
@@ -72,7 +120,8 @@ func runWorkflowAPI(ctx context.Context, st store.Store) {
 		st = sc
 	}
 	oneStep, threeSteps := benchWorkflows()
-	wfs, err := workflow.NewWorkflows(oneStep, threeSteps)
+	kid, seqParent, fanParent := fanOutWorkflows()
+	wfs, err := workflow.NewWorkflows(oneStep, threeSteps, kid, seqParent, fanParent)
 	must(err)
 	sys := actor.NewSystem()
 	cfg := workflow.WorkerConfig{Worker: "bench-wf-worker", Store: st, Workflows: wfs,
@@ -156,5 +205,26 @@ func runWorkflowAPI(ctx context.Context, st store.Store) {
 			fmt.Printf("%s workflow3 failed (timeout after %v)\n", lib, d.Round(time.Millisecond))
 		}
 		reportLat("workflow3-latency", rec.values(), *nWf3)
+	}
+
+	// 5. fan-out: one parent of -wf-fanout children, each child one step
+	// that works -wf-child-work; time = Start's call → Result's return,
+	// children one after another (Child) and side by side (ChildAsync).
+	if *wfFanOut > 0 {
+		for _, p := range []struct {
+			name string
+			def  *workflow.Def[int64, int64]
+		}{{"fanout-sequential", seqParent}, {"fanout-async", fanParent}} {
+			t := time.Now()
+			must(p.def.Start(ctx, client, p.name, 0))
+			rctx, cancel := context.WithTimeout(ctx, *timeout)
+			_, err := client.Result(rctx, p.name)
+			cancel()
+			if err != nil {
+				fmt.Printf("%s %s failed: %v\n", lib, p.name, err)
+				continue
+			}
+			fmt.Printf("%s %s %d children of %v: %v\n", lib, p.name, *wfFanOut, *wfChildWork, time.Since(t).Round(time.Millisecond))
+		}
 	}
 }
