@@ -784,6 +784,19 @@ func Child[In, Out any](c *Ctx, def *Def[In, Out], childID string, in In, opts .
 	return decodeAs[Out](c, id, re.Output, true)
 }
 
+// childNoticed reports whether the notice of child's end (the item its
+// finish enqueues) has arrived in the run's inbox since the last look.
+func (r *runner) childNoticed(child string, cs *childState) bool {
+	key := ItemChild + ":" + child
+	for ; cs.seen < len(r.items); cs.seen++ {
+		if it := &r.items[cs.seen]; it.kind == ItemChild && it.dedupe == key {
+			cs.seen++
+			return true
+		}
+	}
+	return false
+}
+
 // childEnd reads a child's stream past what it read before and returns
 // its end once recorded.
 func (r *runner) childEnd(ctx context.Context, child string) (*event.Envelope, error) {
@@ -791,6 +804,15 @@ func (r *runner) childEnd(ctx context.Context, child string) (*event.Envelope, e
 	if cs == nil {
 		cs = &childState{}
 		r.kids[child] = cs
+	}
+	if cs.end == nil && r.ex != nil && !cs.lastRead.IsZero() && r.ex.Now().Before(cs.lastRead.Add(r.poll)) && !r.childNoticed(child, cs) {
+		// Nothing says the child ended since the last read: a parent of
+		// many children reads each one's stream on its end's notice (or
+		// once a poll interval), not on every wake of the run.
+		return nil, nil
+	}
+	if r.ex != nil {
+		cs.lastRead = r.ex.Now()
 	}
 	for cs.end == nil {
 		evs, err := r.st.Read(ctx, child, cs.after, 256)

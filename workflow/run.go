@@ -125,6 +125,10 @@ type item struct {
 type childState struct {
 	after uint64
 	end   *event.Envelope
+	// lastRead is when its stream was last read; seen how far the run's
+	// inbox was searched for its end's notice.
+	lastRead time.Time
+	seen     int
 }
 
 // runner is one run held under a lease: by a worker, which runs its
