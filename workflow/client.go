@@ -168,13 +168,13 @@ func wrap(op, run string, err error) error {
 // the first of local (workers in this process, waited for through ex)
 // with room for it, which creates it with its first write; otherwise it
 // is created here and a hint wakes every worker's scan.
-func startRun(ctx context.Context, st store.Store, def Workflow, runID string, input []byte, parent string, local []*Worker, ex actor.Executor, q *queuedStart) (created bool, err error) {
+func startRun(ctx context.Context, st store.Store, def Workflow, runID string, input []byte, parent string, local []*Worker, ex actor.Executor, q *queuedStart, timeout time.Duration) (created bool, err error) {
 	const op = "start"
 	if err := store.CheckID(op, "run id", runID); err != nil {
 		return false, errorf(op, ErrInvalid, runID, err)
 	}
 	universe := Universe(def.Name())
-	start := startItem{Workflow: def.Name(), Version: def.Version(), Input: input, Parent: parent}
+	start := startItem{Workflow: def.Name(), Version: def.Version(), Input: input, Parent: parent, Timeout: int64(max(timeout, 0))}
 	if q != nil && q.opts.queue != "" {
 		start.Queue, start.Priority, start.Partition = q.opts.queue, q.opts.priority, q.opts.partition
 	}
@@ -374,7 +374,7 @@ func (c *Client) Start(ctx context.Context, def Workflow, runID string, in any, 
 	if err := c.carried(ctx, def, runID); err != nil {
 		return err
 	}
-	_, err = startRun(ctx, c.st, def, runID, b, "", c.workers, c.ex, c.queued(o))
+	_, err = startRun(ctx, c.st, def, runID, b, "", c.workers, c.ex, c.queued(o), o.timeout)
 	return err
 }
 
@@ -417,7 +417,7 @@ func (c *Client) StartCBOR(ctx context.Context, name, runID string, input []byte
 	if err := c.carried(ctx, def, runID); err != nil {
 		return false, err
 	}
-	created, err = startRun(ctx, c.st, def, runID, b, "", c.workers, c.ex, c.queued(o))
+	created, err = startRun(ctx, c.st, def, runID, b, "", c.workers, c.ex, c.queued(o), o.timeout)
 	if o.version == 0 && errors.Is(err, ErrConflict) {
 		// A start that names no version is repeated by a client that is
 		// unsure of the first answer, and during a rolling upgrade the

@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"context"
+	"math/rand/v2"
 	"errors"
 	"fmt"
 	"strconv"
@@ -55,6 +56,8 @@ type cstate struct {
 	// step of it returned the cancellation): from then on every step asked
 	// for on a Ctx that is not Detached returns it too, taking no position.
 	told bool
+	// rng is the run's deterministic random source (Rand).
+	rng *rand.Rand
 }
 
 // Context returns the run's context: it ends when the run stops on this
@@ -752,7 +755,7 @@ func Child[In, Out any](c *Ctx, def *Def[In, Out], childID string, in In, opts .
 	if err := r.writable(c.ctx); err != nil {
 		return zero, c.halt(err)
 	}
-	if _, err := startRun(c.ctx, r.st, def, childID, input, r.id, nil, nil, nil); err != nil {
+	if _, err := startRun(c.ctx, r.st, def, childID, input, r.id, nil, nil, nil, 0); err != nil {
 		if errors.Is(err, ErrConflict) {
 			return fail(err.Error())
 		}

@@ -68,6 +68,13 @@
 //     compensation runs on Detached(c). A function that returns an error
 //     matching ErrCancelled ends the run RunCancelled. A run that recorded
 //     no step yet is cancelled at once, without running its function.
+//   - Determinism helpers: Ctx.Now (the time recorded for this point of
+//     the run), Ctx.Rand (a source seeded from the run id), SideEffect (a
+//     value computed once and recorded). Now and SideEffect are steps of
+//     kind "side" that ride with the run's next write (determ.go).
+//   - WithRunTimeout: a durable timer on the store's clock, due the
+//     timeout after the start; its firing ends the run RunFailed ("run
+//     timed out") without asking the function.
 //   - Children end with their parent according to their parent-close
 //     policy (WithParentClose): cancel (the default), abandon, or wait
 //     (the parent's end waits for the child's).

@@ -105,7 +105,18 @@ type startOptions struct {
 	// tick: the start is a schedule's tick, whose run id is in the
 	// schedules' namespace (store.ScheduleRunPrefix).
 	tick bool
+	// timeout: WithRunTimeout.
+	timeout time.Duration
 }
+
+// WithRunTimeout ends the run RunFailed ("run timed out") if it has not
+// ended d after it was started: judged by a durable timer on the store's
+// clock, due d after the start item's enqueue time, so neither a crash nor
+// a worker whose clock is off moves it. The run's function is not asked
+// (as a cancel would ask it): it is stopped, its children whose policy is
+// ParentCloseCancel are asked to cancel, and its unclaimed effects are
+// withdrawn with the end.
+func WithRunTimeout(d time.Duration) StartOption { return func(o *startOptions) { o.timeout = d } }
 
 // OnQueue starts the run on queue name: it waits, recorded RunQueued,
 // until a worker admits it within the queue's limits.

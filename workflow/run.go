@@ -192,6 +192,8 @@ type runner struct {
 	sch   sched
 	cs    *cstate
 	tells bool
+	// timeoutSet: the WithRunTimeout timer is scheduled (by this holder).
+	timeoutSet bool
 }
 
 // newRunner returns the runner of run id under the lease g granted; the
@@ -441,7 +443,46 @@ func (r *runner) append(ctx context.Context, evs ...event.Envelope) error {
 		return r.failed(ctx, "append", err)
 	}
 	r.pending = nil
-	return r.applyAppended(ctx, evs, res)
+	if err := r.applyAppended(ctx, evs, res); err != nil {
+		return err
+	}
+	return r.scheduleTimeout(ctx)
+}
+
+// runTimeoutStep names the WithRunTimeout timer's payload.
+const runTimeoutStep = "sys:run-timeout"
+
+// scheduleTimeout schedules the run's WithRunTimeout timer once the run
+// exists (after its first write here; again on each holder, which the
+// store dedupes by the timer's hash): due the timeout after the start
+// item was enqueued, both on the store's clock.
+func (r *runner) scheduleTimeout(ctx context.Context) error {
+	if r.timeoutSet || r.start == nil || r.start.Timeout <= 0 || r.replay {
+		return nil
+	}
+	var at time.Time
+	for i := range r.items {
+		if r.items[i].start != nil {
+			at = r.items[i].at
+			break
+		}
+	}
+	if at.IsZero() {
+		return nil
+	}
+	payload, err := event.Marshal(timerPayload{Run: r.id, Step: runTimeoutStep})
+	if err != nil {
+		return r.failed(ctx, "timeout", err)
+	}
+	due := at.Add(time.Duration(r.start.Timeout))
+	if due.After(store.MaxTime) {
+		due = store.MaxTime
+	}
+	if err := r.st.Schedule(ctx, r.id, r.epoch, timerHash(r.id, runTimeoutStep), due, payload); err != nil {
+		return r.failed(ctx, "timeout", err)
+	}
+	r.timeoutSet = true
+	return nil
 }
 
 // commitWithdraw is append for evs that give effects up: one Commit, fenced
@@ -500,7 +541,10 @@ func (r *runner) spawnWith(ctx context.Context, evs []event.Envelope) error {
 	sp.settle(true, nil)
 	r.emit(EvAcquired, nil)
 	r.pending = nil
-	return r.applyAppended(ctx, evs, got.Appended)
+	if err := r.applyAppended(ctx, evs, got.Appended); err != nil {
+		return err
+	}
+	return r.scheduleTimeout(ctx)
 }
 
 func (r *runner) applyAppended(ctx context.Context, evs []event.Envelope, res []store.Appended) error {
@@ -601,6 +645,8 @@ func endStatus(typ string) RunStatus {
 
 // controlPlan is what the run's control requests ask of it now.
 type controlPlan struct {
+	// timeout is set when the run's WithRunTimeout timer fired.
+	timeout *item
 	// catchUp are the RunPaused and RunResumed events owed: requests
 	// whose events nobody could append when they were made (the pause
 	// fenced the holder; nobody held the run).
@@ -617,7 +663,7 @@ type controlEvent struct {
 	it  *item // nil: a resume without a request
 }
 
-func (p controlPlan) stops() bool { return p.pause != nil || p.cancel != nil }
+func (p controlPlan) stops() bool { return p.pause != nil || p.cancel != nil || p.timeout != nil }
 
 // plan reads the run's control requests against what the stream recorded
 // of them. Requests are recorded in inbox order, so only those after the
@@ -629,6 +675,9 @@ func (r *runner) plan() controlPlan {
 	var last uint64
 	for i := range r.items {
 		it := &r.items[i]
+		if it.timer != nil && it.timer.Run == r.id && it.timer.Step == runTimeoutStep {
+			p.timeout = it
+		}
 		if it.control == nil {
 			continue
 		}
@@ -703,6 +752,21 @@ func (r *runner) applyPlan(ctx context.Context, p controlPlan, inflight []*attem
 		}
 	}
 	switch {
+	case p.timeout != nil:
+		if err := r.cancelChildren(ctx, "parent run "+r.id+" timed out"); err != nil {
+			return err
+		}
+		msg := "workflow: run timed out"
+		if r.start != nil && r.start.Timeout > 0 {
+			msg += " after " + time.Duration(r.start.Timeout).String()
+		}
+		if err := r.end(ctx, event.RunFailed, runEnd{Error: msg}); err != nil {
+			return r.failed(ctx, "timeout", err)
+		}
+		if err := r.finish(ctx); err != nil {
+			return r.failed(ctx, "timeout", err)
+		}
+		return &stop{kind: stopCancel, cause: errorf("timeout", ErrFailed, r.id, detail(msg))}
 	case p.cancel != nil && r.tells:
 		return r.tellCancel(ctx, p.cancel, inflight)
 	case p.cancel != nil && len(r.h.steps) > 0:

@@ -186,6 +186,9 @@ type startItem struct {
 	Queue     string `cbor:"queue,omitempty"`
 	Priority  int    `cbor:"priority,omitempty"`
 	Partition string `cbor:"partition,omitempty"`
+	// Timeout is WithRunTimeout's, in ns: the run fails if not ended that
+	// long after its start item was enqueued.
+	Timeout int64 `cbor:"timeout,omitempty"`
 }
 
 type signalItem struct {
@@ -220,7 +223,7 @@ func decodePayload(eventType string, payload []byte) (any, error) {
 		var p stepStarted
 		if err = event.Unmarshal(payload, &p); err == nil {
 			switch p.Kind {
-			case kindStep, kindSleep, kindSignal, kindEffect, kindChild, kindPatch:
+			case kindStep, kindSleep, kindSignal, kindEffect, kindChild, kindPatch, kindSide:
 			default:
 				return nil, errorf("decode", ErrInvalid, "", detail("unknown step kind "+strconv.Quote(p.Kind)))
 			}
