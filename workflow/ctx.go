@@ -2,9 +2,9 @@ package workflow
 
 import (
 	"context"
-	"math/rand/v2"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync/atomic"
