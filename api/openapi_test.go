@@ -835,6 +835,12 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 	}
 	a.do(exchange{method: "POST", path: "/v1/runs", body: start("r1", 5), want: 201})
 	a.do(exchange{method: "POST", path: "/v1/runs", body: start("r1", 5), want: 200})
+	// Signal-with-start: started and approved in one request; repeated,
+	// the same run, signalled once.
+	sws := `{"workflow":"payout","id":"rs","input":{"Account":"alice","Amount":3},"signal":{"name":"approved","value":true,"idempotency_key":"ok-rs"}}`
+	a.do(exchange{method: "POST", path: "/v1/runs", body: sws, want: 201})
+	a.do(exchange{method: "POST", path: "/v1/runs", body: `{"workflow":"payout","id":"rs2","input":{"Account":"alice","Amount":3},"signal":{"value":true}}`, want: 400, specRefuses: true})
+	ra.runUntil("rs", "completed", func(v api.RunView) bool { return v.Status == "completed" })
 	a.do(exchange{method: "POST", path: "/v1/runs", body: start("r1", 6), want: 409})
 	a.do(exchange{method: "POST", path: "/v1/runs", body: `{"workflow":"refund","id":"r9"}`, want: 400})
 	a.do(exchange{method: "POST", path: "/v1/runs", body: `{"id":"r9"}`, want: 400, specRefuses: true})
@@ -915,6 +921,8 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 	a.do(exchange{method: "POST", path: "/v1/runs/nobody/cancel", want: 404})
 	a.do(exchange{method: "POST", path: "/v1/runs/r1/cancel", want: 409}) // completed
 	a.do(exchange{method: "POST", path: "/v1/runs/r1/signals", body: `{"name":"approved","value":true}`, want: 409})
+	// The cancel is told to r2's function, which ends the run cancelled.
+	ra.runUntil("r2", "cancelled", func(v api.RunView) bool { return v.Status == "cancelled" })
 	a.do(exchange{method: "POST", path: "/v1/runs/r2/pause", want: 409})  // cancelled
 	a.do(exchange{method: "POST", path: "/v1/runs/r2/resume", want: 409}) // cancelled
 

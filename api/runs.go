@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -130,6 +131,8 @@ type startRunReq struct {
 	Queue     string `json:"queue,omitempty"`
 	Priority  int    `json:"priority,omitempty"`
 	Partition string `json:"partition,omitempty"`
+	// Signal makes the start a signal-with-start (Client.SignalWithStart).
+	Signal *signalReq `json:"signal,omitempty"`
 }
 
 type signalReq struct {
@@ -206,9 +209,30 @@ func (s *Server) startRun(r *http.Request, rc *reqCtx) (int, any, error) {
 	} else if req.Priority != 0 || req.Partition != "" {
 		return 0, nil, invalid("a priority or partition needs a queue")
 	}
+	var sigVal []byte
+	if req.Signal != nil {
+		if req.Signal.Name == "" {
+			return 0, nil, invalid(`field "signal.name" is required`)
+		}
+		if sigVal, err = jsonToCBOR(req.Signal.Value); err != nil {
+			return 0, nil, err
+		}
+	}
 	created, err := rb.Client.StartCBOR(r.Context(), req.Workflow, req.ID, in, opts...)
+	if err != nil && req.Signal != nil && errors.Is(err, workflow.ErrConflict) {
+		// Signal-with-start: a run of this workflow is signalled whatever
+		// its input.
+		if sum, gerr := rb.Client.Get(r.Context(), req.ID); gerr == nil && sum.Workflow == req.Workflow {
+			err = nil
+		}
+	}
 	if err != nil {
 		return 0, nil, err
+	}
+	if req.Signal != nil {
+		if err := rb.Client.Signal(r.Context(), req.ID, req.Signal.Name, cbor.RawMessage(sigVal), req.Signal.IdempotencyKey); err != nil {
+			return 0, nil, err
+		}
 	}
 	v, err := s.runView(r.Context(), req.ID, false)
 	if err != nil {

@@ -183,6 +183,16 @@ type StartOptions struct {
 	Queue     string
 	Priority  int
 	Partition string
+	// Signal, when its Name is set, makes the start a signal-with-start:
+	// the run is started unless it exists, and sent the signal.
+	Signal StartSignal
+}
+
+// StartSignal is the signal of a signal-with-start.
+type StartSignal struct {
+	Name           string
+	Value          any
+	IdempotencyKey string
 }
 
 // StartRunOn is StartRun with options: a version to pin the run to, and a
@@ -192,7 +202,15 @@ func (c *Client) StartRunOn(ctx context.Context, workflowName, id string, input 
 	if err != nil {
 		return RunView{}, false, err
 	}
-	st, err := c.do(ctx, http.MethodPost, "/v1/runs", nil, startRunReq{Workflow: workflowName, ID: id, Input: raw, Version: o.Version,
-		Queue: o.Queue, Priority: o.Priority, Partition: o.Partition}, &v)
+	req := startRunReq{Workflow: workflowName, ID: id, Input: raw, Version: o.Version,
+		Queue: o.Queue, Priority: o.Priority, Partition: o.Partition}
+	if o.Signal.Name != "" {
+		val, err := json.Marshal(o.Signal.Value)
+		if err != nil {
+			return RunView{}, false, err
+		}
+		req.Signal = &signalReq{Name: o.Signal.Name, Value: val, IdempotencyKey: o.Signal.IdempotencyKey}
+	}
+	st, err := c.do(ctx, http.MethodPost, "/v1/runs", nil, req, &v)
 	return v, st == http.StatusCreated, err
 }

@@ -72,6 +72,7 @@ crashes and resumes where it stopped. These commands talk to a running server
 (orrery serve) at --addr.`,
 	})
 	var startOn api.StartOptions
+	var sigValue string
 	start := &cobra.Command{
 		Use:   "start WORKFLOW ID [JSON]",
 		Short: "Start a run (idempotent: the same workflow, id and input again is the same run)",
@@ -87,7 +88,8 @@ advertises workflow:WORKFLOW@N) is refused with code version_not_carried
 		Example: `  orrery run start ledger.payout p-1 '{"Account":"alice","Amount":50}'
   orrery run start ledger.payout p-1 '{"Account":"alice","Amount":50}' --version 1
   orrery run start ledger.payout p-1 '{"Account":"alice","Amount":50}' -o json
-  orrery run start ledger.payout p-2 '{"Account":"bob","Amount":5}' --queue payouts --priority 1 --partition bob`,
+  orrery run start ledger.payout p-2 '{"Account":"bob","Amount":5}' --queue payouts --priority 1 --partition bob
+  orrery run start orders.fulfil o-7 '{"ID":"o-7"}' --signal shipped --signal-value '{"Carrier":"ups"}' --signal-key ship-o-7`,
 		Args: args(cobra.RangeArgs(2, 3)),
 		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
 			in, err := jsonArg(a, 2)
@@ -96,6 +98,19 @@ advertises workflow:WORKFLOW@N) is refused with code version_not_carried
 			}
 			if startOn.Queue == "" && (startOn.Priority != 0 || startOn.Partition != "") {
 				return usageError{fmt.Errorf("--priority and --partition need --queue")}
+			}
+			if startOn.Signal.Name == "" && (sigValue != "" || startOn.Signal.IdempotencyKey != "") {
+				return usageError{fmt.Errorf("--signal-value and --signal-key need --signal")}
+			}
+			if startOn.Signal.Name != "" {
+				v := json.RawMessage("null")
+				if sigValue != "" {
+					if !json.Valid([]byte(sigValue)) {
+						return usageError{fmt.Errorf("--signal-value is not JSON: %q", sigValue)}
+					}
+					v = json.RawMessage(sigValue)
+				}
+				startOn.Signal.Value = v
 			}
 			v, _, err := c.StartRunOn(ctx, a[0], a[1], in, startOn)
 			if err != nil {
@@ -108,6 +123,9 @@ advertises workflow:WORKFLOW@N) is refused with code version_not_carried
 	start.Flags().StringVar(&startOn.Queue, "queue", "", "start the run on this named queue: it waits, queued, until admitted within the queue's limits")
 	start.Flags().IntVar(&startOn.Priority, "priority", 0, "the run's priority in its queue: lower first (needs --queue)")
 	start.Flags().StringVar(&startOn.Partition, "partition", "", "the run's partition key in a partitioned queue (needs --queue)")
+	start.Flags().StringVar(&startOn.Signal.Name, "signal", "", "signal-with-start: also send the run this signal (a running run of WORKFLOW is only signalled)")
+	start.Flags().StringVar(&sigValue, "signal-value", "", "the signal's value as JSON (needs --signal; default null)")
+	start.Flags().StringVar(&startOn.Signal.IdempotencyKey, "signal-key", "", "the signal's idempotency key: repeated with it, the signal is sent once (needs --signal)")
 	var wf, status string
 	var version uint64
 	var page api.ListOptions

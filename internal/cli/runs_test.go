@@ -158,3 +158,18 @@ func TestRunVersionFlags(t *testing.T) {
 		t.Fatalf("list --version 2: %+v", runs)
 	}
 }
+
+// A signal-with-start starts the payout and approves it in one command:
+// the approval waits in the run's inbox for the run's Await. Repeated with
+// the same key it starts nothing and signals nothing more.
+func TestRunStartWithSignal(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	in := `{"Account":"carol","Amount":7}`
+	f.ok("run", "start", ledger.WorkflowPayout, "p-s", in, "--signal", "approved", "--signal-value", "true", "--signal-key", "ok-p-s")
+	f.eventually("p-s completes", func() bool { return f.showRun("p-s").Status == "completed" })
+	if got := payoutOf(t, f.showRun("p-s")); got != (ledger.PayoutResult{Approved: true, Notice: "paid 7 to carol"}) {
+		t.Fatalf("output %+v", got)
+	}
+	f.fail(cli.ExitUsage, "run", "start", ledger.WorkflowPayout, "p-t", in, "--signal-value", "true")
+	f.fail(cli.ExitUsage, "run", "start", ledger.WorkflowPayout, "p-t", in, "--signal", "approved", "--signal-value", "{nope")
+}
