@@ -921,6 +921,10 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 	a.do(exchange{method: "POST", path: "/v1/runs/nobody/cancel", want: 404})
 	a.do(exchange{method: "POST", path: "/v1/runs/r1/cancel", want: 409}) // completed
 	a.do(exchange{method: "POST", path: "/v1/runs/r1/signals", body: `{"name":"approved","value":true}`, want: 409})
+	a.do(exchange{method: "GET", path: "/v1/runs/r2/query/stage", want: 200})
+	a.do(exchange{method: "GET", path: "/v1/runs/r2/query/nope", want: 404})
+	a.do(exchange{method: "GET", path: "/v1/runs/r2/values", want: 200})
+	a.do(exchange{method: "GET", path: "/v1/runs/nobody/values", want: 404})
 	// The cancel is told to r2's function, which ends the run cancelled.
 	ra.runUntil("r2", "cancelled", func(v api.RunView) bool { return v.Status == "cancelled" })
 	a.do(exchange{method: "POST", path: "/v1/runs/r2/pause", want: 409})  // cancelled

@@ -73,6 +73,9 @@ type RunView struct {
 	// resume, cancel and signal while paused; pause, cancel and signal
 	// otherwise.
 	Actions []string `json:"actions"`
+	// Values are what the run published (workflow.SetEvent), the latest
+	// per key; in a single run's view only.
+	Values map[string]json.RawMessage `json:"values,omitempty"`
 }
 
 // RunStep is one step of a run's timeline.
@@ -167,6 +170,8 @@ func (s *Server) runRoutes() {
 	s.route("POST /v1/runs/{id}/pause", false, s.controlRun("pause"))
 	s.route("POST /v1/runs/{id}/resume", false, s.controlRun("resume"))
 	s.route("POST /v1/runs/{id}/signals", false, s.signalRun)
+	s.route("GET /v1/runs/{id}/query/{name}", false, s.queryRun)
+	s.route("GET /v1/runs/{id}/values", false, s.runValues)
 	s.route("GET /v1/streams/{id}/audit", false, s.audit)
 }
 
@@ -314,6 +319,12 @@ func (s *Server) getRun(r *http.Request, _ *reqCtx) (int, any, error) {
 	v, err := s.runView(r.Context(), id, true)
 	if err != nil {
 		return 0, nil, err
+	}
+	if v.Values, err = publishedValues(r.Context(), s.cfg.Runs.Client, id); err != nil {
+		return 0, nil, err
+	}
+	if len(v.Values) == 0 {
+		v.Values = nil
 	}
 	return http.StatusOK, v, nil
 }
@@ -576,4 +587,83 @@ func (c *Client) Audit(ctx context.Context, stream string, from, to time.Time) (
 	var out auditResp
 	_, err := c.do(ctx, http.MethodGet, "/v1/streams/"+url.PathEscape(stream)+"/audit", q, nil, &out)
 	return out.Events, err
+}
+
+// queryResp is a query's answer.
+type queryResp struct {
+	Value json.RawMessage `json:"value"`
+}
+
+// queryRun answers a run's query (workflow.OnQuery) from a replay of its
+// journal: nothing is written.
+func (s *Server) queryRun(r *http.Request, _ *reqCtx) (int, any, error) {
+	id, name := r.PathValue("id"), r.PathValue("name")
+	if err := checkID("run", id); err != nil {
+		return 0, nil, err
+	}
+	rb := s.cfg.Runs
+	if rb == nil {
+		return 0, nil, errNoRuns(id)
+	}
+	raw, err := rb.Client.Query(r.Context(), id, name)
+	if err != nil {
+		return 0, nil, err
+	}
+	v, err := cborToJSON(raw)
+	if err != nil {
+		return 0, nil, fmt.Errorf("api: run %s: query %s: %w", id, name, err)
+	}
+	return http.StatusOK, queryResp{Value: v}, nil
+}
+
+// valuesResp are the values a run published (workflow.SetEvent).
+type valuesResp struct {
+	Values map[string]json.RawMessage `json:"values"`
+}
+
+func (s *Server) runValues(r *http.Request, _ *reqCtx) (int, any, error) {
+	id := r.PathValue("id")
+	if err := checkID("run", id); err != nil {
+		return 0, nil, err
+	}
+	rb := s.cfg.Runs
+	if rb == nil {
+		return 0, nil, errNoRuns(id)
+	}
+	vals, err := publishedValues(r.Context(), rb.Client, id)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, valuesResp{Values: vals}, nil
+}
+
+// publishedValues are a run's published values as JSON.
+func publishedValues(ctx context.Context, cl *workflow.Client, id string) (map[string]json.RawMessage, error) {
+	all, err := cl.Events(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]json.RawMessage, len(all))
+	for k, b := range all {
+		v, err := cborToJSON(b)
+		if err != nil {
+			return nil, fmt.Errorf("api: run %s: value %s: %w", id, k, err)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// QueryRun asks run id's query name and returns its answer (JSON).
+func (c *Client) QueryRun(ctx context.Context, id, name string) (json.RawMessage, error) {
+	var out queryResp
+	_, err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/query/"+url.PathEscape(name), nil, nil, &out)
+	return out.Value, err
+}
+
+// RunValues returns the values run id published.
+func (c *Client) RunValues(ctx context.Context, id string) (map[string]json.RawMessage, error) {
+	var out valuesResp
+	_, err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/values", nil, nil, &out)
+	return out.Values, err
 }

@@ -26,6 +26,10 @@ type payout struct {
 // payoutDef validates, waits for the "approved" signal, and notifies.
 func payoutDef() *workflow.Def[payout, string] {
 	return workflow.New("payout", 1, func(c *workflow.Ctx, in payout) (string, error) {
+		stage := "validating"
+		if err := workflow.OnQuery(c, "stage", func() (string, error) { return stage, nil }); err != nil {
+			return "", err
+		}
 		if _, err := workflow.Step(c, "validate", func(context.Context) (bool, error) {
 			if in.Amount <= 0 {
 				return false, workflow.Permanent(errors.New("the amount must be positive"))
@@ -34,6 +38,7 @@ func payoutDef() *workflow.Def[payout, string] {
 		}); err != nil {
 			return "", err
 		}
+		stage = "awaiting approval"
 		ok, err := workflow.Await[bool](c, "approved")
 		if err != nil {
 			return "", err

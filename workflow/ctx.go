@@ -58,6 +58,8 @@ type cstate struct {
 	told bool
 	// rng is the run's deterministic random source (Rand).
 	rng *rand.Rand
+	// queries are the query handlers registered so far (OnQuery).
+	queries map[string]func() (any, error)
 }
 
 // Context returns the run's context: it ends when the run stops on this
@@ -118,6 +120,7 @@ func (c *Ctx) begin(kind, base string) (string, *stepHist, error) {
 				c.div = &DivergenceError{RunID: c.r.id, StepIndex: k, Got: id, Reason: "the run recorded no more steps"}
 				return "", nil, c.div
 			}
+			c.r.journalEnd()
 			return "", nil, c.halt(&stop{kind: stopError, cause: detail("step " + id + " is not recorded")})
 		}
 		return id, nil, nil
@@ -150,6 +153,7 @@ func (c *Ctx) begin(kind, base string) (string, *stepHist, error) {
 		}
 		return "", nil, err
 	case c.r.replay && h.completed == nil && h.final == nil:
+		c.r.journalEnd()
 		return "", nil, c.halt(&stop{kind: stopError, cause: detail("step " + id + " is not recorded as ended")})
 	default:
 		return id, h, nil

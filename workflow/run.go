@@ -194,6 +194,8 @@ type runner struct {
 	tells bool
 	// timeoutSet: the WithRunTimeout timer is scheduled (by this holder).
 	timeoutSet bool
+	// atEnd, in a query's replay, answers the query where the journal ends.
+	atEnd func()
 }
 
 // newRunner returns the runner of run id under the lease g granted; the

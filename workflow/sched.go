@@ -172,8 +172,10 @@ func (r *runner) block(c *Ctx) (timedOut bool, err error) {
 	me.blocked, me.timedOut, me.err = true, false, nil
 	next := r.pick(c)
 	if next == nil {
-		// Nobody can run: every coroutine waits for another.
+		// Nobody can run: every coroutine waits for another (or, in a
+		// replay, for what the journal does not hold yet).
 		me.blocked = false
+		r.journalEnd()
 		return false, c.halt(&stop{kind: stopError, cause: detail("every branch of the run waits for another")})
 	}
 	r.switchTo(me, next)

@@ -223,7 +223,7 @@ func decodePayload(eventType string, payload []byte) (any, error) {
 		var p stepStarted
 		if err = event.Unmarshal(payload, &p); err == nil {
 			switch p.Kind {
-			case kindStep, kindSleep, kindSignal, kindEffect, kindChild, kindPatch, kindSide, kindOp:
+			case kindStep, kindSleep, kindSignal, kindEffect, kindChild, kindPatch, kindSide, kindOp, kindEvent:
 			default:
 				return nil, errorf("decode", ErrInvalid, "", detail("unknown step kind "+strconv.Quote(p.Kind)))
 			}

@@ -38,6 +38,13 @@ var ErrBadPayout = errors.New("ledger: a payout needs an account and a positive 
 //	orrery run show p-1
 func PayoutDef() *workflow.Def[Payout, PayoutResult] {
 	return workflow.New(WorkflowPayout, 1, func(c *workflow.Ctx, in Payout) (PayoutResult, error) {
+		// `orrery run query ID stage` asks where the payout is: answered
+		// from a replay of its journal, nothing written.
+		stage := "validating"
+		if err := workflow.OnQuery(c, "stage", func() (string, error) { return stage, nil }); err != nil {
+			return PayoutResult{}, err
+		}
+		defer func() { stage = "ended" }()
 		if _, err := workflow.Step(c, "validate", func(context.Context) (bool, error) {
 			if in.Account == "" || in.Amount <= 0 {
 				return false, workflow.Permanent(ErrBadPayout)
@@ -46,6 +53,7 @@ func PayoutDef() *workflow.Def[Payout, PayoutResult] {
 		}); err != nil {
 			return PayoutResult{}, err
 		}
+		stage = "awaiting approval"
 		ok, err := workflow.Await[bool](c, "approved")
 		if err != nil {
 			return PayoutResult{}, err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -31,6 +32,19 @@ func (e *env) printRuns(runs []api.Run) error {
 	})
 }
 
+// clip is a JSON value on one table cell: at most 60 characters, a
+// trailing "…" saying it was cut ("-" when absent; -o json has it whole).
+func clip(v json.RawMessage) string {
+	if len(v) == 0 {
+		return "-"
+	}
+	s := oneLine(string(v))
+	if r := []rune(s); len(r) > 60 {
+		s = string(r[:59]) + "…"
+	}
+	return s
+}
+
 func oneLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
 	return s
@@ -52,11 +66,26 @@ func (e *env) printRun(v api.RunView) error {
 		if len(v.Timeline) == 0 {
 			return
 		}
-		fmt.Fprintln(tw, "\nSTEP\tATTEMPT\tSTATUS\tSTARTED\tDURATION\tERROR")
+		fmt.Fprintln(tw, "\nSTEP\tATTEMPT\tSTATUS\tSTARTED\tDURATION\tINPUT\tOUTPUT\tERROR")
 		for _, s := range v.Timeline {
 			for _, a := range s.Attempts {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", s.ID, a.Attempt, a.Status, ts(a.StartedAt),
-					durationText(a.DurationMs, !a.EndedAt.IsZero()), orDash(oneLine(a.Error)))
+				in := a.Input
+				if len(in) == 0 {
+					in = a.Started
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, a.Attempt, a.Status, ts(a.StartedAt),
+					durationText(a.DurationMs, !a.EndedAt.IsZero()), clip(in), clip(a.Output), orDash(oneLine(a.Error)))
+			}
+		}
+		if len(v.Values) > 0 {
+			fmt.Fprintln(tw, "\nVALUE\tPUBLISHED")
+			keys := make([]string, 0, len(v.Values))
+			for k := range v.Values {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			for _, k := range keys {
+				fmt.Fprintf(tw, "%s\t%s\n", k, clip(v.Values[k]))
 			}
 		}
 	})
@@ -171,7 +200,7 @@ may stop carrying it (see "Changing workflow code" in the docs).`,
 			func(c *api.Client) func(context.Context, string, string) (api.RunView, error) { return c.PauseRun }),
 		e.runControl("resume", "Resume a paused run from its journaled steps",
 			func(c *api.Client) func(context.Context, string, string) (api.RunView, error) { return c.ResumeRun }),
-		e.runSignal())
+		e.runSignal(), e.runQuery())
 	return cmd
 }
 
@@ -192,6 +221,31 @@ func (e *env) runControl(name, short string, op func(*api.Client) func(context.C
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the run's record")
 	return cmd
+}
+
+func (e *env) runQuery() *cobra.Command {
+	return &cobra.Command{
+		Use:   "query ID NAME",
+		Short: "Ask a run's query (workflow.OnQuery): answered from a replay of its journal, nothing written",
+		Long: `query asks run ID the query NAME its workflow registered with workflow.OnQuery.
+The server replays the run's function against its journal, up to where the
+journal ends, and the handler answers from that state: the run is neither
+written to nor disturbed, whichever node holds it, and an ended run answers
+too. A NAME the run has not registered is not found (exit 3).`,
+		Example: "  orrery run query p-1 stage\n  orrery run query p-1 stage -o json",
+		Args:    args(cobra.ExactArgs(2)),
+		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
+			v, err := c.QueryRun(ctx, a[0], a[1])
+			if err != nil {
+				return err
+			}
+			if e.output == "json" {
+				return e.print(map[string]json.RawMessage{"value": v}, nil)
+			}
+			fmt.Fprintf(e.io.Out, "%s\n", v)
+			return nil
+		}),
+	}
 }
 
 func (e *env) runSignal() *cobra.Command {

@@ -173,3 +173,25 @@ func TestRunStartWithSignal(t *testing.T) {
 	f.fail(cli.ExitUsage, "run", "start", ledger.WorkflowPayout, "p-t", in, "--signal-value", "true")
 	f.fail(cli.ExitUsage, "run", "start", ledger.WorkflowPayout, "p-t", in, "--signal", "approved", "--signal-value", "{nope")
 }
+
+// run query answers from the run's journal; run show lists each step's
+// input and output.
+func TestRunQueryAndStepValues(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	f.ok("run", "start", ledger.WorkflowPayout, "p-q", `{"Account":"dan","Amount":3}`)
+	f.eventually("p-q awaits its approval", func() bool { return len(f.showRun("p-q").Timeline) == 2 })
+	if got := f.ok("run", "query", "p-q", "stage"); got != "\"awaiting approval\"\n" {
+		t.Fatalf("query: %q", got)
+	}
+	f.fail(cli.ExitNotFound, "run", "query", "p-q", "nope")
+	out := f.ok("run", "show", "p-q")
+	if !strings.Contains(out, "INPUT") || !strings.Contains(out, "OUTPUT") {
+		t.Fatalf("show has no input and output columns:\n%s", out)
+	}
+	if r := row(t, out, "validate"); len(r) < 3 || r[len(r)-2] != "true" {
+		t.Fatalf("validate row %v: want its output true in\n%s", r, out)
+	}
+	if r := row(t, out, "sys:await:approved"); !strings.Contains(strings.Join(r, " "), `"signal":"approved"`) {
+		t.Fatalf("the await's row %v: want its input naming the signal in\n%s", r, out)
+	}
+}

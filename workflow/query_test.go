@@ -1,0 +1,96 @@
+package workflow_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/workflow"
+)
+
+func decodeString(b []byte) string {
+	var s string
+	if err := event.Unmarshal(b, &s); err != nil {
+		return "<" + err.Error() + ">"
+	}
+	return s
+}
+
+func TestQueriesAndPublishedValuesReadARunWithoutWriting(t *testing.T) {
+	forEachBackend(t, 91, func(r *rig) error {
+		def := workflow.New("progress", 1, func(c *workflow.Ctx, in int) (int, error) {
+			stage := "reserving"
+			if err := workflow.OnQuery(c, "stage", func() (string, error) { return stage, nil }); err != nil {
+				return 0, err
+			}
+			if err := workflow.OnQuery(c, "boom", func() (string, error) { panic("no") }); err != nil {
+				return 0, err
+			}
+			if _, err := workflow.Step(c, "reserve", func(context.Context) (int, error) { return 1, nil }); err != nil {
+				return 0, err
+			}
+			stage = "awaiting shipment"
+			if err := workflow.SetEvent(c, "stage", stage); err != nil {
+				return 0, err
+			}
+			if _, err := workflow.Await[int](c, "shipped"); err != nil {
+				return 0, err
+			}
+			stage = "done"
+			return 1, workflow.SetEvent(c, "stage", stage)
+		})
+		_, w, cl, err := r.serve("w", def)
+		if err != nil {
+			return err
+		}
+		defer w.Stop(r.Ctx)
+		if err := def.Start(r.Ctx, cl, "o", 0); err != nil {
+			return err
+		}
+		if err := r.WaitFor("the published stage", 20*time.Second, func() (bool, error) {
+			v, ok, err := cl.GetEvent(r.Ctx, "o", "stage")
+			if err != nil || !ok || decodeString(v) != "awaiting shipment" {
+				return false, err
+			}
+			evs, err := r.stream("o") // the run waits for the signal
+			return len(evs) > 0 && evs[len(evs)-1].StepID == "sys:await:shipped", err
+		}); err != nil {
+			return err
+		}
+		before, err := r.stream("o")
+		if err != nil {
+			return err
+		}
+		got, err := cl.Query(r.Ctx, "o", "stage")
+		if err != nil || decodeString(got) != "awaiting shipment" {
+			return fmt.Errorf("query mid-run: %q, %v", decodeString(got), err)
+		}
+		if _, err := cl.Query(r.Ctx, "o", "nope"); !errors.Is(err, workflow.ErrUnknownQuery) || !errors.Is(err, workflow.ErrNotFound) {
+			return fmt.Errorf("an unknown query: %v", err)
+		}
+		if _, err := cl.Query(r.Ctx, "o", "boom"); !errors.Is(err, workflow.ErrInvalid) {
+			return fmt.Errorf("a panicking handler: %v", err)
+		}
+		after, err := r.stream("o")
+		if err != nil || len(after) != len(before) {
+			return fmt.Errorf("the queries wrote: %d events before, %d after (%v)", len(before), len(after), err)
+		}
+		if err := cl.Signal(r.Ctx, "o", "shipped", 1, "k"); err != nil {
+			return err
+		}
+		if _, err := def.Result(r.Ctx, cl, "o"); err != nil {
+			return err
+		}
+		if got, err := cl.Query(r.Ctx, "o", "stage"); err != nil || decodeString(got) != "done" {
+			return fmt.Errorf("query after the end: %q, %v", decodeString(got), err)
+		}
+		all, err := cl.Events(r.Ctx, "o")
+		if err != nil || len(all) != 1 || decodeString(all["stage"]) != "done" {
+			return fmt.Errorf("events %v, %v", all, err)
+		}
+		return nil
+	})
+}
