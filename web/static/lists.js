@@ -192,6 +192,8 @@ function showRunDetail(run) {
   if (run.input !== undefined) facts.push(['Input', pretty(run.input)]);
   if (run.output !== undefined && run.output !== null) facts.push(['Output', pretty(run.output)]);
   if (run.error) facts.push(['Error', run.error]);
+  // What the run published (workflow.SetEvent), the latest per key.
+  for (const k of Object.keys(run.values || {}).sort()) facts.push([`Published ${k}`, pretty(run.values[k])]);
   $('#run-facts').replaceChildren(...facts.map(([k, v]) => el('div', {}, el('dt', {}, k), el('dd', {}, el('pre', {}, v)))));
   const rows = [];
   const steps = Array.isArray(run.timeline) ? run.timeline : [];
