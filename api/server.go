@@ -120,8 +120,8 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, &ConfigError{Field: "Ops", Reason: "required"}
 	case cfg.Client == nil:
 		return nil, &ConfigError{Field: "Client", Reason: "required"}
-	case len(cfg.Kernels) == 0:
-		return nil, &ConfigError{Field: "Kernels", Reason: "at least one universe is required"}
+	case len(cfg.Kernels) == 0 && cfg.Runs == nil:
+		return nil, &ConfigError{Field: "Kernels", Reason: "at least one universe is required (or Runs, for a server of workflows only)"}
 	case cfg.MaxBody < 0 || cfg.CallTimeout < 0 || cfg.WorkerLiveFor < 0 || cfg.JournalWaitMax < 0 ||
 		cfg.MaxEventStreams < 0 || cfg.EventPoll < 0:
 		return nil, &ConfigError{Field: "Config", Reason: "MaxBody, CallTimeout, JournalWaitMax, WorkerLiveFor, MaxEventStreams and EventPoll must not be negative"}

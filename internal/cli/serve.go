@@ -315,8 +315,13 @@ func tracerProvider(ctx context.Context, getenv func(string) string) (trace.Trac
 }
 
 func (e *env) serve(ctx context.Context, f serveFlags) error {
-	if len(e.kernels) == 0 {
-		return usagef("this binary has no worlds to serve")
+	if len(e.kernels) == 0 && e.workflows == nil {
+		return usagef("this binary has no worlds and no workflows to serve")
+	}
+	if e.kernels == nil {
+		// Workflows only: the plane runs with no world types (its host
+		// hosts nothing; runs are the workflow worker's).
+		e.kernels = plane.Kernels{}
 	}
 	log, err := newLogger(e.io.Err, f.logLevel, f.logFormat)
 	if err != nil {

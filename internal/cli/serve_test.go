@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/orrery-run/orrery/examples/ledger"
 	"github.com/orrery-run/orrery/internal/cli"
@@ -235,11 +236,35 @@ func TestServeRefusals(t *testing.T) {
 			}
 		})
 	}
-	// A binary without worlds has nothing to serve.
+	// A binary with neither worlds nor workflows has nothing to serve.
 	var out, errOut strings.Builder
 	code := cli.Run(ctx, []string{"serve", "--store", "memory"}, cli.IO{Out: &out, Err: &errOut}, nil)
-	if code != cli.ExitUsage || out.String() != "" || !strings.Contains(errOut.String(), "no worlds") {
+	if code != cli.ExitUsage || out.String() != "" || !strings.Contains(errOut.String(), "no worlds and no workflows") {
 		t.Fatalf("serve without worlds: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
+	}
+}
+
+// A binary with workflows and no worlds serves them: a run started
+// through the API completes on its node (SQLite, the default store).
+func TestServeWorkflowsOnly(t *testing.T) {
+	wfs, err := ledger.Workflows()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startServeApp(t, cli.App{Workflows: wfs}, nil, "sv-wf", "--store", filepath.Join(t.TempDir(), "o.db"), "--lease-ttl", "2s")
+	s.ok("run", "start", ledger.WorkflowPayout, "p-w", `{"Account":"erin","Amount":4}`, "--signal", "approved", "--signal-value", "true")
+	deadline := time.Now().Add(testTimeout)
+	for {
+		if out := s.ok("run", "show", "p-w"); strings.Contains(out, "completed") && strings.Contains(out, "paid 4 to erin") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("p-w did not complete on a workflows-only server:\n%s", s.ok("run", "show", "p-w"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code := s.stop(); code != cli.ExitOK {
+		t.Fatalf("serve exited %d\nstderr: %s", code, s.err.String())
 	}
 }
 

@@ -268,8 +268,8 @@ type Node struct {
 
 // Start starts every part of the node and returns once they run.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
-	if cfg.Worker == "" || cfg.Store == nil || len(cfg.Kernels) == 0 {
-		return nil, fmt.Errorf("%w: Worker, Store and Kernels are required", ErrInvalid)
+	if cfg.Worker == "" || cfg.Store == nil || len(cfg.Kernels) == 0 && cfg.Workflows == nil {
+		return nil, fmt.Errorf("%w: Worker, Store and Kernels (or Workflows) are required", ErrInvalid)
 	}
 	if cfg.Incarnation == "" {
 		cfg.Incarnation = store.NewIncarnation()
