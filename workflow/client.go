@@ -26,6 +26,11 @@ const (
 	StatusCompleted RunStatus = "completed" // RunCompleted
 	StatusFailed    RunStatus = "failed"    // RunFailed
 	StatusCancelled RunStatus = "cancelled" // RunCancelled
+	// StatusBlocked: a worker's code diverged from the run's recorded
+	// steps; the run is held (RunPaused with a "divergent at step N"
+	// reason), not failed, until a worker whose code replays past that
+	// step takes it, or an operator resets or terminates it.
+	StatusBlocked RunStatus = "blocked"
 )
 
 // RunSummary is what Get says of a run.
@@ -647,6 +652,8 @@ func (c *Client) Get(ctx context.Context, runID string) (RunSummary, error) {
 		}
 	case rec.Status == store.WorldPaused:
 		s.Status = StatusPaused
+	case h.blocked != "":
+		s.Status, s.Error = StatusBlocked, "blocked: "+h.blocked
 	case h.started:
 		s.Status = StatusRunning
 	case h.queued:

@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/orrery-run/orrery/event"
 )
@@ -26,6 +27,11 @@ type history struct {
 	controls map[uint64]bool
 	pauses   uint64
 	resumes  uint64
+	// blocked is the reason of the latest RunPaused when a worker wrote it
+	// because the run's code diverged from its steps ("divergent at step
+	// N: ..."), until a RunResumed: the run is held, not failed, and any
+	// worker whose code replays past that step resumes it.
+	blocked string
 	// cancelSeq is the inbox seq of the cancel request delivered to the
 	// function (the first StepSkipped carrying one); 0: none yet.
 	cancelSeq uint64
@@ -96,8 +102,12 @@ func (h *history) apply(e *event.Envelope) error {
 		}
 		if e.EventType == event.RunPaused {
 			h.pauses++
+			if c.Control == 0 && strings.HasPrefix(c.Reason, divergentPrefix) {
+				h.blocked = c.Reason
+			}
 		} else {
 			h.resumes++
+			h.blocked = ""
 		}
 	case event.RunCompleted, event.RunFailed, event.RunCancelled:
 		if c := p.(runEnd); c.Control != 0 {
