@@ -3,6 +3,7 @@ package workflow
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/store"
@@ -28,6 +29,35 @@ func (c *Client) Terminate(ctx context.Context, runID, reason string) error {
 			return err
 		}
 		return r.finish(ctx)
+	})
+}
+
+// Reset resets the run to step: the steps at and after that index (0 is
+// the first) are discarded for replay, so the next worker re-runs the
+// function from there with the code it carries — the way on for a run
+// held by a divergence when neither a rollback nor a Patched fix is
+// possible. It is recorded as a RunResumed carrying resetTo; the discarded
+// steps stay in the journal for the record, and a re-run of one of them
+// continues its attempt numbers. A blocked or paused run can be reset; one
+// a worker holds right now answers an error matching store.ErrLeaseHeld.
+func (c *Client) Reset(ctx context.Context, runID string, step int, reason string) error {
+	const op = "reset"
+	if err := store.CheckReason(op, reason); err != nil {
+		return errorf(op, ErrInvalid, runID, err)
+	}
+	if step < 0 {
+		return errorf(op, ErrInvalid, runID, detail("a negative step"))
+	}
+	return c.underLease(ctx, op, runID, func(r *runner) error {
+		if step > len(r.h.steps) {
+			return errorf(op, ErrInvalid, runID, detail(fmt.Sprintf("step %d: the run recorded %d steps", step, len(r.h.steps))))
+		}
+		to := uint64(step)
+		e, err := r.envelope(event.RunResumed, "", r.h.resumes+1, runControl{Reason: reason, ResetTo: &to})
+		if err != nil {
+			return errorf(op, ErrInvalid, runID, err)
+		}
+		return r.append(ctx, e)
 	})
 }
 

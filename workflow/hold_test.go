@@ -160,3 +160,39 @@ func TestTerminateEndsABlockedRun(t *testing.T) {
 		})
 	})
 }
+
+func TestResetLetsTheNewCodeGoOnFromAStep(t *testing.T) {
+	forEachBackend(t, 44, func(r *rig) error {
+		tl := newTally()
+		cl, v1, stop, err := r.blockOnNewCode(tl)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		if err := cl.Reset(r.Ctx, "run", 9, ""); !errors.Is(err, workflow.ErrInvalid) {
+			return fmt.Errorf("reset past the steps: %v, want ErrInvalid", err)
+		}
+		// The blocked worker B (new code) takes it again by itself: the
+		// journal moved.
+		if err := cl.Reset(r.Ctx, "run", 1, "ship x"); err != nil {
+			return err
+		}
+		if out, err := v1.Result(r.Ctx, cl, "run"); err != nil || out != 23 {
+			return fmt.Errorf("result %v, %v, want 23", out, err)
+		}
+		if tl.get("x") != 1 || tl.get("a") != 1 || tl.get("c") != 1 {
+			return fmt.Errorf("executions a=%d x=%d c=%d, want 1 each", tl.get("a"), tl.get("x"), tl.get("c"))
+		}
+		return r.shapesAre("run", []shape{
+			{event.RunStarted, "", 1},
+			{event.StepStarted, "a", 1}, {event.StepCompleted, "a", 1},
+			{event.StepStarted, "b", 1},
+			{event.RunPaused, "", 1},
+			{event.RunResumed, "", 1},
+			{event.StepStarted, "x", 1}, {event.StepCompleted, "x", 1},
+			{event.StepStarted, "b", 2}, {event.StepCompleted, "b", 2},
+			{event.StepStarted, "c", 1}, {event.StepCompleted, "c", 1},
+			{event.RunCompleted, "", 1},
+		})
+	})
+}
