@@ -41,7 +41,7 @@ const (
 	EvFinished  = "finished"  // the run's end is recorded and the run archived
 	EvError     = "error"     // the run stopped here on a store or history error (Err); it is taken up again
 	EvStopped   = "stopped"   // the worker stopped the run (Stop, Kill)
-	EvDiverged  = "diverged"  // the run failed by divergence (Err is the *DivergenceError)
+	EvDiverged  = "diverged"  // the code diverged from the run's steps: the run is held (Err is the *DivergenceError)
 	EvRenewFail = "renewfail" // a RenewLeases call failed (Err); the leases fence themselves at expiry
 	EvStep      = "step"      // a step's attempt ended and its end was recorded here (Step, Outcome; Err the failure)
 )
