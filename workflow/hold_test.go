@@ -56,11 +56,17 @@ func (r *rig) blockOnNewCode(tl *tally) (*workflow.Client, *workflow.Def[int, in
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	wB, err := r.worker("B", r.WorkerStore(), wfs2, nil, nil)
+	evB := &events{}
+	wB, err := r.worker("B", r.WorkerStore(), wfs2, evB, nil)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	stop := func() { _ = wB.Stop(r.Ctx) }
+	// EvPaused follows the release of the lease: the run is free then.
+	if _, err := r.waitEvent("B holds the run", evB, workflow.EvPaused, "run"); err != nil {
+		stop()
+		return nil, nil, nil, err
+	}
 	if err := r.waitStatus(cl, "run", workflow.StatusBlocked); err != nil {
 		stop()
 		return nil, nil, nil, err
