@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/workflow"
 )
 
@@ -200,5 +201,41 @@ func TestResetLetsTheNewCodeGoOnFromAStep(t *testing.T) {
 			{event.StepStarted, "c", 1}, {event.StepCompleted, "c", 1},
 			{event.RunCompleted, "", 1},
 		})
+	})
+}
+
+// A run whose version no live worker carries is reported unrunnable, not
+// running for ever, and Terminate is its way out.
+func TestRunNoLiveWorkerCarriesIsUnrunnable(t *testing.T) {
+	forEachBackend(t, 45, func(r *rig) error {
+		ok := func(_ *workflow.Ctx, in int) (int, error) { return in, nil }
+		v1, v2 := workflow.New("pay", 1, ok), workflow.New("pay", 2, ok)
+		_, cl, err := r.clientFor(v1, v2)
+		if err != nil {
+			return err
+		}
+		if err := v2.Start(r.Ctx, cl, "run", 1); err != nil {
+			return err
+		}
+		if s, err := cl.Get(r.Ctx, "run"); err != nil || s.Status == workflow.StatusUnrunnable {
+			return fmt.Errorf("with no worker live at all: %+v, %v, want it waiting", s, err)
+		}
+		if _, err := r.Store.Heartbeat(r.Ctx, "old", 10, store.Advertise([]string{workflow.Capability("pay", 1)})); err != nil {
+			return err
+		}
+		s, err := cl.Get(r.Ctx, "run")
+		if err != nil {
+			return err
+		}
+		if want := "unrunnable: no live worker carries workflow:pay@2 (live: old)"; s.Status != workflow.StatusUnrunnable || s.Error != want {
+			return fmt.Errorf("summary %s %q, want unrunnable %q", s.Status, s.Error, want)
+		}
+		if err := cl.Terminate(r.Ctx, "run", "v2 withdrawn"); err != nil {
+			return err
+		}
+		if s, err := cl.Get(r.Ctx, "run"); err != nil || s.Status != workflow.StatusFailed || s.Error != "terminated: v2 withdrawn" {
+			return fmt.Errorf("after terminate: %+v, %v, want failed", s, err)
+		}
+		return nil
 	})
 }
