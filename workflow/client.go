@@ -26,6 +26,15 @@ const (
 	StatusCompleted RunStatus = "completed" // RunCompleted
 	StatusFailed    RunStatus = "failed"    // RunFailed
 	StatusCancelled RunStatus = "cancelled" // RunCancelled
+	// StatusBlocked: a worker's code diverged from the run's recorded
+	// steps; the run is held (RunPaused with a "divergent at step N"
+	// reason), not failed, until a worker whose code replays past that
+	// step takes it, or an operator resets or terminates it.
+	StatusBlocked RunStatus = "blocked"
+	// StatusUnrunnable: the run has not ended, workers are live, and none
+	// of them carries its version (capability workflow:<name>@<version>):
+	// it waits for a node that does, or for Terminate.
+	StatusUnrunnable RunStatus = "unrunnable"
 )
 
 // RunSummary is what Get says of a run.
@@ -450,20 +459,41 @@ func (c *Client) StartCBOR(ctx context.Context, name, runID string, input []byte
 // A run's children are never refused here (a refusal would be replayed
 // differently): their parent's code names their version.
 func (c *Client) carried(ctx context.Context, def Workflow, runID string) error {
+	live, err := c.notCarried(ctx, def.Name(), def.Version())
+	if err != nil {
+		return wrap("start", runID, err)
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	capability := Capability(def.Name(), def.Version())
+	if _, err := c.st.GetWorld(ctx, runID); err == nil {
+		// A repeated start (a retry after a lost answer) is answered as
+		// one: the same run, or ErrConflict, never a refusal.
+		return nil
+	}
+	return errorf("start", ErrVersionNotCarried, runID, detail(fmt.Sprintf(
+		"no live worker carries %s (live: %s); deploy a node that registers version %d, or start the run at a carried version",
+		capability, strings.Join(live, ", "), def.Version())))
+}
+
+// notCarried names the live workers when some are live and none of them
+// (nor a worker of this process) runs version of workflow name; else nil.
+func (c *Client) notCarried(ctx context.Context, name string, version uint64) ([]string, error) {
 	for _, w := range c.workers {
-		if w.carries(def.Name(), def.Version()) {
-			return nil
+		if w.carries(name, version) {
+			return nil, nil
 		}
 	}
 	now, err := c.st.Now(ctx)
 	if err != nil {
-		return wrap("start", runID, err)
+		return nil, err
 	}
 	workers, err := c.st.ListWorkers(ctx)
 	if err != nil {
-		return wrap("start", runID, err)
+		return nil, err
 	}
-	capability := Capability(def.Name(), def.Version())
+	capability := Capability(name, version)
 	var live []string
 	for _, wi := range workers {
 		switch {
@@ -473,21 +503,11 @@ func (c *Client) carried(ctx context.Context, def Workflow, runID string) error 
 			continue
 		}
 		if runsVersion(wi, capability) {
-			return nil
+			return nil, nil
 		}
 		live = append(live, wi.ID)
 	}
-	if len(live) == 0 {
-		return nil
-	}
-	if _, err := c.st.GetWorld(ctx, runID); err == nil {
-		// A repeated start (a retry after a lost answer) is answered as
-		// one: the same run, or ErrConflict, never a refusal.
-		return nil
-	}
-	return errorf("start", ErrVersionNotCarried, runID, detail(fmt.Sprintf(
-		"no live worker carries %s (live: %s); deploy a node that registers version %d, or start the run at a carried version",
-		capability, strings.Join(live, ", "), def.Version())))
+	return live, nil
 }
 
 // Start is Client.Start with a typed input.
@@ -647,12 +667,24 @@ func (c *Client) Get(ctx context.Context, runID string) (RunSummary, error) {
 		}
 	case rec.Status == store.WorldPaused:
 		s.Status = StatusPaused
+	case h.blocked != "":
+		s.Status, s.Error = StatusBlocked, "blocked: "+h.blocked
 	case h.started:
 		s.Status = StatusRunning
 	case h.queued:
 		s.Status = StatusQueued
 	default:
 		s.Status = StatusPending
+	}
+	if h.terminal == nil && s.Status != StatusPaused && s.Status != StatusBlocked && s.Version != 0 {
+		live, err := c.notCarried(ctx, s.Workflow, s.Version)
+		if err != nil {
+			return RunSummary{}, wrap("get", runID, err)
+		}
+		if len(live) > 0 {
+			s.Status = StatusUnrunnable
+			s.Error = fmt.Sprintf("unrunnable: no live worker carries %s (live: %s)", Capability(s.Workflow, s.Version), strings.Join(live, ", "))
+		}
 	}
 	return s, nil
 }

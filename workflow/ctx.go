@@ -123,6 +123,9 @@ func (c *Ctx) begin(kind, base string) (string, *stepHist, error) {
 			c.r.journalEnd()
 			return "", nil, c.halt(&stop{kind: stopError, cause: detail("step " + id + " is not recorded")})
 		}
+		if h := c.r.h.reset[id]; h != nil && h.kind == kind {
+			return id, h, nil // discarded by a reset: its attempts go on
+		}
 		return id, nil, nil
 	}
 	h := steps[k]

@@ -39,8 +39,9 @@
 //     attempt in flight when the last worker stopped runs again as the next
 //     logical attempt (or, for a durable wait, is waited for again); a step
 //     call that asks for another step than the one recorded at its position
-//     fails the run with a *DivergenceError naming it, and nothing of the
-//     divergent step is recorded.
+//     is a *DivergenceError naming it (the worker reports EvDiverged), and
+//     nothing of the divergent step is recorded: the run is held, not
+//     failed (see "Divergence holds a run" below).
 //   - Steps: Step (a function, with retries and timeouts), Sleep (a
 //     durable timer), Await (a signal), Effect (an intent executed by the
 //     plane's adapters, its receipt back in the inbox), Child (another run,
@@ -180,9 +181,22 @@
 //     unless it names one (WithVersion). A start of a version that no live
 //     worker carries (judged from the workers' advertised capabilities,
 //     workflow:<name>@<version>) is ErrVersionNotCarried.
-//   - Changing the steps of a running version fails its runs with a
-//     *DivergenceError at the first changed step, unless the change is
-//     behind Patched: a run that recorded another step where the patch
-//     stands takes the old path, a new run records a patch marker and
-//     takes the new one (docs/workflows.md, "Changing workflow code").
+//   - Changing the steps of a running version makes its runs diverge at
+//     the first changed step, unless the change is behind Patched: a run
+//     that recorded another step where the patch stands takes the old
+//     path, a new run records a patch marker and takes the new one
+//     (docs/workflows.md, "Changing workflow code").
+//   - Divergence holds a run: the worker records a RunPaused whose reason
+//     is "divergent at step N: recorded X, got Y", takes no more steps,
+//     and releases the run, which shows StatusBlocked. It stays takeable:
+//     a worker whose replay gets past step N (a rollback, or a fix behind
+//     Patched) records RunResumed with its first new write and carries on.
+//     A worker that saw the run diverge does not take it again until its
+//     journal moves or the worker restarts, and a held run that diverges
+//     again records nothing, so old-code workers cannot flip it. The
+//     operator's ways out are Client.Reset (a RunResumed carrying resetTo:
+//     the steps at and after N are discarded for replay, kept in the
+//     journal for the record, and a re-run one continues its attempt
+//     numbers) and Client.Terminate (RunFailed "terminated: reason" under
+//     the operator's lease).
 package workflow

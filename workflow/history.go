@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/orrery-run/orrery/event"
 )
@@ -26,6 +27,15 @@ type history struct {
 	controls map[uint64]bool
 	pauses   uint64
 	resumes  uint64
+	// blocked is the reason of the latest RunPaused when a worker wrote it
+	// because the run's code diverged from its steps ("divergent at step
+	// N: ..."), until a RunResumed: the run is held, not failed, and any
+	// worker whose code replays past that step resumes it.
+	blocked string
+	// reset holds, by step id, the steps an operator's reset discarded,
+	// cleared of their ends: a re-run of one continues its attempt
+	// numbers, so no attempt is ever recorded twice.
+	reset map[string]*stepHist
 	// cancelSeq is the inbox seq of the cancel request delivered to the
 	// function (the first StepSkipped carrying one); 0: none yet.
 	cancelSeq uint64
@@ -96,8 +106,15 @@ func (h *history) apply(e *event.Envelope) error {
 		}
 		if e.EventType == event.RunPaused {
 			h.pauses++
+			if c.Control == 0 && strings.HasPrefix(c.Reason, divergentPrefix) {
+				h.blocked = c.Reason
+			}
 		} else {
 			h.resumes++
+			h.blocked = ""
+			if c.ResetTo != nil {
+				h.resetTo(int(min(*c.ResetTo, uint64(len(h.steps)))))
+			}
 		}
 	case event.RunCompleted, event.RunFailed, event.RunCancelled:
 		if c := p.(runEnd); c.Control != 0 {
@@ -161,4 +178,16 @@ func (h *history) apply(e *event.Envelope) error {
 		}
 	}
 	return nil
+}
+
+// resetTo discards the steps at and after index n for replay.
+func (h *history) resetTo(n int) {
+	if h.reset == nil {
+		h.reset = map[string]*stepHist{}
+	}
+	for _, s := range h.steps[n:] {
+		delete(h.byID, s.id)
+		h.reset[s.id] = &stepHist{id: s.id, kind: s.kind, attempt: s.attempt, settled: s.attempt}
+	}
+	h.steps = h.steps[:n:n]
 }

@@ -236,26 +236,32 @@ func TestChangedStepOrderIsADivergence(t *testing.T) {
 			return err
 		}
 		defer wB.Stop(r.Ctx)
-		_, err = cl.Result(r.Ctx, "run")
-		var div *workflow.DivergenceError
-		if !errors.Is(err, workflow.ErrFailed) || !errors.As(err, &div) {
-			return fmt.Errorf("result error %v, want a failed run with a *DivergenceError", err)
+		// The divergence holds the run (blocked), it does not fail it.
+		if err := r.waitStatus(cl, "run", workflow.StatusBlocked); err != nil {
+			return err
 		}
-		if div.StepIndex != 1 || div.Recorded != "b" || div.Got != "x" {
-			return fmt.Errorf("divergence %+v, want step 1: recorded b, got x", div)
+		sum, err := cl.Get(r.Ctx, "run")
+		if err != nil {
+			return err
+		}
+		if want := `blocked: divergent at step 1: recorded "b", got "x"`; sum.Error != want {
+			return fmt.Errorf("summary %q, want %q", sum.Error, want)
+		}
+		ev, ok := evB.find(workflow.EvDiverged, "run")
+		var div *workflow.DivergenceError
+		if !ok || !errors.As(ev.Err, &div) || div.StepIndex != 1 || div.Recorded != "b" || div.Got != "x" {
+			return fmt.Errorf("B's divergence %v, want step 1: recorded b, got x", ev.Err)
 		}
 		if tl.get("x") != 0 || tl.get("a") != 1 {
 			return fmt.Errorf("executions a=%d x=%d, want 1 and 0", tl.get("a"), tl.get("x"))
 		}
-		if _, ok := evB.find(workflow.EvDiverged, "run"); !ok {
-			return errors.New("B reported no divergence")
-		}
-		evs, err := r.streamShapes("run", []shape{
+		held := []shape{
 			{event.RunStarted, "", 1},
 			{event.StepStarted, "a", 1}, {event.StepCompleted, "a", 1},
 			{event.StepStarted, "b", 1},
-			{event.RunFailed, "", 1},
-		})
+			{event.RunPaused, "", 1},
+		}
+		evs, err := r.streamShapes("run", held)
 		if err != nil {
 			return err
 		}
@@ -263,7 +269,56 @@ func TestChangedStepOrderIsADivergence(t *testing.T) {
 		if _, err := workflow.Replay(changed, evs); !errors.As(err, &div) || div.Got != "x" {
 			return fmt.Errorf("replay of the changed function: %v", err)
 		}
+		// A second worker with the same changed code diverges too, but
+		// records nothing: the run does not flip between held and resumed.
+		evB2 := &events{}
+		wB2, err := r.worker("B2", r.WorkerStore(), wfs2, evB2, nil)
+		if err != nil {
+			return err
+		}
+		defer wB2.Stop(r.Ctx)
+		if _, err := r.waitEvent("B2 diverges", evB2, workflow.EvDiverged, "run"); err != nil {
+			return err
+		}
+		if _, err := r.streamShapes("run", held); err != nil {
+			return err
+		}
+		// A rollback (the original code) resumes it by itself.
+		g.release()
+		wC, err := r.worker("C", r.WorkerStore(), wfs1, nil, nil)
+		if err != nil {
+			return err
+		}
+		defer wC.Stop(r.Ctx)
+		if out, err := v1.Result(r.Ctx, cl, "run"); err != nil || out != 23 {
+			return fmt.Errorf("result %v, %v after the rollback, want 23", out, err)
+		}
+		if _, err := r.streamShapes("run", append(held,
+			shape{event.RunResumed, "", 1},
+			shape{event.StepStarted, "b", 2}, shape{event.StepCompleted, "b", 2},
+			shape{event.StepStarted, "c", 1}, shape{event.StepCompleted, "c", 1},
+			shape{event.RunCompleted, "", 1})); err != nil {
+			return err
+		}
+		// Bounded: each old-code worker tried the held run once.
+		if n, n2 := evB.count(workflow.EvDiverged, "run"), evB2.count(workflow.EvDiverged, "run"); n != 1 || n2 != 1 {
+			return fmt.Errorf("divergences B=%d B2=%d, want 1 each", n, n2)
+		}
+		if tl.get("x") != 0 || tl.get("a") != 1 {
+			return fmt.Errorf("executions a=%d x=%d, want 1 and 0", tl.get("a"), tl.get("x"))
+		}
 		return nil
+	})
+}
+
+// waitStatus waits until the run's status is want.
+func (r *rig) waitStatus(cl *workflow.Client, run string, want workflow.RunStatus) error {
+	return r.WaitFor("run "+run+" "+string(want), time.Minute, func() (bool, error) {
+		s, err := cl.Get(r.Ctx, run)
+		if err != nil {
+			return false, err
+		}
+		return s.Status == want, nil
 	})
 }
 

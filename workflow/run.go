@@ -41,7 +41,7 @@ const (
 	EvFinished  = "finished"  // the run's end is recorded and the run archived
 	EvError     = "error"     // the run stopped here on a store or history error (Err); it is taken up again
 	EvStopped   = "stopped"   // the worker stopped the run (Stop, Kill)
-	EvDiverged  = "diverged"  // the run failed by divergence (Err is the *DivergenceError)
+	EvDiverged  = "diverged"  // the code diverged from the run's steps: the run is held (Err is the *DivergenceError)
 	EvRenewFail = "renewfail" // a RenewLeases call failed (Err); the leases fence themselves at expiry
 	EvStep      = "step"      // a step's attempt ended and its end was recorded here (Step, Outcome; Err the failure)
 )
@@ -70,6 +70,7 @@ const (
 	stopCancel                        // cancelled: recorded, the run ended
 	stopError                         // a store call or the history failed
 	stopUnspawned                     // the run's first write could not create it (see spawning)
+	stopBlocked                       // the code diverged from the run's steps: held, lease released
 )
 
 func (k stopKind) String() string {
@@ -84,6 +85,8 @@ func (k stopKind) String() string {
 		return "cancelled"
 	case stopUnspawned:
 		return "not created"
+	case stopBlocked:
+		return "blocked"
 	}
 	return "error"
 }
@@ -710,7 +713,7 @@ func (r *runner) plan() controlPlan {
 			}
 		}
 	}
-	if paused && !pending {
+	if paused && !pending && r.h.blocked == "" {
 		// Recorded as paused, yet this worker holds the run: it was made
 		// active without a resume request (an operator's status change).
 		p.catchUp = append(p.catchUp, controlEvent{typ: event.RunResumed})
@@ -1044,4 +1047,33 @@ func (r *runner) runAttempt(c *Ctx, timeout time.Duration, fn func(context.Conte
 		err = detail("the step race ended without a winner")
 	}
 	return nil, nil, false, c.halt(r.failed(c.ctx, "step", err))
+}
+
+// divergentPrefix starts the reason of the RunPaused a worker records when
+// its code diverged from the run's steps; history folding knows a held run
+// by it.
+const divergentPrefix = "divergent at step "
+
+// hold holds the run instead of failing it: the divergence is recorded as
+// a RunPaused (once: a run already held records nothing more, so workers
+// with the same old code cannot flip it between held and resumed), and the
+// lease is released so a node carrying compatible code can take it.
+func (r *runner) hold(ctx context.Context, div *DivergenceError) *stop {
+	r.pending = nil // a RunResumed that rode on the replay is void
+	if r.h.blocked == "" {
+		reason := fmt.Sprintf("%s%d: recorded %q, got %q", divergentPrefix, div.StepIndex, div.Recorded, div.Got)
+		if div.Reason != "" {
+			reason += " (" + div.Reason + ")"
+		}
+		e, err := r.envelope(event.RunPaused, "", r.h.pauses+1, runControl{Reason: reason})
+		if err != nil {
+			return &stop{kind: stopError, cause: errorf("hold", ErrInvalid, r.id, err)}
+		}
+		if err := r.append(ctx, e); err != nil {
+			return r.failed(ctx, "hold", err)
+		}
+	}
+	_ = r.holder.Release(ctx, r.id, r.epoch)
+	r.ended()
+	return &stop{kind: stopBlocked, cause: div}
 }

@@ -151,6 +151,9 @@ type runControl struct {
 	Control          uint64 `cbor:"control,omitempty"`
 	Reason           string `cbor:"reason,omitempty"`
 	SourceOccurredAt int64  `cbor:"sourceOccurredAt,omitempty"`
+	// ResetTo, on an operator's RunResumed, discards the steps at and
+	// after that index for replay (they stay in the journal for the record).
+	ResetTo *uint64 `cbor:"resetTo,omitempty"`
 }
 
 // runEnd is the payload of RunCompleted, RunFailed and RunCancelled.

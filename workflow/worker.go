@@ -107,8 +107,13 @@ type Worker struct {
 
 	mu     sync.Mutex
 	runs   map[string]*heldRun
-	queued map[string]bool      // runs whose RunQueued is recorded
-	starts map[string]startItem // run id → its start, without the input
+	queued map[string]bool // runs whose RunQueued is recorded
+	// diverged holds, by run, the journal head at which this worker's code
+	// diverged from the run: it does not take the run again until the
+	// journal moves (another node resumed, reset or changed it) or the
+	// process restarts (a new deploy).
+	diverged map[string]uint64
+	starts   map[string]startItem // run id → its start, without the input
 	// declared: the Workflows' queues are declared in the store.
 	declared bool
 	backoff  map[string]retry // runs that stopped on an error: not before at
@@ -159,7 +164,7 @@ func StartWorker(ctx context.Context, scope *actor.Scope, cfg WorkerConfig) (*Wo
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, st: cfg.Store, ex: scope.Executor(), scope: sub,
-		runs: map[string]*heldRun{}, queued: map[string]bool{}, starts: map[string]startItem{}, backoff: map[string]retry{},
+		runs: map[string]*heldRun{}, queued: map[string]bool{}, diverged: map[string]uint64{}, starts: map[string]startItem{}, backoff: map[string]retry{},
 		ends: map[string][]*endWaiter{}, live: map[string]bool{}}
 	w.park = w.ex.NewParker()
 	w.hold = leasing.New(leasing.Config{Worker: cfg.Worker, Incarnation: cfg.Incarnation, Store: cfg.Store, Executor: w.ex,
@@ -366,12 +371,22 @@ func (w *Worker) scan(ctx context.Context) error {
 			full := len(w.runs) >= w.cfg.MaxActiveRuns
 			stopped := w.stopped
 			b, failing := w.backoff[rec.ID]
+			divAt, diverged := w.diverged[rec.ID]
 			w.mu.Unlock()
 			if stopped {
 				return nil
 			}
 			if mine || failing && w.ex.Now().Before(b.at) {
 				continue
+			}
+			if diverged {
+				head, err := w.st.Head(ctx, rec.ID)
+				if err != nil {
+					return err
+				}
+				if head == divAt {
+					continue // held: this code diverged from it already
+				}
 			}
 			start, err := w.startOf(ctx, rec.ID)
 			if err != nil {
@@ -677,6 +692,11 @@ func (w *Worker) start(id string, def Workflow, g leasing.Grant, f *fresh, sp *s
 		w.report(id, end)
 		w.mu.Lock()
 		hr.done, hr.exit = true, exit
+		if exit != nil && exit.kind == stopBlocked {
+			w.diverged[id] = r.h.head
+		} else {
+			delete(w.diverged, id)
+		}
 		w.mu.Unlock()
 		// Room freed up, or the run must be taken up again: scan soon.
 		w.hint.Store(true)
@@ -715,7 +735,7 @@ func (w *Worker) runProcess(ctx context.Context, r *runner) *stop {
 		r.emit(EvFinished, nil)
 	case s.kind == stopCancel:
 		r.emit(EvFinished, s)
-	case s.kind == stopPause:
+	case s.kind == stopPause, s.kind == stopBlocked:
 		r.emit(EvPaused, nil)
 	case s.kind == stopFenced:
 		r.emit(EvFenced, s.cause)
@@ -816,6 +836,14 @@ func (r *runner) execute(ctx context.Context) *stop {
 			return r.failed(ctx, "control", err)
 		}
 	}
+	if r.h.blocked != "" {
+		// A held run resumes only if this code gets past the step it
+		// diverged at: the RunResumed rides with the first new write, and
+		// is dropped if the replay diverges again (see hold).
+		if err := r.later(event.RunResumed, "", r.h.resumes+1, runControl{Reason: "replay passed the divergent step"}); err != nil {
+			return r.failed(ctx, "resume", err)
+		}
+	}
 	if !r.h.started {
 		// RunStarted rides with the first step's StepStarted (or the end).
 		if err := r.later(event.RunStarted, "", 1, runStart{Input: r.start.Input}); err != nil {
@@ -844,9 +872,8 @@ func (r *runner) execute(ctx context.Context) *stop {
 	}
 	switch {
 	case div != nil:
-		typ, end = event.RunFailed, runEnd{Error: message(div), Divergence: &divergenceWire{
-			Index: uint64(div.StepIndex), Recorded: div.Recorded, Got: div.Got, Reason: div.Reason}}
 		r.emit(EvDiverged, div)
+		return r.hold(ctx, div)
 	case c.misused() != nil:
 		// Whatever the function made of the refusal, the run used its Ctx
 		// from two goroutines: its step order is not reproducible.
