@@ -411,3 +411,43 @@ func TestEventsWithoutRunsBackend(t *testing.T) {
 		}
 	}
 }
+
+// TestRunQueryAndStepValuesThroughTheAPI: GET /v1/runs/{id}/query/{name}
+// answers from the run's journal as it stands (mid-run, then after the
+// end) without appending to it; an unknown query is 404 not_found; the
+// timeline carries each completed step's output and the await's input
+// (the signal it waits for); a run that published nothing has no values.
+func TestRunQueryAndStepValuesThroughTheAPI(t *testing.T) {
+	r := newRunsRig(t)
+	if _, _, err := r.Client.StartRun(r.Ctx, "payout", "p-q", payout{Account: "bob", Amount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	v := r.runUntil("p-q", "waits for approval", func(v api.RunView) bool {
+		return v.Status == "running" && len(v.Timeline) == 2
+	})
+	if got, err := r.Client.QueryRun(r.Ctx, "p-q", "stage"); err != nil || string(got) != `"awaiting approval"` {
+		t.Fatalf("query mid-run: %s, %v", got, err)
+	}
+	_, err := r.Client.QueryRun(r.Ctx, "p-q", "nope")
+	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
+	if vals, err := r.Client.RunValues(r.Ctx, "p-q"); err != nil || len(vals) != 0 {
+		t.Fatalf("values %v, %v; want none", vals, err)
+	}
+	after := r.runUntil("p-q", "still waits", func(api.RunView) bool { return true })
+	if len(after.Timeline) != len(v.Timeline) || after.Timeline[1].Status != "running" {
+		t.Fatalf("the query changed the run: timeline %+v, was %+v", after.Timeline, v.Timeline)
+	}
+	if a := v.Timeline[0].Attempts; len(a) != 1 || string(a[0].Output) != "true" {
+		t.Fatalf("validate's attempts %+v; want its output true", a)
+	}
+	if a := v.Timeline[1].Attempts; len(a) != 1 || !strings.Contains(string(a[0].Started), `"approved"`) {
+		t.Fatalf("the await's attempts %+v; want its input naming the signal", a)
+	}
+	if err := r.Client.SignalRun(r.Ctx, "p-q", "approved", true, "k"); err != nil {
+		t.Fatal(err)
+	}
+	r.runUntil("p-q", "completes", func(v api.RunView) bool { return v.Status == "completed" })
+	if got, err := r.Client.QueryRun(r.Ctx, "p-q", "stage"); err != nil || string(got) != `"awaiting approval"` {
+		t.Fatalf("query after the end: %s, %v", got, err)
+	}
+}

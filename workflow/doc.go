@@ -129,6 +129,18 @@
 //     cancel makes a paused run active for a worker to end it, and a pause
 //     that lands after that looks for a cancel and makes the run active
 //     again.
+//   - Asking a run how it is doing. SetEvent publishes a value under a key
+//     as a durable step of kind "event" (step id "sys:event:<key>", with
+//     "#n" for a key published again); Client.GetEvent and Client.Events
+//     read the latest value per key straight from the journal. OnQuery
+//     registers a handler that is never journaled and takes no step
+//     position; Client.Query replays the run's journal in the asking
+//     process (which must carry the run's workflow version, or it is
+//     ErrVersionNotCarried) up to the first step the journal does not hold
+//     ended and calls the handler there, so it answers for a run held by
+//     any node and for an ended one, and writes nothing. A name with no
+//     handler by then is ErrUnknownQuery (matching ErrNotFound); a handler
+//     that fails or panics is ErrInvalid, keeping the handler's error.
 //
 // # What it never does
 //

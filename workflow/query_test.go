@@ -19,6 +19,15 @@ func decodeString(b []byte) string {
 	return s
 }
 
+// errNotReady is what the "fails" query handler returns.
+var errNotReady = errors.New("not ready")
+
+// TestQueriesAndPublishedValuesReadARunWithoutWriting: a query answers from
+// the run's state as its journal stands (mid-run and after the end), an
+// unknown query is ErrUnknownQuery, a handler that panics or fails is
+// ErrInvalid (a failure keeps the handler's error), a value published with
+// SetEvent is read while the run waits, and none of it appends to the
+// run's stream.
 func TestQueriesAndPublishedValuesReadARunWithoutWriting(t *testing.T) {
 	forEachBackend(t, 91, func(r *rig) error {
 		def := workflow.New("progress", 1, func(c *workflow.Ctx, in int) (int, error) {
@@ -27,6 +36,9 @@ func TestQueriesAndPublishedValuesReadARunWithoutWriting(t *testing.T) {
 				return 0, err
 			}
 			if err := workflow.OnQuery(c, "boom", func() (string, error) { panic("no") }); err != nil {
+				return 0, err
+			}
+			if err := workflow.OnQuery(c, "fails", func() (string, error) { return "", errNotReady }); err != nil {
 				return 0, err
 			}
 			if _, err := workflow.Step(c, "reserve", func(context.Context) (int, error) { return 1, nil }); err != nil {
@@ -73,6 +85,9 @@ func TestQueriesAndPublishedValuesReadARunWithoutWriting(t *testing.T) {
 		}
 		if _, err := cl.Query(r.Ctx, "o", "boom"); !errors.Is(err, workflow.ErrInvalid) {
 			return fmt.Errorf("a panicking handler: %v", err)
+		}
+		if _, err := cl.Query(r.Ctx, "o", "fails"); !errors.Is(err, workflow.ErrInvalid) || !errors.Is(err, errNotReady) {
+			return fmt.Errorf("a failing handler: %v", err)
 		}
 		after, err := r.stream("o")
 		if err != nil || len(after) != len(before) {
