@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/workflow"
 )
@@ -174,5 +176,94 @@ func TestSignalWithStartNeverLosesTheSignal(t *testing.T) {
 			return fmt.Errorf("s2: %d, %v; want 4", got, err)
 		}
 		return nil
+	})
+}
+
+// lostAnswers is a worker's store whose first start of each of the
+// driver's targets, first signal and first cancel request land and then
+// lose their answer (a connection dropped after the commit), so each
+// operation's step is re-run with its write already done.
+type lostAnswers struct {
+	store.Store
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (s *lostAnswers) once(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen[key] {
+		return false
+	}
+	s.seen[key] = true
+	return true
+}
+
+func (s *lostAnswers) Spawn(ctx context.Context, sp store.SpawnSpec) (store.Spawned, error) {
+	got, err := s.Store.Spawn(ctx, sp)
+	if err == nil && (sp.World == "t1" || sp.World == "v1") && s.once("spawn:"+sp.World) {
+		return store.Spawned{}, errors.New("connection dropped after the spawn")
+	}
+	return got, err
+}
+
+func (s *lostAnswers) Enqueue(ctx context.Context, world string, it store.InboxItem) (uint64, bool, error) {
+	seq, dup, err := s.Store.Enqueue(ctx, world, it)
+	if err == nil && (it.Kind == workflow.ItemSignal || it.Kind == workflow.ItemControl) && s.once("enqueue:"+it.Kind) {
+		return 0, false, errors.New("connection dropped after the enqueue")
+	}
+	return seq, dup, err
+}
+
+// Every operation's write lands and its answer is lost once: the re-run
+// steps start t1 and v1 once each, signal t1 once and cancel v1 once, on
+// every backend.
+func TestOperationsFromAWorkflowHappenOnceWhenTheirAnswerIsLost(t *testing.T) {
+	forEachBackend(t, 84, func(r *rig) error {
+		tgt, victim, driver := opsWorkflows()
+		wfs, cl, err := r.clientFor(tgt, victim, driver)
+		if err != nil {
+			return err
+		}
+		lost := &lostAnswers{Store: r.WorkerStore(), seen: map[string]bool{}}
+		w, err := r.worker("A", lost, wfs, nil, nil)
+		if err != nil {
+			return err
+		}
+		defer w.Stop(r.Ctx)
+		if got, err := startResult(r, driver, cl, "d", 0); err != nil || got != 1 {
+			return fmt.Errorf("driver: %d, %v", got, err)
+		}
+		if n, err := r.signalItems("t1"); err != nil || n != 1 {
+			return fmt.Errorf("t1 got %d signals (%v), want 1", n, err)
+		}
+		if got, err := tgt.Result(r.Ctx, cl, "t1"); err != nil || got != 5 {
+			return fmt.Errorf("t1: %d, %v; want 5", got, err)
+		}
+		if _, err := cl.Result(r.Ctx, "v1"); !errors.Is(err, workflow.ErrCancelled) {
+			return fmt.Errorf("v1: %v, want cancelled", err)
+		}
+		for _, id := range []string{"t1", "v1"} {
+			evs, err := r.stream(id)
+			if err != nil {
+				return err
+			}
+			n := 0
+			for _, e := range evs {
+				if e.EventType == event.RunStarted {
+					n++
+				}
+			}
+			if n != 1 {
+				return fmt.Errorf("%s started %d times, want once", id, n)
+			}
+		}
+		lost.mu.Lock()
+		fired := len(lost.seen)
+		lost.mu.Unlock()
+		if fired != 4 {
+			return fmt.Errorf("%d answers lost, want 4 (both starts, the signal, the cancel)", fired)
+		}
+		return replays(r, driver, "d", 1)
 	})
 }
