@@ -267,3 +267,60 @@ func TestOperationsFromAWorkflowHappenOnceWhenTheirAnswerIsLost(t *testing.T) {
 		return replays(r, driver, "d", 1)
 	})
 }
+
+// The answers about ended runs: StartRun of an ended run's id with its
+// workflow and input is that run (nothing new starts), with another input
+// a recorded failure; SignalRun to it is a recorded failure; CancelRun of
+// it completes. A replay gives the same answers.
+func TestOperationsOnAnEndedRun(t *testing.T) {
+	forEachBackend(t, 85, func(r *rig) error {
+		done := workflow.New("done", 1, func(c *workflow.Ctx, in int) (int, error) { return in, nil })
+		driver := workflow.New("driver2", 1, func(c *workflow.Ctx, in int) (int, error) {
+			if err := workflow.StartRun(c, done, "e1", 3); err != nil {
+				return 0, fmt.Errorf("a start of the ended run's id with its input: %v", err)
+			}
+			var se *workflow.StepError
+			if err := workflow.StartRun(c, done, "e1", 4); !errors.As(err, &se) {
+				return 0, fmt.Errorf("a start of the ended run's id with another input: %v", err)
+			}
+			if err := workflow.SignalRun(c, "e1", "poke", 1); !errors.Is(err, workflow.ErrStepFailed) {
+				return 0, fmt.Errorf("a signal to an ended run: %v", err)
+			}
+			if err := workflow.CancelRun(c, "e1", "late"); err != nil {
+				return 0, fmt.Errorf("a cancel of an ended run: %v", err)
+			}
+			if err := workflow.CancelRun(c, "nobody", "late"); !errors.Is(err, workflow.ErrStepFailed) {
+				return 0, fmt.Errorf("a cancel of no run: %v", err)
+			}
+			return 1, nil
+		})
+		_, w, cl, err := r.serve("w", done, driver)
+		if err != nil {
+			return err
+		}
+		defer w.Stop(r.Ctx)
+		if got, err := startResult(r, done, cl, "e1", 3); err != nil || got != 3 {
+			return fmt.Errorf("e1: %d, %v", got, err)
+		}
+		if got, err := startResult(r, driver, cl, "d", 0); err != nil || got != 1 {
+			return fmt.Errorf("driver: %d, %v", got, err)
+		}
+		if n, err := r.signalItems("e1"); err != nil || n != 0 {
+			return fmt.Errorf("e1 got %d signals (%v) after it ended, want 0", n, err)
+		}
+		evs, err := r.stream("e1")
+		if err != nil {
+			return err
+		}
+		n := 0
+		for _, e := range evs {
+			if e.EventType == event.RunStarted {
+				n++
+			}
+		}
+		if n != 1 {
+			return fmt.Errorf("e1 started %d times, want once", n)
+		}
+		return replays(r, driver, "d", 1)
+	})
+}
