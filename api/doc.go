@@ -34,7 +34,7 @@
 //	GET  /v1/openapi.json                 the OpenAPI 3.1 description of all of the above (OpenAPI)
 //	GET  /ui/…, GET /                     the dashboard's files, when Config.UI is set (no token needed)
 //	POST /v1/workers/{id}/drain           {"draining"}
-//	POST /v1/runs                         {"workflow","id","input","version"}: 201 started, 200 the same again, 409 other input; version: default the newest carried, 409 version_not_carried when no live worker carries it
+//	POST /v1/runs                         {"workflow","id","input","version"}: 201 started, 200 the same again, 409 other input; version: default the newest carried, 409 version_not_carried when no live worker carries it; with "signal":{"name","value","key"} (key or idempotency_key) a signal-with-start: an absent run is started, a run of the workflow is signalled, once per key
 //	GET  /v1/runs?workflow=&status=&version=&q=&prefix=&after=&limit=  {"runs":[…],"next"} sorted by id (404 when the server serves no workflows)
 //	GET  /v1/runs/{id}                    status, input, output or error, the actions that apply, and the step timeline
 //	                                      with each attempt's start, input, output and failure

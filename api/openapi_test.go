@@ -841,6 +841,11 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 	a.do(exchange{method: "POST", path: "/v1/runs", body: sws, want: 201})
 	a.do(exchange{method: "POST", path: "/v1/runs", body: `{"workflow":"payout","id":"rs2","input":{"Account":"alice","Amount":3},"signal":{"value":true}}`, want: 400, specRefuses: true})
 	ra.runUntil("rs", "completed", func(v api.RunView) bool { return v.Status == "completed" })
+	// The signal object's "key" is idempotency_key's short name; both
+	// given, they must agree.
+	a.do(exchange{method: "POST", path: "/v1/runs", body: `{"workflow":"payout","id":"rk","input":{"Account":"alice","Amount":3},"signal":{"name":"approved","value":true,"key":"ok-rk"}}`, want: 201})
+	ra.runUntil("rk", "completed", func(v api.RunView) bool { return v.Status == "completed" })
+	a.do(exchange{method: "POST", path: "/v1/runs", body: `{"workflow":"payout","id":"rk2","input":{"Account":"alice","Amount":3},"signal":{"name":"approved","value":true,"key":"a","idempotency_key":"b"}}`, want: 400})
 	a.do(exchange{method: "POST", path: "/v1/runs", body: start("r1", 6), want: 409})
 	a.do(exchange{method: "POST", path: "/v1/runs", body: `{"workflow":"refund","id":"r9"}`, want: 400})
 	a.do(exchange{method: "POST", path: "/v1/runs", body: `{"id":"r9"}`, want: 400, specRefuses: true})

@@ -142,6 +142,20 @@ type signalReq struct {
 	Name           string          `json:"name,omitempty"`
 	Value          json.RawMessage `json:"value,omitempty"`
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	// Key is idempotency_key's short name, the one a signal-with-start's
+	// "signal" object is documented with; either may be given.
+	Key string `json:"key,omitempty"`
+}
+
+// key is the signal's dedupe key, from whichever field carries it.
+func (q *signalReq) key() (string, error) {
+	if q.Key != "" && q.IdempotencyKey != "" && q.Key != q.IdempotencyKey {
+		return "", invalid(`fields "key" and "idempotency_key" differ`)
+	}
+	if q.Key != "" {
+		return q.Key, nil
+	}
+	return q.IdempotencyKey, nil
 }
 
 type runsResp struct {
@@ -215,9 +229,13 @@ func (s *Server) startRun(r *http.Request, rc *reqCtx) (int, any, error) {
 		return 0, nil, invalid("a priority or partition needs a queue")
 	}
 	var sigVal []byte
+	var sigKey string
 	if req.Signal != nil {
 		if req.Signal.Name == "" {
 			return 0, nil, invalid(`field "signal.name" is required`)
+		}
+		if sigKey, err = req.Signal.key(); err != nil {
+			return 0, nil, err
 		}
 		if sigVal, err = jsonToCBOR(req.Signal.Value); err != nil {
 			return 0, nil, err
@@ -235,7 +253,7 @@ func (s *Server) startRun(r *http.Request, rc *reqCtx) (int, any, error) {
 		return 0, nil, err
 	}
 	if req.Signal != nil {
-		if err := rb.Client.Signal(r.Context(), req.ID, req.Signal.Name, cbor.RawMessage(sigVal), req.Signal.IdempotencyKey); err != nil {
+		if err := rb.Client.Signal(r.Context(), req.ID, req.Signal.Name, cbor.RawMessage(sigVal), sigKey); err != nil {
 			return 0, nil, err
 		}
 	}
@@ -427,6 +445,10 @@ func (s *Server) signalRun(r *http.Request, rc *reqCtx) (int, any, error) {
 	if req.Name == "" {
 		return 0, nil, invalid(`field "name" is required`)
 	}
+	key, err := req.key()
+	if err != nil {
+		return 0, nil, err
+	}
 	rb := s.cfg.Runs
 	if rb == nil {
 		return 0, nil, errNoRuns(id)
@@ -435,7 +457,7 @@ func (s *Server) signalRun(r *http.Request, rc *reqCtx) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := rb.Client.Signal(r.Context(), id, req.Name, cbor.RawMessage(val), req.IdempotencyKey); err != nil {
+	if err := rb.Client.Signal(r.Context(), id, req.Name, cbor.RawMessage(val), key); err != nil {
 		return 0, nil, err
 	}
 	return http.StatusAccepted, statusResp{Status: "accepted"}, nil
