@@ -31,6 +31,7 @@ import (
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/workflow"
+	"github.com/orrery-run/orrery/workflow/projector"
 	"github.com/orrery-run/orrery/world"
 )
 
@@ -58,6 +59,14 @@ type App struct {
 	HTTP adapter.HTTPConfig
 	// Retry replaces the retry policy of a kind, built-in or registered.
 	Retry map[string]adapter.RetryPolicy
+	// RetryPolicies is Retry under the name the workflow docs use: both
+	// are read, and one kind named in both is an error (two policies for
+	// one kind would leave which one runs to chance).
+	RetryPolicies map[string]adapter.RetryPolicy
+	// Projectors are the binary's read models of its workflow runs: serve
+	// feeds each every event of every run (see workflow/projector). They
+	// need Workflows.
+	Projectors []projector.Projector
 }
 
 // MainWith runs the orrery command line with app's worlds and workflows
@@ -87,12 +96,33 @@ func (a App) cli() (cli.App, error) {
 			return cli.App{}, fmt.Errorf("adapter %T: %w", r.Adapter, err)
 		}
 	}
-	for kind, p := range a.Retry {
+	retry := a.Retry
+	if len(a.RetryPolicies) > 0 {
+		retry = make(map[string]adapter.RetryPolicy, len(a.Retry)+len(a.RetryPolicies))
+		for kind, p := range a.Retry {
+			retry[kind] = p
+		}
+		for kind, p := range a.RetryPolicies {
+			if _, dup := retry[kind]; dup {
+				return cli.App{}, fmt.Errorf("retry policy of %s given in both Retry and RetryPolicies", kind)
+			}
+			retry[kind] = p
+		}
+	}
+	for kind, p := range retry {
 		if err := p.Validate(); err != nil {
 			return cli.App{}, fmt.Errorf("retry policy of %s: %w", kind, err)
 		}
 	}
-	out := cli.App{Kernels: ks, Adapters: a.Adapters, HTTP: a.HTTP, Retry: a.Retry}
+	for i, p := range a.Projectors {
+		if p == nil {
+			return cli.App{}, fmt.Errorf("projector %d is nil", i)
+		}
+	}
+	if len(a.Projectors) > 0 && len(a.Workflows) == 0 {
+		return cli.App{}, fmt.Errorf("projectors read workflow runs, and this app has no workflows")
+	}
+	out := cli.App{Kernels: ks, Adapters: a.Adapters, HTTP: a.HTTP, Retry: retry, Projectors: a.Projectors}
 	if len(a.Workflows) > 0 {
 		if out.Workflows, err = workflow.NewWorkflows(a.Workflows...); err != nil {
 			return cli.App{}, err

@@ -47,6 +47,7 @@ import (
 	"github.com/orrery-run/orrery/plane"
 	"github.com/orrery-run/orrery/plane/adapter"
 	"github.com/orrery-run/orrery/workflow"
+	"github.com/orrery-run/orrery/workflow/projector"
 )
 
 // Exit codes; see the package doc.
@@ -114,6 +115,7 @@ type env struct {
 	adapters   []adapter.Registration
 	httpConfig adapter.HTTPConfig
 	retry      map[string]adapter.RetryPolicy
+	projectors []projector.Projector
 }
 
 // App is what a binary serves: its worlds by universe and, optionally, its
@@ -127,6 +129,9 @@ type App struct {
 	Adapters []adapter.Registration
 	HTTP     adapter.HTTPConfig
 	Retry    map[string]adapter.RetryPolicy
+	// Projectors read the workflow runs serve's node runs
+	// (node.Config.Projectors).
+	Projectors []projector.Projector
 }
 
 // Run runs the orrery command line with args (without the program name)
@@ -148,7 +153,7 @@ func RunApp(ctx context.Context, args []string, stdio IO, app App) int {
 		stdio.Err = io.Discard
 	}
 	e := &env{io: stdio, kernels: app.Kernels, workflows: app.Workflows,
-		adapters: app.Adapters, httpConfig: app.HTTP, retry: app.Retry}
+		adapters: app.Adapters, httpConfig: app.HTTP, retry: app.Retry, projectors: app.Projectors}
 	defer e.closeIdle()
 	root := e.rootCommand()
 	root.SetArgs(args)

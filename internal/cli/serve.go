@@ -390,7 +390,7 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 
 	n, err := node.Start(ctx, node.Config{
 		Worker: worker, Store: st, Kernels: e.kernels, Workflows: e.workflows,
-		Adapters: e.adapters, HTTP: e.httpConfig, Retry: e.retry,
+		Adapters: e.adapters, HTTP: e.httpConfig, Retry: e.retry, Projectors: e.projectors,
 		LeaseTTL: f.leaseTTL, ClaimTTL: f.claimTTL, MaxSkew: f.maxSkew, IdleAfter: f.idleAfter,
 		NoOrchestrator: f.noOrch, EffectConcurrency: f.effects, Logger: log, Limits: limits,
 		Roles: roleList, EffectKinds: kinds, Capacity: f.capacity,

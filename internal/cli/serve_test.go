@@ -2,18 +2,22 @@ package cli_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/examples/ledger"
 	"github.com/orrery-run/orrery/internal/cli"
 	"github.com/orrery-run/orrery/store/sqlite"
+	"github.com/orrery-run/orrery/workflow/projector"
 )
 
 // served is a `serve` running in a goroutine.
@@ -282,6 +286,57 @@ func TestServeWithoutTheAPIRoleServesProbesOnly(t *testing.T) {
 	}
 	if _, body := s.get("/metrics", ""); !strings.Contains(body, "orrery_worlds_unplaced 0") {
 		t.Errorf("/metrics lacks orrery_worlds_unplaced:\n%s", body)
+	}
+	if code := s.stop(); code != cli.ExitOK {
+		t.Fatalf("serve exited %d\nstderr: %s", code, s.err.String())
+	}
+}
+
+// recorder is a binary's own projector: it keeps the types of the events
+// it is fed, by stream.
+type recorder struct {
+	mu  sync.Mutex
+	got map[string][]string
+}
+
+func (r *recorder) Name() string { return "app-recorder" }
+
+func (r *recorder) Apply(_ context.Context, stream string, e event.Envelope) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.got == nil {
+		r.got = map[string][]string{}
+	}
+	r.got[stream] = append(r.got[stream], e.EventType)
+	return nil
+}
+
+func (r *recorder) seen() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return fmt.Sprint(r.got)
+}
+
+// An App's projector is fed the events of the runs serve's node runs: a
+// workflows-only binary's run that completes reaches it, up to its
+// RunCompleted.
+func TestServeFeedsTheAppsProjectors(t *testing.T) {
+	wfs, err := ledger.Workflows()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	s := startServeApp(t, cli.App{Workflows: wfs, Projectors: []projector.Projector{rec}}, nil, "sv-pj", "--store", filepath.Join(t.TempDir(), "o.db"), "--lease-ttl", "2s")
+	s.ok("run", "start", ledger.WorkflowPayout, "p-p", `{"Account":"erin","Amount":4}`, "--signal", "approved", "--signal-value", "true")
+	deadline := time.Now().Add(testTimeout)
+	for !strings.Contains(rec.seen(), "RunCompleted") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the App's projector never saw p-p complete: %s\n%s", rec.seen(), s.ok("run", "show", "p-p"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := rec.seen(); !strings.Contains(got, "RunStarted") || !strings.Contains(got, "StepCompleted") {
+		t.Fatalf("the App's projector saw %s: want the run's start and steps too", got)
 	}
 	if code := s.stop(); code != cli.ExitOK {
 		t.Fatalf("serve exited %d\nstderr: %s", code, s.err.String())

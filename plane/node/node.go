@@ -123,6 +123,11 @@ type Config struct {
 	// Retry replaces, by kind, the retry policy of a built-in or
 	// registered adapter (adapter.Config.Policies).
 	Retry map[string]adapter.RetryPolicy
+	// Projectors are the binary's own read models of its workflow runs:
+	// fed every event of every run of cfg.Workflows, after the node's own
+	// runs view, by the same runner (so with the same delivery and gap
+	// handling). They need Workflows.
+	Projectors []projector.Projector
 
 	LeaseTTL time.Duration // world and orchestrator leases (default 10s)
 	ClaimTTL time.Duration // effect and timer claims (default 30s)
@@ -555,7 +560,7 @@ func (n *Node) startWorkflows(ctx context.Context) error {
 	var err error
 	if v.runner, err = projector.NewRunner(projector.RunnerConfig{
 		Store: cfg.Store, Executor: ex, Streams: projector.UniverseStreams(cfg.Store, universes...),
-		Projectors: []projector.Projector{v.Runs, v.Timeline}, Logger: log,
+		Projectors: append([]projector.Projector{v.Runs, v.Timeline}, cfg.Projectors...), Logger: log,
 	}); err != nil {
 		return err
 	}
