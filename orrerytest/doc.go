@@ -35,6 +35,10 @@
 //   - NewWorld starts a node running one definition and creates a world
 //     of it; NewNode starts a node for several worlds (Worlds) or
 //     workflows (Workflows, then Node.Runs), and Node.Create adds worlds.
+//     A node of workflows alone needs no world: NewNode(t, Workflows(defs...),
+//     Fakes(payments)) runs a saga with its effects faked, its timers on
+//     virtual time (a two-minute wait passes in milliseconds) and
+//     Node.Crash/Restart in the middle; examples/orders is such a test.
 //   - World.Send enqueues an event; Call returns the handler's reply
 //     decoded into your type (TryCall returns a handler's error instead,
 //     and a call with no reply fails at its CallLimit of virtual time);
