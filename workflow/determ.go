@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"crypto/sha256"
+	"strconv"
 	"math/rand/v2"
 	"time"
 
@@ -109,7 +110,7 @@ func (c *Ctx) Now() time.Time {
 // step.
 func (c *Ctx) Rand() *rand.Rand {
 	if c.rng == nil {
-		sum := sha256.Sum256([]byte("orrery.workflow.rand\x00" + c.r.id))
+		sum := sha256.Sum256([]byte("orrery.workflow.rand\x00" + c.r.id + "\x00" + strconv.FormatUint(c.r.h.generation, 10)))
 		c.rng = rand.New(rand.NewChaCha8(sum))
 	}
 	return c.rng

@@ -73,6 +73,10 @@
 //     the run), Ctx.Rand (a source seeded from the run id), SideEffect (a
 //     value computed once and recorded). Now and SideEffect are steps of
 //     kind "side" that ride with the run's next write (determ.go).
+//   - ContinueAsNew (continue.go): the function returns it, and the run
+//     starts afresh under the same id from a new input, after a marker
+//     (RunResumed of step "sys:continue", its attempt the generation)
+//     from which history folding starts over.
 //   - WithRunTimeout: a durable timer on the store's clock, due the
 //     timeout after the start; its firing ends the run RunFailed ("run
 //     timed out") without asking the function.

@@ -36,6 +36,8 @@ type history struct {
 	// cleared of their ends: a re-run of one continues its attempt
 	// numbers, so no attempt is ever recorded twice.
 	reset map[string]*stepHist
+	// generation counts the run's ContinueAsNew (0: the first).
+	generation uint64
 	// cancelSeq is the inbox seq of the cancel request delivered to the
 	// function (the first StepSkipped carrying one); 0: none yet.
 	cancelSeq uint64
@@ -99,7 +101,17 @@ func (h *history) apply(e *event.Envelope) error {
 	case event.RunStarted:
 		h.started = true
 		h.input = p.(runStart).Input
-	case event.RunPaused, event.RunResumed:
+	case event.RunResumed:
+		if c := p.(runControl); e.StepID == continueStep && len(c.ContinuedInput) > 0 {
+			// A new generation (ContinueAsNew): the run starts afresh from
+			// its new input; the signals and receipts the old ones took
+			// stay taken.
+			h.generation, h.input = e.LogicalAttemptID, c.ContinuedInput
+			h.resetTo(0)
+			break
+		}
+		fallthrough
+	case event.RunPaused:
 		c := p.(runControl)
 		if c.Control != 0 {
 			h.controls[c.Control] = true

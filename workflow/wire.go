@@ -154,6 +154,10 @@ type runControl struct {
 	// ResetTo, on an operator's RunResumed, discards the steps at and
 	// after that index for replay (they stay in the journal for the record).
 	ResetTo *uint64 `cbor:"resetTo,omitempty"`
+	// ContinuedInput, on the RunResumed of step "sys:continue" (attempt =
+	// the new generation), is the input of a run that continued as new:
+	// history folding starts over from it (ContinueAsNew).
+	ContinuedInput cbor.RawMessage `cbor:"continuedInput,omitempty"`
 }
 
 // runEnd is the payload of RunCompleted, RunFailed and RunCancelled.

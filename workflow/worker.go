@@ -851,12 +851,24 @@ func (r *runner) execute(ctx context.Context) *stop {
 		}
 	}
 	r.emit(EvStarted, nil)
-	r.tells = true
-	out, ferr := r.def.invoke(c, r.start.Input)
-	r.closeBranches(c)
-	r.tells = false
-	if c.halted != nil {
-		return r.failed(ctx, "run", c.halted)
+	var out []byte
+	var ferr error
+	for {
+		r.tells = true
+		out, ferr = r.def.invoke(c, r.runInput())
+		r.closeBranches(c)
+		r.tells = false
+		if c.halted != nil {
+			return r.failed(ctx, "run", c.halted)
+		}
+		again, err := r.continueAsNew(ctx, c, ferr)
+		if err != nil {
+			return r.failed(ctx, "continue as new", err)
+		}
+		if !again {
+			break
+		}
+		c = newCtx(r, ctx) // the new generation: a function run from the start
 	}
 	if ferr == nil {
 		if err := checkValue("the run's output", out); err != nil {
