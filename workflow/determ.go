@@ -2,8 +2,8 @@ package workflow
 
 import (
 	"crypto/sha256"
-	"strconv"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/orrery-run/orrery/event"
