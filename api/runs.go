@@ -172,7 +172,7 @@ var finishedRuns = []string{string(workflow.StatusCompleted), string(workflow.St
 
 // runStatuses are the statuses a list may be filtered by.
 var runStatuses = [...]workflow.RunStatus{
-	workflow.StatusPending, workflow.StatusQueued, workflow.StatusRunning, workflow.StatusPaused,
+	workflow.StatusPending, workflow.StatusQueued, workflow.StatusRunning, workflow.StatusPaused, workflow.StatusBlocked,
 	workflow.StatusCompleted, workflow.StatusFailed, workflow.StatusCancelled,
 }
 

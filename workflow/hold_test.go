@@ -9,6 +9,7 @@ import (
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/store"
 	"github.com/orrery-run/orrery/workflow"
+	"github.com/orrery-run/orrery/workflow/projector"
 )
 
 // inserted is the gated workflow with a step "x" inserted before "b";
@@ -93,6 +94,21 @@ func TestDivergentRunIsBlockedNotFailed(t *testing.T) {
 		}
 		if want := `blocked: divergent at step 1: recorded "b", got "x"`; sum.Status != workflow.StatusBlocked || sum.Error != want {
 			return fmt.Errorf("summary %s %q, want blocked %q", sum.Status, sum.Error, want)
+		}
+		// The runs projection (run list, the dashboard, the runs metric)
+		// says blocked too.
+		evs, err := r.stream("run")
+		if err != nil {
+			return err
+		}
+		proj := projector.NewRuns()
+		for _, e := range evs {
+			if err := proj.Apply(r.Ctx, "run", e); err != nil {
+				return err
+			}
+		}
+		if row, _ := proj.Get("run"); row.Status != projector.StatusBlocked || row.LastError != sum.Error {
+			return fmt.Errorf("the runs projection says %q %q, want blocked", row.Status, row.LastError)
 		}
 		return r.shapesAre("run", []shape{
 			{event.RunStarted, "", 1},

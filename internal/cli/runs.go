@@ -183,7 +183,7 @@ may stop carrying it (see "Changing workflow code" in the docs).`,
 		}),
 	}
 	list.Flags().StringVar(&wf, "workflow", "", "only the runs of this workflow")
-	list.Flags().StringVar(&status, "status", "", "only runs in this status: pending, queued, running, paused, completed, failed or cancelled")
+	list.Flags().StringVar(&status, "status", "", "only runs in this status: pending, queued, running, paused, blocked, completed, failed or cancelled")
 	list.Flags().Uint64Var(&version, "version", 0, "only the runs pinned to this workflow version")
 	listPaging(list, &page, "runs")
 	show := &cobra.Command{

@@ -17,14 +17,32 @@ type RunStatus string
 const (
 	// StatusUnknown: the run's stream has step events but no run-level
 	// event yet.
-	StatusUnknown   RunStatus = ""
-	StatusQueued    RunStatus = "queued"
-	StatusRunning   RunStatus = "running"
-	StatusPaused    RunStatus = "paused"
+	StatusUnknown RunStatus = ""
+	StatusQueued  RunStatus = "queued"
+	StatusRunning RunStatus = "running"
+	StatusPaused  RunStatus = "paused"
+	// StatusBlocked: held by a divergence (a RunPaused whose reason starts
+	// DivergentPrefix), until compatible code resumes it.
+	StatusBlocked   RunStatus = "blocked"
 	StatusCompleted RunStatus = "completed"
 	StatusFailed    RunStatus = "failed"
 	StatusCancelled RunStatus = "cancelled"
 )
+
+// DivergentPrefix starts the reason of the RunPaused by which a worker
+// holds a divergent run (the workflow package writes it).
+const DivergentPrefix = "divergent at step "
+
+// payloadReason is a run event payload's reason, if any.
+func payloadReason(payload []byte) string {
+	var p struct {
+		Reason string `cbor:"reason"`
+	}
+	if len(payload) == 0 || event.Unmarshal(payload, &p) != nil {
+		return ""
+	}
+	return p.Reason
+}
 
 // Terminal reports whether s is an end: completed, failed or cancelled.
 func (s RunStatus) Terminal() bool {
@@ -128,6 +146,9 @@ func (r *Runs) Apply(_ context.Context, stream string, e event.Envelope) error {
 		}
 	case event.RunPaused:
 		run.Status = StatusPaused
+		if reason := payloadReason(e.Payload); strings.HasPrefix(reason, DivergentPrefix) {
+			run.Status, run.LastError = StatusBlocked, "blocked: "+reason
+		}
 	case event.RunResumed:
 		run.Status = StatusRunning
 	case event.RunCompleted:
