@@ -38,8 +38,10 @@ func (c *Client) Terminate(ctx context.Context, runID, reason string) error {
 // held by a divergence when neither a rollback nor a Patched fix is
 // possible. It is recorded as a RunResumed carrying resetTo; the discarded
 // steps stay in the journal for the record, and a re-run of one of them
-// continues its attempt numbers. A blocked or paused run can be reset; one
-// a worker holds right now answers an error matching store.ErrLeaseHeld.
+// continues its attempt numbers. A blocked run can be reset; one a worker
+// holds right now answers an error matching store.ErrLeaseHeld, and a
+// paused one store.ErrWorldPaused (the operator's lease is refused while it
+// is paused).
 func (c *Client) Reset(ctx context.Context, runID string, step int, reason string) error {
 	const op = "reset"
 	if err := store.CheckReason(op, reason); err != nil {
