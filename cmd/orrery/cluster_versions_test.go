@@ -145,7 +145,7 @@ func childApp() (orrery.App, error) {
 	if err != nil {
 		return orrery.App{}, err
 	}
-	return testAppFor(vs), nil
+	return withOrders(testAppFor(vs)), nil
 }
 
 // testAppFor is the shipped binary's app plus the versions vs of the
