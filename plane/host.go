@@ -1362,7 +1362,14 @@ func (h *Host) acquirePage(ctx context.Context, ids []string) error {
 	h.mu.Lock()
 	if h.stopped {
 		h.mu.Unlock()
+		// Stopped while this acquisition was in flight: its leases are
+		// nobody's, so they go back now rather than at the TTL (a
+		// graceful stop leaves no lease held).
 		unwatch(got)
+		for _, l := range got {
+			giveBack = append(giveBack, store.LeaseRef{World: l.world, Epoch: l.epoch})
+		}
+		h.giveBack(ctx, giveBack)
 		return ErrStopped
 	}
 	if h.draining {
@@ -1405,9 +1412,18 @@ func (h *Host) acquirePage(ctx context.Context, ids []string) error {
 // release only means a successor waits for the TTL.
 func (h *Host) giveBack(ctx context.Context, refs []store.LeaseRef) {
 	if len(refs) > 0 {
-		_ = h.hold.ReleaseAll(ctx, refs)
+		// Not cut short by the end of the caller's context: a stop or a
+		// drain is when these releases matter most. Bounded on the
+		// executor's clock all the same.
+		rctx, cancel := actor.WithTimeout(context.WithoutCancel(ctx), h.ex, giveBackTimeout)
+		defer cancel()
+		_ = h.hold.ReleaseAll(rctx, refs)
 	}
 }
+
+// giveBackTimeout bounds the release of leases a host took but cannot
+// keep.
+const giveBackTimeout = 5 * time.Second
 
 // dropLease forgets l and stops its world at once: the fenced flag makes
 // its process do nothing more (it is checked before every step and
