@@ -530,7 +530,13 @@ func (d *Def[In, Out]) Result(ctx context.Context, c *Client, runID string) (Out
 
 // run reads a run's world record: ErrNotFound unless it is a run.
 func (c *Client) run(ctx context.Context, op, runID string) (store.World, error) {
-	rec, err := c.st.GetWorld(ctx, runID)
+	return runRecord(ctx, c.st, op, runID)
+}
+
+// runRecord reads run runID's world record; a world that is not a run is
+// ErrNotFound.
+func runRecord(ctx context.Context, st store.Store, op, runID string) (store.World, error) {
+	rec, err := st.GetWorld(ctx, runID)
 	if err != nil {
 		return store.World{}, wrap(op, runID, err)
 	}

@@ -3,7 +3,6 @@ package workflow
 import (
 	"context"
 	"errors"
-	"strings"
 
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/store"
@@ -142,12 +141,8 @@ func SignalRun(c *Ctx, runID, name string, value any) error {
 		// The key names this run and the step's id (its occurrence
 		// included): the step's own place in this run.
 		key := ItemSignal + ":wf:" + hashOf("orrery.workflow.signal", c.r.id, id)
-		rec, err := c.r.st.GetWorld(ctx, runID)
-		if err != nil {
-			return wrap("signal", runID, err)
-		}
-		if !strings.HasPrefix(rec.Universe, UniversePrefix) {
-			return errorf("signal", ErrNotFound, runID, detail("a world of universe "+rec.Universe+", not a run"))
+		if _, err := runRecord(ctx, c.r.st, "signal", runID); err != nil {
+			return err
 		}
 		_, _, err = c.r.st.Enqueue(ctx, runID, store.InboxItem{Kind: ItemSignal, Payload: b, DedupeKey: key})
 		if errors.Is(err, store.ErrWorldArchived) {
@@ -174,12 +169,8 @@ func CancelRun(c *Ctx, runID, reason string) error {
 		return errorf("cancel", ErrInvalid, runID, err)
 	}
 	return op(c, cancelBase+runID, func(ctx context.Context, _ string) error {
-		rec, err := c.r.st.GetWorld(ctx, runID)
-		if err != nil {
-			return wrap("cancel", runID, err)
-		}
-		if !strings.HasPrefix(rec.Universe, UniversePrefix) {
-			return errorf("cancel", ErrNotFound, runID, detail("a world of universe "+rec.Universe+", not a run"))
+		if _, err := runRecord(ctx, c.r.st, "cancel", runID); err != nil {
+			return err
 		}
 		return requestCancel(ctx, c.r.st, runID, reason)
 	})
