@@ -1,10 +1,12 @@
 package workflow
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
 	"github.com/orrery-run/orrery/event"
+	"github.com/orrery-run/orrery/store"
 )
 
 // history is what a run's stream says, folded in runSeq order: the run's
@@ -73,6 +75,27 @@ func (s *stepHist) done() bool { return s.completed != nil || s.final != nil || 
 
 func newHistory() *history {
 	return &history{byID: map[string]*stepHist{}, consumed: map[uint64]bool{}, controls: map[uint64]bool{}}
+}
+
+// fold reads run runID's whole stream from st and applies it. A read's
+// error is returned as the store gave it; the caller says what it was for.
+func (h *history) fold(ctx context.Context, st store.Store, runID string) error {
+	var after uint64
+	for {
+		evs, err := st.Read(ctx, runID, after, 512)
+		if err != nil {
+			return err
+		}
+		for i := range evs {
+			if err := h.apply(&evs[i]); err != nil {
+				return err
+			}
+			after = evs[i].RunSeq
+		}
+		if len(evs) < 512 {
+			return nil
+		}
+	}
 }
 
 // corrupt is a stream this package did not write (or a bug).

@@ -173,21 +173,8 @@ func (c *Client) Query(ctx context.Context, runID, name string) ([]byte, error) 
 		return nil, errorf(op, ErrVersionNotCarried, runID, detail(fmt.Sprintf("this process does not carry %s@%d", start.Workflow, start.Version)))
 	}
 	h := newHistory()
-	var after uint64
-	for {
-		evs, err := c.st.Read(ctx, runID, after, 512)
-		if err != nil {
-			return nil, wrap(op, runID, err)
-		}
-		for i := range evs {
-			if err := h.apply(&evs[i]); err != nil {
-				return nil, err
-			}
-			after = evs[i].RunSeq
-		}
-		if len(evs) < 512 {
-			break
-		}
+	if err := h.fold(ctx, c.st, runID); err != nil {
+		return nil, wrap(op, runID, err)
 	}
 	r := &runner{id: runID, h: h, replay: true, ex: actor.NewExecutor(0), start: start}
 	rc := newCtx(r, ctx)

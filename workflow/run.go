@@ -279,21 +279,8 @@ func (r *runner) load(ctx context.Context) error {
 		r.readTo, r.lastRead = f.seq, r.ex.Now()
 		return nil
 	}
-	var after uint64
-	for {
-		evs, err := r.st.Read(ctx, r.id, after, 512)
-		if err != nil {
-			return err
-		}
-		for i := range evs {
-			if err := r.h.apply(&evs[i]); err != nil {
-				return err
-			}
-			after = evs[i].RunSeq
-		}
-		if len(evs) < 512 {
-			break
-		}
+	if err := r.h.fold(ctx, r.st, r.id); err != nil {
+		return err
 	}
 	return r.refresh(ctx)
 }
