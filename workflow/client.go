@@ -48,6 +48,9 @@ type RunSummary struct {
 	Output    []byte // canonical CBOR, once completed
 	Error     string // once failed or cancelled: the message or the reason
 	CreatedAt time.Time
+	// Attributes are the run's search attributes (WithAttributes,
+	// SetAttributes); nil when it has none.
+	Attributes map[string]string
 }
 
 // Client starts runs and reads, signals, pauses, resumes and cancels them.
@@ -177,13 +180,13 @@ func wrap(op, run string, err error) error {
 // the first of local (workers in this process, waited for through ex)
 // with room for it, which creates it with its first write; otherwise it
 // is created here and a hint wakes every worker's scan.
-func startRun(ctx context.Context, st store.Store, def Workflow, runID string, input []byte, parent string, local []*Worker, ex actor.Executor, q *queuedStart, timeout time.Duration) (created bool, err error) {
+func startRun(ctx context.Context, st store.Store, def Workflow, runID string, input []byte, parent string, local []*Worker, ex actor.Executor, q *queuedStart, o startOptions) (created bool, err error) {
 	const op = "start"
 	if err := store.CheckID(op, "run id", runID); err != nil {
 		return false, errorf(op, ErrInvalid, runID, err)
 	}
 	universe := Universe(def.Name())
-	start := startItem{Workflow: def.Name(), Version: def.Version(), Input: input, Parent: parent, Timeout: int64(max(timeout, 0))}
+	start := startItem{Workflow: def.Name(), Version: def.Version(), Input: input, Parent: parent, Timeout: int64(max(o.timeout, 0)), Attrs: o.attrs}
 	if q != nil && q.opts.queue != "" {
 		start.Queue, start.Priority, start.Partition = q.opts.queue, q.opts.priority, q.opts.partition
 	}
@@ -383,7 +386,7 @@ func (c *Client) Start(ctx context.Context, def Workflow, runID string, in any, 
 	if err := c.carried(ctx, def, runID); err != nil {
 		return err
 	}
-	_, err = startRun(ctx, c.st, def, runID, b, "", c.workers, c.ex, c.queued(o), o.timeout)
+	_, err = startRun(ctx, c.st, def, runID, b, "", c.workers, c.ex, c.queued(o), o)
 	return err
 }
 
@@ -426,7 +429,7 @@ func (c *Client) StartCBOR(ctx context.Context, name, runID string, input []byte
 	if err := c.carried(ctx, def, runID); err != nil {
 		return false, err
 	}
-	created, err = startRun(ctx, c.st, def, runID, b, "", c.workers, c.ex, c.queued(o), o.timeout)
+	created, err = startRun(ctx, c.st, def, runID, b, "", c.workers, c.ex, c.queued(o), o)
 	if o.version == 0 && errors.Is(err, ErrConflict) {
 		// A start that names no version is repeated by a client that is
 		// unsure of the first answer, and during a rolling upgrade the
@@ -656,9 +659,10 @@ func (c *Client) Get(ctx context.Context, runID string) (RunSummary, error) {
 			break
 		}
 	}
+	s.Attributes = h.attrs
 	if s.Version == 0 {
 		if st, err := readStart(ctx, c.st, runID); err == nil && st != nil {
-			s.Version = st.Version
+			s.Version, s.Attributes = st.Version, st.Attrs
 		}
 	}
 	s.Steps, s.Head = len(h.steps), h.head

@@ -762,7 +762,7 @@ func Child[In, Out any](c *Ctx, def *Def[In, Out], childID string, in In, opts .
 	if err := r.writable(c.ctx); err != nil {
 		return zero, c.halt(err)
 	}
-	if _, err := startRun(c.ctx, r.st, def, childID, input, r.id, nil, nil, nil, 0); err != nil {
+	if _, err := startRun(c.ctx, r.st, def, childID, input, r.id, nil, nil, nil, startOptions{}); err != nil {
 		if errors.Is(err, ErrConflict) {
 			return fail(err.Error())
 		}

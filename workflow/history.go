@@ -43,6 +43,10 @@ type history struct {
 	// cancelSeq is the inbox seq of the cancel request delivered to the
 	// function (the first StepSkipped carrying one); 0: none yet.
 	cancelSeq uint64
+	// attrs are the run's search attributes: its start's, then each
+	// SetAttributes in turn (neither a new generation nor a reset clears
+	// them).
+	attrs map[string]string
 }
 
 // stepHist is one step's recorded attempts.
@@ -121,9 +125,11 @@ func (h *history) apply(e *event.Envelope) error {
 	switch e.EventType {
 	case event.RunQueued:
 		h.queued = true
+		h.attrs = applyAttrs(h.attrs, p.(runQueued).Attrs)
 	case event.RunStarted:
 		h.started = true
 		h.input = p.(runStart).Input
+		h.attrs = applyAttrs(h.attrs, p.(runStart).Attrs)
 	case event.RunResumed:
 		if c := p.(runControl); e.StepID == continueStep && len(c.ContinuedInput) > 0 {
 			// A new generation (ContinueAsNew): the run starts afresh from
@@ -191,6 +197,13 @@ func (h *history) apply(e *event.Envelope) error {
 			s.completed = &v
 			if v.Seq != 0 {
 				h.consumed[v.Seq] = true
+			}
+			if s.kind == kindAttrs {
+				var set map[string]string
+				if err := event.Unmarshal(v.Value, &set); err != nil {
+					return corrupt(e, "attributes: %v", err)
+				}
+				h.attrs = applyAttrs(h.attrs, set)
 			}
 		case stepFailed:
 			s.failures++

@@ -109,7 +109,7 @@ func StartRun(c *Ctx, def Workflow, runID string, in any, opts ...StartOption) e
 		return errorf("start", ErrInvalid, runID, err)
 	}
 	return op(c, startBase+runID, func(ctx context.Context, _ string) error {
-		_, err := startRun(ctx, c.r.st, def, runID, input, "", nil, nil, nil, o.timeout)
+		_, err := startRun(ctx, c.r.st, def, runID, input, "", nil, nil, nil, o)
 		return err
 	})
 }

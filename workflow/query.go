@@ -47,16 +47,23 @@ func SetEvent(c *Ctx, key string, value any) error {
 	if h != nil && h.completed != nil {
 		return nil
 	}
+	return c.writeAtOnce(kindEvent, id, h, b)
+}
+
+// writeAtOnce records step id (of kind, begun with h) as started and
+// completed with value in one append: a step whose value is known when it
+// is asked for (SetEvent, SetAttributes).
+func (c *Ctx) writeAtOnce(kind, id string, h *stepHist, value []byte) error {
 	r := c.r
 	attempt := uint64(1)
 	if h != nil {
 		attempt = h.attempt + 1
 	}
-	e1, err := r.envelope(event.StepStarted, id, attempt, stepStarted{Kind: kindEvent})
+	e1, err := r.envelope(event.StepStarted, id, attempt, stepStarted{Kind: kind})
 	if err != nil {
 		return c.halt(&stop{kind: stopError, cause: err})
 	}
-	e2, err := r.envelope(event.StepCompleted, id, attempt, stepCompleted{Value: b})
+	e2, err := r.envelope(event.StepCompleted, id, attempt, stepCompleted{Value: value})
 	if err != nil {
 		return c.halt(&stop{kind: stopError, cause: err})
 	}

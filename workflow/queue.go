@@ -107,6 +107,8 @@ type startOptions struct {
 	tick bool
 	// timeout: WithRunTimeout.
 	timeout time.Duration
+	// attrs: WithAttributes.
+	attrs map[string]string
 }
 
 // WithRunTimeout ends the run RunFailed ("run timed out") if it has not
@@ -148,6 +150,9 @@ func resolveStart(opts []StartOption) (startOptions, error) {
 	if o.priority < -store.MaxPriority || o.priority > store.MaxPriority {
 		return o, errorf("start", ErrInvalid, "", detail("priority out of range"))
 	}
+	if err := CheckAttributes(o.attrs); err != nil {
+		return o, err
+	}
 	return o, nil
 }
 
@@ -178,7 +183,7 @@ func startQueued(ctx context.Context, st store.Store, wf *Workflows, holder, inc
 		}
 		return false, wrap(op, runID, err)
 	}
-	e := newEnvelope(runID, &start, event.RunQueued, "", 1, now, event.EmptyPayload())
+	e := newEnvelope(runID, &start, event.RunQueued, "", 1, now, queuedPayload(&start))
 	spec.Holder, spec.Incarnation, spec.TTL, spec.Events = holder, inc, 10*time.Second, []store.Record{e}
 	sp, err := st.Spawn(ctx, spec)
 	switch {

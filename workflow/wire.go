@@ -141,6 +141,8 @@ type stepSkipped struct {
 // stream alone replays the run (Replay).
 type runStart struct {
 	Input cbor.RawMessage `cbor:"input"`
+	// Attrs are the start's search attributes (WithAttributes).
+	Attrs map[string]string `cbor:"attrs,omitempty"`
 }
 
 // runControl is the payload of RunPaused and RunResumed. Control is the
@@ -196,6 +198,9 @@ type startItem struct {
 	// Timeout is WithRunTimeout's, in ns: the run fails if not ended that
 	// long after its start item was enqueued.
 	Timeout int64 `cbor:"timeout,omitempty"`
+	// Attrs are the run's search attributes at its start (WithAttributes):
+	// not part of its identity.
+	Attrs map[string]string `cbor:"attrs,omitempty"`
 }
 
 type signalItem struct {
@@ -230,7 +235,7 @@ func decodePayload(eventType string, payload []byte) (any, error) {
 		var p stepStarted
 		if err = event.Unmarshal(payload, &p); err == nil {
 			switch p.Kind {
-			case kindStep, kindSleep, kindSignal, kindEffect, kindChild, kindPatch, kindSide, kindOp, kindEvent:
+			case kindStep, kindSleep, kindSignal, kindEffect, kindChild, kindPatch, kindSide, kindOp, kindEvent, kindAttrs:
 			default:
 				return nil, errorf("decode", ErrInvalid, "", detail("unknown step kind "+strconv.Quote(p.Kind)))
 			}
@@ -273,7 +278,7 @@ func decodePayload(eventType string, payload []byte) (any, error) {
 			return p, nil
 		}
 	case event.RunQueued:
-		var p map[string]cbor.RawMessage
+		var p runQueued
 		if err = event.Unmarshal(payload, &p); err == nil {
 			return p, nil
 		}

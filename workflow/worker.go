@@ -543,7 +543,7 @@ func (w *Worker) admitLater(ctx context.Context, id string, start *startItem) {
 		return
 	}
 	lease := g.Lease
-	e := newEnvelope(id, full, event.RunQueued, "", 1, w.ex.Now(), event.EmptyPayload())
+	e := newEnvelope(id, full, event.RunQueued, "", 1, w.ex.Now(), queuedPayload(full))
 	_, err = w.st.Append(ctx, id, []event.Envelope{e}, store.AppendOptions{Kind: store.WorldStream,
 		Fence: &store.Fence{World: id, Epoch: lease.Epoch}, ExpectedHead: store.Head(0)})
 	_ = w.hold.Release(ctx, id, lease.Epoch)
@@ -846,7 +846,7 @@ func (r *runner) execute(ctx context.Context) *stop {
 	}
 	if !r.h.started {
 		// RunStarted rides with the first step's StepStarted (or the end).
-		if err := r.later(event.RunStarted, "", 1, runStart{Input: r.start.Input}); err != nil {
+		if err := r.later(event.RunStarted, "", 1, runStart{Input: r.start.Input, Attrs: r.start.Attrs}); err != nil {
 			return r.failed(ctx, "start", err)
 		}
 	}

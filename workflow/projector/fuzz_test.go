@@ -3,6 +3,7 @@ package projector_test
 import (
 	"cmp"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -65,7 +66,7 @@ func FuzzApply(f *testing.F) {
 			t.Fatalf("runs not sorted: %+v", list)
 		}
 		for _, r := range list {
-			if got, ok := runs.Get(r.ID); !ok || got != r {
+			if got, ok := runs.Get(r.ID); !ok || !reflect.DeepEqual(got, r) {
 				t.Fatalf("Get(%q) = %+v, %v; List has %+v", r.ID, got, ok, r)
 			}
 			if len(r.LastError) > projector.MaxErrorBytes {

@@ -78,6 +78,10 @@ type Run struct {
 	// LastError is the error of the latest RunFailed or StepFailed whose
 	// payload names one (see Runs).
 	LastError string
+	// Attributes are the run's search attributes: its start's, changed by
+	// each step of id AttrsStep in turn; nil when it has none. Match finds
+	// runs by them through an index.
+	Attributes map[string]string
 }
 
 // Runs is the runs list: the in-memory projection of workflow run streams
@@ -89,9 +93,10 @@ type Run struct {
 //
 // Its readers are safe for concurrent use with Apply and return copies.
 type Runs struct {
-	mu   sync.RWMutex
-	gate gate
-	runs map[string]*runState
+	mu    sync.RWMutex
+	gate  gate
+	runs  map[string]*runState
+	index attrIndex
 }
 
 type runState struct {
@@ -100,7 +105,7 @@ type runState struct {
 }
 
 // NewRuns returns an empty runs list.
-func NewRuns() *Runs { return &Runs{runs: map[string]*runState{}} }
+func NewRuns() *Runs { return &Runs{runs: map[string]*runState{}, index: attrIndex{}} }
 
 // Name implements Projector: "runs".
 func (*Runs) Name() string { return "runs" }
@@ -122,6 +127,9 @@ func (r *Runs) Apply(_ context.Context, stream string, e event.Envelope) error {
 	}
 	run := &st.run
 	run.Workflow, run.Version = e.PlanID, e.PlanVersion
+	if set := attrsSet(&e); len(set) > 0 {
+		r.setAttrs(st, set)
+	}
 	at := e.PersistedAt
 	if event.IsStepLevel(e.EventType) {
 		st.steps[e.StepID] = struct{}{}
@@ -177,7 +185,7 @@ func (r *Runs) List() []Run {
 	defer r.mu.RUnlock()
 	out := make([]Run, 0, len(r.runs))
 	for _, st := range r.runs {
-		out = append(out, st.run)
+		out = append(out, cloneRun(st.run))
 	}
 	slices.SortFunc(out, func(a, b Run) int { return strings.Compare(a.ID, b.ID) })
 	return out
@@ -191,7 +199,7 @@ func (r *Runs) Get(id string) (Run, bool) {
 	if !ok {
 		return Run{}, false
 	}
-	return st.run, true
+	return cloneRun(st.run), true
 }
 
 // AttemptStatus is where one attempt of a step is.
