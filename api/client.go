@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -525,6 +527,8 @@ type RunQuery struct {
 	Workflow, Status string
 	// Version keeps the runs pinned to that workflow version (0: any).
 	Version uint64
+	// Attrs keeps the runs carrying every one of these search attributes.
+	Attrs map[string]string
 	ListOptions
 }
 
@@ -535,6 +539,9 @@ func (c *Client) SearchRuns(ctx context.Context, f RunQuery) ([]Run, string, err
 	set(q, "status", f.Status)
 	if f.Version != 0 {
 		q.Set("version", strconv.FormatUint(f.Version, 10))
+	}
+	for _, k := range slices.Sorted(maps.Keys(f.Attrs)) {
+		q.Add("attr", k+":"+f.Attrs[k])
 	}
 	var out runsResp
 	_, err := c.do(ctx, http.MethodGet, "/v1/runs", f.values(q), nil, &out)

@@ -370,7 +370,7 @@ func (s *Server) streamState(ctx context.Context) ([]sseEvent, error) {
 	}
 	sum := Summary{Worlds: len(recs), WorldsStreamed: n, Workers: len(workers)}
 	if rb := s.cfg.Runs; rb != nil {
-		runs, err := s.runRows(ctx, rb.Workflows.Names(), "")
+		runs, err := s.runRowsAt(ctx, rb.Workflows.Names(), runFilter{})
 		if err != nil {
 			return nil, err
 		}

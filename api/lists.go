@@ -193,7 +193,11 @@ func (s *Server) live(w store.WorkerInfo, now time.Time) bool {
 // listRuns is GET /v1/runs: runs of every workflow or one, with a status,
 // searched by id or workflow name (q) and id prefix, paged by id.
 func (s *Server) listRuns(r *http.Request, _ *reqCtx) (int, any, error) {
-	q, err := query(r, "workflow", "status", "version", "q", "prefix", "after", "limit")
+	q, err := queryRepeating(r, []string{"attr"}, "workflow", "status", "version", "q", "prefix", "after", "limit")
+	if err != nil {
+		return 0, nil, err
+	}
+	attrs, err := attrFilter(q["attr"])
 	if err != nil {
 		return 0, nil, err
 	}
@@ -224,7 +228,7 @@ func (s *Server) listRuns(r *http.Request, _ *reqCtx) (int, any, error) {
 		}
 		names = []string{wf}
 	}
-	rows, err := s.runRowsAt(r.Context(), names, status, version)
+	rows, err := s.runRowsAt(r.Context(), names, runFilter{status: status, version: version, attrs: attrs})
 	if err != nil {
 		return 0, nil, err
 	}
@@ -236,6 +240,30 @@ func (s *Server) listRuns(r *http.Request, _ *reqCtx) (int, any, error) {
 	})
 	page, next := pageByID(rows, func(run Run) string { return run.ID }, lw)
 	return http.StatusOK, runsResp{Runs: page, Next: next}, nil
+}
+
+// attrFilter reads GET /v1/runs's attr parameters, each "key:value" (the
+// key is up to the first colon, which no key holds): a run must carry every
+// pair.
+func attrFilter(pairs []string) (map[string]string, error) {
+	if len(pairs) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(pairs))
+	for _, p := range pairs {
+		k, v, ok := strings.Cut(p, ":")
+		if !ok || k == "" || v == "" {
+			return nil, invalid(fmt.Sprintf(`query parameter "attr" must be key:value, not %q`, truncate(p, 64)))
+		}
+		if _, dup := out[k]; dup {
+			return nil, invalid(fmt.Sprintf(`query parameter "attr" names the key %q twice`, truncate(k, 64)))
+		}
+		out[k] = v
+	}
+	if err := workflow.CheckAttributes(out); err != nil {
+		return nil, invalid(`query parameter "attr": ` + strings.TrimPrefix(err.Error(), "workflow: "))
+	}
+	return out, nil
 }
 
 // effects is GET /v1/effects: effects across worlds (or one), of a kind,

@@ -851,6 +851,10 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 	a.do(exchange{method: "POST", path: "/v1/runs", body: `{"id":"r9"}`, want: 400, specRefuses: true})
 	a.do(exchange{method: "POST", path: "/v1/runs", body: start("r2", 5), want: 201})
 	a.do(exchange{method: "POST", path: "/v1/runs", body: start("r3", -1), want: 201}) // fails its validation
+	a.do(exchange{method: "POST", path: "/v1/runs", body: `{"workflow":"payout","id":"ra","input":{"Account":"alice","Amount":4},"attributes":{"customer":"c-1","region":"eu"}}`, want: 201})
+	a.do(exchange{method: "POST", path: "/v1/runs", body: `{"workflow":"payout","id":"rb","input":{"Account":"alice","Amount":4},"attributes":{"bad key":"x"}}`, want: 400, specRefuses: true})
+	a.do(exchange{method: "GET", path: "/v1/runs?attr=customer:c-1&attr=region:eu", want: 200})
+	a.do(exchange{method: "GET", path: "/v1/runs?attr=customer", want: 400, specRefuses: true})
 	var runs struct {
 		Runs []api.Run
 		Next string

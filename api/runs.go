@@ -55,6 +55,9 @@ type Run struct {
 	EndedAt    time.Time `json:"ended_at,omitzero"`
 	DurationMs int64     `json:"duration_ms,omitempty"`
 	LastError  string    `json:"last_error,omitempty"`
+	// Attributes are the run's search attributes (GET /v1/runs?attr=
+	// filters by them).
+	Attributes map[string]string `json:"attributes,omitempty"`
 }
 
 // RunView is GET /v1/runs/{id}: the row, the run's head, its output
@@ -136,6 +139,8 @@ type startRunReq struct {
 	Partition string `json:"partition,omitempty"`
 	// Signal makes the start a signal-with-start (Client.SignalWithStart).
 	Signal *signalReq `json:"signal,omitempty"`
+	// Attributes are the run's search attributes (workflow.WithAttributes).
+	Attributes map[string]string `json:"attributes,omitempty"`
 }
 
 type signalReq struct {
@@ -223,6 +228,9 @@ func (s *Server) startRun(r *http.Request, rc *reqCtx) (int, any, error) {
 	if req.Version != 0 {
 		opts = append(opts, workflow.WithVersion(req.Version))
 	}
+	if len(req.Attributes) > 0 {
+		opts = append(opts, workflow.WithAttributes(req.Attributes))
+	}
 	if req.Queue != "" {
 		opts = append(opts, workflow.OnQueue(req.Queue), workflow.WithPriority(req.Priority), workflow.WithPartition(req.Partition))
 	} else if req.Priority != 0 || req.Partition != "" {
@@ -267,18 +275,30 @@ func (s *Server) startRun(r *http.Request, rc *reqCtx) (int, any, error) {
 	return http.StatusOK, v, nil
 }
 
-// runRows are the rows of the runs of the named workflows with the status
-// (every status when empty), sorted by id, the projections caught up
-// first.
-func (s *Server) runRows(ctx context.Context, names []string, status string) ([]Run, error) {
-	return s.runRowsAt(ctx, names, status, 0)
+// runFilter narrows a runs list: a status (any when empty), a version
+// (any when 0), search attributes a run must all carry (none when empty).
+type runFilter struct {
+	status  string
+	version uint64
+	attrs   map[string]string
 }
 
-// runRowsAt is runRows of the runs pinned to version only (any when 0).
-func (s *Server) runRowsAt(ctx context.Context, names []string, status string, version uint64) ([]Run, error) {
+// runRowsAt are the rows of the runs of the named workflows that pass f,
+// sorted by id, the projections caught up first.
+func (s *Server) runRowsAt(ctx context.Context, names []string, f runFilter) ([]Run, error) {
 	rb := s.cfg.Runs
 	if err := rb.CatchUp(ctx); err != nil {
 		return nil, err
+	}
+	// The runs carrying the attributes, from the projection's index; a run
+	// no worker has taken up is not in the projection, and is judged by
+	// its start's attributes below.
+	var carrying map[string]bool
+	if len(f.attrs) > 0 {
+		carrying = map[string]bool{}
+		for _, id := range rb.Runs.Match(f.attrs) {
+			carrying[id] = true
+		}
 	}
 	out := []Run{}
 	for _, name := range names {
@@ -291,16 +311,27 @@ func (s *Server) runRowsAt(ctx context.Context, names []string, status string, v
 		}
 		for _, w := range ws {
 			row := Run{ID: w.ID, Workflow: name, Status: string(workflow.StatusPending)}
-			if p, ok := rb.Runs.Get(w.ID); ok {
+			p, known := rb.Runs.Get(w.ID)
+			if known {
 				row = runOf(p)
+			}
+			if carrying != nil && known && !carrying[w.ID] {
+				continue
 			}
 			if row.Version == 0 && w.Status != store.WorldArchived {
 				// No worker has taken it up: its version is its start
 				// item's, so a pending run lists (and filters) by the
-				// version it is pinned to.
+				// version it is pinned to, and its attributes are its
+				// start's.
 				if sum, err := rb.Client.Get(ctx, w.ID); err == nil {
 					row.Version = sum.Version
+					if row.Attributes == nil {
+						row.Attributes = sum.Attributes
+					}
 				}
+			}
+			if carrying != nil && !known && !projector.HasAttributes(row.Attributes, f.attrs) {
+				continue
 			}
 			// A pause is the run record's at once; the projection learns
 			// it only when the run's holder records it, so the list says
@@ -308,7 +339,7 @@ func (s *Server) runRowsAt(ctx context.Context, names []string, status string, v
 			if w.Status == store.WorldPaused && !slices.Contains(finishedRuns, row.Status) {
 				row.Status = string(workflow.StatusPaused)
 			}
-			if (status == "" || row.Status == status) && (version == 0 || row.Version == version) {
+			if (f.status == "" || row.Status == f.status) && (f.version == 0 || row.Version == f.version) {
 				out = append(out, row)
 			}
 		}
@@ -325,7 +356,7 @@ func runOf(p projector.Run) Run {
 	return Run{
 		ID: p.ID, Workflow: p.Workflow, Version: p.Version, Status: st, Steps: p.Steps,
 		QueuedAt: utc(p.QueuedAt), StartedAt: utc(p.StartedAt), EndedAt: utc(p.EndedAt),
-		DurationMs: p.Duration.Milliseconds(), LastError: p.LastError,
+		DurationMs: p.Duration.Milliseconds(), LastError: p.LastError, Attributes: p.Attributes,
 	}
 }
 
@@ -369,7 +400,7 @@ func (s *Server) runView(ctx context.Context, id string, catchUp bool) (RunView,
 		v.Run = runOf(p)
 	}
 	v.Workflow, v.Version, v.Status, v.Steps = sum.Workflow, sum.Version, string(sum.Status), sum.Steps
-	v.Head, v.CreatedAt, v.Error = sum.Head, utc(sum.CreatedAt), sum.Error
+	v.Head, v.CreatedAt, v.Error, v.Attributes = sum.Head, utc(sum.CreatedAt), sum.Error, sum.Attributes
 	if len(sum.Output) > 0 {
 		out, err := cborToJSON(sum.Output)
 		if err != nil {

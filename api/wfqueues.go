@@ -186,6 +186,8 @@ type StartOptions struct {
 	// Signal, when its Name is set, makes the start a signal-with-start:
 	// the run is started unless it exists, and sent the signal.
 	Signal StartSignal
+	// Attributes are the run's search attributes at its start.
+	Attributes map[string]string
 }
 
 // StartSignal is the signal of a signal-with-start.
@@ -203,7 +205,7 @@ func (c *Client) StartRunOn(ctx context.Context, workflowName, id string, input 
 		return RunView{}, false, err
 	}
 	req := startRunReq{Workflow: workflowName, ID: id, Input: raw, Version: o.Version,
-		Queue: o.Queue, Priority: o.Priority, Partition: o.Partition}
+		Queue: o.Queue, Priority: o.Priority, Partition: o.Partition, Attributes: o.Attributes}
 	if o.Signal.Name != "" {
 		val, err := json.Marshal(o.Signal.Value)
 		if err != nil {

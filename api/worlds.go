@@ -33,15 +33,21 @@ func (s *Server) body(r *http.Request, rc *reqCtx, v any, optional bool) error {
 // query returns r's query parameters, refusing names outside allowed and
 // repeated names: a misspelt filter must not silently list everything.
 func query(r *http.Request, allowed ...string) (url.Values, error) {
+	return queryRepeating(r, nil, allowed...)
+}
+
+// queryRepeating is query where the parameters in repeating may be given
+// more than once.
+func queryRepeating(r *http.Request, repeating []string, allowed ...string) (url.Values, error) {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		return nil, invalid("the query string is malformed")
 	}
 	for _, k := range sortedKeys(q) {
-		if !slices.Contains(allowed, k) {
+		if !slices.Contains(allowed, k) && !slices.Contains(repeating, k) {
 			return nil, invalid(fmt.Sprintf("unknown query parameter %q", truncate(k, 64)))
 		}
-		if len(q[k]) > 1 {
+		if len(q[k]) > 1 && !slices.Contains(repeating, k) {
 			return nil, invalid(fmt.Sprintf("query parameter %q is repeated", k))
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -32,6 +33,25 @@ func (e *env) printRuns(runs []api.Run) error {
 	})
 }
 
+// attrFlags reads --attr KEY=VALUE flags (the key ends at the first '=').
+func attrFlags(flags []string) (map[string]string, error) {
+	if len(flags) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(flags))
+	for _, f := range flags {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok || k == "" || v == "" {
+			return nil, usageError{fmt.Errorf("--attr must be KEY=VALUE, not %q", f)}
+		}
+		if _, dup := out[k]; dup {
+			return nil, usageError{fmt.Errorf("--attr names %q twice", k)}
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
 // clip is a JSON value on one table cell: at most 60 characters, a
 // trailing "…" saying it was cut ("-" when absent; -o json has it whole).
 func clip(v json.RawMessage) string {
@@ -55,6 +75,13 @@ func (e *env) printRun(v api.RunView) error {
 		fmt.Fprintf(tw, "run\t%s\n", v.ID)
 		fmt.Fprintf(tw, "workflow\t%s v%d\n", v.Workflow, v.Version)
 		fmt.Fprintf(tw, "status\t%s\n", v.Status)
+		if len(v.Attributes) > 0 {
+			pairs := make([]string, 0, len(v.Attributes))
+			for _, k := range slices.Sorted(maps.Keys(v.Attributes)) {
+				pairs = append(pairs, k+"="+v.Attributes[k])
+			}
+			fmt.Fprintf(tw, "attributes\t%s\n", strings.Join(pairs, " "))
+		}
 		fmt.Fprintf(tw, "started\t%s\n", ts(v.StartedAt))
 		fmt.Fprintf(tw, "ended\t%s\n", ts(v.EndedAt))
 		if v.Status == "completed" {
@@ -102,6 +129,7 @@ crashes and resumes where it stopped. These commands talk to a running server
 	})
 	var startOn api.StartOptions
 	var sigValue string
+	var startAttrs []string
 	start := &cobra.Command{
 		Use:   "start WORKFLOW ID [JSON]",
 		Short: "Start a run (idempotent: the same workflow, id and input again is the same run)",
@@ -118,11 +146,15 @@ advertises workflow:WORKFLOW@N) is refused with code version_not_carried
   orrery run start ledger.payout p-1 '{"Account":"alice","Amount":50}' --version 1
   orrery run start ledger.payout p-1 '{"Account":"alice","Amount":50}' -o json
   orrery run start ledger.payout p-2 '{"Account":"bob","Amount":5}' --queue payouts --priority 1 --partition bob
-  orrery run start orders.fulfil o-7 '{"ID":"o-7"}' --signal shipped --signal-value '{"Carrier":"ups"}' --signal-key ship-o-7`,
+  orrery run start orders.fulfil o-7 '{"ID":"o-7"}' --signal shipped --signal-value '{"Carrier":"ups"}' --signal-key ship-o-7
+  orrery run start orders.fulfil o-8 '{"ID":"o-8"}' --attr customer=c-42 --attr region=eu`,
 		Args: args(cobra.RangeArgs(2, 3)),
 		RunE: e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
 			in, err := jsonArg(a, 2)
 			if err != nil {
+				return err
+			}
+			if startOn.Attributes, err = attrFlags(startAttrs); err != nil {
 				return err
 			}
 			if startOn.Queue == "" && (startOn.Priority != 0 || startOn.Partition != "") {
@@ -154,10 +186,12 @@ advertises workflow:WORKFLOW@N) is refused with code version_not_carried
 	start.Flags().StringVar(&startOn.Partition, "partition", "", "the run's partition key in a partitioned queue (needs --queue)")
 	start.Flags().StringVar(&startOn.Signal.Name, "signal", "", "signal-with-start: also send the run this signal (a running run of WORKFLOW is only signalled)")
 	start.Flags().StringVar(&sigValue, "signal-value", "", "the signal's value as JSON (needs --signal; default null)")
+	start.Flags().StringArrayVar(&startAttrs, "attr", nil, "a search attribute KEY=VALUE for the run (repeat for several); run list --attr finds runs by them")
 	start.Flags().StringVar(&startOn.Signal.IdempotencyKey, "signal-key", "", "the signal's idempotency key: repeated with it, the signal is sent once (needs --signal)")
 	var wf, status string
 	var version uint64
 	var page api.ListOptions
+	var listAttrs []string
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List runs, optionally of one workflow, in one status or of one version",
@@ -166,10 +200,15 @@ runs of version N: when none of a retired version remain unfinished, nodes
 may stop carrying it (see "Changing workflow code" in the docs).`,
 		Example: `  orrery run list
   orrery run list --workflow ledger.payout --status running -o json
-  orrery run list --workflow ledger.payout --version 1 --status running`,
+  orrery run list --workflow ledger.payout --version 1 --status running
+  orrery run list --attr customer=c-42 --attr region=eu`,
 		Args: args(cobra.NoArgs),
 		RunE: e.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
-			runs, next, err := c.SearchRuns(ctx, api.RunQuery{Workflow: wf, Status: status, Version: version, ListOptions: page})
+			attrs, err := attrFlags(listAttrs)
+			if err != nil {
+				return err
+			}
+			runs, next, err := c.SearchRuns(ctx, api.RunQuery{Workflow: wf, Status: status, Version: version, Attrs: attrs, ListOptions: page})
 			if err != nil {
 				return err
 			}
@@ -185,6 +224,7 @@ may stop carrying it (see "Changing workflow code" in the docs).`,
 	list.Flags().StringVar(&wf, "workflow", "", "only the runs of this workflow")
 	list.Flags().StringVar(&status, "status", "", "only runs in this status: pending, queued, running, paused, blocked, completed, failed or cancelled")
 	list.Flags().Uint64Var(&version, "version", 0, "only the runs pinned to this workflow version")
+	list.Flags().StringArrayVar(&listAttrs, "attr", nil, "only runs carrying this search attribute KEY=VALUE (repeat: all of them)")
 	listPaging(list, &page, "runs")
 	show := &cobra.Command{
 		Use:     "show ID",

@@ -195,3 +195,38 @@ func TestRunQueryAndStepValues(t *testing.T) {
 		t.Fatalf("the await's row %v: want its input naming the signal in\n%s", r, out)
 	}
 }
+
+// run start --attr labels a run; run list --attr finds exactly the runs
+// carrying every pair; run show prints them; a malformed --attr is a usage
+// error.
+func TestRunAttributesThroughTheCLI(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	in := `{"Account":"erin","Amount":2}`
+	f.ok("run", "start", ledger.WorkflowPayout, "p-a", in, "--attr", "customer=c-1", "--attr", "region=eu")
+	f.ok("run", "start", ledger.WorkflowPayout, "p-b", in, "--attr", "customer=c-2", "--attr", "region=eu")
+	f.ok("run", "start", ledger.WorkflowPayout, "p-c", in)
+	ids := func(args ...string) string {
+		var runs []api.Run
+		f.okJSON(&runs, append([]string{"run", "list"}, args...)...)
+		out := []string{}
+		for _, r := range runs {
+			out = append(out, r.ID)
+		}
+		return strings.Join(out, ",")
+	}
+	if got := ids("--attr", "region=eu"); got != "p-a,p-b" {
+		t.Fatalf("runs in eu: %s", got)
+	}
+	if got := ids("--attr", "region=eu", "--attr", "customer=c-2"); got != "p-b" {
+		t.Fatalf("runs of c-2 in eu: %s", got)
+	}
+	if got := ids("--attr", "customer=c-9"); got != "" {
+		t.Fatalf("runs of c-9: %s", got)
+	}
+	if r := row(t, f.ok("run", "show", "p-a"), "attributes"); strings.Join(r, " ") != "attributes customer=c-1 region=eu" {
+		t.Fatalf("show's attributes row %v", r)
+	}
+	f.fail(cli.ExitUsage, "run", "list", "--attr", "region")
+	f.fail(cli.ExitUsage, "run", "start", ledger.WorkflowPayout, "p-d", in, "--attr", "=x")
+	f.fail(cli.ExitUsage, "run", "start", ledger.WorkflowPayout, "p-d", in, "--attr", "bad key=x")
+}

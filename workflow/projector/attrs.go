@@ -115,7 +115,7 @@ func (r *Runs) Match(filter map[string]string) []string {
 	}
 	out := make([]string, 0, len(smallest))
 	for id := range smallest {
-		if attrs := r.runs[id].run.Attributes; matches(attrs, filter) {
+		if attrs := r.runs[id].run.Attributes; HasAttributes(attrs, filter) {
 			out = append(out, id)
 		}
 	}
@@ -123,8 +123,8 @@ func (r *Runs) Match(filter map[string]string) []string {
 	return out
 }
 
-// matches reports whether attrs has every pair of filter.
-func matches(attrs, filter map[string]string) bool {
+// HasAttributes reports whether attrs has every pair of filter.
+func HasAttributes(attrs, filter map[string]string) bool {
 	for k, v := range filter {
 		if got, ok := attrs[k]; !ok || got != v {
 			return false
