@@ -38,6 +38,10 @@ func FuzzApply(f *testing.F) {
 	f.Add("w", world.EventWorldStepped, "inbox/1", uint64(1), uint64(3), int64(2), "", mustCBOR(f, map[string]any{"v": "1", "outcome": 3}))
 	f.Add("run-1", event.StepStarted, "s", uint64(1), uint64(2), int64(0), "", []byte{0xa0}) // a duplicate of the prefix
 	f.Add("run-1", event.RunStarted, "", uint64(1), uint64(1), int64(0), "", []byte{0xa0})   // at the watermark
+	f.Add("run-1", event.RunStarted, "", uint64(1), uint64(3), int64(0), "", mustCBOR(f, map[string]any{"input": 1, "attrs": map[string]string{"k": "v", "e": ""}}))
+	f.Add("run-1", event.StepCompleted, projector.AttrsStep+"#2", uint64(1), uint64(3), int64(0), "", mustCBOR(f, map[string]any{"value": mustCBOR(f, map[string]string{"k": "w"})}))
+	f.Add("run-1", event.StepCompleted, projector.AttrsStep, uint64(1), uint64(3), int64(0), "", mustCBOR(f, map[string]any{"value": mustCBOR(f, map[string]int{"k": 1})}))
+	f.Add("run-1", event.RunQueued, "", uint64(1), uint64(3), int64(0), "", mustCBOR(f, map[string]any{"attrs": 5}))
 	f.Fuzz(func(t *testing.T, stream, typ, step string, attempt, seq uint64, at int64, key string, payload []byte) {
 		runs, tl, worlds := projector.NewRuns(), projector.NewTimeline(), projector.NewWorlds()
 		ps := []projector.Projector{runs, tl, worlds}
@@ -71,6 +75,11 @@ func FuzzApply(f *testing.F) {
 			}
 			if len(r.LastError) > projector.MaxErrorBytes {
 				t.Fatalf("LastError of %d bytes", len(r.LastError))
+			}
+			for k, v := range r.Attributes {
+				if v == "" || !slices.Contains(runs.Match(map[string]string{k: v}), r.ID) {
+					t.Fatalf("run %q carries %q=%q, which the index does not find", r.ID, k, v)
+				}
 			}
 		}
 		for _, id := range tl.Runs() {
