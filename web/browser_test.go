@@ -674,7 +674,7 @@ func fakeRuns(cancelled, started *atomic.Bool) func(http.Handler) http.Handler {
 		})
 		mux.HandleFunc("GET /v1/runs/r-1", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
-			_, _ = io.WriteString(w, `{"id":"r-1","workflow":"payment","status":"running","values":{"stage":"charging"},"steps":[
+			_, _ = io.WriteString(w, `{"id":"r-1","workflow":"payment","status":"running","values":{"stage":"charging"},"attributes":{"region":"eu","customer":"c-1"},"steps":[
 				{"step_id":"charge","attempts":2,"status":"completed","started_at":"2026-01-02T10:00:00Z","duration_ms":250},
 				{"step_id":"ship","attempts":1,"status":"failed","started_at":"2026-01-02T10:00:01Z","duration_ms":40,"error":"carrier down"},
 				{"id":"notify","status":"failed","attempts":[
@@ -693,7 +693,7 @@ func fakeRuns(cancelled, started *atomic.Bool) func(http.Handler) http.Handler {
 
 // TestRunsTable: with the runs routes, the tab lists each run's workflow,
 // status, start, duration and steps; a run's link shows its step
-// timeline and the values it published; Cancel posts the cancel, shows the answer and the run's new
+// timeline, the values it published and its search attributes; Cancel posts the cancel, shows the answer and the run's new
 // status; Refresh shows a run started since.
 func TestRunsTable(t *testing.T) {
 	var cancelled, started atomic.Bool
@@ -723,6 +723,8 @@ func TestRunsTable(t *testing.T) {
 		// The values the run published (workflow.SetEvent).
 		textHas("#run-facts", "Published stage"),
 		textHas("#run-facts", `charging`),
+		// Its search attributes, sorted by key.
+		textHas("#run-facts", "customer=c-1 region=eu"),
 	}, " && "))
 	e.do("cancel r-1", chromedp.Click(chromedp.CSS(row("runs", "r-1")+" button.cancel")))
 	e.waitFor("the cancel's answer and the new status", textHas("#notice", "cancel run r-1: status cancelled")+" && "+

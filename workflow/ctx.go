@@ -474,9 +474,10 @@ func Sleep(c *Ctx, d time.Duration) error {
 		return nil
 	}
 	r := c.r
-	p, attempt := stepStarted{}, uint64(1)
-	if h != nil && h.attempt > 0 {
-		p, attempt = h.last, h.attempt
+	p := stepStarted{}
+	attempt, start := waitAttempt(h)
+	if !start {
+		p = h.last
 	} else {
 		// The due time is an instant of the store's clock, which judges
 		// it (the timer fires when the store's clock reaches it): d after
@@ -486,7 +487,7 @@ func Sleep(c *Ctx, d time.Duration) error {
 		if err != nil {
 			return c.halt(r.failed(c.ctx, "sleep", err))
 		}
-		p = stepStarted{Kind: kindSleep, DeliverAt: unixNano(now.Add(max(d, 0))), Timer: timerHash(r.id, id)}
+		p = stepStarted{Kind: kindSleep, DeliverAt: unixNano(now.Add(max(d, 0))), Timer: attemptTimer(r.id, id, attempt)}
 		if err := r.event(c.ctx, event.StepStarted, id, attempt, p); err != nil {
 			return c.halt(err)
 		}
@@ -509,7 +510,7 @@ func Sleep(c *Ctx, d time.Duration) error {
 	if _, err := r.wait(c, time.Time{}, func() (bool, error) {
 		for i := range r.items {
 			it := &r.items[i]
-			if it.kind == vocab.KindTimer && (it.dedupe == key || it.timer != nil && it.timer.Run == r.id && it.timer.Step == id) {
+			if it.kind == vocab.KindTimer && (it.dedupe == key || attempt == 1 && it.timer != nil && it.timer.Run == r.id && it.timer.Step == id) {
 				seq = it.seq
 				return true, nil
 			}
@@ -539,12 +540,13 @@ func Await[T any](c *Ctx, name string) (T, error) {
 		return decodeAs[T](c, id, h.completed.Value, false)
 	}
 	r := c.r
-	if h == nil || h.attempt == 0 {
-		if err := r.event(c.ctx, event.StepStarted, id, 1, stepStarted{Kind: kindSignal, Signal: name}); err != nil {
+	att, start := waitAttempt(h)
+	if start {
+		if err := r.event(c.ctx, event.StepStarted, id, att, stepStarted{Kind: kindSignal, Signal: name}); err != nil {
 			return zero, c.halt(err)
 		}
 	}
-	c.co.inflight = c.attempt(id, 1)
+	c.co.inflight = c.attempt(id, att)
 	var got *item
 	if _, err := r.wait(c, time.Time{}, func() (bool, error) {
 		for i := range r.items {
@@ -558,10 +560,35 @@ func Await[T any](c *Ctx, name string) (T, error) {
 	}); err != nil {
 		return zero, err
 	}
-	if err := c.settle(event.StepCompleted, id, 1, stepCompleted{Value: got.signal.Value, Seq: got.seq}); err != nil {
+	if err := c.settle(event.StepCompleted, id, att, stepCompleted{Value: got.signal.Value, Seq: got.seq}); err != nil {
 		return zero, err
 	}
 	return decodeAs[T](c, id, got.signal.Value, false)
+}
+
+// attemptTimer is the timer hash of a sleep's (or a timed Await's)
+// attempt: an attempt after an operator's reset waits its whole time
+// again, on a timer of its own.
+func attemptTimer(run, step string, attempt uint64) string {
+	if attempt > 1 {
+		return timerHash(run, step+"@"+strconv.FormatUint(attempt, 10))
+	}
+	return timerHash(run, step)
+}
+
+// waitAttempt is the attempt a waiting step (an Await, a child) takes
+// given its history h, and whether its StepStarted is still to be
+// written: the first; the one in flight when a worker takes the run over;
+// or, after an operator's reset discarded the step, the next one.
+func waitAttempt(h *stepHist) (attempt uint64, start bool) {
+	switch {
+	case h == nil || h.attempt == 0:
+		return 1, true
+	case h.inFlight():
+		return h.attempt, false
+	default:
+		return h.attempt + 1, true
+	}
 }
 
 // Effect asks the plane's adapters for an effect of kind with params (any
@@ -742,22 +769,23 @@ func Child[In, Out any](c *Ctx, def *Def[In, Out], childID string, in In, opts .
 		}
 	}
 	r := c.r
-	if h == nil || h.attempt == 0 {
+	att, start := waitAttempt(h)
+	if start {
 		p := stepStarted{Kind: kindChild, Child: childID}
 		if co.parentClose != ParentCloseCancel {
 			p.ParentClose = string(co.parentClose)
 		}
-		if err := r.event(c.ctx, event.StepStarted, id, 1, p); err != nil {
+		if err := r.event(c.ctx, event.StepStarted, id, att, p); err != nil {
 			return zero, c.halt(err)
 		}
 	}
-	c.co.inflight = c.attempt(id, 1)
+	c.co.inflight = c.attempt(id, att)
 	fail := func(msg string) (Out, error) {
 		f := stepFailed{Error: message(detail(msg)), Final: true}
-		if err := c.settle(event.StepFailed, id, 1, f); err != nil {
+		if err := c.settle(event.StepFailed, id, att, f); err != nil {
 			return zero, err
 		}
-		return zero, stepErr(id, 1, &f)
+		return zero, stepErr(id, att, &f)
 	}
 	if err := r.writable(c.ctx); err != nil {
 		return zero, c.halt(err)
@@ -788,7 +816,7 @@ func Child[In, Out any](c *Ctx, def *Def[In, Out], childID string, in In, opts .
 		}
 		return fail(msg)
 	}
-	if err := c.settle(event.StepCompleted, id, 1, stepCompleted{Value: re.Output}); err != nil {
+	if err := c.settle(event.StepCompleted, id, att, stepCompleted{Value: re.Output}); err != nil {
 		return zero, err
 	}
 	return decodeAs[Out](c, id, re.Output, true)

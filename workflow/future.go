@@ -271,19 +271,20 @@ func AwaitWithTimeout[T any](c *Ctx, name string, d time.Duration) (v T, ok bool
 	}
 	r := c.r
 	p := stepStarted{Kind: kindSignal, Signal: name}
-	if h != nil && h.attempt > 0 {
+	att, start := waitAttempt(h)
+	if !start {
 		p = h.last
 	} else {
 		now, err := r.st.Now(c.ctx)
 		if err != nil {
 			return zero, false, c.halt(r.failed(c.ctx, "await", err))
 		}
-		p.DeliverAt, p.Timer = unixNano(now.Add(max(d, 0))), timerHash(r.id, id)
-		if err := r.event(c.ctx, event.StepStarted, id, 1, p); err != nil {
+		p.DeliverAt, p.Timer = unixNano(now.Add(max(d, 0))), attemptTimer(r.id, id, att)
+		if err := r.event(c.ctx, event.StepStarted, id, att, p); err != nil {
 			return zero, false, c.halt(err)
 		}
 	}
-	c.co.inflight = c.attempt(id, 1)
+	c.co.inflight = c.attempt(id, att)
 	if p.Timer != "" {
 		payload, err := event.Marshal(timerPayload{Run: r.id, Step: id})
 		if err != nil {
@@ -306,7 +307,8 @@ func AwaitWithTimeout[T any](c *Ctx, name string, d time.Duration) (v T, ok bool
 			case it.signal != nil && it.signal.Name == name && !r.h.consumed[it.seq]:
 				got = it
 				return true, nil
-			case p.Timer != "" && it.kind == vocab.KindTimer && (it.dedupe == key || it.timer != nil && it.timer.Run == r.id && it.timer.Step == id):
+			case p.Timer != "" && it.kind == vocab.KindTimer && !r.h.consumed[it.seq] &&
+				(it.dedupe == key || att == 1 && it.timer != nil && it.timer.Run == r.id && it.timer.Step == id):
 				got = it
 				return true, nil
 			}
@@ -316,12 +318,12 @@ func AwaitWithTimeout[T any](c *Ctx, name string, d time.Duration) (v T, ok bool
 		return zero, false, err
 	}
 	if got.signal == nil {
-		if err := c.settle(event.StepCompleted, id, 1, stepCompleted{Value: cborNull(), Seq: got.seq, TimedOut: true}); err != nil {
+		if err := c.settle(event.StepCompleted, id, att, stepCompleted{Value: cborNull(), Seq: got.seq, TimedOut: true}); err != nil {
 			return zero, false, err
 		}
 		return zero, false, nil
 	}
-	if err := c.settle(event.StepCompleted, id, 1, stepCompleted{Value: got.signal.Value, Seq: got.seq}); err != nil {
+	if err := c.settle(event.StepCompleted, id, att, stepCompleted{Value: got.signal.Value, Seq: got.seq}); err != nil {
 		return zero, false, err
 	}
 	v, err = decodeAs[T](c, id, got.signal.Value, false)

@@ -136,7 +136,7 @@ func (h *history) apply(e *event.Envelope) error {
 			// its new input; the signals and receipts the old ones took
 			// stay taken.
 			h.generation, h.input = e.LogicalAttemptID, c.ContinuedInput
-			h.resetTo(0)
+			h.resetTo(0, false)
 			break
 		}
 		fallthrough
@@ -154,7 +154,7 @@ func (h *history) apply(e *event.Envelope) error {
 			h.resumes++
 			h.blocked = ""
 			if c.ResetTo != nil {
-				h.resetTo(int(min(*c.ResetTo, uint64(len(h.steps)))))
+				h.resetTo(int(min(*c.ResetTo, uint64(len(h.steps)))), true)
 			}
 		}
 	case event.RunCompleted, event.RunFailed, event.RunCancelled:
@@ -228,13 +228,20 @@ func (h *history) apply(e *event.Envelope) error {
 	return nil
 }
 
-// resetTo discards the steps at and after index n for replay.
-func (h *history) resetTo(n int) {
+// resetTo discards the steps at and after index n for replay. An
+// operator's reset (giveBack) gives back the signals they took; a new
+// generation keeps them taken.
+func (h *history) resetTo(n int, giveBack bool) {
 	if h.reset == nil {
 		h.reset = map[string]*stepHist{}
 	}
 	for _, s := range h.steps[n:] {
 		delete(h.byID, s.id)
+		if giveBack && s.kind == kindSignal && s.completed != nil && !s.completed.TimedOut {
+			// The signal a discarded Await took goes back to the inbox
+			// for the re-run (Temporal's reset reapplies signals too).
+			delete(h.consumed, s.completed.Seq)
+		}
 		h.reset[s.id] = &stepHist{id: s.id, kind: s.kind, attempt: s.attempt, settled: s.attempt}
 	}
 	h.steps = h.steps[:n:n]

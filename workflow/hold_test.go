@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/orrery-run/orrery/event"
 	"github.com/orrery-run/orrery/store"
@@ -253,5 +254,108 @@ func TestRunNoLiveWorkerCarriesIsUnrunnable(t *testing.T) {
 			return fmt.Errorf("after terminate: %+v, %v, want failed", s, err)
 		}
 		return nil
+	})
+}
+
+// awaitThen is a run that takes step a, awaits "go", sleeps a
+// millisecond and then, with extra, takes step x before the gated step b.
+func awaitThen(tl *tally, g *gate, extra bool) *workflow.Def[int, int] {
+	return workflow.New("awaiting", 1, func(c *workflow.Ctx, in int) (int, error) {
+		if _, err := workflow.Step(c, "a", func(context.Context) (int, error) { tl.inc("a"); return in, nil }); err != nil {
+			return 0, err
+		}
+		v, err := workflow.Await[int](c, "go")
+		if err != nil {
+			return 0, err
+		}
+		if err := workflow.Sleep(c, time.Millisecond); err != nil {
+			return 0, err
+		}
+		if extra {
+			if _, err := workflow.Step(c, "x", func(context.Context) (int, error) { tl.inc("x"); return 0, nil }); err != nil {
+				return 0, err
+			}
+		}
+		return workflow.Step(c, "b", func(ctx context.Context) (int, error) {
+			tl.inc("b")
+			if g != nil {
+				return in + v, g.wait(ctx)
+			}
+			return in + v, nil
+		})
+	})
+}
+
+// TestResetGivesBackTheSignalsOfDiscardedSteps: a run took signal "go",
+// slept, and then diverged under new code; reset to its Await, the re-run
+// takes the same signal again (as Temporal's reset reapplies signals)
+// rather than waiting for ever for a new one, and sleeps again on a timer
+// of its own; each re-run waiting step is a new attempt (an attempt's
+// events are never written twice).
+func TestResetGivesBackTheSignalsOfDiscardedSteps(t *testing.T) {
+	forEachBackend(t, 46, func(r *rig) error {
+		return r.withTimers(func() error {
+			tl, g := newTally(), newGate(r.Ex)
+			wfs1, cl, err := r.clientFor(awaitThen(tl, g, false))
+			if err != nil {
+				return err
+			}
+			wA, err := r.worker("A", r.WorkerStore(), wfs1, nil, nil)
+			if err != nil {
+				return err
+			}
+			if err := cl.Start(r.Ctx, awaitThen(tl, g, false), "run", 1); err != nil {
+				return err
+			}
+			if err := cl.Signal(r.Ctx, "run", "go", 41, "go-1"); err != nil {
+				return err
+			}
+			if err := r.waitEntries("step b running on A", g, 1); err != nil {
+				return err
+			}
+			if err := wA.Stop(r.Ctx); err != nil {
+				return err
+			}
+			g.release()
+			v2 := awaitThen(tl, nil, true)
+			wfs2, err := workflow.NewWorkflows(v2)
+			if err != nil {
+				return err
+			}
+			wB, err := r.worker("B", r.WorkerStore(), wfs2, nil, nil)
+			if err != nil {
+				return err
+			}
+			defer wB.Stop(r.Ctx)
+			if err := r.waitStatus(cl, "run", workflow.StatusBlocked); err != nil {
+				return err
+			}
+			if err := cl.Reset(r.Ctx, "run", 1, "take go again"); err != nil {
+				return err
+			}
+			if err := r.waitStatus(cl, "run", workflow.StatusCompleted); err != nil {
+				return fmt.Errorf("the reset run did not complete (its Await waits for a signal it had taken?): %w", err)
+			}
+			if out, err := v2.Result(r.Ctx, cl, "run"); err != nil || out != 42 {
+				return fmt.Errorf("result %d, %v, want 42 (the same signal's value)", out, err)
+			}
+			if tl.get("x") != 1 || tl.get("a") != 1 {
+				return fmt.Errorf("executions a=%d x=%d, want 1 each", tl.get("a"), tl.get("x"))
+			}
+			return r.shapesAre("run", []shape{
+				{event.RunStarted, "", 1},
+				{event.StepStarted, "a", 1}, {event.StepCompleted, "a", 1},
+				{event.StepStarted, "sys:await:go", 1}, {event.StepCompleted, "sys:await:go", 1},
+				{event.StepStarted, "sys:sleep", 1}, {event.StepCompleted, "sys:sleep", 1},
+				{event.StepStarted, "b", 1},
+				{event.RunPaused, "", 1},
+				{event.RunResumed, "", 1},
+				{event.StepStarted, "sys:await:go", 2}, {event.StepCompleted, "sys:await:go", 2},
+				{event.StepStarted, "sys:sleep", 2}, {event.StepCompleted, "sys:sleep", 2},
+				{event.StepStarted, "x", 1}, {event.StepCompleted, "x", 1},
+				{event.StepStarted, "b", 2}, {event.StepCompleted, "b", 2},
+				{event.RunCompleted, "", 1},
+			})
+		})
 	})
 }

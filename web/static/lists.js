@@ -192,6 +192,9 @@ function showRunDetail(run) {
   if (run.input !== undefined) facts.push(['Input', pretty(run.input)]);
   if (run.output !== undefined && run.output !== null) facts.push(['Output', pretty(run.output)]);
   if (run.error) facts.push(['Error', run.error]);
+  // Its search attributes (workflow.WithAttributes, SetAttributes).
+  const attrs = Object.keys(run.attributes || {}).sort().map((k) => `${k}=${run.attributes[k]}`);
+  if (attrs.length) facts.push(['Attributes', attrs.join(' ')]);
   // What the run published (workflow.SetEvent), the latest per key.
   for (const k of Object.keys(run.values || {}).sort()) facts.push([`Published ${k}`, pretty(run.values[k])]);
   $('#run-facts').replaceChildren(...facts.map(([k, v]) => el('div', {}, el('dt', {}, k), el('dd', {}, el('pre', {}, v)))));
