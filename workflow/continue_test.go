@@ -66,7 +66,7 @@ func TestContinueAsNewStartsAfreshUnderTheSameRunID(t *testing.T) {
 }
 
 func TestATakeoverRunsOnlyTheLastGeneration(t *testing.T) {
-	onMemstore(t, 102, func(r *rig) error {
+	forEachBackend(t, 102, func(r *rig) error {
 		tl := newTally()
 		def := workflow.New("gens", 1, func(c *workflow.Ctx, in int) (int, error) {
 			if _, err := workflow.Step(c, "work", func(context.Context) (int, error) { tl.inc(fmt.Sprint(in)); return in, nil }); err != nil {
@@ -81,7 +81,7 @@ func TestATakeoverRunsOnlyTheLastGeneration(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		hA := r.Mem.Restart()
+		hA := r.WorkerStore()
 		wA, err := r.worker("A", hA, wfs, nil, nil)
 		if err != nil {
 			return err
@@ -95,7 +95,7 @@ func TestATakeoverRunsOnlyTheLastGeneration(t *testing.T) {
 		}); err != nil {
 			return err
 		}
-		wB, err := r.crashOver(hA, wA, "B", wfs)
+		wB, err := r.killOver(hA, wA, "B", wfs)
 		if err != nil {
 			return err
 		}

@@ -145,6 +145,22 @@ func (r *rig) crashOver(h interface{ Crash() }, old *workflow.Worker, id string,
 	return r.worker(id, r.WorkerStore(), wfs, nil, nil)
 }
 
+// killOver kills worker old without releasing anything (on memstore its
+// store handle h dies with it; on a real store the store's clock passes
+// its lease), and starts worker id in its place on a handle of its own.
+func (r *rig) killOver(h store.Store, old *workflow.Worker, id string, wfs *workflow.Workflows) (*workflow.Worker, error) {
+	if m, ok := h.(interface{ Crash() }); ok {
+		m.Crash()
+	}
+	old.Kill(r.Ctx)
+	if r.Real() {
+		if err := r.Advance(11 * time.Second); err != nil {
+			return nil, err
+		}
+	}
+	return r.worker(id, r.WorkerStore(), wfs, nil, nil)
+}
+
 // waitStreamLen waits until run's stream holds n events.
 func (r *rig) waitStreamLen(what, run string, n int) error {
 	return r.WaitFor(what, 10*time.Second, func() (bool, error) {

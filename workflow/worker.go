@@ -829,6 +829,16 @@ func (r *runner) execute(ctx context.Context) *stop {
 		}
 		return nil
 	}
+	if !r.unspawned.Load() {
+		// The run exists: its timeout is set before anything else, by
+		// every holder (the store dedupes it by its hash). A holder that
+		// died between the run's first write and its scheduling leaves it
+		// to the next, which may write nothing for a long while (a run
+		// that waits).
+		if err := r.scheduleTimeout(ctx); err != nil {
+			return r.failed(ctx, "timeout", err)
+		}
+	}
 	c := newCtx(r, ctx)
 	r.lastControl = r.ex.Now()
 	if p := r.plan(); p.stops() || len(p.catchUp) > 0 {
