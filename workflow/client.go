@@ -642,24 +642,14 @@ func (c *Client) Get(ctx context.Context, runID string) (RunSummary, error) {
 	}
 	s := RunSummary{ID: runID, Workflow: strings.TrimPrefix(rec.Universe, UniversePrefix), CreatedAt: rec.CreatedAt}
 	h := newHistory()
-	var after uint64
-	for {
-		evs, err := c.st.Read(ctx, runID, after, 512)
-		if err != nil {
-			return RunSummary{}, wrap("get", runID, err)
+	if _, err := h.load(ctx, c.st, runID); err != nil {
+		var we *Error
+		if errors.As(err, &we) {
+			return RunSummary{}, err
 		}
-		for i := range evs {
-			if err := h.apply(&evs[i]); err != nil {
-				return RunSummary{}, err
-			}
-			after = evs[i].RunSeq
-			s.Version = evs[i].PlanVersion
-		}
-		if len(evs) < 512 {
-			break
-		}
+		return RunSummary{}, wrap("get", runID, err)
 	}
-	s.Attributes = h.attrs
+	s.Version, s.Attributes = h.version, h.attrs
 	if s.Version == 0 {
 		if st, err := readStart(ctx, c.st, runID); err == nil && st != nil {
 			s.Version, s.Attributes = st.Version, st.Attrs

@@ -64,6 +64,7 @@ func (r *runner) continueAsNew(ctx context.Context, c *Ctx, ferr error) (bool, e
 	if err := r.append(ctx, e); err != nil {
 		return false, err
 	}
+	r.saveBase(ctx)
 	r.sch = sched{}
 	return true, nil
 }

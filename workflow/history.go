@@ -1,12 +1,10 @@
 package workflow
 
 import (
-	"context"
 	"fmt"
 	"strings"
 
 	"github.com/orrery-run/orrery/event"
-	"github.com/orrery-run/orrery/store"
 )
 
 // history is what a run's stream says, folded in runSeq order: the run's
@@ -14,6 +12,7 @@ import (
 // started, which is the order a re-run of the function must ask for them.
 type history struct {
 	head     uint64
+	version  uint64 // the planVersion of the latest event
 	events   int
 	queued   bool
 	started  bool
@@ -81,27 +80,6 @@ func newHistory() *history {
 	return &history{byID: map[string]*stepHist{}, consumed: map[uint64]bool{}, controls: map[uint64]bool{}}
 }
 
-// fold reads run runID's whole stream from st and applies it. A read's
-// error is returned as the store gave it; the caller says what it was for.
-func (h *history) fold(ctx context.Context, st store.Store, runID string) error {
-	var after uint64
-	for {
-		evs, err := st.Read(ctx, runID, after, 512)
-		if err != nil {
-			return err
-		}
-		for i := range evs {
-			if err := h.apply(&evs[i]); err != nil {
-				return err
-			}
-			after = evs[i].RunSeq
-		}
-		if len(evs) < 512 {
-			return nil
-		}
-	}
-}
-
 // corrupt is a stream this package did not write (or a bug).
 func corrupt(e *event.Envelope, format string, args ...any) error {
 	return errorf("replay", ErrInvalid, e.StreamID, detail(fmt.Sprintf("event %d (%s %q attempt %d): ", e.RunSeq, e.EventType, e.StepID, e.LogicalAttemptID)+fmt.Sprintf(format, args...)))
@@ -114,6 +92,7 @@ func (h *history) apply(e *event.Envelope) error {
 	if e.RunSeq > h.head {
 		h.head = e.RunSeq
 	}
+	h.version = e.PlanVersion
 	h.events++
 	if h.terminal != nil && event.IsKnown(e.EventType) {
 		return corrupt(e, "after the run's end")

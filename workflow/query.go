@@ -180,7 +180,7 @@ func (c *Client) Query(ctx context.Context, runID, name string) ([]byte, error) 
 		return nil, errorf(op, ErrVersionNotCarried, runID, detail(fmt.Sprintf("this process does not carry %s@%d", start.Workflow, start.Version)))
 	}
 	h := newHistory()
-	if err := h.fold(ctx, c.st, runID); err != nil {
+	if _, err := h.load(ctx, c.st, runID); err != nil {
 		return nil, wrap(op, runID, err)
 	}
 	r := &runner{id: runID, h: h, replay: true, ex: actor.NewExecutor(0), start: start}

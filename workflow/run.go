@@ -279,7 +279,7 @@ func (r *runner) load(ctx context.Context) error {
 		r.readTo, r.lastRead = f.seq, r.ex.Now()
 		return nil
 	}
-	if err := r.h.fold(ctx, r.st, r.id); err != nil {
+	if _, err := r.h.load(ctx, r.st, r.id); err != nil {
 		return err
 	}
 	return r.refresh(ctx)
