@@ -70,9 +70,10 @@ func (c *Ctx) Context() context.Context { return c.ctx }
 func (c *Ctx) RunID() string { return c.r.id }
 
 func (c *Ctx) halt(err error) error {
-	if isCancellation(err) || err == error(errClosed) {
-		// A cancel is told to the function, and a branch stopped after
-		// the function returned is no stop of the run.
+	if isCancellation(err) || err == error(errClosed) || c.div != nil && err == error(c.div) {
+		// A cancel is told to the function, a branch stopped after the
+		// function returned is no stop of the run, and a divergence (a
+		// deadlock) unwinds the function to be held.
 		return err
 	}
 	if c.halted == nil {

@@ -502,3 +502,95 @@ func TestBranchesTakeOverAfterACrashInTheirRecordedOrder(t *testing.T) {
 		return replays(r, def, "two", 37)
 	})
 }
+
+// deadlocking has branch a wait (after a sleep) for branch b, which waits
+// for a; fixed, b does not wait.
+func deadlocking(fixed bool) *workflow.Def[int, int] {
+	return workflow.New("knot", 1, func(c *workflow.Ctx, in int) (int, error) {
+		var b *workflow.Future[int]
+		a := workflow.Go(c, func(ac *workflow.Ctx) (int, error) {
+			if err := workflow.Sleep(ac, time.Second); err != nil {
+				return 0, err
+			}
+			return b.Get(ac)
+		})
+		b = workflow.Go(c, func(bc *workflow.Ctx) (int, error) {
+			if fixed {
+				return in, nil
+			}
+			return a.Get(bc)
+		})
+		return a.Get(c)
+	})
+}
+
+// TestADeadlockedRunIsHeldAndAFixResumesIt: when every branch of a run
+// waits for another, the run is held as a divergence is (blocked, with a
+// reason naming the deadlock), once, not retried in a loop; code that
+// does not deadlock there resumes it and it completes.
+func TestADeadlockedRunIsHeldAndAFixResumesIt(t *testing.T) {
+	forEachBackend(t, 133, func(r *rig) error {
+		return r.withTimers(func() error {
+			wfs, cl, err := r.clientFor(deadlocking(false))
+			if err != nil {
+				return err
+			}
+			wA, err := r.worker("A", r.WorkerStore(), wfs, nil, nil)
+			if err != nil {
+				return err
+			}
+			if err := deadlocking(false).Start(r.Ctx, cl, "k", 7); err != nil {
+				return err
+			}
+			if err := r.timersDue(time.Second, "k"); err != nil {
+				return err
+			}
+			if err := r.waitStatus(cl, "k", workflow.StatusBlocked); err != nil {
+				return err
+			}
+			sum, err := cl.Get(r.Ctx, "k")
+			if err != nil {
+				return err
+			}
+			if want := "blocked: divergent at step 1: deadlock: every branch of the run waits for another"; sum.Error != want {
+				return fmt.Errorf("the held run's reason %q, want %q", sum.Error, want)
+			}
+			// The worker does not spin on it: one hold is recorded.
+			if !r.Real() {
+				if err := actor.Sleep(r.Ctx, r.Ex, time.Minute); err != nil {
+					return err
+				}
+			}
+			evs, err := r.stream("k")
+			if err != nil {
+				return err
+			}
+			paused := 0
+			for _, e := range evs {
+				if e.EventType == event.RunPaused {
+					paused++
+				}
+			}
+			if paused != 1 {
+				return fmt.Errorf("%d holds recorded, want 1", paused)
+			}
+			if err := wA.Stop(r.Ctx); err != nil {
+				return err
+			}
+			fixed := deadlocking(true)
+			wfs2, err := workflow.NewWorkflows(fixed)
+			if err != nil {
+				return err
+			}
+			wB, err := r.worker("B", r.WorkerStore(), wfs2, nil, nil)
+			if err != nil {
+				return err
+			}
+			defer wB.Stop(r.Ctx)
+			if got, err := fixed.Result(r.Ctx, cl, "k"); err != nil || got != 7 {
+				return fmt.Errorf("the fixed run: %d, %v; want 7", got, err)
+			}
+			return nil
+		})
+	})
+}

@@ -1049,7 +1049,10 @@ func (r *runner) hold(ctx context.Context, div *DivergenceError) *stop {
 	r.pending = nil // a RunResumed that rode on the replay is void
 	if r.h.blocked == "" {
 		reason := fmt.Sprintf("%s%d: recorded %q, got %q", divergentPrefix, div.StepIndex, div.Recorded, div.Got)
-		if div.Reason != "" {
+		switch {
+		case div.Reason == deadlockReason:
+			reason = fmt.Sprintf("%s%d: %s", divergentPrefix, div.StepIndex, div.Reason)
+		case div.Reason != "":
 			reason += " (" + div.Reason + ")"
 		}
 		e, err := r.envelope(event.RunPaused, "", r.h.pauses+1, runControl{Reason: reason})

@@ -172,15 +172,31 @@ func (r *runner) block(c *Ctx) (timedOut bool, err error) {
 	me.blocked, me.timedOut, me.err = true, false, nil
 	next := r.pick(c)
 	if next == nil {
-		// Nobody can run: every coroutine waits for another (or, in a
-		// replay, for what the journal does not hold yet).
 		me.blocked = false
+		if !r.replay && c.halted == nil && r.sch.closing == nil {
+			// Nobody can run: every coroutine waits for another. The code
+			// can never get on from here, so the run is held as a
+			// divergence is (blocked, until code that gets past this
+			// point takes it): the wait returns it, the function unwinds.
+			if c.div == nil {
+				c.div = &DivergenceError{RunID: r.id, StepIndex: c.next, Reason: deadlockReason}
+				if c.next < len(r.h.steps) {
+					c.div.Recorded = r.h.steps[c.next].id
+				}
+			}
+			return false, c.div
+		}
+		// A replay: the run waits for what the journal does not hold yet.
 		r.journalEnd()
 		return false, c.halt(&stop{kind: stopError, cause: detail("every branch of the run waits for another")})
 	}
 	r.switchTo(me, next)
 	return me.timedOut, me.err
 }
+
+// deadlockReason is the reason of the divergence by which a deadlocked run
+// is held.
+const deadlockReason = "deadlock: every branch of the run waits for another"
 
 // yieldRecorded is a recorded step end met by a re-run: when other
 // coroutines run, c's resumes in the journal's order (seq).
