@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,4 +109,64 @@ func TestQueriesAndPublishedValuesReadARunWithoutWriting(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestAQueryNeedsTheRunsVersion: a query replays the run's function, so a
+// client whose process does not carry the run's version answers
+// ErrVersionNotCarried (naming the version) and writes nothing, while one
+// that carries it answers.
+func TestAQueryNeedsTheRunsVersion(t *testing.T) {
+	forEachBackend(t, 92, func(r *rig) error {
+		body := func(c *workflow.Ctx, in int) (int, error) {
+			if err := workflow.OnQuery(c, "in", func() (int, error) { return in, nil }); err != nil {
+				return 0, err
+			}
+			return workflow.Await[int](c, "go")
+		}
+		v1, v2 := workflow.New("asked", 1, body), workflow.New("asked", 2, body)
+		_, w, cl, err := r.serve("w", v1, v2)
+		if err != nil {
+			return err
+		}
+		defer w.Stop(r.Ctx)
+		if err := v2.Start(r.Ctx, cl, "q", 5); err != nil {
+			return err
+		}
+		if err := r.WaitFor("the run to await", 20*time.Second, func() (bool, error) {
+			evs, err := r.stream("q")
+			return len(evs) > 0 && evs[len(evs)-1].StepID == "sys:await:go", err
+		}); err != nil {
+			return err
+		}
+		if got, err := cl.Query(r.Ctx, "q", "in"); err != nil || decodeInt(got) != 5 {
+			return fmt.Errorf("a query where v2 is carried: %v, %v", got, err)
+		}
+		before, err := r.stream("q")
+		if err != nil {
+			return err
+		}
+		_, old, err := r.clientFor(v1)
+		if err != nil {
+			return err
+		}
+		if _, err := old.Query(r.Ctx, "q", "in"); !errors.Is(err, workflow.ErrVersionNotCarried) || !strings.Contains(err.Error(), "asked@2") {
+			return fmt.Errorf("a query where only v1 is carried: %v, want ErrVersionNotCarried naming asked@2", err)
+		}
+		after, err := r.stream("q")
+		if err != nil {
+			return err
+		}
+		if len(after) != len(before) {
+			return fmt.Errorf("the refused query wrote %d events", len(after)-len(before))
+		}
+		return nil
+	})
+}
+
+func decodeInt(b []byte) int {
+	var v int
+	if err := event.Unmarshal(b, &v); err != nil {
+		return -1
+	}
+	return v
 }
