@@ -209,7 +209,7 @@ func (s *Server) listRuns(r *http.Request, _ *reqCtx) (int, any, error) {
 	}
 	status := q.Get("status")
 	if status != "" && !slices.Contains(runStatuses[:], workflow.RunStatus(status)) {
-		return 0, nil, invalid(`query parameter "status" must be pending, queued, running, paused, completed, failed or cancelled`)
+		return 0, nil, invalid(`query parameter "status" must be pending, queued, running, paused, blocked, unrunnable, completed, failed or cancelled`)
 	}
 	lw, err := windowParams(q, MaxListLimit)
 	if err != nil {

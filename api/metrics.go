@@ -293,7 +293,7 @@ var (
 	queueRunDesc   = prometheus.NewDesc("orrery_queue_running", "Admitted runs of each named workflow queue: each holds a slot until it ends.", []string{"queue"}, nil)
 	refusedDesc    = prometheus.NewDesc("orrery_ingress_refused_total", "Ingress requests refused with overloaded (429), by reason: inbox (a world's inbox at its bound) or effect_queue (an effect kind's pending queue at its bound).", []string{"reason"}, nil)
 	scheduleDesc   = prometheus.NewDesc("orrery_schedule_ticks_total", "Ticks of each schedule by outcome: fired (started), missed (dropped by the catch-up policy), skipped (by the overlap policy), failed (could not start).", []string{"schedule", "outcome"}, nil)
-	runsDesc       = prometheus.NewDesc("orrery_workflow_runs", "Workflow runs in each status (queued, running, paused, blocked, completed, failed, cancelled), as this node's runs projection has them.", []string{"status"}, nil)
+	runsDesc       = prometheus.NewDesc("orrery_workflow_runs", "Workflow runs in each status (queued, running, paused, blocked, unrunnable, completed, failed, cancelled), as this node's runs projection has them; unrunnable: not ended while no live worker carries their version.", []string{"status"}, nil)
 )
 
 // gaugeCollector reads the gauges at scrape time.

@@ -178,8 +178,12 @@ var finishedRuns = []string{string(workflow.StatusCompleted), string(workflow.St
 // runStatuses are the statuses a list may be filtered by.
 var runStatuses = [...]workflow.RunStatus{
 	workflow.StatusPending, workflow.StatusQueued, workflow.StatusRunning, workflow.StatusPaused, workflow.StatusBlocked,
-	workflow.StatusCompleted, workflow.StatusFailed, workflow.StatusCancelled,
+	workflow.StatusUnrunnable, workflow.StatusCompleted, workflow.StatusFailed, workflow.StatusCancelled,
 }
+
+// waiting are the statuses of a run that a worker must carry on: with no
+// live worker carrying its version, it is unrunnable.
+var waiting = map[workflow.RunStatus]bool{workflow.StatusPending: true, workflow.StatusQueued: true, workflow.StatusRunning: true}
 
 func (s *Server) runRoutes() {
 	s.route("POST /v1/runs", false, s.startRun)
@@ -300,6 +304,11 @@ func (s *Server) runRowsAt(ctx context.Context, names []string, f runFilter) ([]
 			carrying[id] = true
 		}
 	}
+	// Whether some live worker carries each version, read once.
+	carriers, err := rb.Client.Carriers(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := []Run{}
 	for _, name := range names {
 		// The run records decide which runs exist (a run no worker has
@@ -338,6 +347,13 @@ func (s *Server) runRowsAt(ctx context.Context, names []string, f runFilter) ([]
 			// what the run's view says.
 			if w.Status == store.WorldPaused && !slices.Contains(finishedRuns, row.Status) {
 				row.Status = string(workflow.StatusPaused)
+			}
+			// A run that waits or runs while no live worker carries its
+			// version is unrunnable, as its own view says.
+			if waiting[workflow.RunStatus(row.Status)] && row.Version != 0 {
+				if live := carriers(name, row.Version); live != nil {
+					row.Status, row.LastError = string(workflow.StatusUnrunnable), workflow.UnrunnableReason(name, row.Version, live)
+				}
 			}
 			if (f.status == "" || row.Status == f.status) && (f.version == 0 || row.Version == f.version) {
 				out = append(out, row)

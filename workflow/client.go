@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/orrery-run/orrery/actor"
@@ -77,6 +78,9 @@ type Client struct {
 	liveFor time.Duration
 	// maxInbox bounds a run's undrained inbox for Signal (0: unbounded).
 	maxInbox int
+	// versions caches runs' pinned versions (versionOf).
+	versionsMu sync.Mutex
+	versions   map[string]uint64
 }
 
 // ClientOption configures a Client.
@@ -483,34 +487,11 @@ func (c *Client) carried(ctx context.Context, def Workflow, runID string) error 
 // notCarried names the live workers when some are live and none of them
 // (nor a worker of this process) runs version of workflow name; else nil.
 func (c *Client) notCarried(ctx context.Context, name string, version uint64) ([]string, error) {
-	for _, w := range c.workers {
-		if w.carries(name, version) {
-			return nil, nil
-		}
-	}
-	now, err := c.st.Now(ctx)
+	judge, err := c.Carriers(ctx)
 	if err != nil {
 		return nil, err
 	}
-	workers, err := c.st.ListWorkers(ctx)
-	if err != nil {
-		return nil, err
-	}
-	capability := Capability(name, version)
-	var live []string
-	for _, wi := range workers {
-		switch {
-		case !wi.AliveUntil.IsZero() && wi.Dead(now):
-			continue
-		case wi.AliveUntil.IsZero() && now.Sub(wi.HeartbeatAt) >= c.liveFor:
-			continue
-		}
-		if runsVersion(wi, capability) {
-			return nil, nil
-		}
-		live = append(live, wi.ID)
-	}
-	return live, nil
+	return judge(name, version), nil
 }
 
 // Start is Client.Start with a typed input.
@@ -682,8 +663,7 @@ func (c *Client) Get(ctx context.Context, runID string) (RunSummary, error) {
 			return RunSummary{}, wrap("get", runID, err)
 		}
 		if len(live) > 0 {
-			s.Status = StatusUnrunnable
-			s.Error = fmt.Sprintf("unrunnable: no live worker carries %s (live: %s)", Capability(s.Workflow, s.Version), strings.Join(live, ", "))
+			s.Status, s.Error = StatusUnrunnable, UnrunnableReason(s.Workflow, s.Version, live)
 		}
 	}
 	return s, nil

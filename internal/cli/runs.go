@@ -222,7 +222,7 @@ may stop carrying it (see "Changing workflow code" in the docs).`,
 		}),
 	}
 	list.Flags().StringVar(&wf, "workflow", "", "only the runs of this workflow")
-	list.Flags().StringVar(&status, "status", "", "only runs in this status: pending, queued, running, paused, blocked, completed, failed or cancelled")
+	list.Flags().StringVar(&status, "status", "", "only runs in this status: pending, queued, running, paused, blocked, unrunnable, completed, failed or cancelled")
 	list.Flags().Uint64Var(&version, "version", 0, "only the runs pinned to this workflow version")
 	list.Flags().StringArrayVar(&listAttrs, "attr", nil, "only runs carrying this search attribute KEY=VALUE (repeat: all of them)")
 	listPaging(list, &page, "runs")

@@ -36,6 +36,7 @@ import (
 	"github.com/orrery-run/orrery/store/sqlite"
 	"github.com/orrery-run/orrery/web"
 	"github.com/orrery-run/orrery/workflow"
+	"github.com/orrery-run/orrery/workflow/projector"
 )
 
 // serveFlags are `orrery serve`'s settings.
@@ -424,17 +425,7 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	metrics.CollectIngressRefused(n.Admission().Refused)
 	metrics.CollectSchedules(st)
 	if v := n.RunsView(); v != nil {
-		metrics.CollectRuns(func() map[string]int {
-			out := map[string]int{}
-			for _, r := range v.Runs.List() {
-				s := string(r.Status)
-				if s == "" {
-					s = "unknown"
-				}
-				out[s]++
-			}
-			return out
-		})
+		metrics.CollectRuns(func() map[string]int { return runCounts(v.Runs, n.Runs()) })
 	}
 	srv, err := api.NewServer(api.Config{
 		Store: st, Ops: n.Ops(), Client: n.Client(), Kernels: e.kernels,
@@ -525,6 +516,44 @@ func splitList(v string) []string {
 
 // runsBackend is what the API's run endpoints need of a node that runs
 // workflows (nil when it runs none).
+// runCounts are the runs in each status for orrery_workflow_runs: the
+// runs projection's, except that the runs whose version no live worker
+// carries count as unrunnable (their projection status, if any, loses
+// them; a blocked run stays blocked). The unrunnable look is bounded: a
+// scrape that cannot make it in time counts the projection alone.
+func runCounts(runs *projector.Runs, cl *workflow.Client) map[string]int {
+	out := map[string]int{}
+	for _, r := range runs.List() {
+		s := string(r.Status)
+		if s == "" {
+			s = "unknown"
+		}
+		out[s]++
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	un, err := cl.Unrunnable(ctx)
+	if err != nil {
+		return out
+	}
+	for _, u := range un {
+		for _, id := range u.Runs {
+			if r, ok := runs.Get(id); ok {
+				if r.Status == projector.StatusBlocked || r.Status.Terminal() {
+					continue
+				}
+				s := string(r.Status)
+				if s == "" {
+					s = "unknown"
+				}
+				out[s]--
+			}
+			out[string(workflow.StatusUnrunnable)]++
+		}
+	}
+	return out
+}
+
 func runsBackend(n *node.Node, wfs *workflow.Workflows) *api.RunsBackend {
 	v := n.RunsView()
 	if v == nil {

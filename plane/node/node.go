@@ -422,6 +422,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, n.abort(ctx, err)
 		}
 		parts = append(parts, part{"runs view", n.runsView.runner.Run})
+		log := cfg.Logger.With("part", "runs")
+		parts = append(parts, part{"unrunnable runs", func(ctx context.Context) error {
+			return n.wfClient.ReportUnrunnable(ctx, UnrunnableEvery, log)
+		}})
 	}
 	if !cfg.NoOrchestrator && roles[plane.RoleOrchestrator] {
 		// Every orchestrating node runs a scheduler: each tick is
@@ -534,6 +538,11 @@ func timerLag(cfg Config) time.Duration {
 	}
 	return DefaultTimerLag
 }
+
+// UnrunnableEvery is how often a node serving workflows looks for runs
+// whose version no live worker carries, to log them
+// (workflow.Client.ReportUnrunnable).
+const UnrunnableEvery = 30 * time.Second
 
 // startWorkflows starts the workflow worker and builds the client and the
 // runs view; the view's runner is started with the node's other parts.
