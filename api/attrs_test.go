@@ -5,9 +5,14 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/orrery-run/orrery/actor"
 	"github.com/orrery-run/orrery/api"
+	"github.com/orrery-run/orrery/plane"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/store/memstore"
 	"github.com/orrery-run/orrery/workflow"
 )
 
@@ -95,4 +100,57 @@ func TestRunsFilterBySearchAttributes(t *testing.T) {
 	apiError(t, err, http.StatusBadRequest, api.CodeInvalidArgument)
 	_, err = r.Client.GetRun(r.Ctx, "p-bad")
 	apiError(t, err, http.StatusNotFound, api.CodeNotFound)
+}
+
+// TestUnrunnableRunsListAndFilter: a run pinned to a version no live
+// worker carries lists as unrunnable (with the missing capability), is
+// found by ?status=unrunnable, and lists as pending again once a worker
+// carrying its version is live.
+func TestUnrunnableRunsListAndFilter(t *testing.T) {
+	st := memstore.New()
+	v2 := workflow.New("payout", 2, func(_ *workflow.Ctx, in payout) (string, error) { return "v2", nil })
+	wfs, err := workflow.NewWorkflows(payoutDef(), v2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	early, err := workflow.NewClient(st, wfs, actor.NewExecutor(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Started while no worker is live.
+	if err := v2.Start(context.Background(), early, "p-v2", payout{Account: "a", Amount: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// The node's host advertises that it carries v1 only.
+	r := newRunsRigWith(t, rigOptions{store: st, host: func(hc *plane.HostConfig) {
+		hc.Capabilities = []string{workflow.RunsCapability, workflow.Capability("payout", 1)}
+	}})
+	if _, _, err := r.Client.StartRun(r.Ctx, "payout", "p-v1", payout{Account: "a", Amount: 1}); err != nil {
+		t.Fatal(err)
+	}
+	r.runUntil("p-v1", "waits", func(v api.RunView) bool { return v.Status == "running" })
+	var rows []api.Run
+	r.WaitFor("p-v2 unrunnable", func() (bool, error) {
+		var err error
+		rows, _, err = r.Client.SearchRuns(r.Ctx, api.RunQuery{Status: "unrunnable"})
+		return len(rows) == 1, err
+	})
+	if rows[0].ID != "p-v2" || !strings.Contains(rows[0].LastError, "workflow:payout@2") {
+		t.Fatalf("unrunnable rows %+v, want p-v2 naming workflow:payout@2", rows)
+	}
+	all, _, err := r.Client.SearchRuns(r.Ctx, api.RunQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range all {
+		if want := map[string]string{"p-v1": "running", "p-v2": "unrunnable"}[row.ID]; row.Status != want {
+			t.Fatalf("row %s is %s, want %s", row.ID, row.Status, want)
+		}
+	}
+	if _, err := st.Heartbeat(r.Ctx, "v2-node", 60, store.Advertise([]string{workflow.Capability("payout", 2)})); err != nil {
+		t.Fatal(err)
+	}
+	if rows, _, err = r.Client.SearchRuns(r.Ctx, api.RunQuery{Status: "unrunnable"}); err != nil || len(rows) != 0 {
+		t.Fatalf("with a node carrying v2: unrunnable %+v, %v", rows, err)
+	}
 }

@@ -57,6 +57,9 @@ type rigOptions struct {
 	// workflows a runs rig serves (nil: payoutDef alone).
 	workflows []workflow.Workflow
 	limits    plane.Limits
+	// host adjusts each host's configuration (the capabilities it
+	// advertises).
+	host func(*plane.HostConfig)
 }
 
 // rig is the shared test node (internal/testrig) with the counter's
@@ -67,7 +70,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	t.Helper()
 	return &rig{testrig.NewNode(t, testrig.NodeOptions{
 		Store: o.store, Kernels: kernels(), Universes: []string{universe, other}, Token: o.token,
-		Workers: o.workers, Config: o.cfg, Metrics: o.metrics, OrchID: o.orchID, Limits: o.limits,
+		Workers: o.workers, Config: o.cfg, Metrics: o.metrics, OrchID: o.orchID, Limits: o.limits, Host: o.host,
 	})}
 }
 
