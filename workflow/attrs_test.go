@@ -226,3 +226,29 @@ func TestBadAttributesAreRefused(t *testing.T) {
 		return nil
 	})
 }
+
+// TestAttributesAreNotARunsIdentity: a start repeated with other
+// attributes is the same run, which keeps the first start's attributes.
+func TestAttributesAreNotARunsIdentity(t *testing.T) {
+	forEachBackend(t, 135, func(r *rig) error {
+		def := workflow.New("labelled", 1, func(c *workflow.Ctx, in int) (int, error) { return workflow.Await[int](c, "go") })
+		_, cl, err := r.clientFor(def)
+		if err != nil {
+			return err
+		}
+		if err := def.Start(r.Ctx, cl, "same", 1, workflow.WithAttributes(map[string]string{"k": "first"})); err != nil {
+			return err
+		}
+		if err := def.Start(r.Ctx, cl, "same", 1, workflow.WithAttributes(map[string]string{"k": "second"})); err != nil {
+			return fmt.Errorf("the repeated start with other attributes: %v, want the same run", err)
+		}
+		if err := def.Start(r.Ctx, cl, "same", 1); err != nil {
+			return fmt.Errorf("the repeated start without attributes: %v, want the same run", err)
+		}
+		sum, err := cl.Get(r.Ctx, "same")
+		if err != nil || sum.Attributes["k"] != "first" {
+			return fmt.Errorf("attributes %v, %v; want the first start's", sum.Attributes, err)
+		}
+		return nil
+	})
+}
