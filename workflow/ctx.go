@@ -539,12 +539,20 @@ func Await[T any](c *Ctx, name string) (T, error) {
 		return decodeAs[T](c, id, h.completed.Value, false)
 	}
 	r := c.r
-	if h == nil || h.attempt == 0 {
-		if err := r.event(c.ctx, event.StepStarted, id, 1, stepStarted{Kind: kindSignal, Signal: name}); err != nil {
+	attempt := uint64(1)
+	if h == nil || !h.inFlight() {
+		if h != nil {
+			// Discarded by a reset (Client.Reset): the await starts
+			// again, its attempts going on.
+			attempt = h.attempt + 1
+		}
+		if err := r.event(c.ctx, event.StepStarted, id, attempt, stepStarted{Kind: kindSignal, Signal: name}); err != nil {
 			return zero, c.halt(err)
 		}
+	} else {
+		attempt = h.attempt
 	}
-	c.co.inflight = c.attempt(id, 1)
+	c.co.inflight = c.attempt(id, attempt)
 	var got *item
 	if _, err := r.wait(c, time.Time{}, func() (bool, error) {
 		for i := range r.items {
@@ -558,7 +566,7 @@ func Await[T any](c *Ctx, name string) (T, error) {
 	}); err != nil {
 		return zero, err
 	}
-	if err := c.settle(event.StepCompleted, id, 1, stepCompleted{Value: got.signal.Value, Seq: got.seq}); err != nil {
+	if err := c.settle(event.StepCompleted, id, attempt, stepCompleted{Value: got.signal.Value, Seq: got.seq}); err != nil {
 		return zero, err
 	}
 	return decodeAs[T](c, id, got.signal.Value, false)
