@@ -39,6 +39,10 @@
 //	GET  /v1/runs/{id}                    status, input, output or error, the actions that apply, and the step timeline
 //	                                      with each attempt's start, input, output and failure
 //	POST /v1/runs/{id}/cancel|pause|resume  {"reason"}: the run's view
+//	POST /v1/runs/{id}/terminate          {"reason"}: the run fails "terminated: reason" (a blocked or unrunnable
+//	                                      run's way out; 409 fenced while a worker holds it, 409 finished once ended)
+//	POST /v1/runs/{id}/reset              {"step","reason"}: replay from step N (0 the first) with the code the
+//	                                      next worker carries (a blocked run's way on); the run's view
 //	POST /v1/runs/{id}/signals            {"name","value","idempotency_key"}: 202
 //	GET  /v1/streams/{id}/audit?from=&to= events with from <= persistedAt < to (RFC 3339), in runSeq order
 //	                                      (410 compacted when the window may hold compacted events)

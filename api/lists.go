@@ -444,13 +444,16 @@ func (s *Server) timers(r *http.Request, rc *reqCtx) (int, any, error) {
 
 // runActions are the controls that apply to a run in a status: a finished
 // run takes none, a paused one resumes, a live one pauses; both of those
-// cancel.
+// cancel. A blocked or unrunnable run takes the operator's ways out too:
+// terminate and reset.
 func runActions(status string) []string {
 	switch workflow.RunStatus(status) {
 	case workflow.StatusCompleted, workflow.StatusFailed, workflow.StatusCancelled:
 		return []string{}
 	case workflow.StatusPaused:
 		return []string{"resume", "cancel", "signal"}
+	case workflow.StatusBlocked, workflow.StatusUnrunnable:
+		return []string{"pause", "cancel", "signal", "terminate", "reset"}
 	}
 	return []string{"pause", "cancel", "signal"}
 }

@@ -461,7 +461,9 @@ func (tg *target) stream(x exchange) (names []string, close func()) {
 func TestOpenAPIConformsToRealResponses(t *testing.T) {
 	const tok = "openapi-token"
 	c := newConformance(t)
-	ra := newRunsRigWith(t, rigOptions{token: tok, metrics: true, cfg: func(cfg *api.Config) { cfg.MaxBody = 8 << 10 }})
+	// rb-r and rb-t are blocked (journaled by code that asked for another
+	// step), for the operator's terminate and reset.
+	ra := blockedRunsRig(t, rigOptions{token: tok, metrics: true, cfg: func(cfg *api.Config) { cfg.MaxBody = 8 << 10 }}, "rb-r", "rb-t")
 	a := c.on(ra, tok)
 	rb := newRig(t, rigOptions{token: tok, workers: []string{}, cfg: func(cfg *api.Config) {
 		cfg.MaxEventStreams = 1
@@ -938,6 +940,17 @@ func TestOpenAPIConformsToRealResponses(t *testing.T) {
 	ra.runUntil("r2", "cancelled", func(v api.RunView) bool { return v.Status == "cancelled" })
 	a.do(exchange{method: "POST", path: "/v1/runs/r2/pause", want: 409})  // cancelled
 	a.do(exchange{method: "POST", path: "/v1/runs/r2/resume", want: 409}) // cancelled
+	// The operator's ways out of a blocked run.
+	a.do(exchange{method: "POST", path: "/v1/runs/rb-t/terminate", body: `{"reason":"bad deploy"}`, want: 200})
+	a.do(exchange{method: "POST", path: "/v1/runs/rb-t/terminate", want: 409}) // ended
+	a.do(exchange{method: "POST", path: "/v1/runs/rb-t/terminate", body: `{"reason":7}`, want: 400, specRefuses: true})
+	a.do(exchange{method: "POST", path: "/v1/runs/nobody/terminate", want: 404})
+	a.do(exchange{method: "POST", path: "/v1/runs/rb-r/reset", body: `{"step":9}`, want: 400}) // past its steps
+	a.do(exchange{method: "POST", path: "/v1/runs/rb-r/reset", body: `{"step":1,"reason":"screen withdrawn"}`, want: 200})
+	a.do(exchange{method: "POST", path: "/v1/runs/rb-r/reset", body: `{"reason":"no step"}`, want: 400, specRefuses: true})
+	a.do(exchange{method: "POST", path: "/v1/runs/rb-r/reset", body: `{"step":-1}`, want: 400, specRefuses: true})
+	a.do(exchange{method: "POST", path: "/v1/runs/rb-t/reset", body: `{"step":0}`, want: 409}) // ended
+	a.do(exchange{method: "POST", path: "/v1/runs/nobody/reset", body: `{"step":0}`, want: 404})
 
 	const window = "from=2000-01-01T00:00:00Z&to=2200-01-01T00:00:00Z"
 	a.do(exchange{method: "GET", path: "/v1/streams/oa/audit?" + window, want: 200})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -74,7 +75,7 @@ type RunView struct {
 	Timeline   []RunStep       `json:"timeline"`
 	// Actions are the controls that apply in Status: none once finished;
 	// resume, cancel and signal while paused; pause, cancel and signal
-	// otherwise.
+	// otherwise, and terminate and reset too while blocked or unrunnable.
 	Actions []string `json:"actions"`
 	// Values are what the run published (workflow.SetEvent), the latest
 	// per key; in a single run's view only.
@@ -192,6 +193,8 @@ func (s *Server) runRoutes() {
 	s.route("POST /v1/runs/{id}/cancel", false, s.controlRun("cancel"))
 	s.route("POST /v1/runs/{id}/pause", false, s.controlRun("pause"))
 	s.route("POST /v1/runs/{id}/resume", false, s.controlRun("resume"))
+	s.route("POST /v1/runs/{id}/terminate", false, s.controlRun("terminate"))
+	s.route("POST /v1/runs/{id}/reset", false, s.resetRun)
 	s.route("POST /v1/runs/{id}/signals", false, s.signalRun)
 	s.route("GET /v1/runs/{id}/query/{name}", false, s.queryRun)
 	s.route("GET /v1/runs/{id}/values", false, s.runValues)
@@ -443,8 +446,8 @@ func (s *Server) runView(ctx context.Context, id string, catchUp bool) (RunView,
 	return v, nil
 }
 
-// controlRun is POST /v1/runs/{id}/cancel|pause|resume {reason}: it answers
-// the run's view once the request is recorded.
+// controlRun is POST /v1/runs/{id}/cancel|pause|resume|terminate {reason}:
+// it answers the run's view once the request is recorded.
 func (s *Server) controlRun(action string) handlerFunc {
 	return func(r *http.Request, rc *reqCtx) (int, any, error) {
 		id := r.PathValue("id")
@@ -466,11 +469,13 @@ func (s *Server) controlRun(action string) handlerFunc {
 			err = rb.Client.Cancel(ctx, id, req.Reason)
 		case "pause":
 			err = rb.Client.Pause(ctx, id, req.Reason)
+		case "terminate":
+			err = rb.Client.Terminate(ctx, id, req.Reason)
 		default:
 			err = rb.Client.Resume(ctx, id, req.Reason)
 		}
 		if err != nil {
-			return 0, nil, err
+			return 0, nil, operatorRefusal(action, err)
 		}
 		v, err := s.runView(ctx, id, false)
 		if err != nil {
@@ -478,6 +483,59 @@ func (s *Server) controlRun(action string) handlerFunc {
 		}
 		return http.StatusOK, v, nil
 	}
+}
+
+// resetReq is POST /v1/runs/{id}/reset's body: the step to reset the run
+// to (0 the first; required) and the operator's reason.
+type resetReq struct {
+	Step   *int64 `json:"step,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// resetRun is POST /v1/runs/{id}/reset {step, reason} (Client.Reset): the
+// run's steps at and after step are discarded for replay, and the next
+// worker re-runs its function from there. It answers the run's view.
+func (s *Server) resetRun(r *http.Request, rc *reqCtx) (int, any, error) {
+	id := r.PathValue("id")
+	var req resetReq
+	if err := s.body(r, rc, &req, false); err != nil {
+		return 0, nil, err
+	}
+	if err := checkID("run", id); err != nil {
+		return 0, nil, err
+	}
+	if req.Step == nil {
+		return 0, nil, invalid(`field "step" is required`)
+	}
+	if *req.Step < 0 || *req.Step > math.MaxInt32 {
+		return 0, nil, invalid(fmt.Sprintf(`field "step" must be a step index, 0 or more (not %d)`, *req.Step))
+	}
+	rb := s.cfg.Runs
+	if rb == nil {
+		return 0, nil, errNoRuns(id)
+	}
+	ctx := r.Context()
+	if err := rb.Client.Reset(ctx, id, int(*req.Step), req.Reason); err != nil {
+		return 0, nil, operatorRefusal("reset", err)
+	}
+	v, err := s.runView(ctx, id, false)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, v, nil
+}
+
+// operatorRefusal says what to do when a terminate or a reset finds the
+// run held by a worker (store.ErrLeaseHeld, 409 fenced): cancel or pause
+// it first. Any other error is err as it is.
+func operatorRefusal(action string, err error) error {
+	if (action != "terminate" && action != "reset") || !errors.Is(err, store.ErrLeaseHeld) {
+		return err
+	}
+	e := toError(err)
+	e.Message = fmt.Sprintf("a worker holds the run right now, so it cannot be %s: cancel or pause it first (%s)",
+		map[string]string{"terminate": "terminated", "reset": "reset"}[action], e.Message)
+	return e
 }
 
 func (s *Server) signalRun(r *http.Request, rc *reqCtx) (int, any, error) {
@@ -636,6 +694,28 @@ func (c *Client) PauseRun(ctx context.Context, id, reason string) (RunView, erro
 // ResumeRun resumes a paused run.
 func (c *Client) ResumeRun(ctx context.Context, id, reason string) (RunView, error) {
 	return c.controlRun(ctx, id, "resume", reason)
+}
+
+// TerminateRun ends a run for good (workflow.Client.Terminate): it fails
+// with "terminated: reason", recorded without a worker carrying its code —
+// the way out for a blocked or unrunnable run. An ended run is errors.Is
+// workflow.ErrFinished; one a worker holds right now errors.Is
+// store.ErrFenced (409 fenced): cancel or pause it first.
+func (c *Client) TerminateRun(ctx context.Context, id, reason string) (RunView, error) {
+	return c.controlRun(ctx, id, "terminate", reason)
+}
+
+// ResetRun resets a run to step (workflow.Client.Reset; 0 the first): its
+// steps at and after step are discarded for replay, so the next worker
+// re-runs its function from there with the code it carries — the way on
+// for a blocked run. A negative step or one past the run's recorded steps
+// is refused by the server (400, errors.Is workflow.ErrInvalid); the
+// other refusals are TerminateRun's.
+func (c *Client) ResetRun(ctx context.Context, id string, step int, reason string) (RunView, error) {
+	var out RunView
+	s := int64(step)
+	_, err := c.do(ctx, http.MethodPost, runPath(id, "reset"), nil, resetReq{Step: &s, Reason: reason}, &out)
+	return out, err
 }
 
 // SignalRun sends value (any value encoding/json can marshal) to the run as

@@ -359,3 +359,79 @@ func TestResetGivesBackTheSignalsOfDiscardedSteps(t *testing.T) {
 		})
 	})
 }
+
+// An Await a reset discards starts again at its next attempt, and the
+// signal sent after the reset completes that attempt, not the discarded
+// one: the new code, which no longer asks for the step before the Await,
+// goes on to its result.
+func TestResetReRunsADiscardedAwait(t *testing.T) {
+	forEachBackend(t, 46, func(r *rig) error {
+		old := workflow.New("screened", 1, func(c *workflow.Ctx, in int) (int, error) {
+			for _, s := range []string{"a", "screen"} {
+				if _, err := workflow.Step(c, s, func(context.Context) (int, error) { return in, nil }); err != nil {
+					return 0, err
+				}
+			}
+			return workflow.Await[int](c, "go")
+		})
+		cur := workflow.New("screened", 1, func(c *workflow.Ctx, in int) (int, error) {
+			if _, err := workflow.Step(c, "a", func(context.Context) (int, error) { return in, nil }); err != nil {
+				return 0, err
+			}
+			v, err := workflow.Await[int](c, "go")
+			return v + in, err
+		})
+		wfs1, cl, err := r.clientFor(old)
+		if err != nil {
+			return err
+		}
+		wA, err := r.worker("A", r.WorkerStore(), wfs1, nil, nil)
+		if err != nil {
+			return err
+		}
+		if err := old.Start(r.Ctx, cl, "run", 1); err != nil {
+			return err
+		}
+		if err := r.waitStreamLen("A awaits go", "run", 6); err != nil {
+			return err
+		}
+		if err := wA.Stop(r.Ctx); err != nil {
+			return err
+		}
+		wfs2, err := workflow.NewWorkflows(cur)
+		if err != nil {
+			return err
+		}
+		evB := &events{}
+		wB, err := r.worker("B", r.WorkerStore(), wfs2, evB, nil)
+		if err != nil {
+			return err
+		}
+		defer wB.Stop(r.Ctx)
+		if _, err := r.waitEvent("B holds the run", evB, workflow.EvPaused, "run"); err != nil {
+			return err
+		}
+		if err := r.waitStatus(cl, "run", workflow.StatusBlocked); err != nil {
+			return err
+		}
+		if err := cl.Reset(r.Ctx, "run", 1, "screen removed"); err != nil {
+			return err
+		}
+		if err := cl.Signal(r.Ctx, "run", "go", 41, "k"); err != nil {
+			return err
+		}
+		if out, err := cur.Result(r.Ctx, cl, "run"); err != nil || out != 42 {
+			return fmt.Errorf("result %v, %v, want 42", out, err)
+		}
+		return r.shapesAre("run", []shape{
+			{event.RunStarted, "", 1},
+			{event.StepStarted, "a", 1}, {event.StepCompleted, "a", 1},
+			{event.StepStarted, "screen", 1}, {event.StepCompleted, "screen", 1},
+			{event.StepStarted, "sys:await:go", 1},
+			{event.RunPaused, "", 1},
+			{event.RunResumed, "", 1},
+			{event.StepStarted, "sys:await:go", 2}, {event.StepCompleted, "sys:await:go", 2},
+			{event.RunCompleted, "", 1},
+		})
+	})
+}

@@ -240,7 +240,66 @@ may stop carrying it (see "Changing workflow code" in the docs).`,
 			func(c *api.Client) func(context.Context, string, string) (api.RunView, error) { return c.PauseRun }),
 		e.runControl("resume", "Resume a paused run from its journaled steps",
 			func(c *api.Client) func(context.Context, string, string) (api.RunView, error) { return c.ResumeRun }),
-		e.runSignal(), e.runQuery())
+		e.runTerminate(), e.runReset(), e.runSignal(), e.runQuery())
+	return cmd
+}
+
+// heldRunHelp is what terminate and reset say of the runs they are for.
+const heldRunHelp = `A run is held "blocked" when the code a worker carries no longer asks for
+the steps the run recorded (a divergence: "orrery run show ID" says at which
+step), and "unrunnable" when no live worker carries its version. Either waits
+for code that fits, or for the operator. The run must be free of workers (a
+blocked run is): one a worker holds right now is refused (exit 4): cancel or
+pause it first. A run that has ended is refused too (exit 4).`
+
+func (e *env) runTerminate() *cobra.Command {
+	cmd := e.runControl("terminate", "End a blocked or unrunnable run for good: it fails \"terminated: REASON\"",
+		func(c *api.Client) func(context.Context, string, string) (api.RunView, error) { return c.TerminateRun })
+	cmd.Long = `terminate ends run ID for good: it fails with the error "terminated: REASON"
+("terminated" without --reason), recorded by the server under its own lease,
+so no worker carrying the run's code is needed. It is the way out for a run
+nothing will take on.
+
+` + heldRunHelp
+	cmd.Example = `  orrery run terminate p-1 --reason 'v2 withdrawn'
+  orrery run list --status blocked
+  orrery run terminate p-1 -o json`
+	return cmd
+}
+
+func (e *env) runReset() *cobra.Command {
+	var reason string
+	var step int
+	cmd := &cobra.Command{
+		Use:   "reset ID --step N",
+		Short: "Reset a blocked run to step N: the next worker re-runs it from there with its code",
+		Long: `reset discards run ID's steps at and after step N (0 the first) for replay,
+so the next worker re-runs the run's function from there with the code it
+carries: the way on for a blocked run when neither rolling the code back nor a
+Patched fix is possible. Reset to the step the divergence names, a run goes on
+under the new code; the steps it already took before N are not run again. The
+discarded steps stay in the journal for the record, and a step re-run after
+the reset continues its attempt numbers. --step is required; a negative step or
+one past the steps the run recorded is a usage error (exit 2).
+
+` + heldRunHelp,
+		Example: `  orrery run show p-1          # error: blocked: divergent at step 1: recorded "screen", got ...
+  orrery run reset p-1 --step 1 --reason 'screen step removed in v1.4'
+  orrery run reset p-1 --step 0 -o json`,
+		Args: args(cobra.ExactArgs(1)),
+	}
+	cmd.RunE = e.withClient(func(ctx context.Context, c *api.Client, a []string) error {
+		if !cmd.Flags().Changed("step") {
+			return usageError{fmt.Errorf("--step is required: the index of the first step to re-run (0 the first)")}
+		}
+		v, err := c.ResetRun(ctx, a[0], step, reason)
+		if err != nil {
+			return err
+		}
+		return e.printRun(v)
+	})
+	cmd.Flags().IntVar(&step, "step", 0, "the index of the first step to re-run (0 the first; required)")
+	cmd.Flags().StringVar(&reason, "reason", "", "why, for the run's record")
 	return cmd
 }
 

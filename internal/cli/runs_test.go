@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -11,6 +12,9 @@ import (
 	"github.com/orrery-run/orrery/api"
 	"github.com/orrery-run/orrery/examples/ledger"
 	"github.com/orrery-run/orrery/internal/cli"
+	"github.com/orrery-run/orrery/internal/testrig"
+	"github.com/orrery-run/orrery/store"
+	"github.com/orrery-run/orrery/workflow"
 )
 
 // showRun reads a run with `run show -o json`.
@@ -229,4 +233,85 @@ func TestRunAttributesThroughTheCLI(t *testing.T) {
 	f.fail(cli.ExitUsage, "run", "list", "--attr", "region")
 	f.fail(cli.ExitUsage, "run", "start", ledger.WorkflowPayout, "p-d", in, "--attr", "=x")
 	f.fail(cli.ExitUsage, "run", "start", ledger.WorkflowPayout, "p-d", in, "--attr", "bad key=x")
+}
+
+// payoutScreened is the ledger's payout as an earlier deploy had it: a
+// "screen" step between validate and the approval, which the ledger's code
+// no longer asks for.
+func payoutScreened() *workflow.Def[ledger.Payout, ledger.PayoutResult] {
+	return workflow.New(ledger.WorkflowPayout, 1, func(c *workflow.Ctx, in ledger.Payout) (ledger.PayoutResult, error) {
+		for _, step := range []string{"validate", "screen"} {
+			if _, err := workflow.Step(c, step, func(context.Context) (bool, error) { return true, nil }); err != nil {
+				return ledger.PayoutResult{}, err
+			}
+		}
+		ok, err := workflow.Await[bool](c, "approved")
+		return ledger.PayoutResult{Approved: ok, Notice: "screened"}, err
+	})
+}
+
+// TestRunTerminateAndReset: runs journaled by code that asked for a step
+// the fixture's node no longer asks for are blocked there; run reset to
+// the diverging step lets one go on under the node's code to its result,
+// and run terminate ends the other failed "terminated: REASON". Terminating
+// it again, a run a worker holds, or an unknown run fail with the run
+// commands' exit codes, and so do a missing or negative --step.
+func TestRunTerminateAndReset(t *testing.T) {
+	f := newFixture(t, fixtureOptions{prepare: func(ctx context.Context, st store.Store) {
+		wfs, err := workflow.NewWorkflows(payoutScreened())
+		if err != nil {
+			t.Fatal(err)
+		}
+		testrig.RecordRuns(t, ctx, st, wfs, 3, func(ctx context.Context, cl *workflow.Client) error {
+			for _, id := range []string{"p-r", "p-t"} {
+				if err := payoutScreened().Start(ctx, cl, id, ledger.Payout{Account: "erin", Amount: 9}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, "p-r", "p-t")
+	}})
+	for _, id := range []string{"p-r", "p-t"} {
+		f.eventually(id+" is blocked and free", func() bool {
+			l, held, err := f.st.GetLease(f.ctx, id)
+			return f.showRun(id).Status == "blocked" && err == nil && (!held || l.Holder == "")
+		})
+	}
+	if r := row(t, f.ok("run", "show", "p-r"), "error"); !strings.Contains(strings.Join(r, " "), `divergent at step 1: recorded "screen"`) {
+		t.Fatalf("the blocked run's error row %v", r)
+	}
+
+	f.fail(cli.ExitUsage, "run", "reset", "p-r")
+	f.fail(cli.ExitUsage, "run", "reset", "p-r", "--step", "-1")
+	f.fail(cli.ExitUsage, "run", "reset", "p-r", "--step", "9")
+	f.fail(cli.ExitNotFound, "run", "reset", "ghost", "--step", "0")
+	var v api.RunView
+	f.okJSON(&v, "run", "reset", "p-r", "--step", "1", "--reason", "screen removed")
+	if v.ID != "p-r" {
+		t.Fatalf("reset: %+v", v.Run)
+	}
+	f.ok("run", "signal", "p-r", "approved", "true", "--key", "approve-p-r")
+	f.eventually("p-r completes under the node's code", func() bool { return f.showRun("p-r").Status == "completed" })
+	if got := payoutOf(t, f.showRun("p-r")); got != (ledger.PayoutResult{Approved: true, Notice: "paid 9 to erin"}) {
+		t.Fatalf("the reset run's output %+v, want the node's code's", got)
+	}
+
+	out := f.ok("run", "terminate", "p-t", "--reason", "bad deploy")
+	if r := row(t, out, "status"); !hasPrefix(r, "status", "failed") {
+		t.Fatalf("terminate: status row %v in\n%s", r, out)
+	}
+	if v := f.showRun("p-t"); v.Status != "failed" || v.Error != "terminated: bad deploy" {
+		t.Fatalf("the terminated run: %s %q", v.Status, v.Error)
+	}
+	f.fail(cli.ExitConflict, "run", "terminate", "p-t")
+	f.fail(cli.ExitConflict, "run", "reset", "p-t", "--step", "0")
+	f.fail(cli.ExitNotFound, "run", "terminate", "ghost")
+
+	// A run the node holds (waiting for its approval) is refused, with
+	// what to do instead.
+	f.ok("run", "start", ledger.WorkflowPayout, "p-live", `{"Account":"a","Amount":1}`)
+	f.eventually("p-live awaits", func() bool { return len(f.showRun("p-live").Timeline) == 2 })
+	if r := f.fail(cli.ExitConflict, "run", "terminate", "p-live"); !strings.Contains(r.err, "cancel or pause it first") {
+		t.Fatalf("terminating a held run: %q, want it to say to cancel or pause first", r.err)
+	}
 }

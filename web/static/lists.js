@@ -137,15 +137,18 @@ function shownRuns(runs) {
 const FINISHED = ['completed', 'failed', 'cancelled'];
 
 // runActions are the controls a run takes: the API's list when it sends
-// one, else what its status allows (none once finished).
+// one, else what its status allows (none once finished). Signal and reset
+// need more than a click (a value, a step): they are the CLI's and the
+// API's.
 function runActions(r) {
-  if (Array.isArray(r.actions)) return r.actions.filter((a) => a !== 'signal');
+  if (Array.isArray(r.actions)) return r.actions.filter((a) => a !== 'signal' && a !== 'reset');
   if (FINISHED.includes(r.status)) return [];
   if (r.status === 'paused') return ['resume', 'cancel'];
+  if (r.status === 'blocked') return ['pause', 'cancel', 'terminate'];
   return ['pause', 'cancel'];
 }
 
-const ACTION_LABELS = { pause: 'Pause', resume: 'Resume', cancel: 'Cancel' };
+const ACTION_LABELS = { pause: 'Pause', resume: 'Resume', cancel: 'Cancel', terminate: 'Terminate' };
 
 // showRunActions puts in box the buttons of r's actions, in order.
 function showRunActions(box, r) {
