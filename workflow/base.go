@@ -102,20 +102,20 @@ func (r *runner) saveBase(ctx context.Context) {
 		StateHash: hashOf("orrery.workflow.base", string(state))})
 }
 
-// load reads run runID's history: from its latest generation snapshot,
-// if one is stored and decodes, then the events after it. It returns the
+// loadProbe is the first page a load reads: a journal shorter than it is
+// folded from its start, with no snapshot asked for (most runs); a longer
+// one is looked up for a generation snapshot to skip ahead from.
+const loadProbe = 64
+
+// load reads run runID's history. A short journal is folded whole; a long
+// one from its latest generation snapshot, if one is stored past what the
+// first page read and decodes, then the events after it. It returns the
 // number of events it read from the journal.
 func (h *history) load(ctx context.Context, st store.Store, runID string) (read int, err error) {
 	var after uint64
-	if s, ok, serr := st.ActiveSnapshot(ctx, runID); serr == nil && ok {
-		var b historyBase
-		if event.Unmarshal(s.State, &b) == nil && b.V == baseVersion && b.Head == s.Height && b.Generation > 0 {
-			h.restore(b)
-			after = b.Head
-		}
-	}
-	for {
-		evs, err := st.Read(ctx, runID, after, 512)
+	limit := loadProbe
+	for page := 0; ; page++ {
+		evs, err := st.Read(ctx, runID, after, limit)
 		if err != nil {
 			return read, err
 		}
@@ -126,8 +126,31 @@ func (h *history) load(ctx context.Context, st store.Store, runID string) (read 
 			}
 			after = evs[i].RunSeq
 		}
-		if len(evs) < 512 {
+		if len(evs) < limit {
 			return read, nil
 		}
+		if page == 0 {
+			if b, ok := loadBase(ctx, st, runID); ok && b.Head > after {
+				fresh := newHistory()
+				fresh.restore(b)
+				*h = *fresh
+				after = b.Head
+			}
+			limit = 512
+		}
 	}
+}
+
+// loadBase is run runID's latest generation snapshot, if one is stored
+// and decodes.
+func loadBase(ctx context.Context, st store.Store, runID string) (historyBase, bool) {
+	s, ok, err := st.ActiveSnapshot(ctx, runID)
+	if err != nil || !ok {
+		return historyBase{}, false
+	}
+	var b historyBase
+	if event.Unmarshal(s.State, &b) != nil || b.V != baseVersion || b.Head != s.Height || b.Generation == 0 {
+		return historyBase{}, false
+	}
+	return b, true
 }
