@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/orrery-run/orrery/event"
@@ -49,7 +50,7 @@ func CheckAttributes(attrs map[string]string) error {
 		switch {
 		case len(v) > MaxAttributeValueBytes:
 			return errorf("attributes", ErrInvalid, "", detail(fmt.Sprintf("attribute %q: the value is %d bytes, limit %d", k, len(v), MaxAttributeValueBytes)))
-		case !utf8.ValidString(v) || containsNUL(v):
+		case !utf8.ValidString(v) || strings.ContainsRune(v, 0):
 			return errorf("attributes", ErrInvalid, "", detail(fmt.Sprintf("attribute %q: the value must be UTF-8 without NUL", k)))
 		}
 	}
@@ -67,15 +68,6 @@ func checkAttrKey(k string) error {
 		}
 	}
 	return nil
-}
-
-func containsNUL(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] == 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // WithAttributes sets the run's search attributes at its start (see
